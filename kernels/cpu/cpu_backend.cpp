@@ -1,0 +1,287 @@
+// CPU Device and Ops. The Ops only check shapes and dispatch on dtype (fp32 or fp64) to
+// the templated kernels in cpu_kernels.h.
+#include "kernels/cpu/cpu_backend.h"
+
+#include <omp.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstring>
+#include <vector>
+
+#include "kernels/cpu/cpu_kernels.h"
+#include "src/core/nvtx.h"
+
+namespace llmhpc {
+namespace {
+
+class CpuTimer final : public EventTimer {
+ public:
+  explicit CpuTimer(int n) : marks_(n) {}
+  void mark(int i) override { marks_.at(i) = std::chrono::steady_clock::now(); }
+  double elapsed_ms(int from, int to) override {
+    return std::chrono::duration<double, std::milli>(marks_.at(to) - marks_.at(from)).count();
+  }
+
+ private:
+  std::vector<std::chrono::steady_clock::time_point> marks_;
+};
+
+class CpuDevice final : public Device {
+ public:
+  explicit CpuDevice(size_t capacity) : host_(capacity), tracer_(host_) {}
+  DeviceKind kind() const override { return DeviceKind::Cpu; }
+  std::string name() const override { return "cpu (" + std::to_string(omp_get_max_threads()) + " threads)"; }
+  int ordinal() const override { return -1; }
+  size_t memory_capacity() const override { return host_.capacity(); }
+  TracingAllocator& allocator() override { return tracer_; }
+  void synchronize() override {}
+  std::unique_ptr<EventTimer> make_timer(int n) override { return std::make_unique<CpuTimer>(n); }
+  void copy_to_device(void* d, const void* s, size_t n) override { std::memcpy(d, s, n); }
+  void copy_to_host(void* d, const void* s, size_t n) override { std::memcpy(d, s, n); }
+  void copy_on_device(void* d, const void* s, size_t n) override { std::memmove(d, s, n); }
+  void fill_zero(void* d, size_t n) override { std::memset(d, 0, n); }
+
+ private:
+  HostAllocator host_;
+  TracingAllocator tracer_;
+};
+
+// Calls f(T{}) with T the element type of `t` (float or double).
+template <class F>
+void dispatch(const char* op, const Tensor& t, F&& f) {
+  switch (t.dtype) {
+    case DType::F32: f(float{}); return;
+    case DType::F64: f(double{}); return;
+    default:
+      throw UsageError(std::string(op) + ": the CPU backend computes in fp32 or fp64, not " + dtype_name(t.dtype) +
+                       " (bf16 mixed precision needs --device cuda)");
+  }
+}
+
+void same_dtype(const char* op, std::initializer_list<const Tensor*> ts) {
+  DType d = (*ts.begin())->dtype;
+  for (const Tensor* t : ts)
+    if (!t->empty() && t->dtype != d)
+      throw UsageError(std::string(op) + ": the CPU backend needs all floating-point tensors in one dtype");
+}
+
+void expect(bool ok, const char* op, const std::string& what) {
+  LLMHPC_CHECK(ok, std::string(op) + ": " + what);
+}
+
+class CpuOps final : public Ops {
+ public:
+  void embedding_forward(Tensor out, Tensor tokens, Tensor wte) override {
+    const int64_t C = wte.dim(-1), N = tokens.numel();
+    expect(out.numel() == N * C && tokens.dtype == DType::I32, "embedding_forward", "shapes");
+    same_dtype("embedding_forward", {&out, &wte});
+    dispatch("embedding_forward", out, [&](auto T) {
+      using E = decltype(T);
+      cpu::embedding_forward(out.ptr<E>(), tokens.ptr<int32_t>(), wte.ptr<E>(), N, C);
+    });
+  }
+  void embedding_backward(Tensor dwte, Tensor dout, Tensor tokens) override {
+    const int64_t C = dwte.dim(-1), N = tokens.numel();
+    expect(dout.numel() == N * C, "embedding_backward", "shapes");
+    same_dtype("embedding_backward", {&dwte, &dout});
+    dispatch("embedding_backward", dout, [&](auto T) {
+      using E = decltype(T);
+      cpu::embedding_backward(dwte.ptr<E>(), dout.ptr<E>(), tokens.ptr<int32_t>(), N, C);
+    });
+  }
+  void rmsnorm_forward(Tensor out, Tensor rstd, Tensor x, Tensor w) override {
+    const int64_t C = w.numel(), N = x.numel() / C;
+    expect(out.numel() == x.numel() && rstd.numel() == N, "rmsnorm_forward", "shapes");
+    same_dtype("rmsnorm_forward", {&out, &rstd, &x, &w});
+    dispatch("rmsnorm_forward", x, [&](auto T) {
+      using E = decltype(T);
+      cpu::rmsnorm_forward(out.ptr<E>(), rstd.ptr<E>(), x.ptr<E>(), w.ptr<E>(), N, C);
+    });
+  }
+  void residual_rmsnorm_forward(Tensor x_out, Tensor out, Tensor rstd, Tensor x, Tensor delta, Tensor w) override {
+    expect(x_out.numel() == x.numel() && delta.numel() == x.numel(), "residual_rmsnorm_forward", "shapes");
+    same_dtype("residual_rmsnorm_forward", {&x_out, &x, &delta});
+    dispatch("residual_rmsnorm_forward", x, [&](auto T) {
+      using E = decltype(T);
+      E* y = x_out.ptr<E>();
+      const E *a = x.ptr<E>(), *b = delta.ptr<E>();
+      const int64_t n = x.numel();
+#pragma omp parallel for simd
+      for (int64_t i = 0; i < n; ++i) y[i] = a[i] + b[i];
+    });
+    rmsnorm_forward(out, rstd, x_out, w);
+  }
+  void rmsnorm_backward(Tensor dx, Tensor dw, Tensor dout, Tensor x, Tensor w, Tensor rstd) override {
+    const int64_t C = w.numel(), N = x.numel() / C;
+    expect(dx.numel() == x.numel() && dout.numel() == x.numel() && dw.numel() == C, "rmsnorm_backward", "shapes");
+    same_dtype("rmsnorm_backward", {&dx, &dw, &dout, &x, &w, &rstd});
+    dispatch("rmsnorm_backward", x, [&](auto T) {
+      using E = decltype(T);
+      cpu::rmsnorm_backward(dx.ptr<E>(), dw.ptr<E>(), dout.ptr<E>(), x.ptr<E>(), w.ptr<E>(), rstd.ptr<E>(), N, C);
+    });
+  }
+  void linear_forward(Tensor y, Tensor x, Tensor w) override {
+    const int64_t out_f = w.dim(0), in_f = w.dim(1), N = x.numel() / in_f;
+    expect(x.numel() == N * in_f && y.numel() == N * out_f, "linear_forward", "shapes");
+    same_dtype("linear_forward", {&y, &x, &w});
+    dispatch("linear_forward", x, [&](auto T) {
+      using E = decltype(T);
+      cpu::gemm(false, true, N, out_f, in_f, E(1), x.ptr<E>(), in_f, w.ptr<E>(), in_f, E(0), y.ptr<E>(), out_f);
+    });
+  }
+  void linear_backward(Tensor dx, Tensor dw, Tensor dy, Tensor x, Tensor w) override {
+    const int64_t out_f = w.dim(0), in_f = w.dim(1), N = x.numel() / in_f;
+    expect(dy.numel() == N * out_f && dw.numel() == w.numel(), "linear_backward", "shapes");
+    same_dtype("linear_backward", {&dx, &dw, &dy, &x, &w});
+    dispatch("linear_backward", x, [&](auto T) {
+      using E = decltype(T);
+      if (!dx.empty())
+        cpu::gemm(false, false, N, in_f, out_f, E(1), dy.ptr<E>(), out_f, w.ptr<E>(), in_f, E(0), dx.ptr<E>(), in_f);
+      cpu::gemm(true, false, out_f, in_f, N, E(1), dy.ptr<E>(), out_f, x.ptr<E>(), in_f, E(1), dw.ptr<E>(), in_f);
+    });
+  }
+  void rope_forward(Tensor qkv, int64_t heads, double theta) override { rope(qkv, heads, theta, +1.0); }
+  void rope_backward(Tensor dqkv, int64_t heads, double theta) override { rope(dqkv, heads, theta, -1.0); }
+
+  SavedSpec attention_saved(const AttentionDims& d, DType compute) const override {
+    if (d.kind == AttentionKind::Flash)
+      throw UsageError("--attention flash is not available on the CPU backend yet; use --attention naive");
+    return {Shape{d.batch, d.heads, d.seq, d.seq}, compute};
+  }
+  void attention_forward(Tensor out, Tensor saved, Tensor qkv, const AttentionDims& d) override {
+    check_attention("attention_forward", out, qkv, d);
+    same_dtype("attention_forward", {&out, &saved, &qkv});
+    dispatch("attention_forward", qkv, [&](auto T) {
+      using E = decltype(T);
+      NvtxRange r("attention");
+      cpu::attention_forward(out.ptr<E>(), saved.ptr<E>(), qkv.ptr<E>(), d.batch, d.seq, d.heads, d.head_dim,
+                             d.causal);
+    });
+  }
+  void attention_backward(Tensor dqkv, Tensor dout, Tensor out, Tensor saved, Tensor qkv,
+                          const AttentionDims& d) override {
+    check_attention("attention_backward", dout, qkv, d);
+    same_dtype("attention_backward", {&dqkv, &dout, &saved, &qkv});
+    dispatch("attention_backward", qkv, [&](auto T) {
+      using E = decltype(T);
+      cpu::attention_backward(dqkv.ptr<E>(), dout.ptr<E>(), saved.ptr<E>(), qkv.ptr<E>(), d.batch, d.seq, d.heads,
+                              d.head_dim, d.causal);
+    });
+  }
+  void swiglu_forward(Tensor out, Tensor h) override {
+    const int64_t F = out.dim(-1), N = out.numel() / F;
+    expect(h.numel() == 2 * N * F, "swiglu_forward", "shapes");
+    same_dtype("swiglu_forward", {&out, &h});
+    dispatch("swiglu_forward", h, [&](auto T) {
+      using E = decltype(T);
+      cpu::swiglu_forward(out.ptr<E>(), h.ptr<E>(), N, F);
+    });
+  }
+  void swiglu_backward(Tensor dh, Tensor dout, Tensor h) override {
+    const int64_t F = dout.dim(-1), N = dout.numel() / F;
+    expect(h.numel() == 2 * N * F && dh.numel() == h.numel(), "swiglu_backward", "shapes");
+    same_dtype("swiglu_backward", {&dh, &dout, &h});
+    dispatch("swiglu_backward", h, [&](auto T) {
+      using E = decltype(T);
+      cpu::swiglu_backward(dh.ptr<E>(), dout.ptr<E>(), h.ptr<E>(), N, F);
+    });
+  }
+  void cross_entropy_forward(Tensor losses, Tensor logits, Tensor targets) override {
+    const int64_t V = logits.dim(-1), N = logits.numel() / V;
+    expect(losses.numel() == N && targets.numel() == N, "cross_entropy_forward", "shapes");
+    same_dtype("cross_entropy_forward", {&losses, &logits});
+    dispatch("cross_entropy_forward", logits, [&](auto T) {
+      using E = decltype(T);
+      cpu::cross_entropy_forward(losses.ptr<E>(), logits.ptr<E>(), targets.ptr<int32_t>(), N, V);
+    });
+  }
+  void cross_entropy_backward(Tensor dlogits, Tensor logits, Tensor targets, double scale) override {
+    const int64_t V = logits.dim(-1), N = logits.numel() / V;
+    expect(dlogits.numel() == logits.numel() && targets.numel() == N, "cross_entropy_backward", "shapes");
+    same_dtype("cross_entropy_backward", {&dlogits, &logits});
+    dispatch("cross_entropy_backward", logits, [&](auto T) {
+      using E = decltype(T);
+      cpu::cross_entropy_backward(dlogits.ptr<E>(), logits.ptr<E>(), targets.ptr<int32_t>(), scale, N, V);
+    });
+  }
+  void adamw_step(Tensor p, Tensor g, Tensor m, Tensor v, Tensor p_lowp, const AdamWHyper& h,
+                  int64_t step) override {
+    expect(g.numel() == p.numel() && m.numel() == p.numel() && v.numel() == p.numel(), "adamw_step", "shapes");
+    same_dtype("adamw_step", {&p, &g, &m, &v});
+    dispatch("adamw_step", p, [&](auto T) {
+      using E = decltype(T);
+      cpu::adamw_step(p.ptr<E>(), g.ptr<E>(), m.ptr<E>(), v.ptr<E>(), p.numel(), h.lr, h.beta1, h.beta2, h.eps,
+                      h.weight_decay, step);
+    });
+    if (!p_lowp.empty()) convert(p_lowp, p);
+  }
+  void convert(Tensor dst, Tensor src) override {
+    expect(dst.numel() == src.numel(), "convert", "element counts differ");
+    const int64_t n = src.numel();
+    std::vector<double> tmp(n);  // simple and exact for every supported pair
+    read_as_double(src, tmp.data());
+    write_from_double(dst, tmp.data());
+  }
+  void scale(Tensor x, double factor) override {
+    dispatch("scale", x, [&](auto T) {
+      using E = decltype(T);
+      E* p = x.ptr<E>();
+      const int64_t n = x.numel();
+#pragma omp parallel for simd
+      for (int64_t i = 0; i < n; ++i) p[i] = E(p[i] * factor);
+    });
+  }
+
+ private:
+  void rope(Tensor qkv, int64_t heads, double theta, double sign) {
+    const int64_t B = qkv.dim(0), T = qkv.dim(1), D = qkv.numel() / (B * T * 3 * heads);
+    expect(qkv.numel() == B * T * 3 * heads * D && D % 2 == 0, "rope", "qkv must be (B,T,3,H,D) with D even");
+    dispatch("rope", qkv, [&](auto E0) {
+      using E = decltype(E0);
+      cpu::rope_apply(qkv.ptr<E>(), B, T, heads, D, theta, sign);
+    });
+  }
+  static void check_attention(const char* op, const Tensor& out, const Tensor& qkv, const AttentionDims& d) {
+    if (d.kind == AttentionKind::Flash)
+      throw UsageError("--attention flash is not available on the CPU backend yet; use --attention naive");
+    const int64_t n = d.batch * d.seq * d.heads * d.head_dim;
+    expect(out.numel() == n && qkv.numel() == 3 * n, op, "shapes");
+  }
+  static void read_as_double(const Tensor& t, double* out) {
+    const int64_t n = t.numel();
+    switch (t.dtype) {
+      case DType::F32: for (int64_t i = 0; i < n; ++i) out[i] = t.ptr<float>()[i]; break;
+      case DType::F64: for (int64_t i = 0; i < n; ++i) out[i] = t.ptr<double>()[i]; break;
+      case DType::BF16: for (int64_t i = 0; i < n; ++i) out[i] = bf16_bits_to_float(t.ptr<uint16_t>()[i]); break;
+      case DType::I32: for (int64_t i = 0; i < n; ++i) out[i] = t.ptr<int32_t>()[i]; break;
+    }
+  }
+  static void write_from_double(const Tensor& t, const double* in) {
+    const int64_t n = t.numel();
+    switch (t.dtype) {
+      case DType::F32: for (int64_t i = 0; i < n; ++i) t.ptr<float>()[i] = float(in[i]); break;
+      case DType::F64: for (int64_t i = 0; i < n; ++i) t.ptr<double>()[i] = in[i]; break;
+      case DType::BF16:
+        for (int64_t i = 0; i < n; ++i) t.ptr<uint16_t>()[i] = float_to_bf16_bits(float(in[i]));
+        break;
+      case DType::I32: for (int64_t i = 0; i < n; ++i) t.ptr<int32_t>()[i] = int32_t(in[i]); break;
+    }
+  }
+};
+
+}  // namespace
+
+size_t host_physical_memory() {
+  long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
+  return pages > 0 && page > 0 ? size_t(pages) * size_t(page) : size_t(1) << 34;
+}
+
+Backend make_cpu_backend(const BackendOptions& options) {
+  Backend b;
+  b.device = std::make_unique<CpuDevice>(options.memory_limit ? options.memory_limit : host_physical_memory());
+  b.ops = std::make_unique<CpuOps>();
+  return b;
+}
+
+}  // namespace llmhpc

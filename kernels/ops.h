@@ -1,0 +1,137 @@
+// The backend contract: Device (memory, copies, timing) and Ops (every math op of the
+// model, forward and backward side by side). The model is written once against these;
+// each backend (kernels/cpu, kernels/cuda) implements them. Nothing here knows which
+// backends exist: see kernels/backend.h for the one factory.
+//
+// Conventions for every op:
+//  - Tensors are contiguous, row-major, on the backend's device. Shapes are in comments.
+//  - Parameter gradients are ACCUMULATED (+=); the model zeroes them before backward.
+//  - rmsnorm_backward and residual_rmsnorm paths ACCUMULATE into the residual gradient dx.
+//  - Every other output is OVERWRITTEN.
+//  - Storage dtypes: parameters, their gradients and the residual stream are "param dtype"
+//    (fp32; fp64 on the CPU backend for reference runs). Activations that feed or leave a
+//    matrix product are "compute dtype" (fp32, or bf16 under mixed precision). Norm
+//    statistics (rstd), losses and softmax statistics are fp32 (fp64 in fp64 runs).
+//    Arithmetic is always at least fp32: bf16 is a storage format, as under autocast.
+//  - A backend throws UsageError for a dtype combination it does not support.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "src/core/allocator.h"
+#include "src/core/tensor.h"
+
+namespace llmhpc {
+
+enum class DeviceKind { Cpu, Cuda };
+
+// Marks points on the device's timeline; elapsed_ms() waits for both marks to complete.
+class EventTimer {
+ public:
+  virtual ~EventTimer() = default;
+  virtual void mark(int index) = 0;
+  virtual double elapsed_ms(int from, int to) = 0;
+};
+
+class Device {
+ public:
+  virtual ~Device() = default;
+  virtual DeviceKind kind() const = 0;
+  virtual std::string name() const = 0;     // "cpu (16 threads)", "NVIDIA H100 80GB HBM3"
+  virtual int ordinal() const = 0;          // GPU index, -1 for the CPU
+  virtual size_t memory_capacity() const = 0;
+
+  // All allocations for tensors go through this tracing allocator.
+  virtual TracingAllocator& allocator() = 0;
+
+  virtual void synchronize() = 0;
+  virtual std::unique_ptr<EventTimer> make_timer(int num_marks) = 0;
+
+  virtual void copy_to_device(void* dst, const void* host_src, size_t bytes) = 0;
+  virtual void copy_to_host(void* host_dst, const void* src, size_t bytes) = 0;
+  virtual void copy_on_device(void* dst, const void* src, size_t bytes) = 0;
+  virtual void fill_zero(void* dst, size_t bytes) = 0;
+
+  // The stream compute is ordered on (cudaStream_t), or nullptr on the CPU. Lets the
+  // communication layer order its work against compute without including CUDA here.
+  virtual void* native_stream() { return nullptr; }
+};
+
+enum class AttentionKind { Naive, Flash };
+
+struct AttentionDims {
+  int64_t batch = 1, seq = 1, heads = 1, head_dim = 1;
+  bool causal = true;
+  AttentionKind kind = AttentionKind::Naive;
+};
+
+// What attention saves from forward for backward: naive keeps the probabilities
+// (B, H, T, T); flash keeps the logsumexp per query row (B, H, T).
+struct SavedSpec {
+  Shape shape;
+  DType dtype;
+};
+
+struct AdamWHyper {
+  double lr = 1e-3, beta1 = 0.9, beta2 = 0.999, eps = 1e-8, weight_decay = 0.01;
+};
+
+class Ops {
+ public:
+  virtual ~Ops() = default;
+
+  // out (B,T,C) = wte[tokens]; tokens (B,T) int32, wte (V,C).
+  virtual void embedding_forward(Tensor out, Tensor tokens, Tensor wte) = 0;
+  // dwte (V,C) += scatter-add of dout (B,T,C) at tokens.
+  virtual void embedding_backward(Tensor dwte, Tensor dout, Tensor tokens) = 0;
+
+  // out (N,C) = x / rms(x) * w, rms over C with eps 1e-5; rstd (N) saved. x (N,C), w (C).
+  virtual void rmsnorm_forward(Tensor out, Tensor rstd, Tensor x, Tensor w) = 0;
+  // x_out (N,C) = x + delta; then out, rstd = rmsnorm(x_out, w). The fused residual step.
+  virtual void residual_rmsnorm_forward(Tensor x_out, Tensor out, Tensor rstd, Tensor x, Tensor delta,
+                                        Tensor w) = 0;
+  // dx (N,C) += d/dx, dw (C) += d/dw, from dout (N,C) and the saved x, rstd.
+  virtual void rmsnorm_backward(Tensor dx, Tensor dw, Tensor dout, Tensor x, Tensor w, Tensor rstd) = 0;
+
+  // y (N,out) = x (N,in) W^T with W (out,in). No bias.
+  virtual void linear_forward(Tensor y, Tensor x, Tensor w) = 0;
+  // dx (N,in) = dy W (overwritten; skipped if dx is empty); dw (out,in) += dy^T x.
+  virtual void linear_backward(Tensor dx, Tensor dw, Tensor dy, Tensor x, Tensor w) = 0;
+
+  // RoPE in place on the q and k parts of qkv (B,T,3,H,D), interleaved pairs
+  // (x[2i], x[2i+1]) at position t rotated by t * theta^(-2i/D). v is untouched.
+  virtual void rope_forward(Tensor qkv, int64_t heads, double theta) = 0;
+  // The inverse rotation, in place on the dq and dk parts of dqkv (B,T,3,H,D).
+  virtual void rope_backward(Tensor dqkv, int64_t heads, double theta) = 0;
+
+  // Multi-head attention with scale 1/sqrt(D): out (B,T,H*D) from qkv (B,T,3,H,D).
+  virtual SavedSpec attention_saved(const AttentionDims& d, DType compute) const = 0;
+  virtual void attention_forward(Tensor out, Tensor saved, Tensor qkv, const AttentionDims& d) = 0;
+  // dqkv (B,T,3,H,D) from dout (B,T,H*D) and what forward saved.
+  virtual void attention_backward(Tensor dqkv, Tensor dout, Tensor out, Tensor saved, Tensor qkv,
+                                  const AttentionDims& d) = 0;
+
+  // SwiGLU gate: out (N,F) = silu(h[:, :F]) * h[:, F:], h (N,2F) = [W1 x, W3 x].
+  virtual void swiglu_forward(Tensor out, Tensor h) = 0;
+  // dh (N,2F) from dout (N,F) and h.
+  virtual void swiglu_backward(Tensor dh, Tensor dout, Tensor h) = 0;
+
+  // losses (N) = logsumexp(logits[n]) - logits[n, targets[n]]; logits (N,V), targets (N) int32.
+  virtual void cross_entropy_forward(Tensor losses, Tensor logits, Tensor targets) = 0;
+  // dlogits (N,V) = (softmax(logits) - onehot(targets)) * scale. dlogits may alias logits.
+  virtual void cross_entropy_backward(Tensor dlogits, Tensor logits, Tensor targets, double scale) = 0;
+
+  // One AdamW step (torch.optim.AdamW semantics) over flat tensors of equal length:
+  // param, m, v updated in place from grad; `step` counts from 1. If param_lowp is not
+  // empty it receives the updated parameters in its dtype (the bf16 copy for matmuls).
+  virtual void adamw_step(Tensor param, Tensor grad, Tensor m, Tensor v, Tensor param_lowp,
+                          const AdamWHyper& h, int64_t step) = 0;
+
+  // dst = src converted elementwise (same number of elements, any supported dtypes).
+  virtual void convert(Tensor dst, Tensor src) = 0;
+  // x *= factor, in place.
+  virtual void scale(Tensor x, double factor) = 0;
+};
+
+}  // namespace llmhpc

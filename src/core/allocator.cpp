@@ -1,0 +1,91 @@
+#include "src/core/allocator.h"
+
+#include <cstdio>
+#include <cstdlib>
+
+namespace llmhpc {
+
+TracingAllocator::TracingAllocator(Allocator& inner)
+    : inner_(inner), t0_(std::chrono::steady_clock::now()) {}
+
+void* TracingAllocator::allocate(size_t bytes, const std::string& tag) {
+  void* p = inner_.allocate(bytes, tag);
+  live_ += static_cast<int64_t>(bytes);
+  if (live_ > peak_) peak_ = live_;
+  live_allocs_[p] = Live{bytes, tag};
+  if (recording_) {
+    double t = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0_).count();
+    events_.push_back({t, static_cast<int64_t>(bytes), live_, reinterpret_cast<uint64_t>(p), tag, phase_});
+  }
+  return p;
+}
+
+void TracingAllocator::deallocate(void* p) {
+  if (!p) return;
+  auto it = live_allocs_.find(p);
+  LLMHPC_CHECK(it != live_allocs_.end(), "free of a pointer this allocator did not allocate");
+  live_ -= static_cast<int64_t>(it->second.bytes);
+  if (recording_) {
+    double t = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0_).count();
+    events_.push_back({t, -static_cast<int64_t>(it->second.bytes), live_, reinterpret_cast<uint64_t>(p),
+                       it->second.tag, phase_});
+  }
+  live_allocs_.erase(it);
+  inner_.deallocate(p);
+}
+
+void* HostAllocator::allocate(size_t bytes, const std::string& tag) {
+  if (live_ + bytes > capacity_)
+    throw OutOfMemory("host allocation of " + format_bytes(double(bytes)) + " for '" + tag + "' exceeds the limit of " +
+                      format_bytes(double(capacity_)) + " (" + format_bytes(double(live_)) + " in use)");
+  size_t rounded = (bytes + 63) / 64 * 64;
+  void* p = std::aligned_alloc(64, rounded ? rounded : 64);
+  if (!p) throw OutOfMemory("host allocation of " + format_bytes(double(bytes)) + " for '" + tag + "' failed");
+  live_ += bytes;
+  sizes_[p] = bytes;
+  return p;
+}
+
+void HostAllocator::deallocate(void* p) {
+  auto it = sizes_.find(p);
+  LLMHPC_CHECK(it != sizes_.end(), "free of unknown host pointer");
+  live_ -= it->second;
+  sizes_.erase(it);
+  std::free(p);
+}
+
+Buffer::Buffer(Allocator& alloc, DType dtype, Shape shape, const std::string& tag) : alloc_(&alloc) {
+  size_t bytes = static_cast<size_t>(shape.numel()) * dtype_size(dtype);
+  tensor_ = Tensor(alloc.allocate(bytes, tag), dtype, shape);
+}
+
+Buffer& Buffer::operator=(Buffer&& o) noexcept {
+  if (this != &o) {
+    release();
+    alloc_ = o.alloc_;
+    tensor_ = o.tensor_;
+    o.alloc_ = nullptr;
+    o.tensor_ = Tensor();
+  }
+  return *this;
+}
+
+void Buffer::release() {
+  if (alloc_ && tensor_.data) alloc_->deallocate(tensor_.data);
+  alloc_ = nullptr;
+  tensor_ = Tensor();
+}
+
+std::string format_bytes(double bytes) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  int u = 0;
+  while (bytes >= 1024.0 && u < 4) {
+    bytes /= 1024.0;
+    ++u;
+  }
+  char buf[32];
+  std::snprintf(buf, sizeof buf, u == 0 ? "%.0f %s" : "%.2f %s", bytes, units[u]);
+  return buf;
+}
+
+}  // namespace llmhpc

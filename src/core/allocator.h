@@ -1,0 +1,103 @@
+// Memory: the Allocator interface, a tracing decorator, and Buffer (RAII owner).
+//
+// Every device or host tensor the program allocates goes through a TracingAllocator, so
+// the memory mode and the OOM path see every allocation with its tag ("layers.3.attn.qkv"),
+// size and time. Backends implement the raw allocator; OutOfMemory is thrown when a
+// request does not fit (the caller decides whether that ends a configuration or the run).
+#pragma once
+#include <chrono>
+#include <cstdint>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "src/core/tensor.h"
+
+namespace llmhpc {
+
+class Allocator {
+ public:
+  virtual ~Allocator() = default;
+  // Throws OutOfMemory when the request cannot be met.
+  virtual void* allocate(size_t bytes, const std::string& tag) = 0;
+  virtual void deallocate(void* p) = 0;
+};
+
+struct AllocEvent {
+  double time_ms;      // since the tracer was created
+  int64_t delta;       // +bytes on allocation, -bytes on free
+  int64_t live_after;  // bytes live after this event
+  uint64_t address;
+  std::string tag;
+  std::string phase;   // the phase set by set_phase() when the event happened
+};
+
+class TracingAllocator final : public Allocator {
+ public:
+  explicit TracingAllocator(Allocator& inner);
+  void* allocate(size_t bytes, const std::string& tag) override;
+  void deallocate(void* p) override;
+
+  int64_t live_bytes() const { return live_; }
+  int64_t peak_bytes() const { return peak_; }
+  void reset_peak() { peak_ = live_; }
+
+  // Event recording is off by default (it costs a string per allocation).
+  void set_recording(bool on) { recording_ = on; }
+  void set_phase(const std::string& phase) { phase_ = phase; }
+  const std::vector<AllocEvent>& events() const { return events_; }
+  void clear_events() { events_.clear(); }
+
+ private:
+  struct Live {
+    size_t bytes;
+    std::string tag;
+  };
+  Allocator& inner_;
+  std::chrono::steady_clock::time_point t0_;
+  std::unordered_map<void*, Live> live_allocs_;
+  int64_t live_ = 0, peak_ = 0;
+  bool recording_ = false;
+  std::string phase_;
+  std::vector<AllocEvent> events_;
+};
+
+// Host memory with a capacity: beyond it, allocate() throws OutOfMemory, so a CPU sweep
+// can hit "oom" like a GPU one instead of being killed by the kernel.
+class HostAllocator final : public Allocator {
+ public:
+  explicit HostAllocator(size_t capacity_bytes) : capacity_(capacity_bytes) {}
+  void* allocate(size_t bytes, const std::string& tag) override;
+  void deallocate(void* p) override;
+  size_t capacity() const { return capacity_; }
+
+ private:
+  size_t capacity_;
+  size_t live_ = 0;
+  std::unordered_map<void*, size_t> sizes_;
+};
+
+// Owns one allocation and views it as a tensor. Move-only.
+class Buffer {
+ public:
+  Buffer() = default;
+  Buffer(Allocator& alloc, DType dtype, Shape shape, const std::string& tag);
+  ~Buffer() { release(); }
+  Buffer(Buffer&& o) noexcept { *this = std::move(o); }
+  Buffer& operator=(Buffer&& o) noexcept;
+  Buffer(const Buffer&) = delete;
+  Buffer& operator=(const Buffer&) = delete;
+
+  const Tensor& tensor() const { return tensor_; }
+  operator const Tensor&() const { return tensor_; }
+  bool empty() const { return tensor_.empty(); }
+  void release();
+
+ private:
+  Allocator* alloc_ = nullptr;
+  Tensor tensor_;
+};
+
+std::string format_bytes(double bytes);
+
+}  // namespace llmhpc

@@ -1,0 +1,73 @@
+#include "src/core/runtime.h"
+
+#include <unistd.h>
+
+#include <cstdarg>
+#include <cstdio>
+#include <vector>
+
+#include "src/core/check.h"
+
+namespace llmhpc {
+
+Runtime Runtime::init(int* argc, char*** argv) {
+  Runtime rt;
+  int provided = 0;
+  MPI_CHECK(MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided));
+  MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &rt.rank));
+  MPI_CHECK(MPI_Comm_size(MPI_COMM_WORLD, &rt.world_size));
+  MPI_CHECK(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rt.rank, MPI_INFO_NULL, &rt.node_comm));
+  MPI_CHECK(MPI_Comm_rank(rt.node_comm, &rt.local_rank));
+  MPI_CHECK(MPI_Comm_size(rt.node_comm, &rt.local_size));
+  char host[256] = {0};
+  gethostname(host, sizeof host - 1);
+  rt.hostname = host;
+  set_fatal_context_rank(rt.rank, rt.hostname);
+  // Errors are ours to report: MPI returns codes and MPI_CHECK turns them into fatal().
+  MPI_CHECK(MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN));
+  return rt;
+}
+
+void Runtime::finalize() {
+  if (node_comm != MPI_COMM_NULL) MPI_Comm_free(&node_comm);
+  MPI_Finalize();
+}
+
+void agree_or_exit(const Runtime& rt, const std::string& local_error, int code) {
+  int mine = local_error.empty() ? rt.world_size : rt.rank;
+  int first = rt.world_size;
+  MPI_CHECK(MPI_Allreduce(&mine, &first, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD));
+  if (first == rt.world_size) return;
+  // Bring the first failing rank's message to rank 0, which prints it.
+  int len = static_cast<int>(local_error.size());
+  MPI_CHECK(MPI_Bcast(&len, 1, MPI_INT, first, MPI_COMM_WORLD));
+  std::vector<char> msg(local_error.begin(), local_error.end());
+  msg.resize(len);
+  MPI_CHECK(MPI_Bcast(msg.data(), len, MPI_CHAR, first, MPI_COMM_WORLD));
+  if (rt.is_root()) {
+    std::string where = rt.world_size > 1 ? " (rank " + std::to_string(first) + ")" : "";
+    std::fprintf(stderr, "llmhpc: error%s: %.*s\n", where.c_str(), len, msg.data());
+    std::fflush(stderr);
+  }
+  throw ExitRequest{code};
+}
+
+std::string broadcast_string(const std::string& value, int root) {
+  int len = static_cast<int>(value.size());
+  MPI_CHECK(MPI_Bcast(&len, 1, MPI_INT, root, MPI_COMM_WORLD));
+  std::string out = value;
+  out.resize(len);
+  MPI_CHECK(MPI_Bcast(out.data(), len, MPI_CHAR, root, MPI_COMM_WORLD));
+  return out;
+}
+
+void log_root(const Runtime& rt, const char* fmt, ...) {
+  if (!rt.is_root()) return;
+  va_list ap;
+  va_start(ap, fmt);
+  std::vprintf(fmt, ap);
+  va_end(ap);
+  std::fflush(stdout);
+}
+
+}  // namespace llmhpc

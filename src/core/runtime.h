@@ -1,0 +1,40 @@
+// The MPI side of every rank: start-up, who we are, and collective agreement on errors.
+#pragma once
+#include <mpi.h>
+
+#include <string>
+
+namespace llmhpc {
+
+struct Runtime {
+  int rank = 0;
+  int world_size = 1;
+  int local_rank = 0;   // rank among the ranks of this node (MPI_COMM_TYPE_SHARED)
+  int local_size = 1;
+  std::string hostname;
+  MPI_Comm node_comm = MPI_COMM_NULL;
+
+  bool is_root() const { return rank == 0; }
+
+  // MPI_Init_thread (FUNNELED), ranks, node-local rank; registers rank and host for fatal().
+  static Runtime init(int* argc, char*** argv);
+  void finalize();
+};
+
+// Raised on every rank to leave main() cleanly with `code` after the message was printed.
+struct ExitRequest {
+  int code;
+};
+
+// Collective: every rank passes its own error ("" = fine). If any rank failed, rank 0
+// prints the lowest failing rank's message ("llmhpc: error: ...") and every rank throws
+// ExitRequest{code}. Use it at the points where ranks may disagree (files, devices).
+void agree_or_exit(const Runtime& rt, const std::string& local_error, int code = 2);
+
+// `value` as rank `root` has it, on every rank.
+std::string broadcast_string(const std::string& value, int root = 0);
+
+// printf to stdout on rank 0 only, flushed (progress of long runs must show up at once).
+void log_root(const Runtime& rt, const char* fmt, ...) __attribute__((format(printf, 2, 3)));
+
+}  // namespace llmhpc

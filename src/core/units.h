@@ -1,0 +1,30 @@
+// Parsing of user-written values: sizes with units and comma-separated lists.
+// All of these throw UsageError with a message that names the option and the bad text.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace llmhpc {
+
+// "100MB" -> 100000000, "1GiB" -> 1073741824, "512" -> 512 bytes.
+// Units: B, KB, MB, GB, TB (powers of 1000) and KiB, MiB, GiB, TiB (powers of 1024);
+// K/M/G/T alone mean KB/MB/GB/TB. Case-insensitive except that "KiB"-style needs the 'i'.
+uint64_t parse_size(const std::string& text, const std::string& option);
+
+// The same value written back the way people write it: 1000000 -> "1MB", 1048576 -> "1MiB".
+std::string format_size(uint64_t bytes);
+
+// "small, medium" -> {"small", "medium"}. Empty items are an error.
+std::vector<std::string> split_list(const std::string& text, const std::string& option);
+
+std::vector<int64_t> parse_int_list(const std::string& text, const std::string& option);
+int64_t parse_int(const std::string& text, const std::string& option);
+double parse_double(const std::string& text, const std::string& option);
+
+// Checks that `value` is one of `choices`; the error lists them.
+void require_choice(const std::string& value, const std::vector<std::string>& choices, const std::string& option);
+
+std::string join(const std::vector<std::string>& items, const std::string& sep);
+
+}  // namespace llmhpc

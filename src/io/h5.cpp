@@ -1,0 +1,249 @@
+#include "src/io/h5.h"
+
+#include <cstdlib>
+#include <sys/stat.h>
+
+#include "src/core/check.h"
+
+#define H5_CHECK(call) LLMHPC_CHECK_CALL(call, int64_t, llmhpc_rc_ >= 0, "HDF5 call failed")
+
+namespace llmhpc::h5 {
+namespace {
+
+// HDF5 prints its own error stack unless told not to; we report failures ourselves.
+// File locking is off because it fails on some parallel file systems (one file per rank
+// never needs it).
+struct Quiet {
+  Quiet() {
+    setenv("HDF5_USE_FILE_LOCKING", "FALSE", 0);
+    H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
+  }
+};
+void quiet() { static Quiet q; }
+
+Handle string_type() {
+  hid_t t = H5Tcopy(H5T_C_S1);
+  H5_CHECK(H5Tset_size(t, H5T_VARIABLE));
+  H5_CHECK(H5Tset_cset(t, H5T_CSET_UTF8));
+  return Handle(t, H5Tclose);
+}
+
+Handle scalar_space() { return Handle(H5Screate(H5S_SCALAR), H5Sclose); }
+
+// Empty dims mean a scalar.
+Handle simple_space(const std::vector<int64_t>& dims) {
+  if (dims.empty()) return scalar_space();
+  std::vector<hsize_t> d(dims.begin(), dims.end());
+  return Handle(H5Screate_simple(int(d.size()), d.data(), nullptr), H5Sclose);
+}
+
+void write_attr_raw(hid_t obj, const std::string& name, hid_t type, const void* value) {
+  if (H5Aexists(obj, name.c_str()) > 0) H5_CHECK(H5Adelete(obj, name.c_str()));
+  Handle space = scalar_space();
+  Handle attr(H5Acreate2(obj, name.c_str(), type, space.id(), H5P_DEFAULT, H5P_DEFAULT), H5Aclose);
+  H5_CHECK(attr.id());
+  H5_CHECK(H5Awrite(attr.id(), type, value));
+}
+
+Handle open_attr(hid_t obj, const std::string& name) {
+  if (H5Aexists(obj, name.c_str()) <= 0) throw UsageError("missing HDF5 attribute '" + name + "'");
+  return Handle(H5Aopen(obj, name.c_str(), H5P_DEFAULT), H5Aclose);
+}
+
+void write_numeric(hid_t loc, const std::string& name, const std::vector<int64_t>& dims, hid_t mem_type,
+                   hid_t file_type, const void* data) {
+  quiet();
+  if (exists(loc, name)) remove(loc, name);
+  Handle space = simple_space(dims);
+  Handle ds(H5Dcreate2(loc, name.c_str(), file_type, space.id(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), H5Dclose);
+  H5_CHECK(ds.id());
+  int64_t n = 1;
+  for (int64_t d : dims) n *= d;
+  if (n > 0) H5_CHECK(H5Dwrite(ds.id(), mem_type, H5S_ALL, H5S_ALL, H5P_DEFAULT, data));
+}
+
+template <class T>
+std::vector<T> read_numeric(hid_t loc, const std::string& name, hid_t mem_type) {
+  quiet();
+  if (!exists(loc, name)) throw UsageError("missing HDF5 dataset '" + name + "'");
+  Handle ds(H5Dopen2(loc, name.c_str(), H5P_DEFAULT), H5Dclose);
+  H5_CHECK(ds.id());
+  int64_t n = 1;
+  for (int64_t d : dataset_dims(loc, name)) n *= d;
+  std::vector<T> out(n);
+  if (n > 0 && H5Dread(ds.id(), mem_type, H5S_ALL, H5S_ALL, H5P_DEFAULT, out.data()) < 0)
+    throw UsageError("HDF5 dataset '" + name + "' cannot be read as numbers");
+  return out;
+}
+
+}  // namespace
+
+Handle& Handle::operator=(Handle&& o) noexcept {
+  if (this != &o) {
+    reset();
+    id_ = o.id_;
+    close_ = o.close_;
+    o.id_ = -1;
+  }
+  return *this;
+}
+
+void Handle::reset() {
+  if (id_ >= 0 && close_) close_(id_);
+  id_ = -1;
+}
+
+Handle open_file(const std::string& path, Mode mode) {
+  quiet();
+  hid_t id = -1;
+  if (mode == Mode::Create) {
+    id = H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+    if (id < 0) throw UsageError("cannot create '" + path + "' (is the directory writable?)");
+  } else {
+    struct stat st;
+    if (stat(path.c_str(), &st) != 0) throw UsageError("'" + path + "' does not exist");
+    if (H5Fis_hdf5(path.c_str()) <= 0) throw UsageError("'" + path + "' is not an HDF5 file");
+    id = H5Fopen(path.c_str(), mode == Mode::Append ? H5F_ACC_RDWR : H5F_ACC_RDONLY, H5P_DEFAULT);
+    if (id < 0) throw UsageError("cannot open '" + path + "'");
+  }
+  return Handle(id, H5Fclose);
+}
+
+void flush(const Handle& file) { H5_CHECK(H5Fflush(file.id(), H5F_SCOPE_GLOBAL)); }
+
+bool exists(hid_t loc, const std::string& path) {
+  quiet();
+  // Check each prefix: H5Lexists fails on a path whose parent is missing.
+  size_t pos = 0;
+  while (true) {
+    size_t slash = path.find('/', pos + 1);
+    std::string prefix = path.substr(0, slash);
+    if (!prefix.empty() && prefix != "/" && H5Lexists(loc, prefix.c_str(), H5P_DEFAULT) <= 0) return false;
+    if (slash == std::string::npos) return true;
+    pos = slash;
+  }
+}
+
+Handle require_group(hid_t loc, const std::string& path) {
+  quiet();
+  if (exists(loc, path)) return open_group(loc, path);
+  Handle lcpl(H5Pcreate(H5P_LINK_CREATE), H5Pclose);
+  H5_CHECK(H5Pset_create_intermediate_group(lcpl.id(), 1));
+  Handle g(H5Gcreate2(loc, path.c_str(), lcpl.id(), H5P_DEFAULT, H5P_DEFAULT), H5Gclose);
+  H5_CHECK(g.id());
+  return g;
+}
+
+Handle open_group(hid_t loc, const std::string& path) {
+  quiet();
+  if (!exists(loc, path)) throw UsageError("missing HDF5 group '" + path + "'");
+  Handle g(H5Gopen2(loc, path.c_str(), H5P_DEFAULT), H5Gclose);
+  H5_CHECK(g.id());
+  return g;
+}
+
+void remove(hid_t loc, const std::string& path) { H5_CHECK(H5Ldelete(loc, path.c_str(), H5P_DEFAULT)); }
+
+void write_attr(hid_t obj, const std::string& name, const std::string& value) {
+  Handle t = string_type();
+  const char* p = value.c_str();
+  write_attr_raw(obj, name, t.id(), &p);
+}
+void write_attr(hid_t obj, const std::string& name, int64_t value) {
+  write_attr_raw(obj, name, H5T_NATIVE_INT64, &value);
+}
+void write_attr(hid_t obj, const std::string& name, double value) {
+  write_attr_raw(obj, name, H5T_NATIVE_DOUBLE, &value);
+}
+
+bool has_attr(hid_t obj, const std::string& name) { return H5Aexists(obj, name.c_str()) > 0; }
+
+std::string read_attr_string(hid_t obj, const std::string& name) {
+  Handle a = open_attr(obj, name);
+  Handle ft(H5Aget_type(a.id()), H5Tclose);
+  if (H5Tget_class(ft.id()) != H5T_STRING) throw UsageError("HDF5 attribute '" + name + "' is not a string");
+  if (H5Tis_variable_str(ft.id()) > 0) {
+    Handle t = string_type();
+    char* p = nullptr;
+    H5_CHECK(H5Aread(a.id(), t.id(), &p));
+    std::string s = p ? p : "";
+    Handle space(H5Aget_space(a.id()), H5Sclose);
+    H5Dvlen_reclaim(t.id(), space.id(), H5P_DEFAULT, &p);
+    return s;
+  }
+  size_t n = H5Tget_size(ft.id());
+  std::string s(n, '\0');
+  Handle mt(H5Tcopy(ft.id()), H5Tclose);
+  H5_CHECK(H5Aread(a.id(), mt.id(), s.data()));
+  return s.substr(0, s.find('\0'));
+}
+
+int64_t read_attr_int(hid_t obj, const std::string& name) {
+  Handle a = open_attr(obj, name);
+  int64_t v = 0;
+  if (H5Aread(a.id(), H5T_NATIVE_INT64, &v) < 0) throw UsageError("HDF5 attribute '" + name + "' is not an integer");
+  return v;
+}
+
+double read_attr_double(hid_t obj, const std::string& name) {
+  Handle a = open_attr(obj, name);
+  double v = 0;
+  if (H5Aread(a.id(), H5T_NATIVE_DOUBLE, &v) < 0) throw UsageError("HDF5 attribute '" + name + "' is not a number");
+  return v;
+}
+
+void write_dataset(hid_t loc, const std::string& name, const std::vector<int64_t>& dims, const float* data) {
+  write_numeric(loc, name, dims, H5T_NATIVE_FLOAT, H5T_IEEE_F32LE, data);
+}
+void write_dataset(hid_t loc, const std::string& name, const std::vector<int64_t>& dims, const double* data) {
+  write_numeric(loc, name, dims, H5T_NATIVE_DOUBLE, H5T_IEEE_F64LE, data);
+}
+void write_dataset(hid_t loc, const std::string& name, const std::vector<int64_t>& dims, const int64_t* data) {
+  write_numeric(loc, name, dims, H5T_NATIVE_INT64, H5T_STD_I64LE, data);
+}
+
+void write_strings(hid_t loc, const std::string& name, const std::vector<std::string>& values) {
+  quiet();
+  if (exists(loc, name)) remove(loc, name);
+  Handle t = string_type();
+  Handle space = simple_space({int64_t(values.size())});
+  Handle ds(H5Dcreate2(loc, name.c_str(), t.id(), space.id(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), H5Dclose);
+  H5_CHECK(ds.id());
+  std::vector<const char*> ptrs;
+  for (const std::string& s : values) ptrs.push_back(s.c_str());
+  if (!ptrs.empty()) H5_CHECK(H5Dwrite(ds.id(), t.id(), H5S_ALL, H5S_ALL, H5P_DEFAULT, ptrs.data()));
+}
+
+std::vector<int64_t> dataset_dims(hid_t loc, const std::string& name) {
+  Handle ds(H5Dopen2(loc, name.c_str(), H5P_DEFAULT), H5Dclose);
+  if (!ds.valid()) throw UsageError("missing HDF5 dataset '" + name + "'");
+  Handle space(H5Dget_space(ds.id()), H5Sclose);
+  int nd = H5Sget_simple_extent_ndims(space.id());
+  H5_CHECK(nd);
+  std::vector<hsize_t> d(nd);
+  H5Sget_simple_extent_dims(space.id(), d.data(), nullptr);
+  return std::vector<int64_t>(d.begin(), d.end());
+}
+
+std::vector<float> read_floats(hid_t loc, const std::string& name) {
+  return read_numeric<float>(loc, name, H5T_NATIVE_FLOAT);
+}
+std::vector<double> read_doubles(hid_t loc, const std::string& name) {
+  return read_numeric<double>(loc, name, H5T_NATIVE_DOUBLE);
+}
+std::vector<int64_t> read_ints(hid_t loc, const std::string& name) {
+  return read_numeric<int64_t>(loc, name, H5T_NATIVE_INT64);
+}
+
+std::vector<std::string> list_children(hid_t loc) {
+  std::vector<std::string> names;
+  H5_CHECK(H5Literate(loc, H5_INDEX_NAME, H5_ITER_INC, nullptr,
+                      [](hid_t, const char* name, const H5L_info_t*, void* out) -> herr_t {
+                        static_cast<std::vector<std::string>*>(out)->push_back(name);
+                        return 0;
+                      },
+                      &names));
+  return names;
+}
+
+}  // namespace llmhpc::h5

@@ -1,0 +1,64 @@
+// RAII over the HDF5 C API: File, Group and the attribute and dataset helpers the
+// recorder and the checkpoint need. Every call is checked; a failing HDF5 call is fatal
+// except opening files, which throws UsageError (a bad path is the user's to fix).
+#pragma once
+#include <hdf5.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace llmhpc::h5 {
+
+// An owned hid_t, closed with the matching H5*close.
+class Handle {
+ public:
+  Handle() = default;
+  Handle(hid_t id, herr_t (*close)(hid_t)) : id_(id), close_(close) {}
+  ~Handle() { reset(); }
+  Handle(Handle&& o) noexcept : id_(o.id_), close_(o.close_) { o.id_ = -1; }
+  Handle& operator=(Handle&& o) noexcept;
+  Handle(const Handle&) = delete;
+  Handle& operator=(const Handle&) = delete;
+  hid_t id() const { return id_; }
+  bool valid() const { return id_ >= 0; }
+  void reset();
+
+ private:
+  hid_t id_ = -1;
+  herr_t (*close_)(hid_t) = nullptr;
+};
+
+enum class Mode { Create, Append, Read };
+
+// Opens or creates a file. Throws UsageError naming `path` when it cannot.
+Handle open_file(const std::string& path, Mode mode);
+void flush(const Handle& file);
+
+bool exists(hid_t loc, const std::string& path);
+// Opens the group at `path` (slash-separated), creating missing parents.
+Handle require_group(hid_t loc, const std::string& path);
+Handle open_group(hid_t loc, const std::string& path);
+void remove(hid_t loc, const std::string& path);
+
+void write_attr(hid_t obj, const std::string& name, const std::string& value);
+void write_attr(hid_t obj, const std::string& name, int64_t value);
+void write_attr(hid_t obj, const std::string& name, double value);
+bool has_attr(hid_t obj, const std::string& name);
+std::string read_attr_string(hid_t obj, const std::string& name);
+int64_t read_attr_int(hid_t obj, const std::string& name);
+double read_attr_double(hid_t obj, const std::string& name);
+
+// Datasets: row-major with `dims`; element type from the vector.
+void write_dataset(hid_t loc, const std::string& name, const std::vector<int64_t>& dims, const float* data);
+void write_dataset(hid_t loc, const std::string& name, const std::vector<int64_t>& dims, const double* data);
+void write_dataset(hid_t loc, const std::string& name, const std::vector<int64_t>& dims, const int64_t* data);
+void write_strings(hid_t loc, const std::string& name, const std::vector<std::string>& values);
+std::vector<int64_t> dataset_dims(hid_t loc, const std::string& name);
+// Reads any numeric dataset converted to float / double / int64 (HDF5 converts).
+std::vector<float> read_floats(hid_t loc, const std::string& name);
+std::vector<double> read_doubles(hid_t loc, const std::string& name);
+std::vector<int64_t> read_ints(hid_t loc, const std::string& name);
+std::vector<std::string> list_children(hid_t loc);
+
+}  // namespace llmhpc::h5

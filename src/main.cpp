@@ -1,0 +1,205 @@
+// llmhpc: one SPMD binary. Every rank runs this: MPI start-up, options, device, output
+// file, then the chosen mode (src/modes). Nothing else lives here.
+#include <cblas.h>
+#include <omp.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <ctime>
+#include <filesystem>
+#include <iostream>
+#include <thread>
+
+#include "kernels/cpu/cpu_backend.h"
+#include "src/core/units.h"
+#include "src/modes/mode.h"
+#include "src/modes/options.h"
+
+namespace llmhpc {
+namespace {
+
+po::options_description general_options() {
+  po::options_description d("General options");
+  auto text = [](const char* def) { return po::value<std::string>()->default_value(def); };
+  std::vector<std::string> names;
+  for (const ModeSpec& m : all_modes()) names.push_back(m.name);
+  d.add_options()
+      ("help,h", po::bool_switch(), "show help; with --mode, that mode's options too")
+      ("mode", text("bench"), join(names, " | ").c_str())
+      ("device", text("auto"), "auto | cpu | cuda (auto: cuda when a GPU is visible)")
+      ("allow-gpu-sharing", po::bool_switch(), "let several ranks of a node share one GPU")
+      ("backend", text("auto"), "collectives: auto | nccl | mpi (auto: nccl on GPUs, mpi on CPUs)")
+      ("out", po::value<std::string>(), "output directory for the rank files (default results/<mode>-<time>)")
+      ("seed", text("0"), "seed for initialisation and random data")
+      ("memory-limit", po::value<std::string>(), "cap on this rank's device memory, e.g. 8GB; beyond it is out-of-memory")
+      ("threads", text("0"), "CPU threads per rank (0: the node's cores / its ranks)")
+      ("tf32", po::bool_switch(), "allow TF32 tensor cores for fp32 matrix products (CUDA)");
+  return d;
+}
+
+void print_help(const po::options_description& general, const ModeSpec* mode) {
+  std::cout << "llmhpc - measure and speed up GPT-style training on GPU clusters\n\n"
+               "usage: [mpirun -np N] llmhpc --mode MODE [options]\n\n";
+  if (!mode) {
+    std::cout << "Modes:\n";
+    for (const ModeSpec& m : all_modes()) std::printf("  %-10s %s\n", m.name.c_str(), m.summary.c_str());
+    std::cout << "\n" << general << "\n'llmhpc --mode MODE --help' lists a mode's own options.\n";
+    return;
+  }
+  po::options_description own;
+  mode->add_options(own);
+  std::cout << "Mode " << mode->name << ": " << mode->summary << "\n\n" << general << "\n" << own << "\n";
+}
+
+std::string command_line(int argc, char** argv) {
+  std::string s;
+  for (int i = 0; i < argc; ++i) s += (i ? " " : "") + std::string(argv[i]);
+  return s;
+}
+
+// --device and the GPU this rank gets (local_rank % gpus). Throws UsageError.
+BackendOptions choose_device(const Runtime& rt, const po::variables_map& vm) {
+  const std::string want = opt_string(vm, "device");
+  require_choice(want, {"auto", "cpu", "cuda"}, "device");
+  BackendOptions b;
+  b.tf32 = opt_flag(vm, "tf32");
+  if (vm.count("memory-limit")) b.memory_limit = parse_size(opt_string(vm, "memory-limit"), "memory-limit");
+  const int gpus = cuda_device_count();
+  if (want == "cuda" && !cuda_compiled())
+    throw UsageError("--device cuda: this llmhpc was built without the CUDA backend (no nvcc at build time)");
+  if (want == "cuda" && gpus == 0)
+    throw UsageError("--device cuda: no GPU is visible on host " + rt.hostname + " (check CUDA_VISIBLE_DEVICES)");
+  b.kind = (want == "cuda" || (want == "auto" && gpus > 0)) ? DeviceKind::Cuda : DeviceKind::Cpu;
+  if (b.kind == DeviceKind::Cuda) {
+    if (rt.local_size > gpus && !opt_flag(vm, "allow-gpu-sharing"))
+      throw UsageError(std::to_string(rt.local_size) + " ranks on host " + rt.hostname + " but only " +
+                       std::to_string(gpus) + " GPU(s): start at most one rank per GPU, or pass --allow-gpu-sharing");
+    b.ordinal = rt.local_rank % gpus;
+  } else if (!b.memory_limit) {
+    b.memory_limit = host_physical_memory() / size_t(rt.local_size);  // ranks of a node share its memory
+  }
+  return b;
+}
+
+// CPU threads: --threads, else OMP_NUM_THREADS, else the node's cores split among its ranks.
+void set_threads(const Runtime& rt, const po::variables_map& vm) {
+  int n = int(opt_nonnegative(vm, "threads"));
+  if (n == 0 && std::getenv("OMP_NUM_THREADS")) n = omp_get_max_threads();
+  if (n == 0) n = std::max(1, int(std::thread::hardware_concurrency()) / rt.local_size);
+  omp_set_num_threads(n);
+  openblas_set_num_threads(n);
+}
+
+// Rank 0 picks and checks the directory; every rank creates it (nodes may not share
+// rank 0's view until they do) and then its own file.
+std::string prepare_out_dir(const Runtime& rt, const po::variables_map& vm, const std::string& mode) {
+  namespace fs = std::filesystem;
+  std::string dir, error;
+  if (rt.is_root()) {
+    if (vm.count("out")) {
+      dir = opt_string(vm, "out");
+      if (fs::exists(dir + "/rank00000.h5"))
+        error = "--out '" + dir + "' already holds results (rank00000.h5): choose a new directory or remove them";
+    } else {
+      char stamp[32];
+      std::time_t now = std::time(nullptr);
+      std::strftime(stamp, sizeof stamp, "%Y%m%d-%H%M%S", std::localtime(&now));
+      dir = "results/" + mode + "-" + stamp;
+      for (int k = 1; fs::exists(dir); ++k) dir = "results/" + mode + "-" + stamp + "-" + std::to_string(k);
+    }
+  }
+  agree_or_exit(rt, error);
+  dir = broadcast_string(dir);
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec || !fs::is_directory(dir)) error = "--out '" + dir + "': cannot create the directory (" + ec.message() + ")";
+  agree_or_exit(rt, error);
+  return dir;
+}
+
+int run(Runtime& rt, int argc, char** argv, bool& in_mode) {
+  const po::options_description general = general_options();
+  po::variables_map first;
+  po::store(po::command_line_parser(argc, argv).options(general).allow_unregistered().run(), first);
+  const std::string mode_name = opt_string(first, "mode");
+  const ModeSpec* mode = find_mode(mode_name);
+  if (!mode) {
+    std::vector<std::string> names;
+    for (const ModeSpec& m : all_modes()) names.push_back(m.name);
+    throw UsageError("--mode '" + mode_name + "': unknown mode; choose one of " + join(names, ", "));
+  }
+  po::options_description all;
+  all.add(general);
+  mode->add_options(all);
+  po::variables_map vm;
+  try {
+    po::store(po::command_line_parser(argc, argv).options(all).run(), vm);
+    po::notify(vm);
+  } catch (const po::error& e) {
+    throw UsageError(std::string(e.what()) + " (for --mode " + mode_name + "; see llmhpc --mode " + mode_name +
+                     " --help)");
+  }
+  if (opt_flag(vm, "help")) {
+    if (rt.is_root()) print_help(general, opt_given(first, "mode") ? mode : nullptr);
+    return 0;
+  }
+  // Options alone: the same verdict on every rank, so a plain exception is enough.
+  require_choice(opt_string(vm, "backend"), {"auto", "nccl", "mpi"}, "backend");
+  opt_int(vm, "seed");
+  mode->validate(vm);
+
+  set_threads(rt, vm);
+  Backend backend;
+  collective_check(rt, [&] { backend = make_backend(choose_device(rt, vm)); });
+  set_fatal_context_device(backend.device->name());
+
+  const std::string out_dir = prepare_out_dir(rt, vm, mode_name);
+  RunInfo info;
+  info.mode = mode_name;
+  info.rank = rt.rank;
+  info.world_size = rt.world_size;
+  info.local_rank = rt.local_rank;
+  info.hostname = rt.hostname;
+  info.device_name = backend.device->name();
+  info.backend = opt_string(vm, "backend");
+  info.argv = command_line(argc, argv);
+  info.config_json = options_json(vm);
+  info.start_time = utc_timestamp();
+  char file[32];
+  std::snprintf(file, sizeof file, "/rank%05d.h5", rt.rank);
+  std::unique_ptr<Recorder> recorder;
+  collective_check(rt, [&] { recorder = std::make_unique<Recorder>(out_dir + file, info); });
+
+  ModeContext ctx{rt, vm, backend, *recorder, out_dir};
+  in_mode = true;
+  mode->run(ctx);
+  recorder->finish();
+  return 0;
+}
+
+}  // namespace
+}  // namespace llmhpc
+
+int main(int argc, char** argv) {
+  using namespace llmhpc;
+  Runtime rt = Runtime::init(&argc, &argv);
+  int code = 0;
+  bool in_mode = false;  // inside a mode, ranks may disagree
+  try {
+    code = run(rt, argc, argv, in_mode);
+  } catch (const ExitRequest& e) {
+    code = e.code;
+  } catch (const UsageError& e) {
+    // Before the mode runs, every rank reached the same verdict, so rank 0 speaks for
+    // all. Inside a mode only some ranks may have failed: abort so none waits forever.
+    if (rt.world_size > 1 && in_mode) fatal(__FILE__, __LINE__, "", e.what());
+    if (rt.is_root()) std::fprintf(stderr, "llmhpc: error: %s\n", e.what());
+    code = 2;
+  } catch (const OutOfMemory& e) {
+    fatal(__FILE__, __LINE__, "", std::string("out of memory: ") + e.what());
+  } catch (const std::exception& e) {
+    fatal(__FILE__, __LINE__, "", std::string("unexpected error: ") + e.what());
+  }
+  rt.finalize();
+  return code;
+}

@@ -1,0 +1,150 @@
+#include "src/model/checkpoint.h"
+
+#include <set>
+
+#include "src/io/h5.h"
+
+namespace llmhpc {
+namespace {
+
+const char* kConfigAttrs[] = {"vocab_size", "context_length", "d_model", "d_ff", "num_layers", "num_heads"};
+
+// Copies `count` elements of a device tensor (param dtype) to host floats.
+std::vector<float> to_host_floats(Device& dev, const Tensor& t) {
+  std::vector<float> out(t.numel());
+  if (t.dtype == DType::F64) {
+    std::vector<double> d(t.numel());
+    dev.copy_to_host(d.data(), t.data, t.bytes());
+    out.assign(d.begin(), d.end());
+  } else {
+    dev.copy_to_host(out.data(), t.data, t.bytes());
+  }
+  return out;
+}
+
+void from_host_floats(Device& dev, const Tensor& t, const std::vector<float>& v) {
+  if (t.dtype == DType::F64) {
+    std::vector<double> d(v.begin(), v.end());
+    dev.copy_to_device(t.data, d.data(), t.bytes());
+  } else {
+    dev.copy_to_device(t.data, v.data(), t.bytes());
+  }
+}
+
+std::string shape_str(const std::vector<int64_t>& dims) {
+  std::string s = "(";
+  for (size_t i = 0; i < dims.size(); ++i) s += (i ? ", " : "") + std::to_string(dims[i]);
+  return s + ")";
+}
+
+// Every model tensor must be in `group` with its shape, and nothing else may be there.
+void check_tensors(hid_t group, const std::string& where, const std::string& path, const ParameterLayout& layout) {
+  std::set<std::string> expected;
+  for (const ParamInfo& p : layout.params()) {
+    expected.insert(p.name);
+    if (!h5::exists(group, p.name))
+      throw UsageError("checkpoint '" + path + "' does not fit the model: " + where + " has no '" + p.name + "'");
+    std::vector<int64_t> dims = h5::dataset_dims(group, p.name);
+    std::vector<int64_t> want(p.shape.dims.begin(), p.shape.dims.begin() + p.shape.ndim);
+    if (dims != want)
+      throw UsageError("checkpoint '" + path + "' does not fit the model: " + where + "/" + p.name + " is " +
+                       shape_str(dims) + ", the model needs " + shape_str(want) +
+                       " (check --model or --d-model/--d-ff/--num-layers/--vocab-size)");
+  }
+  for (const std::string& name : h5::list_children(group))
+    if (!expected.count(name))
+      throw UsageError("checkpoint '" + path + "' does not fit the model: it has '" + where + "/" + name +
+                       "', which this model does not (check --num-layers)");
+}
+
+}  // namespace
+
+CheckpointInfo inspect_checkpoint(const std::string& path) {
+  h5::Handle f = h5::open_file(path, h5::Mode::Read);
+  if (!h5::exists(f.id(), "params"))
+    throw UsageError("'" + path + "' is not a checkpoint: it has no /params group");
+  CheckpointInfo info;
+  bool all = true;
+  for (const char* a : kConfigAttrs) all = all && h5::has_attr(f.id(), a);
+  if (all) {
+    ModelConfig c;
+    c.vocab_size = h5::read_attr_int(f.id(), "vocab_size");
+    c.context_length = h5::read_attr_int(f.id(), "context_length");
+    c.d_model = h5::read_attr_int(f.id(), "d_model");
+    c.d_ff = h5::read_attr_int(f.id(), "d_ff");
+    c.num_layers = h5::read_attr_int(f.id(), "num_layers");
+    c.num_heads = h5::read_attr_int(f.id(), "num_heads");
+    if (h5::has_attr(f.id(), "rope_theta")) c.rope_theta = h5::read_attr_double(f.id(), "rope_theta");
+    info.config = c;
+  }
+  info.has_optimizer = h5::exists(f.id(), "optimizer/m") && h5::exists(f.id(), "optimizer/v");
+  return info;
+}
+
+void save_checkpoint(const std::string& path, TransformerLM& model, const AdamW* opt) {
+  h5::Handle f = h5::open_file(path, h5::Mode::Create);
+  const ModelConfig& c = model.config();
+  h5::write_attr(f.id(), "format", std::string("llmhpc-checkpoint"));
+  h5::write_attr(f.id(), "vocab_size", c.vocab_size);
+  h5::write_attr(f.id(), "context_length", c.context_length);
+  h5::write_attr(f.id(), "d_model", c.d_model);
+  h5::write_attr(f.id(), "d_ff", c.d_ff);
+  h5::write_attr(f.id(), "num_layers", c.num_layers);
+  h5::write_attr(f.id(), "num_heads", c.num_heads);
+  h5::write_attr(f.id(), "rope_theta", c.rope_theta);
+  Device& dev = model.device();
+  h5::Handle params = h5::require_group(f.id(), "params");
+  const bool with_opt = opt && opt->begin() == 0 && opt->end() == model.layout().total();
+  h5::Handle m, v;
+  if (with_opt) {
+    h5::Handle g = h5::require_group(f.id(), "optimizer");
+    int64_t step = opt->steps_taken();
+    h5::write_dataset(g.id(), "step", {}, &step);
+    h5::write_attr(g.id(), "lr", opt->hyper().lr);
+    h5::write_attr(g.id(), "beta1", opt->hyper().beta1);
+    h5::write_attr(g.id(), "beta2", opt->hyper().beta2);
+    h5::write_attr(g.id(), "eps", opt->hyper().eps);
+    h5::write_attr(g.id(), "weight_decay", opt->hyper().weight_decay);
+    m = h5::require_group(g.id(), "m");
+    v = h5::require_group(g.id(), "v");
+  }
+  for (const ParamInfo& p : model.layout().params()) {
+    std::vector<int64_t> dims(p.shape.dims.begin(), p.shape.dims.begin() + p.shape.ndim);
+    h5::write_dataset(params.id(), p.name, dims, to_host_floats(dev, model.param(p.name)).data());
+    if (with_opt) {
+      h5::write_dataset(m.id(), p.name, dims, to_host_floats(dev, opt->m().slice(p.offset, p.shape)).data());
+      h5::write_dataset(v.id(), p.name, dims, to_host_floats(dev, opt->v().slice(p.offset, p.shape)).data());
+    }
+  }
+  h5::flush(f);
+}
+
+void load_checkpoint(const std::string& path, TransformerLM& model, AdamW* opt) {
+  inspect_checkpoint(path);
+  h5::Handle f = h5::open_file(path, h5::Mode::Read);
+  h5::Handle params = h5::open_group(f.id(), "params");
+  const ParameterLayout& layout = model.layout();
+  check_tensors(params.id(), "/params", path, layout);
+  const bool with_opt = opt && h5::exists(f.id(), "optimizer/m") && opt->begin() == 0 && opt->end() == layout.total();
+  h5::Handle m, v;
+  if (with_opt) {
+    m = h5::open_group(f.id(), "optimizer/m");
+    v = h5::open_group(f.id(), "optimizer/v");
+    check_tensors(m.id(), "/optimizer/m", path, layout);
+    check_tensors(v.id(), "/optimizer/v", path, layout);
+    std::vector<int64_t> step = h5::read_ints(f.id(), "optimizer/step");
+    if (step.size() != 1 || step[0] < 0) throw UsageError("checkpoint '" + path + "': bad /optimizer/step");
+    opt->set_steps_taken(step[0]);
+  }
+  Device& dev = model.device();
+  for (const ParamInfo& p : layout.params()) {
+    from_host_floats(dev, model.param(p.name), h5::read_floats(params.id(), p.name));
+    if (with_opt) {
+      from_host_floats(dev, opt->m().slice(p.offset, p.shape), h5::read_floats(m.id(), p.name));
+      from_host_floats(dev, opt->v().slice(p.offset, p.shape), h5::read_floats(v.id(), p.name));
+    }
+  }
+  model.parameters_changed();
+}
+
+}  // namespace llmhpc

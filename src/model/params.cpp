@@ -1,0 +1,55 @@
+#include "src/model/params.h"
+
+#include "src/core/check.h"
+
+namespace llmhpc {
+
+const std::vector<std::string>& layer_param_names() {
+  static const std::vector<std::string> names = {
+      "ln1.weight",     "attn.q_proj.weight", "attn.k_proj.weight", "attn.v_proj.weight", "attn.output_proj.weight",
+      "ln2.weight",     "ffn.w1.weight",      "ffn.w3.weight",      "ffn.w2.weight"};
+  return names;
+}
+
+ParameterLayout::ParameterLayout(const ModelConfig& c) {
+  const int64_t d = c.d_model, f = c.d_ff;
+  auto add = [&](const std::string& name, Shape shape, int layer, bool matrix) {
+    params_.push_back({name, shape, total_, layer, matrix});
+    total_ += shape.numel();
+  };
+  add("token_embeddings.weight", {c.vocab_size, d}, -1, false);
+  for (int i = 0; i < c.num_layers; ++i) {
+    const std::string p = "layers." + std::to_string(i) + ".";
+    add(p + "ln1.weight", {d}, i, false);
+    add(p + "attn.q_proj.weight", {d, d}, i, true);
+    add(p + "attn.k_proj.weight", {d, d}, i, true);
+    add(p + "attn.v_proj.weight", {d, d}, i, true);
+    add(p + "attn.output_proj.weight", {d, d}, i, true);
+    add(p + "ln2.weight", {d}, i, false);
+    add(p + "ffn.w1.weight", {f, d}, i, true);
+    add(p + "ffn.w3.weight", {f, d}, i, true);
+    add(p + "ffn.w2.weight", {d, f}, i, true);
+  }
+  add("ln_final.weight", {d}, -1, false);
+  add("lm_head.weight", {c.vocab_size, d}, -1, true);
+  LLMHPC_CHECK(total_ == c.num_params(), "parameter count mismatch");
+}
+
+const ParamInfo& ParameterLayout::find(const std::string& name) const {
+  for (const ParamInfo& p : params_)
+    if (p.name == name) return p;
+  throw UsageError("unknown parameter '" + name + "'");
+}
+
+std::pair<int64_t, int64_t> ParameterLayout::layer_range(int layer) const {
+  int64_t begin = -1, end = -1;
+  for (const ParamInfo& p : params_)
+    if (p.layer == layer) {
+      if (begin < 0) begin = p.offset;
+      end = p.offset + p.shape.numel();
+    }
+  LLMHPC_CHECK(begin >= 0, "no such layer");
+  return {begin, end};
+}
+
+}  // namespace llmhpc

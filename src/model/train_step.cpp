@@ -1,0 +1,46 @@
+#include "src/model/train_step.h"
+
+#include "src/core/units.h"
+
+namespace llmhpc {
+
+Phase parse_phase(const std::string& text) {
+  require_choice(text, {"forward", "forward-backward", "train-step"}, "phase");
+  return text == "forward" ? Phase::Forward : text == "forward-backward" ? Phase::ForwardBackward : Phase::TrainStep;
+}
+
+const char* phase_name(Phase p) {
+  return p == Phase::Forward ? "forward" : p == Phase::ForwardBackward ? "forward-backward" : "train-step";
+}
+
+StepTimes run_step(TransformerLM& model, AdamW* opt, Phase phase, EventTimer& timer, GradientListener* listener) {
+  LLMHPC_CHECK(phase != Phase::TrainStep || opt != nullptr, "train-step needs an optimizer");
+  int last = 0;
+  timer.mark(0);
+  model.forward();
+  timer.mark(last = 1);
+  if (phase != Phase::Forward) {
+    model.zero_grad();
+    model.backward(listener);
+    timer.mark(last = 2);
+  }
+  if (phase == Phase::TrainStep) {
+    opt->step();
+    timer.mark(last = 3);
+  }
+  StepTimes t;
+  t.step_ms = timer.elapsed_ms(0, last);  // waits for the device
+  t.forward_ms = timer.elapsed_ms(0, 1);
+  if (last >= 2) t.backward_ms = timer.elapsed_ms(1, 2);
+  if (last >= 3) t.optimizer_ms = timer.elapsed_ms(2, 3);
+  return t;
+}
+
+double model_flops_fwd_bwd(const ModelConfig& c, int64_t batch, int64_t seq) {
+  const double tokens = double(batch) * double(seq);
+  const double matmul_params = double(c.num_params() - c.vocab_size * c.d_model - c.d_model -
+                                      2 * c.num_layers * c.d_model);  // not the embedding, not norm gains
+  return 6.0 * matmul_params * tokens + 12.0 * double(c.num_layers) * double(c.d_model) * double(seq) * tokens;
+}
+
+}  // namespace llmhpc

@@ -1,0 +1,29 @@
+// One timed step: forward, then (zero grads +) backward, then the optimizer, each phase
+// bracketed by device events. The step waits for the device once, at its end.
+#pragma once
+#include <cmath>
+#include <string>
+
+#include "kernels/ops.h"
+#include "src/model/adamw.h"
+#include "src/model/transformer.h"
+
+namespace llmhpc {
+
+enum class Phase { Forward, ForwardBackward, TrainStep };
+Phase parse_phase(const std::string& text);  // forward | forward-backward | train-step
+const char* phase_name(Phase p);
+
+struct StepTimes {
+  double forward_ms = NAN, backward_ms = NAN, optimizer_ms = NAN, step_ms = NAN;
+};
+
+// `timer` needs 4 marks. `opt` may be null unless phase is TrainStep.
+StepTimes run_step(TransformerLM& model, AdamW* opt, Phase phase, EventTimer& timer,
+                   GradientListener* listener = nullptr);
+
+// Model FLOPs of one forward+backward: 6 * (matmul params) * tokens + 12 * L * d * T * tokens
+// (PaLM's count; attention counted without the causal saving).
+double model_flops_fwd_bwd(const ModelConfig& c, int64_t batch, int64_t seq);
+
+}  // namespace llmhpc

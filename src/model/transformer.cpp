@@ -1,0 +1,287 @@
+#include "src/model/transformer.h"
+
+#include <omp.h>
+
+#include <cmath>
+
+#include "src/core/nvtx.h"
+#include "src/core/random.h"
+#include "src/core/units.h"
+
+namespace llmhpc {
+
+Precision parse_precision(const std::string& text) {
+  require_choice(text, {"fp32", "bf16", "fp64"}, "precision");
+  return text == "bf16" ? Precision::BF16 : text == "fp64" ? Precision::FP64 : Precision::FP32;
+}
+
+const char* precision_name(Precision p) {
+  return p == Precision::BF16 ? "bf16" : p == Precision::FP64 ? "fp64" : "fp32";
+}
+
+DType param_dtype(Precision p) { return p == Precision::FP64 ? DType::F64 : DType::F32; }
+
+DType compute_dtype(Precision p) {
+  return p == Precision::BF16 ? DType::BF16 : p == Precision::FP64 ? DType::F64 : DType::F32;
+}
+
+AttentionKind parse_attention(const std::string& text) {
+  require_choice(text, {"naive", "flash"}, "attention");
+  return text == "flash" ? AttentionKind::Flash : AttentionKind::Naive;
+}
+
+const char* attention_name(AttentionKind k) { return k == AttentionKind::Flash ? "flash" : "naive"; }
+
+// What forward keeps for backward, per layer, plus the backward scratch (shared by layers).
+struct TransformerLM::Activations {
+  struct Layer {
+    Buffer resid;                 // (B,T,C) param dtype: the layer's input
+    Buffer ln1_out, ln1_rstd;     // (B,T,C) compute, (B*T)
+    Buffer qkv;                   // (B,T,3C) compute, after RoPE
+    Buffer attn_saved;            // probabilities or logsumexp
+    Buffer attn_out;              // (B,T,C) compute
+    Buffer resid_mid;             // (B,T,C) param dtype: after the attention residual
+    Buffer ln2_out, ln2_rstd;
+    Buffer h13;                   // (B,T,2F) compute: [W1 x | W3 x]
+    Buffer gated;                 // (B,T,F) compute: silu(W1 x) * W3 x
+  };
+  std::vector<Layer> layers;
+  Buffer resid_final, lnf_out, lnf_rstd, logits, losses;
+  Buffer branch_out;  // (B,T,C) compute: attention or FFN output before its residual add
+  // Backward scratch, allocated on the first backward.
+  Buffer d_resid, d_branch, d_norm, d_qkv, d_attn, d_h13, d_gated;
+};
+
+TransformerLM::TransformerLM(const ModelConfig& config, Precision precision, AttentionKind attention,
+                             Device& device, Ops& ops)
+    : config_(config), layout_(config), precision_(precision), attention_(attention), device_(device), ops_(ops) {
+  config_.validate();
+  Allocator& a = device_.allocator();
+  const DType pd = param_dtype(precision_);
+  params_ = Buffer(a, pd, {layout_.total()}, "params");
+  grads_ = Buffer(a, pd, {layout_.total()}, "grads");
+  if (precision_ == Precision::BF16) params_lowp_ = Buffer(a, DType::BF16, {layout_.total()}, "params.bf16");
+}
+
+TransformerLM::~TransformerLM() = default;
+
+Tensor TransformerLM::view(const Tensor& flat, const std::string& name) const {
+  const ParamInfo& p = layout_.find(name);
+  return flat.slice(p.offset, p.shape);
+}
+
+Tensor TransformerLM::weight(const std::string& name) const {
+  return view(params_lowp_.empty() ? params_.tensor() : params_lowp_.tensor(), name);
+}
+
+Tensor TransformerLM::weight_rows(const std::string& first, int64_t rows) const {
+  const ParamInfo& p = layout_.find(first);
+  const Tensor& flat = params_lowp_.empty() ? params_.tensor() : params_lowp_.tensor();
+  return flat.slice(p.offset, {rows, p.shape[1]});
+}
+
+Tensor TransformerLM::grad_rows(const std::string& first, int64_t rows) const {
+  const ParamInfo& p = layout_.find(first);
+  return grads_.tensor().slice(p.offset, {rows, p.shape[1]});
+}
+
+void TransformerLM::init_parameters(uint64_t seed) {
+  const DType pd = param_dtype(precision_);
+  for (size_t k = 0; k < layout_.params().size(); ++k) {
+    const ParamInfo& p = layout_.params()[k];
+    const int64_t n = p.shape.numel();
+    std::vector<double> host(n);
+    if (p.shape.ndim == 1) {
+      std::fill(host.begin(), host.end(), 1.0);
+    } else {
+      const double std = p.is_matrix ? std::sqrt(2.0 / double(p.shape[0] + p.shape[1])) : 1.0;
+#pragma omp parallel for
+      for (int64_t i = 0; i < n; ++i) host[i] = std * random_truncated_normal(seed, k, uint64_t(i), 3.0);
+    }
+    Tensor dst = param(p.name);
+    if (pd == DType::F64) {
+      device_.copy_to_device(dst.data, host.data(), n * sizeof(double));
+    } else {
+      std::vector<float> f(host.begin(), host.end());
+      device_.copy_to_device(dst.data, f.data(), n * sizeof(float));
+    }
+  }
+  parameters_changed();
+}
+
+void TransformerLM::parameters_changed() {
+  if (!params_lowp_.empty()) ops_.convert(params_lowp_, params_);
+}
+
+void TransformerLM::set_batch(const int32_t* tokens, const int32_t* targets, int64_t batch, int64_t seq) {
+  if (batch <= 0 || seq <= 0) throw UsageError("batch size and sequence length must be positive");
+  if (seq > config_.context_length)
+    throw UsageError("sequence length " + std::to_string(seq) + " exceeds --context-length " +
+                     std::to_string(config_.context_length));
+  if (batch != batch_ || seq != seq_) {
+    Allocator& a = device_.allocator();
+    tokens_ = Buffer(a, DType::I32, {batch, seq}, "batch.tokens");
+    targets_ = Buffer(a, DType::I32, {batch, seq}, "batch.targets");
+    ensure_activations(batch, seq);
+  }
+  device_.copy_to_device(tokens_.tensor().data, tokens, batch * seq * sizeof(int32_t));
+  has_targets_ = targets != nullptr;
+  if (has_targets_) device_.copy_to_device(targets_.tensor().data, targets, batch * seq * sizeof(int32_t));
+}
+
+void TransformerLM::ensure_activations(int64_t B, int64_t T) {
+  act_.reset();  // free the old set before allocating the new one
+  batch_ = seq_ = 0;
+  auto act = std::make_unique<Activations>();
+  Allocator& a = device_.allocator();
+  const DType pd = param_dtype(precision_), cd = compute_dtype(precision_);
+  const DType sd = pd;  // statistics (rstd, losses) in fp32, or fp64 in reference runs
+  const int64_t C = config_.d_model, F = config_.d_ff, V = config_.vocab_size, N = B * T;
+  const AttentionDims dims{B, T, config_.num_heads, config_.head_dim(), true, attention_};
+  const SavedSpec saved = ops_.attention_saved(dims, cd);
+  for (int64_t l = 0; l < config_.num_layers; ++l) {
+    const std::string p = "activations.layers." + std::to_string(l) + ".";
+    Activations::Layer L;
+    L.resid = Buffer(a, pd, {B, T, C}, p + "resid");
+    L.ln1_out = Buffer(a, cd, {B, T, C}, p + "ln1.out");
+    L.ln1_rstd = Buffer(a, sd, {N}, p + "ln1.rstd");
+    L.qkv = Buffer(a, cd, {B, T, 3 * C}, p + "attn.qkv");
+    L.attn_saved = Buffer(a, saved.dtype, saved.shape,
+                          p + (attention_ == AttentionKind::Naive ? "attn.probs" : "attn.logsumexp"));
+    L.attn_out = Buffer(a, cd, {B, T, C}, p + "attn.out");
+    L.resid_mid = Buffer(a, pd, {B, T, C}, p + "resid_mid");
+    L.ln2_out = Buffer(a, cd, {B, T, C}, p + "ln2.out");
+    L.ln2_rstd = Buffer(a, sd, {N}, p + "ln2.rstd");
+    L.h13 = Buffer(a, cd, {B, T, 2 * F}, p + "ffn.h13");
+    L.gated = Buffer(a, cd, {B, T, F}, p + "ffn.gated");
+    act->layers.push_back(std::move(L));
+  }
+  act->resid_final = Buffer(a, pd, {B, T, C}, "activations.resid_final");
+  act->lnf_out = Buffer(a, cd, {B, T, C}, "activations.ln_final.out");
+  act->lnf_rstd = Buffer(a, sd, {N}, "activations.ln_final.rstd");
+  act->logits = Buffer(a, cd, {B, T, V}, "activations.logits");
+  act->losses = Buffer(a, sd, {N}, "activations.losses");
+  act->branch_out = Buffer(a, cd, {B, T, C}, "activations.branch_out");
+  act_ = std::move(act);
+  batch_ = B;
+  seq_ = T;
+}
+
+void TransformerLM::forward() {
+  LLMHPC_CHECK(act_ != nullptr, "forward() before set_batch()");
+  NvtxRange range("forward");
+  Activations& A = *act_;
+  const int64_t L = config_.num_layers, C = config_.d_model, F = config_.d_ff, H = config_.num_heads;
+  const AttentionDims dims{batch_, seq_, H, config_.head_dim(), true, attention_};
+
+  ops_.embedding_forward(A.layers[0].resid, tokens_, param("token_embeddings.weight"));
+  ops_.rmsnorm_forward(A.layers[0].ln1_out, A.layers[0].ln1_rstd, A.layers[0].resid, param("layers.0.ln1.weight"));
+  for (int64_t l = 0; l < L; ++l) {
+    NvtxRange layer_range("layer " + std::to_string(l));
+    const std::string p = "layers." + std::to_string(l) + ".";
+    Activations::Layer& X = A.layers[l];
+    ops_.linear_forward(X.qkv, X.ln1_out, weight_rows(p + "attn.q_proj.weight", 3 * C));
+    ops_.rope_forward(X.qkv, H, config_.rope_theta);
+    ops_.attention_forward(X.attn_out, X.attn_saved, X.qkv, dims);
+    ops_.linear_forward(A.branch_out, X.attn_out, weight(p + "attn.output_proj.weight"));
+    ops_.residual_rmsnorm_forward(X.resid_mid, X.ln2_out, X.ln2_rstd, X.resid, A.branch_out,
+                                  param(p + "ln2.weight"));
+    ops_.linear_forward(X.h13, X.ln2_out, weight_rows(p + "ffn.w1.weight", 2 * F));
+    ops_.swiglu_forward(X.gated, X.h13);
+    ops_.linear_forward(A.branch_out, X.gated, weight(p + "ffn.w2.weight"));
+    const bool last = l + 1 == L;
+    const std::string next_norm = last ? "ln_final.weight" : "layers." + std::to_string(l + 1) + ".ln1.weight";
+    ops_.residual_rmsnorm_forward(last ? A.resid_final : A.layers[l + 1].resid,
+                                  last ? A.lnf_out : A.layers[l + 1].ln1_out,
+                                  last ? A.lnf_rstd : A.layers[l + 1].ln1_rstd, X.resid_mid, A.branch_out,
+                                  param(next_norm));
+  }
+  ops_.linear_forward(A.logits, A.lnf_out, weight("lm_head.weight"));
+  if (has_targets_) ops_.cross_entropy_forward(A.losses, A.logits, targets_);
+}
+
+double TransformerLM::mean_loss() {
+  LLMHPC_CHECK(act_ != nullptr && has_targets_, "mean_loss() needs a forward pass with targets");
+  const Tensor& losses = act_->losses.tensor();
+  const int64_t n = losses.numel();
+  double sum = 0;
+  if (losses.dtype == DType::F64) {
+    std::vector<double> h(n);
+    device_.copy_to_host(h.data(), losses.data, n * sizeof(double));
+    for (double v : h) sum += v;
+  } else {
+    std::vector<float> h(n);
+    device_.copy_to_host(h.data(), losses.data, n * sizeof(float));
+    for (float v : h) sum += v;
+  }
+  return sum / double(n);
+}
+
+void TransformerLM::zero_grad() { device_.fill_zero(grads_.tensor().data, grads_.tensor().bytes()); }
+
+// `t` in the compute dtype: itself if it already is, else converted into `scratch`.
+Tensor TransformerLM::as_compute(Tensor t, Tensor scratch) {
+  if (t.dtype == scratch.dtype) return t;
+  ops_.convert(scratch, t);
+  return scratch;
+}
+
+void TransformerLM::backward(GradientListener* listener) {
+  LLMHPC_CHECK(act_ != nullptr && has_targets_, "backward() needs a forward pass with targets");
+  NvtxRange range("backward");
+  Activations& A = *act_;
+  Allocator& a = device_.allocator();
+  const int64_t B = batch_, T = seq_, N = B * T, C = config_.d_model, F = config_.d_ff, H = config_.num_heads;
+  const DType pd = param_dtype(precision_), cd = compute_dtype(precision_);
+  if (A.d_resid.empty()) {
+    A.d_resid = Buffer(a, pd, {B, T, C}, "gradients.resid");
+    A.d_branch = Buffer(a, cd, {B, T, C}, "gradients.branch");
+    A.d_norm = Buffer(a, cd, {B, T, C}, "gradients.norm_out");
+    A.d_qkv = Buffer(a, cd, {B, T, 3 * C}, "gradients.qkv");
+    A.d_attn = Buffer(a, cd, {B, T, C}, "gradients.attn_out");
+    A.d_h13 = Buffer(a, cd, {B, T, 2 * F}, "gradients.h13");
+    A.d_gated = Buffer(a, cd, {B, T, F}, "gradients.gated");
+  }
+  const AttentionDims dims{B, T, H, config_.head_dim(), true, attention_};
+  auto ready = [&](int64_t begin, int64_t end) {
+    if (listener) listener->on_gradients_ready(begin, end);
+  };
+
+  // Loss -> logits -> LM head -> final norm. dlogits overwrite the logits.
+  ops_.cross_entropy_backward(A.logits, A.logits, targets_, 1.0 / double(N));
+  ops_.linear_backward(A.d_norm, grad("lm_head.weight"), A.logits, A.lnf_out, weight("lm_head.weight"));
+  device_.fill_zero(A.d_resid.tensor().data, A.d_resid.tensor().bytes());
+  ops_.rmsnorm_backward(A.d_resid, grad("ln_final.weight"), A.d_norm, A.resid_final, param("ln_final.weight"),
+                        A.lnf_rstd);
+  ready(layout_.find("ln_final.weight").offset, layout_.total());
+
+  for (int64_t l = config_.num_layers - 1; l >= 0; --l) {
+    NvtxRange layer_range("layer " + std::to_string(l));
+    const std::string p = "layers." + std::to_string(l) + ".";
+    Activations::Layer& X = A.layers[l];
+    // FFN branch: d_resid is the gradient of its output.
+    Tensor dy = as_compute(A.d_resid, A.d_branch);
+    ops_.linear_backward(A.d_gated, grad(p + "ffn.w2.weight"), dy, X.gated, weight(p + "ffn.w2.weight"));
+    ops_.swiglu_backward(A.d_h13, A.d_gated, X.h13);
+    ops_.linear_backward(A.d_norm, grad_rows(p + "ffn.w1.weight", 2 * F), A.d_h13, X.ln2_out,
+                         weight_rows(p + "ffn.w1.weight", 2 * F));
+    ops_.rmsnorm_backward(A.d_resid, grad(p + "ln2.weight"), A.d_norm, X.resid_mid, param(p + "ln2.weight"),
+                          X.ln2_rstd);
+    // Attention branch.
+    dy = as_compute(A.d_resid, A.d_branch);
+    ops_.linear_backward(A.d_attn, grad(p + "attn.output_proj.weight"), dy, X.attn_out,
+                         weight(p + "attn.output_proj.weight"));
+    ops_.attention_backward(A.d_qkv, A.d_attn, X.attn_out, X.attn_saved, X.qkv, dims);
+    ops_.rope_backward(A.d_qkv, H, config_.rope_theta);
+    ops_.linear_backward(A.d_norm, grad_rows(p + "attn.q_proj.weight", 3 * C), A.d_qkv, X.ln1_out,
+                         weight_rows(p + "attn.q_proj.weight", 3 * C));
+    ops_.rmsnorm_backward(A.d_resid, grad(p + "ln1.weight"), A.d_norm, X.resid, param(p + "ln1.weight"), X.ln1_rstd);
+    auto range_l = layout_.layer_range(int(l));
+    ready(range_l.first, range_l.second);
+  }
+  const ParamInfo& emb = layout_.find("token_embeddings.weight");
+  ops_.embedding_backward(grad(emb.name), A.d_resid, tokens_);
+  ready(emb.offset, emb.offset + emb.shape.numel());
+}
+
+}  // namespace llmhpc

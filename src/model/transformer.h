@@ -1,0 +1,86 @@
+// TransformerLM (SPEC "The model"): token embedding -> N pre-norm blocks -> RMSNorm ->
+// LM head, written once against Ops. The model owns its flat parameters and gradients,
+// the bf16 copy of the weights under mixed precision, and the activations that backward
+// needs. It never talks to other ranks: a GradientListener hears when a range of
+// gradients is final, which is where data-parallel strategies hook in.
+#pragma once
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "kernels/ops.h"
+#include "src/core/allocator.h"
+#include "src/model/config.h"
+#include "src/model/params.h"
+
+namespace llmhpc {
+
+enum class Precision { FP32, BF16, FP64 };
+Precision parse_precision(const std::string& text);  // fp32 | bf16 | fp64
+const char* precision_name(Precision p);
+DType param_dtype(Precision p);    // master weights, gradients, residual stream
+DType compute_dtype(Precision p);  // matrix-product operands and outputs
+
+AttentionKind parse_attention(const std::string& text);  // naive | flash
+const char* attention_name(AttentionKind k);
+
+class GradientListener {
+ public:
+  virtual ~GradientListener() = default;
+  // Gradients of flat elements [begin, end) are final for this backward pass.
+  virtual void on_gradients_ready(int64_t begin, int64_t end) = 0;
+};
+
+class TransformerLM {
+ public:
+  TransformerLM(const ModelConfig& config, Precision precision, AttentionKind attention, Device& device, Ops& ops);
+  ~TransformerLM();
+
+  const ModelConfig& config() const { return config_; }
+  const ParameterLayout& layout() const { return layout_; }
+  Precision precision() const { return precision_; }
+  Device& device() { return device_; }
+
+  Tensor params() const { return params_; }  // flat, param dtype
+  Tensor grads() const { return grads_; }
+  Tensor params_lowp() const { return params_lowp_; }  // empty unless bf16
+  Tensor param(const std::string& name) const { return view(params_, name); }
+  Tensor grad(const std::string& name) const { return view(grads_, name); }
+
+  // SPEC initialisation: truncated normal std sqrt(2/(in+out)) at +-3 sigma for linear
+  // weights, std 1 at +-3 for the embedding, 1 for norm gains.
+  void init_parameters(uint64_t seed);
+  // Call after the parameters were changed from outside (checkpoint load, broadcast).
+  void parameters_changed();
+
+  // Host arrays of B*T token ids; targets may be null (forward without loss).
+  void set_batch(const int32_t* tokens, const int32_t* targets, int64_t batch, int64_t seq);
+  void forward();
+  double mean_loss();  // of the last forward; waits for the device
+  void zero_grad();
+  void backward(GradientListener* listener = nullptr);
+
+ private:
+  struct Activations;
+  Tensor view(const Tensor& flat, const std::string& name) const;
+  Tensor weight(const std::string& name) const;  // compute-dtype view for matrix products
+  // Views of `rows` rows starting at parameter `first`: fused q/k/v (3d rows) or w1/w3.
+  Tensor weight_rows(const std::string& first, int64_t rows) const;
+  Tensor grad_rows(const std::string& first, int64_t rows) const;
+  void ensure_activations(int64_t batch, int64_t seq);
+  Tensor as_compute(Tensor t, Tensor scratch);
+
+  ModelConfig config_;
+  ParameterLayout layout_;
+  Precision precision_;
+  AttentionKind attention_;
+  Device& device_;
+  Ops& ops_;
+  Buffer params_, grads_, params_lowp_;
+  Buffer tokens_, targets_;
+  bool has_targets_ = false;
+  int64_t batch_ = 0, seq_ = 0;
+  std::unique_ptr<Activations> act_;
+};
+
+}  // namespace llmhpc

@@ -1,0 +1,165 @@
+// Mode bench: times forward, backward and the optimizer step of the model for every
+// configuration of a sweep (sizes x context lengths x batch sizes x precisions x
+// attentions). Every rank benchmarks its own device; each configuration is one record
+// with the raw per-step times. An out-of-memory is recorded as status "oom" and the
+// sweep goes on.
+#include <mpi.h>
+
+#include "src/core/random.h"
+#include "src/core/stats.h"
+#include "src/core/table.h"
+#include "src/model/train_step.h"
+#include "src/modes/options.h"
+
+namespace llmhpc {
+namespace {
+
+struct BenchCase {
+  ModelConfig model;
+  int64_t batch;
+  Precision precision;
+  AttentionKind attention;
+
+  std::string label() const {
+    const std::string shape = model.name != "custom"
+                                  ? model.name
+                                  : "d" + std::to_string(model.d_model) + "_ff" + std::to_string(model.d_ff) + "_L" +
+                                        std::to_string(model.num_layers) + "_H" + std::to_string(model.num_heads);
+    return shape + "_T" + std::to_string(model.context_length) + "_B" + std::to_string(batch) + "_" +
+           precision_name(precision) + "_" + attention_name(attention);
+  }
+};
+
+struct Samples {
+  std::vector<double> forward, backward, optimizer, step;
+  void add(const StepTimes& t) {
+    forward.push_back(t.forward_ms);
+    if (!std::isnan(t.backward_ms)) backward.push_back(t.backward_ms);
+    if (!std::isnan(t.optimizer_ms)) optimizer.push_back(t.optimizer_ms);
+    step.push_back(t.step_ms);
+  }
+  void record(Record& r, const std::string& prefix) const {
+    r.add(prefix + "forward_ms", forward);
+    if (!backward.empty()) r.add(prefix + "backward_ms", backward);
+    if (!optimizer.empty()) r.add(prefix + "optimizer_ms", optimizer);
+    r.add(prefix + "step_ms", step);
+  }
+};
+
+std::vector<BenchCase> sweep(const po::variables_map& vm) {
+  std::vector<BenchCase> cases;
+  for (const ModelConfig& m : model_configs(vm))
+    for (int64_t b : batch_sizes(vm))
+      for (Precision p : precisions(vm))
+        for (AttentionKind a : attentions(vm)) cases.push_back({m, b, p, a});
+  return cases;
+}
+
+void add_options(po::options_description& desc) {
+  po::options_description bench("Bench options");
+  bench.add_options()
+      ("phase", po::value<std::string>()->default_value("train-step"),
+       "what each timed step runs: forward | forward-backward | train-step (+ AdamW)")
+      ("warmup", po::value<std::string>()->default_value("5"), "untimed steps before the timed ones (recorded apart)")
+      ("steps", po::value<std::string>()->default_value("10"), "timed steps per configuration");
+  po::options_description model("Model options");
+  add_model_options(model, true);
+  add_precision_options(model, true);
+  desc.add(bench).add(model);
+}
+
+void validate(const po::variables_map& vm) {
+  parse_phase(opt_string(vm, "phase"));
+  opt_nonnegative(vm, "warmup");
+  opt_positive(vm, "steps");
+  sweep(vm);
+}
+
+void run(ModeContext& ctx) {
+  const po::variables_map& vm = ctx.vm;
+  const Phase phase = parse_phase(opt_string(vm, "phase"));
+  const int64_t warmup = opt_nonnegative(vm, "warmup"), steps = opt_positive(vm, "steps");
+  const std::vector<BenchCase> cases = sweep(vm);
+  Device& dev = *ctx.backend.device;
+  Ops& ops = *ctx.backend.ops;
+  const uint64_t seed = uint64_t(opt_int(vm, "seed"));
+
+  // Configurations the backend cannot run at all are an error before anything starts.
+  collective_check(ctx.rt, [&] {
+    for (const BenchCase& c : cases) {
+      if (c.precision == Precision::BF16 && dev.kind() == DeviceKind::Cpu)
+        throw UsageError("--precision bf16 needs --device cuda (the CPU backend computes in fp32 or fp64)");
+      ops.attention_saved({1, 1, 1, 2, true, c.attention}, compute_dtype(c.precision));
+    }
+  });
+
+  log_root(ctx.rt, "bench: %zu configuration(s), phase %s, %lld warm-up + %lld timed steps, %d rank(s) on %s\n",
+           cases.size(), phase_name(phase), (long long)warmup, (long long)steps, ctx.rt.world_size,
+           dev.name().c_str());
+  TextTable table({"Model", "d_model", "d_ff", "layers", "heads", "ctx", "batch", "prec", "attn", "Fwd mean",
+                   "Fwd std", "Bwd mean", "Bwd std", "Opt mean", "Opt std", "Total", "status"});
+  auto timer = dev.make_timer(4);
+  for (size_t i = 0; i < cases.size(); ++i) {
+    const BenchCase& c = cases[i];
+    MPI_CHECK(MPI_Barrier(MPI_COMM_WORLD));  // ranks measure side by side
+    log_root(ctx.rt, "[%zu/%zu] %s ... ", i + 1, cases.size(), c.label().c_str());
+    Record rec;
+    rec.group = "bench/" + c.label();
+    rec.attr("model", c.model.name).attr("d_model", c.model.d_model).attr("d_ff", c.model.d_ff)
+        .attr("num_layers", c.model.num_layers).attr("num_heads", c.model.num_heads)
+        .attr("vocab_size", c.model.vocab_size).attr("context_length", c.model.context_length)
+        .attr("batch_size", c.batch).attr("precision", std::string(precision_name(c.precision)))
+        .attr("attention", std::string(attention_name(c.attention))).attr("phase", std::string(phase_name(phase)))
+        .attr("warmup", warmup).attr("steps", steps).attr("num_params", c.model.num_params())
+        .attr("model_flops_fwd_bwd", model_flops_fwd_bwd(c.model, c.batch, c.model.context_length));
+    Samples warm, timed;
+    dev.allocator().reset_peak();
+    try {
+      TransformerLM model(c.model, c.precision, c.attention, dev, ops);
+      model.init_parameters(seed);
+      std::unique_ptr<AdamW> opt;
+      if (phase == Phase::TrainStep) opt = std::make_unique<AdamW>(model, ops, AdamWHyper{});
+      const int64_t n = c.batch * c.model.context_length;
+      std::vector<int32_t> tokens(n), targets(n);
+      for (int64_t k = 0; k < n; ++k) {
+        tokens[k] = int32_t(random_bits(seed, 1, uint64_t(k)) % uint64_t(c.model.vocab_size));
+        targets[k] = int32_t(random_bits(seed, 2, uint64_t(k)) % uint64_t(c.model.vocab_size));
+      }
+      model.set_batch(tokens.data(), targets.data(), c.batch, c.model.context_length);
+      for (int64_t s = 0; s < warmup; ++s) warm.add(run_step(model, opt.get(), phase, *timer));
+      for (int64_t s = 0; s < steps; ++s) timed.add(run_step(model, opt.get(), phase, *timer));
+    } catch (const OutOfMemory& e) {
+      rec.status = "oom";
+      rec.attr("error", std::string(e.what()));
+    }
+    rec.attr("peak_memory_bytes", dev.allocator().peak_bytes());
+    if (rec.status == "ok") {
+      timed.record(rec, "");
+      if (warmup > 0) warm.record(rec, "warmup_");
+    }
+    ctx.recorder.write(rec);
+
+    const double total = mean(timed.step);
+    log_root(ctx.rt, "%s\n", rec.status == "ok" ? (fmt(total) + " ms/step").c_str() : rec.status.c_str());
+    table.add_row({c.model.name, std::to_string(c.model.d_model), std::to_string(c.model.d_ff),
+                   std::to_string(c.model.num_layers), std::to_string(c.model.num_heads),
+                   std::to_string(c.model.context_length), std::to_string(c.batch), precision_name(c.precision),
+                   attention_name(c.attention), fmt(mean(timed.forward)), fmt(stddev(timed.forward)),
+                   fmt(mean(timed.backward)), fmt(stddev(timed.backward)), fmt(mean(timed.optimizer)),
+                   fmt(stddev(timed.optimizer)), fmt(total), rec.status});
+  }
+  if (ctx.rt.is_root()) {
+    std::printf("\nbench summary (ms, rank 0 of %d; every rank's raw times are in %s):\n", ctx.rt.world_size,
+                ctx.out_dir.c_str());
+    table.print();
+  }
+}
+
+}  // namespace
+
+ModeSpec bench_mode() {
+  return {"bench", "time forward, backward and optimizer steps of the model over a sweep", add_options, validate,
+          run};
+}
+
+}  // namespace llmhpc

@@ -1,0 +1,160 @@
+#include "src/modes/options.h"
+
+#include "src/core/units.h"
+
+namespace llmhpc {
+namespace {
+
+po::typed_value<std::string>* text(const std::string& def) { return po::value<std::string>()->default_value(def); }
+po::typed_value<std::string>* text() { return po::value<std::string>(); }
+
+const char* kShapeOptions[] = {"d-model", "d-ff", "num-layers", "num-heads"};
+
+std::string json_escape(const std::string& s) {
+  std::string out;
+  for (char c : s) {
+    if (c == '"' || c == '\\') out += '\\', out += c;
+    else if (c == '\n') out += "\\n";
+    else if (static_cast<unsigned char>(c) < 0x20) out += ' ';
+    else out += c;
+  }
+  return out;
+}
+
+bool looks_numeric(const std::string& s) {
+  if (s.empty()) return false;
+  char* end = nullptr;
+  std::strtod(s.c_str(), &end);
+  return *end == '\0' && s.find_first_not_of("0123456789.eE+-") == std::string::npos;
+}
+
+}  // namespace
+
+void add_model_options(po::options_description& desc, bool lists) {
+  const std::string list = lists ? " (a comma-separated list sweeps)" : "";
+  desc.add_options()
+      ("model", text("small"), ("size preset: tiny, small, medium, large, xl, 2.7B" + list).c_str())
+      ("d-model", text(), "model width (with --d-ff --num-layers --num-heads instead of a preset)")
+      ("d-ff", text(), "SwiGLU hidden width")
+      ("num-layers", text(), "number of transformer blocks")
+      ("num-heads", text(), "attention heads; must divide --d-model")
+      ("vocab-size", text("10000"), "vocabulary size")
+      ("context-length", text("128"), ("sequence length T" + list).c_str())
+      ("batch-size", text("4"), ("sequences per step (per rank's share of it under DDP)" + list).c_str())
+      ("rope-theta", text("10000"), "RoPE base");
+}
+
+void add_precision_options(po::options_description& desc, bool lists) {
+  const std::string list = lists ? " (list sweeps)" : "";
+  desc.add_options()
+      ("precision", text("fp32"), ("fp32 | bf16 (autocast-style mixed precision; CUDA) | fp64 (CPU reference)" + list).c_str())
+      ("attention", text("naive"), ("naive | flash" + list).c_str());
+}
+
+std::string opt_string(const po::variables_map& vm, const std::string& name) {
+  return vm.count(name) ? vm[name].as<std::string>() : std::string();
+}
+bool opt_given(const po::variables_map& vm, const std::string& name) {
+  return vm.count(name) && !vm[name].defaulted();
+}
+bool opt_flag(const po::variables_map& vm, const std::string& name) { return vm.count(name) && vm[name].as<bool>(); }
+int64_t opt_int(const po::variables_map& vm, const std::string& name) { return parse_int(opt_string(vm, name), name); }
+double opt_double(const po::variables_map& vm, const std::string& name) {
+  return parse_double(opt_string(vm, name), name);
+}
+int64_t opt_positive(const po::variables_map& vm, const std::string& name) {
+  int64_t v = opt_int(vm, name);
+  if (v <= 0) throw UsageError("--" + name + " must be positive (got " + std::to_string(v) + ")");
+  return v;
+}
+int64_t opt_nonnegative(const po::variables_map& vm, const std::string& name) {
+  int64_t v = opt_int(vm, name);
+  if (v < 0) throw UsageError("--" + name + " must not be negative (got " + std::to_string(v) + ")");
+  return v;
+}
+
+bool has_explicit_shape(const po::variables_map& vm) {
+  for (const char* o : kShapeOptions)
+    if (opt_given(vm, o)) return true;
+  return false;
+}
+
+std::vector<ModelConfig> model_configs(const po::variables_map& vm) {
+  std::vector<ModelConfig> bases;
+  if (has_explicit_shape(vm)) {
+    const bool preset_given = opt_given(vm, "model");
+    std::vector<std::string> presets = split_list(opt_string(vm, "model"), "model");
+    if (preset_given && presets.size() > 1)
+      throw UsageError("explicit shape options (--d-model ...) cannot be combined with a list of --model presets");
+    ModelConfig c = preset_given ? preset_config(presets[0]) : ModelConfig{};
+    if (!preset_given) {
+      std::vector<std::string> missing;
+      for (const char* o : kShapeOptions)
+        if (!opt_given(vm, o)) missing.push_back(std::string("--") + o);
+      if (!missing.empty())
+        throw UsageError("a custom model needs --d-model --d-ff --num-layers --num-heads; missing " +
+                         join(missing, ", ") + " (or start from a preset with --model)");
+    }
+    c.name = "custom";
+    if (opt_given(vm, "d-model")) c.d_model = opt_int(vm, "d-model");
+    if (opt_given(vm, "d-ff")) c.d_ff = opt_int(vm, "d-ff");
+    if (opt_given(vm, "num-layers")) c.num_layers = opt_int(vm, "num-layers");
+    if (opt_given(vm, "num-heads")) c.num_heads = opt_int(vm, "num-heads");
+    bases.push_back(c);
+  } else {
+    for (const std::string& name : split_list(opt_string(vm, "model"), "model")) bases.push_back(preset_config(name));
+  }
+  std::vector<ModelConfig> out;
+  for (ModelConfig base : bases) {
+    base.vocab_size = opt_int(vm, "vocab-size");
+    base.rope_theta = opt_double(vm, "rope-theta");
+    if (base.rope_theta <= 1.0) throw UsageError("--rope-theta must be greater than 1");
+    for (int64_t T : parse_int_list(opt_string(vm, "context-length"), "context-length")) {
+      ModelConfig c = base;
+      c.context_length = T;
+      c.validate();
+      out.push_back(c);
+    }
+  }
+  return out;
+}
+
+std::vector<int64_t> batch_sizes(const po::variables_map& vm) {
+  std::vector<int64_t> out = parse_int_list(opt_string(vm, "batch-size"), "batch-size");
+  for (int64_t b : out)
+    if (b <= 0) throw UsageError("--batch-size must be positive (got " + std::to_string(b) + ")");
+  return out;
+}
+
+std::vector<Precision> precisions(const po::variables_map& vm) {
+  std::vector<Precision> out;
+  for (const std::string& p : split_list(opt_string(vm, "precision"), "precision")) out.push_back(parse_precision(p));
+  return out;
+}
+
+std::vector<AttentionKind> attentions(const po::variables_map& vm) {
+  std::vector<AttentionKind> out;
+  for (const std::string& a : split_list(opt_string(vm, "attention"), "attention")) out.push_back(parse_attention(a));
+  return out;
+}
+
+std::string options_json(const po::variables_map& vm) {
+  std::string out = "{";
+  bool first = true;
+  for (const auto& [name, value] : vm) {
+    std::string v;
+    if (value.value().type() == typeid(std::string)) {
+      const std::string& s = value.as<std::string>();
+      v = looks_numeric(s) ? s : "\"" + json_escape(s) + "\"";
+    } else if (value.value().type() == typeid(bool)) {
+      v = value.as<bool>() ? "true" : "false";
+    } else {
+      continue;
+    }
+    out += (first ? "\"" : ", \"") + json_escape(name) + "\": " + v;
+    first = false;
+  }
+  return out + "}";
+}
+
+}  // namespace llmhpc

@@ -1,0 +1,35 @@
+// The mode table. One row per mode; the order is the order --help lists them in.
+#include "src/modes/mode.h"
+
+namespace llmhpc {
+
+ModeSpec bench_mode();
+ModeSpec train_mode();
+
+const std::vector<ModeSpec>& all_modes() {
+  static const std::vector<ModeSpec> modes = {
+      bench_mode(),
+      train_mode(),
+  };
+  return modes;
+}
+
+const ModeSpec* find_mode(const std::string& name) {
+  for (const ModeSpec& m : all_modes())
+    if (m.name == name) return &m;
+  return nullptr;
+}
+
+void collective_check(const Runtime& rt, const std::function<void()>& check) {
+  std::string error;
+  try {
+    check();
+  } catch (const UsageError& e) {
+    error = e.what();
+  } catch (const OutOfMemory& e) {
+    error = std::string("out of memory: ") + e.what();
+  }
+  agree_or_exit(rt, error);
+}
+
+}  // namespace llmhpc

@@ -1,0 +1,203 @@
+// Mode train: real training on a token file. Starts from --init (a checkpoint) or the
+// seeded initialisation, takes --steps AdamW steps on batches drawn in --data-order,
+// records the loss of every step in /train/loss and writes --save at the end.
+#include <unistd.h>
+
+#include <chrono>
+
+#include "src/core/stats.h"
+#include "src/core/units.h"
+#include "src/io/token_data.h"
+#include "src/model/checkpoint.h"
+#include "src/model/train_step.h"
+#include "src/modes/options.h"
+
+namespace llmhpc {
+namespace {
+
+void add_options(po::options_description& desc) {
+  po::options_description train("Train options");
+  auto text = [](const char* def) { return po::value<std::string>()->default_value(def); };
+  train.add_options()
+      ("data", po::value<std::string>(), "token file: .bin (uint16) or .npy (uint16 or int32)")
+      ("data-order", text("random"), "sequential | random (seeded by --seed)")
+      ("steps", text("10"), "optimizer steps")
+      ("lr", text("1e-3"), "AdamW learning rate (constant)")
+      ("weight-decay", text("0.01"), "AdamW decoupled weight decay")
+      ("beta1", text("0.9"), "AdamW beta1")
+      ("beta2", text("0.999"), "AdamW beta2")
+      ("eps", text("1e-8"), "AdamW epsilon")
+      ("init", po::value<std::string>(), "start from this checkpoint (its config is used unless model options are given)")
+      ("save", po::value<std::string>(), "write the final checkpoint here (rank 0)")
+      ("log-every", text("10"), "print the loss every N steps (0: only the last)")
+      ("ddp", text("none"), "data parallelism over ranks: none | naive | flat | overlap | bucketed")
+      ("shard-optimizer", text("none"), "optimizer state sharding: none | broadcast | zero1");
+  po::options_description model("Model options");
+  add_model_options(model, false);
+  add_precision_options(model, false);
+  desc.add(train).add(model);
+}
+
+AdamWHyper hyper_from(const po::variables_map& vm) {
+  AdamWHyper h;
+  h.lr = opt_double(vm, "lr");
+  h.weight_decay = opt_double(vm, "weight-decay");
+  h.beta1 = opt_double(vm, "beta1");
+  h.beta2 = opt_double(vm, "beta2");
+  h.eps = opt_double(vm, "eps");
+  if (h.lr < 0) throw UsageError("--lr must not be negative");
+  if (h.weight_decay < 0) throw UsageError("--weight-decay must not be negative");
+  if (!(h.beta1 >= 0 && h.beta1 < 1)) throw UsageError("--beta1 must be in [0, 1)");
+  if (!(h.beta2 >= 0 && h.beta2 < 1)) throw UsageError("--beta2 must be in [0, 1)");
+  if (!(h.eps > 0)) throw UsageError("--eps must be positive");
+  return h;
+}
+
+void validate(const po::variables_map& vm) {
+  if (!vm.count("data")) throw UsageError("--mode train needs --data FILE (a .bin of uint16 tokens or a .npy)");
+  parse_data_order(opt_string(vm, "data-order"));
+  opt_positive(vm, "steps");
+  opt_nonnegative(vm, "log-every");
+  hyper_from(vm);
+  require_choice(opt_string(vm, "ddp"), {"none", "naive", "flat", "overlap", "bucketed"}, "ddp");
+  require_choice(opt_string(vm, "shard-optimizer"), {"none", "broadcast", "zero1"}, "shard-optimizer");
+  for (const char* list_opt : {"model", "context-length", "batch-size", "precision", "attention"})
+    if (split_list(opt_string(vm, list_opt), list_opt).size() != 1)
+      throw UsageError(std::string("--mode train takes one value for --") + list_opt + " (lists are for bench sweeps)");
+  if (!vm.count("init")) model_configs(vm);
+}
+
+// The model to train: from the options, or from --init's attributes when no shape
+// option was given.
+ModelConfig resolve_config(const po::variables_map& vm, const CheckpointInfo* init) {
+  if (init && init->config && !opt_given(vm, "model") && !has_explicit_shape(vm)) {
+    ModelConfig c = *init->config;
+    c.name = "checkpoint";
+    if (opt_given(vm, "vocab-size")) c.vocab_size = opt_int(vm, "vocab-size");
+    if (opt_given(vm, "rope-theta")) c.rope_theta = opt_double(vm, "rope-theta");
+    c.context_length = std::max(c.context_length, opt_int(vm, "context-length"));
+    c.validate();
+    return c;
+  }
+  if (init && !opt_given(vm, "model") && !has_explicit_shape(vm))
+    throw UsageError("--init '" + opt_string(vm, "init") +
+                     "' has no model config attributes; give the model with --model or --d-model/--d-ff/--num-layers/--num-heads");
+  return model_configs(vm).front();
+}
+
+std::string parent_dir(const std::string& path) {
+  size_t slash = path.find_last_of('/');
+  return slash == std::string::npos ? "." : slash == 0 ? "/" : path.substr(0, slash);
+}
+
+void run(ModeContext& ctx) {
+  const po::variables_map& vm = ctx.vm;
+  Runtime& rt = ctx.rt;
+  Device& dev = *ctx.backend.device;
+  Ops& ops = *ctx.backend.ops;
+  const int64_t steps = opt_positive(vm, "steps"), log_every = opt_nonnegative(vm, "log-every");
+  const int64_t batch = batch_sizes(vm).front(), seq = opt_positive(vm, "context-length");
+  const DataOrder order = parse_data_order(opt_string(vm, "data-order"));
+  const uint64_t seed = uint64_t(opt_int(vm, "seed"));
+  const Precision precision = precisions(vm).front();
+  const AttentionKind attention = attentions(vm).front();
+
+  // Everything that can be wrong with files or the device, agreed on by all ranks.
+  TokenData data;
+  ModelConfig config;
+  std::optional<CheckpointInfo> init;
+  collective_check(rt, [&] {
+    data = TokenData::open(opt_string(vm, "data"));
+    if (vm.count("init")) init = inspect_checkpoint(opt_string(vm, "init"));
+    config = resolve_config(vm, init ? &*init : nullptr);
+    if (seq > config.context_length)
+      throw UsageError("--context-length " + std::to_string(seq) + " exceeds the checkpoint's context length " +
+                       std::to_string(config.context_length));
+    data.validate(config.vocab_size, seq);
+    if (vm.count("save") && rt.is_root() && access(parent_dir(opt_string(vm, "save")).c_str(), W_OK) != 0)
+      throw UsageError("--save '" + opt_string(vm, "save") + "': the directory is missing or not writable");
+    if (precision == Precision::BF16 && dev.kind() == DeviceKind::Cpu)
+      throw UsageError("--precision bf16 needs --device cuda (the CPU backend computes in fp32 or fp64)");
+    if (opt_string(vm, "ddp") != "none" || opt_string(vm, "shard-optimizer") != "none")
+      throw UsageError("--ddp and --shard-optimizer are not available yet: train one rank at a time");
+    if (rt.world_size > 1)
+      throw UsageError("--mode train with " + std::to_string(rt.world_size) +
+                       " ranks needs data parallelism (--ddp), which is not available yet; run one rank");
+  });
+
+  std::unique_ptr<TransformerLM> model;
+  std::unique_ptr<AdamW> opt;
+  collective_check(rt, [&] {
+    model = std::make_unique<TransformerLM>(config, precision, attention, dev, ops);
+    opt = std::make_unique<AdamW>(*model, ops, hyper_from(vm));
+    if (init) load_checkpoint(opt_string(vm, "init"), *model, opt.get());
+    else model->init_parameters(seed);
+  });
+
+  log_root(rt, "train: %s (%.1fM parameters), %s, %lld steps of %lld x %lld tokens from %s (%lld tokens, %s order)%s\n",
+           config.name.c_str(), double(config.num_params()) / 1e6, precision_name(precision), (long long)steps,
+           (long long)batch, (long long)seq, data.path().c_str(), (long long)data.size(),
+           order == DataOrder::Random ? "random" : "sequential",
+           init ? (", from " + opt_string(vm, "init")).c_str() : "");
+
+  Record rec;
+  rec.group = "train";
+  rec.attr("model", config.name).attr("d_model", config.d_model).attr("d_ff", config.d_ff)
+      .attr("num_layers", config.num_layers).attr("num_heads", config.num_heads)
+      .attr("vocab_size", config.vocab_size).attr("context_length", seq).attr("batch_size", batch)
+      .attr("precision", std::string(precision_name(precision))).attr("attention", std::string(attention_name(attention)))
+      .attr("data", data.path()).attr("data_order", opt_string(vm, "data-order"))
+      .attr("lr", opt->hyper().lr).attr("weight_decay", opt->hyper().weight_decay)
+      .attr("beta1", opt->hyper().beta1).attr("beta2", opt->hyper().beta2).attr("eps", opt->hyper().eps)
+      .attr("init", vm.count("init") ? opt_string(vm, "init") : std::string(""))
+      .attr("first_step", opt->steps_taken() + 1);
+  std::vector<double> loss, step_ms, fwd_ms, bwd_ms, opt_ms;
+  auto save_progress = [&](const std::string& status) {
+    Record r = rec;
+    r.status = status;
+    r.add("loss", loss).add("step_ms", step_ms).add("forward_ms", fwd_ms).add("backward_ms", bwd_ms)
+        .add("optimizer_ms", opt_ms);
+    ctx.recorder.write(r);
+  };
+
+  auto timer = dev.make_timer(4);
+  std::vector<int32_t> inputs(batch * seq), targets(batch * seq);
+  auto last_flush = std::chrono::steady_clock::now();
+  for (int64_t s = 0; s < steps; ++s) {
+    data.fill_batch(s, batch, seq, 0, batch, order, seed, inputs.data(), targets.data());
+    model->set_batch(inputs.data(), targets.data(), batch, seq);
+    StepTimes t = run_step(*model, opt.get(), Phase::TrainStep, *timer);
+    loss.push_back(model->mean_loss());
+    step_ms.push_back(t.step_ms);
+    fwd_ms.push_back(t.forward_ms);
+    bwd_ms.push_back(t.backward_ms);
+    opt_ms.push_back(t.optimizer_ms);
+    if (!std::isfinite(loss.back())) {
+      save_progress("error: loss is not finite at step " + std::to_string(s));
+      throw UsageError("the loss became " + std::to_string(loss.back()) + " at step " + std::to_string(s) +
+                       " (try a lower --lr)");
+    }
+    const bool last = s + 1 == steps;
+    if (last || (log_every > 0 && (s + 1) % log_every == 0))
+      log_root(rt, "step %5lld/%lld  loss %.6f  %.1f ms/step\n", (long long)(s + 1), (long long)steps, loss.back(),
+               t.step_ms);
+    // Keep the file current on long runs so a crash loses at most a minute of losses.
+    if (std::chrono::steady_clock::now() - last_flush > std::chrono::seconds(60)) {
+      save_progress("running");
+      last_flush = std::chrono::steady_clock::now();
+    }
+  }
+  save_progress("ok");
+  if (vm.count("save") && rt.is_root()) {
+    save_checkpoint(opt_string(vm, "save"), *model, opt.get());
+    log_root(rt, "saved %s\n", opt_string(vm, "save").c_str());
+  }
+  log_root(rt, "train: final loss %.6f, mean step %.1f ms; results in %s\n", loss.back(), mean(step_ms),
+           ctx.out_dir.c_str());
+}
+
+}  // namespace
+
+ModeSpec train_mode() { return {"train", "train the model on a token file, from scratch or a checkpoint", add_options, validate, run}; }
+
+}  // namespace llmhpc
