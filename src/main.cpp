@@ -10,6 +10,8 @@
 #include <iostream>
 #include <thread>
 
+#include <unistd.h>
+
 #include "kernels/cpu/cpu_backend.h"
 #include "src/core/units.h"
 #include "src/modes/mode.h"
@@ -90,8 +92,12 @@ void set_threads(const Runtime& rt, const po::variables_map& vm) {
   openblas_set_num_threads(n);
 }
 
+// The output directory this run created, removed again if the run fails before any rank
+// wrote into it (so a rejected run leaves nothing behind).
+std::string g_created_out_dir;
+
 // Rank 0 picks and checks the directory; every rank creates it (nodes may not share
-// rank 0's view until they do) and then its own file.
+// rank 0's view until they do) and proves it can write there.
 std::string prepare_out_dir(const Runtime& rt, const po::variables_map& vm, const std::string& mode) {
   namespace fs = std::filesystem;
   std::string dir, error;
@@ -111,8 +117,17 @@ std::string prepare_out_dir(const Runtime& rt, const po::variables_map& vm, cons
   agree_or_exit(rt, error);
   dir = broadcast_string(dir);
   std::error_code ec;
+  const bool existed = fs::is_directory(dir);
   fs::create_directories(dir, ec);
-  if (ec || !fs::is_directory(dir)) error = "--out '" + dir + "': cannot create the directory (" + ec.message() + ")";
+  if (ec || !fs::is_directory(dir)) {
+    error = "--out '" + dir + "': cannot create the directory (" + ec.message() + ")";
+  } else {
+    const std::string probe = dir + "/.llmhpc-write-test-" + std::to_string(rt.rank);
+    std::FILE* f = std::fopen(probe.c_str(), "w");
+    if (!f) error = "--out '" + dir + "': the directory is not writable";
+    else std::fclose(f), std::remove(probe.c_str());
+  }
+  if (rt.is_root() && !existed) g_created_out_dir = dir;
   agree_or_exit(rt, error);
   return dir;
 }
@@ -167,13 +182,11 @@ int run(Runtime& rt, int argc, char** argv, bool& in_mode) {
   info.start_time = utc_timestamp();
   char file[32];
   std::snprintf(file, sizeof file, "/rank%05d.h5", rt.rank);
-  std::unique_ptr<Recorder> recorder;
-  collective_check(rt, [&] { recorder = std::make_unique<Recorder>(out_dir + file, info); });
-
-  ModeContext ctx{rt, vm, backend, *recorder, out_dir};
+  Recorder recorder(out_dir + file, info);
+  ModeContext ctx{rt, vm, backend, recorder, out_dir};
   in_mode = true;
   mode->run(ctx);
-  recorder->finish();
+  recorder.finish();
   return 0;
 }
 
@@ -200,6 +213,7 @@ int main(int argc, char** argv) {
   } catch (const std::exception& e) {
     fatal(__FILE__, __LINE__, "", std::string("unexpected error: ") + e.what());
   }
+  if (code != 0 && !g_created_out_dir.empty()) rmdir(g_created_out_dir.c_str());  // only if still empty
   rt.finalize();
   return code;
 }

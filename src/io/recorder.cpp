@@ -6,7 +6,9 @@
 
 namespace llmhpc {
 
-Recorder::Recorder(std::string path, const RunInfo& info) : path_(std::move(path)) {
+void Recorder::create_once() {
+  if (created_) return;
+  const RunInfo& info = info_;
   h5::Handle f = h5::open_file(path_, h5::Mode::Create);
   const hid_t root = f.id();
   h5::write_attr(root, "mode", info.mode);
@@ -23,9 +25,11 @@ Recorder::Recorder(std::string path, const RunInfo& info) : path_(std::move(path
   h5::write_attr(root, "schema_version", kSchemaVersion);
   h5::write_attr(root, "status", std::string("running"));
   h5::flush(f);
+  created_ = true;
 }
 
-void Recorder::write(const Record& r) const {
+void Recorder::write(const Record& r) {
+  create_once();
   h5::Handle f = h5::open_file(path_, h5::Mode::Append);
   if (h5::exists(f.id(), r.group)) h5::remove(f.id(), r.group);
   h5::Handle g = h5::require_group(f.id(), r.group);
@@ -40,7 +44,8 @@ void Recorder::write(const Record& r) const {
   h5::flush(f);
 }
 
-void Recorder::finish(const std::string& status) const {
+void Recorder::finish(const std::string& status) {
+  create_once();
   h5::Handle f = h5::open_file(path_, h5::Mode::Append);
   h5::write_attr(f.id(), "status", status);
   h5::write_attr(f.id(), "end_time", utc_timestamp());

@@ -2,7 +2,8 @@
 // and how, then one group per measured configuration with raw per-iteration arrays, its
 // status and its configuration as attributes.
 //
-// The file is closed between records: each record is written and flushed in one go, so
+// The file is created with the first record (a run that fails its checks leaves nothing
+// behind) and closed between records: each record is written and flushed in one go, so
 // a crash later in the run leaves every finished record readable.
 #pragma once
 #include <cstdint>
@@ -50,16 +51,19 @@ constexpr int64_t kSchemaVersion = 1;
 
 class Recorder {
  public:
-  // Creates `path` with the root attributes and status "running". Throws UsageError.
-  Recorder(std::string path, const RunInfo& info);
-  // Writes (or replaces) one record's group.
-  void write(const Record& record) const;
+  Recorder(std::string path, RunInfo info) : path_(std::move(path)), info_(std::move(info)) {}
+  // Writes (or replaces) one record's group; the first call creates the file with the
+  // root attributes and status "running". Throws UsageError if it cannot.
+  void write(const Record& record);
   // Marks the run finished: root attribute status = "complete" (or what is given).
-  void finish(const std::string& status = "complete") const;
+  void finish(const std::string& status = "complete");
   const std::string& path() const { return path_; }
 
  private:
+  void create_once();
   std::string path_;
+  RunInfo info_;
+  bool created_ = false;
 };
 
 // "2026-11-22T10:31:07Z"

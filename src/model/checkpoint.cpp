@@ -119,19 +119,27 @@ void save_checkpoint(const std::string& path, TransformerLM& model, const AdamW*
   h5::flush(f);
 }
 
+void check_checkpoint_fits(const std::string& path, const ParameterLayout& layout) {
+  const CheckpointInfo info = inspect_checkpoint(path);
+  h5::Handle f = h5::open_file(path, h5::Mode::Read);
+  check_tensors(h5::open_group(f.id(), "params").id(), "/params", path, layout);
+  if (info.has_optimizer) {
+    check_tensors(h5::open_group(f.id(), "optimizer/m").id(), "/optimizer/m", path, layout);
+    check_tensors(h5::open_group(f.id(), "optimizer/v").id(), "/optimizer/v", path, layout);
+    if (!h5::exists(f.id(), "optimizer/step")) throw UsageError("checkpoint '" + path + "': /optimizer has no step");
+  }
+}
+
 void load_checkpoint(const std::string& path, TransformerLM& model, AdamW* opt) {
-  inspect_checkpoint(path);
+  const ParameterLayout& layout = model.layout();
+  check_checkpoint_fits(path, layout);
   h5::Handle f = h5::open_file(path, h5::Mode::Read);
   h5::Handle params = h5::open_group(f.id(), "params");
-  const ParameterLayout& layout = model.layout();
-  check_tensors(params.id(), "/params", path, layout);
   const bool with_opt = opt && h5::exists(f.id(), "optimizer/m") && opt->begin() == 0 && opt->end() == layout.total();
   h5::Handle m, v;
   if (with_opt) {
     m = h5::open_group(f.id(), "optimizer/m");
     v = h5::open_group(f.id(), "optimizer/v");
-    check_tensors(m.id(), "/optimizer/m", path, layout);
-    check_tensors(v.id(), "/optimizer/v", path, layout);
     std::vector<int64_t> step = h5::read_ints(f.id(), "optimizer/step");
     if (step.size() != 1 || step[0] < 0) throw UsageError("checkpoint '" + path + "': bad /optimizer/step");
     opt->set_steps_taken(step[0]);

@@ -19,6 +19,10 @@ struct CheckpointInfo {
 // Throws UsageError if `path` is missing or is not an HDF5 file with a /params group.
 CheckpointInfo inspect_checkpoint(const std::string& path);
 
+// Throws UsageError unless the checkpoint holds exactly the tensors of `layout`, with
+// their shapes (and, if present, matching optimizer state).
+void check_checkpoint_fits(const std::string& path, const ParameterLayout& layout);
+
 // Writes parameters (and the optimizer state when `opt` is given and covers the model).
 void save_checkpoint(const std::string& path, TransformerLM& model, const AdamW* opt);
 

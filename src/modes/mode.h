@@ -20,7 +20,7 @@ struct ModeContext {
   Runtime& rt;
   const po::variables_map& vm;
   Backend& backend;
-  const Recorder& recorder;
+  Recorder& recorder;
   std::string out_dir;
 };
 

@@ -113,6 +113,7 @@ void run(ModeContext& ctx) {
     if (seq > config.context_length)
       throw UsageError("--context-length " + std::to_string(seq) + " exceeds the checkpoint's context length " +
                        std::to_string(config.context_length));
+    if (init) check_checkpoint_fits(opt_string(vm, "init"), ParameterLayout(config));
     data.validate(config.vocab_size, seq);
     if (vm.count("save") && rt.is_root() && access(parent_dir(opt_string(vm, "save")).c_str(), W_OK) != 0)
       throw UsageError("--save '" + opt_string(vm, "save") + "': the directory is missing or not writable");

@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+#SBATCH --job-name=llmhpc-warmup
+#SBATCH --nodes=1
+#SBATCH --ntasks-per-node=1
+#SBATCH --gpus-per-task=1
+#SBATCH --time=00:30:00
+# The seeds' warm-up study: the same sweep with 0, 1, 2 and 5 warm-up steps.
+set -euo pipefail
+source "$(dirname "$0")/env.sh"
+MODELS=${MODELS:-small,medium,large,xl,2.7B}
+for w in 0 1 2 5; do
+  OUT=$OUT_ROOT/warmup${w}-$(stamp)
+  $LAUNCH "$LLMHPC_BIN" --mode bench --model "$MODELS" --phase forward-backward --warmup "$w" --steps 10 --out "$OUT"
+  echo "## warm-up steps: $w"
+  $PYTHON "$LLMHPC_ROOT/analysis/report.py" "$OUT"
+done

@@ -1,0 +1,89 @@
+#!/usr/bin/env bash
+# Bad input gets a clear message on rank 0 and a non-zero exit within seconds, with one
+# rank and under mpirun -np 2 alike: no hang, no crash, no result file left behind.
+# Each case: the words the message must contain, then the arguments.
+set -u
+BIN=${LLMHPC_BIN:?set LLMHPC_BIN to the llmhpc binary}
+MPIEXEC=${MPIEXEC:-mpirun}
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
+WORK=$(mktemp -d)
+trap 'rm -rf "$WORK"' EXIT
+cd "$WORK"
+
+# Inputs: a good token file, one with an id beyond the vocabulary, a text file, an HDF5
+# file that is not a checkpoint, and a checkpoint of another shape.
+python3 - <<'EOF'
+import numpy as np, h5py
+rng = np.random.default_rng(0)
+rng.integers(0, 100, 4000, dtype=np.uint16).tofile("tokens.bin")
+bad = rng.integers(0, 100, 4000, dtype=np.uint16); bad[1234] = 60000; bad.tofile("big_ids.bin")
+open("notes.txt", "w").write("not a checkpoint\n")
+with h5py.File("empty.h5", "w") as f: f.attrs["x"] = 1
+with h5py.File("wrong_shape.h5", "w") as f:
+    p = f.create_group("params")
+    p["token_embeddings.weight"] = np.zeros((100, 32), np.float32)
+EOF
+TINY="--d-model 16 --d-ff 32 --num-layers 1 --num-heads 2 --vocab-size 100 --context-length 8"
+TRAIN="--mode train --device cpu --data tokens.bin $TINY"
+
+failures=0
+check() {  # check NP "expected words" args...
+  local np=$1 words=$2; shift 2
+  local out="$WORK/out_$RANDOM"
+  local cmd=("$BIN" "$@" --out "$out")
+  [[ " $* " == *" --out "* ]] && cmd=("$BIN" "$@")
+  [ "$np" -gt 1 ] && cmd=("$MPIEXEC" --oversubscribe -np "$np" "${cmd[@]}")
+  local start=$SECONDS
+  timeout 60 "${cmd[@]}" >"$WORK/stdout" 2>"$WORK/stderr"
+  local rc=$? took=$((SECONDS - start))
+  local why=""
+  if [ $rc -eq 0 ]; then why="exit code 0";
+  elif [ $rc -eq 124 ]; then why="hung (timeout)";
+  elif [ $rc -ge 128 ]; then why="killed by signal $((rc - 128))";
+  elif [ $took -gt 20 ]; then why="took ${took}s";
+  elif ! grep -qi -- "$words" "$WORK/stderr"; then why="message lacks '$words'";
+  elif [ "$(grep -c 'llmhpc: error' "$WORK/stderr")" -gt 1 ]; then why="message printed more than once";
+  elif [ -e "$out" ] && [ -n "$(ls -A "$out" 2>/dev/null)" ]; then why="left files in $out";
+  fi
+  if [ -n "$why" ]; then
+    echo "FAIL (np=$np): $* -> $why"; sed 's/^/    /' "$WORK/stderr" | head -5; failures=$((failures + 1))
+  else
+    echo "ok   (np=$np, rc=$rc): $* -> $(grep -m1 -i -- "$words" "$WORK/stderr" | cut -c1-110)"
+  fi
+}
+
+for np in 1 2; do
+  check $np "unknown mode"              --mode bogus
+  check $np "unrecognised option"       --mode bench --no-such-option 3
+  check $np "unknown size"              --mode bench --model huge
+  check $np "not divisible"             --mode bench --d-model 100 --d-ff 64 --num-layers 1 --num-heads 3
+  check $np "--steps must be positive"  --mode bench --model tiny --steps 0
+  check $np "--batch-size must be positive" --mode bench --model tiny --batch-size 0
+  check $np "--context-length must be positive" --mode bench --model tiny --context-length=-4
+  check $np "--warmup must not be negative" --mode bench --model tiny --warmup=-1
+  check $np "not an integer"            --mode bench --model tiny --steps ten
+  check $np "unknown unit"              --mode bench --model tiny --memory-limit 12XB
+  check $np "--backend"                 --mode bench --model tiny --backend carrier-pigeon
+  check $np "--ddp"                     $TRAIN --ddp hierarchical
+  check $np "--device"                  --mode bench --device tpu
+  check $np "cannot create"             --mode bench $TINY --steps 1 --warmup 0 --out /proc/llmhpc-no/results
+  check $np "needs --data"              --mode train $TINY
+  check $np "cannot open"               --mode train --device cpu $TINY --data missing.bin
+  check $np "outside the vocabulary"    --mode train --device cpu $TINY --data big_ids.bin
+  check $np "not an HDF5 file"          $TRAIN --init notes.txt
+  check $np "not a checkpoint"          $TRAIN --init empty.h5
+  check $np "does not fit the model"    $TRAIN --init wrong_shape.h5
+  check $np "lists are for bench"       $TRAIN --batch-size 2,4
+  if nvidia-smi -L >/dev/null 2>&1; then
+    echo "skip (np=$np): --device cuda without a GPU (this machine has one)"
+  else
+    check $np "--device cuda"           --mode bench $TINY --device cuda
+  fi
+done
+
+# Existing results are never overwritten.
+mkdir -p "$WORK/taken" && touch "$WORK/taken/rank00000.h5"
+check 1 "already holds results" --mode bench $TINY --steps 1 --warmup 0 --out "$WORK/taken"
+
+if [ $failures -gt 0 ]; then echo "$failures case(s) failed"; exit 1; fi
+echo "all bad inputs handled"

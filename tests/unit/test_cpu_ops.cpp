@@ -1,0 +1,279 @@
+// Every CPU op: forward against a plain reference written here from the definition, and
+// backward against central finite differences, in fp64 on tiny shapes. Plus fp32 against
+// fp64 on the same inputs. Backward checks use L = <R, out> with a random R, so the
+// analytic gradient is backward(dout = R).
+#include <gtest/gtest.h>
+
+#include "tests/unit/cpu_test_util.h"
+
+namespace llmhpc::test {
+namespace {
+
+constexpr double kFdTol = 1e-7;  // fp64 central differences, eps 1e-6
+
+class CpuOps : public ::testing::Test {
+ protected:
+  Backend be = cpu_backend();
+  Device& dev = *be.device;
+  Ops& ops = *be.ops;
+  std::mt19937_64 rng{1234};
+  HostTensor make(Shape s, DType t = DType::F64) { return HostTensor(dev, t, s); }
+  HostTensor randn(Shape s, DType t = DType::F64, double std = 1.0) {
+    HostTensor x(dev, t, s);
+    x.fill_normal(rng, std);
+    return x;
+  }
+  HostTensor tokens(Shape s, int64_t vocab) {
+    HostTensor x(dev, DType::I32, s);
+    for (int64_t i = 0; i < x.size(); ++i) x.set(i, double(rng() % uint64_t(vocab)));
+    return x;
+  }
+};
+
+TEST_F(CpuOps, EmbeddingForwardGathersRowsAndBackwardScatterAdds) {
+  const int64_t V = 7, C = 5, B = 2, T = 4;
+  HostTensor wte = randn({V, C}), out = make({B, T, C}), tok = tokens({B, T}, V);
+  tok.set(0, 3);
+  tok.set(5, 3);  // a token used twice must accumulate
+  ops.embedding_forward(out, tok, wte);
+  for (int64_t n = 0; n < B * T; ++n)
+    for (int64_t c = 0; c < C; ++c) EXPECT_EQ(out.get(n * C + c), wte.get(int64_t(tok.get(n)) * C + c));
+  HostTensor R = randn({B, T, C}), dwte = make({V, C});
+  ops.embedding_backward(dwte, R, tok);
+  auto fd = finite_difference(wte, [&] {
+    ops.embedding_forward(out, tok, wte);
+    return dot(out, R);
+  });
+  EXPECT_LT(rel_error(dwte.values(), fd), kFdTol);
+}
+
+TEST_F(CpuOps, RmsNormMatchesDefinitionAndFiniteDifferences) {
+  const int64_t N = 3, C = 6;
+  HostTensor x = randn({N, C}), w = randn({C}), out = make({N, C}), rstd = make({N});
+  ops.rmsnorm_forward(out, rstd, x, w);
+  for (int64_t n = 0; n < N; ++n) {
+    double ms = 0;
+    for (int64_t c = 0; c < C; ++c) ms += x.get(n * C + c) * x.get(n * C + c) / C;
+    for (int64_t c = 0; c < C; ++c)
+      EXPECT_NEAR(out.get(n * C + c), x.get(n * C + c) / std::sqrt(ms + 1e-5) * w.get(c), 1e-12);
+  }
+  HostTensor R = randn({N, C}), dx = make({N, C}), dw = make({C});
+  ops.rmsnorm_backward(dx, dw, R, x, w, rstd);
+  auto loss = [&] {
+    ops.rmsnorm_forward(out, rstd, x, w);
+    return dot(out, R);
+  };
+  EXPECT_LT(rel_error(dx.values(), finite_difference(x, loss)), kFdTol);
+  EXPECT_LT(rel_error(dw.values(), finite_difference(w, loss)), kFdTol);
+}
+
+TEST_F(CpuOps, RmsNormBackwardAccumulatesIntoDx) {
+  const int64_t N = 2, C = 4;
+  HostTensor x = randn({N, C}), w = randn({C}), out = make({N, C}), rstd = make({N}), R = randn({N, C});
+  ops.rmsnorm_forward(out, rstd, x, w);
+  HostTensor dx1 = make({N, C}), dw1 = make({C}), dx2 = randn({N, C}), dw2 = make({C});
+  const std::vector<double> before = dx2.values();
+  ops.rmsnorm_backward(dx1, dw1, R, x, w, rstd);
+  ops.rmsnorm_backward(dx2, dw2, R, x, w, rstd);
+  for (int64_t i = 0; i < N * C; ++i) EXPECT_NEAR(dx2.get(i), before[i] + dx1.get(i), 1e-12);
+}
+
+TEST_F(CpuOps, ResidualRmsNormIsAddThenNorm) {
+  const int64_t N = 3, C = 4;
+  HostTensor x = randn({N, C}), d = randn({N, C}), w = randn({C});
+  HostTensor x_out = make({N, C}), out = make({N, C}), rstd = make({N});
+  ops.residual_rmsnorm_forward(x_out, out, rstd, x, d, w);
+  HostTensor sum = make({N, C}), ref = make({N, C}), rstd_ref = make({N});
+  for (int64_t i = 0; i < N * C; ++i) sum.set(i, x.get(i) + d.get(i));
+  ops.rmsnorm_forward(ref, rstd_ref, sum, w);
+  EXPECT_EQ(x_out.values(), sum.values());
+  EXPECT_EQ(out.values(), ref.values());
+}
+
+TEST_F(CpuOps, LinearIsXTimesWTransposedAndGradientsMatch) {
+  const int64_t N = 3, In = 4, Out = 5;
+  HostTensor x = randn({N, In}), w = randn({Out, In}), y = make({N, Out});
+  ops.linear_forward(y, x, w);
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t o = 0; o < Out; ++o) {
+      double s = 0;
+      for (int64_t i = 0; i < In; ++i) s += x.get(n * In + i) * w.get(o * In + i);
+      EXPECT_NEAR(y.get(n * Out + o), s, 1e-12);
+    }
+  HostTensor R = randn({N, Out}), dx = make({N, In}), dw = make({Out, In});
+  ops.linear_backward(dx, dw, R, x, w);
+  auto loss = [&] {
+    ops.linear_forward(y, x, w);
+    return dot(y, R);
+  };
+  EXPECT_LT(rel_error(dx.values(), finite_difference(x, loss)), kFdTol);
+  EXPECT_LT(rel_error(dw.values(), finite_difference(w, loss)), kFdTol);
+  // dw accumulates: a second backward doubles it.
+  const std::vector<double> once = dw.values();
+  ops.linear_backward(HostTensor(dev, DType::F64, {N, In}), dw, R, x, w);
+  for (int64_t i = 0; i < Out * In; ++i) EXPECT_NEAR(dw.get(i), 2 * once[i], 1e-12);
+}
+
+TEST_F(CpuOps, RopeRotatesInterleavedPairsOfQAndKOnly) {
+  const int64_t B = 2, T = 5, H = 2, D = 4;
+  const double theta = 10000.0;
+  HostTensor qkv = randn({B, T, 3 * H * D});
+  const std::vector<double> orig = qkv.values();
+  ops.rope_forward(qkv, H, theta);
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t t = 0; t < T; ++t)
+      for (int64_t part = 0; part < 3; ++part)
+        for (int64_t h = 0; h < H; ++h)
+          for (int64_t i = 0; i < D / 2; ++i) {
+            const int64_t at = (((b * T + t) * 3 + part) * H + h) * D + 2 * i;
+            const double x0 = orig[at], x1 = orig[at + 1];
+            if (part == 2) {  // v is not rotated
+              EXPECT_EQ(qkv.get(at), x0);
+              continue;
+            }
+            // (x0 + i x1) * e^{i t theta^(-2i/D)}
+            const double a = t * std::pow(theta, -2.0 * i / D);
+            EXPECT_NEAR(qkv.get(at), x0 * std::cos(a) - x1 * std::sin(a), 1e-12);
+            EXPECT_NEAR(qkv.get(at + 1), x0 * std::sin(a) + x1 * std::cos(a), 1e-12);
+          }
+  // Backward of a rotation: FD on L = <R, rope(x)>.
+  HostTensor x = randn({B, T, 3 * H * D}), R = randn({B, T, 3 * H * D}), y = make({B, T, 3 * H * D});
+  HostTensor g = make({B, T, 3 * H * D});
+  g.copy_from(R);
+  ops.rope_backward(g, H, theta);
+  auto fd = finite_difference(x, [&] {
+    y.copy_from(x);
+    ops.rope_forward(y, H, theta);
+    return dot(y, R);
+  });
+  EXPECT_LT(rel_error(g.values(), fd), kFdTol);
+}
+
+// Attention from the definition: softmax(q k^T / sqrt(D) + mask) v, one (b, h) at a time.
+std::vector<double> reference_attention(const HostTensor& qkv, int64_t B, int64_t T, int64_t H, int64_t D,
+                                        bool causal) {
+  std::vector<double> out(B * T * H * D, 0.0);
+  auto at = [&](int64_t b, int64_t t, int64_t part, int64_t h, int64_t d) {
+    return qkv.get((((b * T + t) * 3 + part) * H + h) * D + d);
+  };
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t h = 0; h < H; ++h)
+      for (int64_t i = 0; i < T; ++i) {
+        std::vector<double> s(T, -INFINITY);
+        double mx = -INFINITY;
+        for (int64_t j = 0; j < T; ++j) {
+          if (causal && j > i) continue;
+          double dot = 0;
+          for (int64_t d = 0; d < D; ++d) dot += at(b, i, 0, h, d) * at(b, j, 1, h, d);
+          s[j] = dot / std::sqrt(double(D));
+          mx = std::max(mx, s[j]);
+        }
+        double z = 0;
+        for (double& v : s) z += (v = std::exp(v - mx));
+        for (int64_t d = 0; d < D; ++d) {
+          double o = 0;
+          for (int64_t j = 0; j < T; ++j) o += s[j] / z * at(b, j, 2, h, d);
+          out[((b * T + i) * H + h) * D + d] = o;
+        }
+      }
+  return out;
+}
+
+class CpuAttention : public CpuOps, public ::testing::WithParamInterface<bool> {};
+
+TEST_P(CpuAttention, NaiveMatchesDefinitionAndFiniteDifferences) {
+  const bool causal = GetParam();
+  const int64_t B = 2, T = 5, H = 2, D = 4;
+  const AttentionDims dims{B, T, H, D, causal, AttentionKind::Naive};
+  const SavedSpec spec = ops.attention_saved(dims, DType::F64);
+  HostTensor qkv = randn({B, T, 3 * H * D}), out = make({B, T, H * D}), saved = make(spec.shape);
+  ops.attention_forward(out, saved, qkv, dims);
+  EXPECT_LT(rel_error(out.values(), reference_attention(qkv, B, T, H, D, causal)), 1e-12);
+  HostTensor R = randn({B, T, H * D}), dqkv = make({B, T, 3 * H * D});
+  ops.attention_backward(dqkv, R, out, saved, qkv, dims);
+  auto fd = finite_difference(qkv, [&] {
+    ops.attention_forward(out, saved, qkv, dims);
+    return dot(out, R);
+  });
+  EXPECT_LT(rel_error(dqkv.values(), fd), kFdTol);
+}
+
+INSTANTIATE_TEST_SUITE_P(CausalAndNot, CpuAttention, ::testing::Bool());
+
+TEST_F(CpuOps, SwigluMatchesDefinitionAndFiniteDifferences) {
+  const int64_t N = 3, F = 4;
+  HostTensor h = randn({N, 2 * F}), out = make({N, F});
+  ops.swiglu_forward(out, h);
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t f = 0; f < F; ++f) {
+      const double a = h.get(n * 2 * F + f), b = h.get(n * 2 * F + F + f);
+      EXPECT_NEAR(out.get(n * F + f), a / (1 + std::exp(-a)) * b, 1e-12);
+    }
+  HostTensor R = randn({N, F}), dh = make({N, 2 * F});
+  ops.swiglu_backward(dh, R, h);
+  auto fd = finite_difference(h, [&] {
+    ops.swiglu_forward(out, h);
+    return dot(out, R);
+  });
+  EXPECT_LT(rel_error(dh.values(), fd), kFdTol);
+}
+
+TEST_F(CpuOps, CrossEntropyMatchesDefinitionAndGradient) {
+  const int64_t N = 4, V = 6;
+  HostTensor logits = randn({N, V}, DType::F64, 3.0), tgt = tokens({N}, V), losses = make({N});
+  ops.cross_entropy_forward(losses, logits, tgt);
+  for (int64_t n = 0; n < N; ++n) {
+    double z = 0;
+    for (int64_t v = 0; v < V; ++v) z += std::exp(logits.get(n * V + v));
+    EXPECT_NEAR(losses.get(n), std::log(z) - logits.get(n * V + int64_t(tgt.get(n))), 1e-12);
+  }
+  // d(mean loss)/dlogits, written in place over the logits as the model does.
+  HostTensor work = make({N, V});
+  work.copy_from(logits);
+  ops.cross_entropy_backward(work, work, tgt, 1.0 / N);
+  auto fd = finite_difference(logits, [&] {
+    ops.cross_entropy_forward(losses, logits, tgt);
+    double s = 0;
+    for (int64_t n = 0; n < N; ++n) s += losses.get(n) / N;
+    return s;
+  });
+  EXPECT_LT(rel_error(work.values(), fd), kFdTol);
+}
+
+TEST_F(CpuOps, Fp32AgreesWithFp64OnTheSameInputs) {
+  // The linear + attention + swiglu chain in both precisions from identical inputs.
+  const int64_t B = 2, T = 8, H = 2, D = 8, C = H * D;
+  const AttentionDims dims{B, T, H, D, true, AttentionKind::Naive};
+  HostTensor q64 = randn({B, T, 3 * C}), q32 = make({B, T, 3 * C}, DType::F32);
+  q32.copy_from(q64);
+  for (int64_t i = 0; i < q64.size(); ++i) q64.set(i, q32.get(i));  // identical (fp32-representable) inputs
+  HostTensor o64 = make({B, T, C}), o32 = make({B, T, C}, DType::F32);
+  HostTensor s64 = make(ops.attention_saved(dims, DType::F64).shape),
+             s32 = make(ops.attention_saved(dims, DType::F32).shape, DType::F32);
+  ops.rope_forward(q64, H, 10000.0);
+  ops.rope_forward(q32, H, 10000.0);
+  ops.attention_forward(o64, s64, q64, dims);
+  ops.attention_forward(o32, s32, q32, dims);
+  EXPECT_LT(rel_error(o32.values(), o64.values()), 1e-6);
+}
+
+TEST_F(CpuOps, ConvertRoundsToBf16AndBack) {
+  HostTensor x = randn({64}, DType::F32);
+  Buffer bf(dev.allocator(), DType::BF16, {64}, "bf16");
+  HostTensor back = make({64}, DType::F32);
+  ops.convert(bf, x);
+  ops.convert(back, bf);
+  for (int64_t i = 0; i < 64; ++i) {
+    EXPECT_EQ(back.get(i), round_to_bf16(float(x.get(i))));
+    EXPECT_LE(std::fabs(back.get(i) - x.get(i)), std::fabs(x.get(i)) * std::ldexp(1.0, -8));
+  }
+}
+
+TEST_F(CpuOps, Bf16TensorsAreRefusedWithAClearError) {
+  Buffer x(dev.allocator(), DType::BF16, {2, 4}, "x"), w(dev.allocator(), DType::BF16, {3, 4}, "w"),
+      y(dev.allocator(), DType::BF16, {2, 3}, "y");
+  EXPECT_THROW(ops.linear_forward(y, x, w), UsageError);
+}
+
+}  // namespace
+}  // namespace llmhpc::test

@@ -1,0 +1,214 @@
+// The whole model: gradients against finite differences in fp64, fp32 against fp64, the
+// gradient-ready ranges backward reports, and SPEC's initialisation.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <numeric>
+
+#include "src/model/transformer.h"
+#include "tests/unit/cpu_test_util.h"
+
+namespace llmhpc::test {
+namespace {
+
+ModelConfig tiny_config() {
+  ModelConfig c;
+  c.vocab_size = 11;
+  c.context_length = 6;
+  c.d_model = 8;
+  c.d_ff = 12;
+  c.num_layers = 2;
+  c.num_heads = 2;
+  return c;
+}
+
+struct Batch {
+  std::vector<int32_t> tokens, targets;
+  int64_t B, T;
+};
+
+Batch random_batch(const ModelConfig& c, int64_t B, int64_t T, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  Batch b{std::vector<int32_t>(B * T), std::vector<int32_t>(B * T), B, T};
+  for (auto& t : b.tokens) t = int32_t(rng() % uint64_t(c.vocab_size));
+  for (auto& t : b.targets) t = int32_t(rng() % uint64_t(c.vocab_size));
+  return b;
+}
+
+double loss_of(TransformerLM& m, const Batch& b) {
+  m.set_batch(b.tokens.data(), b.targets.data(), b.B, b.T);
+  m.forward();
+  return m.mean_loss();
+}
+
+TEST(Model, GradientsMatchFiniteDifferencesInFp64) {
+  Backend be = cpu_backend();
+  const ModelConfig c = tiny_config();
+  TransformerLM m(c, Precision::FP64, AttentionKind::Naive, *be.device, *be.ops);
+  m.init_parameters(7);
+  const Batch b = random_batch(c, 2, 5, 99);
+  loss_of(m, b);
+  m.zero_grad();
+  m.backward();
+  double* p = m.params().ptr<double>();
+  const double* g = m.grads().ptr<double>();
+  // Every parameter, each by central differences.
+  double worst = 0, scale = 0;
+  for (int64_t i = 0; i < m.layout().total(); ++i) {
+    const double orig = p[i], eps = 1e-6;
+    p[i] = orig + eps;
+    const double up = loss_of(m, b);
+    p[i] = orig - eps;
+    const double down = loss_of(m, b);
+    p[i] = orig;
+    worst = std::max(worst, std::fabs((up - down) / (2 * eps) - g[i]));
+    scale = std::max(scale, std::fabs(g[i]));
+  }
+  EXPECT_GT(scale, 1e-3);  // the gradient is not trivially zero
+  EXPECT_LT(worst / scale, 1e-7) << "worst abs error " << worst;
+}
+
+TEST(Model, Fp32AgreesWithFp64) {
+  Backend be = cpu_backend();
+  const ModelConfig c = tiny_config();
+  TransformerLM m64(c, Precision::FP64, AttentionKind::Naive, *be.device, *be.ops);
+  TransformerLM m32(c, Precision::FP32, AttentionKind::Naive, *be.device, *be.ops);
+  m32.init_parameters(3);
+  // Same weights in both: copy fp32 values into the fp64 model.
+  for (int64_t i = 0; i < m32.layout().total(); ++i) m64.params().ptr<double>()[i] = m32.params().ptr<float>()[i];
+  const Batch b = random_batch(c, 3, 6, 5);
+  const double l32 = loss_of(m32, b), l64 = loss_of(m64, b);
+  EXPECT_NEAR(l32, l64, 1e-6 * std::fabs(l64));
+  m32.zero_grad();
+  m32.backward();
+  m64.zero_grad();
+  m64.backward();
+  std::vector<double> g32(m32.layout().total()), g64(g32.size());
+  for (size_t i = 0; i < g32.size(); ++i) {
+    g32[i] = m32.grads().ptr<float>()[i];
+    g64[i] = m64.grads().ptr<double>()[i];
+  }
+  EXPECT_LT(rel_error(g32, g64), 1e-5);
+}
+
+TEST(Model, LossAtInitialisationIsNearLogVocab) {
+  Backend be = cpu_backend();
+  ModelConfig c = tiny_config();
+  c.vocab_size = 500;
+  c.d_model = 32;
+  c.num_heads = 4;
+  TransformerLM m(c, Precision::FP32, AttentionKind::Naive, *be.device, *be.ops);
+  m.init_parameters(1);
+  const double loss = loss_of(m, random_batch(c, 2, 6, 1));
+  // Random weights give a spread of logits, so the loss is above log(V) but of its order.
+  EXPECT_GT(loss, std::log(500.0) * 0.8);
+  EXPECT_LT(loss, std::log(500.0) * 4.0);
+}
+
+struct RangeLog : GradientListener {
+  std::vector<std::pair<int64_t, int64_t>> ranges;
+  void on_gradients_ready(int64_t begin, int64_t end) override { ranges.emplace_back(begin, end); }
+};
+
+TEST(Model, BackwardReportsEveryParameterOnceFromTheEnd) {
+  Backend be = cpu_backend();
+  const ModelConfig c = tiny_config();
+  TransformerLM m(c, Precision::FP32, AttentionKind::Naive, *be.device, *be.ops);
+  m.init_parameters(1);
+  loss_of(m, random_batch(c, 1, 4, 2));
+  RangeLog log;
+  m.zero_grad();
+  m.backward(&log);
+  ASSERT_EQ(log.ranges.size(), size_t(c.num_layers + 2));
+  int64_t expected_end = m.layout().total();
+  for (auto [begin, end] : log.ranges) {  // contiguous, descending, covering everything
+    EXPECT_EQ(end, expected_end);
+    EXPECT_LT(begin, end);
+    expected_end = begin;
+  }
+  EXPECT_EQ(expected_end, 0);
+}
+
+TEST(Model, InitialisationFollowsTheSpec) {
+  Backend be = cpu_backend();
+  ModelConfig c = tiny_config();
+  c.vocab_size = 1000;
+  c.d_model = 64;
+  c.d_ff = 96;
+  c.num_heads = 4;
+  TransformerLM m(c, Precision::FP32, AttentionKind::Naive, *be.device, *be.ops);
+  m.init_parameters(42);
+  for (const ParamInfo& p : m.layout().params()) {
+    const Tensor t = m.param(p.name);
+    const float* v = t.ptr<float>();
+    const int64_t n = t.numel();
+    if (p.shape.ndim == 1) {
+      for (int64_t i = 0; i < n; ++i) ASSERT_EQ(v[i], 1.0f) << p.name;
+      continue;
+    }
+    const double sigma = p.is_matrix ? std::sqrt(2.0 / double(p.shape[0] + p.shape[1])) : 1.0;
+    double sum = 0, sq = 0, mx = 0;
+    for (int64_t i = 0; i < n; ++i) {
+      sum += v[i];
+      sq += double(v[i]) * v[i];
+      mx = std::max(mx, std::fabs(double(v[i])));
+    }
+    const double mean = sum / n, std = std::sqrt(sq / n - mean * mean);
+    EXPECT_LE(mx, 3 * sigma * (1 + 1e-6)) << p.name << " exceeds the 3-sigma truncation";
+    // A normal truncated at 3 sigma has std 0.9866 sigma.
+    EXPECT_NEAR(std, 0.9866 * sigma, 0.05 * sigma) << p.name;
+    EXPECT_NEAR(mean, 0.0, 5 * sigma / std::sqrt(double(n))) << p.name;
+  }
+}
+
+TEST(Model, InitialisationIsDeterministicPerSeed) {
+  Backend be = cpu_backend();
+  const ModelConfig c = tiny_config();
+  TransformerLM a(c, Precision::FP32, AttentionKind::Naive, *be.device, *be.ops),
+      b(c, Precision::FP32, AttentionKind::Naive, *be.device, *be.ops),
+      d(c, Precision::FP32, AttentionKind::Naive, *be.device, *be.ops);
+  a.init_parameters(5);
+  b.init_parameters(5);
+  d.init_parameters(6);
+  EXPECT_EQ(0, std::memcmp(a.params().data, b.params().data, a.params().bytes()));
+  EXPECT_NE(0, std::memcmp(a.params().data, d.params().data, a.params().bytes()));
+}
+
+TEST(Model, OutOfMemoryIsAnExceptionNotACrash) {
+  BackendOptions opt;
+  opt.memory_limit = 64 * 1024;  // far too small for the parameters
+  Backend be = make_cpu_backend(opt);
+  ModelConfig c = tiny_config();
+  c.vocab_size = 10000;
+  EXPECT_THROW(TransformerLM(c, Precision::FP32, AttentionKind::Naive, *be.device, *be.ops), OutOfMemory);
+  EXPECT_EQ(be.device->allocator().live_bytes(), 0);  // nothing leaked
+}
+
+TEST(ModelConfig, ValidationNamesTheProblem) {
+  ModelConfig c = tiny_config();
+  c.num_heads = 3;
+  try {
+    c.validate();
+    FAIL() << "expected UsageError";
+  } catch (const UsageError& e) {
+    EXPECT_NE(std::string(e.what()).find("not divisible"), std::string::npos);
+  }
+  c = tiny_config();
+  c.d_model = 0;
+  EXPECT_THROW(c.validate(), UsageError);
+  EXPECT_THROW(preset_config("huge"), UsageError);
+  EXPECT_EQ(preset_config("2.7B").d_model, 2560);
+}
+
+TEST(ModelConfig, ParameterCountsMatchTheLayout) {
+  for (const ModelPreset& p : model_presets()) {
+    ModelConfig c = preset_config(p.name);
+    ParameterLayout layout(c);
+    EXPECT_EQ(layout.total(), c.num_params()) << p.name;
+  }
+  // small: 2 * 10000 * 768 embeddings/head + 12 layers of (4 d^2 + 3 d d_ff + 2 d) + d.
+  EXPECT_EQ(preset_config("small").num_params(), 2 * 10000 * 768 + 12 * (4 * 768 * 768 + 3 * 768 * 3072 + 2 * 768) + 768);
+}
+
+}  // namespace
+}  // namespace llmhpc::test

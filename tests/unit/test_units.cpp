@@ -1,0 +1,48 @@
+// Sizes with units and lists, as users write them on the command line.
+#include <gtest/gtest.h>
+
+#include "src/core/check.h"
+#include "src/core/units.h"
+
+namespace llmhpc {
+namespace {
+
+TEST(Units, SizesInDecimalAndBinaryUnits) {
+  EXPECT_EQ(parse_size("1MB", "size"), 1000000u);
+  EXPECT_EQ(parse_size("1000MB", "size"), 1000000000u);
+  EXPECT_EQ(parse_size("10mb", "size"), 10000000u);
+  EXPECT_EQ(parse_size("1MiB", "size"), 1048576u);
+  EXPECT_EQ(parse_size("2GiB", "size"), 2147483648u);
+  EXPECT_EQ(parse_size("1.5KB", "size"), 1500u);
+  EXPECT_EQ(parse_size("512", "size"), 512u);
+  EXPECT_EQ(parse_size("64 B", "size"), 64u);
+  EXPECT_EQ(parse_size("1G", "size"), 1000000000u);
+}
+
+TEST(Units, BadSizesNameTheOptionAndTheText) {
+  for (const char* bad : {"12XB", "MB", "", "1..5MB", "-5MB", "0.5B", "1e3MB"}) {
+    try {
+      parse_size(bad, "size");
+      ADD_FAILURE() << "accepted '" << bad << "'";
+    } catch (const UsageError& e) {
+      EXPECT_NE(std::string(e.what()).find("--size"), std::string::npos) << e.what();
+    }
+  }
+}
+
+TEST(Units, FormatSizeRoundTrips) {
+  for (const char* s : {"1MB", "10MB", "100MB", "1GB", "1MiB", "4KiB", "7B"})
+    EXPECT_EQ(format_size(parse_size(s, "size")), s);
+}
+
+TEST(Units, Lists) {
+  EXPECT_EQ(split_list("small, medium,large", "model"), (std::vector<std::string>{"small", "medium", "large"}));
+  EXPECT_EQ(parse_int_list("128,256", "context-length"), (std::vector<int64_t>{128, 256}));
+  EXPECT_THROW(split_list("a,,b", "model"), UsageError);
+  EXPECT_THROW(parse_int_list("128,abc", "context-length"), UsageError);
+  EXPECT_THROW(parse_int("12.5", "steps"), UsageError);
+  EXPECT_THROW(require_choice("ring", {"nccl", "mpi"}, "backend"), UsageError);
+}
+
+}  // namespace
+}  // namespace llmhpc
