@@ -176,7 +176,7 @@ int run(Runtime& rt, int argc, char** argv, bool& in_mode) {
   info.local_rank = rt.local_rank;
   info.hostname = rt.hostname;
   info.device_name = backend.device->name();
-  info.backend = opt_string(vm, "backend");
+  info.backend = resolve_backend(vm, backend.device->kind());
   info.argv = command_line(argc, argv);
   info.config_json = options_json(vm);
   info.start_time = utc_timestamp();
@@ -185,7 +185,12 @@ int run(Runtime& rt, int argc, char** argv, bool& in_mode) {
   Recorder recorder(out_dir + file, info);
   ModeContext ctx{rt, vm, backend, recorder, out_dir};
   in_mode = true;
-  mode->run(ctx);
+  try {
+    mode->run(ctx);
+  } catch (const std::exception& e) {
+    recorder.finish(std::string("error: ") + e.what());
+    throw;
+  }
   recorder.finish();
   return 0;
 }

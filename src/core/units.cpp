@@ -67,6 +67,8 @@ std::vector<std::string> split_list(const std::string& text, const std::string& 
     size_t comma = text.find(',', start);
     std::string item = trim(text.substr(start, comma == std::string::npos ? std::string::npos : comma - start));
     if (item.empty()) throw UsageError("--" + option + " '" + text + "': empty item in the list");
+    if (std::find(items.begin(), items.end(), item) != items.end())
+      throw UsageError("--" + option + " '" + text + "': '" + item + "' is listed twice");
     items.push_back(item);
     if (comma == std::string::npos) break;
     start = comma + 1;

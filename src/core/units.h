@@ -15,7 +15,7 @@ uint64_t parse_size(const std::string& text, const std::string& option);
 // The same value written back the way people write it: 1000000 -> "1MB", 1048576 -> "1MiB".
 std::string format_size(uint64_t bytes);
 
-// "small, medium" -> {"small", "medium"}. Empty items are an error.
+// "small, medium" -> {"small", "medium"}. Empty or repeated items are an error.
 std::vector<std::string> split_list(const std::string& text, const std::string& option);
 
 std::vector<int64_t> parse_int_list(const std::string& text, const std::string& option);

@@ -2,6 +2,7 @@
 
 #include <ctime>
 
+#include "git_sha.h"  // generated at build time (cmake/git_sha.cmake)
 #include "src/io/h5.h"
 
 namespace llmhpc {
@@ -45,6 +46,7 @@ void Recorder::write(const Record& r) {
 }
 
 void Recorder::finish(const std::string& status) {
+  if (!created_ && status != "complete") return;  // a failed run that recorded nothing leaves nothing
   create_once();
   h5::Handle f = h5::open_file(path_, h5::Mode::Append);
   h5::write_attr(f.id(), "status", status);

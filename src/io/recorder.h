@@ -55,7 +55,8 @@ class Recorder {
   // Writes (or replaces) one record's group; the first call creates the file with the
   // root attributes and status "running". Throws UsageError if it cannot.
   void write(const Record& record);
-  // Marks the run finished: root attribute status = "complete" (or what is given).
+  // Marks the run finished: root attribute status = "complete", or "error: ..." when a
+  // mode failed (then only if the file exists: a run that recorded nothing stays absent).
   void finish(const std::string& status = "complete");
   const std::string& path() const { return path_; }
 

@@ -131,6 +131,8 @@ void run(ModeContext& ctx) {
     } catch (const OutOfMemory& e) {
       rec.status = "oom";
       rec.attr("error", std::string(e.what()));
+    } catch (const UsageError& e) {  // this configuration cannot run; the others may
+      rec.status = std::string("error: ") + e.what();
     }
     rec.attr("peak_memory_bytes", dev.allocator().peak_bytes());
     if (rec.status == "ok") {
@@ -141,12 +143,14 @@ void run(ModeContext& ctx) {
 
     const double total = mean(timed.step);
     log_root(ctx.rt, "%s\n", rec.status == "ok" ? (fmt(total) + " ms/step").c_str() : rec.status.c_str());
+    if (rec.status.rfind("error", 0) == 0 && !ctx.rt.is_root())
+      std::fprintf(stderr, "llmhpc: rank %d: %s: %s\n", ctx.rt.rank, c.label().c_str(), rec.status.c_str());
     table.add_row({c.model.name, std::to_string(c.model.d_model), std::to_string(c.model.d_ff),
                    std::to_string(c.model.num_layers), std::to_string(c.model.num_heads),
                    std::to_string(c.model.context_length), std::to_string(c.batch), precision_name(c.precision),
                    attention_name(c.attention), fmt(mean(timed.forward)), fmt(stddev(timed.forward)),
                    fmt(mean(timed.backward)), fmt(stddev(timed.backward)), fmt(mean(timed.optimizer)),
-                   fmt(stddev(timed.optimizer)), fmt(total), rec.status});
+                   fmt(stddev(timed.optimizer)), fmt(total), rec.status.substr(0, rec.status.find(':'))});
   }
   if (ctx.rt.is_root()) {
     std::printf("\nbench summary (ms, rank 0 of %d; every rank's raw times are in %s):\n", ctx.rt.world_size,

@@ -1,5 +1,7 @@
 #include "src/modes/options.h"
 
+#include <regex>
+
 #include "src/core/units.h"
 
 namespace llmhpc {
@@ -21,11 +23,10 @@ std::string json_escape(const std::string& s) {
   return out;
 }
 
-bool looks_numeric(const std::string& s) {
-  if (s.empty()) return false;
-  char* end = nullptr;
-  std::strtod(s.c_str(), &end);
-  return *end == '\0' && s.find_first_not_of("0123456789.eE+-") == std::string::npos;
+// A JSON number exactly as JSON spells it (no "+1", ".5" or "007"): only those go unquoted.
+bool is_json_number(const std::string& s) {
+  static const std::regex number("-?(0|[1-9][0-9]*)(\\.[0-9]+)?([eE][+-]?[0-9]+)?");
+  return std::regex_match(s, number);
 }
 
 }  // namespace
@@ -138,6 +139,12 @@ std::vector<AttentionKind> attentions(const po::variables_map& vm) {
   return out;
 }
 
+std::string resolve_backend(const po::variables_map& vm, DeviceKind device) {
+  const std::string b = opt_string(vm, "backend");
+  if (b != "auto") return b;
+  return device == DeviceKind::Cuda ? "nccl" : "mpi";
+}
+
 std::string options_json(const po::variables_map& vm) {
   std::string out = "{";
   bool first = true;
@@ -145,7 +152,7 @@ std::string options_json(const po::variables_map& vm) {
     std::string v;
     if (value.value().type() == typeid(std::string)) {
       const std::string& s = value.as<std::string>();
-      v = looks_numeric(s) ? s : "\"" + json_escape(s) + "\"";
+      v = is_json_number(s) ? s : "\"" + json_escape(s) + "\"";
     } else if (value.value().type() == typeid(bool)) {
       v = value.as<bool>() ? "true" : "false";
     } else {

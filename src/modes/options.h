@@ -36,6 +36,9 @@ double opt_double(const po::variables_map& vm, const std::string& name);
 bool opt_flag(const po::variables_map& vm, const std::string& name);
 bool opt_given(const po::variables_map& vm, const std::string& name);
 
+// --backend with "auto" resolved: nccl on CUDA devices, mpi on the CPU.
+std::string resolve_backend(const po::variables_map& vm, DeviceKind device);
+
 // Every option and its value as a JSON object (the config_json root attribute).
 std::string options_json(const po::variables_map& vm);
 

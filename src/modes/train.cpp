@@ -75,7 +75,7 @@ ModelConfig resolve_config(const po::variables_map& vm, const CheckpointInfo* in
     c.name = "checkpoint";
     if (opt_given(vm, "vocab-size")) c.vocab_size = opt_int(vm, "vocab-size");
     if (opt_given(vm, "rope-theta")) c.rope_theta = opt_double(vm, "rope-theta");
-    c.context_length = std::max(c.context_length, opt_int(vm, "context-length"));
+    if (opt_given(vm, "context-length")) c.context_length = opt_positive(vm, "context-length");
     c.validate();
     return c;
   }
@@ -96,7 +96,7 @@ void run(ModeContext& ctx) {
   Device& dev = *ctx.backend.device;
   Ops& ops = *ctx.backend.ops;
   const int64_t steps = opt_positive(vm, "steps"), log_every = opt_nonnegative(vm, "log-every");
-  const int64_t batch = batch_sizes(vm).front(), seq = opt_positive(vm, "context-length");
+  const int64_t batch = batch_sizes(vm).front();
   const DataOrder order = parse_data_order(opt_string(vm, "data-order"));
   const uint64_t seed = uint64_t(opt_int(vm, "seed"));
   const Precision precision = precisions(vm).front();
@@ -110,11 +110,8 @@ void run(ModeContext& ctx) {
     data = TokenData::open(opt_string(vm, "data"));
     if (vm.count("init")) init = inspect_checkpoint(opt_string(vm, "init"));
     config = resolve_config(vm, init ? &*init : nullptr);
-    if (seq > config.context_length)
-      throw UsageError("--context-length " + std::to_string(seq) + " exceeds the checkpoint's context length " +
-                       std::to_string(config.context_length));
     if (init) check_checkpoint_fits(opt_string(vm, "init"), ParameterLayout(config));
-    data.validate(config.vocab_size, seq);
+    data.validate(config.vocab_size, config.context_length);
     if (vm.count("save") && rt.is_root() && access(parent_dir(opt_string(vm, "save")).c_str(), W_OK) != 0)
       throw UsageError("--save '" + opt_string(vm, "save") + "': the directory is missing or not writable");
     if (precision == Precision::BF16 && dev.kind() == DeviceKind::Cpu)
@@ -126,6 +123,7 @@ void run(ModeContext& ctx) {
                        " ranks needs data parallelism (--ddp), which is not available yet; run one rank");
   });
 
+  const int64_t seq = config.context_length;  // sequences are as long as the model's context
   std::unique_ptr<TransformerLM> model;
   std::unique_ptr<AdamW> opt;
   collective_check(rt, [&] {

@@ -32,6 +32,9 @@ RunInfo info() {
 TEST(Recorder, RootAttributesAreTheSpecs) {
   const std::string path = temp_path("root.h5");
   Recorder rec(path, info());
+  Record r;
+  r.group = "bench/x";
+  rec.write(r);
   h5::Handle f = h5::open_file(path, h5::Mode::Read);
   for (const char* a : {"mode", "rank", "world_size", "local_rank", "hostname", "device_name", "backend", "git_sha",
                         "argv", "config_json", "start_time", "schema_version", "status"})
@@ -79,8 +82,26 @@ TEST(Recorder, RecordsKeepRawArraysStatusAndAttributes) {
   std::remove(path.c_str());
 }
 
-TEST(Recorder, AnUnwritablePathIsAUsageError) {
-  EXPECT_THROW(Recorder("/proc/llmhpc-cannot-write/rank00000.h5", info()), UsageError);
+TEST(Recorder, NoFileUntilTheFirstRecordAndAnUnwritablePathIsAUsageError) {
+  const std::string path = temp_path("lazy.h5");
+  { Recorder rec(path, info()); }
+  EXPECT_NE(access(path.c_str(), F_OK), 0) << "a run that recorded nothing must leave no file";
+  Recorder bad("/proc/llmhpc-cannot-write/rank00000.h5", info());
+  Record r;
+  r.group = "bench/x";
+  EXPECT_THROW(bad.write(r), UsageError);
+}
+
+TEST(Recorder, AFailedRunIsMarkedAsSuch) {
+  const std::string path = temp_path("failed.h5");
+  Recorder rec(path, info());
+  Record r;
+  r.group = "train";
+  rec.write(r);
+  rec.finish("error: something broke");
+  h5::Handle f = h5::open_file(path, h5::Mode::Read);
+  EXPECT_EQ(h5::read_attr_string(f.id(), "status"), "error: something broke");
+  std::remove(path.c_str());
 }
 
 }  // namespace

@@ -39,6 +39,7 @@ TEST(Units, Lists) {
   EXPECT_EQ(split_list("small, medium,large", "model"), (std::vector<std::string>{"small", "medium", "large"}));
   EXPECT_EQ(parse_int_list("128,256", "context-length"), (std::vector<int64_t>{128, 256}));
   EXPECT_THROW(split_list("a,,b", "model"), UsageError);
+  EXPECT_THROW(split_list("16,32,16", "context-length"), UsageError);
   EXPECT_THROW(parse_int_list("128,abc", "context-length"), UsageError);
   EXPECT_THROW(parse_int("12.5", "steps"), UsageError);
   EXPECT_THROW(require_choice("ring", {"nccl", "mpi"}, "backend"), UsageError);

@@ -1,0 +1,281 @@
+"""The one reader of llmhpc's per-rank HDF5 files; every analysis script goes through it.
+
+It mirrors docs/hdf5-schema.md: a run directory holds rank00000.h5, rank00001.h5, ...; each
+file has root attributes (who wrote it, how, schema_version, status) and one group per
+measured configuration ("record") with a `status` attribute, the configuration as
+attributes and raw per-iteration arrays as 1-D datasets. Records live under a group named
+after their kind ("bench/<label>"), or are that group themselves ("train").
+
+    from llmhpc_h5 import open_run
+    run = open_run("results/bench-20261122-103000")
+    run.world_size, run.mode, run.attrs            # root attributes (of rank 0's file)
+    run.records("bench", rank=0)                   # [Record]: .name .status .attrs .arrays
+    run.bench_summary(rank=0)                      # DataFrame: one row per configuration
+    run.bench_summary(rank=None)                   # pooled over all ranks
+    run.train_steps(rank=0)                        # DataFrame: step, loss, times
+
+A file written by a newer llmhpc (a schema_version this module does not know) is refused
+with a message, rather than misread. Units: datasets ending in _ms are milliseconds, _bytes
+bytes; attributes are in the units their names say.
+"""
+from __future__ import annotations
+
+import dataclasses
+import glob
+import json
+import math
+import os
+import re
+import warnings
+
+import h5py
+import numpy as np
+import pandas as pd
+
+# schema_version values this module can read. Bump together with docs/hdf5-schema.md.
+KNOWN_SCHEMA_VERSIONS = (1,)
+# Root attributes every rank file carries (SPEC "HDF5 output", plus what docs/hdf5-schema.md adds).
+REQUIRED_ROOT_ATTRIBUTES = ("schema_version", "mode", "rank", "world_size", "local_rank", "hostname", "device_name",
+                            "backend", "git_sha", "argv", "config_json", "start_time", "status")
+RANK_FILE_PATTERN = re.compile(r"^rank(\d{5,})\.h5$")
+# Per-step arrays of a bench record, in the order a step runs them; "step" is the whole step.
+BENCH_PHASES = ("forward", "backward", "optimizer", "step")
+# Attributes that identify one bench configuration (the rest describe the run or its result).
+BENCH_CONFIG_KEYS = ("model", "d_model", "d_ff", "num_layers", "num_heads", "vocab_size", "context_length",
+                     "batch_size", "precision", "attention", "phase", "warmup", "steps")
+
+
+class SchemaError(Exception):
+    """The directory or a file in it is not what docs/hdf5-schema.md describes."""
+
+
+def parse_config_json(text: str) -> dict:
+    """The root attribute config_json as a dict (option name -> value, defaults included)."""
+    return json.loads(text)
+
+
+def _plain(value):
+    """h5py attribute values as plain Python values (str, int, float, lists)."""
+    if isinstance(value, bytes):
+        return value.decode("utf-8")
+    if isinstance(value, np.generic):
+        return value.item()
+    if isinstance(value, np.ndarray):
+        return [_plain(v) for v in value.tolist()] if value.dtype.kind in "OS" else value.tolist()
+    return value
+
+
+def _read_dataset(ds: h5py.Dataset) -> np.ndarray:
+    if h5py.check_string_dtype(ds.dtype) is not None:
+        return np.array(ds.asstr()[()], dtype=object)
+    return ds[()]
+
+
+@dataclasses.dataclass
+class Record:
+    """One measured configuration: the group at `path` in one rank's file."""
+    rank: int
+    path: str                 # e.g. "bench/small_T128_B4_fp32_naive" or "train"
+    status: str               # "ok", "oom", "error: ...", or "running" (train, while in progress)
+    attrs: dict               # configuration and results as attributes, `status` excluded
+    arrays: dict              # name -> numpy array (raw per-iteration values)
+
+    @property
+    def kind(self) -> str:
+        return self.path.split("/", 1)[0]
+
+    @property
+    def name(self) -> str:
+        return self.path.split("/")[-1]
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "ok"
+
+
+@dataclasses.dataclass
+class RankFile:
+    """One rank's file: its root attributes and every record in it."""
+    path: str
+    attrs: dict
+    records: list
+
+    @property
+    def rank(self) -> int:
+        return int(self.attrs["rank"])
+
+    @property
+    def status(self) -> str:
+        """'complete' when the run ended normally; 'running' if it was cut short (crash, kill, error)."""
+        return self.attrs["status"]
+
+
+def read_rank_file(path: str) -> RankFile:
+    """Reads one rank file completely (they are small) and closes it."""
+    try:
+        f = h5py.File(path, "r")
+    except OSError as e:
+        raise SchemaError(f"{path}: cannot be opened as HDF5 ({e})") from None
+    with f:
+        attrs = {key: _plain(value) for key, value in f.attrs.items()}
+        if "schema_version" not in attrs:
+            raise SchemaError(f"{path}: no root attribute 'schema_version'; not an llmhpc rank file")
+        version = attrs["schema_version"]
+        if version not in KNOWN_SCHEMA_VERSIONS:
+            raise SchemaError(f"{path}: schema_version {version} is not known to analysis/llmhpc_h5.py (it reads "
+                              f"{', '.join(map(str, KNOWN_SCHEMA_VERSIONS))}); the file was written by a different "
+                              f"llmhpc: update the analysis scripts to the one that wrote it")
+        missing = [key for key in REQUIRED_ROOT_ATTRIBUTES if key not in attrs]
+        if missing:
+            raise SchemaError(f"{path}: root attributes {missing} are missing (schema_version {version})")
+        rank = int(attrs["rank"])
+        records = []
+
+        def visit(name, obj):
+            # A record is any group that carries a status; its parents are only containers.
+            if isinstance(obj, h5py.Group) and "status" in obj.attrs:
+                group_attrs = {k: _plain(v) for k, v in obj.attrs.items()}
+                status = group_attrs.pop("status")
+                arrays = {k: _read_dataset(v) for k, v in obj.items() if isinstance(v, h5py.Dataset)}
+                records.append(Record(rank=rank, path=name, status=status, attrs=group_attrs, arrays=arrays))
+
+        f.visititems(visit)
+    return RankFile(path=path, attrs=attrs, records=records)
+
+
+class Run:
+    """All rank files of one run directory."""
+
+    def __init__(self, directory: str, files: list):
+        self.directory = directory
+        self.files = sorted(files, key=lambda rf: rf.rank)
+
+    # ---- who and how ----
+    @property
+    def attrs(self) -> dict:
+        """Root attributes of the lowest rank's file (rank 0 whenever it is there)."""
+        return self.files[0].attrs
+
+    @property
+    def config(self) -> dict:
+        """The run's options (config_json): every option, defaults included, by its CLI name."""
+        return parse_config_json(self.attrs["config_json"])
+
+    @property
+    def mode(self) -> str:
+        return self.attrs["mode"]
+
+    @property
+    def world_size(self) -> int:
+        return int(self.attrs["world_size"])
+
+    @property
+    def ranks(self) -> list:
+        return [rf.rank for rf in self.files]
+
+    @property
+    def complete(self) -> bool:
+        """True when every rank file says the run ended normally."""
+        return all(rf.status == "complete" for rf in self.files)
+
+    def rank_file(self, rank: int) -> RankFile:
+        for rf in self.files:
+            if rf.rank == rank:
+                return rf
+        raise SchemaError(f"{self.directory}: no file for rank {rank} (ranks present: {self.ranks})")
+
+    # ---- records ----
+    def records(self, kind: str | None = None, rank: int | None = 0) -> list:
+        """Records of one kind ("bench", "train", ...) of one rank, or of every rank with rank=None."""
+        files = self.files if rank is None else [self.rank_file(rank)]
+        return [r for rf in files for r in rf.records if kind is None or r.kind == kind]
+
+    def records_frame(self, kind: str | None = None, rank: int | None = 0) -> pd.DataFrame:
+        """One row per record: rank, path, name, status and every attribute."""
+        rows = [dict(rank=r.rank, path=r.path, name=r.name, status=r.status, **r.attrs)
+                for r in self.records(kind, rank)]
+        return pd.DataFrame(rows)
+
+    # ---- bench ----
+    def bench_samples(self, rank: int | None = 0, warmup: bool = False) -> pd.DataFrame:
+        """Long form of every timed (or, with warmup=True, warm-up) step: rank, name, phase, step, ms."""
+        prefix = "warmup_" if warmup else ""
+        rows = []
+        for r in self.records("bench", rank):
+            for phase in BENCH_PHASES:
+                for i, value in enumerate(r.arrays.get(f"{prefix}{phase}_ms", [])):
+                    rows.append(dict(rank=r.rank, name=r.name, phase=phase, step=i, ms=float(value)))
+        return pd.DataFrame(rows, columns=["rank", "name", "phase", "step", "ms"])
+
+    def bench_summary(self, rank: int | None = 0) -> pd.DataFrame:
+        """One row per bench configuration, in the order the run measured them.
+
+        Columns: the configuration attributes, status, ranks (how many ranks' samples were
+        pooled), and for each phase in BENCH_PHASES <phase>_mean, <phase>_std (sample standard
+        deviation, n-1; 0 for one sample) and <phase>_n, in ms; NaN where the phase was not
+        timed or the configuration did not run (status oom/error). With rank=None the samples
+        of all ranks are pooled; the status is 'ok' only if it is 'ok' on every rank.
+        """
+        groups = {}
+        for r in self.records("bench", rank):
+            groups.setdefault(r.name, []).append(r)
+        rows = []
+        for name, recs in groups.items():
+            first = recs[0]
+            row = {key: first.attrs.get(key) for key in BENCH_CONFIG_KEYS}
+            statuses = sorted({r.status for r in recs})
+            row["name"] = name
+            row["status"] = "ok" if statuses == ["ok"] else "; ".join(s for s in statuses if s != "ok")
+            row["ranks"] = len(recs)
+            row["num_params"] = first.attrs.get("num_params")
+            row["peak_memory_bytes"] = max(r.attrs.get("peak_memory_bytes", 0) for r in recs)
+            for phase in BENCH_PHASES:
+                parts = [r.arrays[f"{phase}_ms"] for r in recs if r.ok and f"{phase}_ms" in r.arrays]
+                values = np.concatenate(parts) if parts else np.array([])
+                row[f"{phase}_n"] = len(values)
+                row[f"{phase}_mean"] = float(values.mean()) if len(values) else math.nan
+                row[f"{phase}_std"] = float(values.std(ddof=1)) if len(values) > 1 else (0.0 if len(values) else math.nan)
+            rows.append(row)
+        return pd.DataFrame(rows)
+
+    # ---- train ----
+    def train_record(self, rank: int = 0) -> Record:
+        recs = self.records("train", rank)
+        if not recs:
+            raise SchemaError(f"{self.directory}: rank {rank} has no /train record (mode is '{self.mode}')")
+        return recs[0]
+
+    def train_steps(self, rank: int = 0) -> pd.DataFrame:
+        """One row per training step: step (from the record's first_step), loss and the step's times in ms."""
+        r = self.train_record(rank)
+        frame = pd.DataFrame({k: v for k, v in r.arrays.items() if np.ndim(v) == 1})
+        frame.insert(0, "step", np.arange(len(frame)) + int(r.attrs.get("first_step", 1)))
+        return frame
+
+
+def open_run(directory: str) -> Run:
+    """Reads every rankNNNNN.h5 in `directory`. Raises SchemaError when there is none, when a file
+    is not an llmhpc rank file, or when its schema_version is unknown. Warns when ranks are missing."""
+    if not os.path.isdir(directory):
+        raise SchemaError(f"{directory}: not a directory (give the --out directory of an llmhpc run)")
+    names = sorted(n for n in os.listdir(directory) if RANK_FILE_PATTERN.match(n))
+    if not names:
+        others = sorted(os.path.basename(p) for p in glob.glob(os.path.join(directory, "*.h5")))
+        hint = f" (it has {others[:5]}, which are not named rankNNNNN.h5)" if others else ""
+        raise SchemaError(f"{directory}: no llmhpc rank files (rank00000.h5, ...){hint}")
+    files = []
+    for n in names:
+        rf = read_rank_file(os.path.join(directory, n))
+        if int(RANK_FILE_PATTERN.match(n).group(1)) != rf.rank:
+            raise SchemaError(f"{rf.path}: file name says rank {int(RANK_FILE_PATTERN.match(n).group(1))}, "
+                              f"its 'rank' attribute says {rf.rank}")
+        files.append(rf)
+    run = Run(directory, files)
+    for key in ("world_size", "mode"):
+        values = {rf.attrs[key] for rf in files}
+        if len(values) != 1:
+            raise SchemaError(f"{directory}: rank files disagree on {key} ({sorted(values)}): files of different runs?")
+    missing = sorted(set(range(run.world_size)) - set(run.ranks))
+    if missing:
+        warnings.warn(f"{directory}: world_size is {run.world_size} but ranks {missing} have no file")
+    return run

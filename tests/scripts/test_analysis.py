@@ -1,0 +1,206 @@
+"""End to end: a 2-rank bench run on the CPU, read back through the schema loader and report.py.
+
+Checks that the files the binary writes follow docs/hdf5-schema.md (root attributes, one
+record per configuration with raw arrays of length --steps, status ok), that
+analysis/llmhpc_h5.py sees both ranks, that analysis/report.py prints one markdown row per
+configuration whose numbers are the means and standard deviations of the raw arrays (read
+here with h5py directly, not through the loader), that out-of-memory configurations are rows
+marked oom, that plot_bench.py writes a PNG, and that the loader refuses an empty directory
+and an unknown schema_version with a clear message.
+"""
+import os
+import shutil
+import sys
+
+import h5py
+import numpy as np
+
+ROOT = os.environ.get("LLMHPC_ROOT") or os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.join(ROOT, "tests", "reference"))
+sys.path.insert(0, os.path.join(ROOT, "analysis"))
+import llmhpc_h5  # noqa: E402
+from script_env import llmhpc_binary, mpiexec, run, scratch_dir  # noqa: E402
+
+BIN = llmhpc_binary()
+REPORT = os.path.join(ROOT, "analysis", "report.py")
+PLOT = os.path.join(ROOT, "analysis", "plot_bench.py")
+MODEL = ["--d-model", "64", "--d-ff", "128", "--num-layers", "2", "--num-heads", "4"]
+CONTEXTS, WARMUP, STEPS = (16, 32), 1, 3
+PHASES_MS = ("forward_ms", "backward_ms", "optimizer_ms", "step_ms")
+ROOT_ATTRS = {"schema_version": int, "mode": str, "rank": int, "world_size": int, "local_rank": int, "hostname": str,
+              "device_name": str, "backend": str, "git_sha": str, "argv": str, "config_json": str, "start_time": str,
+              "status": str, "end_time": str}
+
+
+def parse_markdown_tables(text):
+    """Every markdown table in `text` as (header, rows of cells)."""
+    tables, lines = [], text.splitlines()
+    i = 0
+    while i < len(lines):
+        if lines[i].startswith("|") and i + 1 < len(lines) and set(lines[i + 1].replace("|", "").split()) <= {"---"}:
+            header = [c.strip() for c in lines[i].strip("|").split("|")]
+            rows, i = [], i + 2
+            while i < len(lines) and lines[i].startswith("|"):
+                rows.append([c.strip() for c in lines[i].strip("|").split("|")])
+                i += 1
+            tables.append((header, rows))
+        else:
+            i += 1
+    return tables
+
+
+def report(*args):
+    proc = run([sys.executable, REPORT, *args])
+    tables = parse_markdown_tables(proc.stdout)
+    assert len(tables) == 1, f"report.py {' '.join(args)} printed {len(tables)} tables, expected 1:\n{proc.stdout}"
+    return tables[0], proc.stdout
+
+
+def raw_arrays(directory, ranks):
+    """{(context_length, array name): concatenated values over `ranks`}, read with h5py alone."""
+    out = {}
+    for rank in ranks:
+        with h5py.File(os.path.join(directory, f"rank{rank:05d}.h5"), "r") as f:
+            for group in f["bench"].values():
+                for name in PHASES_MS:
+                    key = (int(group.attrs["context_length"]), name)
+                    out[key] = np.concatenate([out.get(key, np.array([])), group[name][()]])
+    return out
+
+
+def check_table(table, raw, decimals, label):
+    header, rows = table
+    for column in ("Model size", "d_model", "d_ff", "num_layers", "num_heads", "Context", "Fwd Mean (ms)",
+                   "Fwd Std (ms)", "Bwd Mean (ms)", "Bwd Std (ms)", "Opt Mean (ms)", "Opt Std (ms)", "Total (ms)"):
+        assert column in header, f"{label}: column '{column}' missing from the header {header}"
+    assert len(rows) == len(CONTEXTS), f"{label}: {len(rows)} rows, expected one per context length {CONTEXTS}"
+    col = {name: header.index(name) for name in header}
+    tolerance = 0.5 * 10 ** -decimals + 1e-9
+    seen = []
+    for row in rows:
+        assert (row[col["d_model"]], row[col["d_ff"]], row[col["num_layers"]], row[col["num_heads"]]) == \
+            ("64", "128", "2", "4"), f"{label}: model shape columns wrong in row {row}"
+        context = int(row[col["Context"]])
+        seen.append(context)
+        for title, array, stat in (("Fwd Mean (ms)", "forward_ms", "mean"), ("Fwd Std (ms)", "forward_ms", "std"),
+                                   ("Bwd Mean (ms)", "backward_ms", "mean"), ("Bwd Std (ms)", "backward_ms", "std"),
+                                   ("Opt Mean (ms)", "optimizer_ms", "mean"), ("Opt Std (ms)", "optimizer_ms", "std"),
+                                   ("Total (ms)", "step_ms", "mean")):
+            values = raw[(context, array)]
+            want = values.mean() if stat == "mean" else values.std(ddof=1)
+            got = float(row[col[title]])
+            assert abs(got - want) <= tolerance, \
+                f"{label}: T={context} '{title}' is {got}, the raw {array} give {want:.6f} ({len(values)} samples)"
+    assert sorted(seen) == sorted(CONTEXTS), f"{label}: rows are for contexts {seen}, expected {CONTEXTS}"
+
+
+def main():
+    work = scratch_dir("llmhpc-analysis-")
+    out = os.path.join(work, "bench")
+    run(mpiexec() + ["-np", "2", BIN, "--mode", "bench", "--device", "cpu", *MODEL,
+                     "--context-length", ",".join(map(str, CONTEXTS)), "--warmup", str(WARMUP), "--steps", str(STEPS),
+                     "--out", out])
+
+    # ---- the files, through the loader ----
+    run_ = llmhpc_h5.open_run(out)
+    assert run_.ranks == [0, 1], f"loader sees ranks {run_.ranks}, expected [0, 1]"
+    assert run_.world_size == 2 and run_.mode == "bench", f"world_size {run_.world_size}, mode {run_.mode}"
+    assert run_.complete, "a finished run should have root status 'complete' on every rank"
+    for rank_file in run_.files:
+        for name, kind in ROOT_ATTRS.items():
+            assert name in rank_file.attrs, f"{rank_file.path}: root attribute '{name}' missing"
+            assert isinstance(rank_file.attrs[name], kind), \
+                f"{rank_file.path}: root attribute '{name}' is {type(rank_file.attrs[name]).__name__}, expected {kind.__name__}"
+        assert rank_file.attrs["schema_version"] in llmhpc_h5.KNOWN_SCHEMA_VERSIONS
+        assert run_.config["context-length"] == ",".join(map(str, CONTEXTS)), f"config_json: {run_.config}"
+        records = run_.records("bench", rank=rank_file.rank)
+        contexts = sorted(r.attrs["context_length"] for r in records)
+        assert contexts == sorted(CONTEXTS), f"rank {rank_file.rank}: bench records for contexts {contexts}"
+        for r in records:
+            assert r.status == "ok", f"rank {r.rank} {r.path}: status {r.status!r}"
+            assert (r.attrs["d_model"], r.attrs["d_ff"], r.attrs["num_layers"], r.attrs["num_heads"]) == (64, 128, 2, 4)
+            assert (r.attrs["steps"], r.attrs["warmup"], r.attrs["phase"]) == (STEPS, WARMUP, "train-step"), r.attrs
+            for name in PHASES_MS:
+                values = r.arrays.get(name)
+                assert values is not None and values.shape == (STEPS,), \
+                    f"rank {r.rank} {r.path}/{name}: shape {None if values is None else values.shape}, expected ({STEPS},)"
+                assert np.all(np.isfinite(values)) and np.all(values >= 0), f"{r.path}/{name}: {values}"
+                warm = r.arrays.get("warmup_" + name)
+                assert warm is not None and warm.shape == (WARMUP,), f"{r.path}/warmup_{name}: {warm}"
+            parts = r.arrays["forward_ms"] + r.arrays["backward_ms"] + r.arrays["optimizer_ms"]
+            assert np.allclose(parts, r.arrays["step_ms"], rtol=1e-6, atol=1e-6), \
+                f"{r.path}: step_ms {r.arrays['step_ms']} is not forward+backward+optimizer {parts}"
+            assert r.attrs["peak_memory_bytes"] > 0 and r.attrs["num_params"] > 0
+
+    summary = run_.bench_summary(rank=None)
+    assert list(summary["ranks"]) == [2, 2], f"pooled summary should pool 2 ranks per configuration: {summary}"
+    assert list(summary["forward_n"]) == [2 * STEPS] * 2, f"pooled sample counts {list(summary['forward_n'])}"
+
+    # ---- report.py: rank 0, rank 1, all ranks pooled ----
+    table, _ = report(out)
+    check_table(table, raw_arrays(out, [0]), 2, "report.py DIR")
+    table, _ = report(out, "--rank", "1", "--decimals", "4")
+    check_table(table, raw_arrays(out, [1]), 4, "report.py --rank 1")
+    table, _ = report(out, "--all-ranks", "--decimals", "3", "--table-only")
+    check_table(table, raw_arrays(out, [0, 1]), 3, "report.py --all-ranks")
+
+    # ---- out-of-memory configurations are rows marked oom; forward-only has no Bwd/Opt numbers ----
+    oom_dir = os.path.join(work, "oom")
+    run([BIN, "--mode", "bench", "--device", "cpu", *MODEL, "--context-length", "16,1024", "--phase", "forward",
+         "--warmup", "0", "--steps", "2", "--memory-limit", "30MB", "--out", oom_dir])
+    (header, rows), text = report(oom_dir)
+    assert "Status" in header, f"a run with an oom needs a Status column:\n{text}"
+    by_context = {row[header.index("Context")]: row for row in rows}
+    assert set(by_context) == {"16", "1024"}, f"rows for contexts {sorted(by_context)}:\n{text}"
+    assert by_context["1024"][header.index("Status")] == "oom", f"T=1024 with 30MB should be oom:\n{text}"
+    assert by_context["1024"][header.index("Fwd Mean (ms)")] == "-", f"an oom row has no times:\n{text}"
+    assert by_context["16"][header.index("Status")] == "ok", f"T=16 fits in 30MB:\n{text}"
+    assert by_context["16"][header.index("Bwd Mean (ms)")] == "-", f"phase forward times no backward:\n{text}"
+    assert "Opt Mean (ms)" not in header, f"phase forward times no optimizer step:\n{text}"
+    with h5py.File(os.path.join(oom_dir, "rank00000.h5"), "r") as f:
+        oom_group = [g for g in f["bench"].values() if g.attrs["context_length"] == 1024][0]
+        assert "error" in oom_group.attrs and len(oom_group) == 0, "an oom record has an error attribute, no arrays"
+
+    # ---- plot ----
+    png = os.path.join(work, "bench.png")
+    run([sys.executable, PLOT, out, oom_dir, "-o", png])
+    with open(png, "rb") as f:
+        assert f.read(8) == b"\x89PNG\r\n\x1a\n", "plot_bench.py did not write a PNG"
+    assert os.path.getsize(png) > 10_000, f"the PNG is suspiciously small ({os.path.getsize(png)} bytes)"
+
+    # ---- refusals: no rank files, unknown schema_version, an unfinished run is flagged ----
+    empty = os.path.join(work, "empty")
+    os.makedirs(empty)
+    try:
+        llmhpc_h5.open_run(empty)
+        raise AssertionError("open_run on an empty directory should raise SchemaError")
+    except llmhpc_h5.SchemaError as e:
+        assert "no llmhpc rank files" in str(e), f"unclear message: {e}"
+    proc = run([sys.executable, REPORT, empty], expect_ok=False)
+    assert proc.returncode != 0 and "no llmhpc rank files" in proc.stderr, \
+        f"report.py on an empty directory: exit {proc.returncode}, stderr {proc.stderr!r}"
+
+    future = os.path.join(work, "future")
+    shutil.copytree(out, future)
+    with h5py.File(os.path.join(future, "rank00001.h5"), "a") as f:
+        f.attrs["schema_version"] = np.int64(99)
+    try:
+        llmhpc_h5.open_run(future)
+        raise AssertionError("open_run should refuse schema_version 99")
+    except llmhpc_h5.SchemaError as e:
+        assert "schema_version 99" in str(e), f"unclear message: {e}"
+
+    crashed = os.path.join(work, "crashed")
+    shutil.copytree(out, crashed)
+    with h5py.File(os.path.join(crashed, "rank00000.h5"), "a") as f:
+        f.attrs["status"] = "running"  # what a killed run leaves behind
+        del f.attrs["end_time"]
+    assert not llmhpc_h5.open_run(crashed).complete, "root status 'running' means the run did not finish"
+    _, text = report(crashed)
+    assert "INCOMPLETE" in text, f"report.py should flag a run that did not finish:\n{text}"
+
+    print("test_analysis: OK")
+
+
+if __name__ == "__main__":
+    main()
