@@ -1,0 +1,38 @@
+"""bench: a configuration that does not fit is recorded as status "oom" and the sweep goes
+on, under mpirun -np 2; the allocator never exceeds --memory-limit; report.py shows the row."""
+import os
+import subprocess
+import sys
+import tempfile
+
+import h5py
+
+BIN, MPIEXEC, ROOT = os.environ["LLMHPC_BIN"], os.environ.get("MPIEXEC", "mpirun"), os.environ["LLMHPC_ROOT"]
+LIMIT = 64 * 1000 * 1000  # 64MB: context 2048 needs ~270MB of attention probabilities per layer
+
+with tempfile.TemporaryDirectory() as work:
+    out = os.path.join(work, "run")
+    cmd = [MPIEXEC, "--oversubscribe", "-np", "2", BIN, "--mode", "bench", "--device", "cpu",
+           "--d-model", "32", "--d-ff", "64", "--num-layers", "2", "--num-heads", "4",
+           "--context-length", "16,2048,32", "--warmup", "0", "--steps", "2", "--memory-limit", "64MB", "--out", out]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    print(proc.stdout)
+    assert proc.returncode == 0, f"bench failed ({proc.returncode}): {proc.stderr}"
+    for rank in (0, 1):
+        with h5py.File(os.path.join(out, f"rank{rank:05d}.h5"), "r") as f:
+            assert f.attrs["status"] == "complete", f.attrs["status"]
+            status = {name: g.attrs["status"] for name, g in f["bench"].items()}
+            t = {int(g.attrs["context_length"]): g for g in f["bench"].values()}
+            assert sorted(t) == [16, 32, 2048], status
+            assert t[16].attrs["status"] == "ok" and t[32].attrs["status"] == "ok", status
+            assert t[2048].attrs["status"] == "oom", status
+            assert "forward_ms" not in t[2048], "an oom configuration must not carry timings"
+            assert "exceeds the limit" in t[2048].attrs["error"], t[2048].attrs["error"]
+            assert len(t[32]["step_ms"]) == 2, "the configuration after the oom must run"
+            for g in t.values():
+                assert 0 < g.attrs["peak_memory_bytes"] <= LIMIT, g.attrs["peak_memory_bytes"]
+    report = subprocess.run([sys.executable, os.path.join(ROOT, "analysis", "report.py"), out],
+                            capture_output=True, text=True, check=True).stdout
+    print(report)
+    assert any("oom" in line and "2048" in line for line in report.splitlines()), "report lacks the oom row"
+print("bench oom: ok")
