@@ -1,0 +1,155 @@
+// CudaDevice and its caching allocator and event timer (see cuda_device.h).
+#include "kernels/cuda/cuda_device.h"
+
+#include <vector>
+
+#include "kernels/cuda/cuda_check.h"
+
+namespace llmhpc {
+namespace {
+
+// Small blocks round to 512 bytes, large ones to 2 MiB, so that similar requests share
+// cached blocks; a cached block serves a request up to 1/8 smaller than itself.
+size_t block_size_for(size_t bytes) {
+  const size_t small = 512, large = size_t(2) << 20;
+  if (bytes == 0) bytes = 1;
+  return bytes < (size_t(1) << 20) ? (bytes + small - 1) / small * small : (bytes + large - 1) / large * large;
+}
+
+class CudaTimer final : public EventTimer {
+ public:
+  CudaTimer(cudaStream_t stream, int n) : stream_(stream), events_(n) {
+    for (cudaEvent_t& e : events_) CUDA_CHECK(cudaEventCreate(&e));
+  }
+  ~CudaTimer() override {
+    for (cudaEvent_t e : events_) cudaEventDestroy(e);
+  }
+  void mark(int i) override { CUDA_CHECK(cudaEventRecord(events_.at(i), stream_)); }
+  double elapsed_ms(int from, int to) override {
+    CUDA_CHECK(cudaEventSynchronize(events_.at(to)));
+    float ms = 0;
+    CUDA_CHECK(cudaEventElapsedTime(&ms, events_.at(from), events_.at(to)));
+    return ms;
+  }
+
+ private:
+  cudaStream_t stream_;
+  std::vector<cudaEvent_t> events_;
+};
+
+// Makes `ordinal` the current GPU of this thread; returns it.
+int select_device(int ordinal) {
+  CUDA_CHECK(cudaSetDevice(ordinal));
+  return ordinal;
+}
+
+// The device's memory, or the user's smaller limit.
+size_t capacity_for(const BackendOptions& options) {
+  size_t free_bytes = 0, total = 0;
+  CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total));
+  return options.memory_limit ? std::min(options.memory_limit, total) : total;
+}
+
+}  // namespace
+
+// ---- CachingDeviceAllocator ----------------------------------------------------------------
+
+CachingDeviceAllocator::~CachingDeviceAllocator() {
+  release_cache();
+  for (auto& [p, size] : live_) cudaFree(p);  // leaked by a caller; the device is going away
+}
+
+void* CachingDeviceAllocator::device_malloc(size_t bytes) {
+  void* p = nullptr;
+  cudaError_t rc = cudaMalloc(&p, bytes);
+  if (rc == cudaSuccess) return p;
+  LLMHPC_CHECK(rc == cudaErrorMemoryAllocation, std::string("cudaMalloc: ") + cudaGetErrorString(rc));
+  cudaGetLastError();  // clear the sticky-free allocation error so later calls succeed
+  return nullptr;
+}
+
+void* CachingDeviceAllocator::allocate(size_t bytes, const std::string& tag) {
+  const size_t size = block_size_for(bytes);
+  auto hit = cached_.lower_bound(size);
+  if (hit != cached_.end() && hit->first <= size + size / 8) {
+    void* p = hit->second;
+    live_[p] = hit->first;
+    cached_bytes_ -= hit->first;
+    cached_.erase(hit);
+    return p;
+  }
+  if (reserved_ + size > limit_) release_cache();
+  void* p = reserved_ + size <= limit_ ? device_malloc(size) : nullptr;
+  if (!p && reserved_ + size <= limit_) {
+    release_cache();
+    p = device_malloc(size);
+  }
+  if (!p)
+    throw OutOfMemory("device allocation of " + format_bytes(double(bytes)) + " for '" + tag + "' does not fit: " +
+                      format_bytes(double(reserved_)) + " in use of a limit of " + format_bytes(double(limit_)));
+  reserved_ += size;
+  live_[p] = size;
+  return p;
+}
+
+void CachingDeviceAllocator::deallocate(void* p) {
+  if (!p) return;
+  auto it = live_.find(p);
+  LLMHPC_CHECK(it != live_.end(), "free of a pointer the CUDA allocator did not allocate");
+  cached_.emplace(it->second, p);
+  cached_bytes_ += it->second;
+  live_.erase(it);
+}
+
+void CachingDeviceAllocator::release_cache() {
+  for (auto& [size, p] : cached_) {
+    CUDA_CHECK(cudaFree(p));  // synchronises the device: no pending work can still use p
+    reserved_ -= size;
+  }
+  cached_.clear();
+  cached_bytes_ = 0;
+}
+
+// ---- CudaDevice ----------------------------------------------------------------------------
+
+CudaDevice::CudaDevice(const BackendOptions& options)
+    : ordinal_(select_device(options.ordinal)),
+      capacity_(capacity_for(options)),
+      cache_(capacity_),
+      tracer_(cache_) {
+  cudaDeviceProp prop{};
+  CUDA_CHECK(cudaGetDeviceProperties(&prop, ordinal_));
+  name_ = prop.name;
+  multiprocessors_ = prop.multiProcessorCount;
+  CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+}
+
+CudaDevice::~CudaDevice() {
+  cudaStreamSynchronize(stream_);
+  cache_.release_cache();
+  cudaStreamDestroy(stream_);
+}
+
+void CudaDevice::synchronize() { CUDA_CHECK(cudaStreamSynchronize(stream_)); }
+
+std::unique_ptr<EventTimer> CudaDevice::make_timer(int num_marks) {
+  return std::make_unique<CudaTimer>(stream_, num_marks);
+}
+
+void CudaDevice::copy_to_device(void* dst, const void* host_src, size_t bytes) {
+  // From pageable memory this returns once the source is staged, so the caller may reuse it.
+  CUDA_CHECK(cudaMemcpyAsync(dst, host_src, bytes, cudaMemcpyHostToDevice, stream_));
+}
+
+void CudaDevice::copy_to_host(void* host_dst, const void* src, size_t bytes) {
+  CUDA_CHECK(cudaMemcpyAsync(host_dst, src, bytes, cudaMemcpyDeviceToHost, stream_));
+  CUDA_CHECK(cudaStreamSynchronize(stream_));
+}
+
+void CudaDevice::copy_on_device(void* dst, const void* src, size_t bytes) {
+  CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream_));
+}
+
+void CudaDevice::fill_zero(void* dst, size_t bytes) { CUDA_CHECK(cudaMemsetAsync(dst, 0, bytes, stream_)); }
+
+}  // namespace llmhpc

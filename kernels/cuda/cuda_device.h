@@ -1,0 +1,75 @@
+// The CUDA Device: one GPU, one compute stream, CUDA-event timers, and a caching device
+// allocator (under the TracingAllocator every tensor allocation goes through).
+#pragma once
+#include <cuda_runtime.h>
+
+#include <map>
+#include <string>
+#include <unordered_map>
+
+#include "kernels/backend.h"
+
+namespace llmhpc {
+
+// Keeps freed device blocks for reuse, so a training step allocates without cudaMalloc
+// (which synchronises the device). `limit` caps the bytes held from cudaMalloc, live and
+// cached together. A request that does not fit (over the limit, or cudaMalloc fails)
+// first frees the cache and tries once more, then throws OutOfMemory.
+//
+// Blocks are reused in the order of the compute stream: work on another stream that uses
+// a block must be finished, or ordered before the compute stream, before the block is freed.
+class CachingDeviceAllocator final : public Allocator {
+ public:
+  explicit CachingDeviceAllocator(size_t limit) : limit_(limit) {}
+  ~CachingDeviceAllocator() override;
+  void* allocate(size_t bytes, const std::string& tag) override;
+  void deallocate(void* p) override;
+
+  void release_cache();  // cudaFree every cached block
+  size_t reserved_bytes() const { return reserved_; }
+  size_t cached_bytes() const { return cached_bytes_; }
+
+ private:
+  void* device_malloc(size_t bytes);  // nullptr on failure, with the CUDA error cleared
+
+  size_t limit_;
+  size_t reserved_ = 0, cached_bytes_ = 0;
+  std::unordered_map<void*, size_t> live_;  // pointer -> block size
+  std::multimap<size_t, void*> cached_;     // block size -> free block
+};
+
+class CudaDevice final : public Device {
+ public:
+  explicit CudaDevice(const BackendOptions& options);
+  ~CudaDevice() override;
+
+  DeviceKind kind() const override { return DeviceKind::Cuda; }
+  std::string name() const override { return name_; }
+  int ordinal() const override { return ordinal_; }
+  size_t memory_capacity() const override { return capacity_; }
+  TracingAllocator& allocator() override { return tracer_; }
+
+  void synchronize() override;
+  std::unique_ptr<EventTimer> make_timer(int num_marks) override;
+
+  void copy_to_device(void* dst, const void* host_src, size_t bytes) override;
+  void copy_to_host(void* host_dst, const void* src, size_t bytes) override;
+  void copy_on_device(void* dst, const void* src, size_t bytes) override;
+  void fill_zero(void* dst, size_t bytes) override;
+  void* native_stream() override { return stream_; }
+
+  cudaStream_t stream() const { return stream_; }
+  int multiprocessors() const { return multiprocessors_; }
+  CachingDeviceAllocator& caching_allocator() { return cache_; }
+
+ private:
+  int ordinal_;
+  std::string name_;
+  size_t capacity_;
+  int multiprocessors_ = 1;
+  cudaStream_t stream_ = nullptr;
+  CachingDeviceAllocator cache_;
+  TracingAllocator tracer_;
+};
+
+}  // namespace llmhpc

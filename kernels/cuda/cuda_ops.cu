@@ -1,0 +1,214 @@
+// CudaOps (see cuda_ops.h): the same shape checks as the CPU backend, then GEMMs on cuBLAS
+// and launches of the kernels in kernels.h. Naive attention is batched GEMMs around a
+// softmax kernel, with NVTX ranges "scores", "softmax" and "value_matmul".
+#include "kernels/cuda/cuda_ops.h"
+
+#include <cmath>
+
+#include "kernels/cuda/kernels.h"
+#include "src/core/nvtx.h"
+
+namespace llmhpc {
+namespace {
+
+void expect(bool ok, const char* op, const std::string& what) { LLMHPC_CHECK(ok, std::string(op) + ": " + what); }
+
+// Element `offset` of a tensor, as a raw pointer (for sub-matrices handed to cuBLAS).
+const void* at(const Tensor& t, int64_t offset) {
+  return static_cast<const char*>(t.data) + offset * int64_t(dtype_size(t.dtype));
+}
+
+void flash_not_yet(const AttentionDims& d) {
+  if (d.kind == AttentionKind::Flash)
+    throw UsageError("--attention flash is not yet available on the CUDA backend; use --attention naive");
+}
+
+}  // namespace
+
+CudaOps::CudaOps(CudaDevice& device, bool allow_tf32)
+    : device_(device), stream_(device.stream()), gemm_(device.stream(), device.allocator(), allow_tf32) {}
+
+void CudaOps::embedding_forward(Tensor out, Tensor tokens, Tensor wte) {
+  const int64_t C = wte.dim(-1), N = tokens.numel();
+  expect(out.numel() == N * C && tokens.dtype == DType::I32, "embedding_forward", "shapes");
+  cuda::embedding_forward(out, tokens, wte, N, C, stream_);
+}
+
+void CudaOps::embedding_backward(Tensor dwte, Tensor dout, Tensor tokens) {
+  const int64_t C = dwte.dim(-1), N = tokens.numel();
+  expect(dout.numel() == N * C && tokens.dtype == DType::I32, "embedding_backward", "shapes");
+  cuda::embedding_backward(dwte, dout, tokens, N, C, device_.allocator(), stream_);
+}
+
+void CudaOps::rmsnorm_forward(Tensor out, Tensor rstd, Tensor x, Tensor w) {
+  const int64_t C = w.numel(), N = x.numel() / C;
+  expect(out.numel() == x.numel() && rstd.numel() == N, "rmsnorm_forward", "shapes");
+  cuda::rmsnorm_forward(Tensor(), out, rstd, x, Tensor(), w, N, C, stream_);
+}
+
+void CudaOps::residual_rmsnorm_forward(Tensor x_out, Tensor out, Tensor rstd, Tensor x, Tensor delta, Tensor w) {
+  const int64_t C = w.numel(), N = x.numel() / C;
+  expect(x_out.numel() == x.numel() && delta.numel() == x.numel() && out.numel() == x.numel() && rstd.numel() == N,
+         "residual_rmsnorm_forward", "shapes");
+  cuda::rmsnorm_forward(x_out, out, rstd, x, delta, w, N, C, stream_);
+}
+
+void CudaOps::rmsnorm_backward(Tensor dx, Tensor dw, Tensor dout, Tensor x, Tensor w, Tensor rstd) {
+  const int64_t C = w.numel(), N = x.numel() / C;
+  expect(dx.numel() == x.numel() && dout.numel() == x.numel() && dw.numel() == C && rstd.numel() == N,
+         "rmsnorm_backward", "shapes");
+  cuda::rmsnorm_backward(dx, dw, dout, x, w, rstd, N, C, device_.multiprocessors(), device_.allocator(), stream_);
+}
+
+// y (N,out) = x (N,in) W^T with W (out,in).
+void CudaOps::linear_forward(Tensor y, Tensor x, Tensor w) {
+  const int64_t out_f = w.dim(0), in_f = w.dim(1), N = x.numel() / in_f;
+  expect(x.numel() == N * in_f && y.numel() == N * out_f, "linear_forward", "shapes");
+  gemm_.run(false, true, N, out_f, in_f, 1.f, {x.data, x.dtype, in_f}, {w.data, w.dtype, in_f}, 0.f,
+            {y.data, y.dtype, out_f});
+}
+
+// dx (N,in) = dy W; dw (out,in) += dy^T x.
+void CudaOps::linear_backward(Tensor dx, Tensor dw, Tensor dy, Tensor x, Tensor w) {
+  const int64_t out_f = w.dim(0), in_f = w.dim(1), N = x.numel() / in_f;
+  expect(dy.numel() == N * out_f && dw.numel() == w.numel() && (dx.empty() || dx.numel() == x.numel()),
+         "linear_backward", "shapes");
+  if (!dx.empty())
+    gemm_.run(false, false, N, in_f, out_f, 1.f, {dy.data, dy.dtype, out_f}, {w.data, w.dtype, in_f}, 0.f,
+              {dx.data, dx.dtype, in_f});
+  gemm_.run(true, false, out_f, in_f, N, 1.f, {dy.data, dy.dtype, out_f}, {x.data, x.dtype, in_f}, 1.f,
+            {dw.data, dw.dtype, in_f});
+}
+
+void CudaOps::rope_forward(Tensor qkv, int64_t heads, double theta) { rope(qkv, heads, theta, +1.0); }
+void CudaOps::rope_backward(Tensor dqkv, int64_t heads, double theta) { rope(dqkv, heads, theta, -1.0); }
+
+void CudaOps::rope(Tensor qkv, int64_t heads, double theta, double sign) {
+  const int64_t B = qkv.dim(0), T = qkv.dim(1), D = qkv.numel() / (B * T * 3 * heads);
+  expect(qkv.numel() == B * T * 3 * heads * D && D % 2 == 0, "rope", "qkv must be (B,T,3,H,D) with D even");
+  if (T > rope_positions_ || D != rope_head_dim_ || theta != rope_theta_) {
+    rope_positions_ = 0;     // stays "no table" if the allocation below runs out of memory
+    rope_table_ = Buffer();  // free the old table first
+    rope_table_ = Buffer(device_.allocator(), DType::F32, {T, D}, "rope.table");
+    cuda::rope_table(rope_table_, T, D, theta, stream_);
+    rope_positions_ = T;
+    rope_head_dim_ = D;
+    rope_theta_ = theta;
+  }
+  cuda::rope(qkv, rope_table_, B, T, heads, D, sign, stream_);
+}
+
+SavedSpec CudaOps::attention_saved(const AttentionDims& d, DType compute) const {
+  flash_not_yet(d);
+  return {Shape{d.batch, d.heads, d.seq, d.seq}, compute};
+}
+
+// Per batch element b, the H heads are one strided batch: head h of q starts h*D into the
+// (T, 3HD) rows of qkv, so consecutive heads are D elements apart.
+void CudaOps::attention_forward(Tensor out, Tensor saved, Tensor qkv, const AttentionDims& d) {
+  flash_not_yet(d);
+  const int64_t B = d.batch, T = d.seq, H = d.heads, D = d.head_dim, row = 3 * H * D;
+  expect(out.numel() == B * T * H * D && qkv.numel() == 3 * out.numel() && saved.numel() == B * H * T * T,
+         "attention_forward", "shapes");
+  if (saved.dtype != qkv.dtype || out.dtype != qkv.dtype)
+    throw UsageError("attention_forward: out, saved probabilities and qkv must share a dtype on the CUDA backend");
+  const DType cd = qkv.dtype;
+  const float scale = float(1.0 / std::sqrt(double(D)));
+  {
+    NvtxRange range("scores");  // S = Q K^T / sqrt(D), (T,T) per head
+    for (int64_t b = 0; b < B; ++b)
+      gemm_.run(false, true, T, T, D, scale, {at(qkv, b * T * row), cd, row, D},
+                {at(qkv, b * T * row + H * D), cd, row, D}, 0.f, {at(saved, b * H * T * T), cd, T, T * T}, H);
+  }
+  {
+    NvtxRange range("softmax");
+    cuda::attention_softmax_forward(saved, B * H * T, T, d.causal, stream_);
+  }
+  {
+    NvtxRange range("value_matmul");  // O = P V, written head by head into (T, HD) rows
+    for (int64_t b = 0; b < B; ++b)
+      gemm_.run(false, false, T, D, T, 1.f, {at(saved, b * H * T * T), cd, T, T * T},
+                {at(qkv, b * T * row + 2 * H * D), cd, row, D}, 0.f, {at(out, b * T * H * D), cd, H * D, D}, H);
+  }
+}
+
+// dP = dO V^T, dV = P^T dO, dS = P (dP - rowsum(dP P)), dQ = dS K / sqrt(D), dK = dS^T Q / sqrt(D).
+// One batch element at a time, so dP needs (H,T,T) of scratch rather than (B,H,T,T).
+void CudaOps::attention_backward(Tensor dqkv, Tensor dout, Tensor out, Tensor saved, Tensor qkv,
+                                 const AttentionDims& d) {
+  flash_not_yet(d);
+  const int64_t B = d.batch, T = d.seq, H = d.heads, D = d.head_dim, row = 3 * H * D;
+  expect(dout.numel() == B * T * H * D && qkv.numel() == 3 * dout.numel() && dqkv.numel() == qkv.numel() &&
+             saved.numel() == B * H * T * T,
+         "attention_backward", "shapes");
+  const DType cd = qkv.dtype;
+  if (saved.dtype != cd || dout.dtype != cd || dqkv.dtype != cd)
+    throw UsageError("attention_backward: dqkv, dout, saved probabilities and qkv must share a dtype on the CUDA backend");
+  const float scale = float(1.0 / std::sqrt(double(D)));
+  Buffer dprobs(device_.allocator(), cd, {H, T, T}, "attention.dprobs");
+  const Tensor dP = dprobs.tensor();
+  for (int64_t b = 0; b < B; ++b) {
+    const int64_t q = b * T * row, k = q + H * D, v = q + 2 * H * D, o = b * T * H * D, p = b * H * T * T;
+    {
+      NvtxRange range("value_matmul");
+      gemm_.run(false, true, T, T, D, 1.f, {at(dout, o), cd, H * D, D}, {at(qkv, v), cd, row, D}, 0.f,
+                {dP.data, cd, T, T * T}, H);
+      gemm_.run(true, false, T, D, T, 1.f, {at(saved, p), cd, T, T * T}, {at(dout, o), cd, H * D, D}, 0.f,
+                {at(dqkv, v), cd, row, D}, H);
+    }
+    {
+      NvtxRange range("softmax");
+      cuda::attention_softmax_backward(dP, saved.slice(p, {H * T, T}), H * T, T, d.causal, stream_);
+    }
+    {
+      NvtxRange range("scores");
+      gemm_.run(false, false, T, D, T, scale, {dP.data, cd, T, T * T}, {at(qkv, k), cd, row, D}, 0.f,
+                {at(dqkv, q), cd, row, D}, H);
+      gemm_.run(true, false, T, D, T, scale, {dP.data, cd, T, T * T}, {at(qkv, q), cd, row, D}, 0.f,
+                {at(dqkv, k), cd, row, D}, H);
+    }
+  }
+}
+
+void CudaOps::swiglu_forward(Tensor out, Tensor h) {
+  const int64_t F = out.dim(-1), N = out.numel() / F;
+  expect(h.numel() == 2 * N * F, "swiglu_forward", "shapes");
+  cuda::swiglu_forward(out, h, N, F, stream_);
+}
+
+void CudaOps::swiglu_backward(Tensor dh, Tensor dout, Tensor h) {
+  const int64_t F = dout.dim(-1), N = dout.numel() / F;
+  expect(h.numel() == 2 * N * F && dh.numel() == h.numel(), "swiglu_backward", "shapes");
+  cuda::swiglu_backward(dh, dout, h, N, F, stream_);
+}
+
+void CudaOps::cross_entropy_forward(Tensor losses, Tensor logits, Tensor targets) {
+  const int64_t V = logits.dim(-1), N = logits.numel() / V;
+  expect(losses.numel() == N && targets.numel() == N && targets.dtype == DType::I32, "cross_entropy_forward",
+         "shapes");
+  cuda::cross_entropy_forward(losses, logits, targets, N, V, stream_);
+}
+
+void CudaOps::cross_entropy_backward(Tensor dlogits, Tensor logits, Tensor targets, double scale) {
+  const int64_t V = logits.dim(-1), N = logits.numel() / V;
+  expect(dlogits.numel() == logits.numel() && targets.numel() == N && targets.dtype == DType::I32,
+         "cross_entropy_backward", "shapes");
+  cuda::cross_entropy_backward(dlogits, logits, targets, scale, N, V, stream_);
+}
+
+void CudaOps::adamw_step(Tensor param, Tensor grad, Tensor m, Tensor v, Tensor param_lowp, const AdamWHyper& h,
+                         int64_t step) {
+  const int64_t n = param.numel();
+  expect(grad.numel() == n && m.numel() == n && v.numel() == n && (param_lowp.empty() || param_lowp.numel() == n),
+         "adamw_step", "shapes");
+  cuda::adamw_step(param, grad, m, v, param_lowp, h, step, stream_);
+}
+
+void CudaOps::convert(Tensor dst, Tensor src) {
+  expect(dst.numel() == src.numel(), "convert", "element counts differ");
+  cuda::convert(dst, src, stream_);
+}
+
+void CudaOps::scale(Tensor x, double factor) { cuda::scale(x, factor, stream_); }
+
+}  // namespace llmhpc

@@ -1,0 +1,48 @@
+// The CUDA Ops: shape checks, cuBLAS GEMMs and the launches of the kernels in kernels.h,
+// all ordered on the device's compute stream.
+#pragma once
+#include "kernels/cuda/cuda_device.h"
+#include "kernels/cuda/gemm.h"
+
+namespace llmhpc {
+
+class CudaOps final : public Ops {
+ public:
+  CudaOps(CudaDevice& device, bool allow_tf32);
+
+  void embedding_forward(Tensor out, Tensor tokens, Tensor wte) override;
+  void embedding_backward(Tensor dwte, Tensor dout, Tensor tokens) override;
+  void rmsnorm_forward(Tensor out, Tensor rstd, Tensor x, Tensor w) override;
+  void residual_rmsnorm_forward(Tensor x_out, Tensor out, Tensor rstd, Tensor x, Tensor delta, Tensor w) override;
+  void rmsnorm_backward(Tensor dx, Tensor dw, Tensor dout, Tensor x, Tensor w, Tensor rstd) override;
+  void linear_forward(Tensor y, Tensor x, Tensor w) override;
+  void linear_backward(Tensor dx, Tensor dw, Tensor dy, Tensor x, Tensor w) override;
+  void rope_forward(Tensor qkv, int64_t heads, double theta) override;
+  void rope_backward(Tensor dqkv, int64_t heads, double theta) override;
+  SavedSpec attention_saved(const AttentionDims& d, DType compute) const override;
+  void attention_forward(Tensor out, Tensor saved, Tensor qkv, const AttentionDims& d) override;
+  void attention_backward(Tensor dqkv, Tensor dout, Tensor out, Tensor saved, Tensor qkv,
+                          const AttentionDims& d) override;
+  void swiglu_forward(Tensor out, Tensor h) override;
+  void swiglu_backward(Tensor dh, Tensor dout, Tensor h) override;
+  void cross_entropy_forward(Tensor losses, Tensor logits, Tensor targets) override;
+  void cross_entropy_backward(Tensor dlogits, Tensor logits, Tensor targets, double scale) override;
+  void adamw_step(Tensor param, Tensor grad, Tensor m, Tensor v, Tensor param_lowp, const AdamWHyper& h,
+                  int64_t step) override;
+  void convert(Tensor dst, Tensor src) override;
+  void scale(Tensor x, double factor) override;
+
+ private:
+  void rope(Tensor qkv, int64_t heads, double theta, double sign);
+
+  CudaDevice& device_;
+  cudaStream_t stream_;
+  cuda::Gemm gemm_;
+  // RoPE angles for positions [0, rope_positions_) at head size rope_head_dim_ and base
+  // rope_theta_, kept between calls (every layer, forward and backward, uses the same).
+  Buffer rope_table_;
+  int64_t rope_positions_ = 0, rope_head_dim_ = 0;
+  double rope_theta_ = 0;
+};
+
+}  // namespace llmhpc

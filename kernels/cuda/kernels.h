@@ -1,0 +1,57 @@
+// Launchers of the CUDA backend's own kernels (everything that is not a cuBLAS GEMM).
+// Each enqueues on `stream`, dispatches on the tensors' dtypes (fp32 or bf16 storage,
+// fp32 arithmetic) and checks the launch. CudaOps checks shapes before calling them;
+// shapes below use N rows, C channels, F = d_ff, V = vocabulary, T = sequence.
+#pragma once
+#include <cuda_runtime.h>
+
+#include "kernels/ops.h"
+
+namespace llmhpc::cuda {
+
+// out (N,C) = wte[tokens]; tokens (N) int32, wte (V,C).
+void embedding_forward(Tensor out, Tensor tokens, Tensor wte, int64_t N, int64_t C, cudaStream_t stream);
+// dwte (V,C) fp32 += rows of dout (N,C) at tokens; deterministic (sorted by token).
+void embedding_backward(Tensor dwte, Tensor dout, Tensor tokens, int64_t N, int64_t C, Allocator& scratch,
+                        cudaStream_t stream);
+
+// out (N,C), rstd (N) fp32 = rmsnorm(x_out), with x_out = x + delta when delta is not
+// empty (written to x_out), else x_out = x (x_out unused). w (C) fp32.
+void rmsnorm_forward(Tensor x_out, Tensor out, Tensor rstd, Tensor x, Tensor delta, Tensor w, int64_t N, int64_t C,
+                     cudaStream_t stream);
+// dx (N,C) += input gradient; dw (C) fp32 += weight gradient; dout, x (N,C); rstd (N) fp32.
+void rmsnorm_backward(Tensor dx, Tensor dw, Tensor dout, Tensor x, Tensor w, Tensor rstd, int64_t N, int64_t C,
+                      int multiprocessors, Allocator& scratch, cudaStream_t stream);
+
+// RoPE angles: table (T, D/2) fp32 (cos, sin) pairs, i.e. at least T * D floats.
+void rope_table(Tensor table, int64_t T, int64_t D, double theta, cudaStream_t stream);
+// RoPE in place on the q and k parts of qkv (B,T,3,H,D) with a table for at least T
+// positions; sign -1 applies the inverse rotation.
+void rope(Tensor qkv, Tensor table, int64_t B, int64_t T, int64_t H, int64_t D, double sign, cudaStream_t stream);
+
+// out (N,F) = silu(h[:, :F]) * h[:, F:]; dh (N,2F) from dout (N,F) and h (N,2F).
+void swiglu_forward(Tensor out, Tensor h, int64_t N, int64_t F, cudaStream_t stream);
+void swiglu_backward(Tensor dh, Tensor dout, Tensor h, int64_t N, int64_t F, cudaStream_t stream);
+
+// Attention rows: `rows` rows of length T, row r is query position r % T of its (b, h).
+// Forward: scores -> probabilities in place (causal: key j > query i gets 0).
+void attention_softmax_forward(Tensor probs, int64_t rows, int64_t T, bool causal, cudaStream_t stream);
+// Backward: dprobs -> dscores in place, dS = P (dP - rowsum(dP P)); probs as saved.
+void attention_softmax_backward(Tensor dscores, Tensor probs, int64_t rows, int64_t T, bool causal,
+                                cudaStream_t stream);
+
+// losses (N) fp32 = logsumexp(logits[n]) - logits[n, targets[n]]; logits (N,V).
+void cross_entropy_forward(Tensor losses, Tensor logits, Tensor targets, int64_t N, int64_t V, cudaStream_t stream);
+// dlogits (N,V) = (softmax(logits) - onehot(targets)) * scale; may alias logits.
+void cross_entropy_backward(Tensor dlogits, Tensor logits, Tensor targets, double scale, int64_t N, int64_t V,
+                            cudaStream_t stream);
+
+// One fused AdamW pass over fp32 param, grad, m, v (n); param_lowp (bf16) if not empty.
+void adamw_step(Tensor param, Tensor grad, Tensor m, Tensor v, Tensor param_lowp, const AdamWHyper& h, int64_t step,
+                cudaStream_t stream);
+
+// dst = src elementwise (fp32 <-> bf16, or a copy); x *= factor.
+void convert(Tensor dst, Tensor src, cudaStream_t stream);
+void scale(Tensor x, double factor, cudaStream_t stream);
+
+}  // namespace llmhpc::cuda

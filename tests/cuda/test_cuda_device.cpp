@@ -1,0 +1,95 @@
+// The CUDA Device: identity, copies, event timing, and out-of-memory as a recoverable
+// error (through the memory limit and through cudaMalloc itself).
+#include "tests/cuda/cuda_test_util.h"
+
+namespace llmhpc::test {
+namespace {
+
+#define SKIP_WITHOUT_GPU() \
+  if (cuda_device_count() == 0) GTEST_SKIP() << "no GPU visible"
+
+constexpr int64_t MiB = int64_t(1) << 20;
+
+TEST(CudaDevice, ReportsTheGpuAndCopiesRoundTrip) {
+  SKIP_WITHOUT_GPU();
+  Backend b = make_gpu_backend();
+  Device& dev = *b.device;
+  EXPECT_EQ(dev.kind(), DeviceKind::Cuda);
+  EXPECT_EQ(dev.ordinal(), 0);
+  EXPECT_FALSE(dev.name().empty());
+  EXPECT_EQ(dev.name().find("cpu"), std::string::npos) << dev.name();
+  EXPECT_NE(dev.native_stream(), nullptr);
+  EXPECT_GT(dev.memory_capacity(), size_t(1) << 30);
+
+  const int64_t n = 100003;
+  std::vector<float> host(n), back(n, -1.f);
+  for (int64_t i = 0; i < n; ++i) host[i] = float(i) * 0.5f - 7.f;
+  Buffer a(dev.allocator(), DType::F32, {n}, "test.a"), c(dev.allocator(), DType::F32, {n}, "test.c");
+  dev.copy_to_device(a.tensor().data, host.data(), n * 4);
+  dev.copy_on_device(c.tensor().data, a.tensor().data, n * 4);
+  dev.copy_to_host(back.data(), c.tensor().data, n * 4);
+  EXPECT_EQ(back, host);
+  dev.fill_zero(c.tensor().data, n * 4);
+  dev.copy_to_host(back.data(), c.tensor().data, n * 4);
+  EXPECT_EQ(back, std::vector<float>(n, 0.f));
+  EXPECT_GE(dev.allocator().live_bytes(), 2 * n * 4);
+}
+
+TEST(CudaDevice, EventTimerMeasuresDeviceWork) {
+  SKIP_WITHOUT_GPU();
+  Backend b = make_gpu_backend();
+  const int64_t n = 64 * MiB;  // 256 MiB of fp32: tens of microseconds per pass at least
+  Buffer x(b.device->allocator(), DType::F32, {n}, "test.x"), y(b.device->allocator(), DType::BF16, {n}, "test.y");
+  b.device->fill_zero(x.tensor().data, x.tensor().bytes());
+  auto timer = b.device->make_timer(3);
+  timer->mark(0);
+  timer->mark(1);
+  for (int i = 0; i < 10; ++i) b.ops->convert(y, x);
+  timer->mark(2);
+  const double empty = timer->elapsed_ms(0, 1), work = timer->elapsed_ms(1, 2);
+  EXPECT_GE(empty, 0.0);
+  EXPECT_GT(work, 0.05) << "10 passes over 384 MiB cannot take under 50 us";
+  EXPECT_LT(work, 10000.0);
+  EXPECT_GT(work, empty);
+}
+
+// 256 MiB limit: the cuBLAS workspace holds 32 MiB, so exactly three 64 MiB buffers fit.
+// Their freed blocks stay cached; a larger request must release them and succeed.
+TEST(CudaDevice, MemoryLimitGivesRecoverableOutOfMemory) {
+  SKIP_WITHOUT_GPU();
+  const size_t limit = 256 * MiB;
+  Backend b = make_gpu_backend(limit);
+  EXPECT_EQ(b.device->memory_capacity(), limit);
+  Allocator& a = b.device->allocator();
+  std::vector<Buffer> held;
+  EXPECT_THROW(
+      {
+        for (int i = 0; i < 10; ++i) held.emplace_back(a, DType::F32, Shape{16 * MiB}, "test.fill");
+      },
+      OutOfMemory);
+  EXPECT_EQ(held.size(), 3u);
+  held.clear();
+  Buffer big(a, DType::F32, {40 * MiB}, "test.big");  // 160 MiB: fits only once the cache is released
+  Buffer lo(a, DType::BF16, {16 * MiB}, "test.lo");  // 32 MiB: 224 MiB held in all
+  b.ops->convert(lo, big.tensor().slice(0, {16 * MiB}));  // the device still works after the OOM
+  b.device->synchronize();
+}
+
+// Past what the GPU has (but under the limit), cudaMalloc itself fails; its error must be
+// cleared, or the next kernel's launch check would report it as fatal.
+TEST(CudaDevice, DriverOutOfMemoryIsRecoverable) {
+  SKIP_WITHOUT_GPU();
+  Backend b = make_gpu_backend();
+  Allocator& a = b.device->allocator();
+  const int64_t too_much = int64_t(b.device->memory_capacity()) - 64 * MiB;  // the context already uses more
+  EXPECT_THROW(Buffer(a, DType::F32, {too_much / 4}, "test.too_much"), OutOfMemory);
+  const int64_t n = 4099;
+  Buffer x(a, DType::F32, {n}, "test.x"), y(a, DType::BF16, {n}, "test.y");
+  std::vector<float> host(n, 1.5f);
+  b.device->copy_to_device(x.tensor().data, host.data(), n * 4);
+  b.ops->convert(y, x);
+  EXPECT_EQ(read_tensor(*b.device, y), std::vector<double>(n, 1.5));
+}
+
+}  // namespace
+}  // namespace llmhpc::test

@@ -1,0 +1,160 @@
+// The whole model on the GPU against the CPU backend in fp64: loss and every parameter's
+// gradient in fp32; loss and gradients within bf16 bounds under mixed precision; a few
+// AdamW training steps with matching losses; an out-of-memory model that leaves the
+// device usable for the next one (what a bench sweep relies on).
+#include <random>
+
+#include "src/model/adamw.h"
+#include "src/model/transformer.h"
+#include "tests/cuda/cuda_test_util.h"
+
+namespace llmhpc::test {
+namespace {
+
+#define SKIP_WITHOUT_GPU() \
+  if (cuda_device_count() == 0) GTEST_SKIP() << "no GPU visible"
+
+constexpr int64_t kBatch = 2, kSeq = 16;
+
+ModelConfig small_config() {
+  ModelConfig c;
+  c.vocab_size = 64;
+  c.context_length = kSeq;
+  c.d_model = 64;
+  c.d_ff = 96;
+  c.num_layers = 2;
+  c.num_heads = 4;
+  return c;
+}
+
+struct Batch {
+  std::vector<int32_t> tokens, targets;
+};
+
+Batch random_batch(std::mt19937_64& rng, int64_t vocab) {
+  std::uniform_int_distribution<int32_t> pick(0, int32_t(vocab - 1));
+  Batch b;
+  for (int64_t i = 0; i < kBatch * kSeq; ++i) {
+    b.tokens.push_back(pick(rng));
+    b.targets.push_back(pick(rng));
+  }
+  return b;
+}
+
+// One model on the CPU in fp64 (the reference) and one on the GPU, same weights and data.
+class CudaModel : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (cuda_device_count() == 0) GTEST_SKIP() << "no GPU visible";
+    cpu_ = make_cpu_backend(BackendOptions{});
+    gpu_ = make_gpu_backend();
+    seed_ = std::random_device{}();
+    rng_.seed(seed_);
+  }
+  void TearDown() override {
+    gpu_model_.reset();
+    cpu_model_.reset();
+  }
+
+  void build(Precision gpu_precision) {
+    const ModelConfig c = small_config();
+    cpu_model_ = std::make_unique<TransformerLM>(c, Precision::FP64, AttentionKind::Naive, *cpu_.device, *cpu_.ops);
+    gpu_model_ = std::make_unique<TransformerLM>(c, gpu_precision, AttentionKind::Naive, *gpu_.device, *gpu_.ops);
+    cpu_model_->init_parameters(seed_);
+    gpu_model_->init_parameters(seed_);
+  }
+
+  // Forward and backward on both; returns {gpu loss, cpu loss}.
+  std::pair<double, double> forward_backward() {
+    const Batch b = random_batch(rng_, small_config().vocab_size);
+    std::pair<double, double> loss;
+    for (TransformerLM* m : {gpu_model_.get(), cpu_model_.get()}) {
+      m->set_batch(b.tokens.data(), b.targets.data(), kBatch, kSeq);
+      m->forward();
+      (m == gpu_model_.get() ? loss.first : loss.second) = m->mean_loss();
+      m->zero_grad();
+      m->backward();
+    }
+    return loss;
+  }
+
+  std::vector<double> grad(TransformerLM& m, Backend& b, const std::string& name) {
+    return read_tensor(*b.device, m.grad(name));
+  }
+
+  std::string seed_note() const { return "random seed " + std::to_string(seed_); }
+
+  Backend cpu_, gpu_;
+  std::unique_ptr<TransformerLM> cpu_model_, gpu_model_;
+  unsigned seed_ = 0;
+  std::mt19937_64 rng_;
+};
+
+TEST_F(CudaModel, Fp32LossAndGradientsMatchCpu) {
+  build(Precision::FP32);
+  const auto [gpu_loss, cpu_loss] = forward_backward();
+  EXPECT_NEAR(gpu_loss, cpu_loss, 1e-5 * cpu_loss) << seed_note();
+  double worst = 0;
+  for (const ParamInfo& p : cpu_model_->layout().params()) {
+    const double e = max_rel_error(grad(*gpu_model_, gpu_, p.name), grad(*cpu_model_, cpu_, p.name));
+    EXPECT_LE(e, 1e-4) << p.name << ", " << seed_note();
+    if (!(e <= worst)) worst = e;
+  }
+  std::printf("fp32 model: loss %.8f vs %.8f, worst per-tensor gradient error %.2e\n", gpu_loss, cpu_loss, worst);
+}
+
+// Mixed precision rounds every matrix-product result to bf16 (one unit each, a few per
+// layer, partly cancelling): the loss within 8 units, each gradient within 25 units in
+// the L2 sense.
+TEST_F(CudaModel, Bf16LossAndGradientsWithinBounds) {
+  build(Precision::BF16);
+  const auto [gpu_loss, cpu_loss] = forward_backward();
+  EXPECT_NEAR(gpu_loss, cpu_loss, 8 * kBf16Unit * cpu_loss) << seed_note();
+  double worst = 0;
+  for (const ParamInfo& p : cpu_model_->layout().params()) {
+    const double e = l2_rel_error(grad(*gpu_model_, gpu_, p.name), grad(*cpu_model_, cpu_, p.name));
+    EXPECT_LE(e, 25 * kBf16Unit) << p.name << ", " << seed_note();
+    if (!(e <= worst)) worst = e;
+  }
+  std::printf("bf16 model: loss %.6f vs %.6f, worst per-tensor gradient L2 error %.2e\n", gpu_loss, cpu_loss, worst);
+}
+
+TEST_F(CudaModel, Fp32TrainingStepsMatchCpuLosses) {
+  build(Precision::FP32);
+  const AdamWHyper h{3e-3, 0.9, 0.95, 1e-8, 0.1};
+  AdamW gpu_opt(*gpu_model_, *gpu_.ops, h), cpu_opt(*cpu_model_, *cpu_.ops, h);
+  for (int step = 1; step <= 4; ++step) {
+    const auto [gpu_loss, cpu_loss] = forward_backward();
+    EXPECT_NEAR(gpu_loss, cpu_loss, 1e-4 * cpu_loss) << "step " << step << ", " << seed_note();
+    gpu_opt.step();
+    cpu_opt.step();
+  }
+  const double e = max_rel_error(read_tensor(*gpu_.device, gpu_model_->params()),
+                                 read_tensor(*cpu_.device, cpu_model_->params()));
+  EXPECT_LE(e, 1e-4) << "parameters after 4 steps, " << seed_note();
+}
+
+// A model too large for the memory limit throws OutOfMemory; the device then runs the
+// next, smaller model normally.
+TEST(CudaModelMemory, OutOfMemoryModelLeavesTheDeviceUsable) {
+  SKIP_WITHOUT_GPU();
+  Backend gpu = make_gpu_backend(size_t(96) << 20);  // 96 MiB, of which 32 MiB cuBLAS workspace
+  ModelConfig big = small_config();
+  big.d_model = 512;
+  big.num_heads = 8;
+  big.vocab_size = 20000;  // 2 x 20000 x 512 fp32 = 78 MiB of weights, and as much for gradients
+  EXPECT_THROW(TransformerLM(big, Precision::FP32, AttentionKind::Naive, *gpu.device, *gpu.ops), OutOfMemory);
+  EXPECT_EQ(gpu.device->allocator().live_bytes(), int64_t(32) << 20) << "the failed model left allocations behind";
+  TransformerLM small(small_config(), Precision::BF16, AttentionKind::Naive, *gpu.device, *gpu.ops);
+  small.init_parameters(7);
+  std::mt19937_64 rng(7);
+  const Batch b = random_batch(rng, small_config().vocab_size);
+  small.set_batch(b.tokens.data(), b.targets.data(), kBatch, kSeq);
+  small.forward();
+  const double loss = small.mean_loss();
+  EXPECT_TRUE(std::isfinite(loss));
+  EXPECT_NEAR(loss, std::log(double(small_config().vocab_size)), 2.0);
+}
+
+}  // namespace
+}  // namespace llmhpc::test

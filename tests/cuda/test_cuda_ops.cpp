@@ -1,0 +1,246 @@
+// Every CUDA op, forward and backward, against the CPU backend computing in fp64 on the
+// same (fresh random) inputs. fp32 results must agree to ~1e-5 of the largest reference
+// value; bf16 results within bounds built from bf16's unit roundoff (cuda_test_util.h).
+// Outputs the op overwrites start as NaN on the GPU, so a skipped element fails.
+#include "tests/cuda/cuda_test_util.h"
+
+namespace llmhpc::test {
+namespace {
+
+constexpr double kFp32Tol = 1e-5;
+constexpr DType F32 = DType::F32, BF16 = DType::BF16;
+
+double tol(DType out, double bf16_tol) { return out == BF16 ? bf16_tol : kFp32Tol; }
+
+using CudaOps = CudaVsCpu;
+
+TEST_F(CudaOps, EmbeddingForwardCopiesRows) {
+  for (DType dt : {F32, BF16}) {
+    const int64_t V = 37, N = 50, C = 24;
+    Twin wte = random({V, C}, dt), tok = tokens({N}, V), out = poisoned({N, C}, dt);
+    cpu().embedding_forward(out.cpu, tok.cpu, wte.cpu);
+    gpu().embedding_forward(out.gpu, tok.gpu, wte.gpu);
+    EXPECT_EQ(error(out), 0.0) << dtype_name(dt) << ", " << seed_note();
+  }
+}
+
+TEST_F(CudaOps, EmbeddingBackwardAccumulatesRepeatedTokensDeterministically) {
+  for (DType dt : {F32, BF16}) {
+    const int64_t V = 7, N = 300, C = 40;  // few ids, so every id repeats many times
+    Twin dwte = random({V, C}, F32), dout = random({N, C}, dt), tok = tokens({N}, V);
+    Twin again = twin({V, C}, F32, gpu_values(dwte));
+    cpu().embedding_backward(dwte.cpu, dout.cpu, tok.cpu);
+    gpu().embedding_backward(dwte.gpu, dout.gpu, tok.gpu);
+    gpu().embedding_backward(again.gpu, dout.gpu, tok.gpu);
+    EXPECT_LE(error(dwte), kFp32Tol) << dtype_name(dt) << ", " << seed_note();
+    EXPECT_EQ(gpu_values(dwte), gpu_values(again)) << "two runs differ: the scatter-add is not deterministic";
+  }
+}
+
+TEST_F(CudaOps, RmsNormForward) {
+  for (DType dt : {F32, BF16})
+    for (int64_t C : {96, 1000}) {
+      const int64_t N = 37;
+      Twin x = random({N, C}, F32), w = random({C}, F32), out = poisoned({N, C}, dt), rstd = poisoned({N}, F32);
+      cpu().rmsnorm_forward(out.cpu, rstd.cpu, x.cpu, w.cpu);
+      gpu().rmsnorm_forward(out.gpu, rstd.gpu, x.gpu, w.gpu);
+      EXPECT_LE(error(out), tol(dt, bf16_bound(1))) << dtype_name(dt) << " C=" << C << ", " << seed_note();
+      EXPECT_LE(error(rstd), kFp32Tol) << dtype_name(dt) << " C=" << C << ", " << seed_note();
+    }
+}
+
+TEST_F(CudaOps, ResidualRmsNormForward) {
+  for (DType dt : {F32, BF16}) {
+    const int64_t N = 29, C = 200;
+    Twin x = random({N, C}, F32), delta = random({N, C}, dt), w = random({C}, F32);
+    Twin x_out = poisoned({N, C}, F32), out = poisoned({N, C}, dt), rstd = poisoned({N}, F32);
+    cpu().residual_rmsnorm_forward(x_out.cpu, out.cpu, rstd.cpu, x.cpu, delta.cpu, w.cpu);
+    gpu().residual_rmsnorm_forward(x_out.gpu, out.gpu, rstd.gpu, x.gpu, delta.gpu, w.gpu);
+    EXPECT_LE(error(x_out), kFp32Tol) << dtype_name(dt) << ", " << seed_note();
+    EXPECT_LE(error(out), tol(dt, bf16_bound(1))) << dtype_name(dt) << ", " << seed_note();
+    EXPECT_LE(error(rstd), kFp32Tol) << dtype_name(dt) << ", " << seed_note();
+  }
+}
+
+// dx and dw accumulate into random initial values. C = 12500 needs more than 48 KiB of
+// shared memory for the dw accumulator (the opt-in path).
+TEST_F(CudaOps, RmsNormBackwardAccumulates) {
+  for (DType dt : {F32, BF16})
+    for (auto [N, C] : std::initializer_list<std::pair<int64_t, int64_t>>{{64, 96}, {5, 12500}}) {
+      Twin x = random({N, C}, F32), w = random({C}, F32), dout = random({N, C}, dt);
+      Twin dx = random({N, C}, F32), dw = random({C}, F32);
+      Twin out = poisoned({N, C}, dt), rstd = poisoned({N}, F32);
+      cpu().rmsnorm_forward(out.cpu, rstd.cpu, x.cpu, w.cpu);
+      gpu().rmsnorm_forward(out.gpu, rstd.gpu, x.gpu, w.gpu);
+      cpu().rmsnorm_backward(dx.cpu, dw.cpu, dout.cpu, x.cpu, w.cpu, rstd.cpu);
+      gpu().rmsnorm_backward(dx.gpu, dw.gpu, dout.gpu, x.gpu, w.gpu, rstd.gpu);
+      // Inputs are exact in both dtypes and the arithmetic is fp32: fp32 accuracy either way.
+      EXPECT_LE(error(dx), kFp32Tol) << dtype_name(dt) << " C=" << C << ", " << seed_note();
+      EXPECT_LE(error(dw), kFp32Tol) << dtype_name(dt) << " C=" << C << ", " << seed_note();
+    }
+}
+
+// bf16 operands accumulate in fp32 (error ~K * 2^-24, negligible); a bf16 output is then
+// rounded once.
+TEST_F(CudaOps, LinearForward) {
+  const int64_t N = 48, in = 72, out_f = 40;
+  for (auto [op_dt, out_dt] : std::initializer_list<std::pair<DType, DType>>{{F32, F32}, {BF16, BF16}, {BF16, F32}}) {
+    Twin x = random({N, in}, op_dt), w = random({out_f, in}, op_dt), y = poisoned({N, out_f}, out_dt);
+    cpu().linear_forward(y.cpu, x.cpu, w.cpu);
+    gpu().linear_forward(y.gpu, x.gpu, w.gpu);
+    EXPECT_LE(error(y), tol(out_dt, bf16_bound(1))) << dtype_name(op_dt) << "->" << dtype_name(out_dt) << ", "
+                                                    << seed_note();
+  }
+}
+
+TEST_F(CudaOps, LinearBackwardOverwritesDxAndAccumulatesDw) {
+  const int64_t N = 48, in = 72, out_f = 40;
+  for (DType dt : {F32, BF16}) {
+    Twin x = random({N, in}, dt), w = random({out_f, in}, dt), dy = random({N, out_f}, dt);
+    Twin dx = poisoned({N, in}, dt), dw = random({out_f, in}, F32);
+    cpu().linear_backward(dx.cpu, dw.cpu, dy.cpu, x.cpu, w.cpu);
+    gpu().linear_backward(dx.gpu, dw.gpu, dy.gpu, x.gpu, w.gpu);
+    EXPECT_LE(error(dx), tol(dt, bf16_bound(1))) << dtype_name(dt) << ", " << seed_note();
+    EXPECT_LE(error(dw), kFp32Tol) << dtype_name(dt) << ", " << seed_note();  // fp32 result from exact inputs
+    // Without dx, only dw moves (again). The CPU backend takes the dtype of its first
+    // tensor argument as the one all must share, so its empty dx is an fp64 one.
+    cpu().linear_backward(Tensor(nullptr, DType::F64, Shape{}), dw.cpu, dy.cpu, x.cpu, w.cpu);
+    gpu().linear_backward(Tensor(), dw.gpu, dy.gpu, x.gpu, w.gpu);
+    EXPECT_LE(error(dw), kFp32Tol) << dtype_name(dt) << ", " << seed_note();
+  }
+}
+
+// T = 1100 checks the angle at large positions (t * theta^(-2i/D) needs more than fp32).
+TEST_F(CudaOps, RopeForwardAndBackward) {
+  struct Case { int64_t B, T, H, D; };
+  for (DType dt : {F32, BF16})
+    for (Case c : {Case{2, 40, 3, 8}, Case{1, 1100, 1, 4}}) {
+      Twin qkv = random({c.B, c.T, 3 * c.H * c.D}, dt), dqkv = random({c.B, c.T, 3 * c.H * c.D}, dt);
+      cpu().rope_forward(qkv.cpu, c.H, 10000.0);
+      gpu().rope_forward(qkv.gpu, c.H, 10000.0);
+      cpu().rope_backward(dqkv.cpu, c.H, 10000.0);
+      gpu().rope_backward(dqkv.gpu, c.H, 10000.0);
+      EXPECT_LE(error(qkv), tol(dt, bf16_bound(1))) << dtype_name(dt) << " T=" << c.T << ", " << seed_note();
+      EXPECT_LE(error(dqkv), tol(dt, bf16_bound(1))) << dtype_name(dt) << " T=" << c.T << ", " << seed_note();
+    }
+}
+
+// bf16 bounds for attention: scores s ~ N(0, 1) here (|s| < ~4) are rounded to bf16, which
+// moves each probability by up to 2 * 4 units relative to itself, and P is rounded again
+// (1 unit): probabilities within 9 units plus 1 for slack. The output averages T rounded
+// values (sqrt(T) units) and is rounded once more. The backward adds the roundings of dP,
+// dS and the result.
+TEST_F(CudaOps, NaiveAttentionForwardAndBackward) {
+  const int64_t B = 2, T = 33, H = 3, D = 16;
+  for (DType dt : {F32, BF16})
+    for (bool causal : {true, false}) {
+      const AttentionDims dims{B, T, H, D, causal, AttentionKind::Naive};
+      const SavedSpec spec = gpu().attention_saved(dims, dt);
+      ASSERT_EQ(spec.shape, (Shape{B, H, T, T}));
+      ASSERT_EQ(spec.dtype, dt);
+      Twin qkv = random({B, T, 3 * H * D}, dt), dout = random({B, T, H * D}, dt);
+      Twin out = poisoned({B, T, H * D}, dt), probs = poisoned(spec.shape, dt), dqkv = poisoned({B, T, 3 * H * D}, dt);
+      cpu().attention_forward(out.cpu, probs.cpu, qkv.cpu, dims);
+      gpu().attention_forward(out.gpu, probs.gpu, qkv.gpu, dims);
+      cpu().attention_backward(dqkv.cpu, dout.cpu, out.cpu, probs.cpu, qkv.cpu, dims);
+      gpu().attention_backward(dqkv.gpu, dout.gpu, out.gpu, probs.gpu, qkv.gpu, dims);
+      const std::string what = std::string(dtype_name(dt)) + (causal ? " causal, " : " full, ") + seed_note();
+      EXPECT_LE(error(probs), tol(dt, bf16_bound(10))) << what;
+      EXPECT_LE(error(out), tol(dt, bf16_bound(11, T))) << what;
+      EXPECT_LE(error(dqkv), tol(dt, bf16_bound(14, T))) << what;
+    }
+}
+
+TEST_F(CudaOps, NaiveAttentionFlashIsNotYetAvailable) {
+  const AttentionDims dims{1, 4, 1, 8, true, AttentionKind::Flash};
+  EXPECT_THROW(gpu().attention_saved(dims, F32), UsageError);
+}
+
+// F = 36 takes the 4-wide vector path, F = 37 the scalar one. One bf16 rounding each.
+TEST_F(CudaOps, SwiGluForwardAndBackward) {
+  for (DType dt : {F32, BF16})
+    for (int64_t F : {36, 37}) {
+      const int64_t N = 20;
+      Twin h = random({N, 2 * F}, dt, 2.0), out = poisoned({N, F}, dt);
+      Twin dout = random({N, F}, dt), dh = poisoned({N, 2 * F}, dt);
+      cpu().swiglu_forward(out.cpu, h.cpu);
+      gpu().swiglu_forward(out.gpu, h.gpu);
+      cpu().swiglu_backward(dh.cpu, dout.cpu, h.cpu);
+      gpu().swiglu_backward(dh.gpu, dout.gpu, h.gpu);
+      EXPECT_LE(error(out), tol(dt, bf16_bound(1))) << dtype_name(dt) << " F=" << F << ", " << seed_note();
+      EXPECT_LE(error(dh), tol(dt, bf16_bound(1))) << dtype_name(dt) << " F=" << F << ", " << seed_note();
+    }
+}
+
+// Losses are fp32 from exact inputs in either dtype; the gradient, written over the
+// logits as the model does, is rounded once in bf16.
+TEST_F(CudaOps, CrossEntropyForwardAndInPlaceBackward) {
+  for (DType dt : {F32, BF16})
+    for (int64_t V : {50, 1000}) {
+      const int64_t N = 24;
+      Twin logits = random({N, V}, dt, 3.0), targets = tokens({N}, V), losses = poisoned({N}, F32);
+      cpu().cross_entropy_forward(losses.cpu, logits.cpu, targets.cpu);
+      gpu().cross_entropy_forward(losses.gpu, logits.gpu, targets.gpu);
+      EXPECT_LE(error(losses), kFp32Tol) << dtype_name(dt) << " V=" << V << ", " << seed_note();
+      cpu().cross_entropy_backward(logits.cpu, logits.cpu, targets.cpu, 1.0 / N);
+      gpu().cross_entropy_backward(logits.gpu, logits.gpu, targets.gpu, 1.0 / N);
+      EXPECT_LE(error(logits), tol(dt, bf16_bound(1))) << dtype_name(dt) << " V=" << V << ", " << seed_note();
+    }
+}
+
+// The kernel does the CPU reference's fp32 operations in the same order without FMA
+// contraction, so the results are bitwise equal, on the vector path (aligned, offset 0)
+// and on the scalar one (offset 1: 4 bytes off 16-byte alignment), tail included.
+TEST_F(CudaOps, AdamWMatchesCpuFp32Bitwise) {
+  const int64_t n = 1003;
+  const AdamWHyper h{1e-3, 0.9, 0.999, 1e-8, 0.01};
+  for (int64_t offset : {0, 1}) {
+    Twin p = random({n + 1}, F32, 1.0, F32), m = twin({n + 1}, F32, std::vector<double>(n + 1, 0.0), F32);
+    Twin v = twin({n + 1}, F32, std::vector<double>(n + 1, 0.0), F32), lowp = poisoned({n + 1}, BF16, BF16);
+    auto part = [&](const Tensor& t) { return t.slice(offset, {n}); };
+    const std::vector<double> p_before = gpu_values(p);
+    for (int64_t step = 1; step <= 3; ++step) {
+      Twin g = random({n + 1}, F32, 1.0, F32);
+      cpu().adamw_step(part(p.cpu), part(g.cpu), part(m.cpu), part(v.cpu), part(lowp.cpu), h, step);
+      gpu().adamw_step(part(p.gpu), part(g.gpu), part(m.gpu), part(v.gpu), part(lowp.gpu), h, step);
+    }
+    const std::string what = "offset " + std::to_string(offset) + ", " + seed_note();
+    EXPECT_EQ(gpu_values(p), cpu_values(p)) << what;
+    EXPECT_EQ(gpu_values(m), cpu_values(m)) << what;
+    EXPECT_EQ(gpu_values(v), cpu_values(v)) << what;
+    std::vector<double> lg = gpu_values(lowp), lc = cpu_values(lowp);
+    EXPECT_EQ(std::vector<double>(lg.begin() + offset, lg.begin() + offset + n),
+              std::vector<double>(lc.begin() + offset, lc.begin() + offset + n))
+        << what;
+    EXPECT_NE(gpu_values(p), p_before) << "the step changed nothing";
+  }
+}
+
+TEST_F(CudaOps, ConvertRoundsToNearestEvenAndScale) {
+  const int64_t n = 1001;  // odd: the vector path's tail
+  Twin x = random({n + 1}, F32, 10.0), lo = poisoned({n + 1}, BF16), back = poisoned({n + 1}, F32);
+  for (int64_t offset : {0, 1}) {
+    gpu().convert(lo.gpu.slice(offset, {n}), x.gpu.slice(offset, {n}));
+    gpu().convert(back.gpu.slice(offset, {n}), lo.gpu.slice(offset, {n}));
+    const std::vector<double> xs = gpu_values(x), ls = gpu_values(lo), bs = gpu_values(back);
+    for (int64_t i = offset; i < offset + n; ++i) {
+      ASSERT_EQ(ls[i], double(round_to_bf16(float(xs[i])))) << "element " << i << ", offset " << offset;
+      ASSERT_EQ(bs[i], ls[i]) << "element " << i;
+    }
+  }
+  for (DType dt : {F32, BF16}) {
+    Twin y = random({n}, dt);
+    cpu().scale(y.cpu, 0.37);
+    gpu().scale(y.gpu, 0.37);
+    EXPECT_LE(error(y), tol(dt, bf16_bound(1))) << dtype_name(dt) << ", " << seed_note();
+  }
+}
+
+TEST_F(CudaOps, UnsupportedDtypeIsAUsageError) {
+  Twin x = random({4, 8}, F32), w = random({8}, F32), rstd = poisoned({4}, F32);
+  Buffer fp64(gpu_dev().allocator(), DType::F64, {4, 8}, "test.fp64");
+  EXPECT_THROW(gpu().rmsnorm_forward(fp64, rstd.gpu, x.gpu, w.gpu), UsageError);
+}
+
+}  // namespace
+}  // namespace llmhpc::test
