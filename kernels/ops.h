@@ -5,7 +5,9 @@
 //
 // Conventions for every op:
 //  - Tensors are contiguous, row-major, on the backend's device. Shapes are in comments.
-//  - Parameter gradients are ACCUMULATED (+=); the model zeroes them before backward.
+//  - Parameter gradients (dwte, dw) are OVERWRITTEN, or ACCUMULATED (+=) when the call's
+//    `accumulate` is true (gradient accumulation over micro-batches). Each parameter's
+//    gradient is written once per backward, so no pass that zeroes them is needed.
 //  - rmsnorm_backward and residual_rmsnorm paths ACCUMULATE into the residual gradient dx.
 //  - Every other output is OVERWRITTEN.
 //  - Storage dtypes: parameters, their gradients and the residual stream are "param dtype"
@@ -83,21 +85,23 @@ class Ops {
 
   // out (B,T,C) = wte[tokens]; tokens (B,T) int32, wte (V,C).
   virtual void embedding_forward(Tensor out, Tensor tokens, Tensor wte) = 0;
-  // dwte (V,C) += scatter-add of dout (B,T,C) at tokens.
-  virtual void embedding_backward(Tensor dwte, Tensor dout, Tensor tokens) = 0;
+  // dwte (V,C) = (or +=) scatter-add of dout (B,T,C) at tokens; rows of absent tokens get 0.
+  virtual void embedding_backward(Tensor dwte, Tensor dout, Tensor tokens, bool accumulate) = 0;
 
   // out (N,C) = x / rms(x) * w, rms over C with eps 1e-5; rstd (N) saved. x (N,C), w (C).
   virtual void rmsnorm_forward(Tensor out, Tensor rstd, Tensor x, Tensor w) = 0;
   // x_out (N,C) = x + delta; then out, rstd = rmsnorm(x_out, w). The fused residual step.
   virtual void residual_rmsnorm_forward(Tensor x_out, Tensor out, Tensor rstd, Tensor x, Tensor delta,
                                         Tensor w) = 0;
-  // dx (N,C) += d/dx, dw (C) += d/dw, from dout (N,C) and the saved x, rstd.
-  virtual void rmsnorm_backward(Tensor dx, Tensor dw, Tensor dout, Tensor x, Tensor w, Tensor rstd) = 0;
+  // dx (N,C) += d/dx (always accumulated: the residual gradient), dw (C) = (or +=) d/dw,
+  // from dout (N,C) and the saved x, rstd.
+  virtual void rmsnorm_backward(Tensor dx, Tensor dw, Tensor dout, Tensor x, Tensor w, Tensor rstd,
+                                bool accumulate) = 0;
 
   // y (N,out) = x (N,in) W^T with W (out,in). No bias.
   virtual void linear_forward(Tensor y, Tensor x, Tensor w) = 0;
-  // dx (N,in) = dy W (overwritten; skipped if dx is empty); dw (out,in) += dy^T x.
-  virtual void linear_backward(Tensor dx, Tensor dw, Tensor dy, Tensor x, Tensor w) = 0;
+  // dx (N,in) = dy W (skipped if dx is empty); dw (out,in) = (or +=) dy^T x.
+  virtual void linear_backward(Tensor dx, Tensor dw, Tensor dy, Tensor x, Tensor w, bool accumulate) = 0;
 
   // RoPE in place on the q and k parts of qkv (B,T,3,H,D), interleaved pairs
   // (x[2i], x[2i+1]) at position t rotated by t * theta^(-2i/D). v is untouched.

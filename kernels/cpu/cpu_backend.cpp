@@ -60,7 +60,11 @@ void dispatch(const char* op, const Tensor& t, F&& f) {
 }
 
 void same_dtype(const char* op, std::initializer_list<const Tensor*> ts) {
-  DType d = (*ts.begin())->dtype;
+  const Tensor* first = nullptr;
+  for (const Tensor* t : ts)
+    if (!first && !t->empty()) first = t;
+  if (!first) return;
+  const DType d = first->dtype;
   for (const Tensor* t : ts)
     if (!t->empty() && t->dtype != d)
       throw UsageError(std::string(op) + ": the CPU backend needs all floating-point tensors in one dtype");
@@ -81,13 +85,13 @@ class CpuOps final : public Ops {
       cpu::embedding_forward(out.ptr<E>(), tokens.ptr<int32_t>(), wte.ptr<E>(), N, C);
     });
   }
-  void embedding_backward(Tensor dwte, Tensor dout, Tensor tokens) override {
+  void embedding_backward(Tensor dwte, Tensor dout, Tensor tokens, bool accumulate) override {
     const int64_t C = dwte.dim(-1), N = tokens.numel();
     expect(dout.numel() == N * C, "embedding_backward", "shapes");
     same_dtype("embedding_backward", {&dwte, &dout});
     dispatch("embedding_backward", dout, [&](auto T) {
       using E = decltype(T);
-      cpu::embedding_backward(dwte.ptr<E>(), dout.ptr<E>(), tokens.ptr<int32_t>(), N, C);
+      cpu::embedding_backward(dwte.ptr<E>(), dout.ptr<E>(), tokens.ptr<int32_t>(), N, dwte.dim(0), C, accumulate);
     });
   }
   void rmsnorm_forward(Tensor out, Tensor rstd, Tensor x, Tensor w) override {
@@ -112,13 +116,14 @@ class CpuOps final : public Ops {
     });
     rmsnorm_forward(out, rstd, x_out, w);
   }
-  void rmsnorm_backward(Tensor dx, Tensor dw, Tensor dout, Tensor x, Tensor w, Tensor rstd) override {
+  void rmsnorm_backward(Tensor dx, Tensor dw, Tensor dout, Tensor x, Tensor w, Tensor rstd, bool accumulate) override {
     const int64_t C = w.numel(), N = x.numel() / C;
     expect(dx.numel() == x.numel() && dout.numel() == x.numel() && dw.numel() == C, "rmsnorm_backward", "shapes");
     same_dtype("rmsnorm_backward", {&dx, &dw, &dout, &x, &w, &rstd});
     dispatch("rmsnorm_backward", x, [&](auto T) {
       using E = decltype(T);
-      cpu::rmsnorm_backward(dx.ptr<E>(), dw.ptr<E>(), dout.ptr<E>(), x.ptr<E>(), w.ptr<E>(), rstd.ptr<E>(), N, C);
+      cpu::rmsnorm_backward(dx.ptr<E>(), dw.ptr<E>(), dout.ptr<E>(), x.ptr<E>(), w.ptr<E>(), rstd.ptr<E>(), N, C,
+                            accumulate);
     });
   }
   void linear_forward(Tensor y, Tensor x, Tensor w) override {
@@ -130,7 +135,7 @@ class CpuOps final : public Ops {
       cpu::gemm(false, true, N, out_f, in_f, E(1), x.ptr<E>(), in_f, w.ptr<E>(), in_f, E(0), y.ptr<E>(), out_f);
     });
   }
-  void linear_backward(Tensor dx, Tensor dw, Tensor dy, Tensor x, Tensor w) override {
+  void linear_backward(Tensor dx, Tensor dw, Tensor dy, Tensor x, Tensor w, bool accumulate) override {
     const int64_t out_f = w.dim(0), in_f = w.dim(1), N = x.numel() / in_f;
     expect(dy.numel() == N * out_f && dw.numel() == w.numel(), "linear_backward", "shapes");
     same_dtype("linear_backward", {&dx, &dw, &dy, &x, &w});
@@ -138,7 +143,8 @@ class CpuOps final : public Ops {
       using E = decltype(T);
       if (!dx.empty())
         cpu::gemm(false, false, N, in_f, out_f, E(1), dy.ptr<E>(), out_f, w.ptr<E>(), in_f, E(0), dx.ptr<E>(), in_f);
-      cpu::gemm(true, false, out_f, in_f, N, E(1), dy.ptr<E>(), out_f, x.ptr<E>(), in_f, E(1), dw.ptr<E>(), in_f);
+      cpu::gemm(true, false, out_f, in_f, N, E(1), dy.ptr<E>(), out_f, x.ptr<E>(), in_f, E(accumulate ? 1 : 0),
+                dw.ptr<E>(), in_f);
     });
   }
   void rope_forward(Tensor qkv, int64_t heads, double theta) override { rope(qkv, heads, theta, +1.0); }

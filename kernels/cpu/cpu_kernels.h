@@ -38,7 +38,9 @@ void embedding_forward(T* out, const int32_t* tokens, const T* wte, int64_t N, i
 
 // Threads own disjoint column blocks, so rows sharing a token never race.
 template <class T>
-void embedding_backward(T* dwte, const T* dout, const int32_t* tokens, int64_t N, int64_t C) {
+void embedding_backward(T* dwte, const T* dout, const int32_t* tokens, int64_t N, int64_t V, int64_t C,
+                        bool accumulate) {
+  if (!accumulate) std::fill(dwte, dwte + V * C, T(0));
   const int64_t block = 64;
 #pragma omp parallel for
   for (int64_t c0 = 0; c0 < C; c0 += block) {
@@ -62,9 +64,11 @@ void rmsnorm_forward(T* out, T* rstd, const T* x, const T* w, int64_t N, int64_t
   }
 }
 
-// dx_j += r g_j - r^3 x_j mean(g x), g = dout * w;  dw += dout * x * r (summed over rows).
+// dx_j += r g_j - r^3 x_j mean(g x), g = dout * w;  dw (=, or +=) dout * x * r summed over rows.
 template <class T>
-void rmsnorm_backward(T* dx, T* dw, const T* dout, const T* x, const T* w, const T* rstd, int64_t N, int64_t C) {
+void rmsnorm_backward(T* dx, T* dw, const T* dout, const T* x, const T* w, const T* rstd, int64_t N, int64_t C,
+                      bool accumulate) {
+  if (!accumulate) std::fill(dw, dw + C, T(0));
 #pragma omp parallel
   {
     std::vector<double> dw_local(C, 0.0);

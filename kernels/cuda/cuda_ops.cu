@@ -3,6 +3,8 @@
 // softmax kernel, with NVTX ranges "scores", "softmax" and "value_matmul".
 #include "kernels/cuda/cuda_ops.h"
 
+#include "kernels/cuda/cuda_check.h"
+
 #include <cmath>
 
 #include "kernels/cuda/kernels.h"
@@ -34,9 +36,10 @@ void CudaOps::embedding_forward(Tensor out, Tensor tokens, Tensor wte) {
   cuda::embedding_forward(out, tokens, wte, N, C, stream_);
 }
 
-void CudaOps::embedding_backward(Tensor dwte, Tensor dout, Tensor tokens) {
+void CudaOps::embedding_backward(Tensor dwte, Tensor dout, Tensor tokens, bool accumulate) {
   const int64_t C = dwte.dim(-1), N = tokens.numel();
   expect(dout.numel() == N * C && tokens.dtype == DType::I32, "embedding_backward", "shapes");
+  if (!accumulate) CUDA_CHECK(cudaMemsetAsync(dwte.data, 0, dwte.bytes(), stream_));
   cuda::embedding_backward(dwte, dout, tokens, N, C, device_.allocator(), stream_);
 }
 
@@ -53,11 +56,12 @@ void CudaOps::residual_rmsnorm_forward(Tensor x_out, Tensor out, Tensor rstd, Te
   cuda::rmsnorm_forward(x_out, out, rstd, x, delta, w, N, C, stream_);
 }
 
-void CudaOps::rmsnorm_backward(Tensor dx, Tensor dw, Tensor dout, Tensor x, Tensor w, Tensor rstd) {
+void CudaOps::rmsnorm_backward(Tensor dx, Tensor dw, Tensor dout, Tensor x, Tensor w, Tensor rstd, bool accumulate) {
   const int64_t C = w.numel(), N = x.numel() / C;
   expect(dx.numel() == x.numel() && dout.numel() == x.numel() && dw.numel() == C && rstd.numel() == N,
          "rmsnorm_backward", "shapes");
-  cuda::rmsnorm_backward(dx, dw, dout, x, w, rstd, N, C, device_.multiprocessors(), device_.allocator(), stream_);
+  cuda::rmsnorm_backward(dx, dw, dout, x, w, rstd, N, C, accumulate, device_.multiprocessors(), device_.allocator(),
+                         stream_);
 }
 
 // y (N,out) = x (N,in) W^T with W (out,in).
@@ -68,16 +72,16 @@ void CudaOps::linear_forward(Tensor y, Tensor x, Tensor w) {
             {y.data, y.dtype, out_f});
 }
 
-// dx (N,in) = dy W; dw (out,in) += dy^T x.
-void CudaOps::linear_backward(Tensor dx, Tensor dw, Tensor dy, Tensor x, Tensor w) {
+// dx (N,in) = dy W; dw (out,in) = (or +=) dy^T x.
+void CudaOps::linear_backward(Tensor dx, Tensor dw, Tensor dy, Tensor x, Tensor w, bool accumulate) {
   const int64_t out_f = w.dim(0), in_f = w.dim(1), N = x.numel() / in_f;
   expect(dy.numel() == N * out_f && dw.numel() == w.numel() && (dx.empty() || dx.numel() == x.numel()),
          "linear_backward", "shapes");
   if (!dx.empty())
     gemm_.run(false, false, N, in_f, out_f, 1.f, {dy.data, dy.dtype, out_f}, {w.data, w.dtype, in_f}, 0.f,
               {dx.data, dx.dtype, in_f});
-  gemm_.run(true, false, out_f, in_f, N, 1.f, {dy.data, dy.dtype, out_f}, {x.data, x.dtype, in_f}, 1.f,
-            {dw.data, dw.dtype, in_f});
+  gemm_.run(true, false, out_f, in_f, N, 1.f, {dy.data, dy.dtype, out_f}, {x.data, x.dtype, in_f},
+            accumulate ? 1.f : 0.f, {dw.data, dw.dtype, in_f});
 }
 
 void CudaOps::rope_forward(Tensor qkv, int64_t heads, double theta) { rope(qkv, heads, theta, +1.0); }

@@ -11,12 +11,12 @@ class CudaOps final : public Ops {
   CudaOps(CudaDevice& device, bool allow_tf32);
 
   void embedding_forward(Tensor out, Tensor tokens, Tensor wte) override;
-  void embedding_backward(Tensor dwte, Tensor dout, Tensor tokens) override;
+  void embedding_backward(Tensor dwte, Tensor dout, Tensor tokens, bool accumulate) override;
   void rmsnorm_forward(Tensor out, Tensor rstd, Tensor x, Tensor w) override;
   void residual_rmsnorm_forward(Tensor x_out, Tensor out, Tensor rstd, Tensor x, Tensor delta, Tensor w) override;
-  void rmsnorm_backward(Tensor dx, Tensor dw, Tensor dout, Tensor x, Tensor w, Tensor rstd) override;
+  void rmsnorm_backward(Tensor dx, Tensor dw, Tensor dout, Tensor x, Tensor w, Tensor rstd, bool accumulate) override;
   void linear_forward(Tensor y, Tensor x, Tensor w) override;
-  void linear_backward(Tensor dx, Tensor dw, Tensor dy, Tensor x, Tensor w) override;
+  void linear_backward(Tensor dx, Tensor dw, Tensor dy, Tensor x, Tensor w, bool accumulate) override;
   void rope_forward(Tensor qkv, int64_t heads, double theta) override;
   void rope_backward(Tensor dqkv, int64_t heads, double theta) override;
   SavedSpec attention_saved(const AttentionDims& d, DType compute) const override;

@@ -94,10 +94,10 @@ __global__ void rmsnorm_backward_kernel(DX* dx, float* partial_dw, const G* dout
   for (int64_t c = threadIdx.x; c < C; c += blockDim.x) partial_dw[blockIdx.x * C + c] = dw_acc[c];
 }
 
-// Purpose: dw (C) += sum over b of partial (blocks, C), in a fixed order.
+// Purpose: dw (C) = (or +=) sum over b of partial (blocks, C), in a fixed order.
 // Algorithm: a block of 32 x 8 threads per 32 columns; threadIdx.y strides over the
 // partial rows, then the 8 sums of each column are added in order through shared memory.
-__global__ void sum_partials_kernel(float* dw, const float* partial, int blocks, int64_t C) {
+__global__ void sum_partials_kernel(float* dw, const float* partial, int blocks, int64_t C, bool accumulate) {
   __shared__ float sums[8][33];
   const int64_t c = int64_t(blockIdx.x) * 32 + threadIdx.x;
   float s = 0.f;
@@ -108,7 +108,7 @@ __global__ void sum_partials_kernel(float* dw, const float* partial, int blocks,
   if (threadIdx.y == 0 && c < C) {
     float total = 0.f;
     for (int y = 0; y < 8; ++y) total += sums[y][threadIdx.x];
-    dw[c] += total;
+    dw[c] = accumulate ? dw[c] + total : total;
   }
 }
 
@@ -139,7 +139,7 @@ void launch_forward(Tensor x_out, Tensor out, Tensor rstd, Tensor x, Tensor delt
 
 template <class DX, class G, class X, int kPack>
 void launch_backward(Tensor dx, Tensor dw, Tensor dout, Tensor x, Tensor w, Tensor rstd, int64_t N, int64_t C,
-                     int multiprocessors, Allocator& scratch, cudaStream_t stream) {
+                     bool accumulate, int multiprocessors, Allocator& scratch, cudaStream_t stream) {
   auto kernel = rmsnorm_backward_kernel<DX, G, X, kPack>;
   const int threads = threads_for_row(C / kPack);
   const size_t shared_bytes = size_t(C) * sizeof(float);
@@ -153,7 +153,7 @@ void launch_backward(Tensor dx, Tensor dw, Tensor dout, Tensor x, Tensor w, Tens
                                                     x.ptr<X>(), w.ptr<float>(), rstd.ptr<float>(), N, C);
   CUDA_CHECK_LAUNCH();
   sum_partials_kernel<<<ceil_div(C, 32), dim3(32, 8), 0, stream>>>(dw.ptr<float>(), partial.tensor().ptr<float>(),
-                                                                   blocks, C);
+                                                                   blocks, C, accumulate);
   CUDA_CHECK_LAUNCH();
 }
 
@@ -182,12 +182,15 @@ void rmsnorm_forward(Tensor x_out, Tensor out, Tensor rstd, Tensor x, Tensor del
 }
 
 void rmsnorm_backward(Tensor dx, Tensor dw, Tensor dout, Tensor x, Tensor w, Tensor rstd, int64_t N, int64_t C,
-                      int multiprocessors, Allocator& scratch, cudaStream_t stream) {
+                      bool accumulate, int multiprocessors, Allocator& scratch, cudaStream_t stream) {
   const char* op = "rmsnorm_backward";
   require_dtype(op, dw, DType::F32, "dw");
   require_dtype(op, w, DType::F32, "the gain w");
   require_dtype(op, rstd, DType::F32, "rstd");
-  if (N == 0) return;
+  if (N == 0) {
+    if (!accumulate) CUDA_CHECK(cudaMemsetAsync(dw.data, 0, dw.bytes(), stream));
+    return;
+  }
   const bool pack4 = can_pack4(C, {&dx, &dout, &x, &w});
   dispatch_float(op, dx.dtype, [&](auto d) {
     dispatch_float(op, dout.dtype, [&](auto g) {
@@ -196,9 +199,9 @@ void rmsnorm_backward(Tensor dx, Tensor dw, Tensor dout, Tensor x, Tensor w, Ten
         using G = decltype(g);
         using X = decltype(xx);
         if (pack4)
-          launch_backward<DX, G, X, 4>(dx, dw, dout, x, w, rstd, N, C, multiprocessors, scratch, stream);
+          launch_backward<DX, G, X, 4>(dx, dw, dout, x, w, rstd, N, C, accumulate, multiprocessors, scratch, stream);
         else
-          launch_backward<DX, G, X, 1>(dx, dw, dout, x, w, rstd, N, C, multiprocessors, scratch, stream);
+          launch_backward<DX, G, X, 1>(dx, dw, dout, x, w, rstd, N, C, accumulate, multiprocessors, scratch, stream);
       });
     });
   });

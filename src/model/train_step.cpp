@@ -20,7 +20,6 @@ StepTimes run_step(TransformerLM& model, AdamW* opt, Phase phase, EventTimer& ti
   model.forward();
   timer.mark(last = 1);
   if (phase != Phase::Forward) {
-    model.zero_grad();
     model.backward(listener);
     timer.mark(last = 2);
   }

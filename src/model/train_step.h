@@ -1,4 +1,4 @@
-// One timed step: forward, then (zero grads +) backward, then the optimizer, each phase
+// One timed step: forward, then backward, then the optimizer, each phase
 // bracketed by device events. The step waits for the device once, at its end.
 #pragma once
 #include <cmath>

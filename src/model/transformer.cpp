@@ -198,6 +198,7 @@ void TransformerLM::forward() {
   }
   ops_.linear_forward(A.logits, A.lnf_out, weight("lm_head.weight"));
   if (has_targets_) ops_.cross_entropy_forward(A.losses, A.logits, targets_);
+  logits_fresh_ = true;
 }
 
 double TransformerLM::mean_loss() {
@@ -217,8 +218,6 @@ double TransformerLM::mean_loss() {
   return sum / double(n);
 }
 
-void TransformerLM::zero_grad() { device_.fill_zero(grads_.tensor().data, grads_.tensor().bytes()); }
-
 // `t` in the compute dtype: itself if it already is, else converted into `scratch`.
 Tensor TransformerLM::as_compute(Tensor t, Tensor scratch) {
   if (t.dtype == scratch.dtype) return t;
@@ -226,8 +225,9 @@ Tensor TransformerLM::as_compute(Tensor t, Tensor scratch) {
   return scratch;
 }
 
-void TransformerLM::backward(GradientListener* listener) {
-  LLMHPC_CHECK(act_ != nullptr && has_targets_, "backward() needs a forward pass with targets");
+void TransformerLM::backward(GradientListener* listener, bool accumulate) {
+  LLMHPC_CHECK(act_ != nullptr && has_targets_ && logits_fresh_, "backward() needs its own forward pass with targets");
+  logits_fresh_ = false;
   NvtxRange range("backward");
   Activations& A = *act_;
   Allocator& a = device_.allocator();
@@ -249,10 +249,10 @@ void TransformerLM::backward(GradientListener* listener) {
 
   // Loss -> logits -> LM head -> final norm. dlogits overwrite the logits.
   ops_.cross_entropy_backward(A.logits, A.logits, targets_, 1.0 / double(N));
-  ops_.linear_backward(A.d_norm, grad("lm_head.weight"), A.logits, A.lnf_out, weight("lm_head.weight"));
+  ops_.linear_backward(A.d_norm, grad("lm_head.weight"), A.logits, A.lnf_out, weight("lm_head.weight"), accumulate);
   device_.fill_zero(A.d_resid.tensor().data, A.d_resid.tensor().bytes());
   ops_.rmsnorm_backward(A.d_resid, grad("ln_final.weight"), A.d_norm, A.resid_final, param("ln_final.weight"),
-                        A.lnf_rstd);
+                        A.lnf_rstd, accumulate);
   ready(layout_.find("ln_final.weight").offset, layout_.total());
 
   for (int64_t l = config_.num_layers - 1; l >= 0; --l) {
@@ -261,26 +261,27 @@ void TransformerLM::backward(GradientListener* listener) {
     Activations::Layer& X = A.layers[l];
     // FFN branch: d_resid is the gradient of its output.
     Tensor dy = as_compute(A.d_resid, A.d_branch);
-    ops_.linear_backward(A.d_gated, grad(p + "ffn.w2.weight"), dy, X.gated, weight(p + "ffn.w2.weight"));
+    ops_.linear_backward(A.d_gated, grad(p + "ffn.w2.weight"), dy, X.gated, weight(p + "ffn.w2.weight"), accumulate);
     ops_.swiglu_backward(A.d_h13, A.d_gated, X.h13);
     ops_.linear_backward(A.d_norm, grad_rows(p + "ffn.w1.weight", 2 * F), A.d_h13, X.ln2_out,
-                         weight_rows(p + "ffn.w1.weight", 2 * F));
+                         weight_rows(p + "ffn.w1.weight", 2 * F), accumulate);
     ops_.rmsnorm_backward(A.d_resid, grad(p + "ln2.weight"), A.d_norm, X.resid_mid, param(p + "ln2.weight"),
-                          X.ln2_rstd);
+                          X.ln2_rstd, accumulate);
     // Attention branch.
     dy = as_compute(A.d_resid, A.d_branch);
     ops_.linear_backward(A.d_attn, grad(p + "attn.output_proj.weight"), dy, X.attn_out,
-                         weight(p + "attn.output_proj.weight"));
+                         weight(p + "attn.output_proj.weight"), accumulate);
     ops_.attention_backward(A.d_qkv, A.d_attn, X.attn_out, X.attn_saved, X.qkv, dims);
     ops_.rope_backward(A.d_qkv, H, config_.rope_theta);
     ops_.linear_backward(A.d_norm, grad_rows(p + "attn.q_proj.weight", 3 * C), A.d_qkv, X.ln1_out,
-                         weight_rows(p + "attn.q_proj.weight", 3 * C));
-    ops_.rmsnorm_backward(A.d_resid, grad(p + "ln1.weight"), A.d_norm, X.resid, param(p + "ln1.weight"), X.ln1_rstd);
+                         weight_rows(p + "attn.q_proj.weight", 3 * C), accumulate);
+    ops_.rmsnorm_backward(A.d_resid, grad(p + "ln1.weight"), A.d_norm, X.resid, param(p + "ln1.weight"), X.ln1_rstd,
+                          accumulate);
     auto range_l = layout_.layer_range(int(l));
     ready(range_l.first, range_l.second);
   }
   const ParamInfo& emb = layout_.find("token_embeddings.weight");
-  ops_.embedding_backward(grad(emb.name), A.d_resid, tokens_);
+  ops_.embedding_backward(grad(emb.name), A.d_resid, tokens_, accumulate);
   ready(emb.offset, emb.offset + emb.shape.numel());
 }
 

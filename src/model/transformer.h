@@ -57,8 +57,10 @@ class TransformerLM {
   void set_batch(const int32_t* tokens, const int32_t* targets, int64_t batch, int64_t seq);
   void forward();
   double mean_loss();  // of the last forward; waits for the device
-  void zero_grad();
-  void backward(GradientListener* listener = nullptr);
+  // Gradients of the last forward's loss: written into grads(), or added to them with
+  // `accumulate` (micro-batches). No zeroing pass is needed before it. One backward per
+  // forward: it overwrites the logits with their gradient.
+  void backward(GradientListener* listener = nullptr, bool accumulate = false);
 
  private:
   struct Activations;
@@ -79,6 +81,7 @@ class TransformerLM {
   Buffer params_, grads_, params_lowp_;
   Buffer tokens_, targets_;
   bool has_targets_ = false;
+  bool logits_fresh_ = false;  // a forward ran since the last backward
   int64_t batch_ = 0, seq_ = 0;
   std::unique_ptr<Activations> act_;
 };

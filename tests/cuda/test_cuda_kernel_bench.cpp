@@ -135,7 +135,7 @@ TEST(KernelBench, DISABLED_GradientAccumulationCost) {
   Tensor dy_t = g.make(DType::BF16, {F2, N}, "dy_t", keep), x_t = g.make(DType::BF16, {C, N}, "x_t", keep);
   Tensor dw_lo = g.make(DType::BF16, {F2, C}, "dw_lo", keep);
   const double flops = 2.0 * N * C * F2;
-  const double acc = median_ms(g.dev, [&] { g.ops.linear_backward(Tensor(), dw, dy, x, w); });
+  const double acc = median_ms(g.dev, [&] { g.ops.linear_backward(Tensor(), dw, dy, x, w, true); });
   const double lo = median_ms(g.dev, [&] { g.ops.linear_forward(dw_lo, dy_t, x_t); });
   // The same product as linear_backward's dW, overwriting fp32 (beta = 0): what a "first
   // backward overwrites" contract would run instead of zero_grad + beta = 1.
@@ -203,18 +203,18 @@ TEST(KernelBench, DISABLED_OpsOf2p7BLayerBf16) {
     g.ops.residual_rmsnorm_forward(resid2, normed, rstd, resid, branch, gain);
   });
   row("bwd convert dresid->bf16", bwd, 0, nc * 6, [&] { g.ops.convert(dbranch, dresid); });
-  row("bwd linear w2", bwd, 4.0 * N * F * C, 0, [&] { g.ops.linear_backward(dgated, dw2, dbranch, gated, w2); });
+  row("bwd linear w2", bwd, 4.0 * N * F * C, 0, [&] { g.ops.linear_backward(dgated, dw2, dbranch, gated, w2, false); });
   row("bwd swiglu", bwd, 0, nf * (2 + 4 + 4), [&] { g.ops.swiglu_backward(dh13, dgated, h13); });
-  row("bwd linear w1|w3", bwd, 4.0 * N * C * 2 * F, 0, [&] { g.ops.linear_backward(dnorm, dw13, dh13, normed, w13); });
-  row("bwd rmsnorm", bwd, 0, nc * (4 + 2 + 4 + 4), [&] { g.ops.rmsnorm_backward(dresid, dgain, dnorm, resid, gain, rstd); });
+  row("bwd linear w1|w3", bwd, 4.0 * N * C * 2 * F, 0, [&] { g.ops.linear_backward(dnorm, dw13, dh13, normed, w13, false); });
+  row("bwd rmsnorm", bwd, 0, nc * (4 + 2 + 4 + 4), [&] { g.ops.rmsnorm_backward(dresid, dgain, dnorm, resid, gain, rstd, false); });
   row("bwd convert dresid->bf16 (2)", bwd, 0, nc * 6, [&] { g.ops.convert(dbranch, dresid); });
-  row("bwd linear o", bwd, 4.0 * N * C * C, 0, [&] { g.ops.linear_backward(dattn, dw_o, dbranch, attn, w_o); });
+  row("bwd linear o", bwd, 4.0 * N * C * C, 0, [&] { g.ops.linear_backward(dattn, dw_o, dbranch, attn, w_o, false); });
   row("bwd attention (naive)", bwd, 8.0 * B * H * T * T * D, 0, [&] {
     g.ops.attention_backward(dqkv, dattn, attn, probs, qkv, dims);
   });
   row("bwd rope", bwd, 0, 2 * 2.0 * 2 * nc, [&] { g.ops.rope_backward(dqkv, H, 10000.0); });
-  row("bwd linear qkv", bwd, 4.0 * N * C * 3 * C, 0, [&] { g.ops.linear_backward(dnorm, dw_qkv, dqkv, normed, w_qkv); });
-  row("bwd rmsnorm (2)", bwd, 0, nc * (4 + 2 + 4 + 4), [&] { g.ops.rmsnorm_backward(dresid, dgain, dnorm, resid, gain, rstd); });
+  row("bwd linear qkv", bwd, 4.0 * N * C * 3 * C, 0, [&] { g.ops.linear_backward(dnorm, dw_qkv, dqkv, normed, w_qkv, false); });
+  row("bwd rmsnorm (2)", bwd, 0, nc * (4 + 2 + 4 + 4), [&] { g.ops.rmsnorm_backward(dresid, dgain, dnorm, resid, gain, rstd, false); });
   std::printf("BENCH layer total: forward %.3f ms, backward %.3f ms; x32 layers = %.1f ms\n", fwd, bwd,
               32 * (fwd + bwd));
   double once = 0;
@@ -224,8 +224,8 @@ TEST(KernelBench, DISABLED_OpsOf2p7BLayerBf16) {
   row("cross-entropy bwd", once, 0, double(N) * V * 4, [&] {
     g.ops.cross_entropy_backward(logits, logits, tokens, 1.0 / N);
   });
-  row("lm head bwd", once, 4.0 * N * C * V, 0, [&] { g.ops.linear_backward(dnorm, dhead, logits, normed, head); });
-  row("embedding bwd", once, 0, nc * 8, [&] { g.ops.embedding_backward(dwte, dresid, tokens); });
+  row("lm head bwd", once, 4.0 * N * C * V, 0, [&] { g.ops.linear_backward(dnorm, dhead, logits, normed, head, false); });
+  row("embedding bwd", once, 0, nc * 8, [&] { g.ops.embedding_backward(dwte, dresid, tokens, false); });
   std::printf("BENCH outside layers: %.3f ms\n", once);
 }
 

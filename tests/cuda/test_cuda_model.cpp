@@ -72,7 +72,6 @@ class CudaModel : public ::testing::Test {
       m->set_batch(b.tokens.data(), b.targets.data(), kBatch, kSeq);
       m->forward();
       (m == gpu_model_.get() ? loss.first : loss.second) = m->mean_loss();
-      m->zero_grad();
       m->backward();
     }
     return loss;

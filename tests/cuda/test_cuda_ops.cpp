@@ -24,16 +24,18 @@ TEST_F(CudaOps, EmbeddingForwardCopiesRows) {
   }
 }
 
-TEST_F(CudaOps, EmbeddingBackwardAccumulatesRepeatedTokensDeterministically) {
+TEST_F(CudaOps, EmbeddingBackwardSumsRepeatedTokensDeterministically) {
   for (DType dt : {F32, BF16}) {
     const int64_t V = 7, N = 300, C = 40;  // few ids, so every id repeats many times
     Twin dwte = random({V, C}, F32), dout = random({N, C}, dt), tok = tokens({N}, V);
     Twin again = twin({V, C}, F32, gpu_values(dwte));
-    cpu().embedding_backward(dwte.cpu, dout.cpu, tok.cpu);
-    gpu().embedding_backward(dwte.gpu, dout.gpu, tok.gpu);
-    gpu().embedding_backward(again.gpu, dout.gpu, tok.gpu);
-    EXPECT_LE(error(dwte), kFp32Tol) << dtype_name(dt) << ", " << seed_note();
-    EXPECT_EQ(gpu_values(dwte), gpu_values(again)) << "two runs differ: the scatter-add is not deterministic";
+    for (bool accumulate : {false, true}) {
+      cpu().embedding_backward(dwte.cpu, dout.cpu, tok.cpu, accumulate);
+      gpu().embedding_backward(dwte.gpu, dout.gpu, tok.gpu, accumulate);
+      gpu().embedding_backward(again.gpu, dout.gpu, tok.gpu, accumulate);
+      EXPECT_LE(error(dwte), kFp32Tol) << dtype_name(dt) << " accumulate " << accumulate << ", " << seed_note();
+      EXPECT_EQ(gpu_values(dwte), gpu_values(again)) << "two runs differ: the scatter-add is not deterministic";
+    }
   }
 }
 
@@ -72,11 +74,13 @@ TEST_F(CudaOps, RmsNormBackwardAccumulates) {
       Twin out = poisoned({N, C}, dt), rstd = poisoned({N}, F32);
       cpu().rmsnorm_forward(out.cpu, rstd.cpu, x.cpu, w.cpu);
       gpu().rmsnorm_forward(out.gpu, rstd.gpu, x.gpu, w.gpu);
-      cpu().rmsnorm_backward(dx.cpu, dw.cpu, dout.cpu, x.cpu, w.cpu, rstd.cpu);
-      gpu().rmsnorm_backward(dx.gpu, dw.gpu, dout.gpu, x.gpu, w.gpu, rstd.gpu);
-      // Inputs are exact in both dtypes and the arithmetic is fp32: fp32 accuracy either way.
-      EXPECT_LE(error(dx), kFp32Tol) << dtype_name(dt) << " C=" << C << ", " << seed_note();
-      EXPECT_LE(error(dw), kFp32Tol) << dtype_name(dt) << " C=" << C << ", " << seed_note();
+      for (bool accumulate : {false, true}) {
+        cpu().rmsnorm_backward(dx.cpu, dw.cpu, dout.cpu, x.cpu, w.cpu, rstd.cpu, accumulate);
+        gpu().rmsnorm_backward(dx.gpu, dw.gpu, dout.gpu, x.gpu, w.gpu, rstd.gpu, accumulate);
+        // Inputs are exact in both dtypes and the arithmetic is fp32: fp32 accuracy either way.
+        EXPECT_LE(error(dx), kFp32Tol) << dtype_name(dt) << " C=" << C << ", " << seed_note();
+        EXPECT_LE(error(dw), kFp32Tol) << dtype_name(dt) << " C=" << C << " accumulate " << accumulate;
+      }
     }
 }
 
@@ -93,19 +97,18 @@ TEST_F(CudaOps, LinearForward) {
   }
 }
 
-TEST_F(CudaOps, LinearBackwardOverwritesDxAndAccumulatesDw) {
+TEST_F(CudaOps, LinearBackwardOverwritesDxAndOverwritesOrAccumulatesDw) {
   const int64_t N = 48, in = 72, out_f = 40;
   for (DType dt : {F32, BF16}) {
     Twin x = random({N, in}, dt), w = random({out_f, in}, dt), dy = random({N, out_f}, dt);
     Twin dx = poisoned({N, in}, dt), dw = random({out_f, in}, F32);
-    cpu().linear_backward(dx.cpu, dw.cpu, dy.cpu, x.cpu, w.cpu);
-    gpu().linear_backward(dx.gpu, dw.gpu, dy.gpu, x.gpu, w.gpu);
+    cpu().linear_backward(dx.cpu, dw.cpu, dy.cpu, x.cpu, w.cpu, false);
+    gpu().linear_backward(dx.gpu, dw.gpu, dy.gpu, x.gpu, w.gpu, false);
     EXPECT_LE(error(dx), tol(dt, bf16_bound(1))) << dtype_name(dt) << ", " << seed_note();
     EXPECT_LE(error(dw), kFp32Tol) << dtype_name(dt) << ", " << seed_note();  // fp32 result from exact inputs
-    // Without dx, only dw moves (again). The CPU backend takes the dtype of its first
-    // tensor argument as the one all must share, so its empty dx is an fp64 one.
-    cpu().linear_backward(Tensor(nullptr, DType::F64, Shape{}), dw.cpu, dy.cpu, x.cpu, w.cpu);
-    gpu().linear_backward(Tensor(), dw.gpu, dy.gpu, x.gpu, w.gpu);
+    // Without dx and with accumulate, only dw moves: it doubles.
+    cpu().linear_backward(Tensor(), dw.cpu, dy.cpu, x.cpu, w.cpu, true);
+    gpu().linear_backward(Tensor(), dw.gpu, dy.gpu, x.gpu, w.gpu, true);
     EXPECT_LE(error(dw), kFp32Tol) << dtype_name(dt) << ", " << seed_note();
   }
 }

@@ -38,13 +38,15 @@ TEST_F(CpuOps, EmbeddingForwardGathersRowsAndBackwardScatterAdds) {
   ops.embedding_forward(out, tok, wte);
   for (int64_t n = 0; n < B * T; ++n)
     for (int64_t c = 0; c < C; ++c) EXPECT_EQ(out.get(n * C + c), wte.get(int64_t(tok.get(n)) * C + c));
-  HostTensor R = randn({B, T, C}), dwte = make({V, C});
-  ops.embedding_backward(dwte, R, tok);
+  HostTensor R = randn({B, T, C}), dwte = randn({V, C});  // stale values: overwritten
+  ops.embedding_backward(dwte, R, tok, false);
   auto fd = finite_difference(wte, [&] {
     ops.embedding_forward(out, tok, wte);
     return dot(out, R);
   });
   EXPECT_LT(rel_error(dwte.values(), fd), kFdTol);
+  ops.embedding_backward(dwte, R, tok, true);  // accumulate: twice the gradient
+  for (int64_t i = 0; i < V * C; ++i) EXPECT_NEAR(dwte.get(i), 2 * fd[i], 1e-6);
 }
 
 TEST_F(CpuOps, RmsNormMatchesDefinitionAndFiniteDifferences) {
@@ -57,8 +59,8 @@ TEST_F(CpuOps, RmsNormMatchesDefinitionAndFiniteDifferences) {
     for (int64_t c = 0; c < C; ++c)
       EXPECT_NEAR(out.get(n * C + c), x.get(n * C + c) / std::sqrt(ms + 1e-5) * w.get(c), 1e-12);
   }
-  HostTensor R = randn({N, C}), dx = make({N, C}), dw = make({C});
-  ops.rmsnorm_backward(dx, dw, R, x, w, rstd);
+  HostTensor R = randn({N, C}), dx = make({N, C}), dw = randn({C});  // dw's stale values are overwritten
+  ops.rmsnorm_backward(dx, dw, R, x, w, rstd, false);
   auto loss = [&] {
     ops.rmsnorm_forward(out, rstd, x, w);
     return dot(out, R);
@@ -67,15 +69,16 @@ TEST_F(CpuOps, RmsNormMatchesDefinitionAndFiniteDifferences) {
   EXPECT_LT(rel_error(dw.values(), finite_difference(w, loss)), kFdTol);
 }
 
-TEST_F(CpuOps, RmsNormBackwardAccumulatesIntoDx) {
+TEST_F(CpuOps, RmsNormBackwardAlwaysAccumulatesDxAndDwOnRequest) {
   const int64_t N = 2, C = 4;
   HostTensor x = randn({N, C}), w = randn({C}), out = make({N, C}), rstd = make({N}), R = randn({N, C});
   ops.rmsnorm_forward(out, rstd, x, w);
-  HostTensor dx1 = make({N, C}), dw1 = make({C}), dx2 = randn({N, C}), dw2 = make({C});
-  const std::vector<double> before = dx2.values();
-  ops.rmsnorm_backward(dx1, dw1, R, x, w, rstd);
-  ops.rmsnorm_backward(dx2, dw2, R, x, w, rstd);
+  HostTensor dx1 = make({N, C}), dw1 = make({C}), dx2 = randn({N, C}), dw2 = randn({C});
+  const std::vector<double> before = dx2.values(), dw_before = dw2.values();
+  ops.rmsnorm_backward(dx1, dw1, R, x, w, rstd, false);
+  ops.rmsnorm_backward(dx2, dw2, R, x, w, rstd, true);
   for (int64_t i = 0; i < N * C; ++i) EXPECT_NEAR(dx2.get(i), before[i] + dx1.get(i), 1e-12);
+  for (int64_t i = 0; i < C; ++i) EXPECT_NEAR(dw2.get(i), dw_before[i] + dw1.get(i), 1e-12);
 }
 
 TEST_F(CpuOps, ResidualRmsNormIsAddThenNorm) {
@@ -100,17 +103,17 @@ TEST_F(CpuOps, LinearIsXTimesWTransposedAndGradientsMatch) {
       for (int64_t i = 0; i < In; ++i) s += x.get(n * In + i) * w.get(o * In + i);
       EXPECT_NEAR(y.get(n * Out + o), s, 1e-12);
     }
-  HostTensor R = randn({N, Out}), dx = make({N, In}), dw = make({Out, In});
-  ops.linear_backward(dx, dw, R, x, w);
+  HostTensor R = randn({N, Out}), dx = make({N, In}), dw = randn({Out, In});  // stale dw: overwritten
+  ops.linear_backward(dx, dw, R, x, w, false);
   auto loss = [&] {
     ops.linear_forward(y, x, w);
     return dot(y, R);
   };
   EXPECT_LT(rel_error(dx.values(), finite_difference(x, loss)), kFdTol);
   EXPECT_LT(rel_error(dw.values(), finite_difference(w, loss)), kFdTol);
-  // dw accumulates: a second backward doubles it.
+  // With accumulate, a second backward (here without dx) doubles dw.
   const std::vector<double> once = dw.values();
-  ops.linear_backward(HostTensor(dev, DType::F64, {N, In}), dw, R, x, w);
+  ops.linear_backward(Tensor(), dw, R, x, w, true);
   for (int64_t i = 0; i < Out * In; ++i) EXPECT_NEAR(dw.get(i), 2 * once[i], 1e-12);
 }
 

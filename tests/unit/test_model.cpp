@@ -48,7 +48,6 @@ TEST(Model, GradientsMatchFiniteDifferencesInFp64) {
   m.init_parameters(7);
   const Batch b = random_batch(c, 2, 5, 99);
   loss_of(m, b);
-  m.zero_grad();
   m.backward();
   double* p = m.params().ptr<double>();
   const double* g = m.grads().ptr<double>();
@@ -79,9 +78,7 @@ TEST(Model, Fp32AgreesWithFp64) {
   const Batch b = random_batch(c, 3, 6, 5);
   const double l32 = loss_of(m32, b), l64 = loss_of(m64, b);
   EXPECT_NEAR(l32, l64, 1e-6 * std::fabs(l64));
-  m32.zero_grad();
   m32.backward();
-  m64.zero_grad();
   m64.backward();
   std::vector<double> g32(m32.layout().total()), g64(g32.size());
   for (size_t i = 0; i < g32.size(); ++i) {
@@ -89,6 +86,24 @@ TEST(Model, Fp32AgreesWithFp64) {
     g64[i] = m64.grads().ptr<double>()[i];
   }
   EXPECT_LT(rel_error(g32, g64), 1e-5);
+}
+
+TEST(Model, BackwardOverwritesGradientsOrAccumulatesThemOnRequest) {
+  Backend be = cpu_backend();
+  const ModelConfig c = tiny_config();
+  TransformerLM m(c, Precision::FP64, AttentionKind::Naive, *be.device, *be.ops);
+  m.init_parameters(4);
+  const Batch b = random_batch(c, 2, 4, 8);
+  loss_of(m, b);
+  m.backward();
+  const std::vector<double> once(m.grads().ptr<double>(), m.grads().ptr<double>() + m.layout().total());
+  std::fill(m.grads().ptr<double>(), m.grads().ptr<double>() + m.layout().total(), 123.0);  // stale values
+  loss_of(m, b);
+  m.backward();
+  for (int64_t i = 0; i < m.layout().total(); ++i) ASSERT_EQ(m.grads().ptr<double>()[i], once[i]) << i;
+  loss_of(m, b);
+  m.backward(nullptr, true);
+  for (int64_t i = 0; i < m.layout().total(); ++i) ASSERT_NEAR(m.grads().ptr<double>()[i], 2 * once[i], 1e-12) << i;
 }
 
 TEST(Model, LossAtInitialisationIsNearLogVocab) {
@@ -117,7 +132,6 @@ TEST(Model, BackwardReportsEveryParameterOnceFromTheEnd) {
   m.init_parameters(1);
   loss_of(m, random_batch(c, 1, 4, 2));
   RangeLog log;
-  m.zero_grad();
   m.backward(&log);
   ASSERT_EQ(log.ranges.size(), size_t(c.num_layers + 2));
   int64_t expected_end = m.layout().total();
