@@ -85,26 +85,31 @@ Tensor TransformerLM::grad_rows(const std::string& first, int64_t rows) const {
   return grads_.tensor().slice(p.offset, {rows, p.shape[1]});
 }
 
+namespace {
+
+// SPEC's initial values of parameter number `k` (of shape `p`), in the element type T.
+template <class T>
+std::vector<T> initial_values(const ParamInfo& p, uint64_t seed, uint64_t k) {
+  const int64_t n = p.shape.numel();
+  std::vector<T> host(n);
+  if (p.shape.ndim == 1) {
+    std::fill(host.begin(), host.end(), T(1));
+    return host;
+  }
+  const double std = p.is_matrix ? std::sqrt(2.0 / double(p.shape[0] + p.shape[1])) : 1.0;
+#pragma omp parallel for
+  for (int64_t i = 0; i < n; ++i) host[i] = T(std * random_truncated_normal(seed, k, uint64_t(i), 3.0));
+  return host;
+}
+
+}  // namespace
+
 void TransformerLM::init_parameters(uint64_t seed) {
-  const DType pd = param_dtype(precision_);
   for (size_t k = 0; k < layout_.params().size(); ++k) {
     const ParamInfo& p = layout_.params()[k];
-    const int64_t n = p.shape.numel();
-    std::vector<double> host(n);
-    if (p.shape.ndim == 1) {
-      std::fill(host.begin(), host.end(), 1.0);
-    } else {
-      const double std = p.is_matrix ? std::sqrt(2.0 / double(p.shape[0] + p.shape[1])) : 1.0;
-#pragma omp parallel for
-      for (int64_t i = 0; i < n; ++i) host[i] = std * random_truncated_normal(seed, k, uint64_t(i), 3.0);
-    }
-    Tensor dst = param(p.name);
-    if (pd == DType::F64) {
-      device_.copy_to_device(dst.data, host.data(), n * sizeof(double));
-    } else {
-      std::vector<float> f(host.begin(), host.end());
-      device_.copy_to_device(dst.data, f.data(), n * sizeof(float));
-    }
+    const Tensor dst = param(p.name);
+    if (dst.dtype == DType::F64) device_.copy_to_device(dst.data, initial_values<double>(p, seed, k).data(), dst.bytes());
+    else device_.copy_to_device(dst.data, initial_values<float>(p, seed, k).data(), dst.bytes());
   }
   parameters_changed();
 }

@@ -1,13 +1,15 @@
 // Mode bench: times forward, backward and the optimizer step of the model for every
-// configuration of a sweep (sizes x context lengths x batch sizes x precisions x
-// attentions). Every rank benchmarks its own device; each configuration is one record
-// with the raw per-step times. An out-of-memory is recorded as status "oom" and the
-// sweep goes on.
+// configuration of a sweep (sizes x precisions x attentions x context lengths x batch
+// sizes, in that order). Every rank benchmarks its own device; each configuration is one
+// record with the raw per-step times. An out-of-memory is recorded as status "oom" and
+// the sweep goes on. Configurations that differ only in context length or batch size
+// share one model, initialised once (a 2.7B initialisation takes seconds).
 #include <mpi.h>
 
 #include "src/core/random.h"
 #include "src/core/stats.h"
 #include "src/core/table.h"
+#include "src/core/units.h"
 #include "src/model/train_step.h"
 #include "src/modes/options.h"
 
@@ -47,13 +49,30 @@ struct Samples {
 };
 
 std::vector<BenchCase> sweep(const po::variables_map& vm) {
+  const std::vector<ModelConfig> configs = model_configs(vm);  // sizes x contexts, context fastest
+  const size_t contexts = split_list(opt_string(vm, "context-length"), "context-length").size();
   std::vector<BenchCase> cases;
-  for (const ModelConfig& m : model_configs(vm))
-    for (int64_t b : batch_sizes(vm))
-      for (Precision p : precisions(vm))
-        for (AttentionKind a : attentions(vm)) cases.push_back({m, b, p, a});
+  for (size_t first = 0; first < configs.size(); first += contexts)
+    for (Precision p : precisions(vm))
+      for (AttentionKind a : attentions(vm))
+        for (size_t k = first; k < first + contexts; ++k)
+          for (int64_t b : batch_sizes(vm)) cases.push_back({configs[k], b, p, a});
   return cases;
 }
+
+// Cases with the same key can share a model: same shape, precision and attention.
+std::string model_key(const BenchCase& c) {
+  return std::to_string(c.model.d_model) + "/" + std::to_string(c.model.d_ff) + "/" +
+         std::to_string(c.model.num_layers) + "/" + std::to_string(c.model.num_heads) + "/" +
+         std::to_string(c.model.vocab_size) + "/" + precision_name(c.precision) + "/" + attention_name(c.attention);
+}
+
+// The model (and optimizer) of the current run of cases with one key.
+struct LiveModel {
+  std::string key;
+  std::unique_ptr<TransformerLM> model;
+  std::unique_ptr<AdamW> opt;
+};
 
 void add_options(po::options_description& desc) {
   po::options_description bench("Bench options");
@@ -99,8 +118,14 @@ void run(ModeContext& ctx) {
   TextTable table({"Model", "d_model", "d_ff", "layers", "heads", "ctx", "batch", "prec", "attn", "Fwd mean",
                    "Fwd std", "Bwd mean", "Bwd std", "Opt mean", "Opt std", "Total", "status"});
   auto timer = dev.make_timer(4);
+  LiveModel live;
   for (size_t i = 0; i < cases.size(); ++i) {
     const BenchCase& c = cases[i];
+    if (live.key != model_key(c)) {  // free the previous model before building the next
+      live.opt.reset();
+      live.model.reset();
+      live.key = model_key(c);
+    }
     MPI_CHECK(MPI_Barrier(MPI_COMM_WORLD));  // ranks measure side by side
     log_root(ctx.rt, "[%zu/%zu] %s ... ", i + 1, cases.size(), c.label().c_str());
     Record rec;
@@ -115,10 +140,16 @@ void run(ModeContext& ctx) {
     Samples warm, timed;
     dev.allocator().reset_peak();
     try {
-      TransformerLM model(c.model, c.precision, c.attention, dev, ops);
-      model.init_parameters(seed);
-      std::unique_ptr<AdamW> opt;
-      if (phase == Phase::TrainStep) opt = std::make_unique<AdamW>(model, ops, AdamWHyper{});
+      if (!live.model) {  // sized for the longest context among the cases that will share it
+        ModelConfig shape = c.model;
+        for (size_t k = i; k < cases.size() && model_key(cases[k]) == live.key; ++k)
+          shape.context_length = std::max(shape.context_length, cases[k].model.context_length);
+        live.model = std::make_unique<TransformerLM>(shape, c.precision, c.attention, dev, ops);
+        live.model->init_parameters(seed);
+        if (phase == Phase::TrainStep) live.opt = std::make_unique<AdamW>(*live.model, ops, AdamWHyper{});
+      }
+      TransformerLM& model = *live.model;
+      AdamW* opt = live.opt.get();
       const int64_t n = c.batch * c.model.context_length;
       std::vector<int32_t> tokens(n), targets(n);
       for (int64_t k = 0; k < n; ++k) {
@@ -126,8 +157,8 @@ void run(ModeContext& ctx) {
         targets[k] = int32_t(random_bits(seed, 2, uint64_t(k)) % uint64_t(c.model.vocab_size));
       }
       model.set_batch(tokens.data(), targets.data(), c.batch, c.model.context_length);
-      for (int64_t s = 0; s < warmup; ++s) warm.add(run_step(model, opt.get(), phase, *timer));
-      for (int64_t s = 0; s < steps; ++s) timed.add(run_step(model, opt.get(), phase, *timer));
+      for (int64_t s = 0; s < warmup; ++s) warm.add(run_step(model, opt, phase, *timer));
+      for (int64_t s = 0; s < steps; ++s) timed.add(run_step(model, opt, phase, *timer));
     } catch (const OutOfMemory& e) {
       rec.status = "oom";
       rec.attr("error", std::string(e.what()));

@@ -5,11 +5,13 @@ namespace llmhpc {
 
 ModeSpec bench_mode();
 ModeSpec train_mode();
+ModeSpec comm_mode();
 
 const std::vector<ModeSpec>& all_modes() {
   static const std::vector<ModeSpec> modes = {
       bench_mode(),
       train_mode(),
+      comm_mode(),
   };
   return modes;
 }

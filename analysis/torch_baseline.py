@@ -1,0 +1,217 @@
+#!/usr/bin/env python3
+"""PyTorch on the same GPU, the same model and the same timing as `llmhpc --mode bench`.
+
+The model is SPEC's TransformerLM (the architecture and names of tests/reference/torch_model.py),
+written here for speed rather than for exact reference arithmetic: RoPE tables built once on
+the device, the causal mask from SDPA or a cached buffer. Setups, from weakest to strongest:
+
+  eager     naive attention (matmul, mask, softmax, matmul), torch.optim.AdamW defaults
+  compiled  torch.compile of each block (one compiled graph reused by all layers), fused
+            attention (F.scaled_dot_product_attention, is_causal), AdamW(fused=True)
+
+Precision fp32, or bf16 as autocast does it (fp32 master weights). Every step is timed with
+CUDA events: forward (with the loss), backward (with zero_grad), optimizer; warm-up steps
+apart; one synchronize per step. Out-of-memory is recorded as status "oom" and the sweep
+goes on. Results: one JSON object per configuration, appended to --out (JSON lines).
+
+    python3 analysis/torch_baseline.py --model small,medium --context-length 128,512 \
+        --precision fp32,bf16 --setup eager,compiled --out torch.jsonl
+    python3 analysis/torch_baseline.py --ceilings --out torch.jsonl    # GEMM and copy rates
+
+analysis/model_bench.py puts these next to an llmhpc bench run.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import time
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+PRESETS = {  # d_model, d_ff, num_layers, num_heads (SPEC)
+    "tiny": (512, 1344, 4, 16), "small": (768, 3072, 12, 12), "medium": (1024, 4096, 24, 16),
+    "large": (1280, 5120, 36, 20), "xl": (1600, 6400, 48, 25), "2.7B": (2560, 10240, 32, 32),
+}
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, d):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(d))
+
+    def forward(self, x):
+        dtype = x.dtype
+        x = x.float()
+        return (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-5) * self.weight).to(dtype)
+
+
+def rope(x, cos, sin):
+    """x (B, H, T, D); interleaved pairs rotated by the cached angles (T, D/2)."""
+    even, odd = x[..., 0::2], x[..., 1::2]
+    return torch.stack((even * cos - odd * sin, even * sin + odd * cos), dim=-1).flatten(-2)
+
+
+class Attention(nn.Module):
+    def __init__(self, d, heads, fused):
+        super().__init__()
+        self.heads, self.fused = heads, fused
+        self.q_proj, self.k_proj, self.v_proj, self.output_proj = (nn.Linear(d, d, bias=False) for _ in range(4))
+
+    def forward(self, x, cos, sin):
+        b, t, d = x.shape
+        split = lambda y: y.view(b, t, self.heads, d // self.heads).transpose(1, 2)  # noqa: E731
+        q, k, v = rope(split(self.q_proj(x)), cos, sin), rope(split(self.k_proj(x)), cos, sin), split(self.v_proj(x))
+        if self.fused:
+            o = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        else:
+            s = q @ k.transpose(-1, -2) / math.sqrt(q.shape[-1])
+            mask = torch.ones(t, t, dtype=torch.bool, device=x.device).triu(1)
+            o = torch.softmax(s.masked_fill(mask, float("-inf")), dim=-1) @ v
+        return self.output_proj(o.transpose(1, 2).reshape(b, t, d))
+
+
+class Block(nn.Module):
+    def __init__(self, d, d_ff, heads, fused):
+        super().__init__()
+        self.ln1, self.attn, self.ln2 = RMSNorm(d), Attention(d, heads, fused), RMSNorm(d)
+        self.w1, self.w2, self.w3 = nn.Linear(d, d_ff, bias=False), nn.Linear(d_ff, d, bias=False), nn.Linear(d, d_ff, bias=False)
+
+    def forward(self, x, cos, sin):
+        x = x + self.attn(self.ln1(x), cos, sin)
+        h = self.ln2(x)
+        return x + self.w2(F.silu(self.w1(h)) * self.w3(h))
+
+
+class TransformerLM(nn.Module):
+    def __init__(self, vocab, d, d_ff, layers, heads, fused):
+        super().__init__()
+        self.token_embeddings = nn.Embedding(vocab, d)
+        self.layers = nn.ModuleList(Block(d, d_ff, heads, fused) for _ in range(layers))
+        self.ln_final, self.lm_head = RMSNorm(d), nn.Linear(d, vocab, bias=False)
+        self.head_dim = d // heads
+        with torch.no_grad():  # SPEC's init
+            for name, p in self.named_parameters():
+                if p.dim() == 1:
+                    p.fill_(1.0)
+                else:
+                    std = 1.0 if "embeddings" in name else math.sqrt(2.0 / sum(p.shape))
+                    nn.init.trunc_normal_(p, std=std, a=-3 * std, b=3 * std)
+
+    def forward(self, tokens, targets):
+        t = tokens.shape[1]
+        inv = 10000.0 ** (-torch.arange(0, self.head_dim, 2, device=tokens.device, dtype=torch.float32) / self.head_dim)
+        angle = torch.arange(t, device=tokens.device, dtype=torch.float32)[:, None] * inv[None, :]
+        cos, sin = angle.cos(), angle.sin()
+        x = self.token_embeddings(tokens)
+        for layer in self.layers:
+            x = layer(x, cos, sin)
+        logits = self.lm_head(self.ln_final(x))
+        return F.cross_entropy(logits.float().view(-1, logits.shape[-1]), targets.view(-1))
+
+
+def bench_one(size, ctx, batch, precision, setup, warmup, steps, vocab):
+    d, d_ff, layers, heads = PRESETS[size]
+    rec = dict(tool="pytorch", model=size, d_model=d, d_ff=d_ff, num_layers=layers, num_heads=heads,
+               context_length=ctx, batch_size=batch, precision=precision, setup=setup, warmup=warmup, steps=steps,
+               torch_version=torch.__version__, device_name=torch.cuda.get_device_name())
+    compiled = setup == "compiled"
+    model = opt = None
+    try:
+        torch.cuda.reset_peak_memory_stats()
+        model = TransformerLM(vocab, d, d_ff, layers, heads, fused=compiled).cuda()
+        if compiled:
+            for block in model.layers:
+                block.compile()
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-3, fused=compiled or None)
+        tokens = torch.randint(0, vocab, (batch, ctx), device="cuda")
+        targets = torch.randint(0, vocab, (batch, ctx), device="cuda")
+        ev = [torch.cuda.Event(enable_timing=True) for _ in range(4)]
+        times = {k: [] for k in ("forward_ms", "backward_ms", "optimizer_ms", "step_ms")}
+        t0 = time.time()
+        for i in range(warmup + steps):
+            ev[0].record()
+            with torch.autocast("cuda", dtype=torch.bfloat16, enabled=precision == "bf16"):
+                loss = model(tokens, targets)
+            ev[1].record()
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            ev[2].record()
+            opt.step()
+            ev[3].record()
+            torch.cuda.synchronize()
+            if i >= warmup:
+                times["forward_ms"].append(ev[0].elapsed_time(ev[1]))
+                times["backward_ms"].append(ev[1].elapsed_time(ev[2]))
+                times["optimizer_ms"].append(ev[2].elapsed_time(ev[3]))
+                times["step_ms"].append(ev[0].elapsed_time(ev[3]))
+        rec.update(times, status="ok", peak_memory_bytes=torch.cuda.max_memory_allocated(), wall_s=time.time() - t0)
+    except torch.cuda.OutOfMemoryError as e:
+        rec.update(status="oom", error=str(e).splitlines()[0], peak_memory_bytes=torch.cuda.max_memory_allocated())
+    finally:
+        del model, opt
+        torch.cuda.empty_cache()
+        torch._dynamo.reset()
+    return rec
+
+
+def ceilings():
+    """The GPU's measured rates: bf16 and fp32/tf32 GEMM (8192^3, random data) and copy bandwidth."""
+    out = dict(tool="ceilings", device_name=torch.cuda.get_device_name())
+
+    def timed(fn, reps=10):
+        for _ in range(3):
+            fn()
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        for _ in range(reps):
+            fn()
+        b.record()
+        torch.cuda.synchronize()
+        return a.elapsed_time(b) / reps / 1e3
+
+    n = 8192
+    for name, dtype, tf32 in (("bf16", torch.bfloat16, False), ("fp32", torch.float32, False), ("tf32", torch.float32, True)):
+        torch.backends.cuda.matmul.allow_tf32 = tf32
+        x, y = torch.randn(n, n, device="cuda", dtype=dtype), torch.randn(n, n, device="cuda", dtype=dtype)
+        out[f"gemm_{name}_tflops"] = 2 * n**3 / timed(lambda: x @ y) / 1e12
+    torch.backends.cuda.matmul.allow_tf32 = False
+    src = torch.empty(2 * 1024**3, dtype=torch.uint8, device="cuda").random_()
+    dst = torch.empty_like(src)
+    out["copy_tb_per_s"] = 2 * src.numel() / timed(lambda: dst.copy_(src)) / 1e12
+    return out
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--model", default="small,medium,large,xl,2.7B")
+    p.add_argument("--context-length", default="128")
+    p.add_argument("--batch-size", type=int, default=4)
+    p.add_argument("--precision", default="fp32,bf16")
+    p.add_argument("--setup", default="eager,compiled")
+    p.add_argument("--warmup", type=int, default=5)
+    p.add_argument("--steps", type=int, default=10)
+    p.add_argument("--vocab-size", type=int, default=10000)
+    p.add_argument("--ceilings", action="store_true", help="only measure the GEMM and copy rates")
+    p.add_argument("--out", required=True, help="JSON lines file to append to")
+    a = p.parse_args()
+    torch.backends.cuda.matmul.allow_tf32 = False  # fp32 means fp32, as llmhpc without --tf32
+    torch.backends.cudnn.allow_tf32 = False
+    records = [ceilings()] if a.ceilings else (
+        bench_one(m, int(c), a.batch_size, prec, s, a.warmup, a.steps, a.vocab_size)
+        for s in a.setup.split(",") for prec in a.precision.split(",")
+        for m in a.model.split(",") for c in a.context_length.split(","))
+    with open(a.out, "a") as f:
+        for r in records:
+            f.write(json.dumps(r) + "\n")
+            f.flush()
+            brief = {k: r[k] for k in ("model", "context_length", "precision", "setup", "status") if k in r}
+            mean = sum(r["step_ms"]) / len(r["step_ms"]) if r.get("step_ms") else float("nan")
+            print(json.dumps(brief), f"step {mean:.2f} ms" if r.get("status") == "ok" else
+                  json.dumps({k: v for k, v in r.items() if k != "tool"}), flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,34 @@
+// The one factory for communicators: the only place that knows whether the NCCL backend
+// was compiled in (LLMHPC_WITH_CUDA).
+#include "comm/communicator.h"
+
+#include "comm/mpi_communicator.h"
+#include "src/core/check.h"
+#if defined(LLMHPC_WITH_CUDA)
+#include "comm/cuda/nccl_communicator.h"
+#endif
+
+namespace llmhpc {
+
+const char* reduce_op_name(ReduceOp op) { return op == ReduceOp::Sum ? "sum" : "avg"; }
+
+const char* comm_backend_name(CommBackend backend) { return backend == CommBackend::Mpi ? "mpi" : "nccl"; }
+
+std::unique_ptr<Communicator> make_communicator(const CommOptions& options) {
+  if (options.backend == CommBackend::Mpi) return make_mpi_communicator(options.parent);
+#if defined(LLMHPC_WITH_CUDA)
+  return make_nccl_communicator(options);
+#else
+  throw UsageError("--backend nccl: this llmhpc was built without CUDA and NCCL (no nvcc at build time)");
+#endif
+}
+
+bool nccl_compiled() {
+#if defined(LLMHPC_WITH_CUDA)
+  return true;
+#else
+  return false;
+#endif
+}
+
+}  // namespace llmhpc

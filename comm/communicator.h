@@ -1,0 +1,142 @@
+// The Communicator interface: the collectives every distributed feature (DDP, optimizer
+// sharding, the comm benchmark) is written against, and the one factory that makes one.
+//
+// Two implementations:
+//   mpi  (comm/mpi_communicator.cpp)       host buffers; the CPU baseline (what Gloo is to PyTorch).
+//   nccl (comm/cuda/nccl_communicator.cpp) device buffers; stream-ordered on its own stream.
+//
+// Buffer conventions (the same as NCCL's, so code moves between backends unchanged):
+//   all_reduce      send, recv: `count` elements each. In place: send == recv.
+//   reduce_scatter  send: count * size() elements, recv: `count`. Rank r gets the reduced
+//                   chunk [r*count, (r+1)*count). In place: recv == send + rank() * count.
+//   all_gather      send: `count` elements, recv: count * size(); rank r's send lands at
+//                   recv + r*count. In place: send == recv + rank() * count.
+//   broadcast       root's send is copied to every rank's recv (`count` elements); send is
+//                   read on the root only. In place: send == recv.
+// Sizes that do not divide by the rank count are the caller's business: reduce_scatter and
+// all_gather take the per-rank count (see comm/collectives.h for what the benchmark does).
+//
+// Asynchrony: every collective has an *_async form that returns a CommHandle. What wait()
+// guarantees depends on where the backend runs (stream_ordered()):
+//   mpi:  the operation is complete on the host when wait() returns.
+//   nccl: the operation is enqueued on the communicator's stream, after all work already
+//         enqueued on the compute stream (a CUDA event orders them), and wait() makes the
+//         compute stream wait for it: later compute work sees the result, the host does not
+//         block. synchronize() blocks the host. Made without a compute stream (a benchmark
+//         with no compute work), an operation is only the NCCL call, as in nccl-tests: the
+//         caller has its inputs ready before issuing it, and wait() blocks the host.
+// The blocking forms (all_reduce, ...) are the async form followed by wait().
+#pragma once
+#include <mpi.h>
+
+#include <cstddef>
+#include <memory>
+#include <string>
+
+#include "src/core/dtype.h"
+
+namespace llmhpc {
+
+enum class ReduceOp { Sum, Average };
+const char* reduce_op_name(ReduceOp op);  // "sum", "avg" (as nccl-tests names them)
+
+// What a backend returns for an operation in flight. Implementations finish the
+// operation's bookkeeping in their destructor (mpi: an operation is never abandoned, so
+// a handle dropped without wait() completes it there; nccl: it stays ordered on the
+// communicator's stream and only the event is released).
+class PendingOp {
+ public:
+  virtual ~PendingOp() = default;
+  virtual void wait() = 0;
+};
+
+// A handle on an asynchronous collective. Move-only; wait() is idempotent.
+class CommHandle {
+ public:
+  CommHandle() = default;  // nothing pending
+  explicit CommHandle(std::unique_ptr<PendingOp> op) : op_(std::move(op)) {}
+  void wait() {
+    if (op_) op_->wait();
+    op_.reset();
+  }
+  bool pending() const { return op_ != nullptr; }
+
+ private:
+  std::unique_ptr<PendingOp> op_;
+};
+
+// Marks points on the communicator's own timeline: CUDA events on its stream (nccl), the
+// host clock MPI_Wtime (mpi). elapsed_ms() waits until both marks have been reached.
+class CommTimer {
+ public:
+  virtual ~CommTimer() = default;
+  virtual void mark(int index) = 0;
+  virtual double elapsed_ms(int from, int to) = 0;
+};
+
+class Communicator {
+ public:
+  virtual ~Communicator() = default;
+
+  virtual std::string backend_name() const = 0;  // "mpi", "nccl"
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+  // true: buffers must be device memory of this rank's GPU (nccl); false: host memory.
+  virtual bool device_buffers() const = 0;
+  // true: operations run in order on a device stream (see the header comment).
+  virtual bool stream_ordered() const = 0;
+
+  virtual CommHandle all_reduce_async(const void* send, void* recv, size_t count, DType dtype, ReduceOp op) = 0;
+  virtual CommHandle reduce_scatter_async(const void* send, void* recv, size_t count, DType dtype,
+                                          ReduceOp op) = 0;
+  virtual CommHandle all_gather_async(const void* send, void* recv, size_t count, DType dtype) = 0;
+  virtual CommHandle broadcast_async(const void* send, void* recv, size_t count, DType dtype, int root) = 0;
+
+  // Blocking forms. A backend overrides them where it has a faster blocking call (MPI's
+  // blocking collectives use better algorithms than its non-blocking ones).
+  virtual void all_reduce(const void* send, void* recv, size_t count, DType dtype, ReduceOp op) {
+    all_reduce_async(send, recv, count, dtype, op).wait();
+  }
+  virtual void reduce_scatter(const void* send, void* recv, size_t count, DType dtype, ReduceOp op) {
+    reduce_scatter_async(send, recv, count, dtype, op).wait();
+  }
+  virtual void all_gather(const void* send, void* recv, size_t count, DType dtype) {
+    all_gather_async(send, recv, count, dtype).wait();
+  }
+  virtual void broadcast(const void* send, void* recv, size_t count, DType dtype, int root) {
+    broadcast_async(send, recv, count, dtype, root).wait();
+  }
+
+  // Operations between group_start() and group_end() are launched together (nccl:
+  // ncclGroupStart/End, which fuses them; mpi: each starts at once, so a group is only a
+  // bracket). Wait on their handles after group_end().
+  virtual void group_start() = 0;
+  virtual void group_end() = 0;
+
+  // Every rank arrives, after its own issued operations are complete.
+  virtual void barrier() = 0;
+  // The host waits until every operation this rank issued is complete (nccl: the
+  // communicator's stream; mpi: nothing to do, an operation completes in its handle).
+  virtual void synchronize() = 0;
+
+  virtual std::unique_ptr<CommTimer> make_timer(int num_marks) = 0;
+};
+
+enum class CommBackend { Mpi, Nccl };
+const char* comm_backend_name(CommBackend backend);
+
+struct CommOptions {
+  CommBackend backend = CommBackend::Mpi;
+  MPI_Comm parent = MPI_COMM_WORLD;  // the ranks taking part (duplicated, never used directly)
+  int gpu = -1;                      // nccl: this rank's GPU
+  void* compute_stream = nullptr;    // nccl: cudaStream_t producing inputs and using results (nullptr: none)
+};
+
+// Collective over `parent`: every rank calls it with the same backend. Throws UsageError
+// when the backend is not compiled in.
+std::unique_ptr<Communicator> make_communicator(const CommOptions& options);
+
+// Whether this build has the NCCL backend (the only place that knows is communicator.cpp).
+bool nccl_compiled();
+
+}  // namespace llmhpc

@@ -1,0 +1,15 @@
+// The NCCL communicator: collectives on device buffers of this rank's GPU, enqueued on the
+// communicator's own stream and ordered against the compute stream with CUDA events (see
+// comm/communicator.h). Bootstrap over MPI: rank 0's ncclGetUniqueId goes to every rank
+// with MPI_Bcast, then ncclCommInitRank. Not thread-safe: one host thread drives it.
+#pragma once
+#include <memory>
+
+#include "comm/communicator.h"
+
+namespace llmhpc {
+
+// Collective over options.parent; sets the current device to options.gpu.
+std::unique_ptr<Communicator> make_nccl_communicator(const CommOptions& options);
+
+}  // namespace llmhpc

@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+#SBATCH --job-name=llmhpc-comm
+#SBATCH --nodes=1
+#SBATCH --ntasks-per-node=8
+#SBATCH --gpus-per-task=1
+#SBATCH --time=00:30:00
+# The seeds' single-node communication study: all-reduce of 1MB..1000MB with nccl (GPU
+# buffers) and mpi (host buffers, the CPU baseline) at each rank count, then one markdown
+# table of all runs (analysis/comm.py).
+#   sbatch jobs/comm.sh                     or   RANKS=2,4 bash jobs/comm.sh
+#   BACKENDS=nccl COLLECTIVES=all SIZES=1MB,1GB CHECK=1 bash jobs/comm.sh
+# mpi moves 1000MB in about a second, so it runs fewer iterations (MPI_WARMUP, MPI_ITERS).
+set -euo pipefail
+source "$(dirname "$0")/env.sh"
+RANKS=${RANKS:-2,4,8}
+BACKENDS=${BACKENDS:-nccl,mpi}
+COLLECTIVES=${COLLECTIVES:-allreduce}
+SIZES=${SIZES:-1MB,10MB,100MB,1000MB}
+DTYPE=${DTYPE:-float}
+WARMUP=${WARMUP:-5}
+ITERS=${ITERS:-20}
+MPI_WARMUP=${MPI_WARMUP:-2}
+MPI_ITERS=${MPI_ITERS:-5}
+CHECK=${CHECK:-0}
+OUT=${OUT:-$OUT_ROOT/comm-$(stamp)}
+
+runs=()
+for backend in ${BACKENDS//,/ }; do
+  for np in ${RANKS//,/ }; do
+    dir=$OUT/$backend-np$np
+    # The mpi baseline runs on host buffers: no GPU per rank needed.
+    if [ "$backend" = mpi ]; then device=cpu warmup=$MPI_WARMUP iters=$MPI_ITERS; else device=auto warmup=$WARMUP iters=$ITERS; fi
+    if [ -n "${SLURM_JOB_ID:-}" ]; then launch=(srun --ntasks "$np"); else launch=(${MPIRUN:-mpirun} -np "$np"); fi
+    "${launch[@]}" "$LLMHPC_BIN" --mode comm --device "$device" --backend "$backend" --collective "$COLLECTIVES" --size "$SIZES" \
+      --dtype "$DTYPE" --warmup "$warmup" --iters "$iters" $([ "$CHECK" = 1 ] && echo --check) --out "$dir" \
+      ${EXTRA_ARGS:-}
+    runs+=("$dir")
+  done
+done
+$PYTHON "$LLMHPC_ROOT/analysis/comm.py" "${runs[@]}" | tee "$OUT/comm.md"

@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# One GPU-host session for the model: CUDA tests, the PyTorch training cross-check, the
+# GPU's measured ceilings, and llmhpc next to PyTorch (analysis/torch_baseline.py) on the
+# same GPU. Run from the repository root:
+#   scripts/gpu/model_check.sh BIN_DIR OUT_DIR [bench args ...]
+# BIN_DIR holds llmhpc and the test_cuda_* executables (see tests/cuda/make_carry.sh).
+# Environment: TORCH_SETUPS (default "eager,compiled"), TORCH_MODELS, TORCH_CONTEXTS,
+# TORCH_PRECISIONS, SKIP_TESTS=1. Every step has a time limit; logs go to OUT_DIR.
+set -uo pipefail
+bin=$(cd "${1:?BIN_DIR}" && pwd)
+out=${2:?OUT_DIR}
+shift 2
+mkdir -p "$out"
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 NCCL_NVLS_ENABLE=0 OMP_NUM_THREADS=16 PYTHONUNBUFFERED=1
+if ldd "$bin/llmhpc" | grep -q "not found"; then
+  export LD_LIBRARY_PATH=$bin/fallback${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+fi
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$out/device.txt"
+date -u +%Y-%m-%dT%H:%MZ >>"$out/device.txt"
+
+if [ "${SKIP_TESTS:-0}" != 1 ]; then
+  for t in test_cuda_device test_cuda_ops test_cuda_model; do
+    timeout 240 "$bin/$t" >>"$out/tests.log" 2>&1; echo "$t: exit $?"
+  done
+  grep -E "^\[  (PASSED|FAILED) |^\[  FAILED" "$out/tests.log"
+  LLMHPC_BIN=$bin/llmhpc LLMHPC_ROOT=$PWD timeout 180 python3 tests/scripts/test_reference_torch.py >"$out/reference_torch.log" 2>&1
+  echo "test_reference_torch: exit $?"; tail -12 "$out/reference_torch.log"
+fi
+
+timeout 120 python3 analysis/torch_baseline.py --ceilings --out "$out/torch.jsonl" >>"$out/torch.log" 2>&1
+tail -1 "$out/torch.jsonl"
+
+# llmhpc's sweep (default: every size at context 128 and 512, fp32 and bf16).
+[ $# -gt 0 ] || set -- --model small,medium,large,xl,2.7B --context-length 128,512 --precision fp32,bf16
+timeout 300 "$bin/llmhpc" --mode bench --device cuda "$@" --out "$out/llmhpc" >"$out/llmhpc.log" 2>&1
+echo "llmhpc bench: exit $?"; sed -n '/bench summary/,$p' "$out/llmhpc.log" | cut -c1-170
+
+timeout ${TORCH_TIMEOUT:-300} python3 analysis/torch_baseline.py --model "${TORCH_MODELS:-small,medium,large,xl,2.7B}" \
+  --context-length "${TORCH_CONTEXTS:-128,512}" --precision "${TORCH_PRECISIONS:-fp32,bf16}" \
+  --setup "${TORCH_SETUPS:-eager,compiled}" --out "$out/torch.jsonl" >>"$out/torch.log" 2>&1
+echo "torch baseline: exit $?"
+python3 analysis/model_bench.py "$out/llmhpc" "$out/torch.jsonl" | tee "$out/model_bench.md"
