@@ -4,8 +4,10 @@
 # same GPU. Run from the repository root:
 #   scripts/gpu/model_check.sh BIN_DIR OUT_DIR [bench args ...]
 # BIN_DIR holds llmhpc and the test_cuda_* executables (see tests/cuda/make_carry.sh).
-# Environment: TORCH_SETUPS (default "eager,compiled"), TORCH_MODELS, TORCH_CONTEXTS,
-# TORCH_PRECISIONS, SKIP_TESTS=1. Every step has a time limit; logs go to OUT_DIR.
+# Environment: TORCH_RUNS, PyTorch runs separated by ';', each the arguments of one
+# analysis/torch_baseline.py call (default: eager and compiled, fp32 and bf16, contexts
+# 128 and 512); TORCH_TIMEOUT (s, default 300); SKIP_TESTS=1. Every step has a time limit;
+# logs go to OUT_DIR.
 set -uo pipefail
 bin=$(cd "${1:?BIN_DIR}" && pwd)
 out=${2:?OUT_DIR}
@@ -35,8 +37,12 @@ tail -1 "$out/torch.jsonl"
 timeout 300 "$bin/llmhpc" --mode bench --device cuda "$@" --out "$out/llmhpc" >"$out/llmhpc.log" 2>&1
 echo "llmhpc bench: exit $?"; sed -n '/bench summary/,$p' "$out/llmhpc.log" | cut -c1-170
 
-timeout ${TORCH_TIMEOUT:-300} python3 analysis/torch_baseline.py --model "${TORCH_MODELS:-small,medium,large,xl,2.7B}" \
-  --context-length "${TORCH_CONTEXTS:-128,512}" --precision "${TORCH_PRECISIONS:-fp32,bf16}" \
-  --setup "${TORCH_SETUPS:-eager,compiled}" --out "$out/torch.jsonl" >>"$out/torch.log" 2>&1
-echo "torch baseline: exit $?"
+deadline=$((SECONDS + ${TORCH_TIMEOUT:-300}))
+IFS=';' read -ra runs <<<"${TORCH_RUNS:---context-length 128,512 --precision fp32,bf16 --setup eager,compiled}"
+for args in "${runs[@]}"; do
+  left=$((deadline - SECONDS)); [ $left -gt 10 ] || { echo "torch: no time left for: $args"; continue; }
+  # shellcheck disable=SC2086
+  timeout $left python3 analysis/torch_baseline.py $args --out "$out/torch.jsonl" >>"$out/torch.log" 2>&1
+  echo "torch baseline ($args): exit $?"
+done
 python3 analysis/model_bench.py "$out/llmhpc" "$out/torch.jsonl" | tee "$out/model_bench.md"
