@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "kernels/cpu/cpu_kernels.h"
+#include "kernels/cpu/flash_attention.h"
 #include "src/core/nvtx.h"
 
 namespace llmhpc {
@@ -150,29 +151,42 @@ class CpuOps final : public Ops {
   void rope_forward(Tensor qkv, int64_t heads, double theta) override { rope(qkv, heads, theta, +1.0); }
   void rope_backward(Tensor dqkv, int64_t heads, double theta) override { rope(dqkv, heads, theta, -1.0); }
 
+  // Naive saves the probabilities (B,H,T,T); flash the logsumexp (B,H,T), in the compute
+  // dtype (fp32, or fp64 in reference runs: the CPU keeps all of an op's tensors in one dtype).
   SavedSpec attention_saved(const AttentionDims& d, DType compute) const override {
-    if (d.kind == AttentionKind::Flash)
-      throw UsageError("--attention flash is not available on the CPU backend yet; use --attention naive");
+    if (d.kind == AttentionKind::Flash) return {Shape{d.batch, d.heads, d.seq}, compute};
     return {Shape{d.batch, d.heads, d.seq, d.seq}, compute};
   }
   void attention_forward(Tensor out, Tensor saved, Tensor qkv, const AttentionDims& d) override {
-    check_attention("attention_forward", out, qkv, d);
+    check_attention("attention_forward", out, saved, qkv, d);
     same_dtype("attention_forward", {&out, &saved, &qkv});
     dispatch("attention_forward", qkv, [&](auto T) {
       using E = decltype(T);
       NvtxRange r("attention");
-      cpu::attention_forward(out.ptr<E>(), saved.ptr<E>(), qkv.ptr<E>(), d.batch, d.seq, d.heads, d.head_dim,
-                             d.causal);
+      if (d.kind == AttentionKind::Flash)
+        cpu::flash_attention_forward(out.ptr<E>(), saved.ptr<E>(), qkv.ptr<E>(), d.batch, d.seq, d.heads,
+                                     d.head_dim, d.causal);
+      else
+        cpu::attention_forward(out.ptr<E>(), saved.ptr<E>(), qkv.ptr<E>(), d.batch, d.seq, d.heads, d.head_dim,
+                               d.causal);
     });
   }
   void attention_backward(Tensor dqkv, Tensor dout, Tensor out, Tensor saved, Tensor qkv,
                           const AttentionDims& d) override {
-    check_attention("attention_backward", dout, qkv, d);
+    check_attention("attention_backward", dout, saved, qkv, d);
     same_dtype("attention_backward", {&dqkv, &dout, &saved, &qkv});
+    if (d.kind == AttentionKind::Flash) {  // flash reads the forward's output: D = rowsum(dout * out)
+      expect(out.numel() == dout.numel(), "attention_backward", "flash needs the forward's output");
+      same_dtype("attention_backward", {&out, &qkv});
+    }
     dispatch("attention_backward", qkv, [&](auto T) {
       using E = decltype(T);
-      cpu::attention_backward(dqkv.ptr<E>(), dout.ptr<E>(), saved.ptr<E>(), qkv.ptr<E>(), d.batch, d.seq, d.heads,
-                              d.head_dim, d.causal);
+      if (d.kind == AttentionKind::Flash)
+        cpu::flash_attention_backward(dqkv.ptr<E>(), dout.ptr<E>(), out.ptr<E>(), saved.ptr<E>(), qkv.ptr<E>(),
+                                      d.batch, d.seq, d.heads, d.head_dim, d.causal);
+      else
+        cpu::attention_backward(dqkv.ptr<E>(), dout.ptr<E>(), saved.ptr<E>(), qkv.ptr<E>(), d.batch, d.seq,
+                                d.heads, d.head_dim, d.causal);
     });
   }
   void swiglu_forward(Tensor out, Tensor h) override {
@@ -248,11 +262,12 @@ class CpuOps final : public Ops {
       cpu::rope_apply(qkv.ptr<E>(), B, T, heads, D, theta, sign);
     });
   }
-  static void check_attention(const char* op, const Tensor& out, const Tensor& qkv, const AttentionDims& d) {
-    if (d.kind == AttentionKind::Flash)
-      throw UsageError("--attention flash is not available on the CPU backend yet; use --attention naive");
+  static void check_attention(const char* op, const Tensor& out, const Tensor& saved, const Tensor& qkv,
+                              const AttentionDims& d) {
     const int64_t n = d.batch * d.seq * d.heads * d.head_dim;
     expect(out.numel() == n && qkv.numel() == 3 * n, op, "shapes");
+    if (d.kind == AttentionKind::Flash)  // the logsumexp L (B,H,T)
+      expect(saved.numel() == d.batch * d.heads * d.seq, op, "flash saves the logsumexp (B,H,T)");
   }
   static void read_as_double(const Tensor& t, double* out) {
     const int64_t n = t.numel();

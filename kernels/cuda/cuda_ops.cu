@@ -7,6 +7,7 @@
 
 #include <cmath>
 
+#include "kernels/cuda/flash_attn/flash_attn.h"
 #include "kernels/cuda/kernels.h"
 #include "src/core/nvtx.h"
 
@@ -20,9 +21,19 @@ const void* at(const Tensor& t, int64_t offset) {
   return static_cast<const char*>(t.data) + offset * int64_t(dtype_size(t.dtype));
 }
 
-void flash_not_yet(const AttentionDims& d) {
-  if (d.kind == AttentionKind::Flash)
-    throw UsageError("--attention flash is not yet available on the CUDA backend; use --attention naive");
+// FlashAttention-2 (kernels/cuda/flash_attn/): out (B,T,H*D) and the logsumexp L (B,H,T) fp32
+// from qkv (B,T,3,H,D); the backward's scratch D = rowsum(dout * out) comes from the device allocator.
+void check_flash(const char* op, const Tensor& out, const Tensor& lse, const Tensor& qkv, const AttentionDims& d) {
+  expect(out.numel() == d.batch * d.seq * d.heads * d.head_dim && qkv.numel() == 3 * out.numel() &&
+             lse.numel() == d.batch * d.heads * d.seq,
+         op, "shapes");
+  if (lse.dtype != DType::F32 || out.dtype != qkv.dtype)
+    throw UsageError(std::string(op) + ": flash needs the logsumexp in fp32 and out in qkv's dtype");
+}
+
+flash::FlashParams flash_params(const Tensor& out, const Tensor& lse, const Tensor& qkv, const AttentionDims& d) {
+  return flash::packed_params(qkv.dtype, qkv.data, out.data, lse.ptr<float>(), d.batch, d.seq, d.heads, d.head_dim,
+                              d.causal);
 }
 
 }  // namespace
@@ -103,14 +114,19 @@ void CudaOps::rope(Tensor qkv, int64_t heads, double theta, double sign) {
 }
 
 SavedSpec CudaOps::attention_saved(const AttentionDims& d, DType compute) const {
-  flash_not_yet(d);
+  if (d.kind == AttentionKind::Flash) return {Shape{d.batch, d.heads, d.seq}, DType::F32};  // logsumexp
   return {Shape{d.batch, d.heads, d.seq, d.seq}, compute};
 }
 
 // Per batch element b, the H heads are one strided batch: head h of q starts h*D into the
 // (T, 3HD) rows of qkv, so consecutive heads are D elements apart.
 void CudaOps::attention_forward(Tensor out, Tensor saved, Tensor qkv, const AttentionDims& d) {
-  flash_not_yet(d);
+  if (d.kind == AttentionKind::Flash) {
+    check_flash("attention_forward", out, saved, qkv, d);
+    NvtxRange range("flash_attention");
+    flash::flash_attention_forward(flash_params(out, saved, qkv, d), stream_);
+    return;
+  }
   const int64_t B = d.batch, T = d.seq, H = d.heads, D = d.head_dim, row = 3 * H * D;
   expect(out.numel() == B * T * H * D && qkv.numel() == 3 * out.numel() && saved.numel() == B * H * T * T,
          "attention_forward", "shapes");
@@ -140,7 +156,18 @@ void CudaOps::attention_forward(Tensor out, Tensor saved, Tensor qkv, const Atte
 // One batch element at a time, so dP needs (H,T,T) of scratch rather than (B,H,T,T).
 void CudaOps::attention_backward(Tensor dqkv, Tensor dout, Tensor out, Tensor saved, Tensor qkv,
                                  const AttentionDims& d) {
-  flash_not_yet(d);
+  if (d.kind == AttentionKind::Flash) {
+    check_flash("attention_backward", out, saved, qkv, d);
+    expect(dout.numel() == out.numel() && dqkv.numel() == qkv.numel(), "attention_backward", "shapes");
+    if (dout.dtype != qkv.dtype || dqkv.dtype != qkv.dtype)
+      throw UsageError("attention_backward: flash needs dout, dqkv and qkv in one dtype");
+    NvtxRange range("flash_attention_backward");
+    Buffer delta(device_.allocator(), DType::F32, {d.batch, d.heads, d.seq}, "attention.flash_delta");
+    flash::FlashParams p = flash_params(out, saved, qkv, d);
+    flash::set_packed_backward(p, dout.data, dqkv.data, delta.tensor().ptr<float>());
+    flash::flash_attention_backward(p, stream_);
+    return;
+  }
   const int64_t B = d.batch, T = d.seq, H = d.heads, D = d.head_dim, row = 3 * H * D;
   expect(dout.numel() == B * T * H * D && qkv.numel() == 3 * dout.numel() && dqkv.numel() == qkv.numel() &&
              saved.numel() == B * H * T * T,

@@ -6,12 +6,14 @@ namespace llmhpc {
 ModeSpec bench_mode();
 ModeSpec train_mode();
 ModeSpec comm_mode();
+ModeSpec attention_mode();
 
 const std::vector<ModeSpec>& all_modes() {
   static const std::vector<ModeSpec> modes = {
       bench_mode(),
       train_mode(),
       comm_mode(),
+      attention_mode(),
   };
   return modes;
 }

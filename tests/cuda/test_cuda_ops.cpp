@@ -154,11 +154,6 @@ TEST_F(CudaOps, NaiveAttentionForwardAndBackward) {
     }
 }
 
-TEST_F(CudaOps, NaiveAttentionFlashIsNotYetAvailable) {
-  const AttentionDims dims{1, 4, 1, 8, true, AttentionKind::Flash};
-  EXPECT_THROW(gpu().attention_saved(dims, F32), UsageError);
-}
-
 // F = 36 takes the 4-wide vector path, F = 37 the scalar one. One bf16 rounding each.
 TEST_F(CudaOps, SwiGluForwardAndBackward) {
   for (DType dt : {F32, BF16})

@@ -1,0 +1,175 @@
+#!/usr/bin/env python3
+"""The seeds' attention tables, in markdown, from llmhpc --mode attention runs.
+
+    python3 analysis/attention.py results/attention-20261122-103000 [more run directories ...]
+    python3 analysis/attention.py DIR --torch torch_attention.json   # + the PyTorch comparison
+
+Prints, from rank 0's records (/attention/<label>, docs/hdf5-schema.md):
+  1. one table per implementation, precision, causal, batch and heads, like the seeds'
+     pytorch_attention table: head dim, sequence length, forward and backward mean +- std
+     (sample std, n-1), end-to-end mean, peak memory (MiB) and status;
+  2. naive against flash, like the seeds' flash_benchmarking table: median forward,
+     backward and end-to-end times of both and the speedup naive / flash (N/A where one
+     ran out of memory), and both peaks;
+  3. with --torch (the JSON written by analysis/torch_attention.py): llmhpc's flash
+     against PyTorch's fused attention on the same shapes, median ms and the ratio
+     llmhpc / PyTorch (the issue's target: at most 1.25 for T >= 4096).
+Times are milliseconds per iteration; one iteration is one forward plus one backward.
+Files are read only through analysis/llmhpc_h5.py.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import sys
+
+import numpy as np
+import pandas as pd
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from llmhpc_h5 import SchemaError, open_run  # noqa: E402
+
+CONFIG_KEYS = ("impl", "precision", "batch", "heads", "head_dim", "seq", "causal")
+GROUP_KEYS = ("precision", "causal", "batch", "heads")
+MIB = 1024.0 * 1024.0
+
+
+def attention_frame(directories: list) -> pd.DataFrame:
+    """One row per attention record of rank 0 of every run: configuration, status, and
+    mean/std/median of forward_ms, backward_ms, total_ms; peak_mib."""
+    rows = []
+    for directory in directories:
+        run = open_run(directory)
+        if run.mode != "attention":
+            raise SchemaError(f"{directory}: a '{run.mode}' run, not an attention run")
+        for r in run.records("attention", rank=0):
+            row = {key: r.attrs.get(key) for key in CONFIG_KEYS}
+            row.update(run=directory, name=r.name, status=r.status,
+                       peak_mib=r.attrs.get("peak_memory_bytes", 0) / MIB,
+                       flops_forward=r.attrs.get("flops_forward", math.nan),
+                       flops_backward=r.attrs.get("flops_backward", math.nan))
+            for phase in ("forward", "backward", "total"):
+                values = np.asarray(r.arrays.get(f"{phase}_ms", []), dtype=float)
+                row[f"{phase}_mean"] = float(values.mean()) if len(values) else math.nan
+                row[f"{phase}_std"] = float(values.std(ddof=1)) if len(values) > 1 else (0.0 if len(values) else math.nan)
+                row[f"{phase}_median"] = float(np.median(values)) if len(values) else math.nan
+            rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def fmt(value, decimals: int = 3) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "-"
+    return f"{value:.{decimals}f}"
+
+
+TEXT_COLUMNS = {"status", "dtype", "causal", "torch backend"}
+
+
+def markdown(header: list, rows: list) -> str:
+    """A markdown table; every column but the text ones right-aligned."""
+    align = ["---" if h in TEXT_COLUMNS else "---:" for h in header]
+    lines = ["| " + " | ".join(header) + " |", "| " + " | ".join(align) + " |"]
+    lines += ["| " + " | ".join(r) + " |" for r in rows]
+    return "\n".join(lines)
+
+
+def group_title(keys: tuple) -> str:
+    precision, causal, batch, heads = keys
+    return f"{precision}, {'causal' if causal else 'no mask'}, batch {batch}, {heads} head(s)"
+
+
+def per_implementation_tables(df: pd.DataFrame) -> str:
+    out = []
+    for keys, g in df.groupby(["impl", *GROUP_KEYS], sort=False):
+        rows = []
+        for _, r in g.sort_values(["head_dim", "seq"]).iterrows():
+            ok = r.status == "ok"
+            rows.append([str(r.head_dim), str(r.seq),
+                         f"{fmt(r.forward_mean)} ± {fmt(r.forward_std)}" if ok else "-",
+                         f"{fmt(r.backward_mean)} ± {fmt(r.backward_std)}" if ok else "-",
+                         fmt(r.total_mean) if ok else "-", fmt(r.peak_mib, 1), r.status])
+        out.append(f"### {keys[0]} attention, {group_title(keys[1:])}\n\n" + markdown(
+            ["head dim", "seq", "forward ms (mean ± std)", "backward ms (mean ± std)", "fwd+bwd ms (mean)", "peak MiB",
+             "status"], rows))
+    return "\n\n".join(out)
+
+
+def ratio(a: float, b: float) -> str:
+    return "N/A" if any(math.isnan(x) for x in (a, b)) or b <= 0 else f"{a / b:.2f}"
+
+
+def naive_vs_flash_tables(df: pd.DataFrame) -> str:
+    out = []
+    for keys, g in df.groupby(list(GROUP_KEYS), sort=False):
+        naive = {(r.seq, r.head_dim): r for _, r in g[g.impl == "naive"].iterrows()}
+        flash = {(r.seq, r.head_dim): r for _, r in g[g.impl == "flash"].iterrows()}
+        shapes = sorted(set(naive) & set(flash), key=lambda s: (s[1], s[0]))
+        if not shapes:
+            continue
+        rows = []
+        for s in shapes:
+            n, f = naive[s], flash[s]
+            cell = lambda r, phase: fmt(r[f"{phase}_median"]) if r.status == "ok" else ("OOM" if r.status == "oom" else "N/A")
+            nv = lambda r, phase: r[f"{phase}_median"] if r.status == "ok" else math.nan
+            row = [str(s[0]), str(s[1])]
+            for phase in ("forward", "backward", "total"):
+                row += [cell(n, phase), cell(f, phase), ratio(nv(n, phase), nv(f, phase))]
+            row += [fmt(n.peak_mib, 1) if n.status != "oom" else "OOM", fmt(f.peak_mib, 1) if f.status != "oom" else "OOM"]
+            rows.append(row)
+        out.append(f"### naive vs flash, {group_title(keys)} (median ms; speedup = naive / flash)\n\n" + markdown(
+            ["seq", "head dim", "naive fwd", "flash fwd", "fwd speedup", "naive bwd", "flash bwd", "bwd speedup",
+             "naive e2e", "flash e2e", "e2e speedup", "naive peak MiB", "flash peak MiB"], rows))
+    return "\n\n".join(out)
+
+
+def torch_table(df: pd.DataFrame, torch_path: str) -> str:
+    with open(torch_path) as f:
+        torch_rows = json.load(f)["results"]
+    flash = {(r.precision, int(r.causal), r.batch, r.heads, r.seq, r.head_dim): r
+             for _, r in df[df.impl == "flash"].iterrows()}
+    rows = []
+    for t in torch_rows:
+        key = (t["precision"], int(t["causal"]), t["batch"], t["heads"], t["seq"], t["head_dim"])
+        f = flash.get(key)
+        ours_f = f.forward_median if f is not None and f.status == "ok" else math.nan
+        ours_b = f.backward_median if f is not None and f.status == "ok" else math.nan
+        tf = t.get("forward_ms_median", math.nan) if t.get("status") == "ok" else math.nan
+        tb = t.get("backward_ms_median", math.nan) if t.get("status") == "ok" else math.nan
+        rows.append([t["precision"], "yes" if t["causal"] else "no", str(t["batch"]), str(t["heads"]), str(t["seq"]),
+                     str(t["head_dim"]), fmt(ours_f), fmt(tf), ratio(ours_f, tf), fmt(ours_b), fmt(tb), ratio(ours_b, tb),
+                     t.get("backend", "")])
+    return (f"### llmhpc flash vs PyTorch fused attention ({os.path.basename(torch_path)}; median ms; "
+            "ratio = llmhpc / PyTorch, target <= 1.25)\n\n" + markdown(
+                ["dtype", "causal", "B", "H", "seq", "head dim", "llmhpc fwd", "torch fwd", "fwd ratio", "llmhpc bwd",
+                 "torch bwd", "bwd ratio", "torch backend"], rows))
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("runs", nargs="+", help="llmhpc --mode attention output directories")
+    parser.add_argument("--torch", help="JSON from analysis/torch_attention.py to compare with")
+    args = parser.parse_args(argv)
+    try:
+        df = attention_frame(args.runs)
+    except SchemaError as e:
+        print(f"attention.py: {e}", file=sys.stderr)
+        return 2
+    if df.empty:
+        print("attention.py: no attention records", file=sys.stderr)
+        return 2
+    # Groups in a fixed order: precision, causal first, batch, heads; naive before flash.
+    df["impl_order"] = df.impl.map({"naive": 0, "flash": 1})
+    df = df.sort_values(["precision", "causal", "batch", "heads", "impl_order", "head_dim", "seq"],
+                        ascending=[False, False, True, True, True, True, True], kind="stable")
+    sections = [per_implementation_tables(df), naive_vs_flash_tables(df)]
+    if args.torch:
+        sections.append(torch_table(df, args.torch))
+    print("\n\n".join(s for s in sections if s))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

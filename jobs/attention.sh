@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+#SBATCH --job-name=llmhpc-attention
+#SBATCH --nodes=1
+#SBATCH --ntasks-per-node=1
+#SBATCH --gpus-per-task=1
+#SBATCH --time=01:00:00
+# The seeds' two attention studies, naive against FlashAttention-2, then the markdown tables
+# (analysis/attention.py):
+#   grid 1 (pytorch_attention): batch 8, one head, no mask, head dim 16..128 x seq 256..16384
+#   grid 2 (flash_benchmarking): batch 1, one head, causal, seq 128..65536 x head dim 16..128
+#                                x bf16/fp32
+# With TORCH=1, PyTorch's fused attention on grid 2's bf16 shapes too, for the comparison table.
+#   sbatch jobs/attention.sh          or   bash jobs/attention.sh
+#   GRIDS=2 SEQS2=1024,4096 PRECISIONS2=bf16 ITERS=20 bash jobs/attention.sh
+set -euo pipefail
+source "$(dirname "$0")/env.sh"
+GRIDS=${GRIDS:-1,2}
+HEAD_DIMS=${HEAD_DIMS:-16,32,64,128}
+SEQS1=${SEQS1:-256,1024,4096,8192,16384}
+PRECISIONS1=${PRECISIONS1:-fp32,bf16}
+SEQS2=${SEQS2:-128,256,512,1024,2048,4096,8192,16384,32768,65536}
+PRECISIONS2=${PRECISIONS2:-bf16,fp32}
+IMPLS=${IMPLS:-naive,flash}
+WARMUP=${WARMUP:-10}
+ITERS=${ITERS:-100}
+TORCH=${TORCH:-0}
+OUT=${OUT:-$OUT_ROOT/attention-$(stamp)}
+mkdir -p "$OUT"
+
+runs=()
+if [[ ",$GRIDS," == *",1,"* ]]; then
+  $LAUNCH "$LLMHPC_BIN" --mode attention --batch 8 --heads 1 --head-dim "$HEAD_DIMS" --seq "$SEQS1" --causal off \
+    --precision "$PRECISIONS1" --impl "$IMPLS" --warmup "$WARMUP" --iters "$ITERS" --out "$OUT/grid1" ${EXTRA_ARGS:-}
+  runs+=("$OUT/grid1")
+fi
+if [[ ",$GRIDS," == *",2,"* ]]; then
+  $LAUNCH "$LLMHPC_BIN" --mode attention --batch 1 --heads 1 --head-dim "$HEAD_DIMS" --seq "$SEQS2" --causal on \
+    --precision "$PRECISIONS2" --impl "$IMPLS" --warmup "$WARMUP" --iters "$ITERS" --out "$OUT/grid2" ${EXTRA_ARGS:-}
+  runs+=("$OUT/grid2")
+fi
+torch_args=()
+if [ "$TORCH" = 1 ]; then
+  $PYTHON "$LLMHPC_ROOT/analysis/torch_attention.py" --batch 1 --heads 1 --head-dim "$HEAD_DIMS" --seq "$SEQS2" \
+    --precision bf16 --causal --warmup "$WARMUP" --iters "$ITERS" --out "$OUT/torch_attention.json"
+  torch_args=(--torch "$OUT/torch_attention.json")
+fi
+$PYTHON "$LLMHPC_ROOT/analysis/attention.py" "${runs[@]}" ${torch_args[@]+"${torch_args[@]}"} | tee "$OUT/attention.md"

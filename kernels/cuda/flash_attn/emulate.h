@@ -1,0 +1,229 @@
+// A host emulation of the CUDA execution model, just large enough to run the kernels of this
+// folder on a CPU: with LLMHPC_FLASH_EMULATE defined, utils.cuh takes its PTX wrappers
+// (cp.async, ldmatrix, mma.sync) from here, and the kernel templates compile as ordinary C++.
+// tests/unit/test_flash_cpu.cpp uses it to check the kernels' indexing (fragment layouts,
+// masks, tile loops, bounds) against the CPU reference on machines without a GPU.
+//
+// Model: blocks run one after another; the threads of a block are std::threads; a block
+// barrier is __syncthreads, a per-warp barrier is __syncwarp; warp collectives (shuffles,
+// ldmatrix, mma) exchange through per-warp scratch between two warp barriers. cp.async
+// copies land when the wait_group that covers them returns. Shared memory is one static
+// buffer, filled with 0xff bytes (NaN) before each block, so a read of shared memory nothing
+// wrote (or before its copy was waited for) shows up as NaN.
+// ldmatrix and mma follow the PTX ISA's fragment layouts (see utils.cuh). What this cannot
+// show: races, timing, and whether the real instructions behave as documented.
+#pragma once
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <array>
+#include <cmath>
+#include <condition_variable>
+#include <cstdint>
+#include <cstring>
+#include <mutex>
+#include <stdexcept>
+#include <thread>
+#include <vector>
+
+#undef __global__
+#undef __device__
+#undef __host__
+#undef __forceinline__
+#undef __launch_bounds__
+#undef __align__
+#undef __shared__
+#define __global__
+#define __device__
+#define __host__
+#define __forceinline__ inline
+#define __launch_bounds__(...)
+#define __align__(n)
+#define __shared__
+
+inline thread_local uint3 threadIdx, blockIdx;
+inline thread_local dim3 blockDim, gridDim;
+
+namespace llmhpc::flash {
+
+constexpr size_t kEmulatedSharedBytes = 128 * 1024;
+alignas(16) inline unsigned char smem[kEmulatedSharedBytes];  // the kernels' `extern __shared__ smem[]`
+
+class EmuBarrier {
+ public:
+  explicit EmuBarrier(int parties) : parties_(parties) {}
+  void wait() {
+    std::unique_lock<std::mutex> lock(mutex_);
+    const uint64_t generation = generation_;
+    if (++count_ == parties_) {
+      count_ = 0;
+      ++generation_;
+      cv_.notify_all();
+    } else {
+      cv_.wait(lock, [&] { return generation_ != generation; });
+    }
+  }
+
+ private:
+  std::mutex mutex_;
+  std::condition_variable cv_;
+  int parties_, count_ = 0;
+  uint64_t generation_ = 0;
+};
+
+struct EmuWarp {
+  EmuBarrier barrier{32};
+  const void* ptr[32];
+  uint32_t word[32][10];
+  float value[32][4];
+};
+
+struct EmuBlock {
+  explicit EmuBlock(int threads) : barrier(threads), warps(threads / 32) {}
+  EmuBarrier barrier;
+  std::vector<EmuWarp> warps;
+};
+
+inline thread_local EmuBlock* emu_block = nullptr;
+
+inline int emu_lane() { return int(threadIdx.x) % 32; }
+inline EmuWarp& emu_warp() { return emu_block->warps[threadIdx.x / 32]; }
+
+}  // namespace llmhpc::flash
+
+inline void __syncthreads() { llmhpc::flash::emu_block->barrier.wait(); }
+inline void __syncwarp(unsigned = 0xffffffffu) { llmhpc::flash::emu_warp().barrier.wait(); }
+inline float __shfl_xor_sync(unsigned, float v, int offset) {
+  llmhpc::flash::EmuWarp& w = llmhpc::flash::emu_warp();
+  const int lane = llmhpc::flash::emu_lane();
+  w.value[lane][0] = v;
+  w.barrier.wait();
+  const float r = w.value[lane ^ offset][0];
+  w.barrier.wait();
+  return r;
+}
+
+namespace llmhpc::flash {
+
+inline int min(int a, int b) { return a < b ? a : b; }
+
+// cp.async as the PTX ISA promises it and no more: a copy lands only when a wait_group
+// that covers its group returns (here: exactly then), so a read of shared memory before the
+// right wait sees the poison (or older data) rather than the copy.
+struct EmuCopy {
+  void* dst;
+  const void* src;
+  int src_bytes;
+};
+inline thread_local std::vector<EmuCopy> emu_uncommitted;
+inline thread_local std::vector<std::vector<EmuCopy>> emu_groups;  // oldest first
+
+inline void cp_async_16(void* smem_dst, const void* gmem, int src_bytes) {
+  emu_uncommitted.push_back({smem_dst, gmem, src_bytes});
+}
+inline void cp_async_commit() {
+  emu_groups.push_back(std::move(emu_uncommitted));
+  emu_uncommitted.clear();
+}
+template <int N>
+inline void cp_async_wait() {
+  while (emu_groups.size() > size_t(N)) {
+    for (const EmuCopy& c : emu_groups.front()) {
+      std::memcpy(c.dst, c.src, size_t(c.src_bytes));
+      std::memset(static_cast<char*>(c.dst) + c.src_bytes, 0, size_t(16 - c.src_bytes));
+    }
+    emu_groups.erase(emu_groups.begin());
+  }
+}
+
+inline uint16_t emu_bits(const __nv_bfloat16* p) {
+  uint16_t b;
+  std::memcpy(&b, p, 2);
+  return b;
+}
+
+// Lane i gives the address of row i % 8 of matrix i / 8 (eight bf16 each). Register j:
+// matrix j, row lane / 4, columns 2 (lane % 4) and 2 (lane % 4) + 1 (low half first); with
+// `trans`, the transposed matrix: rows 2 (lane % 4) and 2 (lane % 4) + 1, column lane / 4.
+inline void emu_ldmatrix(uint32_t (&r)[4], const __nv_bfloat16* row, bool trans) {
+  EmuWarp& w = emu_warp();
+  const int lane = emu_lane();
+  w.ptr[lane] = row;
+  w.barrier.wait();
+  for (int j = 0; j < 4; ++j) {
+    uint16_t lo, hi;
+    if (!trans) {
+      const auto* rp = static_cast<const __nv_bfloat16*>(w.ptr[8 * j + lane / 4]);
+      lo = emu_bits(rp + 2 * (lane % 4));
+      hi = emu_bits(rp + 2 * (lane % 4) + 1);
+    } else {
+      lo = emu_bits(static_cast<const __nv_bfloat16*>(w.ptr[8 * j + 2 * (lane % 4)]) + lane / 4);
+      hi = emu_bits(static_cast<const __nv_bfloat16*>(w.ptr[8 * j + 2 * (lane % 4) + 1]) + lane / 4);
+    }
+    r[j] = uint32_t(lo) | (uint32_t(hi) << 16);
+  }
+  w.barrier.wait();
+}
+inline void ldmatrix_x4(uint32_t (&r)[4], const __nv_bfloat16* row) { emu_ldmatrix(r, row, false); }
+inline void ldmatrix_x4_trans(uint32_t (&r)[4], const __nv_bfloat16* row) { emu_ldmatrix(r, row, true); }
+
+inline float emu_half(uint32_t word, int half) {
+  const uint32_t bits = (half ? word >> 16 : word & 0xffffu) << 16;
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
+}
+
+// d (16x8 fp32) += a (16x16) b (16x8), in the fragment layout of mma.m16n8k16 (utils.cuh).
+inline void mma_16816(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  EmuWarp& w = emu_warp();
+  const int lane = emu_lane();
+  for (int i = 0; i < 4; ++i) w.word[lane][i] = a[i];
+  w.word[lane][4] = b0;
+  w.word[lane][5] = b1;
+  w.barrier.wait();
+  auto A = [&](int row, int k) {  // a0: (g, 2c..), a1: (g+8, 2c..), a2: (g, 2c+8..), a3: (g+8, 2c+8..)
+    const int reg = (row >= 8 ? 1 : 0) + (k >= 8 ? 2 : 0);
+    return emu_half(w.word[4 * (row % 8) + (k % 8) / 2][reg], k % 2);
+  };
+  auto B = [&](int k, int n) {  // b0: (2c.., g), b1: (2c+8.., g)
+    return emu_half(w.word[4 * n + (k % 8) / 2][4 + (k >= 8 ? 1 : 0)], k % 2);
+  };
+  const int g = lane / 4, c = lane % 4;
+  float out[4];
+  for (int e = 0; e < 4; ++e) {
+    const int row = g + 8 * (e / 2), col = 2 * c + (e % 2);
+    float acc = d[e];
+    for (int k = 0; k < 16; ++k) acc += A(row, k) * B(k, col);
+    out[e] = acc;
+  }
+  w.barrier.wait();
+  for (int e = 0; e < 4; ++e) d[e] = out[e];
+}
+
+// Runs kernel(p) on every block of `grid` with `threads` threads each, blocks one by one.
+template <class Params>
+void emulate_launch(void (*kernel)(const Params), dim3 grid, int threads, size_t smem_bytes, const Params& p) {
+  if (smem_bytes > kEmulatedSharedBytes) throw std::runtime_error("emulate_launch: too much shared memory");
+  if (threads % 32 != 0) throw std::runtime_error("emulate_launch: threads must be whole warps");
+  for (unsigned by = 0; by < grid.y; ++by)
+    for (unsigned bx = 0; bx < grid.x; ++bx) {
+      std::memset(smem, 0xff, kEmulatedSharedBytes);
+      EmuBlock block(threads);
+      std::vector<std::thread> pool;
+      for (int t = 0; t < threads; ++t)
+        pool.emplace_back([&, t] {
+          threadIdx = uint3{unsigned(t), 0, 0};
+          blockIdx = uint3{bx, by, 0};
+          blockDim = dim3(unsigned(threads));
+          gridDim = grid;
+          emu_block = &block;
+          emu_uncommitted.clear();
+          emu_groups.clear();
+          kernel(p);
+        });
+      for (std::thread& th : pool) th.join();
+    }
+}
+
+}  // namespace llmhpc::flash

@@ -1,0 +1,146 @@
+// The host API of flash_attn.h: parameter checks, the choice between tensor-core and
+// CUDA-core kernels, and the backward's preprocessing (delta) launch.
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+
+#include "kernels/cuda/flash_attn/flash_attn.h"
+#include "kernels/cuda/flash_attn/flash_bwd_kernel.cuh"
+#include "kernels/cuda/flash_attn/flash_launch.cuh"
+#include "kernels/cuda/flash_attn/flash_launch.h"
+
+namespace llmhpc::flash {
+namespace {
+
+bool aligned16(const void* ptr) { return reinterpret_cast<uintptr_t>(ptr) % 16 == 0; }
+bool aligned16(const Strides& s, size_t element) {
+  return (s.batch * element) % 16 == 0 && (s.row * element) % 16 == 0 && (s.head * element) % 16 == 0;
+}
+
+// LLMHPC_FLASH_IMPL=simt forces the CUDA-core kernels (read once).
+bool simt_forced() {
+  static const bool forced = [] {
+    const char* e = std::getenv("LLMHPC_FLASH_IMPL");
+    return e && std::strcmp(e, "simt") == 0;
+  }();
+  return forced;
+}
+
+// Whether the tensor-core kernels can run p: bf16, a head dim of whole 16-byte chunks, and
+// 16-byte aligned rows for cp.async (pointers and every stride).
+bool tensor_cores_possible(const FlashParams& p, bool backward) {
+  if (p.dtype != DType::BF16 || p.head_dim % 8 != 0) return false;
+  bool ok = aligned16(p.q) && aligned16(p.k) && aligned16(p.v) && aligned16(p.o) && aligned16(p.q_strides, 2) &&
+            aligned16(p.k_strides, 2) && aligned16(p.v_strides, 2) && aligned16(p.o_strides, 2);
+  if (backward)
+    ok = ok && aligned16(p.dout) && aligned16(p.dq) && aligned16(p.dk) && aligned16(p.dv) &&
+         aligned16(p.dout_strides, 2) && aligned16(p.dq_strides, 2) && aligned16(p.dk_strides, 2) &&
+         aligned16(p.dv_strides, 2);
+  return ok;
+}
+
+bool use_tensor_cores(const FlashParams& p, bool backward) {
+  if (p.impl == FlashImpl::Simt || simt_forced()) return false;
+  const bool possible = tensor_cores_possible(p, backward);
+  if (p.impl == FlashImpl::TensorCore && !possible)
+    throw UsageError("flash attention: the tensor-core kernels need bf16, a head dim that is a multiple of 8 and "
+                     "16-byte aligned rows");
+  return possible;
+}
+
+void check(const FlashParams& p, bool backward) {
+  const char* op = backward ? "flash_attention_backward" : "flash_attention_forward";
+  auto fail = [&](const std::string& what) { throw UsageError(std::string(op) + ": " + what); };
+  if (p.dtype != DType::F32 && p.dtype != DType::BF16)
+    fail(std::string("the CUDA kernels store fp32 or bf16, not ") + dtype_name(p.dtype));
+  if (p.head_dim < 1 || p.head_dim > kMaxHeadDim)
+    fail("head dim " + std::to_string(p.head_dim) + " is not supported (1 to " + std::to_string(kMaxHeadDim) + ")");
+  if (p.batch < 0 || p.seq < 0 || p.heads < 1) fail("negative sizes");
+  if (int64_t(p.batch) * p.heads > 65535)
+    fail("batch x heads = " + std::to_string(int64_t(p.batch) * p.heads) + " exceeds 65535 (the grid's y limit)");
+  if (!p.q || !p.k || !p.v || !p.o || !p.lse) fail("a forward tensor is missing");
+  if (backward && (!p.dout || !p.dq || !p.dk || !p.dv || !p.delta)) fail("a backward tensor or the scratch is missing");
+}
+
+}  // namespace
+
+int padded_head_dim(int head_dim, bool tensor_cores) {
+  if (tensor_cores) {
+    for (int d : kTensorCoreHeadDims)
+      if (head_dim <= d) return d;
+  } else {
+    for (int d : kSimtHeadDims)
+      if (head_dim <= d) return d;
+  }
+  return 0;
+}
+
+FlashParams packed_params(DType dtype, const void* qkv, void* out, float* lse, int64_t batch, int64_t seq,
+                          int64_t heads, int64_t head_dim, bool causal) {
+  FlashParams p;
+  p.dtype = dtype;
+  p.batch = int(batch);
+  p.seq = int(seq);
+  p.heads = int(heads);
+  p.head_dim = int(head_dim);
+  p.scale = float(1.0 / std::sqrt(double(head_dim)));
+  p.causal = causal;
+  const int64_t hd = heads * head_dim;
+  const Strides qkv_strides{seq * 3 * hd, 3 * hd, head_dim}, out_strides{seq * hd, hd, head_dim};
+  const size_t element = dtype_size(dtype);
+  const char* base = static_cast<const char*>(qkv);
+  p.q = base;
+  p.k = base + hd * element;
+  p.v = base + 2 * hd * element;
+  p.q_strides = p.k_strides = p.v_strides = qkv_strides;
+  p.o = out;
+  p.o_strides = out_strides;
+  p.lse = lse;
+  return p;
+}
+
+void set_packed_backward(FlashParams& p, const void* dout, void* dqkv, float* delta) {
+  const int64_t hd = int64_t(p.heads) * p.head_dim;
+  const size_t element = dtype_size(p.dtype);
+  p.dout = dout;
+  p.dout_strides = p.o_strides;
+  char* base = static_cast<char*>(dqkv);
+  p.dq = base;
+  p.dk = base + hd * element;
+  p.dv = base + 2 * hd * element;
+  p.dq_strides = p.dk_strides = p.dv_strides = p.q_strides;
+  p.delta = delta;
+}
+
+size_t flash_backward_scratch_bytes(int64_t batch, int64_t heads, int64_t seq) {
+  return size_t(batch * heads * seq) * sizeof(float);
+}
+
+const char* flash_impl_name(const FlashParams& p) { return use_tensor_cores(p, false) ? "tensor-core" : "simt"; }
+
+void launch_bwd_delta(const FlashParams& p, cudaStream_t stream) {
+  const int64_t rows = int64_t(p.batch) * p.seq * p.heads;
+  constexpr int kThreads = 256, kRowsPerBlock = kThreads / 32;
+  const dim3 grid(static_cast<unsigned>(std::min<int64_t>((rows + kRowsPerBlock - 1) / kRowsPerBlock, 1 << 20)));
+  launch_kernel(p.dtype == DType::F32 ? flash_bwd_delta_kernel<float> : flash_bwd_delta_kernel<bf16>, grid, kThreads, 0,
+                stream, p);
+}
+
+void flash_attention_forward(const FlashParams& p, cudaStream_t stream) {
+  check(p, false);
+  if (p.batch == 0 || p.seq == 0) return;
+  if (use_tensor_cores(p, false)) launch_fwd_tensor_core(p, stream);
+  else launch_fwd_simt(p, stream);
+}
+
+void flash_attention_backward(const FlashParams& p, cudaStream_t stream) {
+  check(p, true);
+  if (p.batch == 0 || p.seq == 0) return;
+  launch_bwd_delta(p, stream);
+  if (use_tensor_cores(p, true)) launch_bwd_tensor_core(p, stream);
+  else launch_bwd_simt(p, stream);
+}
+
+}  // namespace llmhpc::flash

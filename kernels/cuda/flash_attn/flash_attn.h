@@ -1,0 +1,84 @@
+// FlashAttention-2 on CUDA: the small host API that CudaOps (and the tests) call.
+//
+// Forward: tiles of queries against tiles of keys with an online softmax in fp32
+// registers; writes the output O and the logsumexp L (B,H,T) fp32 of every query row.
+// Backward: D = rowsum(dO * O), then P is recomputed from L tile by tile; dK, dV come from a
+// key-stationary kernel and dQ from a query-stationary one, so nothing of size T x T is ever
+// stored and no atomics are used: the backward is deterministic (bitwise the same on every
+// run), at the price of computing Q K^T and dO V^T twice (7 instead of 5 matrix products).
+//
+// Storage dtypes: fp32 (CUDA-core kernels, fp32 arithmetic) or bf16 (tensor cores,
+// mma.sync m16n8k16 with fp32 accumulation; bf16 is a storage format, P is rounded to bf16
+// for the P V and dS Q products as FlashAttention-2 does). Head dims 1..128 (tensor cores:
+// multiples of 8; the kernels are compiled for 16, 32, 64, 96 and 128 and a smaller head
+// dim runs zero-padded in the next one up), any sequence length, causal or not. Query or
+// key tiles that the causal mask hides completely are never visited.
+//
+// Layout: element (b, t, h, d) of a tensor is at ptr + b*batch + t*row + h*head + d
+// (strides in elements). packed_params() fills them for the layouts of kernels/ops.h:
+// qkv (B,T,3,H,D), out and dout (B,T,H*D), dqkv like qkv.
+#pragma once
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "src/core/dtype.h"
+
+namespace llmhpc::flash {
+
+struct Strides {
+  int64_t batch = 0, row = 0, head = 0;  // elements between consecutive b, t, h
+};
+
+// Which kernels run. Auto: tensor cores for bf16 (CUDA cores when a tensor-core
+// precondition fails: head dim not a multiple of 8, or a pointer/stride not 16-byte
+// aligned), CUDA cores for fp32. The environment variable LLMHPC_FLASH_IMPL=simt forces the
+// CUDA-core kernels everywhere (a fallback, should the tensor-core path misbehave).
+enum class FlashImpl { Auto, TensorCore, Simt };
+
+struct FlashParams {
+  DType dtype = DType::BF16;  // storage of q, k, v, o, dout, dq, dk, dv: F32 or BF16
+  int batch = 0, seq = 0, heads = 0, head_dim = 0;
+  float scale = 0.f;  // softmax scale, 1/sqrt(head_dim) for the model
+  bool causal = false;
+  FlashImpl impl = FlashImpl::Auto;
+
+  // Forward inputs and outputs.
+  const void* q = nullptr;
+  const void* k = nullptr;
+  const void* v = nullptr;
+  Strides q_strides, k_strides, v_strides;
+  void* o = nullptr;  // written by forward, read by backward
+  Strides o_strides;
+  float* lse = nullptr;  // (B,H,T) fp32, contiguous: written by forward, read by backward
+
+  // Backward only.
+  const void* dout = nullptr;
+  Strides dout_strides;
+  void* dq = nullptr;
+  void* dk = nullptr;
+  void* dv = nullptr;
+  Strides dq_strides, dk_strides, dv_strides;
+  float* delta = nullptr;  // scratch (B,H,T) fp32: flash_backward_scratch_bytes()
+};
+
+// Params for ops.h's packed layouts: qkv (B,T,3,H,D), out (B,T,H,D), lse (B,H,T); scale
+// 1/sqrt(D).
+FlashParams packed_params(DType dtype, const void* qkv, void* out, float* lse, int64_t batch, int64_t seq,
+                          int64_t heads, int64_t head_dim, bool causal);
+// Adds the backward's tensors: dout (B,T,H,D), dqkv (B,T,3,H,D), and the scratch.
+void set_packed_backward(FlashParams& p, const void* dout, void* dqkv, float* delta);
+
+// Bytes of the backward's scratch (`delta`, (B,H,T) fp32).
+size_t flash_backward_scratch_bytes(int64_t batch, int64_t heads, int64_t seq);
+
+// Enqueue on `stream`. Throw UsageError for what the kernels do not support (dtype, head
+// dim > 128, sizes over the grid limits); a CUDA error is fatal (LLMHPC_CHECK_CALL).
+void flash_attention_forward(const FlashParams& p, cudaStream_t stream);
+void flash_attention_backward(const FlashParams& p, cudaStream_t stream);
+
+// The kernels the current params would run: "tensor-core" or "simt" (for logs and tests).
+const char* flash_impl_name(const FlashParams& p);
+
+}  // namespace llmhpc::flash

@@ -1,0 +1,272 @@
+// FlashAttention-2 backward on tensor cores (bf16 storage, fp32 accumulation), plus the
+// preprocessing kernel shared with the CUDA-core path. Three launches, no atomics:
+//   1. delta:  D_i = rowsum(dO_i * O_i)                              (B,H,T) fp32
+//   2. dK, dV: one CTA per tile of 64 keys, looping over query tiles   (key-stationary)
+//   3. dQ:     one CTA per tile of 64 queries, looping over key tiles  (query-stationary)
+// Every output element is written once, by one thread, after a fixed-order sum: the
+// backward is deterministic.
+#pragma once
+#include "kernels/cuda/flash_attn/flash_attn.h"
+#include "kernels/cuda/flash_attn/kernel_traits.h"
+#include "kernels/cuda/flash_attn/utils.cuh"
+
+namespace llmhpc::flash {
+
+// Purpose: delta (B,H,T) = rowsum(dO * O) in fp32, the term that replaces the row sums of
+// dP P in the softmax backward. Algorithm: one warp per (b, t, h) row; lanes stride over d.
+template <class E>
+__global__ void flash_bwd_delta_kernel(const FlashParams p) {
+  const int64_t rows = int64_t(p.batch) * p.seq * p.heads;
+  const int lane = threadIdx.x % 32;
+  const int64_t warps = int64_t(gridDim.x) * (blockDim.x / 32);
+  for (int64_t r = int64_t(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32; r < rows; r += warps) {
+    const int64_t h = r % p.heads, t = (r / p.heads) % p.seq, b = r / (int64_t(p.heads) * p.seq);
+    const E* o = static_cast<const E*>(p.o) + b * p.o_strides.batch + t * p.o_strides.row + h * p.o_strides.head;
+    const E* dout =
+        static_cast<const E*>(p.dout) + b * p.dout_strides.batch + t * p.dout_strides.row + h * p.dout_strides.head;
+    float sum = 0.f;
+    for (int d = lane; d < p.head_dim; d += 32) sum += to_float(o[d]) * to_float(dout[d]);
+#pragma unroll
+    for (int offset = 16; offset > 0; offset >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, offset);
+    if (lane == 0) p.delta[(b * p.heads + h) * p.seq + t] = sum;
+  }
+}
+
+// Purpose: dK and dV (B,T,H,D) of one tile of 64 keys of one (batch, head).
+// Grid: (key tiles, B*H); 128 threads; warp w owns keys k0 + 16w .. k0 + 16w + 15.
+// Algorithm (per query tile of kBlockN that can see the keys; causal: from the one holding
+// query k0 on), everything transposed so that the warp's keys are the rows:
+//   S^T = K Q^T;  P^T = 2^(S^T scale log2e - L log2e)  (masked: 0)     P recomputed from L
+//   dV += P^T dO                                         (P^T rounded to bf16)
+//   dP^T = V dO^T;  dS^T = P^T (dP^T - D)
+//   dK += dS^T Q                                         (dS^T rounded to bf16)
+// then dK *= scale. Q, dO, L and D of the next query tile stream in (cp.async, two stages)
+// while this one is computed.
+template <class Tr>
+__global__ void __launch_bounds__(Tr::kThreads) flash_bwd_dkdv_mma_kernel(const FlashParams p) {
+  constexpr int kD = Tr::kHeadDim, kM = Tr::kBlockM, kN = Tr::kBlockN, kRow = Tr::kSmemRow;
+  extern __shared__ __align__(16) unsigned char smem[];
+  bf16* sK = reinterpret_cast<bf16*>(smem);  // (kM, kRow)
+  bf16* sV = sK + kM * kRow;                 // (kM, kRow)
+  bf16* sQ = sV + kM * kRow;                 // 2 stages of (kN, kRow)
+  bf16* sdO = sQ + 2 * kN * kRow;            // 2 stages of (kN, kRow)
+  float* sL = reinterpret_cast<float*>(sdO + 2 * kN * kRow);  // 2 stages of kN: L * log2(e)
+  float* sDelta = sL + 2 * kN;                                // 2 stages of kN
+
+  const int T = p.seq, D = p.head_dim;
+  const int b = int(blockIdx.y) / p.heads, h = int(blockIdx.y) % p.heads;
+  const int k0 = int(blockIdx.x) * kM;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int g = lane / 4, c = lane % 4;
+
+  const bf16* q = static_cast<const bf16*>(p.q) + b * p.q_strides.batch + h * p.q_strides.head;
+  const bf16* k = static_cast<const bf16*>(p.k) + b * p.k_strides.batch + h * p.k_strides.head;
+  const bf16* v = static_cast<const bf16*>(p.v) + b * p.v_strides.batch + h * p.v_strides.head;
+  const bf16* dout = static_cast<const bf16*>(p.dout) + b * p.dout_strides.batch + h * p.dout_strides.head;
+  const float* lse = p.lse + (int64_t(b) * p.heads + h) * T;
+  const float* delta = p.delta + (int64_t(b) * p.heads + h) * T;
+
+  const int m_first = p.causal ? k0 / kN : 0;  // earlier query tiles see none of these keys
+  const int m_end = (T + kN - 1) / kN;
+
+  // One stage: Q and dO rows [m0, m0 + kN) (cp.async) and their L, D (plain loads).
+  auto load_stage = [&](int stage, int m0) {
+    load_tile_async<kN, kD, kRow, Tr::kThreads>(sQ + stage * kN * kRow, q, p.q_strides.row, m0, T, D);
+    load_tile_async<kN, kD, kRow, Tr::kThreads>(sdO + stage * kN * kRow, dout, p.dout_strides.row, m0, T, D);
+    for (int i = threadIdx.x; i < kN; i += Tr::kThreads) {
+      const bool valid = m0 + i < T;
+      sL[stage * kN + i] = valid ? lse[m0 + i] * kLog2e : 0.f;
+      sDelta[stage * kN + i] = valid ? delta[m0 + i] : 0.f;
+    }
+  };
+
+  load_tile_async<kM, kD, kRow, Tr::kThreads>(sK, k, p.k_strides.row, k0, T, D);
+  load_tile_async<kM, kD, kRow, Tr::kThreads>(sV, v, p.v_strides.row, k0, T, D);
+  load_stage(0, m_first * kN);
+  cp_async_commit();
+
+  float acc_dk[kD / 8][4], acc_dv[kD / 8][4];
+#pragma unroll
+  for (int j = 0; j < kD / 8; ++j)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) acc_dk[j][e] = acc_dv[j][e] = 0.f;
+  const int key[2] = {k0 + warp * 16 + g, k0 + warp * 16 + g + 8};  // this thread's rows
+  const float scale_log2 = p.scale * kLog2e;
+
+  for (int m = m_first; m < m_end; ++m) {
+    const int stage = (m - m_first) & 1, m0 = m * kN;
+    if (m + 1 < m_end) {  // the stage the previous iteration used is free (barrier at its end)
+      load_stage(stage ^ 1, m0 + kN);
+      cp_async_commit();
+      cp_async_wait<1>();
+    } else {
+      cp_async_wait<0>();
+    }
+    __syncthreads();
+    const bf16* sQs = sQ + stage * kN * kRow;
+    const bf16* sdOs = sdO + stage * kN * kRow;
+    const float* sLs = sL + stage * kN;
+    const float* sDs = sDelta + stage * kN;
+
+    // P^T (16 keys x kN queries): columns 8j + 2c (+1) of rows g (0, 1), g+8 (2, 3).
+    float pt[kN / 8][4];
+#pragma unroll
+    for (int j = 0; j < kN / 8; ++j) pt[j][0] = pt[j][1] = pt[j][2] = pt[j][3] = 0.f;
+    warp_gemm_rows_rows<kD, kN / 8, kRow>(pt, sK + warp * 16 * kRow, sQs, lane);
+    const bool need_mask = m0 + kN > T || k0 + kM > T || (p.causal && k0 + kM - 1 > m0);
+#pragma unroll
+    for (int j = 0; j < kN / 8; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int col = 8 * j + 2 * c + (e & 1);
+        float x = pt[j][e] * scale_log2 - sLs[col];
+        if (need_mask) {
+          const int query = m0 + col, kk = key[e / 2];
+          if (query >= T || kk >= T || (p.causal && kk > query)) x = -INFINITY;
+        }
+        pt[j][e] = exp2f(x);
+      }
+
+    warp_gemm_regs_rows<kN / 16, kD / 8, kRow>(acc_dv, pt, sdOs, lane);  // dV += P^T dO
+
+    float dst[kN / 8][4];  // dP^T, then dS^T
+#pragma unroll
+    for (int j = 0; j < kN / 8; ++j) dst[j][0] = dst[j][1] = dst[j][2] = dst[j][3] = 0.f;
+    warp_gemm_rows_rows<kD, kN / 8, kRow>(dst, sV + warp * 16 * kRow, sdOs, lane);
+#pragma unroll
+    for (int j = 0; j < kN / 8; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) dst[j][e] = pt[j][e] * (dst[j][e] - sDs[8 * j + 2 * c + (e & 1)]);
+
+    warp_gemm_regs_rows<kN / 16, kD / 8, kRow>(acc_dk, dst, sQs, lane);  // dK += dS^T Q
+    __syncthreads();  // every warp is done with this stage before it is refilled
+  }
+
+  bf16* dk = static_cast<bf16*>(p.dk) + b * p.dk_strides.batch + h * p.dk_strides.head;
+  bf16* dv = static_cast<bf16*>(p.dv) + b * p.dv_strides.batch + h * p.dv_strides.head;
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    if (key[r] >= T) continue;
+    bf16* dk_row = dk + int64_t(key[r]) * p.dk_strides.row;
+    bf16* dv_row = dv + int64_t(key[r]) * p.dv_strides.row;
+#pragma unroll
+    for (int j = 0; j < kD / 8; ++j) {
+      const int col = 8 * j + 2 * c;
+      if (col >= D) continue;
+      *reinterpret_cast<uint32_t*>(dk_row + col) =
+          pack_bf16(acc_dk[j][2 * r] * p.scale, acc_dk[j][2 * r + 1] * p.scale);
+      *reinterpret_cast<uint32_t*>(dv_row + col) = pack_bf16(acc_dv[j][2 * r], acc_dv[j][2 * r + 1]);
+    }
+  }
+}
+
+// Purpose: dQ (B,T,H,D) of one tile of 64 queries of one (batch, head).
+// Grid: (query tiles, B*H); 128 threads; warp w owns queries q0 + 16w .. q0 + 16w + 15.
+// Algorithm (per key tile of kBlockN the queries can see):
+//   S = Q K^T;  P = 2^(S scale log2e - L log2e)  (masked: 0)
+//   dP = dO V^T;  dS = P (dP - D);  dQ += dS K    (dS rounded to bf16)
+// then dQ *= scale. K and V of the next key tile stream in while this one is computed.
+template <class Tr>
+__global__ void __launch_bounds__(Tr::kThreads) flash_bwd_dq_mma_kernel(const FlashParams p) {
+  constexpr int kD = Tr::kHeadDim, kM = Tr::kBlockM, kN = Tr::kBlockN, kRow = Tr::kSmemRow;
+  extern __shared__ __align__(16) unsigned char smem[];
+  bf16* sQ = reinterpret_cast<bf16*>(smem);  // (kM, kRow)
+  bf16* sdO = sQ + kM * kRow;                // (kM, kRow)
+  bf16* sK = sdO + kM * kRow;                // 2 stages of (kN, kRow)
+  bf16* sV = sK + 2 * kN * kRow;             // 2 stages of (kN, kRow)
+
+  const int T = p.seq, D = p.head_dim;
+  const int m_block = int(gridDim.x) - 1 - int(blockIdx.x);
+  const int b = int(blockIdx.y) / p.heads, h = int(blockIdx.y) % p.heads;
+  const int q0 = m_block * kM;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int g = lane / 4, c = lane % 4;
+
+  const bf16* q = static_cast<const bf16*>(p.q) + b * p.q_strides.batch + h * p.q_strides.head;
+  const bf16* k = static_cast<const bf16*>(p.k) + b * p.k_strides.batch + h * p.k_strides.head;
+  const bf16* v = static_cast<const bf16*>(p.v) + b * p.v_strides.batch + h * p.v_strides.head;
+  const bf16* dout = static_cast<const bf16*>(p.dout) + b * p.dout_strides.batch + h * p.dout_strides.head;
+  const float* lse = p.lse + (int64_t(b) * p.heads + h) * T;
+  const float* delta = p.delta + (int64_t(b) * p.heads + h) * T;
+
+  const int key_end = p.causal ? min(q0 + kM, T) : T;
+  const int n_tiles = (key_end + kN - 1) / kN;
+
+  load_tile_async<kM, kD, kRow, Tr::kThreads>(sQ, q, p.q_strides.row, q0, T, D);
+  load_tile_async<kM, kD, kRow, Tr::kThreads>(sdO, dout, p.dout_strides.row, q0, T, D);
+  load_tile_async<kN, kD, kRow, Tr::kThreads>(sK, k, p.k_strides.row, 0, T, D);
+  load_tile_async<kN, kD, kRow, Tr::kThreads>(sV, v, p.v_strides.row, 0, T, D);
+  cp_async_commit();
+
+  const int row[2] = {q0 + warp * 16 + g, q0 + warp * 16 + g + 8};
+  float row_lse[2], row_delta[2];  // L * log2(e) and D of this thread's rows (0 past T)
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    row_lse[r] = row[r] < T ? lse[row[r]] * kLog2e : 0.f;
+    row_delta[r] = row[r] < T ? delta[row[r]] : 0.f;
+  }
+  float acc_dq[kD / 8][4];
+#pragma unroll
+  for (int j = 0; j < kD / 8; ++j) acc_dq[j][0] = acc_dq[j][1] = acc_dq[j][2] = acc_dq[j][3] = 0.f;
+  const float scale_log2 = p.scale * kLog2e;
+
+  for (int n = 0; n < n_tiles; ++n) {
+    const int stage = n & 1, k0 = n * kN;
+    if (n + 1 < n_tiles) {
+      load_tile_async<kN, kD, kRow, Tr::kThreads>(sK + (stage ^ 1) * kN * kRow, k, p.k_strides.row, k0 + kN, T, D);
+      load_tile_async<kN, kD, kRow, Tr::kThreads>(sV + (stage ^ 1) * kN * kRow, v, p.v_strides.row, k0 + kN, T, D);
+      cp_async_commit();
+      cp_async_wait<1>();
+    } else {
+      cp_async_wait<0>();
+    }
+    __syncthreads();
+    const bf16* sKs = sK + stage * kN * kRow;
+    const bf16* sVs = sV + stage * kN * kRow;
+
+    float pr[kN / 8][4];  // P: columns k0 + 8j + 2c (+1) of rows g (0, 1), g+8 (2, 3)
+#pragma unroll
+    for (int j = 0; j < kN / 8; ++j) pr[j][0] = pr[j][1] = pr[j][2] = pr[j][3] = 0.f;
+    warp_gemm_rows_rows<kD, kN / 8, kRow>(pr, sQ + warp * 16 * kRow, sKs, lane);
+    const bool need_mask = k0 + kN > T || (p.causal && k0 + kN - 1 > q0);
+#pragma unroll
+    for (int j = 0; j < kN / 8; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        float x = pr[j][e] * scale_log2 - row_lse[e / 2];
+        if (need_mask) {
+          const int key = k0 + 8 * j + 2 * c + (e & 1);
+          if (key >= T || (p.causal && key > row[e / 2])) x = -INFINITY;
+        }
+        pr[j][e] = exp2f(x);
+      }
+
+    float ds[kN / 8][4];  // dP, then dS
+#pragma unroll
+    for (int j = 0; j < kN / 8; ++j) ds[j][0] = ds[j][1] = ds[j][2] = ds[j][3] = 0.f;
+    warp_gemm_rows_rows<kD, kN / 8, kRow>(ds, sdO + warp * 16 * kRow, sVs, lane);
+#pragma unroll
+    for (int j = 0; j < kN / 8; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) ds[j][e] = pr[j][e] * (ds[j][e] - row_delta[e / 2]);
+
+    warp_gemm_regs_rows<kN / 16, kD / 8, kRow>(acc_dq, ds, sKs, lane);  // dQ += dS K
+    __syncthreads();
+  }
+
+  bf16* dq = static_cast<bf16*>(p.dq) + b * p.dq_strides.batch + h * p.dq_strides.head;
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    if (row[r] >= T) continue;
+    bf16* dq_row = dq + int64_t(row[r]) * p.dq_strides.row;
+#pragma unroll
+    for (int j = 0; j < kD / 8; ++j) {
+      const int col = 8 * j + 2 * c;
+      if (col < D)
+        *reinterpret_cast<uint32_t*>(dq_row + col) =
+            pack_bf16(acc_dq[j][2 * r] * p.scale, acc_dq[j][2 * r + 1] * p.scale);
+    }
+  }
+}
+
+}  // namespace llmhpc::flash

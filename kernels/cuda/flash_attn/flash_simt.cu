@@ -1,0 +1,56 @@
+// Launchers of the CUDA-core kernels: fp32 and bf16 storage x compiled head dims.
+#include "kernels/cuda/flash_attn/flash_launch.cuh"
+#include "kernels/cuda/flash_attn/flash_launch.h"
+#include "kernels/cuda/flash_attn/flash_simt_kernel.cuh"
+
+namespace llmhpc::flash {
+namespace {
+
+template <int kHeadDim, class E>
+void run_fwd(const FlashParams& p, cudaStream_t stream) {
+  using Tr = SimtTraits<kHeadDim>;
+  const dim3 grid(ceil_div(p.seq, Tr::kBlock), unsigned(p.batch * p.heads));
+  launch_kernel(flash_fwd_simt_kernel<Tr, E>, grid, Tr::kThreads, Tr::kFwdSmemBytes, stream, p);
+}
+
+template <int kHeadDim, class E>
+void run_bwd(const FlashParams& p, cudaStream_t stream) {
+  using Tr = SimtTraits<kHeadDim>;
+  const dim3 grid(ceil_div(p.seq, Tr::kBlock), unsigned(p.batch * p.heads));
+  launch_kernel(flash_bwd_dkdv_simt_kernel<Tr, E>, grid, Tr::kThreads, Tr::kBwdKvSmemBytes, stream, p);
+  launch_kernel(flash_bwd_dq_simt_kernel<Tr, E>, grid, Tr::kThreads, Tr::kBwdQSmemBytes, stream, p);
+}
+
+template <class E>
+void fwd(const FlashParams& p, cudaStream_t stream) {
+  switch (padded_head_dim(p.head_dim, false)) {
+    case 32: return run_fwd<32, E>(p, stream);
+    case 64: return run_fwd<64, E>(p, stream);
+    case 128: return run_fwd<128, E>(p, stream);
+  }
+  LLMHPC_FATAL("flash forward: no CUDA-core kernel for head dim " + std::to_string(p.head_dim));
+}
+
+template <class E>
+void bwd(const FlashParams& p, cudaStream_t stream) {
+  switch (padded_head_dim(p.head_dim, false)) {
+    case 32: return run_bwd<32, E>(p, stream);
+    case 64: return run_bwd<64, E>(p, stream);
+    case 128: return run_bwd<128, E>(p, stream);
+  }
+  LLMHPC_FATAL("flash backward: no CUDA-core kernel for head dim " + std::to_string(p.head_dim));
+}
+
+}  // namespace
+
+void launch_fwd_simt(const FlashParams& p, cudaStream_t stream) {
+  if (p.dtype == DType::F32) fwd<float>(p, stream);
+  else fwd<bf16>(p, stream);
+}
+
+void launch_bwd_simt(const FlashParams& p, cudaStream_t stream) {
+  if (p.dtype == DType::F32) bwd<float>(p, stream);
+  else bwd<bf16>(p, stream);
+}
+
+}  // namespace llmhpc::flash

@@ -1,0 +1,177 @@
+// Device helpers of the FlashAttention-2 kernels: element conversions,
+// the PTX wrappers (cp.async, ldmatrix, mma.sync m16n8k16 bf16) and the two warp-level
+// matrix products every tensor-core kernel is built from.
+//
+// Fragment layout of mma.sync.m16n8k16 (PTX ISA, "Matrix Fragments for mma.m16n8k16"), with
+// g = lane / 4 (group) and c = lane % 4 (thread in group):
+//   A (16x16, row-major), 4 registers of 2 bf16: a0 = A[g][2c..2c+1], a1 = A[g+8][2c..],
+//     a2 = A[g][2c+8..], a3 = A[g+8][2c+8..]
+//   B (16x8, "col"), 2 registers: b0 = B[2c..2c+1][g], b1 = B[2c+8..2c+9][g]
+//   C, D (16x8 fp32): d0, d1 = D[g][2c], D[g][2c+1]; d2, d3 = D[g+8][2c], D[g+8][2c+1]
+// So the accumulators of two adjacent 16x8 tiles, rounded to bf16 pairwise, are exactly the
+// A fragment of one 16x16 tile: P = softmax(Q K^T) feeds P V without leaving registers.
+#pragma once
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "src/core/cuda_check.h"
+#ifdef LLMHPC_FLASH_EMULATE
+#include "kernels/cuda/flash_attn/emulate.h"  // host versions of the PTX wrappers below
+#endif
+
+namespace llmhpc::flash {
+
+using bf16 = __nv_bfloat16;
+
+constexpr float kLog2e = 1.4426950408889634f;  // exp(x) = exp2(x * log2(e))
+
+__device__ __forceinline__ float to_float(float x) { return x; }
+__device__ __forceinline__ float to_float(bf16 x) { return __bfloat162float(x); }
+template <class E>
+__device__ __forceinline__ E from_float(float x);
+template <>
+__device__ __forceinline__ float from_float<float>(float x) {
+  return x;
+}
+template <>
+__device__ __forceinline__ bf16 from_float<bf16>(float x) {
+  return __float2bfloat16_rn(x);
+}
+
+#ifndef LLMHPC_FLASH_EMULATE
+// ---- asynchronous copies --------------------------------------------------------------------
+__device__ __forceinline__ uint32_t smem_address(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+// 16 bytes global -> shared without going through registers. With src_bytes = 0 nothing is
+// read and the 16 bytes are zero-filled (rows past the sequence, columns past the head dim).
+__device__ __forceinline__ void cp_async_16(void* smem, const void* gmem, int src_bytes) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_address(smem)), "l"(gmem),
+               "r"(src_bytes)
+               : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+// Waits until at most N of this thread's committed groups are still in flight.
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+
+#endif  // LLMHPC_FLASH_EMULATE
+
+// Rows [row0, row0 + kRows) x columns [0, kHeadDim) of a (seq x head_dim) bf16 matrix whose
+// rows are `row_stride` elements apart, into shared memory rows kSmemRow elements apart.
+// Rows >= seq and columns >= head_dim become zeros. 16 bytes per cp.async: the caller
+// guarantees 16-byte aligned rows and head_dim % 8 == 0.
+template <int kRows, int kHeadDim, int kSmemRow, int kThreads>
+__device__ __forceinline__ void load_tile_async(bf16* smem, const bf16* gmem, int64_t row_stride, int row0, int seq,
+                                                int head_dim) {
+  constexpr int kChunksPerRow = kHeadDim / 8;
+  constexpr int kChunks = kRows * kChunksPerRow;
+#pragma unroll
+  for (int it = 0; it < (kChunks + kThreads - 1) / kThreads; ++it) {
+    const int i = it * kThreads + int(threadIdx.x);
+    if (kChunks % kThreads != 0 && i >= kChunks) break;
+    const int r = i / kChunksPerRow, col = (i % kChunksPerRow) * 8;
+    const bool valid = row0 + r < seq && col < head_dim;
+    const bf16* src = valid ? gmem + int64_t(row0 + r) * row_stride + col : gmem;
+    cp_async_16(smem + r * kSmemRow + col, src, valid ? 16 : 0);
+  }
+}
+
+// ---- tensor cores ---------------------------------------------------------------------------
+#ifndef LLMHPC_FLASH_EMULATE
+// Four 8x8 bf16 matrices from shared memory; lane i gives the address of row i % 8 of matrix
+// i / 8, and register j receives matrix j in the fragment layout (row lane/4, columns
+// 2*(lane%4)..+1), or its transpose with .trans.
+__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const bf16* row) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(smem_address(row)));
+}
+__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], const bf16* row) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(smem_address(row)));
+}
+
+// d (16x8 fp32) += a (16x16 bf16) * b (16x8 bf16).
+__device__ __forceinline__ void mma_16816(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+      "{%0, %1, %2, %3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+#endif  // LLMHPC_FLASH_EMULATE
+
+// Two floats as a bf16 pair, `lo` in the low half (the lower column).
+__device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
+  __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+  return *reinterpret_cast<uint32_t*>(&v);
+}
+
+// acc (16 x 8*kNTiles) += A B^T for one warp, where A is 16 rows of a shared-memory tile
+// (a_rows: its first row) and B is the first 8*kNTiles rows of another (b_rows); both are
+// row-major with kHeadDim columns (kSmemRow apart) and the product runs over those columns:
+// acc[i][n] += sum_d A[i][d] B[n][d]. Q K^T, K Q^T, dO V^T and V dO^T are all this.
+template <int kHeadDim, int kNTiles, int kSmemRow>
+__device__ __forceinline__ void warp_gemm_rows_rows(float (&acc)[kNTiles][4], const bf16* a_rows, const bf16* b_rows,
+                                                    int lane) {
+  static_assert(kNTiles % 2 == 0, "n tiles come in pairs");
+#pragma unroll
+  for (int kk = 0; kk < kHeadDim / 16; ++kk) {
+    uint32_t a[4];
+    // Matrices: rows 0-7 / 8-15 (lanes 0-15), at columns +0 / +8 (lane / 16).
+    ldmatrix_x4(a, a_rows + (lane % 16) * kSmemRow + kk * 16 + (lane / 16) * 8);
+#pragma unroll
+    for (int np = 0; np < kNTiles / 2; ++np) {
+      uint32_t b[4];
+      // Matrices: (rows +0, cols +0), (rows +0, cols +8), (rows +8, cols +0), (rows +8, cols +8):
+      // b0, b1 of n tile 2np, then b0, b1 of n tile 2np+1.
+      ldmatrix_x4(b, b_rows + (np * 16 + lane % 8 + (lane / 16) * 8) * kSmemRow + kk * 16 + ((lane / 8) % 2) * 8);
+      mma_16816(acc[2 * np], a, b[0], b[1]);
+      mma_16816(acc[2 * np + 1], a, b[2], b[3]);
+    }
+  }
+}
+
+// acc (16 x 8*kNTiles) += P B for one warp, where P (16 x 16*kKSteps) is held in registers as
+// the accumulators of a previous product (p[2k], p[2k+1] are columns 16k..16k+15; rounded to
+// bf16 here) and B is the first 16*kKSteps rows of a shared-memory tile, row-major with
+// 8*kNTiles used columns: acc[i][n] += sum_j P[i][j] B[j][n]. P V, P^T dO, dS^T Q and dS K.
+template <int kKSteps, int kNTiles, int kSmemRow>
+__device__ __forceinline__ void warp_gemm_regs_rows(float (&acc)[kNTiles][4], const float (&p)[2 * kKSteps][4],
+                                                    const bf16* b_rows, int lane) {
+  static_assert(kNTiles % 2 == 0, "n tiles come in pairs");
+#pragma unroll
+  for (int kk = 0; kk < kKSteps; ++kk) {
+    const uint32_t a[4] = {pack_bf16(p[2 * kk][0], p[2 * kk][1]), pack_bf16(p[2 * kk][2], p[2 * kk][3]),
+                           pack_bf16(p[2 * kk + 1][0], p[2 * kk + 1][1]),
+                           pack_bf16(p[2 * kk + 1][2], p[2 * kk + 1][3])};
+#pragma unroll
+    for (int np = 0; np < kNTiles / 2; ++np) {
+      uint32_t b[4];
+      // Transposed matrices: (rows +0, cols +0), (rows +8, cols +0), (rows +0, cols +8),
+      // (rows +8, cols +8): b0, b1 of n tile 2np, then of n tile 2np+1.
+      ldmatrix_x4_trans(b, b_rows + (kk * 16 + lane % 8 + ((lane / 8) % 2) * 8) * kSmemRow + np * 16 + (lane / 16) * 8);
+      mma_16816(acc[2 * np], a, b[0], b[1]);
+      mma_16816(acc[2 * np + 1], a, b[2], b[3]);
+    }
+  }
+}
+
+// Max and sum over the four threads of a quad (they hold one row of an accumulator tile).
+__device__ __forceinline__ float quad_max(float x) {
+  x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 1));
+  return fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 2));
+}
+__device__ __forceinline__ float quad_sum(float x) {
+  x += __shfl_xor_sync(0xffffffffu, x, 1);
+  return x + __shfl_xor_sync(0xffffffffu, x, 2);
+}
+
+}  // namespace llmhpc::flash

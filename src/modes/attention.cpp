@@ -1,0 +1,247 @@
+// Mode attention: naive attention against FlashAttention-2, forward and backward, over a
+// sweep of batch sizes x heads x head dims x sequence lengths x causal x precisions x
+// implementations (the seeds' pytorch_attention and flash_benchmarking tables). Each
+// configuration allocates its own inputs (random, seeded) and runs the backend's attention
+// op (kernels/ops.h) `--warmup` times untimed, then `--iters` times timed with device events:
+// forward, backward and the two end to end. The device allocator's peak during the
+// configuration is its memory. An out-of-memory is recorded as status "oom" and the sweep
+// goes on. Records: /attention/<label>, one per configuration, on every rank.
+#include <mpi.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "src/core/random.h"
+#include "src/core/stats.h"
+#include "src/core/table.h"
+#include "src/core/units.h"
+#include "src/modes/options.h"
+
+namespace llmhpc {
+namespace {
+
+struct AttentionCase {
+  int64_t batch, heads, head_dim, seq;
+  bool causal;
+  Precision precision;
+  AttentionKind impl;
+
+  std::string label() const {
+    return std::string(attention_name(impl)) + "_" + precision_name(precision) + "_B" + std::to_string(batch) + "_H" +
+           std::to_string(heads) + "_T" + std::to_string(seq) + "_D" + std::to_string(head_dim) +
+           (causal ? "_causal" : "_full");
+  }
+  AttentionDims dims() const { return {batch, seq, heads, head_dim, causal, impl}; }
+  // FLOPs of the two matrix products of the forward (Q K^T and P V), counting only the
+  // visible part of the score matrix under causal; the backward does 2.5 times as much
+  // (five products), FlashAttention's convention (its recomputation not counted).
+  double flops_forward() const {
+    const double visible = causal ? double(seq) * double(seq + 1) / 2.0 : double(seq) * double(seq);
+    return 4.0 * double(batch) * double(heads) * visible * double(head_dim);
+  }
+};
+
+std::vector<bool> causal_values(const po::variables_map& vm) {
+  std::vector<bool> out;
+  for (const std::string& c : split_list(opt_string(vm, "causal"), "causal")) {
+    require_choice(c, {"on", "off"}, "causal");
+    out.push_back(c == "on");
+  }
+  return out;
+}
+
+std::vector<int64_t> positive_list(const po::variables_map& vm, const std::string& name) {
+  std::vector<int64_t> out = parse_int_list(opt_string(vm, name), name);
+  for (int64_t v : out)
+    if (v <= 0) throw UsageError("--" + name + " must be positive (got " + std::to_string(v) + ")");
+  return out;
+}
+
+std::vector<AttentionKind> implementations(const po::variables_map& vm) {
+  std::vector<AttentionKind> out;
+  for (const std::string& a : split_list(opt_string(vm, "impl"), "impl")) out.push_back(parse_attention(a));
+  return out;
+}
+
+// Outermost first: precision, causal, batch, heads, head dim, sequence, implementation (so
+// naive and flash of one shape are neighbours in the table).
+std::vector<AttentionCase> sweep(const po::variables_map& vm) {
+  std::vector<AttentionCase> cases;
+  for (Precision p : precisions(vm))
+    for (bool causal : causal_values(vm))
+      for (int64_t b : positive_list(vm, "batch"))
+        for (int64_t h : positive_list(vm, "heads"))
+          for (int64_t d : positive_list(vm, "head-dim"))
+            for (int64_t t : positive_list(vm, "seq"))
+              for (AttentionKind impl : implementations(vm)) cases.push_back({b, h, d, t, causal, p, impl});
+  return cases;
+}
+
+void add_options(po::options_description& desc) {
+  po::options_description a("Attention options (comma-separated lists sweep)");
+  auto text = [](const char* def) { return po::value<std::string>()->default_value(def); };
+  a.add_options()
+      ("batch", text("8"), "batch size")
+      ("heads", text("1"), "attention heads")
+      ("head-dim", text("16,32,64,128"), "head dimension D")
+      ("seq", text("256,1024,4096"), "sequence length T")
+      ("causal", po::value<std::string>()->default_value("off")->implicit_value("on"),
+       "causal mask: on | off | on,off (--causal alone means on; give a list as --causal=on,off)")
+      ("precision", text("fp32"), "fp32 | bf16 (CUDA) | fp64 (CPU reference)")
+      ("impl", text("naive,flash"), "naive | flash")
+      ("warmup", text("5"), "untimed forward+backward iterations first (recorded apart)")
+      ("iters", text("20"), "timed forward+backward iterations");
+  desc.add(a);
+}
+
+void validate(const po::variables_map& vm) {
+  opt_nonnegative(vm, "warmup");
+  opt_positive(vm, "iters");
+  sweep(vm);
+}
+
+// Normal(0, 1) values (counter-based: the same on every rank and device) in `t`'s dtype.
+void fill_random(Device& dev, const Tensor& t, uint64_t seed, uint64_t stream) {
+  const int64_t n = t.numel();
+  std::vector<unsigned char> host(t.bytes());
+  const double two_pi = 6.283185307179586;
+#pragma omp parallel for
+  for (int64_t i = 0; i < n; ++i) {
+    const double u1 = random_uniform(seed, stream, 2 * uint64_t(i)),
+                 u2 = random_uniform(seed, stream, 2 * uint64_t(i) + 1);
+    const double z = std::sqrt(-2.0 * std::log(u1)) * std::cos(two_pi * u2);
+    switch (t.dtype) {
+      case DType::F32: { const float f = float(z); std::memcpy(&host[i * 4], &f, 4); break; }
+      case DType::F64: std::memcpy(&host[i * 8], &z, 8); break;
+      case DType::BF16: { const uint16_t b = float_to_bf16_bits(float(z)); std::memcpy(&host[i * 2], &b, 2); break; }
+      default: break;
+    }
+  }
+  dev.copy_to_device(t.data, host.data(), host.size());
+}
+
+struct Samples {
+  std::vector<double> forward, backward, total;
+  void record(Record& r, const std::string& prefix) const {
+    r.add(prefix + "forward_ms", forward);
+    r.add(prefix + "backward_ms", backward);
+    r.add(prefix + "total_ms", total);
+  }
+};
+
+// Forward then backward, one timer mark before, between and after; waits for the device
+// once, after the last mark.
+void timed_iteration(Ops& ops, EventTimer& timer, const AttentionDims& d, const Tensor& qkv, const Tensor& out,
+                     const Tensor& saved, const Tensor& dout, const Tensor& dqkv, Samples& s) {
+  timer.mark(0);
+  ops.attention_forward(out, saved, qkv, d);
+  timer.mark(1);
+  ops.attention_backward(dqkv, dout, out, saved, qkv, d);
+  timer.mark(2);
+  s.total.push_back(timer.elapsed_ms(0, 2));
+  s.forward.push_back(timer.elapsed_ms(0, 1));
+  s.backward.push_back(timer.elapsed_ms(1, 2));
+}
+
+double median(std::vector<double> v) {
+  if (v.empty()) return NAN;
+  std::sort(v.begin(), v.end());
+  return v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
+}
+
+void run(ModeContext& ctx) {
+  const po::variables_map& vm = ctx.vm;
+  const int64_t warmup = opt_nonnegative(vm, "warmup"), iters = opt_positive(vm, "iters");
+  const std::vector<AttentionCase> cases = sweep(vm);
+  Device& dev = *ctx.backend.device;
+  Ops& ops = *ctx.backend.ops;
+  const uint64_t seed = uint64_t(opt_int(vm, "seed"));
+
+  // What the backend cannot run at all is an error before anything starts.
+  collective_check(ctx.rt, [&] {
+    for (const AttentionCase& c : cases) {
+      if (c.precision == Precision::BF16 && dev.kind() == DeviceKind::Cpu)
+        throw UsageError("--precision bf16 needs --device cuda (the CPU backend computes in fp32 or fp64)");
+      if (c.precision == Precision::FP64 && dev.kind() == DeviceKind::Cuda)
+        throw UsageError("--precision fp64 is the CPU reference: use --device cpu");
+      ops.attention_saved({1, 1, 1, c.head_dim, c.causal, c.impl}, compute_dtype(c.precision));
+    }
+  });
+
+  log_root(ctx.rt, "attention: %zu configuration(s), %lld warm-up + %lld timed iterations, %d rank(s) on %s\n",
+           cases.size(), (long long)warmup, (long long)iters, ctx.rt.world_size, dev.name().c_str());
+  TextTable table({"impl", "prec", "B", "H", "D", "T", "causal", "Fwd ms", "Bwd ms", "Total ms", "Fwd TFLOP/s",
+                   "Bwd TFLOP/s", "Peak MiB", "status"});
+  auto timer = dev.make_timer(3);
+  for (size_t i = 0; i < cases.size(); ++i) {
+    const AttentionCase& c = cases[i];
+    const AttentionDims d = c.dims();
+    const DType cd = compute_dtype(c.precision);
+    MPI_CHECK(MPI_Barrier(MPI_COMM_WORLD));  // ranks measure side by side
+    log_root(ctx.rt, "[%zu/%zu] %s ... ", i + 1, cases.size(), c.label().c_str());
+    Record rec;
+    rec.group = "attention/" + c.label();
+    rec.attr("impl", std::string(attention_name(c.impl))).attr("precision", std::string(precision_name(c.precision)))
+        .attr("dtype", std::string(dtype_name(cd))).attr("batch", c.batch).attr("heads", c.heads)
+        .attr("head_dim", c.head_dim).attr("seq", c.seq).attr("causal", int64_t(c.causal ? 1 : 0))
+        .attr("warmup", warmup).attr("iters", iters).attr("flops_forward", c.flops_forward())
+        .attr("flops_backward", 2.5 * c.flops_forward());
+    Samples warm, timed;
+    TracingAllocator& alloc = dev.allocator();
+    const int64_t live_before = alloc.live_bytes();
+    alloc.reset_peak();
+    try {
+      const SavedSpec spec = ops.attention_saved(d, cd);
+      rec.attr("saved_bytes", int64_t(spec.shape.numel() * int64_t(dtype_size(spec.dtype))));
+      const int64_t B = c.batch, T = c.seq, HD = c.heads * c.head_dim;
+      Buffer qkv(alloc, cd, {B, T, 3 * HD}, "attention.qkv"), dout(alloc, cd, {B, T, HD}, "attention.dout");
+      Buffer out(alloc, cd, {B, T, HD}, "attention.out"), dqkv(alloc, cd, {B, T, 3 * HD}, "attention.dqkv");
+      Buffer saved(alloc, spec.dtype, spec.shape, c.impl == AttentionKind::Flash ? "attention.logsumexp"
+                                                                                   : "attention.probs");
+      fill_random(dev, qkv, seed, 1);
+      fill_random(dev, dout, seed, 2);
+      for (int64_t k = 0; k < warmup; ++k) timed_iteration(ops, *timer, d, qkv, out, saved, dout, dqkv, warm);
+      for (int64_t k = 0; k < iters; ++k) timed_iteration(ops, *timer, d, qkv, out, saved, dout, dqkv, timed);
+    } catch (const OutOfMemory& e) {
+      rec.status = "oom";
+      rec.attr("error", std::string(e.what()));
+    } catch (const UsageError& e) {  // this configuration cannot run; the others may
+      rec.status = std::string("error: ") + e.what();
+    }
+    const int64_t peak = alloc.peak_bytes() - live_before;
+    rec.attr("peak_memory_bytes", peak).attr("baseline_memory_bytes", live_before);
+    if (rec.status == "ok") {
+      timed.record(rec, "");
+      if (warmup > 0) warm.record(rec, "warmup_");
+    }
+    ctx.recorder.write(rec);
+
+    const double fwd = median(timed.forward), bwd = median(timed.backward), total = median(timed.total);
+    const std::string result =
+        rec.status == "ok" ? "fwd " + fmt(fwd, 3) + " ms, bwd " + fmt(bwd, 3) + " ms" : rec.status;
+    log_root(ctx.rt, "%s\n", result.c_str());
+    if (rec.status.rfind("error", 0) == 0 && !ctx.rt.is_root())
+      std::fprintf(stderr, "llmhpc: rank %d: %s: %s\n", ctx.rt.rank, c.label().c_str(), rec.status.c_str());
+    auto tflops = [](double flops, double ms) { return ms > 0 ? fmt(flops / (ms * 1e9), 2) : std::string("-"); };
+    table.add_row({attention_name(c.impl), precision_name(c.precision), std::to_string(c.batch),
+                   std::to_string(c.heads), std::to_string(c.head_dim), std::to_string(c.seq), c.causal ? "yes" : "no",
+                   fmt(fwd, 3), fmt(bwd, 3), fmt(total, 3), tflops(c.flops_forward(), fwd),
+                   tflops(2.5 * c.flops_forward(), bwd), fmt(double(peak) / (1024.0 * 1024.0), 1),
+                   rec.status.substr(0, rec.status.find(':'))});
+  }
+  if (ctx.rt.is_root()) {
+    std::printf("\nattention summary (median ms of %lld iterations, rank 0 of %d; raw times in %s):\n",
+                (long long)iters, ctx.rt.world_size, ctx.out_dir.c_str());
+    table.print();
+  }
+}
+
+}  // namespace
+
+ModeSpec attention_mode() {
+  return {"attention", "naive vs FlashAttention-2: forward/backward time and peak memory over a sweep", add_options,
+          validate, run};
+}
+
+}  // namespace llmhpc

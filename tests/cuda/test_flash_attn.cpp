@@ -1,0 +1,370 @@
+// The CUDA FlashAttention-2 kernels (kernels/cuda/flash_attn/) on a GPU: forward (O and L)
+// and backward (dQ, dK, dV) against naive attention in fp64 computed on the CPU, causal and
+// not, for the tensor-core kernels (bf16) and the CUDA-core kernels (fp32 and bf16), at
+// sequence lengths that are and are not multiples of the tiles (64 and 32) and head dims
+// that are and are not compiled (80 and 20 run zero-padded).
+//
+// The rule, as in flash-attention's own tests: the kernel's error versus the fp64 reference
+// is at most twice the error of naive attention computed in the same precision, plus a floor:
+// twice the error of storing the fp64 reference itself in that dtype (no result stored in the
+// dtype can beat that), and for the gradients twice what rounding the saved L to fp32 does
+// (see check()). Errors are max |x - ref| over all elements.
+//
+// "Naive attention in the same precision" (computed on the CPU from the same inputs):
+//  - fp32: the definition with fp32 arithmetic everywhere (fp32 sums over the head dim and
+//    over keys, fp32 softmax), which is what naive fp32 attention on a GPU does.
+//  - bf16: what the CUDA backend's naive path does (kernels/cuda/cuda_ops.cu): every
+//    product runs in fp32 but its result is stored in bf16, so S = bf16(scale Q K^T),
+//    P = bf16(softmax(S)) (fp32 softmax), O = bf16(P V); backward dP = bf16(dO V^T),
+//    dV = bf16(P^T dO), dS = bf16(P (dP - rowsum(dP P))), dQ = bf16(scale dS K),
+//    dK = bf16(scale dS^T Q).
+// Why 2x holds for bf16 flash (derivation of the bound): each bf16 rounding moves a value by
+// at most u = 2^-8 of itself. Naive rounds S (which moves each probability by up to u |S|,
+// several u for |S| of a few units), P (u) and O (u); flash keeps S and the softmax in fp32
+// and rounds only the unnormalised P (u, relative to the running max) before P V, and O (u).
+// So flash's forward carries a subset of naive's roundings, and its error is at most naive's
+// up to how the same-size errors happen to add up: factor 2 covers that. The backward is the
+// same story: naive rounds dP, dS and P; flash rounds P and dS as operands of the dV, dK, dQ
+// products (fp32 accumulation) and uses D = rowsum(dO O) from the bf16 O, which is within u
+// of naive's rowsum(dP P) from bf16 dP and P.
+//
+// Also: outputs start as NaN (an element a kernel skips fails); the backward is bitwise
+// deterministic; L of every row; unsupported requests are UsageErrors. Skipped without a GPU.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <sstream>
+#include <vector>
+
+#include "kernels/backend.h"
+#include "kernels/cpu/cpu_kernels.h"
+#include "kernels/cuda/flash_attn/flash_attn.h"
+#include "src/core/cuda_check.h"
+
+namespace llmhpc::test {
+namespace {
+
+using flash::FlashImpl;
+
+struct Shape {
+  int64_t B, T, H, D;
+};
+std::ostream& operator<<(std::ostream& os, const Shape& s) {
+  return os << "B" << s.B << " T" << s.T << " H" << s.H << " D" << s.D;
+}
+
+// A device buffer holding `n` elements of `dtype`, with host-side conversions.
+class DeviceBuffer {
+ public:
+  DeviceBuffer(DType dtype, size_t n) : dtype_(dtype), n_(n) {
+    CUDA_CHECK(cudaMalloc(&ptr_, bytes() ? bytes() : 1));
+    poison();
+  }
+  ~DeviceBuffer() { cudaFree(ptr_); }
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+  void* get() const { return ptr_; }
+  size_t bytes() const { return n_ * dtype_size(dtype_); }
+  void poison() { CUDA_CHECK(cudaMemset(ptr_, 0xff, bytes())); }  // NaN in fp32 and bf16
+  void write(const std::vector<double>& v) {
+    std::vector<unsigned char> raw(bytes());
+    for (size_t i = 0; i < n_; ++i) {
+      if (dtype_ == DType::F32) {
+        const float f = float(v[i]);
+        std::memcpy(&raw[i * 4], &f, 4);
+      } else {
+        const uint16_t b = float_to_bf16_bits(float(v[i]));
+        std::memcpy(&raw[i * 2], &b, 2);
+      }
+    }
+    CUDA_CHECK(cudaMemcpy(ptr_, raw.data(), bytes(), cudaMemcpyHostToDevice));
+  }
+  std::vector<double> read() const {
+    std::vector<unsigned char> raw(bytes());
+    CUDA_CHECK(cudaMemcpy(raw.data(), ptr_, bytes(), cudaMemcpyDeviceToHost));
+    std::vector<double> v(n_);
+    for (size_t i = 0; i < n_; ++i) {
+      if (dtype_ == DType::F32) {
+        float f;
+        std::memcpy(&f, &raw[i * 4], 4);
+        v[i] = f;
+      } else {
+        uint16_t b;
+        std::memcpy(&b, &raw[i * 2], 2);
+        v[i] = bf16_bits_to_float(b);
+      }
+    }
+    return v;
+  }
+
+ private:
+  DType dtype_;
+  size_t n_;
+  void* ptr_ = nullptr;
+};
+
+struct Result {
+  std::vector<double> out, lse, dqkv;
+};
+
+// The kernels on the GPU: forward, then backward, on packed qkv (B,T,3,H,D).
+Result run_flash(FlashImpl impl, DType dt, const std::vector<double>& qkv_v, const std::vector<double>& dout_v,
+                 const Shape& s, bool causal) {
+  DeviceBuffer qkv(dt, qkv_v.size()), dout(dt, dout_v.size()), out(dt, dout_v.size()), dqkv(dt, qkv_v.size());
+  DeviceBuffer lse(DType::F32, s.B * s.H * s.T), delta(DType::F32, s.B * s.H * s.T);
+  qkv.write(qkv_v);
+  dout.write(dout_v);
+  flash::FlashParams p = flash::packed_params(dt, qkv.get(), out.get(), static_cast<float*>(lse.get()), s.B, s.T,
+                                              s.H, s.D, causal);
+  flash::set_packed_backward(p, dout.get(), dqkv.get(), static_cast<float*>(delta.get()));
+  p.impl = impl;
+  flash::flash_attention_forward(p, nullptr);
+  flash::flash_attention_backward(p, nullptr);
+  CUDA_CHECK(cudaDeviceSynchronize());
+  return {out.read(), lse.read(), dqkv.read()};
+}
+
+// ---- references on the CPU --------------------------------------------------------------
+Result fp64_reference(const std::vector<double>& qkv, const std::vector<double>& dout, const Shape& s, bool causal) {
+  std::vector<double> out(dout.size()), probs(s.B * s.H * s.T * s.T), dqkv(qkv.size()), lse(s.B * s.H * s.T);
+  cpu::attention_forward(out.data(), probs.data(), qkv.data(), s.B, s.T, s.H, s.D, causal);
+  cpu::attention_backward(dqkv.data(), dout.data(), probs.data(), qkv.data(), s.B, s.T, s.H, s.D, causal);
+  const int64_t row = 3 * s.H * s.D;
+  for (int64_t b = 0; b < s.B; ++b)
+    for (int64_t h = 0; h < s.H; ++h)
+      for (int64_t i = 0; i < s.T; ++i) {
+        double mx = -INFINITY, sum = 0;
+        std::vector<double> sc;
+        for (int64_t j = 0; j < (causal ? i + 1 : s.T); ++j) {
+          double dot = 0;
+          for (int64_t d = 0; d < s.D; ++d)
+            dot += qkv[(b * s.T + i) * row + h * s.D + d] * qkv[(b * s.T + j) * row + s.H * s.D + h * s.D + d];
+          sc.push_back(dot / std::sqrt(double(s.D)));
+          mx = std::max(mx, sc.back());
+        }
+        for (double x : sc) sum += std::exp(x - mx);
+        lse[(b * s.H + h) * s.T + i] = mx + std::log(sum);
+      }
+  return {out, lse, dqkv};
+}
+
+// Naive attention in a low precision (see the file comment). `bf16` selects the bf16
+// storage roundings; arithmetic is fp32 either way.
+Result naive_low_precision(const std::vector<double>& qkv, const std::vector<double>& dout, const Shape& s,
+                           bool causal, bool bf16) {
+  auto st = [&](float x) { return bf16 ? round_to_bf16(x) : x; };  // a stored intermediate
+  const int64_t T = s.T, D = s.D, row = 3 * s.H * D, orow = s.H * D;
+  const float scale = float(1.0 / std::sqrt(double(D)));
+  std::vector<double> out(dout.size()), dqkv(qkv.size(), 0.0);
+  std::vector<float> S(T * T), P(T * T), dP(T * T), dS(T * T);
+  for (int64_t b = 0; b < s.B; ++b)
+    for (int64_t h = 0; h < s.H; ++h) {
+      auto q = [&](int64_t t, int64_t d) { return float(qkv[(b * T + t) * row + h * D + d]); };
+      auto k = [&](int64_t t, int64_t d) { return float(qkv[(b * T + t) * row + s.H * D + h * D + d]); };
+      auto v = [&](int64_t t, int64_t d) { return float(qkv[(b * T + t) * row + 2 * s.H * D + h * D + d]); };
+      auto dO = [&](int64_t t, int64_t d) { return float(dout[(b * T + t) * orow + h * D + d]); };
+      auto visible = [&](int64_t i, int64_t j) { return !causal || j <= i; };
+      for (int64_t i = 0; i < T; ++i) {
+        float mx = -INFINITY;
+        for (int64_t j = 0; j < T; ++j) {
+          float acc = 0.f;
+          for (int64_t d = 0; d < D; ++d) acc += q(i, d) * k(j, d);
+          S[i * T + j] = st(acc * scale);
+          if (visible(i, j)) mx = std::max(mx, S[i * T + j]);
+        }
+        float sum = 0.f;
+        for (int64_t j = 0; j < T; ++j) sum += visible(i, j) ? std::exp(S[i * T + j] - mx) : 0.f;
+        for (int64_t j = 0; j < T; ++j) P[i * T + j] = visible(i, j) ? st(std::exp(S[i * T + j] - mx) / sum) : 0.f;
+        for (int64_t d = 0; d < D; ++d) {
+          float acc = 0.f;
+          for (int64_t j = 0; j < T; ++j) acc += P[i * T + j] * v(j, d);
+          out[(b * T + i) * orow + h * D + d] = st(acc);
+        }
+      }
+      for (int64_t i = 0; i < T; ++i) {
+        for (int64_t j = 0; j < T; ++j) {
+          float acc = 0.f;
+          for (int64_t d = 0; d < D; ++d) acc += dO(i, d) * v(j, d);
+          dP[i * T + j] = st(acc);
+        }
+        float dot = 0.f;
+        for (int64_t j = 0; j < T; ++j) dot += dP[i * T + j] * P[i * T + j];
+        for (int64_t j = 0; j < T; ++j) dS[i * T + j] = st(P[i * T + j] * (dP[i * T + j] - dot));
+      }
+      for (int64_t t = 0; t < T; ++t)
+        for (int64_t d = 0; d < D; ++d) {
+          float dq = 0.f, dk = 0.f, dv = 0.f;
+          for (int64_t j = 0; j < T; ++j) {
+            dq += dS[t * T + j] * k(j, d);
+            dk += dS[j * T + t] * q(j, d);
+            dv += P[j * T + t] * dO(j, d);
+          }
+          dqkv[(b * T + t) * row + h * D + d] = st(dq * scale);
+          dqkv[(b * T + t) * row + s.H * D + h * D + d] = st(dk * scale);
+          dqkv[(b * T + t) * row + 2 * s.H * D + h * D + d] = st(dv);
+        }
+    }
+  return {out, {}, dqkv};
+}
+
+// ---- measures -----------------------------------------------------------------------------
+double max_abs_diff(const std::vector<double>& a, const std::vector<double>& b) {
+  EXPECT_EQ(a.size(), b.size());
+  double m = 0;
+  for (size_t i = 0; i < a.size() && i < b.size(); ++i) {
+    if (!std::isfinite(a[i])) return INFINITY;  // unwritten (poisoned) or overflowed
+    m = std::max(m, std::fabs(a[i] - b[i]));
+  }
+  return m;
+}
+
+double storage_error(const std::vector<double>& ref, DType dt) {
+  double m = 0;
+  for (double x : ref) {
+    const double stored = dt == DType::BF16 ? double(round_to_bf16(float(x))) : double(float(x));
+    m = std::max(m, std::fabs(stored - x));
+  }
+  return m;
+}
+
+double max_abs(const std::vector<double>& v) {
+  double m = 0;
+  for (double x : v) m = std::max(m, std::fabs(x));
+  return m;
+}
+
+std::vector<double> part(const std::vector<double>& dqkv, const Shape& s, int which) {
+  std::vector<double> out;
+  for (int64_t bt = 0; bt < s.B * s.T; ++bt)
+    for (int64_t hd = 0; hd < s.H * s.D; ++hd) out.push_back(dqkv[(bt * 3 + which) * s.H * s.D + hd]);
+  return out;
+}
+
+// ---- fixture ----------------------------------------------------------------------------
+struct Variant {
+  FlashImpl impl;
+  DType dtype;
+  const char* name;
+};
+const Variant kVariants[] = {{FlashImpl::TensorCore, DType::BF16, "tensor-core bf16"},
+                             {FlashImpl::Simt, DType::F32, "simt fp32"},
+                             {FlashImpl::Simt, DType::BF16, "simt bf16"}};
+
+class FlashAttnGpu : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (cuda_device_count() == 0) GTEST_SKIP() << "no GPU visible";
+    seed_ = std::random_device{}();
+    rng_.seed(seed_);
+  }
+  // Normal(0, 1) values the dtype holds exactly.
+  std::vector<double> random(int64_t n, DType dt) {
+    std::normal_distribution<double> normal(0.0, 1.0);
+    std::vector<double> v(n);
+    for (double& x : v) {
+      const float f = float(normal(rng_));
+      x = dt == DType::BF16 ? double(round_to_bf16(f)) : double(f);
+    }
+    return v;
+  }
+
+  // Every check of one variant on one shape.
+  void check(const Variant& var, const Shape& s, bool causal) {
+    const std::vector<double> qkv = random(s.B * s.T * 3 * s.H * s.D, var.dtype),
+                              dout = random(s.B * s.T * s.H * s.D, var.dtype);
+    const Result ref = fp64_reference(qkv, dout, s, causal);
+    const Result naive = naive_low_precision(qkv, dout, s, causal, var.dtype == DType::BF16);
+    const Result got = run_flash(var.impl, var.dtype, qkv, dout, s, causal);
+    std::ostringstream what;
+    what << var.name << " " << s << (causal ? " causal" : " full") << ", random seed " << seed_;
+    // Floor: twice the storage error of the reference; for the gradients also twice what
+    // rounding the saved L to fp32 does (|dL| <= 2^-24 |L| scales every recomputed
+    // probability exp(s - L) by 1 + dL; naive attention saves P instead and has no such term).
+    const double l_term = std::ldexp(1.0, -24) * max_abs(ref.lse);
+    auto rule = [&](const std::vector<double>& g, const std::vector<double>& n, const std::vector<double>& r,
+                    const char* name, bool gradient) {
+      const double err = max_abs_diff(g, r), naive_err = max_abs_diff(n, r);
+      const double floor = 2 * storage_error(r, var.dtype) + (gradient ? 2 * l_term * max_abs(r) : 0.0);
+      EXPECT_LE(err, 2 * naive_err + floor)
+          << what.str() << ": " << name << " error " << err << ", naive same-precision error " << naive_err;
+    };
+    rule(got.out, naive.out, ref.out, "out", false);
+    const char* names[] = {"dq", "dk", "dv"};
+    for (int which = 0; which < 3; ++which)
+      rule(part(got.dqkv, s, which), part(naive.dqkv, s, which), part(ref.dqkv, s, which), names[which], true);
+    // L is fp32 arithmetic on exact inputs in every variant.
+    EXPECT_LE(max_abs_diff(got.lse, ref.lse), 1e-5 * std::max(1.0, max_abs(ref.lse))) << what.str() << ": L";
+  }
+
+  unsigned seed_ = 0;
+  std::mt19937_64 rng_;
+};
+
+// Tiles: 64 rows (tensor cores), 32 (CUDA cores). Compiled head dims: 16, 32, 64, 96, 128
+// (tensor cores), 32, 64, 128 (CUDA cores).
+const Shape kShapes[] = {
+    {2, 1, 2, 64},    // one position
+    {1, 17, 3, 16},   // less than a tile
+    {2, 64, 2, 32},   // exactly one tensor-core tile, two CUDA-core tiles
+    {1, 100, 2, 64},  // neither
+    {2, 77, 2, 80},   // head dim padded to 96 / 128 (the 2.7B model's)
+    {1, 130, 1, 96},
+    {1, 257, 1, 128},
+    {1, 45, 2, 40},   // padded to 64
+};
+
+TEST_F(FlashAttnGpu, ForwardAndBackwardWithinTwiceNaiveError) {
+  for (const Variant& var : kVariants)
+    for (const Shape& s : kShapes)
+      for (bool causal : {false, true}) check(var, s, causal);
+}
+
+// Many tiles, so the causal skipping and the streaming of K/V (forward, dQ) and Q/dO (dK/dV)
+// run through several stages.
+TEST_F(FlashAttnGpu, LongSequence) {
+  for (const Variant& var : kVariants)
+    for (bool causal : {true, false}) check(var, {1, 700, 2, 64}, causal);
+}
+
+TEST_F(FlashAttnGpu, BackwardIsDeterministic) {
+  for (const Variant& var : kVariants) {
+    const Shape s{2, 300, 2, 64};
+    const std::vector<double> qkv = random(s.B * s.T * 3 * s.H * s.D, var.dtype),
+                              dout = random(s.B * s.T * s.H * s.D, var.dtype);
+    const Result a = run_flash(var.impl, var.dtype, qkv, dout, s, true);
+    const Result b = run_flash(var.impl, var.dtype, qkv, dout, s, true);
+    EXPECT_EQ(a.out, b.out) << var.name;
+    EXPECT_EQ(a.dqkv, b.dqkv) << var.name << ": two backward runs differ";
+  }
+}
+
+TEST_F(FlashAttnGpu, ImplementationChoiceAndUnsupportedRequests) {
+  flash::FlashParams p = flash::packed_params(DType::BF16, reinterpret_cast<void*>(256), reinterpret_cast<void*>(256),
+                                              reinterpret_cast<float*>(256), 1, 8, 1, 64, true);
+  if (!std::getenv("LLMHPC_FLASH_IMPL")) EXPECT_STREQ(flash::flash_impl_name(p), "tensor-core");
+  p.dtype = DType::F32;
+  EXPECT_STREQ(flash::flash_impl_name(p), "simt");
+  p.dtype = DType::F64;
+  EXPECT_THROW(flash::flash_attention_forward(p, nullptr), UsageError);
+  flash::FlashParams big = flash::packed_params(DType::BF16, reinterpret_cast<void*>(256),
+                                                reinterpret_cast<void*>(256), reinterpret_cast<float*>(256), 1, 8, 1,
+                                                256, false);
+  EXPECT_THROW(flash::flash_attention_forward(big, nullptr), UsageError);  // head dim > 128
+  flash::FlashParams odd = flash::packed_params(DType::BF16, reinterpret_cast<void*>(256),
+                                                reinterpret_cast<void*>(256), reinterpret_cast<float*>(256), 1, 8, 1,
+                                                20, false);
+  EXPECT_STREQ(flash::flash_impl_name(odd), "simt");  // 20 is not a multiple of 8: CUDA cores
+  odd.impl = FlashImpl::TensorCore;
+  EXPECT_THROW(flash::flash_attention_forward(odd, nullptr), UsageError);
+}
+
+// A head dim the tensor cores cannot take (20) runs on CUDA cores under Auto, correctly.
+TEST_F(FlashAttnGpu, AutoFallsBackForOddHeadDims) {
+  check({FlashImpl::Auto, DType::BF16, "auto bf16"}, {1, 50, 2, 20}, true);
+  check({FlashImpl::Auto, DType::F32, "auto fp32"}, {1, 50, 2, 20}, false);
+}
+
+}  // namespace
+}  // namespace llmhpc::test

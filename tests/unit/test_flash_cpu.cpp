@@ -1,0 +1,511 @@
+// The CPU FlashAttention-2 reference (kernels/cpu/flash_attention.h) against naive attention
+// (cpu_kernels.h) computed in fp64: forward output and logsumexp, backward dQ, dK, dV;
+// causal and not; sequence lengths that are and are not multiples of the tiles, tiles of
+// equal and unequal sizes. In fp64 the two agree to rounding. In fp32 the rule of
+// flash-attention's own tests: the flash error versus the fp64 reference is at most twice
+// the error of naive attention in the same precision, plus a small floor (see
+// flash_floor below). Plus the wiring in the CPU backend (AttentionKind::Flash saves
+// (B,H,T)) and finite differences.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+#include <sstream>
+#include <vector>
+
+#include "kernels/cpu/cpu_kernels.h"
+#include "kernels/cpu/flash_attention.h"
+#include "tests/unit/cpu_test_util.h"
+
+namespace llmhpc::test {
+namespace {
+
+struct Shape5 {
+  int64_t B, T, H, D, tile_q, tile_k;
+};
+
+std::ostream& operator<<(std::ostream& os, const Shape5& s) {
+  return os << "B" << s.B << " T" << s.T << " H" << s.H << " D" << s.D << " tiles " << s.tile_q << "x" << s.tile_k;
+}
+
+// Normal(0, 1) values that fp32 holds exactly, so fp32 and fp64 runs see the same inputs.
+std::vector<double> random_values(std::mt19937_64& rng, int64_t n) {
+  std::normal_distribution<double> normal(0.0, 1.0);
+  std::vector<double> v(n);
+  for (double& x : v) x = double(float(normal(rng)));
+  return v;
+}
+
+template <class T>
+std::vector<T> as(const std::vector<double>& v) {
+  return std::vector<T>(v.begin(), v.end());
+}
+template <class T>
+std::vector<double> to_double(const std::vector<T>& v) {
+  return std::vector<double>(v.begin(), v.end());
+}
+
+// L_i = logsumexp_j (q_i . k_j / sqrt(D)) over the visible keys, from the definition, in fp64.
+std::vector<double> reference_lse(const std::vector<double>& qkv, const Shape5& s, bool causal) {
+  std::vector<double> L(s.B * s.H * s.T);
+  const int64_t row = 3 * s.H * s.D;
+  for (int64_t b = 0; b < s.B; ++b)
+    for (int64_t h = 0; h < s.H; ++h)
+      for (int64_t i = 0; i < s.T; ++i) {
+        std::vector<double> sc;
+        for (int64_t j = 0; j < (causal ? i + 1 : s.T); ++j) {
+          double dot = 0;
+          for (int64_t d = 0; d < s.D; ++d)
+            dot += qkv[(b * s.T + i) * row + h * s.D + d] * qkv[(b * s.T + j) * row + s.H * s.D + h * s.D + d];
+          sc.push_back(dot / std::sqrt(double(s.D)));
+        }
+        const double mx = *std::max_element(sc.begin(), sc.end());
+        double sum = 0;
+        for (double x : sc) sum += std::exp(x - mx);
+        L[(b * s.H + h) * s.T + i] = mx + std::log(sum);
+      }
+  return L;
+}
+
+// What one precision computes: the forward's out and L, and the backward's dqkv.
+struct Result {
+  std::vector<double> out, lse, dqkv;
+};
+
+template <class T>
+Result run_flash(const std::vector<double>& qkv, const std::vector<double>& dout, const Shape5& s, bool causal) {
+  std::vector<T> q = as<T>(qkv), d = as<T>(dout), out(dout.size()), lse(s.B * s.H * s.T), dq(qkv.size(), T(NAN));
+  cpu::flash_attention_forward(out.data(), lse.data(), q.data(), s.B, s.T, s.H, s.D, causal, s.tile_q, s.tile_k);
+  cpu::flash_attention_backward(dq.data(), d.data(), out.data(), lse.data(), q.data(), s.B, s.T, s.H, s.D, causal,
+                                s.tile_q, s.tile_k);
+  return {to_double(out), to_double(lse), to_double(dq)};
+}
+
+template <class T>
+Result run_naive(const std::vector<double>& qkv, const std::vector<double>& dout, const Shape5& s, bool causal) {
+  std::vector<T> q = as<T>(qkv), d = as<T>(dout), out(dout.size()), probs(s.B * s.H * s.T * s.T),
+      dq(qkv.size(), T(NAN));
+  cpu::attention_forward(out.data(), probs.data(), q.data(), s.B, s.T, s.H, s.D, causal);
+  cpu::attention_backward(dq.data(), d.data(), probs.data(), q.data(), s.B, s.T, s.H, s.D, causal);
+  return {to_double(out), {}, to_double(dq)};
+}
+
+double max_abs_diff(const std::vector<double>& a, const std::vector<double>& b) {
+  EXPECT_EQ(a.size(), b.size());
+  double m = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (!std::isfinite(a[i])) return INFINITY;  // an unwritten (NaN) element fails any bound
+    m = std::max(m, std::fabs(a[i] - b[i]));
+  }
+  return m;
+}
+
+// The part of dqkv (B,T,3,H,D) that is dq (part 0), dk (1) or dv (2).
+std::vector<double> part(const std::vector<double>& dqkv, const Shape5& s, int which) {
+  std::vector<double> out;
+  for (int64_t bt = 0; bt < s.B * s.T; ++bt)
+    for (int64_t hd = 0; hd < s.H * s.D; ++hd) out.push_back(dqkv[(bt * 3 + which) * s.H * s.D + hd]);
+  return out;
+}
+
+// Error of storing `ref` in fp32: what no fp32 result can go below.
+double fp32_storage_error(const std::vector<double>& ref) {
+  double m = 0;
+  for (double x : ref) m = std::max(m, std::fabs(double(float(x)) - x));
+  return m;
+}
+
+double max_abs(const std::vector<double>& v) {
+  double m = 0;
+  for (double x : v) m = std::max(m, std::fabs(x));
+  return m;
+}
+
+// The floor of the 2x rule, in fp32. The CPU computes both attentions in double and rounds
+// only what it stores, so naive fp32's error is about one rounding of each stored value. What
+// flash stores in addition is L, rounded to fp32: |dL| <= u |L| (u = 2^-24), which scales
+// every probability recomputed in backward, p = exp(s - L), by (1 + dL), so the gradients
+// move by up to u max|L| of their size (measured: this is nearly all of the fp32 flash
+// backward error). Floor: twice that, plus twice the error of storing the reference itself.
+double flash_floor(const std::vector<double>& ref, const std::vector<double>& lse) {
+  const double u = std::ldexp(1.0, -24);
+  return 2 * fp32_storage_error(ref) + 2 * u * max_abs(lse) * max_abs(ref);
+}
+
+const Shape5 kShapes[] = {
+    {2, 64, 2, 16, 16, 16},  // T a multiple of both tiles
+    {1, 37, 3, 8, 16, 8},    // T a multiple of neither; unequal tiles
+    {2, 50, 1, 32, 8, 16},   // query tiles smaller than key tiles
+    {1, 45, 2, 16, 32, 32},  // the default tiles, T not a multiple
+    {2, 5, 2, 8, 32, 32},    // T smaller than a tile
+    {1, 1, 1, 4, 32, 32},    // a single position
+};
+
+class FlashCpu : public ::testing::TestWithParam<std::tuple<Shape5, bool>> {
+ protected:
+  std::mt19937_64 rng{20261122};
+};
+
+TEST_P(FlashCpu, Fp64MatchesNaiveAttention) {
+  const Shape5 s = std::get<0>(GetParam());
+  const bool causal = std::get<1>(GetParam());
+  const std::vector<double> qkv = random_values(rng, s.B * s.T * 3 * s.H * s.D),
+                            dout = random_values(rng, s.B * s.T * s.H * s.D);
+  const Result flash = run_flash<double>(qkv, dout, s, causal), naive = run_naive<double>(qkv, dout, s, causal);
+  EXPECT_LT(rel_error(flash.out, naive.out), 1e-13) << s;
+  EXPECT_LT(rel_error(flash.lse, reference_lse(qkv, s, causal)), 1e-13) << s;
+  for (int which = 0; which < 3; ++which)
+    EXPECT_LT(rel_error(part(flash.dqkv, s, which), part(naive.dqkv, s, which)), 1e-12)
+        << s << " d" << "qkv"[which];
+}
+
+TEST_P(FlashCpu, Fp32ErrorAtMostTwiceNaiveFp32Error) {
+  const Shape5 s = std::get<0>(GetParam());
+  const bool causal = std::get<1>(GetParam());
+  for (int trial = 0; trial < 3; ++trial) {  // fresh inputs each time
+    const std::vector<double> qkv = random_values(rng, s.B * s.T * 3 * s.H * s.D),
+                              dout = random_values(rng, s.B * s.T * s.H * s.D);
+    const Result ref = run_naive<double>(qkv, dout, s, causal);
+    const Result naive = run_naive<float>(qkv, dout, s, causal), flash = run_flash<float>(qkv, dout, s, causal);
+    const std::vector<double> lse64 = reference_lse(qkv, s, causal);
+    auto check = [&](const std::vector<double>& f, const std::vector<double>& n, const std::vector<double>& r,
+                     const char* what) {
+      const double flash_err = max_abs_diff(f, r), naive_err = max_abs_diff(n, r);
+      EXPECT_LE(flash_err, 2 * naive_err + flash_floor(r, lse64))
+          << s << (causal ? " causal " : " ") << what << ": flash " << flash_err << ", naive " << naive_err;
+    };
+    check(flash.out, naive.out, ref.out, "out");
+    for (int which = 0; which < 3; ++which) {
+      const char* names[] = {"dq", "dk", "dv"};
+      check(part(flash.dqkv, s, which), part(naive.dqkv, s, which), part(ref.dqkv, s, which), names[which]);
+    }
+    // Naive attention has no L: it must be L in fp64 rounded once (twice at most).
+    EXPECT_LE(max_abs_diff(flash.lse, lse64), 2 * fp32_storage_error(lse64) + 1e-12) << s << " L";
+  }
+}
+
+std::string shape_name(const Shape5& s, bool causal) {
+  std::ostringstream os;
+  os << "B" << s.B << "_T" << s.T << "_H" << s.H << "_D" << s.D;
+  if (s.tile_q) os << "_tiles" << s.tile_q << "x" << s.tile_k;
+  os << (causal ? "_causal" : "_full");
+  return os.str();
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, FlashCpu, ::testing::Combine(::testing::ValuesIn(kShapes), ::testing::Bool()),
+                         [](const auto& info) {
+                           return shape_name(std::get<0>(info.param), std::get<1>(info.param));
+                         });
+
+// Through the CPU backend: AttentionKind::Flash saves (B,H,T) and computes what naive does.
+class FlashCpuOps : public ::testing::TestWithParam<bool> {
+ protected:
+  Backend be = cpu_backend();
+  Device& dev = *be.device;
+  Ops& ops = *be.ops;
+  std::mt19937_64 rng{77};
+  HostTensor randn(Shape s, DType t = DType::F64) {
+    HostTensor x(dev, t, s);
+    x.fill_normal(rng);
+    return x;
+  }
+};
+
+TEST_P(FlashCpuOps, BackendDispatchesFlashAndMatchesNaive) {
+  const bool causal = GetParam();
+  for (DType dt : {DType::F64, DType::F32}) {
+    const int64_t B = 2, T = 45, H = 3, D = 8;
+    const AttentionDims naive{B, T, H, D, causal, AttentionKind::Naive};
+    const AttentionDims flash{B, T, H, D, causal, AttentionKind::Flash};
+    const SavedSpec spec = ops.attention_saved(flash, dt);
+    EXPECT_EQ(spec.shape, (Shape{B, H, T}));
+    EXPECT_EQ(spec.dtype, dt);
+    HostTensor qkv = randn({B, T, 3 * H * D}, dt), dout = randn({B, T, H * D}, dt);
+    HostTensor out_n(dev, dt, {B, T, H * D}), out_f(dev, dt, {B, T, H * D});
+    HostTensor probs(dev, dt, ops.attention_saved(naive, dt).shape), lse(dev, dt, spec.shape);
+    HostTensor dq_n(dev, dt, {B, T, 3 * H * D}), dq_f(dev, dt, {B, T, 3 * H * D});
+    ops.attention_forward(out_n, probs, qkv, naive);
+    ops.attention_forward(out_f, lse, qkv, flash);
+    ops.attention_backward(dq_n, dout, out_n, probs, qkv, naive);
+    ops.attention_backward(dq_f, dout, out_f, lse, qkv, flash);
+    const double tol = dt == DType::F64 ? 1e-12 : 1e-5;
+    EXPECT_LT(rel_error(out_f.values(), out_n.values()), tol) << dtype_name(dt);
+    EXPECT_LT(rel_error(dq_f.values(), dq_n.values()), tol) << dtype_name(dt);
+  }
+}
+
+TEST_P(FlashCpuOps, GradientsMatchFiniteDifferences) {
+  const bool causal = GetParam();
+  const int64_t B = 1, T = 6, H = 2, D = 4;
+  const AttentionDims dims{B, T, H, D, causal, AttentionKind::Flash};
+  HostTensor qkv = randn({B, T, 3 * H * D}), R = randn({B, T, H * D}), out(dev, DType::F64, {B, T, H * D}),
+             lse(dev, DType::F64, ops.attention_saved(dims, DType::F64).shape),
+             dqkv(dev, DType::F64, {B, T, 3 * H * D});
+  ops.attention_forward(out, lse, qkv, dims);
+  ops.attention_backward(dqkv, R, out, lse, qkv, dims);
+  auto fd = finite_difference(qkv, [&] {
+    ops.attention_forward(out, lse, qkv, dims);
+    return dot(out, R);
+  });
+  EXPECT_LT(rel_error(dqkv.values(), fd), 1e-7);
+}
+
+INSTANTIATE_TEST_SUITE_P(CausalAndNot, FlashCpuOps, ::testing::Bool());
+
+}  // namespace
+}  // namespace llmhpc::test
+
+// ---- The CUDA kernels' own code, run on a host emulation of the GPU ---------------------------
+// With the CUDA toolkit's headers at hand, kernels/cuda/flash_attn/*.cuh compile as C++ against
+// kernels/cuda/flash_attn/emulate.h (threads of a block as std::threads, warp collectives and
+// the mma/ldmatrix fragment layouts of the PTX ISA emulated). That checks the kernels'
+// indexing - fragments, masks, tile loops, bounds, padding of the head dim - on machines
+// without a GPU; tests/cuda/test_flash_attn.cpp checks the real thing on a GPU. The kernels
+// are compiled into namespace llmhpc::flash_emu here, apart from the library's real ones.
+#if defined(LLMHPC_WITH_CUDA) && __has_include(<cuda_bf16.h>)
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wunknown-pragmas"
+#define LLMHPC_FLASH_EMULATE 1
+#define flash flash_emu
+#include "kernels/cuda/flash_attn/flash_bwd_kernel.cuh"
+#include "kernels/cuda/flash_attn/flash_fwd_kernel.cuh"
+#include "kernels/cuda/flash_attn/flash_simt_kernel.cuh"
+#undef flash
+#pragma GCC diagnostic pop
+
+namespace llmhpc::test {
+namespace {
+
+namespace fe = llmhpc::flash_emu;
+
+enum class EmuImpl { TensorCoreBf16, SimtFp32, SimtBf16 };
+const char* emu_name(EmuImpl i) {
+  return i == EmuImpl::TensorCoreBf16 ? "tensor-core bf16" : i == EmuImpl::SimtFp32 ? "simt fp32" : "simt bf16";
+}
+
+// Device-side storage, on the host: values in the kernel's dtype.
+struct EmuTensor {
+  DType dtype;
+  std::vector<float> f32;
+  std::vector<__nv_bfloat16> b16;
+  EmuTensor(DType t, const std::vector<double>& v) : dtype(t) {
+    if (t == DType::F32) f32.assign(v.begin(), v.end());
+    else for (double x : v) b16.push_back(__float2bfloat16_rn(float(x)));
+  }
+  EmuTensor(DType t, size_t n) : EmuTensor(t, std::vector<double>(n, NAN)) {}  // poisoned
+  void* data() { return dtype == DType::F32 ? static_cast<void*>(f32.data()) : static_cast<void*>(b16.data()); }
+  std::vector<double> values() const {
+    std::vector<double> v;
+    if (dtype == DType::F32) v.assign(f32.begin(), f32.end());
+    else for (const auto& x : b16) v.push_back(__bfloat162float(x));
+    return v;
+  }
+};
+
+// fwd and bwd of the emulated kernels on packed qkv (B,T,3,H,D); returns out, lse, dqkv.
+Result run_emulated(EmuImpl impl, const std::vector<double>& qkv_v, const std::vector<double>& dout_v,
+                    const Shape5& s, bool causal) {
+  const DType dt = impl == EmuImpl::SimtFp32 ? DType::F32 : DType::BF16;
+  EmuTensor qkv(dt, qkv_v), dout(dt, dout_v), out(dt, dout_v.size()), dqkv(dt, qkv_v.size());
+  std::vector<float> lse(s.B * s.H * s.T, NAN), delta(s.B * s.H * s.T, NAN);
+  fe::FlashParams p;
+  p.dtype = dt;
+  p.batch = int(s.B), p.seq = int(s.T), p.heads = int(s.H), p.head_dim = int(s.D);
+  p.scale = float(1.0 / std::sqrt(double(s.D)));
+  p.causal = causal;
+  const int64_t hd = s.H * s.D, el = int64_t(dtype_size(dt));
+  const fe::Strides packed{s.T * 3 * hd, 3 * hd, s.D}, rows{s.T * hd, hd, s.D};
+  char* base = static_cast<char*>(qkv.data());
+  char* dbase = static_cast<char*>(dqkv.data());
+  p.q = base, p.k = base + hd * el, p.v = base + 2 * hd * el;
+  p.dq = dbase, p.dk = dbase + hd * el, p.dv = dbase + 2 * hd * el;
+  p.q_strides = p.k_strides = p.v_strides = p.dq_strides = p.dk_strides = p.dv_strides = packed;
+  p.o = out.data(), p.dout = dout.data();
+  p.o_strides = p.dout_strides = rows;
+  p.lse = lse.data(), p.delta = delta.data();
+
+  const unsigned bh = unsigned(s.B * s.H);
+  auto tiles = [&](int rows_per_tile) { return unsigned((s.T + rows_per_tile - 1) / rows_per_tile); };
+  auto by_head_dim = [&](auto run) {  // the launchers' choice of compiled head dim
+    if (impl == EmuImpl::TensorCoreBf16) {
+      if (s.D <= 16) run(std::integral_constant<int, 16>{});
+      else if (s.D <= 32) run(std::integral_constant<int, 32>{});
+      else if (s.D <= 64) run(std::integral_constant<int, 64>{});
+      else if (s.D <= 96) run(std::integral_constant<int, 96>{});
+      else run(std::integral_constant<int, 128>{});
+    } else {
+      if (s.D <= 32) run(std::integral_constant<int, 32>{});
+      else if (s.D <= 64) run(std::integral_constant<int, 64>{});
+      else run(std::integral_constant<int, 128>{});
+    }
+  };
+  by_head_dim([&](auto dim) {
+    constexpr int kD = decltype(dim)::value;
+    if (impl == EmuImpl::TensorCoreBf16) {
+      using F = fe::FwdTraits<kD>;
+      using Kv = fe::BwdKvTraits<kD>;
+      using Q = fe::BwdQTraits<kD>;
+      fe::emulate_launch(fe::flash_fwd_mma_kernel<F>, dim3(tiles(F::kBlockM), bh), F::kThreads, F::kSmemBytes, p);
+      fe::emulate_launch(fe::flash_bwd_delta_kernel<fe::bf16>, dim3(2), 64, 0, p);
+      fe::emulate_launch(fe::flash_bwd_dkdv_mma_kernel<Kv>, dim3(tiles(Kv::kBlockM), bh), Kv::kThreads,
+                         Kv::kSmemBytes, p);
+      fe::emulate_launch(fe::flash_bwd_dq_mma_kernel<Q>, dim3(tiles(Q::kBlockM), bh), Q::kThreads, Q::kSmemBytes, p);
+    } else {
+      using Tr = fe::SimtTraits<kD>;
+      auto launch = [&](auto e) {
+        using E = decltype(e);
+        const dim3 grid(tiles(Tr::kBlock), bh);
+        fe::emulate_launch(fe::flash_fwd_simt_kernel<Tr, E>, grid, Tr::kThreads, Tr::kFwdSmemBytes, p);
+        fe::emulate_launch(fe::flash_bwd_delta_kernel<E>, dim3(2), 64, 0, p);
+        fe::emulate_launch(fe::flash_bwd_dkdv_simt_kernel<Tr, E>, grid, Tr::kThreads, Tr::kBwdKvSmemBytes, p);
+        fe::emulate_launch(fe::flash_bwd_dq_simt_kernel<Tr, E>, grid, Tr::kThreads, Tr::kBwdQSmemBytes, p);
+      };
+      if (dt == DType::F32) launch(float{});
+      else launch(fe::bf16{});
+    }
+  });
+  return {out.values(), std::vector<double>(lse.begin(), lse.end()), dqkv.values()};
+}
+
+// Values a bf16 tensor holds exactly (so the fp64 reference sees the kernel's inputs).
+std::vector<double> bf16_values(std::mt19937_64& rng, int64_t n) {
+  std::vector<double> v = random_values(rng, n);
+  for (double& x : v) x = __bfloat162float(__float2bfloat16_rn(float(x)));
+  return v;
+}
+
+// max |a - b| / max |b|; NaN (an element never written) fails.
+double emu_error(const std::vector<double>& a, const std::vector<double>& b) {
+  const double e = max_abs_diff(a, b);
+  return std::isfinite(e) ? e / std::max(max_abs(b), 1e-30) : INFINITY;
+}
+
+// Naive attention in a low precision, as tests/cuda/test_flash_attn.cpp defines it (see
+// there): fp32 arithmetic; with `bf16`, every stored intermediate (S, P, O, dP, dS and the
+// gradients) rounded to bf16 as the CUDA backend's naive path stores them.
+Result naive_low_precision(const std::vector<double>& qkv, const std::vector<double>& dout, const Shape5& s,
+                           bool causal, bool bf16) {
+  auto st = [&](float x) { return bf16 ? __bfloat162float(__float2bfloat16_rn(x)) : x; };
+  const int64_t T = s.T, D = s.D, row = 3 * s.H * D, orow = s.H * D;
+  const float scale = float(1.0 / std::sqrt(double(D)));
+  std::vector<double> out(dout.size()), dqkv(qkv.size(), 0.0);
+  std::vector<float> S(T * T), P(T * T), dP(T * T), dS(T * T);
+  for (int64_t b = 0; b < s.B; ++b)
+    for (int64_t h = 0; h < s.H; ++h) {
+      auto q = [&](int64_t t, int64_t d) { return float(qkv[(b * T + t) * row + h * D + d]); };
+      auto k = [&](int64_t t, int64_t d) { return float(qkv[(b * T + t) * row + s.H * D + h * D + d]); };
+      auto v = [&](int64_t t, int64_t d) { return float(qkv[(b * T + t) * row + 2 * s.H * D + h * D + d]); };
+      auto dO = [&](int64_t t, int64_t d) { return float(dout[(b * T + t) * orow + h * D + d]); };
+      auto visible = [&](int64_t i, int64_t j) { return !causal || j <= i; };
+      for (int64_t i = 0; i < T; ++i) {
+        float mx = -INFINITY;
+        for (int64_t j = 0; j < T; ++j) {
+          float acc = 0.f;
+          for (int64_t d = 0; d < D; ++d) acc += q(i, d) * k(j, d);
+          S[i * T + j] = st(acc * scale);
+          if (visible(i, j)) mx = std::max(mx, S[i * T + j]);
+        }
+        float sum = 0.f;
+        for (int64_t j = 0; j < T; ++j) sum += visible(i, j) ? std::exp(S[i * T + j] - mx) : 0.f;
+        for (int64_t j = 0; j < T; ++j) P[i * T + j] = visible(i, j) ? st(std::exp(S[i * T + j] - mx) / sum) : 0.f;
+        for (int64_t d = 0; d < D; ++d) {
+          float acc = 0.f;
+          for (int64_t j = 0; j < T; ++j) acc += P[i * T + j] * v(j, d);
+          out[(b * T + i) * orow + h * D + d] = st(acc);
+        }
+      }
+      for (int64_t i = 0; i < T; ++i) {
+        for (int64_t j = 0; j < T; ++j) {
+          float acc = 0.f;
+          for (int64_t d = 0; d < D; ++d) acc += dO(i, d) * v(j, d);
+          dP[i * T + j] = st(acc);
+        }
+        float dot = 0.f;
+        for (int64_t j = 0; j < T; ++j) dot += dP[i * T + j] * P[i * T + j];
+        for (int64_t j = 0; j < T; ++j) dS[i * T + j] = st(P[i * T + j] * (dP[i * T + j] - dot));
+      }
+      for (int64_t t = 0; t < T; ++t)
+        for (int64_t d = 0; d < D; ++d) {
+          float dq = 0.f, dk = 0.f, dv = 0.f;
+          for (int64_t j = 0; j < T; ++j) {
+            dq += dS[t * T + j] * k(j, d);
+            dk += dS[j * T + t] * q(j, d);
+            dv += P[j * T + t] * dO(j, d);
+          }
+          dqkv[(b * T + t) * row + h * D + d] = st(dq * scale);
+          dqkv[(b * T + t) * row + s.H * D + h * D + d] = st(dk * scale);
+          dqkv[(b * T + t) * row + 2 * s.H * D + h * D + d] = st(dv);
+        }
+    }
+  return {out, {}, dqkv};
+}
+
+double storage_error(const std::vector<double>& ref, bool bf16) {
+  double m = 0;
+  for (double x : ref)
+    m = std::max(m, std::fabs((bf16 ? double(__bfloat162float(__float2bfloat16_rn(float(x)))) : double(float(x))) - x));
+  return m;
+}
+
+class FlashKernelsEmulated : public ::testing::TestWithParam<std::tuple<EmuImpl, Shape5, bool>> {};
+
+TEST_P(FlashKernelsEmulated, MatchFp64Reference) {
+  const EmuImpl impl = std::get<0>(GetParam());
+  const Shape5 s = std::get<1>(GetParam());
+  const bool causal = std::get<2>(GetParam());
+  std::mt19937_64 rng(99);
+  const std::vector<double> qkv = bf16_values(rng, s.B * s.T * 3 * s.H * s.D),
+                            dout = bf16_values(rng, s.B * s.T * s.H * s.D);
+  const Result ref = run_naive<double>(qkv, dout, s, causal);
+  const Result got = run_emulated(impl, qkv, dout, s, causal);
+  // Wrong indexing gives errors of order 1; fp32 lands near 1e-6 and bf16 near 1e-2.
+  const double tol = impl == EmuImpl::SimtFp32 ? 2e-5 : 3e-2;
+  std::ostringstream what;
+  what << emu_name(impl) << " " << shape_name(s, causal);
+  EXPECT_LT(emu_error(got.out, ref.out), tol) << what.str() << " out";
+  EXPECT_LT(emu_error(got.lse, reference_lse(qkv, s, causal)), impl == EmuImpl::SimtFp32 ? 1e-6 : 1e-5)
+      << what.str() << " L";
+  for (int which = 0; which < 3; ++which)
+    EXPECT_LT(emu_error(part(got.dqkv, s, which), part(ref.dqkv, s, which)), tol) << what.str() << " d" << "qkv"[which];
+
+  // The 2x rule of the GPU test (tests/cuda/test_flash_attn.cpp), previewed on the emulation.
+  const bool bf16 = impl != EmuImpl::SimtFp32;
+  const Result naive = naive_low_precision(qkv, dout, s, causal, bf16);
+  const double l_term = std::ldexp(1.0, -24) * max_abs(ref.lse.empty() ? reference_lse(qkv, s, causal) : ref.lse);
+  auto rule = [&](const std::vector<double>& g, const std::vector<double>& n, const std::vector<double>& r,
+                  const char* name, bool gradient) {
+    const double err = max_abs_diff(g, r), naive_err = max_abs_diff(n, r);
+    EXPECT_LE(err, 2 * naive_err + 2 * storage_error(r, bf16) + (gradient ? 2 * l_term * max_abs(r) : 0.0))
+        << what.str() << ": " << name << " error " << err << ", naive same-precision error " << naive_err;
+  };
+  rule(got.out, naive.out, ref.out, "out", false);
+  const char* names[] = {"dq", "dk", "dv"};
+  for (int which = 0; which < 3; ++which)
+    rule(part(got.dqkv, s, which), part(naive.dqkv, s, which), part(ref.dqkv, s, which), names[which], true);
+}
+
+// Small shapes (the emulation is slow): T below, at and across the tiles (32 CUDA-core, 64
+// tensor-core), head dims that are and are not compiled (80 runs zero-padded), B, H > 1.
+const Shape5 kEmuShapes[] = {
+    {1, 37, 2, 16, 0, 0},
+    {2, 33, 2, 32, 0, 0},
+    {1, 70, 1, 64, 0, 0},
+    {2, 20, 1, 80, 0, 0},
+    {1, 40, 1, 128, 0, 0},
+};
+
+INSTANTIATE_TEST_SUITE_P(Kernels, FlashKernelsEmulated,
+                         ::testing::Combine(::testing::Values(EmuImpl::TensorCoreBf16, EmuImpl::SimtFp32,
+                                                              EmuImpl::SimtBf16),
+                                            ::testing::ValuesIn(kEmuShapes), ::testing::Bool()),
+                         [](const auto& info) {
+                           std::string impl = emu_name(std::get<0>(info.param));
+                           for (char& ch : impl) ch = ch == ' ' || ch == '-' ? '_' : ch;
+                           return impl + "_" + shape_name(std::get<1>(info.param), std::get<2>(info.param));
+                         });
+
+}  // namespace
+}  // namespace llmhpc::test
+#endif  // LLMHPC_WITH_CUDA
