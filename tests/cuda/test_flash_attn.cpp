@@ -42,6 +42,7 @@
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/cuda/flash_attn/flash_attn.h"
 #include "src/core/cuda_check.h"
+#include "tests/unit/attention_test_util.h"
 
 namespace llmhpc::test {
 namespace {
@@ -105,9 +106,7 @@ class DeviceBuffer {
   void* ptr_ = nullptr;
 };
 
-struct Result {
-  std::vector<double> out, lse, dqkv;
-};
+using Result = AttentionResult;
 
 // The kernels on the GPU: forward, then backward, on packed qkv (B,T,3,H,D).
 Result run_flash(FlashImpl impl, DType dt, const std::vector<double>& qkv_v, const std::vector<double>& dout_v,
@@ -150,75 +149,7 @@ Result fp64_reference(const std::vector<double>& qkv, const std::vector<double>&
   return {out, lse, dqkv};
 }
 
-// Naive attention in a low precision (see the file comment). `bf16` selects the bf16
-// storage roundings; arithmetic is fp32 either way.
-Result naive_low_precision(const std::vector<double>& qkv, const std::vector<double>& dout, const Shape& s,
-                           bool causal, bool bf16) {
-  auto st = [&](float x) { return bf16 ? round_to_bf16(x) : x; };  // a stored intermediate
-  const int64_t T = s.T, D = s.D, row = 3 * s.H * D, orow = s.H * D;
-  const float scale = float(1.0 / std::sqrt(double(D)));
-  std::vector<double> out(dout.size()), dqkv(qkv.size(), 0.0);
-  std::vector<float> S(T * T), P(T * T), dP(T * T), dS(T * T);
-  for (int64_t b = 0; b < s.B; ++b)
-    for (int64_t h = 0; h < s.H; ++h) {
-      auto q = [&](int64_t t, int64_t d) { return float(qkv[(b * T + t) * row + h * D + d]); };
-      auto k = [&](int64_t t, int64_t d) { return float(qkv[(b * T + t) * row + s.H * D + h * D + d]); };
-      auto v = [&](int64_t t, int64_t d) { return float(qkv[(b * T + t) * row + 2 * s.H * D + h * D + d]); };
-      auto dO = [&](int64_t t, int64_t d) { return float(dout[(b * T + t) * orow + h * D + d]); };
-      auto visible = [&](int64_t i, int64_t j) { return !causal || j <= i; };
-      for (int64_t i = 0; i < T; ++i) {
-        float mx = -INFINITY;
-        for (int64_t j = 0; j < T; ++j) {
-          float acc = 0.f;
-          for (int64_t d = 0; d < D; ++d) acc += q(i, d) * k(j, d);
-          S[i * T + j] = st(acc * scale);
-          if (visible(i, j)) mx = std::max(mx, S[i * T + j]);
-        }
-        float sum = 0.f;
-        for (int64_t j = 0; j < T; ++j) sum += visible(i, j) ? std::exp(S[i * T + j] - mx) : 0.f;
-        for (int64_t j = 0; j < T; ++j) P[i * T + j] = visible(i, j) ? st(std::exp(S[i * T + j] - mx) / sum) : 0.f;
-        for (int64_t d = 0; d < D; ++d) {
-          float acc = 0.f;
-          for (int64_t j = 0; j < T; ++j) acc += P[i * T + j] * v(j, d);
-          out[(b * T + i) * orow + h * D + d] = st(acc);
-        }
-      }
-      for (int64_t i = 0; i < T; ++i) {
-        for (int64_t j = 0; j < T; ++j) {
-          float acc = 0.f;
-          for (int64_t d = 0; d < D; ++d) acc += dO(i, d) * v(j, d);
-          dP[i * T + j] = st(acc);
-        }
-        float dot = 0.f;
-        for (int64_t j = 0; j < T; ++j) dot += dP[i * T + j] * P[i * T + j];
-        for (int64_t j = 0; j < T; ++j) dS[i * T + j] = st(P[i * T + j] * (dP[i * T + j] - dot));
-      }
-      for (int64_t t = 0; t < T; ++t)
-        for (int64_t d = 0; d < D; ++d) {
-          float dq = 0.f, dk = 0.f, dv = 0.f;
-          for (int64_t j = 0; j < T; ++j) {
-            dq += dS[t * T + j] * k(j, d);
-            dk += dS[j * T + t] * q(j, d);
-            dv += P[j * T + t] * dO(j, d);
-          }
-          dqkv[(b * T + t) * row + h * D + d] = st(dq * scale);
-          dqkv[(b * T + t) * row + s.H * D + h * D + d] = st(dk * scale);
-          dqkv[(b * T + t) * row + 2 * s.H * D + h * D + d] = st(dv);
-        }
-    }
-  return {out, {}, dqkv};
-}
-
 // ---- measures -----------------------------------------------------------------------------
-double max_abs_diff(const std::vector<double>& a, const std::vector<double>& b) {
-  EXPECT_EQ(a.size(), b.size());
-  double m = 0;
-  for (size_t i = 0; i < a.size() && i < b.size(); ++i) {
-    if (!std::isfinite(a[i])) return INFINITY;  // unwritten (poisoned) or overflowed
-    m = std::max(m, std::fabs(a[i] - b[i]));
-  }
-  return m;
-}
 
 double storage_error(const std::vector<double>& ref, DType dt) {
   double m = 0;
@@ -227,19 +158,6 @@ double storage_error(const std::vector<double>& ref, DType dt) {
     m = std::max(m, std::fabs(stored - x));
   }
   return m;
-}
-
-double max_abs(const std::vector<double>& v) {
-  double m = 0;
-  for (double x : v) m = std::max(m, std::fabs(x));
-  return m;
-}
-
-std::vector<double> part(const std::vector<double>& dqkv, const Shape& s, int which) {
-  std::vector<double> out;
-  for (int64_t bt = 0; bt < s.B * s.T; ++bt)
-    for (int64_t hd = 0; hd < s.H * s.D; ++hd) out.push_back(dqkv[(bt * 3 + which) * s.H * s.D + hd]);
-  return out;
 }
 
 // ---- fixture ----------------------------------------------------------------------------

@@ -15,6 +15,7 @@
 
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/cpu/flash_attention.h"
+#include "tests/unit/attention_test_util.h"
 #include "tests/unit/cpu_test_util.h"
 
 namespace llmhpc::test {
@@ -67,10 +68,7 @@ std::vector<double> reference_lse(const std::vector<double>& qkv, const Shape5& 
   return L;
 }
 
-// What one precision computes: the forward's out and L, and the backward's dqkv.
-struct Result {
-  std::vector<double> out, lse, dqkv;
-};
+using Result = AttentionResult;
 
 template <class T>
 Result run_flash(const std::vector<double>& qkv, const std::vector<double>& dout, const Shape5& s, bool causal) {
@@ -90,34 +88,10 @@ Result run_naive(const std::vector<double>& qkv, const std::vector<double>& dout
   return {to_double(out), {}, to_double(dq)};
 }
 
-double max_abs_diff(const std::vector<double>& a, const std::vector<double>& b) {
-  EXPECT_EQ(a.size(), b.size());
-  double m = 0;
-  for (size_t i = 0; i < a.size(); ++i) {
-    if (!std::isfinite(a[i])) return INFINITY;  // an unwritten (NaN) element fails any bound
-    m = std::max(m, std::fabs(a[i] - b[i]));
-  }
-  return m;
-}
-
-// The part of dqkv (B,T,3,H,D) that is dq (part 0), dk (1) or dv (2).
-std::vector<double> part(const std::vector<double>& dqkv, const Shape5& s, int which) {
-  std::vector<double> out;
-  for (int64_t bt = 0; bt < s.B * s.T; ++bt)
-    for (int64_t hd = 0; hd < s.H * s.D; ++hd) out.push_back(dqkv[(bt * 3 + which) * s.H * s.D + hd]);
-  return out;
-}
-
 // Error of storing `ref` in fp32: what no fp32 result can go below.
 double fp32_storage_error(const std::vector<double>& ref) {
   double m = 0;
   for (double x : ref) m = std::max(m, std::fabs(double(float(x)) - x));
-  return m;
-}
-
-double max_abs(const std::vector<double>& v) {
-  double m = 0;
-  for (double x : v) m = std::max(m, std::fabs(x));
   return m;
 }
 
@@ -380,66 +354,6 @@ std::vector<double> bf16_values(std::mt19937_64& rng, int64_t n) {
 double emu_error(const std::vector<double>& a, const std::vector<double>& b) {
   const double e = max_abs_diff(a, b);
   return std::isfinite(e) ? e / std::max(max_abs(b), 1e-30) : INFINITY;
-}
-
-// Naive attention in a low precision, as tests/cuda/test_flash_attn.cpp defines it (see
-// there): fp32 arithmetic; with `bf16`, every stored intermediate (S, P, O, dP, dS and the
-// gradients) rounded to bf16 as the CUDA backend's naive path stores them.
-Result naive_low_precision(const std::vector<double>& qkv, const std::vector<double>& dout, const Shape5& s,
-                           bool causal, bool bf16) {
-  auto st = [&](float x) { return bf16 ? __bfloat162float(__float2bfloat16_rn(x)) : x; };
-  const int64_t T = s.T, D = s.D, row = 3 * s.H * D, orow = s.H * D;
-  const float scale = float(1.0 / std::sqrt(double(D)));
-  std::vector<double> out(dout.size()), dqkv(qkv.size(), 0.0);
-  std::vector<float> S(T * T), P(T * T), dP(T * T), dS(T * T);
-  for (int64_t b = 0; b < s.B; ++b)
-    for (int64_t h = 0; h < s.H; ++h) {
-      auto q = [&](int64_t t, int64_t d) { return float(qkv[(b * T + t) * row + h * D + d]); };
-      auto k = [&](int64_t t, int64_t d) { return float(qkv[(b * T + t) * row + s.H * D + h * D + d]); };
-      auto v = [&](int64_t t, int64_t d) { return float(qkv[(b * T + t) * row + 2 * s.H * D + h * D + d]); };
-      auto dO = [&](int64_t t, int64_t d) { return float(dout[(b * T + t) * orow + h * D + d]); };
-      auto visible = [&](int64_t i, int64_t j) { return !causal || j <= i; };
-      for (int64_t i = 0; i < T; ++i) {
-        float mx = -INFINITY;
-        for (int64_t j = 0; j < T; ++j) {
-          float acc = 0.f;
-          for (int64_t d = 0; d < D; ++d) acc += q(i, d) * k(j, d);
-          S[i * T + j] = st(acc * scale);
-          if (visible(i, j)) mx = std::max(mx, S[i * T + j]);
-        }
-        float sum = 0.f;
-        for (int64_t j = 0; j < T; ++j) sum += visible(i, j) ? std::exp(S[i * T + j] - mx) : 0.f;
-        for (int64_t j = 0; j < T; ++j) P[i * T + j] = visible(i, j) ? st(std::exp(S[i * T + j] - mx) / sum) : 0.f;
-        for (int64_t d = 0; d < D; ++d) {
-          float acc = 0.f;
-          for (int64_t j = 0; j < T; ++j) acc += P[i * T + j] * v(j, d);
-          out[(b * T + i) * orow + h * D + d] = st(acc);
-        }
-      }
-      for (int64_t i = 0; i < T; ++i) {
-        for (int64_t j = 0; j < T; ++j) {
-          float acc = 0.f;
-          for (int64_t d = 0; d < D; ++d) acc += dO(i, d) * v(j, d);
-          dP[i * T + j] = st(acc);
-        }
-        float dot = 0.f;
-        for (int64_t j = 0; j < T; ++j) dot += dP[i * T + j] * P[i * T + j];
-        for (int64_t j = 0; j < T; ++j) dS[i * T + j] = st(P[i * T + j] * (dP[i * T + j] - dot));
-      }
-      for (int64_t t = 0; t < T; ++t)
-        for (int64_t d = 0; d < D; ++d) {
-          float dq = 0.f, dk = 0.f, dv = 0.f;
-          for (int64_t j = 0; j < T; ++j) {
-            dq += dS[t * T + j] * k(j, d);
-            dk += dS[j * T + t] * q(j, d);
-            dv += P[j * T + t] * dO(j, d);
-          }
-          dqkv[(b * T + t) * row + h * D + d] = st(dq * scale);
-          dqkv[(b * T + t) * row + s.H * D + h * D + d] = st(dk * scale);
-          dqkv[(b * T + t) * row + 2 * s.H * D + h * D + d] = st(dv);
-        }
-    }
-  return {out, {}, dqkv};
 }
 
 double storage_error(const std::vector<double>& ref, bool bf16) {
