@@ -9,27 +9,12 @@
 #include <initializer_list>
 #include <string>
 
+#include "kernels/cuda/convert.cuh"
 #include "kernels/cuda/cuda_check.h"
 #include "src/core/tensor.h"
 
 namespace llmhpc::cuda {
 
-using bf16 = __nv_bfloat16;
-
-// ---- element conversion --------------------------------------------------------------------
-__device__ __forceinline__ float to_float(float x) { return x; }
-__device__ __forceinline__ float to_float(bf16 x) { return __bfloat162float(x); }
-
-template <class T>
-__device__ __forceinline__ T from_float(float x);
-template <>
-__device__ __forceinline__ float from_float<float>(float x) {
-  return x;
-}
-template <>
-__device__ __forceinline__ bf16 from_float<bf16>(float x) {
-  return __float2bfloat16_rn(x);  // round to nearest even, as float_to_bf16_bits on the host
-}
 
 // ---- vector access -------------------------------------------------------------------------
 // kN consecutive elements moved as one aligned load or store (16 bytes for 4 floats).

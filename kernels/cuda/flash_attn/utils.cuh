@@ -16,6 +16,7 @@
 
 #include <cstdint>
 
+#include "kernels/cuda/convert.cuh"
 #include "src/core/cuda_check.h"
 #ifdef LLMHPC_FLASH_EMULATE
 #include "kernels/cuda/flash_attn/emulate.h"  // host versions of the PTX wrappers below
@@ -23,22 +24,11 @@
 
 namespace llmhpc::flash {
 
-using bf16 = __nv_bfloat16;
+using cuda::bf16;
+using cuda::from_float;
+using cuda::to_float;
 
 constexpr float kLog2e = 1.4426950408889634f;  // exp(x) = exp2(x * log2(e))
-
-__device__ __forceinline__ float to_float(float x) { return x; }
-__device__ __forceinline__ float to_float(bf16 x) { return __bfloat162float(x); }
-template <class E>
-__device__ __forceinline__ E from_float(float x);
-template <>
-__device__ __forceinline__ float from_float<float>(float x) {
-  return x;
-}
-template <>
-__device__ __forceinline__ bf16 from_float<bf16>(float x) {
-  return __float2bfloat16_rn(x);
-}
 
 #ifndef LLMHPC_FLASH_EMULATE
 // ---- asynchronous copies --------------------------------------------------------------------
