@@ -14,6 +14,7 @@ const std::vector<std::string>& layer_param_names() {
 ParameterLayout::ParameterLayout(const ModelConfig& c) {
   const int64_t d = c.d_model, f = c.d_ff;
   auto add = [&](const std::string& name, Shape shape, int layer, bool matrix) {
+    index_[name] = params_.size();
     params_.push_back({name, shape, total_, layer, matrix});
     total_ += shape.numel();
   };
@@ -36,9 +37,9 @@ ParameterLayout::ParameterLayout(const ModelConfig& c) {
 }
 
 const ParamInfo& ParameterLayout::find(const std::string& name) const {
-  for (const ParamInfo& p : params_)
-    if (p.name == name) return p;
-  throw UsageError("unknown parameter '" + name + "'");
+  auto it = index_.find(name);
+  if (it == index_.end()) throw UsageError("unknown parameter '" + name + "'");
+  return params_[it->second];
 }
 
 std::pair<int64_t, int64_t> ParameterLayout::layer_range(int layer) const {

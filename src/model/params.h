@@ -8,6 +8,7 @@
 #pragma once
 #include <cstdint>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "src/core/tensor.h"
@@ -36,6 +37,7 @@ class ParameterLayout {
 
  private:
   std::vector<ParamInfo> params_;
+  std::unordered_map<std::string, size_t> index_;  // name -> position in params_ (find() is on the step's path)
   int64_t total_ = 0;
 };
 
