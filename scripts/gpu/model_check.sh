@@ -6,7 +6,8 @@
 # BIN_DIR holds llmhpc and the test_cuda_* executables (see tests/cuda/make_carry.sh).
 # Environment: TORCH_RUNS, PyTorch runs separated by ';', each the arguments of one
 # analysis/torch_baseline.py call (default: eager and compiled, fp32 and bf16, contexts
-# 128 and 512); TORCH_TIMEOUT (s, default 300); SKIP_TESTS=1. Every step has a time limit;
+# 128 and 512); TORCH_TIMEOUT (s, default 300); LLMHPC_TIMEOUT (s, default 300); SKIP_TESTS=1;
+# SKIP_CEILINGS=1. Every step has a time limit;
 # logs go to OUT_DIR.
 set -uo pipefail
 bin=$(cd "${1:?BIN_DIR}" && pwd)
@@ -29,12 +30,12 @@ if [ "${SKIP_TESTS:-0}" != 1 ]; then
   echo "test_reference_torch: exit $?"; tail -12 "$out/reference_torch.log"
 fi
 
-timeout 120 python3 analysis/torch_baseline.py --ceilings --out "$out/torch.jsonl" >>"$out/torch.log" 2>&1
+[ "${SKIP_CEILINGS:-0}" = 1 ] || timeout 120 python3 analysis/torch_baseline.py --ceilings --out "$out/torch.jsonl" >>"$out/torch.log" 2>&1
 tail -1 "$out/torch.jsonl"
 
 # llmhpc's sweep (default: every size at context 128 and 512, fp32 and bf16).
 [ $# -gt 0 ] || set -- --model small,medium,large,xl,2.7B --context-length 128,512 --precision fp32,bf16
-timeout 300 "$bin/llmhpc" --mode bench --device cuda "$@" --out "$out/llmhpc" >"$out/llmhpc.log" 2>&1
+timeout "${LLMHPC_TIMEOUT:-300}" "$bin/llmhpc" --mode bench --device cuda "$@" --out "$out/llmhpc" >"$out/llmhpc.log" 2>&1
 echo "llmhpc bench: exit $?"; sed -n '/bench summary/,$p' "$out/llmhpc.log" | cut -c1-170
 
 deadline=$((SECONDS + ${TORCH_TIMEOUT:-300}))
