@@ -4,8 +4,9 @@
     python3 analysis/comm.py results/comm-20261122-103000 [more run directories ...]
 
 One row per run, collective, dtype and size; out-of-place and in-place side by side. As in
-the binary's own summary: time is the mean over timed iterations of the slowest rank's time
-(time_us_max_over_ranks is recomputed here from every rank's time_us), algbw = bytes / time,
+the binary's own summary: time is nccl-tests' time, the mean per operation of `iters`
+operations issued back to back (time_us_back_to_back) averaged over ranks (files written
+before that dataset existed: the mean of the slowest rank's per-iteration times), algbw = bytes / time,
 busbw = algbw * bus_factor (nccl-tests' definitions, GB/s = 1e9 B/s), #wrong the sum over
 ranks of wrong elements (N/A without --check). Files are read through analysis/llmhpc_h5.py.
 """
@@ -30,13 +31,16 @@ def format_us(us: float) -> str:
 
 
 def summarize(records: list) -> dict:
-    """One configuration from every rank's record of it: slowest-rank time, bandwidths, #wrong."""
+    """One configuration from every rank's record of it: time per operation, bandwidths, #wrong."""
     first = records[0]
     if any(not r.ok for r in records):
         status = "; ".join(sorted({r.status for r in records if not r.ok}))
         return dict(time=status, algbw="-", busbw="-", wrong="-", busbw_value=None)
-    times = np.max(np.stack([np.asarray(r.arrays["time_us"], dtype=float) for r in records]), axis=0)
-    time_us = float(times.mean())
+    if all("time_us_back_to_back" in r.arrays for r in records):
+        time_us = float(np.mean([r.arrays["time_us_back_to_back"][0] for r in records]))
+    else:
+        times = np.max(np.stack([np.asarray(r.arrays["time_us"], dtype=float) for r in records]), axis=0)
+        time_us = float(times.mean())
     algbw = first.attrs["bytes"] / (time_us * 1e3)
     busbw = algbw * first.attrs["bus_factor"]
     wrongs = [int(r.arrays["wrong"][0]) for r in records]

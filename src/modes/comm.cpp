@@ -1,12 +1,12 @@
 // Mode comm: the collective benchmark, nccl-tests' measurement made with llmhpc's own
 // communicators (comm/). For every collective x dtype x size x placement (out-of-place,
-// in-place): warm-up iterations, then timed ones, each timed on the communicator's own
-// timeline (CUDA events on its stream for nccl, MPI_Wtime for mpi); algbw and busbw as
+// in-place): warm-up iterations, then the timed ones twice, on the communicator's own
+// timeline (CUDA events on its stream for nccl, MPI_Wtime for mpi): once with a mark
+// between iterations (every rank's per-iteration times, recorded), once back to back with
+// a mark at each end (nccl-tests' mean, which the table shows); algbw and busbw as
 // nccl-tests defines them (comm/collectives.h). With --check, one more run on verifiable
 // inputs (small integers: every sum is exact) is compared element by element, as
 // nccl-tests does after timing, and a tiny all-reduce checks the transport at start-up.
-// Every rank records its raw per-iteration times; rank 0 prints a table like nccl-tests'
-// with the slowest rank's time of each iteration.
 #include <mpi.h>
 
 #include <algorithm>
@@ -322,9 +322,12 @@ CommHandle issue(Communicator& comm, const Call& c, bool blocking) {
   return {};
 }
 
-// Runs `n` iterations and returns each one's time in microseconds. nccl: the operations
-// are enqueued back to back, as nccl-tests does, and events on the communicator's stream
-// time each; mpi: each is a blocking call, complete before its end mark.
+// Runs `n` iterations and returns each one's time in microseconds: a mark (CUDA event on
+// the communicator's stream for nccl, MPI_Wtime for mpi) between consecutive operations.
+// With nccl the operations are enqueued back to back, but at small sizes the host's enqueue
+// rate limits them, and the marks themselves add to it (2-3 us per 1 MB all-reduce on
+// H200s, docs/results/comm.md): per-iteration times are for the spread, back_to_back_us
+// for the mean.
 std::vector<double> timed_iterations(Communicator& comm, const Call& call, int64_t n) {
   std::vector<double> times_us;
   if (n == 0) return times_us;
@@ -341,6 +344,21 @@ std::vector<double> timed_iterations(Communicator& comm, const Call& call, int64
   comm.synchronize();
   for (int64_t k = 0; k < n; ++k) times_us.push_back(timer->elapsed_ms(int(k), int(k) + 1) * 1e3);
   return times_us;
+}
+
+// nccl-tests' measurement: `n` operations issued back to back with nothing between them,
+// one mark before and one after; returns the mean time per operation in microseconds.
+double back_to_back_us(Communicator& comm, const Call& call, int64_t n) {
+  auto timer = comm.make_timer(2);
+  const bool blocking = !comm.stream_ordered();
+  comm.barrier();
+  CommHandle last;
+  timer->mark(0);
+  for (int64_t k = 0; k < n; ++k) last = issue(comm, call, blocking);
+  timer->mark(1);
+  last.wait();
+  comm.synchronize();
+  return timer->elapsed_ms(0, 1) * 1e3 / double(n);
 }
 
 // One run on verifiable inputs; returns this rank's number of wrong elements.
@@ -381,6 +399,12 @@ std::vector<double> max_over_ranks(const std::vector<double>& mine) {
   std::vector<double> out(mine.size());
   MPI_CHECK(MPI_Allreduce(mine.data(), out.data(), int(mine.size()), MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD));
   return out;
+}
+
+double mean_over_ranks(double mine, int ranks) {
+  double sum = 0;
+  MPI_CHECK(MPI_Allreduce(&mine, &sum, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD));
+  return sum / ranks;
 }
 
 int64_t sum_over_ranks(int64_t mine) {
@@ -481,6 +505,7 @@ void run(ModeContext& ctx) {
 
           const std::vector<double> warm = timed_iterations(*comm, call, s.warmup);
           const std::vector<double> times = timed_iterations(*comm, call, s.iters);
+          const double mean_us = back_to_back_us(*comm, call, s.iters);
           const int64_t wrong = s.check ? check_once(*comm, space, call, shape, v, send.tensor().data, recv.tensor().data) : -1;
 
           std::vector<double> algbw, busbw;
@@ -491,10 +516,11 @@ void run(ModeContext& ctx) {
           const std::vector<double> slowest = max_over_ranks(times);
           rec.add("time_us", times).add("algbw", algbw).add("busbw", busbw).add("time_us_max_over_ranks", slowest);
           if (!warm.empty()) rec.add("warmup_time_us", warm);
+          rec.add("time_us_back_to_back", std::vector<double>{mean_us});
           rec.add("wrong", std::vector<int64_t>{wrong});
           ctx.recorder.write(rec);
 
-          const double time_us = mean(slowest), alg = algbw_gbs(shape.bytes, time_us), bus = alg * bus_factor(c, n);
+          const double time_us = mean_over_ranks(mean_us, n), alg = algbw_gbs(shape.bytes, time_us), bus = alg * bus_factor(c, n);
           const int64_t wrong_all = s.check ? sum_over_ranks(wrong) : -1;
           row.insert(row.end(), {format_us(time_us), fmt(alg), fmt(bus), s.check ? std::to_string(wrong_all) : "N/A"});
           busbw_by_collective[size_t(c)].sum += bus;
@@ -507,9 +533,9 @@ void run(ModeContext& ctx) {
       }
 
   if (rt.is_root()) {
-    std::printf("\ncomm summary (%s, %d rank(s); time: mean over iterations of the slowest rank; GB/s = 1e9 B/s;"
-                " every rank's raw times are in %s):\n",
-                comm->backend_name().c_str(), n, ctx.out_dir.c_str());
+    std::printf("\ncomm summary (%s, %d rank(s); time: per operation, %lld issued back to back, averaged over"
+                " ranks, as nccl-tests; GB/s = 1e9 B/s; every rank's per-iteration times are in %s):\n",
+                comm->backend_name().c_str(), n, (long long)s.iters, ctx.out_dir.c_str());
     table.print();
     for (Collective c : all_collectives()) {
       const BusbwSum& b = busbw_by_collective[size_t(c)];
