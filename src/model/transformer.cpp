@@ -36,31 +36,43 @@ const char* attention_name(AttentionKind k) { return k == AttentionKind::Flash ?
 struct TransformerLM::Activations {
   struct Layer {
     Buffer resid;                 // (B,T,C) param dtype: the layer's input
-    Buffer ln1_out, ln1_rstd;     // (B,T,C) compute, (B*T)
+    Buffer ln1_out, ln1_rstd;     // (B,T,C) compute (Fast only), (B*T)
     Buffer qkv;                   // (B,T,3C) compute, after RoPE
     Buffer attn_saved;            // probabilities or logsumexp
     Buffer attn_out;              // (B,T,C) compute
     Buffer resid_mid;             // (B,T,C) param dtype: after the attention residual
-    Buffer ln2_out, ln2_rstd;
+    Buffer ln2_out, ln2_rstd;     // like ln1
     Buffer h13;                   // (B,T,2F) compute: [W1 x | W3 x]
-    Buffer gated;                 // (B,T,F) compute: silu(W1 x) * W3 x
+    Buffer gated;                 // (B,T,F) compute: silu(W1 x) * W3 x (Fast only)
   };
   std::vector<Layer> layers;
   Buffer resid_final, lnf_out, lnf_rstd, logits, losses;
   Buffer branch_out;  // (B,T,C) compute: attention or FFN output before its residual add
+  // LowMemory: one norm output and one SwiGLU product for all layers, recomputed in backward.
+  Buffer norm_out, gated;
+  Tensor ln1_out(Layer& X) const { return X.ln1_out.empty() ? norm_out.tensor() : X.ln1_out.tensor(); }
+  Tensor ln2_out(Layer& X) const { return X.ln2_out.empty() ? norm_out.tensor() : X.ln2_out.tensor(); }
+  Tensor gated_of(Layer& X) const { return X.gated.empty() ? gated.tensor() : X.gated.tensor(); }
   // Backward scratch, allocated on the first backward.
   Buffer d_resid, d_branch, d_norm, d_qkv, d_attn, d_h13, d_gated;
 };
 
 TransformerLM::TransformerLM(const ModelConfig& config, Precision precision, AttentionKind attention,
-                             Device& device, Ops& ops)
-    : config_(config), layout_(config), precision_(precision), attention_(attention), device_(device), ops_(ops) {
+                             Device& device, Ops& ops, MemoryPlan memory)
+    : config_(config), layout_(config), precision_(precision), attention_(attention), device_(device), ops_(ops),
+      memory_(memory) {
   config_.validate();
   Allocator& a = device_.allocator();
   const DType pd = param_dtype(precision_);
   params_ = Buffer(a, pd, {layout_.total()}, "params");
   grads_ = Buffer(a, pd, {layout_.total()}, "grads");
-  if (precision_ == Precision::BF16) params_lowp_ = Buffer(a, DType::BF16, {layout_.total()}, "params.bf16");
+  if (casts_per_layer()) {
+    const auto layer = layout_.layer_range(0);  // every layer has the same size
+    layer_window_.buffer = Buffer(a, DType::BF16, {layer.second - layer.first}, "params.bf16.layer");
+    head_window_.buffer = Buffer(a, DType::BF16, layout_.find("lm_head.weight").shape, "params.bf16.lm_head");
+  } else if (precision_ == Precision::BF16) {
+    params_lowp_ = Buffer(a, DType::BF16, {layout_.total()}, "params.bf16");
+  }
 }
 
 TransformerLM::~TransformerLM() = default;
@@ -70,14 +82,30 @@ Tensor TransformerLM::view(const Tensor& flat, const std::string& name) const {
   return flat.slice(p.offset, p.shape);
 }
 
+Tensor TransformerLM::compute_view(int64_t offset, Shape shape) const {
+  if (!params_lowp_.empty()) return params_lowp_.tensor().slice(offset, shape);
+  if (!casts_per_layer()) return params_.tensor().slice(offset, shape);
+  for (const CastWindow* w : {&layer_window_, &head_window_})
+    if (offset >= w->begin && offset + shape.numel() <= w->end) return w->buffer.tensor().slice(offset - w->begin, shape);
+  LLMHPC_FATAL("weight at flat offset " + std::to_string(offset) + " used before its layer was cast to bf16");
+}
+
+void TransformerLM::cast_into(CastWindow& window, std::pair<int64_t, int64_t> range) {
+  if (window.begin == range.first && window.end == range.second) return;  // already there
+  const int64_t n = range.second - range.first;
+  ops_.convert(window.buffer.tensor().slice(0, {n}), params_.tensor().slice(range.first, {n}));
+  window.begin = range.first;
+  window.end = range.second;
+}
+
 Tensor TransformerLM::weight(const std::string& name) const {
-  return view(params_lowp_.empty() ? params_.tensor() : params_lowp_.tensor(), name);
+  const ParamInfo& p = layout_.find(name);
+  return compute_view(p.offset, p.shape);
 }
 
 Tensor TransformerLM::weight_rows(const std::string& first, int64_t rows) const {
   const ParamInfo& p = layout_.find(first);
-  const Tensor& flat = params_lowp_.empty() ? params_.tensor() : params_lowp_.tensor();
-  return flat.slice(p.offset, {rows, p.shape[1]});
+  return compute_view(p.offset, {rows, p.shape[1]});
 }
 
 Tensor TransformerLM::grad_rows(const std::string& first, int64_t rows) const {
@@ -116,6 +144,7 @@ void TransformerLM::init_parameters(uint64_t seed) {
 
 void TransformerLM::parameters_changed() {
   if (!params_lowp_.empty()) ops_.convert(params_lowp_, params_);
+  layer_window_.begin = layer_window_.end = head_window_.begin = head_window_.end = 0;  // stale casts
 }
 
 void TransformerLM::set_batch(const int32_t* tokens, const int32_t* targets, int64_t batch, int64_t seq) {
@@ -148,17 +177,18 @@ void TransformerLM::ensure_activations(int64_t B, int64_t T) {
     const std::string p = "activations.layers." + std::to_string(l) + ".";
     Activations::Layer L;
     L.resid = Buffer(a, pd, {B, T, C}, p + "resid");
-    L.ln1_out = Buffer(a, cd, {B, T, C}, p + "ln1.out");
+    const bool keep = memory_ == MemoryPlan::Fast;
+    if (keep) L.ln1_out = Buffer(a, cd, {B, T, C}, p + "ln1.out");
     L.ln1_rstd = Buffer(a, sd, {N}, p + "ln1.rstd");
     L.qkv = Buffer(a, cd, {B, T, 3 * C}, p + "attn.qkv");
     L.attn_saved = Buffer(a, saved.dtype, saved.shape,
                           p + (attention_ == AttentionKind::Naive ? "attn.probs" : "attn.logsumexp"));
     L.attn_out = Buffer(a, cd, {B, T, C}, p + "attn.out");
     L.resid_mid = Buffer(a, pd, {B, T, C}, p + "resid_mid");
-    L.ln2_out = Buffer(a, cd, {B, T, C}, p + "ln2.out");
+    if (keep) L.ln2_out = Buffer(a, cd, {B, T, C}, p + "ln2.out");
     L.ln2_rstd = Buffer(a, sd, {N}, p + "ln2.rstd");
     L.h13 = Buffer(a, cd, {B, T, 2 * F}, p + "ffn.h13");
-    L.gated = Buffer(a, cd, {B, T, F}, p + "ffn.gated");
+    if (keep) L.gated = Buffer(a, cd, {B, T, F}, p + "ffn.gated");
     act->layers.push_back(std::move(L));
   }
   act->resid_final = Buffer(a, pd, {B, T, C}, "activations.resid_final");
@@ -167,6 +197,10 @@ void TransformerLM::ensure_activations(int64_t B, int64_t T) {
   act->logits = Buffer(a, cd, {B, T, V}, "activations.logits");
   act->losses = Buffer(a, sd, {N}, "activations.losses");
   act->branch_out = Buffer(a, cd, {B, T, C}, "activations.branch_out");
+  if (memory_ == MemoryPlan::LowMemory) {
+    act->norm_out = Buffer(a, cd, {B, T, C}, "activations.norm_out");
+    act->gated = Buffer(a, cd, {B, T, F}, "activations.ffn.gated");
+  }
   act_ = std::move(act);
   batch_ = B;
   seq_ = T;
@@ -176,30 +210,36 @@ void TransformerLM::forward() {
   LLMHPC_CHECK(act_ != nullptr, "forward() before set_batch()");
   NvtxRange range("forward");
   Activations& A = *act_;
+  layer_window_.begin = layer_window_.end = head_window_.begin = head_window_.end = 0;  // weights may have changed
   const int64_t L = config_.num_layers, C = config_.d_model, F = config_.d_ff, H = config_.num_heads;
   const AttentionDims dims{batch_, seq_, H, config_.head_dim(), true, attention_};
 
   ops_.embedding_forward(A.layers[0].resid, tokens_, param("token_embeddings.weight"));
-  ops_.rmsnorm_forward(A.layers[0].ln1_out, A.layers[0].ln1_rstd, A.layers[0].resid, param("layers.0.ln1.weight"));
+  ops_.rmsnorm_forward(A.ln1_out(A.layers[0]), A.layers[0].ln1_rstd, A.layers[0].resid, param("layers.0.ln1.weight"));
   for (int64_t l = 0; l < L; ++l) {
     NvtxRange layer_range("layer " + std::to_string(l));
     const std::string p = "layers." + std::to_string(l) + ".";
     Activations::Layer& X = A.layers[l];
-    ops_.linear_forward(X.qkv, X.ln1_out, weight_rows(p + "attn.q_proj.weight", 3 * C));
+    if (casts_per_layer()) cast_into(layer_window_, layout_.layer_range(int(l)));
+    ops_.linear_forward(X.qkv, A.ln1_out(X), weight_rows(p + "attn.q_proj.weight", 3 * C));
     ops_.rope_forward(X.qkv, H, config_.rope_theta);
     ops_.attention_forward(X.attn_out, X.attn_saved, X.qkv, dims);
     ops_.linear_forward(A.branch_out, X.attn_out, weight(p + "attn.output_proj.weight"));
-    ops_.residual_rmsnorm_forward(X.resid_mid, X.ln2_out, X.ln2_rstd, X.resid, A.branch_out,
+    ops_.residual_rmsnorm_forward(X.resid_mid, A.ln2_out(X), X.ln2_rstd, X.resid, A.branch_out,
                                   param(p + "ln2.weight"));
-    ops_.linear_forward(X.h13, X.ln2_out, weight_rows(p + "ffn.w1.weight", 2 * F));
-    ops_.swiglu_forward(X.gated, X.h13);
-    ops_.linear_forward(A.branch_out, X.gated, weight(p + "ffn.w2.weight"));
+    ops_.linear_forward(X.h13, A.ln2_out(X), weight_rows(p + "ffn.w1.weight", 2 * F));
+    ops_.swiglu_forward(A.gated_of(X), X.h13);
+    ops_.linear_forward(A.branch_out, A.gated_of(X), weight(p + "ffn.w2.weight"));
     const bool last = l + 1 == L;
     const std::string next_norm = last ? "ln_final.weight" : "layers." + std::to_string(l + 1) + ".ln1.weight";
     ops_.residual_rmsnorm_forward(last ? A.resid_final : A.layers[l + 1].resid,
-                                  last ? A.lnf_out : A.layers[l + 1].ln1_out,
+                                  last ? A.lnf_out.tensor() : A.ln1_out(A.layers[l + 1]),
                                   last ? A.lnf_rstd : A.layers[l + 1].ln1_rstd, X.resid_mid, A.branch_out,
                                   param(next_norm));
+  }
+  if (casts_per_layer()) {
+    const ParamInfo& head = layout_.find("lm_head.weight");
+    cast_into(head_window_, {head.offset, head.offset + head.shape.numel()});
   }
   ops_.linear_forward(A.logits, A.lnf_out, weight("lm_head.weight"));
   if (has_targets_) ops_.cross_entropy_forward(A.losses, A.logits, targets_);
@@ -264,11 +304,17 @@ void TransformerLM::backward(GradientListener* listener, bool accumulate) {
     NvtxRange layer_range("layer " + std::to_string(l));
     const std::string p = "layers." + std::to_string(l) + ".";
     Activations::Layer& X = A.layers[l];
-    // FFN branch: d_resid is the gradient of its output.
+    const bool recompute = memory_ == MemoryPlan::LowMemory;
+    if (casts_per_layer()) cast_into(layer_window_, layout_.layer_range(int(l)));
+    // FFN branch: d_resid is the gradient of its output. Recomputed values are bitwise
+    // what forward had: the same kernels on the same saved inputs.
+    if (recompute) ops_.swiglu_forward(A.gated, X.h13);
     Tensor dy = as_compute(A.d_resid, A.d_branch);
-    ops_.linear_backward(A.d_gated, grad(p + "ffn.w2.weight"), dy, X.gated, weight(p + "ffn.w2.weight"), accumulate);
+    ops_.linear_backward(A.d_gated, grad(p + "ffn.w2.weight"), dy, A.gated_of(X), weight(p + "ffn.w2.weight"),
+                         accumulate);
     ops_.swiglu_backward(A.d_h13, A.d_gated, X.h13);
-    ops_.linear_backward(A.d_norm, grad_rows(p + "ffn.w1.weight", 2 * F), A.d_h13, X.ln2_out,
+    if (recompute) ops_.rmsnorm_forward(A.norm_out, X.ln2_rstd, X.resid_mid, param(p + "ln2.weight"));
+    ops_.linear_backward(A.d_norm, grad_rows(p + "ffn.w1.weight", 2 * F), A.d_h13, A.ln2_out(X),
                          weight_rows(p + "ffn.w1.weight", 2 * F), accumulate);
     ops_.rmsnorm_backward(A.d_resid, grad(p + "ln2.weight"), A.d_norm, X.resid_mid, param(p + "ln2.weight"),
                           X.ln2_rstd, accumulate);
@@ -278,7 +324,8 @@ void TransformerLM::backward(GradientListener* listener, bool accumulate) {
                          weight(p + "attn.output_proj.weight"), accumulate);
     ops_.attention_backward(A.d_qkv, A.d_attn, X.attn_out, X.attn_saved, X.qkv, dims);
     ops_.rope_backward(A.d_qkv, H, config_.rope_theta);
-    ops_.linear_backward(A.d_norm, grad_rows(p + "attn.q_proj.weight", 3 * C), A.d_qkv, X.ln1_out,
+    if (recompute) ops_.rmsnorm_forward(A.norm_out, X.ln1_rstd, X.resid, param(p + "ln1.weight"));
+    ops_.linear_backward(A.d_norm, grad_rows(p + "attn.q_proj.weight", 3 * C), A.d_qkv, A.ln1_out(X),
                          weight_rows(p + "attn.q_proj.weight", 3 * C), accumulate);
     ops_.rmsnorm_backward(A.d_resid, grad(p + "ln1.weight"), A.d_norm, X.resid, param(p + "ln1.weight"), X.ln1_rstd,
                           accumulate);

@@ -31,9 +31,16 @@ class GradientListener {
   virtual void on_gradients_ready(int64_t begin, int64_t end) = 0;
 };
 
+// How the model trades time for memory. LowMemory recomputes in backward what is cheap to
+// recompute (the SwiGLU product, the norm outputs: a pass over memory each) instead of
+// keeping it per layer, and under bf16 casts each layer's weights when it runs instead of
+// keeping a bf16 copy of all of them. Results are bitwise the same as Fast's.
+enum class MemoryPlan { Fast, LowMemory };
+
 class TransformerLM {
  public:
-  TransformerLM(const ModelConfig& config, Precision precision, AttentionKind attention, Device& device, Ops& ops);
+  TransformerLM(const ModelConfig& config, Precision precision, AttentionKind attention, Device& device, Ops& ops,
+                MemoryPlan memory = MemoryPlan::Fast);
   ~TransformerLM();
 
   const ModelConfig& config() const { return config_; }
@@ -43,7 +50,10 @@ class TransformerLM {
 
   Tensor params() const { return params_; }  // flat, param dtype
   Tensor grads() const { return grads_; }
-  Tensor params_lowp() const { return params_lowp_; }  // empty unless bf16
+  // The bf16 copy of all weights, which the optimizer keeps current; empty unless bf16 with
+  // MemoryPlan::Fast.
+  Tensor params_lowp() const { return params_lowp_; }
+  MemoryPlan memory_plan() const { return memory_; }
   Tensor param(const std::string& name) const { return view(params_, name); }
   Tensor grad(const std::string& name) const { return view(grads_, name); }
 
@@ -69,6 +79,16 @@ class TransformerLM {
   // Views of `rows` rows starting at parameter `first`: fused q/k/v (3d rows) or w1/w3.
   Tensor weight_rows(const std::string& first, int64_t rows) const;
   Tensor grad_rows(const std::string& first, int64_t rows) const;
+  // The compute-dtype view of `shape` at flat offset `offset`: the bf16 copy, a cast window
+  // (LowMemory), or the parameters themselves (fp32/fp64).
+  Tensor compute_view(int64_t offset, Shape shape) const;
+  // LowMemory under bf16: cast parameters [begin, end) into the window buffer.
+  struct CastWindow {
+    Buffer buffer;
+    int64_t begin = 0, end = 0;
+  };
+  void cast_into(CastWindow& window, std::pair<int64_t, int64_t> range);
+  bool casts_per_layer() const { return memory_ == MemoryPlan::LowMemory && precision_ == Precision::BF16; }
   void ensure_activations(int64_t batch, int64_t seq);
   Tensor as_compute(Tensor t, Tensor scratch);
 
@@ -78,7 +98,9 @@ class TransformerLM {
   AttentionKind attention_;
   Device& device_;
   Ops& ops_;
+  MemoryPlan memory_;
   Buffer params_, grads_, params_lowp_;
+  CastWindow layer_window_, head_window_;  // LowMemory under bf16: one layer, the LM head
   Buffer tokens_, targets_;
   bool has_targets_ = false;
   bool logits_fresh_ = false;  // a forward ran since the last backward

@@ -26,6 +26,7 @@ bool has_explicit_shape(const po::variables_map& vm);
 std::vector<int64_t> batch_sizes(const po::variables_map& vm);
 std::vector<Precision> precisions(const po::variables_map& vm);
 std::vector<AttentionKind> attentions(const po::variables_map& vm);
+MemoryPlan memory_plan(const po::variables_map& vm);  // --low-memory
 
 // Typed accessors for options stored as text.
 std::string opt_string(const po::variables_map& vm, const std::string& name);

@@ -26,6 +26,13 @@ inline double bf16_bound(double roundings, int64_t reduction = 0) {
   return kBf16Unit * (roundings + std::sqrt(double(reduction)));
 }
 
+// The raw bytes of a device tensor (for bitwise comparisons).
+inline std::vector<char> read_bytes(Device& dev, const Tensor& t) {
+  std::vector<char> raw(t.bytes());
+  dev.copy_to_host(raw.data(), t.data, t.bytes());
+  return raw;
+}
+
 inline std::vector<double> read_tensor(Device& dev, const Tensor& t) {
   const int64_t n = t.numel();
   std::vector<char> raw(t.bytes());

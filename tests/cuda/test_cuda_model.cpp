@@ -138,6 +138,57 @@ TEST_F(CudaModel, Fp32TrainingStepsMatchCpuLosses) {
   }
 }
 
+// --low-memory on the GPU: bf16 weights cast one layer at a time and recomputed norm outputs
+// and SwiGLU products give bitwise the losses, gradients and weights of the default plan
+// over AdamW steps (which change the weights the casts read), with flash and naive
+// attention; and the peak is lower by at least what the plan leaves out.
+TEST(CudaModelMemory, LowMemoryPlanGivesBitwiseTheSameTrainingInLessMemory) {
+  SKIP_WITHOUT_GPU();
+  Backend gpu = make_gpu_backend();
+  const ModelConfig c = small_config();
+  for (AttentionKind attention : {AttentionKind::Naive, AttentionKind::Flash}) {
+    std::vector<double> losses[2];
+    std::vector<std::vector<char>> grads[2], params[2];
+    int64_t peak[2] = {0, 0};
+    for (int plan = 0; plan < 2; ++plan) {
+      TracingAllocator& a = gpu.device->allocator();
+      const int64_t before = a.live_bytes();
+      a.reset_peak();
+      TransformerLM m(c, Precision::BF16, attention, *gpu.device, *gpu.ops,
+                      plan == 0 ? MemoryPlan::Fast : MemoryPlan::LowMemory);
+      m.init_parameters(11);
+      AdamW opt(m, *gpu.ops, AdamWHyper{3e-3, 0.9, 0.95, 1e-8, 0.1});
+      std::mt19937_64 rng(5);
+      for (int step = 0; step < 3; ++step) {
+        const Batch b = random_batch(rng, c.vocab_size);
+        m.set_batch(b.tokens.data(), b.targets.data(), kBatch, kSeq);
+        m.forward();
+        losses[plan].push_back(m.mean_loss());
+        m.backward();
+        grads[plan].push_back(read_bytes(*gpu.device, m.grads()));
+        opt.step();
+      }
+      params[plan].push_back(read_bytes(*gpu.device, m.params()));
+      gpu.device->synchronize();
+      peak[plan] = a.peak_bytes() - before;
+    }
+    const char* name = attention_name(attention);
+    EXPECT_EQ(losses[0], losses[1]) << name;
+    for (size_t k = 0; k < grads[0].size(); ++k) EXPECT_TRUE(grads[0][k] == grads[1][k]) << name << " step " << k;
+    EXPECT_TRUE(params[0] == params[1]) << name;
+    // Left out: the bf16 copy but one layer and the LM head; per layer, two norm outputs and
+    // the SwiGLU product, but one of each.
+    const ParameterLayout layout(c);
+    const auto layer = layout.layer_range(0);
+    const int64_t N = kBatch * kSeq, bf16 = 2;
+    const int64_t weights = bf16 * (layout.total() - (layer.second - layer.first) -
+                                    layout.find("lm_head.weight").shape.numel());
+    const int64_t activations = bf16 * N * (c.num_layers - 1) * (c.d_model + c.d_ff) + bf16 * N * c.num_layers * c.d_model;
+    EXPECT_LE(peak[1], peak[0] - weights - activations) << name << ": peak " << peak[1] << " vs " << peak[0];
+    std::printf("%s: peak %lld B (default) vs %lld B (--low-memory)\n", name, (long long)peak[0], (long long)peak[1]);
+  }
+}
+
 // A model too large for the memory limit throws OutOfMemory; the device then runs the
 // next, smaller model normally.
 TEST(CudaModelMemory, OutOfMemoryModelLeavesTheDeviceUsable) {
