@@ -36,23 +36,20 @@ const char* attention_name(AttentionKind k) { return k == AttentionKind::Flash ?
 struct TransformerLM::Activations {
   struct Layer {
     Buffer resid;                 // (B,T,C) param dtype: the layer's input
-    Buffer ln1_out, ln1_rstd;     // (B,T,C) compute (Fast only), (B*T)
+    Buffer ln1_rstd;              // (B*T): the norm of the layer input (its output is recomputed)
     Buffer qkv;                   // (B,T,3C) compute, after RoPE
     Buffer attn_saved;            // probabilities or logsumexp
     Buffer attn_out;              // (B,T,C) compute
     Buffer resid_mid;             // (B,T,C) param dtype: after the attention residual
-    Buffer ln2_out, ln2_rstd;     // like ln1
+    Buffer ln2_rstd;              // like ln1
     Buffer h13;                   // (B,T,2F) compute: [W1 x | W3 x]
-    Buffer gated;                 // (B,T,F) compute: silu(W1 x) * W3 x (Fast only)
   };
   std::vector<Layer> layers;
   Buffer resid_final, lnf_out, lnf_rstd, logits, losses;
   Buffer branch_out;  // (B,T,C) compute: attention or FFN output before its residual add
-  // LowMemory: one norm output and one SwiGLU product for all layers, recomputed in backward.
+  // One norm output (B,T,C) and one SwiGLU product (B,T,F) for all layers: backward
+  // recomputes them from the saved norm inputs and h13.
   Buffer norm_out, gated;
-  Tensor ln1_out(Layer& X) const { return X.ln1_out.empty() ? norm_out.tensor() : X.ln1_out.tensor(); }
-  Tensor ln2_out(Layer& X) const { return X.ln2_out.empty() ? norm_out.tensor() : X.ln2_out.tensor(); }
-  Tensor gated_of(Layer& X) const { return X.gated.empty() ? gated.tensor() : X.gated.tensor(); }
   // Backward scratch, allocated on the first backward.
   Buffer d_resid, d_branch, d_norm, d_qkv, d_attn, d_h13, d_gated;
 };
@@ -177,18 +174,14 @@ void TransformerLM::ensure_activations(int64_t B, int64_t T) {
     const std::string p = "activations.layers." + std::to_string(l) + ".";
     Activations::Layer L;
     L.resid = Buffer(a, pd, {B, T, C}, p + "resid");
-    const bool keep = memory_ == MemoryPlan::Fast;
-    if (keep) L.ln1_out = Buffer(a, cd, {B, T, C}, p + "ln1.out");
     L.ln1_rstd = Buffer(a, sd, {N}, p + "ln1.rstd");
     L.qkv = Buffer(a, cd, {B, T, 3 * C}, p + "attn.qkv");
     L.attn_saved = Buffer(a, saved.dtype, saved.shape,
                           p + (attention_ == AttentionKind::Naive ? "attn.probs" : "attn.logsumexp"));
     L.attn_out = Buffer(a, cd, {B, T, C}, p + "attn.out");
     L.resid_mid = Buffer(a, pd, {B, T, C}, p + "resid_mid");
-    if (keep) L.ln2_out = Buffer(a, cd, {B, T, C}, p + "ln2.out");
     L.ln2_rstd = Buffer(a, sd, {N}, p + "ln2.rstd");
     L.h13 = Buffer(a, cd, {B, T, 2 * F}, p + "ffn.h13");
-    if (keep) L.gated = Buffer(a, cd, {B, T, F}, p + "ffn.gated");
     act->layers.push_back(std::move(L));
   }
   act->resid_final = Buffer(a, pd, {B, T, C}, "activations.resid_final");
@@ -197,10 +190,8 @@ void TransformerLM::ensure_activations(int64_t B, int64_t T) {
   act->logits = Buffer(a, cd, {B, T, V}, "activations.logits");
   act->losses = Buffer(a, sd, {N}, "activations.losses");
   act->branch_out = Buffer(a, cd, {B, T, C}, "activations.branch_out");
-  if (memory_ == MemoryPlan::LowMemory) {
-    act->norm_out = Buffer(a, cd, {B, T, C}, "activations.norm_out");
-    act->gated = Buffer(a, cd, {B, T, F}, "activations.ffn.gated");
-  }
+  act->norm_out = Buffer(a, cd, {B, T, C}, "activations.norm_out");
+  act->gated = Buffer(a, cd, {B, T, F}, "activations.ffn.gated");
   act_ = std::move(act);
   batch_ = B;
   seq_ = T;
@@ -215,25 +206,25 @@ void TransformerLM::forward() {
   const AttentionDims dims{batch_, seq_, H, config_.head_dim(), true, attention_};
 
   ops_.embedding_forward(A.layers[0].resid, tokens_, param("token_embeddings.weight"));
-  ops_.rmsnorm_forward(A.ln1_out(A.layers[0]), A.layers[0].ln1_rstd, A.layers[0].resid, param("layers.0.ln1.weight"));
+  ops_.rmsnorm_forward(A.norm_out, A.layers[0].ln1_rstd, A.layers[0].resid, param("layers.0.ln1.weight"));
   for (int64_t l = 0; l < L; ++l) {
     NvtxRange layer_range("layer " + std::to_string(l));
     const std::string p = "layers." + std::to_string(l) + ".";
     Activations::Layer& X = A.layers[l];
     if (casts_per_layer()) cast_into(layer_window_, layout_.layer_range(int(l)));
-    ops_.linear_forward(X.qkv, A.ln1_out(X), weight_rows(p + "attn.q_proj.weight", 3 * C));
+    ops_.linear_forward(X.qkv, A.norm_out, weight_rows(p + "attn.q_proj.weight", 3 * C));
     ops_.rope_forward(X.qkv, H, config_.rope_theta);
     ops_.attention_forward(X.attn_out, X.attn_saved, X.qkv, dims);
     ops_.linear_forward(A.branch_out, X.attn_out, weight(p + "attn.output_proj.weight"));
-    ops_.residual_rmsnorm_forward(X.resid_mid, A.ln2_out(X), X.ln2_rstd, X.resid, A.branch_out,
+    ops_.residual_rmsnorm_forward(X.resid_mid, A.norm_out, X.ln2_rstd, X.resid, A.branch_out,
                                   param(p + "ln2.weight"));
-    ops_.linear_forward(X.h13, A.ln2_out(X), weight_rows(p + "ffn.w1.weight", 2 * F));
-    ops_.swiglu_forward(A.gated_of(X), X.h13);
-    ops_.linear_forward(A.branch_out, A.gated_of(X), weight(p + "ffn.w2.weight"));
+    ops_.linear_forward(X.h13, A.norm_out, weight_rows(p + "ffn.w1.weight", 2 * F));
+    ops_.swiglu_forward(A.gated, X.h13);
+    ops_.linear_forward(A.branch_out, A.gated, weight(p + "ffn.w2.weight"));
     const bool last = l + 1 == L;
     const std::string next_norm = last ? "ln_final.weight" : "layers." + std::to_string(l + 1) + ".ln1.weight";
     ops_.residual_rmsnorm_forward(last ? A.resid_final : A.layers[l + 1].resid,
-                                  last ? A.lnf_out.tensor() : A.ln1_out(A.layers[l + 1]),
+                                  last ? A.lnf_out.tensor() : A.norm_out.tensor(),
                                   last ? A.lnf_rstd : A.layers[l + 1].ln1_rstd, X.resid_mid, A.branch_out,
                                   param(next_norm));
   }
@@ -304,17 +295,16 @@ void TransformerLM::backward(GradientListener* listener, bool accumulate) {
     NvtxRange layer_range("layer " + std::to_string(l));
     const std::string p = "layers." + std::to_string(l) + ".";
     Activations::Layer& X = A.layers[l];
-    const bool recompute = memory_ == MemoryPlan::LowMemory;
     if (casts_per_layer()) cast_into(layer_window_, layout_.layer_range(int(l)));
     // FFN branch: d_resid is the gradient of its output. Recomputed values are bitwise
     // what forward had: the same kernels on the same saved inputs.
-    if (recompute) ops_.swiglu_forward(A.gated, X.h13);
+    ops_.swiglu_forward(A.gated, X.h13);
     Tensor dy = as_compute(A.d_resid, A.d_branch);
-    ops_.linear_backward(A.d_gated, grad(p + "ffn.w2.weight"), dy, A.gated_of(X), weight(p + "ffn.w2.weight"),
+    ops_.linear_backward(A.d_gated, grad(p + "ffn.w2.weight"), dy, A.gated, weight(p + "ffn.w2.weight"),
                          accumulate);
     ops_.swiglu_backward(A.d_h13, A.d_gated, X.h13);
-    if (recompute) ops_.rmsnorm_forward(A.norm_out, X.ln2_rstd, X.resid_mid, param(p + "ln2.weight"));
-    ops_.linear_backward(A.d_norm, grad_rows(p + "ffn.w1.weight", 2 * F), A.d_h13, A.ln2_out(X),
+    ops_.rmsnorm_forward(A.norm_out, X.ln2_rstd, X.resid_mid, param(p + "ln2.weight"));
+    ops_.linear_backward(A.d_norm, grad_rows(p + "ffn.w1.weight", 2 * F), A.d_h13, A.norm_out,
                          weight_rows(p + "ffn.w1.weight", 2 * F), accumulate);
     ops_.rmsnorm_backward(A.d_resid, grad(p + "ln2.weight"), A.d_norm, X.resid_mid, param(p + "ln2.weight"),
                           X.ln2_rstd, accumulate);
@@ -324,8 +314,8 @@ void TransformerLM::backward(GradientListener* listener, bool accumulate) {
                          weight(p + "attn.output_proj.weight"), accumulate);
     ops_.attention_backward(A.d_qkv, A.d_attn, X.attn_out, X.attn_saved, X.qkv, dims);
     ops_.rope_backward(A.d_qkv, H, config_.rope_theta);
-    if (recompute) ops_.rmsnorm_forward(A.norm_out, X.ln1_rstd, X.resid, param(p + "ln1.weight"));
-    ops_.linear_backward(A.d_norm, grad_rows(p + "attn.q_proj.weight", 3 * C), A.d_qkv, A.ln1_out(X),
+    ops_.rmsnorm_forward(A.norm_out, X.ln1_rstd, X.resid, param(p + "ln1.weight"));
+    ops_.linear_backward(A.d_norm, grad_rows(p + "attn.q_proj.weight", 3 * C), A.d_qkv, A.norm_out,
                          weight_rows(p + "attn.q_proj.weight", 3 * C), accumulate);
     ops_.rmsnorm_backward(A.d_resid, grad(p + "ln1.weight"), A.d_norm, X.resid, param(p + "ln1.weight"), X.ln1_rstd,
                           accumulate);

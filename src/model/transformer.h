@@ -31,10 +31,10 @@ class GradientListener {
   virtual void on_gradients_ready(int64_t begin, int64_t end) = 0;
 };
 
-// How the model trades time for memory. LowMemory recomputes in backward what is cheap to
-// recompute (the SwiGLU product, the norm outputs: a pass over memory each) instead of
-// keeping it per layer, and under bf16 casts each layer's weights when it runs instead of
-// keeping a bf16 copy of all of them. Results are bitwise the same as Fast's.
+// How the model trades time for memory. Both plans recompute in backward what costs one pass
+// over memory (the norm outputs, the SwiGLU product), as torch.compile's partitioner does.
+// LowMemory, under bf16, also casts each layer's weights when forward or backward reaches it
+// instead of keeping a bf16 copy of all weights. Results are bitwise the same.
 enum class MemoryPlan { Fast, LowMemory };
 
 class TransformerLM {

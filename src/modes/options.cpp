@@ -51,9 +51,9 @@ void add_precision_options(po::options_description& desc, bool lists) {
       ("precision", text("fp32"), ("fp32 | bf16 (autocast-style mixed precision; CUDA) | fp64 (CPU reference)" + list).c_str())
       ("attention", text("naive"), ("naive | flash" + list).c_str())
       ("low-memory", po::bool_switch(),
-       "recompute the SwiGLU product and the norm outputs in backward, and under bf16 cast each layer's "
-       "weights when it runs instead of keeping a bf16 copy: less memory (2.7B, bf16, context 1024: about "
-       "-10 GiB), a few percent slower, bitwise the same results");
+       "bf16: cast each layer's weights when forward or backward reaches it instead of keeping a bf16 "
+       "copy of all weights (2 bytes per parameter less: 2.7B -6.2 GiB), a few percent slower, bitwise "
+       "the same results");
 }
 
 MemoryPlan memory_plan(const po::variables_map& vm) {

@@ -3,10 +3,8 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
-#include <cstring>
 #include <numeric>
 
-#include "src/model/adamw.h"
 #include "src/model/transformer.h"
 #include "tests/unit/cpu_test_util.h"
 
@@ -106,32 +104,6 @@ TEST(Model, BackwardOverwritesGradientsOrAccumulatesThemOnRequest) {
   loss_of(m, b);
   m.backward(nullptr, true);
   for (int64_t i = 0; i < m.layout().total(); ++i) ASSERT_NEAR(m.grads().ptr<double>()[i], 2 * once[i], 1e-12) << i;
-}
-
-// --low-memory recomputes the norm outputs and the SwiGLU product in backward with the same
-// kernels on the same saved inputs: losses, gradients and weights after AdamW steps are
-// bitwise those of the default plan.
-TEST(Model, LowMemoryPlanGivesBitwiseTheSameTraining) {
-  Backend be = cpu_backend();
-  const ModelConfig c = tiny_config();
-  for (Precision precision : {Precision::FP32, Precision::FP64}) {
-    TransformerLM fast(c, precision, AttentionKind::Naive, *be.device, *be.ops, MemoryPlan::Fast);
-    TransformerLM lean(c, precision, AttentionKind::Naive, *be.device, *be.ops, MemoryPlan::LowMemory);
-    fast.init_parameters(21);
-    lean.init_parameters(21);
-    AdamW fast_opt(fast, *be.ops, AdamWHyper{}), lean_opt(lean, *be.ops, AdamWHyper{});
-    for (int step = 0; step < 3; ++step) {
-      const Batch b = random_batch(c, 2, 6, 40 + step);
-      ASSERT_EQ(loss_of(fast, b), loss_of(lean, b)) << precision_name(precision) << " step " << step;
-      fast.backward();
-      lean.backward();
-      ASSERT_EQ(0, std::memcmp(fast.grads().data, lean.grads().data, fast.grads().bytes()))
-          << precision_name(precision) << " gradients differ at step " << step;
-      fast_opt.step();
-      lean_opt.step();
-    }
-    EXPECT_EQ(0, std::memcmp(fast.params().data, lean.params().data, fast.params().bytes())) << precision_name(precision);
-  }
 }
 
 TEST(Model, LossAtInitialisationIsNearLogVocab) {
