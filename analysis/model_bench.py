@@ -1,15 +1,17 @@
 #!/usr/bin/env python3
 """llmhpc next to PyTorch on the same GPU: the tables of docs/results/model-bench.md.
 
-    python3 analysis/model_bench.py LLMHPC_RUN_DIR TORCH.jsonl [--rank 0]
+    python3 analysis/model_bench.py LLMHPC_RUN_DIR TORCH.jsonl [MORE.jsonl ...] [--rank 0]
 
 LLMHPC_RUN_DIR is an `llmhpc --mode bench --phase train-step` run; TORCH.jsonl is what
-analysis/torch_baseline.py wrote on the same GPU (its --ceilings record too, if measured).
+analysis/torch_baseline.py wrote on the same GPU (its --ceilings record too, if measured);
+several files are read in order, the first record of a configuration counting.
 Prints, per precision, one row per model size and context length: the mean step time
 (forward + backward + AdamW, ms) of llmhpc and of each PyTorch setup, and llmhpc's speed-up
 over the best PyTorch setup; then llmhpc's forward+backward model FLOP rate against the
 measured bf16/fp32 GEMM rate, and its AdamW time against the bytes-over-bandwidth bound
-(28 bytes per parameter: read p, g, m, v; write p, m, v; +2 for the bf16 weight copy).
+(28 bytes per parameter: read p, g, m, v; write p, m, v; +2 for the bf16 weight copy); last,
+peak memory of both tools (llmhpc's allocator peak, PyTorch's max_memory_allocated).
 """
 from __future__ import annotations
 
@@ -43,7 +45,7 @@ def fmt(x, digits=1):
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("llmhpc_dir")
-    p.add_argument("torch_jsonl")
+    p.add_argument("torch_jsonl", nargs="+")
     p.add_argument("--rank", type=int, default=0)
     a = p.parse_args()
 
@@ -51,14 +53,29 @@ def main():
     for _, r in open_run(a.llmhpc_dir).bench_summary(a.rank).iterrows():
         ours[(r["model"], int(r["context_length"]), r["precision"])] = r
     theirs, ceil = {}, {}
-    with open(a.torch_jsonl) as f:
-        for line in f:
-            r = json.loads(line)
-            if r["tool"] == "ceilings":
-                ceil = r
-            else:
-                theirs[(r["model"], r["context_length"], r["precision"], r["setup"])] = r
+    for path in a.torch_jsonl:
+        with open(path) as f:
+            for line in f:
+                r = json.loads(line)
+                if r["tool"] == "ceilings":
+                    ceil = ceil or r
+                else:
+                    theirs.setdefault((r["model"], r["context_length"], r["precision"], r["setup"]), r)
     setups = sorted({k[3] for k in theirs})
+
+    def torch_columns(m, c, precision, value):
+        """The PyTorch setups' cells of one configuration, and the lowest value among those that ran."""
+        cells, lowest = [], math.inf
+        for s in setups:
+            t = theirs.get((m, c, precision, s))
+            if t is None:
+                cells.append("not run")
+            elif t["status"] != "ok":
+                cells.append(t["status"])
+            else:
+                lowest = min(lowest, value(t))
+                cells.append(fmt(value(t), 2))
+        return cells, lowest
 
     def cell(key):
         r = ours.get(key)
@@ -77,18 +94,8 @@ def main():
         print("| " + " | ".join(header) + " |\n|" + "---|" * len(header))
         for m, c in keys:
             ms, status = cell((m, c, precision))
-            row = [m, str(c), fmt(ms, 2) if ms is not None else status]
-            best = math.inf
-            for s in setups:
-                t = theirs.get((m, c, precision, s))
-                if t is None:
-                    row.append("not run")
-                elif t["status"] != "ok":
-                    row.append(t["status"])
-                else:
-                    v = mean(t["step_ms"])
-                    best = min(best, v)
-                    row.append(fmt(v, 2))
+            cells, best = torch_columns(m, c, precision, lambda t: mean(t["step_ms"]))
+            row = [m, str(c), fmt(ms, 2) if ms is not None else status] + cells
             row.append(f"{best / ms:.2f}x" if ms and best < math.inf else "-")
             print("| " + " | ".join(row) + " |")
 
@@ -107,6 +114,15 @@ def main():
         bound = r["num_params"] * bytes_per_param / (copy_bw * 1e12) * 1e3 if copy_bw else math.nan
         print(f"| {m} | {c} | {precision} | {fmt(fb, 2)} | {fmt(tflops)} | {fmt(100 * tflops / gemm if gemm else math.nan)} | "
               f"{fmt(r['optimizer_mean'], 2)} | {fmt(bound, 2)} | {fmt(r['optimizer_mean'] / bound, 2)} |")
+    print("\n### Peak memory, GiB (llmhpc's allocator peak; PyTorch's max_memory_allocated)\n")
+    header = ["Model", "Context", "Precision", "llmhpc"] + [f"PyTorch {s}" for s in setups] + ["llmhpc / best PyTorch that ran"]
+    print("| " + " | ".join(header) + " |\n|" + "---|" * len(header))
+    for (m, c, precision), r in sorted(ours.items(), key=lambda kv: (kv[0][2], SIZES.index(kv[0][0]) if kv[0][0] in SIZES else 99, kv[0][1])):
+        mine = r.get("peak_memory_bytes", 0) / 2**30
+        cells, lowest = torch_columns(m, c, precision, lambda t: t["peak_memory_bytes"] / 2**30)
+        row = [m, str(c), precision, fmt(mine, 2) if r["status"] == "ok" else r["status"]] + cells
+        row.append(f"{mine / lowest:.2f}" if r["status"] == "ok" and lowest < math.inf else "-")
+        print("| " + " | ".join(row) + " |")
     if ceil:
         print(f"\nMeasured on {ceil['device_name']}: bf16 GEMM {ceil['gemm_bf16_tflops']:.0f} TFLOP/s, "
               f"fp32 {ceil['gemm_fp32_tflops']:.1f}, tf32 {ceil['gemm_tf32_tflops']:.0f}; copy {ceil['copy_tb_per_s']:.2f} TB/s "

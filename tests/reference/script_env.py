@@ -67,3 +67,19 @@ def scratch_dir(prefix: str) -> str:
 
 def rel_err(a: float, b: float) -> float:
     return abs(a - b) / max(abs(b), 1e-30)
+
+
+def parse_markdown_tables(text: str) -> list:
+    """Every markdown table in `text` as (header cells, rows of cells)."""
+    tables, lines, i = [], text.splitlines(), 0
+    while i < len(lines):
+        if lines[i].startswith("|") and i + 1 < len(lines) and set(lines[i + 1]) <= set("|-: "):
+            header = [c.strip() for c in lines[i].strip("|").split("|")]
+            rows, i = [], i + 2
+            while i < len(lines) and lines[i].startswith("|"):
+                rows.append([c.strip() for c in lines[i].strip("|").split("|")])
+                i += 1
+            tables.append((header, rows))
+        else:
+            i += 1
+    return tables

@@ -19,7 +19,7 @@ ROOT = os.environ.get("LLMHPC_ROOT") or os.path.dirname(os.path.dirname(os.path.
 sys.path.insert(0, os.path.join(ROOT, "tests", "reference"))
 sys.path.insert(0, os.path.join(ROOT, "analysis"))
 import llmhpc_h5  # noqa: E402
-from script_env import llmhpc_binary, mpiexec, run, scratch_dir  # noqa: E402
+from script_env import llmhpc_binary, mpiexec, parse_markdown_tables, run, scratch_dir  # noqa: E402
 
 BIN = llmhpc_binary()
 REPORT = os.path.join(ROOT, "analysis", "report.py")
@@ -30,23 +30,6 @@ PHASES_MS = ("forward_ms", "backward_ms", "optimizer_ms", "step_ms")
 ROOT_ATTRS = {"schema_version": int, "mode": str, "rank": int, "world_size": int, "local_rank": int, "hostname": str,
               "device_name": str, "backend": str, "git_sha": str, "argv": str, "config_json": str, "start_time": str,
               "status": str, "end_time": str}
-
-
-def parse_markdown_tables(text):
-    """Every markdown table in `text` as (header, rows of cells)."""
-    tables, lines = [], text.splitlines()
-    i = 0
-    while i < len(lines):
-        if lines[i].startswith("|") and i + 1 < len(lines) and set(lines[i + 1].replace("|", "").split()) <= {"---"}:
-            header = [c.strip() for c in lines[i].strip("|").split("|")]
-            rows, i = [], i + 2
-            while i < len(lines) and lines[i].startswith("|"):
-                rows.append([c.strip() for c in lines[i].strip("|").split("|")])
-                i += 1
-            tables.append((header, rows))
-        else:
-            i += 1
-    return tables
 
 
 def report(*args):
