@@ -27,26 +27,51 @@ __device__ __forceinline__ float comp(const float4& v, int u) { return u == 0 ? 
 
 // Rows [row0, row0 + kRows) x columns [0, kHeadDim) of a (seq x head_dim) matrix into fp32
 // shared memory rows Tr::kRow apart; zeros past the sequence and past the head dim. fp32
-// storage with an unpadded, 16-byte aligned head reads float4 (the common case).
+// storage with 16-byte aligned rows and a head dim that is a multiple of 4 reads float4 (the
+// models' heads, 80 in 128 included). Loads go to registers in batches before any store: the
+// compiler may not move a global load above a shared-memory store (a generic pointer could
+// alias it), so a load-store loop would wait out the global latency once per element.
 template <class Tr, int kRows, class E>
 __device__ __forceinline__ void simt_load_tile(float* smem, const E* gmem, int64_t row_stride, int row0, int seq,
                                                int head_dim) {
   constexpr int kD = Tr::kHeadDim;
   if constexpr (std::is_same_v<E, float>) {
-    if (head_dim == kD && reinterpret_cast<uintptr_t>(gmem) % 16 == 0 && row_stride % 4 == 0) {
-      for (int i = threadIdx.x; i < kRows * kD / 4; i += Tr::kThreads) {
-        const int r = i / (kD / 4), d = 4 * (i % (kD / 4));
-        const float4 v =
-            row0 + r < seq ? ld4(gmem + int64_t(row0 + r) * row_stride + d) : make_float4(0.f, 0.f, 0.f, 0.f);
-        *reinterpret_cast<float4*>(smem + r * Tr::kRow + d) = v;
+    if (head_dim % 4 == 0 && reinterpret_cast<uintptr_t>(gmem) % 16 == 0 && row_stride % 4 == 0) {
+      constexpr int kIters = kRows * kD / 4 / Tr::kThreads, kBatch = kIters < 4 ? kIters : 4;
+      static_assert(kRows * kD / 4 % Tr::kThreads == 0 && kIters % kBatch == 0, "whole batches");
+#pragma unroll 1  // one batch of registers at a time
+      for (int it = 0; it < kIters; it += kBatch) {
+        float4 v[kBatch];
+#pragma unroll
+        for (int u = 0; u < kBatch; ++u) {
+          const int i = threadIdx.x + (it + u) * Tr::kThreads, r = i / (kD / 4), d = 4 * (i % (kD / 4));
+          v[u] = row0 + r < seq && d < head_dim ? ld4(gmem + int64_t(row0 + r) * row_stride + d)
+                                                : make_float4(0.f, 0.f, 0.f, 0.f);
+        }
+#pragma unroll
+        for (int u = 0; u < kBatch; ++u) {
+          const int i = threadIdx.x + (it + u) * Tr::kThreads, r = i / (kD / 4), d = 4 * (i % (kD / 4));
+          *reinterpret_cast<float4*>(smem + r * Tr::kRow + d) = v[u];
+        }
       }
       return;
     }
   }
-  for (int i = threadIdx.x; i < kRows * kD; i += Tr::kThreads) {
-    const int r = i / kD, d = i % kD;
-    smem[r * Tr::kRow + d] =
-        (row0 + r < seq && d < head_dim) ? to_float(gmem[int64_t(row0 + r) * row_stride + d]) : 0.f;
+  constexpr int kIters = kRows * kD / Tr::kThreads, kBatch = 8;
+  static_assert(kRows * kD % Tr::kThreads == 0 && kIters % kBatch == 0, "whole batches");
+#pragma unroll 1
+  for (int it = 0; it < kIters; it += kBatch) {
+    float v[kBatch];
+#pragma unroll
+    for (int u = 0; u < kBatch; ++u) {
+      const int i = threadIdx.x + (it + u) * Tr::kThreads, r = i / kD, d = i % kD;
+      v[u] = row0 + r < seq && d < head_dim ? to_float(gmem[int64_t(row0 + r) * row_stride + d]) : 0.f;
+    }
+#pragma unroll
+    for (int u = 0; u < kBatch; ++u) {
+      const int i = threadIdx.x + (it + u) * Tr::kThreads;
+      smem[(i / kD) * Tr::kRow + i % kD] = v[u];
+    }
   }
 }
 
