@@ -326,11 +326,11 @@ Result run_emulated(EmuImpl impl, const std::vector<double>& qkv_v, const std::v
       fe::emulate_launch(fe::flash_bwd_dkdv_mma_kernel<Kv>, dim3(tiles(Kv::kBlockM), bh), Kv::kThreads,
                          Kv::kSmemBytes, p);
       fe::emulate_launch(fe::flash_bwd_dq_mma_kernel<Q>, dim3(tiles(Q::kBlockM), bh), Q::kThreads, Q::kSmemBytes, p);
-    } else {
+    } else if constexpr (kD == 32 || kD == 64 || kD == 128) {  // the CUDA-core head dims
       using Tr = fe::SimtTraits<kD>;
       auto launch = [&](auto e) {
         using E = decltype(e);
-        const dim3 grid(tiles(Tr::kBlock), bh);
+        const dim3 grid(tiles(Tr::kBlockM), bh);
         fe::emulate_launch(fe::flash_fwd_simt_kernel<Tr, E>, grid, Tr::kThreads, Tr::kFwdSmemBytes, p);
         fe::emulate_launch(fe::flash_bwd_delta_kernel<E>, dim3(2), 64, 0, p);
         fe::emulate_launch(fe::flash_bwd_dkdv_simt_kernel<Tr, E>, grid, Tr::kThreads, Tr::kBwdKvSmemBytes, p);
@@ -400,8 +400,9 @@ TEST_P(FlashKernelsEmulated, MatchFp64Reference) {
     rule(part(got.dqkv, s, which), part(naive.dqkv, s, which), part(ref.dqkv, s, which), names[which], true);
 }
 
-// Small shapes (the emulation is slow): T below, at and across the tiles (32 CUDA-core, 64
-// tensor-core), head dims that are and are not compiled (80 runs zero-padded), B, H > 1.
+// Small shapes (the emulation is slow): T below, at and across the tiles (CUDA-core 64 x 64,
+// 64 x 32 at head dim 128; tensor-core 64), head dims that are and are not compiled (80 runs
+// zero-padded), B, H > 1.
 const Shape5 kEmuShapes[] = {
     {1, 37, 2, 16, 0, 0},
     {2, 33, 2, 32, 0, 0},

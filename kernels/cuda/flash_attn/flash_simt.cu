@@ -9,14 +9,14 @@ namespace {
 template <int kHeadDim, class E>
 void run_fwd(const FlashParams& p, cudaStream_t stream) {
   using Tr = SimtTraits<kHeadDim>;
-  const dim3 grid(ceil_div(p.seq, Tr::kBlock), unsigned(p.batch * p.heads));
+  const dim3 grid(ceil_div(p.seq, Tr::kBlockM), unsigned(p.batch * p.heads));
   launch_kernel(flash_fwd_simt_kernel<Tr, E>, grid, Tr::kThreads, Tr::kFwdSmemBytes, stream, p);
 }
 
 template <int kHeadDim, class E>
 void run_bwd(const FlashParams& p, cudaStream_t stream) {
   using Tr = SimtTraits<kHeadDim>;
-  const dim3 grid(ceil_div(p.seq, Tr::kBlock), unsigned(p.batch * p.heads));
+  const dim3 grid(ceil_div(p.seq, Tr::kBlockM), unsigned(p.batch * p.heads));
   launch_kernel(flash_bwd_dkdv_simt_kernel<Tr, E>, grid, Tr::kThreads, Tr::kBwdKvSmemBytes, stream, p);
   launch_kernel(flash_bwd_dq_simt_kernel<Tr, E>, grid, Tr::kThreads, Tr::kBwdQSmemBytes, stream, p);
 }

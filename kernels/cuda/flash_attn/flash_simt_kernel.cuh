@@ -1,77 +1,166 @@
 // FlashAttention-2 on CUDA cores: forward, dK/dV and dQ kernels in fp32 arithmetic for fp32
 // storage (and bf16 storage, as a fallback of the tensor-core path). Same algorithm and the
 // same split of the backward as the tensor-core kernels (flash_fwd_kernel.cuh,
-// flash_bwd_kernel.cuh), with 32 x 32 tiles held in shared memory as fp32.
+// flash_bwd_kernel.cuh), with the tiles held in shared memory as fp32.
 //
-// Thread layout (128 threads): ty = tid / 8 in [0, 16), tx = tid % 8. A thread owns rows ty
-// and ty + 16 of the stationary tile and, of a 32-wide score tile, columns tx + 8c (c < 4);
-// of a kHeadDim-wide output tile, columns tx + 8c (c < kHeadDim / 8). The eight threads that
-// share rows are eight consecutive lanes of one warp: row reductions are three shuffles, and
-// a score tile written to shared memory is read back by the same warp (__syncwarp).
+// Classic SGEMM register tiling (SimtTraits): 256 threads, ty = tid / 16 in [0, 16), tx =
+// tid % 16. A thread owns the stationary rows ty + 16 i (i < 4), the score columns tx + 16 j
+// (j < kBlockN / 16) and the output columns dim_col(c) (float4 groups 4 tx .. 4 tx + 3, 64
+// apart). Every operand is row-major in shared memory along the summed index, so the inner
+// loops read float4: a dot product step (S = A B^T) reads 4 + kScoreCols float4 for
+// 16 kScoreCols FMAs, a weighted-rows step (C += W B) 4 + 4 kDimCols / 4 float4 for
+// 16 kDimCols FMAs; the old 2 x 4 scalar tiles needed six loads per eight FMAs.
+// The 16 threads that share rows are one half-warp: row reductions are four shuffles, and a
+// score row written to shared memory is read back by the same half-warp (__syncwarp).
 #pragma once
+#include <cstdint>
+#include <type_traits>
+
 #include "kernels/cuda/flash_attn/flash_attn.h"
 #include "kernels/cuda/flash_attn/kernel_traits.h"
 #include "kernels/cuda/flash_attn/utils.cuh"
 
 namespace llmhpc::flash {
 
-// Rows [row0, row0 + kBlock) x columns [0, kHeadDim) of a (seq x head_dim) matrix into fp32
-// shared memory rows `smem_row` apart; zeros past the sequence and past the head dim.
-template <class Tr, class E>
-__device__ __forceinline__ void simt_load_tile(float* smem, int smem_row, const E* gmem, int64_t row_stride, int row0,
-                                               int seq, int head_dim) {
-  for (int i = threadIdx.x; i < Tr::kBlock * Tr::kHeadDim; i += Tr::kThreads) {
-    const int r = i / Tr::kHeadDim, d = i % Tr::kHeadDim;
-    smem[r * smem_row + d] =
-        (row0 + r < seq && d < head_dim) ? to_float(gmem[int64_t(row0 + r) * row_stride + d]) : 0.f;
+__device__ __forceinline__ float4 ld4(const float* p) { return *reinterpret_cast<const float4*>(p); }
+__device__ __forceinline__ float comp(const float4& v, int u) { return u == 0 ? v.x : u == 1 ? v.y : u == 2 ? v.z : v.w; }
+
+// Rows [row0, row0 + kRows) x columns [0, kHeadDim) of a (seq x head_dim) matrix into fp32
+// shared memory rows Tr::kRow apart; zeros past the sequence and past the head dim. fp32
+// storage with 16-byte aligned rows and a head dim that is a multiple of 4 reads float4 (the
+// models' heads, 80 in 128 included). Loads go to registers in batches before any store: the
+// compiler may not move a global load above a shared-memory store (a generic pointer could
+// alias it), so a load-store loop would wait out the global latency once per element.
+template <class Tr, int kRows, class E>
+__device__ __forceinline__ void simt_load_tile(float* smem, const E* gmem, int64_t row_stride, int row0, int seq,
+                                               int head_dim) {
+  constexpr int kD = Tr::kHeadDim;
+  if constexpr (std::is_same_v<E, float>) {
+    if (head_dim % 4 == 0 && reinterpret_cast<uintptr_t>(gmem) % 16 == 0 && row_stride % 4 == 0) {
+      constexpr int kIters = kRows * kD / 4 / Tr::kThreads, kBatch = kIters < 4 ? kIters : 4;
+      static_assert(kRows * kD / 4 % Tr::kThreads == 0 && kIters % kBatch == 0, "whole batches");
+#pragma unroll 1  // one batch of registers at a time
+      for (int it = 0; it < kIters; it += kBatch) {
+        float4 v[kBatch];
+#pragma unroll
+        for (int u = 0; u < kBatch; ++u) {
+          const int i = threadIdx.x + (it + u) * Tr::kThreads, r = i / (kD / 4), d = 4 * (i % (kD / 4));
+          v[u] = row0 + r < seq && d < head_dim ? ld4(gmem + int64_t(row0 + r) * row_stride + d)
+                                                : make_float4(0.f, 0.f, 0.f, 0.f);
+        }
+#pragma unroll
+        for (int u = 0; u < kBatch; ++u) {
+          const int i = threadIdx.x + (it + u) * Tr::kThreads, r = i / (kD / 4), d = 4 * (i % (kD / 4));
+          *reinterpret_cast<float4*>(smem + r * Tr::kRow + d) = v[u];
+        }
+      }
+      return;
+    }
   }
-}
-
-// Max and sum over the eight lanes that share a row.
-__device__ __forceinline__ float octet_max(float x) {
+  constexpr int kIters = kRows * kD / Tr::kThreads, kBatch = 8;
+  static_assert(kRows * kD % Tr::kThreads == 0 && kIters % kBatch == 0, "whole batches");
+#pragma unroll 1
+  for (int it = 0; it < kIters; it += kBatch) {
+    float v[kBatch];
 #pragma unroll
-  for (int offset = 1; offset < 8; offset <<= 1) x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, offset));
-  return x;
-}
-__device__ __forceinline__ float octet_sum(float x) {
+    for (int u = 0; u < kBatch; ++u) {
+      const int i = threadIdx.x + (it + u) * Tr::kThreads, r = i / kD, d = i % kD;
+      v[u] = row0 + r < seq && d < head_dim ? to_float(gmem[int64_t(row0 + r) * row_stride + d]) : 0.f;
+    }
 #pragma unroll
-  for (int offset = 1; offset < 8; offset <<= 1) x += __shfl_xor_sync(0xffffffffu, x, offset);
-  return x;
-}
-
-// s[r][c] = sum_d A[rows ty + 16r][d] * B[rows tx + 8c][d]: a 32 x 32 tile of dot products
-// of the rows of two padded shared-memory tiles.
-template <class Tr>
-__device__ __forceinline__ void simt_dots(float (&s)[2][4], const float* a, const float* b, int ty, int tx) {
-#pragma unroll
-  for (int r = 0; r < 2; ++r)
-#pragma unroll
-    for (int c = 0; c < 4; ++c) s[r][c] = 0.f;
-#pragma unroll 8
-  for (int d = 0; d < Tr::kHeadDim; ++d) {
-    const float a0 = a[ty * Tr::kRowPad + d], a1 = a[(ty + 16) * Tr::kRowPad + d];
-#pragma unroll
-    for (int c = 0; c < 4; ++c) {
-      const float bv = b[(tx + 8 * c) * Tr::kRowPad + d];
-      s[0][c] += a0 * bv;
-      s[1][c] += a1 * bv;
+    for (int u = 0; u < kBatch; ++u) {
+      const int i = threadIdx.x + (it + u) * Tr::kThreads;
+      smem[(i / kD) * Tr::kRow + i % kD] = v[u];
     }
   }
 }
 
-// acc[r][c] += sum_j W[ty + 16r][j] * B[j][tx + 8c]: weights of a 32 x 32 score tile in
-// shared memory (rows Tr::kScoreRow apart) times a 32-row tile (rows `b_row` apart).
-template <class Tr>
-__device__ __forceinline__ void simt_weighted_rows(float (&acc)[2][Tr::kColsPerThread], const float* w,
-                                                   const float* bm, int b_row, int ty, int tx) {
-#pragma unroll 4
-  for (int j = 0; j < Tr::kBlock; ++j) {
-    const float w0 = w[ty * Tr::kScoreRow + j], w1 = w[(ty + 16) * Tr::kScoreRow + j];
+// Max and sum over the sixteen lanes (a half-warp) that share a row.
+__device__ __forceinline__ float row_max16(float x) {
 #pragma unroll
-    for (int c = 0; c < Tr::kColsPerThread; ++c) {
-      const float bv = bm[j * b_row + tx + 8 * c];
-      acc[0][c] += w0 * bv;
-      acc[1][c] += w1 * bv;
+  for (int offset = 1; offset < 16; offset <<= 1) x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, offset));
+  return x;
+}
+__device__ __forceinline__ float row_sum16(float x) {
+#pragma unroll
+  for (int offset = 1; offset < 16; offset <<= 1) x += __shfl_xor_sync(0xffffffffu, x, offset);
+  return x;
+}
+
+// Column c (< kDimCols) of a kHeadDim-wide row owned by thread tx: float4 groups (head dims
+// 64, 128: 16 lanes read 256 contiguous bytes), or pairs for head dim 32.
+template <class Tr>
+__device__ __forceinline__ int dim_col(int c, int tx) {
+  if constexpr (Tr::kDimCols >= 4) return 64 * (c / 4) + 4 * tx + c % 4;
+  else return 2 * tx + c;
+}
+
+template <class Tr>
+__device__ __forceinline__ void load_dim_cols(float (&x)[Tr::kDimCols], const float* row, int tx) {
+  if constexpr (Tr::kDimCols >= 4) {
+#pragma unroll
+    for (int g = 0; g < Tr::kDimCols / 4; ++g) {
+      const float4 v = ld4(row + 64 * g + 4 * tx);
+      x[4 * g] = v.x, x[4 * g + 1] = v.y, x[4 * g + 2] = v.z, x[4 * g + 3] = v.w;
+    }
+  } else {
+    static_assert(Tr::kDimCols == 2, "head dim 32");
+    const float2 v = *reinterpret_cast<const float2*>(row + 2 * tx);
+    x[0] = v.x, x[1] = v.y;
+  }
+}
+
+// s[i][j] = sum_d A[ty + 16 i][d] * B[tx + 16 j][d]: a kBlockM x kBlockN tile of dot products
+// of the rows of two shared-memory tiles (rows Tr::kRow apart), four d per step as float4.
+template <class Tr>
+__device__ __forceinline__ void simt_dots(float (&s)[Tr::kRowsPerThread][Tr::kScoreCols], const float* a,
+                                          const float* b, int ty, int tx) {
+  constexpr int kR = Tr::kRowsPerThread, kS = Tr::kScoreCols;
+#pragma unroll
+  for (int i = 0; i < kR; ++i)
+#pragma unroll
+    for (int j = 0; j < kS; ++j) s[i][j] = 0.f;
+#pragma unroll 2
+  for (int d = 0; d < Tr::kHeadDim; d += 4) {
+    float4 av[kR], bv[kS];
+#pragma unroll
+    for (int i = 0; i < kR; ++i) av[i] = ld4(a + (ty + 16 * i) * Tr::kRow + d);
+#pragma unroll
+    for (int j = 0; j < kS; ++j) bv[j] = ld4(b + (tx + 16 * j) * Tr::kRow + d);
+#pragma unroll
+    for (int i = 0; i < kR; ++i)
+#pragma unroll
+      for (int j = 0; j < kS; ++j) {
+        s[i][j] += av[i].x * bv[j].x;
+        s[i][j] += av[i].y * bv[j].y;
+        s[i][j] += av[i].z * bv[j].z;
+        s[i][j] += av[i].w * bv[j].w;
+      }
+  }
+}
+
+// acc[i][c] += sum_n W[ty + 16 i][n] * B[n][dim_col(c)]: weights of a kBlockM x kBlockN score
+// tile (rows Tr::kScoreRow apart, read four n at a time as float4) times a kBlockN-row tile
+// (rows Tr::kRow apart).
+template <class Tr>
+__device__ __forceinline__ void simt_weighted_rows(float (&acc)[Tr::kRowsPerThread][Tr::kDimCols], const float* w,
+                                                   const float* bm, int ty, int tx) {
+  constexpr int kR = Tr::kRowsPerThread;
+#pragma unroll 2
+  for (int n = 0; n < Tr::kBlockN; n += 4) {
+    float4 wv[kR];
+#pragma unroll
+    for (int i = 0; i < kR; ++i) wv[i] = ld4(w + (ty + 16 * i) * Tr::kScoreRow + n);
+#pragma unroll
+    for (int u = 0; u < 4; ++u) {
+      float bv[Tr::kDimCols];
+      load_dim_cols<Tr>(bv, bm + (n + u) * Tr::kRow, tx);
+#pragma unroll
+      for (int i = 0; i < kR; ++i) {
+        const float wi = comp(wv[i], u);
+#pragma unroll
+        for (int c = 0; c < Tr::kDimCols; ++c) acc[i][c] += wi * bv[c];
+      }
     }
   }
 }
@@ -81,225 +170,238 @@ __device__ __forceinline__ const E* head_ptr(const void* base, const Strides& s,
   return static_cast<const E*>(base) + b * s.batch + h * s.head;
 }
 
-// Purpose: O and L for a tile of 32 queries of one (batch, head), on CUDA cores.
-// Grid: (query tiles, B*H), heaviest (causal) first; 128 threads.
-// Algorithm: per visible key tile of 32: S = Q K^T * scale (masked), online softmax with the
-// running max m and sum l of each row, O = c O + P V; finally O / l and L = m + log l.
+// Purpose: O and L for a tile of kBlockM queries of one (batch, head), on CUDA cores.
+// Grid: (query tiles, B*H), heaviest (causal) first; 256 threads.
+// Algorithm: per visible key tile of kBlockN: S = Q K^T * scale (masked), online softmax with
+// the running max m and sum l of each row, O = c O + P V; finally O / l and L = m + log l.
 template <class Tr, class E>
-__global__ void __launch_bounds__(Tr::kThreads) flash_fwd_simt_kernel(const FlashParams p) {
-  constexpr int kB = Tr::kBlock, kD = Tr::kHeadDim, kC = Tr::kColsPerThread;
+__global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks) flash_fwd_simt_kernel(const FlashParams p) {
+  constexpr int kM = Tr::kBlockM, kN = Tr::kBlockN, kR = Tr::kRowsPerThread, kS = Tr::kScoreCols,
+                kC = Tr::kDimCols;
   extern __shared__ __align__(16) unsigned char smem[];
-  float* sQ = reinterpret_cast<float*>(smem);  // (kB, kRowPad)
-  float* sK = sQ + kB * Tr::kRowPad;           // (kB, kRowPad)
-  float* sV = sK + kB * Tr::kRowPad;           // (kB, kD)
-  float* sP = sV + kB * kD;                    // (kB, kScoreRow)
+  float* sQ = reinterpret_cast<float*>(smem);  // (kM, kRow)
+  float* sK = sQ + kM * Tr::kRow;              // (kN, kRow)
+  float* sV = sK + kN * Tr::kRow;              // (kN, kRow)
+  float* sP = sV + kN * Tr::kRow;              // (kM, kScoreRow)
 
   const int T = p.seq, D = p.head_dim;
-  const int q0 = (int(gridDim.x) - 1 - int(blockIdx.x)) * kB;
+  const int q0 = (int(gridDim.x) - 1 - int(blockIdx.x)) * kM;
   const int b = int(blockIdx.y) / p.heads, h = int(blockIdx.y) % p.heads;
-  const int ty = threadIdx.x / 8, tx = threadIdx.x % 8;
+  const int ty = threadIdx.x / 16, tx = threadIdx.x % 16;
   const E* q = head_ptr<E>(p.q, p.q_strides, b, h);
   const E* k = head_ptr<E>(p.k, p.k_strides, b, h);
   const E* v = head_ptr<E>(p.v, p.v_strides, b, h);
 
-  simt_load_tile<Tr>(sQ, Tr::kRowPad, q, p.q_strides.row, q0, T, D);
-  const int row[2] = {q0 + ty, q0 + ty + 16};
-  float acc[2][kC] = {}, row_max[2] = {-INFINITY, -INFINITY}, row_sum[2] = {0.f, 0.f};  // log2 units
+  simt_load_tile<Tr, kM>(sQ, q, p.q_strides.row, q0, T, D);
+  int row[kR];
+  float acc[kR][kC] = {}, row_max[kR], row_sum[kR];  // max in log2 units
+#pragma unroll
+  for (int i = 0; i < kR; ++i) row[i] = q0 + ty + 16 * i, row_max[i] = -INFINITY, row_sum[i] = 0.f;
   const float scale_log2 = p.scale * kLog2e;
-  const int key_end = p.causal ? min(q0 + kB, T) : T;
+  const int key_end = p.causal ? min(q0 + kM, T) : T;
 
-  for (int k0 = 0; k0 < key_end; k0 += kB) {
+  for (int k0 = 0; k0 < key_end; k0 += kN) {
     __syncthreads();  // the previous tile is no longer read
-    simt_load_tile<Tr>(sK, Tr::kRowPad, k, p.k_strides.row, k0, T, D);
-    simt_load_tile<Tr>(sV, kD, v, p.v_strides.row, k0, T, D);
+    simt_load_tile<Tr, kN>(sK, k, p.k_strides.row, k0, T, D);
+    simt_load_tile<Tr, kN>(sV, v, p.v_strides.row, k0, T, D);
     __syncthreads();
 
-    float s[2][4];
+    float s[kR][kS];
     simt_dots<Tr>(s, sQ, sK, ty, tx);
+    const bool mask = k0 + kN > T || (p.causal && k0 + kN - 1 > q0);  // the tile crosses the end or diagonal
 #pragma unroll
-    for (int r = 0; r < 2; ++r) {
+    for (int i = 0; i < kR; ++i) {
       float tile_max = -INFINITY;
 #pragma unroll
-      for (int c = 0; c < 4; ++c) {
-        const int key = k0 + tx + 8 * c;
-        s[r][c] = (key >= T || (p.causal && key > row[r])) ? -INFINITY : s[r][c] * scale_log2;
-        tile_max = fmaxf(tile_max, s[r][c]);
+      for (int j = 0; j < kS; ++j) {
+        const int key = k0 + tx + 16 * j;
+        s[i][j] = (mask && (key >= T || (p.causal && key > row[i]))) ? -INFINITY : s[i][j] * scale_log2;
+        tile_max = fmaxf(tile_max, s[i][j]);
       }
-      const float m_new = fmaxf(row_max[r], octet_max(tile_max));
+      const float m_new = fmaxf(row_max[i], row_max16(tile_max));
       const float m_use = m_new == -INFINITY ? 0.f : m_new;
-      const float correction = exp2f(row_max[r] - m_use);
-      row_max[r] = m_new;
-      row_sum[r] *= correction;
+      const float correction = exp2f(row_max[i] - m_use);
+      row_max[i] = m_new;
+      row_sum[i] *= correction;
 #pragma unroll
-      for (int c = 0; c < kC; ++c) acc[r][c] *= correction;
+      for (int c = 0; c < kC; ++c) acc[i][c] *= correction;
 #pragma unroll
-      for (int c = 0; c < 4; ++c) {
-        const float pv = exp2f(s[r][c] - m_use);
-        row_sum[r] += pv;
-        sP[(ty + 16 * r) * Tr::kScoreRow + tx + 8 * c] = pv;
+      for (int j = 0; j < kS; ++j) {
+        const float pv = exp2f(s[i][j] - m_use);
+        row_sum[i] += pv;
+        sP[(ty + 16 * i) * Tr::kScoreRow + tx + 16 * j] = pv;
       }
     }
-    __syncwarp();  // the eight lanes of a row wrote it; the same lanes read it
-    simt_weighted_rows<Tr>(acc, sP, sV, kD, ty, tx);  // O += P V
+    __syncwarp();  // the sixteen lanes of a row wrote it; the same lanes read it
+    simt_weighted_rows<Tr>(acc, sP, sV, ty, tx);  // O += P V
     __syncwarp();  // (sP is rewritten only after the next __syncthreads)
   }
 
   E* o = static_cast<E*>(p.o) + b * p.o_strides.batch + h * p.o_strides.head;
   float* lse = p.lse + (int64_t(b) * p.heads + h) * T;
 #pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    const float l = octet_sum(row_sum[r]);
-    if (row[r] >= T) continue;
+  for (int i = 0; i < kR; ++i) {
+    const float l = row_sum16(row_sum[i]);
+    if (row[i] >= T) continue;
     const float inv = l > 0.f ? 1.f / l : 0.f;
 #pragma unroll
     for (int c = 0; c < kC; ++c) {
-      const int d = tx + 8 * c;
-      if (d < D) o[int64_t(row[r]) * p.o_strides.row + d] = from_float<E>(acc[r][c] * inv);
+      const int d = dim_col<Tr>(c, tx);
+      if (d < D) o[int64_t(row[i]) * p.o_strides.row + d] = from_float<E>(acc[i][c] * inv);
     }
-    if (tx == 0) lse[row[r]] = l > 0.f ? row_max[r] * 0.6931471805599453f + logf(l) : INFINITY;
+    if (tx == 0) lse[row[i]] = l > 0.f ? row_max[i] * 0.6931471805599453f + logf(l) : INFINITY;
   }
 }
 
-// Purpose: dK, dV of a tile of 32 keys of one (batch, head), on CUDA cores.
-// Grid: (key tiles, B*H); 128 threads; rows ty, ty + 16 are keys, score columns are queries.
-// Algorithm: per query tile of 32 that can see the keys: S^T = K Q^T, P^T = exp(S^T scale - L),
-// dP^T = V dO^T, dS^T = P^T (dP^T - D); dV += P^T dO, dK += dS^T Q; finally dK *= scale.
+// Purpose: dK, dV of a tile of kBlockM keys of one (batch, head), on CUDA cores.
+// Grid: (key tiles, B*H); 256 threads; stationary rows are keys, score columns are queries.
+// Algorithm: per query tile of kBlockN that can see the keys: S^T = K Q^T,
+// P^T = exp(S^T scale - L), dP^T = V dO^T, dS^T = P^T (dP^T - D); dV += P^T dO,
+// dK += dS^T Q; finally dK *= scale.
 template <class Tr, class E>
-__global__ void __launch_bounds__(Tr::kThreads) flash_bwd_dkdv_simt_kernel(const FlashParams p) {
-  constexpr int kB = Tr::kBlock, kC = Tr::kColsPerThread, kPad = Tr::kRowPad;
+__global__ void __launch_bounds__(Tr::kThreads, Tr::kBwdKvMinBlocks) flash_bwd_dkdv_simt_kernel(const FlashParams p) {
+  constexpr int kM = Tr::kBlockM, kN = Tr::kBlockN, kR = Tr::kRowsPerThread, kS = Tr::kScoreCols,
+                kC = Tr::kDimCols;
   extern __shared__ __align__(16) unsigned char smem[];
-  float* sK = reinterpret_cast<float*>(smem);  // (kB, kPad) each
-  float* sV = sK + kB * kPad;
-  float* sQ = sV + kB * kPad;
-  float* sdO = sQ + kB * kPad;
-  float* sP = sdO + kB * kPad;          // (kB, kScoreRow): P^T
-  float* sdS = sP + kB * Tr::kScoreRow;  // (kB, kScoreRow): dS^T
-  float* sL = sdS + kB * Tr::kScoreRow;  // (kB): L * log2(e) of the query tile
-  float* sDelta = sL + kB;               // (kB)
+  float* sK = reinterpret_cast<float*>(smem);  // (kM, kRow) each
+  float* sV = sK + kM * Tr::kRow;
+  float* sQ = sV + kM * Tr::kRow;  // (kN, kRow) each
+  float* sdO = sQ + kN * Tr::kRow;
+  float* sP = sdO + kN * Tr::kRow;       // (kM, kScoreRow): P^T
+  float* sdS = sP + kM * Tr::kScoreRow;  // (kM, kScoreRow): dS^T
+  float* sL = sdS + kM * Tr::kScoreRow;  // (kN): L * log2(e) of the query tile
+  float* sDelta = sL + kN;               // (kN)
 
   const int T = p.seq, D = p.head_dim;
-  const int k0 = int(blockIdx.x) * kB;
+  const int k0 = int(blockIdx.x) * kM;
   const int b = int(blockIdx.y) / p.heads, h = int(blockIdx.y) % p.heads;
-  const int ty = threadIdx.x / 8, tx = threadIdx.x % 8;
+  const int ty = threadIdx.x / 16, tx = threadIdx.x % 16;
   const E* q = head_ptr<E>(p.q, p.q_strides, b, h);
   const E* dout = head_ptr<E>(p.dout, p.dout_strides, b, h);
   const float* lse = p.lse + (int64_t(b) * p.heads + h) * T;
   const float* delta = p.delta + (int64_t(b) * p.heads + h) * T;
 
-  simt_load_tile<Tr>(sK, kPad, head_ptr<E>(p.k, p.k_strides, b, h), p.k_strides.row, k0, T, D);
-  simt_load_tile<Tr>(sV, kPad, head_ptr<E>(p.v, p.v_strides, b, h), p.v_strides.row, k0, T, D);
-  const int key[2] = {k0 + ty, k0 + ty + 16};
-  float dk[2][kC] = {}, dv[2][kC] = {};
+  simt_load_tile<Tr, kM>(sK, head_ptr<E>(p.k, p.k_strides, b, h), p.k_strides.row, k0, T, D);
+  simt_load_tile<Tr, kM>(sV, head_ptr<E>(p.v, p.v_strides, b, h), p.v_strides.row, k0, T, D);
+  int key[kR];
+#pragma unroll
+  for (int i = 0; i < kR; ++i) key[i] = k0 + ty + 16 * i;
+  float dk[kR][kC] = {}, dv[kR][kC] = {};
   const float scale_log2 = p.scale * kLog2e;
 
-  for (int m0 = p.causal ? k0 : 0; m0 < T; m0 += kB) {  // causal: earlier queries see none of these keys
+  // Causal: earlier queries see none of these keys (k0 is a multiple of kN).
+  for (int m0 = p.causal ? k0 : 0; m0 < T; m0 += kN) {
     __syncthreads();
-    simt_load_tile<Tr>(sQ, kPad, q, p.q_strides.row, m0, T, D);
-    simt_load_tile<Tr>(sdO, kPad, dout, p.dout_strides.row, m0, T, D);
-    for (int i = threadIdx.x; i < kB; i += Tr::kThreads) {
+    simt_load_tile<Tr, kN>(sQ, q, p.q_strides.row, m0, T, D);
+    simt_load_tile<Tr, kN>(sdO, dout, p.dout_strides.row, m0, T, D);
+    for (int i = threadIdx.x; i < kN; i += Tr::kThreads) {
       sL[i] = m0 + i < T ? lse[m0 + i] * kLog2e : 0.f;
       sDelta[i] = m0 + i < T ? delta[m0 + i] : 0.f;
     }
     __syncthreads();
 
-    float s[2][4], dp[2][4];
+    float s[kR][kS], dp[kR][kS];
     simt_dots<Tr>(s, sK, sQ, ty, tx);
     simt_dots<Tr>(dp, sV, sdO, ty, tx);
+    const bool mask = m0 + kN > T || k0 + kM > T || (p.causal && k0 + kM - 1 > m0);
 #pragma unroll
-    for (int r = 0; r < 2; ++r)
+    for (int i = 0; i < kR; ++i)
 #pragma unroll
-      for (int c = 0; c < 4; ++c) {
-        const int col = tx + 8 * c, query = m0 + col;
-        const bool masked = query >= T || key[r] >= T || (p.causal && key[r] > query);
-        const float pv = masked ? 0.f : exp2f(s[r][c] * scale_log2 - sL[col]);
-        sP[(ty + 16 * r) * Tr::kScoreRow + col] = pv;
-        sdS[(ty + 16 * r) * Tr::kScoreRow + col] = pv * (dp[r][c] - sDelta[col]);
+      for (int j = 0; j < kS; ++j) {
+        const int col = tx + 16 * j, query = m0 + col;
+        const bool masked = mask && (query >= T || key[i] >= T || (p.causal && key[i] > query));
+        const float pv = masked ? 0.f : exp2f(s[i][j] * scale_log2 - sL[col]);
+        sP[(ty + 16 * i) * Tr::kScoreRow + col] = pv;
+        sdS[(ty + 16 * i) * Tr::kScoreRow + col] = pv * (dp[i][j] - sDelta[col]);
       }
     __syncwarp();
-    simt_weighted_rows<Tr>(dv, sP, sdO, kPad, ty, tx);   // dV += P^T dO
-    simt_weighted_rows<Tr>(dk, sdS, sQ, kPad, ty, tx);   // dK += dS^T Q
+    simt_weighted_rows<Tr>(dv, sP, sdO, ty, tx);  // dV += P^T dO
+    simt_weighted_rows<Tr>(dk, sdS, sQ, ty, tx);  // dK += dS^T Q
   }
 
   E* dk_out = static_cast<E*>(p.dk) + b * p.dk_strides.batch + h * p.dk_strides.head;
   E* dv_out = static_cast<E*>(p.dv) + b * p.dv_strides.batch + h * p.dv_strides.head;
 #pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    if (key[r] >= T) continue;
+  for (int i = 0; i < kR; ++i) {
+    if (key[i] >= T) continue;
 #pragma unroll
     for (int c = 0; c < kC; ++c) {
-      const int d = tx + 8 * c;
+      const int d = dim_col<Tr>(c, tx);
       if (d >= D) continue;
-      dk_out[int64_t(key[r]) * p.dk_strides.row + d] = from_float<E>(dk[r][c] * p.scale);
-      dv_out[int64_t(key[r]) * p.dv_strides.row + d] = from_float<E>(dv[r][c]);
+      dk_out[int64_t(key[i]) * p.dk_strides.row + d] = from_float<E>(dk[i][c] * p.scale);
+      dv_out[int64_t(key[i]) * p.dv_strides.row + d] = from_float<E>(dv[i][c]);
     }
   }
 }
 
-// Purpose: dQ of a tile of 32 queries of one (batch, head), on CUDA cores.
-// Grid: (query tiles, B*H), heaviest first; 128 threads; rows ty, ty + 16 are queries.
-// Algorithm: per visible key tile of 32: S = Q K^T, P = exp(S scale - L), dP = dO V^T,
+// Purpose: dQ of a tile of kBlockM queries of one (batch, head), on CUDA cores.
+// Grid: (query tiles, B*H), heaviest first; 256 threads; stationary rows are queries.
+// Algorithm: per visible key tile of kBlockN: S = Q K^T, P = exp(S scale - L), dP = dO V^T,
 // dS = P (dP - D), dQ += dS K; finally dQ *= scale.
 template <class Tr, class E>
-__global__ void __launch_bounds__(Tr::kThreads) flash_bwd_dq_simt_kernel(const FlashParams p) {
-  constexpr int kB = Tr::kBlock, kC = Tr::kColsPerThread, kPad = Tr::kRowPad;
+__global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks) flash_bwd_dq_simt_kernel(const FlashParams p) {
+  constexpr int kM = Tr::kBlockM, kN = Tr::kBlockN, kR = Tr::kRowsPerThread, kS = Tr::kScoreCols,
+                kC = Tr::kDimCols;
   extern __shared__ __align__(16) unsigned char smem[];
-  float* sQ = reinterpret_cast<float*>(smem);  // (kB, kPad) each
-  float* sdO = sQ + kB * kPad;
-  float* sK = sdO + kB * kPad;
-  float* sV = sK + kB * kPad;
-  float* sdS = sV + kB * kPad;  // (kB, kScoreRow)
+  float* sQ = reinterpret_cast<float*>(smem);  // (kM, kRow) each
+  float* sdO = sQ + kM * Tr::kRow;
+  float* sK = sdO + kM * Tr::kRow;  // (kN, kRow) each
+  float* sV = sK + kN * Tr::kRow;
+  float* sdS = sV + kN * Tr::kRow;  // (kM, kScoreRow)
 
   const int T = p.seq, D = p.head_dim;
-  const int q0 = (int(gridDim.x) - 1 - int(blockIdx.x)) * kB;
+  const int q0 = (int(gridDim.x) - 1 - int(blockIdx.x)) * kM;
   const int b = int(blockIdx.y) / p.heads, h = int(blockIdx.y) % p.heads;
-  const int ty = threadIdx.x / 8, tx = threadIdx.x % 8;
+  const int ty = threadIdx.x / 16, tx = threadIdx.x % 16;
   const E* k = head_ptr<E>(p.k, p.k_strides, b, h);
   const E* v = head_ptr<E>(p.v, p.v_strides, b, h);
   const float* lse = p.lse + (int64_t(b) * p.heads + h) * T;
   const float* delta = p.delta + (int64_t(b) * p.heads + h) * T;
 
-  simt_load_tile<Tr>(sQ, kPad, head_ptr<E>(p.q, p.q_strides, b, h), p.q_strides.row, q0, T, D);
-  simt_load_tile<Tr>(sdO, kPad, head_ptr<E>(p.dout, p.dout_strides, b, h), p.dout_strides.row, q0, T, D);
-  const int row[2] = {q0 + ty, q0 + ty + 16};
-  float row_lse[2], row_delta[2], dq[2][kC] = {};
+  simt_load_tile<Tr, kM>(sQ, head_ptr<E>(p.q, p.q_strides, b, h), p.q_strides.row, q0, T, D);
+  simt_load_tile<Tr, kM>(sdO, head_ptr<E>(p.dout, p.dout_strides, b, h), p.dout_strides.row, q0, T, D);
+  int row[kR];
+  float row_lse[kR], row_delta[kR], dq[kR][kC] = {};
 #pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    row_lse[r] = row[r] < T ? lse[row[r]] * kLog2e : 0.f;
-    row_delta[r] = row[r] < T ? delta[row[r]] : 0.f;
+  for (int i = 0; i < kR; ++i) {
+    row[i] = q0 + ty + 16 * i;
+    row_lse[i] = row[i] < T ? lse[row[i]] * kLog2e : 0.f;
+    row_delta[i] = row[i] < T ? delta[row[i]] : 0.f;
   }
   const float scale_log2 = p.scale * kLog2e;
-  const int key_end = p.causal ? min(q0 + kB, T) : T;
+  const int key_end = p.causal ? min(q0 + kM, T) : T;
 
-  for (int k0 = 0; k0 < key_end; k0 += kB) {
+  for (int k0 = 0; k0 < key_end; k0 += kN) {
     __syncthreads();
-    simt_load_tile<Tr>(sK, kPad, k, p.k_strides.row, k0, T, D);
-    simt_load_tile<Tr>(sV, kPad, v, p.v_strides.row, k0, T, D);
+    simt_load_tile<Tr, kN>(sK, k, p.k_strides.row, k0, T, D);
+    simt_load_tile<Tr, kN>(sV, v, p.v_strides.row, k0, T, D);
     __syncthreads();
 
-    float s[2][4], dp[2][4];
+    float s[kR][kS], dp[kR][kS];
     simt_dots<Tr>(s, sQ, sK, ty, tx);
     simt_dots<Tr>(dp, sdO, sV, ty, tx);
+    const bool mask = k0 + kN > T || (p.causal && k0 + kN - 1 > q0);
 #pragma unroll
-    for (int r = 0; r < 2; ++r)
+    for (int i = 0; i < kR; ++i)
 #pragma unroll
-      for (int c = 0; c < 4; ++c) {
-        const int key = k0 + tx + 8 * c;
-        const bool masked = key >= T || (p.causal && key > row[r]);
-        const float pv = masked ? 0.f : exp2f(s[r][c] * scale_log2 - row_lse[r]);
-        sdS[(ty + 16 * r) * Tr::kScoreRow + tx + 8 * c] = pv * (dp[r][c] - row_delta[r]);
+      for (int j = 0; j < kS; ++j) {
+        const int key = k0 + tx + 16 * j;
+        const bool masked = mask && (key >= T || (p.causal && key > row[i]));
+        const float pv = masked ? 0.f : exp2f(s[i][j] * scale_log2 - row_lse[i]);
+        sdS[(ty + 16 * i) * Tr::kScoreRow + tx + 16 * j] = pv * (dp[i][j] - row_delta[i]);
       }
     __syncwarp();
-    simt_weighted_rows<Tr>(dq, sdS, sK, kPad, ty, tx);  // dQ += dS K
+    simt_weighted_rows<Tr>(dq, sdS, sK, ty, tx);  // dQ += dS K
   }
 
   E* dq_out = static_cast<E*>(p.dq) + b * p.dq_strides.batch + h * p.dq_strides.head;
 #pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    if (row[r] >= T) continue;
+  for (int i = 0; i < kR; ++i) {
+    if (row[i] >= T) continue;
 #pragma unroll
     for (int c = 0; c < kC; ++c) {
-      const int d = tx + 8 * c;
-      if (d < D) dq_out[int64_t(row[r]) * p.dq_strides.row + d] = from_float<E>(dq[r][c] * p.scale);
+      const int d = dim_col<Tr>(c, tx);
+      if (d < D) dq_out[int64_t(row[i]) * p.dq_strides.row + d] = from_float<E>(dq[i][c] * p.scale);
     }
   }
 }

@@ -8,8 +8,10 @@
 // memory rows are padded by 8 bf16 (16 bytes), which makes ldmatrix's eight row reads of a
 // 8x8 matrix fall into distinct banks.
 //
-// CUDA-core kernels: 128 threads, tiles of 32 queries x 32 keys; a thread owns 2 rows x 4
-// columns of a score tile and 2 rows x kHeadDim/8 columns of an output tile.
+// CUDA-core kernels: 256 threads, 64 stationary rows x 64 streamed rows (32 above head dim
+// 64, for shared memory and registers); SGEMM-style register tiles: a thread owns 4 rows x
+// kBlockN/16 columns of a score tile and 4 rows x kHeadDim/16 columns of an output tile,
+// with operands read from shared memory as float4.
 #pragma once
 #include <cstddef>
 
@@ -58,21 +60,34 @@ struct BwdQTraits : TensorCoreTraits<kHeadDim, (kHeadDim > 64 ? 32 : 64)> {
 
 template <int kHeadDim_>
 struct SimtTraits {
-  static constexpr int kHeadDim = kHeadDim_;  // padded head dim, a multiple of 8
-  static constexpr int kThreads = 128;
-  static constexpr int kBlock = 32;            // queries and keys per tile
-  static constexpr int kRowPad = kHeadDim + 1;  // floats between rows read across threads
-  static constexpr int kScoreRow = kBlock + 1;  // floats between rows of a score tile
-  static constexpr int kColsPerThread = kHeadDim / 8;
-  // Forward: sQ, sK (padded rows), sV, sP.
-  static constexpr size_t kFwdSmemBytes =
-      sizeof(float) * (2 * kBlock * kRowPad + kBlock * kHeadDim + kBlock * kScoreRow);
-  // dK/dV: sK, sV, sQ, sdO (padded rows), sP, sdS, L and D of the query tile.
+  static constexpr int kHeadDim = kHeadDim_;  // padded head dim: 32, 64 or 128
+  static constexpr int kThreads = 256;
+  static constexpr int kBlockM = 64;                        // stationary rows per CTA
+  static constexpr int kBlockN = kHeadDim > 64 ? 32 : 64;   // streamed rows per tile (smem)
+  static constexpr int kRowsPerThread = kBlockM / 16;       // rows ty + 16 i
+  static constexpr int kScoreCols = kBlockN / 16;           // score columns tx + 16 j
+  static constexpr int kDimCols = kHeadDim / 16;            // output columns (float4 groups)
+  // Row pitches in floats: multiples of 4 (float4 reads), and 4 banks apart from row to row,
+  // so the 8 lanes of a 128-bit load phase that read 8 different rows hit distinct banks.
+  static constexpr int kRow = kHeadDim + 4;
+  static constexpr int kScoreRow = kBlockN + 4;
+  static constexpr size_t kStationaryBytes = sizeof(float) * kBlockM * kRow;
+  static constexpr size_t kStreamedBytes = sizeof(float) * kBlockN * kRow;
+  static constexpr size_t kScoreBytes = sizeof(float) * kBlockM * kScoreRow;
+  // Forward: sQ; sK, sV; sP.
+  static constexpr size_t kFwdSmemBytes = kStationaryBytes + 2 * kStreamedBytes + kScoreBytes;
+  // dK/dV: sK, sV; sQ, sdO; sP^T, sdS^T; L and D of the query tile.
   static constexpr size_t kBwdKvSmemBytes =
-      sizeof(float) * (4 * kBlock * kRowPad + 2 * kBlock * kScoreRow + 2 * kBlock);
-  // dQ: sQ, sdO, sK, sV (padded rows), sdS.
-  static constexpr size_t kBwdQSmemBytes = sizeof(float) * (4 * kBlock * kRowPad + kBlock * kScoreRow);
-  static_assert(kHeadDim % 8 == 0, "eight threads share a row");
+      2 * kStationaryBytes + 2 * kStreamedBytes + 2 * kScoreBytes + 2 * sizeof(float) * kBlockN;
+  // dQ: sQ, sdO; sK, sV; sdS.
+  static constexpr size_t kBwdQSmemBytes = 2 * kStationaryBytes + 2 * kStreamedBytes + kScoreBytes;
+  // CTAs per SM the kernels are compiled for (__launch_bounds__: at most 128 registers for
+  // two, a few bytes of spill): a second CTA computes while the first loads its tiles. dK/dV
+  // above head dim 64 fits shared memory for one only, and keeps its accumulators in registers.
+  static constexpr int kMinBlocks = 2;
+  static constexpr int kBwdKvMinBlocks = kHeadDim > 64 ? 1 : 2;
+  static_assert(kHeadDim == 32 || kHeadDim == 64 || kHeadDim == 128, "compiled head dims");
+  static_assert(kBlockM % 16 == 0 && kBlockN % 16 == 0, "16 threads share a row");
 };
 
 }  // namespace llmhpc::flash
