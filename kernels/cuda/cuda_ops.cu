@@ -162,9 +162,10 @@ void CudaOps::attention_backward(Tensor dqkv, Tensor dout, Tensor out, Tensor sa
     if (dout.dtype != qkv.dtype || dqkv.dtype != qkv.dtype)
       throw UsageError("attention_backward: flash needs dout, dqkv and qkv in one dtype");
     NvtxRange range("flash_attention_backward");
-    Buffer delta(device_.allocator(), DType::F32, {d.batch, d.heads, d.seq}, "attention.flash_delta");
     flash::FlashParams p = flash_params(out, saved, qkv, d);
-    flash::set_packed_backward(p, dout.data, dqkv.data, delta.tensor().ptr<float>());
+    Buffer scratch(device_.allocator(), DType::F32, {int64_t(flash::flash_backward_scratch_bytes(p) / sizeof(float))},
+                   "attention.flash_scratch");
+    flash::set_packed_backward(p, dout.data, dqkv.data, scratch.tensor().ptr<float>());
     flash::flash_attention_backward(p, stream_);
     return;
   }

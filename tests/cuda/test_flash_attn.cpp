@@ -30,6 +30,7 @@
 //
 // Also: outputs start as NaN (an element a kernel skips fails); the backward is bitwise
 // deterministic; L of every row; unsupported requests are UsageErrors. Skipped without a GPU.
+// LLMHPC_FLASH_BWD=fused runs all of it with the CUDA-core kernels' fused dQ (flash_attn.h).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -112,12 +113,14 @@ using Result = AttentionResult;
 Result run_flash(FlashImpl impl, DType dt, const std::vector<double>& qkv_v, const std::vector<double>& dout_v,
                  const Shape& s, bool causal) {
   DeviceBuffer qkv(dt, qkv_v.size()), dout(dt, dout_v.size()), out(dt, dout_v.size()), dqkv(dt, qkv_v.size());
-  DeviceBuffer lse(DType::F32, s.B * s.H * s.T), delta(DType::F32, s.B * s.H * s.T);
+  DeviceBuffer lse(DType::F32, s.B * s.H * s.T);
   qkv.write(qkv_v);
   dout.write(dout_v);
   flash::FlashParams p = flash::packed_params(dt, qkv.get(), out.get(), static_cast<float*>(lse.get()), s.B, s.T,
                                               s.H, s.D, causal);
-  flash::set_packed_backward(p, dout.get(), dqkv.get(), static_cast<float*>(delta.get()));
+  // NaN-filled like the outputs: a fused dQ accumulator element that no first turn writes fails.
+  DeviceBuffer scratch(DType::F32, flash::flash_backward_scratch_bytes(p) / sizeof(float));
+  flash::set_packed_backward(p, dout.get(), dqkv.get(), scratch.get());
   p.impl = impl;
   flash::flash_attention_forward(p, nullptr);
   flash::flash_attention_backward(p, nullptr);
@@ -255,16 +258,21 @@ TEST_F(FlashAttnGpu, LongSequence) {
     for (bool causal : {true, false}) check(var, {1, 700, 2, 64}, causal);
 }
 
+// With LLMHPC_FLASH_BWD=fused the CUDA-core variants sum dQ across CTAs (in a fixed order):
+// the larger shapes give many CTAs in flight per query tile.
 TEST_F(FlashAttnGpu, BackwardIsDeterministic) {
-  for (const Variant& var : kVariants) {
-    const Shape s{2, 300, 2, 64};
-    const std::vector<double> qkv = random(s.B * s.T * 3 * s.H * s.D, var.dtype),
-                              dout = random(s.B * s.T * s.H * s.D, var.dtype);
-    const Result a = run_flash(var.impl, var.dtype, qkv, dout, s, true);
-    const Result b = run_flash(var.impl, var.dtype, qkv, dout, s, true);
-    EXPECT_EQ(a.out, b.out) << var.name;
-    EXPECT_EQ(a.dqkv, b.dqkv) << var.name << ": two backward runs differ";
-  }
+  const char* mode = flash::flash_fused_dq() ? " (fused dQ)" : " (split)";
+  for (const Variant& var : kVariants)
+    for (const Shape& s : {Shape{2, 300, 2, 64}, Shape{4, 1024, 8, 64}, Shape{2, 1000, 4, 80}})
+      for (bool causal : {true, false}) {
+        const std::vector<double> qkv = random(s.B * s.T * 3 * s.H * s.D, var.dtype),
+                                  dout = random(s.B * s.T * s.H * s.D, var.dtype);
+        const Result a = run_flash(var.impl, var.dtype, qkv, dout, s, causal);
+        const Result b = run_flash(var.impl, var.dtype, qkv, dout, s, causal);
+        EXPECT_EQ(a.out, b.out) << var.name << mode << " " << s;
+        EXPECT_EQ(a.dqkv, b.dqkv) << var.name << mode << " " << s << (causal ? " causal" : " full")
+                                  << ": two backward runs differ";
+      }
 }
 
 TEST_F(FlashAttnGpu, ImplementationChoiceAndUnsupportedRequests) {

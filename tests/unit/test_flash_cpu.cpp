@@ -254,10 +254,20 @@ namespace {
 
 namespace fe = llmhpc::flash_emu;
 
-enum class EmuImpl { TensorCoreBf16, SimtFp32, SimtBf16 };
+// Fused: the CUDA-core backward with the dQ summed by the dK/dV kernel (LLMHPC_FLASH_BWD=fused).
+enum class EmuImpl { TensorCoreBf16, SimtFp32, SimtBf16, SimtFp32Fused, SimtBf16Fused };
 const char* emu_name(EmuImpl i) {
-  return i == EmuImpl::TensorCoreBf16 ? "tensor-core bf16" : i == EmuImpl::SimtFp32 ? "simt fp32" : "simt bf16";
+  switch (i) {
+    case EmuImpl::TensorCoreBf16: return "tensor-core bf16";
+    case EmuImpl::SimtFp32: return "simt fp32";
+    case EmuImpl::SimtBf16: return "simt bf16";
+    case EmuImpl::SimtFp32Fused: return "simt fp32 fused";
+    case EmuImpl::SimtBf16Fused: return "simt bf16 fused";
+  }
+  return "?";
 }
+bool emu_fp32(EmuImpl i) { return i == EmuImpl::SimtFp32 || i == EmuImpl::SimtFp32Fused; }
+bool emu_fused(EmuImpl i) { return i == EmuImpl::SimtFp32Fused || i == EmuImpl::SimtBf16Fused; }
 
 // Device-side storage, on the host: values in the kernel's dtype.
 struct EmuTensor {
@@ -281,7 +291,7 @@ struct EmuTensor {
 // fwd and bwd of the emulated kernels on packed qkv (B,T,3,H,D); returns out, lse, dqkv.
 Result run_emulated(EmuImpl impl, const std::vector<double>& qkv_v, const std::vector<double>& dout_v,
                     const Shape5& s, bool causal) {
-  const DType dt = impl == EmuImpl::SimtFp32 ? DType::F32 : DType::BF16;
+  const DType dt = emu_fp32(impl) ? DType::F32 : DType::BF16;
   EmuTensor qkv(dt, qkv_v), dout(dt, dout_v), out(dt, dout_v.size()), dqkv(dt, qkv_v.size());
   std::vector<float> lse(s.B * s.H * s.T, NAN), delta(s.B * s.H * s.T, NAN);
   fe::FlashParams p;
@@ -333,6 +343,18 @@ Result run_emulated(EmuImpl impl, const std::vector<double>& qkv_v, const std::v
         const dim3 grid(tiles(Tr::kBlockM), bh);
         fe::emulate_launch(fe::flash_fwd_simt_kernel<Tr, E>, grid, Tr::kThreads, Tr::kFwdSmemBytes, p);
         fe::emulate_launch(fe::flash_bwd_delta_kernel<E>, dim3(2), 64, 0, p);
+        if (emu_fused(impl)) {  // flash_simt.cu's fused launch; the first turn must write over the NaNs
+          const int rows = int(tiles(64)) * 64, counters_per_head = int(tiles(32));
+          std::vector<float> accum(size_t(bh) * rows * kD, NAN);
+          std::vector<int> counters(size_t(bh) * counters_per_head, 0);
+          fe::FlashParams f = p;
+          f.dq_accum = accum.data(), f.dq_counters = counters.data();
+          f.dq_accum_rows = rows, f.dq_counter_stride = counters_per_head;
+          fe::emulate_launch(fe::flash_bwd_dkdv_simt_kernel<Tr, E, true>, grid, Tr::kThreads, Tr::kBwdKvSmemBytes,
+                             f);
+          fe::emulate_launch(fe::flash_bwd_dq_convert_simt_kernel<Tr, E>, dim3(3), 64, 0, f);
+          return;
+        }
         fe::emulate_launch(fe::flash_bwd_dkdv_simt_kernel<Tr, E>, grid, Tr::kThreads, Tr::kBwdKvSmemBytes, p);
         fe::emulate_launch(fe::flash_bwd_dq_simt_kernel<Tr, E>, grid, Tr::kThreads, Tr::kBwdQSmemBytes, p);
       };
@@ -375,17 +397,17 @@ TEST_P(FlashKernelsEmulated, MatchFp64Reference) {
   const Result ref = run_naive<double>(qkv, dout, s, causal);
   const Result got = run_emulated(impl, qkv, dout, s, causal);
   // Wrong indexing gives errors of order 1; fp32 lands near 1e-6 and bf16 near 1e-2.
-  const double tol = impl == EmuImpl::SimtFp32 ? 2e-5 : 3e-2;
+  const double tol = emu_fp32(impl) ? 2e-5 : 3e-2;
   std::ostringstream what;
   what << emu_name(impl) << " " << shape_name(s, causal);
   EXPECT_LT(emu_error(got.out, ref.out), tol) << what.str() << " out";
-  EXPECT_LT(emu_error(got.lse, reference_lse(qkv, s, causal)), impl == EmuImpl::SimtFp32 ? 1e-6 : 1e-5)
+  EXPECT_LT(emu_error(got.lse, reference_lse(qkv, s, causal)), emu_fp32(impl) ? 1e-6 : 1e-5)
       << what.str() << " L";
   for (int which = 0; which < 3; ++which)
     EXPECT_LT(emu_error(part(got.dqkv, s, which), part(ref.dqkv, s, which)), tol) << what.str() << " d" << "qkv"[which];
 
   // The 2x rule of the GPU test (tests/cuda/test_flash_attn.cpp), previewed on the emulation.
-  const bool bf16 = impl != EmuImpl::SimtFp32;
+  const bool bf16 = !emu_fp32(impl);
   const Result naive = naive_low_precision(qkv, dout, s, causal, bf16);
   const double l_term = std::ldexp(1.0, -24) * max_abs(ref.lse.empty() ? reference_lse(qkv, s, causal) : ref.lse);
   auto rule = [&](const std::vector<double>& g, const std::vector<double>& n, const std::vector<double>& r,
@@ -418,6 +440,25 @@ INSTANTIATE_TEST_SUITE_P(Kernels, FlashKernelsEmulated,
                          [](const auto& info) {
                            std::string impl = emu_name(std::get<0>(info.param));
                            for (char& ch : impl) ch = ch == ' ' || ch == '-' ? '_' : ch;
+                           return impl + "_" + shape_name(std::get<1>(info.param), std::get<2>(info.param));
+                         });
+
+// The fused dQ over several key blocks and query tiles (the turns, under causal masking too;
+// the first turn writing into a NaN accumulator): 64 keys x 64 queries (head dims 32, 64) or
+// 64 x 32 (128), B x H > 1 (the counters and rows of each head).
+const Shape5 kFusedShapes[] = {
+    {1, 140, 2, 64, 0, 0},
+    {2, 100, 1, 32, 0, 0},
+    {1, 100, 1, 80, 0, 0},
+    {1, 20, 1, 16, 0, 0},
+};
+
+INSTANTIATE_TEST_SUITE_P(FusedDq, FlashKernelsEmulated,
+                         ::testing::Combine(::testing::Values(EmuImpl::SimtFp32Fused, EmuImpl::SimtBf16Fused),
+                                            ::testing::ValuesIn(kFusedShapes), ::testing::Bool()),
+                         [](const auto& info) {
+                           std::string impl = emu_name(std::get<0>(info.param));
+                           for (char& ch : impl) ch = ch == ' ' ? '_' : ch;
                            return impl + "_" + shape_name(std::get<1>(info.param), std::get<2>(info.param));
                          });
 

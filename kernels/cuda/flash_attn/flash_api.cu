@@ -101,7 +101,34 @@ FlashParams packed_params(DType dtype, const void* qkv, void* out, float* lse, i
   return p;
 }
 
-void set_packed_backward(FlashParams& p, const void* dout, void* dqkv, float* delta) {
+bool flash_fused_dq() {
+  static const bool fused = [] {
+    const char* e = std::getenv("LLMHPC_FLASH_BWD");
+    if (!e || std::strcmp(e, "split") == 0) return false;
+    if (std::strcmp(e, "fused") == 0) return true;
+    throw UsageError(std::string("LLMHPC_FLASH_BWD=") + e + ": expected split or fused");
+  }();
+  return fused;
+}
+
+namespace {
+// Scratch layout: delta, then (fused) the accumulator, rows rounded up to 64 (every CUDA-core
+// query tile), then the counters, one per 32 queries (the smallest query tile).
+size_t align16(size_t n) { return (n + 15) / 16 * 16; }
+size_t delta_bytes(const FlashParams& p) { return align16(size_t(p.batch) * p.heads * p.seq * sizeof(float)); }
+int accum_rows(const FlashParams& p) { return (p.seq + 63) / 64 * 64; }
+int counter_stride(const FlashParams& p) { return (p.seq + 31) / 32; }
+size_t accum_bytes(const FlashParams& p) {
+  return size_t(p.batch) * p.heads * accum_rows(p) * padded_head_dim(p.head_dim, false) * sizeof(float);
+}
+}  // namespace
+
+size_t flash_backward_scratch_bytes(const FlashParams& p) {
+  if (!flash_fused_dq()) return delta_bytes(p);
+  return delta_bytes(p) + accum_bytes(p) + size_t(p.batch) * p.heads * counter_stride(p) * sizeof(int);
+}
+
+void set_packed_backward(FlashParams& p, const void* dout, void* dqkv, void* scratch) {
   const int64_t hd = int64_t(p.heads) * p.head_dim;
   const size_t element = dtype_size(p.dtype);
   p.dout = dout;
@@ -111,11 +138,14 @@ void set_packed_backward(FlashParams& p, const void* dout, void* dqkv, float* de
   p.dk = base + hd * element;
   p.dv = base + 2 * hd * element;
   p.dq_strides = p.dk_strides = p.dv_strides = p.q_strides;
-  p.delta = delta;
-}
-
-size_t flash_backward_scratch_bytes(int64_t batch, int64_t heads, int64_t seq) {
-  return size_t(batch * heads * seq) * sizeof(float);
+  p.delta = static_cast<float*>(scratch);
+  if (flash_fused_dq()) {
+    char* base = static_cast<char*>(scratch) + delta_bytes(p);
+    p.dq_accum = reinterpret_cast<float*>(base);
+    p.dq_counters = reinterpret_cast<int*>(base + accum_bytes(p));
+    p.dq_accum_rows = accum_rows(p);
+    p.dq_counter_stride = counter_stride(p);
+  }
 }
 
 const char* flash_impl_name(const FlashParams& p) { return use_tensor_cores(p, false) ? "tensor-core" : "simt"; }

@@ -1,4 +1,8 @@
-// Launchers of the CUDA-core kernels: fp32 and bf16 storage x compiled head dims.
+// Launchers of the CUDA-core kernels: fp32 and bf16 storage x compiled head dims; the
+// backward split (dK/dV, then dQ) or fused (LLMHPC_FLASH_BWD=fused: dK/dV and the dQ
+// accumulator, then its conversion).
+#include <algorithm>
+
 #include "kernels/cuda/flash_attn/flash_launch.cuh"
 #include "kernels/cuda/flash_attn/flash_launch.h"
 #include "kernels/cuda/flash_attn/flash_simt_kernel.cuh"
@@ -17,6 +21,16 @@ template <int kHeadDim, class E>
 void run_bwd(const FlashParams& p, cudaStream_t stream) {
   using Tr = SimtTraits<kHeadDim>;
   const dim3 grid(ceil_div(p.seq, Tr::kBlockM), unsigned(p.batch * p.heads));
+  if (flash_fused_dq()) {  // five products: dQ summed by the dK/dV kernel (flash_attn.h)
+    if (!p.dq_accum || !p.dq_counters)
+      throw UsageError("flash backward: LLMHPC_FLASH_BWD=fused needs the scratch of flash_backward_scratch_bytes()");
+    CUDA_CHECK(cudaMemsetAsync(p.dq_counters, 0, size_t(grid.y) * p.dq_counter_stride * sizeof(int), stream));
+    launch_kernel(flash_bwd_dkdv_simt_kernel<Tr, E, true>, grid, Tr::kThreads, Tr::kBwdKvSmemBytes, stream, p);
+    const int64_t n = int64_t(p.batch) * p.heads * p.seq * p.head_dim;
+    launch_kernel(flash_bwd_dq_convert_simt_kernel<Tr, E>, dim3(unsigned(std::min<int64_t>(ceil_div(n, 256), 8192))),
+                  256, 0, stream, p);
+    return;
+  }
   launch_kernel(flash_bwd_dkdv_simt_kernel<Tr, E>, grid, Tr::kThreads, Tr::kBwdKvSmemBytes, stream, p);
   launch_kernel(flash_bwd_dq_simt_kernel<Tr, E>, grid, Tr::kThreads, Tr::kBwdQSmemBytes, stream, p);
 }

@@ -14,6 +14,7 @@
 // score row written to shared memory is read back by the same half-warp (__syncwarp).
 #pragma once
 #include <cstdint>
+#include <stdexcept>
 #include <type_traits>
 
 #include "kernels/cuda/flash_attn/flash_attn.h"
@@ -170,6 +171,107 @@ __device__ __forceinline__ const E* head_ptr(const void* base, const Strides& s,
   return static_cast<const E*>(base) + b * s.batch + h * s.head;
 }
 
+// ---- the fused dQ (flash_bwd_dkdv_simt_kernel<Tr, E, true>) --------------------------------
+// Cross-CTA hand-off of a dQ tile: the CTA whose turn it is writes (first turn) or adds (in
+// L2, fire and forget) its part into the fp32 accumulator tile, then releases the tile's
+// counter to the next turn. One fp32 addition per element per turn, in turn order: bitwise
+// deterministic.
+#ifndef LLMHPC_FLASH_EMULATE
+// Spins (one thread) until *counter == turn; acquire, so the previous turn's writes are seen.
+__device__ __forceinline__ void wait_turn(const int* counter, int turn) {
+  int v;
+  do {
+    asm volatile("ld.acquire.gpu.global.b32 %0, [%1];\n" : "=r"(v) : "l"(counter) : "memory");
+  } while (v != turn);
+}
+// One thread, after a __syncthreads that follows every thread's writes: the fence is
+// cumulative over what the barrier ordered before it (CUTLASS's semaphore does the same).
+__device__ __forceinline__ void release_turn(int* counter, int value) {
+  asm volatile("fence.acq_rel.gpu;\nst.relaxed.gpu.global.b32 [%0], %1;\n" ::"l"(counter), "r"(value) : "memory");
+}
+__device__ __forceinline__ void store_cg(float4* p, float4 v) { __stcg(p, v); }
+__device__ __forceinline__ void store_cg(float2* p, float2 v) { __stcg(p, v); }
+__device__ __forceinline__ void add_to(float4* p, float4 v) {
+#if __CUDA_ARCH__ >= 900
+  atomicAdd(p, v);
+#else
+  atomicAdd(&p->x, v.x), atomicAdd(&p->y, v.y), atomicAdd(&p->z, v.z), atomicAdd(&p->w, v.w);
+#endif
+}
+__device__ __forceinline__ void add_to(float2* p, float2 v) {
+#if __CUDA_ARCH__ >= 900
+  atomicAdd(p, v);
+#else
+  atomicAdd(&p->x, v.x), atomicAdd(&p->y, v.y);
+#endif
+}
+#else
+// The emulator runs blocks one by one in launch order, so the turn must have come already.
+inline void wait_turn(const int* counter, int turn) {
+  if (*counter != turn) throw std::runtime_error("flash dQ: a CTA would wait on a later one");
+}
+inline void release_turn(int* counter, int value) { *counter = value; }
+template <class V>
+inline void store_cg(V* p, V v) { *p = v; }
+inline void add_to(float4* p, float4 v) { p->x += v.x, p->y += v.y, p->z += v.z, p->w += v.w; }
+inline void add_to(float2* p, float2 v) { p->x += v.x, p->y += v.y; }
+#endif
+
+// dQ[m0 + q] (unscaled) += the sum over the kBlockM keys of dS^T[key][q] K[key] for the kBlockN
+// queries q of one tile (dS^T and K in shared memory), handed into p.dq_accum in turn order:
+// key blocks from the last that sees the tile to the first (n_block). Thread (ty, tx) owns
+// queries kQ ty .. kQ ty + kQ - 1 (one float4 or float2 of a dS^T row) and columns
+// dim_col(c, tx). Ends with a __syncthreads (shared memory may be refilled after it).
+template <class Tr>
+__device__ __forceinline__ void simt_hand_off_dq(const FlashParams& p, const float* sdS, const float* sK, int m0,
+                                                 int n_block, int ty, int tx) {
+  constexpr int kQ = Tr::kBlockN / 16, kC = Tr::kDimCols, kD = Tr::kHeadDim;
+  static_assert(kQ == 2 || kQ == 4, "a float2 or float4 of queries");
+  float acc[kQ][kC] = {};
+#pragma unroll 4
+  for (int n = 0; n < Tr::kBlockM; ++n) {
+    float w[kQ], bv[kC];
+    if constexpr (kQ == 4) {
+      const float4 v = ld4(sdS + n * Tr::kScoreRow + 4 * ty);
+      w[0] = v.x, w[1] = v.y, w[2] = v.z, w[3] = v.w;
+    } else {
+      const float2 v = *reinterpret_cast<const float2*>(sdS + n * Tr::kScoreRow + 2 * ty);
+      w[0] = v.x, w[1] = v.y;
+    }
+    load_dim_cols<Tr>(bv, sK + n * Tr::kRow, tx);
+#pragma unroll
+    for (int u = 0; u < kQ; ++u)
+#pragma unroll
+      for (int c = 0; c < kC; ++c) acc[u][c] += w[u] * bv[c];
+  }
+
+  const int last = p.causal ? min(int(gridDim.x) - 1, m0 / Tr::kBlockM) : int(gridDim.x) - 1;
+  const int turn = last - n_block;
+  int* counter = p.dq_counters + int64_t(blockIdx.y) * p.dq_counter_stride + m0 / Tr::kBlockN;
+  if (threadIdx.x == 0) wait_turn(counter, turn);
+  __syncthreads();
+  float* rows = p.dq_accum + (int64_t(blockIdx.y) * p.dq_accum_rows + m0 + kQ * ty) * kD;
+#pragma unroll
+  for (int u = 0; u < kQ; ++u) {
+    if constexpr (kC >= 4) {
+#pragma unroll
+      for (int g = 0; g < kC / 4; ++g) {
+        float4* a = reinterpret_cast<float4*>(rows + u * kD + 64 * g + 4 * tx);
+        const float4 v = make_float4(acc[u][4 * g], acc[u][4 * g + 1], acc[u][4 * g + 2], acc[u][4 * g + 3]);
+        if (turn > 0) add_to(a, v);
+        else store_cg(a, v);
+      }
+    } else {
+      float2* a = reinterpret_cast<float2*>(rows + u * kD + 2 * tx);
+      const float2 v = make_float2(acc[u][0], acc[u][1]);
+      if (turn > 0) add_to(a, v);
+      else store_cg(a, v);
+    }
+  }
+  __syncthreads();  // every thread's writes are issued
+  if (threadIdx.x == 0) release_turn(counter, turn + 1);
+}
+
 // Purpose: O and L for a tile of kBlockM queries of one (batch, head), on CUDA cores.
 // Grid: (query tiles, B*H), heaviest (causal) first; 256 threads.
 // Algorithm: per visible key tile of kBlockN: S = Q K^T * scale (masked), online softmax with
@@ -258,7 +360,12 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks) flash_fwd_simt_k
 // Algorithm: per query tile of kBlockN that can see the keys: S^T = K Q^T,
 // P^T = exp(S^T scale - L), dP^T = V dO^T, dS^T = P^T (dP^T - D); dV += P^T dO,
 // dK += dS^T Q; finally dK *= scale.
-template <class Tr, class E>
+// kFusedDq (FlashAttention-2's five products instead of seven, deterministic): also
+// dQ_tile += dS K, added into p.dq_accum (fp32) in a fixed order per query tile (turns):
+// key blocks from the last to the first, i.e. CTAs in blockIdx.x order (blockIdx.x = 0 is the
+// last key block), so a CTA only waits for CTAs of lower blockIdx.x, dispatched before it (no
+// deadlock); the first turn writes instead of adding. p.dq_counters must be zero.
+template <class Tr, class E, bool kFusedDq = false>
 __global__ void __launch_bounds__(Tr::kThreads, Tr::kBwdKvMinBlocks) flash_bwd_dkdv_simt_kernel(const FlashParams p) {
   constexpr int kM = Tr::kBlockM, kN = Tr::kBlockN, kR = Tr::kRowsPerThread, kS = Tr::kScoreCols,
                 kC = Tr::kDimCols;
@@ -273,7 +380,8 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kBwdKvMinBlocks) flash_bwd_d
   float* sDelta = sL + kN;               // (kN)
 
   const int T = p.seq, D = p.head_dim;
-  const int k0 = int(blockIdx.x) * kM;
+  const int n_block = kFusedDq ? int(gridDim.x) - 1 - int(blockIdx.x) : int(blockIdx.x);
+  const int k0 = n_block * kM;
   const int b = int(blockIdx.y) / p.heads, h = int(blockIdx.y) % p.heads;
   const int ty = threadIdx.x / 16, tx = threadIdx.x % 16;
   const E* q = head_ptr<E>(p.q, p.q_strides, b, h);
@@ -314,9 +422,11 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kBwdKvMinBlocks) flash_bwd_d
         sP[(ty + 16 * i) * Tr::kScoreRow + col] = pv;
         sdS[(ty + 16 * i) * Tr::kScoreRow + col] = pv * (dp[i][j] - sDelta[col]);
       }
-    __syncwarp();
+    if constexpr (kFusedDq) __syncthreads();  // the dQ part reads every key's dS^T row
+    else __syncwarp();
     simt_weighted_rows<Tr>(dv, sP, sdO, ty, tx);  // dV += P^T dO
     simt_weighted_rows<Tr>(dk, sdS, sQ, ty, tx);  // dK += dS^T Q
+    if constexpr (kFusedDq) simt_hand_off_dq<Tr>(p, sdS, sK, m0, n_block, ty, tx);  // dQ += dS K
   }
 
   E* dk_out = static_cast<E*>(p.dk) + b * p.dk_strides.batch + h * p.dk_strides.head;
@@ -403,6 +513,21 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks) flash_bwd_dq_sim
       const int d = dim_col<Tr>(c, tx);
       if (d < D) dq_out[int64_t(row[i]) * p.dq_strides.row + d] = from_float<E>(dq[i][c] * p.scale);
     }
+  }
+}
+
+// Purpose: dQ (B,T,H,D) = scale * the fp32 accumulator (B*H, p.dq_accum_rows, kHeadDim) that
+// flash_bwd_dkdv_simt_kernel<Tr, E, true> summed. Grid-stride, one thread per element.
+template <class Tr, class E>
+__global__ void flash_bwd_dq_convert_simt_kernel(const FlashParams p) {
+  const int64_t n = int64_t(p.batch) * p.heads * p.seq * p.head_dim;
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
+    const int d = int(i % p.head_dim);
+    const int64_t r = i / p.head_dim, bh = r / p.seq;
+    const int t = int(r % p.seq), b = int(bh / p.heads), h = int(bh % p.heads);
+    const float v = p.dq_accum[(bh * p.dq_accum_rows + t) * Tr::kHeadDim + d];
+    static_cast<E*>(p.dq)[b * p.dq_strides.batch + int64_t(t) * p.dq_strides.row + h * p.dq_strides.head + d] =
+        from_float<E>(v * p.scale);
   }
 }
 
