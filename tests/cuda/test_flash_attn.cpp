@@ -30,7 +30,7 @@
 //
 // Also: outputs start as NaN (an element a kernel skips fails); the backward is bitwise
 // deterministic; L of every row; unsupported requests are UsageErrors. Skipped without a GPU.
-// LLMHPC_FLASH_BWD=fused runs all of it with the CUDA-core kernels' fused dQ (flash_attn.h).
+// The CUDA-core variants run the fused dQ (flash_attn.h); LLMHPC_FLASH_BWD=split runs them split.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -214,8 +214,12 @@ class FlashAttnGpu : public ::testing::Test {
     auto rule = [&](const std::vector<double>& g, const std::vector<double>& n, const std::vector<double>& r,
                     const char* name, bool gradient, double extra_floor) {
       const double err = max_abs_diff(g, r), naive_err = max_abs_diff(n, r);
+      // fp32: both errors are a few units in the last place, and their maxima over the
+      // elements fluctuate from draw to draw (seen on an H100: flash 2.27x naive at 6.3e-7,
+      // fp32, T=50, D=20), so a few such units at the result's scale are allowed on top.
+      const double ulps = var.dtype == DType::F32 ? 8 * std::ldexp(1.0, -24) * max_abs(r) : 0.0;
       const double floor =
-          2 * storage_error(r, var.dtype) + (gradient ? 2 * l_term * max_abs(r) : 0.0) + extra_floor;
+          2 * storage_error(r, var.dtype) + (gradient ? 2 * l_term * max_abs(r) : 0.0) + extra_floor + ulps;
       EXPECT_LE(err, 2 * naive_err + floor)
           << what.str() << ": " << name << " error " << err << ", naive same-precision error " << naive_err;
     };
@@ -258,7 +262,7 @@ TEST_F(FlashAttnGpu, LongSequence) {
     for (bool causal : {true, false}) check(var, {1, 700, 2, 64}, causal);
 }
 
-// With LLMHPC_FLASH_BWD=fused the CUDA-core variants sum dQ across CTAs (in a fixed order):
+// The CUDA-core variants sum dQ across CTAs (in a fixed order, unless LLMHPC_FLASH_BWD=split):
 // the larger shapes give many CTAs in flight per query tile.
 TEST_F(FlashAttnGpu, BackwardIsDeterministic) {
   const char* mode = flash::flash_fused_dq() ? " (fused dQ)" : " (split)";

@@ -254,7 +254,7 @@ namespace {
 
 namespace fe = llmhpc::flash_emu;
 
-// Fused: the CUDA-core backward with the dQ summed by the dK/dV kernel (LLMHPC_FLASH_BWD=fused).
+// Fused: the CUDA-core backward with the dQ summed by the dK/dV kernel (the default on the GPU).
 enum class EmuImpl { TensorCoreBf16, SimtFp32, SimtBf16, SimtFp32Fused, SimtBf16Fused };
 const char* emu_name(EmuImpl i) {
   switch (i) {

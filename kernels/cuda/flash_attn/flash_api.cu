@@ -104,14 +104,21 @@ FlashParams packed_params(DType dtype, const void* qkv, void* out, float* lse, i
 bool flash_fused_dq() {
   static const bool fused = [] {
     const char* e = std::getenv("LLMHPC_FLASH_BWD");
-    if (!e || std::strcmp(e, "split") == 0) return false;
-    if (std::strcmp(e, "fused") == 0) return true;
+    if (!e || std::strcmp(e, "fused") == 0) return true;
+    if (std::strcmp(e, "split") == 0) return false;
     throw UsageError(std::string("LLMHPC_FLASH_BWD=") + e + ": expected split or fused");
   }();
   return fused;
 }
 
 namespace {
+// Whether the backward may run on CUDA cores, the only kernels with a fused dQ (bf16 with a
+// head dim that is a multiple of 8 runs on tensor cores unless told otherwise).
+bool fused_dq_scratch(const FlashParams& p) {
+  return flash_fused_dq() &&
+         (p.impl == FlashImpl::Simt || simt_forced() || p.dtype != DType::BF16 || p.head_dim % 8 != 0);
+}
+
 // Scratch layout: delta, then (fused) the accumulator, rows rounded up to 64 (every CUDA-core
 // query tile), then the counters, one per 32 queries (the smallest query tile).
 size_t align16(size_t n) { return (n + 15) / 16 * 16; }
@@ -124,7 +131,7 @@ size_t accum_bytes(const FlashParams& p) {
 }  // namespace
 
 size_t flash_backward_scratch_bytes(const FlashParams& p) {
-  if (!flash_fused_dq()) return delta_bytes(p);
+  if (!fused_dq_scratch(p)) return delta_bytes(p);
   return delta_bytes(p) + accum_bytes(p) + size_t(p.batch) * p.heads * counter_stride(p) * sizeof(int);
 }
 
@@ -139,7 +146,7 @@ void set_packed_backward(FlashParams& p, const void* dout, void* dqkv, void* scr
   p.dv = base + 2 * hd * element;
   p.dq_strides = p.dk_strides = p.dv_strides = p.q_strides;
   p.delta = static_cast<float*>(scratch);
-  if (flash_fused_dq()) {
+  if (fused_dq_scratch(p)) {
     char* base = static_cast<char*>(scratch) + delta_bytes(p);
     p.dq_accum = reinterpret_cast<float*>(base);
     p.dq_counters = reinterpret_cast<int*>(base + accum_bytes(p));

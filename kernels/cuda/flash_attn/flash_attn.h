@@ -6,8 +6,9 @@
 // key-stationary kernel and dQ from a query-stationary one, so nothing of size T x T is ever
 // stored and no atomics are used: the backward is deterministic (bitwise the same on every
 // run), at the price of computing Q K^T and dO V^T twice (7 instead of 5 matrix products).
-// LLMHPC_FLASH_BWD=fused: the CUDA-core dK/dV kernel also sums dQ (5 products), adding into
-// an fp32 accumulator in a fixed order, so just as deterministic (flash_fused_dq()).
+// The CUDA-core dK/dV kernel also sums dQ (5 products), adding into an fp32 accumulator in a
+// fixed order, so the backward stays deterministic (flash_fused_dq(); LLMHPC_FLASH_BWD=split
+// for the 7-product split).
 //
 // Storage dtypes: fp32 (CUDA-core kernels, fp32 arithmetic) or bf16 (tensor cores,
 // mma.sync m16n8k16 with fp32 accumulation; bf16 is a storage format, P is rounded to bf16
@@ -63,8 +64,9 @@ struct FlashParams {
   void* dv = nullptr;
   Strides dq_strides, dk_strides, dv_strides;
   float* delta = nullptr;  // scratch (B,H,T) fp32: flash_backward_scratch_bytes()
-  // Scratch of the fused dQ (LLMHPC_FLASH_BWD=fused; null otherwise): an fp32 accumulator
-  // (B*H, dq_accum_rows, padded head dim) and per query tile counters (B*H, dq_counter_stride).
+  // Scratch of the fused dQ, null where there is none (tensor cores, LLMHPC_FLASH_BWD=split):
+  // an fp32 accumulator (B*H, dq_accum_rows, padded head dim) and per query tile counters
+  // (B*H, dq_counter_stride).
   float* dq_accum = nullptr;
   int* dq_counters = nullptr;
   int dq_accum_rows = 0, dq_counter_stride = 0;
@@ -78,14 +80,14 @@ FlashParams packed_params(DType dtype, const void* qkv, void* out, float* lse, i
 // (flash_backward_scratch_bytes(p) bytes, 16-byte aligned): delta and the fused dQ's.
 void set_packed_backward(FlashParams& p, const void* dout, void* dqkv, void* scratch);
 
-// Bytes of the backward's scratch for p's sizes: delta ((B,H,T) fp32), plus with
-// LLMHPC_FLASH_BWD=fused the fused dQ's accumulator and counters.
+// Bytes of the backward's scratch for p's sizes: delta ((B,H,T) fp32), plus, where the
+// CUDA-core kernels may run and the fused dQ is on, its accumulator and counters.
 size_t flash_backward_scratch_bytes(const FlashParams& p);
 
-// Backward variant of the CUDA-core kernels, LLMHPC_FLASH_BWD=split|fused (read once):
-// split (default): a dK/dV kernel and a dQ kernel that recomputes Q K^T and dO V^T (seven
-// matrix products); fused: the dK/dV kernel also adds dS K into an fp32 dQ accumulator in a
-// fixed order (five products; deterministic too). The tensor-core kernels always split.
+// Backward variant of the CUDA-core kernels, LLMHPC_FLASH_BWD=fused|split (read once):
+// fused (default): the dK/dV kernel also adds dS K into an fp32 dQ accumulator in a fixed
+// order (five products; deterministic); split: a dK/dV kernel and a dQ kernel that recomputes
+// Q K^T and dO V^T (seven). The tensor-core kernels always split (fused was slower there).
 bool flash_fused_dq();
 
 // Enqueue on `stream`. Throw UsageError for what the kernels do not support (dtype, head

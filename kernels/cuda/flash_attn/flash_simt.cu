@@ -1,6 +1,7 @@
-// Launchers of the CUDA-core kernels: fp32 and bf16 storage x compiled head dims; the
-// backward split (dK/dV, then dQ) or fused (LLMHPC_FLASH_BWD=fused: dK/dV and the dQ
-// accumulator, then its conversion).
+// Launchers of the CUDA-core kernels: fp32 and bf16 storage x compiled head dims. The
+// backward is fused (dK/dV kernel summing dQ into the accumulator, then its conversion) when
+// the scratch of flash_backward_scratch_bytes() holds the accumulator, the default; split
+// (dK/dV, then dQ) with LLMHPC_FLASH_BWD=split.
 #include <algorithm>
 
 #include "kernels/cuda/flash_attn/flash_launch.cuh"
@@ -21,9 +22,7 @@ template <int kHeadDim, class E>
 void run_bwd(const FlashParams& p, cudaStream_t stream) {
   using Tr = SimtTraits<kHeadDim>;
   const dim3 grid(ceil_div(p.seq, Tr::kBlockM), unsigned(p.batch * p.heads));
-  if (flash_fused_dq()) {  // five products: dQ summed by the dK/dV kernel (flash_attn.h)
-    if (!p.dq_accum || !p.dq_counters)
-      throw UsageError("flash backward: LLMHPC_FLASH_BWD=fused needs the scratch of flash_backward_scratch_bytes()");
+  if (flash_fused_dq() && p.dq_accum && p.dq_counters) {  // five products: dQ summed by the dK/dV kernel
     CUDA_CHECK(cudaMemsetAsync(p.dq_counters, 0, size_t(grid.y) * p.dq_counter_stride * sizeof(int), stream));
     launch_kernel(flash_bwd_dkdv_simt_kernel<Tr, E, true>, grid, Tr::kThreads, Tr::kBwdKvSmemBytes, stream, p);
     const int64_t n = int64_t(p.batch) * p.heads * p.seq * p.head_dim;
