@@ -141,7 +141,8 @@ void TransformerLM::init_parameters(uint64_t seed) {
 
 void TransformerLM::parameters_changed() {
   if (!params_lowp_.empty()) ops_.convert(params_lowp_, params_);
-  layer_window_.begin = layer_window_.end = head_window_.begin = head_window_.end = 0;  // stale casts
+  layer_window_.forget();
+  head_window_.forget();
 }
 
 void TransformerLM::set_batch(const int32_t* tokens, const int32_t* targets, int64_t batch, int64_t seq) {
@@ -201,7 +202,8 @@ void TransformerLM::forward() {
   LLMHPC_CHECK(act_ != nullptr, "forward() before set_batch()");
   NvtxRange range("forward");
   Activations& A = *act_;
-  layer_window_.begin = layer_window_.end = head_window_.begin = head_window_.end = 0;  // weights may have changed
+  layer_window_.forget();  // AdamW may have changed the weights since the last forward
+  head_window_.forget();
   const int64_t L = config_.num_layers, C = config_.d_model, F = config_.d_ff, H = config_.num_heads;
   const AttentionDims dims{batch_, seq_, H, config_.head_dim(), true, attention_};
 

@@ -53,7 +53,6 @@ class TransformerLM {
   // The bf16 copy of all weights, which the optimizer keeps current; empty unless bf16 with
   // MemoryPlan::Fast.
   Tensor params_lowp() const { return params_lowp_; }
-  MemoryPlan memory_plan() const { return memory_; }
   Tensor param(const std::string& name) const { return view(params_, name); }
   Tensor grad(const std::string& name) const { return view(grads_, name); }
 
@@ -86,6 +85,7 @@ class TransformerLM {
   struct CastWindow {
     Buffer buffer;
     int64_t begin = 0, end = 0;
+    void forget() { begin = end = 0; }  // the parameters changed since the cast
   };
   void cast_into(CastWindow& window, std::pair<int64_t, int64_t> range);
   bool casts_per_layer() const { return memory_ == MemoryPlan::LowMemory && precision_ == Precision::BF16; }

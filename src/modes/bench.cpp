@@ -102,6 +102,7 @@ void run(ModeContext& ctx) {
   Device& dev = *ctx.backend.device;
   Ops& ops = *ctx.backend.ops;
   const uint64_t seed = uint64_t(opt_int(vm, "seed"));
+  const MemoryPlan memory = memory_plan(vm);
 
   // Configurations the backend cannot run at all are an error before anything starts.
   collective_check(ctx.rt, [&] {
@@ -114,7 +115,7 @@ void run(ModeContext& ctx) {
 
   log_root(ctx.rt, "bench: %zu configuration(s), phase %s, %lld warm-up + %lld timed steps, %d rank(s) on %s%s\n",
            cases.size(), phase_name(phase), (long long)warmup, (long long)steps, ctx.rt.world_size,
-           dev.name().c_str(), memory_plan(vm) == MemoryPlan::LowMemory ? ", --low-memory" : "");
+           dev.name().c_str(), memory == MemoryPlan::LowMemory ? ", --low-memory" : "");
   TextTable table({"Model", "d_model", "d_ff", "layers", "heads", "ctx", "batch", "prec", "attn", "Fwd mean",
                    "Fwd std", "Bwd mean", "Bwd std", "Opt mean", "Opt std", "Total", "status"});
   auto timer = dev.make_timer(4);
@@ -135,7 +136,7 @@ void run(ModeContext& ctx) {
         .attr("vocab_size", c.model.vocab_size).attr("context_length", c.model.context_length)
         .attr("batch_size", c.batch).attr("precision", std::string(precision_name(c.precision)))
         .attr("attention", std::string(attention_name(c.attention))).attr("phase", std::string(phase_name(phase)))
-        .attr("low_memory", int64_t(memory_plan(ctx.vm) == MemoryPlan::LowMemory ? 1 : 0))
+        .attr("low_memory", int64_t(memory == MemoryPlan::LowMemory ? 1 : 0))
         .attr("warmup", warmup).attr("steps", steps).attr("num_params", c.model.num_params())
         .attr("model_flops_fwd_bwd", model_flops_fwd_bwd(c.model, c.batch, c.model.context_length));
     Samples warm, timed;
@@ -145,7 +146,7 @@ void run(ModeContext& ctx) {
         ModelConfig shape = c.model;
         for (size_t k = i; k < cases.size() && model_key(cases[k]) == live.key; ++k)
           shape.context_length = std::max(shape.context_length, cases[k].model.context_length);
-        live.model = std::make_unique<TransformerLM>(shape, c.precision, c.attention, dev, ops, memory_plan(ctx.vm));
+        live.model = std::make_unique<TransformerLM>(shape, c.precision, c.attention, dev, ops, memory);
         live.model->init_parameters(seed);
         if (phase == Phase::TrainStep) live.opt = std::make_unique<AdamW>(*live.model, ops, AdamWHyper{});
       }

@@ -322,43 +322,31 @@ CommHandle issue(Communicator& comm, const Call& c, bool blocking) {
   return {};
 }
 
-// Runs `n` iterations and returns each one's time in microseconds: a mark (CUDA event on
-// the communicator's stream for nccl, MPI_Wtime for mpi) between consecutive operations.
-// With nccl the operations are enqueued back to back, but at small sizes the host's enqueue
-// rate limits them, and the marks themselves add to it (2-3 us per 1 MB all-reduce on
-// H200s, docs/results/comm.md): per-iteration times are for the spread, back_to_back_us
-// for the mean.
-std::vector<double> timed_iterations(Communicator& comm, const Call& call, int64_t n) {
-  std::vector<double> times_us;
-  if (n == 0) return times_us;
-  auto timer = comm.make_timer(int(n) + 1);
+// Issues `n` operations back to back, timed on the communicator's own timeline (CUDA events
+// on its stream for nccl, MPI_Wtime for mpi), and returns in microseconds the time of each
+// operation (`each`: a mark between consecutive operations) or the mean per operation (one
+// mark before the first and one after the last: nccl-tests' measurement). At small sizes
+// the host's enqueue rate limits nccl, and the marks between operations add to it (2-3 us per
+// 1 MB all-reduce on H200s, docs/results/comm.md): per-operation times are for the spread,
+// the mean is the table's.
+std::vector<double> timed_iterations(Communicator& comm, const Call& call, int64_t n, bool each) {
+  if (n == 0) return {};
+  auto timer = comm.make_timer(each ? int(n) + 1 : 2);
   const bool blocking = !comm.stream_ordered();
   comm.barrier();  // ranks start together
   CommHandle last;
+  timer->mark(0);
   for (int64_t k = 0; k < n; ++k) {
-    timer->mark(int(k));
+    if (each && k > 0) timer->mark(int(k));
     last = issue(comm, call, blocking);
   }
-  timer->mark(int(n));
+  timer->mark(each ? int(n) : 1);
   last.wait();
   comm.synchronize();
+  if (!each) return {timer->elapsed_ms(0, 1) * 1e3 / double(n)};
+  std::vector<double> times_us;
   for (int64_t k = 0; k < n; ++k) times_us.push_back(timer->elapsed_ms(int(k), int(k) + 1) * 1e3);
   return times_us;
-}
-
-// nccl-tests' measurement: `n` operations issued back to back with nothing between them,
-// one mark before and one after; returns the mean time per operation in microseconds.
-double back_to_back_us(Communicator& comm, const Call& call, int64_t n) {
-  auto timer = comm.make_timer(2);
-  const bool blocking = !comm.stream_ordered();
-  comm.barrier();
-  CommHandle last;
-  timer->mark(0);
-  for (int64_t k = 0; k < n; ++k) last = issue(comm, call, blocking);
-  timer->mark(1);
-  last.wait();
-  comm.synchronize();
-  return timer->elapsed_ms(0, 1) * 1e3 / double(n);
 }
 
 // One run on verifiable inputs; returns this rank's number of wrong elements.
@@ -503,9 +491,9 @@ void run(ModeContext& ctx) {
           space.upload(recv.tensor().data, v.recv);
           space.settle();
 
-          const std::vector<double> warm = timed_iterations(*comm, call, s.warmup);
-          const std::vector<double> times = timed_iterations(*comm, call, s.iters);
-          const double mean_us = back_to_back_us(*comm, call, s.iters);
+          const std::vector<double> warm = timed_iterations(*comm, call, s.warmup, true);
+          const std::vector<double> times = timed_iterations(*comm, call, s.iters, true);
+          const double mean_us = timed_iterations(*comm, call, s.iters, false).at(0);
           const int64_t wrong = s.check ? check_once(*comm, space, call, shape, v, send.tensor().data, recv.tensor().data) : -1;
 
           std::vector<double> algbw, busbw;
