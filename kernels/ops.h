@@ -100,7 +100,8 @@ class Ops {
 
   // y (N,out) = x (N,in) W^T with W (out,in). No bias.
   virtual void linear_forward(Tensor y, Tensor x, Tensor w) = 0;
-  // dx (N,in) = dy W (skipped if dx is empty); dw (out,in) = (or +=) dy^T x.
+  // dx (N,in) = dy W (skipped if dx is empty); dw (out,in) = (or +=) dy^T x (skipped if dw
+  // is empty; x may then be empty too).
   virtual void linear_backward(Tensor dx, Tensor dw, Tensor dy, Tensor x, Tensor w, bool accumulate) = 0;
 
   // RoPE in place on the q and k parts of qkv (B,T,3,H,D), interleaved pairs
@@ -118,8 +119,10 @@ class Ops {
 
   // SwiGLU gate: out (N,F) = silu(h[:, :F]) * h[:, F:], h (N,2F) = [W1 x, W3 x].
   virtual void swiglu_forward(Tensor out, Tensor h) = 0;
-  // dh (N,2F) from dout (N,F) and h.
-  virtual void swiglu_backward(Tensor dh, Tensor dout, Tensor h) = 0;
+  // dh (N,2F) from dout (N,F) and h. If `out` is not empty it also receives swiglu_forward's
+  // out, bitwise: the model's backward needs that product again, and recomputing it here
+  // reads h once instead of twice.
+  virtual void swiglu_backward(Tensor dh, Tensor out, Tensor dout, Tensor h) = 0;
 
   // losses (N) = logsumexp(logits[n]) - logits[n, targets[n]]; logits (N,V), targets (N) int32.
   virtual void cross_entropy_forward(Tensor losses, Tensor logits, Tensor targets) = 0;

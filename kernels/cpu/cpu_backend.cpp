@@ -137,15 +137,18 @@ class CpuOps final : public Ops {
     });
   }
   void linear_backward(Tensor dx, Tensor dw, Tensor dy, Tensor x, Tensor w, bool accumulate) override {
-    const int64_t out_f = w.dim(0), in_f = w.dim(1), N = x.numel() / in_f;
-    expect(dy.numel() == N * out_f && dw.numel() == w.numel(), "linear_backward", "shapes");
+    const int64_t out_f = w.dim(0), in_f = w.dim(1), N = dy.numel() / out_f;
+    expect(dy.numel() == N * out_f && (dx.empty() || dx.numel() == N * in_f) &&
+               (dw.empty() || (dw.numel() == w.numel() && x.numel() == N * in_f)),
+           "linear_backward", "shapes");
     same_dtype("linear_backward", {&dx, &dw, &dy, &x, &w});
-    dispatch("linear_backward", x, [&](auto T) {
+    dispatch("linear_backward", dy, [&](auto T) {
       using E = decltype(T);
       if (!dx.empty())
         cpu::gemm(false, false, N, in_f, out_f, E(1), dy.ptr<E>(), out_f, w.ptr<E>(), in_f, E(0), dx.ptr<E>(), in_f);
-      cpu::gemm(true, false, out_f, in_f, N, E(1), dy.ptr<E>(), out_f, x.ptr<E>(), in_f, E(accumulate ? 1 : 0),
-                dw.ptr<E>(), in_f);
+      if (!dw.empty())
+        cpu::gemm(true, false, out_f, in_f, N, E(1), dy.ptr<E>(), out_f, x.ptr<E>(), in_f, E(accumulate ? 1 : 0),
+                  dw.ptr<E>(), in_f);
     });
   }
   void rope_forward(Tensor qkv, int64_t heads, double theta) override { rope(qkv, heads, theta, +1.0); }
@@ -198,13 +201,14 @@ class CpuOps final : public Ops {
       cpu::swiglu_forward(out.ptr<E>(), h.ptr<E>(), N, F);
     });
   }
-  void swiglu_backward(Tensor dh, Tensor dout, Tensor h) override {
+  void swiglu_backward(Tensor dh, Tensor out, Tensor dout, Tensor h) override {
     const int64_t F = dout.dim(-1), N = dout.numel() / F;
-    expect(h.numel() == 2 * N * F && dh.numel() == h.numel(), "swiglu_backward", "shapes");
-    same_dtype("swiglu_backward", {&dh, &dout, &h});
+    expect(h.numel() == 2 * N * F && dh.numel() == h.numel() && (out.empty() || out.numel() == N * F),
+           "swiglu_backward", "shapes");
+    same_dtype("swiglu_backward", {&dh, &out, &dout, &h});
     dispatch("swiglu_backward", h, [&](auto T) {
       using E = decltype(T);
-      cpu::swiglu_backward(dh.ptr<E>(), dout.ptr<E>(), h.ptr<E>(), N, F);
+      cpu::swiglu_backward(dh.ptr<E>(), out.empty() ? nullptr : out.ptr<E>(), dout.ptr<E>(), h.ptr<E>(), N, F);
     });
   }
   void cross_entropy_forward(Tensor losses, Tensor logits, Tensor targets) override {

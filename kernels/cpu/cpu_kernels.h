@@ -213,8 +213,9 @@ void swiglu_forward(T* out, const T* h, int64_t N, int64_t F) {
     }
 }
 
+// out (may be null) = swiglu_forward's out, in its arithmetic.
 template <class T>
-void swiglu_backward(T* dh, const T* dout, const T* h, int64_t N, int64_t F) {
+void swiglu_backward(T* dh, T* out, const T* dout, const T* h, int64_t N, int64_t F) {
 #pragma omp parallel for
   for (int64_t n = 0; n < N; ++n)
     for (int64_t f = 0; f < F; ++f) {
@@ -222,6 +223,7 @@ void swiglu_backward(T* dh, const T* dout, const T* h, int64_t N, int64_t F) {
       double sig = 1.0 / (1.0 + std::exp(-a));
       dh[n * 2 * F + f] = T(g * b * sig * (1.0 + a * (1.0 - sig)));
       dh[n * 2 * F + F + f] = T(g * a * sig);
+      if (out) out[n * F + f] = T(a / (1.0 + std::exp(-a)) * b);
     }
 }
 

@@ -83,16 +83,18 @@ void CudaOps::linear_forward(Tensor y, Tensor x, Tensor w) {
             {y.data, y.dtype, out_f});
 }
 
-// dx (N,in) = dy W; dw (out,in) = (or +=) dy^T x.
+// dx (N,in) = dy W; dw (out,in) = (or +=) dy^T x; either may be empty (skipped).
 void CudaOps::linear_backward(Tensor dx, Tensor dw, Tensor dy, Tensor x, Tensor w, bool accumulate) {
-  const int64_t out_f = w.dim(0), in_f = w.dim(1), N = x.numel() / in_f;
-  expect(dy.numel() == N * out_f && dw.numel() == w.numel() && (dx.empty() || dx.numel() == x.numel()),
+  const int64_t out_f = w.dim(0), in_f = w.dim(1), N = dy.numel() / out_f;
+  expect(dy.numel() == N * out_f && (dx.empty() || dx.numel() == N * in_f) &&
+             (dw.empty() || (dw.numel() == w.numel() && x.numel() == N * in_f)),
          "linear_backward", "shapes");
   if (!dx.empty())
     gemm_.run(false, false, N, in_f, out_f, 1.f, {dy.data, dy.dtype, out_f}, {w.data, w.dtype, in_f}, 0.f,
               {dx.data, dx.dtype, in_f});
-  gemm_.run(true, false, out_f, in_f, N, 1.f, {dy.data, dy.dtype, out_f}, {x.data, x.dtype, in_f},
-            accumulate ? 1.f : 0.f, {dw.data, dw.dtype, in_f});
+  if (!dw.empty())
+    gemm_.run(true, false, out_f, in_f, N, 1.f, {dy.data, dy.dtype, out_f}, {x.data, x.dtype, in_f},
+              accumulate ? 1.f : 0.f, {dw.data, dw.dtype, in_f});
 }
 
 void CudaOps::rope_forward(Tensor qkv, int64_t heads, double theta) { rope(qkv, heads, theta, +1.0); }
@@ -208,10 +210,11 @@ void CudaOps::swiglu_forward(Tensor out, Tensor h) {
   cuda::swiglu_forward(out, h, N, F, stream_);
 }
 
-void CudaOps::swiglu_backward(Tensor dh, Tensor dout, Tensor h) {
+void CudaOps::swiglu_backward(Tensor dh, Tensor out, Tensor dout, Tensor h) {
   const int64_t F = dout.dim(-1), N = dout.numel() / F;
-  expect(h.numel() == 2 * N * F && dh.numel() == h.numel(), "swiglu_backward", "shapes");
-  cuda::swiglu_backward(dh, dout, h, N, F, stream_);
+  expect(h.numel() == 2 * N * F && dh.numel() == h.numel() && (out.empty() || out.numel() == N * F),
+         "swiglu_backward", "shapes");
+  cuda::swiglu_backward(dh, out, dout, h, N, F, stream_);
 }
 
 void CudaOps::cross_entropy_forward(Tensor losses, Tensor logits, Tensor targets) {

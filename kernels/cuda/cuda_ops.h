@@ -24,7 +24,7 @@ class CudaOps final : public Ops {
   void attention_backward(Tensor dqkv, Tensor dout, Tensor out, Tensor saved, Tensor qkv,
                           const AttentionDims& d) override;
   void swiglu_forward(Tensor out, Tensor h) override;
-  void swiglu_backward(Tensor dh, Tensor dout, Tensor h) override;
+  void swiglu_backward(Tensor dh, Tensor out, Tensor dout, Tensor h) override;
   void cross_entropy_forward(Tensor losses, Tensor logits, Tensor targets) override;
   void cross_entropy_backward(Tensor dlogits, Tensor logits, Tensor targets, double scale) override;
   void adamw_step(Tensor param, Tensor grad, Tensor m, Tensor v, Tensor param_lowp, const AdamWHyper& h,

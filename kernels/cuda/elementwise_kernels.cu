@@ -82,22 +82,25 @@ __global__ void swiglu_forward_kernel(O* out, const H* h, int64_t N, int64_t F) 
   }
 }
 
-// da = g b s (1 + a (1 - s)), db = g a s with s = sigmoid(a); dh (N,2F) = [da | db].
+// da = g b s (1 + a (1 - s)), db = g a s with s = sigmoid(a); dh (N,2F) = [da | db]. If out
+// is not null it gets the forward's a s b (the same float operations as swiglu_forward_kernel).
 template <class DH, class G, class H, int kPack>
-__global__ void swiglu_backward_kernel(DH* dh, const G* dout, const H* h, int64_t N, int64_t F) {
+__global__ void swiglu_backward_kernel(DH* dh, DH* out, const G* dout, const H* h, int64_t N, int64_t F) {
   for (int64_t g = grid_index(); g < N * F / kPack; g += grid_stride()) {
     const int64_t i = g * kPack, n = i / F, f = i % F;
     const Pack<H, kPack> a = load_pack<kPack>(h + n * 2 * F + f), b = load_pack<kPack>(h + n * 2 * F + F + f);
     const Pack<G, kPack> d = load_pack<kPack>(dout + i);
-    Pack<DH, kPack> da, db;
+    Pack<DH, kPack> da, db, o;
 #pragma unroll
     for (int k = 0; k < kPack; ++k) {
       const float x = to_float(a.v[k]), y = to_float(b.v[k]), gk = to_float(d.v[k]), s = sigmoid(x);
       da.v[k] = from_float<DH>(gk * y * s * (1.f + x * (1.f - s)));
       db.v[k] = from_float<DH>(gk * x * s);
+      o.v[k] = from_float<DH>(x * s * y);
     }
     store_pack<kPack>(dh + n * 2 * F + f, da);
     store_pack<kPack>(dh + n * 2 * F + F + f, db);
+    if (out) store_pack<kPack>(out + i, o);
   }
 }
 
@@ -176,18 +179,20 @@ void swiglu_forward(Tensor out, Tensor h, int64_t N, int64_t F, cudaStream_t str
   });
 }
 
-void swiglu_backward(Tensor dh, Tensor dout, Tensor h, int64_t N, int64_t F, cudaStream_t stream) {
-  if (dout.dtype != dh.dtype) throw UsageError("swiglu_backward: dh and dout must have one dtype");
+void swiglu_backward(Tensor dh, Tensor out, Tensor dout, Tensor h, int64_t N, int64_t F, cudaStream_t stream) {
+  if (dout.dtype != dh.dtype || (!out.empty() && out.dtype != dh.dtype))
+    throw UsageError("swiglu_backward: dh, out and dout must have one dtype");
   dispatch_float("swiglu_backward", dh.dtype, [&](auto d) {
     dispatch_float("swiglu_backward", h.dtype, [&](auto hh) {
       using DH = decltype(d);
       using H = decltype(hh);
-      if (F % 4 == 0 && aligned_to(4 * sizeof(DH), {dh.data, dout.data}) && aligned_to(4 * sizeof(H), {h.data}))
+      DH* o = out.empty() ? nullptr : out.ptr<DH>();
+      if (F % 4 == 0 && aligned_to(4 * sizeof(DH), {dh.data, dout.data, o}) && aligned_to(4 * sizeof(H), {h.data}))
         swiglu_backward_kernel<DH, DH, H, 4><<<blocks_for(N * F / 4, kThreads), kThreads, 0, stream>>>(
-            dh.ptr<DH>(), dout.ptr<DH>(), h.ptr<H>(), N, F);
+            dh.ptr<DH>(), o, dout.ptr<DH>(), h.ptr<H>(), N, F);
       else
         swiglu_backward_kernel<DH, DH, H, 1><<<blocks_for(N * F, kThreads), kThreads, 0, stream>>>(
-            dh.ptr<DH>(), dout.ptr<DH>(), h.ptr<H>(), N, F);
+            dh.ptr<DH>(), o, dout.ptr<DH>(), h.ptr<H>(), N, F);
       CUDA_CHECK_LAUNCH();
     });
   });

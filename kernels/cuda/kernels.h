@@ -29,9 +29,10 @@ void rope_table(Tensor table, int64_t T, int64_t D, double theta, cudaStream_t s
 // positions; sign -1 applies the inverse rotation.
 void rope(Tensor qkv, Tensor table, int64_t B, int64_t T, int64_t H, int64_t D, double sign, cudaStream_t stream);
 
-// out (N,F) = silu(h[:, :F]) * h[:, F:]; dh (N,2F) from dout (N,F) and h (N,2F).
+// out (N,F) = silu(h[:, :F]) * h[:, F:]; dh (N,2F) from dout (N,F) and h (N,2F), and the
+// forward's out again (bitwise) unless that tensor is empty.
 void swiglu_forward(Tensor out, Tensor h, int64_t N, int64_t F, cudaStream_t stream);
-void swiglu_backward(Tensor dh, Tensor dout, Tensor h, int64_t N, int64_t F, cudaStream_t stream);
+void swiglu_backward(Tensor dh, Tensor out, Tensor dout, Tensor h, int64_t N, int64_t F, cudaStream_t stream);
 
 // Attention rows: `rows` rows of length T, row r is query position r % T of its (b, h).
 // Forward: scores -> probabilities in place (causal: key j > query i gets 0).

@@ -299,12 +299,13 @@ void TransformerLM::backward(GradientListener* listener, bool accumulate) {
     Activations::Layer& X = A.layers[l];
     if (casts_per_layer()) cast_into(layer_window_, layout_.layer_range(int(l)));
     // FFN branch: d_resid is the gradient of its output. Recomputed values are bitwise
-    // what forward had: the same kernels on the same saved inputs.
-    ops_.swiglu_forward(A.gated, X.h13);
+    // what forward had: the same arithmetic on the same saved inputs. W2's input gradient
+    // comes first, so the SwiGLU backward can recompute the product W2's weight gradient
+    // needs in the same pass over h13.
     Tensor dy = as_compute(A.d_resid, A.d_branch);
-    ops_.linear_backward(A.d_gated, grad(p + "ffn.w2.weight"), dy, A.gated, weight(p + "ffn.w2.weight"),
-                         accumulate);
-    ops_.swiglu_backward(A.d_h13, A.d_gated, X.h13);
+    ops_.linear_backward(A.d_gated, Tensor(), dy, Tensor(), weight(p + "ffn.w2.weight"), accumulate);
+    ops_.swiglu_backward(A.d_h13, A.gated, A.d_gated, X.h13);
+    ops_.linear_backward(Tensor(), grad(p + "ffn.w2.weight"), dy, A.gated, weight(p + "ffn.w2.weight"), accumulate);
     ops_.rmsnorm_forward(A.norm_out, X.ln2_rstd, X.resid_mid, param(p + "ln2.weight"));
     ops_.linear_backward(A.d_norm, grad_rows(p + "ffn.w1.weight", 2 * F), A.d_h13, A.norm_out,
                          weight_rows(p + "ffn.w1.weight", 2 * F), accumulate);

@@ -203,8 +203,9 @@ TEST(KernelBench, DISABLED_OpsOf2p7BLayerBf16) {
     g.ops.residual_rmsnorm_forward(resid2, normed, rstd, resid, branch, gain);
   });
   row("bwd convert dresid->bf16", bwd, 0, nc * 6, [&] { g.ops.convert(dbranch, dresid); });
-  row("bwd linear w2", bwd, 4.0 * N * F * C, 0, [&] { g.ops.linear_backward(dgated, dw2, dbranch, gated, w2, false); });
-  row("bwd swiglu", bwd, 0, nf * (2 + 4 + 4), [&] { g.ops.swiglu_backward(dh13, dgated, h13); });
+  row("bwd linear w2 dx", bwd, 2.0 * N * F * C, 0, [&] { g.ops.linear_backward(dgated, Tensor(), dbranch, Tensor(), w2, false); });
+  row("bwd swiglu (+ recompute)", bwd, 0, nf * (2 + 4 + 4 + 2), [&] { g.ops.swiglu_backward(dh13, gated, dgated, h13); });
+  row("bwd linear w2 dw", bwd, 2.0 * N * F * C, 0, [&] { g.ops.linear_backward(Tensor(), dw2, dbranch, gated, w2, false); });
   row("bwd linear w1|w3", bwd, 4.0 * N * C * 2 * F, 0, [&] { g.ops.linear_backward(dnorm, dw13, dh13, normed, w13, false); });
   row("bwd rmsnorm", bwd, 0, nc * (4 + 2 + 4 + 4), [&] { g.ops.rmsnorm_backward(dresid, dgain, dnorm, resid, gain, rstd, false); });
   row("bwd convert dresid->bf16 (2)", bwd, 0, nc * 6, [&] { g.ops.convert(dbranch, dresid); });

@@ -110,6 +110,12 @@ TEST_F(CudaOps, LinearBackwardOverwritesDxAndOverwritesOrAccumulatesDw) {
     cpu().linear_backward(Tensor(), dw.cpu, dy.cpu, x.cpu, w.cpu, true);
     gpu().linear_backward(Tensor(), dw.gpu, dy.gpu, x.gpu, w.gpu, true);
     EXPECT_LE(error(dw), kFp32Tol) << dtype_name(dt) << ", " << seed_note();
+    // Without dw (and x), only dx is written.
+    Twin dx2 = poisoned({N, in}, dt);
+    cpu().linear_backward(dx2.cpu, Tensor(), dy.cpu, Tensor(), w.cpu, false);
+    gpu().linear_backward(dx2.gpu, Tensor(), dy.gpu, Tensor(), w.gpu, false);
+    EXPECT_LE(error(dx2), tol(dt, bf16_bound(1))) << dtype_name(dt) << ", " << seed_note();
+    EXPECT_LE(error(dw), kFp32Tol) << dtype_name(dt) << ", " << seed_note();
   }
 }
 
@@ -154,19 +160,24 @@ TEST_F(CudaOps, NaiveAttentionForwardAndBackward) {
     }
 }
 
-// F = 36 takes the 4-wide vector path, F = 37 the scalar one. One bf16 rounding each.
+// F = 36 takes the 4-wide vector path, F = 37 the scalar one. One bf16 rounding each. The
+// backward's copy of the forward's product is bitwise the forward's.
 TEST_F(CudaOps, SwiGluForwardAndBackward) {
   for (DType dt : {F32, BF16})
     for (int64_t F : {36, 37}) {
       const int64_t N = 20;
-      Twin h = random({N, 2 * F}, dt, 2.0), out = poisoned({N, F}, dt);
-      Twin dout = random({N, F}, dt), dh = poisoned({N, 2 * F}, dt);
+      Twin h = random({N, 2 * F}, dt, 2.0), out = poisoned({N, F}, dt), again = poisoned({N, F}, dt);
+      Twin dout = random({N, F}, dt), dh = poisoned({N, 2 * F}, dt), dh_only = poisoned({N, 2 * F}, dt);
       cpu().swiglu_forward(out.cpu, h.cpu);
       gpu().swiglu_forward(out.gpu, h.gpu);
-      cpu().swiglu_backward(dh.cpu, dout.cpu, h.cpu);
-      gpu().swiglu_backward(dh.gpu, dout.gpu, h.gpu);
-      EXPECT_LE(error(out), tol(dt, bf16_bound(1))) << dtype_name(dt) << " F=" << F << ", " << seed_note();
-      EXPECT_LE(error(dh), tol(dt, bf16_bound(1))) << dtype_name(dt) << " F=" << F << ", " << seed_note();
+      cpu().swiglu_backward(dh.cpu, again.cpu, dout.cpu, h.cpu);
+      gpu().swiglu_backward(dh.gpu, again.gpu, dout.gpu, h.gpu);
+      gpu().swiglu_backward(dh_only.gpu, Tensor(), dout.gpu, h.gpu);
+      const std::string what = std::string(dtype_name(dt)) + " F=" + std::to_string(F) + ", " + seed_note();
+      EXPECT_LE(error(out), tol(dt, bf16_bound(1))) << what;
+      EXPECT_LE(error(dh), tol(dt, bf16_bound(1))) << what;
+      EXPECT_EQ(gpu_values(again), gpu_values(out)) << what;
+      EXPECT_EQ(gpu_values(dh_only), gpu_values(dh)) << what;
     }
 }
 

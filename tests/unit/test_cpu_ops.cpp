@@ -115,6 +115,12 @@ TEST_F(CpuOps, LinearIsXTimesWTransposedAndGradientsMatch) {
   const std::vector<double> once = dw.values();
   ops.linear_backward(Tensor(), dw, R, x, w, true);
   for (int64_t i = 0; i < Out * In; ++i) EXPECT_NEAR(dw.get(i), 2 * once[i], 1e-12);
+  // Without dw (and x), only dx is written.
+  const std::vector<double> dx_once = dx.values();
+  for (int64_t i = 0; i < N * In; ++i) dx.set(i, 7.0);
+  ops.linear_backward(dx, Tensor(), R, Tensor(), w, false);
+  EXPECT_EQ(dx.values(), dx_once);
+  for (int64_t i = 0; i < Out * In; ++i) EXPECT_NEAR(dw.get(i), 2 * once[i], 1e-12);
 }
 
 TEST_F(CpuOps, RopeRotatesInterleavedPairsOfQAndKOnly) {
@@ -212,13 +218,17 @@ TEST_F(CpuOps, SwigluMatchesDefinitionAndFiniteDifferences) {
       const double a = h.get(n * 2 * F + f), b = h.get(n * 2 * F + F + f);
       EXPECT_NEAR(out.get(n * F + f), a / (1 + std::exp(-a)) * b, 1e-12);
     }
-  HostTensor R = randn({N, F}), dh = make({N, 2 * F});
-  ops.swiglu_backward(dh, R, h);
+  HostTensor R = randn({N, F}), dh = make({N, 2 * F}), again = make({N, F});
+  ops.swiglu_backward(dh, again, R, h);
+  EXPECT_EQ(again.values(), out.values());  // the forward's product, bitwise
   auto fd = finite_difference(h, [&] {
     ops.swiglu_forward(out, h);
     return dot(out, R);
   });
   EXPECT_LT(rel_error(dh.values(), fd), kFdTol);
+  const std::vector<double> with_out = dh.values();
+  ops.swiglu_backward(dh, Tensor(), R, h);
+  EXPECT_EQ(dh.values(), with_out);
 }
 
 TEST_F(CpuOps, CrossEntropyMatchesDefinitionAndGradient) {
