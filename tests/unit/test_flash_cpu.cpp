@@ -340,21 +340,24 @@ Result run_emulated(EmuImpl impl, const std::vector<double>& qkv_v, const std::v
       using Tr = fe::SimtTraits<kD>;
       auto launch = [&](auto e) {
         using E = decltype(e);
-        const dim3 grid(tiles(Tr::kBlockM), bh);
+        const dim3 grid(bh, tiles(Tr::kBlockM));
         fe::emulate_launch(fe::flash_fwd_simt_kernel<Tr, E>, grid, Tr::kThreads, Tr::kFwdSmemBytes, p);
-        fe::emulate_launch(fe::flash_bwd_delta_kernel<E>, dim3(2), 64, 0, p);
-        if (emu_fused(impl)) {  // flash_simt.cu's fused launch; the first turn must write over the NaNs
+        if (emu_fused(impl)) {  // flash_simt.cu's fused launch: the first turn must write over the NaNs,
+                                // and the delta kernel zero the counters
           const int rows = int(tiles(64)) * 64, counters_per_head = int(tiles(32));
           std::vector<float> accum(size_t(bh) * rows * kD, NAN);
-          std::vector<int> counters(size_t(bh) * counters_per_head, 0);
+          std::vector<int> counters(size_t(bh) * counters_per_head, 7);
           fe::FlashParams f = p;
           f.dq_accum = accum.data(), f.dq_counters = counters.data();
           f.dq_accum_rows = rows, f.dq_counter_stride = counters_per_head;
+          fe::emulate_launch(fe::flash_bwd_delta_kernel<E>, dim3(2), 64, 0, f);
           fe::emulate_launch(fe::flash_bwd_dkdv_simt_kernel<Tr, E, true>, grid, Tr::kThreads, Tr::kBwdKvSmemBytes,
                              f);
-          fe::emulate_launch(fe::flash_bwd_dq_convert_simt_kernel<Tr, E>, dim3(3), 64, 0, f);
+          fe::emulate_launch(fe::flash_bwd_dq_convert_simt_kernel<Tr, E>, dim3((s.T * kD / 4 + 63) / 64, bh), 64, 0,
+                             f);
           return;
         }
+        fe::emulate_launch(fe::flash_bwd_delta_kernel<E>, dim3(2), 64, 0, p);
         fe::emulate_launch(fe::flash_bwd_dkdv_simt_kernel<Tr, E>, grid, Tr::kThreads, Tr::kBwdKvSmemBytes, p);
         fe::emulate_launch(fe::flash_bwd_dq_simt_kernel<Tr, E>, grid, Tr::kThreads, Tr::kBwdQSmemBytes, p);
       };

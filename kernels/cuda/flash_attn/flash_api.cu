@@ -159,7 +159,7 @@ const char* flash_impl_name(const FlashParams& p) { return use_tensor_cores(p, f
 
 void launch_bwd_delta(const FlashParams& p, cudaStream_t stream) {
   const int64_t rows = int64_t(p.batch) * p.seq * p.heads;
-  constexpr int kThreads = 256, kRowsPerBlock = kThreads / 32;
+  constexpr int kThreads = 256, kRowsPerBlock = kThreads / 16;
   const dim3 grid(static_cast<unsigned>(std::min<int64_t>((rows + kRowsPerBlock - 1) / kRowsPerBlock, 1 << 20)));
   launch_kernel(p.dtype == DType::F32 ? flash_bwd_delta_kernel<float> : flash_bwd_delta_kernel<bf16>, grid, kThreads, 0,
                 stream, p);

@@ -2,8 +2,6 @@
 // backward is fused (dK/dV kernel summing dQ into the accumulator, then its conversion) when
 // the scratch of flash_backward_scratch_bytes() holds the accumulator, the default; split
 // (dK/dV, then dQ) with LLMHPC_FLASH_BWD=split.
-#include <algorithm>
-
 #include "kernels/cuda/flash_attn/flash_launch.cuh"
 #include "kernels/cuda/flash_attn/flash_launch.h"
 #include "kernels/cuda/flash_attn/flash_simt_kernel.cuh"
@@ -14,20 +12,19 @@ namespace {
 template <int kHeadDim, class E>
 void run_fwd(const FlashParams& p, cudaStream_t stream) {
   using Tr = SimtTraits<kHeadDim>;
-  const dim3 grid(ceil_div(p.seq, Tr::kBlockM), unsigned(p.batch * p.heads));
+  const dim3 grid(unsigned(p.batch * p.heads), ceil_div(p.seq, Tr::kBlockM));
   launch_kernel(flash_fwd_simt_kernel<Tr, E>, grid, Tr::kThreads, Tr::kFwdSmemBytes, stream, p);
 }
 
 template <int kHeadDim, class E>
 void run_bwd(const FlashParams& p, cudaStream_t stream) {
   using Tr = SimtTraits<kHeadDim>;
-  const dim3 grid(ceil_div(p.seq, Tr::kBlockM), unsigned(p.batch * p.heads));
-  if (flash_fused_dq() && p.dq_accum && p.dq_counters) {  // five products: dQ summed by the dK/dV kernel
-    CUDA_CHECK(cudaMemsetAsync(p.dq_counters, 0, size_t(grid.y) * p.dq_counter_stride * sizeof(int), stream));
+  const dim3 grid(unsigned(p.batch * p.heads), ceil_div(p.seq, Tr::kBlockM));
+  // Five products: dQ summed by the dK/dV kernel (the delta kernel zeroed the counters).
+  if (flash_fused_dq() && p.dq_accum && p.dq_counters) {
     launch_kernel(flash_bwd_dkdv_simt_kernel<Tr, E, true>, grid, Tr::kThreads, Tr::kBwdKvSmemBytes, stream, p);
-    const int64_t n = int64_t(p.batch) * p.heads * p.seq * p.head_dim;
-    launch_kernel(flash_bwd_dq_convert_simt_kernel<Tr, E>, dim3(unsigned(std::min<int64_t>(ceil_div(n, 256), 8192))),
-                  256, 0, stream, p);
+    launch_kernel(flash_bwd_dq_convert_simt_kernel<Tr, E>,
+                  dim3(ceil_div(p.seq * (kHeadDim / 4), 256), unsigned(p.batch * p.heads)), 256, 0, stream, p);
     return;
   }
   launch_kernel(flash_bwd_dkdv_simt_kernel<Tr, E>, grid, Tr::kThreads, Tr::kBwdKvSmemBytes, stream, p);

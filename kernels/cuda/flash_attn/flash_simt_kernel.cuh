@@ -219,7 +219,7 @@ inline void add_to(float2* p, float2 v) { p->x += v.x, p->y += v.y; }
 
 // dQ[m0 + q] (unscaled) += the sum over the kBlockM keys of dS^T[key][q] K[key] for the kBlockN
 // queries q of one tile (dS^T and K in shared memory), handed into p.dq_accum in turn order:
-// key blocks from the last that sees the tile to the first (n_block). Thread (ty, tx) owns
+// key blocks from the first (every tile's first turn is key block 0) to the last. Thread (ty, tx) owns
 // queries kQ ty .. kQ ty + kQ - 1 (one float4 or float2 of a dS^T row) and columns
 // dim_col(c, tx). Ends with a __syncthreads (shared memory may be refilled after it).
 template <class Tr>
@@ -245,12 +245,11 @@ __device__ __forceinline__ void simt_hand_off_dq(const FlashParams& p, const flo
       for (int c = 0; c < kC; ++c) acc[u][c] += w[u] * bv[c];
   }
 
-  const int last = p.causal ? min(int(gridDim.x) - 1, m0 / Tr::kBlockM) : int(gridDim.x) - 1;
-  const int turn = last - n_block;
-  int* counter = p.dq_counters + int64_t(blockIdx.y) * p.dq_counter_stride + m0 / Tr::kBlockN;
+  const int turn = n_block;
+  int* counter = p.dq_counters + int64_t(blockIdx.x) * p.dq_counter_stride + m0 / Tr::kBlockN;
   if (threadIdx.x == 0) wait_turn(counter, turn);
   __syncthreads();
-  float* rows = p.dq_accum + (int64_t(blockIdx.y) * p.dq_accum_rows + m0 + kQ * ty) * kD;
+  float* rows = p.dq_accum + (int64_t(blockIdx.x) * p.dq_accum_rows + m0 + kQ * ty) * kD;
 #pragma unroll
   for (int u = 0; u < kQ; ++u) {
     if constexpr (kC >= 4) {
@@ -273,7 +272,8 @@ __device__ __forceinline__ void simt_hand_off_dq(const FlashParams& p, const flo
 }
 
 // Purpose: O and L for a tile of kBlockM queries of one (batch, head), on CUDA cores.
-// Grid: (query tiles, B*H), heaviest (causal) first; 256 threads.
+// Grid: (B*H, query tiles), causal: the heaviest tile of every head first (blockIdx.y 0 is
+// the last query tile), so the light ones, not the heavy, are left for the tail; 256 threads.
 // Algorithm: per visible key tile of kBlockN: S = Q K^T * scale (masked), online softmax with
 // the running max m and sum l of each row, O = c O + P V; finally O / l and L = m + log l.
 template <class Tr, class E>
@@ -287,8 +287,8 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks) flash_fwd_simt_k
   float* sP = sV + kN * Tr::kRow;              // (kM, kScoreRow)
 
   const int T = p.seq, D = p.head_dim;
-  const int q0 = (int(gridDim.x) - 1 - int(blockIdx.x)) * kM;
-  const int b = int(blockIdx.y) / p.heads, h = int(blockIdx.y) % p.heads;
+  const int q0 = (int(gridDim.y) - 1 - int(blockIdx.y)) * kM;
+  const int b = int(blockIdx.x) / p.heads, h = int(blockIdx.x) % p.heads;
   const int ty = threadIdx.x / 16, tx = threadIdx.x % 16;
   const E* q = head_ptr<E>(p.q, p.q_strides, b, h);
   const E* k = head_ptr<E>(p.k, p.k_strides, b, h);
@@ -356,15 +356,17 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks) flash_fwd_simt_k
 }
 
 // Purpose: dK, dV of a tile of kBlockM keys of one (batch, head), on CUDA cores.
-// Grid: (key tiles, B*H); 256 threads; stationary rows are keys, score columns are queries.
-// Algorithm: per query tile of kBlockN that can see the keys: S^T = K Q^T,
+// Grid: (B*H, key tiles): key block blockIdx.y, the first (heaviest, causal) of every head
+// first; 256 threads; stationary rows are keys, score columns are queries.
+// Algorithm: per query tile of kBlockN that can see the keys, from the last: S^T = K Q^T,
 // P^T = exp(S^T scale - L), dP^T = V dO^T, dS^T = P^T (dP^T - D); dV += P^T dO,
 // dK += dS^T Q; finally dK *= scale.
 // kFusedDq (FlashAttention-2's five products instead of seven, deterministic): also
-// dQ_tile += dS K, added into p.dq_accum (fp32) in a fixed order per query tile (turns):
-// key blocks from the last to the first, i.e. CTAs in blockIdx.x order (blockIdx.x = 0 is the
-// last key block), so a CTA only waits for CTAs of lower blockIdx.x, dispatched before it (no
-// deadlock); the first turn writes instead of adding. p.dq_counters must be zero.
+// dQ_tile += dS K, added into p.dq_accum (fp32) in a fixed order per query tile (turns): key
+// blocks from the first to the last, i.e. the head's CTAs in blockIdx.y order, so a CTA only
+// waits for CTAs dispatched before it (no deadlock); the first turn writes instead of adding.
+// Every CTA walks the query tiles from the last, so the key blocks of a head reach a tile at
+// the same step and wait only for each other's hand-offs. p.dq_counters must be zero.
 template <class Tr, class E, bool kFusedDq = false>
 __global__ void __launch_bounds__(Tr::kThreads, Tr::kBwdKvMinBlocks) flash_bwd_dkdv_simt_kernel(const FlashParams p) {
   constexpr int kM = Tr::kBlockM, kN = Tr::kBlockN, kR = Tr::kRowsPerThread, kS = Tr::kScoreCols,
@@ -380,9 +382,8 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kBwdKvMinBlocks) flash_bwd_d
   float* sDelta = sL + kN;               // (kN)
 
   const int T = p.seq, D = p.head_dim;
-  const int n_block = kFusedDq ? int(gridDim.x) - 1 - int(blockIdx.x) : int(blockIdx.x);
-  const int k0 = n_block * kM;
-  const int b = int(blockIdx.y) / p.heads, h = int(blockIdx.y) % p.heads;
+  const int n_block = int(blockIdx.y), k0 = n_block * kM;
+  const int b = int(blockIdx.x) / p.heads, h = int(blockIdx.x) % p.heads;
   const int ty = threadIdx.x / 16, tx = threadIdx.x % 16;
   const E* q = head_ptr<E>(p.q, p.q_strides, b, h);
   const E* dout = head_ptr<E>(p.dout, p.dout_strides, b, h);
@@ -398,7 +399,7 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kBwdKvMinBlocks) flash_bwd_d
   const float scale_log2 = p.scale * kLog2e;
 
   // Causal: earlier queries see none of these keys (k0 is a multiple of kN).
-  for (int m0 = p.causal ? k0 : 0; m0 < T; m0 += kN) {
+  for (int m0 = (T - 1) / kN * kN; m0 >= (p.causal ? k0 : 0); m0 -= kN) {
     __syncthreads();
     simt_load_tile<Tr, kN>(sQ, q, p.q_strides.row, m0, T, D);
     simt_load_tile<Tr, kN>(sdO, dout, p.dout_strides.row, m0, T, D);
@@ -445,7 +446,8 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kBwdKvMinBlocks) flash_bwd_d
 }
 
 // Purpose: dQ of a tile of kBlockM queries of one (batch, head), on CUDA cores.
-// Grid: (query tiles, B*H), heaviest first; 256 threads; stationary rows are queries.
+// Grid: (B*H, query tiles), heaviest first (as the forward); 256 threads; stationary rows are
+// queries.
 // Algorithm: per visible key tile of kBlockN: S = Q K^T, P = exp(S scale - L), dP = dO V^T,
 // dS = P (dP - D), dQ += dS K; finally dQ *= scale.
 template <class Tr, class E>
@@ -460,8 +462,8 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks) flash_bwd_dq_sim
   float* sdS = sV + kN * Tr::kRow;  // (kM, kScoreRow)
 
   const int T = p.seq, D = p.head_dim;
-  const int q0 = (int(gridDim.x) - 1 - int(blockIdx.x)) * kM;
-  const int b = int(blockIdx.y) / p.heads, h = int(blockIdx.y) % p.heads;
+  const int q0 = (int(gridDim.y) - 1 - int(blockIdx.y)) * kM;
+  const int b = int(blockIdx.x) / p.heads, h = int(blockIdx.x) % p.heads;
   const int ty = threadIdx.x / 16, tx = threadIdx.x % 16;
   const E* k = head_ptr<E>(p.k, p.k_strides, b, h);
   const E* v = head_ptr<E>(p.v, p.v_strides, b, h);
@@ -517,18 +519,26 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks) flash_bwd_dq_sim
 }
 
 // Purpose: dQ (B,T,H,D) = scale * the fp32 accumulator (B*H, p.dq_accum_rows, kHeadDim) that
-// flash_bwd_dkdv_simt_kernel<Tr, E, true> summed. Grid-stride, one thread per element.
+// flash_bwd_dkdv_simt_kernel<Tr, E, true> summed. Grid (float4s of a head / blockDim.x, B*H):
+// one thread per four elements, read as a float4 (and written as one: fp32 rows of whole
+// float4s).
 template <class Tr, class E>
 __global__ void flash_bwd_dq_convert_simt_kernel(const FlashParams p) {
-  const int64_t n = int64_t(p.batch) * p.heads * p.seq * p.head_dim;
-  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
-    const int d = int(i % p.head_dim);
-    const int64_t r = i / p.head_dim, bh = r / p.seq;
-    const int t = int(r % p.seq), b = int(bh / p.heads), h = int(bh % p.heads);
-    const float v = p.dq_accum[(bh * p.dq_accum_rows + t) * Tr::kHeadDim + d];
-    static_cast<E*>(p.dq)[b * p.dq_strides.batch + int64_t(t) * p.dq_strides.row + h * p.dq_strides.head + d] =
-        from_float<E>(v * p.scale);
+  constexpr int kGroups = Tr::kHeadDim / 4;  // float4s per accumulator row
+  const int i = int(blockIdx.x) * int(blockDim.x) + int(threadIdx.x), t = i / kGroups, d = 4 * (i % kGroups);
+  if (t >= p.seq || d >= p.head_dim) return;
+  const int b = int(blockIdx.y) / p.heads, h = int(blockIdx.y) % p.heads;
+  const float4 v = ld4(p.dq_accum + (int64_t(blockIdx.y) * p.dq_accum_rows + t) * Tr::kHeadDim + d);
+  E* dq = static_cast<E*>(p.dq) + b * p.dq_strides.batch + int64_t(t) * p.dq_strides.row + h * p.dq_strides.head + d;
+  if constexpr (std::is_same_v<E, float>) {
+    if (p.head_dim % 4 == 0 && reinterpret_cast<uintptr_t>(dq) % 16 == 0) {
+      *reinterpret_cast<float4*>(dq) = make_float4(v.x * p.scale, v.y * p.scale, v.z * p.scale, v.w * p.scale);
+      return;
+    }
   }
+#pragma unroll
+  for (int u = 0; u < 4; ++u)
+    if (d + u < p.head_dim) dq[u] = from_float<E>(comp(v, u) * p.scale);
 }
 
 }  // namespace llmhpc::flash
