@@ -76,6 +76,28 @@ __device__ __forceinline__ void simt_load_tile(float* smem, const E* gmem, int64
   }
 }
 
+// simt_load_tile through cp.async where it can (fp32 storage, rows of whole 16-byte chunks):
+// the copies land when a later cp_async_wait covers the caller's cp_async_commit, and cost no
+// registers meanwhile. Elsewhere (bf16, unaligned rows) it loads synchronously.
+template <class Tr, int kRows, class E>
+__device__ __forceinline__ void simt_load_tile_async(float* smem, const E* gmem, int64_t row_stride, int row0,
+                                                     int seq, int head_dim) {
+  if constexpr (std::is_same_v<E, float>) {
+    constexpr int kD = Tr::kHeadDim;
+    if (head_dim % 4 == 0 && reinterpret_cast<uintptr_t>(gmem) % 16 == 0 && row_stride % 4 == 0) {
+      static_assert(kRows * kD / 4 % Tr::kThreads == 0, "whole chunks per thread");
+#pragma unroll
+      for (int it = 0; it < kRows * kD / 4 / Tr::kThreads; ++it) {
+        const int i = threadIdx.x + it * Tr::kThreads, r = i / (kD / 4), d = 4 * (i % (kD / 4));
+        const bool valid = row0 + r < seq && d < head_dim;
+        cp_async_16(smem + r * Tr::kRow + d, valid ? gmem + int64_t(row0 + r) * row_stride + d : gmem, valid ? 16 : 0);
+      }
+      return;
+    }
+  }
+  simt_load_tile<Tr, kRows>(smem, gmem, row_stride, row0, seq, head_dim);
+}
+
 // Max and sum over the sixteen lanes (a half-warp) that share a row.
 __device__ __forceinline__ float row_max16(float x) {
 #pragma unroll
@@ -282,9 +304,8 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks) flash_fwd_simt_k
                 kC = Tr::kDimCols;
   extern __shared__ __align__(16) unsigned char smem[];
   float* sQ = reinterpret_cast<float*>(smem);  // (kM, kRow)
-  float* sK = sQ + kM * Tr::kRow;              // (kN, kRow)
-  float* sV = sK + kN * Tr::kRow;              // (kN, kRow)
-  float* sP = sV + kN * Tr::kRow;              // (kM, kScoreRow)
+  float* sKV = sQ + kM * Tr::kRow;             // 2 stages of K, V: (kN, kRow) each
+  float* sP = sKV + 4 * kN * Tr::kRow;         // (kM, kScoreRow)
 
   const int T = p.seq, D = p.head_dim;
   const int q0 = (int(gridDim.y) - 1 - int(blockIdx.y)) * kM;
@@ -294,19 +315,30 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks) flash_fwd_simt_k
   const E* k = head_ptr<E>(p.k, p.k_strides, b, h);
   const E* v = head_ptr<E>(p.v, p.v_strides, b, h);
 
-  simt_load_tile<Tr, kM>(sQ, q, p.q_strides.row, q0, T, D);
+  const int key_end = p.causal ? min(q0 + kM, T) : T;
+  // Stage s holds K at sKV + 2 s kN kRow and V right after it.
+  auto load_kv = [&](int stage, int k0) {
+    simt_load_tile_async<Tr, kN>(sKV + 2 * stage * kN * Tr::kRow, k, p.k_strides.row, k0, T, D);
+    simt_load_tile_async<Tr, kN>(sKV + (2 * stage + 1) * kN * Tr::kRow, v, p.v_strides.row, k0, T, D);
+  };
+  simt_load_tile_async<Tr, kM>(sQ, q, p.q_strides.row, q0, T, D);
+  load_kv(0, 0);
+  cp_async_commit();
   int row[kR];
   float acc[kR][kC] = {}, row_max[kR], row_sum[kR];  // max in log2 units
 #pragma unroll
   for (int i = 0; i < kR; ++i) row[i] = q0 + ty + 16 * i, row_max[i] = -INFINITY, row_sum[i] = 0.f;
   const float scale_log2 = p.scale * kLog2e;
-  const int key_end = p.causal ? min(q0 + kM, T) : T;
 
-  for (int k0 = 0; k0 < key_end; k0 += kN) {
-    __syncthreads();  // the previous tile is no longer read
-    simt_load_tile<Tr, kN>(sK, k, p.k_strides.row, k0, T, D);
-    simt_load_tile<Tr, kN>(sV, v, p.v_strides.row, k0, T, D);
+  // Two stages: K and V of the next tile load while this one is computed.
+  for (int k0 = 0, stage = 0; k0 < key_end; k0 += kN, stage ^= 1) {
+    __syncthreads();  // the previous tile (the other stage) is no longer read
+    if (k0 + kN < key_end) load_kv(stage ^ 1, k0 + kN);
+    cp_async_commit();
+    cp_async_wait<1>();  // this tile has landed
     __syncthreads();
+    const float* sK = sKV + 2 * stage * kN * Tr::kRow;
+    const float* sV = sK + kN * Tr::kRow;
 
     float s[kR][kS];
     simt_dots<Tr>(s, sQ, sK, ty, tx);
@@ -390,23 +422,28 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kBwdKvMinBlocks) flash_bwd_d
   const float* lse = p.lse + (int64_t(b) * p.heads + h) * T;
   const float* delta = p.delta + (int64_t(b) * p.heads + h) * T;
 
-  simt_load_tile<Tr, kM>(sK, head_ptr<E>(p.k, p.k_strides, b, h), p.k_strides.row, k0, T, D);
-  simt_load_tile<Tr, kM>(sV, head_ptr<E>(p.v, p.v_strides, b, h), p.v_strides.row, k0, T, D);
+  // Causal: earlier queries see none of these keys (k0 is a multiple of kN).
+  const int m_last = (T - 1) / kN * kN, m_first = p.causal ? k0 : 0;
+  auto load_q_do = [&](int m0) {
+    simt_load_tile_async<Tr, kN>(sQ, q, p.q_strides.row, m0, T, D);
+    simt_load_tile_async<Tr, kN>(sdO, dout, p.dout_strides.row, m0, T, D);
+  };
+  simt_load_tile_async<Tr, kM>(sK, head_ptr<E>(p.k, p.k_strides, b, h), p.k_strides.row, k0, T, D);
+  simt_load_tile_async<Tr, kM>(sV, head_ptr<E>(p.v, p.v_strides, b, h), p.v_strides.row, k0, T, D);
+  load_q_do(m_last);
+  cp_async_commit();
   int key[kR];
 #pragma unroll
   for (int i = 0; i < kR; ++i) key[i] = k0 + ty + 16 * i;
   float dk[kR][kC] = {}, dv[kR][kC] = {};
   const float scale_log2 = p.scale * kLog2e;
 
-  // Causal: earlier queries see none of these keys (k0 is a multiple of kN).
-  for (int m0 = (T - 1) / kN * kN; m0 >= (p.causal ? k0 : 0); m0 -= kN) {
-    __syncthreads();
-    simt_load_tile<Tr, kN>(sQ, q, p.q_strides.row, m0, T, D);
-    simt_load_tile<Tr, kN>(sdO, dout, p.dout_strides.row, m0, T, D);
+  for (int m0 = m_last; m0 >= m_first; m0 -= kN) {
     for (int i = threadIdx.x; i < kN; i += Tr::kThreads) {
       sL[i] = m0 + i < T ? lse[m0 + i] * kLog2e : 0.f;
       sDelta[i] = m0 + i < T ? delta[m0 + i] : 0.f;
     }
+    cp_async_wait<0>();  // Q and dO of this tile
     __syncthreads();
 
     float s[kR][kS], dp[kR][kS];
@@ -427,6 +464,9 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kBwdKvMinBlocks) flash_bwd_d
     else __syncwarp();
     simt_weighted_rows<Tr>(dv, sP, sdO, ty, tx);  // dV += P^T dO
     simt_weighted_rows<Tr>(dk, sdS, sQ, ty, tx);  // dK += dS^T Q
+    __syncthreads();  // Q and dO are no longer read: the next tile's load overlaps the dQ part
+    if (m0 - kN >= m_first) load_q_do(m0 - kN);
+    cp_async_commit();
     if constexpr (kFusedDq) simt_hand_off_dq<Tr>(p, sdS, sK, m0, n_block, ty, tx);  // dQ += dS K
   }
 

@@ -74,8 +74,8 @@ struct SimtTraits {
   static constexpr size_t kStationaryBytes = sizeof(float) * kBlockM * kRow;
   static constexpr size_t kStreamedBytes = sizeof(float) * kBlockN * kRow;
   static constexpr size_t kScoreBytes = sizeof(float) * kBlockM * kScoreRow;
-  // Forward: sQ; sK, sV; sP.
-  static constexpr size_t kFwdSmemBytes = kStationaryBytes + 2 * kStreamedBytes + kScoreBytes;
+  // Forward: sQ; two stages of sK, sV; sP.
+  static constexpr size_t kFwdSmemBytes = kStationaryBytes + 4 * kStreamedBytes + kScoreBytes;
   // dK/dV: sK, sV; sQ, sdO; sP^T, sdS^T; L and D of the query tile.
   static constexpr size_t kBwdKvSmemBytes =
       2 * kStationaryBytes + 2 * kStreamedBytes + 2 * kScoreBytes + 2 * sizeof(float) * kBlockN;
