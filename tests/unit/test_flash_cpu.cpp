@@ -332,7 +332,7 @@ Result run_emulated(EmuImpl impl, const std::vector<double>& qkv_v, const std::v
       using Kv = fe::BwdKvTraits<kD>;
       using Q = fe::BwdQTraits<kD>;
       fe::emulate_launch(fe::flash_fwd_mma_kernel<F>, dim3(tiles(F::kBlockM), bh), F::kThreads, F::kSmemBytes, p);
-      fe::emulate_launch(fe::flash_bwd_delta_kernel<fe::bf16>, dim3(2), 64, 0, p);
+      fe::emulate_launch(fe::flash_bwd_delta_kernel<fe::bf16>, dim3(2, s.B), 64, 0, p);
       fe::emulate_launch(fe::flash_bwd_dkdv_mma_kernel<Kv>, dim3(tiles(Kv::kBlockM), bh), Kv::kThreads,
                          Kv::kSmemBytes, p);
       fe::emulate_launch(fe::flash_bwd_dq_mma_kernel<Q>, dim3(tiles(Q::kBlockM), bh), Q::kThreads, Q::kSmemBytes, p);
@@ -350,14 +350,14 @@ Result run_emulated(EmuImpl impl, const std::vector<double>& qkv_v, const std::v
           fe::FlashParams f = p;
           f.dq_accum = accum.data(), f.dq_counters = counters.data();
           f.dq_accum_rows = rows, f.dq_counter_stride = counters_per_head;
-          fe::emulate_launch(fe::flash_bwd_delta_kernel<E>, dim3(2), 64, 0, f);
+          fe::emulate_launch(fe::flash_bwd_delta_kernel<E>, dim3(2, s.B), 64, 0, f);
           fe::emulate_launch(fe::flash_bwd_dkdv_simt_kernel<Tr, E, true>, grid, Tr::kThreads, Tr::kBwdKvSmemBytes,
                              f);
           fe::emulate_launch(fe::flash_bwd_dq_convert_simt_kernel<Tr, E>, dim3((s.T * kD / 4 + 63) / 64, bh), 64, 0,
                              f);
           return;
         }
-        fe::emulate_launch(fe::flash_bwd_delta_kernel<E>, dim3(2), 64, 0, p);
+        fe::emulate_launch(fe::flash_bwd_delta_kernel<E>, dim3(2, s.B), 64, 0, p);
         fe::emulate_launch(fe::flash_bwd_dkdv_simt_kernel<Tr, E>, grid, Tr::kThreads, Tr::kBwdKvSmemBytes, p);
         fe::emulate_launch(fe::flash_bwd_dq_simt_kernel<Tr, E>, grid, Tr::kThreads, Tr::kBwdQSmemBytes, p);
       };

@@ -1,6 +1,5 @@
 // The host API of flash_attn.h: parameter checks, the choice between tensor-core and
 // CUDA-core kernels, and the backward's preprocessing (delta) launch.
-#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -60,6 +59,8 @@ void check(const FlashParams& p, bool backward) {
   if (p.batch < 0 || p.seq < 0 || p.heads < 1) fail("negative sizes");
   if (int64_t(p.batch) * p.heads > 65535)
     fail("batch x heads = " + std::to_string(int64_t(p.batch) * p.heads) + " exceeds 65535 (the grid's y limit)");
+  if (int64_t(p.seq) * p.heads > (int64_t(1) << 30))
+    fail("seq x heads = " + std::to_string(int64_t(p.seq) * p.heads) + " exceeds 2^30 (32-bit row indices)");
   if (!p.q || !p.k || !p.v || !p.o || !p.lse) fail("a forward tensor is missing");
   if (backward && (!p.dout || !p.dq || !p.dk || !p.dv || !p.delta)) fail("a backward tensor or the scratch is missing");
 }
@@ -158,9 +159,8 @@ void set_packed_backward(FlashParams& p, const void* dout, void* dqkv, void* scr
 const char* flash_impl_name(const FlashParams& p) { return use_tensor_cores(p, false) ? "tensor-core" : "simt"; }
 
 void launch_bwd_delta(const FlashParams& p, cudaStream_t stream) {
-  const int64_t rows = int64_t(p.batch) * p.seq * p.heads;
   constexpr int kThreads = 256, kRowsPerBlock = kThreads / 16;
-  const dim3 grid(static_cast<unsigned>(std::min<int64_t>((rows + kRowsPerBlock - 1) / kRowsPerBlock, 1 << 20)));
+  const dim3 grid(unsigned((p.seq * p.heads + kRowsPerBlock - 1) / kRowsPerBlock), unsigned(p.batch));
   launch_kernel(p.dtype == DType::F32 ? flash_bwd_delta_kernel<float> : flash_bwd_delta_kernel<bf16>, grid, kThreads, 0,
                 stream, p);
 }

@@ -22,29 +22,28 @@ __device__ __forceinline__ float4 load4(const bf16* p) {
 
 // Purpose: delta (B,H,T) = rowsum(dO * O) in fp32, the term that replaces the row sums of
 // dP P in the softmax backward; also zeroes the fused dQ's turn counters (p.dq_counters, when
-// set), which saves the backward a memset. Algorithm: 16 lanes (a half-warp) per (b, t, h)
-// row, four elements per load (lane l reads d = 4 l + 64 i, so a half-warp reads 256
-// contiguous fp32 bytes); element by element where rows are not aligned to four elements.
+// set), which saves the backward a memset. Grid: (row blocks, B); the rows (t, h) of one batch
+// entry, so that 32-bit index arithmetic suffices. Algorithm: 16 lanes (a half-warp) per row,
+// four elements per load (lane l reads d = 4 l + 64 i: a half-warp reads 256 contiguous fp32
+// bytes); element by element where rows are not aligned to four elements.
 template <class E>
 __global__ void flash_bwd_delta_kernel(const FlashParams p) {
   constexpr int kLanes = 16;
-  const int64_t rows = int64_t(p.batch) * p.seq * p.heads;
-  const int lane = threadIdx.x % kLanes;
+  const int rows = p.seq * p.heads, lane = threadIdx.x % kLanes, b = int(blockIdx.y);
   constexpr int kAlign = 4 * sizeof(E);
   const bool vec = p.head_dim % 4 == 0 && reinterpret_cast<uintptr_t>(p.o) % kAlign == 0 &&
                    reinterpret_cast<uintptr_t>(p.dout) % kAlign == 0 && p.o_strides.batch % 4 == 0 &&
                    p.o_strides.row % 4 == 0 && p.o_strides.head % 4 == 0 && p.dout_strides.batch % 4 == 0 &&
                    p.dout_strides.row % 4 == 0 && p.dout_strides.head % 4 == 0;
   // A warp takes two rows per step, so both halves run the loop (and its shuffles) alike.
-  const int64_t warps = int64_t(gridDim.x) * (blockDim.x / 32);
-  for (int64_t w = int64_t(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32; 2 * w < rows; w += warps) {
-    const int64_t r = 2 * w + threadIdx.x % 32 / kLanes;
-    const bool valid = r < rows;
-    const int64_t h = r % p.heads, t = (r / p.heads) % p.seq, b = r / (int64_t(p.heads) * p.seq);
+  const int warps = int(gridDim.x) * int(blockDim.x / 32);
+  for (int w = int(blockIdx.x) * int(blockDim.x / 32) + int(threadIdx.x / 32); 2 * w < rows; w += warps) {
+    const int r = 2 * w + int(threadIdx.x % 32) / kLanes;
+    const int t = unsigned(r) / unsigned(p.heads), h = unsigned(r) % unsigned(p.heads);
     const E* o = static_cast<const E*>(p.o) + b * p.o_strides.batch + t * p.o_strides.row + h * p.o_strides.head;
     const E* dout =
         static_cast<const E*>(p.dout) + b * p.dout_strides.batch + t * p.dout_strides.row + h * p.dout_strides.head;
-    const int dims = valid ? p.head_dim : 0;
+    const int dims = r < rows ? p.head_dim : 0;
     float sum = 0.f;
     if (vec) {
       for (int d = 4 * lane; d < dims; d += 4 * kLanes) {
@@ -56,11 +55,12 @@ __global__ void flash_bwd_delta_kernel(const FlashParams p) {
     }
 #pragma unroll
     for (int offset = kLanes / 2; offset > 0; offset >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, offset);
-    if (lane == 0 && valid) p.delta[(b * p.heads + h) * p.seq + t] = sum;
+    if (lane == 0 && r < rows) p.delta[(int64_t(b) * p.heads + h) * p.seq + t] = sum;
   }
   if (p.dq_counters) {
     const int64_t n = int64_t(p.batch) * p.heads * p.dq_counter_stride;
-    for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
+    const int64_t threads = int64_t(gridDim.x) * gridDim.y * blockDim.x;
+    for (int64_t i = (int64_t(blockIdx.y) * gridDim.x + blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += threads)
       p.dq_counters[i] = 0;
   }
 }

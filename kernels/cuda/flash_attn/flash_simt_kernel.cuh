@@ -410,7 +410,7 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kBwdKvMinBlocks) flash_bwd_d
   float* sdO = sQ + kN * Tr::kRow;
   float* sP = sdO + kN * Tr::kRow;       // (kM, kScoreRow): P^T
   float* sdS = sP + kM * Tr::kScoreRow;  // (kM, kScoreRow): dS^T
-  float* sL = sdS + kM * Tr::kScoreRow;  // (kN): L * log2(e) of the query tile
+  float* sL = sdS + kM * Tr::kScoreRow;  // (kN): L of the query tile
   float* sDelta = sL + kN;               // (kN)
 
   const int T = p.seq, D = p.head_dim;
@@ -424,13 +424,29 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kBwdKvMinBlocks) flash_bwd_d
 
   // Causal: earlier queries see none of these keys (k0 is a multiple of kN).
   const int m_last = (T - 1) / kN * kN, m_first = p.causal ? k0 : 0;
-  auto load_q_do = [&](int m0) {
+  // L and D by cp.async too where the head's rows are 16-byte aligned (T % 4 == 0): one warp,
+  // a chunk of four queries per lane, zero-filled past T.
+  const bool rows_aligned = reinterpret_cast<uintptr_t>(lse) % 16 == 0 && reinterpret_cast<uintptr_t>(delta) % 16 == 0;
+  auto load_tile = [&](int m0) {  // Q, dO, L and D of the query tile at m0
     simt_load_tile_async<Tr, kN>(sQ, q, p.q_strides.row, m0, T, D);
     simt_load_tile_async<Tr, kN>(sdO, dout, p.dout_strides.row, m0, T, D);
+    if (rows_aligned) {
+      static_assert(kN / 2 <= Tr::kThreads, "one chunk per thread");
+      if (threadIdx.x < kN / 2) {
+        const int c = 4 * (threadIdx.x % (kN / 4)), left = T - m0 - c, bytes = left > 0 ? 4 * min(4, left) : 0;
+        const float* src = threadIdx.x < kN / 4 ? lse : delta;
+        cp_async_16((threadIdx.x < kN / 4 ? sL : sDelta) + c, bytes > 0 ? src + m0 + c : src, bytes);
+      }
+    } else {
+      for (int i = threadIdx.x; i < kN; i += Tr::kThreads) {
+        sL[i] = m0 + i < T ? lse[m0 + i] : 0.f;
+        sDelta[i] = m0 + i < T ? delta[m0 + i] : 0.f;
+      }
+    }
   };
   simt_load_tile_async<Tr, kM>(sK, head_ptr<E>(p.k, p.k_strides, b, h), p.k_strides.row, k0, T, D);
   simt_load_tile_async<Tr, kM>(sV, head_ptr<E>(p.v, p.v_strides, b, h), p.v_strides.row, k0, T, D);
-  load_q_do(m_last);
+  load_tile(m_last);
   cp_async_commit();
   int key[kR];
 #pragma unroll
@@ -439,11 +455,7 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kBwdKvMinBlocks) flash_bwd_d
   const float scale_log2 = p.scale * kLog2e;
 
   for (int m0 = m_last; m0 >= m_first; m0 -= kN) {
-    for (int i = threadIdx.x; i < kN; i += Tr::kThreads) {
-      sL[i] = m0 + i < T ? lse[m0 + i] * kLog2e : 0.f;
-      sDelta[i] = m0 + i < T ? delta[m0 + i] : 0.f;
-    }
-    cp_async_wait<0>();  // Q and dO of this tile
+    cp_async_wait<0>();  // this query tile
     __syncthreads();
 
     float s[kR][kS], dp[kR][kS];
@@ -456,7 +468,7 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kBwdKvMinBlocks) flash_bwd_d
       for (int j = 0; j < kS; ++j) {
         const int col = tx + 16 * j, query = m0 + col;
         const bool masked = mask && (query >= T || key[i] >= T || (p.causal && key[i] > query));
-        const float pv = masked ? 0.f : exp2f(s[i][j] * scale_log2 - sL[col]);
+        const float pv = masked ? 0.f : exp2f(s[i][j] * scale_log2 - sL[col] * kLog2e);
         sP[(ty + 16 * i) * Tr::kScoreRow + col] = pv;
         sdS[(ty + 16 * i) * Tr::kScoreRow + col] = pv * (dp[i][j] - sDelta[col]);
       }
@@ -464,8 +476,8 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kBwdKvMinBlocks) flash_bwd_d
     else __syncwarp();
     simt_weighted_rows<Tr>(dv, sP, sdO, ty, tx);  // dV += P^T dO
     simt_weighted_rows<Tr>(dk, sdS, sQ, ty, tx);  // dK += dS^T Q
-    __syncthreads();  // Q and dO are no longer read: the next tile's load overlaps the dQ part
-    if (m0 - kN >= m_first) load_q_do(m0 - kN);
+    __syncthreads();  // the query tile is no longer read: the next one's load overlaps the dQ part
+    if (m0 - kN >= m_first) load_tile(m0 - kN);
     cp_async_commit();
     if constexpr (kFusedDq) simt_hand_off_dq<Tr>(p, sdS, sK, m0, n_block, ty, tx);  // dQ += dS K
   }
