@@ -241,7 +241,7 @@ inline void add_to(float2* p, float2 v) { p->x += v.x, p->y += v.y; }
 
 // dQ[m0 + q] (unscaled) += the sum over the kBlockM keys of dS^T[key][q] K[key] for the kBlockN
 // queries q of one tile (dS^T and K in shared memory), handed into p.dq_accum in turn order:
-// key blocks from the first (every tile's first turn is key block 0) to the last. Thread (ty, tx) owns
+// key blocks from the first (key block 0 sees every tile) to the last. Thread (ty, tx) owns
 // queries kQ ty .. kQ ty + kQ - 1 (one float4 or float2 of a dS^T row) and columns
 // dim_col(c, tx). Ends with a __syncthreads (shared memory may be refilled after it).
 template <class Tr>
@@ -392,7 +392,8 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks) flash_fwd_simt_k
 // first; 256 threads; stationary rows are keys, score columns are queries.
 // Algorithm: per query tile of kBlockN that can see the keys, from the last: S^T = K Q^T,
 // P^T = exp(S^T scale - L), dP^T = V dO^T, dS^T = P^T (dP^T - D); dV += P^T dO,
-// dK += dS^T Q; finally dK *= scale.
+// dK += dS^T Q; finally dK *= scale. The next query tile (Q, dO, L, D) loads while the dQ
+// part runs (one stage: a second would leave shared memory for one CTA per SM).
 // kFusedDq (FlashAttention-2's five products instead of seven, deterministic): also
 // dQ_tile += dS K, added into p.dq_accum (fp32) in a fixed order per query tile (turns): key
 // blocks from the first to the last, i.e. the head's CTAs in blockIdx.y order, so a CTA only
