@@ -34,9 +34,11 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <random>
 #include <sstream>
+#include <string>
 #include <vector>
 
 #include "kernels/backend.h"
@@ -277,6 +279,28 @@ TEST_F(FlashAttnGpu, BackwardIsDeterministic) {
         EXPECT_EQ(a.dqkv, b.dqkv) << var.name << mode << " " << s << (causal ? " causal" : " full")
                                   << ": two backward runs differ";
       }
+}
+
+// The tensor-core forward takes 128 query rows per CTA (two m tiles per warp) only on long
+// sequences (flash_fwd_mma.cu); forced here on small shapes, it must give the bits of 64 rows.
+TEST_F(FlashAttnGpu, ForwardQueryTilesAgree) {
+  const char* before = std::getenv("LLMHPC_FLASH_FWD_ROWS");
+  const std::string saved = before ? before : "";
+  for (const Shape& s : {Shape{1, 700, 2, 64}, Shape{2, 77, 2, 80}, Shape{1, 257, 1, 128}, Shape{1, 45, 2, 40},
+                         Shape{1, 300, 1, 16}})
+    for (bool causal : {true, false}) {
+      const std::vector<double> qkv = random(s.B * s.T * 3 * s.H * s.D, DType::BF16),
+                                dout = random(s.B * s.T * s.H * s.D, DType::BF16);
+      setenv("LLMHPC_FLASH_FWD_ROWS", "64", 1);
+      const Result a = run_flash(FlashImpl::TensorCore, DType::BF16, qkv, dout, s, causal);
+      setenv("LLMHPC_FLASH_FWD_ROWS", "128", 1);
+      const Result b = run_flash(FlashImpl::TensorCore, DType::BF16, qkv, dout, s, causal);
+      EXPECT_EQ(a.out, b.out) << s << (causal ? " causal" : " full");
+      EXPECT_EQ(a.lse, b.lse) << s << (causal ? " causal" : " full");
+      EXPECT_EQ(a.dqkv, b.dqkv) << s << (causal ? " causal" : " full");
+    }
+  if (before) setenv("LLMHPC_FLASH_FWD_ROWS", saved.c_str(), 1);
+  else unsetenv("LLMHPC_FLASH_FWD_ROWS");
 }
 
 TEST_F(FlashAttnGpu, ImplementationChoiceAndUnsupportedRequests) {

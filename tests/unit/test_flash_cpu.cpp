@@ -8,7 +8,9 @@
 // (B,H,T)) and finite differences.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <random>
 #include <sstream>
 #include <vector>
@@ -328,10 +330,22 @@ Result run_emulated(EmuImpl impl, const std::vector<double>& qkv_v, const std::v
   by_head_dim([&](auto dim) {
     constexpr int kD = decltype(dim)::value;
     if (impl == EmuImpl::TensorCoreBf16) {
-      using F = fe::FwdTraits<kD>;
+      using F1 = fe::FwdTraits<kD, 1>;
+      using F2 = fe::FwdTraits<kD, 2>;
       using Kv = fe::BwdKvTraits<kD>;
       using Q = fe::BwdQTraits<kD>;
-      fe::emulate_launch(fe::flash_fwd_mma_kernel<F>, dim3(tiles(F::kBlockM), bh), F::kThreads, F::kSmemBytes, p);
+      // The forward with two m tiles per warp (128 queries per CTA) must give the same bits as
+      // with one (same products over the same key tiles in the same order, per row); both
+      // write into poisoned outputs.
+      fe::emulate_launch(fe::flash_fwd_mma_kernel<F1>, dim3(tiles(F1::kBlockM), bh), F1::kThreads, F1::kSmemBytes, p);
+      const std::vector<double> out1 = out.values();
+      const std::vector<float> lse1 = lse;
+      const EmuTensor poison(dt, dout_v.size());
+      std::copy(poison.b16.begin(), poison.b16.end(), out.b16.begin());
+      std::fill(lse.begin(), lse.end(), NAN);
+      fe::emulate_launch(fe::flash_fwd_mma_kernel<F2>, dim3(tiles(F2::kBlockM), bh), F2::kThreads, F2::kSmemBytes, p);
+      EXPECT_TRUE(out.values() == out1 && std::memcmp(lse.data(), lse1.data(), lse.size() * sizeof(float)) == 0)
+          << "forward with 128 and with 64 query rows per CTA differ";
       fe::emulate_launch(fe::flash_bwd_delta_kernel<fe::bf16>, dim3(2, s.B), 64, 0, p);
       fe::emulate_launch(fe::flash_bwd_dkdv_mma_kernel<Kv>, dim3(tiles(Kv::kBlockM), bh), Kv::kThreads,
                          Kv::kSmemBytes, p);
@@ -426,14 +440,15 @@ TEST_P(FlashKernelsEmulated, MatchFp64Reference) {
 }
 
 // Small shapes (the emulation is slow): T below, at and across the tiles (CUDA-core 64 x 64,
-// 64 x 32 at head dim 128; tensor-core 64), head dims that are and are not compiled (80 runs
-// zero-padded), B, H > 1.
+// 64 x 32 at head dim 128; tensor-core 64, and 128 queries in the forward), head dims that are
+// and are not compiled (80 runs zero-padded), B, H > 1.
 const Shape5 kEmuShapes[] = {
     {1, 37, 2, 16, 0, 0},
     {2, 33, 2, 32, 0, 0},
     {1, 70, 1, 64, 0, 0},
     {2, 20, 1, 80, 0, 0},
     {1, 40, 1, 128, 0, 0},
+    {1, 150, 1, 64, 0, 0},
 };
 
 INSTANTIATE_TEST_SUITE_P(Kernels, FlashKernelsEmulated,

@@ -1,8 +1,8 @@
 // FlashAttention-2 backward on tensor cores (bf16 storage, fp32 accumulation), plus the
 // preprocessing kernel shared with the CUDA-core path. Three launches, no atomics:
 //   1. delta:  D_i = rowsum(dO_i * O_i)                              (B,H,T) fp32
-//   2. dK, dV: one CTA per tile of 64 keys, looping over query tiles   (key-stationary)
-//   3. dQ:     one CTA per tile of 64 queries, looping over key tiles  (query-stationary)
+//   2. dK, dV: one CTA per tile of keys, looping over query tiles   (key-stationary)
+//   3. dQ:     one CTA per tile of queries, looping over key tiles  (query-stationary)
 // Every output element is written once, by one thread, after a fixed-order sum: the
 // backward is deterministic.
 #pragma once
@@ -65,8 +65,8 @@ __global__ void flash_bwd_delta_kernel(const FlashParams p) {
   }
 }
 
-// Purpose: dK and dV (B,T,H,D) of one tile of 64 keys of one (batch, head).
-// Grid: (key tiles, B*H); 128 threads; warp w owns keys k0 + 16w .. k0 + 16w + 15.
+// Purpose: dK and dV (B,T,H,D) of one tile of kBlockM keys of one (batch, head).
+// Grid: (key tiles, B*H); warp w owns the 16*kMTiles keys from k0 + 16 kMTiles w on.
 // Algorithm (per query tile of kBlockN that can see the keys; causal: from the one holding
 // query k0 on), everything transposed so that the warp's keys are the rows:
 //   S^T = K Q^T;  P^T = 2^(S^T scale log2e - L log2e)  (masked: 0)     P recomputed from L
@@ -77,7 +77,7 @@ __global__ void flash_bwd_delta_kernel(const FlashParams p) {
 // while this one is computed.
 template <class Tr>
 __global__ void __launch_bounds__(Tr::kThreads) flash_bwd_dkdv_mma_kernel(const FlashParams p) {
-  constexpr int kD = Tr::kHeadDim, kM = Tr::kBlockM, kN = Tr::kBlockN, kRow = Tr::kSmemRow;
+  constexpr int kD = Tr::kHeadDim, kM = Tr::kBlockM, kN = Tr::kBlockN, kRow = Tr::kSmemRow, kMT = Tr::kMTiles;
   extern __shared__ __align__(16) unsigned char smem[];
   bf16* sK = reinterpret_cast<bf16*>(smem);  // (kM, kRow)
   bf16* sV = sK + kM * kRow;                 // (kM, kRow)
@@ -104,8 +104,8 @@ __global__ void __launch_bounds__(Tr::kThreads) flash_bwd_dkdv_mma_kernel(const 
 
   // One stage: Q and dO rows [m0, m0 + kN) (cp.async) and their L, D (plain loads).
   auto load_stage = [&](int stage, int m0) {
-    load_tile_async<kN, kD, kRow, Tr::kThreads>(sQ + stage * kN * kRow, q, p.q_strides.row, m0, T, D);
-    load_tile_async<kN, kD, kRow, Tr::kThreads>(sdO + stage * kN * kRow, dout, p.dout_strides.row, m0, T, D);
+    load_tile_async<Tr, kN>(sQ + stage * kN * kRow, q, p.q_strides.row, m0, T, D);
+    load_tile_async<Tr, kN>(sdO + stage * kN * kRow, dout, p.dout_strides.row, m0, T, D);
     for (int i = threadIdx.x; i < kN; i += Tr::kThreads) {
       const bool valid = m0 + i < T;
       sL[stage * kN + i] = valid ? lse[m0 + i] * kLog2e : 0.f;
@@ -113,17 +113,21 @@ __global__ void __launch_bounds__(Tr::kThreads) flash_bwd_dkdv_mma_kernel(const 
     }
   };
 
-  load_tile_async<kM, kD, kRow, Tr::kThreads>(sK, k, p.k_strides.row, k0, T, D);
-  load_tile_async<kM, kD, kRow, Tr::kThreads>(sV, v, p.v_strides.row, k0, T, D);
+  load_tile_async<Tr, kM>(sK, k, p.k_strides.row, k0, T, D);
+  load_tile_async<Tr, kM>(sV, v, p.v_strides.row, k0, T, D);
   load_stage(0, m_first * kN);
   cp_async_commit();
 
-  float acc_dk[kD / 8][4], acc_dv[kD / 8][4];
+  float acc_dk[kMT][kD / 8][4], acc_dv[kMT][kD / 8][4];
 #pragma unroll
-  for (int j = 0; j < kD / 8; ++j)
+  for (int t = 0; t < kMT; ++t)
 #pragma unroll
-    for (int e = 0; e < 4; ++e) acc_dk[j][e] = acc_dv[j][e] = 0.f;
-  const int key[2] = {k0 + warp * 16 + g, k0 + warp * 16 + g + 8};  // this thread's rows
+    for (int j = 0; j < kD / 8; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) acc_dk[t][j][e] = acc_dv[t][j][e] = 0.f;
+  int key[kMT][2];  // this thread's keys: rows g, g + 8 of each m tile
+#pragma unroll
+  for (int t = 0; t < kMT; ++t) key[t][0] = k0 + (warp * kMT + t) * 16 + g, key[t][1] = key[t][0] + 8;
   const float scale_log2 = p.scale * kLog2e;
 
   for (int m = m_first; m < m_end; ++m) {
@@ -141,67 +145,77 @@ __global__ void __launch_bounds__(Tr::kThreads) flash_bwd_dkdv_mma_kernel(const 
     const float* sLs = sL + stage * kN;
     const float* sDs = sDelta + stage * kN;
 
-    // P^T (16 keys x kN queries): columns 8j + 2c (+1) of rows g (0, 1), g+8 (2, 3).
-    float pt[kN / 8][4];
+    // P^T (16 keys x kN queries per m tile): columns 8j + 2c (+1) of rows g (0, 1), g+8 (2, 3).
+    float pt[kMT][kN / 8][4];
 #pragma unroll
-    for (int j = 0; j < kN / 8; ++j) pt[j][0] = pt[j][1] = pt[j][2] = pt[j][3] = 0.f;
-    warp_gemm_rows_rows<kD, kN / 8, kRow>(pt, sK + warp * 16 * kRow, sQs, lane);
+    for (int t = 0; t < kMT; ++t)
+#pragma unroll
+      for (int j = 0; j < kN / 8; ++j) pt[t][j][0] = pt[t][j][1] = pt[t][j][2] = pt[t][j][3] = 0.f;
+    warp_gemm_rows_rows<kD, kMT, kN / 8, kRow>(pt, sK + warp * 16 * kMT * kRow, sQs, lane);
     const bool need_mask = m0 + kN > T || k0 + kM > T || (p.causal && k0 + kM - 1 > m0);
 #pragma unroll
-    for (int j = 0; j < kN / 8; ++j)
+    for (int t = 0; t < kMT; ++t)
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int col = 8 * j + 2 * c + (e & 1);
-        float x = pt[j][e] * scale_log2 - sLs[col];
-        if (need_mask) {
-          const int query = m0 + col, kk = key[e / 2];
-          if (query >= T || kk >= T || (p.causal && kk > query)) x = -INFINITY;
+      for (int j = 0; j < kN / 8; ++j)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int col = 8 * j + 2 * c + (e & 1);
+          float x = pt[t][j][e] * scale_log2 - sLs[col];
+          if (need_mask) {
+            const int query = m0 + col, kk = key[t][e / 2];
+            if (query >= T || kk >= T || (p.causal && kk > query)) x = -INFINITY;
+          }
+          pt[t][j][e] = exp2f(x);
         }
-        pt[j][e] = exp2f(x);
-      }
 
-    warp_gemm_regs_rows<kN / 16, kD / 8, kRow>(acc_dv, pt, sdOs, lane);  // dV += P^T dO
+    warp_gemm_regs_rows<kN / 16, kMT, kD / 8, kRow>(acc_dv, pt, sdOs, lane);  // dV += P^T dO
 
-    float dst[kN / 8][4];  // dP^T, then dS^T
+    float dst[kMT][kN / 8][4];  // dP^T, then dS^T
 #pragma unroll
-    for (int j = 0; j < kN / 8; ++j) dst[j][0] = dst[j][1] = dst[j][2] = dst[j][3] = 0.f;
-    warp_gemm_rows_rows<kD, kN / 8, kRow>(dst, sV + warp * 16 * kRow, sdOs, lane);
+    for (int t = 0; t < kMT; ++t)
 #pragma unroll
-    for (int j = 0; j < kN / 8; ++j)
+      for (int j = 0; j < kN / 8; ++j) dst[t][j][0] = dst[t][j][1] = dst[t][j][2] = dst[t][j][3] = 0.f;
+    warp_gemm_rows_rows<kD, kMT, kN / 8, kRow>(dst, sV + warp * 16 * kMT * kRow, sdOs, lane);
 #pragma unroll
-      for (int e = 0; e < 4; ++e) dst[j][e] = pt[j][e] * (dst[j][e] - sDs[8 * j + 2 * c + (e & 1)]);
+    for (int t = 0; t < kMT; ++t)
+#pragma unroll
+      for (int j = 0; j < kN / 8; ++j)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) dst[t][j][e] = pt[t][j][e] * (dst[t][j][e] - sDs[8 * j + 2 * c + (e & 1)]);
 
-    warp_gemm_regs_rows<kN / 16, kD / 8, kRow>(acc_dk, dst, sQs, lane);  // dK += dS^T Q
+    warp_gemm_regs_rows<kN / 16, kMT, kD / 8, kRow>(acc_dk, dst, sQs, lane);  // dK += dS^T Q
     __syncthreads();  // every warp is done with this stage before it is refilled
   }
 
   bf16* dk = static_cast<bf16*>(p.dk) + b * p.dk_strides.batch + h * p.dk_strides.head;
   bf16* dv = static_cast<bf16*>(p.dv) + b * p.dv_strides.batch + h * p.dv_strides.head;
 #pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    if (key[r] >= T) continue;
-    bf16* dk_row = dk + int64_t(key[r]) * p.dk_strides.row;
-    bf16* dv_row = dv + int64_t(key[r]) * p.dv_strides.row;
+  for (int t = 0; t < kMT; ++t)
 #pragma unroll
-    for (int j = 0; j < kD / 8; ++j) {
-      const int col = 8 * j + 2 * c;
-      if (col >= D) continue;
-      *reinterpret_cast<uint32_t*>(dk_row + col) =
-          pack_bf16(acc_dk[j][2 * r] * p.scale, acc_dk[j][2 * r + 1] * p.scale);
-      *reinterpret_cast<uint32_t*>(dv_row + col) = pack_bf16(acc_dv[j][2 * r], acc_dv[j][2 * r + 1]);
+    for (int r = 0; r < 2; ++r) {
+      if (key[t][r] >= T) continue;
+      bf16* dk_row = dk + int64_t(key[t][r]) * p.dk_strides.row;
+      bf16* dv_row = dv + int64_t(key[t][r]) * p.dv_strides.row;
+#pragma unroll
+      for (int j = 0; j < kD / 8; ++j) {
+        const int col = 8 * j + 2 * c;
+        if (col >= D) continue;
+        *reinterpret_cast<uint32_t*>(dk_row + col) =
+            pack_bf16(acc_dk[t][j][2 * r] * p.scale, acc_dk[t][j][2 * r + 1] * p.scale);
+        *reinterpret_cast<uint32_t*>(dv_row + col) = pack_bf16(acc_dv[t][j][2 * r], acc_dv[t][j][2 * r + 1]);
+      }
     }
-  }
 }
 
-// Purpose: dQ (B,T,H,D) of one tile of 64 queries of one (batch, head).
-// Grid: (query tiles, B*H); 128 threads; warp w owns queries q0 + 16w .. q0 + 16w + 15.
+// Purpose: dQ (B,T,H,D) of one tile of kBlockM queries of one (batch, head).
+// Grid: (query tiles, B*H); warp w owns the 16*kMTiles queries from q0 + 16 kMTiles w on.
 // Algorithm (per key tile of kBlockN the queries can see):
 //   S = Q K^T;  P = 2^(S scale log2e - L log2e)  (masked: 0)
 //   dP = dO V^T;  dS = P (dP - D);  dQ += dS K    (dS rounded to bf16)
 // then dQ *= scale. K and V of the next key tile stream in while this one is computed.
 template <class Tr>
 __global__ void __launch_bounds__(Tr::kThreads) flash_bwd_dq_mma_kernel(const FlashParams p) {
-  constexpr int kD = Tr::kHeadDim, kM = Tr::kBlockM, kN = Tr::kBlockN, kRow = Tr::kSmemRow;
+  constexpr int kD = Tr::kHeadDim, kM = Tr::kBlockM, kN = Tr::kBlockN, kRow = Tr::kSmemRow, kMT = Tr::kMTiles;
   extern __shared__ __align__(16) unsigned char smem[];
   bf16* sQ = reinterpret_cast<bf16*>(smem);  // (kM, kRow)
   bf16* sdO = sQ + kM * kRow;                // (kM, kRow)
@@ -225,29 +239,35 @@ __global__ void __launch_bounds__(Tr::kThreads) flash_bwd_dq_mma_kernel(const Fl
   const int key_end = p.causal ? min(q0 + kM, T) : T;
   const int n_tiles = (key_end + kN - 1) / kN;
 
-  load_tile_async<kM, kD, kRow, Tr::kThreads>(sQ, q, p.q_strides.row, q0, T, D);
-  load_tile_async<kM, kD, kRow, Tr::kThreads>(sdO, dout, p.dout_strides.row, q0, T, D);
-  load_tile_async<kN, kD, kRow, Tr::kThreads>(sK, k, p.k_strides.row, 0, T, D);
-  load_tile_async<kN, kD, kRow, Tr::kThreads>(sV, v, p.v_strides.row, 0, T, D);
+  load_tile_async<Tr, kM>(sQ, q, p.q_strides.row, q0, T, D);
+  load_tile_async<Tr, kM>(sdO, dout, p.dout_strides.row, q0, T, D);
+  load_tile_async<Tr, kN>(sK, k, p.k_strides.row, 0, T, D);
+  load_tile_async<Tr, kN>(sV, v, p.v_strides.row, 0, T, D);
   cp_async_commit();
 
-  const int row[2] = {q0 + warp * 16 + g, q0 + warp * 16 + g + 8};
-  float row_lse[2], row_delta[2];  // L * log2(e) and D of this thread's rows (0 past T)
+  int row[kMT][2];  // this thread's queries: rows g, g + 8 of each m tile
+  float row_lse[kMT][2], row_delta[kMT][2];  // L * log2(e) and D of these rows (0 past T)
 #pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    row_lse[r] = row[r] < T ? lse[row[r]] * kLog2e : 0.f;
-    row_delta[r] = row[r] < T ? delta[row[r]] : 0.f;
-  }
-  float acc_dq[kD / 8][4];
+  for (int t = 0; t < kMT; ++t) row[t][0] = q0 + (warp * kMT + t) * 16 + g, row[t][1] = row[t][0] + 8;
 #pragma unroll
-  for (int j = 0; j < kD / 8; ++j) acc_dq[j][0] = acc_dq[j][1] = acc_dq[j][2] = acc_dq[j][3] = 0.f;
+  for (int t = 0; t < kMT; ++t)
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      row_lse[t][r] = row[t][r] < T ? lse[row[t][r]] * kLog2e : 0.f;
+      row_delta[t][r] = row[t][r] < T ? delta[row[t][r]] : 0.f;
+    }
+  float acc_dq[kMT][kD / 8][4];
+#pragma unroll
+  for (int t = 0; t < kMT; ++t)
+#pragma unroll
+    for (int j = 0; j < kD / 8; ++j) acc_dq[t][j][0] = acc_dq[t][j][1] = acc_dq[t][j][2] = acc_dq[t][j][3] = 0.f;
   const float scale_log2 = p.scale * kLog2e;
 
   for (int n = 0; n < n_tiles; ++n) {
     const int stage = n & 1, k0 = n * kN;
     if (n + 1 < n_tiles) {
-      load_tile_async<kN, kD, kRow, Tr::kThreads>(sK + (stage ^ 1) * kN * kRow, k, p.k_strides.row, k0 + kN, T, D);
-      load_tile_async<kN, kD, kRow, Tr::kThreads>(sV + (stage ^ 1) * kN * kRow, v, p.v_strides.row, k0 + kN, T, D);
+      load_tile_async<Tr, kN>(sK + (stage ^ 1) * kN * kRow, k, p.k_strides.row, k0 + kN, T, D);
+      load_tile_async<Tr, kN>(sV + (stage ^ 1) * kN * kRow, v, p.v_strides.row, k0 + kN, T, D);
       cp_async_commit();
       cp_async_wait<1>();
     } else {
@@ -257,49 +277,59 @@ __global__ void __launch_bounds__(Tr::kThreads) flash_bwd_dq_mma_kernel(const Fl
     const bf16* sKs = sK + stage * kN * kRow;
     const bf16* sVs = sV + stage * kN * kRow;
 
-    float pr[kN / 8][4];  // P: columns k0 + 8j + 2c (+1) of rows g (0, 1), g+8 (2, 3)
+    float pr[kMT][kN / 8][4];  // P: columns k0 + 8j + 2c (+1) of rows g (0, 1), g+8 (2, 3) of m tile t
 #pragma unroll
-    for (int j = 0; j < kN / 8; ++j) pr[j][0] = pr[j][1] = pr[j][2] = pr[j][3] = 0.f;
-    warp_gemm_rows_rows<kD, kN / 8, kRow>(pr, sQ + warp * 16 * kRow, sKs, lane);
+    for (int t = 0; t < kMT; ++t)
+#pragma unroll
+      for (int j = 0; j < kN / 8; ++j) pr[t][j][0] = pr[t][j][1] = pr[t][j][2] = pr[t][j][3] = 0.f;
+    warp_gemm_rows_rows<kD, kMT, kN / 8, kRow>(pr, sQ + warp * 16 * kMT * kRow, sKs, lane);
     const bool need_mask = k0 + kN > T || (p.causal && k0 + kN - 1 > q0);
 #pragma unroll
-    for (int j = 0; j < kN / 8; ++j)
+    for (int t = 0; t < kMT; ++t)
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        float x = pr[j][e] * scale_log2 - row_lse[e / 2];
-        if (need_mask) {
-          const int key = k0 + 8 * j + 2 * c + (e & 1);
-          if (key >= T || (p.causal && key > row[e / 2])) x = -INFINITY;
+      for (int j = 0; j < kN / 8; ++j)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          float x = pr[t][j][e] * scale_log2 - row_lse[t][e / 2];
+          if (need_mask) {
+            const int key = k0 + 8 * j + 2 * c + (e & 1);
+            if (key >= T || (p.causal && key > row[t][e / 2])) x = -INFINITY;
+          }
+          pr[t][j][e] = exp2f(x);
         }
-        pr[j][e] = exp2f(x);
-      }
 
-    float ds[kN / 8][4];  // dP, then dS
+    float ds[kMT][kN / 8][4];  // dP, then dS
 #pragma unroll
-    for (int j = 0; j < kN / 8; ++j) ds[j][0] = ds[j][1] = ds[j][2] = ds[j][3] = 0.f;
-    warp_gemm_rows_rows<kD, kN / 8, kRow>(ds, sdO + warp * 16 * kRow, sVs, lane);
+    for (int t = 0; t < kMT; ++t)
 #pragma unroll
-    for (int j = 0; j < kN / 8; ++j)
+      for (int j = 0; j < kN / 8; ++j) ds[t][j][0] = ds[t][j][1] = ds[t][j][2] = ds[t][j][3] = 0.f;
+    warp_gemm_rows_rows<kD, kMT, kN / 8, kRow>(ds, sdO + warp * 16 * kMT * kRow, sVs, lane);
 #pragma unroll
-      for (int e = 0; e < 4; ++e) ds[j][e] = pr[j][e] * (ds[j][e] - row_delta[e / 2]);
+    for (int t = 0; t < kMT; ++t)
+#pragma unroll
+      for (int j = 0; j < kN / 8; ++j)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) ds[t][j][e] = pr[t][j][e] * (ds[t][j][e] - row_delta[t][e / 2]);
 
-    warp_gemm_regs_rows<kN / 16, kD / 8, kRow>(acc_dq, ds, sKs, lane);  // dQ += dS K
+    warp_gemm_regs_rows<kN / 16, kMT, kD / 8, kRow>(acc_dq, ds, sKs, lane);  // dQ += dS K
     __syncthreads();
   }
 
   bf16* dq = static_cast<bf16*>(p.dq) + b * p.dq_strides.batch + h * p.dq_strides.head;
 #pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    if (row[r] >= T) continue;
-    bf16* dq_row = dq + int64_t(row[r]) * p.dq_strides.row;
+  for (int t = 0; t < kMT; ++t)
 #pragma unroll
-    for (int j = 0; j < kD / 8; ++j) {
-      const int col = 8 * j + 2 * c;
-      if (col < D)
-        *reinterpret_cast<uint32_t*>(dq_row + col) =
-            pack_bf16(acc_dq[j][2 * r] * p.scale, acc_dq[j][2 * r + 1] * p.scale);
+    for (int r = 0; r < 2; ++r) {
+      if (row[t][r] >= T) continue;
+      bf16* dq_row = dq + int64_t(row[t][r]) * p.dq_strides.row;
+#pragma unroll
+      for (int j = 0; j < kD / 8; ++j) {
+        const int col = 8 * j + 2 * c;
+        if (col < D)
+          *reinterpret_cast<uint32_t*>(dq_row + col) =
+              pack_bf16(acc_dq[t][j][2 * r] * p.scale, acc_dq[t][j][2 * r + 1] * p.scale);
+      }
     }
-  }
 }
 
 }  // namespace llmhpc::flash

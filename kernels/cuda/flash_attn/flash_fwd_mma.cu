@@ -1,4 +1,7 @@
-// Launcher of the tensor-core forward: one instantiation per compiled head dim.
+// Launcher of the tensor-core forward: one instantiation per compiled head dim and number of
+// m tiles per warp.
+#include <cstdlib>
+
 #include "kernels/cuda/flash_attn/flash_fwd_kernel.cuh"
 #include "kernels/cuda/flash_attn/flash_launch.cuh"
 #include "kernels/cuda/flash_attn/flash_launch.h"
@@ -6,11 +9,30 @@
 namespace llmhpc::flash {
 namespace {
 
-template <int kHeadDim>
-void run_fwd(const FlashParams& p, cudaStream_t stream) {
-  using Tr = FwdTraits<kHeadDim>;
+// 128 query rows per CTA (two m tiles per warp) read less shared memory per mma but give half
+// the CTAs: on an H100 they won at T = 16384 with 8 heads (1.1x, head dim 128) and at T = 65536
+// with one (1.05x at head dim 64, 1.3x at 128), were about even at T = 8192 with 64 heads (head
+// dim 64), and lost where they leave SMs idle or the key loops are short (T <= 16384 with one
+// head: up to 1.7x; T = 1024 with 64 or 128 heads). So: long sequences and at least two CTAs per
+// SM. LLMHPC_FLASH_FWD_ROWS=64|128 forces one (the tests compare the two).
+bool two_m_tiles(const FlashParams& p) {
+  if (const char* rows = std::getenv("LLMHPC_FLASH_FWD_ROWS")) return std::atoi(rows) == 128;
+  int device = 0, sms = 0;
+  CUDA_CHECK(cudaGetDevice(&device));
+  CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  return p.seq >= 8192 && int64_t(ceil_div(p.seq, 128)) * p.batch * p.heads >= 2 * sms;
+}
+
+template <class Tr>
+void launch_fwd(const FlashParams& p, cudaStream_t stream) {
   const dim3 grid(ceil_div(p.seq, Tr::kBlockM), unsigned(p.batch * p.heads));
   launch_kernel(flash_fwd_mma_kernel<Tr>, grid, Tr::kThreads, Tr::kSmemBytes, stream, p);
+}
+
+template <int kHeadDim>
+void run_fwd(const FlashParams& p, cudaStream_t stream) {
+  if (two_m_tiles(p)) launch_fwd<FwdTraits<kHeadDim, 2>>(p, stream);
+  else launch_fwd<FwdTraits<kHeadDim, 1>>(p, stream);
 }
 
 }  // namespace

@@ -1,12 +1,17 @@
 // Compile-time tile sizes of the FlashAttention-2 kernels. Runtime choices (dtype, head dim)
 // become these template parameters only in the launchers (flash_launch.cuh).
 //
-// Tensor-core kernels: 4 warps; each warp owns 16 rows of the CTA's stationary tile (queries
-// in forward and dQ, keys in dK/dV), so the stationary tile is 64 rows. The streamed tile
-// (keys in forward and dQ, queries in dK/dV) is kBlockN rows; it shrinks to 32 for head dims
-// above 64 in the backward kernels, where two T x D accumulators live in registers. Shared
-// memory rows are padded by 8 bf16 (16 bytes), which makes ldmatrix's eight row reads of a
-// 8x8 matrix fall into distinct banks.
+// Tensor-core kernels: 4 warps; each warp owns 16*kMTiles rows of the CTA's stationary tile
+// (queries in forward and dQ, keys in dK/dV), so the stationary tile is 64*kMTiles rows. The
+// streamed tile (keys in forward and dQ, queries in dK/dV) is kBlockN rows; it shrinks to 32
+// for head dims above 64 in the backward kernels, where two T x D accumulators live in
+// registers. Each B fragment a warp reads from shared memory feeds 2*kMTiles mma, so two m
+// tiles halve the shared-memory reads per mma; the forward uses them on long sequences with
+// enough CTAs (flash_fwd_mma.cu), where they were up to 1.3x faster on an H100, and 64-row
+// tiles elsewhere (128 rows halve the CTAs: up to 1.7x slower at batch 1, one head, T <= 16384).
+// The backward stays at one m tile: two m tiles (128 keys or queries per CTA, 4 or 8 warps)
+// were slower there at every measured shape. Shared memory rows are padded by 8 bf16 (16
+// bytes), which makes ldmatrix's eight row reads of a 8x8 matrix fall into distinct banks.
 //
 // CUDA-core kernels: 256 threads, 64 stationary rows x 64 streamed rows (32 above head dim
 // 64, for shared memory and registers); SGEMM-style register tiles: a thread owns 4 rows x
@@ -22,39 +27,42 @@ constexpr int kTensorCoreHeadDims[] = {16, 32, 64, 96, 128};
 constexpr int kSimtHeadDims[] = {32, 64, 128};
 constexpr int kMaxHeadDim = 128;
 
-template <int kHeadDim_, int kBlockN_>
+template <int kHeadDim_, int kBlockN_, int kMTiles_, bool kRunningPointer_>
 struct TensorCoreTraits {
   static constexpr int kHeadDim = kHeadDim_;  // padded head dim, a multiple of 16
   static constexpr int kNWarps = 4;
   static constexpr int kThreads = 32 * kNWarps;
-  static constexpr int kBlockM = 16 * kNWarps;  // rows of the stationary tile
-  static constexpr int kBlockN = kBlockN_;      // rows of the streamed tile
+  static constexpr int kMTiles = kMTiles_;                // m16 tiles per warp
+  static constexpr int kBlockM = 16 * kMTiles * kNWarps;  // rows of the stationary tile
+  static constexpr int kBlockN = kBlockN_;                // rows of the streamed tile
   static constexpr int kSmemRow = kHeadDim + 8;  // bf16 elements between shared-memory rows
   static constexpr size_t kTileBytes = size_t(kSmemRow) * 2;  // per row of a tile
+  static constexpr bool kRunningPointer = kRunningPointer_;  // load_tile_async's address form
   static_assert(kHeadDim % 16 == 0 && kBlockN % 16 == 0, "mma tiles are 16 wide");
 };
 
 // Forward: sQ (kBlockM rows), sK and sV (kBlockN rows each); K of the next tile is loaded
-// while P V of this one runs.
-template <int kHeadDim>
-struct FwdTraits : TensorCoreTraits<kHeadDim, 64> {
-  using Base = TensorCoreTraits<kHeadDim, 64>;
+// while P V of this one runs. Tile loads through a running pointer: per-copy addresses leave
+// too few registers for two m tiles at head dim 128.
+template <int kHeadDim, int kMTiles>
+struct FwdTraits : TensorCoreTraits<kHeadDim, 64, kMTiles, true> {
+  using Base = TensorCoreTraits<kHeadDim, 64, kMTiles, true>;
   static constexpr size_t kSmemBytes = (Base::kBlockM + 2 * Base::kBlockN) * Base::kTileBytes;
 };
 
 // dK/dV: sK, sV (kBlockM keys) stay; two stages of sQ, sdO (kBlockN queries each) and of L
 // and D (kBlockN floats each) stream.
 template <int kHeadDim>
-struct BwdKvTraits : TensorCoreTraits<kHeadDim, (kHeadDim > 64 ? 32 : 64)> {
-  using Base = TensorCoreTraits<kHeadDim, (kHeadDim > 64 ? 32 : 64)>;
+struct BwdKvTraits : TensorCoreTraits<kHeadDim, (kHeadDim > 64 ? 32 : 64), 1, false> {
+  using Base = TensorCoreTraits<kHeadDim, (kHeadDim > 64 ? 32 : 64), 1, false>;
   static constexpr size_t kSmemBytes =
       (2 * Base::kBlockM + 4 * Base::kBlockN) * Base::kTileBytes + 4 * Base::kBlockN * sizeof(float);
 };
 
 // dQ: sQ, sdO (kBlockM queries) stay; two stages of sK, sV (kBlockN keys each) stream.
 template <int kHeadDim>
-struct BwdQTraits : TensorCoreTraits<kHeadDim, (kHeadDim > 64 ? 32 : 64)> {
-  using Base = TensorCoreTraits<kHeadDim, (kHeadDim > 64 ? 32 : 64)>;
+struct BwdQTraits : TensorCoreTraits<kHeadDim, (kHeadDim > 64 ? 32 : 64), 1, false> {
+  using Base = TensorCoreTraits<kHeadDim, (kHeadDim > 64 ? 32 : 64), 1, false>;
   static constexpr size_t kSmemBytes = (2 * Base::kBlockM + 4 * Base::kBlockN) * Base::kTileBytes;
 };
 

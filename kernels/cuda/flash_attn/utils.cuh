@@ -52,23 +52,43 @@ __device__ __forceinline__ void cp_async_wait() {
 
 #endif  // LLMHPC_FLASH_EMULATE
 
-// Rows [row0, row0 + kRows) x columns [0, kHeadDim) of a (seq x head_dim) bf16 matrix whose
-// rows are `row_stride` elements apart, into shared memory rows kSmemRow elements apart.
-// Rows >= seq and columns >= head_dim become zeros. 16 bytes per cp.async: the caller
-// guarantees 16-byte aligned rows and head_dim % 8 == 0.
-template <int kRows, int kHeadDim, int kSmemRow, int kThreads>
+// Rows [row0, row0 + kRows) x columns [0, Tr::kHeadDim) of a (seq x head_dim) bf16 matrix
+// whose rows are `row_stride` elements apart, into shared memory rows Tr::kSmemRow elements
+// apart, by the Tr::kThreads threads of a CTA. Rows >= seq and columns >= head_dim become
+// zeros. 16 bytes per cp.async: the caller guarantees 16-byte aligned rows and head_dim % 8 == 0.
+// Two forms of the same copies. Tr::kRunningPointer: a thread copies one 16-byte column chunk
+// of every kRowsPerPass-th row through one pointer that it advances (threads past the last
+// whole row of a pass idle: head dim 96 copies with 120 of 128 threads); fewest registers, which
+// the forward with two m tiles needs. Otherwise copy `it` of a thread is chunk it * kThreads +
+// thread, its address computed per copy (the backward kernels: they compile as they did before
+// the forward needed the other form).
+template <class Tr, int kRows>
 __device__ __forceinline__ void load_tile_async(bf16* smem, const bf16* gmem, int64_t row_stride, int row0, int seq,
                                                 int head_dim) {
-  constexpr int kChunksPerRow = kHeadDim / 8;
-  constexpr int kChunks = kRows * kChunksPerRow;
+  constexpr int kThreads = Tr::kThreads, kSmemRow = Tr::kSmemRow, kChunksPerRow = Tr::kHeadDim / 8;
+  if constexpr (Tr::kRunningPointer) {
+    constexpr int kRowsPerPass = kThreads / kChunksPerRow;
+    const int r0 = int(threadIdx.x) / kChunksPerRow, col = (int(threadIdx.x) % kChunksPerRow) * 8;
+    if (kThreads % kChunksPerRow != 0 && r0 >= kRowsPerPass) return;
+    const bf16* src = gmem + int64_t(row0 + r0) * row_stride + col;
 #pragma unroll
-  for (int it = 0; it < (kChunks + kThreads - 1) / kThreads; ++it) {
-    const int i = it * kThreads + int(threadIdx.x);
-    if (kChunks % kThreads != 0 && i >= kChunks) break;
-    const int r = i / kChunksPerRow, col = (i % kChunksPerRow) * 8;
-    const bool valid = row0 + r < seq && col < head_dim;
-    const bf16* src = valid ? gmem + int64_t(row0 + r) * row_stride + col : gmem;
-    cp_async_16(smem + r * kSmemRow + col, src, valid ? 16 : 0);
+    for (int it = 0; it < (kRows + kRowsPerPass - 1) / kRowsPerPass; ++it, src += kRowsPerPass * row_stride) {
+      const int r = r0 + it * kRowsPerPass;
+      if (kRows % kRowsPerPass != 0 && r >= kRows) break;
+      const bool valid = row0 + r < seq && col < head_dim;
+      cp_async_16(smem + r * kSmemRow + col, valid ? src : gmem, valid ? 16 : 0);
+    }
+  } else {
+    constexpr int kChunks = kRows * kChunksPerRow;
+#pragma unroll
+    for (int it = 0; it < (kChunks + kThreads - 1) / kThreads; ++it) {
+      const int i = it * kThreads + int(threadIdx.x);
+      if (kChunks % kThreads != 0 && i >= kChunks) break;
+      const int r = i / kChunksPerRow, col = (i % kChunksPerRow) * 8;
+      const bool valid = row0 + r < seq && col < head_dim;
+      const bf16* src = valid ? gmem + int64_t(row0 + r) * row_stride + col : gmem;
+      cp_async_16(smem + r * kSmemRow + col, src, valid ? 16 : 0);
+    }
   }
 }
 
@@ -104,52 +124,68 @@ __device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
   return *reinterpret_cast<uint32_t*>(&v);
 }
 
-// acc (16 x 8*kNTiles) += A B^T for one warp, where A is 16 rows of a shared-memory tile
-// (a_rows: its first row) and B is the first 8*kNTiles rows of another (b_rows); both are
-// row-major with kHeadDim columns (kSmemRow apart) and the product runs over those columns:
-// acc[i][n] += sum_d A[i][d] B[n][d]. Q K^T, K Q^T, dO V^T and V dO^T are all this.
-template <int kHeadDim, int kNTiles, int kSmemRow>
-__device__ __forceinline__ void warp_gemm_rows_rows(float (&acc)[kNTiles][4], const bf16* a_rows, const bf16* b_rows,
-                                                    int lane) {
+// acc (16*kMTiles x 8*kNTiles) += A B^T for one warp, where A is 16*kMTiles rows of a
+// shared-memory tile (a_rows: its first row) and B is the first 8*kNTiles rows of another
+// (b_rows); both are row-major with kHeadDim columns (kSmemRow apart) and the product runs over
+// those columns: acc[t][j] is the 16x8 tile of rows 16t.. and columns 8j.., acc[i][n] +=
+// sum_d A[i][d] B[n][d]. Q K^T, K Q^T, dO V^T and V dO^T are all this. Each B fragment read
+// from shared memory feeds 2*kMTiles mma: more m tiles, fewer shared-memory bytes per mma.
+template <int kHeadDim, int kMTiles, int kNTiles, int kSmemRow>
+__device__ __forceinline__ void warp_gemm_rows_rows(float (&acc)[kMTiles][kNTiles][4], const bf16* a_rows,
+                                                    const bf16* b_rows, int lane) {
   static_assert(kNTiles % 2 == 0, "n tiles come in pairs");
 #pragma unroll
   for (int kk = 0; kk < kHeadDim / 16; ++kk) {
-    uint32_t a[4];
-    // Matrices: rows 0-7 / 8-15 (lanes 0-15), at columns +0 / +8 (lane / 16).
-    ldmatrix_x4(a, a_rows + (lane % 16) * kSmemRow + kk * 16 + (lane / 16) * 8);
+    uint32_t a[kMTiles][4];
+#pragma unroll
+    for (int t = 0; t < kMTiles; ++t)  // matrices: rows 0-7 / 8-15 (lanes 0-15), at columns +0 / +8 (lane / 16)
+      ldmatrix_x4(a[t], a_rows + (16 * t + lane % 16) * kSmemRow + kk * 16 + (lane / 16) * 8);
 #pragma unroll
     for (int np = 0; np < kNTiles / 2; ++np) {
       uint32_t b[4];
       // Matrices: (rows +0, cols +0), (rows +0, cols +8), (rows +8, cols +0), (rows +8, cols +8):
       // b0, b1 of n tile 2np, then b0, b1 of n tile 2np+1.
       ldmatrix_x4(b, b_rows + (np * 16 + lane % 8 + (lane / 16) * 8) * kSmemRow + kk * 16 + ((lane / 8) % 2) * 8);
-      mma_16816(acc[2 * np], a, b[0], b[1]);
-      mma_16816(acc[2 * np + 1], a, b[2], b[3]);
+#pragma unroll
+      for (int t = 0; t < kMTiles; ++t) {
+        mma_16816(acc[t][2 * np], a[t], b[0], b[1]);
+        mma_16816(acc[t][2 * np + 1], a[t], b[2], b[3]);
+      }
     }
   }
 }
 
-// acc (16 x 8*kNTiles) += P B for one warp, where P (16 x 16*kKSteps) is held in registers as
-// the accumulators of a previous product (p[2k], p[2k+1] are columns 16k..16k+15; rounded to
-// bf16 here) and B is the first 16*kKSteps rows of a shared-memory tile, row-major with
-// 8*kNTiles used columns: acc[i][n] += sum_j P[i][j] B[j][n]. P V, P^T dO, dS^T Q and dS K.
-template <int kKSteps, int kNTiles, int kSmemRow>
-__device__ __forceinline__ void warp_gemm_regs_rows(float (&acc)[kNTiles][4], const float (&p)[2 * kKSteps][4],
-                                                    const bf16* b_rows, int lane) {
+// acc (16*kMTiles x 8*kNTiles) += P B for one warp, where P (16*kMTiles x 16*kKSteps) is held
+// in registers as the accumulators of a previous product (p[t][2k], p[t][2k+1] are rows 16t..
+// and columns 16k..16k+15; rounded to bf16 here) and B is the first 16*kKSteps rows of a
+// shared-memory tile, row-major with 8*kNTiles used columns: acc[i][n] += sum_j P[i][j] B[j][n].
+// P V, P^T dO, dS^T Q and dS K.
+template <int kKSteps, int kMTiles, int kNTiles, int kSmemRow>
+__device__ __forceinline__ void warp_gemm_regs_rows(float (&acc)[kMTiles][kNTiles][4],
+                                                    const float (&p)[kMTiles][2 * kKSteps][4], const bf16* b_rows,
+                                                    int lane) {
   static_assert(kNTiles % 2 == 0, "n tiles come in pairs");
 #pragma unroll
   for (int kk = 0; kk < kKSteps; ++kk) {
-    const uint32_t a[4] = {pack_bf16(p[2 * kk][0], p[2 * kk][1]), pack_bf16(p[2 * kk][2], p[2 * kk][3]),
-                           pack_bf16(p[2 * kk + 1][0], p[2 * kk + 1][1]),
-                           pack_bf16(p[2 * kk + 1][2], p[2 * kk + 1][3])};
+    uint32_t a[kMTiles][4];
+#pragma unroll
+    for (int t = 0; t < kMTiles; ++t) {
+      a[t][0] = pack_bf16(p[t][2 * kk][0], p[t][2 * kk][1]);
+      a[t][1] = pack_bf16(p[t][2 * kk][2], p[t][2 * kk][3]);
+      a[t][2] = pack_bf16(p[t][2 * kk + 1][0], p[t][2 * kk + 1][1]);
+      a[t][3] = pack_bf16(p[t][2 * kk + 1][2], p[t][2 * kk + 1][3]);
+    }
 #pragma unroll
     for (int np = 0; np < kNTiles / 2; ++np) {
       uint32_t b[4];
       // Transposed matrices: (rows +0, cols +0), (rows +8, cols +0), (rows +0, cols +8),
       // (rows +8, cols +8): b0, b1 of n tile 2np, then of n tile 2np+1.
       ldmatrix_x4_trans(b, b_rows + (kk * 16 + lane % 8 + ((lane / 8) % 2) * 8) * kSmemRow + np * 16 + (lane / 16) * 8);
-      mma_16816(acc[2 * np], a, b[0], b[1]);
-      mma_16816(acc[2 * np + 1], a, b[2], b[3]);
+#pragma unroll
+      for (int t = 0; t < kMTiles; ++t) {
+        mma_16816(acc[t][2 * np], a[t], b[0], b[1]);
+        mma_16816(acc[t][2 * np + 1], a[t], b[2], b[3]);
+      }
     }
   }
 }
