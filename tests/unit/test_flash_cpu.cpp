@@ -337,19 +337,19 @@ Result run_emulated(EmuImpl impl, const std::vector<double>& qkv_v, const std::v
       // The forward with two m tiles per warp (128 queries per CTA) must give the same bits as
       // with one (same products over the same key tiles in the same order, per row); both
       // write into poisoned outputs.
-      fe::emulate_launch(fe::flash_fwd_mma_kernel<F1>, dim3(tiles(F1::kBlockM), bh), F1::kThreads, F1::kSmemBytes, p);
+      fe::emulate_launch(fe::flash_fwd_mma_kernel<F1>, dim3(bh, tiles(F1::kBlockM)), F1::kThreads, F1::kSmemBytes, p);
       const std::vector<double> out1 = out.values();
       const std::vector<float> lse1 = lse;
       const EmuTensor poison(dt, dout_v.size());
       std::copy(poison.b16.begin(), poison.b16.end(), out.b16.begin());
       std::fill(lse.begin(), lse.end(), NAN);
-      fe::emulate_launch(fe::flash_fwd_mma_kernel<F2>, dim3(tiles(F2::kBlockM), bh), F2::kThreads, F2::kSmemBytes, p);
+      fe::emulate_launch(fe::flash_fwd_mma_kernel<F2>, dim3(bh, tiles(F2::kBlockM)), F2::kThreads, F2::kSmemBytes, p);
       EXPECT_TRUE(out.values() == out1 && std::memcmp(lse.data(), lse1.data(), lse.size() * sizeof(float)) == 0)
           << "forward with 128 and with 64 query rows per CTA differ";
       fe::emulate_launch(fe::flash_bwd_delta_kernel<fe::bf16>, dim3(2, s.B), 64, 0, p);
-      fe::emulate_launch(fe::flash_bwd_dkdv_mma_kernel<Kv>, dim3(tiles(Kv::kBlockM), bh), Kv::kThreads,
+      fe::emulate_launch(fe::flash_bwd_dkdv_mma_kernel<Kv>, dim3(bh, tiles(Kv::kBlockM)), Kv::kThreads,
                          Kv::kSmemBytes, p);
-      fe::emulate_launch(fe::flash_bwd_dq_mma_kernel<Q>, dim3(tiles(Q::kBlockM), bh), Q::kThreads, Q::kSmemBytes, p);
+      fe::emulate_launch(fe::flash_bwd_dq_mma_kernel<Q>, dim3(bh, tiles(Q::kBlockM)), Q::kThreads, Q::kSmemBytes, p);
     } else if constexpr (kD == 32 || kD == 64 || kD == 128) {  // the CUDA-core head dims
       using Tr = fe::SimtTraits<kD>;
       auto launch = [&](auto e) {

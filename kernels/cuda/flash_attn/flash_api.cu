@@ -57,8 +57,11 @@ void check(const FlashParams& p, bool backward) {
   if (p.head_dim < 1 || p.head_dim > kMaxHeadDim)
     fail("head dim " + std::to_string(p.head_dim) + " is not supported (1 to " + std::to_string(kMaxHeadDim) + ")");
   if (p.batch < 0 || p.seq < 0 || p.heads < 1) fail("negative sizes");
+  // Grids are (B*H, 64-row tiles), the dQ conversion's (blocks, B*H): both within y's 65535.
   if (int64_t(p.batch) * p.heads > 65535)
-    fail("batch x heads = " + std::to_string(int64_t(p.batch) * p.heads) + " exceeds 65535 (the grid's y limit)");
+    fail("batch x heads = " + std::to_string(int64_t(p.batch) * p.heads) + " exceeds 65535 (a grid's y limit)");
+  if ((int64_t(p.seq) + 63) / 64 > 65535)
+    fail("seq = " + std::to_string(p.seq) + " exceeds 64 x 65535 (a grid's y limit)");
   if (int64_t(p.seq) * p.heads > (int64_t(1) << 30))
     fail("seq x heads = " + std::to_string(int64_t(p.seq) * p.heads) + " exceeds 2^30 (32-bit row indices)");
   if (!p.q || !p.k || !p.v || !p.o || !p.lse) fail("a forward tensor is missing");

@@ -66,7 +66,8 @@ __global__ void flash_bwd_delta_kernel(const FlashParams p) {
 }
 
 // Purpose: dK and dV (B,T,H,D) of one tile of kBlockM keys of one (batch, head).
-// Grid: (key tiles, B*H); warp w owns the 16*kMTiles keys from k0 + 16 kMTiles w on.
+// Grid: (B*H, key tiles): the heaviest (first, causal) tile of every head first; warp w owns
+// the 16*kMTiles keys from k0 + 16 kMTiles w on.
 // Algorithm (per query tile of kBlockN that can see the keys; causal: from the one holding
 // query k0 on), everything transposed so that the warp's keys are the rows:
 //   S^T = K Q^T;  P^T = 2^(S^T scale log2e - L log2e)  (masked: 0)     P recomputed from L
@@ -87,8 +88,8 @@ __global__ void __launch_bounds__(Tr::kThreads) flash_bwd_dkdv_mma_kernel(const 
   float* sDelta = sL + 2 * kN;                                // 2 stages of kN
 
   const int T = p.seq, D = p.head_dim;
-  const int b = int(blockIdx.y) / p.heads, h = int(blockIdx.y) % p.heads;
-  const int k0 = int(blockIdx.x) * kM;
+  const int b = int(blockIdx.x) / p.heads, h = int(blockIdx.x) % p.heads;
+  const int k0 = int(blockIdx.y) * kM;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int g = lane / 4, c = lane % 4;
 
@@ -208,7 +209,8 @@ __global__ void __launch_bounds__(Tr::kThreads) flash_bwd_dkdv_mma_kernel(const 
 }
 
 // Purpose: dQ (B,T,H,D) of one tile of kBlockM queries of one (batch, head).
-// Grid: (query tiles, B*H); warp w owns the 16*kMTiles queries from q0 + 16 kMTiles w on.
+// Grid: (B*H, query tiles): the heaviest tile of every head first; warp w owns the 16*kMTiles
+// queries from q0 + 16 kMTiles w on.
 // Algorithm (per key tile of kBlockN the queries can see):
 //   S = Q K^T;  P = 2^(S scale log2e - L log2e)  (masked: 0)
 //   dP = dO V^T;  dS = P (dP - D);  dQ += dS K    (dS rounded to bf16)
@@ -223,8 +225,8 @@ __global__ void __launch_bounds__(Tr::kThreads) flash_bwd_dq_mma_kernel(const Fl
   bf16* sV = sK + 2 * kN * kRow;             // 2 stages of (kN, kRow)
 
   const int T = p.seq, D = p.head_dim;
-  const int m_block = int(gridDim.x) - 1 - int(blockIdx.x);
-  const int b = int(blockIdx.y) / p.heads, h = int(blockIdx.y) % p.heads;
+  const int m_block = int(gridDim.y) - 1 - int(blockIdx.y);
+  const int b = int(blockIdx.x) / p.heads, h = int(blockIdx.x) % p.heads;
   const int q0 = m_block * kM;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int g = lane / 4, c = lane % 4;

@@ -12,9 +12,9 @@ void run_bwd(const FlashParams& p, cudaStream_t stream) {
   using Kv = BwdKvTraits<kHeadDim>;
   using Q = BwdQTraits<kHeadDim>;
   const unsigned bh = unsigned(p.batch * p.heads);
-  launch_kernel(flash_bwd_dkdv_mma_kernel<Kv>, dim3(ceil_div(p.seq, Kv::kBlockM), bh), Kv::kThreads, Kv::kSmemBytes,
+  launch_kernel(flash_bwd_dkdv_mma_kernel<Kv>, dim3(bh, ceil_div(p.seq, Kv::kBlockM)), Kv::kThreads, Kv::kSmemBytes,
                 stream, p);
-  launch_kernel(flash_bwd_dq_mma_kernel<Q>, dim3(ceil_div(p.seq, Q::kBlockM), bh), Q::kThreads, Q::kSmemBytes, stream,
+  launch_kernel(flash_bwd_dq_mma_kernel<Q>, dim3(bh, ceil_div(p.seq, Q::kBlockM)), Q::kThreads, Q::kSmemBytes, stream,
                 p);
 }
 

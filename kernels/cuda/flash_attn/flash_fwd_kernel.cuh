@@ -7,7 +7,8 @@
 namespace llmhpc::flash {
 
 // Purpose: O (B,T,H,D) and L (B,H,T) for one tile of kBlockM queries of one (batch, head).
-// Grid: (query tiles, B*H); warp w owns the 16*kMTiles queries from q0 + 16 kMTiles w on.
+// Grid: (B*H, query tiles): the heaviest tile of every head first; warp w owns the 16*kMTiles
+// queries from q0 + 16 kMTiles w on.
 // Algorithm (per key tile of kBlockN, only tiles the causal mask does not hide completely):
 //   S = Q K^T                          (tensor cores; Q and K from shared memory)
 //   S *= scale * log2(e); masked entries (key >= T, or key > query when causal) = -inf
@@ -24,8 +25,8 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) flash_fwd_mma_kernel(const Fl
   bf16* sV = sK + kN * kRow;                 // (kN, kRow)
 
   const int T = p.seq, D = p.head_dim;
-  const int m_block = int(gridDim.x) - 1 - int(blockIdx.x);
-  const int b = int(blockIdx.y) / p.heads, h = int(blockIdx.y) % p.heads;
+  const int m_block = int(gridDim.y) - 1 - int(blockIdx.y);
+  const int b = int(blockIdx.x) / p.heads, h = int(blockIdx.x) % p.heads;
   const int q0 = m_block * kM;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int g = lane / 4, c = lane % 4;  // fragment row group and column pair

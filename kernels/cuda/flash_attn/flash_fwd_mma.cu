@@ -25,7 +25,7 @@ bool two_m_tiles(const FlashParams& p) {
 
 template <class Tr>
 void launch_fwd(const FlashParams& p, cudaStream_t stream) {
-  const dim3 grid(ceil_div(p.seq, Tr::kBlockM), unsigned(p.batch * p.heads));
+  const dim3 grid(unsigned(p.batch * p.heads), ceil_div(p.seq, Tr::kBlockM));
   launch_kernel(flash_fwd_mma_kernel<Tr>, grid, Tr::kThreads, Tr::kSmemBytes, stream, p);
 }
 
