@@ -8,6 +8,10 @@
 # forward, backward and optimizer timed separately, then the markdown table.
 #   sbatch jobs/bench.sh            or   NP=1 bash jobs/bench.sh
 #   MODELS=small,medium CONTEXTS=128 PRECISIONS=fp32 bash jobs/bench.sh
+# With TORCH=1, the identical PyTorch model on the same GPU in the same job
+# (analysis/torch_baseline.py, setups TORCH_SETUPS, default compiled,eager; torch.compile
+# spends 20-40 s compiling per configuration), then the side-by-side tables of
+# analysis/model_bench.py (docs/results/model-bench.md).
 set -euo pipefail
 source "$(dirname "$0")/env.sh"
 MODELS=${MODELS:-small,medium,large,xl,2.7B}
@@ -19,3 +23,10 @@ OUT=${OUT:-$OUT_ROOT/bench-$(stamp)}
 $LAUNCH "$LLMHPC_BIN" --mode bench --model "$MODELS" --context-length "$CONTEXTS" --precision "$PRECISIONS" \
   --warmup "$WARMUP" --steps "$STEPS" --phase train-step --out "$OUT" ${EXTRA_ARGS:-}
 $PYTHON "$LLMHPC_ROOT/analysis/report.py" "$OUT"
+if [ "${TORCH:-0}" = 1 ]; then
+  $PYTHON "$LLMHPC_ROOT/analysis/torch_baseline.py" --model "$MODELS" --context-length "$CONTEXTS" \
+    --precision "$PRECISIONS" --setup "${TORCH_SETUPS:-compiled,eager}" --warmup "$WARMUP" --steps "$STEPS" \
+    --out "$OUT/torch.jsonl"
+  $PYTHON "$LLMHPC_ROOT/analysis/torch_baseline.py" --ceilings --out "$OUT/torch.jsonl"
+  $PYTHON "$LLMHPC_ROOT/analysis/model_bench.py" "$OUT" "$OUT/torch.jsonl" | tee "$OUT/model-bench.md"
+fi
