@@ -41,19 +41,14 @@ Batch random_batch(std::mt19937_64& rng, int64_t vocab) {
   return b;
 }
 
-// One model on the CPU in fp64 (the reference) and one on the GPU, same weights and data.
-class CudaModel : public ::testing::Test {
+// One model on the CPU in fp64 (the reference) and one on the GPU, same weights and data;
+// the backends and the seed come from CudaVsCpu.
+class CudaModel : public CudaVsCpu {
  protected:
-  void SetUp() override {
-    if (cuda_device_count() == 0) GTEST_SKIP() << "no GPU visible";
-    cpu_ = make_cpu_backend(BackendOptions{});
-    gpu_ = make_gpu_backend();
-    seed_ = std::random_device{}();
-    rng_.seed(seed_);
-  }
   void TearDown() override {
     gpu_model_.reset();
     cpu_model_.reset();
+    CudaVsCpu::TearDown();
   }
 
   void build(Precision gpu_precision) {
@@ -81,12 +76,7 @@ class CudaModel : public ::testing::Test {
     return read_tensor(*b.device, m.grad(name));
   }
 
-  std::string seed_note() const { return "random seed " + std::to_string(seed_); }
-
-  Backend cpu_, gpu_;
   std::unique_ptr<TransformerLM> cpu_model_, gpu_model_;
-  unsigned seed_ = 0;
-  std::mt19937_64 rng_;
 };
 
 TEST_F(CudaModel, Fp32LossAndGradientsMatchCpu) {
