@@ -203,17 +203,17 @@ void attention_backward(T* dqkv, const T* dout, const T* probs, const T* qkv, in
 }
 
 // ---- SwiGLU: out = silu(a) * b with h = [a | b] -------------------------------------------
+// The product in one place: the backward's recomputed copy must be the forward's bitwise.
+inline double swiglu_value(double a, double b) { return a / (1.0 + std::exp(-a)) * b; }
+
 template <class T>
 void swiglu_forward(T* out, const T* h, int64_t N, int64_t F) {
 #pragma omp parallel for
   for (int64_t n = 0; n < N; ++n)
-    for (int64_t f = 0; f < F; ++f) {
-      double a = h[n * 2 * F + f], b = h[n * 2 * F + F + f];
-      out[n * F + f] = T(a / (1.0 + std::exp(-a)) * b);
-    }
+    for (int64_t f = 0; f < F; ++f) out[n * F + f] = T(swiglu_value(h[n * 2 * F + f], h[n * 2 * F + F + f]));
 }
 
-// out (may be null) = swiglu_forward's out, in its arithmetic.
+// out (may be null) = swiglu_forward's out.
 template <class T>
 void swiglu_backward(T* dh, T* out, const T* dout, const T* h, int64_t N, int64_t F) {
 #pragma omp parallel for
@@ -223,7 +223,7 @@ void swiglu_backward(T* dh, T* out, const T* dout, const T* h, int64_t N, int64_
       double sig = 1.0 / (1.0 + std::exp(-a));
       dh[n * 2 * F + f] = T(g * b * sig * (1.0 + a * (1.0 - sig)));
       dh[n * 2 * F + F + f] = T(g * a * sig);
-      if (out) out[n * F + f] = T(a / (1.0 + std::exp(-a)) * b);
+      if (out) out[n * F + f] = T(swiglu_value(a, b));
     }
 }
 

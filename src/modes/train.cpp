@@ -101,6 +101,7 @@ void run(ModeContext& ctx) {
   const uint64_t seed = uint64_t(opt_int(vm, "seed"));
   const Precision precision = precisions(vm).front();
   const AttentionKind attention = attentions(vm).front();
+  const MemoryPlan memory = memory_plan(vm);
 
   // Everything that can be wrong with files or the device, agreed on by all ranks.
   TokenData data;
@@ -127,7 +128,7 @@ void run(ModeContext& ctx) {
   std::unique_ptr<TransformerLM> model;
   std::unique_ptr<AdamW> opt;
   collective_check(rt, [&] {
-    model = std::make_unique<TransformerLM>(config, precision, attention, dev, ops, memory_plan(vm));
+    model = std::make_unique<TransformerLM>(config, precision, attention, dev, ops, memory);
     opt = std::make_unique<AdamW>(*model, ops, hyper_from(vm));
     if (init) load_checkpoint(opt_string(vm, "init"), *model, opt.get());
     else model->init_parameters(seed);
@@ -145,7 +146,7 @@ void run(ModeContext& ctx) {
       .attr("num_layers", config.num_layers).attr("num_heads", config.num_heads)
       .attr("vocab_size", config.vocab_size).attr("context_length", seq).attr("batch_size", batch)
       .attr("precision", std::string(precision_name(precision))).attr("attention", std::string(attention_name(attention)))
-      .attr("low_memory", int64_t(memory_plan(vm) == MemoryPlan::LowMemory ? 1 : 0))
+      .attr("low_memory", int64_t(memory == MemoryPlan::LowMemory ? 1 : 0))
       .attr("data", data.path()).attr("data_order", opt_string(vm, "data-order"))
       .attr("lr", opt->hyper().lr).attr("weight_decay", opt->hyper().weight_decay)
       .attr("beta1", opt->hyper().beta1).attr("beta2", opt->hyper().beta2).attr("eps", opt->hyper().eps)
