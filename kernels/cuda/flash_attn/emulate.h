@@ -113,13 +113,16 @@ inline int min(int a, int b) { return a < b ? a : b; }
 struct EmuCopy {
   void* dst;
   const void* src;
-  int src_bytes;
+  int src_bytes, bytes;  // bytes - src_bytes are zero-filled
 };
 inline thread_local std::vector<EmuCopy> emu_uncommitted;
 inline thread_local std::vector<std::vector<EmuCopy>> emu_groups;  // oldest first
 
 inline void cp_async_16(void* smem_dst, const void* gmem, int src_bytes) {
-  emu_uncommitted.push_back({smem_dst, gmem, src_bytes});
+  emu_uncommitted.push_back({smem_dst, gmem, src_bytes, 16});
+}
+inline void cp_async_4(void* smem_dst, const void* gmem, int src_bytes) {
+  emu_uncommitted.push_back({smem_dst, gmem, src_bytes, 4});
 }
 inline void cp_async_commit() {
   emu_groups.push_back(std::move(emu_uncommitted));
@@ -130,7 +133,7 @@ inline void cp_async_wait() {
   while (emu_groups.size() > size_t(N)) {
     for (const EmuCopy& c : emu_groups.front()) {
       std::memcpy(c.dst, c.src, size_t(c.src_bytes));
-      std::memset(static_cast<char*>(c.dst) + c.src_bytes, 0, size_t(16 - c.src_bytes));
+      std::memset(static_cast<char*>(c.dst) + c.src_bytes, 0, size_t(c.bytes - c.src_bytes));
     }
     emu_groups.erase(emu_groups.begin());
   }
@@ -172,6 +175,12 @@ inline float emu_half(uint32_t word, int half) {
   float f;
   std::memcpy(&f, &bits, 4);
   return f;
+}
+
+// ex2.approx.ftz: within its error bound of exact exp2, subnormal results flushed to 0.
+inline float fast_exp2(float x) {
+  const float y = std::exp2(x);
+  return std::fpclassify(y) == FP_SUBNORMAL ? 0.f : y;
 }
 
 // d (16x8 fp32) += a (16x16) b (16x8), in the fragment layout of mma.m16n8k16 (utils.cuh).

@@ -84,7 +84,7 @@ __global__ void __launch_bounds__(Tr::kThreads) flash_bwd_dkdv_mma_kernel(const 
   bf16* sV = sK + kM * kRow;                 // (kM, kRow)
   bf16* sQ = sV + kM * kRow;                 // 2 stages of (kN, kRow)
   bf16* sdO = sQ + 2 * kN * kRow;            // 2 stages of (kN, kRow)
-  float* sL = reinterpret_cast<float*>(sdO + 2 * kN * kRow);  // 2 stages of kN: L * log2(e)
+  float* sL = reinterpret_cast<float*>(sdO + 2 * kN * kRow);  // 2 stages of kN: L
   float* sDelta = sL + 2 * kN;                                // 2 stages of kN
 
   const int T = p.seq, D = p.head_dim;
@@ -103,14 +103,15 @@ __global__ void __launch_bounds__(Tr::kThreads) flash_bwd_dkdv_mma_kernel(const 
   const int m_first = p.causal ? k0 / kN : 0;  // earlier query tiles see none of these keys
   const int m_end = (T + kN - 1) / kN;
 
-  // One stage: Q and dO rows [m0, m0 + kN) (cp.async) and their L, D (plain loads).
+  // One stage: Q and dO rows [m0, m0 + kN) and their L, D (0 past T), all by cp.async.
+  static_assert(kN <= Tr::kThreads, "a thread copies one row's L and D");
   auto load_stage = [&](int stage, int m0) {
     load_tile_async<Tr, kN>(sQ + stage * kN * kRow, q, p.q_strides.row, m0, T, D);
     load_tile_async<Tr, kN>(sdO + stage * kN * kRow, dout, p.dout_strides.row, m0, T, D);
-    for (int i = threadIdx.x; i < kN; i += Tr::kThreads) {
+    if (const int i = threadIdx.x; i < kN) {
       const bool valid = m0 + i < T;
-      sL[stage * kN + i] = valid ? lse[m0 + i] * kLog2e : 0.f;
-      sDelta[stage * kN + i] = valid ? delta[m0 + i] : 0.f;
+      cp_async_4(sL + stage * kN + i, valid ? lse + m0 + i : lse, valid ? 4 : 0);
+      cp_async_4(sDelta + stage * kN + i, valid ? delta + m0 + i : delta, valid ? 4 : 0);
     }
   };
 
@@ -159,15 +160,19 @@ __global__ void __launch_bounds__(Tr::kThreads) flash_bwd_dkdv_mma_kernel(const 
 #pragma unroll
       for (int j = 0; j < kN / 8; ++j)
 #pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int col = 8 * j + 2 * c + (e & 1);
-          float x = pt[t][j][e] * scale_log2 - sLs[col];
-          if (need_mask) {
-            const int query = m0 + col, kk = key[t][e / 2];
-            if (query >= T || kk >= T || (p.causal && kk > query)) x = -INFINITY;
-          }
-          pt[t][j][e] = exp2f(x);
+        for (int e = 0; e < 4; ++e) pt[t][j][e] = pt[t][j][e] * scale_log2 - sLs[8 * j + 2 * c + (e & 1)] * kLog2e;
+    if (need_mask) {  // key kk < T is seen by queries [kk, T - 1] (causal) or [0, T - 1]; past T by none
+      int lo[kMT][2], hi[kMT][2];
+#pragma unroll
+      for (int t = 0; t < kMT; ++t)
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+          lo[t][r] = p.causal ? key[t][r] - m0 - 2 * c : -kNoColumnLimit;
+          hi[t][r] = key[t][r] < T ? T - 1 - m0 - 2 * c : -kNoColumnLimit;
         }
+      mask_outside(pt, lo, hi);
+    }
+    exp2_tile(pt);
 
     warp_gemm_regs_rows<kN / 16, kMT, kD / 8, kRow>(acc_dv, pt, sdOs, lane);  // dV += P^T dO
 
@@ -291,14 +296,9 @@ __global__ void __launch_bounds__(Tr::kThreads) flash_bwd_dq_mma_kernel(const Fl
 #pragma unroll
       for (int j = 0; j < kN / 8; ++j)
 #pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          float x = pr[t][j][e] * scale_log2 - row_lse[t][e / 2];
-          if (need_mask) {
-            const int key = k0 + 8 * j + 2 * c + (e & 1);
-            if (key >= T || (p.causal && key > row[t][e / 2])) x = -INFINITY;
-          }
-          pr[t][j][e] = exp2f(x);
-        }
+        for (int e = 0; e < 4; ++e) pr[t][j][e] = pr[t][j][e] * scale_log2 - row_lse[t][e / 2];
+    if (need_mask) mask_keys(pr, row, k0, T, p.causal);
+    exp2_tile(pr);
 
     float ds[kMT][kN / 8][4];  // dP, then dS
 #pragma unroll

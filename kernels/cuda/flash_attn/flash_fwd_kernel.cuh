@@ -89,14 +89,13 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) flash_fwd_mma_kernel(const Fl
 #pragma unroll
       for (int j = 0; j < kN / 8; ++j)
 #pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          float x = s[t][j][e] * scale_log2;
-          if (need_mask) {
-            const int key = k0 + 8 * j + 2 * c + (e & 1);
-            if (key >= T || (p.causal && key > warp_q0 + 16 * t + g + 8 * (e / 2))) x = -INFINITY;
-          }
-          s[t][j][e] = x;
-        }
+        for (int e = 0; e < 4; ++e) s[t][j][e] *= scale_log2;
+    if (need_mask) {
+      int query[kMT][2];
+#pragma unroll
+      for (int t = 0; t < kMT; ++t) query[t][0] = warp_q0 + 16 * t + g, query[t][1] = query[t][0] + 8;
+      mask_keys(s, query, k0, T, p.causal);
+    }
 
     // Online softmax: the four threads of a quad share a row.
 #pragma unroll
@@ -109,7 +108,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) flash_fwd_mma_kernel(const Fl
         tile_max = quad_max(tile_max);
         const float m_new = fmaxf(row_max[t][r], tile_max);
         const float m_use = m_new == -INFINITY ? 0.f : m_new;  // no visible key yet: keep everything 0
-        const float correction = exp2f(row_max[t][r] - m_use);  // 0 while row_max is -inf
+        const float correction = fast_exp2(row_max[t][r] - m_use);  // 0 while row_max is -inf
         row_max[t][r] = m_new;
         row_sum[t][r] *= correction;
 #pragma unroll
@@ -119,8 +118,8 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) flash_fwd_mma_kernel(const Fl
         }
 #pragma unroll
         for (int j = 0; j < kN / 8; ++j) {
-          s[t][j][2 * r] = exp2f(s[t][j][2 * r] - m_use);
-          s[t][j][2 * r + 1] = exp2f(s[t][j][2 * r + 1] - m_use);
+          s[t][j][2 * r] = fast_exp2(s[t][j][2 * r] - m_use);
+          s[t][j][2 * r + 1] = fast_exp2(s[t][j][2 * r + 1] - m_use);
           row_sum[t][r] += s[t][j][2 * r] + s[t][j][2 * r + 1];  // this thread's part; summed over the quad at the end
         }
       }

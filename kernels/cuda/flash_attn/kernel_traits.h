@@ -27,7 +27,7 @@ constexpr int kTensorCoreHeadDims[] = {16, 32, 64, 96, 128};
 constexpr int kSimtHeadDims[] = {32, 64, 128};
 constexpr int kMaxHeadDim = 128;
 
-template <int kHeadDim_, int kBlockN_, int kMTiles_, bool kRunningPointer_>
+template <int kHeadDim_, int kBlockN_, int kMTiles_>
 struct TensorCoreTraits {
   static constexpr int kHeadDim = kHeadDim_;  // padded head dim, a multiple of 16
   static constexpr int kNWarps = 4;
@@ -37,32 +37,30 @@ struct TensorCoreTraits {
   static constexpr int kBlockN = kBlockN_;                // rows of the streamed tile
   static constexpr int kSmemRow = kHeadDim + 8;  // bf16 elements between shared-memory rows
   static constexpr size_t kTileBytes = size_t(kSmemRow) * 2;  // per row of a tile
-  static constexpr bool kRunningPointer = kRunningPointer_;  // load_tile_async's address form
   static_assert(kHeadDim % 16 == 0 && kBlockN % 16 == 0, "mma tiles are 16 wide");
 };
 
 // Forward: sQ (kBlockM rows), sK and sV (kBlockN rows each); K of the next tile is loaded
-// while P V of this one runs. Tile loads through a running pointer: per-copy addresses leave
-// too few registers for two m tiles at head dim 128.
+// while P V of this one runs.
 template <int kHeadDim, int kMTiles>
-struct FwdTraits : TensorCoreTraits<kHeadDim, 64, kMTiles, true> {
-  using Base = TensorCoreTraits<kHeadDim, 64, kMTiles, true>;
+struct FwdTraits : TensorCoreTraits<kHeadDim, 64, kMTiles> {
+  using Base = TensorCoreTraits<kHeadDim, 64, kMTiles>;
   static constexpr size_t kSmemBytes = (Base::kBlockM + 2 * Base::kBlockN) * Base::kTileBytes;
 };
 
 // dK/dV: sK, sV (kBlockM keys) stay; two stages of sQ, sdO (kBlockN queries each) and of L
 // and D (kBlockN floats each) stream.
 template <int kHeadDim>
-struct BwdKvTraits : TensorCoreTraits<kHeadDim, (kHeadDim > 64 ? 32 : 64), 1, false> {
-  using Base = TensorCoreTraits<kHeadDim, (kHeadDim > 64 ? 32 : 64), 1, false>;
+struct BwdKvTraits : TensorCoreTraits<kHeadDim, (kHeadDim > 64 ? 32 : 64), 1> {
+  using Base = TensorCoreTraits<kHeadDim, (kHeadDim > 64 ? 32 : 64), 1>;
   static constexpr size_t kSmemBytes =
       (2 * Base::kBlockM + 4 * Base::kBlockN) * Base::kTileBytes + 4 * Base::kBlockN * sizeof(float);
 };
 
 // dQ: sQ, sdO (kBlockM queries) stay; two stages of sK, sV (kBlockN keys each) stream.
 template <int kHeadDim>
-struct BwdQTraits : TensorCoreTraits<kHeadDim, (kHeadDim > 64 ? 32 : 64), 1, false> {
-  using Base = TensorCoreTraits<kHeadDim, (kHeadDim > 64 ? 32 : 64), 1, false>;
+struct BwdQTraits : TensorCoreTraits<kHeadDim, (kHeadDim > 64 ? 32 : 64), 1> {
+  using Base = TensorCoreTraits<kHeadDim, (kHeadDim > 64 ? 32 : 64), 1>;
   static constexpr size_t kSmemBytes = (2 * Base::kBlockM + 4 * Base::kBlockN) * Base::kTileBytes;
 };
 

@@ -43,6 +43,11 @@ __device__ __forceinline__ void cp_async_16(void* smem, const void* gmem, int sr
                "r"(src_bytes)
                : "memory");
 }
+// 4 bytes (one fp32) global -> shared, zero-filled with src_bytes = 0.
+__device__ __forceinline__ void cp_async_4(void* smem, const void* gmem, int src_bytes) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(smem_address(smem)), "l"(gmem), "r"(src_bytes)
+               : "memory");
+}
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
 // Waits until at most N of this thread's committed groups are still in flight.
 template <int N>
@@ -56,39 +61,24 @@ __device__ __forceinline__ void cp_async_wait() {
 // whose rows are `row_stride` elements apart, into shared memory rows Tr::kSmemRow elements
 // apart, by the Tr::kThreads threads of a CTA. Rows >= seq and columns >= head_dim become
 // zeros. 16 bytes per cp.async: the caller guarantees 16-byte aligned rows and head_dim % 8 == 0.
-// Two forms of the same copies. Tr::kRunningPointer: a thread copies one 16-byte column chunk
-// of every kRowsPerPass-th row through one pointer that it advances (threads past the last
-// whole row of a pass idle: head dim 96 copies with 120 of 128 threads); fewest registers, which
-// the forward with two m tiles needs. Otherwise copy `it` of a thread is chunk it * kThreads +
-// thread, its address computed per copy (the backward kernels: they compile as they did before
-// the forward needed the other form).
+// A thread copies one 16-byte column chunk of every kRowsPerPass-th row through one pointer
+// that it advances (threads past the last whole row of a pass idle: head dim 96 copies with
+// 120 of 128 threads): fewer instructions and registers than an address computed per copy
+// (up to a quarter of the backward's instructions at head dim 128, session 4).
 template <class Tr, int kRows>
 __device__ __forceinline__ void load_tile_async(bf16* smem, const bf16* gmem, int64_t row_stride, int row0, int seq,
                                                 int head_dim) {
   constexpr int kThreads = Tr::kThreads, kSmemRow = Tr::kSmemRow, kChunksPerRow = Tr::kHeadDim / 8;
-  if constexpr (Tr::kRunningPointer) {
-    constexpr int kRowsPerPass = kThreads / kChunksPerRow;
-    const int r0 = int(threadIdx.x) / kChunksPerRow, col = (int(threadIdx.x) % kChunksPerRow) * 8;
-    if (kThreads % kChunksPerRow != 0 && r0 >= kRowsPerPass) return;
-    const bf16* src = gmem + int64_t(row0 + r0) * row_stride + col;
+  constexpr int kRowsPerPass = kThreads / kChunksPerRow;
+  const int r0 = int(threadIdx.x) / kChunksPerRow, col = (int(threadIdx.x) % kChunksPerRow) * 8;
+  if (kThreads % kChunksPerRow != 0 && r0 >= kRowsPerPass) return;
+  const bf16* src = gmem + int64_t(row0 + r0) * row_stride + col;
 #pragma unroll
-    for (int it = 0; it < (kRows + kRowsPerPass - 1) / kRowsPerPass; ++it, src += kRowsPerPass * row_stride) {
-      const int r = r0 + it * kRowsPerPass;
-      if (kRows % kRowsPerPass != 0 && r >= kRows) break;
-      const bool valid = row0 + r < seq && col < head_dim;
-      cp_async_16(smem + r * kSmemRow + col, valid ? src : gmem, valid ? 16 : 0);
-    }
-  } else {
-    constexpr int kChunks = kRows * kChunksPerRow;
-#pragma unroll
-    for (int it = 0; it < (kChunks + kThreads - 1) / kThreads; ++it) {
-      const int i = it * kThreads + int(threadIdx.x);
-      if (kChunks % kThreads != 0 && i >= kChunks) break;
-      const int r = i / kChunksPerRow, col = (i % kChunksPerRow) * 8;
-      const bool valid = row0 + r < seq && col < head_dim;
-      const bf16* src = valid ? gmem + int64_t(row0 + r) * row_stride + col : gmem;
-      cp_async_16(smem + r * kSmemRow + col, src, valid ? 16 : 0);
-    }
+  for (int it = 0; it < (kRows + kRowsPerPass - 1) / kRowsPerPass; ++it, src += kRowsPerPass * row_stride) {
+    const int r = r0 + it * kRowsPerPass;
+    if (kRows % kRowsPerPass != 0 && r >= kRows) break;
+    const bool valid = row0 + r < seq && col < head_dim;
+    cp_async_16(smem + r * kSmemRow + col, valid ? src : gmem, valid ? 16 : 0);
   }
 }
 
@@ -117,6 +107,17 @@ __device__ __forceinline__ void mma_16816(float (&d)[4], const uint32_t (&a)[4],
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 #endif  // LLMHPC_FLASH_EMULATE
+
+// 2^x on the special-function unit (ex2.approx.ftz: a relative error near 2^-22, results
+// below 2^-126 flushed to 0, 2^-inf = 0): what exp2f becomes under --use_fast_math. The exact
+// exp2f adds four instructions per score for subnormal results, which bf16 P cannot hold anyway.
+#ifndef LLMHPC_FLASH_EMULATE
+__device__ __forceinline__ float fast_exp2(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+  return y;
+}
+#endif
 
 // Two floats as a bf16 pair, `lo` in the low half (the lower column).
 __device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
@@ -188,6 +189,55 @@ __device__ __forceinline__ void warp_gemm_regs_rows(float (&acc)[kMTiles][kNTile
       }
     }
   }
+}
+
+// Sets to -inf the scores of an accumulator tile (C layout: element e of n tile j of m tile t
+// is row 16t + g + 8(e / 2), column 8j + 2c + (e % 2)) that lie outside the visible columns
+// [lo, hi] of their row; lo[t][r] and hi[t][r] are counted from this thread's column 2c (so
+// that the per-element offsets 8j + e % 2 are constants). Called on the tiles that cross the
+// causal diagonal or the end of the sequence only.
+constexpr int kNoColumnLimit = 1 << 30;
+template <int kMTiles, int kNTiles>
+__device__ __forceinline__ void mask_outside(float (&s)[kMTiles][kNTiles][4], const int (&lo)[kMTiles][2],
+                                             const int (&hi)[kMTiles][2]) {
+#pragma unroll
+  for (int t = 0; t < kMTiles; ++t)
+#pragma unroll
+    for (int j = 0; j < kNTiles; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int col = 8 * j + (e & 1);
+        if (col < lo[t][e / 2] || col > hi[t][e / 2]) s[t][j][e] = -INFINITY;
+      }
+}
+
+// Query-major score tiles (forward, dQ): query q sees keys [0, min(q, T - 1)] (causal) or
+// [0, T - 1]; query[t][r] is the query of this thread's row g + 8r of m tile t, k0 the tile's
+// first key.
+template <int kMTiles, int kNTiles>
+__device__ __forceinline__ void mask_keys(float (&s)[kMTiles][kNTiles][4], const int (&query)[kMTiles][2], int k0,
+                                          int seq, bool causal) {
+  const int c = int(threadIdx.x) % 4;
+  int lo[kMTiles][2], hi[kMTiles][2];
+#pragma unroll
+  for (int t = 0; t < kMTiles; ++t)
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      lo[t][r] = -kNoColumnLimit;
+      hi[t][r] = (causal ? min(query[t][r], seq - 1) : seq - 1) - k0 - 2 * c;
+    }
+  mask_outside(s, lo, hi);
+}
+
+// s = 2^s, element by element (scores in log2 units, -inf where masked).
+template <int kMTiles, int kNTiles>
+__device__ __forceinline__ void exp2_tile(float (&s)[kMTiles][kNTiles][4]) {
+#pragma unroll
+  for (int t = 0; t < kMTiles; ++t)
+#pragma unroll
+    for (int j = 0; j < kNTiles; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) s[t][j][e] = fast_exp2(s[t][j][e]);
 }
 
 // Max and sum over the four threads of a quad (they hold one row of an accumulator tile).
