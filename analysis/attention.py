@@ -11,7 +11,7 @@ Prints, from rank 0's records (/attention/<label>, docs/hdf5-schema.md):
   2. naive against flash, like the seeds' flash_benchmarking table: median forward,
      backward and end-to-end times of both and the speedup naive / flash (N/A where one
      ran out of memory), and both peaks;
-  3. with --torch (the JSON written by analysis/torch_attention.py): llmhpc's flash
+  3. with --torch (the JSON written by analysis/torch_attention.py; once per file): llmhpc's flash
      against PyTorch's fused attention on the same shapes, median ms and the ratio
      llmhpc / PyTorch (the issue's target: at most 1.25 for T >= 4096).
 Times are milliseconds per iteration; one iteration is one forward plus one backward.
@@ -150,7 +150,8 @@ def torch_table(df: pd.DataFrame, torch_path: str) -> str:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("runs", nargs="+", help="llmhpc --mode attention output directories")
-    parser.add_argument("--torch", help="JSON from analysis/torch_attention.py to compare with")
+    parser.add_argument("--torch", action="append", default=[],
+                        help="JSON from analysis/torch_attention.py to compare with (repeatable: one table each)")
     args = parser.parse_args(argv)
     try:
         df = attention_frame(args.runs)
@@ -165,8 +166,7 @@ def main(argv=None) -> int:
     df = df.sort_values(["precision", "causal", "batch", "heads", "impl_order", "head_dim", "seq"],
                         ascending=[False, False, True, True, True, True, True], kind="stable")
     sections = [per_implementation_tables(df), naive_vs_flash_tables(df)]
-    if args.torch:
-        sections.append(torch_table(df, args.torch))
+    sections += [torch_table(df, path) for path in args.torch]
     print("\n\n".join(s for s in sections if s))
     return 0
 

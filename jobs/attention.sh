@@ -9,7 +9,7 @@
 #   grid 1 (pytorch_attention): batch 8, one head, no mask, head dim 16..128 x seq 256..16384
 #   grid 2 (flash_benchmarking): batch 1, one head, causal, seq 128..65536 x head dim 16..128
 #                                x bf16/fp32
-# With TORCH=1, PyTorch's fused attention on grid 2's bf16 shapes too, for the comparison table.
+# With TORCH=1, PyTorch's fused attention on both grids' bf16 shapes too, for the comparison tables.
 #   sbatch jobs/attention.sh          or   bash jobs/attention.sh
 #   GRIDS=2 SEQS2=1024,4096 PRECISIONS2=bf16 ITERS=20 bash jobs/attention.sh
 set -euo pipefail
@@ -43,5 +43,8 @@ if [ "$TORCH" = 1 ]; then
   $PYTHON "$LLMHPC_ROOT/analysis/torch_attention.py" --batch 1 --heads 1 --head-dim "$HEAD_DIMS" --seq "$SEQS2" \
     --precision bf16 --causal --warmup "$WARMUP" --iters "$ITERS" --out "$OUT/torch_attention.json"
   torch_args=(--torch "$OUT/torch_attention.json")
+  $PYTHON "$LLMHPC_ROOT/analysis/torch_attention.py" --batch 8 --heads 1 --head-dim "$HEAD_DIMS" --seq "$SEQS1" \
+    --precision bf16 --warmup "$WARMUP" --iters "$ITERS" --out "$OUT/torch_grid1.json"
+  torch_args+=(--torch "$OUT/torch_grid1.json")
 fi
 $PYTHON "$LLMHPC_ROOT/analysis/attention.py" "${runs[@]}" ${torch_args[@]+"${torch_args[@]}"} | tee "$OUT/attention.md"

@@ -18,8 +18,8 @@
 # (the CUDA-core fp32 kernels and naive fp32 at T=65536 are the slow ones). Override with
 # SEQS1, SEQS2, HEAD_DIMS, WARMUP, ITERS, WARMUP_FP32, ITERS_FP32.
 # Files in OUT_DIR (at most 8, flat): summary.txt (what stdout shows), attention.md (the
-# tables, PyTorch comparison included), tests.log, runs.log, torch_attention.json,
-# results.tar.gz (the llmhpc HDF5 run directories). MODEL_2P7B=1 adds the 2.7B memory run (~1 min).
+# tables, PyTorch comparison included), tests.log, runs.log, torch_attention.json (grid 2),
+# torch_grid1.json, results.tar.gz (the llmhpc HDF5 run directories). MODEL_2P7B=1 adds the 2.7B memory run (~1 min).
 set -uo pipefail
 
 if [ "${1:-}" = "--make-carry" ]; then
@@ -88,7 +88,8 @@ grid1=(--batch 8 --heads 1 --head-dim "$HEAD_DIMS" --seq "$SEQS1" --causal off -
 grid2=(--batch 1 --heads 1 --head-dim "$HEAD_DIMS" --seq "$SEQS2" --causal on --impl naive,flash)
 mode_run grid2_bf16 45 "$WARMUP" "$ITERS" "${grid2[@]}" --precision bf16
 
-# 3. PyTorch's fused (FlashAttention) backend on grid 2's bf16 shapes, same iterations.
+# 3. PyTorch's fused (FlashAttention) backend on grid 2's bf16 shapes (and grid 1's below), same
+#    iterations.
 echo "== torch" >>"$out/runs.log"
 timeout 40 python3 "$root/analysis/torch_attention.py" --batch 1 --heads 1 --head-dim "$HEAD_DIMS" --seq "$SEQS2" \
   --precision bf16 --causal --impl fused --warmup "$WARMUP" --iters "$ITERS" --out "$out/torch_attention.json" \
@@ -96,6 +97,10 @@ timeout 40 python3 "$root/analysis/torch_attention.py" --batch 1 --heads 1 --hea
 say "torch: exit $? [$(elapsed)]"
 
 mode_run grid1_bf16 40 "$WARMUP" "$ITERS" "${grid1[@]}" --precision bf16
+echo "== torch grid 1" >>"$out/runs.log"
+timeout 40 python3 "$root/analysis/torch_attention.py" --batch 8 --heads 1 --head-dim "$HEAD_DIMS" --seq "$SEQS1" \
+  --precision bf16 --impl fused --warmup "$WARMUP" --iters "$ITERS" --out "$out/torch_grid1.json" >>"$out/runs.log" 2>&1
+say "torch grid 1: exit $? [$(elapsed)]"
 mode_run grid2_fp32 55 "$WARMUP_FP32" "$ITERS_FP32" "${grid2[@]}" --precision fp32
 mode_run grid1_fp32 40 "$WARMUP_FP32" "$ITERS_FP32" "${grid1[@]}" --precision fp32
 
@@ -140,11 +145,11 @@ fi
 
 # 5. The tables.
 torch_args=()
-[ -s "$out/torch_attention.json" ] && torch_args=(--torch "$out/torch_attention.json")
+for json in "$out/torch_attention.json" "$out/torch_grid1.json"; do [ -s "$json" ] && torch_args+=(--torch "$json"); done
 if [ ${#runs[@]} -gt 0 ]; then
   python3 "$root/analysis/attention.py" "${runs[@]}" ${torch_args[@]+"${torch_args[@]}"} >"$out/attention.md" 2>>"$out/runs.log"
   say "analysis: exit $? [$(elapsed)]"
-  grep -A 40 "llmhpc flash vs PyTorch" "$out/attention.md" | tee -a "$summary"
+  grep -A 50 "llmhpc flash vs PyTorch" "$out/attention.md" | tee -a "$summary"
 fi
 (cd "$work" && tar czf "$out/results.tar.gz" $(ls -d grid* model_* train_* 2>/dev/null)) 2>/dev/null
 say "done in $(elapsed); files in $out: $(ls "$out" | tr '\n' ' ')"

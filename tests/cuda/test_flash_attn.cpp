@@ -281,26 +281,60 @@ TEST_F(FlashAttnGpu, BackwardIsDeterministic) {
       }
 }
 
+// Sets an environment variable for a scope (the kernels' variants read theirs at every call).
+class ScopedEnv {
+ public:
+  explicit ScopedEnv(const char* name) : name_(name), had_(std::getenv(name) != nullptr) {
+    if (had_) saved_ = std::getenv(name);
+  }
+  void set(const char* value) { setenv(name_, value, 1); }
+  ~ScopedEnv() {
+    if (had_) setenv(name_, saved_.c_str(), 1);
+    else unsetenv(name_);
+  }
+
+ private:
+  const char* name_;
+  bool had_;
+  std::string saved_;
+};
+
 // The tensor-core forward takes 128 query rows per CTA (two m tiles per warp) only on long
 // sequences (flash_fwd_mma.cu); forced here on small shapes, it must give the bits of 64 rows.
 TEST_F(FlashAttnGpu, ForwardQueryTilesAgree) {
-  const char* before = std::getenv("LLMHPC_FLASH_FWD_ROWS");
-  const std::string saved = before ? before : "";
+  ScopedEnv rows("LLMHPC_FLASH_FWD_ROWS");
   for (const Shape& s : {Shape{1, 700, 2, 64}, Shape{2, 77, 2, 80}, Shape{1, 257, 1, 128}, Shape{1, 45, 2, 40},
                          Shape{1, 300, 1, 16}})
     for (bool causal : {true, false}) {
       const std::vector<double> qkv = random(s.B * s.T * 3 * s.H * s.D, DType::BF16),
                                 dout = random(s.B * s.T * s.H * s.D, DType::BF16);
-      setenv("LLMHPC_FLASH_FWD_ROWS", "64", 1);
+      rows.set("64");
       const Result a = run_flash(FlashImpl::TensorCore, DType::BF16, qkv, dout, s, causal);
-      setenv("LLMHPC_FLASH_FWD_ROWS", "128", 1);
+      rows.set("128");
       const Result b = run_flash(FlashImpl::TensorCore, DType::BF16, qkv, dout, s, causal);
       EXPECT_EQ(a.out, b.out) << s << (causal ? " causal" : " full");
       EXPECT_EQ(a.lse, b.lse) << s << (causal ? " causal" : " full");
       EXPECT_EQ(a.dqkv, b.dqkv) << s << (causal ? " causal" : " full");
     }
-  if (before) setenv("LLMHPC_FLASH_FWD_ROWS", saved.c_str(), 1);
-  else unsetenv("LLMHPC_FLASH_FWD_ROWS");
+}
+
+// The tensor-core backward cuts long tiles into chunks on grids too small to fill the GPU
+// (flash_bwd_mma.cu); forced here to chunks of 2 and 3 streamed tiles (every tile longer than
+// that cut, up to 22 chunks), it must keep the accuracy rule and stay bitwise deterministic.
+TEST_F(FlashAttnGpu, ChunkedBackward) {
+  ScopedEnv chunk("LLMHPC_FLASH_BWD_CHUNK");
+  const Variant& tensor_core = kVariants[0];
+  for (const char* tiles : {"2", "3"})
+    for (const Shape& s : {Shape{1, 700, 2, 64}, Shape{1, 257, 1, 128}, Shape{2, 77, 2, 80}, Shape{1, 300, 1, 16}})
+      for (bool causal : {true, false}) {
+        chunk.set(tiles);
+        check(tensor_core, s, causal);
+        const std::vector<double> qkv = random(s.B * s.T * 3 * s.H * s.D, DType::BF16),
+                                  dout = random(s.B * s.T * s.H * s.D, DType::BF16);
+        const Result a = run_flash(FlashImpl::TensorCore, DType::BF16, qkv, dout, s, causal);
+        const Result b = run_flash(FlashImpl::TensorCore, DType::BF16, qkv, dout, s, causal);
+        EXPECT_EQ(a.dqkv, b.dqkv) << s << (causal ? " causal" : " full") << ", chunks of " << tiles;
+      }
 }
 
 TEST_F(FlashAttnGpu, ImplementationChoiceAndUnsupportedRequests) {

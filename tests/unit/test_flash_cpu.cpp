@@ -257,10 +257,11 @@ namespace {
 namespace fe = llmhpc::flash_emu;
 
 // Fused: the CUDA-core backward with the dQ summed by the dK/dV kernel (the default on the GPU).
-enum class EmuImpl { TensorCoreBf16, SimtFp32, SimtBf16, SimtFp32Fused, SimtBf16Fused };
+enum class EmuImpl { TensorCoreBf16, TensorCoreBf16Chunked, SimtFp32, SimtBf16, SimtFp32Fused, SimtBf16Fused };
 const char* emu_name(EmuImpl i) {
   switch (i) {
     case EmuImpl::TensorCoreBf16: return "tensor-core bf16";
+    case EmuImpl::TensorCoreBf16Chunked: return "tensor-core bf16 chunked";
     case EmuImpl::SimtFp32: return "simt fp32";
     case EmuImpl::SimtBf16: return "simt bf16";
     case EmuImpl::SimtFp32Fused: return "simt fp32 fused";
@@ -268,6 +269,7 @@ const char* emu_name(EmuImpl i) {
   }
   return "?";
 }
+bool emu_tensor_core(EmuImpl i) { return i == EmuImpl::TensorCoreBf16 || i == EmuImpl::TensorCoreBf16Chunked; }
 bool emu_fp32(EmuImpl i) { return i == EmuImpl::SimtFp32 || i == EmuImpl::SimtFp32Fused; }
 bool emu_fused(EmuImpl i) { return i == EmuImpl::SimtFp32Fused || i == EmuImpl::SimtBf16Fused; }
 
@@ -315,7 +317,7 @@ Result run_emulated(EmuImpl impl, const std::vector<double>& qkv_v, const std::v
   const unsigned bh = unsigned(s.B * s.H);
   auto tiles = [&](int rows_per_tile) { return unsigned((s.T + rows_per_tile - 1) / rows_per_tile); };
   auto by_head_dim = [&](auto run) {  // the launchers' choice of compiled head dim
-    if (impl == EmuImpl::TensorCoreBf16) {
+    if (emu_tensor_core(impl)) {
       if (s.D <= 16) run(std::integral_constant<int, 16>{});
       else if (s.D <= 32) run(std::integral_constant<int, 32>{});
       else if (s.D <= 64) run(std::integral_constant<int, 64>{});
@@ -329,7 +331,7 @@ Result run_emulated(EmuImpl impl, const std::vector<double>& qkv_v, const std::v
   };
   by_head_dim([&](auto dim) {
     constexpr int kD = decltype(dim)::value;
-    if (impl == EmuImpl::TensorCoreBf16) {
+    if (emu_tensor_core(impl)) {
       using F1 = fe::FwdTraits<kD, 1>;
       using F2 = fe::FwdTraits<kD, 2>;
       using Kv = fe::BwdKvTraits<kD>;
@@ -346,10 +348,26 @@ Result run_emulated(EmuImpl impl, const std::vector<double>& qkv_v, const std::v
       fe::emulate_launch(fe::flash_fwd_mma_kernel<F2>, dim3(bh, tiles(F2::kBlockM)), F2::kThreads, F2::kSmemBytes, p);
       EXPECT_TRUE(out.values() == out1 && std::memcmp(lse.data(), lse1.data(), lse.size() * sizeof(float)) == 0)
           << "forward with 128 and with 64 query rows per CTA differ";
-      fe::emulate_launch(fe::flash_bwd_delta_kernel<fe::bf16>, dim3(2, s.B), 64, 0, p);
-      fe::emulate_launch(fe::flash_bwd_dkdv_mma_kernel<Kv>, dim3(bh, tiles(Kv::kBlockM)), Kv::kThreads,
-                         Kv::kSmemBytes, p);
-      fe::emulate_launch(fe::flash_bwd_dq_mma_kernel<Q>, dim3(bh, tiles(Q::kBlockM)), Q::kThreads, Q::kSmemBytes, p);
+      // Chunked: 2 streamed tiles per chunk, so every longer tile is cut (flash_bwd_mma.cu's
+      // launch); the first chunk must write over the NaNs, the delta kernel zero the counters.
+      fe::FlashParams b = p;
+      std::vector<float> accum;
+      std::vector<int> turns;
+      unsigned kv_chunks = 1, q_chunks = 1;
+      if (impl == EmuImpl::TensorCoreBf16Chunked) {
+        const int64_t n_kv = tiles(Kv::kBlockM), n_q = tiles(Q::kBlockM), kv_floats = bh * n_kv * 2 * Kv::kBlockM * kD;
+        accum.assign(size_t(kv_floats + bh * n_q * Q::kBlockM * kD), NAN);
+        turns.assign(size_t(bh * (n_kv + n_q)), 7);
+        b.kv_chunk = b.q_chunk = 2;
+        b.kv_accum = accum.data(), b.q_accum = accum.data() + kv_floats;
+        b.kv_turns = turns.data(), b.q_turns = turns.data() + bh * n_kv, b.turn_count = int64_t(turns.size());
+        kv_chunks = (tiles(Kv::kBlockN) + 1) / 2, q_chunks = (tiles(Q::kBlockN) + 1) / 2;
+      }
+      fe::emulate_launch(fe::flash_bwd_delta_kernel<fe::bf16>, dim3(2, s.B), 64, 0, b);
+      fe::emulate_launch(fe::flash_bwd_dkdv_mma_kernel<Kv>, dim3(bh, tiles(Kv::kBlockM), kv_chunks), Kv::kThreads,
+                         Kv::kSmemBytes, b);
+      fe::emulate_launch(fe::flash_bwd_dq_mma_kernel<Q>, dim3(bh, tiles(Q::kBlockM), q_chunks), Q::kThreads,
+                         Q::kSmemBytes, b);
     } else if constexpr (kD == 32 || kD == 64 || kD == 128) {  // the CUDA-core head dims
       using Tr = fe::SimtTraits<kD>;
       auto launch = [&](auto e) {
@@ -404,6 +422,12 @@ double storage_error(const std::vector<double>& ref, bool bf16) {
 
 class FlashKernelsEmulated : public ::testing::TestWithParam<std::tuple<EmuImpl, Shape5, bool>> {};
 
+std::string emu_test_name(const ::testing::TestParamInfo<std::tuple<EmuImpl, Shape5, bool>>& info) {
+  std::string impl = emu_name(std::get<0>(info.param));
+  for (char& ch : impl) ch = ch == ' ' || ch == '-' ? '_' : ch;
+  return impl + "_" + shape_name(std::get<1>(info.param), std::get<2>(info.param));
+}
+
 TEST_P(FlashKernelsEmulated, MatchFp64Reference) {
   const EmuImpl impl = std::get<0>(GetParam());
   const Shape5 s = std::get<1>(GetParam());
@@ -455,16 +479,13 @@ INSTANTIATE_TEST_SUITE_P(Kernels, FlashKernelsEmulated,
                          ::testing::Combine(::testing::Values(EmuImpl::TensorCoreBf16, EmuImpl::SimtFp32,
                                                               EmuImpl::SimtBf16),
                                             ::testing::ValuesIn(kEmuShapes), ::testing::Bool()),
-                         [](const auto& info) {
-                           std::string impl = emu_name(std::get<0>(info.param));
-                           for (char& ch : impl) ch = ch == ' ' || ch == '-' ? '_' : ch;
-                           return impl + "_" + shape_name(std::get<1>(info.param), std::get<2>(info.param));
-                         });
+                         emu_test_name);
 
-// The fused dQ over several key blocks and query tiles (the turns, under causal masking too;
-// the first turn writing into a NaN accumulator): 64 keys x 64 queries (head dims 32, 64) or
-// 64 x 32 (128), B x H > 1 (the counters and rows of each head).
-const Shape5 kFusedShapes[] = {
+// The hand-offs in turns over several tiles (under causal masking too; the first turn writing
+// into a NaN accumulator; B x H > 1: the counters and rows of each head): the CUDA-core fused
+// dQ (64 keys x 64 queries at head dims 32, 64; 64 x 32 at 128) and the tensor-core chunks (2
+// streamed tiles per chunk: 64 rows, 32 at head dims above 64; up to 2 chunks per tile).
+const Shape5 kTurnShapes[] = {
     {1, 140, 2, 64, 0, 0},
     {2, 100, 1, 32, 0, 0},
     {1, 100, 1, 80, 0, 0},
@@ -473,12 +494,12 @@ const Shape5 kFusedShapes[] = {
 
 INSTANTIATE_TEST_SUITE_P(FusedDq, FlashKernelsEmulated,
                          ::testing::Combine(::testing::Values(EmuImpl::SimtFp32Fused, EmuImpl::SimtBf16Fused),
-                                            ::testing::ValuesIn(kFusedShapes), ::testing::Bool()),
-                         [](const auto& info) {
-                           std::string impl = emu_name(std::get<0>(info.param));
-                           for (char& ch : impl) ch = ch == ' ' ? '_' : ch;
-                           return impl + "_" + shape_name(std::get<1>(info.param), std::get<2>(info.param));
-                         });
+                                            ::testing::ValuesIn(kTurnShapes), ::testing::Bool()),
+                         emu_test_name);
+INSTANTIATE_TEST_SUITE_P(Chunked, FlashKernelsEmulated,
+                         ::testing::Combine(::testing::Values(EmuImpl::TensorCoreBf16Chunked),
+                                            ::testing::ValuesIn(kTurnShapes), ::testing::Bool()),
+                         emu_test_name);
 
 }  // namespace
 }  // namespace llmhpc::test

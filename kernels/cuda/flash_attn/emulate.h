@@ -210,11 +210,13 @@ inline void mma_16816(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32
   for (int e = 0; e < 4; ++e) d[e] = out[e];
 }
 
-// Runs kernel(p) on every block of `grid` with `threads` threads each, blocks one by one.
+// Runs kernel(p) on every block of `grid` with `threads` threads each, blocks one by one in
+// launch order (x fastest, then y, then z).
 template <class Params>
 void emulate_launch(void (*kernel)(const Params), dim3 grid, int threads, size_t smem_bytes, const Params& p) {
   if (smem_bytes > kEmulatedSharedBytes) throw std::runtime_error("emulate_launch: too much shared memory");
   if (threads % 32 != 0) throw std::runtime_error("emulate_launch: threads must be whole warps");
+  for (unsigned bz = 0; bz < grid.z; ++bz)
   for (unsigned by = 0; by < grid.y; ++by)
     for (unsigned bx = 0; bx < grid.x; ++bx) {
       std::memset(smem, 0xff, kEmulatedSharedBytes);
@@ -223,7 +225,7 @@ void emulate_launch(void (*kernel)(const Params), dim3 grid, int threads, size_t
       for (int t = 0; t < threads; ++t)
         pool.emplace_back([&, t] {
           threadIdx = uint3{unsigned(t), 0, 0};
-          blockIdx = uint3{bx, by, 0};
+          blockIdx = uint3{bx, by, bz};
           blockDim = dim3(unsigned(threads));
           gridDim = grid;
           emu_block = &block;

@@ -132,11 +132,22 @@ int counter_stride(const FlashParams& p) { return (p.seq + 31) / 32; }
 size_t accum_bytes(const FlashParams& p) {
   return size_t(p.batch) * p.heads * accum_rows(p) * padded_head_dim(p.head_dim, false) * sizeof(float);
 }
+
+// The tensor-core backward's chunks (flash_launch.h), where it will run.
+BwdChunkPlan chunk_plan(const FlashParams& p) {
+  return !fused_dq_scratch(p) && use_tensor_cores(p, true) ? plan_bwd_chunks(p) : BwdChunkPlan{};
+}
+// Their scratch after delta: the dK/dV and dQ accumulators, then the turn counters.
+size_t chunk_bytes(const BwdChunkPlan& c) {
+  return align16(size_t(c.kv_accum_floats + c.q_accum_floats) * sizeof(float)) +
+         align16(size_t(c.kv_turns + c.q_turns) * sizeof(int));
+}
 }  // namespace
 
 size_t flash_backward_scratch_bytes(const FlashParams& p) {
-  if (!fused_dq_scratch(p)) return delta_bytes(p);
-  return delta_bytes(p) + accum_bytes(p) + size_t(p.batch) * p.heads * counter_stride(p) * sizeof(int);
+  if (fused_dq_scratch(p))
+    return delta_bytes(p) + accum_bytes(p) + size_t(p.batch) * p.heads * counter_stride(p) * sizeof(int);
+  return delta_bytes(p) + chunk_bytes(chunk_plan(p));
 }
 
 void set_packed_backward(FlashParams& p, const void* dout, void* dqkv, void* scratch) {
@@ -150,13 +161,24 @@ void set_packed_backward(FlashParams& p, const void* dout, void* dqkv, void* scr
   p.dv = base + 2 * hd * element;
   p.dq_strides = p.dk_strides = p.dv_strides = p.q_strides;
   p.delta = static_cast<float*>(scratch);
+  char* after_delta = static_cast<char*>(scratch) + delta_bytes(p);
   if (fused_dq_scratch(p)) {
-    char* base = static_cast<char*>(scratch) + delta_bytes(p);
-    p.dq_accum = reinterpret_cast<float*>(base);
-    p.dq_counters = reinterpret_cast<int*>(base + accum_bytes(p));
+    p.dq_accum = reinterpret_cast<float*>(after_delta);
+    p.dq_counters = reinterpret_cast<int*>(after_delta + accum_bytes(p));
     p.dq_accum_rows = accum_rows(p);
     p.dq_counter_stride = counter_stride(p);
+    return;
   }
+  const BwdChunkPlan c = chunk_plan(p);
+  float* accum = reinterpret_cast<float*>(after_delta);
+  int* turns =
+      reinterpret_cast<int*>(after_delta + align16(size_t(c.kv_accum_floats + c.q_accum_floats) * sizeof(float)));
+  p.kv_chunk = c.kv_chunk, p.q_chunk = c.q_chunk;
+  p.kv_accum = c.kv_chunk ? accum : nullptr;
+  p.q_accum = c.q_chunk ? accum + c.kv_accum_floats : nullptr;
+  p.kv_turns = c.kv_chunk ? turns : nullptr;
+  p.q_turns = c.q_chunk ? turns + c.kv_turns : nullptr;
+  p.turn_count = c.kv_turns + c.q_turns;
 }
 
 const char* flash_impl_name(const FlashParams& p) { return use_tensor_cores(p, false) ? "tensor-core" : "simt"; }

@@ -70,6 +70,18 @@ struct FlashParams {
   float* dq_accum = nullptr;
   int* dq_counters = nullptr;
   int dq_accum_rows = 0, dq_counter_stride = 0;
+  // Scratch of the chunked tensor-core backward (grids too small to fill the GPU, flash_api.cu):
+  // a stationary tile's streamed tiles are cut into chunks of kv_chunk (dK/dV kernel) or
+  // q_chunk (dQ kernel) tiles, one CTA each, whose fp32 sums meet in kv_accum / q_accum (one
+  // tile of accumulators per stationary tile) in chunk order, through one turn counter per
+  // stationary tile: kv_turns, then q_turns (turn_count in all, zeroed by the delta kernel).
+  // 0 / null: not chunked.
+  int kv_chunk = 0, q_chunk = 0;
+  float* kv_accum = nullptr;
+  float* q_accum = nullptr;
+  int* kv_turns = nullptr;
+  int* q_turns = nullptr;
+  int64_t turn_count = 0;
 };
 
 // Params for ops.h's packed layouts: qkv (B,T,3,H,D), out (B,T,H,D), lse (B,H,T); scale

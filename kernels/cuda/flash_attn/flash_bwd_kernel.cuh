@@ -21,8 +21,9 @@ __device__ __forceinline__ float4 load4(const bf16* p) {
 }
 
 // Purpose: delta (B,H,T) = rowsum(dO * O) in fp32, the term that replaces the row sums of
-// dP P in the softmax backward; also zeroes the fused dQ's turn counters (p.dq_counters, when
-// set), which saves the backward a memset. Grid: (row blocks, B); the rows (t, h) of one batch
+// dP P in the softmax backward; also zeroes the turn counters of the CUDA-core fused dQ
+// (p.dq_counters) and of the tensor-core chunks (p.kv_turns, p.q_turns), when set, which saves
+// the backward a memset. Grid: (row blocks, B); the rows (t, h) of one batch
 // entry, so that 32-bit index arithmetic suffices. Algorithm: 16 lanes (a half-warp) per row,
 // four elements per load (lane l reads d = 4 l + 64 i: a half-warp reads 256 contiguous fp32
 // bytes); element by element where rows are not aligned to four elements.
@@ -57,17 +58,21 @@ __global__ void flash_bwd_delta_kernel(const FlashParams p) {
     for (int offset = kLanes / 2; offset > 0; offset >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, offset);
     if (lane == 0 && r < rows) p.delta[(int64_t(b) * p.heads + h) * p.seq + t] = sum;
   }
-  if (p.dq_counters) {
-    const int64_t n = int64_t(p.batch) * p.heads * p.dq_counter_stride;
-    const int64_t threads = int64_t(gridDim.x) * gridDim.y * blockDim.x;
-    for (int64_t i = (int64_t(blockIdx.y) * gridDim.x + blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += threads)
+  // The counters of the hand-offs that follow (fused dQ, chunks), when there are.
+  const int64_t threads = int64_t(gridDim.x) * gridDim.y * blockDim.x;
+  const int64_t first = (int64_t(blockIdx.y) * gridDim.x + blockIdx.x) * blockDim.x + threadIdx.x;
+  if (p.dq_counters)
+    for (int64_t i = first, n = int64_t(p.batch) * p.heads * p.dq_counter_stride; i < n; i += threads)
       p.dq_counters[i] = 0;
-  }
+  if (int* turns = p.kv_turns ? p.kv_turns : p.q_turns)  // q_turns follow kv_turns
+    for (int64_t i = first; i < p.turn_count; i += threads) turns[i] = 0;
 }
 
 // Purpose: dK and dV (B,T,H,D) of one tile of kBlockM keys of one (batch, head).
-// Grid: (B*H, key tiles): the heaviest (first, causal) tile of every head first; warp w owns
-// the 16*kMTiles keys from k0 + 16 kMTiles w on.
+// Grid: (B*H, key tiles, chunks): the heaviest (first, causal) tile of every head first; warp
+// w owns the 16*kMTiles keys from k0 + 16 kMTiles w on. Chunked (p.kv_chunk > 0, grids too
+// small to fill the GPU): CTA z takes query tiles [z kv_chunk, (z + 1) kv_chunk) of those the
+// keys see, and the chunks' sums meet in p.kv_accum (hand_off_chunk, chunk order).
 // Algorithm (per query tile of kBlockN that can see the keys; causal: from the one holding
 // query k0 on), everything transposed so that the warp's keys are the rows:
 //   S^T = K Q^T;  P^T = 2^(S^T scale log2e - L log2e)  (masked: 0)     P recomputed from L
@@ -102,6 +107,10 @@ __global__ void __launch_bounds__(Tr::kThreads) flash_bwd_dkdv_mma_kernel(const 
 
   const int m_first = p.causal ? k0 / kN : 0;  // earlier query tiles see none of these keys
   const int m_end = (T + kN - 1) / kN;
+  const int chunk = int(blockIdx.z), n_chunks = p.kv_chunk ? (m_end - m_first + p.kv_chunk - 1) / p.kv_chunk : 1;
+  const int m_begin = p.kv_chunk ? m_first + chunk * p.kv_chunk : m_first;
+  const int m_stop = p.kv_chunk ? min(m_end, m_begin + p.kv_chunk) : m_end;
+  if (m_begin >= m_stop) return;  // the grid has as many chunks as the heaviest tile
 
   // One stage: Q and dO rows [m0, m0 + kN) and their L, D (0 past T), all by cp.async.
   static_assert(kN <= Tr::kThreads, "a thread copies one row's L and D");
@@ -117,10 +126,12 @@ __global__ void __launch_bounds__(Tr::kThreads) flash_bwd_dkdv_mma_kernel(const 
 
   load_tile_async<Tr, kM>(sK, k, p.k_strides.row, k0, T, D);
   load_tile_async<Tr, kM>(sV, v, p.v_strides.row, k0, T, D);
-  load_stage(0, m_first * kN);
+  load_stage(0, m_begin * kN);
   cp_async_commit();
 
-  float acc_dk[kMT][kD / 8][4], acc_dv[kMT][kD / 8][4];
+  float acc[2][kMT][kD / 8][4];  // dK, dV
+  auto& acc_dk = acc[0];
+  auto& acc_dv = acc[1];
 #pragma unroll
   for (int t = 0; t < kMT; ++t)
 #pragma unroll
@@ -132,9 +143,9 @@ __global__ void __launch_bounds__(Tr::kThreads) flash_bwd_dkdv_mma_kernel(const 
   for (int t = 0; t < kMT; ++t) key[t][0] = k0 + (warp * kMT + t) * 16 + g, key[t][1] = key[t][0] + 8;
   const float scale_log2 = p.scale * kLog2e;
 
-  for (int m = m_first; m < m_end; ++m) {
-    const int stage = (m - m_first) & 1, m0 = m * kN;
-    if (m + 1 < m_end) {  // the stage the previous iteration used is free (barrier at its end)
+  for (int m = m_begin; m < m_stop; ++m) {
+    const int stage = (m - m_begin) & 1, m0 = m * kN;
+    if (m + 1 < m_stop) {  // the stage the previous iteration used is free (barrier at its end)
       load_stage(stage ^ 1, m0 + kN);
       cp_async_commit();
       cp_async_wait<1>();
@@ -193,6 +204,12 @@ __global__ void __launch_bounds__(Tr::kThreads) flash_bwd_dkdv_mma_kernel(const 
     __syncthreads();  // every warp is done with this stage before it is refilled
   }
 
+  if (n_chunks > 1) {
+    constexpr int kFloats = 2 * kMT * kD / 8 * 4;
+    const int64_t tile = int64_t(blockIdx.x) * gridDim.y + blockIdx.y;
+    float4* accum = reinterpret_cast<float4*>(p.kv_accum) + tile * (kFloats / 4) * Tr::kThreads;
+    if (!hand_off_chunk<kFloats>(&acc[0][0][0][0], accum, p.kv_turns + tile, chunk, n_chunks)) return;
+  }
   bf16* dk = static_cast<bf16*>(p.dk) + b * p.dk_strides.batch + h * p.dk_strides.head;
   bf16* dv = static_cast<bf16*>(p.dv) + b * p.dv_strides.batch + h * p.dv_strides.head;
 #pragma unroll
@@ -214,8 +231,9 @@ __global__ void __launch_bounds__(Tr::kThreads) flash_bwd_dkdv_mma_kernel(const 
 }
 
 // Purpose: dQ (B,T,H,D) of one tile of kBlockM queries of one (batch, head).
-// Grid: (B*H, query tiles): the heaviest tile of every head first; warp w owns the 16*kMTiles
-// queries from q0 + 16 kMTiles w on.
+// Grid: (B*H, query tiles, chunks): the heaviest tile of every head first; warp w owns the
+// 16*kMTiles queries from q0 + 16 kMTiles w on. Chunked (p.q_chunk > 0): CTA z takes key tiles
+// [z q_chunk, (z + 1) q_chunk) of those the queries see; sums meet in p.q_accum, as in dK/dV.
 // Algorithm (per key tile of kBlockN the queries can see):
 //   S = Q K^T;  P = 2^(S scale log2e - L log2e)  (masked: 0)
 //   dP = dO V^T;  dS = P (dP - D);  dQ += dS K    (dS rounded to bf16)
@@ -245,11 +263,16 @@ __global__ void __launch_bounds__(Tr::kThreads) flash_bwd_dq_mma_kernel(const Fl
 
   const int key_end = p.causal ? min(q0 + kM, T) : T;
   const int n_tiles = (key_end + kN - 1) / kN;
+  const int chunk = int(blockIdx.z), n_chunks = p.q_chunk ? (n_tiles + p.q_chunk - 1) / p.q_chunk : 1;
+  const int n_begin = p.q_chunk ? chunk * p.q_chunk : 0;
+  const int n_stop = p.q_chunk ? min(n_tiles, n_begin + p.q_chunk) : n_tiles;
+  if (n_begin >= n_stop) return;  // the grid has as many chunks as the heaviest tile
 
   load_tile_async<Tr, kM>(sQ, q, p.q_strides.row, q0, T, D);
   load_tile_async<Tr, kM>(sdO, dout, p.dout_strides.row, q0, T, D);
-  load_tile_async<Tr, kN>(sK, k, p.k_strides.row, 0, T, D);
-  load_tile_async<Tr, kN>(sV, v, p.v_strides.row, 0, T, D);
+  cp_async_commit();
+  load_tile_async<Tr, kN>(sK, k, p.k_strides.row, n_begin * kN, T, D);
+  load_tile_async<Tr, kN>(sV, v, p.v_strides.row, n_begin * kN, T, D);
   cp_async_commit();
 
   int row[kMT][2];  // this thread's queries: rows g, g + 8 of each m tile
@@ -270,9 +293,17 @@ __global__ void __launch_bounds__(Tr::kThreads) flash_bwd_dq_mma_kernel(const Fl
     for (int j = 0; j < kD / 8; ++j) acc_dq[t][j][0] = acc_dq[t][j][1] = acc_dq[t][j][2] = acc_dq[t][j][3] = 0.f;
   const float scale_log2 = p.scale * kLog2e;
 
-  for (int n = 0; n < n_tiles; ++n) {
-    const int stage = n & 1, k0 = n * kN;
-    if (n + 1 < n_tiles) {
+  // The warp's rows of Q and dO as A fragments, read from shared memory once: S = Q K^T and
+  // dP = dO V^T then read only K and V there (a quarter fewer ldmatrix per key tile).
+  cp_async_wait<1>();
+  __syncthreads();
+  uint32_t q_frag[kD / 16][kMT][4], do_frag[kD / 16][kMT][4];
+  load_a_fragments<kD, kMT, kRow>(q_frag, sQ + warp * 16 * kMT * kRow, lane);
+  load_a_fragments<kD, kMT, kRow>(do_frag, sdO + warp * 16 * kMT * kRow, lane);
+
+  for (int n = n_begin; n < n_stop; ++n) {
+    const int stage = (n - n_begin) & 1, k0 = n * kN;
+    if (n + 1 < n_stop) {
       load_tile_async<Tr, kN>(sK + (stage ^ 1) * kN * kRow, k, p.k_strides.row, k0 + kN, T, D);
       load_tile_async<Tr, kN>(sV + (stage ^ 1) * kN * kRow, v, p.v_strides.row, k0 + kN, T, D);
       cp_async_commit();
@@ -289,7 +320,7 @@ __global__ void __launch_bounds__(Tr::kThreads) flash_bwd_dq_mma_kernel(const Fl
     for (int t = 0; t < kMT; ++t)
 #pragma unroll
       for (int j = 0; j < kN / 8; ++j) pr[t][j][0] = pr[t][j][1] = pr[t][j][2] = pr[t][j][3] = 0.f;
-    warp_gemm_rows_rows<kD, kMT, kN / 8, kRow>(pr, sQ + warp * 16 * kMT * kRow, sKs, lane);
+    warp_gemm_frag_rows<kD, kMT, kN / 8, kRow>(pr, q_frag, sKs, lane);
     const bool need_mask = k0 + kN > T || (p.causal && k0 + kN - 1 > q0);
 #pragma unroll
     for (int t = 0; t < kMT; ++t)
@@ -305,7 +336,7 @@ __global__ void __launch_bounds__(Tr::kThreads) flash_bwd_dq_mma_kernel(const Fl
     for (int t = 0; t < kMT; ++t)
 #pragma unroll
       for (int j = 0; j < kN / 8; ++j) ds[t][j][0] = ds[t][j][1] = ds[t][j][2] = ds[t][j][3] = 0.f;
-    warp_gemm_rows_rows<kD, kMT, kN / 8, kRow>(ds, sdO + warp * 16 * kMT * kRow, sVs, lane);
+    warp_gemm_frag_rows<kD, kMT, kN / 8, kRow>(ds, do_frag, sVs, lane);
 #pragma unroll
     for (int t = 0; t < kMT; ++t)
 #pragma unroll
@@ -317,6 +348,12 @@ __global__ void __launch_bounds__(Tr::kThreads) flash_bwd_dq_mma_kernel(const Fl
     __syncthreads();
   }
 
+  if (n_chunks > 1) {
+    constexpr int kFloats = kMT * kD / 8 * 4;
+    const int64_t tile = int64_t(blockIdx.x) * gridDim.y + blockIdx.y;
+    float4* accum = reinterpret_cast<float4*>(p.q_accum) + tile * (kFloats / 4) * Tr::kThreads;
+    if (!hand_off_chunk<kFloats>(&acc_dq[0][0][0], accum, p.q_turns + tile, chunk, n_chunks)) return;
+  }
   bf16* dq = static_cast<bf16*>(p.dq) + b * p.dq_strides.batch + h * p.dq_strides.head;
 #pragma unroll
   for (int t = 0; t < kMT; ++t)

@@ -1,5 +1,11 @@
-// Launchers of the tensor-core backward (dK/dV, then dQ): one instantiation per compiled
-// head dim. delta must be computed before (flash_api.cu).
+// Launchers of the tensor-core backward (dK/dV, then dQ) and their chunk plan: one
+// instantiation per compiled head dim. delta must be computed before (flash_api.cu).
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <type_traits>
+
 #include "kernels/cuda/flash_attn/flash_bwd_kernel.cuh"
 #include "kernels/cuda/flash_attn/flash_launch.cuh"
 #include "kernels/cuda/flash_attn/flash_launch.h"
@@ -7,28 +13,116 @@
 namespace llmhpc::flash {
 namespace {
 
+constexpr int kMinChunkTiles = 8;  // below this a chunk's hand-off outweighs what it spreads
+
+int sm_count() {
+  int device = 0, sms = 0;
+  CUDA_CHECK(cudaGetDevice(&device));
+  CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  return sms;
+}
+
+// CTAs of `kernel` that fit on one SM.
+int ctas_per_sm(FlashKernel kernel, int threads, size_t smem_bytes) {
+  int per_sm = 0;
+  if (smem_bytes > 48 * 1024)
+    CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem_bytes)));
+  CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, smem_bytes));
+  return std::max(1, per_sm);
+}
+
+// Streamed tiles per chunk for a kernel whose n_tiles stationary tiles (per head, bh heads)
+// stream work(i) tiles each, on `sms` SMs of `per_sm` CTAs: the grid's total work per resident
+// CTA, at least kMinChunkTiles; 0 (not chunked) where no tile is longer than one and a half
+// chunks, or, for tiles of equal work (non-causal), where they cover every SM already (cut,
+// they make a second, partial wave: 12% slower at T 16384, B1 H1, H100).
+template <class Work>
+int chunk_tiles(int n_tiles, int64_t bh, int sms, int per_sm, bool equal_work, Work work) {
+  if (equal_work && bh * n_tiles >= sms) return 0;
+  int64_t total = 0;
+  int longest = 0;
+  for (int i = 0; i < n_tiles; ++i) total += work(i), longest = std::max(longest, work(i));
+  const int64_t resident = int64_t(sms) * per_sm;
+  const int64_t chunk = std::max<int64_t>(kMinChunkTiles, (total * bh + resident - 1) / resident);
+  return 2 * int64_t(longest) > 3 * chunk ? int(chunk) : 0;
+}
+
+// LLMHPC_FLASH_BWD_CHUNK: -1 auto, 0 off, N > 0 tiles per chunk.
+int chunk_setting() {
+  const char* e = std::getenv("LLMHPC_FLASH_BWD_CHUNK");
+  if (!e || std::strcmp(e, "auto") == 0) return -1;
+  if (std::strcmp(e, "off") == 0) return 0;
+  char* end = nullptr;
+  const long n = std::strtol(e, &end, 10);
+  if (*end != '\0' || n < 1 || n > (1 << 20))
+    throw UsageError(std::string("LLMHPC_FLASH_BWD_CHUNK=") + e + ": expected auto, off or a number of tiles");
+  return int(n);
+}
+
+template <int kHeadDim>
+BwdChunkPlan plan_chunks(const FlashParams& p) {
+  using Kv = BwdKvTraits<kHeadDim>;
+  using Q = BwdQTraits<kHeadDim>;
+  BwdChunkPlan plan;
+  const int setting = chunk_setting();
+  if (setting == 0) return plan;
+  const int64_t bh = int64_t(p.batch) * p.heads;
+  const int T = p.seq, n_kv = int(ceil_div(T, Kv::kBlockM)), n_q = int(ceil_div(T, Q::kBlockM));
+  const int kv_streamed = int(ceil_div(T, Kv::kBlockN)), q_streamed = int(ceil_div(T, Q::kBlockN));
+  auto kv_work = [&](int i) { return kv_streamed - (p.causal ? i * Kv::kBlockM / Kv::kBlockN : 0); };
+  auto q_work = [&](int i) { return p.causal ? int(ceil_div(std::min((i + 1) * Q::kBlockM, T), Q::kBlockN)) : q_streamed; };
+  if (setting > 0) {
+    plan.kv_chunk = setting < kv_streamed ? setting : 0;
+    plan.q_chunk = setting < q_streamed ? setting : 0;
+  } else {
+    static const int sms = sm_count();
+    static const int kv_per_sm = ctas_per_sm(flash_bwd_dkdv_mma_kernel<Kv>, Kv::kThreads, Kv::kSmemBytes);
+    static const int q_per_sm = ctas_per_sm(flash_bwd_dq_mma_kernel<Q>, Q::kThreads, Q::kSmemBytes);
+    plan.kv_chunk = chunk_tiles(n_kv, bh, sms, kv_per_sm, !p.causal, kv_work);
+    plan.q_chunk = chunk_tiles(n_q, bh, sms, q_per_sm, !p.causal, q_work);
+  }
+  if (plan.kv_chunk) plan.kv_accum_floats = bh * n_kv * 2 * Kv::kBlockM * kHeadDim, plan.kv_turns = bh * n_kv;
+  if (plan.q_chunk) plan.q_accum_floats = bh * n_q * Q::kBlockM * kHeadDim, plan.q_turns = bh * n_q;
+  return plan;
+}
+
 template <int kHeadDim>
 void run_bwd(const FlashParams& p, cudaStream_t stream) {
   using Kv = BwdKvTraits<kHeadDim>;
   using Q = BwdQTraits<kHeadDim>;
   const unsigned bh = unsigned(p.batch * p.heads);
-  launch_kernel(flash_bwd_dkdv_mma_kernel<Kv>, dim3(bh, ceil_div(p.seq, Kv::kBlockM)), Kv::kThreads, Kv::kSmemBytes,
-                stream, p);
-  launch_kernel(flash_bwd_dq_mma_kernel<Q>, dim3(bh, ceil_div(p.seq, Q::kBlockM)), Q::kThreads, Q::kSmemBytes, stream,
-                p);
+  if ((p.kv_chunk && !(p.kv_accum && p.kv_turns)) || (p.q_chunk && !(p.q_accum && p.q_turns)))
+    LLMHPC_FATAL("flash backward: chunks without their scratch (set_packed_backward sets both)");
+  // Grid z: the chunks of the longest tile (key tile 0, and the last query tile under causal).
+  auto chunks = [&](int chunk, int block_n) { return chunk ? ceil_div(ceil_div(p.seq, block_n), chunk) : 1u; };
+  launch_kernel(flash_bwd_dkdv_mma_kernel<Kv>,
+                dim3(bh, ceil_div(p.seq, Kv::kBlockM), chunks(p.kv_chunk, Kv::kBlockN)), Kv::kThreads,
+                Kv::kSmemBytes, stream, p);
+  launch_kernel(flash_bwd_dq_mma_kernel<Q>, dim3(bh, ceil_div(p.seq, Q::kBlockM), chunks(p.q_chunk, Q::kBlockN)),
+                Q::kThreads, Q::kSmemBytes, stream, p);
+}
+
+// The compiled head dim of p, as a constant for `run`.
+template <class Run>
+auto by_head_dim(const FlashParams& p, Run run) {
+  switch (padded_head_dim(p.head_dim, true)) {
+    case 16: return run(std::integral_constant<int, 16>{});
+    case 32: return run(std::integral_constant<int, 32>{});
+    case 64: return run(std::integral_constant<int, 64>{});
+    case 96: return run(std::integral_constant<int, 96>{});
+    case 128: return run(std::integral_constant<int, 128>{});
+  }
+  LLMHPC_FATAL("flash backward: no tensor-core kernel for head dim " + std::to_string(p.head_dim));
 }
 
 }  // namespace
 
+BwdChunkPlan plan_bwd_chunks(const FlashParams& p) {
+  return by_head_dim(p, [&](auto d) { return plan_chunks<decltype(d)::value>(p); });
+}
+
 void launch_bwd_tensor_core(const FlashParams& p, cudaStream_t stream) {
-  switch (padded_head_dim(p.head_dim, true)) {
-    case 16: return run_bwd<16>(p, stream);
-    case 32: return run_bwd<32>(p, stream);
-    case 64: return run_bwd<64>(p, stream);
-    case 96: return run_bwd<96>(p, stream);
-    case 128: return run_bwd<128>(p, stream);
-  }
-  LLMHPC_FATAL("flash backward: no tensor-core kernel for head dim " + std::to_string(p.head_dim));
+  by_head_dim(p, [&](auto d) { run_bwd<decltype(d)::value>(p, stream); });
 }
 
 }  // namespace llmhpc::flash

@@ -12,6 +12,19 @@ namespace llmhpc::flash {
 void launch_fwd_tensor_core(const FlashParams& p, cudaStream_t stream);
 void launch_bwd_tensor_core(const FlashParams& p, cudaStream_t stream);
 
+// The tensor-core backward's chunks (FlashParams::kv_chunk, q_chunk; flash_bwd_mma.cu): on a
+// grid that cannot fill the GPU, the longest stationary tiles (under causal, the first key
+// tiles and the last query tiles each stream the whole sequence) would run alone at the end;
+// cut into chunks of about the grid's total work per resident CTA, they spread over the SMs.
+// LLMHPC_FLASH_BWD_CHUNK=auto (default), off, or N (streamed tiles per chunk) decides, read at
+// every call.
+struct BwdChunkPlan {
+  int kv_chunk = 0, q_chunk = 0;                     // streamed tiles per chunk; 0: not chunked
+  int64_t kv_accum_floats = 0, q_accum_floats = 0;  // the accumulators (scratch)
+  int64_t kv_turns = 0, q_turns = 0;                // the turn counters (scratch)
+};
+BwdChunkPlan plan_bwd_chunks(const FlashParams& p);
+
 // CUDA cores, fp32 or bf16 storage (flash_simt.cu). The backward expects delta.
 void launch_fwd_simt(const FlashParams& p, cudaStream_t stream);
 void launch_bwd_simt(const FlashParams& p, cudaStream_t stream);

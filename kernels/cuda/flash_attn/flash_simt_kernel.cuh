@@ -194,50 +194,7 @@ __device__ __forceinline__ const E* head_ptr(const void* base, const Strides& s,
 }
 
 // ---- the fused dQ (flash_bwd_dkdv_simt_kernel<Tr, E, true>) --------------------------------
-// Cross-CTA hand-off of a dQ tile: the CTA whose turn it is writes (first turn) or adds (in
-// L2, fire and forget) its part into the fp32 accumulator tile, then releases the tile's
-// counter to the next turn. One fp32 addition per element per turn, in turn order: bitwise
-// deterministic.
-#ifndef LLMHPC_FLASH_EMULATE
-// Spins (one thread) until *counter == turn; acquire, so the previous turn's writes are seen.
-__device__ __forceinline__ void wait_turn(const int* counter, int turn) {
-  int v;
-  do {
-    asm volatile("ld.acquire.gpu.global.b32 %0, [%1];\n" : "=r"(v) : "l"(counter) : "memory");
-  } while (v != turn);
-}
-// One thread, after a __syncthreads that follows every thread's writes: the fence is
-// cumulative over what the barrier ordered before it (CUTLASS's semaphore does the same).
-__device__ __forceinline__ void release_turn(int* counter, int value) {
-  asm volatile("fence.acq_rel.gpu;\nst.relaxed.gpu.global.b32 [%0], %1;\n" ::"l"(counter), "r"(value) : "memory");
-}
-__device__ __forceinline__ void store_cg(float4* p, float4 v) { __stcg(p, v); }
-__device__ __forceinline__ void store_cg(float2* p, float2 v) { __stcg(p, v); }
-__device__ __forceinline__ void add_to(float4* p, float4 v) {
-#if __CUDA_ARCH__ >= 900
-  atomicAdd(p, v);
-#else
-  atomicAdd(&p->x, v.x), atomicAdd(&p->y, v.y), atomicAdd(&p->z, v.z), atomicAdd(&p->w, v.w);
-#endif
-}
-__device__ __forceinline__ void add_to(float2* p, float2 v) {
-#if __CUDA_ARCH__ >= 900
-  atomicAdd(p, v);
-#else
-  atomicAdd(&p->x, v.x), atomicAdd(&p->y, v.y);
-#endif
-}
-#else
-// The emulator runs blocks one by one in launch order, so the turn must have come already.
-inline void wait_turn(const int* counter, int turn) {
-  if (*counter != turn) throw std::runtime_error("flash dQ: a CTA would wait on a later one");
-}
-inline void release_turn(int* counter, int value) { *counter = value; }
-template <class V>
-inline void store_cg(V* p, V v) { *p = v; }
-inline void add_to(float4* p, float4 v) { p->x += v.x, p->y += v.y, p->z += v.z, p->w += v.w; }
-inline void add_to(float2* p, float2 v) { p->x += v.x, p->y += v.y; }
-#endif
+// Its hand-offs: wait_turn, release_turn, store_cg, add_to (utils.cuh).
 
 // dQ[m0 + q] (unscaled) += the sum over the kBlockM keys of dS^T[key][q] K[key] for the kBlockN
 // queries q of one tile (dS^T and K in shared memory), handed into p.dq_accum in turn order:

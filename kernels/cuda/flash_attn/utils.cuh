@@ -15,6 +15,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <stdexcept>
 
 #include "kernels/cuda/convert.cuh"
 #include "src/core/cuda_check.h"
@@ -125,6 +126,35 @@ __device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
   return *reinterpret_cast<uint32_t*>(&v);
 }
 
+// One 16-wide k step of acc (16*kMTiles x 8*kNTiles) += A B^T for one warp: A's fragments
+// given (a[t]: rows 16t..), B the first 8*kNTiles rows of a shared-memory tile (b_rows: at the
+// step's first column; rows kSmemRow apart). Each B fragment feeds kMTiles mma pairs.
+template <int kMTiles, int kNTiles, int kSmemRow>
+__device__ __forceinline__ void warp_mma_step_rows(float (&acc)[kMTiles][kNTiles][4], const uint32_t (&a)[kMTiles][4],
+                                                   const bf16* b_rows, int lane) {
+  static_assert(kNTiles % 2 == 0, "n tiles come in pairs");
+#pragma unroll
+  for (int np = 0; np < kNTiles / 2; ++np) {
+    uint32_t b[4];
+    // Matrices: (rows +0, cols +0), (rows +0, cols +8), (rows +8, cols +0), (rows +8, cols +8):
+    // b0, b1 of n tile 2np, then b0, b1 of n tile 2np+1.
+    ldmatrix_x4(b, b_rows + (np * 16 + lane % 8 + (lane / 16) * 8) * kSmemRow + ((lane / 8) % 2) * 8);
+#pragma unroll
+    for (int t = 0; t < kMTiles; ++t) {
+      mma_16816(acc[t][2 * np], a[t], b[0], b[1]);
+      mma_16816(acc[t][2 * np + 1], a[t], b[2], b[3]);
+    }
+  }
+}
+
+// The A fragments of one 16-wide k step (columns from a_rows on) of 16*kMTiles rows of a
+// shared-memory tile: matrices rows 0-7 / 8-15 (lanes 0-15), at columns +0 / +8 (lane / 16).
+template <int kMTiles, int kSmemRow>
+__device__ __forceinline__ void load_a_step(uint32_t (&a)[kMTiles][4], const bf16* a_rows, int lane) {
+#pragma unroll
+  for (int t = 0; t < kMTiles; ++t) ldmatrix_x4(a[t], a_rows + (16 * t + lane % 16) * kSmemRow + (lane / 16) * 8);
+}
+
 // acc (16*kMTiles x 8*kNTiles) += A B^T for one warp, where A is 16*kMTiles rows of a
 // shared-memory tile (a_rows: its first row) and B is the first 8*kNTiles rows of another
 // (b_rows); both are row-major with kHeadDim columns (kSmemRow apart) and the product runs over
@@ -134,26 +164,31 @@ __device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
 template <int kHeadDim, int kMTiles, int kNTiles, int kSmemRow>
 __device__ __forceinline__ void warp_gemm_rows_rows(float (&acc)[kMTiles][kNTiles][4], const bf16* a_rows,
                                                     const bf16* b_rows, int lane) {
-  static_assert(kNTiles % 2 == 0, "n tiles come in pairs");
 #pragma unroll
   for (int kk = 0; kk < kHeadDim / 16; ++kk) {
     uint32_t a[kMTiles][4];
-#pragma unroll
-    for (int t = 0; t < kMTiles; ++t)  // matrices: rows 0-7 / 8-15 (lanes 0-15), at columns +0 / +8 (lane / 16)
-      ldmatrix_x4(a[t], a_rows + (16 * t + lane % 16) * kSmemRow + kk * 16 + (lane / 16) * 8);
-#pragma unroll
-    for (int np = 0; np < kNTiles / 2; ++np) {
-      uint32_t b[4];
-      // Matrices: (rows +0, cols +0), (rows +0, cols +8), (rows +8, cols +0), (rows +8, cols +8):
-      // b0, b1 of n tile 2np, then b0, b1 of n tile 2np+1.
-      ldmatrix_x4(b, b_rows + (np * 16 + lane % 8 + (lane / 16) * 8) * kSmemRow + kk * 16 + ((lane / 8) % 2) * 8);
-#pragma unroll
-      for (int t = 0; t < kMTiles; ++t) {
-        mma_16816(acc[t][2 * np], a[t], b[0], b[1]);
-        mma_16816(acc[t][2 * np + 1], a[t], b[2], b[3]);
-      }
-    }
+    load_a_step<kMTiles, kSmemRow>(a, a_rows + kk * 16, lane);
+    warp_mma_step_rows<kMTiles, kNTiles, kSmemRow>(acc, a, b_rows + kk * 16, lane);
   }
+}
+
+// The A fragments of all kHeadDim columns of 16*kMTiles rows: a stationary operand, read from
+// shared memory once instead of at every product (warp_gemm_frag_rows).
+template <int kHeadDim, int kMTiles, int kSmemRow>
+__device__ __forceinline__ void load_a_fragments(uint32_t (&a)[kHeadDim / 16][kMTiles][4], const bf16* a_rows,
+                                                 int lane) {
+#pragma unroll
+  for (int kk = 0; kk < kHeadDim / 16; ++kk) load_a_step<kMTiles, kSmemRow>(a[kk], a_rows + kk * 16, lane);
+}
+
+// warp_gemm_rows_rows with A already in registers (load_a_fragments).
+template <int kHeadDim, int kMTiles, int kNTiles, int kSmemRow>
+__device__ __forceinline__ void warp_gemm_frag_rows(float (&acc)[kMTiles][kNTiles][4],
+                                                    const uint32_t (&a)[kHeadDim / 16][kMTiles][4],
+                                                    const bf16* b_rows, int lane) {
+#pragma unroll
+  for (int kk = 0; kk < kHeadDim / 16; ++kk)
+    warp_mma_step_rows<kMTiles, kNTiles, kSmemRow>(acc, a[kk], b_rows + kk * 16, lane);
 }
 
 // acc (16*kMTiles x 8*kNTiles) += P B for one warp, where P (16*kMTiles x 16*kKSteps) is held
@@ -189,6 +224,85 @@ __device__ __forceinline__ void warp_gemm_regs_rows(float (&acc)[kMTiles][kNTile
       }
     }
   }
+}
+
+// ---- cross-CTA hand-off of fp32 partial sums ---------------------------------------------
+// The CTA whose turn it is writes (first turn) or adds (in L2, fire and forget) its part into
+// an fp32 accumulator tile, then releases the tile's counter to the next turn. One fp32
+// addition per element per turn, in turn order: bitwise deterministic. Used by the CUDA-core
+// backward's fused dQ and by the chunked tensor-core backward.
+#ifndef LLMHPC_FLASH_EMULATE
+// Spins (one thread) until *counter == turn; acquire, so the previous turn's writes are seen.
+__device__ __forceinline__ void wait_turn(const int* counter, int turn) {
+  int v;
+  do {
+    asm volatile("ld.acquire.gpu.global.b32 %0, [%1];\n" : "=r"(v) : "l"(counter) : "memory");
+  } while (v != turn);
+}
+// One thread, after a __syncthreads that follows every thread's writes: the fence is
+// cumulative over what the barrier ordered before it (CUTLASS's semaphore does the same).
+__device__ __forceinline__ void release_turn(int* counter, int value) {
+  asm volatile("fence.acq_rel.gpu;\nst.relaxed.gpu.global.b32 [%0], %1;\n" ::"l"(counter), "r"(value) : "memory");
+}
+__device__ __forceinline__ void store_cg(float4* p, float4 v) { __stcg(p, v); }
+__device__ __forceinline__ void store_cg(float2* p, float2 v) { __stcg(p, v); }
+__device__ __forceinline__ float4 load_cg(const float4* p) { return __ldcg(p); }
+__device__ __forceinline__ void add_to(float4* p, float4 v) {
+#if __CUDA_ARCH__ >= 900
+  atomicAdd(p, v);
+#else
+  atomicAdd(&p->x, v.x), atomicAdd(&p->y, v.y), atomicAdd(&p->z, v.z), atomicAdd(&p->w, v.w);
+#endif
+}
+__device__ __forceinline__ void add_to(float2* p, float2 v) {
+#if __CUDA_ARCH__ >= 900
+  atomicAdd(p, v);
+#else
+  atomicAdd(&p->x, v.x), atomicAdd(&p->y, v.y);
+#endif
+}
+#else
+// The emulator runs blocks one by one in launch order, so the turn must have come already.
+inline void wait_turn(const int* counter, int turn) {
+  if (*counter != turn) throw std::runtime_error("flash hand-off: a CTA would wait on a later one");
+}
+inline void release_turn(int* counter, int value) { *counter = value; }
+template <class V>
+inline void store_cg(V* p, V v) { *p = v; }
+inline float4 load_cg(const float4* p) { return *p; }
+inline void add_to(float4* p, float4 v) { p->x += v.x, p->y += v.y, p->z += v.z, p->w += v.w; }
+inline void add_to(float2* p, float2 v) { p->x += v.x, p->y += v.y; }
+#endif
+
+// The chunked tensor-core backward's epilogue (FlashParams::kv_chunk, q_chunk): chunk `chunk`
+// of the `n_chunks` of a stationary tile hands this thread's kFloats accumulator values (a
+// multiple of 4) to the tile's fp32 accumulator in chunk order (float4 i of thread x at
+// accum[i * blockDim.x + x]; turn: the tile's counter). The last chunk gets back in `acc` the
+// sum of every chunk's part, added in chunk order, and returns true: it stores the tile. The
+// others return false.
+template <int kFloats>
+__device__ __forceinline__ bool hand_off_chunk(float* acc, float4* accum, int* turn, int chunk, int n_chunks) {
+  static_assert(kFloats % 4 == 0, "float4s");
+  if (threadIdx.x == 0) wait_turn(turn, chunk);
+  __syncthreads();
+  const bool last = chunk == n_chunks - 1;
+#pragma unroll
+  for (int i = 0; i < kFloats / 4; ++i) {
+    float4* a = accum + i * int(blockDim.x) + int(threadIdx.x);
+    float* v = acc + 4 * i;
+    if (last) {
+      const float4 sum = load_cg(a);  // the earlier chunks' sum, then + this one
+      v[0] = sum.x + v[0], v[1] = sum.y + v[1], v[2] = sum.z + v[2], v[3] = sum.w + v[3];
+    } else if (chunk == 0) {
+      store_cg(a, make_float4(v[0], v[1], v[2], v[3]));
+    } else {
+      add_to(a, make_float4(v[0], v[1], v[2], v[3]));
+    }
+  }
+  if (last) return true;
+  __syncthreads();  // every thread's writes are issued
+  if (threadIdx.x == 0) release_turn(turn, chunk + 1);
+  return false;
 }
 
 // Sets to -inf the scores of an accumulator tile (C layout: element e of n tile j of m tile t
