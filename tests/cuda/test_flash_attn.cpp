@@ -299,42 +299,53 @@ class ScopedEnv {
   std::string saved_;
 };
 
-// The tensor-core forward takes 128 query rows per CTA (two m tiles per warp) only on long
-// sequences (flash_fwd_mma.cu); forced here on small shapes, it must give the bits of 64 rows.
-TEST_F(FlashAttnGpu, ForwardQueryTilesAgree) {
-  ScopedEnv rows("LLMHPC_FLASH_FWD_ROWS");
-  for (const Shape& s : {Shape{1, 700, 2, 64}, Shape{2, 77, 2, 80}, Shape{1, 257, 1, 128}, Shape{1, 45, 2, 40},
-                         Shape{1, 300, 1, 16}})
-    for (bool causal : {true, false}) {
-      const std::vector<double> qkv = random(s.B * s.T * 3 * s.H * s.D, DType::BF16),
-                                dout = random(s.B * s.T * s.H * s.D, DType::BF16);
-      rows.set("64");
-      const Result a = run_flash(FlashImpl::TensorCore, DType::BF16, qkv, dout, s, causal);
-      rows.set("128");
-      const Result b = run_flash(FlashImpl::TensorCore, DType::BF16, qkv, dout, s, causal);
-      EXPECT_EQ(a.out, b.out) << s << (causal ? " causal" : " full");
-      EXPECT_EQ(a.lse, b.lse) << s << (causal ? " causal" : " full");
-      EXPECT_EQ(a.dqkv, b.dqkv) << s << (causal ? " causal" : " full");
-    }
+// Two m tiles per warp (128 rows per CTA) are taken only on long sequences: the forward's
+// queries (flash_fwd_mma.cu) and, at head dim 64, the backward's keys and queries
+// (flash_bwd_mma.cu). Forced here on small shapes (chunks off: their sizes follow the rows),
+// they must give the bits of one.
+TEST_F(FlashAttnGpu, RowTilesAgree) {
+  ScopedEnv chunk("LLMHPC_FLASH_BWD_CHUNK");
+  chunk.set("off");
+  for (const char* variable : {"LLMHPC_FLASH_FWD_ROWS", "LLMHPC_FLASH_BWD_ROWS"}) {
+    ScopedEnv rows(variable);
+    for (const Shape& s : {Shape{1, 700, 2, 64}, Shape{2, 77, 2, 80}, Shape{1, 257, 1, 128}, Shape{1, 45, 2, 40},
+                           Shape{1, 300, 1, 16}, Shape{2, 77, 2, 48}})
+      for (bool causal : {true, false}) {
+        const std::vector<double> qkv = random(s.B * s.T * 3 * s.H * s.D, DType::BF16),
+                                  dout = random(s.B * s.T * s.H * s.D, DType::BF16);
+        rows.set("64");
+        const Result a = run_flash(FlashImpl::TensorCore, DType::BF16, qkv, dout, s, causal);
+        rows.set("128");
+        const Result b = run_flash(FlashImpl::TensorCore, DType::BF16, qkv, dout, s, causal);
+        const std::string what = std::string(variable) + " " + (causal ? "causal" : "full");
+        EXPECT_EQ(a.out, b.out) << s << " " << what;
+        EXPECT_EQ(a.lse, b.lse) << s << " " << what;
+        EXPECT_EQ(a.dqkv, b.dqkv) << s << " " << what;
+      }
+  }
 }
 
 // The tensor-core backward cuts long tiles into chunks on grids too small to fill the GPU
 // (flash_bwd_mma.cu); forced here to chunks of 2 and 3 streamed tiles (every tile longer than
-// that cut, up to 22 chunks), it must keep the accuracy rule and stay bitwise deterministic.
+// that cut, up to 22 chunks; at head dim 64 also with two m tiles), it must keep the accuracy
+// rule and stay bitwise deterministic.
 TEST_F(FlashAttnGpu, ChunkedBackward) {
-  ScopedEnv chunk("LLMHPC_FLASH_BWD_CHUNK");
+  ScopedEnv chunk("LLMHPC_FLASH_BWD_CHUNK"), rows("LLMHPC_FLASH_BWD_ROWS");
   const Variant& tensor_core = kVariants[0];
   for (const char* tiles : {"2", "3"})
-    for (const Shape& s : {Shape{1, 700, 2, 64}, Shape{1, 257, 1, 128}, Shape{2, 77, 2, 80}, Shape{1, 300, 1, 16}})
-      for (bool causal : {true, false}) {
-        chunk.set(tiles);
-        check(tensor_core, s, causal);
-        const std::vector<double> qkv = random(s.B * s.T * 3 * s.H * s.D, DType::BF16),
-                                  dout = random(s.B * s.T * s.H * s.D, DType::BF16);
-        const Result a = run_flash(FlashImpl::TensorCore, DType::BF16, qkv, dout, s, causal);
-        const Result b = run_flash(FlashImpl::TensorCore, DType::BF16, qkv, dout, s, causal);
-        EXPECT_EQ(a.dqkv, b.dqkv) << s << (causal ? " causal" : " full") << ", chunks of " << tiles;
-      }
+    for (const char* row_tiles : {"64", "128"})
+      for (const Shape& s : {Shape{1, 700, 2, 64}, Shape{1, 257, 1, 128}, Shape{2, 77, 2, 80}, Shape{1, 300, 1, 16}})
+        for (bool causal : {true, false}) {
+          chunk.set(tiles);
+          rows.set(row_tiles);
+          check(tensor_core, s, causal);
+          const std::vector<double> qkv = random(s.B * s.T * 3 * s.H * s.D, DType::BF16),
+                                    dout = random(s.B * s.T * s.H * s.D, DType::BF16);
+          const Result a = run_flash(FlashImpl::TensorCore, DType::BF16, qkv, dout, s, causal);
+          const Result b = run_flash(FlashImpl::TensorCore, DType::BF16, qkv, dout, s, causal);
+          EXPECT_EQ(a.dqkv, b.dqkv) << s << (causal ? " causal" : " full") << ", chunks of " << tiles << ", "
+                                    << row_tiles << " rows";
+        }
 }
 
 TEST_F(FlashAttnGpu, ImplementationChoiceAndUnsupportedRequests) {

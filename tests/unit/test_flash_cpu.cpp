@@ -368,6 +368,22 @@ Result run_emulated(EmuImpl impl, const std::vector<double>& qkv_v, const std::v
                          Kv::kSmemBytes, b);
       fe::emulate_launch(fe::flash_bwd_dq_mma_kernel<Q>, dim3(bh, tiles(Q::kBlockM), q_chunks), Q::kThreads,
                          Q::kSmemBytes, b);
+      if constexpr (kD == 64) {
+        if (impl == EmuImpl::TensorCoreBf16) {
+          // Two m tiles per warp (128 keys or queries per CTA, 32-row streamed tiles) must give
+          // the bits of one: the same products over the same rows in the same order.
+          using Kv2 = fe::BwdKvTraits<kD, 2>;
+          using Q2 = fe::BwdQTraits<kD, 2>;
+          const std::vector<double> dqkv1 = dqkv.values();
+          const EmuTensor poison_grad(dt, qkv_v.size());
+          std::copy(poison_grad.b16.begin(), poison_grad.b16.end(), dqkv.b16.begin());
+          fe::emulate_launch(fe::flash_bwd_dkdv_mma_kernel<Kv2>, dim3(bh, tiles(Kv2::kBlockM)), Kv2::kThreads,
+                             Kv2::kSmemBytes, p);
+          fe::emulate_launch(fe::flash_bwd_dq_mma_kernel<Q2>, dim3(bh, tiles(Q2::kBlockM)), Q2::kThreads,
+                             Q2::kSmemBytes, p);
+          EXPECT_TRUE(dqkv.values() == dqkv1) << "backward with 128 and with 64 rows per CTA differ";
+        }
+      }
     } else if constexpr (kD == 32 || kD == 64 || kD == 128) {  // the CUDA-core head dims
       using Tr = fe::SimtTraits<kD>;
       auto launch = [&](auto e) {

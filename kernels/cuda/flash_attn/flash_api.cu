@@ -70,6 +70,13 @@ void check(const FlashParams& p, bool backward) {
 
 }  // namespace
 
+int sm_count() {
+  int device = 0, sms = 0;
+  CUDA_CHECK(cudaGetDevice(&device));
+  CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  return sms;
+}
+
 int padded_head_dim(int head_dim, bool tensor_cores) {
   if (tensor_cores) {
     for (int d : kTensorCoreHeadDims)

@@ -15,11 +15,18 @@ namespace {
 
 constexpr int kMinChunkTiles = 8;  // below this a chunk's hand-off outweighs what it spreads
 
-int sm_count() {
-  int device = 0, sms = 0;
-  CUDA_CHECK(cudaGetDevice(&device));
-  CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-  return sms;
+// Two m tiles per warp at head dim 64 (dK/dV: 128 keys x 32 queries; dQ: 128 queries x 32
+// keys): each Q, dO (dK/dV) or K, V (dQ) fragment read from shared memory feeds twice the mma,
+// and the backward is bound by shared memory (ncu, H100: dK/dV at 81% of its bandwidth). On an
+// H100 they were 1.38x / 1.22x / 1.17x faster at batch 8, one head, no mask, T 4096 / 8192 /
+// 16384, 1.21x / 1.17x at batch 1, causal, T 32768 / 65536, 1.08x at 16 heads x batch 4,
+// T 2048, and slower with short key loops or few CTAs (0.80x at T 1024, 16 heads x batch 4;
+// 0.70x / 0.91x at batch 1, T 4096 / 16384). So: T >= 2048 and a CTA of 128 rows for every SM.
+// LLMHPC_FLASH_BWD_ROWS=64|128 forces one (the tests compare the two).
+int bwd_m_tiles(const FlashParams& p) {
+  if (padded_head_dim(p.head_dim, true) != 64) return 1;
+  if (const char* rows = std::getenv("LLMHPC_FLASH_BWD_ROWS")) return std::atoi(rows) == 128 ? 2 : 1;
+  return p.seq >= 2048 && int64_t(ceil_div(p.seq, 128)) * p.batch * p.heads >= sm_count() ? 2 : 1;
 }
 
 // CTAs of `kernel` that fit on one SM.
@@ -59,10 +66,10 @@ int chunk_setting() {
   return int(n);
 }
 
-template <int kHeadDim>
+template <int kHeadDim, int kMTiles>
 BwdChunkPlan plan_chunks(const FlashParams& p) {
-  using Kv = BwdKvTraits<kHeadDim>;
-  using Q = BwdQTraits<kHeadDim>;
+  using Kv = BwdKvTraits<kHeadDim, kMTiles>;
+  using Q = BwdQTraits<kHeadDim, kMTiles>;
   BwdChunkPlan plan;
   const int setting = chunk_setting();
   if (setting == 0) return plan;
@@ -86,10 +93,10 @@ BwdChunkPlan plan_chunks(const FlashParams& p) {
   return plan;
 }
 
-template <int kHeadDim>
+template <int kHeadDim, int kMTiles>
 void run_bwd(const FlashParams& p, cudaStream_t stream) {
-  using Kv = BwdKvTraits<kHeadDim>;
-  using Q = BwdQTraits<kHeadDim>;
+  using Kv = BwdKvTraits<kHeadDim, kMTiles>;
+  using Q = BwdQTraits<kHeadDim, kMTiles>;
   const unsigned bh = unsigned(p.batch * p.heads);
   if ((p.kv_chunk && !(p.kv_accum && p.kv_turns)) || (p.q_chunk && !(p.q_accum && p.q_turns)))
     LLMHPC_FATAL("flash backward: chunks without their scratch (set_packed_backward sets both)");
@@ -102,15 +109,19 @@ void run_bwd(const FlashParams& p, cudaStream_t stream) {
                 Q::kThreads, Q::kSmemBytes, stream, p);
 }
 
-// The compiled head dim of p, as a constant for `run`.
+// The compiled head dim of p and the m tiles per warp, as constants for `run`.
+template <int kHeadDim_, int kMTiles_>
+struct Tiles {
+  static constexpr int kHeadDim = kHeadDim_, kMTiles = kMTiles_;
+};
 template <class Run>
-auto by_head_dim(const FlashParams& p, Run run) {
+auto by_tiles(const FlashParams& p, Run run) {
   switch (padded_head_dim(p.head_dim, true)) {
-    case 16: return run(std::integral_constant<int, 16>{});
-    case 32: return run(std::integral_constant<int, 32>{});
-    case 64: return run(std::integral_constant<int, 64>{});
-    case 96: return run(std::integral_constant<int, 96>{});
-    case 128: return run(std::integral_constant<int, 128>{});
+    case 16: return run(Tiles<16, 1>{});
+    case 32: return run(Tiles<32, 1>{});
+    case 64: return bwd_m_tiles(p) == 2 ? run(Tiles<64, 2>{}) : run(Tiles<64, 1>{});
+    case 96: return run(Tiles<96, 1>{});
+    case 128: return run(Tiles<128, 1>{});
   }
   LLMHPC_FATAL("flash backward: no tensor-core kernel for head dim " + std::to_string(p.head_dim));
 }
@@ -118,11 +129,11 @@ auto by_head_dim(const FlashParams& p, Run run) {
 }  // namespace
 
 BwdChunkPlan plan_bwd_chunks(const FlashParams& p) {
-  return by_head_dim(p, [&](auto d) { return plan_chunks<decltype(d)::value>(p); });
+  return by_tiles(p, [&](auto t) { return plan_chunks<decltype(t)::kHeadDim, decltype(t)::kMTiles>(p); });
 }
 
 void launch_bwd_tensor_core(const FlashParams& p, cudaStream_t stream) {
-  by_head_dim(p, [&](auto d) { run_bwd<decltype(d)::value>(p, stream); });
+  by_tiles(p, [&](auto t) { run_bwd<decltype(t)::kHeadDim, decltype(t)::kMTiles>(p, stream); });
 }
 
 }  // namespace llmhpc::flash

@@ -17,10 +17,7 @@ namespace {
 // SM. LLMHPC_FLASH_FWD_ROWS=64|128 forces one (the tests compare the two).
 bool two_m_tiles(const FlashParams& p) {
   if (const char* rows = std::getenv("LLMHPC_FLASH_FWD_ROWS")) return std::atoi(rows) == 128;
-  int device = 0, sms = 0;
-  CUDA_CHECK(cudaGetDevice(&device));
-  CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-  return p.seq >= 8192 && int64_t(ceil_div(p.seq, 128)) * p.batch * p.heads >= 2 * sms;
+  return p.seq >= 8192 && int64_t(ceil_div(p.seq, 128)) * p.batch * p.heads >= 2 * sm_count();
 }
 
 template <class Tr>

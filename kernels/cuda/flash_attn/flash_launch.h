@@ -18,6 +18,8 @@ void launch_bwd_tensor_core(const FlashParams& p, cudaStream_t stream);
 // cut into chunks of about the grid's total work per resident CTA, they spread over the SMs.
 // LLMHPC_FLASH_BWD_CHUNK=auto (default), off, or N (streamed tiles per chunk) decides, read at
 // every call.
+// Head dim 64 may take two m tiles per warp (BwdKvTraits, BwdQTraits): flash_bwd_mma.cu
+// decides (LLMHPC_FLASH_BWD_ROWS=64|128 forces one).
 struct BwdChunkPlan {
   int kv_chunk = 0, q_chunk = 0;                     // streamed tiles per chunk; 0: not chunked
   int64_t kv_accum_floats = 0, q_accum_floats = 0;  // the accumulators (scratch)
@@ -31,6 +33,9 @@ void launch_bwd_simt(const FlashParams& p, cudaStream_t stream);
 
 // delta = rowsum(dout * o) (flash_api.cu).
 void launch_bwd_delta(const FlashParams& p, cudaStream_t stream);
+
+// Multiprocessors of the current device (flash_api.cu).
+int sm_count();
 
 // The smallest compiled head dim that holds `head_dim` (0 if none).
 int padded_head_dim(int head_dim, bool tensor_cores);

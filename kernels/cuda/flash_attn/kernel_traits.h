@@ -4,13 +4,14 @@
 // Tensor-core kernels: 4 warps; each warp owns 16*kMTiles rows of the CTA's stationary tile
 // (queries in forward and dQ, keys in dK/dV), so the stationary tile is 64*kMTiles rows. The
 // streamed tile (keys in forward and dQ, queries in dK/dV) is kBlockN rows; it shrinks to 32
-// for head dims above 64 in the backward kernels, where two T x D accumulators live in
-// registers. Each B fragment a warp reads from shared memory feeds 2*kMTiles mma, so two m
+// in the backward kernels for head dims above 64 or two m tiles (registers). Each B fragment a warp reads from shared memory feeds 2*kMTiles mma, so two m
 // tiles halve the shared-memory reads per mma; the forward uses them on long sequences with
 // enough CTAs (flash_fwd_mma.cu), where they were up to 1.3x faster on an H100, and 64-row
 // tiles elsewhere (128 rows halve the CTAs: up to 1.7x slower at batch 1, one head, T <= 16384).
-// The backward stays at one m tile: two m tiles (128 keys or queries per CTA, 4 or 8 warps)
-// were slower there at every measured shape. Shared memory rows are padded by 8 bf16 (16
+// The backward takes two m tiles at head dim 64 on long sequences with enough CTAs
+// (flash_bwd_mma.cu): once its instruction count was cut (session 4) it became bound by
+// shared memory, and they were up to 1.38x faster; at head dim 128 the dK, dV accumulators
+// leave no registers for them. Shared memory rows are padded by 8 bf16 (16
 // bytes), which makes ldmatrix's eight row reads of a 8x8 matrix fall into distinct banks.
 //
 // CUDA-core kernels: 256 threads, 64 stationary rows x 64 streamed rows (32 above head dim
@@ -49,18 +50,19 @@ struct FwdTraits : TensorCoreTraits<kHeadDim, 64, kMTiles> {
 };
 
 // dK/dV: sK, sV (kBlockM keys) stay; two stages of sQ, sdO (kBlockN queries each) and of L
-// and D (kBlockN floats each) stream.
-template <int kHeadDim>
-struct BwdKvTraits : TensorCoreTraits<kHeadDim, (kHeadDim > 64 ? 32 : 64), 1> {
-  using Base = TensorCoreTraits<kHeadDim, (kHeadDim > 64 ? 32 : 64), 1>;
+// and D (kBlockN floats each) stream. Streamed tiles of 32 rows above head dim 64 or with two
+// m tiles (registers), else 64.
+template <int kHeadDim, int kMTiles = 1>
+struct BwdKvTraits : TensorCoreTraits<kHeadDim, (kHeadDim > 64 || kMTiles > 1 ? 32 : 64), kMTiles> {
+  using Base = TensorCoreTraits<kHeadDim, (kHeadDim > 64 || kMTiles > 1 ? 32 : 64), kMTiles>;
   static constexpr size_t kSmemBytes =
       (2 * Base::kBlockM + 4 * Base::kBlockN) * Base::kTileBytes + 4 * Base::kBlockN * sizeof(float);
 };
 
 // dQ: sQ, sdO (kBlockM queries) stay; two stages of sK, sV (kBlockN keys each) stream.
-template <int kHeadDim>
-struct BwdQTraits : TensorCoreTraits<kHeadDim, (kHeadDim > 64 ? 32 : 64), 1> {
-  using Base = TensorCoreTraits<kHeadDim, (kHeadDim > 64 ? 32 : 64), 1>;
+template <int kHeadDim, int kMTiles = 1>
+struct BwdQTraits : TensorCoreTraits<kHeadDim, (kHeadDim > 64 || kMTiles > 1 ? 32 : 64), kMTiles> {
+  using Base = TensorCoreTraits<kHeadDim, (kHeadDim > 64 || kMTiles > 1 ? 32 : 64), kMTiles>;
   static constexpr size_t kSmemBytes = (2 * Base::kBlockM + 4 * Base::kBlockN) * Base::kTileBytes;
 };
 
