@@ -29,7 +29,8 @@
 // of naive's rowsum(dP P) from bf16 dP and P.
 //
 // Also: outputs start as NaN (an element a kernel skips fails); the backward is bitwise
-// deterministic; L of every row; unsupported requests are UsageErrors. Skipped without a GPU.
+// deterministic; L of every row; unsupported requests and bad tiling variables are
+// UsageErrors. Skipped without a GPU, but for the check of the tiling variables.
 // The CUDA-core variants run the fused dQ (flash_attn.h); LLMHPC_FLASH_BWD=split runs them split.
 #include <gtest/gtest.h>
 
@@ -44,6 +45,7 @@
 #include "kernels/backend.h"
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/cuda/flash_attn/flash_attn.h"
+#include "kernels/cuda/flash_attn/flash_launch.h"
 #include "src/core/cuda_check.h"
 #include "tests/unit/attention_test_util.h"
 
@@ -298,6 +300,23 @@ class ScopedEnv {
   bool had_;
   std::string saved_;
 };
+
+// The variables that force a tiling take 64 or 128 and nothing else (no GPU needed).
+TEST(FlashTilingVariables, AcceptSixtyFourOrOneTwentyEight) {
+  for (const char* variable : {"LLMHPC_FLASH_FWD_ROWS", "LLMHPC_FLASH_BWD_ROWS"}) {
+    ScopedEnv rows(variable);
+    unsetenv(variable);
+    EXPECT_EQ(flash::forced_rows(variable), 0);
+    rows.set("64");
+    EXPECT_EQ(flash::forced_rows(variable), 64);
+    rows.set("128");
+    EXPECT_EQ(flash::forced_rows(variable), 128);
+    for (const char* bad : {"96", "", "128x", "auto"}) {
+      rows.set(bad);
+      EXPECT_THROW(flash::forced_rows(variable), UsageError) << variable << "=" << bad;
+    }
+  }
+}
 
 // Two m tiles per warp (128 rows per CTA) are taken only on long sequences: the forward's
 // queries (flash_fwd_mma.cu) and, at head dim 64, the backward's keys and queries

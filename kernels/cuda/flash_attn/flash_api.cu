@@ -18,11 +18,13 @@ bool aligned16(const Strides& s, size_t element) {
   return (s.batch * element) % 16 == 0 && (s.row * element) % 16 == 0 && (s.head * element) % 16 == 0;
 }
 
-// LLMHPC_FLASH_IMPL=simt forces the CUDA-core kernels (read once).
+// LLMHPC_FLASH_IMPL=simt forces the CUDA-core kernels, =auto (or unset) chooses (read once).
 bool simt_forced() {
   static const bool forced = [] {
     const char* e = std::getenv("LLMHPC_FLASH_IMPL");
-    return e && std::strcmp(e, "simt") == 0;
+    if (!e || std::strcmp(e, "auto") == 0) return false;
+    if (std::strcmp(e, "simt") == 0) return true;
+    throw UsageError(std::string("LLMHPC_FLASH_IMPL=") + e + ": expected auto or simt");
   }();
   return forced;
 }
@@ -75,6 +77,14 @@ int sm_count() {
   CUDA_CHECK(cudaGetDevice(&device));
   CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
   return sms;
+}
+
+int forced_rows(const char* variable) {
+  const char* e = std::getenv(variable);
+  if (!e) return 0;
+  if (std::strcmp(e, "64") == 0) return 64;
+  if (std::strcmp(e, "128") == 0) return 128;
+  throw UsageError(std::string(variable) + "=" + e + ": expected 64 or 128");
 }
 
 int padded_head_dim(int head_dim, bool tensor_cores) {

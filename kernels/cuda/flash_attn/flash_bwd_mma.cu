@@ -25,7 +25,7 @@ constexpr int kMinChunkTiles = 8;  // below this a chunk's hand-off outweighs wh
 // LLMHPC_FLASH_BWD_ROWS=64|128 forces one (the tests compare the two).
 int bwd_m_tiles(const FlashParams& p) {
   if (padded_head_dim(p.head_dim, true) != 64) return 1;
-  if (const char* rows = std::getenv("LLMHPC_FLASH_BWD_ROWS")) return std::atoi(rows) == 128 ? 2 : 1;
+  if (const int rows = forced_rows("LLMHPC_FLASH_BWD_ROWS")) return rows == 128 ? 2 : 1;
   return p.seq >= 2048 && int64_t(ceil_div(p.seq, 128)) * p.batch * p.heads >= sm_count() ? 2 : 1;
 }
 

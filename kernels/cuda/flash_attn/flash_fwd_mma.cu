@@ -1,7 +1,5 @@
 // Launcher of the tensor-core forward: one instantiation per compiled head dim and number of
 // m tiles per warp.
-#include <cstdlib>
-
 #include "kernels/cuda/flash_attn/flash_fwd_kernel.cuh"
 #include "kernels/cuda/flash_attn/flash_launch.cuh"
 #include "kernels/cuda/flash_attn/flash_launch.h"
@@ -16,7 +14,7 @@ namespace {
 // head: up to 1.7x; T = 1024 with 64 or 128 heads). So: long sequences and at least two CTAs per
 // SM. LLMHPC_FLASH_FWD_ROWS=64|128 forces one (the tests compare the two).
 bool two_m_tiles(const FlashParams& p) {
-  if (const char* rows = std::getenv("LLMHPC_FLASH_FWD_ROWS")) return std::atoi(rows) == 128;
+  if (const int rows = forced_rows("LLMHPC_FLASH_FWD_ROWS")) return rows == 128;
   return p.seq >= 8192 && int64_t(ceil_div(p.seq, 128)) * p.batch * p.heads >= 2 * sm_count();
 }
 

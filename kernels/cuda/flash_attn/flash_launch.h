@@ -37,6 +37,10 @@ void launch_bwd_delta(const FlashParams& p, cudaStream_t stream);
 // Multiprocessors of the current device (flash_api.cu).
 int sm_count();
 
+// The rows per CTA an environment variable forces (LLMHPC_FLASH_FWD_ROWS, _BWD_ROWS): 64 or
+// 128, 0 when unset; anything else is a UsageError (flash_api.cu).
+int forced_rows(const char* variable);
+
 // The smallest compiled head dim that holds `head_dim` (0 if none).
 int padded_head_dim(int head_dim, bool tensor_cores);
 
