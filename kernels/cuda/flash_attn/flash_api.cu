@@ -20,12 +20,7 @@ bool aligned16(const Strides& s, size_t element) {
 
 // LLMHPC_FLASH_IMPL=simt forces the CUDA-core kernels, =auto (or unset) chooses (read once).
 bool simt_forced() {
-  static const bool forced = [] {
-    const char* e = std::getenv("LLMHPC_FLASH_IMPL");
-    if (!e || std::strcmp(e, "auto") == 0) return false;
-    if (std::strcmp(e, "simt") == 0) return true;
-    throw UsageError(std::string("LLMHPC_FLASH_IMPL=") + e + ": expected auto or simt");
-  }();
+  static const bool forced = env_choice("LLMHPC_FLASH_IMPL", {"auto", "simt"}) == 1;
   return forced;
 }
 
@@ -79,12 +74,25 @@ int sm_count() {
   return sms;
 }
 
-int forced_rows(const char* variable) {
+int env_choice(const char* variable, std::initializer_list<const char*> choices) {
   const char* e = std::getenv(variable);
-  if (!e) return 0;
-  if (std::strcmp(e, "64") == 0) return 64;
-  if (std::strcmp(e, "128") == 0) return 128;
-  throw UsageError(std::string(variable) + "=" + e + ": expected 64 or 128");
+  if (!e) return -1;
+  int i = 0;
+  std::string expected;
+  for (const char* choice : choices) {
+    if (std::strcmp(e, choice) == 0) return i;
+    expected += (i == 0 ? "" : i + 1 == int(choices.size()) ? " or " : ", ") + std::string(choice);
+    ++i;
+  }
+  throw UsageError(std::string(variable) + "=" + e + ": expected " + expected);
+}
+
+int forced_rows(const char* variable) {
+  switch (env_choice(variable, {"64", "128"})) {
+    case 0: return 64;
+    case 1: return 128;
+  }
+  return 0;
 }
 
 int padded_head_dim(int head_dim, bool tensor_cores) {
@@ -123,12 +131,7 @@ FlashParams packed_params(DType dtype, const void* qkv, void* out, float* lse, i
 }
 
 bool flash_fused_dq() {
-  static const bool fused = [] {
-    const char* e = std::getenv("LLMHPC_FLASH_BWD");
-    if (!e || std::strcmp(e, "fused") == 0) return true;
-    if (std::strcmp(e, "split") == 0) return false;
-    throw UsageError(std::string("LLMHPC_FLASH_BWD=") + e + ": expected split or fused");
-  }();
+  static const bool fused = env_choice("LLMHPC_FLASH_BWD", {"fused", "split"}) != 1;
   return fused;
 }
 

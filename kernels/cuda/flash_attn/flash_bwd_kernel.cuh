@@ -107,9 +107,8 @@ __global__ void __launch_bounds__(Tr::kThreads) flash_bwd_dkdv_mma_kernel(const 
 
   const int m_first = p.causal ? k0 / kN : 0;  // earlier query tiles see none of these keys
   const int m_end = (T + kN - 1) / kN;
-  const int chunk = int(blockIdx.z), n_chunks = p.kv_chunk ? (m_end - m_first + p.kv_chunk - 1) / p.kv_chunk : 1;
-  const int m_begin = p.kv_chunk ? m_first + chunk * p.kv_chunk : m_first;
-  const int m_stop = p.kv_chunk ? min(m_end, m_begin + p.kv_chunk) : m_end;
+  const ChunkRange chunk = chunk_range(m_first, m_end, p.kv_chunk);
+  const int m_begin = chunk.begin, m_stop = chunk.stop;
   if (m_begin >= m_stop) return;  // the grid has as many chunks as the heaviest tile
 
   // One stage: Q and dO rows [m0, m0 + kN) and their L, D (0 past T), all by cp.async.
@@ -204,12 +203,7 @@ __global__ void __launch_bounds__(Tr::kThreads) flash_bwd_dkdv_mma_kernel(const 
     __syncthreads();  // every warp is done with this stage before it is refilled
   }
 
-  if (n_chunks > 1) {
-    constexpr int kFloats = 2 * kMT * kD / 8 * 4;
-    const int64_t tile = int64_t(blockIdx.x) * gridDim.y + blockIdx.y;
-    float4* accum = reinterpret_cast<float4*>(p.kv_accum) + tile * (kFloats / 4) * Tr::kThreads;
-    if (!hand_off_chunk<kFloats>(&acc[0][0][0][0], accum, p.kv_turns + tile, chunk, n_chunks)) return;
-  }
+  if (chunk.count > 1 && !hand_off_chunk(acc, p.kv_accum, p.kv_turns, chunk)) return;
   bf16* dk = static_cast<bf16*>(p.dk) + b * p.dk_strides.batch + h * p.dk_strides.head;
   bf16* dv = static_cast<bf16*>(p.dv) + b * p.dv_strides.batch + h * p.dv_strides.head;
 #pragma unroll
@@ -263,9 +257,8 @@ __global__ void __launch_bounds__(Tr::kThreads) flash_bwd_dq_mma_kernel(const Fl
 
   const int key_end = p.causal ? min(q0 + kM, T) : T;
   const int n_tiles = (key_end + kN - 1) / kN;
-  const int chunk = int(blockIdx.z), n_chunks = p.q_chunk ? (n_tiles + p.q_chunk - 1) / p.q_chunk : 1;
-  const int n_begin = p.q_chunk ? chunk * p.q_chunk : 0;
-  const int n_stop = p.q_chunk ? min(n_tiles, n_begin + p.q_chunk) : n_tiles;
+  const ChunkRange chunk = chunk_range(0, n_tiles, p.q_chunk);
+  const int n_begin = chunk.begin, n_stop = chunk.stop;
   if (n_begin >= n_stop) return;  // the grid has as many chunks as the heaviest tile
 
   load_tile_async<Tr, kM>(sQ, q, p.q_strides.row, q0, T, D);
@@ -348,12 +341,7 @@ __global__ void __launch_bounds__(Tr::kThreads) flash_bwd_dq_mma_kernel(const Fl
     __syncthreads();
   }
 
-  if (n_chunks > 1) {
-    constexpr int kFloats = kMT * kD / 8 * 4;
-    const int64_t tile = int64_t(blockIdx.x) * gridDim.y + blockIdx.y;
-    float4* accum = reinterpret_cast<float4*>(p.q_accum) + tile * (kFloats / 4) * Tr::kThreads;
-    if (!hand_off_chunk<kFloats>(&acc_dq[0][0][0], accum, p.q_turns + tile, chunk, n_chunks)) return;
-  }
+  if (chunk.count > 1 && !hand_off_chunk(acc_dq, p.q_accum, p.q_turns, chunk)) return;
   bf16* dq = static_cast<bf16*>(p.dq) + b * p.dq_strides.batch + h * p.dq_strides.head;
 #pragma unroll
   for (int t = 0; t < kMT; ++t)

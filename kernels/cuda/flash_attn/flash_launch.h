@@ -4,6 +4,8 @@
 #pragma once
 #include <cuda_runtime.h>
 
+#include <initializer_list>
+
 #include "kernels/cuda/flash_attn/flash_attn.h"
 
 namespace llmhpc::flash {
@@ -36,6 +38,10 @@ void launch_bwd_delta(const FlashParams& p, cudaStream_t stream);
 
 // Multiprocessors of the current device (flash_api.cu).
 int sm_count();
+
+// Which of `choices` an environment variable holds: -1 when unset, else its index; any other
+// value is a UsageError that names the choices (flash_api.cu).
+int env_choice(const char* variable, std::initializer_list<const char*> choices);
 
 // The rows per CTA an environment variable forces (LLMHPC_FLASH_FWD_ROWS, _BWD_ROWS): 64 or
 // 128, 0 when unset; anything else is a UsageError (flash_api.cu).

@@ -274,15 +274,33 @@ inline void add_to(float4* p, float4 v) { p->x += v.x, p->y += v.y, p->z += v.z,
 inline void add_to(float2* p, float2 v) { p->x += v.x, p->y += v.y; }
 #endif
 
-// The chunked tensor-core backward's epilogue (FlashParams::kv_chunk, q_chunk): chunk `chunk`
-// of the `n_chunks` of a stationary tile hands this thread's kFloats accumulator values (a
-// multiple of 4) to the tile's fp32 accumulator in chunk order (float4 i of thread x at
-// accum[i * blockDim.x + x]; turn: the tile's counter). The last chunk gets back in `acc` the
-// sum of every chunk's part, added in chunk order, and returns true: it stores the tile. The
-// others return false.
-template <int kFloats>
-__device__ __forceinline__ bool hand_off_chunk(float* acc, float4* accum, int* turn, int chunk, int n_chunks) {
+// The chunked tensor-core backward (FlashParams::kv_chunk, q_chunk). A stationary tile streams
+// tiles [first, end); in chunks of chunk_tiles (0: not chunked), CTA blockIdx.z takes
+// [begin, stop), one of `count`.
+struct ChunkRange {
+  int begin, stop, count;
+};
+__device__ __forceinline__ ChunkRange chunk_range(int first, int end, int chunk_tiles) {
+  if (chunk_tiles == 0) return {first, end, 1};
+  const int begin = first + int(blockIdx.z) * chunk_tiles;
+  return {begin, min(end, begin + chunk_tiles), (end - first + chunk_tiles - 1) / chunk_tiles};
+}
+
+// Its epilogue: the CTA of grid (B*H, stationary tiles, chunks) hands this thread's
+// accumulators (an fp32 array of whole float4s) to its stationary tile's fp32 accumulator in
+// chunk order (the tile's blockDim.x arrays from accum_base, float4 i of thread x at i *
+// blockDim.x + x; its turn counter in turns). The last chunk gets back in `acc` the sum of every
+// chunk's part, added in chunk order, and returns true: it stores the tile. The others return
+// false.
+template <class Acc>
+__device__ __forceinline__ bool hand_off_chunk(Acc& accumulators, float* accum_base, int* turns, const ChunkRange& r) {
+  constexpr int kFloats = int(sizeof(Acc) / sizeof(float));
   static_assert(kFloats % 4 == 0, "float4s");
+  float* acc = reinterpret_cast<float*>(&accumulators);
+  const int64_t tile = int64_t(blockIdx.x) * gridDim.y + blockIdx.y;
+  float4* accum = reinterpret_cast<float4*>(accum_base) + tile * (kFloats / 4) * blockDim.x;
+  int* turn = turns + tile;
+  const int chunk = int(blockIdx.z), n_chunks = r.count;
   if (threadIdx.x == 0) wait_turn(turn, chunk);
   __syncthreads();
   const bool last = chunk == n_chunks - 1;
