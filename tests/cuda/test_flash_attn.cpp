@@ -267,7 +267,8 @@ TEST_F(FlashAttnGpu, LongSequence) {
 }
 
 // The CUDA-core variants sum dQ across CTAs (in a fixed order, unless LLMHPC_FLASH_BWD=split):
-// the larger shapes give many CTAs in flight per query tile.
+// the larger shapes give many CTAs in flight per query tile. (The tensor-core backward is split
+// at these head dims, bitwise deterministic; its fused variant: FusedBackward.)
 TEST_F(FlashAttnGpu, BackwardIsDeterministic) {
   const char* mode = flash::flash_fused_dq() ? " (fused dQ)" : " (split)";
   for (const Variant& var : kVariants)
@@ -365,6 +366,24 @@ TEST_F(FlashAttnGpu, ChunkedBackward) {
           EXPECT_EQ(a.dqkv, b.dqkv) << s << (causal ? " causal" : " full") << ", chunks of " << tiles << ", "
                                     << row_tiles << " rows";
         }
+}
+
+// The fused tensor-core backward (five products, dQ by atomics; flash_bwd_mma.cu), forced at
+// every shape (auto takes it at head dim 128 on grids that fill the GPU): head dims 64 and 128,
+// padded ones (120, 40), several key tiles of 128 and query tiles of 32, partial tiles. Its dQ
+// is not bitwise repeatable, so only the accuracy rule (on a NaN-filled accumulator the
+// launcher must zero). Head dims without a fused kernel (96) run split.
+TEST_F(FlashAttnGpu, FusedBackward) {
+  ScopedEnv variant("LLMHPC_FLASH_BWD");
+  variant.set("fused");
+  const Variant& tensor_core = kVariants[0];
+  for (const Shape& s : {Shape{1, 257, 1, 128}, Shape{1, 700, 2, 128}, Shape{2, 77, 2, 120}, Shape{1, 100, 2, 64},
+                         Shape{1, 45, 2, 40}, Shape{2, 1, 2, 128}, Shape{3, 530, 2, 64}, Shape{1, 130, 1, 96}})
+    for (bool causal : {true, false}) check(tensor_core, s, causal);
+  variant.set("sideways");
+  flash::FlashParams p = flash::packed_params(DType::BF16, reinterpret_cast<void*>(256), reinterpret_cast<void*>(256),
+                                              reinterpret_cast<float*>(256), 1, 8, 1, 128, true);
+  EXPECT_THROW(flash::flash_backward_scratch_bytes(p), UsageError);  // LLMHPC_FLASH_BWD=sideways
 }
 
 TEST_F(FlashAttnGpu, ImplementationChoiceAndUnsupportedRequests) {

@@ -257,11 +257,22 @@ namespace {
 namespace fe = llmhpc::flash_emu;
 
 // Fused: the CUDA-core backward with the dQ summed by the dK/dV kernel (the default on the GPU).
-enum class EmuImpl { TensorCoreBf16, TensorCoreBf16Chunked, SimtFp32, SimtBf16, SimtFp32Fused, SimtBf16Fused };
+// TensorCoreBf16Fused: the tensor-core backward with dQ added by the dK/dV kernel (head dims 64
+// and 128; the others run split, as on the GPU).
+enum class EmuImpl {
+  TensorCoreBf16,
+  TensorCoreBf16Chunked,
+  TensorCoreBf16Fused,
+  SimtFp32,
+  SimtBf16,
+  SimtFp32Fused,
+  SimtBf16Fused
+};
 const char* emu_name(EmuImpl i) {
   switch (i) {
     case EmuImpl::TensorCoreBf16: return "tensor-core bf16";
     case EmuImpl::TensorCoreBf16Chunked: return "tensor-core bf16 chunked";
+    case EmuImpl::TensorCoreBf16Fused: return "tensor-core bf16 fused";
     case EmuImpl::SimtFp32: return "simt fp32";
     case EmuImpl::SimtBf16: return "simt bf16";
     case EmuImpl::SimtFp32Fused: return "simt fp32 fused";
@@ -269,7 +280,9 @@ const char* emu_name(EmuImpl i) {
   }
   return "?";
 }
-bool emu_tensor_core(EmuImpl i) { return i == EmuImpl::TensorCoreBf16 || i == EmuImpl::TensorCoreBf16Chunked; }
+bool emu_tensor_core(EmuImpl i) {
+  return i == EmuImpl::TensorCoreBf16 || i == EmuImpl::TensorCoreBf16Chunked || i == EmuImpl::TensorCoreBf16Fused;
+}
 bool emu_fp32(EmuImpl i) { return i == EmuImpl::SimtFp32 || i == EmuImpl::SimtFp32Fused; }
 bool emu_fused(EmuImpl i) { return i == EmuImpl::SimtFp32Fused || i == EmuImpl::SimtBf16Fused; }
 
@@ -364,10 +377,24 @@ Result run_emulated(EmuImpl impl, const std::vector<double>& qkv_v, const std::v
         kv_chunks = (tiles(Kv::kBlockN) + 1) / 2, q_chunks = (tiles(Q::kBlockN) + 1) / 2;
       }
       fe::emulate_launch(fe::flash_bwd_delta_kernel<fe::bf16>, dim3(2, s.B), 64, 0, b);
-      fe::emulate_launch(fe::flash_bwd_dkdv_mma_kernel<Kv>, dim3(bh, tiles(Kv::kBlockM), kv_chunks), Kv::kThreads,
-                         Kv::kSmemBytes, b);
-      fe::emulate_launch(fe::flash_bwd_dq_mma_kernel<Q>, dim3(bh, tiles(Q::kBlockM), q_chunks), Q::kThreads,
-                         Q::kSmemBytes, b);
+      bool fused = false;
+      if constexpr (kD == 64 || kD == 128) {
+        if (impl == EmuImpl::TensorCoreBf16Fused) {  // flash_bwd_mma.cu's fused launch
+          using F = fe::BwdFusedTraits<kD>;
+          accum.assign(size_t(bh * tiles(F::kBlockN) * F::kBlockN * kD), 0.f);  // the launcher's memset
+          b.dq_atomic = true, b.dq_accum = accum.data();
+          fe::emulate_launch(fe::flash_bwd_dkdv_mma_kernel<F, true>, dim3(bh, tiles(F::kBlockM)), F::kThreads,
+                             F::kSmemBytes, b);
+          fe::emulate_launch(fe::flash_bwd_dq_convert_mma_kernel<F>, dim3(tiles(F::kBlockN), bh), F::kThreads, 0, b);
+          fused = true;
+        }
+      }
+      if (!fused) {
+        fe::emulate_launch(fe::flash_bwd_dkdv_mma_kernel<Kv>, dim3(bh, tiles(Kv::kBlockM), kv_chunks), Kv::kThreads,
+                           Kv::kSmemBytes, b);
+        fe::emulate_launch(fe::flash_bwd_dq_mma_kernel<Q>, dim3(bh, tiles(Q::kBlockM), q_chunks), Q::kThreads,
+                           Q::kSmemBytes, b);
+      }
       if constexpr (kD == 64) {
         if (impl == EmuImpl::TensorCoreBf16) {
           // Two m tiles per warp (128 keys or queries per CTA, 32-row streamed tiles) must give
@@ -511,6 +538,19 @@ const Shape5 kTurnShapes[] = {
 INSTANTIATE_TEST_SUITE_P(FusedDq, FlashKernelsEmulated,
                          ::testing::Combine(::testing::Values(EmuImpl::SimtFp32Fused, EmuImpl::SimtBf16Fused),
                                             ::testing::ValuesIn(kTurnShapes), ::testing::Bool()),
+                         emu_test_name);
+// The fused tensor-core backward (128 keys x query tiles of 32): several key and query tiles,
+// partial ones, the rotation of the non-causal visits (3 key tiles over 10 query tiles wrap
+// around), a padded head dim, B x H > 1 (each head's accumulator tiles).
+const Shape5 kFusedShapes[] = {
+    {1, 300, 1, 128, 0, 0},
+    {2, 50, 1, 120, 0, 0},
+    {1, 140, 2, 64, 0, 0},
+    {1, 20, 1, 48, 0, 0},
+};
+INSTANTIATE_TEST_SUITE_P(Fused, FlashKernelsEmulated,
+                         ::testing::Combine(::testing::Values(EmuImpl::TensorCoreBf16Fused),
+                                            ::testing::ValuesIn(kFusedShapes), ::testing::Bool()),
                          emu_test_name);
 INSTANTIATE_TEST_SUITE_P(Chunked, FlashKernelsEmulated,
                          ::testing::Combine(::testing::Values(EmuImpl::TensorCoreBf16Chunked),

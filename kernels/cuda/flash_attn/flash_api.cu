@@ -130,10 +130,15 @@ FlashParams packed_params(DType dtype, const void* qkv, void* out, float* lse, i
   return p;
 }
 
-bool flash_fused_dq() {
-  static const bool fused = env_choice("LLMHPC_FLASH_BWD", {"fused", "split"}) != 1;
-  return fused;
+BwdVariant bwd_variant() {
+  switch (env_choice("LLMHPC_FLASH_BWD", {"auto", "fused", "split"})) {
+    case 1: return BwdVariant::Fused;
+    case 2: return BwdVariant::Split;
+  }
+  return BwdVariant::Auto;
 }
+
+bool flash_fused_dq() { return bwd_variant() != BwdVariant::Split; }
 
 namespace {
 // Whether the backward may run on CUDA cores, the only kernels with a fused dQ (bf16 with a
@@ -153,21 +158,22 @@ size_t accum_bytes(const FlashParams& p) {
   return size_t(p.batch) * p.heads * accum_rows(p) * padded_head_dim(p.head_dim, false) * sizeof(float);
 }
 
-// The tensor-core backward's chunks (flash_launch.h), where it will run.
-BwdChunkPlan chunk_plan(const FlashParams& p) {
-  return !fused_dq_scratch(p) && use_tensor_cores(p, true) ? plan_bwd_chunks(p) : BwdChunkPlan{};
+// The tensor-core backward's plan (flash_launch.h), where it will run.
+BwdPlan tensor_core_plan(const FlashParams& p) {
+  return !fused_dq_scratch(p) && use_tensor_cores(p, true) ? plan_bwd_tensor_core(p) : BwdPlan{};
 }
-// Their scratch after delta: the dK/dV and dQ accumulators, then the turn counters.
-size_t chunk_bytes(const BwdChunkPlan& c) {
-  return align16(size_t(c.kv_accum_floats + c.q_accum_floats) * sizeof(float)) +
-         align16(size_t(c.kv_turns + c.q_turns) * sizeof(int));
+// Its scratch after delta: the fused dQ's or the chunks' accumulators, then the chunks' turn
+// counters.
+size_t plan_floats(const BwdPlan& c) { return size_t(c.dq_accum_floats + c.kv_accum_floats + c.q_accum_floats); }
+size_t plan_bytes(const BwdPlan& c) {
+  return align16(plan_floats(c) * sizeof(float)) + align16(size_t(c.kv_turns + c.q_turns) * sizeof(int));
 }
 }  // namespace
 
 size_t flash_backward_scratch_bytes(const FlashParams& p) {
   if (fused_dq_scratch(p))
     return delta_bytes(p) + accum_bytes(p) + size_t(p.batch) * p.heads * counter_stride(p) * sizeof(int);
-  return delta_bytes(p) + chunk_bytes(chunk_plan(p));
+  return delta_bytes(p) + plan_bytes(tensor_core_plan(p));
 }
 
 void set_packed_backward(FlashParams& p, const void* dout, void* dqkv, void* scratch) {
@@ -189,10 +195,11 @@ void set_packed_backward(FlashParams& p, const void* dout, void* dqkv, void* scr
     p.dq_counter_stride = counter_stride(p);
     return;
   }
-  const BwdChunkPlan c = chunk_plan(p);
+  const BwdPlan c = tensor_core_plan(p);
   float* accum = reinterpret_cast<float*>(after_delta);
-  int* turns =
-      reinterpret_cast<int*>(after_delta + align16(size_t(c.kv_accum_floats + c.q_accum_floats) * sizeof(float)));
+  int* turns = reinterpret_cast<int*>(after_delta + align16(plan_floats(c) * sizeof(float)));
+  p.dq_atomic = c.dq_atomic;
+  if (c.dq_atomic) p.dq_accum = accum;
   p.kv_chunk = c.kv_chunk, p.q_chunk = c.q_chunk;
   p.kv_accum = c.kv_chunk ? accum : nullptr;
   p.q_accum = c.q_chunk ? accum + c.kv_accum_floats : nullptr;

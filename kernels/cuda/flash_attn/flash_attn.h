@@ -2,13 +2,15 @@
 //
 // Forward: tiles of queries against tiles of keys with an online softmax in fp32
 // registers; writes the output O and the logsumexp L (B,H,T) fp32 of every query row.
-// Backward: D = rowsum(dO * O), then P is recomputed from L tile by tile; dK, dV come from a
-// key-stationary kernel and dQ from a query-stationary one, so nothing of size T x T is ever
-// stored and no atomics are used: the backward is deterministic (bitwise the same on every
-// run), at the price of computing Q K^T and dO V^T twice (7 instead of 5 matrix products).
-// The CUDA-core dK/dV kernel also sums dQ (5 products), adding into an fp32 accumulator in a
-// fixed order, so the backward stays deterministic (flash_fused_dq(); LLMHPC_FLASH_BWD=split
-// for the 7-product split).
+// Backward: D = rowsum(dO * O), then P is recomputed from L tile by tile, so nothing of size
+// T x T is ever stored. Split: dK, dV come from a key-stationary kernel and dQ from a
+// query-stationary one, no atomics: bitwise the same on every run, at the price of computing
+// Q K^T and dO V^T twice (7 instead of 5 matrix products). Fused (5 products): the dK/dV
+// kernel also sums dQ into an fp32 accumulator; on CUDA cores in a fixed order (deterministic,
+// the default there), on tensor cores with atomics (fp32 additions in any order: dQ may
+// differ in its last bits from run to run; the default at head dim 128 on grids that fill the
+// GPU). LLMHPC_FLASH_BWD=auto|fused|split (kernels/cuda/flash_attn/README.md); split makes
+// every backward bitwise deterministic.
 //
 // Storage dtypes: fp32 (CUDA-core kernels, fp32 arithmetic) or bf16 (tensor cores,
 // mma.sync m16n8k16 with fp32 accumulation; bf16 is a storage format, P is rounded to bf16
@@ -64,9 +66,12 @@ struct FlashParams {
   void* dv = nullptr;
   Strides dq_strides, dk_strides, dv_strides;
   float* delta = nullptr;  // scratch (B,H,T) fp32: flash_backward_scratch_bytes()
-  // Scratch of the fused dQ, null where there is none (tensor cores, LLMHPC_FLASH_BWD=split):
-  // an fp32 accumulator (B*H, dq_accum_rows, padded head dim) and per query tile counters
-  // (B*H, dq_counter_stride).
+  // Scratch of the fused dQ, null where there is none (LLMHPC_FLASH_BWD=split): CUDA cores: an
+  // fp32 accumulator (B*H, dq_accum_rows, padded head dim) and per query tile counters
+  // (B*H, dq_counter_stride); tensor cores (dq_atomic): an fp32 accumulator of (B*H, query
+  // tiles of 32) tiles of 32 x padded head dim in fragment order (flash_bwd_kernel.cuh's
+  // dq_share), zeroed by the launcher.
+  bool dq_atomic = false;
   float* dq_accum = nullptr;
   int* dq_counters = nullptr;
   int dq_accum_rows = 0, dq_counter_stride = 0;
@@ -96,10 +101,10 @@ void set_packed_backward(FlashParams& p, const void* dout, void* dqkv, void* scr
 // CUDA-core kernels may run and the fused dQ is on, its accumulator and counters.
 size_t flash_backward_scratch_bytes(const FlashParams& p);
 
-// Backward variant of the CUDA-core kernels, LLMHPC_FLASH_BWD=fused|split (read once):
-// fused (default): the dK/dV kernel also adds dS K into an fp32 dQ accumulator in a fixed
-// order (five products; deterministic); split: a dK/dV kernel and a dQ kernel that recomputes
-// Q K^T and dO V^T (seven). The tensor-core kernels always split (fused was slower there).
+// Whether the CUDA-core backward is fused (LLMHPC_FLASH_BWD unset, auto or fused; read at every
+// call): the dK/dV kernel also adds dS K into an fp32 dQ accumulator in a fixed order (five
+// products; deterministic); split: a dK/dV kernel and a dQ kernel that recomputes Q K^T and
+// dO V^T (seven). The tensor-core backward's choice: flash_launch.h (BwdPlan).
 bool flash_fused_dq();
 
 // Enqueue on `stream`. Throw UsageError for what the kernels do not support (dtype, head

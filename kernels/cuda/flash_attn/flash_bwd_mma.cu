@@ -1,5 +1,6 @@
-// Launchers of the tensor-core backward (dK/dV, then dQ) and their chunk plan: one
-// instantiation per compiled head dim. delta must be computed before (flash_api.cu).
+// Launchers of the tensor-core backward (split: dK/dV, then dQ; fused: dK/dV with dQ by
+// atomics, then dQ's conversion) and their plan: one instantiation per compiled head dim.
+// delta must be computed before (flash_api.cu).
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
@@ -66,11 +67,38 @@ int chunk_setting() {
   return int(n);
 }
 
+// The fused backward (five products, dQ by atomics): FlashAttention-2's structure, 128 keys
+// per CTA. Auto takes it at head dim 128 on sequences of 2048 and more whose grid of 128-key
+// tiles covers every SM. There, on an H100 (session 5), it was 1.28-1.30x faster than the
+// split backward (causal, batch 1, T 32768 and 65536; batch 8, no mask, T 4096-16384) and
+// 1.04-1.15x at batch 4 x 8 heads, causal, T 2048-4096. Slower elsewhere: 0.93x at batch 4 x 8
+// heads, T 1024 (short key loops), 0.70x at batch 1, T 16384 (128 CTAs for 132 SMs; the split
+// backward's chunks spread the causal work), 0.81-0.84x at head dim 64 (the split kernels' two
+// m tiles).
+template <int kHeadDim>
+bool fused_backward(const FlashParams& p) {
+  switch (bwd_variant()) {
+    case BwdVariant::Split: return false;
+    case BwdVariant::Fused: return true;
+    case BwdVariant::Auto: break;
+  }
+  return kHeadDim == 128 && p.seq >= 2048 &&
+         int64_t(ceil_div(p.seq, BwdFusedTraits<kHeadDim>::kBlockM)) * p.batch * p.heads >= sm_count();
+}
+
 template <int kHeadDim, int kMTiles>
-BwdChunkPlan plan_chunks(const FlashParams& p) {
+BwdPlan plan_bwd(const FlashParams& p) {
   using Kv = BwdKvTraits<kHeadDim, kMTiles>;
   using Q = BwdQTraits<kHeadDim, kMTiles>;
-  BwdChunkPlan plan;
+  BwdPlan plan;
+  if constexpr (kHeadDim == 64 || kHeadDim == 128) {
+    if (fused_backward<kHeadDim>(p)) {
+      using F = BwdFusedTraits<kHeadDim>;
+      plan.dq_atomic = true;
+      plan.dq_accum_floats = int64_t(p.batch) * p.heads * ceil_div(p.seq, F::kBlockN) * F::kBlockN * kHeadDim;
+      return plan;
+    }
+  }
   const int setting = chunk_setting();
   if (setting == 0) return plan;
   const int64_t bh = int64_t(p.batch) * p.heads;
@@ -93,10 +121,26 @@ BwdChunkPlan plan_chunks(const FlashParams& p) {
   return plan;
 }
 
+template <int kHeadDim>
+void run_bwd_fused(const FlashParams& p, cudaStream_t stream) {
+  using F = BwdFusedTraits<kHeadDim>;
+  const unsigned bh = unsigned(p.batch * p.heads), query_tiles = ceil_div(p.seq, F::kBlockN);
+  if (!p.dq_accum || p.kv_chunk || p.q_chunk)
+    LLMHPC_FATAL("flash backward: fused without its accumulator, or chunked (set_packed_backward sets the plan)");
+  CUDA_CHECK(cudaMemsetAsync(p.dq_accum, 0, size_t(bh) * query_tiles * F::kBlockN * kHeadDim * sizeof(float), stream));
+  launch_kernel(flash_bwd_dkdv_mma_kernel<F, true>, dim3(bh, ceil_div(p.seq, F::kBlockM)), F::kThreads, F::kSmemBytes,
+                stream, p);
+  launch_kernel(flash_bwd_dq_convert_mma_kernel<F>, dim3(query_tiles, bh), F::kThreads, 0, stream, p);
+}
+
 template <int kHeadDim, int kMTiles>
 void run_bwd(const FlashParams& p, cudaStream_t stream) {
   using Kv = BwdKvTraits<kHeadDim, kMTiles>;
   using Q = BwdQTraits<kHeadDim, kMTiles>;
+  if (p.dq_atomic) {
+    if constexpr (kHeadDim == 64 || kHeadDim == 128) return run_bwd_fused<kHeadDim>(p, stream);
+    LLMHPC_FATAL("flash backward: no fused kernel for head dim " + std::to_string(kHeadDim));
+  }
   const unsigned bh = unsigned(p.batch * p.heads);
   if ((p.kv_chunk && !(p.kv_accum && p.kv_turns)) || (p.q_chunk && !(p.q_accum && p.q_turns)))
     LLMHPC_FATAL("flash backward: chunks without their scratch (set_packed_backward sets both)");
@@ -128,8 +172,8 @@ auto by_tiles(const FlashParams& p, Run run) {
 
 }  // namespace
 
-BwdChunkPlan plan_bwd_chunks(const FlashParams& p) {
-  return by_tiles(p, [&](auto t) { return plan_chunks<decltype(t)::kHeadDim, decltype(t)::kMTiles>(p); });
+BwdPlan plan_bwd_tensor_core(const FlashParams& p) {
+  return by_tiles(p, [&](auto t) { return plan_bwd<decltype(t)::kHeadDim, decltype(t)::kMTiles>(p); });
 }
 
 void launch_bwd_tensor_core(const FlashParams& p, cudaStream_t stream) {

@@ -14,20 +14,30 @@ namespace llmhpc::flash {
 void launch_fwd_tensor_core(const FlashParams& p, cudaStream_t stream);
 void launch_bwd_tensor_core(const FlashParams& p, cudaStream_t stream);
 
-// The tensor-core backward's chunks (FlashParams::kv_chunk, q_chunk; flash_bwd_mma.cu): on a
-// grid that cannot fill the GPU, the longest stationary tiles (under causal, the first key
-// tiles and the last query tiles each stream the whole sequence) would run alone at the end;
-// cut into chunks of about the grid's total work per resident CTA, they spread over the SMs.
-// LLMHPC_FLASH_BWD_CHUNK=auto (default), off, or N (streamed tiles per chunk) decides, read at
-// every call.
+// The tensor-core backward's plan (flash_bwd_mma.cu), made from p's sizes and the variables:
+// - fused (FlashParams::dq_atomic): five products, dQ added by the dK/dV kernel with atomics
+//   into dq_accum (not bitwise deterministic); at head dim 128 where the grid of 128-key tiles
+//   fills the GPU (LLMHPC_FLASH_BWD=auto, the default), at head dims 64 and 128 with =fused,
+//   never with =split. Else split (seven products, bitwise deterministic), and:
+// - chunks (FlashParams::kv_chunk, q_chunk): on a grid that cannot fill the GPU, the longest
+//   stationary tiles (under causal, the first key tiles and the last query tiles each stream
+//   the whole sequence) would run alone at the end; cut into chunks of about the grid's total
+//   work per resident CTA, they spread over the SMs. LLMHPC_FLASH_BWD_CHUNK=auto (default),
+//   off, or N (streamed tiles per chunk) decides.
 // Head dim 64 may take two m tiles per warp (BwdKvTraits, BwdQTraits): flash_bwd_mma.cu
-// decides (LLMHPC_FLASH_BWD_ROWS=64|128 forces one).
-struct BwdChunkPlan {
+// decides (LLMHPC_FLASH_BWD_ROWS=64|128 forces one). The variables are read at every call.
+struct BwdPlan {
+  bool dq_atomic = false;
+  int64_t dq_accum_floats = 0;                       // fused: the dQ accumulator (scratch)
   int kv_chunk = 0, q_chunk = 0;                     // streamed tiles per chunk; 0: not chunked
-  int64_t kv_accum_floats = 0, q_accum_floats = 0;  // the accumulators (scratch)
-  int64_t kv_turns = 0, q_turns = 0;                // the turn counters (scratch)
+  int64_t kv_accum_floats = 0, q_accum_floats = 0;  // the chunks' accumulators (scratch)
+  int64_t kv_turns = 0, q_turns = 0;                // the chunks' turn counters (scratch)
 };
-BwdChunkPlan plan_bwd_chunks(const FlashParams& p);
+BwdPlan plan_bwd_tensor_core(const FlashParams& p);
+
+// LLMHPC_FLASH_BWD (flash_api.cu): auto (unset), fused or split; anything else is a UsageError.
+enum class BwdVariant { Auto, Fused, Split };
+BwdVariant bwd_variant();
 
 // CUDA cores, fp32 or bf16 storage (flash_simt.cu). The backward expects delta.
 void launch_fwd_simt(const FlashParams& p, cudaStream_t stream);

@@ -191,6 +191,27 @@ __device__ __forceinline__ void warp_gemm_frag_rows(float (&acc)[kMTiles][kNTile
     warp_mma_step_rows<kMTiles, kNTiles, kSmemRow>(acc, a[kk], b_rows + kk * 16, lane);
 }
 
+// One 16-wide k step of acc (16*kMTiles x 8*kNTiles) += A B for one warp: A's fragments given,
+// B rows [k, k + 16) of a row-major shared-memory tile with 8*kNTiles used columns (b_rows:
+// its row k), read transposed by ldmatrix.trans.
+template <int kMTiles, int kNTiles, int kSmemRow>
+__device__ __forceinline__ void warp_mma_step_trans(float (&acc)[kMTiles][kNTiles][4], const uint32_t (&a)[kMTiles][4],
+                                                    const bf16* b_rows, int lane) {
+  static_assert(kNTiles % 2 == 0, "n tiles come in pairs");
+#pragma unroll
+  for (int np = 0; np < kNTiles / 2; ++np) {
+    uint32_t b[4];
+    // Transposed matrices: (rows +0, cols +0), (rows +8, cols +0), (rows +0, cols +8),
+    // (rows +8, cols +8): b0, b1 of n tile 2np, then of n tile 2np+1.
+    ldmatrix_x4_trans(b, b_rows + (lane % 8 + ((lane / 8) % 2) * 8) * kSmemRow + np * 16 + (lane / 16) * 8);
+#pragma unroll
+    for (int t = 0; t < kMTiles; ++t) {
+      mma_16816(acc[t][2 * np], a[t], b[0], b[1]);
+      mma_16816(acc[t][2 * np + 1], a[t], b[2], b[3]);
+    }
+  }
+}
+
 // acc (16*kMTiles x 8*kNTiles) += P B for one warp, where P (16*kMTiles x 16*kKSteps) is held
 // in registers as the accumulators of a previous product (p[t][2k], p[t][2k+1] are rows 16t..
 // and columns 16k..16k+15; rounded to bf16 here) and B is the first 16*kKSteps rows of a
@@ -200,7 +221,6 @@ template <int kKSteps, int kMTiles, int kNTiles, int kSmemRow>
 __device__ __forceinline__ void warp_gemm_regs_rows(float (&acc)[kMTiles][kNTiles][4],
                                                     const float (&p)[kMTiles][2 * kKSteps][4], const bf16* b_rows,
                                                     int lane) {
-  static_assert(kNTiles % 2 == 0, "n tiles come in pairs");
 #pragma unroll
   for (int kk = 0; kk < kKSteps; ++kk) {
     uint32_t a[kMTiles][4];
@@ -211,18 +231,26 @@ __device__ __forceinline__ void warp_gemm_regs_rows(float (&acc)[kMTiles][kNTile
       a[t][2] = pack_bf16(p[t][2 * kk + 1][0], p[t][2 * kk + 1][1]);
       a[t][3] = pack_bf16(p[t][2 * kk + 1][2], p[t][2 * kk + 1][3]);
     }
+    warp_mma_step_trans<kMTiles, kNTiles, kSmemRow>(acc, a, b_rows + kk * 16 * kSmemRow, lane);
+  }
+}
+
+// acc (16*kMTiles x 8*kNTiles) += A B for one warp, where A (16*kMTiles x 16*kKSteps) is stored
+// transposed in shared memory (a_cols: row k of A^T = column k of A, at A's first row; rows
+// kARow apart) and B as in warp_gemm_regs_rows. The fused backward's dQ share = dS K, from the
+// dS^T its warps wrote.
+template <int kKSteps, int kMTiles, int kNTiles, int kARow, int kBRow>
+__device__ __forceinline__ void warp_gemm_trans_rows(float (&acc)[kMTiles][kNTiles][4], const bf16* a_cols,
+                                                     const bf16* b_rows, int lane) {
 #pragma unroll
-    for (int np = 0; np < kNTiles / 2; ++np) {
-      uint32_t b[4];
-      // Transposed matrices: (rows +0, cols +0), (rows +8, cols +0), (rows +0, cols +8),
-      // (rows +8, cols +8): b0, b1 of n tile 2np, then of n tile 2np+1.
-      ldmatrix_x4_trans(b, b_rows + (kk * 16 + lane % 8 + ((lane / 8) % 2) * 8) * kSmemRow + np * 16 + (lane / 16) * 8);
+  for (int kk = 0; kk < kKSteps; ++kk) {
+    uint32_t a[kMTiles][4];
+    // a0..a3 = A (rows +0, k +0), (rows +8, k +0), (rows +0, k +8), (rows +8, k +8): the
+    // transposes of the A^T matrices at (k, rows) = (+0, +0), (+0, +8), (+8, +0), (+8, +8).
 #pragma unroll
-      for (int t = 0; t < kMTiles; ++t) {
-        mma_16816(acc[t][2 * np], a[t], b[0], b[1]);
-        mma_16816(acc[t][2 * np + 1], a[t], b[2], b[3]);
-      }
-    }
+    for (int t = 0; t < kMTiles; ++t)
+      ldmatrix_x4_trans(a[t], a_cols + (kk * 16 + lane % 8 + (lane / 16) * 8) * kARow + 16 * t + ((lane / 8) % 2) * 8);
+    warp_mma_step_trans<kMTiles, kNTiles, kBRow>(acc, a, b_rows + kk * 16 * kBRow, lane);
   }
 }
 
@@ -249,7 +277,10 @@ __device__ __forceinline__ void store_cg(float2* p, float2 v) { __stcg(p, v); }
 __device__ __forceinline__ float4 load_cg(const float4* p) { return __ldcg(p); }
 __device__ __forceinline__ void add_to(float4* p, float4 v) {
 #if __CUDA_ARCH__ >= 900
-  atomicAdd(p, v);
+  // red (no return), not atomicAdd's ATOM: nothing waits for the old value.
+  asm volatile("red.relaxed.gpu.global.add.v4.f32 [%0], {%1, %2, %3, %4};\n" ::"l"(p), "f"(v.x), "f"(v.y), "f"(v.z),
+               "f"(v.w)
+               : "memory");
 #else
   atomicAdd(&p->x, v.x), atomicAdd(&p->y, v.y), atomicAdd(&p->z, v.z), atomicAdd(&p->w, v.w);
 #endif
