@@ -1,0 +1,28 @@
+#!/bin/bash
+# Fused backward variants (H100): red instead of atom for dQ (query tiles of 32), and query tiles of 64 (LLMHPC_FUSED_N=64, experiment), with split and PyTorch in the same call.
+set -u
+C=carry/flash
+export LD_LIBRARY_PATH=$PWD/$C/fallback PYTHONUNBUFFERED=1
+R=/tmp/f2; rm -rf $R; mkdir -p $R
+nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee $OUT/log.txt; date -u | tee -a $OUT/log.txt
+for n in 32 64; do
+  LLMHPC_FUSED_N=$n timeout 60 $C/test_flash_attn --gtest_filter='*Fused*' > $OUT/tests_n$n.log 2>&1; echo "FusedBackward N=$n rc $?" | tee -a $OUT/log.txt
+done
+A="$C/llmhpc --mode attention --device cuda --impl flash --precision bf16 --warmup 3 --iters 10"
+for v in split fused32 fused64; do
+  case $v in split) E="LLMHPC_FLASH_BWD=split";; fused32) E="LLMHPC_FLASH_BWD=fused LLMHPC_FUSED_N=32";; fused64) E="LLMHPC_FLASH_BWD=fused LLMHPC_FUSED_N=64";; esac
+  env $E timeout 90 $A --batch 1 --heads 1 --head-dim 64,128 --seq 8192,16384,32768,65536 --causal on --out $R/c_$v > $R/c_$v.log 2>&1; echo "causal $v rc $?" | tee -a $OUT/log.txt
+  env $E timeout 60 $A --batch 8 --heads 1 --head-dim 64,128 --seq 4096,8192,16384 --causal off --out $R/n_$v > $R/n_$v.log 2>&1; echo "noncausal $v rc $?" | tee -a $OUT/log.txt
+  env $E timeout 60 $A --batch 4 --heads 8 --head-dim 128 --seq 1024,2048,4096 --causal on --out $R/m_$v > $R/m_$v.log 2>&1; echo "model-ish $v rc $?" | tee -a $OUT/log.txt
+done
+timeout 90 python3 analysis/torch_attention.py --batch 1 --heads 1 --head-dim 64,128 --seq 8192,16384,32768,65536 --precision bf16 --causal --impl fused --warmup 3 --iters 10 --out $R/tc.json > $R/tc.log 2>&1; echo "torch c rc $?" | tee -a $OUT/log.txt
+timeout 60 python3 analysis/torch_attention.py --batch 8 --heads 1 --head-dim 64,128 --seq 4096,8192,16384 --precision bf16 --impl fused --warmup 3 --iters 10 --out $R/tn.json > $R/tn.log 2>&1; echo "torch n rc $?" | tee -a $OUT/log.txt
+timeout 60 python3 analysis/torch_attention.py --batch 4 --heads 8 --head-dim 128 --seq 1024,2048,4096 --precision bf16 --causal --impl fused --warmup 3 --iters 10 --out $R/tm.json > $R/tm.log 2>&1
+for v in split fused32 fused64; do
+  for g in c:tc n:tn m:tm; do
+    echo "== $v ${g%%:*}" >> $OUT/timing.txt
+    python3 analysis/attention.py $R/${g%%:*}_$v --torch $R/${g##*:}.json 2>&1 | grep -A 14 "vs PyTorch" | grep "^| bf16" | cut -d'|' -f3-13 >> $OUT/timing.txt
+  done
+done
+cat $OUT/timing.txt
+cd /tmp && tar czf $OUT/runs.tgz f2
