@@ -380,6 +380,22 @@ TEST_F(FlashAttnGpu, FusedBackward) {
   for (const Shape& s : {Shape{1, 257, 1, 128}, Shape{1, 700, 2, 128}, Shape{2, 77, 2, 120}, Shape{1, 100, 2, 64},
                          Shape{1, 45, 2, 40}, Shape{2, 1, 2, 128}, Shape{3, 530, 2, 64}, Shape{1, 130, 1, 96}})
     for (bool causal : {true, false}) check(tensor_core, s, causal);
+  // Auto's choice (flash_bwd_mma.cu): head dim 128, T >= 2048, 128-key tiles for every SM.
+  variant.set("auto");
+  const int sms = flash::sm_count();
+  auto fused = [&](int64_t batch, int64_t seq, int64_t head_dim) {
+    const flash::FlashParams q = flash::packed_params(DType::BF16, reinterpret_cast<void*>(256),
+                                                      reinterpret_cast<void*>(256), reinterpret_cast<float*>(256),
+                                                      batch, seq, 1, head_dim, true);
+    return flash::plan_bwd_tensor_core(q).dq_atomic;
+  };
+  EXPECT_TRUE(fused(sms, 2048, 128));
+  EXPECT_TRUE(fused(1, 128 * sms, 120));
+  EXPECT_FALSE(fused(1, 128 * (sms - 1), 128));  // a grid smaller than the GPU
+  EXPECT_FALSE(fused(2 * sms, 1024, 128));  // short key loops
+  EXPECT_FALSE(fused(sms, 2048, 64));
+  variant.set("split");
+  EXPECT_FALSE(fused(sms, 2048, 128));
   variant.set("sideways");
   flash::FlashParams p = flash::packed_params(DType::BF16, reinterpret_cast<void*>(256), reinterpret_cast<void*>(256),
                                               reinterpret_cast<float*>(256), 1, 8, 1, 128, true);

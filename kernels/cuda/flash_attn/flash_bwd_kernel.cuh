@@ -114,7 +114,8 @@ __device__ __forceinline__ void add_dq_share(const FlashParams& p, bf16* sdSt, c
   warp_gemm_trans_rows<Tr::kBlockM / 16, 1, kJ, kSRow, Tr::kSmemRow>(acc, sdSt + share.query, sK + share.dim, lane);
   float4* tile = dq_accum_tile<Tr>(p, m) + threadIdx.x;
 #pragma unroll
-  for (int j = 0; j < kJ; ++j) add_to(tile + j * Tr::kThreads, make_float4(acc[0][j][0], acc[0][j][1], acc[0][j][2], acc[0][j][3]));
+  for (int j = 0; j < kJ; ++j)
+    add_to(tile + j * Tr::kThreads, make_float4(acc[0][j][0], acc[0][j][1], acc[0][j][2], acc[0][j][3]));
 }
 
 // Purpose: dK and dV (B,T,H,D) of one tile of kBlockM keys of one (batch, head).
