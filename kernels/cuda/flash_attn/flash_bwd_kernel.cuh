@@ -85,11 +85,12 @@ template <class Tr>
 __device__ __forceinline__ DqShare dq_share(int warp) {
   return {16 * (warp % Tr::kDqWarpsQ), Tr::kDqDims * (warp / Tr::kDqWarpsQ)};
 }
+// Query tile `query_tile` of head `bh` (b * heads + h) in the accumulator: tiles of
+// kBlockN x kHeadDim floats, a head's ceil(T / kBlockN) of them after another.
 template <class Tr>
-__device__ __forceinline__ float4* dq_accum_tile(const FlashParams& p, int query_tile) {
+__device__ __forceinline__ float4* dq_accum_tile(const FlashParams& p, int bh, int query_tile) {
   const int64_t tiles = (p.seq + Tr::kBlockN - 1) / Tr::kBlockN;
-  return reinterpret_cast<float4*>(p.dq_accum) +
-         (int64_t(blockIdx.x) * tiles + query_tile) * (Tr::kBlockN * Tr::kHeadDim / 4);
+  return reinterpret_cast<float4*>(p.dq_accum) + (bh * tiles + query_tile) * (Tr::kBlockN * Tr::kHeadDim / 4);
 }
 
 // Stores this warp's dS^T (keys 16 warp.. x the tile's kBlockN queries, in registers) to sdSt;
@@ -112,7 +113,7 @@ __device__ __forceinline__ void add_dq_share(const FlashParams& p, bf16* sdSt, c
 #pragma unroll
   for (int j = 0; j < kJ; ++j) acc[0][j][0] = acc[0][j][1] = acc[0][j][2] = acc[0][j][3] = 0.f;
   warp_gemm_trans_rows<Tr::kBlockM / 16, 1, kJ, kSRow, Tr::kSmemRow>(acc, sdSt + share.query, sK + share.dim, lane);
-  float4* tile = dq_accum_tile<Tr>(p, m) + threadIdx.x;
+  float4* tile = dq_accum_tile<Tr>(p, int(blockIdx.x), m) + threadIdx.x;
 #pragma unroll
   for (int j = 0; j < kJ; ++j)
     add_to(tile + j * Tr::kThreads, make_float4(acc[0][j][0], acc[0][j][1], acc[0][j][2], acc[0][j][3]));
@@ -430,9 +431,7 @@ __global__ void __launch_bounds__(Tr::kThreads) flash_bwd_dq_convert_mma_kernel(
   constexpr int kJ = Tr::kDqDims / 8;
   const int m = int(blockIdx.x), warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, c = lane % 4;
   const int b = int(blockIdx.y) / p.heads, h = int(blockIdx.y) % p.heads;
-  const int64_t tiles = gridDim.x;
-  const float4* tile = reinterpret_cast<const float4*>(p.dq_accum) +
-                       (int64_t(blockIdx.y) * tiles + m) * (Tr::kBlockN * Tr::kHeadDim / 4) + threadIdx.x;
+  const float4* tile = dq_accum_tile<Tr>(p, int(blockIdx.y), m) + threadIdx.x;
   const DqShare share = dq_share<Tr>(warp);
   bf16* dq = static_cast<bf16*>(p.dq) + b * p.dq_strides.batch + h * p.dq_strides.head;
 #pragma unroll

@@ -67,6 +67,14 @@ int chunk_setting() {
   return int(n);
 }
 
+// Floats of the fused backward's dQ accumulator: B*H x ceil(T / kBlockN) tiles of
+// kBlockN x kHeadDim.
+template <int kHeadDim>
+int64_t fused_accum_floats(const FlashParams& p) {
+  using F = BwdFusedTraits<kHeadDim>;
+  return int64_t(p.batch) * p.heads * ceil_div(p.seq, F::kBlockN) * F::kBlockN * kHeadDim;
+}
+
 // The fused backward (five products, dQ by atomics): FlashAttention-2's structure, 128 keys
 // per CTA. Auto takes it at head dim 128 on sequences of 2048 and more whose grid of 128-key
 // tiles covers every SM. There, on an H100 (session 5), it was 1.28-1.30x faster than the
@@ -93,9 +101,8 @@ BwdPlan plan_bwd(const FlashParams& p) {
   BwdPlan plan;
   if constexpr (kHeadDim == 64 || kHeadDim == 128) {
     if (fused_backward<kHeadDim>(p)) {
-      using F = BwdFusedTraits<kHeadDim>;
       plan.dq_atomic = true;
-      plan.dq_accum_floats = int64_t(p.batch) * p.heads * ceil_div(p.seq, F::kBlockN) * F::kBlockN * kHeadDim;
+      plan.dq_accum_floats = fused_accum_floats<kHeadDim>(p);
       return plan;
     }
   }
@@ -127,7 +134,7 @@ void run_bwd_fused(const FlashParams& p, cudaStream_t stream) {
   const unsigned bh = unsigned(p.batch * p.heads), query_tiles = ceil_div(p.seq, F::kBlockN);
   if (!p.dq_accum || p.kv_chunk || p.q_chunk)
     LLMHPC_FATAL("flash backward: fused without its accumulator, or chunked (set_packed_backward sets the plan)");
-  CUDA_CHECK(cudaMemsetAsync(p.dq_accum, 0, size_t(bh) * query_tiles * F::kBlockN * kHeadDim * sizeof(float), stream));
+  CUDA_CHECK(cudaMemsetAsync(p.dq_accum, 0, size_t(fused_accum_floats<kHeadDim>(p)) * sizeof(float), stream));
   launch_kernel(flash_bwd_dkdv_mma_kernel<F, true>, dim3(bh, ceil_div(p.seq, F::kBlockM)), F::kThreads, F::kSmemBytes,
                 stream, p);
   launch_kernel(flash_bwd_dq_convert_mma_kernel<F>, dim3(query_tiles, bh), F::kThreads, 0, stream, p);
