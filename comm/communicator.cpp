@@ -2,7 +2,7 @@
 // was compiled in (LLMHPC_WITH_CUDA).
 #include "comm/communicator.h"
 
-#include "comm/mpi_communicator.h"
+#include "comm/mpi/mpi_communicator.h"
 #include "src/core/check.h"
 #if defined(LLMHPC_WITH_CUDA)
 #include "comm/cuda/nccl_communicator.h"

@@ -2,7 +2,7 @@
 // sharding, the comm benchmark) is written against, and the one factory that makes one.
 //
 // Two implementations:
-//   mpi  (comm/mpi_communicator.cpp)       host buffers; the CPU baseline (what Gloo is to PyTorch).
+//   mpi  (comm/mpi/mpi_communicator.cpp)       host buffers; the CPU baseline (what Gloo is to PyTorch).
 //   nccl (comm/cuda/nccl_communicator.cpp) device buffers; stream-ordered on its own stream.
 //
 // Buffer conventions (the same as NCCL's, so code moves between backends unchanged):
@@ -34,6 +34,7 @@
 #include <string>
 
 #include "src/core/dtype.h"
+#include "src/core/timer.h"
 
 namespace llmhpc {
 
@@ -63,15 +64,6 @@ class CommHandle {
 
  private:
   std::unique_ptr<PendingOp> op_;
-};
-
-// Marks points on the communicator's own timeline: CUDA events on its stream (nccl), the
-// host clock MPI_Wtime (mpi). elapsed_ms() waits until both marks have been reached.
-class CommTimer {
- public:
-  virtual ~CommTimer() = default;
-  virtual void mark(int index) = 0;
-  virtual double elapsed_ms(int from, int to) = 0;
 };
 
 class Communicator {
@@ -119,7 +111,9 @@ class Communicator {
   // communicator's stream; mpi: nothing to do, an operation completes in its handle).
   virtual void synchronize() = 0;
 
-  virtual std::unique_ptr<CommTimer> make_timer(int num_marks) = 0;
+  // Marks in the order of this communicator's operations (src/core/timer.h): CUDA events on
+  // its stream (nccl), the host clock (mpi). On the same clock as the compute device's timer.
+  virtual std::unique_ptr<Timer> make_timer(int num_marks) = 0;
 };
 
 enum class CommBackend { Mpi, Nccl };

@@ -23,18 +23,11 @@
 
 #include "src/core/allocator.h"
 #include "src/core/tensor.h"
+#include "src/core/timer.h"
 
 namespace llmhpc {
 
 enum class DeviceKind { Cpu, Cuda };
-
-// Marks points on the device's timeline; elapsed_ms() waits for both marks to complete.
-class EventTimer {
- public:
-  virtual ~EventTimer() = default;
-  virtual void mark(int index) = 0;
-  virtual double elapsed_ms(int from, int to) = 0;
-};
 
 class Device {
  public:
@@ -48,7 +41,8 @@ class Device {
   virtual TracingAllocator& allocator() = 0;
 
   virtual void synchronize() = 0;
-  virtual std::unique_ptr<EventTimer> make_timer(int num_marks) = 0;
+  // Marks on the compute stream (src/core/timer.h).
+  virtual std::unique_ptr<Timer> make_timer(int num_marks) = 0;
 
   virtual void copy_to_device(void* dst, const void* host_src, size_t bytes) = 0;
   virtual void copy_to_host(void* host_dst, const void* src, size_t bytes) = 0;

@@ -12,7 +12,7 @@
 
 #include <unistd.h>
 
-#include "kernels/cpu/cpu_backend.h"
+#include "kernels/backend.h"
 #include "src/core/units.h"
 #include "src/modes/mode.h"
 #include "src/modes/options.h"

@@ -1,10 +1,10 @@
-// NCCL return-code checks, next to the CUDA runtime's (src/core/cuda_check.h).
+// NCCL return-code checks, next to the CUDA runtime's (src/core/cuda/check.h).
 #pragma once
 #include <nccl.h>
 
 #include <string>
 
-#include "src/core/cuda_check.h"
+#include "src/core/cuda/check.h"
 
 #define NCCL_CHECK(call)                                                       \
   LLMHPC_CHECK_CALL(call, ncclResult_t, llmhpc_rc_ == ncclSuccess,             \

@@ -3,6 +3,7 @@
 #include <vector>
 
 #include "comm/cuda/nccl_check.h"
+#include "src/core/cuda/event_timer.h"
 
 namespace llmhpc {
 namespace {
@@ -66,27 +67,6 @@ class NcclHostWait final : public PendingOp {
 
  private:
   cudaStream_t stream_;
-};
-
-class NcclTimer final : public CommTimer {
- public:
-  NcclTimer(cudaStream_t stream, int n) : stream_(stream), events_(size_t(n)) {
-    for (cudaEvent_t& e : events_) CUDA_CHECK(cudaEventCreate(&e));
-  }
-  ~NcclTimer() override {
-    for (cudaEvent_t e : events_) cudaEventDestroy(e);
-  }
-  void mark(int i) override { CUDA_CHECK(cudaEventRecord(events_.at(size_t(i)), stream_)); }
-  double elapsed_ms(int from, int to) override {
-    CUDA_CHECK(cudaEventSynchronize(events_.at(size_t(to))));
-    float ms = 0;
-    CUDA_CHECK(cudaEventElapsedTime(&ms, events_.at(size_t(from)), events_.at(size_t(to))));
-    return ms;
-  }
-
- private:
-  cudaStream_t stream_;
-  std::vector<cudaEvent_t> events_;
 };
 
 class NcclCommunicator final : public Communicator {
@@ -159,9 +139,7 @@ class NcclCommunicator final : public Communicator {
     MPI_CHECK(MPI_Barrier(mpi_comm_));
   }
   void synchronize() override { CUDA_CHECK(cudaStreamSynchronize(stream_)); }
-  std::unique_ptr<CommTimer> make_timer(int num_marks) override {
-    return std::make_unique<NcclTimer>(stream_, num_marks);
-  }
+  std::unique_ptr<Timer> make_timer(int num_marks) override { return make_event_timer(stream_, num_marks); }
 
  private:
   // The next operation starts after everything already enqueued on the compute stream

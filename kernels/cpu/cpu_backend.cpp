@@ -3,9 +3,7 @@
 #include "kernels/cpu/cpu_backend.h"
 
 #include <omp.h>
-#include <unistd.h>
 
-#include <chrono>
 #include <cstring>
 #include <vector>
 
@@ -16,18 +14,6 @@
 namespace llmhpc {
 namespace {
 
-class CpuTimer final : public EventTimer {
- public:
-  explicit CpuTimer(int n) : marks_(n) {}
-  void mark(int i) override { marks_.at(i) = std::chrono::steady_clock::now(); }
-  double elapsed_ms(int from, int to) override {
-    return std::chrono::duration<double, std::milli>(marks_.at(to) - marks_.at(from)).count();
-  }
-
- private:
-  std::vector<std::chrono::steady_clock::time_point> marks_;
-};
-
 class CpuDevice final : public Device {
  public:
   explicit CpuDevice(size_t capacity) : host_(capacity), tracer_(host_) {}
@@ -37,7 +23,7 @@ class CpuDevice final : public Device {
   size_t memory_capacity() const override { return host_.capacity(); }
   TracingAllocator& allocator() override { return tracer_; }
   void synchronize() override {}
-  std::unique_ptr<EventTimer> make_timer(int n) override { return std::make_unique<CpuTimer>(n); }
+  std::unique_ptr<Timer> make_timer(int n) override { return make_host_timer(n); }
   void copy_to_device(void* d, const void* s, size_t n) override { std::memcpy(d, s, n); }
   void copy_to_host(void* d, const void* s, size_t n) override { std::memcpy(d, s, n); }
   void copy_on_device(void* d, const void* s, size_t n) override { std::memmove(d, s, n); }
@@ -296,11 +282,6 @@ class CpuOps final : public Ops {
 };
 
 }  // namespace
-
-size_t host_physical_memory() {
-  long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
-  return pages > 0 && page > 0 ? size_t(pages) * size_t(page) : size_t(1) << 34;
-}
 
 Backend make_cpu_backend(const BackendOptions& options) {
   Backend b;

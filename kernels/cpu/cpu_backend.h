@@ -6,7 +6,4 @@ namespace llmhpc {
 
 Backend make_cpu_backend(const BackendOptions& options);
 
-// Physical memory of this machine in bytes (the CPU device's default capacity).
-size_t host_physical_memory();
-
 }  // namespace llmhpc

@@ -1,9 +1,10 @@
-// CudaDevice and its caching allocator and event timer (see cuda_device.h).
+// CudaDevice and its caching allocator (see cuda_device.h).
 #include "kernels/cuda/cuda_device.h"
 
 #include <vector>
 
 #include "kernels/cuda/cuda_check.h"
+#include "src/core/cuda/event_timer.h"
 
 namespace llmhpc {
 namespace {
@@ -15,27 +16,6 @@ size_t block_size_for(size_t bytes) {
   if (bytes == 0) bytes = 1;
   return bytes < (size_t(1) << 20) ? (bytes + small - 1) / small * small : (bytes + large - 1) / large * large;
 }
-
-class CudaTimer final : public EventTimer {
- public:
-  CudaTimer(cudaStream_t stream, int n) : stream_(stream), events_(n) {
-    for (cudaEvent_t& e : events_) CUDA_CHECK(cudaEventCreate(&e));
-  }
-  ~CudaTimer() override {
-    for (cudaEvent_t e : events_) cudaEventDestroy(e);
-  }
-  void mark(int i) override { CUDA_CHECK(cudaEventRecord(events_.at(i), stream_)); }
-  double elapsed_ms(int from, int to) override {
-    CUDA_CHECK(cudaEventSynchronize(events_.at(to)));
-    float ms = 0;
-    CUDA_CHECK(cudaEventElapsedTime(&ms, events_.at(from), events_.at(to)));
-    return ms;
-  }
-
- private:
-  cudaStream_t stream_;
-  std::vector<cudaEvent_t> events_;
-};
 
 // Makes `ordinal` the current GPU of this thread; returns it.
 int select_device(int ordinal) {
@@ -132,9 +112,7 @@ CudaDevice::~CudaDevice() {
 
 void CudaDevice::synchronize() { CUDA_CHECK(cudaStreamSynchronize(stream_)); }
 
-std::unique_ptr<EventTimer> CudaDevice::make_timer(int num_marks) {
-  return std::make_unique<CudaTimer>(stream_, num_marks);
-}
+std::unique_ptr<Timer> CudaDevice::make_timer(int num_marks) { return make_event_timer(stream_, num_marks); }
 
 void CudaDevice::copy_to_device(void* dst, const void* host_src, size_t bytes) {
   // From pageable memory this returns once the source is staged, so the caller may reuse it.

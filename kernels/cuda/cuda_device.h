@@ -50,7 +50,7 @@ class CudaDevice final : public Device {
   TracingAllocator& allocator() override { return tracer_; }
 
   void synchronize() override;
-  std::unique_ptr<EventTimer> make_timer(int num_marks) override;
+  std::unique_ptr<Timer> make_timer(int num_marks) override;
 
   void copy_to_device(void* dst, const void* host_src, size_t bytes) override;
   void copy_to_host(void* host_dst, const void* src, size_t bytes) override;

@@ -1,5 +1,7 @@
 #include "src/core/allocator.h"
 
+#include <unistd.h>
+
 #include <cstdio>
 #include <cstdlib>
 
@@ -32,6 +34,11 @@ void TracingAllocator::deallocate(void* p) {
   }
   live_allocs_.erase(it);
   inner_.deallocate(p);
+}
+
+size_t host_physical_memory() {
+  long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
+  return pages > 0 && page > 0 ? size_t(pages) * size_t(page) : size_t(1) << 34;
 }
 
 void* HostAllocator::allocate(size_t bytes, const std::string& tag) {

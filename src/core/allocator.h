@@ -62,6 +62,9 @@ class TracingAllocator final : public Allocator {
   std::vector<AllocEvent> events_;
 };
 
+// Physical memory of this machine in bytes (the default capacity of host memory).
+size_t host_physical_memory();
+
 // Host memory with a capacity: beyond it, allocate() throws OutOfMemory, so a CPU sweep
 // can hit "oom" like a GPU one instead of being killed by the kernel.
 class HostAllocator final : public Allocator {

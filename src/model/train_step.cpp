@@ -13,7 +13,7 @@ const char* phase_name(Phase p) {
   return p == Phase::Forward ? "forward" : p == Phase::ForwardBackward ? "forward-backward" : "train-step";
 }
 
-StepTimes run_step(TransformerLM& model, AdamW* opt, Phase phase, EventTimer& timer, GradientListener* listener) {
+StepTimes run_step(TransformerLM& model, AdamW* opt, Phase phase, Timer& timer, GradientListener* listener) {
   LLMHPC_CHECK(phase != Phase::TrainStep || opt != nullptr, "train-step needs an optimizer");
   int last = 0;
   timer.mark(0);

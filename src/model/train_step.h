@@ -19,7 +19,7 @@ struct StepTimes {
 };
 
 // `timer` needs 4 marks. `opt` may be null unless phase is TrainStep.
-StepTimes run_step(TransformerLM& model, AdamW* opt, Phase phase, EventTimer& timer,
+StepTimes run_step(TransformerLM& model, AdamW* opt, Phase phase, Timer& timer,
                    GradientListener* listener = nullptr);
 
 // Model FLOPs of one forward+backward: 6 * (matmul params) * tokens + 12 * L * d * T * tokens

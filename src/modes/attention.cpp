@@ -132,7 +132,7 @@ struct Samples {
 
 // Forward then backward, one timer mark before, between and after; waits for the device
 // once, after the last mark.
-void timed_iteration(Ops& ops, EventTimer& timer, const AttentionDims& d, const Tensor& qkv, const Tensor& out,
+void timed_iteration(Ops& ops, Timer& timer, const AttentionDims& d, const Tensor& qkv, const Tensor& out,
                      const Tensor& saved, const Tensor& dout, const Tensor& dqkv, Samples& s) {
   timer.mark(0);
   ops.attention_forward(out, saved, qkv, d);

@@ -1,7 +1,7 @@
 // Mode comm: the collective benchmark, nccl-tests' measurement made with llmhpc's own
 // communicators (comm/). For every collective x dtype x size x placement (out-of-place,
 // in-place): warm-up iterations, then the timed ones twice, on the communicator's own
-// timeline (CUDA events on its stream for nccl, MPI_Wtime for mpi): once with a mark
+// timeline (CUDA events on its stream for nccl, the host clock for mpi): once with a mark
 // between iterations (every rank's per-iteration times, recorded), once back to back with
 // a mark at each end (nccl-tests' mean, which the table shows); algbw and busbw as
 // nccl-tests defines them (comm/collectives.h). With --check, one more run on verifiable
@@ -15,7 +15,6 @@
 
 #include "comm/collectives.h"
 #include "comm/communicator.h"
-#include "kernels/cpu/cpu_backend.h"
 #include "src/core/stats.h"
 #include "src/core/table.h"
 #include "src/core/units.h"
@@ -323,7 +322,7 @@ CommHandle issue(Communicator& comm, const Call& c, bool blocking) {
 }
 
 // Issues `n` operations back to back, timed on the communicator's own timeline (CUDA events
-// on its stream for nccl, MPI_Wtime for mpi), and returns in microseconds the time of each
+// on its stream for nccl, the host clock for mpi), and returns in microseconds the time of each
 // operation (`each`: a mark between consecutive operations) or the mean per operation (one
 // mark before the first and one after the last: nccl-tests' measurement). At small sizes
 // the host's enqueue rate limits nccl, and the marks between operations add to it (2-3 us per

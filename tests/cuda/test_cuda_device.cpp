@@ -1,5 +1,6 @@
 // The CUDA Device: identity, copies, event timing, and out-of-memory as a recoverable
 // error (through the memory limit and through cudaMalloc itself).
+#include "src/core/cuda/event_timer.h"
 #include "tests/cuda/cuda_test_util.h"
 
 namespace llmhpc::test {
@@ -51,6 +52,36 @@ TEST(CudaDevice, EventTimerMeasuresDeviceWork) {
   EXPECT_GT(work, 0.05) << "10 passes over 384 MiB cannot take under 50 us";
   EXPECT_LT(work, 10000.0);
   EXPECT_GT(work, empty);
+}
+
+// A timer on another stream of the GPU shares the compute stream's clock: work ordered after
+// a compute-stream mark is measured from that mark by marks on the other stream.
+TEST(CudaDevice, TimersOnTwoStreamsShareOneClock) {
+  SKIP_WITHOUT_GPU();
+  Backend b = make_gpu_backend();
+  const int64_t n = 64 * MiB;
+  Buffer x(b.device->allocator(), DType::F32, {n}, "test.x"), y(b.device->allocator(), DType::BF16, {n}, "test.y");
+  b.device->fill_zero(x.tensor().data, x.tensor().bytes());
+  cudaStream_t side = nullptr;
+  cudaEvent_t ready = nullptr;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&side, cudaStreamNonBlocking), cudaSuccess);
+  ASSERT_EQ(cudaEventCreateWithFlags(&ready, cudaEventDisableTiming), cudaSuccess);
+  auto compute = b.device->make_timer(2);
+  auto other = make_event_timer(side, 2);
+  compute->mark(0);
+  for (int i = 0; i < 10; ++i) b.ops->convert(y, x);  // compute stream: busy
+  compute->mark(1);
+  ASSERT_EQ(cudaEventRecord(ready, static_cast<cudaStream_t>(b.device->native_stream())), cudaSuccess);
+  ASSERT_EQ(cudaStreamWaitEvent(side, ready, 0), cudaSuccess);
+  other->mark(0);  // after the compute stream's work
+  other->mark(1);
+  const double busy = compute->elapsed_ms(0, 1), until_other = other->elapsed_ms(*compute, 0, 0);
+  EXPECT_GT(busy, 0.05);
+  EXPECT_GE(until_other, busy * 0.999) << "the other stream's mark waited for the compute stream's work";
+  EXPECT_GE(other->elapsed_ms(*compute, 1, 1), -1e-3);
+  EXPECT_GE(other->elapsed_ms(0, 1), 0.0);
+  cudaEventDestroy(ready);
+  cudaStreamDestroy(side);
 }
 
 // 256 MiB limit: the cuBLAS workspace holds 32 MiB, so exactly three 64 MiB buffers fit.

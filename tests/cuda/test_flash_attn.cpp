@@ -46,7 +46,7 @@
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/cuda/flash_attn/flash_attn.h"
 #include "kernels/cuda/flash_attn/flash_launch.h"
-#include "src/core/cuda_check.h"
+#include "src/core/cuda/check.h"
 #include "tests/unit/attention_test_util.h"
 
 namespace llmhpc::test {

@@ -1,5 +1,5 @@
 // The launch template shared by the launchers: opt in to more than 48 KB of dynamic shared
-// memory when a kernel needs it, launch, check the launch (src/core/cuda_check.h).
+// memory when a kernel needs it, launch, check the launch (src/core/cuda/check.h).
 #pragma once
 #include "kernels/cuda/flash_attn/flash_attn.h"
 #include "kernels/cuda/flash_attn/utils.cuh"

@@ -18,7 +18,7 @@
 #include <stdexcept>
 
 #include "kernels/cuda/convert.cuh"
-#include "src/core/cuda_check.h"
+#include "src/core/cuda/check.h"
 #ifdef LLMHPC_FLASH_EMULATE
 #include "kernels/cuda/flash_attn/emulate.h"  // host versions of the PTX wrappers below
 #endif

@@ -1,4 +1,4 @@
-#include "comm/mpi_communicator.h"
+#include "comm/mpi/mpi_communicator.h"
 
 #include <algorithm>
 #include <climits>
@@ -69,16 +69,6 @@ class MpiPendingOp final : public PendingOp {
 // are reused; this also lifts MPI's int limit on counts for all-reduce.
 constexpr size_t kAllReduceChunkBytes = size_t(16) << 20;
 
-class MpiTimer final : public CommTimer {
- public:
-  explicit MpiTimer(int n) : marks_(size_t(n), 0.0) {}
-  void mark(int i) override { marks_.at(size_t(i)) = MPI_Wtime(); }
-  double elapsed_ms(int from, int to) override { return (marks_.at(size_t(to)) - marks_.at(size_t(from))) * 1e3; }
-
- private:
-  std::vector<double> marks_;
-};
-
 class MpiCommunicator final : public Communicator {
  public:
   explicit MpiCommunicator(MPI_Comm parent) {
@@ -130,7 +120,7 @@ class MpiCommunicator final : public Communicator {
   void barrier() override { MPI_CHECK(MPI_Barrier(comm_)); }
   // Nothing runs behind the host's back: an operation completes in its handle.
   void synchronize() override {}
-  std::unique_ptr<CommTimer> make_timer(int num_marks) override { return std::make_unique<MpiTimer>(num_marks); }
+  std::unique_ptr<Timer> make_timer(int num_marks) override { return make_host_timer(num_marks); }
 
  private:
   // Blocking: the MPI calls are done, so finish now. Async: finish when the requests are.
