@@ -33,6 +33,26 @@ void Runtime::finalize() {
   MPI_Finalize();
 }
 
+namespace {
+MPI_Op mpi_op(HostReduce op) { return op == HostReduce::Sum ? MPI_SUM : op == HostReduce::Min ? MPI_MIN : MPI_MAX; }
+}  // namespace
+
+void Runtime::barrier() const { MPI_CHECK(MPI_Barrier(MPI_COMM_WORLD)); }
+
+std::vector<double> Runtime::reduce_all(const std::vector<double>& mine, HostReduce op) const {
+  std::vector<double> out(mine.size());
+  MPI_CHECK(MPI_Allreduce(mine.data(), out.data(), int(mine.size()), MPI_DOUBLE, mpi_op(op), MPI_COMM_WORLD));
+  return out;
+}
+
+double Runtime::reduce_all(double mine, HostReduce op) const { return reduce_all(std::vector<double>{mine}, op)[0]; }
+
+int64_t Runtime::reduce_all(int64_t mine, HostReduce op) const {
+  int64_t out = 0;
+  MPI_CHECK(MPI_Allreduce(&mine, &out, 1, MPI_INT64_T, mpi_op(op), MPI_COMM_WORLD));
+  return out;
+}
+
 void agree_or_exit(const Runtime& rt, const std::string& local_error, int code) {
   int mine = local_error.empty() ? rt.world_size : rt.rank;
   int first = rt.world_size;

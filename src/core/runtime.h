@@ -2,10 +2,16 @@
 #pragma once
 #include <mpi.h>
 
+#include <cstdint>
 #include <string>
+#include <vector>
 
 namespace llmhpc {
 
+enum class HostReduce { Sum, Min, Max };
+
+// Everything a mode needs of the other ranks on the host side goes through here (or through
+// a Communicator for device buffers): modes never call MPI themselves.
 struct Runtime {
   int rank = 0;
   int world_size = 1;
@@ -15,6 +21,13 @@ struct Runtime {
   MPI_Comm node_comm = MPI_COMM_NULL;
 
   bool is_root() const { return rank == 0; }
+
+  // Collective over every rank.
+  void barrier() const;
+  // Element-wise reduction of every rank's values (all ranks pass vectors of one length).
+  std::vector<double> reduce_all(const std::vector<double>& mine, HostReduce op) const;
+  double reduce_all(double mine, HostReduce op) const;
+  int64_t reduce_all(int64_t mine, HostReduce op) const;
 
   // MPI_Init_thread (FUNNELED), ranks, node-local rank; registers rank and host for fatal().
   static Runtime init(int* argc, char*** argv);
