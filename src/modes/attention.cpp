@@ -6,17 +6,15 @@
 // forward, backward and the two end to end. The device allocator's peak during the
 // configuration is its memory. An out-of-memory is recorded as status "oom" and the sweep
 // goes on. Records: /attention/<label>, one per configuration, on every rank.
-#include <mpi.h>
-
 #include <algorithm>
 #include <cmath>
 #include <cstring>
 
 #include "src/core/random.h"
 #include "src/core/stats.h"
-#include "src/core/table.h"
 #include "src/core/units.h"
 #include "src/modes/options.h"
+#include "src/modes/sweep.h"
 
 namespace llmhpc {
 namespace {
@@ -171,15 +169,14 @@ void run(ModeContext& ctx) {
 
   log_root(ctx.rt, "attention: %zu configuration(s), %lld warm-up + %lld timed iterations, %d rank(s) on %s\n",
            cases.size(), (long long)warmup, (long long)iters, ctx.rt.world_size, dev.name().c_str());
-  TextTable table({"impl", "prec", "B", "H", "D", "T", "causal", "Fwd ms", "Bwd ms", "Total ms", "Fwd TFLOP/s",
-                   "Bwd TFLOP/s", "Peak MiB", "status"});
+  Sweep sweep(ctx, "attention", cases.size(),
+              {"impl", "prec", "B", "H", "D", "T", "causal", "Fwd ms", "Bwd ms", "Total ms", "Fwd TFLOP/s",
+               "Bwd TFLOP/s", "Peak MiB", "status"});
   auto timer = dev.make_timer(3);
-  for (size_t i = 0; i < cases.size(); ++i) {
-    const AttentionCase& c = cases[i];
+  TracingAllocator& alloc = dev.allocator();
+  for (const AttentionCase& c : cases) {
     const AttentionDims d = c.dims();
     const DType cd = compute_dtype(c.precision);
-    MPI_CHECK(MPI_Barrier(MPI_COMM_WORLD));  // ranks measure side by side
-    log_root(ctx.rt, "[%zu/%zu] %s ... ", i + 1, cases.size(), c.label().c_str());
     Record rec;
     rec.group = "attention/" + c.label();
     rec.attr("impl", std::string(attention_name(c.impl))).attr("precision", std::string(precision_name(c.precision)))
@@ -188,53 +185,39 @@ void run(ModeContext& ctx) {
         .attr("warmup", warmup).attr("iters", iters).attr("flops_forward", c.flops_forward())
         .attr("flops_backward", 2.5 * c.flops_forward());
     Samples warm, timed;
-    TracingAllocator& alloc = dev.allocator();
     const int64_t live_before = alloc.live_bytes();
     alloc.reset_peak();
-    try {
-      const SavedSpec spec = ops.attention_saved(d, cd);
-      rec.attr("saved_bytes", int64_t(spec.shape.numel() * int64_t(dtype_size(spec.dtype))));
-      const int64_t B = c.batch, T = c.seq, HD = c.heads * c.head_dim;
-      Buffer qkv(alloc, cd, {B, T, 3 * HD}, "attention.qkv"), dout(alloc, cd, {B, T, HD}, "attention.dout");
-      Buffer out(alloc, cd, {B, T, HD}, "attention.out"), dqkv(alloc, cd, {B, T, 3 * HD}, "attention.dqkv");
-      Buffer saved(alloc, spec.dtype, spec.shape, c.impl == AttentionKind::Flash ? "attention.logsumexp"
-                                                                                   : "attention.probs");
-      fill_random(dev, qkv, seed, 1);
-      fill_random(dev, dout, seed, 2);
-      for (int64_t k = 0; k < warmup; ++k) timed_iteration(ops, *timer, d, qkv, out, saved, dout, dqkv, warm);
-      for (int64_t k = 0; k < iters; ++k) timed_iteration(ops, *timer, d, qkv, out, saved, dout, dqkv, timed);
-    } catch (const OutOfMemory& e) {
-      rec.status = "oom";
-      rec.attr("error", std::string(e.what()));
-    } catch (const UsageError& e) {  // this configuration cannot run; the others may
-      rec.status = std::string("error: ") + e.what();
-    }
-    const int64_t peak = alloc.peak_bytes() - live_before;
-    rec.attr("peak_memory_bytes", peak).attr("baseline_memory_bytes", live_before);
-    if (rec.status == "ok") {
-      timed.record(rec, "");
-      if (warmup > 0) warm.record(rec, "warmup_");
-    }
-    ctx.recorder.write(rec);
-
+    const SweepStatus status = sweep.run(
+        c.label(), rec,
+        [&] {
+          const SavedSpec spec = ops.attention_saved(d, cd);
+          rec.attr("saved_bytes", int64_t(spec.shape.numel() * int64_t(dtype_size(spec.dtype))));
+          const int64_t B = c.batch, T = c.seq, HD = c.heads * c.head_dim;
+          Buffer qkv(alloc, cd, {B, T, 3 * HD}, "attention.qkv"), dout(alloc, cd, {B, T, HD}, "attention.dout");
+          Buffer out(alloc, cd, {B, T, HD}, "attention.out"), dqkv(alloc, cd, {B, T, 3 * HD}, "attention.dqkv");
+          Buffer saved(alloc, spec.dtype, spec.shape,
+                       c.impl == AttentionKind::Flash ? "attention.logsumexp" : "attention.probs");
+          fill_random(dev, qkv, seed, 1);
+          fill_random(dev, dout, seed, 2);
+          for (int64_t k = 0; k < warmup; ++k) timed_iteration(ops, *timer, d, qkv, out, saved, dout, dqkv, warm);
+          for (int64_t k = 0; k < iters; ++k) timed_iteration(ops, *timer, d, qkv, out, saved, dout, dqkv, timed);
+          timed.record(rec, "");
+          if (warmup > 0) warm.record(rec, "warmup_");
+          return "fwd " + fmt(median(timed.forward), 3) + " ms, bwd " + fmt(median(timed.backward), 3) + " ms";
+        },
+        [&](Record& r) {
+          r.attr("peak_memory_bytes", alloc.peak_bytes() - live_before).attr("baseline_memory_bytes", live_before);
+        });
     const double fwd = median(timed.forward), bwd = median(timed.backward), total = median(timed.total);
-    const std::string result =
-        rec.status == "ok" ? "fwd " + fmt(fwd, 3) + " ms, bwd " + fmt(bwd, 3) + " ms" : rec.status;
-    log_root(ctx.rt, "%s\n", result.c_str());
-    if (rec.status.rfind("error", 0) == 0 && !ctx.rt.is_root())
-      std::fprintf(stderr, "llmhpc: rank %d: %s: %s\n", ctx.rt.rank, c.label().c_str(), rec.status.c_str());
     auto tflops = [](double flops, double ms) { return ms > 0 ? fmt(flops / (ms * 1e9), 2) : std::string("-"); };
-    table.add_row({attention_name(c.impl), precision_name(c.precision), std::to_string(c.batch),
+    sweep.add_row({attention_name(c.impl), precision_name(c.precision), std::to_string(c.batch),
                    std::to_string(c.heads), std::to_string(c.head_dim), std::to_string(c.seq), c.causal ? "yes" : "no",
                    fmt(fwd, 3), fmt(bwd, 3), fmt(total, 3), tflops(c.flops_forward(), fwd),
-                   tflops(2.5 * c.flops_forward(), bwd), fmt(double(peak) / (1024.0 * 1024.0), 1),
-                   rec.status.substr(0, rec.status.find(':'))});
+                   tflops(2.5 * c.flops_forward(), bwd), fmt(double(alloc.peak_bytes() - live_before) / (1024.0 * 1024.0), 1),
+                   status.column()});
   }
-  if (ctx.rt.is_root()) {
-    std::printf("\nattention summary (median ms of %lld iterations, rank 0 of %d; raw times in %s):\n",
-                (long long)iters, ctx.rt.world_size, ctx.out_dir.c_str());
-    table.print();
-  }
+  sweep.print_summary("attention summary (median ms of " + std::to_string(iters) + " iterations, rank 0 of " +
+                      std::to_string(ctx.rt.world_size) + "; raw times in " + ctx.out_dir + "):");
 }
 
 }  // namespace

@@ -4,14 +4,12 @@
 // record with the raw per-step times. An out-of-memory is recorded as status "oom" and
 // the sweep goes on. Configurations that differ only in context length or batch size
 // share one model, initialised once (a 2.7B initialisation takes seconds).
-#include <mpi.h>
-
 #include "src/core/random.h"
 #include "src/core/stats.h"
-#include "src/core/table.h"
 #include "src/core/units.h"
 #include "src/model/train_step.h"
 #include "src/modes/options.h"
+#include "src/modes/sweep.h"
 
 namespace llmhpc {
 namespace {
@@ -116,8 +114,9 @@ void run(ModeContext& ctx) {
   log_root(ctx.rt, "bench: %zu configuration(s), phase %s, %lld warm-up + %lld timed steps, %d rank(s) on %s%s\n",
            cases.size(), phase_name(phase), (long long)warmup, (long long)steps, ctx.rt.world_size,
            dev.name().c_str(), memory == MemoryPlan::LowMemory ? ", --low-memory" : "");
-  TextTable table({"Model", "d_model", "d_ff", "layers", "heads", "ctx", "batch", "prec", "attn", "Fwd mean",
-                   "Fwd std", "Bwd mean", "Bwd std", "Opt mean", "Opt std", "Total", "status"});
+  Sweep sweep(ctx, "bench", cases.size(),
+              {"Model", "d_model", "d_ff", "layers", "heads", "ctx", "batch", "prec", "attn", "Fwd mean", "Fwd std",
+               "Bwd mean", "Bwd std", "Opt mean", "Opt std", "Total", "status"});
   auto timer = dev.make_timer(4);
   LiveModel live;
   for (size_t i = 0; i < cases.size(); ++i) {
@@ -127,8 +126,6 @@ void run(ModeContext& ctx) {
       live.model.reset();
       live.key = model_key(c);
     }
-    MPI_CHECK(MPI_Barrier(MPI_COMM_WORLD));  // ranks measure side by side
-    log_root(ctx.rt, "[%zu/%zu] %s ... ", i + 1, cases.size(), c.label().c_str());
     Record rec;
     rec.group = "bench/" + c.label();
     rec.attr("model", c.model.name).attr("d_model", c.model.d_model).attr("d_ff", c.model.d_ff)
@@ -141,55 +138,41 @@ void run(ModeContext& ctx) {
         .attr("model_flops_fwd_bwd", model_flops_fwd_bwd(c.model, c.batch, c.model.context_length));
     Samples warm, timed;
     dev.allocator().reset_peak();
-    try {
-      if (!live.model) {  // sized for the longest context among the cases that will share it
-        ModelConfig shape = c.model;
-        for (size_t k = i; k < cases.size() && model_key(cases[k]) == live.key; ++k)
-          shape.context_length = std::max(shape.context_length, cases[k].model.context_length);
-        live.model = std::make_unique<TransformerLM>(shape, c.precision, c.attention, dev, ops, memory);
-        live.model->init_parameters(seed);
-        if (phase == Phase::TrainStep) live.opt = std::make_unique<AdamW>(*live.model, ops, AdamWHyper{});
-      }
-      TransformerLM& model = *live.model;
-      AdamW* opt = live.opt.get();
-      const int64_t n = c.batch * c.model.context_length;
-      std::vector<int32_t> tokens(n), targets(n);
-      for (int64_t k = 0; k < n; ++k) {
-        tokens[k] = int32_t(random_bits(seed, 1, uint64_t(k)) % uint64_t(c.model.vocab_size));
-        targets[k] = int32_t(random_bits(seed, 2, uint64_t(k)) % uint64_t(c.model.vocab_size));
-      }
-      model.set_batch(tokens.data(), targets.data(), c.batch, c.model.context_length);
-      for (int64_t s = 0; s < warmup; ++s) warm.add(run_step(model, opt, phase, *timer));
-      for (int64_t s = 0; s < steps; ++s) timed.add(run_step(model, opt, phase, *timer));
-    } catch (const OutOfMemory& e) {
-      rec.status = "oom";
-      rec.attr("error", std::string(e.what()));
-    } catch (const UsageError& e) {  // this configuration cannot run; the others may
-      rec.status = std::string("error: ") + e.what();
-    }
-    rec.attr("peak_memory_bytes", dev.allocator().peak_bytes());
-    if (rec.status == "ok") {
-      timed.record(rec, "");
-      if (warmup > 0) warm.record(rec, "warmup_");
-    }
-    ctx.recorder.write(rec);
-
-    const double total = mean(timed.step);
-    log_root(ctx.rt, "%s\n", rec.status == "ok" ? (fmt(total) + " ms/step").c_str() : rec.status.c_str());
-    if (rec.status.rfind("error", 0) == 0 && !ctx.rt.is_root())
-      std::fprintf(stderr, "llmhpc: rank %d: %s: %s\n", ctx.rt.rank, c.label().c_str(), rec.status.c_str());
-    table.add_row({c.model.name, std::to_string(c.model.d_model), std::to_string(c.model.d_ff),
+    const SweepStatus status = sweep.run(
+        c.label(), rec,
+        [&] {
+          if (!live.model) {  // sized for the longest context among the cases that will share it
+            ModelConfig shape = c.model;
+            for (size_t k = i; k < cases.size() && model_key(cases[k]) == live.key; ++k)
+              shape.context_length = std::max(shape.context_length, cases[k].model.context_length);
+            live.model = std::make_unique<TransformerLM>(shape, c.precision, c.attention, dev, ops, memory);
+            live.model->init_parameters(seed);
+            if (phase == Phase::TrainStep) live.opt = std::make_unique<AdamW>(*live.model, ops, AdamWHyper{});
+          }
+          TransformerLM& model = *live.model;
+          const int64_t n = c.batch * c.model.context_length;
+          std::vector<int32_t> tokens(n), targets(n);
+          for (int64_t k = 0; k < n; ++k) {
+            tokens[k] = int32_t(random_bits(seed, 1, uint64_t(k)) % uint64_t(c.model.vocab_size));
+            targets[k] = int32_t(random_bits(seed, 2, uint64_t(k)) % uint64_t(c.model.vocab_size));
+          }
+          model.set_batch(tokens.data(), targets.data(), c.batch, c.model.context_length);
+          for (int64_t s = 0; s < warmup; ++s) warm.add(run_step(model, live.opt.get(), phase, *timer));
+          for (int64_t s = 0; s < steps; ++s) timed.add(run_step(model, live.opt.get(), phase, *timer));
+          timed.record(rec, "");
+          if (warmup > 0) warm.record(rec, "warmup_");
+          return fmt(mean(timed.step)) + " ms/step";
+        },
+        [&](Record& r) { r.attr("peak_memory_bytes", dev.allocator().peak_bytes()); });
+    sweep.add_row({c.model.name, std::to_string(c.model.d_model), std::to_string(c.model.d_ff),
                    std::to_string(c.model.num_layers), std::to_string(c.model.num_heads),
                    std::to_string(c.model.context_length), std::to_string(c.batch), precision_name(c.precision),
                    attention_name(c.attention), fmt(mean(timed.forward)), fmt(stddev(timed.forward)),
                    fmt(mean(timed.backward)), fmt(stddev(timed.backward)), fmt(mean(timed.optimizer)),
-                   fmt(stddev(timed.optimizer)), fmt(total), rec.status.substr(0, rec.status.find(':'))});
+                   fmt(stddev(timed.optimizer)), fmt(mean(timed.step)), status.column()});
   }
-  if (ctx.rt.is_root()) {
-    std::printf("\nbench summary (ms, rank 0 of %d; every rank's raw times are in %s):\n", ctx.rt.world_size,
-                ctx.out_dir.c_str());
-    table.print();
-  }
+  sweep.print_summary("bench summary (ms, rank 0 of " + std::to_string(ctx.rt.world_size) +
+                      "; every rank's raw times are in " + ctx.out_dir + "):");
 }
 
 }  // namespace

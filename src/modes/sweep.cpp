@@ -1,0 +1,54 @@
+#include "src/modes/sweep.h"
+
+#include <cstdio>
+
+namespace llmhpc {
+
+std::string SweepStatus::column() const {
+  const std::string word = worst.substr(0, worst.find(':'));
+  if (worst_rank < 0 || mine == worst) return word;
+  return word + " (rank " + std::to_string(worst_rank) + ")";
+}
+
+Sweep::Sweep(ModeContext& ctx, std::string mode, size_t total, std::vector<std::string> columns)
+    : ctx_(ctx), mode_(std::move(mode)), total_(total), table_(std::move(columns)) {}
+
+SweepStatus Sweep::run(const std::string& label, Record& rec, const std::function<std::string()>& measure,
+                       const std::function<void(Record&)>& finish) {
+  const Runtime& rt = ctx_.rt;
+  rt.barrier();  // ranks measure side by side
+  log_root(rt, "[%zu/%zu] %s ... ", ++done_, total_, label.c_str());
+  std::string progress;
+  try {
+    progress = measure();
+  } catch (const OutOfMemory& e) {
+    rec.status = "oom";
+    rec.attr("error", std::string(e.what()));
+  } catch (const UsageError& e) {  // this configuration cannot run; the others may
+    rec.status = std::string("error: ") + e.what();
+  }
+  if (finish) finish(rec);
+  ctx_.recorder.write(rec);
+
+  SweepStatus s;
+  s.mine = rec.status;
+  s.worst_rank = int(rt.reduce_all(int64_t(s.ok() ? rt.world_size : rt.rank), HostReduce::Min));
+  if (s.worst_rank == rt.world_size) s.worst_rank = -1;
+  else s.worst = broadcast_string(s.mine, s.worst_rank);
+
+  if (s.mine.rfind("error", 0) == 0 && !rt.is_root())  // the whole message, which rank 0 does not print
+    std::fprintf(stderr, "llmhpc: rank %d: %s: %s\n", rt.rank, label.c_str(), s.mine.c_str());
+  std::string line = s.ok() ? progress : s.mine;
+  if (s.worst_rank >= 0 && s.worst_rank != rt.rank && s.ok())
+    line += "; rank " + std::to_string(s.worst_rank) + ": " + s.worst;
+  log_root(rt, "%s\n", line.c_str());
+  return s;
+}
+
+void Sweep::print_summary(const std::string& title) const {
+  if (!ctx_.rt.is_root()) return;
+  std::printf("\n%s\n", title.c_str());
+  table_.print();
+}
+
+}  // namespace llmhpc

@@ -1,0 +1,60 @@
+// The one sweep loop of every measuring mode (bench, attention, ddp, profile, memory).
+//
+// For each configuration, on every rank together: a barrier (ranks measure side by side), the
+// progress line on rank 0, the mode's measurement, an out-of-memory recorded as status "oom"
+// and an unsupported configuration as "error: ..." (the sweep goes on), the statuses of all
+// ranks agreed (rank 0 reports a failure seen on any rank), the record written, and a row
+// for the summary table rank 0 prints at the end.
+//
+//   Sweep sweep(ctx, "bench", cases.size(), {"Model", "ctx", "Fwd mean", "status"});
+//   for (const Case& c : cases) {
+//     Record rec;  rec.group = "bench/" + c.label();  rec.attr(...);
+//     Samples s;
+//     const SweepStatus st = sweep.run(c.label(), rec, [&] { ...measure, s.record(rec)...; return "12.3 ms"; });
+//     sweep.add_row({c.name, ..., fmt(mean(s.step)), st.column()});
+//   }
+//   sweep.print_summary("bench summary (ms, ...)");
+#pragma once
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "src/core/table.h"
+#include "src/modes/mode.h"
+
+namespace llmhpc {
+
+// How one configuration went: this rank's status and the first failure over all ranks.
+struct SweepStatus {
+  std::string mine = "ok";  // this rank's record status: "ok", "oom", "error: ..."
+  std::string worst = "ok";  // "ok" when every rank measured; else the lowest failing rank's status
+  int worst_rank = -1;       // that rank, -1 when all are ok
+
+  bool ok() const { return mine == "ok"; }
+  // For a table: "ok", "oom", "error", or "oom (rank 1)" when another rank failed.
+  std::string column() const;
+};
+
+class Sweep {
+ public:
+  Sweep(ModeContext& ctx, std::string mode, size_t total, std::vector<std::string> columns);
+
+  // Measures one configuration into `rec` (group and configuration attributes already set).
+  // `measure` adds the arrays and results and returns the progress text rank 0 prints when
+  // it succeeded ("12.3 ms/step"). `finish`, if given, runs whatever the outcome, before the
+  // record is written (memory attributes). Collective.
+  SweepStatus run(const std::string& label, Record& rec, const std::function<std::string()>& measure,
+                  const std::function<void(Record&)>& finish = nullptr);
+
+  void add_row(std::vector<std::string> cells) { table_.add_row(std::move(cells)); }
+  // Rank 0 prints `title` and the table.
+  void print_summary(const std::string& title) const;
+
+ private:
+  ModeContext& ctx_;
+  std::string mode_;
+  size_t total_, done_ = 0;
+  TextTable table_;
+};
+
+}  // namespace llmhpc
