@@ -14,12 +14,18 @@ after their kind ("bench/<label>"), or are that group themselves ("train").
     run.bench_summary(rank=None)                   # pooled over all ranks
     run.train_steps(rank=0)                        # DataFrame: step, loss, times
 
+Opening a run reads attributes and dataset names only. Record.arrays reads a dataset the first
+time it is indexed (`rec.arrays["step_ms"]`) and keeps it; for streamed records of millions of
+rows, `rec.arrays.read(name, start, stop)` reads a slice and `rec.arrays.iter_chunks(names)`
+walks the rows in batches, keeping nothing.
+
 A file written by a newer llmhpc (a schema_version this module does not know) is refused
 with a message, rather than misread. Units: datasets ending in _ms are milliseconds, _bytes
 bytes; attributes are in the units their names say.
 """
 from __future__ import annotations
 
+import collections.abc
 import dataclasses
 import glob
 import json
@@ -38,6 +44,8 @@ KNOWN_SCHEMA_VERSIONS = (1,)
 REQUIRED_ROOT_ATTRIBUTES = ("schema_version", "mode", "rank", "world_size", "local_rank", "hostname", "device_name",
                             "backend", "git_sha", "argv", "config_json", "start_time", "status")
 RANK_FILE_PATTERN = re.compile(r"^rank(\d{5,})\.h5$")
+# Rows per batch of Arrays.iter_chunks: 16 chunks of a stream's datasets (docs/hdf5-schema.md).
+CHUNK_ROWS = 1 << 20
 # Per-step arrays of a bench record, in the order a step runs them; "step" is the whole step.
 BENCH_PHASES = ("forward", "backward", "optimizer", "step")
 # Attributes that identify one bench configuration (the rest describe the run or its result).
@@ -65,10 +73,110 @@ def _plain(value):
     return value
 
 
-def _read_dataset(ds: h5py.Dataset) -> np.ndarray:
+def _read_dataset(ds: h5py.Dataset, selection=()) -> np.ndarray:
+    """`selection` of `ds` (all of it by default); strings as an object array of str."""
     if h5py.check_string_dtype(ds.dtype) is not None:
-        return np.array(ds.asstr()[()], dtype=object)
-    return ds[()]
+        return np.array(ds.asstr()[selection], dtype=object)
+    return ds[selection]
+
+
+class Arrays(collections.abc.Mapping):
+    """A record's datasets by name, read from its file only when asked for.
+
+    Used like the dict of numpy arrays it stands for (`arrays["step_ms"]`, `in`, `keys()`,
+    `get()`, iteration), it holds only the file's path, the group's path and the dataset
+    names. Indexing reads the whole dataset the first time and keeps it. `read` (a slice)
+    and `iter_chunks` (every row, a batch at a time) read without keeping, for streams too
+    large to hold. Each access opens the file and closes it again, so nothing stays open
+    between accesses and the writer of a running job is not disturbed.
+
+    A streamed record's datasets are cut at its `stream_rows` attribute: the rows its last
+    finished batch committed (a crash in the middle of a batch can leave more in some).
+    """
+
+    def __init__(self, file_path: str, group_path: str, names, rows: int | None = None):
+        self.file_path = file_path
+        self.group_path = group_path
+        self._names = tuple(names)
+        self._rows = rows      # stream_rows of a streamed record, None for a plain one
+        self._loaded = {}
+
+    def __getitem__(self, name: str) -> np.ndarray:
+        if name not in self._loaded:
+            self._check_names([name])
+            with self._open() as f:
+                ds = self._dataset(f, name)
+                self._loaded[name] = _read_dataset(ds, () if self._rows is None else slice(0, self._length(ds)))
+        return self._loaded[name]
+
+    def __iter__(self):
+        return iter(self._names)
+
+    def __len__(self) -> int:
+        return len(self._names)
+
+    def __contains__(self, name) -> bool:
+        return name in self._names
+
+    def __repr__(self) -> str:
+        return f"Arrays({self.file_path}:/{self.group_path}, {list(self._names)})"
+
+    def length(self, name: str) -> int:
+        """Rows of the 1-D dataset `name`, without reading it."""
+        self._check_names([name])
+        with self._open() as f:
+            return self._length(self._dataset(f, name))
+
+    def read(self, name: str, start: int | None = None, stop: int | None = None) -> np.ndarray:
+        """Rows start..stop-1 of the 1-D dataset `name` (Python slice rules), read now and not kept."""
+        self._check_names([name])
+        with self._open() as f:
+            ds = self._dataset(f, name)
+            start, stop, _ = slice(start, stop).indices(self._length(ds))
+            return _read_dataset(ds, slice(start, max(start, stop)))
+
+    def iter_chunks(self, names=None, rows: int = CHUNK_ROWS):
+        """Yields {name: array} for consecutive ranges of at most `rows` rows of the 1-D datasets
+        `names` (all of them by default), which must have equal lengths, as a stream's columns do.
+        The file stays open while the iteration runs; nothing is kept."""
+        names = list(self._names if names is None else names)
+        self._check_names(names)
+        if rows < 1:
+            raise ValueError(f"iter_chunks: rows must be at least 1, not {rows}")
+        with self._open() as f:
+            datasets = [self._dataset(f, n) for n in names]
+            lengths = {n: self._length(ds) for n, ds in zip(names, datasets)}
+            if len(set(lengths.values())) > 1:
+                raise ValueError(f"{self.file_path}:/{self.group_path}: iter_chunks needs datasets of one length, "
+                                 f"these have {lengths}")
+            total = next(iter(lengths.values()), 0)
+            for start in range(0, total, rows):
+                selection = slice(start, min(start + rows, total))
+                yield {n: _read_dataset(ds, selection) for n, ds in zip(names, datasets)}
+
+    def _check_names(self, names):
+        for name in names:
+            if name not in self._names:
+                raise KeyError(f"{name!r}: not a dataset of {self.file_path}:/{self.group_path} "
+                               f"(it has {list(self._names)})")
+
+    def _open(self) -> h5py.File:
+        try:
+            return h5py.File(self.file_path, "r")
+        except OSError as e:
+            raise SchemaError(f"{self.file_path}: cannot be opened as HDF5 ({e})") from None
+
+    def _dataset(self, f: h5py.File, name: str) -> h5py.Dataset:
+        ds = f.get(f"{self.group_path}/{name}")
+        if not isinstance(ds, h5py.Dataset):
+            raise SchemaError(f"{self.file_path}: dataset /{self.group_path}/{name} is gone (the file was changed "
+                              f"after it was opened)")
+        return ds
+
+    def _length(self, ds: h5py.Dataset) -> int:
+        if ds.ndim != 1:
+            raise SchemaError(f"{self.file_path}:{ds.name} has shape {ds.shape}; only 1-D datasets have rows")
+        return ds.shape[0] if self._rows is None else min(self._rows, ds.shape[0])
 
 
 @dataclasses.dataclass
@@ -76,9 +184,9 @@ class Record:
     """One measured configuration: the group at `path` in one rank's file."""
     rank: int
     path: str                 # e.g. "bench/small_T128_B4_fp32_naive" or "train"
-    status: str               # "ok", "oom", "error: ...", or "running" (train, while in progress)
+    status: str               # "ok", "oom", "error: ...", "running" (in progress), "interrupted" (a stream not closed)
     attrs: dict               # configuration and results as attributes, `status` excluded
-    arrays: dict              # name -> numpy array (raw per-iteration values)
+    arrays: Arrays            # name -> numpy array (raw per-iteration values), read on first access
 
     @property
     def kind(self) -> str:
@@ -111,7 +219,7 @@ class RankFile:
 
 
 def read_rank_file(path: str) -> RankFile:
-    """Reads one rank file completely (they are small) and closes it."""
+    """Reads one rank file's attributes and dataset names and closes it; arrays are read when accessed."""
     try:
         f = h5py.File(path, "r")
     except OSError as e:
@@ -136,7 +244,9 @@ def read_rank_file(path: str) -> RankFile:
             if isinstance(obj, h5py.Group) and "status" in obj.attrs:
                 group_attrs = {k: _plain(v) for k, v in obj.attrs.items()}
                 status = group_attrs.pop("status")
-                arrays = {k: _read_dataset(v) for k, v in obj.items() if isinstance(v, h5py.Dataset)}
+                names = [k for k in obj if obj.get(k, getclass=True) is h5py.Dataset]
+                rows = group_attrs.get("stream_rows")
+                arrays = Arrays(os.path.abspath(path), name, names, None if rows is None else int(rows))
                 records.append(Record(rank=rank, path=name, status=status, attrs=group_attrs, arrays=arrays))
 
         f.visititems(visit)

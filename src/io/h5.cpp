@@ -3,6 +3,8 @@
 #include <cstdlib>
 #include <sys/stat.h>
 
+#include <type_traits>
+
 #include "src/core/check.h"
 
 #define H5_CHECK(call) LLMHPC_CHECK_CALL(call, int64_t, llmhpc_rc_ >= 0, "HDF5 call failed")
@@ -62,18 +64,58 @@ void write_numeric(hid_t loc, const std::string& name, const std::vector<int64_t
   if (n > 0) H5_CHECK(H5Dwrite(ds.id(), mem_type, H5S_ALL, H5S_ALL, H5P_DEFAULT, data));
 }
 
-template <class T>
-std::vector<T> read_numeric(hid_t loc, const std::string& name, hid_t mem_type) {
+Handle open_dataset(hid_t loc, const std::string& name) {
   quiet();
   if (!exists(loc, name)) throw UsageError("missing HDF5 dataset '" + name + "'");
   Handle ds(H5Dopen2(loc, name.c_str(), H5P_DEFAULT), H5Dclose);
   H5_CHECK(ds.id());
+  return ds;
+}
+
+template <class T>
+std::vector<T> read_numeric(hid_t loc, const std::string& name, hid_t mem_type) {
+  Handle ds = open_dataset(loc, name);
   int64_t n = 1;
   for (int64_t d : dataset_dims(loc, name)) n *= d;
   std::vector<T> out(n);
   if (n > 0 && H5Dread(ds.id(), mem_type, H5S_ALL, H5S_ALL, H5P_DEFAULT, out.data()) < 0)
     throw UsageError("HDF5 dataset '" + name + "' cannot be read as numbers");
   return out;
+}
+
+// Length 0, unlimited, chunked by `chunk` elements, no filters.
+void create_appendable_raw(hid_t loc, const std::string& name, hid_t file_type, int64_t chunk) {
+  quiet();
+  LLMHPC_CHECK(chunk > 0, "a chunk of '" + name + "' must hold at least one element");
+  if (exists(loc, name)) remove(loc, name);
+  const hsize_t zero = 0, unlimited = H5S_UNLIMITED, chunk_dims = hsize_t(chunk);
+  Handle space(H5Screate_simple(1, &zero, &unlimited), H5Sclose);
+  H5_CHECK(space.id());
+  Handle dcpl(H5Pcreate(H5P_DATASET_CREATE), H5Pclose);
+  H5_CHECK(dcpl.id());
+  H5_CHECK(H5Pset_chunk(dcpl.id(), 1, &chunk_dims));
+  Handle ds(H5Dcreate2(loc, name.c_str(), file_type, space.id(), H5P_DEFAULT, dcpl.id(), H5P_DEFAULT), H5Dclose);
+  H5_CHECK(ds.id());
+}
+
+int64_t append_raw(hid_t loc, const std::string& name, hid_t mem_type, const void* data, int64_t n) {
+  LLMHPC_CHECK(n >= 0, "a negative number of elements to append to '" + name + "'");
+  Handle ds = open_dataset(loc, name);
+  Handle old_space(H5Dget_space(ds.id()), H5Sclose);
+  H5_CHECK(old_space.id());
+  LLMHPC_CHECK(H5Sget_simple_extent_ndims(old_space.id()) == 1, "'" + name + "' is not a 1-D dataset");
+  hsize_t start = 0;
+  H5_CHECK(H5Sget_simple_extent_dims(old_space.id(), &start, nullptr));
+  if (n == 0) return int64_t(start);
+  const hsize_t count = hsize_t(n), end = start + count;
+  H5_CHECK(H5Dset_extent(ds.id(), &end));
+  Handle file_space(H5Dget_space(ds.id()), H5Sclose);
+  H5_CHECK(file_space.id());
+  H5_CHECK(H5Sselect_hyperslab(file_space.id(), H5S_SELECT_SET, &start, nullptr, &count, nullptr));
+  Handle mem_space(H5Screate_simple(1, &count, nullptr), H5Sclose);
+  H5_CHECK(mem_space.id());
+  H5_CHECK(H5Dwrite(ds.id(), mem_type, mem_space.id(), file_space.id(), H5P_DEFAULT, data));
+  return int64_t(end);
 }
 
 }  // namespace
@@ -214,6 +256,31 @@ void write_strings(hid_t loc, const std::string& name, const std::vector<std::st
   if (!ptrs.empty()) H5_CHECK(H5Dwrite(ds.id(), t.id(), H5S_ALL, H5S_ALL, H5P_DEFAULT, ptrs.data()));
 }
 
+template <class T>
+void create_appendable(hid_t loc, const std::string& name, int64_t chunk) {
+  static_assert(std::is_same_v<T, double> || std::is_same_v<T, int64_t> || std::is_same_v<T, std::string>);
+  if constexpr (std::is_same_v<T, std::string>) {
+    Handle t = string_type();
+    create_appendable_raw(loc, name, t.id(), chunk);
+  } else {
+    create_appendable_raw(loc, name, std::is_same_v<T, double> ? H5T_IEEE_F64LE : H5T_STD_I64LE, chunk);
+  }
+}
+template void create_appendable<double>(hid_t, const std::string&, int64_t);
+template void create_appendable<int64_t>(hid_t, const std::string&, int64_t);
+template void create_appendable<std::string>(hid_t, const std::string&, int64_t);
+
+int64_t append(hid_t loc, const std::string& name, const double* data, int64_t n) {
+  return append_raw(loc, name, H5T_NATIVE_DOUBLE, data, n);
+}
+int64_t append(hid_t loc, const std::string& name, const int64_t* data, int64_t n) {
+  return append_raw(loc, name, H5T_NATIVE_INT64, data, n);
+}
+int64_t append(hid_t loc, const std::string& name, const char* const* strings, int64_t n) {
+  Handle t = string_type();
+  return append_raw(loc, name, t.id(), strings, n);
+}
+
 std::vector<int64_t> dataset_dims(hid_t loc, const std::string& name) {
   Handle ds(H5Dopen2(loc, name.c_str(), H5P_DEFAULT), H5Dclose);
   if (!ds.valid()) throw UsageError("missing HDF5 dataset '" + name + "'");
@@ -233,6 +300,23 @@ std::vector<double> read_doubles(hid_t loc, const std::string& name) {
 }
 std::vector<int64_t> read_ints(hid_t loc, const std::string& name) {
   return read_numeric<int64_t>(loc, name, H5T_NATIVE_INT64);
+}
+
+std::vector<std::string> read_strings(hid_t loc, const std::string& name) {
+  Handle ds = open_dataset(loc, name);
+  Handle space(H5Dget_space(ds.id()), H5Sclose);
+  H5_CHECK(space.id());
+  const hssize_t n = H5Sget_simple_extent_npoints(space.id());
+  H5_CHECK(n);
+  Handle t = string_type();
+  std::vector<char*> ptrs(n, nullptr);
+  if (n > 0 && H5Dread(ds.id(), t.id(), H5S_ALL, H5S_ALL, H5P_DEFAULT, ptrs.data()) < 0)
+    throw UsageError("HDF5 dataset '" + name + "' cannot be read as variable-length strings");
+  std::vector<std::string> out;
+  out.reserve(n);
+  for (const char* p : ptrs) out.emplace_back(p ? p : "");
+  if (n > 0) H5_CHECK(H5Dvlen_reclaim(t.id(), space.id(), H5P_DEFAULT, ptrs.data()));
+  return out;
 }
 
 std::vector<std::string> list_children(hid_t loc) {

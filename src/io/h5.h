@@ -1,6 +1,8 @@
 // RAII over the HDF5 C API: File, Group and the attribute and dataset helpers the
 // recorder and the checkpoint need. Every call is checked; a failing HDF5 call is fatal
 // except opening files, which throws UsageError (a bad path is the user's to fix).
+// Datasets are written whole (contiguous), or, for records that grow while they run,
+// created empty and appended to (chunked, unlimited).
 #pragma once
 #include <hdf5.h>
 
@@ -54,11 +56,22 @@ void write_dataset(hid_t loc, const std::string& name, const std::vector<int64_t
 void write_dataset(hid_t loc, const std::string& name, const std::vector<int64_t>& dims, const double* data);
 void write_dataset(hid_t loc, const std::string& name, const std::vector<int64_t>& dims, const int64_t* data);
 void write_strings(hid_t loc, const std::string& name, const std::vector<std::string>& values);
+
+// Appendable 1-D datasets: created with length 0, no upper bound and chunks of `chunk`
+// elements (no filters: docs/hdf5-schema.md says why); T is double, int64_t or std::string
+// (variable-length UTF-8). append() extends the dataset by `n` elements, writes them at its
+// end and returns the new length. Strings are NUL-terminated C strings.
+template <class T>
+void create_appendable(hid_t loc, const std::string& name, int64_t chunk);
+int64_t append(hid_t loc, const std::string& name, const double* data, int64_t n);
+int64_t append(hid_t loc, const std::string& name, const int64_t* data, int64_t n);
+int64_t append(hid_t loc, const std::string& name, const char* const* strings, int64_t n);
 std::vector<int64_t> dataset_dims(hid_t loc, const std::string& name);
 // Reads any numeric dataset converted to float / double / int64 (HDF5 converts).
 std::vector<float> read_floats(hid_t loc, const std::string& name);
 std::vector<double> read_doubles(hid_t loc, const std::string& name);
 std::vector<int64_t> read_ints(hid_t loc, const std::string& name);
+std::vector<std::string> read_strings(hid_t loc, const std::string& name);
 std::vector<std::string> list_children(hid_t loc);
 
 }  // namespace llmhpc::h5

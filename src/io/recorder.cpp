@@ -1,11 +1,172 @@
 #include "src/io/recorder.h"
 
+#include <algorithm>
+#include <cstdio>
 #include <ctime>
+#include <set>
 
 #include "git_sha.h"  // generated at build time (cmake/git_sha.cmake)
 #include "src/io/h5.h"
 
 namespace llmhpc {
+namespace {
+
+// Chunks of a stream's datasets, in elements: as many as a full buffer, so that a full
+// batch writes whole chunks, within bounds. Chunks of 16Ki, 64Ki and 256Ki elements wrote
+// 10M rows equally fast; HDF5 allocates a partly filled chunk whole, so a short stream
+// wastes up to one chunk per column (512 KiB of float64 at 64Ki; a short stream can ask
+// for a smaller buffer). docs/hdf5-schema.md has the numbers and why there is no compression.
+constexpr int64_t kMinChunkRows = int64_t(1) << 10;
+constexpr int64_t kMaxChunkRows = int64_t(1) << 16;
+
+const char* type_name(ColumnType type) {
+  switch (type) {
+    case ColumnType::Real: return "Real (floating point)";
+    case ColumnType::Int: return "Int (integer)";
+    case ColumnType::Text: return "Text (string)";
+  }
+  return "?";
+}
+
+void write_attrs(hid_t obj, const Attrs& attrs) {
+  for (const auto& [name, value] : attrs)
+    std::visit([&, n = name](const auto& v) { h5::write_attr(obj, n, v); }, value);
+}
+
+// Creates (or replaces) a record's group with its status and attributes.
+h5::Handle new_record(hid_t file, const std::string& group, const std::string& status, const Attrs& attrs) {
+  if (h5::exists(file, group)) h5::remove(file, group);
+  h5::Handle g = h5::require_group(file, group);
+  h5::write_attr(g.id(), "status", status);
+  write_attrs(g.id(), attrs);
+  return g;
+}
+
+}  // namespace
+
+// A stream's buffers and where they go. Its destructor, not RecordStream's, finishes an
+// unclosed stream, so that moving a stream (construction or assignment) needs no code.
+struct RecordStream::State {
+  struct Buffer {
+    Column column;
+    std::vector<double> reals;
+    std::vector<int64_t> ints;
+    std::string text;            // the strings, each followed by its NUL: the C strings HDF5 takes
+    std::vector<size_t> starts;  // where each string begins in `text`
+  };
+  std::string path, group;
+  std::vector<Buffer> buffers;
+  int64_t buffer_rows = 0, buffered = 0, written = 0, text_bytes = 0;
+  bool open = true;
+
+  ~State();
+  Buffer& column(int i, ColumnType type);
+  void write(const std::string* status, const Attrs& attrs);
+};
+
+RecordStream::State::~State() {
+  if (!open) return;
+  try {
+    const std::string status = "interrupted";
+    write(&status, {});
+  } catch (const std::exception& e) {  // a destructor must not throw; say what is lost instead
+    std::fprintf(stderr, "llmhpc: record '%s': %lld buffered rows lost and status left 'running': %s\n",
+                 group.c_str(), static_cast<long long>(buffered), e.what());
+  }
+}
+
+RecordStream::State::Buffer& RecordStream::State::column(int i, ColumnType type) {
+  Buffer& b = buffers[i];
+  LLMHPC_CHECK(b.column.type == type, "column '" + b.column.name + "' of '" + group + "' is " +
+                                          type_name(b.column.type) + ", given a value of type " + type_name(type));
+  return b;
+}
+
+// One batch: every column extended by the buffered rows, then stream_rows (the rows a
+// reader may trust if a crash interrupts a later batch), the attributes and the status.
+void RecordStream::State::write(const std::string* status, const Attrs& attrs) {
+  h5::Handle f = h5::open_file(path, h5::Mode::Append);
+  h5::Handle g = h5::open_group(f.id(), group);
+  std::vector<const char*> strings;
+  for (Buffer& b : buffers) {
+    const std::string& name = b.column.name;
+    int64_t length = 0;
+    switch (b.column.type) {
+      case ColumnType::Real: length = h5::append(g.id(), name, b.reals.data(), buffered); break;
+      case ColumnType::Int: length = h5::append(g.id(), name, b.ints.data(), buffered); break;
+      case ColumnType::Text:
+        strings.resize(buffered);
+        for (int64_t i = 0; i < buffered; ++i) strings[i] = b.text.data() + b.starts[i];
+        length = h5::append(g.id(), name, strings.data(), buffered);
+        break;
+    }
+    LLMHPC_CHECK(length == written + buffered, "column '" + name + "' of '" + group + "' has " +
+                                                   std::to_string(length) + " rows, expected " +
+                                                   std::to_string(written + buffered) + ": changed behind its stream?");
+    b.reals.clear();
+    b.ints.clear();
+    b.text.clear();
+    b.starts.clear();
+  }
+  written += buffered;
+  buffered = 0;
+  text_bytes = 0;
+  h5::write_attr(g.id(), "stream_rows", written);
+  write_attrs(g.id(), attrs);
+  if (status) h5::write_attr(g.id(), "status", *status);
+  h5::flush(f);
+}
+
+RecordStream::RecordStream(std::unique_ptr<State> state) : state_(std::move(state)) {}
+RecordStream::RecordStream(RecordStream&&) noexcept = default;
+RecordStream& RecordStream::operator=(RecordStream&&) noexcept = default;
+RecordStream::~RecordStream() = default;
+
+void RecordStream::begin_row(size_t values) {
+  LLMHPC_CHECK(state_ && state_->open, "append to a record stream that is closed or moved from");
+  LLMHPC_CHECK(values == state_->buffers.size(), "a row of " + std::to_string(values) + " values for '" +
+                                                     state_->group + "', which has " +
+                                                     std::to_string(state_->buffers.size()) + " columns");
+}
+
+void RecordStream::end_row() {
+  State& s = *state_;
+  if (++s.buffered >= s.buffer_rows || s.text_bytes >= kBufferTextBytes) s.write(nullptr, {});
+}
+
+void RecordStream::push_real(int column, double value) {
+  state_->column(column, ColumnType::Real).reals.push_back(value);
+}
+
+void RecordStream::push_int(int column, int64_t value) {
+  state_->column(column, ColumnType::Int).ints.push_back(value);
+}
+
+void RecordStream::push_text(int column, std::string_view value) {
+  State::Buffer& b = state_->column(column, ColumnType::Text);
+  LLMHPC_CHECK(value.find('\0') == std::string_view::npos,
+               "a string with a NUL for column '" + b.column.name + "' (HDF5 strings end at the first NUL)");
+  b.starts.push_back(b.text.size());
+  b.text.append(value);
+  b.text.push_back('\0');
+  state_->text_bytes += int64_t(value.size()) + 1;
+}
+
+void RecordStream::flush() {
+  LLMHPC_CHECK(state_ && state_->open, "flush of a record stream that is closed or moved from");
+  if (state_->buffered > 0) state_->write(nullptr, {});
+}
+
+void RecordStream::close(const std::string& status, const Attrs& attrs) {
+  LLMHPC_CHECK(state_ && state_->open, "close of a record stream that is closed or moved from");
+  state_->write(&status, attrs);
+  state_->open = false;
+}
+
+const std::string& RecordStream::group() const { return state_->group; }
+int64_t RecordStream::rows() const { return state_->written + state_->buffered; }
+int64_t RecordStream::buffered_rows() const { return state_->buffered; }
+int64_t RecordStream::buffer_rows() const { return state_->buffer_rows; }
 
 void Recorder::create_once() {
   if (created_) return;
@@ -32,17 +193,52 @@ void Recorder::create_once() {
 void Recorder::write(const Record& r) {
   create_once();
   h5::Handle f = h5::open_file(path_, h5::Mode::Append);
-  if (h5::exists(f.id(), r.group)) h5::remove(f.id(), r.group);
-  h5::Handle g = h5::require_group(f.id(), r.group);
-  h5::write_attr(g.id(), "status", r.status);
-  for (const auto& [name, value] : r.attrs)
-    std::visit([&, n = name](const auto& v) { h5::write_attr(g.id(), n, v); }, value);
+  h5::Handle g = new_record(f.id(), r.group, r.status, r.attrs);
   for (const auto& [name, values] : r.series)
     h5::write_dataset(g.id(), name, {int64_t(values.size())}, values.data());
   for (const auto& [name, values] : r.int_series)
     h5::write_dataset(g.id(), name, {int64_t(values.size())}, values.data());
   for (const auto& [name, values] : r.string_series) h5::write_strings(g.id(), name, values);
   h5::flush(f);
+}
+
+RecordStream Recorder::stream(const std::string& group, const std::vector<Column>& columns, const Attrs& attrs,
+                              int64_t buffer_rows) {
+  LLMHPC_CHECK(!columns.empty(), "a record stream needs at least one column ('" + group + "')");
+  LLMHPC_CHECK(buffer_rows >= 1, "a record stream buffers at least one row ('" + group + "')");
+  std::set<std::string> names;
+  for (const Column& c : columns)
+    LLMHPC_CHECK(!c.name.empty() && c.name.find('/') == std::string::npos && names.insert(c.name).second,
+                 "column name '" + c.name + "' of '" + group + "' is empty, has a '/' or is taken");
+  create_once();
+  h5::Handle f = h5::open_file(path_, h5::Mode::Append);
+  h5::Handle g = new_record(f.id(), group, "running", attrs);
+  h5::write_attr(g.id(), "stream_rows", int64_t(0));
+  const int64_t chunk = std::clamp(buffer_rows, kMinChunkRows, kMaxChunkRows);
+  auto state = std::make_unique<RecordStream::State>();
+  for (const Column& c : columns) {
+    RecordStream::State::Buffer& b = state->buffers.emplace_back();
+    b.column = c;
+    switch (c.type) {  // the buffer takes its whole bound at once: no reallocation while appending
+      case ColumnType::Real:
+        h5::create_appendable<double>(g.id(), c.name, chunk);
+        b.reals.reserve(buffer_rows);
+        break;
+      case ColumnType::Int:
+        h5::create_appendable<int64_t>(g.id(), c.name, chunk);
+        b.ints.reserve(buffer_rows);
+        break;
+      case ColumnType::Text:
+        h5::create_appendable<std::string>(g.id(), c.name, chunk);
+        b.starts.reserve(buffer_rows);
+        break;
+    }
+  }
+  h5::flush(f);
+  state->path = path_;
+  state->group = group;
+  state->buffer_rows = buffer_rows;
+  return RecordStream(std::move(state));
 }
 
 void Recorder::finish(const std::string& status) {

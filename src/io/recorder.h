@@ -5,21 +5,33 @@
 // The file is created with the first record (a run that fails its checks leaves nothing
 // behind) and closed between records: each record is written and flushed in one go, so
 // a crash later in the run leaves every finished record readable.
+//
+// A record too long to hold in memory (an event trace, an allocation timeline) is a
+// RecordStream instead: its group is created at once with status "running", its rows are
+// buffered up to a bound and appended to chunked datasets batch by batch, each batch in
+// its own open-write-flush-close of the file, so a crash keeps every flushed batch.
 #pragma once
 #include <cstdint>
+#include <limits>
+#include <memory>
 #include <string>
+#include <string_view>
+#include <type_traits>
 #include <utility>
 #include <variant>
 #include <vector>
 
+#include "src/core/check.h"
+
 namespace llmhpc {
 
 using AttrValue = std::variant<int64_t, double, std::string>;
+using Attrs = std::vector<std::pair<std::string, AttrValue>>;
 
 struct Record {
   std::string group;         // e.g. "bench/small_T128_B4_fp32_naive"
   std::string status = "ok";  // "ok", "oom", "error: ..."
-  std::vector<std::pair<std::string, AttrValue>> attrs;
+  Attrs attrs;
   std::vector<std::pair<std::string, std::vector<double>>> series;
   std::vector<std::pair<std::string, std::vector<int64_t>>> int_series;
   std::vector<std::pair<std::string, std::vector<std::string>>> string_series;
@@ -42,6 +54,78 @@ struct Record {
   }
 };
 
+// A column of a RecordStream: one 1-D dataset of float64, int64 or variable-length UTF-8
+// strings; element i of every column of a stream belongs to row i.
+enum class ColumnType { Real, Int, Text };
+struct Column {
+  std::string name;
+  ColumnType type;
+};
+
+// A record whose rows are appended while it runs (Recorder::stream makes one). Memory is
+// bounded: a batch is written when buffer_rows() rows, or kBufferTextBytes of strings, are
+// buffered, on flush(), and on close(); only then is the file opened. Not thread-safe: a
+// caller fed from several threads (CUPTI's buffer callbacks) serialises its calls.
+//
+// Destroyed without close() (an exception unwinding through the scope that owns it, or a
+// forgotten close), the stream still writes what it buffered and sets the record's status
+// to "interrupted", so a record is "running" only while its process lives (or if that last
+// write fails, which it reports on stderr: a destructor cannot throw).
+class RecordStream {
+ public:
+  static constexpr int64_t kDefaultBufferRows = int64_t(1) << 16;
+  static constexpr int64_t kBufferTextBytes = int64_t(16) << 20;
+
+  RecordStream(RecordStream&&) noexcept;
+  RecordStream& operator=(RecordStream&&) noexcept;
+  ~RecordStream();
+
+  // One row: exactly one value per column, in the order the columns were declared, each
+  // of its column's kind (floating point for Real, integer for Int, anything that converts
+  // to std::string_view for Text; no NUL inside). Anything else is a bug (LLMHPC_CHECK),
+  // so every column always holds the same number of rows.
+  template <class... V>
+  void append(const V&... values) {
+    begin_row(sizeof...(V));
+    int column = 0;
+    (push(column++, values), ...);
+    end_row();
+  }
+  // Writes the buffered rows now (nothing when none are buffered).
+  void flush();
+  // Writes the buffered rows, `attrs` (results known only at the end) and the final status.
+  // Nothing may be appended afterwards.
+  void close(const std::string& status = "ok", const Attrs& attrs = {});
+
+  const std::string& group() const;
+  int64_t rows() const;           // appended so far, written or not
+  int64_t buffered_rows() const;  // appended but not yet written; always < buffer_rows()
+  int64_t buffer_rows() const;
+
+ private:
+  friend class Recorder;
+  struct State;
+  explicit RecordStream(std::unique_ptr<State> state);
+  void begin_row(size_t values);
+  void end_row();
+  void push_real(int column, double value);
+  void push_int(int column, int64_t value);
+  void push_text(int column, std::string_view value);
+  template <class T>
+  void push(int column, const T& value) {
+    if constexpr (std::is_floating_point_v<T>) {
+      push_real(column, double(value));
+    } else if constexpr (std::is_integral_v<T>) {
+      if constexpr (std::is_unsigned_v<T> && sizeof(T) >= sizeof(int64_t))
+        LLMHPC_CHECK(value <= T(std::numeric_limits<int64_t>::max()), "an unsigned value beyond int64");
+      push_int(column, int64_t(value));
+    } else {
+      push_text(column, std::string_view(value));
+    }
+  }
+  std::unique_ptr<State> state_;  // null once moved from
+};
+
 struct RunInfo {
   std::string mode, hostname, device_name, backend, argv, config_json, start_time;
   int64_t rank = 0, world_size = 1, local_rank = 0;
@@ -55,6 +139,11 @@ class Recorder {
   // Writes (or replaces) one record's group; the first call creates the file with the
   // root attributes and status "running". Throws UsageError if it cannot.
   void write(const Record& record);
+  // Starts a streamed record: creates (or replaces) its group with `attrs`, status
+  // "running", attribute stream_rows = 0 and one empty chunked dataset per column, like
+  // write() creating the file first. The stream owns the group until it is closed.
+  RecordStream stream(const std::string& group, const std::vector<Column>& columns, const Attrs& attrs = {},
+                      int64_t buffer_rows = RecordStream::kDefaultBufferRows);
   // Marks the run finished: root attribute status = "complete", or "error: ..." when a
   // mode failed (then only if the file exists: a run that recorded nothing stays absent).
   void finish(const std::string& status = "complete");

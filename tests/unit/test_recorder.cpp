@@ -1,7 +1,13 @@
 // The per-rank result file: SPEC's root attributes, one group per record with status,
-// attributes and raw arrays, and every finished record readable while the run goes on.
+// attributes and raw arrays, and every finished record readable while the run goes on;
+// streamed records: rows appended in bounded batches, readable while the stream runs and
+// after it was abandoned, and rows of the wrong shape refused.
 #include <gtest/gtest.h>
 #include <unistd.h>
+
+#include <cstring>
+#include <limits>
+#include <stdexcept>
 
 #include "src/io/h5.h"
 #include "src/core/check.h"
@@ -101,6 +107,175 @@ TEST(Recorder, AFailedRunIsMarkedAsSuch) {
   rec.finish("error: something broke");
   h5::Handle f = h5::open_file(path, h5::Mode::Read);
   EXPECT_EQ(h5::read_attr_string(f.id(), "status"), "error: something broke");
+  std::remove(path.c_str());
+}
+
+// Three columns of every kind, with the values that break naive code: extremes, -0.0,
+// denormals, empty strings, a string longer than a chunk, non-ASCII text.
+std::vector<Column> three_columns() {
+  return {{"t_ms", ColumnType::Real}, {"bytes", ColumnType::Int}, {"name", ColumnType::Text}};
+}
+double real_at(int64_t i) {
+  const double special[] = {0.0, -0.0, 1e308, -1e-310, std::numeric_limits<double>::infinity(), 0.1};
+  return i % 7 == 0 ? special[(i / 7) % 6] : 0.25 * double(i) - 3.0;
+}
+int64_t int_at(int64_t i) {
+  const int64_t special[] = {std::numeric_limits<int64_t>::min(), std::numeric_limits<int64_t>::max(), -1, 0};
+  return i % 5 == 0 ? special[(i / 5) % 4] : i * 1000003;
+}
+std::string text_at(int64_t i) {
+  if (i % 3 == 0) return "";
+  if (i % 101 == 0) return std::string(200000 + i, char('a' + i % 26));
+  return "kernel_" + std::to_string(i) + (i % 2 ? "_größe" : "");
+}
+
+struct StreamFile {
+  std::vector<double> reals;
+  std::vector<int64_t> ints;
+  std::vector<std::string> texts;
+  std::string status;
+  int64_t stream_rows = -1;
+};
+StreamFile read_stream(const std::string& path, const std::string& group) {
+  h5::Handle f = h5::open_file(path, h5::Mode::Read);
+  h5::Handle g = h5::open_group(f.id(), group);
+  return {h5::read_doubles(g.id(), "t_ms"), h5::read_ints(g.id(), "bytes"), h5::read_strings(g.id(), "name"),
+          h5::read_attr_string(g.id(), "status"), h5::read_attr_int(g.id(), "stream_rows")};
+}
+// The first `rows` rows of the file are exactly rows 0..rows-1, and there are no more.
+void expect_rows(const StreamFile& got, int64_t rows) {
+  ASSERT_EQ(int64_t(got.reals.size()), rows);
+  ASSERT_EQ(int64_t(got.ints.size()), rows);
+  ASSERT_EQ(int64_t(got.texts.size()), rows);
+  EXPECT_EQ(got.stream_rows, rows);
+  for (int64_t i = 0; i < rows; ++i) {
+    const double want = real_at(i);
+    EXPECT_EQ(std::memcmp(&got.reals[i], &want, sizeof want), 0) << "row " << i << ": bitwise, so -0.0 is not 0.0";
+    EXPECT_EQ(got.ints[i], int_at(i)) << "row " << i;
+    EXPECT_EQ(got.texts[i], text_at(i)) << "row " << i;
+  }
+}
+
+TEST(Recorder, StreamManySmallBatchesAcrossTheBufferReadBackExactly) {
+  const std::string path = temp_path("stream.h5");
+  Recorder rec(path, info());
+  const int64_t rows = 1234, buffer = 100;
+  RecordStream s = rec.stream("trace/kernels", three_columns(), {{"device", std::string("cpu")}}, buffer);
+  for (int64_t i = 0; i < rows; ++i) {
+    s.append(real_at(i), int_at(i), text_at(i));
+    EXPECT_EQ(s.rows(), i + 1);
+    EXPECT_LT(s.buffered_rows(), s.buffer_rows()) << "the buffer must never hold more than its bound";
+    if (i % 37 == 36) s.flush();  // batches of every size, most of them not aligned to the buffer
+  }
+  s.close("ok", {{"dropped", int64_t(0)}});
+  StreamFile got = read_stream(path, "trace/kernels");
+  expect_rows(got, rows);
+  EXPECT_EQ(got.status, "ok");
+  h5::Handle f = h5::open_file(path, h5::Mode::Read);
+  h5::Handle g = h5::open_group(f.id(), "trace/kernels");
+  EXPECT_EQ(h5::read_attr_string(g.id(), "device"), "cpu");
+  EXPECT_EQ(h5::read_attr_int(g.id(), "dropped"), 0);
+  EXPECT_EQ(h5::read_attr_string(f.id(), "status"), "running") << "the run goes on; finish() ends it";
+  std::remove(path.c_str());
+}
+
+TEST(Recorder, StreamABatchIsWrittenExactlyWhenTheBufferIsFull) {
+  const std::string path = temp_path("bound.h5");
+  Recorder rec(path, info());
+  const int64_t buffer = 16;
+  RecordStream s = rec.stream("alloc/timeline", three_columns(), {}, buffer);
+  auto rows_in_file = [&] { return read_stream(path, "alloc/timeline").stream_rows; };
+  for (int64_t i = 0; i < 3 * buffer; ++i) {
+    s.append(real_at(i), int_at(i), text_at(i));
+    EXPECT_EQ(rows_in_file(), (i + 1) / buffer * buffer) << "after row " << i;
+    EXPECT_EQ(s.buffered_rows(), (i + 1) % buffer);
+  }
+  // Strings bound the buffer too: 1 MiB strings flush at kBufferTextBytes, long before 1000 rows.
+  RecordStream big = rec.stream("big", {{"name", ColumnType::Text}}, {}, 1000);
+  const int64_t per_batch = RecordStream::kBufferTextBytes / ((1 << 20) + 1) + 1;
+  for (int64_t i = 0; i < per_batch; ++i) big.append(std::string(1 << 20, 'x'));
+  EXPECT_EQ(big.buffered_rows(), 0);
+  {
+    h5::Handle f = h5::open_file(path, h5::Mode::Read);
+    EXPECT_EQ(h5::dataset_dims(f.id(), "big/name"), (std::vector<int64_t>{per_batch}));
+  }
+  big.close();
+  s.close();
+  std::remove(path.c_str());
+}
+
+TEST(Recorder, StreamReadableWhileRunningAndAfterAnExceptionUnwoundIt) {
+  const std::string path = temp_path("unwound.h5");
+  Recorder rec(path, info());
+  const int64_t buffer = 10, rows = 25;
+  try {
+    RecordStream s = rec.stream("trace/kernels", three_columns(), {}, buffer);
+    {
+      StreamFile empty = read_stream(path, "trace/kernels");
+      expect_rows(empty, 0);  // every column is there from the start, empty
+      EXPECT_EQ(empty.status, "running");
+    }
+    for (int64_t i = 0; i < rows; ++i) s.append(real_at(i), int_at(i), text_at(i));
+    StreamFile running = read_stream(path, "trace/kernels");  // the file is closed between batches
+    expect_rows(running, rows / buffer * buffer);
+    EXPECT_EQ(running.status, "running");
+    RecordStream moved = std::move(s);  // only the stream that owns the rows writes them
+    throw std::runtime_error("out of memory, say");
+  } catch (const std::runtime_error&) {
+  }
+  StreamFile got = read_stream(path, "trace/kernels");
+  expect_rows(got, rows);
+  EXPECT_EQ(got.status, "interrupted");
+  std::remove(path.c_str());
+}
+
+TEST(Recorder, StreamDatasetsAreChunkedAndUnlimitedPlainRecordsStayContiguous) {
+  const std::string path = temp_path("layout.h5");
+  Recorder rec(path, info());
+  RecordStream s = rec.stream("trace/kernels", three_columns());
+  Record plain;
+  plain.group = "bench/x";
+  plain.add("forward_ms", std::vector<double>{1.0, 2.0});
+  rec.write(plain);  // between two batches of the stream: each opens and closes the file itself
+  s.append(1.0, 2, "a");
+  s.close();
+  h5::Handle f = h5::open_file(path, h5::Mode::Read);
+  for (const char* name : {"trace/kernels/t_ms", "trace/kernels/bytes", "trace/kernels/name"}) {
+    h5::Handle ds(H5Dopen2(f.id(), name, H5P_DEFAULT), H5Dclose);
+    h5::Handle dcpl(H5Dget_create_plist(ds.id()), H5Pclose);
+    ASSERT_EQ(H5Pget_layout(dcpl.id()), H5D_CHUNKED) << name;
+    hsize_t chunk = 0, dims = 0, maxdims = 0;
+    EXPECT_EQ(H5Pget_chunk(dcpl.id(), 1, &chunk), 1);
+    EXPECT_EQ(chunk, hsize_t(RecordStream::kDefaultBufferRows)) << name;
+    EXPECT_EQ(H5Pget_nfilters(dcpl.id()), 0) << name;
+    h5::Handle space(H5Dget_space(ds.id()), H5Sclose);
+    H5Sget_simple_extent_dims(space.id(), &dims, &maxdims);
+    EXPECT_EQ(dims, 1u);
+    EXPECT_EQ(maxdims, H5S_UNLIMITED) << name;
+  }
+  h5::Handle ds(H5Dopen2(f.id(), "bench/x/forward_ms", H5P_DEFAULT), H5Dclose);
+  h5::Handle dcpl(H5Dget_create_plist(ds.id()), H5Pclose);
+  EXPECT_EQ(H5Pget_layout(dcpl.id()), H5D_CONTIGUOUS);
+  EXPECT_EQ(h5::read_doubles(f.id(), "bench/x/forward_ms"), (std::vector<double>{1.0, 2.0}));
+  std::remove(path.c_str());
+}
+
+// A row that does not fit the columns would leave columns of unequal length: it is a bug.
+TEST(RecorderDeathTest, StreamRowsOfTheWrongShapeAreFatal) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");  // re-executes the binary: MPI is initialised anew
+  const std::string path = temp_path("death.h5");
+  Recorder rec(path, info());
+  RecordStream s = rec.stream("trace/kernels", three_columns());
+  EXPECT_DEATH(s.append(1.0, 2), "a row of 2 values for 'trace/kernels', which has 3 columns");
+  EXPECT_DEATH(s.append(1.0, 2, "x", 4), "a row of 4 values");
+  EXPECT_DEATH(s.append(1, 2, "x"), "column 't_ms' of 'trace/kernels' is Real");
+  EXPECT_DEATH(s.append(1.0, 2.0, "x"), "column 'bytes' of 'trace/kernels' is Int");
+  EXPECT_DEATH(s.append(1.0, 2, 3), "column 'name' of 'trace/kernels' is Text");
+  EXPECT_DEATH(s.append(1.0, 2, std::string("a\0b", 3)), "a string with a NUL");
+  EXPECT_DEATH(s.append(1.0, uint64_t(1) << 63, "x"), "an unsigned value beyond int64");
+  s.close();
+  EXPECT_DEATH(s.append(1.0, 2, "x"), "closed or moved from");
+  EXPECT_DEATH(rec.stream("y", {{"a", ColumnType::Int}, {"a", ColumnType::Real}}), "column name 'a'");
   std::remove(path.c_str());
 }
 

@@ -1,0 +1,188 @@
+"""The loader on files written here with h5py: plain records as every llmhpc so far wrote them,
+and streamed records laid out as src/io/recorder.cpp writes them (docs/hdf5-schema.md).
+
+Checks that Record.arrays still behaves as the dict of arrays scripts use, that it reads a
+dataset only when it is first indexed (a value changed in the file after open_run is seen;
+one changed after the first read is not) and keeps no file open, that a streamed record's
+columns are cut at stream_rows, and that read() and iter_chunks() return exactly the rows
+asked for, in batches no larger than asked.
+"""
+import os
+import sys
+
+import h5py
+import numpy as np
+
+ROOT = os.environ.get("LLMHPC_ROOT") or os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.join(ROOT, "tests", "reference"))
+sys.path.insert(0, os.path.join(ROOT, "analysis"))
+import llmhpc_h5  # noqa: E402
+from script_env import scratch_dir  # noqa: E402
+
+FORWARD_MS = np.array([1.5, 2.5, 4.0])
+STEP_MS = np.array([3.0, 5.0, 8.0])
+TAGS = ["a", "", "größe" * 1000]
+STREAM_ROWS, STREAM_CHUNK = 200_003, 1 << 16
+
+
+def rank_file(directory, mode):
+    """An empty rank 0 file with the root attributes of schema_version 1."""
+    f = h5py.File(os.path.join(directory, "rank00000.h5"), "w")
+    for key, value in dict(schema_version=np.int64(1), mode=mode, rank=np.int64(0), world_size=np.int64(1),
+                           local_rank=np.int64(0), hostname="node0", device_name="cpu", backend="mpi", git_sha="x",
+                           argv="llmhpc", config_json="{}", start_time="2026-01-01T00:00:00Z", status="complete",
+                           end_time="2026-01-01T00:01:00Z").items():
+        f.attrs[key] = value
+    return f
+
+
+def write_plain_run(directory):
+    """One bench record as llmhpc has always written it: contiguous datasets, written whole."""
+    with rank_file(directory, "bench") as f:
+        g = f.create_group("bench/small_T16")
+        g.attrs["status"] = "ok"
+        g.attrs["context_length"] = np.int64(16)
+        g.create_dataset("forward_ms", data=FORWARD_MS)
+        g.create_dataset("step_ms", data=STEP_MS)
+        g.create_dataset("warmup_step_ms", data=np.array([9.0]))
+        g.create_dataset("tags", data=TAGS, dtype=h5py.string_dtype())
+        assert g["forward_ms"].chunks is None, "the plain record must be contiguous, as the recorder writes it"
+
+
+def stream_values(start, stop):
+    i = np.arange(start, stop)
+    names = np.array([f"k{j % 13}" if j % 5 else "" for j in i], dtype=object)
+    return {"t_ms": i * 0.25, "start_ns": i * 1_000_003 - 7, "name": names}
+
+
+def write_stream_run(directory):
+    """Streamed records as the recorder writes them: columns created empty, chunked and unlimited,
+    extended batch by batch, stream_rows after each batch. `trace` was cut by a crash in its last
+    batch (t_ms got 5 rows more than stream_rows); `empty` never got a row."""
+    with rank_file(directory, "trace") as f:
+        for name, status, rows in (("trace", "running", STREAM_ROWS), ("empty", "interrupted", 0)):
+            g = f.create_group(f"trace/{name}")
+            g.attrs["status"] = status
+            for column, dtype in (("t_ms", "f8"), ("start_ns", "i8"), ("name", h5py.string_dtype())):
+                g.create_dataset(column, shape=(0,), maxshape=(None,), chunks=(STREAM_CHUNK,), dtype=dtype)
+            for start in range(0, rows, STREAM_CHUNK):
+                stop = min(start + STREAM_CHUNK, rows)
+                for column, values in stream_values(start, stop).items():
+                    g[column].resize((stop,))
+                    g[column][start:stop] = values
+                g.attrs["stream_rows"] = np.int64(stop)
+            g.attrs["stream_rows"] = np.int64(rows)
+        crashed = f["trace/trace/t_ms"]
+        crashed.resize((STREAM_ROWS + 5,))
+        crashed[STREAM_ROWS:] = -1.0
+
+
+def open_files():
+    return len(h5py.h5f.get_obj_ids(types=h5py.h5f.OBJ_FILE))
+
+
+def check_plain(directory):
+    write_plain_run(directory)
+    run = llmhpc_h5.open_run(directory)
+    assert open_files() == 0, "open_run must not keep a file open"
+    (rec,) = run.records("bench")
+    arrays = rec.arrays
+    names = {"forward_ms", "step_ms", "warmup_step_ms", "tags"}
+    assert set(arrays) == names and set(arrays.keys()) == names and len(arrays) == 4, f"names: {list(arrays)}"
+    assert "step_ms" in arrays and "backward_ms" not in arrays and arrays.get("backward_ms") is None
+
+    # Lazy: a value changed in the file after open_run is what the first access reads ...
+    path = os.path.join(directory, "rank00000.h5")
+    with h5py.File(path, "a") as f:
+        f["bench/small_T16/step_ms"][0] = 99.0
+    assert arrays["step_ms"].tolist() == [99.0, 5.0, 8.0], f"step_ms read at open, not on access: {arrays['step_ms']}"
+    # ... and the array read then is kept: the same object, not changed by a later write.
+    with h5py.File(path, "a") as f:
+        f["bench/small_T16/step_ms"][0] = 100.0
+    assert arrays["step_ms"] is arrays["step_ms"] and arrays["step_ms"][0] == 99.0, "an array read once is kept"
+    assert open_files() == 0, "an access must close the file again"
+    with h5py.File(path, "a") as f:
+        f["bench/small_T16/step_ms"][0] = STEP_MS[0]
+
+    np.testing.assert_array_equal(arrays["forward_ms"], FORWARD_MS)
+    assert arrays["forward_ms"].dtype == np.float64
+    assert arrays["tags"].dtype == object and arrays["tags"].tolist() == TAGS, "strings come back as str"
+    assert dict(arrays.items()).keys() == names, "items() reads every dataset"
+    summary = run.bench_summary()
+    assert summary["forward_n"][0] == 3 and abs(summary["forward_mean"][0] - FORWARD_MS.mean()) < 1e-12, summary
+    assert arrays.read("forward_ms", 1).tolist() == [2.5, 4.0] and arrays.length("tags") == 3
+    try:
+        next(arrays.iter_chunks())
+        raise AssertionError("iter_chunks over columns of different lengths should raise")
+    except ValueError as e:
+        assert "one length" in str(e), e
+    try:
+        arrays["backward_ms"]
+        raise AssertionError("a missing dataset should raise KeyError")
+    except KeyError as e:
+        assert "backward_ms" in str(e) and "step_ms" in str(e), f"unclear message: {e}"
+    # Only names were read at open: a dataset not read before the file went is an error, a kept one is not.
+    (fresh,) = llmhpc_h5.open_run(directory).records("bench")
+    os.remove(path)
+    assert arrays["step_ms"][0] == 99.0
+    try:
+        fresh.arrays["step_ms"]
+        raise AssertionError("reading from a removed file should raise SchemaError")
+    except llmhpc_h5.SchemaError as e:
+        assert "rank00000.h5" in str(e), e
+
+
+def check_stream(directory):
+    write_stream_run(directory)
+    run = llmhpc_h5.open_run(directory)
+    records = {r.name: r for r in run.records("trace")}
+    rec, empty = records["trace"], records["empty"]
+    assert (rec.status, rec.attrs["stream_rows"]) == ("running", STREAM_ROWS), (rec.status, rec.attrs)
+    want = stream_values(0, STREAM_ROWS)
+
+    # Slices, read without keeping, cut at stream_rows.
+    a = rec.arrays
+    assert a.length("t_ms") == STREAM_ROWS, f"t_ms has {a.length('t_ms')} rows; stream_rows says {STREAM_ROWS}"
+    np.testing.assert_array_equal(a.read("start_ns", 1000, 1010), want["start_ns"][1000:1010])
+    assert a.read("name", -3).tolist() == want["name"][-3:].tolist()
+    np.testing.assert_array_equal(a.read("t_ms", STREAM_ROWS - 2, STREAM_ROWS + 100), want["t_ms"][-2:])
+    assert len(a.read("t_ms", 10, 5)) == 0
+
+    # Batches: every row once, in order, none longer than asked; nothing kept.
+    sizes, parts = [], {name: [] for name in want}
+    for batch in a.iter_chunks(rows=STREAM_CHUNK):
+        assert set(batch) == set(want), f"batch columns {sorted(batch)}"
+        assert len({len(v) for v in batch.values()}) == 1, "the columns of a batch have equal lengths"
+        sizes.append(len(batch["t_ms"]))
+        for name, values in batch.items():
+            parts[name].append(values)
+    assert sizes == [STREAM_CHUNK] * 3 + [STREAM_ROWS - 3 * STREAM_CHUNK], f"batch sizes {sizes}"
+    for name, values in want.items():
+        got = np.concatenate(parts[name])
+        assert got.tolist() == values.tolist(), f"{name}: the batches do not put the column back together"
+    only_t = [len(b["t_ms"]) for b in a.iter_chunks(["t_ms"], rows=100_000)]
+    assert only_t == [100_000, 100_000, 3], only_t
+    with h5py.File(os.path.join(directory, "rank00000.h5"), "a") as f:
+        f["trace/trace/t_ms"][0] = 42.0
+    assert a["t_ms"][0] == 42.0, "iter_chunks and read must not fill the kept arrays"
+
+    # Whole columns, cut at stream_rows: the crash's extra rows in t_ms are not seen.
+    assert a["t_ms"].shape == (STREAM_ROWS,) and a["t_ms"][-1] == want["t_ms"][-1], a["t_ms"][-3:]
+    assert a["name"].tolist() == want["name"].tolist() and "" in a["name"].tolist()
+
+    assert empty.status == "interrupted" and empty.attrs["stream_rows"] == 0
+    assert empty.arrays["t_ms"].shape == (0,) and empty.arrays["name"].shape == (0,)
+    assert list(empty.arrays.iter_chunks()) == []
+
+
+def main():
+    work = scratch_dir("llmhpc-h5-")
+    for name, check in (("plain", check_plain), ("stream", check_stream)):
+        directory = os.path.join(work, name)
+        os.makedirs(directory)
+        check(directory)
+    print("test_llmhpc_h5: OK")
+
+
+if __name__ == "__main__":
+    main()
