@@ -33,6 +33,7 @@
 #include <memory>
 #include <string>
 
+#include "src/core/attrs.h"
 #include "src/core/dtype.h"
 #include "src/core/timer.h"
 
@@ -132,5 +133,9 @@ std::unique_ptr<Communicator> make_communicator(const CommOptions& options);
 
 // Whether this build has the NCCL backend (the only place that knows is communicator.cpp).
 bool nccl_compiled();
+
+// The communication libraries this binary runs with, for the rank files' root attributes:
+// mpi_library_version (MPI_Get_library_version's first line) and, where built, nccl_version.
+Attrs comm_environment();
 
 }  // namespace llmhpc

@@ -22,6 +22,7 @@
 #include <string>
 
 #include "src/core/allocator.h"
+#include "src/core/attrs.h"
 #include "src/core/tensor.h"
 #include "src/core/timer.h"
 
@@ -36,6 +37,10 @@ class Device {
   virtual std::string name() const = 0;     // "cpu (16 threads)", "NVIDIA H100 80GB HBM3"
   virtual int ordinal() const = 0;          // GPU index, -1 for the CPU
   virtual size_t memory_capacity() const = 0;
+  // What a reader of results needs to know about this device (root attributes of the rank
+  // files, docs/hdf5-schema.md): the GPU, its clocks and power limit, the CUDA versions; on
+  // the CPU, its model and threads.
+  virtual Attrs environment() const = 0;
 
   // All allocations for tensors go through this tracing allocator.
   virtual TracingAllocator& allocator() = 0;

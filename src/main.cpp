@@ -12,6 +12,7 @@
 
 #include <unistd.h>
 
+#include "comm/communicator.h"
 #include "kernels/backend.h"
 #include "src/core/units.h"
 #include "src/modes/mode.h"
@@ -180,6 +181,8 @@ int run(Runtime& rt, int argc, char** argv, bool& in_mode) {
   info.argv = command_line(argc, argv);
   info.config_json = options_json(vm);
   info.start_time = utc_timestamp();
+  info.environment = backend.device->environment();
+  for (auto& fact : comm_environment()) info.environment.push_back(std::move(fact));
   char file[32];
   std::snprintf(file, sizeof file, "/rank%05d.h5", rt.rank);
   Recorder recorder(out_dir + file, info);

@@ -173,6 +173,12 @@ class NcclCommunicator final : public Communicator {
 
 }  // namespace
 
+std::string nccl_version() {
+  int v = 0;
+  NCCL_CHECK(ncclGetVersion(&v));  // major * 10000 + minor * 100 + patch since 2.9
+  return std::to_string(v / 10000) + "." + std::to_string(v / 100 % 100) + "." + std::to_string(v % 100);
+}
+
 std::unique_ptr<Communicator> make_nccl_communicator(const CommOptions& options) {
   return std::make_unique<NcclCommunicator>(options);
 }

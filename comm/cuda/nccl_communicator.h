@@ -4,6 +4,7 @@
 // with MPI_Bcast, then ncclCommInitRank. Not thread-safe: one host thread drives it.
 #pragma once
 #include <memory>
+#include <string>
 
 #include "comm/communicator.h"
 
@@ -11,5 +12,8 @@ namespace llmhpc {
 
 // Collective over options.parent; sets the current device to options.gpu.
 std::unique_ptr<Communicator> make_nccl_communicator(const CommOptions& options);
+
+// "2.28.3": the NCCL library this binary runs with.
+std::string nccl_version();
 
 }  // namespace llmhpc

@@ -5,6 +5,7 @@
 #include <omp.h>
 
 #include <cstring>
+#include <fstream>
 #include <vector>
 
 #include "kernels/cpu/cpu_kernels.h"
@@ -14,6 +15,17 @@
 namespace llmhpc {
 namespace {
 
+// "model name" of /proc/cpuinfo, or "unknown".
+std::string cpu_model() {
+  std::ifstream in("/proc/cpuinfo");
+  for (std::string line; std::getline(in, line);)
+    if (line.rfind("model name", 0) == 0 && line.find(':') != std::string::npos) {
+      const size_t start = line.find_first_not_of(" \t", line.find(':') + 1);
+      return start == std::string::npos ? "unknown" : line.substr(start);
+    }
+  return "unknown";
+}
+
 class CpuDevice final : public Device {
  public:
   explicit CpuDevice(size_t capacity) : host_(capacity), tracer_(host_) {}
@@ -21,6 +33,9 @@ class CpuDevice final : public Device {
   std::string name() const override { return "cpu (" + std::to_string(omp_get_max_threads()) + " threads)"; }
   int ordinal() const override { return -1; }
   size_t memory_capacity() const override { return host_.capacity(); }
+  Attrs environment() const override {
+    return {{"cpu_model", cpu_model()}, {"cpu_threads", int64_t(omp_get_max_threads())}};
+  }
   TracingAllocator& allocator() override { return tracer_; }
   void synchronize() override {}
   std::unique_ptr<Timer> make_timer(int n) override { return make_host_timer(n); }

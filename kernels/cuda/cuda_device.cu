@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/gpu_info.h"
 #include "src/core/cuda/event_timer.h"
 
 namespace llmhpc {
@@ -109,6 +110,8 @@ CudaDevice::~CudaDevice() {
   cache_.release_cache();
   cudaStreamDestroy(stream_);
 }
+
+Attrs CudaDevice::environment() const { return gpu_environment(ordinal_); }
 
 void CudaDevice::synchronize() { CUDA_CHECK(cudaStreamSynchronize(stream_)); }
 

@@ -135,6 +135,12 @@ void Handle::reset() {
   id_ = -1;
 }
 
+std::string library_version() {
+  unsigned major = 0, minor = 0, release = 0;
+  H5_CHECK(H5get_libversion(&major, &minor, &release));
+  return std::to_string(major) + "." + std::to_string(minor) + "." + std::to_string(release);
+}
+
 Handle open_file(const std::string& path, Mode mode) {
   quiet();
   hid_t id = -1;

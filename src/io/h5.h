@@ -33,6 +33,9 @@ class Handle {
 
 enum class Mode { Create, Append, Read };
 
+// "1.10.8": the HDF5 library this binary runs with.
+std::string library_version();
+
 // Opens or creates a file. Throws UsageError naming `path` when it cannot.
 Handle open_file(const std::string& path, Mode mode);
 void flush(const Handle& file);

@@ -185,6 +185,8 @@ void Recorder::create_once() {
   h5::write_attr(root, "config_json", info.config_json);
   h5::write_attr(root, "start_time", info.start_time);
   h5::write_attr(root, "schema_version", kSchemaVersion);
+  h5::write_attr(root, "hdf5_version", h5::library_version());
+  write_attrs(root, info.environment);
   h5::write_attr(root, "status", std::string("running"));
   h5::flush(f);
   created_ = true;

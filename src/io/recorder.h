@@ -21,12 +21,10 @@
 #include <variant>
 #include <vector>
 
+#include "src/core/attrs.h"
 #include "src/core/check.h"
 
 namespace llmhpc {
-
-using AttrValue = std::variant<int64_t, double, std::string>;
-using Attrs = std::vector<std::pair<std::string, AttrValue>>;
 
 struct Record {
   std::string group;         // e.g. "bench/small_T128_B4_fp32_naive"
@@ -129,6 +127,10 @@ class RecordStream {
 struct RunInfo {
   std::string mode, hostname, device_name, backend, argv, config_json, start_time;
   int64_t rank = 0, world_size = 1, local_rank = 0;
+  // What a reader needs to trust a number: library versions, the GPU, its clocks and power
+  // limit (docs/hdf5-schema.md, "Environment"); written as root attributes. The recorder adds
+  // hdf5_version itself.
+  Attrs environment;
 };
 
 constexpr int64_t kSchemaVersion = 1;

@@ -1,5 +1,7 @@
 // The CUDA Device: identity, copies, event timing, and out-of-memory as a recoverable
 // error (through the memory limit and through cudaMalloc itself).
+#include <map>
+
 #include "src/core/cuda/event_timer.h"
 #include "tests/cuda/cuda_test_util.h"
 
@@ -34,6 +36,23 @@ TEST(CudaDevice, ReportsTheGpuAndCopiesRoundTrip) {
   dev.copy_to_host(back.data(), c.tensor().data, n * 4);
   EXPECT_EQ(back, std::vector<float>(n, 0.f));
   EXPECT_GE(dev.allocator().live_bytes(), 2 * n * 4);
+}
+
+// The root attributes a GPU run records: versions, the GPU as CUDA names it, and, where the
+// driver's NVML is there (it is on every GPU host), the SM clock and the power limit.
+TEST(CudaDevice, EnvironmentNamesTheGpuItsClocksAndVersions) {
+  SKIP_WITHOUT_GPU();
+  Backend b = make_gpu_backend();
+  std::map<std::string, AttrValue> env(b.device->environment().begin(), b.device->environment().end());
+  for (const char* key : {"cuda_runtime_version", "cuda_driver_version", "gpu_name", "gpu_pci_bus_id", "gpu_sm_count",
+                          "gpu_memory_bytes", "gpu_max_sm_clock_mhz", "nvidia_driver_version", "gpu_sm_clock_mhz",
+                          "gpu_power_limit_w"})
+    EXPECT_TRUE(env.count(key)) << key;
+  EXPECT_EQ(std::get<std::string>(env["gpu_name"]), b.device->name());
+  EXPECT_GT(std::get<int64_t>(env["gpu_sm_count"]), 0);
+  EXPECT_GT(std::get<int64_t>(env["gpu_sm_clock_mhz"]), 100);
+  EXPECT_LE(std::get<int64_t>(env["gpu_sm_clock_mhz"]), std::get<int64_t>(env["gpu_max_sm_clock_mhz"]) + 100);
+  EXPECT_GT(std::get<double>(env["gpu_power_limit_w"]), 50.0);
 }
 
 TEST(CudaDevice, EventTimerMeasuresDeviceWork) {

@@ -224,5 +224,17 @@ TEST(ModelConfig, ParameterCountsMatchTheLayout) {
   EXPECT_EQ(preset_config("small").num_params(), 2 * 10000 * 768 + 12 * (4 * 768 * 768 + 3 * 768 * 3072 + 2 * 768) + 768);
 }
 
+// The CPU device's root attributes: its model and threads.
+TEST(CpuDevice, EnvironmentNamesTheCpu) {
+  Backend b = make_backend(BackendOptions{});
+  bool model = false, threads = false;
+  for (const auto& [name, value] : b.device->environment()) {
+    if (name == "cpu_model") model = !std::get<std::string>(value).empty();
+    if (name == "cpu_threads") threads = std::get<int64_t>(value) >= 1;
+  }
+  EXPECT_TRUE(model);
+  EXPECT_TRUE(threads);
+}
+
 }  // namespace
 }  // namespace llmhpc::test

@@ -3,6 +3,8 @@
 // streamed records: rows appended in bounded batches, readable while the stream runs and
 // after it was abandoned, and rows of the wrong shape refused.
 #include <gtest/gtest.h>
+
+#include <algorithm>
 #include <unistd.h>
 
 #include <cstring>
@@ -49,6 +51,27 @@ TEST(Recorder, RootAttributesAreTheSpecs) {
   EXPECT_EQ(h5::read_attr_int(f.id(), "rank"), 1);
   EXPECT_EQ(h5::read_attr_int(f.id(), "world_size"), 2);
   EXPECT_EQ(h5::read_attr_string(f.id(), "status"), "running");
+  std::remove(path.c_str());
+}
+
+// The environment a reader needs to trust a number (device, libraries) becomes root
+// attributes, with their types, next to the HDF5 version the recorder adds itself.
+TEST(Recorder, EnvironmentBecomesRootAttributes) {
+  const std::string path = temp_path("environment.h5");
+  RunInfo i = info();
+  i.environment = {{"gpu_name", std::string("NVIDIA H100 80GB HBM3")}, {"gpu_sm_clock_mhz", int64_t(1980)},
+                   {"gpu_power_limit_w", 700.0}};
+  Recorder rec(path, i);
+  Record r;
+  r.group = "bench/x";
+  rec.write(r);
+  h5::Handle f = h5::open_file(path, h5::Mode::Read);
+  EXPECT_EQ(h5::read_attr_string(f.id(), "gpu_name"), "NVIDIA H100 80GB HBM3");
+  EXPECT_EQ(h5::read_attr_int(f.id(), "gpu_sm_clock_mhz"), 1980);
+  EXPECT_EQ(h5::read_attr_double(f.id(), "gpu_power_limit_w"), 700.0);
+  const std::string hdf5 = h5::read_attr_string(f.id(), "hdf5_version");
+  EXPECT_EQ(hdf5, h5::library_version());
+  EXPECT_EQ(std::count(hdf5.begin(), hdf5.end(), '.'), 2) << hdf5;
   std::remove(path.c_str());
 }
 
