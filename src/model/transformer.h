@@ -11,6 +11,7 @@
 #include "kernels/ops.h"
 #include "src/core/allocator.h"
 #include "src/model/config.h"
+#include "src/model/gradient_listener.h"
 #include "src/model/params.h"
 
 namespace llmhpc {
@@ -23,13 +24,6 @@ DType compute_dtype(Precision p);  // matrix-product operands and outputs
 
 AttentionKind parse_attention(const std::string& text);  // naive | flash
 const char* attention_name(AttentionKind k);
-
-class GradientListener {
- public:
-  virtual ~GradientListener() = default;
-  // Gradients of flat elements [begin, end) are final for this backward pass.
-  virtual void on_gradients_ready(int64_t begin, int64_t end) = 0;
-};
 
 // How the model trades time for memory. Both plans recompute in backward what costs one pass
 // over memory (the norm outputs, the SwiGLU product); torch.compile decides that per graph

@@ -16,12 +16,17 @@
 #include "comm/communicator.h"
 #include "kernels/backend.h"
 #include "src/core/check.h"
+#include "tests/mpi/mpi_test_util.h"
 #if defined(LLMHPC_WITH_CUDA)
 #include "comm/cuda/nccl_check.h"
 #endif
 
 namespace llmhpc {
 namespace {
+
+using test::nccl_runnable;
+using test::world_rank;
+using test::world_size;
 
 // ---- Memory of a backend: host for mpi, this rank's GPU for nccl ----------------------
 
@@ -117,17 +122,6 @@ class TestBuffer {
 
 // ---- Exactly representable inputs ---------------------------------------------------------
 
-int world_rank() {
-  int r = 0;
-  MPI_Comm_rank(MPI_COMM_WORLD, &r);
-  return r;
-}
-int world_size() {
-  int n = 1;
-  MPI_Comm_size(MPI_COMM_WORLD, &n);
-  return n;
-}
-
 // Integers in [-range, range]; with range = 127 / n for sums, |partial sums| <= 127.
 double value(int rank, size_t i, int range) { return double(int64_t((i * 5 + size_t(rank) * 11 + 3) % size_t(2 * range + 1)) - range); }
 int sum_range() { return std::max(1, 127 / world_size()); }
@@ -169,18 +163,6 @@ std::string case_name(const ::testing::TestParamInfo<Case>& info) {
   return std::string(comm_backend_name(info.param.backend)) + "_" + dtype_name(info.param.dtype);
 }
 
-// Whether every rank can run nccl: compiled in, and on every node at least one GPU per rank.
-bool nccl_runnable() {
-  MPI_Comm node;
-  MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node);
-  int local_size = 1;
-  MPI_Comm_size(node, &local_size);
-  MPI_Comm_free(&node);
-  int mine = nccl_compiled() && cuda_device_count() >= local_size ? 1 : 0, all = 0;
-  MPI_Allreduce(&mine, &all, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
-  return all == 1;
-}
-
 struct BackendState {
   std::unique_ptr<Memory> memory;
   std::unique_ptr<Communicator> comm;
@@ -210,12 +192,7 @@ class CommTest : public ::testing::TestWithParam<Case> {
         s.memory = std::make_unique<HostMemory>();
       } else {
 #if defined(LLMHPC_WITH_CUDA)
-        MPI_Comm node;
-        MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node);
-        int local_rank = 0;
-        MPI_Comm_rank(node, &local_rank);
-        MPI_Comm_free(&node);
-        o.gpu = s.gpu = local_rank % cuda_device_count();
+        o.gpu = s.gpu = test::local_gpu();
         s.memory = std::make_unique<GpuMemory>(o.gpu);
         o.compute_stream = s.memory->compute_stream();
 #endif

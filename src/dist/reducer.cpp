@@ -1,0 +1,111 @@
+#include "src/dist/reducer.h"
+
+#include <algorithm>
+#include <numeric>
+
+#include "src/core/check.h"
+#include "src/core/nvtx.h"
+
+namespace llmhpc {
+namespace {
+
+// Averages, not sums: the loss is a mean over the local batch, and with equal local batches
+// the mean over the global batch is the average of the local means, so its gradient is the
+// average of the local gradients. ReduceOp::Average does that in the collective's one pass
+// (ncclAvg; the mpi backend's sum and one division), with no scaling kernel after it; for a
+// power-of-two rank count in fp32 the division is exact, so the result is the rounded sum
+// scaled exactly.
+//
+// Stream safety (nccl): the collectives run on the communicator's stream, ordered after the
+// compute work enqueued before them, and read and write the gradients in place. The caching
+// device allocator does not know streams, so nothing they touch may be freed or reused while
+// they run: the gradients are the model's persistent buffer, never freed during training,
+// and finish() makes the compute stream wait for every collective before anything after it
+// (the optimizer, the next backward) touches them.
+class Reducer final : public GradientSync {
+ public:
+  Reducer(SyncStrategy strategy, Communicator& comm, Tensor flat_grads, std::vector<GradRange> buckets, IssueTime when)
+      : strategy_(strategy), comm_(comm), grads_(flat_grads), buckets_(std::move(buckets)), when_(when),
+        by_begin_(buckets_.size()), ready_(buckets_.size()), issued_(buckets_.size()) {
+    for (const GradRange& b : buckets_)
+      LLMHPC_CHECK(0 <= b.begin && b.begin < b.end && b.end <= grads_.numel(), "bucket outside the gradient buffer");
+    std::iota(by_begin_.begin(), by_begin_.end(), size_t(0));
+    std::sort(by_begin_.begin(), by_begin_.end(),
+              [&](size_t a, size_t b) { return buckets_[a].begin < buckets_[b].begin; });
+    for (size_t i = 1; i < by_begin_.size(); ++i)
+      LLMHPC_CHECK(buckets_[by_begin_[i - 1]].end <= buckets_[by_begin_[i]].begin, "buckets overlap");
+    begin_step();
+  }
+
+  SyncStrategy strategy() const override { return strategy_; }
+  const std::vector<GradRange>& buckets() const override { return buckets_; }
+  const SyncStats& stats() const override { return stats_; }
+
+  void begin_step() override {
+    LLMHPC_CHECK(in_flight_.empty(), "begin_step() before the last step's finish()");
+    std::fill(ready_.begin(), ready_.end(), 0);
+    std::fill(issued_.begin(), issued_.end(), false);
+    stats_ = SyncStats{};
+    stats_.buckets = int64_t(buckets_.size());
+  }
+
+  // Counts the reported elements of every bucket the range touches, so ranges may come in
+  // any order, in pieces, and straddle buckets; a bucket whose count reaches its size is final.
+  void on_gradients_ready(int64_t begin, int64_t end) override {
+    LLMHPC_CHECK(0 <= begin && begin <= end && end <= grads_.numel(), "reported gradients outside the buffer");
+    if (when_ != IssueTime::WhenReady) return;
+    // The first bucket (by offset) that ends after `begin`, then on while buckets start before `end`.
+    auto it = std::partition_point(by_begin_.begin(), by_begin_.end(),
+                                   [&](size_t k) { return buckets_[k].end <= begin; });
+    for (; it != by_begin_.end() && buckets_[*it].begin < end; ++it) {
+      const size_t k = *it;
+      const GradRange& b = buckets_[k];
+      ready_[k] += std::min(end, b.end) - std::max(begin, b.begin);
+      LLMHPC_CHECK(ready_[k] <= b.size(), "gradients reported final twice in one step (begin_step() not called?)");
+      if (ready_[k] == b.size()) issue(k, /*in_finish=*/false);
+    }
+  }
+
+  void finish() override {
+    NvtxRange range("gradient sync");
+    for (size_t k = 0; k < buckets_.size(); ++k)
+      if (!issued_[k]) issue(k, /*in_finish=*/true);
+    for (CommHandle& h : in_flight_) h.wait();
+    in_flight_.clear();
+  }
+
+ private:
+  void issue(size_t k, bool in_finish) {
+    const GradRange& b = buckets_[k];
+    void* data = grads_.slice(b.begin, {b.size()}).data;
+    const size_t count = size_t(b.size());
+    if (when_ == IssueTime::AfterBackward)
+      comm_.all_reduce(data, data, count, grads_.dtype, ReduceOp::Average);
+    else
+      in_flight_.push_back(comm_.all_reduce_async(data, data, count, grads_.dtype, ReduceOp::Average));
+    issued_[k] = true;
+    ++stats_.collectives;
+    stats_.bytes += b.size() * int64_t(dtype_size(grads_.dtype));
+    if (in_finish) ++stats_.issued_in_finish;
+  }
+
+  SyncStrategy strategy_;
+  Communicator& comm_;
+  Tensor grads_;
+  std::vector<GradRange> buckets_;  // in issue order: reverse parameter order
+  IssueTime when_;
+  std::vector<size_t> by_begin_;  // bucket indices by ascending offset, to find those a range touches
+  std::vector<int64_t> ready_;    // elements reported final this step, per bucket
+  std::vector<bool> issued_;
+  std::vector<CommHandle> in_flight_;
+  SyncStats stats_;
+};
+
+}  // namespace
+
+std::unique_ptr<GradientSync> make_reducer(SyncStrategy strategy, Communicator& comm, Tensor flat_grads,
+                                           std::vector<GradRange> buckets, IssueTime when) {
+  return std::make_unique<Reducer>(strategy, comm, flat_grads, std::move(buckets), when);
+}
+
+}  // namespace llmhpc

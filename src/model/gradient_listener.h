@@ -1,0 +1,18 @@
+// GradientListener: how backward tells the outside world that a range of the flat gradient
+// buffer is final. Data-parallel gradient synchronisation (src/dist) hooks in here, so it
+// depends on this header alone and never on the model.
+#pragma once
+#include <cstdint>
+
+namespace llmhpc {
+
+class GradientListener {
+ public:
+  virtual ~GradientListener() = default;
+  // Gradients of flat elements [begin, end) are final for this backward pass: backward
+  // writes them no more, and the work that computes them has been issued (on a device,
+  // enqueued on the compute stream, not necessarily finished).
+  virtual void on_gradients_ready(int64_t begin, int64_t end) = 0;
+};
+
+}  // namespace llmhpc

@@ -1,0 +1,539 @@
+// Data-parallel training under mpirun with 1-4 ranks (SPEC "Correctness contracts", DDP), for
+// every strategy and for bucket sizes that give one bucket, one per tensor, and something
+// between: ranks seeded differently start equal after broadcast_parameters; n ranks on
+// disjoint shards of a global batch end with the same weights as one rank on the whole batch
+// (fp32: relative error <= 1e-5; the one-rank run is computed on every rank, without
+// communication) and with each other bitwise; the average of the local mean losses is the
+// global mean loss; each strategy communicates what it plans (collectives, bytes, buckets).
+//
+// Two models. A toy written here in plain C++ has what the transformer lacks: a frozen
+// parameter (never communicated, never changed), a weight used twice (its gradient, checked
+// against finite differences, has both contributions) and a trainable parameter the forward
+// never reaches (reduced by finish() with no hang, never changed); its backward reports
+// gradients in reverse order, one tensor in two pieces. The real TransformerLM trains on the
+// backend's device with the sync as its GradientListener.
+//
+// mpi runs on the CPU backend always; nccl on GPUs (gradients on the device, the
+// communicator ordered after the model's stream) when every rank has one, skipped otherwise
+// (decided collectively, so no rank is left in a collective). Under nccl, bf16 ranks also
+// agree bitwise.
+#include <gtest/gtest.h>
+#include <mpi.h>
+
+#include <cmath>
+#include <cstring>
+#include <map>
+#include <random>
+#include <vector>
+
+#include "comm/communicator.h"
+#include "kernels/backend.h"
+#include "src/dist/grad_sync.h"
+#include "src/model/adamw.h"
+#include "src/model/transformer.h"
+#include "tests/mpi/mpi_test_util.h"
+
+namespace llmhpc {
+namespace {
+
+using test::world_rank;
+using test::world_size;
+
+// ---- Where parameters and gradients live: a backend and a communicator --------------------
+
+struct Env {
+  Backend backend;                     // declared first: destroyed after the communicator
+  std::unique_ptr<Communicator> comm;  // nccl: ordered after backend.device's stream
+  Device& device() { return *backend.device; }
+  Ops& ops() { return *backend.ops; }
+};
+
+// One per backend for the whole program (NCCL start-up is slow); freed by each suite's
+// TearDownTestSuite, before MPI_Finalize.
+std::map<CommBackend, Env>& envs() {
+  static std::map<CommBackend, Env> e;
+  return e;
+}
+
+// nullptr when the backend cannot run on every rank (a collective decision).
+Env* env_for(CommBackend b) {
+  if (b == CommBackend::Nccl && !test::nccl_runnable()) return nullptr;
+  Env& e = envs()[b];
+  if (!e.comm) {
+    BackendOptions device;
+    CommOptions comm;
+    comm.backend = b;
+    if (b == CommBackend::Nccl) {
+      device.kind = DeviceKind::Cuda;
+      device.ordinal = comm.gpu = test::local_gpu();
+    }
+    e.backend = make_backend(device);
+    comm.compute_stream = e.device().native_stream();
+    e.comm = make_communicator(comm);
+  }
+  return &e;
+}
+
+std::vector<float> download(Device& d, const Tensor& t) {
+  EXPECT_EQ(t.dtype, DType::F32);
+  std::vector<float> v(size_t(t.numel()));
+  d.copy_to_host(v.data(), t.data, t.bytes());
+  return v;
+}
+
+// ---- Comparisons over ranks (every rank calls them; rank 0 prints) ------------------------
+
+double max_over_ranks(double x) {
+  double worst = 0;
+  MPI_Allreduce(&x, &worst, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+  return worst;
+}
+
+double mean_over_ranks(double x) {
+  double sum = 0;
+  MPI_Allreduce(&x, &sum, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+  return sum / world_size();
+}
+
+// Whether every rank holds rank 0's values, bit for bit.
+bool same_on_every_rank(const std::vector<float>& v) {
+  std::vector<float> root = v;
+  MPI_Bcast(root.data(), int(root.size() * sizeof(float)), MPI_BYTE, 0, MPI_COMM_WORLD);
+  int same = std::memcmp(root.data(), v.data(), v.size() * sizeof(float)) == 0, all = 0;
+  MPI_Allreduce(&same, &all, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+  return all == 1;
+}
+
+// max |a - b| / max |b| (NaN when a holds a non-finite value, so that EXPECT_LE fails).
+template <class A, class B>
+double rel_error(const std::vector<A>& a, const std::vector<B>& b) {
+  EXPECT_EQ(a.size(), b.size());
+  double diff = 0, scale = 1e-30;
+  for (size_t i = 0; i < a.size() && i < b.size(); ++i) {
+    if (!std::isfinite(double(a[i]))) return NAN;
+    diff = std::max(diff, std::fabs(double(a[i]) - double(b[i])));
+    scale = std::max(scale, std::fabs(double(b[i])));
+  }
+  return diff / scale;
+}
+
+// Rank r's samples of a global batch: [r*global/n, (r+1)*global/n).
+struct Shard {
+  int64_t begin, end;
+  int64_t size() const { return end - begin; }
+};
+Shard shard_of_this_rank(int64_t global) {
+  const int64_t r = world_rank(), n = world_size();
+  return {r * global / n, (r + 1) * global / n};
+}
+constexpr int64_t kGlobalBatch = 12;  // divides by 1, 2, 3 and 4 ranks
+constexpr int kSteps = 4;
+constexpr double kFp32Tolerance = 1e-5;  // SPEC: relative error of the weights
+
+// ---- Cases: backend x strategy x bucket size ------------------------------------------------
+
+enum class Buckets { One, PerTensor, Between };  // what the bucket size is chosen to give
+
+struct Case {
+  CommBackend backend;
+  SyncStrategy strategy;
+  Buckets buckets = Buckets::One;
+  bool synced() const { return strategy != SyncStrategy::None || world_size() == 1; }
+  bool after_backward() const {
+    return strategy == SyncStrategy::None || strategy == SyncStrategy::Naive || strategy == SyncStrategy::Flat;
+  }
+  // Ranges reduced per step for a model of `tensors` trainable tensors, where the bucket size
+  // for Between gives `between` buckets.
+  int64_t expected_buckets(int64_t tensors, int64_t between) const {
+    switch (strategy) {
+      case SyncStrategy::None: return 0;
+      case SyncStrategy::Flat: return 1;
+      case SyncStrategy::Naive:
+      case SyncStrategy::Overlap: return tensors;
+      case SyncStrategy::Bucketed:
+        return buckets == Buckets::One ? 1 : buckets == Buckets::PerTensor ? tensors : between;
+    }
+    return -1;
+  }
+  // bucket_mb for a model; `between_bytes` gives it buckets of several tensors but not all.
+  double bucket_mb(double between_bytes) const {
+    const double mib = 1024.0 * 1024.0;
+    return buckets == Buckets::One ? 1000 : buckets == Buckets::PerTensor ? 1 / mib : between_bytes / mib;
+  }
+};
+
+std::string case_name(const ::testing::TestParamInfo<Case>& info) {
+  const Case& c = info.param;
+  std::string name = std::string(comm_backend_name(c.backend)) + "_" + sync_strategy_name(c.strategy);
+  if (c.strategy == SyncStrategy::Bucketed)
+    name += c.buckets == Buckets::One ? "_one" : c.buckets == Buckets::PerTensor ? "_per_tensor" : "_between";
+  return name;
+}
+
+std::vector<Case> all_cases() {
+  std::vector<Case> cases;
+  for (CommBackend b : {CommBackend::Mpi, CommBackend::Nccl}) {
+    for (SyncStrategy s : all_sync_strategies())
+      if (s != SyncStrategy::Bucketed) cases.push_back({b, s});
+    for (Buckets k : {Buckets::One, Buckets::PerTensor, Buckets::Between})
+      cases.push_back({b, SyncStrategy::Bucketed, k});
+  }
+  return cases;
+}
+
+// ---- The toy model ----------------------------------------------------------------------------
+
+// u = s * x (s frozen), h = tanh(W u), y = W h (W used twice), z = a . y + c,
+// loss = mean over samples of (z - t)^2 / 2. q trains but the forward never reaches it.
+// Arithmetic in double on the host; parameters and gradients stored as fp32 on the device.
+namespace toy {
+
+constexpr int D = 4;
+// Flat layout (elements): s [0,4) frozen | W [4,20) | q [20,26) | a [26,30) | c [30,31)
+constexpr int64_t S = 0, W = 4, Q = 20, A = 26, C = 30, kTotal = 31;
+
+std::vector<ParamSpan> spans() {
+  return {{"s", S, W, false}, {"W", W, Q}, {"q", Q, A}, {"a", A, C}, {"c", C, kTotal}};
+}
+
+std::vector<float> init(uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<double> normal(0.0, 0.5);
+  std::vector<float> p(kTotal);
+  for (int64_t i = 0; i < kTotal; ++i) p[size_t(i)] = float(i < W ? 1.0 + normal(rng) * 0.5 : normal(rng));
+  return p;
+}
+
+void sample(int64_t i, double x[D], double& target) {
+  for (int k = 0; k < D; ++k) x[k] = std::sin(1.3 * double(i) + 0.7 * k + 0.2);
+  target = std::cos(0.9 * double(i));
+}
+
+struct Forward {
+  double u[D], h[D], y[D], z, target;
+};
+
+template <class P>
+Forward forward(const std::vector<P>& p, int64_t i) {
+  Forward f;
+  double x[D];
+  sample(i, x, f.target);
+  for (int k = 0; k < D; ++k) f.u[k] = double(p[S + k]) * x[k];
+  for (int j = 0; j < D; ++j) {
+    double pre = 0;
+    for (int k = 0; k < D; ++k) pre += double(p[W + j * D + k]) * f.u[k];
+    f.h[j] = std::tanh(pre);
+  }
+  f.z = double(p[C]);
+  for (int j = 0; j < D; ++j) {
+    f.y[j] = 0;
+    for (int k = 0; k < D; ++k) f.y[j] += double(p[W + j * D + k]) * f.h[k];
+    f.z += double(p[A + j]) * f.y[j];
+  }
+  return f;
+}
+
+template <class P>
+double mean_loss(const std::vector<P>& p, Shard shard) {
+  double sum = 0;
+  for (int64_t i = shard.begin; i < shard.end; ++i) {
+    const Forward f = forward(p, i);
+    sum += 0.5 * (f.z - f.target) * (f.z - f.target);
+  }
+  return sum / double(shard.size());
+}
+
+// Gradients of mean_loss over `shard` into `grads` (on the device): the head (a, c) first,
+// then W in two pieces, each reported to `listener` once written, as a backward would. The
+// gradients of s (frozen) and q (unreached) are not written.
+void backward(const std::vector<float>& p, Shard shard, Device& dev, const Tensor& grads, GradientListener* listener) {
+  std::vector<double> g(kTotal, 0.0);
+  for (int64_t i = shard.begin; i < shard.end; ++i) {
+    const Forward f = forward(p, i);
+    const double dz = (f.z - f.target) / double(shard.size());
+    double dy[D], dpre[D];
+    g[C] += dz;
+    for (int j = 0; j < D; ++j) g[A + j] += dz * f.y[j], dy[j] = dz * double(p[A + j]);
+    for (int k = 0; k < D; ++k) {  // dh = W^T dy, through tanh
+      double dh = 0;
+      for (int j = 0; j < D; ++j) dh += double(p[W + j * D + k]) * dy[j];
+      dpre[k] = dh * (1 - f.h[k] * f.h[k]);
+    }
+    for (int j = 0; j < D; ++j)
+      for (int k = 0; k < D; ++k) g[W + j * D + k] += dy[j] * f.h[k] + dpre[j] * f.u[k];  // second use + first use
+  }
+  auto report = [&](int64_t begin, int64_t end) {
+    std::vector<float> part(g.begin() + begin, g.begin() + end);
+    dev.copy_to_device(grads.slice(begin, {end - begin}).data, part.data(), part.size() * sizeof(float));
+    if (listener) listener->on_gradients_ready(begin, end);
+  };
+  report(A, kTotal);
+  report(W + 8, Q);
+  report(W, W + 8);
+}
+
+// Markers in the gradients that backward does not write, different on every rank: the frozen
+// one must keep this rank's, the unreached one must hold the ranks' average after finish().
+float frozen_marker(int rank) { return -1.0f - float(rank); }
+float unreached_marker(int rank) { return 100.0f + float(rank); }
+
+}  // namespace toy
+
+// What a training run leaves behind.
+struct Training {
+  std::vector<float> params;
+  std::vector<double> losses;  // this rank's mean loss of each step, before its update
+  std::vector<float> grads;    // the gradients the first step's optimizer saw
+  SyncStats stats;             // of the last step
+};
+
+constexpr uint64_t kRankZeroSeed = 1000;
+
+// One rank on the whole batch without communication (dist == nullptr, parameters from rank
+// 0's seed), or this rank's shard under the case's strategy (parameters from this rank's
+// seed, then broadcast from rank 0).
+Training train_toy(Env& env, const Case* dist) {
+  Device& dev = env.device();
+  Allocator& alloc = dev.allocator();
+  Buffer params(alloc, DType::F32, {toy::kTotal}, "toy.params"), grads(alloc, DType::F32, {toy::kTotal}, "toy.grads"),
+      m(alloc, DType::F32, {toy::kTotal}, "toy.m"), v(alloc, DType::F32, {toy::kTotal}, "toy.v");
+  dev.fill_zero(m.tensor().data, m.tensor().bytes());
+  dev.fill_zero(v.tensor().data, v.tensor().bytes());
+  const std::vector<float> init = toy::init(dist ? kRankZeroSeed + uint64_t(world_rank()) : kRankZeroSeed);
+  dev.copy_to_device(params.tensor().data, init.data(), init.size() * sizeof(float));
+  std::unique_ptr<GradientSync> sync;
+  if (dist) {
+    broadcast_parameters(*env.comm, params);
+    sync = make_gradient_sync(dist->strategy, *env.comm, grads, toy::spans(), dist->bucket_mb(44));
+  }
+  const Shard shard = dist ? shard_of_this_rank(kGlobalBatch) : Shard{0, kGlobalBatch};
+  const AdamWHyper hyper{1e-2, 0.9, 0.999, 1e-8, 0.01};
+  Training run;
+  for (int step = 0; step < kSteps; ++step) {
+    std::vector<float> markers(toy::kTotal, 0.0f);
+    for (int64_t i = toy::S; i < toy::W; ++i) markers[size_t(i)] = toy::frozen_marker(world_rank());
+    for (int64_t i = toy::Q; i < toy::A; ++i) markers[size_t(i)] = toy::unreached_marker(world_rank());
+    dev.copy_to_device(grads.tensor().data, markers.data(), markers.size() * sizeof(float));
+    const std::vector<float> p = download(dev, params);
+    run.losses.push_back(toy::mean_loss(p, shard));
+    if (sync) sync->begin_step();
+    toy::backward(p, shard, dev, grads, sync.get());
+    if (sync) sync->finish();
+    if (step == 0) run.grads = download(dev, grads);
+    // AdamW on what the forward reaches and trains: W, and a with c.
+    for (auto [begin, end] : {std::pair<int64_t, int64_t>{toy::W, toy::Q}, {toy::A, toy::kTotal}}) {
+      auto part = [&](const Buffer& b) { return b.tensor().slice(begin, {end - begin}); };
+      env.ops().adamw_step(part(params), part(grads), part(m), part(v), Tensor(), hyper, step + 1);
+    }
+    if (sync) run.stats = sync->stats();
+  }
+  run.params = download(dev, params);
+  return run;
+}
+
+// ---- The transformer ----------------------------------------------------------------------------
+
+// vocab 64, context 8, d_model 32, d_ff 64, 2 layers, 4 heads.
+ModelConfig tiny_transformer() { return ModelConfig{"custom", 64, 8, 32, 64, 2, 4}; }
+
+struct TokenBatch {
+  std::vector<int32_t> tokens, targets;  // (kGlobalBatch, T)
+};
+
+TokenBatch global_batch(const ModelConfig& c, int step) {
+  std::mt19937_64 rng(uint64_t(77 + step));
+  const size_t n = size_t(kGlobalBatch * c.context_length);
+  TokenBatch b{std::vector<int32_t>(n), std::vector<int32_t>(n)};
+  for (int32_t& t : b.tokens) t = int32_t(rng() % uint64_t(c.vocab_size));
+  for (int32_t& t : b.targets) t = int32_t(rng() % uint64_t(c.vocab_size));
+  return b;
+}
+
+// As train_toy, with TransformerLM and AdamW; the sync is backward's listener.
+Training train_transformer(Env& env, const Case* dist, Precision precision = Precision::FP32) {
+  const ModelConfig c = tiny_transformer();
+  TransformerLM model(c, precision, AttentionKind::Naive, env.device(), env.ops());
+  model.init_parameters(dist ? kRankZeroSeed + uint64_t(world_rank()) : kRankZeroSeed);
+  std::unique_ptr<GradientSync> sync;
+  if (dist) {
+    broadcast_parameters(*env.comm, model.params());
+    model.parameters_changed();
+    sync = make_gradient_sync(dist->strategy, *env.comm, model.grads(), param_spans(model.layout()),
+                              dist->bucket_mb(16 * 1024));
+  }
+  AdamW opt(model, env.ops(), AdamWHyper{3e-3, 0.9, 0.999, 1e-8, 0.01});
+  const Shard shard = dist ? shard_of_this_rank(kGlobalBatch) : Shard{0, kGlobalBatch};
+  const int64_t T = c.context_length;
+  Training run;
+  for (int step = 0; step < kSteps; ++step) {
+    const TokenBatch b = global_batch(c, step);
+    model.set_batch(b.tokens.data() + shard.begin * T, b.targets.data() + shard.begin * T, shard.size(), T);
+    model.forward();
+    run.losses.push_back(model.mean_loss());
+    if (sync) sync->begin_step();
+    model.backward(sync.get());
+    if (sync) sync->finish();
+    if (step == 0) run.grads = download(env.device(), model.grads());
+    opt.step();
+    if (sync) run.stats = sync->stats();
+  }
+  run.params = download(env.device(), model.params());
+  return run;
+}
+
+// ---- Fixtures ---------------------------------------------------------------------------------
+
+class DdpTest : public ::testing::TestWithParam<Case> {
+ protected:
+  static void TearDownTestSuite() { envs().clear(); }
+  void SetUp() override {
+    env_ = env_for(GetParam().backend);
+    if (!env_) GTEST_SKIP() << "nccl: not compiled in, no GPU visible, or more ranks than GPUs on a node";
+  }
+
+  // What every model's run must show against the one-rank run. Collective.
+  void expect_trains_like_one_rank(const Training& dist, const Training& one_rank) {
+    const Case& c = GetParam();
+    const double err = max_over_ranks(rel_error(dist.params, one_rank.params));
+    if (c.synced())
+      EXPECT_LE(err, kFp32Tolerance) << "weights after " << kSteps << " steps against one rank on the whole batch";
+    else  // the control: with no communication, ranks on different shards drift apart
+      EXPECT_GT(err, 100 * kFp32Tolerance) << "'none' on several ranks should not match one rank";
+    if (c.strategy != SyncStrategy::None) EXPECT_TRUE(same_on_every_rank(dist.params)) << "ranks differ";
+    // The average of the local mean losses is the global mean loss (every step when the
+    // ranks stay in step; the first step always, as every rank starts from rank 0's weights).
+    for (int step = 0; step < (c.synced() ? kSteps : 1); ++step) {
+      const double global = mean_over_ranks(dist.losses[size_t(step)]), want = one_rank.losses[size_t(step)];
+      EXPECT_LE(max_over_ranks(std::fabs(global - want) / std::fabs(want)), kFp32Tolerance) << "loss of step " << step;
+    }
+  }
+
+  // Collectives as planned: one per bucket, issued during backward where backward reports
+  // the whole bucket, by finish() otherwise.
+  void expect_stats(const SyncStats& s, int64_t buckets, int64_t bytes, int64_t issued_in_finish) {
+    EXPECT_EQ(s.buckets, buckets);
+    EXPECT_EQ(s.collectives, buckets);
+    EXPECT_EQ(s.bytes, buckets ? bytes : 0);
+    EXPECT_EQ(s.issued_in_finish, issued_in_finish);
+  }
+
+  Env* env_ = nullptr;
+};
+
+TEST_P(DdpTest, ToyTrainsLikeOneRankOnTheWholeBatch) {
+  const Case& c = GetParam();
+  const Training one_rank = train_toy(*env_, nullptr), dist = train_toy(*env_, &c);
+  expect_trains_like_one_rank(dist, one_rank);
+
+  // Frozen s and unreached q: untouched (rank 0's initial values) on every rank.
+  const std::vector<float> init = toy::init(kRankZeroSeed);
+  int changed = 0;
+  for (int64_t i = toy::S; i < toy::A; ++i)
+    if ((i < toy::W || i >= toy::Q) && std::memcmp(&dist.params[size_t(i)], &init[size_t(i)], sizeof(float)) != 0)
+      ++changed;
+  EXPECT_EQ(max_over_ranks(changed), 0) << "frozen or unreached parameters changed";
+
+  // After the first finish(): the frozen gradient was never communicated (this rank's marker
+  // is still there); the unreached one was averaged over ranks (finish() reduced it).
+  const int n = world_size();
+  double frozen_wrong = 0, unreached_err = 0;
+  const double unreached_mean = 100.0 + (n - 1) / 2.0;
+  for (int64_t i = toy::S; i < toy::W; ++i) frozen_wrong += dist.grads[size_t(i)] != toy::frozen_marker(world_rank());
+  for (int64_t i = toy::Q; i < toy::A; ++i)
+    unreached_err = std::max(unreached_err, std::fabs(dist.grads[size_t(i)] - unreached_mean) / unreached_mean);
+  EXPECT_EQ(max_over_ranks(frozen_wrong), 0) << "the frozen parameter's gradient was communicated";
+  if (c.strategy != SyncStrategy::None)
+    EXPECT_LE(max_over_ranks(unreached_err), 1e-6) << "the unreached parameter's gradient was not averaged";
+
+  // The averaged gradient of everything trained, W (used twice) included, is the gradient of
+  // the global mean loss: central differences in double at the initial weights.
+  if (c.synced()) {
+    std::vector<double> p(init.begin(), init.end()), fd, got;
+    const Shard all{0, kGlobalBatch};
+    for (int64_t i = toy::W; i < toy::kTotal; ++i) {
+      if (i >= toy::Q && i < toy::A) continue;  // q: not reached
+      const double orig = p[size_t(i)], eps = 1e-6;
+      p[size_t(i)] = orig + eps;
+      const double up = toy::mean_loss(p, all);
+      p[size_t(i)] = orig - eps;
+      const double down = toy::mean_loss(p, all);
+      p[size_t(i)] = orig;
+      fd.push_back((up - down) / (2 * eps));
+      got.push_back(dist.grads[size_t(i)]);
+    }
+    EXPECT_LE(max_over_ranks(rel_error(got, fd)), kFp32Tolerance) << "gradients against finite differences";
+  }
+
+  // 4 trainable tensors, 27 elements; q (in the bucket [20,31) or its own) is never reported.
+  const int64_t buckets = c.expected_buckets(4, 2);
+  expect_stats(dist.stats, buckets, 27 * 4, c.after_backward() ? buckets : 1);
+}
+
+TEST_P(DdpTest, TransformerTrainsLikeOneRankOnTheWholeBatch) {
+  const Case& c = GetParam();
+  const Training one_rank = train_transformer(*env_, nullptr), dist = train_transformer(*env_, &c);
+  expect_trains_like_one_rank(dist, one_rank);
+  // The first step's averaged gradients are the whole batch's (Adam's steps hardly change
+  // when gradients are scaled, so the weights alone would not show a sum in place of a mean).
+  if (c.synced())
+    EXPECT_LE(max_over_ranks(rel_error(dist.grads, one_rank.grads)), kFp32Tolerance) << "first step's gradients";
+  const ParameterLayout layout(tiny_transformer());
+  const int64_t tensors = int64_t(layout.params().size());
+  // 16 KiB buckets: more than one, fewer than the tensors (the exact count is the unit tests').
+  const int64_t buckets = c.expected_buckets(tensors, dist.stats.buckets);
+  if (c.strategy == SyncStrategy::Bucketed && c.buckets == Buckets::Between) {
+    EXPECT_GT(buckets, 1);
+    EXPECT_LT(buckets, tensors);
+  }
+  // Backward reports every tensor, so overlap and bucketed issue everything during backward.
+  expect_stats(dist.stats, buckets, layout.total() * 4, c.after_backward() ? buckets : 0);
+}
+
+INSTANTIATE_TEST_SUITE_P(Strategies, DdpTest, ::testing::ValuesIn(all_cases()), case_name);
+
+class DdpBackendTest : public ::testing::TestWithParam<CommBackend> {
+ protected:
+  static void TearDownTestSuite() { envs().clear(); }
+  void SetUp() override {
+    env_ = env_for(GetParam());
+    if (!env_) GTEST_SKIP() << "nccl: not compiled in, no GPU visible, or more ranks than GPUs on a node";
+  }
+  Env* env_ = nullptr;
+};
+
+// Ranks seeded differently differ until the broadcast, then hold rank 0's values bitwise.
+TEST_P(DdpBackendTest, BroadcastMakesDifferentlySeededRanksEqual) {
+  Device& dev = env_->device();
+  const std::vector<float> mine = toy::init(kRankZeroSeed + uint64_t(world_rank()));
+  Buffer params(dev.allocator(), DType::F32, {toy::kTotal}, "toy.params");
+  dev.copy_to_device(params.tensor().data, mine.data(), mine.size() * sizeof(float));
+  if (world_size() > 1) EXPECT_FALSE(same_on_every_rank(download(dev, params))) << "seeds should differ";
+  broadcast_parameters(*env_->comm, params);
+  const std::vector<float> got = download(dev, params), want = toy::init(kRankZeroSeed);
+  EXPECT_TRUE(same_on_every_rank(got));
+  EXPECT_EQ(max_over_ranks(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)) != 0), 0);
+
+  TransformerLM model(tiny_transformer(), Precision::FP32, AttentionKind::Naive, dev, env_->ops());
+  model.init_parameters(kRankZeroSeed + uint64_t(world_rank()));
+  if (world_size() > 1) EXPECT_FALSE(same_on_every_rank(download(dev, model.params())));
+  broadcast_parameters(*env_->comm, model.params());
+  EXPECT_TRUE(same_on_every_rank(download(dev, model.params())));
+}
+
+// Mixed precision (CUDA only): every strategy keeps the ranks bitwise equal.
+TEST_P(DdpBackendTest, Bf16RanksAgreeBitwise) {
+  if (env_->device().kind() != DeviceKind::Cuda) GTEST_SKIP() << "bf16 runs on the CUDA backend";
+  for (const Case& c : all_cases()) {
+    if (c.backend != GetParam() || c.strategy == SyncStrategy::None) continue;
+    const Training dist = train_transformer(*env_, &c, Precision::BF16);
+    EXPECT_TRUE(same_on_every_rank(dist.params)) << sync_strategy_name(c.strategy);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Backends, DdpBackendTest, ::testing::Values(CommBackend::Mpi, CommBackend::Nccl),
+                         [](const ::testing::TestParamInfo<CommBackend>& info) {
+                           return std::string(comm_backend_name(info.param));
+                         });
+
+}  // namespace
+}  // namespace llmhpc
