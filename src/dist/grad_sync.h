@@ -65,11 +65,11 @@ class GradientSync : public GradientListener {
   // The ranges reduced each step, in reverse parameter order.
   virtual const std::vector<GradRange>& buckets() const = 0;
   // Before backward: a new step (what the last one reported is forgotten, stats restart).
-  virtual void begin_step() = 0;
+  void begin_step() override = 0;
   // After backward: issues every reduction not issued yet, then makes the gradients'
   // consumer wait for all of them. nccl: the compute stream waits (the host does not
   // block), so the optimizer enqueued after it reads the averages; mpi: complete on return.
-  virtual void finish() = 0;
+  void finish() override = 0;
   virtual const SyncStats& stats() const = 0;
 };
 

@@ -15,23 +15,31 @@ const char* phase_name(Phase p) {
 
 StepTimes run_step(TransformerLM& model, AdamW* opt, Phase phase, Timer& timer, GradientListener* listener) {
   LLMHPC_CHECK(phase != Phase::TrainStep || opt != nullptr, "train-step needs an optimizer");
+  LLMHPC_CHECK(timer.marks() >= kStepMarks, "run_step needs a timer of kStepMarks marks");
+  StepTimes t;
   int last = 0;
   timer.mark(0);
   model.forward();
   timer.mark(last = 1);
   if (phase != Phase::Forward) {
+    if (listener) listener->begin_step();
     model.backward(listener);
     timer.mark(last = 2);
+    if (listener) {
+      listener->finish();
+      timer.mark(last = 3);
+    }
   }
   if (phase == Phase::TrainStep) {
+    t.live_bytes_before_optimizer = model.device().allocator().live_bytes();
     opt->step();
-    timer.mark(last = 3);
+    timer.mark(4);
   }
-  StepTimes t;
-  t.step_ms = timer.elapsed_ms(0, last);  // waits for the device
+  t.step_ms = timer.elapsed_ms(0, phase == Phase::TrainStep ? 4 : last);  // waits for the device
   t.forward_ms = timer.elapsed_ms(0, 1);
-  if (last >= 2) t.backward_ms = timer.elapsed_ms(1, 2);
-  if (last >= 3) t.optimizer_ms = timer.elapsed_ms(2, 3);
+  if (phase != Phase::Forward) t.backward_ms = timer.elapsed_ms(1, 2);
+  if (listener && phase != Phase::Forward) t.sync_ms = timer.elapsed_ms(2, 3);
+  if (phase == Phase::TrainStep) t.optimizer_ms = timer.elapsed_ms(listener ? 3 : 2, 4);
   return t;
 }
 

@@ -16,9 +16,17 @@ const char* phase_name(Phase p);
 
 struct StepTimes {
   double forward_ms = NAN, backward_ms = NAN, optimizer_ms = NAN, step_ms = NAN;
+  // With a listener (data parallelism): from the end of backward until its finish() let the
+  // compute stream go on, i.e. the communication backward did not hide, as compute sees it.
+  double sync_ms = NAN;
+  int64_t live_bytes_before_optimizer = -1;  // the device allocator's live bytes (train-step)
 };
 
-// `timer` needs 4 marks. `opt` may be null unless phase is TrainStep.
+// The marks a step's timer needs: start, forward, backward, gradients final, optimizer.
+constexpr int kStepMarks = 5;
+
+// One step; `timer` (of the model's device) needs kStepMarks marks. `opt` may be null unless
+// phase is TrainStep. `listener` hears backward (GradientListener's step protocol).
 StepTimes run_step(TransformerLM& model, AdamW* opt, Phase phase, Timer& timer,
                    GradientListener* listener = nullptr);
 

@@ -10,6 +10,8 @@
 #include "src/io/token_data.h"
 #include "src/model/checkpoint.h"
 #include "src/model/train_step.h"
+#include "src/core/table.h"
+#include "src/modes/data_parallel.h"
 #include "src/modes/options.h"
 
 namespace llmhpc {
@@ -30,8 +32,8 @@ void add_options(po::options_description& desc) {
       ("init", po::value<std::string>(), "start from this checkpoint (its config is used unless model options are given)")
       ("save", po::value<std::string>(), "write the final checkpoint here (rank 0)")
       ("log-every", text("10"), "print the loss every N steps (0: only the last)")
-      ("ddp", text("none"), "data parallelism over ranks: none | naive | flat | overlap | bucketed")
       ("shard-optimizer", text("none"), "optimizer state sharding: none | broadcast | zero1");
+  add_data_parallel_options(train, false);
   po::options_description model("Model options");
   add_model_options(model, false);
   add_precision_options(model, false);
@@ -59,11 +61,13 @@ void validate(const po::variables_map& vm) {
   opt_positive(vm, "steps");
   opt_nonnegative(vm, "log-every");
   hyper_from(vm);
-  require_choice(opt_string(vm, "ddp"), {"none", "naive", "flat", "overlap", "bucketed"}, "ddp");
   require_choice(opt_string(vm, "shard-optimizer"), {"none", "broadcast", "zero1"}, "shard-optimizer");
-  for (const char* list_opt : {"model", "context-length", "batch-size", "precision", "attention"})
+  for (const char* list_opt : {"model", "context-length", "batch-size", "precision", "attention", "ddp", "bucket-mb"})
     if (split_list(opt_string(vm, list_opt), list_opt).size() != 1)
-      throw UsageError(std::string("--mode train takes one value for --") + list_opt + " (lists are for bench sweeps)");
+      throw UsageError(std::string("--mode train takes one value for --") + list_opt +
+                       " (lists are for bench and ddp sweeps)");
+  sync_strategies(vm, 1);
+  bucket_sizes_mb(vm);
   if (!vm.count("init")) model_configs(vm);
 }
 
@@ -96,7 +100,9 @@ void run(ModeContext& ctx) {
   Device& dev = *ctx.backend.device;
   Ops& ops = *ctx.backend.ops;
   const int64_t steps = opt_positive(vm, "steps"), log_every = opt_nonnegative(vm, "log-every");
-  const int64_t batch = batch_sizes(vm).front();
+  const int64_t batch = batch_sizes(vm).front();  // the global batch
+  const SyncStrategy strategy = sync_strategies(vm, rt.world_size).front();
+  const double bucket_mb = bucket_sizes_mb(vm).front();
   const DataOrder order = parse_data_order(opt_string(vm, "data-order"));
   const uint64_t seed = uint64_t(opt_int(vm, "seed"));
   const Precision precision = precisions(vm).front();
@@ -117,12 +123,16 @@ void run(ModeContext& ctx) {
       throw UsageError("--save '" + opt_string(vm, "save") + "': the directory is missing or not writable");
     if (precision == Precision::BF16 && dev.kind() == DeviceKind::Cpu)
       throw UsageError("--precision bf16 needs --device cuda (the CPU backend computes in fp32 or fp64)");
-    if (opt_string(vm, "ddp") != "none" || opt_string(vm, "shard-optimizer") != "none")
-      throw UsageError("--ddp and --shard-optimizer are not available yet: train one rank at a time");
-    if (rt.world_size > 1)
-      throw UsageError("--mode train with " + std::to_string(rt.world_size) +
-                       " ranks needs data parallelism (--ddp), which is not available yet; run one rank");
+    if (opt_string(vm, "shard-optimizer") != "none")
+      throw UsageError("--shard-optimizer is not available yet: use --shard-optimizer none");
+    if (rt.world_size > 1 && strategy == SyncStrategy::None)
+      throw UsageError("--ddp none on " + std::to_string(rt.world_size) +
+                       " ranks would train independent copies of the model: choose naive, flat, overlap or bucketed");
+    local_batch(batch, rt.rank, rt.world_size);
   });
+  const LocalBatch mine = local_batch(batch, rt.rank, rt.world_size);
+  std::unique_ptr<Communicator> comm;
+  if (strategy != SyncStrategy::None) comm = make_gradient_communicator(rt, vm, dev);
 
   const int64_t seq = config.context_length;  // sequences are as long as the model's context
   std::unique_ptr<TransformerLM> model;
@@ -133,18 +143,31 @@ void run(ModeContext& ctx) {
     if (init) load_checkpoint(opt_string(vm, "init"), *model, opt.get());
     else model->init_parameters(seed);
   });
+  std::unique_ptr<GradientSync> sync;
+  if (comm) {  // every rank starts from rank 0's weights, whatever its seed or file
+    broadcast_parameters(*comm, model->params());
+    model->parameters_changed();
+    sync = make_gradient_sync(strategy, *comm, model->grads(), param_spans(model->layout()), bucket_mb);
+  }
 
   log_root(rt, "train: %s (%.1fM parameters), %s, %lld steps of %lld x %lld tokens from %s (%lld tokens, %s order)%s\n",
            config.name.c_str(), double(config.num_params()) / 1e6, precision_name(precision), (long long)steps,
            (long long)batch, (long long)seq, data.path().c_str(), (long long)data.size(),
            order == DataOrder::Random ? "random" : "sequential",
            init ? (", from " + opt_string(vm, "init")).c_str() : "");
+  if (sync)
+    log_root(rt, "train: %d ranks of %lld sequences each, --ddp %s%s (%zu collective(s) per step)\n", rt.world_size,
+             (long long)mine.count, sync_strategy_name(strategy),
+             strategy == SyncStrategy::Bucketed ? (" " + fmt(bucket_mb) + " MiB").c_str() : "", sync->buckets().size());
 
   Record rec;
   rec.group = "train";
   rec.attr("model", config.name).attr("d_model", config.d_model).attr("d_ff", config.d_ff)
       .attr("num_layers", config.num_layers).attr("num_heads", config.num_heads)
       .attr("vocab_size", config.vocab_size).attr("context_length", seq).attr("batch_size", batch)
+      .attr("local_batch_size", mine.count).attr("world_size", int64_t(rt.world_size))
+      .attr("ddp", std::string(sync_strategy_name(strategy))).attr("bucket_mb", bucket_mb)
+      .attr("buckets", int64_t(sync ? sync->buckets().size() : 0))
       .attr("precision", std::string(precision_name(precision))).attr("attention", std::string(attention_name(attention)))
       .attr("low_memory", int64_t(memory == MemoryPlan::LowMemory ? 1 : 0))
       .attr("data", data.path()).attr("data_order", opt_string(vm, "data-order"))
@@ -152,23 +175,26 @@ void run(ModeContext& ctx) {
       .attr("beta1", opt->hyper().beta1).attr("beta2", opt->hyper().beta2).attr("eps", opt->hyper().eps)
       .attr("init", vm.count("init") ? opt_string(vm, "init") : std::string(""))
       .attr("first_step", opt->steps_taken() + 1);
-  std::vector<double> loss, step_ms, fwd_ms, bwd_ms, opt_ms;
+  std::vector<double> loss, step_ms, fwd_ms, bwd_ms, sync_ms, opt_ms;
   auto save_progress = [&](const std::string& status) {
     Record r = rec;
     r.status = status;
     r.add("loss", loss).add("step_ms", step_ms).add("forward_ms", fwd_ms).add("backward_ms", bwd_ms)
         .add("optimizer_ms", opt_ms);
+    if (sync) r.add("sync_ms", sync_ms);
     ctx.recorder.write(r);
   };
 
-  auto timer = dev.make_timer(4);
-  std::vector<int32_t> inputs(batch * seq), targets(batch * seq);
+  auto timer = dev.make_timer(kStepMarks);
+  std::vector<int32_t> inputs(mine.count * seq), targets(mine.count * seq);
   auto last_flush = std::chrono::steady_clock::now();
   for (int64_t s = 0; s < steps; ++s) {
-    data.fill_batch(s, batch, seq, 0, batch, order, seed, inputs.data(), targets.data());
-    model->set_batch(inputs.data(), targets.data(), batch, seq);
-    StepTimes t = run_step(*model, opt.get(), Phase::TrainStep, *timer);
-    loss.push_back(model->mean_loss());
+    data.fill_batch(s, batch, seq, mine.first, mine.count, order, seed, inputs.data(), targets.data());
+    model->set_batch(inputs.data(), targets.data(), mine.count, seq);
+    StepTimes t = run_step(*model, opt.get(), Phase::TrainStep, *timer, sync.get());
+    // The mean over the global batch: the local batches are equal, so the mean of the means.
+    loss.push_back(rt.reduce_all(model->mean_loss(), HostReduce::Sum) / rt.world_size);
+    sync_ms.push_back(t.sync_ms);
     step_ms.push_back(t.step_ms);
     fwd_ms.push_back(t.forward_ms);
     bwd_ms.push_back(t.backward_ms);

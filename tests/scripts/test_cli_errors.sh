@@ -74,12 +74,21 @@ for np in 1 2; do
   check $np "not a checkpoint"          $TRAIN --init empty.h5
   check $np "does not fit the model"    $TRAIN --init wrong_shape.h5
   check $np "lists are for bench"       $TRAIN --batch-size 2,4
+  check $np "--bucket-mb '0': must be a number of MiB greater than 0" $TRAIN --bucket-mb 0
+  check $np "--bucket-mb 'abc': not a number" $TRAIN --bucket-mb abc
+  check $np "--shard-optimizer is not available yet" $TRAIN --shard-optimizer zero1
   if nvidia-smi -L >/dev/null 2>&1; then
     echo "skip (np=$np): --device cuda without a GPU (this machine has one)"
   else
     check $np "--device cuda"           --mode bench $TINY --device cuda
   fi
 done
+
+# Data parallelism: the global batch is shared equally; --ddp none on several ranks would
+# train independent copies.
+check 2 "must divide by the 2 ranks"  $TRAIN --batch-size 3
+check 3 "must divide by the 3 ranks"  $TRAIN --batch-size 4 --ddp naive
+check 2 "independent copies"          $TRAIN --ddp none
 
 # Existing results are never overwritten.
 mkdir -p "$WORK/taken" && touch "$WORK/taken/rank00000.h5"
