@@ -20,6 +20,8 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "src/core/allocator.h"
 #include "src/core/attrs.h"
@@ -138,6 +140,11 @@ class Ops {
   virtual void convert(Tensor dst, Tensor src) = 0;
   // x *= factor, in place.
   virtual void scale(Tensor x, double factor) = 0;
+
+  // What attention_forward/backward run for these sizes, as (name, value) pairs recorded with
+  // results: the kernel family and its tiling/variant choices. Empty values are omitted.
+  virtual std::vector<std::pair<std::string, std::string>> attention_variant(const AttentionDims& d,
+                                                                             DType compute) const = 0;
 };
 
 }  // namespace llmhpc

@@ -257,6 +257,10 @@ class CpuOps final : public Ops {
       for (int64_t i = 0; i < n; ++i) p[i] = E(p[i] * factor);
     });
   }
+  std::vector<std::pair<std::string, std::string>> attention_variant(const AttentionDims& d,
+                                                                     DType compute) const override {
+    return {{"attention_kernel", d.kind == AttentionKind::Flash ? "cpu flash" : "cpu naive"}};
+  }
 
  private:
   void rope(Tensor qkv, int64_t heads, double theta, double sign) {

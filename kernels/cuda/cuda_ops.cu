@@ -246,4 +246,30 @@ void CudaOps::convert(Tensor dst, Tensor src) {
 
 void CudaOps::scale(Tensor x, double factor) { cuda::scale(x, factor, stream_); }
 
+// Flash: flash::flash_variant of the params attention_forward/backward build, with the
+// process's settings (LLMHPC_FLASH_*). The choice reads the tensors' addresses only for their
+// alignment: placeholders aligned like the device allocator's buffers (cudaMalloc's 256 bytes)
+// stand for them. The forward's and the backward's kernel family and head dim are the same
+// for these packed tensors (aligned alike), so they are recorded once.
+std::vector<std::pair<std::string, std::string>> CudaOps::attention_variant(const AttentionDims& d,
+                                                                            DType compute) const {
+  if (d.kind != AttentionKind::Flash) return {{"attention_kernel", "naive (cuBLAS + softmax kernel)"}};
+  void* const aligned = reinterpret_cast<void*>(256);
+  flash::FlashParams p = flash::packed_params(compute, aligned, aligned, static_cast<float*>(aligned), d.batch, d.seq,
+                                              d.heads, d.head_dim, d.causal);
+  flash::set_packed_backward(p, aligned, aligned, aligned);
+  const flash::FlashVariant v = flash::flash_variant(p);
+  auto chunk = [](int tiles) { return tiles ? std::to_string(tiles) : std::string("off"); };
+  const char* dq = v.dq_sum == flash::DqSum::Atomic ? "atomic" : v.dq_sum == flash::DqSum::Ordered ? "ordered" : "none";
+  return {{"attention_kernel", "flash"},
+          {"flash_impl", flash::flash_impl_name(v.fwd.impl)},
+          {"flash_head_dim", std::to_string(v.fwd.head_dim)},
+          {"flash_fwd_rows", std::to_string(v.fwd.rows)},
+          {"flash_bwd", v.dq_sum == flash::DqSum::None ? "split" : "fused"},
+          {"flash_bwd_rows", std::to_string(v.bwd.rows)},
+          {"flash_bwd_chunks",
+           v.kv_chunk || v.q_chunk ? "dkdv " + chunk(v.kv_chunk) + ", dq " + chunk(v.q_chunk) : "off"},
+          {"flash_dq", dq}};
+}
+
 }  // namespace llmhpc

@@ -31,6 +31,8 @@ class CudaOps final : public Ops {
                   int64_t step) override;
   void convert(Tensor dst, Tensor src) override;
   void scale(Tensor x, double factor) override;
+  std::vector<std::pair<std::string, std::string>> attention_variant(const AttentionDims& d,
+                                                                     DType compute) const override;
 
  private:
   void rope(Tensor qkv, int64_t heads, double theta, double sign);

@@ -29,17 +29,23 @@
 // of naive's rowsum(dP P) from bf16 dP and P.
 //
 // Also: outputs start as NaN (an element a kernel skips fails); the backward is bitwise
-// deterministic; L of every row; unsupported requests and bad tiling variables are
-// UsageErrors. Skipped without a GPU, but for the check of the tiling variables.
-// The CUDA-core variants run the fused dQ (flash_attn.h); LLMHPC_FLASH_BWD=split runs them split.
+// deterministic; L of every row; unsupported requests and bad LLMHPC_FLASH_* values are
+// UsageErrors; flash_variant (what results record) names what the settings force and auto
+// chooses. Skipped without a GPU, but for the settings' parsing (FlashSettings).
+// Every run takes the environment's settings (a run under LLMHPC_FLASH_BWD=split checks the
+// split backward everywhere) with the test's own forcing on top (FlashParams::settings). The
+// CUDA-core variants run the fused dQ (flash_attn.h); LLMHPC_FLASH_BWD=split runs them split.
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <map>
 #include <random>
 #include <sstream>
 #include <string>
+#include <tuple>
+#include <utility>
 #include <vector>
 
 #include "kernels/backend.h"
@@ -52,7 +58,10 @@
 namespace llmhpc::test {
 namespace {
 
+using flash::DqSum;
+using flash::FlashBwd;
 using flash::FlashImpl;
+using flash::FlashSettings;
 
 struct Shape {
   int64_t B, T, H, D;
@@ -113,19 +122,25 @@ class DeviceBuffer {
 
 using Result = AttentionResult;
 
+// The environment's settings with `impl` forced.
+FlashSettings with_impl(FlashImpl impl, FlashSettings settings = flash::flash_settings()) {
+  settings.impl = impl;
+  return settings;
+}
+
 // The kernels on the GPU: forward, then backward, on packed qkv (B,T,3,H,D).
-Result run_flash(FlashImpl impl, DType dt, const std::vector<double>& qkv_v, const std::vector<double>& dout_v,
-                 const Shape& s, bool causal) {
+Result run_flash(const FlashSettings& settings, DType dt, const std::vector<double>& qkv_v,
+                 const std::vector<double>& dout_v, const Shape& s, bool causal) {
   DeviceBuffer qkv(dt, qkv_v.size()), dout(dt, dout_v.size()), out(dt, dout_v.size()), dqkv(dt, qkv_v.size());
   DeviceBuffer lse(DType::F32, s.B * s.H * s.T);
   qkv.write(qkv_v);
   dout.write(dout_v);
   flash::FlashParams p = flash::packed_params(dt, qkv.get(), out.get(), static_cast<float*>(lse.get()), s.B, s.T,
                                               s.H, s.D, causal);
+  p.settings = settings;  // before the scratch: the backward's plan follows them
   // NaN-filled like the outputs: a fused dQ accumulator element that no first turn writes fails.
   DeviceBuffer scratch(DType::F32, flash::flash_backward_scratch_bytes(p) / sizeof(float));
   flash::set_packed_backward(p, dout.get(), dqkv.get(), scratch.get());
-  p.impl = impl;
   flash::flash_attention_forward(p, nullptr);
   flash::flash_attention_backward(p, nullptr);
   CUDA_CHECK(cudaDeviceSynchronize());
@@ -195,13 +210,13 @@ class FlashAttnGpu : public ::testing::Test {
     return v;
   }
 
-  // Every check of one variant on one shape.
-  void check(const Variant& var, const Shape& s, bool causal) {
+  // Every check of one variant on one shape, with `settings` (their impl: the variant's).
+  void check(const Variant& var, const Shape& s, bool causal, const FlashSettings& settings = flash::flash_settings()) {
     const std::vector<double> qkv = random(s.B * s.T * 3 * s.H * s.D, var.dtype),
                               dout = random(s.B * s.T * s.H * s.D, var.dtype);
     const Result ref = fp64_reference(qkv, dout, s, causal);
     const Result naive = naive_low_precision(qkv, dout, s, causal, var.dtype == DType::BF16);
-    const Result got = run_flash(var.impl, var.dtype, qkv, dout, s, causal);
+    const Result got = run_flash(with_impl(var.impl, settings), var.dtype, qkv, dout, s, causal);
     std::ostringstream what;
     what << var.name << " " << s << (causal ? " causal" : " full") << ", random seed " << seed_;
     // Floor: twice the storage error of the reference; for the gradients also twice what
@@ -270,74 +285,117 @@ TEST_F(FlashAttnGpu, LongSequence) {
 // the larger shapes give many CTAs in flight per query tile. (The tensor-core backward is split
 // at these head dims, bitwise deterministic; its fused variant: FusedBackward.)
 TEST_F(FlashAttnGpu, BackwardIsDeterministic) {
-  const char* mode = flash::flash_fused_dq() ? " (fused dQ)" : " (split)";
+  const char* mode = flash::flash_settings().bwd == FlashBwd::Split ? " (split)" : " (fused dQ)";
   for (const Variant& var : kVariants)
     for (const Shape& s : {Shape{2, 300, 2, 64}, Shape{4, 1024, 8, 64}, Shape{2, 1000, 4, 80}})
       for (bool causal : {true, false}) {
         const std::vector<double> qkv = random(s.B * s.T * 3 * s.H * s.D, var.dtype),
                                   dout = random(s.B * s.T * s.H * s.D, var.dtype);
-        const Result a = run_flash(var.impl, var.dtype, qkv, dout, s, causal);
-        const Result b = run_flash(var.impl, var.dtype, qkv, dout, s, causal);
+        const Result a = run_flash(with_impl(var.impl), var.dtype, qkv, dout, s, causal);
+        const Result b = run_flash(with_impl(var.impl), var.dtype, qkv, dout, s, causal);
         EXPECT_EQ(a.out, b.out) << var.name << mode << " " << s;
         EXPECT_EQ(a.dqkv, b.dqkv) << var.name << mode << " " << s << (causal ? " causal" : " full")
                                   << ": two backward runs differ";
       }
 }
 
-// Sets an environment variable for a scope (the kernels' variants read theirs at every call).
-class ScopedEnv {
- public:
-  explicit ScopedEnv(const char* name) : name_(name), had_(std::getenv(name) != nullptr) {
-    if (had_) saved_ = std::getenv(name);
-  }
-  void set(const char* value) { setenv(name_, value, 1); }
-  ~ScopedEnv() {
-    if (had_) setenv(name_, saved_.c_str(), 1);
-    else unsetenv(name_);
-  }
+// The variables parse into FlashSettings; a value a variable does not take is a UsageError
+// that names the variable and the values it takes (no GPU needed).
+TEST(FlashSettings, ParseTheVariables) {
+  std::map<std::string, std::string> env;
+  auto parse = [&] {
+    return flash::parse_flash_settings([&](const char* name) -> const char* {
+      const auto it = env.find(name);
+      return it == env.end() ? nullptr : it->second.c_str();
+    });
+  };
+  FlashSettings s = parse();
+  EXPECT_EQ(s.impl, FlashImpl::Auto);
+  EXPECT_EQ(s.bwd, FlashBwd::Auto);
+  EXPECT_EQ(s.fwd_rows, 0);
+  EXPECT_EQ(s.bwd_rows, 0);
+  EXPECT_EQ(s.bwd_chunk, -1);
+  env = {{"LLMHPC_FLASH_IMPL", "simt"},
+         {"LLMHPC_FLASH_BWD", "split"},
+         {"LLMHPC_FLASH_FWD_ROWS", "128"},
+         {"LLMHPC_FLASH_BWD_ROWS", "64"},
+         {"LLMHPC_FLASH_BWD_CHUNK", "3"}};
+  s = parse();
+  EXPECT_EQ(s.impl, FlashImpl::Simt);
+  EXPECT_EQ(s.bwd, FlashBwd::Split);
+  EXPECT_EQ(s.fwd_rows, 128);
+  EXPECT_EQ(s.bwd_rows, 64);
+  EXPECT_EQ(s.bwd_chunk, 3);
+  env = {{"LLMHPC_FLASH_IMPL", "auto"}, {"LLMHPC_FLASH_BWD", "fused"}, {"LLMHPC_FLASH_BWD_CHUNK", "off"}};
+  s = parse();
+  EXPECT_EQ(s.impl, FlashImpl::Auto);
+  EXPECT_EQ(s.bwd, FlashBwd::Fused);
+  EXPECT_EQ(s.bwd_chunk, 0);
+  env = {{"LLMHPC_FLASH_BWD_CHUNK", "auto"}};
+  EXPECT_EQ(parse().bwd_chunk, -1);
 
- private:
-  const char* name_;
-  bool had_;
-  std::string saved_;
-};
-
-// The variables that force a tiling take 64 or 128 and nothing else (no GPU needed).
-TEST(FlashTilingVariables, AcceptSixtyFourOrOneTwentyEight) {
-  for (const char* variable : {"LLMHPC_FLASH_FWD_ROWS", "LLMHPC_FLASH_BWD_ROWS"}) {
-    ScopedEnv rows(variable);
-    unsetenv(variable);
-    EXPECT_EQ(flash::forced_rows(variable), 0);
-    rows.set("64");
-    EXPECT_EQ(flash::forced_rows(variable), 64);
-    rows.set("128");
-    EXPECT_EQ(flash::forced_rows(variable), 128);
-    for (const char* bad : {"96", "", "128x", "auto"}) {
-      rows.set(bad);
-      EXPECT_THROW(flash::forced_rows(variable), UsageError) << variable << "=" << bad;
+  const std::pair<const char*, const char*> expected[] = {
+      {"LLMHPC_FLASH_IMPL", "expected auto or simt"},
+      {"LLMHPC_FLASH_BWD", "expected auto, fused or split"},
+      {"LLMHPC_FLASH_FWD_ROWS", "expected 64 or 128"},
+      {"LLMHPC_FLASH_BWD_ROWS", "expected 64 or 128"},
+      {"LLMHPC_FLASH_BWD_CHUNK", "expected auto, off or a number of tiles"}};
+  for (const auto& [variable, values] : expected)
+    for (const char* bad : {"96", "", "128x", "sideways", "0", "-1"}) {
+      env = {{variable, bad}};
+      if (std::string(variable) == "LLMHPC_FLASH_BWD_CHUNK" && std::string(bad) == "96") continue;  // 96 tiles
+      try {
+        parse();
+        ADD_FAILURE() << variable << "=" << bad << " was accepted";
+      } catch (const UsageError& e) {
+        EXPECT_EQ(std::string(e.what()), std::string(variable) + "=" + bad + ": " + values);
+      }
     }
-  }
+}
+
+// The process's settings are its environment's, read once, and packed_params carries them;
+// settings a caller sets out of range are UsageErrors of the launch (no GPU needed: the
+// checks come first).
+TEST(FlashSettings, EnvironmentReadOnceAndChecked) {
+  const FlashSettings env = flash::parse_flash_settings(std::getenv), & once = flash::flash_settings();
+  EXPECT_EQ(once.impl, env.impl);
+  EXPECT_EQ(once.bwd, env.bwd);
+  EXPECT_EQ(once.fwd_rows, env.fwd_rows);
+  EXPECT_EQ(once.bwd_rows, env.bwd_rows);
+  EXPECT_EQ(once.bwd_chunk, env.bwd_chunk);
+  EXPECT_EQ(&flash::flash_settings(), &once);
+  flash::FlashParams p = flash::packed_params(DType::BF16, reinterpret_cast<void*>(256), reinterpret_cast<void*>(256),
+                                              reinterpret_cast<float*>(256), 1, 8, 1, 64, true);
+  EXPECT_EQ(p.settings.bwd, once.bwd);
+  EXPECT_EQ(p.settings.bwd_chunk, once.bwd_chunk);
+  p.settings.fwd_rows = 96;
+  EXPECT_THROW(flash::flash_attention_forward(p, nullptr), UsageError);
+  p.settings.fwd_rows = 0;
+  p.settings.bwd_chunk = -2;
+  EXPECT_THROW(flash::flash_attention_forward(p, nullptr), UsageError);
 }
 
 // Two m tiles per warp (128 rows per CTA) are taken only on long sequences: the forward's
 // queries (flash_fwd_mma.cu) and, at head dim 64, the backward's keys and queries
-// (flash_bwd_mma.cu). Forced here on small shapes (chunks off: their sizes follow the rows),
-// they must give the bits of one.
+// (flash_bwd_mma.cu). Forced here on small shapes (split, whose dQ is bitwise repeatable;
+// chunks off: their sizes follow the rows), they must give the bits of one.
 TEST_F(FlashAttnGpu, RowTilesAgree) {
-  ScopedEnv chunk("LLMHPC_FLASH_BWD_CHUNK");
-  chunk.set("off");
-  for (const char* variable : {"LLMHPC_FLASH_FWD_ROWS", "LLMHPC_FLASH_BWD_ROWS"}) {
-    ScopedEnv rows(variable);
+  for (int FlashSettings::*rows : {&FlashSettings::fwd_rows, &FlashSettings::bwd_rows}) {
+    FlashSettings sixty_four = with_impl(FlashImpl::TensorCore);
+    sixty_four.bwd = FlashBwd::Split;
+    sixty_four.bwd_chunk = 0;
+    FlashSettings one_twenty_eight = sixty_four;
+    sixty_four.*rows = 64;
+    one_twenty_eight.*rows = 128;
     for (const Shape& s : {Shape{1, 700, 2, 64}, Shape{2, 77, 2, 80}, Shape{1, 257, 1, 128}, Shape{1, 45, 2, 40},
                            Shape{1, 300, 1, 16}, Shape{2, 77, 2, 48}})
       for (bool causal : {true, false}) {
         const std::vector<double> qkv = random(s.B * s.T * 3 * s.H * s.D, DType::BF16),
                                   dout = random(s.B * s.T * s.H * s.D, DType::BF16);
-        rows.set("64");
-        const Result a = run_flash(FlashImpl::TensorCore, DType::BF16, qkv, dout, s, causal);
-        rows.set("128");
-        const Result b = run_flash(FlashImpl::TensorCore, DType::BF16, qkv, dout, s, causal);
-        const std::string what = std::string(variable) + " " + (causal ? "causal" : "full");
+        const Result a = run_flash(sixty_four, DType::BF16, qkv, dout, s, causal);
+        const Result b = run_flash(one_twenty_eight, DType::BF16, qkv, dout, s, causal);
+        const std::string what =
+            std::string(rows == &FlashSettings::fwd_rows ? "forward" : "backward") + (causal ? " causal" : " full");
         EXPECT_EQ(a.out, b.out) << s << " " << what;
         EXPECT_EQ(a.lse, b.lse) << s << " " << what;
         EXPECT_EQ(a.dqkv, b.dqkv) << s << " " << what;
@@ -348,24 +406,37 @@ TEST_F(FlashAttnGpu, RowTilesAgree) {
 // The tensor-core backward cuts long tiles into chunks on grids too small to fill the GPU
 // (flash_bwd_mma.cu); forced here to chunks of 2 and 3 streamed tiles (every tile longer than
 // that cut, up to 22 chunks; at head dim 64 also with two m tiles), it must keep the accuracy
-// rule and stay bitwise deterministic.
+// rule and stay bitwise deterministic (split: chunks are the split backward's).
 TEST_F(FlashAttnGpu, ChunkedBackward) {
-  ScopedEnv chunk("LLMHPC_FLASH_BWD_CHUNK"), rows("LLMHPC_FLASH_BWD_ROWS");
   const Variant& tensor_core = kVariants[0];
-  for (const char* tiles : {"2", "3"})
-    for (const char* row_tiles : {"64", "128"})
+  for (int tiles : {2, 3})
+    for (int rows : {64, 128})
       for (const Shape& s : {Shape{1, 700, 2, 64}, Shape{1, 257, 1, 128}, Shape{2, 77, 2, 80}, Shape{1, 300, 1, 16}})
         for (bool causal : {true, false}) {
-          chunk.set(tiles);
-          rows.set(row_tiles);
-          check(tensor_core, s, causal);
+          FlashSettings chunked = with_impl(FlashImpl::TensorCore);
+          chunked.bwd = FlashBwd::Split;
+          chunked.bwd_chunk = tiles;
+          chunked.bwd_rows = rows;
+          check(tensor_core, s, causal, chunked);
           const std::vector<double> qkv = random(s.B * s.T * 3 * s.H * s.D, DType::BF16),
                                     dout = random(s.B * s.T * s.H * s.D, DType::BF16);
-          const Result a = run_flash(FlashImpl::TensorCore, DType::BF16, qkv, dout, s, causal);
-          const Result b = run_flash(FlashImpl::TensorCore, DType::BF16, qkv, dout, s, causal);
-          EXPECT_EQ(a.dqkv, b.dqkv) << s << (causal ? " causal" : " full") << ", chunks of " << tiles << ", "
-                                    << row_tiles << " rows";
+          const Result a = run_flash(chunked, DType::BF16, qkv, dout, s, causal);
+          const Result b = run_flash(chunked, DType::BF16, qkv, dout, s, causal);
+          EXPECT_EQ(a.dqkv, b.dqkv) << s << (causal ? " causal" : " full") << ", chunks of " << tiles << ", " << rows
+                                    << " rows";
         }
+}
+
+// Params of ops.h's packed layouts with placeholder addresses, aligned like the device
+// allocator's buffers (the choices read addresses only for their alignment), and the
+// backward's plan set with `settings`.
+flash::FlashParams placeholder_params(DType dt, int64_t B, int64_t T, int64_t H, int64_t D, bool causal,
+                                      const FlashSettings& settings) {
+  void* const aligned = reinterpret_cast<void*>(256);
+  flash::FlashParams p = flash::packed_params(dt, aligned, aligned, static_cast<float*>(aligned), B, T, H, D, causal);
+  p.settings = settings;
+  flash::set_packed_backward(p, aligned, aligned, aligned);
+  return p;
 }
 
 // The fused tensor-core backward (five products, dQ by atomics; flash_bwd_mma.cu), forced at
@@ -374,51 +445,139 @@ TEST_F(FlashAttnGpu, ChunkedBackward) {
 // is not bitwise repeatable, so only the accuracy rule (on a NaN-filled accumulator the
 // launcher must zero). Head dims without a fused kernel (96) run split.
 TEST_F(FlashAttnGpu, FusedBackward) {
-  ScopedEnv variant("LLMHPC_FLASH_BWD");
-  variant.set("fused");
+  FlashSettings fused = flash::flash_settings();
+  fused.bwd = FlashBwd::Fused;
   const Variant& tensor_core = kVariants[0];
   for (const Shape& s : {Shape{1, 257, 1, 128}, Shape{1, 700, 2, 128}, Shape{2, 77, 2, 120}, Shape{1, 100, 2, 64},
                          Shape{1, 45, 2, 40}, Shape{2, 1, 2, 128}, Shape{3, 530, 2, 64}, Shape{1, 130, 1, 96}})
-    for (bool causal : {true, false}) check(tensor_core, s, causal);
+    for (bool causal : {true, false}) check(tensor_core, s, causal, fused);
   // Auto's choice (flash_bwd_mma.cu): head dim 128, T >= 2048, 128-key tiles for every SM.
-  variant.set("auto");
   const int sms = flash::sm_count();
-  auto fused = [&](int64_t batch, int64_t seq, int64_t head_dim) {
-    const flash::FlashParams q = flash::packed_params(DType::BF16, reinterpret_cast<void*>(256),
-                                                      reinterpret_cast<void*>(256), reinterpret_cast<float*>(256),
-                                                      batch, seq, 1, head_dim, true);
-    return flash::plan_bwd_tensor_core(q).dq_atomic;
+  auto atomic = [&](int64_t batch, int64_t seq, int64_t head_dim, FlashBwd bwd) {
+    FlashSettings settings;
+    settings.bwd = bwd;
+    return placeholder_params(DType::BF16, batch, seq, 1, head_dim, true, settings).dq_atomic;
   };
-  EXPECT_TRUE(fused(sms, 2048, 128));
-  EXPECT_TRUE(fused(1, 128 * sms, 120));
-  EXPECT_FALSE(fused(1, 128 * (sms - 1), 128));  // a grid smaller than the GPU
-  EXPECT_FALSE(fused(2 * sms, 1024, 128));  // short key loops
-  EXPECT_FALSE(fused(sms, 2048, 64));
-  variant.set("split");
-  EXPECT_FALSE(fused(sms, 2048, 128));
-  variant.set("sideways");
-  flash::FlashParams p = flash::packed_params(DType::BF16, reinterpret_cast<void*>(256), reinterpret_cast<void*>(256),
-                                              reinterpret_cast<float*>(256), 1, 8, 1, 128, true);
-  EXPECT_THROW(flash::flash_backward_scratch_bytes(p), UsageError);  // LLMHPC_FLASH_BWD=sideways
+  EXPECT_TRUE(atomic(sms, 2048, 128, FlashBwd::Auto));
+  EXPECT_TRUE(atomic(1, 128 * sms, 120, FlashBwd::Auto));
+  EXPECT_FALSE(atomic(1, 128 * (sms - 1), 128, FlashBwd::Auto));  // a grid smaller than the GPU
+  EXPECT_FALSE(atomic(2 * sms, 1024, 128, FlashBwd::Auto));  // short key loops
+  EXPECT_FALSE(atomic(sms, 2048, 64, FlashBwd::Auto));
+  EXPECT_FALSE(atomic(sms, 2048, 128, FlashBwd::Split));
+  EXPECT_TRUE(atomic(1, 8, 64, FlashBwd::Fused));
+}
+
+// flash_variant, which CudaOps::attention_variant records with results, names the kernels the
+// settings force and those auto chooses; the launchers run what it names.
+TEST_F(FlashAttnGpu, VariantNamesWhatRuns) {
+  const FlashSettings autos;  // every choice automatic
+  auto variant = [](DType dt, int64_t B, int64_t T, int64_t H, int64_t D, const FlashSettings& settings) {
+    return flash::flash_variant(placeholder_params(dt, B, T, H, D, true, settings));
+  };
+  // bf16, head dim 40: tensor cores at the compiled 64, zero-padded; short: 64 rows, split, whole.
+  flash::FlashVariant v = variant(DType::BF16, 1, 100, 2, 40, autos);
+  EXPECT_EQ(v.fwd.impl, FlashImpl::TensorCore);
+  EXPECT_EQ(v.bwd.impl, FlashImpl::TensorCore);
+  EXPECT_EQ(v.fwd.head_dim, 64);
+  EXPECT_EQ(v.bwd.head_dim, 64);
+  EXPECT_EQ(v.fwd.rows, 64);
+  EXPECT_EQ(v.bwd.rows, 64);
+  EXPECT_EQ(v.dq_sum, DqSum::None);
+  EXPECT_EQ(v.kv_chunk, 0);
+  EXPECT_EQ(v.q_chunk, 0);
+  // fp32 (and bf16 at a head dim the tensor cores cannot take): CUDA cores, dQ summed in order.
+  for (const auto& [dt, d] : {std::pair{DType::F32, int64_t(80)}, std::pair{DType::BF16, int64_t(20)}}) {
+    v = variant(dt, 2, 77, 2, d, autos);
+    EXPECT_EQ(v.fwd.impl, FlashImpl::Simt) << dtype_name(dt);
+    EXPECT_EQ(v.bwd.impl, FlashImpl::Simt) << dtype_name(dt);
+    EXPECT_EQ(v.fwd.head_dim, d == 80 ? 128 : 32) << dtype_name(dt);
+    EXPECT_EQ(v.bwd.rows, 64) << dtype_name(dt);
+    EXPECT_EQ(v.dq_sum, DqSum::Ordered) << dtype_name(dt);
+  }
+  FlashSettings split = autos;
+  split.bwd = FlashBwd::Split;
+  EXPECT_EQ(variant(DType::F32, 2, 77, 2, 80, split).dq_sum, DqSum::None);
+  FlashSettings simt = autos;
+  simt.impl = FlashImpl::Simt;
+  v = variant(DType::BF16, 1, 100, 2, 64, simt);
+  EXPECT_EQ(v.fwd.impl, FlashImpl::Simt);
+  EXPECT_EQ(v.dq_sum, DqSum::Ordered);
+  // Forced rows: two m tiles wherever they are compiled (the backward's at head dim 64 only).
+  FlashSettings rows = autos;
+  rows.fwd_rows = rows.bwd_rows = 128;
+  for (int64_t d : {64, 128}) {
+    v = variant(DType::BF16, 1, 300, 1, d, rows);
+    EXPECT_EQ(v.fwd.rows, 128) << d;
+    EXPECT_EQ(v.bwd.rows, d == 64 ? 128 : 64) << d;
+  }
+  // Forced chunks: 2 streamed tiles each, for both kernels of the split backward.
+  FlashSettings chunks = autos;
+  chunks.bwd_chunk = 2;
+  v = variant(DType::BF16, 1, 700, 2, 64, chunks);
+  EXPECT_EQ(v.dq_sum, DqSum::None);
+  EXPECT_EQ(v.kv_chunk, 2);
+  EXPECT_EQ(v.q_chunk, 2);
+  // Fused, forced at head dim 64 and auto's at 128 on a grid that fills the GPU: 128 keys a CTA.
+  FlashSettings fused = autos;
+  fused.bwd = FlashBwd::Fused;
+  for (const auto& [d, batch, settings] :
+       {std::tuple{int64_t(64), int64_t(1), fused}, std::tuple{int64_t(128), int64_t(flash::sm_count()), autos}}) {
+    v = variant(DType::BF16, batch, 2048, 1, d, settings);
+    EXPECT_EQ(v.dq_sum, DqSum::Atomic) << d;
+    EXPECT_EQ(v.bwd.rows, 128) << d;
+    EXPECT_EQ(v.kv_chunk + v.q_chunk, 0) << d;
+  }
+  // Split forced where auto would fuse.
+  EXPECT_EQ(variant(DType::BF16, flash::sm_count(), 2048, 1, 128, split).dq_sum, DqSum::None);
+}
+
+// CudaOps::attention_variant: the (name, value) pairs results record, for the process's
+// settings.
+TEST_F(FlashAttnGpu, BackendRecordsTheVariant) {
+  const Backend be = make_backend({DeviceKind::Cuda});
+  using Pairs = std::vector<std::pair<std::string, std::string>>;
+  const AttentionDims naive{4, 1024, 16, 64, true, AttentionKind::Naive};
+  const AttentionDims flash_dims{4, 1024, 16, 64, true, AttentionKind::Flash};
+  EXPECT_EQ(be.ops->attention_variant(naive, DType::BF16),
+            (Pairs{{"attention_kernel", "naive (cuBLAS + softmax kernel)"}}));
+  const flash::FlashVariant v =
+      flash::flash_variant(placeholder_params(DType::BF16, 4, 1024, 16, 64, true, flash::flash_settings()));
+  const Pairs got = be.ops->attention_variant(flash_dims, DType::BF16);
+  std::vector<std::string> keys;
+  for (const auto& kv : got) keys.push_back(kv.first);
+  EXPECT_EQ(keys, (std::vector<std::string>{"attention_kernel", "flash_impl", "flash_head_dim", "flash_fwd_rows",
+                                            "flash_bwd", "flash_bwd_rows", "flash_bwd_chunks", "flash_dq"}));
+  const std::map<std::string, std::string> m(got.begin(), got.end());
+  EXPECT_EQ(m.at("attention_kernel"), "flash");
+  EXPECT_EQ(m.at("flash_impl"), flash::flash_impl_name(v.fwd.impl));
+  EXPECT_EQ(m.at("flash_fwd_rows"), std::to_string(v.fwd.rows));
+  EXPECT_EQ(m.at("flash_bwd_rows"), std::to_string(v.bwd.rows));
+  const FlashSettings& env = flash::flash_settings();
+  if (env.impl == FlashImpl::Auto && env.bwd == FlashBwd::Auto && !env.fwd_rows && !env.bwd_rows &&
+      env.bwd_chunk == -1)  // auto's choices at these sizes (too short for two m tiles, the fused backward, chunks)
+    EXPECT_EQ(got, (Pairs{{"attention_kernel", "flash"}, {"flash_impl", "tensor-core"}, {"flash_head_dim", "64"},
+                          {"flash_fwd_rows", "64"}, {"flash_bwd", "split"}, {"flash_bwd_rows", "64"},
+                          {"flash_bwd_chunks", "off"}, {"flash_dq", "none"}}));
+  const Pairs fp32 = be.ops->attention_variant({2, 77, 2, 80, false, AttentionKind::Flash}, DType::F32);
+  EXPECT_EQ(fp32[1], (std::pair<std::string, std::string>{"flash_impl", "simt"}));
+  EXPECT_EQ(fp32[2], (std::pair<std::string, std::string>{"flash_head_dim", "128"}));
+  EXPECT_THROW(be.ops->attention_variant({1, 8, 1, 256, true, AttentionKind::Flash}, DType::BF16), UsageError);
 }
 
 TEST_F(FlashAttnGpu, ImplementationChoiceAndUnsupportedRequests) {
-  flash::FlashParams p = flash::packed_params(DType::BF16, reinterpret_cast<void*>(256), reinterpret_cast<void*>(256),
-                                              reinterpret_cast<float*>(256), 1, 8, 1, 64, true);
-  if (!std::getenv("LLMHPC_FLASH_IMPL")) EXPECT_STREQ(flash::flash_impl_name(p), "tensor-core");
+  flash::FlashParams p = placeholder_params(DType::BF16, 1, 8, 1, 64, true, flash::flash_settings());
+  if (p.settings.impl == FlashImpl::Auto) EXPECT_EQ(flash::flash_variant(p).fwd.impl, FlashImpl::TensorCore);
   p.dtype = DType::F32;
-  EXPECT_STREQ(flash::flash_impl_name(p), "simt");
+  EXPECT_EQ(flash::flash_variant(p).fwd.impl, FlashImpl::Simt);
   p.dtype = DType::F64;
   EXPECT_THROW(flash::flash_attention_forward(p, nullptr), UsageError);
-  flash::FlashParams big = flash::packed_params(DType::BF16, reinterpret_cast<void*>(256),
-                                                reinterpret_cast<void*>(256), reinterpret_cast<float*>(256), 1, 8, 1,
-                                                256, false);
+  flash::FlashParams big = placeholder_params(DType::BF16, 1, 8, 1, 256, false, flash::flash_settings());
   EXPECT_THROW(flash::flash_attention_forward(big, nullptr), UsageError);  // head dim > 128
-  flash::FlashParams odd = flash::packed_params(DType::BF16, reinterpret_cast<void*>(256),
-                                                reinterpret_cast<void*>(256), reinterpret_cast<float*>(256), 1, 8, 1,
-                                                20, false);
-  EXPECT_STREQ(flash::flash_impl_name(odd), "simt");  // 20 is not a multiple of 8: CUDA cores
-  odd.impl = FlashImpl::TensorCore;
+  EXPECT_THROW(flash::flash_attention_backward(big, nullptr), UsageError);
+  EXPECT_THROW(flash::flash_variant(big), UsageError);
+  flash::FlashParams odd = placeholder_params(DType::BF16, 1, 8, 1, 20, false, flash::flash_settings());
+  EXPECT_EQ(flash::flash_variant(odd).fwd.impl, FlashImpl::Simt);  // 20 is not a multiple of 8: CUDA cores
+  odd.settings.impl = FlashImpl::TensorCore;
   EXPECT_THROW(flash::flash_attention_forward(odd, nullptr), UsageError);
 }
 

@@ -13,6 +13,8 @@
 #include <cstring>
 #include <random>
 #include <sstream>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "kernels/cpu/cpu_kernels.h"
@@ -208,6 +210,16 @@ TEST_P(FlashCpuOps, BackendDispatchesFlashAndMatchesNaive) {
     EXPECT_LT(rel_error(out_f.values(), out_n.values()), tol) << dtype_name(dt);
     EXPECT_LT(rel_error(dq_f.values(), dq_n.values()), tol) << dtype_name(dt);
   }
+}
+
+// What results record of the attention that ran (Ops::attention_variant): the kernel only.
+TEST_P(FlashCpuOps, NamesTheKernelItRuns) {
+  using Pairs = std::vector<std::pair<std::string, std::string>>;
+  const bool causal = GetParam();
+  EXPECT_EQ(ops.attention_variant({2, 45, 3, 8, causal, AttentionKind::Flash}, DType::F64),
+            (Pairs{{"attention_kernel", "cpu flash"}}));
+  EXPECT_EQ(ops.attention_variant({2, 45, 3, 8, causal, AttentionKind::Naive}, DType::F32),
+            (Pairs{{"attention_kernel", "cpu naive"}}));
 }
 
 TEST_P(FlashCpuOps, GradientsMatchFiniteDifferences) {

@@ -1,8 +1,9 @@
-// The host API of flash_attn.h: parameter checks, the choice between tensor-core and
-// CUDA-core kernels, and the backward's preprocessing (delta) launch.
+// The host API of flash_attn.h: the settings, parameter checks, the variant (tensor-core or
+// CUDA-core kernels and their choices), and the backward's preprocessing (delta) launch.
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <initializer_list>
 #include <string>
 
 #include "kernels/cuda/flash_attn/flash_attn.h"
@@ -18,16 +19,47 @@ bool aligned16(const Strides& s, size_t element) {
   return (s.batch * element) % 16 == 0 && (s.row * element) % 16 == 0 && (s.head * element) % 16 == 0;
 }
 
-// LLMHPC_FLASH_IMPL=simt forces the CUDA-core kernels, =auto (or unset) chooses (read once).
-bool simt_forced() {
-  static const bool forced = env_choice("LLMHPC_FLASH_IMPL", {"auto", "simt"}) == 1;
-  return forced;
+// Which of `choices` the variable holds: -1 when unset, else its index; any other value is a
+// UsageError that names the choices.
+using Lookup = std::function<const char*(const char*)>;
+int choice(const Lookup& lookup, const char* variable, std::initializer_list<const char*> choices) {
+  const char* e = lookup(variable);
+  if (!e) return -1;
+  int i = 0;
+  std::string expected;
+  for (const char* c : choices) {
+    if (std::strcmp(e, c) == 0) return i;
+    expected += (i == 0 ? "" : i + 1 == int(choices.size()) ? " or " : ", ") + std::string(c);
+    ++i;
+  }
+  throw UsageError(std::string(variable) + "=" + e + ": expected " + expected);
 }
 
-// Whether the tensor-core kernels can run p: bf16, a head dim of whole 16-byte chunks, and
-// 16-byte aligned rows for cp.async (pointers and every stride).
+// Rows per CTA (LLMHPC_FLASH_FWD_ROWS, _BWD_ROWS): 64 or 128; 0 when unset.
+int rows_setting(const Lookup& lookup, const char* variable) {
+  switch (choice(lookup, variable, {"64", "128"})) {
+    case 0: return 64;
+    case 1: return 128;
+  }
+  return 0;
+}
+
+// LLMHPC_FLASH_BWD_CHUNK: -1 auto (or unset), 0 off, N > 0 tiles per chunk.
+int chunk_setting(const Lookup& lookup) {
+  const char* e = lookup("LLMHPC_FLASH_BWD_CHUNK");
+  if (!e || std::strcmp(e, "auto") == 0) return -1;
+  if (std::strcmp(e, "off") == 0) return 0;
+  char* end = nullptr;
+  const long n = std::strtol(e, &end, 10);
+  if (*end != '\0' || n < 1 || n > (1 << 20))
+    throw UsageError(std::string("LLMHPC_FLASH_BWD_CHUNK=") + e + ": expected auto, off or a number of tiles");
+  return int(n);
+}
+
+// Whether the tensor-core kernels can run p: bf16, a compiled head dim of whole 16-byte chunks,
+// and 16-byte aligned rows for cp.async (pointers and every stride).
 bool tensor_cores_possible(const FlashParams& p, bool backward) {
-  if (p.dtype != DType::BF16 || p.head_dim % 8 != 0) return false;
+  if (p.dtype != DType::BF16 || p.head_dim % 8 != 0 || p.head_dim > kMaxHeadDim) return false;
   bool ok = aligned16(p.q) && aligned16(p.k) && aligned16(p.v) && aligned16(p.o) && aligned16(p.q_strides, 2) &&
             aligned16(p.k_strides, 2) && aligned16(p.v_strides, 2) && aligned16(p.o_strides, 2);
   if (backward)
@@ -38,9 +70,9 @@ bool tensor_cores_possible(const FlashParams& p, bool backward) {
 }
 
 bool use_tensor_cores(const FlashParams& p, bool backward) {
-  if (p.impl == FlashImpl::Simt || simt_forced()) return false;
+  if (p.settings.impl == FlashImpl::Simt) return false;
   const bool possible = tensor_cores_possible(p, backward);
-  if (p.impl == FlashImpl::TensorCore && !possible)
+  if (p.settings.impl == FlashImpl::TensorCore && !possible)
     throw UsageError("flash attention: the tensor-core kernels need bf16, a head dim that is a multiple of 8 and "
                      "16-byte aligned rows");
   return possible;
@@ -61,38 +93,40 @@ void check(const FlashParams& p, bool backward) {
     fail("seq = " + std::to_string(p.seq) + " exceeds 64 x 65535 (a grid's y limit)");
   if (int64_t(p.seq) * p.heads > (int64_t(1) << 30))
     fail("seq x heads = " + std::to_string(int64_t(p.seq) * p.heads) + " exceeds 2^30 (32-bit row indices)");
+  const FlashSettings& s = p.settings;
+  for (int rows : {s.fwd_rows, s.bwd_rows})
+    if (rows != 0 && rows != 64 && rows != 128)
+      fail("settings: " + std::to_string(rows) + " rows per CTA (0: chosen, 64, 128)");
+  if (s.bwd_chunk < -1) fail("settings: bwd_chunk " + std::to_string(s.bwd_chunk) + " (-1: auto, 0: off, N tiles)");
   if (!p.q || !p.k || !p.v || !p.o || !p.lse) fail("a forward tensor is missing");
   if (backward && (!p.dout || !p.dq || !p.dk || !p.dv || !p.delta)) fail("a backward tensor or the scratch is missing");
 }
 
 }  // namespace
 
+FlashSettings parse_flash_settings(const Lookup& lookup) {
+  FlashSettings s;
+  if (choice(lookup, "LLMHPC_FLASH_IMPL", {"auto", "simt"}) == 1) s.impl = FlashImpl::Simt;
+  switch (choice(lookup, "LLMHPC_FLASH_BWD", {"auto", "fused", "split"})) {
+    case 1: s.bwd = FlashBwd::Fused; break;
+    case 2: s.bwd = FlashBwd::Split; break;
+  }
+  s.fwd_rows = rows_setting(lookup, "LLMHPC_FLASH_FWD_ROWS");
+  s.bwd_rows = rows_setting(lookup, "LLMHPC_FLASH_BWD_ROWS");
+  s.bwd_chunk = chunk_setting(lookup);
+  return s;
+}
+
+const FlashSettings& flash_settings() {
+  static const FlashSettings settings = parse_flash_settings(std::getenv);
+  return settings;
+}
+
 int sm_count() {
   int device = 0, sms = 0;
   CUDA_CHECK(cudaGetDevice(&device));
   CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
   return sms;
-}
-
-int env_choice(const char* variable, std::initializer_list<const char*> choices) {
-  const char* e = std::getenv(variable);
-  if (!e) return -1;
-  int i = 0;
-  std::string expected;
-  for (const char* choice : choices) {
-    if (std::strcmp(e, choice) == 0) return i;
-    expected += (i == 0 ? "" : i + 1 == int(choices.size()) ? " or " : ", ") + std::string(choice);
-    ++i;
-  }
-  throw UsageError(std::string(variable) + "=" + e + ": expected " + expected);
-}
-
-int forced_rows(const char* variable) {
-  switch (env_choice(variable, {"64", "128"})) {
-    case 0: return 64;
-    case 1: return 128;
-  }
-  return 0;
 }
 
 int padded_head_dim(int head_dim, bool tensor_cores) {
@@ -127,25 +161,16 @@ FlashParams packed_params(DType dtype, const void* qkv, void* out, float* lse, i
   p.o = out;
   p.o_strides = out_strides;
   p.lse = lse;
+  p.settings = flash_settings();
   return p;
 }
 
-BwdVariant bwd_variant() {
-  switch (env_choice("LLMHPC_FLASH_BWD", {"auto", "fused", "split"})) {
-    case 1: return BwdVariant::Fused;
-    case 2: return BwdVariant::Split;
-  }
-  return BwdVariant::Auto;
-}
-
-bool flash_fused_dq() { return bwd_variant() != BwdVariant::Split; }
-
 namespace {
-// Whether the backward may run on CUDA cores, the only kernels with a fused dQ (bf16 with a
-// head dim that is a multiple of 8 runs on tensor cores unless told otherwise).
+// Whether the backward may run on CUDA cores with their fused dQ, the default there (bf16 with
+// a head dim that is a multiple of 8 runs on tensor cores unless told otherwise).
 bool fused_dq_scratch(const FlashParams& p) {
-  return flash_fused_dq() &&
-         (p.impl == FlashImpl::Simt || simt_forced() || p.dtype != DType::BF16 || p.head_dim % 8 != 0);
+  return p.settings.bwd != FlashBwd::Split &&
+         (p.settings.impl == FlashImpl::Simt || p.dtype != DType::BF16 || p.head_dim % 8 != 0);
 }
 
 // Scratch layout: delta, then (fused) the accumulator, rows rounded up to 64 (every CUDA-core
@@ -208,7 +233,47 @@ void set_packed_backward(FlashParams& p, const void* dout, void* dqkv, void* scr
   p.turn_count = c.kv_turns + c.q_turns;
 }
 
-const char* flash_impl_name(const FlashParams& p) { return use_tensor_cores(p, false) ? "tensor-core" : "simt"; }
+namespace {
+constexpr int kSimtBlockM = SimtTraits<kSimtHeadDims[0]>::kBlockM;  // the same at every head dim
+
+// The forward's kernels.
+FlashVariant::Kernels forward_kernels(const FlashParams& p) {
+  if (!use_tensor_cores(p, false)) return {FlashImpl::Simt, padded_head_dim(p.head_dim, false), kSimtBlockM};
+  return {FlashImpl::TensorCore, padded_head_dim(p.head_dim, true), fwd_tensor_core_rows(p)};
+}
+
+// The backward's kernels and dQ sum, as p's plan (set_packed_backward) has them; CUDA cores
+// fuse where the scratch holds their accumulator (not with FlashBwd::Split).
+FlashVariant backward_variant(const FlashParams& p) {
+  FlashVariant v;
+  if (!use_tensor_cores(p, true)) {
+    v.bwd = {FlashImpl::Simt, padded_head_dim(p.head_dim, false), kSimtBlockM};
+    const bool fused = p.settings.bwd != FlashBwd::Split && p.dq_accum && p.dq_counters;
+    v.dq_sum = fused ? DqSum::Ordered : DqSum::None;
+    return v;
+  }
+  v.bwd = {FlashImpl::TensorCore, padded_head_dim(p.head_dim, true), bwd_tensor_core_rows(p)};
+  v.dq_sum = p.dq_atomic ? DqSum::Atomic : DqSum::None;
+  v.kv_chunk = p.kv_chunk, v.q_chunk = p.q_chunk;
+  return v;
+}
+}  // namespace
+
+FlashVariant flash_variant(const FlashParams& p) {
+  check(p, false);  // unsupported requests are UsageErrors, as at the launch
+  FlashVariant v = backward_variant(p);
+  v.fwd = forward_kernels(p);
+  return v;
+}
+
+const char* flash_impl_name(FlashImpl impl) {
+  switch (impl) {
+    case FlashImpl::Auto: return "auto";
+    case FlashImpl::TensorCore: return "tensor-core";
+    case FlashImpl::Simt: return "simt";
+  }
+  return "?";
+}
 
 void launch_bwd_delta(const FlashParams& p, cudaStream_t stream) {
   constexpr int kThreads = 256, kRowsPerBlock = kThreads / 16;
@@ -220,16 +285,18 @@ void launch_bwd_delta(const FlashParams& p, cudaStream_t stream) {
 void flash_attention_forward(const FlashParams& p, cudaStream_t stream) {
   check(p, false);
   if (p.batch == 0 || p.seq == 0) return;
-  if (use_tensor_cores(p, false)) launch_fwd_tensor_core(p, stream);
-  else launch_fwd_simt(p, stream);
+  const FlashVariant::Kernels fwd = forward_kernels(p);
+  if (fwd.impl == FlashImpl::TensorCore) launch_fwd_tensor_core(p, fwd, stream);
+  else launch_fwd_simt(p, fwd, stream);
 }
 
 void flash_attention_backward(const FlashParams& p, cudaStream_t stream) {
   check(p, true);
   if (p.batch == 0 || p.seq == 0) return;
+  const FlashVariant v = backward_variant(p);
   launch_bwd_delta(p, stream);
-  if (use_tensor_cores(p, true)) launch_bwd_tensor_core(p, stream);
-  else launch_bwd_simt(p, stream);
+  if (v.bwd.impl == FlashImpl::TensorCore) launch_bwd_tensor_core(p, v, stream);
+  else launch_bwd_simt(p, v, stream);
 }
 
 }  // namespace llmhpc::flash

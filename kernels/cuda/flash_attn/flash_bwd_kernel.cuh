@@ -9,6 +9,7 @@
 // (flash_bwd_dq_convert_mma_kernel): faster where the grid fills the GPU, but the order of the
 // fp32 additions, so dQ's last bits, vary from run to run.
 #pragma once
+#include "kernels/cuda/flash_attn/block_info.cuh"
 #include "kernels/cuda/flash_attn/flash_attn.h"
 #include "kernels/cuda/flash_attn/kernel_traits.h"
 #include "kernels/cuda/flash_attn/utils.cuh"
@@ -43,10 +44,10 @@ __global__ void flash_bwd_delta_kernel(const FlashParams p) {
   const int warps = int(gridDim.x) * int(blockDim.x / 32);
   for (int w = int(blockIdx.x) * int(blockDim.x / 32) + int(threadIdx.x / 32); 2 * w < rows; w += warps) {
     const int r = 2 * w + int(threadIdx.x % 32) / kLanes;
-    const int t = unsigned(r) / unsigned(p.heads), h = unsigned(r) % unsigned(p.heads);
-    const E* o = static_cast<const E*>(p.o) + b * p.o_strides.batch + t * p.o_strides.row + h * p.o_strides.head;
-    const E* dout =
-        static_cast<const E*>(p.dout) + b * p.dout_strides.batch + t * p.dout_strides.row + h * p.dout_strides.head;
+    const int t = unsigned(r) / unsigned(p.heads);
+    const HeadOffsets head{b, int(unsigned(r) % unsigned(p.heads))};
+    const E* o = static_cast<const E*>(p.o) + head.offset(p.o_strides, t);
+    const E* dout = static_cast<const E*>(p.dout) + head.offset(p.dout_strides, t);
     const int dims = r < rows ? p.head_dim : 0;
     float sum = 0.f;
     if (vec) {
@@ -59,7 +60,7 @@ __global__ void flash_bwd_delta_kernel(const FlashParams p) {
     }
 #pragma unroll
     for (int offset = kLanes / 2; offset > 0; offset >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, offset);
-    if (lane == 0 && r < rows) p.delta[(int64_t(b) * p.heads + h) * p.seq + t] = sum;
+    if (lane == 0 && r < rows) p.delta[head.stats_offset(p.heads, p.seq) + t] = sum;
   }
   // The counters of the hand-offs that follow (fused dQ, chunks), when there are.
   const int64_t threads = int64_t(gridDim.x) * gridDim.y * blockDim.x;
@@ -149,17 +150,14 @@ __global__ void __launch_bounds__(Tr::kThreads) flash_bwd_dkdv_mma_kernel(const 
   bf16* sdSt = reinterpret_cast<bf16*>(sDelta + 2 * kN);      // fused: 2 stages of (kM, kScoreRow)
 
   const int T = p.seq, D = p.head_dim;
-  const int b = int(blockIdx.x) / p.heads, h = int(blockIdx.x) % p.heads;
+  const HeadOffsets head = head_offsets(int(blockIdx.x), p.heads);
   const int k0 = int(blockIdx.y) * kM;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int g = lane / 4, c = lane % 4;
 
-  const bf16* q = static_cast<const bf16*>(p.q) + b * p.q_strides.batch + h * p.q_strides.head;
-  const bf16* k = static_cast<const bf16*>(p.k) + b * p.k_strides.batch + h * p.k_strides.head;
-  const bf16* v = static_cast<const bf16*>(p.v) + b * p.v_strides.batch + h * p.v_strides.head;
-  const bf16* dout = static_cast<const bf16*>(p.dout) + b * p.dout_strides.batch + h * p.dout_strides.head;
-  const float* lse = p.lse + (int64_t(b) * p.heads + h) * T;
-  const float* delta = p.delta + (int64_t(b) * p.heads + h) * T;
+  const HeadInputs<bf16> in = head_inputs<bf16>(p, head);
+  const bf16 *q = in.q, *k = in.k, *v = in.v, *dout = in.dout;
+  const float *lse = in.lse, *delta = in.delta;
 
   const int m_first = p.causal ? k0 / kN : 0;  // earlier query tiles see none of these keys
   const int m_end = (T + kN - 1) / kN;
@@ -268,8 +266,8 @@ __global__ void __launch_bounds__(Tr::kThreads) flash_bwd_dkdv_mma_kernel(const 
   }
 
   if (chunk.count > 1 && !hand_off_chunk(acc, p.kv_accum, p.kv_turns, chunk)) return;
-  bf16* dk = static_cast<bf16*>(p.dk) + b * p.dk_strides.batch + h * p.dk_strides.head;
-  bf16* dv = static_cast<bf16*>(p.dv) + b * p.dv_strides.batch + h * p.dv_strides.head;
+  bf16* dk = static_cast<bf16*>(p.dk) + head.offset(p.dk_strides);
+  bf16* dv = static_cast<bf16*>(p.dv) + head.offset(p.dv_strides);
 #pragma unroll
   for (int t = 0; t < kMT; ++t)
 #pragma unroll
@@ -307,17 +305,14 @@ __global__ void __launch_bounds__(Tr::kThreads) flash_bwd_dq_mma_kernel(const Fl
 
   const int T = p.seq, D = p.head_dim;
   const int m_block = int(gridDim.y) - 1 - int(blockIdx.y);
-  const int b = int(blockIdx.x) / p.heads, h = int(blockIdx.x) % p.heads;
+  const HeadOffsets head = head_offsets(int(blockIdx.x), p.heads);
   const int q0 = m_block * kM;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int g = lane / 4, c = lane % 4;
 
-  const bf16* q = static_cast<const bf16*>(p.q) + b * p.q_strides.batch + h * p.q_strides.head;
-  const bf16* k = static_cast<const bf16*>(p.k) + b * p.k_strides.batch + h * p.k_strides.head;
-  const bf16* v = static_cast<const bf16*>(p.v) + b * p.v_strides.batch + h * p.v_strides.head;
-  const bf16* dout = static_cast<const bf16*>(p.dout) + b * p.dout_strides.batch + h * p.dout_strides.head;
-  const float* lse = p.lse + (int64_t(b) * p.heads + h) * T;
-  const float* delta = p.delta + (int64_t(b) * p.heads + h) * T;
+  const HeadInputs<bf16> in = head_inputs<bf16>(p, head);
+  const bf16 *q = in.q, *k = in.k, *v = in.v, *dout = in.dout;
+  const float *lse = in.lse, *delta = in.delta;
 
   const int key_end = p.causal ? min(q0 + kM, T) : T;
   const int n_tiles = (key_end + kN - 1) / kN;
@@ -406,7 +401,7 @@ __global__ void __launch_bounds__(Tr::kThreads) flash_bwd_dq_mma_kernel(const Fl
   }
 
   if (chunk.count > 1 && !hand_off_chunk(acc_dq, p.q_accum, p.q_turns, chunk)) return;
-  bf16* dq = static_cast<bf16*>(p.dq) + b * p.dq_strides.batch + h * p.dq_strides.head;
+  bf16* dq = static_cast<bf16*>(p.dq) + head.offset(p.dq_strides);
 #pragma unroll
   for (int t = 0; t < kMT; ++t)
 #pragma unroll
@@ -430,10 +425,10 @@ template <class Tr>
 __global__ void __launch_bounds__(Tr::kThreads) flash_bwd_dq_convert_mma_kernel(const FlashParams p) {
   constexpr int kJ = Tr::kDqDims / 8;
   const int m = int(blockIdx.x), warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, c = lane % 4;
-  const int b = int(blockIdx.y) / p.heads, h = int(blockIdx.y) % p.heads;
+  const HeadOffsets head = head_offsets(int(blockIdx.y), p.heads);
   const float4* tile = dq_accum_tile<Tr>(p, int(blockIdx.y), m) + threadIdx.x;
   const DqShare share = dq_share<Tr>(warp);
-  bf16* dq = static_cast<bf16*>(p.dq) + b * p.dq_strides.batch + h * p.dq_strides.head;
+  bf16* dq = static_cast<bf16*>(p.dq) + head.offset(p.dq_strides);
 #pragma unroll
   for (int j = 0; j < kJ; ++j) {
     const float4 v = tile[j * Tr::kThreads];

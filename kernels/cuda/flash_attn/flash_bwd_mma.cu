@@ -2,8 +2,6 @@
 // atomics, then dQ's conversion) and their plan: one instantiation per compiled head dim.
 // delta must be computed before (flash_api.cu).
 #include <algorithm>
-#include <cstdlib>
-#include <cstring>
 #include <string>
 #include <type_traits>
 
@@ -23,12 +21,13 @@ constexpr int kMinChunkTiles = 8;  // below this a chunk's hand-off outweighs wh
 // 16384, 1.21x / 1.17x at batch 1, causal, T 32768 / 65536, 1.08x at 16 heads x batch 4,
 // T 2048, and slower with short key loops or few CTAs (0.80x at T 1024, 16 heads x batch 4;
 // 0.70x / 0.91x at batch 1, T 4096 / 16384). So: T >= 2048 and a CTA of 128 rows for every SM.
-// LLMHPC_FLASH_BWD_ROWS=64|128 forces one (the tests compare the two).
+// LLMHPC_FLASH_BWD_ROWS=64|128 (settings.bwd_rows) forces one (the tests compare the two).
 int bwd_m_tiles(const FlashParams& p) {
   if (padded_head_dim(p.head_dim, true) != 64) return 1;
-  if (const int rows = forced_rows("LLMHPC_FLASH_BWD_ROWS")) return rows == 128 ? 2 : 1;
+  if (const int rows = p.settings.bwd_rows) return rows == 128 ? 2 : 1;
   return p.seq >= 2048 && int64_t(ceil_div(p.seq, 128)) * p.batch * p.heads >= sm_count() ? 2 : 1;
 }
+constexpr int kMTileRows = BwdKvTraits<64, 1>::kBlockM;  // rows per CTA of one m tile per warp (any head dim)
 
 // CTAs of `kernel` that fit on one SM.
 int ctas_per_sm(FlashKernel kernel, int threads, size_t smem_bytes) {
@@ -55,18 +54,6 @@ int chunk_tiles(int n_tiles, int64_t bh, int sms, int per_sm, bool equal_work, W
   return 2 * int64_t(longest) > 3 * chunk ? int(chunk) : 0;
 }
 
-// LLMHPC_FLASH_BWD_CHUNK: -1 auto, 0 off, N > 0 tiles per chunk.
-int chunk_setting() {
-  const char* e = std::getenv("LLMHPC_FLASH_BWD_CHUNK");
-  if (!e || std::strcmp(e, "auto") == 0) return -1;
-  if (std::strcmp(e, "off") == 0) return 0;
-  char* end = nullptr;
-  const long n = std::strtol(e, &end, 10);
-  if (*end != '\0' || n < 1 || n > (1 << 20))
-    throw UsageError(std::string("LLMHPC_FLASH_BWD_CHUNK=") + e + ": expected auto, off or a number of tiles");
-  return int(n);
-}
-
 // Floats of the fused backward's dQ accumulator: B*H x ceil(T / kBlockN) tiles of
 // kBlockN x kHeadDim.
 template <int kHeadDim>
@@ -85,10 +72,10 @@ int64_t fused_accum_floats(const FlashParams& p) {
 // m tiles).
 template <int kHeadDim>
 bool fused_backward(const FlashParams& p) {
-  switch (bwd_variant()) {
-    case BwdVariant::Split: return false;
-    case BwdVariant::Fused: return true;
-    case BwdVariant::Auto: break;
+  switch (p.settings.bwd) {
+    case FlashBwd::Split: return false;
+    case FlashBwd::Fused: return true;
+    case FlashBwd::Auto: break;
   }
   return kHeadDim == 128 && p.seq >= 2048 &&
          int64_t(ceil_div(p.seq, BwdFusedTraits<kHeadDim>::kBlockM)) * p.batch * p.heads >= sm_count();
@@ -106,7 +93,7 @@ BwdPlan plan_bwd(const FlashParams& p) {
       return plan;
     }
   }
-  const int setting = chunk_setting();
+  const int setting = p.settings.bwd_chunk;
   if (setting == 0) return plan;
   const int64_t bh = int64_t(p.batch) * p.heads;
   const int T = p.seq, n_kv = int(ceil_div(T, Kv::kBlockM)), n_q = int(ceil_div(T, Q::kBlockM));
@@ -144,10 +131,6 @@ template <int kHeadDim, int kMTiles>
 void run_bwd(const FlashParams& p, cudaStream_t stream) {
   using Kv = BwdKvTraits<kHeadDim, kMTiles>;
   using Q = BwdQTraits<kHeadDim, kMTiles>;
-  if (p.dq_atomic) {
-    if constexpr (kHeadDim == 64 || kHeadDim == 128) return run_bwd_fused<kHeadDim>(p, stream);
-    LLMHPC_FATAL("flash backward: no fused kernel for head dim " + std::to_string(kHeadDim));
-  }
   const unsigned bh = unsigned(p.batch * p.heads);
   if ((p.kv_chunk && !(p.kv_accum && p.kv_turns)) || (p.q_chunk && !(p.q_accum && p.q_turns)))
     LLMHPC_FATAL("flash backward: chunks without their scratch (set_packed_backward sets both)");
@@ -160,31 +143,45 @@ void run_bwd(const FlashParams& p, cudaStream_t stream) {
                 Q::kThreads, Q::kSmemBytes, stream, p);
 }
 
-// The compiled head dim of p and the m tiles per warp, as constants for `run`.
+// A compiled head dim and m tiles per warp, as constants for `run`.
 template <int kHeadDim_, int kMTiles_>
 struct Tiles {
   static constexpr int kHeadDim = kHeadDim_, kMTiles = kMTiles_;
 };
 template <class Run>
-auto by_tiles(const FlashParams& p, Run run) {
-  switch (padded_head_dim(p.head_dim, true)) {
+auto by_tiles(int head_dim, int m_tiles, Run run) {
+  switch (head_dim) {
     case 16: return run(Tiles<16, 1>{});
     case 32: return run(Tiles<32, 1>{});
-    case 64: return bwd_m_tiles(p) == 2 ? run(Tiles<64, 2>{}) : run(Tiles<64, 1>{});
+    case 64: return m_tiles == 2 ? run(Tiles<64, 2>{}) : run(Tiles<64, 1>{});
     case 96: return run(Tiles<96, 1>{});
     case 128: return run(Tiles<128, 1>{});
   }
-  LLMHPC_FATAL("flash backward: no tensor-core kernel for head dim " + std::to_string(p.head_dim));
+  LLMHPC_FATAL("flash backward: no tensor-core kernel for head dim " + std::to_string(head_dim));
 }
 
 }  // namespace
 
 BwdPlan plan_bwd_tensor_core(const FlashParams& p) {
-  return by_tiles(p, [&](auto t) { return plan_bwd<decltype(t)::kHeadDim, decltype(t)::kMTiles>(p); });
+  return by_tiles(padded_head_dim(p.head_dim, true), bwd_m_tiles(p),
+                  [&](auto t) { return plan_bwd<decltype(t)::kHeadDim, decltype(t)::kMTiles>(p); });
 }
 
-void launch_bwd_tensor_core(const FlashParams& p, cudaStream_t stream) {
-  by_tiles(p, [&](auto t) { run_bwd<decltype(t)::kHeadDim, decltype(t)::kMTiles>(p, stream); });
+int bwd_tensor_core_rows(const FlashParams& p) {
+  static_assert(BwdFusedTraits<64>::kBlockM == BwdFusedTraits<128>::kBlockM, "the fused kernels' keys per CTA");
+  return p.dq_atomic ? BwdFusedTraits<128>::kBlockM : bwd_m_tiles(p) * kMTileRows;
+}
+
+void launch_bwd_tensor_core(const FlashParams& p, const FlashVariant& v, cudaStream_t stream) {
+  if (v.dq_sum == DqSum::Atomic) {
+    switch (v.bwd.head_dim) {
+      case 64: return run_bwd_fused<64>(p, stream);
+      case 128: return run_bwd_fused<128>(p, stream);
+    }
+    LLMHPC_FATAL("flash backward: no fused kernel for head dim " + std::to_string(v.bwd.head_dim));
+  }
+  by_tiles(v.bwd.head_dim, v.bwd.rows / kMTileRows,
+           [&](auto t) { run_bwd<decltype(t)::kHeadDim, decltype(t)::kMTiles>(p, stream); });
 }
 
 }  // namespace llmhpc::flash

@@ -1,5 +1,6 @@
 // FlashAttention-2 forward on tensor cores (bf16 storage, fp32 accumulation).
 #pragma once
+#include "kernels/cuda/flash_attn/block_info.cuh"
 #include "kernels/cuda/flash_attn/flash_attn.h"
 #include "kernels/cuda/flash_attn/kernel_traits.h"
 #include "kernels/cuda/flash_attn/utils.cuh"
@@ -26,16 +27,16 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) flash_fwd_mma_kernel(const Fl
 
   const int T = p.seq, D = p.head_dim;
   const int m_block = int(gridDim.y) - 1 - int(blockIdx.y);
-  const int b = int(blockIdx.x) / p.heads, h = int(blockIdx.x) % p.heads;
+  const HeadOffsets head = head_offsets(int(blockIdx.x), p.heads);
   const int q0 = m_block * kM;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int g = lane / 4, c = lane % 4;  // fragment row group and column pair
 
-  const bf16* q = static_cast<const bf16*>(p.q) + b * p.q_strides.batch + h * p.q_strides.head;
-  const bf16* k = static_cast<const bf16*>(p.k) + b * p.k_strides.batch + h * p.k_strides.head;
-  const bf16* v = static_cast<const bf16*>(p.v) + b * p.v_strides.batch + h * p.v_strides.head;
-  bf16* o = static_cast<bf16*>(p.o) + b * p.o_strides.batch + h * p.o_strides.head;
-  float* lse = p.lse + (int64_t(b) * p.heads + h) * T;
+  const bf16* q = static_cast<const bf16*>(p.q) + head.offset(p.q_strides);
+  const bf16* k = static_cast<const bf16*>(p.k) + head.offset(p.k_strides);
+  const bf16* v = static_cast<const bf16*>(p.v) + head.offset(p.v_strides);
+  bf16* o = static_cast<bf16*>(p.o) + head.offset(p.o_strides);
+  float* lse = p.lse + head.stats_offset(p.heads, T);
 
   const int key_end = p.causal ? min(q0 + kM, T) : T;  // later keys are hidden from every query here
   const int n_tiles = (key_end + kN - 1) / kN;

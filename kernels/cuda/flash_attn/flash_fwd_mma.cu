@@ -1,22 +1,23 @@
-// Launcher of the tensor-core forward: one instantiation per compiled head dim and number of
-// m tiles per warp.
+// Launcher of the tensor-core forward (one instantiation per compiled head dim and number of
+// m tiles per warp) and its choice of rows.
 #include "kernels/cuda/flash_attn/flash_fwd_kernel.cuh"
 #include "kernels/cuda/flash_attn/flash_launch.cuh"
 #include "kernels/cuda/flash_attn/flash_launch.h"
 
 namespace llmhpc::flash {
-namespace {
 
 // 128 query rows per CTA (two m tiles per warp) read less shared memory per mma but give half
 // the CTAs: on an H100 they won at T = 16384 with 8 heads (1.1x, head dim 128) and at T = 65536
 // with one (1.05x at head dim 64, 1.3x at 128), were about even at T = 8192 with 64 heads (head
 // dim 64), and lost where they leave SMs idle or the key loops are short (T <= 16384 with one
 // head: up to 1.7x; T = 1024 with 64 or 128 heads). So: long sequences and at least two CTAs per
-// SM. LLMHPC_FLASH_FWD_ROWS=64|128 forces one (the tests compare the two).
-bool two_m_tiles(const FlashParams& p) {
-  if (const int rows = forced_rows("LLMHPC_FLASH_FWD_ROWS")) return rows == 128;
-  return p.seq >= 8192 && int64_t(ceil_div(p.seq, 128)) * p.batch * p.heads >= 2 * sm_count();
+// SM. LLMHPC_FLASH_FWD_ROWS=64|128 (settings.fwd_rows) forces one (the tests compare the two).
+int fwd_tensor_core_rows(const FlashParams& p) {
+  if (p.settings.fwd_rows) return p.settings.fwd_rows;
+  return p.seq >= 8192 && int64_t(ceil_div(p.seq, 128)) * p.batch * p.heads >= 2 * sm_count() ? 128 : 64;
 }
+
+namespace {
 
 template <class Tr>
 void launch_fwd(const FlashParams& p, cudaStream_t stream) {
@@ -25,20 +26,21 @@ void launch_fwd(const FlashParams& p, cudaStream_t stream) {
 }
 
 template <int kHeadDim>
-void run_fwd(const FlashParams& p, cudaStream_t stream) {
-  if (two_m_tiles(p)) launch_fwd<FwdTraits<kHeadDim, 2>>(p, stream);
+void run_fwd(const FlashParams& p, int rows, cudaStream_t stream) {
+  using Two = FwdTraits<kHeadDim, 2>;
+  if (rows == Two::kBlockM) launch_fwd<Two>(p, stream);
   else launch_fwd<FwdTraits<kHeadDim, 1>>(p, stream);
 }
 
 }  // namespace
 
-void launch_fwd_tensor_core(const FlashParams& p, cudaStream_t stream) {
-  switch (padded_head_dim(p.head_dim, true)) {
-    case 16: return run_fwd<16>(p, stream);
-    case 32: return run_fwd<32>(p, stream);
-    case 64: return run_fwd<64>(p, stream);
-    case 96: return run_fwd<96>(p, stream);
-    case 128: return run_fwd<128>(p, stream);
+void launch_fwd_tensor_core(const FlashParams& p, const FlashVariant::Kernels& fwd, cudaStream_t stream) {
+  switch (fwd.head_dim) {
+    case 16: return run_fwd<16>(p, fwd.rows, stream);
+    case 32: return run_fwd<32>(p, fwd.rows, stream);
+    case 64: return run_fwd<64>(p, fwd.rows, stream);
+    case 96: return run_fwd<96>(p, fwd.rows, stream);
+    case 128: return run_fwd<128>(p, fwd.rows, stream);
   }
   LLMHPC_FATAL("flash forward: no tensor-core kernel for head dim " + std::to_string(p.head_dim));
 }

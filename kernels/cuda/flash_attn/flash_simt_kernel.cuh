@@ -17,6 +17,7 @@
 #include <stdexcept>
 #include <type_traits>
 
+#include "kernels/cuda/flash_attn/block_info.cuh"
 #include "kernels/cuda/flash_attn/flash_attn.h"
 #include "kernels/cuda/flash_attn/kernel_traits.h"
 #include "kernels/cuda/flash_attn/utils.cuh"
@@ -188,11 +189,6 @@ __device__ __forceinline__ void simt_weighted_rows(float (&acc)[Tr::kRowsPerThre
   }
 }
 
-template <class E>
-__device__ __forceinline__ const E* head_ptr(const void* base, const Strides& s, int b, int h) {
-  return static_cast<const E*>(base) + b * s.batch + h * s.head;
-}
-
 // ---- the fused dQ (flash_bwd_dkdv_simt_kernel<Tr, E, true>) --------------------------------
 // Its hand-offs: wait_turn, release_turn, store_cg, add_to (utils.cuh).
 
@@ -266,11 +262,11 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks) flash_fwd_simt_k
 
   const int T = p.seq, D = p.head_dim;
   const int q0 = (int(gridDim.y) - 1 - int(blockIdx.y)) * kM;
-  const int b = int(blockIdx.x) / p.heads, h = int(blockIdx.x) % p.heads;
+  const HeadOffsets head = head_offsets(int(blockIdx.x), p.heads);
   const int ty = threadIdx.x / 16, tx = threadIdx.x % 16;
-  const E* q = head_ptr<E>(p.q, p.q_strides, b, h);
-  const E* k = head_ptr<E>(p.k, p.k_strides, b, h);
-  const E* v = head_ptr<E>(p.v, p.v_strides, b, h);
+  const E* q = static_cast<const E*>(p.q) + head.offset(p.q_strides);
+  const E* k = static_cast<const E*>(p.k) + head.offset(p.k_strides);
+  const E* v = static_cast<const E*>(p.v) + head.offset(p.v_strides);
 
   const int key_end = p.causal ? min(q0 + kM, T) : T;
   // Stage s holds K at sKV + 2 s kN kRow and V right after it.
@@ -328,8 +324,8 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks) flash_fwd_simt_k
     __syncwarp();  // (sP is rewritten only after the next __syncthreads)
   }
 
-  E* o = static_cast<E*>(p.o) + b * p.o_strides.batch + h * p.o_strides.head;
-  float* lse = p.lse + (int64_t(b) * p.heads + h) * T;
+  E* o = static_cast<E*>(p.o) + head.offset(p.o_strides);
+  float* lse = p.lse + head.stats_offset(p.heads, T);
 #pragma unroll
   for (int i = 0; i < kR; ++i) {
     const float l = row_sum16(row_sum[i]);
@@ -373,12 +369,12 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kBwdKvMinBlocks) flash_bwd_d
 
   const int T = p.seq, D = p.head_dim;
   const int n_block = int(blockIdx.y), k0 = n_block * kM;
-  const int b = int(blockIdx.x) / p.heads, h = int(blockIdx.x) % p.heads;
+  const HeadOffsets head = head_offsets(int(blockIdx.x), p.heads);
   const int ty = threadIdx.x / 16, tx = threadIdx.x % 16;
-  const E* q = head_ptr<E>(p.q, p.q_strides, b, h);
-  const E* dout = head_ptr<E>(p.dout, p.dout_strides, b, h);
-  const float* lse = p.lse + (int64_t(b) * p.heads + h) * T;
-  const float* delta = p.delta + (int64_t(b) * p.heads + h) * T;
+  const E* q = static_cast<const E*>(p.q) + head.offset(p.q_strides);
+  const E* dout = static_cast<const E*>(p.dout) + head.offset(p.dout_strides);
+  const float* lse = p.lse + head.stats_offset(p.heads, T);
+  const float* delta = p.delta + head.stats_offset(p.heads, T);
 
   // Causal: earlier queries see none of these keys (k0 is a multiple of kN).
   const int m_last = (T - 1) / kN * kN, m_first = p.causal ? k0 : 0;
@@ -402,8 +398,8 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kBwdKvMinBlocks) flash_bwd_d
       }
     }
   };
-  simt_load_tile_async<Tr, kM>(sK, head_ptr<E>(p.k, p.k_strides, b, h), p.k_strides.row, k0, T, D);
-  simt_load_tile_async<Tr, kM>(sV, head_ptr<E>(p.v, p.v_strides, b, h), p.v_strides.row, k0, T, D);
+  simt_load_tile_async<Tr, kM>(sK, static_cast<const E*>(p.k) + head.offset(p.k_strides), p.k_strides.row, k0, T, D);
+  simt_load_tile_async<Tr, kM>(sV, static_cast<const E*>(p.v) + head.offset(p.v_strides), p.v_strides.row, k0, T, D);
   load_tile(m_last);
   cp_async_commit();
   int key[kR];
@@ -440,8 +436,8 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kBwdKvMinBlocks) flash_bwd_d
     if constexpr (kFusedDq) simt_hand_off_dq<Tr>(p, sdS, sK, m0, n_block, ty, tx);  // dQ += dS K
   }
 
-  E* dk_out = static_cast<E*>(p.dk) + b * p.dk_strides.batch + h * p.dk_strides.head;
-  E* dv_out = static_cast<E*>(p.dv) + b * p.dv_strides.batch + h * p.dv_strides.head;
+  E* dk_out = static_cast<E*>(p.dk) + head.offset(p.dk_strides);
+  E* dv_out = static_cast<E*>(p.dv) + head.offset(p.dv_strides);
 #pragma unroll
   for (int i = 0; i < kR; ++i) {
     if (key[i] >= T) continue;
@@ -473,15 +469,16 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks) flash_bwd_dq_sim
 
   const int T = p.seq, D = p.head_dim;
   const int q0 = (int(gridDim.y) - 1 - int(blockIdx.y)) * kM;
-  const int b = int(blockIdx.x) / p.heads, h = int(blockIdx.x) % p.heads;
+  const HeadOffsets head = head_offsets(int(blockIdx.x), p.heads);
   const int ty = threadIdx.x / 16, tx = threadIdx.x % 16;
-  const E* k = head_ptr<E>(p.k, p.k_strides, b, h);
-  const E* v = head_ptr<E>(p.v, p.v_strides, b, h);
-  const float* lse = p.lse + (int64_t(b) * p.heads + h) * T;
-  const float* delta = p.delta + (int64_t(b) * p.heads + h) * T;
+  const E* k = static_cast<const E*>(p.k) + head.offset(p.k_strides);
+  const E* v = static_cast<const E*>(p.v) + head.offset(p.v_strides);
+  const float* lse = p.lse + head.stats_offset(p.heads, T);
+  const float* delta = p.delta + head.stats_offset(p.heads, T);
 
-  simt_load_tile<Tr, kM>(sQ, head_ptr<E>(p.q, p.q_strides, b, h), p.q_strides.row, q0, T, D);
-  simt_load_tile<Tr, kM>(sdO, head_ptr<E>(p.dout, p.dout_strides, b, h), p.dout_strides.row, q0, T, D);
+  simt_load_tile<Tr, kM>(sQ, static_cast<const E*>(p.q) + head.offset(p.q_strides), p.q_strides.row, q0, T, D);
+  simt_load_tile<Tr, kM>(sdO, static_cast<const E*>(p.dout) + head.offset(p.dout_strides), p.dout_strides.row, q0,
+                         T, D);
   int row[kR];
   float row_lse[kR], row_delta[kR], dq[kR][kC] = {};
 #pragma unroll
@@ -516,7 +513,7 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks) flash_bwd_dq_sim
     simt_weighted_rows<Tr>(dq, sdS, sK, ty, tx);  // dQ += dS K
   }
 
-  E* dq_out = static_cast<E*>(p.dq) + b * p.dq_strides.batch + h * p.dq_strides.head;
+  E* dq_out = static_cast<E*>(p.dq) + head.offset(p.dq_strides);
 #pragma unroll
   for (int i = 0; i < kR; ++i) {
     if (row[i] >= T) continue;
@@ -537,9 +534,9 @@ __global__ void flash_bwd_dq_convert_simt_kernel(const FlashParams p) {
   constexpr int kGroups = Tr::kHeadDim / 4;  // float4s per accumulator row
   const int i = int(blockIdx.x) * int(blockDim.x) + int(threadIdx.x), t = i / kGroups, d = 4 * (i % kGroups);
   if (t >= p.seq || d >= p.head_dim) return;
-  const int b = int(blockIdx.y) / p.heads, h = int(blockIdx.y) % p.heads;
+  const HeadOffsets head = head_offsets(int(blockIdx.y), p.heads);
   const float4 v = ld4(p.dq_accum + (int64_t(blockIdx.y) * p.dq_accum_rows + t) * Tr::kHeadDim + d);
-  E* dq = static_cast<E*>(p.dq) + b * p.dq_strides.batch + int64_t(t) * p.dq_strides.row + h * p.dq_strides.head + d;
+  E* dq = static_cast<E*>(p.dq) + head.offset(p.dq_strides, t) + d;
   if constexpr (std::is_same_v<E, float>) {
     if (p.head_dim % 4 == 0 && reinterpret_cast<uintptr_t>(dq) % 16 == 0) {
       *reinterpret_cast<float4*>(dq) = make_float4(v.x * p.scale, v.y * p.scale, v.z * p.scale, v.w * p.scale);
