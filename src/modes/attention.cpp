@@ -190,6 +190,7 @@ void run(ModeContext& ctx) {
     const SweepStatus status = sweep.run(
         c.label(), rec,
         [&] {
+          for (const auto& [name, value] : ops.attention_variant(d, cd)) rec.attr(name, value);
           const SavedSpec spec = ops.attention_saved(d, cd);
           rec.attr("saved_bytes", int64_t(spec.shape.numel() * int64_t(dtype_size(spec.dtype))));
           const int64_t B = c.batch, T = c.seq, HD = c.heads * c.head_dim;

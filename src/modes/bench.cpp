@@ -150,6 +150,9 @@ void run(ModeContext& ctx) {
             if (phase == Phase::TrainStep) live.opt = std::make_unique<AdamW>(*live.model, ops, AdamWHyper{});
           }
           TransformerLM& model = *live.model;
+          const AttentionDims dims{c.batch, c.model.context_length, c.model.num_heads, c.model.head_dim(), true,
+                                   c.attention};
+          for (const auto& [name, value] : ops.attention_variant(dims, compute_dtype(c.precision))) rec.attr(name, value);
           const int64_t n = c.batch * c.model.context_length;
           std::vector<int32_t> tokens(n), targets(n);
           for (int64_t k = 0; k < n; ++k) {
