@@ -5,12 +5,13 @@
 
 namespace llmhpc {
 
-void add_data_parallel_options(po::options_description& desc, bool lists) {
-  const std::string list = lists ? " (a comma-separated list sweeps)" : "";
+void add_data_parallel_options(po::options_description& desc, bool sweep) {
+  const std::string list = sweep ? " (a comma-separated list sweeps)" : "";
   desc.add_options()
-      ("ddp", po::value<std::string>()->default_value("auto"),
-       ("gradient synchronisation over ranks: none | naive | flat | overlap | bucketed (auto: bucketed on "
-        "several ranks, none on one)" + list).c_str())
+      ("ddp", po::value<std::string>()->default_value(sweep ? "none,naive,flat,overlap,bucketed" : "auto"),
+       ("gradient synchronisation over ranks: none | naive | flat | overlap | bucketed | auto (bucketed on "
+        "several ranks, none on one)" + list + (sweep ? "; none: no communication, the compute-only baseline" : ""))
+           .c_str())
       ("bucket-mb", po::value<std::string>()->default_value("25"),
        ("bucketed: bucket capacity in MiB, as PyTorch's bucket_cap_mb (a real number > 0)" + list).c_str());
 }

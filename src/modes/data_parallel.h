@@ -11,8 +11,9 @@
 
 namespace llmhpc {
 
-// --ddp and --bucket-mb; comma-separated lists when `lists` (a sweep).
-void add_data_parallel_options(po::options_description& desc, bool lists);
+// --ddp and --bucket-mb. A sweep takes comma-separated lists, and every strategy by default;
+// training takes one value, bucketed on several ranks by default.
+void add_data_parallel_options(po::options_description& desc, bool sweep);
 // --ddp, with "auto" resolved: bucketed on several ranks, none on one. Throws UsageError.
 std::vector<SyncStrategy> sync_strategies(const po::variables_map& vm, int world_size);
 // --bucket-mb values (MiB, as PyTorch's bucket_cap_mb), each > 0. Throws UsageError.

@@ -7,6 +7,7 @@ ModeSpec bench_mode();
 ModeSpec train_mode();
 ModeSpec comm_mode();
 ModeSpec attention_mode();
+ModeSpec ddp_mode();
 
 const std::vector<ModeSpec>& all_modes() {
   static const std::vector<ModeSpec> modes = {
@@ -14,6 +15,7 @@ const std::vector<ModeSpec>& all_modes() {
       train_mode(),
       comm_mode(),
       attention_mode(),
+      ddp_mode(),
   };
   return modes;
 }

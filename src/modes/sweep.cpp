@@ -45,6 +45,27 @@ SweepStatus Sweep::run(const std::string& label, Record& rec, const std::functio
   return s;
 }
 
+void Sweep::agree(const std::function<void()>& prepare) const {
+  const Runtime& rt = ctx_.rt;
+  enum Kind : int64_t { kOk = 0, kUsage = 1, kOom = 2 };
+  int64_t kind = kOk;
+  std::string what;
+  try {
+    prepare();
+  } catch (const OutOfMemory& e) {
+    kind = kOom, what = e.what();
+  } catch (const UsageError& e) {
+    kind = kUsage, what = e.what();
+  }
+  const int first = int(rt.reduce_all(int64_t(kind == kOk ? rt.world_size : rt.rank), HostReduce::Min));
+  if (first == rt.world_size) return;
+  const int64_t first_kind = rt.reduce_all(first == rt.rank ? kind : int64_t(0), HostReduce::Max);
+  const std::string message = broadcast_string(what, first);
+  const std::string text = first == rt.rank ? message : "rank " + std::to_string(first) + ": " + message;
+  if (first_kind == kOom) throw OutOfMemory(text);
+  throw UsageError(text);
+}
+
 void Sweep::print_summary(const std::string& title) const {
   if (!ctx_.rt.is_root()) return;
   std::printf("\n%s\n", title.c_str());

@@ -46,6 +46,12 @@ class Sweep {
   SweepStatus run(const std::string& label, Record& rec, const std::function<std::string()>& measure,
                   const std::function<void(Record&)>& finish = nullptr);
 
+  // Runs `prepare` (allocations, the first steps: whatever may run out of memory) and agrees
+  // on the outcome before any collective: if it threw OutOfMemory or UsageError on any rank,
+  // every rank throws the same kind (naming the failing rank), so none is left waiting in a
+  // collective that another rank never enters. Collective; use inside run()'s `measure`.
+  void agree(const std::function<void()>& prepare) const;
+
   void add_row(std::vector<std::string> cells) { table_.add_row(std::move(cells)); }
   // Rank 0 prints `title` and the table.
   void print_summary(const std::string& title) const;
