@@ -1,0 +1,69 @@
+#!/usr/bin/env bash
+# All-reduce of llmhpc against nccl-tests on the GPUs of one host: the comparison behind
+# docs/results/comm.md. At each rank count nccl-tests' all_reduce_perf and
+# `llmhpc --mode comm --check` take turns REPS times (1 MB to 1 GB, 5 warm-up + 20 timed
+# operations each, as nccl-tests counts them); then test_comm at each rank count, the mpi
+# backend on host buffers at the largest, and the table of every llmhpc run (analysis/comm.py).
+# From the repository root:
+#   scripts/gpu/comm_check.sh [BIN_DIR [OUT_DIR]]
+# BIN_DIR (default build) holds llmhpc and, when the tests were built, tests/test_comm (or
+# test_comm); OUT_DIR defaults to results/comm-check-<time> (git-ignored). nccl-tests is not
+# part of llmhpc: NCCL_TESTS=/path/to/all_reduce_perf (github.com/NVIDIA/nccl-tests, built with
+# MPI=1) adds it; without it only llmhpc runs. Environment: RANKS (default 2 and the GPU
+# count), REPS (3), SIZES (1MB,10MB,100MB,1000MB), MPIRUN (mpirun).
+# Files in OUT_DIR: log.txt (everything printed, nccl-tests' tables included), runs/ (the rank
+# files), comm.md (llmhpc's table).
+set -uo pipefail
+root=$(cd "$(dirname "$0")/../.." && pwd)
+bin=$(cd "${1:-$root/build}" && pwd) || exit 2
+out=${2:-$root/results/comm-check-$(date +%Y%m%d-%H%M%S)}
+[ -x "$bin/llmhpc" ] || { echo "comm_check: no llmhpc in $bin (build first: make build)" >&2; exit 2; }
+mkdir -p "$out/runs"
+# A host without the HDF5 libraries: copies next to the binary (tests/cuda/make_carry.sh puts them in fallback/).
+if ldd "$bin/llmhpc" 2>/dev/null | grep -q "not found" && [ -d "$bin/fallback" ]; then
+  export LD_LIBRARY_PATH=$bin/fallback${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+fi
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 NCCL_NVLS_ENABLE=0 PYTHONUNBUFFERED=1
+gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
+RANKS=${RANKS:-$([ "$gpus" -gt 2 ] && echo "2,$gpus" || echo 2)}
+REPS=${REPS:-3}
+SIZES=${SIZES:-1MB,10MB,100MB,1000MB}
+read -ra mpi <<<"${MPIRUN:-mpirun} -x NCCL_NVLS_ENABLE"
+find_exe() { [ -x "$bin/$1" ] && echo "$bin/$1" || echo "$bin/tests/$1"; }
+exec > >(tee -a "$out/log.txt") 2>&1
+step() { echo; echo "=== $(date -u +%H:%M:%S) $*"; }
+
+step "host: $(hostname), $gpus GPU(s), git $(cd "$root" && git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)"
+date -u; nvidia-smi -L 2>&1; nvidia-smi --query-gpu=driver_version --format=csv,noheader 2>&1 | head -1
+runs=()
+for np in ${RANKS//,/ }; do
+  for rep in $(seq "$REPS"); do
+    if [ -n "${NCCL_TESTS:-}" ]; then
+      step "nccl-tests all_reduce_perf np $np rep $rep"
+      timeout 120 "${mpi[@]}" -np "$np" "$NCCL_TESTS" -b 1000000 -e 1000000000 -f 10 -g 1 -c 0 -w 5 -n 20 |
+        grep -v "^#  Rank"
+    fi
+    step "llmhpc nccl np $np rep $rep"
+    dir=$out/runs/nccl-np$np-r$rep
+    timeout 120 "${mpi[@]}" -np "$np" "$bin/llmhpc" --mode comm --size "$SIZES" --check --out "$dir" | grep -v "^\["
+    [ -f "$dir/rank00000.h5" ] && runs+=("$dir")
+  done
+done
+test_comm=$(find_exe test_comm)
+if [ -x "$test_comm" ]; then
+  for np in ${RANKS//,/ }; do
+    step "test_comm np $np"
+    timeout 120 "${mpi[@]}" -np "$np" "$test_comm" --gtest_brief=1 2>&1 | tail -4
+  done
+fi
+np=${RANKS##*,}
+step "llmhpc mpi np $np (host buffers)"
+dir=$out/runs/mpi-np$np
+timeout 300 "${mpi[@]}" -np "$np" "$bin/llmhpc" --mode comm --device cpu --backend mpi --size "$SIZES" --warmup 2 --iters 5 \
+  --check --out "$dir" | grep -v "^\["
+[ -f "$dir/rank00000.h5" ] && runs+=("$dir")
+step "table"
+if [ ${#runs[@]} -gt 0 ]; then
+  python3 "$root/analysis/comm.py" "${runs[@]}" >"$out/comm.md" && cat "$out/comm.md"
+fi
+step "done; files in $out"
