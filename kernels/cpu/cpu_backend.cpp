@@ -245,8 +245,8 @@ class CpuOps final : public Ops {
     expect(dst.numel() == src.numel(), "convert", "element counts differ");
     const int64_t n = src.numel();
     std::vector<double> tmp(n);  // simple and exact for every supported pair
-    read_as_double(src, tmp.data());
-    write_from_double(dst, tmp.data());
+    to_doubles(src.data, src.dtype, size_t(n), tmp.data());
+    from_doubles(tmp.data(), size_t(n), dst.dtype, dst.data);
   }
   void scale(Tensor x, double factor) override {
     dispatch("scale", x, [&](auto T) {
@@ -277,26 +277,6 @@ class CpuOps final : public Ops {
     expect(out.numel() == n && qkv.numel() == 3 * n, op, "shapes");
     if (d.kind == AttentionKind::Flash)  // the logsumexp L (B,H,T)
       expect(saved.numel() == d.batch * d.heads * d.seq, op, "flash saves the logsumexp (B,H,T)");
-  }
-  static void read_as_double(const Tensor& t, double* out) {
-    const int64_t n = t.numel();
-    switch (t.dtype) {
-      case DType::F32: for (int64_t i = 0; i < n; ++i) out[i] = t.ptr<float>()[i]; break;
-      case DType::F64: for (int64_t i = 0; i < n; ++i) out[i] = t.ptr<double>()[i]; break;
-      case DType::BF16: for (int64_t i = 0; i < n; ++i) out[i] = bf16_bits_to_float(t.ptr<uint16_t>()[i]); break;
-      case DType::I32: for (int64_t i = 0; i < n; ++i) out[i] = t.ptr<int32_t>()[i]; break;
-    }
-  }
-  static void write_from_double(const Tensor& t, const double* in) {
-    const int64_t n = t.numel();
-    switch (t.dtype) {
-      case DType::F32: for (int64_t i = 0; i < n; ++i) t.ptr<float>()[i] = float(in[i]); break;
-      case DType::F64: for (int64_t i = 0; i < n; ++i) t.ptr<double>()[i] = in[i]; break;
-      case DType::BF16:
-        for (int64_t i = 0; i < n; ++i) t.ptr<uint16_t>()[i] = float_to_bf16_bits(float(in[i]));
-        break;
-      case DType::I32: for (int64_t i = 0; i < n; ++i) t.ptr<int32_t>()[i] = int32_t(in[i]); break;
-    }
   }
 };
 

@@ -1,4 +1,6 @@
-// Element types of tensors, and the bf16 conversions shared by host code and tests.
+// Element types of tensors, the bf16 bit conversions, and the host's one conversion between
+// any dtype and double (src/core/dtype.cpp): every host-side reader and writer of typed
+// memory (the CPU convert op, random fills, the comm harness's verifiable data) uses it.
 #pragma once
 #include <cstdint>
 #include <cstring>
@@ -45,5 +47,15 @@ inline float bf16_bits_to_float(uint16_t b) {
 }
 
 inline float round_to_bf16(float f) { return bf16_bits_to_float(float_to_bf16_bits(f)); }
+
+// Element `i` of typed host memory as a double: exact for every dtype.
+double load_as_double(const void* base, size_t i, DType t);
+// Stores `v` as element `i`, rounded as the device's conversions round: fp32 to nearest even,
+// bf16 through fp32 (float_to_bf16_bits), int32 towards zero (as a C++ cast). An unknown
+// dtype is fatal (a bug, never input).
+void store_from_double(void* base, size_t i, DType t, double v);
+// The same over `n` elements, with the dtype dispatched once (the CPU convert op's speed).
+void to_doubles(const void* src, DType t, size_t n, double* out);
+void from_doubles(const double* in, size_t n, DType t, void* dst);
 
 }  // namespace llmhpc

@@ -109,12 +109,7 @@ void fill_random(Device& dev, const Tensor& t, uint64_t seed, uint64_t stream) {
     const double u1 = random_uniform(seed, stream, 2 * uint64_t(i)),
                  u2 = random_uniform(seed, stream, 2 * uint64_t(i) + 1);
     const double z = std::sqrt(-2.0 * std::log(u1)) * std::cos(two_pi * u2);
-    switch (t.dtype) {
-      case DType::F32: { const float f = float(z); std::memcpy(&host[i * 4], &f, 4); break; }
-      case DType::F64: std::memcpy(&host[i * 8], &z, 8); break;
-      case DType::BF16: { const uint16_t b = float_to_bf16_bits(float(z)); std::memcpy(&host[i * 2], &b, 2); break; }
-      default: break;
-    }
+    store_from_double(host.data(), size_t(i), t.dtype, z);
   }
   dev.copy_to_device(t.data, host.data(), host.size());
 }

@@ -7,12 +7,9 @@
 // nccl-tests defines them (comm/collectives.h). With --check, one more run on verifiable
 // inputs (small integers: every sum is exact) is compared element by element, as
 // nccl-tests does after timing, and a tiny all-reduce checks the transport at start-up.
-#include <mpi.h>
-
-#include <algorithm>
-#include <cmath>
-#include <cstring>
-
+// The buffers, the timing loop and the check are the harness of comm/benchmark.h; this file
+// holds the options, the sweep, the records and the table.
+#include "comm/benchmark.h"
 #include "comm/collectives.h"
 #include "comm/communicator.h"
 #include "src/core/stats.h"
@@ -22,9 +19,6 @@
 
 namespace llmhpc {
 namespace {
-
-enum class Placement { OutOfPlace, InPlace };
-const char* placement_name(Placement p) { return p == Placement::OutOfPlace ? "outofplace" : "inplace"; }
 
 struct CommSettings {
   std::vector<Collective> collectives;
@@ -98,306 +92,23 @@ CommBackend choose_backend(const po::variables_map& vm, const Device& dev) {
   return dev.kind() == DeviceKind::Cuda ? CommBackend::Nccl : CommBackend::Mpi;
 }
 
-// ---- Verifiable data ---------------------------------------------------------------
-// Inputs are small integers, exact in every dtype: element i of rank r is
-// ((7 i + 13 r) mod (2 range + 1)) - range. For reductions range = max(1, 127 / nranks), so
-// every partial sum stays within 256 and is exact even in bf16 (8 significant bits) for up
-// to 256 ranks. Data that is only moved spans [-127, 127], so chunks from different ranks
-// differ. The pattern repeats every 2 range + 1 elements, which keeps building inputs and
-// checking 1 GB results cheap (no division per element, no array of expected values).
-
-constexpr double kSentinel = -1024;  // what untouched output holds: no result is ever this
-
-int value_range(Collective c, int nranks) { return is_reduction(c) ? std::max(1, 127 / nranks) : 127; }
-
-// Walks one rank's inputs from element `start` on.
-class Pattern {
+// Buffers in the device's memory: nccl's, and mpi's on the CPU device, whose allocator has
+// the run's capacity (--memory-limit). Next to a GPU, mpi uses plain host memory.
+class DeviceSpace final : public BufferSpace {
  public:
-  Pattern(int rank, size_t start, int range)
-      : range_(range), period_(size_t(2 * range + 1)), step_(7 % period_),
-        k_(((start % period_) * 7 + (size_t(rank) % period_) * 13) % period_) {}
-  double next() {
-    const double v = double(int64_t(k_)) - range_;
-    k_ += step_;
-    if (k_ >= period_) k_ -= period_;
-    return v;
-  }
-
- private:
-  int range_;
-  size_t period_, step_, k_;
-};
-
-void store(void* base, size_t i, DType t, double v) {
-  if (t == DType::F32) static_cast<float*>(base)[i] = float(v);
-  else if (t == DType::BF16) static_cast<uint16_t*>(base)[i] = float_to_bf16_bits(float(v));
-  else static_cast<double*>(base)[i] = v;
-}
-
-double load(const void* base, size_t i, DType t) {
-  if (t == DType::F32) return static_cast<const float*>(base)[i];
-  if (t == DType::BF16) return bf16_bits_to_float(static_cast<const uint16_t*>(base)[i]);
-  return static_cast<const double*>(base)[i];
-}
-
-// The host images of one configuration's buffers before the call (layouts of
-// comm/communicator.h; in place, everything lives in `recv`), and where this rank's
-// result will be in recv.
-struct Verifiable {
-  std::vector<char> send, recv;
-  size_t result_offset = 0, result_count = 0;  // elements
-};
-
-Verifiable make_verifiable(Collective c, const CollectiveShape& shape, DType t, Placement p, int root, int rank,
-                           int nranks) {
-  const size_t es = dtype_size(t), count = shape.count, total = shape.total_elements;
-  const bool in_place = p == Placement::InPlace;
-  const int range = value_range(c, nranks);
-  auto fill = [&](std::vector<char>& image, size_t n, size_t at, int value_rank) {
-    Pattern pattern(value_rank, 0, range);
-    for (size_t i = 0; i < n; ++i) store(image.data(), at + i, t, pattern.next());
-  };
-  auto sentinel = [&](std::vector<char>& image, size_t n) {
-    image.resize(n * es);
-    for (size_t i = 0; i < n; ++i) store(image.data(), i, t, kSentinel);
-  };
-  Verifiable v;
-  switch (c) {
-    case Collective::AllReduce:
-    case Collective::ReduceScatter: {
-      std::vector<char>& input = in_place ? v.recv : v.send;
-      input.resize(total * es);
-      fill(input, total, 0, rank);
-      if (!in_place) sentinel(v.recv, c == Collective::AllReduce ? total : count);
-      v.result_count = c == Collective::AllReduce ? total : count;
-      v.result_offset = c == Collective::ReduceScatter && in_place ? size_t(rank) * count : 0;
-      break;
-    }
-    case Collective::AllGather:
-      sentinel(v.recv, total);
-      if (in_place) {
-        fill(v.recv, count, size_t(rank) * count, rank);
-      } else {
-        v.send.resize(count * es);
-        fill(v.send, count, 0, rank);
-      }
-      v.result_count = total;
-      break;
-    case Collective::Broadcast:
-      if (rank != root || !in_place) sentinel(v.recv, total);
-      if (rank == root) {
-        std::vector<char>& input = in_place ? v.recv : v.send;
-        input.resize(total * es);
-        fill(input, total, 0, rank);
-      }
-      v.result_count = total;
-      break;
-  }
-  return v;
-}
-
-// Compares this rank's result with what it must be; returns the number of wrong elements.
-int64_t count_wrong(const Verifiable& v, const std::vector<char>& result, Collective c, const CollectiveShape& shape,
-                    DType t, ReduceOp op, int root, int rank, int nranks) {
-  const int range = value_range(c, nranks);
-  int64_t wrong = 0;
-  size_t e = v.result_offset;
-  auto compare = [&](double expected, double tolerance) {
-    if (!(std::fabs(load(result.data(), e++, t) - expected) <= tolerance)) ++wrong;
-  };
-  if (is_reduction(c)) {
-    // The reduced value of element i depends on i mod period only: one table of it.
-    const size_t period = size_t(2 * range + 1);
-    std::vector<double> reduced(period, 0.0);
-    for (int r = 0; r < nranks; ++r) {
-      Pattern pattern(r, 0, range);
-      for (double& x : reduced) x += pattern.next();
-    }
-    if (op == ReduceOp::Average)  // as the backends do: one division, rounded once
-      for (double& x : reduced)
-        x = t == DType::F64 ? x / nranks
-                            : t == DType::BF16 ? round_to_bf16(float(x) / float(nranks)) : float(x) / float(nranks);
-    // NCCL averages floats by pre-multiplying each input by 1/n, exact only when n is a
-    // power of two: allow the rounding of n products and n sums of magnitude <= range.
-    double tolerance = 0;
-    if (op == ReduceOp::Average) {
-      const double eps = t == DType::BF16 ? std::ldexp(1.0, -7) : t == DType::F32 ? std::ldexp(1.0, -23) : std::ldexp(1.0, -52);
-      tolerance = nranks * eps * range;
-    }
-    size_t j = c == Collective::ReduceScatter ? (size_t(rank) * shape.count) % period : 0;
-    for (size_t i = 0; i < v.result_count; ++i) {
-      compare(reduced[j], tolerance);
-      if (++j == period) j = 0;
-    }
-  } else if (c == Collective::AllGather) {
-    for (int r = 0; r < nranks; ++r) {
-      Pattern pattern(r, 0, range);
-      for (size_t i = 0; i < shape.count; ++i) compare(pattern.next(), 0);
-    }
-  } else {
-    Pattern pattern(root, 0, range);
-    for (size_t i = 0; i < v.result_count; ++i) compare(pattern.next(), 0);
-  }
-  return wrong;
-}
-
-// ---- Buffers ---------------------------------------------------------------------------
-// Where a configuration's buffers live: the device's memory for nccl, host memory for mpi
-// (the CPU device's own allocator, or plain host memory next to a GPU).
-class BufferSpace {
- public:
-  BufferSpace(Device& dev, const Runtime& rt, bool on_device)
-      : dev_(dev), on_device_(on_device), host_(host_physical_memory() / size_t(rt.local_size)) {}
-
-  Allocator& allocator() {
-    if (on_device_ || dev_.kind() == DeviceKind::Cpu) return dev_.allocator();
-    return host_;
-  }
-  void upload(void* dst, const std::vector<char>& image) {
-    if (image.empty()) return;
-    if (on_device_) dev_.copy_to_device(dst, image.data(), image.size());
-    else std::memcpy(dst, image.data(), image.size());
-  }
-  std::vector<char> download(const void* src, size_t bytes) {
-    std::vector<char> image(bytes);
-    if (on_device_) dev_.copy_to_host(image.data(), src, bytes);
-    else std::memcpy(image.data(), src, bytes);
-    return image;
-  }
-  // Uploads may be asynchronous on the device's stream: done before the host moves on.
-  void settle() { dev_.synchronize(); }
+  explicit DeviceSpace(Device& dev) : dev_(dev) {}
+  Allocator& allocator() override { return dev_.allocator(); }
+  void upload(void* dst, const void* host, size_t bytes) override { dev_.copy_to_device(dst, host, bytes); }
+  void settle() override { dev_.synchronize(); }
+  void download(void* host, const void* src, size_t bytes) override { dev_.copy_to_host(host, src, bytes); }
 
  private:
   Device& dev_;
-  bool on_device_;
-  HostAllocator host_;
 };
 
-// ---- One collective call -----------------------------------------------------------------
-
-struct Call {
-  Collective collective;
-  const void* send;
-  void* recv;
-  size_t count;
-  DType dtype;
-  ReduceOp op;
-  int root;
-};
-
-// The call in the layout of comm/communicator.h for this placement.
-Call make_call(Collective c, const CollectiveShape& shape, DType t, Placement p, ReduceOp op, int root, int rank,
-               void* send, void* recv) {
-  char* base = static_cast<char*>(recv);
-  const size_t chunk = shape.count * dtype_size(t) * size_t(rank);
-  Call call{c, send, recv, shape.count, t, op, root};
-  if (p == Placement::InPlace) {
-    if (c == Collective::ReduceScatter) call = {c, base, base + chunk, shape.count, t, op, root};
-    else if (c == Collective::AllGather) call = {c, base + chunk, base, shape.count, t, op, root};
-    else call.send = recv;
-  }
-  return call;
-}
-
-CommHandle issue(Communicator& comm, const Call& c, bool blocking) {
-  switch (c.collective) {
-    case Collective::AllReduce:
-      if (!blocking) return comm.all_reduce_async(c.send, c.recv, c.count, c.dtype, c.op);
-      comm.all_reduce(c.send, c.recv, c.count, c.dtype, c.op);
-      return {};
-    case Collective::ReduceScatter:
-      if (!blocking) return comm.reduce_scatter_async(c.send, c.recv, c.count, c.dtype, c.op);
-      comm.reduce_scatter(c.send, c.recv, c.count, c.dtype, c.op);
-      return {};
-    case Collective::AllGather:
-      if (!blocking) return comm.all_gather_async(c.send, c.recv, c.count, c.dtype);
-      comm.all_gather(c.send, c.recv, c.count, c.dtype);
-      return {};
-    case Collective::Broadcast:
-      if (!blocking) return comm.broadcast_async(c.send, c.recv, c.count, c.dtype, c.root);
-      comm.broadcast(c.send, c.recv, c.count, c.dtype, c.root);
-      return {};
-  }
-  return {};
-}
-
-// Issues `n` operations back to back, timed on the communicator's own timeline (CUDA events
-// on its stream for nccl, the host clock for mpi), and returns in microseconds the time of each
-// operation (`each`: a mark between consecutive operations) or the mean per operation (one
-// mark before the first and one after the last: nccl-tests' measurement). At small sizes
-// the host's enqueue rate limits nccl, and the marks between operations add to it (2-3 us per
-// 1 MB all-reduce on H200s, docs/results/comm.md): per-operation times are for the spread,
-// the mean is the table's.
-std::vector<double> timed_iterations(Communicator& comm, const Call& call, int64_t n, bool each) {
-  if (n == 0) return {};
-  auto timer = comm.make_timer(each ? int(n) + 1 : 2);
-  const bool blocking = !comm.stream_ordered();
-  comm.barrier();  // ranks start together
-  CommHandle last;
-  timer->mark(0);
-  for (int64_t k = 0; k < n; ++k) {
-    if (each && k > 0) timer->mark(int(k));
-    last = issue(comm, call, blocking);
-  }
-  timer->mark(each ? int(n) : 1);
-  last.wait();
-  comm.synchronize();
-  if (!each) return {timer->elapsed_ms(0, 1) * 1e3 / double(n)};
-  std::vector<double> times_us;
-  for (int64_t k = 0; k < n; ++k) times_us.push_back(timer->elapsed_ms(int(k), int(k) + 1) * 1e3);
-  return times_us;
-}
-
-// One run on verifiable inputs; returns this rank's number of wrong elements.
-int64_t check_once(Communicator& comm, BufferSpace& space, const Call& call, const CollectiveShape& shape,
-                   const Verifiable& v, void* send, void* recv) {
-  space.upload(send, v.send);
-  space.upload(recv, v.recv);
-  space.settle();
-  issue(comm, call, false).wait();
-  comm.synchronize();
-  const std::vector<char> result = space.download(recv, v.recv.size());
-  return count_wrong(v, result, call.collective, shape, call.dtype, call.op, call.root, comm.rank(), comm.size());
-}
-
-// A tiny all-reduce whose answer every rank knows: a broken transport stops the run
-// before the sweep. Collective.
-void sanity_all_reduce(const Runtime& rt, Communicator& comm, BufferSpace& space) {
-  const size_t n = 8;
-  Buffer buf(space.allocator(), DType::F32, Shape{int64_t(n)}, "comm.sanity");
-  std::vector<char> image(n * sizeof(float));
-  for (size_t i = 0; i < n; ++i) store(image.data(), i, DType::F32, double(comm.rank() + 1) * double(i + 1));
-  space.upload(buf.tensor().data, image);
-  space.settle();
-  comm.all_reduce_async(buf.tensor().data, buf.tensor().data, n, DType::F32, ReduceOp::Sum).wait();
-  comm.synchronize();
-  const std::vector<char> got = space.download(buf.tensor().data, image.size());
-  const double ranks_sum = double(comm.size()) * (comm.size() + 1) / 2;
-  std::string error;
-  for (size_t i = 0; i < n && error.empty(); ++i)
-    if (load(got.data(), i, DType::F32) != ranks_sum * double(i + 1))
-      error = "start-up sanity all-reduce (" + comm.backend_name() + ") gave " + fmt(load(got.data(), i, DType::F32)) +
-              " at element " + std::to_string(i) + ", expected " + fmt(ranks_sum * double(i + 1));
-  agree_or_exit(rt, error, 3);
-}
-
-// Per iteration, the slowest rank's time.
-std::vector<double> max_over_ranks(const std::vector<double>& mine) {
-  std::vector<double> out(mine.size());
-  MPI_CHECK(MPI_Allreduce(mine.data(), out.data(), int(mine.size()), MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD));
-  return out;
-}
-
-double mean_over_ranks(double mine, int ranks) {
-  double sum = 0;
-  MPI_CHECK(MPI_Allreduce(&mine, &sum, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD));
-  return sum / ranks;
-}
-
-int64_t sum_over_ranks(int64_t mine) {
-  int64_t out = 0;
-  MPI_CHECK(MPI_Allreduce(&mine, &out, 1, MPI_INT64_T, MPI_SUM, MPI_COMM_WORLD));
-  return out;
+std::unique_ptr<BufferSpace> buffer_space(Device& dev, const Runtime& rt, const Communicator& comm) {
+  if (comm.device_buffers() || dev.kind() == DeviceKind::Cpu) return std::make_unique<DeviceSpace>(dev);
+  return std::make_unique<HostBufferSpace>(host_physical_memory() / size_t(rt.local_size));
 }
 
 // nccl-tests' time format: fewer decimals for longer times.
@@ -420,11 +131,11 @@ void run(ModeContext& ctx) {
     comm = make_communicator(options);
   });
   const int n = comm->size();
-  BufferSpace space(dev, rt, comm->device_buffers());
+  const std::unique_ptr<BufferSpace> space = buffer_space(dev, rt, *comm);
   log_root(rt, "comm: backend %s, %d rank(s), %s; %lld warm-up + %lld timed iterations%s\n",
            comm->backend_name().c_str(), n, dev.name().c_str(), (long long)s.warmup, (long long)s.iters,
            s.check ? ", results checked" : "");
-  if (s.check) sanity_all_reduce(rt, *comm, space);
+  if (s.check) agree_or_exit(rt, sanity_all_reduce(*comm, *space), 3);
 
   std::vector<std::string> header = {"collective", "size (B)", "count", "type", "redop", "root"};
   for (Placement p : s.placements)
@@ -456,18 +167,21 @@ void run(ModeContext& ctx) {
         std::vector<std::string> row = {collective_name(c), std::to_string(shape.bytes), std::to_string(shape.count),
                                         comm_dtype_name(t), redop, std::to_string(root)};
 
+        Operation op{c, shape.count, t, s.op, s.root, Placement::OutOfPlace};
         // Buffers of the largest size the operation needs; every rank must have them.
-        Buffer send, recv;
+        CallBuffers buffers;
         std::string oom;
         try {
-          send = Buffer(space.allocator(), t, Shape{int64_t(shape.total_elements)}, "comm.send");
-          recv = Buffer(space.allocator(), t, Shape{int64_t(shape.total_elements)}, "comm.recv");
+          buffers = CallBuffers(*space, op, n);
         } catch (const OutOfMemory& e) {
           oom = e.what();
         }
-        const bool all_allocated = sum_over_ranks(oom.empty() ? 0 : 1) == 0;
+        const bool all_allocated = rt.reduce_all(int64_t(oom.empty() ? 0 : 1), HostReduce::Sum) == 0;
+        void* send = buffers.send.tensor().data;
+        void* recv = buffers.recv.tensor().data;
 
         for (Placement p : s.placements) {
+          op.placement = p;
           Record rec;
           rec.group = std::string("comm/") + collective_name(c) + "_" + comm_dtype_name(t) + "_" + size_label + "_" +
                       placement_name(p);
@@ -484,31 +198,30 @@ void run(ModeContext& ctx) {
             for (int k = 0; k < 4; ++k) row.push_back(k == 0 ? "oom" : "-");
             continue;
           }
-          const Call call = make_call(c, shape, t, p, s.op, root, rt.rank, send.tensor().data, recv.tensor().data);
-          const Verifiable v = make_verifiable(c, shape, t, p, s.root, rt.rank, n);
-          space.upload(send.tensor().data, v.send);
-          space.upload(recv.tensor().data, v.recv);
-          space.settle();
+          const Call call = make_call(op, rt.rank, send, recv);
+          const Verifiable v = make_verifiable(op, rt.rank, n, average_rounding(*comm));
+          upload_inputs(*space, v, send, recv);
 
-          const std::vector<double> warm = timed_iterations(*comm, call, s.warmup, true);
-          const std::vector<double> times = timed_iterations(*comm, call, s.iters, true);
-          const double mean_us = timed_iterations(*comm, call, s.iters, false).at(0);
-          const int64_t wrong = s.check ? check_once(*comm, space, call, shape, v, send.tensor().data, recv.tensor().data) : -1;
+          const std::vector<double> warm = time_call(*comm, call, s.warmup, Timing::PerOperation);
+          const std::vector<double> times = time_call(*comm, call, s.iters, Timing::PerOperation);
+          const double mean_us = time_call(*comm, call, s.iters, Timing::BackToBack).at(0);
+          const int64_t wrong = s.check ? check_once(*comm, *space, v, send, recv, issue_blocking(*comm)).count : -1;
 
           std::vector<double> algbw, busbw;
           for (double us : times) {
             algbw.push_back(algbw_gbs(shape.bytes, us));
             busbw.push_back(algbw.back() * bus_factor(c, n));
           }
-          const std::vector<double> slowest = max_over_ranks(times);
+          const std::vector<double> slowest = rt.reduce_all(times, HostReduce::Max);
           rec.add("time_us", times).add("algbw", algbw).add("busbw", busbw).add("time_us_max_over_ranks", slowest);
           if (!warm.empty()) rec.add("warmup_time_us", warm);
           rec.add("time_us_back_to_back", std::vector<double>{mean_us});
           rec.add("wrong", std::vector<int64_t>{wrong});
           ctx.recorder.write(rec);
 
-          const double time_us = mean_over_ranks(mean_us, n), alg = algbw_gbs(shape.bytes, time_us), bus = alg * bus_factor(c, n);
-          const int64_t wrong_all = s.check ? sum_over_ranks(wrong) : -1;
+          const double time_us = rt.reduce_all(mean_us, HostReduce::Sum) / n;
+          const double alg = algbw_gbs(shape.bytes, time_us), bus = alg * bus_factor(c, n);
+          const int64_t wrong_all = s.check ? rt.reduce_all(wrong, HostReduce::Sum) : -1;
           row.insert(row.end(), {format_us(time_us), fmt(alg), fmt(bus), s.check ? std::to_string(wrong_all) : "N/A"});
           busbw_by_collective[size_t(c)].sum += bus;
           busbw_by_collective[size_t(c)].rows += 1;

@@ -5,7 +5,6 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
-#include <cstring>
 #include <deque>
 #include <random>
 #include <vector>
@@ -38,29 +37,13 @@ inline std::vector<double> read_tensor(Device& dev, const Tensor& t) {
   std::vector<char> raw(t.bytes());
   dev.copy_to_host(raw.data(), t.data, t.bytes());
   std::vector<double> v(n);
-  for (int64_t i = 0; i < n; ++i) {
-    const char* p = raw.data() + i * dtype_size(t.dtype);
-    switch (t.dtype) {
-      case DType::F32: { float f; std::memcpy(&f, p, 4); v[i] = f; break; }
-      case DType::F64: { double d; std::memcpy(&d, p, 8); v[i] = d; break; }
-      case DType::BF16: { uint16_t b; std::memcpy(&b, p, 2); v[i] = bf16_bits_to_float(b); break; }
-      case DType::I32: { int32_t k; std::memcpy(&k, p, 4); v[i] = k; break; }
-    }
-  }
+  to_doubles(raw.data(), t.dtype, size_t(n), v.data());
   return v;
 }
 
 inline void write_tensor(Device& dev, const Tensor& t, const std::vector<double>& v) {
   std::vector<char> raw(t.bytes());
-  for (int64_t i = 0; i < t.numel(); ++i) {
-    char* p = raw.data() + i * dtype_size(t.dtype);
-    switch (t.dtype) {
-      case DType::F32: { float f = float(v[i]); std::memcpy(p, &f, 4); break; }
-      case DType::F64: { std::memcpy(p, &v[i], 8); break; }
-      case DType::BF16: { uint16_t b = float_to_bf16_bits(float(v[i])); std::memcpy(p, &b, 2); break; }
-      case DType::I32: { int32_t k = int32_t(v[i]); std::memcpy(p, &k, 4); break; }
-    }
-  }
+  from_doubles(v.data(), size_t(t.numel()), t.dtype, raw.data());
   dev.copy_to_device(t.data, raw.data(), raw.size());
 }
 

@@ -85,32 +85,14 @@ class DeviceBuffer {
   void poison() { CUDA_CHECK(cudaMemset(ptr_, 0xff, bytes())); }  // NaN in fp32 and bf16
   void write(const std::vector<double>& v) {
     std::vector<unsigned char> raw(bytes());
-    for (size_t i = 0; i < n_; ++i) {
-      if (dtype_ == DType::F32) {
-        const float f = float(v[i]);
-        std::memcpy(&raw[i * 4], &f, 4);
-      } else {
-        const uint16_t b = float_to_bf16_bits(float(v[i]));
-        std::memcpy(&raw[i * 2], &b, 2);
-      }
-    }
+    from_doubles(v.data(), n_, dtype_, raw.data());
     CUDA_CHECK(cudaMemcpy(ptr_, raw.data(), bytes(), cudaMemcpyHostToDevice));
   }
   std::vector<double> read() const {
     std::vector<unsigned char> raw(bytes());
     CUDA_CHECK(cudaMemcpy(raw.data(), ptr_, bytes(), cudaMemcpyDeviceToHost));
     std::vector<double> v(n_);
-    for (size_t i = 0; i < n_; ++i) {
-      if (dtype_ == DType::F32) {
-        float f;
-        std::memcpy(&f, &raw[i * 4], 4);
-        v[i] = f;
-      } else {
-        uint16_t b;
-        std::memcpy(&b, &raw[i * 2], 2);
-        v[i] = bf16_bits_to_float(b);
-      }
-    }
+    to_doubles(raw.data(), dtype_, n_, v.data());
     return v;
   }
 

@@ -1,19 +1,23 @@
 // Collectives of every backend (mpi on host buffers, nccl on GPU buffers) under mpirun
-// with 1-4 ranks: exact results on exactly representable inputs (small integers, so every
-// sum is exact even in bf16) for counts that do and do not divide by the rank count,
-// in place and out of place; averaging; async handles waited in any order; groups.
+// with 1-4 ranks, checked on the comm harness's verifiable data (comm/verifiable.h: small
+// integers, so every sum is exact even in bf16), the one scheme the benchmark's --check uses:
+// exact results for counts that do and do not divide by the rank count, in place and out of
+// place (inputs left alone); averaging (NCCL's rounding allowed on rank counts that are not a
+// power of two); async handles waited in any order; a dropped handle; groups; nccl without a
+// compute stream; the barrier and the timing loop. The checker itself is tested on simulated
+// results: it accepts right ones and finds a wrong chunk, a wrong root and untouched output.
 // The nccl cases skip when NCCL is not compiled in, no GPU is visible, or a node has
 // more ranks than GPUs (the decision is collective, so no rank is left in a collective).
 #include <gtest/gtest.h>
 #include <mpi.h>
 
-#include <cmath>
-#include <cstring>
 #include <map>
 #include <vector>
 
+#include "comm/benchmark.h"
 #include "comm/collectives.h"
 #include "comm/communicator.h"
+#include "comm/verifiable.h"
 #include "kernels/backend.h"
 #include "src/core/check.h"
 #include "tests/mpi/mpi_test_util.h"
@@ -24,133 +28,48 @@
 namespace llmhpc {
 namespace {
 
+using test::local_gpu;
 using test::nccl_runnable;
 using test::world_rank;
 using test::world_size;
 
-// ---- Memory of a backend: host for mpi, this rank's GPU for nccl ----------------------
-
-class Memory {
- public:
-  virtual ~Memory() = default;
-  virtual void* allocate(size_t bytes) = 0;
-  virtual void release(void* p) = 0;
-  // Ordered before collectives issued afterwards.
-  virtual void upload(void* dst, const void* host, size_t bytes) = 0;
-  // After a handle's wait(): sees the result.
-  virtual void download(void* host, const void* src, size_t bytes) = 0;
-  virtual void* compute_stream() { return nullptr; }
-};
-
-class HostMemory final : public Memory {
- public:
-  void* allocate(size_t bytes) override { return std::malloc(bytes ? bytes : 1); }
-  void release(void* p) override { std::free(p); }
-  void upload(void* dst, const void* host, size_t bytes) override { std::memcpy(dst, host, bytes); }
-  void download(void* host, const void* src, size_t bytes) override { std::memcpy(host, src, bytes); }
-};
-
 #if defined(LLMHPC_WITH_CUDA)
-// Copies go through a compute stream of our own: the communicator must order its work
-// after the uploads and, once a handle is waited, the downloads after its work.
-class GpuMemory final : public Memory {
+class CudaMallocAllocator final : public Allocator {
  public:
-  explicit GpuMemory(int gpu) {
-    CUDA_CHECK(cudaSetDevice(gpu));
-    CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
-  }
-  ~GpuMemory() override { cudaStreamDestroy(stream_); }
-  void* allocate(size_t bytes) override {
+  void* allocate(size_t bytes, const std::string&) override {
     void* p = nullptr;
     CUDA_CHECK(cudaMalloc(&p, bytes ? bytes : 1));
     return p;
   }
-  void release(void* p) override { CUDA_CHECK(cudaFree(p)); }
+  void deallocate(void* p) override { CUDA_CHECK(cudaFree(p)); }
+};
+
+// This rank's GPU, with copies on a stream of our own that the communicator is made with as
+// its compute stream: it must order its work after the uploads and, once a handle is
+// waited, the downloads after its work.
+class GpuSpace final : public BufferSpace {
+ public:
+  explicit GpuSpace(int gpu) {
+    CUDA_CHECK(cudaSetDevice(gpu));
+    CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+  }
+  ~GpuSpace() override { cudaStreamDestroy(stream_); }
+  Allocator& allocator() override { return allocator_; }
   void upload(void* dst, const void* host, size_t bytes) override {
     CUDA_CHECK(cudaMemcpyAsync(dst, host, bytes, cudaMemcpyHostToDevice, stream_));
-    CUDA_CHECK(cudaStreamSynchronize(stream_));  // the host image may go away
   }
+  void settle() override { CUDA_CHECK(cudaStreamSynchronize(stream_)); }
   void download(void* host, const void* src, size_t bytes) override {
     CUDA_CHECK(cudaMemcpyAsync(host, src, bytes, cudaMemcpyDeviceToHost, stream_));
     CUDA_CHECK(cudaStreamSynchronize(stream_));
   }
-  void* compute_stream() override { return stream_; }
+  void* stream() const { return stream_; }
 
  private:
+  CudaMallocAllocator allocator_;
   cudaStream_t stream_ = nullptr;
 };
 #endif
-
-// A buffer in a backend's memory, filled from and read back as values.
-class TestBuffer {
- public:
-  TestBuffer(Memory& mem, DType t, size_t n) : mem_(mem), dtype_(t), n_(n), data_(mem.allocate(n * dtype_size(t))) {}
-  ~TestBuffer() { mem_.release(data_); }
-  TestBuffer(const TestBuffer&) = delete;
-  TestBuffer& operator=(const TestBuffer&) = delete;
-
-  void* data() const { return data_; }
-  void* at(size_t element) const { return static_cast<char*>(data_) + element * dtype_size(dtype_); }
-  void set(const std::vector<double>& values) {
-    ASSERT_EQ(values.size(), n_);
-    std::vector<char> image(n_ * dtype_size(dtype_));
-    for (size_t i = 0; i < n_; ++i) {
-      if (dtype_ == DType::F32) reinterpret_cast<float*>(image.data())[i] = float(values[i]);
-      else if (dtype_ == DType::BF16) reinterpret_cast<uint16_t*>(image.data())[i] = float_to_bf16_bits(float(values[i]));
-      else reinterpret_cast<double*>(image.data())[i] = values[i];
-    }
-    mem_.upload(data_, image.data(), image.size());
-  }
-  std::vector<double> get() const {
-    std::vector<char> image(n_ * dtype_size(dtype_));
-    mem_.download(image.data(), data_, image.size());
-    std::vector<double> values(n_);
-    for (size_t i = 0; i < n_; ++i) {
-      if (dtype_ == DType::F32) values[i] = reinterpret_cast<const float*>(image.data())[i];
-      else if (dtype_ == DType::BF16) values[i] = bf16_bits_to_float(reinterpret_cast<const uint16_t*>(image.data())[i]);
-      else values[i] = reinterpret_cast<const double*>(image.data())[i];
-    }
-    return values;
-  }
-
- private:
-  Memory& mem_;
-  DType dtype_;
-  size_t n_;
-  void* data_;
-};
-
-// ---- Exactly representable inputs ---------------------------------------------------------
-
-// Integers in [-range, range]; with range = 127 / n for sums, |partial sums| <= 127.
-double value(int rank, size_t i, int range) { return double(int64_t((i * 5 + size_t(rank) * 11 + 3) % size_t(2 * range + 1)) - range); }
-int sum_range() { return std::max(1, 127 / world_size()); }
-
-std::vector<double> rank_values(int rank, size_t n, int range) {
-  std::vector<double> v(n);
-  for (size_t i = 0; i < n; ++i) v[i] = value(rank, i, range);
-  return v;
-}
-
-// Sum over ranks of element i, and the average as the backends compute it (one
-// rounded division; bf16: fp32 division then rounding to bf16).
-double reduced(size_t i, ReduceOp op, DType t) {
-  double sum = 0;
-  for (int r = 0; r < world_size(); ++r) sum += value(r, i, sum_range());
-  if (op == ReduceOp::Sum) return sum;
-  if (t == DType::F64) return sum / world_size();
-  const float avg = float(sum) / float(world_size());
-  return t == DType::BF16 ? round_to_bf16(avg) : avg;
-}
-
-// Exact, except NCCL's average of floats on a rank count that is not a power of two: it
-// pre-multiplies each input by 1/n, so allow n roundings of values up to sum_range().
-double tolerance(CommBackend b, ReduceOp op, DType t) {
-  const int n = world_size();
-  if (b != CommBackend::Nccl || op != ReduceOp::Average || (n & (n - 1)) == 0) return 0;
-  const double eps = t == DType::BF16 ? std::ldexp(1.0, -7) : t == DType::F32 ? std::ldexp(1.0, -23) : std::ldexp(1.0, -52);
-  return n * eps * sum_range();
-}
 
 // ---- Fixture over backends and dtypes -------------------------------------------------------
 
@@ -163,11 +82,28 @@ std::string case_name(const ::testing::TestParamInfo<Case>& info) {
   return std::string(comm_backend_name(info.param.backend)) + "_" + dtype_name(info.param.dtype);
 }
 
+
 struct BackendState {
-  std::unique_ptr<Memory> memory;
+  std::unique_ptr<BufferSpace> space;
   std::unique_ptr<Communicator> comm;
   int gpu = -1;
 };
+
+// An operation on buffers of its own, laid out by make_call, its verifiable inputs uploaded.
+struct Prepared {
+  CallBuffers buffers;
+  Verifiable v;
+  Call call;
+  void* send() const { return buffers.send.tensor().data; }
+  void* recv() const { return buffers.recv.tensor().data; }
+};
+
+std::string describe(const Operation& op) {
+  std::string what = collective_name(op.collective);
+  if (is_reduction(op.collective)) what += std::string(" ") + reduce_op_name(op.op);
+  if (op.collective == Collective::Broadcast) what += " root " + std::to_string(op.root);
+  return what + " count " + std::to_string(op.count) + " " + placement_name(op.placement);
+}
 
 class CommTest : public ::testing::TestWithParam<Case> {
  protected:
@@ -189,44 +125,70 @@ class CommTest : public ::testing::TestWithParam<Case> {
       CommOptions o;
       o.backend = backend_;
       if (backend_ == CommBackend::Mpi) {
-        s.memory = std::make_unique<HostMemory>();
+        s.space = std::make_unique<HostBufferSpace>(host_physical_memory());
       } else {
 #if defined(LLMHPC_WITH_CUDA)
-        o.gpu = s.gpu = test::local_gpu();
-        s.memory = std::make_unique<GpuMemory>(o.gpu);
-        o.compute_stream = s.memory->compute_stream();
+        o.gpu = s.gpu = local_gpu();
+        auto gpu_space = std::make_unique<GpuSpace>(o.gpu);
+        o.compute_stream = gpu_space->stream();
+        s.space = std::move(gpu_space);
 #endif
       }
       s.comm = make_communicator(o);
     }
     comm_ = s.comm.get();
-    mem_ = s.memory.get();
+    space_ = s.space.get();
     gpu_ = s.gpu;
   }
 
+  // `op` in this case's dtype, ready to issue.
+  Prepared prepare(Operation op) {
+    op.dtype = dtype_;
+    Prepared p{CallBuffers(*space_, op, world_size()),
+               make_verifiable(op, world_rank(), world_size(), average_rounding(*comm_)), {}};
+    p.call = make_call(op, world_rank(), p.send(), p.recv());
+    upload_inputs(*space_, p.v, p.send(), p.recv());
+    return p;
+  }
+
   // Collective: every rank learns the total, so rank 0 (the only one printing) reports a
-  // failure seen on any rank.
-  void expect_values(const std::vector<double>& got, const std::vector<double>& want, double tol,
-                     const std::string& what) {
-    ASSERT_EQ(got.size(), want.size()) << what;
-    int64_t wrong = 0, total = 0;
-    size_t first = 0;
-    for (size_t i = 0; i < got.size(); ++i)
-      if (!(std::fabs(got[i] - want[i]) <= tol) && wrong++ == 0) first = i;
+  // failure seen on any rank; a failing rank also says what it saw (`here`).
+  void expect_none_wrong(int64_t wrong, const std::string& what, const std::string& here) {
+    int64_t total = 0;
     MPI_Allreduce(&wrong, &total, 1, MPI_INT64_T, MPI_SUM, MPI_COMM_WORLD);
     int first_rank = wrong ? world_rank() : world_size(), lowest = 0;
     MPI_Allreduce(&first_rank, &lowest, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
-    EXPECT_EQ(total, 0) << what << ": wrong elements on " << (total ? "rank " + std::to_string(lowest) : "no rank")
-                        << (wrong ? "; here (rank " + std::to_string(world_rank()) + ") element " +
-                                        std::to_string(first) + " is " + std::to_string(got[first]) + ", want " +
-                                        std::to_string(want[first])
-                                  : std::string());
+    EXPECT_EQ(total, 0) << what << ": wrong on " << (total ? "rank " + std::to_string(lowest) : "no rank")
+                        << (wrong ? "; here (rank " + std::to_string(world_rank()) + ") " + here : std::string());
+  }
+
+  // The result of a completed operation is exact (within v.tolerance); out of place, its
+  // input is as it was.
+  void expect_result(const Prepared& p, const std::string& what) {
+    const Mismatch m = check_result(*space_, p.v, p.recv());
+    expect_none_wrong(m.count, what,
+                      std::to_string(m.count) + " wrong elements, the first " + std::to_string(m.first) +
+                          " of the result: " + std::to_string(m.got) + ", want " + std::to_string(m.expected));
+    if (p.v.op.placement == Placement::InPlace) return;
+    std::vector<char> input(p.v.send.size());
+    space_->download(input.data(), p.send(), input.size());
+    expect_none_wrong(input == p.v.send ? 0 : 1, what + ": the input is left alone", "the input changed");
+  }
+
+  // One call through the blocking form, in both placements.
+  void expect_exact(Operation op) {
+    for (Placement placement : {Placement::OutOfPlace, Placement::InPlace}) {
+      op.placement = placement;
+      const Prepared p = prepare(op);
+      issue(*comm_, p.call, true);
+      expect_result(p, describe(p.v.op));
+    }
   }
 
   CommBackend backend_ = CommBackend::Mpi;
   DType dtype_ = DType::F32;
   Communicator* comm_ = nullptr;
-  Memory* mem_ = nullptr;
+  BufferSpace* space_ = nullptr;
   int gpu_ = -1;
 };
 
@@ -240,142 +202,61 @@ TEST_P(CommTest, RankAndSize) {
 }
 
 TEST_P(CommTest, AllReduceIsExact) {
-  const int me = world_rank(), range = sum_range();
   for (ReduceOp op : {ReduceOp::Sum, ReduceOp::Average})
-    for (size_t n : kCounts) {
-      std::vector<double> want(n);
-      for (size_t i = 0; i < n; ++i) want[i] = reduced(i, op, dtype_);
-      const std::string what = std::string("all_reduce ") + reduce_op_name(op) + " count " + std::to_string(n);
-      TestBuffer send(*mem_, dtype_, n), recv(*mem_, dtype_, n);
-      send.set(rank_values(me, n, range));
-      recv.set(std::vector<double>(n, -1024));
-      comm_->all_reduce(send.data(), recv.data(), n, dtype_, op);
-      expect_values(recv.get(), want, tolerance(backend_, op, dtype_), what + " out of place");
-      expect_values(send.get(), rank_values(me, n, range), 0, what + " leaves its input alone");
-      comm_->all_reduce(send.data(), send.data(), n, dtype_, op);
-      expect_values(send.get(), want, tolerance(backend_, op, dtype_), what + " in place");
-    }
+    for (size_t n : kCounts) expect_exact({Collective::AllReduce, n, dtype_, op});
 }
 
 TEST_P(CommTest, ReduceScatterIsExact) {
-  const int me = world_rank(), nranks = world_size(), range = sum_range();
   for (ReduceOp op : {ReduceOp::Sum, ReduceOp::Average})
-    for (size_t count : kCounts) {
-      const size_t total = count * size_t(nranks);
-      std::vector<double> want(count);
-      for (size_t i = 0; i < count; ++i) want[i] = reduced(size_t(me) * count + i, op, dtype_);
-      const std::string what = std::string("reduce_scatter ") + reduce_op_name(op) + " count " + std::to_string(count);
-      TestBuffer send(*mem_, dtype_, total), recv(*mem_, dtype_, count);
-      send.set(rank_values(me, total, range));
-      recv.set(std::vector<double>(count, -1024));
-      comm_->reduce_scatter(send.data(), recv.data(), count, dtype_, op);
-      expect_values(recv.get(), want, tolerance(backend_, op, dtype_), what + " out of place");
-      // In place: the result lands in this rank's chunk of the input buffer.
-      comm_->reduce_scatter(send.data(), send.at(size_t(me) * count), count, dtype_, op);
-      std::vector<double> all = send.get();
-      std::vector<double> chunk(all.begin() + long(size_t(me) * count), all.begin() + long(size_t(me + 1) * count));
-      expect_values(chunk, want, tolerance(backend_, op, dtype_), what + " in place");
-    }
+    for (size_t count : kCounts) expect_exact({Collective::ReduceScatter, count, dtype_, op});
 }
 
 TEST_P(CommTest, AllGatherIsExact) {
-  const int me = world_rank(), nranks = world_size();
-  for (size_t count : kCounts) {
-    const size_t total = count * size_t(nranks);
-    std::vector<double> want;
-    for (int r = 0; r < nranks; ++r) {
-      std::vector<double> part = rank_values(r, count, 127);
-      want.insert(want.end(), part.begin(), part.end());
-    }
-    const std::string what = "all_gather count " + std::to_string(count);
-    TestBuffer send(*mem_, dtype_, count), recv(*mem_, dtype_, total);
-    send.set(rank_values(me, count, 127));
-    recv.set(std::vector<double>(total, -1024));
-    comm_->all_gather(send.data(), recv.data(), count, dtype_);
-    expect_values(recv.get(), want, 0, what + " out of place");
-    // In place: this rank's part already sits at its slot of the output.
-    std::vector<double> image(total, -1024);
-    for (size_t i = 0; i < count; ++i) image[size_t(me) * count + i] = value(me, i, 127);
-    recv.set(image);
-    comm_->all_gather(recv.at(size_t(me) * count), recv.data(), count, dtype_);
-    expect_values(recv.get(), want, 0, what + " in place");
-  }
+  for (size_t count : kCounts) expect_exact({Collective::AllGather, count, dtype_});
 }
 
 TEST_P(CommTest, BroadcastFromEveryRoot) {
-  const int me = world_rank();
-  const size_t n = 1001;
-  for (int root = 0; root < world_size(); ++root) {
-    const std::string what = "broadcast from root " + std::to_string(root);
-    TestBuffer send(*mem_, dtype_, n), recv(*mem_, dtype_, n);
-    send.set(rank_values(me, n, 127));
-    recv.set(std::vector<double>(n, -1024));
-    comm_->broadcast(send.data(), recv.data(), n, dtype_, root);
-    expect_values(recv.get(), rank_values(root, n, 127), 0, what + " out of place");
-    expect_values(send.get(), rank_values(me, n, 127), 0, what + ": every input is kept");
-    comm_->broadcast(send.data(), send.data(), n, dtype_, root);
-    expect_values(send.get(), rank_values(root, n, 127), 0, what + " in place");
-  }
+  for (int root = 0; root < world_size(); ++root)
+    expect_exact({Collective::Broadcast, 1001, dtype_, ReduceOp::Sum, root});
 }
 
 // Several operations in flight at once, waited for in reverse order.
 TEST_P(CommTest, AsyncHandlesCompleteInAnyOrder) {
-  const int me = world_rank(), nranks = world_size(), range = sum_range();
   const size_t n = 4099;
-  TestBuffer a(*mem_, dtype_, n), b(*mem_, dtype_, n), gathered(*mem_, dtype_, n * size_t(nranks)),
-      mine(*mem_, dtype_, n);
-  a.set(rank_values(me, n, range));
-  b.set(rank_values(me, n, range));
-  mine.set(rank_values(me, n, 127));
+  const Prepared sum = prepare({Collective::AllReduce, n, dtype_, ReduceOp::Sum, 0, Placement::InPlace});
+  const Prepared gathered = prepare({Collective::AllGather, n, dtype_});
+  const Prepared avg = prepare({Collective::AllReduce, n, dtype_, ReduceOp::Average, 0, Placement::InPlace});
   std::vector<CommHandle> handles;
-  handles.push_back(comm_->all_reduce_async(a.data(), a.data(), n, dtype_, ReduceOp::Sum));
-  handles.push_back(comm_->all_gather_async(mine.data(), gathered.data(), n, dtype_));
-  handles.push_back(comm_->all_reduce_async(b.data(), b.data(), n, dtype_, ReduceOp::Average));
+  for (const Prepared* p : {&sum, &gathered, &avg}) handles.push_back(issue(*comm_, p->call, false));
   for (auto it = handles.rbegin(); it != handles.rend(); ++it) {
     EXPECT_TRUE(it->pending());
     it->wait();
     EXPECT_FALSE(it->pending());
     it->wait();  // idempotent
   }
-  std::vector<double> sum(n), avg(n), all;
-  for (size_t i = 0; i < n; ++i) sum[i] = reduced(i, ReduceOp::Sum, dtype_), avg[i] = reduced(i, ReduceOp::Average, dtype_);
-  for (int r = 0; r < nranks; ++r) {
-    std::vector<double> part = rank_values(r, n, 127);
-    all.insert(all.end(), part.begin(), part.end());
-  }
-  expect_values(a.get(), sum, 0, "async all_reduce sum");
-  expect_values(b.get(), avg, tolerance(backend_, ReduceOp::Average, dtype_), "async all_reduce avg");
-  expect_values(gathered.get(), all, 0, "async all_gather");
+  expect_result(sum, "async all_reduce sum");
+  expect_result(gathered, "async all_gather");
+  expect_result(avg, "async all_reduce avg");
 }
 
 // A handle dropped without wait(): the result is there after synchronize().
 TEST_P(CommTest, DroppedHandleStillCompletes) {
-  const size_t n = 333;
-  TestBuffer a(*mem_, dtype_, n);
-  a.set(rank_values(world_rank(), n, sum_range()));
-  { CommHandle dropped = comm_->all_reduce_async(a.data(), a.data(), n, dtype_, ReduceOp::Sum); }
+  const Prepared p = prepare({Collective::AllReduce, 333, dtype_, ReduceOp::Sum, 0, Placement::InPlace});
+  { CommHandle dropped = issue(*comm_, p.call, false); }
   comm_->synchronize();
-  std::vector<double> want(n);
-  for (size_t i = 0; i < n; ++i) want[i] = reduced(i, ReduceOp::Sum, dtype_);
-  expect_values(a.get(), want, 0, "dropped all_reduce");
+  expect_result(p, "dropped all_reduce");
 }
 
 TEST_P(CommTest, GroupedOperations) {
-  const int me = world_rank(), range = sum_range();
-  const size_t n = 517;
-  std::vector<std::unique_ptr<TestBuffer>> bufs;
+  std::vector<Prepared> ops;
+  for (int k = 0; k < 3; ++k)
+    ops.push_back(prepare({Collective::AllReduce, 517, dtype_, ReduceOp::Sum, 0, Placement::InPlace}));
   std::vector<CommHandle> handles;
-  for (int k = 0; k < 3; ++k) {
-    bufs.push_back(std::make_unique<TestBuffer>(*mem_, dtype_, n));
-    bufs.back()->set(rank_values(me, n, range));
-  }
   comm_->group_start();
-  for (auto& b : bufs) handles.push_back(comm_->all_reduce_async(b->data(), b->data(), n, dtype_, ReduceOp::Sum));
+  for (const Prepared& p : ops) handles.push_back(issue(*comm_, p.call, false));
   comm_->group_end();
   for (CommHandle& h : handles) h.wait();
-  std::vector<double> want(n);
-  for (size_t i = 0; i < n; ++i) want[i] = reduced(i, ReduceOp::Sum, dtype_);
-  for (auto& b : bufs) expect_values(b->get(), want, 0, "grouped all_reduce");
+  for (const Prepared& p : ops) expect_result(p, "grouped all_reduce");
 }
 
 // nccl made without a compute stream (as the comm benchmark makes it): the caller has
@@ -386,34 +267,28 @@ TEST_P(CommTest, NcclWithoutComputeStream) {
   o.backend = CommBackend::Nccl;
   o.gpu = gpu_;
   std::unique_ptr<Communicator> standalone = make_communicator(o);
-  const size_t n = 10007;
-  TestBuffer a(*mem_, dtype_, n), gathered(*mem_, dtype_, n * size_t(world_size()));
-  a.set(rank_values(world_rank(), n, sum_range()));
-  standalone->all_reduce_async(a.data(), a.data(), n, dtype_, ReduceOp::Sum).wait();
-  std::vector<double> want(n);
-  for (size_t i = 0; i < n; ++i) want[i] = reduced(i, ReduceOp::Sum, dtype_);
-  expect_values(a.get(), want, 0, "all_reduce without a compute stream");
-  standalone->all_gather(a.data(), gathered.data(), n, dtype_);
-  std::vector<double> all;
-  for (int r = 0; r < world_size(); ++r) all.insert(all.end(), want.begin(), want.end());
-  expect_values(gathered.get(), all, 0, "all_gather without a compute stream");
+  const Prepared sum = prepare({Collective::AllReduce, 10007, dtype_, ReduceOp::Sum, 0, Placement::InPlace});
+  issue(*standalone, sum.call, false).wait();
+  expect_result(sum, "all_reduce without a compute stream");
+  const Prepared gathered = prepare({Collective::AllGather, 10007, dtype_});
+  issue(*standalone, gathered.call, true);
+  expect_result(gathered, "all_gather without a compute stream");
 }
 
-TEST_P(CommTest, BarrierAndTimer) {
-  comm_->barrier();
-  auto timer = comm_->make_timer(2);
-  const size_t n = 1 << 16;
-  TestBuffer a(*mem_, dtype_, n);
-  a.set(std::vector<double>(n, 1.0));
-  timer->mark(0);
-  CommHandle h = comm_->all_reduce_async(a.data(), a.data(), n, dtype_, ReduceOp::Sum);
-  if (!comm_->stream_ordered()) h.wait();
-  timer->mark(1);
-  h.wait();
-  comm_->synchronize();
-  const double ms = timer->elapsed_ms(0, 1);
-  EXPECT_GE(ms, 0.0);
-  EXPECT_LT(ms, 60e3);
+// The harness's timing loop on the communicator's timer, after its barrier: one time per
+// operation or one mean, plausible, and the operations' result right after it.
+TEST_P(CommTest, BarrierAndTimingLoop) {
+  const Prepared p = prepare({Collective::AllReduce, 1 << 16, dtype_});
+  const std::vector<double> each = time_call(*comm_, p.call, 3, Timing::PerOperation);
+  const std::vector<double> mean = time_call(*comm_, p.call, 3, Timing::BackToBack);
+  ASSERT_EQ(each.size(), 3u);
+  ASSERT_EQ(mean.size(), 1u);
+  for (double us : {each[0], each[1], each[2], mean[0]}) {
+    EXPECT_GE(us, 0.0);
+    EXPECT_LT(us, 60e6);
+  }
+  EXPECT_TRUE(time_call(*comm_, p.call, 0, Timing::PerOperation).empty());
+  expect_result(p, "all_reduce after the timing loop");  // out of place: every run gives the same
   comm_->barrier();
 }
 
@@ -423,7 +298,81 @@ INSTANTIATE_TEST_SUITE_P(Backends, CommTest,
                                            Case{CommBackend::Nccl, DType::BF16}, Case{CommBackend::Nccl, DType::F64}),
                          case_name);
 
-// ---- The benchmark's size rules (comm/collectives.h) ------------------------------------------
+// ---- The checker (comm/verifiable.h) on simulated results -------------------------------------
+
+// What rank `rank`'s recv holds after a sum collective, computed on the host from every
+// rank's verifiable inputs. With `shift` > 0 it is wrong as a backend could be: the chunk
+// (reduce-scatter, all-gather) or the root (broadcast) of `shift` ranks further on.
+std::vector<char> simulate(const Operation& op, int rank, int nranks, int shift) {
+  std::vector<Verifiable> all;
+  for (int r = 0; r < nranks; ++r) all.push_back(make_verifiable(op, r, nranks, AverageRounding::Once));
+  const bool in_place = op.placement == Placement::InPlace;
+  auto input = [&](int r, size_t i) {  // element i of rank r's input, wherever its image has it
+    const Verifiable& v = all[size_t(r % nranks)];
+    if (op.collective == Collective::AllGather && in_place) i += size_t(r % nranks) * op.count;
+    return load_as_double((in_place ? v.recv : v.send).data(), i, op.dtype);
+  };
+  const Verifiable& mine = all[size_t(rank)];
+  std::vector<char> result = mine.recv;
+  for (size_t i = 0; i < mine.result_count; ++i) {
+    double x = 0;
+    switch (op.collective) {
+      case Collective::AllReduce:
+        for (int r = 0; r < nranks; ++r) x += input(r, i);
+        break;
+      case Collective::ReduceScatter:
+        for (int r = 0; r < nranks; ++r) x += input(r, size_t((rank + shift) % nranks) * op.count + i);
+        break;
+      case Collective::AllGather: x = input(int(i / op.count) + shift, i % op.count); break;
+      case Collective::Broadcast: x = input(op.root + shift, i); break;
+    }
+    store_from_double(result.data(), mine.result_offset + i, op.dtype, x);
+  }
+  return result;
+}
+
+TEST(Verifiable, AcceptsRightResultsAndFindsWrongOnes) {
+  for (int nranks = 1; nranks <= 4; ++nranks)
+    for (Collective c : all_collectives())
+      for (Placement p : {Placement::OutOfPlace, Placement::InPlace})
+        for (DType t : {DType::F32, DType::BF16, DType::F64})
+          for (size_t count : {size_t(7), size_t(12), size_t(1001)})
+            for (int rank = 0; rank < nranks; ++rank) {
+              const Operation op{c, count, t, ReduceOp::Sum, nranks - 1, p};
+              const Verifiable v = make_verifiable(op, rank, nranks, AverageRounding::Once);
+              const std::string what = describe(op) + " " + dtype_name(t) + ", rank " + std::to_string(rank) + " of " +
+                                       std::to_string(nranks);
+              EXPECT_EQ(count_wrong(v, simulate(op, rank, nranks, 0)).count, 0) << what;
+              if (nranks > 1 && c != Collective::AllReduce)
+                EXPECT_GT(count_wrong(v, simulate(op, rank, nranks, 1)).count, 0) << what << ": wrong chunk or root";
+              if (p == Placement::OutOfPlace)
+                EXPECT_EQ(count_wrong(v, v.recv).count, int64_t(v.result_count)) << what << ": untouched output";
+            }
+}
+
+// ---- Call layouts and the benchmark's size rules (comm/collectives.h) ---------------------------
+
+TEST(CollectiveCall, InPlaceLayoutsAreNccls) {
+  float send[12], recv[12];
+  const Operation rs{Collective::ReduceScatter, 3, DType::F32, ReduceOp::Sum, 0, Placement::InPlace};
+  Call c = make_call(rs, 2, send, recv);
+  EXPECT_EQ(c.send, recv);
+  EXPECT_EQ(c.recv, recv + 6);
+  Operation ag = rs;
+  ag.collective = Collective::AllGather;
+  c = make_call(ag, 2, send, recv);
+  EXPECT_EQ(c.send, recv + 6);
+  EXPECT_EQ(c.recv, recv);
+  c = make_call({Collective::Broadcast, 3, DType::F32, ReduceOp::Sum, 1, Placement::InPlace}, 2, send, recv);
+  EXPECT_EQ(c.send, recv);
+  EXPECT_EQ(c.root, 1);
+  ag.placement = Placement::OutOfPlace;
+  c = make_call(ag, 2, send, recv);
+  EXPECT_EQ(c.send, send);
+  EXPECT_EQ(c.recv, recv);
+  EXPECT_EQ(largest_buffer_elements(Collective::AllGather, 3, 4), 12u);
+  EXPECT_EQ(largest_buffer_elements(Collective::AllReduce, 3, 4), 3u);
+}
 
 TEST(CollectiveShape, RoundsDownToEqualChunksLikeNcclTests) {
   // 1000 B of float on 3 ranks: 250 elements; reduce-scatter/all-gather use 83 per rank.
