@@ -8,7 +8,6 @@
 // goes on. Records: /attention/<label>, one per configuration, on every rank.
 #include <algorithm>
 #include <cmath>
-#include <cstring>
 
 #include "src/core/random.h"
 #include "src/core/stats.h"
