@@ -101,23 +101,26 @@ class NcclCommunicator final : public Communicator {
 
   CommHandle all_reduce_async(const void* send, void* recv, size_t count, DType dtype, ReduceOp op) override {
     after_compute();
-    NCCL_CHECK(ncclAllReduce(send, recv, count, nccl_type(dtype), nccl_op(op), comm_, stream_));
+    if (!copy_alone(send, recv, count, dtype))
+      NCCL_CHECK(ncclAllReduce(send, recv, count, nccl_type(dtype), nccl_op(op), comm_, stream_));
     return completion();
   }
   CommHandle reduce_scatter_async(const void* send, void* recv, size_t count, DType dtype, ReduceOp op) override {
     after_compute();
-    NCCL_CHECK(ncclReduceScatter(send, recv, count, nccl_type(dtype), nccl_op(op), comm_, stream_));
+    if (!copy_alone(send, recv, count, dtype))
+      NCCL_CHECK(ncclReduceScatter(send, recv, count, nccl_type(dtype), nccl_op(op), comm_, stream_));
     return completion();
   }
   CommHandle all_gather_async(const void* send, void* recv, size_t count, DType dtype) override {
     after_compute();
-    NCCL_CHECK(ncclAllGather(send, recv, count, nccl_type(dtype), comm_, stream_));
+    if (!copy_alone(send, recv, count, dtype)) NCCL_CHECK(ncclAllGather(send, recv, count, nccl_type(dtype), comm_, stream_));
     return completion();
   }
   CommHandle broadcast_async(const void* send, void* recv, size_t count, DType dtype, int root) override {
     LLMHPC_CHECK(root >= 0 && root < size_, "broadcast root " + std::to_string(root) + " out of range");
     after_compute();
-    NCCL_CHECK(ncclBroadcast(send, recv, count, nccl_type(dtype), root, comm_, stream_));
+    if (!copy_alone(send, recv, count, dtype))
+      NCCL_CHECK(ncclBroadcast(send, recv, count, nccl_type(dtype), root, comm_, stream_));
     return completion();
   }
 
@@ -142,6 +145,16 @@ class NcclCommunicator final : public Communicator {
   std::unique_ptr<Timer> make_timer(int num_marks) override { return make_event_timer(stream_, num_marks); }
 
  private:
+  // On one rank every collective is a copy of `count` elements (an average over one rank is the
+  // value itself), done here: NCCL 2.28's single-rank out-of-place average of fp64 left the
+  // elements past the first 65536 untouched (H100, test_comm with one rank, 2026-11-23).
+  bool copy_alone(const void* send, void* recv, size_t count, DType dtype) {
+    if (size_ != 1) return false;
+    if (send != recv)
+      CUDA_CHECK(cudaMemcpyAsync(recv, send, count * dtype_size(dtype), cudaMemcpyDeviceToDevice, stream_));
+    return true;
+  }
+
   // The next operation starts after everything already enqueued on the compute stream
   // (which produced its inputs).
   void after_compute() {

@@ -43,7 +43,8 @@ TEST(CudaDevice, ReportsTheGpuAndCopiesRoundTrip) {
 TEST(CudaDevice, EnvironmentNamesTheGpuItsClocksAndVersions) {
   SKIP_WITHOUT_GPU();
   Backend b = make_gpu_backend();
-  std::map<std::string, AttrValue> env(b.device->environment().begin(), b.device->environment().end());
+  const Attrs attrs = b.device->environment();
+  std::map<std::string, AttrValue> env(attrs.begin(), attrs.end());
   for (const char* key : {"cuda_runtime_version", "cuda_driver_version", "gpu_name", "gpu_pci_bus_id", "gpu_sm_count",
                           "gpu_memory_bytes", "gpu_max_sm_clock_mhz", "nvidia_driver_version", "gpu_sm_clock_mhz",
                           "gpu_power_limit_w"})
