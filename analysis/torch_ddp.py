@@ -15,7 +15,8 @@ weights), AdamW(fused=True on GPUs), then DDP(bucket_cap_mb=--bucket-mb,
 gradient_as_bucket_view=True). `compiled`: the model is compiled in place (model.compile())
 before it is wrapped, as PyTorch recommends for DDP
 (docs.pytorch.org/docs/stable/compile/programming_model.where_to_apply_compile.html);
-`eager`: not compiled. --precision bf16 is autocast (fp32 master weights). --single: no DDP and
+`eager`: not compiled (torch.compile's DDPOptimizer refuses a bucket smaller than a parameter: such
+a configuration is recorded as an error). --precision bf16 is autocast (fp32 master weights). --single: no DDP and
 no communication, every rank alone at the local batch: the compute-only baseline, llmhpc's
 `--ddp none`.
 
@@ -35,6 +36,7 @@ process. Backend nccl on GPUs (rank r uses GPU LOCAL_RANK), gloo with --device c
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import sys
@@ -93,7 +95,7 @@ def check_args(args, world_size: int) -> None:
         if b <= 0 or b % world_size:
             raise ValueError(f"--batch-size {b} is the global batch and must be a positive multiple of the "
                              f"{world_size} rank(s)")
-    if any(mb <= 0 for mb in args.buckets):
+    if any(mb is not None and mb <= 0 for mb in args.buckets):
         raise ValueError("--bucket-mb: every bucket size must be greater than 0 MiB")
     if args.warmup < 0 or args.steps <= 0:
         raise ValueError("--warmup must not be negative and --steps must be positive")
@@ -160,11 +162,12 @@ def run_config(torch, baseline, args, env, shape, ctx, batch, precision, setup, 
         out["status"] = "ok"
     except torch.cuda.OutOfMemoryError as e:
         out = dict(status="oom", error=str(e).splitlines()[0])
-    except RuntimeError as e:
-        out = dict(status="error: " + (str(e).splitlines() or ["RuntimeError"])[0])
+    except Exception as e:  # e.g. torch.compile's DDPOptimizer refuses buckets smaller than a parameter
+        out = dict(status=f"error: {type(e).__name__}: " + (str(e).splitlines() or [""])[0])
     out["peak_memory_bytes"] = torch.cuda.max_memory_allocated() if cuda else None
     out["rank"] = rank
-    model = ddp = opt = tokens = targets = loss = None  # freed before the next configuration
+    model = ddp = opt = tokens = targets = loss = None  # freed before the next configuration, and
+    gc.collect()  # DDP's reducer with them, while the process group lives (else exit can abort)
     if cuda:
         torch.cuda.empty_cache()
     torch._dynamo.reset()

@@ -35,12 +35,19 @@ check_results() {  # check_results DIR LOG: what a finished ddp_bucketed job lea
   done
 }
 
-# 1. As a user runs it on a workstation: results/<script name>-<time> under OUT_ROOT.
-OUT_ROOT=$tmp/results bash "$ROOT/jobs/ddp_bucketed.sh" >"$tmp/job.log" 2>&1 || { cat "$tmp/job.log"; fail "bash jobs/ddp_bucketed.sh exited non-zero"; }
+# 1. As a user runs it on a workstation: results/<script name>-<time> under OUT_ROOT; with
+#    PyTorch DDP in the same job (TORCH=1) where PyTorch is installed.
+torch=0
+"$PYTHON" -c "import torch" 2>/dev/null && torch=1
+OUT_ROOT=$tmp/results TORCH=$torch TORCH_SETUPS=eager TORCHRUN="$PYTHON -m torch.distributed.run --standalone --nproc_per_node 2" \
+  bash "$ROOT/jobs/ddp_bucketed.sh" >"$tmp/job.log" 2>&1 || { cat "$tmp/job.log"; fail "bash jobs/ddp_bucketed.sh exited non-zero"; }
 dirs=("$tmp"/results/ddp_bucketed-*)
 [ ${#dirs[@]} -eq 1 ] && [ -d "${dirs[0]}" ] || { ls -R "$tmp/results"; fail "expected one folder results/ddp_bucketed-<time>"; }
 check_results "${dirs[0]}" "$tmp/job.log"
-echo "ok   bash jobs/ddp_bucketed.sh -> ${dirs[0]#$tmp/}"
+if [ $torch = 1 ]; then
+  [ "$(grep -c '^| eager | ' "${dirs[0]}/ddp.md")" -eq 3 ] || { cat "${dirs[0]}/ddp.md"; fail "ddp.md lacks PyTorch's 3 rows"; }
+fi
+echo "ok   bash jobs/ddp_bucketed.sh -> ${dirs[0]#$tmp/} (PyTorch: $([ $torch = 1 ] && echo ran || echo not installed))"
 
 # 2. As sbatch runs it: a copy named slurm_script in a spool directory, started elsewhere.
 mkdir -p "$tmp/spool" "$tmp/elsewhere"

@@ -194,8 +194,8 @@ def check_bad_input(work):
     cases = [(2, "must be one of", ["--ddp", "bogus"]), (2, "greater than 0", ["--bucket-mb", "0"]),
              (2, "must divide by the 2 ranks", ["--batch-size", "5"]),
              (3, "must divide by the 3 ranks", ["--batch-size", "4"])]
-    for np_, words, args in cases:
-        out = os.path.join(work, f"bad_{len(os.listdir(work))}")
+    for i, (np_, words, args) in enumerate(cases):
+        out = os.path.join(work, f"bad{i}")
         start = time.time()
         proc = ddp_run(np_, out, *args, expect_ok=False)
         took = time.time() - start
@@ -205,7 +205,7 @@ def check_bad_input(work):
         assert not os.path.exists(out) or not os.listdir(out), f"np={np_} {args}: left {os.listdir(out)}"
 
 
-def check_torch_ddp(work, np_):
+def check_torch_ddp(out, work, np_):
     py_compile.compile(TORCH_DDP_PY, doraise=True, cfile=os.path.join(work, "torch_ddp.pyc"))
     if subprocess.run([sys.executable, "-c", "import torch"], capture_output=True).returncode != 0:
         print("torch_ddp.py: compiled; PyTorch is not installed, so its CPU run is skipped")
@@ -225,6 +225,9 @@ def check_torch_ddp(work, np_):
         assert r["status"] == "ok" and len(r["ranks"]) == np_, r
         steps = np.array([p["step_ms"] for p in r["ranks"]])
         assert steps.shape == (np_, 2) and np.allclose(r["step_ms_max_over_ranks"], steps.max(axis=0)), r
+    text = run([sys.executable, DDP_PY, out, "--torch", path]).stdout
+    assert "(d) llmhpc vs PyTorch" in text and "match no llmhpc setup" not in text, f"torch_ddp.py's records:\n{text}"
+    print("torch_ddp.py: ran on the CPU (gloo), and ddp.py put it beside llmhpc")
 
 
 def main():
@@ -240,7 +243,7 @@ def main():
     check_comm_source(os.path.join(work, "np2"), work)
     check_oom_rows(work)
     check_bad_input(work)
-    check_torch_ddp(work, 2)
+    check_torch_ddp(os.path.join(work, "np2"), work, 2)
     print("test_ddp_mode: OK")
 
 
