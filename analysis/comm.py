@@ -30,17 +30,23 @@ def format_us(us: float) -> str:
     return f"{us:.0f}" if us >= 10000 else f"{us:.1f}" if us >= 100 else f"{us:.2f}"
 
 
+def operation_time_us(records: list) -> float:
+    """nccl-tests' time of one operation from every rank's (ok) record of a configuration: the
+    back-to-back mean averaged over ranks, or for files without it the mean of the slowest rank's
+    per-iteration times."""
+    if all("time_us_back_to_back" in r.arrays for r in records):
+        return float(np.mean([r.arrays["time_us_back_to_back"][0] for r in records]))
+    times = np.max(np.stack([np.asarray(r.arrays["time_us"], dtype=float) for r in records]), axis=0)
+    return float(times.mean())
+
+
 def summarize(records: list) -> dict:
     """One configuration from every rank's record of it: time per operation, bandwidths, #wrong."""
     first = records[0]
     if any(not r.ok for r in records):
         status = "; ".join(sorted({r.status for r in records if not r.ok}))
         return dict(time=status, algbw="-", busbw="-", wrong="-", busbw_value=None)
-    if all("time_us_back_to_back" in r.arrays for r in records):
-        time_us = float(np.mean([r.arrays["time_us_back_to_back"][0] for r in records]))
-    else:
-        times = np.max(np.stack([np.asarray(r.arrays["time_us"], dtype=float) for r in records]), axis=0)
-        time_us = float(times.mean())
+    time_us = operation_time_us(records)
     algbw = first.attrs["bytes"] / (time_us * 1e3)
     busbw = algbw * first.attrs["bus_factor"]
     wrongs = [int(r.arrays["wrong"][0]) for r in records]
@@ -52,11 +58,8 @@ def comm_rows(run) -> list:
     """One dict per collective, dtype and size of a run, with both placements' results."""
     if run.mode != "comm":
         raise SchemaError(f"{run.directory}: a '{run.mode}' run, not a comm run")
-    by_name = {}
-    for r in run.records("comm", rank=None):
-        by_name.setdefault(r.name, []).append(r)
     rows = {}
-    for records in by_name.values():
+    for records in run.records_by_name("comm", rank=None).values():
         a = records[0].attrs
         key = (a["collective"], a["dtype"], a["requested_bytes"])
         row = rows.setdefault(key, dict(backend=a["backend"], ranks=run.world_size, collective=a["collective"],

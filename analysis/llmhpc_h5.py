@@ -12,6 +12,7 @@ after their kind ("bench/<label>"), or are that group themselves ("train").
     run.records("bench", rank=0)                   # [Record]: .name .status .attrs .arrays
     run.bench_summary(rank=0)                      # DataFrame: one row per configuration
     run.bench_summary(rank=None)                   # pooled over all ranks
+    run.ddp_summary()                              # mode ddp: one row per configuration, ranks pooled
     run.train_steps(rank=0)                        # DataFrame: step, loss, times
 
 Opening a run reads attributes and dataset names only. Record.arrays reads a dataset the first
@@ -51,6 +52,19 @@ BENCH_PHASES = ("forward", "backward", "optimizer", "step")
 # Attributes that identify one bench configuration (the rest describe the run or its result).
 BENCH_CONFIG_KEYS = ("model", "d_model", "d_ff", "num_layers", "num_heads", "vocab_size", "context_length",
                      "batch_size", "precision", "attention", "phase", "warmup", "steps")
+# Per-step arrays of a ddp record; "comm" is the communication backward did not hide.
+DDP_PHASES = ("forward", "backward", "comm", "optimizer", "step")
+# Attributes that identify one ddp configuration (batch_size is the global batch).
+DDP_CONFIG_KEYS = ("model", "d_model", "d_ff", "num_layers", "num_heads", "vocab_size", "context_length",
+                   "batch_size", "local_batch_size", "world_size", "precision", "attention", "low_memory", "ddp",
+                   "bucket_mb", "backend", "warmup", "steps")
+# Results of a ddp configuration that are the same on every rank (taken from the first rank that has them).
+DDP_RESULT_KEYS = ("num_params", "buckets", "collectives_per_step", "comm_bytes_per_step",
+                   "collectives_issued_after_backward")
+# Memory at the seeds' points, per rank; the summary shows the largest over ranks.
+DDP_MEMORY_KEYS = ("memory_after_init_bytes", "memory_before_optimizer_bytes", "memory_after_optimizer_bytes",
+                   "peak_memory_bytes")
+MIB = float(1 << 20)
 
 
 class SchemaError(Exception):
@@ -60,6 +74,21 @@ class SchemaError(Exception):
 def parse_config_json(text: str) -> dict:
     """The root attribute config_json as a dict (option name -> value, defaults included)."""
     return json.loads(text)
+
+
+def _add_stats(row: dict, prefix: str, parts: list) -> None:
+    """row[prefix_n], row[prefix_mean], row[prefix_std] (sample std, n-1; 0 for one sample) of the
+    samples in the arrays `parts` pooled; NaN mean and std when there are none."""
+    values = np.concatenate([np.asarray(p, dtype=float) for p in parts]) if parts else np.array([])
+    row[f"{prefix}_n"] = len(values)
+    row[f"{prefix}_mean"] = float(values.mean()) if len(values) else math.nan
+    row[f"{prefix}_std"] = float(values.std(ddof=1)) if len(values) > 1 else (0.0 if len(values) else math.nan)
+
+
+def _pooled_status(records: list) -> str:
+    """'ok' when every record is ok, else the other statuses joined."""
+    statuses = sorted({r.status for r in records})
+    return "ok" if statuses == ["ok"] else "; ".join(s for s in statuses if s != "ok")
 
 
 def _plain(value):
@@ -300,6 +329,13 @@ class Run:
         files = self.files if rank is None else [self.rank_file(rank)]
         return [r for rf in files for r in rf.records if kind is None or r.kind == kind]
 
+    def records_by_name(self, kind: str, rank: int | None = None) -> dict:
+        """{record name: [that configuration's record on each rank asked for]} (rank=None: every rank)."""
+        groups = {}
+        for r in self.records(kind, rank):
+            groups.setdefault(r.name, []).append(r)
+        return groups
+
     def records_frame(self, kind: str | None = None, rank: int | None = 0) -> pd.DataFrame:
         """One row per record: rank, path, name, status and every attribute."""
         rows = [dict(rank=r.rank, path=r.path, name=r.name, status=r.status, **r.attrs)
@@ -326,25 +362,51 @@ class Run:
         timed or the configuration did not run (status oom/error). With rank=None the samples
         of all ranks are pooled; the status is 'ok' only if it is 'ok' on every rank.
         """
-        groups = {}
-        for r in self.records("bench", rank):
-            groups.setdefault(r.name, []).append(r)
         rows = []
-        for name, recs in groups.items():
+        for name, recs in self.records_by_name("bench", rank).items():
             first = recs[0]
             row = {key: first.attrs.get(key) for key in BENCH_CONFIG_KEYS}
-            statuses = sorted({r.status for r in recs})
             row["name"] = name
-            row["status"] = "ok" if statuses == ["ok"] else "; ".join(s for s in statuses if s != "ok")
+            row["status"] = _pooled_status(recs)
             row["ranks"] = len(recs)
             row["num_params"] = first.attrs.get("num_params")
             row["peak_memory_bytes"] = max(r.attrs.get("peak_memory_bytes", 0) for r in recs)
             for phase in BENCH_PHASES:
-                parts = [r.arrays[f"{phase}_ms"] for r in recs if r.ok and f"{phase}_ms" in r.arrays]
-                values = np.concatenate(parts) if parts else np.array([])
-                row[f"{phase}_n"] = len(values)
-                row[f"{phase}_mean"] = float(values.mean()) if len(values) else math.nan
-                row[f"{phase}_std"] = float(values.std(ddof=1)) if len(values) > 1 else (0.0 if len(values) else math.nan)
+                _add_stats(row, phase, [r.arrays[f"{phase}_ms"] for r in recs if r.ok and f"{phase}_ms" in r.arrays])
+            rows.append(row)
+        return pd.DataFrame(rows)
+
+    # ---- ddp ----
+    def ddp_summary(self, rank: int | None = None) -> pd.DataFrame:
+        """One row per ddp configuration (/ddp/<label>), in the files' order (by label; analysis/ddp.py
+        orders the strategies).
+
+        Columns: DDP_CONFIG_KEYS (batch_size is the global batch; bucket_mb is 0 for strategies
+        other than bucketed), name, status ('ok' only if ok on every rank), ranks (records pooled),
+        DDP_RESULT_KEYS and comm_mib_per_step (what one step all-reduces, MiB); for each phase in
+        DDP_PHASES <phase>_mean, <phase>_std (n-1) and <phase>_n in ms, the samples of every rank
+        pooled (rank=None, the default) or of one rank; comm_pct = 100 x comm_mean / step_mean;
+        slowest_step_mean/_std/_n from step_ms_max_over_ranks (the slowest rank's time of each step,
+        the same array on every rank, so taken once); DDP_MEMORY_KEYS, the largest over ranks.
+        Times and results are NaN where the configuration did not run (status oom or error).
+        """
+        rows = []
+        for name, recs in self.records_by_name("ddp", rank).items():
+            first = recs[0]
+            ok = [r for r in recs if r.ok]
+            row = {key: first.attrs.get(key) for key in DDP_CONFIG_KEYS}
+            row.update(name=name, status=_pooled_status(recs), ranks=len(recs))
+            for key in DDP_RESULT_KEYS:
+                row[key] = next((r.attrs[key] for r in recs if key in r.attrs), math.nan)
+            row["comm_mib_per_step"] = row["comm_bytes_per_step"] / MIB
+            for phase in DDP_PHASES:
+                _add_stats(row, phase, [r.arrays[f"{phase}_ms"] for r in ok if f"{phase}_ms" in r.arrays])
+            row["comm_pct"] = 100.0 * row["comm_mean"] / row["step_mean"] if row["step_mean"] > 0 else math.nan
+            slowest = [r.arrays["step_ms_max_over_ranks"] for r in ok if "step_ms_max_over_ranks" in r.arrays]
+            _add_stats(row, "slowest_step", slowest[:1])
+            for key in DDP_MEMORY_KEYS:
+                values = [r.attrs[key] for r in recs if key in r.attrs]
+                row[key] = max(values) if values else math.nan
             rows.append(row)
         return pd.DataFrame(rows)
 

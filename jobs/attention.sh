@@ -13,7 +13,10 @@
 #   sbatch jobs/attention.sh          or   bash jobs/attention.sh
 #   GRIDS=2 SEQS2=1024,4096 PRECISIONS2=bf16 ITERS=20 bash jobs/attention.sh
 set -euo pipefail
-source "$(dirname "$0")/env.sh"
+# The repository, also from the copy of this script that sbatch runs (jobs/env.sh says how).
+for r in "${LLMHPC_ROOT:-}" "${SLURM_SUBMIT_DIR:-}" "${SLURM_SUBMIT_DIR:-}/.." "$(dirname "$0")/.." ""; do [ -f "$r/jobs/env.sh" ] && break; done
+[ -n "$r" ] || { echo "$0: cannot find the llmhpc repository: set LLMHPC_ROOT, or sbatch from it" >&2; exit 2; }
+source "$r/jobs/env.sh"
 GRIDS=${GRIDS:-1,2}
 HEAD_DIMS=${HEAD_DIMS:-16,32,64,128}
 SEQS1=${SEQS1:-256,1024,4096,8192,16384}
@@ -24,17 +27,16 @@ IMPLS=${IMPLS:-naive,flash}
 WARMUP=${WARMUP:-10}
 ITERS=${ITERS:-100}
 TORCH=${TORCH:-0}
-OUT=${OUT:-$OUT_ROOT/attention-$(stamp)}
 mkdir -p "$OUT"
 
 runs=()
 if [[ ",$GRIDS," == *",1,"* ]]; then
-  $LAUNCH "$LLMHPC_BIN" --mode attention --batch 8 --heads 1 --head-dim "$HEAD_DIMS" --seq "$SEQS1" --causal off \
+  $LAUNCH "$LLMHPC_BIN" --mode attention --device "$DEVICE" --batch 8 --heads 1 --head-dim "$HEAD_DIMS" --seq "$SEQS1" --causal off \
     --precision "$PRECISIONS1" --impl "$IMPLS" --warmup "$WARMUP" --iters "$ITERS" --out "$OUT/grid1" ${EXTRA_ARGS:-}
   runs+=("$OUT/grid1")
 fi
 if [[ ",$GRIDS," == *",2,"* ]]; then
-  $LAUNCH "$LLMHPC_BIN" --mode attention --batch 1 --heads 1 --head-dim "$HEAD_DIMS" --seq "$SEQS2" --causal on \
+  $LAUNCH "$LLMHPC_BIN" --mode attention --device "$DEVICE" --batch 1 --heads 1 --head-dim "$HEAD_DIMS" --seq "$SEQS2" --causal on \
     --precision "$PRECISIONS2" --impl "$IMPLS" --warmup "$WARMUP" --iters "$ITERS" --out "$OUT/grid2" ${EXTRA_ARGS:-}
   runs+=("$OUT/grid2")
 fi

@@ -13,14 +13,16 @@
 # spends 20-40 s compiling per configuration), then the side-by-side tables of
 # analysis/model_bench.py (docs/results/model-bench.md).
 set -euo pipefail
-source "$(dirname "$0")/env.sh"
+# The repository, also from the copy of this script that sbatch runs (jobs/env.sh says how).
+for r in "${LLMHPC_ROOT:-}" "${SLURM_SUBMIT_DIR:-}" "${SLURM_SUBMIT_DIR:-}/.." "$(dirname "$0")/.." ""; do [ -f "$r/jobs/env.sh" ] && break; done
+[ -n "$r" ] || { echo "$0: cannot find the llmhpc repository: set LLMHPC_ROOT, or sbatch from it" >&2; exit 2; }
+source "$r/jobs/env.sh"
 MODELS=${MODELS:-small,medium,large,xl,2.7B}
 CONTEXTS=${CONTEXTS:-128,256,512,1024}
 PRECISIONS=${PRECISIONS:-fp32,bf16}
 WARMUP=${WARMUP:-5}
 STEPS=${STEPS:-10}
-OUT=${OUT:-$OUT_ROOT/bench-$(stamp)}
-$LAUNCH "$LLMHPC_BIN" --mode bench --model "$MODELS" --context-length "$CONTEXTS" --precision "$PRECISIONS" \
+$LAUNCH "$LLMHPC_BIN" --mode bench --device "$DEVICE" --model "$MODELS" --context-length "$CONTEXTS" --precision "$PRECISIONS" \
   --warmup "$WARMUP" --steps "$STEPS" --phase train-step --out "$OUT" ${EXTRA_ARGS:-}
 $PYTHON "$LLMHPC_ROOT/analysis/report.py" "$OUT"
 if [ "${TORCH:-0}" = 1 ]; then

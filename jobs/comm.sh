@@ -10,8 +10,12 @@
 #   sbatch jobs/comm.sh                     or   RANKS=2,4 bash jobs/comm.sh
 #   BACKENDS=nccl COLLECTIVES=all SIZES=1MB,1GB CHECK=1 bash jobs/comm.sh
 # mpi moves 1000MB in about a second, so it runs fewer iterations (MPI_WARMUP, MPI_ITERS).
+# Each rank count is a launch of its own, $MPIRUN -np N (LAUNCH, with its fixed count, does not apply).
 set -euo pipefail
-source "$(dirname "$0")/env.sh"
+# The repository, also from the copy of this script that sbatch runs (jobs/env.sh says how).
+for r in "${LLMHPC_ROOT:-}" "${SLURM_SUBMIT_DIR:-}" "${SLURM_SUBMIT_DIR:-}/.." "$(dirname "$0")/.." ""; do [ -f "$r/jobs/env.sh" ] && break; done
+[ -n "$r" ] || { echo "$0: cannot find the llmhpc repository: set LLMHPC_ROOT, or sbatch from it" >&2; exit 2; }
+source "$r/jobs/env.sh"
 RANKS=${RANKS:-2,4,8}
 BACKENDS=${BACKENDS:-nccl,mpi}
 COLLECTIVES=${COLLECTIVES:-allreduce}
@@ -22,16 +26,14 @@ ITERS=${ITERS:-20}
 MPI_WARMUP=${MPI_WARMUP:-2}
 MPI_ITERS=${MPI_ITERS:-5}
 CHECK=${CHECK:-0}
-OUT=${OUT:-$OUT_ROOT/comm-$(stamp)}
 
 runs=()
 for backend in ${BACKENDS//,/ }; do
   for np in ${RANKS//,/ }; do
     dir=$OUT/$backend-np$np
     # The mpi baseline runs on host buffers: no GPU per rank needed.
-    if [ "$backend" = mpi ]; then device=cpu warmup=$MPI_WARMUP iters=$MPI_ITERS; else device=auto warmup=$WARMUP iters=$ITERS; fi
-    if [ -n "${SLURM_JOB_ID:-}" ]; then launch=(srun --ntasks "$np"); else launch=(${MPIRUN:-mpirun} -np "$np"); fi
-    "${launch[@]}" "$LLMHPC_BIN" --mode comm --device "$device" --backend "$backend" --collective "$COLLECTIVES" --size "$SIZES" \
+    if [ "$backend" = mpi ]; then device=cpu warmup=$MPI_WARMUP iters=$MPI_ITERS; else device=$DEVICE warmup=$WARMUP iters=$ITERS; fi
+    $MPIRUN -np "$np" "$LLMHPC_BIN" --mode comm --device "$device" --backend "$backend" --collective "$COLLECTIVES" --size "$SIZES" \
       --dtype "$DTYPE" --warmup "$warmup" --iters "$iters" $([ "$CHECK" = 1 ] && echo --check) --out "$dir" \
       ${EXTRA_ARGS:-}
     runs+=("$dir")

@@ -1,12 +1,47 @@
-# Shared settings for the job scripts in jobs/. Every value can be overridden from the
-# environment (LLMHPC_BIN=/path/llmhpc sbatch jobs/bench.sh).
-LLMHPC_ROOT=${LLMHPC_ROOT:-$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)}
+# Shared settings for the job scripts in jobs/, sourced by each. Every value can be
+# overridden from the environment (LLMHPC_BIN=/path/llmhpc sbatch jobs/bench.sh):
+#   LLMHPC_ROOT  the repository (found by the job: see below)
+#   LLMHPC_BIN   the binary (default $LLMHPC_ROOT/build/llmhpc)
+#   NP           ranks (default: Slurm's task count in an allocation, else the job's own default, else 1)
+#   DEVICE       auto | cpu | cuda, passed as --device
+#   MODELS       model presets, a comma-separated list (each job has its own default)
+#   OUT_ROOT     where results go (default $LLMHPC_ROOT/results)
+#   OUT          this job's results folder (default $OUT_ROOT/<job name>-<Slurm job id, or the time>;
+#                the job name is Slurm's under sbatch, else the script's file name without .sh)
+#   EXTRA_ARGS   appended to every llmhpc command line (e.g. a custom shape: --d-model 64 ...)
+#   PYTHON       the Python that runs analysis/ (default python3)
+#   MPIRUN       the MPI launcher (default mpirun)
+#   LAUNCH       the whole launch prefix of llmhpc (default "$MPIRUN -np $NP")
+# Nothing is written outside OUT; nothing in a home directory.
+#
+# Finding the repository: under sbatch a job runs from a copy in Slurm's spool directory, so
+# its own directory is not the repository. Each job therefore looks for jobs/env.sh in
+# $LLMHPC_ROOT, then $SLURM_SUBMIT_DIR (and its parent, for a submission from jobs/), then
+# beside itself, and sources the first it finds; that is this file, which takes the root from
+# its own path.
+if [ -n "${LLMHPC_ROOT:-}" ] && [ ! -f "$LLMHPC_ROOT/jobs/env.sh" ]; then
+  echo "jobs/env.sh: LLMHPC_ROOT=$LLMHPC_ROOT is not an llmhpc repository (no jobs/env.sh in it)" >&2
+  exit 2
+fi
+LLMHPC_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 LLMHPC_BIN=${LLMHPC_BIN:-$LLMHPC_ROOT/build/llmhpc}
+if [ ! -x "$LLMHPC_BIN" ]; then
+  echo "jobs/env.sh: no llmhpc binary at $LLMHPC_BIN: build it first (make build, in $LLMHPC_ROOT) or set LLMHPC_BIN" >&2
+  exit 2
+fi
+stamp() { date +%Y%m%d-%H%M%S; }
+# The job's name: Slurm's for the copy sbatch runs (slurm_script), else the script's own.
+if [ "$(basename "$0")" = slurm_script ] && [ -n "${SLURM_JOB_NAME:-}" ]; then JOB_NAME=${JOB_NAME:-$SLURM_JOB_NAME}; fi
+JOB_NAME=${JOB_NAME:-$(basename "$0" .sh)}
 OUT_ROOT=${OUT_ROOT:-$LLMHPC_ROOT/results}
+OUT=${OUT:-$OUT_ROOT/$JOB_NAME-${SLURM_JOB_ID:-$(stamp)}}
 PYTHON=${PYTHON:-python3}
-# srun under Slurm, mpirun elsewhere.
-if [ -n "${SLURM_JOB_ID:-}" ]; then LAUNCH=${LAUNCH:-srun}; else LAUNCH=${LAUNCH:-mpirun -np ${NP:-1}}; fi
+DEVICE=${DEVICE:-auto}
+NP=${NP:-${SLURM_NTASKS:-1}}
+# mpirun inside a Slurm allocation too: Open MPI reads the allocation, whereas srun starts MPI
+# ranks as one job only where Slurm was built with PMIx (then LAUNCH="srun --mpi=pmix" works).
+MPIRUN=${MPIRUN:-mpirun}
+LAUNCH=${LAUNCH:-$MPIRUN -np $NP}
 # Never let NCCL use NVLink multicast (NVLS); it can take a shared host's GPUs down.
 export NCCL_NVLS_ENABLE=0
 export OMPI_ALLOW_RUN_AS_ROOT=${OMPI_ALLOW_RUN_AS_ROOT:-1} OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=${OMPI_ALLOW_RUN_AS_ROOT_CONFIRM:-1}
-stamp() { date +%Y%m%d-%H%M%S; }

@@ -1,0 +1,338 @@
+#!/usr/bin/env python3
+"""The seeds' data-parallel tables from llmhpc --mode ddp runs.
+
+    python3 analysis/ddp.py results/ddp-20261122-103000            # aligned text
+    python3 analysis/ddp.py DIR --markdown                          # markdown, for reports
+    python3 analysis/ddp.py DIR --torch torch_ddp.jsonl             # + PyTorch DDP (analysis/torch_ddp.py)
+    python3 analysis/ddp.py DIR --comm results/comm-20261122-104000 # bucket model from a measured all-reduce
+
+One group of tables per setup (model, context, global batch, precision, attention, ranks):
+  (a) strategies: implementation, bucket size, buckets, step mean/std, exposed communication
+      mean/std, comm % of step, the slowest rank's step, MiB all-reduced per step, peak memory,
+      status (the seeds' naive/flat/overlap table);
+  (b) bucket sizes: bucketed at each --bucket-mb beside naive, flat and overlap, with the
+      speed-ups over naive and overlap (the seeds' ddp_bucketed table);
+  (c) the cost of data parallelism: each strategy's step against `none`, the compute-only
+      baseline (the same local batch, no communication);
+  (d) with --torch (JSON lines of analysis/torch_ddp.py): PyTorch's DistributedDataParallel
+      beside llmhpc's bucketed at the same bucket size, PyTorch without DDP (--single) beside
+      `none`; ratio llmhpc / PyTorch;
+  (e) the seeds' bucket model: with s the gradient bytes, w the all-reduce bandwidth and o the
+      overhead of one collective, the communication left after backward is
+      T_over(n_b) = n_b o + s / (n_b w), least at the bucket size b* = sqrt(s o w). With --comm
+      (an llmhpc --mode comm run with all-reduce at two sizes or more) w = bytes / time at the
+      largest size and o = time at the smallest size less its bytes / w; without, o and w are
+      fitted to the bucketed runs' measured exposed communication (least squares, o, w >= 0).
+      Predicted against measured per bucket size, and b*.
+
+Times are ms. Step and comm pool the samples of every rank (--rank R: one rank's); "slowest"
+is the mean over the timed steps of the slowest rank's step (step_ms_max_over_ranks), the
+seeds' measure, which (b), (c) and (d) compare. Exposed communication is what backward did not
+hide: from the end of backward until every gradient is reduced. Configurations that ran out of
+memory or failed are rows with their status and '-'. Files are read only through
+analysis/llmhpc_h5.py.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import sys
+
+import numpy as np
+import pandas as pd
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from comm import operation_time_us  # noqa: E402
+from llmhpc_h5 import MIB, SchemaError, open_run  # noqa: E402
+
+STRATEGIES = ("none", "naive", "flat", "overlap", "bucketed")  # the order of the rows
+SETUP_KEYS = ("model", "d_model", "d_ff", "num_layers", "num_heads", "vocab_size", "context_length", "batch_size",
+              "local_batch_size", "world_size", "precision", "attention", "low_memory")
+# Setups in this order: smaller models first, then context, batch, ranks, precision.
+SETUP_ORDER = ("d_model", "num_layers", "d_ff", "num_heads", "vocab_size", "context_length", "batch_size", "world_size",
+               "precision", "attention", "low_memory")
+# What a PyTorch record must share with a setup to be compared with it.
+MATCH_KEYS = ("d_model", "d_ff", "num_layers", "num_heads", "vocab_size", "context_length", "batch_size", "world_size",
+              "precision")
+
+
+def fmt(value, decimals: int = 2) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "-"
+    return f"{value:.{decimals}f}"
+
+
+def bucket_cell(row) -> str:
+    return "-" if row["ddp"] != "bucketed" else f"{row['bucket_mb']:g}"
+
+
+def ratio(a: float, b: float) -> str:
+    return "-" if any(x is None or math.isnan(x) for x in (a, b)) or b <= 0 else f"{a / b:.2f}"
+
+
+def _numeric(cell: str) -> bool:
+    try:
+        float(cell.rstrip("%"))
+        return True
+    except ValueError:
+        return cell == "-"
+
+
+def render(title: str, header: list, rows: list, markdown: bool) -> str:
+    """A table with a title: markdown, or text in aligned columns; numeric columns right-aligned."""
+    rows = [[str(c) for c in r] for r in rows]
+    right = [all(_numeric(r[i]) for r in rows) for i in range(len(header))]
+    if markdown:
+        lines = [f"### {title}", "", "| " + " | ".join(header) + " |",
+                 "| " + " | ".join("---:" if r else "---" for r in right) + " |"]
+        lines += ["| " + " | ".join(r) + " |" for r in rows]
+        return "\n".join(lines)
+    widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(header)]
+    line = lambda cells: "  ".join(c.rjust(w) if r else c.ljust(w) for c, w, r in zip(cells, widths, right)).rstrip()
+    return "\n".join([title, line(header), "  ".join("-" * w for w in widths)] + [line(r) for r in rows])
+
+
+def setup_title(s: dict) -> str:
+    model = s["model"] if s["model"] != "custom" else \
+        f"d{s['d_model']}_ff{s['d_ff']}_L{s['num_layers']}_H{s['num_heads']}"
+    return (f"{model}, context {s['context_length']}, global batch {s['batch_size']} ({s['local_batch_size']} per "
+            f"rank), {s['world_size']} ranks, {s['precision']}, {s['attention']} attention"
+            + (", low memory" if s["low_memory"] else ""))
+
+
+def load(directories: list, rank) -> tuple:
+    """(every run's ddp_summary in one frame, strategies in STRATEGIES order; a line about each run)."""
+    frames, notes = [], []
+    for directory in directories:
+        run = open_run(directory)
+        if run.mode != "ddp":
+            raise SchemaError(f"{directory}: a '{run.mode}' run, not a ddp run (llmhpc --mode ddp)")
+        frame = run.ddp_summary(rank)
+        if frame.empty:
+            raise SchemaError(f"{directory}: no ddp records (did the run finish any configuration?)")
+        frames.append(frame)
+        a = run.attrs
+        state = "" if run.complete else " (INCOMPLETE: a rank's file says the run did not finish)"
+        notes.append(f"llmhpc ddp on {a['device_name']} ({a['hostname']}), {run.world_size} rank(s), backend "
+                     f"{a['backend']}; {'every rank pooled' if rank is None else f'rank {rank}'}; git {a['git_sha']}; "
+                     f"started {a['start_time']}{state}: {directory}")
+    df = pd.concat(frames, ignore_index=True)
+    df["order"] = df["ddp"].map({s: i for i, s in enumerate(STRATEGIES)}).fillna(len(STRATEGIES))
+    df = df.sort_values([*SETUP_ORDER, "order", "bucket_mb"], kind="stable").reset_index(drop=True)
+    setups = {key: i for i, key in enumerate(dict.fromkeys(df[list(SETUP_KEYS)].itertuples(index=False)))}
+    df["setup"] = [setups[key] for key in df[list(SETUP_KEYS)].itertuples(index=False)]
+    return df, notes
+
+
+def ok(row) -> bool:
+    return row["status"] == "ok"
+
+
+def strategies_table(g: pd.DataFrame, markdown: bool, title: str) -> str:
+    rows = []
+    for _, r in g[g.ddp != "none"].iterrows():
+        t = ok(r)
+        rows.append([r.ddp, bucket_cell(r), fmt(r.buckets, 0) if t else "-", fmt(r.step_mean), fmt(r.step_std),
+                     fmt(r.comm_mean), fmt(r.comm_std), fmt(r.comm_pct, 1) + "%" if t else "-",
+                     fmt(r.slowest_step_mean), fmt(r.comm_mib_per_step, 1) if t else "-",
+                     fmt(r.peak_memory_bytes / MIB, 1), r.status])
+    if not rows:
+        return ""
+    return render(f"(a) DDP strategies: {title}",
+                  ["Impl", "Bucket (MiB)", "Buckets", "Step Mean (ms)", "Step Std (ms)", "Comm Mean (ms)",
+                   "Comm Std (ms)", "Comm %", "Slowest Step (ms)", "MiB/step", "Peak (MiB)", "Status"], rows, markdown)
+
+
+def step_of(g: pd.DataFrame, strategy: str) -> float:
+    """The slowest-rank step of the first ok row of `strategy` in g (NaN if none)."""
+    rows = g[(g.ddp == strategy) & (g.status == "ok")]
+    return float(rows.slowest_step_mean.iloc[0]) if len(rows) else math.nan
+
+
+def buckets_table(g: pd.DataFrame, markdown: bool, title: str) -> str:
+    if not (g.ddp == "bucketed").any():
+        return ""
+    naive, overlap = step_of(g, "naive"), step_of(g, "overlap")
+    rows = []
+    for _, r in g[g.ddp != "none"].iterrows():
+        step = r.slowest_step_mean if ok(r) else math.nan
+        rows.append([r.ddp, bucket_cell(r), fmt(r.buckets, 0) if ok(r) else "-",
+                     fmt(r.collectives_issued_after_backward, 0) if ok(r) else "-", fmt(step),
+                     fmt(r.comm_mean), ratio(naive, step), ratio(overlap, step), r.status])
+    return render(f"(b) bucket sizes: {title} (speed-up = their step / this step)",
+                  ["Impl", "Bucket (MiB)", "Buckets", "Issued after bwd", "Step (ms)", "Exposed Comm (ms)",
+                   "vs naive", "vs overlap", "Status"], rows, markdown)
+
+
+def overhead_table(g: pd.DataFrame, markdown: bool, title: str) -> str:
+    base = step_of(g, "none")
+    if math.isnan(base) or len(g) < 2:
+        return ""
+    rows = []
+    for _, r in g.iterrows():
+        step = r.slowest_step_mean if ok(r) else math.nan
+        rows.append([r.ddp, bucket_cell(r), fmt(step), fmt(base), fmt(step - base),
+                     fmt(100.0 * (step / base - 1.0), 1) + "%" if ok(r) else "-", fmt(r.forward_mean),
+                     fmt(r.backward_mean), fmt(r.comm_mean), fmt(r.optimizer_mean), r.status])
+    return render(f"(c) overhead of data parallelism: {title} (none: each rank alone at the local batch)",
+                  ["Impl", "Bucket (MiB)", "Step (ms)", "none (ms)", "Overhead (ms)", "Overhead", "Fwd (ms)",
+                   "Bwd (ms)", "Comm (ms)", "Opt (ms)", "Status"], rows, markdown)
+
+
+def read_torch(paths: list) -> list:
+    """The configurations of analysis/torch_ddp.py's JSON lines files, in order."""
+    records = []
+    for path in paths:
+        try:
+            with open(path) as f:
+                for number, line in enumerate(f, 1):
+                    if line.strip():
+                        r = json.loads(line)
+                        missing = [k for k in (*MATCH_KEYS, "ddp", "setup", "status") if k not in r]
+                        if missing:
+                            raise SchemaError(f"{path}:{number}: not a torch_ddp.py record (no {missing})")
+                        records.append(r)
+        except (OSError, json.JSONDecodeError) as e:
+            raise SchemaError(f"{path}: cannot be read as JSON lines ({e})") from None
+    return records
+
+
+def torch_step(t: dict) -> float:
+    return float(np.mean(t["step_ms_max_over_ranks"])) if t["status"] == "ok" else math.nan
+
+
+def torch_table(g: pd.DataFrame, torch_records: list, markdown: bool, title: str) -> tuple:
+    """(the table, the PyTorch records it used)."""
+    first = g.iloc[0]
+    matching = [t for t in torch_records if all(t[k] == first[k] for k in MATCH_KEYS)]
+    rows = []
+    for t in matching:
+        if t["ddp"] == "none":
+            ours = g[g.ddp == "none"]
+        else:
+            ours = g[(g.ddp == "bucketed") & np.isclose(g.bucket_mb, float(t["bucket_mb"]))]
+        r = ours.iloc[0] if len(ours) else None
+        step = r.slowest_step_mean if r is not None and ok(r) else math.nan
+        rows.append([t["setup"], "DDP" if t["ddp"] != "none" else "single", "-" if t["ddp"] == "none" else
+                     f"{float(t['bucket_mb']):g}", fmt(torch_step(t)), t["status"],
+                     "not run" if r is None else r.ddp, fmt(step), ratio(step, torch_step(t))])
+    if not rows:
+        return "", []
+    return render(f"(d) llmhpc vs PyTorch DistributedDataParallel: {title} (slowest-rank step; ratio = llmhpc / "
+                  f"PyTorch; single = no DDP, against none)",
+                  ["PyTorch setup", "PyTorch", "Bucket (MiB)", "PyTorch Step (ms)", "PyTorch Status", "llmhpc",
+                   "llmhpc Step (ms)", "Ratio"], rows, markdown), matching
+
+
+def allreduce_model(directory: str) -> dict:
+    """o (ms) and w (bytes/ms) from an llmhpc --mode comm run's all-reduce, as the seeds' model wants them."""
+    run = open_run(directory)
+    if run.mode != "comm":
+        raise SchemaError(f"--comm {directory}: a '{run.mode}' run, not a comm run (llmhpc --mode comm)")
+    sizes = {}
+    for records in run.records_by_name("comm").values():
+        a = records[0].attrs
+        if a["collective"] == "allreduce" and all(r.ok for r in records):
+            sizes.setdefault((a["dtype"] != "float", a["placement"] != "inplace"), []).append(
+                (int(a["bytes"]), operation_time_us(records)))
+    if not sizes:
+        raise SchemaError(f"--comm {directory}: no all-reduce measured without error")
+    best = sizes[min(sizes)]  # float before bf16, in place before out of place
+    points = sorted(best)
+    if len(points) < 2:
+        raise SchemaError(f"--comm {directory}: all-reduce at one size only; o and w need two or more")
+    (small_bytes, small_us), (big_bytes, big_us) = points[0], points[-1]
+    w = big_bytes / big_us  # bytes per us
+    o_us = max(small_us - small_bytes / w, 0.0)
+    return dict(o=o_us / 1e3, w=w * 1e3, world_size=run.world_size,
+                source=f"from --comm {directory} ({run.attrs['backend']} all-reduce on {run.world_size} ranks: "
+                       f"w = {big_bytes} B / {big_us:.1f} us, o = {small_us:.1f} us at {small_bytes} B less "
+                       f"its bytes / w)")
+
+
+def fit_model(n: np.ndarray, y: np.ndarray, s: float) -> tuple:
+    """(o, w) >= 0 minimising sum (n o + s / (n w) - y)^2: least squares in (o, 1/w), the best of the
+    unconstrained fit (when both are >= 0) and the two one-parameter fits. w is inf when 1/w is 0."""
+    a = np.column_stack([n, s / n])
+    candidates = []
+    x = np.linalg.lstsq(a, y, rcond=None)[0]
+    if (x >= 0).all():
+        candidates.append(x)
+    for j in range(2):
+        c = a[:, j]
+        x = np.zeros(2)
+        x[j] = max(float(c @ y) / float(c @ c), 0.0)
+        candidates.append(x)
+    o, u = min(candidates, key=lambda x: float(np.sum((a @ x - y) ** 2)))
+    return float(o), (1.0 / u if u > 0 else math.inf)
+
+
+def bucket_model_table(g: pd.DataFrame, comm_model, markdown: bool, title: str) -> str:
+    b = g[(g.ddp == "bucketed") & (g.status == "ok")]
+    if b.empty:
+        return ""
+    s = float(b.comm_bytes_per_step.iloc[0])
+    n = b.buckets.to_numpy(dtype=float)
+    y = b.comm_mean.to_numpy(dtype=float)
+    head = f"(e) bucket model T_over(n_b) = n_b o + s / (n_b w): {title}"
+    if comm_model is not None:
+        o, w = comm_model["o"], comm_model["w"]
+        source = comm_model["source"]
+        if comm_model["world_size"] != int(g.world_size.iloc[0]):
+            source += f"; NOTE: that run had {comm_model['world_size']} ranks, these {int(g.world_size.iloc[0])}"
+    elif len(set(n)) >= 2:
+        o, w = fit_model(n, y, s)
+        source = f"fitted to the measured exposed comm of {len(b)} bucketed run(s) (least squares, no --comm run)"
+    else:
+        return f"{head}\nneeds bucketed runs at two or more bucket counts, or --comm with an all-reduce run"
+    predicted = n * o + (s / (n * w) if w > 0 else math.inf)
+    rows = [[f"{r.bucket_mb:g}", fmt(r.buckets, 0), fmt(r.comm_mean, 3), fmt(p, 3), ratio(r.comm_mean, p)]
+            for (_, r), p in zip(b.iterrows(), predicted)]
+    table = render(head, ["Bucket (MiB)", "Buckets n_b", "Measured Comm (ms)", "Predicted T_over (ms)",
+                          "Measured / Predicted"], rows, markdown)
+    if o > 0 and math.isfinite(w):
+        optimum = (f"b* = sqrt(s o w) = {math.sqrt(s * o * w) / MIB:.3g} MiB (n_b* = sqrt(s / (o w)) = "
+                   f"{math.sqrt(s / (o * w)):.3g}), T_over(b*) = 2 sqrt(s o / w) = {2 * math.sqrt(s * o / w):.3f} ms")
+    else:
+        optimum = ("no finite optimum: " + ("o = 0, smaller buckets always predict less" if o <= 0 else
+                                            "1/w = 0, fewer buckets always predict less"))
+    return (f"{table}\n\ns = {s / MIB:.3f} MiB of gradients per step, o = {o * 1e3:.2f} us, "
+            f"w = {w * 1e3 / 1e9:.3g} GB/s, {source}.\n{optimum}.")
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("runs", nargs="+", metavar="DIR", help="llmhpc --mode ddp output directories")
+    parser.add_argument("--torch", action="append", default=[], metavar="JSONL",
+                        help="JSON lines of analysis/torch_ddp.py to put beside llmhpc (repeatable)")
+    parser.add_argument("--comm", metavar="COMM_DIR",
+                        help="an llmhpc --mode comm run with all-reduce at several sizes: o and w of the bucket model")
+    parser.add_argument("--rank", type=int, default=None, help="one rank's samples (default: every rank pooled)")
+    parser.add_argument("--markdown", action="store_true", help="markdown tables instead of aligned text")
+    args = parser.parse_args(argv)
+    try:  # everything read and built first, so an error leaves no half-printed report
+        df, notes = load(args.runs, args.rank)
+        torch_records = read_torch(args.torch)
+        comm_model = allreduce_model(args.comm) if args.comm else None
+        sections, used = [], 0
+        for _, g in df.groupby("setup", sort=True):
+            title = setup_title(g.iloc[0])
+            torch_part, matched = torch_table(g, torch_records, args.markdown, title) if torch_records else ("", [])
+            used += len(matched)
+            sections += [strategies_table(g, args.markdown, title), buckets_table(g, args.markdown, title),
+                         overhead_table(g, args.markdown, title), torch_part,
+                         bucket_model_table(g, comm_model, args.markdown, title)]
+    except SchemaError as e:
+        print(f"ddp.py: error: {e}", file=sys.stderr)
+        return 2
+    if torch_records and used < len(torch_records):
+        notes.append(f"{len(torch_records) - used} of {len(torch_records)} PyTorch record(s) match no llmhpc setup "
+                     f"(model shape, context, global batch, ranks, precision)")
+    print("\n".join(notes) + "\n\n" + "\n\n".join(s for s in sections if s))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,283 @@
+#!/usr/bin/env python3
+"""PyTorch's DistributedDataParallel on the model of analysis/torch_baseline.py, timed as
+`llmhpc --mode ddp` times its strategies, for the side-by-side table of analysis/ddp.py.
+
+    torchrun --standalone --nproc_per_node 2 analysis/torch_ddp.py --model xl --context-length 128 \
+        --batch-size 4 --precision fp32,bf16 --setup eager,compiled --bucket-mb 1,10,25,100,1000 --out torch_ddp.jsonl
+    torchrun --standalone --nproc_per_node 2 analysis/torch_ddp.py --single ... --out torch_ddp.jsonl
+    mpirun -np 2 python3 analysis/torch_ddp.py ...     # Open MPI's rank variables are read too
+    python3 analysis/ddp.py LLMHPC_DDP_DIR --torch torch_ddp.jsonl
+
+--batch-size is the global batch: each of the n ranks takes B/n sequences of its own (seeded by
+rank). Per configuration (setups x precisions x models x contexts x batches x bucket sizes):
+the model (torch_baseline.TransformerLM, SDPA attention, seeded init; DDP broadcasts rank 0's
+weights), AdamW(fused=True on GPUs), then DDP(bucket_cap_mb=--bucket-mb,
+gradient_as_bucket_view=True). `compiled`: the model is compiled in place (model.compile())
+before it is wrapped, as PyTorch recommends for DDP
+(docs.pytorch.org/docs/stable/compile/programming_model.where_to_apply_compile.html);
+`eager`: not compiled (torch.compile's DDPOptimizer refuses a bucket smaller than a parameter: such
+a configuration is recorded as an error). --precision bf16 is autocast (fp32 master weights). --single: no DDP and
+no communication, every rank alone at the local batch: the compute-only baseline, llmhpc's
+`--ddp none`.
+
+Every rank times every step with CUDA events (the clock on CPUs): forward (with the loss),
+backward (zero_grad, backward and DDP's all-reduce, which backward waits for at its end),
+optimizer, and the whole step; warm-up steps untimed; one synchronize per step. Rank 0 appends
+one JSON line per configuration to --out: the configuration, status ("ok", "oom" if a rank ran
+out of memory, "error: ..."), `ranks` (each rank's forward_ms, backward_ms, optimizer_ms,
+step_ms arrays and peak_memory_bytes) and step_ms_max_over_ranks (the slowest rank's time of
+each step). An OOM that strikes only some ranks inside DDP's all-reduce can hang the job, as it
+would any DDP job: the sweep runs its configurations in the same order on every rank.
+
+Ranks: torchrun's RANK, WORLD_SIZE, LOCAL_RANK, else Open MPI's OMPI_COMM_WORLD_RANK, _SIZE,
+_LOCAL_RANK (MASTER_ADDR defaults to 127.0.0.1 and MASTER_PORT to 29500: one node), else one
+process. Backend nccl on GPUs (rank r uses GPU LOCAL_RANK), gloo with --device cpu.
+"""
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import os
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+RANK_VARIABLES = (("RANK", "WORLD_SIZE", "LOCAL_RANK"),
+                  ("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK"))
+SETUPS = ("eager", "compiled")
+PRECISIONS = ("fp32", "bf16")
+SHAPE_OPTIONS = ("d_model", "d_ff", "num_layers", "num_heads")
+PHASES = ("forward_ms", "backward_ms", "optimizer_ms", "step_ms")
+
+
+def distributed_env() -> tuple:
+    """(rank, world size, local rank) from the launcher's variables, exported as torch.distributed's env:// wants."""
+    for rank_var, size_var, local_var in RANK_VARIABLES:
+        if rank_var in os.environ and size_var in os.environ:
+            rank, size = int(os.environ[rank_var]), int(os.environ[size_var])
+            local = int(os.environ.get(local_var, rank))
+            break
+    else:
+        rank, size, local = 0, 1, 0
+    os.environ.update(RANK=str(rank), WORLD_SIZE=str(size), LOCAL_RANK=str(local))
+    os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
+    os.environ.setdefault("MASTER_PORT", "29500")
+    return rank, size, local
+
+
+def split(text: str) -> list:
+    return [x for x in text.split(",") if x]
+
+
+def model_shapes(args, presets: dict) -> list:
+    """[(name, d_model, d_ff, num_layers, num_heads)]: the --model presets, or one custom shape."""
+    given = [getattr(args, k) for k in SHAPE_OPTIONS]
+    if any(v is not None for v in given):
+        if any(v is None for v in given):
+            raise ValueError("a custom model needs --d-model --d-ff --num-layers --num-heads")
+        return [("custom", *given)]
+    unknown = [m for m in split(args.model) if m not in presets]
+    if unknown:
+        raise ValueError(f"--model {','.join(unknown)}: not a preset ({', '.join(presets)})")
+    return [(m, *presets[m]) for m in split(args.model)]
+
+
+def check_args(args, world_size: int) -> None:
+    """Every rank checks the same things before any collective, so every rank stops alike."""
+    for name, values, allowed in (("--setup", split(args.setup), SETUPS),
+                                  ("--precision", split(args.precision), PRECISIONS)):
+        bad = [v for v in values if v not in allowed]
+        if bad or not values:
+            raise ValueError(f"{name} {','.join(bad)}: must be one of {', '.join(allowed)}")
+    for b in args.batch_sizes:
+        if b <= 0 or b % world_size:
+            raise ValueError(f"--batch-size {b} is the global batch and must be a positive multiple of the "
+                             f"{world_size} rank(s)")
+    if any(mb is not None and mb <= 0 for mb in args.buckets):
+        raise ValueError("--bucket-mb: every bucket size must be greater than 0 MiB")
+    if args.warmup < 0 or args.steps <= 0:
+        raise ValueError("--warmup must not be negative and --steps must be positive")
+
+
+class Marks:
+    """Four marks per step: CUDA events on the current stream, or the clock on CPUs."""
+
+    def __init__(self, torch, cuda: bool):
+        self.torch, self.cuda = torch, cuda
+        self.marks = [torch.cuda.Event(enable_timing=True) for _ in range(4)] if cuda else [0.0] * 4
+
+    def record(self, i: int) -> None:
+        if self.cuda:
+            self.marks[i].record()
+        else:
+            self.marks[i] = time.perf_counter()
+
+    def wait(self) -> None:
+        if self.cuda:
+            self.torch.cuda.synchronize()
+
+    def ms(self, i: int, j: int) -> float:
+        return self.marks[i].elapsed_time(self.marks[j]) if self.cuda else 1e3 * (self.marks[j] - self.marks[i])
+
+
+def run_config(torch, baseline, args, env, shape, ctx, batch, precision, setup, bucket_mb) -> dict:
+    """This rank's part of one configuration: {status, error?, per-step arrays, peak_memory_bytes}."""
+    from torch.nn.parallel import DistributedDataParallel as DDP
+    rank, world, device = env["rank"], env["world_size"], env["device"]
+    cuda = device.type == "cuda"
+    name, d, d_ff, layers, heads = shape
+    local = batch // world
+    out = {k: [] for k in PHASES}
+    model = ddp = opt = tokens = targets = loss = None
+    try:
+        if cuda:
+            torch.cuda.reset_peak_memory_stats()
+        torch.manual_seed(args.seed)  # the same weights everywhere; DDP broadcasts rank 0's anyway
+        model = baseline.TransformerLM(args.vocab_size, d, d_ff, layers, heads, fused=True).to(device)
+        if setup == "compiled":
+            model.compile()
+        ddp = model if args.single else DDP(model, device_ids=[device.index] if cuda else None,
+                                            bucket_cap_mb=bucket_mb, gradient_as_bucket_view=True)
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-3, fused=True if cuda else None)
+        g = torch.Generator(device=device).manual_seed(args.seed + 1000 * rank + 1)
+        tokens = torch.randint(0, args.vocab_size, (local, ctx), device=device, generator=g)
+        targets = torch.randint(0, args.vocab_size, (local, ctx), device=device, generator=g)
+        marks = Marks(torch, cuda)
+        for i in range(args.warmup + args.steps):
+            marks.record(0)
+            with torch.autocast(device.type, dtype=torch.bfloat16, enabled=precision == "bf16"):
+                loss = ddp(tokens, targets)
+            marks.record(1)
+            opt.zero_grad(set_to_none=False)  # keeps the gradients as views of DDP's buckets
+            loss.backward()
+            marks.record(2)
+            opt.step()
+            marks.record(3)
+            marks.wait()
+            if i >= args.warmup:
+                for k, (a, b) in zip(PHASES, ((0, 1), (1, 2), (2, 3), (0, 3))):
+                    out[k].append(marks.ms(a, b))
+        out["status"] = "ok"
+    except torch.cuda.OutOfMemoryError as e:
+        out = dict(status="oom", error=str(e).splitlines()[0])
+    except Exception as e:  # e.g. torch.compile's DDPOptimizer refuses buckets smaller than a parameter
+        out = dict(status=f"error: {type(e).__name__}: " + (str(e).splitlines() or [""])[0])
+    out["peak_memory_bytes"] = torch.cuda.max_memory_allocated() if cuda else None
+    out["rank"] = rank
+    model = ddp = opt = tokens = targets = loss = None  # freed before the next configuration, and
+    gc.collect()  # DDP's reducer with them, while the process group lives (else exit can abort)
+    if cuda:
+        torch.cuda.empty_cache()
+    torch._dynamo.reset()
+    return out
+
+
+def merged(parts: list) -> dict:
+    """The ranks' parts of one configuration as the record's status, ranks and step_ms_max_over_ranks."""
+    failed = [p for p in parts if p["status"] != "ok"]
+    rec = dict(status="ok" if not failed else "oom" if any(p["status"] == "oom" for p in failed) else failed[0]["status"],
+               ranks=parts)
+    if failed:
+        rec["error"] = "; ".join(f"rank {p['rank']}: {p.get('error', p['status'])}" for p in failed)
+    else:
+        rec["step_ms_max_over_ranks"] = [max(steps) for steps in zip(*(p["step_ms"] for p in parts))]
+    return rec
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--model", default="xl", help="presets of analysis/torch_baseline.py (comma-separated list sweeps)")
+    for k in SHAPE_OPTIONS:
+        p.add_argument("--" + k.replace("_", "-"), type=int, help="custom shape (all four instead of --model)")
+    p.add_argument("--vocab-size", type=int, default=10000)
+    p.add_argument("--context-length", default="128", help="(list sweeps)")
+    p.add_argument("--batch-size", default="4", help="global batch, B/n sequences per rank (list sweeps)")
+    p.add_argument("--precision", default="fp32", help="fp32 | bf16 (autocast) (list sweeps)")
+    p.add_argument("--setup", default="eager,compiled", help="eager | compiled (list sweeps)")
+    p.add_argument("--bucket-mb", default="25", help="DDP's bucket_cap_mb, MiB (list sweeps)")
+    p.add_argument("--single", action="store_true", help="no DDP: every rank alone at the local batch (baseline)")
+    p.add_argument("--warmup", type=int, default=5)
+    p.add_argument("--steps", type=int, default=10)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--device", default="auto", choices=("auto", "cuda", "cpu"))
+    p.add_argument("--out", required=True, help="JSON lines file rank 0 appends to")
+    args = p.parse_args(argv)
+    rank, world_size, local_rank = distributed_env()
+    try:
+        args.batch_sizes = [int(x) for x in split(args.batch_size)]
+        args.contexts = [int(x) for x in split(args.context_length)]
+        args.buckets = [None] if args.single else [float(x) for x in split(args.bucket_mb)]
+        check_args(args, world_size)
+    except ValueError as e:
+        if rank == 0:
+            print(f"torch_ddp.py: error: {e}", file=sys.stderr)
+        return 2
+
+    try:
+        import torch
+        import torch.distributed as dist
+    except ImportError as e:
+        print(f"torch_ddp.py: error: PyTorch is needed ({e})", file=sys.stderr)
+        return 2
+    import torch_baseline as baseline
+    try:
+        shapes = model_shapes(args, baseline.PRESETS)
+    except ValueError as e:
+        if rank == 0:
+            print(f"torch_ddp.py: error: {e}", file=sys.stderr)
+        return 2
+    cuda = args.device == "cuda" or (args.device == "auto" and torch.cuda.is_available())
+    if cuda:
+        torch.cuda.set_device(local_rank % torch.cuda.device_count())
+        device = torch.device("cuda", torch.cuda.current_device())
+    else:
+        device = torch.device("cpu")
+        if "bf16" in split(args.precision):
+            print("torch_ddp.py: error: --precision bf16 needs a GPU (as llmhpc's)", file=sys.stderr)
+            return 2
+    torch.backends.cuda.matmul.allow_tf32 = False  # fp32 means fp32, as llmhpc without --tf32
+    torch.backends.cudnn.allow_tf32 = False
+    dist.init_process_group("nccl" if cuda else "gloo", init_method="env://", rank=rank, world_size=world_size)
+    env = dict(rank=rank, world_size=world_size, device=device)
+    device_name = torch.cuda.get_device_name() if cuda else "cpu"
+    try:
+        for setup in split(args.setup):
+            for precision in split(args.precision):
+                for shape in shapes:
+                    for ctx in args.contexts:
+                        for batch in args.batch_sizes:
+                            for bucket_mb in args.buckets:
+                                dist.barrier()
+                                t0 = time.time()
+                                part = run_config(torch, baseline, args, env, shape, ctx, batch, precision, setup,
+                                                  bucket_mb)
+                                parts = [None] * world_size if rank == 0 else None
+                                dist.gather_object(part, parts, dst=0)
+                                if rank != 0:
+                                    continue
+                                name, d, d_ff, layers, heads = shape
+                                rec = dict(tool="pytorch-ddp", model=name, d_model=d, d_ff=d_ff, num_layers=layers,
+                                           num_heads=heads, vocab_size=args.vocab_size, context_length=ctx,
+                                           batch_size=batch, local_batch_size=batch // world_size,
+                                           world_size=world_size, precision=precision, setup=setup,
+                                           ddp="none" if args.single else "torch", bucket_mb=bucket_mb,
+                                           gradient_as_bucket_view=not args.single, warmup=args.warmup,
+                                           steps=args.steps, torch_version=torch.__version__,
+                                           device_name=device_name, backend=dist.get_backend(),
+                                           wall_s=time.time() - t0, **merged(parts))
+                                with open(args.out, "a") as f:
+                                    f.write(json.dumps(rec) + "\n")
+                                steps = rec.get("step_ms_max_over_ranks")
+                                print(f"{name} T={ctx} B={batch} {precision} {setup} "
+                                      f"{'single' if args.single else f'DDP bucket {bucket_mb:g} MiB'}: " +
+                                      (f"slowest-rank step {sum(steps) / len(steps):.2f} ms" if steps else
+                                       rec["status"]), flush=True)
+    finally:
+        dist.destroy_process_group()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,81 @@
+#!/usr/bin/env bash
+# The job scripts on this machine, without Slurm: jobs/ddp_bucketed.sh with 2 ranks on the CPU
+# and a tiny model (its results folder named after the job, both rank files, the all-reduce
+# run, the report ddp.md with its tables next to them); the same script copied elsewhere and
+# run as sbatch runs it (as slurm_script, with SLURM_SUBMIT_DIR, SLURM_JOB_ID and
+# SLURM_JOB_NAME set and LLMHPC_ROOT unset), which must find the repository and name its
+# folder <job name>-<job id>; the copy with no way to the repository, which must stop with a
+# clear message; and bench.sh and comm.sh, which share jobs/env.sh, still running as before.
+set -euo pipefail
+: "${LLMHPC_BIN:?set LLMHPC_BIN to the llmhpc binary}"
+ROOT=${LLMHPC_ROOT:-$(cd "$(dirname "$0")/../.." && pwd)}
+export PYTHON=${LLMHPC_PYTHON:-python3}
+export MPIRUN="${MPIEXEC:-mpirun} --oversubscribe" LLMHPC_BIN
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1 NCCL_NVLS_ENABLE=0
+"$PYTHON" -c "import h5py, pandas" 2>/dev/null || { echo "SKIP: $PYTHON has no h5py or pandas"; exit 77; }
+
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+fail() { echo "FAIL: $*"; exit 1; }
+# A tiny model and short runs: seconds, not hours.
+export NP=2 DEVICE=cpu CONTEXTS=16 WARMUP=1 STEPS=2 BUCKETS=0.0001,1000 COMM_SIZES=4KB,64KB
+export SHAPE="--d-model 32 --d-ff 64 --num-layers 2 --num-heads 4 --vocab-size 64"
+
+check_results() {  # check_results DIR LOG: what a finished ddp_bucketed job leaves
+  local dir=$1 log=$2
+  [ -f "$dir/rank00000.h5" ] && [ -f "$dir/rank00001.h5" ] || { cat "$log"; fail "$dir lacks the two rank files"; }
+  [ -f "$dir/allreduce/rank00000.h5" ] || { cat "$log"; fail "$dir lacks the all-reduce run"; }
+  [ -s "$dir/ddp.md" ] || { cat "$log"; fail "$dir lacks the report ddp.md"; }
+  for section in "(a) DDP strategies" "(b) bucket sizes" "(c) overhead of data parallelism" "(e) bucket model" \
+                 "from --comm $dir/allreduce"; do
+    grep -qF -- "$section" "$dir/ddp.md" || { cat "$dir/ddp.md"; fail "ddp.md lacks '$section'"; }
+  done
+  for impl in none naive flat overlap bucketed; do
+    grep -q "^| $impl |" "$dir/ddp.md" || { cat "$dir/ddp.md"; fail "ddp.md has no row for $impl"; }
+  done
+}
+
+# 1. As a user runs it on a workstation: results/<script name>-<time> under OUT_ROOT; with
+#    PyTorch DDP in the same job (TORCH=1) where PyTorch is installed.
+torch=0
+"$PYTHON" -c "import torch" 2>/dev/null && torch=1
+OUT_ROOT=$tmp/results TORCH=$torch TORCH_SETUPS=eager TORCHRUN="$PYTHON -m torch.distributed.run --standalone --nproc_per_node 2" \
+  bash "$ROOT/jobs/ddp_bucketed.sh" >"$tmp/job.log" 2>&1 || { cat "$tmp/job.log"; fail "bash jobs/ddp_bucketed.sh exited non-zero"; }
+dirs=("$tmp"/results/ddp_bucketed-*)
+[ ${#dirs[@]} -eq 1 ] && [ -d "${dirs[0]}" ] || { ls -R "$tmp/results"; fail "expected one folder results/ddp_bucketed-<time>"; }
+check_results "${dirs[0]}" "$tmp/job.log"
+if [ $torch = 1 ]; then
+  [ "$(grep -c '^| eager | ' "${dirs[0]}/ddp.md")" -eq 3 ] || { cat "${dirs[0]}/ddp.md"; fail "ddp.md lacks PyTorch's 3 rows"; }
+fi
+echo "ok   bash jobs/ddp_bucketed.sh -> ${dirs[0]#$tmp/} (PyTorch: $([ $torch = 1 ] && echo ran || echo not installed))"
+
+# 2. As sbatch runs it: a copy named slurm_script in a spool directory, started elsewhere.
+mkdir -p "$tmp/spool" "$tmp/elsewhere"
+cp "$ROOT/jobs/ddp_bucketed.sh" "$tmp/spool/slurm_script"
+(cd "$tmp/elsewhere" && env -u LLMHPC_ROOT -u NP SLURM_SUBMIT_DIR="$ROOT" SLURM_JOB_ID=123 SLURM_JOB_NAME=llmhpc-ddp-bucketed \
+   LAUNCH="$MPIRUN -np 2" OUT_ROOT="$tmp/sbatch" bash "$tmp/spool/slurm_script") >"$tmp/sbatch.log" 2>&1 ||
+  { cat "$tmp/sbatch.log"; fail "the copied script (simulated sbatch) exited non-zero"; }
+check_results "$tmp/sbatch/llmhpc-ddp-bucketed-123" "$tmp/sbatch.log"
+echo "ok   the copy sbatch runs found the repository -> sbatch/llmhpc-ddp-bucketed-123"
+
+# 3. The copy with no way back to the repository: a clear message, exit 2, nothing written.
+set +e
+(cd "$tmp/elsewhere" && env -u LLMHPC_ROOT -u SLURM_SUBMIT_DIR OUT_ROOT="$tmp/lost" bash "$tmp/spool/slurm_script") \
+  >"$tmp/lost.log" 2>&1
+rc=$?
+set -e
+[ $rc -eq 2 ] || { cat "$tmp/lost.log"; fail "the lost copy exited $rc, expected 2"; }
+grep -q "cannot find the llmhpc repository" "$tmp/lost.log" || { cat "$tmp/lost.log"; fail "no clear message"; }
+[ ! -e "$tmp/lost" ] || fail "the lost copy wrote $tmp/lost"
+echo "ok   the lost copy: $(cat "$tmp/lost.log")"
+
+# 4. The other jobs on the shared env.sh: bench.sh and comm.sh as before (folders bench-<time>, comm-<time>).
+OUT_ROOT=$tmp/others MODELS=tiny PRECISIONS=fp32 EXTRA_ARGS="$SHAPE" bash "$ROOT/jobs/bench.sh" >"$tmp/bench.log" 2>&1 ||
+  { cat "$tmp/bench.log"; fail "jobs/bench.sh exited non-zero"; }
+ls "$tmp"/others/bench-*/rank00001.h5 >/dev/null 2>&1 || { ls -R "$tmp/others"; fail "bench.sh left no results/bench-<time> with 2 ranks"; }
+grep -q "^| custom | 32 | 64 | 2 | 4 |" "$tmp/bench.log" || { cat "$tmp/bench.log"; fail "bench.sh printed no table"; }
+OUT_ROOT=$tmp/others RANKS=2 BACKENDS=mpi SIZES=4KB bash "$ROOT/jobs/comm.sh" >"$tmp/comm.log" 2>&1 ||
+  { cat "$tmp/comm.log"; fail "jobs/comm.sh exited non-zero"; }
+grep -q "^| mpi | 2 | allreduce | 4000 |" "$tmp"/others/comm-*/comm.md || { cat "$tmp/comm.log"; fail "comm.sh wrote no comm.md row"; }
+echo "ok   bench.sh and comm.sh"
+echo "PASS"

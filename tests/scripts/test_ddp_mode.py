@@ -1,0 +1,251 @@
+"""End to end: llmhpc --mode ddp under mpirun -np 2 and -np 3 on the CPU, and analysis/ddp.py.
+
+A tiny custom model, every strategy and two bucket sizes (one smaller than any parameter
+tensor, one larger than all of them). Checks, reading the files with h5py alone: every rank
+file has every record with status ok; the per-step arrays have --steps elements (warm-up ones
+--warmup); the global and local batch and world size; one bucket for the huge bucket size and
+one per parameter tensor (3 + 9 per layer, counted here from the model) for the tiny one, and
+the same number of collectives for naive; comm_bytes_per_step is 4 bytes x the parameters
+(counted here) for every all-reducing strategy and 0 for none; step_ms_max_over_ranks is the
+element-wise maximum of the ranks' step_ms. Then: Run.ddp_summary pools the ranks;
+analysis/ddp.py prints every strategy, its step means are the raw arrays' means, the bucket
+model's fit recovers o and w from exact data, --torch puts PyTorch records beside the right
+rows, --comm takes o and w from an all-reduce run, out-of-memory rows are shown, not fatal; bad
+input to the binary (--ddp bogus, --bucket-mb 0, a global batch the ranks do not divide) exits
+non-zero within seconds with a clear message and leaves no files. analysis/torch_ddp.py is
+compiled, and run on the CPU (gloo, 2 ranks under mpirun) only where PyTorch is installed.
+"""
+import json
+import os
+import py_compile
+import subprocess
+import sys
+import time
+
+import h5py
+import numpy as np
+
+ROOT = os.environ.get("LLMHPC_ROOT") or os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.join(ROOT, "tests", "reference"))
+sys.path.insert(0, os.path.join(ROOT, "analysis"))
+import ddp  # noqa: E402
+import llmhpc_h5  # noqa: E402
+from script_env import llmhpc_binary, mpiexec, parse_markdown_tables, run, scratch_dir, test_env  # noqa: E402
+
+BIN = llmhpc_binary()
+DDP_PY = os.path.join(ROOT, "analysis", "ddp.py")
+TORCH_DDP_PY = os.path.join(ROOT, "analysis", "torch_ddp.py")
+D, FF, LAYERS, HEADS, VOCAB, T = 32, 64, 2, 4, 64, 16
+MODEL = ["--d-model", D, "--d-ff", FF, "--num-layers", LAYERS, "--num-heads", HEADS, "--vocab-size", VOCAB]
+TINY_MB, HUGE_MB = 0.0001, 1000  # 104 bytes: less than any tensor (the smallest, a norm gain, is 4 x 32 bytes)
+STRATEGIES = ("none", "naive", "flat", "overlap", "bucketed")
+WARMUP, STEPS, BATCH = 1, 3, 6
+PHASES = ("forward_ms", "backward_ms", "comm_ms", "optimizer_ms", "step_ms")
+TENSORS = 3 + 9 * LAYERS  # embedding, final norm, LM head; per layer 2 norms, q k v o, w1 w2 w3
+PARAMS = VOCAB * D * 2 + D + LAYERS * (4 * D * D + 3 * D * FF + 2 * D)
+
+
+def ddp_run(np_, out, *extra, expect_ok=True):
+    return run(mpiexec() + ["-np", str(np_), BIN, "--mode", "ddp", "--device", "cpu", *MODEL, *extra, "--out", out],
+               expect_ok=expect_ok)
+
+
+def check_rank_files(out, np_):
+    files = sorted(os.listdir(out))
+    assert files == [f"rank{r:05d}.h5" for r in range(np_)], f"{out}: files {files}, expected one per rank"
+    step_ms = {}
+    for rank in range(np_):
+        with h5py.File(os.path.join(out, f"rank{rank:05d}.h5"), "r") as f:
+            assert f.attrs["mode"] == "ddp" and f.attrs["status"] == "complete", dict(f.attrs)
+            groups = {name: g for name, g in f["ddp"].items()}
+            kinds = sorted((g.attrs["ddp"], float(g.attrs["bucket_mb"]) if g.attrs["ddp"] == "bucketed" else 0.0)
+                           for g in groups.values())
+            want = sorted([(s, 0.0) for s in STRATEGIES if s != "bucketed"] + [("bucketed", TINY_MB),
+                                                                                ("bucketed", float(HUGE_MB))])
+            assert kinds == want, f"rank {rank}: records {kinds}, expected {want}"
+            for name, g in groups.items():
+                a = g.attrs
+                where = f"np={np_} rank {rank} {name}"
+                assert a["status"] == "ok", f"{where}: status {a['status']!r}"
+                assert (a["batch_size"], a["local_batch_size"], a["world_size"]) == (BATCH, BATCH // np_, np_), \
+                    f"{where}: batch {a['batch_size']}, local {a['local_batch_size']}, world {a['world_size']}"
+                assert a["num_params"] == PARAMS, f"{where}: num_params {a['num_params']}, counted {PARAMS}"
+                for phase in PHASES:
+                    assert g[phase].shape == (STEPS,), f"{where}/{phase}: shape {g[phase].shape}, expected ({STEPS},)"
+                    assert np.all(np.isfinite(g[phase][()])) and np.all(g[phase][()] >= 0), f"{where}/{phase}"
+                    assert g["warmup_" + phase].shape == (WARMUP,), f"{where}/warmup_{phase}"
+                assert g["step_ms_max_over_ranks"].shape == (STEPS,), f"{where}: step_ms_max_over_ranks"
+                strategy = a["ddp"]
+                want_bytes = 0 if strategy == "none" else 4 * PARAMS
+                assert a["comm_bytes_per_step"] == want_bytes, \
+                    f"{where}: comm_bytes_per_step {a['comm_bytes_per_step']}, expected {want_bytes}"
+                if strategy == "none":
+                    assert np.all(g["comm_ms"][()] == 0), f"{where}: none communicates nothing: {g['comm_ms'][()]}"
+                want_buckets = {"none": 0, "naive": TENSORS, "flat": 1, "overlap": TENSORS}.get(strategy)
+                if strategy == "bucketed":
+                    want_buckets = TENSORS if a["bucket_mb"] == TINY_MB else 1
+                assert a["buckets"] == want_buckets, f"{where}: {a['buckets']} buckets, expected {want_buckets}"
+                if strategy == "naive":
+                    assert a["collectives_per_step"] == TENSORS, f"{where}: {a['collectives_per_step']} collectives"
+                step_ms.setdefault(name, []).append((g["step_ms"][()], g["step_ms_max_over_ranks"][()]))
+    for name, per_rank in step_ms.items():
+        slowest = np.max(np.stack([s for s, _ in per_rank]), axis=0)
+        for rank, (_, recorded) in enumerate(per_rank):
+            assert np.array_equal(recorded, slowest), \
+                f"np={np_} {name} rank {rank}: step_ms_max_over_ranks {recorded}, max of the ranks' step_ms {slowest}"
+    return step_ms
+
+
+def check_summary_and_report(out, np_, step_ms):
+    summary = llmhpc_h5.open_run(out).ddp_summary()
+    assert len(summary) == len(STRATEGIES) + 1, f"ddp_summary: {len(summary)} rows, expected {len(STRATEGIES) + 1}"
+    assert set(summary.ranks) == {np_} and set(summary.step_n) == {np_ * STEPS}, summary[["name", "ranks", "step_n"]]
+    for _, r in summary.iterrows():
+        pooled = np.concatenate([s for s, _ in step_ms[r["name"]]])
+        assert abs(r.step_mean - pooled.mean()) < 1e-12, f"{r['name']}: step_mean {r.step_mean} != {pooled.mean()}"
+        assert abs(r.slowest_step_mean - step_ms[r["name"]][0][1].mean()) < 1e-12, r["name"]
+        assert abs(r.comm_pct - 100 * r.comm_mean / r.step_mean) < 1e-9, r["name"]
+
+    text = run([sys.executable, DDP_PY, out]).stdout
+    for section in ("(a) DDP strategies", "(b) bucket sizes", "(c) overhead of data parallelism", "(e) bucket model"):
+        assert section in text, f"ddp.py (text) lacks '{section}':\n{text}"
+    assert "fitted to the measured exposed comm" in text, f"without --comm the bucket model is fitted:\n{text}"
+    tables = parse_markdown_tables(run([sys.executable, DDP_PY, out, "--markdown"]).stdout)
+    strategies_table, overhead_table = tables[0], tables[2]
+    header, rows = strategies_table
+    impl, bucket, mean = header.index("Impl"), header.index("Bucket (MiB)"), header.index("Step Mean (ms)")
+    shown = sorted((row[impl], row[bucket]) for row in rows)
+    assert shown == sorted([("naive", "-"), ("flat", "-"), ("overlap", "-"), ("bucketed", f"{TINY_MB:g}"),
+                            ("bucketed", f"{HUGE_MB:g}")]), f"ddp.py table (a) rows: {shown}"
+    by_label = {(r.ddp, f"{r.bucket_mb:g}" if r.ddp == "bucketed" else "-"): r["name"] for _, r in summary.iterrows()}
+    for row in rows:
+        pooled = np.concatenate([s for s, _ in step_ms[by_label[(row[impl], row[bucket])]]])
+        assert abs(float(row[mean]) - pooled.mean()) <= 0.005 + 1e-9, \
+            f"ddp.py (a) {row[impl]} {row[bucket]}: step mean {row[mean]}, the raw arrays give {pooled.mean():.4f}"
+    assert sorted(r[0] for r in overhead_table[1]) == sorted(STRATEGIES + ("bucketed",)), \
+        f"table (c) should have every strategy, none included: {overhead_table}"
+
+
+def check_bucket_model():
+    """The fit recovers o and w from data the model generates; b* = sqrt(s o w)."""
+    s, o, w = 4.0e8, 0.05, 2.0e7  # bytes, ms, bytes per ms (20 GB/s)
+    n = np.array([1, 4, 16, 40, 400], dtype=float)
+    fit_o, fit_w = ddp.fit_model(n, n * o + s / (n * w), s)
+    assert abs(fit_o - o) < 1e-9 and abs(fit_w / w - 1) < 1e-9, f"fit gave o={fit_o}, w={fit_w}; expected {o}, {w}"
+    fit_o, fit_w = ddp.fit_model(n, s / (n * w), s)  # no overhead at all: o is 0, not negative
+    assert fit_o == 0 and abs(fit_w / w - 1) < 1e-9, f"fit gave o={fit_o}, w={fit_w}; expected 0, {w}"
+
+
+def check_torch_table(out, work, np_):
+    """--torch: a PyTorch DDP record (synthetic, as torch_ddp.py writes them) beside bucketed at its bucket
+    size, a --single one beside none, one of another shape left unmatched."""
+    summary = llmhpc_h5.open_run(out).ddp_summary()
+    ours = {(r.ddp, r.bucket_mb): r.slowest_step_mean for _, r in summary.iterrows()}
+    base = dict(tool="pytorch-ddp", model="custom", d_model=D, d_ff=FF, num_layers=LAYERS, num_heads=HEADS,
+                vocab_size=VOCAB, context_length=T, batch_size=BATCH, world_size=np_, precision="fp32",
+                setup="eager", status="ok")
+    records = [dict(base, ddp="torch", bucket_mb=HUGE_MB, step_ms_max_over_ranks=[2.0, 2.0]),
+               dict(base, ddp="none", bucket_mb=None, step_ms_max_over_ranks=[4.0, 4.0]),
+               dict(base, ddp="torch", bucket_mb=25, status="oom"),
+               dict(base, d_model=64, ddp="torch", bucket_mb=HUGE_MB, step_ms_max_over_ranks=[1.0])]
+    path = os.path.join(work, "torch_ddp.jsonl")
+    with open(path, "w") as f:
+        f.write("".join(json.dumps(r) + "\n" for r in records))
+    text = run([sys.executable, DDP_PY, out, "--torch", path, "--markdown"]).stdout
+    tables = [t for t in parse_markdown_tables(text) if "PyTorch Step (ms)" in t[0]]
+    assert len(tables) == 1, f"expected one PyTorch table:\n{text}"
+    header, rows = tables[0]
+    col = {h: i for i, h in enumerate(header)}
+    assert len(rows) == 3, f"three PyTorch records match this setup, the table has {len(rows)}:\n{text}"
+    ddp_row = next(r for r in rows if r[col["PyTorch"]] == "DDP" and r[col["Bucket (MiB)"]] == f"{HUGE_MB:g}")
+    want = ours[("bucketed", float(HUGE_MB))] / 2.0
+    assert abs(float(ddp_row[col["Ratio"]]) - want) <= 0.005 + 1e-9, f"ratio {ddp_row}, expected {want:.3f}"
+    single = next(r for r in rows if r[col["PyTorch"]] == "single")
+    assert single[col["llmhpc"]] == "none" and abs(float(single[col["Ratio"]]) - ours[("none", 0.0)] / 4.0) <= 0.005, \
+        f"--single compares with none: {single}"
+    oom = next(r for r in rows if r[col["PyTorch Status"]] == "oom")
+    assert oom[col["Ratio"]] == "-" and oom[col["llmhpc"]] == "not run", f"an oom PyTorch row has no ratio: {oom}"
+    assert "1 of 4 PyTorch record(s) match no llmhpc setup" in text, f"the unmatched record is not reported:\n{text}"
+
+
+def check_comm_source(out, work):
+    comm = os.path.join(work, "allreduce")
+    run(mpiexec() + ["-np", "2", BIN, "--mode", "comm", "--device", "cpu", "--backend", "mpi", "--size", "4KB,256KB",
+                     "--warmup", "1", "--iters", "3", "--out", comm])
+    text = run([sys.executable, DDP_PY, out, "--comm", comm]).stdout
+    assert f"from --comm {comm}" in text and "b* = sqrt(s o w) =" in text, f"--comm not used:\n{text}"
+    proc = run([sys.executable, DDP_PY, out, "--comm", out], expect_ok=False)
+    assert proc.returncode == 2 and "not a comm run" in proc.stderr, f"--comm of a ddp run: {proc.stderr}"
+    proc = run([sys.executable, DDP_PY, comm], expect_ok=False)
+    assert proc.returncode == 2 and "not a ddp run" in proc.stderr and not proc.stdout, \
+        f"ddp.py on a comm run: exit {proc.returncode}, {proc.stderr}"
+
+
+def check_oom_rows(work):
+    out = os.path.join(work, "oom")
+    ddp_run(2, out, "--context-length", "16,1024", "--batch-size", "4", "--ddp", "none,bucketed", "--bucket-mb", "1",
+            "--warmup", "0", "--steps", "2", "--memory-limit", "3MB")
+    text = run([sys.executable, DDP_PY, out]).stdout
+    big = text[text.index("context 1024"):]
+    assert "oom" in big and "bucketed" in big, f"the context-1024 rows should be shown as oom:\n{text}"
+
+
+def check_bad_input(work):
+    cases = [(2, "must be one of", ["--ddp", "bogus"]), (2, "greater than 0", ["--bucket-mb", "0"]),
+             (2, "must divide by the 2 ranks", ["--batch-size", "5"]),
+             (3, "must divide by the 3 ranks", ["--batch-size", "4"])]
+    for i, (np_, words, args) in enumerate(cases):
+        out = os.path.join(work, f"bad{i}")
+        start = time.time()
+        proc = ddp_run(np_, out, *args, expect_ok=False)
+        took = time.time() - start
+        assert proc.returncode != 0, f"np={np_} {args}: exit 0"
+        assert words in proc.stderr, f"np={np_} {args}: message lacks '{words}': {proc.stderr[:400]}"
+        assert took < 20, f"np={np_} {args}: took {took:.0f} s"
+        assert not os.path.exists(out) or not os.listdir(out), f"np={np_} {args}: left {os.listdir(out)}"
+
+
+def check_torch_ddp(out, work, np_):
+    py_compile.compile(TORCH_DDP_PY, doraise=True, cfile=os.path.join(work, "torch_ddp.pyc"))
+    if subprocess.run([sys.executable, "-c", "import torch"], capture_output=True).returncode != 0:
+        print("torch_ddp.py: compiled; PyTorch is not installed, so its CPU run is skipped")
+        return
+    path = os.path.join(work, "torch_cpu.jsonl")
+    env = dict(test_env(), MASTER_PORT=str(29500 + os.getpid() % 1000))
+    for extra in ([], ["--single"]):
+        cmd = mpiexec() + ["-np", str(np_), "-x", "MASTER_PORT", sys.executable, TORCH_DDP_PY, "--device", "cpu",
+                           *map(str, MODEL), "--context-length", str(T), "--batch-size", str(BATCH), "--setup", "eager",
+                           "--bucket-mb", f"{TINY_MB},{HUGE_MB}", "--warmup", "1", "--steps", "2", *extra, "--out", path]
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env)
+        assert proc.returncode == 0, f"torch_ddp.py failed: {proc.stdout}\n{proc.stderr}"
+    records = [json.loads(line) for line in open(path)]
+    assert [(r["ddp"], r["bucket_mb"]) for r in records] == [("torch", TINY_MB), ("torch", HUGE_MB), ("none", None)], \
+        records
+    for r in records:
+        assert r["status"] == "ok" and len(r["ranks"]) == np_, r
+        steps = np.array([p["step_ms"] for p in r["ranks"]])
+        assert steps.shape == (np_, 2) and np.allclose(r["step_ms_max_over_ranks"], steps.max(axis=0)), r
+    text = run([sys.executable, DDP_PY, out, "--torch", path]).stdout
+    assert "(d) llmhpc vs PyTorch" in text and "match no llmhpc setup" not in text, f"torch_ddp.py's records:\n{text}"
+    print("torch_ddp.py: ran on the CPU (gloo), and ddp.py put it beside llmhpc")
+
+
+def main():
+    work = scratch_dir("llmhpc-ddp-")
+    check_bucket_model()
+    for np_ in (2, 3):
+        out = os.path.join(work, f"np{np_}")
+        ddp_run(np_, out, "--context-length", T, "--batch-size", BATCH, "--ddp", ",".join(STRATEGIES), "--bucket-mb", f"{TINY_MB},{HUGE_MB}",
+                "--warmup", WARMUP, "--steps", STEPS)
+        step_ms = check_rank_files(out, np_)
+        check_summary_and_report(out, np_, step_ms)
+    check_torch_table(os.path.join(work, "np2"), work, 2)
+    check_comm_source(os.path.join(work, "np2"), work)
+    check_oom_rows(work)
+    check_bad_input(work)
+    check_torch_ddp(os.path.join(work, "np2"), work, 2)
+    print("test_ddp_mode: OK")
+
+
+if __name__ == "__main__":
+    main()
