@@ -11,6 +11,7 @@
 // 0's weights (broadcast), and every rank draws its own random tokens (seeded by rank).
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 
 #include "src/core/random.h"
 #include "src/core/stats.h"
@@ -22,6 +23,13 @@
 
 namespace llmhpc {
 namespace {
+
+// A bucket size as written, shortest exact form: 25, 0.05, 1e-05 (labels must stay distinct).
+std::string mib_text(double mb) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%g", mb);
+  return text;
+}
 
 struct DdpCase {
   ModelConfig model;
@@ -37,8 +45,7 @@ struct DdpCase {
                                         std::to_string(model.num_layers) + "_H" + std::to_string(model.num_heads);
   }
   std::string strategy_label() const {
-    return strategy == SyncStrategy::Bucketed ? std::string("bucketed") + fmt(bucket_mb, bucket_mb < 1 ? 3 : 0) + "MiB"
-                                              : sync_strategy_name(strategy);
+    return strategy == SyncStrategy::Bucketed ? "bucketed" + mib_text(bucket_mb) + "MiB" : sync_strategy_name(strategy);
   }
   std::string label() const {
     return model_label() + "_T" + std::to_string(model.context_length) + "_B" + std::to_string(batch) + "_" +
@@ -231,7 +238,7 @@ void run(ModeContext& ctx) {
     const double step = mean_or_nan(timed.step), comm_ms = mean_or_nan(timed.comm);
     sweep.add_row({c.model_label(), std::to_string(c.model.context_length), std::to_string(c.batch),
                    precision_name(c.precision), sync_strategy_name(c.strategy),
-                   c.strategy == SyncStrategy::Bucketed ? fmt(c.bucket_mb, c.bucket_mb < 1 ? 3 : 0) : "-",
+                   c.strategy == SyncStrategy::Bucketed ? mib_text(c.bucket_mb) : "-",
                    status.ok() ? std::to_string(stats.buckets) : "-", fmt(step), fmt(stddev(timed.step)), fmt(comm_ms),
                    fmt(stddev(timed.comm)), status.ok() ? fmt(100.0 * comm_ms / step, 1) + "%" : "-",
                    fmt(mean_or_nan(slowest)), status.ok() ? fmt(double(stats.bytes) / double(1 << 20), 1) : "-",
