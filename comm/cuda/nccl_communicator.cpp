@@ -78,7 +78,12 @@ class NcclCommunicator final : public Communicator {
     MPI_CHECK(MPI_Comm_rank(mpi_comm_, &rank_));
     MPI_CHECK(MPI_Comm_size(mpi_comm_, &size_));
     CUDA_CHECK(cudaSetDevice(o.gpu));
-    CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+    // Collectives run beside backward on this stream; at high priority their blocks take SMs
+    // as soon as compute blocks retire instead of queueing behind the compute stream's kernels,
+    // which otherwise fill the GPU (bf16 backward, docs/results/ddp.md).
+    int least = 0, greatest = 0;
+    CUDA_CHECK(cudaDeviceGetStreamPriorityRange(&least, &greatest));
+    CUDA_CHECK(cudaStreamCreateWithPriority(&stream_, cudaStreamNonBlocking, greatest));
     CUDA_CHECK(cudaEventCreateWithFlags(&compute_ready_, cudaEventDisableTiming));
     ncclUniqueId id{};
     if (rank_ == 0) NCCL_CHECK(ncclGetUniqueId(&id));
