@@ -14,15 +14,8 @@
 # Files in OUT_DIR: log.txt (everything printed, nccl-tests' tables included), runs/ (the rank
 # files), comm.md (llmhpc's table).
 set -uo pipefail
-root=$(cd "$(dirname "$0")/../.." && pwd)
-bin=$(cd "${1:-$root/build}" && pwd) || exit 2
-out=${2:-$root/results/comm-check-$(date +%Y%m%d-%H%M%S)}
-[ -x "$bin/llmhpc" ] || { echo "comm_check: no llmhpc in $bin (build first: make build)" >&2; exit 2; }
+source "$(dirname "$0")/setup.sh" comm-check "${1:-}" "${2:-}"
 mkdir -p "$out/runs"
-# A host without the HDF5 libraries: copies next to the binary (tests/cuda/make_carry.sh puts them in fallback/).
-if ldd "$bin/llmhpc" 2>/dev/null | grep -q "not found" && [ -d "$bin/fallback" ]; then
-  export LD_LIBRARY_PATH=$bin/fallback${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
-fi
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 NCCL_NVLS_ENABLE=0 PYTHONUNBUFFERED=1
 gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
 RANKS=${RANKS:-$([ "$gpus" -gt 2 ] && echo "2,$gpus" || echo 2)}

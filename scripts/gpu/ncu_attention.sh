@@ -12,15 +12,7 @@
 # Files in OUT_DIR: ncu_<variant>.txt, ncu_torch.txt (ncu's full output) and summary.txt (the
 # counters above, one block per kernel).
 set -uo pipefail
-root=$(cd "$(dirname "$0")/../.." && pwd)
-bin=$(cd "${1:-$root/build}" && pwd) || exit 2
-out=${2:-$root/results/ncu-attention-$(date +%Y%m%d-%H%M%S)}
-[ -x "$bin/llmhpc" ] || { echo "ncu_attention: no llmhpc in $bin (build first: make build)" >&2; exit 2; }
-mkdir -p "$out"
-# A host without the HDF5 libraries: copies next to the binary (tests/cuda/make_carry.sh puts them in fallback/).
-if ldd "$bin/llmhpc" 2>/dev/null | grep -q "not found" && [ -d "$bin/fallback" ]; then
-  export LD_LIBRARY_PATH=$bin/fallback${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
-fi
+source "$(dirname "$0")/setup.sh" ncu-attention "${1:-}" "${2:-}"
 SEQ=${SEQ:-32768}
 HEAD_DIM=${HEAD_DIM:-128}
 VARIANTS=${VARIANTS:-split fused}
