@@ -36,6 +36,29 @@ void TracingAllocator::deallocate(void* p) {
   inner_.deallocate(p);
 }
 
+int64_t MemoryBreakdown::of(const std::string& category) const {
+  for (const auto& [name, n] : bytes)
+    if (name == category) return n;
+  return 0;
+}
+
+MemoryBreakdown TracingAllocator::live_by_category(const std::vector<TagCategory>& categories) const {
+  MemoryBreakdown out;
+  for (const TagCategory& c : categories) out.bytes.push_back({c.name, 0});
+  out.bytes.push_back({"other", 0});
+  for (const auto& [ptr, live] : live_allocs_) {
+    size_t k = 0;
+    for (; k < categories.size(); ++k) {
+      bool match = false;
+      for (const std::string& prefix : categories[k].tag_prefixes) match = match || live.tag.rfind(prefix, 0) == 0;
+      if (match) break;
+    }
+    out.bytes[k].second += int64_t(live.bytes);  // k == categories.size(): "other"
+    out.total += int64_t(live.bytes);
+  }
+  return out;
+}
+
 size_t host_physical_memory() {
   long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
   return pages > 0 && page > 0 ? size_t(pages) * size_t(page) : size_t(1) << 34;

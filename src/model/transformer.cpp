@@ -55,20 +55,26 @@ struct TransformerLM::Activations {
 };
 
 TransformerLM::TransformerLM(const ModelConfig& config, Precision precision, AttentionKind attention,
-                             Device& device, Ops& ops, MemoryPlan memory)
+                             Device& device, Ops& ops, MemoryPlan memory, int64_t flat_elements)
     : config_(config), layout_(config), precision_(precision), attention_(attention), device_(device), ops_(ops),
       memory_(memory) {
   config_.validate();
   Allocator& a = device_.allocator();
   const DType pd = param_dtype(precision_);
-  params_ = Buffer(a, pd, {layout_.total()}, "params");
-  grads_ = Buffer(a, pd, {layout_.total()}, "grads");
+  const int64_t total = layout_.total(), flat = flat_elements == 0 ? total : flat_elements;
+  LLMHPC_CHECK(flat >= total, "the flat buffers must hold every parameter");
+  params_ = Buffer(a, pd, {flat}, "params");
+  grads_ = Buffer(a, pd, {flat}, "grads");
+  for (const Buffer* b : {&params_, &grads_}) {  // the padding: zero, and nothing ever writes it
+    const Tensor padding = b->tensor().slice(total, {flat - total});
+    device_.fill_zero(padding.data, padding.bytes());
+  }
   if (casts_per_layer()) {
     const auto layer = layout_.layer_range(0);  // every layer has the same size
     layer_window_.buffer = Buffer(a, DType::BF16, {layer.second - layer.first}, "params.bf16.layer");
     head_window_.buffer = Buffer(a, DType::BF16, layout_.find("lm_head.weight").shape, "params.bf16.lm_head");
   } else if (precision_ == Precision::BF16) {
-    params_lowp_ = Buffer(a, DType::BF16, {layout_.total()}, "params.bf16");
+    params_lowp_ = Buffer(a, DType::BF16, {flat}, "params.bf16");
   }
 }
 

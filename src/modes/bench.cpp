@@ -147,7 +147,10 @@ void run(ModeContext& ctx) {
               shape.context_length = std::max(shape.context_length, cases[k].model.context_length);
             live.model = std::make_unique<TransformerLM>(shape, c.precision, c.attention, dev, ops, memory);
             live.model->init_parameters(seed);
-            if (phase == Phase::TrainStep) live.opt = std::make_unique<AdamW>(*live.model, ops, AdamWHyper{});
+            if (phase == Phase::TrainStep) {  // its state now, so that no timed step allocates it
+              live.opt = std::make_unique<AdamW>(*live.model, ops, AdamWHyper{});
+              live.opt->allocate_state();
+            }
           }
           TransformerLM& model = *live.model;
           const AttentionDims dims{c.batch, c.model.context_length, c.model.num_heads, c.model.head_dim(), true,
