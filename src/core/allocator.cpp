@@ -7,8 +7,7 @@
 
 namespace llmhpc {
 
-TracingAllocator::TracingAllocator(Allocator& inner)
-    : inner_(inner), t0_(std::chrono::steady_clock::now()) {}
+TracingAllocator::TracingAllocator(Allocator& inner) : inner_(inner), t0_(std::chrono::steady_clock::now()) {}
 
 void* TracingAllocator::allocate(size_t bytes, const std::string& tag) {
   void* p = inner_.allocate(bytes, tag);
@@ -29,8 +28,8 @@ void TracingAllocator::deallocate(void* p) {
   live_ -= static_cast<int64_t>(it->second.bytes);
   if (recording_) {
     double t = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0_).count();
-    events_.push_back({t, -static_cast<int64_t>(it->second.bytes), live_, reinterpret_cast<uint64_t>(p),
-                       it->second.tag, phase_});
+    events_.push_back(
+        {t, -static_cast<int64_t>(it->second.bytes), live_, reinterpret_cast<uint64_t>(p), it->second.tag, phase_});
   }
   live_allocs_.erase(it);
   inner_.deallocate(p);

@@ -30,7 +30,7 @@ struct AllocEvent {
   int64_t live_after;  // bytes live after this event
   uint64_t address;
   std::string tag;
-  std::string phase;   // the phase set by set_phase() when the event happened
+  std::string phase;  // the phase set by set_phase() when the event happened
 };
 
 // What some allocations are for, told by their tags: "params" and "params.bf16" are

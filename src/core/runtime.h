@@ -16,7 +16,7 @@ enum class HostReduce { Sum, Min, Max };
 struct Runtime {
   int rank = 0;
   int world_size = 1;
-  int local_rank = 0;   // rank among the ranks of this node (MPI_COMM_TYPE_SHARED)
+  int local_rank = 0;  // rank among the ranks of this node (MPI_COMM_TYPE_SHARED)
   int local_size = 1;
   std::string hostname;
   MPI_Comm node_comm = MPI_COMM_NULL;

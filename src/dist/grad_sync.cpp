@@ -81,8 +81,8 @@ void require_reduced_gradients(SyncStrategy strategy, Sharding sharding) {
 
 // Each strategy is a plan (which ranges one collective covers) and a time to issue them;
 // sharding adds who owns what, and zero1 re-cuts the ranges so they divide among the ranks.
-SyncPlan plan_sync(SyncStrategy strategy, Sharding sharding, const std::vector<ParamSpan>& params,
-                   size_t element_bytes, double bucket_mb, int ranks) {
+SyncPlan plan_sync(SyncStrategy strategy, Sharding sharding, const std::vector<ParamSpan>& params, size_t element_bytes,
+                   double bucket_mb, int ranks) {
   LLMHPC_CHECK(ranks >= 1, "a plan for no ranks");
   require_reduced_gradients(strategy, sharding);
   SyncPlan plan;

@@ -90,8 +90,8 @@ struct SyncPlan {
   SyncStrategy strategy = SyncStrategy::None;
   Sharding sharding = Sharding::None;
   int ranks = 1;
-  int64_t parameters = 0;     // the elements backward reports: [0, parameters)
-  int64_t flat_elements = 0;  // the flat buffers' length: parameters, padded under zero1
+  int64_t parameters = 0;          // the elements backward reports: [0, parameters)
+  int64_t flat_elements = 0;       // the flat buffers' length: parameters, padded under zero1
   std::vector<FlatRange> buckets;  // what one gradient collective covers, in issue order (reverse parameter order)
   bool when_ready = false;         // issued as soon as backward finished it (overlap, bucketed); else after backward
   // Ranges whose elements the ranks' optimizers share out, part r to rank r (shard_part):
@@ -109,17 +109,17 @@ struct SyncPlan {
 void require_reduced_gradients(SyncStrategy strategy, Sharding sharding);
 
 // Throws what require_reduced_gradients and plan_buckets throw.
-SyncPlan plan_sync(SyncStrategy strategy, Sharding sharding, const std::vector<ParamSpan>& params,
-                   size_t element_bytes, double bucket_mb, int ranks);
+SyncPlan plan_sync(SyncStrategy strategy, Sharding sharding, const std::vector<ParamSpan>& params, size_t element_bytes,
+                   double bucket_mb, int ranks);
 
 // What one step communicated (reset by begin_step()).
 struct SyncStats {
-  int64_t collectives = 0;       // gradient collectives issued: all-reduces, or zero1's reduce-scatters
-  int64_t bytes = 0;             // their payload: the buckets' elements x element size
-  int64_t issued_in_finish = 0;  // of the collectives, those issued by finish() and not during backward
-  int64_t buckets = 0;           // ranges the strategy reduces per step: one per trainable tensor
-                                 // (naive, overlap), one (flat), the planned buckets (bucketed), 0 (none);
-                                 // under zero1 those re-cut by plan_zero1_buckets
+  int64_t collectives = 0;        // gradient collectives issued: all-reduces, or zero1's reduce-scatters
+  int64_t bytes = 0;              // their payload: the buckets' elements x element size
+  int64_t issued_in_finish = 0;   // of the collectives, those issued by finish() and not during backward
+  int64_t buckets = 0;            // ranges the strategy reduces per step: one per trainable tensor
+                                  // (naive, overlap), one (flat), the planned buckets (bucketed), 0 (none);
+                                  // under zero1 those re-cut by plan_zero1_buckets
   int64_t param_collectives = 0;  // sharded: the broadcasts or all-gathers that share updated parameters
   int64_t param_bytes = 0;        // their payload: every shared element once
   // Bytes each rank sends over the links for all of them, by nccl-tests' bus factors

@@ -68,8 +68,8 @@ class Reducer final : public GradientSync {
     LLMHPC_CHECK(0 <= begin && begin <= end && end <= grads_.numel(), "reported gradients outside the buffer");
     if (!plan_.when_ready) return;
     // The first bucket (by offset) that ends after `begin`, then on while buckets start before `end`.
-    auto it = std::partition_point(by_begin_.begin(), by_begin_.end(),
-                                   [&](size_t k) { return buckets_[k].end <= begin; });
+    auto it =
+        std::partition_point(by_begin_.begin(), by_begin_.end(), [&](size_t k) { return buckets_[k].end <= begin; });
     std::vector<size_t> complete;
     for (; it != by_begin_.end() && buckets_[*it].begin < end; ++it) {
       const size_t k = *it;
@@ -88,8 +88,7 @@ class Reducer final : public GradientSync {
       if (!issued_[k]) left.push_back(k);
     if (!plan_.when_ready)
       for (size_t k : left) issue(k, /*in_finish=*/true);  // one collective after another, as the seeds' naive DDP
-    else
-      issue_together(left, /*in_finish=*/true);
+    else issue_together(left, /*in_finish=*/true);
     for (CommHandle& h : in_flight_) h.wait();
     in_flight_.clear();
   }

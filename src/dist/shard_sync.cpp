@@ -56,9 +56,9 @@ class ParameterSharing final : public GradientSync {
     const SyncPlan& plan = gradients_->plan();
     const std::vector<FlatRange>& groups = plan.shard_groups;
     // Groups are in descending order: the first one that starts at or below `begin`.
-    const size_t g = size_t(std::partition_point(groups.begin(), groups.end(),
-                                                 [&](const FlatRange& r) { return r.begin > begin; }) -
-                            groups.begin());
+    const size_t g =
+        size_t(std::partition_point(groups.begin(), groups.end(), [&](const FlatRange& r) { return r.begin > begin; }) -
+               groups.begin());
     const FlatRange mine = g < groups.size() ? plan.shard(g, comm_.rank()) : FlatRange{};
     LLMHPC_CHECK(mine.begin <= begin && end <= mine.end && begin < mine.end,
                  "the optimizer reported parameters this rank does not own");
@@ -93,8 +93,7 @@ class ParameterSharing final : public GradientSync {
       for (int owner = 0; owner < plan.ranks; ++owner) {
         const FlatRange part = plan.shard(g, owner);
         if (part.size() == 0) continue;
-        in_flight_.push_back(
-            comm_.broadcast_async(at(part), at(part), size_t(part.size()), params_.dtype, owner));
+        in_flight_.push_back(comm_.broadcast_async(at(part), at(part), size_t(part.size()), params_.dtype, owner));
         ++param_stats_.param_collectives;
         param_stats_.bus_bytes += int64_t(double(part.size() * es) * bus_factor(Collective::Broadcast, plan.ranks));
       }

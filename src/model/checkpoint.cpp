@@ -73,8 +73,7 @@ OptimizerState host_state(const AdamW& opt) {
 
 CheckpointInfo inspect_checkpoint(const std::string& path) {
   h5::Handle f = h5::open_file(path, h5::Mode::Read);
-  if (!h5::exists(f.id(), "params"))
-    throw UsageError("'" + path + "' is not a checkpoint: it has no /params group");
+  if (!h5::exists(f.id(), "params")) throw UsageError("'" + path + "' is not a checkpoint: it has no /params group");
   CheckpointInfo info;
   bool all = true;
   for (const char* a : kConfigAttrs) all = all && h5::has_attr(f.id(), a);

@@ -24,9 +24,9 @@ int64_t packed_size(const std::vector<FlatRange>& ranges) {
 }
 
 const std::vector<std::string>& layer_param_names() {
-  static const std::vector<std::string> names = {
-      "ln1.weight",     "attn.q_proj.weight", "attn.k_proj.weight", "attn.v_proj.weight", "attn.output_proj.weight",
-      "ln2.weight",     "ffn.w1.weight",      "ffn.w3.weight",      "ffn.w2.weight"};
+  static const std::vector<std::string> names = {"ln1.weight",         "attn.q_proj.weight",      "attn.k_proj.weight",
+                                                 "attn.v_proj.weight", "attn.output_proj.weight", "ln2.weight",
+                                                 "ffn.w1.weight",      "ffn.w3.weight",           "ffn.w2.weight"};
   return names;
 }
 

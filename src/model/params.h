@@ -38,9 +38,9 @@ int64_t packed_size(const std::vector<FlatRange>& ranges);
 struct ParamInfo {
   std::string name;  // as the reference PyTorch model names it: "layers.0.attn.q_proj.weight"
   Shape shape;
-  int64_t offset;    // in elements, into the flat buffer
-  int layer;         // -1 for embedding, final norm and head
-  bool is_matrix;    // linear weights: truncated-normal init; embedding std 1; norms 1
+  int64_t offset;  // in elements, into the flat buffer
+  int layer;       // -1 for embedding, final norm and head
+  bool is_matrix;  // linear weights: truncated-normal init; embedding std 1; norms 1
 };
 
 class ParameterLayout {

@@ -41,8 +41,7 @@ constexpr int kStepMarks = 6;
 // One step; `timer` (of the model's device) needs kStepMarks marks. `opt` may be null unless
 // phase is TrainStep. `listener` hears backward and the optimizer (GradientListener's step
 // protocol).
-StepTimes run_step(TransformerLM& model, AdamW* opt, Phase phase, Timer& timer,
-                   GradientListener* listener = nullptr);
+StepTimes run_step(TransformerLM& model, AdamW* opt, Phase phase, Timer& timer, GradientListener* listener = nullptr);
 
 // Model FLOPs of one forward+backward: 6 * (matmul params) * tokens + 12 * L * d * T * tokens
 // (PaLM's count; attention counted without the causal saving).

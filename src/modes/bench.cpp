@@ -74,11 +74,10 @@ struct LiveModel {
 
 void add_options(po::options_description& desc) {
   po::options_description bench("Bench options");
-  bench.add_options()
-      ("phase", po::value<std::string>()->default_value("train-step"),
-       "what each timed step runs: forward | forward-backward | train-step (+ AdamW)")
-      ("warmup", po::value<std::string>()->default_value("5"), "untimed steps before the timed ones (recorded apart)")
-      ("steps", po::value<std::string>()->default_value("10"), "timed steps per configuration");
+  bench.add_options()("phase", po::value<std::string>()->default_value("train-step"),
+                      "what each timed step runs: forward | forward-backward | train-step (+ AdamW)")(
+      "warmup", po::value<std::string>()->default_value("5"), "untimed steps before the timed ones (recorded apart)")(
+      "steps", po::value<std::string>()->default_value("10"), "timed steps per configuration");
   po::options_description model("Model options");
   add_model_options(model, true);
   add_precision_options(model, true);
@@ -112,8 +111,8 @@ void run(ModeContext& ctx) {
   });
 
   log_root(ctx.rt, "bench: %zu configuration(s), phase %s, %lld warm-up + %lld timed steps, %d rank(s) on %s%s\n",
-           cases.size(), phase_name(phase), (long long)warmup, (long long)steps, ctx.rt.world_size,
-           dev.name().c_str(), memory == MemoryPlan::LowMemory ? ", --low-memory" : "");
+           cases.size(), phase_name(phase), (long long)warmup, (long long)steps, ctx.rt.world_size, dev.name().c_str(),
+           memory == MemoryPlan::LowMemory ? ", --low-memory" : "");
   Sweep sweep(ctx, "bench", cases.size(),
               {"Model", "d_model", "d_ff", "layers", "heads", "ctx", "batch", "prec", "attn", "Fwd mean", "Fwd std",
                "Bwd mean", "Bwd std", "Opt mean", "Opt std", "Total", "status"});
@@ -128,13 +127,21 @@ void run(ModeContext& ctx) {
     }
     Record rec;
     rec.group = "bench/" + c.label();
-    rec.attr("model", c.model.name).attr("d_model", c.model.d_model).attr("d_ff", c.model.d_ff)
-        .attr("num_layers", c.model.num_layers).attr("num_heads", c.model.num_heads)
-        .attr("vocab_size", c.model.vocab_size).attr("context_length", c.model.context_length)
-        .attr("batch_size", c.batch).attr("precision", std::string(precision_name(c.precision)))
-        .attr("attention", std::string(attention_name(c.attention))).attr("phase", std::string(phase_name(phase)))
+    rec.attr("model", c.model.name)
+        .attr("d_model", c.model.d_model)
+        .attr("d_ff", c.model.d_ff)
+        .attr("num_layers", c.model.num_layers)
+        .attr("num_heads", c.model.num_heads)
+        .attr("vocab_size", c.model.vocab_size)
+        .attr("context_length", c.model.context_length)
+        .attr("batch_size", c.batch)
+        .attr("precision", std::string(precision_name(c.precision)))
+        .attr("attention", std::string(attention_name(c.attention)))
+        .attr("phase", std::string(phase_name(phase)))
         .attr("low_memory", int64_t(memory == MemoryPlan::LowMemory ? 1 : 0))
-        .attr("warmup", warmup).attr("steps", steps).attr("num_params", c.model.num_params())
+        .attr("warmup", warmup)
+        .attr("steps", steps)
+        .attr("num_params", c.model.num_params())
         .attr("model_flops_fwd_bwd", model_flops_fwd_bwd(c.model, c.batch, c.model.context_length));
     Samples warm, timed;
     dev.allocator().reset_peak();
@@ -153,9 +160,10 @@ void run(ModeContext& ctx) {
             }
           }
           TransformerLM& model = *live.model;
-          const AttentionDims dims{c.batch, c.model.context_length, c.model.num_heads, c.model.head_dim(), true,
+          const AttentionDims dims{c.batch,    c.model.context_length, c.model.num_heads, c.model.head_dim(), true,
                                    c.attention};
-          for (const auto& [name, value] : ops.attention_variant(dims, compute_dtype(c.precision))) rec.attr(name, value);
+          for (const auto& [name, value] : ops.attention_variant(dims, compute_dtype(c.precision)))
+            rec.attr(name, value);
           const int64_t n = c.batch * c.model.context_length;
           std::vector<int32_t> tokens(n), targets(n);
           for (int64_t k = 0; k < n; ++k) {
@@ -184,8 +192,7 @@ void run(ModeContext& ctx) {
 }  // namespace
 
 ModeSpec bench_mode() {
-  return {"bench", "time forward, backward and optimizer steps of the model over a sweep", add_options, validate,
-          run};
+  return {"bench", "time forward, backward and optimizer steps of the model over a sweep", add_options, validate, run};
 }
 
 }  // namespace llmhpc

@@ -10,18 +10,20 @@ namespace llmhpc {
 
 void add_data_parallel_options(po::options_description& desc, bool sweep) {
   const std::string list = sweep ? " (a comma-separated list sweeps)" : "";
-  desc.add_options()
-      ("ddp", po::value<std::string>()->default_value(sweep ? "none,naive,flat,overlap,bucketed" : "auto"),
-       ("gradient synchronisation over ranks: none | naive | flat | overlap | bucketed | auto (bucketed on "
-        "several ranks or with --shard-optimizer, none otherwise)" +
-        list + (sweep ? "; none: no communication, the compute-only baseline" : ""))
-           .c_str())
-      ("bucket-mb", po::value<std::string>()->default_value("25"),
-       ("bucketed: bucket capacity in MiB, as PyTorch's bucket_cap_mb (a real number > 0)" + list).c_str())
-      ("shard-optimizer", po::value<std::string>()->default_value("none"),
-       ("optimizer state sharding: none | broadcast (each rank updates 1/n of the parameters and broadcasts "
-        "them: the seeds' scheme) | zero1 (ZeRO stage 1: gradients reduce-scattered, updated parameters "
-        "all-gathered); needs a --ddp other than none" + list).c_str());
+  desc.add_options()(
+      "ddp", po::value<std::string>()->default_value(sweep ? "none,naive,flat,overlap,bucketed" : "auto"),
+      ("gradient synchronisation over ranks: none | naive | flat | overlap | bucketed | auto (bucketed on "
+       "several ranks or with --shard-optimizer, none otherwise)" +
+       list + (sweep ? "; none: no communication, the compute-only baseline" : ""))
+          .c_str())(
+      "bucket-mb", po::value<std::string>()->default_value("25"),
+      ("bucketed: bucket capacity in MiB, as PyTorch's bucket_cap_mb (a real number > 0)" + list).c_str())(
+      "shard-optimizer", po::value<std::string>()->default_value("none"),
+      ("optimizer state sharding: none | broadcast (each rank updates 1/n of the parameters and broadcasts "
+       "them: the seeds' scheme) | zero1 (ZeRO stage 1: gradients reduce-scattered, updated parameters "
+       "all-gathered); needs a --ddp other than none" +
+       list)
+          .c_str());
 }
 
 std::vector<SyncStrategy> sync_strategies(const po::variables_map& vm, int world_size, bool sharded) {
@@ -36,7 +38,8 @@ std::vector<double> bucket_sizes_mb(const po::variables_map& vm) {
   std::vector<double> out;
   for (const std::string& s : split_list(opt_string(vm, "bucket-mb"), "bucket-mb")) {
     const double mb = parse_double(s, "bucket-mb");
-    if (!(mb > 0)) throw UsageError("--bucket-mb '" + s + "': must be a number of MiB greater than 0 (e.g. 25, or 0.05)");
+    if (!(mb > 0))
+      throw UsageError("--bucket-mb '" + s + "': must be a number of MiB greater than 0 (e.g. 25, or 0.05)");
     out.push_back(mb);
   }
   return out;

@@ -106,7 +106,9 @@ struct Samples {
     step.push_back(t.step_ms);
   }
   void record(Record& r, const std::string& prefix) const {
-    r.add(prefix + "forward_ms", forward).add(prefix + "backward_ms", backward).add(prefix + "comm_ms", comm)
+    r.add(prefix + "forward_ms", forward)
+        .add(prefix + "backward_ms", backward)
+        .add(prefix + "comm_ms", comm)
         .add(prefix + "param_comm_ms", param_comm);
     r.add(prefix + "optimizer_ms", optimizer).add(prefix + "step_ms", step);
   }
@@ -132,9 +134,9 @@ std::string mib_at_points(const std::string& category, const MemoryBreakdown* po
 
 void add_options(po::options_description& desc) {
   po::options_description ddp("DDP options (comma-separated lists sweep)");
-  ddp.add_options()
-      ("warmup", po::value<std::string>()->default_value("5"), "untimed steps before the timed ones (recorded apart)")
-      ("steps", po::value<std::string>()->default_value("10"), "timed steps per configuration");
+  ddp.add_options()("warmup", po::value<std::string>()->default_value("5"),
+                    "untimed steps before the timed ones (recorded apart)")(
+      "steps", po::value<std::string>()->default_value("10"), "timed steps per configuration");
   add_data_parallel_options(ddp, true);
   po::options_description model("Model options (--batch-size is the global batch, shared equally by the ranks)");
   add_model_options(model, true);
@@ -191,22 +193,30 @@ void run(ModeContext& ctx) {
     const LocalBatch mine = local_batch(c.batch, rt.rank, rt.world_size);
     Record rec;
     rec.group = "ddp/" + c.label();
-    rec.attr("model", c.model.name).attr("d_model", c.model.d_model).attr("d_ff", c.model.d_ff)
-        .attr("num_layers", c.model.num_layers).attr("num_heads", c.model.num_heads)
-        .attr("vocab_size", c.model.vocab_size).attr("context_length", c.model.context_length)
-        .attr("batch_size", c.batch).attr("local_batch_size", mine.count).attr("world_size", int64_t(rt.world_size))
+    rec.attr("model", c.model.name)
+        .attr("d_model", c.model.d_model)
+        .attr("d_ff", c.model.d_ff)
+        .attr("num_layers", c.model.num_layers)
+        .attr("num_heads", c.model.num_heads)
+        .attr("vocab_size", c.model.vocab_size)
+        .attr("context_length", c.model.context_length)
+        .attr("batch_size", c.batch)
+        .attr("local_batch_size", mine.count)
+        .attr("world_size", int64_t(rt.world_size))
         .attr("precision", std::string(precision_name(c.precision)))
         .attr("attention", std::string(attention_name(c.attention)))
         .attr("low_memory", int64_t(memory == MemoryPlan::LowMemory ? 1 : 0))
-        .attr("ddp", std::string(sync_strategy_name(c.strategy))).attr("bucket_mb", c.bucket_mb)
+        .attr("ddp", std::string(sync_strategy_name(c.strategy)))
+        .attr("bucket_mb", c.bucket_mb)
         .attr("shard_optimizer", std::string(sharding_name(c.sharding)))
-        .attr("backend", comm->backend_name()).attr("warmup", warmup).attr("steps", steps)
+        .attr("backend", comm->backend_name())
+        .attr("warmup", warmup)
+        .attr("steps", steps)
         .attr("num_params", c.model.num_params())
         .attr("model_flops_fwd_bwd", model_flops_fwd_bwd(c.model, mine.count, c.model.context_length));
     Samples warm, timed;
     std::vector<double> slowest;
-    const SyncPlan plan =
-        data_parallel_plan(c.strategy, c.sharding, c.model, c.precision, c.bucket_mb, rt.world_size);
+    const SyncPlan plan = data_parallel_plan(c.strategy, c.sharding, c.model, c.precision, c.bucket_mb, rt.world_size);
     std::unique_ptr<AdamW> opt;
     std::unique_ptr<GradientSync> sync;
     SyncStats stats;
@@ -223,10 +233,9 @@ void run(ModeContext& ctx) {
               for (size_t k = i; k < cases.size() && cases[k].model_key() == live.key; ++k) {
                 const DdpCase& o = cases[k];
                 shape.context_length = std::max(shape.context_length, o.model.context_length);
-                flat_elements = std::max(
-                    flat_elements,
-                    data_parallel_plan(o.strategy, o.sharding, o.model, o.precision, o.bucket_mb, rt.world_size)
-                        .flat_elements);
+                flat_elements = std::max(flat_elements, data_parallel_plan(o.strategy, o.sharding, o.model, o.precision,
+                                                                           o.bucket_mb, rt.world_size)
+                                                            .flat_elements);
               }
               live.model =
                   std::make_unique<TransformerLM>(shape, c.precision, c.attention, dev, ops, memory, flat_elements);
@@ -236,8 +245,10 @@ void run(ModeContext& ctx) {
             const int64_t n = mine.count * c.model.context_length;
             std::vector<int32_t> tokens(n), targets(n);
             for (int64_t k = 0; k < n; ++k) {  // each rank its own batch
-              tokens[k] = int32_t(random_bits(seed, 16 * uint64_t(rt.rank) + 1, uint64_t(k)) % uint64_t(c.model.vocab_size));
-              targets[k] = int32_t(random_bits(seed, 16 * uint64_t(rt.rank) + 2, uint64_t(k)) % uint64_t(c.model.vocab_size));
+              tokens[k] =
+                  int32_t(random_bits(seed, 16 * uint64_t(rt.rank) + 1, uint64_t(k)) % uint64_t(c.model.vocab_size));
+              targets[k] =
+                  int32_t(random_bits(seed, 16 * uint64_t(rt.rank) + 2, uint64_t(k)) % uint64_t(c.model.vocab_size));
             }
             live.model->set_batch(tokens.data(), targets.data(), mine.count, c.model.context_length);
             run_step(*live.model, nullptr, Phase::ForwardBackward, *timer);  // allocates backward's scratch
@@ -246,10 +257,9 @@ void run(ModeContext& ctx) {
             opt->allocate_state();  // here, where running out of memory is agreed on
           });
           TransformerLM& model = *live.model;
-          for (const auto& [name, value] :
-               ops.attention_variant({mine.count, c.model.context_length, c.model.num_heads, c.model.head_dim(), true,
-                                      c.attention},
-                                     compute_dtype(c.precision)))
+          for (const auto& [name, value] : ops.attention_variant(
+                   {mine.count, c.model.context_length, c.model.num_heads, c.model.head_dim(), true, c.attention},
+                   compute_dtype(c.precision)))
             rec.attr(name, value);
           broadcast_parameters(*comm, model.params());  // every configuration starts from rank 0's weights
           model.parameters_changed();
@@ -264,10 +274,13 @@ void run(ModeContext& ctx) {
           if (warmup > 0) warm.record(rec, "warmup_");
           rec.add("step_ms_max_over_ranks", slowest);
           if (sync) stats = sync->stats();
-          rec.attr("buckets", stats.buckets).attr("collectives_per_step", stats.collectives)
-              .attr("comm_bytes_per_step", stats.bytes).attr("collectives_issued_after_backward", stats.issued_in_finish)
+          rec.attr("buckets", stats.buckets)
+              .attr("collectives_per_step", stats.collectives)
+              .attr("comm_bytes_per_step", stats.bytes)
+              .attr("collectives_issued_after_backward", stats.issued_in_finish)
               .attr("param_collectives_per_step", stats.param_collectives)
-              .attr("param_comm_bytes_per_step", stats.param_bytes).attr("comm_bus_bytes_per_step", stats.bus_bytes)
+              .attr("param_comm_bytes_per_step", stats.param_bytes)
+              .attr("comm_bus_bytes_per_step", stats.bus_bytes)
               .attr("optimizer_owned_elements", opt->owned_elements());
           record_memory(rec, "before_optimizer", before_optimizer);
           record_memory(rec, "after_optimizer", after_optimizer);
@@ -288,9 +301,12 @@ void run(ModeContext& ctx) {
                    fmt(mean_or_nan(slowest)),
                    status.ok() ? fmt(double(stats.bytes + stats.param_bytes) / double(1 << 20), 1) : "-",
                    fmt(double(dev.allocator().peak_bytes()) / double(1 << 30)), status.column()});
-    std::vector<std::string> memory_row = {c.model_label(), std::to_string(c.model.context_length),
-                                           std::to_string(c.batch), precision_name(c.precision),
-                                           sync_strategy_name(c.strategy), sharding_name(c.sharding)};
+    std::vector<std::string> memory_row = {c.model_label(),
+                                           std::to_string(c.model.context_length),
+                                           std::to_string(c.batch),
+                                           precision_name(c.precision),
+                                           sync_strategy_name(c.strategy),
+                                           sharding_name(c.sharding)};
     const MemoryBreakdown* points[3] = {&live.after_init, &before_optimizer, &after_optimizer};
     for (const TagCategory& category : model_memory_categories())
       memory_row.push_back(status.ok() ? mib_at_points(category.name, points) : "-");

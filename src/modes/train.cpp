@@ -22,18 +22,15 @@ namespace {
 void add_options(po::options_description& desc) {
   po::options_description train("Train options");
   auto text = [](const char* def) { return po::value<std::string>()->default_value(def); };
-  train.add_options()
-      ("data", po::value<std::string>(), "token file: .bin (uint16) or .npy (uint16 or int32)")
-      ("data-order", text("random"), "sequential | random (seeded by --seed)")
-      ("steps", text("10"), "optimizer steps")
-      ("lr", text("1e-3"), "AdamW learning rate (constant)")
-      ("weight-decay", text("0.01"), "AdamW decoupled weight decay")
-      ("beta1", text("0.9"), "AdamW beta1")
-      ("beta2", text("0.999"), "AdamW beta2")
-      ("eps", text("1e-8"), "AdamW epsilon")
-      ("init", po::value<std::string>(), "start from this checkpoint (its config is used unless model options are given)")
-      ("save", po::value<std::string>(), "write the final checkpoint here (rank 0)")
-      ("log-every", text("10"), "print the loss every N steps (0: only the last)");
+  train.add_options()("data", po::value<std::string>(), "token file: .bin (uint16) or .npy (uint16 or int32)")(
+      "data-order", text("random"), "sequential | random (seeded by --seed)")("steps", text("10"), "optimizer steps")(
+      "lr", text("1e-3"), "AdamW learning rate (constant)")(
+      "weight-decay", text("0.01"), "AdamW decoupled weight decay")("beta1", text("0.9"), "AdamW beta1")(
+      "beta2", text("0.999"), "AdamW beta2")("eps", text("1e-8"), "AdamW epsilon")(
+      "init", po::value<std::string>(),
+      "start from this checkpoint (its config is used unless model options are given)")(
+      "save", po::value<std::string>(), "write the final checkpoint here (rank 0)")(
+      "log-every", text("10"), "print the loss every N steps (0: only the last)");
   add_data_parallel_options(train, false);
   po::options_description model("Model options");
   add_model_options(model, false);
@@ -86,8 +83,9 @@ ModelConfig resolve_config(const po::variables_map& vm, const CheckpointInfo* in
     return c;
   }
   if (init && !opt_given(vm, "model") && !has_explicit_shape(vm))
-    throw UsageError("--init '" + opt_string(vm, "init") +
-                     "' has no model config attributes; give the model with --model or --d-model/--d-ff/--num-layers/--num-heads");
+    throw UsageError(
+        "--init '" + opt_string(vm, "init") +
+        "' has no model config attributes; give the model with --model or --d-model/--d-ff/--num-layers/--num-heads");
   return model_configs(vm).front();
 }
 
@@ -173,19 +171,31 @@ void run(ModeContext& ctx) {
 
   Record rec;
   rec.group = "train";
-  rec.attr("model", config.name).attr("d_model", config.d_model).attr("d_ff", config.d_ff)
-      .attr("num_layers", config.num_layers).attr("num_heads", config.num_heads)
-      .attr("vocab_size", config.vocab_size).attr("context_length", seq).attr("batch_size", batch)
-      .attr("local_batch_size", mine.count).attr("world_size", int64_t(rt.world_size))
-      .attr("ddp", std::string(sync_strategy_name(strategy))).attr("bucket_mb", bucket_mb)
+  rec.attr("model", config.name)
+      .attr("d_model", config.d_model)
+      .attr("d_ff", config.d_ff)
+      .attr("num_layers", config.num_layers)
+      .attr("num_heads", config.num_heads)
+      .attr("vocab_size", config.vocab_size)
+      .attr("context_length", seq)
+      .attr("batch_size", batch)
+      .attr("local_batch_size", mine.count)
+      .attr("world_size", int64_t(rt.world_size))
+      .attr("ddp", std::string(sync_strategy_name(strategy)))
+      .attr("bucket_mb", bucket_mb)
       .attr("buckets", int64_t(sync ? sync->buckets().size() : 0))
       .attr("shard_optimizer", std::string(sharding_name(sharding)))
       .attr("optimizer_owned_elements", opt->owned_elements())
-      .attr("precision", std::string(precision_name(precision))).attr("attention", std::string(attention_name(attention)))
+      .attr("precision", std::string(precision_name(precision)))
+      .attr("attention", std::string(attention_name(attention)))
       .attr("low_memory", int64_t(memory == MemoryPlan::LowMemory ? 1 : 0))
-      .attr("data", data.path()).attr("data_order", opt_string(vm, "data-order"))
-      .attr("lr", opt->hyper().lr).attr("weight_decay", opt->hyper().weight_decay)
-      .attr("beta1", opt->hyper().beta1).attr("beta2", opt->hyper().beta2).attr("eps", opt->hyper().eps)
+      .attr("data", data.path())
+      .attr("data_order", opt_string(vm, "data-order"))
+      .attr("lr", opt->hyper().lr)
+      .attr("weight_decay", opt->hyper().weight_decay)
+      .attr("beta1", opt->hyper().beta1)
+      .attr("beta2", opt->hyper().beta2)
+      .attr("eps", opt->hyper().eps)
       .attr("init", vm.count("init") ? opt_string(vm, "init") : std::string(""))
       .attr("first_step", opt->steps_taken() + 1);
   record_memory(rec, "after_init", after_init);
@@ -193,7 +203,10 @@ void run(ModeContext& ctx) {
   auto save_progress = [&](const std::string& status) {
     Record r = rec;
     r.status = status;
-    r.add("loss", loss).add("step_ms", step_ms).add("forward_ms", fwd_ms).add("backward_ms", bwd_ms)
+    r.add("loss", loss)
+        .add("step_ms", step_ms)
+        .add("forward_ms", fwd_ms)
+        .add("backward_ms", bwd_ms)
         .add("optimizer_ms", opt_ms);
     if (sync) r.add("sync_ms", sync_ms).add("param_sync_ms", param_sync_ms);
     r.attr("peak_memory_bytes", dev.allocator().peak_bytes());
@@ -245,6 +258,8 @@ void run(ModeContext& ctx) {
 
 }  // namespace
 
-ModeSpec train_mode() { return {"train", "train the model on a token file, from scratch or a checkpoint", add_options, validate, run}; }
+ModeSpec train_mode() {
+  return {"train", "train the model on a token file, from scratch or a checkpoint", add_options, validate, run};
+}
 
 }  // namespace llmhpc

@@ -152,10 +152,9 @@ struct DataParallel {
 class TransformerRun {
  public:
   TransformerRun(Env& env, const DataParallel* dist, Precision precision = Precision::FP32)
-      : env_(env),
-        plan_(plan_sync(dist ? dist->strategy : SyncStrategy::None, dist ? dist->sharding : Sharding::None,
-                        param_spans(ParameterLayout(tiny_transformer())), sizeof(float), dist ? dist->bucket_mb : 25,
-                        dist ? world_size() : 1)),
+      : env_(env), plan_(plan_sync(dist ? dist->strategy : SyncStrategy::None, dist ? dist->sharding : Sharding::None,
+                                   param_spans(ParameterLayout(tiny_transformer())), sizeof(float),
+                                   dist ? dist->bucket_mb : 25, dist ? world_size() : 1)),
         model_(tiny_transformer(), precision, AttentionKind::Naive, env.device(), env.ops(), MemoryPlan::Fast,
                plan_.flat_elements),
         opt_(model_, env.ops(), AdamWHyper{3e-3, 0.9, 0.999, 1e-8, 0.01}, plan_.owned(dist ? world_rank() : 0)),
@@ -180,9 +179,7 @@ class TransformerRun {
   }
 
   // The parameters (not the padding) on the host.
-  std::vector<float> params() {
-    return download(env_.device(), model_.params().slice(0, {model_.layout().total()}));
-  }
+  std::vector<float> params() { return download(env_.device(), model_.params().slice(0, {model_.layout().total()})); }
   std::vector<float> grads() { return download(env_.device(), model_.grads().slice(0, {model_.layout().total()})); }
   // The parameters' padding (ZeRO-1's), which must stay zero.
   std::vector<float> padding() {

@@ -89,9 +89,7 @@ constexpr int D = 4;
 // Flat layout (elements): s [0,4) frozen | W [4,20) | q [20,26) | a [26,30) | c [30,31)
 constexpr int64_t S = 0, W = 4, Q = 20, A = 26, C = 30, kTotal = 31;
 
-std::vector<ParamSpan> spans() {
-  return {{"s", S, W, false}, {"W", W, Q}, {"q", Q, A}, {"a", A, C}, {"c", C, kTotal}};
-}
+std::vector<ParamSpan> spans() { return {{"s", S, W, false}, {"W", W, Q}, {"q", Q, A}, {"a", A, C}, {"c", C, kTotal}}; }
 
 std::vector<float> init(uint64_t seed) {
   std::mt19937_64 rng(seed);

@@ -11,9 +11,8 @@ namespace {
 TEST(TracingAllocator, LiveBytesByTagCategory) {
   HostAllocator host(size_t(1) << 30);
   TracingAllocator tracer(host);
-  const std::vector<TagCategory> categories = {{"params", {"params"}},
-                                               {"activations", {"activations.", "batch."}},
-                                               {"everything", {""}}};
+  const std::vector<TagCategory> categories = {
+      {"params", {"params"}}, {"activations", {"activations.", "batch."}}, {"everything", {""}}};
   Buffer p(tracer, DType::F32, {100}, "params"), lowp(tracer, DType::BF16, {100}, "params.bf16"),
       act(tracer, DType::F32, {10}, "activations.layers.0.resid"), tokens(tracer, DType::I32, {5}, "batch.tokens");
   MemoryBreakdown m = tracer.live_by_category(categories);
