@@ -27,8 +27,10 @@ One group of tables per setup (model, context, global batch, precision, attentio
   (f) with --shard-optimizer runs: each strategy x sharding (none, broadcast, zero1) with its
       step, exposed communication (gradients, and after a sharded optimizer the parameters'
       collectives) and the largest rank's memory after init, before and after the optimizer,
-      its optimizer state and peak (the seeds' optimizer_state_sharding table). Tables (a)-(e)
-      keep to the unsharded runs.
+      its optimizer state and peak (the seeds' optimizer_state_sharding table); with --torch,
+      PyTorch's DDP with AdamW and with ZeroRedundancyOptimizer (torch_ddp.py --shard-optimizer
+      none,zero) as rows of their own, their memory live bytes at the same three points. Tables
+      (a)-(e) keep to the unsharded runs.
 
 Times are ms. Step and comm pool the samples of every rank (--rank R: one rank's); "slowest"
 is the mean over the timed steps of the slowest rank's step (step_ms_max_over_ranks), the
@@ -204,6 +206,10 @@ def read_torch(paths: list) -> list:
     return records
 
 
+def torch_sharding(t: dict) -> str:
+    return t.get("shard_optimizer", "none")
+
+
 def torch_step(t: dict) -> float:
     return float(np.mean(t["step_ms_max_over_ranks"])) if t["status"] == "ok" else math.nan
 
@@ -211,7 +217,7 @@ def torch_step(t: dict) -> float:
 def torch_table(g: pd.DataFrame, torch_records: list, markdown: bool, title: str) -> tuple:
     """(the table, the PyTorch records it used)."""
     first = g.iloc[0]
-    matching = [t for t in torch_records if all(t[k] == first[k] for k in MATCH_KEYS)]
+    matching = [t for t in torch_records if all(t[k] == first[k] for k in MATCH_KEYS) and torch_sharding(t) == "none"]
     rows = []
     for t in matching:
         if t["ddp"] == "none":
@@ -274,21 +280,33 @@ def fit_model(n: np.ndarray, y: np.ndarray, s: float) -> tuple:
     return float(o), (1.0 / u if u > 0 else math.inf)
 
 
-def sharding_table(g: pd.DataFrame, markdown: bool, title: str) -> str:
+def sharding_table(g: pd.DataFrame, torch_records: list, markdown: bool, title: str) -> tuple:
     """(f) The seeds' optimizer state sharding: per strategy and --shard-optimizer, step, exposed
-    communication and the largest rank's memory at the three points (empty without sharded runs)."""
+    communication and the largest rank's memory at the three points, then PyTorch's DDP with and
+    without ZeroRedundancyOptimizer where --torch has them. (the table, the PyTorch records it
+    used); empty without sharded llmhpc runs."""
     if (g.shard_optimizer == "none").all():
-        return ""
+        return "", []
     mib = lambda v: "-" if v is None or (isinstance(v, float) and math.isnan(v)) else fmt(v / 2**20)
     rows = []
     for _, r in g[g.ddp != "none"].iterrows():
-        rows.append([r.ddp, bucket_cell(r), r.shard_optimizer, fmt(r.step_mean), fmt(r.comm_mean),
+        rows.append([r.ddp, bucket_cell(r), r.shard_optimizer, fmt(r.slowest_step_mean), fmt(r.comm_mean),
                      mib(r.memory_after_init_bytes), mib(r.memory_before_optimizer_bytes),
                      mib(r.memory_after_optimizer_bytes), mib(r.memory_after_optimizer_optimizer_bytes),
                      mib(r.peak_memory_bytes), r.status])
-    return render(f"(f) optimizer state sharding: {title} (memory: the largest rank's)",
+    first = g.iloc[0]
+    matching = [t for t in torch_records if all(t[k] == first[k] for k in MATCH_KEYS) and t["ddp"] != "none"]
+    for t in matching:
+        ranks = t.get("ranks", [])
+        largest = lambda key: max((p[key] for p in ranks if p.get(key) is not None), default=None)
+        rows.append([f"torch-ddp-{t['setup']}", f"{float(t['bucket_mb']):g}",
+                     "ZeroRedundancyOptimizer" if torch_sharding(t) == "zero" else "none", fmt(torch_step(t)), "-",
+                     mib(largest("memory_after_init_bytes")), mib(largest("memory_before_optimizer_bytes")),
+                     mib(largest("memory_after_optimizer_bytes")), "-", mib(largest("peak_memory_bytes")), t["status"]])
+    return render(f"(f) optimizer state sharding: {title} (slowest-rank step; memory: the largest rank's live bytes)",
                   ["Impl", "Bucket (MiB)", "Sharding", "Step (ms)", "Exposed Comm (ms)", "After init (MiB)",
-                   "Before opt (MiB)", "After opt (MiB)", "Optimizer state (MiB)", "Peak (MiB)", "Status"], rows, markdown)
+                   "Before opt (MiB)", "After opt (MiB)", "Optimizer state (MiB)", "Peak (MiB)", "Status"], rows,
+                  markdown), matching
 
 
 def bucket_model_table(g: pd.DataFrame, comm_model, markdown: bool, title: str) -> str:
@@ -338,23 +356,25 @@ def main(argv=None) -> int:
         df, notes = load(args.runs, args.rank)
         torch_records = read_torch(args.torch)
         comm_model = allreduce_model(args.comm) if args.comm else None
-        sections, used = [], 0
+        sections, used = [], set()
         for _, setup in df.groupby("setup", sort=True):
             title = setup_title(setup.iloc[0])
-            sections.append(sharding_table(setup, args.markdown, title))
+            shard_part, shard_matched = sharding_table(setup, torch_records, args.markdown, title)
+            sections.append(shard_part)
+            used |= {id(t) for t in shard_matched}
             g = setup[setup.shard_optimizer == "none"]  # the seeds' DDP tables compare unsharded strategies
             if g.empty:
                 continue
             torch_part, matched = torch_table(g, torch_records, args.markdown, title) if torch_records else ("", [])
-            used += len(matched)
+            used |= {id(t) for t in matched}
             sections += [strategies_table(g, args.markdown, title), buckets_table(g, args.markdown, title),
                          overhead_table(g, args.markdown, title), torch_part,
                          bucket_model_table(g, comm_model, args.markdown, title)]
     except SchemaError as e:
         print(f"ddp.py: error: {e}", file=sys.stderr)
         return 2
-    if torch_records and used < len(torch_records):
-        notes.append(f"{len(torch_records) - used} of {len(torch_records)} PyTorch record(s) match no llmhpc setup "
+    if torch_records and len(used) < len(torch_records):
+        notes.append(f"{len(torch_records) - len(used)} of {len(torch_records)} PyTorch record(s) match no llmhpc setup "
                      f"(model shape, context, global batch, ranks, precision)")
     print("\n".join(notes) + "\n\n" + "\n\n".join(s for s in sections if s))
     return 0

@@ -9,10 +9,13 @@
     python3 analysis/ddp.py LLMHPC_DDP_DIR --torch torch_ddp.jsonl
 
 --batch-size is the global batch: each of the n ranks takes B/n sequences of its own (seeded by
-rank). Per configuration (setups x precisions x models x contexts x batches x bucket sizes):
-the model (torch_baseline.TransformerLM, SDPA attention, seeded init; DDP broadcasts rank 0's
-weights), AdamW(fused=True on GPUs), then DDP(bucket_cap_mb=--bucket-mb,
-gradient_as_bucket_view=True). `compiled`: the model is compiled in place (model.compile())
+rank). Per configuration (setups x precisions x models x contexts x batches x bucket sizes x
+optimizer shardings): the model (torch_baseline.TransformerLM, SDPA attention, seeded init; DDP
+broadcasts rank 0's weights), then DDP(bucket_cap_mb=--bucket-mb, gradient_as_bucket_view=True)
+and AdamW(fused=True on GPUs), or with --shard-optimizer zero PyTorch's ZeRO-1,
+ZeroRedundancyOptimizer(optimizer_class=AdamW, fused=True): each rank keeps the AdamW state of
+its share of the parameters and broadcasts what it updated (the seeds' "broadcast" scheme,
+beside llmhpc's --shard-optimizer broadcast and zero1). `compiled`: the model is compiled in place (model.compile())
 before it is wrapped, as PyTorch recommends for DDP
 (docs.pytorch.org/docs/stable/compile/programming_model.where_to_apply_compile.html);
 `eager`: not compiled (torch.compile's DDPOptimizer refuses a bucket smaller than a parameter: such
@@ -22,11 +25,14 @@ no communication, every rank alone at the local batch: the compute-only baseline
 
 Every rank times every step with CUDA events (the clock on CPUs): forward (with the loss),
 backward (zero_grad, backward and DDP's all-reduce, which backward waits for at its end),
-optimizer, and the whole step; warm-up steps untimed; one synchronize per step. Rank 0 appends
-one JSON line per configuration to --out: the configuration, status ("ok", "oom" if a rank ran
-out of memory, "error: ..."), `ranks` (each rank's forward_ms, backward_ms, optimizer_ms,
-step_ms arrays and peak_memory_bytes) and step_ms_max_over_ranks (the slowest rank's time of
-each step). An OOM that strikes only some ranks inside DDP's all-reduce can hang the job, as it
+optimizer, and the whole step; warm-up steps untimed; one synchronize per step. Live bytes
+(torch.cuda.memory_allocated) at the seeds' three points: after the model, DDP and optimizer are
+made (memory_after_init_bytes), before the first optimizer step (memory_before_optimizer_bytes:
+no optimizer state yet) and after it (memory_after_optimizer_bytes: the state exists). Rank 0
+appends one JSON line per configuration to --out: the configuration, status ("ok", "oom" if a
+rank ran out of memory, "error: ..."), `ranks` (each rank's forward_ms, backward_ms,
+optimizer_ms, step_ms arrays, the three memory points and peak_memory_bytes) and
+step_ms_max_over_ranks (the slowest rank's time of each step). An OOM that strikes only some ranks inside DDP's all-reduce can hang the job, as it
 would any DDP job: the sweep runs its configurations in the same order on every rank.
 
 Ranks: torchrun's RANK, WORLD_SIZE, LOCAL_RANK, else Open MPI's OMPI_COMM_WORLD_RANK, _SIZE,
@@ -47,6 +53,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 RANK_VARIABLES = (("RANK", "WORLD_SIZE", "LOCAL_RANK"),
                   ("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK"))
 SETUPS = ("eager", "compiled")
+SHARDINGS = ("none", "zero")
+MEMORY_POINTS = ("memory_after_init_bytes", "memory_before_optimizer_bytes", "memory_after_optimizer_bytes")
 PRECISIONS = ("fp32", "bf16")
 SHAPE_OPTIONS = ("d_model", "d_ff", "num_layers", "num_heads")
 PHASES = ("forward_ms", "backward_ms", "optimizer_ms", "step_ms")
@@ -87,7 +95,8 @@ def model_shapes(args, presets: dict) -> list:
 def check_args(args, world_size: int) -> None:
     """Every rank checks the same things before any collective, so every rank stops alike."""
     for name, values, allowed in (("--setup", split(args.setup), SETUPS),
-                                  ("--precision", split(args.precision), PRECISIONS)):
+                                  ("--precision", split(args.precision), PRECISIONS),
+                                  ("--shard-optimizer", split(args.shard_optimizer), SHARDINGS)):
         bad = [v for v in values if v not in allowed]
         if bad or not values:
             raise ValueError(f"{name} {','.join(bad)}: must be one of {', '.join(allowed)}")
@@ -97,6 +106,8 @@ def check_args(args, world_size: int) -> None:
                              f"{world_size} rank(s)")
     if any(mb is not None and mb <= 0 for mb in args.buckets):
         raise ValueError("--bucket-mb: every bucket size must be greater than 0 MiB")
+    if args.single and split(args.shard_optimizer) != ["none"]:
+        raise ValueError("--single runs without DDP: --shard-optimizer must be none")
     if args.warmup < 0 or args.steps <= 0:
         raise ValueError("--warmup must not be negative and --steps must be positive")
 
@@ -122,7 +133,16 @@ class Marks:
         return self.marks[i].elapsed_time(self.marks[j]) if self.cuda else 1e3 * (self.marks[j] - self.marks[i])
 
 
-def run_config(torch, baseline, args, env, shape, ctx, batch, precision, setup, bucket_mb) -> dict:
+def make_optimizer(torch, model, sharding: str, cuda: bool):
+    """AdamW, fused on GPUs; under "zero" wrapped in PyTorch's ZeRO-1 (state sharded over the ranks)."""
+    fused = True if cuda else None
+    if sharding == "zero":
+        from torch.distributed.optim import ZeroRedundancyOptimizer
+        return ZeroRedundancyOptimizer(model.parameters(), optimizer_class=torch.optim.AdamW, lr=1e-3, fused=fused)
+    return torch.optim.AdamW(model.parameters(), lr=1e-3, fused=fused)
+
+
+def run_config(torch, baseline, args, env, shape, ctx, batch, precision, setup, bucket_mb, sharding) -> dict:
     """This rank's part of one configuration: {status, error?, per-step arrays, peak_memory_bytes}."""
     from torch.nn.parallel import DistributedDataParallel as DDP
     rank, world, device = env["rank"], env["world_size"], env["device"]
@@ -135,12 +155,15 @@ def run_config(torch, baseline, args, env, shape, ctx, batch, precision, setup, 
         if cuda:
             torch.cuda.reset_peak_memory_stats()
         torch.manual_seed(args.seed)  # the same weights everywhere; DDP broadcasts rank 0's anyway
-        model = baseline.TransformerLM(args.vocab_size, d, d_ff, layers, heads, fused=True).to(device)
+        with device:  # initialised where it runs: an xl model made on the CPU takes longer than its steps
+            model = baseline.TransformerLM(args.vocab_size, d, d_ff, layers, heads, fused=True)
         if setup == "compiled":
             model.compile()
         ddp = model if args.single else DDP(model, device_ids=[device.index] if cuda else None,
                                             bucket_cap_mb=bucket_mb, gradient_as_bucket_view=True)
-        opt = torch.optim.AdamW(model.parameters(), lr=1e-3, fused=True if cuda else None)
+        opt = make_optimizer(torch, model, sharding, cuda)
+        live = torch.cuda.memory_allocated if cuda else (lambda: None)
+        memory = {MEMORY_POINTS[0]: live()}
         g = torch.Generator(device=device).manual_seed(args.seed + 1000 * rank + 1)
         tokens = torch.randint(0, args.vocab_size, (local, ctx), device=device, generator=g)
         targets = torch.randint(0, args.vocab_size, (local, ctx), device=device, generator=g)
@@ -153,13 +176,17 @@ def run_config(torch, baseline, args, env, shape, ctx, batch, precision, setup, 
             opt.zero_grad(set_to_none=False)  # keeps the gradients as views of DDP's buckets
             loss.backward()
             marks.record(2)
+            if i == 0:
+                memory[MEMORY_POINTS[1]] = live()
             opt.step()
             marks.record(3)
+            if i == 0:
+                memory[MEMORY_POINTS[2]] = live()
             marks.wait()
             if i >= args.warmup:
                 for k, (a, b) in zip(PHASES, ((0, 1), (1, 2), (2, 3), (0, 3))):
                     out[k].append(marks.ms(a, b))
-        out["status"] = "ok"
+        out.update(memory, status="ok")
     except torch.cuda.OutOfMemoryError as e:
         out = dict(status="oom", error=str(e).splitlines()[0])
     except Exception as e:  # e.g. torch.compile's DDPOptimizer refuses buckets smaller than a parameter
@@ -197,6 +224,8 @@ def main(argv=None) -> int:
     p.add_argument("--precision", default="fp32", help="fp32 | bf16 (autocast) (list sweeps)")
     p.add_argument("--setup", default="eager,compiled", help="eager | compiled (list sweeps)")
     p.add_argument("--bucket-mb", default="25", help="DDP's bucket_cap_mb, MiB (list sweeps)")
+    p.add_argument("--shard-optimizer", default="none",
+                   help="none | zero (ZeroRedundancyOptimizer: AdamW state sharded over the ranks) (list sweeps)")
     p.add_argument("--single", action="store_true", help="no DDP: every rank alone at the local batch (baseline)")
     p.add_argument("--warmup", type=int, default=5)
     p.add_argument("--steps", type=int, default=10)
@@ -248,11 +277,12 @@ def main(argv=None) -> int:
                 for shape in shapes:
                     for ctx in args.contexts:
                         for batch in args.batch_sizes:
-                            for bucket_mb in args.buckets:
+                            for bucket_mb, sharding in ((b, z) for b in args.buckets
+                                                         for z in split(args.shard_optimizer)):
                                 dist.barrier()
                                 t0 = time.time()
                                 part = run_config(torch, baseline, args, env, shape, ctx, batch, precision, setup,
-                                                  bucket_mb)
+                                                  bucket_mb, sharding)
                                 parts = [None] * world_size if rank == 0 else None
                                 dist.gather_object(part, parts, dst=0)
                                 if rank != 0:
@@ -263,6 +293,7 @@ def main(argv=None) -> int:
                                            batch_size=batch, local_batch_size=batch // world_size,
                                            world_size=world_size, precision=precision, setup=setup,
                                            ddp="none" if args.single else "torch", bucket_mb=bucket_mb,
+                                           shard_optimizer=sharding,
                                            gradient_as_bucket_view=not args.single, warmup=args.warmup,
                                            steps=args.steps, torch_version=torch.__version__,
                                            device_name=device_name, backend=dist.get_backend(),
@@ -271,7 +302,8 @@ def main(argv=None) -> int:
                                     f.write(json.dumps(rec) + "\n")
                                 steps = rec.get("step_ms_max_over_ranks")
                                 print(f"{name} T={ctx} B={batch} {precision} {setup} "
-                                      f"{'single' if args.single else f'DDP bucket {bucket_mb:g} MiB'}: " +
+                                      f"{'single' if args.single else f'DDP bucket {bucket_mb:g} MiB'}"
+                                      f"{' ZeRO-1' if sharding == 'zero' else ''}: " +
                                       (f"slowest-rank step {sum(steps) / len(steps):.2f} ms" if steps else
                                        rec["status"]), flush=True)
     finally:

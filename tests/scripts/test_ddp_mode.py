@@ -204,6 +204,24 @@ def check_sharding_table(work):
     assert 0 < state["zero1"] < state["none"], f"zero1's optimizer state must be a share of the whole:\n{table}"
     strategies = text[text.index("(a) DDP strategies"):].split("\n\n")[0]
     assert strategies.count("bucketed") == 1, f"(a) must show the unsharded run only:\n{strategies}"
+    # PyTorch's ZeroRedundancyOptimizer (synthetic, as torch_ddp.py --shard-optimizer zero writes it) is a row
+    # of (f) with the largest rank's live MiB at each point; it is not a DDP row of (d).
+    zero = dict(tool="pytorch-ddp", model="custom", d_model=D, d_ff=FF, num_layers=LAYERS, num_heads=HEADS,
+                vocab_size=VOCAB, context_length=T, batch_size=4, world_size=2, precision="fp32", setup="eager",
+                status="ok", ddp="torch", bucket_mb=25, shard_optimizer="zero", step_ms_max_over_ranks=[3.0, 5.0],
+                ranks=[{"memory_after_init_bytes": 2 * 2**20, "memory_before_optimizer_bytes": 4 * 2**20,
+                        "memory_after_optimizer_bytes": 5 * 2**20, "peak_memory_bytes": 6 * 2**20},
+                       {"memory_after_init_bytes": 2 * 2**20, "memory_before_optimizer_bytes": 4 * 2**20,
+                        "memory_after_optimizer_bytes": 7 * 2**20, "peak_memory_bytes": 8 * 2**20}])
+    path = os.path.join(work, "torch_zero.jsonl")
+    with open(path, "w") as f:
+        f.write(json.dumps(zero) + "\n")
+    text = run([sys.executable, DDP_PY, out, "--torch", path]).stdout
+    table = text[text.index("(f) optimizer state sharding"):].split("\n\n")[0]
+    row = next((line.split() for line in table.splitlines() if "ZeroRedundancyOptimizer" in line), None)
+    assert row and row[0] == "torch-ddp-eager" and [float(x) for x in (row[3], row[5], row[6], row[7], row[9])] == \
+        [4.0, 2.0, 4.0, 7.0, 8.0], f"PyTorch's ZeRO-1 row (step 4.00, MiB 2/4/7, peak 8):\n{table}"
+    assert "PyTorch Step (ms)" not in text and "match no llmhpc setup" not in text, f"ZeRO is not a (d) row:\n{text}"
 
 
 def check_bad_input(work):

@@ -1,0 +1,92 @@
+#!/usr/bin/env bash
+# Data parallelism and optimizer sharding on two GPUs of one host, with PyTorch in the same call:
+# the measurements behind docs/results/ddp.md and docs/results/sharding.md.
+#   scripts/gpu/ddp_check.sh [BIN_DIR [OUT_DIR]]
+# BIN_DIR (default build) holds llmhpc and, for the tests part, test_ddp and test_shard (or
+# tests/test_*). PARTS (default "tests ddp shard torch") picks what runs, in this order:
+#   tests     test_ddp and test_shard under mpirun -np 2: nccl on the GPUs (bitwise where the
+#             reduction is the same), mpi on the CPU
+#   ddp       every strategy, xl context 128, global batch 4 and 16, fp32 and bf16, buckets 1-1000 MiB
+#   shard     --shard-optimizer none,broadcast,zero1 under flat and bucketed 25 MiB, same grid
+#   torch     PyTorch DDP eager (25 MiB buckets) with AdamW and with ZeroRedundancyOptimizer, and
+#             PyTorch alone on one GPU at the local batch (--single), same grid
+#   compute   where compute dominates: xl bf16 context 1024 global batch 8, none and bucketed,
+#             once per NCCL_MAX_CTAS in CTAS (default "default 16 8 4": fewer SMs for NCCL)
+#   compiled  PyTorch DDP with torch.compile at global batch 16 (minutes of compilation)
+#   compiled-single  the same without DDP, one GPU at the local batch
+# Files in OUT_DIR: log.txt, <part>*/ (rank files), torch.jsonl, tables.md (analysis/ddp.py).
+set -uo pipefail
+source "$(dirname "$0")/setup.sh" ddp-check "${1:-}" "${2:-}"
+mkdir -p "$out"
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 NCCL_NVLS_ENABLE=0 PYTHONUNBUFFERED=1
+PARTS=${PARTS:-tests ddp shard torch}
+CTAS=${CTAS:-default 16 8 4}
+read -ra mpi <<<"${MPIRUN:-mpirun} -np 2 -x NCCL_NVLS_ENABLE -x NCCL_MAX_CTAS -x NCCL_MIN_CTAS"
+find_exe() { [ -x "$bin/$1" ] && echo "$bin/$1" || echo "$bin/tests/$1"; }
+exec > >(tee -a "$out/log.txt") 2>&1
+step() { echo; echo "=== $(date -u +%H:%M:%S) $*"; }
+failed=()
+check() { "$@" || { echo "FAILED ($?): $*"; failed+=("$*"); }; }
+has() { [[ " $PARTS " == *" $1 "* ]]; }
+grid=(--model xl --context-length 128 --batch-size 4,16 --precision fp32,bf16 --attention flash --warmup 3 --steps 10)
+torch_grid=(--model xl --context-length 128 --batch-size 4,16 --precision fp32,bf16 --warmup 3 --steps 10)
+ddp() {  # name, llmhpc ddp options...
+  local dir=$out/$1  # rank files two folders deep at most: the device tool returns no deeper
+  shift
+  step "llmhpc ddp $(basename "$dir"): $*"
+  check timeout 400 "${mpi[@]}" "$bin/llmhpc" --mode ddp "$@" --out "$dir"
+}
+torch_ddp() {
+  step "PyTorch: $*"
+  check timeout 400 torchrun --standalone --nproc_per_node 2 "$root/analysis/torch_ddp.py" "$@" --out "$out/torch.jsonl"
+}
+
+step "host: $(hostname), git $(cd "$root" && git rev-parse --short=12 HEAD 2>/dev/null || echo unknown), parts: $PARTS"
+date -u
+nvidia-smi -L
+nvidia-smi --query-gpu=driver_version --format=csv,noheader | head -1
+python3 -c 'import torch; print("torch", torch.__version__)'
+if has tests; then
+  for t in test_ddp test_shard; do
+    step "$t np 2"
+    check timeout 300 "${mpi[@]}" "$(find_exe $t)" --gtest_brief=1
+  done
+fi
+has ddp && ddp ddp "${grid[@]}" --ddp none,naive,flat,overlap,bucketed --bucket-mb 1,10,25,100,1000
+has shard && ddp shard "${grid[@]}" --ddp flat,bucketed --bucket-mb 25 --shard-optimizer none,broadcast,zero1
+if has torch; then
+  torch_ddp "${torch_grid[@]}" --setup eager --bucket-mb 25 --shard-optimizer none,zero
+  torch_ddp "${torch_grid[@]}" --setup eager --single
+fi
+if has compute; then
+  for ctas in $CTAS; do
+    if [ "$ctas" = default ]; then unset NCCL_MAX_CTAS NCCL_MIN_CTAS; else export NCCL_MAX_CTAS=$ctas NCCL_MIN_CTAS=1; fi
+    ddp "compute-ctas-$ctas" --model xl --context-length 1024 --batch-size 8 --precision bf16 --attention flash \
+      --ddp none,bucketed --bucket-mb 25,100 --warmup 3 --steps 10
+  done
+  unset NCCL_MAX_CTAS NCCL_MIN_CTAS
+fi
+if has compiled; then
+  torch_ddp --model xl --context-length 128 --batch-size 16 --precision bf16,fp32 --warmup 3 --steps 10 \
+    --setup compiled --bucket-mb 25
+fi
+if has compiled-single; then
+  torch_ddp --model xl --context-length 128 --batch-size 16 --precision bf16,fp32 --warmup 3 --steps 10 \
+    --setup compiled --single
+fi
+step "tables"
+torch_opt=()
+[ -s "$out/torch.jsonl" ] && torch_opt=(--torch "$out/torch.jsonl")
+main_runs=()
+for d in ddp shard; do [ -f "$out/$d/rank00000.h5" ] && main_runs+=("$out/$d"); done
+if [ ${#main_runs[@]} -gt 0 ]; then
+  check python3 "$root/analysis/ddp.py" "${main_runs[@]}" "${torch_opt[@]}" --markdown >"$out/tables.md"
+fi
+for d in "$out"/compute-*; do  # one table each: the runs differ in NCCL's settings only
+  [ -f "$d/rank00000.h5" ] && { echo "## $(basename "$d")"; check python3 "$root/analysis/ddp.py" "$d" --markdown; } \
+    >>"$out/tables.md"
+done
+[ -f "$out/tables.md" ] && cat "$out/tables.md"
+step "done; failed: ${#failed[@]}"
+printf '  %s\n' "${failed[@]}"
+[ ${#failed[@]} -eq 0 ]
