@@ -23,7 +23,12 @@ One group of tables per setup (model, context, global batch, precision, attentio
       (an llmhpc --mode comm run with all-reduce at two sizes or more) w = bytes / time at the
       largest size and o = time at the smallest size less its bytes / w; without, o and w are
       fitted to the bucketed runs' measured exposed communication (least squares, o, w >= 0).
-      Predicted against measured per bucket size, and b*.
+      Predicted against measured per bucket size, and b*;
+  (f) with --shard-optimizer runs: each strategy x sharding (none, broadcast, zero1) with its
+      step, exposed communication (gradients, and after a sharded optimizer the parameters'
+      collectives) and the largest rank's memory after init, before and after the optimizer,
+      its optimizer state and peak (the seeds' optimizer_state_sharding table). Tables (a)-(e)
+      keep to the unsharded runs.
 
 Times are ms. Step and comm pool the samples of every rank (--rank R: one rank's); "slowest"
 is the mean over the timed steps of the slowest rank's step (step_ms_max_over_ranks), the
@@ -269,6 +274,23 @@ def fit_model(n: np.ndarray, y: np.ndarray, s: float) -> tuple:
     return float(o), (1.0 / u if u > 0 else math.inf)
 
 
+def sharding_table(g: pd.DataFrame, markdown: bool, title: str) -> str:
+    """(f) The seeds' optimizer state sharding: per strategy and --shard-optimizer, step, exposed
+    communication and the largest rank's memory at the three points (empty without sharded runs)."""
+    if (g.shard_optimizer == "none").all():
+        return ""
+    mib = lambda v: "-" if v is None or (isinstance(v, float) and math.isnan(v)) else fmt(v / 2**20)
+    rows = []
+    for _, r in g[g.ddp != "none"].iterrows():
+        rows.append([r.ddp, bucket_cell(r), r.shard_optimizer, fmt(r.step_mean), fmt(r.comm_mean),
+                     mib(r.memory_after_init_bytes), mib(r.memory_before_optimizer_bytes),
+                     mib(r.memory_after_optimizer_bytes), mib(r.memory_after_optimizer_optimizer_bytes),
+                     mib(r.peak_memory_bytes), r.status])
+    return render(f"(f) optimizer state sharding: {title} (memory: the largest rank's)",
+                  ["Impl", "Bucket (MiB)", "Sharding", "Step (ms)", "Exposed Comm (ms)", "After init (MiB)",
+                   "Before opt (MiB)", "After opt (MiB)", "Optimizer state (MiB)", "Peak (MiB)", "Status"], rows, markdown)
+
+
 def bucket_model_table(g: pd.DataFrame, comm_model, markdown: bool, title: str) -> str:
     b = g[(g.ddp == "bucketed") & (g.status == "ok")]
     if b.empty:
@@ -317,8 +339,12 @@ def main(argv=None) -> int:
         torch_records = read_torch(args.torch)
         comm_model = allreduce_model(args.comm) if args.comm else None
         sections, used = [], 0
-        for _, g in df.groupby("setup", sort=True):
-            title = setup_title(g.iloc[0])
+        for _, setup in df.groupby("setup", sort=True):
+            title = setup_title(setup.iloc[0])
+            sections.append(sharding_table(setup, args.markdown, title))
+            g = setup[setup.shard_optimizer == "none"]  # the seeds' DDP tables compare unsharded strategies
+            if g.empty:
+                continue
             torch_part, matched = torch_table(g, torch_records, args.markdown, title) if torch_records else ("", [])
             used += len(matched)
             sections += [strategies_table(g, args.markdown, title), buckets_table(g, args.markdown, title),

@@ -59,13 +59,13 @@ DDP_PHASES = ("forward", "backward", "comm", "optimizer", "step")
 # Attributes that identify one ddp configuration (batch_size is the global batch).
 DDP_CONFIG_KEYS = ("model", "d_model", "d_ff", "num_layers", "num_heads", "vocab_size", "context_length",
                    "batch_size", "local_batch_size", "world_size", "precision", "attention", "low_memory", "ddp",
-                   "bucket_mb", "backend", "warmup", "steps")
+                   "bucket_mb", "shard_optimizer", "backend", "warmup", "steps")
 # Results of a ddp configuration that are the same on every rank (taken from the first rank that has them).
 DDP_RESULT_KEYS = ("num_params", "buckets", "collectives_per_step", "comm_bytes_per_step",
                    "collectives_issued_after_backward")
 # Memory at the seeds' points, per rank; the summary shows the largest over ranks.
 DDP_MEMORY_KEYS = ("memory_after_init_bytes", "memory_before_optimizer_bytes", "memory_after_optimizer_bytes",
-                   "peak_memory_bytes")
+                   "peak_memory_bytes", "memory_after_optimizer_optimizer_bytes")
 MIB = float(1 << 20)
 # Mode profile: the activity kinds (the `kind` column of /profile_kernels/<label>) and the categories,
 # in the order of kernels/profiler.h.
@@ -401,6 +401,7 @@ class Run:
             first = recs[0]
             ok = [r for r in recs if r.ok]
             row = {key: first.attrs.get(key) for key in DDP_CONFIG_KEYS}
+            row["shard_optimizer"] = row["shard_optimizer"] or "none"  # files from before sharding existed
             row.update(name=name, status=_pooled_status(recs), ranks=len(recs))
             for key in DDP_RESULT_KEYS:
                 row[key] = next((r.attrs[key] for r in recs if key in r.attrs), math.nan)

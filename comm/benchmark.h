@@ -84,8 +84,7 @@ void upload_inputs(BufferSpace& space, const Verifiable& v, void* send, void* re
 Mismatch check_result(BufferSpace& space, const Verifiable& v, const void* recv);
 // One run of v's operation on its inputs, issued blocking or async and complete on the host
 // before the result is checked: upload_inputs, issue, wait, synchronize, check_result.
-Mismatch check_once(Communicator& comm, BufferSpace& space, const Verifiable& v, void* send, void* recv,
-                    bool blocking);
+Mismatch check_once(Communicator& comm, BufferSpace& space, const Verifiable& v, void* send, void* recv, bool blocking);
 
 // A tiny all-reduce whose answer every rank knows, so a broken transport shows before a
 // sweep: "" when right, else what it gave. Collective.

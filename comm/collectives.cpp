@@ -16,8 +16,8 @@ const char* collective_name(Collective c) {
 }
 
 const std::vector<Collective>& all_collectives() {
-  static const std::vector<Collective> all = {Collective::AllReduce, Collective::ReduceScatter,
-                                              Collective::AllGather, Collective::Broadcast};
+  static const std::vector<Collective> all = {Collective::AllReduce, Collective::ReduceScatter, Collective::AllGather,
+                                              Collective::Broadcast};
   return all;
 }
 

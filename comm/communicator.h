@@ -80,8 +80,7 @@ class Communicator {
   virtual bool stream_ordered() const = 0;
 
   virtual CommHandle all_reduce_async(const void* send, void* recv, size_t count, DType dtype, ReduceOp op) = 0;
-  virtual CommHandle reduce_scatter_async(const void* send, void* recv, size_t count, DType dtype,
-                                          ReduceOp op) = 0;
+  virtual CommHandle reduce_scatter_async(const void* send, void* recv, size_t count, DType dtype, ReduceOp op) = 0;
   virtual CommHandle all_gather_async(const void* send, void* recv, size_t count, DType dtype) = 0;
   virtual CommHandle broadcast_async(const void* send, void* recv, size_t count, DType dtype, int root) = 0;
 

@@ -29,8 +29,8 @@ int value_range(Collective c, int nranks) {
 class Pattern {
  public:
   Pattern(int rank, int range)
-      : range_(range), period_(size_t(2 * range + 1)), step_(7 % period_),
-        k_((size_t(rank) % period_) * 13 % period_) {}
+      : range_(range), period_(size_t(2 * range + 1)), step_(7 % period_), k_((size_t(rank) % period_) * 13 % period_) {
+  }
   double next() {
     const double v = double(int64_t(k_)) - range_;
     k_ += step_;

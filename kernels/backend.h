@@ -10,9 +10,9 @@ namespace llmhpc {
 
 struct BackendOptions {
   DeviceKind kind = DeviceKind::Cpu;
-  int ordinal = 0;           // which GPU
-  size_t memory_limit = 0;   // 0: the device's own capacity
-  bool tf32 = false;         // allow TF32 tensor cores for fp32 matrix products (CUDA)
+  int ordinal = 0;          // which GPU
+  size_t memory_limit = 0;  // 0: the device's own capacity
+  bool tf32 = false;        // allow TF32 tensor cores for fp32 matrix products (CUDA)
 };
 
 struct Backend {

@@ -36,8 +36,8 @@ class Device {
  public:
   virtual ~Device() = default;
   virtual DeviceKind kind() const = 0;
-  virtual std::string name() const = 0;     // "cpu (16 threads)", "NVIDIA H100 80GB HBM3"
-  virtual int ordinal() const = 0;          // GPU index, -1 for the CPU
+  virtual std::string name() const = 0;  // "cpu (16 threads)", "NVIDIA H100 80GB HBM3"
+  virtual int ordinal() const = 0;       // GPU index, -1 for the CPU
   virtual size_t memory_capacity() const = 0;
   // What a reader of results needs to know about this device (root attributes of the rank
   // files, docs/hdf5-schema.md): the GPU, its clocks and power limit, the CUDA versions; on
@@ -92,8 +92,7 @@ class Ops {
   // out (N,C) = x / rms(x) * w, rms over C with eps 1e-5; rstd (N) saved. x (N,C), w (C).
   virtual void rmsnorm_forward(Tensor out, Tensor rstd, Tensor x, Tensor w) = 0;
   // x_out (N,C) = x + delta; then out, rstd = rmsnorm(x_out, w). The fused residual step.
-  virtual void residual_rmsnorm_forward(Tensor x_out, Tensor out, Tensor rstd, Tensor x, Tensor delta,
-                                        Tensor w) = 0;
+  virtual void residual_rmsnorm_forward(Tensor x_out, Tensor out, Tensor rstd, Tensor x, Tensor delta, Tensor w) = 0;
   // dx (N,C) += d/dx (always accumulated: the residual gradient), dw (C) = (or +=) d/dw,
   // from dout (N,C) and the saved x, rstd.
   virtual void rmsnorm_backward(Tensor dx, Tensor dw, Tensor dout, Tensor x, Tensor w, Tensor rstd,
@@ -133,8 +132,8 @@ class Ops {
   // One AdamW step (torch.optim.AdamW semantics) over flat tensors of equal length:
   // param, m, v updated in place from grad; `step` counts from 1. If param_lowp is not
   // empty it receives the updated parameters in its dtype (the bf16 copy for matmuls).
-  virtual void adamw_step(Tensor param, Tensor grad, Tensor m, Tensor v, Tensor param_lowp,
-                          const AdamWHyper& h, int64_t step) = 0;
+  virtual void adamw_step(Tensor param, Tensor grad, Tensor m, Tensor v, Tensor param_lowp, const AdamWHyper& h,
+                          int64_t step) = 0;
 
   // dst = src converted elementwise (same number of elements, any supported dtypes).
   virtual void convert(Tensor dst, Tensor src) = 0;

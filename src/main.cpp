@@ -26,17 +26,17 @@ po::options_description general_options() {
   auto text = [](const char* def) { return po::value<std::string>()->default_value(def); };
   std::vector<std::string> names;
   for (const ModeSpec& m : all_modes()) names.push_back(m.name);
-  d.add_options()
-      ("help,h", po::bool_switch(), "show help; with --mode, that mode's options too")
-      ("mode", text("bench"), join(names, " | ").c_str())
-      ("device", text("auto"), "auto | cpu | cuda (auto: cuda when a GPU is visible)")
-      ("allow-gpu-sharing", po::bool_switch(), "let several ranks of a node share one GPU")
-      ("backend", text("auto"), "collectives: auto | nccl | mpi (auto: nccl on GPUs, mpi on CPUs)")
-      ("out", po::value<std::string>(), "output directory for the rank files (default results/<mode>-<time>)")
-      ("seed", text("0"), "seed for initialisation and random data")
-      ("memory-limit", po::value<std::string>(), "cap on this rank's device memory, e.g. 8GB; beyond it is out-of-memory")
-      ("threads", text("0"), "CPU threads per rank (0: the node's cores / its ranks)")
-      ("tf32", po::bool_switch(), "allow TF32 tensor cores for fp32 matrix products (CUDA)");
+  d.add_options()("help,h", po::bool_switch(), "show help; with --mode, that mode's options too")(
+      "mode", text("bench"), join(names, " | ").c_str())("device", text("auto"),
+                                                         "auto | cpu | cuda (auto: cuda when a GPU is visible)")(
+      "allow-gpu-sharing", po::bool_switch(), "let several ranks of a node share one GPU")(
+      "backend", text("auto"), "collectives: auto | nccl | mpi (auto: nccl on GPUs, mpi on CPUs)")(
+      "out", po::value<std::string>(), "output directory for the rank files (default results/<mode>-<time>)")(
+      "seed", text("0"), "seed for initialisation and random data")(
+      "memory-limit", po::value<std::string>(),
+      "cap on this rank's device memory, e.g. 8GB; beyond it is out-of-memory")(
+      "threads", text("0"), "CPU threads per rank (0: the node's cores / its ranks)")(
+      "tf32", po::bool_switch(), "allow TF32 tensor cores for fp32 matrix products (CUDA)");
   return d;
 }
 

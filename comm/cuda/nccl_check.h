@@ -6,6 +6,6 @@
 
 #include "src/core/cuda/check.h"
 
-#define NCCL_CHECK(call)                                                       \
-  LLMHPC_CHECK_CALL(call, ncclResult_t, llmhpc_rc_ == ncclSuccess,             \
+#define NCCL_CHECK(call)                                           \
+  LLMHPC_CHECK_CALL(call, ncclResult_t, llmhpc_rc_ == ncclSuccess, \
                     std::string(ncclGetErrorString(llmhpc_rc_)) + " (" + ncclGetLastError(nullptr) + ")")

@@ -118,7 +118,8 @@ class NcclCommunicator final : public Communicator {
   }
   CommHandle all_gather_async(const void* send, void* recv, size_t count, DType dtype) override {
     after_compute();
-    if (!copy_alone(send, recv, count, dtype)) NCCL_CHECK(ncclAllGather(send, recv, count, nccl_type(dtype), comm_, stream_));
+    if (!copy_alone(send, recv, count, dtype))
+      NCCL_CHECK(ncclAllGather(send, recv, count, nccl_type(dtype), comm_, stream_));
     return completion();
   }
   CommHandle broadcast_async(const void* send, void* recv, size_t count, DType dtype, int root) override {
@@ -171,10 +172,8 @@ class NcclCommunicator final : public Communicator {
   CommHandle completion() {
     if (!compute_) return CommHandle(std::make_unique<NcclHostWait>(stream_));
     cudaEvent_t done = events_->take();
-    if (group_depth_ > 0)
-      group_events_.push_back(done);  // the operation is launched at group_end()
-    else
-      CUDA_CHECK(cudaEventRecord(done, stream_));
+    if (group_depth_ > 0) group_events_.push_back(done);  // the operation is launched at group_end()
+    else CUDA_CHECK(cudaEventRecord(done, stream_));
     return CommHandle(std::make_unique<NcclPendingOp>(events_, done, compute_));
   }
 

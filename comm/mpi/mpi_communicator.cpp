@@ -153,8 +153,7 @@ class MpiCommunicator final : public Communicator {
     return complete(blocking, std::move(requests), average_step(recv, count, dtype, op));
   }
 
-  CommHandle reduce_scatter_impl(const void* send, void* recv, size_t count, DType dtype, ReduceOp op,
-                                 bool blocking) {
+  CommHandle reduce_scatter_impl(const void* send, void* recv, size_t count, DType dtype, ReduceOp op, bool blocking) {
     const size_t chunk_bytes = count * dtype_size(dtype);
     const bool in_place = recv == static_cast<const char*>(send) + size_t(rank_) * chunk_bytes;
     // MPI's in-place form reads the whole input from the receive buffer and leaves this
@@ -182,10 +181,8 @@ class MpiCommunicator final : public Communicator {
     const void* in = in_place ? MPI_IN_PLACE : send;
     const int n = mpi_count(count);
     std::vector<MPI_Request> request(blocking ? 0 : 1, MPI_REQUEST_NULL);
-    if (blocking)
-      MPI_CHECK(MPI_Allgather(in, n, mpi_type(dtype), recv, n, mpi_type(dtype), comm_));
-    else
-      MPI_CHECK(MPI_Iallgather(in, n, mpi_type(dtype), recv, n, mpi_type(dtype), comm_, request.data()));
+    if (blocking) MPI_CHECK(MPI_Allgather(in, n, mpi_type(dtype), recv, n, mpi_type(dtype), comm_));
+    else MPI_CHECK(MPI_Iallgather(in, n, mpi_type(dtype), recv, n, mpi_type(dtype), comm_, request.data()));
     return complete(blocking, request, {});
   }
 
@@ -194,10 +191,8 @@ class MpiCommunicator final : public Communicator {
     // MPI broadcasts in place: the root's data goes into its own recv first.
     if (rank_ == root && send != recv) std::memcpy(recv, send, count * dtype_size(dtype));
     std::vector<MPI_Request> request(blocking ? 0 : 1, MPI_REQUEST_NULL);
-    if (blocking)
-      MPI_CHECK(MPI_Bcast(recv, mpi_count(count), mpi_type(dtype), root, comm_));
-    else
-      MPI_CHECK(MPI_Ibcast(recv, mpi_count(count), mpi_type(dtype), root, comm_, request.data()));
+    if (blocking) MPI_CHECK(MPI_Bcast(recv, mpi_count(count), mpi_type(dtype), root, comm_));
+    else MPI_CHECK(MPI_Ibcast(recv, mpi_count(count), mpi_type(dtype), root, comm_, request.data()));
     return complete(blocking, request, {});
   }
 

@@ -72,9 +72,7 @@ void same_dtype(const char* op, std::initializer_list<const Tensor*> ts) {
       throw UsageError(std::string(op) + ": the CPU backend needs all floating-point tensors in one dtype");
 }
 
-void expect(bool ok, const char* op, const std::string& what) {
-  LLMHPC_CHECK(ok, std::string(op) + ": " + what);
-}
+void expect(bool ok, const char* op, const std::string& what) { LLMHPC_CHECK(ok, std::string(op) + ": " + what); }
 
 class CpuOps final : public Ops {
  public:
@@ -168,8 +166,8 @@ class CpuOps final : public Ops {
       using E = decltype(T);
       NvtxRange r("attention");
       if (d.kind == AttentionKind::Flash)
-        cpu::flash_attention_forward(out.ptr<E>(), saved.ptr<E>(), qkv.ptr<E>(), d.batch, d.seq, d.heads,
-                                     d.head_dim, d.causal);
+        cpu::flash_attention_forward(out.ptr<E>(), saved.ptr<E>(), qkv.ptr<E>(), d.batch, d.seq, d.heads, d.head_dim,
+                                     d.causal);
       else
         cpu::attention_forward(out.ptr<E>(), saved.ptr<E>(), qkv.ptr<E>(), d.batch, d.seq, d.heads, d.head_dim,
                                d.causal);
@@ -186,11 +184,11 @@ class CpuOps final : public Ops {
     dispatch("attention_backward", qkv, [&](auto T) {
       using E = decltype(T);
       if (d.kind == AttentionKind::Flash)
-        cpu::flash_attention_backward(dqkv.ptr<E>(), dout.ptr<E>(), out.ptr<E>(), saved.ptr<E>(), qkv.ptr<E>(),
-                                      d.batch, d.seq, d.heads, d.head_dim, d.causal);
+        cpu::flash_attention_backward(dqkv.ptr<E>(), dout.ptr<E>(), out.ptr<E>(), saved.ptr<E>(), qkv.ptr<E>(), d.batch,
+                                      d.seq, d.heads, d.head_dim, d.causal);
       else
-        cpu::attention_backward(dqkv.ptr<E>(), dout.ptr<E>(), saved.ptr<E>(), qkv.ptr<E>(), d.batch, d.seq,
-                                d.heads, d.head_dim, d.causal);
+        cpu::attention_backward(dqkv.ptr<E>(), dout.ptr<E>(), saved.ptr<E>(), qkv.ptr<E>(), d.batch, d.seq, d.heads,
+                                d.head_dim, d.causal);
     });
   }
   void swiglu_forward(Tensor out, Tensor h) override {
@@ -230,8 +228,7 @@ class CpuOps final : public Ops {
       cpu::cross_entropy_backward(dlogits.ptr<E>(), logits.ptr<E>(), targets.ptr<int32_t>(), scale, N, V);
     });
   }
-  void adamw_step(Tensor p, Tensor g, Tensor m, Tensor v, Tensor p_lowp, const AdamWHyper& h,
-                  int64_t step) override {
+  void adamw_step(Tensor p, Tensor g, Tensor m, Tensor v, Tensor p_lowp, const AdamWHyper& h, int64_t step) override {
     expect(g.numel() == p.numel() && m.numel() == p.numel() && v.numel() == p.numel(), "adamw_step", "shapes");
     same_dtype("adamw_step", {&p, &g, &m, &v});
     dispatch("adamw_step", p, [&](auto T) {

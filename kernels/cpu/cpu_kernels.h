@@ -20,13 +20,13 @@ constexpr double kRmsEps = 1e-5;
 // ---- GEMM through OpenBLAS, row-major: C (M,N) = alpha * op(A) op(B) + beta * C --------
 inline void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
                  const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
-  cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, M, N, K, alpha, A, lda,
-              B, ldb, beta, C, ldc);
+  cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, M, N, K, alpha, A, lda, B,
+              ldb, beta, C, ldc);
 }
 inline void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, double alpha, const double* A, int64_t lda,
                  const double* B, int64_t ldb, double beta, double* C, int64_t ldc) {
-  cblas_dgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, M, N, K, alpha, A, lda,
-              B, ldb, beta, C, ldc);
+  cblas_dgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, M, N, K, alpha, A, lda, B,
+              ldb, beta, C, ldc);
 }
 
 // ---- embedding ------------------------------------------------------------------------
@@ -261,8 +261,8 @@ void cross_entropy_backward(T* dlogits, const T* logits, const int32_t* targets,
 
 // ---- AdamW, in the order torch.optim.AdamW (single-tensor) does it -----------------------
 template <class T>
-void adamw_step(T* p, const T* g, T* m, T* v, int64_t n, double lr, double beta1, double beta2, double eps,
-                double wd, int64_t step) {
+void adamw_step(T* p, const T* g, T* m, T* v, int64_t n, double lr, double beta1, double beta2, double eps, double wd,
+                int64_t step) {
   const double bc1 = 1.0 - std::pow(beta1, double(step));
   const double bc2_sqrt = std::sqrt(1.0 - std::pow(beta2, double(step)));
   const T decay = T(1.0 - lr * wd), step_size = T(lr / bc1), b1 = T(1.0 - beta1), b2 = T(beta2),

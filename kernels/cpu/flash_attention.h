@@ -34,8 +34,13 @@ struct HeadView {
 
 inline HeadView head_view(int64_t b, int64_t h, int64_t Tn, int64_t H, int64_t D) {
   const int64_t row = 3 * H * D;
-  return {row, H * D, b * Tn * row + h * D, b * Tn * row + H * D + h * D, b * Tn * row + 2 * H * D + h * D,
-          b * Tn * H * D + h * D, (b * H + h) * Tn};
+  return {row,
+          H * D,
+          b * Tn * row + h * D,
+          b * Tn * row + H * D + h * D,
+          b * Tn * row + 2 * H * D + h * D,
+          b * Tn * H * D + h * D,
+          (b * H + h) * Tn};
 }
 
 // Key tiles [0, key_tile_end) can see some query of [q0, q1); later ones are fully masked.
@@ -91,7 +96,7 @@ void flash_attention_forward(T* out, T* lse, const T* qkv, int64_t B, int64_t Tn
             double tile_max = neg_inf;
             for (int64_t j = 0; j < nk; ++j) tile_max = std::max(tile_max, s[i * tile_k + j]);
             const double m_new = std::max(m[i], tile_max);
-            if (m_new == neg_inf) continue;  // every key so far is masked for this row
+            if (m_new == neg_inf) continue;                    // every key so far is masked for this row
             const double correction = std::exp(m[i] - m_new);  // 0 when m[i] was -inf
             double* acc_i = &acc[i * D];
             l[i] *= correction;
@@ -128,8 +133,8 @@ void flash_attention_forward(T* out, T* lse, const T* qkv, int64_t B, int64_t Tn
 // The identity sum_j p_ij dp_ij = dO_i . O_i is what lets D_i replace the row sums over a
 // whole row of P that naive attention needs.
 template <class T>
-void flash_attention_backward(T* dqkv, const T* dout, const T* out, const T* lse, const T* qkv, int64_t B,
-                              int64_t Tn, int64_t H, int64_t D, bool causal, int64_t tile_q = kFlashTileQ,
+void flash_attention_backward(T* dqkv, const T* dout, const T* out, const T* lse, const T* qkv, int64_t B, int64_t Tn,
+                              int64_t H, int64_t D, bool causal, int64_t tile_q = kFlashTileQ,
                               int64_t tile_k = kFlashTileK) {
   const double scale = 1.0 / std::sqrt(double(D));
 #pragma omp parallel for collapse(2)

@@ -76,8 +76,13 @@ void adamw_step(Tensor p, Tensor g, Tensor m, Tensor v, Tensor lowp, const AdamW
   if (p.numel() == 0) return;
   const double bc1 = 1.0 - std::pow(h.beta1, double(step));
   const double bc2_sqrt = std::sqrt(1.0 - std::pow(h.beta2, double(step)));
-  const AdamWConstants k{float(1.0 - h.lr * h.weight_decay), float(h.lr / bc1), float(1.0 - h.beta1), float(h.beta2),
-                         float(1.0 - h.beta2), float(bc2_sqrt), float(h.eps)};
+  const AdamWConstants k{float(1.0 - h.lr * h.weight_decay),
+                         float(h.lr / bc1),
+                         float(1.0 - h.beta1),
+                         float(h.beta2),
+                         float(1.0 - h.beta2),
+                         float(bc2_sqrt),
+                         float(h.eps)};
   const bool fused_lowp = !lowp.empty() && lowp.dtype == DType::BF16;
   const bool vector = aligned_to(16, {p.data, g.data, m.data, v.data}) && (!fused_lowp || aligned_to(8, {lowp.data}));
   if (vector && fused_lowp) launch<4, true>(p, g, m, v, lowp, k, stream);

@@ -4,6 +4,5 @@
 
 #include "src/core/cuda/check.h"
 
-#define CUBLAS_CHECK(call)                                                   \
-  LLMHPC_CHECK_CALL(call, cublasStatus_t, llmhpc_rc_ == CUBLAS_STATUS_SUCCESS, \
-                    cublasGetStatusString(llmhpc_rc_))
+#define CUBLAS_CHECK(call) \
+  LLMHPC_CHECK_CALL(call, cublasStatus_t, llmhpc_rc_ == CUBLAS_STATUS_SUCCESS, cublasGetStatusString(llmhpc_rc_))

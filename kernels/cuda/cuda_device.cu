@@ -94,10 +94,7 @@ void CachingDeviceAllocator::release_cache() {
 // ---- CudaDevice ----------------------------------------------------------------------------
 
 CudaDevice::CudaDevice(const BackendOptions& options)
-    : ordinal_(select_device(options.ordinal)),
-      capacity_(capacity_for(options)),
-      cache_(capacity_),
-      tracer_(cache_) {
+    : ordinal_(select_device(options.ordinal)), capacity_(capacity_for(options)), cache_(capacity_), tracer_(cache_) {
   cudaDeviceProp prop{};
   CUDA_CHECK(cudaGetDeviceProperties(&prop, ordinal_));
   name_ = prop.name;

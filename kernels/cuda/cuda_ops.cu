@@ -177,7 +177,8 @@ void CudaOps::attention_backward(Tensor dqkv, Tensor dout, Tensor out, Tensor sa
          "attention_backward", "shapes");
   const DType cd = qkv.dtype;
   if (saved.dtype != cd || dout.dtype != cd || dqkv.dtype != cd)
-    throw UsageError("attention_backward: dqkv, dout, saved probabilities and qkv must share a dtype on the CUDA backend");
+    throw UsageError(
+        "attention_backward: dqkv, dout, saved probabilities and qkv must share a dtype on the CUDA backend");
   const float scale = float(1.0 / std::sqrt(double(D)));
   Buffer dprobs(device_.allocator(), cd, {H, T, T}, "attention.dprobs");
   const Tensor dP = dprobs.tensor();
@@ -212,15 +213,14 @@ void CudaOps::swiglu_forward(Tensor out, Tensor h) {
 
 void CudaOps::swiglu_backward(Tensor dh, Tensor out, Tensor dout, Tensor h) {
   const int64_t F = dout.dim(-1), N = dout.numel() / F;
-  expect(h.numel() == 2 * N * F && dh.numel() == h.numel() && (out.empty() || out.numel() == N * F),
-         "swiglu_backward", "shapes");
+  expect(h.numel() == 2 * N * F && dh.numel() == h.numel() && (out.empty() || out.numel() == N * F), "swiglu_backward",
+         "shapes");
   cuda::swiglu_backward(dh, out, dout, h, N, F, stream_);
 }
 
 void CudaOps::cross_entropy_forward(Tensor losses, Tensor logits, Tensor targets) {
   const int64_t V = logits.dim(-1), N = logits.numel() / V;
-  expect(losses.numel() == N && targets.numel() == N && targets.dtype == DType::I32, "cross_entropy_forward",
-         "shapes");
+  expect(losses.numel() == N && targets.numel() == N && targets.dtype == DType::I32, "cross_entropy_forward", "shapes");
   cuda::cross_entropy_forward(losses, logits, targets, N, V, stream_);
 }
 
@@ -261,15 +261,15 @@ std::vector<std::pair<std::string, std::string>> CudaOps::attention_variant(cons
   const flash::FlashVariant v = flash::flash_variant(p);
   auto chunk = [](int tiles) { return tiles ? std::to_string(tiles) : std::string("off"); };
   const char* dq = v.dq_sum == flash::DqSum::Atomic ? "atomic" : v.dq_sum == flash::DqSum::Ordered ? "ordered" : "none";
-  return {{"attention_kernel", "flash"},
-          {"flash_impl", flash::flash_impl_name(v.fwd.impl)},
-          {"flash_head_dim", std::to_string(v.fwd.head_dim)},
-          {"flash_fwd_rows", std::to_string(v.fwd.rows)},
-          {"flash_bwd", v.dq_sum == flash::DqSum::None ? "split" : "fused"},
-          {"flash_bwd_rows", std::to_string(v.bwd.rows)},
-          {"flash_bwd_chunks",
-           v.kv_chunk || v.q_chunk ? "dkdv " + chunk(v.kv_chunk) + ", dq " + chunk(v.q_chunk) : "off"},
-          {"flash_dq", dq}};
+  return {
+      {"attention_kernel", "flash"},
+      {"flash_impl", flash::flash_impl_name(v.fwd.impl)},
+      {"flash_head_dim", std::to_string(v.fwd.head_dim)},
+      {"flash_fwd_rows", std::to_string(v.fwd.rows)},
+      {"flash_bwd", v.dq_sum == flash::DqSum::None ? "split" : "fused"},
+      {"flash_bwd_rows", std::to_string(v.bwd.rows)},
+      {"flash_bwd_chunks", v.kv_chunk || v.q_chunk ? "dkdv " + chunk(v.kv_chunk) + ", dq " + chunk(v.q_chunk) : "off"},
+      {"flash_dq", dq}};
 }
 
 }  // namespace llmhpc

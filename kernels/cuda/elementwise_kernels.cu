@@ -141,8 +141,8 @@ void embedding_forward(Tensor out, Tensor tokens, Tensor wte, int64_t N, int64_t
 void rope_table(Tensor table, int64_t T, int64_t D, double theta, cudaStream_t stream) {
   require_dtype("rope", table, DType::F32, "the angle table");
   LLMHPC_CHECK(table.numel() >= T * D, "rope: angle table too small");
-  rope_table_kernel<<<blocks_for(T * (D / 2), kThreads), kThreads, 0, stream>>>(
-      static_cast<float2*>(table.data), T, D, theta);
+  rope_table_kernel<<<blocks_for(T * (D / 2), kThreads), kThreads, 0, stream>>>(static_cast<float2*>(table.data), T, D,
+                                                                                theta);
   CUDA_CHECK_LAUNCH();
 }
 
@@ -157,8 +157,8 @@ void rope(Tensor qkv, Tensor table, int64_t B, int64_t T, int64_t H, int64_t D, 
       rope_kernel<E, kPairs><<<int(B * T), threads_for_row(2 * H * D / (2 * kPairs)), 0, stream>>>(
           qkv.ptr<E>(), angles, int(T), int(H), int(D), float(sign));
     else
-      rope_kernel<E, 1><<<int(B * T), threads_for_row(H * D), 0, stream>>>(qkv.ptr<E>(), angles, int(T), int(H),
-                                                                             int(D), float(sign));
+      rope_kernel<E, 1><<<int(B * T), threads_for_row(H * D), 0, stream>>>(qkv.ptr<E>(), angles, int(T), int(H), int(D),
+                                                                           float(sign));
     CUDA_CHECK_LAUNCH();
   });
 }
@@ -169,11 +169,11 @@ void swiglu_forward(Tensor out, Tensor h, int64_t N, int64_t F, cudaStream_t str
       using O = decltype(o);
       using H = decltype(hh);
       if (F % 4 == 0 && aligned_to(4 * sizeof(O), {out.data}) && aligned_to(4 * sizeof(H), {h.data}))
-        swiglu_forward_kernel<O, H, 4><<<blocks_for(N * F / 4, kThreads), kThreads, 0, stream>>>(
-            out.ptr<O>(), h.ptr<H>(), N, F);
+        swiglu_forward_kernel<O, H, 4>
+            <<<blocks_for(N * F / 4, kThreads), kThreads, 0, stream>>>(out.ptr<O>(), h.ptr<H>(), N, F);
       else
-        swiglu_forward_kernel<O, H, 1><<<blocks_for(N * F, kThreads), kThreads, 0, stream>>>(
-            out.ptr<O>(), h.ptr<H>(), N, F);
+        swiglu_forward_kernel<O, H, 1>
+            <<<blocks_for(N * F, kThreads), kThreads, 0, stream>>>(out.ptr<O>(), h.ptr<H>(), N, F);
       CUDA_CHECK_LAUNCH();
     });
   });
@@ -191,8 +191,8 @@ void swiglu_backward(Tensor dh, Tensor out, Tensor dout, Tensor h, int64_t N, in
         swiglu_backward_kernel<DH, DH, H, 4><<<blocks_for(N * F / 4, kThreads), kThreads, 0, stream>>>(
             dh.ptr<DH>(), o, dout.ptr<DH>(), h.ptr<H>(), N, F);
       else
-        swiglu_backward_kernel<DH, DH, H, 1><<<blocks_for(N * F, kThreads), kThreads, 0, stream>>>(
-            dh.ptr<DH>(), o, dout.ptr<DH>(), h.ptr<H>(), N, F);
+        swiglu_backward_kernel<DH, DH, H, 1>
+            <<<blocks_for(N * F, kThreads), kThreads, 0, stream>>>(dh.ptr<DH>(), o, dout.ptr<DH>(), h.ptr<H>(), N, F);
       CUDA_CHECK_LAUNCH();
     });
   });
@@ -210,9 +210,9 @@ void convert(Tensor dst, Tensor src, cudaStream_t stream) {
       using D = decltype(d);
       using S = decltype(s);
       if (aligned_to(4 * sizeof(D), {dst.data}) && aligned_to(4 * sizeof(S), {src.data}))
-        convert_kernel<D, S, 4><<<blocks_for(n / 4 + 1, kThreads), kThreads, 0, stream>>>(dst.ptr<D>(), src.ptr<S>(), n);
-      else
-        convert_kernel<D, S, 1><<<blocks_for(n, kThreads), kThreads, 0, stream>>>(dst.ptr<D>(), src.ptr<S>(), n);
+        convert_kernel<D, S, 4>
+            <<<blocks_for(n / 4 + 1, kThreads), kThreads, 0, stream>>>(dst.ptr<D>(), src.ptr<S>(), n);
+      else convert_kernel<D, S, 1><<<blocks_for(n, kThreads), kThreads, 0, stream>>>(dst.ptr<D>(), src.ptr<S>(), n);
       CUDA_CHECK_LAUNCH();
     });
   });

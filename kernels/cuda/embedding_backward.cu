@@ -59,8 +59,8 @@ void embedding_backward(Tensor dwte, Tensor dout, Tensor tokens, int64_t N, int6
 
   iota_kernel<<<blocks_for(N, 256), 256, 0, stream>>>(rows_in, N);
   CUDA_CHECK_LAUNCH();
-  CUDA_CHECK(cub::DeviceRadixSort::SortPairs(temp, temp_bytes, keys_in, keys_out, rows_in, rows_out, int(N), 0,
-                                             end_bit, stream));
+  CUDA_CHECK(cub::DeviceRadixSort::SortPairs(temp, temp_bytes, keys_in, keys_out, rows_in, rows_out, int(N), 0, end_bit,
+                                             stream));
   dispatch_float("embedding_backward", dout.dtype, [&](auto g) {
     using G = decltype(g);
     embedding_backward_kernel<<<int(N), threads_for_row(C, 256), 0, stream>>>(dwte.ptr<float>(), dout.ptr<G>(),

@@ -14,7 +14,8 @@ cudaDataType_t cuda_type(DType t) {
   switch (t) {
     case DType::F32: return CUDA_R_32F;
     case DType::BF16: return CUDA_R_16BF;
-    default: throw UsageError(std::string("matrix products on the CUDA backend take fp32 or bf16, not ") + dtype_name(t));
+    default:
+      throw UsageError(std::string("matrix products on the CUDA backend take fp32 or bf16, not ") + dtype_name(t));
   }
 }
 

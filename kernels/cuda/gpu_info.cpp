@@ -16,10 +16,10 @@ struct Nvml {
   int (*init)() = nullptr;
   int (*shutdown)() = nullptr;
   int (*by_pci_bus_id)(const char*, Device*) = nullptr;
-  int (*clock)(Device, int, unsigned*) = nullptr;      // nvmlDeviceGetClockInfo
-  int (*power_limit)(Device, unsigned*) = nullptr;     // nvmlDeviceGetEnforcedPowerLimit, milliwatts
-  int (*driver_version)(char*, unsigned) = nullptr;    // nvmlSystemGetDriverVersion
-  static constexpr int kClockSm = 1;                   // NVML_CLOCK_SM
+  int (*clock)(Device, int, unsigned*) = nullptr;    // nvmlDeviceGetClockInfo
+  int (*power_limit)(Device, unsigned*) = nullptr;   // nvmlDeviceGetEnforcedPowerLimit, milliwatts
+  int (*driver_version)(char*, unsigned) = nullptr;  // nvmlSystemGetDriverVersion
+  static constexpr int kClockSm = 1;                 // NVML_CLOCK_SM
 
   void* library = dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL);
 

@@ -133,8 +133,7 @@ void launch_forward(Tensor x_out, Tensor out, Tensor rstd, Tensor x, Tensor delt
                     cudaStream_t stream) {
   if (can_pack4(C, {&x_out, &out, &x, &delta, &w}))
     launch_forward<R, D, O, kResidual, 4>(x_out, out, rstd, x, delta, w, N, C, stream);
-  else
-    launch_forward<R, D, O, kResidual, 1>(x_out, out, rstd, x, delta, w, N, C, stream);
+  else launch_forward<R, D, O, kResidual, 1>(x_out, out, rstd, x, delta, w, N, C, stream);
 }
 
 template <class DX, class G, class X, int kPack>
@@ -200,8 +199,7 @@ void rmsnorm_backward(Tensor dx, Tensor dw, Tensor dout, Tensor x, Tensor w, Ten
         using X = decltype(xx);
         if (pack4)
           launch_backward<DX, G, X, 4>(dx, dw, dout, x, w, rstd, N, C, accumulate, multiprocessors, scratch, stream);
-        else
-          launch_backward<DX, G, X, 1>(dx, dw, dout, x, w, rstd, N, C, accumulate, multiprocessors, scratch, stream);
+        else launch_backward<DX, G, X, 1>(dx, dw, dout, x, w, rstd, N, C, accumulate, multiprocessors, scratch, stream);
       });
     });
   });

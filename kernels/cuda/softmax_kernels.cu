@@ -144,8 +144,7 @@ void attention_softmax_forward(Tensor probs, int64_t rows, int64_t T, bool causa
     const dim3 grid(ceil_div(rows, kWarpsPerBlock)), block(32 * kWarpsPerBlock);
     if (T % kPack == 0 && aligned_to(16, {probs.data}))
       attention_softmax_forward_kernel<E, kPack><<<grid, block, 0, stream>>>(probs.ptr<E>(), rows, T, causal);
-    else
-      attention_softmax_forward_kernel<E, 1><<<grid, block, 0, stream>>>(probs.ptr<E>(), rows, T, causal);
+    else attention_softmax_forward_kernel<E, 1><<<grid, block, 0, stream>>>(probs.ptr<E>(), rows, T, causal);
     CUDA_CHECK_LAUNCH();
   });
 }
@@ -173,8 +172,8 @@ void cross_entropy_forward(Tensor losses, Tensor logits, Tensor targets, int64_t
   if (N == 0) return;
   dispatch_float("cross_entropy_forward", logits.dtype, [&](auto e) {
     using E = decltype(e);
-    cross_entropy_forward_kernel<<<int(N), threads_for_row(V, 512), 0, stream>>>(
-        losses.ptr<float>(), logits.ptr<E>(), targets.ptr<int32_t>(), V);
+    cross_entropy_forward_kernel<<<int(N), threads_for_row(V, 512), 0, stream>>>(losses.ptr<float>(), logits.ptr<E>(),
+                                                                                 targets.ptr<int32_t>(), V);
     CUDA_CHECK_LAUNCH();
   });
 }

@@ -7,8 +7,7 @@
 
 namespace llmhpc {
 
-TracingAllocator::TracingAllocator(Allocator& inner)
-    : inner_(inner), t0_(std::chrono::steady_clock::now()) {}
+TracingAllocator::TracingAllocator(Allocator& inner) : inner_(inner), t0_(std::chrono::steady_clock::now()) {}
 
 void* TracingAllocator::allocate(size_t bytes, const std::string& tag) {
   void* p = inner_.allocate(bytes, tag);
@@ -29,11 +28,34 @@ void TracingAllocator::deallocate(void* p) {
   live_ -= static_cast<int64_t>(it->second.bytes);
   if (recording_) {
     double t = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0_).count();
-    events_.push_back({t, -static_cast<int64_t>(it->second.bytes), live_, reinterpret_cast<uint64_t>(p),
-                       it->second.tag, phase_});
+    events_.push_back(
+        {t, -static_cast<int64_t>(it->second.bytes), live_, reinterpret_cast<uint64_t>(p), it->second.tag, phase_});
   }
   live_allocs_.erase(it);
   inner_.deallocate(p);
+}
+
+int64_t MemoryBreakdown::of(const std::string& category) const {
+  for (const auto& [name, n] : bytes)
+    if (name == category) return n;
+  return 0;
+}
+
+MemoryBreakdown TracingAllocator::live_by_category(const std::vector<TagCategory>& categories) const {
+  MemoryBreakdown out;
+  for (const TagCategory& c : categories) out.bytes.push_back({c.name, 0});
+  out.bytes.push_back({"other", 0});
+  for (const auto& [ptr, live] : live_allocs_) {
+    size_t k = 0;
+    for (; k < categories.size(); ++k) {
+      bool match = false;
+      for (const std::string& prefix : categories[k].tag_prefixes) match = match || live.tag.rfind(prefix, 0) == 0;
+      if (match) break;
+    }
+    out.bytes[k].second += int64_t(live.bytes);  // k == categories.size(): "other"
+    out.total += int64_t(live.bytes);
+  }
+  return out;
 }
 
 size_t host_physical_memory() {

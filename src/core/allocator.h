@@ -2,8 +2,9 @@
 //
 // Every device or host tensor the program allocates goes through a TracingAllocator, so
 // the memory mode and the OOM path see every allocation with its tag ("layers.3.attn.qkv"),
-// size and time. Backends implement the raw allocator; OutOfMemory is thrown when a
-// request does not fit (the caller decides whether that ends a configuration or the run).
+// size and time, and the live bytes can be told apart by what they are for (categories of
+// tag prefixes). Backends implement the raw allocator; OutOfMemory is thrown when a request
+// does not fit (the caller decides whether that ends a configuration or the run).
 #pragma once
 #include <chrono>
 #include <cstdint>
@@ -29,7 +30,23 @@ struct AllocEvent {
   int64_t live_after;  // bytes live after this event
   uint64_t address;
   std::string tag;
-  std::string phase;   // the phase set by set_phase() when the event happened
+  std::string phase;  // the phase set by set_phase() when the event happened
+};
+
+// What some allocations are for, told by their tags: "params" and "params.bf16" are
+// parameters if one prefix is "params". Whoever names the tags names the categories (the
+// model: src/model/train_step.h), so a later consumer (a memory mode) groups the same way.
+struct TagCategory {
+  std::string name;
+  std::vector<std::string> tag_prefixes;
+};
+
+// Live bytes per category, in the order the categories were given, then "other" for
+// allocations no prefix matched; the categories sum to `total`.
+struct MemoryBreakdown {
+  std::vector<std::pair<std::string, int64_t>> bytes;
+  int64_t total = 0;
+  int64_t of(const std::string& category) const;  // 0 for a category not in the list
 };
 
 class TracingAllocator final : public Allocator {
@@ -41,6 +58,8 @@ class TracingAllocator final : public Allocator {
   int64_t live_bytes() const { return live_; }
   int64_t peak_bytes() const { return peak_; }
   void reset_peak() { peak_ = live_; }
+  // An allocation counts towards the first category one of whose prefixes its tag starts with.
+  MemoryBreakdown live_by_category(const std::vector<TagCategory>& categories) const;
 
   // Event recording is off by default (it costs a string per allocation).
   void set_recording(bool on) { recording_ = on; }

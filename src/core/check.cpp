@@ -20,8 +20,8 @@ void set_fatal_context_rank(int rank, const std::string& host) {
 void set_fatal_context_device(const std::string& device) { g_device = device; }
 
 void fatal(const char* file, int line, const std::string& call, const std::string& what) {
-  std::fprintf(stderr, "llmhpc: fatal error on rank %d (host %s, device %s)\n  at %s:%d\n", g_rank,
-               g_host.c_str(), g_device.c_str(), file, line);
+  std::fprintf(stderr, "llmhpc: fatal error on rank %d (host %s, device %s)\n  at %s:%d\n", g_rank, g_host.c_str(),
+               g_device.c_str(), file, line);
   if (!call.empty()) std::fprintf(stderr, "  failing call: %s\n", call.c_str());
   if (!what.empty()) std::fprintf(stderr, "  %s\n", what.c_str());
   std::fflush(stderr);

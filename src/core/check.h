@@ -31,20 +31,19 @@ void set_fatal_context_device(const std::string& device);
 #define LLMHPC_FATAL(what) ::llmhpc::fatal(__FILE__, __LINE__, "", (what))
 
 // The one check macro: `cond` false is a bug or a broken environment, never user input.
-#define LLMHPC_CHECK(cond, what)                                              \
-  do {                                                                        \
-    if (!(cond)) ::llmhpc::fatal(__FILE__, __LINE__, #cond, (what));          \
+#define LLMHPC_CHECK(cond, what)                                     \
+  do {                                                               \
+    if (!(cond)) ::llmhpc::fatal(__FILE__, __LINE__, #cond, (what)); \
   } while (0)
 
 // Return-code checks for C APIs: `ok` is the success test for the returned value `rc`.
-#define LLMHPC_CHECK_CALL(call, rc_type, ok, describe)                        \
-  do {                                                                        \
-    rc_type llmhpc_rc_ = (call);                                              \
-    if (!(ok)) ::llmhpc::fatal(__FILE__, __LINE__, #call, describe);          \
+#define LLMHPC_CHECK_CALL(call, rc_type, ok, describe)               \
+  do {                                                               \
+    rc_type llmhpc_rc_ = (call);                                     \
+    if (!(ok)) ::llmhpc::fatal(__FILE__, __LINE__, #call, describe); \
   } while (0)
 
-#define MPI_CHECK(call) \
-  LLMHPC_CHECK_CALL(call, int, llmhpc_rc_ == MPI_SUCCESS, ::llmhpc::mpi_error_string(llmhpc_rc_))
+#define MPI_CHECK(call) LLMHPC_CHECK_CALL(call, int, llmhpc_rc_ == MPI_SUCCESS, ::llmhpc::mpi_error_string(llmhpc_rc_))
 
 namespace llmhpc {
 std::string mpi_error_string(int rc);

@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdarg>
 #include <cstdio>
 #include <vector>
@@ -51,6 +52,31 @@ int64_t Runtime::reduce_all(int64_t mine, HostReduce op) const {
   int64_t out = 0;
   MPI_CHECK(MPI_Allreduce(&mine, &out, 1, MPI_INT64_T, mpi_op(op), MPI_COMM_WORLD));
   return out;
+}
+
+void Runtime::gather_to_root(const std::vector<float>& mine,
+                             const std::function<void(int, const std::vector<float>&)>& take) const {
+  // Point to point in pieces of at most 2^28 floats: MPI counts are ints.
+  constexpr size_t kPiece = size_t(1) << 28;
+  const int tag = 7411;
+  if (!is_root()) {
+    const int64_t n = int64_t(mine.size());
+    MPI_CHECK(MPI_Send(&n, 1, MPI_INT64_T, 0, tag, MPI_COMM_WORLD));
+    for (size_t at = 0; at < mine.size(); at += kPiece)
+      MPI_CHECK(MPI_Send(mine.data() + at, int(std::min(kPiece, mine.size() - at)), MPI_FLOAT, 0, tag, MPI_COMM_WORLD));
+    return;
+  }
+  take(0, mine);
+  std::vector<float> theirs;
+  for (int r = 1; r < world_size; ++r) {
+    int64_t n = 0;
+    MPI_CHECK(MPI_Recv(&n, 1, MPI_INT64_T, r, tag, MPI_COMM_WORLD, MPI_STATUS_IGNORE));
+    theirs.resize(size_t(n));
+    for (size_t at = 0; at < theirs.size(); at += kPiece)
+      MPI_CHECK(MPI_Recv(theirs.data() + at, int(std::min(kPiece, theirs.size() - at)), MPI_FLOAT, r, tag,
+                         MPI_COMM_WORLD, MPI_STATUS_IGNORE));
+    take(r, theirs);
+  }
 }
 
 void agree_or_exit(const Runtime& rt, const std::string& local_error, int code) {

@@ -3,6 +3,7 @@
 #include <mpi.h>
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -15,7 +16,7 @@ enum class HostReduce { Sum, Min, Max };
 struct Runtime {
   int rank = 0;
   int world_size = 1;
-  int local_rank = 0;   // rank among the ranks of this node (MPI_COMM_TYPE_SHARED)
+  int local_rank = 0;  // rank among the ranks of this node (MPI_COMM_TYPE_SHARED)
   int local_size = 1;
   std::string hostname;
   MPI_Comm node_comm = MPI_COMM_NULL;
@@ -28,6 +29,11 @@ struct Runtime {
   std::vector<double> reduce_all(const std::vector<double>& mine, HostReduce op) const;
   double reduce_all(double mine, HostReduce op) const;
   int64_t reduce_all(int64_t mine, HostReduce op) const;
+  // Every rank's `mine` (any lengths) to rank 0, which gets them one at a time in rank order
+  // through `take` (rank, values), so it never holds more than one rank's besides its own;
+  // `take` runs on rank 0 only. What a sharded optimizer's state takes to one file.
+  void gather_to_root(const std::vector<float>& mine,
+                      const std::function<void(int rank, const std::vector<float>& values)>& take) const;
 
   // MPI_Init_thread (FUNNELED), ranks, node-local rank; registers rank and host for fatal().
   static Runtime init(int* argc, char*** argv);

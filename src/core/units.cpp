@@ -53,9 +53,12 @@ uint64_t parse_size(const std::string& raw, const std::string& option) {
 }
 
 std::string format_size(uint64_t bytes) {
-  struct U { uint64_t scale; const char* name; };
+  struct U {
+    uint64_t scale;
+    const char* name;
+  };
   const U units[] = {{1ull << 40, "TiB"}, {1000000000000ull, "TB"}, {1ull << 30, "GiB"}, {1000000000ull, "GB"},
-                     {1ull << 20, "MiB"}, {1000000ull, "MB"},        {1ull << 10, "KiB"}, {1000ull, "KB"}};
+                     {1ull << 20, "MiB"}, {1000000ull, "MB"},       {1ull << 10, "KiB"}, {1000ull, "KB"}};
   for (const U& u : units)
     if (bytes >= u.scale && bytes % u.scale == 0) return std::to_string(bytes / u.scale) + u.name;
   return std::to_string(bytes) + "B";

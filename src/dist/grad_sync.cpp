@@ -1,11 +1,30 @@
 #include "src/dist/grad_sync.h"
 
+#include <algorithm>
+
 #include "src/core/check.h"
 #include "src/core/units.h"
 #include "src/dist/reducer.h"
+#include "src/dist/shard_sync.h"
 #include "src/model/params.h"
 
 namespace llmhpc {
+namespace {
+
+// The choice `text` names among `all`; throws UsageError naming --option and the choices.
+template <class Choice>
+Choice parse_choice(const std::string& text, const std::vector<Choice>& all, const char* (*name)(Choice),
+                    const std::string& option) {
+  std::vector<std::string> names;
+  for (Choice c : all) {
+    if (text == name(c)) return c;
+    names.push_back(name(c));
+  }
+  require_choice(text, names, option);  // throws: text is none of them
+  LLMHPC_FATAL("unreachable");
+}
+
+}  // namespace
 
 const std::vector<SyncStrategy>& all_sync_strategies() {
   static const std::vector<SyncStrategy> all = {SyncStrategy::None, SyncStrategy::Naive, SyncStrategy::Flat,
@@ -25,34 +44,79 @@ const char* sync_strategy_name(SyncStrategy s) {
 }
 
 SyncStrategy parse_sync_strategy(const std::string& text) {
-  std::vector<std::string> names;
-  for (SyncStrategy s : all_sync_strategies()) {
-    if (text == sync_strategy_name(s)) return s;
-    names.push_back(sync_strategy_name(s));
-  }
-  require_choice(text, names, "ddp");  // throws: text is none of them
-  LLMHPC_FATAL("unreachable");
+  return parse_choice(text, all_sync_strategies(), sync_strategy_name, "ddp");
 }
 
-// Each strategy is a plan (which ranges one collective covers) and a time to issue them.
-std::unique_ptr<GradientSync> make_gradient_sync(SyncStrategy strategy, Communicator& comm, Tensor flat_grads,
-                                                 std::vector<ParamSpan> params, double bucket_mb) {
-  for (const ParamSpan& p : params)
-    LLMHPC_CHECK(p.end <= flat_grads.numel(), "parameter " + p.name + " lies beyond the gradient buffer");
-  switch (strategy) {
-    case SyncStrategy::None:
-      return make_reducer(strategy, comm, flat_grads, {}, IssueTime::AfterBackward);
-    case SyncStrategy::Naive:
-      return make_reducer(strategy, comm, flat_grads, plan_per_tensor(params), IssueTime::AfterBackward);
-    case SyncStrategy::Flat:
-      return make_reducer(strategy, comm, flat_grads, plan_flat(params), IssueTime::AfterBackward);
-    case SyncStrategy::Overlap:
-      return make_reducer(strategy, comm, flat_grads, plan_per_tensor(params), IssueTime::WhenReady);
-    case SyncStrategy::Bucketed:
-      return make_reducer(strategy, comm, flat_grads, plan_buckets(params, dtype_size(flat_grads.dtype), bucket_mb),
-                          IssueTime::WhenReady);
+const std::vector<Sharding>& all_shardings() {
+  static const std::vector<Sharding> all = {Sharding::None, Sharding::Broadcast, Sharding::Zero1};
+  return all;
+}
+
+const char* sharding_name(Sharding s) {
+  switch (s) {
+    case Sharding::None: return "none";
+    case Sharding::Broadcast: return "broadcast";
+    case Sharding::Zero1: return "zero1";
   }
-  LLMHPC_FATAL("unknown SyncStrategy");
+  LLMHPC_FATAL("unknown Sharding");
+}
+
+Sharding parse_sharding(const std::string& text) {
+  return parse_choice(text, all_shardings(), sharding_name, "shard-optimizer");
+}
+
+std::vector<FlatRange> SyncPlan::owned(int rank) const {
+  if (sharding == Sharding::None) return {{0, parameters}};
+  std::vector<FlatRange> out;
+  for (size_t g = 0; g < shard_groups.size(); ++g) out.push_back(shard(g, rank));
+  return out;
+}
+
+void require_reduced_gradients(SyncStrategy strategy, Sharding sharding) {
+  if (sharding != Sharding::None && strategy == SyncStrategy::None)
+    throw UsageError(std::string("--shard-optimizer ") + sharding_name(sharding) +
+                     " needs the gradients reduced over the ranks: choose --ddp naive, flat, overlap or bucketed, "
+                     "not none");
+}
+
+// Each strategy is a plan (which ranges one collective covers) and a time to issue them;
+// sharding adds who owns what, and zero1 re-cuts the ranges so they divide among the ranks.
+SyncPlan plan_sync(SyncStrategy strategy, Sharding sharding, const std::vector<ParamSpan>& params, size_t element_bytes,
+                   double bucket_mb, int ranks) {
+  LLMHPC_CHECK(ranks >= 1, "a plan for no ranks");
+  require_reduced_gradients(strategy, sharding);
+  SyncPlan plan;
+  plan.strategy = strategy;
+  plan.sharding = sharding;
+  plan.ranks = ranks;
+  for (const ParamSpan& p : params) plan.parameters = std::max(plan.parameters, p.end);
+  plan.flat_elements = plan.parameters;
+  switch (strategy) {
+    case SyncStrategy::None: break;
+    case SyncStrategy::Naive:
+    case SyncStrategy::Overlap: plan.buckets = plan_per_tensor(params); break;
+    case SyncStrategy::Flat: plan.buckets = plan_flat(params); break;
+    case SyncStrategy::Bucketed: plan.buckets = plan_buckets(params, element_bytes, bucket_mb); break;
+  }
+  plan.when_ready = strategy == SyncStrategy::Overlap || strategy == SyncStrategy::Bucketed;
+  if (sharding == Sharding::Broadcast) plan.shard_groups = {{0, plan.parameters}};
+  if (sharding == Sharding::Zero1) {
+    plan.flat_elements = round_up(plan.parameters, int64_t(ranks) * kShardAlignment);
+    plan.buckets = plan.shard_groups = plan_zero1_buckets(plan.buckets, plan.flat_elements, ranks);
+  }
+  return plan;
+}
+
+std::unique_ptr<GradientSync> make_gradient_sync(const SyncPlan& plan, Communicator& comm, Tensor flat_grads,
+                                                 Tensor flat_params) {
+  // Longer is fine: a model shared by several plans is padded for the one that needs most.
+  LLMHPC_CHECK(flat_grads.numel() >= plan.flat_elements, "the gradient buffer is shorter than the plan");
+  LLMHPC_CHECK(comm.size() == plan.ranks, "the plan was made for another number of ranks");
+  std::unique_ptr<GradientSync> gradients = make_reducer(plan, comm, flat_grads);
+  if (plan.sharding == Sharding::None) return gradients;
+  LLMHPC_CHECK(flat_params.numel() >= plan.flat_elements && flat_params.dtype == flat_grads.dtype,
+               "a sharded optimizer needs the flat parameters, as long as the plan, in the gradients' dtype");
+  return make_parameter_sharing(std::move(gradients), comm, flat_params);
 }
 
 std::vector<ParamSpan> param_spans(const ParameterLayout& layout) {

@@ -18,13 +18,40 @@
 // Every range is reduced in place in the one flat buffer: no copies in or out. Frozen
 // parameters (ParamSpan::trainable false) are in no range, except inside flat's.
 //
-// Every step:  sync.begin_step(); model.backward(&sync); sync.finish(); optimizer.step();
-// What the caller guarantees:
+// Optimizer state sharding (--shard-optimizer) splits the AdamW state among the ranks: each
+// rank's optimizer updates only the ranges it owns (SyncPlan::owned), and the listener's
+// parameter half (GradientListener::on_parameters_updated, finish_parameters) brings every
+// owner's updates to every rank, in place in the flat parameters.
+//
+//   none       every rank holds all of m and v and updates every parameter
+//   broadcast  the seeds' scheme: gradients all-reduced as the strategy does; each rank owns
+//              one range of the parameters (1/n, aligned) and broadcasts it once updated
+//   zero1      ZeRO stage 1: each of the strategy's ranges, re-cut so that it divides into n
+//              equal aligned parts (plan_zero1_buckets), is reduce-scattered (averaged) to its
+//              parts' owners when the strategy would all-reduce it; each rank owns its part of
+//              every bucket, and all-gathers it in place once updated. Reduce-scatter then
+//              all-gather moves what one all-reduce moves, and the all-gather of a bucket runs
+//              while the optimizer updates the next. It pads the flat buffers to a multiple
+//              of n x kShardAlignment elements (SyncPlan::flat_elements); the model's views
+//              stay where they are and the padding stays zero.
+//
+// Under both schemes each element is updated by exactly one rank, with AdamW's unchanged
+// per-element arithmetic on the same averaged gradient, and what travels is the fp32 master
+// weights; so each rank's weights are bitwise the unsharded optimizer's wherever the
+// gradients are (broadcast: always, the reduction is the strategy's own; zero1: when a
+// reduce-scatter sums in the all-reduce's order, as on 2 ranks). A bf16 weight copy is
+// refreshed locally from the fp32 weights (round to nearest even, as the fused AdamW writes
+// it): half the traffic of sending it too, and bitwise the owner's.
+//
+// Every step:  sync.begin_step(); model.backward(&sync); sync.finish();
+//              optimizer.step(&sync); if (sync.finish_parameters()) model.parameters_changed();
+// (run_step in src/model/train_step.h). What the caller guarantees:
 //  - Every rank reports the same ranges in the same order (the model's backward does: what
 //    it reports does not depend on the data), so every rank issues the same collectives in
 //    the same order. A trainable tensor that backward never reports is reduced by finish()
 //    with whatever its gradient holds, on every rank: no hang (PyTorch needs
 //    find_unused_parameters for that), and ranks never diverge.
+//  - The optimizer reports its updated ranges in the order of SyncPlan::owned (AdamW does).
 //  - Gradient accumulation over micro-batches: only the last backward gets the sync; the
 //    earlier ones would add into gradients that are being reduced.
 //  - The gradient buffer is where the communicator works: host memory for mpi, this rank's
@@ -50,20 +77,65 @@ SyncStrategy parse_sync_strategy(const std::string& text);  // none | naive | fl
 const char* sync_strategy_name(SyncStrategy s);
 const std::vector<SyncStrategy>& all_sync_strategies();
 
+enum class Sharding { None, Broadcast, Zero1 };
+// Throws UsageError naming --shard-optimizer and listing the choices.
+Sharding parse_sharding(const std::string& text);  // none | broadcast | zero1
+const char* sharding_name(Sharding s);
+const std::vector<Sharding>& all_shardings();
+
+// What a data-parallel step communicates and who updates what: a pure function of the
+// parameters' places, the same on every rank (plan_sync), so the model can be built with the
+// buffer length, the optimizer with its ranges, and the sync with the plan.
+struct SyncPlan {
+  SyncStrategy strategy = SyncStrategy::None;
+  Sharding sharding = Sharding::None;
+  int ranks = 1;
+  int64_t parameters = 0;          // the elements backward reports: [0, parameters)
+  int64_t flat_elements = 0;       // the flat buffers' length: parameters, padded under zero1
+  std::vector<FlatRange> buckets;  // what one gradient collective covers, in issue order (reverse parameter order)
+  bool when_ready = false;         // issued as soon as backward finished it (overlap, bucketed); else after backward
+  // Ranges whose elements the ranks' optimizers share out, part r to rank r (shard_part):
+  // none: no range (every rank owns everything); broadcast: [0, parameters); zero1: the buckets.
+  std::vector<FlatRange> shard_groups;
+
+  FlatRange shard(size_t group, int rank) const { return shard_part(shard_groups[group], rank, ranks); }
+  // What `rank`'s optimizer updates: its part of every shard group, in their order (some may be
+  // empty); [0, parameters) when unsharded.
+  std::vector<FlatRange> owned(int rank) const;
+};
+
+// Throws UsageError (naming --shard-optimizer) unless the strategy reduces the gradients
+// when the optimizer is sharded: with none, no rank would see the others' gradients.
+void require_reduced_gradients(SyncStrategy strategy, Sharding sharding);
+
+// Throws what require_reduced_gradients and plan_buckets throw.
+SyncPlan plan_sync(SyncStrategy strategy, Sharding sharding, const std::vector<ParamSpan>& params, size_t element_bytes,
+                   double bucket_mb, int ranks);
+
 // What one step communicated (reset by begin_step()).
 struct SyncStats {
-  int64_t collectives = 0;       // all-reduces issued
-  int64_t bytes = 0;             // their payload (elements x element size), not the bus traffic
-  int64_t issued_in_finish = 0;  // of the collectives, those issued by finish() and not during backward
-  int64_t buckets = 0;           // ranges the strategy reduces per step: one per trainable tensor
-                                 // (naive, overlap), one (flat), the planned buckets (bucketed), 0 (none)
+  int64_t collectives = 0;        // gradient collectives issued: all-reduces, or zero1's reduce-scatters
+  int64_t bytes = 0;              // their payload: the buckets' elements x element size
+  int64_t issued_in_finish = 0;   // of the collectives, those issued by finish() and not during backward
+  int64_t buckets = 0;            // ranges the strategy reduces per step: one per trainable tensor
+                                  // (naive, overlap), one (flat), the planned buckets (bucketed), 0 (none);
+                                  // under zero1 those re-cut by plan_zero1_buckets
+  int64_t param_collectives = 0;  // sharded: the broadcasts or all-gathers that share updated parameters
+  int64_t param_bytes = 0;        // their payload: every shared element once
+  // Bytes each rank sends over the links for all of them, by nccl-tests' bus factors
+  // (all-reduce 2(n-1)/n, reduce-scatter and all-gather (n-1)/n, broadcast 1): what the
+  // seeds call communication volume, 2(n-1)/n of the buffer for DDP and for ZeRO-1 alike,
+  // one buffer more for broadcast.
+  int64_t bus_bytes = 0;
 };
 
 class GradientSync : public GradientListener {
  public:
-  virtual SyncStrategy strategy() const = 0;
+  virtual const SyncPlan& plan() const = 0;
+  SyncStrategy strategy() const { return plan().strategy; }
+  Sharding sharding() const { return plan().sharding; }
   // The ranges reduced each step, in reverse parameter order.
-  virtual const std::vector<GradRange>& buckets() const = 0;
+  const std::vector<FlatRange>& buckets() const { return plan().buckets; }
   // Before backward: a new step (what the last one reported is forgotten, stats restart).
   void begin_step() override = 0;
   // After backward: issues every reduction not issued yet, then makes the gradients'
@@ -73,10 +145,10 @@ class GradientSync : public GradientListener {
   virtual const SyncStats& stats() const = 0;
 };
 
-// `flat_grads` is the whole gradient buffer (its dtype is what is communicated); `params`
-// describes its tensors. bucket_mb (MiB, as PyTorch's bucket_cap_mb) matters for bucketed only.
-std::unique_ptr<GradientSync> make_gradient_sync(SyncStrategy strategy, Communicator& comm, Tensor flat_grads,
-                                                 std::vector<ParamSpan> params, double bucket_mb = 25);
+// `flat_grads` and `flat_params` are the whole flat buffers (at least plan.flat_elements each;
+// their dtype is what is communicated); the parameters are needed when the plan is sharded.
+std::unique_ptr<GradientSync> make_gradient_sync(const SyncPlan& plan, Communicator& comm, Tensor flat_grads,
+                                                 Tensor flat_params = Tensor());
 
 // The model's parameters as spans of its flat buffer, every one trainable.
 std::vector<ParamSpan> param_spans(const ParameterLayout& layout);

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <numeric>
 
+#include "comm/collectives.h"
 #include "src/core/check.h"
 #include "src/core/nvtx.h"
 
@@ -16,6 +17,12 @@ namespace {
 // power-of-two rank count in fp32 the division is exact, so the result is the rounded sum
 // scaled exactly.
 //
+// Under zero1 a bucket is reduce-scattered instead: the same average, and each rank gets the
+// part it owns (in place: rank r's part of bucket [b, e) is [b + r*s, b + (r+1)*s), s = (e-b)/n,
+// which is where reduce_scatter's in-place result lands). The rest of the bucket is left
+// undefined (the mpi backend computes in its first chunk), and nothing reads it: the
+// optimizer reads the gradients it owns only.
+//
 // Stream safety (nccl): the collectives run on the communicator's stream, ordered after the
 // compute work enqueued before them, and read and write the gradients in place. The caching
 // device allocator does not know streams, so nothing they touch may be freed or reused while
@@ -24,11 +31,18 @@ namespace {
 // (the optimizer, the next backward) touches them.
 class Reducer final : public GradientSync {
  public:
-  Reducer(SyncStrategy strategy, Communicator& comm, Tensor flat_grads, std::vector<GradRange> buckets, IssueTime when)
-      : strategy_(strategy), comm_(comm), grads_(flat_grads), buckets_(std::move(buckets)), when_(when),
-        by_begin_(buckets_.size()), ready_(buckets_.size()), issued_(buckets_.size()) {
-    for (const GradRange& b : buckets_)
+  Reducer(const SyncPlan& plan, Communicator& comm, Tensor flat_grads)
+      : plan_(plan), comm_(comm), grads_(flat_grads), buckets_(plan_.buckets),
+        collective_(plan.sharding == Sharding::Zero1 ? Collective::ReduceScatter : Collective::AllReduce),
+        by_begin_(buckets_.size()), ready_(buckets_.size()), expected_(buckets_.size()), issued_(buckets_.size()) {
+    for (size_t k = 0; k < buckets_.size(); ++k) {
+      const FlatRange& b = buckets_[k];
       LLMHPC_CHECK(0 <= b.begin && b.begin < b.end && b.end <= grads_.numel(), "bucket outside the gradient buffer");
+      LLMHPC_CHECK(collective_ != Collective::ReduceScatter || b.size() % plan_.ranks == 0,
+                   "a reduce-scattered bucket must divide among the ranks");
+      // Backward reports [0, parameters) only: zero1's padding is final from the start.
+      expected_[k] = std::max<int64_t>(0, std::min(b.end, plan_.parameters) - b.begin);
+    }
     std::iota(by_begin_.begin(), by_begin_.end(), size_t(0));
     std::sort(by_begin_.begin(), by_begin_.end(),
               [&](size_t a, size_t b) { return buckets_[a].begin < buckets_[b].begin; });
@@ -37,8 +51,7 @@ class Reducer final : public GradientSync {
     begin_step();
   }
 
-  SyncStrategy strategy() const override { return strategy_; }
-  const std::vector<GradRange>& buckets() const override { return buckets_; }
+  const SyncPlan& plan() const override { return plan_; }
   const SyncStats& stats() const override { return stats_; }
 
   void begin_step() override {
@@ -53,17 +66,17 @@ class Reducer final : public GradientSync {
   // any order, in pieces, and straddle buckets; a bucket whose count reaches its size is final.
   void on_gradients_ready(int64_t begin, int64_t end) override {
     LLMHPC_CHECK(0 <= begin && begin <= end && end <= grads_.numel(), "reported gradients outside the buffer");
-    if (when_ != IssueTime::WhenReady) return;
+    if (!plan_.when_ready) return;
     // The first bucket (by offset) that ends after `begin`, then on while buckets start before `end`.
-    auto it = std::partition_point(by_begin_.begin(), by_begin_.end(),
-                                   [&](size_t k) { return buckets_[k].end <= begin; });
+    auto it =
+        std::partition_point(by_begin_.begin(), by_begin_.end(), [&](size_t k) { return buckets_[k].end <= begin; });
     std::vector<size_t> complete;
     for (; it != by_begin_.end() && buckets_[*it].begin < end; ++it) {
       const size_t k = *it;
-      const GradRange& b = buckets_[k];
+      const FlatRange& b = buckets_[k];
       ready_[k] += std::min(end, b.end) - std::max(begin, b.begin);
-      LLMHPC_CHECK(ready_[k] <= b.size(), "gradients reported final twice in one step (begin_step() not called?)");
-      if (ready_[k] == b.size()) complete.push_back(k);
+      LLMHPC_CHECK(ready_[k] <= expected_[k], "gradients reported final twice in one step (begin_step() not called?)");
+      if (ready_[k] == expected_[k]) complete.push_back(k);
     }
     issue_together(complete, /*in_finish=*/false);
   }
@@ -73,17 +86,16 @@ class Reducer final : public GradientSync {
     std::vector<size_t> left;
     for (size_t k = 0; k < buckets_.size(); ++k)
       if (!issued_[k]) left.push_back(k);
-    if (when_ == IssueTime::AfterBackward)
+    if (!plan_.when_ready)
       for (size_t k : left) issue(k, /*in_finish=*/true);  // one collective after another, as the seeds' naive DDP
-    else
-      issue_together(left, /*in_finish=*/true);
+    else issue_together(left, /*in_finish=*/true);
     for (CommHandle& h : in_flight_) h.wait();
     in_flight_.clear();
   }
 
  private:
   // The collectives of ranges that became final at the same moment (the tensors of one layer,
-  // which backward reports at once) go out as one group: each is still its own all-reduce, but
+  // which backward reports at once) go out as one group: each is still its own collective, but
   // NCCL launches them together, so a layer's nine tensors pay one launch and one
   // synchronisation instead of nine (per-collective latency dominates small tensors).
   void issue_together(const std::vector<size_t>& ks, bool in_finish) {
@@ -93,26 +105,36 @@ class Reducer final : public GradientSync {
   }
 
   void issue(size_t k, bool in_finish) {
-    const GradRange& b = buckets_[k];
+    const FlatRange& b = buckets_[k];
     void* data = grads_.slice(b.begin, {b.size()}).data;
-    const size_t count = size_t(b.size());
-    if (when_ == IssueTime::AfterBackward)
-      comm_.all_reduce(data, data, count, grads_.dtype, ReduceOp::Average);
-    else
-      in_flight_.push_back(comm_.all_reduce_async(data, data, count, grads_.dtype, ReduceOp::Average));
+    const bool blocking = !plan_.when_ready;
+    if (collective_ == Collective::AllReduce) {
+      const size_t count = size_t(b.size());
+      if (blocking) comm_.all_reduce(data, data, count, grads_.dtype, ReduceOp::Average);
+      else in_flight_.push_back(comm_.all_reduce_async(data, data, count, grads_.dtype, ReduceOp::Average));
+    } else {
+      const FlatRange mine = plan_.shard(k, comm_.rank());  // the bucket is its own shard group
+      void* part = grads_.slice(mine.begin, {mine.size()}).data;
+      const size_t count = size_t(mine.size());
+      if (blocking) comm_.reduce_scatter(data, part, count, grads_.dtype, ReduceOp::Average);
+      else in_flight_.push_back(comm_.reduce_scatter_async(data, part, count, grads_.dtype, ReduceOp::Average));
+    }
     issued_[k] = true;
+    const int64_t bytes = b.size() * int64_t(dtype_size(grads_.dtype));
     ++stats_.collectives;
-    stats_.bytes += b.size() * int64_t(dtype_size(grads_.dtype));
+    stats_.bytes += bytes;
+    stats_.bus_bytes += int64_t(double(bytes) * bus_factor(collective_, plan_.ranks));
     if (in_finish) ++stats_.issued_in_finish;
   }
 
-  SyncStrategy strategy_;
+  SyncPlan plan_;
   Communicator& comm_;
   Tensor grads_;
-  std::vector<GradRange> buckets_;  // in issue order: reverse parameter order
-  IssueTime when_;
-  std::vector<size_t> by_begin_;  // bucket indices by ascending offset, to find those a range touches
-  std::vector<int64_t> ready_;    // elements reported final this step, per bucket
+  const std::vector<FlatRange>& buckets_;  // plan_'s, in issue order: reverse parameter order
+  Collective collective_;
+  std::vector<size_t> by_begin_;   // bucket indices by ascending offset, to find those a range touches
+  std::vector<int64_t> ready_;     // elements reported final this step, per bucket
+  std::vector<int64_t> expected_;  // elements backward reports, per bucket
   std::vector<bool> issued_;
   std::vector<CommHandle> in_flight_;
   SyncStats stats_;
@@ -120,9 +142,8 @@ class Reducer final : public GradientSync {
 
 }  // namespace
 
-std::unique_ptr<GradientSync> make_reducer(SyncStrategy strategy, Communicator& comm, Tensor flat_grads,
-                                           std::vector<GradRange> buckets, IssueTime when) {
-  return std::make_unique<Reducer>(strategy, comm, flat_grads, std::move(buckets), when);
+std::unique_ptr<GradientSync> make_reducer(const SyncPlan& plan, Communicator& comm, Tensor flat_grads) {
+  return std::make_unique<Reducer>(plan, comm, flat_grads);
 }
 
 }  // namespace llmhpc

@@ -327,12 +327,13 @@ std::vector<std::string> read_strings(hid_t loc, const std::string& name) {
 
 std::vector<std::string> list_children(hid_t loc) {
   std::vector<std::string> names;
-  H5_CHECK(H5Literate(loc, H5_INDEX_NAME, H5_ITER_INC, nullptr,
-                      [](hid_t, const char* name, const H5L_info_t*, void* out) -> herr_t {
-                        static_cast<std::vector<std::string>*>(out)->push_back(name);
-                        return 0;
-                      },
-                      &names));
+  H5_CHECK(H5Literate(
+      loc, H5_INDEX_NAME, H5_ITER_INC, nullptr,
+      [](hid_t, const char* name, const H5L_info_t*, void* out) -> herr_t {
+        static_cast<std::vector<std::string>*>(out)->push_back(name);
+        return 0;
+      },
+      &names));
   return names;
 }
 

@@ -70,8 +70,8 @@ RecordStream::State::~State() {
     const std::string status = "interrupted";
     write(&status, {});
   } catch (const std::exception& e) {  // a destructor must not throw; say what is lost instead
-    std::fprintf(stderr, "llmhpc: record '%s': %lld buffered rows lost and status left 'running': %s\n",
-                 group.c_str(), static_cast<long long>(buffered), e.what());
+    std::fprintf(stderr, "llmhpc: record '%s': %lld buffered rows lost and status left 'running': %s\n", group.c_str(),
+                 static_cast<long long>(buffered), e.what());
   }
 }
 
@@ -196,8 +196,7 @@ void Recorder::write(const Record& r) {
   create_once();
   h5::Handle f = h5::open_file(path_, h5::Mode::Append);
   h5::Handle g = new_record(f.id(), r.group, r.status, r.attrs);
-  for (const auto& [name, values] : r.series)
-    h5::write_dataset(g.id(), name, {int64_t(values.size())}, values.data());
+  for (const auto& [name, values] : r.series) h5::write_dataset(g.id(), name, {int64_t(values.size())}, values.data());
   for (const auto& [name, values] : r.int_series)
     h5::write_dataset(g.id(), name, {int64_t(values.size())}, values.data());
   for (const auto& [name, values] : r.string_series) h5::write_strings(g.id(), name, values);

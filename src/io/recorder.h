@@ -27,7 +27,7 @@
 namespace llmhpc {
 
 struct Record {
-  std::string group;         // e.g. "bench/small_T128_B4_fp32_naive"
+  std::string group;          // e.g. "bench/small_T128_B4_fp32_naive"
   std::string status = "ok";  // "ok", "oom", "error: ..."
   Attrs attrs;
   std::vector<std::pair<std::string, std::vector<double>>> series;

@@ -1,28 +1,52 @@
 #include "src/model/adamw.h"
 
+#include <algorithm>
+
 #include "src/core/nvtx.h"
 
 namespace llmhpc {
 
-AdamW::AdamW(TransformerLM& model, Ops& ops, const AdamWHyper& hyper, int64_t begin, int64_t end)
-    : model_(model), ops_(ops), hyper_(hyper), begin_(begin), end_(end < 0 ? model.layout().total() : end) {
-  LLMHPC_CHECK(0 <= begin_ && begin_ <= end_ && end_ <= model.layout().total(), "optimizer range");
-  Device& dev = model.device();
-  const DType pd = model.params().dtype;
-  m_ = Buffer(dev.allocator(), pd, {end_ - begin_}, "optimizer.m");
-  v_ = Buffer(dev.allocator(), pd, {end_ - begin_}, "optimizer.v");
-  dev.fill_zero(m_.tensor().data, m_.tensor().bytes());
-  dev.fill_zero(v_.tensor().data, v_.tensor().bytes());
+AdamW::AdamW(TransformerLM& model, Ops& ops, const AdamWHyper& hyper, std::vector<FlatRange> owned)
+    : model_(model), ops_(ops), hyper_(hyper), owned_(std::move(owned)) {
+  if (owned_.empty()) owned_ = {{0, model.layout().total()}};
+  std::vector<FlatRange> sorted = owned_;
+  std::sort(sorted.begin(), sorted.end(), [](const FlatRange& a, const FlatRange& b) { return a.begin < b.begin; });
+  for (size_t i = 0; i < sorted.size(); ++i) {
+    LLMHPC_CHECK(0 <= sorted[i].begin && sorted[i].begin <= sorted[i].end && sorted[i].end <= model.params().numel(),
+                 "optimizer range outside the flat parameters");
+    LLMHPC_CHECK(i == 0 || sorted[i - 1].end <= sorted[i].begin, "optimizer ranges overlap");
+  }
 }
 
-void AdamW::step() {
+void AdamW::allocate_state() {
+  if (has_state_) return;
+  const int64_t n = owned_elements();
+  if (n > 0) {  // an owner of nothing (a tiny model split among many ranks) keeps nothing
+    Device& dev = model_.device();
+    const DType pd = model_.params().dtype;
+    m_ = Buffer(dev.allocator(), pd, {n}, "optimizer.m");
+    v_ = Buffer(dev.allocator(), pd, {n}, "optimizer.v");
+    dev.fill_zero(m_.tensor().data, m_.tensor().bytes());
+    dev.fill_zero(v_.tensor().data, v_.tensor().bytes());
+  }
+  has_state_ = true;
+}
+
+void AdamW::step(GradientListener* listener) {
   NvtxRange range("optimizer");
+  allocate_state();
   ++step_;
-  const int64_t n = end_ - begin_;
-  if (n == 0) return;
-  Tensor lowp = model_.params_lowp();
-  ops_.adamw_step(model_.params().slice(begin_, {n}), model_.grads().slice(begin_, {n}), m_, v_,
-                  lowp.empty() ? Tensor() : lowp.slice(begin_, {n}), hyper_, step_);
+  const Tensor params = model_.params(), grads = model_.grads(), lowp = model_.params_lowp();
+  int64_t packed = 0;
+  for (const FlatRange& r : owned_) {
+    const int64_t n = r.size();
+    if (n > 0)
+      ops_.adamw_step(params.slice(r.begin, {n}), grads.slice(r.begin, {n}), m_.tensor().slice(packed, {n}),
+                      v_.tensor().slice(packed, {n}), lowp.empty() ? Tensor() : lowp.slice(r.begin, {n}), hyper_,
+                      step_);
+    packed += n;
+    if (listener) listener->on_parameters_updated(r.begin, r.end);
+  }
 }
 
 }  // namespace llmhpc

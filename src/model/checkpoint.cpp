@@ -59,10 +59,21 @@ void check_tensors(hid_t group, const std::string& where, const std::string& pat
 
 }  // namespace
 
+OptimizerState host_state(const AdamW& opt) {
+  OptimizerState s{opt.steps_taken(), opt.hyper(), opt.owned(), {}, {}};
+  if (opt.has_state() && opt.owned_elements() > 0) {
+    s.m = to_host_floats(opt.model().device(), opt.m());
+    s.v = to_host_floats(opt.model().device(), opt.v());
+  } else {
+    s.m.assign(size_t(opt.owned_elements()), 0.0f);
+    s.v = s.m;
+  }
+  return s;
+}
+
 CheckpointInfo inspect_checkpoint(const std::string& path) {
   h5::Handle f = h5::open_file(path, h5::Mode::Read);
-  if (!h5::exists(f.id(), "params"))
-    throw UsageError("'" + path + "' is not a checkpoint: it has no /params group");
+  if (!h5::exists(f.id(), "params")) throw UsageError("'" + path + "' is not a checkpoint: it has no /params group");
   CheckpointInfo info;
   bool all = true;
   for (const char* a : kConfigAttrs) all = all && h5::has_attr(f.id(), a);
@@ -81,7 +92,11 @@ CheckpointInfo inspect_checkpoint(const std::string& path) {
   return info;
 }
 
-void save_checkpoint(const std::string& path, TransformerLM& model, const AdamW* opt) {
+void save_checkpoint(const std::string& path, TransformerLM& model, const OptimizerState* state) {
+  const ParameterLayout& layout = model.layout();
+  LLMHPC_CHECK(!state || (state->owned == std::vector<FlatRange>{{0, layout.total()}} &&
+                          int64_t(state->m.size()) == layout.total() && int64_t(state->v.size()) == layout.total()),
+               "a checkpoint holds the whole model's optimizer state");
   h5::Handle f = h5::open_file(path, h5::Mode::Create);
   const ModelConfig& c = model.config();
   h5::write_attr(f.id(), "format", std::string("llmhpc-checkpoint"));
@@ -94,26 +109,24 @@ void save_checkpoint(const std::string& path, TransformerLM& model, const AdamW*
   h5::write_attr(f.id(), "rope_theta", c.rope_theta);
   Device& dev = model.device();
   h5::Handle params = h5::require_group(f.id(), "params");
-  const bool with_opt = opt && opt->begin() == 0 && opt->end() == model.layout().total();
   h5::Handle m, v;
-  if (with_opt) {
+  if (state) {
     h5::Handle g = h5::require_group(f.id(), "optimizer");
-    int64_t step = opt->steps_taken();
-    h5::write_dataset(g.id(), "step", {}, &step);
-    h5::write_attr(g.id(), "lr", opt->hyper().lr);
-    h5::write_attr(g.id(), "beta1", opt->hyper().beta1);
-    h5::write_attr(g.id(), "beta2", opt->hyper().beta2);
-    h5::write_attr(g.id(), "eps", opt->hyper().eps);
-    h5::write_attr(g.id(), "weight_decay", opt->hyper().weight_decay);
+    h5::write_dataset(g.id(), "step", {}, &state->step);
+    h5::write_attr(g.id(), "lr", state->hyper.lr);
+    h5::write_attr(g.id(), "beta1", state->hyper.beta1);
+    h5::write_attr(g.id(), "beta2", state->hyper.beta2);
+    h5::write_attr(g.id(), "eps", state->hyper.eps);
+    h5::write_attr(g.id(), "weight_decay", state->hyper.weight_decay);
     m = h5::require_group(g.id(), "m");
     v = h5::require_group(g.id(), "v");
   }
-  for (const ParamInfo& p : model.layout().params()) {
+  for (const ParamInfo& p : layout.params()) {
     std::vector<int64_t> dims(p.shape.dims.begin(), p.shape.dims.begin() + p.shape.ndim);
     h5::write_dataset(params.id(), p.name, dims, to_host_floats(dev, model.param(p.name)).data());
-    if (with_opt) {
-      h5::write_dataset(m.id(), p.name, dims, to_host_floats(dev, opt->m().slice(p.offset, p.shape)).data());
-      h5::write_dataset(v.id(), p.name, dims, to_host_floats(dev, opt->v().slice(p.offset, p.shape)).data());
+    if (state) {
+      h5::write_dataset(m.id(), p.name, dims, state->m.data() + p.offset);
+      h5::write_dataset(v.id(), p.name, dims, state->v.data() + p.offset);
     }
   }
   h5::flush(f);
@@ -135,7 +148,7 @@ void load_checkpoint(const std::string& path, TransformerLM& model, AdamW* opt) 
   check_checkpoint_fits(path, layout);
   h5::Handle f = h5::open_file(path, h5::Mode::Read);
   h5::Handle params = h5::open_group(f.id(), "params");
-  const bool with_opt = opt && h5::exists(f.id(), "optimizer/m") && opt->begin() == 0 && opt->end() == layout.total();
+  const bool with_opt = opt && h5::exists(f.id(), "optimizer/m");
   h5::Handle m, v;
   if (with_opt) {
     m = h5::open_group(f.id(), "optimizer/m");
@@ -143,13 +156,23 @@ void load_checkpoint(const std::string& path, TransformerLM& model, AdamW* opt) 
     std::vector<int64_t> step = h5::read_ints(f.id(), "optimizer/step");
     if (step.size() != 1 || step[0] < 0) throw UsageError("checkpoint '" + path + "': bad /optimizer/step");
     opt->set_steps_taken(step[0]);
+    opt->allocate_state();
   }
   Device& dev = model.device();
   for (const ParamInfo& p : layout.params()) {
     from_host_floats(dev, model.param(p.name), h5::read_floats(params.id(), p.name));
-    if (with_opt) {
-      from_host_floats(dev, opt->m().slice(p.offset, p.shape), h5::read_floats(m.id(), p.name));
-      from_host_floats(dev, opt->v().slice(p.offset, p.shape), h5::read_floats(v.id(), p.name));
+    if (!with_opt) continue;
+    // The pieces of this tensor the optimizer owns, from the whole tensor in the file.
+    const FlatRange tensor{p.offset, p.offset + p.shape.numel()};
+    const std::vector<PackedPiece> pieces = packed_pieces(opt->owned(), tensor);
+    if (pieces.empty()) continue;
+    const std::vector<float> m_all = h5::read_floats(m.id(), p.name), v_all = h5::read_floats(v.id(), p.name);
+    for (const PackedPiece& piece : pieces) {
+      const int64_t from = piece.flat.begin - p.offset, n = piece.flat.size();
+      from_host_floats(dev, opt->m().slice(piece.packed_offset, {n}),
+                       std::vector<float>(m_all.begin() + from, m_all.begin() + from + n));
+      from_host_floats(dev, opt->v().slice(piece.packed_offset, {n}),
+                       std::vector<float>(v_all.begin() + from, v_all.begin() + from + n));
     }
   }
   model.parameters_changed();

@@ -1,15 +1,32 @@
 // Checkpoints (SPEC "Checkpoint and data formats"): one HDF5 file; /params holds one fp32
 // dataset per tensor named as the reference PyTorch model names it; /optimizer holds
 // step, m/<name>, v/<name>; the model config is in root attributes.
+//
+// The file always holds the whole model's optimizer state, whoever owned it: a sharded run
+// gathers it to the rank that writes (src/modes/data_parallel.h), and a load fills whatever
+// ranges the loading optimizer owns, so any checkpoint starts any sharding on any ranks.
 #pragma once
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "src/model/adamw.h"
 #include "src/model/config.h"
 #include "src/model/transformer.h"
 
 namespace llmhpc {
+
+// An optimizer's state on the host, fp32: step, hyperparameters, and m and v of the `owned`
+// ranges packed in their order (for the whole model, owned is [0, parameters) and m and v
+// are in the flat layout).
+struct OptimizerState {
+  int64_t step = 0;
+  AdamWHyper hyper;
+  std::vector<FlatRange> owned;
+  std::vector<float> m, v;
+};
+// The optimizer's own state (its owned ranges; zeros before its first step).
+OptimizerState host_state(const AdamW& opt);
 
 struct CheckpointInfo {
   std::optional<ModelConfig> config;  // from the root attributes, when they are all there
@@ -23,11 +40,12 @@ CheckpointInfo inspect_checkpoint(const std::string& path);
 // their shapes (and, if present, matching optimizer state).
 void check_checkpoint_fits(const std::string& path, const ParameterLayout& layout);
 
-// Writes parameters (and the optimizer state when `opt` is given and covers the model).
-void save_checkpoint(const std::string& path, TransformerLM& model, const AdamW* opt);
+// Writes the parameters, and `state` when given (the whole model's: owned [0, parameters)).
+void save_checkpoint(const std::string& path, TransformerLM& model, const OptimizerState* state);
 
-// Loads parameters into `model`, and optimizer state into `opt` when both are present.
-// Throws UsageError naming the first tensor that is missing, extra or misshapen.
+// Loads the parameters into `model`, and when the file has optimizer state and `opt` is
+// given, its step and the state of the ranges `opt` owns (allocating opt's state). Throws
+// UsageError naming the first tensor that is missing, extra or misshapen.
 void load_checkpoint(const std::string& path, TransformerLM& model, AdamW* opt);
 
 }  // namespace llmhpc

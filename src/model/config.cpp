@@ -7,8 +7,8 @@ namespace llmhpc {
 
 const std::vector<ModelPreset>& model_presets() {
   static const std::vector<ModelPreset> presets = {
-      {"tiny", 512, 1344, 4, 16},     {"small", 768, 3072, 12, 12}, {"medium", 1024, 4096, 24, 16},
-      {"large", 1280, 5120, 36, 20},  {"xl", 1600, 6400, 48, 25},   {"2.7B", 2560, 10240, 32, 32},
+      {"tiny", 512, 1344, 4, 16},    {"small", 768, 3072, 12, 12}, {"medium", 1024, 4096, 24, 16},
+      {"large", 1280, 5120, 36, 20}, {"xl", 1600, 6400, 48, 25},   {"2.7B", 2560, 10240, 32, 32},
   };
   return presets;
 }

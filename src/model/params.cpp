@@ -1,13 +1,32 @@
 #include "src/model/params.h"
 
+#include <algorithm>
+
 #include "src/core/check.h"
 
 namespace llmhpc {
 
+std::vector<PackedPiece> packed_pieces(const std::vector<FlatRange>& ranges, FlatRange within) {
+  std::vector<PackedPiece> pieces;
+  int64_t packed = 0;
+  for (const FlatRange& r : ranges) {
+    const int64_t begin = std::max(r.begin, within.begin), end = std::min(r.end, within.end);
+    if (begin < end) pieces.push_back({{begin, end}, packed + begin - r.begin});
+    packed += r.size();
+  }
+  return pieces;
+}
+
+int64_t packed_size(const std::vector<FlatRange>& ranges) {
+  int64_t n = 0;
+  for (const FlatRange& r : ranges) n += r.size();
+  return n;
+}
+
 const std::vector<std::string>& layer_param_names() {
-  static const std::vector<std::string> names = {
-      "ln1.weight",     "attn.q_proj.weight", "attn.k_proj.weight", "attn.v_proj.weight", "attn.output_proj.weight",
-      "ln2.weight",     "ffn.w1.weight",      "ffn.w3.weight",      "ffn.w2.weight"};
+  static const std::vector<std::string> names = {"ln1.weight",         "attn.q_proj.weight",      "attn.k_proj.weight",
+                                                 "attn.v_proj.weight", "attn.output_proj.weight", "ln2.weight",
+                                                 "ffn.w1.weight",      "ffn.w3.weight",           "ffn.w2.weight"};
   return names;
 }
 

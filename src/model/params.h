@@ -1,6 +1,6 @@
 // Where every parameter lives: one flat buffer, with named views in the order of the
 // reference PyTorch model. The same layout serves gradients, optimizer state, flat
-// all-reduce, buckets and optimizer shards.
+// all-reduce, buckets and optimizer shards, all of which are ranges of it (FlatRange).
 //
 // Within a layer, q/k/v are adjacent and form one (3d, d) matrix, and w1/w3 form one
 // (2 d_ff, d) matrix, so each pair or triple is one GEMM. Layers are contiguous and in
@@ -16,12 +16,31 @@
 
 namespace llmhpc {
 
+// Elements [begin, end) of the flat buffer: a tensor, a gradient bucket, an optimizer shard.
+struct FlatRange {
+  int64_t begin = 0, end = 0;
+  int64_t size() const { return end - begin; }
+  bool operator==(const FlatRange& o) const { return begin == o.begin && end == o.end; }
+};
+
+// State kept for some ranges only (a sharded optimizer's m and v) is packed: the ranges'
+// elements one after another, in the order of the list. A piece is where flat elements sit
+// in that packed copy.
+struct PackedPiece {
+  FlatRange flat;
+  int64_t packed_offset;  // of flat.begin
+};
+// The pieces of `within` that the ranges hold, one per range it meets, in the ranges' order.
+std::vector<PackedPiece> packed_pieces(const std::vector<FlatRange>& ranges, FlatRange within);
+// Elements the ranges hold (the packed length).
+int64_t packed_size(const std::vector<FlatRange>& ranges);
+
 struct ParamInfo {
   std::string name;  // as the reference PyTorch model names it: "layers.0.attn.q_proj.weight"
   Shape shape;
-  int64_t offset;    // in elements, into the flat buffer
-  int layer;         // -1 for embedding, final norm and head
-  bool is_matrix;    // linear weights: truncated-normal init; embedding std 1; norms 1
+  int64_t offset;  // in elements, into the flat buffer
+  int layer;       // -1 for embedding, final norm and head
+  bool is_matrix;  // linear weights: truncated-normal init; embedding std 1; norms 1
 };
 
 class ParameterLayout {

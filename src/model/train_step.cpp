@@ -13,6 +13,20 @@ const char* phase_name(Phase p) {
   return p == Phase::Forward ? "forward" : p == Phase::ForwardBackward ? "forward-backward" : "train-step";
 }
 
+const std::vector<TagCategory>& model_memory_categories() {
+  // The tags of transformer.cpp and adamw.cpp.
+  static const std::vector<TagCategory> categories = {{"params", {"params"}},
+                                                      {"grads", {"grads"}},
+                                                      {"optimizer", {"optimizer."}},
+                                                      {"activations", {"activations.", "batch."}},
+                                                      {"scratch", {"gradients."}}};
+  return categories;
+}
+
+MemoryBreakdown model_memory(const TracingAllocator& allocator) {
+  return allocator.live_by_category(model_memory_categories());
+}
+
 StepTimes run_step(TransformerLM& model, AdamW* opt, Phase phase, Timer& timer, GradientListener* listener) {
   LLMHPC_CHECK(phase != Phase::TrainStep || opt != nullptr, "train-step needs an optimizer");
   LLMHPC_CHECK(timer.marks() >= kStepMarks, "run_step needs a timer of kStepMarks marks");
@@ -31,15 +45,20 @@ StepTimes run_step(TransformerLM& model, AdamW* opt, Phase phase, Timer& timer, 
     }
   }
   if (phase == Phase::TrainStep) {
-    t.live_bytes_before_optimizer = model.device().allocator().live_bytes();
-    opt->step();
-    timer.mark(4);
+    t.memory_before_optimizer = model_memory(model.device().allocator());
+    opt->step(listener);
+    timer.mark(last = 4);
+    if (listener) {
+      if (listener->finish_parameters()) model.parameters_changed();
+      timer.mark(last = 5);
+    }
   }
-  t.step_ms = timer.elapsed_ms(0, phase == Phase::TrainStep ? 4 : last);  // waits for the device
+  t.step_ms = timer.elapsed_ms(0, last);  // waits for the device
   t.forward_ms = timer.elapsed_ms(0, 1);
   if (phase != Phase::Forward) t.backward_ms = timer.elapsed_ms(1, 2);
   if (listener && phase != Phase::Forward) t.sync_ms = timer.elapsed_ms(2, 3);
   if (phase == Phase::TrainStep) t.optimizer_ms = timer.elapsed_ms(listener ? 3 : 2, 4);
+  if (listener && phase == Phase::TrainStep) t.param_sync_ms = timer.elapsed_ms(4, 5);
   return t;
 }
 

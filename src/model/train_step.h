@@ -1,5 +1,6 @@
 // One timed step: forward, then backward, then the optimizer, each phase
 // bracketed by device events. The step waits for the device once, at its end.
+// And what the step's memory is for, read off the allocator's tags.
 #pragma once
 #include <cmath>
 #include <string>
@@ -14,21 +15,33 @@ enum class Phase { Forward, ForwardBackward, TrainStep };
 Phase parse_phase(const std::string& text);  // forward | forward-backward | train-step
 const char* phase_name(Phase p);
 
+// The model's memory by what it is for (TracingAllocator::live_by_category): params (fp32
+// weights, the bf16 copy or cast windows), grads, optimizer (AdamW's m and v), activations
+// (what forward keeps for backward, and the batch), scratch (backward's temporaries), and
+// "other" (workspaces of the kernels).
+const std::vector<TagCategory>& model_memory_categories();
+MemoryBreakdown model_memory(const TracingAllocator& allocator);
+
 struct StepTimes {
   double forward_ms = NAN, backward_ms = NAN, optimizer_ms = NAN, step_ms = NAN;
   // With a listener (data parallelism): from the end of backward until its finish() let the
   // compute stream go on, i.e. the communication backward did not hide, as compute sees it.
   double sync_ms = NAN;
-  int64_t live_bytes_before_optimizer = -1;  // the device allocator's live bytes (train-step)
+  // With a listener, train-step: from the end of the optimizer until finish_parameters() let
+  // the compute stream go on (every owner's parameters arrived and the bf16 copy is fresh);
+  // about 0 unless the optimizer is sharded.
+  double param_sync_ms = NAN;
+  MemoryBreakdown memory_before_optimizer;  // the device allocator's live bytes (train-step)
 };
 
-// The marks a step's timer needs: start, forward, backward, gradients final, optimizer.
-constexpr int kStepMarks = 5;
+// The marks a step's timer needs: start, forward, backward, gradients final, optimizer,
+// parameters shared.
+constexpr int kStepMarks = 6;
 
 // One step; `timer` (of the model's device) needs kStepMarks marks. `opt` may be null unless
-// phase is TrainStep. `listener` hears backward (GradientListener's step protocol).
-StepTimes run_step(TransformerLM& model, AdamW* opt, Phase phase, Timer& timer,
-                   GradientListener* listener = nullptr);
+// phase is TrainStep. `listener` hears backward and the optimizer (GradientListener's step
+// protocol).
+StepTimes run_step(TransformerLM& model, AdamW* opt, Phase phase, Timer& timer, GradientListener* listener = nullptr);
 
 // Model FLOPs of one forward+backward: 6 * (matmul params) * tokens + 12 * L * d * T * tokens
 // (PaLM's count; attention counted without the causal saving).

@@ -35,14 +35,14 @@ const char* attention_name(AttentionKind k) { return k == AttentionKind::Flash ?
 // What forward keeps for backward, per layer, plus the backward scratch (shared by layers).
 struct TransformerLM::Activations {
   struct Layer {
-    Buffer resid;                 // (B,T,C) param dtype: the layer's input
-    Buffer ln1_rstd;              // (B*T): the norm of the layer input (its output is recomputed)
-    Buffer qkv;                   // (B,T,3C) compute, after RoPE
-    Buffer attn_saved;            // probabilities or logsumexp
-    Buffer attn_out;              // (B,T,C) compute
-    Buffer resid_mid;             // (B,T,C) param dtype: after the attention residual
-    Buffer ln2_rstd;              // like ln1
-    Buffer h13;                   // (B,T,2F) compute: [W1 x | W3 x]
+    Buffer resid;       // (B,T,C) param dtype: the layer's input
+    Buffer ln1_rstd;    // (B*T): the norm of the layer input (its output is recomputed)
+    Buffer qkv;         // (B,T,3C) compute, after RoPE
+    Buffer attn_saved;  // probabilities or logsumexp
+    Buffer attn_out;    // (B,T,C) compute
+    Buffer resid_mid;   // (B,T,C) param dtype: after the attention residual
+    Buffer ln2_rstd;    // like ln1
+    Buffer h13;         // (B,T,2F) compute: [W1 x | W3 x]
   };
   std::vector<Layer> layers;
   Buffer resid_final, lnf_out, lnf_rstd, logits, losses;
@@ -54,21 +54,27 @@ struct TransformerLM::Activations {
   Buffer d_resid, d_branch, d_norm, d_qkv, d_attn, d_h13, d_gated;
 };
 
-TransformerLM::TransformerLM(const ModelConfig& config, Precision precision, AttentionKind attention,
-                             Device& device, Ops& ops, MemoryPlan memory)
+TransformerLM::TransformerLM(const ModelConfig& config, Precision precision, AttentionKind attention, Device& device,
+                             Ops& ops, MemoryPlan memory, int64_t flat_elements)
     : config_(config), layout_(config), precision_(precision), attention_(attention), device_(device), ops_(ops),
       memory_(memory) {
   config_.validate();
   Allocator& a = device_.allocator();
   const DType pd = param_dtype(precision_);
-  params_ = Buffer(a, pd, {layout_.total()}, "params");
-  grads_ = Buffer(a, pd, {layout_.total()}, "grads");
+  const int64_t total = layout_.total(), flat = flat_elements == 0 ? total : flat_elements;
+  LLMHPC_CHECK(flat >= total, "the flat buffers must hold every parameter");
+  params_ = Buffer(a, pd, {flat}, "params");
+  grads_ = Buffer(a, pd, {flat}, "grads");
+  for (const Buffer* b : {&params_, &grads_}) {  // the padding: zero, and nothing ever writes it
+    const Tensor padding = b->tensor().slice(total, {flat - total});
+    device_.fill_zero(padding.data, padding.bytes());
+  }
   if (casts_per_layer()) {
     const auto layer = layout_.layer_range(0);  // every layer has the same size
     layer_window_.buffer = Buffer(a, DType::BF16, {layer.second - layer.first}, "params.bf16.layer");
     head_window_.buffer = Buffer(a, DType::BF16, layout_.find("lm_head.weight").shape, "params.bf16.lm_head");
   } else if (precision_ == Precision::BF16) {
-    params_lowp_ = Buffer(a, DType::BF16, {layout_.total()}, "params.bf16");
+    params_lowp_ = Buffer(a, DType::BF16, {flat}, "params.bf16");
   }
 }
 
@@ -83,7 +89,8 @@ Tensor TransformerLM::compute_view(int64_t offset, Shape shape) const {
   if (!params_lowp_.empty()) return params_lowp_.tensor().slice(offset, shape);
   if (!casts_per_layer()) return params_.tensor().slice(offset, shape);
   for (const CastWindow* w : {&layer_window_, &head_window_})
-    if (offset >= w->begin && offset + shape.numel() <= w->end) return w->buffer.tensor().slice(offset - w->begin, shape);
+    if (offset >= w->begin && offset + shape.numel() <= w->end)
+      return w->buffer.tensor().slice(offset - w->begin, shape);
   LLMHPC_FATAL("weight at flat offset " + std::to_string(offset) + " used before its layer was cast to bf16");
 }
 
@@ -133,7 +140,8 @@ void TransformerLM::init_parameters(uint64_t seed) {
   for (size_t k = 0; k < layout_.params().size(); ++k) {
     const ParamInfo& p = layout_.params()[k];
     const Tensor dst = param(p.name);
-    if (dst.dtype == DType::F64) device_.copy_to_device(dst.data, initial_values<double>(p, seed, k).data(), dst.bytes());
+    if (dst.dtype == DType::F64)
+      device_.copy_to_device(dst.data, initial_values<double>(p, seed, k).data(), dst.bytes());
     else device_.copy_to_device(dst.data, initial_values<float>(p, seed, k).data(), dst.bytes());
   }
   parameters_changed();
@@ -177,8 +185,8 @@ void TransformerLM::ensure_activations(int64_t B, int64_t T) {
     L.resid = Buffer(a, pd, {B, T, C}, p + "resid");
     L.ln1_rstd = Buffer(a, sd, {N}, p + "ln1.rstd");
     L.qkv = Buffer(a, cd, {B, T, 3 * C}, p + "attn.qkv");
-    L.attn_saved = Buffer(a, saved.dtype, saved.shape,
-                          p + (attention_ == AttentionKind::Naive ? "attn.probs" : "attn.logsumexp"));
+    L.attn_saved =
+        Buffer(a, saved.dtype, saved.shape, p + (attention_ == AttentionKind::Naive ? "attn.probs" : "attn.logsumexp"));
     L.attn_out = Buffer(a, cd, {B, T, C}, p + "attn.out");
     L.resid_mid = Buffer(a, pd, {B, T, C}, p + "resid_mid");
     L.ln2_rstd = Buffer(a, sd, {N}, p + "ln2.rstd");
@@ -218,17 +226,15 @@ void TransformerLM::forward() {
     ops_.rope_forward(X.qkv, H, config_.rope_theta);
     ops_.attention_forward(X.attn_out, X.attn_saved, X.qkv, dims);
     ops_.linear_forward(A.branch_out, X.attn_out, weight(p + "attn.output_proj.weight"));
-    ops_.residual_rmsnorm_forward(X.resid_mid, A.norm_out, X.ln2_rstd, X.resid, A.branch_out,
-                                  param(p + "ln2.weight"));
+    ops_.residual_rmsnorm_forward(X.resid_mid, A.norm_out, X.ln2_rstd, X.resid, A.branch_out, param(p + "ln2.weight"));
     ops_.linear_forward(X.h13, A.norm_out, weight_rows(p + "ffn.w1.weight", 2 * F));
     ops_.swiglu_forward(A.gated, X.h13);
     ops_.linear_forward(A.branch_out, A.gated, weight(p + "ffn.w2.weight"));
     const bool last = l + 1 == L;
     const std::string next_norm = last ? "ln_final.weight" : "layers." + std::to_string(l + 1) + ".ln1.weight";
-    ops_.residual_rmsnorm_forward(last ? A.resid_final : A.layers[l + 1].resid,
-                                  last ? A.lnf_out.tensor() : A.norm_out.tensor(),
-                                  last ? A.lnf_rstd : A.layers[l + 1].ln1_rstd, X.resid_mid, A.branch_out,
-                                  param(next_norm));
+    ops_.residual_rmsnorm_forward(
+        last ? A.resid_final : A.layers[l + 1].resid, last ? A.lnf_out.tensor() : A.norm_out.tensor(),
+        last ? A.lnf_rstd : A.layers[l + 1].ln1_rstd, X.resid_mid, A.branch_out, param(next_norm));
   }
   if (casts_per_layer()) {
     const ParamInfo& head = layout_.find("lm_head.weight");
@@ -309,8 +315,8 @@ void TransformerLM::backward(GradientListener* listener, bool accumulate) {
     ops_.rmsnorm_forward(A.norm_out, X.ln2_rstd, X.resid_mid, param(p + "ln2.weight"));
     ops_.linear_backward(A.d_norm, grad_rows(p + "ffn.w1.weight", 2 * F), A.d_h13, A.norm_out,
                          weight_rows(p + "ffn.w1.weight", 2 * F), accumulate);
-    ops_.rmsnorm_backward(A.d_resid, grad(p + "ln2.weight"), A.d_norm, X.resid_mid, param(p + "ln2.weight"),
-                          X.ln2_rstd, accumulate);
+    ops_.rmsnorm_backward(A.d_resid, grad(p + "ln2.weight"), A.d_norm, X.resid_mid, param(p + "ln2.weight"), X.ln2_rstd,
+                          accumulate);
     // Attention branch.
     dy = as_compute(A.d_resid, A.d_branch);
     ops_.linear_backward(A.d_attn, grad(p + "attn.output_proj.weight"), dy, X.attn_out,

@@ -34,8 +34,13 @@ enum class MemoryPlan { Fast, LowMemory };
 
 class TransformerLM {
  public:
+  // `flat_elements`: the length of the flat buffers (parameters, gradients, bf16 copy), at
+  // least the parameter count (0: exactly that). ZeRO-1 asks for a few more, so that every
+  // reduce-scatter divides evenly among the ranks; the padding comes after every parameter,
+  // so no view moves, and it is zero and stays zero (no gradient is ever written there, and
+  // AdamW keeps a zero weight with a zero gradient at zero).
   TransformerLM(const ModelConfig& config, Precision precision, AttentionKind attention, Device& device, Ops& ops,
-                MemoryPlan memory = MemoryPlan::Fast);
+                MemoryPlan memory = MemoryPlan::Fast, int64_t flat_elements = 0);
   ~TransformerLM();
 
   const ModelConfig& config() const { return config_; }
@@ -43,7 +48,8 @@ class TransformerLM {
   Precision precision() const { return precision_; }
   Device& device() { return device_; }
 
-  Tensor params() const { return params_; }  // flat, param dtype
+  // The flat buffers, param dtype, padding included: layout().total() parameters, then zeros.
+  Tensor params() const { return params_; }
   Tensor grads() const { return grads_; }
   // The bf16 copy of all weights, which the optimizer keeps current; empty unless bf16 with
   // MemoryPlan::Fast.

@@ -78,17 +78,14 @@ std::vector<AttentionCase> sweep(const po::variables_map& vm) {
 void add_options(po::options_description& desc) {
   po::options_description a("Attention options (comma-separated lists sweep)");
   auto text = [](const char* def) { return po::value<std::string>()->default_value(def); };
-  a.add_options()
-      ("batch", text("8"), "batch size")
-      ("heads", text("1"), "attention heads")
-      ("head-dim", text("16,32,64,128"), "head dimension D")
-      ("seq", text("256,1024,4096"), "sequence length T")
-      ("causal", po::value<std::string>()->default_value("off")->implicit_value("on"),
-       "causal mask: on | off | on,off (--causal alone means on; give a list as --causal=on,off)")
-      ("precision", text("fp32"), "fp32 | bf16 (CUDA) | fp64 (CPU reference)")
-      ("impl", text("naive,flash"), "naive | flash")
-      ("warmup", text("5"), "untimed forward+backward iterations first (recorded apart)")
-      ("iters", text("20"), "timed forward+backward iterations");
+  a.add_options()("batch", text("8"), "batch size")("heads", text("1"), "attention heads")(
+      "head-dim", text("16,32,64,128"), "head dimension D")("seq", text("256,1024,4096"), "sequence length T")(
+      "causal", po::value<std::string>()->default_value("off")->implicit_value("on"),
+      "causal mask: on | off | on,off (--causal alone means on; give a list as --causal=on,off)")(
+      "precision", text("fp32"), "fp32 | bf16 (CUDA) | fp64 (CPU reference)")(
+      "impl", text("naive,flash"), "naive | flash")("warmup", text("5"),
+                                                    "untimed forward+backward iterations first (recorded apart)")(
+      "iters", text("20"), "timed forward+backward iterations");
   desc.add(a);
 }
 
@@ -173,10 +170,17 @@ void run(ModeContext& ctx) {
     const DType cd = compute_dtype(c.precision);
     Record rec;
     rec.group = "attention/" + c.label();
-    rec.attr("impl", std::string(attention_name(c.impl))).attr("precision", std::string(precision_name(c.precision)))
-        .attr("dtype", std::string(dtype_name(cd))).attr("batch", c.batch).attr("heads", c.heads)
-        .attr("head_dim", c.head_dim).attr("seq", c.seq).attr("causal", int64_t(c.causal ? 1 : 0))
-        .attr("warmup", warmup).attr("iters", iters).attr("flops_forward", c.flops_forward())
+    rec.attr("impl", std::string(attention_name(c.impl)))
+        .attr("precision", std::string(precision_name(c.precision)))
+        .attr("dtype", std::string(dtype_name(cd)))
+        .attr("batch", c.batch)
+        .attr("heads", c.heads)
+        .attr("head_dim", c.head_dim)
+        .attr("seq", c.seq)
+        .attr("causal", int64_t(c.causal ? 1 : 0))
+        .attr("warmup", warmup)
+        .attr("iters", iters)
+        .attr("flops_forward", c.flops_forward())
         .attr("flops_backward", 2.5 * c.flops_forward());
     Samples warm, timed;
     const int64_t live_before = alloc.live_bytes();
@@ -208,8 +212,8 @@ void run(ModeContext& ctx) {
     sweep.add_row({attention_name(c.impl), precision_name(c.precision), std::to_string(c.batch),
                    std::to_string(c.heads), std::to_string(c.head_dim), std::to_string(c.seq), c.causal ? "yes" : "no",
                    fmt(fwd, 3), fmt(bwd, 3), fmt(total, 3), tflops(c.flops_forward(), fwd),
-                   tflops(2.5 * c.flops_forward(), bwd), fmt(double(alloc.peak_bytes() - live_before) / (1024.0 * 1024.0), 1),
-                   status.column()});
+                   tflops(2.5 * c.flops_forward(), bwd),
+                   fmt(double(alloc.peak_bytes() - live_before) / (1024.0 * 1024.0), 1), status.column()});
   }
   sweep.print_summary("attention summary (median ms of " + std::to_string(iters) + " iterations, rank 0 of " +
                       std::to_string(ctx.rt.world_size) + "; raw times in " + ctx.out_dir + "):");

@@ -31,8 +31,8 @@ void run(ModeContext& ctx) {
   check_cases_run(ctx, cases);
 
   log_root(ctx.rt, "bench: %zu configuration(s), phase %s, %lld warm-up + %lld timed steps, %d rank(s) on %s%s\n",
-           cases.size(), phase_name(phase), (long long)warmup, (long long)steps, ctx.rt.world_size,
-           dev.name().c_str(), memory == MemoryPlan::LowMemory ? ", --low-memory" : "");
+           cases.size(), phase_name(phase), (long long)warmup, (long long)steps, ctx.rt.world_size, dev.name().c_str(),
+           memory == MemoryPlan::LowMemory ? ", --low-memory" : "");
   Sweep sweep(ctx, "bench", cases.size(),
               {"Model", "d_model", "d_ff", "layers", "heads", "ctx", "batch", "prec", "attn", "Fwd mean", "Fwd std",
                "Bwd mean", "Bwd std", "Opt mean", "Opt std", "Total", "status"});

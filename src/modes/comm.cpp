@@ -67,17 +67,17 @@ CommSettings settings(const po::variables_map& vm) {
 void add_options(po::options_description& desc) {
   po::options_description comm("Comm options");
   auto text = [](const char* def) { return po::value<std::string>()->default_value(def); };
-  comm.add_options()
-      ("collective", text("allreduce"), "allreduce | reducescatter | allgather | broadcast | all (a list runs each)")
-      ("size", text("1MB,10MB,100MB,1000MB"),
-       "message sizes, the largest buffer of the operation (B, KB, MB, GB, KiB, MiB, GiB; a list runs each)")
-      ("dtype", text("float"), "float | bf16 (a list runs each)")
-      ("op", text("sum"), "reduction of allreduce and reducescatter: sum | avg")
-      ("root", text("0"), "broadcast root rank")
-      ("inplace", text("both"), "no (out-of-place) | yes (in-place) | both")
-      ("warmup", text("5"), "untimed iterations before the timed ones (their times are recorded apart)")
-      ("iters", text("20"), "timed iterations per configuration")
-      ("check", po::bool_switch(), "check every result exactly on verifiable inputs, after a start-up sanity all-reduce");
+  comm.add_options()("collective", text("allreduce"),
+                     "allreduce | reducescatter | allgather | broadcast | all (a list runs each)")(
+      "size", text("1MB,10MB,100MB,1000MB"),
+      "message sizes, the largest buffer of the operation (B, KB, MB, GB, KiB, MiB, GiB; a list runs each)")(
+      "dtype", text("float"), "float | bf16 (a list runs each)")("op", text("sum"),
+                                                                 "reduction of allreduce and reducescatter: sum | avg")(
+      "root", text("0"), "broadcast root rank")("inplace", text("both"), "no (out-of-place) | yes (in-place) | both")(
+      "warmup", text("5"), "untimed iterations before the timed ones (their times are recorded apart)")(
+      "iters", text("20"), "timed iterations per configuration")(
+      "check", po::bool_switch(),
+      "check every result exactly on verifiable inputs, after a start-up sanity all-reduce");
   desc.add(comm);
 }
 
@@ -156,16 +156,17 @@ void run(ModeContext& ctx) {
         const CollectiveShape shape = collective_shape(c, requested, t, n);
         collective_check(rt, [&] {
           if (shape.count == 0)
-            throw UsageError("--size " + format_size(requested) + " holds no " + comm_dtype_name(t) + " element per rank for " +
-                             collective_name(c) + " on " + std::to_string(n) + " ranks");
+            throw UsageError("--size " + format_size(requested) + " holds no " + comm_dtype_name(t) +
+                             " element per rank for " + collective_name(c) + " on " + std::to_string(n) + " ranks");
         });
         const std::string size_label = format_size(requested);
         log_root(rt, "[%zu/%zu] %s %s %s (%zu B) ...", ++index, total, collective_name(c), comm_dtype_name(t),
                  size_label.c_str(), shape.bytes);
         const int root = c == Collective::Broadcast ? s.root : -1;
         const char* redop = is_reduction(c) ? reduce_op_name(s.op) : "none";
-        std::vector<std::string> row = {collective_name(c), std::to_string(shape.bytes), std::to_string(shape.count),
-                                        comm_dtype_name(t), redop, std::to_string(root)};
+        std::vector<std::string> row = {
+            collective_name(c),  std::to_string(shape.bytes), std::to_string(shape.count), comm_dtype_name(t), redop,
+            std::to_string(root)};
 
         Operation op{c, shape.count, t, s.op, s.root, Placement::OutOfPlace};
         // Buffers of the largest size the operation needs; every rank must have them.
@@ -185,12 +186,20 @@ void run(ModeContext& ctx) {
           Record rec;
           rec.group = std::string("comm/") + collective_name(c) + "_" + comm_dtype_name(t) + "_" + size_label + "_" +
                       placement_name(p);
-          rec.attr("collective", std::string(collective_name(c))).attr("backend", comm->backend_name())
-              .attr("dtype", std::string(comm_dtype_name(t))).attr("redop", std::string(redop)).attr("root", int64_t(root))
-              .attr("placement", std::string(placement_name(p))).attr("world_size", int64_t(n))
-              .attr("requested_bytes", int64_t(requested)).attr("bytes", int64_t(shape.bytes))
-              .attr("count", int64_t(shape.count)).attr("bus_factor", bus_factor(c, n))
-              .attr("warmup", s.warmup).attr("iters", s.iters).attr("check", int64_t(s.check ? 1 : 0));
+          rec.attr("collective", std::string(collective_name(c)))
+              .attr("backend", comm->backend_name())
+              .attr("dtype", std::string(comm_dtype_name(t)))
+              .attr("redop", std::string(redop))
+              .attr("root", int64_t(root))
+              .attr("placement", std::string(placement_name(p)))
+              .attr("world_size", int64_t(n))
+              .attr("requested_bytes", int64_t(requested))
+              .attr("bytes", int64_t(shape.bytes))
+              .attr("count", int64_t(shape.count))
+              .attr("bus_factor", bus_factor(c, n))
+              .attr("warmup", s.warmup)
+              .attr("iters", s.iters)
+              .attr("check", int64_t(s.check ? 1 : 0));
           if (!all_allocated) {
             rec.status = "oom";
             rec.attr("error", oom.empty() ? std::string("another rank ran out of memory") : oom);

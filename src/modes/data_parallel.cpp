@@ -1,25 +1,35 @@
 #include "src/modes/data_parallel.h"
 
+#include <algorithm>
+
 #include "src/core/units.h"
+#include "src/model/checkpoint.h"
 #include "src/modes/options.h"
 
 namespace llmhpc {
 
 void add_data_parallel_options(po::options_description& desc, bool sweep) {
   const std::string list = sweep ? " (a comma-separated list sweeps)" : "";
-  desc.add_options()
-      ("ddp", po::value<std::string>()->default_value(sweep ? "none,naive,flat,overlap,bucketed" : "auto"),
-       ("gradient synchronisation over ranks: none | naive | flat | overlap | bucketed | auto (bucketed on "
-        "several ranks, none on one)" + list + (sweep ? "; none: no communication, the compute-only baseline" : ""))
-           .c_str())
-      ("bucket-mb", po::value<std::string>()->default_value("25"),
-       ("bucketed: bucket capacity in MiB, as PyTorch's bucket_cap_mb (a real number > 0)" + list).c_str());
+  desc.add_options()(
+      "ddp", po::value<std::string>()->default_value(sweep ? "none,naive,flat,overlap,bucketed" : "auto"),
+      ("gradient synchronisation over ranks: none | naive | flat | overlap | bucketed | auto (bucketed on "
+       "several ranks or with --shard-optimizer, none otherwise)" +
+       list + (sweep ? "; none: no communication, the compute-only baseline" : ""))
+          .c_str())(
+      "bucket-mb", po::value<std::string>()->default_value("25"),
+      ("bucketed: bucket capacity in MiB, as PyTorch's bucket_cap_mb (a real number > 0)" + list).c_str())(
+      "shard-optimizer", po::value<std::string>()->default_value("none"),
+      ("optimizer state sharding: none | broadcast (each rank updates 1/n of the parameters and broadcasts "
+       "them: the seeds' scheme) | zero1 (ZeRO stage 1: gradients reduce-scattered, updated parameters "
+       "all-gathered); needs a --ddp other than none" +
+       list)
+          .c_str());
 }
 
-std::vector<SyncStrategy> sync_strategies(const po::variables_map& vm, int world_size) {
+std::vector<SyncStrategy> sync_strategies(const po::variables_map& vm, int world_size, bool sharded) {
   std::vector<SyncStrategy> out;
   for (const std::string& s : split_list(opt_string(vm, "ddp"), "ddp"))
-    out.push_back(s == "auto" ? (world_size > 1 ? SyncStrategy::Bucketed : SyncStrategy::None)
+    out.push_back(s == "auto" ? (world_size > 1 || sharded ? SyncStrategy::Bucketed : SyncStrategy::None)
                               : parse_sync_strategy(s));
   return out;
 }
@@ -28,10 +38,56 @@ std::vector<double> bucket_sizes_mb(const po::variables_map& vm) {
   std::vector<double> out;
   for (const std::string& s : split_list(opt_string(vm, "bucket-mb"), "bucket-mb")) {
     const double mb = parse_double(s, "bucket-mb");
-    if (!(mb > 0)) throw UsageError("--bucket-mb '" + s + "': must be a number of MiB greater than 0 (e.g. 25, or 0.05)");
+    if (!(mb > 0))
+      throw UsageError("--bucket-mb '" + s + "': must be a number of MiB greater than 0 (e.g. 25, or 0.05)");
     out.push_back(mb);
   }
   return out;
+}
+
+std::vector<Sharding> shardings(const po::variables_map& vm) {
+  std::vector<Sharding> out;
+  for (const std::string& s : split_list(opt_string(vm, "shard-optimizer"), "shard-optimizer"))
+    out.push_back(parse_sharding(s));
+  return out;
+}
+
+SyncPlan data_parallel_plan(SyncStrategy strategy, Sharding sharding, const ModelConfig& config, Precision precision,
+                            double bucket_mb, int ranks) {
+  return plan_sync(strategy, sharding, param_spans(ParameterLayout(config)), dtype_size(param_dtype(precision)),
+                   bucket_mb, ranks);
+}
+
+void save_checkpoint_from_ranks(const Runtime& rt, const std::string& path, TransformerLM& model, const AdamW& opt,
+                                const SyncPlan& plan) {
+  OptimizerState mine = host_state(opt);
+  if (plan.sharding == Sharding::None) {  // rank 0 holds all of it
+    if (rt.is_root()) save_checkpoint(path, model, &mine);
+  } else {
+    // Each rank sends m then v of what it owns; rank 0 places them by the sender's ranges.
+    std::vector<float> packed = std::move(mine.m);
+    packed.insert(packed.end(), mine.v.begin(), mine.v.end());
+    const int64_t total = model.layout().total();
+    OptimizerState whole{mine.step, mine.hyper, {{0, total}}, {}, {}};
+    if (rt.is_root()) whole.m.assign(size_t(total), 0.0f), whole.v.assign(size_t(total), 0.0f);
+    rt.gather_to_root(packed, [&](int rank, const std::vector<float>& theirs) {
+      const std::vector<FlatRange> owned = plan.owned(rank);
+      const int64_t n = packed_size(owned);
+      LLMHPC_CHECK(int64_t(theirs.size()) == 2 * n, "rank " + std::to_string(rank) + " sent a state of the wrong size");
+      for (const PackedPiece& piece : packed_pieces(owned, {0, total})) {  // not the padding
+        const auto from = theirs.begin() + piece.packed_offset;
+        std::copy(from, from + piece.flat.size(), whole.m.begin() + piece.flat.begin);
+        std::copy(from + n, from + n + piece.flat.size(), whole.v.begin() + piece.flat.begin);
+      }
+    });
+    if (rt.is_root()) save_checkpoint(path, model, &whole);
+  }
+  rt.barrier();  // the file is complete when any rank returns
+}
+
+void record_memory(Record& rec, const std::string& point, const MemoryBreakdown& memory) {
+  rec.attr("memory_" + point + "_bytes", memory.total);
+  for (const auto& [category, bytes] : memory.bytes) rec.attr("memory_" + point + "_" + category + "_bytes", bytes);
 }
 
 std::unique_ptr<Communicator> make_gradient_communicator(const Runtime& rt, const po::variables_map& vm, Device& dev) {

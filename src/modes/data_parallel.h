@@ -1,23 +1,47 @@
-// What the modes that train over ranks (train, ddp) share: the --ddp and --bucket-mb
-// options, the communicator that reduces the model's gradients, and which sequences of a
-// global batch are this rank's (SPEC: rank r of n takes [r*B/n, (r+1)*B/n)).
+// What the modes that train over ranks (train, ddp) share: the --ddp, --bucket-mb and
+// --shard-optimizer options and the plan they make, the communicator that reduces the
+// model's gradients, which sequences of a global batch are this rank's (SPEC: rank r of n
+// takes [r*B/n, (r+1)*B/n)), a checkpoint written from a sharded optimizer, and the memory
+// attributes of the seeds' three points.
 #pragma once
 #include <memory>
 #include <vector>
 
 #include "comm/communicator.h"
 #include "src/dist/grad_sync.h"
+#include "src/model/adamw.h"
+#include "src/model/train_step.h"
 #include "src/modes/mode.h"
 
 namespace llmhpc {
 
-// --ddp and --bucket-mb. A sweep takes comma-separated lists, and every strategy by default;
-// training takes one value, bucketed on several ranks by default.
+// --ddp, --bucket-mb and --shard-optimizer. A sweep takes comma-separated lists, and every
+// strategy by default; training takes one value, bucketed on several ranks by default. Both
+// leave the optimizer unsharded by default.
 void add_data_parallel_options(po::options_description& desc, bool sweep);
-// --ddp, with "auto" resolved: bucketed on several ranks, none on one. Throws UsageError.
-std::vector<SyncStrategy> sync_strategies(const po::variables_map& vm, int world_size);
+// --ddp, with "auto" resolved: bucketed on several ranks or for a sharded optimizer (which
+// needs its gradients reduced, even on one rank), none otherwise. Throws UsageError.
+std::vector<SyncStrategy> sync_strategies(const po::variables_map& vm, int world_size, bool sharded = false);
 // --bucket-mb values (MiB, as PyTorch's bucket_cap_mb), each > 0. Throws UsageError.
 std::vector<double> bucket_sizes_mb(const po::variables_map& vm);
+// --shard-optimizer values. Throws UsageError.
+std::vector<Sharding> shardings(const po::variables_map& vm);
+
+// The plan of a model of `config` in `precision` on `ranks` (plan_sync over its parameters).
+// Throws UsageError as plan_sync does (a sharding with --ddp none).
+SyncPlan data_parallel_plan(SyncStrategy strategy, Sharding sharding, const ModelConfig& config, Precision precision,
+                            double bucket_mb, int ranks);
+
+// Writes `path` on rank 0 with the parameters and the whole optimizer state, in the layout of
+// an unsharded run: under sharding every rank sends the state it owns (plan.owned) to rank 0,
+// which places it. Collective; the file is complete when it returns on any rank.
+void save_checkpoint_from_ranks(const Runtime& rt, const std::string& path, TransformerLM& model, const AdamW& opt,
+                                const SyncPlan& plan);
+
+// The memory at one of the seeds' points ("after_init", "before_optimizer",
+// "after_optimizer") as attributes: memory_<point>_bytes, and memory_<point>_<category>_bytes
+// for each category of model_memory_categories() and "other".
+void record_memory(Record& rec, const std::string& point, const MemoryBreakdown& memory);
 
 // The communicator the gradients are reduced over: nccl on the model's GPU, ordered after its
 // compute stream; mpi where the model lives in host memory. Collective; a UsageError (the mpi

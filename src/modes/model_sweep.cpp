@@ -25,11 +25,10 @@ std::string ModelCase::model_key() const {
 }
 
 void add_step_options(po::options_description& own) {
-  own.add_options()
-      ("phase", po::value<std::string>()->default_value("train-step"),
-       "what each timed step runs: forward | forward-backward | train-step (+ AdamW)")
-      ("warmup", po::value<std::string>()->default_value("5"), "untimed steps before the timed ones (recorded apart)")
-      ("steps", po::value<std::string>()->default_value("10"), "timed steps per configuration");
+  own.add_options()("phase", po::value<std::string>()->default_value("train-step"),
+                    "what each timed step runs: forward | forward-backward | train-step (+ AdamW)")(
+      "warmup", po::value<std::string>()->default_value("5"), "untimed steps before the timed ones (recorded apart)")(
+      "steps", po::value<std::string>()->default_value("10"), "timed steps per configuration");
 }
 
 void add_model_group(po::options_description& desc) {
@@ -71,13 +70,21 @@ void check_cases_run(const ModeContext& ctx, const std::vector<ModelCase>& cases
 }
 
 void add_case_attrs(Record& rec, const ModelCase& c, Phase phase, MemoryPlan memory, int64_t warmup, int64_t steps) {
-  rec.attr("model", c.model.name).attr("d_model", c.model.d_model).attr("d_ff", c.model.d_ff)
-      .attr("num_layers", c.model.num_layers).attr("num_heads", c.model.num_heads)
-      .attr("vocab_size", c.model.vocab_size).attr("context_length", c.model.context_length)
-      .attr("batch_size", c.batch).attr("precision", std::string(precision_name(c.precision)))
-      .attr("attention", std::string(attention_name(c.attention))).attr("phase", std::string(phase_name(phase)))
+  rec.attr("model", c.model.name)
+      .attr("d_model", c.model.d_model)
+      .attr("d_ff", c.model.d_ff)
+      .attr("num_layers", c.model.num_layers)
+      .attr("num_heads", c.model.num_heads)
+      .attr("vocab_size", c.model.vocab_size)
+      .attr("context_length", c.model.context_length)
+      .attr("batch_size", c.batch)
+      .attr("precision", std::string(precision_name(c.precision)))
+      .attr("attention", std::string(attention_name(c.attention)))
+      .attr("phase", std::string(phase_name(phase)))
       .attr("low_memory", int64_t(memory == MemoryPlan::LowMemory ? 1 : 0))
-      .attr("warmup", warmup).attr("steps", steps).attr("num_params", c.model.num_params())
+      .attr("warmup", warmup)
+      .attr("steps", steps)
+      .attr("num_params", c.model.num_params())
       .attr("model_flops_fwd_bwd", model_flops_fwd_bwd(c.model, c.batch, c.model.context_length));
 }
 
@@ -111,7 +118,10 @@ TransformerLM& LiveModel::prepare(const std::vector<ModelCase>& cases, size_t i,
       shape.context_length = std::max(shape.context_length, cases[k].model.context_length);
     model_ = std::make_unique<TransformerLM>(shape, c.precision, c.attention, dev, ops, memory);
     model_->init_parameters(seed);
-    if (phase == Phase::TrainStep) opt_ = std::make_unique<AdamW>(*model_, ops, AdamWHyper{});
+    if (phase == Phase::TrainStep) {  // its state now, so that no timed step allocates it
+      opt_ = std::make_unique<AdamW>(*model_, ops, AdamWHyper{});
+      opt_->allocate_state();
+    }
   }
   const AttentionDims dims{c.batch, c.model.context_length, c.model.num_heads, c.model.head_dim(), true, c.attention};
   for (const auto& [name, value] : ops.attention_variant(dims, compute_dtype(c.precision))) rec.attr(name, value);

@@ -22,27 +22,24 @@ bool is_json_number(const std::string& s) {
 
 void add_model_options(po::options_description& desc, bool lists) {
   const std::string list = lists ? " (a comma-separated list sweeps)" : "";
-  desc.add_options()
-      ("model", text("small"), ("size preset: tiny, small, medium, large, xl, 2.7B" + list).c_str())
-      ("d-model", text(), "model width (with --d-ff --num-layers --num-heads instead of a preset)")
-      ("d-ff", text(), "SwiGLU hidden width")
-      ("num-layers", text(), "number of transformer blocks")
-      ("num-heads", text(), "attention heads; must divide --d-model")
-      ("vocab-size", text("10000"), "vocabulary size")
-      ("context-length", text("128"), ("sequence length T" + list).c_str())
-      ("batch-size", text("4"), ("sequences per step (per rank's share of it under DDP)" + list).c_str())
-      ("rope-theta", text("10000"), "RoPE base");
+  desc.add_options()("model", text("small"), ("size preset: tiny, small, medium, large, xl, 2.7B" + list).c_str())(
+      "d-model", text(), "model width (with --d-ff --num-layers --num-heads instead of a preset)")(
+      "d-ff", text(), "SwiGLU hidden width")("num-layers", text(), "number of transformer blocks")(
+      "num-heads", text(), "attention heads; must divide --d-model")("vocab-size", text("10000"), "vocabulary size")(
+      "context-length", text("128"), ("sequence length T" + list).c_str())(
+      "batch-size", text("4"), ("sequences per step (per rank's share of it under DDP)" + list).c_str())(
+      "rope-theta", text("10000"), "RoPE base");
 }
 
 void add_precision_options(po::options_description& desc, bool lists) {
   const std::string list = lists ? " (list sweeps)" : "";
-  desc.add_options()
-      ("precision", text("fp32"), ("fp32 | bf16 (autocast-style mixed precision; CUDA) | fp64 (CPU reference)" + list).c_str())
-      ("attention", text("naive"), ("naive | flash" + list).c_str())
-      ("low-memory", po::bool_switch(),
-       "bf16: cast each layer's weights when forward or backward reaches it instead of keeping a bf16 "
-       "copy of all weights (2 bytes per parameter less: 2.7B -6.2 GiB), a few percent slower, bitwise "
-       "the same results");
+  desc.add_options()("precision", text("fp32"),
+                     ("fp32 | bf16 (autocast-style mixed precision; CUDA) | fp64 (CPU reference)" + list).c_str())(
+      "attention", text("naive"), ("naive | flash" + list).c_str())(
+      "low-memory", po::bool_switch(),
+      "bf16: cast each layer's weights when forward or backward reaches it instead of keeping a bf16 "
+      "copy of all weights (2 bytes per parameter less: 2.7B -6.2 GiB), a few percent slower, bitwise "
+      "the same results");
 }
 
 MemoryPlan memory_plan(const po::variables_map& vm) {
@@ -52,9 +49,7 @@ MemoryPlan memory_plan(const po::variables_map& vm) {
 std::string opt_string(const po::variables_map& vm, const std::string& name) {
   return vm.count(name) ? vm[name].as<std::string>() : std::string();
 }
-bool opt_given(const po::variables_map& vm, const std::string& name) {
-  return vm.count(name) && !vm[name].defaulted();
-}
+bool opt_given(const po::variables_map& vm, const std::string& name) { return vm.count(name) && !vm[name].defaulted(); }
 bool opt_flag(const po::variables_map& vm, const std::string& name) { return vm.count(name) && vm[name].as<bool>(); }
 int64_t opt_int(const po::variables_map& vm, const std::string& name) { return parse_int(opt_string(vm, name), name); }
 double opt_double(const po::variables_map& vm, const std::string& name) {

@@ -113,11 +113,11 @@ class Window {
 void add_options(po::options_description& desc) {
   po::options_description own("Profile options");
   add_step_options(own);
-  own.add_options()
-      ("top", po::value<std::string>()->default_value("10"), "kernels listed per phase in the printed summary")
-      ("trace", po::bool_switch(),
-       "also write a Chrome trace per rank, <out>/trace_rank<r>.json (ui.perfetto.dev, chrome://tracing)")
-      ("no-cupti", po::bool_switch(), "trace no kernels: time the phases with device events only (the fallback)");
+  own.add_options()("top", po::value<std::string>()->default_value("10"),
+                    "kernels listed per phase in the printed summary")(
+      "trace", po::bool_switch(),
+      "also write a Chrome trace per rank, <out>/trace_rank<r>.json (ui.perfetto.dev, chrome://tracing)")(
+      "no-cupti", po::bool_switch(), "trace no kernels: time the phases with device events only (the fallback)");
   desc.add(own);
   add_model_group(desc);
 }

@@ -12,12 +12,7 @@ ModeSpec ddp_mode();
 
 const std::vector<ModeSpec>& all_modes() {
   static const std::vector<ModeSpec> modes = {
-      bench_mode(),
-      profile_mode(),
-      train_mode(),
-      comm_mode(),
-      attention_mode(),
-      ddp_mode(),
+      bench_mode(), profile_mode(), train_mode(), comm_mode(), attention_mode(), ddp_mode(),
   };
   return modes;
 }

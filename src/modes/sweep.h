@@ -26,7 +26,7 @@ namespace llmhpc {
 
 // How one configuration went: this rank's status and the first failure over all ranks.
 struct SweepStatus {
-  std::string mine = "ok";  // this rank's record status: "ok", "oom", "error: ..."
+  std::string mine = "ok";   // this rank's record status: "ok", "oom", "error: ..."
   std::string worst = "ok";  // "ok" when every rank measured; else the lowest failing rank's status
   int worst_rank = -1;       // that rank, -1 when all are ok
 

@@ -1,6 +1,8 @@
 // Mode train: real training on a token file. Starts from --init (a checkpoint) or the
-// seeded initialisation, takes --steps AdamW steps on batches drawn in --data-order,
-// records the loss of every step in /train/loss and writes --save at the end.
+// seeded initialisation, takes --steps AdamW steps on batches drawn in --data-order (over
+// ranks with --ddp, the optimizer state sharded with --shard-optimizer), records the loss of
+// every step in /train/loss with the memory at the seeds' three points, and writes --save
+// at the end (the whole optimizer state, however it was sharded).
 #include <unistd.h>
 
 #include <chrono>
@@ -20,19 +22,15 @@ namespace {
 void add_options(po::options_description& desc) {
   po::options_description train("Train options");
   auto text = [](const char* def) { return po::value<std::string>()->default_value(def); };
-  train.add_options()
-      ("data", po::value<std::string>(), "token file: .bin (uint16) or .npy (uint16 or int32)")
-      ("data-order", text("random"), "sequential | random (seeded by --seed)")
-      ("steps", text("10"), "optimizer steps")
-      ("lr", text("1e-3"), "AdamW learning rate (constant)")
-      ("weight-decay", text("0.01"), "AdamW decoupled weight decay")
-      ("beta1", text("0.9"), "AdamW beta1")
-      ("beta2", text("0.999"), "AdamW beta2")
-      ("eps", text("1e-8"), "AdamW epsilon")
-      ("init", po::value<std::string>(), "start from this checkpoint (its config is used unless model options are given)")
-      ("save", po::value<std::string>(), "write the final checkpoint here (rank 0)")
-      ("log-every", text("10"), "print the loss every N steps (0: only the last)")
-      ("shard-optimizer", text("none"), "optimizer state sharding: none | broadcast | zero1");
+  train.add_options()("data", po::value<std::string>(), "token file: .bin (uint16) or .npy (uint16 or int32)")(
+      "data-order", text("random"), "sequential | random (seeded by --seed)")("steps", text("10"), "optimizer steps")(
+      "lr", text("1e-3"), "AdamW learning rate (constant)")(
+      "weight-decay", text("0.01"), "AdamW decoupled weight decay")("beta1", text("0.9"), "AdamW beta1")(
+      "beta2", text("0.999"), "AdamW beta2")("eps", text("1e-8"), "AdamW epsilon")(
+      "init", po::value<std::string>(),
+      "start from this checkpoint (its config is used unless model options are given)")(
+      "save", po::value<std::string>(), "write the final checkpoint here (rank 0)")(
+      "log-every", text("10"), "print the loss every N steps (0: only the last)");
   add_data_parallel_options(train, false);
   po::options_description model("Model options");
   add_model_options(model, false);
@@ -61,12 +59,13 @@ void validate(const po::variables_map& vm) {
   opt_positive(vm, "steps");
   opt_nonnegative(vm, "log-every");
   hyper_from(vm);
-  require_choice(opt_string(vm, "shard-optimizer"), {"none", "broadcast", "zero1"}, "shard-optimizer");
-  for (const char* list_opt : {"model", "context-length", "batch-size", "precision", "attention", "ddp", "bucket-mb"})
+  for (const char* list_opt :
+       {"model", "context-length", "batch-size", "precision", "attention", "ddp", "bucket-mb", "shard-optimizer"})
     if (split_list(opt_string(vm, list_opt), list_opt).size() != 1)
       throw UsageError(std::string("--mode train takes one value for --") + list_opt +
                        " (lists are for bench and ddp sweeps)");
-  sync_strategies(vm, 1);
+  const Sharding sharding = shardings(vm).front();
+  require_reduced_gradients(sync_strategies(vm, 1, sharding != Sharding::None).front(), sharding);
   bucket_sizes_mb(vm);
   if (!vm.count("init")) model_configs(vm);
 }
@@ -84,8 +83,9 @@ ModelConfig resolve_config(const po::variables_map& vm, const CheckpointInfo* in
     return c;
   }
   if (init && !opt_given(vm, "model") && !has_explicit_shape(vm))
-    throw UsageError("--init '" + opt_string(vm, "init") +
-                     "' has no model config attributes; give the model with --model or --d-model/--d-ff/--num-layers/--num-heads");
+    throw UsageError(
+        "--init '" + opt_string(vm, "init") +
+        "' has no model config attributes; give the model with --model or --d-model/--d-ff/--num-layers/--num-heads");
   return model_configs(vm).front();
 }
 
@@ -101,7 +101,8 @@ void run(ModeContext& ctx) {
   Ops& ops = *ctx.backend.ops;
   const int64_t steps = opt_positive(vm, "steps"), log_every = opt_nonnegative(vm, "log-every");
   const int64_t batch = batch_sizes(vm).front();  // the global batch
-  const SyncStrategy strategy = sync_strategies(vm, rt.world_size).front();
+  const Sharding sharding = shardings(vm).front();
+  const SyncStrategy strategy = sync_strategies(vm, rt.world_size, sharding != Sharding::None).front();
   const double bucket_mb = bucket_sizes_mb(vm).front();
   const DataOrder order = parse_data_order(opt_string(vm, "data-order"));
   const uint64_t seed = uint64_t(opt_int(vm, "seed"));
@@ -112,6 +113,7 @@ void run(ModeContext& ctx) {
   // Everything that can be wrong with files or the device, agreed on by all ranks.
   TokenData data;
   ModelConfig config;
+  SyncPlan plan;
   std::optional<CheckpointInfo> init;
   collective_check(rt, [&] {
     data = TokenData::open(opt_string(vm, "data"));
@@ -123,8 +125,7 @@ void run(ModeContext& ctx) {
       throw UsageError("--save '" + opt_string(vm, "save") + "': the directory is missing or not writable");
     if (precision == Precision::BF16 && dev.kind() == DeviceKind::Cpu)
       throw UsageError("--precision bf16 needs --device cuda (the CPU backend computes in fp32 or fp64)");
-    if (opt_string(vm, "shard-optimizer") != "none")
-      throw UsageError("--shard-optimizer is not available yet: use --shard-optimizer none");
+    plan = data_parallel_plan(strategy, sharding, config, precision, bucket_mb, rt.world_size);
     if (rt.world_size > 1 && strategy == SyncStrategy::None)
       throw UsageError("--ddp none on " + std::to_string(rt.world_size) +
                        " ranks would train independent copies of the model: choose naive, flat, overlap or bucketed");
@@ -137,9 +138,12 @@ void run(ModeContext& ctx) {
   const int64_t seq = config.context_length;  // sequences are as long as the model's context
   std::unique_ptr<TransformerLM> model;
   std::unique_ptr<AdamW> opt;
+  MemoryBreakdown after_init;
   collective_check(rt, [&] {
-    model = std::make_unique<TransformerLM>(config, precision, attention, dev, ops, memory);
-    opt = std::make_unique<AdamW>(*model, ops, hyper_from(vm));
+    model = std::make_unique<TransformerLM>(config, precision, attention, dev, ops, memory, plan.flat_elements);
+    after_init = model_memory(dev.allocator());
+    // This rank's ranges only; its state appears with the first step (or the checkpoint's).
+    opt = std::make_unique<AdamW>(*model, ops, hyper_from(vm), plan.owned(rt.rank));
     if (init) load_checkpoint(opt_string(vm, "init"), *model, opt.get());
     else model->init_parameters(seed);
   });
@@ -147,7 +151,7 @@ void run(ModeContext& ctx) {
   if (comm) {  // every rank starts from rank 0's weights, whatever its seed or file
     broadcast_parameters(*comm, model->params());
     model->parameters_changed();
-    sync = make_gradient_sync(strategy, *comm, model->grads(), param_spans(model->layout()), bucket_mb);
+    sync = make_gradient_sync(plan, *comm, model->grads(), model->params());
   }
 
   log_root(rt, "train: %s (%.1fM parameters), %s, %lld steps of %lld x %lld tokens from %s (%lld tokens, %s order)%s\n",
@@ -156,32 +160,56 @@ void run(ModeContext& ctx) {
            order == DataOrder::Random ? "random" : "sequential",
            init ? (", from " + opt_string(vm, "init")).c_str() : "");
   if (sync)
-    log_root(rt, "train: %d ranks of %lld sequences each, --ddp %s%s (%zu collective(s) per step)\n", rt.world_size,
+    log_root(rt, "train: %d ranks of %lld sequences each, --ddp %s%s (%zu collective(s) per step)%s\n", rt.world_size,
              (long long)mine.count, sync_strategy_name(strategy),
-             strategy == SyncStrategy::Bucketed ? (" " + fmt(bucket_mb) + " MiB").c_str() : "", sync->buckets().size());
+             strategy == SyncStrategy::Bucketed ? (" " + fmt(bucket_mb) + " MiB").c_str() : "", sync->buckets().size(),
+             sharding == Sharding::None
+                 ? ""
+                 : (std::string(", --shard-optimizer ") + sharding_name(sharding) + ": rank 0 updates " +
+                    fmt(100.0 * double(opt->owned_elements()) / double(config.num_params()), 1) + "% of the parameters")
+                       .c_str());
 
   Record rec;
   rec.group = "train";
-  rec.attr("model", config.name).attr("d_model", config.d_model).attr("d_ff", config.d_ff)
-      .attr("num_layers", config.num_layers).attr("num_heads", config.num_heads)
-      .attr("vocab_size", config.vocab_size).attr("context_length", seq).attr("batch_size", batch)
-      .attr("local_batch_size", mine.count).attr("world_size", int64_t(rt.world_size))
-      .attr("ddp", std::string(sync_strategy_name(strategy))).attr("bucket_mb", bucket_mb)
+  rec.attr("model", config.name)
+      .attr("d_model", config.d_model)
+      .attr("d_ff", config.d_ff)
+      .attr("num_layers", config.num_layers)
+      .attr("num_heads", config.num_heads)
+      .attr("vocab_size", config.vocab_size)
+      .attr("context_length", seq)
+      .attr("batch_size", batch)
+      .attr("local_batch_size", mine.count)
+      .attr("world_size", int64_t(rt.world_size))
+      .attr("ddp", std::string(sync_strategy_name(strategy)))
+      .attr("bucket_mb", bucket_mb)
       .attr("buckets", int64_t(sync ? sync->buckets().size() : 0))
-      .attr("precision", std::string(precision_name(precision))).attr("attention", std::string(attention_name(attention)))
+      .attr("shard_optimizer", std::string(sharding_name(sharding)))
+      .attr("optimizer_owned_elements", opt->owned_elements())
+      .attr("precision", std::string(precision_name(precision)))
+      .attr("attention", std::string(attention_name(attention)))
       .attr("low_memory", int64_t(memory == MemoryPlan::LowMemory ? 1 : 0))
-      .attr("data", data.path()).attr("data_order", opt_string(vm, "data-order"))
-      .attr("lr", opt->hyper().lr).attr("weight_decay", opt->hyper().weight_decay)
-      .attr("beta1", opt->hyper().beta1).attr("beta2", opt->hyper().beta2).attr("eps", opt->hyper().eps)
+      .attr("data", data.path())
+      .attr("data_order", opt_string(vm, "data-order"))
+      .attr("lr", opt->hyper().lr)
+      .attr("weight_decay", opt->hyper().weight_decay)
+      .attr("beta1", opt->hyper().beta1)
+      .attr("beta2", opt->hyper().beta2)
+      .attr("eps", opt->hyper().eps)
       .attr("init", vm.count("init") ? opt_string(vm, "init") : std::string(""))
       .attr("first_step", opt->steps_taken() + 1);
-  std::vector<double> loss, step_ms, fwd_ms, bwd_ms, sync_ms, opt_ms;
+  record_memory(rec, "after_init", after_init);
+  std::vector<double> loss, step_ms, fwd_ms, bwd_ms, sync_ms, param_sync_ms, opt_ms;
   auto save_progress = [&](const std::string& status) {
     Record r = rec;
     r.status = status;
-    r.add("loss", loss).add("step_ms", step_ms).add("forward_ms", fwd_ms).add("backward_ms", bwd_ms)
+    r.add("loss", loss)
+        .add("step_ms", step_ms)
+        .add("forward_ms", fwd_ms)
+        .add("backward_ms", bwd_ms)
         .add("optimizer_ms", opt_ms);
-    if (sync) r.add("sync_ms", sync_ms);
+    if (sync) r.add("sync_ms", sync_ms).add("param_sync_ms", param_sync_ms);
+    r.attr("peak_memory_bytes", dev.allocator().peak_bytes());
     ctx.recorder.write(r);
   };
 
@@ -192,9 +220,14 @@ void run(ModeContext& ctx) {
     data.fill_batch(s, batch, seq, mine.first, mine.count, order, seed, inputs.data(), targets.data());
     model->set_batch(inputs.data(), targets.data(), mine.count, seq);
     StepTimes t = run_step(*model, opt.get(), Phase::TrainStep, *timer, sync.get());
+    if (s == 0) {  // the seeds' points: around the first optimizer step, which allocates its state
+      record_memory(rec, "before_optimizer", t.memory_before_optimizer);
+      record_memory(rec, "after_optimizer", model_memory(dev.allocator()));
+    }
     // The mean over the global batch: the local batches are equal, so the mean of the means.
     loss.push_back(rt.reduce_all(model->mean_loss(), HostReduce::Sum) / rt.world_size);
     sync_ms.push_back(t.sync_ms);
+    param_sync_ms.push_back(t.param_sync_ms);
     step_ms.push_back(t.step_ms);
     fwd_ms.push_back(t.forward_ms);
     bwd_ms.push_back(t.backward_ms);
@@ -215,8 +248,8 @@ void run(ModeContext& ctx) {
     }
   }
   save_progress("ok");
-  if (vm.count("save") && rt.is_root()) {
-    save_checkpoint(opt_string(vm, "save"), *model, opt.get());
+  if (vm.count("save")) {
+    save_checkpoint_from_ranks(rt, opt_string(vm, "save"), *model, *opt, plan);
     log_root(rt, "saved %s\n", opt_string(vm, "save").c_str());
   }
   log_root(rt, "train: final loss %.6f, mean step %.1f ms; results in %s\n", loss.back(), mean(step_ms),
@@ -225,6 +258,8 @@ void run(ModeContext& ctx) {
 
 }  // namespace
 
-ModeSpec train_mode() { return {"train", "train the model on a token file, from scratch or a checkpoint", add_options, validate, run}; }
+ModeSpec train_mode() {
+  return {"train", "train the model on a token file, from scratch or a checkpoint", add_options, validate, run};
+}
 
 }  // namespace llmhpc

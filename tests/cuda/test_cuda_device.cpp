@@ -45,9 +45,9 @@ TEST(CudaDevice, EnvironmentNamesTheGpuItsClocksAndVersions) {
   Backend b = make_gpu_backend();
   const Attrs attrs = b.device->environment();
   std::map<std::string, AttrValue> env(attrs.begin(), attrs.end());
-  for (const char* key : {"cuda_runtime_version", "cuda_driver_version", "gpu_name", "gpu_pci_bus_id", "gpu_sm_count",
-                          "gpu_memory_bytes", "gpu_max_sm_clock_mhz", "nvidia_driver_version", "gpu_sm_clock_mhz",
-                          "gpu_power_limit_w"})
+  for (const char* key :
+       {"cuda_runtime_version", "cuda_driver_version", "gpu_name", "gpu_pci_bus_id", "gpu_sm_count", "gpu_memory_bytes",
+        "gpu_max_sm_clock_mhz", "nvidia_driver_version", "gpu_sm_clock_mhz", "gpu_power_limit_w"})
     EXPECT_TRUE(env.count(key)) << key;
   EXPECT_EQ(std::get<std::string>(env["gpu_name"]), b.device->name());
   EXPECT_GT(std::get<int64_t>(env["gpu_sm_count"]), 0);
@@ -120,8 +120,8 @@ TEST(CudaDevice, MemoryLimitGivesRecoverableOutOfMemory) {
       OutOfMemory);
   EXPECT_EQ(held.size(), 3u);
   held.clear();
-  Buffer big(a, DType::F32, {40 * MiB}, "test.big");  // 160 MiB: fits only once the cache is released
-  Buffer lo(a, DType::BF16, {16 * MiB}, "test.lo");  // 32 MiB: 224 MiB held in all
+  Buffer big(a, DType::F32, {40 * MiB}, "test.big");      // 160 MiB: fits only once the cache is released
+  Buffer lo(a, DType::BF16, {16 * MiB}, "test.lo");       // 32 MiB: 224 MiB held in all
   b.ops->convert(lo, big.tensor().slice(0, {16 * MiB}));  // the device still works after the OOM
   b.device->synchronize();
 }

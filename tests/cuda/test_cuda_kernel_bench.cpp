@@ -84,7 +84,8 @@ TEST(KernelBench, DISABLED_Ceilings) {
     const int64_t n = 4096;
     Tensor x = g.make(DType::F32, {n, n}, "x", keep), w = g.make(DType::F32, {n, n}, "w", keep, 2);
     Tensor y = g.make(DType::F32, {n, n}, "y", keep);
-    const double ms = median_ms(g.dev, [&] { g.ops.linear_forward(y, x, w); }, 5);
+    const double ms = median_ms(
+        g.dev, [&] { g.ops.linear_forward(y, x, w); }, 5);
     std::printf("BENCH gemm fp32 (SGEMM) %ld^3: %.3f ms -> %.1f TFLOP/s\n", long(n), ms, 2.0 * n * n * n / ms / 1e9);
   }
 }
@@ -104,9 +105,8 @@ TEST(KernelBench, DISABLED_AdamW) {
     Tensor lowp = g.make(DType::BF16, {n}, "lowp", keep);
     int64_t step = 1;
     for (bool with_lowp : {false, true}) {
-      const double ms = median_ms(g.dev, [&] {
-        g.ops.adamw_step(p, gr, m, v, with_lowp ? lowp : Tensor(), AdamWHyper{}, ++step);
-      });
+      const double ms =
+          median_ms(g.dev, [&] { g.ops.adamw_step(p, gr, m, v, with_lowp ? lowp : Tensor(), AdamWHyper{}, ++step); });
       const double bytes = (with_lowp ? 30.0 : 28.0) * double(n);
       std::printf("BENCH adamw %s (%.2fB params%s): %.3f ms, %.0f GB/s\n", size, n / 1e9,
                   with_lowp ? ", + bf16 copy" : "", ms, bytes / ms / 1e6);
@@ -191,41 +191,46 @@ TEST(KernelBench, DISABLED_OpsOf2p7BLayerBf16) {
   const double nc = double(N) * C, nf = double(N) * F;
   row("fwd linear qkv", fwd, 2.0 * N * C * 3 * C, 0, [&] { g.ops.linear_forward(qkv, normed, w_qkv); });
   row("fwd rope", fwd, 0, 2 * 2.0 * 2 * nc, [&] { g.ops.rope_forward(qkv, H, 10000.0); });
-  row("fwd attention (naive)", fwd, 4.0 * B * H * T * T * D, 0, [&] { g.ops.attention_forward(attn, probs, qkv, dims); });
+  row("fwd attention (naive)", fwd, 4.0 * B * H * T * T * D, 0,
+      [&] { g.ops.attention_forward(attn, probs, qkv, dims); });
   row("fwd linear o", fwd, 2.0 * N * C * C, 0, [&] { g.ops.linear_forward(branch, attn, w_o); });
-  row("fwd residual+rmsnorm", fwd, 0, nc * (4 + 2 + 4 + 2), [&] {
-    g.ops.residual_rmsnorm_forward(resid2, normed, rstd, resid, branch, gain);
-  });
+  row("fwd residual+rmsnorm", fwd, 0, nc * (4 + 2 + 4 + 2),
+      [&] { g.ops.residual_rmsnorm_forward(resid2, normed, rstd, resid, branch, gain); });
   row("fwd linear w1|w3", fwd, 2.0 * N * C * 2 * F, 0, [&] { g.ops.linear_forward(h13, normed, w13); });
   row("fwd swiglu", fwd, 0, nf * (4 + 2), [&] { g.ops.swiglu_forward(gated, h13); });
   row("fwd linear w2", fwd, 2.0 * N * F * C, 0, [&] { g.ops.linear_forward(branch, gated, w2); });
-  row("fwd residual+rmsnorm (2)", fwd, 0, nc * (4 + 2 + 4 + 2), [&] {
-    g.ops.residual_rmsnorm_forward(resid2, normed, rstd, resid, branch, gain);
-  });
+  row("fwd residual+rmsnorm (2)", fwd, 0, nc * (4 + 2 + 4 + 2),
+      [&] { g.ops.residual_rmsnorm_forward(resid2, normed, rstd, resid, branch, gain); });
   row("bwd convert dresid->bf16", bwd, 0, nc * 6, [&] { g.ops.convert(dbranch, dresid); });
-  row("bwd linear w2 dx", bwd, 2.0 * N * F * C, 0, [&] { g.ops.linear_backward(dgated, Tensor(), dbranch, Tensor(), w2, false); });
-  row("bwd swiglu (+ recompute)", bwd, 0, nf * (2 + 4 + 4 + 2), [&] { g.ops.swiglu_backward(dh13, gated, dgated, h13); });
-  row("bwd linear w2 dw", bwd, 2.0 * N * F * C, 0, [&] { g.ops.linear_backward(Tensor(), dw2, dbranch, gated, w2, false); });
-  row("bwd linear w1|w3", bwd, 4.0 * N * C * 2 * F, 0, [&] { g.ops.linear_backward(dnorm, dw13, dh13, normed, w13, false); });
-  row("bwd rmsnorm", bwd, 0, nc * (4 + 2 + 4 + 4), [&] { g.ops.rmsnorm_backward(dresid, dgain, dnorm, resid, gain, rstd, false); });
+  row("bwd linear w2 dx", bwd, 2.0 * N * F * C, 0,
+      [&] { g.ops.linear_backward(dgated, Tensor(), dbranch, Tensor(), w2, false); });
+  row("bwd swiglu (+ recompute)", bwd, 0, nf * (2 + 4 + 4 + 2),
+      [&] { g.ops.swiglu_backward(dh13, gated, dgated, h13); });
+  row("bwd linear w2 dw", bwd, 2.0 * N * F * C, 0,
+      [&] { g.ops.linear_backward(Tensor(), dw2, dbranch, gated, w2, false); });
+  row("bwd linear w1|w3", bwd, 4.0 * N * C * 2 * F, 0,
+      [&] { g.ops.linear_backward(dnorm, dw13, dh13, normed, w13, false); });
+  row("bwd rmsnorm", bwd, 0, nc * (4 + 2 + 4 + 4),
+      [&] { g.ops.rmsnorm_backward(dresid, dgain, dnorm, resid, gain, rstd, false); });
   row("bwd convert dresid->bf16 (2)", bwd, 0, nc * 6, [&] { g.ops.convert(dbranch, dresid); });
   row("bwd linear o", bwd, 4.0 * N * C * C, 0, [&] { g.ops.linear_backward(dattn, dw_o, dbranch, attn, w_o, false); });
-  row("bwd attention (naive)", bwd, 8.0 * B * H * T * T * D, 0, [&] {
-    g.ops.attention_backward(dqkv, dattn, attn, probs, qkv, dims);
-  });
+  row("bwd attention (naive)", bwd, 8.0 * B * H * T * T * D, 0,
+      [&] { g.ops.attention_backward(dqkv, dattn, attn, probs, qkv, dims); });
   row("bwd rope", bwd, 0, 2 * 2.0 * 2 * nc, [&] { g.ops.rope_backward(dqkv, H, 10000.0); });
-  row("bwd linear qkv", bwd, 4.0 * N * C * 3 * C, 0, [&] { g.ops.linear_backward(dnorm, dw_qkv, dqkv, normed, w_qkv, false); });
-  row("bwd rmsnorm (2)", bwd, 0, nc * (4 + 2 + 4 + 4), [&] { g.ops.rmsnorm_backward(dresid, dgain, dnorm, resid, gain, rstd, false); });
+  row("bwd linear qkv", bwd, 4.0 * N * C * 3 * C, 0,
+      [&] { g.ops.linear_backward(dnorm, dw_qkv, dqkv, normed, w_qkv, false); });
+  row("bwd rmsnorm (2)", bwd, 0, nc * (4 + 2 + 4 + 4),
+      [&] { g.ops.rmsnorm_backward(dresid, dgain, dnorm, resid, gain, rstd, false); });
   std::printf("BENCH layer total: forward %.3f ms, backward %.3f ms; x32 layers = %.1f ms\n", fwd, bwd,
               32 * (fwd + bwd));
   double once = 0;
   row("embedding fwd", once, 0, nc * 8, [&] { g.ops.embedding_forward(resid, tokens, wte); });
   row("lm head fwd", once, 2.0 * N * C * V, 0, [&] { g.ops.linear_forward(logits, normed, head); });
   row("cross-entropy fwd", once, 0, double(N) * V * 2, [&] { g.ops.cross_entropy_forward(losses, logits, tokens); });
-  row("cross-entropy bwd", once, 0, double(N) * V * 4, [&] {
-    g.ops.cross_entropy_backward(logits, logits, tokens, 1.0 / N);
-  });
-  row("lm head bwd", once, 4.0 * N * C * V, 0, [&] { g.ops.linear_backward(dnorm, dhead, logits, normed, head, false); });
+  row("cross-entropy bwd", once, 0, double(N) * V * 4,
+      [&] { g.ops.cross_entropy_backward(logits, logits, tokens, 1.0 / N); });
+  row("lm head bwd", once, 4.0 * N * C * V, 0,
+      [&] { g.ops.linear_backward(dnorm, dhead, logits, normed, head, false); });
   row("embedding bwd", once, 0, nc * 8, [&] { g.ops.embedding_backward(dwte, dresid, tokens, false); });
   std::printf("BENCH outside layers: %.3f ms\n", once);
 }

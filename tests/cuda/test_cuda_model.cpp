@@ -169,8 +169,8 @@ TEST(CudaModelMemory, LowMemoryPlanGivesBitwiseTheSameTrainingInLessMemory) {
     // Left out: the bf16 copy of all weights but one layer and the LM head.
     const ParameterLayout layout(c);
     const auto layer = layout.layer_range(0);
-    const int64_t left_out = 2 * (layout.total() - (layer.second - layer.first) -
-                                  layout.find("lm_head.weight").shape.numel());
+    const int64_t left_out =
+        2 * (layout.total() - (layer.second - layer.first) - layout.find("lm_head.weight").shape.numel());
     EXPECT_LE(peak[1], peak[0] - left_out) << name << ": peak " << peak[1] << " vs " << peak[0];
     std::printf("%s: peak %lld B (default) vs %lld B (--low-memory)\n", name, (long long)peak[0], (long long)peak[1]);
   }

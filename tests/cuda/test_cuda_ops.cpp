@@ -92,8 +92,8 @@ TEST_F(CudaOps, LinearForward) {
     Twin x = random({N, in}, op_dt), w = random({out_f, in}, op_dt), y = poisoned({N, out_f}, out_dt);
     cpu().linear_forward(y.cpu, x.cpu, w.cpu);
     gpu().linear_forward(y.gpu, x.gpu, w.gpu);
-    EXPECT_LE(error(y), tol(out_dt, bf16_bound(1))) << dtype_name(op_dt) << "->" << dtype_name(out_dt) << ", "
-                                                    << seed_note();
+    EXPECT_LE(error(y), tol(out_dt, bf16_bound(1)))
+        << dtype_name(op_dt) << "->" << dtype_name(out_dt) << ", " << seed_note();
   }
 }
 
@@ -121,7 +121,9 @@ TEST_F(CudaOps, LinearBackwardOverwritesDxAndOverwritesOrAccumulatesDw) {
 
 // T = 1100 checks the angle at large positions (t * theta^(-2i/D) needs more than fp32).
 TEST_F(CudaOps, RopeForwardAndBackward) {
-  struct Case { int64_t B, T, H, D; };
+  struct Case {
+    int64_t B, T, H, D;
+  };
   for (DType dt : {F32, BF16})
     for (Case c : {Case{2, 40, 3, 8}, Case{1, 1100, 1, 4}}) {
       Twin qkv = random({c.B, c.T, 3 * c.H * c.D}, dt), dqkv = random({c.B, c.T, 3 * c.H * c.D}, dt);

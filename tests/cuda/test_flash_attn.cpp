@@ -117,8 +117,8 @@ Result run_flash(const FlashSettings& settings, DType dt, const std::vector<doub
   DeviceBuffer lse(DType::F32, s.B * s.H * s.T);
   qkv.write(qkv_v);
   dout.write(dout_v);
-  flash::FlashParams p = flash::packed_params(dt, qkv.get(), out.get(), static_cast<float*>(lse.get()), s.B, s.T,
-                                              s.H, s.D, causal);
+  flash::FlashParams p =
+      flash::packed_params(dt, qkv.get(), out.get(), static_cast<float*>(lse.get()), s.B, s.T, s.H, s.D, causal);
   p.settings = settings;  // before the scratch: the backward's plan follows them
   // NaN-filled like the outputs: a fused dQ accumulator element that no first turn writes fails.
   DeviceBuffer scratch(DType::F32, flash::flash_backward_scratch_bytes(p) / sizeof(float));
@@ -209,8 +209,8 @@ class FlashAttnGpu : public ::testing::Test {
     // fp32 sums of D_head terms each at most max|dO| max|v|, so one dS element is off by up
     // to 2^-24 D_head max|dO| max|v| even where the exact dS is 0 (T = 1, where naive
     // attention is exact); dq = scale dS K and dk = scale dS^T Q carry it times max|K|, max|Q|.
-    const double cancel = std::ldexp(1.0, -24) * double(s.D) * max_abs(dout) * max_abs(part(qkv, s, 2)) /
-                          std::sqrt(double(s.D));
+    const double cancel =
+        std::ldexp(1.0, -24) * double(s.D) * max_abs(dout) * max_abs(part(qkv, s, 2)) / std::sqrt(double(s.D));
     const double cancel_floor[3] = {2 * cancel * max_abs(part(qkv, s, 1)), 2 * cancel * max_abs(part(qkv, s, 0)), 0};
     auto rule = [&](const std::vector<double>& g, const std::vector<double>& n, const std::vector<double>& r,
                     const char* name, bool gradient, double extra_floor) {
@@ -240,14 +240,12 @@ class FlashAttnGpu : public ::testing::Test {
 // Tiles: 64 rows (tensor cores), 32 (CUDA cores). Compiled head dims: 16, 32, 64, 96, 128
 // (tensor cores), 32, 64, 128 (CUDA cores).
 const Shape kShapes[] = {
-    {2, 1, 2, 64},    // one position
-    {1, 17, 3, 16},   // less than a tile
-    {2, 64, 2, 32},   // exactly one tensor-core tile, two CUDA-core tiles
-    {1, 100, 2, 64},  // neither
-    {2, 77, 2, 80},   // head dim padded to 96 / 128 (the 2.7B model's)
-    {1, 130, 1, 96},
-    {1, 257, 1, 128},
-    {1, 45, 2, 40},   // padded to 64
+    {2, 1, 2, 64},                                      // one position
+    {1, 17, 3, 16},                                     // less than a tile
+    {2, 64, 2, 32},                                     // exactly one tensor-core tile, two CUDA-core tiles
+    {1, 100, 2, 64},                                    // neither
+    {2, 77, 2, 80},                                     // head dim padded to 96 / 128 (the 2.7B model's)
+    {1, 130, 1, 96}, {1, 257, 1, 128}, {1, 45, 2, 40},  // padded to 64
 };
 
 TEST_F(FlashAttnGpu, ForwardAndBackwardWithinTwiceNaiveError) {
@@ -339,7 +337,7 @@ TEST(FlashSettings, ParseTheVariables) {
 // settings a caller sets out of range are UsageErrors of the launch (no GPU needed: the
 // checks come first).
 TEST(FlashSettings, EnvironmentReadOnceAndChecked) {
-  const FlashSettings env = flash::parse_flash_settings(std::getenv), & once = flash::flash_settings();
+  const FlashSettings env = flash::parse_flash_settings(std::getenv), &once = flash::flash_settings();
   EXPECT_EQ(once.impl, env.impl);
   EXPECT_EQ(once.bwd, env.bwd);
   EXPECT_EQ(once.fwd_rows, env.fwd_rows);
@@ -443,7 +441,7 @@ TEST_F(FlashAttnGpu, FusedBackward) {
   EXPECT_TRUE(atomic(sms, 2048, 128, FlashBwd::Auto));
   EXPECT_TRUE(atomic(1, 128 * sms, 120, FlashBwd::Auto));
   EXPECT_FALSE(atomic(1, 128 * (sms - 1), 128, FlashBwd::Auto));  // a grid smaller than the GPU
-  EXPECT_FALSE(atomic(2 * sms, 1024, 128, FlashBwd::Auto));  // short key loops
+  EXPECT_FALSE(atomic(2 * sms, 1024, 128, FlashBwd::Auto));       // short key loops
   EXPECT_FALSE(atomic(sms, 2048, 64, FlashBwd::Auto));
   EXPECT_FALSE(atomic(sms, 2048, 128, FlashBwd::Split));
   EXPECT_TRUE(atomic(1, 8, 64, FlashBwd::Fused));
@@ -537,9 +535,14 @@ TEST_F(FlashAttnGpu, BackendRecordsTheVariant) {
   const FlashSettings& env = flash::flash_settings();
   if (env.impl == FlashImpl::Auto && env.bwd == FlashBwd::Auto && !env.fwd_rows && !env.bwd_rows &&
       env.bwd_chunk == -1)  // auto's choices at these sizes (too short for two m tiles, the fused backward, chunks)
-    EXPECT_EQ(got, (Pairs{{"attention_kernel", "flash"}, {"flash_impl", "tensor-core"}, {"flash_head_dim", "64"},
-                          {"flash_fwd_rows", "64"}, {"flash_bwd", "split"}, {"flash_bwd_rows", "64"},
-                          {"flash_bwd_chunks", "off"}, {"flash_dq", "none"}}));
+    EXPECT_EQ(got, (Pairs{{"attention_kernel", "flash"},
+                          {"flash_impl", "tensor-core"},
+                          {"flash_head_dim", "64"},
+                          {"flash_fwd_rows", "64"},
+                          {"flash_bwd", "split"},
+                          {"flash_bwd_rows", "64"},
+                          {"flash_bwd_chunks", "off"},
+                          {"flash_dq", "none"}}));
   const Pairs fp32 = be.ops->attention_variant({2, 77, 2, 80, false, AttentionKind::Flash}, DType::F32);
   EXPECT_EQ(fp32[1], (std::pair<std::string, std::string>{"flash_impl", "simt"}));
   EXPECT_EQ(fp32[2], (std::pair<std::string, std::string>{"flash_head_dim", "128"}));

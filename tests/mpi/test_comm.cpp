@@ -145,7 +145,8 @@ class CommTest : public ::testing::TestWithParam<Case> {
   Prepared prepare(Operation op) {
     op.dtype = dtype_;
     Prepared p{CallBuffers(*space_, op, world_size()),
-               make_verifiable(op, world_rank(), world_size(), average_rounding(*comm_)), {}};
+               make_verifiable(op, world_rank(), world_size(), average_rounding(*comm_)),
+               {}};
     p.call = make_call(op, world_rank(), p.send(), p.recv());
     upload_inputs(*space_, p.v, p.send(), p.recv());
     return p;

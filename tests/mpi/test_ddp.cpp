@@ -11,122 +11,17 @@
 // against finite differences, has both contributions) and a trainable parameter the forward
 // never reaches (reduced by finish() with no hang, never changed); its backward reports
 // gradients in reverse order, one tensor in two pieces. The real TransformerLM trains on the
-// backend's device with the sync as its GradientListener.
+// backend's device through run_step, the sync its GradientListener (tests/mpi/dp_test_util.h).
 //
 // mpi runs on the CPU backend always; nccl on GPUs (gradients on the device, the
 // communicator ordered after the model's stream) when every rank has one, skipped otherwise
 // (decided collectively, so no rank is left in a collective). Under nccl, bf16 ranks also
 // agree bitwise.
-#include <gtest/gtest.h>
-#include <mpi.h>
+#include "tests/mpi/dp_test_util.h"
 
-#include <cmath>
-#include <cstring>
-#include <map>
-#include <random>
-#include <vector>
-
-#include "comm/communicator.h"
-#include "kernels/backend.h"
-#include "src/dist/grad_sync.h"
-#include "src/model/adamw.h"
-#include "src/model/transformer.h"
-#include "tests/mpi/mpi_test_util.h"
-
-namespace llmhpc {
+namespace llmhpc::test {
 namespace {
 
-using test::world_rank;
-using test::world_size;
-
-// ---- Where parameters and gradients live: a backend and a communicator --------------------
-
-struct Env {
-  Backend backend;                     // declared first: destroyed after the communicator
-  std::unique_ptr<Communicator> comm;  // nccl: ordered after backend.device's stream
-  Device& device() { return *backend.device; }
-  Ops& ops() { return *backend.ops; }
-};
-
-// One per backend for the whole program (NCCL start-up is slow); freed by each suite's
-// TearDownTestSuite, before MPI_Finalize.
-std::map<CommBackend, Env>& envs() {
-  static std::map<CommBackend, Env> e;
-  return e;
-}
-
-// nullptr when the backend cannot run on every rank (a collective decision).
-Env* env_for(CommBackend b) {
-  if (b == CommBackend::Nccl && !test::nccl_runnable()) return nullptr;
-  Env& e = envs()[b];
-  if (!e.comm) {
-    BackendOptions device;
-    CommOptions comm;
-    comm.backend = b;
-    if (b == CommBackend::Nccl) {
-      device.kind = DeviceKind::Cuda;
-      device.ordinal = comm.gpu = test::local_gpu();
-    }
-    e.backend = make_backend(device);
-    comm.compute_stream = e.device().native_stream();
-    e.comm = make_communicator(comm);
-  }
-  return &e;
-}
-
-std::vector<float> download(Device& d, const Tensor& t) {
-  EXPECT_EQ(t.dtype, DType::F32);
-  std::vector<float> v(size_t(t.numel()));
-  d.copy_to_host(v.data(), t.data, t.bytes());
-  return v;
-}
-
-// ---- Comparisons over ranks (every rank calls them; rank 0 prints) ------------------------
-
-double max_over_ranks(double x) {
-  double worst = 0;
-  MPI_Allreduce(&x, &worst, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
-  return worst;
-}
-
-double mean_over_ranks(double x) {
-  double sum = 0;
-  MPI_Allreduce(&x, &sum, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
-  return sum / world_size();
-}
-
-// Whether every rank holds rank 0's values, bit for bit.
-bool same_on_every_rank(const std::vector<float>& v) {
-  std::vector<float> root = v;
-  MPI_Bcast(root.data(), int(root.size() * sizeof(float)), MPI_BYTE, 0, MPI_COMM_WORLD);
-  int same = std::memcmp(root.data(), v.data(), v.size() * sizeof(float)) == 0, all = 0;
-  MPI_Allreduce(&same, &all, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
-  return all == 1;
-}
-
-// max |a - b| / max |b| (NaN when a holds a non-finite value, so that EXPECT_LE fails).
-template <class A, class B>
-double rel_error(const std::vector<A>& a, const std::vector<B>& b) {
-  EXPECT_EQ(a.size(), b.size());
-  double diff = 0, scale = 1e-30;
-  for (size_t i = 0; i < a.size() && i < b.size(); ++i) {
-    if (!std::isfinite(double(a[i]))) return NAN;
-    diff = std::max(diff, std::fabs(double(a[i]) - double(b[i])));
-    scale = std::max(scale, std::fabs(double(b[i])));
-  }
-  return diff / scale;
-}
-
-// Rank r's samples of a global batch: [r*global/n, (r+1)*global/n).
-struct Shard {
-  int64_t begin, end;
-  int64_t size() const { return end - begin; }
-};
-Shard shard_of_this_rank(int64_t global) {
-  const int64_t r = world_rank(), n = world_size();
-  return {r * global / n, (r + 1) * global / n};
-}
-constexpr int64_t kGlobalBatch = 12;  // divides by 1, 2, 3 and 4 ranks
 constexpr int kSteps = 4;
 constexpr double kFp32Tolerance = 1e-5;  // SPEC: relative error of the weights
 
@@ -160,6 +55,8 @@ struct Case {
     const double mib = 1024.0 * 1024.0;
     return buckets == Buckets::One ? 1000 : buckets == Buckets::PerTensor ? 1 / mib : between_bytes / mib;
   }
+  // The transformer's setup: 16 KiB gives it buckets of several tensors but not all.
+  DataParallel transformer() const { return {strategy, bucket_mb(16 * 1024), Sharding::None}; }
 };
 
 std::string case_name(const ::testing::TestParamInfo<Case>& info) {
@@ -192,9 +89,7 @@ constexpr int D = 4;
 // Flat layout (elements): s [0,4) frozen | W [4,20) | q [20,26) | a [26,30) | c [30,31)
 constexpr int64_t S = 0, W = 4, Q = 20, A = 26, C = 30, kTotal = 31;
 
-std::vector<ParamSpan> spans() {
-  return {{"s", S, W, false}, {"W", W, Q}, {"q", Q, A}, {"a", A, C}, {"c", C, kTotal}};
-}
+std::vector<ParamSpan> spans() { return {{"s", S, W, false}, {"W", W, Q}, {"q", Q, A}, {"a", A, C}, {"c", C, kTotal}}; }
 
 std::vector<float> init(uint64_t seed) {
   std::mt19937_64 rng(seed);
@@ -279,16 +174,6 @@ float unreached_marker(int rank) { return 100.0f + float(rank); }
 
 }  // namespace toy
 
-// What a training run leaves behind.
-struct Training {
-  std::vector<float> params;
-  std::vector<double> losses;  // this rank's mean loss of each step, before its update
-  std::vector<float> grads;    // the gradients the first step's optimizer saw
-  SyncStats stats;             // of the last step
-};
-
-constexpr uint64_t kRankZeroSeed = 1000;
-
 // One rank on the whole batch without communication (dist == nullptr, parameters from rank
 // 0's seed), or this rank's shard under the case's strategy (parameters from this rank's
 // seed, then broadcast from rank 0).
@@ -304,7 +189,9 @@ Training train_toy(Env& env, const Case* dist) {
   std::unique_ptr<GradientSync> sync;
   if (dist) {
     broadcast_parameters(*env.comm, params);
-    sync = make_gradient_sync(dist->strategy, *env.comm, grads, toy::spans(), dist->bucket_mb(44));
+    const SyncPlan plan =
+        plan_sync(dist->strategy, Sharding::None, toy::spans(), sizeof(float), dist->bucket_mb(44), world_size());
+    sync = make_gradient_sync(plan, *env.comm, grads);
   }
   const Shard shard = dist ? shard_of_this_rank(kGlobalBatch) : Shard{0, kGlobalBatch};
   const AdamWHyper hyper{1e-2, 0.9, 0.999, 1e-8, 0.01};
@@ -328,56 +215,6 @@ Training train_toy(Env& env, const Case* dist) {
     if (sync) run.stats = sync->stats();
   }
   run.params = download(dev, params);
-  return run;
-}
-
-// ---- The transformer ----------------------------------------------------------------------------
-
-// vocab 64, context 8, d_model 32, d_ff 64, 2 layers, 4 heads.
-ModelConfig tiny_transformer() { return ModelConfig{"custom", 64, 8, 32, 64, 2, 4}; }
-
-struct TokenBatch {
-  std::vector<int32_t> tokens, targets;  // (kGlobalBatch, T)
-};
-
-TokenBatch global_batch(const ModelConfig& c, int step) {
-  std::mt19937_64 rng(uint64_t(77 + step));
-  const size_t n = size_t(kGlobalBatch * c.context_length);
-  TokenBatch b{std::vector<int32_t>(n), std::vector<int32_t>(n)};
-  for (int32_t& t : b.tokens) t = int32_t(rng() % uint64_t(c.vocab_size));
-  for (int32_t& t : b.targets) t = int32_t(rng() % uint64_t(c.vocab_size));
-  return b;
-}
-
-// As train_toy, with TransformerLM and AdamW; the sync is backward's listener.
-Training train_transformer(Env& env, const Case* dist, Precision precision = Precision::FP32) {
-  const ModelConfig c = tiny_transformer();
-  TransformerLM model(c, precision, AttentionKind::Naive, env.device(), env.ops());
-  model.init_parameters(dist ? kRankZeroSeed + uint64_t(world_rank()) : kRankZeroSeed);
-  std::unique_ptr<GradientSync> sync;
-  if (dist) {
-    broadcast_parameters(*env.comm, model.params());
-    model.parameters_changed();
-    sync = make_gradient_sync(dist->strategy, *env.comm, model.grads(), param_spans(model.layout()),
-                              dist->bucket_mb(16 * 1024));
-  }
-  AdamW opt(model, env.ops(), AdamWHyper{3e-3, 0.9, 0.999, 1e-8, 0.01});
-  const Shard shard = dist ? shard_of_this_rank(kGlobalBatch) : Shard{0, kGlobalBatch};
-  const int64_t T = c.context_length;
-  Training run;
-  for (int step = 0; step < kSteps; ++step) {
-    const TokenBatch b = global_batch(c, step);
-    model.set_batch(b.tokens.data() + shard.begin * T, b.targets.data() + shard.begin * T, shard.size(), T);
-    model.forward();
-    run.losses.push_back(model.mean_loss());
-    if (sync) sync->begin_step();
-    model.backward(sync.get());
-    if (sync) sync->finish();
-    if (step == 0) run.grads = download(env.device(), model.grads());
-    opt.step();
-    if (sync) run.stats = sync->stats();
-  }
-  run.params = download(env.device(), model.params());
   return run;
 }
 
@@ -471,7 +308,8 @@ TEST_P(DdpTest, ToyTrainsLikeOneRankOnTheWholeBatch) {
 
 TEST_P(DdpTest, TransformerTrainsLikeOneRankOnTheWholeBatch) {
   const Case& c = GetParam();
-  const Training one_rank = train_transformer(*env_, nullptr), dist = train_transformer(*env_, &c);
+  const DataParallel setup = c.transformer();
+  const Training one_rank = train_transformer(*env_, nullptr, kSteps), dist = train_transformer(*env_, &setup, kSteps);
   expect_trains_like_one_rank(dist, one_rank);
   // The first step's averaged gradients are the whole batch's (Adam's steps hardly change
   // when gradients are scaled, so the weights alone would not show a sum in place of a mean).
@@ -525,7 +363,8 @@ TEST_P(DdpBackendTest, Bf16RanksAgreeBitwise) {
   if (env_->device().kind() != DeviceKind::Cuda) GTEST_SKIP() << "bf16 runs on the CUDA backend";
   for (const Case& c : all_cases()) {
     if (c.backend != GetParam() || c.strategy == SyncStrategy::None) continue;
-    const Training dist = train_transformer(*env_, &c, Precision::BF16);
+    const DataParallel setup = c.transformer();
+    const Training dist = train_transformer(*env_, &setup, kSteps, Precision::BF16);
     EXPECT_TRUE(same_on_every_rank(dist.params)) << sync_strategy_name(c.strategy);
   }
 }
@@ -536,4 +375,4 @@ INSTANTIATE_TEST_SUITE_P(Backends, DdpBackendTest, ::testing::Values(CommBackend
                          });
 
 }  // namespace
-}  // namespace llmhpc
+}  // namespace llmhpc::test

@@ -76,7 +76,13 @@ for np in 1 2; do
   check $np "lists are for bench"       $TRAIN --batch-size 2,4
   check $np "--bucket-mb '0': must be a number of MiB greater than 0" $TRAIN --bucket-mb 0
   check $np "--bucket-mb 'abc': not a number" $TRAIN --bucket-mb abc
-  check $np "--shard-optimizer is not available yet" $TRAIN --shard-optimizer zero1
+  check $np "--shard-optimizer 'bogus': must be one of none, broadcast, zero1" $TRAIN --shard-optimizer bogus
+  check $np "--shard-optimizer zero1 needs the gradients reduced" $TRAIN --shard-optimizer zero1 --ddp none
+  check $np "--shard-optimizer broadcast needs the gradients reduced" $TRAIN --shard-optimizer broadcast --ddp none
+  check $np "takes one value for --shard-optimizer" $TRAIN --shard-optimizer none,zero1
+  check $np "--shard-optimizer 'zero3': must be one of" --mode ddp --device cpu $TINY --shard-optimizer none,zero3
+  check $np "--shard-optimizer zero1 needs the gradients reduced" --mode ddp --device cpu $TINY --ddp none \
+    --shard-optimizer zero1
   if nvidia-smi -L >/dev/null 2>&1; then
     echo "skip (np=$np): --device cuda without a GPU (this machine has one)"
   else

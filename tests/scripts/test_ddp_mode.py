@@ -190,6 +190,22 @@ def check_oom_rows(work):
     assert "oom" in big and "bucketed" in big, f"the context-1024 rows should be shown as oom:\n{text}"
 
 
+def check_sharding_table(work):
+    """(f): every strategy x --shard-optimizer with the largest rank's memory; the seeds' DDP tables
+    (a)-(e) keep to unsharded runs."""
+    out = os.path.join(work, "shard")
+    ddp_run(2, out, "--context-length", T, "--batch-size", "4", "--ddp", "none,bucketed", "--bucket-mb", "1",
+            "--shard-optimizer", "none,zero1", "--warmup", "0", "--steps", "2")
+    text = run([sys.executable, DDP_PY, out]).stdout
+    table = text[text.index("(f) optimizer state sharding"):].split("\n\n")[0]
+    rows = [line.split() for line in table.splitlines()[3:]]
+    assert sorted((r[0], r[2]) for r in rows) == [("bucketed", "none"), ("bucketed", "zero1")], table
+    state = {r[2]: float(r[8]) for r in rows}
+    assert 0 < state["zero1"] < state["none"], f"zero1's optimizer state must be a share of the whole:\n{table}"
+    strategies = text[text.index("(a) DDP strategies"):].split("\n\n")[0]
+    assert strategies.count("bucketed") == 1, f"(a) must show the unsharded run only:\n{strategies}"
+
+
 def check_bad_input(work):
     cases = [(2, "must be one of", ["--ddp", "bogus"]), (2, "greater than 0", ["--bucket-mb", "0"]),
              (2, "must divide by the 2 ranks", ["--batch-size", "5"]),
@@ -242,6 +258,7 @@ def main():
     check_torch_table(os.path.join(work, "np2"), work, 2)
     check_comm_source(os.path.join(work, "np2"), work)
     check_oom_rows(work)
+    check_sharding_table(work)
     check_bad_input(work)
     check_torch_ddp(os.path.join(work, "np2"), work, 2)
     print("test_ddp_mode: OK")

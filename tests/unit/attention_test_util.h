@@ -50,7 +50,7 @@ std::vector<double> part(const std::vector<double>& dqkv, const Shape& s, int wh
 // naive path stores them.
 template <class Shape>
 AttentionResult naive_low_precision(const std::vector<double>& qkv, const std::vector<double>& dout, const Shape& s,
-                           bool causal, bool bf16) {
+                                    bool causal, bool bf16) {
   auto st = [&](float x) { return bf16 ? round_to_bf16(x) : x; };  // a stored intermediate
   const int64_t T = s.T, D = s.D, row = 3 * s.H * D, orow = s.H * D;
   const float scale = float(1.0 / std::sqrt(double(D)));

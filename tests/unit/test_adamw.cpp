@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include "src/model/adamw.h"
+#include "src/model/train_step.h"
 #include "tests/unit/cpu_test_util.h"
 
 namespace llmhpc::test {
@@ -53,7 +54,17 @@ TEST_P(AdamWSteps, MatchHandComputedSteps) {
 
 INSTANTIATE_TEST_SUITE_P(Fp32AndFp64, AdamWSteps, ::testing::Values(DType::F32, DType::F64));
 
-TEST(AdamW, ShardedRangesGiveTheSameResultAsTheWhole) {
+// Hears which ranges the optimizer reports updated, in order.
+struct UpdateLog final : GradientListener {
+  std::vector<FlatRange> updated;
+  void on_gradients_ready(int64_t, int64_t) override {}
+  void on_parameters_updated(int64_t begin, int64_t end) override { updated.push_back({begin, end}); }
+};
+
+// What makes a sharded optimizer bitwise the unsharded one: owners of disjoint ranges (in any
+// order, several per owner, some empty) together update the parameters exactly as one
+// optimizer of the whole model does, and each keeps exactly its ranges' m and v, packed.
+TEST(AdamW, OwnersOfDisjointRangesTogetherGiveTheWholeBitwise) {
   Backend be = cpu_backend();
   ModelConfig c;
   c.vocab_size = 13;
@@ -68,16 +79,44 @@ TEST(AdamW, ShardedRangesGiveTheSameResultAsTheWhole) {
   split.init_parameters(1);
   std::mt19937_64 rng(3);
   std::normal_distribution<float> nd;
-  for (int64_t i = 0; i < whole.layout().total(); ++i) whole.grads().ptr<float>()[i] = split.grads().ptr<float>()[i] = nd(rng);
+  const int64_t total = whole.layout().total(), cut1 = total / 3, cut2 = 2 * total / 3;
   AdamW a(whole, *be.ops, AdamWHyper{});
-  const int64_t total = whole.layout().total(), cut = total / 3;
-  AdamW s1(split, *be.ops, AdamWHyper{}, 0, cut), s2(split, *be.ops, AdamWHyper{}, cut, total);
+  const std::vector<FlatRange> owned1 = {{cut2, total}, {0, 5}}, owned2 = {{5, cut1}, {cut1, cut1}},
+                               owned3 = {{cut1, cut2}};
+  AdamW s1(split, *be.ops, AdamWHyper{}, owned1), s2(split, *be.ops, AdamWHyper{}, owned2),
+      s3(split, *be.ops, AdamWHyper{}, owned3);
+  EXPECT_EQ(a.owned(), (std::vector<FlatRange>{{0, total}})) << "no ranges: the whole model";
+  EXPECT_EQ(s1.owned_elements() + s2.owned_elements() + s3.owned_elements(), total);
+  EXPECT_FALSE(s1.has_state()) << "state appears with the first step";
+  EXPECT_EQ(model_memory(be.device->allocator()).of("optimizer"), 0);
+  UpdateLog log;
   for (int k = 0; k < 3; ++k) {
+    for (int64_t i = 0; i < total; ++i) whole.grads().ptr<float>()[i] = split.grads().ptr<float>()[i] = nd(rng);
     a.step();
-    s1.step();
+    s1.step(&log);
     s2.step();
+    s3.step();
   }
   EXPECT_EQ(0, std::memcmp(whole.params().data, split.params().data, whole.params().bytes()));
+  EXPECT_EQ(log.updated.size(), 3 * owned1.size());
+  EXPECT_EQ(log.updated.front(), owned1.front());
+  EXPECT_EQ(log.updated.back(), owned1.back());
+  // s1's state: the whole optimizer's [cut2, total) and then [0, 5).
+  const int64_t tail = total - cut2;
+  EXPECT_EQ(0, std::memcmp(s1.m().ptr<float>(), a.m().ptr<float>() + cut2, size_t(tail) * 4));
+  EXPECT_EQ(0, std::memcmp(s1.v().ptr<float>() + tail, a.v().ptr<float>(), 5 * 4));
+  EXPECT_EQ(model_memory(be.device->allocator()).of("optimizer"), 2 * 4 * (total + total))
+      << "m and v of the whole model, once for `a` and once among the owners";
+}
+
+TEST(AdamWDeathTest, OverlappingOrOutsideRangesAreFatal) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");  // re-executes the binary: MPI is initialised anew
+  Backend be = cpu_backend();
+  ModelConfig c{"custom", 13, 4, 8, 8, 1, 2};
+  TransformerLM m(c, Precision::FP32, AttentionKind::Naive, *be.device, *be.ops);
+  const int64_t total = m.layout().total();
+  EXPECT_DEATH(AdamW(m, *be.ops, AdamWHyper{}, {{0, 10}, {5, 20}}), "overlap");
+  EXPECT_DEATH(AdamW(m, *be.ops, AdamWHyper{}, {{0, total + 1}}), "outside");
 }
 
 }  // namespace

@@ -86,7 +86,7 @@ Result run_flash(const std::vector<double>& qkv, const std::vector<double>& dout
 template <class T>
 Result run_naive(const std::vector<double>& qkv, const std::vector<double>& dout, const Shape5& s, bool causal) {
   std::vector<T> q = as<T>(qkv), d = as<T>(dout), out(dout.size()), probs(s.B * s.H * s.T * s.T),
-      dq(qkv.size(), T(NAN));
+                 dq(qkv.size(), T(NAN));
   cpu::attention_forward(out.data(), probs.data(), q.data(), s.B, s.T, s.H, s.D, causal);
   cpu::attention_backward(dq.data(), d.data(), probs.data(), q.data(), s.B, s.T, s.H, s.D, causal);
   return {to_double(out), {}, to_double(dq)};
@@ -133,8 +133,8 @@ TEST_P(FlashCpu, Fp64MatchesNaiveAttention) {
   EXPECT_LT(rel_error(flash.out, naive.out), 1e-13) << s;
   EXPECT_LT(rel_error(flash.lse, reference_lse(qkv, s, causal)), 1e-13) << s;
   for (int which = 0; which < 3; ++which)
-    EXPECT_LT(rel_error(part(flash.dqkv, s, which), part(naive.dqkv, s, which)), 1e-12)
-        << s << " d" << "qkv"[which];
+    EXPECT_LT(rel_error(part(flash.dqkv, s, which), part(naive.dqkv, s, which)), 1e-12) << s << " d"
+                                                                                        << "qkv"[which];
 }
 
 TEST_P(FlashCpu, Fp32ErrorAtMostTwiceNaiveFp32Error) {
@@ -171,9 +171,7 @@ std::string shape_name(const Shape5& s, bool causal) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Shapes, FlashCpu, ::testing::Combine(::testing::ValuesIn(kShapes), ::testing::Bool()),
-                         [](const auto& info) {
-                           return shape_name(std::get<0>(info.param), std::get<1>(info.param));
-                         });
+                         [](const auto& info) { return shape_name(std::get<0>(info.param), std::get<1>(info.param)); });
 
 // Through the CPU backend: AttentionKind::Flash saves (B,H,T) and computes what naive does.
 class FlashCpuOps : public ::testing::TestWithParam<bool> {
@@ -305,21 +303,23 @@ struct EmuTensor {
   std::vector<__nv_bfloat16> b16;
   EmuTensor(DType t, const std::vector<double>& v) : dtype(t) {
     if (t == DType::F32) f32.assign(v.begin(), v.end());
-    else for (double x : v) b16.push_back(__float2bfloat16_rn(float(x)));
+    else
+      for (double x : v) b16.push_back(__float2bfloat16_rn(float(x)));
   }
   EmuTensor(DType t, size_t n) : EmuTensor(t, std::vector<double>(n, NAN)) {}  // poisoned
   void* data() { return dtype == DType::F32 ? static_cast<void*>(f32.data()) : static_cast<void*>(b16.data()); }
   std::vector<double> values() const {
     std::vector<double> v;
     if (dtype == DType::F32) v.assign(f32.begin(), f32.end());
-    else for (const auto& x : b16) v.push_back(__bfloat162float(x));
+    else
+      for (const auto& x : b16) v.push_back(__bfloat162float(x));
     return v;
   }
 };
 
 // fwd and bwd of the emulated kernels on packed qkv (B,T,3,H,D); returns out, lse, dqkv.
-Result run_emulated(EmuImpl impl, const std::vector<double>& qkv_v, const std::vector<double>& dout_v,
-                    const Shape5& s, bool causal) {
+Result run_emulated(EmuImpl impl, const std::vector<double>& qkv_v, const std::vector<double>& dout_v, const Shape5& s,
+                    bool causal) {
   const DType dt = emu_fp32(impl) ? DType::F32 : DType::BF16;
   EmuTensor qkv(dt, qkv_v), dout(dt, dout_v), out(dt, dout_v.size()), dqkv(dt, qkv_v.size());
   std::vector<float> lse(s.B * s.H * s.T, NAN), delta(s.B * s.H * s.T, NAN);
@@ -438,10 +438,8 @@ Result run_emulated(EmuImpl impl, const std::vector<double>& qkv_v, const std::v
           f.dq_accum = accum.data(), f.dq_counters = counters.data();
           f.dq_accum_rows = rows, f.dq_counter_stride = counters_per_head;
           fe::emulate_launch(fe::flash_bwd_delta_kernel<E>, dim3(2, s.B), 64, 0, f);
-          fe::emulate_launch(fe::flash_bwd_dkdv_simt_kernel<Tr, E, true>, grid, Tr::kThreads, Tr::kBwdKvSmemBytes,
-                             f);
-          fe::emulate_launch(fe::flash_bwd_dq_convert_simt_kernel<Tr, E>, dim3((s.T * kD / 4 + 63) / 64, bh), 64, 0,
-                             f);
+          fe::emulate_launch(fe::flash_bwd_dkdv_simt_kernel<Tr, E, true>, grid, Tr::kThreads, Tr::kBwdKvSmemBytes, f);
+          fe::emulate_launch(fe::flash_bwd_dq_convert_simt_kernel<Tr, E>, dim3((s.T * kD / 4 + 63) / 64, bh), 64, 0, f);
           return;
         }
         fe::emulate_launch(fe::flash_bwd_delta_kernel<E>, dim3(2, s.B), 64, 0, p);
@@ -497,10 +495,10 @@ TEST_P(FlashKernelsEmulated, MatchFp64Reference) {
   std::ostringstream what;
   what << emu_name(impl) << " " << shape_name(s, causal);
   EXPECT_LT(emu_error(got.out, ref.out), tol) << what.str() << " out";
-  EXPECT_LT(emu_error(got.lse, reference_lse(qkv, s, causal)), emu_fp32(impl) ? 1e-6 : 1e-5)
-      << what.str() << " L";
+  EXPECT_LT(emu_error(got.lse, reference_lse(qkv, s, causal)), emu_fp32(impl) ? 1e-6 : 1e-5) << what.str() << " L";
   for (int which = 0; which < 3; ++which)
-    EXPECT_LT(emu_error(part(got.dqkv, s, which), part(ref.dqkv, s, which)), tol) << what.str() << " d" << "qkv"[which];
+    EXPECT_LT(emu_error(part(got.dqkv, s, which), part(ref.dqkv, s, which)), tol) << what.str() << " d"
+                                                                                  << "qkv"[which];
 
   // The 2x rule of the GPU test (tests/cuda/test_flash_attn.cpp), previewed on the emulation.
   const bool bf16 = !emu_fp32(impl);
@@ -522,12 +520,8 @@ TEST_P(FlashKernelsEmulated, MatchFp64Reference) {
 // 64 x 32 at head dim 128; tensor-core 64, and 128 queries in the forward), head dims that are
 // and are not compiled (80 runs zero-padded), B, H > 1.
 const Shape5 kEmuShapes[] = {
-    {1, 37, 2, 16, 0, 0},
-    {2, 33, 2, 32, 0, 0},
-    {1, 70, 1, 64, 0, 0},
-    {2, 20, 1, 80, 0, 0},
-    {1, 40, 1, 128, 0, 0},
-    {1, 150, 1, 64, 0, 0},
+    {1, 37, 2, 16, 0, 0}, {2, 33, 2, 32, 0, 0},  {1, 70, 1, 64, 0, 0},
+    {2, 20, 1, 80, 0, 0}, {1, 40, 1, 128, 0, 0}, {1, 150, 1, 64, 0, 0},
 };
 
 INSTANTIATE_TEST_SUITE_P(Kernels, FlashKernelsEmulated,

@@ -1,20 +1,23 @@
 // Data-parallel planning and bookkeeping without communication: bucket plans (sizes in MiB,
 // reverse parameter order, frozen tensors left out, one bucket per oversized tensor), the
-// per-tensor and flat plans, option parsing, and when each strategy issues its all-reduces
-// (a recording communicator stands in for the ranks). The results of real collectives are
-// tests/mpi/test_ddp.cpp's.
+// per-tensor and flat plans, optimizer shards (balanced, aligned, each element owned once;
+// ZeRO-1's buckets re-cut to divide among the ranks without waiting longer), option parsing,
+// and when each strategy issues its collectives, sharded or not (a recording communicator
+// stands in for the ranks). The results of real collectives are tests/mpi/test_ddp.cpp's and
+// tests/mpi/test_shard.cpp's.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <vector>
 
+#include "comm/collectives.h"
 #include "src/dist/grad_sync.h"
 #include "src/model/params.h"
 
 namespace llmhpc {
 namespace {
 
-using Plan = std::vector<GradRange>;
+using Plan = std::vector<FlatRange>;
 
 // Toy buffer of 31 fp32 elements: a frozen tensor first, then four trainable ones.
 //   frozen [0,4)  w [4,20) 64 B  q [20,26) 24 B  a [26,30) 16 B  c [30,31) 4 B
@@ -113,7 +116,7 @@ TEST(BucketPlan, TransformerLayoutIsTiledFromTheEnd) {
     const Plan plan = plan_buckets(spans, 4, mib(double(cap)));
     int64_t end = layout.total();
     for (size_t i = 0; i < plan.size(); ++i) {
-      const GradRange& b = plan[i];
+      const FlatRange& b = plan[i];
       const size_t first = size_t(tensor_starting_at(b.begin));
       ASSERT_LT(first, spans.size()) << "bucket " << i << " starts inside a tensor";
       EXPECT_EQ(b.end, end) << "bucket " << i << " at cap " << cap;
@@ -136,37 +139,180 @@ TEST(SyncStrategy, NamesRoundTripAndErrorsListTheChoices) {
   }
 }
 
+// ---- Optimizer shards ----------------------------------------------------------------------------
+
+TEST(ShardPlan, PartsAreBalancedAlignedAndDisjoint) {
+  const FlatRange group{1000, 1000 + 10007};
+  for (int parts : {1, 2, 3, 4, 7}) {
+    int64_t next = group.begin;
+    for (int r = 0; r < parts; ++r) {
+      const FlatRange p = shard_part(group, r, parts);
+      EXPECT_EQ(p.begin, next) << "parts tile the group";
+      EXPECT_EQ((p.begin - group.begin) % kShardAlignment, 0) << "part " << r << " of " << parts;
+      EXPECT_LT(std::abs(double(p.size()) - double(group.size()) / parts), double(kShardAlignment));
+      next = p.end;
+    }
+    EXPECT_EQ(next, group.end);
+  }
+  // Exactly equal when the size is a multiple of parts x alignment; empty parts when tiny.
+  EXPECT_EQ(shard_part({0, 3 * 128}, 1, 3, 128), (FlatRange{128, 256}));
+  EXPECT_EQ(shard_part({0, 100}, 0, 4), (FlatRange{0, 0}));
+  EXPECT_EQ(shard_part({0, 100}, 3, 4), (FlatRange{64, 100}));
+}
+
+// For one plan: each element of [0, flat_elements) (or of [0, parameters) for broadcast) is
+// owned by exactly one rank, and each rank owns its share within one alignment unit.
+void expect_owned_once(const SyncPlan& plan) {
+  const int64_t covered = plan.sharding == Sharding::Zero1 ? plan.flat_elements : plan.parameters;
+  std::vector<int> owners(size_t(plan.flat_elements), 0);
+  for (int r = 0; r < plan.ranks; ++r) {
+    int64_t mine = 0;
+    for (const FlatRange& o : plan.owned(r)) {
+      for (int64_t i = o.begin; i < o.end; ++i) ++owners[size_t(i)];
+      mine += o.size();
+    }
+    EXPECT_LT(std::abs(double(mine) - double(covered) / plan.ranks), double(kShardAlignment)) << "rank " << r;
+    if (plan.sharding == Sharding::Zero1) EXPECT_EQ(mine * plan.ranks, plan.flat_elements) << "equal parts";
+  }
+  for (int64_t i = 0; i < plan.flat_elements; ++i)
+    ASSERT_EQ(owners[size_t(i)], i < covered ? 1 : 0) << "element " << i << " of " << sharding_name(plan.sharding);
+}
+
+// ZeRO-1 on the model's layout, every strategy and rank count: the buffer is padded by less
+// than one granule to a multiple of it; buckets tile it from the end, each divisible into
+// aligned equal parts; and re-cutting delays next to nothing: when one of the strategy's
+// ranges is complete, all but less than one granule of it is in complete buckets.
+TEST(ShardPlan, Zero1BucketsDivideAmongTheRanksAndWaitNoLonger) {
+  ModelConfig c;
+  c.vocab_size = 64, c.d_model = 32, c.d_ff = 64, c.num_layers = 3, c.num_heads = 4;
+  const std::vector<ParamSpan> spans = param_spans(ParameterLayout(c));
+  const int64_t total = ParameterLayout(c).total();
+  for (int ranks : {1, 2, 3, 4})
+    for (SyncStrategy s : {SyncStrategy::Naive, SyncStrategy::Flat, SyncStrategy::Overlap, SyncStrategy::Bucketed})
+      for (double mb : {mib(1), mib(8 * 1024), 1000.0}) {
+        const SyncPlan plan = plan_sync(s, Sharding::Zero1, spans, 4, mb, ranks);
+        const SyncPlan plain = plan_sync(s, Sharding::None, spans, 4, mb, ranks);
+        const int64_t granule = ranks * kShardAlignment;
+        EXPECT_EQ(plan.parameters, total);
+        EXPECT_EQ(plan.flat_elements % granule, 0);
+        EXPECT_LT(plan.flat_elements - total, granule);
+        EXPECT_GE(plan.flat_elements, total);
+        EXPECT_EQ(plan.buckets, plan.shard_groups);
+        EXPECT_EQ(plan.when_ready, plain.when_ready);
+        int64_t end = plan.flat_elements;
+        for (const FlatRange& b : plan.buckets) {
+          EXPECT_EQ(b.end, end);
+          EXPECT_GT(b.size(), 0);
+          EXPECT_EQ(b.begin % granule, 0);
+          end = b.begin;
+        }
+        EXPECT_EQ(end, 0);
+        // When element x is final: the issue position of the strategy's range holding it
+        // (backward finishes them in that order); the padding is final from the start.
+        auto final_at = [&](int64_t x) {
+          for (size_t k = 0; k < plain.buckets.size(); ++k)
+            if (plain.buckets[k].begin <= x && x < plain.buckets[k].end) return int(k);
+          return -1;
+        };
+        std::vector<int> bucket_final(plan.buckets.size(), -1);  // a ZeRO-1 bucket: when its last element is
+        for (size_t z = 0; z < plan.buckets.size(); ++z)
+          for (int64_t x = plan.buckets[z].begin; x < plan.buckets[z].end; ++x)
+            bucket_final[z] = std::max(bucket_final[z], final_at(x));
+        for (size_t k = 0; k < plain.buckets.size(); ++k) {
+          int64_t delayed = 0;  // elements of range k whose ZeRO-1 bucket completes after it
+          for (size_t z = 0; z < plan.buckets.size(); ++z) {
+            const int64_t overlap = std::min(plan.buckets[z].end, plain.buckets[k].end) -
+                                    std::max(plan.buckets[z].begin, plain.buckets[k].begin);
+            if (overlap > 0 && bucket_final[z] > int(k)) delayed += overlap;
+          }
+          EXPECT_LT(delayed, granule) << sync_strategy_name(s) << " on " << ranks << " ranks, range " << k;
+        }
+        expect_owned_once(plan);
+      }
+}
+
+TEST(ShardPlan, BroadcastOwnsOneBalancedRangeOfTheParametersPerRank) {
+  const std::vector<ParamSpan> spans = {{"a", 0, 300}, {"b", 300, 700}, {"c", 700, 1001}};
+  for (int ranks : {1, 2, 3, 4}) {
+    const SyncPlan plan = plan_sync(SyncStrategy::Bucketed, Sharding::Broadcast, spans, 4, 25, ranks);
+    EXPECT_EQ(plan.flat_elements, 1001) << "no padding";
+    EXPECT_EQ(plan.buckets, (Plan{{0, 1001}})) << "the strategy's own reduction";
+    EXPECT_EQ(plan.shard_groups, (Plan{{0, 1001}}));
+    for (int r = 0; r < ranks; ++r) EXPECT_EQ(plan.owned(r).size(), 1u);
+    expect_owned_once(plan);
+  }
+  const SyncPlan none = plan_sync(SyncStrategy::Flat, Sharding::None, spans, 4, 25, 3);
+  EXPECT_EQ(none.owned(2), (Plan{{0, 1001}})) << "unsharded: every rank owns everything";
+}
+
+TEST(ShardPlan, NamesRoundTripAndShardingNeedsReducedGradients) {
+  for (Sharding s : all_shardings()) EXPECT_EQ(parse_sharding(sharding_name(s)), s);
+  try {
+    parse_sharding("zero3");
+    ADD_FAILURE() << "no error for 'zero3'";
+  } catch (const UsageError& e) {
+    EXPECT_STREQ(e.what(), "--shard-optimizer 'zero3': must be one of none, broadcast, zero1");
+  }
+  for (Sharding s : {Sharding::Broadcast, Sharding::Zero1}) {
+    try {
+      plan_sync(SyncStrategy::None, s, toy_spans(), 4, 25, 2);
+      ADD_FAILURE() << "no error for --ddp none with " << sharding_name(s);
+    } catch (const UsageError& e) {
+      EXPECT_NE(std::string(e.what()).find("needs the gradients reduced"), std::string::npos) << e.what();
+    }
+  }
+}
+
 // ---- When each strategy communicates ----------------------------------------------------------
 
-// One rank that records its all-reduces (offset into the buffer, count, op) instead of
-// communicating; handles record when they are waited for.
+// One rank (`rank` of `size`) that records its collectives (kind, offsets into the gradient or
+// parameter buffer, count, op, root) instead of communicating; handles record when they are
+// waited for. Every call must be in place, in the layout of comm/communicator.h.
 class RecordingComm final : public Communicator {
  public:
   struct Call {
-    int64_t begin, count;
+    Collective kind;
+    bool on_params;        // else on the gradients
+    int64_t begin, count;  // the offset of the whole buffer the call covers; the per-rank count
     ReduceOp op;
     bool blocking;
+    int root;
   };
-  explicit RecordingComm(const float* base) : base_(base) {}
+  RecordingComm(const float* grads, const float* params = nullptr, int rank = 0, int size = 1)
+      : grads_(grads), params_(params), rank_(rank), size_(size) {}
   std::vector<Call> calls;
-  int waits = 0;
+  int waits = 0, groups = 0;
 
   std::string backend_name() const override { return "recording"; }
-  int rank() const override { return 0; }
-  int size() const override { return 1; }
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
   bool device_buffers() const override { return false; }
   bool stream_ordered() const override { return false; }
   CommHandle all_reduce_async(const void* send, void* recv, size_t count, DType dtype, ReduceOp op) override {
-    record(send, recv, count, dtype, op, false);
-    return CommHandle(std::make_unique<Wait>(waits));
+    EXPECT_EQ(send, recv) << "gradients are reduced in place";
+    return record({Collective::AllReduce, false, 0, int64_t(count), op, false, -1}, send, dtype);
   }
   void all_reduce(const void* send, void* recv, size_t count, DType dtype, ReduceOp op) override {
-    record(send, recv, count, dtype, op, true);
+    EXPECT_EQ(send, recv) << "gradients are reduced in place";
+    record({Collective::AllReduce, false, 0, int64_t(count), op, true, -1}, send, dtype);
   }
-  CommHandle reduce_scatter_async(const void*, void*, size_t, DType, ReduceOp) override { return unused(); }
-  CommHandle all_gather_async(const void*, void*, size_t, DType) override { return unused(); }
-  CommHandle broadcast_async(const void*, void*, size_t, DType, int) override { return unused(); }
-  void group_start() override {}
+  CommHandle reduce_scatter_async(const void* send, void* recv, size_t count, DType dtype, ReduceOp op) override {
+    EXPECT_EQ(recv, static_cast<const float*>(send) + rank_ * count) << "reduce-scatter in place";
+    return record({Collective::ReduceScatter, false, 0, int64_t(count), op, false, -1}, send, dtype);
+  }
+  void reduce_scatter(const void* send, void* recv, size_t count, DType dtype, ReduceOp op) override {
+    EXPECT_EQ(recv, static_cast<const float*>(send) + rank_ * count) << "reduce-scatter in place";
+    record({Collective::ReduceScatter, false, 0, int64_t(count), op, true, -1}, send, dtype);
+  }
+  CommHandle all_gather_async(const void* send, void* recv, size_t count, DType dtype) override {
+    EXPECT_EQ(send, static_cast<const float*>(recv) + rank_ * count) << "all-gather in place";
+    return record({Collective::AllGather, true, 0, int64_t(count), ReduceOp::Sum, false, -1}, recv, dtype);
+  }
+  CommHandle broadcast_async(const void* send, void* recv, size_t count, DType dtype, int root) override {
+    EXPECT_EQ(send, recv) << "broadcast in place";
+    return record({Collective::Broadcast, true, 0, int64_t(count), ReduceOp::Sum, false, root}, recv, dtype);
+  }
+  void group_start() override { ++groups; }
   void group_end() override {}
   void barrier() override {}
   void synchronize() override {}
@@ -178,16 +324,14 @@ class RecordingComm final : public Communicator {
     void wait() override { ++waits; }
     int& waits;
   };
-  void record(const void* send, void* recv, size_t count, DType dtype, ReduceOp op, bool blocking) {
-    EXPECT_EQ(send, recv) << "gradients are reduced in place";
+  CommHandle record(Call call, const void* buffer, DType dtype) {
     EXPECT_EQ(dtype, DType::F32);
-    calls.push_back({static_cast<const float*>(send) - base_, int64_t(count), op, blocking});
+    call.begin = static_cast<const float*>(buffer) - (call.on_params ? params_ : grads_);
+    calls.push_back(call);
+    return CommHandle(std::make_unique<Wait>(waits));
   }
-  CommHandle unused() {
-    ADD_FAILURE() << "gradient sync uses all-reduce only";
-    return {};
-  }
-  const float* base_;
+  const float *grads_, *params_;
+  int rank_, size_;
 };
 
 struct SyncFixture {
@@ -195,7 +339,8 @@ struct SyncFixture {
   Tensor tensor{grads.data(), DType::F32, {31}};
   RecordingComm comm{grads.data()};
   std::unique_ptr<GradientSync> sync;
-  SyncFixture(SyncStrategy s, double bucket_mb) : sync(make_gradient_sync(s, comm, tensor, toy_spans(), bucket_mb)) {}
+  SyncFixture(SyncStrategy s, double bucket_mb)
+      : sync(make_gradient_sync(plan_sync(s, Sharding::None, toy_spans(), 4, bucket_mb, 1), comm, tensor)) {}
   std::vector<int64_t> issued_begins() const {
     std::vector<int64_t> b;
     for (const auto& c : comm.calls) b.push_back(c.begin);
@@ -260,6 +405,93 @@ TEST(GradientSync, NaiveAndFlatCommunicateAfterBackwardOnly) {
     EXPECT_EQ(f.sync->stats().issued_in_finish, int64_t(want.size()));
     EXPECT_EQ(f.sync->strategy(), s);
   }
+}
+
+// ---- What a sharded optimizer communicates ------------------------------------------------------
+
+// Rank 1 of 2 under zero1 with overlap: tensors a [0,300), b [300,700), c [700,1000) become
+// buckets [768,1024), [384,768), [0,384) (cuts rounded up to 128); each is reduce-scattered
+// (rank 1's part lands at its second half) once backward reported its real elements, and
+// all-gathered as soon as the optimizer reports rank 1's part of it, in the plan's order.
+struct ShardFixture {
+  SyncPlan plan;
+  std::vector<float> grads, params;
+  RecordingComm comm;
+  std::unique_ptr<GradientSync> sync;
+  ShardFixture(SyncStrategy strategy, Sharding sharding, int rank, int size)
+      : plan(plan_sync(strategy, sharding, {{"a", 0, 300}, {"b", 300, 700}, {"c", 700, 1000}}, 4, 25, size)),
+        grads(size_t(plan.flat_elements)), params(grads.size()), comm(grads.data(), params.data(), rank, size),
+        sync(make_gradient_sync(plan, comm, Tensor{grads.data(), DType::F32, {plan.flat_elements}},
+                                Tensor{params.data(), DType::F32, {plan.flat_elements}})) {}
+};
+
+TEST(ShardedSync, Zero1ReduceScattersAsBackwardFinishesAndAllGathersAsTheOptimizerDoes) {
+  ShardFixture f(SyncStrategy::Overlap, Sharding::Zero1, 1, 2);
+  ASSERT_EQ(f.plan.flat_elements, 1024);
+  ASSERT_EQ(f.plan.buckets, (Plan{{768, 1024}, {384, 768}, {0, 384}}));
+  EXPECT_EQ(f.plan.owned(1), (Plan{{896, 1024}, {576, 768}, {192, 384}}));
+  for (int step = 0; step < 2; ++step) {
+    f.comm.calls.clear();
+    f.sync->begin_step();
+    f.sync->on_gradients_ready(700, 1000);  // c: all of [768,1024) but the padding
+    ASSERT_EQ(f.comm.calls.size(), 1u);
+    EXPECT_EQ(f.comm.calls[0].kind, Collective::ReduceScatter);
+    EXPECT_EQ(f.comm.calls[0].begin, 768);
+    EXPECT_EQ(f.comm.calls[0].count, 128);
+    EXPECT_EQ(f.comm.calls[0].op, ReduceOp::Average);
+    f.sync->on_gradients_ready(0, 700);  // a and b
+    f.sync->finish();
+    ASSERT_EQ(f.comm.calls.size(), 3u);
+    EXPECT_EQ(f.sync->stats().issued_in_finish, 0);
+    // The optimizer's first two ranges: their buckets' all-gathers start at once.
+    f.sync->on_parameters_updated(896, 1024);
+    f.sync->on_parameters_updated(576, 768);
+    ASSERT_EQ(f.comm.calls.size(), 5u);
+    EXPECT_EQ(f.comm.calls[3].kind, Collective::AllGather);
+    EXPECT_EQ(f.comm.calls[3].begin, 768);
+    EXPECT_EQ(f.comm.calls[4].begin, 384);
+    EXPECT_TRUE(f.sync->finish_parameters()) << "the parameters changed: the bf16 copy needs a refresh";
+    ASSERT_EQ(f.comm.calls.size(), 6u) << "the unreported third bucket is shared by finish_parameters";
+    EXPECT_EQ(f.comm.calls[5].begin, 0);
+    EXPECT_EQ(f.comm.calls[5].count, 192);
+    const SyncStats st = f.sync->stats();
+    EXPECT_EQ(st.collectives, 3);
+    EXPECT_EQ(st.param_collectives, 3);
+    EXPECT_EQ(st.bytes, 1024 * 4);
+    EXPECT_EQ(st.param_bytes, 1024 * 4);
+    EXPECT_EQ(st.bus_bytes, 1024 * 4) << "(n-1)/n of the buffer each way: one all-reduce's worth";
+  }
+}
+
+TEST(ShardedSync, BroadcastAllReducesThenEveryOwnerBroadcastsItsRange) {
+  ShardFixture f(SyncStrategy::Flat, Sharding::Broadcast, 2, 3);
+  ASSERT_EQ(f.plan.flat_elements, 1000);
+  f.sync->begin_step();
+  f.sync->on_gradients_ready(0, 1000);
+  f.sync->finish();
+  ASSERT_EQ(f.comm.calls.size(), 1u);
+  EXPECT_EQ(f.comm.calls[0].kind, Collective::AllReduce);
+  EXPECT_EQ(f.comm.calls[0].count, 1000);
+  f.sync->on_parameters_updated(f.plan.owned(2)[0].begin, f.plan.owned(2)[0].end);
+  EXPECT_TRUE(f.sync->finish_parameters());
+  ASSERT_EQ(f.comm.calls.size(), 4u);
+  EXPECT_EQ(f.comm.groups, 1) << "one group: the owners' broadcasts fused";
+  for (int owner = 0; owner < 3; ++owner) {
+    const RecordingComm::Call& c = f.comm.calls[size_t(1 + owner)];
+    EXPECT_EQ(c.kind, Collective::Broadcast);
+    EXPECT_EQ(c.root, owner);
+    EXPECT_EQ(c.begin, f.plan.shard(0, owner).begin);
+    EXPECT_EQ(c.count, f.plan.shard(0, owner).size());
+  }
+  EXPECT_EQ(f.comm.waits, 3) << "finish_parameters waits for the three broadcasts (flat's all-reduce blocks)";
+  EXPECT_EQ(f.sync->stats().param_bytes, 1000 * 4);
+}
+
+TEST(ShardedSync, UnshardedSyncLeavesTheParametersAlone) {
+  SyncFixture f(SyncStrategy::Bucketed, 25);
+  f.sync->on_parameters_updated(4, 31);
+  EXPECT_FALSE(f.sync->finish_parameters());
+  EXPECT_TRUE(f.comm.calls.empty());
 }
 
 }  // namespace

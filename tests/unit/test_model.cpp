@@ -221,7 +221,8 @@ TEST(ModelConfig, ParameterCountsMatchTheLayout) {
     EXPECT_EQ(layout.total(), c.num_params()) << p.name;
   }
   // small: 2 * 10000 * 768 embeddings/head + 12 layers of (4 d^2 + 3 d d_ff + 2 d) + d.
-  EXPECT_EQ(preset_config("small").num_params(), 2 * 10000 * 768 + 12 * (4 * 768 * 768 + 3 * 768 * 3072 + 2 * 768) + 768);
+  EXPECT_EQ(preset_config("small").num_params(),
+            2 * 10000 * 768 + 12 * (4 * 768 * 768 + 3 * 768 * 3072 + 2 * 768) + 768);
 }
 
 // The CPU device's root attributes: its model and threads.

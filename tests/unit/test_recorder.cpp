@@ -59,7 +59,8 @@ TEST(Recorder, RootAttributesAreTheSpecs) {
 TEST(Recorder, EnvironmentBecomesRootAttributes) {
   const std::string path = temp_path("environment.h5");
   RunInfo i = info();
-  i.environment = {{"gpu_name", std::string("NVIDIA H100 80GB HBM3")}, {"gpu_sm_clock_mhz", int64_t(1980)},
+  i.environment = {{"gpu_name", std::string("NVIDIA H100 80GB HBM3")},
+                   {"gpu_sm_clock_mhz", int64_t(1980)},
                    {"gpu_power_limit_w", 700.0}};
   Recorder rec(path, i);
   Record r;

@@ -23,9 +23,9 @@ std::string write_bin(const std::string& name, const std::vector<uint16_t>& toke
 }
 
 // A .npy v1.0 file as numpy writes it.
-std::string write_npy(const std::string& name, const std::string& descr, const void* data, size_t count,
-                      size_t elem) {
-  std::string header = "{'descr': '" + descr + "', 'fortran_order': False, 'shape': (" + std::to_string(count) + ",), }";
+std::string write_npy(const std::string& name, const std::string& descr, const void* data, size_t count, size_t elem) {
+  std::string header =
+      "{'descr': '" + descr + "', 'fortran_order': False, 'shape': (" + std::to_string(count) + ",), }";
   while ((10 + header.size() + 1) % 64 != 0) header += ' ';
   header += '\n';
   const std::string path = temp_path(name);

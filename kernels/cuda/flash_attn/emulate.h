@@ -46,7 +46,7 @@ inline thread_local dim3 blockDim, gridDim;
 
 namespace llmhpc::flash {
 
-constexpr size_t kEmulatedSharedBytes = 192 * 1024;  // the fused backward takes 176 KB
+constexpr size_t kEmulatedSharedBytes = 192 * 1024;           // the fused backward takes 176 KB
 alignas(16) inline unsigned char smem[kEmulatedSharedBytes];  // the kernels' `extern __shared__ smem[]`
 
 class EmuBarrier {
@@ -217,24 +217,24 @@ void emulate_launch(void (*kernel)(const Params), dim3 grid, int threads, size_t
   if (smem_bytes > kEmulatedSharedBytes) throw std::runtime_error("emulate_launch: too much shared memory");
   if (threads % 32 != 0) throw std::runtime_error("emulate_launch: threads must be whole warps");
   for (unsigned bz = 0; bz < grid.z; ++bz)
-  for (unsigned by = 0; by < grid.y; ++by)
-    for (unsigned bx = 0; bx < grid.x; ++bx) {
-      std::memset(smem, 0xff, kEmulatedSharedBytes);
-      EmuBlock block(threads);
-      std::vector<std::thread> pool;
-      for (int t = 0; t < threads; ++t)
-        pool.emplace_back([&, t] {
-          threadIdx = uint3{unsigned(t), 0, 0};
-          blockIdx = uint3{bx, by, bz};
-          blockDim = dim3(unsigned(threads));
-          gridDim = grid;
-          emu_block = &block;
-          emu_uncommitted.clear();
-          emu_groups.clear();
-          kernel(p);
-        });
-      for (std::thread& th : pool) th.join();
-    }
+    for (unsigned by = 0; by < grid.y; ++by)
+      for (unsigned bx = 0; bx < grid.x; ++bx) {
+        std::memset(smem, 0xff, kEmulatedSharedBytes);
+        EmuBlock block(threads);
+        std::vector<std::thread> pool;
+        for (int t = 0; t < threads; ++t)
+          pool.emplace_back([&, t] {
+            threadIdx = uint3{unsigned(t), 0, 0};
+            blockIdx = uint3{bx, by, bz};
+            blockDim = dim3(unsigned(threads));
+            gridDim = grid;
+            emu_block = &block;
+            emu_uncommitted.clear();
+            emu_groups.clear();
+            kernel(p);
+          });
+        for (std::thread& th : pool) th.join();
+      }
 }
 
 }  // namespace llmhpc::flash

@@ -53,7 +53,7 @@ enum class FlashBwd { Auto, Fused, Split };
 struct FlashSettings {
   FlashImpl impl = FlashImpl::Auto;  // LLMHPC_FLASH_IMPL=auto|simt
   FlashBwd bwd = FlashBwd::Auto;     // LLMHPC_FLASH_BWD=auto|fused|split
-  int fwd_rows = 0;    // LLMHPC_FLASH_FWD_ROWS=64|128: query rows per CTA, tensor-core forward; 0: chosen
+  int fwd_rows = 0;                  // LLMHPC_FLASH_FWD_ROWS=64|128: query rows per CTA, tensor-core forward; 0: chosen
   int bwd_rows = 0;    // LLMHPC_FLASH_BWD_ROWS=64|128: rows per CTA, split tensor-core backward at head dim 64
   int bwd_chunk = -1;  // LLMHPC_FLASH_BWD_CHUNK=auto|off|N: streamed tiles per chunk; -1 auto, 0 off
 };

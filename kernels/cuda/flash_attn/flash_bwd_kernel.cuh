@@ -141,10 +141,10 @@ template <class Tr, bool kFusedDq = false>
 __global__ void __launch_bounds__(Tr::kThreads) flash_bwd_dkdv_mma_kernel(const FlashParams p) {
   constexpr int kD = Tr::kHeadDim, kM = Tr::kBlockM, kN = Tr::kBlockN, kRow = Tr::kSmemRow, kMT = Tr::kMTiles;
   extern __shared__ __align__(16) unsigned char smem[];
-  bf16* sK = reinterpret_cast<bf16*>(smem);  // (kM, kRow)
-  bf16* sV = sK + kM * kRow;                 // (kM, kRow)
-  bf16* sQ = sV + kM * kRow;                 // 2 stages of (kN, kRow)
-  bf16* sdO = sQ + 2 * kN * kRow;            // 2 stages of (kN, kRow)
+  bf16* sK = reinterpret_cast<bf16*>(smem);                   // (kM, kRow)
+  bf16* sV = sK + kM * kRow;                                  // (kM, kRow)
+  bf16* sQ = sV + kM * kRow;                                  // 2 stages of (kN, kRow)
+  bf16* sdO = sQ + 2 * kN * kRow;                             // 2 stages of (kN, kRow)
   float* sL = reinterpret_cast<float*>(sdO + 2 * kN * kRow);  // 2 stages of kN: L
   float* sDelta = sL + 2 * kN;                                // 2 stages of kN
   bf16* sdSt = reinterpret_cast<bf16*>(sDelta + 2 * kN);      // fused: 2 stages of (kM, kScoreRow)
@@ -327,7 +327,7 @@ __global__ void __launch_bounds__(Tr::kThreads) flash_bwd_dq_mma_kernel(const Fl
   load_tile_async<Tr, kN>(sV, v, p.v_strides.row, n_begin * kN, T, D);
   cp_async_commit();
 
-  int row[kMT][2];  // this thread's queries: rows g, g + 8 of each m tile
+  int row[kMT][2];                           // this thread's queries: rows g, g + 8 of each m tile
   float row_lse[kMT][2], row_delta[kMT][2];  // L * log2(e) and D of these rows (0 past T)
 #pragma unroll
   for (int t = 0; t < kMT; ++t) row[t][0] = q0 + (warp * kMT + t) * 16 + g, row[t][1] = row[t][0] + 8;

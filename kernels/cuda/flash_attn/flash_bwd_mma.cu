@@ -99,7 +99,9 @@ BwdPlan plan_bwd(const FlashParams& p) {
   const int T = p.seq, n_kv = int(ceil_div(T, Kv::kBlockM)), n_q = int(ceil_div(T, Q::kBlockM));
   const int kv_streamed = int(ceil_div(T, Kv::kBlockN)), q_streamed = int(ceil_div(T, Q::kBlockN));
   auto kv_work = [&](int i) { return kv_streamed - (p.causal ? i * Kv::kBlockM / Kv::kBlockN : 0); };
-  auto q_work = [&](int i) { return p.causal ? int(ceil_div(std::min((i + 1) * Q::kBlockM, T), Q::kBlockN)) : q_streamed; };
+  auto q_work = [&](int i) {
+    return p.causal ? int(ceil_div(std::min((i + 1) * Q::kBlockM, T), Q::kBlockN)) : q_streamed;
+  };
   if (setting > 0) {
     plan.kv_chunk = setting < kv_streamed ? setting : 0;
     plan.q_chunk = setting < q_streamed ? setting : 0;
@@ -136,9 +138,8 @@ void run_bwd(const FlashParams& p, cudaStream_t stream) {
     LLMHPC_FATAL("flash backward: chunks without their scratch (set_packed_backward sets both)");
   // Grid z: the chunks of the longest tile (key tile 0, and the last query tile under causal).
   auto chunks = [&](int chunk, int block_n) { return chunk ? ceil_div(ceil_div(p.seq, block_n), chunk) : 1u; };
-  launch_kernel(flash_bwd_dkdv_mma_kernel<Kv>,
-                dim3(bh, ceil_div(p.seq, Kv::kBlockM), chunks(p.kv_chunk, Kv::kBlockN)), Kv::kThreads,
-                Kv::kSmemBytes, stream, p);
+  launch_kernel(flash_bwd_dkdv_mma_kernel<Kv>, dim3(bh, ceil_div(p.seq, Kv::kBlockM), chunks(p.kv_chunk, Kv::kBlockN)),
+                Kv::kThreads, Kv::kSmemBytes, stream, p);
   launch_kernel(flash_bwd_dq_mma_kernel<Q>, dim3(bh, ceil_div(p.seq, Q::kBlockM), chunks(p.q_chunk, Q::kBlockN)),
                 Q::kThreads, Q::kSmemBytes, stream, p);
 }

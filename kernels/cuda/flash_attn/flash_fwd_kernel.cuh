@@ -108,7 +108,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) flash_fwd_mma_kernel(const Fl
         for (int j = 0; j < kN / 8; ++j) tile_max = fmaxf(tile_max, fmaxf(s[t][j][2 * r], s[t][j][2 * r + 1]));
         tile_max = quad_max(tile_max);
         const float m_new = fmaxf(row_max[t][r], tile_max);
-        const float m_use = m_new == -INFINITY ? 0.f : m_new;  // no visible key yet: keep everything 0
+        const float m_use = m_new == -INFINITY ? 0.f : m_new;       // no visible key yet: keep everything 0
         const float correction = fast_exp2(row_max[t][r] - m_use);  // 0 while row_max is -inf
         row_max[t][r] = m_new;
         row_sum[t][r] *= correction;
@@ -143,8 +143,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) flash_fwd_mma_kernel(const Fl
       for (int j = 0; j < kD / 8; ++j) {
         const int col = 8 * j + 2 * c;
         if (col < D)
-          *reinterpret_cast<uint32_t*>(o_row + col) =
-              pack_bf16(acc_o[t][j][2 * r] * inv, acc_o[t][j][2 * r + 1] * inv);
+          *reinterpret_cast<uint32_t*>(o_row + col) = pack_bf16(acc_o[t][j][2 * r] * inv, acc_o[t][j][2 * r + 1] * inv);
       }
       if (c == 0) lse[row] = l > 0.f ? (row_max[t][r] + log2f(l)) * 0.6931471805599453f : INFINITY;
     }

@@ -34,8 +34,8 @@ int bwd_tensor_core_rows(const FlashParams& p);
 //   or N streamed tiles per chunk) decides.
 struct BwdPlan {
   bool dq_atomic = false;
-  int64_t dq_accum_floats = 0;                       // fused: the dQ accumulator (scratch)
-  int kv_chunk = 0, q_chunk = 0;                     // streamed tiles per chunk; 0: not chunked
+  int64_t dq_accum_floats = 0;                      // fused: the dQ accumulator (scratch)
+  int kv_chunk = 0, q_chunk = 0;                    // streamed tiles per chunk; 0: not chunked
   int64_t kv_accum_floats = 0, q_accum_floats = 0;  // the chunks' accumulators (scratch)
   int64_t kv_turns = 0, q_turns = 0;                // the chunks' turn counters (scratch)
 };

@@ -25,7 +25,9 @@
 namespace llmhpc::flash {
 
 __device__ __forceinline__ float4 ld4(const float* p) { return *reinterpret_cast<const float4*>(p); }
-__device__ __forceinline__ float comp(const float4& v, int u) { return u == 0 ? v.x : u == 1 ? v.y : u == 2 ? v.z : v.w; }
+__device__ __forceinline__ float comp(const float4& v, int u) {
+  return u == 0 ? v.x : u == 1 ? v.y : u == 2 ? v.z : v.w;
+}
 
 // Rows [row0, row0 + kRows) x columns [0, kHeadDim) of a (seq x head_dim) matrix into fp32
 // shared memory rows Tr::kRow apart; zeros past the sequence and past the head dim. fp32
@@ -81,8 +83,8 @@ __device__ __forceinline__ void simt_load_tile(float* smem, const E* gmem, int64
 // the copies land when a later cp_async_wait covers the caller's cp_async_commit, and cost no
 // registers meanwhile. Elsewhere (bf16, unaligned rows) it loads synchronously.
 template <class Tr, int kRows, class E>
-__device__ __forceinline__ void simt_load_tile_async(float* smem, const E* gmem, int64_t row_stride, int row0,
-                                                     int seq, int head_dim) {
+__device__ __forceinline__ void simt_load_tile_async(float* smem, const E* gmem, int64_t row_stride, int row0, int seq,
+                                                     int head_dim) {
   if constexpr (std::is_same_v<E, float>) {
     constexpr int kD = Tr::kHeadDim;
     if (head_dim % 4 == 0 && reinterpret_cast<uintptr_t>(gmem) % 16 == 0 && row_stride % 4 == 0) {
@@ -253,8 +255,7 @@ __device__ __forceinline__ void simt_hand_off_dq(const FlashParams& p, const flo
 // the running max m and sum l of each row, O = c O + P V; finally O / l and L = m + log l.
 template <class Tr, class E>
 __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks) flash_fwd_simt_kernel(const FlashParams p) {
-  constexpr int kM = Tr::kBlockM, kN = Tr::kBlockN, kR = Tr::kRowsPerThread, kS = Tr::kScoreCols,
-                kC = Tr::kDimCols;
+  constexpr int kM = Tr::kBlockM, kN = Tr::kBlockN, kR = Tr::kRowsPerThread, kS = Tr::kScoreCols, kC = Tr::kDimCols;
   extern __shared__ __align__(16) unsigned char smem[];
   float* sQ = reinterpret_cast<float*>(smem);  // (kM, kRow)
   float* sKV = sQ + kM * Tr::kRow;             // 2 stages of K, V: (kN, kRow) each
@@ -319,9 +320,9 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks) flash_fwd_simt_k
         sP[(ty + 16 * i) * Tr::kScoreRow + tx + 16 * j] = pv;
       }
     }
-    __syncwarp();  // the sixteen lanes of a row wrote it; the same lanes read it
+    __syncwarp();                                 // the sixteen lanes of a row wrote it; the same lanes read it
     simt_weighted_rows<Tr>(acc, sP, sV, ty, tx);  // O += P V
-    __syncwarp();  // (sP is rewritten only after the next __syncthreads)
+    __syncwarp();                                 // (sP is rewritten only after the next __syncthreads)
   }
 
   E* o = static_cast<E*>(p.o) + head.offset(p.o_strides);
@@ -355,8 +356,7 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks) flash_fwd_simt_k
 // the same step and wait only for each other's hand-offs. p.dq_counters must be zero.
 template <class Tr, class E, bool kFusedDq = false>
 __global__ void __launch_bounds__(Tr::kThreads, Tr::kBwdKvMinBlocks) flash_bwd_dkdv_simt_kernel(const FlashParams p) {
-  constexpr int kM = Tr::kBlockM, kN = Tr::kBlockN, kR = Tr::kRowsPerThread, kS = Tr::kScoreCols,
-                kC = Tr::kDimCols;
+  constexpr int kM = Tr::kBlockM, kN = Tr::kBlockN, kR = Tr::kRowsPerThread, kS = Tr::kScoreCols, kC = Tr::kDimCols;
   extern __shared__ __align__(16) unsigned char smem[];
   float* sK = reinterpret_cast<float*>(smem);  // (kM, kRow) each
   float* sV = sK + kM * Tr::kRow;
@@ -458,8 +458,7 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kBwdKvMinBlocks) flash_bwd_d
 // dS = P (dP - D), dQ += dS K; finally dQ *= scale.
 template <class Tr, class E>
 __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks) flash_bwd_dq_simt_kernel(const FlashParams p) {
-  constexpr int kM = Tr::kBlockM, kN = Tr::kBlockN, kR = Tr::kRowsPerThread, kS = Tr::kScoreCols,
-                kC = Tr::kDimCols;
+  constexpr int kM = Tr::kBlockM, kN = Tr::kBlockN, kR = Tr::kRowsPerThread, kS = Tr::kScoreCols, kC = Tr::kDimCols;
   extern __shared__ __align__(16) unsigned char smem[];
   float* sQ = reinterpret_cast<float*>(smem);  // (kM, kRow) each
   float* sdO = sQ + kM * Tr::kRow;
@@ -477,8 +476,8 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks) flash_bwd_dq_sim
   const float* delta = p.delta + head.stats_offset(p.heads, T);
 
   simt_load_tile<Tr, kM>(sQ, static_cast<const E*>(p.q) + head.offset(p.q_strides), p.q_strides.row, q0, T, D);
-  simt_load_tile<Tr, kM>(sdO, static_cast<const E*>(p.dout) + head.offset(p.dout_strides), p.dout_strides.row, q0,
-                         T, D);
+  simt_load_tile<Tr, kM>(sdO, static_cast<const E*>(p.dout) + head.offset(p.dout_strides), p.dout_strides.row, q0, T,
+                         D);
   int row[kR];
   float row_lse[kR], row_delta[kR], dq[kR][kC] = {};
 #pragma unroll

@@ -33,10 +33,10 @@ struct TensorCoreTraits {
   static constexpr int kHeadDim = kHeadDim_;  // padded head dim, a multiple of 16
   static constexpr int kNWarps = kNWarps_;
   static constexpr int kThreads = 32 * kNWarps;
-  static constexpr int kMTiles = kMTiles_;                // m16 tiles per warp
-  static constexpr int kBlockM = 16 * kMTiles * kNWarps;  // rows of the stationary tile
-  static constexpr int kBlockN = kBlockN_;                // rows of the streamed tile
-  static constexpr int kSmemRow = kHeadDim + 8;  // bf16 elements between shared-memory rows
+  static constexpr int kMTiles = kMTiles_;                    // m16 tiles per warp
+  static constexpr int kBlockM = 16 * kMTiles * kNWarps;      // rows of the stationary tile
+  static constexpr int kBlockN = kBlockN_;                    // rows of the streamed tile
+  static constexpr int kSmemRow = kHeadDim + 8;               // bf16 elements between shared-memory rows
   static constexpr size_t kTileBytes = size_t(kSmemRow) * 2;  // per row of a tile
   static_assert(kHeadDim % 16 == 0 && kBlockN % 16 == 0, "mma tiles are 16 wide");
 };
@@ -79,8 +79,8 @@ struct BwdQTraits : TensorCoreTraits<kHeadDim, (kHeadDim > 64 || kMTiles > 1 ? 3
 template <int kHeadDim>
 struct BwdFusedTraits : TensorCoreTraits<kHeadDim, 64, 1, 8> {
   using Base = TensorCoreTraits<kHeadDim, 64, 1, 8>;
-  static constexpr int kScoreRow = Base::kBlockN + 8;  // bf16 elements between rows of sdS^T
-  static constexpr int kDqWarpsQ = Base::kBlockN / 16;                     // 4
+  static constexpr int kScoreRow = Base::kBlockN + 8;                     // bf16 elements between rows of sdS^T
+  static constexpr int kDqWarpsQ = Base::kBlockN / 16;                    // 4
   static constexpr int kDqDims = kHeadDim / (Base::kNWarps / kDqWarpsQ);  // a warp's dims of dQ
   static constexpr size_t kSmemBytes = (2 * Base::kBlockM + 4 * Base::kBlockN) * Base::kTileBytes +
                                        4 * Base::kBlockN * sizeof(float) + 2 * Base::kBlockM * kScoreRow * 2;
@@ -91,11 +91,11 @@ template <int kHeadDim_>
 struct SimtTraits {
   static constexpr int kHeadDim = kHeadDim_;  // padded head dim: 32, 64 or 128
   static constexpr int kThreads = 256;
-  static constexpr int kBlockM = 64;                        // stationary rows per CTA
-  static constexpr int kBlockN = kHeadDim > 64 ? 32 : 64;   // streamed rows per tile (smem)
-  static constexpr int kRowsPerThread = kBlockM / 16;       // rows ty + 16 i
-  static constexpr int kScoreCols = kBlockN / 16;           // score columns tx + 16 j
-  static constexpr int kDimCols = kHeadDim / 16;            // output columns (float4 groups)
+  static constexpr int kBlockM = 64;                       // stationary rows per CTA
+  static constexpr int kBlockN = kHeadDim > 64 ? 32 : 64;  // streamed rows per tile (smem)
+  static constexpr int kRowsPerThread = kBlockM / 16;      // rows ty + 16 i
+  static constexpr int kScoreCols = kBlockN / 16;          // score columns tx + 16 j
+  static constexpr int kDimCols = kHeadDim / 16;           // output columns (float4 groups)
   // Row pitches in floats: multiples of 4 (float4 reads), and 4 banks apart from row to row,
   // so the 8 lanes of a 128-bit load phase that read 8 different rows hit distinct banks.
   static constexpr int kRow = kHeadDim + 4;

@@ -40,8 +40,7 @@ __device__ __forceinline__ uint32_t smem_address(const void* p) {
 // 16 bytes global -> shared without going through registers. With src_bytes = 0 nothing is
 // read and the 16 bytes are zero-filled (rows past the sequence, columns past the head dim).
 __device__ __forceinline__ void cp_async_16(void* smem, const void* gmem, int src_bytes) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_address(smem)), "l"(gmem),
-               "r"(src_bytes)
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_address(smem)), "l"(gmem), "r"(src_bytes)
                : "memory");
 }
 // 4 bytes (one fp32) global -> shared, zero-filled with src_bytes = 0.
@@ -101,11 +100,10 @@ __device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], const bf16* 
 
 // d (16x8 fp32) += a (16x16 bf16) * b (16x8 bf16).
 __device__ __forceinline__ void mma_16816(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-      "{%0, %1, %2, %3};\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+               "{%0, %1, %2, %3};\n"
+               : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 #endif  // LLMHPC_FLASH_EMULATE
 
@@ -184,8 +182,8 @@ __device__ __forceinline__ void load_a_fragments(uint32_t (&a)[kHeadDim / 16][kM
 // warp_gemm_rows_rows with A already in registers (load_a_fragments).
 template <int kHeadDim, int kMTiles, int kNTiles, int kSmemRow>
 __device__ __forceinline__ void warp_gemm_frag_rows(float (&acc)[kMTiles][kNTiles][4],
-                                                    const uint32_t (&a)[kHeadDim / 16][kMTiles][4],
-                                                    const bf16* b_rows, int lane) {
+                                                    const uint32_t (&a)[kHeadDim / 16][kMTiles][4], const bf16* b_rows,
+                                                    int lane) {
 #pragma unroll
   for (int kk = 0; kk < kHeadDim / 16; ++kk)
     warp_mma_step_rows<kMTiles, kNTiles, kSmemRow>(acc, a[kk], b_rows + kk * 16, lane);
@@ -299,7 +297,9 @@ inline void wait_turn(const int* counter, int turn) {
 }
 inline void release_turn(int* counter, int value) { *counter = value; }
 template <class V>
-inline void store_cg(V* p, V v) { *p = v; }
+inline void store_cg(V* p, V v) {
+  *p = v;
+}
 inline float4 load_cg(const float4* p) { return *p; }
 inline void add_to(float4* p, float4 v) { p->x += v.x, p->y += v.y, p->z += v.z, p->w += v.w; }
 inline void add_to(float2* p, float2 v) { p->x += v.x, p->y += v.y; }

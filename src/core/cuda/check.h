@@ -10,8 +10,8 @@
 
 #include "src/core/check.h"
 
-#define CUDA_CHECK(call)                                                       \
-  LLMHPC_CHECK_CALL(call, cudaError_t, llmhpc_rc_ == cudaSuccess,              \
+#define CUDA_CHECK(call)                                          \
+  LLMHPC_CHECK_CALL(call, cudaError_t, llmhpc_rc_ == cudaSuccess, \
                     std::string(cudaGetErrorName(llmhpc_rc_)) + ": " + cudaGetErrorString(llmhpc_rc_))
 
 #define CUDA_CHECK_LAUNCH() CUDA_CHECK(cudaGetLastError())

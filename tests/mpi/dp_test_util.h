@@ -1,0 +1,226 @@
+// What the data-parallel tests under mpirun share (test_ddp.cpp, test_shard.cpp): a backend
+// and a communicator per backend (nccl when every rank has a GPU), comparisons over ranks,
+// this rank's share of a global batch, and the tiny TransformerLM trained through run_step
+// (the real step protocol: backward with the sync as listener, the optimizer telling it what
+// it updated) on one rank's whole batch or on this rank's share under a data-parallel plan.
+#pragma once
+#include <gtest/gtest.h>
+#include <mpi.h>
+
+#include <cmath>
+#include <cstring>
+#include <map>
+#include <random>
+#include <vector>
+
+#include "comm/communicator.h"
+#include "kernels/backend.h"
+#include "src/dist/grad_sync.h"
+#include "src/model/adamw.h"
+#include "src/model/train_step.h"
+#include "src/model/transformer.h"
+#include "tests/mpi/mpi_test_util.h"
+
+namespace llmhpc::test {
+
+// ---- Where parameters and gradients live: a backend and a communicator --------------------
+
+struct Env {
+  Backend backend;                     // declared first: destroyed after the communicator
+  std::unique_ptr<Communicator> comm;  // nccl: ordered after backend.device's stream
+  Device& device() { return *backend.device; }
+  Ops& ops() { return *backend.ops; }
+};
+
+// One per backend for the whole program (NCCL start-up is slow); each suite frees them in its
+// TearDownTestSuite, before MPI_Finalize.
+inline std::map<CommBackend, Env>& envs() {
+  static std::map<CommBackend, Env> e;
+  return e;
+}
+
+// nullptr when the backend cannot run on every rank (a collective decision).
+inline Env* env_for(CommBackend b) {
+  if (b == CommBackend::Nccl && !nccl_runnable()) return nullptr;
+  Env& e = envs()[b];
+  if (!e.comm) {
+    BackendOptions device;
+    CommOptions comm;
+    comm.backend = b;
+    if (b == CommBackend::Nccl) {
+      device.kind = DeviceKind::Cuda;
+      device.ordinal = comm.gpu = local_gpu();
+    }
+    e.backend = make_backend(device);
+    comm.compute_stream = e.device().native_stream();
+    e.comm = make_communicator(comm);
+  }
+  return &e;
+}
+
+inline std::vector<float> download(Device& d, const Tensor& t) {
+  EXPECT_EQ(t.dtype, DType::F32);
+  std::vector<float> v(size_t(t.numel()));
+  d.copy_to_host(v.data(), t.data, t.bytes());
+  return v;
+}
+
+// ---- Comparisons over ranks (every rank calls them; rank 0 prints) ------------------------
+
+inline double max_over_ranks(double x) {
+  double worst = 0;
+  MPI_Allreduce(&x, &worst, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+  return worst;
+}
+
+inline double mean_over_ranks(double x) {
+  double sum = 0;
+  MPI_Allreduce(&x, &sum, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+  return sum / world_size();
+}
+
+// Whether every rank holds rank 0's values, bit for bit.
+inline bool same_on_every_rank(const std::vector<float>& v) {
+  std::vector<float> root = v;
+  MPI_Bcast(root.data(), int(root.size() * sizeof(float)), MPI_BYTE, 0, MPI_COMM_WORLD);
+  int same = std::memcmp(root.data(), v.data(), v.size() * sizeof(float)) == 0, all = 0;
+  MPI_Allreduce(&same, &all, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+  return all == 1;
+}
+
+// Whether a equals b bit for bit on every rank.
+inline bool bitwise_on_every_rank(const std::vector<float>& a, const std::vector<float>& b) {
+  const double differ = a.size() != b.size() || std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) != 0;
+  return max_over_ranks(differ) == 0;
+}
+
+// max |a - b| / max |b| (NaN when a holds a non-finite value, so that EXPECT_LE fails).
+template <class A, class B>
+double rel_error(const std::vector<A>& a, const std::vector<B>& b) {
+  EXPECT_EQ(a.size(), b.size());
+  double diff = 0, scale = 1e-30;
+  for (size_t i = 0; i < a.size() && i < b.size(); ++i) {
+    if (!std::isfinite(double(a[i]))) return NAN;
+    diff = std::max(diff, std::fabs(double(a[i]) - double(b[i])));
+    scale = std::max(scale, std::fabs(double(b[i])));
+  }
+  return diff / scale;
+}
+
+// Rank r's samples of a global batch: [r*global/n, (r+1)*global/n).
+struct Shard {
+  int64_t begin, end;
+  int64_t size() const { return end - begin; }
+};
+inline Shard shard_of_this_rank(int64_t global) {
+  const int64_t r = world_rank(), n = world_size();
+  return {r * global / n, (r + 1) * global / n};
+}
+constexpr int64_t kGlobalBatch = 12;  // divides by 1, 2, 3 and 4 ranks
+
+// ---- The transformer ----------------------------------------------------------------------------
+
+// vocab 64, context 8, d_model 32, d_ff 64, 2 layers, 4 heads.
+inline ModelConfig tiny_transformer() { return ModelConfig{"custom", 64, 8, 32, 64, 2, 4}; }
+
+struct TokenBatch {
+  std::vector<int32_t> tokens, targets;  // (kGlobalBatch, T)
+};
+
+inline TokenBatch global_batch(const ModelConfig& c, int step) {
+  std::mt19937_64 rng(uint64_t(77 + step));
+  const size_t n = size_t(kGlobalBatch * c.context_length);
+  TokenBatch b{std::vector<int32_t>(n), std::vector<int32_t>(n)};
+  for (int32_t& t : b.tokens) t = int32_t(rng() % uint64_t(c.vocab_size));
+  for (int32_t& t : b.targets) t = int32_t(rng() % uint64_t(c.vocab_size));
+  return b;
+}
+
+constexpr uint64_t kRankZeroSeed = 1000;
+
+// How the ranks train together.
+struct DataParallel {
+  SyncStrategy strategy = SyncStrategy::None;
+  double bucket_mb = 25;
+  Sharding sharding = Sharding::None;
+};
+
+// The tiny transformer with its optimizer: one rank on the whole batch (dist == nullptr:
+// parameters from rank 0's seed, no communication), or this rank's share under `dist`
+// (parameters from this rank's seed, then broadcast from rank 0; flat buffers and optimizer
+// ranges as the plan says). step(s) trains on global batch s, so runs can stop and go on.
+class TransformerRun {
+ public:
+  TransformerRun(Env& env, const DataParallel* dist, Precision precision = Precision::FP32)
+      : env_(env), plan_(plan_sync(dist ? dist->strategy : SyncStrategy::None, dist ? dist->sharding : Sharding::None,
+                                   param_spans(ParameterLayout(tiny_transformer())), sizeof(float),
+                                   dist ? dist->bucket_mb : 25, dist ? world_size() : 1)),
+        model_(tiny_transformer(), precision, AttentionKind::Naive, env.device(), env.ops(), MemoryPlan::Fast,
+               plan_.flat_elements),
+        opt_(model_, env.ops(), AdamWHyper{3e-3, 0.9, 0.999, 1e-8, 0.01}, plan_.owned(dist ? world_rank() : 0)),
+        shard_(dist ? shard_of_this_rank(kGlobalBatch) : Shard{0, kGlobalBatch}),
+        timer_(env.device().make_timer(kStepMarks)) {
+    model_.init_parameters(dist ? kRankZeroSeed + uint64_t(world_rank()) : kRankZeroSeed);
+    if (dist) {
+      broadcast_parameters(*env.comm, model_.params());
+      model_.parameters_changed();
+      sync_ = make_gradient_sync(plan_, *env.comm, model_.grads(), model_.params());
+    }
+  }
+
+  // One step on global batch `s`; returns this rank's mean loss before the update.
+  double step(int s) {
+    const ModelConfig c = tiny_transformer();
+    const int64_t T = c.context_length;
+    const TokenBatch b = global_batch(c, s);
+    model_.set_batch(b.tokens.data() + shard_.begin * T, b.targets.data() + shard_.begin * T, shard_.size(), T);
+    run_step(model_, &opt_, Phase::TrainStep, *timer_, sync_.get());
+    return model_.mean_loss();
+  }
+
+  // The parameters (not the padding) on the host.
+  std::vector<float> params() { return download(env_.device(), model_.params().slice(0, {model_.layout().total()})); }
+  std::vector<float> grads() { return download(env_.device(), model_.grads().slice(0, {model_.layout().total()})); }
+  // The parameters' padding (ZeRO-1's), which must stay zero.
+  std::vector<float> padding() {
+    const int64_t total = model_.layout().total();
+    return download(env_.device(), model_.params().slice(total, {model_.params().numel() - total}));
+  }
+
+  TransformerLM& model() { return model_; }
+  AdamW& optimizer() { return opt_; }
+  const SyncPlan& plan() const { return plan_; }
+  GradientSync* sync() { return sync_.get(); }
+
+ private:
+  Env& env_;
+  SyncPlan plan_;
+  TransformerLM model_;
+  AdamW opt_;
+  Shard shard_;
+  std::unique_ptr<Timer> timer_;
+  std::unique_ptr<GradientSync> sync_;
+};
+
+// What a training run leaves behind.
+struct Training {
+  std::vector<float> params;
+  std::vector<double> losses;  // this rank's mean loss of each step, before its update
+  std::vector<float> grads;    // the gradients the first step's optimizer saw
+  SyncStats stats;             // of the last step
+};
+
+inline Training train_transformer(Env& env, const DataParallel* dist, int steps,
+                                  Precision precision = Precision::FP32) {
+  TransformerRun run(env, dist, precision);
+  Training out;
+  for (int s = 0; s < steps; ++s) {
+    out.losses.push_back(run.step(s));
+    if (s == 0) out.grads = run.grads();
+    if (run.sync()) out.stats = run.sync()->stats();
+  }
+  out.params = run.params();
+  return out;
+}
+
+}  // namespace llmhpc::test

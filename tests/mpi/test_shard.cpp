@@ -1,0 +1,203 @@
+// Optimizer state sharding under mpirun with 1-4 ranks (SPEC "Correctness contracts": after 10
+// steps, bitwise the same weights as the unsharded AdamW), for the seeds' broadcast scheme and
+// ZeRO-1 under every strategy that reduces gradients, on the tiny TransformerLM trained through
+// run_step (tests/mpi/dp_test_util.h):
+//  - weights and losses after 10 steps against the unsharded optimizer with the same --ddp:
+//    broadcast bitwise on any number of ranks (its gradients are the strategy's own
+//    all-reduces); zero1 bitwise on 1 and 2 ranks, where a sum of two is the same in any
+//    order, and within 1e-6 relative on 3 and 4, where a reduce-scatter may add the ranks'
+//    gradients in another order than an all-reduce (each case says which it found);
+//  - every rank holds only its share of m and v, read off the allocator's tags: optimizer
+//    bytes = 2 x 4 x owned elements, owned within one alignment unit of 1/n;
+//  - a checkpoint saved from a sharded run holds what an unsharded run's holds, loads into an
+//    unsharded run, and one saved unsharded loads into a sharded run, training going on as if
+//    uninterrupted.
+// mpi runs on the CPU backend; nccl on GPUs when every rank has one (skipped otherwise), where
+// bf16 runs (fp32 master weights shared, bf16 copies refreshed locally) are bitwise too.
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+
+#include "src/io/h5.h"
+#include "src/model/checkpoint.h"
+#include "src/modes/data_parallel.h"
+#include "tests/mpi/dp_test_util.h"
+
+namespace llmhpc::test {
+namespace {
+
+constexpr int kSteps = 10;
+constexpr double kReorderTolerance = 1e-6;  // relative: sums of the same gradients in another order
+
+struct Case {
+  CommBackend backend;
+  SyncStrategy strategy;
+  Sharding sharding;
+  DataParallel setup(Sharding s) const { return {strategy, 16.0 / 1024, s}; }  // 16 KiB: a few buckets
+  // Whether the sharded run must equal the unsharded one bit for bit (see the file comment).
+  bool bitwise() const { return sharding == Sharding::Broadcast || world_size() <= 2; }
+};
+
+std::string case_name(const ::testing::TestParamInfo<Case>& info) {
+  return std::string(comm_backend_name(info.param.backend)) + "_" + sync_strategy_name(info.param.strategy) + "_" +
+         sharding_name(info.param.sharding);
+}
+
+std::vector<Case> all_cases() {
+  std::vector<Case> cases;
+  for (CommBackend b : {CommBackend::Mpi, CommBackend::Nccl})
+    for (SyncStrategy s : all_sync_strategies())
+      if (s != SyncStrategy::None)
+        for (Sharding sh : {Sharding::Broadcast, Sharding::Zero1}) cases.push_back({b, s, sh});
+  return cases;
+}
+
+// A path every rank agrees on (rank 0's process id), removed at the end of the test.
+struct SharedPath {
+  std::string path;
+  explicit SharedPath(const std::string& name) {
+    int pid = int(getpid());
+    MPI_Bcast(&pid, 1, MPI_INT, 0, MPI_COMM_WORLD);
+    path = ::testing::TempDir() + "/llmhpc_shard_" + std::to_string(pid) + "_" + name + ".h5";
+  }
+  ~SharedPath() {
+    MPI_Barrier(MPI_COMM_WORLD);
+    if (world_rank() == 0) std::remove(path.c_str());
+  }
+};
+
+std::string fmt_error(double e) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%.2e", e);
+  return text;
+}
+
+Runtime world() {
+  Runtime rt;
+  rt.rank = world_rank();
+  rt.world_size = world_size();
+  return rt;
+}
+
+// The optimizer state a checkpoint holds, read back on every rank (m then v, every tensor).
+std::vector<float> saved_state(const std::string& path) {
+  std::vector<float> out;
+  h5::Handle f = h5::open_file(path, h5::Mode::Read);
+  const ParameterLayout layout(tiny_transformer());
+  for (const ParamInfo& p : layout.params())
+    for (const char* group : {"optimizer/m/", "optimizer/v/"}) {
+      const std::vector<float> t = h5::read_floats(f.id(), group + p.name);
+      out.insert(out.end(), t.begin(), t.end());
+    }
+  return out;
+}
+
+class ShardTest : public ::testing::TestWithParam<Case> {
+ protected:
+  static void TearDownTestSuite() { envs().clear(); }
+  void SetUp() override {
+    env_ = env_for(GetParam().backend);
+    if (!env_) GTEST_SKIP() << "nccl: not compiled in, no GPU visible, or more ranks than GPUs on a node";
+  }
+
+  // `got` against `want` (every rank's own): bitwise where the case says so, else within the
+  // reordering tolerance. Collective; says which held.
+  void expect_same(const std::vector<float>& got, const std::vector<float>& want, const std::string& what) {
+    const bool bitwise = bitwise_on_every_rank(got, want);
+    const double err = max_over_ranks(rel_error(got, want));
+    if (GetParam().bitwise()) EXPECT_TRUE(bitwise) << what << ": relative error " << err;
+    else EXPECT_LE(err, kReorderTolerance) << what;
+    if (world_rank() == 0)
+      std::printf("    %s on %d rank(s): %s\n", what.c_str(), world_size(),
+                  bitwise ? "bitwise" : ("relative error " + fmt_error(err)).c_str());
+  }
+
+  Env* env_ = nullptr;
+};
+
+TEST_P(ShardTest, TenStepsGiveTheUnshardedWeights) {
+  const Case& c = GetParam();
+  const DataParallel plain = c.setup(Sharding::None), sharded = c.setup(c.sharding);
+  const Training want = train_transformer(*env_, &plain, kSteps), got = train_transformer(*env_, &sharded, kSteps);
+  expect_same(got.params, want.params, "weights after 10 steps");
+  EXPECT_TRUE(same_on_every_rank(got.params)) << "ranks differ";
+  expect_same(std::vector<float>(got.losses.begin(), got.losses.end()),
+              std::vector<float>(want.losses.begin(), want.losses.end()), "losses");
+  // What the step communicated: the gradients once, and every parameter once more.
+  EXPECT_EQ(got.stats.param_bytes, (c.sharding == Sharding::Zero1 ? got.stats.bytes : want.stats.bytes));
+  EXPECT_GE(got.stats.param_collectives, 1);
+}
+
+TEST_P(ShardTest, EachRankHoldsOnlyItsShareOfTheOptimizerState) {
+  const Case& c = GetParam();
+  const DataParallel setup = c.setup(c.sharding);
+  TransformerRun run(*env_, &setup);
+  run.step(0);
+  run.step(1);
+  const std::vector<float> padding = run.padding();
+  EXPECT_EQ(max_over_ranks(double(std::count(padding.begin(), padding.end(), 0.0f) != int64_t(padding.size()))), 0)
+      << "the padding stays zero";
+  if (c.sharding == Sharding::Zero1 && world_size() > 1) EXPECT_GT(padding.size(), 0u) << "this model needs padding";
+  const MemoryBreakdown memory = model_memory(env_->device().allocator());
+  const int64_t owned = run.optimizer().owned_elements(), n = world_size();
+  EXPECT_EQ(max_over_ranks(double(memory.of("optimizer") != 2 * 4 * owned)), 0)
+      << "optimizer bytes = m and v of what it owns";
+  const int64_t spread = c.sharding == Sharding::Zero1 ? run.plan().flat_elements : run.model().layout().total();
+  EXPECT_LE(max_over_ranks(std::fabs(double(owned) - double(spread) / double(n))), double(kShardAlignment));
+  const double share = mean_over_ranks(double(owned)) * double(n);
+  EXPECT_EQ(share, double(spread)) << "the shares add up to the whole, each element once";
+  EXPECT_EQ(memory.of("grads"), 4 * run.plan().flat_elements) << "ZeRO-1 keeps every gradient";
+}
+
+TEST_P(ShardTest, CheckpointsMoveBetweenShardedAndUnsharded) {
+  const Case& c = GetParam();
+  const DataParallel plain = c.setup(Sharding::None), sharded = c.setup(c.sharding);
+  const int half = kSteps / 2;
+  const Runtime rt = world();
+  const SharedPath from_sharded("sharded"), from_plain("plain");
+  std::vector<float> plain_after_all, sharded_after_all;
+  {  // uninterrupted runs, saving halfway
+    TransformerRun p(*env_, &plain), s(*env_, &sharded);
+    for (int step = 0; step < kSteps; ++step) {
+      p.step(step);
+      s.step(step);
+      if (step + 1 == half) {
+        save_checkpoint_from_ranks(rt, from_plain.path, p.model(), p.optimizer(), p.plan());
+        save_checkpoint_from_ranks(rt, from_sharded.path, s.model(), s.optimizer(), s.plan());
+      }
+    }
+    plain_after_all = p.params();
+    sharded_after_all = s.params();
+  }
+  expect_same(saved_state(from_sharded.path), saved_state(from_plain.path), "saved m and v");
+  {  // sharded -> unsharded
+    TransformerRun p(*env_, &plain);
+    load_checkpoint(from_sharded.path, p.model(), &p.optimizer());
+    EXPECT_EQ(p.optimizer().steps_taken(), half);
+    for (int step = half; step < kSteps; ++step) p.step(step);
+    expect_same(p.params(), plain_after_all, "unsharded run from a sharded checkpoint");
+  }
+  {  // unsharded -> sharded: the same state, so exactly where the sharded run got
+    TransformerRun s(*env_, &sharded);
+    load_checkpoint(from_plain.path, s.model(), &s.optimizer());
+    for (int step = half; step < kSteps; ++step) s.step(step);
+    expect_same(s.params(), sharded_after_all, "sharded run from an unsharded checkpoint");
+  }
+}
+
+// Mixed precision (CUDA only): the fp32 weights travel, each rank refreshes its bf16 copy.
+TEST_P(ShardTest, Bf16TenStepsGiveTheUnshardedWeights) {
+  if (env_->device().kind() != DeviceKind::Cuda) GTEST_SKIP() << "bf16 runs on the CUDA backend";
+  const Case& c = GetParam();
+  const DataParallel plain = c.setup(Sharding::None), sharded = c.setup(c.sharding);
+  const Training want = train_transformer(*env_, &plain, kSteps, Precision::BF16),
+                 got = train_transformer(*env_, &sharded, kSteps, Precision::BF16);
+  expect_same(got.params, want.params, "bf16 weights after 10 steps");
+  EXPECT_TRUE(same_on_every_rank(got.params)) << "ranks differ";
+}
+
+INSTANTIATE_TEST_SUITE_P(Schemes, ShardTest, ::testing::ValuesIn(all_cases()), case_name);
+
+}  // namespace
+}  // namespace llmhpc::test

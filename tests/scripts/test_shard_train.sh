@@ -1,0 +1,107 @@
+#!/usr/bin/env bash
+# Optimizer state sharding end to end: mode train on 2 ranks with --shard-optimizer none,
+# broadcast and zero1 writes bitwise the same losses and checkpoints (parameters and the
+# whole optimizer state, in the unsharded layout), each rank keeping 1/n of m and v (its
+# records' memory attributes); a checkpoint saved under zero1 on 2 ranks goes on under any
+# sharding on 1, 3 and 4 ranks; mode ddp sweeps the shardings and prints the memory table.
+set -u
+BIN=${LLMHPC_BIN:?set LLMHPC_BIN to the llmhpc binary}
+MPIEXEC=${MPIEXEC:-mpirun}
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
+WORK=$(mktemp -d)
+trap 'rm -rf "$WORK"' EXIT
+cd "$WORK"
+
+python3 -c "import numpy as np; np.random.default_rng(0).integers(0, 100, 20000, dtype=np.uint16).tofile('tokens.bin')"
+TINY="--d-model 32 --d-ff 64 --num-layers 2 --num-heads 4 --vocab-size 100 --context-length 16 --batch-size 12"
+TRAIN="--mode train --device cpu --data tokens.bin $TINY --data-order sequential --lr 3e-3"
+
+run() {  # run NP args...: stops the test with the log when llmhpc fails
+  local np=$1; shift
+  if ! timeout 120 "$MPIEXEC" --oversubscribe -np "$np" "$BIN" "$@" >"$WORK/log" 2>&1; then
+    echo "FAIL: np=$np $*"; tail -20 "$WORK/log"; exit 1
+  fi
+}
+
+for sharding in none broadcast zero1; do
+  run 2 $TRAIN --steps 10 --ddp bucketed --bucket-mb 0.02 --shard-optimizer $sharding --save $sharding.h5 \
+    --out train_$sharding
+done
+# Resume the zero1 checkpoint elsewhere: other world sizes and shardings.
+run 1 $TRAIN --steps 2 --init zero1.h5 --shard-optimizer none --save resumed_1.h5 --out resumed_1
+run 3 $TRAIN --steps 2 --init zero1.h5 --ddp flat --shard-optimizer broadcast --save resumed_3.h5 --out resumed_3
+run 4 $TRAIN --steps 2 --init zero1.h5 --ddp overlap --shard-optimizer zero1 --save resumed_4.h5 --out resumed_4
+run 2 --mode ddp --device cpu $TINY --steps 2 --warmup 1 --ddp none,bucketed --shard-optimizer none,broadcast,zero1 \
+  --out ddp
+cp "$WORK/log" ddp.log
+
+python3 - <<'PY'
+import sys
+import h5py
+import numpy as np
+
+failures = []
+def check(ok, what):
+    print(("ok   " if ok else "FAIL ") + what)
+    if not ok:
+        failures.append(what)
+
+def datasets(path):
+    out = {}
+    with h5py.File(path, "r") as f:
+        f.visititems(lambda name, d: out.__setitem__(name, d[()]) if isinstance(d, h5py.Dataset) else None)
+    return out
+
+none = datasets("none.h5")
+check("optimizer/m/lm_head.weight" in none and "optimizer/step" in none, "the unsharded checkpoint has optimizer state")
+for sharding in ("broadcast", "zero1"):
+    mine = datasets(f"{sharding}.h5")
+    check(mine.keys() == none.keys(), f"{sharding}: the unsharded checkpoint's layout")
+    check(all(np.array_equal(mine[k], none[k]) for k in none),
+          f"{sharding}: parameters and m, v bitwise the unsharded run's")
+
+for sharding in ("none", "broadcast", "zero1"):
+    ranks = []
+    for r in range(2):
+        with h5py.File(f"train_{sharding}/rank{r:05d}.h5", "r") as f:
+            g = f["train"]
+            ranks.append(({k: g.attrs[k] for k in g.attrs}, g["loss"][()]))
+    with h5py.File("train_none/rank00000.h5", "r") as f:
+        want_loss = f["train/loss"][()]
+    attrs = ranks[0][0]
+    check(np.array_equal(ranks[0][1], want_loss), f"{sharding}: losses bitwise the unsharded run's")
+    check(attrs["shard_optimizer"] == sharding, f"{sharding}: recorded as such")
+    params = int(attrs["memory_after_init_params_bytes"]) // 4
+    for rank, (a, _) in enumerate(ranks):
+        owned = int(a["optimizer_owned_elements"])
+        opt_bytes = int(a["memory_after_optimizer_optimizer_bytes"])
+        share = params if sharding == "none" else params / 2
+        check(opt_bytes == 2 * 4 * owned and abs(owned - share) < 64,
+              f"{sharding} rank {rank}: m and v of {owned} elements ({opt_bytes} bytes), {share:.0f} expected within 64")
+        check(int(a["memory_before_optimizer_optimizer_bytes"]) == 0, f"{sharding}: no state before the first step")
+        parts = [k for k in a if k.startswith("memory_after_optimizer_") and k.endswith("_bytes")
+                 and k != "memory_after_optimizer_bytes"]
+        check(sum(int(a[k]) for k in parts) == int(a["memory_after_optimizer_bytes"]), f"{sharding}: categories add up")
+
+for np_, path in ((1, "resumed_1"), (3, "resumed_3"), (4, "resumed_4")):
+    with h5py.File(f"{path}/rank00000.h5", "r") as f:
+        g = f["train"]
+        check(g.attrs["status"] == "ok" and g.attrs["first_step"] == 11, f"{path}: resumed at step 11 on {np_} rank(s)")
+    check(int(datasets(f"{path}.h5")["optimizer/step"]) == 12, f"{path}: saved after step 12")
+
+with h5py.File("ddp/rank00000.h5", "r") as f:
+    recs = {name: dict(g.attrs) for name, g in f["ddp"].items()}
+labels = sorted(recs)
+check(len(recs) == 4 and any(l.endswith("_zero1") for l in labels) and any(l.endswith("_broadcast") for l in labels),
+      f"ddp: none, and bucketed x 3 shardings ({labels})")
+by = {r["shard_optimizer"]: r for r in recs.values() if r["ddp"] == "bucketed"}
+padding = 2 * 64  # zero1 pads the buffer by less than ranks x 64 elements
+state = {k: int(r["memory_after_optimizer_optimizer_bytes"]) for k, r in by.items()}
+check(abs(2 * state["zero1"] - state["none"]) <= 8 * padding, f"ddp: zero1 keeps half the optimizer state ({state})")
+bus = {k: int(r["comm_bus_bytes_per_step"]) for k, r in by.items()}
+check(abs(bus["zero1"] - bus["none"]) <= 4 * padding and bus["broadcast"] > bus["none"],
+      f"ddp: zero1 moves what DDP moves, broadcast more ({bus})")
+log = open("ddp.log").read()
+check("ddp memory of rank 0 by category" in log and "optimizer" in log, "ddp: the memory table is printed")
+sys.exit(1 if failures else 0)
+PY
