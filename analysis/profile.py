@@ -2,10 +2,16 @@
 """The seeds' nsys_profile tables, in markdown, and a PNG, from an llmhpc --mode profile run.
 
     python3 analysis/profile.py results/profile-20261123-101500            # rank 0, top 10 per phase
-    python3 analysis/profile.py DIR --rank 1 --top 20 -o profile.png
+    python3 analysis/profile.py DIR --rank 1 --top 20 --out plots/
 
-For every configuration that ran (/profile/<label> with its activities in /profile_kernels/<label>,
-docs/hdf5-schema.md), from the raw activities of the traced steps:
+Writes profile_rank<R>.md (the tables, also printed) and profile_rank<R>.png into DIR, or into
+--out; never into the working directory. report_section(runs, out_dir) gives the same tables
+as one markdown section, for analysis/report.py.
+
+First an overview, one row per configuration: the step untraced and traced (the overhead), the
+activities per step, the share of matrix products in the step's kernel time, dropped records.
+Then for every configuration that ran (/profile/<label> with its activities in
+/profile_kernels/<label>, docs/hdf5-schema.md), from the raw activities of the traced steps:
   (a) per phase, the event timing of the traced steps (the bench measurement), the profiler's
       span of the phase's ranges on the device and its activities' own time, ms per step, and
       the steps' time untraced (the profiler's overhead);
@@ -17,8 +23,9 @@ docs/hdf5-schema.md), from the raw activities of the traced steps:
       (matrix products exactly, 2 per multiply-add; softmax estimated at 5 FLOPs per score
       forward, 4 backward).
 Phases: an activity counts in the phase under the outermost one ("forward", "backward",
-"optimizer") and in the outermost ("step"); outside every phase, in "(no phase)". The PNG
-(-o, default DIR/profile_rank<R>.png) stacks each phase's time per step by category.
+"optimizer") and in the outermost ("step"); outside every phase, in "(no phase)". The PNG has
+one panel per phase and one bar per configuration, stacked by category (% of the phase's kernel
+time, its ms per step above the bar).
 Activity categories are the profiler's (kernels/profiler.cpp). Reads the files only through
 analysis/llmhpc_h5.py.
 """
@@ -38,12 +45,20 @@ import pandas as pd  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from llmhpc_h5 import PROFILE_CATEGORIES, SchemaError, open_run  # noqa: E402
-from report import fmt, markdown_table  # noqa: E402
 
 # The phases kernels/cuda/cuda_ops.cu opens inside naive attention.
 NAIVE_PARTS = ("scores", "softmax", "value_matmul")
-# The event timing of a phase: its per-step array in the record (traced_<phase>_ms).
-EVENT_PHASES = ("step", "forward", "backward", "optimizer")
+
+
+def fmt(value, decimals: int) -> str:
+    # analysis/report.py's, imported late: report.py imports this module for report_section.
+    from report import fmt as report_fmt
+    return report_fmt(value, decimals)
+
+
+def markdown_table(header: list, rows: list) -> str:
+    from report import markdown_table as report_table
+    return report_table(header, rows)
 
 
 def groups_of(path: str) -> list:
@@ -186,24 +201,90 @@ def configuration_report(run, rec, rank: int, top: int) -> tuple:
 
 
 def plot(frames: dict, path: str) -> None:
-    """One stacked bar per (configuration, phase): ms per step by category."""
-    labels, bottoms, bars = [], None, []
-    for name, cats in frames.items():
-        for g in cats.index:
-            labels.append(f"{g}\n{name}" if len(frames) > 1 else g)
-            bars.append(cats.loc[g])
-    data = pd.DataFrame(bars).reset_index(drop=True)
-    fig, ax = plt.subplots(figsize=(max(6.0, 1.1 * len(labels) + 2), 4.8))
-    bottoms = np.zeros(len(data))
-    for category in PROFILE_CATEGORIES:
-        ax.bar(range(len(data)), data[category], bottom=bottoms, label=category)
-        bottoms += data[category].to_numpy()
-    ax.set_xticks(range(len(data)), labels, fontsize=8)
-    ax.set_ylabel("ms per step (activities' own time)")
-    ax.set_title("Time per phase by kernel category")
-    ax.legend(fontsize=8)
+    """One panel per phase, one stacked bar per configuration: the share of each category in the
+    phase's kernel time, its ms per step written above the bar (sizes differ a hundredfold)."""
+    phases = list(dict.fromkeys(g for cats in frames.values() for g in cats.index))
+    names = list(frames)
+    width = max(8.0, 0.28 * len(names) + 2.5)
+    fig, axes = plt.subplots(len(phases), 1, figsize=(width, 2.6 * len(phases) + 1.5), squeeze=False)
+    for ax, phase in zip(axes[:, 0], phases):
+        ms = pd.DataFrame([frames[n].loc[phase] if phase in frames[n].index else pd.Series(dtype=float)
+                           for n in names]).reindex(columns=list(PROFILE_CATEGORIES)).fillna(0.0)
+        totals = ms.sum(axis=1).to_numpy()
+        share = 100.0 * ms.div(np.where(totals > 0, totals, 1.0), axis=0)
+        bottoms = np.zeros(len(names))
+        for category in PROFILE_CATEGORIES:
+            ax.bar(range(len(names)), share[category], bottom=bottoms, label=category)
+            bottoms += share[category].to_numpy()
+        for x, total in enumerate(totals):
+            ax.text(x, 101, f"{total:.3g}", ha="center", va="bottom", fontsize=6, rotation=90 if len(names) > 8 else 0)
+        ax.set_ylim(0, 140)
+        ax.set_ylabel(f"{phase}: % of kernel time")
+        ax.set_xticks(range(len(names)), names if phase == phases[-1] else [""] * len(names), fontsize=7,
+                      rotation=90 if len(names) > 3 else 0)
+    fig.suptitle("Kernel time per phase by category (above each bar: ms per step)", fontsize=10)
+    axes[0, 0].legend(fontsize=7, ncol=4, loc="upper left")
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def overview(run, records: list, rank: int) -> str:
+    """One row per configuration of `run` on `rank`: the overhead, activities, the step's matmul share."""
+    rows = []
+    for rec in records:
+        a = rec.attrs
+        row = [a.get("model", rec.name), a.get("context_length", "-"), a.get("batch_size", "-"),
+               a.get("precision", "-"), a.get("attention", "-"), a.get("phase", "-")]
+        if not rec.ok:
+            rows.append(row + [rec.status] + ["-"] * 6)
+            continue
+        untraced, traced = float(np.mean(rec.arrays["step_ms"])), float(np.mean(rec.arrays["traced_step_ms"]))
+        acts = run.profile_activities(rec.name, rank)
+        total = acts["duration_ns"].sum()
+        share = 100.0 * acts.loc[acts["category"] == "matmul", "duration_ns"].sum() / total if total > 0 else math.nan
+        steps = int(a["steps"])
+        rows.append(row + ["ok", fmt(untraced, 3), fmt(traced, 3), f"{100.0 * (traced / untraced - 1.0):+.1f}%",
+                           fmt(len(acts) / steps, 1), fmt(share, 1) + "%" if total > 0 else "-",
+                           a.get("dropped_records", "-")])
+    return markdown_table(["Model", "Context", "Batch", "Precision", "Attention", "Phase", "Status", "Untraced ms",
+                           "Traced ms", "Overhead", "Activities/step", "Matmul share", "Dropped"], rows)
+
+
+def run_report(run, rank: int, top: int, png: str) -> str:
+    """The markdown of one run on `rank` (overview, then each configuration), and its plot into `png`;
+    '' when the run has no /profile records."""
+    records = run.records("profile", rank)
+    if not records:
+        return ""
+    parts, frames = [f"Profile of {run.directory}, rank {rank} ({run.attrs.get('device_name', '?')})", "",
+                     overview(run, records, rank), ""], {}
+    for rec in records:
+        if not rec.ok:
+            parts += [f"### {rec.name} (rank {rank}): {rec.status}", ""]
+            continue
+        text, cats = configuration_report(run, rec, rank, top)
+        parts.append(text)
+        if cats is not None:
+            frames[rec.name] = cats
+    if frames:
+        plot(frames, png)
+        parts += [f"![time per phase by kernel category]({os.path.basename(png)})", ""]
+    return "\n".join(parts)
+
+
+def report_section(runs: list, out_dir: str, rank: int = 0, top: int = 10) -> str:
+    """For analysis/report.py: the markdown of every run in `runs` (Run objects or directories) that
+    has profile records, its PNGs written into `out_dir`; '' when none has."""
+    from llmhpc_h5 import Run
+    sections = []
+    for k, run in enumerate(runs):
+        run = run if isinstance(run, Run) else open_run(run)
+        png = os.path.join(out_dir, f"profile_{k}_rank{rank}.png" if len(runs) > 1 else f"profile_rank{rank}.png")
+        text = run_report(run, rank, top, png)
+        if text:
+            sections.append(text)
+    return "## Profile (mode profile)\n\n" + "\n".join(sections) if sections else ""
 
 
 def main() -> int:
@@ -211,31 +292,25 @@ def main() -> int:
     parser.add_argument("dir", metavar="DIR")
     parser.add_argument("--rank", type=int, default=0)
     parser.add_argument("--top", type=int, default=10, help="names per kernel table (default 10)")
-    parser.add_argument("-o", "--output", help="PNG to write (default DIR/profile_rank<R>.png)")
+    parser.add_argument("--out", metavar="OUT_DIR", help="where profile_rank<R>.md and .png go (default DIR)")
     args = parser.parse_args()
     if args.top < 1:
         parser.error("--top must be at least 1")
+    out_dir = args.out or args.dir
     try:
         run = open_run(args.dir)
-        records = run.records("profile", args.rank)
-        if not records:
+        if not run.records("profile", args.rank):
             raise SchemaError(f"{args.dir}: rank {args.rank} has no /profile records (mode is '{run.mode}')")
-        frames = {}
-        for rec in records:
-            if not rec.ok:
-                print(f"### {rec.name} (rank {args.rank}): {rec.status}\n")
-                continue
-            text, cats = configuration_report(run, rec, args.rank, args.top)
-            print(text)
-            if cats is not None:
-                frames[rec.name] = cats
+        os.makedirs(out_dir, exist_ok=True)
+        text = run_report(run, args.rank, args.top, os.path.join(out_dir, f"profile_rank{args.rank}.png"))
     except SchemaError as e:
         print(f"profile.py: {e}", file=sys.stderr)
         return 2
-    if frames:
-        path = args.output or os.path.join(args.dir, f"profile_rank{args.rank}.png")
-        plot(frames, path)
-        print(f"Plot: {path}")
+    md = os.path.join(out_dir, f"profile_rank{args.rank}.md")
+    with open(md, "w") as f:
+        f.write(text + "\n")
+    print(text)
+    print(f"Written: {md}" + (f", {os.path.join(out_dir, f'profile_rank{args.rank}.png')}" if "![" in text else ""))
     return 0
 
 

@@ -6,7 +6,7 @@
 #SBATCH --time=01:00:00
 # The seeds' nsys_profile study without Nsight: every kernel of the traced train steps per
 # phase (CUPTI), the share of matrix products, attention's parts, then analysis/profile.py's
-# tables (profile.md) and plot (profile_rank0.png).
+# tables (profile_rank0.md) and plot (profile_rank0.png).
 #   sbatch jobs/profile.sh          or   NP=1 bash jobs/profile.sh
 #   MODELS=xl CONTEXTS=256 TRACE=1 bash jobs/profile.sh      # + trace_rank0.json for ui.perfetto.dev
 set -euo pipefail
@@ -25,4 +25,4 @@ trace=()
 $LAUNCH "$LLMHPC_BIN" --mode profile --device "$DEVICE" --model "$MODELS" --context-length "$CONTEXTS" \
   --precision "$PRECISIONS" --attention "$ATTENTIONS" --warmup "$WARMUP" --steps "$STEPS" --phase train-step \
   "${trace[@]}" --out "$OUT" ${EXTRA_ARGS:-}
-$PYTHON "$LLMHPC_ROOT/analysis/profile.py" "$OUT" | tee "$OUT/profile.md"
+$PYTHON "$LLMHPC_ROOT/analysis/profile.py" "$OUT"   # + $OUT/profile_rank0.md and .png

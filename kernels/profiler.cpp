@@ -30,15 +30,15 @@ const char* activity_kind_name(ActivityKind kind) {
 }
 
 // Names as they come: cuBLAS's (sm90_xmma_gemm_..., nvjet_tst_..., cutlass::Kernel2<...>,
-// splitKreduce_kernel), this project's CUDA kernels (kernels/cuda: attention_softmax_*,
+// splitKreduce_kernel, cublasLt::... epilogue and reduction kernels), this project's CUDA kernels (kernels/cuda: attention_softmax_*,
 // flash_*, rmsnorm_*, sum_partials_kernel is rmsnorm_backward's dw reduction, adamw_kernel,
 // ...), CUB's sort (embedding_backward: other), and the CPU's op names (kernels/ops.h).
 const char* activity_category(const std::string& name, ActivityKind kind) {
   if (kind == ActivityKind::Memcpy || kind == ActivityKind::Memset) return "memcpy";
   std::string n(name.size(), ' ');
   std::transform(name.begin(), name.end(), n.begin(), [](unsigned char c) { return char(std::tolower(c)); });
-  if (contains_any(n,
-                   {"gemm", "xmma", "nvjet", "cutlass", "splitkreduce", "gemv", "linear_forward", "linear_backward"}))
+  if (contains_any(n, {"gemm", "xmma", "nvjet", "cutlass", "cublas", "splitkreduce", "gemv", "linear_forward",
+                       "linear_backward"}))
     return "matmul";
   if (contains_any(n, {"flash", "softmax", "attention"})) return "attention";
   if (contains_any(n, {"norm", "sum_partials"})) return "norm";

@@ -20,6 +20,8 @@
 //    every range. Correlation ids CUPTI never pairs with an activity (event records, error
 //    queries) are forgotten once far behind the newest delivered one.
 //  - Records lost for lack of buffer space (and kernels CUPTI could not time) count as dropped.
+//  - Another profiler (an injected tool such as Nsight Systems, or any CUPTI subscriber) keeps
+//    CUPTI: llmhpc then registers nothing and falls back to phase events (open_cupti).
 // Built without CUPTI's headers (LLMHPC_NO_CUPTI, CMakeLists.txt), only a factory that declines.
 #if defined(LLMHPC_NO_CUPTI)
 #include "kernels/cuda/cuda_backend.h"
@@ -31,6 +33,7 @@ std::unique_ptr<Profiler> make_cupti_profiler(Ops&, std::string& why_not) {
 }
 }  // namespace llmhpc
 #else
+#include <cublasLt.h>
 #include <cupti.h>
 #include <cxxabi.h>
 #include <dlfcn.h>
@@ -44,6 +47,7 @@ std::unique_ptr<Profiler> make_cupti_profiler(Ops&, std::string& why_not) {
 
 #include "kernels/cuda/cuda_backend.h"
 #include "src/core/cuda/check.h"
+#include "src/core/units.h"
 
 namespace llmhpc {
 namespace {
@@ -66,6 +70,8 @@ struct Cupti {
   decltype(&cuptiActivityPushExternalCorrelationId) PushExternalCorrelationId;
   decltype(&cuptiActivityPopExternalCorrelationId) PopExternalCorrelationId;
   decltype(&cuptiGetTimestamp) GetTimestamp;
+  decltype(&cuptiSubscribe) Subscribe;
+  decltype(&cuptiUnsubscribe) Unsubscribe;
 
   std::string error(CUptiResult rc) const {
     const char* text = nullptr;
@@ -95,24 +101,32 @@ void CUPTIAPI buffer_requested(uint8_t** buffer, size_t* size, size_t* max_recor
 void CUPTIAPI buffer_completed(CUcontext context, uint32_t stream, uint8_t* buffer, size_t size, size_t valid);
 
 // The library, opened and checked once per process: LLMHPC_CUPTI_LIBRARY if set, else the
-// toolkit's soname through the loader's path, else the copy beside the toolkit llmhpc was
-// built with. nullptr with `why` when it cannot be used.
+// toolkit's soname through the loader's path, else beside the cuBLASLt llmhpc loaded (a
+// toolkit's lib64/ or its extras/CUPTI/lib64/; the CUDA runtime may be linked statically), else the copy llmhpc was built with. nullptr
+// with `why` when it cannot be used.
 const Cupti* open_cupti(std::string& why) {
   static Cupti api{};
   static std::string error;
   static const bool ok = [&] {
+    const std::string soname = "libcupti.so." + std::to_string(CUPTI_API_VERSION / 10000);
     std::vector<std::string> candidates;
     if (const char* env = std::getenv("LLMHPC_CUPTI_LIBRARY")) candidates.push_back(env);
-    candidates.push_back("libcupti.so." + std::to_string(CUPTI_API_VERSION / 10000));
-    candidates.push_back("libcupti.so");
+    candidates.push_back(soname);
+    Dl_info cublas{};
+    if (dladdr(reinterpret_cast<void*>(&cublasLtGetVersion), &cublas) && cublas.dli_fname) {
+      const std::string lib = cublas.dli_fname, dir = lib.substr(0, lib.rfind('/') + 1);
+      candidates.push_back(dir + soname);
+      candidates.push_back(dir + "../extras/CUPTI/lib64/" + soname);
+      candidates.push_back(dir + "../../../extras/CUPTI/lib64/" + soname);  // from targets/<arch>/lib
+    }
     candidates.push_back(LLMHPC_CUPTI_BUILD_PATH);
     void* lib = nullptr;
     for (const std::string& path : candidates)
       if ((lib = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL))) break;
     if (!lib) {
       const char* e = dlerror();
-      error = "cannot open libcupti (tried LLMHPC_CUPTI_LIBRARY, libcupti.so." +
-              std::to_string(CUPTI_API_VERSION / 10000) + ", " + LLMHPC_CUPTI_BUILD_PATH + "): " + (e ? e : "?");
+      error = "cannot open libcupti (tried " + join(candidates, ", ") +
+              "; set LLMHPC_CUPTI_LIBRARY to its path): " + (e ? e : "?");
       return false;
     }
     bool found = true;
@@ -131,6 +145,8 @@ const Cupti* open_cupti(std::string& why) {
     load(api.PushExternalCorrelationId, "cuptiActivityPushExternalCorrelationId");
     load(api.PopExternalCorrelationId, "cuptiActivityPopExternalCorrelationId");
     load(api.GetTimestamp, "cuptiGetTimestamp");
+    load(api.Subscribe, "cuptiSubscribe");
+    load(api.Unsubscribe, "cuptiUnsubscribe");
     if (!found) return false;
     // The records are read as the structs of the headers llmhpc was built with (Kernel10,
     // Memcpy6, Memset4): same major version only.
@@ -141,6 +157,21 @@ const Cupti* open_cupti(std::string& why) {
               std::to_string(CUPTI_API_VERSION / 10000) + ".x llmhpc was built with";
       return false;
     }
+    // Another profiler (Nsight Systems, a PyTorch profiler) holds CUPTI: its buffer callbacks must
+    // stay its own. Such tools are injected through CUDA_INJECTION64_PATH and subscribe to CUPTI's
+    // callbacks; a second subscriber is refused, which is the probe (released at once).
+    if (const char* tool = std::getenv("CUDA_INJECTION64_PATH"); tool && *tool) {
+      error = std::string("another profiler is attached (CUDA_INJECTION64_PATH=") + tool + ")";
+      return false;
+    }
+    CUpti_SubscriberHandle probe = nullptr;
+    rc = api.Subscribe(
+        &probe, [](void*, CUpti_CallbackDomain, CUpti_CallbackId, const void*) {}, nullptr);
+    if (rc != CUPTI_SUCCESS) {
+      error = "another profiler holds CUPTI (cuptiSubscribe: " + api.error(rc) + ")";
+      return false;
+    }
+    api.Unsubscribe(probe);
     g_api = &api;
     rc = api.RegisterCallbacks(buffer_requested, buffer_completed);
     if (rc != CUPTI_SUCCESS) {
@@ -249,7 +280,8 @@ class CuptiProfiler final : public Profiler {
   }
 
   void range_opened(int64_t range) override {
-    CUPTI_CHECK(api_, api_.PushExternalCorrelationId(CUPTI_EXTERNAL_CORRELATION_KIND_CUSTOM0, uint64_t(range)));
+    // Range + 1: an external id of 0 could read as "none".
+    CUPTI_CHECK(api_, api_.PushExternalCorrelationId(CUPTI_EXTERNAL_CORRELATION_KIND_CUSTOM0, uint64_t(range) + 1));
   }
   void range_closed(int64_t range) override {
     CUPTI_CHECK(api_, api_.PopExternalCorrelationId(CUPTI_EXTERNAL_CORRELATION_KIND_CUSTOM0, nullptr));
@@ -264,11 +296,12 @@ class CuptiProfiler final : public Profiler {
       case CUPTI_ACTIVITY_KIND_EXTERNAL_CORRELATION: {
         const auto* e = reinterpret_cast<const CUpti_ActivityExternalCorrelation*>(record);
         if (e->externalKind != CUPTI_EXTERNAL_CORRELATION_KIND_CUSTOM0) return;
-        correlation_[e->correlationId] = int64_t(e->externalId);
+        const int64_t range = int64_t(e->externalId) - 1;  // range_opened pushed range + 1
+        correlation_[e->correlationId] = range;
         auto waiting = pending_.find(e->correlationId);
         if (waiting != pending_.end()) {
           for (Activity& w : waiting->second) {
-            w.range = int64_t(e->externalId);
+            w.range = range;
             deliver(w);
           }
           pending_.erase(waiting);

@@ -10,6 +10,7 @@
 // (src/modes/profile_report.h). Without CUPTI (or with --no-cupti) the window has only phases,
 // timed with device events, and the report says so.
 #include <cstdio>
+#include <filesystem>
 #include <memory>
 #include <set>
 
@@ -98,11 +99,19 @@ class Collector final : public ActivitySink {
 };
 
 // The profiler's window, closed on every way out of the scope (an exception unwinding a
-// measurement too), so CUPTI is never left enabled.
+// measurement too), so CUPTI is never left enabled. close() is the normal way out, and says
+// when closing fails; the destructor only reports it.
 class Window {
  public:
   Window(Profiler& p, ActivitySink& sink) : p_(p) { p_.start(sink); }
-  ~Window() { p_.stop(); }
+  void close() { p_.stop(); }
+  ~Window() {
+    try {
+      p_.stop();
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "llmhpc: closing the profiler's window: %s\n", e.what());
+    }
+  }
   Window(const Window&) = delete;
   Window& operator=(const Window&) = delete;
 
@@ -115,16 +124,40 @@ void add_options(po::options_description& desc) {
   add_step_options(own);
   own.add_options()("top", po::value<std::string>()->default_value("10"),
                     "kernels listed per phase in the printed summary")(
-      "trace", po::bool_switch(),
-      "also write a Chrome trace per rank, <out>/trace_rank<r>.json (ui.perfetto.dev, chrome://tracing)")(
-      "no-cupti", po::bool_switch(), "trace no kernels: time the phases with device events only (the fallback)");
+      "trace", po::value<std::string>()->implicit_value("")->value_name("FILE.json"),
+      "also write a Chrome trace (ui.perfetto.dev, chrome://tracing): --trace alone to "
+      "<out>/trace_rank<r>.json on every rank; --trace FILE.json to FILE.json (one rank) or "
+      "FILE_rank<r>.json (several)")("no-cupti", po::bool_switch(),
+                                     "trace no kernels: time the phases with device events only (the fallback)");
   desc.add(own);
   add_model_group(desc);
 }
 
+// --trace=FILE.json: a .json name in a directory that exists, checked before anything is written.
 void validate(const po::variables_map& vm) {
   validate_step_options(vm);
   opt_positive(vm, "top");
+  if (!vm.count("trace")) return;
+  const std::filesystem::path file = opt_string(vm, "trace");
+  if (file.empty()) return;
+  if (file.extension() != ".json")
+    throw UsageError("--trace=" + file.string() + ": the trace file's name must end in .json (--trace=run.json)");
+  const std::filesystem::path dir = file.parent_path().empty() ? "." : file.parent_path();
+  if (!std::filesystem::is_directory(dir))
+    throw UsageError("--trace=" + file.string() + ": the directory '" + dir.string() + "' does not exist");
+}
+
+// This rank's trace file (--trace's help says which).
+std::string trace_path(const ModeContext& ctx) {
+  const std::string file = opt_string(ctx.vm, "trace");
+  char rank[32];
+  if (file.empty()) {
+    std::snprintf(rank, sizeof rank, "/trace_rank%05d.json", ctx.rt.rank);
+    return ctx.out_dir + rank;
+  }
+  if (ctx.rt.world_size == 1) return file;
+  std::snprintf(rank, sizeof rank, "_rank%05d.json", ctx.rt.rank);
+  return file.substr(0, file.size() - 5) + rank;
 }
 
 void run(ModeContext& ctx) {
@@ -141,10 +174,8 @@ void run(ModeContext& ctx) {
   std::unique_ptr<Profiler> profiler = make_profiler(ctx.backend, !opt_flag(vm, "no-cupti"));
   Ops& ops = profiler->ops();  // the models run on what the profiler sees
   std::unique_ptr<ChromeTrace> trace;
-  if (opt_flag(vm, "trace")) {
-    char name[40];
-    std::snprintf(name, sizeof name, "/trace_rank%05d.json", ctx.rt.rank);
-    collective_check(ctx.rt, [&] { trace = std::make_unique<ChromeTrace>(ctx.out_dir + name); });
+  if (vm.count("trace")) {
+    collective_check(ctx.rt, [&] { trace = std::make_unique<ChromeTrace>(trace_path(ctx)); });
     trace->set_origin(profiler->timestamp_ns());  // time 0: before the first window
   }
 
@@ -168,7 +199,7 @@ void run(ModeContext& ctx) {
     add_case_attrs(rec, c, phase, memory, warmup, steps);
     rec.attr("profiler", profiler->method()).attr("profiler_note", profiler->note());
     StepSamples warm, untraced, traced;
-    ProfileReport report(steps);
+    ProfileReport report(c, steps);
     const int64_t pid = int64_t(i) + 1;
     dev.allocator().reset_peak();
     const SweepStatus status = sweep.run(
@@ -197,6 +228,7 @@ void run(ModeContext& ctx) {
               profiler->set_step(s);
               step(traced);
             }
+            window.close();
           }
           report.finish(*profiler);
           collector.trace_ranges();
@@ -226,7 +258,7 @@ void run(ModeContext& ctx) {
   if (trace) trace->close();
   sweep.print_summary("profile summary (ms per step, rank 0 of " + std::to_string(ctx.rt.world_size) + ", profiler " +
                       profiler->method() + "; every rank's kernels are in " + ctx.out_dir +
-                      (trace ? ", traces in trace_rank*.json" : "") + "):");
+                      (trace ? ", rank 0's trace in " + trace->path() : "") + "):");
 }
 
 }  // namespace

@@ -81,6 +81,18 @@ std::string phase_pattern(const std::string& path) {
   return out;
 }
 
+double naive_attention_flops(const std::string& group, const std::string& part, const ModelCase& c) {
+  if (c.attention != AttentionKind::Naive) return NAN;
+  const double d = double(c.model.head_dim());
+  const std::map<std::pair<std::string, std::string>, double> per_score = {
+      {{"forward", "scores"}, 2 * d},  {{"forward", "value_matmul"}, 2 * d},  {{"forward", "softmax"}, 5},
+      {{"backward", "scores"}, 4 * d}, {{"backward", "value_matmul"}, 4 * d}, {{"backward", "softmax"}, 4}};
+  auto it = per_score.find({group, part});
+  if (it == per_score.end()) return NAN;
+  const double T = double(c.model.context_length);
+  return it->second * double(c.batch) * double(c.model.num_heads) * T * T * double(c.model.num_layers);
+}
+
 void ProfileReport::finish(const Profiler& p) {
   profiler_ = &p;
   const std::vector<PhaseInfo>& phases = p.phases();
@@ -201,19 +213,22 @@ void ProfileReport::print(std::FILE* out, const std::string& title, int top, con
     }
     print_table(out, "-- time by category (ms per step, activities' own time)", cats);
 
-    TextTable att({"Phase", "Part", "Per step", "ms per step", "% of attention", "% of phase"});
+    TextTable att({"Phase", "Part", "Per step", "ms per step", "% of attention", "% of phase", "GFLOP", "TFLOP/s"});
     for (const std::string& g : groups_) {
       auto parts = attention_ns_.find(g);
       if (parts == attention_ns_.end()) continue;
       double total = 0;
       for (const auto& [part, ns] : parts->second) total += ns;
-      for (const auto& [part, ns] : parts->second)
-        att.add_row({g, short_name(part), fmt(double(attention_count_.at(g).at(part)) / steps, 1),
-                     fmt(ns / 1e6 / steps, 3), pct(100.0 * ns / total),
-                     pct(100.0 * ns / 1e6 / steps / kernel_ms_per_step(g))});
+      for (const auto& [part, ns] : parts->second) {
+        const double ms = ns / 1e6 / steps, flops = naive_attention_flops(g, part, case_);
+        att.add_row({g, short_name(part), fmt(double(attention_count_.at(g).at(part)) / steps, 1), fmt(ms, 3),
+                     pct(100.0 * ns / total), pct(100.0 * ms / kernel_ms_per_step(g)), fmt(flops / 1e9, 3),
+                     ms > 0 ? fmt(flops / (ms * 1e-3) / 1e12, 2) : "-"});
+      }
     }
     print_table(out,
-                "-- attention (naive: its scores / softmax / value_matmul phases; flash and CPU: the kernels or ops)",
+                "-- attention (naive: its scores / softmax / value_matmul phases, FLOPs of all layers, softmax's an "
+                "estimate; flash and CPU: the kernels or ops)",
                 att);
   }
 

@@ -37,11 +37,18 @@ std::vector<KernelRow> kernel_rows(const std::map<std::string, std::pair<std::st
 // component's trailing number replaced by '*', so that all layers count as one.
 std::string phase_pattern(const std::string& path);
 
+// FLOPs per step of naive attention's `part` ("scores", "softmax", "value_matmul") in group
+// `group` ("forward" or "backward"), all layers together; NaN for anything else. The matrix
+// products exactly (2 per multiply-add over the full T x T scores: the naive kernels skip
+// nothing for the causal mask); softmax an estimate, 5 per score forward (max, subtract, exp,
+// sum, scale) and 4 backward.
+double naive_attention_flops(const std::string& group, const std::string& part, const ModelCase& c);
+
 // One window's activities, aggregated as they are delivered (8 bytes per activity are kept,
 // for the medians), and the report made from them and the profiler's tables afterwards.
 class ProfileReport {
  public:
-  explicit ProfileReport(int64_t steps) : steps_(steps) {}
+  ProfileReport(const ModelCase& c, int64_t steps) : case_(c), steps_(steps) {}
   void add(const Activity& a) { durations_[{a.phase, a.name}].push_back(double(a.end_ns - a.start_ns)); }
 
   // After the window, with the profiler's tables: everything below reads them from `p`.
@@ -65,6 +72,7 @@ class ProfileReport {
     std::string category;
     std::vector<double> durations;
   };
+  ModelCase case_;
   int64_t steps_;
   const Profiler* profiler_ = nullptr;
   std::map<std::pair<int32_t, int32_t>, std::vector<double>> durations_;  // (phase, name) -> ns

@@ -9,10 +9,13 @@ are the model's (4 linear_forward per layer forward, 5 linear_backward per layer
 The trace of each rank parses as JSON: every event has ph, ts, dur, pid, tid and name, one
 complete event per activity on the ops track, every phase range on the phase tracks.
 analysis/profile.py prints kernel tables whose Time column sums to 100% when every name is
-listed, a matmul share equal to the raw activities' and the PNG. --no-cupti records phases
-only. Bad options (--top 0, --steps 0, --trace=FILE, --phase bogus) exit 2 at once with a
-message naming the option, and leave no files. jobs/profile.sh runs a tiny model end to end.
+listed, an overview and a matmul share equal to the raw activities', and writes the markdown and
+the PNG into --out (never the working directory); report_section gives the same. --no-cupti
+records phases only; --trace=FILE.json writes that file. Bad options (--top 0, --steps 0,
+--trace=x.txt, --trace in a missing directory, --phase bogus) exit 2 at once with a message
+naming the option, and leave no files. jobs/profile.sh runs a tiny model end to end.
 """
+import importlib.util
 import json
 import os
 import sys
@@ -95,8 +98,10 @@ def check_trace(path, activities, ranges):
 
 
 def check_analysis(out):
-    png = os.path.join(out, "profile.png")
-    proc = run([sys.executable, PROFILE_PY, out, "--rank", "1", "--top", "1000", "-o", png])
+    plots = os.path.join(out, "plots")
+    proc = run([sys.executable, PROFILE_PY, out, "--rank", "1", "--top", "1000", "--out", plots])
+    with open(os.path.join(plots, "profile_rank1.md")) as f:
+        assert f.read().strip() in proc.stdout, "the markdown file is what was printed"
     tables = parse_markdown_tables(proc.stdout)
     kernel_tables = [rows for header, rows in tables if header[:2] == ["Time", "Total Time"]]
     assert len(kernel_tables) == 4 * len(CONTEXTS), f"forward, backward, optimizer, step each:\n{proc.stdout}"
@@ -112,7 +117,24 @@ def check_analysis(out):
     matmul = acts.loc[acts["category"] == "matmul", "duration_ns"].sum() / acts["duration_ns"].sum()
     step_row = next(r for r in shares if r[0] == "step")
     assert abs(float(step_row[-1].rstrip("%")) - 100.0 * matmul) < 0.051, (step_row, matmul)
-    assert os.path.getsize(png) > 1000, png
+    overview = next(rows for header, rows in tables if header[:2] == ["Model", "Context"])
+    assert sorted(r[1] for r in overview) == sorted(map(str, CONTEXTS)) and all(r[6] == "ok" for r in overview)
+    first = next(r for r in overview if r[1] == str(CONTEXTS[0]))
+    assert abs(float(first[11].rstrip("%")) - 100.0 * matmul) < 0.051, (first, matmul)
+    assert os.path.getsize(os.path.join(plots, "profile_rank1.png")) > 1000
+    assert not os.path.exists("profile_rank1.png"), "nothing is written into the working directory"
+
+    # report_section, as analysis/report.py calls it: the same tables, the PNG into out_dir.
+    # By path: the standard library has a module named profile too.
+    spec = importlib.util.spec_from_file_location("llmhpc_profile", PROFILE_PY)
+    profile_py = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(profile_py)
+    section_dir = os.path.join(out, "section")
+    os.makedirs(section_dir)
+    text = profile_py.report_section([llmhpc_h5.open_run(out)], section_dir)
+    assert text.startswith("## Profile") and "(d) Time by category" in text, text[:300]
+    assert os.path.getsize(os.path.join(section_dir, "profile_rank0.png")) > 1000
+    assert profile_py.report_section([], section_dir) == ""
 
 
 def main():
@@ -135,8 +157,13 @@ def main():
 
     # The fallback: phases timed, no activities.
     events = os.path.join(tmp, "events")
-    proc = profile(1, events, "--no-cupti")
+    trace = os.path.join(tmp, "named.json")
+    proc = profile(1, events, "--no-cupti", f"--trace={trace}")
     assert "phase events" in proc.stdout and "--no-cupti" in proc.stdout, proc.stdout
+    with open(trace) as f:
+        phases = [e for e in json.load(f) if e["ph"] == "X"]
+    assert phases and {e["tid"] for e in phases} == {1, 2}, "phase tracks only, without activities"
+    assert sorted(os.listdir(events)) == ["rank00000.h5"], "--trace=FILE writes FILE, not into the output folder"
     with h5py.File(os.path.join(events, "rank00000.h5"), "r") as f:
         rec = f[f"profile/d32_ff64_L{LAYERS}_H4_T8_B2_fp32_naive"]
         assert rec.attrs["profiler"] == "phase events" and rec.attrs["activities"] == 0
@@ -147,13 +174,13 @@ def main():
     job = os.path.join(tmp, "job")
     os.environ.update(NP="1", DEVICE="cpu", MODELS="tiny", CONTEXTS="8", WARMUP="1", STEPS="1", TRACE="1", OUT=job)
     run(["bash", os.path.join(ROOT, "jobs", "profile.sh")])
-    with open(os.path.join(job, "profile.md")) as f:
+    with open(os.path.join(job, "profile_rank0.md")) as f:
         assert "(d) Time by category" in f.read()
     assert os.path.exists(os.path.join(job, "trace_rank00000.json")) and os.path.exists(
         os.path.join(job, "profile_rank0.png")), sorted(os.listdir(job))
 
-    for bad, word in ((["--top", "0"], "--top"), (["--steps", "0"], "--steps"), (["--trace=x.json"], "trace"),
-                      (["--phase", "bogus"], "phase")):
+    for bad, word in ((["--top", "0"], "--top"), (["--steps", "0"], "--steps"), (["--trace=x.txt"], ".json"),
+                      (["--trace=/nonexistent-dir/x.json"], "does not exist"), (["--phase", "bogus"], "phase")):
         target = os.path.join(tmp, "bad")
         proc = profile(2, target, *bad, expect_ok=False)
         assert proc.returncode == 2 and word in proc.stderr, (bad, proc.returncode, proc.stderr)

@@ -239,6 +239,20 @@ TEST(KernelSummary, PhasePatternsPoolLayers) {
   EXPECT_EQ(phase_pattern("flash_attention"), "flash_attention");
 }
 
+TEST(KernelSummary, NaiveAttentionFlops) {
+  // B 2, T 8, H 2, head dim 8, 3 layers: 2 * 2 * 64 = 256 scores per layer, 768 in all.
+  const ModelCase c{kTiny, 2, Precision::FP32, AttentionKind::Naive};
+  EXPECT_DOUBLE_EQ(naive_attention_flops("forward", "scores", c), 2.0 * 8 * 768) << "Q K^T: 2 D per score";
+  EXPECT_DOUBLE_EQ(naive_attention_flops("forward", "value_matmul", c), 2.0 * 8 * 768);
+  EXPECT_DOUBLE_EQ(naive_attention_flops("backward", "scores", c), 4.0 * 8 * 768) << "dQ and dK";
+  EXPECT_DOUBLE_EQ(naive_attention_flops("backward", "value_matmul", c), 4.0 * 8 * 768) << "dP and dV";
+  EXPECT_DOUBLE_EQ(naive_attention_flops("forward", "softmax", c), 5.0 * 768);
+  EXPECT_TRUE(std::isnan(naive_attention_flops("optimizer", "scores", c)));
+  EXPECT_TRUE(std::isnan(naive_attention_flops("forward", "flash_fwd_kernel", c)));
+  const ModelCase flash{kTiny, 2, Precision::FP32, AttentionKind::Flash};
+  EXPECT_TRUE(std::isnan(naive_attention_flops("forward", "scores", flash)));
+}
+
 TEST(ChromeTrace, WritesTheArrayFormatWithEscapedNames) {
   const std::string path = testing::TempDir() + "/llmhpc_trace_" + std::to_string(getpid()) + ".json";
   {
