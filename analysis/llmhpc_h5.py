@@ -14,6 +14,8 @@ after their kind ("bench/<label>"), or are that group themselves ("train").
     run.bench_summary(rank=None)                   # pooled over all ranks
     run.ddp_summary()                              # mode ddp: one row per configuration, ranks pooled
     run.train_steps(rank=0)                        # DataFrame: step, loss, times
+    run.profile_activities("tiny_T32_B2_fp32_naive")   # mode profile: one row per kernel/op, names resolved
+    run.profile_ranges("tiny_T32_B2_fp32_naive")       # mode profile: one row per phase range
 
 Opening a run reads attributes and dataset names only. Record.arrays reads a dataset the first
 time it is indexed (`rec.arrays["step_ms"]`) and keeps it; for streamed records of millions of
@@ -65,6 +67,10 @@ DDP_RESULT_KEYS = ("num_params", "buckets", "collectives_per_step", "comm_bytes_
 DDP_MEMORY_KEYS = ("memory_after_init_bytes", "memory_before_optimizer_bytes", "memory_after_optimizer_bytes",
                    "peak_memory_bytes", "memory_after_optimizer_optimizer_bytes")
 MIB = float(1 << 20)
+# Mode profile: the activity kinds (the `kind` column of /profile_kernels/<label>) and the categories,
+# in the order of kernels/profiler.h.
+PROFILE_KINDS = ("kernel", "memcpy", "memset", "op")
+PROFILE_CATEGORIES = ("matmul", "attention", "norm", "elementwise", "optimizer", "memcpy", "other")
 
 
 class SchemaError(Exception):
@@ -423,6 +429,54 @@ class Run:
         r = self.train_record(rank)
         frame = pd.DataFrame({k: v for k, v in r.arrays.items() if np.ndim(v) == 1})
         frame.insert(0, "step", np.arange(len(frame)) + int(r.attrs.get("first_step", 1)))
+        return frame
+
+
+    # ---- profile ----
+    def profile_record(self, name: str, rank: int = 0) -> Record:
+        """The record /profile/<name> of `rank` (name: the configuration's label)."""
+        recs = [r for r in self.records("profile", rank) if r.name == name]
+        if not recs:
+            labels = [r.name for r in self.records("profile", rank)]
+            raise SchemaError(f"{self.directory}: rank {rank} has no /profile/{name} (it has {labels})")
+        return recs[0]
+
+    def profile_activities(self, name: str, rank: int = 0) -> pd.DataFrame:
+        """Every activity (kernel, copy, CPU op) of configuration `name`'s window on `rank`, in the order
+        they were delivered: the columns of /profile_kernels/<name> (kind, name, phase, range, step, start_ns,
+        end_ns, stream, correlation, grid_*, block_*, bytes) with kind, name and phase as text (phase ""
+        outside every phase), plus category (of the name, as the profiler classified it) and duration_ns.
+        Read a batch of rows at a time; the frame holds them all."""
+        rec = self.profile_record(name, rank)
+        streams = [r for r in self.records("profile_kernels", rank) if r.name == name]
+        if not streams:
+            raise SchemaError(f"{self.directory}: rank {rank} has /profile/{name} but no /profile_kernels/{name}")
+        parts = [pd.DataFrame(batch) for batch in streams[0].arrays.iter_chunks()]
+        frame = pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(
+            {column: np.zeros(0, dtype=np.int64) for column in streams[0].arrays})
+        names = np.asarray(rec.arrays["names"], dtype=object)
+        categories = np.asarray(rec.arrays["name_category"], dtype=object)
+        paths = np.append(np.asarray(rec.arrays["phase_path"], dtype=object), "")  # index -1: no phase
+        ids = frame["name"].to_numpy(dtype=np.int64)
+        frame["category"] = categories[ids]
+        frame["name"] = names[ids]
+        frame["kind"] = np.asarray(PROFILE_KINDS, dtype=object)[frame["kind"].to_numpy(dtype=np.int64)]
+        frame["phase"] = paths[frame["phase"].to_numpy(dtype=np.int64)]
+        frame["duration_ns"] = frame["end_ns"] - frame["start_ns"]
+        return frame
+
+    def profile_ranges(self, name: str, rank: int = 0) -> pd.DataFrame:
+        """One row per phase range of configuration `name`'s window on `rank`: phase (its path), parent (a
+        range index, -1 at the top), step, host_start_ns, host_end_ns, device_start_ns, device_end_ns (-1 where
+        unknown) and device_ms (NaN where unknown)."""
+        rec = self.profile_record(name, rank)
+        paths = np.asarray(rec.arrays["phase_path"], dtype=object)
+        frame = pd.DataFrame({key: rec.arrays[f"range_{key}"] for key in
+                              ("phase", "parent", "step", "host_start_ns", "host_end_ns", "device_start_ns",
+                               "device_end_ns")})
+        frame["phase"] = paths[frame["phase"].to_numpy(dtype=np.int64)] if len(frame) else []
+        known = frame["device_start_ns"] >= 0
+        frame["device_ms"] = np.where(known, (frame["device_end_ns"] - frame["device_start_ns"]) / 1e6, np.nan)
         return frame
 
 

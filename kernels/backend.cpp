@@ -16,6 +16,20 @@ Backend make_backend(const BackendOptions& options) {
 #endif
 }
 
+std::unique_ptr<Profiler> make_profiler(Backend& backend, bool activities) {
+  Device& dev = *backend.device;
+  Ops& ops = *backend.ops;
+  if (!activities) return make_phase_event_profiler(dev, ops, "--no-cupti: phases timed with device events");
+  if (dev.kind() == DeviceKind::Cpu) return make_cpu_op_profiler(ops);
+#if defined(LLMHPC_WITH_CUDA)
+  std::string why_not;
+  if (auto cupti = make_cupti_profiler(ops, why_not)) return cupti;
+  return make_phase_event_profiler(dev, ops, "no CUPTI (" + why_not + "): phases timed with device events");
+#else
+  LLMHPC_FATAL("a CUDA device in a build without the CUDA backend");
+#endif
+}
+
 bool cuda_compiled() {
 #if defined(LLMHPC_WITH_CUDA)
   return true;

@@ -4,6 +4,7 @@
 #include <memory>
 
 #include "kernels/ops.h"
+#include "kernels/profiler.h"
 
 namespace llmhpc {
 
@@ -20,6 +21,12 @@ struct Backend {
 };
 
 Backend make_backend(const BackendOptions& options);
+
+// The profiler for a backend (mode profile, kernels/profiler.h): CUPTI on CUDA, each op timed
+// on the CPU. Without `activities` (--no-cupti), or on CUDA where libcupti cannot be opened,
+// phases timed with device events only; its note() says why. CUPTI is touched only here and
+// inside the profiler's windows.
+std::unique_ptr<Profiler> make_profiler(Backend& backend, bool activities);
 
 bool cuda_compiled();
 int cuda_device_count();  // 0 when CUDA is not compiled in or no GPU is visible

@@ -1,8 +1,9 @@
-// Parsing of user-written values: sizes with units and comma-separated lists.
+// Parsing of user-written values: sizes with units and comma-separated lists; JSON strings.
 // All of these throw UsageError with a message that names the option and the bad text.
 #pragma once
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace llmhpc {
@@ -26,5 +27,8 @@ double parse_double(const std::string& text, const std::string& option);
 void require_choice(const std::string& value, const std::vector<std::string>& choices, const std::string& option);
 
 std::string join(const std::vector<std::string>& items, const std::string& sep);
+
+// `text` as the inside of a JSON string: quotes, backslashes and control characters escaped.
+std::string json_escape(std::string_view text);
 
 }  // namespace llmhpc

@@ -12,17 +12,6 @@ po::typed_value<std::string>* text() { return po::value<std::string>(); }
 
 const char* kShapeOptions[] = {"d-model", "d-ff", "num-layers", "num-heads"};
 
-std::string json_escape(const std::string& s) {
-  std::string out;
-  for (char c : s) {
-    if (c == '"' || c == '\\') out += '\\', out += c;
-    else if (c == '\n') out += "\\n";
-    else if (static_cast<unsigned char>(c) < 0x20) out += ' ';
-    else out += c;
-  }
-  return out;
-}
-
 // A JSON number exactly as JSON spells it (no "+1", ".5" or "007"): only those go unquoted.
 bool is_json_number(const std::string& s) {
   static const std::regex number("-?(0|[1-9][0-9]*)(\\.[0-9]+)?([eE][+-]?[0-9]+)?");

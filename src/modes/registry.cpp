@@ -4,6 +4,7 @@
 namespace llmhpc {
 
 ModeSpec bench_mode();
+ModeSpec profile_mode();
 ModeSpec train_mode();
 ModeSpec comm_mode();
 ModeSpec attention_mode();
@@ -11,7 +12,7 @@ ModeSpec ddp_mode();
 
 const std::vector<ModeSpec>& all_modes() {
   static const std::vector<ModeSpec> modes = {
-      bench_mode(), train_mode(), comm_mode(), attention_mode(), ddp_mode(),
+      bench_mode(), profile_mode(), train_mode(), comm_mode(), attention_mode(), ddp_mode(),
   };
   return modes;
 }

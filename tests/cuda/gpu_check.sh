@@ -21,7 +21,7 @@ if ldd "$bin/llmhpc" | grep -q "not found"; then
 fi
 
 status=0
-for t in test_cuda_device test_cuda_ops test_cuda_model; do
+for t in test_cuda_device test_cuda_ops test_cuda_model test_cuda_profiler; do
   timeout 300 "$(find_exe $t)" >>"$out/tests.log" 2>&1 || status=1
 done
 grep -E "^\[  (PASSED|FAILED|SKIPPED) |^\[  FAILED|Failure|model:|Expected|Which is|Value of|actual" "$out/tests.log" | head -60

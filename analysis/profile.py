@@ -1,0 +1,318 @@
+#!/usr/bin/env python3
+"""The seeds' nsys_profile tables, in markdown, and a PNG, from an llmhpc --mode profile run.
+
+    python3 analysis/profile.py results/profile-20261123-101500            # rank 0, top 10 per phase
+    python3 analysis/profile.py DIR --rank 1 --top 20 --out plots/
+
+Writes profile_rank<R>.md (the tables, also printed) and profile_rank<R>.png into DIR, or into
+--out; never into the working directory. report_section(runs, out_dir) gives the same tables
+as one markdown section, for analysis/report.py.
+
+First an overview, one row per configuration: the step untraced and traced (the overhead), the
+activities per step, the share of matrix products in the step's kernel time, dropped records.
+Then for every configuration that ran (/profile/<label> with its activities in
+/profile_kernels/<label>, docs/hdf5-schema.md), from the raw activities of the traced steps:
+  (a) per phase, the event timing of the traced steps (the bench measurement), the profiler's
+      span of the phase's ranges on the device and its activities' own time, ms per step, and
+      the steps' time untraced (the profiler's overhead);
+  (b, c) per phase, a kernel summary like Nsight Systems' (Time %, Total Time, Instances, Avg,
+      Med, Min, Max, StdDev, Category, Name), the top --top names by total time;
+  (d) per phase, the time by category (ms per step) and the share of matrix products;
+  (e) attention's parts per phase: naive attention's scores / softmax / value_matmul phases,
+      flash's kernels, the CPU's attention ops; for naive, the FLOPs of each part beside its time
+      (matrix products exactly, 2 per multiply-add; softmax estimated at 5 FLOPs per score
+      forward, 4 backward).
+Phases: an activity counts in the phase under the outermost one ("forward", "backward",
+"optimizer") and in the outermost ("step"); outside every phase, in "(no phase)". The PNG has
+one panel per phase and one bar per configuration, stacked by category (% of the phase's kernel
+time, its ms per step above the bar).
+Activity categories are the profiler's (kernels/profiler.cpp). Reads the files only through
+analysis/llmhpc_h5.py.
+"""
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import sys
+
+import matplotlib
+
+matplotlib.use("Agg")  # files only: no display on cluster nodes
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+import pandas as pd  # noqa: E402
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from llmhpc_h5 import PROFILE_CATEGORIES, SchemaError, open_run  # noqa: E402
+
+# The phases kernels/cuda/cuda_ops.cu opens inside naive attention.
+NAIVE_PARTS = ("scores", "softmax", "value_matmul")
+
+
+def fmt(value, decimals: int) -> str:
+    # analysis/report.py's, imported late: report.py imports this module for report_section.
+    from report import fmt as report_fmt
+    return report_fmt(value, decimals)
+
+
+def markdown_table(header: list, rows: list) -> str:
+    from report import markdown_table as report_table
+    return report_table(header, rows)
+
+
+def groups_of(path: str) -> list:
+    """The phases an activity of phase `path` counts in: the one under the outermost, then the outermost."""
+    if not path:
+        return ["(no phase)"]
+    parts = path.split("/")
+    return ([parts[1]] if len(parts) > 1 else []) + [parts[0]]
+
+
+def attention_part(path: str, name: str, category: str) -> str:
+    """kernels/profiler.cpp's attention_part: the naive phase, else the kernel or op, else ''."""
+    leaf = path.split("/")[-1]
+    if leaf in NAIVE_PARTS:
+        return leaf
+    if leaf.startswith("flash_attention") or leaf == "attention" or category == "attention":
+        return name
+    return ""
+
+
+def duration(ns: float) -> str:
+    """Nsight Systems' way: 66.765 ms, 307.671 μs, 589 ns."""
+    if ns is None or (isinstance(ns, float) and math.isnan(ns)):
+        return "-"
+    if ns >= 1e6:
+        return f"{ns / 1e6:.3f} ms"
+    if ns >= 1e3:
+        return f"{ns / 1e3:.3f} μs"
+    return f"{ns:.0f} ns"
+
+
+def with_groups(acts: pd.DataFrame) -> pd.DataFrame:
+    """`acts` with one row per (activity, phase it counts in): column `group`."""
+    groups = acts["phase"].map(groups_of)
+    return acts.assign(group=groups).explode("group", ignore_index=True)
+
+
+def group_order(ranges: pd.DataFrame, acts: pd.DataFrame) -> list:
+    """Phases in the order they first opened, the outermost last."""
+    inner, outer = [], []
+    for path in list(ranges["phase"]) + list(acts["phase"]):
+        found = groups_of(path)
+        for g, into in zip(found, ([inner, outer] if len(found) == 2 else [outer])):
+            if g not in into:
+                into.append(g)
+    return inner + outer
+
+
+def kernel_table(acts: pd.DataFrame, group: str, top: int) -> str:
+    rows = acts[acts["group"] == group]
+    stats = rows.groupby("name").agg(total=("duration_ns", "sum"), n=("duration_ns", "size"),
+                                     avg=("duration_ns", "mean"), med=("duration_ns", "median"),
+                                     low=("duration_ns", "min"), high=("duration_ns", "max"),
+                                     std=("duration_ns", lambda d: d.std(ddof=1) if len(d) > 1 else 0.0),
+                                     category=("category", "first"))
+    stats = stats.reset_index().sort_values(["total", "name"], ascending=[False, True]).head(top)
+    total = rows["duration_ns"].sum()
+    body = [[f"{100.0 * r.total / total:.1f}%", duration(r.total), r.n, duration(r.avg), duration(r.med),
+             duration(r.low), duration(r.high), duration(r.std), r.category, f"`{r.name}`"]
+            for r in stats.itertuples()]
+    return markdown_table(["Time", "Total Time", "Instances", "Avg", "Med", "Min", "Max", "StdDev", "Category", "Name"],
+                          body)
+
+
+def category_frame(acts: pd.DataFrame, groups: list, steps: int) -> pd.DataFrame:
+    """ms per step by phase (rows, in `groups` order) and category (columns)."""
+    table = acts.pivot_table(index="group", columns="category", values="duration_ns", aggfunc="sum", fill_value=0)
+    table = table.reindex(index=groups, columns=list(PROFILE_CATEGORIES), fill_value=0) / 1e6 / steps
+    return table
+
+
+def naive_flops(attrs: dict, group: str, part: str) -> float:
+    """FLOPs per step of naive attention's `part` in phase `group` (all layers); NaN where not defined."""
+    b, h, t = attrs["batch_size"], attrs["num_heads"], attrs["context_length"]
+    d, layers = attrs["d_model"] // h, attrs["num_layers"]
+    per_score = {("forward", "scores"): 2 * d, ("forward", "value_matmul"): 2 * d, ("forward", "softmax"): 5,
+                 ("backward", "scores"): 4 * d, ("backward", "value_matmul"): 4 * d, ("backward", "softmax"): 4}
+    if (group, part) not in per_score:
+        return math.nan
+    return float(per_score[(group, part)]) * b * h * t * t * layers
+
+
+def configuration_report(run, rec, rank: int, top: int) -> tuple:
+    """The markdown of one configuration, and its category frame for the plot."""
+    name, attrs, steps = rec.name, rec.attrs, int(rec.attrs["steps"])
+    acts = with_groups(run.profile_activities(name, rank))
+    ranges = run.profile_ranges(name, rank)
+    groups = group_order(ranges, acts)
+    out = [f"### {name} (rank {rank}): {attrs['profiler']}" + (f" ({attrs['profiler_note']})"
+                                                                 if attrs.get("profiler_note") else ""),
+           f"{steps} traced steps, {attrs['activities']} activities, {attrs['dropped_records']} dropped, "
+           f"{attrs['unattributed_activities']} outside every phase.", ""]
+
+    # (a) the profiler against the event timing of the same steps, and the overhead.
+    rows = []
+    for g in groups:
+        paths = [p for p in ranges["phase"].unique() if p.count("/") <= 1 and p.split("/")[-1] == g]
+        span = ranges.loc[ranges["phase"].isin(paths), "device_ms"].sum() / steps
+        kernel = acts.loc[acts["group"] == g, "duration_ns"].sum() / 1e6 / steps
+        events = float(np.mean(rec.arrays[f"traced_{g}_ms"])) if f"traced_{g}_ms" in rec.arrays else math.nan
+        rows.append([g, fmt(events, 3), fmt(span, 3), fmt(kernel, 3) if len(acts) else "-", fmt(span / events, 3)])
+    out += ["(a) Phases, ms per step: events (as bench times them) against the profiler's span and kernel time", "",
+            markdown_table(["Phase", "Events", "Profiler span", "Kernel time", "Span / events"], rows), ""]
+    untraced, traced = float(np.mean(rec.arrays["step_ms"])), float(np.mean(rec.arrays["traced_step_ms"]))
+    out += [f"Overhead: {untraced:.3f} ms per step untraced, {traced:.3f} ms traced "
+            f"({100.0 * (traced / untraced - 1.0):+.1f}%).", ""]
+    if acts.empty:
+        out += ["No activities: the profiler timed phases only.", ""]
+        return "\n".join(out), None
+
+    # (b, c) kernel summaries.
+    for g in groups:
+        if (acts["group"] == g).any():
+            out += [f"(b, c) {g}: the top {top} names by total time (over the {steps} traced steps)", "",
+                    kernel_table(acts, g, top), ""]
+
+    # (d) categories and the share of matrix products.
+    cats = category_frame(acts, groups, steps)
+    rows = [[g] + [fmt(cats.loc[g].sum(), 3)] + [fmt(cats.loc[g, c], 3) for c in PROFILE_CATEGORIES] +
+            [fmt(100.0 * cats.loc[g, "matmul"] / cats.loc[g].sum(), 1) + "%" if cats.loc[g].sum() > 0 else "-"]
+            for g in groups]
+    out += ["(d) Time by category, ms per step, and the share of matrix products", "",
+            markdown_table(["Phase", "Total"] + list(PROFILE_CATEGORIES) + ["Matmul share"], rows), ""]
+
+    # (e) attention's parts.
+    parts = acts.assign(part=[attention_part(p, n, c) for p, n, c in
+                              zip(acts["phase"], acts["name"], acts["category"])])
+    parts = parts[parts["part"] != ""]
+    rows = []
+    parts = parts.assign(order=parts["group"].map(groups.index)).sort_values(["order", "part"], kind="stable")
+    for (g, part), chunk in parts.groupby(["group", "part"], sort=False):
+        ms = chunk["duration_ns"].sum() / 1e6 / steps
+        whole = parts.loc[parts["group"] == g, "duration_ns"].sum() / 1e6 / steps
+        flops = naive_flops(attrs, g, part) if attrs.get("attention") == "naive" else math.nan
+        rows.append([g, f"`{part}`", fmt(len(chunk) / steps, 1), fmt(ms, 3), fmt(100.0 * ms / whole, 1) + "%",
+                     fmt(flops / 1e9, 3), fmt(flops / (ms * 1e-3) / 1e12, 2) if ms > 0 else "-"])
+    out += ["(e) Attention's parts, per step (FLOPs for naive attention; softmax's an estimate)", "",
+            markdown_table(["Phase", "Part", "Activities", "ms", "Share", "GFLOP", "TFLOP/s"], rows), ""]
+    return "\n".join(out), cats
+
+
+def plot(frames: dict, path: str) -> None:
+    """One panel per phase, one stacked bar per configuration: the share of each category in the
+    phase's kernel time, its ms per step written above the bar (sizes differ a hundredfold)."""
+    phases = list(dict.fromkeys(g for cats in frames.values() for g in cats.index))
+    names = list(frames)
+    width = max(8.0, 0.28 * len(names) + 2.5)
+    fig, axes = plt.subplots(len(phases), 1, figsize=(width, 2.6 * len(phases) + 1.5), squeeze=False)
+    for ax, phase in zip(axes[:, 0], phases):
+        ms = pd.DataFrame([frames[n].loc[phase] if phase in frames[n].index else pd.Series(dtype=float)
+                           for n in names]).reindex(columns=list(PROFILE_CATEGORIES)).fillna(0.0)
+        totals = ms.sum(axis=1).to_numpy()
+        share = 100.0 * ms.div(np.where(totals > 0, totals, 1.0), axis=0)
+        bottoms = np.zeros(len(names))
+        for category in PROFILE_CATEGORIES:
+            ax.bar(range(len(names)), share[category], bottom=bottoms, label=category)
+            bottoms += share[category].to_numpy()
+        for x, total in enumerate(totals):
+            ax.text(x, 101, f"{total:.3g}", ha="center", va="bottom", fontsize=6, rotation=90 if len(names) > 8 else 0)
+        ax.set_ylim(0, 140)
+        ax.set_ylabel(f"{phase}: % of kernel time")
+        ax.set_xticks(range(len(names)), names if phase == phases[-1] else [""] * len(names), fontsize=7,
+                      rotation=90 if len(names) > 3 else 0)
+    fig.suptitle("Kernel time per phase by category (above each bar: ms per step)", fontsize=10)
+    axes[0, 0].legend(fontsize=7, ncol=4, loc="upper left")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def overview(run, records: list, rank: int) -> str:
+    """One row per configuration of `run` on `rank`: the overhead, activities, the step's matmul share."""
+    rows = []
+    for rec in records:
+        a = rec.attrs
+        row = [a.get("model", rec.name), a.get("context_length", "-"), a.get("batch_size", "-"),
+               a.get("precision", "-"), a.get("attention", "-"), a.get("phase", "-")]
+        if not rec.ok:
+            rows.append(row + [rec.status] + ["-"] * 6)
+            continue
+        untraced, traced = float(np.mean(rec.arrays["step_ms"])), float(np.mean(rec.arrays["traced_step_ms"]))
+        acts = run.profile_activities(rec.name, rank)
+        total = acts["duration_ns"].sum()
+        share = 100.0 * acts.loc[acts["category"] == "matmul", "duration_ns"].sum() / total if total > 0 else math.nan
+        steps = int(a["steps"])
+        rows.append(row + ["ok", fmt(untraced, 3), fmt(traced, 3), f"{100.0 * (traced / untraced - 1.0):+.1f}%",
+                           fmt(len(acts) / steps, 1), fmt(share, 1) + "%" if total > 0 else "-",
+                           a.get("dropped_records", "-")])
+    return markdown_table(["Model", "Context", "Batch", "Precision", "Attention", "Phase", "Status", "Untraced ms",
+                           "Traced ms", "Overhead", "Activities/step", "Matmul share", "Dropped"], rows)
+
+
+def run_report(run, rank: int, top: int, png: str) -> str:
+    """The markdown of one run on `rank` (overview, then each configuration), and its plot into `png`;
+    '' when the run has no /profile records."""
+    records = run.records("profile", rank)
+    if not records:
+        return ""
+    parts, frames = [f"Profile of {run.directory}, rank {rank} ({run.attrs.get('device_name', '?')})", "",
+                     overview(run, records, rank), ""], {}
+    for rec in records:
+        if not rec.ok:
+            parts += [f"### {rec.name} (rank {rank}): {rec.status}", ""]
+            continue
+        text, cats = configuration_report(run, rec, rank, top)
+        parts.append(text)
+        if cats is not None:
+            frames[rec.name] = cats
+    if frames:
+        plot(frames, png)
+        parts += [f"![time per phase by kernel category]({os.path.basename(png)})", ""]
+    return "\n".join(parts)
+
+
+def report_section(runs: list, out_dir: str, rank: int = 0, top: int = 10) -> str:
+    """For analysis/report.py: the markdown of every run in `runs` (Run objects or directories) that
+    has profile records, its PNGs written into `out_dir`; '' when none has."""
+    from llmhpc_h5 import Run
+    sections = []
+    for k, run in enumerate(runs):
+        run = run if isinstance(run, Run) else open_run(run)
+        png = os.path.join(out_dir, f"profile_{k}_rank{rank}.png" if len(runs) > 1 else f"profile_rank{rank}.png")
+        text = run_report(run, rank, top, png)
+        if text:
+            sections.append(text)
+    return "## Profile (mode profile)\n\n" + "\n".join(sections) if sections else ""
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("dir", metavar="DIR")
+    parser.add_argument("--rank", type=int, default=0)
+    parser.add_argument("--top", type=int, default=10, help="names per kernel table (default 10)")
+    parser.add_argument("--out", metavar="OUT_DIR", help="where profile_rank<R>.md and .png go (default DIR)")
+    args = parser.parse_args()
+    if args.top < 1:
+        parser.error("--top must be at least 1")
+    out_dir = args.out or args.dir
+    try:
+        run = open_run(args.dir)
+        if not run.records("profile", args.rank):
+            raise SchemaError(f"{args.dir}: rank {args.rank} has no /profile records (mode is '{run.mode}')")
+        os.makedirs(out_dir, exist_ok=True)
+        text = run_report(run, args.rank, args.top, os.path.join(out_dir, f"profile_rank{args.rank}.png"))
+    except SchemaError as e:
+        print(f"profile.py: {e}", file=sys.stderr)
+        return 2
+    md = os.path.join(out_dir, f"profile_rank{args.rank}.md")
+    with open(md, "w") as f:
+        f.write(text + "\n")
+    print(text)
+    print(f"Written: {md}" + (f", {os.path.join(out_dir, f'profile_rank{args.rank}.png')}" if "![" in text else ""))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

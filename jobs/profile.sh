@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+#SBATCH --job-name=llmhpc-profile
+#SBATCH --nodes=1
+#SBATCH --ntasks-per-node=1
+#SBATCH --gpus-per-task=1
+#SBATCH --time=01:00:00
+# The seeds' nsys_profile study without Nsight: every kernel of the traced train steps per
+# phase (CUPTI), the share of matrix products, attention's parts, then analysis/profile.py's
+# tables (profile_rank0.md) and plot (profile_rank0.png).
+#   sbatch jobs/profile.sh          or   NP=1 bash jobs/profile.sh
+#   MODELS=xl CONTEXTS=256 TRACE=1 bash jobs/profile.sh      # + trace_rank0.json for ui.perfetto.dev
+set -euo pipefail
+# The repository, also from the copy of this script that sbatch runs (jobs/env.sh says how).
+for r in "${LLMHPC_ROOT:-}" "${SLURM_SUBMIT_DIR:-}" "${SLURM_SUBMIT_DIR:-}/.." "$(dirname "$0")/.." ""; do [ -f "$r/jobs/env.sh" ] && break; done
+[ -n "$r" ] || { echo "$0: cannot find the llmhpc repository: set LLMHPC_ROOT, or sbatch from it" >&2; exit 2; }
+source "$r/jobs/env.sh"
+MODELS=${MODELS:-small,medium,large,xl,2.7B}
+CONTEXTS=${CONTEXTS:-128,256,512}
+PRECISIONS=${PRECISIONS:-fp32}
+ATTENTIONS=${ATTENTIONS:-naive}
+WARMUP=${WARMUP:-5}
+STEPS=${STEPS:-5}
+trace=()
+[ "${TRACE:-0}" = 1 ] && trace=(--trace)
+$LAUNCH "$LLMHPC_BIN" --mode profile --device "$DEVICE" --model "$MODELS" --context-length "$CONTEXTS" \
+  --precision "$PRECISIONS" --attention "$ATTENTIONS" --warmup "$WARMUP" --steps "$STEPS" --phase train-step \
+  "${trace[@]}" --out "$OUT" ${EXTRA_ARGS:-}
+$PYTHON "$LLMHPC_ROOT/analysis/profile.py" "$OUT"   # + $OUT/profile_rank0.md and .png

@@ -1,0 +1,402 @@
+// The CUDA backend's Profiler (kernels/profiler.h): CUPTI's activity API, with libcupti opened
+// at run time, so a host without it still runs (the mode falls back to phase events).
+//
+// Purpose: every kernel, memcpy and memset of a window with its GPU start and end, stream,
+// grid and block, attributed to the innermost phase open when the host launched it.
+//
+// How:
+//  - Kinds CONCURRENT_KERNEL (the plain KERNEL kind serialises kernels), MEMCPY and MEMSET, plus
+//    RUNTIME, DRIVER and EXTERNAL_CORRELATION, enabled for the window only: disabled and flushed
+//    at its end, so CUPTI traces nothing outside profiling windows.
+//  - Phases: each range pushes its id as an external correlation id (kind CUSTOM0) and pops it
+//    on close. CUPTI then precedes each API record made inside a range by an EXTERNAL_CORRELATION
+//    record (correlation id of the API call -> range id); a kernel record carries the correlation
+//    id of the API call that launched it. That is why the API kinds are enabled: their records
+//    are dropped, but without them there are no external correlation records.
+//  - Buffers: CUPTI asks for them (kBufferBytes each) and hands them back full, from its own
+//    thread, or from the final flush. Records are delivered as they are read, so memory stays
+//    bounded by the buffers in flight. A kernel whose external correlation record has not come
+//    yet waits in `pending_`; one still waiting at the end of the window was launched outside
+//    every range. Correlation ids CUPTI never pairs with an activity (event records, error
+//    queries) are forgotten once far behind the newest delivered one.
+//  - Records lost for lack of buffer space (and kernels CUPTI could not time) count as dropped.
+//  - Another profiler (an injected tool such as Nsight Systems, or any CUPTI subscriber) keeps
+//    CUPTI: llmhpc then registers nothing and falls back to phase events (open_cupti).
+// Built without CUPTI's headers (LLMHPC_NO_CUPTI, CMakeLists.txt), only a factory that declines.
+#if defined(LLMHPC_NO_CUPTI)
+#include "kernels/cuda/cuda_backend.h"
+
+namespace llmhpc {
+std::unique_ptr<Profiler> make_cupti_profiler(Ops&, std::string& why_not) {
+  why_not = "this llmhpc was built without CUPTI's headers";
+  return nullptr;
+}
+}  // namespace llmhpc
+#else
+#include <cublasLt.h>
+#include <cupti.h>
+#include <cxxabi.h>
+#include <dlfcn.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstdlib>
+#include <iterator>
+#include <map>
+#include <unordered_map>
+
+#include "kernels/cuda/cuda_backend.h"
+#include "src/core/cuda/check.h"
+#include "src/core/units.h"
+
+namespace llmhpc {
+namespace {
+
+constexpr size_t kBufferBytes = size_t(8) << 20;  // some 40k kernel records
+// Correlation ids more than this far behind the newest delivered activity are forgotten: far
+// more launches than the device's queue holds.
+constexpr uint32_t kCorrelationSlack = 1u << 16;
+
+// The libcupti functions used, looked up by name.
+struct Cupti {
+  decltype(&cuptiGetVersion) GetVersion;
+  decltype(&cuptiGetResultString) GetResultString;
+  decltype(&cuptiActivityRegisterCallbacks) RegisterCallbacks;
+  decltype(&cuptiActivityEnable) Enable;
+  decltype(&cuptiActivityDisable) Disable;
+  decltype(&cuptiActivityFlushAll) FlushAll;
+  decltype(&cuptiActivityGetNextRecord) GetNextRecord;
+  decltype(&cuptiActivityGetNumDroppedRecords) GetNumDroppedRecords;
+  decltype(&cuptiActivityPushExternalCorrelationId) PushExternalCorrelationId;
+  decltype(&cuptiActivityPopExternalCorrelationId) PopExternalCorrelationId;
+  decltype(&cuptiGetTimestamp) GetTimestamp;
+  decltype(&cuptiSubscribe) Subscribe;
+  decltype(&cuptiUnsubscribe) Unsubscribe;
+
+  std::string error(CUptiResult rc) const {
+    const char* text = nullptr;
+    return GetResultString && GetResultString(rc, &text) == CUPTI_SUCCESS && text
+               ? text
+               : "CUPTI error " + std::to_string(int(rc));
+  }
+};
+
+// The kinds a window enables, in order (disabled in reverse).
+constexpr CUpti_ActivityKind kKinds[] = {
+    CUPTI_ACTIVITY_KIND_EXTERNAL_CORRELATION, CUPTI_ACTIVITY_KIND_RUNTIME, CUPTI_ACTIVITY_KIND_DRIVER,
+    CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL,    CUPTI_ACTIVITY_KIND_MEMCPY,  CUPTI_ACTIVITY_KIND_MEMSET};
+
+class CuptiProfiler;
+// CUPTI's buffer callbacks take no user pointer: the library, once open, and the profiler
+// whose window is open, if any.
+const Cupti* g_api = nullptr;
+std::atomic<CuptiProfiler*> g_window{nullptr};
+
+void CUPTIAPI buffer_requested(uint8_t** buffer, size_t* size, size_t* max_records) {
+  *buffer = static_cast<uint8_t*>(std::aligned_alloc(8, kBufferBytes));  // CUPTI wants 8-byte alignment
+  *size = *buffer ? kBufferBytes : 0;
+  *max_records = 0;  // as many as fit
+}
+
+void CUPTIAPI buffer_completed(CUcontext context, uint32_t stream, uint8_t* buffer, size_t size, size_t valid);
+
+// The library, opened and checked once per process: LLMHPC_CUPTI_LIBRARY if set, else the
+// toolkit's soname through the loader's path, else beside the cuBLASLt llmhpc loaded (a
+// toolkit's lib64/ or its extras/CUPTI/lib64/; the CUDA runtime may be linked statically), else the copy llmhpc was built with. nullptr
+// with `why` when it cannot be used.
+const Cupti* open_cupti(std::string& why) {
+  static Cupti api{};
+  static std::string error;
+  static const bool ok = [&] {
+    const std::string soname = "libcupti.so." + std::to_string(CUPTI_API_VERSION / 10000);
+    std::vector<std::string> candidates;
+    if (const char* env = std::getenv("LLMHPC_CUPTI_LIBRARY")) candidates.push_back(env);
+    candidates.push_back(soname);
+    Dl_info cublas{};
+    if (dladdr(reinterpret_cast<void*>(&cublasLtGetVersion), &cublas) && cublas.dli_fname) {
+      const std::string lib = cublas.dli_fname, dir = lib.substr(0, lib.rfind('/') + 1);
+      candidates.push_back(dir + soname);
+      candidates.push_back(dir + "../extras/CUPTI/lib64/" + soname);
+      candidates.push_back(dir + "../../../extras/CUPTI/lib64/" + soname);  // from targets/<arch>/lib
+    }
+    candidates.push_back(LLMHPC_CUPTI_BUILD_PATH);
+    void* lib = nullptr;
+    for (const std::string& path : candidates)
+      if ((lib = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL))) break;
+    if (!lib) {
+      const char* e = dlerror();
+      error = "cannot open libcupti (tried " + join(candidates, ", ") +
+              "; set LLMHPC_CUPTI_LIBRARY to its path): " + (e ? e : "?");
+      return false;
+    }
+    bool found = true;
+    auto load = [&](auto& fn, const char* name) {
+      fn = reinterpret_cast<std::remove_reference_t<decltype(fn)>>(dlsym(lib, name));
+      if (!fn && found) error = std::string("libcupti lacks ") + name, found = false;
+    };
+    load(api.GetVersion, "cuptiGetVersion");
+    load(api.GetResultString, "cuptiGetResultString");
+    load(api.RegisterCallbacks, "cuptiActivityRegisterCallbacks");
+    load(api.Enable, "cuptiActivityEnable");
+    load(api.Disable, "cuptiActivityDisable");
+    load(api.FlushAll, "cuptiActivityFlushAll");
+    load(api.GetNextRecord, "cuptiActivityGetNextRecord");
+    load(api.GetNumDroppedRecords, "cuptiActivityGetNumDroppedRecords");
+    load(api.PushExternalCorrelationId, "cuptiActivityPushExternalCorrelationId");
+    load(api.PopExternalCorrelationId, "cuptiActivityPopExternalCorrelationId");
+    load(api.GetTimestamp, "cuptiGetTimestamp");
+    load(api.Subscribe, "cuptiSubscribe");
+    load(api.Unsubscribe, "cuptiUnsubscribe");
+    if (!found) return false;
+    // The records are read as the structs of the headers llmhpc was built with (Kernel10,
+    // Memcpy6, Memset4): same major version only.
+    uint32_t version = 0;
+    CUptiResult rc = api.GetVersion(&version);
+    if (rc != CUPTI_SUCCESS || version / 10000 != CUPTI_API_VERSION / 10000) {
+      error = "libcupti API version " + std::to_string(version) + " is not the " +
+              std::to_string(CUPTI_API_VERSION / 10000) + ".x llmhpc was built with";
+      return false;
+    }
+    // Another profiler (Nsight Systems, a PyTorch profiler) holds CUPTI: its buffer callbacks must
+    // stay its own. Such tools are injected through CUDA_INJECTION64_PATH and subscribe to CUPTI's
+    // callbacks; a second subscriber is refused, which is the probe (released at once).
+    if (const char* tool = std::getenv("CUDA_INJECTION64_PATH"); tool && *tool) {
+      error = std::string("another profiler is attached (CUDA_INJECTION64_PATH=") + tool + ")";
+      return false;
+    }
+    CUpti_SubscriberHandle probe = nullptr;
+    rc = api.Subscribe(
+        &probe, [](void*, CUpti_CallbackDomain, CUpti_CallbackId, const void*) {}, nullptr);
+    if (rc != CUPTI_SUCCESS) {
+      error = "another profiler holds CUPTI (cuptiSubscribe: " + api.error(rc) + ")";
+      return false;
+    }
+    api.Unsubscribe(probe);
+    g_api = &api;
+    rc = api.RegisterCallbacks(buffer_requested, buffer_completed);
+    if (rc != CUPTI_SUCCESS) {
+      error = "cuptiActivityRegisterCallbacks: " + api.error(rc);
+      return false;
+    }
+    return true;
+  }();
+  why = error;
+  return ok ? &api : nullptr;
+}
+
+#define CUPTI_CHECK(api, call) \
+  LLMHPC_CHECK_CALL(call, CUptiResult, llmhpc_rc_ == CUPTI_SUCCESS, (api).error(llmhpc_rc_))
+
+// Disables the first `count` kinds of kKinds, in reverse.
+void disable_kinds(const Cupti& api, size_t count = std::size(kKinds)) {
+  while (count-- > 0) CUPTI_CHECK(api, api.Disable(kKinds[count]));
+}
+
+// Enables every kind of kKinds; on a failure disables those it enabled and says why.
+std::string enable_kinds(const Cupti& api) {
+  for (size_t k = 0; k < std::size(kKinds); ++k) {
+    const CUptiResult rc = api.Enable(kKinds[k]);
+    if (rc == CUPTI_SUCCESS) continue;
+    disable_kinds(api, k);
+    return "CUPTI cannot trace (" + api.error(rc) +
+           "; no GPU driver, or another profiler such as Nsight Systems holds CUPTI)";
+  }
+  return "";
+}
+
+
+// The name Nsight Systems gives a copy.
+const char* memcpy_name(uint8_t kind) {
+  switch (kind) {
+    case CUPTI_ACTIVITY_MEMCPY_KIND_HTOD: return "[CUDA memcpy Host-to-Device]";
+    case CUPTI_ACTIVITY_MEMCPY_KIND_DTOH: return "[CUDA memcpy Device-to-Host]";
+    case CUPTI_ACTIVITY_MEMCPY_KIND_DTOD: return "[CUDA memcpy Device-to-Device]";
+    case CUPTI_ACTIVITY_MEMCPY_KIND_HTOH: return "[CUDA memcpy Host-to-Host]";
+    case CUPTI_ACTIVITY_MEMCPY_KIND_PTOP: return "[CUDA memcpy Peer-to-Peer]";
+    default: return "[CUDA memcpy]";
+  }
+}
+
+std::string demangle(const char* name) {
+  int status = 0;
+  char* plain = abi::__cxa_demangle(name, nullptr, nullptr, &status);
+  std::string result = status == 0 && plain ? plain : name;
+  std::free(plain);
+  return result;
+}
+
+class CuptiProfiler final : public Profiler {
+ public:
+  CuptiProfiler(const Cupti& api, Ops& ops) : Profiler(DeviceSpans::FromActivities), api_(api), ops_(ops) {}
+  ~CuptiProfiler() override { stop(); }
+  std::string method() const override { return "cupti"; }
+  bool traces_activities() const override { return true; }
+  Ops& ops() override { return ops_; }
+
+  void lost(size_t records) { add_dropped(int64_t(records)); }
+
+  // Every record of a buffer CUPTI handed back; any thread.
+  void consume(uint8_t* buffer, size_t valid) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    CUpti_Activity* record = nullptr;
+    while (api_.GetNextRecord(buffer, valid, &record) == CUPTI_SUCCESS) take(record);
+    if (newest_ > kCorrelationSlack)
+      correlation_.erase(correlation_.begin(), correlation_.lower_bound(newest_ - kCorrelationSlack));
+  }
+
+ protected:
+  void begin_window() override {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      correlation_.clear();
+      pending_.clear();
+      newest_ = 0;
+    }
+    CuptiProfiler* none = nullptr;
+    LLMHPC_CHECK(g_window.compare_exchange_strong(none, this), "two CUPTI profiling windows at once");
+    const std::string error = enable_kinds(api_);
+    if (!error.empty()) {
+      g_window = nullptr;
+      throw UsageError(error + "; run with --no-cupti");
+    }
+  }
+
+  void end_window() override {
+    CUDA_CHECK(cudaDeviceSynchronize());  // every activity complete before the flush
+    disable_kinds(api_);
+    CUPTI_CHECK(api_, api_.FlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED));
+    std::lock_guard<std::mutex> lock(mutex_);
+    for (auto& [correlation, waiting] : pending_)  // never paired: launched outside every range
+      for (Activity& a : waiting) deliver(a);
+    pending_.clear();
+    correlation_.clear();
+    g_window = nullptr;
+  }
+
+  int64_t now_ns() override {
+    uint64_t t = 0;
+    CUPTI_CHECK(api_, api_.GetTimestamp(&t));
+    return int64_t(t);
+  }
+
+  void range_opened(int64_t range) override {
+    // Range + 1: an external id of 0 could read as "none".
+    CUPTI_CHECK(api_, api_.PushExternalCorrelationId(CUPTI_EXTERNAL_CORRELATION_KIND_CUSTOM0, uint64_t(range) + 1));
+  }
+  void range_closed(int64_t range) override {
+    CUPTI_CHECK(api_, api_.PopExternalCorrelationId(CUPTI_EXTERNAL_CORRELATION_KIND_CUSTOM0, nullptr));
+  }
+
+ private:
+  // One record; under mutex_.
+  void take(const CUpti_Activity* record) {
+    Activity a;
+    uint32_t correlation = 0;
+    switch (record->kind) {
+      case CUPTI_ACTIVITY_KIND_EXTERNAL_CORRELATION: {
+        const auto* e = reinterpret_cast<const CUpti_ActivityExternalCorrelation*>(record);
+        if (e->externalKind != CUPTI_EXTERNAL_CORRELATION_KIND_CUSTOM0) return;
+        const int64_t range = int64_t(e->externalId) - 1;  // range_opened pushed range + 1
+        correlation_[e->correlationId] = range;
+        auto waiting = pending_.find(e->correlationId);
+        if (waiting != pending_.end()) {
+          for (Activity& w : waiting->second) {
+            w.range = range;
+            deliver(w);
+          }
+          pending_.erase(waiting);
+        }
+        return;
+      }
+      case CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL:
+      case CUPTI_ACTIVITY_KIND_KERNEL: {
+        const auto* k = reinterpret_cast<const CUpti_ActivityKernel10*>(record);
+        if (k->start == 0 || k->end == 0) {  // CUPTI could not time it (no device memory for timestamps)
+          add_dropped(1);
+          return;
+        }
+        a.kind = ActivityKind::Kernel;
+        a.name = kernel_name(k->name);
+        a.start_ns = int64_t(k->start);
+        a.end_ns = int64_t(k->end);
+        a.stream = k->streamId;
+        a.grid[0] = k->gridX, a.grid[1] = k->gridY, a.grid[2] = k->gridZ;
+        a.block[0] = k->blockX, a.block[1] = k->blockY, a.block[2] = k->blockZ;
+        correlation = k->correlationId;
+        break;
+      }
+      case CUPTI_ACTIVITY_KIND_MEMCPY: {
+        const auto* m = reinterpret_cast<const CUpti_ActivityMemcpy6*>(record);
+        correlation = copy(*m, ActivityKind::Memcpy, memcpy_name(m->copyKind), a);
+        break;
+      }
+      case CUPTI_ACTIVITY_KIND_MEMSET:
+        correlation =
+            copy(*reinterpret_cast<const CUpti_ActivityMemset4*>(record), ActivityKind::Memset, "[CUDA memset]", a);
+        break;
+      default: return;  // API records: only their external correlations matter
+    }
+    a.correlation = correlation;
+    newest_ = std::max(newest_, correlation);
+    auto known = correlation_.find(correlation);
+    if (known == correlation_.end()) {
+      pending_[correlation].push_back(a);
+      return;
+    }
+    a.range = known->second;
+    deliver(a);
+  }
+
+  // A memcpy or memset record (their structs share these fields) into `a`; its correlation id.
+  template <class Record>
+  uint32_t copy(const Record& m, ActivityKind kind, const char* name, Activity& a) {
+    a.kind = kind;
+    a.name = intern_name(name, kind);
+    a.start_ns = int64_t(m.start);
+    a.end_ns = int64_t(m.end);
+    a.stream = m.streamId;
+    a.bytes = int64_t(m.bytes);
+    return m.correlationId;
+  }
+
+  int32_t kernel_name(const char* name) {
+    auto [it, added] = names_by_pointer_.try_emplace(name, 0);  // CUPTI shares one pointer per kernel
+    if (added) it->second = intern_name(demangle(name), ActivityKind::Kernel);
+    return it->second;
+  }
+
+  const Cupti& api_;
+  Ops& ops_;
+  std::mutex mutex_;                         // the maps below; taken before the base's
+  std::map<uint32_t, int64_t> correlation_;  // API correlation id -> range
+  std::unordered_map<uint32_t, std::vector<Activity>> pending_;
+  std::unordered_map<const char*, int32_t> names_by_pointer_;
+  uint32_t newest_ = 0;  // the newest correlation id of a delivered or pending activity
+};
+
+// A buffer outside every window (CUPTI's exit flush) is only freed.
+void CUPTIAPI buffer_completed(CUcontext context, uint32_t stream, uint8_t* buffer, size_t size, size_t valid) {
+  if (CuptiProfiler* p = g_window.load()) {
+    if (valid > 0) p->consume(buffer, valid);
+    size_t dropped = 0;
+    if (g_api->GetNumDroppedRecords(context, stream, &dropped) == CUPTI_SUCCESS) p->lost(dropped);
+  }
+  std::free(buffer);
+}
+
+}  // namespace
+
+// CUPTI is usable when its kinds can be enabled (not under a tool that holds it): enabled and
+// disabled again at once, so the fallback is chosen before any window.
+std::unique_ptr<Profiler> make_cupti_profiler(Ops& ops, std::string& why_not) {
+  const Cupti* api = open_cupti(why_not);
+  if (!api) return nullptr;
+  why_not = enable_kinds(*api);
+  if (!why_not.empty()) return nullptr;
+  disable_kinds(*api);
+  CUPTI_CHECK(*api, api->FlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED));
+  return std::make_unique<CuptiProfiler>(*api, ops);
+}
+
+}  // namespace llmhpc
+#endif  // LLMHPC_NO_CUPTI

@@ -1,0 +1,138 @@
+// The sweep bench and profile share (src/modes/model_sweep.h).
+#include "src/modes/model_sweep.h"
+
+#include <algorithm>
+
+#include "src/core/random.h"
+#include "src/core/units.h"
+#include "src/modes/options.h"
+
+namespace llmhpc {
+
+std::string ModelCase::label() const {
+  const std::string shape = model.name != "custom"
+                                ? model.name
+                                : "d" + std::to_string(model.d_model) + "_ff" + std::to_string(model.d_ff) + "_L" +
+                                      std::to_string(model.num_layers) + "_H" + std::to_string(model.num_heads);
+  return shape + "_T" + std::to_string(model.context_length) + "_B" + std::to_string(batch) + "_" +
+         precision_name(precision) + "_" + attention_name(attention);
+}
+
+std::string ModelCase::model_key() const {
+  return std::to_string(model.d_model) + "/" + std::to_string(model.d_ff) + "/" + std::to_string(model.num_layers) +
+         "/" + std::to_string(model.num_heads) + "/" + std::to_string(model.vocab_size) + "/" +
+         precision_name(precision) + "/" + attention_name(attention);
+}
+
+void add_step_options(po::options_description& own) {
+  own.add_options()("phase", po::value<std::string>()->default_value("train-step"),
+                    "what each timed step runs: forward | forward-backward | train-step (+ AdamW)")(
+      "warmup", po::value<std::string>()->default_value("5"), "untimed steps before the timed ones (recorded apart)")(
+      "steps", po::value<std::string>()->default_value("10"), "timed steps per configuration");
+}
+
+void add_model_group(po::options_description& desc) {
+  po::options_description model("Model options");
+  add_model_options(model, true);
+  add_precision_options(model, true);
+  desc.add(model);
+}
+
+void validate_step_options(const po::variables_map& vm) {
+  parse_phase(opt_string(vm, "phase"));
+  opt_nonnegative(vm, "warmup");
+  opt_positive(vm, "steps");
+  model_cases(vm);
+}
+
+std::vector<ModelCase> model_cases(const po::variables_map& vm) {
+  const std::vector<ModelConfig> configs = model_configs(vm);  // sizes x contexts, context fastest
+  const size_t contexts = split_list(opt_string(vm, "context-length"), "context-length").size();
+  std::vector<ModelCase> cases;
+  for (size_t first = 0; first < configs.size(); first += contexts)
+    for (Precision p : precisions(vm))
+      for (AttentionKind a : attentions(vm))
+        for (size_t k = first; k < first + contexts; ++k)
+          for (int64_t b : batch_sizes(vm)) cases.push_back({configs[k], b, p, a});
+  return cases;
+}
+
+void check_cases_run(const ModeContext& ctx, const std::vector<ModelCase>& cases) {
+  Device& dev = *ctx.backend.device;
+  Ops& ops = *ctx.backend.ops;
+  collective_check(ctx.rt, [&] {
+    for (const ModelCase& c : cases) {
+      if (c.precision == Precision::BF16 && dev.kind() == DeviceKind::Cpu)
+        throw UsageError("--precision bf16 needs --device cuda (the CPU backend computes in fp32 or fp64)");
+      ops.attention_saved({1, 1, 1, 2, true, c.attention}, compute_dtype(c.precision));
+    }
+  });
+}
+
+void add_case_attrs(Record& rec, const ModelCase& c, Phase phase, MemoryPlan memory, int64_t warmup, int64_t steps) {
+  rec.attr("model", c.model.name)
+      .attr("d_model", c.model.d_model)
+      .attr("d_ff", c.model.d_ff)
+      .attr("num_layers", c.model.num_layers)
+      .attr("num_heads", c.model.num_heads)
+      .attr("vocab_size", c.model.vocab_size)
+      .attr("context_length", c.model.context_length)
+      .attr("batch_size", c.batch)
+      .attr("precision", std::string(precision_name(c.precision)))
+      .attr("attention", std::string(attention_name(c.attention)))
+      .attr("phase", std::string(phase_name(phase)))
+      .attr("low_memory", int64_t(memory == MemoryPlan::LowMemory ? 1 : 0))
+      .attr("warmup", warmup)
+      .attr("steps", steps)
+      .attr("num_params", c.model.num_params())
+      .attr("model_flops_fwd_bwd", model_flops_fwd_bwd(c.model, c.batch, c.model.context_length));
+}
+
+void StepSamples::add(const StepTimes& t) {
+  forward.push_back(t.forward_ms);
+  if (!std::isnan(t.backward_ms)) backward.push_back(t.backward_ms);
+  if (!std::isnan(t.optimizer_ms)) optimizer.push_back(t.optimizer_ms);
+  step.push_back(t.step_ms);
+}
+
+void StepSamples::record(Record& r, const std::string& prefix) const {
+  r.add(prefix + "forward_ms", forward);
+  if (!backward.empty()) r.add(prefix + "backward_ms", backward);
+  if (!optimizer.empty()) r.add(prefix + "optimizer_ms", optimizer);
+  r.add(prefix + "step_ms", step);
+}
+
+void LiveModel::release_unless_shared(const std::vector<ModelCase>& cases, size_t i) {
+  if (key_ == cases[i].model_key()) return;
+  opt_.reset();
+  model_.reset();
+  key_ = cases[i].model_key();
+}
+
+TransformerLM& LiveModel::prepare(const std::vector<ModelCase>& cases, size_t i, Device& dev, Ops& ops, uint64_t seed,
+                                  MemoryPlan memory, Phase phase, Record& rec) {
+  const ModelCase& c = cases[i];
+  if (!model_) {  // sized for the longest context among the cases that will share it
+    ModelConfig shape = c.model;
+    for (size_t k = i; k < cases.size() && cases[k].model_key() == key_; ++k)
+      shape.context_length = std::max(shape.context_length, cases[k].model.context_length);
+    model_ = std::make_unique<TransformerLM>(shape, c.precision, c.attention, dev, ops, memory);
+    model_->init_parameters(seed);
+    if (phase == Phase::TrainStep) {  // its state now, so that no timed step allocates it
+      opt_ = std::make_unique<AdamW>(*model_, ops, AdamWHyper{});
+      opt_->allocate_state();
+    }
+  }
+  const AttentionDims dims{c.batch, c.model.context_length, c.model.num_heads, c.model.head_dim(), true, c.attention};
+  for (const auto& [name, value] : ops.attention_variant(dims, compute_dtype(c.precision))) rec.attr(name, value);
+  const int64_t n = c.batch * c.model.context_length;
+  std::vector<int32_t> tokens(n), targets(n);
+  for (int64_t k = 0; k < n; ++k) {
+    tokens[k] = int32_t(random_bits(seed, 1, uint64_t(k)) % uint64_t(c.model.vocab_size));
+    targets[k] = int32_t(random_bits(seed, 2, uint64_t(k)) % uint64_t(c.model.vocab_size));
+  }
+  model_->set_batch(tokens.data(), targets.data(), c.batch, c.model.context_length);
+  return *model_;
+}
+
+}  // namespace llmhpc

@@ -1,0 +1,70 @@
+// What the modes that time the model's steps over bench's sweep share (bench, profile): the
+// options (--phase --warmup --steps and the model options), the configurations (sizes x
+// precisions x attentions x context lengths x batch sizes, in that order), their labels and
+// record attributes, the per-step samples, and the model kept across the configurations that
+// can share it (same shape, precision and attention: a 2.7B initialisation takes seconds).
+#pragma once
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "src/model/adamw.h"
+#include "src/model/train_step.h"
+#include "src/modes/mode.h"
+
+namespace llmhpc {
+
+struct ModelCase {
+  ModelConfig model;
+  int64_t batch;
+  Precision precision;
+  AttentionKind attention;
+
+  // "small_T128_B4_fp32_naive"; a custom shape is "d64_ff128_L2_H4_T16_B4_fp32_naive".
+  std::string label() const;
+  // Cases with the same key can share a model: shape, precision and attention.
+  std::string model_key() const;
+};
+
+// --phase, --warmup and --steps into the mode's own group `own`; the model and precision
+// options (lists sweep) as a group of their own into `desc`.
+void add_step_options(po::options_description& own);
+void add_model_group(po::options_description& desc);
+// Throws UsageError for bad --phase, --warmup, --steps or model options.
+void validate_step_options(const po::variables_map& vm);
+std::vector<ModelCase> model_cases(const po::variables_map& vm);
+
+// Configurations the backend cannot run at all (bf16 on the CPU, an attention it lacks): an
+// error on every rank before anything starts.
+void check_cases_run(const ModeContext& ctx, const std::vector<ModelCase>& cases);
+// The configuration's attributes, as bench records them (docs/hdf5-schema.md, /bench).
+void add_case_attrs(Record& rec, const ModelCase& c, Phase phase, MemoryPlan memory, int64_t warmup, int64_t steps);
+
+// Per-step times of a run of steps, recorded as <prefix>forward_ms ... <prefix>step_ms.
+struct StepSamples {
+  std::vector<double> forward, backward, optimizer, step;
+  void add(const StepTimes& t);
+  void record(Record& r, const std::string& prefix) const;
+};
+
+// The model (and optimizer) of the current run of cases with one key.
+class LiveModel {
+ public:
+  // Frees the model unless cases[i] can share it: call before the configuration's
+  // measurement, so the next one is built with the previous one gone.
+  void release_unless_shared(const std::vector<ModelCase>& cases, size_t i);
+  // The model for cases[i] on `ops`: built and initialised (`seed`) if there is none, sized for
+  // the longest context among the following cases that will share it, with an AdamW when
+  // `phase` is a train step; its batch set to cases[i]'s random tokens and targets. Records the
+  // attention kernel variant in `rec`.
+  TransformerLM& prepare(const std::vector<ModelCase>& cases, size_t i, Device& dev, Ops& ops, uint64_t seed,
+                         MemoryPlan memory, Phase phase, Record& rec);
+  AdamW* optimizer() { return opt_.get(); }
+
+ private:
+  std::string key_;
+  std::unique_ptr<TransformerLM> model_;
+  std::unique_ptr<AdamW> opt_;
+};
+
+}  // namespace llmhpc

@@ -1,0 +1,271 @@
+// Mode profile: bench's sweep (src/modes/model_sweep.h), with every kernel (CUDA, from CUPTI)
+// or op (CPU, timed on the host) of the measured steps attributed to the innermost phase the
+// model was in when it launched it (kernels/profiler.h); the seeds' nsys_profile tables.
+//
+// Per configuration, on every rank: warm-up steps (untraced), `steps` untraced steps (the
+// baseline for the overhead), then `steps` traced steps inside the profiler's window. Every
+// activity goes, as it arrives, to the rank file's stream /profile_kernels/<label>, to the
+// trace (--trace) and to the report; the record /profile/<label> holds the step times of both
+// runs and the profiler's tables (names, phases, ranges). Rank 0 prints the report
+// (src/modes/profile_report.h). Without CUPTI (or with --no-cupti) the window has only phases,
+// timed with device events, and the report says so.
+#include <cstdio>
+#include <filesystem>
+#include <memory>
+#include <set>
+
+#include "src/core/nvtx.h"
+#include "src/core/stats.h"
+#include "src/core/units.h"
+#include "src/io/chrome_trace.h"
+#include "src/modes/model_sweep.h"
+#include "src/modes/options.h"
+#include "src/modes/profile_report.h"
+#include "src/modes/sweep.h"
+
+namespace llmhpc {
+namespace {
+
+// The trace's tracks within a configuration's process.
+constexpr int64_t kHostPhasesTid = 1, kDevicePhasesTid = 2, kFirstStreamTid = 10;
+
+// Rows of the activity stream buffered between writes: 2 MiB of memory, and of disk for a short
+// stream (HDF5 allocates a chunk whole); some 40 batches for a window of 2.7B's kernels.
+constexpr int64_t kStreamBufferRows = int64_t(1) << 14;
+
+// The columns of /profile_kernels/<label>, one row per activity (docs/hdf5-schema.md).
+const std::vector<Column> kActivityColumns = {
+    {"kind", ColumnType::Int},    {"name", ColumnType::Int},    {"phase", ColumnType::Int},
+    {"range", ColumnType::Int},   {"step", ColumnType::Int},    {"start_ns", ColumnType::Int},
+    {"end_ns", ColumnType::Int},  {"stream", ColumnType::Int},  {"correlation", ColumnType::Int},
+    {"grid_x", ColumnType::Int},  {"grid_y", ColumnType::Int},  {"grid_z", ColumnType::Int},
+    {"block_x", ColumnType::Int}, {"block_y", ColumnType::Int}, {"block_z", ColumnType::Int},
+    {"bytes", ColumnType::Int}};
+
+// Where a window's activities go: the rank file's stream, the report and the trace. Called by
+// the profiler under its lock (kernels/profiler.h), so it may read the profiler's tables.
+class Collector final : public ActivitySink {
+ public:
+  Collector(const Profiler& p, RecordStream& stream, ProfileReport& report, ChromeTrace* trace, int64_t pid)
+      : p_(p), stream_(stream), report_(report), trace_(trace), pid_(pid) {}
+
+  void on_activity(const Activity& a) override {
+    stream_.append(int64_t(a.kind), a.name, a.phase, a.range, a.step, a.start_ns, a.end_ns, a.stream, a.correlation,
+                   a.grid[0], a.grid[1], a.grid[2], a.block[0], a.block[1], a.block[2], a.bytes);
+    report_.add(a);
+    if (!trace_) return;
+    while (categories_.size() <= size_t(a.name))
+      categories_.push_back(activity_category(p_.names()[categories_.size()], p_.name_kinds()[categories_.size()]));
+    const int64_t tid = kFirstStreamTid + a.stream;
+    if (streams_.insert(a.stream).second)
+      trace_->thread_name(pid_, tid, a.kind == ActivityKind::Op ? "ops (host)" : "stream " + std::to_string(a.stream),
+                          tid);
+    std::string args = phase_args(a.phase, a.step) + ", \"correlation\": " + std::to_string(a.correlation);
+    if (a.kind == ActivityKind::Kernel)
+      args += ", \"grid\": [" + std::to_string(a.grid[0]) + ", " + std::to_string(a.grid[1]) + ", " +
+              std::to_string(a.grid[2]) + "], \"block\": [" + std::to_string(a.block[0]) + ", " +
+              std::to_string(a.block[1]) + ", " + std::to_string(a.block[2]) + "]";
+    if (a.kind == ActivityKind::Memcpy || a.kind == ActivityKind::Memset)
+      args += ", \"bytes\": " + std::to_string(a.bytes);
+    trace_->complete(pid_, tid, p_.names()[a.name], categories_[a.name], a.start_ns, a.end_ns - a.start_ns, args);
+  }
+
+  // The window's phase ranges, on the host's track and (where known) the device's.
+  void trace_ranges() {
+    if (!trace_) return;
+    for (const PhaseRange& r : p_.ranges()) {
+      const std::string& name = p_.phases()[r.phase].name;
+      const std::string args = phase_args(r.phase, r.step);
+      trace_->complete(pid_, kHostPhasesTid, name, "phase", r.host_start_ns, r.host_end_ns - r.host_start_ns, args);
+      if (r.device_start_ns >= 0)
+        trace_->complete(pid_, kDevicePhasesTid, name, "phase", r.device_start_ns, r.device_end_ns - r.device_start_ns,
+                         args);
+    }
+  }
+
+ private:
+  std::string phase_args(int32_t phase, int64_t step) const {
+    return "\"phase\": \"" + json_escape(phase >= 0 ? p_.phases()[phase].path : "") +
+           "\", \"step\": " + std::to_string(step);
+  }
+
+  const Profiler& p_;
+  RecordStream& stream_;
+  ProfileReport& report_;
+  ChromeTrace* trace_;
+  int64_t pid_;
+  std::vector<std::string> categories_;  // by name id
+  std::set<int64_t> streams_;            // tracks named so far
+};
+
+// The profiler's window, closed on every way out of the scope (an exception unwinding a
+// measurement too), so CUPTI is never left enabled. close() is the normal way out, and says
+// when closing fails; the destructor only reports it.
+class Window {
+ public:
+  Window(Profiler& p, ActivitySink& sink) : p_(p) { p_.start(sink); }
+  void close() { p_.stop(); }
+  ~Window() {
+    try {
+      p_.stop();
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "llmhpc: closing the profiler's window: %s\n", e.what());
+    }
+  }
+  Window(const Window&) = delete;
+  Window& operator=(const Window&) = delete;
+
+ private:
+  Profiler& p_;
+};
+
+void add_options(po::options_description& desc) {
+  po::options_description own("Profile options");
+  add_step_options(own);
+  own.add_options()("top", po::value<std::string>()->default_value("10"),
+                    "kernels listed per phase in the printed summary")(
+      "trace", po::value<std::string>()->implicit_value("")->value_name("FILE.json"),
+      "also write a Chrome trace (ui.perfetto.dev, chrome://tracing): --trace alone to "
+      "<out>/trace_rank<r>.json on every rank; --trace FILE.json to FILE.json (one rank) or "
+      "FILE_rank<r>.json (several)")("no-cupti", po::bool_switch(),
+                                     "trace no kernels: time the phases with device events only (the fallback)");
+  desc.add(own);
+  add_model_group(desc);
+}
+
+// --trace=FILE.json: a .json name in a directory that exists, checked before anything is written.
+void validate(const po::variables_map& vm) {
+  validate_step_options(vm);
+  opt_positive(vm, "top");
+  if (!vm.count("trace")) return;
+  const std::filesystem::path file = opt_string(vm, "trace");
+  if (file.empty()) return;
+  if (file.extension() != ".json")
+    throw UsageError("--trace=" + file.string() + ": the trace file's name must end in .json (--trace=run.json)");
+  const std::filesystem::path dir = file.parent_path().empty() ? "." : file.parent_path();
+  if (!std::filesystem::is_directory(dir))
+    throw UsageError("--trace=" + file.string() + ": the directory '" + dir.string() + "' does not exist");
+}
+
+// This rank's trace file (--trace's help says which).
+std::string trace_path(const ModeContext& ctx) {
+  const std::string file = opt_string(ctx.vm, "trace");
+  char rank[32];
+  if (file.empty()) {
+    std::snprintf(rank, sizeof rank, "/trace_rank%05d.json", ctx.rt.rank);
+    return ctx.out_dir + rank;
+  }
+  if (ctx.rt.world_size == 1) return file;
+  std::snprintf(rank, sizeof rank, "_rank%05d.json", ctx.rt.rank);
+  return file.substr(0, file.size() - 5) + rank;
+}
+
+void run(ModeContext& ctx) {
+  const po::variables_map& vm = ctx.vm;
+  const Phase phase = parse_phase(opt_string(vm, "phase"));
+  const int64_t warmup = opt_nonnegative(vm, "warmup"), steps = opt_positive(vm, "steps");
+  const int top = int(opt_positive(vm, "top"));
+  const std::vector<ModelCase> cases = model_cases(vm);
+  Device& dev = *ctx.backend.device;
+  const uint64_t seed = uint64_t(opt_int(vm, "seed"));
+  const MemoryPlan memory = memory_plan(vm);
+  check_cases_run(ctx, cases);
+
+  std::unique_ptr<Profiler> profiler = make_profiler(ctx.backend, !opt_flag(vm, "no-cupti"));
+  Ops& ops = profiler->ops();  // the models run on what the profiler sees
+  std::unique_ptr<ChromeTrace> trace;
+  if (vm.count("trace")) {
+    collective_check(ctx.rt, [&] { trace = std::make_unique<ChromeTrace>(trace_path(ctx)); });
+    trace->set_origin(profiler->timestamp_ns());  // time 0: before the first window
+  }
+
+  log_root(
+      ctx.rt,
+      "profile: %zu configuration(s), phase %s, %lld warm-up + %lld untraced + %lld traced steps, profiler %s%s%s, "
+      "%d rank(s) on %s\n",
+      cases.size(), phase_name(phase), (long long)warmup, (long long)steps, (long long)steps,
+      profiler->method().c_str(), profiler->note().empty() ? "" : " - ", profiler->note().c_str(), ctx.rt.world_size,
+      dev.name().c_str());
+  Sweep sweep(ctx, "profile", cases.size(),
+              {"Model", "ctx", "batch", "prec", "attn", "Untraced", "Traced", "Overhead", "Activities/step", "Matmul %",
+               "Dropped", "status"});
+  auto timer = dev.make_timer(kStepMarks);
+  LiveModel live;
+  for (size_t i = 0; i < cases.size(); ++i) {
+    const ModelCase& c = cases[i];
+    live.release_unless_shared(cases, i);
+    Record rec;
+    rec.group = "profile/" + c.label();
+    add_case_attrs(rec, c, phase, memory, warmup, steps);
+    rec.attr("profiler", profiler->method()).attr("profiler_note", profiler->note());
+    StepSamples warm, untraced, traced;
+    ProfileReport report(c, steps);
+    const int64_t pid = int64_t(i) + 1;
+    dev.allocator().reset_peak();
+    const SweepStatus status = sweep.run(
+        c.label(), rec,
+        [&] {
+          TransformerLM& model = live.prepare(cases, i, dev, ops, seed, memory, phase, rec);
+          auto step = [&](StepSamples& into) {
+            NvtxRange range("step");
+            into.add(run_step(model, live.optimizer(), phase, *timer));
+          };
+          for (int64_t s = 0; s < warmup; ++s) step(warm);
+          for (int64_t s = 0; s < steps; ++s) step(untraced);
+
+          RecordStream kernels =
+              ctx.recorder.stream("profile_kernels/" + c.label(), kActivityColumns,
+                                  {{"record", rec.group}, {"profiler", profiler->method()}}, kStreamBufferRows);
+          if (trace) {
+            trace->process_name(pid, c.label() + " (rank " + std::to_string(ctx.rt.rank) + ")");
+            trace->thread_name(pid, kHostPhasesTid, "phases (host)", kHostPhasesTid);
+            trace->thread_name(pid, kDevicePhasesTid, "phases (device)", kDevicePhasesTid);
+          }
+          Collector collector(*profiler, kernels, report, trace.get(), pid);
+          {
+            Window window(*profiler, collector);
+            for (int64_t s = 0; s < steps; ++s) {
+              profiler->set_step(s);
+              step(traced);
+            }
+            window.close();
+          }
+          report.finish(*profiler);
+          collector.trace_ranges();
+          kernels.close("ok", {{"activities", profiler->activities()}, {"dropped_records", profiler->dropped()}});
+
+          untraced.record(rec, "");
+          traced.record(rec, "traced_");
+          if (warmup > 0) warm.record(rec, "warmup_");
+          record_profiler_tables(rec, *profiler);
+          rec.attr("activities", profiler->activities())
+              .attr("dropped_records", profiler->dropped())
+              .attr("unattributed_activities", profiler->unattributed());
+          if (trace) rec.attr("trace_file", trace->path()).attr("trace_pid", pid);
+          return fmt(mean(untraced.step)) + " ms/step untraced, " + fmt(mean(traced.step)) + " traced";
+        },
+        [&](Record& r) { r.attr("peak_memory_bytes", dev.allocator().peak_bytes()); });
+    const bool ok = status.ok();
+    if (ok && ctx.rt.is_root()) report.print(stdout, c.label() + " (rank 0)", top, traced, untraced);
+    const double before = mean(untraced.step), after = mean(traced.step);
+    sweep.add_row({c.model.name, std::to_string(c.model.context_length), std::to_string(c.batch),
+                   precision_name(c.precision), attention_name(c.attention), fmt(before), fmt(after),
+                   ok ? fmt(100.0 * (after / before - 1.0), 1) + "%" : "-",
+                   ok && profiler->traces_activities() ? fmt(report.activities_per_step(), 1) : "-",
+                   ok && profiler->traces_activities() ? fmt(report.matmul_pct("step"), 1) : "-",
+                   ok ? std::to_string(profiler->dropped()) : "-", status.column()});
+  }
+  if (trace) trace->close();
+  sweep.print_summary("profile summary (ms per step, rank 0 of " + std::to_string(ctx.rt.world_size) + ", profiler " +
+                      profiler->method() + "; every rank's kernels are in " + ctx.out_dir +
+                      (trace ? ", rank 0's trace in " + trace->path() : "") + "):");
+}
+
+}  // namespace
+
+ModeSpec profile_mode() {
+  return {"profile", "per-kernel GPU time per phase (CUPTI; ops on the CPU), matmul share, attention's parts, --trace",
+          add_options, validate, run};
+}
+
+}  // namespace llmhpc
