@@ -183,7 +183,9 @@ class NcclCommunicator final : public Communicator {
 
   void barrier() override {
     synchronize();
+    Watchdog::OpPtr watched = Watchdog::instance().begin("barrier", "mpi (host)", 0);
     MPI_CHECK(MPI_Barrier(mpi_comm_));
+    Watchdog::complete(watched);
   }
   void synchronize() override { CUDA_CHECK(cudaStreamSynchronize(stream_)); }
   std::unique_ptr<Timer> make_timer(int num_marks) override { return make_event_timer(stream_, num_marks); }
