@@ -219,7 +219,8 @@ class Record:
     """One measured configuration: the group at `path` in one rank's file."""
     rank: int
     path: str                 # e.g. "bench/small_T128_B4_fp32_naive" or "train"
-    status: str               # "ok", "oom", "error: ...", "running" (in progress), "interrupted" (a stream not closed)
+    status: str               # "ok", "oom", "error: ...", "running" (in progress, read with live=True),
+                              # "interrupted" (the run ended while it was measured, or a stream not closed)
     attrs: dict               # configuration and results as attributes, `status` excluded
     arrays: Arrays            # name -> numpy array (raw per-iteration values), read on first access
 
@@ -253,8 +254,12 @@ class RankFile:
         return self.attrs["status"]
 
 
-def read_rank_file(path: str) -> RankFile:
-    """Reads one rank file's attributes and dataset names and closes it; arrays are read when accessed."""
+def read_rank_file(path: str, live: bool = False) -> RankFile:
+    """Reads one rank file's attributes and dataset names and closes it; arrays are read when accessed.
+
+    llmhpc marks a configuration "running" before measuring it and replaces the mark when it is
+    done, so a record still "running" in a run that has ended is the one a killed rank was
+    measuring: it is read as "interrupted" (live=True keeps "running", for a run still going)."""
     try:
         f = h5py.File(path, "r")
     except OSError as e:
@@ -279,6 +284,8 @@ def read_rank_file(path: str) -> RankFile:
             if isinstance(obj, h5py.Group) and "status" in obj.attrs:
                 group_attrs = {k: _plain(v) for k, v in obj.attrs.items()}
                 status = group_attrs.pop("status")
+                if status == "running" and not live:
+                    status = "interrupted"
                 names = [k for k in obj if obj.get(k, getclass=True) is h5py.Dataset]
                 rows = group_attrs.get("stream_rows")
                 arrays = Arrays(os.path.abspath(path), name, names, None if rows is None else int(rows))
@@ -480,9 +487,12 @@ class Run:
         return frame
 
 
-def open_run(directory: str) -> Run:
+def open_run(directory: str, live: bool = False) -> Run:
     """Reads every rankNNNNN.h5 in `directory`. Raises SchemaError when there is none, when a file
-    is not an llmhpc rank file, or when its schema_version is unknown. Warns when ranks are missing."""
+    is not an llmhpc rank file, or when its schema_version is unknown. Warns when ranks are missing.
+    A run whose ranks were killed reads like any other: its finished configurations as written, the
+    one being measured as "interrupted" (live=True: "running", for a run still going), Run.complete
+    False. Leftover rankNNNNN.h5.tmp files (a change a kill interrupted) are ignored."""
     if not os.path.isdir(directory):
         raise SchemaError(f"{directory}: not a directory (give the --out directory of an llmhpc run)")
     names = sorted(n for n in os.listdir(directory) if RANK_FILE_PATTERN.match(n))
@@ -492,7 +502,7 @@ def open_run(directory: str) -> Run:
         raise SchemaError(f"{directory}: no llmhpc rank files (rank00000.h5, ...){hint}")
     files = []
     for n in names:
-        rf = read_rank_file(os.path.join(directory, n))
+        rf = read_rank_file(os.path.join(directory, n), live)
         if int(RANK_FILE_PATTERN.match(n).group(1)) != rf.rank:
             raise SchemaError(f"{rf.path}: file name says rank {int(RANK_FILE_PATTERN.match(n).group(1))}, "
                               f"its 'rank' attribute says {rf.rank}")

@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "src/core/table.h"
+#include "src/core/watchdog.h"
 
 namespace llmhpc {
 
@@ -27,7 +28,9 @@ std::vector<double> time_operations(Communicator& comm, int64_t n, Timing timing
   comm.barrier();  // ranks start together
   CommHandle last;
   timer->mark(0);
+  Watchdog& watchdog = Watchdog::instance();
   for (int64_t k = 0; k < n; ++k) {
+    watchdog.set_step(k);  // the iteration, for a watchdog report
     if (each && k > 0) timer->mark(int(k));
     last = operation();
   }

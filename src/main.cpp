@@ -15,6 +15,7 @@
 #include "comm/communicator.h"
 #include "kernels/backend.h"
 #include "src/core/units.h"
+#include "src/core/watchdog.h"
 #include "src/modes/mode.h"
 #include "src/modes/options.h"
 
@@ -36,7 +37,10 @@ po::options_description general_options() {
       "memory-limit", po::value<std::string>(),
       "cap on this rank's device memory, e.g. 8GB; beyond it is out-of-memory")(
       "threads", text("0"), "CPU threads per rank (0: the node's cores / its ranks)")(
-      "tf32", po::bool_switch(), "allow TF32 tensor cores for fp32 matrix products (CUDA)");
+      "tf32", po::bool_switch(), "allow TF32 tensor cores for fp32 matrix products (CUDA)")(
+      "comm-timeout", text("600"),
+      "seconds a collective may go without completing before the watchdog reports it and aborts the job "
+      "(0: no watchdog)");
   return d;
 }
 
@@ -66,7 +70,10 @@ BackendOptions choose_device(const Runtime& rt, const po::variables_map& vm) {
   require_choice(want, {"auto", "cpu", "cuda"}, "device");
   BackendOptions b;
   b.tf32 = opt_flag(vm, "tf32");
-  if (vm.count("memory-limit")) b.memory_limit = parse_size(opt_string(vm, "memory-limit"), "memory-limit");
+  if (vm.count("memory-limit")) {
+    b.memory_limit = parse_size(opt_string(vm, "memory-limit"), "memory-limit");
+    if (b.memory_limit == 0) throw UsageError("--memory-limit 0: must be a positive size (e.g. 8GB), or left out");
+  }
   const int gpus = cuda_device_count();
   if (want == "cuda" && !cuda_compiled())
     throw UsageError("--device cuda: this llmhpc was built without the CUDA backend (no nvcc at build time)");
@@ -86,7 +93,12 @@ BackendOptions choose_device(const Runtime& rt, const po::variables_map& vm) {
 
 // CPU threads: --threads, else OMP_NUM_THREADS, else the node's cores split among its ranks.
 void set_threads(const Runtime& rt, const po::variables_map& vm) {
-  int n = int(opt_nonnegative(vm, "threads"));
+  const int64_t asked = opt_nonnegative(vm, "threads");
+  const int64_t cores = std::max(1u, std::thread::hardware_concurrency());
+  if (asked > cores)
+    throw UsageError("--threads " + std::to_string(asked) + ": host " + rt.hostname + " has " + std::to_string(cores) +
+                     " hardware threads; ask for at most that many (0: the node's cores / its ranks)");
+  int n = int(asked);
   if (n == 0 && std::getenv("OMP_NUM_THREADS")) n = omp_get_max_threads();
   if (n == 0) n = std::max(1, int(std::thread::hardware_concurrency()) / rt.local_size);
   omp_set_num_threads(n);
@@ -133,10 +145,23 @@ std::string prepare_out_dir(const Runtime& rt, const po::variables_map& vm, cons
   return dir;
 }
 
+// --comm-timeout: seconds, 0 for no watchdog.
+double comm_timeout_seconds(const po::variables_map& vm) {
+  const double s = opt_double(vm, "comm-timeout");
+  if (!(s >= 0) || s > 1e7)
+    throw UsageError("--comm-timeout " + opt_string(vm, "comm-timeout") +
+                     ": must be a number of seconds from 0 (no watchdog) to 1e7");
+  return s;
+}
+
 int run(Runtime& rt, int argc, char** argv, bool& in_mode) {
   const po::options_description general = general_options();
   po::variables_map first;
-  po::store(po::command_line_parser(argc, argv).options(general).allow_unregistered().run(), first);
+  try {
+    po::store(po::command_line_parser(argc, argv).options(general).allow_unregistered().run(), first);
+  } catch (const po::error& e) {  // a general option given twice, or without its value
+    throw UsageError(std::string(e.what()) + " (see llmhpc --help)");
+  }
   const std::string mode_name = opt_string(first, "mode");
   const ModeSpec* mode = find_mode(mode_name);
   if (!mode) {
@@ -161,10 +186,12 @@ int run(Runtime& rt, int argc, char** argv, bool& in_mode) {
   }
   // Options alone: the same verdict on every rank, so a plain exception is enough.
   require_choice(opt_string(vm, "backend"), {"auto", "nccl", "mpi"}, "backend");
-  opt_int(vm, "seed");
+  opt_nonnegative(vm, "seed");
+  const double comm_timeout = comm_timeout_seconds(vm);
   mode->validate(vm);
+  Watchdog::instance().start(comm_timeout, rt.rank);
 
-  set_threads(rt, vm);
+  collective_check(rt, [&] { set_threads(rt, vm); });  // hosts may differ in their cores
   Backend backend;
   collective_check(rt, [&] { backend = make_backend(choose_device(rt, vm)); });
   set_fatal_context_device(backend.device->name());
@@ -222,6 +249,7 @@ int main(int argc, char** argv) {
     fatal(__FILE__, __LINE__, "", std::string("unexpected error: ") + e.what());
   }
   if (code != 0 && !g_created_out_dir.empty()) rmdir(g_created_out_dir.c_str());  // only if still empty
+  Watchdog::instance().stop();
   rt.finalize();
   return code;
 }

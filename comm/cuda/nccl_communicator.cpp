@@ -1,9 +1,12 @@
 #include "comm/cuda/nccl_communicator.h"
 
+#include <mutex>
+#include <thread>
 #include <vector>
 
 #include "comm/cuda/nccl_check.h"
 #include "src/core/cuda/event_timer.h"
+#include "src/core/watchdog.h"
 
 namespace llmhpc {
 namespace {
@@ -19,42 +22,48 @@ ncclDataType_t nccl_type(DType dtype) {
 
 ncclRedOp_t nccl_op(ReduceOp op) { return op == ReduceOp::Sum ? ncclSum : ncclAvg; }
 
-// Completion events for handles, reused: creating one per operation would cost host
-// time in every call of a benchmark loop. Shared with the handles, which may outlive
-// the communicator.
-class EventPool {
+// Completion events, reused: creating one per operation would cost host time in every call
+// of a benchmark loop. An event is shared by its handle and the watchdog (which polls it
+// from its thread) and goes back to the pool when both let go; the pool outlives both.
+class EventPool : public std::enable_shared_from_this<EventPool> {
  public:
   ~EventPool() {
     for (cudaEvent_t e : free_) cudaEventDestroy(e);
   }
-  cudaEvent_t take() {
-    if (free_.empty()) {
-      cudaEvent_t e;
-      CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
-      return e;
+  std::shared_ptr<CUevent_st> take() {
+    cudaEvent_t e = nullptr;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (!free_.empty()) e = free_.back(), free_.pop_back();
     }
-    cudaEvent_t e = free_.back();
-    free_.pop_back();
-    return e;
+    if (!e) CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+    std::shared_ptr<EventPool> self = shared_from_this();
+    return std::shared_ptr<CUevent_st>(e, [self](cudaEvent_t done) {
+      std::lock_guard<std::mutex> lock(self->mutex_);
+      self->free_.push_back(done);
+    });
   }
-  void give_back(cudaEvent_t e) { free_.push_back(e); }
 
  private:
+  std::mutex mutex_;
   std::vector<cudaEvent_t> free_;
 };
+
+// The watchdog's test of an operation's event: 1 complete, 0 not yet, -1 failed.
+int poll_event(void* event) {
+  const cudaError_t rc = cudaEventQuery(static_cast<cudaEvent_t>(event));
+  return rc == cudaSuccess ? 1 : rc == cudaErrorNotReady ? 0 : -1;
+}
 
 // wait(): the compute stream waits for the operation's completion event. Dropping the
 // handle releases the event; the operation stays ordered on the communicator's stream.
 class NcclPendingOp final : public PendingOp {
  public:
-  NcclPendingOp(std::shared_ptr<EventPool> pool, cudaEvent_t done, cudaStream_t compute)
-      : pool_(std::move(pool)), done_(done), compute_(compute) {}
-  ~NcclPendingOp() override { pool_->give_back(done_); }
-  void wait() override { CUDA_CHECK(cudaStreamWaitEvent(compute_, done_, 0)); }
+  NcclPendingOp(std::shared_ptr<CUevent_st> done, cudaStream_t compute) : done_(std::move(done)), compute_(compute) {}
+  void wait() override { CUDA_CHECK(cudaStreamWaitEvent(compute_, done_.get(), 0)); }
 
  private:
-  std::shared_ptr<EventPool> pool_;
-  cudaEvent_t done_;
+  std::shared_ptr<CUevent_st> done_;
   cudaStream_t compute_;
 };
 
@@ -88,10 +97,35 @@ class NcclCommunicator final : public Communicator {
     ncclUniqueId id{};
     if (rank_ == 0) NCCL_CHECK(ncclGetUniqueId(&id));
     MPI_CHECK(MPI_Bcast(&id, int(sizeof id), MPI_BYTE, 0, mpi_comm_));
-    NCCL_CHECK(ncclCommInitRank(&comm_, size_, id, rank_));
+    // Under the watchdog the communicator is non-blocking: no NCCL call blocks the host, so
+    // a stuck operation can be abandoned with ncclCommAbort from the watchdog's thread.
+    Watchdog& watchdog = Watchdog::instance();
+    ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+    config.blocking = watchdog.enabled() ? 0 : 1;
+    Watchdog::OpPtr init = watchdog.begin("ncclCommInitRank", "nccl", 0);
+    settle(ncclCommInitRankConfig(&comm_, size_, id, rank_, &config), "ncclCommInitRankConfig");
+    Watchdog::complete(init);
+    if (watchdog.enabled()) {
+      const ncclComm_t comm = comm_;
+      const int gpu = o.gpu;
+      Watchdog::Monitor m;
+      m.error = [comm]() -> std::string {
+        ncclResult_t state = ncclSuccess;
+        const ncclResult_t rc = ncclCommGetAsyncError(comm, &state);
+        if (rc != ncclSuccess) return std::string("ncclCommGetAsyncError failed: ") + ncclGetErrorString(rc);
+        if (state == ncclSuccess || state == ncclInProgress) return "";
+        return std::string("NCCL reported an asynchronous error: ") + ncclGetErrorString(state) + " (" +
+               ncclGetLastError(comm) + ")";
+      };
+      m.abort = [comm] { ncclCommAbort(comm); };
+      m.prepare = [gpu] { cudaSetDevice(gpu); };
+      monitor_ = watchdog.add_monitor(std::move(m));
+    }
   }
   ~NcclCommunicator() override {
+    if (monitor_ >= 0) Watchdog::instance().remove_monitor(monitor_);
     CUDA_CHECK(cudaStreamSynchronize(stream_));
+    settle(ncclCommFinalize(comm_), "ncclCommFinalize");
     NCCL_CHECK(ncclCommDestroy(comm_));
     cudaEventDestroy(compute_ready_);
     cudaStreamDestroy(stream_);
@@ -106,28 +140,32 @@ class NcclCommunicator final : public Communicator {
 
   CommHandle all_reduce_async(const void* send, void* recv, size_t count, DType dtype, ReduceOp op) override {
     after_compute();
+    Watchdog::OpPtr watched = watch("allreduce", count * dtype_size(dtype));
     if (!copy_alone(send, recv, count, dtype))
-      NCCL_CHECK(ncclAllReduce(send, recv, count, nccl_type(dtype), nccl_op(op), comm_, stream_));
-    return completion();
+      settle(ncclAllReduce(send, recv, count, nccl_type(dtype), nccl_op(op), comm_, stream_), "ncclAllReduce");
+    return completion(std::move(watched));
   }
   CommHandle reduce_scatter_async(const void* send, void* recv, size_t count, DType dtype, ReduceOp op) override {
     after_compute();
+    Watchdog::OpPtr watched = watch("reducescatter", count * size_t(size_) * dtype_size(dtype));
     if (!copy_alone(send, recv, count, dtype))
-      NCCL_CHECK(ncclReduceScatter(send, recv, count, nccl_type(dtype), nccl_op(op), comm_, stream_));
-    return completion();
+      settle(ncclReduceScatter(send, recv, count, nccl_type(dtype), nccl_op(op), comm_, stream_), "ncclReduceScatter");
+    return completion(std::move(watched));
   }
   CommHandle all_gather_async(const void* send, void* recv, size_t count, DType dtype) override {
     after_compute();
+    Watchdog::OpPtr watched = watch("allgather", count * size_t(size_) * dtype_size(dtype));
     if (!copy_alone(send, recv, count, dtype))
-      NCCL_CHECK(ncclAllGather(send, recv, count, nccl_type(dtype), comm_, stream_));
-    return completion();
+      settle(ncclAllGather(send, recv, count, nccl_type(dtype), comm_, stream_), "ncclAllGather");
+    return completion(std::move(watched));
   }
   CommHandle broadcast_async(const void* send, void* recv, size_t count, DType dtype, int root) override {
     LLMHPC_CHECK(root >= 0 && root < size_, "broadcast root " + std::to_string(root) + " out of range");
     after_compute();
+    Watchdog::OpPtr watched = watch("broadcast", count * dtype_size(dtype));
     if (!copy_alone(send, recv, count, dtype))
-      NCCL_CHECK(ncclBroadcast(send, recv, count, nccl_type(dtype), root, comm_, stream_));
-    return completion();
+      settle(ncclBroadcast(send, recv, count, nccl_type(dtype), root, comm_, stream_), "ncclBroadcast");
+    return completion(std::move(watched));
   }
 
   void group_start() override {
@@ -137,15 +175,17 @@ class NcclCommunicator final : public Communicator {
   // NCCL launches a group's operations here, so their completion events are recorded now.
   void group_end() override {
     LLMHPC_CHECK(group_depth_ > 0, "group_end() without group_start()");
-    NCCL_CHECK(ncclGroupEnd());
+    settle(ncclGroupEnd(), "ncclGroupEnd");
     if (--group_depth_ > 0) return;
-    for (cudaEvent_t e : group_events_) CUDA_CHECK(cudaEventRecord(e, stream_));
-    group_events_.clear();
+    for (Launch& l : group_launches_) launch(l);
+    group_launches_.clear();
   }
 
   void barrier() override {
     synchronize();
+    Watchdog::OpPtr watched = Watchdog::instance().begin("barrier", "mpi (host)", 0);
     MPI_CHECK(MPI_Barrier(mpi_comm_));
+    Watchdog::complete(watched);
   }
   void synchronize() override { CUDA_CHECK(cudaStreamSynchronize(stream_)); }
   std::unique_ptr<Timer> make_timer(int num_marks) override { return make_event_timer(stream_, num_marks); }
@@ -169,12 +209,42 @@ class NcclCommunicator final : public Communicator {
     CUDA_CHECK(cudaStreamWaitEvent(stream_, compute_ready_, 0));
   }
 
-  CommHandle completion() {
+  // A non-blocking communicator's call may return ncclInProgress: the operation is enqueued
+  // once ncclCommGetAsyncError says so (NCCL's documented protocol). The watchdog times a
+  // call that never gets there (its operation is registered before the call).
+  void settle(ncclResult_t rc, const char* call) {
+    while (rc == ncclInProgress) {
+      std::this_thread::yield();
+      NCCL_CHECK(ncclCommGetAsyncError(comm_, &rc));
+    }
+    if (rc != ncclSuccess)
+      fatal(__FILE__, __LINE__, call, std::string(ncclGetErrorString(rc)) + " (" + ncclGetLastError(comm_) + ")");
+  }
+
+  static Watchdog::OpPtr watch(const char* name, uint64_t bytes) {
+    return Watchdog::instance().begin(name, "nccl", bytes);
+  }
+
+  // An operation's completion event, recorded after it on the communicator's stream, and the
+  // watchdog's record of it.
+  struct Launch {
+    std::shared_ptr<CUevent_st> done;
+    Watchdog::OpPtr watched;
+  };
+  void launch(const Launch& l) {
+    CUDA_CHECK(cudaEventRecord(l.done.get(), stream_));
+    Watchdog::launched(l.watched, l.done, poll_event);
+  }
+
+  // The handle, and the event the watchdog polls (one event serves both).
+  CommHandle completion(Watchdog::OpPtr watched) {
+    if (!compute_ && !watched) return CommHandle(std::make_unique<NcclHostWait>(stream_));
+    Launch l{events_->take(), std::move(watched)};
+    std::shared_ptr<CUevent_st> done = l.done;
+    if (group_depth_ > 0) group_launches_.push_back(std::move(l));  // the operation is launched at group_end()
+    else launch(l);
     if (!compute_) return CommHandle(std::make_unique<NcclHostWait>(stream_));
-    cudaEvent_t done = events_->take();
-    if (group_depth_ > 0) group_events_.push_back(done);  // the operation is launched at group_end()
-    else CUDA_CHECK(cudaEventRecord(done, stream_));
-    return CommHandle(std::make_unique<NcclPendingOp>(events_, done, compute_));
+    return CommHandle(std::make_unique<NcclPendingOp>(std::move(done), compute_));
   }
 
   MPI_Comm mpi_comm_ = MPI_COMM_NULL;
@@ -185,7 +255,8 @@ class NcclCommunicator final : public Communicator {
   cudaEvent_t compute_ready_ = nullptr;
   std::shared_ptr<EventPool> events_ = std::make_shared<EventPool>();
   int group_depth_ = 0;
-  std::vector<cudaEvent_t> group_events_;
+  std::vector<Launch> group_launches_;
+  int monitor_ = -1;  // the watchdog's monitor of this communicator
 };
 
 }  // namespace

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "src/core/check.h"
+#include "src/core/watchdog.h"
 
 namespace llmhpc {
 namespace {
@@ -43,22 +44,24 @@ void divide_in_place(void* data, size_t count, DType dtype, int n) {
 
 // A non-blocking MPI collective (one request per chunk) and the host step that completes
 // it (average division, moving an in-place reduce-scatter result). Never abandoned: the
-// destructor waits.
+// destructor waits. Complete for the watchdog when the requests are.
 class MpiPendingOp final : public PendingOp {
  public:
-  MpiPendingOp(std::vector<MPI_Request> requests, std::function<void()> finish)
-      : requests_(std::move(requests)), finish_(std::move(finish)) {}
+  MpiPendingOp(std::vector<MPI_Request> requests, std::function<void()> finish, Watchdog::OpPtr watched)
+      : requests_(std::move(requests)), finish_(std::move(finish)), watched_(std::move(watched)) {}
   ~MpiPendingOp() override { wait(); }
   void wait() override {
     if (done_) return;
     done_ = true;
     MPI_CHECK(MPI_Waitall(int(requests_.size()), requests_.data(), MPI_STATUSES_IGNORE));
+    Watchdog::complete(watched_);
     if (finish_) finish_();
   }
 
  private:
   std::vector<MPI_Request> requests_;
   std::function<void()> finish_;
+  Watchdog::OpPtr watched_;
   bool done_ = false;
 };
 
@@ -117,15 +120,28 @@ class MpiCommunicator final : public Communicator {
   // Each MPI operation starts when it is called; a group is only a bracket here.
   void group_start() override {}
   void group_end() override {}
-  void barrier() override { MPI_CHECK(MPI_Barrier(comm_)); }
+  void barrier() override {
+    Watchdog::OpPtr watched = watch("barrier", 0);
+    MPI_CHECK(MPI_Barrier(comm_));
+    Watchdog::complete(watched);
+  }
   // Nothing runs behind the host's back: an operation completes in its handle.
   void synchronize() override {}
   std::unique_ptr<Timer> make_timer(int num_marks) override { return make_host_timer(num_marks); }
 
  private:
+  // Every operation registers with the watchdog before its first MPI call (where a fault is
+  // injected, too) and completes there when its MPI calls have.
+  static Watchdog::OpPtr watch(const char* name, uint64_t bytes) {
+    return Watchdog::instance().begin(name, "mpi", bytes);
+  }
+
   // Blocking: the MPI calls are done, so finish now. Async: finish when the requests are.
-  static CommHandle complete(bool blocking, std::vector<MPI_Request> requests, std::function<void()> finish) {
-    if (!blocking) return CommHandle(std::make_unique<MpiPendingOp>(std::move(requests), std::move(finish)));
+  static CommHandle complete(bool blocking, std::vector<MPI_Request> requests, std::function<void()> finish,
+                             Watchdog::OpPtr watched) {
+    if (!blocking)
+      return CommHandle(std::make_unique<MpiPendingOp>(std::move(requests), std::move(finish), std::move(watched)));
+    Watchdog::complete(watched);
     if (finish) finish();
     return {};
   }
@@ -138,6 +154,7 @@ class MpiCommunicator final : public Communicator {
 
   CommHandle all_reduce_impl(const void* send, void* recv, size_t count, DType dtype, ReduceOp op, bool blocking) {
     const size_t es = dtype_size(dtype), chunk = std::max<size_t>(1, kAllReduceChunkBytes / es);
+    Watchdog::OpPtr watched = watch("allreduce", count * es);
     std::vector<MPI_Request> requests;
     for (size_t first = 0; first < count; first += chunk) {
       const int n = mpi_count(std::min(chunk, count - first));
@@ -150,7 +167,7 @@ class MpiCommunicator final : public Communicator {
         MPI_CHECK(MPI_Iallreduce(in, out, n, mpi_type(dtype), sum_op(dtype), comm_, &requests.back()));
       }
     }
-    return complete(blocking, std::move(requests), average_step(recv, count, dtype, op));
+    return complete(blocking, std::move(requests), average_step(recv, count, dtype, op), std::move(watched));
   }
 
   CommHandle reduce_scatter_impl(const void* send, void* recv, size_t count, DType dtype, ReduceOp op, bool blocking) {
@@ -160,6 +177,7 @@ class MpiCommunicator final : public Communicator {
     // rank's result at its start; NCCL's layout wants it at the rank's chunk: moved after.
     void* mpi_recv = in_place ? const_cast<void*>(send) : recv;
     const void* in = in_place ? MPI_IN_PLACE : send;
+    Watchdog::OpPtr watched = watch("reducescatter", chunk_bytes * size_t(size_));
     std::vector<MPI_Request> request(blocking ? 0 : 1, MPI_REQUEST_NULL);
     if (blocking)
       MPI_CHECK(MPI_Reduce_scatter_block(in, mpi_recv, mpi_count(count), mpi_type(dtype), sum_op(dtype), comm_));
@@ -171,7 +189,7 @@ class MpiCommunicator final : public Communicator {
       if (mpi_recv != recv) std::memmove(recv, mpi_recv, chunk_bytes);
       if (average) average();
     };
-    return complete(blocking, request, finish);
+    return complete(blocking, request, finish, std::move(watched));
   }
 
   CommHandle all_gather_impl(const void* send, void* recv, size_t count, DType dtype, bool blocking) {
@@ -180,20 +198,22 @@ class MpiCommunicator final : public Communicator {
     const bool in_place = send == static_cast<const char*>(recv) + size_t(rank_) * chunk_bytes;
     const void* in = in_place ? MPI_IN_PLACE : send;
     const int n = mpi_count(count);
+    Watchdog::OpPtr watched = watch("allgather", chunk_bytes * size_t(size_));
     std::vector<MPI_Request> request(blocking ? 0 : 1, MPI_REQUEST_NULL);
     if (blocking) MPI_CHECK(MPI_Allgather(in, n, mpi_type(dtype), recv, n, mpi_type(dtype), comm_));
     else MPI_CHECK(MPI_Iallgather(in, n, mpi_type(dtype), recv, n, mpi_type(dtype), comm_, request.data()));
-    return complete(blocking, request, {});
+    return complete(blocking, request, {}, std::move(watched));
   }
 
   CommHandle broadcast_impl(const void* send, void* recv, size_t count, DType dtype, int root, bool blocking) {
     LLMHPC_CHECK(root >= 0 && root < size_, "broadcast root " + std::to_string(root) + " out of range");
     // MPI broadcasts in place: the root's data goes into its own recv first.
     if (rank_ == root && send != recv) std::memcpy(recv, send, count * dtype_size(dtype));
+    Watchdog::OpPtr watched = watch("broadcast", count * dtype_size(dtype));
     std::vector<MPI_Request> request(blocking ? 0 : 1, MPI_REQUEST_NULL);
     if (blocking) MPI_CHECK(MPI_Bcast(recv, mpi_count(count), mpi_type(dtype), root, comm_));
     else MPI_CHECK(MPI_Ibcast(recv, mpi_count(count), mpi_type(dtype), root, comm_, request.data()));
-    return complete(blocking, request, {});
+    return complete(blocking, request, {}, std::move(watched));
   }
 
   static MPI_Datatype mpi_type(DType dtype) {

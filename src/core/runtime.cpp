@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "src/core/check.h"
+#include "src/core/watchdog.h"
 
 namespace llmhpc {
 
@@ -38,10 +39,16 @@ namespace {
 MPI_Op mpi_op(HostReduce op) { return op == HostReduce::Sum ? MPI_SUM : op == HostReduce::Min ? MPI_MIN : MPI_MAX; }
 }  // namespace
 
-void Runtime::barrier() const { MPI_CHECK(MPI_Barrier(MPI_COMM_WORLD)); }
+// Host collectives register with the watchdog too: a rank that stalls between
+// configurations leaves the others in one of these.
+void Runtime::barrier() const {
+  WatchedCall watched("barrier", 0);
+  MPI_CHECK(MPI_Barrier(MPI_COMM_WORLD));
+}
 
 std::vector<double> Runtime::reduce_all(const std::vector<double>& mine, HostReduce op) const {
   std::vector<double> out(mine.size());
+  WatchedCall watched("allreduce", mine.size() * sizeof(double));
   MPI_CHECK(MPI_Allreduce(mine.data(), out.data(), int(mine.size()), MPI_DOUBLE, mpi_op(op), MPI_COMM_WORLD));
   return out;
 }
@@ -50,6 +57,7 @@ double Runtime::reduce_all(double mine, HostReduce op) const { return reduce_all
 
 int64_t Runtime::reduce_all(int64_t mine, HostReduce op) const {
   int64_t out = 0;
+  WatchedCall watched("allreduce", sizeof out);
   MPI_CHECK(MPI_Allreduce(&mine, &out, 1, MPI_INT64_T, mpi_op(op), MPI_COMM_WORLD));
   return out;
 }
@@ -59,6 +67,7 @@ void Runtime::gather_to_root(const std::vector<float>& mine,
   // Point to point in pieces of at most 2^28 floats: MPI counts are ints.
   constexpr size_t kPiece = size_t(1) << 28;
   const int tag = 7411;
+  WatchedCall watched("gather to rank 0", mine.size() * sizeof(float));
   if (!is_root()) {
     const int64_t n = int64_t(mine.size());
     MPI_CHECK(MPI_Send(&n, 1, MPI_INT64_T, 0, tag, MPI_COMM_WORLD));
@@ -82,6 +91,7 @@ void Runtime::gather_to_root(const std::vector<float>& mine,
 void agree_or_exit(const Runtime& rt, const std::string& local_error, int code) {
   int mine = local_error.empty() ? rt.world_size : rt.rank;
   int first = rt.world_size;
+  WatchedCall watched("agree on errors", sizeof mine);
   MPI_CHECK(MPI_Allreduce(&mine, &first, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD));
   if (first == rt.world_size) return;
   // Bring the first failing rank's message to rank 0, which prints it.
@@ -99,6 +109,7 @@ void agree_or_exit(const Runtime& rt, const std::string& local_error, int code) 
 }
 
 std::string broadcast_string(const std::string& value, int root) {
+  WatchedCall watched("broadcast", value.size());
   int len = static_cast<int>(value.size());
   MPI_CHECK(MPI_Bcast(&len, 1, MPI_INT, root, MPI_COMM_WORLD));
   std::string out = value;

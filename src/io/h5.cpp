@@ -1,6 +1,12 @@
 #include "src/io/h5.h"
 
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <sys/stat.h>
 
 #include <type_traits>
@@ -152,7 +158,9 @@ Handle open_file(const std::string& path, Mode mode) {
     if (stat(path.c_str(), &st) != 0) throw UsageError("'" + path + "' does not exist");
     if (H5Fis_hdf5(path.c_str()) <= 0) throw UsageError("'" + path + "' is not an HDF5 file");
     id = H5Fopen(path.c_str(), mode == Mode::Append ? H5F_ACC_RDWR : H5F_ACC_RDONLY, H5P_DEFAULT);
-    if (id < 0) throw UsageError("cannot open '" + path + "'");
+    if (id < 0)  // HDF5 checks the file's length against what its superblock says it holds
+      throw UsageError("cannot open '" + path + "': an HDF5 file, but truncated or damaged (" +
+                       std::to_string(int64_t(st.st_size)) + " bytes; a copy cut short or an interrupted write?)");
   }
   return Handle(id, H5Fclose);
 }
@@ -335,6 +343,14 @@ std::vector<std::string> list_children(hid_t loc) {
       },
       &names));
   return names;
+}
+
+void replace_file(const std::string& work, const std::string& path) {
+  const int fd = ::open(work.c_str(), O_RDONLY);
+  const bool synced = fd >= 0 && ::fsync(fd) == 0;
+  if (fd >= 0) ::close(fd);
+  if (!synced || std::rename(work.c_str(), path.c_str()) != 0)
+    throw UsageError("cannot replace '" + path + "' by its new version '" + work + "': " + std::strerror(errno));
 }
 
 }  // namespace llmhpc::h5

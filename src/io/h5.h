@@ -39,6 +39,10 @@ std::string library_version();
 // Opens or creates a file. Throws UsageError naming `path` when it cannot.
 Handle open_file(const std::string& path, Mode mode);
 void flush(const Handle& file);
+// Makes the closed file `work` the file `path` in one step: fsync, then rename (atomic within
+// a directory), so `path` is always either its old or its new complete version. Throws
+// UsageError naming both when it cannot.
+void replace_file(const std::string& work, const std::string& path);
 
 bool exists(hid_t loc, const std::string& path);
 // Opens the group at `path` (slash-separated), creating missing parents.

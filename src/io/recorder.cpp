@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <ctime>
+#include <filesystem>
 #include <set>
 
 #include "git_sha.h"  // generated at build time (cmake/git_sha.cmake)
@@ -42,7 +43,70 @@ h5::Handle new_record(hid_t file, const std::string& group, const std::string& s
   return g;
 }
 
+// The root attributes: who wrote the file and how.
+void write_root(hid_t root, const RunInfo& info) {
+  h5::write_attr(root, "mode", info.mode);
+  h5::write_attr(root, "rank", info.rank);
+  h5::write_attr(root, "world_size", info.world_size);
+  h5::write_attr(root, "local_rank", info.local_rank);
+  h5::write_attr(root, "hostname", info.hostname);
+  h5::write_attr(root, "device_name", info.device_name);
+  h5::write_attr(root, "backend", info.backend);
+  h5::write_attr(root, "git_sha", std::string(LLMHPC_GIT_SHA));
+  h5::write_attr(root, "argv", info.argv);
+  h5::write_attr(root, "config_json", info.config_json);
+  h5::write_attr(root, "start_time", info.start_time);
+  h5::write_attr(root, "schema_version", kSchemaVersion);
+  h5::write_attr(root, "hdf5_version", h5::library_version());
+  write_attrs(root, info.environment);
+  h5::write_attr(root, "status", std::string("running"));
+}
+
 }  // namespace
+
+// The rank file and its working copy, path + ".tmp" in the same directory: every change is
+// made to the working copy (copied from the file first), which is then flushed, closed,
+// fsync'ed and renamed over the file. rename() within a directory is atomic, so the file is
+// always one complete version (docs/design.md, "Reliability"). A stream's batch publishes
+// the working copy while it is small (kPublishAlwaysBytes) and then each time it has grown
+// by a quarter, so the copies cost a few times the file's final size, not one file per batch;
+// a record, flush() and close() always publish.
+struct Recorder::File {
+  static constexpr uint64_t kPublishAlwaysBytes = uint64_t(16) << 20;
+  std::string path, work;
+  bool working = false;          // the working copy exists and is newer than the file
+  uint64_t published_bytes = 0;  // the file's size at the last commit
+
+  // The working copy, opened for appending; `create` makes a new file instead.
+  h5::Handle open(bool create = false) {
+    if (create) {
+      working = true;
+      return h5::open_file(work, h5::Mode::Create);
+    }
+    if (!working) {
+      std::error_code ec;
+      std::filesystem::copy_file(path, work, std::filesystem::copy_options::overwrite_existing, ec);
+      if (ec) throw UsageError("cannot copy '" + path + "' to '" + work + "': " + ec.message());
+      working = true;
+    }
+    return h5::open_file(work, h5::Mode::Append);
+  }
+  // The working copy becomes the file. Call with the working copy closed.
+  void commit() {
+    if (!working) return;
+    std::error_code ec;
+    const uint64_t bytes = std::filesystem::file_size(work, ec);
+    h5::replace_file(work, path);
+    working = false;
+    published_bytes = ec ? 0 : bytes;
+  }
+  // After a stream's batch: commit unless the file is large and has grown by less than a quarter.
+  void commit_batch() {
+    std::error_code ec;
+    const uint64_t bytes = std::filesystem::file_size(work, ec);
+    if (ec || bytes <= kPublishAlwaysBytes || bytes >= published_bytes + published_bytes / 4) commit();
+  }
+};
 
 // A stream's buffers and where they go. Its destructor, not RecordStream's, finishes an
 // unclosed stream, so that moving a stream (construction or assignment) needs no code.
@@ -54,7 +118,8 @@ struct RecordStream::State {
     std::string text;            // the strings, each followed by its NUL: the C strings HDF5 takes
     std::vector<size_t> starts;  // where each string begins in `text`
   };
-  std::string path, group;
+  std::shared_ptr<Recorder::File> file;
+  std::string group;
   std::vector<Buffer> buffers;
   int64_t buffer_rows = 0, buffered = 0, written = 0, text_bytes = 0;
   bool open = true;
@@ -69,6 +134,7 @@ RecordStream::State::~State() {
   try {
     const std::string status = "interrupted";
     write(&status, {});
+    file->commit();
   } catch (const std::exception& e) {  // a destructor must not throw; say what is lost instead
     std::fprintf(stderr, "llmhpc: record '%s': %lld buffered rows lost and status left 'running': %s\n", group.c_str(),
                  static_cast<long long>(buffered), e.what());
@@ -85,7 +151,7 @@ RecordStream::State::Buffer& RecordStream::State::column(int i, ColumnType type)
 // One batch: every column extended by the buffered rows, then stream_rows (the rows a
 // reader may trust if a crash interrupts a later batch), the attributes and the status.
 void RecordStream::State::write(const std::string* status, const Attrs& attrs) {
-  h5::Handle f = h5::open_file(path, h5::Mode::Append);
+  h5::Handle f = file->open();
   h5::Handle g = h5::open_group(f.id(), group);
   std::vector<const char*> strings;
   for (Buffer& b : buffers) {
@@ -115,6 +181,9 @@ void RecordStream::State::write(const std::string* status, const Attrs& attrs) {
   write_attrs(g.id(), attrs);
   if (status) h5::write_attr(g.id(), "status", *status);
   h5::flush(f);
+  g.reset();  // closed before the working copy is published
+  f.reset();
+  file->commit_batch();
 }
 
 RecordStream::RecordStream(std::unique_ptr<State> state) : state_(std::move(state)) {}
@@ -155,12 +224,14 @@ void RecordStream::push_text(int column, std::string_view value) {
 void RecordStream::flush() {
   LLMHPC_CHECK(state_ && state_->open, "flush of a record stream that is closed or moved from");
   if (state_->buffered > 0) state_->write(nullptr, {});
+  state_->file->commit();
 }
 
 void RecordStream::close(const std::string& status, const Attrs& attrs) {
   LLMHPC_CHECK(state_ && state_->open, "close of a record stream that is closed or moved from");
   state_->write(&status, attrs);
   state_->open = false;
+  state_->file->commit();
 }
 
 const std::string& RecordStream::group() const { return state_->group; }
@@ -168,39 +239,47 @@ int64_t RecordStream::rows() const { return state_->written + state_->buffered; 
 int64_t RecordStream::buffered_rows() const { return state_->buffered; }
 int64_t RecordStream::buffer_rows() const { return state_->buffer_rows; }
 
+Recorder::Recorder(std::string path, RunInfo info) : file_(std::make_shared<File>()), info_(std::move(info)) {
+  file_->path = std::move(path);
+  file_->work = file_->path + ".tmp";
+}
+
+Recorder::~Recorder() = default;
+
+const std::string& Recorder::path() const { return file_->path; }
+
 void Recorder::create_once() {
   if (created_) return;
   const RunInfo& info = info_;
-  h5::Handle f = h5::open_file(path_, h5::Mode::Create);
-  const hid_t root = f.id();
-  h5::write_attr(root, "mode", info.mode);
-  h5::write_attr(root, "rank", info.rank);
-  h5::write_attr(root, "world_size", info.world_size);
-  h5::write_attr(root, "local_rank", info.local_rank);
-  h5::write_attr(root, "hostname", info.hostname);
-  h5::write_attr(root, "device_name", info.device_name);
-  h5::write_attr(root, "backend", info.backend);
-  h5::write_attr(root, "git_sha", std::string(LLMHPC_GIT_SHA));
-  h5::write_attr(root, "argv", info.argv);
-  h5::write_attr(root, "config_json", info.config_json);
-  h5::write_attr(root, "start_time", info.start_time);
-  h5::write_attr(root, "schema_version", kSchemaVersion);
-  h5::write_attr(root, "hdf5_version", h5::library_version());
-  write_attrs(root, info.environment);
-  h5::write_attr(root, "status", std::string("running"));
-  h5::flush(f);
+  {
+    h5::Handle f = file_->open(/*create=*/true);
+    write_root(f.id(), info);
+  }
+  file_->commit();
   created_ = true;
 }
 
 void Recorder::write(const Record& r) {
   create_once();
-  h5::Handle f = h5::open_file(path_, h5::Mode::Append);
-  h5::Handle g = new_record(f.id(), r.group, r.status, r.attrs);
-  for (const auto& [name, values] : r.series) h5::write_dataset(g.id(), name, {int64_t(values.size())}, values.data());
-  for (const auto& [name, values] : r.int_series)
-    h5::write_dataset(g.id(), name, {int64_t(values.size())}, values.data());
-  for (const auto& [name, values] : r.string_series) h5::write_strings(g.id(), name, values);
-  h5::flush(f);
+  {
+    h5::Handle f = file_->open();
+    h5::Handle g = new_record(f.id(), r.group, r.status, r.attrs);
+    for (const auto& [name, values] : r.series)
+      h5::write_dataset(g.id(), name, {int64_t(values.size())}, values.data());
+    for (const auto& [name, values] : r.int_series)
+      h5::write_dataset(g.id(), name, {int64_t(values.size())}, values.data());
+    for (const auto& [name, values] : r.string_series) h5::write_strings(g.id(), name, values);
+    h5::flush(f);
+  }
+  file_->commit();
+}
+
+void Recorder::write_running(const Record& r) {
+  Record mark;
+  mark.group = r.group;
+  mark.status = "running";
+  mark.attrs = r.attrs;
+  write(mark);
 }
 
 RecordStream Recorder::stream(const std::string& group, const std::vector<Column>& columns, const Attrs& attrs,
@@ -212,8 +291,8 @@ RecordStream Recorder::stream(const std::string& group, const std::vector<Column
     LLMHPC_CHECK(!c.name.empty() && c.name.find('/') == std::string::npos && names.insert(c.name).second,
                  "column name '" + c.name + "' of '" + group + "' is empty, has a '/' or is taken");
   create_once();
-  h5::Handle f = h5::open_file(path_, h5::Mode::Append);
-  h5::Handle g = new_record(f.id(), group, "running", attrs);
+  h5::Handle f = file_->open();
+  h5::Handle g = new_record(f.id(), group, "running", attrs);  // both closed before the commit
   h5::write_attr(g.id(), "stream_rows", int64_t(0));
   const int64_t chunk = std::clamp(buffer_rows, kMinChunkRows, kMaxChunkRows);
   auto state = std::make_unique<RecordStream::State>();
@@ -236,7 +315,10 @@ RecordStream Recorder::stream(const std::string& group, const std::vector<Column
     }
   }
   h5::flush(f);
-  state->path = path_;
+  g.reset();
+  f.reset();
+  file_->commit();
+  state->file = file_;
   state->group = group;
   state->buffer_rows = buffer_rows;
   return RecordStream(std::move(state));
@@ -245,10 +327,13 @@ RecordStream Recorder::stream(const std::string& group, const std::vector<Column
 void Recorder::finish(const std::string& status) {
   if (!created_ && status != "complete") return;  // a failed run that recorded nothing leaves nothing
   create_once();
-  h5::Handle f = h5::open_file(path_, h5::Mode::Append);
-  h5::write_attr(f.id(), "status", status);
-  h5::write_attr(f.id(), "end_time", utc_timestamp());
-  h5::flush(f);
+  {
+    h5::Handle f = file_->open();
+    h5::write_attr(f.id(), "status", status);
+    h5::write_attr(f.id(), "end_time", utc_timestamp());
+    h5::flush(f);
+  }
+  file_->commit();
 }
 
 std::string utc_timestamp() {

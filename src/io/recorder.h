@@ -3,13 +3,16 @@
 // status and its configuration as attributes.
 //
 // The file is created with the first record (a run that fails its checks leaves nothing
-// behind) and closed between records: each record is written and flushed in one go, so
-// a crash later in the run leaves every finished record readable.
+// behind) and never changed in place: each record goes into a copy (rankNNNNN.h5.tmp),
+// which is flushed, fsync'ed and renamed over the file, so a kill at any moment leaves the
+// previous complete file or the new one, never a corrupt one (docs/design.md, "Reliability").
 //
 // A record too long to hold in memory (an event trace, an allocation timeline) is a
 // RecordStream instead: its group is created at once with status "running", its rows are
 // buffered up to a bound and appended to chunked datasets batch by batch, each batch in
-// its own open-write-flush-close of the file, so a crash keeps every flushed batch.
+// its own open-write-flush-close of the working copy, published as the file after each
+// batch while the file is small and then whenever it has grown by a quarter (flush() and
+// close() always publish): a kill keeps every published batch.
 #pragma once
 #include <cstdint>
 #include <limits>
@@ -137,10 +140,14 @@ constexpr int64_t kSchemaVersion = 1;
 
 class Recorder {
  public:
-  Recorder(std::string path, RunInfo info) : path_(std::move(path)), info_(std::move(info)) {}
+  Recorder(std::string path, RunInfo info);
+  ~Recorder();
   // Writes (or replaces) one record's group; the first call creates the file with the
   // root attributes and status "running". Throws UsageError if it cannot.
   void write(const Record& record);
+  // Writes the record's group with its attributes and status "running" before it is
+  // measured: a run killed meanwhile leaves it so (analysis/llmhpc_h5.py: "interrupted").
+  void write_running(const Record& record);
   // Starts a streamed record: creates (or replaces) its group with `attrs`, status
   // "running", attribute stream_rows = 0 and one empty chunked dataset per column, like
   // write() creating the file first. The stream owns the group until it is closed.
@@ -149,11 +156,13 @@ class Recorder {
   // Marks the run finished: root attribute status = "complete", or "error: ..." when a
   // mode failed (then only if the file exists: a run that recorded nothing stays absent).
   void finish(const std::string& status = "complete");
-  const std::string& path() const { return path_; }
+  const std::string& path() const;
+
+  struct File;  // the file and its working copy (recorder.cpp)
 
  private:
   void create_once();
-  std::string path_;
+  std::shared_ptr<File> file_;
   RunInfo info_;
   bool created_ = false;
 };

@@ -92,11 +92,21 @@ CheckpointInfo inspect_checkpoint(const std::string& path) {
   return info;
 }
 
+static void write_checkpoint(const std::string& path, TransformerLM& model, const OptimizerState* state);
+
 void save_checkpoint(const std::string& path, TransformerLM& model, const OptimizerState* state) {
   const ParameterLayout& layout = model.layout();
   LLMHPC_CHECK(!state || (state->owned == std::vector<FlatRange>{{0, layout.total()}} &&
                           int64_t(state->m.size()) == layout.total() && int64_t(state->v.size()) == layout.total()),
                "a checkpoint holds the whole model's optimizer state");
+  // Written whole under a temporary name and renamed: a kill leaves the previous checkpoint.
+  const std::string work = path + ".tmp";
+  write_checkpoint(work, model, state);
+  h5::replace_file(work, path);
+}
+
+static void write_checkpoint(const std::string& path, TransformerLM& model, const OptimizerState* state) {
+  const ParameterLayout& layout = model.layout();
   h5::Handle f = h5::open_file(path, h5::Mode::Create);
   const ModelConfig& c = model.config();
   h5::write_attr(f.id(), "format", std::string("llmhpc-checkpoint"));

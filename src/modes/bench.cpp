@@ -56,7 +56,14 @@ void run(ModeContext& ctx) {
           if (warmup > 0) warm.record(rec, "warmup_");
           return fmt(mean(timed.step)) + " ms/step";
         },
-        [&](Record& r) { r.attr("peak_memory_bytes", dev.allocator().peak_bytes()); });
+        [&](Record& r) {
+          r.attr("peak_memory_bytes", dev.allocator().peak_bytes());
+          if (r.status != "ok") {  // free what it held; the next configuration builds its own model
+            live.opt.reset();
+            live.model.reset();
+            live.key.clear();
+          }
+        });
     sweep.add_row({c.model.name, std::to_string(c.model.d_model), std::to_string(c.model.d_ff),
                    std::to_string(c.model.num_layers), std::to_string(c.model.num_heads),
                    std::to_string(c.model.context_length), std::to_string(c.batch), precision_name(c.precision),

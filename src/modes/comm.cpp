@@ -15,6 +15,7 @@
 #include "src/core/stats.h"
 #include "src/core/table.h"
 #include "src/core/units.h"
+#include "src/core/watchdog.h"
 #include "src/modes/options.h"
 
 namespace llmhpc {
@@ -44,6 +45,11 @@ CommSettings settings(const po::variables_map& vm) {
     if (c == "all") s.collectives.insert(s.collectives.end(), all_collectives().begin(), all_collectives().end());
     else s.collectives.push_back(parse_collective(c, "collective"));
   }
+  for (size_t i = 0; i < s.collectives.size(); ++i)
+    for (size_t j = 0; j < i; ++j)
+      if (s.collectives[i] == s.collectives[j])
+        throw UsageError(std::string("--collective: ") + collective_name(s.collectives[i]) +
+                         " is listed twice ('all' includes every collective)");
   for (const std::string& text : split_list(opt_string(vm, "size"), "size")) {
     const uint64_t bytes = parse_size(text, "size");
     if (bytes == 0) throw UsageError("--size '" + text + "': must be at least one element");
@@ -207,6 +213,8 @@ void run(ModeContext& ctx) {
             for (int k = 0; k < 4; ++k) row.push_back(k == 0 ? "oom" : "-");
             continue;
           }
+          Watchdog::instance().set_context(rec.group);
+          ctx.recorder.write_running(rec);  // a rank killed while measuring leaves this mark
           const Call call = make_call(op, rt.rank, send, recv);
           const Verifiable v = make_verifiable(op, rt.rank, n, average_rounding(*comm));
           upload_inputs(*space, v, send, recv);

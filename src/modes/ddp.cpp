@@ -21,6 +21,7 @@
 #include "src/core/random.h"
 #include "src/core/stats.h"
 #include "src/core/units.h"
+#include "src/core/watchdog.h"
 #include "src/model/train_step.h"
 #include "src/modes/data_parallel.h"
 #include "src/modes/options.h"
@@ -265,7 +266,11 @@ void run(ModeContext& ctx) {
           model.parameters_changed();
           if (c.strategy != SyncStrategy::None) sync = make_gradient_sync(plan, *comm, model.grads(), model.params());
           rt.barrier();
-          auto step = [&] { return run_step(model, opt.get(), Phase::TrainStep, *timer, sync.get()); };
+          int64_t steps_run = 0;
+          auto step = [&] {
+            Watchdog::instance().set_step(steps_run++);  // warm-up steps count too
+            return run_step(model, opt.get(), Phase::TrainStep, *timer, sync.get());
+          };
           for (int64_t s = 0; s < warmup; ++s) warm.add(step());
           for (int64_t s = 0; s < steps; ++s) timed.add(step());
           after_optimizer = model_memory(dev.allocator());
@@ -289,6 +294,11 @@ void run(ModeContext& ctx) {
         [&](Record& r) {
           record_memory(r, "after_init", live.after_init);
           r.attr("peak_memory_bytes", dev.allocator().peak_bytes());
+          if (r.status != "ok") {  // free what this configuration held; the next one builds its own model
+            sync.reset();
+            opt.reset();
+            live = LiveModel{};
+          }
         });
     sync.reset();
     opt.reset();

@@ -2,6 +2,8 @@
 
 #include <cstdio>
 
+#include "src/core/watchdog.h"
+
 namespace llmhpc {
 
 std::string SweepStatus::column() const {
@@ -16,8 +18,13 @@ Sweep::Sweep(ModeContext& ctx, std::string mode, size_t total, std::vector<std::
 SweepStatus Sweep::run(const std::string& label, Record& rec, const std::function<std::string()>& measure,
                        const std::function<void(Record&)>& finish) {
   const Runtime& rt = ctx_.rt;
+  Watchdog::instance().set_context(rec.group);
+  Watchdog::instance().set_step(-1);
   rt.barrier();  // ranks measure side by side
   log_root(rt, "[%zu/%zu] %s ... ", ++done_, total_, label.c_str());
+  ctx_.recorder.write_running(rec);  // a rank killed while measuring leaves this mark
+  TracingAllocator& memory = ctx_.backend.device->allocator();
+  const int64_t live_before = memory.live_bytes();
   std::string progress;
   try {
     progress = measure();
@@ -28,6 +35,17 @@ SweepStatus Sweep::run(const std::string& label, Record& rec, const std::functio
     rec.status = std::string("error: ") + e.what();
   }
   if (finish) finish(rec);
+  if (rec.status != "ok") {
+    // What the failed configuration held is freed by now (measure's scope and `finish`):
+    // nothing more is live than when it started (less where it released state it shared
+    // with earlier configurations, as a ddp model's batch buffers).
+    const int64_t live_after = memory.live_bytes();
+    rec.attr("live_bytes_before", live_before).attr("live_bytes_after_recovery", live_after);
+    if (live_after > live_before)
+      std::fprintf(stderr, "llmhpc: rank %d: %s: %lld bytes still held after the failure (%lld before, %lld after)\n",
+                   rt.rank, label.c_str(), (long long)(live_after - live_before), (long long)live_before,
+                   (long long)live_after);
+  }
   ctx_.recorder.write(rec);
 
   SweepStatus s;

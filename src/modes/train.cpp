@@ -12,6 +12,7 @@
 #include "src/io/token_data.h"
 #include "src/model/checkpoint.h"
 #include "src/model/train_step.h"
+#include "src/core/watchdog.h"
 #include "src/core/table.h"
 #include "src/modes/data_parallel.h"
 #include "src/modes/options.h"
@@ -216,10 +217,18 @@ void run(ModeContext& ctx) {
   auto timer = dev.make_timer(kStepMarks);
   std::vector<int32_t> inputs(mine.count * seq), targets(mine.count * seq);
   auto last_flush = std::chrono::steady_clock::now();
+  Watchdog::instance().set_context("train");
   for (int64_t s = 0; s < steps; ++s) {
+    Watchdog::instance().set_step(s);
     data.fill_batch(s, batch, seq, mine.first, mine.count, order, seed, inputs.data(), targets.data());
     model->set_batch(inputs.data(), targets.data(), mine.count, seq);
-    StepTimes t = run_step(*model, opt.get(), Phase::TrainStep, *timer, sync.get());
+    StepTimes t;
+    try {
+      t = run_step(*model, opt.get(), Phase::TrainStep, *timer, sync.get());
+    } catch (const OutOfMemory& e) {  // the losses so far are kept; the run ends (main reports it)
+      save_progress("oom");
+      throw;
+    }
     if (s == 0) {  // the seeds' points: around the first optimizer step, which allocates its state
       record_memory(rec, "before_optimizer", t.memory_before_optimizer);
       record_memory(rec, "after_optimizer", model_memory(dev.allocator()));

@@ -27,30 +27,8 @@ TINY="--d-model 16 --d-ff 32 --num-layers 1 --num-heads 2 --vocab-size 100 --con
 TRAIN="--mode train --device cpu --data tokens.bin $TINY"
 
 failures=0
-check() {  # check NP "expected words" args...
-  local np=$1 words=$2; shift 2
-  local out="$WORK/out_$RANDOM"
-  local cmd=("$BIN" "$@" --out "$out")
-  [[ " $* " == *" --out "* ]] && cmd=("$BIN" "$@")
-  [ "$np" -gt 1 ] && cmd=("$MPIEXEC" --oversubscribe -np "$np" "${cmd[@]}")
-  local start=$SECONDS
-  timeout 60 "${cmd[@]}" >"$WORK/stdout" 2>"$WORK/stderr"
-  local rc=$? took=$((SECONDS - start))
-  local why=""
-  if [ $rc -eq 0 ]; then why="exit code 0";
-  elif [ $rc -eq 124 ]; then why="hung (timeout)";
-  elif [ $rc -ge 128 ]; then why="killed by signal $((rc - 128))";
-  elif [ $took -gt 20 ]; then why="took ${took}s";
-  elif ! grep -qi -- "$words" "$WORK/stderr"; then why="message lacks '$words'";
-  elif [ "$(grep -c 'llmhpc: error' "$WORK/stderr")" -gt 1 ]; then why="message printed more than once";
-  elif [ -e "$out" ] && [ -n "$(ls -A "$out" 2>/dev/null)" ]; then why="left files in $out";
-  fi
-  if [ -n "$why" ]; then
-    echo "FAIL (np=$np): $* -> $why"; sed 's/^/    /' "$WORK/stderr" | head -5; failures=$((failures + 1))
-  else
-    echo "ok   (np=$np, rc=$rc): $* -> $(grep -m1 -i -- "$words" "$WORK/stderr" | cut -c1-110)"
-  fi
-}
+source "$(dirname "$0")/cli_check.sh"
+check() { cli_check "$@"; }
 
 for np in 1 2; do
   check $np "unknown mode"              --mode bogus

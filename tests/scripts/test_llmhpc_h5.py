@@ -134,10 +134,13 @@ def check_plain(directory):
 
 def check_stream(directory):
     write_stream_run(directory)
+    # Still "running" in a run that has ended: the stream a killed rank left ("running" with live=True).
+    live = {r.name: r for r in llmhpc_h5.open_run(directory, live=True).records("trace")}
+    assert live["trace"].status == "running", live["trace"].status
     run = llmhpc_h5.open_run(directory)
     records = {r.name: r for r in run.records("trace")}
     rec, empty = records["trace"], records["empty"]
-    assert (rec.status, rec.attrs["stream_rows"]) == ("running", STREAM_ROWS), (rec.status, rec.attrs)
+    assert (rec.status, rec.attrs["stream_rows"]) == ("interrupted", STREAM_ROWS), (rec.status, rec.attrs)
     want = stream_values(0, STREAM_ROWS)
 
     # Slices, read without keeping, cut at stream_rows.

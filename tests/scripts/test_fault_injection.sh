@@ -1,0 +1,135 @@
+#!/usr/bin/env bash
+# Faults injected under mpirun -np 3 (LLMHPC_FAULT, test only: src/core/watchdog.h): a rank
+# killed by a signal in the middle of a comm benchmark, a rank that exits in the middle of a
+# ddp run, a rank that stalls inside a collective (comm and ddp). Each job must end non-zero
+# within --comm-timeout + 30 s, with a message naming the failed rank, and leave every rank's
+# file readable: the finished configurations "ok" with their arrays, the interrupted one
+# marked. Then damaged inputs (checkpoint, token file, result file) give clear errors, and a
+# sweep that runs out of memory goes on with nothing of the failed configuration left live.
+set -u
+BIN=${LLMHPC_BIN:?set LLMHPC_BIN}
+ROOT=${LLMHPC_ROOT:?set LLMHPC_ROOT}
+MPIEXEC=${MPIEXEC:-mpirun}
+PY=${LLMHPC_PYTHON:-python3}
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
+WORK=$(mktemp -d)
+trap 'rm -rf "$WORK"' EXIT
+cd "$WORK"
+failures=0
+fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
+
+TIMEOUT=3  # --comm-timeout in seconds
+COMM=(--mode comm --device cpu --size 1KB,16KB,64KB --iters 20 --warmup 2 --comm-timeout $TIMEOUT)
+DDP=(--mode ddp --device cpu --d-model 16 --d-ff 32 --num-layers 1 --num-heads 2 --vocab-size 64 --context-length 8
+  --batch-size 3 --ddp naive,flat,overlap --warmup 1 --steps 4 --comm-timeout $TIMEOUT)
+
+# run NAME FAULT "words the output must contain" args...: the job must fail in time.
+run() {
+  local name=$1 fault=$2 words=$3; shift 3
+  local start=$SECONDS
+  LLMHPC_FAULT=$fault timeout $((TIMEOUT + 60)) "$MPIEXEC" --oversubscribe -np 3 "$BIN" "$@" --out "$WORK/$name" \
+    >"$WORK/$name.log" 2>&1
+  local rc=$? took=$((SECONDS - start))
+  if [ $rc -eq 0 ]; then fail "$name: exit code 0 after the fault $fault";
+  elif [ $rc -eq 124 ]; then fail "$name: the job hung (killed by timeout after ${took}s)";
+  elif [ $took -gt $((TIMEOUT + 30)) ]; then fail "$name: took ${took}s, more than --comm-timeout + 30 s";
+  elif ! grep -q -- "$words" "$WORK/$name.log"; then fail "$name: the output lacks '$words'";
+  else echo "ok   $name: rc $rc after ${took}s; $(grep -m1 -- "$words" "$WORK/$name.log" | cut -c1-150)"; return; fi
+  sed 's/^/    /' "$WORK/$name.log" | tail -15
+}
+
+# readable NAME KIND: every rank's file opens; finished records are ok with complete arrays,
+# nothing is left "running", and at least one configuration finished before the fault.
+readable() {
+  PYTHONPATH="$ROOT/analysis" "$PY" - "$WORK/$1" "$2" <<'EOF' || fail "$1: the files are not as they should be"
+import sys
+from llmhpc_h5 import open_run
+run = open_run(sys.argv[1])
+kind = sys.argv[2]
+assert run.ranks == [0, 1, 2], run.ranks
+assert not run.complete, "a killed run must not read as complete"
+statuses = {}
+for r in run.records(kind, rank=None):
+    statuses.setdefault(r.status, []).append(r.name)
+    if r.ok:
+        key = "time_us" if kind == "comm" else "step_ms"
+        want = r.attrs["iters"] if kind == "comm" else r.attrs["steps"]
+        assert len(r.arrays[key]) == want, (r.rank, r.name, len(r.arrays[key]))
+assert set(statuses) <= {"ok", "interrupted"}, statuses
+assert statuses.get("ok"), f"no configuration finished before the fault: {statuses}"
+print(f"    {sys.argv[1].rsplit('/', 1)[1]}: {len(statuses['ok'])} finished records readable, "
+      f"{len(statuses.get('interrupted', []))} marked interrupted")
+EOF
+}
+
+run comm_kill "rank=1,config=3,step=5,action=signal:9" "rank 1" "${COMM[@]}"
+readable comm_kill comm
+run ddp_exit "rank=2,config=2,step=2,action=exit:3" "rank 2" "${DDP[@]}"
+readable ddp_exit ddp
+run comm_stall "rank=1,config=3,step=5,action=stall" "watchdog on rank" "${COMM[@]}"
+grep -q "no progress within --comm-timeout" "$WORK/comm_stall.log" || fail "comm_stall: no timeout report"
+grep -q "last enqueued collective #[0-9]*, last completed #[0-9]*" "$WORK/comm_stall.log" ||
+  fail "comm_stall: the report lacks the sequence numbers"
+grep -q "rank 1 stalls" "$WORK/comm_stall.log" || fail "comm_stall: the stalled rank is not named"
+readable comm_stall comm
+run ddp_stall "rank=0,config=2,step=3,action=stall" "watchdog on rank" "${DDP[@]}"
+grep -q "allreduce (mpi, [0-9]* bytes) in 'ddp/" "$WORK/ddp_stall.log" ||
+  fail "ddp_stall: the report does not name the collective, its bytes and the configuration"
+readable ddp_stall ddp
+
+# Damaged inputs: clear errors, no hang, no crash.
+"$PY" - <<'EOF'
+import numpy as np
+np.random.default_rng(0).integers(0, 64, 4000, dtype=np.uint16).tofile("tokens.bin")
+np.save("tokens.npy", np.arange(4000, dtype=np.uint16) % 64)
+open("garbage.h5", "wb").write(np.random.default_rng(1).bytes(4096))
+EOF
+TINY=(--d-model 16 --d-ff 32 --num-layers 1 --num-heads 2 --vocab-size 64 --context-length 8)
+"$BIN" --mode train --device cpu --data tokens.bin "${TINY[@]}" --steps 2 --save ckpt.h5 --out "$WORK/train" \
+  >/dev/null 2>&1 || fail "could not write a checkpoint to damage"
+head -c $(($(stat -c %s ckpt.h5) / 2)) ckpt.h5 >truncated.h5
+head -c $(($(stat -c %s tokens.npy) - 101)) tokens.npy >truncated.npy
+[ -e ckpt.h5.tmp ] && fail "the checkpoint's temporary file was left behind"
+bad_input() {  # "words" args...
+  local words=$1; shift
+  for np in 1 3; do
+    timeout 60 "$MPIEXEC" --oversubscribe -np $np "$BIN" "$@" --out "$WORK/bad_$RANDOM" >"$WORK/bad.log" 2>&1
+    local rc=$?
+    if [ $rc -eq 0 ] || [ $rc -eq 124 ] || [ $rc -ge 128 ] || ! grep -q -- "$words" "$WORK/bad.log"; then
+      fail "np $np: $* -> rc $rc, expected an error with '$words'"; sed 's/^/    /' "$WORK/bad.log" | head -5
+    else echo "ok   np $np: $(grep -m1 -- "$words" "$WORK/bad.log" | cut -c1-150)"; fi
+  done
+}
+bad_input "truncated or damaged" --mode train --device cpu --data tokens.bin "${TINY[@]}" --init truncated.h5
+bad_input "not an HDF5 file" --mode train --device cpu --data tokens.bin "${TINY[@]}" --init garbage.h5
+bad_input "truncated.npy': file shorter than its shape says" --mode train --device cpu --data truncated.npy "${TINY[@]}"
+mkdir -p results_garbage results_truncated
+cp garbage.h5 results_garbage/rank00000.h5
+head -c 3000 "$WORK/train/rank00000.h5" >results_truncated/rank00000.h5
+for dir in results_garbage results_truncated; do
+  out=$("$PY" "$ROOT/analysis/report.py" "$dir" 2>&1)
+  rc=$?
+  if [ $rc -eq 0 ] || ! echo "$out" | grep -q "rank00000.h5: cannot be opened as HDF5" || echo "$out" | grep -q Traceback; then
+    fail "analysis of $dir: rc $rc, expected a one-line error naming the file"; echo "$out" | tail -3 | sed 's/^/    /'
+  else echo "ok   analysis of $dir: $(echo "$out" | tail -1 | cut -c1-150)"; fi
+done
+
+# A sweep that runs out of memory goes on; the failed configuration leaves nothing live.
+timeout 120 "$MPIEXEC" --oversubscribe -np 2 "$BIN" --mode ddp --device cpu --d-model 32 --d-ff 64 --num-layers 2 \
+  --num-heads 4 --vocab-size 100 --context-length 2048,16 --batch-size 2 --ddp naive --warmup 0 --steps 2 \
+  --memory-limit 64MB --out "$WORK/oom" >"$WORK/oom.log" 2>&1 || fail "the ddp sweep with an oom failed"
+PYTHONPATH="$ROOT/analysis" "$PY" - "$WORK/oom" <<'EOF' || fail "oom recovery"
+import sys
+from llmhpc_h5 import open_run
+run = open_run(sys.argv[1])
+assert run.complete
+for rank in (0, 1):
+    recs = {r.attrs["context_length"]: r for r in run.records("ddp", rank)}
+    assert recs[2048].status == "oom" and recs[16].status == "ok", {k: r.status for k, r in recs.items()}
+    a = recs[2048].attrs
+    assert a["live_bytes_after_recovery"] == a["live_bytes_before"], a
+print("ok   oom in a ddp sweep: status oom, the next configuration ran, live memory back where it was")
+EOF
+
+if [ $failures -gt 0 ]; then echo "$failures check(s) failed"; exit 1; fi
+echo "fault injection ok"
