@@ -59,9 +59,7 @@ void run(ModeContext& ctx) {
         [&](Record& r) {
           r.attr("peak_memory_bytes", dev.allocator().peak_bytes());
           if (r.status != "ok") {  // free what it held; the next configuration builds its own model
-            live.opt.reset();
-            live.model.reset();
-            live.key.clear();
+            live.release();
           }
         });
     sweep.add_row({c.model.name, std::to_string(c.model.d_model), std::to_string(c.model.d_ff),

@@ -60,6 +60,12 @@ class LiveModel {
   TransformerLM& prepare(const std::vector<ModelCase>& cases, size_t i, Device& dev, Ops& ops, uint64_t seed,
                          MemoryPlan memory, Phase phase, Record& rec);
   AdamW* optimizer() { return opt_.get(); }
+  // Frees the model and optimizer (after a failed configuration: the next builds its own).
+  void release() {
+    opt_.reset();
+    model_.reset();
+    key_.clear();
+  }
 
  private:
   std::string key_;
