@@ -51,6 +51,7 @@ import numpy as np
 import pandas as pd
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import scaling  # noqa: E402
 from comm import operation_time_us  # noqa: E402
 from llmhpc_h5 import MIB, SchemaError, open_run  # noqa: E402
 
@@ -327,8 +328,8 @@ def bucket_model_table(g: pd.DataFrame, comm_model, markdown: bool, title: str) 
 
 
 def all_tables(df: pd.DataFrame, torch_records: list, comm_model_for, markdown: bool) -> tuple:
-    """(every setup's tables (a)-(f), the PyTorch records matched); comm_model_for(world_size) gives
-    the all-reduce model (o, w) for (e), or None."""
+    """(every setup's tables (a)-(f), the PyTorch records matched); comm_model_for(rows of a setup)
+    gives the all-reduce model (o, w) for (e), or None."""
     sections, used = [], 0
     for _, setup in df.groupby("setup", sort=True):
         title = setup_title(setup.iloc[0])
@@ -340,7 +341,7 @@ def all_tables(df: pd.DataFrame, torch_records: list, comm_model_for, markdown: 
         used += len(matched)
         sections += [strategies_table(g, markdown, title), buckets_table(g, markdown, title),
                      overhead_table(g, markdown, title), torch_part,
-                     bucket_model_table(g, comm_model_for(int(g.world_size.iloc[0])), markdown, title)]
+                     bucket_model_table(g, comm_model_for(g), markdown, title)]
     return [s for s in sections if s], used
 
 
@@ -383,13 +384,14 @@ def plot_breakdown(df: pd.DataFrame, path: str) -> str:
 
 
 def comm_models(all_runs: list) -> dict:
-    """{world_size: allreduce_model} of the comm runs with an all-reduce at two sizes or more
-    (the first such run of each world size)."""
+    """{(world_size, transport): allreduce_model} of the comm runs with an all-reduce at two sizes
+    or more (the first such run of each; transport as analysis/scaling.py names it)."""
     models = {}
     for run in all_runs or []:
-        if run.mode == "comm" and run.world_size not in models:
+        key = (run.world_size, scaling.transport(run.directory))
+        if run.mode == "comm" and key not in models:
             try:
-                models[run.world_size] = allreduce_model(run.directory)
+                models[key] = allreduce_model(run.directory)
             except SchemaError:
                 pass  # not an all-reduce sweep: no model from it
     return models
@@ -399,10 +401,10 @@ def report_section(runs: list, out_dir: str, all_runs=None) -> str:
     """report.py's ddp section: tables (a)-(f) per setup, o and w of (e) from a comm run of the same
     rank count among all_runs (else fitted), ddp_breakdown.png, and with several rank counts the
     scaling study (analysis/scaling.py)."""
-    import scaling
     df, _ = load([run.directory for run in runs], None)
     models = comm_models(all_runs)
-    sections, _ = all_tables(df, [], models.get, True)
+    sections, _ = all_tables(df, [], lambda g: models.get((int(g.world_size.iloc[0]),
+                                                            scaling.transport(g.run.iloc[0]))), True)
     if plot_breakdown(df, os.path.join(out_dir, "ddp_breakdown.png")):
         sections.append("![DDP step: compute against exposed communication](ddp_breakdown.png)")
     if df.world_size.nunique() > 1:
@@ -424,7 +426,7 @@ def main(argv=None) -> int:
         df, notes = load(args.runs, args.rank)
         torch_records = read_torch(args.torch)
         comm_model = allreduce_model(args.comm) if args.comm else None
-        sections, used = all_tables(df, torch_records, lambda world_size: comm_model, args.markdown)
+        sections, used = all_tables(df, torch_records, lambda rows: comm_model, args.markdown)
     except SchemaError as e:
         print(f"ddp.py: error: {e}", file=sys.stderr)
         return 2

@@ -89,8 +89,9 @@ def efficiency_rows(kind: str, rows: pd.DataFrame, models: dict) -> list:
     out = [entry(int(r.world_size), int(r.batch_size), int(r.local_batch_size), float(r.slowest_step_mean), "measured")
            for _, r in rows.iterrows()]
     last = rows.iloc[-1]
-    n_m = int(last.world_size)
-    model = models.get(n_m) or (models[max(models)] if models else None)
+    n_m, mine = int(last.world_size), transport(last.run)
+    candidates = {n: m for (n, t), m in models.items() if t == mine}
+    model = candidates.get(n_m) or (candidates[max(candidates)] if candidates else None)
     if model is not None:
         n = n_m * 2
         # Strong scaling ends where the global batch no longer splits into whole sequences per rank.
@@ -142,7 +143,7 @@ def plot(all_series: list, path: str) -> str:
 
 
 def report(df: pd.DataFrame, models: dict, out_dir: str) -> str:
-    """The scaling tables and scaling.png; models: {world_size: ddp.allreduce_model(...)}."""
+    """The scaling tables and scaling.png; models: {(world_size, transport): ddp.allreduce_model(...)}."""
     all_series = [(kind, title, efficiency_rows(kind, rows, models)) for kind, title, rows in series(df)]
     if not all_series:
         return "### Scaling\n\nno series: runs at two or more rank counts with the same global or per-rank batch"
