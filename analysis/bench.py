@@ -90,13 +90,14 @@ def speedup_table(summary: pd.DataFrame, other: str = "bf16", decimals: int = 2)
     if not common:
         return ""
     phases = [p for p in BENCH_PHASES if any(fp32[k][f"{p}_n"] > 0 for k in common)]
-    header = ["Model size", "Context", "Batch", "Phase"]
+    show_warmup = len({fp32[k]["warmup"] for k in common}) > 1
+    header = ["Model size", "Context", "Batch", "Phase"] + (["Warm-up"] if show_warmup else [])
     for p in phases:
         header += [f"{SHORT[p]} FP32 (ms)", f"{SHORT[p]} {other.upper()} (ms)", f"{SHORT[p]} Speedup"]
     rows = []
     for k in common:
         a, b = fp32[k], bf16[k]
-        row = [a["model"], a["context_length"], a["batch_size"], a["phase"]]
+        row = [a["model"], a["context_length"], a["batch_size"], a["phase"]] + ([a["warmup"]] if show_warmup else [])
         for p in phases:
             x, y = a[f"{p}_mean"], b[f"{p}_mean"]
             row += [fmt(x, decimals), fmt(y, decimals), f"{x / y:.2f}x" if y > 0 else "-"]
