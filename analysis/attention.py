@@ -15,6 +15,8 @@ Prints, from rank 0's records (/attention/<label>, docs/hdf5-schema.md):
      against PyTorch's fused attention on the same shapes, median ms and the ratio
      llmhpc / PyTorch (the issue's target: at most 1.25 for T >= 4096).
 Times are milliseconds per iteration; one iteration is one forward plus one backward.
+report_section (analysis/report.py) prints 1 and 2 and draws attention.png: time and peak
+memory against sequence length, naive and flash, one column per head dim.
 Files are read only through analysis/llmhpc_h5.py.
 """
 from __future__ import annotations
@@ -147,6 +149,63 @@ def torch_table(df: pd.DataFrame, torch_path: str) -> str:
                  "torch bwd", "bwd ratio", "torch backend"], rows))
 
 
+def plot_attention(df: pd.DataFrame, path: str) -> str:
+    """Time (forward + backward, median) and peak memory against sequence length, log-log: one
+    column per head dim, one line per implementation, one figure row pair per precision, mask,
+    batch and heads setting. Out-of-memory points are left out (the tables list them)."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import matplotlib.ticker
+    ok = df[df.status == "ok"]
+    groups = list(ok.groupby(list(GROUP_KEYS), sort=False))
+    dims = sorted(ok.head_dim.unique())
+    if not groups:
+        return ""
+    fig, axes = plt.subplots(2 * len(groups), len(dims), figsize=(3.4 * len(dims), 5.6 * len(groups)), squeeze=False)
+    for gi, (keys, g) in enumerate(groups):
+        for di, d in enumerate(dims):
+            t_ax, m_ax = axes[2 * gi][di], axes[2 * gi + 1][di]
+            for impl, rows in g[g.head_dim == d].groupby("impl", sort=False):
+                rows = rows.sort_values("seq")
+                style = "o-" if impl == "naive" else "s--"
+                t_ax.plot(rows.seq, rows.total_median, style, label=impl)
+                m_ax.plot(rows.seq, rows.peak_mib, style, label=impl)
+            t_ax.set_title(f"head dim {d}" + ("" if len(groups) == 1 else f"\n{group_title(keys)}"), fontsize="medium")
+            t_ax.set_ylabel("fwd+bwd ms (median)")
+            m_ax.set(ylabel="peak MiB", xlabel="sequence length")
+            seqs = sorted(g.seq.unique())
+            for ax in (t_ax, m_ax):
+                if len(seqs) > 1:
+                    ax.set(xscale="log", yscale="log")
+                    ax.set_xticks(seqs, [str(t) for t in seqs], fontsize="small")
+                    ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
+                ax.grid(True, which="both", alpha=0.3)
+                ax.legend(fontsize="small")
+    if len(groups) == 1:
+        fig.suptitle(f"attention: {group_title(groups[0][0])} (top: time, bottom: memory)", fontsize="medium")
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path
+
+
+def ordered(df: pd.DataFrame) -> pd.DataFrame:
+    """Groups in a fixed order: precision, causal first, batch, heads; naive before flash."""
+    df = df.assign(impl_order=df.impl.map({"naive": 0, "flash": 1}))
+    return df.sort_values(["precision", "causal", "batch", "heads", "impl_order", "head_dim", "seq"],
+                          ascending=[False, False, True, True, True, True, True], kind="stable")
+
+
+def report_section(runs: list, out_dir: str) -> str:
+    """report.py's attention section: the per-implementation and naive-vs-flash tables, attention.png."""
+    df = ordered(attention_frame([run.directory for run in runs]))
+    parts = [per_implementation_tables(df), naive_vs_flash_tables(df)]
+    if plot_attention(df, os.path.join(out_dir, "attention.png")):
+        parts.append("![attention time and memory vs sequence length](attention.png)")
+    return "\n\n".join(p for p in parts if p)
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("runs", nargs="+", help="llmhpc --mode attention output directories")
@@ -161,10 +220,7 @@ def main(argv=None) -> int:
     if df.empty:
         print("attention.py: no attention records", file=sys.stderr)
         return 2
-    # Groups in a fixed order: precision, causal first, batch, heads; naive before flash.
-    df["impl_order"] = df.impl.map({"naive": 0, "flash": 1})
-    df = df.sort_values(["precision", "causal", "batch", "heads", "impl_order", "head_dim", "seq"],
-                        ascending=[False, False, True, True, True, True, True], kind="stable")
+    df = ordered(df)
     sections = [per_implementation_tables(df), naive_vs_flash_tables(df)]
     sections += [torch_table(df, path) for path in args.torch]
     print("\n\n".join(s for s in sections if s))

@@ -8,7 +8,9 @@ the binary's own summary: time is nccl-tests' time, the mean per operation of `i
 operations issued back to back (time_us_back_to_back) averaged over ranks (files written
 before that dataset existed: the mean of the slowest rank's per-iteration times), algbw = bytes / time,
 busbw = algbw * bus_factor (nccl-tests' definitions, GB/s = 1e9 B/s), #wrong the sum over
-ranks of wrong elements (N/A without --check). Files are read through analysis/llmhpc_h5.py.
+ranks of wrong elements (N/A without --check). report_section (analysis/report.py) adds the seeds'
+004 layout (backend, device, procs, size, mean, median, std, bandwidth) and a plot of bus
+bandwidth against message size per rank count. Files are read through analysis/llmhpc_h5.py.
 """
 from __future__ import annotations
 
@@ -87,6 +89,93 @@ def markdown(rows: list) -> str:
     for r in rows:
         lines.append("| " + " | ".join(str(r.get(key, "-")) for key, _ in columns) + " |")
     return "\n".join(lines)
+
+
+MB = 1e6  # the seeds' table is in decimal megabytes; busbw and algbw in GB = 1e9 bytes
+
+
+def seed_rows(run) -> list:
+    """The seeds' 004 table (distributed_communication_single_node) for one comm run: one row per
+    collective, dtype, size and placement with statistics of the per-iteration time of the
+    slowest rank (time_us_max_over_ranks: an iteration ends when every rank is done),
+    bw = bytes / mean time (algbw), busbw = bw x bus_factor."""
+    if run.mode != "comm":
+        raise SchemaError(f"{run.directory}: a '{run.mode}' run, not a comm run")
+    device = "cuda" if "gpu_name" in run.attrs else "cpu"
+    rows = []
+    for records in run.records_by_name("comm", rank=None).values():
+        a = records[0].attrs
+        row = dict(backend=a["backend"], device=device, procs=a["world_size"], collective=a["collective"],
+                   dtype=a["dtype"], placement=a["placement"], bytes=a["bytes"], status="ok")
+        if any(not r.ok for r in records):
+            row["status"] = "; ".join(sorted({r.status for r in records if not r.ok}))
+        else:
+            t = np.asarray(records[0].arrays["time_us_max_over_ranks"], dtype=float) / 1e3  # ms
+            bw = a["bytes"] / (t.mean() * 1e-3) / 1e9
+            row.update(mean=t.mean(), median=float(np.median(t)), std=t.std(ddof=1) if len(t) > 1 else 0.0, bw=bw,
+                       busbw=bw * a["bus_factor"], n=len(t))
+        rows.append(row)
+    return rows
+
+
+def number(x: float) -> str:
+    """Three decimals as in the seeds' table, four significant digits below 0.1 (microsecond times on CPUs)."""
+    return f"{x:.3f}" if abs(x) >= 0.1 or x == 0 else f"{x:.4g}"
+
+
+def seed_markdown(rows: list) -> str:
+    order = lambda r: (r["backend"], r["collective"], r["dtype"], r["placement"] != "outofplace", r["procs"], r["bytes"])
+    header = ["backend", "device", "procs", "collective", "dtype", "placement", "size (MB)", "mean (ms)",
+              "median (ms)", "std (ms)", "bw (GB/s)", "busbw (GB/s)", "status"]
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" if h in ("backend", "device", "collective",
+                                                                           "dtype", "placement", "status") else "---:"
+                                                             for h in header) + "|"]
+    for r in sorted(rows, key=order):
+        nums = [number(r[k]) for k in ("mean", "median", "std", "bw", "busbw")] if r["status"] == "ok" else ["-"] * 5
+        lines.append("| " + " | ".join([r["backend"], r["device"], str(r["procs"]), r["collective"], r["dtype"],
+                                        r["placement"], f"{r['bytes'] / MB:g}", *nums, r["status"]]) + " |")
+    return "\n".join(lines)
+
+
+def plot_bandwidth(rows: list, path: str) -> str:
+    """Bus bandwidth against message size, one line per rank count; one panel per backend and
+    collective (out-of-place; in-place where only it ran)."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    ok = [r for r in rows if r["status"] == "ok"]
+    panels = sorted({(r["backend"], r["device"], r["collective"]) for r in ok})
+    if not panels:
+        return ""
+    fig, axes = plt.subplots(1, len(panels), figsize=(5 * len(panels), 4), squeeze=False)
+    for ax, (backend, device, collective) in zip(axes[0], panels):
+        mine = [r for r in ok if (r["backend"], r["device"], r["collective"]) == (backend, device, collective)]
+        placement = "outofplace" if any(r["placement"] == "outofplace" for r in mine) else "inplace"
+        for procs in sorted({r["procs"] for r in mine}):
+            pts = sorted((r["bytes"], r["busbw"]) for r in mine if r["procs"] == procs and r["placement"] == placement
+                         and r["dtype"] == mine[0]["dtype"])
+            ax.plot([p[0] / MB for p in pts], [p[1] for p in pts], "o-", label=f"{procs} ranks")
+        ax.set(xscale="log", xlabel="message size (MB)", ylabel="bus bandwidth (GB/s)",
+               title=f"{collective}, {backend} on {device} ({placement})")
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend(fontsize="small")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def report_section(runs: list, out_dir: str) -> str:
+    """report.py's comm section: the seeds' 004 table of every run, nccl-tests' table, comm_busbw.png."""
+    rows = [r for run in runs for r in seed_rows(run)]
+    nccl_rows = [r for run in runs for r in comm_rows(run)]
+    parts = ["### All-reduce and friends (the seeds' layout; time: per iteration, the slowest rank's; "
+             "bw = size / mean time; busbw = bw x bus factor)\n\n" + seed_markdown(rows),
+             "### As nccl-tests prints it (time: back-to-back mean per operation, averaged over ranks)\n\n"
+             + markdown(nccl_rows)]
+    if plot_bandwidth(rows, os.path.join(out_dir, "comm_busbw.png")):
+        parts.append("![bus bandwidth vs message size](comm_busbw.png)")
+    return "\n\n".join(parts)
 
 
 def main() -> int:

@@ -36,8 +36,10 @@ Times are ms. Step and comm pool the samples of every rank (--rank R: one rank's
 is the mean over the timed steps of the slowest rank's step (step_ms_max_over_ranks), the
 seeds' measure, which (b), (c) and (d) compare. Exposed communication is what backward did not
 hide: from the end of backward until every gradient is reduced. Configurations that ran out of
-memory or failed are rows with their status and '-'. Files are read only through
-analysis/llmhpc_h5.py.
+memory or failed are rows with their status and '-'. report_section (analysis/report.py) prints
+the same tables, draws ddp_breakdown.png (each strategy's step: compute against exposed
+communication) and, with runs at several rank counts, the scaling study (analysis/scaling.py).
+Files are read only through analysis/llmhpc_h5.py.
 """
 from __future__ import annotations
 
@@ -51,6 +53,7 @@ import numpy as np
 import pandas as pd
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import scaling  # noqa: E402
 from comm import operation_time_us  # noqa: E402
 from llmhpc_h5 import MIB, SchemaError, open_run  # noqa: E402
 
@@ -119,7 +122,7 @@ def load(directories: list, rank) -> tuple:
         frame = run.ddp_summary(rank)
         if frame.empty:
             raise SchemaError(f"{directory}: no ddp records (did the run finish any configuration?)")
-        frames.append(frame)
+        frames.append(frame.assign(run=directory))
         a = run.attrs
         state = "" if run.complete else " (INCOMPLETE: a rank's file says the run did not finish)"
         notes.append(f"llmhpc ddp on {a['device_name']} ({a['hostname']}), {run.world_size} rank(s), backend "
@@ -342,6 +345,93 @@ def bucket_model_table(g: pd.DataFrame, comm_model, markdown: bool, title: str) 
             f"w = {w * 1e3 / 1e9:.3g} GB/s, {source}.\n{optimum}.")
 
 
+def all_tables(df: pd.DataFrame, torch_records: list, comm_model_for, markdown: bool) -> tuple:
+    """(every setup's tables (a)-(f), the ids of the PyTorch records matched); comm_model_for(rows of a setup)
+    gives the all-reduce model (o, w) for (e), or None."""
+    sections, used = [], set()
+    for _, setup in df.groupby("setup", sort=True):
+        title = setup_title(setup.iloc[0])
+        shard_part, shard_matched = sharding_table(setup, torch_records, markdown, title)
+        sections.append(shard_part)
+        used |= {id(t) for t in shard_matched}
+        g = setup[setup.shard_optimizer == "none"]  # the seeds' DDP tables compare unsharded strategies
+        if g.empty:
+            continue
+        torch_part, matched = torch_table(g, torch_records, markdown, title) if torch_records else ("", [])
+        used |= {id(t) for t in matched}
+        sections += [strategies_table(g, markdown, title), buckets_table(g, markdown, title),
+                     overhead_table(g, markdown, title), torch_part,
+                     bucket_model_table(g, comm_model_for(g), markdown, title)]
+    return [s for s in sections if s], used
+
+
+def strategy_label(row) -> str:
+    label = row["ddp"] if row["ddp"] != "bucketed" else f"bucketed {row['bucket_mb']:g} MiB"
+    return label if row["shard_optimizer"] == "none" else f"{label}, {row['shard_optimizer']}"
+
+
+def plot_breakdown(df: pd.DataFrame, path: str) -> str:
+    """The step of each strategy as a stacked bar: forward, backward, optimizer (compute) and the
+    exposed communication; one panel per setup (model, batch, ranks). Mean ms, every rank pooled."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    setups = [(key, g[g.status == "ok"]) for key, g in df.groupby("setup", sort=True)]
+    setups = [(key, g) for key, g in setups if not g.empty]
+    if not setups:
+        return ""
+    height = max(len(g) for _, g in setups)
+    fig, axes = plt.subplots(len(setups), 1, figsize=(8, 0.45 * height * len(setups) + 1.4 * len(setups)),
+                             squeeze=False)
+    parts = (("forward_mean", "forward", "#9ecae1"), ("backward_mean", "backward", "#4292c6"),
+             ("optimizer_mean", "optimizer", "#08519c"), ("comm_mean", "exposed communication", "#e6550d"))
+    for ax, (_, g) in zip(axes[:, 0], setups):
+        labels = [strategy_label(r) for _, r in g.iterrows()]
+        left = np.zeros(len(g))
+        for column, name, color in parts:
+            values = g[column].fillna(0).to_numpy(dtype=float)
+            ax.barh(labels, values, left=left, color=color, label=name)
+            left += values
+        ax.invert_yaxis()
+        ax.set(xlabel="ms per step (mean)", title=setup_title(g.iloc[0]))
+        ax.title.set_fontsize("small")
+        ax.grid(True, axis="x", alpha=0.3)
+    axes[0][0].legend(fontsize="small", loc="lower right")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def comm_models(all_runs: list) -> dict:
+    """{(world_size, transport): allreduce_model} of the comm runs with an all-reduce at two sizes
+    or more (the first such run of each; transport as analysis/scaling.py names it)."""
+    models = {}
+    for run in all_runs or []:
+        key = (run.world_size, scaling.transport(run.directory))
+        if run.mode == "comm" and key not in models:
+            try:
+                models[key] = allreduce_model(run.directory)
+            except SchemaError:
+                pass  # not an all-reduce sweep: no model from it
+    return models
+
+
+def report_section(runs: list, out_dir: str, all_runs=None) -> str:
+    """report.py's ddp section: tables (a)-(f) per setup, o and w of (e) from a comm run of the same
+    rank count among all_runs (else fitted), ddp_breakdown.png, and with several rank counts the
+    scaling study (analysis/scaling.py)."""
+    df, _ = load([run.directory for run in runs], None)
+    models = comm_models(all_runs)
+    sections, _ = all_tables(df, [], lambda g: models.get((int(g.world_size.iloc[0]),
+                                                            scaling.transport(g.run.iloc[0]))), True)
+    if plot_breakdown(df, os.path.join(out_dir, "ddp_breakdown.png")):
+        sections.append("![DDP step: compute against exposed communication](ddp_breakdown.png)")
+    if df.world_size.nunique() > 1:
+        sections.append(scaling.report(df, models, out_dir))
+    return "\n\n".join(sections)
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("runs", nargs="+", metavar="DIR", help="llmhpc --mode ddp output directories")
@@ -356,27 +446,14 @@ def main(argv=None) -> int:
         df, notes = load(args.runs, args.rank)
         torch_records = read_torch(args.torch)
         comm_model = allreduce_model(args.comm) if args.comm else None
-        sections, used = [], set()
-        for _, setup in df.groupby("setup", sort=True):
-            title = setup_title(setup.iloc[0])
-            shard_part, shard_matched = sharding_table(setup, torch_records, args.markdown, title)
-            sections.append(shard_part)
-            used |= {id(t) for t in shard_matched}
-            g = setup[setup.shard_optimizer == "none"]  # the seeds' DDP tables compare unsharded strategies
-            if g.empty:
-                continue
-            torch_part, matched = torch_table(g, torch_records, args.markdown, title) if torch_records else ("", [])
-            used |= {id(t) for t in matched}
-            sections += [strategies_table(g, args.markdown, title), buckets_table(g, args.markdown, title),
-                         overhead_table(g, args.markdown, title), torch_part,
-                         bucket_model_table(g, comm_model, args.markdown, title)]
+        sections, used = all_tables(df, torch_records, lambda rows: comm_model, args.markdown)
     except SchemaError as e:
         print(f"ddp.py: error: {e}", file=sys.stderr)
         return 2
     if torch_records and len(used) < len(torch_records):
         notes.append(f"{len(torch_records) - len(used)} of {len(torch_records)} PyTorch record(s) match no llmhpc setup "
                      f"(model shape, context, global batch, ranks, precision)")
-    print("\n".join(notes) + "\n\n" + "\n\n".join(s for s in sections if s))
+    print("\n".join(notes) + "\n\n" + "\n\n".join(sections))
     return 0
 
 

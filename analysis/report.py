@@ -1,123 +1,113 @@
 #!/usr/bin/env python3
-"""Prints the seeds' benchmark table, in markdown, from an llmhpc run directory.
+"""One markdown report, with its plots beside it, from any llmhpc results folders.
 
-    python3 analysis/report.py results/bench-20261122-103000            # rank 0's numbers
-    python3 analysis/report.py DIR --all-ranks                           # every rank's samples pooled
-    python3 analysis/report.py DIR1 DIR2 ...                             # rows of several runs in one table
+    python3 analysis/report.py results/ddp_bucketed-1234                # -> results/ddp_bucketed-1234/report.md
+    python3 analysis/report.py results/bench-* results/comm-* -o study/report.md
+    python3 analysis/report.py DIR --rank 1 | --all-ranks                # which rank's samples (bench, train)
 
-One row per bench configuration: Model size, d_model, d_ff, num_layers, num_heads, then
-Context / Batch / Precision / Attention / Phase / Warm-up columns when they vary between rows,
-Fwd Mean, Fwd Std, Bwd Mean, Bwd Std (and Opt Mean, Opt Std when the optimizer step was
-timed), Total; all in milliseconds. Std is the sample standard deviation (n-1) of the raw
-per-step times. Total is the mean time of a whole timed step (everything the --phase ran:
-forward, + backward, + optimizer). Configurations that ran out of memory or failed are rows
-with their status and '-' for the times. A train run gets its per-step loss table instead.
-
-Reads the files only through analysis/llmhpc_h5.py (docs/hdf5-schema.md).
+Each DIR is a run directory (llmhpc --out: rank00000.h5, ...) or a folder holding run
+directories at any depth (a job's results folder). The runs are grouped by their mode and
+each mode gets the section its module writes: analysis/<mode>.py with a function
+report_section(runs, out_dir) -> markdown, which draws its PNGs into out_dir (the report's
+folder). A new mode needs only its module: bench (benchmark tables by warm-up and context, fp32
+against bf16, peak memory), attention, comm (the seeds' 004 table, bandwidth plots), ddp
+(strategies, bucket sweep and model, sharding, strong/weak scaling), train, and whatever
+analysis/<mode>.py exists. The report is written to --output (default DIR/report.md of the
+first DIR) and printed. Files are read only through analysis/llmhpc_h5.py.
 """
 from __future__ import annotations
 
 import argparse
-import math
+import importlib.util
+import inspect
 import os
 import sys
 
-import pandas as pd
-
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from llmhpc_h5 import SchemaError, open_run  # noqa: E402
+from llmhpc_h5 import RANK_FILE_PATTERN, SchemaError, open_run  # noqa: E402
 
-# Columns that appear only when their value differs between rows: (summary column, header).
-VARYING_COLUMNS = (("context_length", "Context"), ("batch_size", "Batch"), ("precision", "Precision"),
-                   ("attention", "Attention"), ("phase", "Phase"), ("warmup", "Warm-up"), ("steps", "Steps"))
-
-
-def fmt(value, decimals: int) -> str:
-    if value is None or (isinstance(value, float) and math.isnan(value)):
-        return "-"
-    return f"{value:.{decimals}f}"
+ANALYSIS_DIR = os.path.dirname(os.path.abspath(__file__))
+MODE_ORDER = ("bench", "attention", "comm", "ddp", "train")  # the seeds' order; other modes follow by name
 
 
-def markdown_table(header: list, rows: list) -> str:
-    lines = ["| " + " | ".join(header) + " |", "| " + " | ".join("---" for _ in header) + " |"]
-    lines += ["| " + " | ".join(str(cell) for cell in row) + " |" for row in rows]
-    return "\n".join(lines)
+def run_directories(directory: str) -> list:
+    """Every folder at or below `directory` that holds rank files (sorted; a job's runs can nest:
+    ddp_bucketed.sh puts its all-reduce run inside the ddp run's folder)."""
+    if not os.path.isdir(directory):
+        return [directory]  # open_run then says what is wrong
+    found = sorted(root for root, _, files in os.walk(directory) if any(RANK_FILE_PATTERN.match(n) for n in files))
+    return found or [directory]
 
 
-def bench_table(summary, decimals: int) -> str:
-    """summary: rows of Run.bench_summary() (possibly of several runs concatenated)."""
-    varying = [(key, title) for key, title in VARYING_COLUMNS if summary[key].nunique(dropna=False) > 1]
-    show_status = (summary["status"] != "ok").any()
-    # Bwd columns are always there, as in the seeds' table ('-' where only forward was timed);
-    # Opt columns only when some configuration timed the optimizer step.
-    show_opt = summary["optimizer_n"].fillna(0).gt(0).any()
-    phases = ["forward", "backward"] + (["optimizer"] if show_opt else [])
-
-    header = ["Model size", "d_model", "d_ff", "num_layers", "num_heads"] + [title for _, title in varying]
-    if show_status:
-        header.append("Status")
-    short = {"forward": "Fwd", "backward": "Bwd", "optimizer": "Opt"}
-    for phase in phases:
-        header += [f"{short[phase]} Mean (ms)", f"{short[phase]} Std (ms)"]
-    header.append("Total (ms)")
-
-    rows = []
-    for _, r in summary.iterrows():
-        row = [r["model"], r["d_model"], r["d_ff"], r["num_layers"], r["num_heads"]] + [r[key] for key, _ in varying]
-        if show_status:
-            row.append(r["status"])
-        for phase in phases:
-            row += [fmt(r[f"{phase}_mean"], decimals), fmt(r[f"{phase}_std"], decimals)]
-        row.append(fmt(r["step_mean"], decimals))
-        rows.append(row)
-    return markdown_table(header, rows)
+def section_function(mode: str):
+    """report_section of analysis/<mode>.py, or None when there is no such module or function.
+    Loaded by path, so a mode named like a standard module (profile) still finds its own."""
+    path = os.path.join(ANALYSIS_DIR, f"{mode}.py")
+    if not os.path.isfile(path) or mode in ("report", "llmhpc_h5"):
+        return None
+    spec = importlib.util.spec_from_file_location(f"llmhpc_section_{mode}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return getattr(module, "report_section", None)
 
 
-def train_table(run, rank: int, decimals: int) -> str:
-    steps = run.train_steps(rank)
-    header = ["Step", "Loss", "Step (ms)"]
-    rows = [[int(s.step), f"{s.loss:.6f}", fmt(s.step_ms, decimals)] for s in steps.itertuples()]
-    return markdown_table(header, rows)
+def call_section(function, runs: list, out_dir: str, options: dict) -> str:
+    """function(runs, out_dir), plus those of `options` it takes: rank (None: every rank pooled),
+    decimals, all_runs (the runs of every mode in the report, e.g. ddp's all-reduce runs)."""
+    accepted = inspect.signature(function).parameters
+    return function(runs, out_dir, **{k: v for k, v in options.items() if k in accepted})
 
 
-def describe(run, rank_label: str) -> str:
+def describe(run) -> str:
     a = run.attrs
     state = "" if run.complete else " (INCOMPLETE: a rank's file says the run did not finish)"
-    return (f"llmhpc {a['mode']} on {a['device_name']} ({a['hostname']}), {run.world_size} rank(s), "
-            f"{rank_label}; git {a['git_sha']}; started {a['start_time']}{state}")
+    return (f"`{run.directory}`: llmhpc {a['mode']} on {a['device_name']} ({a['hostname']}), {run.world_size} "
+            f"rank(s), backend {a['backend']}; git {a['git_sha']}; started {a['start_time']}{state}")
+
+
+def build_report(dirs: list, out_dir: str, options: dict, table_only: bool = False) -> str:
+    runs = [open_run(d) for directory in dirs for d in run_directories(directory)]
+    by_mode = {}
+    for run in runs:
+        by_mode.setdefault(run.mode, []).append(run)
+    modes = sorted(by_mode, key=lambda m: (MODE_ORDER.index(m) if m in MODE_ORDER else len(MODE_ORDER), m))
+    parts = [] if table_only else ["# llmhpc report", "\n".join(f"- {describe(run)}" for run in runs)]
+    for mode in modes:
+        function = section_function(mode)
+        if function is None:
+            body = f"no analysis/{mode}.py with report_section(runs, out_dir): runs listed above only"
+        else:
+            body = call_section(function, by_mode[mode], out_dir, dict(options, all_runs=runs))
+        parts.append(body if table_only else f"## {mode}\n\n{body}")
+    return "\n\n".join(parts) + "\n"
 
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("dirs", nargs="+", metavar="DIR", help="run directory (llmhpc --out)")
+    parser.add_argument("dirs", nargs="+", metavar="DIR", help="run directory (llmhpc --out) or a folder of them")
+    parser.add_argument("-o", "--output", help="the markdown file; its PNGs go beside it (default: DIR/report.md)")
     which = parser.add_mutually_exclusive_group()
     which.add_argument("--rank", type=int, default=0, help="report this rank's samples (default 0)")
     which.add_argument("--all-ranks", action="store_true", help="pool the samples of every rank")
-    parser.add_argument("--decimals", type=int, default=2, help="decimals of the times (default 2)")
-    parser.add_argument("--table-only", action="store_true", help="print the table without the line about the run")
+    parser.add_argument("--decimals", type=int, default=2, help="decimals of the benchmark times (default 2)")
+    parser.add_argument("--table-only", action="store_true", help="the sections only, without the title and runs")
     args = parser.parse_args(argv)
 
+    output = args.output or os.path.join(args.dirs[0], "report.md")
+    out_dir = os.path.dirname(os.path.abspath(output))
+    options = dict(rank=None if args.all_ranks else args.rank, decimals=args.decimals)
     try:
-        runs = [open_run(d) for d in args.dirs]
-        rank = None if args.all_ranks else args.rank
-        rank_label = "samples of all ranks pooled" if args.all_ranks else f"rank {args.rank}"
-        # Build everything first, so an error leaves no half-printed report.
-        out, summaries = [], []
-        for run in runs:
-            if not args.table_only:
-                out.append(describe(run, rank_label) + "\n")
-            if run.records("bench", rank if rank is not None else run.ranks[0]):
-                summaries.append(run.bench_summary(rank))
-            elif run.records("train", run.ranks[0]):
-                out.append(train_table(run, args.rank, args.decimals) + "\n")
-            else:
-                raise SchemaError(f"{run.directory}: no bench or train records (mode '{run.mode}')")
-        if summaries:
-            out.append(bench_table(pd.concat(summaries, ignore_index=True), args.decimals))
-        print("\n".join(out))
+        if not os.path.isdir(out_dir):
+            raise SchemaError(f"{out_dir}: no such folder for the report (-o)")
+        text = build_report(args.dirs, out_dir, options, args.table_only)  # all built first: no half-written file
     except SchemaError as e:
         print(f"report.py: error: {e}", file=sys.stderr)
         return 2
+    with open(output + ".tmp", "w") as f:
+        f.write(text)
+    os.replace(output + ".tmp", output)
+    print(text)
+    print(f"report.py: wrote {output}", file=sys.stderr)
     return 0
 
 

@@ -22,9 +22,8 @@ CONTEXTS=${CONTEXTS:-128,256,512,1024}
 PRECISIONS=${PRECISIONS:-fp32,bf16}
 WARMUP=${WARMUP:-5}
 STEPS=${STEPS:-10}
-$LAUNCH "$LLMHPC_BIN" --mode bench --device "$DEVICE" --model "$MODELS" --context-length "$CONTEXTS" --precision "$PRECISIONS" \
-  --warmup "$WARMUP" --steps "$STEPS" --phase train-step --out "$OUT" ${EXTRA_ARGS:-}
-$PYTHON "$LLMHPC_ROOT/analysis/report.py" "$OUT"
+llmhpc_run --mode bench --model "$MODELS" --context-length "$CONTEXTS" --precision "$PRECISIONS" \
+  --warmup "$WARMUP" --steps "$STEPS" --phase "${PHASE:-train-step}" --out "$OUT"
 if [ "${TORCH:-0}" = 1 ]; then
   $PYTHON "$LLMHPC_ROOT/analysis/torch_baseline.py" --model "$MODELS" --context-length "$CONTEXTS" \
     --precision "$PRECISIONS" --setup "${TORCH_SETUPS:-compiled,eager}" --warmup "$WARMUP" --steps "$STEPS" \
@@ -32,3 +31,4 @@ if [ "${TORCH:-0}" = 1 ]; then
   $PYTHON "$LLMHPC_ROOT/analysis/torch_baseline.py" --ceilings --out "$OUT/torch.jsonl"
   $PYTHON "$LLMHPC_ROOT/analysis/model_bench.py" "$OUT" "$OUT/torch.jsonl" | tee "$OUT/model-bench.md"
 fi
+job_report  # $OUT/report.md: the tables (fp32 against bf16 too) and bench.png

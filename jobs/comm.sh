@@ -7,7 +7,7 @@
 # The seeds' single-node communication study: all-reduce of 1MB..1000MB with nccl (GPU
 # buffers) and mpi (host buffers, the CPU baseline) at each rank count, then one markdown
 # table of all runs (analysis/comm.py).
-#   sbatch jobs/comm.sh                     or   RANKS=2,4 bash jobs/comm.sh
+#   sbatch jobs/comm.sh                     or   NP=4 bash jobs/comm.sh     (RANKS: 2,4,...,NP)
 #   BACKENDS=nccl COLLECTIVES=all SIZES=1MB,1GB CHECK=1 bash jobs/comm.sh
 # mpi moves 1000MB in about a second, so it runs fewer iterations (MPI_WARMUP, MPI_ITERS).
 # Each rank count is a launch of its own, $MPIRUN -np N (LAUNCH, with its fixed count, does not apply).
@@ -16,7 +16,7 @@ set -euo pipefail
 for r in "${LLMHPC_ROOT:-}" "${SLURM_SUBMIT_DIR:-}" "${SLURM_SUBMIT_DIR:-}/.." "$(dirname "$0")/.." ""; do [ -f "$r/jobs/env.sh" ] && break; done
 [ -n "$r" ] || { echo "$0: cannot find the llmhpc repository: set LLMHPC_ROOT, or sbatch from it" >&2; exit 2; }
 source "$r/jobs/env.sh"
-RANKS=${RANKS:-2,4,8}
+RANKS=${RANKS:-$(rank_counts | sed 's/^1,//')}  # 2, 4, ... up to the job's tasks
 BACKENDS=${BACKENDS:-nccl,mpi}
 COLLECTIVES=${COLLECTIVES:-allreduce}
 SIZES=${SIZES:-1MB,10MB,100MB,1000MB}
@@ -40,3 +40,4 @@ for backend in ${BACKENDS//,/ }; do
   done
 done
 $PYTHON "$LLMHPC_ROOT/analysis/comm.py" "${runs[@]}" | tee "$OUT/comm.md"
+job_report  # $OUT/report.md: the seeds' 004 table and comm_busbw.png (bandwidth vs size per rank count)

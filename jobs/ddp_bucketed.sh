@@ -17,7 +17,9 @@
 # to llmhpc only. COMM=0 skips the all-reduce run (the bucket model is then fitted to the
 # bucketed runs). With TORCH=1, PyTorch's DistributedDataParallel on the same model in the same
 # job (analysis/torch_ddp.py under torchrun with NP ranks, setups TORCH_SETUPS, at every bucket
-# size, and --single for the baseline) and the side-by-side table.
+# size, and --single for the baseline) and the side-by-side table. SHARDING (--shard-optimizer,
+# default none) is what jobs/sharding.sh sets; jobs/ddp_{naive,flat,overlap}.sh run this script
+# with their own STRATEGIES. At the end $OUT/report.md (analysis/report.py) with ddp_breakdown.png.
 set -euo pipefail
 # The repository, also from the copy of this script that sbatch runs (jobs/env.sh says how).
 for r in "${LLMHPC_ROOT:-}" "${SLURM_SUBMIT_DIR:-}" "${SLURM_SUBMIT_DIR:-}/.." "$(dirname "$0")/.." ""; do [ -f "$r/jobs/env.sh" ] && break; done
@@ -30,6 +32,7 @@ CONTEXTS=${CONTEXTS:-128}
 BATCH=${BATCH:-4}
 PRECISIONS=${PRECISIONS:-fp32}
 STRATEGIES=${STRATEGIES:-none,naive,flat,overlap,bucketed}
+SHARDING=${SHARDING:-none}
 BUCKETS=${BUCKETS:-1,10,25,100,1000}
 WARMUP=${WARMUP:-5}
 STEPS=${STEPS:-10}
@@ -43,8 +46,8 @@ echo "ddp_bucketed: $NP rank(s), results in $OUT"
 
 model=(--model "$MODELS" $SHAPE)
 sweep=(--context-length "$CONTEXTS" --batch-size "$BATCH" --precision "$PRECISIONS" --warmup "$WARMUP" --steps "$STEPS")
-$LAUNCH "$LLMHPC_BIN" --mode ddp --device "$DEVICE" "${model[@]}" "${sweep[@]}" --ddp "$STRATEGIES" \
-  --bucket-mb "$BUCKETS" --out "$OUT" ${EXTRA_ARGS:-}
+llmhpc_run --mode ddp "${model[@]}" "${sweep[@]}" --ddp "$STRATEGIES" --bucket-mb "$BUCKETS" \
+  --shard-optimizer "$SHARDING" --out "$OUT"
 report_args=()
 if [ "$COMM" = 1 ]; then
   $LAUNCH "$LLMHPC_BIN" --mode comm --device "$DEVICE" --collective allreduce --size "$COMM_SIZES" \
@@ -59,3 +62,4 @@ if [ "$TORCH" = 1 ]; then
   report_args+=(--torch "$OUT/torch_ddp.jsonl")
 fi
 $PYTHON "$LLMHPC_ROOT/analysis/ddp.py" "$OUT" ${report_args[@]+"${report_args[@]}"} --markdown | tee "$OUT/ddp.md"
+job_report

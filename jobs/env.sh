@@ -14,6 +14,15 @@
 #   LAUNCH       the whole launch prefix of llmhpc (default "$MPIRUN -np $NP")
 # Nothing is written outside OUT; nothing in a home directory.
 #
+# What a job calls (a new job, e.g. for a new mode, needs only these):
+#   llmhpc_run ARGS...   $LAUNCH $LLMHPC_BIN --device $DEVICE ARGS... $EXTRA_ARGS
+#   job_report           analysis/report.py over $OUT: $OUT/report.md and its PNGs beside the
+#                        results (sections chosen by the modes found), printed to the job's log
+#   rank_counts          1, 2, 4, ... up to NP, and NP: the default rank counts of sweeps
+#
+# GPUs: every job asks Slurm for one GPU per task (#SBATCH --gpus-per-task=1). On a cluster
+# without GPUs: sbatch --gpus-per-task=0 jobs/X.sh (or SBATCH_GPUS_PER_TASK=0) with DEVICE=cpu.
+#
 # Finding the repository: under sbatch a job runs from a copy in Slurm's spool directory, so
 # its own directory is not the repository. Each job therefore looks for jobs/env.sh in
 # $LLMHPC_ROOT, then $SLURM_SUBMIT_DIR (and its parent, for a submission from jobs/), then
@@ -45,3 +54,11 @@ LAUNCH=${LAUNCH:-$MPIRUN -np $NP}
 # Never let NCCL use NVLink multicast (NVLS); it can take a shared host's GPUs down.
 export NCCL_NVLS_ENABLE=0
 export OMPI_ALLOW_RUN_AS_ROOT=${OMPI_ALLOW_RUN_AS_ROOT:-1} OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=${OMPI_ALLOW_RUN_AS_ROOT_CONFIRM:-1}
+
+llmhpc_run() { $LAUNCH "$LLMHPC_BIN" --device "$DEVICE" "$@" ${EXTRA_ARGS:-}; }
+job_report() { "$PYTHON" "$LLMHPC_ROOT/analysis/report.py" "$OUT" -o "$OUT/report.md"; }
+rank_counts() {
+  local n=1 list=""
+  while [ "$n" -lt "$NP" ]; do list+="$n,"; n=$((n * 2)); done
+  echo "$list$NP"
+}

@@ -13,5 +13,5 @@ source "$r/jobs/env.sh"
 DATA=${DATA:?set DATA to a .bin (uint16) or .npy token file}
 MODEL=${MODEL:-small}
 STEPS=${STEPS:-1000}
-$LAUNCH "$LLMHPC_BIN" --mode train --device "$DEVICE" --data "$DATA" --model "$MODEL" --steps "$STEPS" --out "$OUT" \
-  --save "$OUT/final.h5" ${EXTRA_ARGS:-}
+llmhpc_run --mode train --data "$DATA" --model "$MODEL" --steps "$STEPS" --out "$OUT" --save "$OUT/final.h5"
+job_report  # $OUT/report.md: loss and step times, train_loss.png

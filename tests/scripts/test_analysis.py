@@ -34,8 +34,8 @@ ROOT_ATTRS = {"schema_version": int, "mode": str, "rank": int, "world_size": int
 
 def report(*args):
     proc = run([sys.executable, REPORT, *args])
-    tables = parse_markdown_tables(proc.stdout)
-    assert len(tables) == 1, f"report.py {' '.join(args)} printed {len(tables)} tables, expected 1:\n{proc.stdout}"
+    tables = [t for t in parse_markdown_tables(proc.stdout) if "Fwd Mean (ms)" in t[0]]
+    assert len(tables) == 1, f"report.py {' '.join(args)} printed {len(tables)} benchmark tables, expected 1:\n{proc.stdout}"
     return tables[0], proc.stdout
 
 

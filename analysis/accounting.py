@@ -1,0 +1,238 @@
+#!/usr/bin/env python3
+"""The seeds' back-of-envelope models as a tool (004 communication_accounting (a)-(d) and
+ddp_bucketed (b)), each with the measured number beside it where llmhpc measured one.
+
+    python3 analysis/accounting.py memory                       # (a) the seeds' FFN-only XXL model
+    python3 analysis/accounting.py memory --model xl --batch 4 --context 128 --ddp results/ddp-...
+    python3 analysis/accounting.py fsdp                         # (b) devices for FSDP (95 GB, TPU v5p)
+    python3 analysis/accounting.py tp-batch                     # (c) compute-bound batch, (d) what tricks buy
+    python3 analysis/accounting.py bucket --comm results/comm-... [--ddp results/ddp-...]   # ddp_bucketed (b)
+
+memory: parameters P of the model (the seeds' blocks of two d_model x d_ff matrices, or an
+  llmhpc transformer: --model or --d-model/--d-ff/--num-layers/--vocab-size), the fp32 training
+  state: weights 4P, gradients 4P, AdamW's m and v 8P bytes; the activations backward keeps,
+  in --act-bytes per value (bf16: 2): blocks x batch x tokens x (d_model + d_ff) (the seeds'
+  count); the devices of --device-memory needed to hold the state. With --ddp DIR (an llmhpc
+  --mode ddp run of that model): the measured bytes of each category beside the model's
+  (memory_after_optimizer_<category>_bytes of the largest rank; state divided by the ranks
+  for sharded optimizers).
+fsdp: per device M_state / N + M_act / 2 + M_act / (2N) (the seeds' split), the least N that
+  fits --device-memory.
+tp-batch: FSDP over X devices and tensor parallelism over Y (the seeds' TPU v5p numbers by
+  default): per block and device compute 4 B d d_ff / Y FLOPs at C FLOP/s against the
+  all-gather of the weights M_X (X-1)/X d d_ff / Y x 2 bytes and the activations' all-reduce
+  M_Y 2 (Y-1)/Y B d x 2 bytes at W bytes/s; compute-bound from B* on, global batch B* M_X M_Y;
+  (d): B* with the weights sent in 1 byte (fp8), with twice the bandwidth, with half the weight
+  all-gathers (weights cached).
+bucket: o (per collective) and w (bytes/s) from an all-reduce sweep (llmhpc --mode comm, as
+  analysis/ddp.py fits them), the optimum b* = sqrt(s o w) for s gradient bytes (--grad-bytes,
+  or the ddp run's), and with --ddp the measured bucket sweep beside the model's T_over.
+Numbers in decimal GB (1e9) as the seeds write them. Files are read only through
+analysis/llmhpc_h5.py.
+"""
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from bench import fmt, markdown_table  # noqa: E402
+from ddp import allreduce_model, bucket_model_table, load, setup_title  # noqa: E402
+from llmhpc_h5 import MIB, SchemaError, open_run  # noqa: E402
+
+GB = 1e9
+# llmhpc's presets (SPEC; src/model): d_model, d_ff, layers, heads.
+PRESETS = {"tiny": (512, 1344, 4, 16), "small": (768, 3072, 12, 12), "medium": (1024, 4096, 24, 16),
+           "large": (1280, 5120, 36, 20), "xl": (1600, 6400, 48, 25), "2.7B": (2560, 10240, 32, 32)}
+STATE = (("weights", 4), ("gradients", 4), ("optimizer (AdamW m, v)", 8))  # fp32 bytes per parameter
+MEASURED = {"weights": "params", "gradients": "grads", "optimizer (AdamW m, v)": "optimizer"}
+
+
+def parameters(d_model: int, d_ff: int, layers: int, vocab: int | None) -> int:
+    """The seeds' FFN-only blocks (vocab None: 2 d d_ff per block) or an llmhpc transformer
+    (attention 4 d^2 + SwiGLU 3 d d_ff + 2 norm gains per block, embedding and LM head, final norm)."""
+    if vocab is None:
+        return layers * 2 * d_model * d_ff
+    return layers * (4 * d_model * d_model + 3 * d_model * d_ff + 2 * d_model) + 2 * vocab * d_model + d_model
+
+
+def activation_bytes(args) -> float:
+    return args.num_layers * args.batch * args.context * (args.d_model + args.d_ff) * args.act_bytes
+
+
+def shape(args) -> tuple:
+    if args.model:
+        args.d_model, args.d_ff, args.num_layers, _ = PRESETS[args.model]
+        args.vocab_size = args.vocab_size or 10000
+    return parameters(args.d_model, args.d_ff, args.num_layers, args.vocab_size)
+
+
+def measured_memory(directory: str) -> dict:
+    """{category: bytes} after the optimizer (the largest rank), the run's world size and sharding."""
+    run = open_run(directory)
+    recs = [r for r in run.records("ddp", rank=None) if r.ok]
+    if not recs:
+        raise SchemaError(f"--ddp {directory}: no ddp record that ran")
+    first = recs[0]
+    out = {cat: max(r.attrs.get(f"memory_after_optimizer_{cat}_bytes", 0) for r in recs if r.name == first.name)
+           for cat in ("params", "grads", "optimizer", "activations")}
+    return dict(out, num_params=int(first.attrs["num_params"]), world_size=run.world_size, name=first.name,
+                sharding=first.attrs.get("shard_optimizer", "none"), precision=first.attrs["precision"])
+
+
+def gb(value: float) -> str:
+    """Decimal GB as the seeds write them: two decimals, four significant digits below 1 GB."""
+    return f"{value / GB:.2f}" if value >= GB else f"{value / GB:.4g}"
+
+
+def memory(args) -> str:
+    p = shape(args)
+    measured = measured_memory(args.ddp) if args.ddp else None
+    if measured and measured["num_params"] != p:
+        note = f" (the model's formula gives {p:,}; the run's num_params {measured['num_params']:,} is used)"
+        p = measured["num_params"]
+    else:
+        note = ""
+    rows, total = [], 0.0
+    for name, per_param in STATE:
+        b = per_param * p
+        if measured and name.startswith("optimizer") and measured["sharding"] != "none":
+            b /= measured["world_size"]  # each rank keeps m and v of its share
+        total += b
+        m = measured and measured[MEASURED[name]]
+        rows.append([name, f"{per_param} P", gb(b),
+                     f"{m / GB:.4g}" if measured else "-", fmt(m / b) if measured and b else "-"])
+    act = activation_bytes(args)
+    rows.append(["activations", f"{args.act_bytes} B x {args.num_layers} x {args.batch} x {args.context} x "
+                 f"(d_model + d_ff)", gb(act),
+                 f"{measured['activations'] / GB:.4g}" if measured else "-", "-"])
+    rows.append(["state (weights + gradients + optimizer)", "16 P", gb(total), "-", "-"])
+    devices = math.ceil(total / args.device_memory)
+    per_batch = args.num_layers * args.context * (args.d_model + args.d_ff) * args.act_bytes / GB
+    head = (f"### (a) memory: P = {p:,} parameters ({p / 1e9:.2f} B){note}; activations {per_batch:.5g} GB per "
+            f"sequence in the batch\n\n")
+    table = markdown_table(["What", "Model", "Model (GB)", "Measured (GB)", "Measured / model"], rows)
+    tail = (f"\n\nThe state alone needs {gb(total)} / {args.device_memory / GB:g} = "
+            f"{total / args.device_memory:.2f} -> {devices} devices of {args.device_memory / GB:g} GB.")
+    if measured:
+        tail += (f"\nMeasured: {args.ddp}, configuration {measured['name']} ({measured['precision']}, "
+                 f"{measured['world_size']} ranks, sharding {measured['sharding']}), memory after the optimizer "
+                 f"by category, largest rank; activations measured at that point hold what the last step kept.")
+    return head + table + tail
+
+
+def fsdp_devices(state: float, act: float, device_memory: float) -> int:
+    """Least N with state / N + act / 2 + act / (2N) <= device_memory (0 if none fits)."""
+    free = device_memory - act / 2
+    return math.ceil((state + act / 2) / free) if free > 0 else 0
+
+
+def fsdp(args) -> str:
+    p = shape(args)
+    state, act = 16 * p, activation_bytes(args)
+    n = fsdp_devices(state, act, args.device_memory)
+    verdict = f"N_FSDP >= {n}" if n else "never fits: half the activations alone exceed a device"
+    return (f"### (b) FSDP: M_per(N) = M_state / N + M_act / 2 + M_act / (2N)\n\nM_state = 16 P = {state / GB:.2f} GB, "
+            f"M_act = {act / GB:.4g} GB (batch {args.batch}), device {args.device_memory / GB:g} GB: {verdict}.")
+
+
+def critical_batch(d, d_ff, x, y, m_x, m_y, w, c, weight_bytes=2, act_bytes=2, gathers=1.0) -> float:
+    comm_x = gathers * m_x * (x - 1) / x * d * d_ff / y * weight_bytes
+    per_b_comm = m_y * 2 * (y - 1) / y * d * act_bytes / w
+    per_b_comp = 4 * d * d_ff / (y * c)
+    return (comm_x / w) / (per_b_comp - per_b_comm) if per_b_comp > per_b_comm else math.inf
+
+
+def tp_batch(args) -> str:
+    base = dict(d=args.d_model, d_ff=args.d_ff, x=args.x, y=args.y, m_x=args.m_x, m_y=args.m_y, w=args.w, c=args.c)
+    b = critical_batch(**base)
+    rows = [["(c) as given", f"{b:.2f}", f"{b * args.m_x * args.m_y:.0f}"]]
+    for label, change in (("(d) weights all-gathered in fp8 (1 byte)", dict(weight_bytes=1)),
+                          ("(d) twice the interconnect bandwidth", dict(w=2 * args.w)),
+                          ("(d) half the weight all-gathers (weights cached)", dict(gathers=0.5))):
+        v = critical_batch(**dict(base, **change))
+        rows.append([label, f"{v:.2f}", f"{v * args.m_x * args.m_y:.0f}"])
+    return ("### (c) compute-bound batch per device: t_comp = 4 B d d_ff / (Y C) >= t_comm = (comm_X + comm_Y(B)) / W\n\n"
+            f"d_model {args.d_model}, d_ff {args.d_ff}, X {args.x}, Y {args.y}, M_X {args.m_x}, M_Y {args.m_y}, "
+            f"W {args.w:.3g} B/s, C {args.c:.3g} FLOP/s\n\n"
+            + markdown_table(["Setting", "B* per device", f"Global batch (x M_X M_Y = {args.m_x * args.m_y})"], rows))
+
+
+def bucket(args) -> str:
+    model = allreduce_model(args.comm)
+    parts = []
+    if args.ddp:
+        df, _ = load(args.ddp, None)
+        for _, g in df[df.shard_optimizer == "none"].groupby("setup", sort=True):
+            title = setup_title(g.iloc[0])
+            parts.append(bucket_model_table(g, model, True, title))
+            b = g[(g.ddp == "bucketed") & (g.status == "ok")]
+            if len(b):
+                best = b.loc[b.slowest_step_mean.idxmin()]
+                s = float(best.comm_bytes_per_step)
+                parts.append(f"Measured: the fastest bucket size is {best.bucket_mb:g} MiB ({best.slowest_step_mean:.2f} "
+                             f"ms per step); the model's b* = {math.sqrt(s * model['o'] * model['w']) / MIB:.3g} MiB.")
+    if args.grad_bytes:
+        s, o, w = args.grad_bytes, model["o"], model["w"]
+        parts.append(f"### ddp_bucketed (b): s = {s / MIB:.3f} MiB, o = {o * 1e3:.2f} us, w = {w * 1e3 / 1e9:.3g} GB/s "
+                     f"({model['source']})\n\nb* = sqrt(s o w) = {math.sqrt(s * o * w) / MIB:.3g} MiB, "
+                     f"n_b* = {math.sqrt(s / (o * w)):.3g} buckets, T_over(b*) = 2 sqrt(s o / w) = "
+                     f"{2 * math.sqrt(s * o / w):.3f} ms")
+    if not parts:
+        raise SchemaError("bucket needs --ddp DIR (a bucket sweep) or --grad-bytes N")
+    return "\n\n".join(parts)
+
+
+def size(text: str) -> float:
+    """'80GB', '95e9', '16GiB' -> bytes."""
+    units = {"gib": 2**30, "mib": 2**20, "gb": 1e9, "mb": 1e6, "b": 1}
+    t = text.strip().lower()
+    for unit, scale in units.items():
+        if t.endswith(unit):
+            return float(t[:-len(unit)]) * scale
+    return float(t)
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="what", required=True)
+    shapes = argparse.ArgumentParser(add_help=False)
+    shapes.add_argument("--model", choices=sorted(PRESETS), help="an llmhpc preset instead of the seeds' model")
+    shapes.add_argument("--d-model", type=int, default=16384)
+    shapes.add_argument("--d-ff", type=int, default=53248)
+    shapes.add_argument("--num-layers", type=int, default=126, help="blocks (default: the seeds' 126)")
+    shapes.add_argument("--vocab-size", type=int, default=None,
+                        help="an llmhpc transformer with this vocabulary (default: the seeds' FFN-only blocks)")
+    shapes.add_argument("--batch", type=int, default=1, help="sequences per device for the activations (default 1)")
+    shapes.add_argument("--context", type=int, default=1, help="tokens per sequence (default 1, as the seeds count)")
+    shapes.add_argument("--act-bytes", type=int, default=2, help="bytes per activation value (default 2, bf16)")
+    m = sub.add_parser("memory", parents=[shapes], help="(a) memory and devices needed")
+    m.add_argument("--device-memory", type=size, default=80e9, help="per device (default 80GB, an H100)")
+    m.add_argument("--ddp", help="an llmhpc --mode ddp run of the model: measured memory beside the model's")
+    f = sub.add_parser("fsdp", parents=[shapes], help="(b) devices for FSDP")
+    f.add_argument("--device-memory", type=size, default=95e9, help="per device (default 95GB, a TPU v5p)")
+    t = sub.add_parser("tp-batch", help="(c) and (d): the compute-bound batch of FSDP x TP")
+    t.add_argument("--d-model", type=int, default=16384)
+    t.add_argument("--d-ff", type=int, default=53248)
+    for name, default in (("--x", 16), ("--y", 4), ("--m-x", 2), ("--m-y", 1)):
+        t.add_argument(name, type=int, default=default)
+    t.add_argument("--w", type=float, default=2 * 9e10, help="interconnect bytes/s (default 1.8e11)")
+    t.add_argument("--c", type=float, default=4.6e14, help="FLOP/s per device (default 4.6e14)")
+    b = sub.add_parser("bucket", help="ddp_bucketed (b): o, w from an all-reduce run; b* against a bucket sweep")
+    b.add_argument("--comm", required=True, help="an llmhpc --mode comm run with all-reduce at two sizes or more")
+    b.add_argument("--ddp", action="append", help="llmhpc --mode ddp runs with bucketed at several --bucket-mb")
+    b.add_argument("--grad-bytes", type=size, help="s, the gradient bytes per step (e.g. 4 x parameters)")
+    args = parser.parse_args(argv)
+    try:
+        text = {"memory": memory, "fsdp": fsdp, "tp-batch": tp_batch, "bucket": bucket}[args.what](args)
+    except SchemaError as e:
+        print(f"accounting.py: error: {e}", file=sys.stderr)
+        return 2
+    print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,240 @@
+"""The seeds' benchmark tables and plots from llmhpc --mode bench runs (report.py's bench section).
+
+    report_section(runs, out_dir)   markdown: the benchmark table (one per warm-up setting when
+                                    runs differ in warm-up, as the seeds' warm-up study), fp32
+                                    against bf16 with speed-ups, peak memory; writes bench.png
+                                    (and bench_speedup.png) into out_dir
+
+Times are ms: the mean and sample std (n-1) of the raw per-step arrays of rank 0 (or of the rank
+asked for; rank=None pools every rank). Files are read only through analysis/llmhpc_h5.py.
+"""
+from __future__ import annotations
+
+import math
+import os
+import sys
+
+import matplotlib
+
+matplotlib.use("Agg")  # files only: no display on cluster nodes
+import matplotlib.pyplot as plt  # noqa: E402
+import matplotlib.ticker  # noqa: E402
+import pandas as pd  # noqa: E402
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from llmhpc_h5 import BENCH_PHASES  # noqa: E402
+
+# Columns that appear only when their value differs between rows: (summary column, header).
+VARYING_COLUMNS = (("context_length", "Context"), ("batch_size", "Batch"), ("precision", "Precision"),
+                   ("attention", "Attention"), ("phase", "Phase"), ("warmup", "Warm-up"), ("steps", "Steps"))
+SHAPE_KEYS = ("model", "d_model", "d_ff", "num_layers", "num_heads", "vocab_size")
+SHORT = {"forward": "Fwd", "backward": "Bwd", "optimizer": "Opt", "step": "Total"}
+GIB = float(1 << 30)
+
+
+def fmt(value, decimals: int = 2) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "-"
+    return f"{value:.{decimals}f}"
+
+
+def markdown_table(header: list, rows: list) -> str:
+    lines = ["| " + " | ".join(header) + " |", "| " + " | ".join("---" for _ in header) + " |"]
+    lines += ["| " + " | ".join(str(cell) for cell in row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def bench_table(summary: pd.DataFrame, decimals: int = 2) -> str:
+    """The seeds' table: one row per configuration of Run.bench_summary() rows (several runs concatenated)."""
+    varying = [(key, title) for key, title in VARYING_COLUMNS if summary[key].nunique(dropna=False) > 1]
+    show_status = (summary["status"] != "ok").any()
+    # Bwd columns are always there, as in the seeds' table ('-' where only forward was timed);
+    # Opt columns only when some configuration timed the optimizer step.
+    show_opt = summary["optimizer_n"].fillna(0).gt(0).any()
+    phases = ["forward", "backward"] + (["optimizer"] if show_opt else [])
+
+    header = ["Model size", "d_model", "d_ff", "num_layers", "num_heads"] + [title for _, title in varying]
+    if show_status:
+        header.append("Status")
+    for phase in phases:
+        header += [f"{SHORT[phase]} Mean (ms)", f"{SHORT[phase]} Std (ms)"]
+    header += ["Total (ms)", "Peak (MiB)"]
+
+    rows = []
+    for _, r in summary.iterrows():
+        row = [r["model"], r["d_model"], r["d_ff"], r["num_layers"], r["num_heads"]] + [r[key] for key, _ in varying]
+        if show_status:
+            row.append(r["status"])
+        for phase in phases:
+            row += [fmt(r[f"{phase}_mean"], decimals), fmt(r[f"{phase}_std"], decimals)]
+        row += [fmt(r["step_mean"], decimals), fmt(r["peak_memory_bytes"] / (1 << 20), 1)]
+        rows.append(row)
+    return markdown_table(header, rows)
+
+
+def other_precisions(summary: pd.DataFrame) -> list:
+    """Precisions measured besides fp32 (bf16 on GPUs; fp64 runs on the CPU too), fp32 being the reference."""
+    ok = summary[summary["status"] == "ok"]
+    present = set(ok["precision"])
+    return sorted(present - {"fp32"}) if "fp32" in present else []
+
+
+def speedup_table(summary: pd.DataFrame, other: str = "bf16", decimals: int = 2) -> str:
+    """fp32 against `other` for every configuration measured in both (the seeds' mixed-precision
+    table): mean ms of each timed phase and the speed-up fp32 / other."""
+    keys = [k for k in (*SHAPE_KEYS, "context_length", "batch_size", "attention", "phase", "warmup", "steps")]
+    ok = summary[summary["status"] == "ok"]
+    fp32 = {tuple(r[k] for k in keys): r for _, r in ok[ok.precision == "fp32"].iterrows()}
+    bf16 = {tuple(r[k] for k in keys): r for _, r in ok[ok.precision == other].iterrows()}
+    common = [k for k in fp32 if k in bf16]
+    if not common:
+        return ""
+    phases = [p for p in BENCH_PHASES if any(fp32[k][f"{p}_n"] > 0 for k in common)]
+    show_warmup = len({fp32[k]["warmup"] for k in common}) > 1
+    header = ["Model size", "Context", "Batch", "Phase"] + (["Warm-up"] if show_warmup else [])
+    for p in phases:
+        header += [f"{SHORT[p]} FP32 (ms)", f"{SHORT[p]} {other.upper()} (ms)", f"{SHORT[p]} Speedup"]
+    rows = []
+    for k in common:
+        a, b = fp32[k], bf16[k]
+        row = [a["model"], a["context_length"], a["batch_size"], a["phase"]] + ([a["warmup"]] if show_warmup else [])
+        for p in phases:
+            x, y = a[f"{p}_mean"], b[f"{p}_mean"]
+            row += [fmt(x, decimals), fmt(y, decimals), f"{x / y:.2f}x" if y > 0 else "-"]
+        rows.append(row)
+    return markdown_table(header, rows)
+
+
+def memory_table(summary: pd.DataFrame) -> str:
+    """Peak memory (GiB, or MiB when all are smaller) per model and context, one column per phase and precision (the seeds' memory_profiling)."""
+    cols = sorted({(r["phase"], r["precision"]) for _, r in summary.iterrows()})
+    unit, scale = ("GiB", GIB) if summary["peak_memory_bytes"].max() >= GIB else ("MiB", float(1 << 20))
+    rows = {}
+    for _, r in summary.iterrows():
+        row = rows.setdefault((r["model"], r["d_model"], r["num_layers"], r["context_length"], r["batch_size"]), {})
+        row[(r["phase"], r["precision"])] = (fmt(r["peak_memory_bytes"] / scale, 2) if r["status"] == "ok" else
+                                             f"{r['status']} (>{r['peak_memory_bytes'] / scale:.2f})")
+    header = ["Model size", "d_model", "num_layers", "Context", "Batch"] + [f"{ph} {pr} peak ({unit})" for ph, pr in cols]
+    return markdown_table(header, [[*key] + [cells.get(c, "-") for c in cols] for key, cells in rows.items()])
+
+
+def model_label(row) -> str:
+    shape = f"d{row['d_model']}/L{row['num_layers']}"
+    return shape if row["model"] in ("custom", "checkpoint") else f"{row['model']} ({shape})"
+
+
+def human_count(n) -> str:
+    for unit, scale in (("B", 1e9), ("M", 1e6), ("k", 1e3)):
+        if n >= scale:
+            return f"{n / scale:.3g}{unit}"
+    return str(n)
+
+
+def _log_ticks(ax, values, labels=None):
+    """Ticks at the measured values: a sweep rarely spans the decades a log axis labels."""
+    values = sorted(set(values))
+    ax.set_xticks(values, labels or [str(v) for v in values])
+    ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
+
+
+def plot_times(summary: pd.DataFrame, title: str, path: str) -> str:
+    """Facets: one row per precision, one column per timed phase; time against parameters (log-log),
+    one line per context length (a sweep of one model: against context length, one line), the
+    sample std as error bars. With several warm-up settings, the largest (the steady state).
+    Returns the path, or "" when nothing ran."""
+    ok = summary[(summary["status"] == "ok") & (summary["warmup"] == summary["warmup"].max())]
+    if ok.empty:
+        return ""
+    by_size = ok["num_params"].nunique() > 1
+    x_key, line_key, x_label = (("num_params", "context_length", "parameters") if by_size else
+                                ("context_length", "num_params", "context length"))
+    phases = [p for p in BENCH_PHASES if ok[f"{p}_n"].fillna(0).gt(0).any()]
+    precisions = sorted(ok["precision"].unique())
+    fig, axes = plt.subplots(len(precisions), len(phases), figsize=(3.6 * len(phases), 3.2 * len(precisions)),
+                             squeeze=False)
+    xs = sorted(set(ok[x_key]))
+    for i, precision in enumerate(precisions):
+        for j, phase in enumerate(phases):
+            ax = axes[i][j]
+            for value, g in ok[ok.precision == precision].groupby(line_key):
+                g = g.groupby(x_key, as_index=False).first().sort_values(x_key)
+                label = f"T={value}" if by_size else human_count(value) + " params"
+                ax.errorbar(g[x_key], g[f"{phase}_mean"], yerr=g[f"{phase}_std"], fmt="o-", capsize=3, label=label)
+            ax.set_title(f"{phase}, {precision}")
+            if len(xs) > 1:
+                ax.set(xscale="log", yscale="log")
+                _log_ticks(ax, xs, [human_count(n) for n in xs] if by_size else None)
+            ax.grid(True, which="both", alpha=0.3)
+            if i == len(precisions) - 1:
+                ax.set_xlabel(x_label)
+            if j == 0:
+                ax.set_ylabel("ms per step")
+    axes[0][-1].legend(fontsize="small")
+    failed = summary[summary["status"] != "ok"]
+    if len(failed):
+        title += "\nnot run: " + ", ".join(f"{model_label(r)} T={r['context_length']} {r['precision']} ({r['status']})"
+                                           for _, r in failed.iterrows())
+    fig.suptitle(f"{title}; warm-up {ok['warmup'].iloc[0]}", fontsize="medium")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def plot_speedup(summary: pd.DataFrame, path: str, other: str = "bf16") -> str:
+    """`other`'s speed-up of the whole step (fp32 / other) against parameters, one line per context length."""
+    ok = summary[summary["status"] == "ok"]
+    keys = ["num_params", "context_length", "batch_size", "phase", "attention", "warmup"]
+    both = ok[ok.precision == "fp32"].merge(ok[ok.precision == other], on=keys, suffixes=("_32", "_16"))
+    if both.empty:
+        return ""
+    both = both[both["warmup"] == both["warmup"].max()]
+    by_size = both["num_params"].nunique() > 1
+    x_key, line_key = ("num_params", "context_length") if by_size else ("context_length", "num_params")
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for value, g in both.groupby(line_key):
+        g = g.sort_values(x_key)
+        label = f"T={value}" if by_size else human_count(value) + " params"
+        ax.plot(g[x_key], g["step_mean_32"] / g["step_mean_16"], "o-", label=label)
+    ax.axhline(1.0, color="grey", lw=1, ls="--")
+    ax.set(xlabel="parameters" if by_size else "context length", ylabel=f"speed-up fp32 / {other} (whole step)",
+           title=f"{other} speed-up (above 1: {other} faster)")
+    xs = sorted(set(both[x_key]))
+    if len(xs) > 1:
+        ax.set_xscale("log")
+        _log_ticks(ax, xs, [human_count(n) for n in xs] if by_size else None)
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize="small", title="context")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def summaries(runs: list, rank) -> pd.DataFrame:
+    frames = [run.bench_summary(rank) for run in runs]
+    frames = [f for f in frames if not f.empty]
+    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+
+
+def report_section(runs: list, out_dir: str, rank=0, decimals: int = 2) -> str:
+    summary = summaries(runs, rank)
+    if summary.empty:
+        return "no bench records"
+    parts = []
+    if summary["warmup"].nunique() > 1:  # the seeds' warm-up study: one table per warm-up setting
+        for w, g in summary.groupby("warmup", sort=True):
+            parts.append(f"### Benchmark (warm-up steps: {w})\n\n{bench_table(g, decimals)}")
+    else:
+        parts.append(f"### Benchmark (warm-up steps: {summary['warmup'].iloc[0]})\n\n{bench_table(summary, decimals)}")
+    for other in other_precisions(summary):
+        speedups = speedup_table(summary, other, decimals)
+        if speedups:
+            parts.append(f"### Mixed precision: fp32 against {other} (mean ms; speed-up = fp32 / {other})\n\n{speedups}")
+    parts.append(f"### Peak memory (the allocator's peak of each configuration)\n\n{memory_table(summary)}")
+    who = "all ranks pooled" if rank is None else f"rank {rank}"
+    pngs = [("time per step", plot_times(summary, f"llmhpc bench, {who}", os.path.join(out_dir, "bench.png")))]
+    pngs += [(f"{other} speed-up", plot_speedup(summary, os.path.join(out_dir, f"bench_speedup_{other}.png"), other))
+             for other in other_precisions(summary)]
+    parts += [f"![{name}]({os.path.basename(png)})" for name, png in pngs if png]
+    return "\n\n".join(parts)

@@ -1,0 +1,65 @@
+"""report.py's train section, from llmhpc --mode train runs.
+
+    report_section(runs, out_dir)   markdown: one row per run (model, ranks, strategy, sharding,
+                                    steps, first and last loss, step time mean and std, exposed
+                                    sync), the loss every few steps; writes train_loss.png
+
+Times are ms of rank 0 (or the rank asked for): mean and sample std (n-1) of the raw per-step
+arrays. Files are read only through analysis/llmhpc_h5.py.
+"""
+from __future__ import annotations
+
+import os
+import sys
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from bench import fmt, markdown_table  # noqa: E402
+
+MAX_LOSS_ROWS = 20  # the loss table shows at most this many steps, evenly spread, the last included
+
+
+def stats(values) -> tuple:
+    values = np.asarray(values, dtype=float)
+    if not len(values):
+        return float("nan"), float("nan")
+    return float(values.mean()), float(values.std(ddof=1)) if len(values) > 1 else 0.0
+
+
+def report_section(runs: list, out_dir: str, rank=0, decimals: int = 2) -> str:
+    rank = 0 if rank is None else rank
+    rows, curves, parts = [], [], []
+    for run in runs:
+        rec, steps = run.train_record(rank), run.train_steps(rank)
+        a = rec.attrs
+        step_mean, step_std = stats(steps.get("step_ms", []))
+        sync_mean, _ = stats(steps.get("sync_ms", []))
+        loss = steps["loss"].to_numpy() if "loss" in steps else np.array([])
+        rows.append([os.path.basename(os.path.normpath(run.directory)), a.get("model"), a.get("world_size"),
+                     a.get("ddp"), a.get("shard_optimizer", "none"), rec.status, len(steps),
+                     fmt(loss[0], 4) if len(loss) else "-", fmt(loss[-1], 4) if len(loss) else "-",
+                     fmt(step_mean, decimals), fmt(step_std, decimals), fmt(sync_mean, decimals)])
+        curves.append((os.path.basename(os.path.normpath(run.directory)), steps))
+        if len(steps):
+            pick = np.unique(np.linspace(0, len(steps) - 1, min(len(steps), MAX_LOSS_ROWS)).astype(int))
+            parts.append(f"### Loss of {run.directory} (rank {rank})\n\n" + markdown_table(
+                ["Step", "Loss", "Step (ms)"],
+                [[int(steps.step.iloc[i]), f"{steps.loss.iloc[i]:.6f}", fmt(steps.step_ms.iloc[i], decimals)]
+                 for i in pick]))
+    table = markdown_table(["Run", "Model", "Ranks", "DDP", "Sharding", "Status", "Steps", "First loss", "Last loss",
+                            "Step Mean (ms)", "Step Std (ms)", "Sync Mean (ms)"], rows)
+    fig, ax = plt.subplots(figsize=(6.5, 4))
+    for label, steps in curves:
+        ax.plot(steps["step"], steps["loss"], label=label)
+    ax.set(xlabel="step", ylabel="loss (nats)", title="training loss")
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize="small")
+    fig.tight_layout()
+    fig.savefig(os.path.join(out_dir, "train_loss.png"), dpi=110)
+    plt.close(fig)
+    return "\n\n".join([f"### Training runs\n\n{table}", *parts, "![training loss](train_loss.png)"])

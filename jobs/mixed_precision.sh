@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+#SBATCH --job-name=llmhpc-mixed-precision
+#SBATCH --nodes=1
+#SBATCH --ntasks-per-node=1
+#SBATCH --gpus-per-task=1
+#SBATCH --time=01:00:00
+# The seeds' mixed-precision comparison (benchmarking_mixed_precision): every size at each
+# context, fp32 and bf16 (PRECISIONS), forward-backward-AdamW steps; $OUT/report.md has the
+# fp32 against bf16 table with speed-ups, the peak memory of both, bench.png and
+# bench_speedup_bf16.png. (bf16 needs a GPU; on CPUs PRECISIONS=fp32,fp64 compares those.)
+#   sbatch jobs/mixed_precision.sh     or   MODELS=small,xl CONTEXTS=128 bash jobs/mixed_precision.sh
+set -euo pipefail
+# The repository, also from the copy of this script that sbatch runs (jobs/env.sh says how).
+for r in "${LLMHPC_ROOT:-}" "${SLURM_SUBMIT_DIR:-}" "${SLURM_SUBMIT_DIR:-}/.." "$(dirname "$0")/.." ""; do [ -f "$r/jobs/env.sh" ] && break; done
+[ -n "$r" ] || { echo "$0: cannot find the llmhpc repository: set LLMHPC_ROOT, or sbatch from it" >&2; exit 2; }
+source "$r/jobs/env.sh"
+MODELS=${MODELS:-small,medium,large,xl,2.7B}
+CONTEXTS=${CONTEXTS:-128,256,512,1024}
+PRECISIONS=${PRECISIONS:-fp32,bf16}
+WARMUP=${WARMUP:-5}
+STEPS=${STEPS:-10}
+llmhpc_run --mode bench --model "$MODELS" --context-length "$CONTEXTS" --precision "$PRECISIONS" --warmup "$WARMUP" \
+  --steps "$STEPS" --phase "${PHASE:-train-step}" --out "$OUT"
+job_report

@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+#SBATCH --job-name=llmhpc-scaling
+#SBATCH --nodes=1
+#SBATCH --ntasks-per-node=8
+#SBATCH --gpus-per-task=1
+#SBATCH --time=01:00:00
+# Strong and weak scaling of data-parallel training: the same model at 1, 2, 4, ... ranks up to
+# the job's tasks (RANKS), strong with a fixed global batch (STRONG_BATCH, default 2 per rank at
+# the most ranks), weak with a fixed per-rank batch (WEAK_BATCH); one strategy (STRATEGY,
+# BUCKET MiB); then an all-reduce run at the most ranks for the bucket model's o and w, and
+# $OUT/report.md with speed-ups, efficiencies, projections to larger clusters (each labelled
+# "projection") and scaling.png. Runs: $OUT/strong-np<N>, $OUT/weak-np<N>, $OUT/allreduce-np<N>.
+# Across nodes: sbatch --nodes=2 --ntasks-per-node=8 jobs/scaling.sh (mpirun places the ranks).
+# NET=1 runs everything again with NCCL's network transport forced (NCCL_P2P_DISABLE=1
+# NCCL_SHM_DISABLE=1: the path ranks on different nodes take), in folders ending in -net, which
+# analysis/scaling.py labels "network transport"; NET=only runs that alone. The variables are
+# set in the launcher's environment: for ranks on other hosts, let the launcher pass them
+# (MPIRUN="mpirun -x NCCL_P2P_DISABLE -x NCCL_SHM_DISABLE"; srun passes them by itself).
+#   sbatch jobs/scaling.sh            or   NP=4 bash jobs/scaling.sh
+#   NP=2 DEVICE=cpu SHAPE="--d-model 64 --d-ff 128 --num-layers 2 --num-heads 4" CONTEXTS=32 bash jobs/scaling.sh
+set -euo pipefail
+# The repository, also from the copy of this script that sbatch runs (jobs/env.sh says how).
+for r in "${LLMHPC_ROOT:-}" "${SLURM_SUBMIT_DIR:-}" "${SLURM_SUBMIT_DIR:-}/.." "$(dirname "$0")/.." ""; do [ -f "$r/jobs/env.sh" ] && break; done
+[ -n "$r" ] || { echo "$0: cannot find the llmhpc repository: set LLMHPC_ROOT, or sbatch from it" >&2; exit 2; }
+source "$r/jobs/env.sh"
+RANKS=${RANKS:-$(rank_counts)}
+MODELS=${MODELS:-xl}
+SHAPE=${SHAPE:-}
+CONTEXTS=${CONTEXTS:-128}
+max_np=$(tr ',' '\n' <<<"$RANKS" | sort -n | tail -1)
+STRONG_BATCH=${STRONG_BATCH:-$((2 * max_np))}
+WEAK_BATCH=${WEAK_BATCH:-2}
+PRECISIONS=${PRECISIONS:-fp32}
+STRATEGY=${STRATEGY:-bucketed}
+BUCKET=${BUCKET:-25}
+WARMUP=${WARMUP:-5}
+STEPS=${STEPS:-10}
+COMM_SIZES=${COMM_SIZES:-4KB,1MB,100MB,1000MB}
+case "${NET:-0}" in 0) transports=default ;; 1) transports="default net" ;; only) transports=net ;;
+  *) echo "$0: NET must be 0, 1 or only, not '$NET'" >&2; exit 2 ;; esac
+mkdir -p "$OUT"
+echo "scaling: ranks $RANKS, strong global batch $STRONG_BATCH, weak per-rank batch $WEAK_BATCH; results in $OUT"
+
+for transport in $transports; do
+  (
+    suffix=""
+    if [ "$transport" = net ]; then export NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1; suffix=-net; fi
+    for np in ${RANKS//,/ }; do
+      for kind in strong weak; do
+        if [ $kind = strong ]; then batch=$STRONG_BATCH; else batch=$((WEAK_BATCH * np)); fi
+        $MPIRUN -np "$np" "$LLMHPC_BIN" --mode ddp --device "$DEVICE" --model "$MODELS" $SHAPE --context-length "$CONTEXTS" \
+          --batch-size "$batch" --precision "$PRECISIONS" --ddp "$STRATEGY" --bucket-mb "$BUCKET" --warmup "$WARMUP" \
+          --steps "$STEPS" --out "$OUT/$kind-np$np$suffix" ${EXTRA_ARGS:-}
+      done
+    done
+    if [ "$max_np" -gt 1 ]; then
+      $MPIRUN -np "$max_np" "$LLMHPC_BIN" --mode comm --device "$DEVICE" --collective allreduce --size "$COMM_SIZES" \
+        --out "$OUT/allreduce-np$max_np$suffix"
+    fi
+  )
+done
+job_report

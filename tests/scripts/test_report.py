@@ -1,0 +1,318 @@
+"""analysis/report.py, its per-mode sections, plot_bench.py, scaling and accounting.py on files
+the binary writes here (CPU backend, a tiny model): bench (fp32 and fp64, two contexts, two
+warm-up settings), attention, comm at 2 and 3 ranks, ddp (every strategy, two bucket sizes,
+sharding), ddp at 1 and 2 ranks (strong and weak), an all-reduce run, train.
+
+Every number checked is recomputed here from the raw arrays read with h5py alone: the bench
+tables' means and stds per warm-up setting, the fp32/fp64 speed-ups, the comm table's mean,
+median, std, bandwidth and busbw, the ddp step means, the scaling efficiencies, the attention
+means, the training losses; every plot the report names is a PNG of some size. A new mode is
+picked up by its module alone (analysis/<mode>.py with report_section). accounting.py
+reproduces the seeds' published numbers (004 communication_accounting) and its b* is the
+bucket model's with o and w from the raw all-reduce times.
+"""
+import math
+import os
+import re
+import shutil
+import sys
+
+import h5py
+import numpy as np
+
+ROOT = os.environ.get("LLMHPC_ROOT") or os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.join(ROOT, "tests", "reference"))
+from script_env import llmhpc_binary, mpiexec, parse_markdown_tables, run, scratch_dir  # noqa: E402
+
+BIN = llmhpc_binary()
+ANALYSIS = os.path.join(ROOT, "analysis")
+SHAPE = ["--d-model", "32", "--d-ff", "64", "--num-layers", "2", "--num-heads", "4", "--vocab-size", "64"]
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+def close(cell: str, value: float, label: str):
+    """The printed cell equals `value` to the digits printed (half a unit of the last one, 1e-9 at least)."""
+    text = cell.rstrip("x%").strip()
+    decimals = len(text.split(".")[1]) if "." in text and "e" not in text else 0
+    if "e" in text:  # four significant digits in exponent form
+        assert abs(float(text) - value) <= abs(value) * 5e-4 + 1e-12, f"{label}: printed {cell}, raw {value}"
+        return
+    assert abs(float(text) - value) <= 0.5 * 10 ** -decimals + 1e-9, f"{label}: printed {cell}, raw {value}"
+
+
+def table_with(tables, *columns):
+    found = [t for t in tables if all(c in t[0] for c in columns)]
+    assert found, f"no table with columns {columns}; headers: {[t[0] for t in tables]}"
+    return found
+
+
+def rows_of(table):
+    header, rows = table
+    return [dict(zip(header, r)) for r in rows]
+
+
+def raw(directory, rank, kind):
+    """{group name: (attrs, {dataset: array})} of one rank file, read with h5py alone."""
+    out = {}
+    with h5py.File(os.path.join(directory, f"rank{rank:05d}.h5"), "r") as f:
+        for name, g in f[kind].items():
+            out[name] = (dict(g.attrs), {k: g[k][()] for k in g})
+    return out
+
+
+def std(a):
+    return float(np.std(a, ddof=1)) if len(a) > 1 else 0.0
+
+
+def make_runs(work):
+    mpi = mpiexec()
+    runs = {}
+
+    def go(name, cmd):
+        runs[name] = os.path.join(work, "results", name)
+        run(cmd + ["--out", runs[name]])
+
+    go("bench", [*mpi, "-np", "2", BIN, "--mode", "bench", "--device", "cpu", *SHAPE, "--context-length", "16,32",
+                 "--precision", "fp32,fp64", "--warmup", "1", "--steps", "3", "--phase", "train-step"])
+    go("bench-w0", [*mpi, "-np", "2", BIN, "--mode", "bench", "--device", "cpu", *SHAPE, "--context-length", "16,32",
+                    "--precision", "fp32,fp64", "--warmup", "0", "--steps", "3", "--phase", "train-step"])
+    go("attention", [BIN, "--mode", "attention", "--device", "cpu", "--batch", "1", "--heads", "1", "--head-dim", "16",
+                     "--seq", "32,64", "--impl", "naive,flash", "--warmup", "1", "--iters", "3"])
+    for n in (2, 3):
+        go(f"comm-np{n}", [*mpi, "-np", str(n), BIN, "--mode", "comm", "--device", "cpu", "--size", "4KB,64KB,1MB",
+                           "--warmup", "1", "--iters", "4"])
+    go("ddp", [*mpi, "-np", "2", BIN, "--mode", "ddp", "--device", "cpu", *SHAPE, "--context-length", "16",
+               "--batch-size", "4", "--ddp", "none,naive,flat,overlap,bucketed", "--bucket-mb", "0.001,1000",
+               "--shard-optimizer", "none,zero1", "--warmup", "1", "--steps", "3"])
+    for n in (1, 2):
+        for kind, batch in (("strong", 4), ("weak", 2 * n)):
+            go(f"scaling/{kind}-np{n}", [*mpi, "-np", str(n), BIN, "--mode", "ddp", "--device", "cpu", *SHAPE,
+                                         "--context-length", "16", "--batch-size", str(batch), "--ddp", "bucketed",
+                                         "--bucket-mb", "1", "--warmup", "1", "--steps", "3"])
+    go("scaling/allreduce-np2", [*mpi, "-np", "2", BIN, "--mode", "comm", "--device", "cpu", "--size", "4KB,1MB",
+                                 "--warmup", "1", "--iters", "3"])
+    tokens = os.path.join(work, "tokens.bin")
+    np.random.default_rng(0).integers(0, 64, 4096, dtype=np.uint16).tofile(tokens)
+    go("train", [BIN, "--mode", "train", "--device", "cpu", *SHAPE, "--data", tokens, "--context-length", "16",
+                 "--batch-size", "2", "--steps", "4"])
+    return runs
+
+
+def section_tables(text, heading):
+    """The tables under the heading line `heading` (up to the next heading)."""
+    start = text.index(heading + "\n")
+    end = text.find("\n#", start + len(heading))
+    return parse_markdown_tables(text[start:end if end >= 0 else len(text)])
+
+
+def check_bench(tables, runs, text):
+    for directory, warmup in ((runs["bench"], "1"), (runs["bench-w0"], "0")):
+        (table,) = section_tables(text, f"### Benchmark (warm-up steps: {warmup})")
+        rows = {(r["Context"], r["Precision"]): r for r in rows_of(table)}
+        assert len(rows) == 4, f"warm-up {warmup}: {len(rows)} rows, expected 2 contexts x 2 precisions"
+        for attrs, arrays in raw(directory, 0, "bench").values():
+            key = (str(attrs["context_length"]), attrs["precision"])
+            r = rows[key]
+            for phase, col in (("forward", "Fwd"), ("backward", "Bwd"), ("optimizer", "Opt")):
+                close(r[f"{col} Mean (ms)"], arrays[f"{phase}_ms"].mean(), f"warm-up {warmup} {key} {col} mean")
+                close(r[f"{col} Std (ms)"], std(arrays[f"{phase}_ms"]), f"warm-up {warmup} {key} {col} std")
+            close(r["Total (ms)"], arrays["step_ms"].mean(), f"warm-up {warmup} {key} total")
+    # speed-ups fp32 / fp64 of both runs pooled per configuration (the loader's order: warm-up 1 then 0)
+    speed = rows_of(table_with(tables, "Total FP32 (ms)", "Total FP64 (ms)", "Total Speedup")[0])
+    assert len(speed) == 4, f"speed-up rows: {speed}"
+    for directory, warmup in ((runs["bench"], "1"), (runs["bench-w0"], "0")):
+        groups = raw(directory, 0, "bench")
+        for ctx in (16, 32):
+            by_prec = {a["precision"]: arr for a, arr in groups.values() if a["context_length"] == ctx}
+            (r,) = [r for r in speed if r["Context"] == str(ctx) and r["Warm-up"] == warmup]
+            for phase, col in (("forward", "Fwd"), ("backward", "Bwd"), ("optimizer", "Opt"), ("step", "Total")):
+                x, y = by_prec["fp32"][f"{phase}_ms"].mean(), by_prec["fp64"][f"{phase}_ms"].mean()
+                close(r[f"{col} FP32 (ms)"], x, f"{col} fp32, context {ctx}, warm-up {warmup}")
+                close(r[f"{col} FP64 (ms)"], y, f"{col} fp64, context {ctx}, warm-up {warmup}")
+                close(r[f"{col} Speedup"], x / y, f"{col} speed-up, context {ctx}, warm-up {warmup}")
+
+
+def check_comm(tables, runs):
+    rows = rows_of(table_with(tables, "procs", "median (ms)", "busbw (GB/s)")[0])
+    # comm-np2 and comm-np3: 3 sizes x 2 placements each; scaling/allreduce-np2: 2 sizes x 2 placements
+    assert len(rows) == 2 * 3 * 2 + 2 * 2, f"comm rows: {len(rows)}"
+    for n in (2, 3):
+        for name, (attrs, arrays) in raw(runs[f"comm-np{n}"], 0, "comm").items():
+            t = arrays["time_us_max_over_ranks"] / 1e3
+            bw = attrs["bytes"] / (t.mean() * 1e-3) / 1e9
+            expected = (("mean (ms)", t.mean()), ("median (ms)", np.median(t)), ("std (ms)", std(t)),
+                        ("bw (GB/s)", bw), ("busbw (GB/s)", bw * attrs["bus_factor"]))
+            candidates = [r for r in rows if r["procs"] == str(n) and r["placement"] == attrs["placement"]
+                          and float(r["size (MB)"]) == attrs["bytes"] / 1e6 and r["backend"] == "mpi"
+                          and r["device"] == "cpu"]
+            errors = []
+            for r in candidates:
+                try:
+                    for col, value in expected:
+                        close(r[col], value, f"comm {name} np{n} {col}")
+                    break
+                except AssertionError as e:
+                    errors.append(str(e))
+            else:
+                raise AssertionError(f"{name} at {n} ranks: no row with its numbers: {errors or 'no row'}")
+
+
+def check_ddp(tables, runs):
+    groups = [raw(runs["ddp"], rank, "ddp") for rank in (0, 1)]
+    strategy_tables = table_with(tables, "Impl", "Step Mean (ms)", "Comm Mean (ms)")
+    for name, (attrs, arrays) in groups[0].items():
+        if attrs["ddp"] == "none" or attrs["shard_optimizer"] != "none":
+            continue
+        pooled = np.concatenate([g[name][1]["step_ms"] for g in groups])
+        comm = np.concatenate([g[name][1]["comm_ms"] for g in groups])
+        bucket = "-" if attrs["ddp"] != "bucketed" else f"{attrs['bucket_mb']:g}"
+        hits = [r for t in strategy_tables for r in rows_of(t) if r["Impl"] == attrs["ddp"] and r["Bucket (MiB)"] == bucket
+                and abs(float(r["Step Mean (ms)"]) - pooled.mean()) <= 0.0051]
+        assert len(hits) == 1, f"{name}: expected one (a) row with step mean {pooled.mean():.2f}"
+        close(hits[0]["Step Std (ms)"], std(pooled), f"{name} step std")
+        close(hits[0]["Comm Mean (ms)"], comm.mean(), f"{name} comm mean")
+    sharding = rows_of(table_with(tables, "Sharding", "Optimizer state (MiB)")[0])
+    assert {r["Sharding"] for r in sharding} == {"none", "zero1"}, sharding
+    for name, (attrs, _) in groups[0].items():
+        if attrs["ddp"] == "none":
+            continue
+        opt = max(g[name][0]["memory_after_optimizer_optimizer_bytes"] for g in groups) / 2**20
+        assert any(r["Sharding"] == attrs["shard_optimizer"] and abs(float(r["Optimizer state (MiB)"]) - opt) <= 0.0051
+                   for r in sharding), f"{name}: no sharding row with optimizer state {opt:.2f} MiB"
+
+
+def check_scaling(tables, runs):
+    slowest = {}
+    for kind in ("strong", "weak"):
+        for n in (1, 2):
+            (attrs, arrays), = raw(runs[f"scaling/{kind}-np{n}"], 0, "ddp").values()
+            slowest[kind, n] = arrays["step_ms_max_over_ranks"].mean()
+    # At 2 ranks strong (global 4) and weak (2 per rank) are the same configuration, measured twice:
+    # a series may take either measurement.
+    twos = (slowest["strong", 2], slowest["weak", 2])
+    rows = [r for t in table_with(tables, "Ranks", "Efficiency", "Source") for r in rows_of(t)
+            if r["Ranks"] == "2" and r["Source"] == "measured"]
+    assert len(rows) == 2, f"expected a measured 2-rank row in the strong and in the weak table: {rows}"
+    for kind, expected in (("strong", [slowest["strong", 1] / (2 * t) for t in twos]),
+                           ("weak", [slowest["weak", 1] / t for t in twos])):
+        assert any(abs(float(r["Efficiency"].rstrip("%")) - 100 * e) <= 0.051 for r in rows for e in expected), \
+            f"{kind} efficiency at 2 ranks: expected one of {[f'{100 * e:.1f}%' for e in expected]}, rows {rows}"
+    projections = [r for t in table_with(tables, "Ranks", "Efficiency", "Source") for r in rows_of(t)
+                   if r["Source"].startswith("projection")]
+    assert projections and all(int(r["Ranks"]) > 2 for r in projections), f"projections: {projections}"
+
+
+def check_attention(tables, runs):
+    rows = [r for t in table_with(tables, "head dim", "seq", "forward ms (mean ± std)") for r in rows_of(t)]
+    for name, (attrs, arrays) in raw(runs["attention"], 0, "attention").items():
+        cell = [r["forward ms (mean ± std)"] for r in rows if r["seq"] == str(attrs["seq"]) and r["status"] == "ok"]
+        means = [float(c.split("±")[0]) for c in cell]
+        assert any(abs(m - arrays["forward_ms"].mean()) <= 0.0005 + 1e-9 for m in means), \
+            f"{name}: forward mean {arrays['forward_ms'].mean():.3f} not among {cell}"
+
+
+def check_train(tables, runs):
+    with h5py.File(os.path.join(runs["train"], "rank00000.h5"), "r") as f:
+        loss = f["train/loss"][()]
+    (row,) = rows_of(table_with(tables, "First loss", "Last loss")[0])
+    close(row["First loss"], loss[0], "first loss")
+    close(row["Last loss"], loss[-1], "last loss")
+
+
+def check_pngs(report_path):
+    text = open(report_path).read()
+    names = re.findall(r"!\[[^]]*\]\(([^)]+\.png)\)", text)
+    for expected in ("bench.png", "bench_speedup_fp64.png", "attention.png", "comm_busbw.png", "ddp_breakdown.png",
+                     "scaling.png", "train_loss.png"):
+        assert expected in names, f"the report does not show {expected} (it shows {names})"
+    for name in names:
+        path = os.path.join(os.path.dirname(report_path), name)
+        with open(path, "rb") as f:
+            assert f.read(8) == PNG_MAGIC, f"{path} is not a PNG"
+        assert os.path.getsize(path) > 10_000, f"{path} is suspiciously small ({os.path.getsize(path)} bytes)"
+
+
+def check_new_mode(work, runs):
+    """A mode with a module of its own gets its section, with no edit to report.py."""
+    analysis = os.path.join(work, "analysis")
+    shutil.copytree(ANALYSIS, analysis, ignore=shutil.ignore_patterns("__pycache__"))
+    with open(os.path.join(analysis, "newmode.py"), "w") as f:
+        f.write("import os\n"
+                "def report_section(runs, out_dir):\n"
+                "    open(os.path.join(out_dir, 'newmode.png'), 'wb').write(b'\\x89PNG\\r\\n\\x1a\\n')\n"
+                "    return 'NEWMODE SECTION of %d run(s)' % len(runs)\n")
+    fake = os.path.join(work, "fake")
+    shutil.copytree(runs["comm-np2"], fake)
+    for n in ("rank00000.h5", "rank00001.h5"):
+        with h5py.File(os.path.join(fake, n), "a") as f:
+            f.attrs["mode"] = "newmode"
+    proc = run([sys.executable, os.path.join(analysis, "report.py"), fake, runs["comm-np3"]])
+    assert "## newmode" in proc.stdout and "NEWMODE SECTION of 1 run(s)" in proc.stdout, proc.stdout
+    assert "## comm" in proc.stdout and os.path.exists(os.path.join(fake, "newmode.png")), proc.stdout
+
+
+def check_accounting(runs):
+    acc = [sys.executable, os.path.join(ANALYSIS, "accounting.py")]
+    text = run(acc + ["memory"]).stdout
+    assert "P = 219,848,638,464" in text and "| 16 P | 3517.58 |" in text and "-> 44 devices" in text, text
+    text = run(acc + ["fsdp"]).stdout
+    assert "N_FSDP >= 38" in text, text
+    (rows,) = [rows_of(t) for t in parse_markdown_tables(run(acc + ["tp-batch"]).stdout)]
+    assert rows[0]["B* per device"] == "2798.81", rows[0]  # the seeds' 2798.81
+    # b* from the raw all-reduce times (float, in place; back-to-back time averaged over ranks)
+    comm = runs["scaling/allreduce-np2"]
+    points = []
+    for name, (attrs, arrays) in raw(comm, 0, "comm").items():
+        if attrs["placement"] == "inplace":
+            other = raw(comm, 1, "comm")[name][1]
+            points.append((attrs["bytes"], (arrays["time_us_back_to_back"][0] + other["time_us_back_to_back"][0]) / 2))
+    (small_b, small_us), (big_b, big_us) = sorted(points)
+    w = big_b / big_us * 1e3               # bytes per ms
+    o = max(small_us - small_b / (w / 1e3), 0) / 1e3   # ms
+    s = 4 * 24736 * 1.0
+    text = run(acc + ["bucket", "--comm", comm, "--grad-bytes", str(s)]).stdout
+    b_star = re.search(r"b\* = sqrt\(s o w\) = ([0-9.e+-]+) MiB", text).group(1)
+    close(b_star, math.sqrt(s * o * w) / 2**20, "b* from the raw all-reduce times")
+    # measured memory beside the model: weights 4P, gradients 4P, state 8P (unsharded first configuration)
+    rows = rows_of(parse_markdown_tables(run(acc + ["memory", "--d-model", "32", "--d-ff", "64", "--num-layers", "2",
+                                                   "--vocab-size", "64", "--ddp", runs["ddp"]]).stdout)[0])
+    for r in rows[:3]:
+        assert r["Measured / model"] == "1.00", f"measured memory should equal the model's: {r}"
+    bad = run(acc + ["bucket", "--comm", runs["attention"]], expect_ok=False)
+    assert bad.returncode == 2 and "not a comm run" in bad.stderr, bad.stderr
+
+
+def main():
+    work = scratch_dir("llmhpc-report-")
+    runs = make_runs(work)
+    report_path = os.path.join(work, "report.md")
+    proc = run([sys.executable, os.path.join(ANALYSIS, "report.py"), os.path.join(work, "results"), "-o", report_path])
+    assert proc.stdout.startswith("# llmhpc report") and open(report_path).read() == proc.stdout[:-1], \
+        "report.py should print what it wrote"
+    tables = parse_markdown_tables(open(report_path).read())
+    for mode in ("bench", "attention", "comm", "ddp", "train"):
+        assert f"\n## {mode}\n" in open(report_path).read(), f"the report has no {mode} section"
+    check_bench(tables, runs, open(report_path).read())
+    check_comm(tables, runs)
+    check_ddp(tables, runs)
+    check_scaling(tables, runs)
+    check_attention(tables, runs)
+    check_train(tables, runs)
+    check_pngs(report_path)
+    check_new_mode(work, runs)
+    check_accounting(runs)
+    # plot_bench.py draws beside the results by default, not in the working directory
+    cwd_before = set(os.listdir("."))
+    run([sys.executable, os.path.join(ANALYSIS, "plot_bench.py"), runs["bench"]])
+    assert os.path.getsize(os.path.join(runs["bench"], "bench.png")) > 10_000
+    assert set(os.listdir(".")) == cwd_before, "plot_bench.py wrote into the working directory"
+    # a folder without runs: a clear error, no report written
+    empty = os.path.join(work, "empty")
+    os.makedirs(empty)
+    bad = run([sys.executable, os.path.join(ANALYSIS, "report.py"), empty], expect_ok=False)
+    assert bad.returncode == 2 and "no llmhpc rank files" in bad.stderr and not os.listdir(empty), bad.stderr
+    print("test_report: OK")
+
+
+if __name__ == "__main__":
+    main()

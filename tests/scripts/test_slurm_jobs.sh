@@ -1,0 +1,168 @@
+#!/usr/bin/env bash
+# The job scripts under a real Slurm, as a user submits them: a single-node cluster of this
+# host started here (munged, slurmctld, slurmd, no systemd, no accounting, everything in a
+# temporary folder, ports of its own so it disturbs no other Slurm), then
+#   sbatch --wait jobs/ddp_bucketed.sh     and     sbatch --wait jobs/comm.sh
+# with 2 tasks on the CPU backend and a tiny model, each checked by sbatch's exit code (the
+# job's) and the files it leaves: both rank files, the all-reduce run, ddp.md, report.md and
+# its PNG in results/<job name>-<job id>. Then the same ddp job launched by srun --mpi=pmix
+# where Slurm has PMIx. Every daemon is stopped by its pid and the folder removed, also on
+# failure. Needs root (daemons, and apt-get to install slurm-wlm and munge when missing):
+# otherwise skipped (exit 77) with the reason.
+set -euo pipefail
+: "${LLMHPC_BIN:?set LLMHPC_BIN to the llmhpc binary}"
+ROOT=${LLMHPC_ROOT:-$(cd "$(dirname "$0")/../.." && pwd)}
+export PYTHON=${LLMHPC_PYTHON:-python3}
+skip() { echo "SKIP: Slurm tests skipped: $*"; exit 77; }
+
+[ "$(id -u)" = 0 ] || skip "they start munged, slurmctld and slurmd, which needs root"
+"$PYTHON" -c "import h5py, pandas, matplotlib" 2>/dev/null || skip "$PYTHON has no h5py, pandas or matplotlib (make deps)"
+if ! command -v sbatch >/dev/null || ! command -v slurmctld >/dev/null || ! command -v slurmd >/dev/null ||
+   ! command -v munged >/dev/null; then
+  command -v apt-get >/dev/null || skip "slurm-wlm and munge are not installed and there is no apt-get to install them"
+  echo "installing slurm-wlm and munge (apt-get)"
+  { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends slurm-wlm munge; } \
+    >/tmp/llmhpc-slurm-apt.log 2>&1 || skip "apt-get install slurm-wlm munge failed (see /tmp/llmhpc-slurm-apt.log)"
+fi
+
+tmp=$(mktemp -d /tmp/llmhpc-slurm.XXXXXX)
+chmod 755 "$tmp"  # munged wants every folder above its socket searchable by all
+pids=()
+cleanup() {
+  set +e
+  if [ -n "${SLURM_CONF:-}" ] && [ -f "$SLURM_CONF" ]; then
+    scancel --quiet --full "--user=$(id -un)" 2>/dev/null  # jobs of this cluster only (its own config)
+    for _ in 1 2 3 4 5 6 7 8 9 10; do [ -z "$(squeue -h 2>/dev/null)" ] && break; sleep 1; done
+  fi
+  for ((i = ${#pids[@]} - 1; i >= 0; i--)); do kill "${pids[i]}" 2>/dev/null; done
+  for pid in "${pids[@]}"; do
+    for _ in 1 2 3 4 5 6 7 8 9 10; do kill -0 "$pid" 2>/dev/null || break; sleep 0.5; done
+    kill -9 "$pid" 2>/dev/null
+  done
+  rm -rf "$tmp"
+}
+trap cleanup EXIT
+fail() { echo "FAIL: $*"; for log in "$tmp"/*.log; do echo "--- $log"; tail -n 20 "$log"; done; exit 1; }
+
+# ---- the cluster: this host, its cores and memory, one partition ----
+node=$(hostname -s)
+ports=$("$PYTHON" -c 'import socket
+socks = [socket.socket() for _ in range(2)]
+for s in socks: s.bind(("127.0.0.1", 0))
+print(*(s.getsockname()[1] for s in socks))')
+read -r ctld_port d_port <<<"$ports"
+hw=$(slurmd -C | head -1 | sed 's/^NodeName=[^ ]* //')  # CPUs=2 Boards=1 ... RealMemory=N
+mkdir -p "$tmp/state" "$tmp/spool"
+touch "$tmp/plugstack.conf"
+cat >"$tmp/slurm.conf" <<EOF
+ClusterName=llmhpctest
+SlurmctldHost=$node(127.0.0.1)
+SlurmctldPort=$ctld_port
+SlurmdPort=$d_port
+SlurmUser=root
+AuthType=auth/munge
+CredType=cred/munge
+AuthInfo=socket=$tmp/munge.socket
+ProctrackType=proctrack/linuxproc
+TaskPlugin=task/none
+SelectType=select/cons_tres
+SelectTypeParameters=CR_Core
+AccountingStorageType=accounting_storage/none
+JobAcctGatherType=jobacct_gather/none
+JobCompType=jobcomp/none
+MpiDefault=none
+ReturnToService=2
+StateSaveLocation=$tmp/state
+SlurmdSpoolDir=$tmp/spool
+SlurmctldPidFile=$tmp/slurmctld.pid
+SlurmdPidFile=$tmp/slurmd.pid
+SlurmctldLogFile=$tmp/slurmctld.log
+SlurmdLogFile=$tmp/slurmd.log
+PlugStackConfig=$tmp/plugstack.conf
+NodeName=$node NodeAddr=127.0.0.1 $hw State=UNKNOWN
+PartitionName=test Nodes=ALL Default=YES MaxTime=30 State=UP
+EOF
+export SLURM_CONF=$tmp/slurm.conf
+mungekey -c -k "$tmp/munge.key" >/dev/null 2>&1 || dd if=/dev/urandom of="$tmp/munge.key" bs=1024 count=1 2>/dev/null
+chmod 600 "$tmp/munge.key"
+munged -F --socket="$tmp/munge.socket" --key-file="$tmp/munge.key" --pid-file="$tmp/munged.pid" \
+  --log-file="$tmp/munged.log" --seed-file="$tmp/munged.seed" >>"$tmp/munged.log" 2>&1 &
+pids+=($!)
+for _ in $(seq 50); do [ -S "$tmp/munge.socket" ] && break; sleep 0.1; done
+[ -S "$tmp/munge.socket" ] || fail "munged did not start"
+slurmctld -D -i -f "$SLURM_CONF" >>"$tmp/slurmctld.log" 2>&1 &
+pids+=($!)
+slurmd -D -f "$SLURM_CONF" -N "$node" >>"$tmp/slurmd.log" 2>&1 &
+pids+=($!)
+state=""
+for _ in $(seq 60); do
+  state=$(sinfo -h -o %T 2>/dev/null || true)
+  [ "$state" = idle ] && break
+  sleep 0.5
+done
+[ "$state" = idle ] || fail "the node is '$state', not idle, after 30 s"
+echo "ok   a Slurm of one node ($node: $hw), ports $ctld_port/$d_port"
+
+# ---- the jobs, as a user submits them: from the repository, 2 tasks, no GPUs ----
+export LLMHPC_BIN DEVICE=cpu OMP_NUM_THREADS=1 OUT_ROOT=$tmp/results
+export SHAPE="--d-model 32 --d-ff 64 --num-layers 2 --num-heads 4 --vocab-size 64"
+export CONTEXTS=16 WARMUP=1 STEPS=2 BUCKETS=0.0001,1000 COMM_SIZES=4KB,64KB
+export BACKENDS=mpi SIZES=4KB,64KB ITERS=3 MPI_ITERS=3
+unset NP LLMHPC_ROOT RANKS  # as a user's shell has them: the job takes its tasks from Slurm
+submit() {  # submit NAME SCRIPT [sbatch options]: sbatch --wait from the repository; prints the job id
+  local name=$1 script=$2
+  shift 2
+  (cd "$ROOT" && timeout 150 sbatch --wait --parsable --ntasks-per-node=2 --gpus-per-task=0 --time=5 \
+     --output="$tmp/$name-%j.log" "$@" "$script") >"$tmp/$name.id" 2>"$tmp/$name.sbatch.log"
+}
+check_ddp() {  # check_ddp DIR: what a finished ddp_bucketed job leaves
+  local dir=$1
+  [ -f "$dir/rank00000.h5" ] && [ -f "$dir/rank00001.h5" ] || fail "$dir lacks the 2 rank files: $(ls "$dir" 2>&1)"
+  [ -f "$dir/allreduce/rank00001.h5" ] || fail "$dir lacks the 2-rank all-reduce run"
+  grep -q "^| bucketed |" "$dir/ddp.md" || fail "$dir/ddp.md has no bucketed row"
+  grep -q "^## ddp" "$dir/report.md" && grep -q "^## comm" "$dir/report.md" || fail "$dir/report.md lacks a section"
+  [ -s "$dir/ddp_breakdown.png" ] || fail "$dir has no ddp_breakdown.png"
+  python3 -c 'import h5py, sys
+for r in (0, 1):
+    with h5py.File(f"{sys.argv[1]}/rank{r:05d}.h5") as f:
+        assert f.attrs["status"] == "complete" and f.attrs["world_size"] == 2, dict(f.attrs)' "$dir" ||
+    fail "$dir: rank files not complete or not of 2 ranks"
+}
+
+submit ddp jobs/ddp_bucketed.sh || fail "sbatch --wait jobs/ddp_bucketed.sh: exit $? ($(cat "$tmp/ddp.sbatch.log"))"
+id=$(cut -d';' -f1 "$tmp/ddp.id")
+check_ddp "$tmp/results/llmhpc-ddp-bucketed-$id"
+grep -q "ddp_bucketed: 2 rank(s)" "$tmp"/ddp-"$id".log || fail "the job did not run 2 ranks (SLURM_NTASKS)"
+echo "ok   sbatch --wait jobs/ddp_bucketed.sh -> results/llmhpc-ddp-bucketed-$id"
+
+submit comm jobs/comm.sh || fail "sbatch --wait jobs/comm.sh: exit $? ($(cat "$tmp/comm.sbatch.log"))"
+id=$(cut -d';' -f1 "$tmp/comm.id")
+dir=$tmp/results/llmhpc-comm-$id
+[ -f "$dir/mpi-np2/rank00000.h5" ] && [ -f "$dir/mpi-np2/rank00001.h5" ] || fail "$dir lacks mpi-np2's 2 rank files"
+grep -q "^| mpi | 2 | allreduce | 4000 |" "$dir/comm.md" || fail "$dir/comm.md has no 2-rank 4KB row"
+grep -q "^| mpi | cpu | 2 | allreduce |" "$dir/report.md" || fail "$dir/report.md lacks the seeds' comm table"
+[ -s "$dir/comm_busbw.png" ] || fail "$dir has no comm_busbw.png"
+echo "ok   sbatch --wait jobs/comm.sh -> results/llmhpc-comm-$id"
+
+# ---- a failing job fails sbatch --wait: a binary that is not there ----
+set +e
+(cd "$ROOT" && LLMHPC_BIN=$tmp/missing timeout 60 sbatch --wait --ntasks-per-node=2 --gpus-per-task=0 \
+   --output="$tmp/missing-%j.log" jobs/comm.sh) >/dev/null 2>&1
+rc=$?
+set -e
+[ $rc -ne 0 ] || fail "a job without its binary: sbatch --wait exited 0"
+grep -q "no llmhpc binary" "$tmp"/missing-*.log || fail "the failed job's log does not say why"
+echo "ok   a job without its binary: sbatch --wait exit $rc, the log says why"
+
+# ---- srun as the launcher, where Slurm has PMIx ----
+if srun --mpi=list 2>&1 | grep -q pmix; then
+  submit srun jobs/ddp_bucketed.sh --export="ALL,LAUNCH=srun --mpi=pmix,COMM=0" ||
+    fail "LAUNCH='srun --mpi=pmix' sbatch --wait jobs/ddp_bucketed.sh: exit $?"
+  id=$(cut -d';' -f1 "$tmp/srun.id")
+  dir=$tmp/results/llmhpc-ddp-bucketed-$id
+  [ -f "$dir/rank00001.h5" ] && grep -q "^| bucketed |" "$dir/ddp.md" || fail "the srun-launched job left no 2-rank run"
+  echo "ok   LAUNCH='srun --mpi=pmix': the same job, srun starting the ranks"
+else
+  echo "note srun --mpi=list has no pmix here: srun cannot start MPI ranks, mpirun (the default) does"
+fi
+echo "PASS"
