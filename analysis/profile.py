@@ -44,21 +44,13 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from bench import fmt, markdown_table  # noqa: E402
 from llmhpc_h5 import PROFILE_CATEGORIES, SchemaError, open_run  # noqa: E402
 
 # The phases kernels/cuda/cuda_ops.cu opens inside naive attention.
 NAIVE_PARTS = ("scores", "softmax", "value_matmul")
 
 
-def fmt(value, decimals: int) -> str:
-    # analysis/report.py's, imported late: report.py imports this module for report_section.
-    from report import fmt as report_fmt
-    return report_fmt(value, decimals)
-
-
-def markdown_table(header: list, rows: list) -> str:
-    from report import markdown_table as report_table
-    return report_table(header, rows)
 
 
 def groups_of(path: str) -> list:

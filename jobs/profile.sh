@@ -6,7 +6,7 @@
 #SBATCH --time=01:00:00
 # The seeds' nsys_profile study without Nsight: every kernel of the traced train steps per
 # phase (CUPTI), the share of matrix products, attention's parts, then analysis/profile.py's
-# tables (profile_rank0.md) and plot (profile_rank0.png).
+# tables (profile_rank0.md) and plot (profile_rank0.png), and the job's report.md.
 #   sbatch jobs/profile.sh          or   NP=1 bash jobs/profile.sh
 #   MODELS=xl CONTEXTS=256 TRACE=1 bash jobs/profile.sh      # + trace_rank0.json for ui.perfetto.dev
 set -euo pipefail
@@ -22,7 +22,7 @@ WARMUP=${WARMUP:-5}
 STEPS=${STEPS:-5}
 trace=()
 [ "${TRACE:-0}" = 1 ] && trace=(--trace)
-$LAUNCH "$LLMHPC_BIN" --mode profile --device "$DEVICE" --model "$MODELS" --context-length "$CONTEXTS" \
-  --precision "$PRECISIONS" --attention "$ATTENTIONS" --warmup "$WARMUP" --steps "$STEPS" --phase train-step \
-  "${trace[@]}" --out "$OUT" ${EXTRA_ARGS:-}
-$PYTHON "$LLMHPC_ROOT/analysis/profile.py" "$OUT"   # + $OUT/profile_rank0.md and .png
+llmhpc_run --mode profile --model "$MODELS" --context-length "$CONTEXTS" --precision "$PRECISIONS" \
+  --attention "$ATTENTIONS" --warmup "$WARMUP" --steps "$STEPS" --phase train-step "${trace[@]}" --out "$OUT"
+"$PYTHON" "$LLMHPC_ROOT/analysis/profile.py" "$OUT"   # $OUT/profile_rank0.md and .png
+job_report
