@@ -21,11 +21,7 @@ struct BenchCase {
   AttentionKind attention;
 
   std::string label() const {
-    const std::string shape = model.name != "custom"
-                                  ? model.name
-                                  : "d" + std::to_string(model.d_model) + "_ff" + std::to_string(model.d_ff) + "_L" +
-                                        std::to_string(model.num_layers) + "_H" + std::to_string(model.num_heads);
-    return shape + "_T" + std::to_string(model.context_length) + "_B" + std::to_string(batch) + "_" +
+    return shape_label(model) + "_T" + std::to_string(model.context_length) + "_B" + std::to_string(batch) + "_" +
            precision_name(precision) + "_" + attention_name(attention);
   }
 };
@@ -81,6 +77,7 @@ void add_options(po::options_description& desc) {
   po::options_description model("Model options");
   add_model_options(model, true);
   add_precision_options(model, true);
+  add_gradient_options(model);
   desc.add(bench).add(model);
 }
 
@@ -100,6 +97,7 @@ void run(ModeContext& ctx) {
   Ops& ops = *ctx.backend.ops;
   const uint64_t seed = uint64_t(opt_int(vm, "seed"));
   const MemoryPlan memory = memory_plan(vm);
+  const GradientStorage gradients = gradient_storage(vm);
 
   // Configurations the backend cannot run at all are an error before anything starts.
   collective_check(ctx.rt, [&] {
@@ -127,18 +125,13 @@ void run(ModeContext& ctx) {
     }
     Record rec;
     rec.group = "bench/" + c.label();
-    rec.attr("model", c.model.name)
-        .attr("d_model", c.model.d_model)
-        .attr("d_ff", c.model.d_ff)
-        .attr("num_layers", c.model.num_layers)
-        .attr("num_heads", c.model.num_heads)
-        .attr("vocab_size", c.model.vocab_size)
-        .attr("context_length", c.model.context_length)
-        .attr("batch_size", c.batch)
+    add_shape_attrs(rec, c.model);
+    rec.attr("batch_size", c.batch)
         .attr("precision", std::string(precision_name(c.precision)))
         .attr("attention", std::string(attention_name(c.attention)))
         .attr("phase", std::string(phase_name(phase)))
         .attr("low_memory", int64_t(memory == MemoryPlan::LowMemory ? 1 : 0))
+        .attr("separate_optimizer", int64_t(gradients == GradientStorage::Whole ? 1 : 0))
         .attr("warmup", warmup)
         .attr("steps", steps)
         .attr("num_params", c.model.num_params())
@@ -152,7 +145,8 @@ void run(ModeContext& ctx) {
             ModelConfig shape = c.model;
             for (size_t k = i; k < cases.size() && model_key(cases[k]) == live.key; ++k)
               shape.context_length = std::max(shape.context_length, cases[k].model.context_length);
-            live.model = std::make_unique<TransformerLM>(shape, c.precision, c.attention, dev, ops, memory);
+            live.model =
+                std::make_unique<TransformerLM>(shape, c.precision, c.attention, dev, ops, memory, 0, gradients);
             live.model->init_parameters(seed);
             if (phase == Phase::TrainStep) {  // its state now, so that no timed step allocates it
               live.opt = std::make_unique<AdamW>(*live.model, ops, AdamWHyper{});
@@ -165,11 +159,8 @@ void run(ModeContext& ctx) {
           for (const auto& [name, value] : ops.attention_variant(dims, compute_dtype(c.precision)))
             rec.attr(name, value);
           const int64_t n = c.batch * c.model.context_length;
-          std::vector<int32_t> tokens(n), targets(n);
-          for (int64_t k = 0; k < n; ++k) {
-            tokens[k] = int32_t(random_bits(seed, 1, uint64_t(k)) % uint64_t(c.model.vocab_size));
-            targets[k] = int32_t(random_bits(seed, 2, uint64_t(k)) % uint64_t(c.model.vocab_size));
-          }
+          std::vector<int32_t> tokens, targets;
+          random_batch(seed, n, c.model.vocab_size, tokens, targets);
           model.set_batch(tokens.data(), targets.data(), c.batch, c.model.context_length);
           for (int64_t s = 0; s < warmup; ++s) warm.add(run_step(model, live.opt.get(), phase, *timer));
           for (int64_t s = 0; s < steps; ++s) timed.add(run_step(model, live.opt.get(), phase, *timer));

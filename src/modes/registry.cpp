@@ -8,10 +8,12 @@ ModeSpec train_mode();
 ModeSpec comm_mode();
 ModeSpec attention_mode();
 ModeSpec ddp_mode();
+ModeSpec memory_mode();
+ModeSpec precision_mode();
 
 const std::vector<ModeSpec>& all_modes() {
   static const std::vector<ModeSpec> modes = {
-      bench_mode(), train_mode(), comm_mode(), attention_mode(), ddp_mode(),
+      bench_mode(), train_mode(), comm_mode(), attention_mode(), ddp_mode(), memory_mode(), precision_mode(),
   };
   return modes;
 }
