@@ -140,6 +140,12 @@ class Ops {
   // x *= factor, in place.
   virtual void scale(Tensor x, double factor) = 0;
 
+  // The accumulation experiment of mixed precision: out (4) fp32 receives the sums of `n`
+  // sequential additions of `value`, each rounded to the sum's type as PyTorch's `s += x`
+  // (the addition in fp32, then rounded): [0] fp32 values into an fp32 sum, [1] fp16 values
+  // into an fp16 sum, [2] fp16 values into an fp32 sum, [3] bf16 values into a bf16 sum.
+  virtual void accumulation_experiment(Tensor out, double value, int64_t n) = 0;
+
   // What attention_forward/backward run for these sizes, as (name, value) pairs recorded with
   // results: the kernel family and its tiling/variant choices. Empty values are omitted.
   virtual std::vector<std::pair<std::string, std::string>> attention_variant(const AttentionDims& d,

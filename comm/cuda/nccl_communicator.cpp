@@ -97,11 +97,15 @@ class NcclCommunicator final : public Communicator {
     ncclUniqueId id{};
     if (rank_ == 0) NCCL_CHECK(ncclGetUniqueId(&id));
     MPI_CHECK(MPI_Bcast(&id, int(sizeof id), MPI_BYTE, 0, mpi_comm_));
-    // Under the watchdog the communicator is non-blocking: no NCCL call blocks the host, so
-    // a stuck operation can be abandoned with ncclCommAbort from the watchdog's thread.
+    // A blocking communicator, as PyTorch's default: its calls only enqueue, so a stuck
+    // collective waits on the GPU, where the watchdog's thread sees it (its event), aborts the
+    // communicator and ends the job with MPI_Abort, which needs nothing from this thread.
+    // Non-blocking communicators (ncclConfig_t.blocking = 0) were measured slower: NCCL hands
+    // each launch to a thread, and a 1 MB all-reduce on 2 H200 fell from 73 to 26 GB/s busbw
+    // (docs/results/reliability.md). settle() keeps the non-blocking protocol's polling correct.
     Watchdog& watchdog = Watchdog::instance();
     ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
-    config.blocking = watchdog.enabled() ? 0 : 1;
+    config.blocking = 1;
     Watchdog::OpPtr init = watchdog.begin("ncclCommInitRank", "nccl", 0);
     settle(ncclCommInitRankConfig(&comm_, size_, id, rank_, &config), "ncclCommInitRankConfig");
     Watchdog::complete(init);

@@ -246,6 +246,11 @@ void CudaOps::convert(Tensor dst, Tensor src) {
 
 void CudaOps::scale(Tensor x, double factor) { cuda::scale(x, factor, stream_); }
 
+void CudaOps::accumulation_experiment(Tensor out, double value, int64_t n) {
+  expect(out.numel() == 4 && out.dtype == DType::F32, "accumulation_experiment", "out must be 4 fp32");
+  cuda::accumulation_experiment(out.ptr<float>(), value, n, stream_);
+}
+
 // Flash: flash::flash_variant of the params attention_forward/backward build, with the
 // process's settings (LLMHPC_FLASH_*). The choice reads the tensors' addresses only for their
 // alignment: placeholders aligned like the device allocator's buffers (cudaMalloc's 256 bytes)

@@ -31,6 +31,7 @@ class CudaOps final : public Ops {
                   int64_t step) override;
   void convert(Tensor dst, Tensor src) override;
   void scale(Tensor x, double factor) override;
+  void accumulation_experiment(Tensor out, double value, int64_t n) override;
   std::vector<std::pair<std::string, std::string>> attention_variant(const AttentionDims& d,
                                                                      DType compute) const override;
 

@@ -55,4 +55,8 @@ void adamw_step(Tensor param, Tensor grad, Tensor m, Tensor v, Tensor param_lowp
 void convert(Tensor dst, Tensor src, cudaStream_t stream);
 void scale(Tensor x, double factor, cudaStream_t stream);
 
+// The accumulation experiment (Ops::accumulation_experiment): one thread, the device's own
+// fp16 and bf16 conversions; out (4) fp32.
+void accumulation_experiment(float* out, double value, int64_t n, cudaStream_t stream);
+
 }  // namespace llmhpc::cuda

@@ -2,12 +2,17 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 
 namespace llmhpc {
 
 TracingAllocator::TracingAllocator(Allocator& inner) : inner_(inner), t0_(std::chrono::steady_clock::now()) {}
+
+double TracingAllocator::now_ms() const {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0_).count();
+}
 
 void* TracingAllocator::allocate(size_t bytes, const std::string& tag) {
   void* p = inner_.allocate(bytes, tag);
@@ -41,20 +46,36 @@ int64_t MemoryBreakdown::of(const std::string& category) const {
   return 0;
 }
 
+const std::string& tag_category(const std::string& tag, const std::vector<TagCategory>& categories) {
+  static const std::string other = "other";
+  for (const TagCategory& c : categories)
+    for (const std::string& prefix : c.tag_prefixes)
+      if (tag.rfind(prefix, 0) == 0) return c.name;
+  return other;
+}
+
 MemoryBreakdown TracingAllocator::live_by_category(const std::vector<TagCategory>& categories) const {
   MemoryBreakdown out;
   for (const TagCategory& c : categories) out.bytes.push_back({c.name, 0});
   out.bytes.push_back({"other", 0});
   for (const auto& [ptr, live] : live_allocs_) {
-    size_t k = 0;
-    for (; k < categories.size(); ++k) {
-      bool match = false;
-      for (const std::string& prefix : categories[k].tag_prefixes) match = match || live.tag.rfind(prefix, 0) == 0;
-      if (match) break;
-    }
-    out.bytes[k].second += int64_t(live.bytes);  // k == categories.size(): "other"
+    const std::string& name = tag_category(live.tag, categories);
+    for (auto& [category, bytes] : out.bytes)
+      if (category == name) {
+        bytes += int64_t(live.bytes);
+        break;
+      }
     out.total += int64_t(live.bytes);
   }
+  return out;
+}
+
+std::vector<LiveAllocation> TracingAllocator::live_allocations() const {
+  std::vector<LiveAllocation> out;
+  for (const auto& [ptr, live] : live_allocs_)
+    out.push_back({reinterpret_cast<uint64_t>(ptr), int64_t(live.bytes), live.tag});
+  std::sort(out.begin(), out.end(),
+            [](const LiveAllocation& a, const LiveAllocation& b) { return a.address < b.address; });
   return out;
 }
 

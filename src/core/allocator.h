@@ -41,6 +41,16 @@ struct TagCategory {
   std::vector<std::string> tag_prefixes;
 };
 
+// The name of the first category one of whose prefixes `tag` starts with, else "other".
+const std::string& tag_category(const std::string& tag, const std::vector<TagCategory>& categories);
+
+// One allocation that is live: where, how large, and its tag.
+struct LiveAllocation {
+  uint64_t address;
+  int64_t bytes;
+  std::string tag;
+};
+
 // Live bytes per category, in the order the categories were given, then "other" for
 // allocations no prefix matched; the categories sum to `total`.
 struct MemoryBreakdown {
@@ -60,10 +70,13 @@ class TracingAllocator final : public Allocator {
   void reset_peak() { peak_ = live_; }
   // An allocation counts towards the first category one of whose prefixes its tag starts with.
   MemoryBreakdown live_by_category(const std::vector<TagCategory>& categories) const;
+  // Every live allocation, by address.
+  std::vector<LiveAllocation> live_allocations() const;
 
   // Event recording is off by default (it costs a string per allocation).
   void set_recording(bool on) { recording_ = on; }
   void set_phase(const std::string& phase) { phase_ = phase; }
+  double now_ms() const;  // on the events' clock
   const std::vector<AllocEvent>& events() const { return events_; }
   void clear_events() { events_.clear(); }
 

@@ -2,6 +2,7 @@
 // any dtype and double (src/core/dtype.cpp): every host-side reader and writer of typed
 // memory (the CPU convert op, random fills, the comm harness's verifiable data) uses it.
 #pragma once
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <string>
@@ -47,6 +48,37 @@ inline float bf16_bits_to_float(uint16_t b) {
 }
 
 inline float round_to_bf16(float f) { return bf16_bits_to_float(float_to_bf16_bits(f)); }
+
+// IEEE half precision (fp16) on the host, round to nearest even as the hardware conversion
+// (only the accumulation experiment uses fp16: it is no tensor dtype).
+inline uint16_t float_to_half_bits(float f) {
+  uint32_t x;
+  std::memcpy(&x, &f, 4);
+  const uint32_t sign = (x >> 16) & 0x8000u, a = x & 0x7fffffffu;
+  if (a >= 0x7f800000u) return uint16_t(sign | (a > 0x7f800000u ? 0x7e00u : 0x7c00u));  // NaN, inf
+  if (a >= 0x477ff000u) return uint16_t(sign | 0x7c00u);                                // 65520 and above round to inf
+  if (a < 0x38800000u) {  // below 2^-14: a multiple of 2^-24, rounded to nearest even
+    float v;
+    std::memcpy(&v, &a, 4);
+    return uint16_t(sign | uint32_t(std::nearbyint(v * 16777216.0f)));
+  }
+  uint32_t h = ((a >> 23) - 112u) << 10 | (a & 0x7fffffu) >> 13;  // exponent rebiased 127 -> 15
+  const uint32_t rest = a & 0x1fffu;
+  if (rest > 0x1000u || (rest == 0x1000u && (h & 1u))) ++h;  // a carry moves into the exponent
+  return uint16_t(sign | h);
+}
+
+inline float half_bits_to_float(uint16_t h) {
+  const uint32_t sign = uint32_t(h & 0x8000u) << 16, e = (h >> 10) & 0x1fu, m = h & 0x3ffu;
+  if (e == 0) {
+    const float v = std::ldexp(float(m), -24);
+    return sign ? -v : v;
+  }
+  const uint32_t bits = sign | (e == 31 ? 0x7f800000u : (e + 112u) << 23) | m << 13;
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
+}
 
 // Element `i` of typed host memory as a double: exact for every dtype.
 double load_as_double(const void* base, size_t i, DType t);

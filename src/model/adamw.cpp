@@ -32,6 +32,21 @@ void AdamW::allocate_state() {
   has_state_ = true;
 }
 
+void AdamW::begin_step() {
+  LLMHPC_CHECK(owned_.size() == 1 && owned_[0].begin == 0, "AdamW in backward needs an unsharded optimizer");
+  allocate_state();
+  ++step_;
+}
+
+void AdamW::update(FlatRange r, Tensor grads) {
+  LLMHPC_CHECK(r.begin >= 0 && r.end <= owned_[0].end && grads.numel() == r.size(), "AdamW update outside its range");
+  NvtxRange range("optimizer");
+  const Tensor lowp = model_.params_lowp();
+  const int64_t n = r.size();
+  ops_.adamw_step(model_.params().slice(r.begin, {n}), grads, m_.tensor().slice(r.begin, {n}),
+                  v_.tensor().slice(r.begin, {n}), lowp.empty() ? Tensor() : lowp.slice(r.begin, {n}), hyper_, step_);
+}
+
 void AdamW::step(GradientListener* listener) {
   NvtxRange range("optimizer");
   allocate_state();

@@ -24,6 +24,11 @@ class AdamW {
   // ranges. Each element's arithmetic is the same whatever the ranges, so owners of disjoint
   // ranges compute together bitwise what one optimizer of the whole model does.
   void step(GradientListener* listener = nullptr);
+  // The same update applied range by range while backward runs (GradientStorage::PerRange,
+  // run_step): begin_step() once per step, then update() for each range backward reports, with
+  // its gradients; bitwise what step() does. Unsharded optimizers only.
+  void begin_step();
+  void update(FlatRange range, Tensor grads);
   void allocate_state();  // zeroed m and v, unless they exist
   bool has_state() const { return has_state_; }
 

@@ -1,5 +1,7 @@
 #include "src/model/train_step.h"
 
+#include <memory>
+
 #include "src/core/units.h"
 
 namespace llmhpc {
@@ -27,15 +29,60 @@ MemoryBreakdown model_memory(const TracingAllocator& allocator) {
   return allocator.live_by_category(model_memory_categories());
 }
 
-StepTimes run_step(TransformerLM& model, AdamW* opt, Phase phase, Timer& timer, GradientListener* listener) {
+namespace {
+
+// AdamW applied to each range of gradients as backward finishes it (GradientStorage::PerRange).
+class OptimizerInBackward final : public GradientListener {
+ public:
+  OptimizerInBackward(TransformerLM& model, AdamW& opt) : model_(model), opt_(opt) {}
+  void on_gradients_ready(int64_t begin, int64_t end) override {
+    opt_.update({begin, end}, model_.gradients(begin, end));
+  }
+
+ private:
+  TransformerLM& model_;
+  AdamW& opt_;
+};
+
+}  // namespace
+
+StepTimes run_step(TransformerLM& model, AdamW* opt, Phase phase, Timer& timer, GradientListener* listener,
+                   const std::function<void(const char*)>& on_phase) {
+  auto begin = [&](const char* name) {
+    if (on_phase) on_phase(name);
+  };
   LLMHPC_CHECK(phase != Phase::TrainStep || opt != nullptr, "train-step needs an optimizer");
   LLMHPC_CHECK(timer.marks() >= kStepMarks, "run_step needs a timer of kStepMarks marks");
+  if (model.gradient_storage() == GradientStorage::PerRange) {
+    LLMHPC_CHECK(listener == nullptr, "data parallelism needs GradientStorage::Whole");
+    StepTimes t;
+    begin("forward");
+    timer.mark(0);
+    model.forward();
+    timer.mark(1);
+    if (phase != Phase::Forward) {
+      begin("backward");
+      std::unique_ptr<OptimizerInBackward> fused;
+      if (phase == Phase::TrainStep) {
+        opt->begin_step();
+        fused = std::make_unique<OptimizerInBackward>(model, *opt);
+      }
+      model.backward(fused.get());  // forward-backward: each range's gradients computed, then dropped
+      timer.mark(2);
+      t.backward_ms = timer.elapsed_ms(1, 2);
+    }
+    t.step_ms = timer.elapsed_ms(0, phase == Phase::Forward ? 1 : 2);
+    t.forward_ms = timer.elapsed_ms(0, 1);
+    return t;
+  }
   StepTimes t;
   int last = 0;
+  begin("forward");
   timer.mark(0);
   model.forward();
   timer.mark(last = 1);
   if (phase != Phase::Forward) {
+    begin("backward");
     if (listener) listener->begin_step();
     model.backward(listener);
     timer.mark(last = 2);
@@ -46,6 +93,7 @@ StepTimes run_step(TransformerLM& model, AdamW* opt, Phase phase, Timer& timer, 
   }
   if (phase == Phase::TrainStep) {
     t.memory_before_optimizer = model_memory(model.device().allocator());
+    begin("optimizer");
     opt->step(listener);
     timer.mark(last = 4);
     if (listener) {

@@ -3,6 +3,7 @@
 // And what the step's memory is for, read off the allocator's tags.
 #pragma once
 #include <cmath>
+#include <functional>
 #include <string>
 
 #include "kernels/ops.h"
@@ -38,10 +39,15 @@ struct StepTimes {
 // parameters shared.
 constexpr int kStepMarks = 6;
 
-// One step; `timer` (of the model's device) needs kStepMarks marks. `opt` may be null unless
+// Under GradientStorage::PerRange the optimizer runs inside backward (AdamW on each range as
+// backward finishes it): backward_ms includes it, optimizer_ms stays NaN, and no listener may be
+// given. One step; `timer` (of the model's device) needs kStepMarks marks. `opt` may be null unless
 // phase is TrainStep. `listener` hears backward and the optimizer (GradientListener's step
 // protocol).
-StepTimes run_step(TransformerLM& model, AdamW* opt, Phase phase, Timer& timer, GradientListener* listener = nullptr);
+// `on_phase`, if given, hears "forward", "backward" and "optimizer" as each begins (the memory
+// mode labels allocations with it).
+StepTimes run_step(TransformerLM& model, AdamW* opt, Phase phase, Timer& timer, GradientListener* listener = nullptr,
+                   const std::function<void(const char*)>& on_phase = nullptr);
 
 // Model FLOPs of one forward+backward: 6 * (matmul params) * tokens + 12 * L * d * T * tokens
 // (PaLM's count; attention counted without the causal saving).

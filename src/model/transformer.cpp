@@ -2,6 +2,7 @@
 
 #include <omp.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include "src/core/nvtx.h"
@@ -55,7 +56,7 @@ struct TransformerLM::Activations {
 };
 
 TransformerLM::TransformerLM(const ModelConfig& config, Precision precision, AttentionKind attention, Device& device,
-                             Ops& ops, MemoryPlan memory, int64_t flat_elements)
+                             Ops& ops, MemoryPlan memory, int64_t flat_elements, GradientStorage gradients)
     : config_(config), layout_(config), precision_(precision), attention_(attention), device_(device), ops_(ops),
       memory_(memory) {
   config_.validate();
@@ -64,8 +65,18 @@ TransformerLM::TransformerLM(const ModelConfig& config, Precision precision, Att
   const int64_t total = layout_.total(), flat = flat_elements == 0 ? total : flat_elements;
   LLMHPC_CHECK(flat >= total, "the flat buffers must hold every parameter");
   params_ = Buffer(a, pd, {flat}, "params");
-  grads_ = Buffer(a, pd, {flat}, "grads");
+  if (gradients == GradientStorage::Whole) {
+    grads_ = Buffer(a, pd, {flat}, "grads");
+  } else {
+    LLMHPC_CHECK(flat == total, "per-range gradients need an unpadded flat buffer");
+    const ParamInfo& lnf = layout_.find("ln_final.weight");
+    const auto layer = layout_.layer_range(0);  // every layer has the same size
+    const int64_t largest = std::max(
+        {layer.second - layer.first, total - lnf.offset, layout_.find("token_embeddings.weight").shape.numel()});
+    grad_window_.buffer = Buffer(a, pd, {largest}, "grads.range");
+  }
   for (const Buffer* b : {&params_, &grads_}) {  // the padding: zero, and nothing ever writes it
+    if (b->empty()) continue;
     const Tensor padding = b->tensor().slice(total, {flat - total});
     device_.fill_zero(padding.data, padding.bytes());
   }
@@ -85,16 +96,38 @@ Tensor TransformerLM::view(const Tensor& flat, const std::string& name) const {
   return flat.slice(p.offset, p.shape);
 }
 
+Tensor TransformerLM::Window::view(int64_t offset, Shape shape) const {
+  LLMHPC_CHECK(offset >= begin && offset + shape.numel() <= end,
+               "flat offset " + std::to_string(offset) + " used outside the range its window holds");
+  return buffer.tensor().slice(offset - begin, shape);
+}
+
 Tensor TransformerLM::compute_view(int64_t offset, Shape shape) const {
   if (!params_lowp_.empty()) return params_lowp_.tensor().slice(offset, shape);
   if (!casts_per_layer()) return params_.tensor().slice(offset, shape);
-  for (const CastWindow* w : {&layer_window_, &head_window_})
-    if (offset >= w->begin && offset + shape.numel() <= w->end)
-      return w->buffer.tensor().slice(offset - w->begin, shape);
-  LLMHPC_FATAL("weight at flat offset " + std::to_string(offset) + " used before its layer was cast to bf16");
+  const bool in_layer = offset >= layer_window_.begin && offset + shape.numel() <= layer_window_.end;
+  return (in_layer ? layer_window_ : head_window_).view(offset, shape);
 }
 
-void TransformerLM::cast_into(CastWindow& window, std::pair<int64_t, int64_t> range) {
+Tensor TransformerLM::grad_view(int64_t offset, Shape shape) const {
+  return grads_.empty() ? grad_window_.view(offset, shape) : grads_.tensor().slice(offset, shape);
+}
+
+Tensor TransformerLM::grad(const std::string& name) const {
+  const ParamInfo& p = layout_.find(name);
+  return grad_view(p.offset, p.shape);
+}
+
+Tensor TransformerLM::gradients(int64_t begin, int64_t end) const { return grad_view(begin, {end - begin}); }
+
+void TransformerLM::open_gradients(int64_t begin, int64_t end) {
+  if (!grads_.empty()) return;
+  LLMHPC_CHECK(end - begin <= grad_window_.buffer.tensor().numel(), "a gradient range larger than its buffer");
+  grad_window_.begin = begin;
+  grad_window_.end = end;
+}
+
+void TransformerLM::cast_into(Window& window, std::pair<int64_t, int64_t> range) {
   if (window.begin == range.first && window.end == range.second) return;  // already there
   const int64_t n = range.second - range.first;
   ops_.convert(window.buffer.tensor().slice(0, {n}), params_.tensor().slice(range.first, {n}));
@@ -114,7 +147,7 @@ Tensor TransformerLM::weight_rows(const std::string& first, int64_t rows) const 
 
 Tensor TransformerLM::grad_rows(const std::string& first, int64_t rows) const {
   const ParamInfo& p = layout_.find(first);
-  return grads_.tensor().slice(p.offset, {rows, p.shape[1]});
+  return grad_view(p.offset, {rows, p.shape[1]});
 }
 
 namespace {
@@ -262,6 +295,28 @@ double TransformerLM::mean_loss() {
   return sum / double(n);
 }
 
+std::vector<std::pair<std::string, DType>> TransformerLM::storage_dtypes() const {
+  LLMHPC_CHECK(act_ != nullptr, "storage_dtypes() before set_batch()");
+  const Activations& A = *act_;
+  const Activations::Layer& X = A.layers.front();
+  const DType sd = A.losses.tensor().dtype;  // the statistics' dtype
+  return {{"parameters (master weights)", params_.tensor().dtype},
+          {"weights as the matrix products read them",
+           (params_lowp_.empty() ? casts_per_layer() ? layer_window_.buffer : params_ : params_lowp_).tensor().dtype},
+          {"embedding output, residual stream", X.resid.tensor().dtype},
+          {"RMSNorm output (ln1, ln2, ln_final)", A.norm_out.tensor().dtype},
+          {"RMSNorm statistics (rstd)", X.ln1_rstd.tensor().dtype},
+          {"attention q, k, v projections", X.qkv.tensor().dtype},
+          {"attention output (before output_proj)", X.attn_out.tensor().dtype},
+          {"attention block output (output_proj)", A.branch_out.tensor().dtype},
+          {"FFN W1 x, W3 x", X.h13.tensor().dtype},
+          {"FFN SwiGLU product", A.gated.tensor().dtype},
+          {"FFN block output (W2)", A.branch_out.tensor().dtype},
+          {"logits (LM head output)", A.logits.tensor().dtype},
+          {"loss", sd},
+          {"parameter gradients", (grads_.empty() ? grad_window_.buffer : grads_).tensor().dtype}};
+}
+
 // `t` in the compute dtype: itself if it already is, else converted into `scratch`.
 Tensor TransformerLM::as_compute(Tensor t, Tensor scratch) {
   if (t.dtype == scratch.dtype) return t;
@@ -271,6 +326,7 @@ Tensor TransformerLM::as_compute(Tensor t, Tensor scratch) {
 
 void TransformerLM::backward(GradientListener* listener, bool accumulate) {
   LLMHPC_CHECK(act_ != nullptr && has_targets_ && logits_fresh_, "backward() needs its own forward pass with targets");
+  LLMHPC_CHECK(!accumulate || !grads_.empty(), "accumulating gradients needs GradientStorage::Whole");
   logits_fresh_ = false;
   NvtxRange range("backward");
   Activations& A = *act_;
@@ -292,6 +348,7 @@ void TransformerLM::backward(GradientListener* listener, bool accumulate) {
   };
 
   // Loss -> logits -> LM head -> final norm. dlogits overwrite the logits.
+  open_gradients(layout_.find("ln_final.weight").offset, layout_.total());
   ops_.cross_entropy_backward(A.logits, A.logits, targets_, 1.0 / double(N));
   ops_.linear_backward(A.d_norm, grad("lm_head.weight"), A.logits, A.lnf_out, weight("lm_head.weight"), accumulate);
   device_.fill_zero(A.d_resid.tensor().data, A.d_resid.tensor().bytes());
@@ -304,6 +361,8 @@ void TransformerLM::backward(GradientListener* listener, bool accumulate) {
     const std::string p = "layers." + std::to_string(l) + ".";
     Activations::Layer& X = A.layers[l];
     if (casts_per_layer()) cast_into(layer_window_, layout_.layer_range(int(l)));
+    const auto range_l = layout_.layer_range(int(l));
+    open_gradients(range_l.first, range_l.second);
     // FFN branch: d_resid is the gradient of its output. Recomputed values are bitwise
     // what forward had: the same arithmetic on the same saved inputs. W2's input gradient
     // comes first, so the SwiGLU backward can recompute the product W2's weight gradient
@@ -328,10 +387,10 @@ void TransformerLM::backward(GradientListener* listener, bool accumulate) {
                          weight_rows(p + "attn.q_proj.weight", 3 * C), accumulate);
     ops_.rmsnorm_backward(A.d_resid, grad(p + "ln1.weight"), A.d_norm, X.resid, param(p + "ln1.weight"), X.ln1_rstd,
                           accumulate);
-    auto range_l = layout_.layer_range(int(l));
     ready(range_l.first, range_l.second);
   }
   const ParamInfo& emb = layout_.find("token_embeddings.weight");
+  open_gradients(emb.offset, emb.offset + emb.shape.numel());
   ops_.embedding_backward(grad(emb.name), A.d_resid, tokens_, accumulate);
   ready(emb.offset, emb.offset + emb.shape.numel());
 }

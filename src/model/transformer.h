@@ -32,6 +32,14 @@ const char* attention_name(AttentionKind k);
 // instead of keeping a bf16 copy of all weights. Results are bitwise the same.
 enum class MemoryPlan { Fast, LowMemory };
 
+// Where backward writes the parameter gradients. Whole: one flat buffer of every gradient,
+// kept until the next backward (data parallelism, gradient checks and AdamW after backward
+// read it). PerRange: one buffer the size of the largest range backward reports (a layer, the
+// head with the final norm, or the embedding), reused: a range's gradients live only until
+// the GradientListener has consumed them (the optimizer applied as backward finishes each
+// range: run_step), 4 bytes per parameter less. No padded buffers, no accumulation.
+enum class GradientStorage { Whole, PerRange };
+
 class TransformerLM {
  public:
   // `flat_elements`: the length of the flat buffers (parameters, gradients, bf16 copy), at
@@ -40,7 +48,8 @@ class TransformerLM {
   // so no view moves, and it is zero and stays zero (no gradient is ever written there, and
   // AdamW keeps a zero weight with a zero gradient at zero).
   TransformerLM(const ModelConfig& config, Precision precision, AttentionKind attention, Device& device, Ops& ops,
-                MemoryPlan memory = MemoryPlan::Fast, int64_t flat_elements = 0);
+                MemoryPlan memory = MemoryPlan::Fast, int64_t flat_elements = 0,
+                GradientStorage gradients = GradientStorage::Whole);
   ~TransformerLM();
 
   const ModelConfig& config() const { return config_; }
@@ -50,12 +59,18 @@ class TransformerLM {
 
   // The flat buffers, param dtype, padding included: layout().total() parameters, then zeros.
   Tensor params() const { return params_; }
-  Tensor grads() const { return grads_; }
+  Tensor grads() const { return grads_; }  // empty under GradientStorage::PerRange
+  GradientStorage gradient_storage() const {
+    return grads_.empty() ? GradientStorage::PerRange : GradientStorage::Whole;
+  }
+  // The gradients of flat elements [begin, end) as backward last wrote them: a view of
+  // grads(), or under PerRange of the buffer holding the range backward reported last.
+  Tensor gradients(int64_t begin, int64_t end) const;
   // The bf16 copy of all weights, which the optimizer keeps current; empty unless bf16 with
   // MemoryPlan::Fast.
   Tensor params_lowp() const { return params_lowp_; }
   Tensor param(const std::string& name) const { return view(params_, name); }
-  Tensor grad(const std::string& name) const { return view(grads_, name); }
+  Tensor grad(const std::string& name) const;  // under PerRange: of the range backward reports next
 
   // SPEC initialisation: truncated normal std sqrt(2/(in+out)) at +-3 sigma for linear
   // weights, std 1 at +-3 for the embedding, 1 for norm gains.
@@ -67,6 +82,9 @@ class TransformerLM {
   void set_batch(const int32_t* tokens, const int32_t* targets, int64_t batch, int64_t seq);
   void forward();
   double mean_loss();  // of the last forward; waits for the device
+  // What each kind of tensor is stored as (the precision mode's table), from the buffers
+  // themselves: (tensor, dtype) pairs; needs set_batch().
+  std::vector<std::pair<std::string, DType>> storage_dtypes() const;
   // Gradients of the last forward's loss: written into grads(), or added to them with
   // `accumulate` (micro-batches). No zeroing pass is needed before it. One backward per
   // forward: it overwrites the logits with their gradient.
@@ -82,13 +100,18 @@ class TransformerLM {
   // The compute-dtype view of `shape` at flat offset `offset`: the bf16 copy, a cast window
   // (LowMemory), or the parameters themselves (fp32/fp64).
   Tensor compute_view(int64_t offset, Shape shape) const;
-  // LowMemory under bf16: cast parameters [begin, end) into the window buffer.
-  struct CastWindow {
+  // A buffer holding flat elements [begin, end): bf16 casts of parameters (LowMemory under
+  // bf16), or the gradients of one range (GradientStorage::PerRange).
+  struct Window {
     Buffer buffer;
     int64_t begin = 0, end = 0;
-    void forget() { begin = end = 0; }  // the parameters changed since the cast
+    void forget() { begin = end = 0; }               // the parameters changed since the cast
+    Tensor view(int64_t offset, Shape shape) const;  // fatal unless inside [begin, end)
   };
-  void cast_into(CastWindow& window, std::pair<int64_t, int64_t> range);
+  void cast_into(Window& window, std::pair<int64_t, int64_t> range);
+  Tensor grad_view(int64_t offset, Shape shape) const;
+  // Under PerRange, backward writes the gradients of [begin, end) next.
+  void open_gradients(int64_t begin, int64_t end);
   bool casts_per_layer() const { return memory_ == MemoryPlan::LowMemory && precision_ == Precision::BF16; }
   void ensure_activations(int64_t batch, int64_t seq);
   Tensor as_compute(Tensor t, Tensor scratch);
@@ -101,7 +124,8 @@ class TransformerLM {
   Ops& ops_;
   MemoryPlan memory_;
   Buffer params_, grads_, params_lowp_;
-  CastWindow layer_window_, head_window_;  // LowMemory under bf16: one layer, the LM head
+  Window layer_window_, head_window_;  // LowMemory under bf16: one layer, the LM head
+  Window grad_window_;                 // GradientStorage::PerRange
   Buffer tokens_, targets_;
   bool has_targets_ = false;
   bool logits_fresh_ = false;  // a forward ran since the last backward

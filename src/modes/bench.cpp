@@ -15,6 +15,7 @@ namespace {
 void add_options(po::options_description& desc) {
   po::options_description bench("Bench options");
   add_step_options(bench);
+  add_gradient_options(bench);
   desc.add(bench);
   add_model_group(desc);
 }
@@ -28,6 +29,7 @@ void run(ModeContext& ctx) {
   Ops& ops = *ctx.backend.ops;
   const uint64_t seed = uint64_t(opt_int(vm, "seed"));
   const MemoryPlan memory = memory_plan(vm);
+  const GradientStorage gradients = gradient_storage(vm);
   check_cases_run(ctx, cases);
 
   log_root(ctx.rt, "bench: %zu configuration(s), phase %s, %lld warm-up + %lld timed steps, %d rank(s) on %s%s\n",
@@ -44,12 +46,13 @@ void run(ModeContext& ctx) {
     Record rec;
     rec.group = "bench/" + c.label();
     add_case_attrs(rec, c, phase, memory, warmup, steps);
+    rec.attr("separate_optimizer", int64_t(gradients == GradientStorage::Whole ? 1 : 0));
     StepSamples warm, timed;
     dev.allocator().reset_peak();
     const SweepStatus status = sweep.run(
         c.label(), rec,
         [&] {
-          TransformerLM& model = live.prepare(cases, i, dev, ops, seed, memory, phase, rec);
+          TransformerLM& model = live.prepare(cases, i, dev, ops, seed, memory, gradients, phase, rec);
           for (int64_t s = 0; s < warmup; ++s) warm.add(run_step(model, live.optimizer(), phase, *timer));
           for (int64_t s = 0; s < steps; ++s) timed.add(run_step(model, live.optimizer(), phase, *timer));
           timed.record(rec, "");

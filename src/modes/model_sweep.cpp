@@ -110,13 +110,13 @@ void LiveModel::release_unless_shared(const std::vector<ModelCase>& cases, size_
 }
 
 TransformerLM& LiveModel::prepare(const std::vector<ModelCase>& cases, size_t i, Device& dev, Ops& ops, uint64_t seed,
-                                  MemoryPlan memory, Phase phase, Record& rec) {
+                                  MemoryPlan memory, GradientStorage gradients, Phase phase, Record& rec) {
   const ModelCase& c = cases[i];
   if (!model_) {  // sized for the longest context among the cases that will share it
     ModelConfig shape = c.model;
     for (size_t k = i; k < cases.size() && cases[k].model_key() == key_; ++k)
       shape.context_length = std::max(shape.context_length, cases[k].model.context_length);
-    model_ = std::make_unique<TransformerLM>(shape, c.precision, c.attention, dev, ops, memory);
+    model_ = std::make_unique<TransformerLM>(shape, c.precision, c.attention, dev, ops, memory, 0, gradients);
     model_->init_parameters(seed);
     if (phase == Phase::TrainStep) {  // its state now, so that no timed step allocates it
       opt_ = std::make_unique<AdamW>(*model_, ops, AdamWHyper{});

@@ -55,10 +55,11 @@ class LiveModel {
   void release_unless_shared(const std::vector<ModelCase>& cases, size_t i);
   // The model for cases[i] on `ops`: built and initialised (`seed`) if there is none, sized for
   // the longest context among the following cases that will share it, with an AdamW when
-  // `phase` is a train step; its batch set to cases[i]'s random tokens and targets. Records the
-  // attention kernel variant in `rec`.
+  // `phase` is a train step (inside backward, range by range, under GradientStorage::PerRange);
+  // its batch set to cases[i]'s random tokens and targets. Records the attention kernel variant
+  // in `rec`.
   TransformerLM& prepare(const std::vector<ModelCase>& cases, size_t i, Device& dev, Ops& ops, uint64_t seed,
-                         MemoryPlan memory, Phase phase, Record& rec);
+                         MemoryPlan memory, GradientStorage gradients, Phase phase, Record& rec);
   AdamW* optimizer() { return opt_.get(); }
   // Frees the model and optimizer (after a failed configuration: the next builds its own).
   void release() {

@@ -2,6 +2,7 @@
 
 #include <regex>
 
+#include "src/core/random.h"
 #include "src/core/units.h"
 
 namespace llmhpc {
@@ -44,6 +45,43 @@ void add_precision_options(po::options_description& desc, bool lists) {
 
 MemoryPlan memory_plan(const po::variables_map& vm) {
   return opt_flag(vm, "low-memory") ? MemoryPlan::LowMemory : MemoryPlan::Fast;
+}
+
+std::string shape_label(const ModelConfig& c) {
+  if (c.name != "custom") return c.name;
+  return "d" + std::to_string(c.d_model) + "_ff" + std::to_string(c.d_ff) + "_L" + std::to_string(c.num_layers) + "_H" +
+         std::to_string(c.num_heads);
+}
+
+void add_shape_attrs(Record& rec, const ModelConfig& c) {
+  rec.attr("model", c.name)
+      .attr("d_model", c.d_model)
+      .attr("d_ff", c.d_ff)
+      .attr("num_layers", c.num_layers)
+      .attr("num_heads", c.num_heads)
+      .attr("vocab_size", c.vocab_size)
+      .attr("context_length", c.context_length);
+}
+
+void random_batch(uint64_t seed, int64_t n, int64_t vocab, std::vector<int32_t>& tokens,
+                  std::vector<int32_t>& targets) {
+  tokens.resize(n);
+  targets.resize(n);
+  for (int64_t k = 0; k < n; ++k) {
+    tokens[k] = int32_t(random_bits(seed, 1, uint64_t(k)) % uint64_t(vocab));
+    targets[k] = int32_t(random_bits(seed, 2, uint64_t(k)) % uint64_t(vocab));
+  }
+}
+
+void add_gradient_options(po::options_description& desc) {
+  desc.add_options()("separate-optimizer", po::bool_switch(),
+                     "keep a gradient buffer of every parameter and run AdamW after backward, timed as its own "
+                     "phase (4 bytes per parameter more); default: AdamW updates each layer as soon as backward "
+                     "has its gradients, inside backward's time, bitwise the same weights");
+}
+
+GradientStorage gradient_storage(const po::variables_map& vm) {
+  return opt_flag(vm, "separate-optimizer") ? GradientStorage::Whole : GradientStorage::PerRange;
 }
 
 std::string opt_string(const po::variables_map& vm, const std::string& name) {

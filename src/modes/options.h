@@ -27,6 +27,17 @@ std::vector<int64_t> batch_sizes(const po::variables_map& vm);
 std::vector<Precision> precisions(const po::variables_map& vm);
 std::vector<AttentionKind> attentions(const po::variables_map& vm);
 MemoryPlan memory_plan(const po::variables_map& vm);  // --low-memory
+// A model's part of a configuration's label: the preset name, or d<d_model>_ff<d_ff>_L<layers>_H<heads>.
+std::string shape_label(const ModelConfig& c);
+// The model's shape as a record's attributes: model, d_model, d_ff, num_layers, num_heads,
+// vocab_size, context_length.
+void add_shape_attrs(Record& rec, const ModelConfig& c);
+// The seeded random batch the measuring modes run on: n token ids and n targets below vocab.
+void random_batch(uint64_t seed, int64_t n, int64_t vocab, std::vector<int32_t>& tokens, std::vector<int32_t>& targets);
+
+// --separate-optimizer (modes that time one model's train step: bench, memory).
+void add_gradient_options(po::options_description& desc);
+GradientStorage gradient_storage(const po::variables_map& vm);
 
 // Typed accessors for options stored as text.
 std::string opt_string(const po::variables_map& vm, const std::string& name);

@@ -205,7 +205,8 @@ void run(ModeContext& ctx) {
     const SweepStatus status = sweep.run(
         c.label(), rec,
         [&] {
-          TransformerLM& model = live.prepare(cases, i, dev, ops, seed, memory, phase, rec);
+          TransformerLM& model = live.prepare(cases, i, dev, ops, seed, memory, GradientStorage::Whole, phase,
+                                              rec);  // AdamW: a phase of its own
           auto step = [&](StepSamples& into) {
             NvtxRange range("step");
             into.add(run_step(model, live.optimizer(), phase, *timer));

@@ -9,10 +9,13 @@ ModeSpec train_mode();
 ModeSpec comm_mode();
 ModeSpec attention_mode();
 ModeSpec ddp_mode();
+ModeSpec memory_mode();
+ModeSpec precision_mode();
 
 const std::vector<ModeSpec>& all_modes() {
   static const std::vector<ModeSpec> modes = {
-      bench_mode(), profile_mode(), train_mode(), comm_mode(), attention_mode(), ddp_mode(),
+      bench_mode(),     profile_mode(), train_mode(),  comm_mode(),
+      attention_mode(), ddp_mode(),     memory_mode(), precision_mode(),
   };
   return modes;
 }

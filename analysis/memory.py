@@ -1,0 +1,219 @@
+#!/usr/bin/env python3
+"""The seeds' memory tables from `llmhpc --mode memory` runs (docs/hdf5-schema.md, /memory).
+
+    python3 analysis/memory.py DIR [DIR ...]            # markdown tables on stdout
+    python3 analysis/memory.py DIR --png OUT_DIR        # + one active-memory timeline PNG per configuration
+
+Tables: (a) peak memory (GiB) by model x context length, forward and train step, each precision
+(the seeds' memory_profiling (b)(c)); (b) memory per phase: after init, the peaks of forward,
+backward and optimizer, the overall peak; (c) what the peak is made of, by category; (d) the
+bytes of one residual-stream activation, B x T x d_model x 4 (fp32 in both precisions, as under
+autocast), checked against the allocation that holds it; (e) the largest allocations and where
+they come from (their tags). `report_section(runs, out_dir)` returns the same markdown for
+analysis/report.py and writes the PNGs into out_dir.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from llmhpc_h5 import open_run  # noqa: E402
+
+GiB = 2**30
+MiB = 2**20
+PHASES = ("init", "forward", "backward", "optimizer")
+
+
+def configs(runs) -> list:
+    """One dict per memory record of rank 0 of each run (a directory or an llmhpc_h5.Run)."""
+    out = []
+    for run in runs:
+        run = open_run(run) if isinstance(run, str) else run
+        for rec in run.records("memory", rank=0):
+            a = dict(rec.attrs)
+            a["label"], a["ok"], a["arrays"] = rec.name, rec.ok, rec.arrays
+            out.append(a)
+    return out
+
+
+def _gib(b) -> str:
+    return f"{b / GiB:.2f}"
+
+
+def _table(header, rows) -> str:
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(str(c) for c in r) + " |" for r in rows]
+    return "\n".join(lines)
+
+
+def peak_table(cs) -> str:
+    """(a) Peak GiB: rows model x context (x batch, attention), columns phase x precision."""
+    cols = sorted({(c["phase"], c["precision"]) for c in cs}, key=lambda k: (k[0] != "forward", k))
+    rows = {}
+    for c in cs:
+        key = (c["model"], int(c["context_length"]), int(c["batch_size"]), c["attention"])
+        rows.setdefault(key, {})[(c["phase"], c["precision"])] = _gib(c["peak_memory_bytes"]) if c["ok"] else c["status"]
+    header = ["Model", "Context", "Batch", "Attention"] + [f"{ph} {p} (GiB)" for ph, p in cols]
+    return _table(header, [list(k) + [v.get(col, "-") for col in cols] for k, v in rows.items()])
+
+
+def phase_values(c) -> dict:
+    arr = c["arrays"]
+    names = list(arr["phase_name"]) if "phase_name" in arr else []
+    out = {}
+    for i, n in enumerate(names):
+        out[n] = (int(arr["phase_live_at_end_bytes"][i]) if n == "init" else int(arr["phase_peak_bytes"][i]))
+    return out
+
+
+def phase_table(cs) -> str:
+    """(b) After init and the peaks of each phase of the traced step."""
+    rows = []
+    for c in cs:
+        if not c["ok"]:
+            rows.append([c["label"]] + ["-"] * 5 + [c["status"]])
+            continue
+        v = phase_values(c)
+        rows.append([c["label"]] + [_gib(v[p]) if p in v else "-" for p in PHASES]
+                    + [_gib(c["peak_memory_bytes"]), c.get("peak_phase", "")])
+    return _table(["Configuration", "after init", "forward peak", "backward peak", "optimizer peak", "peak",
+                   "peak reached in"], rows)
+
+
+def category_table(cs) -> str:
+    """(c) The peak by category (GiB)."""
+    cats = []
+    for c in cs:
+        if c["ok"]:
+            cats += [k for k in c["arrays"]["peak_category"] if k not in cats]
+    rows = []
+    for c in cs:
+        if not c["ok"]:
+            continue
+        v = dict(zip(c["arrays"]["peak_category"], c["arrays"]["peak_category_bytes"]))
+        rows.append([c["label"]] + [_gib(v.get(k, 0)) for k in cats] + [_gib(c["peak_memory_bytes"])])
+    return _table(["Configuration"] + cats + ["peak"], rows)
+
+
+def residual_table(cs) -> str:
+    """(d) One residual-stream activation, and the allocation of layer 0's residual input."""
+    rows = {}
+    for c in cs:
+        arr = c["arrays"]
+        held = "-"
+        if c["ok"]:
+            tags, deltas = arr["event_tag"], arr["event_delta_bytes"]
+            hit = [int(d) for t, d in zip(tags, deltas) if t == "activations.layers.0.resid" and d > 0]
+            held = f"{hit[0] / MiB:.2f}" if hit else "-"
+        key = (c["model"], int(c["context_length"]), int(c["batch_size"]), int(c["d_model"]), c["precision"])
+        rows[key] = [f"{int(c['residual_activation_bytes']) / MiB:.2f}", held]
+    return _table(["Model", "Context", "Batch", "d_model", "Precision", "B*T*d*4 (MiB)", "allocated (MiB)"],
+                  [list(k) + v for k, v in rows.items()])
+
+
+def largest_table(cs, top: int = 5) -> str:
+    """(e) The largest allocations of each configuration."""
+    rows = []
+    for c in cs:
+        if not c["ok"]:
+            continue
+        a = c["arrays"]
+        for i in range(min(top, len(a["largest_bytes"]))):
+            rows.append([c["label"] if i == 0 else "", a["largest_tag"][i], f"{int(a['largest_bytes'][i]) / MiB:.1f}",
+                         a["largest_category"][i], a["largest_phase"][i]])
+    return _table(["Configuration", "tag", "MiB", "category", "phase"], rows)
+
+
+def plot_timeline(c, path: str) -> None:
+    """The active memory over the trace's events, stacked by category, phases marked (what
+    memory_viz's Active Memory Timeline draws, coloured by category)."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    a = c["arrays"]
+    cats_seen = list(dict.fromkeys(a["event_category"]))
+    order = [k for k in ("parameters", "bf16 weights", "gradients", "optimizer state", "saved activations",
+                         "temporaries", "workspaces", "other") if k in cats_seen] + \
+            [k for k in cats_seen if k not in ("parameters", "bf16 weights", "gradients", "optimizer state",
+                                               "saved activations", "temporaries", "workspaces", "other")]
+    # One x step per event and one per phase start (a phase without allocations still shows).
+    marks = list(zip(a["phase_name"], a["phase_start_ms"])) if "phase_name" in a else []
+    running = {k: 0 for k in order}
+    points, starts, m = [], [], 0
+    for k, d, t in zip(a["event_category"], a["event_delta_bytes"], a["event_time_ms"]):
+        while m < len(marks) and marks[m][1] <= t and k is not None:
+            starts.append((len(points), marks[m][0]))
+            points.append(dict(running))
+            m += 1
+        running[k] += int(d)
+        points.append(dict(running))
+    for name, _ in marks[m:]:
+        starts.append((len(points), name))
+        points.append(dict(running))
+    points.append(dict(running))
+    x = np.arange(len(points))
+    fig, ax = plt.subplots(figsize=(11, 5))
+    ax.stackplot(x, [np.array([p[k] for p in points]) / GiB for k in order], labels=order, step="post")
+    top = max(sum(p.values()) for p in points) / GiB
+    for i, name in starts:
+        ax.axvline(i, color="k", lw=0.6, ls=":")
+        ax.text(i + 0.2, top * 1.02, name, fontsize=8, va="bottom", rotation=60)
+    ax.set_ylim(0, top * 1.25)
+    ax.axhline(int(c["peak_memory_bytes"]) / GiB, color="r", lw=0.8, ls="--", label="peak")
+    ax.set_xlabel("allocation events and phase starts, in order")
+    ax.set_ylabel("active memory (GiB)")
+    ax.set_title(f"{c['label']}: peak {_gib(c['peak_memory_bytes'])} GiB")
+    ax.legend(loc="lower right", fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def plot_timelines(cs, out_dir: str) -> list:
+    os.makedirs(out_dir, exist_ok=True)
+    paths = []
+    for c in cs:
+        if c["ok"] and len(c["arrays"]["event_delta_bytes"]):
+            paths.append(os.path.join(out_dir, f"memory_{c['label']}.png"))
+            plot_timeline(c, paths[-1])
+    return paths
+
+
+def markdown(cs, pngs=()) -> str:
+    parts = ["### Peak memory (GiB) by context length and precision", peak_table(cs),
+             "### Memory per phase (GiB)", phase_table(cs),
+             "### The peak by category (GiB)", category_table(cs),
+             "### One residual-stream activation", residual_table(cs),
+             "### Largest allocations", largest_table(cs)]
+    if pngs:
+        parts += ["### Active memory timelines"] + [f"![{os.path.basename(p)}]({os.path.basename(p)})" for p in pngs]
+    return "\n\n".join(parts) + "\n"
+
+
+def report_section(runs: list, out_dir: str) -> str:
+    """Markdown of the tables of `runs` (directories or llmhpc_h5.Run of mode memory); the
+    timeline PNGs go into out_dir."""
+    cs = configs(runs)
+    if not cs:
+        return ""
+    return markdown(cs, plot_timelines(cs, out_dir))
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("dirs", nargs="+", help="result directories of llmhpc --mode memory")
+    p.add_argument("--png", help="write one timeline PNG per configuration into this directory")
+    a = p.parse_args()
+    cs = configs(a.dirs)
+    if not cs:
+        sys.exit(f"no memory records in {', '.join(a.dirs)} (was it a --mode memory run?)")
+    print(markdown(cs, plot_timelines(cs, a.png) if a.png else ()))
+
+
+if __name__ == "__main__":
+    main()

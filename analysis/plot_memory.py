@@ -1,0 +1,31 @@
+#!/usr/bin/env python3
+"""The active-memory timeline of each configuration of an `llmhpc --mode memory` run as a PNG
+(stacked by category, phases marked, the peak drawn), and the peaks table.
+
+    python3 analysis/plot_memory.py DIR              # PNGs into DIR, the table on stdout
+    python3 analysis/plot_memory.py DIR --out PLOTS  # PNGs into PLOTS
+"""
+import argparse
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import memory  # noqa: E402
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("dir", help="result directory of llmhpc --mode memory")
+    p.add_argument("--out", help="directory for the PNGs (default: DIR)")
+    a = p.parse_args()
+    cs = memory.configs([a.dir])
+    if not cs:
+        sys.exit(f"no memory records in {a.dir} (was it a --mode memory run?)")
+    for path in memory.plot_timelines(cs, a.out or a.dir):
+        print(path)
+    print()
+    print(memory.phase_table(cs))
+
+
+if __name__ == "__main__":
+    main()

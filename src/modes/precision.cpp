@@ -1,0 +1,169 @@
+// Mode precision: the seeds' two mixed-precision questions. (1) The accumulation experiment:
+// `--additions` sequential additions of `--value` in fp32, in fp16, fp16 values into an fp32
+// sum, and in bf16, computed on the device in use (Ops::accumulation_experiment). (2) The
+// dtype of every kind of tensor of the model under --precision, read off its buffers, beside
+// the dtype torch.autocast gives the same tensor of the reference PyTorch model.
+#include <cmath>
+#include <cstdio>
+
+#include "src/modes/options.h"
+#include "src/modes/sweep.h"
+
+namespace llmhpc {
+namespace {
+
+// What torch.autocast(bfloat16) makes of each tensor of the reference model
+// (tests/reference/torch_model.py); without autocast everything is the parameters' fp32.
+// Matrix products (linear layers) run and return bf16; RMSNorm computes in fp32 and returns
+// its fp32 input's dtype; cross_entropy runs in fp32; elementwise ops keep their inputs' dtype;
+// gradients take the parameters' dtype. `consumed_bf16`: every reader of the tensor is a
+// matrix product, which autocast feeds bf16, so storing it rounded to bf16 gives them the same
+// values.
+struct AutocastRule {
+  const char* tensor;
+  DType autocast;
+  bool consumed_bf16;
+};
+
+const std::vector<AutocastRule>& autocast_rules() {
+  static const std::vector<AutocastRule> rules = {{"parameters (master weights)", DType::F32, false},
+                                                  {"weights as the matrix products read them", DType::BF16, true},
+                                                  {"embedding output, residual stream", DType::F32, false},
+                                                  {"RMSNorm output (ln1, ln2, ln_final)", DType::F32, true},
+                                                  {"RMSNorm statistics (rstd)", DType::F32, false},
+                                                  {"attention q, k, v projections", DType::BF16, false},
+                                                  {"attention output (before output_proj)", DType::BF16, false},
+                                                  {"attention block output (output_proj)", DType::BF16, false},
+                                                  {"FFN W1 x, W3 x", DType::BF16, false},
+                                                  {"FFN SwiGLU product", DType::BF16, false},
+                                                  {"FFN block output (W2)", DType::BF16, false},
+                                                  {"logits (LM head output)", DType::BF16, false},
+                                                  {"loss", DType::F32, false},
+                                                  {"parameter gradients", DType::F32, false}};
+  return rules;
+}
+
+void add_options(po::options_description& desc) {
+  po::options_description prec("Precision options");
+  prec.add_options()("additions", po::value<std::string>()->default_value("1000"),
+                     "accumulation experiment: how many additions")(
+      "value", po::value<std::string>()->default_value("0.01"), "accumulation experiment: the value added");
+  po::options_description model("Model options (the dtype table)");
+  add_model_options(model, false);
+  model.add_options()("precision", po::value<std::string>()->default_value("bf16"),
+                      "fp32 | bf16 (autocast-style mixed precision) | fp64: the dtype table's precision")(
+      "attention", po::value<std::string>()->default_value("flash"), "naive | flash");
+  desc.add(prec).add(model);
+}
+
+void validate(const po::variables_map& vm) {
+  opt_positive(vm, "additions");
+  opt_double(vm, "value");
+  parse_precision(opt_string(vm, "precision"));
+  parse_attention(opt_string(vm, "attention"));
+  model_configs(vm);
+}
+
+// As PyTorch prints a 0-dim tensor: 4 decimals ("tensor(10.0001)", "tensor(4., dtype=...)").
+std::string torch_print(float v) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.4f", double(v));
+  std::string s = buf;
+  while (s.back() == '0') s.pop_back();
+  if (s.back() == '.') return s;  // PyTorch prints "4." for an integral value
+  return buf;
+}
+
+void run(ModeContext& ctx) {
+  const po::variables_map& vm = ctx.vm;
+  Device& dev = *ctx.backend.device;
+  Ops& ops = *ctx.backend.ops;
+  const int64_t n = opt_positive(vm, "additions");
+  const double value = opt_double(vm, "value");
+  const ModelConfig config = model_configs(vm).front();
+  const Precision precision = parse_precision(opt_string(vm, "precision"));
+  const AttentionKind attention = parse_attention(opt_string(vm, "attention"));
+  collective_check(ctx.rt, [&] { ops.attention_saved({1, 1, 1, 2, true, attention}, compute_dtype(precision)); });
+  Sweep sweep(ctx, "precision", 2, {"part", "status"});
+
+  // (1) The accumulation experiment, on the device.
+  const char* names[4] = {"fp32 values, fp32 sum", "fp16 values, fp16 sum", "fp16 values, fp32 sum",
+                          "bf16 values, bf16 sum"};
+  float sums[4] = {NAN, NAN, NAN, NAN};
+  Record acc;
+  acc.group = "precision/accumulation";
+  acc.attr("value", value).attr("additions", n).attr("device", dev.name());
+  SweepStatus st = sweep.run("accumulation experiment", acc, [&] {
+    Buffer out(dev.allocator(), DType::F32, {4}, "precision.sums");
+    ops.accumulation_experiment(out, value, n);
+    dev.copy_to_host(sums, out.tensor().data, sizeof sums);
+    acc.add("experiment", std::vector<std::string>(names, names + 4));
+    acc.add("sum", std::vector<double>(sums, sums + 4));
+    return std::string("done");
+  });
+  sweep.add_row({"accumulation experiment", st.column()});
+
+  // (2) The dtype table: the model's buffers under `precision` (built, not run: storage is
+  // the plan's, on every device), beside autocast's rule.
+  std::vector<std::pair<std::string, DType>> dtypes;
+  Record tab;
+  tab.group = "precision/dtypes";
+  tab.attr("precision", std::string(precision_name(precision)))
+      .attr("attention", std::string(attention_name(attention)))
+      .attr("model", config.name);
+  st = sweep.run("dtype table", tab, [&] {
+    TransformerLM model(config, precision, attention, dev, ops, MemoryPlan::Fast, 0, GradientStorage::PerRange);
+    const std::vector<int32_t> tokens(size_t(config.context_length), 0);
+    model.set_batch(tokens.data(), tokens.data(), 1, config.context_length);
+    dtypes = model.storage_dtypes();
+    std::vector<std::string> tensor, mine, autocast;
+    std::vector<int64_t> same;
+    for (const auto& [name, dtype] : dtypes) {
+      const AutocastRule* rule = nullptr;
+      for (const AutocastRule& r : autocast_rules())
+        if (name == r.tensor) rule = &r;
+      LLMHPC_CHECK(rule != nullptr, "no autocast rule for '" + name + "'");
+      const DType expected = precision == Precision::BF16 ? rule->autocast : param_dtype(precision);
+      tensor.push_back(name);
+      mine.push_back(dtype_name(dtype));
+      autocast.push_back(precision == Precision::BF16 ? dtype_name(expected) : "(no autocast)");
+      same.push_back(dtype == expected ||
+                     (rule->consumed_bf16 && dtype == DType::BF16 && precision == Precision::BF16));
+    }
+    tab.add("tensor", tensor).add("llmhpc_dtype", mine).add("autocast_dtype", autocast).add("same_values", same);
+    return std::string("done");
+  });
+  sweep.add_row({"dtype table", st.column()});
+  if (!ctx.rt.is_root()) return;
+
+  std::printf("\naccumulation experiment: %lld additions of %g on %s (PyTorch prints 4 decimals)\n", (long long)n,
+              value, dev.name().c_str());
+  TextTable a({"experiment", "as PyTorch prints it", "sum", "error"});
+  for (int k = 0; k < 4; ++k)
+    a.add_row({names[k], torch_print(sums[k]), fmt(double(sums[k]), 9), fmt(double(sums[k]) - value * double(n), 6)});
+  a.print();
+  std::printf("\ndtype of each tensor under --precision %s (llmhpc's buffers; torch.autocast's result):\n",
+              precision_name(precision));
+  TextTable d({"tensor", "llmhpc", "autocast", "note"});
+  for (const auto& [name, dtype] : dtypes) {
+    for (const AutocastRule& r : autocast_rules()) {
+      if (name != r.tensor) continue;
+      const DType expected = precision == Precision::BF16 ? r.autocast : param_dtype(precision);
+      const std::string note = dtype == expected ? "same"
+                               : r.consumed_bf16 && dtype == DType::BF16
+                                   ? "stored as the bf16 the matrix products read under autocast too"
+                                   : "DIFFERS";
+      d.add_row({name, dtype_name(dtype), precision == Precision::BF16 ? dtype_name(expected) : "-", note});
+    }
+  }
+  d.print();
+}
+
+}  // namespace
+
+ModeSpec precision_mode() {
+  return {"precision", "the accumulation experiment on the device, and the dtype of every tensor under --precision",
+          add_options, validate, run};
+}
+
+}  // namespace llmhpc

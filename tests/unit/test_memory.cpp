@@ -1,0 +1,205 @@
+// The memory mode's pieces on the CPU: AdamW inside backward (GradientStorage::PerRange)
+// against AdamW after backward, the allocation trace against the allocator, the pickle
+// writer's bytes, and the accumulation experiment.
+#include <gtest/gtest.h>
+
+#include <cstring>
+
+#include "src/io/memory_snapshot.h"
+#include "src/io/pickle.h"
+#include "src/model/train_step.h"
+#include "src/modes/memory_trace.h"
+#include "tests/unit/cpu_test_util.h"
+
+namespace llmhpc::test {
+namespace {
+
+ModelConfig tiny_config() {
+  ModelConfig c;
+  c.vocab_size = 97;
+  c.context_length = 16;
+  c.d_model = 32;
+  c.d_ff = 64;
+  c.num_layers = 3;
+  c.num_heads = 4;
+  return c;
+}
+
+std::vector<int32_t> tokens(int64_t n, int salt) {
+  std::vector<int32_t> t(n);
+  for (int64_t i = 0; i < n; ++i) t[i] = int32_t((i * 31 + salt * 7) % 97);
+  return t;
+}
+
+std::vector<float> read(const Tensor& t) {
+  const float* p = t.ptr<float>();
+  return std::vector<float>(p, p + t.numel());
+}
+
+// Three train steps with AdamW inside backward give bitwise the weights and optimizer state
+// of AdamW after backward, with 4 bytes per parameter less at the peak.
+TEST(OptimizerInBackward, BitwiseTheSeparateOptimizer) {
+  std::vector<std::vector<float>> params, m;
+  int64_t peaks[2];
+  for (GradientStorage g : {GradientStorage::Whole, GradientStorage::PerRange}) {
+    Backend be = cpu_backend();
+    TracingAllocator& alloc = be.device->allocator();
+    alloc.reset_peak();
+    const ModelConfig c = tiny_config();
+    TransformerLM model(c, Precision::FP32, AttentionKind::Naive, *be.device, *be.ops, MemoryPlan::Fast, 0, g);
+    model.init_parameters(7);
+    AdamW opt(model, *be.ops, AdamWHyper{});
+    auto timer = be.device->make_timer(kStepMarks);
+    for (int s = 0; s < 3; ++s) {
+      const auto x = tokens(2 * 16, s), y = tokens(2 * 16, s + 1);
+      model.set_batch(x.data(), y.data(), 2, 16);
+      const StepTimes t = run_step(model, &opt, Phase::TrainStep, *timer);
+      EXPECT_EQ(std::isnan(t.optimizer_ms), g == GradientStorage::PerRange);
+    }
+    params.push_back(read(model.params()));
+    m.push_back(read(opt.m()));
+    peaks[int(g)] = alloc.peak_bytes();
+    EXPECT_EQ(model.grads().empty(), g == GradientStorage::PerRange);
+  }
+  ASSERT_EQ(params[0].size(), params[1].size());
+  EXPECT_EQ(0, std::memcmp(params[0].data(), params[1].data(), params[0].size() * sizeof(float)));
+  EXPECT_EQ(0, std::memcmp(m[0].data(), m[1].data(), m[0].size() * sizeof(float)));
+  const ModelConfig c = tiny_config();
+  const ParameterLayout layout(c);
+  const int64_t largest_range =
+      std::max(layout.layer_range(0).second - layout.layer_range(0).first, c.vocab_size * c.d_model + c.d_model);
+  EXPECT_EQ(peaks[0] - peaks[1], (c.num_params() - largest_range) * 4);
+}
+
+TEST(OptimizerInBackwardDeathTest, RefusesAccumulation) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");  // re-executes the binary: MPI is initialised anew
+  Backend be = cpu_backend();
+  TransformerLM model(tiny_config(), Precision::FP32, AttentionKind::Naive, *be.device, *be.ops, MemoryPlan::Fast, 0,
+                      GradientStorage::PerRange);
+  const auto x = tokens(16, 0);
+  model.set_batch(x.data(), x.data(), 1, 16);
+  model.forward();
+  EXPECT_DEATH(model.backward(nullptr, true), "GradientStorage::Whole");
+}
+
+// The trace of a traced step: balanced, its peak the allocator's, tags naming the tensors.
+TEST(MemoryTrace, BalancedAndThePeakIsTheAllocators) {
+  Backend be = cpu_backend();
+  TracingAllocator& alloc = be.device->allocator();
+  Buffer before(alloc, DType::F32, {100}, "cublas.workspace");  // live before the trace
+  const std::vector<LiveAllocation> at_start = alloc.live_allocations();
+  alloc.reset_peak();
+  alloc.set_recording(true);
+  std::vector<PhaseMark> marks;
+  auto mark = [&](const std::string& n) {
+    alloc.set_phase(n);
+    marks.push_back({n, alloc.now_ms(), alloc.live_bytes()});
+  };
+  mark("init");
+  const ModelConfig c = tiny_config();
+  auto model = std::make_unique<TransformerLM>(c, Precision::FP32, AttentionKind::Naive, *be.device, *be.ops,
+                                               MemoryPlan::Fast, 0, GradientStorage::Whole);
+  model->init_parameters(1);
+  AdamW opt(*model, *be.ops, AdamWHyper{});
+  const auto x = tokens(2 * 16, 0);
+  model->set_batch(x.data(), x.data(), 2, 16);
+  auto timer = be.device->make_timer(kStepMarks);
+  run_step(*model, &opt, Phase::TrainStep, *timer, nullptr, [&](const char* n) { mark(n); });
+  { Buffer temp(alloc, DType::F32, {1000}, "gradients.extra"); }  // a free inside the trace
+  alloc.set_recording(false);
+
+  const TraceSummary s = summarize_trace(at_start, alloc.events(), marks, alloc.live_bytes(), 5);
+  EXPECT_TRUE(s.balanced);
+  EXPECT_EQ(s.live_at_start, 400);
+  EXPECT_EQ(s.peak, alloc.peak_bytes());
+  EXPECT_EQ(s.live_at_end, alloc.live_bytes());
+  EXPECT_EQ(s.at_peak.total, s.peak);
+  int64_t sum = 0;
+  for (const auto& [name, bytes] : s.at_peak.bytes) sum += bytes;
+  EXPECT_EQ(sum, s.peak);
+  EXPECT_EQ(s.at_peak.of("parameters"), c.num_params() * 4);
+  EXPECT_EQ(s.at_peak.of("optimizer state"), 2 * c.num_params() * 4);
+  EXPECT_EQ(s.at_peak.of("workspaces"), 400);
+  ASSERT_EQ(s.phases.size(), 4u);  // init, forward, backward, optimizer
+  EXPECT_EQ(s.phases[2].name, "backward");
+  EXPECT_GE(s.phases[2].peak, s.phases[2].live_at_start);
+  ASSERT_EQ(s.largest.size(), 5u);
+  EXPECT_EQ(s.largest[0].bytes, c.num_params() * 4);
+  for (size_t k = 1; k < s.largest.size(); ++k) EXPECT_LE(s.largest[k].bytes, s.largest[k - 1].bytes);
+  // Tags name the tensors: the first layer's residual input is B*T*d_model fp32.
+  bool found = false;
+  for (const AllocEvent& e : alloc.events())
+    if (e.tag == "activations.layers.0.resid") found = e.delta == 2 * 16 * c.d_model * 4 && e.phase == "init";
+  EXPECT_TRUE(found);
+}
+
+// The pickle's bytes, opcode by opcode.
+TEST(Pickle, WritesTheOpcodesMemoryVizReads) {
+  PyObject d = PyObject::dict();
+  d.set("a", PyObject::integer(5));
+  PyObject& l = d.set("l", PyObject::list());
+  l.append(PyObject::integer(300));
+  l.append(PyObject::integer(-2));
+  l.append(PyObject::integer(int64_t(1) << 40));
+  l.append(PyObject::boolean(true));
+  l.append(PyObject());
+  l.append(PyObject::real(1.5));
+  const std::string p = pickle(d);
+  const std::string expected = std::string("\x80\x04}(\x8c\x01"
+                                           "aK\x05\x8c\x01l](M\x2c\x01J\xfe\xff\xff\xff",
+                                           22) +
+                               std::string("\x8a\x06\x00\x00\x00\x00\x00\x01\x88NG\x3f\xf8\0\0\0\0\0\0eu.", 22);
+  EXPECT_EQ(p, expected);
+}
+
+TEST(Pickle, BatchesLongListsAndLongStrings) {
+  PyObject l = PyObject::list();
+  for (int i = 0; i < 2500; ++i) l.append(PyObject());
+  const std::string p = pickle(l);
+  EXPECT_EQ(p.size(), 2u + 1u + 2500u + 3u * 2u + 1u);  // PROTO, EMPTY_LIST, NONEs, 3 x MARK...APPENDS, STOP
+  EXPECT_EQ(std::count(p.begin(), p.end(), 'e'), 3);    // APPENDS per 1000 items
+  EXPECT_EQ(std::count(p.begin(), p.end(), '('), 3);
+  const std::string s = pickle(PyObject::str(std::string(300, 'x')));
+  EXPECT_EQ(s.substr(0, 7), std::string("\x80\x04X\x2c\x01\0\0", 7));
+}
+
+TEST(Snapshot, FreesAndLiveBlocks) {
+  std::vector<AllocEvent> ev = {{1.0, 64, 64, 0x1000, "params", "init"},
+                                {2.0, 32, 96, 0x2000, "gradients.qkv", "backward"},
+                                {3.0, -32, 64, 0x2000, "gradients.qkv", "backward"}};
+  const PyObject s = memory_snapshot({{0x500, 16, "cublas.workspace"}}, ev, memory_categories(), 0.0);
+  ASSERT_EQ(s.keys(), (std::vector<std::string>{"segments", "device_traces"}));
+  EXPECT_EQ(s.items()[0].items().size(), 2u);  // the workspace and params are live at the end
+  const PyObject& trace = s.items()[1].items()[0];
+  ASSERT_EQ(trace.items().size(), 2u + 2u + 3u);
+  EXPECT_EQ(trace.items()[5].items()[0].str_value(), "free_completed");
+}
+
+TEST(Precision, TheSeedsAccumulationValues) {
+  Backend be = cpu_backend();
+  HostTensor out(*be.device, DType::F32, {4});
+  be.ops->accumulation_experiment(out, 0.01, 1000);
+  auto printed = [](double v) {
+    char b[32];
+    std::snprintf(b, sizeof b, "%.4f", v);
+    return std::string(b);
+  };
+  EXPECT_EQ(printed(out.get(0)), "10.0001");
+  EXPECT_EQ(printed(out.get(1)), "9.9531");
+  EXPECT_EQ(printed(out.get(2)), "10.0021");
+  // bf16 stalls where 0.01 is below half its spacing: from 4 on (spacing 2^-5 > 0.02).
+  EXPECT_EQ(out.get(3), 4.0);
+}
+
+TEST(Precision, HalfConversionRoundsToNearestEven) {
+  EXPECT_EQ(float_to_half_bits(1.0f), 0x3c00);
+  EXPECT_EQ(float_to_half_bits(65504.0f), 0x7bff);
+  EXPECT_EQ(float_to_half_bits(65520.0f), 0x7c00);
+  EXPECT_EQ(float_to_half_bits(std::ldexp(1.0f, -24)), 0x0001);
+  EXPECT_EQ(float_to_half_bits(1.0f + std::ldexp(1.0f, -11)), 0x3c00);  // a tie: to even
+  EXPECT_EQ(float_to_half_bits(1.0f + 3 * std::ldexp(1.0f, -11)), 0x3c02);
+  for (uint32_t h = 0; h < 0x7c00; ++h) EXPECT_EQ(float_to_half_bits(half_bits_to_float(uint16_t(h))), h);
+}
+
+}  // namespace
+}  // namespace llmhpc::test
