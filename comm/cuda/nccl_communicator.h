@@ -1,9 +1,9 @@
 // The NCCL communicator: collectives on device buffers of this rank's GPU, enqueued on the
 // communicator's own stream and ordered against the compute stream with CUDA events (see
 // comm/communicator.h). Bootstrap over MPI: rank 0's ncclGetUniqueId goes to every rank
-// with MPI_Bcast, then ncclCommInitRankConfig (non-blocking under the watchdog, which polls
-// each operation's completion event and the communicator's asynchronous error from its own
-// thread: src/core/watchdog.h). Not thread-safe: one host thread drives it.
+// with MPI_Bcast, then ncclCommInitRankConfig (blocking; the watchdog polls each operation's
+// completion event and the communicator's asynchronous error from its own thread and aborts:
+// src/core/watchdog.h). Not thread-safe: one host thread drives it.
 #pragma once
 #include <memory>
 #include <string>
