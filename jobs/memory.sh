@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+#SBATCH --job-name=llmhpc-memory
+#SBATCH --nodes=1
+#SBATCH --ntasks-per-node=1
+#SBATCH --gpus-per-task=1
+#SBATCH --time=01:00:00
+# The seeds' memory_profiling study without PyTorch's memory viewer: every allocation of a
+# forward and of a train step (mode memory), peaks per phase and by category, the largest
+# allocations, the peak table by context length x precision; then analysis/memory.py's tables
+# and the timeline PNGs (report.md beside the results). SNAPSHOT=1 also writes
+# snapshot*.pickle for pytorch.org/memory_viz (one per configuration).
+#   sbatch jobs/memory.sh          or   MODELS=xl CONTEXTS=256 SNAPSHOT=1 bash jobs/memory.sh
+set -euo pipefail
+# The repository, also from the copy of this script that sbatch runs (jobs/env.sh says how).
+for r in "${LLMHPC_ROOT:-}" "${SLURM_SUBMIT_DIR:-}" "${SLURM_SUBMIT_DIR:-}/.." "$(dirname "$0")/.." ""; do [ -f "$r/jobs/env.sh" ] && break; done
+[ -n "$r" ] || { echo "$0: cannot find the llmhpc repository: set LLMHPC_ROOT, or sbatch from it" >&2; exit 2; }
+source "$r/jobs/env.sh"
+MODELS=${MODELS:-xl,2.7B}
+CONTEXTS=${CONTEXTS:-128,256,512,1024}
+PRECISIONS=${PRECISIONS:-fp32,bf16}
+PHASES=${PHASES:-forward,train-step}
+snapshot=()
+[ "${SNAPSHOT:-0}" = 1 ] && snapshot=(--snapshot "$OUT/snapshot.pickle")
+mkdir -p "$OUT"
+llmhpc_run --mode memory --model "$MODELS" --context-length "$CONTEXTS" --precision "$PRECISIONS" \
+  --phase "$PHASES" "${snapshot[@]}" --out "$OUT"
+job_report

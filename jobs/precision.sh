@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+#SBATCH --job-name=llmhpc-precision
+#SBATCH --nodes=1
+#SBATCH --ntasks-per-node=1
+#SBATCH --gpus-per-task=1
+#SBATCH --time=00:10:00
+# The seeds' mixed-precision questions: the accumulation experiment (1000 additions of 0.01 in
+# fp32, fp16, fp16 into fp32, bf16) on the device in use, and under bf16 the dtype of the
+# parameters, each layer's outputs, the logits, the loss and the gradients, beside autocast's
+# rules. The printed tables go to $OUT/precision.txt, the numbers to the rank files.
+#   sbatch jobs/precision.sh       or   DEVICE=cpu PRECISIONS=fp32 bash jobs/precision.sh
+set -euo pipefail
+# The repository, also from the copy of this script that sbatch runs (jobs/env.sh says how).
+for r in "${LLMHPC_ROOT:-}" "${SLURM_SUBMIT_DIR:-}" "${SLURM_SUBMIT_DIR:-}/.." "$(dirname "$0")/.." ""; do [ -f "$r/jobs/env.sh" ] && break; done
+[ -n "$r" ] || { echo "$0: cannot find the llmhpc repository: set LLMHPC_ROOT, or sbatch from it" >&2; exit 2; }
+source "$r/jobs/env.sh"
+MODELS=${MODELS:-small}
+PRECISIONS=${PRECISIONS:-bf16}
+mkdir -p "$OUT"
+llmhpc_run --mode precision --model "$MODELS" --precision "$PRECISIONS" --out "$OUT" | tee "$OUT/precision.txt"

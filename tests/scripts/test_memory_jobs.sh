@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# jobs/memory.sh and jobs/precision.sh on this machine without Slurm (2 ranks, CPU, tiny
+# model): memory writes the rank files, one memory_viz snapshot per configuration that
+# Python's pickle reads, and a report.md with the memory section and its timeline PNGs;
+# precision prints the seeds' accumulation numbers into precision.txt.
+set -euo pipefail
+: "${LLMHPC_BIN:?set LLMHPC_BIN to the llmhpc binary}"
+export PYTHON=${LLMHPC_PYTHON:-python3}
+export LAUNCH="${MPIEXEC:-mpirun} --oversubscribe -np 2" LLMHPC_BIN
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
+"$PYTHON" -c "import h5py, pandas, matplotlib" 2>/dev/null || { echo "SKIP: $PYTHON lacks h5py, pandas or matplotlib"; exit 77; }
+ROOT=${LLMHPC_ROOT:-$(cd "$(dirname "$0")/../.." && pwd)}
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+fail() { echo "FAIL: $*"; exit 1; }
+
+NP=2 DEVICE=cpu MODELS=tiny CONTEXTS=16,32 PRECISIONS=fp32 SNAPSHOT=1 OUT=$tmp/memory \
+  bash "$ROOT/jobs/memory.sh" >"$tmp/memory.log" 2>&1 || { cat "$tmp/memory.log"; fail "jobs/memory.sh failed"; }
+for r in 0 1; do [ -f "$tmp/memory/rank0000$r.h5" ] || fail "no rank file $r"; done
+snapshots=("$tmp"/memory/snapshot*.pickle)
+[ ${#snapshots[@]} -eq 4 ] || fail "expected 4 snapshots (2 contexts x 2 phases), got ${#snapshots[@]}"
+"$PYTHON" - "${snapshots[@]}" <<'PY' || fail "a snapshot does not load"
+import pickle, sys
+for path in sys.argv[1:]:
+    with open(path, "rb") as f:
+        s = pickle.load(f)
+    assert s["segments"] and s["device_traces"][0], path
+PY
+grep -q "memory_tiny_T32_B4_fp32_naive_train-step.png" "$tmp/memory/report.md" || fail "report.md lacks the timeline"
+[ -s "$tmp/memory/memory_tiny_T32_B4_fp32_naive_train-step.png" ] || fail "the timeline PNG is missing"
+
+NP=2 DEVICE=cpu MODELS=tiny PRECISIONS=fp32 OUT=$tmp/precision bash "$ROOT/jobs/precision.sh" >"$tmp/precision.log" 2>&1 ||
+  { cat "$tmp/precision.log"; fail "jobs/precision.sh failed"; }
+for v in 10.0001 9.9531 10.0021; do grep -q "$v" "$tmp/precision/precision.txt" || fail "precision.txt lacks $v"; done
+echo "memory and precision jobs: ok"
