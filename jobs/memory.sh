@@ -21,7 +21,6 @@ PRECISIONS=${PRECISIONS:-fp32,bf16}
 PHASES=${PHASES:-forward,train-step}
 snapshot=()
 [ "${SNAPSHOT:-0}" = 1 ] && snapshot=(--snapshot "$OUT/snapshot.pickle")
-mkdir -p "$OUT"
 llmhpc_run --mode memory --model "$MODELS" --context-length "$CONTEXTS" --precision "$PRECISIONS" \
   --phase "$PHASES" "${snapshot[@]}" --out "$OUT"
 job_report

@@ -1,7 +1,6 @@
 #include "comm/cuda/nccl_communicator.h"
 
 #include <mutex>
-#include <thread>
 #include <vector>
 
 #include "comm/cuda/nccl_check.h"
@@ -102,7 +101,7 @@ class NcclCommunicator final : public Communicator {
     // communicator and ends the job with MPI_Abort, which needs nothing from this thread.
     // Non-blocking communicators (ncclConfig_t.blocking = 0) were measured slower: NCCL hands
     // each launch to a thread, and a 1 MB all-reduce on 2 H200 fell from 73 to 26 GB/s busbw
-    // (docs/results/reliability.md). settle() keeps the non-blocking protocol's polling correct.
+    // (docs/results/reliability.md).
     Watchdog& watchdog = Watchdog::instance();
     ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
     config.blocking = 1;
@@ -213,14 +212,8 @@ class NcclCommunicator final : public Communicator {
     CUDA_CHECK(cudaStreamWaitEvent(stream_, compute_ready_, 0));
   }
 
-  // A non-blocking communicator's call may return ncclInProgress: the operation is enqueued
-  // once ncclCommGetAsyncError says so (NCCL's documented protocol). The watchdog times a
-  // call that never gets there (its operation is registered before the call).
+  // An NCCL call's result, with NCCL's last error message on failure.
   void settle(ncclResult_t rc, const char* call) {
-    while (rc == ncclInProgress) {
-      std::this_thread::yield();
-      NCCL_CHECK(ncclCommGetAsyncError(comm_, &rc));
-    }
     if (rc != ncclSuccess)
       fatal(__FILE__, __LINE__, call, std::string(ncclGetErrorString(rc)) + " (" + ncclGetLastError(comm_) + ")");
   }

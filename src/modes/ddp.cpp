@@ -24,6 +24,7 @@
 #include "src/core/watchdog.h"
 #include "src/model/train_step.h"
 #include "src/modes/data_parallel.h"
+#include "src/modes/model_sweep.h"
 #include "src/modes/options.h"
 #include "src/modes/sweep.h"
 
@@ -37,36 +38,19 @@ std::string mib_text(double mb) {
   return text;
 }
 
-struct DdpCase {
-  ModelConfig model;
-  int64_t batch;  // global
-  Precision precision;
-  AttentionKind attention;
+// Bench's configuration (batch: the global batch) with a gradient synchronisation and sharding.
+struct DdpCase : ModelCase {
   SyncStrategy strategy;
   double bucket_mb;  // bucketed only; 0 otherwise
   Sharding sharding;
 
-  std::string model_label() const {
-    return model.name != "custom" ? model.name
-                                  : "d" + std::to_string(model.d_model) + "_ff" + std::to_string(model.d_ff) + "_L" +
-                                        std::to_string(model.num_layers) + "_H" + std::to_string(model.num_heads);
-  }
   std::string strategy_label() const {
     return strategy == SyncStrategy::Bucketed ? "bucketed" + mib_text(bucket_mb) + "MiB" : sync_strategy_name(strategy);
   }
   std::string sharding_label() const {
     return sharding == Sharding::None ? "" : std::string("_") + sharding_name(sharding);
   }
-  std::string label() const {
-    return model_label() + "_T" + std::to_string(model.context_length) + "_B" + std::to_string(batch) + "_" +
-           precision_name(precision) + "_" + attention_name(attention) + "_" + strategy_label() + sharding_label();
-  }
-  // Cases with the same key share a model: shape, precision and attention.
-  std::string model_key() const {
-    return std::to_string(model.d_model) + "/" + std::to_string(model.d_ff) + "/" + std::to_string(model.num_layers) +
-           "/" + std::to_string(model.num_heads) + "/" + std::to_string(model.vocab_size) + "/" +
-           precision_name(precision) + "/" + attention_name(attention);
-  }
+  std::string label() const { return ModelCase::label() + "_" + strategy_label() + sharding_label(); }
 };
 
 // Sizes, then precisions and attentions, then contexts and batches, strategies and shardings
@@ -74,8 +58,6 @@ struct DdpCase {
 // Strategy none is not sharded (nothing would reduce its gradients): a sweep leaves those
 // pairs out, and a sharding that only such pairs would run is an error.
 std::vector<DdpCase> sweep_cases(const po::variables_map& vm, int world_size) {
-  const std::vector<ModelConfig> configs = model_configs(vm);  // sizes x contexts, context fastest
-  const size_t contexts = split_list(opt_string(vm, "context-length"), "context-length").size();
   const std::vector<double> buckets = bucket_sizes_mb(vm);
   const std::vector<SyncStrategy> strategies = sync_strategies(vm, std::max(world_size, 2));
   const std::vector<Sharding> sharded = shardings(vm);
@@ -83,16 +65,11 @@ std::vector<DdpCase> sweep_cases(const po::variables_map& vm, int world_size) {
     if (std::none_of(strategies.begin(), strategies.end(), [](SyncStrategy s) { return s != SyncStrategy::None; }))
       require_reduced_gradients(SyncStrategy::None, sh);
   std::vector<DdpCase> cases;
-  for (size_t first = 0; first < configs.size(); first += contexts)
-    for (Precision p : precisions(vm))
-      for (AttentionKind a : attentions(vm))
-        for (size_t k = first; k < first + contexts; ++k)
-          for (int64_t b : batch_sizes(vm))
-            for (SyncStrategy s : strategies)
-              for (double mb : s == SyncStrategy::Bucketed ? buckets : std::vector<double>{0.0})
-                for (Sharding sh : sharded)
-                  if (s != SyncStrategy::None || sh == Sharding::None)
-                    cases.push_back({configs[k], b, p, a, s, mb, sh});
+  for (const ModelCase& c : model_cases(vm))
+    for (SyncStrategy s : strategies)
+      for (double mb : s == SyncStrategy::Bucketed ? buckets : std::vector<double>{0.0})
+        for (Sharding sh : sharded)
+          if (s != SyncStrategy::None || sh == Sharding::None) cases.push_back({c, s, mb, sh});
   return cases;
 }
 
@@ -163,13 +140,9 @@ void run(ModeContext& ctx) {
   const uint64_t seed = uint64_t(opt_int(vm, "seed"));
   const MemoryPlan memory = memory_plan(vm);
 
+  check_cases_run(ctx, std::vector<ModelCase>(cases.begin(), cases.end()));
   collective_check(rt, [&] {
-    for (const DdpCase& c : cases) {
-      if (c.precision == Precision::BF16 && dev.kind() == DeviceKind::Cpu)
-        throw UsageError("--precision bf16 needs --device cuda (the CPU backend computes in fp32 or fp64)");
-      local_batch(c.batch, rt.rank, rt.world_size);
-      ops.attention_saved({1, 1, 1, 2, true, c.attention}, compute_dtype(c.precision));
-    }
+    for (const DdpCase& c : cases) local_batch(c.batch, rt.rank, rt.world_size);  // divides by the ranks
   });
   std::unique_ptr<Communicator> comm = make_gradient_communicator(rt, vm, dev);
 
@@ -194,14 +167,8 @@ void run(ModeContext& ctx) {
     const LocalBatch mine = local_batch(c.batch, rt.rank, rt.world_size);
     Record rec;
     rec.group = "ddp/" + c.label();
-    rec.attr("model", c.model.name)
-        .attr("d_model", c.model.d_model)
-        .attr("d_ff", c.model.d_ff)
-        .attr("num_layers", c.model.num_layers)
-        .attr("num_heads", c.model.num_heads)
-        .attr("vocab_size", c.model.vocab_size)
-        .attr("context_length", c.model.context_length)
-        .attr("batch_size", c.batch)
+    add_shape_attrs(rec, c.model);
+    rec.attr("batch_size", c.batch)
         .attr("local_batch_size", mine.count)
         .attr("world_size", int64_t(rt.world_size))
         .attr("precision", std::string(precision_name(c.precision)))
@@ -303,7 +270,7 @@ void run(ModeContext& ctx) {
     sync.reset();
     opt.reset();
     const double step = mean_or_nan(timed.step), comm_ms = mean_or_nan(timed.comm);
-    sweep.add_row({c.model_label(), std::to_string(c.model.context_length), std::to_string(c.batch),
+    sweep.add_row({shape_label(c.model), std::to_string(c.model.context_length), std::to_string(c.batch),
                    precision_name(c.precision), sync_strategy_name(c.strategy), sharding_name(c.sharding),
                    c.strategy == SyncStrategy::Bucketed ? mib_text(c.bucket_mb) : "-",
                    status.ok() ? std::to_string(stats.buckets) : "-", fmt(step), fmt(stddev(timed.step)), fmt(comm_ms),
@@ -311,12 +278,9 @@ void run(ModeContext& ctx) {
                    fmt(mean_or_nan(slowest)),
                    status.ok() ? fmt(double(stats.bytes + stats.param_bytes) / double(1 << 20), 1) : "-",
                    fmt(double(dev.allocator().peak_bytes()) / double(1 << 30)), status.column()});
-    std::vector<std::string> memory_row = {c.model_label(),
-                                           std::to_string(c.model.context_length),
-                                           std::to_string(c.batch),
-                                           precision_name(c.precision),
-                                           sync_strategy_name(c.strategy),
-                                           sharding_name(c.sharding)};
+    std::vector<std::string> memory_row = {shape_label(c.model),           std::to_string(c.model.context_length),
+                                           std::to_string(c.batch),        precision_name(c.precision),
+                                           sync_strategy_name(c.strategy), sharding_name(c.sharding)};
     const MemoryBreakdown* points[3] = {&live.after_init, &before_optimizer, &after_optimizer};
     for (const TagCategory& category : model_memory_categories())
       memory_row.push_back(status.ok() ? mib_at_points(category.name, points) : "-");

@@ -10,28 +10,21 @@
 #include <cstdio>
 #include <map>
 
-#include "src/core/random.h"
 #include "src/core/units.h"
 #include "src/io/memory_snapshot.h"
 #include "src/model/train_step.h"
 #include "src/modes/memory_trace.h"
+#include "src/modes/model_sweep.h"
 #include "src/modes/options.h"
 #include "src/modes/sweep.h"
 
 namespace llmhpc {
 namespace {
 
-struct MemoryCase {
-  ModelConfig model;
-  int64_t batch;
-  Precision precision;
-  AttentionKind attention;
+// Bench's configuration, once per --phase.
+struct MemoryCase : ModelCase {
   Phase phase;
-
-  std::string label() const {
-    return shape_label(model) + "_T" + std::to_string(model.context_length) + "_B" + std::to_string(batch) + "_" +
-           precision_name(precision) + "_" + attention_name(attention) + "_" + phase_name(phase);
-  }
+  std::string label() const { return ModelCase::label() + "_" + phase_name(phase); }
 };
 
 std::vector<Phase> phases(const po::variables_map& vm) {
@@ -41,15 +34,9 @@ std::vector<Phase> phases(const po::variables_map& vm) {
 }
 
 std::vector<MemoryCase> sweep_cases(const po::variables_map& vm) {
-  const std::vector<ModelConfig> configs = model_configs(vm);  // sizes x contexts, context fastest
-  const size_t contexts = split_list(opt_string(vm, "context-length"), "context-length").size();
   std::vector<MemoryCase> cases;
-  for (size_t first = 0; first < configs.size(); first += contexts)
-    for (Precision p : precisions(vm))
-      for (AttentionKind a : attentions(vm))
-        for (size_t k = first; k < first + contexts; ++k)
-          for (int64_t b : batch_sizes(vm))
-            for (Phase ph : phases(vm)) cases.push_back({configs[k], b, p, a, ph});
+  for (const ModelCase& c : model_cases(vm))
+    for (Phase ph : phases(vm)) cases.push_back({c, ph});
   return cases;
 }
 
@@ -176,12 +163,8 @@ void run(ModeContext& ctx) {
   const MemoryPlan memory = memory_plan(vm);
   const GradientStorage gradients = gradient_storage(vm);
 
+  check_cases_run(ctx, std::vector<ModelCase>(cases.begin(), cases.end()));
   collective_check(ctx.rt, [&] {
-    for (const MemoryCase& c : cases) {
-      if (c.precision == Precision::BF16 && dev.kind() == DeviceKind::Cpu)
-        throw UsageError("--precision bf16 needs --device cuda (the CPU backend computes in fp32 or fp64)");
-      ops.attention_saved({1, 1, 1, 2, true, c.attention}, compute_dtype(c.precision));
-    }
     if (!snapshot.empty() && ctx.rt.is_root()) {  // can the first file be written?
       const std::string probe = snapshot_path(snapshot, cases.front().label(), cases.size() > 1) + ".tmp";
       std::FILE* f = std::fopen(probe.c_str(), "wb");

@@ -3,18 +3,13 @@
 
 #include <algorithm>
 
-#include "src/core/random.h"
 #include "src/core/units.h"
 #include "src/modes/options.h"
 
 namespace llmhpc {
 
 std::string ModelCase::label() const {
-  const std::string shape = model.name != "custom"
-                                ? model.name
-                                : "d" + std::to_string(model.d_model) + "_ff" + std::to_string(model.d_ff) + "_L" +
-                                      std::to_string(model.num_layers) + "_H" + std::to_string(model.num_heads);
-  return shape + "_T" + std::to_string(model.context_length) + "_B" + std::to_string(batch) + "_" +
+  return shape_label(model) + "_T" + std::to_string(model.context_length) + "_B" + std::to_string(batch) + "_" +
          precision_name(precision) + "_" + attention_name(attention);
 }
 
@@ -70,14 +65,8 @@ void check_cases_run(const ModeContext& ctx, const std::vector<ModelCase>& cases
 }
 
 void add_case_attrs(Record& rec, const ModelCase& c, Phase phase, MemoryPlan memory, int64_t warmup, int64_t steps) {
-  rec.attr("model", c.model.name)
-      .attr("d_model", c.model.d_model)
-      .attr("d_ff", c.model.d_ff)
-      .attr("num_layers", c.model.num_layers)
-      .attr("num_heads", c.model.num_heads)
-      .attr("vocab_size", c.model.vocab_size)
-      .attr("context_length", c.model.context_length)
-      .attr("batch_size", c.batch)
+  add_shape_attrs(rec, c.model);
+  rec.attr("batch_size", c.batch)
       .attr("precision", std::string(precision_name(c.precision)))
       .attr("attention", std::string(attention_name(c.attention)))
       .attr("phase", std::string(phase_name(phase)))
@@ -125,12 +114,8 @@ TransformerLM& LiveModel::prepare(const std::vector<ModelCase>& cases, size_t i,
   }
   const AttentionDims dims{c.batch, c.model.context_length, c.model.num_heads, c.model.head_dim(), true, c.attention};
   for (const auto& [name, value] : ops.attention_variant(dims, compute_dtype(c.precision))) rec.attr(name, value);
-  const int64_t n = c.batch * c.model.context_length;
-  std::vector<int32_t> tokens(n), targets(n);
-  for (int64_t k = 0; k < n; ++k) {
-    tokens[k] = int32_t(random_bits(seed, 1, uint64_t(k)) % uint64_t(c.model.vocab_size));
-    targets[k] = int32_t(random_bits(seed, 2, uint64_t(k)) % uint64_t(c.model.vocab_size));
-  }
+  std::vector<int32_t> tokens, targets;
+  random_batch(seed, c.batch * c.model.context_length, c.model.vocab_size, tokens, targets);
   model_->set_batch(tokens.data(), targets.data(), c.batch, c.model.context_length);
   return *model_;
 }
