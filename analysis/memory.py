@@ -35,7 +35,7 @@ def configs(runs) -> list:
         run = open_run(run) if isinstance(run, str) else run
         for rec in run.records("memory", rank=0):
             a = dict(rec.attrs)
-            a["label"], a["ok"], a["arrays"] = rec.name, rec.ok, rec.arrays
+            a["label"], a["ok"], a["status"], a["arrays"] = rec.name, rec.ok, rec.status, rec.arrays
             out.append(a)
     return out
 

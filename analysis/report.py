@@ -39,10 +39,15 @@ def run_directories(directory: str) -> list:
     return found or [directory]
 
 
+# Modes whose analysis module has another name: analysis/profile.py would shadow Python's own
+# profile module (which torch.compile imports) for every script run from analysis/.
+SECTION_MODULES = {"profile": "kernel_profile"}
+
+
 def section_function(mode: str):
-    """report_section of analysis/<mode>.py, or None when there is no such module or function.
-    Loaded by path, so a mode named like a standard module (profile) still finds its own."""
-    path = os.path.join(ANALYSIS_DIR, f"{mode}.py")
+    """report_section of analysis/<mode>.py (SECTION_MODULES names the exceptions), or None when
+    there is no such module or function."""
+    path = os.path.join(ANALYSIS_DIR, f"{SECTION_MODULES.get(mode, mode)}.py")
     if not os.path.isfile(path) or mode in ("report", "llmhpc_h5"):
         return None
     spec = importlib.util.spec_from_file_location(f"llmhpc_section_{mode}", path)

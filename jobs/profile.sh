@@ -5,7 +5,7 @@
 #SBATCH --gpus-per-task=1
 #SBATCH --time=01:00:00
 # The seeds' nsys_profile study without Nsight: every kernel of the traced train steps per
-# phase (CUPTI), the share of matrix products, attention's parts, then analysis/profile.py's
+# phase (CUPTI), the share of matrix products, attention's parts, then analysis/kernel_profile.py's
 # tables (profile_rank0.md) and plot (profile_rank0.png), and the job's report.md.
 #   sbatch jobs/profile.sh          or   NP=1 bash jobs/profile.sh
 #   MODELS=xl CONTEXTS=256 TRACE=1 bash jobs/profile.sh      # + trace_rank0.json for ui.perfetto.dev
@@ -24,5 +24,5 @@ trace=()
 [ "${TRACE:-0}" = 1 ] && trace=(--trace)
 llmhpc_run --mode profile --model "$MODELS" --context-length "$CONTEXTS" --precision "$PRECISIONS" \
   --attention "$ATTENTIONS" --warmup "$WARMUP" --steps "$STEPS" --phase train-step "${trace[@]}" --out "$OUT"
-"$PYTHON" "$LLMHPC_ROOT/analysis/profile.py" "$OUT"   # $OUT/profile_rank0.md and .png
+"$PYTHON" "$LLMHPC_ROOT/analysis/kernel_profile.py" "$OUT"   # $OUT/profile_rank0.md and .png
 job_report

@@ -9,7 +9,7 @@
 #   tests.log                      test_cuda_profiler: exact kernel counts of a tiny model per
 #                                  phase, flash's phases, 2.7B 10 train steps with no dropped record
 #   <run>/ <run>.log               llmhpc --mode profile runs (rank file, printed report), and
-#   <run>/profile_rank0.md, .png   analysis/profile.py's tables and plot of each:
+#   <run>/profile_rank0.md, .png   analysis/kernel_profile.py's tables and plot of each:
 #     seed001_forward, seed001_step   xl ctx 256 fp32 naive: forward kernel table, matmul share of a step
 #     step_fp32, step_bf16            train step, small..2.7B x ctx 128/256/512 x naive/flash
 #     forward_fp32, forward_bf16      forward only, the same grid
@@ -42,13 +42,13 @@ want() { [ -z "${RUNS:-}" ] || [[ " $RUNS " == *" $1 "* ]]; }
 want tests && { timeout 300 "$test" >"$out/tests.log" 2>&1 || fail test_cuda_profiler; }
 [ -f "$out/tests.log" ] && grep -E "^\[  (PASSED|FAILED|SKIPPED) |^\[  FAILED|Failure|Expected|Which is|Value of|actual" "$out/tests.log" | head -40
 
-# 2. The profile runs: NAME TIMEOUT, then llmhpc's options; analysis/profile.py on each.
+# 2. The profile runs: NAME TIMEOUT, then llmhpc's options; analysis/kernel_profile.py on each.
 profile() {
   local name=$1 limit=$2; shift 2
   want "$name" || return 0
   timeout "$limit" "$bin/llmhpc" --mode profile --device cuda "$@" --out "$out/$name" >"$out/$name.log" 2>&1 || fail "$name"
   echo "== $name"; sed -n '/profile summary/,$p' "$out/$name.log" | cut -c1-200
-  timeout 120 python3 "$root/analysis/profile.py" "$out/$name" --top 12 >/dev/null 2>"$out/$name.analysis.log" ||
+  timeout 120 python3 "$root/analysis/kernel_profile.py" "$out/$name" --top 12 >/dev/null 2>"$out/$name.analysis.log" ||
     { fail "analysis of $name"; tail -5 "$out/$name.analysis.log"; }
 }
 sizes=small,medium,large,xl,2.7B

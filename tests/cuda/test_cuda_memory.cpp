@@ -2,6 +2,7 @@
 // separate optimizer (fp32 and bf16, naive and flash) with 4 bytes per parameter less; the
 // allocation trace of a bf16 step balanced, its peak the allocator's and its snapshot
 // complete; the accumulation experiment bitwise the CPU's. Skips without a GPU.
+#include <algorithm>
 #include <gtest/gtest.h>
 
 #include "src/io/memory_snapshot.h"
@@ -110,7 +111,12 @@ TEST(CudaMemoryTrace, ABf16StepIsBalancedAndItsPeakIsTheAllocators) {
   EXPECT_GT(s.at_peak.of("workspaces") + s.live_at_start, 0) << "cuBLAS's workspace is traced";
   const PyObject snap = memory_snapshot(at_start, alloc.events(), memory_categories(), start);
   int64_t live = 0;
-  for (const PyObject& seg : snap.items()[0].items()) live += seg.items()[1].int_value();  // address, total_size
+  for (const PyObject& seg : snap.items()[0].items()) {
+    const auto& keys = seg.keys();
+    const size_t total = size_t(std::find(keys.begin(), keys.end(), "total_size") - keys.begin());
+    ASSERT_LT(total, keys.size()) << "a segment without total_size";
+    live += seg.items()[total].int_value();
+  }
   EXPECT_EQ(live, alloc.live_bytes());
 }
 

@@ -1,4 +1,4 @@
-"""End to end: llmhpc --mode profile under mpirun -np 2 on the CPU, its trace, and analysis/profile.py.
+"""End to end: llmhpc --mode profile under mpirun -np 2 on the CPU, its trace, and analysis/kernel_profile.py.
 
 A tiny custom model, two context lengths, train steps, --trace. Checks, reading the files with
 h5py alone: every rank file has both records ok, with the untraced and traced step arrays of
@@ -8,7 +8,7 @@ range, steps 0..steps-1), starts before ends, inside its range's times; the ops 
 are the model's (4 linear_forward per layer forward, 5 linear_backward per layer backward).
 The trace of each rank parses as JSON: every event has ph, ts, dur, pid, tid and name, one
 complete event per activity on the ops track, every phase range on the phase tracks.
-analysis/profile.py prints kernel tables whose Time column sums to 100% when every name is
+analysis/kernel_profile.py prints kernel tables whose Time column sums to 100% when every name is
 listed, an overview and a matmul share equal to the raw activities', and writes the markdown and
 the PNG into --out (never the working directory); report_section gives the same. --no-cupti
 records phases only; --trace=FILE.json writes that file. Bad options (--top 0, --steps 0,
@@ -28,7 +28,7 @@ sys.path.insert(0, os.path.join(ROOT, "tests", "reference"))
 from script_env import llmhpc_binary, mpiexec, parse_markdown_tables, run, scratch_dir  # noqa: E402
 
 BIN = llmhpc_binary()
-PROFILE_PY = os.path.join(ROOT, "analysis", "profile.py")
+PROFILE_PY = os.path.join(ROOT, "analysis", "kernel_profile.py")
 LAYERS, STEPS, WARMUP, CONTEXTS = 2, 2, 1, (8, 16)
 MODEL = ["--d-model", "32", "--d-ff", "64", "--num-layers", str(LAYERS), "--num-heads", "4", "--vocab-size", "64",
          "--batch-size", "2", "--context-length", ",".join(map(str, CONTEXTS))]

@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """The seeds' nsys_profile tables, in markdown, and a PNG, from an llmhpc --mode profile run.
 
-    python3 analysis/profile.py results/profile-20261123-101500            # rank 0, top 10 per phase
-    python3 analysis/profile.py DIR --rank 1 --top 20 --out plots/
+    python3 analysis/kernel_profile.py results/profile-20261123-101500            # rank 0, top 10 per phase
+    python3 analysis/kernel_profile.py DIR --rank 1 --top 20 --out plots/
 
 Writes profile_rank<R>.md (the tables, also printed) and profile_rank<R>.png into DIR, or into
 --out; never into the working directory. report_section(runs, out_dir) gives the same tables
@@ -296,7 +296,7 @@ def main() -> int:
         os.makedirs(out_dir, exist_ok=True)
         text = run_report(run, args.rank, args.top, os.path.join(out_dir, f"profile_rank{args.rank}.png"))
     except SchemaError as e:
-        print(f"profile.py: {e}", file=sys.stderr)
+        print(f"kernel_profile.py: {e}", file=sys.stderr)
         return 2
     md = os.path.join(out_dir, f"profile_rank{args.rank}.md")
     with open(md, "w") as f:
