@@ -13,6 +13,7 @@ struct BackendOptions {
   int ordinal = 0;          // which GPU
   size_t memory_limit = 0;  // 0: the device's own capacity
   bool tf32 = false;        // allow TF32 tensor cores for fp32 matrix products (CUDA)
+  int gemm_sm_margin = 0;   // SMs cuBLAS leaves to concurrent work such as NCCL's kernels (CUDA)
 };
 
 struct Backend {

@@ -38,6 +38,9 @@ po::options_description general_options() {
       "cap on this rank's device memory, e.g. 8GB; beyond it is out-of-memory")(
       "threads", text("0"), "CPU threads per rank (0: the node's cores / its ranks)")(
       "tf32", po::bool_switch(), "allow TF32 tensor cores for fp32 matrix products (CUDA)")(
+      "gemm-sm-margin", text("0"),
+      "SMs the matrix products leave free for work beside them, e.g. NCCL's kernels during data-parallel "
+      "backward (CUDA; cuBLAS's SM count target; 0: all SMs)")(
       "comm-timeout", text("600"),
       "seconds a collective may go without completing before the watchdog reports it and aborts the job "
       "(0: no watchdog)");
@@ -70,6 +73,7 @@ BackendOptions choose_device(const Runtime& rt, const po::variables_map& vm) {
   require_choice(want, {"auto", "cpu", "cuda"}, "device");
   BackendOptions b;
   b.tf32 = opt_flag(vm, "tf32");
+  b.gemm_sm_margin = int(opt_nonnegative(vm, "gemm-sm-margin"));
   if (vm.count("memory-limit")) {
     b.memory_limit = parse_size(opt_string(vm, "memory-limit"), "memory-limit");
     if (b.memory_limit == 0) throw UsageError("--memory-limit 0: must be a positive size (e.g. 8GB), or left out");

@@ -21,7 +21,7 @@ Backend make_cuda_backend(const BackendOptions& options) {
     throw UsageError("GPU " + std::to_string(options.ordinal) + " does not exist (" + std::to_string(gpus) +
                      " visible)");
   auto device = std::make_unique<CudaDevice>(options);
-  auto ops = std::make_unique<CudaOps>(*device, options.tf32);
+  auto ops = std::make_unique<CudaOps>(*device, options);
   Backend b;
   b.device = std::move(device);  // declared before ops, so the ops (and their cuBLAS handle) go first
   b.ops = std::move(ops);

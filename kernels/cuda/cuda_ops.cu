@@ -38,8 +38,9 @@ flash::FlashParams flash_params(const Tensor& out, const Tensor& lse, const Tens
 
 }  // namespace
 
-CudaOps::CudaOps(CudaDevice& device, bool allow_tf32)
-    : device_(device), stream_(device.stream()), gemm_(device.stream(), device.allocator(), allow_tf32) {}
+CudaOps::CudaOps(CudaDevice& device, const BackendOptions& options)
+    : device_(device), stream_(device.stream()),
+      gemm_(device.stream(), device.allocator(), options.tf32, options.gemm_sm_margin) {}
 
 void CudaOps::embedding_forward(Tensor out, Tensor tokens, Tensor wte) {
   const int64_t C = wte.dim(-1), N = tokens.numel();

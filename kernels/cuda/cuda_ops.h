@@ -8,7 +8,7 @@ namespace llmhpc {
 
 class CudaOps final : public Ops {
  public:
-  CudaOps(CudaDevice& device, bool allow_tf32);
+  CudaOps(CudaDevice& device, const BackendOptions& options);
 
   void embedding_forward(Tensor out, Tensor tokens, Tensor wte) override;
   void embedding_backward(Tensor dwte, Tensor dout, Tensor tokens, bool accumulate) override;

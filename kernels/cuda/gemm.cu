@@ -26,13 +26,23 @@ int as_int(int64_t v, const char* what) {
 
 }  // namespace
 
-Gemm::Gemm(cudaStream_t stream, Allocator& workspace_allocator, bool allow_tf32) : allow_tf32_(allow_tf32) {
+Gemm::Gemm(cudaStream_t stream, Allocator& workspace_allocator, bool allow_tf32, int sm_margin)
+    : allow_tf32_(allow_tf32) {
   CUBLAS_CHECK(cublasCreate(&handle_));
   CUBLAS_CHECK(cublasSetStream(handle_, stream));
   workspace_ = Buffer(workspace_allocator, DType::F32, {int64_t(kWorkspaceBytes / 4)}, "cublas.workspace");
   CUBLAS_CHECK(cublasSetWorkspace(handle_, workspace_.tensor().data, kWorkspaceBytes));
   // Only what the compute type allows: no TF32 for fp32 unless run() asks for it.
   CUBLAS_CHECK(cublasSetMathMode(handle_, CUBLAS_DEFAULT_MATH));
+  if (sm_margin > 0) {
+    int device = 0, sms = 0;
+    CUDA_CHECK(cudaGetDevice(&device));
+    CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+    if (sm_margin >= sms)
+      throw UsageError("--gemm-sm-margin " + std::to_string(sm_margin) + ": this GPU has " + std::to_string(sms) +
+                       " SMs; leave at least one to the matrix products (0 to " + std::to_string(sms - 1) + ")");
+    CUBLAS_CHECK(cublasSetSmCountTarget(handle_, sms - sm_margin));
+  }
 }
 
 Gemm::~Gemm() {

@@ -19,7 +19,9 @@ struct MatrixRef {
 
 class Gemm {
  public:
-  Gemm(cudaStream_t stream, Allocator& workspace_allocator, bool allow_tf32);
+  // sm_margin > 0: cuBLAS plans its grids for the device's SMs less that many, so that work
+  // running beside a product (NCCL's all-reduce kernels) does not leave a wave's tail waiting.
+  Gemm(cudaStream_t stream, Allocator& workspace_allocator, bool allow_tf32, int sm_margin = 0);
   ~Gemm();
   Gemm(const Gemm&) = delete;
   Gemm& operator=(const Gemm&) = delete;

@@ -17,6 +17,7 @@
 #      2 warm-up + 3 timed steps; PyTorch gets TORCH_DEADLINE s (default 210; bf16 first, the
 #      configurations it does not reach are recorded "not run"); analysis/model_bench.py's
 #      step and peak-memory tables.
+# PARTS (default "tests precision memory bench") selects parts, e.g. PARTS=bench.
 # Everything goes to OUT_DIR (default results/memory_check-<time>): logs, rank files, tables
 # (*.md), PNGs (png/), the snapshot.
 set -uo pipefail
@@ -24,6 +25,8 @@ source "$(dirname "$0")/setup.sh" memory_check "${1:-}" "${2:-}"
 cd "$root"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=16 PYTHONUNBUFFERED=1
 failed=()
+parts=" ${PARTS:-tests precision memory bench} "
+want() { [[ $parts == *" $1 "* ]]; }
 step() {  # step NAME TIMEOUT_S COMMAND...: runs it with its log in OUT_DIR/NAME.log
   local name=$1 limit=$2
   shift 2
@@ -37,15 +40,18 @@ nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | 
 date -u +%Y-%m-%dT%H:%MZ >>"$out/device.txt"
 
 # 1. GPU tests.
-step test_cuda_memory 120 "$bin/test_cuda_memory"
-grep -E "^\[  (PASSED|FAILED|SKIPPED) " "$out/test_cuda_memory.log"
+if want tests; then
+  step test_cuda_memory 120 "$bin/test_cuda_memory"
+  grep -E "^\[  (PASSED|FAILED|SKIPPED) " "$out/test_cuda_memory.log"
+fi
 
 # 2. Mode precision.
-step precision 60 "$bin/llmhpc" --mode precision --device cuda --model small --precision bf16 --out "$out/precision"
-sed -n '/accumulation experiment:/,$p' "$out/precision.log"
+want precision && step precision 60 "$bin/llmhpc" --mode precision --device cuda --model small --precision bf16 --out "$out/precision"
+want precision && sed -n '/accumulation experiment:/,$p' "$out/precision.log"
 
 # 3. Mode memory: the seeds' grid, then one snapshot.
-step memory 170 "$bin/llmhpc" --mode memory --device cuda --model 2.7B,xl --context-length 128,256,512,1024 \
+if want memory; then
+step memory 480 "$bin/llmhpc" --mode memory --device cuda --model 2.7B,xl --context-length 128,256,512,1024 \
   --precision fp32,bf16 --attention flash --phase forward,train-step --out "$out/memory"
 sed -n '/peak memory by context length/,$p' "$out/memory.log"
 step snapshot 60 "$bin/llmhpc" --mode memory --device cuda --model xl --context-length 256 --precision bf16 \
@@ -68,8 +74,10 @@ EOF
 cat "$out/snapshot_load.log"
 step memory_tables 120 python3 analysis/memory.py "$out/memory" "$out/memory-snapshot" --png "$out/png"
 cp "$out/memory_tables.log" "$out/memory.md"
+fi
 
 # 4. The default plan against PyTorch's strongest setup, side by side.
+if want bench; then
 grid=(--model small,medium,large,xl,2.7B --context-length 128,256,512,1024 --warmup 2 --steps 3)
 step bench 150 "$bin/llmhpc" --mode bench --device cuda "${grid[@]}" --precision bf16,fp32 --attention flash \
   --out "$out/bench"
@@ -79,6 +87,7 @@ step torch $((${TORCH_DEADLINE:-210} + 60)) python3 analysis/torch_baseline.py -
 step model_bench 60 python3 analysis/model_bench.py "$out/bench" "$out/torch.jsonl"
 cp "$out/model_bench.log" "$out/model_bench.md"
 sed -n '/Peak memory/,$p' "$out/model_bench.md"
+fi
 
 if [ ${#failed[@]} -gt 0 ]; then
   echo "memory_check: FAILED: ${failed[*]} (logs in $out)"

@@ -97,6 +97,24 @@ TEST_F(CudaOps, LinearForward) {
   }
 }
 
+// --gemm-sm-margin: cuBLAS plans for fewer SMs; the products stay as exact, and a margin of
+// every SM is refused with the device's count.
+TEST_F(CudaOps, LinearForwardWithAnSmMargin) {
+  BackendOptions o;
+  o.kind = DeviceKind::Cuda;
+  o.gemm_sm_margin = 16;
+  Backend narrow = make_backend(o);
+  const int64_t N = 512, in = 384, out_f = 640;  // enough tiles to fill more than the SMs left
+  for (DType dt : {F32, BF16}) {
+    Twin x = random({N, in}, dt), w = random({out_f, in}, dt), y = poisoned({N, out_f}, dt);
+    cpu().linear_forward(y.cpu, x.cpu, w.cpu);
+    narrow.ops->linear_forward(y.gpu, x.gpu, w.gpu);
+    EXPECT_LE(error(y), tol(dt, bf16_bound(1))) << dtype_name(dt) << ", " << seed_note();
+  }
+  o.gemm_sm_margin = 100000;
+  EXPECT_THROW(make_backend(o), UsageError);
+}
+
 TEST_F(CudaOps, LinearBackwardOverwritesDxAndOverwritesOrAccumulatesDw) {
   const int64_t N = 48, in = 72, out_f = 40;
   for (DType dt : {F32, BF16}) {

@@ -41,6 +41,7 @@ for np in 1 2; do
   check $np "--warmup must not be negative" --mode bench --model tiny --warmup=-1
   check $np "not an integer"            --mode bench --model tiny --steps ten
   check $np "unknown unit"              --mode bench --model tiny --memory-limit 12XB
+  check $np "--gemm-sm-margin must not be negative" --mode bench --model tiny --gemm-sm-margin -1
   check $np "--backend"                 --mode bench --model tiny --backend carrier-pigeon
   check $np "--ddp"                     $TRAIN --ddp hierarchical
   check $np "--device"                  --mode bench --device tpu
