@@ -240,6 +240,7 @@ void run(ModeContext& ctx) {
           };
           for (int64_t s = 0; s < warmup; ++s) warm.add(step());
           for (int64_t s = 0; s < steps; ++s) timed.add(step());
+          model.wait_parameters();  // the last step's all-gathers, before the sync goes and the next case
           after_optimizer = model_memory(dev.allocator());
           slowest = rt.reduce_all(timed.step, HostReduce::Max);
           timed.record(rec, "");
