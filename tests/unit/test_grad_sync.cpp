@@ -2,8 +2,9 @@
 // reverse parameter order, frozen tensors left out, one bucket per oversized tensor), the
 // per-tensor and flat plans, optimizer shards (balanced, aligned, each element owned once;
 // ZeRO-1's buckets re-cut to divide among the ranks without waiting longer), option parsing,
-// and when each strategy issues its collectives, sharded or not (a recording communicator
-// stands in for the ranks). The results of real collectives are tests/mpi/test_ddp.cpp's and
+// and when each strategy issues its collectives and waits for them, sharded or not (a
+// recording communicator stands in for the ranks): a sharded optimizer's parameters are
+// shared in forward order and waited for only where a range of them is asked for. The results of real collectives are tests/mpi/test_ddp.cpp's and
 // tests/mpi/test_shard.cpp's.
 #include <gtest/gtest.h>
 
