@@ -68,7 +68,7 @@ Sharding parse_sharding(const std::string& text) {
 std::vector<FlatRange> SyncPlan::owned(int rank) const {
   if (sharding == Sharding::None) return {{0, parameters}};
   std::vector<FlatRange> out;
-  for (size_t g = 0; g < shard_groups.size(); ++g) out.push_back(shard(g, rank));
+  for (size_t g = shard_groups.size(); g-- > 0;) out.push_back(shard(g, rank));  // forward order
   return out;
 }
 

@@ -20,20 +20,27 @@
 //
 // Optimizer state sharding (--shard-optimizer) splits the AdamW state among the ranks: each
 // rank's optimizer updates only the ranges it owns (SyncPlan::owned), and the listener's
-// parameter half (GradientListener::on_parameters_updated, finish_parameters) brings every
-// owner's updates to every rank, in place in the flat parameters.
+// parameter half (GradientListener::on_parameters_updated, finish_parameters,
+// on_parameters_needed) brings every owner's updates to every rank, in place in the flat
+// parameters.
 //
 //   none       every rank holds all of m and v and updates every parameter
 //   broadcast  the seeds' scheme: gradients all-reduced as the strategy does; each rank owns
-//              one range of the parameters (1/n, aligned) and broadcasts it once updated
+//              one range of the parameters (1/n, aligned) and broadcasts it once updated;
+//              waited for as zero1's are, but its one group is the whole model, so the next
+//              forward's first range waits for all of it (no overlap, as before)
 //   zero1      ZeRO stage 1: each of the strategy's ranges, re-cut so that it divides into n
 //              equal aligned parts (plan_zero1_buckets), is reduce-scattered (averaged) to its
 //              parts' owners when the strategy would all-reduce it; each rank owns its part of
 //              every bucket, and all-gathers it in place once updated. Reduce-scatter then
-//              all-gather moves what one all-reduce moves, and the all-gather of a bucket runs
-//              while the optimizer updates the next. It pads the flat buffers to a multiple
-//              of n x kShardAlignment elements (SyncPlan::flat_elements); the model's views
-//              stay where they are and the padding stays zero.
+//              all-gather moves what one all-reduce moves. The all-gathers overlap the rest of
+//              the optimizer and the next forward: the optimizer updates, and the all-gathers
+//              are issued, in forward order (ascending offsets), finish_parameters() does not
+//              wait, and the next forward waits (nccl: its stream, never the host) for a bucket
+//              only when it first reads parameters in it (on_parameters_needed). It pads the
+//              flat buffers to a multiple of n x kShardAlignment elements
+//              (SyncPlan::flat_elements); the model's views stay where they are and the
+//              padding stays zero.
 //
 // Under both schemes each element is updated by exactly one rank, with AdamW's unchanged
 // per-element arithmetic on the same averaged gradient, and what travels is the fp32 master
@@ -43,8 +50,9 @@
 // refreshed locally from the fp32 weights (round to nearest even, as the fused AdamW writes
 // it): half the traffic of sending it too, and bitwise the owner's.
 //
-// Every step:  sync.begin_step(); model.backward(&sync); sync.finish();
-//              optimizer.step(&sync); if (sync.finish_parameters()) model.parameters_changed();
+// Every step:  model.forward() (asks the sync for each range while parameters arrive);
+//              sync.begin_step(); model.backward(&sync); sync.finish();
+//              optimizer.step(&sync); if (sync.finish_parameters()) model.parameters_arriving(sync);
 // (run_step in src/model/train_step.h). What the caller guarantees:
 //  - Every rank reports the same ranges in the same order (the model's backward does: what
 //    it reports does not depend on the data), so every rank issues the same collectives in
@@ -52,6 +60,9 @@
 //    with whatever its gradient holds, on every rank: no hang (PyTorch needs
 //    find_unused_parameters for that), and ranks never diverge.
 //  - The optimizer reports its updated ranges in the order of SyncPlan::owned (AdamW does).
+//  - Nothing reads the parameters after a step before asking for them: the model's forward
+//    does, range by range; a checkpoint, the end of training or a test calls
+//    model.wait_parameters() (every range), and does so before the sync is destroyed.
 //  - Gradient accumulation over micro-batches: only the last backward gets the sync; the
 //    earlier ones would add into gradients that are being reduced.
 //  - The gradient buffer is where the communicator works: host memory for mpi, this rank's
@@ -99,8 +110,9 @@ struct SyncPlan {
   std::vector<FlatRange> shard_groups;
 
   FlatRange shard(size_t group, int rank) const { return shard_part(shard_groups[group], rank, ranks); }
-  // What `rank`'s optimizer updates: its part of every shard group, in their order (some may be
-  // empty); [0, parameters) when unsharded.
+  // What `rank`'s optimizer updates: its part of every shard group, in forward order (ascending
+  // offsets: the groups from the last to the first), the order the parameters are shared in
+  // (some parts may be empty); [0, parameters) when unsharded.
   std::vector<FlatRange> owned(int rank) const;
 };
 

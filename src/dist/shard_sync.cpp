@@ -11,14 +11,29 @@ namespace {
 
 // A shard group is shared as soon as this rank's part of it is updated: a broadcast or
 // all-gather reads on each rank that rank's own part only, and writes only the parts this
-// rank does not update. Groups are shared strictly in the plan's order, the same on every
-// rank: an update reported for group g first shares every earlier group not shared yet (a
-// rank whose part of it is empty reports nothing for it), and finish_parameters() shares
-// the rest. So the collectives match across ranks whatever each rank owns.
+// rank does not update. Groups are shared strictly in forward order (ascending offsets: the
+// plan's groups from the last to the first), the same on every rank: an update reported for
+// group g first shares every group before it in that order not shared yet (a rank whose part
+// of it is empty reports nothing for it), and finish_parameters() shares the rest.
+// So the collectives match across ranks whatever each rank owns.
+//
+// Why forward order: finish_parameters() does not wait. The next forward asks for each range
+// before it reads it (on_parameters_needed), and only the groups that range overlaps are
+// waited for, so the rest keep arriving while forward computes (ZeRO's and FSDP's prefetch).
+// The optimizer updates its ranges in that order too (SyncPlan::owned), so the embedding's
+// and the first layers' all-gathers, which forward needs first, are issued first and overlap
+// the rest of the optimizer; in the gradients' (reverse) order forward would wait for the
+// last-issued one before its first layer, i.e. for all of them. Broadcast has one group, the
+// whole model: the first range forward asks for waits for all of it (nothing to overlap, as
+// before), by the same code.
 //
 // Stream safety (nccl) is the reducer's: each collective is ordered after the optimizer's
-// work enqueued before it, touches the persistent parameters only, and finish_parameters()
-// makes the compute stream wait for all of them before the next forward reads them.
+// work enqueued before it and touches the persistent parameters only; a wait is the compute
+// stream's (cudaStreamWaitEvent), never the host's. Nothing may read a group in flight, and
+// the device allocator does not know streams, so a group still in flight is waited for by
+// on_parameters_needed, by the next begin_step() (before the optimizer can write it again:
+// the padding, which forward never asks for) and by the destructor (before the parameters
+// may be freed). mpi: a wait completes that group's requests on the host.
 class ParameterSharing final : public GradientSync {
  public:
   ParameterSharing(std::unique_ptr<GradientSync> gradients, Communicator& comm, Tensor flat_params)
@@ -30,8 +45,10 @@ class ParameterSharing final : public GradientSync {
       LLMHPC_CHECK(g == 0 || plan.shard_groups[g].end <= plan.shard_groups[g - 1].begin,
                    "shard groups must be in reverse parameter order, without overlap");
     }
+    arriving_.resize(plan.shard_groups.size());
     begin_step();
   }
+  ~ParameterSharing() override { on_parameters_needed(0, params_.numel()); }
 
   const SyncPlan& plan() const override { return gradients_->plan(); }
   const SyncStats& stats() const override {
@@ -43,9 +60,11 @@ class ParameterSharing final : public GradientSync {
   }
 
   void begin_step() override {
-    LLMHPC_CHECK(in_flight_.empty(), "begin_step() before the last step's finish_parameters()");
+    LLMHPC_CHECK(shared_ == 0 || shared_ == arriving_.size(),
+                 "begin_step() before the last step's finish_parameters()");
+    on_parameters_needed(0, params_.numel());  // what forward did not ask for
     gradients_->begin_step();
-    next_group_ = 0;
+    shared_ = 0;
     param_stats_ = SyncStats{};
   }
   void on_gradients_ready(int64_t begin, int64_t end) override { gradients_->on_gradients_ready(begin, end); }
@@ -62,30 +81,40 @@ class ParameterSharing final : public GradientSync {
     const FlatRange mine = g < groups.size() ? plan.shard(g, comm_.rank()) : FlatRange{};
     LLMHPC_CHECK(mine.begin <= begin && end <= mine.end && begin < mine.end,
                  "the optimizer reported parameters this rank does not own");
-    LLMHPC_CHECK(g >= next_group_, "the optimizer reported its ranges out of the plan's order");
-    while (next_group_ <= g) share(next_group_++);
+    const size_t position = groups.size() - 1 - g;  // in forward order
+    LLMHPC_CHECK(position >= shared_, "the optimizer reported its ranges out of the plan's order");
+    while (shared_ <= position) share_next();
   }
 
   bool finish_parameters() override {
     NvtxRange range("parameter sharing");
-    while (next_group_ < gradients_->plan().shard_groups.size()) share(next_group_++);
-    for (CommHandle& h : in_flight_) h.wait();
-    in_flight_.clear();
+    while (shared_ < arriving_.size()) share_next();
     return true;
+  }
+
+  void on_parameters_needed(int64_t begin, int64_t end) override {
+    const std::vector<FlatRange>& groups = gradients_->plan().shard_groups;
+    for (size_t g = 0; g < groups.size(); ++g) {
+      if (arriving_[g].empty() || groups[g].end <= begin || end <= groups[g].begin) continue;
+      for (CommHandle& h : arriving_[g]) h.wait();
+      arriving_[g].clear();
+    }
   }
 
  private:
   void* at(FlatRange r) const { return params_.slice(r.begin, {r.size()}).data; }
 
-  // zero1: one in-place all-gather of the group (rank r's part lands at part r). broadcast:
-  // each owner's part from its owner, fused into one launch where the backend can.
-  void share(size_t g) {
+  // The next group in forward order. zero1: one in-place all-gather of the group (rank r's
+  // part lands at part r). broadcast: each owner's part from its owner, fused into one launch
+  // where the backend can.
+  void share_next() {
     const SyncPlan& plan = gradients_->plan();
+    const size_t g = plan.shard_groups.size() - 1 - shared_++;
     const FlatRange group = plan.shard_groups[g];
     const int64_t es = int64_t(dtype_size(params_.dtype)), bytes = group.size() * es;
     if (plan.sharding == Sharding::Zero1) {
       const FlatRange mine = plan.shard(g, comm_.rank());
-      in_flight_.push_back(comm_.all_gather_async(at(mine), at(group), size_t(mine.size()), params_.dtype));
+      arriving_[g].push_back(comm_.all_gather_async(at(mine), at(group), size_t(mine.size()), params_.dtype));
       ++param_stats_.param_collectives;
       param_stats_.bus_bytes += int64_t(double(bytes) * bus_factor(Collective::AllGather, plan.ranks));
     } else {
@@ -93,7 +122,7 @@ class ParameterSharing final : public GradientSync {
       for (int owner = 0; owner < plan.ranks; ++owner) {
         const FlatRange part = plan.shard(g, owner);
         if (part.size() == 0) continue;
-        in_flight_.push_back(comm_.broadcast_async(at(part), at(part), size_t(part.size()), params_.dtype, owner));
+        arriving_[g].push_back(comm_.broadcast_async(at(part), at(part), size_t(part.size()), params_.dtype, owner));
         ++param_stats_.param_collectives;
         param_stats_.bus_bytes += int64_t(double(part.size() * es) * bus_factor(Collective::Broadcast, plan.ranks));
       }
@@ -105,10 +134,10 @@ class ParameterSharing final : public GradientSync {
   std::unique_ptr<GradientSync> gradients_;
   Communicator& comm_;
   Tensor params_;
-  size_t next_group_ = 0;  // groups before it are shared this step
-  std::vector<CommHandle> in_flight_;
-  SyncStats param_stats_;     // the parameter fields only
-  mutable SyncStats merged_;  // what stats() returns: the gradients' and the parameters'
+  size_t shared_ = 0;                              // groups shared this step, in forward order
+  std::vector<std::vector<CommHandle>> arriving_;  // per group: the collectives still bringing it
+  SyncStats param_stats_;                          // the parameter fields only
+  mutable SyncStats merged_;                       // what stats() returns: the gradients' and the parameters'
 };
 
 }  // namespace

@@ -95,6 +95,7 @@ CheckpointInfo inspect_checkpoint(const std::string& path) {
 static void write_checkpoint(const std::string& path, TransformerLM& model, const OptimizerState* state);
 
 void save_checkpoint(const std::string& path, TransformerLM& model, const OptimizerState* state) {
+  model.wait_parameters();  // a sharded optimizer's last all-gathers
   const ParameterLayout& layout = model.layout();
   LLMHPC_CHECK(!state || (state->owned == std::vector<FlatRange>{{0, layout.total()}} &&
                           int64_t(state->m.size()) == layout.total() && int64_t(state->v.size()) == layout.total()),
@@ -156,6 +157,7 @@ void check_checkpoint_fits(const std::string& path, const ParameterLayout& layou
 void load_checkpoint(const std::string& path, TransformerLM& model, AdamW* opt) {
   const ParameterLayout& layout = model.layout();
   check_checkpoint_fits(path, layout);
+  model.wait_parameters();  // nothing still arriving may land on the loaded values
   h5::Handle f = h5::open_file(path, h5::Mode::Read);
   h5::Handle params = h5::open_group(f.id(), "params");
   const bool with_opt = opt && h5::exists(f.id(), "optimizer/m");

@@ -1,18 +1,20 @@
 // GradientListener: how backward tells the outside world that a range of the flat gradient
-// buffer is final, and how the optimizer tells it which parameters it updated. Data-parallel
-// gradient synchronisation and optimizer sharding (src/dist) hook in here, so they depend on
-// this header alone and never on the model. The two halves mirror each other as ZeRO splits
-// an all-reduce: gradients reduced as backward finishes them, parameters shared as the
-// optimizer finishes them.
+// buffer is final, how the optimizer tells it which parameters it updated, and how the next
+// forward asks it for a range of parameters before reading it. Data-parallel gradient
+// synchronisation and optimizer sharding (src/dist) hook in here, so they depend on this
+// header alone and never on the model. The halves mirror each other as ZeRO splits an
+// all-reduce: gradients reduced as backward finishes them, parameters shared as the optimizer
+// finishes them, and waited for as the next forward reaches them.
 #pragma once
 #include <cstdint>
 
 namespace llmhpc {
 
 // One training step drives a listener as run_step (src/model/train_step.h) does:
+//   model.forward() -> on_parameters_needed(...) ...   (only while parameters arrive: below)
 //   begin_step(); model.backward(&listener) -> on_gradients_ready(...) ...; finish();
 //   optimizer.step(&listener) -> on_parameters_updated(...) ...;
-//   if (finish_parameters()) model.parameters_changed();
+//   if (finish_parameters()) model.parameters_arriving(listener);
 class GradientListener {
  public:
   virtual ~GradientListener() = default;
@@ -28,11 +30,16 @@ class GradientListener {
   // The optimizer has updated parameters [begin, end), a range it owns (its work issued, as
   // for gradients); it reports its ranges in the order it was given them.
   virtual void on_parameters_updated(int64_t begin, int64_t end) {}
-  // After the optimizer, before anything reads the parameters: on return, work enqueued
-  // after it sees every parameter as the rank that owns it updated it. Returns whether
-  // parameters arrived from elsewhere, so that what the model derives from them (its bf16
-  // copy) must be refreshed.
+  // After the optimizer. Returns whether parameters arrive from elsewhere (other ranks'
+  // updates), so that what the model derives from them (its bf16 copy) must be refreshed.
+  // They may still be arriving on return: whoever reads a range of them first calls
+  // on_parameters_needed for it (the model does: TransformerLM::parameters_arriving).
   virtual bool finish_parameters() { return false; }
+  // Before anything reads parameters [begin, end) after finish_parameters(): on return, work
+  // enqueued after it sees them as the ranks that own them updated them (on a device: the
+  // compute stream waits for what brings them, the host does not block). Any range, any
+  // number of times; [0, buffer length) asks for every parameter.
+  virtual void on_parameters_needed(int64_t begin, int64_t end) {}
 };
 
 }  // namespace llmhpc

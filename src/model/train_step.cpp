@@ -97,7 +97,9 @@ StepTimes run_step(TransformerLM& model, AdamW* opt, Phase phase, Timer& timer, 
     opt->step(listener);
     timer.mark(last = 4);
     if (listener) {
-      if (listener->finish_parameters()) model.parameters_changed();
+      // Parameters from other ranks may still be arriving: the next forward waits for each
+      // range as it reaches it (TransformerLM::parameters_arriving), so they overlap it.
+      if (listener->finish_parameters()) model.parameters_arriving(*listener);
       timer.mark(last = 5);
     }
   }

@@ -29,8 +29,8 @@ struct StepTimes {
   // compute stream go on, i.e. the communication backward did not hide, as compute sees it.
   double sync_ms = NAN;
   // With a listener, train-step: from the end of the optimizer until finish_parameters() let
-  // the compute stream go on (every owner's parameters arrived and the bf16 copy is fresh);
-  // about 0 unless the optimizer is sharded.
+  // the compute stream go on: about 0, since the parameters other ranks updated are waited
+  // for, range by range, in the next step's forward (where what they did not hide counts).
   double param_sync_ms = NAN;
   MemoryBreakdown memory_before_optimizer;  // the device allocator's live bytes (train-step)
 };
@@ -44,6 +44,9 @@ constexpr int kStepMarks = 6;
 // given. One step; `timer` (of the model's device) needs kStepMarks marks. `opt` may be null unless
 // phase is TrainStep. `listener` hears backward and the optimizer (GradientListener's step
 // protocol).
+// After a sharded optimizer, parameters may still be arriving when it returns: the next
+// run_step's forward waits for them range by range; anything else that reads the parameters
+// calls model.wait_parameters() first.
 // `on_phase`, if given, hears "forward", "backward" and "optimizer" as each begins (the memory
 // mode labels allocations with it).
 StepTimes run_step(TransformerLM& model, AdamW* opt, Phase phase, Timer& timer, GradientListener* listener = nullptr,

@@ -180,9 +180,31 @@ void TransformerLM::init_parameters(uint64_t seed) {
 }
 
 void TransformerLM::parameters_changed() {
+  // Arriving parameters would land on top of the change.
+  LLMHPC_CHECK(arriving_ == nullptr, "parameters changed while others still arrive: wait_parameters() first");
   if (!params_lowp_.empty()) ops_.convert(params_lowp_, params_);
   layer_window_.forget();
   head_window_.forget();
+}
+
+void TransformerLM::parameters_arriving(GradientListener& source) {
+  LLMHPC_CHECK(arriving_ == nullptr, "parameters arriving twice without a forward or wait_parameters()");
+  arriving_ = &source;
+}
+
+void TransformerLM::wait_parameters() {
+  if (arriving_ == nullptr) return;
+  arriving_->on_parameters_needed(0, params_.tensor().numel());
+  arriving_ = nullptr;
+  parameters_changed();
+}
+
+void TransformerLM::need_parameters(int64_t begin, int64_t end) {
+  if (arriving_ == nullptr) return;
+  arriving_->on_parameters_needed(begin, end);
+  // The same rounding as one convert of the whole buffer, element by element: bitwise the same copy.
+  if (!params_lowp_.empty())
+    ops_.convert(params_lowp_.tensor().slice(begin, {end - begin}), params_.tensor().slice(begin, {end - begin}));
 }
 
 void TransformerLM::set_batch(const int32_t* tokens, const int32_t* targets, int64_t batch, int64_t seq) {
@@ -247,7 +269,14 @@ void TransformerLM::forward() {
   const int64_t L = config_.num_layers, C = config_.d_model, F = config_.d_ff, H = config_.num_heads;
   const AttentionDims dims{batch_, seq_, H, config_.head_dim(), true, attention_};
 
+  // While parameters arrive, each range is asked for right before its first read, in the
+  // order of the flat buffer: the embedding, each layer (whose ln1 the previous layer's last
+  // norm reads), then the final norm with the LM head.
+  const ParamInfo& emb = layout_.find("token_embeddings.weight");
+  const ParamInfo& lnf = layout_.find("ln_final.weight");
+  need_parameters(emb.offset, emb.offset + emb.shape.numel());
   ops_.embedding_forward(A.layers[0].resid, tokens_, param("token_embeddings.weight"));
+  need_parameters(layout_.layer_range(0).first, layout_.layer_range(0).second);
   ops_.rmsnorm_forward(A.norm_out, A.layers[0].ln1_rstd, A.layers[0].resid, param("layers.0.ln1.weight"));
   for (int64_t l = 0; l < L; ++l) {
     NvtxRange layer_range("layer " + std::to_string(l));
@@ -263,6 +292,8 @@ void TransformerLM::forward() {
     ops_.swiglu_forward(A.gated, X.h13);
     ops_.linear_forward(A.branch_out, A.gated, weight(p + "ffn.w2.weight"));
     const bool last = l + 1 == L;
+    if (last) need_parameters(lnf.offset, layout_.total());
+    else need_parameters(layout_.layer_range(int(l + 1)).first, layout_.layer_range(int(l + 1)).second);
     const std::string next_norm = last ? "ln_final.weight" : "layers." + std::to_string(l + 1) + ".ln1.weight";
     ops_.residual_rmsnorm_forward(
         last ? A.resid_final : A.layers[l + 1].resid, last ? A.lnf_out.tensor() : A.norm_out.tensor(),
@@ -274,6 +305,7 @@ void TransformerLM::forward() {
   }
   ops_.linear_forward(A.logits, A.lnf_out, weight("lm_head.weight"));
   if (has_targets_) ops_.cross_entropy_forward(A.losses, A.logits, targets_);
+  arriving_ = nullptr;  // every range was asked for
   logits_fresh_ = true;
 }
 

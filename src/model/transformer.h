@@ -75,11 +75,23 @@ class TransformerLM {
   // SPEC initialisation: truncated normal std sqrt(2/(in+out)) at +-3 sigma for linear
   // weights, std 1 at +-3 for the embedding, 1 for norm gains.
   void init_parameters(uint64_t seed);
-  // Call after the parameters were changed from outside (checkpoint load, broadcast).
+  // Call after the parameters were changed from outside (checkpoint load, broadcast), when
+  // none are still arriving.
   void parameters_changed();
+  // The parameters were changed from outside and arrive range by range through `source` (a
+  // sharded optimizer's all-gathers, GradientListener::finish_parameters): the next forward
+  // asks `source` for each range right before it first reads it (on_parameters_needed), and
+  // refreshes the bf16 copy of that range then, so the rest keeps arriving behind the
+  // compute. `source` must live until that forward or wait_parameters().
+  void parameters_arriving(GradientListener& source);
+  // Every parameter in place and the bf16 copy fresh, for work enqueued after it (nothing to
+  // do unless parameters are arriving). Whatever reads the parameters other than forward
+  // calls it first: a checkpoint, the weights on the host, the end of training.
+  void wait_parameters();
 
   // Host arrays of B*T token ids; targets may be null (forward without loss).
   void set_batch(const int32_t* tokens, const int32_t* targets, int64_t batch, int64_t seq);
+  // Reads each parameter range only after asking for it while parameters arrive.
   void forward();
   double mean_loss();  // of the last forward; waits for the device
   // What each kind of tensor is stored as (the precision mode's table), from the buffers
@@ -112,6 +124,8 @@ class TransformerLM {
   Tensor grad_view(int64_t offset, Shape shape) const;
   // Under PerRange, backward writes the gradients of [begin, end) next.
   void open_gradients(int64_t begin, int64_t end);
+  // While parameters arrive: asks for [begin, end) and refreshes its bf16 copy.
+  void need_parameters(int64_t begin, int64_t end);
   bool casts_per_layer() const { return memory_ == MemoryPlan::LowMemory && precision_ == Precision::BF16; }
   void ensure_activations(int64_t batch, int64_t seq);
   Tensor as_compute(Tensor t, Tensor scratch);
@@ -127,6 +141,7 @@ class TransformerLM {
   Window layer_window_, head_window_;  // LowMemory under bf16: one layer, the LM head
   Window grad_window_;                 // GradientStorage::PerRange
   Buffer tokens_, targets_;
+  GradientListener* arriving_ = nullptr;  // where parameters still arrive from (parameters_arriving)
   bool has_targets_ = false;
   bool logits_fresh_ = false;  // a forward ran since the last backward
   int64_t batch_ = 0, seq_ = 0;

@@ -60,6 +60,7 @@ SyncPlan data_parallel_plan(SyncStrategy strategy, Sharding sharding, const Mode
 
 void save_checkpoint_from_ranks(const Runtime& rt, const std::string& path, TransformerLM& model, const AdamW& opt,
                                 const SyncPlan& plan) {
+  model.wait_parameters();  // on every rank, so that no rank's all-gathers wait on the others' progress
   OptimizerState mine = host_state(opt);
   if (plan.sharding == Sharding::None) {  // rank 0 holds all of it
     if (rt.is_root()) save_checkpoint(path, model, &mine);

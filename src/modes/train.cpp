@@ -256,6 +256,7 @@ void run(ModeContext& ctx) {
       last_flush = std::chrono::steady_clock::now();
     }
   }
+  model->wait_parameters();  // the last step's all-gathers, before the sync goes
   save_progress("ok");
   if (vm.count("save")) {
     save_checkpoint_from_ranks(rt, opt_string(vm, "save"), *model, *opt, plan);

@@ -1,7 +1,9 @@
 // The whole model on the GPU against the CPU backend in fp64: loss and every parameter's
 // gradient in fp32; loss and gradients within bf16 bounds under mixed precision; a few
-// AdamW training steps with matching losses; an out-of-memory model that leaves the
-// device usable for the next one (what a bench sweep relies on).
+// AdamW training steps with matching losses; parameters arriving range by range (a sharded
+// optimizer's all-gathers) with the bf16 weights refreshed per range, bitwise; an
+// out-of-memory model that leaves the device usable for the next one (what a bench sweep
+// relies on).
 #include <random>
 
 #include "src/model/adamw.h"
@@ -173,6 +175,55 @@ TEST(CudaModelMemory, LowMemoryPlanGivesBitwiseTheSameTrainingInLessMemory) {
         2 * (layout.total() - (layer.second - layer.first) - layout.find("lm_head.weight").shape.numel());
     EXPECT_LE(peak[1], peak[0] - left_out) << name << ": peak " << peak[1] << " vs " << peak[0];
     std::printf("%s: peak %lld B (default) vs %lld B (--low-memory)\n", name, (long long)peak[0], (long long)peak[1]);
+  }
+}
+
+// Stands in for a sharded optimizer's all-gathers on the device: the fp32 weights (and so the
+// bf16 copy refreshed from them) are NaN until forward asks for a range, and then the real
+// values arrive; a range read before it was asked for, or whose bf16 copy was not refreshed
+// after it arrived, poisons the loss.
+struct LateArrival : GradientListener {
+  TransformerLM& model;
+  std::vector<float> real;
+  explicit LateArrival(TransformerLM& m) : model(m) {
+    const Tensor p = m.params();
+    real.resize(size_t(p.numel()));
+    m.device().copy_to_host(real.data(), p.data, p.bytes());
+    const std::vector<float> nan(real.size(), NAN);
+    m.device().copy_to_device(p.data, nan.data(), p.bytes());
+    m.parameters_changed();  // the bf16 copy NaN too
+  }
+  void on_gradients_ready(int64_t, int64_t) override {}
+  void on_parameters_needed(int64_t begin, int64_t end) override {
+    model.device().copy_to_device(static_cast<float*>(model.params().data) + begin, real.data() + begin,
+                                  size_t(end - begin) * sizeof(float));
+  }
+};
+
+TEST(CudaModelMemory, ArrivingParametersRefreshTheBf16WeightsRangeByRange) {
+  SKIP_WITHOUT_GPU();
+  Backend gpu = make_gpu_backend();
+  const ModelConfig c = small_config();
+  std::mt19937_64 rng(3);
+  const Batch b = random_batch(rng, c.vocab_size);
+  for (MemoryPlan plan : {MemoryPlan::Fast, MemoryPlan::LowMemory}) {
+    const char* name = plan == MemoryPlan::Fast ? "bf16 copy" : "--low-memory";
+    TransformerLM want(c, Precision::BF16, AttentionKind::Flash, *gpu.device, *gpu.ops, plan),
+        got(c, Precision::BF16, AttentionKind::Flash, *gpu.device, *gpu.ops, plan);
+    want.init_parameters(21);
+    got.init_parameters(21);
+    LateArrival arrival(got);
+    got.parameters_arriving(arrival);
+    for (TransformerLM* m : {&want, &got}) {
+      m->set_batch(b.tokens.data(), b.targets.data(), kBatch, kSeq);
+      m->forward();
+      m->backward();
+    }
+    EXPECT_EQ(got.mean_loss(), want.mean_loss()) << name;
+    EXPECT_TRUE(read_bytes(*gpu.device, got.grads()) == read_bytes(*gpu.device, want.grads())) << name;
+    if (plan == MemoryPlan::Fast)
+      EXPECT_TRUE(read_bytes(*gpu.device, got.params_lowp()) == read_bytes(*gpu.device, want.params_lowp()))
+          << "the bf16 copy refreshed range by range is the one converted at once";
   }
 }
 

@@ -151,11 +151,12 @@ struct DataParallel {
 // ranges as the plan says). step(s) trains on global batch s, so runs can stop and go on.
 class TransformerRun {
  public:
-  TransformerRun(Env& env, const DataParallel* dist, Precision precision = Precision::FP32)
+  TransformerRun(Env& env, const DataParallel* dist, Precision precision = Precision::FP32,
+                 MemoryPlan memory = MemoryPlan::Fast)
       : env_(env), plan_(plan_sync(dist ? dist->strategy : SyncStrategy::None, dist ? dist->sharding : Sharding::None,
                                    param_spans(ParameterLayout(tiny_transformer())), sizeof(float),
                                    dist ? dist->bucket_mb : 25, dist ? world_size() : 1)),
-        model_(tiny_transformer(), precision, AttentionKind::Naive, env.device(), env.ops(), MemoryPlan::Fast,
+        model_(tiny_transformer(), precision, AttentionKind::Naive, env.device(), env.ops(), memory,
                plan_.flat_elements),
         opt_(model_, env.ops(), AdamWHyper{3e-3, 0.9, 0.999, 1e-8, 0.01}, plan_.owned(dist ? world_rank() : 0)),
         shard_(dist ? shard_of_this_rank(kGlobalBatch) : Shard{0, kGlobalBatch}),
@@ -168,21 +169,30 @@ class TransformerRun {
     }
   }
 
-  // One step on global batch `s`; returns this rank's mean loss before the update.
-  double step(int s) {
-    const ModelConfig c = tiny_transformer();
-    const int64_t T = c.context_length;
-    const TokenBatch b = global_batch(c, s);
-    model_.set_batch(b.tokens.data() + shard_.begin * T, b.targets.data() + shard_.begin * T, shard_.size(), T);
-    run_step(model_, &opt_, Phase::TrainStep, *timer_, sync_.get());
+  // One step on global batch `s`; returns this rank's mean loss before the update. A sharded
+  // optimizer's parameters may still be arriving on return (the next forward waits for them);
+  // `listener`, if given, stands between the step and the sync.
+  double step(int s, GradientListener* listener = nullptr) {
+    set_batch(s);
+    run_step(model_, &opt_, Phase::TrainStep, *timer_, listener ? listener : sync_.get());
+    return model_.mean_loss();
+  }
+  // This rank's mean loss on global batch `s` without training (a forward only).
+  double evaluate(int s) {
+    set_batch(s);
+    model_.forward();
     return model_.mean_loss();
   }
 
-  // The parameters (not the padding) on the host.
-  std::vector<float> params() { return download(env_.device(), model_.params().slice(0, {model_.layout().total()})); }
+  // The parameters (not the padding) on the host, once every one has arrived.
+  std::vector<float> params() {
+    model_.wait_parameters();
+    return download(env_.device(), model_.params().slice(0, {model_.layout().total()}));
+  }
   std::vector<float> grads() { return download(env_.device(), model_.grads().slice(0, {model_.layout().total()})); }
   // The parameters' padding (ZeRO-1's), which must stay zero.
   std::vector<float> padding() {
+    model_.wait_parameters();
     const int64_t total = model_.layout().total();
     return download(env_.device(), model_.params().slice(total, {model_.params().numel() - total}));
   }
@@ -193,6 +203,13 @@ class TransformerRun {
   GradientSync* sync() { return sync_.get(); }
 
  private:
+  void set_batch(int s) {
+    const ModelConfig c = tiny_transformer();
+    const int64_t T = c.context_length;
+    const TokenBatch b = global_batch(c, s);
+    model_.set_batch(b.tokens.data() + shard_.begin * T, b.targets.data() + shard_.begin * T, shard_.size(), T);
+  }
+
   Env& env_;
   SyncPlan plan_;
   TransformerLM model_;
@@ -210,12 +227,15 @@ struct Training {
   SyncStats stats;             // of the last step
 };
 
-inline Training train_transformer(Env& env, const DataParallel* dist, int steps,
-                                  Precision precision = Precision::FP32) {
-  TransformerRun run(env, dist, precision);
+// `wait_every_step`: every parameter arrives right after each step (model.wait_parameters()),
+// as before the next forward waited for them range by range.
+inline Training train_transformer(Env& env, const DataParallel* dist, int steps, Precision precision = Precision::FP32,
+                                  MemoryPlan memory = MemoryPlan::Fast, bool wait_every_step = false) {
+  TransformerRun run(env, dist, precision, memory);
   Training out;
   for (int s = 0; s < steps; ++s) {
     out.losses.push_back(run.step(s));
+    if (wait_every_step) run.model().wait_parameters();
     if (s == 0) out.grads = run.grads();
     if (run.sync()) out.stats = run.sync()->stats();
   }

@@ -11,7 +11,11 @@
 //    bytes = 2 x 4 x owned elements, owned within one alignment unit of 1/n;
 //  - a checkpoint saved from a sharded run holds what an unsharded run's holds, loads into an
 //    unsharded run, and one saved unsharded loads into a sharded run, training going on as if
-//    uninterrupted.
+//    uninterrupted;
+//  - the parameters other ranks updated arrive during the next forward (it asks the sync for
+//    each range before reading it), bitwise as if every one had been waited for after the
+//    step, for fp32 and (CUDA) bf16 with and without --low-memory; a checkpoint and an
+//    evaluation between steps see every parameter.
 // mpi runs on the CPU backend; nccl on GPUs when every rank has one (skipped otherwise), where
 // bf16 runs (fp32 master weights shared, bf16 copies refreshed locally) are bitwise too.
 #include <unistd.h>
@@ -92,6 +96,35 @@ std::vector<float> saved_state(const std::string& path) {
     }
   return out;
 }
+
+// The parameters a checkpoint holds, read back on every rank, in the flat buffer's order.
+std::vector<float> saved_params(const std::string& path) {
+  std::vector<float> out;
+  h5::Handle f = h5::open_file(path, h5::Mode::Read);
+  const ParameterLayout layout(tiny_transformer());
+  for (const ParamInfo& p : layout.params()) {
+    const std::vector<float> t = h5::read_floats(f.id(), "params/" + p.name);
+    out.insert(out.end(), t.begin(), t.end());
+  }
+  return out;
+}
+
+// Stands between the step and the sync: passes everything on and notes the parameter ranges
+// asked for.
+struct AskLog : GradientListener {
+  GradientSync& sync;
+  std::vector<FlatRange> asked;
+  explicit AskLog(GradientSync& s) : sync(s) {}
+  void begin_step() override { sync.begin_step(); }
+  void on_gradients_ready(int64_t begin, int64_t end) override { sync.on_gradients_ready(begin, end); }
+  void finish() override { sync.finish(); }
+  void on_parameters_updated(int64_t begin, int64_t end) override { sync.on_parameters_updated(begin, end); }
+  bool finish_parameters() override { return sync.finish_parameters(); }
+  void on_parameters_needed(int64_t begin, int64_t end) override {
+    asked.push_back({begin, end});
+    sync.on_parameters_needed(begin, end);
+  }
+};
 
 class ShardTest : public ::testing::TestWithParam<Case> {
  protected:
@@ -184,6 +217,75 @@ TEST_P(ShardTest, CheckpointsMoveBetweenShardedAndUnsharded) {
     for (int step = half; step < kSteps; ++step) s.step(step);
     expect_same(s.params(), sharded_after_all, "sharded run from an unsharded checkpoint");
   }
+}
+
+// The all-gathers (broadcasts) of a step are waited for by the next forward, range by range:
+// the same weights and losses, bit for bit on any number of ranks (the same collectives), as
+// when every parameter is waited for right after the step.
+TEST_P(ShardTest, ParametersArrivingDuringForwardGiveTheWaitedWeights) {
+  const Case& c = GetParam();
+  const DataParallel sharded = c.setup(c.sharding);
+  std::vector<std::pair<Precision, MemoryPlan>> variants = {{Precision::FP32, MemoryPlan::Fast}};
+  if (env_->device().kind() == DeviceKind::Cuda)  // bf16: each range's copy refreshed as it arrives
+    variants.insert(variants.end(), {{Precision::BF16, MemoryPlan::Fast}, {Precision::BF16, MemoryPlan::LowMemory}});
+  for (const auto& [precision, memory] : variants) {
+    const std::string what = std::string(precision_name(precision)) + (memory == MemoryPlan::LowMemory ? " low" : "");
+    const Training want = train_transformer(*env_, &sharded, kSteps, precision, memory, /*wait_every_step=*/true),
+                   got = train_transformer(*env_, &sharded, kSteps, precision, memory);
+    EXPECT_TRUE(bitwise_on_every_rank(got.params, want.params)) << what << ": weights";
+    EXPECT_TRUE(bitwise_on_every_rank(std::vector<float>(got.losses.begin(), got.losses.end()),
+                                      std::vector<float>(want.losses.begin(), want.losses.end())))
+        << what << ": losses";
+  }
+}
+
+TEST_P(ShardTest, ForwardAsksTheSyncForEveryRangeAfterAStep) {
+  const Case& c = GetParam();
+  const DataParallel sharded = c.setup(c.sharding);
+  TransformerRun run(*env_, &sharded);
+  AskLog log(*run.sync());
+  const int64_t total = run.model().layout().total();
+  for (int step = 0; step < 3; ++step) {
+    log.asked.clear();
+    run.step(step, &log);
+    if (step == 0) {
+      EXPECT_TRUE(log.asked.empty()) << "nothing arrives before the first step";
+      continue;
+    }
+    // The embedding, each layer, the final norm with the head: in forward order, all of them.
+    EXPECT_EQ(log.asked.size(), size_t(tiny_transformer().num_layers + 2)) << "step " << step;
+    int64_t expected_begin = 0;
+    for (const FlatRange& r : log.asked) {
+      EXPECT_EQ(r.begin, expected_begin) << "step " << step;
+      expected_begin = r.end;
+    }
+    EXPECT_EQ(expected_begin, total) << "step " << step;
+  }
+  log.asked.clear();
+  run.model().wait_parameters();  // the last step's, every one (the padding too)
+  EXPECT_EQ(log.asked, (std::vector<FlatRange>{{0, run.model().params().numel()}}));
+}
+
+TEST_P(ShardTest, CheckpointAndEvaluationBetweenStepsSeeEveryParameter) {
+  const Case& c = GetParam();
+  const DataParallel sharded = c.setup(c.sharding);
+  const Runtime rt = world();
+  const SharedPath path("between");
+  TransformerRun deferred(*env_, &sharded), waited(*env_, &sharded);
+  for (int step = 0; step < kSteps; ++step) {
+    deferred.step(step);
+    waited.step(step);
+    waited.model().wait_parameters();
+    if (step == 3) {  // an evaluation forward right after a step
+      const std::vector<float> got = {float(deferred.evaluate(100))}, want = {float(waited.evaluate(100))};
+      EXPECT_TRUE(bitwise_on_every_rank(got, want)) << "evaluation loss " << got[0] << " against " << want[0];
+    }
+    if (step == 6) {  // a checkpoint right after a step
+      save_checkpoint_from_ranks(rt, path.path, deferred.model(), deferred.optimizer(), deferred.plan());
+      EXPECT_TRUE(bitwise_on_every_rank(saved_params(path.path), waited.params())) << "saved parameters";
+    }
+  }
+  EXPECT_TRUE(bitwise_on_every_rank(deferred.params(), waited.params())) << "training went on unchanged";
 }
 
 // Mixed precision (CUDA only): the fp32 weights travel, each rank refreshes its bf16 copy.

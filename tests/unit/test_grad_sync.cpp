@@ -2,8 +2,9 @@
 // reverse parameter order, frozen tensors left out, one bucket per oversized tensor), the
 // per-tensor and flat plans, optimizer shards (balanced, aligned, each element owned once;
 // ZeRO-1's buckets re-cut to divide among the ranks without waiting longer), option parsing,
-// and when each strategy issues its collectives, sharded or not (a recording communicator
-// stands in for the ranks). The results of real collectives are tests/mpi/test_ddp.cpp's and
+// and when each strategy issues its collectives and waits for them, sharded or not (a
+// recording communicator stands in for the ranks): a sharded optimizer's parameters are
+// shared in forward order and waited for only where a range of them is asked for. The results of real collectives are tests/mpi/test_ddp.cpp's and
 // tests/mpi/test_shard.cpp's.
 #include <gtest/gtest.h>
 
@@ -282,6 +283,7 @@ class RecordingComm final : public Communicator {
       : grads_(grads), params_(params), rank_(rank), size_(size) {}
   std::vector<Call> calls;
   int waits = 0, groups = 0;
+  std::vector<size_t> waited;  // the index in `calls` of each call waited for, in order
 
   std::string backend_name() const override { return "recording"; }
   int rank() const override { return rank_; }
@@ -320,15 +322,19 @@ class RecordingComm final : public Communicator {
 
  private:
   struct Wait final : PendingOp {
-    explicit Wait(int& n) : waits(n) {}
-    void wait() override { ++waits; }
-    int& waits;
+    Wait(RecordingComm& c, size_t i) : comm(c), index(i) {}
+    void wait() override {
+      ++comm.waits;
+      comm.waited.push_back(index);
+    }
+    RecordingComm& comm;
+    size_t index;
   };
   CommHandle record(Call call, const void* buffer, DType dtype) {
     EXPECT_EQ(dtype, DType::F32);
     call.begin = static_cast<const float*>(buffer) - (call.on_params ? params_ : grads_);
     calls.push_back(call);
-    return CommHandle(std::make_unique<Wait>(waits));
+    return CommHandle(std::make_unique<Wait>(*this, calls.size() - 1));
   }
   const float *grads_, *params_;
   int rank_, size_;
@@ -412,7 +418,8 @@ TEST(GradientSync, NaiveAndFlatCommunicateAfterBackwardOnly) {
 // Rank 1 of 2 under zero1 with overlap: tensors a [0,300), b [300,700), c [700,1000) become
 // buckets [768,1024), [384,768), [0,384) (cuts rounded up to 128); each is reduce-scattered
 // (rank 1's part lands at its second half) once backward reported its real elements, and
-// all-gathered as soon as the optimizer reports rank 1's part of it, in the plan's order.
+// all-gathered as soon as the optimizer reports rank 1's part of it, in forward order; the
+// all-gathers are waited for only when a range of parameters in their bucket is asked for.
 struct ShardFixture {
   SyncPlan plan;
   std::vector<float> grads, params;
@@ -423,16 +430,25 @@ struct ShardFixture {
         grads(size_t(plan.flat_elements)), params(grads.size()), comm(grads.data(), params.data(), rank, size),
         sync(make_gradient_sync(plan, comm, Tensor{grads.data(), DType::F32, {plan.flat_elements}},
                                 Tensor{params.data(), DType::F32, {plan.flat_elements}})) {}
+  // The offsets of the calls waited for since call `first`.
+  std::vector<int64_t> waited_begins(size_t first) const {
+    std::vector<int64_t> b;
+    for (size_t i : comm.waited)
+      if (i >= first) b.push_back(comm.calls[i].begin);
+    return b;
+  }
 };
 
 TEST(ShardedSync, Zero1ReduceScattersAsBackwardFinishesAndAllGathersAsTheOptimizerDoes) {
   ShardFixture f(SyncStrategy::Overlap, Sharding::Zero1, 1, 2);
   ASSERT_EQ(f.plan.flat_elements, 1024);
   ASSERT_EQ(f.plan.buckets, (Plan{{768, 1024}, {384, 768}, {0, 384}}));
-  EXPECT_EQ(f.plan.owned(1), (Plan{{896, 1024}, {576, 768}, {192, 384}}));
+  EXPECT_EQ(f.plan.owned(1), (Plan{{192, 384}, {576, 768}, {896, 1024}})) << "forward order";
   for (int step = 0; step < 2; ++step) {
     f.comm.calls.clear();
+    f.comm.waited.clear();
     f.sync->begin_step();
+    EXPECT_TRUE(f.comm.waited.empty()) << "everything arrived during the last step's forward";
     f.sync->on_gradients_ready(700, 1000);  // c: all of [768,1024) but the padding
     ASSERT_EQ(f.comm.calls.size(), 1u);
     EXPECT_EQ(f.comm.calls[0].kind, Collective::ReduceScatter);
@@ -443,17 +459,27 @@ TEST(ShardedSync, Zero1ReduceScattersAsBackwardFinishesAndAllGathersAsTheOptimiz
     f.sync->finish();
     ASSERT_EQ(f.comm.calls.size(), 3u);
     EXPECT_EQ(f.sync->stats().issued_in_finish, 0);
-    // The optimizer's first two ranges: their buckets' all-gathers start at once.
-    f.sync->on_parameters_updated(896, 1024);
+    // The optimizer's first two ranges: their buckets' all-gathers start at once, in forward order.
+    f.sync->on_parameters_updated(192, 384);
     f.sync->on_parameters_updated(576, 768);
     ASSERT_EQ(f.comm.calls.size(), 5u);
     EXPECT_EQ(f.comm.calls[3].kind, Collective::AllGather);
-    EXPECT_EQ(f.comm.calls[3].begin, 768);
+    EXPECT_EQ(f.comm.calls[3].begin, 0);
+    EXPECT_EQ(f.comm.calls[3].count, 192);
     EXPECT_EQ(f.comm.calls[4].begin, 384);
     EXPECT_TRUE(f.sync->finish_parameters()) << "the parameters changed: the bf16 copy needs a refresh";
-    ASSERT_EQ(f.comm.calls.size(), 6u) << "the unreported third bucket is shared by finish_parameters";
-    EXPECT_EQ(f.comm.calls[5].begin, 0);
-    EXPECT_EQ(f.comm.calls[5].count, 192);
+    ASSERT_EQ(f.comm.calls.size(), 6u) << "the unreported last bucket is shared by finish_parameters";
+    EXPECT_EQ(f.comm.calls[5].begin, 768);
+    EXPECT_TRUE(f.waited_begins(3).empty()) << "finish_parameters waits for no all-gather";
+    // The next forward asks range by range: only the buckets a range overlaps are waited for.
+    f.sync->on_parameters_needed(0, 300);
+    EXPECT_EQ(f.waited_begins(3), (std::vector<int64_t>{0}));
+    f.sync->on_parameters_needed(300, 700);  // [0,384) again, and [384,768)
+    EXPECT_EQ(f.waited_begins(3), (std::vector<int64_t>{0, 384}));
+    if (step == 0) {
+      f.sync->on_parameters_needed(700, 1000);
+      EXPECT_EQ(f.waited_begins(3), (std::vector<int64_t>{0, 384, 768}));
+    }  // step 1: the next begin_step() waits for what was never asked for
     const SyncStats st = f.sync->stats();
     EXPECT_EQ(st.collectives, 3);
     EXPECT_EQ(st.param_collectives, 3);
@@ -461,6 +487,25 @@ TEST(ShardedSync, Zero1ReduceScattersAsBackwardFinishesAndAllGathersAsTheOptimiz
     EXPECT_EQ(st.param_bytes, 1024 * 4);
     EXPECT_EQ(st.bus_bytes, 1024 * 4) << "(n-1)/n of the buffer each way: one all-reduce's worth";
   }
+  f.comm.waited.clear();
+  f.sync->begin_step();
+  EXPECT_EQ(f.waited_begins(0), (std::vector<int64_t>{768})) << "begin_step waits for what is left";
+}
+
+// The ranks must issue their all-gathers in the same order whatever they own: a rank that owns
+// nothing of the first buckets in forward order shares them before its own.
+TEST(ShardedSync, Zero1SharesEveryEarlierBucketFirst) {
+  ShardFixture f(SyncStrategy::Overlap, Sharding::Zero1, 0, 2);
+  f.sync->begin_step();
+  f.sync->on_gradients_ready(0, 1000);
+  f.sync->finish();
+  const size_t first = f.comm.calls.size();
+  f.sync->on_parameters_updated(f.plan.owned(0)[2].begin, f.plan.owned(0)[2].end);  // its last range only
+  std::vector<int64_t> gathered;
+  for (size_t i = first; i < f.comm.calls.size(); ++i) gathered.push_back(f.comm.calls[i].begin);
+  EXPECT_EQ(gathered, (std::vector<int64_t>{0, 384, 768}));
+  EXPECT_TRUE(f.sync->finish_parameters());
+  EXPECT_EQ(f.comm.calls.size(), first + 3) << "nothing left to share";
 }
 
 TEST(ShardedSync, BroadcastAllReducesThenEveryOwnerBroadcastsItsRange) {
@@ -483,7 +528,9 @@ TEST(ShardedSync, BroadcastAllReducesThenEveryOwnerBroadcastsItsRange) {
     EXPECT_EQ(c.begin, f.plan.shard(0, owner).begin);
     EXPECT_EQ(c.count, f.plan.shard(0, owner).size());
   }
-  EXPECT_EQ(f.comm.waits, 3) << "finish_parameters waits for the three broadcasts (flat's all-reduce blocks)";
+  EXPECT_EQ(f.comm.waits, 0) << "finish_parameters waits for none of them (flat's all-reduce blocks)";
+  f.sync->on_parameters_needed(0, 1);
+  EXPECT_EQ(f.comm.waits, 3) << "one group, the whole model: its first range waits for every broadcast";
   EXPECT_EQ(f.sync->stats().param_bytes, 1000 * 4);
 }
 

@@ -1,10 +1,13 @@
 // The whole model: gradients against finite differences in fp64, fp32 against fp64, the
-// gradient-ready ranges backward reports, and SPEC's initialisation.
+// gradient-ready ranges backward reports, the parameter ranges forward asks for while
+// parameters arrive (a sharded optimizer's all-gathers), and SPEC's initialisation.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <numeric>
 
+#include "src/model/adamw.h"
+#include "src/model/train_step.h"
 #include "src/model/transformer.h"
 #include "tests/unit/cpu_test_util.h"
 
@@ -141,6 +144,98 @@ TEST(Model, BackwardReportsEveryParameterOnceFromTheEnd) {
     expected_end = begin;
   }
   EXPECT_EQ(expected_end, 0);
+}
+
+// Stands in for a sharded optimizer's all-gathers: after finish_parameters() the parameters
+// are NaN until someone asks for them, and then the real values arrive; so a range that
+// forward read before asking for it poisons the loss.
+struct LateArrival : GradientListener {
+  TransformerLM& model;
+  std::vector<float> real;
+  std::vector<std::pair<int64_t, int64_t>> asked;
+  explicit LateArrival(TransformerLM& m) : model(m) {}
+  void on_gradients_ready(int64_t, int64_t) override {}
+  bool finish_parameters() override {
+    float* p = model.params().ptr<float>();
+    real.assign(p, p + model.params().numel());
+    std::fill(p, p + model.params().numel(), NAN);
+    return true;
+  }
+  void on_parameters_needed(int64_t begin, int64_t end) override {
+    asked.emplace_back(begin, end);
+    std::copy(real.begin() + begin, real.begin() + end, model.params().ptr<float>() + begin);
+  }
+};
+
+TEST(Model, ForwardAsksForEachParameterRangeBeforeReadingIt) {
+  Backend be = cpu_backend();
+  const ModelConfig c = tiny_config();
+  TransformerLM m(c, Precision::FP32, AttentionKind::Naive, *be.device, *be.ops);
+  m.init_parameters(5);
+  const Batch b = random_batch(c, 2, 6, 3);
+  const double want = loss_of(m, b);
+  m.backward();
+  const std::vector<float> want_grads(m.grads().ptr<float>(), m.grads().ptr<float>() + m.layout().total());
+
+  LateArrival arrival(m);
+  ASSERT_TRUE(arrival.finish_parameters());
+  m.parameters_arriving(arrival);
+  EXPECT_EQ(loss_of(m, b), want) << "forward read a range before asking for it";
+  m.backward();
+  for (int64_t i = 0; i < m.layout().total(); ++i) ASSERT_EQ(m.grads().ptr<float>()[i], want_grads[i]) << i;
+  // In forward order: the embedding, each layer, the final norm with the head; all of them once.
+  ASSERT_EQ(arrival.asked.size(), size_t(c.num_layers + 2));
+  int64_t expected_begin = 0;
+  for (auto [begin, end] : arrival.asked) {
+    EXPECT_EQ(begin, expected_begin);
+    EXPECT_LT(begin, end);
+    expected_begin = end;
+  }
+  EXPECT_EQ(expected_begin, m.layout().total());
+  loss_of(m, b);
+  EXPECT_EQ(arrival.asked.size(), size_t(c.num_layers + 2)) << "arrived: the next forward asks for nothing";
+}
+
+TEST(Model, WaitParametersAsksForAllOfThemAtOnce) {
+  Backend be = cpu_backend();
+  const ModelConfig c = tiny_config();
+  TransformerLM m(c, Precision::FP32, AttentionKind::Naive, *be.device, *be.ops, MemoryPlan::Fast,
+                  ParameterLayout(c).total() + 64);  // padded, as under zero1
+  m.init_parameters(5);
+  m.wait_parameters();  // nothing arriving: nothing to do
+  LateArrival arrival(m);
+  arrival.finish_parameters();
+  m.parameters_arriving(arrival);
+  m.wait_parameters();
+  EXPECT_EQ(arrival.asked, (std::vector<std::pair<int64_t, int64_t>>{{0, m.params().numel()}})) << "padding too";
+  for (int64_t i = 0; i < m.params().numel(); ++i) ASSERT_EQ(m.params().ptr<float>()[i], arrival.real[i]) << i;
+  loss_of(m, random_batch(c, 1, 4, 2));
+  EXPECT_EQ(arrival.asked.size(), 1u);
+}
+
+// run_step hands arriving parameters to the next step's forward: training with a listener
+// whose parameters arrive only when asked for is bitwise training without one.
+TEST(Model, RunStepLetsTheNextForwardWaitForArrivingParameters) {
+  Backend be = cpu_backend();
+  const ModelConfig c = tiny_config();
+  TransformerLM plain(c, Precision::FP32, AttentionKind::Naive, *be.device, *be.ops),
+      late(c, Precision::FP32, AttentionKind::Naive, *be.device, *be.ops);
+  plain.init_parameters(9);
+  late.init_parameters(9);
+  AdamW opt_plain(plain, *be.ops, AdamWHyper{}), opt_late(late, *be.ops, AdamWHyper{});
+  LateArrival arrival(late);
+  auto timer = be.device->make_timer(kStepMarks);
+  for (int step = 0; step < 3; ++step) {
+    const Batch b = random_batch(c, 2, 6, 10 + uint64_t(step));
+    plain.set_batch(b.tokens.data(), b.targets.data(), b.B, b.T);
+    late.set_batch(b.tokens.data(), b.targets.data(), b.B, b.T);
+    run_step(plain, &opt_plain, Phase::TrainStep, *timer);
+    run_step(late, &opt_late, Phase::TrainStep, *timer, &arrival);
+    EXPECT_EQ(late.mean_loss(), plain.mean_loss()) << "step " << step;
+  }
+  EXPECT_EQ(arrival.asked.size(), size_t(2 * (c.num_layers + 2))) << "steps 2 and 3 asked for every range";
+  late.wait_parameters();
+  for (int64_t i = 0; i < c.num_params(); ++i) ASSERT_EQ(late.params().ptr<float>()[i], plain.params().ptr<float>()[i]);
 }
 
 TEST(Model, InitialisationFollowsTheSpec) {
