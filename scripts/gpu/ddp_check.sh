@@ -8,10 +8,12 @@
 #             reduction is the same), mpi on the CPU
 #   ddp       every strategy, xl context 128, global batch 4 and 16, fp32 and bf16, buckets 1-1000 MiB
 #   shard     --shard-optimizer none,broadcast,zero1 under flat and bucketed 25 MiB, same grid
+#             (SHARD replaces those options, e.g. SHARD="--ddp bucketed --shard-optimizer none,zero1")
 #   torch     PyTorch DDP eager (25 MiB buckets) with AdamW and with ZeroRedundancyOptimizer, and
 #             PyTorch alone on one GPU at the local batch (--single), same grid
-#   compute   where compute dominates: xl bf16 context 1024 global batch 8, none and bucketed,
-#             once per NCCL_MAX_CTAS in CTAS (default "default 16 8 4": fewer SMs for NCCL)
+#   compute   where compute dominates: xl bf16 context 1024 global batch 8, none and bucketed
+#             (COMPUTE_BUCKET_MB, default 25,100), once per NCCL_MAX_CTAS in CTAS (default
+#             "default 16 8 4": fewer SMs for NCCL) and per --gemm-sm-margin in MARGINS (default 0)
 #   compiled  PyTorch DDP with torch.compile at global batch 16 (minutes of compilation)
 #   compiled-single  the same without DDP, one GPU at the local batch
 # Files in OUT_DIR: log.txt, <part>*/ (rank files), torch.jsonl, tables.md (analysis/ddp.py).
@@ -21,6 +23,8 @@ mkdir -p "$out"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 NCCL_NVLS_ENABLE=0 PYTHONUNBUFFERED=1
 PARTS=${PARTS:-tests ddp shard torch}
 CTAS=${CTAS:-default 16 8 4}
+MARGINS=${MARGINS:-0}  # compute part: --gemm-sm-margin values, each with every CTAS value
+SHARD=${SHARD:---ddp flat,bucketed --bucket-mb 25 --shard-optimizer none,broadcast,zero1}  # shard part's options
 read -ra mpi <<<"${MPIRUN:-mpirun} -np 2 -x NCCL_NVLS_ENABLE -x NCCL_MAX_CTAS -x NCCL_MIN_CTAS"
 find_exe() { [ -x "$bin/$1" ] && echo "$bin/$1" || echo "$bin/tests/$1"; }
 exec > >(tee -a "$out/log.txt") 2>&1
@@ -53,7 +57,8 @@ if has tests; then
   done
 fi
 has ddp && ddp ddp "${grid[@]}" --ddp none,naive,flat,overlap,bucketed --bucket-mb 1,10,25,100,1000
-has shard && ddp shard "${grid[@]}" --ddp flat,bucketed --bucket-mb 25 --shard-optimizer none,broadcast,zero1
+read -ra shard_opts <<<"$SHARD"
+has shard && ddp shard "${grid[@]}" "${shard_opts[@]}"
 if has torch; then
   torch_ddp "${torch_grid[@]}" --setup eager --bucket-mb 25 --shard-optimizer none,zero
   torch_ddp "${torch_grid[@]}" --setup eager --single
@@ -61,8 +66,11 @@ fi
 if has compute; then
   for ctas in $CTAS; do
     if [ "$ctas" = default ]; then unset NCCL_MAX_CTAS NCCL_MIN_CTAS; else export NCCL_MAX_CTAS=$ctas NCCL_MIN_CTAS=1; fi
-    ddp "compute-ctas-$ctas" --model xl --context-length 1024 --batch-size 8 --precision bf16 --attention flash \
-      --ddp none,bucketed --bucket-mb 25,100 --warmup 3 --steps 10
+    for margin in $MARGINS; do
+      ddp "compute-ctas-$ctas-sm$margin" --model xl --context-length 1024 --batch-size 8 --precision bf16 \
+        --attention flash --ddp none,bucketed --bucket-mb ${COMPUTE_BUCKET_MB:-25,100} --warmup 3 --steps 10 \
+        --gemm-sm-margin "$margin"
+    done
   done
   unset NCCL_MAX_CTAS NCCL_MIN_CTAS
 fi
