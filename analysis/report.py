@@ -66,8 +66,10 @@ def call_section(function, runs: list, out_dir: str, options: dict) -> str:
 def describe(run) -> str:
     a = run.attrs
     state = "" if run.complete else " (INCOMPLETE: a rank's file says the run did not finish)"
+    settings = ", ".join(str(a.get("environment_variables", "")).split("\n")).strip(", ")
+    settings = f"; launch settings {settings}" if settings else ""
     return (f"`{run.directory}`: llmhpc {a['mode']} on {a['device_name']} ({a['hostname']}), {run.world_size} "
-            f"rank(s), backend {a['backend']}; git {a['git_sha']}; started {a['start_time']}{state}")
+            f"rank(s), backend {a['backend']}; git {a['git_sha']}; started {a['start_time']}{settings}{state}")
 
 
 def build_report(dirs: list, out_dir: str, options: dict, table_only: bool = False) -> str:

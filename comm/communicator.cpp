@@ -2,6 +2,12 @@
 // was compiled in (LLMHPC_WITH_CUDA).
 #include "comm/communicator.h"
 
+#include <unistd.h>
+
+#include <algorithm>
+#include <string>
+#include <vector>
+
 #include "comm/mpi/mpi_communicator.h"
 #include "src/core/check.h"
 #if defined(LLMHPC_WITH_CUDA)
@@ -29,10 +35,28 @@ Attrs comm_environment() {
   MPI_CHECK(MPI_Get_library_version(text, &len));
   std::string mpi(text, size_t(len));
   mpi = mpi.substr(0, mpi.find_first_of("\n,"));  // "Open MPI v4.1.6"
-  Attrs out = {{"mpi_library_version", mpi}};
+  Attrs out = {{"mpi_library_version", mpi}, {"environment_variables", launch_settings(environ)}};
 #if defined(LLMHPC_WITH_CUDA)
   out.emplace_back("nccl_version", nccl_version());
 #endif
+  return out;
+}
+
+std::string launch_settings(const char* const* env) {
+  static const char* const kPrefixes[] = {"NCCL_", "OMPI_MCA_", "UCX_"};
+  static const char* const kNames[] = {"CUDA_VISIBLE_DEVICES", "OMP_NUM_THREADS", "SLURM_JOB_ID",
+                                       "SLURM_NTASKS",         "SLURM_NNODES",    "SLURM_NTASKS_PER_NODE"};
+  std::vector<std::string> kept;
+  for (; env && *env; ++env) {
+    const std::string entry(*env);
+    const std::string name = entry.substr(0, entry.find('='));
+    bool keep = std::find(std::begin(kNames), std::end(kNames), name) != std::end(kNames);
+    for (const char* prefix : kPrefixes) keep = keep || name.rfind(prefix, 0) == 0;
+    if (keep) kept.push_back(entry);
+  }
+  std::sort(kept.begin(), kept.end());
+  std::string out;
+  for (const std::string& k : kept) out += (out.empty() ? "" : "\n") + k;
   return out;
 }
 

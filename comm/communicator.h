@@ -134,7 +134,15 @@ std::unique_ptr<Communicator> make_communicator(const CommOptions& options);
 bool nccl_compiled();
 
 // The communication libraries this binary runs with, for the rank files' root attributes:
-// mpi_library_version (MPI_Get_library_version's first line) and, where built, nccl_version.
+// mpi_library_version (MPI_Get_library_version's first line), where built nccl_version, and
+// environment_variables (launch_settings of this process's environment).
 Attrs comm_environment();
+
+// The variables of `env` (a NULL-terminated "NAME=value" array, as environ) that change how
+// ranks are placed and how they communicate, sorted, one "NAME=value" per line: NCCL_*,
+// OMPI_MCA_*, UCX_*, CUDA_VISIBLE_DEVICES, OMP_NUM_THREADS and Slurm's job, task and node
+// counts. Without them a busbw or a step time cannot be reproduced (NCCL_ALGO, NCCL_P2P_DISABLE
+// and NCCL_MAX_CTAS change both).
+std::string launch_settings(const char* const* env);
 
 }  // namespace llmhpc

@@ -406,5 +406,24 @@ TEST(CollectiveShape, NamesRoundTrip) {
   EXPECT_THROW(parse_collective("alltoall", "collective"), UsageError);
 }
 
+TEST(LaunchSettings, KeepsWhatChangesPlacementAndCommunicationSorted) {
+  const char* env[] = {"PATH=/usr/bin",
+                       "NCCL_P2P_DISABLE=1",
+                       "OMPI_MCA_btl=self,vader",
+                       "HOME=/root",
+                       "NCCL_ALGO=Ring",
+                       "SLURM_JOB_ID=42",
+                       "SLURM_JOB_NAME=x",
+                       "NCCL=not a prefix",
+                       "CUDA_VISIBLE_DEVICES=0,1",
+                       "UCX_TLS=rc",
+                       nullptr};
+  EXPECT_EQ(launch_settings(env),
+            "CUDA_VISIBLE_DEVICES=0,1\nNCCL_ALGO=Ring\nNCCL_P2P_DISABLE=1\nOMPI_MCA_btl=self,vader\n"
+            "SLURM_JOB_ID=42\nUCX_TLS=rc");
+  const char* none[] = {"PATH=/usr/bin", nullptr};
+  EXPECT_EQ(launch_settings(none), "");
+}
+
 }  // namespace
 }  // namespace llmhpc

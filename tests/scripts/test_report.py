@@ -297,6 +297,12 @@ def main():
     tables = parse_markdown_tables(open(report_path).read())
     for mode in ("bench", "attention", "comm", "ddp", "train"):
         assert f"\n## {mode}\n" in open(report_path).read(), f"the report has no {mode} section"
+    with h5py.File(os.path.join(runs["comm-np2"], "rank00001.h5"), "r") as f:  # the launch settings, per rank
+        settings = f.attrs["environment_variables"]
+        settings = settings.decode() if isinstance(settings, bytes) else settings
+    assert "OMP_NUM_THREADS=1" in settings.splitlines(), f"environment_variables: {settings!r}"
+    line = [l for l in open(report_path).read().splitlines() if runs["comm-np2"] in l]
+    assert line and "OMP_NUM_THREADS=1" in line[0], f"the report does not name the launch settings: {line}"
     check_bench(tables, runs, open(report_path).read())
     check_comm(tables, runs)
     check_ddp(tables, runs)
