@@ -4,7 +4,7 @@
     python3 analysis/comm.py results/comm-20261122-103000 [more run directories ...]
 
 One row per run, collective, dtype and size; out-of-place and in-place side by side. As in
-the binary's own summary: time is nccl-tests' time, the mean per operation of `iters`
+the binary's own summary: time is nccl-tests' time, the mean per operation of `back_to_back_iters`
 operations issued back to back (time_us_back_to_back) averaged over ranks (files written
 before that dataset existed: the mean of the slowest rank's per-iteration times), algbw = bytes / time,
 busbw = algbw * bus_factor (nccl-tests' definitions, GB/s = 1e9 B/s), #wrong the sum over

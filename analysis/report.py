@@ -12,7 +12,8 @@ report_section(runs, out_dir) -> markdown, which draws its PNGs into out_dir (th
 folder). A new mode needs only its module: bench (benchmark tables by warm-up and context, fp32
 against bf16, peak memory), attention, comm (the seeds' 004 table, bandwidth plots), ddp
 (strategies, bucket sweep and model, sharding, strong/weak scaling), train, and whatever
-analysis/<mode>.py exists. The report is written to --output (default DIR/report.md of the
+analysis/<mode>.py exists; runs timed with --duration-s (comm, ddp) also get analysis/soak.py's
+section (time drift and memory growth). The report is written to --output (default DIR/report.md of the
 first DIR) and printed. Files are read only through analysis/llmhpc_h5.py.
 """
 from __future__ import annotations
@@ -25,6 +26,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from llmhpc_h5 import RANK_FILE_PATTERN, SchemaError, open_run  # noqa: E402
+import soak  # noqa: E402
 
 ANALYSIS_DIR = os.path.dirname(os.path.abspath(__file__))
 MODE_ORDER = ("bench", "attention", "comm", "ddp", "train")  # the seeds' order; other modes follow by name
@@ -86,6 +88,10 @@ def build_report(dirs: list, out_dir: str, options: dict, table_only: bool = Fal
         else:
             body = call_section(function, by_mode[mode], out_dir, dict(options, all_runs=runs))
         parts.append(body if table_only else f"## {mode}\n\n{body}")
+    soaks = [run for run in runs if soak.is_soak(run)]
+    if soaks:
+        body = soak.report_section(soaks, out_dir)
+        parts.append(body if table_only else f"## soak\n\n{body}")
     return "\n\n".join(parts) + "\n"
 
 

@@ -39,6 +39,10 @@ class Device {
   virtual std::string name() const = 0;  // "cpu (16 threads)", "NVIDIA H100 80GB HBM3"
   virtual int ordinal() const = 0;       // GPU index, -1 for the CPU
   virtual size_t memory_capacity() const = 0;
+  // Device memory in use as the driver counts it (total - free: what bypasses the allocator
+  // too, as NCCL's buffers, library workspaces and the caching allocator's free blocks, and
+  // other processes on the GPU); -1 on the CPU, whose memory is the process's resident set.
+  virtual int64_t memory_used() const { return -1; }
   // What a reader of results needs to know about this device (root attributes of the rank
   // files, docs/hdf5-schema.md): the GPU, its clocks and power limit, the CUDA versions; on
   // the CPU, its model and threads.

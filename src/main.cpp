@@ -180,6 +180,17 @@ int run(Runtime& rt, int argc, char** argv, bool& in_mode) {
   try {
     po::store(po::command_line_parser(argc, argv).options(all).run(), vm);
     po::notify(vm);
+  } catch (const po::unknown_option& e) {  // say which modes have it, if any
+    std::vector<std::string> owners;
+    const std::string name = e.get_option_name();
+    for (const ModeSpec& m : all_modes()) {
+      po::options_description theirs;
+      m.add_options(theirs);
+      if (name.rfind("--", 0) == 0 && theirs.find_nothrow(name.substr(2), false)) owners.push_back(m.name);
+    }
+    throw UsageError(std::string(e.what()) + " (for --mode " + mode_name + "; " +
+                     (owners.empty() ? "" : "an option of --mode " + join(owners, ", ") + "; ") + "see llmhpc --mode " +
+                     mode_name + " --help)");
   } catch (const po::error& e) {
     throw UsageError(std::string(e.what()) + " (for --mode " + mode_name + "; see llmhpc --mode " + mode_name +
                      " --help)");

@@ -110,6 +110,12 @@ CudaDevice::~CudaDevice() {
 
 Attrs CudaDevice::environment() const { return gpu_environment(ordinal_); }
 
+int64_t CudaDevice::memory_used() const {
+  size_t free_bytes = 0, total = 0;
+  CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total));
+  return int64_t(total - free_bytes);
+}
+
 void CudaDevice::synchronize() { CUDA_CHECK(cudaStreamSynchronize(stream_)); }
 
 std::unique_ptr<Timer> CudaDevice::make_timer(int num_marks) { return make_event_timer(stream_, num_marks); }

@@ -47,6 +47,7 @@ class CudaDevice final : public Device {
   std::string name() const override { return name_; }
   int ordinal() const override { return ordinal_; }
   size_t memory_capacity() const override { return capacity_; }
+  int64_t memory_used() const override;
   Attrs environment() const override;
   TracingAllocator& allocator() override { return tracer_; }
 

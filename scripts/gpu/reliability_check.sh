@@ -6,15 +6,19 @@
 #      job; every rank file stays readable (finished configurations ok, the interrupted one marked).
 #   2. the watchdog's cost: comm busbw with the watchdog (--comm-timeout 600) and without it
 #      (--comm-timeout 0: blocking communicator, no thread, no events), alternating REPS times.
-#   3. soak: one long comm configuration and one long ddp run; per-iteration times checked for
-#      drift (the last tenth against the first), GPU memory and the ranks' host memory (sampled
-#      every 2 s) for growth; a verdict per run in soak.txt.
+#   3. soak: a comm run (all-reduce at SOAK_SIZES, SOAK_COMM_S seconds each) and a ddp run
+#      (SOAK_MODEL bf16, bucketed 25 MiB, SOAK_DDP_S seconds), timed by --duration-s; per
+#      iteration times checked for drift and memory (device allocator, driver, host RSS, sampled
+#      by llmhpc between iterations) for growth by analysis/soak.py: about 4 minutes.
 # From the repository root:
 #   scripts/gpu/reliability_check.sh [BIN_DIR [OUT_DIR]]
-# BIN_DIR (default build) holds llmhpc. Environment: STALL_TIMEOUT (15 s), REPS (3), SIZES
-# (1MB,16MB,256MB,1GB), SOAK_SIZE (256MB), SOAK_ITERS (30000), SOAK_STEPS (3000), MPIRUN.
-# Files in OUT_DIR: log.txt (everything), runs/ (rank files), faults.txt, cost.txt, soak.txt,
-# memory-*.txt (the samples). Exits non-zero if any check failed (speed is reported, not judged).
+#   PARTS=soak scripts/gpu/reliability_check.sh build results/soak     # the soak alone
+# BIN_DIR (default build) holds llmhpc. Environment: PARTS (default "faults cost soak"),
+# STALL_TIMEOUT (15 s), REPS (3), SIZES (1MB,16MB,256MB,1GB), SOAK_SIZES (1MB,256MB),
+# SOAK_COMM_S (45, per size), SOAK_MODEL (xl), SOAK_DDP_S (90), MPIRUN.
+# Files in OUT_DIR: log.txt (everything), runs/ (rank files), faults.txt, cost.txt, soak.md
+# (analysis/soak.py's table, also printed), soak.jsonl (its rows). Exits non-zero if any check
+# failed (speed is reported, not judged).
 set -uo pipefail
 source "$(dirname "$0")/setup.sh" reliability-check "${1:-}" "${2:-}"
 mkdir -p "$out/runs"
@@ -22,17 +26,20 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 NCCL_NVLS_ENABL
 STALL_TIMEOUT=${STALL_TIMEOUT:-15}
 REPS=${REPS:-3}
 SIZES=${SIZES:-1MB,16MB,256MB,1GB}
-SOAK_SIZE=${SOAK_SIZE:-256MB}
-SOAK_ITERS=${SOAK_ITERS:-30000}
-SOAK_STEPS=${SOAK_STEPS:-3000}
+PARTS=${PARTS:-faults cost soak}
+SOAK_SIZES=${SOAK_SIZES:-1MB,256MB}
+SOAK_COMM_S=${SOAK_COMM_S:-45}
+SOAK_MODEL=${SOAK_MODEL:-xl}
+SOAK_DDP_S=${SOAK_DDP_S:-90}
 read -ra mpi <<<"${MPIRUN:-mpirun} -np 2 -x NCCL_NVLS_ENABLE -x LLMHPC_FAULT"
 exec > >(tee -a "$out/log.txt") 2>&1
 step() { echo; echo "=== $(date -u +%H:%M:%S) $*"; }
 failures=0
 fail() { echo "FAIL: $*" | tee -a "$out/faults.txt"; failures=$((failures + 1)); }
+has() { [[ " $PARTS " == *" $1 "* ]]; }
 export PYTHONPATH=$root/analysis${PYTHONPATH:+:$PYTHONPATH}
 
-step "host: $(hostname), git $(cd "$root" && git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)"
+step "host: $(hostname), git $(cd "$root" && git rev-parse --short=12 HEAD 2>/dev/null || echo unknown), parts: $PARTS"
 nvidia-smi -L 2>&1; nvidia-smi --query-gpu=driver_version --format=csv,noheader 2>&1 | head -1
 
 # ---- 1. faults ----
@@ -67,22 +74,25 @@ EOF
 COMM=(--mode comm --size 1MB,16MB,64MB --iters 200 --warmup 5 --comm-timeout "$STALL_TIMEOUT")
 DDP=(--mode ddp --model small --context-length 128 --batch-size 8 --ddp bucketed,overlap --warmup 2 --steps 20
   --comm-timeout "$STALL_TIMEOUT")
-fault nccl_comm_stall "rank=1,config=3,step=50,action=stall" "watchdog on rank" "${COMM[@]}"
-fault nccl_ddp_stall "rank=0,config=2,step=10,action=stall" "watchdog on rank" "${DDP[@]}"
-fault nccl_comm_kill "rank=1,config=3,step=50,action=signal:9" "rank 1" "${COMM[@]}"
+if has faults; then
+  fault nccl_comm_stall "rank=1,config=3,step=50,action=stall" "watchdog on rank" "${COMM[@]}"
+  fault nccl_ddp_stall "rank=0,config=2,step=10,action=stall" "watchdog on rank" "${DDP[@]}"
+  fault nccl_comm_kill "rank=1,config=3,step=50,action=signal:9" "rank 1" "${COMM[@]}"
+fi
 
 # ---- 2. the watchdog's cost ----
-step "watchdog cost: comm $SIZES, with (--comm-timeout 600) and without (0), $REPS rounds"
-cost_runs=()
-for rep in $(seq "$REPS"); do
-  for timeout_s in 600 0; do
-    dir=$out/runs/cost-t$timeout_s-r$rep
-    timeout 300 "${mpi[@]}" "$bin/llmhpc" --mode comm --size "$SIZES" --comm-timeout "$timeout_s" --out "$dir" |
-      grep "^allreduce\|^#"
-    [ -f "$dir/rank00000.h5" ] && cost_runs+=("$dir") || fail "cost run $dir failed"
+if has cost; then
+  step "watchdog cost: comm $SIZES, with (--comm-timeout 600) and without (0), $REPS rounds"
+  cost_runs=()
+  for rep in $(seq "$REPS"); do
+    for timeout_s in 600 0; do
+      dir=$out/runs/cost-t$timeout_s-r$rep
+      timeout 300 "${mpi[@]}" "$bin/llmhpc" --mode comm --size "$SIZES" --comm-timeout "$timeout_s" --out "$dir" |
+        grep "^allreduce\|^#"
+      [ -f "$dir/rank00000.h5" ] && cost_runs+=("$dir") || fail "cost run $dir failed"
+    done
   done
-done
-python3 - "${cost_runs[@]}" <<'EOF' | tee "$out/cost.txt"
+  python3 - "${cost_runs[@]}" <<'EOF' | tee "$out/cost.txt"
 import statistics, sys
 from llmhpc_h5 import open_run
 rows = {}  # (bytes, placement, watchdog) -> [busbw of each run, from the back-to-back time]
@@ -104,67 +114,30 @@ for (size, placement) in sorted({(b, p) for b, p, _ in rows}):
     spread = (max(wo) - min(wo)) / mwo * 100
     print(f"{size:>12} {placement:>10} {mw:8.1f} {mwo:8.1f} {100 * (mw / mwo - 1):+7.1f}% {spread:7.1f}%")
 EOF
+fi
 
 # ---- 3. soak ----
-# Samples every 2 s: seconds, each GPU's used MiB, the llmhpc processes' summed RSS in KiB.
-sample_memory() {
-  while :; do
-    echo "$(date +%s) $(nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits | paste -sd' ')" \
-      "$(ps -C llmhpc -o rss= | awk '{s += $1} END {print s + 0}')"
-    sleep 2
-  done
-}
+# Each run timed by --duration-s; the rank files hold per-iteration times and memory samples
+# (device allocator, the driver's device memory in use, host RSS); analysis/soak.py judges them.
+# Its table goes to stdout and to soak.md, its rows to soak.jsonl, both flat in OUT_DIR.
 soak() {  # NAME args...
   local name=$1; shift
   step "soak $name: $*"
-  sample_memory >"$out/memory-$name.txt" &
-  local sampler=$!
   local start=$SECONDS
-  timeout 300 "${mpi[@]}" "$bin/llmhpc" "$@" --out "$out/runs/soak-$name" | grep -v "^\[" | tail -6
-  local rc=${PIPESTATUS[0]}
-  kill "$sampler" 2>/dev/null; wait "$sampler" 2>/dev/null
+  timeout 600 "${mpi[@]}" "$bin/llmhpc" "$@" --out "$out/runs/soak-$name"
+  local rc=$?
   echo "soak $name: rc $rc after $((SECONDS - start))s"
   [ "$rc" -eq 0 ] || fail "soak $name: rc $rc"
 }
-soak comm --mode comm --size "$SOAK_SIZE" --inplace no --warmup 20 --iters "$SOAK_ITERS"
-soak ddp --mode ddp --model small --context-length 128 --batch-size 8 --ddp bucketed --warmup 10 --steps "$SOAK_STEPS"
-python3 - "$out" <<'EOF' | tee "$out/soak.txt"
-import os, statistics, sys
-from llmhpc_h5 import open_run
-out = sys.argv[1]
-bad = 0
-def verdict(name, ok, text):
-    global bad
-    bad += not ok
-    print(f"{'ok  ' if ok else 'FAIL'} {name}: {text}")
-for name, key in (("comm", "time_us"), ("ddp", "step_ms")):
-    d = os.path.join(out, "runs", f"soak-{name}")
-    if not os.path.exists(os.path.join(d, "rank00000.h5")):
-        verdict(name, False, "no results"); continue
-    run = open_run(d)
-    for r in run.records(name, rank=None):
-        t = list(r.arrays[key]) if r.ok else []
-        if len(t) < 100:
-            verdict(f"{name} rank {r.rank}", False, f"status {r.status}, {len(t)} samples"); continue
-        tenth = len(t) // 10
-        first, last = statistics.median(t[tenth:2 * tenth]), statistics.median(t[-tenth:])
-        drift = last / first - 1
-        verdict(f"{name} rank {r.rank} time drift", abs(drift) < 0.10,
-                f"median {key} {first:.4g} (2nd tenth) -> {last:.4g} (last tenth), {100 * drift:+.1f}% (bound 10%)")
-    samples = [line.split() for line in open(os.path.join(out, f"memory-{name}.txt")) if line.strip()]
-    samples = [s for s in samples if len(s) >= 3 and int(s[-1]) > 0]  # while the ranks ran
-    if len(samples) < 10:
-        verdict(f"{name} memory", False, f"only {len(samples)} samples"); continue
-    early, late = samples[len(samples) // 4], samples[-2]  # after start-up, just before the end
-    for col, label, unit, slack in ((1, "GPU 0", "MiB", 64), (2, "GPU 1", "MiB", 64), (-1, "host RSS", "KiB", 65536)):
-        if col >= len(early) and col > 0:
-            continue
-        a, b = int(early[col]), int(late[col])
-        verdict(f"{name} {label} memory", b - a <= max(slack, a * 0.02),
-                f"{a} -> {b} {unit} from a quarter of the run to its end (bound +max({slack}, 2%))")
-sys.exit(1 if bad else 0)
-EOF
-[ "${PIPESTATUS[0]}" -eq 0 ] || fail "soak verdict (soak.txt)"
+if has soak; then
+  soak comm --mode comm --size "$SOAK_SIZES" --inplace no --warmup 20 --duration-s "$SOAK_COMM_S"
+  soak ddp --mode ddp --model "$SOAK_MODEL" --context-length 128 --batch-size 16 --precision bf16 --attention flash \
+    --ddp bucketed --bucket-mb 25 --warmup 5 --duration-s "$SOAK_DDP_S"
+  step "soak verdicts (analysis/soak.py)"
+  rm -f "$out/soak.jsonl"
+  python3 "$root/analysis/soak.py" "$out"/runs/soak-* --jsonl "$out/soak.jsonl" | tee "$out/soak.md"
+  [ "${PIPESTATUS[0]}" -eq 0 ] || fail "soak: a record did not hold, or no records (soak.md, log.txt)"
+fi
 
 step "summary"
 cat "$out/faults.txt" 2>/dev/null

@@ -84,6 +84,16 @@ size_t host_physical_memory() {
   return pages > 0 && page > 0 ? size_t(pages) * size_t(page) : size_t(1) << 34;
 }
 
+int64_t host_resident_bytes() {
+  std::FILE* f = std::fopen("/proc/self/statm", "r");
+  if (!f) return -1;
+  long long size = 0, resident = -1;
+  const int read = std::fscanf(f, "%lld %lld", &size, &resident);
+  std::fclose(f);
+  const long page = sysconf(_SC_PAGE_SIZE);
+  return read == 2 && page > 0 ? int64_t(resident) * page : -1;
+}
+
 void* HostAllocator::allocate(size_t bytes, const std::string& tag) {
   if (live_ + bytes > capacity_)
     throw OutOfMemory("host allocation of " + format_bytes(double(bytes)) + " for '" + tag + "' exceeds the limit of " +

@@ -96,6 +96,8 @@ class TracingAllocator final : public Allocator {
 
 // Physical memory of this machine in bytes (the default capacity of host memory).
 size_t host_physical_memory();
+// This process's resident set in bytes (/proc/self/statm), -1 where it cannot be read.
+int64_t host_resident_bytes();
 
 // Host memory with a capacity: beyond it, allocate() throws OutOfMemory, so a CPU sweep
 // can hit "oom" like a GPU one instead of being killed by the kernel.

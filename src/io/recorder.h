@@ -37,7 +37,10 @@ struct Record {
   std::vector<std::pair<std::string, std::vector<int64_t>>> int_series;
   std::vector<std::pair<std::string, std::vector<std::string>>> string_series;
 
+  // Again with a name already set replaces its value (a count known only once measured).
   Record& attr(const std::string& name, AttrValue value) {
+    for (auto& [key, old] : attrs)
+      if (key == name) return old = std::move(value), *this;
     attrs.emplace_back(name, std::move(value));
     return *this;
   }

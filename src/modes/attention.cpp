@@ -133,12 +133,6 @@ void timed_iteration(Ops& ops, Timer& timer, const AttentionDims& d, const Tenso
   s.backward.push_back(timer.elapsed_ms(1, 2));
 }
 
-double median(std::vector<double> v) {
-  if (v.empty()) return NAN;
-  std::sort(v.begin(), v.end());
-  return v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
-}
-
 void run(ModeContext& ctx) {
   const po::variables_map& vm = ctx.vm;
   const int64_t warmup = opt_nonnegative(vm, "warmup"), iters = opt_positive(vm, "iters");

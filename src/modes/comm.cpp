@@ -8,7 +8,11 @@
 // inputs (small integers: every sum is exact) is compared element by element, as
 // nccl-tests does after timing, and a tiny all-reduce checks the transport at start-up.
 // The buffers, the timing loop and the check are the harness of comm/benchmark.h; this file
-// holds the options, the sweep, the records and the table.
+// holds the options, the sweep, the records and the table. With --duration-s the timed loop
+// runs for about that long (src/modes/soak.h), in chunks of about a second with the memory
+// sampled between them.
+#include <algorithm>
+
 #include "comm/benchmark.h"
 #include "comm/collectives.h"
 #include "comm/communicator.h"
@@ -17,6 +21,7 @@
 #include "src/core/units.h"
 #include "src/core/watchdog.h"
 #include "src/modes/options.h"
+#include "src/modes/soak.h"
 
 namespace llmhpc {
 namespace {
@@ -29,6 +34,7 @@ struct CommSettings {
   ReduceOp op = ReduceOp::Sum;
   int root = 0;
   int64_t warmup = 5, iters = 20;
+  double duration_s = 0;  // --duration-s; 0: --iters timed iterations
   bool check = false;
 };
 
@@ -66,6 +72,7 @@ CommSettings settings(const po::variables_map& vm) {
   s.root = int(opt_nonnegative(vm, "root"));
   s.warmup = opt_nonnegative(vm, "warmup");
   s.iters = opt_positive(vm, "iters");
+  s.duration_s = duration_seconds(vm, "iters");
   s.check = opt_flag(vm, "check");
   return s;
 }
@@ -81,9 +88,11 @@ void add_options(po::options_description& desc) {
                                                                  "reduction of allreduce and reducescatter: sum | avg")(
       "root", text("0"), "broadcast root rank")("inplace", text("both"), "no (out-of-place) | yes (in-place) | both")(
       "warmup", text("5"), "untimed iterations before the timed ones (their times are recorded apart)")(
-      "iters", text("20"), "timed iterations per configuration")(
+      "iters", text("20"),
+      "timed iterations per configuration (with --duration-s: of the back-to-back run the table shows)")(
       "check", po::bool_switch(),
       "check every result exactly on verifiable inputs, after a start-up sanity all-reduce");
+  add_duration_option(comm, "iters");
   desc.add(comm);
 }
 
@@ -138,9 +147,10 @@ void run(ModeContext& ctx) {
   });
   const int n = comm->size();
   const std::unique_ptr<BufferSpace> space = buffer_space(dev, rt, *comm);
-  log_root(rt, "comm: backend %s, %d rank(s), %s; %lld warm-up + %lld timed iterations%s\n",
-           comm->backend_name().c_str(), n, dev.name().c_str(), (long long)s.warmup, (long long)s.iters,
-           s.check ? ", results checked" : "");
+  const std::string timed =
+      s.duration_s > 0 ? "timed for ~" + fmt(s.duration_s, 0) + " s" : std::to_string(s.iters) + " timed iterations";
+  log_root(rt, "comm: backend %s, %d rank(s), %s; %lld warm-up iterations, %s%s\n", comm->backend_name().c_str(), n,
+           dev.name().c_str(), (long long)s.warmup, timed.c_str(), s.check ? ", results checked" : "");
   if (s.check) agree_or_exit(rt, sanity_all_reduce(*comm, *space), 3);
 
   std::vector<std::string> header = {"collective", "size (B)", "count", "type", "redop", "root"};
@@ -205,6 +215,8 @@ void run(ModeContext& ctx) {
               .attr("bus_factor", bus_factor(c, n))
               .attr("warmup", s.warmup)
               .attr("iters", s.iters)
+              .attr("back_to_back_iters", s.iters)
+              .attr("duration_s", s.duration_s)
               .attr("check", int64_t(s.check ? 1 : 0));
           if (!all_allocated) {
             rec.status = "oom";
@@ -220,7 +232,26 @@ void run(ModeContext& ctx) {
           upload_inputs(*space, v, send, recv);
 
           const std::vector<double> warm = time_call(*comm, call, s.warmup, Timing::PerOperation);
-          const std::vector<double> times = time_call(*comm, call, s.iters, Timing::PerOperation);
+          int64_t iters = s.iters, chunk = s.iters;
+          if (s.duration_s > 0) {
+            const double pace_s = agreed_iteration_s(rt, warm, 1e-6);
+            iters = iterations_in(s.duration_s, pace_s);
+            // A chunk's timer holds a CUDA event per iteration: at most 10000 of them.
+            chunk = std::clamp<int64_t>(iterations_in(1.0, pace_s), 1, 10000);
+            rec.attr("iters", iters);
+          }
+          std::vector<double> times;
+          reserve_touched(times, size_t(iters));
+          MemorySamples memory(size_t((iters + chunk - 1) / chunk));
+          Progress progress(rt, iters, "iterations");
+          for (int64_t done = 0; done < iters;) {
+            const std::vector<double> part =
+                time_call(*comm, call, std::min(chunk, iters - done), Timing::PerOperation);
+            times.insert(times.end(), part.begin(), part.end());
+            done += int64_t(part.size());
+            memory.take(done - 1, dev);  // between chunks: outside the timed operations
+            progress.update(done);
+          }
           const double mean_us = time_call(*comm, call, s.iters, Timing::BackToBack).at(0);
           const int64_t wrong = s.check ? check_once(*comm, *space, v, send, recv, issue_blocking(*comm)).count : -1;
 
@@ -234,6 +265,7 @@ void run(ModeContext& ctx) {
           if (!warm.empty()) rec.add("warmup_time_us", warm);
           rec.add("time_us_back_to_back", std::vector<double>{mean_us});
           rec.add("wrong", std::vector<int64_t>{wrong});
+          memory.record(rec);
           ctx.recorder.write(rec);
 
           const double time_us = rt.reduce_all(mean_us, HostReduce::Sum) / n;

@@ -13,7 +13,8 @@
 // exist yet, as with torch.optim; after the last step), printed as a second table.
 // Configurations that differ only in strategy or sharding share one model (each with its
 // own optimizer); each starts from rank 0's weights (broadcast), and every rank draws its
-// own random tokens (seeded by rank).
+// own random tokens (seeded by rank). With --duration-s the timed steps run for about that
+// long (src/modes/soak.h); memory is sampled after every timed step.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -26,6 +27,7 @@
 #include "src/modes/data_parallel.h"
 #include "src/modes/model_sweep.h"
 #include "src/modes/options.h"
+#include "src/modes/soak.h"
 #include "src/modes/sweep.h"
 
 namespace llmhpc {
@@ -75,6 +77,9 @@ std::vector<DdpCase> sweep_cases(const po::variables_map& vm, int world_size) {
 
 struct Samples {
   std::vector<double> forward, backward, comm, param_comm, optimizer, step;
+  void reserve(size_t n) {
+    for (auto* v : {&forward, &backward, &comm, &param_comm, &optimizer, &step}) reserve_touched(*v, n);
+  }
   void add(const StepTimes& t) {
     forward.push_back(t.forward_ms);
     backward.push_back(t.backward_ms);
@@ -115,6 +120,7 @@ void add_options(po::options_description& desc) {
   ddp.add_options()("warmup", po::value<std::string>()->default_value("5"),
                     "untimed steps before the timed ones (recorded apart)")(
       "steps", po::value<std::string>()->default_value("10"), "timed steps per configuration");
+  add_duration_option(ddp, "steps");
   add_data_parallel_options(ddp, true);
   po::options_description model("Model options (--batch-size is the global batch, shared equally by the ranks)");
   add_model_options(model, true);
@@ -125,6 +131,7 @@ void add_options(po::options_description& desc) {
 void validate(const po::variables_map& vm) {
   opt_nonnegative(vm, "warmup");
   opt_positive(vm, "steps");
+  duration_seconds(vm, "steps");
   sweep_cases(vm, 2);
 }
 
@@ -134,6 +141,7 @@ void run(ModeContext& ctx) {
   const po::variables_map& vm = ctx.vm;
   const Runtime& rt = ctx.rt;
   const int64_t warmup = opt_nonnegative(vm, "warmup"), steps = opt_positive(vm, "steps");
+  const double duration_s = duration_seconds(vm, "steps");
   const std::vector<DdpCase> cases = sweep_cases(vm, rt.world_size);
   Device& dev = *ctx.backend.device;
   Ops& ops = *ctx.backend.ops;
@@ -146,9 +154,11 @@ void run(ModeContext& ctx) {
   });
   std::unique_ptr<Communicator> comm = make_gradient_communicator(rt, vm, dev);
 
-  log_root(rt, "ddp: %zu configuration(s), %lld warm-up + %lld timed steps, %d rank(s) on %s, backend %s%s\n",
-           cases.size(), (long long)warmup, (long long)steps, rt.world_size, dev.name().c_str(),
-           comm->backend_name().c_str(), memory == MemoryPlan::LowMemory ? ", --low-memory" : "");
+  const std::string timed =
+      duration_s > 0 ? "timed for ~" + fmt(duration_s, 0) + " s" : std::to_string(steps) + " timed steps";
+  log_root(rt, "ddp: %zu configuration(s), %lld warm-up steps, %s, %d rank(s) on %s, backend %s%s\n", cases.size(),
+           (long long)warmup, timed.c_str(), rt.world_size, dev.name().c_str(), comm->backend_name().c_str(),
+           memory == MemoryPlan::LowMemory ? ", --low-memory" : "");
   Sweep sweep(ctx, "ddp", cases.size(),
               {"model", "ctx", "batch", "prec", "impl", "shard", "bucket MiB", "buckets", "Step mean", "Step std",
                "Comm mean", "Comm std", "Comm %", "Slowest step", "MiB/step", "Peak GiB", "status"});
@@ -180,6 +190,7 @@ void run(ModeContext& ctx) {
         .attr("backend", comm->backend_name())
         .attr("warmup", warmup)
         .attr("steps", steps)
+        .attr("duration_s", duration_s)
         .attr("num_params", c.model.num_params())
         .attr("model_flops_fwd_bwd", model_flops_fwd_bwd(c.model, mine.count, c.model.context_length));
     Samples warm, timed;
@@ -239,13 +250,24 @@ void run(ModeContext& ctx) {
             return run_step(model, opt.get(), Phase::TrainStep, *timer, sync.get());
           };
           for (int64_t s = 0; s < warmup; ++s) warm.add(step());
-          for (int64_t s = 0; s < steps; ++s) timed.add(step());
+          const int64_t timed_steps =
+              duration_s > 0 ? iterations_in(duration_s, agreed_iteration_s(rt, warm.step, 1e-3)) : steps;
+          rec.attr("steps", timed_steps);
+          timed.reserve(size_t(timed_steps));
+          MemorySamples memory_samples{size_t(timed_steps)};
+          Progress progress(rt, timed_steps, "steps");
+          for (int64_t s = 0; s < timed_steps; ++s) {
+            timed.add(step());
+            memory_samples.take(s, dev);  // after the step's end: outside its timing
+            progress.update(s + 1);
+          }
           model.wait_parameters();  // the last step's all-gathers, before the sync goes and the next case
           after_optimizer = model_memory(dev.allocator());
           slowest = rt.reduce_all(timed.step, HostReduce::Max);
           timed.record(rec, "");
           if (warmup > 0) warm.record(rec, "warmup_");
           rec.add("step_ms_max_over_ranks", slowest);
+          memory_samples.record(rec);
           if (sync) stats = sync->stats();
           rec.attr("buckets", stats.buckets)
               .attr("collectives_per_step", stats.collectives)

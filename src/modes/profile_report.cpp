@@ -24,14 +24,6 @@ std::vector<std::string> split_path(const std::string& path) {
   return parts;
 }
 
-double median(std::vector<double> v) {
-  if (v.empty()) return NAN;
-  const size_t mid = v.size() / 2;
-  std::nth_element(v.begin(), v.begin() + mid, v.end());
-  if (v.size() % 2) return v[mid];
-  return 0.5 * (v[mid] + *std::max_element(v.begin(), v.begin() + mid));
-}
-
 std::string short_name(const std::string& name) {
   return name.size() <= kNameWidth ? name : name.substr(0, kNameWidth - 3) + "...";
 }

@@ -1,0 +1,69 @@
+#include "src/modes/soak.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+
+#include "src/core/stats.h"
+#include "src/core/units.h"
+#include "src/modes/options.h"
+
+namespace llmhpc {
+
+void add_duration_option(po::options_description& desc, const std::string& count_option) {
+  desc.add_options()("duration-s", po::value<std::string>(),
+                     ("run each configuration's timed loop for about this many seconds instead of --" + count_option +
+                      ": the count is set from the warm-up's median iteration (the slowest rank's), " +
+                      "the same on every rank; memory is sampled as it runs and rank 0 prints progress every ~10 s")
+                         .c_str());
+}
+
+double duration_seconds(const po::variables_map& vm, const std::string& count_option) {
+  if (!opt_given(vm, "duration-s")) return 0;
+  const std::string text = opt_string(vm, "duration-s");
+  const double s = parse_double(text, "duration-s");
+  if (!(s > 0) || s > 1e7) throw UsageError("--duration-s " + text + ": must be a number of seconds > 0, e.g. 120");
+  if (opt_given(vm, count_option))
+    throw UsageError("--duration-s and --" + count_option + " both set the timed iterations: give one of them");
+  if (opt_int(vm, "warmup") < 1)
+    throw UsageError("--duration-s counts the timed iterations from the warm-up's: needs --warmup 1 or more");
+  return s;
+}
+
+double agreed_iteration_s(const Runtime& rt, const std::vector<double>& warmup, double unit_s) {
+  return rt.reduce_all(median(warmup) * unit_s, HostReduce::Max);
+}
+
+int64_t iterations_in(double duration_s, double iteration_s) {
+  return std::max<int64_t>(1, std::llround(duration_s / std::max(iteration_s, 1e-9)));
+}
+
+void MemorySamples::take(int64_t iteration, Device& dev) {
+  iteration_.push_back(iteration);
+  device_live_.push_back(dev.allocator().live_bytes());
+  device_used_.push_back(dev.memory_used());
+  host_rss_.push_back(host_resident_bytes());
+}
+
+void MemorySamples::record(Record& rec) const {
+  rec.add("memory_iteration", iteration_)
+      .add("device_live_bytes", device_live_)
+      .add("device_used_bytes", device_used_)
+      .add("host_rss_bytes", host_rss_);
+}
+
+Progress::Progress(const Runtime& rt, int64_t total, std::string what)
+    : rt_(rt), total_(total), what_(std::move(what)), start_(std::chrono::steady_clock::now()), last_(start_) {}
+
+void Progress::update(int64_t done) {
+  if (!rt_.is_root()) return;
+  const auto now = std::chrono::steady_clock::now();
+  if (now - last_ < std::chrono::seconds(10)) return;
+  last_ = now;
+  const double s = std::chrono::duration<double>(now - start_).count();
+  log_root(rt_, "%s  %.0f s: %lld of %lld %s\n", printed_ ? "" : "\n", s, (long long)done, (long long)total_,
+           what_.c_str());
+  printed_ = true;
+}
+
+}  // namespace llmhpc
