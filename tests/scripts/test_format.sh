@@ -7,7 +7,7 @@ ROOT=${LLMHPC_ROOT:?set LLMHPC_ROOT}
 cd "$ROOT" || exit 1
 command -v clang-format >/dev/null || { echo "SKIP: clang-format not installed"; exit 77; }
 clang-format --version | grep -q 'version 14\.' || { echo "SKIP: not clang-format 14: $(clang-format --version)"; exit 77; }
-[ -d .git ] || { echo "SKIP: not a git checkout"; exit 77; }
+git rev-parse --is-inside-work-tree >/dev/null 2>&1 || { echo "SKIP: not a git checkout"; exit 77; }  # a worktree has a .git file
 files=$(git ls-files '*.h' '*.cpp' '*.cu' '*.cuh')
 bad=$(for f in $files; do clang-format --dry-run "$f" 2>&1 | grep -q . && echo "$f"; done)
 if [ -n "$bad" ]; then
