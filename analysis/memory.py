@@ -160,14 +160,21 @@ def plot_timeline(c, path: str) -> None:
     fig, ax = plt.subplots(figsize=(11, 5))
     ax.stackplot(x, [np.array([p[k] for p in points]) / GiB for k in order], labels=order, step="post")
     top = max(sum(p.values()) for p in points) / GiB
+    labels = []  # phases that start within 2% of the axis of each other share one label
     for i, name in starts:
         ax.axvline(i, color="k", lw=0.6, ls=":")
-        ax.text(i + 0.2, top * 1.02, name, fontsize=8, va="bottom", rotation=60)
+        if labels and i - labels[-1][0] < 0.02 * len(points):
+            labels[-1][1].append(name)
+        else:
+            labels.append((i, [name]))
+    for i, names in labels:
+        ax.text(i + 0.2, top * 1.02, ", ".join(names), fontsize=8, va="bottom", rotation=60)
     ax.set_ylim(0, top * 1.25)
     ax.axhline(int(c["peak_memory_bytes"]) / GiB, color="r", lw=0.8, ls="--", label="peak")
     ax.set_xlabel("allocation events and phase starts, in order")
     ax.set_ylabel("active memory (GiB)")
-    ax.set_title(f"{c['label']}: peak {_gib(c['peak_memory_bytes'])} GiB")
+    peak = int(c["peak_memory_bytes"])
+    ax.set_title(f"{c['label']}: peak " + (f"{_gib(peak)} GiB" if peak >= GiB else f"{peak / 2**20:.2f} MiB"))
     ax.legend(loc="lower right", fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
