@@ -73,7 +73,7 @@ TransformerLM::TransformerLM(const ModelConfig& config, Precision precision, Att
     const auto layer = layout_.layer_range(0);  // every layer has the same size
     const int64_t largest = std::max(
         {layer.second - layer.first, total - lnf.offset, layout_.find("token_embeddings.weight").shape.numel()});
-    grad_window_.buffer = Buffer(a, pd, {largest}, "grads.range");
+    grad_window_elements_ = largest;
   }
   for (const Buffer* b : {&params_, &grads_}) {  // the padding: zero, and nothing ever writes it
     if (b->empty()) continue;
@@ -122,6 +122,8 @@ Tensor TransformerLM::gradients(int64_t begin, int64_t end) const { return grad_
 
 void TransformerLM::open_gradients(int64_t begin, int64_t end) {
   if (!grads_.empty()) return;
+  if (grad_window_.buffer.empty())
+    grad_window_.buffer = Buffer(device_.allocator(), param_dtype(precision_), {grad_window_elements_}, "grads.range");
   LLMHPC_CHECK(end - begin <= grad_window_.buffer.tensor().numel(), "a gradient range larger than its buffer");
   grad_window_.begin = begin;
   grad_window_.end = end;
@@ -345,7 +347,7 @@ std::vector<std::pair<std::string, DType>> TransformerLM::storage_dtypes() const
           {"FFN block output (W2)", A.branch_out.tensor().dtype},
           {"logits (LM head output)", A.logits.tensor().dtype},
           {"loss", sd},
-          {"parameter gradients", (grads_.empty() ? grad_window_.buffer : grads_).tensor().dtype}};
+          {"parameter gradients", param_dtype(precision_)}};
 }
 
 // `t` in the compute dtype: itself if it already is, else converted into `scratch`.

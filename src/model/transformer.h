@@ -139,7 +139,8 @@ class TransformerLM {
   MemoryPlan memory_;
   Buffer params_, grads_, params_lowp_;
   Window layer_window_, head_window_;  // LowMemory under bf16: one layer, the LM head
-  Window grad_window_;                 // GradientStorage::PerRange
+  Window grad_window_;                 // GradientStorage::PerRange: allocated by the first backward,
+  int64_t grad_window_elements_ = 0;   // so a model that only runs forward never holds it
   Buffer tokens_, targets_;
   GradientListener* arriving_ = nullptr;  // where parameters still arrive from (parameters_arriving)
   bool has_targets_ = false;
