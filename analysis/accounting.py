@@ -176,9 +176,12 @@ def bucket(args) -> str:
                              f"ms per step); the model's b* = {math.sqrt(s * model['o'] * model['w']) / MIB:.3g} MiB.")
     if args.grad_bytes:
         s, o, w = args.grad_bytes, model["o"], model["w"]
+        # o = 0 (a small all-reduce no slower than its bytes / w, as on a loaded host): no cost per
+        # bucket, so the model's optimum is infinitely many infinitely small buckets.
+        n_star = math.sqrt(s / (o * w)) if o * w > 0 else math.inf
         parts.append(f"### ddp_bucketed (b): s = {s / MIB:.3f} MiB, o = {o * 1e3:.2f} us, w = {w * 1e3 / 1e9:.3g} GB/s "
                      f"({model['source']})\n\nb* = sqrt(s o w) = {math.sqrt(s * o * w) / MIB:.3g} MiB, "
-                     f"n_b* = {math.sqrt(s / (o * w)):.3g} buckets, T_over(b*) = 2 sqrt(s o / w) = "
+                     f"n_b* = {n_star:.3g} buckets, T_over(b*) = 2 sqrt(s o / w) = "
                      f"{2 * math.sqrt(s * o / w):.3f} ms")
     if not parts:
         raise SchemaError("bucket needs --ddp DIR (a bucket sweep) or --grad-bytes N")
