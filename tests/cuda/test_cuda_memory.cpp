@@ -70,8 +70,11 @@ TEST_P(CudaOptimizerInBackward, BitwiseTheSeparateOptimizerWithLessMemory) {
   const ParameterLayout layout(c);
   const auto layer = layout.layer_range(0);
   const int64_t largest = std::max(layer.second - layer.first, c.vocab_size * c.d_model + c.d_model);
-  EXPECT_EQ(peaks[0] - peaks[1], (c.num_params() - largest) * 4)
-      << "the saving is every gradient but the largest range's (a layer, or the head and final norm)";
+  // Every gradient but the largest range's (a layer, or the head and final norm); more if the
+  // peak falls in forward, before the first backward allocates that range (the CPU test,
+  // whose peak is in backward, checks the equality).
+  EXPECT_GE(peaks[0] - peaks[1], (c.num_params() - largest) * 4);
+  EXPECT_LE(peaks[0] - peaks[1], c.num_params() * 4);
 }
 
 INSTANTIATE_TEST_SUITE_P(Plans, CudaOptimizerInBackward,
