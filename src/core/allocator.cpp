@@ -46,12 +46,17 @@ int64_t MemoryBreakdown::of(const std::string& category) const {
   return 0;
 }
 
+size_t category_index(const std::string& tag, const std::vector<TagCategory>& categories) {
+  for (size_t k = 0; k < categories.size(); ++k)
+    for (const std::string& prefix : categories[k].tag_prefixes)
+      if (tag.rfind(prefix, 0) == 0) return k;
+  return categories.size();
+}
+
 const std::string& tag_category(const std::string& tag, const std::vector<TagCategory>& categories) {
   static const std::string other = "other";
-  for (const TagCategory& c : categories)
-    for (const std::string& prefix : c.tag_prefixes)
-      if (tag.rfind(prefix, 0) == 0) return c.name;
-  return other;
+  const size_t k = category_index(tag, categories);
+  return k < categories.size() ? categories[k].name : other;
 }
 
 MemoryBreakdown TracingAllocator::live_by_category(const std::vector<TagCategory>& categories) const {
@@ -59,12 +64,7 @@ MemoryBreakdown TracingAllocator::live_by_category(const std::vector<TagCategory
   for (const TagCategory& c : categories) out.bytes.push_back({c.name, 0});
   out.bytes.push_back({"other", 0});
   for (const auto& [ptr, live] : live_allocs_) {
-    const std::string& name = tag_category(live.tag, categories);
-    for (auto& [category, bytes] : out.bytes)
-      if (category == name) {
-        bytes += int64_t(live.bytes);
-        break;
-      }
+    out.bytes[category_index(live.tag, categories)].second += int64_t(live.bytes);
     out.total += int64_t(live.bytes);
   }
   return out;

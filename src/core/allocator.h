@@ -41,7 +41,9 @@ struct TagCategory {
   std::vector<std::string> tag_prefixes;
 };
 
-// The name of the first category one of whose prefixes `tag` starts with, else "other".
+// The index of the first category one of whose prefixes `tag` starts with, else
+// categories.size() ("other", last in a MemoryBreakdown); and that category's name.
+size_t category_index(const std::string& tag, const std::vector<TagCategory>& categories);
 const std::string& tag_category(const std::string& tag, const std::vector<TagCategory>& categories);
 
 // One allocation that is live: where, how large, and its tag.

@@ -71,9 +71,8 @@ TransformerLM::TransformerLM(const ModelConfig& config, Precision precision, Att
     LLMHPC_CHECK(flat == total, "per-range gradients need an unpadded flat buffer");
     const ParamInfo& lnf = layout_.find("ln_final.weight");
     const auto layer = layout_.layer_range(0);  // every layer has the same size
-    const int64_t largest = std::max(
+    grad_window_elements_ = std::max(
         {layer.second - layer.first, total - lnf.offset, layout_.find("token_embeddings.weight").shape.numel()});
-    grad_window_elements_ = largest;
   }
   for (const Buffer* b : {&params_, &grads_}) {  // the padding: zero, and nothing ever writes it
     if (b->empty()) continue;

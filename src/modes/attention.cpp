@@ -56,9 +56,7 @@ std::vector<int64_t> positive_list(const po::variables_map& vm, const std::strin
 }
 
 std::vector<AttentionKind> implementations(const po::variables_map& vm) {
-  std::vector<AttentionKind> out;
-  for (const std::string& a : split_list(opt_string(vm, "impl"), "impl")) out.push_back(parse_attention(a));
-  return out;
+  return opt_list(vm, "impl", [](const std::string& a) { return parse_attention(a); });
 }
 
 // Outermost first: precision, causal, batch, heads, head dim, sequence, implementation (so

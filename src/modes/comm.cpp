@@ -61,7 +61,7 @@ CommSettings settings(const po::variables_map& vm) {
     if (bytes == 0) throw UsageError("--size '" + text + "': must be at least one element");
     s.sizes.push_back(bytes);
   }
-  for (const std::string& d : split_list(opt_string(vm, "dtype"), "dtype")) s.dtypes.push_back(parse_comm_dtype(d));
+  s.dtypes = opt_list(vm, "dtype", [](const std::string& d) { return parse_comm_dtype(d); });
   const std::string inplace = opt_string(vm, "inplace");
   require_choice(inplace, {"no", "yes", "both"}, "inplace");
   if (inplace != "yes") s.placements.push_back(Placement::OutOfPlace);
@@ -147,8 +147,7 @@ void run(ModeContext& ctx) {
   });
   const int n = comm->size();
   const std::unique_ptr<BufferSpace> space = buffer_space(dev, rt, *comm);
-  const std::string timed =
-      s.duration_s > 0 ? "timed for ~" + fmt(s.duration_s, 0) + " s" : std::to_string(s.iters) + " timed iterations";
+  const std::string timed = timed_text(s.duration_s, s.iters, "iterations");
   log_root(rt, "comm: backend %s, %d rank(s), %s; %lld warm-up iterations, %s%s\n", comm->backend_name().c_str(), n,
            dev.name().c_str(), (long long)s.warmup, timed.c_str(), s.check ? ", results checked" : "");
   if (s.check) agree_or_exit(rt, sanity_all_reduce(*comm, *space), 3);

@@ -27,11 +27,10 @@ void add_data_parallel_options(po::options_description& desc, bool sweep) {
 }
 
 std::vector<SyncStrategy> sync_strategies(const po::variables_map& vm, int world_size, bool sharded) {
-  std::vector<SyncStrategy> out;
-  for (const std::string& s : split_list(opt_string(vm, "ddp"), "ddp"))
-    out.push_back(s == "auto" ? (world_size > 1 || sharded ? SyncStrategy::Bucketed : SyncStrategy::None)
-                              : parse_sync_strategy(s));
-  return out;
+  return opt_list(vm, "ddp", [&](const std::string& s) {
+    return s == "auto" ? (world_size > 1 || sharded ? SyncStrategy::Bucketed : SyncStrategy::None)
+                       : parse_sync_strategy(s);
+  });
 }
 
 std::vector<double> bucket_sizes_mb(const po::variables_map& vm) {
@@ -46,10 +45,7 @@ std::vector<double> bucket_sizes_mb(const po::variables_map& vm) {
 }
 
 std::vector<Sharding> shardings(const po::variables_map& vm) {
-  std::vector<Sharding> out;
-  for (const std::string& s : split_list(opt_string(vm, "shard-optimizer"), "shard-optimizer"))
-    out.push_back(parse_sharding(s));
-  return out;
+  return opt_list(vm, "shard-optimizer", [](const std::string& s) { return parse_sharding(s); });
 }
 
 SyncPlan data_parallel_plan(SyncStrategy strategy, Sharding sharding, const ModelConfig& config, Precision precision,

@@ -154,8 +154,7 @@ void run(ModeContext& ctx) {
   });
   std::unique_ptr<Communicator> comm = make_gradient_communicator(rt, vm, dev);
 
-  const std::string timed =
-      duration_s > 0 ? "timed for ~" + fmt(duration_s, 0) + " s" : std::to_string(steps) + " timed steps";
+  const std::string timed = timed_text(duration_s, steps, "steps");
   log_root(rt, "ddp: %zu configuration(s), %lld warm-up steps, %s, %d rank(s) on %s, backend %s%s\n", cases.size(),
            (long long)warmup, timed.c_str(), rt.world_size, dev.name().c_str(), comm->backend_name().c_str(),
            memory == MemoryPlan::LowMemory ? ", --low-memory" : "");

@@ -28,9 +28,7 @@ struct MemoryCase : ModelCase {
 };
 
 std::vector<Phase> phases(const po::variables_map& vm) {
-  std::vector<Phase> out;
-  for (const std::string& p : split_list(opt_string(vm, "phase"), "phase")) out.push_back(parse_phase(p));
-  return out;
+  return opt_list(vm, "phase", [](const std::string& p) { return parse_phase(p); });
 }
 
 std::vector<MemoryCase> sweep_cases(const po::variables_map& vm) {

@@ -27,9 +27,7 @@ TraceSummary summarize_trace(const std::vector<LiveAllocation>& at_start, const 
   for (const TagCategory& c : categories) by_category.push_back({c.name, 0});
   by_category.push_back({"other", 0});
   auto add = [&](const std::string& tag, int64_t delta) {
-    const std::string& name = tag_category(tag, categories);
-    for (auto& [category, bytes] : by_category)
-      if (category == name) bytes += delta;
+    by_category[category_index(tag, categories)].second += delta;
   };
   auto snapshot_peak = [&] {
     s.at_peak.bytes = by_category;

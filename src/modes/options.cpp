@@ -158,15 +158,11 @@ std::vector<int64_t> batch_sizes(const po::variables_map& vm) {
 }
 
 std::vector<Precision> precisions(const po::variables_map& vm) {
-  std::vector<Precision> out;
-  for (const std::string& p : split_list(opt_string(vm, "precision"), "precision")) out.push_back(parse_precision(p));
-  return out;
+  return opt_list(vm, "precision", [](const std::string& p) { return parse_precision(p); });
 }
 
 std::vector<AttentionKind> attentions(const po::variables_map& vm) {
-  std::vector<AttentionKind> out;
-  for (const std::string& a : split_list(opt_string(vm, "attention"), "attention")) out.push_back(parse_attention(a));
-  return out;
+  return opt_list(vm, "attention", [](const std::string& a) { return parse_attention(a); });
 }
 
 std::string resolve_backend(const po::variables_map& vm, DeviceKind device) {

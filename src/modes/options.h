@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "src/core/units.h"
 #include "src/model/config.h"
 #include "src/model/transformer.h"
 #include "src/modes/mode.h"
@@ -47,6 +48,14 @@ int64_t opt_nonnegative(const po::variables_map& vm, const std::string& name);
 double opt_double(const po::variables_map& vm, const std::string& name);
 bool opt_flag(const po::variables_map& vm, const std::string& name);
 bool opt_given(const po::variables_map& vm, const std::string& name);
+// Each item of the comma-separated list option `name`, in order, through `parse` (which
+// throws UsageError for a bad item).
+template <class Parse>
+auto opt_list(const po::variables_map& vm, const std::string& name, Parse parse) {
+  std::vector<decltype(parse(std::string()))> out;
+  for (const std::string& item : split_list(opt_string(vm, name), name)) out.push_back(parse(item));
+  return out;
+}
 
 // --backend with "auto" resolved: nccl on CUDA devices, mpi on the CPU.
 std::string resolve_backend(const po::variables_map& vm, DeviceKind device);

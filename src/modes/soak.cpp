@@ -5,6 +5,7 @@
 #include <cstdio>
 
 #include "src/core/stats.h"
+#include "src/core/table.h"
 #include "src/core/units.h"
 #include "src/modes/options.h"
 
@@ -36,6 +37,10 @@ double agreed_iteration_s(const Runtime& rt, const std::vector<double>& warmup, 
 
 int64_t iterations_in(double duration_s, double iteration_s) {
   return std::max<int64_t>(1, std::llround(duration_s / std::max(iteration_s, 1e-9)));
+}
+
+std::string timed_text(double duration_s, int64_t count, const std::string& what) {
+  return duration_s > 0 ? "timed for ~" + fmt(duration_s, 0) + " s" : std::to_string(count) + " timed " + what;
 }
 
 void MemorySamples::take(int64_t iteration, Device& dev) {

@@ -27,6 +27,8 @@ double duration_seconds(const po::variables_map& vm, const std::string& count_op
 double agreed_iteration_s(const Runtime& rt, const std::vector<double>& warmup, double unit_s);
 // Iterations of `iteration_s` in about `duration_s` seconds, at least 1.
 int64_t iterations_in(double duration_s, double iteration_s);
+// For the start-up line: "timed for ~S s", or "<count> timed <what>" without --duration-s.
+std::string timed_text(double duration_s, int64_t count, const std::string& what);
 
 // Room for n elements, its pages written once: filling it in the timed loop then leaves the
 // resident set alone, so the run's own records do not read as a leak.
