@@ -154,8 +154,8 @@ def configuration_report(run, rec, rank: int, top: int) -> tuple:
         rows.append([g, fmt(events, 3), fmt(span, 3), fmt(kernel, 3) if len(acts) else "-", fmt(span / events, 3)])
     out += ["(a) Phases, ms per step: events (as bench times them) against the profiler's span and kernel time", "",
             markdown_table(["Phase", "Events", "Profiler span", "Kernel time", "Span / events"], rows), ""]
-    untraced, traced = float(np.mean(rec.arrays["step_ms"])), float(np.mean(rec.arrays["traced_step_ms"]))
-    out += [f"Overhead: {untraced:.3f} ms per step untraced, {traced:.3f} ms traced "
+    untraced, traced = float(np.median(rec.arrays["step_ms"])), float(np.median(rec.arrays["traced_step_ms"]))
+    out += [f"Overhead: median {untraced:.3f} ms per step untraced, {traced:.3f} ms traced "
             f"({100.0 * (traced / untraced - 1.0):+.1f}%).", ""]
     if acts.empty:
         out += ["No activities: the profiler timed phases only.", ""]
@@ -231,7 +231,7 @@ def overview(run, records: list, rank: int) -> str:
         if not rec.ok:
             rows.append(row + [rec.status] + ["-"] * 6)
             continue
-        untraced, traced = float(np.mean(rec.arrays["step_ms"])), float(np.mean(rec.arrays["traced_step_ms"]))
+        untraced, traced = float(np.median(rec.arrays["step_ms"])), float(np.median(rec.arrays["traced_step_ms"]))
         acts = run.profile_activities(rec.name, rank)
         total = acts["duration_ns"].sum()
         share = 100.0 * acts.loc[acts["category"] == "matmul", "duration_ns"].sum() / total if total > 0 else math.nan
@@ -239,8 +239,8 @@ def overview(run, records: list, rank: int) -> str:
         rows.append(row + ["ok", fmt(untraced, 3), fmt(traced, 3), f"{100.0 * (traced / untraced - 1.0):+.1f}%",
                            fmt(len(acts) / steps, 1), fmt(share, 1) + "%" if total > 0 else "-",
                            a.get("dropped_records", "-")])
-    return markdown_table(["Model", "Context", "Batch", "Precision", "Attention", "Phase", "Status", "Untraced ms",
-                           "Traced ms", "Overhead", "Activities/step", "Matmul share", "Dropped"], rows)
+    return markdown_table(["Model", "Context", "Batch", "Precision", "Attention", "Phase", "Status",
+                           "Untraced ms (median)", "Traced ms (median)", "Overhead", "Activities/step", "Matmul share", "Dropped"], rows)
 
 
 def run_report(run, rank: int, top: int, png: str) -> str:

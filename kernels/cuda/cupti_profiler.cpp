@@ -5,23 +5,27 @@
 // grid and block, attributed to the innermost phase open when the host launched it.
 //
 // How:
-//  - Kinds CONCURRENT_KERNEL (the plain KERNEL kind serialises kernels), MEMCPY and MEMSET, plus
-//    RUNTIME, DRIVER and EXTERNAL_CORRELATION, enabled for the window only: disabled and flushed
-//    at its end, so CUPTI traces nothing outside profiling windows.
-//  - Phases: each range pushes its id as an external correlation id (kind CUSTOM0) and pops it
-//    on close. CUPTI then precedes each API record made inside a range by an EXTERNAL_CORRELATION
-//    record (correlation id of the API call -> range id); a kernel record carries the correlation
-//    id of the API call that launched it. That is why the API kinds are enabled: their records
-//    are dropped, but without them there are no external correlation records.
+//  - Kinds CONCURRENT_KERNEL (the plain KERNEL kind serialises kernels), MEMCPY and MEMSET,
+//    enabled for the window only: disabled and flushed at its end, so CUPTI traces nothing
+//    outside profiling windows.
+//  - Phases: a kernel record carries the correlation id of the API call that launched it. For
+//    the calls that start device work (names beginning cudaLaunch, cudaMemcpy, cudaMemset,
+//    cudaGraphLaunch and their cu* twins), a CUPTI callback at the call's entry, on the
+//    launching thread, notes (correlation id -> innermost open range). Measured on an H100
+//    (small bf16 train step, docs/results/profile.md): recording every API call with activity
+//    kinds RUNTIME and DRIVER, which CUPTI's external correlation records need, cost +30% of
+//    the step (each launch comes with error checks, event records and cuBLAS's driver queries),
+//    against +5% for kernel records alone; the callback adds a lookup per launch.
 //  - Buffers: CUPTI asks for them (kBufferBytes each) and hands them back full, from its own
 //    thread, or from the final flush. Records are delivered as they are read, so memory stays
-//    bounded by the buffers in flight. A kernel whose external correlation record has not come
-//    yet waits in `pending_`; one still waiting at the end of the window was launched outside
-//    every range. Correlation ids CUPTI never pairs with an activity (event records, error
-//    queries) are forgotten once far behind the newest delivered one.
+//    bounded by the buffers in flight. A record whose launch was not noted waits in `pending_`;
+//    one still waiting at the end of the window was launched outside every range (or by a call
+//    not in the list). Noted launches are forgotten once far behind the newest delivered
+//    activity.
 //  - Records lost for lack of buffer space (and kernels CUPTI could not time) count as dropped.
 //  - Another profiler (an injected tool such as Nsight Systems, or any CUPTI subscriber) keeps
-//    CUPTI: llmhpc then registers nothing and falls back to phase events (open_cupti).
+//    CUPTI: llmhpc then registers nothing and falls back to phase events (open_cupti). llmhpc
+//    subscribes to CUPTI's callbacks for its windows only.
 // Built without CUPTI's headers (LLMHPC_NO_CUPTI, CMakeLists.txt), only a factory that declines.
 #if defined(LLMHPC_NO_CUPTI)
 #include "kernels/cuda/cuda_backend.h"
@@ -42,7 +46,10 @@ std::unique_ptr<Profiler> make_cupti_profiler(Ops&, std::string& why_not) {
 #include <atomic>
 #include <cstdlib>
 #include <iterator>
+#include <cstring>
+#include <initializer_list>
 #include <map>
+#include <thread>
 #include <unordered_map>
 
 #include "kernels/cuda/cuda_backend.h"
@@ -67,11 +74,13 @@ struct Cupti {
   decltype(&cuptiActivityFlushAll) FlushAll;
   decltype(&cuptiActivityGetNextRecord) GetNextRecord;
   decltype(&cuptiActivityGetNumDroppedRecords) GetNumDroppedRecords;
-  decltype(&cuptiActivityPushExternalCorrelationId) PushExternalCorrelationId;
-  decltype(&cuptiActivityPopExternalCorrelationId) PopExternalCorrelationId;
   decltype(&cuptiGetTimestamp) GetTimestamp;
   decltype(&cuptiSubscribe) Subscribe;
   decltype(&cuptiUnsubscribe) Unsubscribe;
+  decltype(&cuptiEnableCallback) EnableCallback;
+  decltype(&cuptiGetCallbackName) GetCallbackName;
+  // The calls that start device work, whose entry a window's callback notes.
+  std::vector<CUpti_CallbackId> runtime_launches, driver_launches;
 
   std::string error(CUptiResult rc) const {
     const char* text = nullptr;
@@ -82,9 +91,24 @@ struct Cupti {
 };
 
 // The kinds a window enables, in order (disabled in reverse).
-constexpr CUpti_ActivityKind kKinds[] = {
-    CUPTI_ACTIVITY_KIND_EXTERNAL_CORRELATION, CUPTI_ACTIVITY_KIND_RUNTIME, CUPTI_ACTIVITY_KIND_DRIVER,
-    CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL,    CUPTI_ACTIVITY_KIND_MEMCPY,  CUPTI_ACTIVITY_KIND_MEMSET};
+constexpr CUpti_ActivityKind kKinds[] = {CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL, CUPTI_ACTIVITY_KIND_MEMCPY,
+                                         CUPTI_ACTIVITY_KIND_MEMSET};
+
+// The calls of a domain whose names begin with one of `prefixes` (ids differ between versions).
+std::vector<CUpti_CallbackId> calls_named(const Cupti& api, CUpti_CallbackDomain domain, uint32_t count,
+                                          std::initializer_list<const char*> prefixes) {
+  std::vector<CUpti_CallbackId> ids;
+  for (uint32_t cbid = 1; cbid < count; ++cbid) {
+    const char* name = nullptr;
+    if (api.GetCallbackName(domain, cbid, &name) != CUPTI_SUCCESS || !name) continue;
+    for (const char* prefix : prefixes)
+      if (std::strncmp(name, prefix, std::strlen(prefix)) == 0) {
+        ids.push_back(cbid);
+        break;
+      }
+  }
+  return ids;
+}
 
 class CuptiProfiler;
 // CUPTI's buffer callbacks take no user pointer: the library, once open, and the profiler
@@ -142,11 +166,11 @@ const Cupti* open_cupti(std::string& why) {
     load(api.FlushAll, "cuptiActivityFlushAll");
     load(api.GetNextRecord, "cuptiActivityGetNextRecord");
     load(api.GetNumDroppedRecords, "cuptiActivityGetNumDroppedRecords");
-    load(api.PushExternalCorrelationId, "cuptiActivityPushExternalCorrelationId");
-    load(api.PopExternalCorrelationId, "cuptiActivityPopExternalCorrelationId");
     load(api.GetTimestamp, "cuptiGetTimestamp");
     load(api.Subscribe, "cuptiSubscribe");
     load(api.Unsubscribe, "cuptiUnsubscribe");
+    load(api.EnableCallback, "cuptiEnableCallback");
+    load(api.GetCallbackName, "cuptiGetCallbackName");
     if (!found) return false;
     // The records are read as the structs of the headers llmhpc was built with (Kernel10,
     // Memcpy6, Memset4): same major version only.
@@ -172,6 +196,14 @@ const Cupti* open_cupti(std::string& why) {
       return false;
     }
     api.Unsubscribe(probe);
+    api.runtime_launches = calls_named(api, CUPTI_CB_DOMAIN_RUNTIME_API, CUPTI_RUNTIME_TRACE_CBID_SIZE,
+                                       {"cudaLaunch", "cudaMemcpy", "cudaMemset", "cudaGraphLaunch"});
+    api.driver_launches = calls_named(api, CUPTI_CB_DOMAIN_DRIVER_API, CUPTI_DRIVER_TRACE_CBID_SIZE,
+                                      {"cuLaunch", "cuMemcpy", "cuMemset", "cuGraphLaunch"});
+    if (api.runtime_launches.empty() || api.driver_launches.empty()) {
+      error = "libcupti names no launching API calls (cuptiGetCallbackName)";
+      return false;
+    }
     g_api = &api;
     rc = api.RegisterCallbacks(buffer_requested, buffer_completed);
     if (rc != CUPTI_SUCCESS) {
@@ -235,9 +267,18 @@ class CuptiProfiler final : public Profiler {
 
   void lost(size_t records) { add_dropped(int64_t(records)); }
 
+  // A call that starts device work is entered; on the launching thread.
+  void launching(uint32_t correlation) {
+    // Phases are the model thread's: a launch from any other thread is outside them.
+    const int64_t range = std::this_thread::get_id() == phase_thread_ ? current_range() : -1;
+    std::lock_guard<std::mutex> lock(launches_mutex_);
+    launches_.emplace_back(correlation, range);
+  }
+
   // Every record of a buffer CUPTI handed back; any thread.
   void consume(uint8_t* buffer, size_t valid) {
     std::lock_guard<std::mutex> lock(mutex_);
+    note_launches();
     CUpti_Activity* record = nullptr;
     while (api_.GetNextRecord(buffer, valid, &record) == CUPTI_SUCCESS) take(record);
     if (newest_ > kCorrelationSlack)
@@ -252,10 +293,14 @@ class CuptiProfiler final : public Profiler {
       pending_.clear();
       newest_ = 0;
     }
+    launches_.clear();
+    phase_thread_ = std::this_thread::get_id();  // start() is called on the model's thread
     CuptiProfiler* none = nullptr;
     LLMHPC_CHECK(g_window.compare_exchange_strong(none, this), "two CUPTI profiling windows at once");
-    const std::string error = enable_kinds(api_);
+    std::string error = subscribe();
+    if (error.empty()) error = enable_kinds(api_);
     if (!error.empty()) {
+      unsubscribe();
       g_window = nullptr;
       throw UsageError(error + "; run with --no-cupti");
     }
@@ -265,7 +310,9 @@ class CuptiProfiler final : public Profiler {
     CUDA_CHECK(cudaDeviceSynchronize());  // every activity complete before the flush
     disable_kinds(api_);
     CUPTI_CHECK(api_, api_.FlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED));
+    unsubscribe();
     std::lock_guard<std::mutex> lock(mutex_);
+    note_launches();
     for (auto& [correlation, waiting] : pending_)  // never paired: launched outside every range
       for (Activity& a : waiting) deliver(a);
     pending_.clear();
@@ -279,35 +326,57 @@ class CuptiProfiler final : public Profiler {
     return int64_t(t);
   }
 
-  void range_opened(int64_t range) override {
-    // Range + 1: an external id of 0 could read as "none".
-    CUPTI_CHECK(api_, api_.PushExternalCorrelationId(CUPTI_EXTERNAL_CORRELATION_KIND_CUSTOM0, uint64_t(range) + 1));
-  }
-  void range_closed(int64_t range) override {
-    CUPTI_CHECK(api_, api_.PopExternalCorrelationId(CUPTI_EXTERNAL_CORRELATION_KIND_CUSTOM0, nullptr));
-  }
 
  private:
+  // Subscribes to CUPTI's callbacks (one subscriber per process: refused when another tool
+  // holds CUPTI) and enables the launching calls'; "" or why not.
+  std::string subscribe() {
+    const CUptiResult rc = api_.Subscribe(&subscriber_, on_api_call, this);
+    if (rc != CUPTI_SUCCESS) {
+      subscriber_ = nullptr;
+      return "another profiler holds CUPTI (cuptiSubscribe: " + api_.error(rc) + ")";
+    }
+    for (CUpti_CallbackId cbid : api_.runtime_launches)
+      CUPTI_CHECK(api_, api_.EnableCallback(1, subscriber_, CUPTI_CB_DOMAIN_RUNTIME_API, cbid));
+    for (CUpti_CallbackId cbid : api_.driver_launches)
+      CUPTI_CHECK(api_, api_.EnableCallback(1, subscriber_, CUPTI_CB_DOMAIN_DRIVER_API, cbid));
+    return "";
+  }
+  void unsubscribe() {
+    if (subscriber_) CUPTI_CHECK(api_, api_.Unsubscribe(subscriber_));
+    subscriber_ = nullptr;
+  }
+
+  static void CUPTIAPI on_api_call(void* self, CUpti_CallbackDomain, CUpti_CallbackId, const void* data) {
+    const auto* call = static_cast<const CUpti_CallbackData*>(data);
+    if (call->callbackSite == CUPTI_API_ENTER) static_cast<CuptiProfiler*>(self)->launching(call->correlationId);
+  }
+
+  // Moves the launches noted since the last call into correlation_, delivering the records
+  // that waited for them; under mutex_.
+  void note_launches() {
+    std::vector<std::pair<uint32_t, int64_t>> noted;
+    {
+      std::lock_guard<std::mutex> lock(launches_mutex_);
+      noted.swap(launches_);
+    }
+    for (const auto& [correlation, range] : noted) {
+      correlation_[correlation] = range;
+      auto waiting = pending_.find(correlation);
+      if (waiting == pending_.end()) continue;
+      for (Activity& w : waiting->second) {
+        w.range = range;
+        deliver(w);
+      }
+      pending_.erase(waiting);
+    }
+  }
+
   // One record; under mutex_.
   void take(const CUpti_Activity* record) {
     Activity a;
     uint32_t correlation = 0;
     switch (record->kind) {
-      case CUPTI_ACTIVITY_KIND_EXTERNAL_CORRELATION: {
-        const auto* e = reinterpret_cast<const CUpti_ActivityExternalCorrelation*>(record);
-        if (e->externalKind != CUPTI_EXTERNAL_CORRELATION_KIND_CUSTOM0) return;
-        const int64_t range = int64_t(e->externalId) - 1;  // range_opened pushed range + 1
-        correlation_[e->correlationId] = range;
-        auto waiting = pending_.find(e->correlationId);
-        if (waiting != pending_.end()) {
-          for (Activity& w : waiting->second) {
-            w.range = range;
-            deliver(w);
-          }
-          pending_.erase(waiting);
-        }
-        return;
-      }
       case CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL:
       case CUPTI_ACTIVITY_KIND_KERNEL: {
         const auto* k = reinterpret_cast<const CUpti_ActivityKernel10*>(record);
@@ -334,7 +403,7 @@ class CuptiProfiler final : public Profiler {
         correlation =
             copy(*reinterpret_cast<const CUpti_ActivityMemset4*>(record), ActivityKind::Memset, "[CUDA memset]", a);
         break;
-      default: return;  // API records: only their external correlations matter
+      default: return;
     }
     a.correlation = correlation;
     newest_ = std::max(newest_, correlation);
@@ -368,10 +437,16 @@ class CuptiProfiler final : public Profiler {
   const Cupti& api_;
   Ops& ops_;
   std::mutex mutex_;                         // the maps below; taken before the base's
-  std::map<uint32_t, int64_t> correlation_;  // API correlation id -> range
+  std::map<uint32_t, int64_t> correlation_;  // API correlation id -> range, of noted launches
   std::unordered_map<uint32_t, std::vector<Activity>> pending_;
   std::unordered_map<const char*, int32_t> names_by_pointer_;
-  uint32_t newest_ = 0;  // the newest correlation id of a delivered or pending activity
+  uint32_t newest_ = 0;                          // the newest correlation id of a delivered or pending activity
+  CUpti_SubscriberHandle subscriber_ = nullptr;  // during a window
+  std::thread::id phase_thread_;                 // the thread whose ranges are phases
+  // Launches noted by the callback, not yet moved into correlation_: a lock of its own, so a
+  // launch never waits for a buffer being read.
+  std::mutex launches_mutex_;
+  std::vector<std::pair<uint32_t, int64_t>> launches_;
 };
 
 // A buffer outside every window (CUPTI's exit flush) is only freed.

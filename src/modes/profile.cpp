@@ -2,8 +2,10 @@
 // or op (CPU, timed on the host) of the measured steps attributed to the innermost phase the
 // model was in when it launched it (kernels/profiler.h); the seeds' nsys_profile tables.
 //
-// Per configuration, on every rank: warm-up steps (untraced), `steps` untraced steps (the
-// baseline for the overhead), then `steps` traced steps inside the profiler's window. Every
+// Per configuration, on every rank: warm-up steps (untraced), then `steps` traced steps inside
+// the profiler's window, with `steps` untraced steps (the baseline for the overhead) split
+// around it, half before and half after, so that a drift of the clocks or of the host during
+// the configuration weighs on both sides; the overhead compares medians. Every
 // activity goes, as it arrives, to the rank file's stream /profile_kernels/<label>, to the
 // trace (--trace) and to the report; the record /profile/<label> holds the step times of both
 // runs and the profiler's tables (names, phases, ranges). Rank 0 prints the report
@@ -212,7 +214,7 @@ void run(ModeContext& ctx) {
             into.add(run_step(model, live.optimizer(), phase, *timer));
           };
           for (int64_t s = 0; s < warmup; ++s) step(warm);
-          for (int64_t s = 0; s < steps; ++s) step(untraced);
+          for (int64_t s = 0; s < (steps + 1) / 2; ++s) step(untraced);
 
           RecordStream kernels =
               ctx.recorder.stream("profile_kernels/" + c.label(), kActivityColumns,
@@ -231,6 +233,7 @@ void run(ModeContext& ctx) {
             }
             window.close();
           }
+          for (int64_t s = (steps + 1) / 2; s < steps; ++s) step(untraced);
           report.finish(*profiler);
           collector.trace_ranges();
           kernels.close("ok", {{"activities", profiler->activities()}, {"dropped_records", profiler->dropped()}});
@@ -243,12 +246,12 @@ void run(ModeContext& ctx) {
               .attr("dropped_records", profiler->dropped())
               .attr("unattributed_activities", profiler->unattributed());
           if (trace) rec.attr("trace_file", trace->path()).attr("trace_pid", pid);
-          return fmt(mean(untraced.step)) + " ms/step untraced, " + fmt(mean(traced.step)) + " traced";
+          return fmt(median(untraced.step)) + " ms/step untraced, " + fmt(median(traced.step)) + " traced (medians)";
         },
         [&](Record& r) { r.attr("peak_memory_bytes", dev.allocator().peak_bytes()); });
     const bool ok = status.ok();
     if (ok && ctx.rt.is_root()) report.print(stdout, c.label() + " (rank 0)", top, traced, untraced);
-    const double before = mean(untraced.step), after = mean(traced.step);
+    const double before = median(untraced.step), after = median(traced.step);  // as the report's overhead
     sweep.add_row({c.model.name, std::to_string(c.model.context_length), std::to_string(c.batch),
                    precision_name(c.precision), attention_name(c.attention), fmt(before), fmt(after),
                    ok ? fmt(100.0 * (after / before - 1.0), 1) + "%" : "-",
@@ -257,8 +260,8 @@ void run(ModeContext& ctx) {
                    ok ? std::to_string(profiler->dropped()) : "-", status.column()});
   }
   if (trace) trace->close();
-  sweep.print_summary("profile summary (ms per step, rank 0 of " + std::to_string(ctx.rt.world_size) + ", profiler " +
-                      profiler->method() + "; every rank's kernels are in " + ctx.out_dir +
+  sweep.print_summary("profile summary (median ms per step, rank 0 of " + std::to_string(ctx.rt.world_size) +
+                      ", profiler " + profiler->method() + "; every rank's kernels are in " + ctx.out_dir +
                       (trace ? ", rank 0's trace in " + trace->path() : "") + "):");
 }
 

@@ -262,8 +262,10 @@ void ProfileReport::print(std::FILE* out, const std::string& title, int top, con
         {pattern, fmt(double(by_pattern[pattern].first) / steps, 1), fmt(by_pattern[pattern].second / 1e6 / steps, 3)});
   print_table(out, "-- phase ranges (device time per step, every layer pooled as 'layer *')", ph);
 
-  const double before = mean(untraced.step), after = mean(events.step);
-  std::fprintf(out, "\n-- overhead: %s ms per step untraced, %s ms traced (%s%s)\n", fmt(before, 3).c_str(),
+  // Medians: one slow step (a clock ramp, the host scheduling something else) must not read as
+  // the profiler's cost.
+  const double before = median(untraced.step), after = median(events.step);
+  std::fprintf(out, "\n-- overhead: median %s ms per step untraced, %s ms traced (%s%s)\n", fmt(before, 3).c_str(),
                fmt(after, 3).c_str(), after >= before ? "+" : "", pct(100.0 * (after / before - 1.0)).c_str());
   std::fflush(out);
 }
