@@ -17,7 +17,9 @@
 #      2 warm-up + 3 timed steps; PyTorch gets TORCH_DEADLINE s (default 210; bf16 first, the
 #      configurations it does not reach are recorded "not run"); analysis/model_bench.py's
 #      step and peak-memory tables.
-# PARTS (default "tests precision memory bench") selects parts, e.g. PARTS=bench.
+# PARTS (default "tests precision memory bench") selects parts, e.g. PARTS=bench; part 4's grid
+# takes MODELS (default small,medium,large,xl,2.7B), CONTEXTS (128,256,512,1024) and PRECISIONS
+# (bf16,fp32), e.g. PARTS=bench MODELS=2.7B CONTEXTS=512,1024 for configurations PyTorch missed.
 # Everything goes to OUT_DIR (default results/memory_check-<time>): logs, rank files, tables
 # (*.md), PNGs (png/), the snapshot.
 set -uo pipefail
@@ -78,12 +80,13 @@ fi
 
 # 4. The default plan against PyTorch's strongest setup, side by side.
 if want bench; then
-grid=(--model small,medium,large,xl,2.7B --context-length 128,256,512,1024 --warmup 2 --steps 3)
-step bench 150 "$bin/llmhpc" --mode bench --device cuda "${grid[@]}" --precision bf16,fp32 --attention flash \
+grid=(--model "${MODELS:-small,medium,large,xl,2.7B}" --context-length "${CONTEXTS:-128,256,512,1024}" --warmup 2
+  --steps 3)
+step bench 150 "$bin/llmhpc" --mode bench --device cuda "${grid[@]}" --precision "${PRECISIONS:-bf16,fp32}" --attention flash \
   --out "$out/bench"
 sed -n '/bench summary/,$p' "$out/bench.log" | cut -c1-200
 step torch $((${TORCH_DEADLINE:-210} + 60)) python3 analysis/torch_baseline.py --setup compiled "${grid[@]}" \
-  --precision bf16,fp32 --deadline-s "${TORCH_DEADLINE:-210}" --out "$out/torch.jsonl"
+  --precision "${PRECISIONS:-bf16,fp32}" --deadline-s "${TORCH_DEADLINE:-210}" --out "$out/torch.jsonl"
 step model_bench 60 python3 analysis/model_bench.py "$out/bench" "$out/torch.jsonl"
 cp "$out/model_bench.log" "$out/model_bench.md"
 sed -n '/Peak memory/,$p' "$out/model_bench.md"
