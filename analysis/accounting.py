@@ -15,7 +15,7 @@ memory: parameters P of the model (the seeds' blocks of two d_model x d_ff matri
   count); the devices of --device-memory needed to hold the state. With --ddp DIR (an llmhpc
   --mode ddp run of that model): the measured bytes of each category beside the model's
   (memory_after_optimizer_<category>_bytes of the largest rank; state divided by the ranks
-  for sharded optimizers).
+  for sharded optimizers; activations, which backward frees, as peak_memory_bytes above that).
 fsdp: per device M_state / N + M_act / 2 + M_act / (2N) (the seeds' split), the least N that
   fits --device-memory.
 tp-batch: FSDP over X devices and tensor parallelism over Y (the seeds' TPU v5p numbers by
@@ -76,8 +76,13 @@ def measured_memory(directory: str) -> dict:
     if not recs:
         raise SchemaError(f"--ddp {directory}: no ddp record that ran")
     first = recs[0]
-    out = {cat: max(r.attrs.get(f"memory_after_optimizer_{cat}_bytes", 0) for r in recs if r.name == first.name)
-           for cat in ("params", "grads", "optimizer", "activations")}
+    mine = [r for r in recs if r.name == first.name]
+    out = {cat: max(r.attrs.get(f"memory_after_optimizer_{cat}_bytes", 0) for r in mine)
+           for cat in ("params", "grads", "optimizer")}
+    # Backward frees the activations and its scratch, so after the step only the batch is left of
+    # them: what a step holds above that point at its peak is what it kept for backward.
+    out["activations"] = max(r.attrs.get("peak_memory_bytes", 0) - r.attrs.get("memory_after_optimizer_bytes", 0)
+                             + r.attrs.get("memory_after_optimizer_activations_bytes", 0) for r in mine)
     return dict(out, num_params=int(first.attrs["num_params"]), world_size=run.world_size, name=first.name,
                 sharding=first.attrs.get("shard_optimizer", "none"), precision=first.attrs["precision"])
 
@@ -119,7 +124,8 @@ def memory(args) -> str:
     if measured:
         tail += (f"\nMeasured: {args.ddp}, configuration {measured['name']} ({measured['precision']}, "
                  f"{measured['world_size']} ranks, sharding {measured['sharding']}), memory after the optimizer "
-                 f"by category, largest rank; activations measured at that point hold what the last step kept.")
+                 f"by category, largest rank; activations measured as the peak above that point (backward frees "
+                 f"them: what a step holds for backward, its scratch included, above the state).")
     return head + table + tail
 
 

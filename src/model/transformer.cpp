@@ -33,7 +33,10 @@ AttentionKind parse_attention(const std::string& text) {
 
 const char* attention_name(AttentionKind k) { return k == AttentionKind::Flash ? "flash" : "naive"; }
 
-// What forward keeps for backward, per layer, plus the backward scratch (shared by layers).
+// What lives from a forward to the end of its backward: what forward keeps for backward, per
+// layer, its temporaries, and backward's scratch (shared by layers). Taken by forward from the
+// allocator (its cache on a GPU) and given back at the end of backward, as PyTorch frees a
+// graph's saved tensors, so nothing of it is live between steps.
 struct TransformerLM::Activations {
   struct Layer {
     Buffer resid;       // (B,T,C) param dtype: the layer's input
@@ -46,12 +49,12 @@ struct TransformerLM::Activations {
     Buffer h13;         // (B,T,2F) compute: [W1 x | W3 x]
   };
   std::vector<Layer> layers;
-  Buffer resid_final, lnf_out, lnf_rstd, logits, losses;
+  Buffer resid_final, lnf_out, lnf_rstd, logits;
   Buffer branch_out;  // (B,T,C) compute: attention or FFN output before its residual add
   // One norm output (B,T,C) and one SwiGLU product (B,T,F) for all layers: backward
   // recomputes them from the saved norm inputs and h13.
   Buffer norm_out, gated;
-  // Backward scratch, allocated on the first backward.
+  // Backward scratch, allocated as backward begins.
   Buffer d_resid, d_branch, d_norm, d_qkv, d_attn, d_h13, d_gated;
 };
 
@@ -214,57 +217,81 @@ void TransformerLM::set_batch(const int32_t* tokens, const int32_t* targets, int
     throw UsageError("sequence length " + std::to_string(seq) + " exceeds --context-length " +
                      std::to_string(config_.context_length));
   if (batch != batch_ || seq != seq_) {
+    // A set a forward-only pass kept is of the old shape: freed before anything new is taken.
+    act_.reset();
+    tokens_.release();
+    targets_.release();
+    losses_.release();
+    batch_ = seq_ = 0;
     Allocator& a = device_.allocator();
     tokens_ = Buffer(a, DType::I32, {batch, seq}, "batch.tokens");
     targets_ = Buffer(a, DType::I32, {batch, seq}, "batch.targets");
-    ensure_activations(batch, seq);
+    // The per-token losses outlive backward, so that mean_loss() reads them after the step.
+    losses_ = Buffer(a, param_dtype(precision_), {batch * seq}, "batch.losses");
+    batch_ = batch;
+    seq_ = seq;
   }
   device_.copy_to_device(tokens_.tensor().data, tokens, batch * seq * sizeof(int32_t));
   has_targets_ = targets != nullptr;
+  has_loss_ = false;
   if (has_targets_) device_.copy_to_device(targets_.tensor().data, targets, batch * seq * sizeof(int32_t));
 }
 
-void TransformerLM::ensure_activations(int64_t B, int64_t T) {
-  act_.reset();  // free the old set before allocating the new one
-  batch_ = seq_ = 0;
-  auto act = std::make_unique<Activations>();
+// Forward takes the activations as it reaches them: the temporaries the layers share first,
+// each layer's saved tensors right before forward first writes them, the final norm's and the
+// logits after the last layer; so on a GPU the host allocates while the kernels already enqueued
+// run. A set that a forward-only pass kept is complete, and nothing is taken.
+TransformerLM::Activations& TransformerLM::take_activations() {
+  if (!act_) {
+    auto act = std::make_unique<Activations>();
+    Allocator& a = device_.allocator();
+    const DType cd = compute_dtype(precision_);
+    const int64_t B = batch_, T = seq_, C = config_.d_model, F = config_.d_ff;
+    act->layers.resize(size_t(config_.num_layers));
+    act->norm_out = Buffer(a, cd, {B, T, C}, "activations.norm_out");
+    act->branch_out = Buffer(a, cd, {B, T, C}, "activations.branch_out");
+    act->gated = Buffer(a, cd, {B, T, F}, "activations.ffn.gated");
+    act_ = std::move(act);
+  }
+  return *act_;
+}
+
+void TransformerLM::take_layer_activations(int64_t l) {
+  Activations::Layer& L = act_->layers[size_t(l)];
+  if (!L.resid.empty()) return;
   Allocator& a = device_.allocator();
   const DType pd = param_dtype(precision_), cd = compute_dtype(precision_);
-  const DType sd = pd;  // statistics (rstd, losses) in fp32, or fp64 in reference runs
-  const int64_t C = config_.d_model, F = config_.d_ff, V = config_.vocab_size, N = B * T;
-  const AttentionDims dims{B, T, config_.num_heads, config_.head_dim(), true, attention_};
-  const SavedSpec saved = ops_.attention_saved(dims, cd);
-  for (int64_t l = 0; l < config_.num_layers; ++l) {
-    const std::string p = "activations.layers." + std::to_string(l) + ".";
-    Activations::Layer L;
-    L.resid = Buffer(a, pd, {B, T, C}, p + "resid");
-    L.ln1_rstd = Buffer(a, sd, {N}, p + "ln1.rstd");
-    L.qkv = Buffer(a, cd, {B, T, 3 * C}, p + "attn.qkv");
-    L.attn_saved =
-        Buffer(a, saved.dtype, saved.shape, p + (attention_ == AttentionKind::Naive ? "attn.probs" : "attn.logsumexp"));
-    L.attn_out = Buffer(a, cd, {B, T, C}, p + "attn.out");
-    L.resid_mid = Buffer(a, pd, {B, T, C}, p + "resid_mid");
-    L.ln2_rstd = Buffer(a, sd, {N}, p + "ln2.rstd");
-    L.h13 = Buffer(a, cd, {B, T, 2 * F}, p + "ffn.h13");
-    act->layers.push_back(std::move(L));
-  }
-  act->resid_final = Buffer(a, pd, {B, T, C}, "activations.resid_final");
-  act->lnf_out = Buffer(a, cd, {B, T, C}, "activations.ln_final.out");
-  act->lnf_rstd = Buffer(a, sd, {N}, "activations.ln_final.rstd");
-  act->logits = Buffer(a, cd, {B, T, V}, "activations.logits");
-  act->losses = Buffer(a, sd, {N}, "activations.losses");
-  act->branch_out = Buffer(a, cd, {B, T, C}, "activations.branch_out");
-  act->norm_out = Buffer(a, cd, {B, T, C}, "activations.norm_out");
-  act->gated = Buffer(a, cd, {B, T, F}, "activations.ffn.gated");
-  act_ = std::move(act);
-  batch_ = B;
-  seq_ = T;
+  const DType sd = pd;  // statistics (rstd) in fp32, or fp64 in reference runs, as the losses
+  const int64_t B = batch_, T = seq_, C = config_.d_model, F = config_.d_ff, N = B * T;
+  const SavedSpec saved = ops_.attention_saved({B, T, config_.num_heads, config_.head_dim(), true, attention_}, cd);
+  const std::string p = "activations.layers." + std::to_string(l) + ".";
+  L.resid = Buffer(a, pd, {B, T, C}, p + "resid");
+  L.ln1_rstd = Buffer(a, sd, {N}, p + "ln1.rstd");
+  L.qkv = Buffer(a, cd, {B, T, 3 * C}, p + "attn.qkv");
+  L.attn_saved =
+      Buffer(a, saved.dtype, saved.shape, p + (attention_ == AttentionKind::Naive ? "attn.probs" : "attn.logsumexp"));
+  L.attn_out = Buffer(a, cd, {B, T, C}, p + "attn.out");
+  L.resid_mid = Buffer(a, pd, {B, T, C}, p + "resid_mid");
+  L.ln2_rstd = Buffer(a, sd, {N}, p + "ln2.rstd");
+  L.h13 = Buffer(a, cd, {B, T, 2 * F}, p + "ffn.h13");
+}
+
+void TransformerLM::take_head_activations() {
+  Activations& A = *act_;
+  if (!A.resid_final.empty()) return;
+  Allocator& a = device_.allocator();
+  const DType pd = param_dtype(precision_), cd = compute_dtype(precision_), sd = pd;
+  const int64_t B = batch_, T = seq_, C = config_.d_model, V = config_.vocab_size;
+  A.resid_final = Buffer(a, pd, {B, T, C}, "activations.resid_final");
+  A.lnf_out = Buffer(a, cd, {B, T, C}, "activations.ln_final.out");
+  A.lnf_rstd = Buffer(a, sd, {B * T}, "activations.ln_final.rstd");
+  A.logits = Buffer(a, cd, {B, T, V}, "activations.logits");
 }
 
 void TransformerLM::forward() {
-  LLMHPC_CHECK(act_ != nullptr, "forward() before set_batch()");
+  LLMHPC_CHECK(batch_ > 0, "forward() before set_batch()");
   NvtxRange range("forward");
-  Activations& A = *act_;
+  Activations& A = take_activations();
   layer_window_.forget();  // AdamW may have changed the weights since the last forward
   head_window_.forget();
   const int64_t L = config_.num_layers, C = config_.d_model, F = config_.d_ff, H = config_.num_heads;
@@ -276,6 +303,7 @@ void TransformerLM::forward() {
   const ParamInfo& emb = layout_.find("token_embeddings.weight");
   const ParamInfo& lnf = layout_.find("ln_final.weight");
   need_parameters(emb.offset, emb.offset + emb.shape.numel());
+  take_layer_activations(0);
   ops_.embedding_forward(A.layers[0].resid, tokens_, param("token_embeddings.weight"));
   need_parameters(layout_.layer_range(0).first, layout_.layer_range(0).second);
   ops_.rmsnorm_forward(A.norm_out, A.layers[0].ln1_rstd, A.layers[0].resid, param("layers.0.ln1.weight"));
@@ -296,6 +324,8 @@ void TransformerLM::forward() {
     if (last) need_parameters(lnf.offset, layout_.total());
     else need_parameters(layout_.layer_range(int(l + 1)).first, layout_.layer_range(int(l + 1)).second);
     const std::string next_norm = last ? "ln_final.weight" : "layers." + std::to_string(l + 1) + ".ln1.weight";
+    if (last) take_head_activations();
+    else take_layer_activations(l + 1);
     ops_.residual_rmsnorm_forward(
         last ? A.resid_final : A.layers[l + 1].resid, last ? A.lnf_out.tensor() : A.norm_out.tensor(),
         last ? A.lnf_rstd : A.layers[l + 1].ln1_rstd, X.resid_mid, A.branch_out, param(next_norm));
@@ -305,14 +335,15 @@ void TransformerLM::forward() {
     cast_into(head_window_, {head.offset, head.offset + head.shape.numel()});
   }
   ops_.linear_forward(A.logits, A.lnf_out, weight("lm_head.weight"));
-  if (has_targets_) ops_.cross_entropy_forward(A.losses, A.logits, targets_);
+  if (has_targets_) ops_.cross_entropy_forward(losses_, A.logits, targets_);
+  has_loss_ = has_targets_;
   arriving_ = nullptr;  // every range was asked for
   logits_fresh_ = true;
 }
 
 double TransformerLM::mean_loss() {
-  LLMHPC_CHECK(act_ != nullptr && has_targets_, "mean_loss() needs a forward pass with targets");
-  const Tensor& losses = act_->losses.tensor();
+  LLMHPC_CHECK(has_loss_, "mean_loss() needs a forward pass with targets");
+  const Tensor& losses = losses_.tensor();
   const int64_t n = losses.numel();
   double sum = 0;
   if (losses.dtype == DType::F64) {
@@ -328,23 +359,23 @@ double TransformerLM::mean_loss() {
 }
 
 std::vector<std::pair<std::string, DType>> TransformerLM::storage_dtypes() const {
-  LLMHPC_CHECK(act_ != nullptr, "storage_dtypes() before set_batch()");
-  const Activations& A = *act_;
-  const Activations::Layer& X = A.layers.front();
-  const DType sd = A.losses.tensor().dtype;  // the statistics' dtype
+  // The dtypes take_activations() and set_batch() allocate with: the activations exist only
+  // from a forward to the end of its backward.
+  const DType pd = param_dtype(precision_), cd = compute_dtype(precision_);
+  const DType sd = pd;  // the statistics' dtype
   return {{"parameters (master weights)", params_.tensor().dtype},
           {"weights as the matrix products read them",
            (params_lowp_.empty() ? casts_per_layer() ? layer_window_.buffer : params_ : params_lowp_).tensor().dtype},
-          {"embedding output, residual stream", X.resid.tensor().dtype},
-          {"RMSNorm output (ln1, ln2, ln_final)", A.norm_out.tensor().dtype},
-          {"RMSNorm statistics (rstd)", X.ln1_rstd.tensor().dtype},
-          {"attention q, k, v projections", X.qkv.tensor().dtype},
-          {"attention output (before output_proj)", X.attn_out.tensor().dtype},
-          {"attention block output (output_proj)", A.branch_out.tensor().dtype},
-          {"FFN W1 x, W3 x", X.h13.tensor().dtype},
-          {"FFN SwiGLU product", A.gated.tensor().dtype},
-          {"FFN block output (W2)", A.branch_out.tensor().dtype},
-          {"logits (LM head output)", A.logits.tensor().dtype},
+          {"embedding output, residual stream", pd},
+          {"RMSNorm output (ln1, ln2, ln_final)", cd},
+          {"RMSNorm statistics (rstd)", sd},
+          {"attention q, k, v projections", cd},
+          {"attention output (before output_proj)", cd},
+          {"attention block output (output_proj)", cd},
+          {"FFN W1 x, W3 x", cd},
+          {"FFN SwiGLU product", cd},
+          {"FFN block output (W2)", cd},
+          {"logits (LM head output)", cd},
           {"loss", sd},
           {"parameter gradients", param_dtype(precision_)}};
 }
@@ -365,15 +396,13 @@ void TransformerLM::backward(GradientListener* listener, bool accumulate) {
   Allocator& a = device_.allocator();
   const int64_t B = batch_, T = seq_, N = B * T, C = config_.d_model, F = config_.d_ff, H = config_.num_heads;
   const DType pd = param_dtype(precision_), cd = compute_dtype(precision_);
-  if (A.d_resid.empty()) {
-    A.d_resid = Buffer(a, pd, {B, T, C}, "gradients.resid");
-    A.d_branch = Buffer(a, cd, {B, T, C}, "gradients.branch");
-    A.d_norm = Buffer(a, cd, {B, T, C}, "gradients.norm_out");
-    A.d_qkv = Buffer(a, cd, {B, T, 3 * C}, "gradients.qkv");
-    A.d_attn = Buffer(a, cd, {B, T, C}, "gradients.attn_out");
-    A.d_h13 = Buffer(a, cd, {B, T, 2 * F}, "gradients.h13");
-    A.d_gated = Buffer(a, cd, {B, T, F}, "gradients.gated");
-  }
+  A.d_resid = Buffer(a, pd, {B, T, C}, "gradients.resid");
+  A.d_branch = Buffer(a, cd, {B, T, C}, "gradients.branch");
+  A.d_norm = Buffer(a, cd, {B, T, C}, "gradients.norm_out");
+  A.d_qkv = Buffer(a, cd, {B, T, 3 * C}, "gradients.qkv");
+  A.d_attn = Buffer(a, cd, {B, T, C}, "gradients.attn_out");
+  A.d_h13 = Buffer(a, cd, {B, T, 2 * F}, "gradients.h13");
+  A.d_gated = Buffer(a, cd, {B, T, F}, "gradients.gated");
   const AttentionDims dims{B, T, H, config_.head_dim(), true, attention_};
   auto ready = [&](int64_t begin, int64_t end) {
     if (listener) listener->on_gradients_ready(begin, end);
@@ -425,6 +454,12 @@ void TransformerLM::backward(GradientListener* listener, bool accumulate) {
   open_gradients(emb.offset, emb.offset + emb.shape.numel());
   ops_.embedding_backward(grad(emb.name), A.d_resid, tokens_, accumulate);
   ready(emb.offset, emb.offset + emb.shape.numel());
+  // Every kernel that reads the activations or the scratch is enqueued: they go back to the
+  // allocator, and the next forward takes them again (on a GPU from the caching allocator,
+  // whose blocks are reused in the compute stream's order: whatever is enqueued on them next
+  // runs after these kernels). Nothing on another stream touches them: the gradient and
+  // parameter collectives (src/dist) read and write the persistent gradients and parameters.
+  act_.reset();
 }
 
 }  // namespace llmhpc

@@ -1,8 +1,9 @@
 // TransformerLM (SPEC "The model"): token embedding -> N pre-norm blocks -> RMSNorm ->
 // LM head, written once against Ops. The model owns its flat parameters and gradients,
-// the bf16 copy of the weights under mixed precision, and the activations that backward
-// needs. It never talks to other ranks: a GradientListener hears when a range of
-// gradients is final, which is where data-parallel strategies hook in.
+// the bf16 copy of the weights under mixed precision, the batch, and the activations that
+// backward needs: those only from a forward to the end of its backward (see forward()). It
+// never talks to other ranks: a GradientListener hears when a range of gradients is final,
+// which is where data-parallel strategies hook in.
 #pragma once
 #include <memory>
 #include <string>
@@ -89,17 +90,30 @@ class TransformerLM {
   // calls it first: a checkpoint, the weights on the host, the end of training.
   void wait_parameters();
 
-  // Host arrays of B*T token ids; targets may be null (forward without loss).
+  // Host arrays of B*T token ids; targets may be null (forward without loss). The batch's
+  // buffers (tokens, targets, the per-token losses) stay allocated until a batch of another
+  // shape comes; a new shape also frees activations a forward-only pass kept.
   void set_batch(const int32_t* tokens, const int32_t* targets, int64_t batch, int64_t seq);
-  // Reads each parameter range only after asking for it while parameters arrive.
+  // Takes the activations (what forward keeps for backward, its temporaries, the logits) from
+  // the allocator as it reaches them, layer by layer (the caching allocator on a GPU gives back
+  // last step's blocks without cudaMalloc, while the kernels already enqueued run), and keeps
+  // them for backward, which frees them as it ends: between train steps, as in PyTorch, no
+  // activation is live. A forward that no backward follows (a forward-only phase, a loss
+  // evaluation) keeps them, and the next forward reuses them: the simplest rule, and a
+  // forward-only loop allocates once. Reads each parameter range only after asking for it while
+  // parameters arrive.
   void forward();
-  double mean_loss();  // of the last forward; waits for the device
-  // What each kind of tensor is stored as (the precision mode's table), from the buffers
-  // themselves: (tensor, dtype) pairs; needs set_batch().
+  // Of the last forward (the per-token losses are the batch's, so this works after backward
+  // too); waits for the device.
+  double mean_loss();
+  // What each kind of tensor is stored as (the precision mode's table): (tensor, dtype) pairs,
+  // the dtypes forward and backward allocate their buffers with.
   std::vector<std::pair<std::string, DType>> storage_dtypes() const;
   // Gradients of the last forward's loss: written into grads(), or added to them with
   // `accumulate` (micro-batches). No zeroing pass is needed before it. One backward per
-  // forward: it overwrites the logits with their gradient.
+  // forward: it overwrites the logits with their gradient. Allocates its scratch as it begins
+  // and frees the scratch and the activations once its last kernel is enqueued (stream-ordered
+  // on the compute stream; nothing on another stream reads them).
   void backward(GradientListener* listener = nullptr, bool accumulate = false);
 
  private:
@@ -127,7 +141,12 @@ class TransformerLM {
   // While parameters arrive: asks for [begin, end) and refreshes its bf16 copy.
   void need_parameters(int64_t begin, int64_t end);
   bool casts_per_layer() const { return memory_ == MemoryPlan::LowMemory && precision_ == Precision::BF16; }
-  void ensure_activations(int64_t batch, int64_t seq);
+  // Forward takes the activations of batch_ x seq_ as it reaches them, unless a forward-only
+  // pass kept them: the set with the temporaries the layers share, layer l's saved tensors, the
+  // final norm's and the logits.
+  Activations& take_activations();
+  void take_layer_activations(int64_t l);
+  void take_head_activations();
   Tensor as_compute(Tensor t, Tensor scratch);
 
   ModelConfig config_;
@@ -138,15 +157,16 @@ class TransformerLM {
   Ops& ops_;
   MemoryPlan memory_;
   Buffer params_, grads_, params_lowp_;
-  Window layer_window_, head_window_;  // LowMemory under bf16: one layer, the LM head
-  Window grad_window_;                 // GradientStorage::PerRange: allocated by the first backward,
-  int64_t grad_window_elements_ = 0;   // so a model that only runs forward never holds it
-  Buffer tokens_, targets_;
+  Window layer_window_, head_window_;     // LowMemory under bf16: one layer, the LM head
+  Window grad_window_;                    // GradientStorage::PerRange: allocated by the first backward,
+  int64_t grad_window_elements_ = 0;      // so a model that only runs forward never holds it
+  Buffer tokens_, targets_, losses_;      // the batch: live from set_batch to the next shape
   GradientListener* arriving_ = nullptr;  // where parameters still arrive from (parameters_arriving)
   bool has_targets_ = false;
+  bool has_loss_ = false;      // losses_ holds the last forward's, of this batch's targets
   bool logits_fresh_ = false;  // a forward ran since the last backward
   int64_t batch_ = 0, seq_ = 0;
-  std::unique_ptr<Activations> act_;
+  std::unique_ptr<Activations> act_;  // from forward to the end of backward
 };
 
 }  // namespace llmhpc

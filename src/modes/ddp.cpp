@@ -229,10 +229,14 @@ void run(ModeContext& ctx) {
                   int32_t(random_bits(seed, 16 * uint64_t(rt.rank) + 2, uint64_t(k)) % uint64_t(c.model.vocab_size));
             }
             live.model->set_batch(tokens.data(), targets.data(), mine.count, c.model.context_length);
-            run_step(*live.model, nullptr, Phase::ForwardBackward, *timer);  // allocates backward's scratch
+            // The gradients exist; the activations and backward's scratch come and go with it.
+            run_step(*live.model, nullptr, Phase::ForwardBackward, *timer);
             before_optimizer = model_memory(dev.allocator());
             opt = std::make_unique<AdamW>(*live.model, ops, AdamWHyper{}, plan.owned(rt.rank));
             opt->allocate_state();  // here, where running out of memory is agreed on
+            // A step's peak (activations and scratch beside the state) once more, so that a
+            // timed step does not run out of memory where the state took their cached blocks.
+            run_step(*live.model, nullptr, Phase::ForwardBackward, *timer);
           });
           TransformerLM& model = *live.model;
           for (const auto& [name, value] : ops.attention_variant(

@@ -2,7 +2,8 @@
 // with its time, bytes, address, tag and phase, for every configuration of a sweep (sizes x
 // precisions x attentions x context lengths x batch sizes x phases). Each configuration
 // builds its model inside the trace (phase "init"), runs the warm-up steps ("warmup"), then
-// one step whose phases label its events ("forward", "backward", "optimizer"). Recorded per
+// one step whose phases label its events ("forward", "backward", "optimizer"; forward takes the
+// activations, backward frees them and its scratch as it ends). Recorded per
 // configuration: the events as raw arrays, the live bytes after init, the peak of each phase
 // and overall, what the peak is made of (memory_categories()), the largest allocations and
 // the bytes of one residual-stream activation. Rank 0 prints the seeds' tables; --snapshot

@@ -1,6 +1,7 @@
 #include "src/modes/memory_trace.h"
 
 #include <algorithm>
+#include <unordered_map>
 
 namespace llmhpc {
 
@@ -13,7 +14,7 @@ const std::vector<TagCategory>& memory_categories() {
       {"optimizer state", {"optimizer."}},
       {"saved activations",
        {"activations.layers.", "activations.resid_final", "activations.ln_final.", "activations.logits",
-        "activations.losses", "batch."}},
+        "batch."}},  // batch.: tokens, targets, per-token losses
       {"temporaries", {"activations.", "gradients."}},
       {"workspaces", {"cublas.", "attention.", "rope."}}};
   return categories;
@@ -34,10 +35,17 @@ TraceSummary summarize_trace(const std::vector<LiveAllocation>& at_start, const 
     s.at_peak.total = s.peak;
   };
 
+  // Each tag once, as its latest allocation: every step takes its activations again.
+  std::unordered_map<std::string, size_t> listed;  // tag -> its place in s.largest
+  auto list = [&](int64_t bytes, const std::string& tag, const std::string& phase) {
+    auto [it, fresh] = listed.emplace(tag, s.largest.size());
+    if (fresh) s.largest.push_back({bytes, tag, tag_category(tag, categories), phase});
+    else s.largest[it->second] = {bytes, tag, tag_category(tag, categories), phase};
+  };
   for (const LiveAllocation& a : at_start) {
     s.live_at_start += a.bytes;
     add(a.tag, a.bytes);
-    s.largest.push_back({a.bytes, a.tag, tag_category(a.tag, categories), "before the trace"});
+    list(a.bytes, a.tag, "before the trace");
   }
   s.peak = s.live_at_start;
   s.peak_phase = marks.empty() ? "" : marks.front().name;
@@ -50,7 +58,7 @@ TraceSummary summarize_trace(const std::vector<LiveAllocation>& at_start, const 
     live += e.delta;
     add(e.tag, e.delta);
     s.balanced = s.balanced && live == e.live_after;
-    if (e.delta >= 0) s.largest.push_back({e.delta, e.tag, tag_category(e.tag, categories), e.phase});
+    if (e.delta >= 0) list(e.delta, e.tag, e.phase);
     for (PhaseMemory& p : s.phases)
       if (p.name == e.phase) p.peak = std::max(p.peak, live);
     if (live > s.peak) {

@@ -37,9 +37,11 @@ struct TraceSummary {
   int64_t peak = 0;    // the running maximum (at least the live at the start)
   double peak_ms = 0;  // when it was first reached
   std::string peak_phase;
-  std::vector<PhaseMemory> phases;       // in the order of `marks`
-  MemoryBreakdown at_peak;               // live bytes by memory_categories() at the peak
-  std::vector<TraceAllocation> largest;  // the largest allocations (live at the start or made), largest first
+  std::vector<PhaseMemory> phases;  // in the order of `marks`
+  MemoryBreakdown at_peak;          // live bytes by memory_categories() at the peak
+  // The largest allocations (live at the start or made), largest first; each tag once, as its
+  // latest allocation (every step takes its activations again).
+  std::vector<TraceAllocation> largest;
 };
 
 // `at_start`: live when the trace began; `marks`: the phases in order (each event belongs to

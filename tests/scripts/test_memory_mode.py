@@ -2,10 +2,11 @@
 
 memory: the trace in the rank file is balanced (the running sum of the deltas is the live
 column, every allocation is freed or still live at the end, the recorded peak is the running
-maximum), tags name the tensors (layer 0's residual input is B*T*d_model*4 bytes), the phases
-are the traced step's; the --snapshot pickle uses only the opcodes memory_viz's JavaScript
-unpickler reads, loads with pickle.load and has the fields the viewer needs; where PyTorch is
-importable, torch.cuda._memory_viz's own functions read it. analysis/memory.py and
+maximum), tags name the tensors (layer 0's residual input is B*T*d_model*4 bytes, taken by each
+step's forward and freed as its backward ends; the largest allocations name each tag once), the
+phases are the traced step's; the --snapshot pickle uses only the opcodes memory_viz's
+JavaScript unpickler reads, loads with pickle.load and has the fields the viewer needs; where
+PyTorch is importable, torch.cuda._memory_viz's own functions read it. analysis/memory.py and
 plot_memory.py make their tables and write PNGs where they are told. precision: the seeds'
 four accumulation values and the bf16 one, and the dtype table agreeing with autocast. Bad
 --snapshot paths and phases are refused before anything runs.
@@ -52,9 +53,17 @@ def check_trace(name, g):
     tags = set(g["event_tag"].asstr()[()])
     for t in ("params", "activations.layers.0.resid", "activations.layers.1.attn.qkv", "activations.logits"):
         assert t in tags, f"{name}: no allocation tagged {t}; tags: {sorted(tags)}"
-    resid = [d for t, d in zip(g["event_tag"].asstr()[()], delta) if t == "activations.layers.0.resid" and d > 0]
-    assert resid == [g.attrs["residual_activation_bytes"]] == [2 * int(g.attrs["context_length"]) * 64 * 4], \
-        f"{name}: layer 0's residual input {resid}, residual_activation_bytes {g.attrs['residual_activation_bytes']}"
+    # Activations live from a forward to the end of its backward: every step takes layer 0's
+    # residual input in forward and gives it back in backward; forward-only steps keep it, so
+    # the first forward alone takes it.
+    resid = [(d, p) for t, d, p in zip(g["event_tag"].asstr()[()], delta, g["event_phase"].asstr()[()])
+             if t == "activations.layers.0.resid"]
+    want = g.attrs["residual_activation_bytes"]
+    assert want == 2 * int(g.attrs["context_length"]) * 64 * 4, f"{name}: residual_activation_bytes {want}"
+    steps = int(g.attrs["warmup"]) + 1
+    expected = ([(want, "warmup")] if g.attrs["phase"] == "forward" else
+                [(want, "warmup"), (-want, "warmup")] * (steps - 1) + [(want, "forward"), (-want, "backward")])
+    assert resid == expected, f"{name}: layer 0's residual input {resid}, expected {expected}"
     phases = list(g["phase_name"].asstr()[()])
     expected = ["init", "warmup", "forward"] + (["backward"] if g.attrs["phase"] != "forward" else [])
     assert phases == expected, f"{name}: phases {phases}, expected {expected}"
@@ -64,6 +73,8 @@ def check_trace(name, g):
     sizes = g["largest_bytes"][()]
     assert len(sizes) == 3 and np.all(np.diff(sizes) <= 0), f"{name}: largest allocations {sizes}"
     assert g["largest_tag"].asstr()[0] == "params", f"{name}: the largest allocation is not the parameters"
+    largest = list(g["largest_tag"].asstr()[()])
+    assert len(set(largest)) == len(largest), f"{name}: a tag listed twice among the largest: {largest}"
 
 
 def check_snapshot(path, g):

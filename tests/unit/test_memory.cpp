@@ -1,9 +1,12 @@
 // The memory mode's pieces on the CPU: AdamW inside backward (GradientStorage::PerRange)
-// against AdamW after backward, the allocation trace against the allocator, the pickle
-// writer's bytes, and the accumulation experiment.
+// against AdamW after backward, activations freed as backward ends and taken again by the next
+// forward, the allocation trace against the allocator, the pickle writer's bytes, and the
+// accumulation experiment.
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <map>
+#include <unordered_map>
 
 #include "src/io/memory_snapshot.h"
 #include "src/io/pickle.h"
@@ -126,11 +129,172 @@ TEST(MemoryTrace, BalancedAndThePeakIsTheAllocators) {
   ASSERT_EQ(s.largest.size(), 5u);
   EXPECT_EQ(s.largest[0].bytes, c.num_params() * 4);
   for (size_t k = 1; k < s.largest.size(); ++k) EXPECT_LE(s.largest[k].bytes, s.largest[k - 1].bytes);
-  // Tags name the tensors: the first layer's residual input is B*T*d_model fp32.
-  bool found = false;
+  // Tags name the tensors: the first layer's residual input is B*T*d_model fp32, taken by
+  // forward and given back as backward ends.
+  std::vector<std::pair<int64_t, std::string>> resid;
   for (const AllocEvent& e : alloc.events())
-    if (e.tag == "activations.layers.0.resid") found = e.delta == 2 * 16 * c.d_model * 4 && e.phase == "init";
-  EXPECT_TRUE(found);
+    if (e.tag == "activations.layers.0.resid") resid.emplace_back(e.delta, e.phase);
+  const int64_t resid_bytes = 2 * 16 * c.d_model * 4;
+  EXPECT_EQ(resid,
+            (std::vector<std::pair<int64_t, std::string>>{{resid_bytes, "forward"}, {-resid_bytes, "backward"}}));
+}
+
+// The activations (and backward's scratch) live from a forward to the end of its backward:
+// after a train step only the batch is left (tokens, targets, the per-token losses), and
+// mean_loss() still reads the step's loss. A forward that no backward follows keeps them for
+// the next forward; a batch of another shape frees them.
+TEST(Activations, LiveFromForwardToTheEndOfBackward) {
+  for (GradientStorage g : {GradientStorage::Whole, GradientStorage::PerRange}) {
+    SCOPED_TRACE(g == GradientStorage::Whole ? "AdamW after backward" : "AdamW inside backward");
+    Backend be = cpu_backend();
+    TracingAllocator& alloc = be.device->allocator();
+    const ModelConfig c = tiny_config();
+    TransformerLM model(c, Precision::FP32, AttentionKind::Naive, *be.device, *be.ops, MemoryPlan::Fast, 0, g);
+    model.init_parameters(7);
+    AdamW opt(model, *be.ops, AdamWHyper{});
+    auto timer = be.device->make_timer(kStepMarks);
+    const int64_t B = 2, T = 16, C = c.d_model, batch_bytes = 3 * B * T * 4;  // int32 tokens, targets; fp32 losses
+    auto activations = [&] { return model_memory(alloc).of("activations"); };
+    auto scratch = [&] { return model_memory(alloc).of("scratch"); };
+    int64_t live_after_step = 0;
+    for (int s = 0; s < 3; ++s) {
+      const auto x = tokens(B * T, s), y = tokens(B * T, s + 1);
+      model.set_batch(x.data(), y.data(), B, T);
+      EXPECT_EQ(activations(), batch_bytes);
+      alloc.reset_peak();
+      run_step(model, &opt, Phase::TrainStep, *timer);
+      EXPECT_EQ(activations(), batch_bytes) << "step " << s;
+      EXPECT_EQ(scratch(), 0) << "step " << s;
+      EXPECT_TRUE(std::isfinite(model.mean_loss()));
+      if (s == 0) {  // which allocated AdamW's state after backward
+        live_after_step = alloc.live_bytes();
+        continue;
+      }
+      EXPECT_EQ(alloc.live_bytes(), live_after_step) << "step " << s << ": a step leaves nothing behind";
+      // At least each layer's residual input, qkv and h13 were live during the step.
+      EXPECT_GT(alloc.peak_bytes(), live_after_step + c.num_layers * B * T * (C + 3 * C + 2 * c.d_ff) * 4);
+    }
+    // Forward only: the set stays for the next forward, which takes nothing new.
+    model.forward();
+    const int64_t with_activations = alloc.live_bytes();
+    EXPECT_GT(activations(), batch_bytes);
+    EXPECT_EQ(scratch(), 0);
+    const double loss = model.mean_loss();
+    model.forward();
+    EXPECT_EQ(alloc.live_bytes(), with_activations);
+    EXPECT_EQ(model.mean_loss(), loss);
+    // A batch of another shape frees the kept set before it takes its own.
+    const auto x = tokens(16, 5);
+    model.set_batch(x.data(), x.data(), 1, 16);
+    EXPECT_EQ(activations(), batch_bytes / 2);
+    run_step(model, &opt, Phase::TrainStep, *timer);
+    EXPECT_EQ(activations(), batch_bytes / 2);
+    EXPECT_EQ(scratch(), 0);
+  }
+}
+
+// A caching allocator as the GPU's (CachingDeviceAllocator): a freed block is kept and handed
+// back to the next request of its size, the way forward takes again the blocks the last
+// backward gave back. Every block is filled with NaN bytes as it is freed, so a kernel that read
+// a buffer it was given again before writing it would carry the NaN into the loss.
+class PoisoningCache final : public Allocator {
+ public:
+  explicit PoisoningCache(Allocator& inner) : inner_(inner) {}
+  ~PoisoningCache() override {
+    for (auto& [bytes, p] : cached_) inner_.deallocate(p);
+  }
+  void* allocate(size_t bytes, const std::string& tag) override {
+    void* p;
+    auto hit = cached_.find(bytes);
+    if (hit != cached_.end()) {
+      p = hit->second;
+      cached_.erase(hit);
+      ++reused_;
+    } else {
+      p = inner_.allocate(bytes, tag);
+    }
+    sizes_[p] = bytes;
+    return p;
+  }
+  void deallocate(void* p) override {
+    const size_t bytes = sizes_.at(p);
+    sizes_.erase(p);
+    std::memset(p, 0xFF, bytes);  // NaN in fp32 and fp64
+    cached_.emplace(bytes, p);
+  }
+  int64_t reused() const { return reused_; }
+
+ private:
+  Allocator& inner_;
+  std::unordered_map<void*, size_t> sizes_;
+  std::multimap<size_t, void*> cached_;
+  int64_t reused_ = 0;
+};
+
+// The CPU device with its memory from a PoisoningCache.
+class PoisoningDevice final : public Device {
+ public:
+  explicit PoisoningDevice(Device& inner) : inner_(inner) {}
+  DeviceKind kind() const override { return inner_.kind(); }
+  std::string name() const override { return inner_.name(); }
+  int ordinal() const override { return inner_.ordinal(); }
+  size_t memory_capacity() const override { return inner_.memory_capacity(); }
+  Attrs environment() const override { return inner_.environment(); }
+  TracingAllocator& allocator() override { return tracer_; }
+  void synchronize() override { inner_.synchronize(); }
+  std::unique_ptr<Timer> make_timer(int num_marks) override { return inner_.make_timer(num_marks); }
+  void copy_to_device(void* dst, const void* src, size_t bytes) override { inner_.copy_to_device(dst, src, bytes); }
+  void copy_to_host(void* dst, const void* src, size_t bytes) override { inner_.copy_to_host(dst, src, bytes); }
+  void copy_on_device(void* dst, const void* src, size_t bytes) override { inner_.copy_on_device(dst, src, bytes); }
+  void fill_zero(void* dst, size_t bytes) override { inner_.fill_zero(dst, bytes); }
+  const PoisoningCache& cache() const { return cache_; }
+
+ private:
+  Device& inner_;
+  HostAllocator host_{size_t(1) << 30};
+  PoisoningCache cache_{host_};
+  TracingAllocator tracer_{cache_};
+};
+
+// Training whose every step takes its activations and scratch again from blocks the previous
+// step freed (and that were poisoned in between) is bitwise training on fresh memory: the same
+// loss at every step, the same weights and optimizer state; with either attention and either
+// place of AdamW.
+TEST(Activations, TakenAgainFromTheCacheBitwiseTheSameTraining) {
+  for (AttentionKind attention : {AttentionKind::Naive, AttentionKind::Flash})
+    for (GradientStorage g : {GradientStorage::Whole, GradientStorage::PerRange}) {
+      SCOPED_TRACE(std::string(attention_name(attention)) +
+                   (g == GradientStorage::Whole ? ", AdamW after backward" : ", AdamW inside backward"));
+      Backend be = cpu_backend();
+      PoisoningDevice cached(*be.device);
+      std::vector<double> losses[2];
+      std::vector<float> params[2], m[2];
+      for (int k = 0; k < 2; ++k) {
+        Device& dev = k == 0 ? *be.device : static_cast<Device&>(cached);
+        const ModelConfig c = tiny_config();
+        TransformerLM model(c, Precision::FP32, attention, dev, *be.ops, MemoryPlan::Fast, 0, g);
+        model.init_parameters(3);
+        AdamW opt(model, *be.ops, AdamWHyper{});
+        auto timer = dev.make_timer(kStepMarks);
+        for (int s = 0; s < 3; ++s) {
+          const auto x = tokens(2 * 16, s), y = tokens(2 * 16, s + 1);
+          model.set_batch(x.data(), y.data(), 2, 16);
+          run_step(model, &opt, Phase::TrainStep, *timer);
+          losses[k].push_back(model.mean_loss());
+        }
+        params[k] = read(model.params());
+        m[k] = read(opt.m());
+      }
+      EXPECT_EQ(losses[0], losses[1]);
+      EXPECT_TRUE(std::isfinite(losses[1].back()));
+      ASSERT_EQ(params[0].size(), params[1].size());
+      EXPECT_EQ(0, std::memcmp(params[0].data(), params[1].data(), params[0].size() * sizeof(float)));
+      EXPECT_EQ(0, std::memcmp(m[0].data(), m[1].data(), m[0].size() * sizeof(float)));
+      // Steps 2 and 3 took every activation and scratch buffer from the cache (and AdamW's
+      // state may have taken a block or two of the first step's).
+      const ModelConfig c = tiny_config();
+      EXPECT_GE(cached.cache().reused(), 2 * (8 * c.num_layers + 7 + 7));
+    }
 }
 
 // The pickle's bytes, opcode by opcode.
