@@ -9,7 +9,9 @@ Writes profile_rank<R>.md (the tables, also printed) and profile_rank<R>.png int
 as one markdown section, for analysis/report.py.
 
 First an overview, one row per configuration: the step untraced and traced (the overhead), the
-activities per step, the share of matrix products in the step's kernel time, dropped records.
+activities per step, the share of matrix products in the step's kernel time, dropped records, and
+how busy the device was (kernel time over the traced step: below about 90% the host's launches
+set the pace, and the overhead shows).
 Then for every configuration that ran (/profile/<label> with its activities in
 /profile_kernels/<label>, docs/hdf5-schema.md), from the raw activities of the traced steps:
   (a) per phase, the event timing of the traced steps (the bench measurement), the profiler's
@@ -229,18 +231,20 @@ def overview(run, records: list, rank: int) -> str:
         row = [a.get("model", rec.name), a.get("context_length", "-"), a.get("batch_size", "-"),
                a.get("precision", "-"), a.get("attention", "-"), a.get("phase", "-")]
         if not rec.ok:
-            rows.append(row + [rec.status] + ["-"] * 6)
+            rows.append(row + [rec.status] + ["-"] * 7)
             continue
         untraced, traced = float(np.median(rec.arrays["step_ms"])), float(np.median(rec.arrays["traced_step_ms"]))
         acts = run.profile_activities(rec.name, rank)
         total = acts["duration_ns"].sum()
         share = 100.0 * acts.loc[acts["category"] == "matmul", "duration_ns"].sum() / total if total > 0 else math.nan
         steps = int(a["steps"])
+        busy = 100.0 * total / 1e6 / steps / traced if total > 0 and traced > 0 else math.nan
         rows.append(row + ["ok", fmt(untraced, 3), fmt(traced, 3), f"{100.0 * (traced / untraced - 1.0):+.1f}%",
                            fmt(len(acts) / steps, 1), fmt(share, 1) + "%" if total > 0 else "-",
-                           a.get("dropped_records", "-")])
+                           a.get("dropped_records", "-"), fmt(busy, 1) + "%" if total > 0 else "-"])
     return markdown_table(["Model", "Context", "Batch", "Precision", "Attention", "Phase", "Status",
-                           "Untraced ms (median)", "Traced ms (median)", "Overhead", "Activities/step", "Matmul share", "Dropped"], rows)
+                           "Untraced ms (median)", "Traced ms (median)", "Overhead", "Activities/step", "Matmul share",
+                           "Dropped", "Device busy"], rows)
 
 
 def run_report(run, rank: int, top: int, png: str) -> str:

@@ -164,6 +164,10 @@ double ProfileReport::activities_per_step() const {
   return double(n) / double(steps_);
 }
 
+// Below this share of a step with kernels running, the host's launches, not the device, set the
+// pace (docs/results/profile.md: every configuration where tracing cost over 3% was below it).
+constexpr double kBusyDevice = 0.9;
+
 void ProfileReport::print(std::FILE* out, const std::string& title, int top, const StepSamples& events,
                           const StepSamples& untraced) const {
   const Profiler& p = *profiler_;
@@ -267,6 +271,17 @@ void ProfileReport::print(std::FILE* out, const std::string& title, int top, con
   const double before = median(untraced.step), after = median(events.step);
   std::fprintf(out, "\n-- overhead: median %s ms per step untraced, %s ms traced (%s%s)\n", fmt(before, 3).c_str(),
                fmt(after, 3).c_str(), after >= before ? "+" : "", pct(100.0 * (after / before - 1.0)).c_str());
+  // Whether the device or the host set the pace: where kernels leave the device idle, the
+  // launches do, and a tracer's per-launch cost on the host lands in the step.
+  if (p.traces_activities() && after > 0) {
+    const double kernels = kernel_ms_per_step("step"), busy = kernels / after;
+    std::fprintf(out, "-- device busy: kernels ran %s of the %s ms of a traced step (%s)%s\n", fmt(kernels, 3).c_str(),
+                 fmt(after, 3).c_str(), pct(100.0 * busy).c_str(),
+                 busy < kBusyDevice ? ": the host's launches set the pace here, so the profiler's cost per launch "
+                                      "shows in the step (the kernels' own times are not affected; a larger batch or "
+                                      "context hides it)"
+                                    : "");
+  }
   std::fflush(out);
 }
 

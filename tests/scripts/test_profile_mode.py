@@ -121,6 +121,10 @@ def check_analysis(out):
     assert sorted(r[1] for r in overview) == sorted(map(str, CONTEXTS)) and all(r[6] == "ok" for r in overview)
     first = next(r for r in overview if r[1] == str(CONTEXTS[0]))
     assert abs(float(first[11].rstrip("%")) - 100.0 * matmul) < 0.051, (first, matmul)
+    rec = llmhpc_h5.open_run(out).profile_record(label, rank=1)
+    steps = len(rec.arrays["traced_step_ms"])
+    busy = 100.0 * acts["duration_ns"].sum() / 1e6 / steps / float(np.median(rec.arrays["traced_step_ms"]))
+    assert abs(float(first[13].rstrip("%")) - busy) < 0.051, (first, busy)
     assert os.path.getsize(os.path.join(plots, "profile_rank1.png")) > 1000
     assert not os.path.exists("profile_rank1.png"), "nothing is written into the working directory"
 
@@ -142,7 +146,7 @@ def main():
     out = os.path.join(tmp, "run")
     proc = profile(2, out, "--trace", "--top", "3")
     for word in ("-- forward:", "-- backward:", "-- optimizer:", "Matmul %", "-- attention", "Span / events",
-                 "-- overhead"):
+                 "-- overhead", "-- device busy: kernels ran"):
         assert word in proc.stdout, f"'{word}' missing from rank 0's report:\n{proc.stdout}"
     assert sorted(os.listdir(out)) == ["rank00000.h5", "rank00001.h5", "trace_rank00000.json", "trace_rank00001.json"]
     for rank in range(2):
