@@ -13,7 +13,11 @@
 #             PyTorch alone on one GPU at the local batch (--single), same grid
 #   compute   where compute dominates: xl bf16 context 1024 global batch 8, none and bucketed
 #             (COMPUTE_BUCKET_MB, default 25,100), once per NCCL_MAX_CTAS in CTAS (default
-#             "default 16 8 4": fewer SMs for NCCL) and per --gemm-sm-margin in MARGINS (default 0)
+#             "default 16 8 4": fewer SMs for NCCL) and per --gemm-sm-margin in MARGINS (default 0);
+#             MIN_CTAS=N sets NCCL_MIN_CTAS to N instead of 1 (NCCL then uses exactly N);
+#             meanwhile nvidia-smi samples clocks, power and throttle reasons of both GPUs every
+#             250 ms into compute-smi.csv (is the step slower with the all-reduce beside it
+#             because the GPUs clock down at their power limit?)
 #   compiled  PyTorch DDP with torch.compile at global batch 16 (minutes of compilation)
 #   compiled-single  the same without DDP, one GPU at the local batch
 # Files in OUT_DIR: log.txt, <part>*/ (rank files), torch.jsonl, tables.md (analysis/ddp.py).
@@ -64,8 +68,11 @@ if has torch; then
   torch_ddp "${torch_grid[@]}" --setup eager --single
 fi
 if has compute; then
+  nvidia-smi --query-gpu=index,timestamp,clocks.sm,clocks.mem,power.draw,power.limit,temperature.gpu,utilization.gpu,clocks_event_reasons.active \
+    --format=csv -lms 250 >"$out/compute-smi.csv" 2>&1 &
+  smi=$!
   for ctas in $CTAS; do
-    if [ "$ctas" = default ]; then unset NCCL_MAX_CTAS NCCL_MIN_CTAS; else export NCCL_MAX_CTAS=$ctas NCCL_MIN_CTAS=1; fi
+    if [ "$ctas" = default ]; then unset NCCL_MAX_CTAS NCCL_MIN_CTAS; else export NCCL_MAX_CTAS=$ctas NCCL_MIN_CTAS=${MIN_CTAS:-1}; fi
     for margin in $MARGINS; do
       ddp "compute-ctas-$ctas-sm$margin" --model xl --context-length 1024 --batch-size 8 --precision bf16 \
         --attention flash --ddp none,bucketed --bucket-mb ${COMPUTE_BUCKET_MB:-25,100} --warmup 3 --steps 10 \
@@ -73,6 +80,7 @@ if has compute; then
     done
   done
   unset NCCL_MAX_CTAS NCCL_MIN_CTAS
+  kill "$smi" 2>/dev/null
 fi
 if has compiled; then
   torch_ddp --model xl --context-length 128 --batch-size 16 --precision bf16,fp32 --warmup 3 --steps 10 \
