@@ -73,6 +73,11 @@ def attention_part(path: str, name: str, category: str) -> str:
     return ""
 
 
+def median_steps(rec) -> tuple:
+    """The median untraced and traced step, ms: the overhead's terms, as the mode's report has them."""
+    return float(np.median(rec.arrays["step_ms"])), float(np.median(rec.arrays["traced_step_ms"]))
+
+
 def duration(ns: float) -> str:
     """Nsight Systems' way: 66.765 ms, 307.671 μs, 589 ns."""
     if ns is None or (isinstance(ns, float) and math.isnan(ns)):
@@ -156,7 +161,7 @@ def configuration_report(run, rec, rank: int, top: int) -> tuple:
         rows.append([g, fmt(events, 3), fmt(span, 3), fmt(kernel, 3) if len(acts) else "-", fmt(span / events, 3)])
     out += ["(a) Phases, ms per step: events (as bench times them) against the profiler's span and kernel time", "",
             markdown_table(["Phase", "Events", "Profiler span", "Kernel time", "Span / events"], rows), ""]
-    untraced, traced = float(np.median(rec.arrays["step_ms"])), float(np.median(rec.arrays["traced_step_ms"]))
+    untraced, traced = median_steps(rec)
     out += [f"Overhead: median {untraced:.3f} ms per step untraced, {traced:.3f} ms traced "
             f"({100.0 * (traced / untraced - 1.0):+.1f}%).", ""]
     if acts.empty:
@@ -233,7 +238,7 @@ def overview(run, records: list, rank: int) -> str:
         if not rec.ok:
             rows.append(row + [rec.status] + ["-"] * 7)
             continue
-        untraced, traced = float(np.median(rec.arrays["step_ms"])), float(np.median(rec.arrays["traced_step_ms"]))
+        untraced, traced = median_steps(rec)
         acts = run.profile_activities(rec.name, rank)
         total = acts["duration_ns"].sum()
         share = 100.0 * acts.loc[acts["category"] == "matmul", "duration_ns"].sum() / total if total > 0 else math.nan

@@ -45,9 +45,9 @@ std::unique_ptr<Profiler> make_cupti_profiler(Ops&, std::string& why_not) {
 #include <algorithm>
 #include <atomic>
 #include <cstdlib>
-#include <iterator>
 #include <cstring>
 #include <initializer_list>
+#include <iterator>
 #include <map>
 #include <thread>
 #include <unordered_map>
@@ -325,7 +325,6 @@ class CuptiProfiler final : public Profiler {
     CUPTI_CHECK(api_, api_.GetTimestamp(&t));
     return int64_t(t);
   }
-
 
  private:
   // Subscribes to CUPTI's callbacks (one subscriber per process: refused when another tool

@@ -17,7 +17,6 @@
 #include <set>
 
 #include "src/core/nvtx.h"
-#include "src/core/stats.h"
 #include "src/core/units.h"
 #include "src/io/chrome_trace.h"
 #include "src/modes/model_sweep.h"
@@ -246,15 +245,16 @@ void run(ModeContext& ctx) {
               .attr("dropped_records", profiler->dropped())
               .attr("unattributed_activities", profiler->unattributed());
           if (trace) rec.attr("trace_file", trace->path()).attr("trace_pid", pid);
-          return fmt(median(untraced.step)) + " ms/step untraced, " + fmt(median(traced.step)) + " traced (medians)";
+          const Overhead o = overhead(untraced, traced);
+          return fmt(o.untraced_ms) + " ms/step untraced, " + fmt(o.traced_ms) + " traced (medians)";
         },
         [&](Record& r) { r.attr("peak_memory_bytes", dev.allocator().peak_bytes()); });
     const bool ok = status.ok();
     if (ok && ctx.rt.is_root()) report.print(stdout, c.label() + " (rank 0)", top, traced, untraced);
-    const double before = median(untraced.step), after = median(traced.step);  // as the report's overhead
+    const Overhead o = overhead(untraced, traced);
     sweep.add_row({c.model.name, std::to_string(c.model.context_length), std::to_string(c.batch),
-                   precision_name(c.precision), attention_name(c.attention), fmt(before), fmt(after),
-                   ok ? fmt(100.0 * (after / before - 1.0), 1) + "%" : "-",
+                   precision_name(c.precision), attention_name(c.attention), fmt(o.untraced_ms), fmt(o.traced_ms),
+                   ok ? fmt(o.pct, 1) + "%" : "-",
                    ok && profiler->traces_activities() ? fmt(report.activities_per_step(), 1) : "-",
                    ok && profiler->traces_activities() ? fmt(report.matmul_pct("step"), 1) : "-",
                    ok ? std::to_string(profiler->dropped()) : "-", status.column()});

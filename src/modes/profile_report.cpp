@@ -164,6 +164,11 @@ double ProfileReport::activities_per_step() const {
   return double(n) / double(steps_);
 }
 
+Overhead overhead(const StepSamples& untraced, const StepSamples& traced) {
+  const double before = median(untraced.step), after = median(traced.step);
+  return {before, after, 100.0 * (after / before - 1.0)};
+}
+
 // Below this share of a step with kernels running, the host's launches, not the device, set the
 // pace (docs/results/profile.md: every configuration where tracing cost over 3% was below it).
 constexpr double kBusyDevice = 0.9;
@@ -266,11 +271,10 @@ void ProfileReport::print(std::FILE* out, const std::string& title, int top, con
         {pattern, fmt(double(by_pattern[pattern].first) / steps, 1), fmt(by_pattern[pattern].second / 1e6 / steps, 3)});
   print_table(out, "-- phase ranges (device time per step, every layer pooled as 'layer *')", ph);
 
-  // Medians: one slow step (a clock ramp, the host scheduling something else) must not read as
-  // the profiler's cost.
-  const double before = median(untraced.step), after = median(events.step);
-  std::fprintf(out, "\n-- overhead: median %s ms per step untraced, %s ms traced (%s%s)\n", fmt(before, 3).c_str(),
-               fmt(after, 3).c_str(), after >= before ? "+" : "", pct(100.0 * (after / before - 1.0)).c_str());
+  const Overhead o = overhead(untraced, events);
+  const double after = o.traced_ms;
+  std::fprintf(out, "\n-- overhead: median %s ms per step untraced, %s ms traced (%s%s)\n",
+               fmt(o.untraced_ms, 3).c_str(), fmt(after, 3).c_str(), o.pct >= 0 ? "+" : "", pct(o.pct).c_str());
   // Whether the device or the host set the pace: where kernels leave the device idle, the
   // launches do, and a tracer's per-launch cost on the host lands in the step.
   if (p.traces_activities() && after > 0) {

@@ -44,6 +44,13 @@ std::string phase_pattern(const std::string& path);
 // sum, scale) and 4 backward.
 double naive_attention_flops(const std::string& group, const std::string& part, const ModelCase& c);
 
+// The profiler's cost: the median traced step against the median untraced one. Medians: one
+// slow step (a clock ramp, the host scheduling something else) must not read as the profiler's.
+struct Overhead {
+  double untraced_ms, traced_ms, pct;
+};
+Overhead overhead(const StepSamples& untraced, const StepSamples& traced);
+
 // One window's activities, aggregated as they are delivered (8 bytes per activity are kept,
 // for the medians), and the report made from them and the profiler's tables afterwards.
 class ProfileReport {
