@@ -8,7 +8,7 @@
 # fp32, fp16, fp16 into fp32, bf16) on the device in use, and under bf16 the dtype of the
 # parameters, each layer's outputs, the logits, the loss and the gradients, beside autocast's
 # rules. The printed tables go to $OUT/precision.txt, the numbers to the rank files.
-#   sbatch jobs/precision.sh       or   DEVICE=cpu PRECISIONS=fp32 bash jobs/precision.sh
+#   sbatch jobs/precision.sh       or   DEVICE=cpu bash jobs/precision.sh
 set -euo pipefail
 # The repository, also from the copy of this script that sbatch runs (jobs/env.sh says how).
 for r in "${LLMHPC_ROOT:-}" "${SLURM_SUBMIT_DIR:-}" "${SLURM_SUBMIT_DIR:-}/.." "$(dirname "$0")/.." ""; do [ -f "$r/jobs/env.sh" ] && break; done

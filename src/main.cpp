@@ -178,7 +178,15 @@ int run(Runtime& rt, int argc, char** argv, bool& in_mode) {
   mode->add_options(all);
   po::variables_map vm;
   try {
-    po::store(po::command_line_parser(argc, argv).options(all).run(), vm);
+    const po::parsed_options parsed = po::command_line_parser(argc, argv).options(all).run();
+    // A bare word is no option: "llmhpc precision" must not quietly run the default mode.
+    const std::vector<std::string> stray = po::collect_unrecognized(parsed.options, po::include_positional);
+    if (!stray.empty())
+      throw UsageError(
+          "unexpected argument '" + stray[0] + "'" +
+          (find_mode(stray[0]) ? ": a mode is chosen with --mode " + stray[0] : ": every option starts with --") +
+          " (see llmhpc --help)");
+    po::store(parsed, vm);
     po::notify(vm);
   } catch (const po::unknown_option& e) {  // say which modes have it, if any
     std::vector<std::string> owners;

@@ -1,5 +1,6 @@
 // CPU Device and Ops. The Ops only check shapes and dispatch on dtype (fp32 or fp64) to
-// the templated kernels in cpu_kernels.h.
+// the templated kernels in cpu_kernels.h; bf16 tensors are widened to fp32 around them
+// (Widened, below), so mixed precision runs here as it does on the GPU.
 #include "kernels/cpu/cpu_backend.h"
 
 #include <omp.h>
@@ -56,9 +57,55 @@ void dispatch(const char* op, const Tensor& t, F&& f) {
     case DType::F32: f(float{}); return;
     case DType::F64: f(double{}); return;
     default:
-      throw UsageError(std::string(op) + ": the CPU backend computes in fp32 or fp64, not " + dtype_name(t.dtype) +
-                       " (bf16 mixed precision needs --device cuda)");
+      throw UsageError(std::string(op) + ": the CPU backend computes in fp32 or fp64 (bf16 stored), not " +
+                       dtype_name(t.dtype));
   }
+}
+
+// bf16 is a storage format here as on the GPU: an op given bf16 tensors runs its fp32 kernel
+// on fp32 copies of them (exact: every bf16 value is an fp32 value) and rounds what it wrote
+// back to bf16, to nearest even as the GPU's stores do. Arithmetic and intermediates stay
+// fp32, so a bf16 run differs from the GPU's only in summation order and where a GPU kernel
+// rounds inside (flash's probabilities). Copies are plain host memory, freed when the op
+// returns: the tracing allocator sees the op's bf16 tensors, not this scratch.
+class Widened {
+ public:
+  Tensor in(const Tensor& t) { return widen(t, /*read=*/true, /*write=*/false); }
+  Tensor out(const Tensor& t) { return widen(t, false, true); }
+  Tensor inout(const Tensor& t) { return widen(t, true, true); }
+  // Rounds every written copy into its bf16 tensor; call after the op.
+  void write_back() {
+    for (const auto& [wide, narrow] : written_) round_to_bf16_into(wide, narrow);
+  }
+
+ private:
+  Tensor widen(const Tensor& t, bool read, bool write) {
+    if (t.empty() || t.dtype != DType::BF16) return t;
+    copies_.emplace_back(size_t(t.numel()));
+    const Tensor wide(copies_.back().data(), DType::F32, t.shape);
+    if (read) bf16_to_float(t.ptr<uint16_t>(), copies_.back().data(), t.numel());
+    if (write) written_.emplace_back(wide, t);
+    return wide;
+  }
+  static void bf16_to_float(const uint16_t* src, float* dst, int64_t n) {
+#pragma omp parallel for simd
+    for (int64_t i = 0; i < n; ++i) dst[i] = bf16_bits_to_float(src[i]);
+  }
+  static void round_to_bf16_into(const Tensor& wide, const Tensor& narrow) {
+    const float* src = wide.ptr<float>();
+    uint16_t* dst = narrow.ptr<uint16_t>();
+    const int64_t n = wide.numel();
+#pragma omp parallel for simd
+    for (int64_t i = 0; i < n; ++i) dst[i] = float_to_bf16_bits(src[i]);
+  }
+  std::vector<std::vector<float>> copies_;
+  std::vector<std::pair<Tensor, Tensor>> written_;
+};
+
+bool any_bf16(std::initializer_list<const Tensor*> ts) {
+  for (const Tensor* t : ts)
+    if (!t->empty() && t->dtype == DType::BF16) return true;
+  return false;
 }
 
 void same_dtype(const char* op, std::initializer_list<const Tensor*> ts) {
@@ -77,6 +124,11 @@ void expect(bool ok, const char* op, const std::string& what) { LLMHPC_CHECK(ok,
 class CpuOps final : public Ops {
  public:
   void embedding_forward(Tensor out, Tensor tokens, Tensor wte) override {
+    if (any_bf16({&out, &wte})) {  // stored bf16: computed in fp32
+      Widened wide;
+      embedding_forward(wide.out(out), tokens, wide.in(wte));
+      return wide.write_back();
+    }
     const int64_t C = wte.dim(-1), N = tokens.numel();
     expect(out.numel() == N * C && tokens.dtype == DType::I32, "embedding_forward", "shapes");
     same_dtype("embedding_forward", {&out, &wte});
@@ -86,6 +138,11 @@ class CpuOps final : public Ops {
     });
   }
   void embedding_backward(Tensor dwte, Tensor dout, Tensor tokens, bool accumulate) override {
+    if (any_bf16({&dwte, &dout})) {  // stored bf16: computed in fp32
+      Widened wide;
+      embedding_backward(accumulate ? wide.inout(dwte) : wide.out(dwte), wide.in(dout), tokens, accumulate);
+      return wide.write_back();
+    }
     const int64_t C = dwte.dim(-1), N = tokens.numel();
     expect(dout.numel() == N * C, "embedding_backward", "shapes");
     same_dtype("embedding_backward", {&dwte, &dout});
@@ -95,6 +152,11 @@ class CpuOps final : public Ops {
     });
   }
   void rmsnorm_forward(Tensor out, Tensor rstd, Tensor x, Tensor w) override {
+    if (any_bf16({&out, &rstd, &x, &w})) {  // stored bf16: computed in fp32
+      Widened wide;
+      rmsnorm_forward(wide.out(out), wide.out(rstd), wide.in(x), wide.in(w));
+      return wide.write_back();
+    }
     const int64_t C = w.numel(), N = x.numel() / C;
     expect(out.numel() == x.numel() && rstd.numel() == N, "rmsnorm_forward", "shapes");
     same_dtype("rmsnorm_forward", {&out, &rstd, &x, &w});
@@ -104,6 +166,11 @@ class CpuOps final : public Ops {
     });
   }
   void residual_rmsnorm_forward(Tensor x_out, Tensor out, Tensor rstd, Tensor x, Tensor delta, Tensor w) override {
+    if (any_bf16({&x_out, &out, &rstd, &x, &delta, &w})) {  // stored bf16: computed in fp32
+      Widened wide;
+      residual_rmsnorm_forward(wide.out(x_out), wide.out(out), wide.out(rstd), wide.in(x), wide.in(delta), wide.in(w));
+      return wide.write_back();
+    }
     expect(x_out.numel() == x.numel() && delta.numel() == x.numel(), "residual_rmsnorm_forward", "shapes");
     same_dtype("residual_rmsnorm_forward", {&x_out, &x, &delta});
     dispatch("residual_rmsnorm_forward", x, [&](auto T) {
@@ -117,6 +184,12 @@ class CpuOps final : public Ops {
     rmsnorm_forward(out, rstd, x_out, w);
   }
   void rmsnorm_backward(Tensor dx, Tensor dw, Tensor dout, Tensor x, Tensor w, Tensor rstd, bool accumulate) override {
+    if (any_bf16({&dx, &dw, &dout, &x, &w, &rstd})) {  // stored bf16: computed in fp32
+      Widened wide;
+      rmsnorm_backward(wide.inout(dx), accumulate ? wide.inout(dw) : wide.out(dw), wide.in(dout), wide.in(x),
+                       wide.in(w), wide.in(rstd), accumulate);
+      return wide.write_back();
+    }
     const int64_t C = w.numel(), N = x.numel() / C;
     expect(dx.numel() == x.numel() && dout.numel() == x.numel() && dw.numel() == C, "rmsnorm_backward", "shapes");
     same_dtype("rmsnorm_backward", {&dx, &dw, &dout, &x, &w, &rstd});
@@ -127,6 +200,11 @@ class CpuOps final : public Ops {
     });
   }
   void linear_forward(Tensor y, Tensor x, Tensor w) override {
+    if (any_bf16({&y, &x, &w})) {  // stored bf16: computed in fp32
+      Widened wide;
+      linear_forward(wide.out(y), wide.in(x), wide.in(w));
+      return wide.write_back();
+    }
     const int64_t out_f = w.dim(0), in_f = w.dim(1), N = x.numel() / in_f;
     expect(x.numel() == N * in_f && y.numel() == N * out_f, "linear_forward", "shapes");
     same_dtype("linear_forward", {&y, &x, &w});
@@ -136,6 +214,12 @@ class CpuOps final : public Ops {
     });
   }
   void linear_backward(Tensor dx, Tensor dw, Tensor dy, Tensor x, Tensor w, bool accumulate) override {
+    if (any_bf16({&dx, &dw, &dy, &x, &w})) {  // stored bf16: computed in fp32
+      Widened wide;
+      linear_backward(wide.out(dx), accumulate ? wide.inout(dw) : wide.out(dw), wide.in(dy), wide.in(x), wide.in(w),
+                      accumulate);
+      return wide.write_back();
+    }
     const int64_t out_f = w.dim(0), in_f = w.dim(1), N = dy.numel() / out_f;
     expect(dy.numel() == N * out_f && (dx.empty() || dx.numel() == N * in_f) &&
                (dw.empty() || (dw.numel() == w.numel() && x.numel() == N * in_f)),
@@ -153,13 +237,19 @@ class CpuOps final : public Ops {
   void rope_forward(Tensor qkv, int64_t heads, double theta) override { rope(qkv, heads, theta, +1.0); }
   void rope_backward(Tensor dqkv, int64_t heads, double theta) override { rope(dqkv, heads, theta, -1.0); }
 
-  // Naive saves the probabilities (B,H,T,T); flash the logsumexp (B,H,T), in the compute
-  // dtype (fp32, or fp64 in reference runs: the CPU keeps all of an op's tensors in one dtype).
+  // Naive saves the probabilities (B,H,T,T) in the compute dtype; flash the logsumexp (B,H,T)
+  // in fp32 under bf16 (as the CUDA backend), else in the compute dtype (fp64 in reference runs).
   SavedSpec attention_saved(const AttentionDims& d, DType compute) const override {
-    if (d.kind == AttentionKind::Flash) return {Shape{d.batch, d.heads, d.seq}, compute};
+    if (d.kind == AttentionKind::Flash)
+      return {Shape{d.batch, d.heads, d.seq}, compute == DType::BF16 ? DType::F32 : compute};
     return {Shape{d.batch, d.heads, d.seq, d.seq}, compute};
   }
   void attention_forward(Tensor out, Tensor saved, Tensor qkv, const AttentionDims& d) override {
+    if (any_bf16({&out, &saved, &qkv})) {  // stored bf16: computed in fp32
+      Widened wide;
+      attention_forward(wide.out(out), wide.out(saved), wide.in(qkv), d);
+      return wide.write_back();
+    }
     check_attention("attention_forward", out, saved, qkv, d);
     same_dtype("attention_forward", {&out, &saved, &qkv});
     dispatch("attention_forward", qkv, [&](auto T) {
@@ -175,6 +265,11 @@ class CpuOps final : public Ops {
   }
   void attention_backward(Tensor dqkv, Tensor dout, Tensor out, Tensor saved, Tensor qkv,
                           const AttentionDims& d) override {
+    if (any_bf16({&dqkv, &dout, &out, &saved, &qkv})) {  // stored bf16: computed in fp32
+      Widened wide;
+      attention_backward(wide.out(dqkv), wide.in(dout), wide.in(out), wide.in(saved), wide.in(qkv), d);
+      return wide.write_back();
+    }
     check_attention("attention_backward", dout, saved, qkv, d);
     same_dtype("attention_backward", {&dqkv, &dout, &saved, &qkv});
     if (d.kind == AttentionKind::Flash) {  // flash reads the forward's output: D = rowsum(dout * out)
@@ -192,6 +287,11 @@ class CpuOps final : public Ops {
     });
   }
   void swiglu_forward(Tensor out, Tensor h) override {
+    if (any_bf16({&out, &h})) {  // stored bf16: computed in fp32
+      Widened wide;
+      swiglu_forward(wide.out(out), wide.in(h));
+      return wide.write_back();
+    }
     const int64_t F = out.dim(-1), N = out.numel() / F;
     expect(h.numel() == 2 * N * F, "swiglu_forward", "shapes");
     same_dtype("swiglu_forward", {&out, &h});
@@ -201,6 +301,11 @@ class CpuOps final : public Ops {
     });
   }
   void swiglu_backward(Tensor dh, Tensor out, Tensor dout, Tensor h) override {
+    if (any_bf16({&dh, &out, &dout, &h})) {  // stored bf16: computed in fp32
+      Widened wide;
+      swiglu_backward(wide.out(dh), wide.out(out), wide.in(dout), wide.in(h));
+      return wide.write_back();
+    }
     const int64_t F = dout.dim(-1), N = dout.numel() / F;
     expect(h.numel() == 2 * N * F && dh.numel() == h.numel() && (out.empty() || out.numel() == N * F),
            "swiglu_backward", "shapes");
@@ -211,6 +316,11 @@ class CpuOps final : public Ops {
     });
   }
   void cross_entropy_forward(Tensor losses, Tensor logits, Tensor targets) override {
+    if (any_bf16({&losses, &logits})) {  // stored bf16: computed in fp32
+      Widened wide;
+      cross_entropy_forward(wide.out(losses), wide.in(logits), targets);
+      return wide.write_back();
+    }
     const int64_t V = logits.dim(-1), N = logits.numel() / V;
     expect(losses.numel() == N && targets.numel() == N, "cross_entropy_forward", "shapes");
     same_dtype("cross_entropy_forward", {&losses, &logits});
@@ -220,6 +330,11 @@ class CpuOps final : public Ops {
     });
   }
   void cross_entropy_backward(Tensor dlogits, Tensor logits, Tensor targets, double scale) override {
+    if (any_bf16({&dlogits, &logits})) {  // stored bf16: computed in fp32
+      Widened wide;
+      cross_entropy_backward(wide.out(dlogits), wide.in(logits), targets, scale);
+      return wide.write_back();
+    }
     const int64_t V = logits.dim(-1), N = logits.numel() / V;
     expect(dlogits.numel() == logits.numel() && targets.numel() == N, "cross_entropy_backward", "shapes");
     same_dtype("cross_entropy_backward", {&dlogits, &logits});
@@ -246,6 +361,11 @@ class CpuOps final : public Ops {
     from_doubles(tmp.data(), size_t(n), dst.dtype, dst.data);
   }
   void scale(Tensor x, double factor) override {
+    if (any_bf16({&x})) {  // stored bf16: computed in fp32
+      Widened wide;
+      scale(wide.inout(x), factor);
+      return wide.write_back();
+    }
     dispatch("scale", x, [&](auto T) {
       using E = decltype(T);
       E* p = x.ptr<E>();
@@ -274,6 +394,11 @@ class CpuOps final : public Ops {
 
  private:
   void rope(Tensor qkv, int64_t heads, double theta, double sign) {
+    if (any_bf16({&qkv})) {  // stored bf16: computed in fp32
+      Widened wide;
+      rope(wide.inout(qkv), heads, theta, sign);
+      return wide.write_back();
+    }
     const int64_t B = qkv.dim(0), T = qkv.dim(1), D = qkv.numel() / (B * T * 3 * heads);
     expect(qkv.numel() == B * T * 3 * heads * D && D % 2 == 0, "rope", "qkv must be (B,T,3,H,D) with D even");
     dispatch("rope", qkv, [&](auto E0) {

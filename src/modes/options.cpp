@@ -35,7 +35,7 @@ void add_model_options(po::options_description& desc, bool lists) {
 void add_precision_options(po::options_description& desc, bool lists) {
   const std::string list = lists ? " (list sweeps)" : "";
   desc.add_options()("precision", text("fp32"),
-                     ("fp32 | bf16 (autocast-style mixed precision; CUDA) | fp64 (CPU reference)" + list).c_str())(
+                     ("fp32 | bf16 (autocast-style mixed precision) | fp64 (CPU reference)" + list).c_str())(
       "attention", text("naive"), ("naive | flash" + list).c_str())(
       "low-memory", po::bool_switch(),
       "bf16: cast each layer's weights when forward or backward reaches it instead of keeping a bf16 "

@@ -124,8 +124,6 @@ void run(ModeContext& ctx) {
     data.validate(config.vocab_size, config.context_length);
     if (vm.count("save") && rt.is_root() && access(parent_dir(opt_string(vm, "save")).c_str(), W_OK) != 0)
       throw UsageError("--save '" + opt_string(vm, "save") + "': the directory is missing or not writable");
-    if (precision == Precision::BF16 && dev.kind() == DeviceKind::Cpu)
-      throw UsageError("--precision bf16 needs --device cuda (the CPU backend computes in fp32 or fp64)");
     plan = data_parallel_plan(strategy, sharding, config, precision, bucket_mb, rt.world_size);
     if (rt.world_size > 1 && strategy == SyncStrategy::None)
       throw UsageError("--ddp none on " + std::to_string(rt.world_size) +

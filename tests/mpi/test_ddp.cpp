@@ -15,8 +15,8 @@
 //
 // mpi runs on the CPU backend always; nccl on GPUs (gradients on the device, the
 // communicator ordered after the model's stream) when every rank has one, skipped otherwise
-// (decided collectively, so no rank is left in a collective). Under nccl, bf16 ranks also
-// agree bitwise.
+// (decided collectively, so no rank is left in a collective). On both, bf16 ranks also agree
+// bitwise.
 #include "tests/mpi/dp_test_util.h"
 
 namespace llmhpc::test {
@@ -358,9 +358,8 @@ TEST_P(DdpBackendTest, BroadcastMakesDifferentlySeededRanksEqual) {
   EXPECT_TRUE(same_on_every_rank(download(dev, model.params())));
 }
 
-// Mixed precision (CUDA only): every strategy keeps the ranks bitwise equal.
+// Mixed precision: every strategy keeps the ranks bitwise equal.
 TEST_P(DdpBackendTest, Bf16RanksAgreeBitwise) {
-  if (env_->device().kind() != DeviceKind::Cuda) GTEST_SKIP() << "bf16 runs on the CUDA backend";
   for (const Case& c : all_cases()) {
     if (c.backend != GetParam() || c.strategy == SyncStrategy::None) continue;
     const DataParallel setup = c.transformer();

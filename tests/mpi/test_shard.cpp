@@ -14,10 +14,10 @@
 //    uninterrupted;
 //  - the parameters other ranks updated arrive during the next forward (it asks the sync for
 //    each range before reading it), bitwise as if every one had been waited for after the
-//    step, for fp32 and (CUDA) bf16 with and without --low-memory; a checkpoint and an
-//    evaluation between steps see every parameter.
-// mpi runs on the CPU backend; nccl on GPUs when every rank has one (skipped otherwise), where
-// bf16 runs (fp32 master weights shared, bf16 copies refreshed locally) are bitwise too.
+//    step, for fp32 and bf16 with and without --low-memory; a checkpoint and an evaluation
+//    between steps see every parameter.
+// mpi runs on the CPU backend; nccl on GPUs when every rank has one (skipped otherwise). bf16
+// runs (fp32 master weights shared, bf16 copies refreshed locally) are bitwise on both.
 #include <unistd.h>
 
 #include <algorithm>
@@ -225,9 +225,10 @@ TEST_P(ShardTest, CheckpointsMoveBetweenShardedAndUnsharded) {
 TEST_P(ShardTest, ParametersArrivingDuringForwardGiveTheWaitedWeights) {
   const Case& c = GetParam();
   const DataParallel sharded = c.setup(c.sharding);
-  std::vector<std::pair<Precision, MemoryPlan>> variants = {{Precision::FP32, MemoryPlan::Fast}};
-  if (env_->device().kind() == DeviceKind::Cuda)  // bf16: each range's copy refreshed as it arrives
-    variants.insert(variants.end(), {{Precision::BF16, MemoryPlan::Fast}, {Precision::BF16, MemoryPlan::LowMemory}});
+  // bf16: each range's copy refreshed as it arrives
+  const std::pair<Precision, MemoryPlan> variants[] = {{Precision::FP32, MemoryPlan::Fast},
+                                                       {Precision::BF16, MemoryPlan::Fast},
+                                                       {Precision::BF16, MemoryPlan::LowMemory}};
   for (const auto& [precision, memory] : variants) {
     const std::string what = std::string(precision_name(precision)) + (memory == MemoryPlan::LowMemory ? " low" : "");
     const Training want = train_transformer(*env_, &sharded, kSteps, precision, memory, /*wait_every_step=*/true),
@@ -288,9 +289,8 @@ TEST_P(ShardTest, CheckpointAndEvaluationBetweenStepsSeeEveryParameter) {
   EXPECT_TRUE(bitwise_on_every_rank(deferred.params(), waited.params())) << "training went on unchanged";
 }
 
-// Mixed precision (CUDA only): the fp32 weights travel, each rank refreshes its bf16 copy.
+// Mixed precision: the fp32 weights travel, each rank refreshes its bf16 copy.
 TEST_P(ShardTest, Bf16TenStepsGiveTheUnshardedWeights) {
-  if (env_->device().kind() != DeviceKind::Cuda) GTEST_SKIP() << "bf16 runs on the CUDA backend";
   const Case& c = GetParam();
   const DataParallel plain = c.setup(Sharding::None), sharded = c.setup(c.sharding);
   const Training want = train_transformer(*env_, &plain, kSteps, Precision::BF16),

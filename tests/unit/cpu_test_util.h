@@ -23,16 +23,13 @@ class HostTensor {
   Tensor t() const { return buf_.tensor(); }
   operator Tensor() const { return buf_.tensor(); }
   int64_t size() const { return buf_.tensor().numel(); }
+  // Element i as a double; set() stores v rounded to the tensor's dtype (src/core/dtype.h).
   double get(int64_t i) const {
-    const Tensor& x = buf_.tensor();
-    return x.dtype == DType::F64 ? x.ptr<double>()[i] : x.dtype == DType::F32 ? x.ptr<float>()[i] : x.ptr<int32_t>()[i];
+    double v;
+    to_doubles(element(i), buf_.tensor().dtype, 1, &v);
+    return v;
   }
-  void set(int64_t i, double v) {
-    const Tensor& x = buf_.tensor();
-    if (x.dtype == DType::F64) x.ptr<double>()[i] = v;
-    else if (x.dtype == DType::F32) x.ptr<float>()[i] = float(v);
-    else x.ptr<int32_t>()[i] = int32_t(v);
-  }
+  void set(int64_t i, double v) { from_doubles(&v, 1, buf_.tensor().dtype, element(i)); }
   std::vector<double> values() const {
     std::vector<double> v(size());
     for (int64_t i = 0; i < size(); ++i) v[i] = get(i);
@@ -47,6 +44,9 @@ class HostTensor {
   }
 
  private:
+  char* element(int64_t i) const {
+    return static_cast<char*>(buf_.tensor().data) + i * int64_t(dtype_size(buf_.tensor().dtype));
+  }
   Buffer buf_;
 };
 

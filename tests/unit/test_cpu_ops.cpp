@@ -282,9 +282,52 @@ TEST_F(CpuOps, ConvertRoundsToBf16AndBack) {
   }
 }
 
-TEST_F(CpuOps, Bf16TensorsAreRefusedWithAClearError) {
-  Buffer x(dev.allocator(), DType::BF16, {2, 4}, "x"), w(dev.allocator(), DType::BF16, {3, 4}, "w"),
-      y(dev.allocator(), DType::BF16, {2, 3}, "y");
+// bf16 is storage: an op on bf16 tensors is the fp32 op on the same values, each bf16 output
+// rounded once; fp32 tensors beside them (a weight gradient, the residual stream) are exactly
+// what the fp32 op gives, accumulation included.
+TEST_F(CpuOps, Bf16TensorsAreComputedInFp32AndRoundedWhenStored) {
+  const int64_t N = 5, in = 8, out_f = 3;
+  HostTensor x = randn({N, in}, DType::BF16), w = randn({out_f, in}, DType::BF16), dy = randn({N, out_f}, DType::BF16);
+  HostTensor x32 = make({N, in}, DType::F32), w32 = make({out_f, in}, DType::F32), dy32 = make({N, out_f}, DType::F32);
+  x32.copy_from(x);
+  w32.copy_from(w);
+  dy32.copy_from(dy);
+  auto expect_rounded = [](const HostTensor& got, const HostTensor& fp32, const char* what) {
+    for (int64_t i = 0; i < got.size(); ++i)
+      ASSERT_EQ(got.get(i), double(round_to_bf16(float(fp32.get(i))))) << what << " element " << i;
+  };
+
+  HostTensor y = make({N, out_f}, DType::BF16), y32 = make({N, out_f}, DType::F32);
+  ops.linear_forward(y, x, w);
+  ops.linear_forward(y32, x32, w32);
+  expect_rounded(y, y32, "linear_forward y");
+  EXPECT_NE(y.values(), y32.values()) << "no output was rounded: not stored as bf16";
+
+  HostTensor dx = make({N, in}, DType::BF16), dx32 = make({N, in}, DType::F32), dw = randn({out_f, in}, DType::F32),
+             dw32 = make({out_f, in}, DType::F32);
+  dw32.copy_from(dw);
+  ops.linear_backward(dx, dw, dy, x, w, /*accumulate=*/true);
+  ops.linear_backward(dx32, dw32, dy32, x32, w32, true);
+  expect_rounded(dx, dx32, "linear_backward dx");
+  EXPECT_EQ(dw.values(), dw32.values()) << "the fp32 weight gradient, accumulated";
+
+  // The norm's backward: the residual gradient (fp32) accumulates from a bf16 dout.
+  HostTensor r = randn({N, in}, DType::F32), nw = randn({in}, DType::F32), rstd = make({N}, DType::F32),
+             normed = make({N, in}, DType::BF16), normed32 = make({N, in}, DType::F32);
+  ops.rmsnorm_forward(normed, rstd, r, nw);
+  ops.rmsnorm_forward(normed32, rstd, r, nw);
+  expect_rounded(normed, normed32, "rmsnorm_forward out");
+  HostTensor dr = randn({N, in}, DType::F32), dr32 = make({N, in}, DType::F32), dnw = make({in}, DType::F32),
+             dnw32 = make({in}, DType::F32);
+  dr32.copy_from(dr);
+  ops.rmsnorm_backward(dr, dnw, x, r, nw, rstd, false);
+  ops.rmsnorm_backward(dr32, dnw32, x32, r, nw, rstd, false);
+  EXPECT_EQ(dr.values(), dr32.values());
+  EXPECT_EQ(dnw.values(), dnw32.values());
+}
+
+TEST_F(CpuOps, MixedFp32AndFp64AreRefusedWithAClearError) {
+  HostTensor x = make({2, 4}, DType::F32), w = make({3, 4}, DType::F32), y = make({2, 3}, DType::F64);
   EXPECT_THROW(ops.linear_forward(y, x, w), UsageError);
 }
 
