@@ -87,8 +87,12 @@ TransformerLM::TransformerLM(const ModelConfig& config, Precision precision, Att
     layer_window_.buffer = Buffer(a, DType::BF16, {layer.second - layer.first}, "params.bf16.layer");
     head_window_.buffer = Buffer(a, DType::BF16, layout_.find("lm_head.weight").shape, "params.bf16.lm_head");
   } else if (precision_ == Precision::BF16) {
-    params_lowp_ = Buffer(a, DType::BF16, {flat}, "params.bf16");
+    take_lowp();
   }
+}
+
+void TransformerLM::take_lowp() {
+  params_lowp_ = Buffer(device_.allocator(), DType::BF16, {params_.tensor().numel()}, "params.bf16");
 }
 
 TransformerLM::~TransformerLM() = default;
@@ -105,6 +109,7 @@ Tensor TransformerLM::Window::view(int64_t offset, Shape shape) const {
 }
 
 Tensor TransformerLM::compute_view(int64_t offset, Shape shape) const {
+  LLMHPC_CHECK(!lowp_released_, "the bf16 copy is read before the arriving parameters were asked for");
   if (!params_lowp_.empty()) return params_lowp_.tensor().slice(offset, shape);
   if (!casts_per_layer()) return params_.tensor().slice(offset, shape);
   const bool in_layer = offset >= layer_window_.begin && offset + shape.numel() <= layer_window_.end;
@@ -186,6 +191,7 @@ void TransformerLM::init_parameters(uint64_t seed) {
 void TransformerLM::parameters_changed() {
   // Arriving parameters would land on top of the change.
   LLMHPC_CHECK(arriving_ == nullptr, "parameters changed while others still arrive: wait_parameters() first");
+  if (lowp_released_) take_lowp(), lowp_released_ = false;
   if (!params_lowp_.empty()) ops_.convert(params_lowp_, params_);
   layer_window_.forget();
   head_window_.forget();
@@ -194,6 +200,14 @@ void TransformerLM::parameters_changed() {
 void TransformerLM::parameters_arriving(GradientListener& source) {
   LLMHPC_CHECK(arriving_ == nullptr, "parameters arriving twice without a forward or wait_parameters()");
   arriving_ = &source;
+  // Every range of the bf16 copy is cast again as forward asks for it (need_parameters), so
+  // until then the copy holds nothing anyone reads: its memory goes back to the allocator
+  // between the steps, as autocast's per-forward casts do. Taken again at the first range
+  // asked for, so the peak (in backward) is the same.
+  if (!params_lowp_.empty()) {
+    params_lowp_.release();
+    lowp_released_ = true;
+  }
 }
 
 void TransformerLM::wait_parameters() {
@@ -206,6 +220,14 @@ void TransformerLM::wait_parameters() {
 void TransformerLM::need_parameters(int64_t begin, int64_t end) {
   if (arriving_ == nullptr) return;
   arriving_->on_parameters_needed(begin, end);
+  if (lowp_released_) {
+    take_lowp();
+    lowp_released_ = false;
+    // The padding after the last parameter, which no range asks for: the same zeros as ever.
+    const int64_t total = layout_.total(), flat = params_.tensor().numel();
+    if (flat > total)
+      ops_.convert(params_lowp_.tensor().slice(total, {flat - total}), params_.tensor().slice(total, {flat - total}));
+  }
   // The same rounding as one convert of the whole buffer, element by element: bitwise the same copy.
   if (!params_lowp_.empty())
     ops_.convert(params_lowp_.tensor().slice(begin, {end - begin}), params_.tensor().slice(begin, {end - begin}));
@@ -363,21 +385,24 @@ std::vector<std::pair<std::string, DType>> TransformerLM::storage_dtypes() const
   // from a forward to the end of its backward.
   const DType pd = param_dtype(precision_), cd = compute_dtype(precision_);
   const DType sd = pd;  // the statistics' dtype
-  return {{"parameters (master weights)", params_.tensor().dtype},
-          {"weights as the matrix products read them",
-           (params_lowp_.empty() ? casts_per_layer() ? layer_window_.buffer : params_ : params_lowp_).tensor().dtype},
-          {"embedding output, residual stream", pd},
-          {"RMSNorm output (ln1, ln2, ln_final)", cd},
-          {"RMSNorm statistics (rstd)", sd},
-          {"attention q, k, v projections", cd},
-          {"attention output (before output_proj)", cd},
-          {"attention block output (output_proj)", cd},
-          {"FFN W1 x, W3 x", cd},
-          {"FFN SwiGLU product", cd},
-          {"FFN block output (W2)", cd},
-          {"logits (LM head output)", cd},
-          {"loss", sd},
-          {"parameter gradients", param_dtype(precision_)}};
+  return {
+      {"parameters (master weights)", params_.tensor().dtype},
+      {"weights as the matrix products read them",
+       lowp_released_
+           ? DType::BF16
+           : (params_lowp_.empty() ? casts_per_layer() ? layer_window_.buffer : params_ : params_lowp_).tensor().dtype},
+      {"embedding output, residual stream", pd},
+      {"RMSNorm output (ln1, ln2, ln_final)", cd},
+      {"RMSNorm statistics (rstd)", sd},
+      {"attention q, k, v projections", cd},
+      {"attention output (before output_proj)", cd},
+      {"attention block output (output_proj)", cd},
+      {"FFN W1 x, W3 x", cd},
+      {"FFN SwiGLU product", cd},
+      {"FFN block output (W2)", cd},
+      {"logits (LM head output)", cd},
+      {"loss", sd},
+      {"parameter gradients", param_dtype(precision_)}};
 }
 
 // `t` in the compute dtype: itself if it already is, else converted into `scratch`.

@@ -68,7 +68,8 @@ class TransformerLM {
   // grads(), or under PerRange of the buffer holding the range backward reported last.
   Tensor gradients(int64_t begin, int64_t end) const;
   // The bf16 copy of all weights, which the optimizer keeps current; empty unless bf16 with
-  // MemoryPlan::Fast.
+  // MemoryPlan::Fast, and while parameters arrive (from parameters_arriving() until the next
+  // forward asks for its first range: every range is cast again then).
   Tensor params_lowp() const { return params_lowp_; }
   Tensor param(const std::string& name) const { return view(params_, name); }
   Tensor grad(const std::string& name) const;  // under PerRange: of the range backward reports next
@@ -141,6 +142,7 @@ class TransformerLM {
   // While parameters arrive: asks for [begin, end) and refreshes its bf16 copy.
   void need_parameters(int64_t begin, int64_t end);
   bool casts_per_layer() const { return memory_ == MemoryPlan::LowMemory && precision_ == Precision::BF16; }
+  void take_lowp();  // allocates the bf16 copy (its values: the next converts)
   // Forward takes the activations of batch_ x seq_ as it reaches them, unless a forward-only
   // pass kept them: the set with the temporaries the layers share, layer l's saved tensors, the
   // final norm's and the logits.
@@ -162,6 +164,7 @@ class TransformerLM {
   int64_t grad_window_elements_ = 0;      // so a model that only runs forward never holds it
   Buffer tokens_, targets_, losses_;      // the batch: live from set_batch to the next shape
   GradientListener* arriving_ = nullptr;  // where parameters still arrive from (parameters_arriving)
+  bool lowp_released_ = false;            // the bf16 copy waits for the next forward to be taken again
   bool has_targets_ = false;
   bool has_loss_ = false;      // losses_ holds the last forward's, of this batch's targets
   bool logits_fresh_ = false;  // a forward ran since the last backward

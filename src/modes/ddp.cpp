@@ -264,8 +264,10 @@ void run(ModeContext& ctx) {
             memory_samples.take(s, dev);  // after the step's end: outside its timing
             progress.update(s + 1);
           }
-          model.wait_parameters();  // the last step's all-gathers, before the sync goes and the next case
+          // As training holds it between steps: a sharded optimizer's parameters still arriving
+          // (under bf16 without the bf16 copy, which the next forward casts again).
           after_optimizer = model_memory(dev.allocator());
+          model.wait_parameters();  // the last step's all-gathers, before the sync goes and the next case
           slowest = rt.reduce_all(timed.step, HostReduce::Max);
           timed.record(rec, "");
           if (warmup > 0) warm.record(rec, "warmup_");

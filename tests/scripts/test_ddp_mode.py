@@ -192,17 +192,29 @@ def check_oom_rows(work):
 
 def check_sharding_table(work):
     """(f): every strategy x --shard-optimizer with the largest rank's memory; the seeds' DDP tables
-    (a)-(e) keep to unsharded runs."""
+    (a)-(e) keep to unsharded runs. After the step, bf16 holds a copy of the weights (2 bytes each)
+    unsharded, and none while a sharded optimizer's parameters arrive (the next forward casts)."""
     out = os.path.join(work, "shard")
     ddp_run(2, out, "--context-length", T, "--batch-size", "4", "--ddp", "none,bucketed", "--bucket-mb", "1",
-            "--shard-optimizer", "none,zero1", "--warmup", "0", "--steps", "2")
+            "--shard-optimizer", "none,zero1", "--precision", "fp32,bf16", "--warmup", "0", "--steps", "2")
+    for rank in range(2):
+        with h5py.File(os.path.join(out, f"rank{rank:05d}.h5"), "r") as f:
+            params = {(g.attrs["precision"], g.attrs["shard_optimizer"]): g.attrs["memory_after_optimizer_params_bytes"]
+                      for g in f["ddp"].values() if g.attrs["ddp"] == "bucketed"}
+        fp32 = params[("fp32", "none")]
+        assert fp32 >= 4 * PARAMS and params[("fp32", "zero1")] == fp32, params
+        assert params[("bf16", "none")] == fp32 * 6 // 4, f"fp32 weights and their bf16 copy: {params}"
+        assert params[("bf16", "zero1")] == fp32, f"the bf16 copy let go while the parameters arrive: {params}"
+    def fp32_table(text, title):  # the fp32 setup's table of that title
+        return next(b.strip("\n") for b in text.split("\n\n") if b.strip("\n").startswith(title) and ", fp32, " in b)
+
     text = run([sys.executable, DDP_PY, out]).stdout
-    table = text[text.index("(f) optimizer state sharding"):].split("\n\n")[0]
+    table = fp32_table(text, "(f) optimizer state sharding")
     rows = [line.split() for line in table.splitlines()[3:]]
     assert sorted((r[0], r[2]) for r in rows) == [("bucketed", "none"), ("bucketed", "zero1")], table
     state = {r[2]: float(r[8]) for r in rows}
     assert 0 < state["zero1"] < state["none"], f"zero1's optimizer state must be a share of the whole:\n{table}"
-    strategies = text[text.index("(a) DDP strategies"):].split("\n\n")[0]
+    strategies = fp32_table(text, "(a) DDP strategies")
     assert strategies.count("bucketed") == 1, f"(a) must show the unsharded run only:\n{strategies}"
     # PyTorch's ZeroRedundancyOptimizer (synthetic, as torch_ddp.py --shard-optimizer zero writes it) is a row
     # of (f) with the largest rank's live MiB at each point; it is not a DDP row of (d).
@@ -217,7 +229,7 @@ def check_sharding_table(work):
     with open(path, "w") as f:
         f.write(json.dumps(zero) + "\n")
     text = run([sys.executable, DDP_PY, out, "--torch", path]).stdout
-    table = text[text.index("(f) optimizer state sharding"):].split("\n\n")[0]
+    table = fp32_table(text, "(f) optimizer state sharding")
     row = next((line.split() for line in table.splitlines() if "ZeroRedundancyOptimizer" in line), None)
     assert row and row[0] == "torch-ddp-eager" and [float(x) for x in (row[3], row[5], row[6], row[7], row[9])] == \
         [4.0, 2.0, 4.0, 7.0, 8.0], f"PyTorch's ZeRO-1 row (step 4.00, MiB 2/4/7, peak 8):\n{table}"
