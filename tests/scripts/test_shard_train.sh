@@ -2,8 +2,9 @@
 # Optimizer state sharding end to end: mode train on 2 ranks with --shard-optimizer none,
 # broadcast and zero1 writes bitwise the same losses and checkpoints (parameters and the
 # whole optimizer state, in the unsharded layout), each rank keeping 1/n of m and v (its
-# records' memory attributes); a checkpoint saved under zero1 on 2 ranks goes on under any
-# sharding on 1, 3 and 4 ranks; mode ddp sweeps the shardings and prints the memory table.
+# records' memory attributes), under bf16 too; a checkpoint saved under zero1 on 2 ranks goes
+# on under any sharding on 1, 3 and 4 ranks; mode ddp sweeps the shardings and prints the
+# memory table.
 set -u
 BIN=${LLMHPC_BIN:?set LLMHPC_BIN to the llmhpc binary}
 MPIEXEC=${MPIEXEC:-mpirun}
@@ -26,6 +27,10 @@ run() {  # run NP args...: stops the test with the log when llmhpc fails
 for sharding in none broadcast zero1; do
   run 2 $TRAIN --steps 10 --ddp bucketed --bucket-mb 0.02 --shard-optimizer $sharding --save $sharding.h5 \
     --out train_$sharding
+done
+for sharding in none zero1; do
+  run 2 $TRAIN --precision bf16 --steps 10 --ddp bucketed --bucket-mb 0.02 --shard-optimizer $sharding \
+    --save bf16_$sharding.h5 --out bf16_train_$sharding
 done
 # Resume the zero1 checkpoint elsewhere: other world sizes and shardings.
 run 1 $TRAIN --steps 2 --init zero1.h5 --shard-optimizer none --save resumed_1.h5 --out resumed_1
@@ -59,6 +64,11 @@ for sharding in ("broadcast", "zero1"):
     check(mine.keys() == none.keys(), f"{sharding}: the unsharded checkpoint's layout")
     check(all(np.array_equal(mine[k], none[k]) for k in none),
           f"{sharding}: parameters and m, v bitwise the unsharded run's")
+
+bf16 = datasets("bf16_none.h5")
+check(not np.array_equal(bf16["params/lm_head.weight"], none["params/lm_head.weight"]), "bf16 trains otherwise than fp32")
+check(all(np.array_equal(datasets("bf16_zero1.h5")[k], bf16[k]) for k in bf16),
+      "bf16 zero1: parameters and m, v bitwise the unsharded bf16 run's")
 
 for sharding in ("none", "broadcast", "zero1"):
     ranks = []
