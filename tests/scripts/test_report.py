@@ -1,10 +1,10 @@
 """analysis/report.py, its per-mode sections, plot_bench.py, scaling and accounting.py on files
-the binary writes here (CPU backend, a tiny model): bench (fp32 and fp64, two contexts, two
+the binary writes here (CPU backend, a tiny model): bench (fp32 and bf16, two contexts, two
 warm-up settings), attention, comm at 2 and 3 ranks, ddp (every strategy, two bucket sizes,
 sharding), ddp at 1 and 2 ranks (strong and weak), an all-reduce run, train.
 
 Every number checked is recomputed here from the raw arrays read with h5py alone: the bench
-tables' means and stds per warm-up setting, the fp32/fp64 speed-ups, the comm table's mean,
+tables' means and stds per warm-up setting, the fp32/bf16 speed-ups (the seeds' mixed-precision table), the comm table's mean,
 median, std, bandwidth and busbw, the ddp step means, the scaling efficiencies, the attention
 means, the training losses; every plot the report names is a PNG of some size. A new mode is
 picked up by its module alone (analysis/<mode>.py with report_section). accounting.py
@@ -73,10 +73,10 @@ def make_runs(work):
         run(cmd + ["--out", runs[name]])
 
     go("bench", [*mpi, "-np", "2", BIN, "--mode", "bench", "--device", "cpu", *SHAPE, "--context-length", "16,32",
-                 "--precision", "fp32,fp64", "--warmup", "1", "--steps", "3", "--phase", "train-step",
+                 "--precision", "fp32,bf16", "--warmup", "1", "--steps", "3", "--phase", "train-step",
                  "--separate-optimizer"])  # AdamW timed as its own phase, as the seeds' tables
     go("bench-w0", [*mpi, "-np", "2", BIN, "--mode", "bench", "--device", "cpu", *SHAPE, "--context-length", "16,32",
-                    "--precision", "fp32,fp64", "--warmup", "0", "--steps", "3", "--phase", "train-step",
+                    "--precision", "fp32,bf16", "--warmup", "0", "--steps", "3", "--phase", "train-step",
                     "--separate-optimizer"])
     go("attention", [BIN, "--mode", "attention", "--device", "cpu", "--batch", "1", "--heads", "1", "--head-dim", "16",
                      "--seq", "32,64", "--impl", "naive,flash", "--warmup", "1", "--iters", "3"])
@@ -122,8 +122,8 @@ def check_bench(tables, runs, text):
                 close(r[f"{col} Mean (ms)"], arrays[f"{phase}_ms"].mean(), f"warm-up {warmup} {key} {col} mean")
                 close(r[f"{col} Std (ms)"], std(arrays[f"{phase}_ms"]), f"warm-up {warmup} {key} {col} std")
             close(r["Total (ms)"], arrays["step_ms"].mean(), f"warm-up {warmup} {key} total")
-    # speed-ups fp32 / fp64 of both runs pooled per configuration (the loader's order: warm-up 1 then 0)
-    speed = rows_of(table_with(tables, "Total FP32 (ms)", "Total FP64 (ms)", "Total Speedup")[0])
+    # speed-ups fp32 / bf16 of both runs pooled per configuration (the loader's order: warm-up 1 then 0)
+    speed = rows_of(table_with(tables, "Total FP32 (ms)", "Total BF16 (ms)", "Total Speedup")[0])
     assert len(speed) == 4, f"speed-up rows: {speed}"
     for directory, warmup in ((runs["bench"], "1"), (runs["bench-w0"], "0")):
         groups = raw(directory, 0, "bench")
@@ -131,9 +131,9 @@ def check_bench(tables, runs, text):
             by_prec = {a["precision"]: arr for a, arr in groups.values() if a["context_length"] == ctx}
             (r,) = [r for r in speed if r["Context"] == str(ctx) and r["Warm-up"] == warmup]
             for phase, col in (("forward", "Fwd"), ("backward", "Bwd"), ("optimizer", "Opt"), ("step", "Total")):
-                x, y = by_prec["fp32"][f"{phase}_ms"].mean(), by_prec["fp64"][f"{phase}_ms"].mean()
+                x, y = by_prec["fp32"][f"{phase}_ms"].mean(), by_prec["bf16"][f"{phase}_ms"].mean()
                 close(r[f"{col} FP32 (ms)"], x, f"{col} fp32, context {ctx}, warm-up {warmup}")
-                close(r[f"{col} FP64 (ms)"], y, f"{col} fp64, context {ctx}, warm-up {warmup}")
+                close(r[f"{col} BF16 (ms)"], y, f"{col} bf16, context {ctx}, warm-up {warmup}")
                 close(r[f"{col} Speedup"], x / y, f"{col} speed-up, context {ctx}, warm-up {warmup}")
 
 
@@ -227,7 +227,7 @@ def check_train(tables, runs):
 def check_pngs(report_path):
     text = open(report_path).read()
     names = re.findall(r"!\[[^]]*\]\(([^)]+\.png)\)", text)
-    for expected in ("bench.png", "bench_speedup_fp64.png", "attention.png", "comm_busbw.png", "ddp_breakdown.png",
+    for expected in ("bench.png", "bench_speedup_bf16.png", "attention.png", "comm_busbw.png", "ddp_breakdown.png",
                      "scaling.png", "train_loss.png"):
         assert expected in names, f"the report does not show {expected} (it shows {names})"
     for name in names:
