@@ -93,6 +93,11 @@ TransformerLM::TransformerLM(const ModelConfig& config, Precision precision, Att
 
 void TransformerLM::take_lowp() {
   params_lowp_ = Buffer(device_.allocator(), DType::BF16, {params_.tensor().numel()}, "params.bf16");
+  // The padding, which no range asks for, zero as the fp32 padding: written, not converted,
+  // since the last all-gather of a step may still be writing the fp32 padding (its zeros).
+  const int64_t total = layout_.total();
+  const Tensor padding = params_lowp_.tensor().slice(total, {params_.tensor().numel() - total});
+  device_.fill_zero(padding.data, padding.bytes());
 }
 
 TransformerLM::~TransformerLM() = default;
@@ -223,10 +228,6 @@ void TransformerLM::need_parameters(int64_t begin, int64_t end) {
   if (lowp_released_) {
     take_lowp();
     lowp_released_ = false;
-    // The padding after the last parameter, which no range asks for: the same zeros as ever.
-    const int64_t total = layout_.total(), flat = params_.tensor().numel();
-    if (flat > total)
-      ops_.convert(params_lowp_.tensor().slice(total, {flat - total}), params_.tensor().slice(total, {flat - total}));
   }
   // The same rounding as one convert of the whole buffer, element by element: bitwise the same copy.
   if (!params_lowp_.empty())

@@ -142,7 +142,7 @@ class TransformerLM {
   // While parameters arrive: asks for [begin, end) and refreshes its bf16 copy.
   void need_parameters(int64_t begin, int64_t end);
   bool casts_per_layer() const { return memory_ == MemoryPlan::LowMemory && precision_ == Precision::BF16; }
-  void take_lowp();  // allocates the bf16 copy (its values: the next converts)
+  void take_lowp();  // allocates the bf16 copy, its padding zero (the rest: the next converts)
   // Forward takes the activations of batch_ x seq_ as it reaches them, unless a forward-only
   // pass kept them: the set with the temporaries the layers share, layer l's saved tensors, the
   // final norm's and the logits.
