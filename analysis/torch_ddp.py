@@ -264,7 +264,7 @@ def main(argv=None) -> int:
     else:
         device = torch.device("cpu")
         if "bf16" in split(args.precision):
-            print("torch_ddp.py: error: --precision bf16 needs a GPU (as llmhpc's)", file=sys.stderr)
+            print("torch_ddp.py: error: --precision bf16 is a GPU comparison; on the CPU use fp32", file=sys.stderr)
             return 2
     torch.backends.cuda.matmul.allow_tf32 = False  # fp32 means fp32, as llmhpc without --tf32
     torch.backends.cudnn.allow_tf32 = False
