@@ -114,7 +114,7 @@ Tensor TransformerLM::Window::view(int64_t offset, Shape shape) const {
 }
 
 Tensor TransformerLM::compute_view(int64_t offset, Shape shape) const {
-  LLMHPC_CHECK(!lowp_released_, "the bf16 copy is read before the arriving parameters were asked for");
+  LLMHPC_CHECK(!lowp_released(), "the bf16 copy is read before the arriving parameters were asked for");
   if (!params_lowp_.empty()) return params_lowp_.tensor().slice(offset, shape);
   if (!casts_per_layer()) return params_.tensor().slice(offset, shape);
   const bool in_layer = offset >= layer_window_.begin && offset + shape.numel() <= layer_window_.end;
@@ -196,7 +196,7 @@ void TransformerLM::init_parameters(uint64_t seed) {
 void TransformerLM::parameters_changed() {
   // Arriving parameters would land on top of the change.
   LLMHPC_CHECK(arriving_ == nullptr, "parameters changed while others still arrive: wait_parameters() first");
-  if (lowp_released_) take_lowp(), lowp_released_ = false;
+  if (lowp_released()) take_lowp();
   if (!params_lowp_.empty()) ops_.convert(params_lowp_, params_);
   layer_window_.forget();
   head_window_.forget();
@@ -209,10 +209,7 @@ void TransformerLM::parameters_arriving(GradientListener& source) {
   // until then the copy holds nothing anyone reads: its memory goes back to the allocator
   // between the steps, as autocast's per-forward casts do. Taken again at the first range
   // asked for, so the peak (in backward) is the same.
-  if (!params_lowp_.empty()) {
-    params_lowp_.release();
-    lowp_released_ = true;
-  }
+  params_lowp_.release();
 }
 
 void TransformerLM::wait_parameters() {
@@ -225,10 +222,7 @@ void TransformerLM::wait_parameters() {
 void TransformerLM::need_parameters(int64_t begin, int64_t end) {
   if (arriving_ == nullptr) return;
   arriving_->on_parameters_needed(begin, end);
-  if (lowp_released_) {
-    take_lowp();
-    lowp_released_ = false;
-  }
+  if (lowp_released()) take_lowp();
   // The same rounding as one convert of the whole buffer, element by element: bitwise the same copy.
   if (!params_lowp_.empty())
     ops_.convert(params_lowp_.tensor().slice(begin, {end - begin}), params_.tensor().slice(begin, {end - begin}));
@@ -386,24 +380,21 @@ std::vector<std::pair<std::string, DType>> TransformerLM::storage_dtypes() const
   // from a forward to the end of its backward.
   const DType pd = param_dtype(precision_), cd = compute_dtype(precision_);
   const DType sd = pd;  // the statistics' dtype
-  return {
-      {"parameters (master weights)", params_.tensor().dtype},
-      {"weights as the matrix products read them",
-       lowp_released_
-           ? DType::BF16
-           : (params_lowp_.empty() ? casts_per_layer() ? layer_window_.buffer : params_ : params_lowp_).tensor().dtype},
-      {"embedding output, residual stream", pd},
-      {"RMSNorm output (ln1, ln2, ln_final)", cd},
-      {"RMSNorm statistics (rstd)", sd},
-      {"attention q, k, v projections", cd},
-      {"attention output (before output_proj)", cd},
-      {"attention block output (output_proj)", cd},
-      {"FFN W1 x, W3 x", cd},
-      {"FFN SwiGLU product", cd},
-      {"FFN block output (W2)", cd},
-      {"logits (LM head output)", cd},
-      {"loss", sd},
-      {"parameter gradients", param_dtype(precision_)}};
+  return {{"parameters (master weights)", params_.tensor().dtype},
+          // bf16: the copy, or the cast windows (the copy may be let go between steps).
+          {"weights as the matrix products read them", cd},
+          {"embedding output, residual stream", pd},
+          {"RMSNorm output (ln1, ln2, ln_final)", cd},
+          {"RMSNorm statistics (rstd)", sd},
+          {"attention q, k, v projections", cd},
+          {"attention output (before output_proj)", cd},
+          {"attention block output (output_proj)", cd},
+          {"FFN W1 x, W3 x", cd},
+          {"FFN SwiGLU product", cd},
+          {"FFN block output (W2)", cd},
+          {"logits (LM head output)", cd},
+          {"loss", sd},
+          {"parameter gradients", param_dtype(precision_)}};
 }
 
 // `t` in the compute dtype: itself if it already is, else converted into `scratch`.

@@ -143,6 +143,8 @@ class TransformerLM {
   void need_parameters(int64_t begin, int64_t end);
   bool casts_per_layer() const { return memory_ == MemoryPlan::LowMemory && precision_ == Precision::BF16; }
   void take_lowp();  // allocates the bf16 copy, its padding zero (the rest: the next converts)
+  // Under bf16 without --low-memory, the copy is let go while parameters arrive.
+  bool lowp_released() const { return precision_ == Precision::BF16 && !casts_per_layer() && params_lowp_.empty(); }
   // Forward takes the activations of batch_ x seq_ as it reaches them, unless a forward-only
   // pass kept them: the set with the temporaries the layers share, layer l's saved tensors, the
   // final norm's and the logits.
@@ -164,7 +166,6 @@ class TransformerLM {
   int64_t grad_window_elements_ = 0;      // so a model that only runs forward never holds it
   Buffer tokens_, targets_, losses_;      // the batch: live from set_batch to the next shape
   GradientListener* arriving_ = nullptr;  // where parameters still arrive from (parameters_arriving)
-  bool lowp_released_ = false;            // the bf16 copy waits for the next forward to be taken again
   bool has_targets_ = false;
   bool has_loss_ = false;      // losses_ holds the last forward's, of this batch's targets
   bool logits_fresh_ = false;  // a forward ran since the last backward
