@@ -34,8 +34,8 @@ void add_model_group(po::options_description& desc);
 void validate_step_options(const po::variables_map& vm);
 std::vector<ModelCase> model_cases(const po::variables_map& vm);
 
-// Configurations the backend cannot run at all (bf16 on the CPU, an attention it lacks): an
-// error on every rank before anything starts.
+// Configurations the backend cannot run at all (an attention or a precision it lacks): an
+// error on every rank before anything starts. Notes bf16 on the CPU (note_cpu_bf16).
 void check_cases_run(const ModeContext& ctx, const std::vector<ModelCase>& cases);
 // The configuration's attributes, as bench records them (docs/hdf5-schema.md, /bench).
 void add_case_attrs(Record& rec, const ModelCase& c, Phase phase, MemoryPlan memory, int64_t warmup, int64_t steps);

@@ -161,6 +161,13 @@ std::vector<Precision> precisions(const po::variables_map& vm) {
   return opt_list(vm, "precision", [](const std::string& p) { return parse_precision(p); });
 }
 
+void note_cpu_bf16(const ModeContext& ctx, bool runs_bf16) {
+  if (runs_bf16 && ctx.backend.device->kind() == DeviceKind::Cpu)
+    log_root(ctx.rt,
+             "note: on the CPU, bf16 is computed in fp32 on values stored as bf16 (for checking, not for speed): "
+             "its times say nothing of bf16 hardware\n");
+}
+
 std::vector<AttentionKind> attentions(const po::variables_map& vm) {
   return opt_list(vm, "attention", [](const std::string& a) { return parse_attention(a); });
 }
