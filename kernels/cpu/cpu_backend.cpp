@@ -64,18 +64,20 @@ void dispatch(const char* op, const Tensor& t, F&& f) {
 
 // bf16 is a storage format here as on the GPU: an op given bf16 tensors runs its fp32 kernel
 // on fp32 copies of them (exact: every bf16 value is an fp32 value) and rounds what it wrote
-// back to bf16, to nearest even as the GPU's stores do. Arithmetic and intermediates stay
-// fp32, so a bf16 run differs from the GPU's only in summation order and where a GPU kernel
-// rounds inside (flash's probabilities). Copies are plain host memory, freed when the op
-// returns: the tracing allocator sees the op's bf16 tensors, not this scratch.
+// back to bf16, to nearest even as the GPU's stores do; both conversions are the backend's own
+// convert op. Arithmetic and intermediates stay fp32, so a bf16 run differs from the GPU's
+// only in summation order and where a GPU kernel rounds inside (flash's probabilities). Copies
+// are plain host memory, freed when the op returns: the tracing allocator sees the op's bf16
+// tensors, not this scratch.
 class Widened {
  public:
+  explicit Widened(Ops& ops) : ops_(ops) {}
   Tensor in(const Tensor& t) { return widen(t, /*read=*/true, /*write=*/false); }
   Tensor out(const Tensor& t) { return widen(t, false, true); }
   Tensor inout(const Tensor& t) { return widen(t, true, true); }
   // Rounds every written copy into its bf16 tensor; call after the op.
   void write_back() {
-    for (const auto& [wide, narrow] : written_) round_to_bf16_into(wide, narrow);
+    for (const auto& [wide, narrow] : written_) ops_.convert(narrow, wide);
   }
 
  private:
@@ -83,21 +85,11 @@ class Widened {
     if (t.empty() || t.dtype != DType::BF16) return t;
     copies_.emplace_back(size_t(t.numel()));
     const Tensor wide(copies_.back().data(), DType::F32, t.shape);
-    if (read) bf16_to_float(t.ptr<uint16_t>(), copies_.back().data(), t.numel());
+    if (read) ops_.convert(wide, t);
     if (write) written_.emplace_back(wide, t);
     return wide;
   }
-  static void bf16_to_float(const uint16_t* src, float* dst, int64_t n) {
-#pragma omp parallel for simd
-    for (int64_t i = 0; i < n; ++i) dst[i] = bf16_bits_to_float(src[i]);
-  }
-  static void round_to_bf16_into(const Tensor& wide, const Tensor& narrow) {
-    const float* src = wide.ptr<float>();
-    uint16_t* dst = narrow.ptr<uint16_t>();
-    const int64_t n = wide.numel();
-#pragma omp parallel for simd
-    for (int64_t i = 0; i < n; ++i) dst[i] = float_to_bf16_bits(src[i]);
-  }
+  Ops& ops_;
   std::vector<std::vector<float>> copies_;
   std::vector<std::pair<Tensor, Tensor>> written_;
 };
@@ -125,7 +117,7 @@ class CpuOps final : public Ops {
  public:
   void embedding_forward(Tensor out, Tensor tokens, Tensor wte) override {
     if (any_bf16({&out, &wte})) {  // stored bf16: computed in fp32
-      Widened wide;
+      Widened wide(*this);
       embedding_forward(wide.out(out), tokens, wide.in(wte));
       return wide.write_back();
     }
@@ -139,7 +131,7 @@ class CpuOps final : public Ops {
   }
   void embedding_backward(Tensor dwte, Tensor dout, Tensor tokens, bool accumulate) override {
     if (any_bf16({&dwte, &dout})) {  // stored bf16: computed in fp32
-      Widened wide;
+      Widened wide(*this);
       embedding_backward(accumulate ? wide.inout(dwte) : wide.out(dwte), wide.in(dout), tokens, accumulate);
       return wide.write_back();
     }
@@ -153,7 +145,7 @@ class CpuOps final : public Ops {
   }
   void rmsnorm_forward(Tensor out, Tensor rstd, Tensor x, Tensor w) override {
     if (any_bf16({&out, &rstd, &x, &w})) {  // stored bf16: computed in fp32
-      Widened wide;
+      Widened wide(*this);
       rmsnorm_forward(wide.out(out), wide.out(rstd), wide.in(x), wide.in(w));
       return wide.write_back();
     }
@@ -167,7 +159,7 @@ class CpuOps final : public Ops {
   }
   void residual_rmsnorm_forward(Tensor x_out, Tensor out, Tensor rstd, Tensor x, Tensor delta, Tensor w) override {
     if (any_bf16({&x_out, &out, &rstd, &x, &delta, &w})) {  // stored bf16: computed in fp32
-      Widened wide;
+      Widened wide(*this);
       residual_rmsnorm_forward(wide.out(x_out), wide.out(out), wide.out(rstd), wide.in(x), wide.in(delta), wide.in(w));
       return wide.write_back();
     }
@@ -185,7 +177,7 @@ class CpuOps final : public Ops {
   }
   void rmsnorm_backward(Tensor dx, Tensor dw, Tensor dout, Tensor x, Tensor w, Tensor rstd, bool accumulate) override {
     if (any_bf16({&dx, &dw, &dout, &x, &w, &rstd})) {  // stored bf16: computed in fp32
-      Widened wide;
+      Widened wide(*this);
       rmsnorm_backward(wide.inout(dx), accumulate ? wide.inout(dw) : wide.out(dw), wide.in(dout), wide.in(x),
                        wide.in(w), wide.in(rstd), accumulate);
       return wide.write_back();
@@ -201,7 +193,7 @@ class CpuOps final : public Ops {
   }
   void linear_forward(Tensor y, Tensor x, Tensor w) override {
     if (any_bf16({&y, &x, &w})) {  // stored bf16: computed in fp32
-      Widened wide;
+      Widened wide(*this);
       linear_forward(wide.out(y), wide.in(x), wide.in(w));
       return wide.write_back();
     }
@@ -215,7 +207,7 @@ class CpuOps final : public Ops {
   }
   void linear_backward(Tensor dx, Tensor dw, Tensor dy, Tensor x, Tensor w, bool accumulate) override {
     if (any_bf16({&dx, &dw, &dy, &x, &w})) {  // stored bf16: computed in fp32
-      Widened wide;
+      Widened wide(*this);
       linear_backward(wide.out(dx), accumulate ? wide.inout(dw) : wide.out(dw), wide.in(dy), wide.in(x), wide.in(w),
                       accumulate);
       return wide.write_back();
@@ -246,7 +238,7 @@ class CpuOps final : public Ops {
   }
   void attention_forward(Tensor out, Tensor saved, Tensor qkv, const AttentionDims& d) override {
     if (any_bf16({&out, &saved, &qkv})) {  // stored bf16: computed in fp32
-      Widened wide;
+      Widened wide(*this);
       attention_forward(wide.out(out), wide.out(saved), wide.in(qkv), d);
       return wide.write_back();
     }
@@ -266,7 +258,7 @@ class CpuOps final : public Ops {
   void attention_backward(Tensor dqkv, Tensor dout, Tensor out, Tensor saved, Tensor qkv,
                           const AttentionDims& d) override {
     if (any_bf16({&dqkv, &dout, &out, &saved, &qkv})) {  // stored bf16: computed in fp32
-      Widened wide;
+      Widened wide(*this);
       attention_backward(wide.out(dqkv), wide.in(dout), wide.in(out), wide.in(saved), wide.in(qkv), d);
       return wide.write_back();
     }
@@ -288,7 +280,7 @@ class CpuOps final : public Ops {
   }
   void swiglu_forward(Tensor out, Tensor h) override {
     if (any_bf16({&out, &h})) {  // stored bf16: computed in fp32
-      Widened wide;
+      Widened wide(*this);
       swiglu_forward(wide.out(out), wide.in(h));
       return wide.write_back();
     }
@@ -302,7 +294,7 @@ class CpuOps final : public Ops {
   }
   void swiglu_backward(Tensor dh, Tensor out, Tensor dout, Tensor h) override {
     if (any_bf16({&dh, &out, &dout, &h})) {  // stored bf16: computed in fp32
-      Widened wide;
+      Widened wide(*this);
       swiglu_backward(wide.out(dh), wide.out(out), wide.in(dout), wide.in(h));
       return wide.write_back();
     }
@@ -317,7 +309,7 @@ class CpuOps final : public Ops {
   }
   void cross_entropy_forward(Tensor losses, Tensor logits, Tensor targets) override {
     if (any_bf16({&losses, &logits})) {  // stored bf16: computed in fp32
-      Widened wide;
+      Widened wide(*this);
       cross_entropy_forward(wide.out(losses), wide.in(logits), targets);
       return wide.write_back();
     }
@@ -331,7 +323,7 @@ class CpuOps final : public Ops {
   }
   void cross_entropy_backward(Tensor dlogits, Tensor logits, Tensor targets, double scale) override {
     if (any_bf16({&dlogits, &logits})) {  // stored bf16: computed in fp32
-      Widened wide;
+      Widened wide(*this);
       cross_entropy_backward(wide.out(dlogits), wide.in(logits), targets, scale);
       return wide.write_back();
     }
@@ -362,7 +354,7 @@ class CpuOps final : public Ops {
   }
   void scale(Tensor x, double factor) override {
     if (any_bf16({&x})) {  // stored bf16: computed in fp32
-      Widened wide;
+      Widened wide(*this);
       scale(wide.inout(x), factor);
       return wide.write_back();
     }
@@ -395,7 +387,7 @@ class CpuOps final : public Ops {
  private:
   void rope(Tensor qkv, int64_t heads, double theta, double sign) {
     if (any_bf16({&qkv})) {  // stored bf16: computed in fp32
-      Widened wide;
+      Widened wide(*this);
       rope(wide.inout(qkv), heads, theta, sign);
       return wide.write_back();
     }

@@ -147,8 +147,7 @@ void run(ModeContext& ctx) {
       ops.attention_saved({1, 1, 1, c.head_dim, c.causal, c.impl}, compute_dtype(c.precision));
     }
   });
-  note_cpu_bf16(ctx, std::any_of(cases.begin(), cases.end(),
-                                 [](const AttentionCase& c) { return c.precision == Precision::BF16; }));
+  note_cpu_bf16(ctx);
 
   log_root(ctx.rt, "attention: %zu configuration(s), %lld warm-up + %lld timed iterations, %d rank(s) on %s\n",
            cases.size(), (long long)warmup, (long long)iters, ctx.rt.world_size, dev.name().c_str());

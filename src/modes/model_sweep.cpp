@@ -59,8 +59,7 @@ void check_cases_run(const ModeContext& ctx, const std::vector<ModelCase>& cases
       ops.attention_saved({1, 1, 1, 2, true, c.attention}, compute_dtype(c.precision));
     }
   });
-  note_cpu_bf16(
-      ctx, std::any_of(cases.begin(), cases.end(), [](const ModelCase& c) { return c.precision == Precision::BF16; }));
+  note_cpu_bf16(ctx);
 }
 
 void add_case_attrs(Record& rec, const ModelCase& c, Phase phase, MemoryPlan memory, int64_t warmup, int64_t steps) {

@@ -1,5 +1,6 @@
 #include "src/modes/options.h"
 
+#include <algorithm>
 #include <regex>
 
 #include "src/core/random.h"
@@ -161,8 +162,10 @@ std::vector<Precision> precisions(const po::variables_map& vm) {
   return opt_list(vm, "precision", [](const std::string& p) { return parse_precision(p); });
 }
 
-void note_cpu_bf16(const ModeContext& ctx, bool runs_bf16) {
-  if (runs_bf16 && ctx.backend.device->kind() == DeviceKind::Cpu)
+void note_cpu_bf16(const ModeContext& ctx) {
+  const std::vector<Precision> wanted = precisions(ctx.vm);
+  if (ctx.backend.device->kind() == DeviceKind::Cpu &&
+      std::find(wanted.begin(), wanted.end(), Precision::BF16) != wanted.end())
     log_root(ctx.rt,
              "note: on the CPU, bf16 is computed in fp32 on values stored as bf16 (for checking, not for speed): "
              "its times say nothing of bf16 hardware\n");

@@ -27,8 +27,8 @@ bool has_explicit_shape(const po::variables_map& vm);
 std::vector<int64_t> batch_sizes(const po::variables_map& vm);
 std::vector<Precision> precisions(const po::variables_map& vm);
 // Rank 0 says once that bf16 on the CPU is storage only (kernels/cpu), so its times mislead
-// nobody; nothing where no bf16 runs on the CPU.
-void note_cpu_bf16(const ModeContext& ctx, bool runs_bf16);
+// nobody; nothing unless --precision has bf16 and the device is the CPU.
+void note_cpu_bf16(const ModeContext& ctx);
 std::vector<AttentionKind> attentions(const po::variables_map& vm);
 MemoryPlan memory_plan(const po::variables_map& vm);  // --low-memory
 // A model's part of a configuration's label: the preset name, or d<d_model>_ff<d_ff>_L<layers>_H<heads>.

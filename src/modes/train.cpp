@@ -158,7 +158,7 @@ void run(ModeContext& ctx) {
            (long long)batch, (long long)seq, data.path().c_str(), (long long)data.size(),
            order == DataOrder::Random ? "random" : "sequential",
            init ? (", from " + opt_string(vm, "init")).c_str() : "");
-  note_cpu_bf16(ctx, precision == Precision::BF16);
+  note_cpu_bf16(ctx);
   if (sync)
     log_root(rt, "train: %d ranks of %lld sequences each, --ddp %s%s (%zu collective(s) per step)%s\n", rt.world_size,
              (long long)mine.count, sync_strategy_name(strategy),

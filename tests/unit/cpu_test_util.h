@@ -24,12 +24,8 @@ class HostTensor {
   operator Tensor() const { return buf_.tensor(); }
   int64_t size() const { return buf_.tensor().numel(); }
   // Element i as a double; set() stores v rounded to the tensor's dtype (src/core/dtype.h).
-  double get(int64_t i) const {
-    double v;
-    to_doubles(element(i), buf_.tensor().dtype, 1, &v);
-    return v;
-  }
-  void set(int64_t i, double v) { from_doubles(&v, 1, buf_.tensor().dtype, element(i)); }
+  double get(int64_t i) const { return load_as_double(buf_.tensor().data, size_t(i), buf_.tensor().dtype); }
+  void set(int64_t i, double v) { store_from_double(buf_.tensor().data, size_t(i), buf_.tensor().dtype, v); }
   std::vector<double> values() const {
     std::vector<double> v(size());
     for (int64_t i = 0; i < size(); ++i) v[i] = get(i);
@@ -44,9 +40,6 @@ class HostTensor {
   }
 
  private:
-  char* element(int64_t i) const {
-    return static_cast<char*>(buf_.tensor().data) + i * int64_t(dtype_size(buf_.tensor().dtype));
-  }
   Buffer buf_;
 };
 
