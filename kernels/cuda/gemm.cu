@@ -1,7 +1,9 @@
-// Row-major GEMMs on cuBLAS (see gemm.h).
+// Row-major GEMMs on cuBLASLt, one plan per distinct product (see gemm.h).
 #include "kernels/cuda/gemm.h"
 
 #include <climits>
+#include <memory>
+#include <string>
 
 #include "kernels/cuda/cuda_check.h"
 
@@ -24,16 +26,75 @@ int as_int(int64_t v, const char* what) {
   return int(v);
 }
 
+// The largest power of two (up to 256) that divides the address: cuBLASLt's fastest kernels
+// need 16-byte aligned operands, and a sub-matrix (a head of qkv) may be aligned less.
+int32_t alignment(const void* p) {
+  const auto a = reinterpret_cast<uintptr_t>(p);
+  for (int32_t bytes = 256; bytes > 1; bytes /= 2)
+    if (a % uintptr_t(bytes) == 0) return bytes;
+  return 1;
+}
+
+template <class T>
+void set(cublasLtMatmulDesc_t d, cublasLtMatmulDescAttributes_t attr, T value) {
+  CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(d, attr, &value, sizeof value));
+}
+template <class T>
+void set(cublasLtMatrixLayout_t l, cublasLtMatrixLayoutAttribute_t attr, T value) {
+  CUBLAS_CHECK(cublasLtMatrixLayoutSetAttribute(l, attr, &value, sizeof value));
+}
+template <class T>
+void set(cublasLtMatmulPreference_t p, cublasLtMatmulPreferenceAttributes_t attr, T value) {
+  CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(p, attr, &value, sizeof value));
+}
+
+// A column-major (rows, cols) layout with `ld`, batched when batch > 1.
+cublasLtMatrixLayout_t make_layout(int32_t type, int rows, int cols, int ld, int batch, int64_t stride) {
+  cublasLtMatrixLayout_t l = nullptr;
+  CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&l, cudaDataType_t(type), uint64_t(rows), uint64_t(cols), int64_t(ld)));
+  if (batch > 1) {
+    set(l, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, int32_t(batch));
+    set(l, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, stride);
+  }
+  return l;
+}
+
 }  // namespace
 
+// The descriptors of one product and the algorithm cuBLASLt's heuristic chose for it.
+struct Gemm::Plan {
+  cublasLtMatmulDesc_t desc = nullptr;
+  cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
+  cublasLtMatmulAlgo_t algo{};
+  ~Plan() {
+    if (a) cublasLtMatrixLayoutDestroy(a);
+    if (b) cublasLtMatrixLayoutDestroy(b);
+    if (c) cublasLtMatrixLayoutDestroy(c);
+    if (desc) cublasLtMatmulDescDestroy(desc);
+  }
+};
+
+bool Gemm::Key::operator==(const Key& o) const {
+  return trans_a == o.trans_a && trans_b == o.trans_b && m == o.m && n == o.n && k == o.k && lda == o.lda &&
+         ldb == o.ldb && ldc == o.ldc && batch == o.batch && stride_a == o.stride_a && stride_b == o.stride_b &&
+         stride_c == o.stride_c && type_ab == o.type_ab && type_c == o.type_c && compute == o.compute &&
+         align_a == o.align_a && align_b == o.align_b && align_c == o.align_c;
+}
+
+size_t Gemm::KeyHash::operator()(const Key& k) const {
+  size_t h = 0;
+  for (int64_t v :
+       {int64_t(k.trans_a), int64_t(k.trans_b), int64_t(k.m), int64_t(k.n), int64_t(k.k), int64_t(k.lda),
+        int64_t(k.ldb), int64_t(k.ldc), int64_t(k.batch), k.stride_a, k.stride_b, k.stride_c, int64_t(k.type_ab),
+        int64_t(k.type_c), int64_t(k.compute), int64_t(k.align_a), int64_t(k.align_b), int64_t(k.align_c)})
+    h = h * 1000003u ^ std::hash<int64_t>()(v);
+  return h;
+}
+
 Gemm::Gemm(cudaStream_t stream, Allocator& workspace_allocator, bool allow_tf32, int sm_margin)
-    : allow_tf32_(allow_tf32) {
-  CUBLAS_CHECK(cublasCreate(&handle_));
-  CUBLAS_CHECK(cublasSetStream(handle_, stream));
+    : stream_(stream), allow_tf32_(allow_tf32) {
+  CUBLAS_CHECK(cublasLtCreate(&handle_));
   workspace_ = Buffer(workspace_allocator, DType::F32, {int64_t(kWorkspaceBytes / 4)}, "cublas.workspace");
-  CUBLAS_CHECK(cublasSetWorkspace(handle_, workspace_.tensor().data, kWorkspaceBytes));
-  // Only what the compute type allows: no TF32 for fp32 unless run() asks for it.
-  CUBLAS_CHECK(cublasSetMathMode(handle_, CUBLAS_DEFAULT_MATH));
   if (sm_margin > 0) {
     int device = 0, sms = 0;
     CUDA_CHECK(cudaGetDevice(&device));
@@ -41,12 +102,46 @@ Gemm::Gemm(cudaStream_t stream, Allocator& workspace_allocator, bool allow_tf32,
     if (sm_margin >= sms)
       throw UsageError("--gemm-sm-margin " + std::to_string(sm_margin) + ": this GPU has " + std::to_string(sms) +
                        " SMs; leave at least one to the matrix products (0 to " + std::to_string(sms - 1) + ")");
-    CUBLAS_CHECK(cublasSetSmCountTarget(handle_, sms - sm_margin));
+    sm_count_target_ = sms - sm_margin;
   }
 }
 
 Gemm::~Gemm() {
-  if (handle_) cublasDestroy(handle_);
+  for (auto& [key, plan] : plans_) delete plan;
+  if (handle_) cublasLtDestroy(handle_);
+}
+
+const Gemm::Plan& Gemm::plan_for(const Key& key) {
+  if (auto it = plans_.find(key); it != plans_.end()) return *it->second;
+  auto plan = std::make_unique<Plan>();
+  CUBLAS_CHECK(cublasLtMatmulDescCreate(&plan->desc, cublasComputeType_t(key.compute), CUDA_R_32F));
+  set(plan->desc, CUBLASLT_MATMUL_DESC_TRANSA, cublasOperation_t(key.trans_a));
+  set(plan->desc, CUBLASLT_MATMUL_DESC_TRANSB, cublasOperation_t(key.trans_b));
+  if (sm_count_target_ > 0) set(plan->desc, CUBLASLT_MATMUL_DESC_SM_COUNT_TARGET, int32_t(sm_count_target_));
+  const bool ta = key.trans_a == CUBLAS_OP_T, tb = key.trans_b == CUBLAS_OP_T;
+  plan->a = make_layout(key.type_ab, ta ? key.k : key.m, ta ? key.m : key.k, key.lda, key.batch, key.stride_a);
+  plan->b = make_layout(key.type_ab, tb ? key.n : key.k, tb ? key.k : key.n, key.ldb, key.batch, key.stride_b);
+  plan->c = make_layout(key.type_c, key.m, key.n, key.ldc, key.batch, key.stride_c);
+
+  cublasLtMatmulPreference_t pref = nullptr;
+  CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
+  set(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, uint64_t(kWorkspaceBytes));
+  set(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, uint32_t(key.align_a));
+  set(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, uint32_t(key.align_b));
+  set(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, uint32_t(key.align_c));
+  set(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, uint32_t(key.align_c));
+  cublasLtMatmulHeuristicResult_t result{};
+  int found = 0;
+  const cublasStatus_t rc =
+      cublasLtMatmulAlgoGetHeuristic(handle_, plan->desc, plan->a, plan->b, plan->c, plan->c, pref, 1, &result, &found);
+  cublasLtMatmulPreferenceDestroy(pref);
+  if (rc != CUBLAS_STATUS_SUCCESS || found == 0)
+    LLMHPC_FATAL("cuBLASLt has no algorithm for the product (column-major) m " + std::to_string(key.m) + " n " +
+                 std::to_string(key.n) + " k " + std::to_string(key.k) + " ld " + std::to_string(key.lda) + "/" +
+                 std::to_string(key.ldb) + "/" + std::to_string(key.ldc) + " batch " + std::to_string(key.batch) +
+                 ": " + cublasGetStatusString(rc));
+  plan->algo = result.algo;
+  return *plans_.emplace(key, plan.release()).first->second;
 }
 
 // Row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T: the same memory read
@@ -57,20 +152,29 @@ void Gemm::run(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, floa
   if (M == 0 || N == 0 || batch == 0) return;
   const cublasComputeType_t compute =
       A.dtype == DType::F32 && allow_tf32_ ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
-  const cublasOperation_t op_b = trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, op_a = trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
-  const int m = as_int(N, "N"), n = as_int(M, "M"), k = as_int(K, "K");
-  const int ldb = as_int(B.ld, "ldb"), lda = as_int(A.ld, "lda"), ldc = as_int(C.ld, "ldc");
+  const bool batched = batch > 1;
+  const Key key{trans_b ? CUBLAS_OP_T : CUBLAS_OP_N,
+                trans_a ? CUBLAS_OP_T : CUBLAS_OP_N,
+                as_int(N, "N"),
+                as_int(M, "M"),
+                as_int(K, "K"),
+                as_int(B.ld, "ldb"),
+                as_int(A.ld, "lda"),
+                as_int(C.ld, "ldc"),
+                as_int(batch, "batch"),
+                batched ? B.batch_stride : 0,
+                batched ? A.batch_stride : 0,
+                batched ? C.batch_stride : 0,
+                int32_t(cuda_type(B.dtype)),
+                int32_t(cuda_type(C.dtype)),
+                int32_t(compute),
+                alignment(B.data),
+                alignment(A.data),
+                alignment(C.data)};
+  const Plan& p = plan_for(key);
   void* c_data = const_cast<void*>(C.data);
-  if (batch == 1) {
-    CUBLAS_CHECK(cublasGemmEx(handle_, op_b, op_a, m, n, k, &alpha, B.data, cuda_type(B.dtype), ldb, A.data,
-                              cuda_type(A.dtype), lda, &beta, c_data, cuda_type(C.dtype), ldc, compute,
-                              CUBLAS_GEMM_DEFAULT));
-  } else {
-    CUBLAS_CHECK(cublasGemmStridedBatchedEx(handle_, op_b, op_a, m, n, k, &alpha, B.data, cuda_type(B.dtype), ldb,
-                                            B.batch_stride, A.data, cuda_type(A.dtype), lda, A.batch_stride, &beta,
-                                            c_data, cuda_type(C.dtype), ldc, C.batch_stride, as_int(batch, "batch"),
-                                            compute, CUBLAS_GEMM_DEFAULT));
-  }
+  CUBLAS_CHECK(cublasLtMatmul(handle_, p.desc, &alpha, B.data, p.a, A.data, p.b, &beta, c_data, p.c, c_data, p.c,
+                              &p.algo, workspace_.tensor().data, kWorkspaceBytes, stream_));
 }
 
 }  // namespace llmhpc::cuda

@@ -1,8 +1,18 @@
-// Matrix products through cuBLAS, in row-major terms. fp32 operands use SGEMM arithmetic
+// Matrix products through cuBLASLt, in row-major terms. fp32 operands use SGEMM arithmetic
 // (TF32 tensor cores only when allowed); bf16 operands accumulate in fp32 and may write
 // bf16 or fp32 results.
+//
+// Why cuBLASLt with plans rather than cublasGemmEx: cublasGemmEx spends 10-13 us of host time
+// per call on an H100 host (it builds descriptors and queries its heuristics every time), more
+// than most of a small model's GEMMs take on the GPU, so small bf16 steps waited for the host
+// (docs/results/profile.md). A plan (descriptors and the heuristic's algorithm) is made once
+// per shape, layout, dtype and pointer alignment, and each call only launches it.
 #pragma once
+#include <cublasLt.h>
 #include <cublas_v2.h>
+
+#include <cstdint>
+#include <unordered_map>
 
 #include "kernels/ops.h"
 
@@ -31,10 +41,30 @@ class Gemm {
   void run(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, MatrixRef A, MatrixRef B,
            float beta, MatrixRef C, int64_t batch = 1);
 
+  // Plans made so far (one per distinct product; the tests check that repeats reuse them).
+  size_t plans() const { return plans_.size(); }
+
  private:
-  cublasHandle_t handle_ = nullptr;
+  // Everything cuBLASLt's choice of algorithm depends on, in cuBLAS's column-major terms.
+  struct Key {
+    int32_t trans_a, trans_b, m, n, k, lda, ldb, ldc, batch;
+    int64_t stride_a, stride_b, stride_c;
+    int32_t type_ab, type_c, compute, align_a, align_b, align_c;
+    bool operator==(const Key& o) const;
+  };
+  struct KeyHash {
+    size_t operator()(const Key& k) const;
+  };
+  struct Plan;
+
+  const Plan& plan_for(const Key& key);
+
+  cudaStream_t stream_;
+  cublasLtHandle_t handle_ = nullptr;
   Buffer workspace_;
   bool allow_tf32_;
+  int sm_count_target_ = 0;  // 0: every SM
+  std::unordered_map<Key, Plan*, KeyHash> plans_;
 };
 
 }  // namespace llmhpc::cuda

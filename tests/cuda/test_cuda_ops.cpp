@@ -2,6 +2,8 @@
 // same (fresh random) inputs. fp32 results must agree to ~1e-5 of the largest reference
 // value; bf16 results within bounds built from bf16's unit roundoff (cuda_test_util.h).
 // Outputs the op overwrites start as NaN on the GPU, so a skipped element fails.
+#include "kernels/cuda/cuda_device.h"
+#include "kernels/cuda/gemm.h"
 #include "tests/cuda/cuda_test_util.h"
 
 namespace llmhpc::test {
@@ -113,6 +115,33 @@ TEST_F(CudaOps, LinearForwardWithAnSmMargin) {
   }
   o.gemm_sm_margin = 100000;
   EXPECT_THROW(make_backend(o), UsageError);
+}
+
+// Products run through plans made once per shape, layout, dtype and pointer alignment
+// (kernels/cuda/gemm.h): operands that start one element past an aligned address (2 bytes
+// for bf16, 4 for fp32) get a plan of their own and stay exact, and repeats reuse the plan and
+// give bitwise the same result.
+TEST_F(CudaOps, ProductsOfAnyOperandAlignmentAreExactAndReuseTheirPlans) {
+  const int64_t N = 33, in = 72, out_f = 40;
+  cuda::Gemm gemm(static_cast<CudaDevice&>(gpu_dev()).stream(), gpu_dev().allocator(), false);
+  for (DType dt : {F32, BF16})
+    for (int64_t offset : {0, 1}) {
+      Twin xs = random({N * in + 1}, dt), ws = random({out_f * in + 1}, dt), ys = poisoned({N * out_f + 1}, dt);
+      const Tensor x = xs.gpu.slice(offset, {N, in}), w = ws.gpu.slice(offset, {out_f, in}),
+                   y = ys.gpu.slice(offset, {N, out_f});
+      cpu().linear_forward(ys.cpu.slice(offset, {N, out_f}), xs.cpu.slice(offset, {N, in}),
+                           ws.cpu.slice(offset, {out_f, in}));
+      const size_t plans = gemm.plans();
+      gemm.run(false, true, N, out_f, in, 1.f, {x.data, dt, in}, {w.data, dt, in}, 0.f, {y.data, dt, out_f});
+      EXPECT_EQ(gemm.plans(), plans + 1) << "a new product makes a plan";
+      const std::vector<double> first = read_tensor(gpu_dev(), y);
+      const std::vector<double> want = read_tensor(*cpu_.device, ys.cpu.slice(offset, {N, out_f}));
+      EXPECT_LE(max_rel_error(first, want), tol(dt, bf16_bound(1)))
+          << dtype_name(dt) << " offset " << offset << ", " << seed_note();
+      gemm.run(false, true, N, out_f, in, 1.f, {x.data, dt, in}, {w.data, dt, in}, 0.f, {y.data, dt, out_f});
+      EXPECT_EQ(gemm.plans(), plans + 1) << "a repeated product reuses its plan";
+      EXPECT_EQ(read_tensor(gpu_dev(), y), first) << "the same plan twice gives different results";
+    }
 }
 
 TEST_F(CudaOps, LinearBackwardOverwritesDxAndOverwritesOrAccumulatesDw) {
