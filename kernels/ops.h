@@ -18,6 +18,7 @@
 //  - A backend throws UsageError for a dtype combination it does not support.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <utility>
@@ -25,12 +26,22 @@
 
 #include "src/core/allocator.h"
 #include "src/core/attrs.h"
+#include "src/core/check.h"
 #include "src/core/tensor.h"
 #include "src/core/timer.h"
 
 namespace llmhpc {
 
 enum class DeviceKind { Cpu, Cuda };
+
+// Device work recorded once and replayed with one launch (a CUDA graph): what a host-bound
+// step gains is the launches' host cost. Made by Device::capture; holds the memory the
+// recorded work used until it is destroyed.
+class DeviceGraph {
+ public:
+  virtual ~DeviceGraph() = default;
+  virtual void launch() = 0;  // on the compute stream, ordered like any other work
+};
 
 class Device {
  public:
@@ -59,6 +70,13 @@ class Device {
   virtual void copy_to_host(void* host_dst, const void* src, size_t bytes) = 0;
   virtual void copy_on_device(void* dst, const void* src, size_t bytes) = 0;
   virtual void fill_zero(void* dst, size_t bytes) = 0;
+
+  // Records the device work `work` enqueues on the compute stream, without running it, as a
+  // graph to replay. The work must not wait for the device or allocate memory it did not
+  // allocate before (run it once first). CUDA only: the CPU throws UsageError.
+  virtual std::unique_ptr<DeviceGraph> capture(const std::function<void()>&) {
+    throw UsageError("--cuda-graph needs --device cuda: the " + name() + " runs each op as it is called");
+  }
 
   // The stream compute is ordered on (cudaStream_t), or nullptr on the CPU. Lets the
   // communication layer order its work against compute without including CUDA here.

@@ -71,6 +71,7 @@ void Profiler::start(ActivitySink& sink) {
     sink_ = &sink;
     ranges_.clear();
     open_.clear();
+    replayed_.clear();
     activities_ = 0;
     unattributed_ = 0;
     dropped_ = 0;
@@ -88,6 +89,36 @@ void Profiler::stop() {
   active_ = false;
   std::lock_guard<std::mutex> lock(mutex_);
   sink_ = nullptr;
+  for (const auto& [key, copy] : replayed_) {  // a replay's ranges were open on the host while its launch's was
+    ranges_[copy].host_start_ns = ranges_[key.first].host_start_ns;
+    ranges_[copy].host_end_ns = ranges_[key.first].host_end_ns;
+  }
+}
+
+void Profiler::record_graph(const std::function<void()>& record) {
+  LLMHPC_CHECK(!active(), "Profiler::record_graph: inside a window");
+  LLMHPC_CHECK(phase_listener() == nullptr, "Profiler::record_graph: another phase listener is installed");
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    ranges_.clear();
+    open_.clear();
+  }
+  recording_ = true;
+  begin_recording();
+  set_phase_listener(this);
+  struct Finish {  // on every way out, as a window's stop()
+    Profiler& p;
+    ~Finish() {
+      set_phase_listener(nullptr);
+      while (!p.open_.empty()) p.phase_pop();
+      p.end_recording();
+      p.recording_ = false;
+      std::lock_guard<std::mutex> lock(p.mutex_);
+      p.recorded_ = std::move(p.ranges_);
+      p.ranges_.clear();
+    }
+  } finish{*this};
+  record();
 }
 
 void Profiler::phase_push(const char* name) {
@@ -110,13 +141,13 @@ void Profiler::phase_push(const char* name) {
     ranges_.push_back(r);
     open_.push_back(id);
   }
-  range_opened(id);
+  if (!recording_) range_opened(id);
 }
 
 void Profiler::phase_pop() {
   if (open_.empty()) return;  // a range opened before the window
   const int64_t id = open_.back();
-  range_closed(id);
+  if (!recording_) range_closed(id);
   const int64_t now = now_ns();
   std::lock_guard<std::mutex> lock(mutex_);
   PhaseRange& r = ranges_[id];
@@ -130,6 +161,31 @@ void Profiler::phase_pop() {
 
 void Profiler::deliver(Activity a) {
   std::lock_guard<std::mutex> lock(mutex_);
+  deliver_locked(a);
+}
+
+void Profiler::deliver(Activity a, int64_t recorded) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (a.range >= 0 && a.range < int64_t(ranges_.size())) a.range = replayed_range(a.range, recorded);
+  deliver_locked(a);
+}
+
+int64_t Profiler::replayed_range(int64_t launch, int64_t recorded) {
+  if (recorded < 0 || recorded >= int64_t(recorded_.size())) return launch;
+  if (auto it = replayed_.find({launch, recorded}); it != replayed_.end()) return it->second;
+  const PhaseRange& r = recorded_[recorded];
+  int64_t parent = launch;
+  if (r.parent >= 0) parent = replayed_range(launch, r.parent);
+  else if (r.phase == ranges_[launch].phase) return replayed_[{launch, recorded}] = launch;
+  PhaseRange copy;
+  copy.phase = r.phase;
+  copy.parent = parent;
+  copy.step = ranges_[launch].step;
+  ranges_.push_back(copy);
+  return replayed_[{launch, recorded}] = int64_t(ranges_.size()) - 1;
+}
+
+void Profiler::deliver_locked(Activity a) {
   if (a.range >= int64_t(ranges_.size())) a.range = -1;  // an id from an earlier window
   if (a.range >= 0) {
     const PhaseRange& r = ranges_[a.range];

@@ -15,6 +15,7 @@
 #pragma once
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -115,6 +116,13 @@ class Profiler : public PhaseListener {
   // Closes the window: stops listening, waits for the device, hands every activity to the
   // sink and releases the tracer (CUPTI disabled and flushed). Ranges still open are closed.
   void stop();
+  // --cuda-graph (GraphedStep, src/model/train_step.h): runs `record`, which records a device
+  // graph, hearing its phases and (CUPTI) the phase each graph node was recorded in. In later
+  // windows, an activity of a replay of that graph is attributed to a copy of its node's
+  // recorded range, made under the range open when the replay was launched (whose step it
+  // takes); the recording's outermost range, when it is the same phase as that range, is that
+  // range itself. So a replayed step has the phases of an eager one. Outside any window and range.
+  void record_graph(const std::function<void()>& record);
   bool active() const { return active_.load(std::memory_order_relaxed); }
   // The profiler's clock now: activities' and ranges' times are on it.
   int64_t timestamp_ns() { return now_ns(); }
@@ -136,8 +144,11 @@ class Profiler : public PhaseListener {
   Profiler(DeviceSpans spans, std::string note = "") : spans_(spans), note_(std::move(note)) {}
 
   virtual void begin_window() = 0;  // enable the tracer
-  virtual void end_window() = 0;    // wait for the device, deliver() everything, disable the tracer
-  virtual int64_t now_ns() = 0;     // the profiler's clock
+  // Around record_graph's work: hear the graph nodes created (CUPTI); nothing by default.
+  virtual void begin_recording() {}
+  virtual void end_recording() {}
+  virtual void end_window() = 0;  // wait for the device, deliver() everything, disable the tracer
+  virtual int64_t now_ns() = 0;   // the profiler's clock
   // The range just opened (after it is in ranges()) or about to close; on the listener's thread.
   virtual void range_opened(int64_t range) {}
   virtual void range_closed(int64_t range) {}
@@ -146,9 +157,13 @@ class Profiler : public PhaseListener {
   // extends the device spans of its range and their parents (DeviceSpans::FromActivities).
   // Thread-safe.
   void deliver(Activity a);
+  // The same for an activity of a graph replay launched in range a.range, whose node was
+  // recorded in range `recorded` of record_graph's ranges (-1: unknown, a.range kept).
+  void deliver(Activity a, int64_t recorded);
   int32_t intern_name(const std::string& name, ActivityKind kind);  // thread-safe
   void add_dropped(int64_t n) { dropped_ += n; }
-  // The innermost open range, -1 for none. On the listener's thread.
+  // The innermost open range, -1 for none; during record_graph, an index into the
+  // recording's ranges. On the listener's thread.
   int64_t current_range() const { return open_.empty() ? -1 : open_.back(); }
   // DeviceSpans::SetByTracer: from end_window().
   void set_device_span(int64_t range, int64_t start_ns, int64_t end_ns);
@@ -166,7 +181,13 @@ class Profiler : public PhaseListener {
   std::vector<PhaseInfo> phases_;
   std::map<std::pair<int32_t, std::string>, int32_t> phase_ids_;  // (parent, name) -> phase
   std::vector<PhaseRange> ranges_;
-  std::vector<int64_t> open_;  // the open ranges, innermost last
+  std::vector<int64_t> open_;         // the open ranges, innermost last
+  bool recording_ = false;            // inside record_graph: no range hooks (nothing may time a capture)
+  std::vector<PhaseRange> recorded_;  // record_graph's ranges
+  std::map<std::pair<int64_t, int64_t>, int64_t> replayed_;  // (launch range, recorded range) -> copy in ranges_
+
+  void deliver_locked(Activity a);
+  int64_t replayed_range(int64_t launch, int64_t recorded);
   std::atomic<int64_t> activities_{0}, unattributed_{0}, dropped_{0};
 };
 

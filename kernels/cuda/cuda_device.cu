@@ -37,6 +37,7 @@ size_t capacity_for(const BackendOptions& options) {
 
 CachingDeviceAllocator::~CachingDeviceAllocator() {
   release_cache();
+  for (auto& [p, size] : held_) cudaFree(p);  // a graph outlived the device
   for (auto& [p, size] : live_) cudaFree(p);  // leaked by a caller; the device is going away
 }
 
@@ -55,6 +56,7 @@ void* CachingDeviceAllocator::allocate(size_t bytes, const std::string& tag) {
   if (hit != cached_.end() && hit->first <= size + size / 8) {
     void* p = hit->second;
     live_[p] = hit->first;
+    if (capturing_) captured_.insert(p);
     cached_bytes_ -= hit->first;
     cached_.erase(hit);
     return p;
@@ -70,6 +72,7 @@ void* CachingDeviceAllocator::allocate(size_t bytes, const std::string& tag) {
                       format_bytes(double(reserved_)) + " in use of a limit of " + format_bytes(double(limit_)));
   reserved_ += size;
   live_[p] = size;
+  if (capturing_) captured_.insert(p);
   return p;
 }
 
@@ -80,6 +83,39 @@ void CachingDeviceAllocator::deallocate(void* p) {
   cached_.emplace(it->second, p);
   cached_bytes_ += it->second;
   live_.erase(it);
+}
+
+void CachingDeviceAllocator::begin_capture() {
+  LLMHPC_CHECK(!capturing_, "two captures at once");
+  capturing_ = true;
+  captured_.clear();
+}
+
+std::vector<void*> CachingDeviceAllocator::end_capture() {
+  capturing_ = false;
+  std::vector<void*> held;
+  for (auto it = cached_.begin(); it != cached_.end();) {
+    if (!captured_.count(it->second)) {
+      ++it;
+      continue;
+    }
+    held.push_back(it->second);
+    held_[it->second] = it->first;
+    cached_bytes_ -= it->first;
+    it = cached_.erase(it);
+  }
+  captured_.clear();
+  return held;
+}
+
+void CachingDeviceAllocator::release(const std::vector<void*>& held) {
+  for (void* p : held) {
+    auto it = held_.find(p);
+    LLMHPC_CHECK(it != held_.end(), "release of a block no graph holds");
+    cached_.emplace(it->second, p);
+    cached_bytes_ += it->second;
+    held_.erase(it);
+  }
 }
 
 void CachingDeviceAllocator::release_cache() {
@@ -135,5 +171,50 @@ void CudaDevice::copy_on_device(void* dst, const void* src, size_t bytes) {
 }
 
 void CudaDevice::fill_zero(void* dst, size_t bytes) { CUDA_CHECK(cudaMemsetAsync(dst, 0, bytes, stream_)); }
+
+namespace {
+
+class CudaGraph final : public DeviceGraph {
+ public:
+  CudaGraph(cudaGraph_t graph, cudaStream_t stream, CachingDeviceAllocator& cache, std::vector<void*> held)
+      : graph_(graph), stream_(stream), cache_(cache), held_(std::move(held)) {
+    CUDA_CHECK(cudaGraphInstantiate(&exec_, graph_, 0));
+  }
+  ~CudaGraph() override {
+    cudaStreamSynchronize(stream_);  // a replay may still run: its blocks go back only after it
+    if (exec_) cudaGraphExecDestroy(exec_);
+    cudaGraphDestroy(graph_);
+    cache_.release(held_);
+  }
+  void launch() override { CUDA_CHECK(cudaGraphLaunch(exec_, stream_)); }
+
+ private:
+  cudaGraph_t graph_;
+  cudaGraphExec_t exec_ = nullptr;
+  cudaStream_t stream_;
+  CachingDeviceAllocator& cache_;
+  std::vector<void*> held_;
+};
+
+}  // namespace
+
+// Thread-local capture: calls of this thread that are unsafe while capturing (a blocking
+// copy, a cudaFree that synchronises the device) are errors, so a step that is not
+// capturable fails at once rather than recording something else.
+std::unique_ptr<DeviceGraph> CudaDevice::capture(const std::function<void()>& work) {
+  CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
+  cache_.begin_capture();
+  cudaGraph_t graph = nullptr;
+  try {
+    work();
+  } catch (...) {
+    cudaStreamEndCapture(stream_, &graph);
+    if (graph) cudaGraphDestroy(graph);
+    cache_.release(cache_.end_capture());
+    throw;
+  }
+  CUDA_CHECK(cudaStreamEndCapture(stream_, &graph));
+  return std::make_unique<CudaGraph>(graph, stream_, cache_, cache_.end_capture());
+}
 
 }  // namespace llmhpc

@@ -6,6 +6,8 @@
 #include <map>
 #include <string>
 #include <unordered_map>
+#include <unordered_set>
+#include <vector>
 
 #include "kernels/backend.h"
 
@@ -26,6 +28,14 @@ class CachingDeviceAllocator final : public Allocator {
   void deallocate(void* p) override;
 
   void release_cache();  // cudaFree every cached block
+
+  // While a graph is captured, the blocks it uses are handed out and taken back as usual (the
+  // recorded work reuses them in stream order, as eager work would); end_capture() then holds
+  // those that came back, out of the cache, so that no later allocation can take a block the
+  // graph's replays still write. release() gives them back when the graph is destroyed.
+  void begin_capture();
+  std::vector<void*> end_capture();
+  void release(const std::vector<void*>& held);
   size_t reserved_bytes() const { return reserved_; }
   size_t cached_bytes() const { return cached_bytes_; }
 
@@ -36,6 +46,9 @@ class CachingDeviceAllocator final : public Allocator {
   size_t reserved_ = 0, cached_bytes_ = 0;
   std::unordered_map<void*, size_t> live_;  // pointer -> block size
   std::multimap<size_t, void*> cached_;     // block size -> free block
+  bool capturing_ = false;
+  std::unordered_set<void*> captured_;      // blocks handed out during the capture
+  std::unordered_map<void*, size_t> held_;  // blocks of live graphs -> block size
 };
 
 class CudaDevice final : public Device {
@@ -59,6 +72,7 @@ class CudaDevice final : public Device {
   void copy_on_device(void* dst, const void* src, size_t bytes) override;
   void fill_zero(void* dst, size_t bytes) override;
   void* native_stream() override { return stream_; }
+  std::unique_ptr<DeviceGraph> capture(const std::function<void()>& work) override;
 
   cudaStream_t stream() const { return stream_; }
   int multiprocessors() const { return multiprocessors_; }

@@ -16,6 +16,11 @@
 //    kinds RUNTIME and DRIVER, which CUPTI's external correlation records need, cost +30% of
 //    the step (each launch comes with error checks, event records and cuBLAS's driver queries),
 //    against +5% for kernel records alone; the callback adds a lookup per launch.
+//  - CUDA graphs (--cuda-graph): a replay's records carry the correlation id of its
+//    cudaGraphLaunch (noted like any launch: the range it ran in, its step) and the id of
+//    their graph node. While the graph is recorded (Profiler::record_graph), CUPTI's resource
+//    callbacks for created and cloned (instantiated) nodes note (node id -> recorded range);
+//    a record with a node id is delivered to the copy of that range under its launch's range.
 //  - Buffers: CUPTI asks for them (kBufferBytes each) and hands them back full, from its own
 //    thread, or from the final flush. Records are delivered as they are read, so memory stays
 //    bounded by the buffers in flight. A record whose launch was not noted waits in `pending_`;
@@ -79,6 +84,7 @@ struct Cupti {
   decltype(&cuptiUnsubscribe) Unsubscribe;
   decltype(&cuptiEnableCallback) EnableCallback;
   decltype(&cuptiGetCallbackName) GetCallbackName;
+  decltype(&cuptiGetGraphNodeId) GetGraphNodeId;
   // The calls that start device work, whose entry a window's callback notes.
   std::vector<CUpti_CallbackId> runtime_launches, driver_launches;
 
@@ -171,6 +177,7 @@ const Cupti* open_cupti(std::string& why) {
     load(api.Unsubscribe, "cuptiUnsubscribe");
     load(api.EnableCallback, "cuptiEnableCallback");
     load(api.GetCallbackName, "cuptiGetCallbackName");
+    load(api.GetGraphNodeId, "cuptiGetGraphNodeId");
     if (!found) return false;
     // The records are read as the structs of the headers llmhpc was built with (Kernel10,
     // Memcpy6, Memset4): same major version only.
@@ -314,12 +321,22 @@ class CuptiProfiler final : public Profiler {
     std::lock_guard<std::mutex> lock(mutex_);
     note_launches();
     for (auto& [correlation, waiting] : pending_)  // never paired: launched outside every range
-      for (Activity& a : waiting) deliver(a);
+      for (auto& [a, recorded] : waiting) deliver(a, recorded);
     pending_.clear();
     correlation_.clear();
     g_window = nullptr;
   }
 
+  void begin_recording() override {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      node_ranges_.clear();
+    }
+    phase_thread_ = std::this_thread::get_id();
+    const std::string error = subscribe();
+    if (!error.empty()) throw UsageError(error + "; run with --no-cupti");
+  }
+  void end_recording() override { unsubscribe(); }
   int64_t now_ns() override {
     uint64_t t = 0;
     CUPTI_CHECK(api_, api_.GetTimestamp(&t));
@@ -339,6 +356,8 @@ class CuptiProfiler final : public Profiler {
       CUPTI_CHECK(api_, api_.EnableCallback(1, subscriber_, CUPTI_CB_DOMAIN_RUNTIME_API, cbid));
     for (CUpti_CallbackId cbid : api_.driver_launches)
       CUPTI_CHECK(api_, api_.EnableCallback(1, subscriber_, CUPTI_CB_DOMAIN_DRIVER_API, cbid));
+    for (CUpti_CallbackId cbid : {CUPTI_CBID_RESOURCE_GRAPHNODE_CREATED, CUPTI_CBID_RESOURCE_GRAPHNODE_CLONED})
+      CUPTI_CHECK(api_, api_.EnableCallback(1, subscriber_, CUPTI_CB_DOMAIN_RESOURCE, cbid));
     return "";
   }
   void unsubscribe() {
@@ -346,9 +365,33 @@ class CuptiProfiler final : public Profiler {
     subscriber_ = nullptr;
   }
 
-  static void CUPTIAPI on_api_call(void* self, CUpti_CallbackDomain, CUpti_CallbackId, const void* data) {
+  static void CUPTIAPI on_api_call(void* self, CUpti_CallbackDomain domain, CUpti_CallbackId cbid, const void* data) {
+    auto* p = static_cast<CuptiProfiler*>(self);
+    if (domain == CUPTI_CB_DOMAIN_RESOURCE) {
+      const auto* graph =
+          static_cast<const CUpti_GraphData*>(static_cast<const CUpti_ResourceData*>(data)->resourceDescriptor);
+      if (graph && cbid == CUPTI_CBID_RESOURCE_GRAPHNODE_CREATED) p->node_created(graph->node);
+      if (graph && cbid == CUPTI_CBID_RESOURCE_GRAPHNODE_CLONED) p->node_cloned(graph->originalNode, graph->node);
+      return;
+    }
     const auto* call = static_cast<const CUpti_CallbackData*>(data);
-    if (call->callbackSite == CUPTI_API_ENTER) static_cast<CuptiProfiler*>(self)->launching(call->correlationId);
+    if (call->callbackSite == CUPTI_API_ENTER) p->launching(call->correlationId);
+  }
+
+  // A graph node was recorded (stream capture) in the innermost open range of the recording,
+  // or copied from one (instantiation); on the recording thread.
+  void node_created(CUgraphNode node) {
+    uint64_t id = 0;
+    if (std::this_thread::get_id() != phase_thread_ || api_.GetGraphNodeId(node, &id) != CUPTI_SUCCESS) return;
+    std::lock_guard<std::mutex> lock(mutex_);
+    node_ranges_[id] = current_range();
+  }
+  void node_cloned(CUgraphNode original, CUgraphNode copy) {
+    uint64_t from = 0, to = 0;
+    if (api_.GetGraphNodeId(original, &from) != CUPTI_SUCCESS || api_.GetGraphNodeId(copy, &to) != CUPTI_SUCCESS)
+      return;
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (auto it = node_ranges_.find(from); it != node_ranges_.end()) node_ranges_[to] = it->second;
   }
 
   // Moves the launches noted since the last call into correlation_, delivering the records
@@ -363,9 +406,9 @@ class CuptiProfiler final : public Profiler {
       correlation_[correlation] = range;
       auto waiting = pending_.find(correlation);
       if (waiting == pending_.end()) continue;
-      for (Activity& w : waiting->second) {
+      for (auto& [w, recorded] : waiting->second) {
         w.range = range;
-        deliver(w);
+        deliver(w, recorded);
       }
       pending_.erase(waiting);
     }
@@ -375,6 +418,7 @@ class CuptiProfiler final : public Profiler {
   void take(const CUpti_Activity* record) {
     Activity a;
     uint32_t correlation = 0;
+    uint64_t node = 0;  // a graph replay's node, 0 for a launch of its own
     switch (record->kind) {
       case CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL:
       case CUPTI_ACTIVITY_KIND_KERNEL: {
@@ -391,28 +435,35 @@ class CuptiProfiler final : public Profiler {
         a.grid[0] = k->gridX, a.grid[1] = k->gridY, a.grid[2] = k->gridZ;
         a.block[0] = k->blockX, a.block[1] = k->blockY, a.block[2] = k->blockZ;
         correlation = k->correlationId;
+        node = k->graphNodeId;
         break;
       }
       case CUPTI_ACTIVITY_KIND_MEMCPY: {
         const auto* m = reinterpret_cast<const CUpti_ActivityMemcpy6*>(record);
         correlation = copy(*m, ActivityKind::Memcpy, memcpy_name(m->copyKind), a);
+        node = m->graphNodeId;
         break;
       }
-      case CUPTI_ACTIVITY_KIND_MEMSET:
-        correlation =
-            copy(*reinterpret_cast<const CUpti_ActivityMemset4*>(record), ActivityKind::Memset, "[CUDA memset]", a);
+      case CUPTI_ACTIVITY_KIND_MEMSET: {
+        const auto* m = reinterpret_cast<const CUpti_ActivityMemset4*>(record);
+        correlation = copy(*m, ActivityKind::Memset, "[CUDA memset]", a);
+        node = m->graphNodeId;
         break;
+      }
       default: return;
     }
     a.correlation = correlation;
     newest_ = std::max(newest_, correlation);
+    int64_t recorded = -1;
+    if (node != 0)
+      if (auto it = node_ranges_.find(node); it != node_ranges_.end()) recorded = it->second;
     auto known = correlation_.find(correlation);
     if (known == correlation_.end()) {
-      pending_[correlation].push_back(a);
+      pending_[correlation].push_back({a, recorded});
       return;
     }
     a.range = known->second;
-    deliver(a);
+    deliver(a, recorded);
   }
 
   // A memcpy or memset record (their structs share these fields) into `a`; its correlation id.
@@ -437,7 +488,8 @@ class CuptiProfiler final : public Profiler {
   Ops& ops_;
   std::mutex mutex_;                         // the maps below; taken before the base's
   std::map<uint32_t, int64_t> correlation_;  // API correlation id -> range, of noted launches
-  std::unordered_map<uint32_t, std::vector<Activity>> pending_;
+  std::unordered_map<uint32_t, std::vector<std::pair<Activity, int64_t>>> pending_;  // with their recorded range
+  std::unordered_map<uint64_t, int64_t> node_ranges_;  // graph node id -> range of Profiler::record_graph
   std::unordered_map<const char*, int32_t> names_by_pointer_;
   uint32_t newest_ = 0;                          // the newest correlation id of a delivered or pending activity
   CUpti_SubscriberHandle subscriber_ = nullptr;  // during a window

@@ -112,6 +112,38 @@ StepTimes run_step(TransformerLM& model, AdamW* opt, Phase phase, Timer& timer, 
   return t;
 }
 
+GraphedStep::GraphedStep(TransformerLM& model, AdamW* opt, Phase phase) : model_(model), opt_(opt), phase_(phase) {
+  LLMHPC_CHECK(phase != Phase::TrainStep || opt != nullptr, "train-step needs an optimizer");
+  if (phase == Phase::TrainStep && model.gradient_storage() == GradientStorage::PerRange)
+    throw UsageError("--cuda-graph with --phase train-step needs --separate-optimizer: AdamW inside backward would "
+                     "be recorded with one step count");
+  graph_ = model.device().capture([&] {
+    model.forward();
+    if (phase != Phase::Forward) model.backward(nullptr);  // forward-backward: gradients computed, then dropped
+  });
+}
+
+GraphedStep::~GraphedStep() = default;
+
+StepTimes GraphedStep::run(Timer& timer) {
+  LLMHPC_CHECK(timer.marks() >= kStepMarks, "GraphedStep needs a timer of kStepMarks marks");
+  StepTimes t;
+  timer.mark(0);
+  graph_->launch();
+  model_.forward_replayed();
+  timer.mark(1);
+  int last = 1;
+  if (phase_ == Phase::TrainStep) {
+    t.memory_before_optimizer = model_memory(model_.device().allocator());
+    opt_->step(nullptr);
+    timer.mark(last = 2);
+    t.optimizer_ms = timer.elapsed_ms(1, 2);
+  }
+  t.step_ms = timer.elapsed_ms(0, last);
+  if (phase_ == Phase::Forward) t.forward_ms = t.step_ms;
+  return t;
+}
+
 double model_flops_fwd_bwd(const ModelConfig& c, int64_t batch, int64_t seq) {
   const double tokens = double(batch) * double(seq);
   const double matmul_params = double(c.num_params() - c.vocab_size * c.d_model - c.d_model -

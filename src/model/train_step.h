@@ -52,6 +52,27 @@ constexpr int kStepMarks = 6;
 StepTimes run_step(TransformerLM& model, AdamW* opt, Phase phase, Timer& timer, GradientListener* listener = nullptr,
                    const std::function<void(const char*)>& on_phase = nullptr);
 
+// --cuda-graph: forward, and backward unless the phase is forward, recorded once as a device
+// graph and replayed each step with one launch; AdamW (train-step) then runs as usual, since its
+// step count, an argument of its kernel, changes every step and a replay's cannot. So
+// train-step needs GradientStorage::Whole (UsageError otherwise), and no listener: data
+// parallelism's communication is not recorded. Construct it after at least one eager step of
+// the same phase (warm-up), which allocates what the step keeps and leaves the rest cached.
+// Times: step_ms and, for train-step, optimizer_ms; forward_ms only when the phase is forward
+// (a replay is not split into forward and backward).
+class GraphedStep {
+ public:
+  GraphedStep(TransformerLM& model, AdamW* opt, Phase phase);
+  ~GraphedStep();
+  StepTimes run(Timer& timer);
+
+ private:
+  TransformerLM& model_;
+  AdamW* opt_;
+  Phase phase_;
+  std::unique_ptr<DeviceGraph> graph_;
+};
+
 // Model FLOPs of one forward+backward: 6 * (matmul params) * tokens + 12 * L * d * T * tokens
 // (PaLM's count; attention counted without the causal saving).
 double model_flops_fwd_bwd(const ModelConfig& c, int64_t batch, int64_t seq);

@@ -104,6 +104,9 @@ class TransformerLM {
   // forward-only loop allocates once. Reads each parameter range only after asking for it while
   // parameters arrive.
   void forward();
+  // A replay of a recorded forward ran (GraphedStep, src/model/train_step.h): what forward()
+  // notes on the host, since a replay runs none of its host code.
+  void forward_replayed() { has_loss_ = has_targets_; }
   // Of the last forward (the per-token losses are the batch's, so this works after backward
   // too); waits for the device.
   double mean_loss();

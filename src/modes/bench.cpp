@@ -30,11 +30,12 @@ void run(ModeContext& ctx) {
   const uint64_t seed = uint64_t(opt_int(vm, "seed"));
   const MemoryPlan memory = memory_plan(vm);
   const GradientStorage gradients = gradient_storage(vm);
+  const bool graphed = use_cuda_graph(ctx);
   check_cases_run(ctx, cases);
 
-  log_root(ctx.rt, "bench: %zu configuration(s), phase %s, %lld warm-up + %lld timed steps, %d rank(s) on %s%s\n",
+  log_root(ctx.rt, "bench: %zu configuration(s), phase %s, %lld warm-up + %lld timed steps, %d rank(s) on %s%s%s\n",
            cases.size(), phase_name(phase), (long long)warmup, (long long)steps, ctx.rt.world_size, dev.name().c_str(),
-           memory == MemoryPlan::LowMemory ? ", --low-memory" : "");
+           memory == MemoryPlan::LowMemory ? ", --low-memory" : "", graphed ? ", CUDA graphs" : "");
   Sweep sweep(ctx, "bench", cases.size(),
               {"Model", "d_model", "d_ff", "layers", "heads", "ctx", "batch", "prec", "attn", "Fwd mean", "Fwd std",
                "Bwd mean", "Bwd std", "Opt mean", "Opt std", "Total", "status"});
@@ -46,7 +47,8 @@ void run(ModeContext& ctx) {
     Record rec;
     rec.group = "bench/" + c.label();
     add_case_attrs(rec, c, phase, memory, warmup, steps);
-    rec.attr("separate_optimizer", int64_t(gradients == GradientStorage::Whole ? 1 : 0));
+    rec.attr("separate_optimizer", int64_t(gradients == GradientStorage::Whole ? 1 : 0))
+        .attr("cuda_graph", int64_t(graphed ? 1 : 0));
     StepSamples warm, timed;
     dev.allocator().reset_peak();
     const SweepStatus status = sweep.run(
@@ -54,7 +56,10 @@ void run(ModeContext& ctx) {
         [&] {
           TransformerLM& model = live.prepare(cases, i, dev, ops, seed, memory, gradients, phase, rec);
           for (int64_t s = 0; s < warmup; ++s) warm.add(run_step(model, live.optimizer(), phase, *timer));
-          for (int64_t s = 0; s < steps; ++s) timed.add(run_step(model, live.optimizer(), phase, *timer));
+          std::unique_ptr<GraphedStep> graph;
+          if (graphed) graph = std::make_unique<GraphedStep>(model, live.optimizer(), phase);
+          for (int64_t s = 0; s < steps; ++s)
+            timed.add(graph ? graph->run(*timer) : run_step(model, live.optimizer(), phase, *timer));
           timed.record(rec, "");
           if (warmup > 0) warm.record(rec, "warmup_");
           return fmt(mean(timed.step)) + " ms/step";

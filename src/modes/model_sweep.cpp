@@ -23,7 +23,11 @@ void add_step_options(po::options_description& own) {
   own.add_options()("phase", po::value<std::string>()->default_value("train-step"),
                     "what each timed step runs: forward | forward-backward | train-step (+ AdamW)")(
       "warmup", po::value<std::string>()->default_value("5"), "untimed steps before the timed ones (recorded apart)")(
-      "steps", po::value<std::string>()->default_value("10"), "timed steps per configuration");
+      "steps", po::value<std::string>()->default_value("10"), "timed steps per configuration")(
+      "cuda-graph", po::bool_switch(),
+      "record forward (+ backward) once after the warm-up as a CUDA graph and replay it each step: "
+      "one launch instead of hundreds, for steps the host's launches hold back (CUDA; AdamW runs "
+      "after it, so bench's train-step needs --separate-optimizer)");
 }
 
 void add_model_group(po::options_description& desc) {
@@ -34,10 +38,27 @@ void add_model_group(po::options_description& desc) {
 }
 
 void validate_step_options(const po::variables_map& vm) {
-  parse_phase(opt_string(vm, "phase"));
-  opt_nonnegative(vm, "warmup");
+  const Phase phase = parse_phase(opt_string(vm, "phase"));
+  const int64_t warmup = opt_nonnegative(vm, "warmup");
+  if (opt_flag(vm, "cuda-graph")) {
+    if (opt_string(vm, "device") == "cpu")
+      throw UsageError("--cuda-graph needs --device cuda: the CPU runs each op as it is called");
+    if (phase == Phase::TrainStep && vm.count("separate-optimizer") && !opt_flag(vm, "separate-optimizer"))
+      throw UsageError("--cuda-graph with --phase train-step needs --separate-optimizer: AdamW inside backward "
+                       "would be recorded with one step count (or use --phase forward-backward)");
+    if (warmup < 1)
+      throw UsageError("--cuda-graph needs --warmup 1 or more: the graph is recorded after an eager step has "
+                       "allocated what the step keeps");
+  }
   opt_positive(vm, "steps");
   model_cases(vm);
+}
+
+bool use_cuda_graph(const ModeContext& ctx) {
+  if (!opt_flag(ctx.vm, "cuda-graph")) return false;
+  if (ctx.backend.device->kind() != DeviceKind::Cuda)
+    throw UsageError("--cuda-graph needs --device cuda: the CPU runs each op as it is called");
+  return true;
 }
 
 std::vector<ModelCase> model_cases(const po::variables_map& vm) {
@@ -76,7 +97,7 @@ void add_case_attrs(Record& rec, const ModelCase& c, Phase phase, MemoryPlan mem
 }
 
 void StepSamples::add(const StepTimes& t) {
-  forward.push_back(t.forward_ms);
+  if (!std::isnan(t.forward_ms)) forward.push_back(t.forward_ms);  // not split apart in a graph's replay
   if (!std::isnan(t.backward_ms)) backward.push_back(t.backward_ms);
   if (!std::isnan(t.optimizer_ms)) optimizer.push_back(t.optimizer_ms);
   step.push_back(t.step_ms);

@@ -26,12 +26,14 @@ struct ModelCase {
   std::string model_key() const;
 };
 
-// --phase, --warmup and --steps into the mode's own group `own`; the model and precision
+// --phase, --warmup, --steps and --cuda-graph into the mode's own group `own`; the model and precision
 // options (lists sweep) as a group of their own into `desc`.
 void add_step_options(po::options_description& own);
 void add_model_group(po::options_description& desc);
-// Throws UsageError for bad --phase, --warmup, --steps or model options.
+// Throws UsageError for bad --phase, --warmup, --steps, --cuda-graph or model options.
 void validate_step_options(const po::variables_map& vm);
+// --cuda-graph given (GraphedStep, src/model/train_step.h); UsageError on a device without graphs.
+bool use_cuda_graph(const ModeContext& ctx);
 std::vector<ModelCase> model_cases(const po::variables_map& vm);
 
 // Configurations the backend cannot run at all (an attention or a precision it lacks): an

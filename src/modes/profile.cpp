@@ -170,6 +170,7 @@ void run(ModeContext& ctx) {
   Device& dev = *ctx.backend.device;
   const uint64_t seed = uint64_t(opt_int(vm, "seed"));
   const MemoryPlan memory = memory_plan(vm);
+  const bool graphed = use_cuda_graph(ctx);
   check_cases_run(ctx, cases);
 
   std::unique_ptr<Profiler> profiler = make_profiler(ctx.backend, !opt_flag(vm, "no-cupti"));
@@ -183,10 +184,10 @@ void run(ModeContext& ctx) {
   log_root(
       ctx.rt,
       "profile: %zu configuration(s), phase %s, %lld warm-up + %lld untraced + %lld traced steps, profiler %s%s%s, "
-      "%d rank(s) on %s\n",
+      "%d rank(s) on %s%s\n",
       cases.size(), phase_name(phase), (long long)warmup, (long long)steps, (long long)steps,
       profiler->method().c_str(), profiler->note().empty() ? "" : " - ", profiler->note().c_str(), ctx.rt.world_size,
-      dev.name().c_str());
+      dev.name().c_str(), graphed ? ", steps replayed from CUDA graphs" : "");
   Sweep sweep(ctx, "profile", cases.size(),
               {"Model", "ctx", "batch", "prec", "attn", "Untraced", "Traced", "Overhead", "Activities/step", "Matmul %",
                "Dropped", "status"});
@@ -198,7 +199,9 @@ void run(ModeContext& ctx) {
     Record rec;
     rec.group = "profile/" + c.label();
     add_case_attrs(rec, c, phase, memory, warmup, steps);
-    rec.attr("profiler", profiler->method()).attr("profiler_note", profiler->note());
+    rec.attr("profiler", profiler->method())
+        .attr("profiler_note", profiler->note())
+        .attr("cuda_graph", int64_t(graphed ? 1 : 0));
     StepSamples warm, untraced, traced;
     ProfileReport report(c, steps);
     const int64_t pid = int64_t(i) + 1;
@@ -208,11 +211,17 @@ void run(ModeContext& ctx) {
         [&] {
           TransformerLM& model = live.prepare(cases, i, dev, ops, seed, memory, GradientStorage::Whole, phase,
                                               rec);  // AdamW: a phase of its own
+          std::unique_ptr<GraphedStep> graph;        // --cuda-graph: recorded after the warm-up
           auto step = [&](StepSamples& into) {
             NvtxRange range("step");
-            into.add(run_step(model, live.optimizer(), phase, *timer));
+            into.add(graph ? graph->run(*timer) : run_step(model, live.optimizer(), phase, *timer));
           };
           for (int64_t s = 0; s < warmup; ++s) step(warm);
+          if (graphed)
+            profiler->record_graph([&] {
+              NvtxRange range("step");
+              graph = std::make_unique<GraphedStep>(model, live.optimizer(), phase);
+            });
           for (int64_t s = 0; s < (steps + 1) / 2; ++s) step(untraced);
 
           RecordStream kernels =

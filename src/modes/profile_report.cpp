@@ -275,15 +275,16 @@ void ProfileReport::print(std::FILE* out, const std::string& title, int top, con
   const double after = o.traced_ms;
   std::fprintf(out, "\n-- overhead: median %s ms per step untraced, %s ms traced (%s%s)\n",
                fmt(o.untraced_ms, 3).c_str(), fmt(after, 3).c_str(), o.pct >= 0 ? "+" : "", pct(o.pct).c_str());
-  // Whether the device or the host set the pace: where kernels leave the device idle, the
-  // launches do, and a tracer's per-launch cost on the host lands in the step.
+  // Whether the device or the launches set the pace: where kernels leave the device idle, the
+  // launches do, and a tracer's per-kernel cost (on the host, or between a graph's nodes)
+  // lands in the step.
   if (p.traces_activities() && after > 0) {
     const double kernels = kernel_ms_per_step("step"), busy = kernels / after;
     std::fprintf(out, "-- device busy: kernels ran %s of the %s ms of a traced step (%s)%s\n", fmt(kernels, 3).c_str(),
                  fmt(after, 3).c_str(), pct(100.0 * busy).c_str(),
-                 busy < kBusyDevice ? ": the host's launches set the pace here, so the profiler's cost per launch "
-                                      "shows in the step (the kernels' own times are not affected; a larger batch or "
-                                      "context hides it)"
+                 busy < kBusyDevice ? ": launches set the pace here (the host's, or a CUDA graph's gaps between its "
+                                      "kernels), so the profiler's cost per kernel shows in the step (the kernels' own "
+                                      "times are not affected; a larger batch or context hides it)"
                                     : "");
   }
   std::fflush(out);

@@ -6,7 +6,9 @@
 // relies on).
 #include <random>
 
+#include "kernels/cuda/cuda_device.h"
 #include "src/model/adamw.h"
+#include "src/model/train_step.h"
 #include "src/model/transformer.h"
 #include "tests/cuda/cuda_test_util.h"
 
@@ -134,6 +136,67 @@ TEST_F(CudaModel, Fp32TrainingStepsMatchCpuLosses) {
 // gradients and weights of the default plan (a bf16 copy of all weights, which AdamW keeps
 // current) over AdamW steps (which change the weights the casts read), with flash and naive
 // attention; and the peak is lower by at least the copy it leaves out.
+// --cuda-graph: forward and backward replayed from a graph recorded after one eager step, AdamW
+// after each replay, train bitwise like eager steps on new batches each step (the graph reads
+// the batch buffers set_batch fills); forward-backward and forward replays give the same losses.
+TEST(CudaModelGraphs, StepsReplayedFromAGraphTrainBitwiseLikeEagerSteps) {
+  SKIP_WITHOUT_GPU();
+  Backend gpu = make_gpu_backend();
+  const ModelConfig c = small_config();
+  auto timer = gpu.device->make_timer(kStepMarks);
+  for (Precision precision : {Precision::FP32, Precision::BF16})
+    for (AttentionKind attention : {AttentionKind::Naive, AttentionKind::Flash})
+      for (Phase phase : {Phase::TrainStep, Phase::ForwardBackward, Phase::Forward}) {
+        std::vector<double> losses[2];
+        std::vector<char> params[2];
+        for (int graphed = 0; graphed < 2; ++graphed) {
+          TransformerLM m(c, precision, attention, *gpu.device, *gpu.ops);
+          m.init_parameters(13);
+          AdamW opt(m, *gpu.ops, AdamWHyper{3e-3, 0.9, 0.95, 1e-8, 0.1});
+          std::unique_ptr<GraphedStep> graph;
+          std::mt19937_64 rng(9);
+          for (int step = 0; step < 4; ++step) {
+            const Batch b = random_batch(rng, c.vocab_size);
+            m.set_batch(b.tokens.data(), b.targets.data(), kBatch, kSeq);
+            if (graphed && step == 1) graph = std::make_unique<GraphedStep>(m, &opt, phase);
+            const StepTimes t = graph ? graph->run(*timer) : run_step(m, &opt, phase, *timer);
+            EXPECT_GT(t.step_ms, 0.0);
+            losses[graphed].push_back(m.mean_loss());
+          }
+          params[graphed] = read_bytes(*gpu.device, m.params());
+        }
+        const std::string what =
+            std::string(precision_name(precision)) + " " + attention_name(attention) + " " + phase_name(phase);
+        EXPECT_EQ(losses[0], losses[1]) << what;
+        EXPECT_TRUE(params[0] == params[1]) << what;
+        if (phase == Phase::TrainStep) EXPECT_NE(losses[0][0], losses[0][3]) << what << ": the weights moved";
+      }
+}
+
+// The blocks a graph's work used stay out of the cache while it lives (its replays write them),
+// and go back when it is destroyed.
+TEST(CudaModelGraphs, AGraphHoldsItsBlocksUntilDestroyed) {
+  SKIP_WITHOUT_GPU();
+  Backend gpu = make_gpu_backend();
+  auto& cache = static_cast<CudaDevice&>(*gpu.device).caching_allocator();
+  const ModelConfig c = small_config();
+  TransformerLM m(c, Precision::FP32, AttentionKind::Naive, *gpu.device, *gpu.ops);
+  m.init_parameters(1);
+  std::mt19937_64 rng(2);
+  const Batch b = random_batch(rng, c.vocab_size);
+  m.set_batch(b.tokens.data(), b.targets.data(), kBatch, kSeq);
+  auto timer = gpu.device->make_timer(kStepMarks);
+  run_step(m, nullptr, Phase::ForwardBackward, *timer);  // activations freed after backward: cached
+  const size_t cached = cache.cached_bytes();
+  ASSERT_GT(cached, 0u);
+  {
+    GraphedStep graph(m, nullptr, Phase::ForwardBackward);
+    EXPECT_LT(cache.cached_bytes(), cached) << "the activations the graph writes are not in the cache";
+    graph.run(*timer);
+  }
+  EXPECT_EQ(cache.cached_bytes(), cached);
+}
+
 TEST(CudaModelMemory, LowMemoryPlanGivesBitwiseTheSameTrainingInLessMemory) {
   SKIP_WITHOUT_GPU();
   Backend gpu = make_gpu_backend();

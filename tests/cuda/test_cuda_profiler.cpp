@@ -9,6 +9,7 @@
 #include "kernels/backend.h"
 #include "src/core/nvtx.h"
 #include "src/model/adamw.h"
+#include "src/model/train_step.h"
 #include "src/model/transformer.h"
 #include "tests/cuda/cuda_test_util.h"
 
@@ -131,6 +132,45 @@ TEST_F(Profiled, TinyModelKernelsPerPhaseAreExactlyTheLaunches) {
   for (const Activity& a : kept_.all) {
     EXPECT_GT(a.end_ns, a.start_ns);
     if (a.kind == ActivityKind::Kernel) EXPECT_GT(a.grid[0] * a.block[0], 0) << p_->names()[a.name];
+  }
+}
+
+// --cuda-graph: a train step replayed from a graph (forward and backward recorded, AdamW after
+// it) traces the same kernels in the same phases as the eager step, none unattributed.
+TEST_F(Profiled, AStepReplayedFromAGraphHasTheEagerKernelsInTheSamePhases) {
+  for (AttentionKind attention : {AttentionKind::Naive, AttentionKind::Flash}) {
+    build(shape(64, 128, 2, 4, 16), 2, Precision::BF16, attention);
+    ASSERT_EQ(p_->method(), "cupti") << p_->note();
+    auto count = [&] {
+      std::map<std::pair<std::string, std::string>, int> n;  // (phase path, kernel) -> instances in step 1
+      for (const Activity& a : kept_.all)
+        if (a.step == 1) ++n[{path(a), p_->names()[a.name]}];
+      return n;
+    };
+    window(2);
+    const auto eager = count();
+    auto timer = be_.device->make_timer(kStepMarks);
+    std::unique_ptr<GraphedStep> graph;
+    p_->record_graph([&] {
+      NvtxRange range("step");
+      graph = std::make_unique<GraphedStep>(*model_, opt_.get(), Phase::TrainStep);
+    });
+    kept_.all.clear();
+    p_->start(kept_);
+    for (int s = 0; s < 2; ++s) {
+      p_->set_step(s);
+      NvtxRange range("step");
+      graph->run(*timer);
+    }
+    p_->stop();
+    EXPECT_EQ(p_->unattributed(), 0) << attention_name(attention);
+    EXPECT_EQ(p_->dropped(), 0) << attention_name(attention);
+    const auto replayed = count();
+    EXPECT_EQ(replayed, eager) << attention_name(attention);
+    for (const auto& [where, n] : replayed)
+      if (n != (eager.count(where) ? eager.at(where) : 0))
+        ADD_FAILURE() << where.first << " " << where.second << ": " << n << " replayed, "
+                      << (eager.count(where) ? eager.at(where) : 0) << " eager";
   }
 }
 
