@@ -26,7 +26,8 @@ from llmhpc_h5 import BENCH_PHASES  # noqa: E402
 
 # Columns that appear only when their value differs between rows: (summary column, header).
 VARYING_COLUMNS = (("context_length", "Context"), ("batch_size", "Batch"), ("precision", "Precision"),
-                   ("attention", "Attention"), ("phase", "Phase"), ("warmup", "Warm-up"), ("steps", "Steps"))
+                   ("attention", "Attention"), ("phase", "Phase"), ("cuda_graph", "CUDA graph"), ("warmup", "Warm-up"),
+                   ("steps", "Steps"))
 SHAPE_KEYS = ("model", "d_model", "d_ff", "num_layers", "num_heads", "vocab_size")
 SHORT = {"forward": "Fwd", "backward": "Bwd", "optimizer": "Opt", "step": "Total"}
 GIB = float(1 << 30)
@@ -82,7 +83,8 @@ def other_precisions(summary: pd.DataFrame) -> list:
 def speedup_table(summary: pd.DataFrame, other: str = "bf16", decimals: int = 2) -> str:
     """fp32 against `other` for every configuration measured in both (the seeds' mixed-precision
     table): mean ms of each timed phase and the speed-up fp32 / other."""
-    keys = [k for k in (*SHAPE_KEYS, "context_length", "batch_size", "attention", "phase", "warmup", "steps")]
+    keys = [k for k in (*SHAPE_KEYS, "context_length", "batch_size", "attention", "phase", "cuda_graph", "warmup",
+                        "steps")]
     ok = summary[summary["status"] == "ok"]
     fp32 = {tuple(r[k] for k in keys): r for _, r in ok[ok.precision == "fp32"].iterrows()}
     bf16 = {tuple(r[k] for k in keys): r for _, r in ok[ok.precision == other].iterrows()}

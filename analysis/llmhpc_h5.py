@@ -53,7 +53,7 @@ CHUNK_ROWS = 1 << 20
 BENCH_PHASES = ("forward", "backward", "optimizer", "step")
 # Attributes that identify one bench configuration (the rest describe the run or its result).
 BENCH_CONFIG_KEYS = ("model", "d_model", "d_ff", "num_layers", "num_heads", "vocab_size", "context_length",
-                     "batch_size", "precision", "attention", "phase", "warmup", "steps")
+                     "batch_size", "precision", "attention", "phase", "cuda_graph", "warmup", "steps")
 # Per-step arrays of a ddp record; "comm" is the communication backward did not hide.
 DDP_PHASES = ("forward", "backward", "comm", "optimizer", "step")
 # Attributes that identify one ddp configuration (batch_size is the global batch).
@@ -379,6 +379,7 @@ class Run:
         for name, recs in self.records_by_name("bench", rank).items():
             first = recs[0]
             row = {key: first.attrs.get(key) for key in BENCH_CONFIG_KEYS}
+            row["cuda_graph"] = row["cuda_graph"] or 0  # files from before --cuda-graph existed
             row["name"] = name
             row["status"] = _pooled_status(recs)
             row["ranks"] = len(recs)

@@ -54,13 +54,6 @@ void validate_step_options(const po::variables_map& vm) {
   model_cases(vm);
 }
 
-bool use_cuda_graph(const ModeContext& ctx) {
-  if (!opt_flag(ctx.vm, "cuda-graph")) return false;
-  if (ctx.backend.device->kind() != DeviceKind::Cuda)
-    throw UsageError("--cuda-graph needs --device cuda: the CPU runs each op as it is called");
-  return true;
-}
-
 std::vector<ModelCase> model_cases(const po::variables_map& vm) {
   const std::vector<ModelConfig> configs = model_configs(vm);  // sizes x contexts, context fastest
   const size_t contexts = split_list(opt_string(vm, "context-length"), "context-length").size();

@@ -32,8 +32,6 @@ void add_step_options(po::options_description& own);
 void add_model_group(po::options_description& desc);
 // Throws UsageError for bad --phase, --warmup, --steps, --cuda-graph or model options.
 void validate_step_options(const po::variables_map& vm);
-// --cuda-graph given (GraphedStep, src/model/train_step.h); UsageError on a device without graphs.
-bool use_cuda_graph(const ModeContext& ctx);
 std::vector<ModelCase> model_cases(const po::variables_map& vm);
 
 // Configurations the backend cannot run at all (an attention or a precision it lacks): an

@@ -162,6 +162,13 @@ std::vector<Precision> precisions(const po::variables_map& vm) {
   return opt_list(vm, "precision", [](const std::string& p) { return parse_precision(p); });
 }
 
+bool use_cuda_graph(const ModeContext& ctx) {
+  if (!opt_flag(ctx.vm, "cuda-graph")) return false;
+  if (ctx.backend.device->kind() != DeviceKind::Cuda)
+    throw UsageError("--cuda-graph needs --device cuda: the CPU runs each op as it is called");
+  return true;
+}
+
 void note_cpu_bf16(const ModeContext& ctx) {
   const std::vector<Precision> wanted = precisions(ctx.vm);
   if (ctx.backend.device->kind() == DeviceKind::Cpu &&

@@ -29,6 +29,8 @@ std::vector<Precision> precisions(const po::variables_map& vm);
 // Rank 0 says once that bf16 on the CPU is storage only (kernels/cpu), so its times mislead
 // nobody; nothing unless --precision has bf16 and the device is the CPU.
 void note_cpu_bf16(const ModeContext& ctx);
+// --cuda-graph given (GraphedStep, src/model/train_step.h); UsageError on a device without graphs.
+bool use_cuda_graph(const ModeContext& ctx);
 std::vector<AttentionKind> attentions(const po::variables_map& vm);
 MemoryPlan memory_plan(const po::variables_map& vm);  // --low-memory
 // A model's part of a configuration's label: the preset name, or d<d_model>_ff<d_ff>_L<layers>_H<heads>.
