@@ -8,6 +8,9 @@ the device, the causal mask from SDPA or a cached buffer. Setups, from weakest t
   eager     naive attention (matmul, mask, softmax, matmul), torch.optim.AdamW defaults
   compiled  torch.compile of each block (one compiled graph reused by all layers), fused
             attention (F.scaled_dot_product_attention, is_causal), AdamW(fused=True)
+  graphs    as compiled, but the whole model compiled with mode="reduce-overhead": forward and
+            backward replayed from CUDA graphs (PyTorch's answer to launch-bound steps, beside
+            `llmhpc --cuda-graph`)
 
 Precision fp32, or bf16 as autocast does it (fp32 master weights). Every step is timed with
 CUDA events: forward (with the loss), backward, optimizer (zero_grad(set_to_none=True) before
@@ -118,12 +121,14 @@ def bench_one(size, ctx, batch, precision, setup, warmup, steps, vocab):
     rec = dict(tool="pytorch", model=size, d_model=d, d_ff=d_ff, num_layers=layers, num_heads=heads,
                context_length=ctx, batch_size=batch, precision=precision, setup=setup, warmup=warmup, steps=steps,
                torch_version=torch.__version__, device_name=torch.cuda.get_device_name())
-    compiled = setup == "compiled"
+    compiled = setup in ("compiled", "graphs")
     model = opt = None
     try:
         torch.cuda.reset_peak_memory_stats()
         model = TransformerLM(vocab, d, d_ff, layers, heads, fused=compiled).cuda()
-        if compiled:
+        if setup == "graphs":
+            model.compile(mode="reduce-overhead")
+        elif compiled:
             for block in model.layers:
                 block.compile()
         opt = torch.optim.AdamW(model.parameters(), lr=1e-3, fused=compiled or None)
@@ -136,6 +141,8 @@ def bench_one(size, ctx, batch, precision, setup, warmup, steps, vocab):
             # Gradients freed before forward (the usual loop's first line): the previous step's
             # gradients never sit beside this step's activations, PyTorch's lowest peak.
             opt.zero_grad(set_to_none=True)
+            if setup == "graphs":
+                torch.compiler.cudagraph_mark_step_begin()  # the last step's graph outputs may be overwritten
             ev[0].record()
             with torch.autocast("cuda", dtype=torch.bfloat16, enabled=precision == "bf16"):
                 loss = model(tokens, targets)
