@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <cstdlib>
 #include <fstream>
 #include <map>
 #include <sstream>
@@ -155,6 +156,88 @@ TEST(CpuProfiler, NothingIsRecordedOutsideAWindow) {
   run.window(1);
   EXPECT_EQ(run.p->activities(), int64_t(in_window));
   EXPECT_EQ(run.p->names(), names);
+}
+
+// The bookkeeping behind --cuda-graph (Profiler::record_graph), with a tracer that plays
+// CUPTI's part: nodes noted in the ranges open while the graph is recorded, and replayed
+// activities delivered with their node's recorded range under the range of their launch.
+class GraphTracer final : public Profiler {
+ public:
+  GraphTracer() : Profiler(DeviceSpans::FromActivities) {}
+  std::string method() const override { return "graph test"; }
+  bool traces_activities() const override { return true; }
+  Ops& ops() override { std::abort(); }
+  int64_t open_range() const { return current_range(); }  // while recording: a node's range
+  void replayed(int64_t launch, int64_t recorded, int64_t start_ns) {
+    Activity a;
+    a.name = intern_name("kernel " + std::to_string(recorded), ActivityKind::Kernel);
+    a.range = launch;
+    a.start_ns = start_ns;
+    a.end_ns = start_ns + 5;
+    deliver(a, recorded);
+  }
+
+ protected:
+  void begin_window() override {}
+  void end_window() override {}
+  int64_t now_ns() override { return clock_ += 100; }
+
+ private:
+  int64_t clock_ = 0;
+};
+
+TEST(GraphReplay, ActivitiesGoToCopiesOfTheirRecordedRangesUnderTheirStep) {
+  GraphTracer p;
+  int64_t in_layer = -1, in_forward = -1, in_step = -1;
+  p.record_graph([&] {
+    NvtxRange step("step");
+    {
+      NvtxRange forward("forward");
+      {
+        NvtxRange layer("layer 0");
+        in_layer = p.open_range();
+      }
+      in_forward = p.open_range();
+    }
+    in_step = p.open_range();
+  });
+  EXPECT_TRUE(p.ranges().empty()) << "the recording's ranges are not a window's";
+  Keep kept;
+  p.start(kept);
+  for (int s = 0; s < 2; ++s) {
+    p.set_step(s);
+    NvtxRange step("step");
+    const int64_t launch = p.open_range();
+    p.replayed(launch, in_layer, 1000 * (s + 1));
+    p.replayed(launch, in_forward, 1000 * (s + 1) + 10);
+    p.replayed(launch, in_layer, 1000 * (s + 1) + 20);  // the same recorded range again: the same copy
+    p.replayed(launch, in_step, 1000 * (s + 1) + 30);
+    p.replayed(launch, -1, 1000 * (s + 1) + 40);  // a node not heard: the launch's range
+  }
+  p.stop();
+  ASSERT_EQ(kept.all.size(), 10u);
+  EXPECT_EQ(p.unattributed(), 0);
+  const char* want[] = {"step/forward/layer 0", "step/forward", "step/forward/layer 0", "step", "step"};
+  for (size_t k = 0; k < kept.all.size(); ++k) {
+    const Activity& a = kept.all[k];
+    EXPECT_EQ(p.phases()[a.phase].path, want[k % 5]) << k;
+    EXPECT_EQ(a.step, int64_t(k / 5)) << k;
+  }
+  EXPECT_EQ(kept.all[0].range, kept.all[2].range);
+  // Per step: the launch's own range and copies of forward and layer 0 under it.
+  ASSERT_EQ(p.ranges().size(), 6u);
+  for (const Activity& a : kept.all) {
+    const PhaseRange& r = p.ranges()[a.range];
+    int64_t top = a.range;
+    while (p.ranges()[top].parent >= 0) top = p.ranges()[top].parent;
+    const PhaseRange& root = p.ranges()[top];
+    EXPECT_EQ(p.phases()[root.phase].path, "step");
+    EXPECT_EQ(r.host_start_ns, root.host_start_ns) << "a copy has its launch's host times";
+    EXPECT_EQ(r.host_end_ns, root.host_end_ns);
+    EXPECT_LE(r.device_start_ns, a.start_ns);
+    EXPECT_GE(r.device_end_ns, a.end_ns);
+    EXPECT_LE(root.device_start_ns, r.device_start_ns) << "a copy lies inside its step's span";
+  }
 }
 
 TEST(PhaseEventProfiler, TimesEveryRangeAndRecordsNoActivities) {
