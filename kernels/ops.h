@@ -72,8 +72,8 @@ class Device {
   virtual void fill_zero(void* dst, size_t bytes) = 0;
 
   // Records the device work `work` enqueues on the compute stream, without running it, as a
-  // graph to replay. The work must not wait for the device or allocate memory it did not
-  // allocate before (run it once first). CUDA only: the CPU throws UsageError.
+  // graph to replay. The work must not wait for the device; it may allocate (the blocks it
+  // used are the graph's until it is destroyed). CUDA only: the CPU throws UsageError.
   virtual std::unique_ptr<DeviceGraph> capture(const std::function<void()>&) {
     throw UsageError("--cuda-graph needs --device cuda: the " + name() + " runs each op as it is called");
   }

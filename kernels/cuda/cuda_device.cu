@@ -45,7 +45,7 @@ void* CachingDeviceAllocator::device_malloc(size_t bytes) {
   void* p = nullptr;
   cudaError_t rc = cudaMalloc(&p, bytes);
   if (rc == cudaSuccess) return p;
-  LLMHPC_CHECK(rc == cudaErrorMemoryAllocation, std::string("cudaMalloc: ") + cudaGetErrorString(rc));
+  LLMHPC_CHECK(rc == cudaErrorMemoryAllocation || capturing_, std::string("cudaMalloc: ") + cudaGetErrorString(rc));
   cudaGetLastError();  // clear the sticky-free allocation error so later calls succeed
   return nullptr;
 }
@@ -61,15 +61,18 @@ void* CachingDeviceAllocator::allocate(size_t bytes, const std::string& tag) {
     cached_.erase(hit);
     return p;
   }
-  if (reserved_ + size > limit_) release_cache();
+  // While a graph is recorded the cache is not released (cudaFree would wait for the device).
+  const bool may_release = !capturing_;
+  if (may_release && reserved_ + size > limit_) release_cache();
   void* p = reserved_ + size <= limit_ ? device_malloc(size) : nullptr;
-  if (!p && reserved_ + size <= limit_) {
+  if (!p && may_release && reserved_ + size <= limit_) {
     release_cache();
     p = device_malloc(size);
   }
   if (!p)
     throw OutOfMemory("device allocation of " + format_bytes(double(bytes)) + " for '" + tag + "' does not fit: " +
-                      format_bytes(double(reserved_)) + " in use of a limit of " + format_bytes(double(limit_)));
+                      format_bytes(double(reserved_)) + " in use of a limit of " + format_bytes(double(limit_)) +
+                      (capturing_ ? " (while recording a CUDA graph, which cannot release the cache)" : ""));
   reserved_ += size;
   live_[p] = size;
   if (capturing_) captured_.insert(p);

@@ -56,8 +56,9 @@ StepTimes run_step(TransformerLM& model, AdamW* opt, Phase phase, Timer& timer, 
 // graph and replayed each step with one launch; AdamW (train-step) then runs as usual, since its
 // step count, an argument of its kernel, changes every step and a replay's cannot. So
 // train-step needs GradientStorage::Whole (UsageError otherwise), and no listener: data
-// parallelism's communication is not recorded. Construct it after at least one eager step of
-// the same phase (warm-up), which allocates what the step keeps and leaves the rest cached.
+// parallelism's communication is not recorded. Best constructed after an eager step (the
+// warm-up): the recording then takes its blocks from the cache; without one it allocates them
+// (cudaMalloc works while capturing; tested).
 // Times: step_ms and, for train-step, optimizer_ms; forward_ms only when the phase is forward
 // (a replay is not split into forward and backward).
 class GraphedStep {

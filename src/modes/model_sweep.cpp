@@ -39,16 +39,13 @@ void add_model_group(po::options_description& desc) {
 
 void validate_step_options(const po::variables_map& vm) {
   const Phase phase = parse_phase(opt_string(vm, "phase"));
-  const int64_t warmup = opt_nonnegative(vm, "warmup");
+  opt_nonnegative(vm, "warmup");
   if (opt_flag(vm, "cuda-graph")) {
     if (opt_string(vm, "device") == "cpu")
       throw UsageError("--cuda-graph needs --device cuda: the CPU runs each op as it is called");
     if (phase == Phase::TrainStep && vm.count("separate-optimizer") && !opt_flag(vm, "separate-optimizer"))
       throw UsageError("--cuda-graph with --phase train-step needs --separate-optimizer: AdamW inside backward "
                        "would be recorded with one step count (or use --phase forward-backward)");
-    if (warmup < 1)
-      throw UsageError("--cuda-graph needs --warmup 1 or more: the graph is recorded after an eager step has "
-                       "allocated what the step keeps");
   }
   opt_positive(vm, "steps");
   model_cases(vm);
