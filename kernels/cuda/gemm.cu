@@ -107,7 +107,7 @@ Gemm::Gemm(cudaStream_t stream, Allocator& workspace_allocator, bool allow_tf32,
 }
 
 Gemm::~Gemm() {
-  for (auto& [key, plan] : plans_) delete plan;
+  plans_.clear();  // their descriptors before the handle
   if (handle_) cublasLtDestroy(handle_);
 }
 
@@ -141,7 +141,7 @@ const Gemm::Plan& Gemm::plan_for(const Key& key) {
                  std::to_string(key.ldb) + "/" + std::to_string(key.ldc) + " batch " + std::to_string(key.batch) +
                  ": " + cublasGetStatusString(rc));
   plan->algo = result.algo;
-  return *plans_.emplace(key, plan.release()).first->second;
+  return *plans_.emplace(key, std::move(plan)).first->second;
 }
 
 // Row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T: the same memory read

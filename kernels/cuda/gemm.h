@@ -12,6 +12,7 @@
 #include <cublas_v2.h>
 
 #include <cstdint>
+#include <memory>
 #include <unordered_map>
 
 #include "kernels/ops.h"
@@ -64,7 +65,7 @@ class Gemm {
   Buffer workspace_;
   bool allow_tf32_;
   int sm_count_target_ = 0;  // 0: every SM
-  std::unordered_map<Key, Plan*, KeyHash> plans_;
+  std::unordered_map<Key, std::unique_ptr<Plan>, KeyHash> plans_;
 };
 
 }  // namespace llmhpc::cuda

@@ -114,9 +114,9 @@ StepTimes run_step(TransformerLM& model, AdamW* opt, Phase phase, Timer& timer, 
 
 GraphedStep::GraphedStep(TransformerLM& model, AdamW* opt, Phase phase) : model_(model), opt_(opt), phase_(phase) {
   LLMHPC_CHECK(phase != Phase::TrainStep || opt != nullptr, "train-step needs an optimizer");
-  if (phase == Phase::TrainStep && model.gradient_storage() == GradientStorage::PerRange)
-    throw UsageError("--cuda-graph with --phase train-step needs --separate-optimizer: AdamW inside backward would "
-                     "be recorded with one step count");
+  LLMHPC_CHECK(phase != Phase::TrainStep || model.gradient_storage() == GradientStorage::Whole,
+               "a recorded train step needs GradientStorage::Whole: AdamW inside backward would be recorded with one "
+               "step count (the modes refuse it as --cuda-graph without --separate-optimizer)");
   graph_ = model.device().capture([&] {
     model.forward();
     if (phase != Phase::Forward) model.backward(nullptr);  // forward-backward: gradients computed, then dropped

@@ -55,7 +55,7 @@ StepTimes run_step(TransformerLM& model, AdamW* opt, Phase phase, Timer& timer, 
 // --cuda-graph: forward, and backward unless the phase is forward, recorded once as a device
 // graph and replayed each step with one launch; AdamW (train-step) then runs as usual, since its
 // step count, an argument of its kernel, changes every step and a replay's cannot. So
-// train-step needs GradientStorage::Whole (UsageError otherwise), and no listener: data
+// train-step needs GradientStorage::Whole (the modes check it first), and no listener: data
 // parallelism's communication is not recorded. Best constructed after an eager step (the
 // warm-up): the recording then takes its blocks from the cache; without one it allocates them
 // (cudaMalloc works while capturing; tested).

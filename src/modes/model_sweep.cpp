@@ -41,8 +41,7 @@ void validate_step_options(const po::variables_map& vm) {
   const Phase phase = parse_phase(opt_string(vm, "phase"));
   opt_nonnegative(vm, "warmup");
   if (opt_flag(vm, "cuda-graph")) {
-    if (opt_string(vm, "device") == "cpu")
-      throw UsageError("--cuda-graph needs --device cuda: the CPU runs each op as it is called");
+    if (opt_string(vm, "device") == "cpu") throw UsageError(kCudaGraphNeedsCuda);
     if (phase == Phase::TrainStep && vm.count("separate-optimizer") && !opt_flag(vm, "separate-optimizer"))
       throw UsageError("--cuda-graph with --phase train-step needs --separate-optimizer: AdamW inside backward "
                        "would be recorded with one step count (or use --phase forward-backward)");

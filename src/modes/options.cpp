@@ -162,10 +162,11 @@ std::vector<Precision> precisions(const po::variables_map& vm) {
   return opt_list(vm, "precision", [](const std::string& p) { return parse_precision(p); });
 }
 
+const char* const kCudaGraphNeedsCuda = "--cuda-graph needs --device cuda: the CPU runs each op as it is called";
+
 bool use_cuda_graph(const ModeContext& ctx) {
   if (!opt_flag(ctx.vm, "cuda-graph")) return false;
-  if (ctx.backend.device->kind() != DeviceKind::Cuda)
-    throw UsageError("--cuda-graph needs --device cuda: the CPU runs each op as it is called");
+  if (ctx.backend.device->kind() != DeviceKind::Cuda) throw UsageError(kCudaGraphNeedsCuda);
   return true;
 }
 

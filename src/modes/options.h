@@ -31,6 +31,8 @@ std::vector<Precision> precisions(const po::variables_map& vm);
 void note_cpu_bf16(const ModeContext& ctx);
 // --cuda-graph given (GraphedStep, src/model/train_step.h); UsageError on a device without graphs.
 bool use_cuda_graph(const ModeContext& ctx);
+// The message of that UsageError (validate functions give it earlier, for --device cpu).
+extern const char* const kCudaGraphNeedsCuda;
 std::vector<AttentionKind> attentions(const po::variables_map& vm);
 MemoryPlan memory_plan(const po::variables_map& vm);  // --low-memory
 // A model's part of a configuration's label: the preset name, or d<d_model>_ff<d_ff>_L<layers>_H<heads>.
