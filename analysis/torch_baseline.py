@@ -15,12 +15,16 @@ the device, the causal mask from SDPA or a cached buffer. Setups, from weakest t
 Precision fp32, or bf16 as autocast does it (fp32 master weights). Every step is timed with
 CUDA events: forward (with the loss), backward, optimizer (zero_grad(set_to_none=True) before
 forward, untimed, so that no gradients are live during forward); warm-up steps
-apart; one synchronize per step. Out-of-memory is recorded as status "oom" and the sweep
+apart; one synchronize per step. With --trace, as many steps again run under torch.profiler
+(CUDA activities: Kineto tracing kernels through CUPTI, as `llmhpc --mode profile` does), the
+untraced steps split half before and half after them, as that mode does, for its overhead
+beside llmhpc's ("traced_step_ms", "traced_kernels_per_step"). Out-of-memory is recorded as status "oom" and the sweep
 goes on. Results: one JSON object per configuration, appended to --out (JSON lines).
 
     python3 analysis/torch_baseline.py --model small,medium --context-length 128,512 \
         --precision fp32,bf16 --setup eager,compiled --out torch.jsonl
     python3 analysis/torch_baseline.py --ceilings --out torch.jsonl    # GEMM and copy rates
+    python3 analysis/torch_baseline.py --model small --precision bf16 --trace --out torch.jsonl
 
 analysis/model_bench.py puts these next to an llmhpc bench run.
 """
@@ -30,6 +34,7 @@ import argparse
 import json
 import math
 import time
+from statistics import median
 
 import torch
 import torch.nn.functional as F
@@ -116,7 +121,7 @@ class TransformerLM(nn.Module):
         return F.cross_entropy(logits.float().view(-1, logits.shape[-1]), targets.view(-1))
 
 
-def bench_one(size, ctx, batch, precision, setup, warmup, steps, vocab):
+def bench_one(size, ctx, batch, precision, setup, warmup, steps, vocab, trace=False):
     d, d_ff, layers, heads = PRESETS[size]
     rec = dict(tool="pytorch", model=size, d_model=d, d_ff=d_ff, num_layers=layers, num_heads=heads,
                context_length=ctx, batch_size=batch, precision=precision, setup=setup, warmup=warmup, steps=steps,
@@ -136,27 +141,44 @@ def bench_one(size, ctx, batch, precision, setup, warmup, steps, vocab):
         targets = torch.randint(0, vocab, (batch, ctx), device="cuda")
         ev = [torch.cuda.Event(enable_timing=True) for _ in range(4)]
         times = {k: [] for k in ("forward_ms", "backward_ms", "optimizer_ms", "step_ms")}
+
+        def run(n, into):
+            for _ in range(n):
+                # Gradients freed before forward (the usual loop's first line): the previous step's
+                # gradients never sit beside this step's activations, PyTorch's lowest peak.
+                opt.zero_grad(set_to_none=True)
+                if setup == "graphs":
+                    torch.compiler.cudagraph_mark_step_begin()  # the last step's graph outputs may be overwritten
+                ev[0].record()
+                with torch.autocast("cuda", dtype=torch.bfloat16, enabled=precision == "bf16"):
+                    loss = model(tokens, targets)
+                ev[1].record()
+                loss.backward()
+                ev[2].record()
+                opt.step()
+                ev[3].record()
+                torch.cuda.synchronize()
+                if into is not None:
+                    into["forward_ms"].append(ev[0].elapsed_time(ev[1]))
+                    into["backward_ms"].append(ev[1].elapsed_time(ev[2]))
+                    into["optimizer_ms"].append(ev[2].elapsed_time(ev[3]))
+                    into["step_ms"].append(ev[0].elapsed_time(ev[3]))
+
         t0 = time.time()
-        for i in range(warmup + steps):
-            # Gradients freed before forward (the usual loop's first line): the previous step's
-            # gradients never sit beside this step's activations, PyTorch's lowest peak.
-            opt.zero_grad(set_to_none=True)
-            if setup == "graphs":
-                torch.compiler.cudagraph_mark_step_begin()  # the last step's graph outputs may be overwritten
-            ev[0].record()
-            with torch.autocast("cuda", dtype=torch.bfloat16, enabled=precision == "bf16"):
-                loss = model(tokens, targets)
-            ev[1].record()
-            loss.backward()
-            ev[2].record()
-            opt.step()
-            ev[3].record()
-            torch.cuda.synchronize()
-            if i >= warmup:
-                times["forward_ms"].append(ev[0].elapsed_time(ev[1]))
-                times["backward_ms"].append(ev[1].elapsed_time(ev[2]))
-                times["optimizer_ms"].append(ev[2].elapsed_time(ev[3]))
-                times["step_ms"].append(ev[0].elapsed_time(ev[3]))
+        run(warmup, None)
+        if not trace:
+            run(steps, times)
+        else:
+            traced = {k: [] for k in times}
+            run(steps // 2, times)
+            with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+                run(steps, traced)
+            run(steps - steps // 2, times)
+            try:  # the kernels Kineto recorded (its event list's API has moved between versions)
+                kernels = sum(1 for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA) / steps
+            except Exception:  # noqa: BLE001
+                kernels = None
+            rec.update(traced_step_ms=traced["step_ms"], traced_kernels_per_step=kernels)
         rec.update(times, status="ok", peak_memory_bytes=torch.cuda.max_memory_allocated(), wall_s=time.time() - t0)
     except torch.cuda.OutOfMemoryError as e:
         rec.update(status="oom", error=str(e).splitlines()[0], peak_memory_bytes=torch.cuda.max_memory_allocated())
@@ -205,6 +227,7 @@ def main():
     p.add_argument("--steps", type=int, default=10)
     p.add_argument("--vocab-size", type=int, default=10000)
     p.add_argument("--ceilings", action="store_true", help="only measure the GEMM and copy rates")
+    p.add_argument("--trace", action="store_true", help="also time --steps steps under torch.profiler (CUDA activities)")
     p.add_argument("--deadline-s", type=float, default=0,
                    help="configurations not started within this many seconds are recorded as 'not run' (0: none)")
     p.add_argument("--out", required=True, help="JSON lines file to append to")
@@ -217,7 +240,7 @@ def main():
         if a.deadline_s and time.time() - start > a.deadline_s:
             return dict(tool="pytorch", model=m, context_length=c, batch_size=a.batch_size, precision=prec, setup=s,
                         status="not run (deadline)")
-        return bench_one(m, c, a.batch_size, prec, s, a.warmup, a.steps, a.vocab_size)
+        return bench_one(m, c, a.batch_size, prec, s, a.warmup, a.steps, a.vocab_size, a.trace)
 
     records = [ceilings()] if a.ceilings else (
         one(m, int(c), prec, s)
@@ -229,6 +252,8 @@ def main():
             f.flush()
             brief = {k: r[k] for k in ("model", "context_length", "precision", "setup", "status") if k in r}
             mean = sum(r["step_ms"]) / len(r["step_ms"]) if r.get("step_ms") else float("nan")
+            if r.get("traced_step_ms"):
+                brief["overhead"] = f"{median(r['traced_step_ms']) / median(r['step_ms']) - 1:+.1%} (medians)"
             print(json.dumps(brief), f"step {mean:.2f} ms" if r.get("status") == "ok" else
                   json.dumps({k: v for k, v in r.items() if k != "tool"}), flush=True)
 
