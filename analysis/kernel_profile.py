@@ -9,7 +9,8 @@ Writes profile_rank<R>.md (the tables, also printed) and profile_rank<R>.png int
 as one markdown section, for analysis/report.py.
 
 First an overview, one row per configuration: the step untraced and traced (the overhead), the
-activities per step, the share of matrix products in the step's kernel time, dropped records, and
+drift (the untraced steps run after the traced ones against those run before: how far the step
+time moved by itself; an overhead within it is not resolved by the run), the activities per step, the share of matrix products in the step's kernel time, dropped records, and
 how busy the device was (kernel time over the traced step: below about 90% the host's launches
 set the pace, and the overhead shows).
 Then for every configuration that ran (/profile/<label> with its activities in
@@ -76,6 +77,14 @@ def attention_part(path: str, name: str, category: str) -> str:
 def median_steps(rec) -> tuple:
     """The median untraced and traced step, ms: the overhead's terms, as the mode's report has them."""
     return float(np.median(rec.arrays["step_ms"])), float(np.median(rec.arrays["traced_step_ms"]))
+
+
+def drift_pct(rec) -> float:
+    """How far the untraced step moved by itself, %: the median of the untraced steps run after the
+    traced ones (the last floor(n/2)) against those run before them (the first ceil(n/2))."""
+    u = np.asarray(rec.arrays["step_ms"], dtype=float)
+    k = (len(u) + 1) // 2
+    return 100.0 * (float(np.median(u[k:])) / float(np.median(u[:k])) - 1.0) if len(u) >= 2 else math.nan
 
 
 def duration(ns: float) -> str:
@@ -163,7 +172,7 @@ def configuration_report(run, rec, rank: int, top: int) -> tuple:
             markdown_table(["Phase", "Events", "Profiler span", "Kernel time", "Span / events"], rows), ""]
     untraced, traced = median_steps(rec)
     out += [f"Overhead: median {untraced:.3f} ms per step untraced, {traced:.3f} ms traced "
-            f"({100.0 * (traced / untraced - 1.0):+.1f}%).", ""]
+            f"({100.0 * (traced / untraced - 1.0):+.1f}%); drift of the untraced steps {drift_pct(rec):+.1f}%.", ""]
     if acts.empty:
         out += ["No activities: the profiler timed phases only.", ""]
         return "\n".join(out), None
@@ -236,7 +245,7 @@ def overview(run, records: list, rank: int) -> str:
         row = [a.get("model", rec.name), a.get("context_length", "-"), a.get("batch_size", "-"),
                a.get("precision", "-"), a.get("attention", "-"), a.get("phase", "-")]
         if not rec.ok:
-            rows.append(row + [rec.status] + ["-"] * 7)
+            rows.append(row + [rec.status] + ["-"] * 8)
             continue
         untraced, traced = median_steps(rec)
         acts = run.profile_activities(rec.name, rank)
@@ -245,10 +254,11 @@ def overview(run, records: list, rank: int) -> str:
         steps = int(a["steps"])
         busy = 100.0 * total / 1e6 / steps / traced if total > 0 and traced > 0 else math.nan
         rows.append(row + ["ok", fmt(untraced, 3), fmt(traced, 3), f"{100.0 * (traced / untraced - 1.0):+.1f}%",
-                           fmt(len(acts) / steps, 1), fmt(share, 1) + "%" if total > 0 else "-",
+                           f"{drift_pct(rec):+.1f}%", fmt(len(acts) / steps, 1), fmt(share, 1) + "%" if total > 0 else "-",
                            a.get("dropped_records", "-"), fmt(busy, 1) + "%" if total > 0 else "-"])
     return markdown_table(["Model", "Context", "Batch", "Precision", "Attention", "Phase", "Status",
-                           "Untraced ms (median)", "Traced ms (median)", "Overhead", "Activities/step", "Matmul share",
+                           "Untraced ms (median)", "Traced ms (median)", "Overhead", "Drift", "Activities/step",
+                           "Matmul share",
                            "Dropped", "Device busy"], rows)
 
 

@@ -5,12 +5,14 @@
 // Per configuration, on every rank: warm-up steps (untraced), then `steps` traced steps inside
 // the profiler's window, with `steps` untraced steps (the baseline for the overhead) split
 // around it, half before and half after, so that a drift of the clocks or of the host during
-// the configuration weighs on both sides; the overhead compares medians. Every
+// the configuration weighs on both sides; the overhead compares medians, and the drift between
+// the two halves says how far the host's own step time moved meanwhile. Every
 // activity goes, as it arrives, to the rank file's stream /profile_kernels/<label>, to the
 // trace (--trace) and to the report; the record /profile/<label> holds the step times of both
 // runs and the profiler's tables (names, phases, ranges). Rank 0 prints the report
 // (src/modes/profile_report.h). Without CUPTI (or with --no-cupti) the window has only phases,
 // timed with device events, and the report says so.
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <memory>
@@ -189,8 +191,8 @@ void run(ModeContext& ctx) {
       profiler->method().c_str(), profiler->note().empty() ? "" : " - ", profiler->note().c_str(), ctx.rt.world_size,
       dev.name().c_str(), graphed ? ", steps replayed from CUDA graphs" : "");
   Sweep sweep(ctx, "profile", cases.size(),
-              {"Model", "ctx", "batch", "prec", "attn", "Untraced", "Traced", "Overhead", "Activities/step", "Matmul %",
-               "Dropped", "status"});
+              {"Model", "ctx", "batch", "prec", "attn", "Untraced", "Traced", "Overhead", "Drift", "Activities/step",
+               "Matmul %", "Dropped", "status"});
   auto timer = dev.make_timer(kStepMarks);
   LiveModel live;
   for (size_t i = 0; i < cases.size(); ++i) {
@@ -263,7 +265,7 @@ void run(ModeContext& ctx) {
     const Overhead o = overhead(untraced, traced);
     sweep.add_row({c.model.name, std::to_string(c.model.context_length), std::to_string(c.batch),
                    precision_name(c.precision), attention_name(c.attention), fmt(o.untraced_ms), fmt(o.traced_ms),
-                   ok ? fmt(o.pct, 1) + "%" : "-",
+                   ok ? fmt(o.pct, 1) + "%" : "-", ok && !std::isnan(o.drift_pct) ? fmt(o.drift_pct, 1) + "%" : "-",
                    ok && profiler->traces_activities() ? fmt(report.activities_per_step(), 1) : "-",
                    ok && profiler->traces_activities() ? fmt(report.matmul_pct("step"), 1) : "-",
                    ok ? std::to_string(profiler->dropped()) : "-", status.column()});

@@ -165,8 +165,12 @@ double ProfileReport::activities_per_step() const {
 }
 
 Overhead overhead(const StepSamples& untraced, const StepSamples& traced) {
-  const double before = median(untraced.step), after = median(traced.step);
-  return {before, after, 100.0 * (after / before - 1.0)};
+  const std::vector<double>& u = untraced.step;
+  const double before = median(u), after = median(traced.step);
+  const auto split = u.begin() + std::ptrdiff_t((u.size() + 1) / 2);  // as the mode runs them
+  const double drift =
+      u.size() < 2 ? std::nan("") : 100.0 * (median({split, u.end()}) / median({u.begin(), split}) - 1.0);
+  return {before, after, 100.0 * (after / before - 1.0), drift};
 }
 
 // Below this share of a step with kernels running, the host's launches, not the device, set the
@@ -275,6 +279,12 @@ void ProfileReport::print(std::FILE* out, const std::string& title, int top, con
   const double after = o.traced_ms;
   std::fprintf(out, "\n-- overhead: median %s ms per step untraced, %s ms traced (%s%s)\n",
                fmt(o.untraced_ms, 3).c_str(), fmt(after, 3).c_str(), o.pct >= 0 ? "+" : "", pct(o.pct).c_str());
+  if (!std::isnan(o.drift_pct))
+    std::fprintf(out, "-- drift: the untraced steps after the traced ones against those before: %s%s%s\n",
+                 o.drift_pct >= 0 ? "+" : "", pct(o.drift_pct).c_str(),
+                 o.resolved() ? ""
+                              : ": the overhead is within what the step time moved by itself, so this run does "
+                                "not resolve it (a busy or shared host; more --steps, or a quieter node)");
   // Whether the device or the launches set the pace: where kernels leave the device idle, the
   // launches do, and a tracer's per-kernel cost (on the host, or between a graph's nodes)
   // lands in the step.

@@ -8,6 +8,7 @@
 // "backward", "optimizer": the second component of its phase path) and in the outermost
 // ("step", the whole step). Activities outside every phase form the group "(no phase)".
 #pragma once
+#include <cmath>
 #include <cstdio>
 #include <map>
 #include <string>
@@ -46,8 +47,14 @@ double naive_attention_flops(const std::string& group, const std::string& part, 
 
 // The profiler's cost: the median traced step against the median untraced one. Medians: one
 // slow step (a clock ramp, the host scheduling something else) must not read as the profiler's.
+// And how far the step time moved by itself meanwhile, the drift: the median of the untraced
+// steps after the traced ones (the last floor(n/2)) against those before them (the first
+// ceil(n/2)). An overhead no larger than the drift is not resolved by the run (a busy or shared
+// host: docs/results/profile.md, session 12).
 struct Overhead {
   double untraced_ms, traced_ms, pct;
+  double drift_pct;  // NaN with fewer than two untraced steps
+  bool resolved() const { return !(std::abs(pct) <= std::abs(drift_pct)); }
 };
 Overhead overhead(const StepSamples& untraced, const StepSamples& traced);
 

@@ -8,9 +8,11 @@ range, steps 0..steps-1), starts before ends, inside its range's times; the ops 
 are the model's (4 linear_forward per layer forward, 5 linear_backward per layer backward).
 The trace of each rank parses as JSON: every event has ph, ts, dur, pid, tid and name, one
 complete event per activity on the ops track, every phase range on the phase tracks.
+Rank 0's report prints each configuration's drift (its untraced steps after the traced ones
+against those before), as its rank file's step times give it.
 analysis/kernel_profile.py prints kernel tables whose Time column sums to 100% when every name is
-listed, an overview and a matmul share equal to the raw activities', and writes the markdown and
-the PNG into --out (never the working directory); report_section gives the same. --no-cupti
+listed, an overview with a matmul share equal to the raw activities' and the drift of the raw
+steps, and writes the markdown and the PNG into --out (never the working directory); report_section gives the same. --no-cupti
 records phases only; --trace=FILE.json writes that file. Bad options (--top 0, --steps 0,
 --trace=x.txt, --trace in a missing directory, --phase bogus) exit 2 at once with a message
 naming the option, and leave no files. jobs/profile.sh runs a tiny model end to end.
@@ -18,6 +20,7 @@ naming the option, and leave no files. jobs/profile.sh runs a tiny model end to 
 import importlib.util
 import json
 import os
+import re
 import sys
 
 import h5py
@@ -120,11 +123,14 @@ def check_analysis(out):
     overview = next(rows for header, rows in tables if header[:2] == ["Model", "Context"])
     assert sorted(r[1] for r in overview) == sorted(map(str, CONTEXTS)) and all(r[6] == "ok" for r in overview)
     first = next(r for r in overview if r[1] == str(CONTEXTS[0]))
-    assert abs(float(first[11].rstrip("%")) - 100.0 * matmul) < 0.051, (first, matmul)
+    assert abs(float(first[12].rstrip("%")) - 100.0 * matmul) < 0.051, (first, matmul)
     rec = llmhpc_h5.open_run(out).profile_record(label, rank=1)
+    u = np.asarray(rec.arrays["step_ms"])  # the first ceil(n/2) untraced steps ran before the traced ones
+    drift = 100.0 * (np.median(u[(len(u) + 1) // 2:]) / np.median(u[:(len(u) + 1) // 2]) - 1.0)
+    assert abs(float(first[10].rstrip("%")) - drift) < 0.051, (first, drift)
     steps = len(rec.arrays["traced_step_ms"])
     busy = 100.0 * acts["duration_ns"].sum() / 1e6 / steps / float(np.median(rec.arrays["traced_step_ms"]))
-    assert abs(float(first[13].rstrip("%")) - busy) < 0.051, (first, busy)
+    assert abs(float(first[14].rstrip("%")) - busy) < 0.051, (first, busy)
     assert os.path.getsize(os.path.join(plots, "profile_rank1.png")) > 1000
     assert not os.path.exists("profile_rank1.png"), "nothing is written into the working directory"
 
@@ -146,7 +152,7 @@ def main():
     out = os.path.join(tmp, "run")
     proc = profile(2, out, "--trace", "--top", "3")
     for word in ("-- forward:", "-- backward:", "-- optimizer:", "Matmul %", "-- attention", "Span / events",
-                 "-- overhead", "-- device busy: kernels ran"):
+                 "-- overhead", "-- drift: the untraced steps after the traced ones", "-- device busy: kernels ran"):
         assert word in proc.stdout, f"'{word}' missing from rank 0's report:\n{proc.stdout}"
     assert sorted(os.listdir(out)) == ["rank00000.h5", "rank00001.h5", "trace_rank00000.json", "trace_rank00001.json"]
     for rank in range(2):
@@ -157,6 +163,15 @@ def main():
                 a, r = check_record(f, f"d32_ff64_L{LAYERS}_H4_T{ctx}_B2_fp32_naive")
                 activities, ranges = activities + a, ranges + r
         check_trace(os.path.join(out, f"trace_rank{rank:05d}.json"), activities, ranges)
+    # Rank 0's drift, one line per configuration in order: its untraced steps run after the traced
+    # ones (the last floor(n/2)) against those run before (the first ceil(n/2)), medians.
+    printed = [float(v) for v in re.findall(r"-- drift: the untraced steps after the traced ones against those "
+                                            r"before: ([-+0-9.]+)%", proc.stdout)]
+    with h5py.File(os.path.join(out, "rank00000.h5"), "r") as f:
+        steps = [f[f"profile/d32_ff64_L{LAYERS}_H4_T{ctx}_B2_fp32_naive/step_ms"][()] for ctx in CONTEXTS]
+    expected = [100.0 * (np.median(u[(len(u) + 1) // 2:]) / np.median(u[:(len(u) + 1) // 2]) - 1.0) for u in steps]
+    assert len(printed) == len(expected) and all(abs(p - e) < 0.051 for p, e in zip(printed, expected)), (printed,
+                                                                                                         expected)
     check_analysis(out)
 
     # The fallback: phases timed, no activities.
