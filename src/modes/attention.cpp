@@ -56,7 +56,10 @@ std::vector<int64_t> positive_list(const po::variables_map& vm, const std::strin
 }
 
 std::vector<AttentionKind> implementations(const po::variables_map& vm) {
-  return opt_list(vm, "impl", [](const std::string& a) { return parse_attention(a); });
+  return opt_list(vm, "impl", [](const std::string& a) {
+    require_choice(a, {"naive", "flash"}, "impl");  // named as this mode's option, not the model's --attention
+    return parse_attention(a);
+  });
 }
 
 // Outermost first: precision, causal, batch, heads, head dim, sequence, implementation (so

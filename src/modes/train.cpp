@@ -60,6 +60,10 @@ AdamWHyper hyper_from(const po::variables_map& vm) {
 void validate(const po::variables_map& vm) {
   if (!vm.count("data")) throw UsageError("--mode train needs --data FILE (a .bin of uint16 tokens or a .npy)");
   parse_data_order(opt_string(vm, "data-order"));
+  for (const char* file : {"data", "init", "save"})
+    if (vm.count(file) && opt_string(vm, file).empty())
+      throw UsageError(std::string("--") + file + " needs a file name (e.g. --" + file + " " +
+                       (std::string(file) == "data" ? "tokens.bin" : "model.h5") + ")");
   opt_positive(vm, "steps");
   opt_nonnegative(vm, "log-every");
   hyper_from(vm);
@@ -71,6 +75,11 @@ void validate(const po::variables_map& vm) {
   const Sharding sharding = shardings(vm).front();
   require_reduced_gradients(sync_strategies(vm, 1, sharding != Sharding::None).front(), sharding);
   bucket_sizes_mb(vm);
+  // Every value run() parses, parsed here first: before the mode runs, every rank reaches the same
+  // verdict and rank 0 alone says it (inside the mode a bad value would abort the job).
+  batch_sizes(vm);
+  precisions(vm);
+  attentions(vm);
   if (!vm.count("init")) model_configs(vm);
 }
 
@@ -123,7 +132,13 @@ void run(ModeContext& ctx) {
   collective_check(rt, [&] {
     graphed = use_cuda_graph(ctx);
     data = TokenData::open(opt_string(vm, "data"));
-    if (vm.count("init")) init = inspect_checkpoint(opt_string(vm, "init"));
+    if (vm.count("init")) {
+      try {
+        init = inspect_checkpoint(opt_string(vm, "init"));
+      } catch (const UsageError& e) {  // the file's own message, naming the option it came from
+        throw UsageError(std::string("--init: ") + e.what());
+      }
+    }
     config = resolve_config(vm, init ? &*init : nullptr);
     if (init) check_checkpoint_fits(opt_string(vm, "init"), ParameterLayout(config));
     data.validate(config.vocab_size, config.context_length);

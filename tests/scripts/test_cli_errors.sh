@@ -51,6 +51,8 @@ for np in 1 2; do
   check $np "outside the vocabulary"    --mode train --device cpu $TINY --data big_ids.bin
   check $np "not an HDF5 file"          $TRAIN --init notes.txt
   check $np "not a checkpoint"          $TRAIN --init empty.h5
+  check $np "--save needs a file name"  $TRAIN --save ""
+  check $np "--init needs a file name"  $TRAIN --init ""
   check $np "does not fit the model"    $TRAIN --init wrong_shape.h5
   check $np "lists are for bench"       $TRAIN --batch-size 2,4
   check $np "--bucket-mb '0': must be a number of MiB greater than 0" $TRAIN --bucket-mb 0
