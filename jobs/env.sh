@@ -2,7 +2,7 @@
 # overridden from the environment (LLMHPC_BIN=/path/llmhpc sbatch jobs/bench.sh):
 #   LLMHPC_ROOT  the repository (found by the job: see below)
 #   LLMHPC_BIN   the binary (default $LLMHPC_ROOT/build/llmhpc)
-#   NP           ranks (default: Slurm's task count in an allocation, else the job's own default, else 1)
+#   NP           ranks, at least 1 (default: Slurm's task count in an allocation, else the job's own default, else 1)
 #   DEVICE       auto | cpu | cuda, passed as --device
 #   MODELS       model presets, a comma-separated list (each job has its own default)
 #   OUT_ROOT     where results go (default $LLMHPC_ROOT/results)
@@ -47,6 +47,8 @@ OUT=${OUT:-$OUT_ROOT/$JOB_NAME-${SLURM_JOB_ID:-$(stamp)}}
 PYTHON=${PYTHON:-python3}
 DEVICE=${DEVICE:-auto}
 NP=${NP:-${SLURM_NTASKS:-1}}
+# (mpirun -np 0 would start a rank on every slot it finds)
+[[ "$NP" =~ ^[1-9][0-9]*$ ]] || { echo "jobs/env.sh: NP must be a whole number of ranks, at least 1, not '$NP'" >&2; exit 2; }
 # mpirun inside a Slurm allocation too: Open MPI reads the allocation, whereas srun starts MPI
 # ranks as one job only where Slurm was built with PMIx (then LAUNCH="srun --mpi=pmix" works).
 MPIRUN=${MPIRUN:-mpirun}

@@ -5,7 +5,8 @@
 # run as sbatch runs it (as slurm_script, with SLURM_SUBMIT_DIR, SLURM_JOB_ID and
 # SLURM_JOB_NAME set and LLMHPC_ROOT unset), which must find the repository and name its
 # folder <job name>-<job id>; the copy with no way to the repository, which must stop with a
-# clear message; and bench.sh and comm.sh, which share jobs/env.sh, still running as before.
+# clear message; NP that is not a rank count (0, -2, two), refused with a message; and bench.sh
+# and comm.sh, which share jobs/env.sh, still running as before.
 set -euo pipefail
 : "${LLMHPC_BIN:?set LLMHPC_BIN to the llmhpc binary}"
 ROOT=${LLMHPC_ROOT:-$(cd "$(dirname "$0")/../.." && pwd)}
@@ -68,6 +69,18 @@ set -e
 grep -q "cannot find the llmhpc repository" "$tmp/lost.log" || { cat "$tmp/lost.log"; fail "no clear message"; }
 [ ! -e "$tmp/lost" ] || fail "the lost copy wrote $tmp/lost"
 echo "ok   the lost copy: $(cat "$tmp/lost.log")"
+
+# 3b. A rank count that is not one (mpirun -np 0 would start a rank per slot): exit 2, said, nothing written.
+for bad in 0 -2 two; do
+  set +e
+  NP=$bad OUT_ROOT="$tmp/badnp" bash "$ROOT/jobs/bench.sh" >"$tmp/badnp.log" 2>&1
+  rc=$?
+  set -e
+  [ $rc -eq 2 ] && grep -q "NP must be a whole number of ranks, at least 1, not '$bad'" "$tmp/badnp.log" ||
+    { cat "$tmp/badnp.log"; fail "NP=$bad: exit $rc without the message"; }
+  [ ! -e "$tmp/badnp" ] || fail "NP=$bad wrote $tmp/badnp"
+done
+echo "ok   NP=0, -2, two: refused"
 
 # 4. The other jobs on the shared env.sh: bench.sh and comm.sh as before (folders bench-<time>, comm-<time>).
 OUT_ROOT=$tmp/others MODELS=tiny PRECISIONS=fp32 EXTRA_ARGS="$SHAPE" bash "$ROOT/jobs/bench.sh" >"$tmp/bench.log" 2>&1 ||
