@@ -10,10 +10,11 @@ namespace llmhpc {
 
 struct BackendOptions {
   DeviceKind kind = DeviceKind::Cpu;
-  int ordinal = 0;          // which GPU
-  size_t memory_limit = 0;  // 0: the device's own capacity
-  bool tf32 = false;        // allow TF32 tensor cores for fp32 matrix products (CUDA)
-  int gemm_sm_margin = 0;   // SMs cuBLAS leaves to concurrent work such as NCCL's kernels (CUDA)
+  int ordinal = 0;             // which GPU
+  size_t memory_limit = 0;     // 0: the device's own capacity
+  bool tf32 = false;           // allow TF32 tensor cores for fp32 matrix products (CUDA)
+  int gemm_sm_margin = 0;      // SMs cuBLAS leaves to concurrent work such as NCCL's kernels (CUDA)
+  bool gemm_autotune = false;  // time cuBLASLt's candidate algorithms per product, keep the fastest (CUDA)
 };
 
 struct Backend {

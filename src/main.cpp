@@ -41,6 +41,10 @@ po::options_description general_options() {
       "gemm-sm-margin", text("0"),
       "SMs the matrix products leave free for work beside them, e.g. NCCL's kernels during data-parallel "
       "backward (CUDA; cuBLAS's SM count target; 0: all SMs)")(
+      "gemm-autotune", po::bool_switch(),
+      "time cuBLASLt's 8 candidate algorithms for each matrix product on its first call and keep the fastest "
+      "(CUDA; the first step takes longer, so keep a --warmup; results are bitwise reproducible within a run, not "
+      "across runs)")(
       "comm-timeout", text("600"),
       "seconds a collective may go without completing before the watchdog reports it and aborts the job "
       "(0: no watchdog)");
@@ -74,6 +78,7 @@ BackendOptions choose_device(const Runtime& rt, const po::variables_map& vm) {
   BackendOptions b;
   b.tf32 = opt_flag(vm, "tf32");
   b.gemm_sm_margin = int(opt_nonnegative(vm, "gemm-sm-margin"));
+  b.gemm_autotune = opt_flag(vm, "gemm-autotune");
   if (vm.count("memory-limit")) {
     b.memory_limit = parse_size(opt_string(vm, "memory-limit"), "memory-limit");
     if (b.memory_limit == 0) throw UsageError("--memory-limit 0: must be a positive size (e.g. 8GB), or left out");

@@ -40,7 +40,7 @@ flash::FlashParams flash_params(const Tensor& out, const Tensor& lse, const Tens
 
 CudaOps::CudaOps(CudaDevice& device, const BackendOptions& options)
     : device_(device), stream_(device.stream()),
-      gemm_(device.stream(), device.allocator(), options.tf32, options.gemm_sm_margin) {}
+      gemm_(device.stream(), device.allocator(), options.tf32, options.gemm_sm_margin, options.gemm_autotune) {}
 
 void CudaOps::embedding_forward(Tensor out, Tensor tokens, Tensor wte) {
   const int64_t C = wte.dim(-1), N = tokens.numel();

@@ -2,8 +2,10 @@
 #include "kernels/cuda/gemm.h"
 
 #include <climits>
+#include <cmath>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "kernels/cuda/cuda_check.h"
 
@@ -11,6 +13,11 @@ namespace llmhpc::cuda {
 namespace {
 
 constexpr size_t kWorkspaceBytes = size_t(32) << 20;  // what cuBLAS asks for on Hopper
+constexpr int kCandidates = 8;                        // algorithms timed per product when autotuning
+constexpr int kTunedRuns = 3;                         // timed launches per candidate, after one untimed
+// Another candidate replaces the heuristic's first only when this much faster: timing noise
+// must not make the choice flip between runs.
+constexpr float kTuneMargin = 0.01f;
 
 cudaDataType_t cuda_type(DType t) {
   switch (t) {
@@ -61,11 +68,14 @@ cublasLtMatrixLayout_t make_layout(int32_t type, int rows, int cols, int ld, int
 
 }  // namespace
 
-// The descriptors of one product and the algorithm cuBLASLt's heuristic chose for it.
+// The descriptors of one product and the algorithm cuBLASLt's heuristic chose for it (or, after
+// tuning, the fastest of its candidates).
 struct Gemm::Plan {
   cublasLtMatmulDesc_t desc = nullptr;
   cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
   cublasLtMatmulAlgo_t algo{};
+  std::vector<cublasLtMatmulAlgo_t> candidates;  // the heuristic's, best first; emptied once tuned
+  bool tuned = false;
   ~Plan() {
     if (a) cublasLtMatrixLayoutDestroy(a);
     if (b) cublasLtMatrixLayoutDestroy(b);
@@ -91,9 +101,13 @@ size_t Gemm::KeyHash::operator()(const Key& k) const {
   return h;
 }
 
-Gemm::Gemm(cudaStream_t stream, Allocator& workspace_allocator, bool allow_tf32, int sm_margin)
-    : stream_(stream), allow_tf32_(allow_tf32) {
+Gemm::Gemm(cudaStream_t stream, Allocator& workspace_allocator, bool allow_tf32, int sm_margin, bool autotune)
+    : stream_(stream), allow_tf32_(allow_tf32), autotune_(autotune) {
   CUBLAS_CHECK(cublasLtCreate(&handle_));
+  if (autotune_) {
+    CUDA_CHECK(cudaEventCreate(&tune_start_));
+    CUDA_CHECK(cudaEventCreate(&tune_end_));
+  }
   workspace_ = Buffer(workspace_allocator, DType::F32, {int64_t(kWorkspaceBytes / 4)}, "cublas.workspace");
   if (sm_margin > 0) {
     int device = 0, sms = 0;
@@ -109,9 +123,17 @@ Gemm::Gemm(cudaStream_t stream, Allocator& workspace_allocator, bool allow_tf32,
 Gemm::~Gemm() {
   plans_.clear();  // their descriptors before the handle
   if (handle_) cublasLtDestroy(handle_);
+  if (tune_start_) cudaEventDestroy(tune_start_);
+  if (tune_end_) cudaEventDestroy(tune_end_);
 }
 
-const Gemm::Plan& Gemm::plan_for(const Key& key) {
+size_t Gemm::tuned_plans() const {
+  size_t n = 0;
+  for (const auto& entry : plans_) n += entry.second->tuned ? 1 : 0;
+  return n;
+}
+
+Gemm::Plan& Gemm::plan_for(const Key& key) {
   if (auto it = plans_.find(key); it != plans_.end()) return *it->second;
   auto plan = std::make_unique<Plan>();
   CUBLAS_CHECK(cublasLtMatmulDescCreate(&plan->desc, cublasComputeType_t(key.compute), CUDA_R_32F));
@@ -130,18 +152,48 @@ const Gemm::Plan& Gemm::plan_for(const Key& key) {
   set(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, uint32_t(key.align_b));
   set(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, uint32_t(key.align_c));
   set(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, uint32_t(key.align_c));
-  cublasLtMatmulHeuristicResult_t result{};
+  cublasLtMatmulHeuristicResult_t results[kCandidates]{};
   int found = 0;
-  const cublasStatus_t rc =
-      cublasLtMatmulAlgoGetHeuristic(handle_, plan->desc, plan->a, plan->b, plan->c, plan->c, pref, 1, &result, &found);
+  const cublasStatus_t rc = cublasLtMatmulAlgoGetHeuristic(handle_, plan->desc, plan->a, plan->b, plan->c, plan->c,
+                                                           pref, autotune_ ? kCandidates : 1, results, &found);
   cublasLtMatmulPreferenceDestroy(pref);
   if (rc != CUBLAS_STATUS_SUCCESS || found == 0)
     LLMHPC_FATAL("cuBLASLt has no algorithm for the product (column-major) m " + std::to_string(key.m) + " n " +
                  std::to_string(key.n) + " k " + std::to_string(key.k) + " ld " + std::to_string(key.lda) + "/" +
                  std::to_string(key.ldb) + "/" + std::to_string(key.ldc) + " batch " + std::to_string(key.batch) +
                  ": " + cublasGetStatusString(rc));
-  plan->algo = result.algo;
+  plan->algo = results[0].algo;
+  if (autotune_)
+    for (int i = 1; i < found; ++i)
+      if (results[i].state == CUBLAS_STATUS_SUCCESS) plan->candidates.push_back(results[i].algo);
+  plan->tuned = plan->candidates.empty();
   return *plans_.emplace(key, std::move(plan)).first->second;
+}
+
+void Gemm::tune(Plan& p, const float* alpha, const void* a, const void* b, void* c) {
+  const float beta = 0;
+  auto time_of = [&](const cublasLtMatmulAlgo_t& algo) {
+    auto launch = [&] {
+      return cublasLtMatmul(handle_, p.desc, alpha, a, p.a, b, p.b, &beta, c, p.c, c, p.c, &algo,
+                            workspace_.tensor().data, kWorkspaceBytes, stream_);
+    };
+    if (launch() != CUBLAS_STATUS_SUCCESS) return INFINITY;  // a candidate may refuse these operands
+    CUDA_CHECK(cudaEventRecord(tune_start_, stream_));
+    for (int r = 0; r < kTunedRuns; ++r) CUBLAS_CHECK(launch());
+    CUDA_CHECK(cudaEventRecord(tune_end_, stream_));
+    CUDA_CHECK(cudaEventSynchronize(tune_end_));
+    float ms = 0;
+    CUDA_CHECK(cudaEventElapsedTime(&ms, tune_start_, tune_end_));
+    return ms;
+  };
+  float best = time_of(p.algo);
+  for (const cublasLtMatmulAlgo_t& algo : p.candidates)
+    if (const float t = time_of(algo); t < best * (1 - kTuneMargin)) {
+      best = t;
+      p.algo = algo;
+    }
+  p.candidates.clear();
+  p.tuned = true;
 }
 
 // Row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T: the same memory read
@@ -171,8 +223,13 @@ void Gemm::run(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, floa
                 alignment(B.data),
                 alignment(A.data),
                 alignment(C.data)};
-  const Plan& p = plan_for(key);
+  Plan& p = plan_for(key);
   void* c_data = const_cast<void*>(C.data);
+  if (!p.tuned && beta == 0) {  // C only written: the candidates may write it too
+    cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+    CUDA_CHECK(cudaStreamIsCapturing(stream_, &capture));
+    if (capture == cudaStreamCaptureStatusNone) tune(p, &alpha, B.data, A.data, c_data);
+  }
   CUBLAS_CHECK(cublasLtMatmul(handle_, p.desc, &alpha, B.data, p.a, A.data, p.b, &beta, c_data, p.c, c_data, p.c,
                               &p.algo, workspace_.tensor().data, kWorkspaceBytes, stream_));
 }

@@ -144,6 +144,43 @@ TEST_F(CudaOps, ProductsOfAnyOperandAlignmentAreExactAndReuseTheirPlans) {
     }
 }
 
+// --gemm-autotune: a product's first overwriting call times the candidates and keeps the fastest;
+// the result is still the product, the choice is kept (bitwise repeats), an accumulating call
+// with the tuned plan adds once, and a call while a graph is recorded never times.
+TEST_F(CudaOps, AutotunedProductsAreExactKeepTheirChoiceAndNeverTimeWhileRecording) {
+  const int64_t N = 256, in = 512, out_f = 384;  // large enough for cuBLASLt to offer several algorithms
+  CudaDevice& dev = static_cast<CudaDevice&>(gpu_dev());
+  cuda::Gemm gemm(dev.stream(), gpu_dev().allocator(), false, 0, /*autotune=*/true);
+  auto product = [&](const Twin& x, const Twin& w, Twin& y, int64_t n_out, DType dt, float beta) {
+    gemm.run(false, true, N, n_out, in, 1.f, {x.gpu.data, dt, in}, {w.gpu.data, dt, in}, beta,
+             {y.gpu.data, F32, n_out});
+  };
+  for (DType dt : {F32, BF16}) {
+    Twin xs = random({N, in}, dt), ws = random({out_f, in}, dt), ys = poisoned({N, out_f}, F32);
+    cpu().linear_forward(ys.cpu, xs.cpu, ws.cpu);
+    const std::vector<double> want = read_tensor(*cpu_.device, ys.cpu);
+    const size_t tuned = gemm.tuned_plans();
+    product(xs, ws, ys, out_f, dt, 0.f);
+    EXPECT_EQ(gemm.tuned_plans(), tuned + 1) << "the first overwriting call tunes its plan, " << dtype_name(dt);
+    const std::vector<double> first = read_tensor(gpu_dev(), ys.gpu);
+    EXPECT_LE(max_rel_error(first, want), tol(dt, bf16_bound(1))) << dtype_name(dt) << ", " << seed_note();
+    product(xs, ws, ys, out_f, dt, 0.f);
+    EXPECT_EQ(read_tensor(gpu_dev(), ys.gpu), first) << "the tuned choice is kept, " << dtype_name(dt);
+    product(xs, ws, ys, out_f, dt, 1.f);
+    std::vector<double> twice = read_tensor(gpu_dev(), ys.gpu);
+    for (double& v : twice) v /= 2;  // exact in fp32
+    EXPECT_LE(max_rel_error(twice, want), tol(dt, bf16_bound(1))) << "accumulated once, " << dtype_name(dt);
+  }
+  // Recorded into a graph: a new product launches the heuristic's choice and stays untuned.
+  Twin xs = random({N, in}, F32), ws = random({2 * out_f, in}, F32), ys = poisoned({N, 2 * out_f}, F32);
+  const size_t tuned = gemm.tuned_plans();
+  std::unique_ptr<DeviceGraph> graph = dev.capture([&] { product(xs, ws, ys, 2 * out_f, F32, 0.f); });
+  EXPECT_EQ(gemm.tuned_plans(), tuned) << "nothing is timed while a graph is recorded";
+  graph->launch();
+  cpu().linear_forward(ys.cpu, xs.cpu, ws.cpu);
+  EXPECT_LE(error(ys), kFp32Tol) << seed_note();
+}
+
 TEST_F(CudaOps, LinearBackwardOverwritesDxAndOverwritesOrAccumulatesDw) {
   const int64_t N = 48, in = 72, out_f = 40;
   for (DType dt : {F32, BF16}) {
