@@ -43,8 +43,8 @@ po::options_description general_options() {
       "backward (CUDA; cuBLAS's SM count target; 0: all SMs)")(
       "gemm-autotune", po::bool_switch(),
       "time cuBLASLt's 8 candidate algorithms for each matrix product on its first call and keep the fastest "
-      "(CUDA; the first step takes longer, so keep a --warmup; results are bitwise reproducible within a run, not "
-      "across runs)")(
+      "(CUDA; the first step takes longer, so --warmup must be at least 1 with it; results are bitwise reproducible "
+      "within a run, not across runs)")(
       "comm-timeout", text("600"),
       "seconds a collective may go without completing before the watchdog reports it and aborts the job "
       "(0: no watchdog)");
@@ -217,6 +217,9 @@ int run(Runtime& rt, int argc, char** argv, bool& in_mode) {
   opt_nonnegative(vm, "seed");
   const double comm_timeout = comm_timeout_seconds(vm);
   mode->validate(vm);
+  if (opt_flag(vm, "gemm-autotune") && vm.count("warmup") && opt_int(vm, "warmup") == 0)
+    throw UsageError("--gemm-autotune with --warmup 0: the first step times each product's candidate algorithms, "
+                     "so it would be measured with them; keep at least one warm-up step");
   Watchdog::instance().start(comm_timeout, rt.rank);
 
   collective_check(rt, [&] { set_threads(rt, vm); });  // hosts may differ in their cores
