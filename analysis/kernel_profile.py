@@ -10,8 +10,9 @@ as one markdown section, for analysis/report.py.
 
 First an overview, one row per configuration: the step untraced and traced (the overhead), the
 drift (the untraced steps run after the traced ones against those run before: how far the step
-time moved by itself; an overhead within it is not resolved by the run), the activities per step, the share of matrix products in the step's kernel time, dropped records, and
-how busy the device was (kernel time over the traced step: below about 90% the host's launches
+time moved by itself; an overhead within it is not resolved by the run), the activities per
+step, the share of matrix products in the step's kernel time, dropped records, and how busy the
+device was (kernel time over the traced step: below about 90% the host's launches
 set the pace, and the overhead shows).
 Then for every configuration that ran (/profile/<label> with its activities in
 /profile_kernels/<label>, docs/hdf5-schema.md), from the raw activities of the traced steps:
@@ -258,8 +259,7 @@ def overview(run, records: list, rank: int) -> str:
                            a.get("dropped_records", "-"), fmt(busy, 1) + "%" if total > 0 else "-"])
     return markdown_table(["Model", "Context", "Batch", "Precision", "Attention", "Phase", "Status",
                            "Untraced ms (median)", "Traced ms (median)", "Overhead", "Drift", "Activities/step",
-                           "Matmul share",
-                           "Dropped", "Device busy"], rows)
+                           "Matmul share", "Dropped", "Device busy"], rows)
 
 
 def run_report(run, rank: int, top: int, png: str) -> str:

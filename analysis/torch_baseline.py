@@ -18,8 +18,8 @@ forward, untimed, so that no gradients are live during forward); warm-up steps
 apart; one synchronize per step. With --trace, as many steps again run under torch.profiler
 (CUDA activities: Kineto tracing kernels through CUPTI, as `llmhpc --mode profile` does), the
 untraced steps split half before and half after them, as that mode does, for its overhead
-beside llmhpc's ("traced_step_ms", "traced_kernels_per_step"). Out-of-memory is recorded as status "oom" and the sweep
-goes on. Results: one JSON object per configuration, appended to --out (JSON lines).
+beside llmhpc's ("traced_step_ms", "traced_kernels_per_step"). Out-of-memory is recorded as
+status "oom" and the sweep goes on. Results: one JSON object per configuration, appended to --out (JSON lines).
 
     python3 analysis/torch_baseline.py --model small,medium --context-length 128,512 \
         --precision fp32,bf16 --setup eager,compiled --out torch.jsonl

@@ -74,8 +74,7 @@ struct Gemm::Plan {
   cublasLtMatmulDesc_t desc = nullptr;
   cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
   cublasLtMatmulAlgo_t algo{};
-  std::vector<cublasLtMatmulAlgo_t> candidates;  // the heuristic's, best first; emptied once tuned
-  bool tuned = false;
+  std::vector<cublasLtMatmulAlgo_t> candidates;  // the heuristic's others, best first; none once tuned
   ~Plan() {
     if (a) cublasLtMatrixLayoutDestroy(a);
     if (b) cublasLtMatrixLayoutDestroy(b);
@@ -129,7 +128,7 @@ Gemm::~Gemm() {
 
 size_t Gemm::tuned_plans() const {
   size_t n = 0;
-  for (const auto& entry : plans_) n += entry.second->tuned ? 1 : 0;
+  for (const auto& entry : plans_) n += entry.second->candidates.empty() ? 1 : 0;
   return n;
 }
 
@@ -166,7 +165,6 @@ Gemm::Plan& Gemm::plan_for(const Key& key) {
   if (autotune_)
     for (int i = 1; i < found; ++i)
       if (results[i].state == CUBLAS_STATUS_SUCCESS) plan->candidates.push_back(results[i].algo);
-  plan->tuned = plan->candidates.empty();
   return *plans_.emplace(key, std::move(plan)).first->second;
 }
 
@@ -193,7 +191,6 @@ void Gemm::tune(Plan& p, const float* alpha, const void* a, const void* b, void*
       p.algo = algo;
     }
   p.candidates.clear();
-  p.tuned = true;
 }
 
 // Row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T: the same memory read
@@ -225,7 +222,7 @@ void Gemm::run(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, floa
                 alignment(C.data)};
   Plan& p = plan_for(key);
   void* c_data = const_cast<void*>(C.data);
-  if (!p.tuned && beta == 0) {  // C only written: the candidates may write it too
+  if (!p.candidates.empty() && beta == 0) {  // C only written: the candidates may write it too
     cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
     CUDA_CHECK(cudaStreamIsCapturing(stream_, &capture));
     if (capture == cudaStreamCaptureStatusNone) tune(p, &alpha, B.data, A.data, c_data);

@@ -52,7 +52,7 @@ class Gemm {
 
   // Plans made so far (one per distinct product; the tests check that repeats reuse them).
   size_t plans() const { return plans_.size(); }
-  // Of them, those whose algorithm was chosen by timing (autotuning).
+  // Of them, those with no candidates left to time (tuned, or with one algorithm to choose from).
   size_t tuned_plans() const;
 
  private:

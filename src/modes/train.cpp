@@ -60,10 +60,9 @@ AdamWHyper hyper_from(const po::variables_map& vm) {
 void validate(const po::variables_map& vm) {
   if (!vm.count("data")) throw UsageError("--mode train needs --data FILE (a .bin of uint16 tokens or a .npy)");
   parse_data_order(opt_string(vm, "data-order"));
-  for (const char* file : {"data", "init", "save"})
-    if (vm.count(file) && opt_string(vm, file).empty())
-      throw UsageError(std::string("--") + file + " needs a file name (e.g. --" + file + " " +
-                       (std::string(file) == "data" ? "tokens.bin" : "model.h5") + ")");
+  for (const auto& [option, example] : {std::pair{"data", "tokens.bin"}, {"init", "model.h5"}, {"save", "model.h5"}})
+    if (vm.count(option) && opt_string(vm, option).empty())
+      throw UsageError(std::string("--") + option + " needs a file name (e.g. --" + option + " " + example + ")");
   opt_positive(vm, "steps");
   opt_nonnegative(vm, "log-every");
   hyper_from(vm);

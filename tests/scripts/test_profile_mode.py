@@ -12,8 +12,8 @@ Rank 0's report prints each configuration's drift (its untraced steps after the 
 against those before), as its rank file's step times give it.
 analysis/kernel_profile.py prints kernel tables whose Time column sums to 100% when every name is
 listed, an overview with a matmul share equal to the raw activities' and the drift of the raw
-steps, and writes the markdown and the PNG into --out (never the working directory); report_section gives the same. --no-cupti
-records phases only; --trace=FILE.json writes that file. Bad options (--top 0, --steps 0,
+steps, and writes the markdown and the PNG into --out (never the working directory);
+report_section gives the same. --no-cupti records phases only; --trace=FILE.json writes that file. Bad options (--top 0, --steps 0,
 --trace=x.txt, --trace in a missing directory, --phase bogus) exit 2 at once with a message
 naming the option, and leave no files. jobs/profile.sh runs a tiny model end to end.
 """
@@ -40,6 +40,13 @@ MODEL = ["--d-model", "32", "--d-ff", "64", "--num-layers", str(LAYERS), "--num-
 def profile(np_, out, *extra, expect_ok=True):
     return run(mpiexec() + ["-np", str(np_), BIN, "--mode", "profile", "--device", "cpu", *MODEL, "--warmup",
                             str(WARMUP), "--steps", str(STEPS), *extra, "--out", out], expect_ok=expect_ok)
+
+
+def drift_pct(step_ms):
+    """The untraced steps run after the traced ones (the last floor(n/2)) against those run before
+    (the first ceil(n/2)), medians, %."""
+    u, k = np.asarray(step_ms), (len(step_ms) + 1) // 2
+    return 100.0 * (np.median(u[k:]) / np.median(u[:k]) - 1.0)
 
 
 def text(values):
@@ -125,8 +132,7 @@ def check_analysis(out):
     first = next(r for r in overview if r[1] == str(CONTEXTS[0]))
     assert abs(float(first[12].rstrip("%")) - 100.0 * matmul) < 0.051, (first, matmul)
     rec = llmhpc_h5.open_run(out).profile_record(label, rank=1)
-    u = np.asarray(rec.arrays["step_ms"])  # the first ceil(n/2) untraced steps ran before the traced ones
-    drift = 100.0 * (np.median(u[(len(u) + 1) // 2:]) / np.median(u[:(len(u) + 1) // 2]) - 1.0)
+    drift = drift_pct(rec.arrays["step_ms"])
     assert abs(float(first[10].rstrip("%")) - drift) < 0.051, (first, drift)
     steps = len(rec.arrays["traced_step_ms"])
     busy = 100.0 * acts["duration_ns"].sum() / 1e6 / steps / float(np.median(rec.arrays["traced_step_ms"]))
@@ -163,13 +169,12 @@ def main():
                 a, r = check_record(f, f"d32_ff64_L{LAYERS}_H4_T{ctx}_B2_fp32_naive")
                 activities, ranges = activities + a, ranges + r
         check_trace(os.path.join(out, f"trace_rank{rank:05d}.json"), activities, ranges)
-    # Rank 0's drift, one line per configuration in order: its untraced steps run after the traced
-    # ones (the last floor(n/2)) against those run before (the first ceil(n/2)), medians.
+    # Rank 0's drift, one line per configuration in order, from its own untraced steps.
     printed = [float(v) for v in re.findall(r"-- drift: the untraced steps after the traced ones against those "
                                             r"before: ([-+0-9.]+)%", proc.stdout)]
     with h5py.File(os.path.join(out, "rank00000.h5"), "r") as f:
         steps = [f[f"profile/d32_ff64_L{LAYERS}_H4_T{ctx}_B2_fp32_naive/step_ms"][()] for ctx in CONTEXTS]
-    expected = [100.0 * (np.median(u[(len(u) + 1) // 2:]) / np.median(u[:(len(u) + 1) // 2]) - 1.0) for u in steps]
+    expected = [drift_pct(u) for u in steps]
     assert len(printed) == len(expected) and all(abs(p - e) < 0.051 for p, e in zip(printed, expected)), (printed,
                                                                                                          expected)
     check_analysis(out)
