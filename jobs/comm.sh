@@ -10,7 +10,7 @@
 #   sbatch jobs/comm.sh                     or   NP=4 bash jobs/comm.sh     (RANKS: 2,4,...,NP)
 #   BACKENDS=nccl COLLECTIVES=all SIZES=1MB,1GB CHECK=1 bash jobs/comm.sh
 # mpi moves 1000MB in about a second, so it runs fewer iterations (MPI_WARMUP, MPI_ITERS).
-# Each rank count is a launch of its own, $MPIRUN -np N (LAUNCH, with its fixed count, does not apply).
+# Each rank count is a launch of its own, $MPIRUN $MPIRUN_ARGS -np N (LAUNCH, with its fixed count, does not apply).
 set -euo pipefail
 # The repository, also from the copy of this script that sbatch runs (jobs/env.sh says how).
 for r in "${LLMHPC_ROOT:-}" "${SLURM_SUBMIT_DIR:-}" "${SLURM_SUBMIT_DIR:-}/.." "$(dirname "$0")/.." ""; do [ -f "$r/jobs/env.sh" ] && break; done
@@ -33,7 +33,7 @@ for backend in ${BACKENDS//,/ }; do
     dir=$OUT/$backend-np$np
     # The mpi baseline runs on host buffers: no GPU per rank needed.
     if [ "$backend" = mpi ]; then device=cpu warmup=$MPI_WARMUP iters=$MPI_ITERS; else device=$DEVICE warmup=$WARMUP iters=$ITERS; fi
-    $MPIRUN -np "$np" "$LLMHPC_BIN" --mode comm --device "$device" --backend "$backend" --collective "$COLLECTIVES" --size "$SIZES" \
+    $MPIRUN $MPIRUN_ARGS -np "$np" "$LLMHPC_BIN" --mode comm --device "$device" --backend "$backend" --collective "$COLLECTIVES" --size "$SIZES" \
       --dtype "$DTYPE" --warmup "$warmup" --iters "$iters" $([ "$CHECK" = 1 ] && echo --check) --out "$dir" \
       ${EXTRA_ARGS:-}
     runs+=("$dir")

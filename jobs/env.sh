@@ -11,7 +11,10 @@
 #   EXTRA_ARGS   appended to every llmhpc command line (e.g. a custom shape: --d-model 64 ...)
 #   PYTHON       the Python that runs analysis/ (default python3)
 #   MPIRUN       the MPI launcher (default mpirun)
-#   LAUNCH       the whole launch prefix of llmhpc (default "$MPIRUN -np $NP")
+#   MPIRUN_ARGS  its options (default for mpirun: --bind-to none; Open MPI binds each of at most
+#                2 ranks to one core, and a rank's host-side work, such as initialising xl's
+#                2 billion parameters, then takes a minute instead of seconds)
+#   LAUNCH       the whole launch prefix of llmhpc (default "$MPIRUN $MPIRUN_ARGS -np $NP")
 # Nothing is written outside OUT; nothing in a home directory.
 #
 # What a job calls (a new job, e.g. for a new mode, needs only these):
@@ -52,7 +55,10 @@ NP=${NP:-${SLURM_NTASKS:-1}}
 # mpirun inside a Slurm allocation too: Open MPI reads the allocation, whereas srun starts MPI
 # ranks as one job only where Slurm was built with PMIx (then LAUNCH="srun --mpi=pmix" works).
 MPIRUN=${MPIRUN:-mpirun}
-LAUNCH=${LAUNCH:-$MPIRUN -np $NP}
+if [ -z "${MPIRUN_ARGS+set}" ]; then  # mpirun's own option; srun and others get none
+  case $(basename "${MPIRUN%% *}") in mpirun | mpiexec | orterun) MPIRUN_ARGS="--bind-to none" ;; *) MPIRUN_ARGS="" ;; esac
+fi
+LAUNCH=${LAUNCH:-$MPIRUN $MPIRUN_ARGS -np $NP}
 # Never let NCCL use NVLink multicast (NVLS); it can take a shared host's GPUs down.
 export NCCL_NVLS_ENABLE=0
 export OMPI_ALLOW_RUN_AS_ROOT=${OMPI_ALLOW_RUN_AS_ROOT:-1} OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=${OMPI_ALLOW_RUN_AS_ROOT_CONFIRM:-1}

@@ -48,13 +48,13 @@ for transport in $transports; do
     for np in ${RANKS//,/ }; do
       for kind in strong weak; do
         if [ $kind = strong ]; then batch=$STRONG_BATCH; else batch=$((WEAK_BATCH * np)); fi
-        $MPIRUN -np "$np" "$LLMHPC_BIN" --mode ddp --device "$DEVICE" --model "$MODELS" $SHAPE --context-length "$CONTEXTS" \
+        $MPIRUN $MPIRUN_ARGS -np "$np" "$LLMHPC_BIN" --mode ddp --device "$DEVICE" --model "$MODELS" $SHAPE --context-length "$CONTEXTS" \
           --batch-size "$batch" --precision "$PRECISIONS" --ddp "$STRATEGY" --bucket-mb "$BUCKET" --warmup "$WARMUP" \
           --steps "$STEPS" --out "$OUT/$kind-np$np$suffix" ${EXTRA_ARGS:-}
       done
     done
     if [ "$max_np" -gt 1 ]; then
-      $MPIRUN -np "$max_np" "$LLMHPC_BIN" --mode comm --device "$DEVICE" --collective allreduce --size "$COMM_SIZES" \
+      $MPIRUN $MPIRUN_ARGS -np "$max_np" "$LLMHPC_BIN" --mode comm --device "$DEVICE" --collective allreduce --size "$COMM_SIZES" \
         --out "$OUT/allreduce-np$max_np$suffix"
     fi
   )

@@ -36,7 +36,8 @@ po::options_description general_options() {
       "seed", text("0"), "seed for initialisation and random data")(
       "memory-limit", po::value<std::string>(),
       "cap on this rank's device memory, e.g. 8GB; beyond it is out-of-memory")(
-      "threads", text("0"), "CPU threads per rank (0: the node's cores / its ranks)")(
+      "threads", text("0"),
+      "CPU threads per rank (0: the CPUs this rank may run on / the node's ranks that share them)")(
       "tf32", po::bool_switch(), "allow TF32 tensor cores for fp32 matrix products (CUDA)")(
       "gemm-sm-margin", text("0"),
       "SMs the matrix products leave free for work beside them, e.g. NCCL's kernels during data-parallel "
@@ -100,18 +101,34 @@ BackendOptions choose_device(const Runtime& rt, const po::variables_map& vm) {
   return b;
 }
 
-// CPU threads: --threads, else OMP_NUM_THREADS, else the node's cores split among its ranks.
-void set_threads(const Runtime& rt, const po::variables_map& vm) {
+// CPU threads: --threads, else OMP_NUM_THREADS, else this rank's share of the CPUs it may run
+// on (Runtime::cpu_share: a rank the launcher bound to one core gets one thread, not one per
+// core of the host taking turns on it). Rank 0 says so when the binding leaves it a quarter of
+// its share of the host or less: host-side work (initialising 2.7B's parameters takes about a
+// minute on one core, seconds on 16; the CPU backend) then crawls, and mpirun --bind-to none
+// (as jobs/ launch) lifts it. Collective over the node.
+// Returns the CPUs this rank may run on.
+int set_threads(const Runtime& rt, const po::variables_map& vm) {
+  int allowed = 0;
+  const int share = rt.cpu_share(&allowed);  // first: collective, before any rank can throw
   const int64_t asked = opt_nonnegative(vm, "threads");
   const int64_t cores = std::max(1u, std::thread::hardware_concurrency());
   if (asked > cores)
     throw UsageError("--threads " + std::to_string(asked) + ": host " + rt.hostname + " has " + std::to_string(cores) +
-                     " hardware threads; ask for at most that many (0: the node's cores / its ranks)");
+                     " hardware threads; ask for at most that many (0: this rank's share of them)");
   int n = int(asked);
   if (n == 0 && std::getenv("OMP_NUM_THREADS")) n = omp_get_max_threads();
-  if (n == 0) n = std::max(1, int(std::thread::hardware_concurrency()) / rt.local_size);
+  if (n == 0) n = share;
+  const int64_t fair = std::max<int64_t>(1, cores / rt.local_size);
+  if (rt.is_root() && asked == 0 && int64_t(share) * 4 <= fair)
+    std::fprintf(stderr,
+                 "llmhpc: note: rank 0 may run on %d of this host's %lld CPUs (its launcher bound it; Open MPI "
+                 "binds each rank to one core when it starts at most 2), so host-side work such as initialising "
+                 "the parameters runs on those alone; launch with mpirun --bind-to none to use %lld\n",
+                 allowed, (long long)cores, (long long)fair);
   omp_set_num_threads(n);
   openblas_set_num_threads(n);
+  return allowed;
 }
 
 // The output directory this run created, removed again if the run fails before any rank
@@ -222,7 +239,8 @@ int run(Runtime& rt, int argc, char** argv, bool& in_mode) {
                      "so it would be measured with them; keep at least one warm-up step");
   Watchdog::instance().start(comm_timeout, rt.rank);
 
-  collective_check(rt, [&] { set_threads(rt, vm); });  // hosts may differ in their cores
+  int cpus_allowed = 0;
+  collective_check(rt, [&] { cpus_allowed = set_threads(rt, vm); });  // hosts may differ in their cores
   Backend backend;
   collective_check(rt, [&] { backend = make_backend(choose_device(rt, vm)); });
   set_fatal_context_device(backend.device->name());
@@ -241,6 +259,7 @@ int run(Runtime& rt, int argc, char** argv, bool& in_mode) {
   info.start_time = utc_timestamp();
   info.environment = backend.device->environment();
   for (auto& fact : comm_environment()) info.environment.push_back(std::move(fact));
+  info.environment.emplace_back("cpus_allowed", int64_t(cpus_allowed));
   char file[32];
   std::snprintf(file, sizeof file, "/rank%05d.h5", rt.rank);
   Recorder recorder(out_dir + file, info);

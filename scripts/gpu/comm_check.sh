@@ -10,7 +10,7 @@
 # test_comm); OUT_DIR defaults to results/comm-check-<time> (git-ignored). nccl-tests is not
 # part of llmhpc: NCCL_TESTS=/path/to/all_reduce_perf (github.com/NVIDIA/nccl-tests, built with
 # MPI=1) adds it; without it only llmhpc runs. Environment: RANKS (default 2 and the GPU
-# count), REPS (3), SIZES (1MB,10MB,100MB,1000MB), MPIRUN (mpirun).
+# count), REPS (3), SIZES (1MB,10MB,100MB,1000MB), MPIRUN (mpirun --bind-to none).
 # Files in OUT_DIR: log.txt (everything printed, nccl-tests' tables included), runs/ (the rank
 # files), comm.md (llmhpc's table).
 set -uo pipefail
@@ -21,7 +21,7 @@ gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
 RANKS=${RANKS:-$([ "$gpus" -gt 2 ] && echo "2,$gpus" || echo 2)}
 REPS=${REPS:-3}
 SIZES=${SIZES:-1MB,10MB,100MB,1000MB}
-read -ra mpi <<<"${MPIRUN:-mpirun} -x NCCL_NVLS_ENABLE"
+read -ra mpi <<<"${MPIRUN:-mpirun --bind-to none} -x NCCL_NVLS_ENABLE"
 find_exe() { [ -x "$bin/$1" ] && echo "$bin/$1" || echo "$bin/tests/$1"; }
 exec > >(tee -a "$out/log.txt") 2>&1
 step() { echo; echo "=== $(date -u +%H:%M:%S) $*"; }

@@ -29,7 +29,7 @@ PARTS=${PARTS:-tests ddp shard torch}
 CTAS=${CTAS:-default 16 8 4}
 MARGINS=${MARGINS:-0}  # compute part: --gemm-sm-margin values, each with every CTAS value
 SHARD=${SHARD:---ddp flat,bucketed --bucket-mb 25 --shard-optimizer none,broadcast,zero1}  # shard part's options
-read -ra mpi <<<"${MPIRUN:-mpirun} -np 2 -x NCCL_NVLS_ENABLE -x NCCL_MAX_CTAS -x NCCL_MIN_CTAS"
+read -ra mpi <<<"${MPIRUN:-mpirun --bind-to none} -np 2 -x NCCL_NVLS_ENABLE -x NCCL_MAX_CTAS -x NCCL_MIN_CTAS"
 find_exe() { [ -x "$bin/$1" ] && echo "$bin/$1" || echo "$bin/tests/$1"; }
 exec > >(tee -a "$out/log.txt") 2>&1
 step() { echo; echo "=== $(date -u +%H:%M:%S) $*"; }

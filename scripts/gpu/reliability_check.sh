@@ -31,7 +31,7 @@ SOAK_SIZES=${SOAK_SIZES:-1MB,256MB}
 SOAK_COMM_S=${SOAK_COMM_S:-45}
 SOAK_MODEL=${SOAK_MODEL:-xl}
 SOAK_DDP_S=${SOAK_DDP_S:-90}
-read -ra mpi <<<"${MPIRUN:-mpirun} -np 2 -x NCCL_NVLS_ENABLE -x LLMHPC_FAULT"
+read -ra mpi <<<"${MPIRUN:-mpirun --bind-to none} -np 2 -x NCCL_NVLS_ENABLE -x LLMHPC_FAULT"
 exec > >(tee -a "$out/log.txt") 2>&1
 step() { echo; echo "=== $(date -u +%H:%M:%S) $*"; }
 failures=0

@@ -1,10 +1,12 @@
 #include "src/core/runtime.h"
 
+#include <sched.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cstdarg>
 #include <cstdio>
+#include <thread>
 #include <vector>
 
 #include "src/core/check.h"
@@ -28,6 +30,24 @@ Runtime Runtime::init(int* argc, char*** argv) {
   // Errors are ours to report: MPI returns codes and MPI_CHECK turns them into fatal().
   MPI_CHECK(MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN));
   return rt;
+}
+
+int Runtime::cpu_share(int* allowed) const {
+  cpu_set_t mine;
+  CPU_ZERO(&mine);
+  if (sched_getaffinity(0, sizeof mine, &mine) != 0)  // unknown: every CPU of the host
+    for (unsigned c = 0; c < std::max(1u, std::thread::hardware_concurrency()) && c < CPU_SETSIZE; ++c)
+      CPU_SET(c, &mine);
+  std::vector<cpu_set_t> all(static_cast<size_t>(local_size));
+  MPI_CHECK(MPI_Allgather(&mine, int(sizeof mine), MPI_BYTE, all.data(), int(sizeof mine), MPI_BYTE, node_comm));
+  int sharing = 0;
+  for (cpu_set_t& other : all) {
+    cpu_set_t both;
+    CPU_AND(&both, &mine, &other);
+    sharing += CPU_COUNT(&both) > 0;
+  }
+  if (allowed) *allowed = CPU_COUNT(&mine);
+  return std::max(1, CPU_COUNT(&mine) / std::max(1, sharing));
 }
 
 void Runtime::finalize() {

@@ -35,6 +35,11 @@ struct Runtime {
   void gather_to_root(const std::vector<float>& mine,
                       const std::function<void(int rank, const std::vector<float>& values)>& take) const;
 
+  // Collective over the node: the CPUs this rank may run on (its affinity mask: a launcher may
+  // have bound it, as Open MPI binds each of at most 2 ranks to one core) divided among the
+  // node's ranks whose masks overlap it; at least 1. What its thread pool should use.
+  int cpu_share(int* allowed = nullptr) const;
+
   // MPI_Init_thread (FUNNELED), ranks, node-local rank; registers rank and host for fatal().
   static Runtime init(int* argc, char*** argv);
   void finalize();
