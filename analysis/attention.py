@@ -15,8 +15,9 @@ Prints, from rank 0's records (/attention/<label>, docs/hdf5-schema.md):
      against PyTorch's fused attention on the same shapes, median ms and the ratio
      llmhpc / PyTorch (the issue's target: at most 1.25 for T >= 4096).
 Times are milliseconds per iteration; one iteration is one forward plus one backward.
-report_section (analysis/report.py) prints 1 and 2 and draws attention.png: time and peak
-memory against sequence length, naive and flash, one column per head dim.
+report_section (analysis/report.py) prints 1 and 2 and draws attention_time.png and
+attention_memory.png: each against sequence length, naive and flash, a panel per setting and
+head dim.
 Files are read only through analysis/llmhpc_h5.py.
 """
 from __future__ import annotations
@@ -32,6 +33,7 @@ import pandas as pd
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from llmhpc_h5 import SchemaError, open_run  # noqa: E402
+from plotting import plain_log_y, ticks_at  # noqa: E402
 
 CONFIG_KEYS = ("impl", "precision", "batch", "heads", "head_dim", "seq", "causal")
 GROUP_KEYS = ("precision", "causal", "batch", "heads")
@@ -149,42 +151,49 @@ def torch_table(df: pd.DataFrame, torch_path: str) -> str:
                  "torch bwd", "bwd ratio", "torch backend"], rows))
 
 
-def plot_attention(df: pd.DataFrame, path: str) -> str:
-    """Time (forward + backward, median) and peak memory against sequence length, log-log: one
-    column per head dim, one line per implementation, one figure row pair per precision, mask,
-    batch and heads setting. Out-of-memory points are left out (the tables list them)."""
+def plot_attention(df: pd.DataFrame, quantity: str, path: str) -> str:
+    """One quantity against sequence length, log-log: "time" (forward + backward, median ms) or
+    "memory" (peak MiB); one panel per setting (precision, mask, batch, heads: a row) and head dim
+    (a column), one line per implementation. Out-of-memory points are left out (the tables list
+    them). Returns the path, or "" when nothing ran."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    import matplotlib.ticker
+    column, y_label = {"time": ("total_median", "fwd+bwd ms (median)"), "memory": ("peak_mib", "peak MiB")}[quantity]
     ok = df[df.status == "ok"]
     groups = list(ok.groupby(list(GROUP_KEYS), sort=False))
     dims = sorted(ok.head_dim.unique())
     if not groups:
         return ""
-    fig, axes = plt.subplots(2 * len(groups), len(dims), figsize=(3.4 * len(dims), 5.6 * len(groups)), squeeze=False)
+    fig, axes = plt.subplots(len(groups), len(dims), figsize=(3.2 * len(dims), 2.8 * len(groups) + 0.6),
+                             squeeze=False)
     for gi, (keys, g) in enumerate(groups):
+        seqs = sorted(g.seq.unique())
         for di, d in enumerate(dims):
-            t_ax, m_ax = axes[2 * gi][di], axes[2 * gi + 1][di]
+            ax = axes[gi][di]
             for impl, rows in g[g.head_dim == d].groupby("impl", sort=False):
                 rows = rows.sort_values("seq")
-                style = "o-" if impl == "naive" else "s--"
-                t_ax.plot(rows.seq, rows.total_median, style, label=impl)
-                m_ax.plot(rows.seq, rows.peak_mib, style, label=impl)
-            t_ax.set_title(f"head dim {d}" + ("" if len(groups) == 1 else f"\n{group_title(keys)}"), fontsize="medium")
-            t_ax.set_ylabel("fwd+bwd ms (median)")
-            m_ax.set(ylabel="peak MiB", xlabel="sequence length")
-            seqs = sorted(g.seq.unique())
-            for ax in (t_ax, m_ax):
-                if len(seqs) > 1:
-                    ax.set(xscale="log", yscale="log")
-                    ax.set_xticks(seqs, [str(t) for t in seqs], fontsize="small")
-                    ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
-                ax.grid(True, which="both", alpha=0.3)
-                ax.legend(fontsize="small")
-    if len(groups) == 1:
-        fig.suptitle(f"attention: {group_title(groups[0][0])} (top: time, bottom: memory)", fontsize="medium")
-    fig.tight_layout()
+                ax.plot(rows.seq, rows[column], "o-" if impl == "naive" else "s--", label=impl)
+            if gi == 0:
+                ax.set_title(f"head dim {d}", fontsize="medium")
+            if len(seqs) > 1:
+                ax.set(xscale="log", yscale="log")
+                ticks_at(ax, seqs)
+                ax.tick_params(axis="x", labelsize="x-small")
+                plain_log_y(ax)
+            ax.grid(True, which="both", alpha=0.3)
+            if di == 0:
+                ax.set_ylabel(f"{group_title(keys)}\n{y_label}", fontsize="small")
+            if gi == len(groups) - 1:
+                ax.set_xlabel("sequence length")
+    handles, names = [], []
+    for ax in axes.flat:  # every implementation once, whichever panel has it
+        for h, n in zip(*ax.get_legend_handles_labels()):
+            if n not in names:
+                handles.append(h)
+                names.append(n)
+    fig.legend(handles, names, loc="upper center", ncol=len(names), frameon=False)
+    fig.tight_layout(rect=(0, 0, 1, 1 - 0.45 / fig.get_figheight()))
     fig.savefig(path, dpi=100)
     plt.close(fig)
     return path
@@ -198,11 +207,13 @@ def ordered(df: pd.DataFrame) -> pd.DataFrame:
 
 
 def report_section(runs: list, out_dir: str) -> str:
-    """report.py's attention section: the per-implementation and naive-vs-flash tables, attention.png."""
+    """report.py's attention section: the per-implementation and naive-vs-flash tables,
+    attention_time.png and attention_memory.png."""
     df = ordered(attention_frame([run.directory for run in runs]))
     parts = [per_implementation_tables(df), naive_vs_flash_tables(df)]
-    if plot_attention(df, os.path.join(out_dir, "attention.png")):
-        parts.append("![attention time and memory vs sequence length](attention.png)")
+    for quantity, name in (("time", "forward + backward time"), ("memory", "peak memory")):
+        if plot_attention(df, quantity, os.path.join(out_dir, f"attention_{quantity}.png")):
+            parts.append(f"![attention {name} vs sequence length](attention_{quantity}.png)")
     return "\n\n".join(p for p in parts if p)
 
 

@@ -18,11 +18,11 @@ import matplotlib
 
 matplotlib.use("Agg")  # files only: no display on cluster nodes
 import matplotlib.pyplot as plt  # noqa: E402
-import matplotlib.ticker  # noqa: E402
 import pandas as pd  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from llmhpc_h5 import BENCH_PHASES  # noqa: E402
+from plotting import plain_log_y, ticks_at  # noqa: E402
 
 # Columns that appear only when their value differs between rows: (summary column, header).
 VARYING_COLUMNS = (("context_length", "Context"), ("batch_size", "Batch"), ("precision", "Precision"),
@@ -132,11 +132,16 @@ def human_count(n) -> str:
     return str(n)
 
 
-def _log_ticks(ax, values, labels=None):
-    """Ticks at the measured values: a sweep rarely spans the decades a log axis labels."""
-    values = sorted(set(values))
-    ax.set_xticks(values, labels or [str(v) for v in values])
-    ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
+def steady_state(rows: pd.DataFrame) -> pd.DataFrame:
+    """Of each configuration run with several warm-up settings (a warm-up study), the largest: its
+    steady state. Per configuration, so that a sweep run with fewer warm-up steps beside the study
+    keeps its rows."""
+    keys = [k for k in ("model", "num_params", "context_length", "batch_size", "precision", "attention", "phase")
+            if k in rows]
+    if rows.empty:
+        return rows
+    largest = rows.groupby(keys, dropna=False)["warmup"].transform("max")
+    return rows[rows["warmup"] == largest]
 
 
 def plot_times(summary: pd.DataFrame, title: str, path: str) -> str:
@@ -144,7 +149,7 @@ def plot_times(summary: pd.DataFrame, title: str, path: str) -> str:
     one line per context length (a sweep of one model: against context length, one line), the
     sample std as error bars. With several warm-up settings, the largest (the steady state).
     Returns the path, or "" when nothing ran."""
-    ok = summary[(summary["status"] == "ok") & (summary["warmup"] == summary["warmup"].max())]
+    ok = steady_state(summary[summary["status"] == "ok"])
     if ok.empty:
         return ""
     by_size = ok["num_params"].nunique() > 1
@@ -165,7 +170,8 @@ def plot_times(summary: pd.DataFrame, title: str, path: str) -> str:
             ax.set_title(f"{phase}, {precision}")
             if len(xs) > 1:
                 ax.set(xscale="log", yscale="log")
-                _log_ticks(ax, xs, [human_count(n) for n in xs] if by_size else None)
+                ticks_at(ax, xs, [human_count(n) for n in xs] if by_size else None)
+                plain_log_y(ax)
             ax.grid(True, which="both", alpha=0.3)
             if i == len(precisions) - 1:
                 ax.set_xlabel(x_label)
@@ -176,7 +182,10 @@ def plot_times(summary: pd.DataFrame, title: str, path: str) -> str:
     if len(failed):
         title += "\nnot run: " + ", ".join(f"{model_label(r)} T={r['context_length']} {r['precision']} ({r['status']})"
                                            for _, r in failed.iterrows())
-    fig.suptitle(f"{title}; warm-up {ok['warmup'].iloc[0]}", fontsize="medium")
+    warmups = sorted(set(ok["warmup"]))
+    fig.suptitle(f"{title}; warm-up " + (f"{warmups[0]}" if len(warmups) == 1 else
+                                           f"{warmups[0]}-{warmups[-1]} (each configuration's largest)"),
+                 fontsize="medium")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
@@ -190,7 +199,7 @@ def plot_speedup(summary: pd.DataFrame, path: str, other: str = "bf16") -> str:
     both = ok[ok.precision == "fp32"].merge(ok[ok.precision == other], on=keys, suffixes=("_32", "_16"))
     if both.empty:
         return ""
-    both = both[both["warmup"] == both["warmup"].max()]
+    both = both[both["warmup"] == both.groupby(keys[:-1])["warmup"].transform("max")]  # as steady_state
     by_size = both["num_params"].nunique() > 1
     x_key, line_key = ("num_params", "context_length") if by_size else ("context_length", "num_params")
     fig, ax = plt.subplots(figsize=(6, 4))
@@ -204,9 +213,9 @@ def plot_speedup(summary: pd.DataFrame, path: str, other: str = "bf16") -> str:
     xs = sorted(set(both[x_key]))
     if len(xs) > 1:
         ax.set_xscale("log")
-        _log_ticks(ax, xs, [human_count(n) for n in xs] if by_size else None)
+        ticks_at(ax, xs, [human_count(n) for n in xs] if by_size else None)
     ax.grid(True, which="both", alpha=0.3)
-    ax.legend(fontsize="small", title="context")
+    ax.legend(fontsize="small", title="context" if by_size else "model")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)

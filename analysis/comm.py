@@ -27,6 +27,15 @@ PLACEMENTS = (("outofplace", "oop"), ("inplace", "ip"))
 COLLECTIVES = ("allreduce", "reducescatter", "allgather", "broadcast")  # the order llmhpc runs them in
 
 
+def human_bytes(n: int) -> str:
+    """A size as llmhpc's --sizes wrote it (src/core/units.cpp format_size): the largest unit that divides it."""
+    for scale, unit in ((1 << 40, "TiB"), (10**12, "TB"), (1 << 30, "GiB"), (10**9, "GB"), (1 << 20, "MiB"),
+                        (10**6, "MB"), (1 << 10, "KiB"), (10**3, "KB")):
+        if n >= scale and n % scale == 0:
+            return f"{n // scale}{unit}"
+    return f"{n}B"
+
+
 def format_us(us: float) -> str:
     """nccl-tests' time format: fewer decimals for longer times."""
     return f"{us:.0f}" if us >= 10000 else f"{us:.1f}" if us >= 100 else f"{us:.2f}"
@@ -143,6 +152,7 @@ def plot_bandwidth(rows: list, path: str) -> str:
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    import matplotlib.ticker
     ok = [r for r in rows if r["status"] == "ok"]
     panels = sorted({(r["backend"], r["device"], r["collective"]) for r in ok})
     if not panels:
@@ -155,8 +165,11 @@ def plot_bandwidth(rows: list, path: str) -> str:
             pts = sorted((r["bytes"], r["busbw"]) for r in mine if r["procs"] == procs and r["placement"] == placement
                          and r["dtype"] == mine[0]["dtype"])
             ax.plot([p[0] / MB for p in pts], [p[1] for p in pts], "o-", label=f"{procs} ranks")
-        ax.set(xscale="log", xlabel="message size (MB)", ylabel="bus bandwidth (GB/s)",
+        ax.set(xscale="log", xlabel="message size", ylabel="bus bandwidth (GB/s)",
                title=f"{collective}, {backend} on {device} ({placement})")
+        sizes = sorted({r["bytes"] for r in mine})  # ticks at the sizes measured, named as they were asked for
+        ax.set_xticks([b / MB for b in sizes], [human_bytes(b) for b in sizes])
+        ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
         ax.grid(True, which="both", alpha=0.3)
         ax.legend(fontsize="small")
     fig.tight_layout()

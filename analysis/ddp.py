@@ -396,8 +396,10 @@ def plot_breakdown(df: pd.DataFrame, path: str) -> str:
         ax.set(xlabel="ms per step (mean)", title=setup_title(g.iloc[0]))
         ax.title.set_fontsize("small")
         ax.grid(True, axis="x", alpha=0.3)
-    axes[0][0].legend(fontsize="small", loc="lower right")
-    fig.tight_layout()
+    # Above the panels, one row: inside an axis the legend would hide the longest bars.
+    handles, names = axes[0][0].get_legend_handles_labels()
+    fig.legend(handles, names, loc="upper center", ncol=len(parts), fontsize="small", frameon=False)
+    fig.tight_layout(rect=(0, 0, 1, 1 - 0.35 / fig.get_figheight()))
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return path

@@ -214,7 +214,7 @@ def plot(frames: dict, path: str) -> None:
     phase's kernel time, its ms per step written above the bar (sizes differ a hundredfold)."""
     phases = list(dict.fromkeys(g for cats in frames.values() for g in cats.index))
     names = list(frames)
-    width = max(8.0, 0.28 * len(names) + 2.5)
+    width = max(9.0, 0.28 * len(names) + 3.5)
     fig, axes = plt.subplots(len(phases), 1, figsize=(width, 2.6 * len(phases) + 1.5), squeeze=False)
     for ax, phase in zip(axes[:, 0], phases):
         ms = pd.DataFrame([frames[n].loc[phase] if phase in frames[n].index else pd.Series(dtype=float)
@@ -226,14 +226,16 @@ def plot(frames: dict, path: str) -> None:
             ax.bar(range(len(names)), share[category], bottom=bottoms, label=category)
             bottoms += share[category].to_numpy()
         for x, total in enumerate(totals):
-            ax.text(x, 101, f"{total:.3g}", ha="center", va="bottom", fontsize=6, rotation=90 if len(names) > 8 else 0)
-        ax.set_ylim(0, 140)
+            ax.text(x, 101, f"{total:.3g} ms", ha="center", va="bottom", fontsize=7, rotation=90 if len(names) > 8 else 0)
+        ax.set_ylim(0, 125 if len(names) > 8 else 112)  # room for the labels above the bars
         ax.set_ylabel(f"{phase}: % of kernel time")
         ax.set_xticks(range(len(names)), names if phase == phases[-1] else [""] * len(names), fontsize=7,
                       rotation=90 if len(names) > 3 else 0)
     fig.suptitle("Kernel time per phase by category (above each bar: ms per step)", fontsize=10)
-    axes[0, 0].legend(fontsize=7, ncol=4, loc="upper left")
-    fig.tight_layout()
+    # Beside the panels, top down as the bars stack bottom up: inside, it hid the bars' tops.
+    handles, labels = axes[0, 0].get_legend_handles_labels()
+    fig.legend(handles[::-1], labels[::-1], fontsize=8, loc="upper left", bbox_to_anchor=(0.86, 0.95))
+    fig.tight_layout(rect=(0, 0, 0.85, 1))
     fig.savefig(path, dpi=110)
     plt.close(fig)
 

@@ -157,9 +157,11 @@ def plot_timeline(c, path: str) -> None:
         points.append(dict(running))
     points.append(dict(running))
     x = np.arange(len(points))
-    fig, ax = plt.subplots(figsize=(11, 5))
-    ax.stackplot(x, [np.array([p[k] for p in points]) / GiB for k in order], labels=order, step="post")
-    top = max(sum(p.values()) for p in points) / GiB
+    peak = int(c["peak_memory_bytes"])
+    scale, unit = (GiB, "GiB") if peak >= GiB else (2**20, "MiB")  # a tiny test model in MiB, not 0.0025 GiB
+    fig, ax = plt.subplots(figsize=(12, 5))
+    ax.stackplot(x, [np.array([p[k] for p in points]) / scale for k in order], labels=order, step="post")
+    top = max(sum(p.values()) for p in points) / scale
     labels = []  # phases that start within 2% of the axis of each other share one label
     for i, name in starts:
         ax.axvline(i, color="k", lw=0.6, ls=":")
@@ -170,12 +172,13 @@ def plot_timeline(c, path: str) -> None:
     for i, names in labels:
         ax.text(i + 0.2, top * 1.02, ", ".join(names), fontsize=8, va="bottom", rotation=60)
     ax.set_ylim(0, top * 1.25)
-    ax.axhline(int(c["peak_memory_bytes"]) / GiB, color="r", lw=0.8, ls="--", label="peak")
+    ax.axhline(peak / scale, color="r", lw=0.8, ls="--", label="peak")
     ax.set_xlabel("allocation events and phase starts, in order")
-    ax.set_ylabel("active memory (GiB)")
-    peak = int(c["peak_memory_bytes"])
+    ax.set_ylabel(f"active memory ({unit})")
     ax.set_title(f"{c['label']}: peak " + (f"{_gib(peak)} GiB" if peak >= GiB else f"{peak / 2**20:.2f} MiB"))
-    ax.legend(loc="lower right", fontsize=8)
+    # Beside the axes, top down as the stack is drawn bottom up: inside, it hid the layers it names.
+    handles, names = ax.get_legend_handles_labels()
+    ax.legend(handles[::-1], names[::-1], loc="upper left", bbox_to_anchor=(1.01, 1), fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)

@@ -109,12 +109,18 @@ def main(argv=None) -> int:
     output = args.output or os.path.join(args.dirs[0], "report.md")
     out_dir = os.path.dirname(os.path.abspath(output))
     options = dict(rank=None if args.all_ranks else args.rank, decimals=args.decimals)
+    created = not os.path.isdir(out_dir)
     try:
-        if not os.path.isdir(out_dir):
-            raise SchemaError(f"{out_dir}: no such folder for the report (-o)")
+        os.makedirs(out_dir, exist_ok=True)  # -o reports/new/report.md: the folder is made for it
+    except OSError as e:
+        print(f"report.py: error: cannot create {out_dir} for the report (-o): {e.strerror}", file=sys.stderr)
+        return 2
+    try:
         text = build_report(args.dirs, out_dir, options, args.table_only)  # all built first: no half-written file
     except SchemaError as e:
         print(f"report.py: error: {e}", file=sys.stderr)
+        if created and not os.listdir(out_dir):
+            os.rmdir(out_dir)  # nothing left behind by a failed report
         return 2
     with open(output + ".tmp", "w") as f:
         f.write(text)

@@ -50,4 +50,4 @@ if [ "$TORCH" = 1 ]; then
   torch_args+=(--torch "$OUT/torch_grid1.json")
 fi
 $PYTHON "$LLMHPC_ROOT/analysis/attention.py" "${runs[@]}" ${torch_args[@]+"${torch_args[@]}"} | tee "$OUT/attention.md"
-job_report  # $OUT/report.md: the same tables and attention.png
+job_report  # $OUT/report.md: the same tables, attention_time.png and attention_memory.png

@@ -227,7 +227,7 @@ def check_train(tables, runs):
 def check_pngs(report_path):
     text = open(report_path).read()
     names = re.findall(r"!\[[^]]*\]\(([^)]+\.png)\)", text)
-    for expected in ("bench.png", "bench_speedup_bf16.png", "attention.png", "comm_busbw.png", "ddp_breakdown.png",
+    for expected in ("bench.png", "bench_speedup_bf16.png", "attention_time.png", "attention_memory.png", "comm_busbw.png", "ddp_breakdown.png",
                      "scaling.png", "train_loss.png"):
         assert expected in names, f"the report does not show {expected} (it shows {names})"
     for name in names:
@@ -322,6 +322,13 @@ def main():
     os.makedirs(empty)
     bad = run([sys.executable, os.path.join(ANALYSIS, "report.py"), empty], expect_ok=False)
     assert bad.returncode == 2 and "no llmhpc rank files" in bad.stderr and not os.listdir(empty), bad.stderr
+    # -o into a folder that does not exist yet: made for the report; removed again when it fails
+    fresh = os.path.join(work, "reports", "bench", "report.md")
+    run([sys.executable, os.path.join(ANALYSIS, "report.py"), runs["bench"], "-o", fresh])
+    assert os.path.getsize(fresh) > 0 and os.path.getsize(os.path.join(os.path.dirname(fresh), "bench.png")) > 10_000
+    failed = os.path.join(work, "reports", "none", "report.md")
+    bad = run([sys.executable, os.path.join(ANALYSIS, "report.py"), empty, "-o", failed], expect_ok=False)
+    assert bad.returncode == 2 and not os.path.exists(os.path.dirname(failed)), bad.stderr
     print("test_report: OK")
 
 
