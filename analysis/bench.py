@@ -68,7 +68,8 @@ def bench_table(summary: pd.DataFrame, decimals: int = 2) -> str:
             row.append(r["status"])
         for phase in phases:
             row += [fmt(r[f"{phase}_mean"], decimals), fmt(r[f"{phase}_std"], decimals)]
-        row += [fmt(r["step_mean"], decimals), fmt(r["peak_memory_bytes"] / (1 << 20), 1)]
+        peak = r["peak_memory_bytes"]  # 0 where a configuration was interrupted before it ran
+        row += [fmt(r["step_mean"], decimals), fmt(peak / (1 << 20), 1) if peak > 0 else "-"]
         rows.append(row)
     return markdown_table(header, rows)
 
@@ -114,8 +115,9 @@ def memory_table(summary: pd.DataFrame) -> str:
     rows = {}
     for _, r in summary.iterrows():
         row = rows.setdefault((r["model"], r["d_model"], r["num_layers"], r["context_length"], r["batch_size"]), {})
-        row[(r["phase"], r["precision"])] = (fmt(r["peak_memory_bytes"] / scale, 2) if r["status"] == "ok" else
-                                             f"{r['status']} (>{r['peak_memory_bytes'] / scale:.2f})")
+        peak = r["peak_memory_bytes"]  # an oom's is what it held when it failed; 0 if it never ran
+        row[(r["phase"], r["precision"])] = (fmt(peak / scale, 2) if r["status"] == "ok" else
+                                             f"{r['status']} (>{peak / scale:.2f})" if peak > 0 else r["status"])
     header = ["Model size", "d_model", "num_layers", "Context", "Batch"] + [f"{ph} {pr} peak ({unit})" for ph, pr in cols]
     return markdown_table(header, [[*key] + [cells.get(c, "-") for c in cols] for key, cells in rows.items()])
 
