@@ -31,7 +31,7 @@ build: $(BUILD)/Makefile
 	cmake --build $(BUILD) -j $(JOBS)
 
 run: deps build
-	$(MPIRUN) -np 2 --oversubscribe $(BUILD)/llmhpc $(RUN_ARGS)
+	$(MPIRUN) -np 2 --oversubscribe --bind-to none $(BUILD)/llmhpc $(RUN_ARGS)
 	$(PYTHON) analysis/report.py $$(ls -td results/bench-* | head -1)
 
 test: deps build
