@@ -15,7 +15,8 @@
 #                2 ranks to one core, and a rank's host-side work, such as initialising xl's
 #                2 billion parameters, then takes a minute instead of seconds)
 #   LAUNCH       the whole launch prefix of llmhpc (default "$MPIRUN $MPIRUN_ARGS -np $NP")
-# Nothing is written outside OUT; nothing in a home directory.
+# Nothing is written outside OUT; nothing in a home directory. A job that fails leaves no empty
+# folder or file behind (tidy_failed_out, below).
 #
 # What a job calls (a new job, e.g. for a new mode, needs only these):
 #   llmhpc_run ARGS...   $LAUNCH $LLMHPC_BIN --device $DEVICE ARGS... $EXTRA_ARGS
@@ -62,6 +63,21 @@ LAUNCH=${LAUNCH:-$MPIRUN $MPIRUN_ARGS -np $NP}
 # Never let NCCL use NVLink multicast (NVLS); it can take a shared host's GPUs down.
 export NCCL_NVLS_ENABLE=0
 export OMPI_ALLOW_RUN_AS_ROOT=${OMPI_ALLOW_RUN_AS_ROOT:-1} OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=${OMPI_ALLOW_RUN_AS_ROOT_CONFIRM:-1}
+
+# A job that fails (bad input, a run that did not start) leaves no empty results folder and no
+# empty file in it (tee's, of a run that printed nothing); what finished stays, to be looked at.
+# Only a folder this job made: one that was there before is left as it is.
+if [ ! -e "$OUT" ]; then
+  tidy_failed_out() {
+    local rc=$?
+    if [ "$rc" -ne 0 ] && [ -d "$OUT" ]; then
+      find "$OUT" -type f -empty -delete
+      find "$OUT" -depth -type d -empty -delete
+    fi
+    return "$rc"
+  }
+  trap tidy_failed_out EXIT
+fi
 
 llmhpc_run() { $LAUNCH "$LLMHPC_BIN" --device "$DEVICE" "$@" ${EXTRA_ARGS:-}; }
 job_report() { "$PYTHON" "$LLMHPC_ROOT/analysis/report.py" "$OUT" -o "$OUT/report.md"; }

@@ -82,6 +82,18 @@ for bad in 0 -2 two; do
 done
 echo "ok   NP=0, -2, two: refused"
 
+# 3c. A job whose llmhpc refuses its input exits non-zero and leaves no empty folder or file
+# (attention.sh makes OUT before its runs, precision.sh tees into OUT).
+for job in attention precision; do
+  set +e
+  MODELS=bogus HEAD_DIMS=bogus OUT_ROOT="$tmp/refused" bash "$ROOT/jobs/$job.sh" >"$tmp/refused.log" 2>&1
+  rc=$?
+  set -e
+  [ $rc -ne 0 ] && grep -q "llmhpc: error: --" "$tmp/refused.log" || { cat "$tmp/refused.log"; fail "$job.sh: exit $rc"; }
+  [ -z "$(find "$tmp/refused" -mindepth 1 2>/dev/null)" ] || { find "$tmp/refused"; fail "$job.sh left files behind"; }
+done
+echo "ok   refused input: attention.sh and precision.sh leave nothing"
+
 # 4. The other jobs on the shared env.sh: bench.sh and comm.sh as before (folders bench-<time>, comm-<time>).
 OUT_ROOT=$tmp/others MODELS=tiny PRECISIONS=fp32 EXTRA_ARGS="$SHAPE" bash "$ROOT/jobs/bench.sh" >"$tmp/bench.log" 2>&1 ||
   { cat "$tmp/bench.log"; fail "jobs/bench.sh exited non-zero"; }
