@@ -93,6 +93,15 @@ for job in attention precision; do
   [ -z "$(find "$tmp/refused" -mindepth 1 2>/dev/null)" ] || { find "$tmp/refused"; fail "$job.sh left files behind"; }
 done
 echo "ok   refused input: attention.sh and precision.sh leave nothing"
+# scaling.sh checks its batches against every rank count before the first run.
+set +e
+NP=2 STRONG_BATCH=3 OUT_ROOT="$tmp/refused-scaling" bash "$ROOT/jobs/scaling.sh" >"$tmp/refused.log" 2>&1
+rc=$?
+set -e
+[ $rc -eq 2 ] && grep -q "STRONG_BATCH=3 is the global batch at every rank count and must divide by each of RANKS=1,2" \
+  "$tmp/refused.log" || { cat "$tmp/refused.log"; fail "scaling.sh STRONG_BATCH=3: exit $rc"; }
+[ ! -e "$tmp/refused-scaling" ] || { find "$tmp/refused-scaling"; fail "scaling.sh STRONG_BATCH=3 wrote results"; }
+echo "ok   scaling.sh refuses STRONG_BATCH=3 on 1,2 ranks before running"
 
 # 4. The other jobs on the shared env.sh: bench.sh and comm.sh as before (folders bench-<time>, comm-<time>).
 OUT_ROOT=$tmp/others MODELS=tiny PRECISIONS=fp32 EXTRA_ARGS="$SHAPE" bash "$ROOT/jobs/bench.sh" >"$tmp/bench.log" 2>&1 ||
