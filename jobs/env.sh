@@ -23,6 +23,7 @@
 #   job_report           analysis/report.py over $OUT: $OUT/report.md and its PNGs beside the
 #                        results (sections chosen by the modes found), printed to the job's log
 #   rank_counts          1, 2, 4, ... up to NP, and NP: the default rank counts of sweeps
+#   require_numbers N M  exit 2 unless $N is a list of whole numbers >= M (checked before any run)
 #
 # GPUs: every job asks Slurm for one GPU per task (#SBATCH --gpus-per-task=1). On a cluster
 # without GPUs: sbatch --gpus-per-task=0 jobs/X.sh (or SBATCH_GPUS_PER_TASK=0) with DEVICE=cpu.
@@ -81,6 +82,14 @@ fi
 
 llmhpc_run() { $LAUNCH "$LLMHPC_BIN" --device "$DEVICE" "$@" ${EXTRA_ARGS:-}; }
 job_report() { "$PYTHON" "$LLMHPC_ROOT/analysis/report.py" "$OUT" -o "$OUT/report.md"; }
+# Exits 2 with a message unless variable NAME is a comma-separated list of whole numbers of at
+# least MIN: a job checks its loops' lists before the first run, not when a loop reaches the bad item.
+require_numbers() {  # NAME MIN
+  local name=$1 min=$2 value=${!1} ok=1 n
+  [[ "$value" =~ ^[0-9]+(,[0-9]+)*$ ]] || ok=0
+  if [ "$ok" = 1 ]; then for n in ${value//,/ }; do [ $((10#$n)) -ge "$min" ] || ok=0; done; fi
+  [ "$ok" = 1 ] || { echo "$0: $name must be whole numbers of at least $min, comma-separated, not '$value'" >&2; exit 2; }
+}
 rank_counts() {
   local n=1 list=""
   while [ "$n" -lt "$NP" ]; do list+="$n,"; n=$((n * 2)); done

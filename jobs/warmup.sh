@@ -16,6 +16,7 @@ MODELS=${MODELS:-small,medium,large,xl,2.7B}
 CONTEXTS=${CONTEXTS:-128}
 WARMUPS=${WARMUPS:-0,1,2,5}
 STEPS=${STEPS:-10}
+require_numbers WARMUPS 0
 for w in ${WARMUPS//,/ }; do
   llmhpc_run --mode bench --model "$MODELS" --context-length "$CONTEXTS" --phase forward-backward --warmup "$w" \
     --steps "$STEPS" --out "$OUT/warmup$w"
