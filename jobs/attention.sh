@@ -27,6 +27,7 @@ IMPLS=${IMPLS:-naive,flash}
 WARMUP=${WARMUP:-10}
 ITERS=${ITERS:-100}
 TORCH=${TORCH:-0}
+[[ "$GRIDS" =~ ^[12](,[12])*$ ]] || { echo "$0: GRIDS must list 1 and/or 2 (the seeds' two grids), not '$GRIDS'" >&2; exit 2; }
 mkdir -p "$OUT"
 
 runs=()
