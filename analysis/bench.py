@@ -251,3 +251,7 @@ def report_section(runs: list, out_dir: str, rank=0, decimals: int = 2) -> str:
              for other in other_precisions(summary)]
     parts += [f"![{name}]({os.path.basename(png)})" for name, png in pngs if png]
     return "\n\n".join(parts)
+
+
+if __name__ == "__main__":  # a section of report.py's, with no command line of its own
+    sys.exit(f"analysis/bench.py writes report.py's bench section: python3 analysis/report.py DIR...")

@@ -21,7 +21,7 @@ import sys
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from llmhpc_h5 import open_run  # noqa: E402
+from llmhpc_h5 import SchemaError, open_run  # noqa: E402
 
 GiB = 2**30
 MiB = 2**20
@@ -219,7 +219,10 @@ def main():
     p.add_argument("dirs", nargs="+", help="result directories of llmhpc --mode memory")
     p.add_argument("--png", help="write one timeline PNG per configuration into this directory")
     a = p.parse_args()
-    cs = configs(a.dirs)
+    try:
+        cs = configs(a.dirs)
+    except SchemaError as e:
+        sys.exit(f"memory.py: {e}")
     if not cs:
         sys.exit(f"no memory records in {', '.join(a.dirs)} (was it a --mode memory run?)")
     print(markdown(cs, plot_timelines(cs, a.png) if a.png else ()))

@@ -18,7 +18,10 @@ def main():
     p.add_argument("dir", help="result directory of llmhpc --mode memory")
     p.add_argument("--out", help="directory for the PNGs (default: DIR)")
     a = p.parse_args()
-    cs = memory.configs([a.dir])
+    try:
+        cs = memory.configs([a.dir])
+    except memory.SchemaError as e:
+        sys.exit(f"plot_memory.py: {e}")
     if not cs:
         sys.exit(f"no memory records in {a.dir} (was it a --mode memory run?)")
     for path in memory.plot_timelines(cs, a.out or a.dir):

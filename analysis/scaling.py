@@ -159,3 +159,7 @@ def report(df: pd.DataFrame, models: dict, out_dir: str) -> str:
     plot(all_series, os.path.join(out_dir, "scaling.png"))
     parts.append("![strong and weak scaling](scaling.png)")
     return "\n\n".join(parts)
+
+
+if __name__ == "__main__":  # a section of report.py's, with no command line of its own
+    sys.exit(f"analysis/scaling.py writes report.py's ddp section: python3 analysis/report.py DIR...")

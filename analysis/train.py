@@ -63,3 +63,7 @@ def report_section(runs: list, out_dir: str, rank=0, decimals: int = 2) -> str:
     fig.savefig(os.path.join(out_dir, "train_loss.png"), dpi=110)
     plt.close(fig)
     return "\n\n".join([f"### Training runs\n\n{table}", *parts, "![training loss](train_loss.png)"])
+
+
+if __name__ == "__main__":  # a section of report.py's, with no command line of its own
+    sys.exit(f"analysis/train.py writes report.py's train section: python3 analysis/report.py DIR...")

@@ -162,6 +162,14 @@ def main():
     proc = run([sys.executable, REPORT, empty], expect_ok=False)
     assert proc.returncode != 0 and "no llmhpc rank files" in proc.stderr, \
         f"report.py on an empty directory: exit {proc.returncode}, stderr {proc.stderr!r}"
+    for script in ("memory.py", "plot_memory.py"):  # a clear message, not a traceback
+        proc = run([sys.executable, os.path.join(ROOT, "analysis", script), empty], expect_ok=False)
+        assert proc.returncode != 0 and "no llmhpc rank files" in proc.stderr and "Traceback" not in proc.stderr, \
+            f"{script} on an empty directory: exit {proc.returncode}, stderr {proc.stderr!r}"
+    for script in ("bench.py", "scaling.py", "train.py"):  # report sections: run alone, they say where to go
+        proc = run([sys.executable, os.path.join(ROOT, "analysis", script), out], expect_ok=False)
+        assert proc.returncode != 0 and "analysis/report.py" in proc.stderr, \
+            f"{script} run alone: exit {proc.returncode}, stderr {proc.stderr!r}"
 
     future = os.path.join(work, "future")
     shutil.copytree(out, future)
