@@ -45,9 +45,13 @@ def main(argv=None) -> int:
     parser.add_argument("--out", required=True, help="JSON file to write")
     args = parser.parse_args(argv)
 
-    import torch
-    import torch.nn.functional as F
-    from torch.nn.attention import SDPBackend, sdpa_kernel
+    try:
+        import torch
+        import torch.nn.functional as F
+        from torch.nn.attention import SDPBackend, sdpa_kernel
+    except ImportError as e:
+        print(f"torch_attention.py: error: PyTorch is needed ({e})", file=sys.stderr)
+        return 2
 
     if not torch.cuda.is_available():
         print("torch_attention.py: no CUDA GPU visible", file=sys.stderr)

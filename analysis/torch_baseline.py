@@ -36,9 +36,14 @@ import math
 import time
 from statistics import median
 
-import torch
-import torch.nn.functional as F
-from torch import nn
+try:
+    import torch
+    import torch.nn.functional as F
+    from torch import nn
+except ImportError as e:  # run as a script: say so plainly; imported (torch_ddp.py checks first): as is
+    if __name__ == "__main__":
+        raise SystemExit(f"torch_baseline.py: error: PyTorch is needed ({e})")
+    raise
 
 PRESETS = {  # d_model, d_ff, num_layers, num_heads (SPEC)
     "tiny": (512, 1344, 4, 16), "small": (768, 3072, 12, 12), "medium": (1024, 4096, 24, 16),
