@@ -65,27 +65,35 @@ void rmsnorm_forward(T* out, T* rstd, const T* x, const T* w, int64_t N, int64_t
 }
 
 // dx_j += r g_j - r^3 x_j mean(g x), g = dout * w;  dw (=, or +=) dout * x * r summed over rows.
+// dw is summed in double per fixed block of rows, and the blocks' sums added in block order, so
+// its bits do not depend on the thread count or on which thread finishes first (a critical
+// section per thread did: sharded and unsharded runs then differed in the last bits).
 template <class T>
 void rmsnorm_backward(T* dx, T* dw, const T* dout, const T* x, const T* w, const T* rstd, int64_t N, int64_t C,
                       bool accumulate) {
-  if (!accumulate) std::fill(dw, dw + C, T(0));
-#pragma omp parallel
-  {
-    std::vector<double> dw_local(C, 0.0);
-#pragma omp for
-    for (int64_t n = 0; n < N; ++n) {
+  constexpr int64_t kRows = 64;
+  const int64_t blocks = (N + kRows - 1) / kRows;
+  std::vector<double> partial(size_t(blocks * C), 0.0);
+#pragma omp parallel for
+  for (int64_t b = 0; b < blocks; ++b) {
+    double* dw_block = partial.data() + b * C;
+    for (int64_t n = b * kRows; n < std::min(N, (b + 1) * kRows); ++n) {
       const T* xr = x + n * C;
       const T* dr = dout + n * C;
       double r = rstd[n], gx = 0;
       for (int64_t c = 0; c < C; ++c) {
         gx += double(dr[c]) * w[c] * xr[c];
-        dw_local[c] += double(dr[c]) * xr[c] * r;
+        dw_block[c] += double(dr[c]) * xr[c] * r;
       }
       double k = r * r * r * gx / C;
       for (int64_t c = 0; c < C; ++c) dx[n * C + c] += T(r * dr[c] * w[c] - k * xr[c]);
     }
-#pragma omp critical
-    for (int64_t c = 0; c < C; ++c) dw[c] += T(dw_local[c]);
+  }
+#pragma omp parallel for
+  for (int64_t c = 0; c < C; ++c) {
+    double sum = 0;
+    for (int64_t b = 0; b < blocks; ++b) sum += partial[size_t(b * C + c)];
+    dw[c] = accumulate ? T(dw[c] + sum) : T(sum);
   }
 }
 

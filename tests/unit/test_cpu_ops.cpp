@@ -3,6 +3,7 @@
 // fp64 on the same inputs. Backward checks use L = <R, out> with a random R, so the
 // analytic gradient is backward(dout = R).
 #include <gtest/gtest.h>
+#include <omp.h>
 
 #include "tests/unit/cpu_test_util.h"
 
@@ -79,6 +80,29 @@ TEST_F(CpuOps, RmsNormBackwardAlwaysAccumulatesDxAndDwOnRequest) {
   ops.rmsnorm_backward(dx2, dw2, R, x, w, rstd, true);
   for (int64_t i = 0; i < N * C; ++i) EXPECT_NEAR(dx2.get(i), before[i] + dx1.get(i), 1e-12);
   for (int64_t i = 0; i < C; ++i) EXPECT_NEAR(dw2.get(i), dw_before[i] + dw1.get(i), 1e-12);
+}
+
+// The norm gain's gradient sums over rows; its bits must not depend on how many threads share
+// them (ranks training sharded and unsharded compare their weights bitwise).
+TEST_F(CpuOps, RmsNormBackwardGivesTheSameBitsWithAnyThreadCount) {
+  const int64_t N = 1000, C = 48;  // many row blocks
+  HostTensor x = randn({N, C}, DType::F32), w = randn({C}, DType::F32), R = randn({N, C}, DType::F32);
+  HostTensor out = make({N, C}, DType::F32), rstd = make({N}, DType::F32);
+  ops.rmsnorm_forward(out, rstd, x, w);
+  std::vector<std::vector<double>> dws, dxs;
+  const int threads_before = omp_get_max_threads();
+  for (int threads : {1, 2, 3, 8}) {
+    omp_set_num_threads(threads);
+    HostTensor dx = make({N, C}, DType::F32), dw = make({C}, DType::F32);
+    ops.rmsnorm_backward(dx, dw, R, x, w, rstd, false);
+    dws.push_back(dw.values());
+    dxs.push_back(dx.values());
+  }
+  omp_set_num_threads(threads_before);
+  for (size_t i = 1; i < dws.size(); ++i) {
+    EXPECT_EQ(dws[i], dws[0]) << "dw differs between 1 thread and run " << i;
+    EXPECT_EQ(dxs[i], dxs[0]) << "dx differs between 1 thread and run " << i;
+  }
 }
 
 TEST_F(CpuOps, ResidualRmsNormIsAddThenNorm) {
