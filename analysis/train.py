@@ -54,8 +54,17 @@ def report_section(runs: list, out_dir: str, rank=0, decimals: int = 2) -> str:
     table = markdown_table(["Run", "Model", "Ranks", "DDP", "Sharding", "Status", "Steps", "First loss", "Last loss",
                             "Step Mean (ms)", "Step Std (ms)", "Sync Mean (ms)"], rows)
     fig, ax = plt.subplots(figsize=(6.5, 4))
-    for label, steps in curves:
-        ax.plot(steps["step"], steps["loss"], label=label)
+    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    for i, (label, steps) in enumerate(curves):
+        color = colors[i % len(colors)]
+        # Per-batch losses jump around their trend: drawn faint, with their exponential moving
+        # average (what TensorBoard's smoothing shows) drawn over them once there are enough.
+        smooth = len(steps) >= 20
+        ax.plot(steps["step"], steps["loss"], color=color, lw=0.8, alpha=0.35 if smooth else 1.0,
+                label=None if smooth else label)
+        if smooth:
+            ema = steps["loss"].ewm(alpha=min(0.5, 10.0 / len(steps)), adjust=True).mean()
+            ax.plot(steps["step"], ema, color=color, lw=1.8, label=f"{label} (moving average)")
     ax.set(xlabel="step", ylabel="loss (nats)", title="training loss")
     ax.grid(True, alpha=0.3)
     ax.legend(fontsize="small")
