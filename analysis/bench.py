@@ -134,12 +134,12 @@ def human_count(n) -> str:
     return str(n)
 
 
-def steady_state(rows: pd.DataFrame) -> pd.DataFrame:
-    """Of each configuration run with several warm-up settings (a warm-up study), the largest: its
-    steady state. Per configuration, so that a sweep run with fewer warm-up steps beside the study
-    keeps its rows."""
-    keys = [k for k in ("model", "num_params", "context_length", "batch_size", "precision", "attention", "phase")
-            if k in rows]
+def steady_state(rows: pd.DataFrame, keys=("model", "num_params", "context_length", "batch_size", "precision",
+                                           "attention", "phase")) -> pd.DataFrame:
+    """Of each configuration (`keys`) run with several warm-up settings (a warm-up study), the
+    largest: its steady state. Per configuration, so that a sweep run with fewer warm-up steps
+    beside the study keeps its rows."""
+    keys = [k for k in keys if k in rows]
     if rows.empty:
         return rows
     largest = rows.groupby(keys, dropna=False)["warmup"].transform("max")
@@ -201,7 +201,7 @@ def plot_speedup(summary: pd.DataFrame, path: str, other: str = "bf16") -> str:
     both = ok[ok.precision == "fp32"].merge(ok[ok.precision == other], on=keys, suffixes=("_32", "_16"))
     if both.empty:
         return ""
-    both = both[both["warmup"] == both.groupby(keys[:-1])["warmup"].transform("max")]  # as steady_state
+    both = steady_state(both, keys[:-1])
     by_size = both["num_params"].nunique() > 1
     x_key, line_key = ("num_params", "context_length") if by_size else ("context_length", "num_params")
     fig, ax = plt.subplots(figsize=(6, 4))
@@ -254,4 +254,4 @@ def report_section(runs: list, out_dir: str, rank=0, decimals: int = 2) -> str:
 
 
 if __name__ == "__main__":  # a section of report.py's, with no command line of its own
-    sys.exit(f"analysis/bench.py writes report.py's bench section: python3 analysis/report.py DIR...")
+    sys.exit("analysis/bench.py writes report.py's bench section: python3 analysis/report.py DIR...")

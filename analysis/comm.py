@@ -22,6 +22,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from llmhpc_h5 import SchemaError, open_run  # noqa: E402
+from plotting import ticks_at  # noqa: E402
 
 PLACEMENTS = (("outofplace", "oop"), ("inplace", "ip"))
 COLLECTIVES = ("allreduce", "reducescatter", "allgather", "broadcast")  # the order llmhpc runs them in
@@ -152,7 +153,6 @@ def plot_bandwidth(rows: list, path: str) -> str:
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    import matplotlib.ticker
     ok = [r for r in rows if r["status"] == "ok"]
     panels = sorted({(r["backend"], r["device"], r["collective"]) for r in ok})
     if not panels:
@@ -168,8 +168,7 @@ def plot_bandwidth(rows: list, path: str) -> str:
         ax.set(xscale="log", xlabel="message size", ylabel="bus bandwidth (GB/s)",
                title=f"{collective}, {backend} on {device} ({placement})")
         sizes = sorted({r["bytes"] for r in mine})  # ticks at the sizes measured, named as they were asked for
-        ax.set_xticks([b / MB for b in sizes], [human_bytes(b) for b in sizes])
-        ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
+        ticks_at(ax, [b / MB for b in sizes], [human_bytes(b) for b in sizes])
         ax.grid(True, which="both", alpha=0.3)
         ax.legend(fontsize="small")
     fig.tight_layout()

@@ -158,7 +158,7 @@ def plot_timeline(c, path: str) -> None:
     points.append(dict(running))
     x = np.arange(len(points))
     peak = int(c["peak_memory_bytes"])
-    scale, unit = (GiB, "GiB") if peak >= GiB else (2**20, "MiB")  # a tiny test model in MiB, not 0.0025 GiB
+    scale, unit = (GiB, "GiB") if peak >= GiB else (MiB, "MiB")  # a tiny test model in MiB, not 0.0025 GiB
     fig, ax = plt.subplots(figsize=(12, 5))
     ax.stackplot(x, [np.array([p[k] for p in points]) / scale for k in order], labels=order, step="post")
     top = max(sum(p.values()) for p in points) / scale
@@ -175,7 +175,7 @@ def plot_timeline(c, path: str) -> None:
     ax.axhline(peak / scale, color="r", lw=0.8, ls="--", label="peak")
     ax.set_xlabel("allocation events and phase starts, in order")
     ax.set_ylabel(f"active memory ({unit})")
-    ax.set_title(f"{c['label']}: peak " + (f"{_gib(peak)} GiB" if peak >= GiB else f"{peak / 2**20:.2f} MiB"))
+    ax.set_title(f"{c['label']}: peak {peak / scale:.2f} {unit}")
     # Beside the axes, top down as the stack is drawn bottom up: inside, it hid the layers it names.
     handles, names = ax.get_legend_handles_labels()
     ax.legend(handles[::-1], names[::-1], loc="upper left", bbox_to_anchor=(1.01, 1), fontsize=8)

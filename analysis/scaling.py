@@ -162,4 +162,4 @@ def report(df: pd.DataFrame, models: dict, out_dir: str) -> str:
 
 
 if __name__ == "__main__":  # a section of report.py's, with no command line of its own
-    sys.exit(f"analysis/scaling.py writes report.py's ddp section: python3 analysis/report.py DIR...")
+    sys.exit("analysis/scaling.py writes report.py's ddp section: python3 analysis/report.py DIR...")

@@ -75,4 +75,4 @@ def report_section(runs: list, out_dir: str, rank=0, decimals: int = 2) -> str:
 
 
 if __name__ == "__main__":  # a section of report.py's, with no command line of its own
-    sys.exit(f"analysis/train.py writes report.py's train section: python3 analysis/report.py DIR...")
+    sys.exit("analysis/train.py writes report.py's train section: python3 analysis/report.py DIR...")
