@@ -39,7 +39,10 @@ COMM_SIZES=${COMM_SIZES:-4KB,1MB,100MB,1000MB}
 case "${NET:-0}" in 0) transports=default ;; 1) transports="default net" ;; only) transports=net ;;
   *) echo "$0: NET must be 0, 1 or only, not '$NET'" >&2; exit 2 ;; esac
 # Checked before the first run, not when the sweep reaches the rank count that cannot take it.
-for v in RANKS STRONG_BATCH WEAK_BATCH; do require_numbers $v 1; done
+require_numbers RANKS 1
+for v in STRONG_BATCH WEAK_BATCH; do  # one batch each, not a list
+  [[ "${!v}" =~ ^[1-9][0-9]*$ ]] || { echo "$0: $v must be one whole number of sequences, at least 1, not '${!v}'" >&2; exit 2; }
+done
 for np in ${RANKS//,/ }; do
   [ $((STRONG_BATCH % np)) -eq 0 ] || {
     echo "$0: STRONG_BATCH=$STRONG_BATCH is the global batch at every rank count and must divide by each of RANKS=$RANKS (not by $np)" >&2

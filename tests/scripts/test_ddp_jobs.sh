@@ -101,7 +101,14 @@ set -e
 [ $rc -eq 2 ] && grep -q "STRONG_BATCH=3 is the global batch at every rank count and must divide by each of RANKS=1,2" \
   "$tmp/refused.log" || { cat "$tmp/refused.log"; fail "scaling.sh STRONG_BATCH=3: exit $rc"; }
 [ ! -e "$tmp/refused-scaling" ] || { find "$tmp/refused-scaling"; fail "scaling.sh STRONG_BATCH=3 wrote results"; }
-echo "ok   scaling.sh refuses STRONG_BATCH=3 on 1,2 ranks before running"
+set +e
+NP=2 STRONG_BATCH=4,8 OUT_ROOT="$tmp/refused-scaling" bash "$ROOT/jobs/scaling.sh" >"$tmp/refused.log" 2>&1
+rc=$?
+set -e
+[ $rc -eq 2 ] && grep -q "STRONG_BATCH must be one whole number" "$tmp/refused.log" ||
+  { cat "$tmp/refused.log"; fail "scaling.sh STRONG_BATCH=4,8: exit $rc"; }
+[ ! -e "$tmp/refused-scaling" ] || { find "$tmp/refused-scaling"; fail "scaling.sh STRONG_BATCH=4,8 wrote results"; }
+echo "ok   scaling.sh refuses STRONG_BATCH=3 on 1,2 ranks and a list of batches before running"
 
 # 4. The other jobs on the shared env.sh: bench.sh and comm.sh as before (folders bench-<time>, comm-<time>).
 OUT_ROOT=$tmp/others MODELS=tiny PRECISIONS=fp32 EXTRA_ARGS="$SHAPE" bash "$ROOT/jobs/bench.sh" >"$tmp/bench.log" 2>&1 ||
