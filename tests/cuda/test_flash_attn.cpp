@@ -237,14 +237,14 @@ class FlashAttnGpu : public ::testing::Test {
   std::mt19937_64 rng_;
 };
 
-// Tiles: 64 rows (tensor cores), 32 (CUDA cores). Compiled head dims: 16, 32, 64, 96, 128
+// Tiles: 64 rows (tensor cores), 32 (CUDA cores). Compiled head dims: 16, 32, 64, 80, 96, 128
 // (tensor cores), 32, 64, 128 (CUDA cores).
 const Shape kShapes[] = {
     {2, 1, 2, 64},                                      // one position
     {1, 17, 3, 16},                                     // less than a tile
     {2, 64, 2, 32},                                     // exactly one tensor-core tile, two CUDA-core tiles
     {1, 100, 2, 64},                                    // neither
-    {2, 77, 2, 80},                                     // head dim padded to 96 / 128 (the 2.7B model's)
+    {2, 77, 2, 80},                                     // the 2.7B model's head dim (CUDA cores: padded to 128)
     {1, 130, 1, 96}, {1, 257, 1, 128}, {1, 45, 2, 40},  // padded to 64
 };
 

@@ -346,6 +346,7 @@ Result run_emulated(EmuImpl impl, const std::vector<double>& qkv_v, const std::v
       if (s.D <= 16) run(std::integral_constant<int, 16>{});
       else if (s.D <= 32) run(std::integral_constant<int, 32>{});
       else if (s.D <= 64) run(std::integral_constant<int, 64>{});
+      else if (s.D <= 80) run(std::integral_constant<int, 80>{});
       else if (s.D <= 96) run(std::integral_constant<int, 96>{});
       else run(std::integral_constant<int, 128>{});
     } else {
@@ -518,10 +519,11 @@ TEST_P(FlashKernelsEmulated, MatchFp64Reference) {
 
 // Small shapes (the emulation is slow): T below, at and across the tiles (CUDA-core 64 x 64,
 // 64 x 32 at head dim 128; tensor-core 64, and 128 queries in the forward), head dims that are
-// and are not compiled (80 runs zero-padded), B, H > 1.
+// and are not compiled (88 runs zero-padded in 96; 80 is compiled for tensor cores, padded
+// to 128 on CUDA cores), B, H > 1.
 const Shape5 kEmuShapes[] = {
-    {1, 37, 2, 16, 0, 0}, {2, 33, 2, 32, 0, 0},  {1, 70, 1, 64, 0, 0},
-    {2, 20, 1, 80, 0, 0}, {1, 40, 1, 128, 0, 0}, {1, 150, 1, 64, 0, 0},
+    {1, 37, 2, 16, 0, 0}, {2, 33, 2, 32, 0, 0},  {1, 70, 1, 64, 0, 0},  {2, 20, 1, 80, 0, 0},
+    {1, 30, 1, 88, 0, 0}, {1, 40, 1, 128, 0, 0}, {1, 150, 1, 64, 0, 0},
 };
 
 INSTANTIATE_TEST_SUITE_P(Kernels, FlashKernelsEmulated,

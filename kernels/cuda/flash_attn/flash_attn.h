@@ -15,7 +15,7 @@
 // Storage dtypes: fp32 (CUDA-core kernels, fp32 arithmetic) or bf16 (tensor cores,
 // mma.sync m16n8k16 with fp32 accumulation; bf16 is a storage format, P is rounded to bf16
 // for the P V and dS Q products as FlashAttention-2 does). Head dims 1..128 (tensor cores:
-// multiples of 8; the kernels are compiled for 16, 32, 64, 96 and 128 and a smaller head
+// multiples of 8; the kernels are compiled for 16, 32, 64, 80, 96 and 128 and a smaller head
 // dim runs zero-padded in the next one up), any sequence length, causal or not. Query or
 // key tiles that the causal mask hides completely are never visited.
 //

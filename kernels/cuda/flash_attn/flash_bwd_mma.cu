@@ -155,6 +155,7 @@ auto by_tiles(int head_dim, int m_tiles, Run run) {
     case 16: return run(Tiles<16, 1>{});
     case 32: return run(Tiles<32, 1>{});
     case 64: return m_tiles == 2 ? run(Tiles<64, 2>{}) : run(Tiles<64, 1>{});
+    case 80: return run(Tiles<80, 1>{});
     case 96: return run(Tiles<96, 1>{});
     case 128: return run(Tiles<128, 1>{});
   }

@@ -39,6 +39,7 @@ void launch_fwd_tensor_core(const FlashParams& p, const FlashVariant::Kernels& f
     case 16: return run_fwd<16>(p, fwd.rows, stream);
     case 32: return run_fwd<32>(p, fwd.rows, stream);
     case 64: return run_fwd<64>(p, fwd.rows, stream);
+    case 80: return run_fwd<80>(p, fwd.rows, stream);
     case 96: return run_fwd<96>(p, fwd.rows, stream);
     case 128: return run_fwd<128>(p, fwd.rows, stream);
   }

@@ -24,7 +24,7 @@
 namespace llmhpc::flash {
 
 // The head dims the kernels are compiled for; a smaller head dim runs zero-padded.
-constexpr int kTensorCoreHeadDims[] = {16, 32, 64, 96, 128};
+constexpr int kTensorCoreHeadDims[] = {16, 32, 64, 80, 96, 128};
 constexpr int kSimtHeadDims[] = {32, 64, 128};
 constexpr int kMaxHeadDim = 128;
 
