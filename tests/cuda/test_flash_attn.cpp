@@ -420,18 +420,19 @@ flash::FlashParams placeholder_params(DType dt, int64_t B, int64_t T, int64_t H,
 }
 
 // The fused tensor-core backward (five products, dQ by atomics; flash_bwd_mma.cu), forced at
-// every shape (auto takes it at head dim 128 on grids that fill the GPU): head dims 64 and 128,
-// padded ones (120, 40), several key tiles of 128 and query tiles of 32, partial tiles. Its dQ
-// is not bitwise repeatable, so only the accuracy rule (on a NaN-filled accumulator the
-// launcher must zero). Head dims without a fused kernel (96) run split.
+// every shape (auto takes it at head dim 128 on grids that fill the GPU): head dims 32, 64, 96
+// and 128, padded ones (120, 40), several key tiles of 128 and query tiles of 32, partial tiles.
+// Its dQ is not bitwise repeatable, so only the accuracy rule (on a NaN-filled accumulator the
+// launcher must zero). Head dims without a fused kernel (80) run split.
 TEST_F(FlashAttnGpu, FusedBackward) {
   FlashSettings fused = flash::flash_settings();
   fused.bwd = FlashBwd::Fused;
   const Variant& tensor_core = kVariants[0];
-  for (const Shape& s : {Shape{1, 257, 1, 128}, Shape{1, 700, 2, 128}, Shape{2, 77, 2, 120}, Shape{1, 100, 2, 64},
-                         Shape{1, 45, 2, 40}, Shape{2, 1, 2, 128}, Shape{3, 530, 2, 64}, Shape{1, 130, 1, 96}})
+  for (const Shape& s :
+       {Shape{1, 257, 1, 128}, Shape{1, 700, 2, 128}, Shape{2, 77, 2, 120}, Shape{1, 100, 2, 64}, Shape{1, 45, 2, 40},
+        Shape{2, 1, 2, 128}, Shape{3, 530, 2, 64}, Shape{1, 130, 1, 96}, Shape{2, 300, 2, 32}, Shape{1, 90, 1, 80}})
     for (bool causal : {true, false}) check(tensor_core, s, causal, fused);
-  // Auto's choice (flash_bwd_mma.cu): head dim 128, T >= 2048, 128-key tiles for every SM.
+  // Auto's choice (flash_bwd_mma.cu): head dims 32, 96, 128, T >= 2048, 128-key tiles for every SM.
   const int sms = flash::sm_count();
   auto atomic = [&](int64_t batch, int64_t seq, int64_t head_dim, FlashBwd bwd) {
     FlashSettings settings;
@@ -442,9 +443,15 @@ TEST_F(FlashAttnGpu, FusedBackward) {
   EXPECT_TRUE(atomic(1, 128 * sms, 120, FlashBwd::Auto));
   EXPECT_FALSE(atomic(1, 128 * (sms - 1), 128, FlashBwd::Auto));  // a grid smaller than the GPU
   EXPECT_FALSE(atomic(2 * sms, 1024, 128, FlashBwd::Auto));       // short key loops
-  EXPECT_FALSE(atomic(sms, 2048, 64, FlashBwd::Auto));
+  EXPECT_FALSE(atomic(sms, 2048, 64, FlashBwd::Auto));            // the split kernels' two m tiles win there
+  EXPECT_TRUE(atomic(sms, 2048, 32, FlashBwd::Auto));
+  EXPECT_TRUE(atomic(sms, 2048, 96, FlashBwd::Auto));
+  EXPECT_TRUE(atomic(sms, 2048, 88, FlashBwd::Auto));   // runs in 96
+  EXPECT_FALSE(atomic(sms, 2048, 80, FlashBwd::Auto));  // no fused kernel
   EXPECT_FALSE(atomic(sms, 2048, 128, FlashBwd::Split));
   EXPECT_TRUE(atomic(1, 8, 64, FlashBwd::Fused));
+  EXPECT_TRUE(atomic(1, 8, 32, FlashBwd::Fused));
+  EXPECT_FALSE(atomic(1, 8, 80, FlashBwd::Fused));  // no fused kernel: split
 }
 
 // flash_variant, which CudaOps::attention_variant records with results, names the kernels the
@@ -482,6 +489,11 @@ TEST_F(FlashAttnGpu, VariantNamesWhatRuns) {
   v = variant(DType::BF16, 1, 100, 2, 64, simt);
   EXPECT_EQ(v.fwd.impl, FlashImpl::Simt);
   EXPECT_EQ(v.dq_sum, DqSum::Ordered);
+  // Auto's forward rows: 128 where the grid of 128-row tiles has two CTAs per SM (causal) or one.
+  const int64_t sms = flash::sm_count();
+  EXPECT_EQ(variant(DType::BF16, sms, 128, 1, 64, autos).fwd.rows, 64);
+  EXPECT_EQ(variant(DType::BF16, 2 * sms, 128, 1, 64, autos).fwd.rows, 128);
+  EXPECT_EQ(flash::flash_variant(placeholder_params(DType::BF16, sms, 128, 1, 64, false, autos)).fwd.rows, 128);
   // Forced rows: two m tiles wherever they are compiled (the backward's at head dim 64 only).
   FlashSettings rows = autos;
   rows.fwd_rows = rows.bwd_rows = 128;
@@ -534,11 +546,12 @@ TEST_F(FlashAttnGpu, BackendRecordsTheVariant) {
   EXPECT_EQ(m.at("flash_bwd_rows"), std::to_string(v.bwd.rows));
   const FlashSettings& env = flash::flash_settings();
   if (env.impl == FlashImpl::Auto && env.bwd == FlashBwd::Auto && !env.fwd_rows && !env.bwd_rows &&
-      env.bwd_chunk == -1)  // auto's choices at these sizes (too short for two m tiles, the fused backward, chunks)
+      env.bwd_chunk == -1)  // auto's choices at these sizes (512 forward CTAs of 128 rows fill the GPU; too
+                            // short for the backward's two m tiles, the fused backward, chunks)
     EXPECT_EQ(got, (Pairs{{"attention_kernel", "flash"},
                           {"flash_impl", "tensor-core"},
                           {"flash_head_dim", "64"},
-                          {"flash_fwd_rows", "64"},
+                          {"flash_fwd_rows", "128"},
                           {"flash_bwd", "split"},
                           {"flash_bwd_rows", "64"},
                           {"flash_bwd_chunks", "off"},

@@ -44,7 +44,7 @@ struct Strides {
 // tensor-core path misbehave).
 enum class FlashImpl { Auto, TensorCore, Simt };
 // The backward's dQ. Auto: flash_variant() decides; Fused: five products, the dK/dV kernel
-// sums dQ (tensor cores at head dims 64 and 128 only); Split: seven, bitwise deterministic.
+// sums dQ (tensor cores at head dims 32, 64, 96 and 128 only); Split: seven, bitwise deterministic.
 enum class FlashBwd { Auto, Fused, Split };
 
 // The variants the LLMHPC_FLASH_* environment variables force (README.md), read once per

@@ -63,13 +63,15 @@ int64_t fused_accum_floats(const FlashParams& p) {
 }
 
 // The fused backward (five products, dQ by atomics): FlashAttention-2's structure, 128 keys
-// per CTA. Auto takes it at head dim 128 on sequences of 2048 and more whose grid of 128-key
-// tiles covers every SM. There, on an H100 (session 5), it was 1.28-1.30x faster than the
-// split backward (causal, batch 1, T 32768 and 65536; batch 8, no mask, T 4096-16384) and
-// 1.04-1.15x at batch 4 x 8 heads, causal, T 2048-4096. Slower elsewhere: 0.93x at batch 4 x 8
-// heads, T 1024 (short key loops), 0.70x at batch 1, T 16384 (128 CTAs for 132 SMs; the split
-// backward's chunks spread the causal work), 0.81-0.84x at head dim 64 (the split kernels' two
-// m tiles).
+// per CTA. Auto takes it at head dims 32, 96 and 128 on sequences of 2048 and more whose grid
+// of 128-key tiles covers every SM. There, on an H100, it was faster than the split backward:
+// at 128 (session 5) 1.28-1.30x (causal, batch 1, T 32768 and 65536; batch 8, no mask, T
+// 4096-16384) and 1.04-1.15x at batch 4 x 8 heads, causal, T 2048-4096; at 96 (session 14)
+// 1.30-1.41x on the same grids, at 32 1.07-1.23x (split's recomputed products cost most where
+// the head is narrow). Slower elsewhere: 0.93x at batch 4 x 8 heads, T 1024 (short key loops),
+// 0.70-0.75x at batch 1, T 16384 (128 CTAs for 132 SMs; the split backward's chunks spread the
+// causal work), 0.81-0.90x at head dim 64 (the split kernels' two m tiles), and head dim 80
+// has no fused kernel (its warps' halves of the head dim would be 40 wide).
 template <int kHeadDim>
 bool fused_backward(const FlashParams& p) {
   switch (p.settings.bwd) {
@@ -77,7 +79,7 @@ bool fused_backward(const FlashParams& p) {
     case FlashBwd::Fused: return true;
     case FlashBwd::Auto: break;
   }
-  return kHeadDim == 128 && p.seq >= 2048 &&
+  return kHeadDim != 64 && p.seq >= 2048 &&
          int64_t(ceil_div(p.seq, BwdFusedTraits<kHeadDim>::kBlockM)) * p.batch * p.heads >= sm_count();
 }
 
@@ -86,7 +88,7 @@ BwdPlan plan_bwd(const FlashParams& p) {
   using Kv = BwdKvTraits<kHeadDim, kMTiles>;
   using Q = BwdQTraits<kHeadDim, kMTiles>;
   BwdPlan plan;
-  if constexpr (kHeadDim == 64 || kHeadDim == 128) {
+  if constexpr (has_fused_backward(kHeadDim)) {
     if (fused_backward<kHeadDim>(p)) {
       plan.dq_atomic = true;
       plan.dq_accum_floats = fused_accum_floats<kHeadDim>(p);
@@ -177,7 +179,9 @@ int bwd_tensor_core_rows(const FlashParams& p) {
 void launch_bwd_tensor_core(const FlashParams& p, const FlashVariant& v, cudaStream_t stream) {
   if (v.dq_sum == DqSum::Atomic) {
     switch (v.bwd.head_dim) {
+      case 32: return run_bwd_fused<32>(p, stream);
       case 64: return run_bwd_fused<64>(p, stream);
+      case 96: return run_bwd_fused<96>(p, stream);
       case 128: return run_bwd_fused<128>(p, stream);
     }
     LLMHPC_FATAL("flash backward: no fused kernel for head dim " + std::to_string(v.bwd.head_dim));

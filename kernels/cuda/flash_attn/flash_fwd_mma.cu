@@ -7,14 +7,18 @@
 namespace llmhpc::flash {
 
 // 128 query rows per CTA (two m tiles per warp) read less shared memory per mma but give half
-// the CTAs: on an H100 they won at T = 16384 with 8 heads (1.1x, head dim 128) and at T = 65536
-// with one (1.05x at head dim 64, 1.3x at 128), were about even at T = 8192 with 64 heads (head
-// dim 64), and lost where they leave SMs idle or the key loops are short (T <= 16384 with one
-// head: up to 1.7x; T = 1024 with 64 or 128 heads). So: long sequences and at least two CTAs per
-// SM. LLMHPC_FLASH_FWD_ROWS=64|128 (settings.fwd_rows) forces one (the tests compare the two).
+// the CTAs. What decides is whether those CTAs still fill the GPU: on an H100 (session 14,
+// docs/results/attention.md) 128 rows won wherever the grid of 128-row tiles had at least two
+// CTAs per SM under a causal mask (whose CTAs differ in work) or one without: batch 4 x 32 heads
+// from T 512 (1.08-1.42x, head dims 64-128), 64 heads from T 1024, batch 8 x one head from T 8192
+// (causal) or 4096 (not: 1.39x); and lost where they left SMs idle (batch 8, one head, T 1024:
+// 0.76-0.83x; T 4096 causal: 0.84-0.93x). Session 4's kernels also lost at T 1024 with 64 heads;
+// these win there (1.06-1.28x). LLMHPC_FLASH_FWD_ROWS=64|128 (settings.fwd_rows) forces one (the
+// tests compare the two).
 int fwd_tensor_core_rows(const FlashParams& p) {
   if (p.settings.fwd_rows) return p.settings.fwd_rows;
-  return p.seq >= 8192 && int64_t(ceil_div(p.seq, 128)) * p.batch * p.heads >= 2 * sm_count() ? 128 : 64;
+  const int64_t ctas = int64_t(ceil_div(p.seq, 128)) * p.batch * p.heads;
+  return ctas >= (p.causal ? 2 : 1) * int64_t(sm_count()) ? 128 : 64;
 }
 
 namespace {

@@ -84,8 +84,10 @@ struct BwdFusedTraits : TensorCoreTraits<kHeadDim, 64, 1, 8> {
   static constexpr int kDqDims = kHeadDim / (Base::kNWarps / kDqWarpsQ);  // a warp's dims of dQ
   static constexpr size_t kSmemBytes = (2 * Base::kBlockM + 4 * Base::kBlockN) * Base::kTileBytes +
                                        4 * Base::kBlockN * sizeof(float) + 2 * Base::kBlockM * kScoreRow * 2;
-  static_assert(kDqDims % 16 == 0, "n tiles come in pairs: head dims 64 and 128");
+  static_assert(kDqDims % 16 == 0, "n tiles come in pairs: head dims 32, 64, 96 and 128");
 };
+// The head dims BwdFusedTraits compiles for: a warp's half of the head dim is whole pairs of n tiles.
+constexpr bool has_fused_backward(int head_dim) { return head_dim >= 32 && head_dim % 32 == 0; }
 
 template <int kHeadDim_>
 struct SimtTraits {
