@@ -489,10 +489,12 @@ TEST_F(FlashAttnGpu, VariantNamesWhatRuns) {
   v = variant(DType::BF16, 1, 100, 2, 64, simt);
   EXPECT_EQ(v.fwd.impl, FlashImpl::Simt);
   EXPECT_EQ(v.dq_sum, DqSum::Ordered);
-  // Auto's forward rows: 128 where the grid of 128-row tiles has two CTAs per SM (causal) or one.
+  // Auto's forward rows: 128 where the grid of 128-row tiles has two CTAs per SM (causal) or one,
+  // above head dim 32.
   const int64_t sms = flash::sm_count();
   EXPECT_EQ(variant(DType::BF16, sms, 128, 1, 64, autos).fwd.rows, 64);
   EXPECT_EQ(variant(DType::BF16, 2 * sms, 128, 1, 64, autos).fwd.rows, 128);
+  EXPECT_EQ(variant(DType::BF16, 2 * sms, 128, 1, 32, autos).fwd.rows, 64);  // narrow heads: always 64
   EXPECT_EQ(flash::flash_variant(placeholder_params(DType::BF16, sms, 128, 1, 64, false, autos)).fwd.rows, 128);
   // Forced rows: two m tiles wherever they are compiled (the backward's at head dim 64 only).
   FlashSettings rows = autos;

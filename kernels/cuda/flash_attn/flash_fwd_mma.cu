@@ -13,10 +13,13 @@ namespace llmhpc::flash {
 // from T 512 (1.08-1.42x, head dims 64-128), 64 heads from T 1024, batch 8 x one head from T 8192
 // (causal) or 4096 (not: 1.39x); and lost where they left SMs idle (batch 8, one head, T 1024:
 // 0.76-0.83x; T 4096 causal: 0.84-0.93x). Session 4's kernels also lost at T 1024 with 64 heads;
-// these win there (1.06-1.28x). LLMHPC_FLASH_FWD_ROWS=64|128 (settings.fwd_rows) forces one (the
-// tests compare the two).
+// these win there (1.06-1.28x). At head dims 16 and 32 the products are too short for the saved
+// shared-memory reads to matter: 64 rows were as fast or faster on every grid measured (one head,
+// causal, T 65536: 1.15x at 16; batch 8, T 8192-16384: 1.04-1.08x). LLMHPC_FLASH_FWD_ROWS=64|128
+// (settings.fwd_rows) forces one (the tests compare the two).
 int fwd_tensor_core_rows(const FlashParams& p) {
   if (p.settings.fwd_rows) return p.settings.fwd_rows;
+  if (p.head_dim <= 32) return 64;
   const int64_t ctas = int64_t(ceil_div(p.seq, 128)) * p.batch * p.heads;
   return ctas >= (p.causal ? 2 : 1) * int64_t(sm_count()) ? 128 : 64;
 }
