@@ -7,13 +7,14 @@
 Prints, from rank 0's records (/attention/<label>, docs/hdf5-schema.md):
   1. one table per implementation, precision, causal, batch and heads, like the seeds'
      pytorch_attention table: head dim, sequence length, forward and backward mean +- std
-     (sample std, n-1), end-to-end mean, peak memory (MiB) and status;
+     (sample std, n-1), end-to-end mean, peak memory (MiB), status and the kernels that ran
+     (kernel_summary: on a GPU the choices flash makes by shape, which explain its steps);
   2. naive against flash, like the seeds' flash_benchmarking table: median forward,
      backward and end-to-end times of both and the speedup naive / flash (N/A where one
      ran out of memory), and both peaks;
   3. with --torch (the JSON written by analysis/torch_attention.py; once per file): llmhpc's flash
      against PyTorch's fused attention on the same shapes, median ms and the ratio
-     llmhpc / PyTorch (the issue's target: at most 1.25 for T >= 4096).
+     llmhpc / PyTorch (the issue's target: at most 1.25 for T >= 4096), and llmhpc's kernels.
 Times are milliseconds per iteration; one iteration is one forward plus one backward.
 report_section (analysis/report.py) prints 1 and 2 and draws attention_time.png and
 attention_memory.png: each against sequence length, naive and flash, a panel per setting and
@@ -50,7 +51,7 @@ def attention_frame(directories: list) -> pd.DataFrame:
             raise SchemaError(f"{directory}: a '{run.mode}' run, not an attention run")
         for r in run.records("attention", rank=0):
             row = {key: r.attrs.get(key) for key in CONFIG_KEYS}
-            row.update(run=directory, name=r.name, status=r.status,
+            row.update(run=directory, name=r.name, status=r.status, kernels=kernel_summary(r.attrs),
                        peak_mib=r.attrs.get("peak_memory_bytes", 0) / MIB,
                        flops_forward=r.attrs.get("flops_forward", math.nan),
                        flops_backward=r.attrs.get("flops_backward", math.nan))
@@ -63,13 +64,28 @@ def attention_frame(directories: list) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def kernel_summary(attrs) -> str:
+    """What ran, from the record's variant attributes (docs/hdf5-schema.md): e.g. "tensor cores
+    d80, fwd 128 rows, bwd fused (atomic dQ)"; the CPU's or naive's attention_kernel as it is."""
+    impl = attrs.get("flash_impl")
+    if impl is None:
+        return str(attrs.get("attention_kernel", ""))
+    cores = "tensor cores" if impl == "tensor-core" else "CUDA cores"
+    text = f"{cores} d{attrs.get('flash_head_dim')}, fwd {attrs.get('flash_fwd_rows')} rows, bwd {attrs.get('flash_bwd')}"
+    if attrs.get("flash_dq") not in (None, "none"):
+        text += f" ({attrs['flash_dq']} dQ)"
+    if attrs.get("flash_bwd_chunks") not in (None, "off"):
+        text += f", chunks {attrs['flash_bwd_chunks']}"
+    return text
+
+
 def fmt(value, decimals: int = 3) -> str:
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return "-"
     return f"{value:.{decimals}f}"
 
 
-TEXT_COLUMNS = {"status", "dtype", "causal", "torch backend"}
+TEXT_COLUMNS = {"status", "dtype", "causal", "torch backend", "kernels", "llmhpc kernels"}
 
 
 def markdown(header: list, rows: list) -> str:
@@ -94,10 +110,10 @@ def per_implementation_tables(df: pd.DataFrame) -> str:
             rows.append([str(r.head_dim), str(r.seq),
                          f"{fmt(r.forward_mean)} ± {fmt(r.forward_std)}" if ok else "-",
                          f"{fmt(r.backward_mean)} ± {fmt(r.backward_std)}" if ok else "-",
-                         fmt(r.total_mean) if ok else "-", fmt(r.peak_mib, 1), r.status])
+                         fmt(r.total_mean) if ok else "-", fmt(r.peak_mib, 1), r.status, r.kernels])
         out.append(f"### {keys[0]} attention, {group_title(keys[1:])}\n\n" + markdown(
             ["head dim", "seq", "forward ms (mean ± std)", "backward ms (mean ± std)", "fwd+bwd ms (mean)", "peak MiB",
-             "status"], rows))
+             "status", "kernels"], rows))
     return "\n\n".join(out)
 
 
@@ -144,11 +160,11 @@ def torch_table(df: pd.DataFrame, torch_path: str) -> str:
         tb = t.get("backward_ms_median", math.nan) if t.get("status") == "ok" else math.nan
         rows.append([t["precision"], "yes" if t["causal"] else "no", str(t["batch"]), str(t["heads"]), str(t["seq"]),
                      str(t["head_dim"]), fmt(ours_f), fmt(tf), ratio(ours_f, tf), fmt(ours_b), fmt(tb), ratio(ours_b, tb),
-                     t.get("backend", "")])
+                     t.get("backend", ""), f.kernels if f is not None else "-"])
     return (f"### llmhpc flash vs PyTorch fused attention ({os.path.basename(torch_path)}; median ms; "
             "ratio = llmhpc / PyTorch, target <= 1.25)\n\n" + markdown(
                 ["dtype", "causal", "B", "H", "seq", "head dim", "llmhpc fwd", "torch fwd", "fwd ratio", "llmhpc bwd",
-                 "torch bwd", "bwd ratio", "torch backend"], rows))
+                 "torch bwd", "bwd ratio", "torch backend", "llmhpc kernels"], rows))
 
 
 def plot_attention(df: pd.DataFrame, quantity: str, path: str) -> str:

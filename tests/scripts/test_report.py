@@ -214,6 +214,8 @@ def check_attention(tables, runs):
         means = [float(c.split("±")[0]) for c in cell]
         assert any(abs(m - arrays["forward_ms"].mean()) <= 0.0005 + 1e-9 for m in means), \
             f"{name}: forward mean {arrays['forward_ms'].mean():.3f} not among {cell}"
+        kernels = {r["kernels"] for r in rows if r["seq"] == str(attrs["seq"])}
+        assert attrs["attention_kernel"] in kernels, f"{name}: kernels {attrs['attention_kernel']!r} not among {kernels}"
 
 
 def check_train(tables, runs):
