@@ -14,6 +14,7 @@
 
 #include "comm/communicator.h"
 #include "kernels/backend.h"
+#include "src/core/stop_request.h"
 #include "src/core/units.h"
 #include "src/core/watchdog.h"
 #include "src/modes/mode.h"
@@ -267,6 +268,9 @@ int run(Runtime& rt, int argc, char** argv, bool& in_mode) {
   in_mode = true;
   try {
     mode->run(ctx);
+  } catch (const Interrupted& e) {  // stopped early on a signal, its state saved
+    recorder.finish(e.what);
+    throw ExitRequest{128 + e.signal};
   } catch (const std::exception& e) {
     recorder.finish(std::string("error: ") + e.what());
     throw;

@@ -2,12 +2,16 @@
 // seeded initialisation, takes --steps AdamW steps on batches drawn in --data-order (over
 // ranks with --ddp, the optimizer state sharded with --shard-optimizer), records the loss of
 // every step in /train/loss with the memory at the seeds' three points, and writes --save
-// at the end (the whole optimizer state, however it was sharded).
+// at the end (the whole optimizer state, however it was sharded), every --save-every steps,
+// and when a signal stops it early (src/core/stop_request.h). A run from a checkpoint draws
+// the batches of the steps after the checkpoint's, so a stopped run resumed with --init trains
+// as the uninterrupted one would have.
 #include <unistd.h>
 
 #include <chrono>
 
 #include "src/core/stats.h"
+#include "src/core/stop_request.h"
 #include "src/core/units.h"
 #include "src/io/token_data.h"
 #include "src/model/checkpoint.h"
@@ -30,7 +34,10 @@ void add_options(po::options_description& desc) {
       "beta2", text("0.999"), "AdamW beta2")("eps", text("1e-8"), "AdamW epsilon")(
       "init", po::value<std::string>(),
       "start from this checkpoint (its config is used unless model options are given)")(
-      "save", po::value<std::string>(), "write the final checkpoint here (rank 0)")(
+      "save", po::value<std::string>(),
+      "write the final checkpoint here (rank 0); also when SIGTERM, SIGINT or SIGUSR1 stops the run early")(
+      "save-every", text("0"),
+      "also write --save every N steps (0: only at the end), so a killed run loses at most N steps")(
       "log-every", text("10"), "print the loss every N steps (0: only the last)")(
       "cuda-graph", po::bool_switch(),
       "from the second step on, replay forward and backward from a CUDA graph recorded then, AdamW after it: "
@@ -65,6 +72,8 @@ void validate(const po::variables_map& vm) {
       throw UsageError(std::string("--") + option + " needs a file name (e.g. --" + option + " " + example + ")");
   opt_positive(vm, "steps");
   opt_nonnegative(vm, "log-every");
+  if (opt_nonnegative(vm, "save-every") > 0 && !vm.count("save"))
+    throw UsageError("--save-every needs --save FILE: the checkpoint it rewrites (e.g. --save model.h5)");
   hyper_from(vm);
   for (const char* list_opt :
        {"model", "context-length", "batch-size", "precision", "attention", "ddp", "bucket-mb", "shard-optimizer"})
@@ -112,6 +121,7 @@ void run(ModeContext& ctx) {
   Device& dev = *ctx.backend.device;
   Ops& ops = *ctx.backend.ops;
   const int64_t steps = opt_positive(vm, "steps"), log_every = opt_nonnegative(vm, "log-every");
+  const int64_t save_every = opt_nonnegative(vm, "save-every");
   const int64_t batch = batch_sizes(vm).front();  // the global batch
   const Sharding sharding = shardings(vm).front();
   const SyncStrategy strategy = sync_strategies(vm, rt.world_size, sharding != Sharding::None).front();
@@ -178,7 +188,7 @@ void run(ModeContext& ctx) {
            config.name.c_str(), double(config.num_params()) / 1e6, precision_name(precision), (long long)steps,
            (long long)batch, (long long)seq, data.path().c_str(), (long long)data.size(),
            order == DataOrder::Random ? "random" : "sequential",
-           init ? (", from " + opt_string(vm, "init")).c_str() : "");
+           init ? (", from " + opt_string(vm, "init") + " at step " + std::to_string(opt->steps_taken())).c_str() : "");
   note_cpu_bf16(ctx);
   if (sync)
     log_root(rt, "train: %d ranks of %lld sequences each, --ddp %s%s (%zu collective(s) per step)%s\n", rt.world_size,
@@ -235,14 +245,25 @@ void run(ModeContext& ctx) {
     ctx.recorder.write(r);
   };
 
+  auto save = [&](const std::string& when) {
+    model->wait_parameters();  // a sharded step's last all-gathers, before anything reads the weights
+    save_checkpoint_from_ranks(rt, opt_string(vm, "save"), *model, *opt, plan);
+    log_root(rt, "saved %s (%s; optimizer step %lld)\n", opt_string(vm, "save").c_str(), when.c_str(),
+             (long long)opt->steps_taken());
+  };
+
   auto timer = dev.make_timer(kStepMarks);
   std::unique_ptr<GraphedStep> graph;  // --cuda-graph: recorded at the second step, after the first allocated all
   std::vector<int32_t> inputs(mine.count * seq), targets(mine.count * seq);
   auto last_flush = std::chrono::steady_clock::now();
   Watchdog::instance().set_context("train");
-  for (int64_t s = 0; s < steps; ++s) {
+  const int64_t first_batch = opt->steps_taken();  // from a checkpoint: the batches after its steps
+  install_stop_handlers();
+  int stopped_by = 0;  // the signal all ranks agreed to stop on
+  int64_t done = 0;
+  for (int64_t s = 0; s < steps && !stopped_by; s = done) {
     Watchdog::instance().set_step(s);
-    data.fill_batch(s, batch, seq, mine.first, mine.count, order, seed, inputs.data(), targets.data());
+    data.fill_batch(first_batch + s, batch, seq, mine.first, mine.count, order, seed, inputs.data(), targets.data());
     model->set_batch(inputs.data(), targets.data(), mine.count, seq);
     StepTimes t;
     try {
@@ -256,8 +277,13 @@ void run(ModeContext& ctx) {
       record_memory(rec, "before_optimizer", t.memory_before_optimizer);
       record_memory(rec, "after_optimizer", model_memory(dev.allocator()));
     }
-    // The mean over the global batch: the local batches are equal, so the mean of the means.
-    loss.push_back(rt.reduce_all(model->mean_loss(), HostReduce::Sum) / rt.world_size);
+    // The mean over the global batch (the local batches are equal, so the mean of the means),
+    // and in the same collective whether a signal asked any rank to stop: all stop together.
+    const std::vector<double> reduced =
+        rt.reduce_all(std::vector<double>{model->mean_loss(), stop_signal() ? 1.0 : 0.0}, HostReduce::Sum);
+    loss.push_back(reduced[0] / rt.world_size);
+    done = s + 1;
+    if (reduced[1] > 0 && done < steps) stopped_by = int(rt.reduce_all(int64_t(stop_signal()), HostReduce::Max));
     sync_ms.push_back(t.sync_ms);
     param_sync_ms.push_back(t.param_sync_ms);
     step_ms.push_back(t.step_ms);
@@ -269,10 +295,12 @@ void run(ModeContext& ctx) {
       throw UsageError("the loss became " + std::to_string(loss.back()) + " at step " + std::to_string(s) +
                        " (try a lower --lr)");
     }
-    const bool last = s + 1 == steps;
-    if (last || (log_every > 0 && (s + 1) % log_every == 0))
-      log_root(rt, "step %5lld/%lld  loss %.6f  %.1f ms/step\n", (long long)(s + 1), (long long)steps, loss.back(),
+    const bool last = done == steps;
+    if (last || stopped_by || (log_every > 0 && done % log_every == 0))
+      log_root(rt, "step %5lld/%lld  loss %.6f  %.1f ms/step\n", (long long)done, (long long)steps, loss.back(),
                t.step_ms);
+    if (!last && !stopped_by && save_every > 0 && done % save_every == 0)
+      save("every " + std::to_string(save_every) + " steps");
     // Keep the file current on long runs so a crash loses at most a minute of losses.
     if (std::chrono::steady_clock::now() - last_flush > std::chrono::seconds(60)) {
       save_progress("running");
@@ -280,11 +308,22 @@ void run(ModeContext& ctx) {
     }
   }
   model->wait_parameters();  // the last step's all-gathers, before the sync goes
-  save_progress("ok");
-  if (vm.count("save")) {
-    save_checkpoint_from_ranks(rt, opt_string(vm, "save"), *model, *opt, plan);
-    log_root(rt, "saved %s\n", opt_string(vm, "save").c_str());
+  if (stopped_by) {
+    const std::string why = "interrupted: " + signal_name(stopped_by) + " after step " + std::to_string(done) + " of " +
+                            std::to_string(steps);
+    save_progress(why);
+    if (vm.count("save")) save("stopped by " + signal_name(stopped_by));
+    log_root(
+        rt, "train: stopped by %s after step %lld of %lld%s; results in %s\n", signal_name(stopped_by).c_str(),
+        (long long)done, (long long)steps,
+        vm.count("save")
+            ? ("; go on with --init " + opt_string(vm, "save") + " --steps " + std::to_string(steps - done)).c_str()
+            : " (no --save: the weights are not kept)",
+        ctx.out_dir.c_str());
+    throw Interrupted{stopped_by, why};
   }
+  save_progress("ok");
+  if (vm.count("save")) save("the last step");
   log_root(rt, "train: final loss %.6f, mean step %.1f ms; results in %s\n", loss.back(), mean(step_ms),
            ctx.out_dir.c_str());
 }

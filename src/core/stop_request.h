@@ -1,0 +1,27 @@
+// A graceful stop asked for by a signal. Slurm sends SIGTERM at a job's time limit (and any
+// signal chosen with `#SBATCH --signal=USR1@SECONDS` before it), Open MPI's mpirun forwards
+// SIGUSR1 and SIGUSR2 to every rank, and an interactive user presses Ctrl-C. A mode that runs
+// for long (train) installs the handlers, asks stop_signal() between steps, agrees on it with
+// the other ranks in a collective it makes anyway, saves what it has and throws Interrupted;
+// main marks the rank files "interrupted" and exits with 128 + the signal, as a shell reports a
+// process the signal killed. The handlers only note the signal, and each acts once: the same
+// signal again ends the process at once (Slurm's SIGKILL follows SIGTERM after KillWait anyway).
+#pragma once
+#include <string>
+
+namespace llmhpc {
+
+// SIGTERM, SIGINT, SIGUSR1.
+void install_stop_handlers();
+// 0, or the first of those signals received since install_stop_handlers().
+int stop_signal();
+// "SIGTERM", "SIGINT", "SIGUSR1", or "signal N".
+std::string signal_name(int signal);
+
+// Thrown by a mode that stopped early on a signal, after it saved its state.
+struct Interrupted {
+  int signal;
+  std::string what;  // the rank file's status: "interrupted: ..."
+};
+
+}  // namespace llmhpc

@@ -1,0 +1,117 @@
+#!/usr/bin/env bash
+# Training that stops and goes on: a run stopped after step 5 and resumed with --init trains
+# bitwise as the uninterrupted run (the batches go on from the checkpoint's step; zero1 on 2
+# ranks, random order); --save-every rewrites the checkpoint without changing the training; a
+# signal (SIGUSR1 through mpirun, SIGTERM and SIGINT to a single process) stops every rank at
+# the same step, saves the checkpoint, marks the rank files "interrupted" and exits 128 + the
+# signal, and the run goes on from what it saved; --save-every without --save is refused.
+set -u
+BIN=${LLMHPC_BIN:?set LLMHPC_BIN to the llmhpc binary}
+MPIEXEC=${MPIEXEC:-mpirun}
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
+WORK=$(mktemp -d)
+trap 'kill $(jobs -p) 2>/dev/null; rm -rf "$WORK"' EXIT
+cd "$WORK"
+fail() { echo "FAIL: $*"; for f in "$WORK"/*.log; do echo "--- $f"; tail -8 "$f"; done; exit 1; }
+
+python3 -c "import numpy as np; np.random.default_rng(0).integers(0, 100, 20000, dtype=np.uint16).tofile('tokens.bin')"
+TINY="--d-model 32 --d-ff 64 --num-layers 2 --num-heads 4 --vocab-size 100 --context-length 16 --batch-size 8"
+TRAIN="--mode train --device cpu --data tokens.bin $TINY --data-order random --lr 3e-3 --log-every 1"
+DP="--ddp bucketed --bucket-mb 0.02 --shard-optimizer zero1"
+run2() { local name=$1; shift; timeout 120 "$MPIEXEC" --oversubscribe -np 2 "$BIN" "$@" --out "$name" >"$name.log" 2>&1 ||
+  fail "np=2 $name: $*"; }
+
+run2 full $TRAIN $DP --steps 8 --save full.h5
+run2 part $TRAIN $DP --steps 5 --save part.h5
+run2 resumed $TRAIN $DP --steps 3 --init part.h5 --save resumed.h5
+run2 every $TRAIN $DP --steps 8 --save-every 3 --save every.h5
+grep -q "saved every.h5 (every 3 steps; optimizer step 3)" every.log &&
+  grep -q "saved every.h5 (every 3 steps; optimizer step 6)" every.log &&
+  grep -q "saved every.h5 (the last step; optimizer step 8)" every.log || fail "--save-every's checkpoints are not logged"
+
+# A long run stopped by SIGUSR1, which mpirun forwards to every rank.
+wait_for_step() {  # log pid: until the log shows a step
+  for _ in $(seq 600); do
+    grep -q "^step" "$1" && return 0
+    kill -0 "$2" 2>/dev/null || return 1
+    sleep 0.1
+  done
+  return 1
+}
+"$MPIEXEC" --oversubscribe -np 2 "$BIN" $TRAIN $DP --steps 1000000 --save usr1.h5 --out usr1 >usr1.log 2>&1 &
+pid=$!
+wait_for_step usr1.log $pid || fail "the run to stop did not start"
+kill -USR1 $pid
+timeout 60 tail --pid=$pid -f /dev/null || fail "SIGUSR1 did not stop the run within 60 s"
+wait $pid
+rc=$?
+[ $rc -ne 0 ] || fail "a run stopped by a signal exited 0"
+grep -q "train: stopped by SIGUSR1 after step" usr1.log || fail "no stop message"
+run2 usr1_more $TRAIN $DP --steps 2 --init usr1.h5 --save usr1_more.h5
+
+# SIGTERM (Slurm's at the time limit) and SIGINT to one process without mpirun: exit 128 + signal.
+for sig in TERM INT; do
+  "$BIN" $TRAIN --steps 1000000 --save $sig.h5 --out $sig >$sig.log 2>&1 &
+  pid=$!
+  wait_for_step $sig.log $pid || fail "the run to stop with SIG$sig did not start"
+  kill -$sig $pid
+  timeout 60 tail --pid=$pid -f /dev/null || fail "SIG$sig did not stop the run within 60 s"
+  wait $pid
+  rc=$?
+  expected=$((128 + $(kill -l $sig)))
+  [ $rc -eq $expected ] || fail "SIG$sig: exit $rc, expected $expected"
+done
+
+# --save-every needs --save: refused on every rank before anything runs.
+timeout 60 "$MPIEXEC" --oversubscribe -np 2 "$BIN" $TRAIN --steps 4 --save-every 2 --out refused >refused.log 2>&1
+rc=$?
+[ $rc -ne 0 ] && grep -q "save-every needs --save" refused.log && [ ! -e refused ] ||
+  fail "--save-every without --save: exit $rc, or no message, or a results folder"
+
+python3 - <<'PY'
+import sys
+import h5py
+import numpy as np
+
+failures = []
+def check(ok, what):
+    print(("ok   " if ok else "FAIL ") + what)
+    if not ok:
+        failures.append(what)
+
+def datasets(path):
+    out = {}
+    with h5py.File(path, "r") as f:
+        f.visititems(lambda name, d: out.__setitem__(name, d[()]) if isinstance(d, h5py.Dataset) else None)
+    return out
+
+def train(run, rank=0):
+    with h5py.File(f"{run}/rank{rank:05d}.h5", "r") as f:
+        return dict(f["train"].attrs), f["train/loss"][()], f.attrs["status"]
+
+def same(a, b):
+    return sorted(a) == sorted(b) and all(np.array_equal(a[k], b[k]) for k in a)
+
+full, part, resumed, every = (datasets(f"{n}.h5") for n in ("full", "part", "resumed", "every"))
+check(int(part["optimizer/step"]) == 5 and int(resumed["optimizer/step"]) == 8, "optimizer steps 5, then 8")
+check(same(resumed, full), "stopped after 5 steps and resumed for 3: bitwise the checkpoint of 8 straight steps")
+check(np.array_equal(train("resumed")[1], train("full")[1][5:]), "the resumed run's losses are steps 6-8 of the straight run's")
+check(train("resumed")[0]["first_step"] == 6, "the resumed run starts at step 6")
+check(same(every, full), "--save-every 3 trains bitwise as without it")
+
+for rank in (0, 1):
+    attrs, loss, status = train("usr1", rank)
+    check(attrs["status"].startswith(f"interrupted: SIGUSR1 after step {len(loss)} of 1000000"),
+          f"usr1 rank {rank}: the train record says where it stopped ({attrs['status']!r}, {len(loss)} losses)")
+    check(status.startswith("interrupted: SIGUSR1"), f"usr1 rank {rank}: the file's status ({status!r})")
+usr1 = datasets("usr1.h5")
+check(int(usr1["optimizer/step"]) == len(train("usr1")[1]), "the checkpoint holds every step the run recorded")
+check(train("usr1_more")[0]["first_step"] == len(train("usr1")[1]) + 1, "the stopped run goes on from its checkpoint")
+for sig in ("TERM", "INT"):
+    attrs, loss, status = train(sig)
+    check(attrs["status"] == f"interrupted: SIG{sig} after step {len(loss)} of 1000000" and
+          int(datasets(f"{sig}.h5")["optimizer/step"]) == len(loss), f"SIG{sig}: recorded and saved at step {len(loss)}")
+sys.exit(1 if failures else 0)
+PY
+[ $? -eq 0 ] || fail "checks above"
+echo PASS
