@@ -46,12 +46,17 @@ std::string launch_settings(const char* const* env) {
   static const char* const kPrefixes[] = {"NCCL_", "OMPI_MCA_", "UCX_"};
   static const char* const kNames[] = {"CUDA_VISIBLE_DEVICES", "OMP_NUM_THREADS", "SLURM_JOB_ID",
                                        "SLURM_NTASKS",         "SLURM_NNODES",    "SLURM_NTASKS_PER_NODE"};
+  // What mpirun sets in every rank to wire the job up (ids, URIs, session folders): new each
+  // run and no setting of the user's, so not kept.
+  static const char* const kPlumbing[] = {"OMPI_MCA_orte_", "OMPI_MCA_ess", "OMPI_MCA_pmix", "OMPI_MCA_initial_wdir",
+                                          "OMPI_MCA_shmem_RUNTIME_QUERY_hint"};
   std::vector<std::string> kept;
   for (; env && *env; ++env) {
     const std::string entry(*env);
     const std::string name = entry.substr(0, entry.find('='));
     bool keep = std::find(std::begin(kNames), std::end(kNames), name) != std::end(kNames);
     for (const char* prefix : kPrefixes) keep = keep || name.rfind(prefix, 0) == 0;
+    for (const char* prefix : kPlumbing) keep = keep && name.rfind(prefix, 0) != 0;
     if (keep) kept.push_back(entry);
   }
   std::sort(kept.begin(), kept.end());

@@ -140,8 +140,9 @@ Attrs comm_environment();
 
 // The variables of `env` (a NULL-terminated "NAME=value" array, as environ) that change how
 // ranks are placed and how they communicate, sorted, one "NAME=value" per line: NCCL_*,
-// OMPI_MCA_*, UCX_*, CUDA_VISIBLE_DEVICES, OMP_NUM_THREADS and Slurm's job, task and node
-// counts. Without them a busbw or a step time cannot be reproduced (NCCL_ALGO, NCCL_P2P_DISABLE
+// OMPI_MCA_* (but mpirun's own wiring of the job: OMPI_MCA_orte_*, _ess*, _pmix, _initial_wdir,
+// _shmem_RUNTIME_QUERY_hint), UCX_*, CUDA_VISIBLE_DEVICES, OMP_NUM_THREADS and Slurm's job, task and
+// node counts. Without them a busbw or a step time cannot be reproduced (NCCL_ALGO, NCCL_P2P_DISABLE
 // and NCCL_MAX_CTAS change both).
 std::string launch_settings(const char* const* env);
 

@@ -20,6 +20,7 @@
 #
 # What a job calls (a new job, e.g. for a new mode, needs only these):
 #   llmhpc_run ARGS...   $LAUNCH $LLMHPC_BIN --device $DEVICE ARGS... $EXTRA_ARGS
+#   llmhpc_start ARGS... the same in the background, the launcher's pid in LLMHPC_PID
 #   job_report           analysis/report.py over $OUT: $OUT/report.md and its PNGs beside the
 #                        results (sections chosen by the modes found), printed to the job's log
 #   rank_counts          1, 2, 4, ... up to NP, and NP: the default rank counts of sweeps
@@ -81,6 +82,12 @@ if [ ! -e "$OUT" ]; then
 fi
 
 llmhpc_run() { $LAUNCH "$LLMHPC_BIN" --device "$DEVICE" "$@" ${EXTRA_ARGS:-}; }
+# The same in the background, the launcher's own pid in LLMHPC_PID (a simple command, so no
+# subshell stands between): for a job that hands signals to it (train.sh).
+llmhpc_start() {
+  $LAUNCH "$LLMHPC_BIN" --device "$DEVICE" "$@" ${EXTRA_ARGS:-} &
+  LLMHPC_PID=$!
+}
 job_report() { "$PYTHON" "$LLMHPC_ROOT/analysis/report.py" "$OUT" -o "$OUT/report.md"; }
 # Exits 2 with a message unless variable NAME is a comma-separated list of whole numbers of at
 # least MIN: a job checks its loops' lists before the first run, not when a loop reaches the bad item.

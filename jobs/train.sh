@@ -4,14 +4,36 @@
 #SBATCH --ntasks-per-node=1
 #SBATCH --gpus-per-task=1
 #SBATCH --time=04:00:00
+#SBATCH --signal=B:USR1@300
 # Training on a token file: DATA=path/to/tokens.bin sbatch jobs/train.sh
+# MODEL (default small), STEPS (1000), SAVE_EVERY (0: the checkpoint only at the end, or when
+# stopped), INIT (a checkpoint to go on from: its model, its optimizer state, the batches after
+# its step). The checkpoint is $OUT/model.h5. Five minutes before the time limit Slurm sends
+# SIGUSR1 to this script (--signal above), which hands it to the launcher (mpirun and srun pass
+# it to every rank): the ranks stop together after their step and write model.h5, and the
+# log says how to go on (INIT=results/.../model.h5 sbatch jobs/train.sh). The job then ends
+# with llmhpc's exit code, 128 + 10 for SIGUSR1, after its report.
 set -euo pipefail
 # The repository, also from the copy of this script that sbatch runs (jobs/env.sh says how).
 for r in "${LLMHPC_ROOT:-}" "${SLURM_SUBMIT_DIR:-}" "${SLURM_SUBMIT_DIR:-}/.." "$(dirname "$0")/.." ""; do [ -f "$r/jobs/env.sh" ] && break; done
 [ -n "$r" ] || { echo "$0: cannot find the llmhpc repository: set LLMHPC_ROOT, or sbatch from it" >&2; exit 2; }
 source "$r/jobs/env.sh"
 DATA=${DATA:?set DATA to a .bin (uint16) or .npy token file}
-MODEL=${MODEL:-small}
 STEPS=${STEPS:-1000}
-llmhpc_run --mode train --data "$DATA" --model "$MODEL" --steps "$STEPS" --out "$OUT" --save "$OUT/final.h5"
+SAVE_EVERY=${SAVE_EVERY:-0}
+args=(--mode train --data "$DATA" --steps "$STEPS" --out "$OUT" --save "$OUT/model.h5" --save-every "$SAVE_EVERY")
+if [ -n "${INIT:-}" ]; then  # the checkpoint's model, unless MODEL says otherwise
+  args+=(--init "$INIT")
+  [ -z "${MODEL:-}" ] || args+=(--model "$MODEL")
+else
+  args+=(--model "${MODEL:-small}")
+fi
+# In the background, so that the trap runs as soon as the signal comes (bash runs traps only
+# between commands); wait returns early when it does, so wait again until the launcher ends.
+llmhpc_start "${args[@]}"
+trap 'echo "$0: SIGUSR1: llmhpc stops after its step and saves $OUT/model.h5" >&2; kill -USR1 $LLMHPC_PID' USR1
+rc=0
+wait $LLMHPC_PID || rc=$?
+while kill -0 $LLMHPC_PID 2>/dev/null; do rc=0; wait $LLMHPC_PID || rc=$?; done
 job_report  # $OUT/report.md: loss and step times, train_loss.png
+exit $rc

@@ -131,6 +131,7 @@ void run(ModeContext& ctx) {
   const Precision precision = precisions(vm).front();
   const AttentionKind attention = attentions(vm).front();
   const MemoryPlan memory = memory_plan(vm);
+  install_stop_handlers();  // from here a signal stops the run after its first step at the latest
 
   // Everything that can be wrong with files or the device, agreed on by all ranks.
   TokenData data;
@@ -258,7 +259,6 @@ void run(ModeContext& ctx) {
   auto last_flush = std::chrono::steady_clock::now();
   Watchdog::instance().set_context("train");
   const int64_t first_batch = opt->steps_taken();  // from a checkpoint: the batches after its steps
-  install_stop_handlers();
   int stopped_by = 0;  // the signal all ranks agreed to stop on
   int64_t done = 0;
   for (int64_t s = 0; s < steps && !stopped_by; s = done) {

@@ -417,10 +417,13 @@ TEST(LaunchSettings, KeepsWhatChangesPlacementAndCommunicationSorted) {
                        "NCCL=not a prefix",
                        "CUDA_VISIBLE_DEVICES=0,1",
                        "UCX_TLS=rc",
+                       "OMPI_MCA_orte_hnp_uri=1468465152.0;tcp://192.0.2.2:36627",
+                       "OMPI_MCA_ess_base_vpid=0",
+                       "OMPI_MCA_hwloc_base_binding_policy=none",
                        nullptr};
   EXPECT_EQ(launch_settings(env),
             "CUDA_VISIBLE_DEVICES=0,1\nNCCL_ALGO=Ring\nNCCL_P2P_DISABLE=1\nOMPI_MCA_btl=self,vader\n"
-            "SLURM_JOB_ID=42\nUCX_TLS=rc");
+            "OMPI_MCA_hwloc_base_binding_policy=none\nSLURM_JOB_ID=42\nUCX_TLS=rc");
   const char* none[] = {"PATH=/usr/bin", nullptr};
   EXPECT_EQ(launch_settings(none), "");
 }

@@ -190,6 +190,14 @@ def main():
     _, text = report(crashed)
     assert "INCOMPLETE" in text, f"report.py should flag a run that did not finish:\n{text}"
 
+    stopped = os.path.join(work, "stopped")
+    shutil.copytree(out, stopped)
+    with h5py.File(os.path.join(stopped, "rank00000.h5"), "a") as f:
+        f.attrs["status"] = "interrupted: SIGTERM after step 3 of 10"  # what a signal's stop leaves (train)
+    _, text = report(stopped)
+    assert "INTERRUPTED: SIGTERM after step 3 of 10" in text and "INCOMPLETE" not in text, \
+        f"report.py should say where a stopped run stopped:\n{text}"
+
     print("test_analysis: OK")
 
 

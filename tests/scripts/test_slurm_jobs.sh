@@ -5,7 +5,9 @@
 #   sbatch --wait jobs/ddp_bucketed.sh     and     sbatch --wait jobs/comm.sh
 # with 2 tasks on the CPU backend and a tiny model, each checked by sbatch's exit code (the
 # job's) and the files it leaves: both rank files, the all-reduce run, ddp.md, report.md and
-# its PNG in results/<job name>-<job id>. Then the same ddp job launched by srun --mpi=pmix
+# its PNG in results/<job name>-<job id>. Then jobs/train.sh stopped mid-run by SIGUSR1 as
+# Slurm sends it before a time limit (scancel --signal=USR1 --batch): its checkpoint and rank
+# files at one step, its report saying so. Then the same ddp job launched by srun --mpi=pmix
 # where Slurm has PMIx. Every daemon is stopped by its pid and the folder removed, also on
 # failure. Needs root (daemons, and apt-get to install slurm-wlm and munge when missing):
 # otherwise skipped (exit 77) with the reason.
@@ -143,6 +145,35 @@ grep -q "^| mpi | 2 | allreduce | 4000 |" "$dir/comm.md" || fail "$dir/comm.md h
 grep -q "^| mpi | cpu | 2 | allreduce |" "$dir/report.md" || fail "$dir/report.md lacks the seeds' comm table"
 [ -s "$dir/comm_busbw.png" ] || fail "$dir has no comm_busbw.png"
 echo "ok   sbatch --wait jobs/comm.sh -> results/llmhpc-comm-$id"
+
+# ---- a long training stopped as Slurm stops one at its time limit (--signal=B:USR1@...) ----
+"$PYTHON" -c "import numpy as np; np.random.default_rng(0).integers(0, 64, 20000, dtype=np.uint16).tofile('$tmp/tokens.bin')"
+(cd "$ROOT" && timeout 30 sbatch --parsable --ntasks-per-node=2 --gpus-per-task=0 --time=5 --signal=B:USR1@10 \
+   --output="$tmp/train-%j.log" \
+   --export="ALL,DATA=$tmp/tokens.bin,STEPS=1000000,MODEL=tiny,EXTRA_ARGS=--vocab-size 64 --log-every 1" \
+   jobs/train.sh) >"$tmp/train.id" 2>"$tmp/train.sbatch.log" || fail "sbatch jobs/train.sh: $(cat "$tmp/train.sbatch.log")"
+id=$(cut -d';' -f1 "$tmp/train.id")
+for _ in $(seq 120); do grep -q "^step" "$tmp/train-$id.log" 2>/dev/null && break; sleep 0.5; done
+grep -q "^step" "$tmp/train-$id.log" || fail "the training job did not start stepping within 60 s"
+scancel --signal=USR1 --batch "$id"  # what --signal=B:USR1@SECONDS does before the time limit
+for _ in $(seq 120); do [ -z "$(squeue -h -j "$id" 2>/dev/null)" ] && break; sleep 0.5; done
+[ -z "$(squeue -h -j "$id" 2>/dev/null)" ] || fail "the training job did not end within 60 s of SIGUSR1"
+dir=$tmp/results/llmhpc-train-$id
+grep -q "train: stopped by SIGUSR1 after step" "$tmp/train-$id.log" || fail "the job's log does not say where it stopped"
+[ -s "$dir/model.h5" ] && grep -q "INTERRUPTED: SIGUSR1 after step" "$dir/report.md" ||
+  fail "$dir lacks model.h5, or its report does not say it was interrupted: $(ls "$dir" 2>&1)"
+"$PYTHON" -c 'import h5py, sys
+steps = []
+for r in (0, 1):
+    with h5py.File(f"{sys.argv[1]}/rank{r:05d}.h5") as f:
+        assert f.attrs["status"].startswith("interrupted: SIGUSR1"), dict(f.attrs)
+        steps.append(len(f["train/loss"]))
+with h5py.File(f"{sys.argv[1]}/model.h5") as f:
+    assert steps[0] == steps[1] == int(f["optimizer/step"][()]), (steps, f["optimizer/step"][()])' "$dir" ||
+  fail "$dir: the ranks did not stop at the checkpoint's step"
+code=$(scontrol show job "$id" 2>/dev/null | grep -o " ExitCode=[0-9:]*" | cut -d= -f2)
+[ -z "$code" ] || [ "$code" = "138:0" ] || fail "the stopped job's exit code is $code, not 138:0 (128 + SIGUSR1)"
+echo "ok   sbatch jobs/train.sh, stopped by SIGUSR1: every rank at the same step, model.h5 written, exit ${code:-(gone)}"
 
 # ---- a failing job fails sbatch --wait: a binary that is not there ----
 set +e
