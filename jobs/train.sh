@@ -31,7 +31,11 @@ fi
 # In the background, so that the trap runs as soon as the signal comes (bash runs traps only
 # between commands); wait returns early when it does, so wait again until the launcher ends.
 llmhpc_start "${args[@]}"
-trap 'echo "$0: SIGUSR1: llmhpc stops after its step and saves $OUT/model.h5" >&2; kill -USR1 $LLMHPC_PID' USR1
+# The launcher forwards it to every rank (mpirun: to remote ones through its daemons), and the
+# ranks it started here get it directly too: an Open MPI 4.1.6 mpirun with OMPI_MCA_plm=isolated
+# was seen not to forward it.
+trap 'echo "$0: SIGUSR1: llmhpc stops after its step and saves $OUT/model.h5" >&2
+      kill -USR1 $LLMHPC_PID; pkill -USR1 -P $LLMHPC_PID || true' USR1
 rc=0
 wait $LLMHPC_PID || rc=$?
 while kill -0 $LLMHPC_PID 2>/dev/null; do rc=0; wait $LLMHPC_PID || rc=$?; done

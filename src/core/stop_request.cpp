@@ -17,8 +17,12 @@ void install_stop_handlers() {
   struct sigaction action = {};
   action.sa_handler = note_signal;
   sigemptyset(&action.sa_mask);
-  action.sa_flags = SA_RESETHAND | SA_RESTART;  // once; a second signal acts as uncaught
-  for (int signal : {SIGTERM, SIGINT, SIGUSR1}) sigaction(signal, &action, nullptr);
+  for (int signal : {SIGTERM, SIGINT, SIGUSR1}) {
+    // SIGTERM and SIGINT once (a second one acts as uncaught: Ctrl-C twice kills); SIGUSR1
+    // always, since a job script may send it both to the launcher and to the ranks.
+    action.sa_flags = SA_RESTART | (signal == SIGUSR1 ? 0 : SA_RESETHAND);
+    sigaction(signal, &action, nullptr);
+  }
 }
 
 int stop_signal() { return int(g_signal); }

@@ -4,8 +4,9 @@
 // for long (train) installs the handlers, asks stop_signal() between steps, agrees on it with
 // the other ranks in a collective it makes anyway, saves what it has and throws Interrupted;
 // main marks the rank files "interrupted" and exits with 128 + the signal, as a shell reports a
-// process the signal killed. The handlers only note the signal, and each acts once: the same
-// signal again ends the process at once (Slurm's SIGKILL follows SIGTERM after KillWait anyway).
+// process the signal killed. The handlers only note the signal. SIGTERM's and SIGINT's act once:
+// the same signal again ends the process at once (Slurm's SIGKILL follows SIGTERM after KillWait
+// anyway); SIGUSR1 may come twice (jobs/train.sh sends it to the launcher and to its ranks).
 #pragma once
 #include <string>
 
