@@ -259,7 +259,7 @@ void run(ModeContext& ctx) {
   auto last_flush = std::chrono::steady_clock::now();
   Watchdog::instance().set_context("train");
   const int64_t first_batch = opt->steps_taken();  // from a checkpoint: the batches after its steps
-  int stopped_by = 0;  // the signal all ranks agreed to stop on
+  int stopped_by = 0;                              // the signal all ranks agreed to stop on
   int64_t done = 0;
   for (int64_t s = 0; s < steps && !stopped_by; s = done) {
     Watchdog::instance().set_step(s);
