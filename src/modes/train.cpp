@@ -33,7 +33,8 @@ void add_options(po::options_description& desc) {
       "weight-decay", text("0.01"), "AdamW decoupled weight decay")("beta1", text("0.9"), "AdamW beta1")(
       "beta2", text("0.999"), "AdamW beta2")("eps", text("1e-8"), "AdamW epsilon")(
       "init", po::value<std::string>(),
-      "start from this checkpoint (its config is used unless model options are given)")(
+      "go on from this checkpoint: its model (unless model options are given), its optimizer state, and the "
+      "batches after its step")(
       "save", po::value<std::string>(),
       "write the final checkpoint here (rank 0); also when SIGTERM, SIGINT or SIGUSR1 stops the run early")(
       "save-every", text("0"),
