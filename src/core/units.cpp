@@ -64,6 +64,19 @@ std::string format_size(uint64_t bytes) {
   return std::to_string(bytes) + "B";
 }
 
+std::string format_duration(double seconds) {
+  const int64_t s = seconds > 0 ? int64_t(seconds + 0.5) : 0;
+  char text[48];
+  if (s < 60) std::snprintf(text, sizeof text, "%llds", (long long)s);
+  else if (s < 3600) std::snprintf(text, sizeof text, "%lldm%02llds", (long long)(s / 60), (long long)(s % 60));
+  else if (s < 86400)
+    std::snprintf(text, sizeof text, "%lldh%02lldm", (long long)(s / 3600), (long long)(s % 3600 / 60));
+  else
+    std::snprintf(text, sizeof text, "%lldd%02lldh%02lldm", (long long)(s / 86400), (long long)(s % 86400 / 3600),
+                  (long long)(s % 3600 / 60));
+  return text;
+}
+
 std::vector<std::string> split_list(const std::string& text, const std::string& option) {
   std::vector<std::string> items;
   size_t start = 0;

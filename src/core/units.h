@@ -16,6 +16,10 @@ uint64_t parse_size(const std::string& text, const std::string& option);
 // The same value written back the way people write it: 1000000 -> "1MB", 1048576 -> "1MiB".
 std::string format_size(uint64_t bytes);
 
+// A duration for people, to the second below an hour and to the minute above: 42 -> "42s",
+// 725 -> "12m05s", 10980 -> "3h03m", 190000 -> "2d04h46m".
+std::string format_duration(double seconds);
+
 // "small, medium" -> {"small", "medium"}. Empty or repeated items are an error.
 std::vector<std::string> split_list(const std::string& text, const std::string& option);
 

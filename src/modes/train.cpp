@@ -262,6 +262,7 @@ void run(ModeContext& ctx) {
   const int64_t first_batch = opt->steps_taken();  // from a checkpoint: the batches after its steps
   int stopped_by = 0;                              // the signal all ranks agreed to stop on
   int64_t done = 0;
+  std::chrono::steady_clock::time_point first_done;  // the time left is told from the steps after the first
   for (int64_t s = 0; s < steps && !stopped_by; s = done) {
     Watchdog::instance().set_step(s);
     data.fill_batch(first_batch + s, batch, seq, mine.first, mine.count, order, seed, inputs.data(), targets.data());
@@ -297,9 +298,14 @@ void run(ModeContext& ctx) {
                        " (try a lower --lr)");
     }
     const bool last = done == steps;
-    if (last || stopped_by || (log_every > 0 && done % log_every == 0))
-      log_root(rt, "step %5lld/%lld  loss %.6f  %.1f ms/step\n", (long long)done, (long long)steps, loss.back(),
-               t.step_ms);
+    const auto now = std::chrono::steady_clock::now();
+    if (done == 1) first_done = now;
+    if (last || stopped_by || (log_every > 0 && done % log_every == 0)) {
+      const double per_step =
+          done > 1 ? std::chrono::duration<double>(now - first_done).count() / double(done - 1) : t.step_ms / 1e3;
+      log_root(rt, "step %5lld/%lld  loss %.6f  %.1f ms/step%s\n", (long long)done, (long long)steps, loss.back(),
+               t.step_ms, last ? "" : (", " + format_duration(per_step * double(steps - done)) + " left").c_str());
+    }
     if (!last && !stopped_by && save_every > 0 && done % save_every == 0)
       save("every " + std::to_string(save_every) + " steps");
     // Keep the file current on long runs so a crash loses at most a minute of losses.

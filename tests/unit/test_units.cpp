@@ -35,6 +35,15 @@ TEST(Units, FormatSizeRoundTrips) {
     EXPECT_EQ(format_size(parse_size(s, "size")), s);
 }
 
+TEST(Units, DurationsForPeople) {
+  EXPECT_EQ(format_duration(0), "0s");
+  EXPECT_EQ(format_duration(-3), "0s");
+  EXPECT_EQ(format_duration(41.6), "42s");
+  EXPECT_EQ(format_duration(725), "12m05s");
+  EXPECT_EQ(format_duration(10980), "3h03m");
+  EXPECT_EQ(format_duration(190000), "2d04h46m");
+}
+
 TEST(Units, Lists) {
   EXPECT_EQ(split_list("small, medium,large", "model"), (std::vector<std::string>{"small", "medium", "large"}));
   EXPECT_EQ(parse_int_list("128,256", "context-length"), (std::vector<int64_t>{128, 256}));
