@@ -22,6 +22,8 @@ run2() { local name=$1; shift; timeout 120 "$MPIEXEC" --oversubscribe -np 2 "$BI
   fail "np=2 $name: $*"; }
 
 run2 full $TRAIN $DP --steps 8 --save full.h5
+grep -qE "^step +1/8 .*ms/step, [0-9]+s left$" full.log && grep -qE "^step +8/8 .*ms/step$" full.log ||
+  fail "the step lines do not say how long the rest takes (and the last says nothing)"
 run2 part $TRAIN $DP --steps 5 --save part.h5
 run2 resumed $TRAIN $DP --steps 3 --init part.h5 --save resumed.h5
 run2 every $TRAIN $DP --steps 8 --save-every 3 --save every.h5
