@@ -40,22 +40,12 @@ run 2 --mode ddp --device cpu $TINY --steps 2 --warmup 1 --ddp none,bucketed --s
   --out ddp
 cp "$WORK/log" ddp.log
 
-python3 - <<'PY'
+python3 - "$(cd "$(dirname "$0")" && pwd)" <<'PY'
 import sys
+sys.path.insert(0, sys.argv[1])
 import h5py
 import numpy as np
-
-failures = []
-def check(ok, what):
-    print(("ok   " if ok else "FAIL ") + what)
-    if not ok:
-        failures.append(what)
-
-def datasets(path):
-    out = {}
-    with h5py.File(path, "r") as f:
-        f.visititems(lambda name, d: out.__setitem__(name, d[()]) if isinstance(d, h5py.Dataset) else None)
-    return out
+from checks import check, datasets, finish
 
 none = datasets("none.h5")
 check("optimizer/m/lm_head.weight" in none and "optimizer/step" in none, "the unsharded checkpoint has optimizer state")
@@ -113,5 +103,5 @@ check(abs(bus["zero1"] - bus["none"]) <= 4 * padding and bus["broadcast"] > bus[
       f"ddp: zero1 moves what DDP moves, broadcast more ({bus})")
 log = open("ddp.log").read()
 check("ddp memory of rank 0 by category" in log and "optimizer" in log, "ddp: the memory table is printed")
-sys.exit(1 if failures else 0)
+finish()
 PY

@@ -70,22 +70,12 @@ rc=$?
 [ $rc -ne 0 ] && grep -q "save-every needs --save" refused.log && [ ! -e refused ] ||
   fail "--save-every without --save: exit $rc, or no message, or a results folder"
 
-python3 - <<'PY'
+python3 - "$(cd "$(dirname "$0")" && pwd)" <<'PY'
 import sys
+sys.path.insert(0, sys.argv[1])
 import h5py
 import numpy as np
-
-failures = []
-def check(ok, what):
-    print(("ok   " if ok else "FAIL ") + what)
-    if not ok:
-        failures.append(what)
-
-def datasets(path):
-    out = {}
-    with h5py.File(path, "r") as f:
-        f.visititems(lambda name, d: out.__setitem__(name, d[()]) if isinstance(d, h5py.Dataset) else None)
-    return out
+from checks import check, datasets, finish
 
 def train(run, rank=0):
     with h5py.File(f"{run}/rank{rank:05d}.h5", "r") as f:
@@ -113,7 +103,7 @@ for sig in ("TERM", "INT"):
     attrs, loss, status = train(sig)
     check(attrs["status"] == f"interrupted: SIG{sig} after step {len(loss)} of 1000000" and
           int(datasets(f"{sig}.h5")["optimizer/step"]) == len(loss), f"SIG{sig}: recorded and saved at step {len(loss)}")
-sys.exit(1 if failures else 0)
+finish()
 PY
 [ $? -eq 0 ] || fail "checks above"
 echo PASS
