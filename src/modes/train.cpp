@@ -309,9 +309,9 @@ void run(ModeContext& ctx) {
     if (!last && !stopped_by && save_every > 0 && done % save_every == 0)
       save("every " + std::to_string(save_every) + " steps");
     // Keep the file current on long runs so a crash loses at most a minute of losses.
-    if (std::chrono::steady_clock::now() - last_flush > std::chrono::seconds(60)) {
+    if (now - last_flush > std::chrono::seconds(60)) {
       save_progress("running");
-      last_flush = std::chrono::steady_clock::now();
+      last_flush = now;
     }
   }
   model->wait_parameters();  // the last step's all-gathers, before the sync goes
