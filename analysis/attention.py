@@ -34,7 +34,7 @@ import pandas as pd
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from llmhpc_h5 import SchemaError, open_run  # noqa: E402
-from plotting import plain_log_y, ticks_at  # noqa: E402
+from plotting import legend_above, plain_log_y, ticks_at  # noqa: E402
 
 CONFIG_KEYS = ("impl", "precision", "batch", "heads", "head_dim", "seq", "causal")
 GROUP_KEYS = ("precision", "causal", "batch", "heads")
@@ -202,14 +202,7 @@ def plot_attention(df: pd.DataFrame, quantity: str, path: str) -> str:
                 ax.set_ylabel(f"{group_title(keys)}\n{y_label}", fontsize="small")
             if gi == len(groups) - 1:
                 ax.set_xlabel("sequence length")
-    handles, names = [], []
-    for ax in axes.flat:  # every implementation once, whichever panel has it
-        for h, n in zip(*ax.get_legend_handles_labels()):
-            if n not in names:
-                handles.append(h)
-                names.append(n)
-    fig.legend(handles, names, loc="upper center", ncol=len(names), frameon=False)
-    fig.tight_layout(rect=(0, 0, 1, 1 - 0.45 / fig.get_figheight()))
+    legend_above(fig, axes)  # every implementation once, whichever panel has it
     fig.savefig(path, dpi=100)
     plt.close(fig)
     return path

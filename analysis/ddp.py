@@ -56,6 +56,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import scaling  # noqa: E402
 from comm import operation_time_us  # noqa: E402
 from llmhpc_h5 import MIB, SchemaError, open_run  # noqa: E402
+from plotting import legend_above  # noqa: E402
 
 STRATEGIES = ("none", "naive", "flat", "overlap", "bucketed")  # the order of the rows
 SETUP_KEYS = ("model", "d_model", "d_ff", "num_layers", "num_heads", "vocab_size", "context_length", "batch_size",
@@ -396,10 +397,7 @@ def plot_breakdown(df: pd.DataFrame, path: str) -> str:
         ax.set(xlabel="ms per step (mean)", title=setup_title(g.iloc[0]))
         ax.title.set_fontsize("small")
         ax.grid(True, axis="x", alpha=0.3)
-    # Above the panels, one row: inside an axis the legend would hide the longest bars.
-    handles, names = axes[0][0].get_legend_handles_labels()
-    fig.legend(handles, names, loc="upper center", ncol=len(parts), fontsize="small", frameon=False)
-    fig.tight_layout(rect=(0, 0, 1, 1 - 0.35 / fig.get_figheight()))
+    legend_above(fig, axes, fontsize="small")  # inside an axis it would hide the longest bars
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return path

@@ -1,5 +1,5 @@
-"""Axis helpers shared by the report's plots (bench, attention, comm): ticks where the sweep
-measured, and log axes labelled 2, 5, 20 rather than 2x10^0."""
+"""Helpers shared by the report's plots (bench, attention, comm, ddp): ticks where the sweep
+measured, log axes labelled 2, 5, 20 rather than 2x10^0, and one legend above many panels."""
 from __future__ import annotations
 
 import math
@@ -15,6 +15,19 @@ def ticks_at(ax, values, labels=None) -> None:
     values = sorted(set(values))
     ax.set_xticks(values, labels or [str(v) for v in values])
     ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
+
+
+def legend_above(fig, axes, fontsize=None) -> None:
+    """One legend for every panel, in a row above them (inside a panel it hides what it names):
+    each label once, from whichever panel has it; then lays the figure out below it."""
+    handles, names = [], []
+    for ax in getattr(axes, "flat", axes):
+        for handle, name in zip(*ax.get_legend_handles_labels()):
+            if name not in names:
+                handles.append(handle)
+                names.append(name)
+    fig.legend(handles, names, loc="upper center", ncol=len(names), fontsize=fontsize, frameon=False)
+    fig.tight_layout(rect=(0, 0, 1, 1 - 0.4 / fig.get_figheight()))
 
 
 def plain_log_y(ax) -> None:
