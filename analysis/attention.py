@@ -195,7 +195,7 @@ def plot_attention(df: pd.DataFrame, quantity: str, path: str) -> str:
             if len(seqs) > 1:
                 ax.set(xscale="log", yscale="log")
                 ticks_at(ax, seqs)
-                ax.tick_params(axis="x", labelsize="x-small")
+                ax.tick_params(axis="x", labelsize="x-small", labelrotation=90 if len(seqs) > 6 else 0)
                 plain_log_y(ax)
             ax.grid(True, which="both", alpha=0.3)
             if di == 0:
