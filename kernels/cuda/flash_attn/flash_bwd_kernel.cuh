@@ -5,9 +5,11 @@
 //   3. dQ:     one CTA per tile of queries, looping over key tiles  (query-stationary)
 // Every output element is written once, by one thread, after a fixed-order sum: the
 // backward is bitwise deterministic. Fused (five products, as FlashAttention-2): 2. also adds
-// each query tile's share of dQ into an fp32 accumulator with atomics, and 3. is a conversion
-// (flash_bwd_dq_convert_mma_kernel): faster where the grid fills the GPU, but the order of the
-// fp32 additions, so dQ's last bits, vary from run to run.
+// each query tile's share of dQ into an fp32 accumulator with atomics (narrow heads: the dK/dV
+// kernel with kFusedDq; wide heads: flash_bwd_fused_mma_kernel, FlashAttention-2's warp
+// layouts; kernel_traits.h), and 3. is a conversion (flash_bwd_dq_convert_mma_kernel): faster
+// where the grid fills the GPU, but the order of the fp32 additions, so dQ's last bits, vary
+// from run to run.
 #pragma once
 #include "kernels/cuda/flash_attn/block_info.cuh"
 #include "kernels/cuda/flash_attn/flash_attn.h"
@@ -72,19 +74,19 @@ __global__ void flash_bwd_delta_kernel(const FlashParams p) {
     for (int64_t i = first; i < p.turn_count; i += threads) turns[i] = 0;
 }
 
-// The fused backward's dQ (BwdFusedTraits): a query tile's share dS K of a CTA's 128 keys is
+// The fused backward's dQ (both layouts): a query tile's share dS K of a CTA's 128 keys is
 // split over the 8 warps, kDqWarpsQ along the queries x the rest along the head dim; warp w
-// holds the 16 queries from dq_share(w).query and the kDqDims dims from .dim in accumulator
-// fragments, and adds them to the tile's fp32 accumulator as float4s by `red` (no return
-// value: 1.12x faster than atomicAdd's ATOM at T 65536 on an H100), float4 j of thread x at
-// j * kThreads + x (one warp's additions cover 512 contiguous bytes); the conversion kernel
-// reads them back the same way.
+// holds the 16 kDqMTiles queries from dq_share(w).query and the kDqDims dims from .dim in
+// accumulator fragments, and adds them to the tile's fp32 accumulator as float4s by `red` (no
+// return value: 1.12x faster than atomicAdd's ATOM at T 65536 on an H100), float4 (t, j) of
+// thread x at (t kDqDims / 8 + j) kThreads + x (one warp's additions cover 512 contiguous
+// bytes); the conversion kernel reads them back the same way.
 struct DqShare {
   int query, dim;
 };
 template <class Tr>
 __device__ __forceinline__ DqShare dq_share(int warp) {
-  return {16 * (warp % Tr::kDqWarpsQ), Tr::kDqDims * (warp / Tr::kDqWarpsQ)};
+  return {16 * Tr::kDqMTiles * (warp % Tr::kDqWarpsQ), Tr::kDqDims * (warp / Tr::kDqWarpsQ)};
 }
 // Query tile `query_tile` of head `bh` (b * heads + h) in the accumulator: tiles of
 // kBlockN x kHeadDim floats, a head's ceil(T / kBlockN) of them after another.
@@ -120,6 +122,71 @@ __device__ __forceinline__ void add_dq_share(const FlashParams& p, bf16* sdSt, c
     add_to(tile + j * Tr::kThreads, make_float4(acc[0][j][0], acc[0][j][1], acc[0][j][2], acc[0][j][3]));
 }
 
+// The dK/dV kernels' shared memory: K and V of the CTA's kBlockM keys, two stages of Q, dO
+// (kBlockN rows each), L and D, then what the kernel adds (`rest`).
+struct KvSmem {
+  bf16 *k, *v, *q, *dout;
+  float *lse, *delta;
+  unsigned char* rest;
+};
+template <class Tr>
+__device__ __forceinline__ KvSmem kv_smem(unsigned char* smem) {
+  constexpr int kM = Tr::kBlockM, kN = Tr::kBlockN, kRow = Tr::kSmemRow;
+  KvSmem s;
+  s.k = reinterpret_cast<bf16*>(smem);                       // (kM, kRow)
+  s.v = s.k + kM * kRow;                                     // (kM, kRow)
+  s.q = s.v + kM * kRow;                                     // 2 stages of (kN, kRow)
+  s.dout = s.q + 2 * kN * kRow;                              // 2 stages of (kN, kRow)
+  s.lse = reinterpret_cast<float*>(s.dout + 2 * kN * kRow);  // 2 stages of kN
+  s.delta = s.lse + 2 * kN;                                  // 2 stages of kN
+  s.rest = reinterpret_cast<unsigned char*>(s.delta + 2 * kN);
+  return s;
+}
+
+// The dK/dV kernels' streamed stage: Q and dO rows [m0, m0 + kN) into sQ, sdO (kN rows of
+// Tr::kSmemRow) and their L and D into sL, sDelta (0 past T), all by cp.async.
+template <class Tr, int kN>
+__device__ __forceinline__ void load_query_stage(bf16* sQ, bf16* sdO, float* sL, float* sDelta,
+                                                 const HeadInputs<bf16>& in, const FlashParams& p, int m0) {
+  static_assert(kN <= Tr::kThreads, "a thread copies one row's L and D");
+  load_tile_async<Tr, kN>(sQ, in.q, p.q_strides.row, m0, p.seq, p.head_dim);
+  load_tile_async<Tr, kN>(sdO, in.dout, p.dout_strides.row, m0, p.seq, p.head_dim);
+  if (const int i = threadIdx.x; i < kN) {
+    const bool valid = m0 + i < p.seq;
+    cp_async_4(sL + i, valid ? in.lse + m0 + i : in.lse, valid ? 4 : 0);
+    cp_async_4(sDelta + i, valid ? in.delta + m0 + i : in.delta, valid ? 4 : 0);
+  }
+}
+
+// The dK/dV kernels' epilogue: dK (times the softmax scale) and dV from a warp's accumulator
+// fragments, m tile t holding keys key0 + 16t + g (+8), n tile j dims dim0 + 8j + 2c (+1);
+// keys past T and dims past the head dim are not stored.
+template <int kMT, int kJ>
+__device__ __forceinline__ void store_dk_dv(const FlashParams& p, const HeadOffsets& head,
+                                            const float (&acc_dk)[kMT][kJ][4], const float (&acc_dv)[kMT][kJ][4],
+                                            int key0, int dim0, int lane) {
+  const int g = lane / 4, c = lane % 4;
+  bf16* dk = static_cast<bf16*>(p.dk) + head.offset(p.dk_strides);
+  bf16* dv = static_cast<bf16*>(p.dv) + head.offset(p.dv_strides);
+#pragma unroll
+  for (int t = 0; t < kMT; ++t)
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const int key = key0 + 16 * t + g + 8 * r;
+      if (key >= p.seq) continue;
+      bf16* dk_row = dk + int64_t(key) * p.dk_strides.row;
+      bf16* dv_row = dv + int64_t(key) * p.dv_strides.row;
+#pragma unroll
+      for (int j = 0; j < kJ; ++j) {
+        const int col = dim0 + 8 * j + 2 * c;
+        if (col >= p.head_dim) continue;
+        *reinterpret_cast<uint32_t*>(dk_row + col) =
+            pack_bf16(acc_dk[t][j][2 * r] * p.scale, acc_dk[t][j][2 * r + 1] * p.scale);
+        *reinterpret_cast<uint32_t*>(dv_row + col) = pack_bf16(acc_dv[t][j][2 * r], acc_dv[t][j][2 * r + 1]);
+      }
+    }
+}
+
 // Purpose: dK and dV (B,T,H,D) of one tile of kBlockM keys of one (batch, head).
 // Grid: (B*H, key tiles, chunks): the heaviest (first, causal) tile of every head first; warp
 // w owns the 16*kMTiles keys from k0 + 16 kMTiles w on. Chunked (p.kv_chunk > 0, grids too
@@ -133,7 +200,7 @@ __device__ __forceinline__ void add_dq_share(const FlashParams& p, bf16* sdSt, c
 //   dK += dS^T Q                                         (dS^T rounded to bf16)
 // then dK *= scale. Q, dO, L and D of the next query tile stream in (cp.async, two stages)
 // while this one is computed.
-// kFusedDq (BwdFusedTraits, not chunked): dS^T also goes to shared memory, and the query tile's
+// kFusedDq (BwdFusedNarrowTraits, not chunked): dS^T also goes to shared memory, and the query tile's
 // dQ share dS K (unscaled) is added into its tile of p.dq_accum (zeroed before) with fp32
 // atomics, in the layout of dq_share(); without a causal mask the key tiles of a head start at
 // different query tiles (rotated), so that they do not all add into one tile at once.
@@ -141,13 +208,10 @@ template <class Tr, bool kFusedDq = false>
 __global__ void __launch_bounds__(Tr::kThreads) flash_bwd_dkdv_mma_kernel(const FlashParams p) {
   constexpr int kD = Tr::kHeadDim, kM = Tr::kBlockM, kN = Tr::kBlockN, kRow = Tr::kSmemRow, kMT = Tr::kMTiles;
   extern __shared__ __align__(16) unsigned char smem[];
-  bf16* sK = reinterpret_cast<bf16*>(smem);                   // (kM, kRow)
-  bf16* sV = sK + kM * kRow;                                  // (kM, kRow)
-  bf16* sQ = sV + kM * kRow;                                  // 2 stages of (kN, kRow)
-  bf16* sdO = sQ + 2 * kN * kRow;                             // 2 stages of (kN, kRow)
-  float* sL = reinterpret_cast<float*>(sdO + 2 * kN * kRow);  // 2 stages of kN: L
-  float* sDelta = sL + 2 * kN;                                // 2 stages of kN
-  bf16* sdSt = reinterpret_cast<bf16*>(sDelta + 2 * kN);      // fused: 2 stages of (kM, kScoreRow)
+  const KvSmem sm = kv_smem<Tr>(smem);
+  bf16 *sK = sm.k, *sV = sm.v, *sQ = sm.q, *sdO = sm.dout;
+  float *sL = sm.lse, *sDelta = sm.delta;
+  bf16* sdSt = reinterpret_cast<bf16*>(sm.rest);  // fused: 2 stages of (kM, kScoreRow)
 
   const int T = p.seq, D = p.head_dim;
   const HeadOffsets head = head_offsets(int(blockIdx.x), p.heads);
@@ -156,8 +220,7 @@ __global__ void __launch_bounds__(Tr::kThreads) flash_bwd_dkdv_mma_kernel(const 
   const int g = lane / 4, c = lane % 4;
 
   const HeadInputs<bf16> in = head_inputs<bf16>(p, head);
-  const bf16 *q = in.q, *k = in.k, *v = in.v, *dout = in.dout;
-  const float *lse = in.lse, *delta = in.delta;
+  const bf16 *k = in.k, *v = in.v;
 
   const int m_first = p.causal ? k0 / kN : 0;  // earlier query tiles see none of these keys
   const int m_end = (T + kN - 1) / kN;
@@ -169,16 +232,9 @@ __global__ void __launch_bounds__(Tr::kThreads) flash_bwd_dkdv_mma_kernel(const 
   const int rotation = kFusedDq && !p.causal ? int(blockIdx.y) * (kM / kN) % n_visits : 0;
   auto visit = [&](int i) { return m_begin + (i + rotation < n_visits ? i + rotation : i + rotation - n_visits); };
 
-  // One stage: Q and dO rows [m0, m0 + kN) and their L, D (0 past T), all by cp.async.
-  static_assert(kN <= Tr::kThreads, "a thread copies one row's L and D");
-  auto load_stage = [&](int stage, int m0) {
-    load_tile_async<Tr, kN>(sQ + stage * kN * kRow, q, p.q_strides.row, m0, T, D);
-    load_tile_async<Tr, kN>(sdO + stage * kN * kRow, dout, p.dout_strides.row, m0, T, D);
-    if (const int i = threadIdx.x; i < kN) {
-      const bool valid = m0 + i < T;
-      cp_async_4(sL + stage * kN + i, valid ? lse + m0 + i : lse, valid ? 4 : 0);
-      cp_async_4(sDelta + stage * kN + i, valid ? delta + m0 + i : delta, valid ? 4 : 0);
-    }
+  auto load_stage = [&](int stage, int m0) {  // Q, dO, L and D of query tile m0 / kN
+    load_query_stage<Tr, kN>(sQ + stage * kN * kRow, sdO + stage * kN * kRow, sL + stage * kN, sDelta + stage * kN, in,
+                             p, m0);
   };
 
   load_tile_async<Tr, kM>(sK, k, p.k_strides.row, k0, T, D);
@@ -266,24 +322,7 @@ __global__ void __launch_bounds__(Tr::kThreads) flash_bwd_dkdv_mma_kernel(const 
   }
 
   if (chunk.count > 1 && !hand_off_chunk(acc, p.kv_accum, p.kv_turns, chunk)) return;
-  bf16* dk = static_cast<bf16*>(p.dk) + head.offset(p.dk_strides);
-  bf16* dv = static_cast<bf16*>(p.dv) + head.offset(p.dv_strides);
-#pragma unroll
-  for (int t = 0; t < kMT; ++t)
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      if (key[t][r] >= T) continue;
-      bf16* dk_row = dk + int64_t(key[t][r]) * p.dk_strides.row;
-      bf16* dv_row = dv + int64_t(key[t][r]) * p.dv_strides.row;
-#pragma unroll
-      for (int j = 0; j < kD / 8; ++j) {
-        const int col = 8 * j + 2 * c;
-        if (col >= D) continue;
-        *reinterpret_cast<uint32_t*>(dk_row + col) =
-            pack_bf16(acc_dk[t][j][2 * r] * p.scale, acc_dk[t][j][2 * r + 1] * p.scale);
-        *reinterpret_cast<uint32_t*>(dv_row + col) = pack_bf16(acc_dv[t][j][2 * r], acc_dv[t][j][2 * r + 1]);
-      }
-    }
+  store_dk_dv(p, head, acc_dk, acc_dv, k0 + warp * kMT * 16, 0, lane);
 }
 
 // Purpose: dQ (B,T,H,D) of one tile of kBlockM queries of one (batch, head).
@@ -418,6 +457,154 @@ __global__ void __launch_bounds__(Tr::kThreads) flash_bwd_dq_mma_kernel(const Fl
     }
 }
 
+// Purpose: dK and dV (B,T,H,D) of one tile of kBlockM (128) keys of one (batch, head), and
+// each query tile's share of dQ, added into its tile of p.dq_accum (zeroed before) with fp32
+// atomics in the layout of dq_share() (flash_bwd_dq_convert_mma_kernel stores dQ from it).
+// FlashAttention-2's fused backward and its warp layouts (BwdFusedWideTraits). Grid: (B*H, key
+// tiles); without a causal mask the key tiles of a head start at different query tiles
+// (rotated), so that they do not all add into one dQ tile at once.
+// Algorithm, per query tile of kBlockN (64) that can see the keys (causal: from the one holding
+// key k0 on); Q, dO, L and D of the next one stream in (cp.async) while it is computed:
+//   S = Q K^T;  P = 2^(S scale log2e - L log2e)  (masked: 0)   warp: 32 queries x 32 keys
+//   dP = dO V^T;  dS = P (dP - D)                              the same 32 x 32
+//   P, dS -> shared memory (bf16, query-major)
+//   dV += P^T dO;  dK += dS^T Q                                warp: 32 keys x kHeadDim / 2
+//   dQ share = dS K -> p.dq_accum                              warp: 16 queries x kHeadDim / 2
+// then dK *= scale. A warp whose 32 x 32 scores lie above the causal diagonal skips its
+// products (P, dS = 0), and one whose 32 keys no query of the tile sees skips dV and dK.
+template <class Tr>
+__global__ void __launch_bounds__(Tr::kThreads, 1) flash_bwd_fused_mma_kernel(const FlashParams p) {
+  constexpr int kD = Tr::kHeadDim, kM = Tr::kBlockM, kN = Tr::kBlockN, kRow = Tr::kSmemRow, kSRow = Tr::kScoreRow;
+  constexpr int kSQ = kN / Tr::kSWarpsQ / 16;    // S, dP: m tiles (queries) per warp
+  constexpr int kSK = kM / Tr::kSWarpsK / 8;     // and n tiles (keys)
+  constexpr int kKvM = kM / Tr::kKvWarpsK / 16;  // dK, dV: m tiles (keys) per warp
+  constexpr int kKvD = Tr::kKvDims / 8;          // and n tiles (dims)
+  constexpr int kDqD = Tr::kDqDims / 8;          // dQ share: n tiles (dims)
+  extern __shared__ __align__(16) unsigned char smem[];
+  const KvSmem sm = kv_smem<Tr>(smem);
+  bf16 *sK = sm.k, *sV = sm.v, *sQ = sm.q, *sdO = sm.dout;
+  float *sL = sm.lse, *sDelta = sm.delta;
+  bf16* sP = reinterpret_cast<bf16*>(sm.rest);  // (kN, kSRow)
+  bf16* sdS = sP + kN * kSRow;                  // (kN, kSRow)
+
+  const int T = p.seq, D = p.head_dim;
+  const HeadOffsets head = head_offsets(int(blockIdx.x), p.heads);
+  const int k0 = int(blockIdx.y) * kM;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int g = lane / 4, c = lane % 4;
+
+  const HeadInputs<bf16> in = head_inputs<bf16>(p, head);
+  const bf16 *k = in.k, *v = in.v;
+
+  const int m_first = p.causal ? k0 / kN : 0;  // earlier query tiles see none of these keys
+  const int n_visits = (T + kN - 1) / kN - m_first;
+  const int rotation = p.causal ? 0 : int(blockIdx.y) * (kM / kN) % n_visits;
+  auto visit = [&](int i) { return m_first + (i + rotation < n_visits ? i + rotation : i + rotation - n_visits); };
+
+  auto load_stage = [&](int stage, int m0) {  // Q, dO, L and D of query tile m0 / kN
+    load_query_stage<Tr, kN>(sQ + stage * kN * kRow, sdO + stage * kN * kRow, sL + stage * kN, sDelta + stage * kN, in,
+                             p, m0);
+  };
+  load_tile_async<Tr, kM>(sK, k, p.k_strides.row, k0, T, D);
+  load_tile_async<Tr, kM>(sV, v, p.v_strides.row, k0, T, D);
+  load_stage(0, visit(0) * kN);
+  cp_async_commit();
+
+  // This warp's place in each product.
+  const int s_query = 32 * (warp % Tr::kSWarpsQ), s_key = 32 * (warp / Tr::kSWarpsQ);  // S, dP
+  const int kv_key = 32 * (warp % Tr::kKvWarpsK), kv_dim = Tr::kKvDims * (warp / Tr::kKvWarpsK);
+  const DqShare share = dq_share<Tr>(warp);
+
+  float acc[2][kKvM][kKvD][4];  // dK, dV
+  auto& acc_dk = acc[0];
+  auto& acc_dv = acc[1];
+#pragma unroll
+  for (int t = 0; t < kKvM; ++t)
+#pragma unroll
+    for (int j = 0; j < kKvD; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) acc_dk[t][j][e] = acc_dv[t][j][e] = 0.f;
+  const float scale_log2 = p.scale * kLog2e;
+
+  for (int i = 0; i < n_visits; ++i) {
+    const int stage = i & 1, m0 = visit(i) * kN;
+    cp_async_wait<0>();
+    __syncthreads();  // this stage has landed, and every warp is done with the last one and sP, sdS
+    if (i + 1 < n_visits) {
+      load_stage(stage ^ 1, visit(i + 1) * kN);
+      cp_async_commit();
+    }
+    const bf16* sQs = sQ + stage * kN * kRow;
+    const bf16* sdOs = sdO + stage * kN * kRow;
+    const float* sLs = sL + stage * kN;
+    const float* sDs = sDelta + stage * kN;
+
+    // P, then dS: rows s_query + 16t + g (+8) of the tile, keys s_key + 8j + 2c (+1).
+    float s[kSQ][kSK][4], ds[kSQ][kSK][4];
+#pragma unroll
+    for (int t = 0; t < kSQ; ++t)
+#pragma unroll
+      for (int j = 0; j < kSK; ++j)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) s[t][j][e] = ds[t][j][e] = 0.f;
+    if (!p.causal || k0 + s_key <= m0 + s_query + 31) {  // else above the diagonal: P = dS = 0
+      int query[kSQ][2];
+#pragma unroll
+      for (int t = 0; t < kSQ; ++t) query[t][0] = m0 + s_query + 16 * t + g, query[t][1] = query[t][0] + 8;
+      warp_gemm_rows_rows<kD, kSQ, kSK, kRow>(s, sQs + s_query * kRow, sK + s_key * kRow, lane);
+#pragma unroll
+      for (int t = 0; t < kSQ; ++t)
+#pragma unroll
+        for (int j = 0; j < kSK; ++j)
+#pragma unroll
+          for (int e = 0; e < 4; ++e)
+            s[t][j][e] = s[t][j][e] * scale_log2 - sLs[s_query + 16 * t + g + 8 * (e / 2)] * kLog2e;
+      if (k0 + s_key + 32 > T || (p.causal && k0 + s_key + 31 > m0 + s_query))
+        mask_keys(s, query, k0 + s_key, T, p.causal);
+      exp2_tile(s);
+      warp_gemm_rows_rows<kD, kSQ, kSK, kRow>(ds, sdOs + s_query * kRow, sV + s_key * kRow, lane);
+#pragma unroll
+      for (int t = 0; t < kSQ; ++t)
+#pragma unroll
+        for (int j = 0; j < kSK; ++j)
+#pragma unroll
+          for (int e = 0; e < 4; ++e)
+            ds[t][j][e] = s[t][j][e] * (ds[t][j][e] - sDs[s_query + 16 * t + g + 8 * (e / 2)]);
+    }
+#pragma unroll
+    for (int t = 0; t < kSQ; ++t)
+#pragma unroll
+      for (int j = 0; j < kSK; ++j)
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+          const int at = (s_query + 16 * t + g + 8 * r) * kSRow + s_key + 8 * j + 2 * c;
+          *reinterpret_cast<uint32_t*>(sP + at) = pack_bf16(s[t][j][2 * r], s[t][j][2 * r + 1]);
+          *reinterpret_cast<uint32_t*>(sdS + at) = pack_bf16(ds[t][j][2 * r], ds[t][j][2 * r + 1]);
+        }
+    __syncthreads();
+
+    if (!p.causal || k0 + kv_key <= m0 + kN - 1) {  // else no query of the tile sees these keys
+      warp_gemm_trans_rows<kN / 16, kKvM, kKvD, kSRow, kRow>(acc_dv, sP + kv_key, sdOs + kv_dim, lane);
+      warp_gemm_trans_rows<kN / 16, kKvM, kKvD, kSRow, kRow>(acc_dk, sdS + kv_key, sQs + kv_dim, lane);
+    }
+    float dq[Tr::kDqMTiles][kDqD][4];
+#pragma unroll
+    for (int t = 0; t < Tr::kDqMTiles; ++t)
+#pragma unroll
+      for (int j = 0; j < kDqD; ++j) dq[t][j][0] = dq[t][j][1] = dq[t][j][2] = dq[t][j][3] = 0.f;
+    warp_gemm_rows_trans<kM / 16, Tr::kDqMTiles, kDqD, kSRow, kRow>(dq, sdS + share.query * kSRow, sK + share.dim,
+                                                                    lane);
+    float4* tile = dq_accum_tile<Tr>(p, int(blockIdx.x), m0 / kN) + threadIdx.x;
+#pragma unroll
+    for (int t = 0; t < Tr::kDqMTiles; ++t)
+#pragma unroll
+      for (int j = 0; j < kDqD; ++j)
+        add_to(tile + (t * kDqD + j) * Tr::kThreads, make_float4(dq[t][j][0], dq[t][j][1], dq[t][j][2], dq[t][j][3]));
+  }
+
+  store_dk_dv(p, head, acc_dk, acc_dv, k0 + kv_key, kv_dim, lane);
+}
+
 // Purpose: dQ (B,T,H,D) = scale * the fused backward's fp32 accumulator (dq_share layout).
 // Grid: (query tiles of kBlockN, B*H), Tr::kThreads threads: thread x reads its float4s of one
 // tile (coalesced) and stores them where its fragments lie.
@@ -430,18 +617,20 @@ __global__ void __launch_bounds__(Tr::kThreads) flash_bwd_dq_convert_mma_kernel(
   const DqShare share = dq_share<Tr>(warp);
   bf16* dq = static_cast<bf16*>(p.dq) + head.offset(p.dq_strides);
 #pragma unroll
-  for (int j = 0; j < kJ; ++j) {
-    const float4 v = tile[j * Tr::kThreads];
-    const int col = share.dim + 8 * j + 2 * c;
-    if (col >= p.head_dim) continue;
+  for (int t = 0; t < Tr::kDqMTiles; ++t)
 #pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      const int query = m * Tr::kBlockN + share.query + g + 8 * r;
-      if (query < p.seq)
-        *reinterpret_cast<uint32_t*>(dq + int64_t(query) * p.dq_strides.row + col) =
-            r == 0 ? pack_bf16(v.x * p.scale, v.y * p.scale) : pack_bf16(v.z * p.scale, v.w * p.scale);
+    for (int j = 0; j < kJ; ++j) {
+      const float4 v = tile[(t * kJ + j) * Tr::kThreads];
+      const int col = share.dim + 8 * j + 2 * c;
+      if (col >= p.head_dim) continue;
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        const int query = m * Tr::kBlockN + share.query + 16 * t + g + 8 * r;
+        if (query < p.seq)
+          *reinterpret_cast<uint32_t*>(dq + int64_t(query) * p.dq_strides.row + col) =
+              r == 0 ? pack_bf16(v.x * p.scale, v.y * p.scale) : pack_bf16(v.z * p.scale, v.w * p.scale);
+      }
     }
-  }
 }
 
 }  // namespace llmhpc::flash

@@ -58,19 +58,19 @@ int chunk_tiles(int n_tiles, int64_t bh, int sms, int per_sm, bool equal_work, W
 // kBlockN x kHeadDim.
 template <int kHeadDim>
 int64_t fused_accum_floats(const FlashParams& p) {
-  using F = BwdFusedTraits<kHeadDim>;
+  using F = BwdFusedWideTraits<kHeadDim>;  // the same tiles as the narrow layout's
   return int64_t(p.batch) * p.heads * ceil_div(p.seq, F::kBlockN) * F::kBlockN * kHeadDim;
 }
 
 // The fused backward (five products, dQ by atomics): FlashAttention-2's structure, 128 keys
-// per CTA. Auto takes it at head dims 32, 96 and 128 on sequences of 2048 and more whose grid
-// of 128-key tiles covers every SM. There, on an H100, it was faster than the split backward:
-// at 128 (session 5) 1.28-1.30x (causal, batch 1, T 32768 and 65536; batch 8, no mask, T
-// 4096-16384) and 1.04-1.15x at batch 4 x 8 heads, causal, T 2048-4096; at 96 (session 14)
-// 1.30-1.41x on the same grids, at 32 1.07-1.23x (split's recomputed products cost most where
-// the head is narrow). Slower elsewhere: 0.93x at batch 4 x 8 heads, T 1024 (short key loops),
-// 0.70-0.75x at batch 1, T 16384 (128 CTAs for 132 SMs; the split backward's chunks spread the
-// causal work), 0.81-0.90x at head dim 64 (the split kernels' two m tiles), and head dim 80
+// per CTA (kernel_traits.h: the narrow layout at head dim 32, the wide one above). Auto takes it
+// at head dims 32, 96 and 128 on sequences of 2048 and more whose grid of 128-key tiles covers
+// every SM. There, on an H100, it was faster than the split backward (causal, batch 1, T 32768
+// and 65536; batch 8, no mask, T 4096-16384): 1.39-1.46x at 128 and 1.41-1.49x at 96 (session
+// 15's wide layout), 1.07-1.23x at 32 (session 14), and 1.14-1.27x at batch 4 x 8 heads, causal,
+// T 2048-4096 (128). Slower elsewhere: at batch 1, T 16384 (0.76x at 128: 128 CTAs for 132
+// SMs; the split backward's chunks spread the causal work) and at head dim 64 (0.83-0.95x
+// against the split kernels' two m tiles); even at T 1024 (batch 4 x 8 heads, 128). Head dim 80
 // has no fused kernel (its warps' halves of the head dim would be 40 wide).
 template <int kHeadDim>
 bool fused_backward(const FlashParams& p) {
@@ -80,7 +80,7 @@ bool fused_backward(const FlashParams& p) {
     case FlashBwd::Auto: break;
   }
   return kHeadDim != 64 && p.seq >= 2048 &&
-         int64_t(ceil_div(p.seq, BwdFusedTraits<kHeadDim>::kBlockM)) * p.batch * p.heads >= sm_count();
+         int64_t(ceil_div(p.seq, BwdFusedWideTraits<kHeadDim>::kBlockM)) * p.batch * p.heads >= sm_count();
 }
 
 template <int kHeadDim, int kMTiles>
@@ -121,14 +121,22 @@ BwdPlan plan_bwd(const FlashParams& p) {
 
 template <int kHeadDim>
 void run_bwd_fused(const FlashParams& p, cudaStream_t stream) {
-  using F = BwdFusedTraits<kHeadDim>;
-  const unsigned bh = unsigned(p.batch * p.heads), query_tiles = ceil_div(p.seq, F::kBlockN);
   if (!p.dq_accum || p.kv_chunk || p.q_chunk)
     LLMHPC_FATAL("flash backward: fused without its accumulator, or chunked (set_packed_backward sets the plan)");
   CUDA_CHECK(cudaMemsetAsync(p.dq_accum, 0, size_t(fused_accum_floats<kHeadDim>(p)) * sizeof(float), stream));
-  launch_kernel(flash_bwd_dkdv_mma_kernel<F, true>, dim3(bh, ceil_div(p.seq, F::kBlockM)), F::kThreads, F::kSmemBytes,
-                stream, p);
-  launch_kernel(flash_bwd_dq_convert_mma_kernel<F>, dim3(query_tiles, bh), F::kThreads, 0, stream, p);
+  auto launch = [&](FlashKernel dkdv, FlashKernel convert, auto traits) {
+    using F = decltype(traits);
+    const unsigned bh = unsigned(p.batch * p.heads);
+    launch_kernel(dkdv, dim3(bh, ceil_div(p.seq, F::kBlockM)), F::kThreads, F::kSmemBytes, stream, p);
+    launch_kernel(convert, dim3(ceil_div(p.seq, F::kBlockN), bh), F::kThreads, 0, stream, p);
+  };
+  if constexpr (kHeadDim <= kFusedNarrowMaxHeadDim) {
+    using F = BwdFusedNarrowTraits<kHeadDim>;
+    launch(flash_bwd_dkdv_mma_kernel<F, true>, flash_bwd_dq_convert_mma_kernel<F>, F{});
+  } else {
+    using F = BwdFusedWideTraits<kHeadDim>;
+    launch(flash_bwd_fused_mma_kernel<F>, flash_bwd_dq_convert_mma_kernel<F>, F{});
+  }
 }
 
 template <int kHeadDim, int kMTiles>
@@ -172,8 +180,7 @@ BwdPlan plan_bwd_tensor_core(const FlashParams& p) {
 }
 
 int bwd_tensor_core_rows(const FlashParams& p) {
-  static_assert(BwdFusedTraits<64>::kBlockM == BwdFusedTraits<128>::kBlockM, "the fused kernels' keys per CTA");
-  return p.dq_atomic ? BwdFusedTraits<128>::kBlockM : bwd_m_tiles(p) * kMTileRows;
+  return p.dq_atomic ? BwdFusedWideTraits<128>::kBlockM : bwd_m_tiles(p) * kMTileRows;
 }
 
 void launch_bwd_tensor_core(const FlashParams& p, const FlashVariant& v, cudaStream_t stream) {

@@ -252,6 +252,21 @@ __device__ __forceinline__ void warp_gemm_trans_rows(float (&acc)[kMTiles][kNTil
   }
 }
 
+// acc (16*kMTiles x 8*kNTiles) += A B for one warp, where A (16*kMTiles x 16*kKSteps) is rows
+// of a row-major shared-memory tile (a_rows: its first row, at A's first column; rows kARow
+// apart) and B as in warp_gemm_regs_rows. The fused backward's dQ share = dS K, from the dS its
+// warps wrote.
+template <int kKSteps, int kMTiles, int kNTiles, int kARow, int kBRow>
+__device__ __forceinline__ void warp_gemm_rows_trans(float (&acc)[kMTiles][kNTiles][4], const bf16* a_rows,
+                                                     const bf16* b_rows, int lane) {
+#pragma unroll
+  for (int kk = 0; kk < kKSteps; ++kk) {
+    uint32_t a[kMTiles][4];
+    load_a_step<kMTiles, kARow>(a, a_rows + kk * 16, lane);
+    warp_mma_step_trans<kMTiles, kNTiles, kBRow>(acc, a, b_rows + kk * 16 * kBRow, lane);
+  }
+}
+
 // ---- cross-CTA hand-off of fp32 partial sums ---------------------------------------------
 // The CTA whose turn it is writes (first turn) or adds (in L2, fire and forget) its part into
 // an fp32 accumulator tile, then releases the tile's counter to the next turn. One fp32
