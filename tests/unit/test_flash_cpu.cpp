@@ -393,20 +393,12 @@ Result run_emulated(EmuImpl impl, const std::vector<double>& qkv_v, const std::v
       bool fused = false;
       if constexpr (fe::has_fused_backward(kD)) {
         if (impl == EmuImpl::TensorCoreBf16Fused) {  // flash_bwd_mma.cu's fused launch
-          auto launch = [&](auto dkdv, auto convert, auto traits) {
-            using F = decltype(traits);
-            accum.assign(size_t(bh * tiles(F::kBlockN) * F::kBlockN * kD), 0.f);  // the launcher's memset
-            b.dq_atomic = true, b.dq_accum = accum.data();
-            fe::emulate_launch(dkdv, dim3(bh, tiles(F::kBlockM)), F::kThreads, F::kSmemBytes, b);
-            fe::emulate_launch(convert, dim3(tiles(F::kBlockN), bh), F::kThreads, 0, b);
-          };
-          if constexpr (kD <= fe::kFusedNarrowMaxHeadDim) {
-            using F = fe::BwdFusedNarrowTraits<kD>;
-            launch(fe::flash_bwd_dkdv_mma_kernel<F, true>, fe::flash_bwd_dq_convert_mma_kernel<F>, F{});
-          } else {
-            using F = fe::BwdFusedWideTraits<kD>;
-            launch(fe::flash_bwd_fused_mma_kernel<F>, fe::flash_bwd_dq_convert_mma_kernel<F>, F{});
-          }
+          using F = fe::BwdFusedTraits<kD>;
+          accum.assign(size_t(bh * tiles(F::kBlockN) * F::kBlockN * kD), 0.f);  // the launcher's memset
+          b.dq_atomic = true, b.dq_accum = accum.data();
+          fe::emulate_launch(fe::flash_bwd_fused_mma_kernel<F>, dim3(bh, tiles(F::kBlockM)), F::kThreads, F::kSmemBytes,
+                             b);
+          fe::emulate_launch(fe::flash_bwd_dq_convert_mma_kernel<F>, dim3(tiles(F::kBlockN), bh), F::kThreads, 0, b);
           fused = true;
         }
       }
@@ -555,13 +547,13 @@ INSTANTIATE_TEST_SUITE_P(FusedDq, FlashKernelsEmulated,
                          ::testing::Combine(::testing::Values(EmuImpl::SimtFp32Fused, EmuImpl::SimtBf16Fused),
                                             ::testing::ValuesIn(kTurnShapes), ::testing::Bool()),
                          emu_test_name);
-// The fused tensor-core backward (128 keys x query tiles of 64; the narrow layout at head dim 32,
-// the wide one at 48 (padded to 64), 64, 96 and 120 (padded to 128)): several key and query tiles,
+// The fused tensor-core backward (128 keys x query tiles of 128 at head dims 32, 48 (padded to
+// 64) and 64, of 64 at 96 and 120 (padded to 128)): several key and query tiles,
 // partial ones, the rotation of the non-causal visits (3 key tiles over 10 query tiles wrap
 // around), a padded head dim, B x H > 1 (each head's accumulator tiles).
 const Shape5 kFusedShapes[] = {
-    {1, 300, 1, 128, 0, 0}, {2, 50, 1, 120, 0, 0}, {1, 140, 2, 64, 0, 0},
-    {1, 20, 1, 48, 0, 0},   {1, 150, 1, 32, 0, 0}, {1, 70, 2, 96, 0, 0},
+    {1, 300, 1, 128, 0, 0}, {2, 50, 1, 120, 0, 0}, {1, 140, 2, 64, 0, 0}, {1, 20, 1, 48, 0, 0},
+    {1, 150, 1, 32, 0, 0},  {1, 70, 2, 96, 0, 0},  {1, 300, 1, 64, 0, 0},
 };
 INSTANTIATE_TEST_SUITE_P(Fused, FlashKernelsEmulated,
                          ::testing::Combine(::testing::Values(EmuImpl::TensorCoreBf16Fused),

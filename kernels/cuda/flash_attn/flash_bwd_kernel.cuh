@@ -4,12 +4,11 @@
 //   2. dK, dV: one CTA per tile of keys, looping over query tiles   (key-stationary)
 //   3. dQ:     one CTA per tile of queries, looping over key tiles  (query-stationary)
 // Every output element is written once, by one thread, after a fixed-order sum: the
-// backward is bitwise deterministic. Fused (five products, as FlashAttention-2): 2. also adds
-// each query tile's share of dQ into an fp32 accumulator with atomics (narrow heads: the dK/dV
-// kernel with kFusedDq; wide heads: flash_bwd_fused_mma_kernel, FlashAttention-2's warp
-// layouts; kernel_traits.h), and 3. is a conversion (flash_bwd_dq_convert_mma_kernel): faster
-// where the grid fills the GPU, but the order of the fp32 additions, so dQ's last bits, vary
-// from run to run.
+// backward is bitwise deterministic. Fused (five products, FlashAttention-2's kernel and warp
+// layouts): 2. is flash_bwd_fused_mma_kernel, which also adds each query tile's share of dQ
+// into an fp32 accumulator with atomics, and 3. is a conversion
+// (flash_bwd_dq_convert_mma_kernel): faster where the grid fills the GPU, but the order of the
+// fp32 additions, so dQ's last bits, vary from run to run.
 #pragma once
 #include "kernels/cuda/flash_attn/block_info.cuh"
 #include "kernels/cuda/flash_attn/flash_attn.h"
@@ -74,7 +73,7 @@ __global__ void flash_bwd_delta_kernel(const FlashParams p) {
     for (int64_t i = first; i < p.turn_count; i += threads) turns[i] = 0;
 }
 
-// The fused backward's dQ (both layouts): a query tile's share dS K of a CTA's 128 keys is
+// The fused backward's dQ: a query tile's share dS K of a CTA's 128 keys is
 // split over the 8 warps, kDqWarpsQ along the queries x the rest along the head dim; warp w
 // holds the 16 kDqMTiles queries from dq_share(w).query and the kDqDims dims from .dim in
 // accumulator fragments, and adds them to the tile's fp32 accumulator as float4s by `red` (no
@@ -94,32 +93,6 @@ template <class Tr>
 __device__ __forceinline__ float4* dq_accum_tile(const FlashParams& p, int bh, int query_tile) {
   const int64_t tiles = (p.seq + Tr::kBlockN - 1) / Tr::kBlockN;
   return reinterpret_cast<float4*>(p.dq_accum) + (bh * tiles + query_tile) * (Tr::kBlockN * Tr::kHeadDim / 4);
-}
-
-// Stores this warp's dS^T (keys 16 warp.. x the tile's kBlockN queries, in registers) to sdSt;
-// after a barrier (every warp's part, and every read of the stage's Q and dO, done) computes
-// this warp's share of dQ = dS K and adds it to query tile m's accumulator.
-template <class Tr>
-__device__ __forceinline__ void add_dq_share(const FlashParams& p, bf16* sdSt, const bf16* sK,
-                                             const float (&dst)[1][Tr::kBlockN / 8][4], int m, int warp, int lane) {
-  constexpr int kN = Tr::kBlockN, kSRow = Tr::kScoreRow, kJ = Tr::kDqDims / 8;
-  const int g = lane / 4, c = lane % 4;
-#pragma unroll
-  for (int j = 0; j < kN / 8; ++j)
-#pragma unroll
-    for (int r = 0; r < 2; ++r)
-      *reinterpret_cast<uint32_t*>(sdSt + (16 * warp + g + 8 * r) * kSRow + 8 * j + 2 * c) =
-          pack_bf16(dst[0][j][2 * r], dst[0][j][2 * r + 1]);
-  __syncthreads();
-  const DqShare share = dq_share<Tr>(warp);
-  float acc[1][kJ][4];
-#pragma unroll
-  for (int j = 0; j < kJ; ++j) acc[0][j][0] = acc[0][j][1] = acc[0][j][2] = acc[0][j][3] = 0.f;
-  warp_gemm_trans_rows<Tr::kBlockM / 16, 1, kJ, kSRow, Tr::kSmemRow>(acc, sdSt + share.query, sK + share.dim, lane);
-  float4* tile = dq_accum_tile<Tr>(p, int(blockIdx.x), m) + threadIdx.x;
-#pragma unroll
-  for (int j = 0; j < kJ; ++j)
-    add_to(tile + j * Tr::kThreads, make_float4(acc[0][j][0], acc[0][j][1], acc[0][j][2], acc[0][j][3]));
 }
 
 // The dK/dV kernels' shared memory: K and V of the CTA's kBlockM keys, two stages of Q, dO
@@ -200,18 +173,13 @@ __device__ __forceinline__ void store_dk_dv(const FlashParams& p, const HeadOffs
 //   dK += dS^T Q                                         (dS^T rounded to bf16)
 // then dK *= scale. Q, dO, L and D of the next query tile stream in (cp.async, two stages)
 // while this one is computed.
-// kFusedDq (BwdFusedNarrowTraits, not chunked): dS^T also goes to shared memory, and the query tile's
-// dQ share dS K (unscaled) is added into its tile of p.dq_accum (zeroed before) with fp32
-// atomics, in the layout of dq_share(); without a causal mask the key tiles of a head start at
-// different query tiles (rotated), so that they do not all add into one tile at once.
-template <class Tr, bool kFusedDq = false>
+template <class Tr>
 __global__ void __launch_bounds__(Tr::kThreads) flash_bwd_dkdv_mma_kernel(const FlashParams p) {
   constexpr int kD = Tr::kHeadDim, kM = Tr::kBlockM, kN = Tr::kBlockN, kRow = Tr::kSmemRow, kMT = Tr::kMTiles;
   extern __shared__ __align__(16) unsigned char smem[];
   const KvSmem sm = kv_smem<Tr>(smem);
   bf16 *sK = sm.k, *sV = sm.v, *sQ = sm.q, *sdO = sm.dout;
   float *sL = sm.lse, *sDelta = sm.delta;
-  bf16* sdSt = reinterpret_cast<bf16*>(sm.rest);  // fused: 2 stages of (kM, kScoreRow)
 
   const int T = p.seq, D = p.head_dim;
   const HeadOffsets head = head_offsets(int(blockIdx.x), p.heads);
@@ -227,10 +195,6 @@ __global__ void __launch_bounds__(Tr::kThreads) flash_bwd_dkdv_mma_kernel(const 
   const ChunkRange chunk = chunk_range(m_first, m_end, p.kv_chunk);
   const int m_begin = chunk.begin, m_stop = chunk.stop;
   if (m_begin >= m_stop) return;  // the grid has as many chunks as the heaviest tile
-  // The i-th query tile this CTA visits (rotated: see kFusedDq above).
-  const int n_visits = m_stop - m_begin;
-  const int rotation = kFusedDq && !p.causal ? int(blockIdx.y) * (kM / kN) % n_visits : 0;
-  auto visit = [&](int i) { return m_begin + (i + rotation < n_visits ? i + rotation : i + rotation - n_visits); };
 
   auto load_stage = [&](int stage, int m0) {  // Q, dO, L and D of query tile m0 / kN
     load_query_stage<Tr, kN>(sQ + stage * kN * kRow, sdO + stage * kN * kRow, sL + stage * kN, sDelta + stage * kN, in,
@@ -239,7 +203,7 @@ __global__ void __launch_bounds__(Tr::kThreads) flash_bwd_dkdv_mma_kernel(const 
 
   load_tile_async<Tr, kM>(sK, k, p.k_strides.row, k0, T, D);
   load_tile_async<Tr, kM>(sV, v, p.v_strides.row, k0, T, D);
-  load_stage(0, visit(0) * kN);
+  load_stage(0, m_begin * kN);
   cp_async_commit();
 
   float acc[2][kMT][kD / 8][4];  // dK, dV
@@ -256,10 +220,10 @@ __global__ void __launch_bounds__(Tr::kThreads) flash_bwd_dkdv_mma_kernel(const 
   for (int t = 0; t < kMT; ++t) key[t][0] = k0 + (warp * kMT + t) * 16 + g, key[t][1] = key[t][0] + 8;
   const float scale_log2 = p.scale * kLog2e;
 
-  for (int i = 0; i < n_visits; ++i) {
-    const int stage = i & 1, m = visit(i), m0 = m * kN;
-    if (i + 1 < n_visits) {  // the stage the previous iteration used is free (barrier after its last read)
-      load_stage(stage ^ 1, visit(i + 1) * kN);
+  for (int m = m_begin; m < m_stop; ++m) {
+    const int stage = (m - m_begin) & 1, m0 = m * kN;
+    if (m + 1 < m_stop) {  // the stage the previous iteration used is free (barrier after its last read)
+      load_stage(stage ^ 1, m0 + kN);
       cp_async_commit();
       cp_async_wait<1>();
     } else {
@@ -314,11 +278,7 @@ __global__ void __launch_bounds__(Tr::kThreads) flash_bwd_dkdv_mma_kernel(const 
         for (int e = 0; e < 4; ++e) dst[t][j][e] = pt[t][j][e] * (dst[t][j][e] - sDs[8 * j + 2 * c + (e & 1)]);
 
     warp_gemm_regs_rows<kN / 16, kMT, kD / 8, kRow>(acc_dk, dst, sQs, lane);  // dK += dS^T Q
-    if constexpr (kFusedDq) {
-      add_dq_share<Tr>(p, sdSt + stage * kM * Tr::kScoreRow, sK, dst, m, warp, lane);
-    } else {
-      __syncthreads();  // every warp is done with this stage before it is refilled
-    }
+    __syncthreads();  // every warp is done with this stage before it is refilled
   }
 
   if (chunk.count > 1 && !hand_off_chunk(acc, p.kv_accum, p.kv_turns, chunk)) return;
@@ -460,18 +420,18 @@ __global__ void __launch_bounds__(Tr::kThreads) flash_bwd_dq_mma_kernel(const Fl
 // Purpose: dK and dV (B,T,H,D) of one tile of kBlockM (128) keys of one (batch, head), and
 // each query tile's share of dQ, added into its tile of p.dq_accum (zeroed before) with fp32
 // atomics in the layout of dq_share() (flash_bwd_dq_convert_mma_kernel stores dQ from it).
-// FlashAttention-2's fused backward and its warp layouts (BwdFusedWideTraits). Grid: (B*H, key
+// FlashAttention-2's fused backward and its warp layouts (BwdFusedTraits). Grid: (B*H, key
 // tiles); without a causal mask the key tiles of a head start at different query tiles
 // (rotated), so that they do not all add into one dQ tile at once.
-// Algorithm, per query tile of kBlockN (64) that can see the keys (causal: from the one holding
-// key k0 on); Q, dO, L and D of the next one stream in (cp.async) while it is computed:
-//   S = Q K^T;  P = 2^(S scale log2e - L log2e)  (masked: 0)   warp: 32 queries x 32 keys
-//   dP = dO V^T;  dS = P (dP - D)                              the same 32 x 32
+// Algorithm, per query tile of kBlockN (128 or 64) that can see the keys (causal: from the one
+// holding key k0 on); Q, dO, L and D of the next one stream in (cp.async) while it is computed:
+//   S = Q K^T;  P = 2^(S scale log2e - L log2e)  (masked: 0)   warp: kBlockN / 2 queries x 32 keys
+//   dP = dO V^T;  dS = P (dP - D)                              the same
 //   P, dS -> shared memory (bf16, query-major)
 //   dV += P^T dO;  dK += dS^T Q                                warp: 32 keys x kHeadDim / 2
-//   dQ share = dS K -> p.dq_accum                              warp: 16 queries x kHeadDim / 2
-// then dK *= scale. A warp whose 32 x 32 scores lie above the causal diagonal skips its
-// products (P, dS = 0), and one whose 32 keys no query of the tile sees skips dV and dK.
+//   dQ share = dS K -> p.dq_accum                              warp: dq_share()
+// then dK *= scale. A warp whose scores lie above the causal diagonal skips its products (P,
+// dS = 0), and one whose 32 keys no query of the tile sees skips dV and dK.
 template <class Tr>
 __global__ void __launch_bounds__(Tr::kThreads, 1) flash_bwd_fused_mma_kernel(const FlashParams p) {
   constexpr int kD = Tr::kHeadDim, kM = Tr::kBlockM, kN = Tr::kBlockN, kRow = Tr::kSmemRow, kSRow = Tr::kScoreRow;
@@ -511,8 +471,8 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) flash_bwd_fused_mma_kernel(co
   cp_async_commit();
 
   // This warp's place in each product.
-  const int s_query = 32 * (warp % Tr::kSWarpsQ), s_key = 32 * (warp / Tr::kSWarpsQ);  // S, dP
-  const int kv_key = 32 * (warp % Tr::kKvWarpsK), kv_dim = Tr::kKvDims * (warp / Tr::kKvWarpsK);
+  const int s_query = kSQ * 16 * (warp % Tr::kSWarpsQ), s_key = kSK * 8 * (warp / Tr::kSWarpsQ);  // S, dP
+  const int kv_key = kKvM * 16 * (warp % Tr::kKvWarpsK), kv_dim = Tr::kKvDims * (warp / Tr::kKvWarpsK);
   const DqShare share = dq_share<Tr>(warp);
 
   float acc[2][kKvM][kKvD][4];  // dK, dV
@@ -547,7 +507,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) flash_bwd_fused_mma_kernel(co
       for (int j = 0; j < kSK; ++j)
 #pragma unroll
         for (int e = 0; e < 4; ++e) s[t][j][e] = ds[t][j][e] = 0.f;
-    if (!p.causal || k0 + s_key <= m0 + s_query + 31) {  // else above the diagonal: P = dS = 0
+    if (!p.causal || k0 + s_key <= m0 + s_query + kSQ * 16 - 1) {  // else above the diagonal: P = dS = 0
       int query[kSQ][2];
 #pragma unroll
       for (int t = 0; t < kSQ; ++t) query[t][0] = m0 + s_query + 16 * t + g, query[t][1] = query[t][0] + 8;
@@ -559,7 +519,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) flash_bwd_fused_mma_kernel(co
 #pragma unroll
           for (int e = 0; e < 4; ++e)
             s[t][j][e] = s[t][j][e] * scale_log2 - sLs[s_query + 16 * t + g + 8 * (e / 2)] * kLog2e;
-      if (k0 + s_key + 32 > T || (p.causal && k0 + s_key + 31 > m0 + s_query))
+      if (k0 + s_key + kSK * 8 > T || (p.causal && k0 + s_key + kSK * 8 - 1 > m0 + s_query))
         mask_keys(s, query, k0 + s_key, T, p.causal);
       exp2_tile(s);
       warp_gemm_rows_rows<kD, kSQ, kSK, kRow>(ds, sdOs + s_query * kRow, sV + s_key * kRow, lane);

@@ -58,20 +58,20 @@ int chunk_tiles(int n_tiles, int64_t bh, int sms, int per_sm, bool equal_work, W
 // kBlockN x kHeadDim.
 template <int kHeadDim>
 int64_t fused_accum_floats(const FlashParams& p) {
-  using F = BwdFusedWideTraits<kHeadDim>;  // the same tiles as the narrow layout's
+  using F = BwdFusedTraits<kHeadDim>;
   return int64_t(p.batch) * p.heads * ceil_div(p.seq, F::kBlockN) * F::kBlockN * kHeadDim;
 }
 
-// The fused backward (five products, dQ by atomics): FlashAttention-2's structure, 128 keys
-// per CTA (kernel_traits.h: the narrow layout at head dim 32, the wide one above). Auto takes it
-// at head dims 32, 96 and 128 on sequences of 2048 and more whose grid of 128-key tiles covers
-// every SM. There, on an H100, it was faster than the split backward (causal, batch 1, T 32768
-// and 65536; batch 8, no mask, T 4096-16384): 1.39-1.46x at 128 and 1.41-1.49x at 96 (session
-// 15's wide layout), 1.07-1.23x at 32 (session 14), and 1.14-1.27x at batch 4 x 8 heads, causal,
-// T 2048-4096 (128). Slower elsewhere: at batch 1, T 16384 (0.76x at 128: 128 CTAs for 132
-// SMs; the split backward's chunks spread the causal work) and at head dim 64 (0.83-0.95x
-// against the split kernels' two m tiles); even at T 1024 (batch 4 x 8 heads, 128). Head dim 80
-// has no fused kernel (its warps' halves of the head dim would be 40 wide).
+// The fused backward (five products, dQ by atomics): FlashAttention-2's kernel, 128 keys per
+// CTA (kernel_traits.h). Auto takes it on sequences of at least 2048 (8192 at head dim 64)
+// whose grid of 128-key tiles covers every SM. There, on an H100 (session 15), it was faster
+// than the split backward (causal, batch 1, T 32768 and 65536; batch 8, no mask, T 4096-16384):
+// 1.39-1.46x at head dim 128, 1.41-1.49x at 96, 1.07-1.22x at 32, 1.01-1.07x at 64 from T 8192
+// (1.00x at batch 8, T 4096), and 1.14-1.27x at batch 4 x 8 heads, causal, T 2048-4096 (128).
+// Slower: at head dim 64 below T 8192 on many heads (0.87-0.93x at batch 4 x 16 or 25 heads,
+// causal, T 2048-4096: the split kernels' two m tiles), and on grids smaller than the GPU
+// (0.76x at 128, batch 1, T 16384: 128 CTAs for 132 SMs; the split backward's chunks spread the
+// causal work). Head dims 16 and 80 have no fused kernel (has_fused_backward).
 template <int kHeadDim>
 bool fused_backward(const FlashParams& p) {
   switch (p.settings.bwd) {
@@ -79,8 +79,9 @@ bool fused_backward(const FlashParams& p) {
     case FlashBwd::Fused: return true;
     case FlashBwd::Auto: break;
   }
-  return kHeadDim != 64 && p.seq >= 2048 &&
-         int64_t(ceil_div(p.seq, BwdFusedWideTraits<kHeadDim>::kBlockM)) * p.batch * p.heads >= sm_count();
+  const int min_seq = kHeadDim == 64 ? 8192 : 2048;
+  return p.seq >= min_seq &&
+         int64_t(ceil_div(p.seq, BwdFusedTraits<kHeadDim>::kBlockM)) * p.batch * p.heads >= sm_count();
 }
 
 template <int kHeadDim, int kMTiles>
@@ -121,22 +122,14 @@ BwdPlan plan_bwd(const FlashParams& p) {
 
 template <int kHeadDim>
 void run_bwd_fused(const FlashParams& p, cudaStream_t stream) {
+  using F = BwdFusedTraits<kHeadDim>;
   if (!p.dq_accum || p.kv_chunk || p.q_chunk)
     LLMHPC_FATAL("flash backward: fused without its accumulator, or chunked (set_packed_backward sets the plan)");
   CUDA_CHECK(cudaMemsetAsync(p.dq_accum, 0, size_t(fused_accum_floats<kHeadDim>(p)) * sizeof(float), stream));
-  auto launch = [&](FlashKernel dkdv, FlashKernel convert, auto traits) {
-    using F = decltype(traits);
-    const unsigned bh = unsigned(p.batch * p.heads);
-    launch_kernel(dkdv, dim3(bh, ceil_div(p.seq, F::kBlockM)), F::kThreads, F::kSmemBytes, stream, p);
-    launch_kernel(convert, dim3(ceil_div(p.seq, F::kBlockN), bh), F::kThreads, 0, stream, p);
-  };
-  if constexpr (kHeadDim <= kFusedNarrowMaxHeadDim) {
-    using F = BwdFusedNarrowTraits<kHeadDim>;
-    launch(flash_bwd_dkdv_mma_kernel<F, true>, flash_bwd_dq_convert_mma_kernel<F>, F{});
-  } else {
-    using F = BwdFusedWideTraits<kHeadDim>;
-    launch(flash_bwd_fused_mma_kernel<F>, flash_bwd_dq_convert_mma_kernel<F>, F{});
-  }
+  const unsigned bh = unsigned(p.batch * p.heads);
+  launch_kernel(flash_bwd_fused_mma_kernel<F>, dim3(bh, ceil_div(p.seq, F::kBlockM)), F::kThreads, F::kSmemBytes,
+                stream, p);
+  launch_kernel(flash_bwd_dq_convert_mma_kernel<F>, dim3(ceil_div(p.seq, F::kBlockN), bh), F::kThreads, 0, stream, p);
 }
 
 template <int kHeadDim, int kMTiles>
@@ -180,7 +173,7 @@ BwdPlan plan_bwd_tensor_core(const FlashParams& p) {
 }
 
 int bwd_tensor_core_rows(const FlashParams& p) {
-  return p.dq_atomic ? BwdFusedWideTraits<128>::kBlockM : bwd_m_tiles(p) * kMTileRows;
+  return p.dq_atomic ? BwdFusedTraits<128>::kBlockM : bwd_m_tiles(p) * kMTileRows;
 }
 
 void launch_bwd_tensor_core(const FlashParams& p, const FlashVariant& v, cudaStream_t stream) {

@@ -66,59 +66,38 @@ struct BwdQTraits : TensorCoreTraits<kHeadDim, (kHeadDim > 64 || kMTiles > 1 ? 3
   static constexpr size_t kSmemBytes = (2 * Base::kBlockM + 4 * Base::kBlockN) * Base::kTileBytes;
 };
 
-// Fused backward (five products, dQ added with atomics; flash_bwd_mma.cu decides where): 8
-// warps, 128 keys per CTA against query tiles of 64 (128 keys make one fp32 atomic addition per
-// score, as FlashAttention-2; 64 would make two), in one of two warp layouts:
-//
-// Narrow heads (head dim 32; BwdFusedNarrowTraits, the dK/dV kernel with kFusedDq): each warp
-// owns 16 keys; P^T and dS^T stay in its registers for dV += P^T dO and dK += dS^T Q, and dS^T
-// also goes to shared memory (two stages of kBlockM keys x kBlockN queries) for the query tile's
-// share of dQ = dS K, split 4 along the queries x 2 along the head dim.
-//
-// Wide heads (64, 96, 128; BwdFusedWideTraits, flash_bwd_fused_mma_kernel): FlashAttention-2's
-// layouts. S = Q K^T and dP = dO V^T: each warp 32 queries x 32 keys (2 x 4 warps); P and dS
-// go to shared memory (query-major); dV and dK: each warp 32 keys x half the head dim (4 x 2
-// warps); dQ's share: 2 x 32 queries x a quarter of the head dim at 128, else 4 x 16 x a half.
-// A warp then reads a quarter of the Q and dO tiles per product where one-warp-per-16-keys reads
-// all of them: on an H100 1.09-1.11x faster at head dim 128, 1.08-1.09x at 96, 1.03-1.04x at 64,
-// but 0.87x at 32, where the products are short and the round trip of P and dS through shared
-// memory is what is left (session 15).
-//
-// 175 KB of shared memory at head dim 128: one CTA per SM. dQ's accumulator tiles hold each
-// warp's kDqMTiles x kDqDims / 8 float4s per thread in dq_share's order.
-template <int kHeadDim>
-struct BwdFusedNarrowTraits : TensorCoreTraits<kHeadDim, 64, 1, 8> {
-  using Base = TensorCoreTraits<kHeadDim, 64, 1, 8>;
-  static constexpr int kScoreRow = Base::kBlockN + 8;                     // bf16 elements between rows of sdS^T
-  static constexpr int kDqWarpsQ = Base::kBlockN / 16;                    // 4
-  static constexpr int kDqMTiles = 1;                                     // 16 queries a warp
-  static constexpr int kDqDims = kHeadDim / (Base::kNWarps / kDqWarpsQ);  // a warp's dims of dQ
-  static constexpr size_t kSmemBytes = (2 * Base::kBlockM + 4 * Base::kBlockN) * Base::kTileBytes +
-                                       4 * Base::kBlockN * sizeof(float) + 2 * Base::kBlockM * kScoreRow * 2;
-  static_assert(kDqDims % 16 == 0, "n tiles come in pairs");
-};
-template <int kHeadDim>
-struct BwdFusedWideTraits : TensorCoreTraits<kHeadDim, 64, 1, 8> {
-  using Base = TensorCoreTraits<kHeadDim, 64, 1, 8>;
-  static constexpr int kScoreRow = Base::kBlockM + 8;        // bf16 elements between rows of sP, sdS
-  static constexpr int kSWarpsQ = 2;                         // S, dP: warps along the queries (32 each)
-  static constexpr int kSWarpsK = 4;                         // and along the keys (32 each)
-  static constexpr int kKvWarpsK = 4;                        // dK, dV: warps along the keys (32 each)
-  static constexpr int kKvDims = kHeadDim / 2;               // and a warp's dims
-  static constexpr int kDqWarpsQ = kHeadDim == 128 ? 2 : 4;  // dQ share: warps along the queries
+// Fused backward (five products, dQ added with atomics; flash_bwd_mma.cu decides where):
+// flash_bwd_fused_mma_kernel in FlashAttention-2's warp layouts. 8 warps, 128 keys per CTA (one
+// fp32 atomic addition per score, as FlashAttention-2; 64 would make two) against query tiles
+// of kQueryTile: 128 at head dims up to 64, 64 above (registers), as FlashAttention-2.
+//   S = Q K^T, dP = dO V^T: 2 x 4 warps (queries x keys: kQueryTile / 2 x 32 each); P and dS go
+//     to shared memory (bf16, query-major)
+//   dV += P^T dO, dK += dS^T Q: 4 x 2 warps (32 keys x half the head dim each)
+//   dQ's share dS K: kDqWarpsQ warps along the queries (32 each where the rest split the head
+//     dim into whole pairs of n tiles, else 16) x the rest along the head dim
+// A warp reads a quarter to a half of the Q and dO tiles per product. It replaced (session 15)
+// a dK/dV kernel in which each warp owned 16 keys and read all of them, keeping P^T and dS^T in
+// registers: on an H100 1.09-1.11x faster at head dim 128, 1.08-1.09x at 96, 1.11-1.18x at 64
+// (two calls), 0.98-1.00x at 32. 175 KB of shared memory at head dim 128: one CTA per SM.
+template <int kHeadDim, int kQueryTile = (kHeadDim <= 64 ? 128 : 64)>
+struct BwdFusedTraits : TensorCoreTraits<kHeadDim, kQueryTile, 1, 8> {
+  using Base = TensorCoreTraits<kHeadDim, kQueryTile, 1, 8>;
+  static constexpr int kScoreRow = Base::kBlockM + 8;  // bf16 elements between rows of sP, sdS
+  static constexpr int kSWarpsQ = 2;                   // S, dP: warps along the queries
+  static constexpr int kSWarpsK = 4;                   // and along the keys (32 each)
+  static constexpr int kKvWarpsK = 4;                  // dK, dV: warps along the keys (32 each)
+  static constexpr int kKvDims = kHeadDim / 2;         // and a warp's dims
+  static constexpr int kDqWarpsQ =                     // dQ share: warps along the queries
+      kHeadDim / (Base::kNWarps / (Base::kBlockN / 32)) % 16 == 0 ? Base::kBlockN / 32 : Base::kBlockN / 16;
   static constexpr int kDqMTiles = Base::kBlockN / kDqWarpsQ / 16;
   static constexpr int kDqDims = kHeadDim / (Base::kNWarps / kDqWarpsQ);
   static constexpr size_t kSmemBytes = (2 * Base::kBlockM + 4 * Base::kBlockN) * Base::kTileBytes +
                                        4 * Base::kBlockN * sizeof(float) + 2 * Base::kBlockN * kScoreRow * 2;
   static_assert(kKvDims % 16 == 0 && kDqDims % 16 == 0, "n tiles come in pairs");
 };
-// The head dims with a fused backward: a warp's half of the head dim is whole pairs of n tiles
-// (none at 16 and 80). Up to kFusedNarrowMaxHeadDim the narrow layout, above it the wide one.
+// The head dims BwdFusedTraits compiles for: a warp's half of the head dim is whole pairs of n
+// tiles (none at 16 and 80).
 constexpr bool has_fused_backward(int head_dim) { return head_dim >= 32 && head_dim % 32 == 0; }
-constexpr int kFusedNarrowMaxHeadDim = 32;
-static_assert(BwdFusedNarrowTraits<32>::kBlockN == BwdFusedWideTraits<128>::kBlockN &&
-                  BwdFusedNarrowTraits<32>::kBlockM == BwdFusedWideTraits<128>::kBlockM,
-              "both fused layouts: 128 keys per CTA, dQ accumulator tiles of 64 queries");
 
 template <int kHeadDim_>
 struct SimtTraits {
