@@ -420,10 +420,10 @@ flash::FlashParams placeholder_params(DType dt, int64_t B, int64_t T, int64_t H,
 }
 
 // The fused tensor-core backward (five products, dQ by atomics; flash_bwd_mma.cu), forced at
-// every shape (auto takes it at head dim 128 on grids that fill the GPU): head dims 32, 64, 96
-// and 128, padded ones (120, 40), several key tiles of 128 and query tiles of 32, partial tiles.
-// Its dQ is not bitwise repeatable, so only the accuracy rule (on a NaN-filled accumulator the
-// launcher must zero). Head dims without a fused kernel (80) run split.
+// every shape (auto takes it on long sequences whose grid fills the GPU): head dims 32, 64, 96
+// and 128, padded ones (120, 40, and 80 in 96), several key tiles of 128 and query tiles of 64
+// and 128, partial tiles. Its dQ is not bitwise repeatable, so only the accuracy rule (on a
+// NaN-filled accumulator the launcher must zero).
 TEST_F(FlashAttnGpu, FusedBackward) {
   FlashSettings fused = flash::flash_settings();
   fused.bwd = FlashBwd::Fused;
@@ -432,7 +432,8 @@ TEST_F(FlashAttnGpu, FusedBackward) {
        {Shape{1, 257, 1, 128}, Shape{1, 700, 2, 128}, Shape{2, 77, 2, 120}, Shape{1, 100, 2, 64}, Shape{1, 45, 2, 40},
         Shape{2, 1, 2, 128}, Shape{3, 530, 2, 64}, Shape{1, 130, 1, 96}, Shape{2, 300, 2, 32}, Shape{1, 90, 1, 80}})
     for (bool causal : {true, false}) check(tensor_core, s, causal, fused);
-  // Auto's choice (flash_bwd_mma.cu): head dims 32, 96, 128, T >= 2048, 128-key tiles for every SM.
+  // Auto's choice (flash_bwd_mma.cu): T >= 2048 (4096 at head dim 80, 8192 at 64), 128-key tiles
+  // for every SM.
   const int sms = flash::sm_count();
   auto atomic = [&](int64_t batch, int64_t seq, int64_t head_dim, FlashBwd bwd) {
     FlashSettings settings;
@@ -443,15 +444,18 @@ TEST_F(FlashAttnGpu, FusedBackward) {
   EXPECT_TRUE(atomic(1, 128 * sms, 120, FlashBwd::Auto));
   EXPECT_FALSE(atomic(1, 128 * (sms - 1), 128, FlashBwd::Auto));  // a grid smaller than the GPU
   EXPECT_FALSE(atomic(2 * sms, 1024, 128, FlashBwd::Auto));       // short key loops
-  EXPECT_FALSE(atomic(sms, 2048, 64, FlashBwd::Auto));            // the split kernels' two m tiles win there
+  EXPECT_FALSE(atomic(sms, 4096, 64, FlashBwd::Auto));            // the split kernels' two m tiles win there
+  EXPECT_TRUE(atomic(sms, 8192, 64, FlashBwd::Auto));
   EXPECT_TRUE(atomic(sms, 2048, 32, FlashBwd::Auto));
   EXPECT_TRUE(atomic(sms, 2048, 96, FlashBwd::Auto));
   EXPECT_TRUE(atomic(sms, 2048, 88, FlashBwd::Auto));   // runs in 96
-  EXPECT_FALSE(atomic(sms, 2048, 80, FlashBwd::Auto));  // no fused kernel
+  EXPECT_FALSE(atomic(sms, 2048, 80, FlashBwd::Auto));  // in 96, from T 4096
+  EXPECT_TRUE(atomic(sms, 4096, 80, FlashBwd::Auto));
   EXPECT_FALSE(atomic(sms, 2048, 128, FlashBwd::Split));
   EXPECT_TRUE(atomic(1, 8, 64, FlashBwd::Fused));
   EXPECT_TRUE(atomic(1, 8, 32, FlashBwd::Fused));
-  EXPECT_FALSE(atomic(1, 8, 80, FlashBwd::Fused));  // no fused kernel: split
+  EXPECT_TRUE(atomic(1, 8, 80, FlashBwd::Fused));   // in 96
+  EXPECT_FALSE(atomic(1, 8, 16, FlashBwd::Fused));  // no fused kernel: split
 }
 
 // flash_variant, which CudaOps::attention_variant records with results, names the kernels the
@@ -521,6 +525,11 @@ TEST_F(FlashAttnGpu, VariantNamesWhatRuns) {
     EXPECT_EQ(v.bwd.rows, 128) << d;
     EXPECT_EQ(v.kv_chunk + v.q_chunk, 0) << d;
   }
+  // Head dim 80 (the 2.7B model's) fuses in the kernel of 96; its forward stays at 80.
+  v = variant(DType::BF16, flash::sm_count(), 4096, 1, 80, autos);
+  EXPECT_EQ(v.dq_sum, DqSum::Atomic);
+  EXPECT_EQ(v.bwd.head_dim, 96);
+  EXPECT_EQ(v.fwd.head_dim, 80);
   // Split forced where auto would fuse.
   EXPECT_EQ(variant(DType::BF16, flash::sm_count(), 2048, 1, 128, split).dq_sum, DqSum::None);
 }

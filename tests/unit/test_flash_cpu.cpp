@@ -391,10 +391,10 @@ Result run_emulated(EmuImpl impl, const std::vector<double>& qkv_v, const std::v
       }
       fe::emulate_launch(fe::flash_bwd_delta_kernel<fe::bf16>, dim3(2, s.B), 64, 0, b);
       bool fused = false;
-      if constexpr (fe::has_fused_backward(kD)) {
+      if constexpr (fe::fused_head_dim(kD) != 0) {
         if (impl == EmuImpl::TensorCoreBf16Fused) {  // flash_bwd_mma.cu's fused launch
-          using F = fe::BwdFusedTraits<kD>;
-          accum.assign(size_t(bh * tiles(F::kBlockN) * F::kBlockN * kD), 0.f);  // the launcher's memset
+          using F = fe::BwdFusedTraits<fe::fused_head_dim(kD)>;
+          accum.assign(size_t(bh * tiles(F::kBlockN) * F::kBlockN * F::kHeadDim), 0.f);  // the launcher's memset
           b.dq_atomic = true, b.dq_accum = accum.data();
           fe::emulate_launch(fe::flash_bwd_fused_mma_kernel<F>, dim3(bh, tiles(F::kBlockM)), F::kThreads, F::kSmemBytes,
                              b);
@@ -553,7 +553,7 @@ INSTANTIATE_TEST_SUITE_P(FusedDq, FlashKernelsEmulated,
 // around), a padded head dim, B x H > 1 (each head's accumulator tiles).
 const Shape5 kFusedShapes[] = {
     {1, 300, 1, 128, 0, 0}, {2, 50, 1, 120, 0, 0}, {1, 140, 2, 64, 0, 0}, {1, 20, 1, 48, 0, 0},
-    {1, 150, 1, 32, 0, 0},  {1, 70, 2, 96, 0, 0},  {1, 300, 1, 64, 0, 0},
+    {1, 150, 1, 32, 0, 0},  {1, 70, 2, 96, 0, 0},  {1, 300, 1, 64, 0, 0}, {1, 130, 2, 80, 0, 0},
 };
 INSTANTIATE_TEST_SUITE_P(Fused, FlashKernelsEmulated,
                          ::testing::Combine(::testing::Values(EmuImpl::TensorCoreBf16Fused),

@@ -252,7 +252,8 @@ FlashVariant backward_variant(const FlashParams& p) {
     v.dq_sum = fused ? DqSum::Ordered : DqSum::None;
     return v;
   }
-  v.bwd = {FlashImpl::TensorCore, padded_head_dim(p.head_dim, true), bwd_tensor_core_rows(p)};
+  const int head_dim = padded_head_dim(p.head_dim, true);
+  v.bwd = {FlashImpl::TensorCore, p.dq_atomic ? fused_head_dim(head_dim) : head_dim, bwd_tensor_core_rows(p)};
   v.dq_sum = p.dq_atomic ? DqSum::Atomic : DqSum::None;
   v.kv_chunk = p.kv_chunk, v.q_chunk = p.q_chunk;
   return v;

@@ -63,15 +63,19 @@ int64_t fused_accum_floats(const FlashParams& p) {
 }
 
 // The fused backward (five products, dQ by atomics): FlashAttention-2's kernel, 128 keys per
-// CTA (kernel_traits.h). Auto takes it on sequences of at least 2048 (8192 at head dim 64)
-// whose grid of 128-key tiles covers every SM. There, on an H100 (session 15), it was faster
-// than the split backward (causal, batch 1, T 32768 and 65536; batch 8, no mask, T 4096-16384):
-// 1.39-1.46x at head dim 128, 1.41-1.49x at 96, 1.07-1.22x at 32, 1.01-1.07x at 64 from T 8192
-// (1.00x at batch 8, T 4096), and 1.14-1.27x at batch 4 x 8 heads, causal, T 2048-4096 (128).
-// Slower: at head dim 64 below T 8192 on many heads (0.87-0.93x at batch 4 x 16 or 25 heads,
-// causal, T 2048-4096: the split kernels' two m tiles), and on grids smaller than the GPU
-// (0.76x at 128, batch 1, T 16384: 128 CTAs for 132 SMs; the split backward's chunks spread the
-// causal work). Head dims 16 and 80 have no fused kernel (has_fused_backward).
+// CTA (kernel_traits.h), at fused_head_dim(kHeadDim) (80 runs in 96). Auto takes it on
+// sequences of at least 2048 (4096 at head dim 80, 8192 at 64) whose grid of 128-key tiles
+// covers every SM. There, on an H100 (session 15), it was faster than the split backward
+// (causal, batch 1, T 32768 and 65536; batch 8, no mask, T 4096-16384): 1.39-1.46x at head dim
+// 128, 1.41-1.49x at 96, 1.07-1.22x at 32, 1.01-1.07x at 64 from T 8192 (1.00x at batch 8,
+// T 4096), and 1.14-1.27x at batch 4 x 8 heads, causal, T 2048-4096 (128); at 80, in 96,
+// 1.18x at batch 4 x 32 heads (the 2.7B model's), causal, T 8192, 1.13x at batch 1 x 32 heads,
+// T 8192, 1.20-1.22x at batch 8, no mask, T 4096-16384, 1.02x at 4 x 32 heads, T 4096. Slower:
+// at head dim 64 below T 8192 on many heads (0.87-0.93x at batch 4 x 16 or 25 heads, causal,
+// T 2048-4096: the split kernels' two m tiles), at 80 below T 4096 (0.98x at batch 4 x 32
+// heads, T 2048; 0.92x at T 1024), and on grids smaller than the GPU (0.76x at 128, batch 1,
+// T 16384: 128 CTAs for 132 SMs; the split backward's chunks spread the causal work). Head dim
+// 16 has no fused kernel.
 template <int kHeadDim>
 bool fused_backward(const FlashParams& p) {
   switch (p.settings.bwd) {
@@ -79,9 +83,9 @@ bool fused_backward(const FlashParams& p) {
     case FlashBwd::Fused: return true;
     case FlashBwd::Auto: break;
   }
-  const int min_seq = kHeadDim == 64 ? 8192 : 2048;
+  const int min_seq = kHeadDim == 64 ? 8192 : kHeadDim == 80 ? 4096 : 2048;
   return p.seq >= min_seq &&
-         int64_t(ceil_div(p.seq, BwdFusedTraits<kHeadDim>::kBlockM)) * p.batch * p.heads >= sm_count();
+         int64_t(ceil_div(p.seq, BwdFusedTraits<fused_head_dim(kHeadDim)>::kBlockM)) * p.batch * p.heads >= sm_count();
 }
 
 template <int kHeadDim, int kMTiles>
@@ -89,10 +93,10 @@ BwdPlan plan_bwd(const FlashParams& p) {
   using Kv = BwdKvTraits<kHeadDim, kMTiles>;
   using Q = BwdQTraits<kHeadDim, kMTiles>;
   BwdPlan plan;
-  if constexpr (has_fused_backward(kHeadDim)) {
+  if constexpr (fused_head_dim(kHeadDim) != 0) {
     if (fused_backward<kHeadDim>(p)) {
       plan.dq_atomic = true;
-      plan.dq_accum_floats = fused_accum_floats<kHeadDim>(p);
+      plan.dq_accum_floats = fused_accum_floats<fused_head_dim(kHeadDim)>(p);
       return plan;
     }
   }

@@ -95,9 +95,10 @@ struct BwdFusedTraits : TensorCoreTraits<kHeadDim, kQueryTile, 1, 8> {
                                        4 * Base::kBlockN * sizeof(float) + 2 * Base::kBlockN * kScoreRow * 2;
   static_assert(kKvDims % 16 == 0 && kDqDims % 16 == 0, "n tiles come in pairs");
 };
-// The head dims BwdFusedTraits compiles for: a warp's half of the head dim is whole pairs of n
-// tiles (none at 16 and 80).
-constexpr bool has_fused_backward(int head_dim) { return head_dim >= 32 && head_dim % 32 == 0; }
+// The head dim the fused backward runs a (compiled, padded) head dim at: BwdFusedTraits needs a
+// warp's half of it to be whole pairs of n tiles, so 80 runs zero-padded in 96 (as PyTorch's
+// FlashAttention-2 does); 0 at 16, which has none.
+constexpr int fused_head_dim(int head_dim) { return head_dim <= 16 ? 0 : (head_dim + 31) / 32 * 32; }
 
 template <int kHeadDim_>
 struct SimtTraits {
