@@ -66,12 +66,14 @@ def attention_frame(directories: list) -> pd.DataFrame:
 
 def kernel_summary(attrs) -> str:
     """What ran, from the record's variant attributes (docs/hdf5-schema.md): e.g. "tensor cores
-    d80, fwd 128 rows, bwd fused (atomic dQ)"; the CPU's or naive's attention_kernel as it is."""
+    d80, fwd 128 rows, bwd fused in d96 (atomic dQ)"; the CPU's or naive's attention_kernel as it is."""
     impl = attrs.get("flash_impl")
     if impl is None:
         return str(attrs.get("attention_kernel", ""))
     cores = "tensor cores" if impl == "tensor-core" else "CUDA cores"
     text = f"{cores} d{attrs.get('flash_head_dim')}, fwd {attrs.get('flash_fwd_rows')} rows, bwd {attrs.get('flash_bwd')}"
+    if attrs.get("flash_bwd_head_dim") not in (None, attrs.get("flash_head_dim")):
+        text += f" in d{attrs['flash_bwd_head_dim']}"
     if attrs.get("flash_dq") not in (None, "none"):
         text += f" ({attrs['flash_dq']} dQ)"
     if attrs.get("flash_bwd_chunks") not in (None, "off"):

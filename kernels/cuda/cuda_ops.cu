@@ -255,8 +255,9 @@ void CudaOps::accumulation_experiment(Tensor out, double value, int64_t n) {
 // Flash: flash::flash_variant of the params attention_forward/backward build, with the
 // process's settings (LLMHPC_FLASH_*). The choice reads the tensors' addresses only for their
 // alignment: placeholders aligned like the device allocator's buffers (cudaMalloc's 256 bytes)
-// stand for them. The forward's and the backward's kernel family and head dim are the same
-// for these packed tensors (aligned alike), so they are recorded once.
+// stand for them. The forward's and the backward's kernel family are the same for these packed
+// tensors (aligned alike), so it is recorded once; their head dims differ where the fused
+// backward runs in a wider kernel (80 in 96).
 std::vector<std::pair<std::string, std::string>> CudaOps::attention_variant(const AttentionDims& d,
                                                                             DType compute) const {
   if (d.kind != AttentionKind::Flash) return {{"attention_kernel", "naive (cuBLAS + softmax kernel)"}};
@@ -273,6 +274,7 @@ std::vector<std::pair<std::string, std::string>> CudaOps::attention_variant(cons
       {"flash_head_dim", std::to_string(v.fwd.head_dim)},
       {"flash_fwd_rows", std::to_string(v.fwd.rows)},
       {"flash_bwd", v.dq_sum == flash::DqSum::None ? "split" : "fused"},
+      {"flash_bwd_head_dim", std::to_string(v.bwd.head_dim)},
       {"flash_bwd_rows", std::to_string(v.bwd.rows)},
       {"flash_bwd_chunks", v.kv_chunk || v.q_chunk ? "dkdv " + chunk(v.kv_chunk) + ", dq " + chunk(v.q_chunk) : "off"},
       {"flash_dq", dq}};

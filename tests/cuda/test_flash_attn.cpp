@@ -548,13 +548,15 @@ TEST_F(FlashAttnGpu, BackendRecordsTheVariant) {
   const Pairs got = be.ops->attention_variant(flash_dims, DType::BF16);
   std::vector<std::string> keys;
   for (const auto& kv : got) keys.push_back(kv.first);
-  EXPECT_EQ(keys, (std::vector<std::string>{"attention_kernel", "flash_impl", "flash_head_dim", "flash_fwd_rows",
-                                            "flash_bwd", "flash_bwd_rows", "flash_bwd_chunks", "flash_dq"}));
+  EXPECT_EQ(keys,
+            (std::vector<std::string>{"attention_kernel", "flash_impl", "flash_head_dim", "flash_fwd_rows", "flash_bwd",
+                                      "flash_bwd_head_dim", "flash_bwd_rows", "flash_bwd_chunks", "flash_dq"}));
   const std::map<std::string, std::string> m(got.begin(), got.end());
   EXPECT_EQ(m.at("attention_kernel"), "flash");
   EXPECT_EQ(m.at("flash_impl"), flash::flash_impl_name(v.fwd.impl));
   EXPECT_EQ(m.at("flash_fwd_rows"), std::to_string(v.fwd.rows));
   EXPECT_EQ(m.at("flash_bwd_rows"), std::to_string(v.bwd.rows));
+  EXPECT_EQ(m.at("flash_bwd_head_dim"), std::to_string(v.bwd.head_dim));
   const FlashSettings& env = flash::flash_settings();
   if (env.impl == FlashImpl::Auto && env.bwd == FlashBwd::Auto && !env.fwd_rows && !env.bwd_rows &&
       env.bwd_chunk == -1)  // auto's choices at these sizes (512 forward CTAs of 128 rows fill the GPU; too
@@ -564,12 +566,22 @@ TEST_F(FlashAttnGpu, BackendRecordsTheVariant) {
                           {"flash_head_dim", "64"},
                           {"flash_fwd_rows", "128"},
                           {"flash_bwd", "split"},
+                          {"flash_bwd_head_dim", "64"},
                           {"flash_bwd_rows", "64"},
                           {"flash_bwd_chunks", "off"},
                           {"flash_dq", "none"}}));
   const Pairs fp32 = be.ops->attention_variant({2, 77, 2, 80, false, AttentionKind::Flash}, DType::F32);
   EXPECT_EQ(fp32[1], (std::pair<std::string, std::string>{"flash_impl", "simt"}));
   EXPECT_EQ(fp32[2], (std::pair<std::string, std::string>{"flash_head_dim", "128"}));
+  // Head dim 80's fused backward runs in the kernel of 96, and says so.
+  const flash::FlashVariant v80 = flash::flash_variant(
+      placeholder_params(DType::BF16, flash::sm_count(), 4096, 1, 80, true, flash::flash_settings()));
+  const Pairs d80 =
+      be.ops->attention_variant({flash::sm_count(), 4096, 1, 80, true, AttentionKind::Flash}, DType::BF16);
+  const std::map<std::string, std::string> m80(d80.begin(), d80.end());
+  EXPECT_EQ(m80.at("flash_head_dim"), "80");
+  EXPECT_EQ(m80.at("flash_bwd_head_dim"), std::to_string(v80.bwd.head_dim));
+  EXPECT_EQ(m80.at("flash_bwd"), v80.dq_sum == flash::DqSum::Atomic ? "fused" : "split");
   EXPECT_THROW(be.ops->attention_variant({1, 8, 1, 256, true, AttentionKind::Flash}, DType::BF16), UsageError);
 }
 
