@@ -10,13 +10,14 @@ measured at two or more rank counts n:
   weak:   the same per-rank batch b at every n; efficiency E(n) = T(n0) / T(n).
 T is the seeds' step time: the mean over the timed steps of the slowest rank's step.
 Transport: a run folder whose name ends in "-net" ran with NCCL's network transport forced
-(NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1, jobs/scaling.sh NET=1); the rank files do not record
-NCCL's environment, so the folder name says it.
+(NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1, jobs/scaling.sh NET=1), as the folder name says.
 
 Projections (every such row and point labelled "projection") extend a series to more ranks:
 compute (forward + backward + optimizer) at the most ranks measured, n_m, divided by n / n_m
 (strong) or kept (weak), plus the communication left after backward by the bucket model
-T_over = n_b o(n) + s / (n_b w(n)) (overlapping strategies; naive and flat: n_b o(n) + s / w(n)),
+T_over = n_b o(n) + s / (n_b w(n)) (overlapping strategies; never less than n_b o(n) + s / w(n) less
+backward's time, what cannot hide behind backward, which binds on slow networks; naive and
+flat: n_b o(n) + s / w(n)),
 with s the gradient bytes, n_b the collectives of the measured configuration, and o, w measured
 by an all-reduce run (llmhpc --mode comm) on n0 ranks (strong: while the global batch splits
 into whole sequences per rank), carried to n ranks as a ring all-reduce:
@@ -72,8 +73,12 @@ def projected_step(row, n: int, n_m: int, kind: str, model: dict) -> float:
     bus = model["w"] * 2 * (n0 - 1) / n0
     w, o = bus * n / (2 * (n - 1)), model["o"] * (n - 1) / (n0 - 1)
     n_b, s = max(float(row.buckets), 1.0), float(row.comm_bytes_per_step)
-    exposed = n_b * o + (s / (n_b * w) if row.ddp in OVERLAPPING else s / w)
-    return compute + exposed
+    if row.ddp not in OVERLAPPING:
+        return compute + n_b * o + s / w
+    # Overlapped, only the last bucket's all-reduce is left after backward, unless the whole
+    # gradient takes longer to reduce than backward takes to produce it (a slow network).
+    backward = row.backward_mean * (n_m / n if kind == "strong" else 1)
+    return compute + max(n_b * o + s / (n_b * w), n_b * o + s / w - backward)
 
 
 def efficiency_rows(kind: str, rows: pd.DataFrame, models: dict) -> list:

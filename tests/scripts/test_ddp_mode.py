@@ -134,6 +134,16 @@ def check_bucket_model():
     assert abs(fit_o - o) < 1e-9 and abs(fit_w / w - 1) < 1e-9, f"fit gave o={fit_o}, w={fit_w}; expected {o}, {w}"
     fit_o, fit_w = ddp.fit_model(n, s / (n * w), s)  # no overhead at all: o is 0, not negative
     assert fit_o == 0 and abs(fit_w / w - 1) < 1e-9, f"fit gave o={fit_o}, w={fit_w}; expected 0, {w}"
+    # Scaling projections: overlapped buckets leave the last one's all-reduce after backward, but
+    # never less than the whole gradient's reduction minus backward (a network slower than compute).
+    import types
+    import scaling
+    row = types.SimpleNamespace(forward_mean=3.0, backward_mean=6.0, optimizer_mean=1.0, ddp="bucketed", buckets=10,
+                                comm_bytes_per_step=s)
+    for bus_w, expected in ((10 * w, 10.0 + 10 * o + s / (100 * w)), (w / 100, 10.0 + 10 * o + 100 * s / w - 6.0)):
+        model = {"world_size": 2, "w": bus_w, "o": o}  # at 2 ranks the bus factor is 1: w(2) = w
+        got = scaling.projected_step(row, 2, 2, "weak", model)
+        assert abs(got - expected) < 1e-9 * expected, f"projected step {got}, expected {expected} (w {bus_w})"
 
 
 def check_torch_table(out, work, np_):
