@@ -65,8 +65,8 @@ def series(df: pd.DataFrame):
 
 def projected_step(row, n: int, n_m: int, kind: str, model: dict) -> float:
     """The model's step on n ranks from the measured row at n_m ranks (see the module doc)."""
-    compute = row.forward_mean + row.backward_mean + row.optimizer_mean
-    compute = compute * n_m / n if kind == "strong" else compute
+    share = n_m / n if kind == "strong" else 1.0  # of each rank's measured compute
+    compute = (row.forward_mean + row.backward_mean + row.optimizer_mean) * share
     n0 = model["world_size"]
     if row.ddp == "none" or n0 < 2:
         return compute
@@ -77,8 +77,7 @@ def projected_step(row, n: int, n_m: int, kind: str, model: dict) -> float:
         return compute + n_b * o + s / w
     # Overlapped, only the last bucket's all-reduce is left after backward, unless the whole
     # gradient takes longer to reduce than backward takes to produce it (a slow network).
-    backward = row.backward_mean * (n_m / n if kind == "strong" else 1)
-    return compute + max(n_b * o + s / (n_b * w), n_b * o + s / w - backward)
+    return compute + max(n_b * o + s / (n_b * w), n_b * o + s / w - row.backward_mean * share)
 
 
 def efficiency_rows(kind: str, rows: pd.DataFrame, models: dict) -> list:

@@ -21,6 +21,7 @@ import py_compile
 import subprocess
 import sys
 import time
+import types
 
 import h5py
 import numpy as np
@@ -30,6 +31,7 @@ sys.path.insert(0, os.path.join(ROOT, "tests", "reference"))
 sys.path.insert(0, os.path.join(ROOT, "analysis"))
 import ddp  # noqa: E402
 import llmhpc_h5  # noqa: E402
+import scaling  # noqa: E402
 from script_env import llmhpc_binary, mpiexec, parse_markdown_tables, run, scratch_dir, test_env  # noqa: E402
 
 BIN = llmhpc_binary()
@@ -136,8 +138,6 @@ def check_bucket_model():
     assert fit_o == 0 and abs(fit_w / w - 1) < 1e-9, f"fit gave o={fit_o}, w={fit_w}; expected 0, {w}"
     # Scaling projections: overlapped buckets leave the last one's all-reduce after backward, but
     # never less than the whole gradient's reduction minus backward (a network slower than compute).
-    import types
-    import scaling
     row = types.SimpleNamespace(forward_mean=3.0, backward_mean=6.0, optimizer_mean=1.0, ddp="bucketed", buckets=10,
                                 comm_bytes_per_step=s)
     for bus_w, expected in ((10 * w, 10.0 + 10 * o + s / (100 * w)), (w / 100, 10.0 + 10 * o + 100 * s / w - 6.0)):

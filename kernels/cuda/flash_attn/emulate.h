@@ -46,7 +46,7 @@ inline thread_local dim3 blockDim, gridDim;
 
 namespace llmhpc::flash {
 
-constexpr size_t kEmulatedSharedBytes = 192 * 1024;           // the fused backward takes 176 KB
+constexpr size_t kEmulatedSharedBytes = 192 * 1024;           // the fused backward takes up to 178 KiB
 alignas(16) inline unsigned char smem[kEmulatedSharedBytes];  // the kernels' `extern __shared__ smem[]`
 
 class EmuBarrier {
