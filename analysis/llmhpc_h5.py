@@ -410,6 +410,8 @@ class Run:
             ok = [r for r in recs if r.ok]
             row = {key: first.attrs.get(key) for key in DDP_CONFIG_KEYS}
             row["shard_optimizer"] = row["shard_optimizer"] or "none"  # files from before sharding existed
+            if first.attrs.get("share_weights") == "bf16":  # what travelled: one label per kind in the tables
+                row["shard_optimizer"] += " bf16"
             row.update(name=name, status=_pooled_status(recs), ranks=len(recs))
             for key in DDP_RESULT_KEYS:
                 row[key] = next((r.attrs[key] for r in recs if key in r.attrs), math.nan)

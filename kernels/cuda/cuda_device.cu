@@ -36,6 +36,7 @@ size_t capacity_for(const BackendOptions& options) {
 // ---- CachingDeviceAllocator ----------------------------------------------------------------
 
 CachingDeviceAllocator::~CachingDeviceAllocator() {
+  cudaDeviceSynchronize();  // the paged blocks' pages are unmapped, which nothing may be using
   release_cache();
   for (auto& [p, size] : held_) cudaFree(p);  // a graph outlived the device
   for (auto& [p, size] : live_) cudaFree(p);  // leaked by a caller; the device is going away
@@ -79,8 +80,54 @@ void* CachingDeviceAllocator::allocate(size_t bytes, const std::string& tag) {
   return p;
 }
 
+void CachingDeviceAllocator::make_room(size_t bytes, const std::string& tag) {
+  if (reserved_ + bytes > limit_ && !capturing_) release_cache();
+  if (reserved_ + bytes > limit_)
+    throw OutOfMemory("device allocation of " + format_bytes(double(bytes)) + " for '" + tag + "' does not fit: " +
+                      format_bytes(double(reserved_)) + " in use of a limit of " + format_bytes(double(limit_)));
+}
+
+void* CachingDeviceAllocator::allocate_paged(size_t bytes, const std::string& tag) {
+  if (pages_.page_bytes() == 0) return allocate(bytes, tag);
+  LLMHPC_CHECK(!capturing_, "paged memory while recording a CUDA graph");
+  const size_t size = (bytes + pages_.page_bytes() - 1) / pages_.page_bytes() * pages_.page_bytes();
+  make_room(size, tag);
+  void* p = pages_.allocate(bytes);
+  if (!p) {
+    release_cache();
+    p = pages_.allocate(bytes);
+  }
+  if (!p)
+    throw OutOfMemory("device allocation of " + format_bytes(double(bytes)) + " for '" + tag + "': the device is full");
+  reserved_ += pages_.size_of(p);
+  return p;
+}
+
+size_t CachingDeviceAllocator::release_pages(void* base, size_t offset, size_t bytes) {
+  if (!pages_.owns(base)) return 0;     // an ordinary block (no virtual memory management here)
+  CUDA_CHECK(cudaDeviceSynchronize());  // nothing may still be using the pages
+  const size_t n = pages_.release(base, offset, bytes);
+  reserved_ -= n;
+  return n;
+}
+
+size_t CachingDeviceAllocator::restore_pages(void* base, size_t offset, size_t bytes) {
+  if (!pages_.owns(base)) return 0;
+  const size_t held = pages_.held_bytes(base);
+  make_room(pages_.size_of(base) - held, "pages taken back");  // at most every page of the block
+  const size_t n = pages_.restore(base, offset, bytes);
+  reserved_ += n;
+  return n;
+}
+
 void CachingDeviceAllocator::deallocate(void* p) {
   if (!p) return;
+  if (pages_.owns(p)) {
+    CUDA_CHECK(cudaDeviceSynchronize());  // unmapping: nothing may still be using the pages
+    reserved_ -= pages_.held_bytes(p);
+    pages_.free(p);
+    return;
+  }
   auto it = live_.find(p);
   LLMHPC_CHECK(it != live_.end(), "free of a pointer the CUDA allocator did not allocate");
   cached_.emplace(it->second, p);
@@ -133,7 +180,8 @@ void CachingDeviceAllocator::release_cache() {
 // ---- CudaDevice ----------------------------------------------------------------------------
 
 CudaDevice::CudaDevice(const BackendOptions& options)
-    : ordinal_(select_device(options.ordinal)), capacity_(capacity_for(options)), cache_(capacity_), tracer_(cache_) {
+    : ordinal_(select_device(options.ordinal)), capacity_(capacity_for(options)), cache_(capacity_, ordinal_),
+      tracer_(cache_) {
   cudaDeviceProp prop{};
   CUDA_CHECK(cudaGetDeviceProperties(&prop, ordinal_));
   name_ = prop.name;

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "kernels/backend.h"
+#include "kernels/cuda/device_pages.h"
 
 namespace llmhpc {
 
@@ -20,12 +21,18 @@ namespace llmhpc {
 //
 // Blocks are reused in the order of the compute stream: work on another stream that uses
 // a block must be finished, or ordered before the compute stream, before the block is freed.
+// Paged allocations (DevicePages) are not cached; they count towards the limit by the pages
+// they hold.
 class CachingDeviceAllocator final : public Allocator {
  public:
-  explicit CachingDeviceAllocator(size_t limit) : limit_(limit) {}
+  CachingDeviceAllocator(size_t limit, int ordinal) : limit_(limit), pages_(ordinal) {}
   ~CachingDeviceAllocator() override;
   void* allocate(size_t bytes, const std::string& tag) override;
   void deallocate(void* p) override;
+  size_t page_bytes() const override { return pages_.page_bytes(); }
+  void* allocate_paged(size_t bytes, const std::string& tag) override;
+  size_t release_pages(void* base, size_t offset, size_t bytes) override;
+  size_t restore_pages(void* base, size_t offset, size_t bytes) override;
 
   void release_cache();  // cudaFree every cached block
 
@@ -40,7 +47,8 @@ class CachingDeviceAllocator final : public Allocator {
   size_t cached_bytes() const { return cached_bytes_; }
 
  private:
-  void* device_malloc(size_t bytes);  // nullptr on failure, with the CUDA error cleared
+  void* device_malloc(size_t bytes);                     // nullptr on failure, with the CUDA error cleared
+  void make_room(size_t bytes, const std::string& tag);  // releases the cache if needed, else throws OutOfMemory
 
   size_t limit_;
   size_t reserved_ = 0, cached_bytes_ = 0;
@@ -49,6 +57,7 @@ class CachingDeviceAllocator final : public Allocator {
   bool capturing_ = false;
   std::unordered_set<void*> captured_;      // blocks handed out during the capture
   std::unordered_map<void*, size_t> held_;  // blocks of live graphs -> block size
+  DevicePages pages_;
 };
 
 class CudaDevice final : public Device {

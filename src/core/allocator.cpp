@@ -1,5 +1,6 @@
 #include "src/core/allocator.h"
 
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -14,28 +15,49 @@ double TracingAllocator::now_ms() const {
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0_).count();
 }
 
+void TracingAllocator::note(void* p, int64_t delta, const std::string& tag) {
+  live_ += delta;
+  if (live_ > peak_) peak_ = live_;
+  if (recording_) events_.push_back({now_ms(), delta, live_, reinterpret_cast<uint64_t>(p), tag, phase_});
+}
+
 void* TracingAllocator::allocate(size_t bytes, const std::string& tag) {
   void* p = inner_.allocate(bytes, tag);
-  live_ += static_cast<int64_t>(bytes);
-  if (live_ > peak_) peak_ = live_;
   live_allocs_[p] = Live{bytes, tag};
-  if (recording_) {
-    double t = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0_).count();
-    events_.push_back({t, static_cast<int64_t>(bytes), live_, reinterpret_cast<uint64_t>(p), tag, phase_});
-  }
+  note(p, int64_t(bytes), tag);
   return p;
+}
+
+void* TracingAllocator::allocate_paged(size_t bytes, const std::string& tag) {
+  void* p = inner_.allocate_paged(bytes, tag);
+  live_allocs_[p] = Live{bytes, tag};
+  note(p, int64_t(bytes), tag);
+  return p;
+}
+
+size_t TracingAllocator::release_pages(void* base, size_t offset, size_t bytes) {
+  auto it = live_allocs_.find(base);
+  LLMHPC_CHECK(it != live_allocs_.end(), "pages of a pointer this allocator did not allocate");
+  const size_t n = inner_.release_pages(base, offset, bytes);
+  it->second.bytes -= n;
+  if (n) note(base, -int64_t(n), it->second.tag);
+  return n;
+}
+
+size_t TracingAllocator::restore_pages(void* base, size_t offset, size_t bytes) {
+  auto it = live_allocs_.find(base);
+  LLMHPC_CHECK(it != live_allocs_.end(), "pages of a pointer this allocator did not allocate");
+  const size_t n = inner_.restore_pages(base, offset, bytes);
+  it->second.bytes += n;
+  if (n) note(base, int64_t(n), it->second.tag);
+  return n;
 }
 
 void TracingAllocator::deallocate(void* p) {
   if (!p) return;
   auto it = live_allocs_.find(p);
   LLMHPC_CHECK(it != live_allocs_.end(), "free of a pointer this allocator did not allocate");
-  live_ -= static_cast<int64_t>(it->second.bytes);
-  if (recording_) {
-    double t = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0_).count();
-    events_.push_back(
-        {t, -static_cast<int64_t>(it->second.bytes), live_, reinterpret_cast<uint64_t>(p), it->second.tag, phase_});
-  }
+  note(p, -int64_t(it->second.bytes), it->second.tag);
   live_allocs_.erase(it);
   inner_.deallocate(p);
 }
@@ -94,10 +116,14 @@ int64_t host_resident_bytes() {
   return read == 2 && page > 0 ? int64_t(resident) * page : -1;
 }
 
-void* HostAllocator::allocate(size_t bytes, const std::string& tag) {
+void HostAllocator::reserve(size_t bytes, const std::string& tag) {
   if (live_ + bytes > capacity_)
     throw OutOfMemory("host allocation of " + format_bytes(double(bytes)) + " for '" + tag + "' exceeds the limit of " +
                       format_bytes(double(capacity_)) + " (" + format_bytes(double(live_)) + " in use)");
+}
+
+void* HostAllocator::allocate(size_t bytes, const std::string& tag) {
+  reserve(bytes, tag);
   size_t rounded = (bytes + 63) / 64 * 64;
   void* p = std::aligned_alloc(64, rounded ? rounded : 64);
   if (!p) throw OutOfMemory("host allocation of " + format_bytes(double(bytes)) + " for '" + tag + "' failed");
@@ -109,14 +135,75 @@ void* HostAllocator::allocate(size_t bytes, const std::string& tag) {
 void HostAllocator::deallocate(void* p) {
   auto it = sizes_.find(p);
   LLMHPC_CHECK(it != sizes_.end(), "free of unknown host pointer");
-  live_ -= it->second;
+  auto paged = pages_.find(p);
+  if (paged != pages_.end()) {
+    const size_t page = page_bytes();
+    for (bool held : paged->second) live_ -= held ? page : 0;
+    munmap(p, paged->second.size() * page);
+    pages_.erase(paged);
+  } else {
+    live_ -= it->second;
+    std::free(p);
+  }
   sizes_.erase(it);
-  std::free(p);
 }
 
-Buffer::Buffer(Allocator& alloc, DType dtype, Shape shape, const std::string& tag) : alloc_(&alloc) {
+HostAllocator::~HostAllocator() {
+  for (const auto& [p, held] : pages_) munmap(p, held.size() * page_bytes());
+}
+
+size_t HostAllocator::page_bytes() const { return size_t(sysconf(_SC_PAGE_SIZE)); }
+
+void* HostAllocator::allocate_paged(size_t bytes, const std::string& tag) {
+  const size_t page = page_bytes(), pages = std::max<size_t>(1, (bytes + page - 1) / page);
+  reserve(pages * page, tag);
+  void* p = mmap(nullptr, pages * page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (p == MAP_FAILED)
+    throw OutOfMemory("host allocation of " + format_bytes(double(bytes)) + " for '" + tag + "' failed");
+  live_ += pages * page;
+  sizes_[p] = bytes;
+  pages_[p] = std::vector<bool>(pages, true);
+  return p;
+}
+
+size_t HostAllocator::set_pages(void* base, std::pair<size_t, size_t> pages, bool held) {
+  auto it = pages_.find(base);
+  LLMHPC_CHECK(it != pages_.end(), "pages of an allocation that is not paged");
+  const size_t page = page_bytes();
+  size_t changed = 0;
+  for (size_t k = pages.first; k < pages.second && k < it->second.size(); ++k) {
+    if (it->second[k] == held) continue;
+    char* at = static_cast<char*>(base) + k * page;
+    const bool ok = held ? mprotect(at, page, PROT_READ | PROT_WRITE) == 0
+                         : madvise(at, page, MADV_DONTNEED) == 0 && mprotect(at, page, PROT_NONE) == 0;
+    LLMHPC_CHECK(ok, held ? "taking a host page again failed" : "giving back a host page failed");
+    it->second[k] = held;
+    changed += page;
+  }
+  live_ = held ? live_ + changed : live_ - changed;
+  return changed;
+}
+
+size_t HostAllocator::release_pages(void* base, size_t offset, size_t bytes) {
+  return set_pages(base, pages_inside(offset, bytes, page_bytes()), false);
+}
+
+size_t HostAllocator::restore_pages(void* base, size_t offset, size_t bytes) {
+  return set_pages(base, pages_touched(offset, bytes, page_bytes()), true);
+}
+
+std::pair<size_t, size_t> pages_inside(size_t offset, size_t bytes, size_t page) {
+  const size_t first = (offset + page - 1) / page, last = (offset + bytes) / page;
+  return {first, std::max(first, last)};
+}
+
+std::pair<size_t, size_t> pages_touched(size_t offset, size_t bytes, size_t page) {
+  return {offset / page, bytes == 0 ? offset / page : (offset + bytes + page - 1) / page};
+}
+
+Buffer::Buffer(Allocator& alloc, DType dtype, Shape shape, const std::string& tag, bool paged) : alloc_(&alloc) {
   size_t bytes = static_cast<size_t>(shape.numel()) * dtype_size(dtype);
-  tensor_ = Tensor(alloc.allocate(bytes, tag), dtype, shape);
+  tensor_ = Tensor(paged ? alloc.allocate_paged(bytes, tag) : alloc.allocate(bytes, tag), dtype, shape);
 }
 
 Buffer& Buffer::operator=(Buffer&& o) noexcept {

@@ -22,6 +22,20 @@ class Allocator {
   // Throws OutOfMemory when the request cannot be met.
   virtual void* allocate(size_t bytes, const std::string& tag) = 0;
   virtual void deallocate(void* p) = 0;
+
+  // Paged memory: an allocation whose pages can be given back while its addresses stay (the
+  // master weights of ranges other ranks own, which nobody reads until a checkpoint). Where
+  // the allocator has no pages (page_bytes() 0), allocate_paged() is allocate() and nothing is
+  // given back.
+  virtual size_t page_bytes() const { return 0; }
+  virtual void* allocate_paged(size_t bytes, const std::string& tag) { return allocate(bytes, tag); }
+  // Of a paged allocation at `base`: gives back every page wholly inside [offset, offset +
+  // bytes), after waiting for the device's work; touching them then faults. Returns the bytes
+  // given back (pages given back already count nothing).
+  virtual size_t release_pages(void* base, size_t offset, size_t bytes) { return 0; }
+  // Takes again every page given back that [offset, offset + bytes) touches, its contents
+  // undefined. Returns the bytes taken.
+  virtual size_t restore_pages(void* base, size_t offset, size_t bytes) { return 0; }
 };
 
 struct AllocEvent {
@@ -66,6 +80,11 @@ class TracingAllocator final : public Allocator {
   explicit TracingAllocator(Allocator& inner);
   void* allocate(size_t bytes, const std::string& tag) override;
   void deallocate(void* p) override;
+  // Paged allocations count what they hold: their size less the pages given back.
+  size_t page_bytes() const override { return inner_.page_bytes(); }
+  void* allocate_paged(size_t bytes, const std::string& tag) override;
+  size_t release_pages(void* base, size_t offset, size_t bytes) override;
+  size_t restore_pages(void* base, size_t offset, size_t bytes) override;
 
   int64_t live_bytes() const { return live_; }
   int64_t peak_bytes() const { return peak_; }
@@ -87,6 +106,7 @@ class TracingAllocator final : public Allocator {
     size_t bytes;
     std::string tag;
   };
+  void note(void* p, int64_t delta, const std::string& tag);  // live bytes, peak, event
   Allocator& inner_;
   std::chrono::steady_clock::time_point t0_;
   std::unordered_map<void*, Live> live_allocs_;
@@ -102,25 +122,42 @@ size_t host_physical_memory();
 int64_t host_resident_bytes();
 
 // Host memory with a capacity: beyond it, allocate() throws OutOfMemory, so a CPU sweep
-// can hit "oom" like a GPU one instead of being killed by the kernel.
+// can hit "oom" like a GPU one instead of being killed by the kernel. Paged allocations are
+// mapped pages of their own: a page given back goes back to the system (madvise) and is
+// protected, so touching it faults.
 class HostAllocator final : public Allocator {
  public:
   explicit HostAllocator(size_t capacity_bytes) : capacity_(capacity_bytes) {}
+  ~HostAllocator() override;
   void* allocate(size_t bytes, const std::string& tag) override;
   void deallocate(void* p) override;
+  size_t page_bytes() const override;
+  void* allocate_paged(size_t bytes, const std::string& tag) override;
+  size_t release_pages(void* base, size_t offset, size_t bytes) override;
+  size_t restore_pages(void* base, size_t offset, size_t bytes) override;
   size_t capacity() const { return capacity_; }
 
  private:
+  void reserve(size_t bytes, const std::string& tag);  // throws OutOfMemory beyond the capacity
+  // Gives back (held false) or takes again pages [first, last) of a paged allocation; returns the bytes changed.
+  size_t set_pages(void* base, std::pair<size_t, size_t> pages, bool held);
   size_t capacity_;
   size_t live_ = 0;
   std::unordered_map<void*, size_t> sizes_;
+  std::unordered_map<void*, std::vector<bool>> pages_;  // paged allocations: which pages are held
 };
+
+// The pages a paged allocation gives back or takes again for [offset, offset + bytes): whole
+// pages inside it (release) or every page it touches (restore), as page indices [first, last).
+std::pair<size_t, size_t> pages_inside(size_t offset, size_t bytes, size_t page);
+std::pair<size_t, size_t> pages_touched(size_t offset, size_t bytes, size_t page);
 
 // Owns one allocation and views it as a tensor. Move-only.
 class Buffer {
  public:
   Buffer() = default;
-  Buffer(Allocator& alloc, DType dtype, Shape shape, const std::string& tag);
+  // `paged`: from allocate_paged (Allocator).
+  Buffer(Allocator& alloc, DType dtype, Shape shape, const std::string& tag, bool paged = false);
   ~Buffer() { release(); }
   Buffer(Buffer&& o) noexcept { *this = std::move(o); }
   Buffer& operator=(Buffer&& o) noexcept;

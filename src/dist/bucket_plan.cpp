@@ -81,8 +81,9 @@ FlatRange shard_part(FlatRange group, int part, int parts, int64_t alignment) {
   return {cut(part), cut(part + 1)};
 }
 
-std::vector<FlatRange> plan_zero1_buckets(const std::vector<FlatRange>& ranges, int64_t flat_elements, int ranks) {
-  const int64_t granule = int64_t(ranks) * kShardAlignment;
+std::vector<FlatRange> plan_zero1_buckets(const std::vector<FlatRange>& ranges, int64_t flat_elements, int ranks,
+                                          int64_t alignment) {
+  const int64_t granule = int64_t(ranks) * alignment;
   LLMHPC_CHECK(flat_elements % granule == 0, "ZeRO-1 needs the flat buffer padded to a multiple of ranks x alignment");
   std::vector<int64_t> cuts = {0, flat_elements};
   for (const FlatRange& r : ranges) {

@@ -62,12 +62,13 @@ FlatRange shard_part(FlatRange group, int part, int parts, int64_t alignment = k
 
 // ZeRO-1's buckets: a strategy's `ranges` re-cut so that every bucket divides into `ranks`
 // equal aligned parts (a reduce-scatter's equal chunks). Each range boundary moves up to the
-// next multiple of granule = ranks x kShardAlignment, towards the end of the buffer whose
+// next multiple of granule = ranks x alignment, towards the end of the buffer whose
 // gradients backward finishes first, so no bucket waits for gradients its original range
 // did not: it hands its first few elements to the next bucket and takes a few, already
 // final, from the previous one. The buckets tile [0, flat_elements) whole (a multiple of the
 // granule): frozen tensors, gaps and the padding at the end join a neighbour; a range that
 // shrinks to nothing disappears. In reverse parameter order.
-std::vector<FlatRange> plan_zero1_buckets(const std::vector<FlatRange>& ranges, int64_t flat_elements, int ranks);
+std::vector<FlatRange> plan_zero1_buckets(const std::vector<FlatRange>& ranges, int64_t flat_elements, int ranks,
+                                          int64_t alignment = kShardAlignment);
 
 }  // namespace llmhpc

@@ -82,13 +82,16 @@ void require_reduced_gradients(SyncStrategy strategy, Sharding sharding) {
 // Each strategy is a plan (which ranges one collective covers) and a time to issue them;
 // sharding adds who owns what, and zero1 re-cuts the ranges so they divide among the ranks.
 SyncPlan plan_sync(SyncStrategy strategy, Sharding sharding, const std::vector<ParamSpan>& params, size_t element_bytes,
-                   double bucket_mb, int ranks) {
+                   double bucket_mb, int ranks, int64_t alignment) {
   LLMHPC_CHECK(ranks >= 1, "a plan for no ranks");
+  LLMHPC_CHECK(alignment >= kShardAlignment && alignment % kShardAlignment == 0,
+               "shards align to a multiple of kShardAlignment");
   require_reduced_gradients(strategy, sharding);
   SyncPlan plan;
   plan.strategy = strategy;
   plan.sharding = sharding;
   plan.ranks = ranks;
+  plan.alignment = alignment;
   for (const ParamSpan& p : params) plan.parameters = std::max(plan.parameters, p.end);
   plan.flat_elements = plan.parameters;
   switch (strategy) {
@@ -101,14 +104,14 @@ SyncPlan plan_sync(SyncStrategy strategy, Sharding sharding, const std::vector<P
   plan.when_ready = strategy == SyncStrategy::Overlap || strategy == SyncStrategy::Bucketed;
   if (sharding == Sharding::Broadcast) plan.shard_groups = {{0, plan.parameters}};
   if (sharding == Sharding::Zero1) {
-    plan.flat_elements = round_up(plan.parameters, int64_t(ranks) * kShardAlignment);
-    plan.buckets = plan.shard_groups = plan_zero1_buckets(plan.buckets, plan.flat_elements, ranks);
+    plan.flat_elements = round_up(plan.parameters, int64_t(ranks) * alignment);
+    plan.buckets = plan.shard_groups = plan_zero1_buckets(plan.buckets, plan.flat_elements, ranks, alignment);
   }
   return plan;
 }
 
 std::unique_ptr<GradientSync> make_gradient_sync(const SyncPlan& plan, Communicator& comm, Tensor flat_grads,
-                                                 Tensor flat_params) {
+                                                 Tensor flat_params, CopySharing sharing) {
   // Longer is fine: a model shared by several plans is padded for the one that needs most.
   LLMHPC_CHECK(flat_grads.numel() >= plan.flat_elements, "the gradient buffer is shorter than the plan");
   LLMHPC_CHECK(comm.size() == plan.ranks, "the plan was made for another number of ranks");
@@ -116,7 +119,7 @@ std::unique_ptr<GradientSync> make_gradient_sync(const SyncPlan& plan, Communica
   if (plan.sharding == Sharding::None) return gradients;
   LLMHPC_CHECK(flat_params.numel() >= plan.flat_elements && flat_params.dtype == flat_grads.dtype,
                "a sharded optimizer needs the flat parameters, as long as the plan, in the gradients' dtype");
-  return make_parameter_sharing(std::move(gradients), comm, flat_params);
+  return make_parameter_sharing(std::move(gradients), comm, flat_params, std::move(sharing));
 }
 
 std::vector<ParamSpan> param_spans(const ParameterLayout& layout) {

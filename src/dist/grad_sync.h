@@ -43,12 +43,17 @@
 //              padding stays zero.
 //
 // Under both schemes each element is updated by exactly one rank, with AdamW's unchanged
-// per-element arithmetic on the same averaged gradient, and what travels is the fp32 master
-// weights; so each rank's weights are bitwise the unsharded optimizer's wherever the
+// per-element arithmetic on the same averaged gradient, and what travels is what the owner
+// computed; so each rank's weights are bitwise the unsharded optimizer's wherever the
 // gradients are (broadcast: always, the reduction is the strategy's own; zero1: when a
-// reduce-scatter sums in the all-reduce's order, as on 2 ranks). A bf16 weight copy is
-// refreshed locally from the fp32 weights (round to nearest even, as the fused AdamW writes
-// it): half the traffic of sending it too, and bitwise the owner's.
+// reduce-scatter sums in the all-reduce's order, as on 2 ranks). What travels
+// (--share-weights): the master weights (`master`), from which each rank casts its bf16
+// copy again as the next forward reaches each range (round to nearest even, as the fused
+// AdamW writes it: bitwise the owner's), letting the copy go between steps; or, under bf16
+// training that keeps a copy (`bf16`), the copy itself, which the owner's AdamW wrote, plus
+// the masters of what the model reads as it is (embedding, norm gains): fewer bytes and no
+// cast, the copy held between steps, and the other masters of ranges other ranks own stale
+// until wait_parameters() brings them (GradientListener::on_masters_needed).
 //
 // Every step:  model.forward() (asks the sync for each range while parameters arrive);
 //              sync.begin_step(); model.backward(&sync); sync.finish();
@@ -75,6 +80,7 @@
 
 #include "comm/communicator.h"
 #include "src/core/tensor.h"
+#include "src/core/allocator.h"
 #include "src/dist/bucket_plan.h"
 #include "src/model/gradient_listener.h"
 
@@ -101,15 +107,16 @@ struct SyncPlan {
   SyncStrategy strategy = SyncStrategy::None;
   Sharding sharding = Sharding::None;
   int ranks = 1;
-  int64_t parameters = 0;          // the elements backward reports: [0, parameters)
-  int64_t flat_elements = 0;       // the flat buffers' length: parameters, padded under zero1
-  std::vector<FlatRange> buckets;  // what one gradient collective covers, in issue order (reverse parameter order)
-  bool when_ready = false;         // issued as soon as backward finished it (overlap, bucketed); else after backward
+  int64_t alignment = kShardAlignment;  // where shards may start (shard_part); a page when pages are given back
+  int64_t parameters = 0;               // the elements backward reports: [0, parameters)
+  int64_t flat_elements = 0;            // the flat buffers' length: parameters, padded under zero1
+  std::vector<FlatRange> buckets;       // what one gradient collective covers, in issue order (reverse parameter order)
+  bool when_ready = false;  // issued as soon as backward finished it (overlap, bucketed); else after backward
   // Ranges whose elements the ranks' optimizers share out, part r to rank r (shard_part):
   // none: no range (every rank owns everything); broadcast: [0, parameters); zero1: the buckets.
   std::vector<FlatRange> shard_groups;
 
-  FlatRange shard(size_t group, int rank) const { return shard_part(shard_groups[group], rank, ranks); }
+  FlatRange shard(size_t group, int rank) const { return shard_part(shard_groups[group], rank, ranks, alignment); }
   // What `rank`'s optimizer updates: its part of every shard group, in forward order (ascending
   // offsets: the groups from the last to the first), the order the parameters are shared in
   // (some parts may be empty); [0, parameters) when unsharded.
@@ -120,9 +127,12 @@ struct SyncPlan {
 // when the optimizer is sharded: with none, no rank would see the others' gradients.
 void require_reduced_gradients(SyncStrategy strategy, Sharding sharding);
 
-// Throws what require_reduced_gradients and plan_buckets throw.
+// Throws what require_reduced_gradients and plan_buckets throw. `alignment` (elements, a
+// multiple of kShardAlignment): where shards start; a page of the master weights when the
+// masters of ranges other ranks own are given back (--share-weights bf16), so that whole
+// pages are.
 SyncPlan plan_sync(SyncStrategy strategy, Sharding sharding, const std::vector<ParamSpan>& params, size_t element_bytes,
-                   double bucket_mb, int ranks);
+                   double bucket_mb, int ranks, int64_t alignment = kShardAlignment);
 
 // What one step communicated (reset by begin_step()).
 struct SyncStats {
@@ -159,8 +169,17 @@ class GradientSync : public GradientListener {
 
 // `flat_grads` and `flat_params` are the whole flat buffers (at least plan.flat_elements each;
 // their dtype is what is communicated); the parameters are needed when the plan is sharded.
+// A sharded plan given a CopySharing shares the bf16 copy instead of the masters.
+struct CopySharing {
+  Tensor copy;                            // the model's bf16 copy, as long as the parameters
+  std::vector<FlatRange> full_precision;  // whose masters travel with it: the model's full_precision_ranges()
+  // The allocator of the masters, if they are paged (Allocator::allocate_paged): the pages of
+  // masters that this rank neither updates nor reads are given back while they are stale, from
+  // the first step's sharing until wait_parameters() brings them (and again at the next step).
+  Allocator* pages = nullptr;
+};
 std::unique_ptr<GradientSync> make_gradient_sync(const SyncPlan& plan, Communicator& comm, Tensor flat_grads,
-                                                 Tensor flat_params = Tensor());
+                                                 Tensor flat_params = Tensor(), CopySharing sharing = {});
 
 // The model's parameters as spans of its flat buffer, every one trainable.
 std::vector<ParamSpan> param_spans(const ParameterLayout& layout);

@@ -34,10 +34,28 @@ namespace {
 // on_parameters_needed, by the next begin_step() (before the optimizer can write it again:
 // the padding, which forward never asks for) and by the destructor (before the parameters
 // may be freed). mpi: a wait completes that group's requests on the host.
+//
+// What travels: the master weights, or (given a compute copy: bf16 training that keeps one)
+// the copy, which the owner's AdamW wrote from the masters it updated (round to nearest even,
+// as a local cast would), and the masters only of the full-precision ranges (what the model
+// reads as it is: the embedding, the norm gains), each owner broadcasting its pieces of
+// them. Every value anyone reads is then bitwise the owner's, for two thirds of the bytes or
+// less (a matrix element: 2 bytes instead of 4), and the next forward casts nothing. The
+// masters of matrix elements other ranks own go stale: on_masters_needed() brings them (the
+// fp32 collectives of the masters' scheme) when something reads them. Where the masters are
+// paged, the pages of those stale masters go back to the allocator while they are stale:
+// from the end of the first step's sharing until on_masters_needed() takes them again (and
+// from the next step's end again). Giving pages back waits for the device; it happens once
+// per run of steps, not per step.
 class ParameterSharing final : public GradientSync {
  public:
-  ParameterSharing(std::unique_ptr<GradientSync> gradients, Communicator& comm, Tensor flat_params)
-      : gradients_(std::move(gradients)), comm_(comm), params_(flat_params) {
+  ParameterSharing(std::unique_ptr<GradientSync> gradients, Communicator& comm, Tensor flat_params, CopySharing sharing)
+      : gradients_(std::move(gradients)), comm_(comm), params_(flat_params), copy_(sharing.copy),
+        full_precision_(std::move(sharing.full_precision)), pages_(copy_.empty() ? nullptr : sharing.pages) {
+    LLMHPC_CHECK(copy_.empty() || copy_.numel() == params_.numel(), "the compute copy must be as long as the masters");
+    for (size_t k = 1; k < full_precision_.size(); ++k)
+      LLMHPC_CHECK(full_precision_[k - 1].end <= full_precision_[k].begin, "full-precision ranges must be in order");
+    if (pages_) stale_ = stale_masters();
     const SyncPlan& plan = gradients_->plan();
     LLMHPC_CHECK(plan.sharding != Sharding::None, "parameter sharing without a sharded plan");
     for (size_t g = 0; g < plan.shard_groups.size(); ++g) {
@@ -48,7 +66,10 @@ class ParameterSharing final : public GradientSync {
     arriving_.resize(plan.shard_groups.size());
     begin_step();
   }
-  ~ParameterSharing() override { on_parameters_needed(0, params_.numel()); }
+  ~ParameterSharing() override {
+    on_parameters_needed(0, params_.numel());
+    take_back_stale();  // the buffer whole again (by then wait_parameters() brought the masters)
+  }
 
   const SyncPlan& plan() const override { return gradients_->plan(); }
   const SyncStats& stats() const override {
@@ -89,7 +110,25 @@ class ParameterSharing final : public GradientSync {
   bool finish_parameters() override {
     NvtxRange range("parameter sharing");
     while (shared_ < arriving_.size()) share_next();
+    give_back_stale();  // once: after the first step, and after each on_masters_needed()
     return true;
+  }
+
+  bool shares_compute_copy() const override { return !copy_.empty(); }
+
+  void on_masters_needed() override {
+    if (copy_.empty()) return;  // the masters themselves were shared
+    NvtxRange range("master weights");
+    on_parameters_needed(0, params_.numel());
+    take_back_stale();
+    SyncStats outside_the_step;
+    for (size_t k = 0; k < arriving_.size(); ++k) {
+      const size_t g = arriving_.size() - 1 - k;
+      comm_.group_start();
+      send_parts(params_, g, outside_the_step);
+      comm_.group_end();
+    }
+    on_parameters_needed(0, params_.numel());
   }
 
   void on_parameters_needed(int64_t begin, int64_t end) override {
@@ -102,38 +141,102 @@ class ParameterSharing final : public GradientSync {
   }
 
  private:
-  void* at(FlatRange r) const { return params_.slice(r.begin, {r.size()}).data; }
+  static void* at(const Tensor& flat, FlatRange r) { return flat.slice(r.begin, {r.size()}).data; }
 
-  // The next group in forward order. zero1: one in-place all-gather of the group (rank r's
-  // part lands at part r). broadcast: each owner's part from its owner, fused into one launch
-  // where the backend can.
-  void share_next() {
+  // What this rank neither updates nor reads as a master: [0, flat_elements) less its parts
+  // and the full-precision ranges, in order.
+  std::vector<FlatRange> stale_masters() const {
     const SyncPlan& plan = gradients_->plan();
-    const size_t g = plan.shard_groups.size() - 1 - shared_++;
+    std::vector<FlatRange> kept = plan.owned(comm_.rank());
+    kept.insert(kept.end(), full_precision_.begin(), full_precision_.end());
+    std::sort(kept.begin(), kept.end(), [](const FlatRange& a, const FlatRange& b) { return a.begin < b.begin; });
+    std::vector<FlatRange> out;
+    int64_t from = 0;
+    for (const FlatRange& k : kept) {
+      if (k.begin > from) out.push_back({from, k.begin});
+      from = std::max(from, k.end);
+    }
+    if (from < plan.flat_elements) out.push_back({from, plan.flat_elements});
+    return out;
+  }
+  void give_back_stale() {
+    if (!pages_ || given_back_) return;
+    const size_t es = dtype_size(params_.dtype);
+    for (const FlatRange& r : stale_) pages_->release_pages(params_.data, size_t(r.begin) * es, size_t(r.size()) * es);
+    given_back_ = true;
+  }
+  void take_back_stale() {
+    if (!given_back_) return;
+    const size_t es = dtype_size(params_.dtype);
+    for (const FlatRange& r : stale_) pages_->restore_pages(params_.data, size_t(r.begin) * es, size_t(r.size()) * es);
+    given_back_ = false;
+  }
+
+  // The next group in forward order, in one launch where the backend can: the masters, or
+  // the compute copy and the full-precision pieces.
+  void share_next() {
+    const size_t g = arriving_.size() - 1 - shared_++;
+    comm_.group_start();
+    if (copy_.empty()) {
+      send_parts(params_, g, param_stats_);
+    } else {
+      send_parts(copy_, g, param_stats_);
+      send_full_precision_pieces(g);
+    }
+    comm_.group_end();
+  }
+
+  // Every owner's part of group g of `flat`, in place. zero1: one all-gather (rank r's part
+  // lands at part r); broadcast: each owner's part from its owner.
+  void send_parts(const Tensor& flat, size_t g, SyncStats& stats) {
+    const SyncPlan& plan = gradients_->plan();
     const FlatRange group = plan.shard_groups[g];
-    const int64_t es = int64_t(dtype_size(params_.dtype)), bytes = group.size() * es;
+    const int64_t es = int64_t(dtype_size(flat.dtype));
     if (plan.sharding == Sharding::Zero1) {
       const FlatRange mine = plan.shard(g, comm_.rank());
-      arriving_[g].push_back(comm_.all_gather_async(at(mine), at(group), size_t(mine.size()), params_.dtype));
-      ++param_stats_.param_collectives;
-      param_stats_.bus_bytes += int64_t(double(bytes) * bus_factor(Collective::AllGather, plan.ranks));
+      arriving_[g].push_back(comm_.all_gather_async(at(flat, mine), at(flat, group), size_t(mine.size()), flat.dtype));
+      ++stats.param_collectives;
+      stats.bus_bytes += int64_t(double(group.size() * es) * bus_factor(Collective::AllGather, plan.ranks));
     } else {
-      comm_.group_start();
       for (int owner = 0; owner < plan.ranks; ++owner) {
         const FlatRange part = plan.shard(g, owner);
         if (part.size() == 0) continue;
-        arriving_[g].push_back(comm_.broadcast_async(at(part), at(part), size_t(part.size()), params_.dtype, owner));
-        ++param_stats_.param_collectives;
-        param_stats_.bus_bytes += int64_t(double(part.size() * es) * bus_factor(Collective::Broadcast, plan.ranks));
+        arriving_[g].push_back(
+            comm_.broadcast_async(at(flat, part), at(flat, part), size_t(part.size()), flat.dtype, owner));
+        ++stats.param_collectives;
+        stats.bus_bytes += int64_t(double(part.size() * es) * bus_factor(Collective::Broadcast, plan.ranks));
       }
-      comm_.group_end();
     }
-    param_stats_.param_bytes += bytes;
+    stats.param_bytes += group.size() * es;
+  }
+
+  // The masters of the full-precision ranges in group g, each piece from the owner of the
+  // part it lies in.
+  void send_full_precision_pieces(size_t g) {
+    const SyncPlan& plan = gradients_->plan();
+    const int64_t es = int64_t(dtype_size(params_.dtype));
+    for (int owner = 0; owner < plan.ranks; ++owner) {
+      const FlatRange part = plan.shard(g, owner);
+      for (const FlatRange& r : full_precision_) {
+        const FlatRange piece{std::max(r.begin, part.begin), std::min(r.end, part.end)};
+        if (piece.size() <= 0) continue;
+        arriving_[g].push_back(
+            comm_.broadcast_async(at(params_, piece), at(params_, piece), size_t(piece.size()), params_.dtype, owner));
+        ++param_stats_.param_collectives;
+        param_stats_.bus_bytes += int64_t(double(piece.size() * es) * bus_factor(Collective::Broadcast, plan.ranks));
+        param_stats_.param_bytes += piece.size() * es;
+      }
+    }
   }
 
   std::unique_ptr<GradientSync> gradients_;
   Communicator& comm_;
   Tensor params_;
+  Tensor copy_;                                    // the bf16 copy that travels instead of the masters, or empty
+  std::vector<FlatRange> full_precision_;          // with it, the masters that travel too
+  Allocator* pages_;                               // with it, where the stale masters' pages go back, or null
+  std::vector<FlatRange> stale_;                   // the masters this rank neither updates nor reads
+  bool given_back_ = false;                        // their pages are given back now
   size_t shared_ = 0;                              // groups shared this step, in forward order
   std::vector<std::vector<CommHandle>> arriving_;  // per group: the collectives still bringing it
   SyncStats param_stats_;                          // the parameter fields only
@@ -143,8 +246,8 @@ class ParameterSharing final : public GradientSync {
 }  // namespace
 
 std::unique_ptr<GradientSync> make_parameter_sharing(std::unique_ptr<GradientSync> gradients, Communicator& comm,
-                                                     Tensor flat_params) {
-  return std::make_unique<ParameterSharing>(std::move(gradients), comm, flat_params);
+                                                     Tensor flat_params, CopySharing sharing) {
+  return std::make_unique<ParameterSharing>(std::move(gradients), comm, flat_params, std::move(sharing));
 }
 
 }  // namespace llmhpc

@@ -40,6 +40,15 @@ class GradientListener {
   // compute stream waits for what brings them, the host does not block). Any range, any
   // number of times; [0, buffer length) asks for every parameter.
   virtual void on_parameters_needed(int64_t begin, int64_t end) {}
+  // Whether what arrives is the model's bf16 copy of the weights it reads in bf16, with the
+  // master weights only of those it reads as they are (sharing the bf16 copy: half the bytes,
+  // and nothing to cast again). The other masters of ranges other ranks own are then stale
+  // until on_masters_needed().
+  virtual bool shares_compute_copy() const { return false; }
+  // After finish_parameters(), when something reads the master weights themselves (a
+  // checkpoint, the end of training): brings every one as its owner holds it, as
+  // on_parameters_needed does. Collective: every rank calls it at the same point.
+  virtual void on_masters_needed() {}
 };
 
 }  // namespace llmhpc

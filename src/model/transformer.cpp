@@ -67,7 +67,9 @@ TransformerLM::TransformerLM(const ModelConfig& config, Precision precision, Att
   const DType pd = param_dtype(precision_);
   const int64_t total = layout_.total(), flat = flat_elements == 0 ? total : flat_elements;
   LLMHPC_CHECK(flat >= total, "the flat buffers must hold every parameter");
-  params_ = Buffer(a, pd, {flat}, "params");
+  // Paged: a sharded optimizer that shares the bf16 copy gives back the pages of the masters
+  // this rank neither updates nor reads (src/dist/grad_sync.h, CopySharing).
+  params_ = Buffer(a, pd, {flat}, "params", /*paged=*/true);
   if (gradients == GradientStorage::Whole) {
     grads_ = Buffer(a, pd, {flat}, "grads");
   } else {
@@ -195,16 +197,31 @@ void TransformerLM::init_parameters(uint64_t seed) {
 
 void TransformerLM::parameters_changed() {
   // Arriving parameters would land on top of the change.
-  LLMHPC_CHECK(arriving_ == nullptr, "parameters changed while others still arrive: wait_parameters() first");
+  LLMHPC_CHECK(arriving_ == nullptr && masters_from_ == nullptr,
+               "parameters changed while others still arrive or are stale: wait_parameters() first");
   if (lowp_released()) take_lowp();
   if (!params_lowp_.empty()) ops_.convert(params_lowp_, params_);
   layer_window_.forget();
   head_window_.forget();
 }
 
+std::vector<FlatRange> TransformerLM::full_precision_ranges() const {
+  std::vector<FlatRange> out;
+  for (const ParamInfo& p : layout_.params())
+    if (!p.is_matrix) out.push_back({p.offset, p.offset + p.shape.numel()});  // read with param(), not weight()
+  return out;
+}
+
 void TransformerLM::parameters_arriving(GradientListener& source) {
   LLMHPC_CHECK(arriving_ == nullptr, "parameters arriving twice without a forward or wait_parameters()");
+  LLMHPC_CHECK(masters_from_ == nullptr || masters_from_ == &source,
+               "parameters arriving from a second source while the first one's masters are stale");
   arriving_ = &source;
+  if (source.shares_compute_copy()) {
+    LLMHPC_CHECK(!params_lowp_.empty(), "the bf16 copy arrives into a model that keeps none");
+    masters_from_ = &source;
+    return;
+  }
   // Every range of the bf16 copy is cast again as forward asks for it (need_parameters), so
   // until then the copy holds nothing anyone reads: its memory goes back to the allocator
   // between the steps, as autocast's per-forward casts do. Taken again at the first range
@@ -213,6 +230,12 @@ void TransformerLM::parameters_arriving(GradientListener& source) {
 }
 
 void TransformerLM::wait_parameters() {
+  if (masters_from_ != nullptr) {  // the bf16 copy is (or arrives) fresh; the masters were stale
+    masters_from_->on_parameters_needed(0, params_.tensor().numel());
+    masters_from_->on_masters_needed();
+    masters_from_ = arriving_ = nullptr;
+    return;
+  }
   if (arriving_ == nullptr) return;
   arriving_->on_parameters_needed(0, params_.tensor().numel());
   arriving_ = nullptr;
@@ -222,6 +245,7 @@ void TransformerLM::wait_parameters() {
 void TransformerLM::need_parameters(int64_t begin, int64_t end) {
   if (arriving_ == nullptr) return;
   arriving_->on_parameters_needed(begin, end);
+  if (arriving_ == masters_from_) return;  // the copy itself arrived
   if (lowp_released()) take_lowp();
   // The same rounding as one convert of the whole buffer, element by element: bitwise the same copy.
   if (!params_lowp_.empty())

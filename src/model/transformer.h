@@ -68,9 +68,14 @@ class TransformerLM {
   // grads(), or under PerRange of the buffer holding the range backward reported last.
   Tensor gradients(int64_t begin, int64_t end) const;
   // The bf16 copy of all weights, which the optimizer keeps current; empty unless bf16 with
-  // MemoryPlan::Fast, and while parameters arrive (from parameters_arriving() until the next
-  // forward asks for its first range: every range is cast again then).
+  // MemoryPlan::Fast, and while master weights arrive (from parameters_arriving() until the
+  // next forward asks for its first range: every range is cast again then). A source that
+  // shares the copy itself (GradientListener::shares_compute_copy) writes into it.
   Tensor params_lowp() const { return params_lowp_; }
+  // The parameters forward and backward read as they are, in the parameter dtype (the token
+  // embedding and the norm gains), in layout order; every other one (the matrices) is read
+  // through the compute-dtype view: under bf16, the bf16 copy.
+  std::vector<FlatRange> full_precision_ranges() const;
   Tensor param(const std::string& name) const { return view(params_, name); }
   Tensor grad(const std::string& name) const;  // under PerRange: of the range backward reports next
 
@@ -83,12 +88,15 @@ class TransformerLM {
   // The parameters were changed from outside and arrive range by range through `source` (a
   // sharded optimizer's all-gathers, GradientListener::finish_parameters): the next forward
   // asks `source` for each range right before it first reads it (on_parameters_needed), and
-  // refreshes the bf16 copy of that range then, so the rest keeps arriving behind the
-  // compute. `source` must live until that forward or wait_parameters().
+  // refreshes the bf16 copy of that range then (unless the source brings the copy itself),
+  // so the rest keeps arriving behind the compute. `source` must live until that forward or
+  // wait_parameters().
   void parameters_arriving(GradientListener& source);
-  // Every parameter in place and the bf16 copy fresh, for work enqueued after it (nothing to
-  // do unless parameters are arriving). Whatever reads the parameters other than forward
-  // calls it first: a checkpoint, the weights on the host, the end of training.
+  // Every parameter in place, master weights included, and the bf16 copy fresh, for work
+  // enqueued after it (nothing to do unless parameters are arriving). Whatever reads the
+  // parameters other than forward calls it first: a checkpoint, the weights on the host, the
+  // end of training. Collective while a source that shares the bf16 copy is arriving (its
+  // on_masters_needed), so every rank calls it at the same points.
   void wait_parameters();
 
   // Host arrays of B*T token ids; targets may be null (forward without loss). The batch's
@@ -169,6 +177,9 @@ class TransformerLM {
   int64_t grad_window_elements_ = 0;      // so a model that only runs forward never holds it
   Buffer tokens_, targets_, losses_;      // the batch: live from set_batch to the next shape
   GradientListener* arriving_ = nullptr;  // where parameters still arrive from (parameters_arriving)
+  // A source that shared the bf16 copy (shares_compute_copy): the masters of ranges other
+  // ranks own stay stale until wait_parameters() has it bring them.
+  GradientListener* masters_from_ = nullptr;
   bool has_targets_ = false;
   bool has_loss_ = false;      // losses_ holds the last forward's, of this batch's targets
   bool logits_fresh_ = false;  // a forward ran since the last backward

@@ -23,7 +23,39 @@ void add_data_parallel_options(po::options_description& desc, bool sweep) {
        "them: the seeds' scheme) | zero1 (ZeRO stage 1: gradients reduce-scattered, updated parameters "
        "all-gathered); needs a --ddp other than none" +
        list)
+          .c_str())(
+      "share-weights", po::value<std::string>()->default_value("master"),
+      ("what a sharded optimizer's owners send after their update: master (the fp32 master weights; each rank "
+       "casts its bf16 copy again in the next forward and holds none between steps) | bf16 (--precision bf16 "
+       "without --low-memory: the bf16 copy itself, plus the masters of the embedding and norm gains: fewer "
+       "bytes and no cast, the copy held between steps; the other masters come when a checkpoint reads them)" +
+       list)
           .c_str());
+}
+
+std::vector<bool> shares_compute_copy(const po::variables_map& vm) {
+  return opt_list(vm, "share-weights", [](const std::string& s) {
+    require_choice(s, {"master", "bf16"}, "share-weights");
+    return s == "bf16";
+  });
+}
+
+void require_compute_copy(Precision precision, MemoryPlan memory, Sharding sharding) {
+  if (sharding == Sharding::None)
+    throw UsageError("--share-weights bf16 says what a sharded optimizer sends: it needs --shard-optimizer "
+                     "broadcast or zero1");
+  if (precision != Precision::BF16 || memory == MemoryPlan::LowMemory)
+    throw UsageError("--share-weights bf16 sends the bf16 copy of the weights, which only --precision bf16 without "
+                     "--low-memory keeps: use --share-weights master");
+}
+
+std::unique_ptr<GradientSync> make_model_sync(const SyncPlan& plan, Communicator& comm, TransformerLM& model,
+                                              bool share_copy) {
+  if (!share_copy || plan.sharding == Sharding::None)
+    return make_gradient_sync(plan, comm, model.grads(), model.params());
+  LLMHPC_CHECK(!model.params_lowp().empty(), "--share-weights bf16 with a model that keeps no bf16 copy");
+  return make_gradient_sync(plan, comm, model.grads(), model.params(),
+                            {model.params_lowp(), model.full_precision_ranges(), &model.device().allocator()});
 }
 
 std::vector<SyncStrategy> sync_strategies(const po::variables_map& vm, int world_size, bool sharded) {
@@ -49,9 +81,14 @@ std::vector<Sharding> shardings(const po::variables_map& vm) {
 }
 
 SyncPlan data_parallel_plan(SyncStrategy strategy, Sharding sharding, const ModelConfig& config, Precision precision,
-                            double bucket_mb, int ranks) {
+                            double bucket_mb, int ranks, int64_t alignment) {
   return plan_sync(strategy, sharding, param_spans(ParameterLayout(config)), dtype_size(param_dtype(precision)),
-                   bucket_mb, ranks);
+                   bucket_mb, ranks, alignment);
+}
+
+int64_t shard_alignment(Device& dev, Precision precision, bool share_copy) {
+  const int64_t page = int64_t(dev.allocator().page_bytes()) / int64_t(dtype_size(param_dtype(precision)));
+  return share_copy && page > kShardAlignment ? round_up(page, kShardAlignment) : kShardAlignment;
 }
 
 void save_checkpoint_from_ranks(const Runtime& rt, const std::string& path, TransformerLM& model, const AdamW& opt,

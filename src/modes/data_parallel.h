@@ -1,5 +1,5 @@
-// What the modes that train over ranks (train, ddp) share: the --ddp, --bucket-mb and
-// --shard-optimizer options and the plan they make, the communicator that reduces the
+// What the modes that train over ranks (train, ddp) share: the --ddp, --bucket-mb,
+// --shard-optimizer and --share-weights options and the plan and sync they make, the communicator that reduces the
 // model's gradients, which sequences of a global batch are this rank's (SPEC: rank r of n
 // takes [r*B/n, (r+1)*B/n)), a checkpoint written from a sharded optimizer, and the memory
 // attributes of the seeds' three points.
@@ -15,7 +15,7 @@
 
 namespace llmhpc {
 
-// --ddp, --bucket-mb and --shard-optimizer. A sweep takes comma-separated lists, and every
+// --ddp, --bucket-mb, --shard-optimizer and --share-weights. A sweep takes comma-separated lists, and every
 // strategy by default; training takes one value, bucketed on several ranks by default. Both
 // leave the optimizer unsharded by default.
 void add_data_parallel_options(po::options_description& desc, bool sweep);
@@ -26,11 +26,25 @@ std::vector<SyncStrategy> sync_strategies(const po::variables_map& vm, int world
 std::vector<double> bucket_sizes_mb(const po::variables_map& vm);
 // --shard-optimizer values. Throws UsageError.
 std::vector<Sharding> shardings(const po::variables_map& vm);
+// --share-weights values, true for bf16 (what a sharded optimizer sends: src/dist/grad_sync.h).
+// Throws UsageError.
+std::vector<bool> shares_compute_copy(const po::variables_map& vm);
+// Throws UsageError unless a run of `precision` and `memory` with `sharding` can send the bf16
+// copy (--share-weights bf16).
+void require_compute_copy(Precision precision, MemoryPlan memory, Sharding sharding);
+// The gradient synchronisation of `plan` over the model's buffers; a sharded plan shares the
+// model's bf16 copy when `share_copy` (--share-weights bf16), else its master weights.
+std::unique_ptr<GradientSync> make_model_sync(const SyncPlan& plan, Communicator& comm, TransformerLM& model,
+                                              bool share_copy);
 
-// The plan of a model of `config` in `precision` on `ranks` (plan_sync over its parameters).
-// Throws UsageError as plan_sync does (a sharding with --ddp none).
+// The plan of a model of `config` in `precision` on `ranks` (plan_sync over its parameters),
+// its shards aligned to `alignment` elements (shard_alignment). Throws UsageError as
+// plan_sync does (a sharding with --ddp none).
 SyncPlan data_parallel_plan(SyncStrategy strategy, Sharding sharding, const ModelConfig& config, Precision precision,
-                            double bucket_mb, int ranks);
+                            double bucket_mb, int ranks, int64_t alignment = kShardAlignment);
+// Where shards start: a page of the device's master weights when the bf16 copy is shared
+// (whole pages of the masters others own can then be given back), else kShardAlignment.
+int64_t shard_alignment(Device& dev, Precision precision, bool share_copy);
 
 // Writes `path` on rank 0 with the parameters and the whole optimizer state, in the layout of
 // an unsharded run: under sharding every rank sends the state it owns (plan.owned) to rank 0,

@@ -45,33 +45,48 @@ struct DdpCase : ModelCase {
   SyncStrategy strategy;
   double bucket_mb;  // bucketed only; 0 otherwise
   Sharding sharding;
+  bool share_copy = false;  // --share-weights bf16 (sharded only)
 
   std::string strategy_label() const {
     return strategy == SyncStrategy::Bucketed ? "bucketed" + mib_text(bucket_mb) + "MiB" : sync_strategy_name(strategy);
   }
   std::string sharding_label() const {
-    return sharding == Sharding::None ? "" : std::string("_") + sharding_name(sharding);
+    return sharding == Sharding::None ? "" : std::string("_") + sharding_name(sharding) + (share_copy ? "_bf16" : "");
   }
+  std::string sharding_column() const { return sharding_name(sharding) + std::string(share_copy ? " bf16" : ""); }
   std::string label() const { return ModelCase::label() + "_" + strategy_label() + sharding_label(); }
 };
 
 // Sizes, then precisions and attentions, then contexts and batches, strategies and shardings
 // innermost (so every strategy of one setup runs on one model, side by side in the table).
 // Strategy none is not sharded (nothing would reduce its gradients): a sweep leaves those
-// pairs out, and a sharding that only such pairs would run is an error.
+// pairs out, and a sharding that only such pairs would run is an error. --share-weights
+// sweeps the sharded cases only, and bf16 the bf16 ones that keep a copy (not --low-memory):
+// a choice no case can take is an error.
 std::vector<DdpCase> sweep_cases(const po::variables_map& vm, int world_size) {
   const std::vector<double> buckets = bucket_sizes_mb(vm);
   const std::vector<SyncStrategy> strategies = sync_strategies(vm, std::max(world_size, 2));
   const std::vector<Sharding> sharded = shardings(vm);
+  const std::vector<bool> copies = shares_compute_copy(vm);
+  const MemoryPlan memory = memory_plan(vm);
   for (Sharding sh : sharded)
     if (std::none_of(strategies.begin(), strategies.end(), [](SyncStrategy s) { return s != SyncStrategy::None; }))
       require_reduced_gradients(SyncStrategy::None, sh);
   std::vector<DdpCase> cases;
+  bool copy_taken = false;
   for (const ModelCase& c : model_cases(vm))
     for (SyncStrategy s : strategies)
       for (double mb : s == SyncStrategy::Bucketed ? buckets : std::vector<double>{0.0})
         for (Sharding sh : sharded)
-          if (s != SyncStrategy::None || sh == Sharding::None) cases.push_back({c, s, mb, sh});
+          for (bool copy : sh == Sharding::None ? std::vector<bool>{false} : copies) {
+            if (s == SyncStrategy::None && sh != Sharding::None) continue;
+            if (copy && (c.precision != Precision::BF16 || memory == MemoryPlan::LowMemory)) continue;
+            copy_taken |= copy;
+            cases.push_back({c, s, mb, sh, copy});
+          }
+  if (std::count(copies.begin(), copies.end(), true) > 0 && !copy_taken)
+    throw UsageError("--share-weights bf16 sends the bf16 copy of a sharded optimizer's weights: no case here has "
+                     "one (it needs --shard-optimizer broadcast or zero1 and --precision bf16 without --low-memory)");
   return cases;
 }
 
@@ -186,6 +201,7 @@ void run(ModeContext& ctx) {
         .attr("ddp", std::string(sync_strategy_name(c.strategy)))
         .attr("bucket_mb", c.bucket_mb)
         .attr("shard_optimizer", std::string(sharding_name(c.sharding)))
+        .attr("share_weights", std::string(c.share_copy ? "bf16" : "master"))
         .attr("backend", comm->backend_name())
         .attr("warmup", warmup)
         .attr("steps", steps)
@@ -194,7 +210,8 @@ void run(ModeContext& ctx) {
         .attr("model_flops_fwd_bwd", model_flops_fwd_bwd(c.model, mine.count, c.model.context_length));
     Samples warm, timed;
     std::vector<double> slowest;
-    const SyncPlan plan = data_parallel_plan(c.strategy, c.sharding, c.model, c.precision, c.bucket_mb, rt.world_size);
+    const SyncPlan plan = data_parallel_plan(c.strategy, c.sharding, c.model, c.precision, c.bucket_mb, rt.world_size,
+                                             shard_alignment(dev, c.precision, c.share_copy));
     std::unique_ptr<AdamW> opt;
     std::unique_ptr<GradientSync> sync;
     SyncStats stats;
@@ -211,9 +228,10 @@ void run(ModeContext& ctx) {
               for (size_t k = i; k < cases.size() && cases[k].model_key() == live.key; ++k) {
                 const DdpCase& o = cases[k];
                 shape.context_length = std::max(shape.context_length, o.model.context_length);
-                flat_elements = std::max(flat_elements, data_parallel_plan(o.strategy, o.sharding, o.model, o.precision,
-                                                                           o.bucket_mb, rt.world_size)
-                                                            .flat_elements);
+                flat_elements = std::max(
+                    flat_elements, data_parallel_plan(o.strategy, o.sharding, o.model, o.precision, o.bucket_mb,
+                                                      rt.world_size, shard_alignment(dev, o.precision, o.share_copy))
+                                       .flat_elements);
               }
               live.model =
                   std::make_unique<TransformerLM>(shape, c.precision, c.attention, dev, ops, memory, flat_elements);
@@ -245,7 +263,7 @@ void run(ModeContext& ctx) {
             rec.attr(name, value);
           broadcast_parameters(*comm, model.params());  // every configuration starts from rank 0's weights
           model.parameters_changed();
-          if (c.strategy != SyncStrategy::None) sync = make_gradient_sync(plan, *comm, model.grads(), model.params());
+          if (c.strategy != SyncStrategy::None) sync = make_model_sync(plan, *comm, model, c.share_copy);
           rt.barrier();
           int64_t steps_run = 0;
           auto step = [&] {
@@ -299,7 +317,7 @@ void run(ModeContext& ctx) {
     opt.reset();
     const double step = mean_or_nan(timed.step), comm_ms = mean_or_nan(timed.comm);
     sweep.add_row({shape_label(c.model), std::to_string(c.model.context_length), std::to_string(c.batch),
-                   precision_name(c.precision), sync_strategy_name(c.strategy), sharding_name(c.sharding),
+                   precision_name(c.precision), sync_strategy_name(c.strategy), c.sharding_column(),
                    c.strategy == SyncStrategy::Bucketed ? mib_text(c.bucket_mb) : "-",
                    status.ok() ? std::to_string(stats.buckets) : "-", fmt(step), fmt(stddev(timed.step)), fmt(comm_ms),
                    fmt(stddev(timed.comm)), status.ok() ? fmt(100.0 * comm_ms / step, 1) + "%" : "-",
@@ -308,7 +326,7 @@ void run(ModeContext& ctx) {
                    fmt(double(dev.allocator().peak_bytes()) / double(1 << 30)), status.column()});
     std::vector<std::string> memory_row = {shape_label(c.model),           std::to_string(c.model.context_length),
                                            std::to_string(c.batch),        precision_name(c.precision),
-                                           sync_strategy_name(c.strategy), sharding_name(c.sharding)};
+                                           sync_strategy_name(c.strategy), c.sharding_column()};
     const MemoryBreakdown* points[3] = {&live.after_init, &before_optimizer, &after_optimizer};
     for (const TagCategory& category : model_memory_categories())
       memory_row.push_back(status.ok() ? mib_at_points(category.name, points) : "-");

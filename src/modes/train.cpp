@@ -76,13 +76,14 @@ void validate(const po::variables_map& vm) {
   if (opt_nonnegative(vm, "save-every") > 0 && !vm.count("save"))
     throw UsageError("--save-every needs --save FILE: the checkpoint it rewrites (e.g. --save model.h5)");
   hyper_from(vm);
-  for (const char* list_opt :
-       {"model", "context-length", "batch-size", "precision", "attention", "ddp", "bucket-mb", "shard-optimizer"})
+  for (const char* list_opt : {"model", "context-length", "batch-size", "precision", "attention", "ddp", "bucket-mb",
+                               "shard-optimizer", "share-weights"})
     if (split_list(opt_string(vm, list_opt), list_opt).size() != 1)
       throw UsageError(std::string("--mode train takes one value for --") + list_opt +
                        " (lists are for bench and ddp sweeps)");
   const Sharding sharding = shardings(vm).front();
   require_reduced_gradients(sync_strategies(vm, 1, sharding != Sharding::None).front(), sharding);
+  if (shares_compute_copy(vm).front()) require_compute_copy(precisions(vm).front(), memory_plan(vm), sharding);
   bucket_sizes_mb(vm);
   // Every value run() parses, parsed here first: before the mode runs, every rank reaches the same
   // verdict and rank 0 alone says it (inside the mode a bad value would abort the job).
@@ -125,6 +126,7 @@ void run(ModeContext& ctx) {
   const int64_t save_every = opt_nonnegative(vm, "save-every");
   const int64_t batch = batch_sizes(vm).front();  // the global batch
   const Sharding sharding = shardings(vm).front();
+  const bool share_copy = shares_compute_copy(vm).front();
   const SyncStrategy strategy = sync_strategies(vm, rt.world_size, sharding != Sharding::None).front();
   const double bucket_mb = bucket_sizes_mb(vm).front();
   const DataOrder order = parse_data_order(opt_string(vm, "data-order"));
@@ -155,7 +157,8 @@ void run(ModeContext& ctx) {
     data.validate(config.vocab_size, config.context_length);
     if (vm.count("save") && rt.is_root() && access(parent_dir(opt_string(vm, "save")).c_str(), W_OK) != 0)
       throw UsageError("--save '" + opt_string(vm, "save") + "': the directory is missing or not writable");
-    plan = data_parallel_plan(strategy, sharding, config, precision, bucket_mb, rt.world_size);
+    plan = data_parallel_plan(strategy, sharding, config, precision, bucket_mb, rt.world_size,
+                              shard_alignment(dev, precision, share_copy));
     if (graphed && rt.world_size > 1)
       throw UsageError("--cuda-graph trains on one rank: data parallelism's collectives are not recorded in the graph");
     if (rt.world_size > 1 && strategy == SyncStrategy::None)
@@ -183,7 +186,7 @@ void run(ModeContext& ctx) {
   if (comm) {  // every rank starts from rank 0's weights, whatever its seed or file
     broadcast_parameters(*comm, model->params());
     model->parameters_changed();
-    sync = make_gradient_sync(plan, *comm, model->grads(), model->params());
+    sync = make_model_sync(plan, *comm, *model, share_copy);
   }
 
   log_root(rt, "train: %s (%.1fM parameters), %s, %lld steps of %lld x %lld tokens from %s (%lld tokens, %s order)%s\n",
@@ -199,7 +202,8 @@ void run(ModeContext& ctx) {
              sharding == Sharding::None
                  ? ""
                  : (std::string(", --shard-optimizer ") + sharding_name(sharding) + ": rank 0 updates " +
-                    fmt(100.0 * double(opt->owned_elements()) / double(config.num_params()), 1) + "% of the parameters")
+                    fmt(100.0 * double(opt->owned_elements()) / double(config.num_params()), 1) +
+                    "% of the parameters" + (share_copy ? ", --share-weights bf16" : ""))
                        .c_str());
 
   Record rec;
@@ -218,6 +222,7 @@ void run(ModeContext& ctx) {
       .attr("bucket_mb", bucket_mb)
       .attr("buckets", int64_t(sync ? sync->buckets().size() : 0))
       .attr("shard_optimizer", std::string(sharding_name(sharding)))
+      .attr("share_weights", std::string(share_copy ? "bf16" : "master"))
       .attr("optimizer_owned_elements", opt->owned_elements())
       .attr("precision", std::string(precision_name(precision)))
       .attr("attention", std::string(attention_name(attention)))

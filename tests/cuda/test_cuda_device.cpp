@@ -1,6 +1,10 @@
-// The CUDA Device: identity, copies, event timing, and out-of-memory as a recoverable
-// error (through the memory limit and through cudaMalloc itself).
+// The CUDA Device: identity, copies, event timing, out-of-memory as a recoverable error
+// (through the memory limit and through cudaMalloc itself), and paged memory whose pages go
+// back to the driver and come again.
+#include <cuda_runtime.h>
+
 #include <map>
+#include <numeric>
 
 #include "src/core/cuda/event_timer.h"
 #include "tests/cuda/cuda_test_util.h"
@@ -140,6 +144,42 @@ TEST(CudaDevice, DriverOutOfMemoryIsRecoverable) {
   b.device->copy_to_device(x.tensor().data, host.data(), n * 4);
   b.ops->convert(y, x);
   EXPECT_EQ(read_tensor(*b.device, y), std::vector<double>(n, 1.5));
+}
+
+TEST(CudaDevice, PagedMemoryGivesPagesBackAndTakesThemAgain) {
+  SKIP_WITHOUT_GPU();
+  Backend b = make_gpu_backend();
+  Device& dev = *b.device;
+  TracingAllocator& a = dev.allocator();
+  const size_t page = a.page_bytes();
+  ASSERT_GT(page, 0u) << "the driver's virtual memory management";
+  const size_t bytes = 8 * page;
+  const int64_t before = a.live_bytes();
+  void* p = a.allocate_paged(bytes, "test.paged");
+  EXPECT_EQ(a.live_bytes() - before, int64_t(bytes));
+  std::vector<float> host(bytes / sizeof(float)), back(host.size());
+  std::iota(host.begin(), host.end(), 0.0f);
+  dev.copy_to_device(p, host.data(), bytes);
+  size_t free_before = 0, free_after = 0, total = 0;
+  ASSERT_EQ(cudaMemGetInfo(&free_before, &total), cudaSuccess);
+  EXPECT_EQ(a.release_pages(p, 2 * page - 100, 3 * page + 200), 3 * page) << "pages 2, 3 and 4: whole pages inside";
+  EXPECT_EQ(a.release_pages(p, page, 4 * page), page) << "page 1; 2 to 4 already given back";
+  EXPECT_EQ(a.live_bytes() - before, int64_t(4 * page));
+  ASSERT_EQ(cudaMemGetInfo(&free_after, &total), cudaSuccess);
+  EXPECT_GE(free_after, free_before + 4 * page) << "the driver has the pages back";
+  const size_t floats_per_page = page / sizeof(float);
+  for (size_t k : {size_t(0), size_t(5), size_t(7)}) {  // the pages kept keep their contents
+    dev.copy_to_host(back.data() + k * floats_per_page, static_cast<char*>(p) + k * page, page);
+    for (size_t i = k * floats_per_page; i < (k + 1) * floats_per_page; i += 997) ASSERT_EQ(back[i], host[i]) << i;
+  }
+  EXPECT_EQ(a.restore_pages(p, page + 8, 1), page) << "the page the range touches";
+  EXPECT_EQ(a.restore_pages(p, 0, bytes), 3 * page) << "the rest given back";
+  EXPECT_EQ(a.live_bytes() - before, int64_t(bytes));
+  dev.copy_to_device(p, host.data(), bytes);  // every page writable and readable again
+  dev.copy_to_host(back.data(), p, bytes);
+  EXPECT_EQ(back, host);
+  a.deallocate(p);
+  EXPECT_EQ(a.live_bytes(), before);
 }
 
 }  // namespace

@@ -143,7 +143,14 @@ struct DataParallel {
   SyncStrategy strategy = SyncStrategy::None;
   double bucket_mb = 25;
   Sharding sharding = Sharding::None;
+  bool share_copy = false;  // sharded under bf16: the bf16 copy travels (--share-weights bf16)
 };
+
+// A page of fp32 master weights (shards start there when the bf16 copy is shared, so that
+// whole pages of the masters others own are given back).
+inline int64_t page_elements(Env& env) {
+  return std::max<int64_t>(kShardAlignment, int64_t(env.device().allocator().page_bytes() / sizeof(float)));
+}
 
 // The tiny transformer with its optimizer: one rank on the whole batch (dist == nullptr:
 // parameters from rank 0's seed, no communication), or this rank's share under `dist`
@@ -153,9 +160,10 @@ class TransformerRun {
  public:
   TransformerRun(Env& env, const DataParallel* dist, Precision precision = Precision::FP32,
                  MemoryPlan memory = MemoryPlan::Fast)
-      : env_(env), plan_(plan_sync(dist ? dist->strategy : SyncStrategy::None, dist ? dist->sharding : Sharding::None,
-                                   param_spans(ParameterLayout(tiny_transformer())), sizeof(float),
-                                   dist ? dist->bucket_mb : 25, dist ? world_size() : 1)),
+      : env_(env),
+        plan_(plan_sync(dist ? dist->strategy : SyncStrategy::None, dist ? dist->sharding : Sharding::None,
+                        param_spans(ParameterLayout(tiny_transformer())), sizeof(float), dist ? dist->bucket_mb : 25,
+                        dist ? world_size() : 1, dist && dist->share_copy ? page_elements(env) : kShardAlignment)),
         model_(tiny_transformer(), precision, AttentionKind::Naive, env.device(), env.ops(), memory,
                plan_.flat_elements),
         opt_(model_, env.ops(), AdamWHyper{3e-3, 0.9, 0.999, 1e-8, 0.01}, plan_.owned(dist ? world_rank() : 0)),
@@ -165,7 +173,9 @@ class TransformerRun {
     if (dist) {
       broadcast_parameters(*env.comm, model_.params());
       model_.parameters_changed();
-      sync_ = make_gradient_sync(plan_, *env.comm, model_.grads(), model_.params());
+      const CopySharing copy{model_.params_lowp(), model_.full_precision_ranges(), &env.device().allocator()};
+      sync_ = make_gradient_sync(plan_, *env.comm, model_.grads(), model_.params(),
+                                 dist->share_copy ? copy : CopySharing{});
     }
   }
 

@@ -14,14 +14,17 @@
 //    uninterrupted;
 //  - the parameters other ranks updated arrive during the next forward (it asks the sync for
 //    each range before reading it), bitwise as if every one had been waited for after the
-//    step, for fp32 and bf16 with and without --low-memory; a checkpoint and an evaluation
-//    between steps see every parameter.
-// mpi runs on the CPU backend; nccl on GPUs when every rank has one (skipped otherwise). bf16
-// runs (fp32 master weights shared, bf16 copies refreshed locally) are bitwise on both.
+//    step, for fp32 and bf16 with and without --low-memory and with the bf16 copy shared; a
+//    checkpoint and an evaluation between steps see every parameter;
+//  - under bf16 either the fp32 masters travel (each rank casts its copy again, holding none
+//    between steps) or the bf16 copy does (--share-weights bf16: with the masters of the
+//    embedding and norm gains only, the copy held): bitwise the unsharded weights both ways.
+// mpi runs on the CPU backend; nccl on GPUs when every rank has one (skipped otherwise).
 #include <unistd.h>
 
 #include <algorithm>
 #include <cstdio>
+#include <tuple>
 
 #include "src/io/h5.h"
 #include "src/model/checkpoint.h"
@@ -225,14 +228,20 @@ TEST_P(ShardTest, CheckpointsMoveBetweenShardedAndUnsharded) {
 TEST_P(ShardTest, ParametersArrivingDuringForwardGiveTheWaitedWeights) {
   const Case& c = GetParam();
   const DataParallel sharded = c.setup(c.sharding);
-  // bf16: each range's copy refreshed as it arrives
-  const std::pair<Precision, MemoryPlan> variants[] = {{Precision::FP32, MemoryPlan::Fast},
-                                                       {Precision::BF16, MemoryPlan::Fast},
-                                                       {Precision::BF16, MemoryPlan::LowMemory}};
-  for (const auto& [precision, memory] : variants) {
-    const std::string what = std::string(precision_name(precision)) + (memory == MemoryPlan::LowMemory ? " low" : "");
-    const Training want = train_transformer(*env_, &sharded, kSteps, precision, memory, /*wait_every_step=*/true),
-                   got = train_transformer(*env_, &sharded, kSteps, precision, memory);
+  DataParallel sharing_copy = sharded;
+  sharing_copy.share_copy = true;
+  // bf16: each range's copy refreshed as it arrives, or the copy itself arriving
+  const std::tuple<Precision, MemoryPlan, const DataParallel*> variants[] = {
+      {Precision::FP32, MemoryPlan::Fast, &sharded},
+      {Precision::BF16, MemoryPlan::Fast, &sharded},
+      {Precision::BF16, MemoryPlan::LowMemory, &sharded},
+      {Precision::BF16, MemoryPlan::Fast, &sharing_copy}};
+  for (const auto& [precision, memory, setup] : variants) {
+    const std::string what = std::string(precision_name(precision)) + (memory == MemoryPlan::LowMemory ? " low"
+                                                                       : setup->share_copy             ? " copy shared"
+                                                                                                       : "");
+    const Training want = train_transformer(*env_, setup, kSteps, precision, memory, /*wait_every_step=*/true),
+                   got = train_transformer(*env_, setup, kSteps, precision, memory);
     EXPECT_TRUE(bitwise_on_every_rank(got.params, want.params)) << what << ": weights";
     EXPECT_TRUE(bitwise_on_every_rank(std::vector<float>(got.losses.begin(), got.losses.end()),
                                       std::vector<float>(want.losses.begin(), want.losses.end())))
@@ -272,9 +281,13 @@ TEST_P(ShardTest, CheckpointAndEvaluationBetweenStepsSeeEveryParameter) {
   const DataParallel sharded = c.setup(c.sharding);
   const Runtime rt = world();
   const SharedPath path("between");
-  for (Precision precision : {Precision::FP32, Precision::BF16}) {
-    const std::string what = precision_name(precision);
-    TransformerRun deferred(*env_, &sharded, precision), waited(*env_, &sharded, precision);
+  DataParallel sharing_copy = sharded;
+  sharing_copy.share_copy = true;
+  const std::pair<Precision, const DataParallel*> variants[] = {
+      {Precision::FP32, &sharded}, {Precision::BF16, &sharded}, {Precision::BF16, &sharing_copy}};
+  for (const auto& [precision, setup] : variants) {
+    const std::string what = precision_name(precision) + std::string(setup->share_copy ? " copy shared" : "");
+    TransformerRun deferred(*env_, setup, precision), waited(*env_, setup, precision);
     for (int step = 0; step < kSteps; ++step) {
       deferred.step(step);
       waited.step(step);
@@ -318,14 +331,74 @@ TEST_P(ShardTest, Bf16CopyIsLetGoWhileParametersArrive) {
   EXPECT_EQ(copy_bytes(), whole) << "after waiting for every parameter";
 }
 
-// Mixed precision: the fp32 weights travel, each rank refreshes its bf16 copy.
+// Sharing the bf16 copy (--share-weights bf16): the copy is held between the steps, and the
+// next forward casts nothing.
+TEST_P(ShardTest, SharedBf16CopyIsHeldBetweenSteps) {
+  const Case& c = GetParam();
+  DataParallel sharded = c.setup(c.sharding);
+  sharded.share_copy = true;
+  TransformerRun run(*env_, &sharded, Precision::BF16);
+  int64_t bytes = 0;
+  run.step(0);
+  for (const LiveAllocation& a : env_->device().allocator().live_allocations())
+    if (a.tag == "params.bf16") bytes += a.bytes;
+  EXPECT_EQ(bytes, 2 * run.plan().flat_elements) << "after a step";
+}
+
+// Sharing the bf16 copy with paged masters: from the first step on, a rank holds the masters
+// of what it updates or reads as they are (its parts, the embedding, the norm gains), within a
+// page at each end of each; a wait for every parameter takes the rest back and brings them.
+TEST_P(ShardTest, SharedBf16CopyGivesBackTheStaleMasters) {
+  const Case& c = GetParam();
+  DataParallel sharded = c.setup(c.sharding);
+  sharded.share_copy = true;
+  TransformerRun run(*env_, &sharded, Precision::BF16);
+  auto master_bytes = [&] {
+    return model_memory(env_->device().allocator()).of("params") - 2 * run.plan().flat_elements;
+  };
+  const int64_t whole = 4 * run.model().params().numel();
+  ASSERT_EQ(master_bytes(), whole) << "after init: the bf16 copy and every master";
+  run.step(0);
+  const std::vector<FlatRange> owned = run.plan().owned(world_rank()),
+                               full_precision = run.model().full_precision_ranges();
+  int64_t kept = 0;
+  for (const std::vector<FlatRange>* list : {&owned, &full_precision})
+    for (const FlatRange& r : *list) kept += r.size();
+  const int64_t page = int64_t(env_->device().allocator().page_bytes());
+  const int64_t held = master_bytes(), most = 4 * kept + 2 * page * int64_t(owned.size() + full_precision.size());
+  EXPECT_LE(held, std::max(most, page)) << "after a step: what it updates or reads, and the pages they touch";
+  if (world_size() > 1 && page > 0) EXPECT_LT(held, whole) << "pages given back";
+  run.step(1);  // forward and backward read no given-back master
+  const std::vector<float> weights = run.params();
+  EXPECT_EQ(master_bytes(), whole) << "after waiting for every parameter";
+  run.step(2);  // given back again
+  EXPECT_EQ(master_bytes(), held) << "after the next step";
+}
+
+// Mixed precision: the fp32 weights travel, each rank refreshes its bf16 copy; or the bf16
+// copy travels with the masters of the embedding and the norm gains, and the other masters
+// come when the weights are read (train_transformer's params() waits for every parameter).
 TEST_P(ShardTest, Bf16TenStepsGiveTheUnshardedWeights) {
   const Case& c = GetParam();
-  const DataParallel plain = c.setup(Sharding::None), sharded = c.setup(c.sharding);
-  const Training want = train_transformer(*env_, &plain, kSteps, Precision::BF16),
-                 got = train_transformer(*env_, &sharded, kSteps, Precision::BF16);
-  expect_same(got.params, want.params, "bf16 weights after 10 steps");
-  EXPECT_TRUE(same_on_every_rank(got.params)) << "ranks differ";
+  const DataParallel plain = c.setup(Sharding::None);
+  const Training want = train_transformer(*env_, &plain, kSteps, Precision::BF16);
+  for (bool share_copy : {false, true}) {
+    DataParallel sharded = c.setup(c.sharding);
+    sharded.share_copy = share_copy;
+    const std::string what = share_copy ? " (bf16 copy shared)" : " (masters shared)";
+    const Training got = train_transformer(*env_, &sharded, kSteps, Precision::BF16);
+    expect_same(got.params, want.params, "bf16 weights after 10 steps" + what);
+    expect_same(std::vector<float>(got.losses.begin(), got.losses.end()),
+                std::vector<float>(want.losses.begin(), want.losses.end()), "bf16 losses" + what);
+    EXPECT_TRUE(same_on_every_rank(got.params)) << "ranks differ" << what;
+    // What travels after the step: every element's master (4 bytes: what the gradients
+    // covered), or its bf16 copy (2) and the masters of the full-precision ranges once more.
+    const int64_t gradient_bytes = c.sharding == Sharding::Zero1 ? got.stats.bytes : want.stats.bytes;
+    int64_t full_precision = 0;
+    for (const ParamInfo& p : ParameterLayout(tiny_transformer()).params())
+      if (!p.is_matrix) full_precision += p.shape.numel();
+    EXPECT_EQ(got.stats.param_bytes, share_copy ? gradient_bytes / 2 + 4 * full_precision : gradient_bytes) << what;
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Schemes, ShardTest, ::testing::ValuesIn(all_cases()), case_name);

@@ -278,9 +278,11 @@ class RecordingComm final : public Communicator {
     ReduceOp op;
     bool blocking;
     int root;
+    DType dtype = DType::F32;  // BF16: a call on the bf16 copy (begin: its offset there)
   };
-  RecordingComm(const float* grads, const float* params = nullptr, int rank = 0, int size = 1)
-      : grads_(grads), params_(params), rank_(rank), size_(size) {}
+  RecordingComm(const float* grads, const float* params = nullptr, int rank = 0, int size = 1,
+                const uint16_t* copy = nullptr)
+      : grads_(grads), params_(params), copy_(copy), rank_(rank), size_(size) {}
   std::vector<Call> calls;
   int waits = 0, groups = 0;
   std::vector<size_t> waited;  // the index in `calls` of each call waited for, in order
@@ -307,7 +309,7 @@ class RecordingComm final : public Communicator {
     record({Collective::ReduceScatter, false, 0, int64_t(count), op, true, -1}, send, dtype);
   }
   CommHandle all_gather_async(const void* send, void* recv, size_t count, DType dtype) override {
-    EXPECT_EQ(send, static_cast<const float*>(recv) + rank_ * count) << "all-gather in place";
+    EXPECT_EQ(send, static_cast<const char*>(recv) + rank_ * count * dtype_size(dtype)) << "all-gather in place";
     return record({Collective::AllGather, true, 0, int64_t(count), ReduceOp::Sum, false, -1}, recv, dtype);
   }
   CommHandle broadcast_async(const void* send, void* recv, size_t count, DType dtype, int root) override {
@@ -331,12 +333,15 @@ class RecordingComm final : public Communicator {
     size_t index;
   };
   CommHandle record(Call call, const void* buffer, DType dtype) {
-    EXPECT_EQ(dtype, DType::F32);
-    call.begin = static_cast<const float*>(buffer) - (call.on_params ? params_ : grads_);
+    EXPECT_TRUE(dtype == DType::F32 || (dtype == DType::BF16 && call.on_params && copy_));
+    call.dtype = dtype;
+    call.begin = dtype == DType::BF16 ? static_cast<const uint16_t*>(buffer) - copy_
+                                      : static_cast<const float*>(buffer) - (call.on_params ? params_ : grads_);
     calls.push_back(call);
     return CommHandle(std::make_unique<Wait>(*this, calls.size() - 1));
   }
   const float *grads_, *params_;
+  const uint16_t* copy_;
   int rank_, size_;
 };
 
@@ -494,6 +499,67 @@ TEST(ShardedSync, Zero1ReduceScattersAsBackwardFinishesAndAllGathersAsTheOptimiz
 
 // The ranks must issue their all-gathers in the same order whatever they own: a rank that owns
 // nothing of the first buckets in forward order shares them before its own.
+// --share-weights bf16, rank 1 of 2 under zero1 (the buckets above), the full-precision
+// ranges [100,110) and [650,800): each bucket's bf16 copy all-gathered, and in the same group
+// the masters of the full-precision pieces, each broadcast by the owner of the part it lies
+// in; the other masters are all-gathered (fp32, in forward order) only when asked for.
+TEST(ShardedSync, SharingTheBf16CopySendsTheMastersOfFullPrecisionRangesOnly) {
+  const SyncPlan plan =
+      plan_sync(SyncStrategy::Overlap, Sharding::Zero1, {{"a", 0, 300}, {"b", 300, 700}, {"c", 700, 1000}}, 4, 25, 2);
+  std::vector<float> grads(size_t(plan.flat_elements)), params(grads.size());
+  std::vector<uint16_t> copy(grads.size());
+  RecordingComm comm(grads.data(), params.data(), 1, 2, copy.data());
+  const std::unique_ptr<GradientSync> sync =
+      make_gradient_sync(plan, comm, Tensor{grads.data(), DType::F32, {plan.flat_elements}},
+                         Tensor{params.data(), DType::F32, {plan.flat_elements}},
+                         {Tensor{copy.data(), DType::BF16, {plan.flat_elements}}, {{100, 110}, {650, 800}}});
+  EXPECT_TRUE(sync->shares_compute_copy());
+  sync->begin_step();
+  sync->on_gradients_ready(0, 1000);
+  sync->finish();
+  ASSERT_EQ(comm.calls.size(), 3u) << "the reduce-scatters";
+  for (const FlatRange& r : plan.owned(1)) sync->on_parameters_updated(r.begin, r.end);
+  EXPECT_TRUE(sync->finish_parameters());
+  struct Want {
+    Collective kind;
+    DType dtype;
+    int64_t begin, count;
+    int root;
+  };
+  const std::vector<Want> want = {
+      {Collective::AllGather, DType::BF16, 0, 192, -1},   {Collective::Broadcast, DType::F32, 100, 10, 0},
+      {Collective::AllGather, DType::BF16, 384, 192, -1}, {Collective::Broadcast, DType::F32, 650, 118, 1},
+      {Collective::AllGather, DType::BF16, 768, 128, -1}, {Collective::Broadcast, DType::F32, 768, 32, 0}};
+  ASSERT_EQ(comm.calls.size(), 3 + want.size());
+  for (size_t i = 0; i < want.size(); ++i) {
+    const RecordingComm::Call& got = comm.calls[3 + i];
+    EXPECT_EQ(got.kind, want[i].kind) << i;
+    EXPECT_EQ(got.dtype, want[i].dtype) << i;
+    EXPECT_EQ(got.begin, want[i].begin) << i;
+    EXPECT_EQ(got.count, want[i].count) << i;
+    if (want[i].kind == Collective::Broadcast) EXPECT_EQ(got.root, want[i].root) << i;
+  }
+  EXPECT_EQ(sync->stats().param_bytes, 1024 * 2 + (10 + 118 + 32) * 4);
+  EXPECT_EQ(sync->stats().param_collectives, 6);
+  EXPECT_EQ(*std::max_element(comm.waited.begin(), comm.waited.end()), 2u) << "finish waited for the gradients only";
+
+  sync->on_masters_needed();  // every master, as a checkpoint reads them
+  ASSERT_EQ(comm.calls.size(), 12u);
+  for (size_t i = 9; i < 12; ++i) {
+    EXPECT_EQ(comm.calls[i].kind, Collective::AllGather);
+    EXPECT_EQ(comm.calls[i].dtype, DType::F32);
+  }
+  EXPECT_EQ(comm.calls[9].begin, 0);
+  EXPECT_EQ(comm.calls[10].begin, 384);
+  EXPECT_EQ(comm.calls[11].begin, 768);
+  std::vector<size_t> waited;
+  for (size_t i : comm.waited)
+    if (i >= 3) waited.push_back(i);
+  std::sort(waited.begin(), waited.end());
+  EXPECT_EQ(waited, (std::vector<size_t>{3, 4, 5, 6, 7, 8, 9, 10, 11})) << "what arrived, then the masters";
+  EXPECT_EQ(sync->stats().param_bytes, 1024 * 2 + (10 + 118 + 32) * 4) << "not a step's traffic";
+}
+
 TEST(ShardedSync, Zero1SharesEveryEarlierBucketFirst) {
   ShardFixture f(SyncStrategy::Overlap, Sharding::Zero1, 0, 2);
   f.sync->begin_step();
