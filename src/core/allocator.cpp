@@ -15,10 +15,10 @@ double TracingAllocator::now_ms() const {
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0_).count();
 }
 
-void TracingAllocator::note(void* p, int64_t delta, const std::string& tag) {
+void TracingAllocator::note(void* p, int64_t delta, const std::string& tag, bool pages) {
   live_ += delta;
   if (live_ > peak_) peak_ = live_;
-  if (recording_) events_.push_back({now_ms(), delta, live_, reinterpret_cast<uint64_t>(p), tag, phase_});
+  if (recording_) events_.push_back({now_ms(), delta, live_, reinterpret_cast<uint64_t>(p), tag, phase_, pages});
 }
 
 void* TracingAllocator::allocate(size_t bytes, const std::string& tag) {
@@ -40,7 +40,7 @@ size_t TracingAllocator::release_pages(void* base, size_t offset, size_t bytes) 
   LLMHPC_CHECK(it != live_allocs_.end(), "pages of a pointer this allocator did not allocate");
   const size_t n = inner_.release_pages(base, offset, bytes);
   it->second.bytes -= n;
-  if (n) note(base, -int64_t(n), it->second.tag);
+  if (n) note(base, -int64_t(n), it->second.tag, /*pages=*/true);
   return n;
 }
 
@@ -49,7 +49,7 @@ size_t TracingAllocator::restore_pages(void* base, size_t offset, size_t bytes) 
   LLMHPC_CHECK(it != live_allocs_.end(), "pages of a pointer this allocator did not allocate");
   const size_t n = inner_.restore_pages(base, offset, bytes);
   it->second.bytes += n;
-  if (n) note(base, int64_t(n), it->second.tag);
+  if (n) note(base, int64_t(n), it->second.tag, /*pages=*/true);
   return n;
 }
 

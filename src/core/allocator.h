@@ -44,7 +44,8 @@ struct AllocEvent {
   int64_t live_after;  // bytes live after this event
   uint64_t address;
   std::string tag;
-  std::string phase;  // the phase set by set_phase() when the event happened
+  std::string phase;   // the phase set by set_phase() when the event happened
+  bool pages = false;  // pages of a paged allocation given back (delta < 0) or taken again: it stays allocated
 };
 
 // What some allocations are for, told by their tags: "params" and "params.bf16" are
@@ -106,7 +107,7 @@ class TracingAllocator final : public Allocator {
     size_t bytes;
     std::string tag;
   };
-  void note(void* p, int64_t delta, const std::string& tag);  // live bytes, peak, event
+  void note(void* p, int64_t delta, const std::string& tag, bool pages = false);  // live bytes, peak, event
   Allocator& inner_;
   std::chrono::steady_clock::time_point t0_;
   std::unordered_map<void*, Live> live_allocs_;

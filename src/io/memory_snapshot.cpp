@@ -49,7 +49,10 @@ PyObject memory_snapshot(const std::vector<LiveAllocation>& at_start, const std:
     const int64_t t = int64_t(std::llround((e.time_ms - start_ms) * 1000.0));
     const int64_t size = e.delta >= 0 ? e.delta : -e.delta;
     const PyObject where = frames(e.tag, tag_category(e.tag, categories), e.phase);
-    if (e.delta >= 0) {
+    if (e.pages) {  // a paged block's pages: as PyTorch's expandable segments record them
+      trace.append(event(e.delta < 0 ? "segment_unmap" : "segment_map", e.address, size, t, where));
+      live[e.address].bytes += e.delta;
+    } else if (e.delta >= 0) {
       trace.append(event("segment_alloc", e.address, size, t, where));
       trace.append(event("alloc", e.address, size, t, where));
       live[e.address] = {size, where};

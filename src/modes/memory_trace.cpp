@@ -58,7 +58,7 @@ TraceSummary summarize_trace(const std::vector<LiveAllocation>& at_start, const 
     live += e.delta;
     add(e.tag, e.delta);
     s.balanced = s.balanced && live == e.live_after;
-    if (e.delta >= 0) list(e.delta, e.tag, e.phase);
+    if (e.delta >= 0 && !e.pages) list(e.delta, e.tag, e.phase);  // pages taken again are no new allocation
     for (PhaseMemory& p : s.phases)
       if (p.name == e.phase) p.peak = std::max(p.peak, live);
     if (live > s.peak) {

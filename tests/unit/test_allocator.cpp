@@ -45,7 +45,12 @@ TEST(PagedHostMemory, GivesBackWholePagesAndTakesThemAgain) {
   char* p = static_cast<char*>(b.tensor().data);
   std::memset(p, 7, 6 * page);
   EXPECT_EQ(tracer.live_bytes(), int64_t(6 * page));
+  tracer.set_recording(true);
   EXPECT_EQ(tracer.release_pages(p, page / 2, 3 * page), 2 * page) << "pages 1 and 2: wholly inside";
+  ASSERT_EQ(tracer.events().size(), 1u);
+  EXPECT_TRUE(tracer.events()[0].pages) << "pages, not a free: the allocation stays";
+  EXPECT_EQ(tracer.events()[0].delta, -int64_t(2 * page));
+  EXPECT_EQ(tracer.events()[0].live_after, int64_t(4 * page));
   EXPECT_EQ(tracer.release_pages(p, page, page), 0u) << "given back already";
   EXPECT_EQ(tracer.live_bytes(), int64_t(4 * page));
   EXPECT_EQ(tracer.live_by_category({{"params", {"params"}}}).of("params"), int64_t(4 * page));

@@ -339,6 +339,20 @@ TEST(Snapshot, FreesAndLiveBlocks) {
   EXPECT_EQ(trace.items()[5].items()[0].str_value(), "free_completed");
 }
 
+// Pages of a paged block given back and taken again are PyTorch's segment_unmap / segment_map
+// (as its expandable segments record them), not a free: the block stays, at its held size.
+TEST(Snapshot, PagesGivenBackAreUnmappedNotFreed) {
+  AllocEvent unmap{2.0, -24, 40, 0x1000, "params", "optimizer"};
+  unmap.pages = true;
+  const std::vector<AllocEvent> ev = {{1.0, 64, 64, 0x1000, "params", "init"}, unmap};
+  const PyObject s = memory_snapshot({}, ev, memory_categories(), 0.0);
+  const PyObject& segments = s.items()[0];
+  ASSERT_EQ(segments.items().size(), 1u) << "the block stays";
+  const PyObject& trace = s.items()[1].items()[0];
+  ASSERT_EQ(trace.items().size(), 2u + 1u);
+  EXPECT_EQ(trace.items()[2].items()[0].str_value(), "segment_unmap");
+}
+
 TEST(Precision, TheSeedsAccumulationValues) {
   Backend be = cpu_backend();
   HostTensor out(*be.device, DType::F32, {4});
