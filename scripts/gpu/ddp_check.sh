@@ -7,8 +7,9 @@
 #   tests     test_ddp and test_shard under mpirun -np 2: nccl on the GPUs (bitwise where the
 #             reduction is the same), mpi on the CPU
 #   ddp       every strategy, xl context 128, global batch 4 and 16, fp32 and bf16, buckets 1-1000 MiB
-#   shard     --shard-optimizer none,broadcast,zero1 under flat and bucketed 25 MiB, same grid
-#             (SHARD replaces those options, e.g. SHARD="--ddp bucketed --shard-optimizer none,zero1")
+#   shard     --shard-optimizer none,broadcast,zero1 under flat and bucketed 25 MiB, with
+#             --share-weights master,bf16 (the bf16 runs once with each), same grid (SHARD
+#             replaces those options, e.g. SHARD="--ddp bucketed --shard-optimizer none,zero1")
 #   torch     PyTorch DDP eager (25 MiB buckets) with AdamW and with ZeroRedundancyOptimizer, and
 #             PyTorch alone on one GPU at the local batch (--single), same grid
 #   compute   where compute dominates: xl bf16 context 1024 global batch 8, none and bucketed
@@ -28,7 +29,7 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 NCCL_NVLS_ENABL
 PARTS=${PARTS:-tests ddp shard torch}
 CTAS=${CTAS:-default 16 8 4}
 MARGINS=${MARGINS:-0}  # compute part: --gemm-sm-margin values, each with every CTAS value
-SHARD=${SHARD:---ddp flat,bucketed --bucket-mb 25 --shard-optimizer none,broadcast,zero1}  # shard part's options
+SHARD=${SHARD:---ddp flat,bucketed --bucket-mb 25 --shard-optimizer none,broadcast,zero1 --share-weights master,bf16}
 read -ra mpi <<<"${MPIRUN:-mpirun --bind-to none} -np 2 -x NCCL_NVLS_ENABLE -x NCCL_MAX_CTAS -x NCCL_MIN_CTAS"
 find_exe() { [ -x "$bin/$1" ] && echo "$bin/$1" || echo "$bin/tests/$1"; }
 exec > >(tee -a "$out/log.txt") 2>&1
