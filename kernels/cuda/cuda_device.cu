@@ -1,6 +1,7 @@
 // CudaDevice and its caching allocator (see cuda_device.h).
 #include "kernels/cuda/cuda_device.h"
 
+#include <functional>
 #include <vector>
 
 #include "kernels/cuda/cuda_check.h"
@@ -62,43 +63,34 @@ void* CachingDeviceAllocator::allocate(size_t bytes, const std::string& tag) {
     cached_.erase(hit);
     return p;
   }
-  // While a graph is recorded the cache is not released (cudaFree would wait for the device).
-  const bool may_release = !capturing_;
-  if (may_release && reserved_ + size > limit_) release_cache();
-  void* p = reserved_ + size <= limit_ ? device_malloc(size) : nullptr;
-  if (!p && may_release && reserved_ + size <= limit_) {
-    release_cache();
-    p = device_malloc(size);
-  }
-  if (!p)
-    throw OutOfMemory("device allocation of " + format_bytes(double(bytes)) + " for '" + tag + "' does not fit: " +
-                      format_bytes(double(reserved_)) + " in use of a limit of " + format_bytes(double(limit_)) +
-                      (capturing_ ? " (while recording a CUDA graph, which cannot release the cache)" : ""));
+  void* p = obtain(size, tag, [&] { return device_malloc(size); });
   reserved_ += size;
   live_[p] = size;
   if (capturing_) captured_.insert(p);
   return p;
 }
 
-void CachingDeviceAllocator::make_room(size_t bytes, const std::string& tag) {
-  if (reserved_ + bytes > limit_ && !capturing_) release_cache();
-  if (reserved_ + bytes > limit_)
-    throw OutOfMemory("device allocation of " + format_bytes(double(bytes)) + " for '" + tag + "' does not fit: " +
-                      format_bytes(double(reserved_)) + " in use of a limit of " + format_bytes(double(limit_)));
+void* CachingDeviceAllocator::obtain(size_t size, const std::string& tag, const std::function<void*()>& get) {
+  // While a graph is recorded the cache is not released (cudaFree would wait for the device).
+  const bool may_release = !capturing_;
+  if (may_release && reserved_ + size > limit_) release_cache();
+  void* p = reserved_ + size <= limit_ ? get() : nullptr;
+  if (!p && may_release && reserved_ + size <= limit_) {
+    release_cache();
+    p = get();
+  }
+  if (!p)
+    throw OutOfMemory("device allocation of " + format_bytes(double(size)) + " for '" + tag + "' does not fit: " +
+                      format_bytes(double(reserved_)) + " in use of a limit of " + format_bytes(double(limit_)) +
+                      (capturing_ ? " (while recording a CUDA graph, which cannot release the cache)" : ""));
+  return p;
 }
 
 void* CachingDeviceAllocator::allocate_paged(size_t bytes, const std::string& tag) {
   if (pages_.page_bytes() == 0) return allocate(bytes, tag);
   LLMHPC_CHECK(!capturing_, "paged memory while recording a CUDA graph");
   const size_t size = (bytes + pages_.page_bytes() - 1) / pages_.page_bytes() * pages_.page_bytes();
-  make_room(size, tag);
-  void* p = pages_.allocate(bytes);
-  if (!p) {
-    release_cache();
-    p = pages_.allocate(bytes);
-  }
-  if (!p)
-    throw OutOfMemory("device allocation of " + format_bytes(double(bytes)) + " for '" + tag + "': the device is full");
+  void* p = obtain(size, tag, [&] { return pages_.allocate(bytes); });
   reserved_ += pages_.size_of(p);
   return p;
 }
@@ -114,8 +106,10 @@ size_t CachingDeviceAllocator::release_pages(void* base, size_t offset, size_t b
 size_t CachingDeviceAllocator::restore_pages(void* base, size_t offset, size_t bytes) {
   if (!pages_.owns(base)) return 0;
   const size_t held = pages_.held_bytes(base);
-  make_room(pages_.size_of(base) - held, "pages taken back");  // at most every page of the block
-  const size_t n = pages_.restore(base, offset, bytes);
+  // Room for at most every page of the block; a retry maps only the pages still missing.
+  obtain(pages_.size_of(base) - held, "pages taken back",
+         [&]() -> void* { return pages_.restore(base, offset, bytes) ? base : nullptr; });
+  const size_t n = pages_.held_bytes(base) - held;
   reserved_ += n;
   return n;
 }

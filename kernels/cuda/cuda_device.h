@@ -3,6 +3,7 @@
 #pragma once
 #include <cuda_runtime.h>
 
+#include <functional>
 #include <map>
 #include <string>
 #include <unordered_map>
@@ -47,8 +48,11 @@ class CachingDeviceAllocator final : public Allocator {
   size_t cached_bytes() const { return cached_bytes_; }
 
  private:
-  void* device_malloc(size_t bytes);                     // nullptr on failure, with the CUDA error cleared
-  void make_room(size_t bytes, const std::string& tag);  // releases the cache if needed, else throws OutOfMemory
+  void* device_malloc(size_t bytes);  // nullptr on failure, with the CUDA error cleared
+  // `size` bytes within the limit from `get` (nullptr when the device is full): the cache is
+  // released first when over the limit, and once more when the device is full; else throws
+  // OutOfMemory naming `tag`. Adds nothing to reserved_.
+  void* obtain(size_t size, const std::string& tag, const std::function<void*()>& get);
 
   size_t limit_;
   size_t reserved_ = 0, cached_bytes_ = 0;

@@ -150,17 +150,12 @@ size_t DevicePages::release(void* base, size_t offset, size_t bytes) {
   return given;
 }
 
-size_t DevicePages::restore(void* base, size_t offset, size_t bytes) {
+bool DevicePages::restore(void* base, size_t offset, size_t bytes) {
   Block& block = blocks_.at(base);
   const auto [first, last] = pages_touched(offset, bytes, page_);
-  size_t taken = 0;
-  for (size_t k = first; k < last && k < block.pages; ++k) {
-    if (block.handles[k]) continue;
-    if (!map_page(static_cast<char*>(base) + k * page_, block.handles[k]))
-      throw OutOfMemory("taking back a page of device memory: the device is full");
-    taken += page_;
-  }
-  return taken;
+  for (size_t k = first; k < last && k < block.pages; ++k)
+    if (!block.handles[k] && !map_page(static_cast<char*>(base) + k * page_, block.handles[k])) return false;
+  return true;
 }
 
 }  // namespace llmhpc

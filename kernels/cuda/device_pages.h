@@ -30,9 +30,9 @@ class DevicePages {
   // Unmaps and frees every held page wholly inside [offset, offset + bytes) of `base`; the
   // caller has waited for the device. Returns the bytes given back.
   size_t release(void* base, size_t offset, size_t bytes);
-  // Maps a new page for every page given back that the range touches. Returns the bytes
-  // taken, or throws OutOfMemory.
-  size_t restore(void* base, size_t offset, size_t bytes);
+  // Maps a new page for every page given back that the range touches. False when the device
+  // is full (the pages mapped so far stay: a retry maps the rest).
+  bool restore(void* base, size_t offset, size_t bytes);
 
  private:
   struct Block {

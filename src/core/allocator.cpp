@@ -36,21 +36,19 @@ void* TracingAllocator::allocate_paged(size_t bytes, const std::string& tag) {
 }
 
 size_t TracingAllocator::release_pages(void* base, size_t offset, size_t bytes) {
-  auto it = live_allocs_.find(base);
-  LLMHPC_CHECK(it != live_allocs_.end(), "pages of a pointer this allocator did not allocate");
-  const size_t n = inner_.release_pages(base, offset, bytes);
-  it->second.bytes -= n;
-  if (n) note(base, -int64_t(n), it->second.tag, /*pages=*/true);
-  return n;
+  return count_pages(base, -int64_t(inner_.release_pages(base, offset, bytes)));
 }
 
 size_t TracingAllocator::restore_pages(void* base, size_t offset, size_t bytes) {
+  return count_pages(base, int64_t(inner_.restore_pages(base, offset, bytes)));
+}
+
+size_t TracingAllocator::count_pages(void* base, int64_t delta) {
   auto it = live_allocs_.find(base);
   LLMHPC_CHECK(it != live_allocs_.end(), "pages of a pointer this allocator did not allocate");
-  const size_t n = inner_.restore_pages(base, offset, bytes);
-  it->second.bytes += n;
-  if (n) note(base, int64_t(n), it->second.tag, /*pages=*/true);
-  return n;
+  it->second.bytes = size_t(int64_t(it->second.bytes) + delta);
+  if (delta) note(base, delta, it->second.tag, /*pages=*/true);
+  return size_t(delta < 0 ? -delta : delta);
 }
 
 void TracingAllocator::deallocate(void* p) {

@@ -108,6 +108,7 @@ class TracingAllocator final : public Allocator {
     std::string tag;
   };
   void note(void* p, int64_t delta, const std::string& tag, bool pages = false);  // live bytes, peak, event
+  size_t count_pages(void* base, int64_t delta);  // pages of `base` given back (< 0) or taken; returns |delta|
   Allocator& inner_;
   std::chrono::steady_clock::time_point t0_;
   std::unordered_map<void*, Live> live_allocs_;

@@ -55,6 +55,7 @@ class ParameterSharing final : public GradientSync {
     LLMHPC_CHECK(copy_.empty() || copy_.numel() == params_.numel(), "the compute copy must be as long as the masters");
     for (size_t k = 1; k < full_precision_.size(); ++k)
       LLMHPC_CHECK(full_precision_[k - 1].end <= full_precision_[k].begin, "full-precision ranges must be in order");
+    if (!copy_.empty()) pieces_ = full_precision_pieces();
     if (pages_) stale_ = stale_masters();
     const SyncPlan& plan = gradients_->plan();
     LLMHPC_CHECK(plan.sharding != Sharding::None, "parameter sharing without a sharded plan");
@@ -210,30 +211,40 @@ class ParameterSharing final : public GradientSync {
     stats.param_bytes += group.size() * es;
   }
 
-  // The masters of the full-precision ranges in group g, each piece from the owner of the
-  // part it lies in.
-  void send_full_precision_pieces(size_t g) {
+  // Per group, the full-precision ranges' pieces in it and the owner of the part each lies in.
+  std::vector<std::vector<std::pair<int, FlatRange>>> full_precision_pieces() const {
     const SyncPlan& plan = gradients_->plan();
-    const int64_t es = int64_t(dtype_size(params_.dtype));
-    for (int owner = 0; owner < plan.ranks; ++owner) {
-      const FlatRange part = plan.shard(g, owner);
-      for (const FlatRange& r : full_precision_) {
-        const FlatRange piece{std::max(r.begin, part.begin), std::min(r.end, part.end)};
-        if (piece.size() <= 0) continue;
-        arriving_[g].push_back(
-            comm_.broadcast_async(at(params_, piece), at(params_, piece), size_t(piece.size()), params_.dtype, owner));
-        ++param_stats_.param_collectives;
-        param_stats_.bus_bytes += int64_t(double(piece.size() * es) * bus_factor(Collective::Broadcast, plan.ranks));
-        param_stats_.param_bytes += piece.size() * es;
+    std::vector<std::vector<std::pair<int, FlatRange>>> out(plan.shard_groups.size());
+    for (size_t g = 0; g < out.size(); ++g)
+      for (int owner = 0; owner < plan.ranks; ++owner) {
+        const FlatRange part = plan.shard(g, owner);
+        for (const FlatRange& r : full_precision_) {
+          const FlatRange piece{std::max(r.begin, part.begin), std::min(r.end, part.end)};
+          if (piece.size() > 0) out[g].push_back({owner, piece});
+        }
       }
+    return out;
+  }
+
+  // The masters of group g's full-precision pieces, each broadcast by its owner.
+  void send_full_precision_pieces(size_t g) {
+    const int64_t es = int64_t(dtype_size(params_.dtype));
+    const double bus = bus_factor(Collective::Broadcast, gradients_->plan().ranks);
+    for (const auto& [owner, piece] : pieces_[g]) {
+      arriving_[g].push_back(
+          comm_.broadcast_async(at(params_, piece), at(params_, piece), size_t(piece.size()), params_.dtype, owner));
+      ++param_stats_.param_collectives;
+      param_stats_.bus_bytes += int64_t(double(piece.size() * es) * bus);
+      param_stats_.param_bytes += piece.size() * es;
     }
   }
 
   std::unique_ptr<GradientSync> gradients_;
   Communicator& comm_;
   Tensor params_;
-  Tensor copy_;                                    // the bf16 copy that travels instead of the masters, or empty
-  std::vector<FlatRange> full_precision_;          // with it, the masters that travel too
+  Tensor copy_;                            // the bf16 copy that travels instead of the masters, or empty
+  std::vector<FlatRange> full_precision_;  // with it, the masters that travel too
+  std::vector<std::vector<std::pair<int, FlatRange>>> pieces_;  // of them, per group: (owner, piece)
   Allocator* pages_;                               // with it, where the stale masters' pages go back, or null
   std::vector<FlatRange> stale_;                   // the masters this rank neither updates nor reads
   bool given_back_ = false;                        // their pages are given back now

@@ -46,8 +46,9 @@ class GradientListener {
   // until on_masters_needed().
   virtual bool shares_compute_copy() const { return false; }
   // After finish_parameters(), when something reads the master weights themselves (a
-  // checkpoint, the end of training): brings every one as its owner holds it, as
-  // on_parameters_needed does. Collective: every rank calls it at the same point.
+  // checkpoint, the end of training): brings every parameter still arriving and every master
+  // as its owner holds it, as on_parameters_needed(0, all) does. Collective: every rank calls
+  // it at the same point.
   virtual void on_masters_needed() {}
 };
 

@@ -231,7 +231,6 @@ void TransformerLM::parameters_arriving(GradientListener& source) {
 
 void TransformerLM::wait_parameters() {
   if (masters_from_ != nullptr) {  // the bf16 copy is (or arrives) fresh; the masters were stale
-    masters_from_->on_parameters_needed(0, params_.tensor().numel());
     masters_from_->on_masters_needed();
     masters_from_ = arriving_ = nullptr;
     return;

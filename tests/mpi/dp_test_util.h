@@ -19,6 +19,7 @@
 #include "src/model/adamw.h"
 #include "src/model/train_step.h"
 #include "src/model/transformer.h"
+#include "src/modes/data_parallel.h"
 #include "tests/mpi/mpi_test_util.h"
 
 namespace llmhpc::test {
@@ -146,12 +147,6 @@ struct DataParallel {
   bool share_copy = false;  // sharded under bf16: the bf16 copy travels (--share-weights bf16)
 };
 
-// A page of fp32 master weights (shards start there when the bf16 copy is shared, so that
-// whole pages of the masters others own are given back).
-inline int64_t page_elements(Env& env) {
-  return std::max<int64_t>(kShardAlignment, int64_t(env.device().allocator().page_bytes() / sizeof(float)));
-}
-
 // The tiny transformer with its optimizer: one rank on the whole batch (dist == nullptr:
 // parameters from rank 0's seed, no communication), or this rank's share under `dist`
 // (parameters from this rank's seed, then broadcast from rank 0; flat buffers and optimizer
@@ -163,7 +158,7 @@ class TransformerRun {
       : env_(env),
         plan_(plan_sync(dist ? dist->strategy : SyncStrategy::None, dist ? dist->sharding : Sharding::None,
                         param_spans(ParameterLayout(tiny_transformer())), sizeof(float), dist ? dist->bucket_mb : 25,
-                        dist ? world_size() : 1, dist && dist->share_copy ? page_elements(env) : kShardAlignment)),
+                        dist ? world_size() : 1, shard_alignment(env.device(), precision, dist && dist->share_copy))),
         model_(tiny_transformer(), precision, AttentionKind::Naive, env.device(), env.ops(), memory,
                plan_.flat_elements),
         opt_(model_, env.ops(), AdamWHyper{3e-3, 0.9, 0.999, 1e-8, 0.01}, plan_.owned(dist ? world_rank() : 0)),
@@ -173,9 +168,7 @@ class TransformerRun {
     if (dist) {
       broadcast_parameters(*env.comm, model_.params());
       model_.parameters_changed();
-      const CopySharing copy{model_.params_lowp(), model_.full_precision_ranges(), &env.device().allocator()};
-      sync_ = make_gradient_sync(plan_, *env.comm, model_.grads(), model_.params(),
-                                 dist->share_copy ? copy : CopySharing{});
+      sync_ = make_model_sync(plan_, *env.comm, model_, dist->share_copy);
     }
   }
 
