@@ -102,6 +102,24 @@ struct AdamWHyper {
   double lr = 1e-3, beta1 = 0.9, beta2 = 0.999, eps = 1e-8, weight_decay = 0.01;
 };
 
+// `size` elements of one AdamW step: at `at` of the parameters, gradients and bf16 copy, and
+// at `state_at` of m and v (a sharded optimizer keeps the state of its ranges packed).
+struct AdamWSlice {
+  int64_t at = 0, state_at = 0, size = 0;
+};
+
+// Both backends' check of adamw_step's arguments: grad (and the copy, if any) as long as
+// param, every slice inside param and the state.
+inline void check_adamw_slices(Tensor param, Tensor grad, Tensor m, Tensor v, Tensor param_lowp,
+                               const std::vector<AdamWSlice>& slices) {
+  const int64_t n = param.numel();
+  LLMHPC_CHECK(grad.numel() == n && m.numel() == v.numel() && (param_lowp.empty() || param_lowp.numel() == n),
+               "adamw_step: shapes");
+  for (const AdamWSlice& s : slices)
+    LLMHPC_CHECK(s.size >= 0 && s.at >= 0 && s.at + s.size <= n && s.state_at >= 0 && s.state_at + s.size <= m.numel(),
+                 "adamw_step: a slice outside the tensors");
+}
+
 class Ops {
  public:
   virtual ~Ops() = default;
@@ -151,11 +169,17 @@ class Ops {
   // dlogits (N,V) = (softmax(logits) - onehot(targets)) * scale. dlogits may alias logits.
   virtual void cross_entropy_backward(Tensor dlogits, Tensor logits, Tensor targets, double scale) = 0;
 
-  // One AdamW step (torch.optim.AdamW semantics) over flat tensors of equal length:
+  // One AdamW step (torch.optim.AdamW semantics) over disjoint slices of flat tensors:
   // param, m, v updated in place from grad; `step` counts from 1. If param_lowp is not
   // empty it receives the updated parameters in its dtype (the bf16 copy for matmuls).
-  virtual void adamw_step(Tensor param, Tensor grad, Tensor m, Tensor v, Tensor param_lowp, const AdamWHyper& h,
-                          int64_t step) = 0;
+  // Several slices take one launch where one kernel can do them (a sharded optimizer's
+  // slices of every bucket), each element's arithmetic the same as alone.
+  virtual void adamw_step(Tensor param, Tensor grad, Tensor m, Tensor v, Tensor param_lowp,
+                          const std::vector<AdamWSlice>& slices, const AdamWHyper& h, int64_t step) = 0;
+  // The whole of tensors of equal length: one slice.
+  void adamw_step(Tensor param, Tensor grad, Tensor m, Tensor v, Tensor param_lowp, const AdamWHyper& h, int64_t step) {
+    adamw_step(param, grad, m, v, param_lowp, {{0, 0, param.numel()}}, h, step);
+  }
 
   // dst = src converted elementwise (same number of elements, any supported dtypes).
   virtual void convert(Tensor dst, Tensor src) = 0;

@@ -335,15 +335,19 @@ class CpuOps final : public Ops {
       cpu::cross_entropy_backward(dlogits.ptr<E>(), logits.ptr<E>(), targets.ptr<int32_t>(), scale, N, V);
     });
   }
-  void adamw_step(Tensor p, Tensor g, Tensor m, Tensor v, Tensor p_lowp, const AdamWHyper& h, int64_t step) override {
-    expect(g.numel() == p.numel() && m.numel() == p.numel() && v.numel() == p.numel(), "adamw_step", "shapes");
+  using Ops::adamw_step;
+  void adamw_step(Tensor p, Tensor g, Tensor m, Tensor v, Tensor p_lowp, const std::vector<AdamWSlice>& slices,
+                  const AdamWHyper& h, int64_t step) override {
+    check_adamw_slices(p, g, m, v, p_lowp, slices);
     same_dtype("adamw_step", {&p, &g, &m, &v});
     dispatch("adamw_step", p, [&](auto T) {
       using E = decltype(T);
-      cpu::adamw_step(p.ptr<E>(), g.ptr<E>(), m.ptr<E>(), v.ptr<E>(), p.numel(), h.lr, h.beta1, h.beta2, h.eps,
-                      h.weight_decay, step);
+      for (const AdamWSlice& s : slices)
+        cpu::adamw_step(p.ptr<E>() + s.at, g.ptr<E>() + s.at, m.ptr<E>() + s.state_at, v.ptr<E>() + s.state_at, s.size,
+                        h.lr, h.beta1, h.beta2, h.eps, h.weight_decay, step);
     });
-    if (!p_lowp.empty()) convert(p_lowp, p);
+    if (!p_lowp.empty())
+      for (const AdamWSlice& s : slices) convert(p_lowp.slice(s.at, {s.size}), p.slice(s.at, {s.size}));
   }
   void convert(Tensor dst, Tensor src) override {
     expect(dst.numel() == src.numel(), "convert", "element counts differ");

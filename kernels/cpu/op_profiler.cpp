@@ -153,10 +153,10 @@ class OpProfiler final : public Profiler {
       Call c(p_, kCrossEntropyBackward);
       in_.cross_entropy_backward(dlogits, logits, targets, scale);
     }
-    void adamw_step(Tensor param, Tensor grad, Tensor m, Tensor v, Tensor param_lowp, const AdamWHyper& h,
-                    int64_t step) override {
+    void adamw_step(Tensor param, Tensor grad, Tensor m, Tensor v, Tensor param_lowp,
+                    const std::vector<AdamWSlice>& slices, const AdamWHyper& h, int64_t step) override {
       Call c(p_, kAdamwStep);
-      in_.adamw_step(param, grad, m, v, param_lowp, h, step);
+      in_.adamw_step(param, grad, m, v, param_lowp, slices, h, step);
     }
     void convert(Tensor dst, Tensor src) override {
       Call c(p_, kConvert);

@@ -26,54 +26,92 @@ __device__ __forceinline__ void adamw_update(float& p, float g, float& m, float&
   p = __fsub_rn(p, __fmul_rn(k.step_size, __fdiv_rn(m, denom)));
 }
 
-// Purpose: AdamW over n elements, writing the bf16 copy too when kLowp.
-// Algorithm: grid-stride loop over groups of kPack elements with vector loads and stores
-// (16 bytes per fp32 array); the last n % kPack elements one per thread.
-// Shapes: p, g, m, v (n) fp32; lowp (n) bf16.
+// Up to kMaxSlices slices of one launch, passed by value (kernel parameter space): where each
+// starts in p, g and lowp and in m and v, and the packs before each one ends.
+constexpr int kMaxSlices = 16;
+struct SliceTable {
+  int64_t at[kMaxSlices], state_at[kMaxSlices], size[kMaxSlices], packs_end[kMaxSlices];
+  int count = 0;
+};
+
+// Purpose: AdamW over the slices of a SliceTable, writing the bf16 copy too when kLowp.
+// Algorithm: grid-stride loop over the packs of kPack elements of all slices together (one
+// launch however many slices: a sharded optimizer's slices of every bucket are small), vector
+// loads and stores (16 bytes per fp32 array) for whole packs; a slice's last, partial pack
+// element by element. A thread's packs only increase, so it finds each one's slice by moving a
+// cursor forward.
+// Shapes: p, g, lowp and m, v flat; slices inside them, starts multiples of kPack.
 template <int kPack, bool kLowp>
-__global__ void adamw_kernel(float* p, const float* g, float* m, float* v, bf16* lowp, AdamWConstants k, int64_t n) {
-  const int64_t first = int64_t(blockIdx.x) * blockDim.x + threadIdx.x, stride = int64_t(gridDim.x) * blockDim.x;
-  for (int64_t group = first; group < n / kPack; group += stride) {
-    const int64_t i = group * kPack;
-    Pack<float, kPack> pp = load_pack<kPack>(p + i), mm = load_pack<kPack>(m + i), vv = load_pack<kPack>(v + i);
-    const Pack<float, kPack> gg = load_pack<kPack>(g + i);
+__global__ void adamw_kernel(float* p, const float* g, float* m, float* v, bf16* lowp, AdamWConstants k, SliceTable t) {
+  const int64_t stride = int64_t(gridDim.x) * blockDim.x;
+  int s = 0;
+  for (int64_t pack = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; pack < t.packs_end[t.count - 1]; pack += stride) {
+    while (pack >= t.packs_end[s]) ++s;
+    const int64_t first = (pack - (s == 0 ? 0 : t.packs_end[s - 1])) * kPack;
+    const int64_t i = t.at[s] + first, j = t.state_at[s] + first;
+    if (first + kPack <= t.size[s]) {
+      Pack<float, kPack> pp = load_pack<kPack>(p + i), mm = load_pack<kPack>(m + j), vv = load_pack<kPack>(v + j);
+      const Pack<float, kPack> gg = load_pack<kPack>(g + i);
 #pragma unroll
-    for (int e = 0; e < kPack; ++e) adamw_update(pp.v[e], gg.v[e], mm.v[e], vv.v[e], k);
-    store_pack<kPack>(p + i, pp);
-    store_pack<kPack>(m + i, mm);
-    store_pack<kPack>(v + i, vv);
-    if constexpr (kLowp) {
-      Pack<bf16, kPack> lo;
+      for (int e = 0; e < kPack; ++e) adamw_update(pp.v[e], gg.v[e], mm.v[e], vv.v[e], k);
+      store_pack<kPack>(p + i, pp);
+      store_pack<kPack>(m + j, mm);
+      store_pack<kPack>(v + j, vv);
+      if constexpr (kLowp) {
+        Pack<bf16, kPack> lo;
 #pragma unroll
-      for (int e = 0; e < kPack; ++e) lo.v[e] = __float2bfloat16_rn(pp.v[e]);
-      store_pack<kPack>(lowp + i, lo);
+        for (int e = 0; e < kPack; ++e) lo.v[e] = __float2bfloat16_rn(pp.v[e]);
+        store_pack<kPack>(lowp + i, lo);
+      }
+    } else {
+      for (int64_t e = 0; e < t.size[s] - first; ++e) {
+        float pi = p[i + e], mi = m[j + e], vi = v[j + e];
+        adamw_update(pi, g[i + e], mi, vi, k);
+        p[i + e] = pi;
+        m[j + e] = mi;
+        v[j + e] = vi;
+        if constexpr (kLowp) lowp[i + e] = __float2bfloat16_rn(pi);
+      }
     }
-  }
-  const int64_t i = n / kPack * kPack + first;
-  if (i < n) {
-    float pi = p[i], mi = m[i], vi = v[i];
-    adamw_update(pi, g[i], mi, vi, k);
-    p[i] = pi;
-    m[i] = mi;
-    v[i] = vi;
-    if constexpr (kLowp) lowp[i] = __float2bfloat16_rn(pi);
   }
 }
 
 template <int kPack, bool kLowp>
-void launch(Tensor p, Tensor g, Tensor m, Tensor v, Tensor lowp, const AdamWConstants& k, cudaStream_t stream) {
-  const int64_t n = p.numel();
-  adamw_kernel<kPack, kLowp><<<blocks_for(n / kPack + 1, 256), 256, 0, stream>>>(
-      p.ptr<float>(), g.ptr<float>(), m.ptr<float>(), v.ptr<float>(), kLowp ? lowp.ptr<bf16>() : nullptr, k, n);
+void launch(Tensor p, Tensor g, Tensor m, Tensor v, Tensor lowp, const SliceTable& t, const AdamWConstants& k,
+            cudaStream_t stream) {
+  adamw_kernel<kPack, kLowp><<<blocks_for(t.packs_end[t.count - 1], 256), 256, 0, stream>>>(
+      p.ptr<float>(), g.ptr<float>(), m.ptr<float>(), v.ptr<float>(), kLowp ? lowp.ptr<bf16>() : nullptr, k, t);
   CUDA_CHECK_LAUNCH();
+}
+
+// The launches of one kPack: kMaxSlices non-empty slices at a time.
+template <int kPack, bool kLowp>
+void launch_all(Tensor p, Tensor g, Tensor m, Tensor v, Tensor lowp, const std::vector<AdamWSlice>& slices,
+                const AdamWConstants& k, cudaStream_t stream) {
+  SliceTable t;
+  int64_t packs = 0;
+  for (size_t i = 0; i < slices.size(); ++i) {
+    const AdamWSlice& s = slices[i];
+    if (s.size > 0) {
+      t.at[t.count] = s.at;
+      t.state_at[t.count] = s.state_at;
+      t.size[t.count] = s.size;
+      packs += (s.size + kPack - 1) / kPack;
+      t.packs_end[t.count++] = packs;
+    }
+    if (t.count > 0 && (t.count == kMaxSlices || i + 1 == slices.size())) {
+      launch<kPack, kLowp>(p, g, m, v, lowp, t, k, stream);
+      t.count = 0;
+      packs = 0;
+    }
+  }
 }
 
 }  // namespace
 
-void adamw_step(Tensor p, Tensor g, Tensor m, Tensor v, Tensor lowp, const AdamWHyper& h, int64_t step,
-                cudaStream_t stream) {
+void adamw_step(Tensor p, Tensor g, Tensor m, Tensor v, Tensor lowp, const std::vector<AdamWSlice>& slices,
+                const AdamWHyper& h, int64_t step, cudaStream_t stream) {
   for (const Tensor* t : {&p, &g, &m, &v}) require_dtype("adamw_step", *t, DType::F32, "param, grad, m and v");
-  if (p.numel() == 0) return;
   const double bc1 = 1.0 - std::pow(h.beta1, double(step));
   const double bc2_sqrt = std::sqrt(1.0 - std::pow(h.beta2, double(step)));
   const AdamWConstants k{float(1.0 - h.lr * h.weight_decay),
@@ -84,12 +122,14 @@ void adamw_step(Tensor p, Tensor g, Tensor m, Tensor v, Tensor lowp, const AdamW
                          float(bc2_sqrt),
                          float(h.eps)};
   const bool fused_lowp = !lowp.empty() && lowp.dtype == DType::BF16;
-  const bool vector = aligned_to(16, {p.data, g.data, m.data, v.data}) && (!fused_lowp || aligned_to(8, {lowp.data}));
-  if (vector && fused_lowp) launch<4, true>(p, g, m, v, lowp, k, stream);
-  else if (vector) launch<4, false>(p, g, m, v, lowp, k, stream);
-  else if (fused_lowp) launch<1, true>(p, g, m, v, lowp, k, stream);
-  else launch<1, false>(p, g, m, v, lowp, k, stream);
-  if (!lowp.empty() && !fused_lowp) convert(lowp, p, stream);
+  bool vector = aligned_to(16, {p.data, g.data, m.data, v.data}) && (!fused_lowp || aligned_to(8, {lowp.data}));
+  for (const AdamWSlice& s : slices) vector = vector && s.at % 4 == 0 && s.state_at % 4 == 0;
+  if (vector && fused_lowp) launch_all<4, true>(p, g, m, v, lowp, slices, k, stream);
+  else if (vector) launch_all<4, false>(p, g, m, v, lowp, slices, k, stream);
+  else if (fused_lowp) launch_all<1, true>(p, g, m, v, lowp, slices, k, stream);
+  else launch_all<1, false>(p, g, m, v, lowp, slices, k, stream);
+  if (!lowp.empty() && !fused_lowp)
+    for (const AdamWSlice& s : slices) convert(lowp.slice(s.at, {s.size}), p.slice(s.at, {s.size}), stream);
 }
 
 }  // namespace llmhpc::cuda

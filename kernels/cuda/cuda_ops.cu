@@ -232,12 +232,10 @@ void CudaOps::cross_entropy_backward(Tensor dlogits, Tensor logits, Tensor targe
   cuda::cross_entropy_backward(dlogits, logits, targets, scale, N, V, stream_);
 }
 
-void CudaOps::adamw_step(Tensor param, Tensor grad, Tensor m, Tensor v, Tensor param_lowp, const AdamWHyper& h,
-                         int64_t step) {
-  const int64_t n = param.numel();
-  expect(grad.numel() == n && m.numel() == n && v.numel() == n && (param_lowp.empty() || param_lowp.numel() == n),
-         "adamw_step", "shapes");
-  cuda::adamw_step(param, grad, m, v, param_lowp, h, step, stream_);
+void CudaOps::adamw_step(Tensor param, Tensor grad, Tensor m, Tensor v, Tensor param_lowp,
+                         const std::vector<AdamWSlice>& slices, const AdamWHyper& h, int64_t step) {
+  check_adamw_slices(param, grad, m, v, param_lowp, slices);
+  cuda::adamw_step(param, grad, m, v, param_lowp, slices, h, step, stream_);
 }
 
 void CudaOps::convert(Tensor dst, Tensor src) {

@@ -27,8 +27,9 @@ class CudaOps final : public Ops {
   void swiglu_backward(Tensor dh, Tensor out, Tensor dout, Tensor h) override;
   void cross_entropy_forward(Tensor losses, Tensor logits, Tensor targets) override;
   void cross_entropy_backward(Tensor dlogits, Tensor logits, Tensor targets, double scale) override;
-  void adamw_step(Tensor param, Tensor grad, Tensor m, Tensor v, Tensor param_lowp, const AdamWHyper& h,
-                  int64_t step) override;
+  using Ops::adamw_step;
+  void adamw_step(Tensor param, Tensor grad, Tensor m, Tensor v, Tensor param_lowp,
+                  const std::vector<AdamWSlice>& slices, const AdamWHyper& h, int64_t step) override;
   void convert(Tensor dst, Tensor src) override;
   void scale(Tensor x, double factor) override;
   void accumulation_experiment(Tensor out, double value, int64_t n) override;

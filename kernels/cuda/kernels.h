@@ -47,9 +47,9 @@ void cross_entropy_forward(Tensor losses, Tensor logits, Tensor targets, int64_t
 void cross_entropy_backward(Tensor dlogits, Tensor logits, Tensor targets, double scale, int64_t N, int64_t V,
                             cudaStream_t stream);
 
-// One fused AdamW pass over fp32 param, grad, m, v (n); param_lowp (bf16) if not empty.
-void adamw_step(Tensor param, Tensor grad, Tensor m, Tensor v, Tensor param_lowp, const AdamWHyper& h, int64_t step,
-                cudaStream_t stream);
+// One fused AdamW pass over slices of fp32 param, grad, m, v; param_lowp (bf16) if not empty.
+void adamw_step(Tensor param, Tensor grad, Tensor m, Tensor v, Tensor param_lowp, const std::vector<AdamWSlice>& slices,
+                const AdamWHyper& h, int64_t step, cudaStream_t stream);
 
 // dst = src elementwise (fp32 <-> bf16, or a copy); x *= factor.
 void convert(Tensor dst, Tensor src, cudaStream_t stream);

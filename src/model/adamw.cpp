@@ -52,15 +52,25 @@ void AdamW::step(GradientListener* listener) {
   allocate_state();
   ++step_;
   const Tensor params = model_.params(), grads = model_.grads(), lowp = model_.params_lowp();
-  int64_t packed = 0;
-  for (const FlatRange& r : owned_) {
-    const int64_t n = r.size();
-    if (n > 0)
-      ops_.adamw_step(params.slice(r.begin, {n}), grads.slice(r.begin, {n}), m_.tensor().slice(packed, {n}),
-                      v_.tensor().slice(packed, {n}), lowp.empty() ? Tensor() : lowp.slice(r.begin, {n}), hyper_,
-                      step_);
-    packed += n;
-    if (listener) listener->on_parameters_updated(r.begin, r.end);
+  // Owned ranges go to the kernel together until they add up to kElementsPerLaunch (a
+  // launch costs a few us: session 16 measured 0.55 ms over zero1's 242 slices of xl at
+  // 25 MiB buckets), then the listener hears of each, so that what it sends still
+  // overlaps the rest of the step.
+  constexpr int64_t kElementsPerLaunch = int64_t(1) << 26;  // 256 MiB of fp32, ~0.6 ms on an H100
+  std::vector<AdamWSlice> slices;
+  int64_t packed = 0, pending = 0;
+  size_t first_unreported = 0;
+  for (size_t i = 0; i < owned_.size(); ++i) {
+    const FlatRange& r = owned_[i];
+    slices.push_back({r.begin, packed, r.size()});
+    packed += r.size();
+    pending += r.size();
+    if (pending < kElementsPerLaunch && i + 1 < owned_.size()) continue;
+    if (pending > 0) ops_.adamw_step(params, grads, m_.tensor(), v_.tensor(), lowp, slices, hyper_, step_);
+    for (; first_unreported <= i; ++first_unreported)
+      if (listener) listener->on_parameters_updated(owned_[first_unreported].begin, owned_[first_unreported].end);
+    slices.clear();
+    pending = 0;
   }
 }
 

@@ -111,6 +111,17 @@ TEST(KernelBench, DISABLED_AdamW) {
       std::printf("BENCH adamw %s (%.2fB params%s): %.3f ms, %.0f GB/s\n", size, n / 1e9,
                   with_lowp ? ", + bf16 copy" : "", ms, bytes / ms / 1e6);
     }
+    // The same update in launches of 2^k elements each (a sharded optimizer's launches).
+    for (int k : {23, 25, 27}) {
+      const int64_t chunk = int64_t(1) << k;
+      const double ms = median_ms(g.dev, [&] {
+        ++step;
+        for (int64_t at = 0; at < n; at += chunk)
+          g.ops.adamw_step(p, gr, m, v, lowp, {{at, at, std::min(chunk, n - at)}}, AdamWHyper{}, step);
+      });
+      std::printf("BENCH adamw %s (+ bf16 copy) in launches of 2^%d: %.3f ms, %.0f GB/s\n", size, k, ms,
+                  30.0 * double(n) / ms / 1e6);
+    }
   }
 }
 

@@ -311,6 +311,51 @@ TEST_F(CudaOps, AdamWMatchesCpuFp32Bitwise) {
   }
 }
 
+// A sharded optimizer's slices in one call: more than one launch takes (16), some empty, some
+// ending in a partial pack, the state packed; on the vector path (starts multiples of 4) and the
+// scalar one (a start that is not). Bitwise the CPU reference; what no slice covers untouched.
+TEST_F(CudaOps, AdamWSlicesMatchCpuBitwiseAndTouchNothingElse) {
+  const AdamWHyper h{1e-3, 0.9, 0.999, 1e-8, 0.01};
+  for (int64_t misalign : {0, 2}) {
+    std::vector<AdamWSlice> slices;
+    int64_t at = 0, state = 0;
+    for (int k = 0; k < 21; ++k) {
+      const int64_t size = k % 5 == 3 ? 0 : 37 * k + k % 4;  // sizes 1, 38, 77, 0, ... none a multiple of 4
+      at = (at + 7) / 4 * 4 + (k == 9 ? misalign : 0);       // a gap before each slice
+      slices.push_back({at, state, size});
+      at += size;
+      state += size;
+    }
+    const int64_t n = at + 5;
+    Twin p = random({n}, F32, 1.0, F32), lowp = poisoned({n}, BF16, BF16);
+    Twin m = twin({state}, F32, std::vector<double>(state, 0.0), F32),
+         v = twin({state}, F32, std::vector<double>(state, 0.0), F32);
+    const std::vector<double> p_before = gpu_values(p);
+    for (int64_t step = 1; step <= 2; ++step) {
+      Twin g = random({n}, F32, 1.0, F32);
+      cpu().adamw_step(p.cpu, g.cpu, m.cpu, v.cpu, lowp.cpu, slices, h, step);
+      gpu().adamw_step(p.gpu, g.gpu, m.gpu, v.gpu, lowp.gpu, slices, h, step);
+    }
+    const std::string what = "misalign " + std::to_string(misalign) + ", " + seed_note();
+    const std::vector<double> pg = gpu_values(p), lg = gpu_values(lowp);
+    EXPECT_EQ(pg, cpu_values(p)) << what;
+    EXPECT_EQ(gpu_values(m), cpu_values(m)) << what;
+    EXPECT_EQ(gpu_values(v), cpu_values(v)) << what;
+    std::vector<bool> covered(size_t(n), false);
+    for (const AdamWSlice& s : slices)
+      for (int64_t i = s.at; i < s.at + s.size; ++i) covered[size_t(i)] = true;
+    for (int64_t i = 0; i < n; ++i) {
+      if (covered[size_t(i)]) {
+        ASSERT_NE(pg[i], p_before[i]) << "element " << i << " of a slice not updated, " << what;
+        ASSERT_EQ(lg[i], double(round_to_bf16(float(pg[i])))) << "element " << i << ", " << what;
+      } else {
+        ASSERT_EQ(pg[i], p_before[i]) << "element " << i << " outside the slices changed, " << what;
+        ASSERT_TRUE(std::isnan(lg[i])) << "element " << i << " of the copy outside the slices written, " << what;
+      }
+    }
+  }
+}
+
 TEST_F(CudaOps, ConvertRoundsToNearestEvenAndScale) {
   const int64_t n = 1001;  // odd: the vector path's tail
   Twin x = random({n + 1}, F32, 10.0), lo = poisoned({n + 1}, BF16), back = poisoned({n + 1}, F32);
