@@ -24,29 +24,37 @@ void add_data_parallel_options(po::options_description& desc, bool sweep) {
        "all-gathered); needs a --ddp other than none" +
        list)
           .c_str())(
-      "share-weights", po::value<std::string>()->default_value("master"),
+      "share-weights", po::value<std::string>()->default_value("auto"),
       ("what a sharded optimizer's owners send after their update: master (the fp32 master weights; each rank "
        "casts its bf16 copy again in the next forward and holds none between steps) | bf16 (--precision bf16 "
        "without --low-memory: the bf16 copy itself, plus the masters of the embedding and norm gains: fewer "
-       "bytes and no cast, the copy held between steps; the other masters come when a checkpoint reads them)" +
+       "bytes and no cast, the copy held between steps; the other masters come when a checkpoint reads them) | "
+       "auto (bf16 where a run can, master otherwise)" +
        list)
           .c_str());
 }
 
-std::vector<bool> shares_compute_copy(const po::variables_map& vm) {
+std::vector<ShareWeights> share_weights(const po::variables_map& vm) {
   return opt_list(vm, "share-weights", [](const std::string& s) {
-    require_choice(s, {"master", "bf16"}, "share-weights");
-    return s == "bf16";
+    require_choice(s, {"auto", "master", "bf16"}, "share-weights");
+    return s == "auto" ? ShareWeights::Auto : s == "bf16" ? ShareWeights::Bf16 : ShareWeights::Master;
   });
 }
 
-void require_compute_copy(Precision precision, MemoryPlan memory, Sharding sharding) {
+bool can_share_compute_copy(Precision precision, MemoryPlan memory, Sharding sharding) {
+  return sharding != Sharding::None && precision == Precision::BF16 && memory != MemoryPlan::LowMemory;
+}
+
+bool shares_compute_copy(ShareWeights choice, Precision precision, MemoryPlan memory, Sharding sharding) {
+  if (choice != ShareWeights::Bf16)
+    return choice == ShareWeights::Auto && can_share_compute_copy(precision, memory, sharding);
   if (sharding == Sharding::None)
     throw UsageError("--share-weights bf16 says what a sharded optimizer sends: it needs --shard-optimizer "
                      "broadcast or zero1");
-  if (precision != Precision::BF16 || memory == MemoryPlan::LowMemory)
+  if (!can_share_compute_copy(precision, memory, sharding))
     throw UsageError("--share-weights bf16 sends the bf16 copy of the weights, which only --precision bf16 without "
                      "--low-memory keeps: use --share-weights master");
+  return true;
 }
 
 std::unique_ptr<GradientSync> make_model_sync(const SyncPlan& plan, Communicator& comm, TransformerLM& model,

@@ -26,12 +26,17 @@ std::vector<SyncStrategy> sync_strategies(const po::variables_map& vm, int world
 std::vector<double> bucket_sizes_mb(const po::variables_map& vm);
 // --shard-optimizer values. Throws UsageError.
 std::vector<Sharding> shardings(const po::variables_map& vm);
-// --share-weights values, true for bf16 (what a sharded optimizer sends: src/dist/grad_sync.h).
-// Throws UsageError.
-std::vector<bool> shares_compute_copy(const po::variables_map& vm);
-// Throws UsageError unless a run of `precision` and `memory` with `sharding` can send the bf16
-// copy (--share-weights bf16).
-void require_compute_copy(Precision precision, MemoryPlan memory, Sharding sharding);
+// --share-weights: what a sharded optimizer sends (src/dist/grad_sync.h). Auto is bf16 wherever
+// a run keeps a bf16 copy to send, master otherwise.
+enum class ShareWeights { Auto, Master, Bf16 };
+// --share-weights values. Throws UsageError.
+std::vector<ShareWeights> share_weights(const po::variables_map& vm);
+// Whether a run of `precision` and `memory` with `sharding` keeps a bf16 copy that its
+// optimizer's owners can send instead of the masters.
+bool can_share_compute_copy(Precision precision, MemoryPlan memory, Sharding sharding);
+// Whether such a run sends the bf16 copy under `choice`. Throws UsageError for bf16 where it
+// cannot (can_share_compute_copy), saying why.
+bool shares_compute_copy(ShareWeights choice, Precision precision, MemoryPlan memory, Sharding sharding);
 // The gradient synchronisation of `plan` over the model's buffers; a sharded plan shares the
 // model's bf16 copy when `share_copy` (--share-weights bf16), else its master weights.
 std::unique_ptr<GradientSync> make_model_sync(const SyncPlan& plan, Communicator& comm, TransformerLM& model,

@@ -61,30 +61,35 @@ struct DdpCase : ModelCase {
 // innermost (so every strategy of one setup runs on one model, side by side in the table).
 // Strategy none is not sharded (nothing would reduce its gradients): a sweep leaves those
 // pairs out, and a sharding that only such pairs would run is an error. --share-weights
-// sweeps the sharded cases only, and bf16 the bf16 ones that keep a copy (not --low-memory):
-// a choice no case can take is an error.
+// sweeps the sharded cases only: bf16 the ones that keep a copy (bf16, not --low-memory), auto
+// as it resolves (each case once); a bf16 no case can take is an error.
 std::vector<DdpCase> sweep_cases(const po::variables_map& vm, int world_size) {
   const std::vector<double> buckets = bucket_sizes_mb(vm);
   const std::vector<SyncStrategy> strategies = sync_strategies(vm, std::max(world_size, 2));
   const std::vector<Sharding> sharded = shardings(vm);
-  const std::vector<bool> copies = shares_compute_copy(vm);
+  const std::vector<ShareWeights> choices = share_weights(vm);
   const MemoryPlan memory = memory_plan(vm);
   for (Sharding sh : sharded)
     if (std::none_of(strategies.begin(), strategies.end(), [](SyncStrategy s) { return s != SyncStrategy::None; }))
       require_reduced_gradients(SyncStrategy::None, sh);
   std::vector<DdpCase> cases;
-  bool copy_taken = false;
+  bool bf16_taken = false;
   for (const ModelCase& c : model_cases(vm))
     for (SyncStrategy s : strategies)
       for (double mb : s == SyncStrategy::Bucketed ? buckets : std::vector<double>{0.0})
-        for (Sharding sh : sharded)
-          for (bool copy : sh == Sharding::None ? std::vector<bool>{false} : copies) {
-            if (s == SyncStrategy::None && sh != Sharding::None) continue;
-            if (copy && (c.precision != Precision::BF16 || memory == MemoryPlan::LowMemory)) continue;
-            copy_taken |= copy;
-            cases.push_back({c, s, mb, sh, copy});
+        for (Sharding sh : sharded) {
+          if (s == SyncStrategy::None && sh != Sharding::None) continue;
+          std::vector<bool> copies;  // this case's --share-weights, resolved, each once
+          for (ShareWeights w : sh == Sharding::None ? std::vector<ShareWeights>{ShareWeights::Master} : choices) {
+            const bool can = can_share_compute_copy(c.precision, memory, sh);
+            if (w == ShareWeights::Bf16 && !can) continue;
+            bf16_taken |= w == ShareWeights::Bf16;
+            const bool copy = w != ShareWeights::Master && can;
+            if (std::find(copies.begin(), copies.end(), copy) == copies.end()) copies.push_back(copy);
           }
-  if (std::count(copies.begin(), copies.end(), true) > 0 && !copy_taken)
+          for (bool copy : copies) cases.push_back({c, s, mb, sh, copy});
+        }
+  if (std::count(choices.begin(), choices.end(), ShareWeights::Bf16) > 0 && !bf16_taken)
     throw UsageError("--share-weights bf16 sends the bf16 copy of a sharded optimizer's weights: no case here has "
                      "one (it needs --shard-optimizer broadcast or zero1 and --precision bf16 without --low-memory)");
   return cases;

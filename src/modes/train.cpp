@@ -83,7 +83,7 @@ void validate(const po::variables_map& vm) {
                        " (lists are for bench and ddp sweeps)");
   const Sharding sharding = shardings(vm).front();
   require_reduced_gradients(sync_strategies(vm, 1, sharding != Sharding::None).front(), sharding);
-  if (shares_compute_copy(vm).front()) require_compute_copy(precisions(vm).front(), memory_plan(vm), sharding);
+  shares_compute_copy(share_weights(vm).front(), precisions(vm).front(), memory_plan(vm), sharding);
   bucket_sizes_mb(vm);
   // Every value run() parses, parsed here first: before the mode runs, every rank reaches the same
   // verdict and rank 0 alone says it (inside the mode a bad value would abort the job).
@@ -126,7 +126,6 @@ void run(ModeContext& ctx) {
   const int64_t save_every = opt_nonnegative(vm, "save-every");
   const int64_t batch = batch_sizes(vm).front();  // the global batch
   const Sharding sharding = shardings(vm).front();
-  const bool share_copy = shares_compute_copy(vm).front();
   const SyncStrategy strategy = sync_strategies(vm, rt.world_size, sharding != Sharding::None).front();
   const double bucket_mb = bucket_sizes_mb(vm).front();
   const DataOrder order = parse_data_order(opt_string(vm, "data-order"));
@@ -134,6 +133,7 @@ void run(ModeContext& ctx) {
   const Precision precision = precisions(vm).front();
   const AttentionKind attention = attentions(vm).front();
   const MemoryPlan memory = memory_plan(vm);
+  const bool share_copy = shares_compute_copy(share_weights(vm).front(), precision, memory, sharding);
   install_stop_handlers();  // from here a signal stops the run after its first step at the latest
 
   // Everything that can be wrong with files or the device, agreed on by all ranks.
