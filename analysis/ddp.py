@@ -29,8 +29,11 @@ One group of tables per setup (model, context, global batch, precision, attentio
       collectives) and the largest rank's memory after init, before and after the optimizer,
       its optimizer state and peak (the seeds' optimizer_state_sharding table); with --torch,
       PyTorch's DDP with AdamW and with ZeroRedundancyOptimizer (torch_ddp.py --shard-optimizer
-      none,zero) as rows of their own, their memory live bytes at the same three points. Tables
-      (a)-(e) keep to the unsharded runs.
+      none,zero) as rows of their own, their memory live bytes at the same three points;
+  (g) with --shard-optimizer runs: where each strategy x sharding's step goes (forward, backward,
+      the gradients' exposed communication, optimizer, the parameters' communication after it)
+      and its step over the unsharded step of the same strategy and bucket size. Tables (a)-(e)
+      keep to the unsharded runs.
 
 Times are ms. Step and comm pool the samples of every rank (--rank R: one rank's); "slowest"
 is the mean over the timed steps of the slowest rank's step (step_ms_max_over_ranks), the
@@ -313,6 +316,26 @@ def sharding_table(g: pd.DataFrame, torch_records: list, markdown: bool, title: 
                   markdown), matching
 
 
+def sharding_phases_table(g: pd.DataFrame, markdown: bool, title: str) -> str:
+    """(g) Where a sharded step goes: per strategy and --shard-optimizer the mean of each phase
+    (the gradients' exposed communication, and the parameters' after the optimizer) and the
+    slowest-rank step against the unsharded one of the same strategy and bucket size; empty
+    without sharded runs."""
+    if (g.shard_optimizer == "none").all():
+        return ""
+    rows = []
+    for _, r in g[g.ddp != "none"].iterrows():
+        same = g[(g.ddp == r.ddp) & (g.bucket_mb == r.bucket_mb) & (g.shard_optimizer == "none") & (g.status == "ok")]
+        unsharded = float(same.slowest_step_mean.iloc[0]) if len(same) else math.nan
+        step = r.slowest_step_mean if ok(r) else math.nan
+        vs = "-" if math.isnan(step) or math.isnan(unsharded) else f"{step / unsharded:.3f}x"
+        rows.append([r.ddp, bucket_cell(r), r.shard_optimizer, fmt(r.forward_mean), fmt(r.backward_mean),
+                     fmt(r.comm_mean), fmt(r.optimizer_mean), fmt(r.param_comm_mean), fmt(step), vs, r.status])
+    return render(f"(g) where a sharded step goes: {title} (phase means; step: the slowest rank's)",
+                  ["Impl", "Bucket (MiB)", "Sharding", "Fwd (ms)", "Bwd (ms)", "Grad Comm (ms)", "Opt (ms)",
+                   "Param Comm (ms)", "Step (ms)", "vs unsharded", "Status"], rows, markdown)
+
+
 def bucket_model_table(g: pd.DataFrame, comm_model, markdown: bool, title: str) -> str:
     b = g[(g.ddp == "bucketed") & (g.status == "ok")]
     if b.empty:
@@ -347,13 +370,13 @@ def bucket_model_table(g: pd.DataFrame, comm_model, markdown: bool, title: str) 
 
 
 def all_tables(df: pd.DataFrame, torch_records: list, comm_model_for, markdown: bool) -> tuple:
-    """(every setup's tables (a)-(f), the ids of the PyTorch records matched); comm_model_for(rows of a setup)
+    """(every setup's tables (a)-(g), the ids of the PyTorch records matched); comm_model_for(rows of a setup)
     gives the all-reduce model (o, w) for (e), or None."""
     sections, used = [], set()
     for _, setup in df.groupby("setup", sort=True):
         title = setup_title(setup.iloc[0])
         shard_part, shard_matched = sharding_table(setup, torch_records, markdown, title)
-        sections.append(shard_part)
+        sections += [shard_part, sharding_phases_table(setup, markdown, title)]
         used |= {id(t) for t in shard_matched}
         g = setup[setup.shard_optimizer == "none"]  # the seeds' DDP tables compare unsharded strategies
         if g.empty:

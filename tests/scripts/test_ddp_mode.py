@@ -236,6 +236,13 @@ def check_sharding_table(work):
     assert sorted((r[0], r[2]) for r in rows) == [("bucketed", "none"), ("bucketed", "zero1")], table
     state = {r[2]: float(r[8]) for r in rows}
     assert 0 < state["zero1"] < state["none"], f"zero1's optimizer state must be a share of the whole:\n{table}"
+    # (g): each sharded step beside the unsharded one of the same strategy, by phase.
+    phases = {r[2]: r for r in (line.split() for line in fp32_table(text, "(g) where a sharded step goes").splitlines()[3:])}
+    assert sorted(phases) == ["none", "zero1"] and phases["none"][9] == "1.000x", phases
+    zero1_step = float(phases["zero1"][8])
+    assert phases["zero1"][9] == f"{zero1_step / float(phases['none'][8]):.3f}x", phases
+    assert all(float(phases["zero1"][i]) > 0 for i in (3, 4, 6)), f"forward, backward and optimizer timed: {phases}"
+    assert zero1_step == float(next(r for r in rows if r[2] == "zero1")[3]), "(f) and (g) show the same step"
     strategies = fp32_table(text, "(a) DDP strategies")
     assert strategies.count("bucketed") == 1, f"(a) must show the unsharded run only:\n{strategies}"
     bf16 = next(b for b in text.split("\n\n") if b.strip("\n").startswith("(f) optimizer state sharding") and ", bf16, " in b)
