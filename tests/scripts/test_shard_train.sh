@@ -3,7 +3,7 @@
 # broadcast and zero1 writes bitwise the same losses and checkpoints (parameters and the
 # whole optimizer state, in the unsharded layout), each rank keeping 1/n of m and v (its
 # records' memory attributes), under bf16 too (the masters travelling, or the bf16 copy:
-# --share-weights bf16, whose checkpoint gathers the masters); a checkpoint saved under zero1 on 2 ranks goes
+# --share-weights bf16, the default, whose checkpoint gathers the masters); a checkpoint saved under zero1 on 2 ranks goes
 # on under any sharding on 1, 3 and 4 ranks; mode ddp sweeps the shardings and prints the
 # memory table.
 set -u
@@ -31,9 +31,10 @@ for sharding in none broadcast zero1; do
 done
 for sharding in none zero1; do
   run 2 $TRAIN --precision bf16 --steps 10 --ddp bucketed --bucket-mb 0.02 --shard-optimizer $sharding \
-    --save bf16_$sharding.h5 --out bf16_train_$sharding
+    --share-weights master --save bf16_$sharding.h5 --out bf16_train_$sharding
 done
-run 2 $TRAIN --precision bf16 --steps 10 --ddp bucketed --bucket-mb 0.02 --shard-optimizer zero1 --share-weights bf16 \
+# --share-weights left at auto: the bf16 copy travels.
+run 2 $TRAIN --precision bf16 --steps 10 --ddp bucketed --bucket-mb 0.02 --shard-optimizer zero1 \
   --save bf16_zero1_copy.h5 --save-every 4 --out bf16_train_zero1_copy
 # Resume the zero1 checkpoint elsewhere: other world sizes and shardings.
 run 1 $TRAIN --steps 2 --init zero1.h5 --shard-optimizer none --save resumed_1.h5 --out resumed_1
@@ -65,7 +66,9 @@ check(all(np.array_equal(datasets("bf16_zero1.h5")[k], bf16[k]) for k in bf16),
 check(all(np.array_equal(datasets("bf16_zero1_copy.h5")[k], bf16[k]) for k in bf16),
       "bf16 zero1 with the bf16 copy shared (checkpoints every 4 steps): bitwise the unsharded bf16 run's")
 with h5py.File("bf16_train_zero1_copy/rank00000.h5", "r") as f:
-    check(f["train"].attrs["share_weights"] == "bf16", "--share-weights recorded")
+    check(f["train"].attrs["share_weights"] == "bf16", "--share-weights auto recorded as what it chose: bf16")
+with h5py.File("bf16_train_zero1/rank00000.h5", "r") as f:
+    check(f["train"].attrs["share_weights"] == "master", "--share-weights master recorded")
 
 for sharding in ("none", "broadcast", "zero1"):
     ranks = []
