@@ -134,9 +134,11 @@ class Ops {
   // x_out (N,C) = x + delta; then out, rstd = rmsnorm(x_out, w). The fused residual step.
   virtual void residual_rmsnorm_forward(Tensor x_out, Tensor out, Tensor rstd, Tensor x, Tensor delta, Tensor w) = 0;
   // dx (N,C) += d/dx (always accumulated: the residual gradient), dw (C) = (or +=) d/dw,
-  // from dout (N,C) and the saved x, rstd.
-  virtual void rmsnorm_backward(Tensor dx, Tensor dw, Tensor dout, Tensor x, Tensor w, Tensor rstd,
-                                bool accumulate) = 0;
+  // from dout (N,C) and the saved x, rstd. If dx_copy is not empty (CUDA: bf16) it receives the
+  // new dx in its dtype, bitwise convert(dx_copy, dx): the gradient the next products read,
+  // without a pass of its own.
+  virtual void rmsnorm_backward(Tensor dx, Tensor dw, Tensor dout, Tensor x, Tensor w, Tensor rstd, bool accumulate,
+                                Tensor dx_copy) = 0;
 
   // y (N,out) = x (N,in) W^T with W (out,in). No bias.
   virtual void linear_forward(Tensor y, Tensor x, Tensor w) = 0;

@@ -175,11 +175,17 @@ class CpuOps final : public Ops {
     });
     rmsnorm_forward(out, rstd, x_out, w);
   }
-  void rmsnorm_backward(Tensor dx, Tensor dw, Tensor dout, Tensor x, Tensor w, Tensor rstd, bool accumulate) override {
+  void rmsnorm_backward(Tensor dx, Tensor dw, Tensor dout, Tensor x, Tensor w, Tensor rstd, bool accumulate,
+                        Tensor dx_copy) override {
+    if (!dx_copy.empty()) {
+      expect(dx_copy.numel() == dx.numel(), "rmsnorm_backward", "dx_copy's shape");
+      rmsnorm_backward(dx, dw, dout, x, w, rstd, accumulate, Tensor());
+      return convert(dx_copy, dx);
+    }
     if (any_bf16({&dx, &dw, &dout, &x, &w, &rstd})) {  // stored bf16: computed in fp32
       Widened wide(*this);
       rmsnorm_backward(wide.inout(dx), accumulate ? wide.inout(dw) : wide.out(dw), wide.in(dout), wide.in(x),
-                       wide.in(w), wide.in(rstd), accumulate);
+                       wide.in(w), wide.in(rstd), accumulate, Tensor());
       return wide.write_back();
     }
     const int64_t C = w.numel(), N = x.numel() / C;

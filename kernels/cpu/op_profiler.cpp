@@ -104,10 +104,10 @@ class OpProfiler final : public Profiler {
       Call c(p_, kResidualRmsnormForward);
       in_.residual_rmsnorm_forward(x_out, out, rstd, x, delta, w);
     }
-    void rmsnorm_backward(Tensor dx, Tensor dw, Tensor dout, Tensor x, Tensor w, Tensor rstd,
-                          bool accumulate) override {
+    void rmsnorm_backward(Tensor dx, Tensor dw, Tensor dout, Tensor x, Tensor w, Tensor rstd, bool accumulate,
+                          Tensor dx_copy) override {
       Call c(p_, kRmsnormBackward);
-      in_.rmsnorm_backward(dx, dw, dout, x, w, rstd, accumulate);
+      in_.rmsnorm_backward(dx, dw, dout, x, w, rstd, accumulate, dx_copy);
     }
     void linear_forward(Tensor y, Tensor x, Tensor w) override {
       Call c(p_, kLinearForward);

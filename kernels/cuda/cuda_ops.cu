@@ -68,12 +68,14 @@ void CudaOps::residual_rmsnorm_forward(Tensor x_out, Tensor out, Tensor rstd, Te
   cuda::rmsnorm_forward(x_out, out, rstd, x, delta, w, N, C, stream_);
 }
 
-void CudaOps::rmsnorm_backward(Tensor dx, Tensor dw, Tensor dout, Tensor x, Tensor w, Tensor rstd, bool accumulate) {
+void CudaOps::rmsnorm_backward(Tensor dx, Tensor dw, Tensor dout, Tensor x, Tensor w, Tensor rstd, bool accumulate,
+                               Tensor dx_copy) {
   const int64_t C = w.numel(), N = x.numel() / C;
-  expect(dx.numel() == x.numel() && dout.numel() == x.numel() && dw.numel() == C && rstd.numel() == N,
+  expect(dx.numel() == x.numel() && dout.numel() == x.numel() && dw.numel() == C && rstd.numel() == N &&
+             (dx_copy.empty() || dx_copy.numel() == x.numel()),
          "rmsnorm_backward", "shapes");
-  cuda::rmsnorm_backward(dx, dw, dout, x, w, rstd, N, C, accumulate, device_.multiprocessors(), device_.allocator(),
-                         stream_);
+  cuda::rmsnorm_backward(dx, dw, dout, x, w, rstd, dx_copy, N, C, accumulate, device_.multiprocessors(),
+                         device_.allocator(), stream_);
 }
 
 // y (N,out) = x (N,in) W^T with W (out,in).

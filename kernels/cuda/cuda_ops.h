@@ -14,7 +14,8 @@ class CudaOps final : public Ops {
   void embedding_backward(Tensor dwte, Tensor dout, Tensor tokens, bool accumulate) override;
   void rmsnorm_forward(Tensor out, Tensor rstd, Tensor x, Tensor w) override;
   void residual_rmsnorm_forward(Tensor x_out, Tensor out, Tensor rstd, Tensor x, Tensor delta, Tensor w) override;
-  void rmsnorm_backward(Tensor dx, Tensor dw, Tensor dout, Tensor x, Tensor w, Tensor rstd, bool accumulate) override;
+  void rmsnorm_backward(Tensor dx, Tensor dw, Tensor dout, Tensor x, Tensor w, Tensor rstd, bool accumulate,
+                        Tensor dx_copy) override;
   void linear_forward(Tensor y, Tensor x, Tensor w) override;
   void linear_backward(Tensor dx, Tensor dw, Tensor dy, Tensor x, Tensor w, bool accumulate) override;
   void rope_forward(Tensor qkv, int64_t heads, double theta) override;

@@ -19,9 +19,10 @@ void embedding_backward(Tensor dwte, Tensor dout, Tensor tokens, int64_t N, int6
 // empty (written to x_out), else x_out = x (x_out unused). w (C) fp32.
 void rmsnorm_forward(Tensor x_out, Tensor out, Tensor rstd, Tensor x, Tensor delta, Tensor w, int64_t N, int64_t C,
                      cudaStream_t stream);
-// dx (N,C) += input gradient; dw (C) fp32 += weight gradient; dout, x (N,C); rstd (N) fp32.
-void rmsnorm_backward(Tensor dx, Tensor dw, Tensor dout, Tensor x, Tensor w, Tensor rstd, int64_t N, int64_t C,
-                      bool accumulate, int multiprocessors, Allocator& scratch, cudaStream_t stream);
+// dx (N,C) += input gradient; dw (C) fp32 += weight gradient; dout, x (N,C); rstd (N) fp32;
+// dx_copy (N,C) bf16, if not empty, receives the new dx rounded to nearest even.
+void rmsnorm_backward(Tensor dx, Tensor dw, Tensor dout, Tensor x, Tensor w, Tensor rstd, Tensor dx_copy, int64_t N,
+                      int64_t C, bool accumulate, int multiprocessors, Allocator& scratch, cudaStream_t stream);
 
 // RoPE angles: table (T, D/2) fp32 (cos, sin) pairs, i.e. at least T * D floats.
 void rope_table(Tensor table, int64_t T, int64_t D, double theta, cudaStream_t stream);

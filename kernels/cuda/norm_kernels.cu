@@ -53,11 +53,13 @@ __global__ void rmsnorm_forward_kernel(R* x_out, O* out, float* rstd, const R* x
 // adds to its columns of the block's dw accumulator in shared memory (a thread always owns
 // the same columns, so no races). At the end each block writes its accumulator to
 // partial_dw[block, :]; a second kernel sums those in block order, so the result is
-// deterministic (no atomics).
-// Shapes: dx, dout, x (N,C); w (C), rstd (N), partial_dw (gridDim.x, C) fp32. C % kPack == 0.
+// deterministic (no atomics). With dx_copy, the new dx is also stored in bf16 (the next
+// products' input), saving the conversion's pass over dx.
+// Shapes: dx, dout, x, dx_copy (N,C); w (C), rstd (N), partial_dw (gridDim.x, C) fp32.
+// C % kPack == 0.
 template <class DX, class G, class X, int kPack>
-__global__ void rmsnorm_backward_kernel(DX* dx, float* partial_dw, const G* dout, const X* x, const float* w,
-                                        const float* rstd, int64_t N, int64_t C) {
+__global__ void rmsnorm_backward_kernel(DX* dx, bf16* dx_copy, float* partial_dw, const G* dout, const X* x,
+                                        const float* w, const float* rstd, int64_t N, int64_t C) {
   extern __shared__ __align__(16) float dw_acc[];  // (C)
   __shared__ float scratch[32];
   for (int64_t c = threadIdx.x; c < C; c += blockDim.x) dw_acc[c] = 0.f;
@@ -88,6 +90,12 @@ __global__ void rmsnorm_backward_kernel(DX* dx, float* partial_dw, const G* dout
       }
       store_pack<kPack>(dx + base + c, d);
       store_pack<kPack>(dw_acc + c, acc);
+      if (dx_copy != nullptr) {
+        Pack<bf16, kPack> lo;
+#pragma unroll
+        for (int k = 0; k < kPack; ++k) lo.v[k] = from_float<bf16>(to_float(d.v[k]));
+        store_pack<kPack>(dx_copy + base + c, lo);
+      }
     }
   }
   __syncthreads();
@@ -137,8 +145,8 @@ void launch_forward(Tensor x_out, Tensor out, Tensor rstd, Tensor x, Tensor delt
 }
 
 template <class DX, class G, class X, int kPack>
-void launch_backward(Tensor dx, Tensor dw, Tensor dout, Tensor x, Tensor w, Tensor rstd, int64_t N, int64_t C,
-                     bool accumulate, int multiprocessors, Allocator& scratch, cudaStream_t stream) {
+void launch_backward(Tensor dx, Tensor dw, Tensor dout, Tensor x, Tensor w, Tensor rstd, Tensor dx_copy, int64_t N,
+                     int64_t C, bool accumulate, int multiprocessors, Allocator& scratch, cudaStream_t stream) {
   auto kernel = rmsnorm_backward_kernel<DX, G, X, kPack>;
   const int threads = threads_for_row(C / kPack);
   const size_t shared_bytes = size_t(C) * sizeof(float);
@@ -148,8 +156,9 @@ void launch_backward(Tensor dx, Tensor dw, Tensor dout, Tensor x, Tensor w, Tens
   CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, shared_bytes));
   const int blocks = int(std::min<int64_t>(N, int64_t(std::max(per_sm, 1)) * multiprocessors));
   Buffer partial(scratch, DType::F32, {blocks, C}, "rmsnorm_backward.partial_dw");
-  kernel<<<blocks, threads, shared_bytes, stream>>>(dx.ptr<DX>(), partial.tensor().ptr<float>(), dout.ptr<G>(),
-                                                    x.ptr<X>(), w.ptr<float>(), rstd.ptr<float>(), N, C);
+  kernel<<<blocks, threads, shared_bytes, stream>>>(dx.ptr<DX>(), dx_copy.empty() ? nullptr : dx_copy.ptr<bf16>(),
+                                                    partial.tensor().ptr<float>(), dout.ptr<G>(), x.ptr<X>(),
+                                                    w.ptr<float>(), rstd.ptr<float>(), N, C);
   CUDA_CHECK_LAUNCH();
   sum_partials_kernel<<<ceil_div(C, 32), dim3(32, 8), 0, stream>>>(dw.ptr<float>(), partial.tensor().ptr<float>(),
                                                                    blocks, C, accumulate);
@@ -180,17 +189,18 @@ void rmsnorm_forward(Tensor x_out, Tensor out, Tensor rstd, Tensor x, Tensor del
   });
 }
 
-void rmsnorm_backward(Tensor dx, Tensor dw, Tensor dout, Tensor x, Tensor w, Tensor rstd, int64_t N, int64_t C,
-                      bool accumulate, int multiprocessors, Allocator& scratch, cudaStream_t stream) {
+void rmsnorm_backward(Tensor dx, Tensor dw, Tensor dout, Tensor x, Tensor w, Tensor rstd, Tensor dx_copy, int64_t N,
+                      int64_t C, bool accumulate, int multiprocessors, Allocator& scratch, cudaStream_t stream) {
   const char* op = "rmsnorm_backward";
   require_dtype(op, dw, DType::F32, "dw");
+  if (!dx_copy.empty()) require_dtype(op, dx_copy, DType::BF16, "dx_copy");
   require_dtype(op, w, DType::F32, "the gain w");
   require_dtype(op, rstd, DType::F32, "rstd");
   if (N == 0) {
     if (!accumulate) CUDA_CHECK(cudaMemsetAsync(dw.data, 0, dw.bytes(), stream));
     return;
   }
-  const bool pack4 = can_pack4(C, {&dx, &dout, &x, &w});
+  const bool pack4 = can_pack4(C, {&dx, &dout, &x, &w, &dx_copy});
   dispatch_float(op, dx.dtype, [&](auto d) {
     dispatch_float(op, dout.dtype, [&](auto g) {
       dispatch_float(op, x.dtype, [&](auto xx) {
@@ -198,8 +208,11 @@ void rmsnorm_backward(Tensor dx, Tensor dw, Tensor dout, Tensor x, Tensor w, Ten
         using G = decltype(g);
         using X = decltype(xx);
         if (pack4)
-          launch_backward<DX, G, X, 4>(dx, dw, dout, x, w, rstd, N, C, accumulate, multiprocessors, scratch, stream);
-        else launch_backward<DX, G, X, 1>(dx, dw, dout, x, w, rstd, N, C, accumulate, multiprocessors, scratch, stream);
+          launch_backward<DX, G, X, 4>(dx, dw, dout, x, w, rstd, dx_copy, N, C, accumulate, multiprocessors, scratch,
+                                       stream);
+        else
+          launch_backward<DX, G, X, 1>(dx, dw, dout, x, w, rstd, dx_copy, N, C, accumulate, multiprocessors, scratch,
+                                       stream);
       });
     });
   });

@@ -420,13 +420,6 @@ std::vector<std::pair<std::string, DType>> TransformerLM::storage_dtypes() const
           {"parameter gradients", param_dtype(precision_)}};
 }
 
-// `t` in the compute dtype: itself if it already is, else converted into `scratch`.
-Tensor TransformerLM::as_compute(Tensor t, Tensor scratch) {
-  if (t.dtype == scratch.dtype) return t;
-  ops_.convert(scratch, t);
-  return scratch;
-}
-
 void TransformerLM::backward(GradientListener* listener, bool accumulate) {
   LLMHPC_CHECK(act_ != nullptr && has_targets_ && logits_fresh_, "backward() needs its own forward pass with targets");
   LLMHPC_CHECK(!accumulate || !grads_.empty(), "accumulating gradients needs GradientStorage::Whole");
@@ -447,6 +440,11 @@ void TransformerLM::backward(GradientListener* listener, bool accumulate) {
   auto ready = [&](int64_t begin, int64_t end) {
     if (listener) listener->on_gradients_ready(begin, end);
   };
+  // The residual gradient as the next products read it: under bf16 each norm's backward also
+  // writes its bf16 copy into d_branch (no conversion pass); in fp32 it is d_resid itself.
+  const bool copies_dy = A.d_resid.tensor().dtype != cd;
+  const Tensor dy_copy = copies_dy ? A.d_branch.tensor() : Tensor();
+  const Tensor dy = copies_dy ? A.d_branch.tensor() : A.d_resid.tensor();
 
   // Loss -> logits -> LM head -> final norm. dlogits overwrite the logits.
   open_gradients(layout_.find("ln_final.weight").offset, layout_.total());
@@ -454,7 +452,7 @@ void TransformerLM::backward(GradientListener* listener, bool accumulate) {
   ops_.linear_backward(A.d_norm, grad("lm_head.weight"), A.logits, A.lnf_out, weight("lm_head.weight"), accumulate);
   device_.fill_zero(A.d_resid.tensor().data, A.d_resid.tensor().bytes());
   ops_.rmsnorm_backward(A.d_resid, grad("ln_final.weight"), A.d_norm, A.resid_final, param("ln_final.weight"),
-                        A.lnf_rstd, accumulate);
+                        A.lnf_rstd, accumulate, dy_copy);
   ready(layout_.find("ln_final.weight").offset, layout_.total());
 
   for (int64_t l = config_.num_layers - 1; l >= 0; --l) {
@@ -468,7 +466,6 @@ void TransformerLM::backward(GradientListener* listener, bool accumulate) {
     // what forward had: the same arithmetic on the same saved inputs. W2's input gradient
     // comes first, so the SwiGLU backward can recompute the product W2's weight gradient
     // needs in the same pass over h13.
-    Tensor dy = as_compute(A.d_resid, A.d_branch);
     ops_.linear_backward(A.d_gated, Tensor(), dy, Tensor(), weight(p + "ffn.w2.weight"), accumulate);
     ops_.swiglu_backward(A.d_h13, A.gated, A.d_gated, X.h13);
     ops_.linear_backward(Tensor(), grad(p + "ffn.w2.weight"), dy, A.gated, weight(p + "ffn.w2.weight"), accumulate);
@@ -476,9 +473,8 @@ void TransformerLM::backward(GradientListener* listener, bool accumulate) {
     ops_.linear_backward(A.d_norm, grad_rows(p + "ffn.w1.weight", 2 * F), A.d_h13, A.norm_out,
                          weight_rows(p + "ffn.w1.weight", 2 * F), accumulate);
     ops_.rmsnorm_backward(A.d_resid, grad(p + "ln2.weight"), A.d_norm, X.resid_mid, param(p + "ln2.weight"), X.ln2_rstd,
-                          accumulate);
+                          accumulate, dy_copy);
     // Attention branch.
-    dy = as_compute(A.d_resid, A.d_branch);
     ops_.linear_backward(A.d_attn, grad(p + "attn.output_proj.weight"), dy, X.attn_out,
                          weight(p + "attn.output_proj.weight"), accumulate);
     ops_.attention_backward(A.d_qkv, A.d_attn, X.attn_out, X.attn_saved, X.qkv, dims);
@@ -487,7 +483,7 @@ void TransformerLM::backward(GradientListener* listener, bool accumulate) {
     ops_.linear_backward(A.d_norm, grad_rows(p + "attn.q_proj.weight", 3 * C), A.d_qkv, A.norm_out,
                          weight_rows(p + "attn.q_proj.weight", 3 * C), accumulate);
     ops_.rmsnorm_backward(A.d_resid, grad(p + "ln1.weight"), A.d_norm, X.resid, param(p + "ln1.weight"), X.ln1_rstd,
-                          accumulate);
+                          accumulate, l > 0 ? dy_copy : Tensor());  // the embedding reads d_resid
     ready(range_l.first, range_l.second);
   }
   const ParamInfo& emb = layout_.find("token_embeddings.weight");

@@ -162,7 +162,6 @@ class TransformerLM {
   Activations& take_activations();
   void take_layer_activations(int64_t l);
   void take_head_activations();
-  Tensor as_compute(Tensor t, Tensor scratch);
 
   ModelConfig config_;
   ParameterLayout layout_;

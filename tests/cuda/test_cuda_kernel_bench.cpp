@@ -222,7 +222,7 @@ TEST(KernelBench, DISABLED_OpsOf2p7BLayerBf16) {
   row("bwd linear w1|w3", bwd, 4.0 * N * C * 2 * F, 0,
       [&] { g.ops.linear_backward(dnorm, dw13, dh13, normed, w13, false); });
   row("bwd rmsnorm", bwd, 0, nc * (4 + 2 + 4 + 4),
-      [&] { g.ops.rmsnorm_backward(dresid, dgain, dnorm, resid, gain, rstd, false); });
+      [&] { g.ops.rmsnorm_backward(dresid, dgain, dnorm, resid, gain, rstd, false, Tensor()); });
   row("bwd convert dresid->bf16 (2)", bwd, 0, nc * 6, [&] { g.ops.convert(dbranch, dresid); });
   row("bwd linear o", bwd, 4.0 * N * C * C, 0, [&] { g.ops.linear_backward(dattn, dw_o, dbranch, attn, w_o, false); });
   row("bwd attention (naive)", bwd, 8.0 * B * H * T * T * D, 0,
@@ -231,7 +231,7 @@ TEST(KernelBench, DISABLED_OpsOf2p7BLayerBf16) {
   row("bwd linear qkv", bwd, 4.0 * N * C * 3 * C, 0,
       [&] { g.ops.linear_backward(dnorm, dw_qkv, dqkv, normed, w_qkv, false); });
   row("bwd rmsnorm (2)", bwd, 0, nc * (4 + 2 + 4 + 4),
-      [&] { g.ops.rmsnorm_backward(dresid, dgain, dnorm, resid, gain, rstd, false); });
+      [&] { g.ops.rmsnorm_backward(dresid, dgain, dnorm, resid, gain, rstd, false, Tensor()); });
   std::printf("BENCH layer total: forward %.3f ms, backward %.3f ms; x32 layers = %.1f ms\n", fwd, bwd,
               32 * (fwd + bwd));
   double once = 0;

@@ -77,13 +77,35 @@ TEST_F(CudaOps, RmsNormBackwardAccumulates) {
       cpu().rmsnorm_forward(out.cpu, rstd.cpu, x.cpu, w.cpu);
       gpu().rmsnorm_forward(out.gpu, rstd.gpu, x.gpu, w.gpu);
       for (bool accumulate : {false, true}) {
-        cpu().rmsnorm_backward(dx.cpu, dw.cpu, dout.cpu, x.cpu, w.cpu, rstd.cpu, accumulate);
-        gpu().rmsnorm_backward(dx.gpu, dw.gpu, dout.gpu, x.gpu, w.gpu, rstd.gpu, accumulate);
+        cpu().rmsnorm_backward(dx.cpu, dw.cpu, dout.cpu, x.cpu, w.cpu, rstd.cpu, accumulate, Tensor());
+        gpu().rmsnorm_backward(dx.gpu, dw.gpu, dout.gpu, x.gpu, w.gpu, rstd.gpu, accumulate, Tensor());
         // Inputs are exact in both dtypes and the arithmetic is fp32: fp32 accuracy either way.
         EXPECT_LE(error(dx), kFp32Tol) << dtype_name(dt) << " C=" << C << ", " << seed_note();
         EXPECT_LE(error(dw), kFp32Tol) << dtype_name(dt) << " C=" << C << " accumulate " << accumulate;
       }
     }
+}
+
+// With dx_copy the kernel also stores the new dx in bf16: bitwise what convert gives from the
+// dx it wrote (the model's next products read it instead of a converted copy); dx and dw are
+// bitwise those of the call without it. C = 1001: the element-wise path, 1600: packs of 4.
+TEST_F(CudaOps, RmsNormBackwardCopyIsTheConvertedGradient) {
+  for (int64_t C : {1001, 1600}) {
+    const int64_t N = 37;
+    Twin x = random({N, C}, F32), w = random({C}, F32), dout = random({N, C}, BF16), dx0 = random({N, C}, F32);
+    Twin out = poisoned({N, C}, BF16), rstd = poisoned({N}, F32);
+    gpu().rmsnorm_forward(out.gpu, rstd.gpu, x.gpu, w.gpu);
+    Twin dx = random({N, C}, F32), dx_alone = random({N, C}, F32), dw = random({C}, F32), dw_alone = random({C}, F32);
+    Twin copy = poisoned({N, C}, BF16), converted = poisoned({N, C}, BF16);
+    gpu().convert(dx.gpu, dx0.gpu);
+    gpu().convert(dx_alone.gpu, dx0.gpu);
+    gpu().rmsnorm_backward(dx.gpu, dw.gpu, dout.gpu, x.gpu, w.gpu, rstd.gpu, false, copy.gpu);
+    gpu().rmsnorm_backward(dx_alone.gpu, dw_alone.gpu, dout.gpu, x.gpu, w.gpu, rstd.gpu, false, Tensor());
+    gpu().convert(converted.gpu, dx.gpu);
+    EXPECT_EQ(gpu_values(dx), gpu_values(dx_alone)) << "C=" << C;
+    EXPECT_EQ(gpu_values(dw), gpu_values(dw_alone)) << "C=" << C;
+    EXPECT_EQ(gpu_values(copy), gpu_values(converted)) << "C=" << C << ", " << seed_note();
+  }
 }
 
 // bf16 operands accumulate in fp32 (error ~K * 2^-24, negligible); a bf16 output is then

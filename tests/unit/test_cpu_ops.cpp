@@ -61,7 +61,7 @@ TEST_F(CpuOps, RmsNormMatchesDefinitionAndFiniteDifferences) {
       EXPECT_NEAR(out.get(n * C + c), x.get(n * C + c) / std::sqrt(ms + 1e-5) * w.get(c), 1e-12);
   }
   HostTensor R = randn({N, C}), dx = make({N, C}), dw = randn({C});  // dw's stale values are overwritten
-  ops.rmsnorm_backward(dx, dw, R, x, w, rstd, false);
+  ops.rmsnorm_backward(dx, dw, R, x, w, rstd, false, Tensor());
   auto loss = [&] {
     ops.rmsnorm_forward(out, rstd, x, w);
     return dot(out, R);
@@ -76,10 +76,16 @@ TEST_F(CpuOps, RmsNormBackwardAlwaysAccumulatesDxAndDwOnRequest) {
   ops.rmsnorm_forward(out, rstd, x, w);
   HostTensor dx1 = make({N, C}), dw1 = make({C}), dx2 = randn({N, C}), dw2 = randn({C});
   const std::vector<double> before = dx2.values(), dw_before = dw2.values();
-  ops.rmsnorm_backward(dx1, dw1, R, x, w, rstd, false);
-  ops.rmsnorm_backward(dx2, dw2, R, x, w, rstd, true);
+  ops.rmsnorm_backward(dx1, dw1, R, x, w, rstd, false, Tensor());
+  ops.rmsnorm_backward(dx2, dw2, R, x, w, rstd, true, Tensor());
   for (int64_t i = 0; i < N * C; ++i) EXPECT_NEAR(dx2.get(i), before[i] + dx1.get(i), 1e-12);
   for (int64_t i = 0; i < C; ++i) EXPECT_NEAR(dw2.get(i), dw_before[i] + dw1.get(i), 1e-12);
+  // dx_copy: the new dx in the copy's dtype, as convert writes it.
+  HostTensor copy = make({N, C}, DType::BF16), converted = make({N, C}, DType::BF16);
+  ops.rmsnorm_backward(dx2, dw2, R, x, w, rstd, true, copy);
+  ops.convert(converted, dx2);
+  EXPECT_EQ(copy.values(), converted.values());
+  EXPECT_NE(copy.values(), std::vector<double>(size_t(N * C), 0.0)) << "the copy was written";
 }
 
 // The norm gain's gradient sums over rows; its bits must not depend on how many threads share
@@ -94,7 +100,7 @@ TEST_F(CpuOps, RmsNormBackwardGivesTheSameBitsWithAnyThreadCount) {
   for (int threads : {1, 2, 3, 8}) {
     omp_set_num_threads(threads);
     HostTensor dx = make({N, C}, DType::F32), dw = make({C}, DType::F32);
-    ops.rmsnorm_backward(dx, dw, R, x, w, rstd, false);
+    ops.rmsnorm_backward(dx, dw, R, x, w, rstd, false, Tensor());
     dws.push_back(dw.values());
     dxs.push_back(dx.values());
   }
@@ -344,8 +350,8 @@ TEST_F(CpuOps, Bf16TensorsAreComputedInFp32AndRoundedWhenStored) {
   HostTensor dr = randn({N, in}, DType::F32), dr32 = make({N, in}, DType::F32), dnw = make({in}, DType::F32),
              dnw32 = make({in}, DType::F32);
   dr32.copy_from(dr);
-  ops.rmsnorm_backward(dr, dnw, x, r, nw, rstd, false);
-  ops.rmsnorm_backward(dr32, dnw32, x32, r, nw, rstd, false);
+  ops.rmsnorm_backward(dr, dnw, x, r, nw, rstd, false, Tensor());
+  ops.rmsnorm_backward(dr32, dnw32, x32, r, nw, rstd, false, Tensor());
   EXPECT_EQ(dr.values(), dr32.values());
   EXPECT_EQ(dnw.values(), dnw32.values());
 }
