@@ -367,7 +367,9 @@ TEST_P(ShardTest, SharedBf16CopyGivesBackTheStaleMasters) {
   const int64_t page = int64_t(env_->device().allocator().page_bytes());
   const int64_t held = master_bytes(), most = 4 * kept + 2 * page * int64_t(owned.size() + full_precision.size());
   EXPECT_LE(held, std::max(most, page)) << "after a step: what it updates or reads, and the pages they touch";
-  if (world_size() > 1 && page > 0) EXPECT_LT(held, whole) << "pages given back";
+  // Masters within one page have none to give back (the tiny model under broadcast on a GPU:
+  // 99 KB in a 2 MiB page; zero1 pads its buffer to a page per rank).
+  if (world_size() > 1 && page > 0 && whole >= 2 * page) EXPECT_LT(held, whole) << "pages given back";
   run.step(1);  // forward and backward read no given-back master
   const std::vector<float> weights = run.params();
   EXPECT_EQ(master_bytes(), whole) << "after waiting for every parameter";
