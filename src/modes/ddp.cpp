@@ -79,12 +79,12 @@ std::vector<DdpCase> sweep_cases(const po::variables_map& vm, int world_size) {
       for (double mb : s == SyncStrategy::Bucketed ? buckets : std::vector<double>{0.0})
         for (Sharding sh : sharded) {
           if (s == SyncStrategy::None && sh != Sharding::None) continue;
+          const bool can = can_share_compute_copy(c.precision, memory, sh);
           std::vector<bool> copies;  // this case's --share-weights, resolved, each once
           for (ShareWeights w : sh == Sharding::None ? std::vector<ShareWeights>{ShareWeights::Master} : choices) {
-            const bool can = can_share_compute_copy(c.precision, memory, sh);
-            if (w == ShareWeights::Bf16 && !can) continue;
+            if (w == ShareWeights::Bf16 && !can) continue;  // a sweep skips it here (train throws)
             bf16_taken |= w == ShareWeights::Bf16;
-            const bool copy = w != ShareWeights::Master && can;
+            const bool copy = shares_compute_copy(w, c.precision, memory, sh);
             if (std::find(copies.begin(), copies.end(), copy) == copies.end()) copies.push_back(copy);
           }
           for (bool copy : copies) cases.push_back({c, s, mb, sh, copy});
