@@ -78,6 +78,11 @@ def fmt(value, decimals: int = 2) -> str:
     return f"{value:.{decimals}f}"
 
 
+def impl(row) -> str:
+    """The strategy, and what moved its bytes where it was not NCCL's kernels (--collective-engine)."""
+    return row["ddp"] + (" (copy)" if row.get("collective_engine", "sm") == "copy" else "")
+
+
 def bucket_cell(row) -> str:
     return "-" if row["ddp"] != "bucketed" else f"{row['bucket_mb']:g}"
 
@@ -148,7 +153,7 @@ def strategies_table(g: pd.DataFrame, markdown: bool, title: str) -> str:
     rows = []
     for _, r in g[g.ddp != "none"].iterrows():
         t = ok(r)
-        rows.append([r.ddp, bucket_cell(r), fmt(r.buckets, 0) if t else "-", fmt(r.step_mean), fmt(r.step_std),
+        rows.append([impl(r), bucket_cell(r), fmt(r.buckets, 0) if t else "-", fmt(r.step_mean), fmt(r.step_std),
                      fmt(r.comm_mean), fmt(r.comm_std), fmt(r.comm_pct, 1) + "%" if t else "-",
                      fmt(r.slowest_step_mean), fmt(r.comm_mib_per_step, 1) if t else "-",
                      fmt(r.peak_memory_bytes / MIB, 1), r.status])
@@ -172,7 +177,7 @@ def buckets_table(g: pd.DataFrame, markdown: bool, title: str) -> str:
     rows = []
     for _, r in g[g.ddp != "none"].iterrows():
         step = r.slowest_step_mean if ok(r) else math.nan
-        rows.append([r.ddp, bucket_cell(r), fmt(r.buckets, 0) if ok(r) else "-",
+        rows.append([impl(r), bucket_cell(r), fmt(r.buckets, 0) if ok(r) else "-",
                      fmt(r.collectives_issued_after_backward, 0) if ok(r) else "-", fmt(step),
                      fmt(r.comm_mean), ratio(naive, step), ratio(overlap, step), r.status])
     return render(f"(b) bucket sizes: {title} (speed-up = their step / this step)",
@@ -187,7 +192,7 @@ def overhead_table(g: pd.DataFrame, markdown: bool, title: str) -> str:
     rows = []
     for _, r in g.iterrows():
         step = r.slowest_step_mean if ok(r) else math.nan
-        rows.append([r.ddp, bucket_cell(r), fmt(step), fmt(base), fmt(step - base),
+        rows.append([impl(r), bucket_cell(r), fmt(step), fmt(base), fmt(step - base),
                      fmt(100.0 * (step / base - 1.0), 1) + "%" if ok(r) else "-", fmt(r.forward_mean),
                      fmt(r.backward_mean), fmt(r.comm_mean), fmt(r.optimizer_mean), r.status])
     return render(f"(c) overhead of data parallelism: {title} (none: each rank alone at the local batch)",
@@ -235,7 +240,7 @@ def torch_table(g: pd.DataFrame, torch_records: list, markdown: bool, title: str
         step = r.slowest_step_mean if r is not None and ok(r) else math.nan
         rows.append([t["setup"], "DDP" if t["ddp"] != "none" else "single", "-" if t["ddp"] == "none" else
                      f"{float(t['bucket_mb']):g}", fmt(torch_step(t)), t["status"],
-                     "not run" if r is None else r.ddp, fmt(step), ratio(step, torch_step(t))])
+                     "not run" if r is None else impl(r), fmt(step), ratio(step, torch_step(t))])
     if not rows:
         return "", []
     return render(f"(d) llmhpc vs PyTorch DistributedDataParallel: {title} (slowest-rank step; ratio = llmhpc / "
@@ -297,7 +302,7 @@ def sharding_table(g: pd.DataFrame, torch_records: list, markdown: bool, title: 
     mib = lambda v: "-" if v is None or (isinstance(v, float) and math.isnan(v)) else fmt(v / 2**20)
     rows = []
     for _, r in g[g.ddp != "none"].iterrows():
-        rows.append([r.ddp, bucket_cell(r), r.shard_optimizer, fmt(r.slowest_step_mean), fmt(r.comm_mean),
+        rows.append([impl(r), bucket_cell(r), r.shard_optimizer, fmt(r.slowest_step_mean), fmt(r.comm_mean),
                      mib(r.memory_after_init_bytes), mib(r.memory_before_optimizer_bytes),
                      mib(r.memory_after_optimizer_bytes), mib(r.memory_after_optimizer_optimizer_bytes),
                      mib(r.peak_memory_bytes), r.status])
@@ -325,11 +330,12 @@ def sharding_phases_table(g: pd.DataFrame, markdown: bool, title: str) -> str:
         return ""
     rows = []
     for _, r in g[g.ddp != "none"].iterrows():
-        same = g[(g.ddp == r.ddp) & (g.bucket_mb == r.bucket_mb) & (g.shard_optimizer == "none") & (g.status == "ok")]
+        same = g[(g.ddp == r.ddp) & (g.bucket_mb == r.bucket_mb) & (g.collective_engine == r.collective_engine)
+                 & (g.shard_optimizer == "none") & (g.status == "ok")]
         unsharded = float(same.slowest_step_mean.iloc[0]) if len(same) else math.nan
         step = r.slowest_step_mean if ok(r) else math.nan
         vs = "-" if math.isnan(step) or math.isnan(unsharded) else f"{step / unsharded:.3f}x"
-        rows.append([r.ddp, bucket_cell(r), r.shard_optimizer, fmt(r.forward_mean), fmt(r.backward_mean),
+        rows.append([impl(r), bucket_cell(r), r.shard_optimizer, fmt(r.forward_mean), fmt(r.backward_mean),
                      fmt(r.comm_mean), fmt(r.optimizer_mean), fmt(r.param_comm_mean), fmt(step), vs, r.status])
     return render(f"(g) where a sharded step goes: {title} (phase means; step: the slowest rank's)",
                   ["Impl", "Bucket (MiB)", "Sharding", "Fwd (ms)", "Bwd (ms)", "Grad Comm (ms)", "Opt (ms)",
@@ -390,7 +396,9 @@ def all_tables(df: pd.DataFrame, torch_records: list, comm_model_for, markdown: 
 
 
 def strategy_label(row) -> str:
-    label = row["ddp"] if row["ddp"] != "bucketed" else f"bucketed {row['bucket_mb']:g} MiB"
+    label = impl(row)
+    if row["ddp"] == "bucketed":
+        label = label.replace("bucketed", f"bucketed {row['bucket_mb']:g} MiB")
     return label if row["shard_optimizer"] == "none" else f"{label}, {row['shard_optimizer']}"
 
 

@@ -412,6 +412,7 @@ class Run:
             row["shard_optimizer"] = row["shard_optimizer"] or "none"  # files from before sharding existed
             if first.attrs.get("share_weights") == "bf16":  # what travelled: one label per kind in the tables
                 row["shard_optimizer"] += " bf16"
+            row["collective_engine"] = first.attrs.get("collective_engine", "sm")  # files from before it existed
             row.update(name=name, status=_pooled_status(recs), ranks=len(recs))
             for key in DDP_RESULT_KEYS:
                 row[key] = next((r.attrs[key] for r in recs if key in r.attrs), math.nan)

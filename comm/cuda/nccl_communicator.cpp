@@ -1,9 +1,12 @@
 #include "comm/cuda/nccl_communicator.h"
 
+#include <functional>
 #include <mutex>
+#include <optional>
 #include <vector>
 
 #include "comm/cuda/nccl_check.h"
+#include "comm/cuda/sum_parts.h"
 #include "src/core/cuda/event_timer.h"
 #include "src/core/watchdog.h"
 
@@ -108,26 +111,17 @@ class NcclCommunicator final : public Communicator {
     Watchdog::OpPtr init = watchdog.begin("ncclCommInitRank", "nccl", 0);
     settle(ncclCommInitRankConfig(&comm_, size_, id, rank_, &config), "ncclCommInitRankConfig");
     Watchdog::complete(init);
-    if (watchdog.enabled()) {
-      const ncclComm_t comm = comm_;
-      const int gpu = o.gpu;
-      Watchdog::Monitor m;
-      m.error = [comm]() -> std::string {
-        ncclResult_t state = ncclSuccess;
-        const ncclResult_t rc = ncclCommGetAsyncError(comm, &state);
-        if (rc != ncclSuccess) return std::string("ncclCommGetAsyncError failed: ") + ncclGetErrorString(rc);
-        if (state == ncclSuccess || state == ncclInProgress) return "";
-        return std::string("NCCL reported an asynchronous error: ") + ncclGetErrorString(state) + " (" +
-               ncclGetLastError(comm) + ")";
-      };
-      m.abort = [comm] { ncclCommAbort(comm); };
-      m.prepare = [gpu] { cudaSetDevice(gpu); };
-      monitor_ = watchdog.add_monitor(std::move(m));
-    }
+    monitors_.push_back(monitor(comm_));
   }
   ~NcclCommunicator() override {
-    if (monitor_ >= 0) Watchdog::instance().remove_monitor(monitor_);
+    for (int m : monitors_)
+      if (m >= 0) Watchdog::instance().remove_monitor(m);
     CUDA_CHECK(cudaStreamSynchronize(stream_));
+    if (ce_comm_) {
+      stop_copy_engines();
+      settle(ncclCommFinalize(ce_comm_), "ncclCommFinalize");
+      NCCL_CHECK(ncclCommDestroy(ce_comm_));
+    }
     settle(ncclCommFinalize(comm_), "ncclCommFinalize");
     NCCL_CHECK(ncclCommDestroy(comm_));
     cudaEventDestroy(compute_ready_);
@@ -144,16 +138,31 @@ class NcclCommunicator final : public Communicator {
   CommHandle all_reduce_async(const void* send, void* recv, size_t count, DType dtype, ReduceOp op) override {
     after_compute();
     Watchdog::OpPtr watched = watch("allreduce", count * dtype_size(dtype));
-    if (!copy_alone(send, recv, count, dtype))
-      settle(ncclAllReduce(send, recv, count, nccl_type(dtype), nccl_op(op), comm_, stream_), "ncclAllReduce");
-    return completion(std::move(watched));
+    std::function<void()> engines;
+    if (!copy_alone(send, recv, count, dtype)) {
+      if (send == recv && through_copy_engines(recv, count * dtype_size(dtype), dtype))
+        engines = [=] { copy_engine_reduce(static_cast<char*>(recv), count, dtype, op, /*gather=*/true); };
+      else settle(ncclAllReduce(send, recv, count, nccl_type(dtype), nccl_op(op), comm_, stream_), "ncclAllReduce");
+    }
+    return completion(std::move(watched), std::move(engines));
   }
   CommHandle reduce_scatter_async(const void* send, void* recv, size_t count, DType dtype, ReduceOp op) override {
     after_compute();
-    Watchdog::OpPtr watched = watch("reducescatter", count * size_t(size_) * dtype_size(dtype));
-    if (!copy_alone(send, recv, count, dtype))
-      settle(ncclReduceScatter(send, recv, count, nccl_type(dtype), nccl_op(op), comm_, stream_), "ncclReduceScatter");
-    return completion(std::move(watched));
+    const size_t bytes = count * size_t(size_) * dtype_size(dtype);
+    Watchdog::OpPtr watched = watch("reducescatter", bytes);
+    std::function<void()> engines;
+    if (!copy_alone(send, recv, count, dtype)) {
+      const char* data = static_cast<const char*>(send);
+      const bool in_place = static_cast<const char*>(recv) == data + size_t(rank_) * count * dtype_size(dtype);
+      if (in_place && through_copy_engines(data, bytes, dtype))
+        engines = [=] {
+          copy_engine_reduce(const_cast<char*>(data), count * size_t(size_), dtype, op, /*gather=*/false);
+        };
+      else
+        settle(ncclReduceScatter(send, recv, count, nccl_type(dtype), nccl_op(op), comm_, stream_),
+               "ncclReduceScatter");
+    }
+    return completion(std::move(watched), std::move(engines));
   }
   CommHandle all_gather_async(const void* send, void* recv, size_t count, DType dtype) override {
     after_compute();
@@ -176,12 +185,48 @@ class NcclCommunicator final : public Communicator {
     ++group_depth_;
   }
   // NCCL launches a group's operations here, so their completion events are recorded now.
+  // Copy-engine operations of the group run here, after it, one after another: each is a
+  // sequence of NCCL calls and a kernel, which a group would reorder.
   void group_end() override {
     LLMHPC_CHECK(group_depth_ > 0, "group_end() without group_start()");
     settle(ncclGroupEnd(), "ncclGroupEnd");
     if (--group_depth_ > 0) return;
-    for (Launch& l : group_launches_) launch(l);
+    for (Launch& l : group_launches_) {
+      if (l.engines) l.engines();
+      launch(l);
+    }
     group_launches_.clear();
+  }
+
+  bool use_copy_engines(void* buffer, size_t bytes, void* scratch, size_t scratch_bytes) override {
+    if (size_ == 1) return false;
+    LLMHPC_CHECK(!ce_, "the copy engines are in use already (stop_copy_engines() first)");
+    LLMHPC_CHECK(group_depth_ == 0, "use_copy_engines() inside a group");
+    if (!ce_comm_) {
+      // NCCL runs an all-to-all or all-gather between symmetric windows through the copy
+      // engines only on a communicator with the zero-CTA policy (NCCL 2.28); this one does
+      // nothing else, so every other collective keeps NCCL's default policy.
+      ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+      config.blocking = 1;
+      config.CTAPolicy = NCCL_CTA_POLICY_ZERO;
+      settle(ncclCommSplit(comm_, 0, rank_, &ce_comm_, &config), "ncclCommSplit");
+      monitors_.push_back(monitor(ce_comm_));
+    }
+    synchronize();
+    CopyEngines ce{static_cast<char*>(buffer), bytes, static_cast<char*>(scratch), scratch_bytes};
+    settle(ncclCommWindowRegister(ce_comm_, buffer, bytes, &ce.buffer_window, NCCL_WIN_COLL_SYMMETRIC),
+           "ncclCommWindowRegister");
+    settle(ncclCommWindowRegister(ce_comm_, scratch, scratch_bytes, &ce.scratch_window, NCCL_WIN_COLL_SYMMETRIC),
+           "ncclCommWindowRegister");
+    ce_ = ce;
+    return true;
+  }
+  void stop_copy_engines() override {
+    if (!ce_) return;
+    synchronize();
+    settle(ncclCommWindowDeregister(ce_comm_, ce_->buffer_window), "ncclCommWindowDeregister");
+    settle(ncclCommWindowDeregister(ce_comm_, ce_->scratch_window), "ncclCommWindowDeregister");
+    ce_.reset();
   }
 
   void barrier() override {
@@ -202,6 +247,54 @@ class NcclCommunicator final : public Communicator {
     if (send != recv)
       CUDA_CHECK(cudaMemcpyAsync(recv, send, count * dtype_size(dtype), cudaMemcpyDeviceToDevice, stream_));
     return true;
+  }
+
+  // Whether an in-place operation on `bytes` at `data` goes through the copy engines: inside
+  // the registered buffer, in a dtype sum_parts adds (others take NCCL's kernels).
+  bool through_copy_engines(const void* data, size_t bytes, DType dtype) const {
+    const char* p = static_cast<const char*>(data);
+    return ce_ && (dtype == DType::F32 || dtype == DType::BF16) && ce_->buffer <= p &&
+           p + bytes <= ce_->buffer + ce_->bytes;
+  }
+
+  // The copy engines' reduction of `count` elements at `data`, in place: part r is
+  // [r * part, (r + 1) * part), part = count / size(). An all-to-all (zero-CTA) puts every rank's
+  // part r side by side in rank r's scratch, which sums them into its part; an all-reduce then
+  // all-gathers the sums (zero-CTA). The elements past size() parts go through NCCL's kernels.
+  void copy_engine_reduce(char* data, size_t count, DType dtype, ReduceOp op, bool gather) {
+    const size_t es = dtype_size(dtype), part = count / size_t(size_), rest = count - part * size_t(size_);
+    LLMHPC_CHECK(count * es <= ce_->scratch_bytes, "the copy engines' scratch is smaller than the operation");
+    char* mine = data + size_t(rank_) * part * es;
+    if (part > 0) {
+      settle(ncclAlltoAll(data, ce_->scratch, part, nccl_type(dtype), ce_comm_, stream_), "ncclAlltoAll");
+      sum_parts(mine, ce_->scratch, part, size_, dtype, op == ReduceOp::Average ? 1.0f / float(size_) : 1.0f, stream_);
+      if (gather) settle(ncclAllGather(mine, data, part, nccl_type(dtype), ce_comm_, stream_), "ncclAllGather");
+    }
+    if (rest > 0) {
+      LLMHPC_CHECK(gather, "a reduce-scatter's count divides among the ranks");
+      char* tail = data + part * size_t(size_) * es;
+      settle(ncclAllReduce(tail, tail, rest, nccl_type(dtype), nccl_op(op), comm_, stream_), "ncclAllReduce");
+    }
+  }
+
+  // The watchdog's monitor of one NCCL communicator: its asynchronous error, and the abort.
+  int monitor(ncclComm_t comm) const {
+    Watchdog& watchdog = Watchdog::instance();
+    if (!watchdog.enabled()) return -1;
+    int gpu = 0;
+    CUDA_CHECK(cudaGetDevice(&gpu));
+    Watchdog::Monitor m;
+    m.error = [comm]() -> std::string {
+      ncclResult_t state = ncclSuccess;
+      const ncclResult_t rc = ncclCommGetAsyncError(comm, &state);
+      if (rc != ncclSuccess) return std::string("ncclCommGetAsyncError failed: ") + ncclGetErrorString(rc);
+      if (state == ncclSuccess || state == ncclInProgress) return "";
+      return std::string("NCCL reported an asynchronous error: ") + ncclGetErrorString(state) + " (" +
+             ncclGetLastError(comm) + ")";
+    };
+    m.abort = [comm] { ncclCommAbort(comm); };
+    m.prepare = [gpu] { cudaSetDevice(gpu); };
+    return watchdog.add_monitor(std::move(m));
   }
 
   // The next operation starts after everything already enqueued on the compute stream
@@ -227,19 +320,25 @@ class NcclCommunicator final : public Communicator {
   struct Launch {
     std::shared_ptr<CUevent_st> done;
     Watchdog::OpPtr watched;
+    std::function<void()> engines;  // a copy-engine operation, run before the event is recorded
   };
   void launch(const Launch& l) {
     CUDA_CHECK(cudaEventRecord(l.done.get(), stream_));
     Watchdog::launched(l.watched, l.done, poll_event);
   }
 
-  // The handle, and the event the watchdog polls (one event serves both).
-  CommHandle completion(Watchdog::OpPtr watched) {
-    if (!compute_ && !watched) return CommHandle(std::make_unique<NcclHostWait>(stream_));
-    Launch l{events_->take(), std::move(watched)};
+  // The handle, and the event the watchdog polls (one event serves both). A copy-engine
+  // operation (`engines`) runs now, or at group_end() inside a group.
+  CommHandle completion(Watchdog::OpPtr watched, std::function<void()> engines = {}) {
+    if (!compute_ && !watched && !engines) return CommHandle(std::make_unique<NcclHostWait>(stream_));
+    Launch l{events_->take(), std::move(watched), std::move(engines)};
     std::shared_ptr<CUevent_st> done = l.done;
-    if (group_depth_ > 0) group_launches_.push_back(std::move(l));  // the operation is launched at group_end()
-    else launch(l);
+    if (group_depth_ > 0) {
+      group_launches_.push_back(std::move(l));  // the operation is launched at group_end()
+    } else {
+      if (l.engines) l.engines();
+      launch(l);
+    }
     if (!compute_) return CommHandle(std::make_unique<NcclHostWait>(stream_));
     return CommHandle(std::make_unique<NcclPendingOp>(std::move(done), compute_));
   }
@@ -253,7 +352,18 @@ class NcclCommunicator final : public Communicator {
   std::shared_ptr<EventPool> events_ = std::make_shared<EventPool>();
   int group_depth_ = 0;
   std::vector<Launch> group_launches_;
-  int monitor_ = -1;  // the watchdog's monitor of this communicator
+  std::vector<int> monitors_;  // the watchdog's monitors of comm_ and ce_comm_ (-1: none)
+  // use_copy_engines(): the zero-CTA communicator (made at the first call, kept), and the
+  // registered buffers while in use.
+  ncclComm_t ce_comm_ = nullptr;
+  struct CopyEngines {
+    char* buffer;
+    size_t bytes;
+    char* scratch;
+    size_t scratch_bytes;
+    ncclWindow_t buffer_window = nullptr, scratch_window = nullptr;
+  };
+  std::optional<CopyEngines> ce_;
 };
 
 }  // namespace

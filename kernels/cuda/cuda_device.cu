@@ -95,6 +95,15 @@ void* CachingDeviceAllocator::allocate_paged(size_t bytes, const std::string& ta
   return p;
 }
 
+void* CachingDeviceAllocator::allocate_shareable(size_t bytes, const std::string& tag) {
+  if (!pages_.shareable()) return allocate(bytes, tag);  // NCCL cannot register it: the copy engines say so
+  LLMHPC_CHECK(!capturing_, "shareable memory while recording a CUDA graph");
+  const size_t size = (bytes + pages_.page_bytes() - 1) / pages_.page_bytes() * pages_.page_bytes();
+  void* p = obtain(size, tag, [&] { return pages_.allocate_shareable(bytes); });
+  reserved_ += pages_.size_of(p);
+  return p;
+}
+
 size_t CachingDeviceAllocator::release_pages(void* base, size_t offset, size_t bytes) {
   if (!pages_.owns(base)) return 0;     // an ordinary block (no virtual memory management here)
   CUDA_CHECK(cudaDeviceSynchronize());  // nothing may still be using the pages

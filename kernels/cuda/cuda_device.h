@@ -22,8 +22,8 @@ namespace llmhpc {
 //
 // Blocks are reused in the order of the compute stream: work on another stream that uses
 // a block must be finished, or ordered before the compute stream, before the block is freed.
-// Paged allocations (DevicePages) are not cached; they count towards the limit by the pages
-// they hold.
+// Paged and shareable allocations (DevicePages) are not cached; they count towards the limit
+// by the pages they hold.
 class CachingDeviceAllocator final : public Allocator {
  public:
   CachingDeviceAllocator(size_t limit, int ordinal) : limit_(limit), pages_(ordinal) {}
@@ -32,6 +32,7 @@ class CachingDeviceAllocator final : public Allocator {
   void deallocate(void* p) override;
   size_t page_bytes() const override { return pages_.page_bytes(); }
   void* allocate_paged(size_t bytes, const std::string& tag) override;
+  void* allocate_shareable(size_t bytes, const std::string& tag) override;
   size_t release_pages(void* base, size_t offset, size_t bytes) override;
   size_t restore_pages(void* base, size_t offset, size_t bytes) override;
 

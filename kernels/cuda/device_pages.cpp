@@ -23,6 +23,7 @@ struct Driver {
   PFN_cuMemMap_v10020 map = nullptr;
   PFN_cuMemUnmap_v10020 unmap = nullptr;
   PFN_cuMemSetAccess_v10020 set_access = nullptr;
+  PFN_cuDeviceGetAttribute_v2000 attribute = nullptr;
   bool complete() const {
     return granularity && reserve && address_free && create && release && map && unmap && set_access;
   }
@@ -47,16 +48,18 @@ const Driver& driver() {
     find("cuMemMap", out.map);
     find("cuMemUnmap", out.unmap);
     find("cuMemSetAccess", out.set_access);
+    find("cuDeviceGetAttribute", out.attribute);
     return out;
   }();
   return d;
 }
 
-CUmemAllocationProp device_memory(int ordinal) {
+CUmemAllocationProp device_memory(int ordinal, bool shareable = false) {
   CUmemAllocationProp prop{};
   prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
   prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
   prop.location.id = ordinal;
+  if (shareable) prop.requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;  // what NCCL imports
   return prop;
 }
 
@@ -74,6 +77,20 @@ DevicePages::DevicePages(int ordinal) : ordinal_(ordinal) {
   const CUmemAllocationProp prop = device_memory(ordinal);
   size_t g = 0;
   if (d.granularity(&g, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM) == CUDA_SUCCESS) page_ = g;
+  // Shareable where the device says it exports memory as file descriptors and one page of it
+  // can be made (a driver or container may refuse): else allocate_shareable is not offered.
+  int fd = 0;
+  if (page_ > 0 && d.attribute &&
+      d.attribute(&fd, CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED, CUdevice(ordinal)) ==
+          CUDA_SUCCESS &&
+      fd != 0) {
+    const CUmemAllocationProp shareable = device_memory(ordinal, /*shareable=*/true);
+    CUmemGenericAllocationHandle h = 0;
+    if (d.create(&h, page_, &shareable, 0) == CUDA_SUCCESS) {
+      d.release(h);
+      shareable_ = true;
+    }
+  }
 }
 
 DevicePages::~DevicePages() {
@@ -120,9 +137,31 @@ void* DevicePages::allocate(size_t bytes) {
   return p;
 }
 
+void* DevicePages::allocate_shareable(size_t bytes) {
+  LLMHPC_CHECK(shareable_, "shareable device memory where the driver cannot export it");
+  const Driver& d = driver();
+  const size_t pages = std::max<size_t>(1, (bytes + page_ - 1) / page_), size = pages * page_;
+  const CUmemAllocationProp prop = device_memory(ordinal_, /*shareable=*/true);
+  CUmemGenericAllocationHandle h = 0;
+  const CUresult rc = d.create(&h, size, &prop, 0);
+  if (rc == CUDA_ERROR_OUT_OF_MEMORY) return nullptr;
+  check(rc, "cuMemCreate");
+  CUdeviceptr base = 0;
+  check(d.reserve(&base, size, page_, 0, 0), "cuMemAddressReserve");
+  check(d.map(base, size, 0, h, 0), "cuMemMap");
+  CUmemAccessDesc access{};
+  access.location = prop.location;
+  access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+  check(d.set_access(base, size, &access, 1), "cuMemSetAccess");
+  char* p = reinterpret_cast<char*>(uintptr_t(base));
+  blocks_[p] = Block{pages, {h}, true};
+  return p;
+}
+
 size_t DevicePages::size_of(void* p) const { return blocks_.at(p).pages * page_; }
 
 size_t DevicePages::held_bytes(void* p) const {
+  if (blocks_.at(p).shareable) return size_of(p);
   size_t n = 0;
   for (unsigned long long h : blocks_.at(p).handles) n += h ? page_ : 0;
   return n;
@@ -132,14 +171,20 @@ void DevicePages::free(void* p) {
   auto it = blocks_.find(p);
   LLMHPC_CHECK(it != blocks_.end(), "free of a pointer that is not paged device memory");
   char* base = static_cast<char*>(p);
-  for (size_t k = 0; k < it->second.pages; ++k)
-    if (it->second.handles[k]) unmap_page(base + k * page_, it->second.handles[k]);
+  if (it->second.shareable) {
+    check(driver().unmap(address(p), it->second.pages * page_), "cuMemUnmap");
+    check(driver().release(it->second.handles[0]), "cuMemRelease");
+  } else {
+    for (size_t k = 0; k < it->second.pages; ++k)
+      if (it->second.handles[k]) unmap_page(base + k * page_, it->second.handles[k]);
+  }
   check(driver().address_free(address(p), it->second.pages * page_), "cuMemAddressFree");
   blocks_.erase(it);
 }
 
 size_t DevicePages::release(void* base, size_t offset, size_t bytes) {
   Block& block = blocks_.at(base);
+  if (block.shareable) return 0;  // one physical allocation: nothing to give back
   const auto [first, last] = pages_inside(offset, bytes, page_);
   size_t given = 0;
   for (size_t k = first; k < last && k < block.pages; ++k) {
@@ -152,6 +197,7 @@ size_t DevicePages::release(void* base, size_t offset, size_t bytes) {
 
 bool DevicePages::restore(void* base, size_t offset, size_t bytes) {
   Block& block = blocks_.at(base);
+  if (block.shareable) return true;
   const auto [first, last] = pages_touched(offset, bytes, page_);
   for (size_t k = first; k < last && k < block.pages; ++k)
     if (!block.handles[k] && !map_page(static_cast<char*>(base) + k * page_, block.handles[k])) return false;

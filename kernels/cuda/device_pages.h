@@ -23,6 +23,12 @@ class DevicePages {
   size_t page_bytes() const { return page_; }
   // `bytes` rounded up to pages, every page held; nullptr when the device has no room.
   void* allocate(size_t bytes);
+  // `bytes` rounded up to pages as one physical allocation that can be exported as a POSIX
+  // file descriptor: memory the node's other ranks can map (NCCL's windows, for collectives
+  // through the copy engines), which a block of separate pages cannot be. Its pages cannot be
+  // given back. nullptr when the device has no room. Only where shareable().
+  void* allocate_shareable(size_t bytes);
+  bool shareable() const { return shareable_; }
   bool owns(void* p) const { return blocks_.count(p) != 0; }
   size_t size_of(void* p) const;     // the pages it spans, in bytes
   size_t held_bytes(void* p) const;  // of those, held
@@ -37,12 +43,14 @@ class DevicePages {
  private:
   struct Block {
     size_t pages;
-    std::vector<unsigned long long> handles;  // 0: given back
+    std::vector<unsigned long long> handles;  // one per page, 0: given back; shareable: one for all
+    bool shareable = false;
   };
   bool map_page(char* at, unsigned long long& handle);  // false when out of memory
   void unmap_page(char* at, unsigned long long& handle);
   int ordinal_;
   size_t page_ = 0;
+  bool shareable_ = false;  // the device exports its memory as POSIX file descriptors
   std::unordered_map<void*, Block> blocks_;
 };
 

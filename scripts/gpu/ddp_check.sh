@@ -15,7 +15,8 @@
 #   compute   where compute dominates: xl bf16 context 1024 global batch 8, none and bucketed
 #             (COMPUTE_BUCKET_MB, default 25,100; COMPUTE_SHARD, default none, e.g. none,zero1:
 #             zero1 reduce-scatters during backward, half an all-reduce's traffic beside it, and
-#             all-gathers the bf16 copy after it), once per NCCL_MAX_CTAS in CTAS (default
+#             all-gathers the bf16 copy after it; COMPUTE_ENGINE, default sm, e.g. sm,copy: the
+#             gradients through the copy engines), once per NCCL_MAX_CTAS in CTAS (default
 #             "default 16 8 4": fewer SMs for NCCL) and per --gemm-sm-margin in MARGINS (default 0);
 #             MIN_CTAS=N sets NCCL_MIN_CTAS to N instead of 1 (NCCL then uses exactly N);
 #             meanwhile nvidia-smi samples clocks, power and throttle reasons of both GPUs every
@@ -81,7 +82,7 @@ if has compute; then
     for margin in $MARGINS; do
       ddp "compute-ctas-$ctas-sm$margin" --model xl --context-length 1024 --batch-size 8 --precision bf16 \
         --attention flash --ddp none,bucketed --bucket-mb ${COMPUTE_BUCKET_MB:-25,100} --warmup 3 --steps 10 \
-        --shard-optimizer ${COMPUTE_SHARD:-none} --gemm-sm-margin "$margin"
+        --shard-optimizer ${COMPUTE_SHARD:-none} --collective-engine ${COMPUTE_ENGINE:-sm} --gemm-sm-margin "$margin"
     done
   done
   unset NCCL_MAX_CTAS NCCL_MIN_CTAS

@@ -35,6 +35,13 @@ void* TracingAllocator::allocate_paged(size_t bytes, const std::string& tag) {
   return p;
 }
 
+void* TracingAllocator::allocate_shareable(size_t bytes, const std::string& tag) {
+  void* p = inner_.allocate_shareable(bytes, tag);
+  live_allocs_[p] = Live{bytes, tag};
+  note(p, int64_t(bytes), tag);
+  return p;
+}
+
 size_t TracingAllocator::release_pages(void* base, size_t offset, size_t bytes) {
   return count_pages(base, -int64_t(inner_.release_pages(base, offset, bytes)));
 }
@@ -199,9 +206,12 @@ std::pair<size_t, size_t> pages_touched(size_t offset, size_t bytes, size_t page
   return {offset / page, bytes == 0 ? offset / page : (offset + bytes + page - 1) / page};
 }
 
-Buffer::Buffer(Allocator& alloc, DType dtype, Shape shape, const std::string& tag, bool paged) : alloc_(&alloc) {
-  size_t bytes = static_cast<size_t>(shape.numel()) * dtype_size(dtype);
-  tensor_ = Tensor(paged ? alloc.allocate_paged(bytes, tag) : alloc.allocate(bytes, tag), dtype, shape);
+Buffer::Buffer(Allocator& alloc, DType dtype, Shape shape, const std::string& tag, MemoryKind kind) : alloc_(&alloc) {
+  const size_t bytes = static_cast<size_t>(shape.numel()) * dtype_size(dtype);
+  void* p = kind == MemoryKind::Paged       ? alloc.allocate_paged(bytes, tag)
+            : kind == MemoryKind::Shareable ? alloc.allocate_shareable(bytes, tag)
+                                            : alloc.allocate(bytes, tag);
+  tensor_ = Tensor(p, dtype, shape);
 }
 
 Buffer& Buffer::operator=(Buffer&& o) noexcept {

@@ -36,6 +36,11 @@ class Allocator {
   // Takes again every page given back that [offset, offset + bytes) touches, its contents
   // undefined. Returns the bytes taken.
   virtual size_t restore_pages(void* base, size_t offset, size_t bytes) { return 0; }
+
+  // Shareable memory: one allocation the node's other ranks can map, which collectives through
+  // the copy engines need (Communicator::use_copy_engines). Where the allocator has nothing of
+  // the kind (host memory, a GPU without virtual memory management) it is allocate().
+  virtual void* allocate_shareable(size_t bytes, const std::string& tag) { return allocate(bytes, tag); }
 };
 
 struct AllocEvent {
@@ -86,6 +91,7 @@ class TracingAllocator final : public Allocator {
   void* allocate_paged(size_t bytes, const std::string& tag) override;
   size_t release_pages(void* base, size_t offset, size_t bytes) override;
   size_t restore_pages(void* base, size_t offset, size_t bytes) override;
+  void* allocate_shareable(size_t bytes, const std::string& tag) override;
 
   int64_t live_bytes() const { return live_; }
   int64_t peak_bytes() const { return peak_; }
@@ -154,12 +160,14 @@ class HostAllocator final : public Allocator {
 std::pair<size_t, size_t> pages_inside(size_t offset, size_t bytes, size_t page);
 std::pair<size_t, size_t> pages_touched(size_t offset, size_t bytes, size_t page);
 
+// Which of the Allocator's calls a Buffer's memory comes from: allocate, allocate_paged, allocate_shareable.
+enum class MemoryKind { Plain, Paged, Shareable };
+
 // Owns one allocation and views it as a tensor. Move-only.
 class Buffer {
  public:
   Buffer() = default;
-  // `paged`: from allocate_paged (Allocator).
-  Buffer(Allocator& alloc, DType dtype, Shape shape, const std::string& tag, bool paged = false);
+  Buffer(Allocator& alloc, DType dtype, Shape shape, const std::string& tag, MemoryKind kind = MemoryKind::Plain);
   ~Buffer() { release(); }
   Buffer(Buffer&& o) noexcept { *this = std::move(o); }
   Buffer& operator=(Buffer&& o) noexcept;

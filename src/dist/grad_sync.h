@@ -178,8 +178,13 @@ struct CopySharing {
   // the first step's sharing until wait_parameters() brings them (and again at the next step).
   Allocator* pages = nullptr;
 };
+// Given `copy_engines` (the allocator of `flat_grads`, which must come from its
+// allocate_shareable), the gradients' collectives go through the copy engines where the
+// communicator can (Communicator::use_copy_engines), with a scratch of the largest bucket from
+// that allocator, held while the sync lives.
 std::unique_ptr<GradientSync> make_gradient_sync(const SyncPlan& plan, Communicator& comm, Tensor flat_grads,
-                                                 Tensor flat_params = Tensor(), CopySharing sharing = {});
+                                                 Tensor flat_params = Tensor(), CopySharing sharing = {},
+                                                 Allocator* copy_engines = nullptr);
 
 // The model's parameters as spans of its flat buffer, every one trainable.
 std::vector<ParamSpan> param_spans(const ParameterLayout& layout);

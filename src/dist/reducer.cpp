@@ -4,6 +4,7 @@
 #include <numeric>
 
 #include "comm/collectives.h"
+#include "src/core/allocator.h"
 #include "src/core/check.h"
 #include "src/core/nvtx.h"
 
@@ -29,9 +30,13 @@ namespace {
 // they run: the gradients are the model's persistent buffer, never freed during training,
 // and finish() makes the compute stream wait for every collective before anything after it
 // (the optimizer, the next backward) touches them.
+//
+// Through the copy engines (given their allocator): the communicator moves the buckets with
+// the copy engines and sums each rank's part on the SMs (Communicator::use_copy_engines), into
+// a scratch of the largest bucket that this reducer holds; the result is the same average.
 class Reducer final : public GradientSync {
  public:
-  Reducer(const SyncPlan& plan, Communicator& comm, Tensor flat_grads)
+  Reducer(const SyncPlan& plan, Communicator& comm, Tensor flat_grads, Allocator* copy_engines)
       : plan_(plan), comm_(comm), grads_(flat_grads), buckets_(plan_.buckets),
         collective_(plan.sharding == Sharding::Zero1 ? Collective::ReduceScatter : Collective::AllReduce),
         by_begin_(buckets_.size()), ready_(buckets_.size()), expected_(buckets_.size()), issued_(buckets_.size()) {
@@ -48,7 +53,17 @@ class Reducer final : public GradientSync {
               [&](size_t a, size_t b) { return buckets_[a].begin < buckets_[b].begin; });
     for (size_t i = 1; i < by_begin_.size(); ++i)
       LLMHPC_CHECK(buckets_[by_begin_[i - 1]].end <= buckets_[by_begin_[i]].begin, "buckets overlap");
+    if (copy_engines && !buckets_.empty()) {
+      int64_t largest = 0;
+      for (const FlatRange& b : buckets_) largest = std::max(largest, b.size());
+      scratch_ = Buffer(*copy_engines, grads_.dtype, {largest}, "comm.scratch", MemoryKind::Shareable);
+      if (!comm_.use_copy_engines(grads_.data, grads_.bytes(), scratch_.tensor().data, scratch_.tensor().bytes()))
+        scratch_.release();  // nothing to move them here (mpi, one rank)
+    }
     begin_step();
+  }
+  ~Reducer() override {
+    if (!scratch_.empty()) comm_.stop_copy_engines();  // before the scratch goes
   }
 
   const SyncPlan& plan() const override { return plan_; }
@@ -138,12 +153,14 @@ class Reducer final : public GradientSync {
   std::vector<bool> issued_;
   std::vector<CommHandle> in_flight_;
   SyncStats stats_;
+  Buffer scratch_;  // through the copy engines: where the other ranks' parts arrive
 };
 
 }  // namespace
 
-std::unique_ptr<GradientSync> make_reducer(const SyncPlan& plan, Communicator& comm, Tensor flat_grads) {
-  return std::make_unique<Reducer>(plan, comm, flat_grads);
+std::unique_ptr<GradientSync> make_reducer(const SyncPlan& plan, Communicator& comm, Tensor flat_grads,
+                                           Allocator* copy_engines) {
+  return std::make_unique<Reducer>(plan, comm, flat_grads, copy_engines);
 }
 
 }  // namespace llmhpc

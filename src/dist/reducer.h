@@ -10,6 +10,7 @@
 
 namespace llmhpc {
 
-std::unique_ptr<GradientSync> make_reducer(const SyncPlan& plan, Communicator& comm, Tensor flat_grads);
+std::unique_ptr<GradientSync> make_reducer(const SyncPlan& plan, Communicator& comm, Tensor flat_grads,
+                                           Allocator* copy_engines);
 
 }  // namespace llmhpc

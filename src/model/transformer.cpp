@@ -69,9 +69,11 @@ TransformerLM::TransformerLM(const ModelConfig& config, Precision precision, Att
   LLMHPC_CHECK(flat >= total, "the flat buffers must hold every parameter");
   // Paged: a sharded optimizer that shares the bf16 copy gives back the pages of the masters
   // this rank neither updates nor reads (src/dist/grad_sync.h, CopySharing).
-  params_ = Buffer(a, pd, {flat}, "params", /*paged=*/true);
+  params_ = Buffer(a, pd, {flat}, "params", MemoryKind::Paged);
   if (gradients == GradientStorage::Whole) {
-    grads_ = Buffer(a, pd, {flat}, "grads");
+    // Shareable: data-parallel collectives through the copy engines move the gradients where
+    // they lie (Communicator::use_copy_engines).
+    grads_ = Buffer(a, pd, {flat}, "grads", MemoryKind::Shareable);
   } else {
     LLMHPC_CHECK(flat == total, "per-range gradients need an unpadded flat buffer");
     const ParamInfo& lnf = layout_.find("ln_final.weight");

@@ -31,7 +31,22 @@ void add_data_parallel_options(po::options_description& desc, bool sweep) {
        "bytes and no cast, the copy held between steps; the other masters come when a checkpoint reads them) | "
        "auto (bf16 where a run can, master otherwise)" +
        list)
+          .c_str())(
+      "collective-engine", po::value<std::string>()->default_value("sm"),
+      ("what moves the gradients' bytes between GPUs (nccl): sm (NCCL's kernels, which hold SMs for as long as "
+       "the transfer runs beside backward) | copy (the GPUs' copy engines: NCCL's zero-CTA all-to-all and "
+       "all-gather into registered memory, the SMs only summing each rank's part; one node; experimental)" +
+       list)
           .c_str());
+}
+
+const char* collective_engine_name(CollectiveEngine engine) { return engine == CollectiveEngine::Copy ? "copy" : "sm"; }
+
+std::vector<CollectiveEngine> collective_engines(const po::variables_map& vm) {
+  return opt_list(vm, "collective-engine", [](const std::string& s) {
+    require_choice(s, {"sm", "copy"}, "collective-engine");
+    return s == "copy" ? CollectiveEngine::Copy : CollectiveEngine::Sm;
+  });
 }
 
 std::vector<ShareWeights> share_weights(const po::variables_map& vm) {
@@ -58,12 +73,14 @@ bool shares_compute_copy(ShareWeights choice, Precision precision, MemoryPlan me
 }
 
 std::unique_ptr<GradientSync> make_model_sync(const SyncPlan& plan, Communicator& comm, TransformerLM& model,
-                                              bool share_copy) {
+                                              bool share_copy, CollectiveEngine engine) {
+  Allocator* copy_engines = engine == CollectiveEngine::Copy ? &model.device().allocator() : nullptr;
   if (!share_copy || plan.sharding == Sharding::None)
-    return make_gradient_sync(plan, comm, model.grads(), model.params());
+    return make_gradient_sync(plan, comm, model.grads(), model.params(), {}, copy_engines);
   LLMHPC_CHECK(!model.params_lowp().empty(), "--share-weights bf16 with a model that keeps no bf16 copy");
   return make_gradient_sync(plan, comm, model.grads(), model.params(),
-                            {model.params_lowp(), model.full_precision_ranges(), &model.device().allocator()});
+                            {model.params_lowp(), model.full_precision_ranges(), &model.device().allocator()},
+                            copy_engines);
 }
 
 std::vector<SyncStrategy> sync_strategies(const po::variables_map& vm, int world_size, bool sharded) {
@@ -141,6 +158,17 @@ std::unique_ptr<Communicator> make_gradient_communicator(const Runtime& rt, cons
                        "nccl (or auto) with --device cuda, or --device cpu with mpi");
     if (backend == "nccl" && dev.kind() != DeviceKind::Cuda)
       throw UsageError("--backend nccl needs GPUs: run with --device cuda (or auto on a host with GPUs)");
+    for (CollectiveEngine engine : collective_engines(vm)) {
+      if (engine != CollectiveEngine::Copy) continue;
+      if (backend != "nccl")
+        throw UsageError("--collective-engine copy moves the gradients with the GPUs' copy engines, which needs the "
+                         "nccl backend (--device cuda); this run's collectives go over " +
+                         backend + ": use --collective-engine sm");
+      if (rt.local_size != rt.world_size)  // the same verdict on every rank: one node holds all or not
+        throw UsageError("--collective-engine copy works between the GPUs of one node (NCCL's copy-engine "
+                         "collectives); this job's " +
+                         std::to_string(rt.world_size) + " ranks span several nodes: use --collective-engine sm");
+    }
     CommOptions o;
     o.backend = backend == "nccl" ? CommBackend::Nccl : CommBackend::Mpi;
     o.gpu = dev.ordinal();

@@ -15,9 +15,10 @@
 
 namespace llmhpc {
 
-// --ddp, --bucket-mb, --shard-optimizer and --share-weights. A sweep takes comma-separated lists, and every
-// strategy by default; training takes one value, bucketed on several ranks by default. Both
-// leave the optimizer unsharded by default.
+// --ddp, --bucket-mb, --shard-optimizer, --share-weights and --collective-engine. A sweep takes
+// comma-separated lists, and every strategy by default; training takes one value, bucketed on
+// several ranks by default. Both leave the optimizer unsharded and NCCL's kernels moving the
+// bytes by default.
 void add_data_parallel_options(po::options_description& desc, bool sweep);
 // --ddp, with "auto" resolved: bucketed on several ranks or for a sharded optimizer (which
 // needs its gradients reduced, even on one rank), none otherwise. Throws UsageError.
@@ -37,10 +38,17 @@ bool can_share_compute_copy(Precision precision, MemoryPlan memory, Sharding sha
 // Whether such a run sends the bf16 copy under `choice`. Throws UsageError for bf16 where it
 // cannot (can_share_compute_copy), saying why.
 bool shares_compute_copy(ShareWeights choice, Precision precision, MemoryPlan memory, Sharding sharding);
+// --collective-engine: what moves the gradients' bytes. sm: NCCL's kernels; copy: the GPUs'
+// copy engines, the SMs only summing each rank's part (Communicator::use_copy_engines).
+enum class CollectiveEngine { Sm, Copy };
+const char* collective_engine_name(CollectiveEngine engine);  // "sm", "copy"
+// --collective-engine values. Throws UsageError.
+std::vector<CollectiveEngine> collective_engines(const po::variables_map& vm);
+
 // The gradient synchronisation of `plan` over the model's buffers; a sharded plan shares the
 // model's bf16 copy when `share_copy` (--share-weights bf16), else its master weights.
 std::unique_ptr<GradientSync> make_model_sync(const SyncPlan& plan, Communicator& comm, TransformerLM& model,
-                                              bool share_copy);
+                                              bool share_copy, CollectiveEngine engine = CollectiveEngine::Sm);
 
 // The plan of a model of `config` in `precision` on `ranks` (plan_sync over its parameters),
 // its shards aligned to `alignment` elements (shard_alignment). Throws UsageError as
@@ -64,7 +72,7 @@ void record_memory(Record& rec, const std::string& point, const MemoryBreakdown&
 
 // The communicator the gradients are reduced over: nccl on the model's GPU, ordered after its
 // compute stream; mpi where the model lives in host memory. Collective; a UsageError (the mpi
-// backend with a GPU model) on every rank alike.
+// backend with a GPU model, --collective-engine copy without nccl) on every rank alike.
 std::unique_ptr<Communicator> make_gradient_communicator(const Runtime& rt, const po::variables_map& vm, Device& dev);
 
 // This rank's sequences of a global batch. Throws UsageError when the batch does not divide

@@ -46,9 +46,16 @@ struct DdpCase : ModelCase {
   double bucket_mb;  // bucketed only; 0 otherwise
   Sharding sharding;
   bool share_copy = false;  // --share-weights bf16 (sharded only)
+  CollectiveEngine engine = CollectiveEngine::Sm;
 
   std::string strategy_label() const {
-    return strategy == SyncStrategy::Bucketed ? "bucketed" + mib_text(bucket_mb) + "MiB" : sync_strategy_name(strategy);
+    const std::string engine_label = engine == CollectiveEngine::Copy ? "_copy" : "";
+    return (strategy == SyncStrategy::Bucketed ? "bucketed" + mib_text(bucket_mb) + "MiB"
+                                               : sync_strategy_name(strategy)) +
+           engine_label;
+  }
+  std::string impl_column() const {
+    return sync_strategy_name(strategy) + std::string(engine == CollectiveEngine::Copy ? " (copy)" : "");
   }
   std::string sharding_label() const {
     return sharding == Sharding::None ? "" : std::string("_") + sharding_name(sharding) + (share_copy ? "_bf16" : "");
@@ -62,12 +69,14 @@ struct DdpCase : ModelCase {
 // Strategy none is not sharded (nothing would reduce its gradients): a sweep leaves those
 // pairs out, and a sharding that only such pairs would run is an error. --share-weights
 // sweeps the sharded cases only: bf16 the ones that keep a copy (bf16, not --low-memory), auto
-// as it resolves (each case once); a bf16 no case can take is an error.
+// as it resolves (each case once); a bf16 no case can take is an error. --collective-engine
+// sweeps the strategies that communicate.
 std::vector<DdpCase> sweep_cases(const po::variables_map& vm, int world_size) {
   const std::vector<double> buckets = bucket_sizes_mb(vm);
   const std::vector<SyncStrategy> strategies = sync_strategies(vm, std::max(world_size, 2));
   const std::vector<Sharding> sharded = shardings(vm);
   const std::vector<ShareWeights> choices = share_weights(vm);
+  const std::vector<CollectiveEngine> engines = collective_engines(vm);
   const MemoryPlan memory = memory_plan(vm);
   for (Sharding sh : sharded)
     if (std::none_of(strategies.begin(), strategies.end(), [](SyncStrategy s) { return s != SyncStrategy::None; }))
@@ -87,7 +96,10 @@ std::vector<DdpCase> sweep_cases(const po::variables_map& vm, int world_size) {
             const bool copy = shares_compute_copy(w, c.precision, memory, sh);
             if (std::find(copies.begin(), copies.end(), copy) == copies.end()) copies.push_back(copy);
           }
-          for (bool copy : copies) cases.push_back({c, s, mb, sh, copy});
+          for (bool copy : copies)
+            for (CollectiveEngine e :
+                 s == SyncStrategy::None ? std::vector<CollectiveEngine>{CollectiveEngine::Sm} : engines)
+              cases.push_back({c, s, mb, sh, copy, e});
         }
   if (std::count(choices.begin(), choices.end(), ShareWeights::Bf16) > 0 && !bf16_taken)
     throw UsageError("--share-weights bf16 sends the bf16 copy of a sharded optimizer's weights: no case here has "
@@ -207,6 +219,7 @@ void run(ModeContext& ctx) {
         .attr("bucket_mb", c.bucket_mb)
         .attr("shard_optimizer", std::string(sharding_name(c.sharding)))
         .attr("share_weights", std::string(c.share_copy ? "bf16" : "master"))
+        .attr("collective_engine", std::string(collective_engine_name(c.engine)))
         .attr("backend", comm->backend_name())
         .attr("warmup", warmup)
         .attr("steps", steps)
@@ -268,7 +281,7 @@ void run(ModeContext& ctx) {
             rec.attr(name, value);
           broadcast_parameters(*comm, model.params());  // every configuration starts from rank 0's weights
           model.parameters_changed();
-          if (c.strategy != SyncStrategy::None) sync = make_model_sync(plan, *comm, model, c.share_copy);
+          if (c.strategy != SyncStrategy::None) sync = make_model_sync(plan, *comm, model, c.share_copy, c.engine);
           rt.barrier();
           int64_t steps_run = 0;
           auto step = [&] {
@@ -322,16 +335,16 @@ void run(ModeContext& ctx) {
     opt.reset();
     const double step = mean_or_nan(timed.step), comm_ms = mean_or_nan(timed.comm);
     sweep.add_row({shape_label(c.model), std::to_string(c.model.context_length), std::to_string(c.batch),
-                   precision_name(c.precision), sync_strategy_name(c.strategy), c.sharding_column(),
+                   precision_name(c.precision), c.impl_column(), c.sharding_column(),
                    c.strategy == SyncStrategy::Bucketed ? mib_text(c.bucket_mb) : "-",
                    status.ok() ? std::to_string(stats.buckets) : "-", fmt(step), fmt(stddev(timed.step)), fmt(comm_ms),
                    fmt(stddev(timed.comm)), status.ok() ? fmt(100.0 * comm_ms / step, 1) + "%" : "-",
                    fmt(mean_or_nan(slowest)),
                    status.ok() ? fmt(double(stats.bytes + stats.param_bytes) / double(1 << 20), 1) : "-",
                    fmt(double(dev.allocator().peak_bytes()) / double(1 << 30)), status.column()});
-    std::vector<std::string> memory_row = {shape_label(c.model),           std::to_string(c.model.context_length),
-                                           std::to_string(c.batch),        precision_name(c.precision),
-                                           sync_strategy_name(c.strategy), c.sharding_column()};
+    std::vector<std::string> memory_row = {shape_label(c.model),    std::to_string(c.model.context_length),
+                                           std::to_string(c.batch), precision_name(c.precision),
+                                           c.impl_column(),         c.sharding_column()};
     const MemoryBreakdown* points[3] = {&live.after_init, &before_optimizer, &after_optimizer};
     for (const TagCategory& category : model_memory_categories())
       memory_row.push_back(status.ok() ? mib_at_points(category.name, points) : "-");

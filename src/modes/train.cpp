@@ -77,13 +77,14 @@ void validate(const po::variables_map& vm) {
     throw UsageError("--save-every needs --save FILE: the checkpoint it rewrites (e.g. --save model.h5)");
   hyper_from(vm);
   for (const char* list_opt : {"model", "context-length", "batch-size", "precision", "attention", "ddp", "bucket-mb",
-                               "shard-optimizer", "share-weights"})
+                               "shard-optimizer", "share-weights", "collective-engine"})
     if (split_list(opt_string(vm, list_opt), list_opt).size() != 1)
       throw UsageError(std::string("--mode train takes one value for --") + list_opt +
                        " (lists are for bench and ddp sweeps)");
   const Sharding sharding = shardings(vm).front();
   require_reduced_gradients(sync_strategies(vm, 1, sharding != Sharding::None).front(), sharding);
   shares_compute_copy(share_weights(vm).front(), precisions(vm).front(), memory_plan(vm), sharding);
+  collective_engines(vm);
   bucket_sizes_mb(vm);
   // Every value run() parses, parsed here first: before the mode runs, every rank reaches the same
   // verdict and rank 0 alone says it (inside the mode a bad value would abort the job).
@@ -168,6 +169,7 @@ void run(ModeContext& ctx) {
   });
   const LocalBatch mine = local_batch(batch, rt.rank, rt.world_size);
   std::unique_ptr<Communicator> comm;
+  const CollectiveEngine engine = collective_engines(vm).front();
   if (strategy != SyncStrategy::None) comm = make_gradient_communicator(rt, vm, dev);
 
   const int64_t seq = config.context_length;  // sequences are as long as the model's context
@@ -186,7 +188,7 @@ void run(ModeContext& ctx) {
   if (comm) {  // every rank starts from rank 0's weights, whatever its seed or file
     broadcast_parameters(*comm, model->params());
     model->parameters_changed();
-    sync = make_model_sync(plan, *comm, *model, share_copy);
+    sync = make_model_sync(plan, *comm, *model, share_copy, engine);
   }
 
   log_root(rt, "train: %s (%.1fM parameters), %s, %lld steps of %lld x %lld tokens from %s (%lld tokens, %s order)%s\n",
@@ -223,6 +225,7 @@ void run(ModeContext& ctx) {
       .attr("buckets", int64_t(sync ? sync->buckets().size() : 0))
       .attr("shard_optimizer", std::string(sharding_name(sharding)))
       .attr("share_weights", std::string(share_copy ? "bf16" : "master"))
+      .attr("collective_engine", std::string(collective_engine_name(engine)))
       .attr("optimizer_owned_elements", opt->owned_elements())
       .attr("precision", std::string(precision_name(precision)))
       .attr("attention", std::string(attention_name(attention)))

@@ -144,7 +144,8 @@ struct DataParallel {
   SyncStrategy strategy = SyncStrategy::None;
   double bucket_mb = 25;
   Sharding sharding = Sharding::None;
-  bool share_copy = false;  // sharded under bf16: the bf16 copy travels (--share-weights bf16)
+  bool share_copy = false;    // sharded under bf16: the bf16 copy travels (--share-weights bf16)
+  bool copy_engines = false;  // --collective-engine copy (nccl; the mpi backend moves them as before)
 };
 
 // The tiny transformer with its optimizer: one rank on the whole batch (dist == nullptr:
@@ -168,7 +169,8 @@ class TransformerRun {
     if (dist) {
       broadcast_parameters(*env.comm, model_.params());
       model_.parameters_changed();
-      sync_ = make_model_sync(plan_, *env.comm, model_, dist->share_copy);
+      sync_ = make_model_sync(plan_, *env.comm, model_, dist->share_copy,
+                              dist->copy_engines ? CollectiveEngine::Copy : CollectiveEngine::Sm);
     }
   }
 

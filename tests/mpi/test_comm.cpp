@@ -12,6 +12,7 @@
 #include <mpi.h>
 
 #include <map>
+#include <set>
 #include <vector>
 
 #include "comm/benchmark.h"
@@ -34,14 +35,28 @@ using test::world_rank;
 using test::world_size;
 
 #if defined(LLMHPC_WITH_CUDA)
+// cudaMalloc, or while `shareable` NCCL's own allocation (memory NCCL can register as a window:
+// what the copy engines need, Communicator::use_copy_engines).
 class CudaMallocAllocator final : public Allocator {
  public:
   void* allocate(size_t bytes, const std::string&) override {
     void* p = nullptr;
-    CUDA_CHECK(cudaMalloc(&p, bytes ? bytes : 1));
+    if (shareable) {
+      NCCL_CHECK(ncclMemAlloc(&p, bytes ? bytes : 1));
+      from_nccl_.insert(p);
+    } else {
+      CUDA_CHECK(cudaMalloc(&p, bytes ? bytes : 1));
+    }
     return p;
   }
-  void deallocate(void* p) override { CUDA_CHECK(cudaFree(p)); }
+  void deallocate(void* p) override {
+    if (from_nccl_.erase(p)) NCCL_CHECK(ncclMemFree(p));
+    else CUDA_CHECK(cudaFree(p));
+  }
+  bool shareable = false;
+
+ private:
+  std::set<void*> from_nccl_;
 };
 
 // This rank's GPU, with copies on a stream of our own that the communicator is made with as
@@ -64,6 +79,7 @@ class GpuSpace final : public BufferSpace {
     CUDA_CHECK(cudaStreamSynchronize(stream_));
   }
   void* stream() const { return stream_; }
+  void set_shareable(bool on) { allocator_.shareable = on; }
 
  private:
   CudaMallocAllocator allocator_;
@@ -258,6 +274,107 @@ TEST_P(CommTest, GroupedOperations) {
   comm_->group_end();
   for (CommHandle& h : handles) h.wait();
   for (const Prepared& p : ops) expect_result(p, "grouped all_reduce");
+}
+
+// Through the copy engines (nccl, several ranks; Communicator::use_copy_engines): in place on
+// registered memory, the same exact results as NCCL's kernels, for counts whose parts divide
+// among the ranks and counts that leave elements over (those take NCCL's kernels), fp64 (which
+// the copy engines' sum does not take: NCCL's kernels) too, and async operations in a group
+// (which run after it).
+TEST_P(CommTest, CopyEngineReductionsAreExact) {
+  if (backend_ != CommBackend::Nccl || world_size() < 2) GTEST_SKIP() << "the copy engines need nccl and two ranks";
+#if defined(LLMHPC_WITH_CUDA)
+  GpuSpace& gpu = static_cast<GpuSpace&>(*space_);
+  for (Collective c : {Collective::AllReduce, Collective::ReduceScatter})
+    for (ReduceOp op : {ReduceOp::Sum, ReduceOp::Average})
+      for (size_t n : kCounts) {
+        gpu.set_shareable(true);
+        const Prepared p = prepare({c, n, dtype_, op, 0, Placement::InPlace});
+        const Tensor& whole = p.buffers.recv.tensor();
+        Buffer scratch(gpu.allocator(), dtype_, whole.shape, "scratch");
+        gpu.set_shareable(false);
+        ASSERT_TRUE(comm_->use_copy_engines(whole.data, whole.bytes(), scratch.tensor().data, whole.bytes()));
+        issue(*comm_, p.call, true);
+        comm_->stop_copy_engines();
+        expect_result(p, "copy engines: " + describe(p.v.op));
+      }
+  gpu.set_shareable(true);
+  std::vector<Prepared> ops;
+  for (int k = 0; k < 2; ++k)
+    ops.push_back(prepare({Collective::AllReduce, 4099, dtype_, ReduceOp::Sum, 0, Placement::InPlace}));
+  Buffer region(gpu.allocator(), dtype_, {2 * 4099}, "region"), scratch(gpu.allocator(), dtype_, {4099}, "scratch");
+  gpu.set_shareable(false);
+  // One registered region holding both operations' data: copied in, reduced in a group, copied out.
+  const size_t bytes = 4099 * dtype_size(dtype_);
+  char* base = static_cast<char*>(region.tensor().data);
+  for (int k = 0; k < 2; ++k)
+    CUDA_CHECK(cudaMemcpy(base + k * bytes, ops[size_t(k)].recv(), bytes, cudaMemcpyDeviceToDevice));
+  ASSERT_TRUE(comm_->use_copy_engines(base, 2 * bytes, scratch.tensor().data, bytes));
+  std::vector<CommHandle> handles;
+  comm_->group_start();
+  for (int k = 0; k < 2; ++k)
+    handles.push_back(comm_->all_reduce_async(base + k * bytes, base + k * bytes, 4099, dtype_, ReduceOp::Sum));
+  comm_->group_end();
+  for (CommHandle& h : handles) h.wait();
+  comm_->stop_copy_engines();
+  for (int k = 0; k < 2; ++k)
+    CUDA_CHECK(cudaMemcpy(ops[size_t(k)].recv(), base + k * bytes, bytes, cudaMemcpyDeviceToDevice));
+  for (const Prepared& p : ops) expect_result(p, "copy engines: grouped all_reduce");
+#endif
+}
+
+// The device allocator's shareable memory (DevicePages::allocate_shareable) is what NCCL's
+// symmetric windows take, on a communicator with the zero-CTA policy: registered, an all-gather
+// and an all-to-all on it in place give exact results, and it goes back to the allocator. Runs
+// on any number of ranks (on one, NCCL's registration still exports the memory).
+TEST_P(CommTest, ShareableDeviceMemoryRegistersAsAWindow) {
+  if (backend_ != CommBackend::Nccl || dtype_ != DType::F32) GTEST_SKIP() << "nccl, once";
+#if defined(LLMHPC_WITH_CUDA)
+  BackendOptions bo;
+  bo.kind = DeviceKind::Cuda;
+  bo.ordinal = gpu_;
+  Backend backend = make_backend(bo);
+  Allocator& alloc = backend.device->allocator();
+  const int n = world_size(), rank = world_rank();
+  const size_t part = 1000;
+  Buffer buffer(alloc, DType::F32, {int64_t(part) * n}, "shareable", MemoryKind::Shareable);
+  Buffer received(alloc, DType::F32, {int64_t(part) * n}, "shareable.scratch", MemoryKind::Shareable);
+  ncclUniqueId id{};
+  if (rank == 0) NCCL_CHECK(ncclGetUniqueId(&id));
+  MPI_Bcast(&id, int(sizeof id), MPI_BYTE, 0, MPI_COMM_WORLD);
+  ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+  config.CTAPolicy = NCCL_CTA_POLICY_ZERO;
+  ncclComm_t comm = nullptr;
+  NCCL_CHECK(ncclCommInitRankConfig(&comm, n, id, rank, &config));
+  ncclWindow_t w1 = nullptr, w2 = nullptr;
+  float* data = static_cast<float*>(buffer.tensor().data);
+  NCCL_CHECK(ncclCommWindowRegister(comm, data, buffer.tensor().bytes(), &w1, NCCL_WIN_COLL_SYMMETRIC));
+  NCCL_CHECK(
+      ncclCommWindowRegister(comm, received.tensor().data, received.tensor().bytes(), &w2, NCCL_WIN_COLL_SYMMETRIC));
+  // Part j of rank r holds 1000 r + j; after the all-to-all, rank r's received part j is rank
+  // j's part r; after the all-gather of each rank's own part, part j is rank j's.
+  std::vector<float> mine(part * size_t(n));
+  for (size_t i = 0; i < mine.size(); ++i) mine[i] = float(1000 * rank) + float(i / part);
+  CUDA_CHECK(cudaMemcpy(data, mine.data(), mine.size() * sizeof(float), cudaMemcpyHostToDevice));
+  NCCL_CHECK(ncclAlltoAll(data, received.tensor().data, part, ncclFloat32, comm, nullptr));
+  NCCL_CHECK(ncclAllGather(data + size_t(rank) * part, data, part, ncclFloat32, comm, nullptr));
+  CUDA_CHECK(cudaDeviceSynchronize());
+  std::vector<float> got(mine.size()), got_received(mine.size());
+  CUDA_CHECK(cudaMemcpy(got.data(), data, got.size() * sizeof(float), cudaMemcpyDeviceToHost));
+  CUDA_CHECK(
+      cudaMemcpy(got_received.data(), received.tensor().data, got.size() * sizeof(float), cudaMemcpyDeviceToHost));
+  int64_t wrong = 0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    const size_t j = i / part;
+    wrong += got[i] != float(1000 * int(j)) + float(j);
+    wrong += got_received[i] != float(1000 * int(j)) + float(rank);
+  }
+  expect_none_wrong(wrong, "all-to-all and all-gather on shareable memory", std::to_string(wrong) + " wrong");
+  NCCL_CHECK(ncclCommWindowDeregister(comm, w1));
+  NCCL_CHECK(ncclCommWindowDeregister(comm, w2));
+  NCCL_CHECK(ncclCommFinalize(comm));
+  NCCL_CHECK(ncclCommDestroy(comm));
+#endif
 }
 
 // nccl made without a compute stream (as the comm benchmark makes it): the caller has

@@ -18,7 +18,8 @@
 //    checkpoint and an evaluation between steps see every parameter;
 //  - under bf16 either the fp32 masters travel (each rank casts its copy again, holding none
 //    between steps) or the bf16 copy does (--share-weights bf16: with the masters of the
-//    embedding and norm gains only, the copy held): bitwise the unsharded weights both ways.
+//    embedding and norm gains only, the copy held): bitwise the unsharded weights both ways;
+//  - with the gradients through the copy engines (nccl): the unsharded weights too.
 // mpi runs on the CPU backend; nccl on GPUs when every rank has one (skipped otherwise).
 #include <unistd.h>
 
@@ -401,6 +402,22 @@ TEST_P(ShardTest, Bf16TenStepsGiveTheUnshardedWeights) {
       if (!p.is_matrix) full_precision += p.shape.numel();
     EXPECT_EQ(got.stats.param_bytes, share_copy ? gradient_bytes / 2 + 4 * full_precision : gradient_bytes) << what;
   }
+}
+
+// Through the copy engines (nccl; Communicator::use_copy_engines): the unsharded run's weights,
+// bitwise on 2 ranks (a sum of two is the same in any order) and within the reordering
+// tolerance on more (each part's owner adds the ranks' gradients in rank order).
+TEST_P(ShardTest, CopyEnginesGiveTheUnshardedWeights) {
+  const Case& c = GetParam();
+  if (c.backend != CommBackend::Nccl) GTEST_SKIP() << "the copy engines move nccl's buffers";
+  const DataParallel plain = c.setup(Sharding::None);
+  DataParallel sharded = c.setup(c.sharding);
+  sharded.copy_engines = true;
+  const Training want = train_transformer(*env_, &plain, kSteps), got = train_transformer(*env_, &sharded, kSteps);
+  const double err = max_over_ranks(rel_error(got.params, want.params));
+  if (world_size() <= 2) EXPECT_TRUE(bitwise_on_every_rank(got.params, want.params)) << "relative error " << err;
+  else EXPECT_LE(err, kReorderTolerance);
+  EXPECT_TRUE(same_on_every_rank(got.params)) << "ranks differ";
 }
 
 INSTANTIATE_TEST_SUITE_P(Schemes, ShardTest, ::testing::ValuesIn(all_cases()), case_name);

@@ -146,6 +146,16 @@ def check_bucket_model():
         assert abs(got - expected) < 1e-9 * expected, f"projected step {got}, expected {expected} (w {bus_w})"
 
 
+def check_engine_labels(out):
+    """--collective-engine: the summary carries it (sm where nothing else ran, the CPU's only one);
+    the tables name a strategy whose bytes went through the copy engines, bucket size kept."""
+    summary = llmhpc_h5.open_run(out).ddp_summary()
+    assert set(summary.collective_engine) == {"sm"}, f"collective_engine column: {set(summary.collective_engine)}"
+    row = {"ddp": "bucketed", "bucket_mb": 25.0, "shard_optimizer": "zero1", "collective_engine": "copy"}
+    assert ddp.strategy_label(row) == "bucketed 25 MiB (copy), zero1", ddp.strategy_label(row)
+    assert ddp.impl(dict(row, ddp="flat")) == "flat (copy)" and ddp.impl(dict(row, collective_engine="sm")) == "bucketed"
+
+
 def check_torch_table(out, work, np_):
     """--torch: a PyTorch DDP record (synthetic, as torch_ddp.py writes them) beside bucketed at its bucket
     size, a --single one beside none, one of another shape left unmatched."""
@@ -318,6 +328,7 @@ def main():
                 "--warmup", WARMUP, "--steps", STEPS)
         step_ms = check_rank_files(out, np_)
         check_summary_and_report(out, np_, step_ms)
+    check_engine_labels(os.path.join(work, "np2"))
     check_torch_table(os.path.join(work, "np2"), work, 2)
     check_comm_source(os.path.join(work, "np2"), work)
     check_oom_rows(work)

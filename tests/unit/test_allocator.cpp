@@ -41,7 +41,7 @@ TEST(PagedHostMemory, GivesBackWholePagesAndTakesThemAgain) {
   TracingAllocator tracer(host);
   const size_t page = tracer.page_bytes();
   ASSERT_GT(page, 0u);
-  Buffer b(tracer, DType::F32, {int64_t(6 * page / 4)}, "params", /*paged=*/true);
+  Buffer b(tracer, DType::F32, {int64_t(6 * page / 4)}, "params", MemoryKind::Paged);
   char* p = static_cast<char*>(b.tensor().data);
   std::memset(p, 7, 6 * page);
   EXPECT_EQ(tracer.live_bytes(), int64_t(6 * page));
