@@ -214,6 +214,9 @@ class NcclCommunicator final : public Communicator {
     }
     synchronize();
     CopyEngines ce{static_cast<char*>(buffer), bytes, static_cast<char*>(scratch), scratch_bytes};
+    int gpu = 0;
+    CUDA_CHECK(cudaGetDevice(&gpu));
+    CUDA_CHECK(cudaDeviceGetAttribute(&ce.sms, cudaDevAttrMultiProcessorCount, gpu));
     settle(ncclCommWindowRegister(ce_comm_, buffer, bytes, &ce.buffer_window, NCCL_WIN_COLL_SYMMETRIC),
            "ncclCommWindowRegister");
     settle(ncclCommWindowRegister(ce_comm_, scratch, scratch_bytes, &ce.scratch_window, NCCL_WIN_COLL_SYMMETRIC),
@@ -267,7 +270,8 @@ class NcclCommunicator final : public Communicator {
     char* mine = data + size_t(rank_) * part * es;
     if (part > 0) {
       settle(ncclAlltoAll(data, ce_->scratch, part, nccl_type(dtype), ce_comm_, stream_), "ncclAlltoAll");
-      sum_parts(mine, ce_->scratch, part, size_, dtype, op == ReduceOp::Average ? 1.0f / float(size_) : 1.0f, stream_);
+      sum_parts(mine, ce_->scratch, part, size_, dtype, op == ReduceOp::Average ? 1.0f / float(size_) : 1.0f, ce_->sms,
+                stream_);
       if (gather) settle(ncclAllGather(mine, data, part, nccl_type(dtype), ce_comm_, stream_), "ncclAllGather");
     }
     if (rest > 0) {
@@ -362,6 +366,7 @@ class NcclCommunicator final : public Communicator {
     char* scratch;
     size_t scratch_bytes;
     ncclWindow_t buffer_window = nullptr, scratch_window = nullptr;
+    int sms = 0;  // sum_parts' grid
   };
   std::optional<CopyEngines> ce_;
 };

@@ -34,13 +34,11 @@ __global__ void sum_parts_kernel(T* out, const T* parts, size_t count, int n, fl
 
 }  // namespace
 
-void sum_parts(void* out, const void* parts, size_t count, int n, DType dtype, float scale, cudaStream_t stream) {
+void sum_parts(void* out, const void* parts, size_t count, int n, DType dtype, float scale, int sms,
+               cudaStream_t stream) {
   if (count == 0) return;
   // A memory-bound pass beside compute: a grid of a few blocks per SM is enough to keep the
   // loads in flight, and leaves the compute kernels room.
-  int device = 0, sms = 0;
-  CUDA_CHECK(cudaGetDevice(&device));
-  CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
   const int threads = 512;
   const int blocks = int(std::min<size_t>(size_t(sms) * 4, (count + threads - 1) / threads));
   switch (dtype) {

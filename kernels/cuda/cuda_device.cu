@@ -88,18 +88,18 @@ void* CachingDeviceAllocator::obtain(size_t size, const std::string& tag, const 
 
 void* CachingDeviceAllocator::allocate_paged(size_t bytes, const std::string& tag) {
   if (pages_.page_bytes() == 0) return allocate(bytes, tag);
-  LLMHPC_CHECK(!capturing_, "paged memory while recording a CUDA graph");
-  const size_t size = (bytes + pages_.page_bytes() - 1) / pages_.page_bytes() * pages_.page_bytes();
-  void* p = obtain(size, tag, [&] { return pages_.allocate(bytes); });
-  reserved_ += pages_.size_of(p);
-  return p;
+  return from_pages(bytes, tag, [&] { return pages_.allocate(bytes); });
 }
 
 void* CachingDeviceAllocator::allocate_shareable(size_t bytes, const std::string& tag) {
   if (!pages_.shareable()) return allocate(bytes, tag);  // NCCL cannot register it: the copy engines say so
-  LLMHPC_CHECK(!capturing_, "shareable memory while recording a CUDA graph");
+  return from_pages(bytes, tag, [&] { return pages_.allocate_shareable(bytes); });
+}
+
+void* CachingDeviceAllocator::from_pages(size_t bytes, const std::string& tag, const std::function<void*()>& get) {
+  LLMHPC_CHECK(!capturing_, "paged or shareable memory while recording a CUDA graph");
   const size_t size = (bytes + pages_.page_bytes() - 1) / pages_.page_bytes() * pages_.page_bytes();
-  void* p = obtain(size, tag, [&] { return pages_.allocate_shareable(bytes); });
+  void* p = obtain(size, tag, get);
   reserved_ += pages_.size_of(p);
   return p;
 }

@@ -49,6 +49,8 @@ class CachingDeviceAllocator final : public Allocator {
   size_t cached_bytes() const { return cached_bytes_; }
 
  private:
+  // Paged or shareable memory of `bytes` from `get` (DevicePages), within the limit as obtain().
+  void* from_pages(size_t bytes, const std::string& tag, const std::function<void*()>& get);
   void* device_malloc(size_t bytes);  // nullptr on failure, with the CUDA error cleared
   // `size` bytes within the limit from `get` (nullptr when the device is full): the cache is
   // released first when over the limit, and once more when the device is full; else throws

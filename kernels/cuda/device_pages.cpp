@@ -97,25 +97,25 @@ DevicePages::~DevicePages() {
   while (!blocks_.empty()) free(blocks_.begin()->first);
 }
 
-bool DevicePages::map_page(char* at, unsigned long long& handle) {
+bool DevicePages::map(char* at, size_t size, bool shareable, unsigned long long& handle) {
   const Driver& d = driver();
-  const CUmemAllocationProp prop = device_memory(ordinal_);
+  const CUmemAllocationProp prop = device_memory(ordinal_, shareable);
   CUmemGenericAllocationHandle h = 0;
-  const CUresult rc = d.create(&h, page_, &prop, 0);
+  const CUresult rc = d.create(&h, size, &prop, 0);
   if (rc == CUDA_ERROR_OUT_OF_MEMORY) return false;
   check(rc, "cuMemCreate");
-  check(d.map(address(at), page_, 0, h, 0), "cuMemMap");
+  check(d.map(address(at), size, 0, h, 0), "cuMemMap");
   CUmemAccessDesc access{};
   access.location = prop.location;
   access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
-  check(d.set_access(address(at), page_, &access, 1), "cuMemSetAccess");
+  check(d.set_access(address(at), size, &access, 1), "cuMemSetAccess");
   handle = h;
   return true;
 }
 
-void DevicePages::unmap_page(char* at, unsigned long long& handle) {
+void DevicePages::unmap(char* at, size_t size, unsigned long long& handle) {
   const Driver& d = driver();
-  check(d.unmap(address(at), page_), "cuMemUnmap");
+  check(d.unmap(address(at), size), "cuMemUnmap");
   check(d.release(handle), "cuMemRelease");
   handle = 0;
 }
@@ -128,8 +128,8 @@ void* DevicePages::allocate(size_t bytes) {
   char* p = reinterpret_cast<char*>(uintptr_t(base));
   Block block{pages, std::vector<unsigned long long>(pages, 0)};
   for (size_t k = 0; k < pages; ++k) {
-    if (map_page(p + k * page_, block.handles[k])) continue;
-    for (size_t j = 0; j < k; ++j) unmap_page(p + j * page_, block.handles[j]);
+    if (map(p + k * page_, page_, /*shareable=*/false, block.handles[k])) continue;
+    for (size_t j = 0; j < k; ++j) unmap(p + j * page_, page_, block.handles[j]);
     check(driver().address_free(base, pages * page_), "cuMemAddressFree");
     return nullptr;
   }
@@ -139,22 +139,16 @@ void* DevicePages::allocate(size_t bytes) {
 
 void* DevicePages::allocate_shareable(size_t bytes) {
   LLMHPC_CHECK(shareable_, "shareable device memory where the driver cannot export it");
-  const Driver& d = driver();
-  const size_t pages = std::max<size_t>(1, (bytes + page_ - 1) / page_), size = pages * page_;
-  const CUmemAllocationProp prop = device_memory(ordinal_, /*shareable=*/true);
-  CUmemGenericAllocationHandle h = 0;
-  const CUresult rc = d.create(&h, size, &prop, 0);
-  if (rc == CUDA_ERROR_OUT_OF_MEMORY) return nullptr;
-  check(rc, "cuMemCreate");
+  const size_t pages = std::max<size_t>(1, (bytes + page_ - 1) / page_);
   CUdeviceptr base = 0;
-  check(d.reserve(&base, size, page_, 0, 0), "cuMemAddressReserve");
-  check(d.map(base, size, 0, h, 0), "cuMemMap");
-  CUmemAccessDesc access{};
-  access.location = prop.location;
-  access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
-  check(d.set_access(base, size, &access, 1), "cuMemSetAccess");
+  check(driver().reserve(&base, pages * page_, page_, 0, 0), "cuMemAddressReserve");
   char* p = reinterpret_cast<char*>(uintptr_t(base));
-  blocks_[p] = Block{pages, {h}, true};
+  Block block{pages, {0}, true};
+  if (!map(p, pages * page_, /*shareable=*/true, block.handles[0])) {
+    check(driver().address_free(base, pages * page_), "cuMemAddressFree");
+    return nullptr;
+  }
+  blocks_[p] = std::move(block);
   return p;
 }
 
@@ -172,11 +166,10 @@ void DevicePages::free(void* p) {
   LLMHPC_CHECK(it != blocks_.end(), "free of a pointer that is not paged device memory");
   char* base = static_cast<char*>(p);
   if (it->second.shareable) {
-    check(driver().unmap(address(p), it->second.pages * page_), "cuMemUnmap");
-    check(driver().release(it->second.handles[0]), "cuMemRelease");
+    unmap(base, it->second.pages * page_, it->second.handles[0]);
   } else {
     for (size_t k = 0; k < it->second.pages; ++k)
-      if (it->second.handles[k]) unmap_page(base + k * page_, it->second.handles[k]);
+      if (it->second.handles[k]) unmap(base + k * page_, page_, it->second.handles[k]);
   }
   check(driver().address_free(address(p), it->second.pages * page_), "cuMemAddressFree");
   blocks_.erase(it);
@@ -189,7 +182,7 @@ size_t DevicePages::release(void* base, size_t offset, size_t bytes) {
   size_t given = 0;
   for (size_t k = first; k < last && k < block.pages; ++k) {
     if (!block.handles[k]) continue;
-    unmap_page(static_cast<char*>(base) + k * page_, block.handles[k]);
+    unmap(static_cast<char*>(base) + k * page_, page_, block.handles[k]);
     given += page_;
   }
   return given;
@@ -200,7 +193,8 @@ bool DevicePages::restore(void* base, size_t offset, size_t bytes) {
   if (block.shareable) return true;
   const auto [first, last] = pages_touched(offset, bytes, page_);
   for (size_t k = first; k < last && k < block.pages; ++k)
-    if (!block.handles[k] && !map_page(static_cast<char*>(base) + k * page_, block.handles[k])) return false;
+    if (!block.handles[k] && !map(static_cast<char*>(base) + k * page_, page_, /*shareable=*/false, block.handles[k]))
+      return false;
   return true;
 }
 

@@ -46,8 +46,9 @@ class DevicePages {
     std::vector<unsigned long long> handles;  // one per page, 0: given back; shareable: one for all
     bool shareable = false;
   };
-  bool map_page(char* at, unsigned long long& handle);  // false when out of memory
-  void unmap_page(char* at, unsigned long long& handle);
+  // One physical allocation of `size` bytes mapped at `at` (false when out of memory), and back.
+  bool map(char* at, size_t size, bool shareable, unsigned long long& handle);
+  void unmap(char* at, size_t size, unsigned long long& handle);
   int ordinal_;
   size_t page_ = 0;
   bool shareable_ = false;  // the device exports its memory as POSIX file descriptors
