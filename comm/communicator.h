@@ -105,19 +105,23 @@ class Communicator {
   virtual void group_start() = 0;
   virtual void group_end() = 0;
 
-  // Collectives through the copy engines. An all-reduce or reduce-scatter issued afterwards, in
-  // place, on elements of [buffer, buffer + bytes) moves them with the GPUs' copy engines instead
-  // of NCCL's kernels: an all-to-all of the parts into each rank's `scratch` (NCCL's zero-CTA
-  // all-to-all), a kernel that sums this rank's part only, and for an all-reduce an all-gather
-  // of the sums in place (zero-CTA). NCCL's kernels hold their SMs for a whole transfer, which
-  // beside backward runs for as long as backward does; this way the SMs only sum, the copy
-  // engines carry the bytes. Elements a part would not hold whole (count mod size()) go through
-  // NCCL's kernels. Collective: every rank passes buffers of the same sizes, from
-  // Allocator::allocate_shareable, one node's ranks only; `scratch` holds the largest
-  // operation's elements. Returns false where nothing changes: the mpi backend, one rank.
-  // Until stop_copy_engines(), which must come before either buffer is freed.
-  virtual bool use_copy_engines(void* buffer, size_t bytes, void* scratch, size_t scratch_bytes) { return false; }
-  virtual void stop_copy_engines() {}
+  // Collectives through the copy engines, on [buffer, buffer + bytes). An all-gather issued
+  // afterwards in place inside it moves the parts with the GPUs' copy engines (NCCL's zero-CTA
+  // all-gather) instead of NCCL's kernels. Given a `scratch` too (holding the largest
+  // operation's elements), so does an all-reduce or reduce-scatter in place inside it: an
+  // all-to-all of the parts into each rank's scratch (zero-CTA), a kernel that sums this rank's
+  // part only, and for an all-reduce an all-gather of the sums in place (zero-CTA). NCCL's
+  // kernels hold their SMs for a whole transfer, and one such block beside a persistent GEMM
+  // slows it by up to a fifth (docs/results/ddp.md); this way the SMs only sum, the copy
+  // engines carry the bytes. Elements a part would not hold whole (count mod size()) go
+  // through NCCL's kernels. Collective: every rank passes buffers of the same sizes, from
+  // Allocator::allocate_shareable, one node's ranks only; several buffers may be in use, none
+  // overlapping. Returns false where nothing changes: the mpi backend, one rank. Until
+  // stop_copy_engines(buffer), which must come before the buffer or its scratch is freed.
+  virtual bool use_copy_engines(void* buffer, size_t bytes, void* scratch = nullptr, size_t scratch_bytes = 0) {
+    return false;
+  }
+  virtual void stop_copy_engines(void* buffer) {}
 
   // Every rank arrives, after its own issued operations are complete.
   virtual void barrier() = 0;

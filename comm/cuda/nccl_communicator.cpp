@@ -1,8 +1,8 @@
 #include "comm/cuda/nccl_communicator.h"
 
+#include <algorithm>
 #include <functional>
 #include <mutex>
-#include <optional>
 #include <vector>
 
 #include "comm/cuda/nccl_check.h"
@@ -80,6 +80,16 @@ class NcclHostWait final : public PendingOp {
   cudaStream_t stream_;
 };
 
+// A buffer registered for the copy engines (Communicator::use_copy_engines), as an NCCL
+// symmetric window on the zero-CTA communicator, with its reductions' scratch if it has one.
+struct CopyEngines {
+  char* buffer;
+  size_t bytes;
+  char* scratch;  // or null: all-gathers only
+  size_t scratch_bytes;
+  ncclWindow_t buffer_window = nullptr, scratch_window = nullptr;
+};
+
 class NcclCommunicator final : public Communicator {
  public:
   explicit NcclCommunicator(const CommOptions& o) : compute_(static_cast<cudaStream_t>(o.compute_stream)) {
@@ -118,7 +128,7 @@ class NcclCommunicator final : public Communicator {
       if (m >= 0) Watchdog::instance().remove_monitor(m);
     CUDA_CHECK(cudaStreamSynchronize(stream_));
     if (ce_comm_) {
-      stop_copy_engines();
+      while (!ce_.empty()) stop_copy_engines(ce_.back().buffer);
       settle(ncclCommFinalize(ce_comm_), "ncclCommFinalize");
       NCCL_CHECK(ncclCommDestroy(ce_comm_));
     }
@@ -140,8 +150,11 @@ class NcclCommunicator final : public Communicator {
     Watchdog::OpPtr watched = watch("allreduce", count * dtype_size(dtype));
     std::function<void()> engines;
     if (!copy_alone(send, recv, count, dtype)) {
-      if (send == recv && through_copy_engines(recv, count * dtype_size(dtype), dtype))
-        engines = [=] { copy_engine_reduce(static_cast<char*>(recv), count, dtype, op, /*gather=*/true); };
+      const CopyEngines* ce = send == recv ? reducing_engines(recv, count * dtype_size(dtype), dtype) : nullptr;
+      if (ce)
+        engines = [=, ce = *ce] {
+          copy_engine_reduce(ce, static_cast<char*>(recv), count, dtype, op, /*gather=*/true);
+        };
       else settle(ncclAllReduce(send, recv, count, nccl_type(dtype), nccl_op(op), comm_, stream_), "ncclAllReduce");
     }
     return completion(std::move(watched), std::move(engines));
@@ -154,9 +167,10 @@ class NcclCommunicator final : public Communicator {
     if (!copy_alone(send, recv, count, dtype)) {
       const char* data = static_cast<const char*>(send);
       const bool in_place = static_cast<const char*>(recv) == data + size_t(rank_) * count * dtype_size(dtype);
-      if (in_place && through_copy_engines(data, bytes, dtype))
-        engines = [=] {
-          copy_engine_reduce(const_cast<char*>(data), count * size_t(size_), dtype, op, /*gather=*/false);
+      const CopyEngines* ce = in_place ? reducing_engines(data, bytes, dtype) : nullptr;
+      if (ce)
+        engines = [=, ce = *ce] {
+          copy_engine_reduce(ce, const_cast<char*>(data), count * size_t(size_), dtype, op, /*gather=*/false);
         };
       else
         settle(ncclReduceScatter(send, recv, count, nccl_type(dtype), nccl_op(op), comm_, stream_),
@@ -166,10 +180,20 @@ class NcclCommunicator final : public Communicator {
   }
   CommHandle all_gather_async(const void* send, void* recv, size_t count, DType dtype) override {
     after_compute();
-    Watchdog::OpPtr watched = watch("allgather", count * size_t(size_) * dtype_size(dtype));
-    if (!copy_alone(send, recv, count, dtype))
-      settle(ncclAllGather(send, recv, count, nccl_type(dtype), comm_, stream_), "ncclAllGather");
-    return completion(std::move(watched));
+    const size_t bytes = count * size_t(size_) * dtype_size(dtype);
+    Watchdog::OpPtr watched = watch("allgather", bytes);
+    std::function<void()> engines;
+    if (!copy_alone(send, recv, count, dtype)) {
+      const bool in_place =
+          static_cast<const char*>(send) == static_cast<char*>(recv) + size_t(rank_) * count * dtype_size(dtype);
+      // One NCCL call, but on the zero-CTA communicator: like the reductions, it runs after a group.
+      if (in_place && registered(recv, bytes))
+        engines = [=] {
+          settle(ncclAllGather(send, recv, count, nccl_type(dtype), ce_comm_, stream_), "ncclAllGather");
+        };
+      else settle(ncclAllGather(send, recv, count, nccl_type(dtype), comm_, stream_), "ncclAllGather");
+    }
+    return completion(std::move(watched), std::move(engines));
   }
   CommHandle broadcast_async(const void* send, void* recv, size_t count, DType dtype, int root) override {
     LLMHPC_CHECK(root >= 0 && root < size_, "broadcast root " + std::to_string(root) + " out of range");
@@ -200,8 +224,11 @@ class NcclCommunicator final : public Communicator {
 
   bool use_copy_engines(void* buffer, size_t bytes, void* scratch, size_t scratch_bytes) override {
     if (size_ == 1) return false;
-    LLMHPC_CHECK(!ce_, "the copy engines are in use already (stop_copy_engines() first)");
     LLMHPC_CHECK(group_depth_ == 0, "use_copy_engines() inside a group");
+    const char* begin = static_cast<const char*>(buffer);
+    for (const CopyEngines& ce : ce_)
+      LLMHPC_CHECK(begin + bytes <= ce.buffer || ce.buffer + ce.bytes <= begin,
+                   "the copy engines use an overlapping buffer already (stop_copy_engines() first)");
     if (!ce_comm_) {
       // NCCL runs an all-to-all or all-gather between symmetric windows through the copy
       // engines only on a communicator with the zero-CTA policy (NCCL 2.28); this one does
@@ -211,25 +238,27 @@ class NcclCommunicator final : public Communicator {
       config.CTAPolicy = NCCL_CTA_POLICY_ZERO;
       settle(ncclCommSplit(comm_, 0, rank_, &ce_comm_, &config), "ncclCommSplit");
       monitors_.push_back(monitor(ce_comm_));
+      int gpu = 0;
+      CUDA_CHECK(cudaGetDevice(&gpu));
+      CUDA_CHECK(cudaDeviceGetAttribute(&sms_, cudaDevAttrMultiProcessorCount, gpu));
     }
     synchronize();
-    CopyEngines ce{static_cast<char*>(buffer), bytes, static_cast<char*>(scratch), scratch_bytes};
-    int gpu = 0;
-    CUDA_CHECK(cudaGetDevice(&gpu));
-    CUDA_CHECK(cudaDeviceGetAttribute(&ce.sms, cudaDevAttrMultiProcessorCount, gpu));
+    CopyEngines ce{static_cast<char*>(buffer), bytes, static_cast<char*>(scratch), scratch ? scratch_bytes : 0};
     settle(ncclCommWindowRegister(ce_comm_, buffer, bytes, &ce.buffer_window, NCCL_WIN_COLL_SYMMETRIC),
            "ncclCommWindowRegister");
-    settle(ncclCommWindowRegister(ce_comm_, scratch, scratch_bytes, &ce.scratch_window, NCCL_WIN_COLL_SYMMETRIC),
-           "ncclCommWindowRegister");
-    ce_ = ce;
+    if (scratch)
+      settle(ncclCommWindowRegister(ce_comm_, scratch, scratch_bytes, &ce.scratch_window, NCCL_WIN_COLL_SYMMETRIC),
+             "ncclCommWindowRegister");
+    ce_.push_back(ce);
     return true;
   }
-  void stop_copy_engines() override {
-    if (!ce_) return;
+  void stop_copy_engines(void* buffer) override {
+    const auto ce = std::find_if(ce_.begin(), ce_.end(), [&](const CopyEngines& c) { return c.buffer == buffer; });
+    if (ce == ce_.end()) return;
     synchronize();
-    settle(ncclCommWindowDeregister(ce_comm_, ce_->buffer_window), "ncclCommWindowDeregister");
-    settle(ncclCommWindowDeregister(ce_comm_, ce_->scratch_window), "ncclCommWindowDeregister");
-    ce_.reset();
+    settle(ncclCommWindowDeregister(ce_comm_, ce->buffer_window), "ncclCommWindowDeregister");
+    if (ce->scratch_window) settle(ncclCommWindowDeregister(ce_comm_, ce->scratch_window), "ncclCommWindowDeregister");
+    ce_.erase(ce);
   }
 
   void barrier() override {
@@ -252,25 +281,32 @@ class NcclCommunicator final : public Communicator {
     return true;
   }
 
-  // Whether an in-place operation on `bytes` at `data` goes through the copy engines: inside
-  // the registered buffer, in a dtype sum_parts adds (others take NCCL's kernels).
-  bool through_copy_engines(const void* data, size_t bytes, DType dtype) const {
+  // The registration holding [data, data + bytes), or null: where an in-place all-gather goes
+  // through the copy engines.
+  const CopyEngines* registered(const void* data, size_t bytes) const {
     const char* p = static_cast<const char*>(data);
-    return ce_ && (dtype == DType::F32 || dtype == DType::BF16) && ce_->buffer <= p &&
-           p + bytes <= ce_->buffer + ce_->bytes;
+    for (const CopyEngines& ce : ce_)
+      if (ce.buffer <= p && p + bytes <= ce.buffer + ce.bytes) return &ce;
+    return nullptr;
+  }
+  // Where an in-place reduction goes through them: a registration with a scratch, in a dtype
+  // sum_parts adds (others take NCCL's kernels).
+  const CopyEngines* reducing_engines(const void* data, size_t bytes, DType dtype) const {
+    const CopyEngines* ce = registered(data, bytes);
+    return ce && ce->scratch && (dtype == DType::F32 || dtype == DType::BF16) ? ce : nullptr;
   }
 
   // The copy engines' reduction of `count` elements at `data`, in place: part r is
   // [r * part, (r + 1) * part), part = count / size(). An all-to-all (zero-CTA) puts every rank's
   // part r side by side in rank r's scratch, which sums them into its part; an all-reduce then
   // all-gathers the sums (zero-CTA). The elements past size() parts go through NCCL's kernels.
-  void copy_engine_reduce(char* data, size_t count, DType dtype, ReduceOp op, bool gather) {
+  void copy_engine_reduce(const CopyEngines& ce, char* data, size_t count, DType dtype, ReduceOp op, bool gather) {
     const size_t es = dtype_size(dtype), part = count / size_t(size_), rest = count - part * size_t(size_);
-    LLMHPC_CHECK(count * es <= ce_->scratch_bytes, "the copy engines' scratch is smaller than the operation");
+    LLMHPC_CHECK(count * es <= ce.scratch_bytes, "the copy engines' scratch is smaller than the operation");
     char* mine = data + size_t(rank_) * part * es;
     if (part > 0) {
-      settle(ncclAlltoAll(data, ce_->scratch, part, nccl_type(dtype), ce_comm_, stream_), "ncclAlltoAll");
-      sum_parts(mine, ce_->scratch, part, size_, dtype, op == ReduceOp::Average ? 1.0f / float(size_) : 1.0f, ce_->sms,
+      settle(ncclAlltoAll(data, ce.scratch, part, nccl_type(dtype), ce_comm_, stream_), "ncclAlltoAll");
+      sum_parts(mine, ce.scratch, part, size_, dtype, op == ReduceOp::Average ? 1.0f / float(size_) : 1.0f, sms_,
                 stream_);
       if (gather) settle(ncclAllGather(mine, data, part, nccl_type(dtype), ce_comm_, stream_), "ncclAllGather");
     }
@@ -357,18 +393,11 @@ class NcclCommunicator final : public Communicator {
   int group_depth_ = 0;
   std::vector<Launch> group_launches_;
   std::vector<int> monitors_;  // the watchdog's monitors of comm_ and ce_comm_ (-1: none)
-  // use_copy_engines(): the zero-CTA communicator (made at the first call, kept), and the
-  // registered buffers while in use.
+  // use_copy_engines(): the zero-CTA communicator and the SM count (sum_parts' grid), found at
+  // the first call and kept, and the registered buffers while in use.
   ncclComm_t ce_comm_ = nullptr;
-  struct CopyEngines {
-    char* buffer;
-    size_t bytes;
-    char* scratch;
-    size_t scratch_bytes;
-    ncclWindow_t buffer_window = nullptr, scratch_window = nullptr;
-    int sms = 0;  // sum_parts' grid
-  };
-  std::optional<CopyEngines> ce_;
+  int sms_ = 0;
+  std::vector<CopyEngines> ce_;
 };
 
 }  // namespace

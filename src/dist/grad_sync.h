@@ -177,6 +177,9 @@ struct CopySharing {
   // masters that this rank neither updates nor reads are given back while they are stale, from
   // the first step's sharing until wait_parameters() brings them (and again at the next step).
   Allocator* pages = nullptr;
+  // The copy lies in shareable memory (Allocator::allocate_shareable): zero1's all-gathers of it
+  // go through the copy engines where the communicator can (Communicator::use_copy_engines).
+  bool copy_engines = false;
 };
 // Given `copy_engines` (the allocator of `flat_grads`, which must come from its
 // allocate_shareable), the gradients' collectives go through the copy engines where the

@@ -63,7 +63,7 @@ class Reducer final : public GradientSync {
     begin_step();
   }
   ~Reducer() override {
-    if (!scratch_.empty()) comm_.stop_copy_engines();  // before the scratch goes
+    if (!scratch_.empty()) comm_.stop_copy_engines(grads_.data);  // before the scratch goes
   }
 
   const SyncPlan& plan() const override { return plan_; }

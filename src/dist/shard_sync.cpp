@@ -46,7 +46,9 @@ namespace {
 // paged, the pages of those stale masters go back to the allocator while they are stale:
 // from the end of the first step's sharing until on_masters_needed() takes them again (and
 // from the next step's end again). Giving pages back waits for the device; it happens once
-// per run of steps, not per step.
+// per run of steps, not per step. Given CopySharing::copy_engines, zero1's all-gathers of the
+// copy go through the copy engines (Communicator::use_copy_engines): NCCL's kernels, resident
+// for the whole transfer, would slow the next forward's GEMMs beside them.
 class ParameterSharing final : public GradientSync {
  public:
   ParameterSharing(std::unique_ptr<GradientSync> gradients, Communicator& comm, Tensor flat_params, CopySharing sharing)
@@ -58,6 +60,9 @@ class ParameterSharing final : public GradientSync {
     if (!copy_.empty()) pieces_ = full_precision_pieces();
     if (pages_) stale_ = stale_masters();
     const SyncPlan& plan = gradients_->plan();
+    // Broadcasts have no zero-CTA form: only zero1's all-gathers move through the copy engines.
+    copy_engines_ = sharing.copy_engines && !copy_.empty() && plan.sharding == Sharding::Zero1 &&
+                    comm_.use_copy_engines(copy_.data, copy_.bytes());
     LLMHPC_CHECK(plan.sharding != Sharding::None, "parameter sharing without a sharded plan");
     for (size_t g = 0; g < plan.shard_groups.size(); ++g) {
       LLMHPC_CHECK(plan.shard_groups[g].end <= params_.numel(), "a shard group lies beyond the parameters");
@@ -70,6 +75,7 @@ class ParameterSharing final : public GradientSync {
   ~ParameterSharing() override {
     on_parameters_needed(0, params_.numel());
     take_back_stale();  // the buffer whole again (by then wait_parameters() brought the masters)
+    if (copy_engines_) comm_.stop_copy_engines(copy_.data);
   }
 
   const SyncPlan& plan() const override { return gradients_->plan(); }
@@ -243,6 +249,7 @@ class ParameterSharing final : public GradientSync {
   Communicator& comm_;
   Tensor params_;
   Tensor copy_;                            // the bf16 copy that travels instead of the masters, or empty
+  bool copy_engines_ = false;              // its all-gathers go through the copy engines
   std::vector<FlatRange> full_precision_;  // with it, the masters that travel too
   std::vector<std::vector<std::pair<int, FlatRange>>> pieces_;  // of them, per group: (owner, piece)
   Allocator* pages_;                               // with it, where the stale masters' pages go back, or null

@@ -96,7 +96,10 @@ TransformerLM::TransformerLM(const ModelConfig& config, Precision precision, Att
 }
 
 void TransformerLM::take_lowp() {
-  params_lowp_ = Buffer(device_.allocator(), DType::BF16, {params_.tensor().numel()}, "params.bf16");
+  // Shareable: a sharded optimizer's all-gathers of the copy through the copy engines move it
+  // where it lies (CopySharing::copy_engines).
+  params_lowp_ =
+      Buffer(device_.allocator(), DType::BF16, {params_.tensor().numel()}, "params.bf16", MemoryKind::Shareable);
   // The padding, which no range asks for, zero as the fp32 padding: written, not converted,
   // since the last all-gather of a step may still be writing the fp32 padding (its zeros).
   const int64_t total = layout_.total();

@@ -35,7 +35,8 @@ void add_data_parallel_options(po::options_description& desc, bool sweep) {
       "collective-engine", po::value<std::string>()->default_value("sm"),
       ("what moves the gradients' bytes between GPUs (nccl): sm (NCCL's kernels, which hold SMs for as long as "
        "the transfer runs beside backward) | copy (the GPUs' copy engines: NCCL's zero-CTA all-to-all and "
-       "all-gather into registered memory, the SMs only summing each rank's part; one node; experimental)" +
+       "all-gather into registered memory, the SMs only summing each rank's part; zero1's all-gathers of a "
+       "shared bf16 copy too; one node; experimental)" +
        list)
           .c_str());
 }
@@ -79,7 +80,8 @@ std::unique_ptr<GradientSync> make_model_sync(const SyncPlan& plan, Communicator
     return make_gradient_sync(plan, comm, model.grads(), model.params(), {}, copy_engines);
   LLMHPC_CHECK(!model.params_lowp().empty(), "--share-weights bf16 with a model that keeps no bf16 copy");
   return make_gradient_sync(plan, comm, model.grads(), model.params(),
-                            {model.params_lowp(), model.full_precision_ranges(), &model.device().allocator()},
+                            {model.params_lowp(), model.full_precision_ranges(), &model.device().allocator(),
+                             engine == CollectiveEngine::Copy},
                             copy_engines);
 }
 

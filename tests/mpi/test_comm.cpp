@@ -277,49 +277,66 @@ TEST_P(CommTest, GroupedOperations) {
 }
 
 // Through the copy engines (nccl, several ranks; Communicator::use_copy_engines): in place on
-// registered memory, the same exact results as NCCL's kernels, for counts whose parts divide
-// among the ranks and counts that leave elements over (those take NCCL's kernels), fp64 (which
-// the copy engines' sum does not take: NCCL's kernels) too, and async operations in a group
-// (which run after it).
-TEST_P(CommTest, CopyEngineReductionsAreExact) {
+// registered memory, the same exact results as NCCL's kernels: reductions (registered with a
+// scratch) for counts whose parts divide among the ranks and counts that leave elements over
+// (those take NCCL's kernels), fp64 (which the copy engines' sum does not take: NCCL's
+// kernels) too; all-gathers (registered without one); a reduction on memory registered
+// without a scratch (NCCL's kernels); and async operations on two registered buffers in one
+// group (which run after it).
+TEST_P(CommTest, CopyEngineCollectivesAreExact) {
   if (backend_ != CommBackend::Nccl || world_size() < 2) GTEST_SKIP() << "the copy engines need nccl and two ranks";
 #if defined(LLMHPC_WITH_CUDA)
   GpuSpace& gpu = static_cast<GpuSpace&>(*space_);
-  for (Collective c : {Collective::AllReduce, Collective::ReduceScatter})
-    for (ReduceOp op : {ReduceOp::Sum, ReduceOp::Average})
-      for (size_t n : kCounts) {
-        gpu.set_shareable(true);
-        const Prepared p = prepare({c, n, dtype_, op, 0, Placement::InPlace});
-        const Tensor& whole = p.buffers.recv.tensor();
-        Buffer scratch(gpu.allocator(), dtype_, whole.shape, "scratch");
-        gpu.set_shareable(false);
-        ASSERT_TRUE(comm_->use_copy_engines(whole.data, whole.bytes(), scratch.tensor().data, whole.bytes()));
-        issue(*comm_, p.call, true);
-        comm_->stop_copy_engines();
-        expect_result(p, "copy engines: " + describe(p.v.op));
-      }
-  gpu.set_shareable(true);
+  auto through_copy_engines = [&](const Operation& op, bool scratch_too) {
+    gpu.set_shareable(true);
+    const Prepared p = prepare(op);
+    const Tensor& whole = p.buffers.recv.tensor();
+    Buffer scratch = scratch_too ? Buffer(gpu.allocator(), dtype_, whole.shape, "scratch") : Buffer();
+    gpu.set_shareable(false);
+    ASSERT_TRUE(scratch_too ? comm_->use_copy_engines(whole.data, whole.bytes(), scratch.tensor().data, whole.bytes())
+                            : comm_->use_copy_engines(whole.data, whole.bytes()));
+    issue(*comm_, p.call, true);
+    comm_->stop_copy_engines(whole.data);
+    expect_result(p, std::string("copy engines") + (scratch_too ? "" : " (no scratch)") + ": " + describe(p.v.op));
+  };
+  for (size_t n : kCounts) {
+    for (Collective c : {Collective::AllReduce, Collective::ReduceScatter})
+      for (ReduceOp op : {ReduceOp::Sum, ReduceOp::Average})
+        through_copy_engines({c, n, dtype_, op, 0, Placement::InPlace}, true);
+    through_copy_engines({Collective::AllGather, n, dtype_, ReduceOp::Sum, 0, Placement::InPlace}, false);
+  }
+  through_copy_engines({Collective::AllReduce, 1001, dtype_, ReduceOp::Sum, 0, Placement::InPlace}, false);
+
+  // Two all-reduces in one registered region (with a scratch) and an all-gather in a second
+  // registered buffer, in one group: copied in, communicated, copied out.
+  const size_t count = 4099, bytes = count * dtype_size(dtype_);
   std::vector<Prepared> ops;
   for (int k = 0; k < 2; ++k)
-    ops.push_back(prepare({Collective::AllReduce, 4099, dtype_, ReduceOp::Sum, 0, Placement::InPlace}));
-  Buffer region(gpu.allocator(), dtype_, {2 * 4099}, "region"), scratch(gpu.allocator(), dtype_, {4099}, "scratch");
+    ops.push_back(prepare({Collective::AllReduce, count, dtype_, ReduceOp::Sum, 0, Placement::InPlace}));
+  gpu.set_shareable(true);
+  const Prepared gather = prepare({Collective::AllGather, count, dtype_, ReduceOp::Sum, 0, Placement::InPlace});
+  Buffer region(gpu.allocator(), dtype_, {int64_t(2 * count)}, "region");
+  Buffer scratch(gpu.allocator(), dtype_, {int64_t(count)}, "scratch");
   gpu.set_shareable(false);
-  // One registered region holding both operations' data: copied in, reduced in a group, copied out.
-  const size_t bytes = 4099 * dtype_size(dtype_);
   char* base = static_cast<char*>(region.tensor().data);
   for (int k = 0; k < 2; ++k)
     CUDA_CHECK(cudaMemcpy(base + k * bytes, ops[size_t(k)].recv(), bytes, cudaMemcpyDeviceToDevice));
+  const Tensor& gathered = gather.buffers.recv.tensor();
   ASSERT_TRUE(comm_->use_copy_engines(base, 2 * bytes, scratch.tensor().data, bytes));
+  ASSERT_TRUE(comm_->use_copy_engines(gathered.data, gathered.bytes()));
   std::vector<CommHandle> handles;
   comm_->group_start();
   for (int k = 0; k < 2; ++k)
-    handles.push_back(comm_->all_reduce_async(base + k * bytes, base + k * bytes, 4099, dtype_, ReduceOp::Sum));
+    handles.push_back(comm_->all_reduce_async(base + k * bytes, base + k * bytes, count, dtype_, ReduceOp::Sum));
+  handles.push_back(issue(*comm_, gather.call, false));
   comm_->group_end();
   for (CommHandle& h : handles) h.wait();
-  comm_->stop_copy_engines();
+  comm_->stop_copy_engines(base);
+  comm_->stop_copy_engines(gathered.data);
   for (int k = 0; k < 2; ++k)
     CUDA_CHECK(cudaMemcpy(ops[size_t(k)].recv(), base + k * bytes, bytes, cudaMemcpyDeviceToDevice));
   for (const Prepared& p : ops) expect_result(p, "copy engines: grouped all_reduce");
+  expect_result(gather, "copy engines: grouped all_gather");
 #endif
 }
 

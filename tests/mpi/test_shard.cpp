@@ -406,7 +406,8 @@ TEST_P(ShardTest, Bf16TenStepsGiveTheUnshardedWeights) {
 
 // Through the copy engines (nccl; Communicator::use_copy_engines): the unsharded run's weights,
 // bitwise on 2 ranks (a sum of two is the same in any order) and within the reordering
-// tolerance on more (each part's owner adds the ranks' gradients in rank order).
+// tolerance on more (each part's owner adds the ranks' gradients in rank order); and under
+// bf16 with the copy shared, the same run's weights through NCCL's kernels.
 TEST_P(ShardTest, CopyEnginesGiveTheUnshardedWeights) {
   const Case& c = GetParam();
   if (c.backend != CommBackend::Nccl) GTEST_SKIP() << "the copy engines move nccl's buffers";
@@ -418,6 +419,19 @@ TEST_P(ShardTest, CopyEnginesGiveTheUnshardedWeights) {
   if (world_size() <= 2) EXPECT_TRUE(bitwise_on_every_rank(got.params, want.params)) << "relative error " << err;
   else EXPECT_LE(err, kReorderTolerance);
   EXPECT_TRUE(same_on_every_rank(got.params)) << "ranks differ";
+
+  // bf16 with the copy shared: zero1's all-gathers of the copy go through the copy engines
+  // too. Bitwise the run through NCCL's kernels on 2 ranks; on more, bf16's rounding can
+  // carry a reordered sum's last bit further, and the ranks must still agree.
+  DataParallel shared = c.setup(c.sharding);
+  shared.share_copy = true;
+  const Training kernels = train_transformer(*env_, &shared, kSteps, Precision::BF16);
+  shared.copy_engines = true;
+  const Training engines = train_transformer(*env_, &shared, kSteps, Precision::BF16);
+  if (world_size() <= 2)
+    EXPECT_TRUE(bitwise_on_every_rank(engines.params, kernels.params))
+        << "bf16 copy shared: relative error " << max_over_ranks(rel_error(engines.params, kernels.params));
+  EXPECT_TRUE(same_on_every_rank(engines.params)) << "bf16 copy shared: ranks differ";
 }
 
 INSTANTIATE_TEST_SUITE_P(Schemes, ShardTest, ::testing::ValuesIn(all_cases()), case_name);
