@@ -92,7 +92,7 @@ void* CachingDeviceAllocator::allocate_paged(size_t bytes, const std::string& ta
 }
 
 void* CachingDeviceAllocator::allocate_shareable(size_t bytes, const std::string& tag) {
-  if (!pages_.shareable()) return allocate(bytes, tag);  // NCCL cannot register it: the copy engines say so
+  if (!pages_.shareable()) return allocate(bytes, tag);  // NCCL cannot register it (shares_memory())
   return from_pages(bytes, tag, [&] { return pages_.allocate_shareable(bytes); });
 }
 

@@ -33,6 +33,7 @@ class CachingDeviceAllocator final : public Allocator {
   size_t page_bytes() const override { return pages_.page_bytes(); }
   void* allocate_paged(size_t bytes, const std::string& tag) override;
   void* allocate_shareable(size_t bytes, const std::string& tag) override;
+  bool shares_memory() const override { return pages_.shareable(); }
   size_t release_pages(void* base, size_t offset, size_t bytes) override;
   size_t restore_pages(void* base, size_t offset, size_t bytes) override;
 

@@ -39,8 +39,10 @@ class Allocator {
 
   // Shareable memory: one allocation the node's other ranks can map, which collectives through
   // the copy engines need (Communicator::use_copy_engines). Where the allocator has nothing of
-  // the kind (host memory, a GPU without virtual memory management) it is allocate().
+  // the kind (host memory, a GPU without virtual memory management, a driver that does not
+  // export it) it is allocate(), and shares_memory() says so.
   virtual void* allocate_shareable(size_t bytes, const std::string& tag) { return allocate(bytes, tag); }
+  virtual bool shares_memory() const { return false; }
 };
 
 struct AllocEvent {
@@ -92,6 +94,7 @@ class TracingAllocator final : public Allocator {
   size_t release_pages(void* base, size_t offset, size_t bytes) override;
   size_t restore_pages(void* base, size_t offset, size_t bytes) override;
   void* allocate_shareable(size_t bytes, const std::string& tag) override;
+  bool shares_memory() const override { return inner_.shares_memory(); }
 
   int64_t live_bytes() const { return live_; }
   int64_t peak_bytes() const { return peak_; }

@@ -170,6 +170,10 @@ std::unique_ptr<Communicator> make_gradient_communicator(const Runtime& rt, cons
         throw UsageError("--collective-engine copy works between the GPUs of one node (NCCL's copy-engine "
                          "collectives); this job's " +
                          std::to_string(rt.world_size) + " ranks span several nodes: use --collective-engine sm");
+      if (!dev.allocator().shares_memory())
+        throw UsageError("--collective-engine copy needs device memory the node's other ranks can map (CUDA "
+                         "virtual memory exported as POSIX file descriptors, which NCCL registers), and this "
+                         "GPU's driver does not give it: use --collective-engine sm");
     }
     CommOptions o;
     o.backend = backend == "nccl" ? CommBackend::Nccl : CommBackend::Mpi;

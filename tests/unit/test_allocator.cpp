@@ -25,6 +25,7 @@ TEST(TracingAllocator, LiveBytesByTagCategory) {
   EXPECT_EQ(m.of("other"), 0);
   EXPECT_EQ(m.of("no such category"), 0);
   EXPECT_EQ(m.total, tracer.live_bytes());
+  EXPECT_FALSE(tracer.shares_memory()) << "host memory: nothing another rank could map";
 
   Buffer ws(tracer, DType::F32, {8}, "cublas.workspace");
   lowp.release();
