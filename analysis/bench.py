@@ -94,13 +94,16 @@ def speedup_table(summary: pd.DataFrame, other: str = "bf16", decimals: int = 2)
         return ""
     phases = [p for p in BENCH_PHASES if any(fp32[k][f"{p}_n"] > 0 for k in common)]
     show_warmup = len({fp32[k]["warmup"] for k in common}) > 1
-    header = ["Model size", "Context", "Batch", "Phase"] + (["Warm-up"] if show_warmup else [])
+    show_attention = len({fp32[k]["attention"] for k in common}) > 1
+    header = ["Model size", "Context", "Batch", "Phase"] + (["Attention"] if show_attention else []) + \
+        (["Warm-up"] if show_warmup else [])
     for p in phases:
         header += [f"{SHORT[p]} FP32 (ms)", f"{SHORT[p]} {other.upper()} (ms)", f"{SHORT[p]} Speedup"]
     rows = []
     for k in common:
         a, b = fp32[k], bf16[k]
-        row = [a["model"], a["context_length"], a["batch_size"], a["phase"]] + ([a["warmup"]] if show_warmup else [])
+        row = [a["model"], a["context_length"], a["batch_size"], a["phase"]] + \
+            ([a["attention"]] if show_attention else []) + ([a["warmup"]] if show_warmup else [])
         for p in phases:
             x, y = a[f"{p}_mean"], b[f"{p}_mean"]
             row += [fmt(x, decimals), fmt(y, decimals), f"{x / y:.2f}x" if y > 0 else "-"]
@@ -109,16 +112,20 @@ def speedup_table(summary: pd.DataFrame, other: str = "bf16", decimals: int = 2)
 
 
 def memory_table(summary: pd.DataFrame) -> str:
-    """Peak memory (GiB, or MiB when all are smaller) per model and context, one column per phase and precision (the seeds' memory_profiling)."""
+    """Peak memory (GiB, or MiB when all are smaller) per model and context (and attention, where
+    runs differ in it), one column per phase and precision (the seeds' memory_profiling)."""
     cols = sorted({(r["phase"], r["precision"]) for _, r in summary.iterrows()})
     unit, scale = ("GiB", GIB) if summary["peak_memory_bytes"].max() >= GIB else ("MiB", float(1 << 20))
+    show_attention = summary["attention"].nunique() > 1
     rows = {}
     for _, r in summary.iterrows():
-        row = rows.setdefault((r["model"], r["d_model"], r["num_layers"], r["context_length"], r["batch_size"]), {})
+        key = (r["model"], r["d_model"], r["num_layers"], r["context_length"], r["batch_size"])
+        row = rows.setdefault(key + ((r["attention"],) if show_attention else ()), {})
         peak = r["peak_memory_bytes"]  # an oom's is what it held when it failed; 0 if it never ran
         row[(r["phase"], r["precision"])] = (fmt(peak / scale, 2) if r["status"] == "ok" else
                                              f"{r['status']} (>{peak / scale:.2f})" if peak > 0 else r["status"])
-    header = ["Model size", "d_model", "num_layers", "Context", "Batch"] + [f"{ph} {pr} peak ({unit})" for ph, pr in cols]
+    header = ["Model size", "d_model", "num_layers", "Context", "Batch"] + (["Attention"] if show_attention else []) + \
+        [f"{ph} {pr} peak ({unit})" for ph, pr in cols]
     return markdown_table(header, [[*key] + [cells.get(c, "-") for c in cols] for key, cells in rows.items()])
 
 
@@ -148,8 +155,9 @@ def steady_state(rows: pd.DataFrame, keys=("model", "num_params", "context_lengt
 
 def plot_times(summary: pd.DataFrame, title: str, path: str) -> str:
     """Facets: one row per precision, one column per timed phase; time against parameters (log-log),
-    one line per context length (a sweep of one model: against context length, one line), the
-    sample std as error bars. With several warm-up settings, the largest (the steady state).
+    one line per context length (a sweep of one model: against context length, one line) and
+    attention (where runs differ in it), the sample std as error bars; a panel nothing was
+    measured for is left empty. With several warm-up settings, the largest (the steady state).
     Returns the path, or "" when nothing ran."""
     ok = steady_state(summary[summary["status"] == "ok"])
     if ok.empty:
@@ -162,14 +170,22 @@ def plot_times(summary: pd.DataFrame, title: str, path: str) -> str:
     fig, axes = plt.subplots(len(precisions), len(phases), figsize=(3.6 * len(phases), 3.2 * len(precisions)),
                              squeeze=False)
     xs = sorted(set(ok[x_key]))
+    attentions = sorted(ok["attention"].unique())
     for i, precision in enumerate(precisions):
         for j, phase in enumerate(phases):
             ax = axes[i][j]
-            for value, g in ok[ok.precision == precision].groupby(line_key):
+            ax.set_title(f"{phase}, {precision}")
+            measured = ok[(ok.precision == precision) & ok[f"{phase}_n"].fillna(0).gt(0)]
+            if measured.empty:  # e.g. runs of one precision timed forward only
+                ax.text(0.5, 0.5, "not measured", ha="center", va="center", transform=ax.transAxes)
+                ax.set(xticks=[], yticks=[])
+                continue
+            for (value, attention), g in measured.groupby([line_key, "attention"]):
                 g = g.groupby(x_key, as_index=False).first().sort_values(x_key)
                 label = f"T={value}" if by_size else human_count(value) + " params"
+                if len(attentions) > 1:
+                    label += f", {attention}"
                 ax.errorbar(g[x_key], g[f"{phase}_mean"], yerr=g[f"{phase}_std"], fmt="o-", capsize=3, label=label)
-            ax.set_title(f"{phase}, {precision}")
             if len(xs) > 1:
                 ax.set(xscale="log", yscale="log")
                 ticks_at(ax, xs, [human_count(n) for n in xs] if by_size else None)
@@ -179,7 +195,8 @@ def plot_times(summary: pd.DataFrame, title: str, path: str) -> str:
                 ax.set_xlabel(x_label)
             if j == 0:
                 ax.set_ylabel("ms per step")
-    axes[0][-1].legend(fontsize="small")
+    drawn = [ax for row in axes for ax in row if ax.get_legend_handles_labels()[0]]
+    drawn[0].legend(fontsize="small")
     failed = summary[summary["status"] != "ok"]
     if len(failed):
         title += "\nnot run: " + ", ".join(f"{model_label(r)} T={r['context_length']} {r['precision']} ({r['status']})"

@@ -151,6 +151,23 @@ def main():
         assert f.read(8) == b"\x89PNG\r\n\x1a\n", "plot_bench.py did not write a PNG"
     assert os.path.getsize(png) > 10_000, f"the PNG is suspiciously small ({os.path.getsize(png)} bytes)"
 
+    # ---- runs that differ in size, precision, phase and attention: a panel nothing was measured
+    # for is drawn empty, and naive and flash keep rows of their own ----
+    tiny = ["--num-layers", "1", "--num-heads", "2", "--d-ff", "8", "--vocab-size", "11", "--context-length", "8",
+            "--batch-size", "1", "--warmup", "0", "--steps", "2"]
+    forward_only, both = os.path.join(work, "forward_only"), os.path.join(work, "both_attentions")
+    run([BIN, "--mode", "bench", "--device", "cpu", "--d-model", "16", *tiny, "--precision", "fp64", "--phase",
+         "forward", "--out", forward_only])
+    run([BIN, "--mode", "bench", "--device", "cpu", "--d-model", "32", *tiny, "--precision", "fp32", "--attention",
+         "naive,flash", "--out", both])
+    _, text = report(forward_only, both, "-o", os.path.join(work, "mixed", "report.md"))
+    assert os.path.getsize(os.path.join(work, "mixed", "bench.png")) > 10_000, "no plot of the mixed runs"
+    memory = [t for t in parse_markdown_tables(text) if any("peak (" in h for h in t[0])]
+    assert len(memory) == 1 and "Attention" in memory[0][0], f"a peak memory table with an Attention column:\n{text}"
+    header, rows = memory[0]
+    attentions = sorted(row[header.index("Attention")] for row in rows if row[header.index("d_model")] == "32")
+    assert attentions == ["flash", "naive"], f"d_model 32's peaks per attention: {attentions}\n{text}"
+
     # ---- refusals: no rank files, unknown schema_version, an unfinished run is flagged ----
     empty = os.path.join(work, "empty")
     os.makedirs(empty)
