@@ -111,9 +111,9 @@ int64_t TokenData::token(int64_t i) const {
 }
 
 void TokenData::validate(int64_t vocab_size, int64_t seq) const {
-  if (count_ < seq + 2)
+  if (count_ < seq + 1)  // one window: `seq` inputs, the last target one further (offset() < count_ - seq)
     throw UsageError("--data '" + path_ + "' holds " + std::to_string(count_) + " tokens; a sequence of " +
-                     std::to_string(seq) + " plus its targets needs at least " + std::to_string(seq + 2));
+                     std::to_string(seq) + " plus its targets needs at least " + std::to_string(seq + 1));
   int64_t lo = 0, hi = 0;
 #pragma omp parallel for reduction(min : lo) reduction(max : hi)
   for (int64_t i = 0; i < count_; ++i) {

@@ -126,6 +126,15 @@ TEST(TokenData, BadFilesAreRefusedWithAReason) {
   EXPECT_NE(err.find("12000"), std::string::npos) << err;
   EXPECT_NE(err.find("position 57"), std::string::npos) << err;
   EXPECT_NE(error_of([&] { d.validate(20000, 200); }).find("needs at least"), std::string::npos);
+  // 100 tokens: exactly one window of 99 inputs and their targets, and no more.
+  EXPECT_EQ(error_of([&] { d.validate(20000, 99); }).find("needs at least"), std::string::npos);
+  EXPECT_NE(error_of([&] { d.validate(20000, 100); }).find("needs at least 101"), std::string::npos);
+  std::vector<int32_t> in(99), tg(99);
+  for (DataOrder order : {DataOrder::Sequential, DataOrder::Random}) {
+    d.fill_batch(5, 2, 99, 1, 1, order, 3, in.data(), tg.data());  // any step and sequence: the one window
+    EXPECT_EQ(in[0], 0);
+    EXPECT_EQ(tg[98], 99);
+  }
   const float f[4] = {1, 2, 3, 4};
   EXPECT_NE(error_of([&] { TokenData::open(write_npy("f.npy", "<f4", f, 4, 4)); }).find("dtype"), std::string::npos);
   std::ofstream(temp_path("odd.bin"), std::ios::binary) << "abc";
