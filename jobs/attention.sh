@@ -7,11 +7,15 @@
 # The seeds' two attention studies, naive against FlashAttention-2, then the markdown tables
 # (analysis/attention.py):
 #   grid 1 (pytorch_attention): batch 8, one head, no mask, head dim 16..128 x seq 256..16384
+#                               x fp32/bf16
 #   grid 2 (flash_benchmarking): batch 1, one head, causal, seq 128..65536 x head dim 16..128
 #                                x bf16/fp32
 # With TORCH=1, PyTorch's fused attention on both grids' bf16 shapes too, for the comparison tables.
 #   sbatch jobs/attention.sh          or   bash jobs/attention.sh
 #   GRIDS=2 SEQS2=1024,4096 PRECISIONS2=bf16 ITERS=20 bash jobs/attention.sh
+# Variables (defaults): GRIDS (1,2), HEAD_DIMS (16,32,64,128, both grids), SEQS1
+# (256,1024,4096,8192,16384), PRECISIONS1 (fp32,bf16), SEQS2 (128,256,...,65536), PRECISIONS2
+# (bf16,fp32), IMPLS (naive,flash), WARMUP (10), ITERS (100), TORCH (0).
 set -euo pipefail
 # The repository, also from the copy of this script that sbatch runs (jobs/env.sh says how).
 for r in "${LLMHPC_ROOT:-}" "${SLURM_SUBMIT_DIR:-}" "${SLURM_SUBMIT_DIR:-}/.." "$(dirname "$0")/.." ""; do [ -f "$r/jobs/env.sh" ] && break; done

@@ -8,6 +8,8 @@
 # forward, backward and optimizer timed separately, then the markdown table.
 #   sbatch jobs/bench.sh            or   NP=1 bash jobs/bench.sh
 #   MODELS=small,medium CONTEXTS=128 PRECISIONS=fp32 bash jobs/bench.sh
+# Variables (defaults): MODELS (small,medium,large,xl,2.7B), CONTEXTS (128,256,512,1024),
+# PRECISIONS (fp32,bf16), WARMUP (5), STEPS (10), PHASE (train-step).
 # With TORCH=1, the identical PyTorch model on the same GPU in the same job
 # (analysis/torch_baseline.py, setups TORCH_SETUPS, default compiled,eager; torch.compile
 # spends 20-40 s compiling per configuration), then the side-by-side tables of

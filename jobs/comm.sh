@@ -9,7 +9,9 @@
 # table of all runs (analysis/comm.py).
 #   sbatch jobs/comm.sh                     or   NP=4 bash jobs/comm.sh     (RANKS: 2,4,...,NP)
 #   BACKENDS=nccl COLLECTIVES=all SIZES=1MB,1GB CHECK=1 bash jobs/comm.sh
-# mpi moves 1000MB in about a second, so it runs fewer iterations (MPI_WARMUP, MPI_ITERS).
+# Variables (defaults): RANKS (2,4,...,NP), BACKENDS (nccl,mpi), COLLECTIVES (allreduce), SIZES
+# (1MB,10MB,100MB,1000MB), DTYPE (float), WARMUP (5), ITERS (20), CHECK (0).
+# mpi moves 1000MB in about a second, so it runs fewer iterations (MPI_WARMUP 2, MPI_ITERS 5).
 # Each rank count is a launch of its own, $MPIRUN $MPIRUN_ARGS -np N (LAUNCH, with its fixed count, does not apply).
 set -euo pipefail
 # The repository, also from the copy of this script that sbatch runs (jobs/env.sh says how).

@@ -13,8 +13,13 @@
 #   MODELS=large BUCKETS=1,100 PRECISIONS=fp32,bf16 sbatch jobs/ddp_bucketed.sh
 #   NP=2 DEVICE=cpu SHAPE="--d-model 64 --d-ff 128 --num-layers 2 --num-heads 4 --vocab-size 256" \
 #     CONTEXTS=32 COMM_SIZES=4KB,1MB bash jobs/ddp_bucketed.sh          # a tiny model on CPUs
+# Variables (defaults): MODELS (xl), SHAPE (none), CONTEXTS (128), BATCH (4: the global batch),
+# PRECISIONS (fp32), STRATEGIES (none,naive,flat,overlap,bucketed), SHARDING (none), BUCKETS
+# (1,10,25,100,1000), WARMUP (5), STEPS (10), COMM (1), COMM_SIZES (4KB,1MB,100MB,1000MB), TORCH
+# (0), TORCH_SETUPS (eager,compiled), TORCHRUN (torchrun --standalone --nproc_per_node $NP).
 # SHAPE (a custom model, given to llmhpc and to PyTorch alike) overrides MODELS; EXTRA_ARGS go
-# to llmhpc only. COMM=0 skips the all-reduce run (the bucket model is then fitted to the
+# to llmhpc's ddp run only (not to PyTorch, nor to the all-reduce run, whose mode comm refuses
+# model and ddp options). COMM=0 skips the all-reduce run (the bucket model is then fitted to the
 # bucketed runs). With TORCH=1, PyTorch's DistributedDataParallel on the same model in the same
 # job (analysis/torch_ddp.py under torchrun with NP ranks, setups TORCH_SETUPS, at every bucket
 # size, and --single for the baseline) and the side-by-side table. SHARDING (--shard-optimizer,

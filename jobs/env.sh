@@ -4,17 +4,22 @@
 #   LLMHPC_BIN   the binary (default $LLMHPC_ROOT/build/llmhpc)
 #   NP           ranks, at least 1 (default: Slurm's task count in an allocation, else the job's own default, else 1)
 #   DEVICE       auto | cpu | cuda, passed as --device
-#   MODELS       model presets, a comma-separated list (each job has its own default)
 #   OUT_ROOT     where results go (default $LLMHPC_ROOT/results)
-#   OUT          this job's results folder (default $OUT_ROOT/<job name>-<Slurm job id, or the time>;
-#                the job name is Slurm's under sbatch, else the script's file name without .sh)
-#   EXTRA_ARGS   appended to every llmhpc command line (e.g. a custom shape: --d-model 64 ...)
+#   OUT          this job's results folder (default $OUT_ROOT/<job name>-<Slurm job id, or the time>)
+#   JOB_NAME     the job name in OUT (default Slurm's under sbatch, else the script's file name
+#                without .sh)
+#   EXTRA_ARGS   appended to the command line of the job's own llmhpc runs (e.g. a custom shape:
+#                --d-model 64 ...); not to the all-reduce runs (--mode comm) of ddp_bucketed.sh
+#                and scaling.sh, since mode comm refuses model and ddp options
 #   PYTHON       the Python that runs analysis/ (default python3)
 #   MPIRUN       the MPI launcher (default mpirun)
 #   MPIRUN_ARGS  its options (default for mpirun: --bind-to none; Open MPI binds each of at most
 #                2 ranks to one core, and a rank's host-side work, such as initialising xl's
 #                2 billion parameters, then takes a minute instead of seconds)
-#   LAUNCH       the whole launch prefix of llmhpc (default "$MPIRUN $MPIRUN_ARGS -np $NP")
+#   LAUNCH       the whole launch prefix of llmhpc (default "$MPIRUN $MPIRUN_ARGS -np $NP"); comm.sh
+#                and scaling.sh start each rank count as $MPIRUN $MPIRUN_ARGS -np N instead
+# What a job sweeps (MODELS, CONTEXTS, PRECISIONS, STEPS, ...) is the job's own: its header lists
+# those variables and their defaults, and this file reads none of them.
 # Nothing is written outside OUT; nothing in a home directory. A job that fails leaves no empty
 # folder or file behind (tidy_failed_out, below).
 #

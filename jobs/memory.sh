@@ -10,6 +10,8 @@
 # and the timeline PNGs (report.md beside the results). SNAPSHOT=1 also writes
 # snapshot*.pickle for pytorch.org/memory_viz (one per configuration).
 #   sbatch jobs/memory.sh          or   MODELS=xl CONTEXTS=256 SNAPSHOT=1 bash jobs/memory.sh
+# Variables (defaults): MODELS (xl,2.7B), CONTEXTS (128,256,512,1024), PRECISIONS (fp32,bf16),
+# PHASES (forward,train-step), SNAPSHOT (0).
 set -euo pipefail
 # The repository, also from the copy of this script that sbatch runs (jobs/env.sh says how).
 for r in "${LLMHPC_ROOT:-}" "${SLURM_SUBMIT_DIR:-}" "${SLURM_SUBMIT_DIR:-}/.." "$(dirname "$0")/.." ""; do [ -f "$r/jobs/env.sh" ] && break; done

@@ -9,6 +9,8 @@
 # fp32 against bf16 table with speed-ups, the peak memory of both, bench.png and
 # bench_speedup_bf16.png. (On CPUs bf16 is computed in fp32 on bf16 values: correct, not fast.)
 #   sbatch jobs/mixed_precision.sh     or   MODELS=small,xl CONTEXTS=128 bash jobs/mixed_precision.sh
+# Variables (defaults): MODELS (small,medium,large,xl,2.7B), CONTEXTS (128,256,512,1024),
+# PRECISIONS (fp32,bf16), WARMUP (5), STEPS (10), PHASE (train-step).
 set -euo pipefail
 # The repository, also from the copy of this script that sbatch runs (jobs/env.sh says how).
 for r in "${LLMHPC_ROOT:-}" "${SLURM_SUBMIT_DIR:-}" "${SLURM_SUBMIT_DIR:-}/.." "$(dirname "$0")/.." ""; do [ -f "$r/jobs/env.sh" ] && break; done

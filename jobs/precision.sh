@@ -7,8 +7,10 @@
 # The seeds' mixed-precision questions: the accumulation experiment (1000 additions of 0.01 in
 # fp32, fp16, fp16 into fp32, bf16) on the device in use, and under bf16 the dtype of the
 # parameters, each layer's outputs, the logits, the loss and the gradients, beside autocast's
-# rules. The printed tables go to $OUT/precision.txt, the numbers to the rank files.
+# rules. The printed tables go to $OUT/precision.txt, the numbers to the rank files; no
+# report.md (analysis/ has no precision module for analysis/report.py).
 #   sbatch jobs/precision.sh       or   DEVICE=cpu bash jobs/precision.sh
+# Variables (defaults): MODELS (small; one preset), PRECISIONS (bf16; one precision).
 set -euo pipefail
 # The repository, also from the copy of this script that sbatch runs (jobs/env.sh says how).
 for r in "${LLMHPC_ROOT:-}" "${SLURM_SUBMIT_DIR:-}" "${SLURM_SUBMIT_DIR:-}/.." "$(dirname "$0")/.." ""; do [ -f "$r/jobs/env.sh" ] && break; done

@@ -8,7 +8,9 @@
 # phase (CUPTI), the share of matrix products, attention's parts, then analysis/kernel_profile.py's
 # tables (profile_rank0.md) and plot (profile_rank0.png), and the job's report.md.
 #   sbatch jobs/profile.sh          or   NP=1 bash jobs/profile.sh
-#   MODELS=xl CONTEXTS=256 TRACE=1 bash jobs/profile.sh      # + trace_rank0.json for ui.perfetto.dev
+#   MODELS=xl CONTEXTS=256 TRACE=1 bash jobs/profile.sh      # + trace_rank00000.json for ui.perfetto.dev
+# Variables (defaults): MODELS (small,medium,large,xl,2.7B), CONTEXTS (128,256,512), PRECISIONS
+# (fp32), ATTENTIONS (naive), WARMUP (5), STEPS (5), TRACE (0); the phase is train-step.
 set -euo pipefail
 # The repository, also from the copy of this script that sbatch runs (jobs/env.sh says how).
 for r in "${LLMHPC_ROOT:-}" "${SLURM_SUBMIT_DIR:-}" "${SLURM_SUBMIT_DIR:-}/.." "$(dirname "$0")/.." ""; do [ -f "$r/jobs/env.sh" ] && break; done

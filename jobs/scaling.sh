@@ -16,6 +16,12 @@
 # analysis/scaling.py labels "network transport"; NET=only runs that alone. The variables are
 # set in the launcher's environment: for ranks on other hosts, let the launcher pass them
 # (MPIRUN="mpirun -x NCCL_P2P_DISABLE -x NCCL_SHM_DISABLE"; srun passes them by itself).
+# Variables (defaults): RANKS (1,2,4,...,NP), MODELS (xl), SHAPE (none: a custom model's options,
+# which override MODELS), CONTEXTS (128), PRECISIONS (fp32), STRONG_BATCH, WEAK_BATCH (2),
+# STRATEGY (bucketed), BUCKET (25), WARMUP (5), STEPS (10), COMM_SIZES (4KB,1MB,100MB,1000MB),
+# NET (0). Each rank count is a launch of its own, $MPIRUN $MPIRUN_ARGS -np N (LAUNCH, with its
+# fixed count, does not apply); EXTRA_ARGS go to the ddp runs, not to the all-reduce runs, whose
+# mode comm refuses model and ddp options.
 #   sbatch jobs/scaling.sh            or   NP=4 bash jobs/scaling.sh
 #   NP=2 DEVICE=cpu SHAPE="--d-model 64 --d-ff 128 --num-layers 2 --num-heads 4" CONTEXTS=32 bash jobs/scaling.sh
 set -euo pipefail

@@ -7,6 +7,8 @@
 # The seeds' warm-up study: the same forward-backward sweep with 0, 1, 2 and 5 warm-up steps
 # (WARMUPS), one run each in $OUT/warmup<N>, then $OUT/report.md with one table per setting.
 #   sbatch jobs/warmup.sh          or   MODELS=small,medium WARMUPS=0,1 bash jobs/warmup.sh
+# Variables (defaults): MODELS (small,medium,large,xl,2.7B), CONTEXTS (128), WARMUPS (0,1,2,5),
+# STEPS (10).
 set -euo pipefail
 # The repository, also from the copy of this script that sbatch runs (jobs/env.sh says how).
 for r in "${LLMHPC_ROOT:-}" "${SLURM_SUBMIT_DIR:-}" "${SLURM_SUBMIT_DIR:-}/.." "$(dirname "$0")/.." ""; do [ -f "$r/jobs/env.sh" ] && break; done

@@ -83,9 +83,10 @@ void add_options(po::options_description& desc) {
       "head-dim", text("16,32,64,128"), "head dimension D")("seq", text("256,1024,4096"), "sequence length T")(
       "causal", po::value<std::string>()->default_value("off")->implicit_value("on"),
       "causal mask: on | off | on,off (--causal alone means on; give a list as --causal=on,off)")(
-      "precision", text("fp32"), "fp32 | bf16 (CUDA) | fp64 (CPU reference)")(
-      "impl", text("naive,flash"), "naive | flash")("warmup", text("5"),
-                                                    "untimed forward+backward iterations first (recorded apart)")(
+      "precision", text("fp32"),
+      "fp32 | bf16 (on the CPU computed in fp32 on bf16 values: for checking, not speed) | fp64 (CPU "
+      "reference)")("impl", text("naive,flash"), "naive | flash")(
+      "warmup", text("5"), "untimed forward+backward iterations first (recorded apart)")(
       "iters", text("20"), "timed forward+backward iterations");
   desc.add(a);
 }

@@ -27,7 +27,8 @@ void add_step_options(po::options_description& own) {
       "cuda-graph", po::bool_switch(),
       "record forward (+ backward) once after the warm-up as a CUDA graph and replay it each step: "
       "one launch instead of hundreds, for steps the host's launches hold back (CUDA; AdamW runs "
-      "after it, so bench's train-step needs --separate-optimizer)");
+      "after it as a phase of its own: always in profile, with --separate-optimizer in bench, whose "
+      "train-step needs it)");
 }
 
 void add_model_group(po::options_description& desc) {

@@ -29,8 +29,11 @@ void add_model_options(po::options_description& desc, bool lists) {
       "d-ff", text(), "SwiGLU hidden width")("num-layers", text(), "number of transformer blocks")(
       "num-heads", text(), "attention heads; must divide --d-model")("vocab-size", text("10000"), "vocabulary size")(
       "context-length", text("128"), ("sequence length T" + list).c_str())(
-      "batch-size", text("4"), ("sequences per step (per rank's share of it under DDP)" + list).c_str())(
-      "rope-theta", text("10000"), "RoPE base");
+      "batch-size", text("4"),
+      ("sequences per step: in ddp and train the global batch, shared equally by the ranks; in bench, "
+       "profile and memory every rank's own; unused by precision" +
+       list)
+          .c_str())("rope-theta", text("10000"), "RoPE base");
 }
 
 void add_precision_options(po::options_description& desc, bool lists) {
