@@ -88,6 +88,11 @@ def drift_pct(rec) -> float:
     return 100.0 * (float(np.median(u[k:])) / float(np.median(u[:k])) - 1.0) if len(u) >= 2 else math.nan
 
 
+def signed_pct(x: float) -> str:
+    """+1.2%, or - where there is no number (a drift needs untraced steps on both sides)."""
+    return "-" if math.isnan(x) else f"{x:+.1f}%"
+
+
 def duration(ns: float) -> str:
     """Nsight Systems' way: 66.765 ms, 307.671 μs, 589 ns."""
     if ns is None or (isinstance(ns, float) and math.isnan(ns)):
@@ -173,7 +178,7 @@ def configuration_report(run, rec, rank: int, top: int) -> tuple:
             markdown_table(["Phase", "Events", "Profiler span", "Kernel time", "Span / events"], rows), ""]
     untraced, traced = median_steps(rec)
     out += [f"Overhead: median {untraced:.3f} ms per step untraced, {traced:.3f} ms traced "
-            f"({100.0 * (traced / untraced - 1.0):+.1f}%); drift of the untraced steps {drift_pct(rec):+.1f}%.", ""]
+            f"({100.0 * (traced / untraced - 1.0):+.1f}%); drift of the untraced steps {signed_pct(drift_pct(rec))}.", ""]
     if acts.empty:
         out += ["No activities: the profiler timed phases only.", ""]
         return "\n".join(out), None
@@ -257,7 +262,7 @@ def overview(run, records: list, rank: int) -> str:
         steps = int(a["steps"])
         busy = 100.0 * total / 1e6 / steps / traced if total > 0 and traced > 0 else math.nan
         rows.append(row + ["ok", fmt(untraced, 3), fmt(traced, 3), f"{100.0 * (traced / untraced - 1.0):+.1f}%",
-                           f"{drift_pct(rec):+.1f}%", fmt(len(acts) / steps, 1), fmt(share, 1) + "%" if total > 0 else "-",
+                           signed_pct(drift_pct(rec)), fmt(len(acts) / steps, 1), fmt(share, 1) + "%" if total > 0 else "-",
                            a.get("dropped_records", "-"), fmt(busy, 1) + "%" if total > 0 else "-"])
     return markdown_table(["Model", "Context", "Batch", "Precision", "Attention", "Phase", "Status",
                            "Untraced ms (median)", "Traced ms (median)", "Overhead", "Drift", "Activities/step",

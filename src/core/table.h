@@ -3,6 +3,7 @@
 #include <cctype>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -44,6 +45,17 @@ inline std::string fmt(double v, int decimals = 2) {
   if (std::isnan(v)) return "-";
   char buf[64];
   std::snprintf(buf, sizeof buf, "%.*f", decimals, v);
+  return buf;
+}
+
+// A number as people write it, in the fewest digits that give it back exactly: 25, 0.05,
+// 1e-05 (labels of distinct values stay distinct).
+inline std::string fmt_exact(double v) {
+  char buf[64];
+  for (int digits = 6; digits <= 17; ++digits) {
+    std::snprintf(buf, sizeof buf, "%.*g", digits, v);
+    if (std::strtod(buf, nullptr) == v) break;
+  }
   return buf;
 }
 

@@ -113,8 +113,10 @@ double parse_double(const std::string& raw, const std::string& option) {
 }
 
 std::vector<int64_t> parse_int_list(const std::string& text, const std::string& option) {
+  const std::vector<std::string> items = split_list(text, option);
   std::vector<int64_t> out;
-  for (const std::string& item : split_list(text, option)) out.push_back(parse_int(item, option));
+  for (const std::string& item : items) out.push_back(parse_int(item, option));
+  require_distinct(out, items, option);
   return out;
 }
 

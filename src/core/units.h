@@ -6,6 +6,8 @@
 #include <string_view>
 #include <vector>
 
+#include "src/core/check.h"
+
 namespace llmhpc {
 
 // "100MB" -> 100000000, "1GiB" -> 1073741824, "512" -> 512 bytes.
@@ -23,6 +25,17 @@ std::string format_duration(double seconds);
 // "small, medium" -> {"small", "medium"}. Empty or repeated items are an error.
 std::vector<std::string> split_list(const std::string& text, const std::string& option);
 
+// Throws UsageError when two items of list option `option` mean the same value ("1" and "1.0",
+// "auto" and what it stands for): a sweep would run that configuration twice under one label.
+template <class T>
+void require_distinct(const std::vector<T>& values, const std::vector<std::string>& items, const std::string& option) {
+  for (size_t i = 0; i < values.size(); ++i)
+    for (size_t j = 0; j < i; ++j)
+      if (values[i] == values[j])
+        throw UsageError("--" + option + ": '" + items[j] + "' and '" + items[i] + "' are the same value");
+}
+
+// Each item parsed as an integer, no two the same.
 std::vector<int64_t> parse_int_list(const std::string& text, const std::string& option);
 int64_t parse_int(const std::string& text, const std::string& option);
 double parse_double(const std::string& text, const std::string& option);

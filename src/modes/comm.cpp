@@ -56,11 +56,11 @@ CommSettings settings(const po::variables_map& vm) {
       if (s.collectives[i] == s.collectives[j])
         throw UsageError(std::string("--collective: ") + collective_name(s.collectives[i]) +
                          " is listed twice ('all' includes every collective)");
-  for (const std::string& text : split_list(opt_string(vm, "size"), "size")) {
+  s.sizes = opt_list(vm, "size", [](const std::string& text) {
     const uint64_t bytes = parse_size(text, "size");
     if (bytes == 0) throw UsageError("--size '" + text + "': must be at least one element");
-    s.sizes.push_back(bytes);
-  }
+    return bytes;
+  });
   s.dtypes = opt_list(vm, "dtype", [](const std::string& d) { return parse_comm_dtype(d); });
   const std::string inplace = opt_string(vm, "inplace");
   require_choice(inplace, {"no", "yes", "both"}, "inplace");
@@ -137,6 +137,14 @@ void run(ModeContext& ctx) {
   collective_check(rt, [&] {
     if (s.root >= rt.world_size)
       throw UsageError("--root " + std::to_string(s.root) + ": only " + std::to_string(rt.world_size) + " rank(s)");
+    // Every size must hold an element per rank for every collective before anything is measured.
+    for (Collective c : s.collectives)
+      for (DType t : s.dtypes)
+        for (uint64_t requested : s.sizes)
+          if (collective_shape(c, requested, t, rt.world_size).count == 0)
+            throw UsageError("--size " + format_size(requested) + " holds no " + comm_dtype_name(t) +
+                             " element per rank for " + collective_name(c) + " on " + std::to_string(rt.world_size) +
+                             " ranks");
     CommOptions options;
     options.backend = choose_backend(ctx.vm, dev);
     // No compute stream to order against: every upload is finished (settle()) before an
@@ -169,11 +177,6 @@ void run(ModeContext& ctx) {
     for (DType t : s.dtypes)
       for (uint64_t requested : s.sizes) {
         const CollectiveShape shape = collective_shape(c, requested, t, n);
-        collective_check(rt, [&] {
-          if (shape.count == 0)
-            throw UsageError("--size " + format_size(requested) + " holds no " + comm_dtype_name(t) +
-                             " element per rank for " + collective_name(c) + " on " + std::to_string(n) + " ranks");
-        });
         const std::string size_label = format_size(requested);
         log_root(rt, "[%zu/%zu] %s %s %s (%zu B) ...", ++index, total, collective_name(c), comm_dtype_name(t),
                  size_label.c_str(), shape.bytes);

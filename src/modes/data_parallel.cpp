@@ -12,8 +12,8 @@ void add_data_parallel_options(po::options_description& desc, bool sweep) {
   const std::string list = sweep ? " (a comma-separated list sweeps)" : "";
   desc.add_options()(
       "ddp", po::value<std::string>()->default_value(sweep ? "none,naive,flat,overlap,bucketed" : "auto"),
-      ("gradient synchronisation over ranks: none | naive | flat | overlap | bucketed | auto (bucketed on "
-       "several ranks or with --shard-optimizer, none otherwise)" +
+      ("gradient synchronisation over ranks: none | naive | flat | overlap | bucketed | auto (" +
+       std::string(sweep ? "bucketed" : "bucketed on several ranks or with --shard-optimizer, none otherwise") + ")" +
        list + (sweep ? "; none: no communication, the compute-only baseline" : ""))
           .c_str())(
       "bucket-mb", po::value<std::string>()->default_value("25"),
@@ -93,14 +93,12 @@ std::vector<SyncStrategy> sync_strategies(const po::variables_map& vm, int world
 }
 
 std::vector<double> bucket_sizes_mb(const po::variables_map& vm) {
-  std::vector<double> out;
-  for (const std::string& s : split_list(opt_string(vm, "bucket-mb"), "bucket-mb")) {
+  return opt_list(vm, "bucket-mb", [](const std::string& s) {
     const double mb = parse_double(s, "bucket-mb");
     if (!(mb > 0))
       throw UsageError("--bucket-mb '" + s + "': must be a number of MiB greater than 0 (e.g. 25, or 0.05)");
-    out.push_back(mb);
-  }
-  return out;
+    return mb;
+  });
 }
 
 std::vector<Sharding> shardings(const po::variables_map& vm) {

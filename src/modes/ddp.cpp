@@ -33,13 +33,6 @@
 namespace llmhpc {
 namespace {
 
-// A bucket size as written, shortest exact form: 25, 0.05, 1e-05 (labels must stay distinct).
-std::string mib_text(double mb) {
-  char text[32];
-  std::snprintf(text, sizeof text, "%g", mb);
-  return text;
-}
-
 // Bench's configuration (batch: the global batch) with a gradient synchronisation and sharding.
 struct DdpCase : ModelCase {
   SyncStrategy strategy;
@@ -50,7 +43,7 @@ struct DdpCase : ModelCase {
 
   std::string strategy_label() const {
     const std::string engine_label = engine == CollectiveEngine::Copy ? "_copy" : "";
-    return (strategy == SyncStrategy::Bucketed ? "bucketed" + mib_text(bucket_mb) + "MiB"
+    return (strategy == SyncStrategy::Bucketed ? "bucketed" + fmt_exact(bucket_mb) + "MiB"
                                                : sync_strategy_name(strategy)) +
            engine_label;
   }
@@ -336,7 +329,7 @@ void run(ModeContext& ctx) {
     const double step = mean_or_nan(timed.step), comm_ms = mean_or_nan(timed.comm);
     sweep.add_row({shape_label(c.model), std::to_string(c.model.context_length), std::to_string(c.batch),
                    precision_name(c.precision), c.impl_column(), c.sharding_column(),
-                   c.strategy == SyncStrategy::Bucketed ? mib_text(c.bucket_mb) : "-",
+                   c.strategy == SyncStrategy::Bucketed ? fmt_exact(c.bucket_mb) : "-",
                    status.ok() ? std::to_string(stats.buckets) : "-", fmt(step), fmt(stddev(timed.step)), fmt(comm_ms),
                    fmt(stddev(timed.comm)), status.ok() ? fmt(100.0 * comm_ms / step, 1) + "%" : "-",
                    fmt(mean_or_nan(slowest)),

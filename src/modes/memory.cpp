@@ -245,6 +245,7 @@ void run(ModeContext& ctx) {
             write_snapshot_file(path, memory_snapshot(at_start, alloc.events(), memory_categories(), start_ms));
             r.attr("snapshot", path);
           }
+          if (r.status != "ok") opt.reset(), model.reset();  // traced: free what it held before the sweep checks
         });
     opt.reset();
     model.reset();

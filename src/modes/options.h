@@ -56,11 +56,13 @@ double opt_double(const po::variables_map& vm, const std::string& name);
 bool opt_flag(const po::variables_map& vm, const std::string& name);
 bool opt_given(const po::variables_map& vm, const std::string& name);
 // Each item of the comma-separated list option `name`, in order, through `parse` (which
-// throws UsageError for a bad item).
+// throws UsageError for a bad item); two items that parse to the same value are an error too.
 template <class Parse>
 auto opt_list(const po::variables_map& vm, const std::string& name, Parse parse) {
+  const std::vector<std::string> items = split_list(opt_string(vm, name), name);
   std::vector<decltype(parse(std::string()))> out;
-  for (const std::string& item : split_list(opt_string(vm, name), name)) out.push_back(parse(item));
+  for (const std::string& item : items) out.push_back(parse(item));
+  require_distinct(out, items, name);
   return out;
 }
 

@@ -61,12 +61,22 @@ void validate(const po::variables_map& vm) {
   opt_double(vm, "value");
   parse_precision(opt_string(vm, "precision"));
   parse_attention(opt_string(vm, "attention"));
+  for (const char* one : {"model", "context-length", "batch-size"})  // one dtype table
+    if (split_list(opt_string(vm, one), one).size() != 1)
+      throw UsageError(std::string("--mode precision takes one value for --") + one +
+                       " (its dtype table is of one model)");
   model_configs(vm);
 }
 
-// As PyTorch prints a 0-dim tensor: 4 decimals ("tensor(10.0001)", "tensor(4., dtype=...)").
+// As PyTorch prints a 0-dim tensor: 4 decimals ("tensor(10.0001)", "tensor(4., dtype=...)"),
+// in scientific notation from 1e8 up and below 1e-4 ("tensor(3.0000e-05)").
 std::string torch_print(float v) {
   char buf[64];
+  const double a = std::fabs(double(v));
+  if (a != 0 && (a >= 1e8 || a < 1e-4)) {
+    std::snprintf(buf, sizeof buf, "%.4e", double(v));
+    return buf;
+  }
   std::snprintf(buf, sizeof buf, "%.4f", double(v));
   std::string s = buf;
   while (s.back() == '0') s.pop_back();

@@ -259,7 +259,10 @@ void run(ModeContext& ctx) {
           const Overhead o = overhead(untraced, traced);
           return fmt(o.untraced_ms) + " ms/step untraced, " + fmt(o.traced_ms) + " traced (medians)";
         },
-        [&](Record& r) { r.attr("peak_memory_bytes", dev.allocator().peak_bytes()); });
+        [&](Record& r) {
+          r.attr("peak_memory_bytes", dev.allocator().peak_bytes());
+          if (r.status != "ok") live.release();  // free what it held; the next configuration builds its own model
+        });
     const bool ok = status.ok();
     if (ok && ctx.rt.is_root()) report.print(stdout, c.label() + " (rank 0)", top, traced, untraced);
     const Overhead o = overhead(untraced, traced);

@@ -40,7 +40,7 @@ int64_t iterations_in(double duration_s, double iteration_s) {
 }
 
 std::string timed_text(double duration_s, int64_t count, const std::string& what) {
-  return duration_s > 0 ? "timed for ~" + fmt(duration_s, 0) + " s" : std::to_string(count) + " timed " + what;
+  return duration_s > 0 ? "timed for ~" + fmt_exact(duration_s) + " s" : std::to_string(count) + " timed " + what;
 }
 
 void MemorySamples::take(int64_t iteration, Device& dev) {

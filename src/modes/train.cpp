@@ -113,6 +113,14 @@ ModelConfig resolve_config(const po::variables_map& vm, const CheckpointInfo* in
   return model_configs(vm).front();
 }
 
+// Of the model's `parameters`, those `rank` updates (zero1's parts include the padding that
+// rounds the flat buffer up for the ranks; it is not a parameter).
+int64_t owned_parameters(const SyncPlan& plan, int rank, int64_t parameters) {
+  int64_t n = 0;
+  for (const PackedPiece& piece : packed_pieces(plan.owned(rank), {0, parameters})) n += piece.flat.size();
+  return n;
+}
+
 std::string parent_dir(const std::string& path) {
   size_t slash = path.find_last_of('/');
   return slash == std::string::npos ? "." : slash == 0 ? "/" : path.substr(0, slash);
@@ -198,15 +206,16 @@ void run(ModeContext& ctx) {
            init ? (", from " + opt_string(vm, "init") + " at step " + std::to_string(opt->steps_taken())).c_str() : "");
   note_cpu_bf16(ctx);
   if (sync)
-    log_root(rt, "train: %d ranks of %lld sequences each, --ddp %s%s (%zu collective(s) per step)%s\n", rt.world_size,
-             (long long)mine.count, sync_strategy_name(strategy),
-             strategy == SyncStrategy::Bucketed ? (" " + fmt(bucket_mb) + " MiB").c_str() : "", sync->buckets().size(),
-             sharding == Sharding::None
-                 ? ""
-                 : (std::string(", --shard-optimizer ") + sharding_name(sharding) + ": rank 0 updates " +
-                    fmt(100.0 * double(opt->owned_elements()) / double(config.num_params()), 1) +
-                    "% of the parameters" + (share_copy ? ", --share-weights bf16" : ""))
-                       .c_str());
+    log_root(
+        rt, "train: %d ranks of %lld sequences each, --ddp %s%s (%zu collective(s) per step)%s\n", rt.world_size,
+        (long long)mine.count, sync_strategy_name(strategy),
+        strategy == SyncStrategy::Bucketed ? (" " + fmt_exact(bucket_mb) + " MiB").c_str() : "", sync->buckets().size(),
+        sharding == Sharding::None
+            ? ""
+            : (std::string(", --shard-optimizer ") + sharding_name(sharding) + ": rank 0 updates " +
+               fmt(100.0 * double(owned_parameters(plan, 0, config.num_params())) / double(config.num_params()), 1) +
+               "% of the parameters" + (share_copy ? ", --share-weights bf16" : ""))
+                  .c_str());
 
   Record rec;
   rec.group = "train";

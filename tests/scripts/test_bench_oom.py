@@ -1,5 +1,6 @@
-"""bench: a configuration that does not fit is recorded as status "oom" and the sweep goes
-on, under mpirun -np 2; the allocator never exceeds --memory-limit; report.py shows the row."""
+"""bench (and profile and memory): a configuration that does not fit is recorded as status
+"oom", what it held is freed, and the sweep goes on, under mpirun -np 2; the allocator never
+exceeds --memory-limit; report.py shows the row."""
 import os
 import subprocess
 import sys
@@ -35,4 +36,24 @@ with tempfile.TemporaryDirectory() as work:
                             capture_output=True, text=True, check=True).stdout
     print(report)
     assert any("oom" in line and "2048" in line for line in report.splitlines()), "report lacks the oom row"
-print("bench oom: ok")
+
+    # profile and memory too: the oom is recorded, what it held is freed before the next
+    # configuration (the sweep says so on stderr where it is not), and the next one runs.
+    for mode, extra in (("profile", ["--steps", "2"]), ("memory", ["--phase", "train-step"])):
+        out = os.path.join(work, mode)
+        cmd = [MPIEXEC, "--oversubscribe", "-np", "2", BIN, "--mode", mode, "--device", "cpu",
+               "--d-model", "32", "--d-ff", "64", "--num-layers", "2", "--num-heads", "4",
+               "--context-length", "16,2048,32", "--warmup", "0", *extra, "--memory-limit", "64MB", "--out", out]
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+        assert proc.returncode == 0, f"{mode} failed ({proc.returncode}): {proc.stderr}"
+        assert "still held" not in proc.stderr, f"{mode}: the oom's memory was not freed:\n{proc.stderr}"
+        for rank in (0, 1):
+            with h5py.File(os.path.join(out, f"rank{rank:05d}.h5"), "r") as f:
+                t = {int(g.attrs["context_length"]): g for g in f[mode].values()}
+                status = {T: g.attrs["status"] for T, g in t.items()}
+                assert status == {16: "ok", 2048: "oom", 32: "ok"}, f"{mode} rank {rank}: {status}"
+                oom = t[2048].attrs
+                assert oom["live_bytes_after_recovery"] <= oom["live_bytes_before"], \
+                    f"{mode} rank {rank}: {oom['live_bytes_after_recovery']} bytes live after the oom, " \
+                    f"{oom['live_bytes_before']} before"
+print("bench, profile and memory oom: ok")

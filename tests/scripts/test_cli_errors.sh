@@ -77,6 +77,10 @@ check 2 "must divide by the 2 ranks"  $TRAIN --batch-size 3
 check 3 "must divide by the 3 ranks"  $TRAIN --batch-size 4 --ddp naive
 check 2 "independent copies"          $TRAIN --ddp none
 
+# A size too small for one collective of a list is refused before the others are measured.
+check 3 "holds no float element per rank for reducescatter on 3 ranks" --mode comm --device cpu \
+  --collective allreduce,reducescatter --size 4B --warmup 0 --iters 1
+
 # Existing results are never overwritten.
 mkdir -p "$WORK/taken" && touch "$WORK/taken/rank00000.h5"
 check 1 "already holds results" --mode bench $TINY --steps 1 --warmup 0 --out "$WORK/taken"

@@ -50,6 +50,12 @@ TEST(Units, Lists) {
   EXPECT_THROW(split_list("a,,b", "model"), UsageError);
   EXPECT_THROW(split_list("16,32,16", "context-length"), UsageError);
   EXPECT_THROW(parse_int_list("128,abc", "context-length"), UsageError);
+  try {  // written differently, the same value: a sweep would run it twice under one label
+    parse_int_list("16,32,016", "context-length");
+    ADD_FAILURE() << "16 and 016 are the same context length";
+  } catch (const UsageError& e) {
+    EXPECT_NE(std::string(e.what()).find("'16' and '016' are the same value"), std::string::npos) << e.what();
+  }
   EXPECT_THROW(parse_int("12.5", "steps"), UsageError);
   EXPECT_THROW(require_choice("ring", {"nccl", "mpi"}, "backend"), UsageError);
 }
