@@ -16,7 +16,8 @@
 #             (COMPUTE_BUCKET_MB, default 25,100; COMPUTE_SHARD, default none, e.g. none,zero1:
 #             zero1 reduce-scatters during backward, half an all-reduce's traffic beside it, and
 #             all-gathers the bf16 copy after it; COMPUTE_ENGINE, default sm, e.g. sm,copy: the
-#             gradients through the copy engines), once per NCCL_MAX_CTAS in CTAS (default
+#             gradients (and zero1's bf16 copy) through the copy engines, the log then counting
+#             NCCL's "Init CE" lines), once per NCCL_MAX_CTAS in CTAS (default
 #             "default 16 8 4": fewer SMs for NCCL) and per --gemm-sm-margin in MARGINS (default 0);
 #             MIN_CTAS=N sets NCCL_MIN_CTAS to N instead of 1 (NCCL then uses exactly N);
 #             meanwhile nvidia-smi samples clocks, power and throttle reasons of both GPUs every
@@ -77,6 +78,13 @@ if has compute; then
   nvidia-smi --query-gpu=index,timestamp,clocks.sm,clocks.mem,power.draw,power.limit,temperature.gpu,utilization.gpu,clocks_event_reasons.active \
     --format=csv -lms 250 >"$out/compute-smi.csv" 2>&1 &
   smi=$!
+  mpi_compute=("${mpi[@]}")
+  if [[ ${COMPUTE_ENGINE:-sm} == *copy* ]]; then
+    # NCCL 2.28 falls back to its kernels silently where a copy-engine collective cannot run;
+    # its INIT log says "Init CE" where one did.
+    export NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT NCCL_DEBUG_FILE="$out/nccl.%h.%p.log"
+    mpi=("${mpi[@]}" -x NCCL_DEBUG -x NCCL_DEBUG_SUBSYS -x NCCL_DEBUG_FILE)
+  fi
   for ctas in $CTAS; do
     if [ "$ctas" = default ]; then unset NCCL_MAX_CTAS NCCL_MIN_CTAS; else export NCCL_MAX_CTAS=$ctas NCCL_MIN_CTAS=${MIN_CTAS:-1}; fi
     for margin in $MARGINS; do
@@ -86,6 +94,12 @@ if has compute; then
     done
   done
   unset NCCL_MAX_CTAS NCCL_MIN_CTAS
+  if [ -n "${NCCL_DEBUG_FILE:-}" ]; then
+    step "copy engines: $(cat "$out"/nccl.*.log 2>/dev/null | grep -c 'Init CE') 'Init CE' line(s) in NCCL's log"
+    rm -f "$out"/nccl.*.log
+    unset NCCL_DEBUG NCCL_DEBUG_SUBSYS NCCL_DEBUG_FILE
+  fi
+  mpi=("${mpi_compute[@]}")
   kill "$smi" 2>/dev/null
 fi
 if has compiled; then
