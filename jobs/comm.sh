@@ -12,7 +12,8 @@
 # Variables (defaults): RANKS (2,4,...,NP), BACKENDS (nccl,mpi), COLLECTIVES (allreduce), SIZES
 # (1MB,10MB,100MB,1000MB), DTYPE (float), WARMUP (5), ITERS (20), CHECK (0).
 # mpi moves 1000MB in about a second, so it runs fewer iterations (MPI_WARMUP 2, MPI_ITERS 5).
-# Each rank count is a launch of its own, $MPIRUN $MPIRUN_ARGS -np N (LAUNCH, with its fixed count, does not apply).
+# Each rank count is a launch of its own, $MPIRUN $MPIRUN_ARGS $NP_OPTION N (LAUNCH, with its fixed count, does not
+# apply; MPIRUN="srun --mpi=pmix" launches with srun -n N).
 set -euo pipefail
 # The repository, also from the copy of this script that sbatch runs (jobs/env.sh says how).
 for r in "${LLMHPC_ROOT:-}" "${SLURM_SUBMIT_DIR:-}" "${SLURM_SUBMIT_DIR:-}/.." "$(dirname "$0")/.." ""; do [ -f "$r/jobs/env.sh" ] && break; done
@@ -39,7 +40,7 @@ for backend in ${BACKENDS//,/ }; do
     dir=$OUT/$backend-np$np
     # The mpi baseline runs on host buffers: no GPU per rank needed.
     if [ "$backend" = mpi ]; then device=cpu warmup=$MPI_WARMUP iters=$MPI_ITERS; else device=$DEVICE warmup=$WARMUP iters=$ITERS; fi
-    $MPIRUN $MPIRUN_ARGS -np "$np" "$LLMHPC_BIN" --mode comm --device "$device" --backend "$backend" --collective "$COLLECTIVES" --size "$SIZES" \
+    $MPIRUN $MPIRUN_ARGS $NP_OPTION "$np" "$LLMHPC_BIN" --mode comm --device "$device" --backend "$backend" --collective "$COLLECTIVES" --size "$SIZES" \
       --dtype "$DTYPE" --warmup "$warmup" --iters "$iters" $([ "$CHECK" = 1 ] && echo --check) --out "$dir" \
       ${EXTRA_ARGS:-}
     runs+=("$dir")

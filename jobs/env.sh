@@ -12,12 +12,13 @@
 #                --d-model 64 ...); not to the all-reduce runs (--mode comm) of ddp_bucketed.sh
 #                and scaling.sh, since mode comm refuses model and ddp options
 #   PYTHON       the Python that runs analysis/ (default python3)
-#   MPIRUN       the MPI launcher (default mpirun)
+#   MPIRUN       the MPI launcher (default mpirun; "srun --mpi=pmix" where Slurm has PMIx)
 #   MPIRUN_ARGS  its options (default for mpirun: --bind-to none; Open MPI binds each of at most
 #                2 ranks to one core, and a rank's host-side work, such as initialising xl's
 #                2 billion parameters, then takes a minute instead of seconds)
-#   LAUNCH       the whole launch prefix of llmhpc (default "$MPIRUN $MPIRUN_ARGS -np $NP"); comm.sh
-#                and scaling.sh start each rank count as $MPIRUN $MPIRUN_ARGS -np N instead
+#   LAUNCH       the whole launch prefix of llmhpc (default "$MPIRUN $MPIRUN_ARGS $NP_OPTION $NP",
+#                NP_OPTION being srun's -n or mpirun's -np); comm.sh and scaling.sh start each rank
+#                count N as $MPIRUN $MPIRUN_ARGS $NP_OPTION N instead
 # What a job sweeps (MODELS, CONTEXTS, PRECISIONS, STEPS, ...) is the job's own: its header lists
 # those variables and their defaults, and this file reads none of them.
 # Nothing is written outside OUT; nothing in a home directory. A job that fails leaves no empty
@@ -61,12 +62,13 @@ NP=${NP:-${SLURM_NTASKS:-1}}
 # (mpirun -np 0 would start a rank on every slot it finds)
 [[ "$NP" =~ ^[1-9][0-9]*$ ]] || { echo "jobs/env.sh: NP must be a whole number of ranks, at least 1, not '$NP'" >&2; exit 2; }
 # mpirun inside a Slurm allocation too: Open MPI reads the allocation, whereas srun starts MPI
-# ranks as one job only where Slurm was built with PMIx (then LAUNCH="srun --mpi=pmix" works).
+# ranks as one job only where Slurm was built with PMIx (then MPIRUN="srun --mpi=pmix" works).
 MPIRUN=${MPIRUN:-mpirun}
 if [ -z "${MPIRUN_ARGS+set}" ]; then  # mpirun's own option; srun and others get none
   case $(basename "${MPIRUN%% *}") in mpirun | mpiexec | orterun) MPIRUN_ARGS="--bind-to none" ;; *) MPIRUN_ARGS="" ;; esac
 fi
-LAUNCH=${LAUNCH:-$MPIRUN $MPIRUN_ARGS -np $NP}
+case $(basename "${MPIRUN%% *}") in srun) NP_OPTION=-n ;; *) NP_OPTION=-np ;; esac  # the rank count's option
+LAUNCH=${LAUNCH:-$MPIRUN $MPIRUN_ARGS $NP_OPTION $NP}
 # Never let NCCL use NVLink multicast (NVLS); it can take a shared host's GPUs down.
 export NCCL_NVLS_ENABLE=0
 export OMPI_ALLOW_RUN_AS_ROOT=${OMPI_ALLOW_RUN_AS_ROOT:-1} OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=${OMPI_ALLOW_RUN_AS_ROOT_CONFIRM:-1}

@@ -19,8 +19,8 @@
 # Variables (defaults): RANKS (1,2,4,...,NP), MODELS (xl), SHAPE (none: a custom model's options,
 # which override MODELS), CONTEXTS (128), PRECISIONS (fp32), STRONG_BATCH, WEAK_BATCH (2),
 # STRATEGY (bucketed), BUCKET (25), WARMUP (5), STEPS (10), COMM_SIZES (4KB,1MB,100MB,1000MB),
-# NET (0). Each rank count is a launch of its own, $MPIRUN $MPIRUN_ARGS -np N (LAUNCH, with its
-# fixed count, does not apply); EXTRA_ARGS go to the ddp runs, not to the all-reduce runs, whose
+# NET (0). Each rank count is a launch of its own, $MPIRUN $MPIRUN_ARGS $NP_OPTION N (LAUNCH, with
+# its fixed count, does not apply; MPIRUN="srun --mpi=pmix" launches with srun -n N); EXTRA_ARGS go to the ddp runs, not to the all-reduce runs, whose
 # mode comm refuses model and ddp options.
 #   sbatch jobs/scaling.sh            or   NP=4 bash jobs/scaling.sh
 #   NP=2 DEVICE=cpu SHAPE="--d-model 64 --d-ff 128 --num-layers 2 --num-heads 4" CONTEXTS=32 bash jobs/scaling.sh
@@ -65,13 +65,13 @@ for transport in $transports; do
     for np in ${RANKS//,/ }; do
       for kind in strong weak; do
         if [ $kind = strong ]; then batch=$STRONG_BATCH; else batch=$((WEAK_BATCH * np)); fi
-        $MPIRUN $MPIRUN_ARGS -np "$np" "$LLMHPC_BIN" --mode ddp --device "$DEVICE" --model "$MODELS" $SHAPE --context-length "$CONTEXTS" \
+        $MPIRUN $MPIRUN_ARGS $NP_OPTION "$np" "$LLMHPC_BIN" --mode ddp --device "$DEVICE" --model "$MODELS" $SHAPE --context-length "$CONTEXTS" \
           --batch-size "$batch" --precision "$PRECISIONS" --ddp "$STRATEGY" --bucket-mb "$BUCKET" --warmup "$WARMUP" \
           --steps "$STEPS" --out "$OUT/$kind-np$np$suffix" ${EXTRA_ARGS:-}
       done
     done
     if [ "$max_np" -gt 1 ]; then
-      $MPIRUN $MPIRUN_ARGS -np "$max_np" "$LLMHPC_BIN" --mode comm --device "$DEVICE" --collective allreduce --size "$COMM_SIZES" \
+      $MPIRUN $MPIRUN_ARGS $NP_OPTION "$max_np" "$LLMHPC_BIN" --mode comm --device "$DEVICE" --collective allreduce --size "$COMM_SIZES" \
         --out "$OUT/allreduce-np$max_np$suffix"
     fi
   )

@@ -7,7 +7,7 @@
 # job's) and the files it leaves: both rank files, the all-reduce run, ddp.md, report.md and
 # its PNG in results/<job name>-<job id>. Then jobs/train.sh stopped mid-run by SIGUSR1 as
 # Slurm sends it before a time limit (scancel --signal=USR1 --batch): its checkpoint and rank
-# files at one step, its report saying so. Then the same ddp job launched by srun --mpi=pmix
+# files at one step, its report saying so. Then the same ddp job, and comm.sh, launched by srun --mpi=pmix
 # where Slurm has PMIx. Every daemon is stopped by its pid and the folder removed, also on
 # failure. Needs root (daemons, and apt-get to install slurm-wlm and munge when missing):
 # otherwise skipped (exit 77) with the reason.
@@ -193,6 +193,12 @@ if srun --mpi=list 2>&1 | grep -q pmix; then
   dir=$tmp/results/llmhpc-ddp-bucketed-$id
   [ -f "$dir/rank00001.h5" ] && grep -q "^| bucketed |" "$dir/ddp.md" || fail "the srun-launched job left no 2-rank run"
   echo "ok   LAUNCH='srun --mpi=pmix': the same job, srun starting the ranks"
+  # comm.sh launches each rank count itself: with MPIRUN=srun, as srun -n N.
+  submit srun_comm jobs/comm.sh --export="ALL,MPIRUN=srun --mpi=pmix" ||
+    fail "MPIRUN='srun --mpi=pmix' sbatch --wait jobs/comm.sh: exit $? ($(cat "$tmp/srun_comm.sbatch.log"))"
+  id=$(cut -d';' -f1 "$tmp/srun_comm.id")
+  [ -f "$tmp/results/llmhpc-comm-$id/mpi-np2/rank00001.h5" ] || fail "the srun-launched comm job left no 2-rank run"
+  echo "ok   MPIRUN='srun --mpi=pmix': comm.sh, srun -n 2 starting the ranks"
 else
   echo "note srun --mpi=list has no pmix here: srun cannot start MPI ranks, mpirun (the default) does"
 fi
