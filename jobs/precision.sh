@@ -7,8 +7,7 @@
 # The seeds' mixed-precision questions: the accumulation experiment (1000 additions of 0.01 in
 # fp32, fp16, fp16 into fp32, bf16) on the device in use, and under bf16 the dtype of the
 # parameters, each layer's outputs, the logits, the loss and the gradients, beside autocast's
-# rules. The printed tables go to $OUT/precision.txt, the numbers to the rank files; no
-# report.md (analysis/ has no precision module for analysis/report.py).
+# rules. The numbers go to the rank files, the tables to $OUT/report.md (analysis/precision.py).
 #   sbatch jobs/precision.sh       or   DEVICE=cpu bash jobs/precision.sh
 # Variables (defaults): MODELS (small; one preset), PRECISIONS (bf16; one precision).
 set -euo pipefail
@@ -18,5 +17,5 @@ for r in "${LLMHPC_ROOT:-}" "${SLURM_SUBMIT_DIR:-}" "${SLURM_SUBMIT_DIR:-}/.." "
 source "$r/jobs/env.sh"
 MODELS=${MODELS:-small}
 PRECISIONS=${PRECISIONS:-bf16}
-mkdir -p "$OUT"
-llmhpc_run --mode precision --model "$MODELS" --precision "$PRECISIONS" --out "$OUT" | tee "$OUT/precision.txt"
+llmhpc_run --mode precision --model "$MODELS" --precision "$PRECISIONS" --out "$OUT"
+job_report

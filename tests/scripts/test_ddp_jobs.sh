@@ -83,7 +83,7 @@ done
 echo "ok   NP=0, -2, two: refused"
 
 # 3c. A job whose llmhpc refuses its input exits non-zero and leaves no empty folder or file
-# (attention.sh makes OUT before its runs, precision.sh tees into OUT).
+# (attention.sh makes OUT before its runs).
 for job in attention precision; do
   set +e
   MODELS=bogus HEAD_DIMS=bogus OUT_ROOT="$tmp/refused" bash "$ROOT/jobs/$job.sh" >"$tmp/refused.log" 2>&1

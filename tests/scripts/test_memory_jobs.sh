@@ -2,8 +2,8 @@
 # jobs/memory.sh and jobs/precision.sh on this machine without Slurm (2 ranks, CPU, tiny
 # model): memory writes the rank files, one memory_viz snapshot per configuration that
 # Python's pickle reads, and a report.md with the memory section and its timeline PNGs;
-# precision prints the seeds' accumulation numbers and, under its default bf16, the dtype table
-# into precision.txt.
+# precision leaves a report.md with the seeds' accumulation numbers and, under its default
+# bf16, the dtype table (analysis/precision.py, from the rank file).
 set -euo pipefail
 : "${LLMHPC_BIN:?set LLMHPC_BIN to the llmhpc binary}"
 export PYTHON=${LLMHPC_PYTHON:-python3}
@@ -32,7 +32,7 @@ grep -q "memory_tiny_T32_B4_fp32_naive_train-step.png" "$tmp/memory/report.md" |
 
 NP=2 DEVICE=cpu MODELS=tiny OUT=$tmp/precision bash "$ROOT/jobs/precision.sh" >"$tmp/precision.log" 2>&1 ||
   { cat "$tmp/precision.log"; fail "jobs/precision.sh failed"; }
-for v in 10.0001 9.9531 10.0021; do grep -q "$v" "$tmp/precision/precision.txt" || fail "precision.txt lacks $v"; done
-grep -Eq "^logits \(LM head output\) +bf16 +bf16" "$tmp/precision/precision.txt" ||
-  fail "precision.txt lacks the bf16 dtype table (its default, on the CPU too)"
+for v in 10.0001 9.9531 10.0021; do grep -q "| $v |" "$tmp/precision/report.md" || fail "report.md lacks $v"; done
+grep -q "^| logits (LM head output) | bf16 | bf16 | yes |" "$tmp/precision/report.md" ||
+  fail "report.md lacks the bf16 dtype table (its default, on the CPU too)"
 echo "memory and precision jobs: ok"

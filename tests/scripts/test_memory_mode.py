@@ -171,6 +171,19 @@ def precision_mode(tmp):
                 for k in ("logits (LM head output)", "attention q, k, v projections", "FFN block output (W2)"):
                     assert rows[k] == "bf16", f"{k}: {rows[k]}"
         assert "9.9531" in proc.stdout and "autocast" in proc.stdout, proc.stdout
+        # report.py's section (analysis/precision.py): the same tables from the rank file, the
+        # sums printed as the binary prints them
+        import precision
+        text = precision.report_section([out], os.path.join(tmp, "prec-section"))
+        tables = parse_markdown_tables(text)
+        assert len(tables) == 2, text
+        (acc_header, acc_rows), (dt_header, dt_rows) = tables
+        printed = [row[acc_header.index("As PyTorch prints it")] for row in acc_rows]
+        assert printed == ["10.0001", "9.9531", "10.0021", "4."], printed
+        for shown in printed:
+            assert f" {shown} " in proc.stdout, f"the binary does not print {shown}:\n{proc.stdout}"
+        assert dict((r[0], r[1]) for r in dt_rows) == rows, f"{prec}: the section's dtypes differ from the file"
+    assert precision.torch_print(3e-05) == "3.0000e-05" and precision.torch_print(4.6e9) == "4.6000e+09"
 
 
 def bad_input(tmp):
