@@ -245,7 +245,10 @@ void run(ModeContext& ctx) {
             write_snapshot_file(path, memory_snapshot(at_start, alloc.events(), memory_categories(), start_ms));
             r.attr("snapshot", path);
           }
-          if (r.status != "ok") opt.reset(), model.reset();  // traced: free what it held before the sweep checks
+          if (r.status != "ok") {  // traced; freed before the sweep checks that a failure left nothing
+            opt.reset();
+            model.reset();
+          }
         });
     opt.reset();
     model.reset();
