@@ -15,6 +15,7 @@ import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from bench import markdown_table  # noqa: E402
 from llmhpc_h5 import open_run  # noqa: E402
 
 
@@ -25,12 +26,6 @@ def torch_print(v: float) -> str:
         return f"{v:.4e}"
     text = f"{v:.4f}"
     return text.rstrip("0") if text.rstrip("0").endswith(".") else text
-
-
-def markdown_table(header: list, rows: list) -> str:
-    lines = ["| " + " | ".join(header) + " |", "| " + " | ".join("---" for _ in header) + " |"]
-    lines += ["| " + " | ".join(str(cell) for cell in row) + " |" for row in rows]
-    return "\n".join(lines)
 
 
 def accumulation_table(record) -> str:
