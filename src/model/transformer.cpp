@@ -40,20 +40,27 @@ const char* attention_name(AttentionKind k) { return k == AttentionKind::Flash ?
 struct TransformerLM::Activations {
   struct Layer {
     Buffer resid;       // (B,T,C) param dtype: the layer's input
-    Buffer ln1_rstd;    // (B*T): the norm of the layer input (its output is recomputed)
+    Buffer ln1_rstd;    // (B*T): the norm of the layer input
+    Buffer ln1_out;     // (B,T,C) compute: its output (MemoryPlan::Fast; LowMemory recomputes it)
     Buffer qkv;         // (B,T,3C) compute, after RoPE
     Buffer attn_saved;  // probabilities or logsumexp
     Buffer attn_out;    // (B,T,C) compute
     Buffer resid_mid;   // (B,T,C) param dtype: after the attention residual
     Buffer ln2_rstd;    // like ln1
+    Buffer ln2_out;     // like ln1_out
     Buffer h13;         // (B,T,2F) compute: [W1 x | W3 x]
   };
   std::vector<Layer> layers;
   Buffer resid_final, lnf_out, lnf_rstd, logits;
   Buffer branch_out;  // (B,T,C) compute: attention or FFN output before its residual add
-  // One norm output (B,T,C) and one SwiGLU product (B,T,F) for all layers: backward
-  // recomputes them from the saved norm inputs and h13.
+  // One SwiGLU product (B,T,F) for all layers, which backward recomputes from h13; under
+  // LowMemory also one norm output (B,T,C), which backward recomputes from the saved norm
+  // inputs and statistics.
   Buffer norm_out, gated;
+  // The norm outputs the products read: the layer's own, or the shared one (LowMemory).
+  Tensor ln1_out(int64_t l) const { return pick(layers[size_t(l)].ln1_out); }
+  Tensor ln2_out(int64_t l) const { return pick(layers[size_t(l)].ln2_out); }
+  Tensor pick(const Buffer& kept) const { return kept.empty() ? norm_out.tensor() : kept.tensor(); }
   // Backward scratch, allocated as backward begins.
   Buffer d_resid, d_branch, d_norm, d_qkv, d_attn, d_h13, d_gated;
 };
@@ -293,7 +300,7 @@ TransformerLM::Activations& TransformerLM::take_activations() {
     const DType cd = compute_dtype(precision_);
     const int64_t B = batch_, T = seq_, C = config_.d_model, F = config_.d_ff;
     act->layers.resize(size_t(config_.num_layers));
-    act->norm_out = Buffer(a, cd, {B, T, C}, "activations.norm_out");
+    if (memory_ == MemoryPlan::LowMemory) act->norm_out = Buffer(a, cd, {B, T, C}, "activations.norm_out");
     act->branch_out = Buffer(a, cd, {B, T, C}, "activations.branch_out");
     act->gated = Buffer(a, cd, {B, T, F}, "activations.ffn.gated");
     act_ = std::move(act);
@@ -312,12 +319,14 @@ void TransformerLM::take_layer_activations(int64_t l) {
   const std::string p = "activations.layers." + std::to_string(l) + ".";
   L.resid = Buffer(a, pd, {B, T, C}, p + "resid");
   L.ln1_rstd = Buffer(a, sd, {N}, p + "ln1.rstd");
+  if (memory_ == MemoryPlan::Fast) L.ln1_out = Buffer(a, cd, {B, T, C}, p + "ln1.out");
   L.qkv = Buffer(a, cd, {B, T, 3 * C}, p + "attn.qkv");
   L.attn_saved =
       Buffer(a, saved.dtype, saved.shape, p + (attention_ == AttentionKind::Naive ? "attn.probs" : "attn.logsumexp"));
   L.attn_out = Buffer(a, cd, {B, T, C}, p + "attn.out");
   L.resid_mid = Buffer(a, pd, {B, T, C}, p + "resid_mid");
   L.ln2_rstd = Buffer(a, sd, {N}, p + "ln2.rstd");
+  if (memory_ == MemoryPlan::Fast) L.ln2_out = Buffer(a, cd, {B, T, C}, p + "ln2.out");
   L.h13 = Buffer(a, cd, {B, T, 2 * F}, p + "ffn.h13");
 }
 
@@ -351,18 +360,19 @@ void TransformerLM::forward() {
   take_layer_activations(0);
   ops_.embedding_forward(A.layers[0].resid, tokens_, param("token_embeddings.weight"));
   need_parameters(layout_.layer_range(0).first, layout_.layer_range(0).second);
-  ops_.rmsnorm_forward(A.norm_out, A.layers[0].ln1_rstd, A.layers[0].resid, param("layers.0.ln1.weight"));
+  ops_.rmsnorm_forward(A.ln1_out(0), A.layers[0].ln1_rstd, A.layers[0].resid, param("layers.0.ln1.weight"));
   for (int64_t l = 0; l < L; ++l) {
     NvtxRange layer_range("layer " + std::to_string(l));
     const std::string p = "layers." + std::to_string(l) + ".";
     Activations::Layer& X = A.layers[l];
     if (casts_per_layer()) cast_into(layer_window_, layout_.layer_range(int(l)));
-    ops_.linear_forward(X.qkv, A.norm_out, weight_rows(p + "attn.q_proj.weight", 3 * C));
+    ops_.linear_forward(X.qkv, A.ln1_out(l), weight_rows(p + "attn.q_proj.weight", 3 * C));
     ops_.rope_forward(X.qkv, H, config_.rope_theta);
     ops_.attention_forward(X.attn_out, X.attn_saved, X.qkv, dims);
     ops_.linear_forward(A.branch_out, X.attn_out, weight(p + "attn.output_proj.weight"));
-    ops_.residual_rmsnorm_forward(X.resid_mid, A.norm_out, X.ln2_rstd, X.resid, A.branch_out, param(p + "ln2.weight"));
-    ops_.linear_forward(X.h13, A.norm_out, weight_rows(p + "ffn.w1.weight", 2 * F));
+    ops_.residual_rmsnorm_forward(X.resid_mid, A.ln2_out(l), X.ln2_rstd, X.resid, A.branch_out,
+                                  param(p + "ln2.weight"));
+    ops_.linear_forward(X.h13, A.ln2_out(l), weight_rows(p + "ffn.w1.weight", 2 * F));
     ops_.swiglu_forward(A.gated, X.h13);
     ops_.linear_forward(A.branch_out, A.gated, weight(p + "ffn.w2.weight"));
     const bool last = l + 1 == L;
@@ -372,7 +382,7 @@ void TransformerLM::forward() {
     if (last) take_head_activations();
     else take_layer_activations(l + 1);
     ops_.residual_rmsnorm_forward(
-        last ? A.resid_final : A.layers[l + 1].resid, last ? A.lnf_out.tensor() : A.norm_out.tensor(),
+        last ? A.resid_final : A.layers[l + 1].resid, last ? A.lnf_out.tensor() : A.ln1_out(l + 1),
         last ? A.lnf_rstd : A.layers[l + 1].ln1_rstd, X.resid_mid, A.branch_out, param(next_norm));
   }
   if (casts_per_layer()) {
@@ -474,8 +484,8 @@ void TransformerLM::backward(GradientListener* listener, bool accumulate) {
     ops_.linear_backward(A.d_gated, Tensor(), dy, Tensor(), weight(p + "ffn.w2.weight"), accumulate);
     ops_.swiglu_backward(A.d_h13, A.gated, A.d_gated, X.h13);
     ops_.linear_backward(Tensor(), grad(p + "ffn.w2.weight"), dy, A.gated, weight(p + "ffn.w2.weight"), accumulate);
-    ops_.rmsnorm_forward(A.norm_out, X.ln2_rstd, X.resid_mid, param(p + "ln2.weight"));
-    ops_.linear_backward(A.d_norm, grad_rows(p + "ffn.w1.weight", 2 * F), A.d_h13, A.norm_out,
+    if (X.ln2_out.empty()) ops_.rmsnorm_forward(A.norm_out, X.ln2_rstd, X.resid_mid, param(p + "ln2.weight"));
+    ops_.linear_backward(A.d_norm, grad_rows(p + "ffn.w1.weight", 2 * F), A.d_h13, A.ln2_out(l),
                          weight_rows(p + "ffn.w1.weight", 2 * F), accumulate);
     ops_.rmsnorm_backward(A.d_resid, grad(p + "ln2.weight"), A.d_norm, X.resid_mid, param(p + "ln2.weight"), X.ln2_rstd,
                           accumulate, dy_copy);
@@ -484,8 +494,8 @@ void TransformerLM::backward(GradientListener* listener, bool accumulate) {
                          weight(p + "attn.output_proj.weight"), accumulate);
     ops_.attention_backward(A.d_qkv, A.d_attn, X.attn_out, X.attn_saved, X.qkv, dims);
     ops_.rope_backward(A.d_qkv, H, config_.rope_theta);
-    ops_.rmsnorm_forward(A.norm_out, X.ln1_rstd, X.resid, param(p + "ln1.weight"));
-    ops_.linear_backward(A.d_norm, grad_rows(p + "attn.q_proj.weight", 3 * C), A.d_qkv, A.norm_out,
+    if (X.ln1_out.empty()) ops_.rmsnorm_forward(A.norm_out, X.ln1_rstd, X.resid, param(p + "ln1.weight"));
+    ops_.linear_backward(A.d_norm, grad_rows(p + "attn.q_proj.weight", 3 * C), A.d_qkv, A.ln1_out(l),
                          weight_rows(p + "attn.q_proj.weight", 3 * C), accumulate);
     ops_.rmsnorm_backward(A.d_resid, grad(p + "ln1.weight"), A.d_norm, X.resid, param(p + "ln1.weight"), X.ln1_rstd,
                           accumulate, l > 0 ? dy_copy : Tensor());  // the embedding reads d_resid

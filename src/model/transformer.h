@@ -26,11 +26,12 @@ DType compute_dtype(Precision p);  // matrix-product operands and outputs
 AttentionKind parse_attention(const std::string& text);  // naive | flash
 const char* attention_name(AttentionKind k);
 
-// How the model trades time for memory. Both plans recompute in backward what costs one pass
-// over memory (the norm outputs, the SwiGLU product); torch.compile decides that per graph
-// (in fp32 at medium size it keeps the norm outputs).
-// LowMemory, under bf16, also casts each layer's weights when forward or backward reaches it
-// instead of keeping a bf16 copy of all weights. Results are bitwise the same.
+// How the model trades time for memory. Both plans recompute the SwiGLU product in backward
+// (in the pass over h13 its backward makes anyway). Fast keeps each layer's two norm outputs
+// for backward's weight gradients, as PyTorch's autograd does; LowMemory recomputes them (one
+// more pass over the residual stream per norm) and, under bf16, casts each layer's weights
+// when forward or backward reaches it instead of keeping a bf16 copy of all weights. Results
+// are bitwise the same.
 enum class MemoryPlan { Fast, LowMemory };
 
 // Where backward writes the parameter gradients. Whole: one flat buffer of every gradient,

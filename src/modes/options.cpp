@@ -42,9 +42,10 @@ void add_precision_options(po::options_description& desc, bool lists) {
                      ("fp32 | bf16 (autocast-style mixed precision) | fp64 (CPU reference)" + list).c_str())(
       "attention", text("naive"), ("naive | flash" + list).c_str())(
       "low-memory", po::bool_switch(),
-      "bf16: cast each layer's weights when forward or backward reaches it instead of keeping a bf16 "
-      "copy of all weights (2 bytes per parameter less: 2.7B -6.2 GiB), a few percent slower, bitwise "
-      "the same results");
+      "recompute each layer's norm outputs in backward instead of keeping them and, under bf16, cast "
+      "each layer's weights when forward or backward reaches it instead of keeping a bf16 copy of all "
+      "weights (2 bytes per parameter less: 2.7B -6.2 GiB); a few percent slower, bitwise the same "
+      "results");
 }
 
 MemoryPlan memory_plan(const po::variables_map& vm) {
