@@ -14,8 +14,8 @@
 #   PYTHON       the Python that runs analysis/ (default python3)
 #   MPIRUN       the MPI launcher (default mpirun; "srun --mpi=pmix" where Slurm has PMIx)
 #   MPIRUN_ARGS  its options (default for mpirun: --bind-to none; Open MPI binds each of at most
-#                2 ranks to one core, and a rank's host-side work, such as initialising xl's
-#                2 billion parameters, then takes a minute instead of seconds)
+#                2 ranks to one core, and a rank's host-side work, such as the CPU backend's
+#                ops, then runs on that core alone)
 #   LAUNCH       the whole launch prefix of llmhpc (default "$MPIRUN $MPIRUN_ARGS $NP_OPTION $NP",
 #                NP_OPTION being srun's -n or mpirun's -np); comm.sh and scaling.sh start each rank
 #                count N as $MPIRUN $MPIRUN_ARGS $NP_OPTION N instead

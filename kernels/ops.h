@@ -187,6 +187,10 @@ class Ops {
   virtual void convert(Tensor dst, Tensor src) = 0;
   // x *= factor, in place.
   virtual void scale(Tensor x, double factor) = 0;
+  // dst[i] = std * random_normal(seed, stream, i, bound) (src/core/random.h: a standard normal
+  // value truncated to +-bound), rounded to dst's dtype: bitwise the same on every backend, so
+  // a model initialised on a GPU (in milliseconds) holds the CPU reference's weights.
+  virtual void random_normal(Tensor dst, uint64_t seed, uint64_t stream, double std, double bound) = 0;
 
   // The accumulation experiment of mixed precision: out (4) fp32 receives the sums of `n`
   // sequential additions of `value`, each rounded to the sum's type as PyTorch's `s += x`

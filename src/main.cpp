@@ -105,9 +105,8 @@ BackendOptions choose_device(const Runtime& rt, const po::variables_map& vm) {
 // CPU threads: --threads, else OMP_NUM_THREADS, else this rank's share of the CPUs it may run
 // on (Runtime::cpu_share: a rank the launcher bound to one core gets one thread, not one per
 // core of the host taking turns on it). Rank 0 says so when the binding leaves it a quarter of
-// its share of the host or less: host-side work (initialising 2.7B's parameters takes about a
-// minute on one core, seconds on 16; the CPU backend) then crawls, and mpirun --bind-to none
-// (as jobs/ launch) lifts it. Collective over the node.
+// its share of the host or less: host-side work (the CPU backend's ops, checking a token file)
+// then crawls, and mpirun --bind-to none (as jobs/ launch) lifts it. Collective over the node.
 // Returns the CPUs this rank may run on.
 int set_threads(const Runtime& rt, const po::variables_map& vm) {
   int allowed = 0;
@@ -124,8 +123,8 @@ int set_threads(const Runtime& rt, const po::variables_map& vm) {
   if (rt.is_root() && asked == 0 && int64_t(share) * 4 <= fair)
     std::fprintf(stderr,
                  "llmhpc: note: rank 0 may run on %d of this host's %lld CPUs (its launcher bound it; Open MPI "
-                 "binds each rank to one core when it starts at most 2), so host-side work such as initialising "
-                 "the parameters runs on those alone; launch with mpirun --bind-to none to use %lld\n",
+                 "binds each rank to one core when it starts at most 2), so host-side work such as the CPU "
+                 "backend's ops runs on those alone; launch with mpirun --bind-to none to use %lld\n",
                  allowed, (long long)cores, (long long)fair);
   omp_set_num_threads(n);
   openblas_set_num_threads(n);

@@ -376,6 +376,10 @@ class CpuOps final : public Ops {
       for (int64_t i = 0; i < n; ++i) p[i] = E(p[i] * factor);
     });
   }
+  void random_normal(Tensor dst, uint64_t seed, uint64_t stream, double std, double bound) override {
+    expect(dst.dtype != DType::I32, "random_normal", "needs a floating-point tensor");
+    cpu::random_normal(dst.data, dst.dtype, dst.numel(), seed, stream, std, bound);
+  }
   void accumulation_experiment(Tensor out, double value, int64_t n) override {
     expect(out.numel() == 4 && out.dtype == DType::F32, "accumulation_experiment", "out must be 4 fp32");
     const float x32 = float(value), x16 = half_bits_to_float(float_to_half_bits(x32)), xb = round_to_bf16(x32);

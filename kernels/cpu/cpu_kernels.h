@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "src/core/check.h"
+#include "src/core/dtype.h"
 
 namespace llmhpc::cpu {
 
@@ -284,5 +285,10 @@ void adamw_step(T* p, const T* g, T* m, T* v, int64_t n, double lr, double beta1
     p[i] -= step_size * (m[i] / denom);
   }
 }
+
+// ---- random values -----------------------------------------------------------------------
+// Ops::random_normal into n elements of dtype t (random_fill.cpp: compiled without fused
+// multiply-adds, so the values are the CUDA kernel's bitwise).
+void random_normal(void* dst, DType t, int64_t n, uint64_t seed, uint64_t stream, double std, double bound);
 
 }  // namespace llmhpc::cpu

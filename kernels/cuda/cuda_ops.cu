@@ -247,6 +247,10 @@ void CudaOps::convert(Tensor dst, Tensor src) {
 
 void CudaOps::scale(Tensor x, double factor) { cuda::scale(x, factor, stream_); }
 
+void CudaOps::random_normal(Tensor dst, uint64_t seed, uint64_t stream, double std, double bound) {
+  cuda::random_normal(dst, seed, stream, std, bound, stream_);
+}
+
 void CudaOps::accumulation_experiment(Tensor out, double value, int64_t n) {
   expect(out.numel() == 4 && out.dtype == DType::F32, "accumulation_experiment", "out must be 4 fp32");
   cuda::accumulation_experiment(out.ptr<float>(), value, n, stream_);

@@ -33,6 +33,7 @@ class CudaOps final : public Ops {
                   const std::vector<AdamWSlice>& slices, const AdamWHyper& h, int64_t step) override;
   void convert(Tensor dst, Tensor src) override;
   void scale(Tensor x, double factor) override;
+  void random_normal(Tensor dst, uint64_t seed, uint64_t stream, double std, double bound) override;
   void accumulation_experiment(Tensor out, double value, int64_t n) override;
   std::vector<std::pair<std::string, std::string>> attention_variant(const AttentionDims& d,
                                                                      DType compute) const override;

@@ -1,10 +1,11 @@
-// Elementwise kernels: embedding lookup, RoPE, SwiGLU, dtype conversion and scaling.
-// All are memory-bound: each moves its tensors once, with vector accesses where the
-// shapes and pointers allow.
+// Elementwise kernels: embedding lookup, RoPE, SwiGLU, dtype conversion, scaling and
+// counter-based normal values. All but the last are memory-bound: each moves its tensors
+// once, with vector accesses where the shapes and pointers allow.
 #include <cstdint>
 
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/kernels.h"
+#include "src/core/random.h"
 
 namespace llmhpc::cuda {
 namespace {
@@ -124,6 +125,13 @@ __global__ void scale_kernel(E* x, float factor, int64_t n) {
   for (int64_t i = grid_index(); i < n; i += grid_stride()) x[i] = from_float<E>(to_float(x[i]) * factor);
 }
 
+// Rounded to the storage type as the host's store_from_double: to fp32 first, bf16 from that.
+template <class E>
+__global__ void random_normal_kernel(E* dst, int64_t n, uint64_t seed, uint64_t stream, double std, double bound) {
+  for (int64_t i = grid_index(); i < n; i += grid_stride())
+    dst[i] = from_float<E>(__double2float_rn(exact::mul(std, llmhpc::random_normal(seed, stream, uint64_t(i), bound))));
+}
+
 }  // namespace
 
 void embedding_forward(Tensor out, Tensor tokens, Tensor wte, int64_t N, int64_t C, cudaStream_t stream) {
@@ -215,6 +223,16 @@ void convert(Tensor dst, Tensor src, cudaStream_t stream) {
       else convert_kernel<D, S, 1><<<blocks_for(n, kThreads), kThreads, 0, stream>>>(dst.ptr<D>(), src.ptr<S>(), n);
       CUDA_CHECK_LAUNCH();
     });
+  });
+}
+
+void random_normal(Tensor dst, uint64_t seed, uint64_t stream, double std, double bound, cudaStream_t cuda_stream) {
+  if (dst.numel() == 0) return;
+  dispatch_float("random_normal", dst.dtype, [&](auto e) {
+    using E = decltype(e);
+    random_normal_kernel<<<blocks_for(dst.numel(), kThreads), kThreads, 0, cuda_stream>>>(dst.ptr<E>(), dst.numel(),
+                                                                                          seed, stream, std, bound);
+    CUDA_CHECK_LAUNCH();
   });
 }
 

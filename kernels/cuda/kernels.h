@@ -55,6 +55,8 @@ void adamw_step(Tensor param, Tensor grad, Tensor m, Tensor v, Tensor param_lowp
 // dst = src elementwise (fp32 <-> bf16, or a copy); x *= factor.
 void convert(Tensor dst, Tensor src, cudaStream_t stream);
 void scale(Tensor x, double factor, cudaStream_t stream);
+// Ops::random_normal.
+void random_normal(Tensor dst, uint64_t seed, uint64_t stream, double std, double bound, cudaStream_t cuda_stream);
 
 // The accumulation experiment (Ops::accumulation_experiment): one thread, the device's own
 // fp16 and bf16 conversions; out (4) fp32.

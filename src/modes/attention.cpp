@@ -8,8 +8,8 @@
 // goes on. Records: /attention/<label>, one per configuration, on every rank.
 #include <algorithm>
 #include <cmath>
+#include <limits>
 
-#include "src/core/random.h"
 #include "src/core/stats.h"
 #include "src/core/units.h"
 #include "src/modes/options.h"
@@ -97,21 +97,6 @@ void validate(const po::variables_map& vm) {
   sweep(vm);
 }
 
-// Normal(0, 1) values (counter-based: the same on every rank and device) in `t`'s dtype.
-void fill_random(Device& dev, const Tensor& t, uint64_t seed, uint64_t stream) {
-  const int64_t n = t.numel();
-  std::vector<unsigned char> host(t.bytes());
-  const double two_pi = 6.283185307179586;
-#pragma omp parallel for
-  for (int64_t i = 0; i < n; ++i) {
-    const double u1 = random_uniform(seed, stream, 2 * uint64_t(i)),
-                 u2 = random_uniform(seed, stream, 2 * uint64_t(i) + 1);
-    const double z = std::sqrt(-2.0 * std::log(u1)) * std::cos(two_pi * u2);
-    store_from_double(host.data(), size_t(i), t.dtype, z);
-  }
-  dev.copy_to_device(t.data, host.data(), host.size());
-}
-
 struct Samples {
   std::vector<double> forward, backward, total;
   void record(Record& r, const std::string& prefix) const {
@@ -191,8 +176,10 @@ void run(ModeContext& ctx) {
           Buffer out(alloc, cd, {B, T, HD}, "attention.out"), dqkv(alloc, cd, {B, T, 3 * HD}, "attention.dqkv");
           Buffer saved(alloc, spec.dtype, spec.shape,
                        c.impl == AttentionKind::Flash ? "attention.logsumexp" : "attention.probs");
-          fill_random(dev, qkv, seed, 1);
-          fill_random(dev, dout, seed, 2);
+          // Normal(0, 1) values, counter-based: the same on every rank and device.
+          const double unbounded = std::numeric_limits<double>::infinity();
+          ops.random_normal(qkv, seed, 1, 1.0, unbounded);
+          ops.random_normal(dout, seed, 2, 1.0, unbounded);
           for (int64_t k = 0; k < warmup; ++k) timed_iteration(ops, *timer, d, qkv, out, saved, dout, dqkv, warm);
           for (int64_t k = 0; k < iters; ++k) timed_iteration(ops, *timer, d, qkv, out, saved, dout, dqkv, timed);
           timed.record(rec, "");

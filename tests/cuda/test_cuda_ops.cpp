@@ -2,6 +2,8 @@
 // same (fresh random) inputs. fp32 results must agree to ~1e-5 of the largest reference
 // value; bf16 results within bounds built from bf16's unit roundoff (cuda_test_util.h).
 // Outputs the op overwrites start as NaN on the GPU, so a skipped element fails.
+#include <limits>
+
 #include "kernels/cuda/cuda_device.h"
 #include "kernels/cuda/gemm.h"
 #include "tests/cuda/cuda_test_util.h"
@@ -396,6 +398,30 @@ TEST_F(CudaOps, ConvertRoundsToNearestEvenAndScale) {
     gpu().scale(y.gpu, 0.37);
     EXPECT_LE(error(y), tol(dt, bf16_bound(1))) << dtype_name(dt) << ", " << seed_note();
   }
+}
+
+// Initialisation and random inputs (Ops::random_normal): bitwise the CPU backend's values in
+// fp32 and bf16, truncated and not, into a slice that starts inside its buffer (a parameter
+// of the flat buffer), the element before it untouched.
+TEST_F(CudaOps, RandomNormalIsTheCpusBitwise) {
+  const int64_t n = int64_t(1) << 20;
+  for (DType dt : {F32, BF16})
+    for (double bound : {3.0, std::numeric_limits<double>::infinity()}) {
+      Twin x = poisoned({n + 1}, dt, dt);
+      cpu().random_normal(x.cpu.slice(1, {n}), 7, 5, 0.02, bound);
+      gpu().random_normal(x.gpu.slice(1, {n}), 7, 5, 0.02, bound);
+      const std::vector<double> g = gpu_values(x), c = cpu_values(x);
+      const std::string what = std::string(dtype_name(dt)) + ", bound " + std::to_string(bound);
+      const double slack = dt == BF16 ? 1.0 / 128 : 1e-6;  // a value at the bound, rounded up
+      EXPECT_TRUE(std::isnan(g[0])) << what << ": wrote before its slice";
+      int64_t beyond = 0;
+      for (int64_t i = 1; i <= n; ++i) {
+        ASSERT_EQ(g[i], c[i]) << "element " << i - 1 << ", " << what;
+        beyond += std::fabs(g[i]) > 3 * 0.02 * (1 + slack);
+      }
+      if (bound == 3.0) EXPECT_EQ(beyond, 0) << what;
+      else EXPECT_GT(beyond, 1000) << what << ": a normal exceeds 3 sigma 0.27% of the time";
+    }
 }
 
 TEST_F(CudaOps, UnsupportedDtypeIsAUsageError) {

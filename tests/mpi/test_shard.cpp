@@ -37,6 +37,10 @@ namespace {
 
 constexpr int kSteps = 10;
 constexpr double kReorderTolerance = 1e-6;  // relative: sums of the same gradients in another order
+// The same under bf16: a reordered sum's last bit can tip the rounding of one weight's bf16
+// copy (2^-8 of it), which the later steps carry on (4.5e-5 in the weights, 4e-4 in the losses
+// at 4 ranks); a shard that missed its updates would be off by about 10 steps x lr = 3e-2.
+constexpr double kBf16ReorderTolerance = 2e-3;
 
 struct Case {
   CommBackend backend;
@@ -140,11 +144,12 @@ class ShardTest : public ::testing::TestWithParam<Case> {
 
   // `got` against `want` (every rank's own): bitwise where the case says so, else within the
   // reordering tolerance. Collective; says which held.
-  void expect_same(const std::vector<float>& got, const std::vector<float>& want, const std::string& what) {
+  void expect_same(const std::vector<float>& got, const std::vector<float>& want, const std::string& what,
+                   double tolerance = kReorderTolerance) {
     const bool bitwise = bitwise_on_every_rank(got, want);
     const double err = max_over_ranks(rel_error(got, want));
     if (GetParam().bitwise()) EXPECT_TRUE(bitwise) << what << ": relative error " << err;
-    else EXPECT_LE(err, kReorderTolerance) << what;
+    else EXPECT_LE(err, tolerance) << what;
     if (world_rank() == 0)
       std::printf("    %s on %d rank(s): %s\n", what.c_str(), world_size(),
                   bitwise ? "bitwise" : ("relative error " + fmt_error(err)).c_str());
@@ -390,9 +395,10 @@ TEST_P(ShardTest, Bf16TenStepsGiveTheUnshardedWeights) {
     sharded.share_copy = share_copy;
     const std::string what = share_copy ? " (bf16 copy shared)" : " (masters shared)";
     const Training got = train_transformer(*env_, &sharded, kSteps, Precision::BF16);
-    expect_same(got.params, want.params, "bf16 weights after 10 steps" + what);
+    expect_same(got.params, want.params, "bf16 weights after 10 steps" + what, kBf16ReorderTolerance);
     expect_same(std::vector<float>(got.losses.begin(), got.losses.end()),
-                std::vector<float>(want.losses.begin(), want.losses.end()), "bf16 losses" + what);
+                std::vector<float>(want.losses.begin(), want.losses.end()), "bf16 losses" + what,
+                kBf16ReorderTolerance);
     EXPECT_TRUE(same_on_every_rank(got.params)) << "ranks differ" << what;
     // What travels after the step: every element's master (4 bytes: what the gradients
     // covered), or its bf16 copy (2) and the masters of the full-precision ranges once more.
