@@ -423,7 +423,7 @@ flash::FlashParams placeholder_params(DType dt, int64_t B, int64_t T, int64_t H,
 // every shape (auto takes it on long sequences whose grid fills the GPU): head dims 32, 64, 96
 // and 128, padded ones (120, 40, and 80 in 96), several key tiles of 128 and query tiles of 64
 // and 128, partial tiles. Its dQ is not bitwise repeatable, so only the accuracy rule (on a
-// NaN-filled accumulator the launcher must zero).
+// NaN-filled accumulator the delta kernel must zero).
 TEST_F(FlashAttnGpu, FusedBackward) {
   FlashSettings fused = flash::flash_settings();
   fused.bwd = FlashBwd::Fused;
@@ -494,11 +494,13 @@ TEST_F(FlashAttnGpu, VariantNamesWhatRuns) {
   EXPECT_EQ(v.fwd.impl, FlashImpl::Simt);
   EXPECT_EQ(v.dq_sum, DqSum::Ordered);
   // Auto's forward rows: 128 where the grid of 128-row tiles has two CTAs per SM (causal) or one,
-  // above head dim 32.
+  // above head dim 16.
   const int64_t sms = flash::sm_count();
   EXPECT_EQ(variant(DType::BF16, sms, 128, 1, 64, autos).fwd.rows, 64);
   EXPECT_EQ(variant(DType::BF16, 2 * sms, 128, 1, 64, autos).fwd.rows, 128);
-  EXPECT_EQ(variant(DType::BF16, 2 * sms, 128, 1, 32, autos).fwd.rows, 64);  // narrow heads: always 64
+  EXPECT_EQ(variant(DType::BF16, 2 * sms, 128, 1, 32, autos).fwd.rows, 128);
+  EXPECT_EQ(variant(DType::BF16, sms, 128, 1, 24, autos).fwd.rows, 64);
+  EXPECT_EQ(variant(DType::BF16, 2 * sms, 128, 1, 16, autos).fwd.rows, 64);  // head dim 16: always 64
   EXPECT_EQ(flash::flash_variant(placeholder_params(DType::BF16, sms, 128, 1, 64, false, autos)).fwd.rows, 128);
   // Forced rows: two m tiles wherever they are compiled (the backward's at head dim 64 only).
   FlashSettings rows = autos;

@@ -224,6 +224,7 @@ void set_packed_backward(FlashParams& p, const void* dout, void* dqkv, void* scr
   float* accum = reinterpret_cast<float*>(after_delta);
   int* turns = reinterpret_cast<int*>(after_delta + align16(plan_floats(c) * sizeof(float)));
   p.dq_atomic = c.dq_atomic;
+  p.dq_atomic_floats = c.dq_accum_floats;
   if (c.dq_atomic) p.dq_accum = accum;
   p.kv_chunk = c.kv_chunk, p.q_chunk = c.q_chunk;
   p.kv_accum = c.kv_chunk ? accum : nullptr;
@@ -277,10 +278,11 @@ const char* flash_impl_name(FlashImpl impl) {
 }
 
 void launch_bwd_delta(const FlashParams& p, cudaStream_t stream) {
-  constexpr int kThreads = 256, kRowsPerBlock = kThreads / 16;
-  const dim3 grid(unsigned((p.seq * p.heads + kRowsPerBlock - 1) / kRowsPerBlock), unsigned(p.batch));
-  launch_kernel(p.dtype == DType::F32 ? flash_bwd_delta_kernel<float> : flash_bwd_delta_kernel<bf16>, grid, kThreads, 0,
-                stream, p);
+  constexpr int kThreads = 256;
+  const bool f32 = p.dtype == DType::F32;
+  const int rows_per_block = kThreads / (f32 ? delta_lanes<float>(p.head_dim) : delta_lanes<bf16>(p.head_dim));
+  const dim3 grid(unsigned((p.seq * p.heads + rows_per_block - 1) / rows_per_block), unsigned(p.batch));
+  launch_kernel(f32 ? flash_bwd_delta_kernel<float> : flash_bwd_delta_kernel<bf16>, grid, kThreads, 0, stream, p);
 }
 
 void flash_attention_forward(const FlashParams& p, cudaStream_t stream) {

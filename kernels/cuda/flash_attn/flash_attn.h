@@ -89,10 +89,11 @@ struct FlashParams {
   float* delta = nullptr;  // scratch (B,H,T) fp32: flash_backward_scratch_bytes()
   // Scratch of the fused dQ, null where there is none (LLMHPC_FLASH_BWD=split): CUDA cores: an
   // fp32 accumulator (B*H, dq_accum_rows, padded head dim) and per query tile counters
-  // (B*H, dq_counter_stride); tensor cores (dq_atomic): an fp32 accumulator of (B*H, query
-  // tiles of 32) tiles of 32 x padded head dim in fragment order (flash_bwd_kernel.cuh's
-  // dq_share), zeroed by the launcher.
+  // (B*H, dq_counter_stride); tensor cores (dq_atomic): an fp32 accumulator of dq_atomic_floats,
+  // (B*H, query tiles) tiles of query tile x fused head dim in fragment order
+  // (flash_bwd_kernel.cuh's dq_share), zeroed by the delta kernel.
   bool dq_atomic = false;
+  int64_t dq_atomic_floats = 0;
   float* dq_accum = nullptr;
   int* dq_counters = nullptr;
   int dq_accum_rows = 0, dq_counter_stride = 0;

@@ -17,34 +17,40 @@
 
 namespace llmhpc::flash {
 
-// Four elements of a row as floats: one 16-byte (fp32) or 8-byte (bf16) load.
-__device__ __forceinline__ float4 load4(const float* p) { return *reinterpret_cast<const float4*>(p); }
-__device__ __forceinline__ float4 load4(const bf16* p) {
-  const uint2 u = *reinterpret_cast<const uint2*>(p);
-  const bf16* e = reinterpret_cast<const bf16*>(&u);
-  return make_float4(to_float(e[0]), to_float(e[1]), to_float(e[2]), to_float(e[3]));
+// The dot product of eight (bf16) or four (fp32) elements of two rows: one 16-byte load each.
+__device__ __forceinline__ float dot16(const float* a, const float* b) {
+  const float4 x = *reinterpret_cast<const float4*>(a), y = *reinterpret_cast<const float4*>(b);
+  return x.x * y.x + x.y * y.y + x.z * y.z + x.w * y.w;
+}
+__device__ __forceinline__ float dot16(const bf16* a, const bf16* b) {
+  const uint4 u = *reinterpret_cast<const uint4*>(a), v = *reinterpret_cast<const uint4*>(b);
+  const uint32_t x[4] = {u.x, u.y, u.z, u.w}, y[4] = {v.x, v.y, v.z, v.w};
+  float sum = 0.f;
+#pragma unroll
+  for (int i = 0; i < 8; ++i) sum += bf16_half(x[i / 2], i % 2) * bf16_half(y[i / 2], i % 2);
+  return sum;
+}
+// Elements of E per 16-byte load, and the lanes the delta kernel gives a row: the fewest (a
+// power of two, at most 32) whose loads cover the head dim.
+template <class E>
+constexpr int kDeltaVec = int(16 / sizeof(E));
+template <class E>
+__host__ __device__ inline int delta_lanes(int head_dim) {
+  int lanes = 1;
+  while (lanes < 32 && lanes * kDeltaVec<E> < head_dim) lanes *= 2;
+  return lanes;
 }
 
-// Purpose: delta (B,H,T) = rowsum(dO * O) in fp32, the term that replaces the row sums of
-// dP P in the softmax backward; also zeroes the turn counters of the CUDA-core fused dQ
-// (p.dq_counters) and of the tensor-core chunks (p.kv_turns, p.q_turns), when set, which saves
-// the backward a memset. Grid: (row blocks, B); the rows (t, h) of one batch
-// entry, so that 32-bit index arithmetic suffices. Algorithm: 16 lanes (a half-warp) per row,
-// four elements per load (lane l reads d = 4 l + 64 i: a half-warp reads 256 contiguous fp32
-// bytes); element by element where rows are not aligned to four elements.
-template <class E>
-__global__ void flash_bwd_delta_kernel(const FlashParams p) {
-  constexpr int kLanes = 16;
+// The rows of delta_kernel, kLanes lanes each: a warp takes 32 / kLanes rows per step; lane l
+// reads elements kVec l + kVec kLanes i of a row (16 bytes at once where vec), then the row's
+// lanes sum by shuffles.
+template <class E, int kLanes>
+__device__ __forceinline__ void delta_rows(const FlashParams& p, bool vec) {
+  constexpr int kVec = kDeltaVec<E>, kRowsPerWarp = 32 / kLanes;
   const int rows = p.seq * p.heads, lane = threadIdx.x % kLanes, b = int(blockIdx.y);
-  constexpr int kAlign = 4 * sizeof(E);
-  const bool vec = p.head_dim % 4 == 0 && reinterpret_cast<uintptr_t>(p.o) % kAlign == 0 &&
-                   reinterpret_cast<uintptr_t>(p.dout) % kAlign == 0 && p.o_strides.batch % 4 == 0 &&
-                   p.o_strides.row % 4 == 0 && p.o_strides.head % 4 == 0 && p.dout_strides.batch % 4 == 0 &&
-                   p.dout_strides.row % 4 == 0 && p.dout_strides.head % 4 == 0;
-  // A warp takes two rows per step, so both halves run the loop (and its shuffles) alike.
   const int warps = int(gridDim.x) * int(blockDim.x / 32);
-  for (int w = int(blockIdx.x) * int(blockDim.x / 32) + int(threadIdx.x / 32); 2 * w < rows; w += warps) {
-    const int r = 2 * w + int(threadIdx.x % 32) / kLanes;
+  for (int w = int(blockIdx.x) * int(blockDim.x / 32) + int(threadIdx.x / 32); kRowsPerWarp * w < rows; w += warps) {
+    const int r = kRowsPerWarp * w + int(threadIdx.x % 32) / kLanes;
     const int t = unsigned(r) / unsigned(p.heads);
     const HeadOffsets head{b, int(unsigned(r) % unsigned(p.heads))};
     const E* o = static_cast<const E*>(p.o) + head.offset(p.o_strides, t);
@@ -52,16 +58,39 @@ __global__ void flash_bwd_delta_kernel(const FlashParams p) {
     const int dims = r < rows ? p.head_dim : 0;
     float sum = 0.f;
     if (vec) {
-      for (int d = 4 * lane; d < dims; d += 4 * kLanes) {
-        const float4 x = load4(o + d), y = load4(dout + d);
-        sum += x.x * y.x + x.y * y.y + x.z * y.z + x.w * y.w;
-      }
+      for (int d = kVec * lane; d < dims; d += kVec * kLanes) sum += dot16(o + d, dout + d);
     } else {
       for (int d = lane; d < dims; d += kLanes) sum += to_float(o[d]) * to_float(dout[d]);
     }
 #pragma unroll
     for (int offset = kLanes / 2; offset > 0; offset >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, offset);
     if (lane == 0 && r < rows) p.delta[head.stats_offset(p.heads, p.seq) + t] = sum;
+  }
+}
+
+// Purpose: delta (B,H,T) = rowsum(dO * O) in fp32, the term that replaces the row sums of
+// dP P in the softmax backward; also zeroes the turn counters of the CUDA-core fused dQ
+// (p.dq_counters) and of the tensor-core chunks (p.kv_turns, p.q_turns), and the fused
+// tensor-core backward's dQ accumulator (p.dq_atomic), when set, which saves the backward a
+// memset (as FlashAttention-2's dot(dO, O) kernel clears its dQ accumulator). Grid: (row
+// blocks, B), any number of row blocks; the rows (t, h) of one batch entry, so that 32-bit
+// index arithmetic suffices. delta_lanes(head dim) lanes per row (delta_rows): 4 at head dim
+// 32 in bf16, 16 at 128, each loading 16 bytes of O and of dO at a time, where the rows are
+// 16-byte aligned; element by element where they are not.
+template <class E>
+__global__ void flash_bwd_delta_kernel(const FlashParams p) {
+  constexpr int kAlign = 16, kVec = kDeltaVec<E>;
+  const bool vec = p.head_dim % kVec == 0 && reinterpret_cast<uintptr_t>(p.o) % kAlign == 0 &&
+                   reinterpret_cast<uintptr_t>(p.dout) % kAlign == 0 && p.o_strides.batch % kVec == 0 &&
+                   p.o_strides.row % kVec == 0 && p.o_strides.head % kVec == 0 && p.dout_strides.batch % kVec == 0 &&
+                   p.dout_strides.row % kVec == 0 && p.dout_strides.head % kVec == 0;
+  switch (delta_lanes<E>(p.head_dim)) {
+    case 1: delta_rows<E, 1>(p, vec); break;
+    case 2: delta_rows<E, 2>(p, vec); break;
+    case 4: delta_rows<E, 4>(p, vec); break;
+    case 8: delta_rows<E, 8>(p, vec); break;
+    case 16: delta_rows<E, 16>(p, vec); break;
+    default: delta_rows<E, 32>(p, vec); break;
   }
   // The counters of the hand-offs that follow (fused dQ, chunks), when there are.
   const int64_t threads = int64_t(gridDim.x) * gridDim.y * blockDim.x;
@@ -71,6 +100,9 @@ __global__ void flash_bwd_delta_kernel(const FlashParams p) {
       p.dq_counters[i] = 0;
   if (int* turns = p.kv_turns ? p.kv_turns : p.q_turns)  // q_turns follow kv_turns
     for (int64_t i = first; i < p.turn_count; i += threads) turns[i] = 0;
+  if (p.dq_atomic)  // whole tiles of float4s, 16-byte aligned (flash_api.cu's scratch)
+    for (int64_t i = first, n = p.dq_atomic_floats / 4; i < n; i += threads)
+      reinterpret_cast<float4*>(p.dq_accum)[i] = make_float4(0.f, 0.f, 0.f, 0.f);
 }
 
 // The fused backward's dQ: a query tile's share dS K of a CTA's 128 keys is
@@ -433,7 +465,7 @@ __global__ void __launch_bounds__(Tr::kThreads) flash_bwd_dq_mma_kernel(const Fl
 // then dK *= scale. A warp whose scores lie above the causal diagonal skips its products (P,
 // dS = 0), and one whose 32 keys no query of the tile sees skips dV and dK.
 template <class Tr>
-__global__ void __launch_bounds__(Tr::kThreads, 1) flash_bwd_fused_mma_kernel(const FlashParams p) {
+__global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks) flash_bwd_fused_mma_kernel(const FlashParams p) {
   constexpr int kD = Tr::kHeadDim, kM = Tr::kBlockM, kN = Tr::kBlockN, kRow = Tr::kSmemRow, kSRow = Tr::kScoreRow;
   constexpr int kSQ = kN / Tr::kSWarpsQ / 16;    // S, dP: m tiles (queries) per warp
   constexpr int kSK = kM / Tr::kSWarpsK / 8;     // and n tiles (keys)
@@ -566,31 +598,39 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) flash_bwd_fused_mma_kernel(co
 }
 
 // Purpose: dQ (B,T,H,D) = scale * the fused backward's fp32 accumulator (dq_share layout).
-// Grid: (query tiles of kBlockN, B*H), Tr::kThreads threads: thread x reads its float4s of one
-// tile (coalesced) and stores them where its fragments lie.
+// Grid: (query tiles of kBlockN, B*H), Tr::kThreads threads, Tr::kConvertSmemBytes of shared
+// memory. Thread x reads its float4s of one tile (coalesced) and puts them, scaled to bf16,
+// where its fragments lie in a row-major tile in shared memory (rows padded by 8: the 8 rows
+// of a fragment fall in distinct banks); then the tile's rows go out 16 bytes a thread (a
+// thread storing each fragment's pairs of 4 bytes itself half-filled every 32-byte sector, and
+// took 1.8x FlashAttention-2's conversion time on an H100).
 template <class Tr>
 __global__ void __launch_bounds__(Tr::kThreads) flash_bwd_dq_convert_mma_kernel(const FlashParams p) {
-  constexpr int kJ = Tr::kDqDims / 8;
+  constexpr int kJ = Tr::kDqDims / 8, kRow = Tr::kSmemRow;
+  extern __shared__ __align__(16) unsigned char smem[];
+  bf16* sdq = reinterpret_cast<bf16*>(smem);  // (kBlockN, kRow)
   const int m = int(blockIdx.x), warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, c = lane % 4;
   const HeadOffsets head = head_offsets(int(blockIdx.y), p.heads);
   const float4* tile = dq_accum_tile<Tr>(p, int(blockIdx.y), m) + threadIdx.x;
   const DqShare share = dq_share<Tr>(warp);
-  bf16* dq = static_cast<bf16*>(p.dq) + head.offset(p.dq_strides);
 #pragma unroll
   for (int t = 0; t < Tr::kDqMTiles; ++t)
 #pragma unroll
     for (int j = 0; j < kJ; ++j) {
       const float4 v = tile[(t * kJ + j) * Tr::kThreads];
-      const int col = share.dim + 8 * j + 2 * c;
-      if (col >= p.head_dim) continue;
-#pragma unroll
-      for (int r = 0; r < 2; ++r) {
-        const int query = m * Tr::kBlockN + share.query + 16 * t + g + 8 * r;
-        if (query < p.seq)
-          *reinterpret_cast<uint32_t*>(dq + int64_t(query) * p.dq_strides.row + col) =
-              r == 0 ? pack_bf16(v.x * p.scale, v.y * p.scale) : pack_bf16(v.z * p.scale, v.w * p.scale);
-      }
+      bf16* at = sdq + (share.query + 16 * t + g) * kRow + share.dim + 8 * j + 2 * c;
+      *reinterpret_cast<uint32_t*>(at) = pack_bf16(v.x * p.scale, v.y * p.scale);
+      *reinterpret_cast<uint32_t*>(at + 8 * kRow) = pack_bf16(v.z * p.scale, v.w * p.scale);
     }
+  __syncthreads();
+  bf16* dq = static_cast<bf16*>(p.dq) + head.offset(p.dq_strides);
+  const int chunks = p.head_dim / 8;  // 16 bytes each (tensor cores: head dim a multiple of 8, rows 16-byte aligned)
+  const int rows = min(Tr::kBlockN, p.seq - m * Tr::kBlockN);
+  for (int i = threadIdx.x; i < rows * chunks; i += Tr::kThreads) {
+    const int r = i / chunks, col = 8 * (i % chunks);
+    *reinterpret_cast<uint4*>(dq + int64_t(m * Tr::kBlockN + r) * p.dq_strides.row + col) =
+        *reinterpret_cast<const uint4*>(sdq + r * kRow + col);
+  }
 }
 
 }  // namespace llmhpc::flash

@@ -55,11 +55,13 @@ int chunk_tiles(int n_tiles, int64_t bh, int sms, int per_sm, bool equal_work, W
 }
 
 // Floats of the fused backward's dQ accumulator: B*H x ceil(T / kBlockN) tiles of
-// kBlockN x kHeadDim.
+// kBlockN x kHeadDim, for the traits p's mask takes (kernel_traits.h).
 template <int kHeadDim>
 int64_t fused_accum_floats(const FlashParams& p) {
-  using F = BwdFusedTraits<kHeadDim>;
-  return int64_t(p.batch) * p.heads * ceil_div(p.seq, F::kBlockN) * F::kBlockN * kHeadDim;
+  return with_fused_traits<kHeadDim>(p.causal, [&](auto traits) {
+    using F = decltype(traits);
+    return int64_t(p.batch) * p.heads * ceil_div(p.seq, F::kBlockN) * F::kBlockN * kHeadDim;
+  });
 }
 
 // The fused backward (five products, dQ by atomics): FlashAttention-2's kernel, 128 keys per
@@ -124,16 +126,19 @@ BwdPlan plan_bwd(const FlashParams& p) {
   return plan;
 }
 
+// The delta kernel, which runs before, zeroed the accumulator.
 template <int kHeadDim>
 void run_bwd_fused(const FlashParams& p, cudaStream_t stream) {
-  using F = BwdFusedTraits<kHeadDim>;
-  if (!p.dq_accum || p.kv_chunk || p.q_chunk)
+  if (!p.dq_accum || p.dq_atomic_floats != fused_accum_floats<kHeadDim>(p) || p.kv_chunk || p.q_chunk)
     LLMHPC_FATAL("flash backward: fused without its accumulator, or chunked (set_packed_backward sets the plan)");
-  CUDA_CHECK(cudaMemsetAsync(p.dq_accum, 0, size_t(fused_accum_floats<kHeadDim>(p)) * sizeof(float), stream));
   const unsigned bh = unsigned(p.batch * p.heads);
-  launch_kernel(flash_bwd_fused_mma_kernel<F>, dim3(bh, ceil_div(p.seq, F::kBlockM)), F::kThreads, F::kSmemBytes,
-                stream, p);
-  launch_kernel(flash_bwd_dq_convert_mma_kernel<F>, dim3(ceil_div(p.seq, F::kBlockN), bh), F::kThreads, 0, stream, p);
+  with_fused_traits<kHeadDim>(p.causal, [&](auto traits) {
+    using F = decltype(traits);
+    launch_kernel(flash_bwd_fused_mma_kernel<F>, dim3(bh, ceil_div(p.seq, F::kBlockM)), F::kThreads, F::kSmemBytes,
+                  stream, p);
+    launch_kernel(flash_bwd_dq_convert_mma_kernel<F>, dim3(ceil_div(p.seq, F::kBlockN), bh), F::kThreads,
+                  F::kConvertSmemBytes, stream, p);
+  });
 }
 
 template <int kHeadDim, int kMTiles>

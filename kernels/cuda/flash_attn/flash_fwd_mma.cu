@@ -13,13 +13,17 @@ namespace llmhpc::flash {
 // from T 512 (1.08-1.42x, head dims 64-128), 64 heads from T 1024, batch 8 x one head from T 8192
 // (causal) or 4096 (not: 1.39x); and lost where they left SMs idle (batch 8, one head, T 1024:
 // 0.76-0.83x; T 4096 causal: 0.84-0.93x). Session 4's kernels also lost at T 1024 with 64 heads;
-// these win there (1.06-1.28x). At head dims 16 and 32 the products are too short for the saved
-// shared-memory reads to matter: 64 rows were as fast or faster on every grid measured (one head,
-// causal, T 65536: 1.15x at 16; batch 8, T 8192-16384: 1.04-1.08x). LLMHPC_FLASH_FWD_ROWS=64|128
+// these win there (1.06-1.28x). At head dim 16 the products are too short for the saved
+// shared-memory reads to matter: 64 rows were as fast or faster on every grid measured (session
+// 21, with key tiles of 128: batch 8, T 4096-16384, 0.90-0.94x of 128 rows' time; one head,
+// causal, T 65536, the same). At head dim 32 they were too, with key tiles of 64 (session 14);
+// with 128 (kernel_traits.h), 128 rows follow the rule above (batch 8, T 4096-16384:
+// 0.82-0.87x of 64 rows' time; causal, batch 1, T 65536: 0.87x; batch 1, T 16384, and batch 8,
+// T 1024, where the grid is not full: 1.28x and 1.47x). LLMHPC_FLASH_FWD_ROWS=64|128
 // (settings.fwd_rows) forces one (the tests compare the two).
 int fwd_tensor_core_rows(const FlashParams& p) {
   if (p.settings.fwd_rows) return p.settings.fwd_rows;
-  if (p.head_dim <= 32) return 64;
+  if (padded_head_dim(p.head_dim, true) == 16) return 64;
   const int64_t ctas = int64_t(ceil_div(p.seq, 128)) * p.batch * p.heads;
   return ctas >= (p.causal ? 2 : 1) * int64_t(sm_count()) ? 128 : 64;
 }

@@ -378,8 +378,9 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kBwdKvMinBlocks) flash_bwd_d
 
   // Causal: earlier queries see none of these keys (k0 is a multiple of kN).
   const int m_last = (T - 1) / kN * kN, m_first = p.causal ? k0 : 0;
-  // L and D by cp.async too where the head's rows are 16-byte aligned (T % 4 == 0): one warp,
-  // a chunk of four queries per lane, zero-filled past T.
+  // L and D by cp.async too where the head's rows are 16-byte aligned: one warp, a chunk of four
+  // queries per lane, zero-filled past T; the chunk that T cuts goes by element (a 16-byte copy
+  // of fewer source bytes reads only those, but compute-sanitizer's memcheck counts all 16).
   const bool rows_aligned = reinterpret_cast<uintptr_t>(lse) % 16 == 0 && reinterpret_cast<uintptr_t>(delta) % 16 == 0;
   auto load_tile = [&](int m0) {  // Q, dO, L and D of the query tile at m0
     simt_load_tile_async<Tr, kN>(sQ, q, p.q_strides.row, m0, T, D);
@@ -389,7 +390,13 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kBwdKvMinBlocks) flash_bwd_d
       if (threadIdx.x < kN / 2) {
         const int c = 4 * (threadIdx.x % (kN / 4)), left = T - m0 - c, bytes = left > 0 ? 4 * min(4, left) : 0;
         const float* src = threadIdx.x < kN / 4 ? lse : delta;
-        cp_async_16((threadIdx.x < kN / 4 ? sL : sDelta) + c, bytes > 0 ? src + m0 + c : src, bytes);
+        float* dst = (threadIdx.x < kN / 4 ? sL : sDelta) + c;
+        if (bytes == 16 || bytes == 0) {
+          cp_async_16(dst, bytes > 0 ? src + m0 + c : src, bytes);
+        } else {
+          for (int e = 0; e < 4; ++e)
+            cp_async_4(dst + e, 4 * e < bytes ? src + m0 + c + e : src, 4 * e < bytes ? 4 : 0);
+        }
       }
     } else {
       for (int i = threadIdx.x; i < kN; i += Tr::kThreads) {

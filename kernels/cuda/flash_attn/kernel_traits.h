@@ -42,10 +42,16 @@ struct TensorCoreTraits {
 };
 
 // Forward: sQ (kBlockM rows), sK and sV (kBlockN rows each); K of the next tile is loaded
-// while P V of this one runs.
-template <int kHeadDim, int kMTiles>
-struct FwdTraits : TensorCoreTraits<kHeadDim, 64, kMTiles> {
-  using Base = TensorCoreTraits<kHeadDim, 64, kMTiles>;
+// while P V of this one runs. Key tiles of 128 at head dims up to 32, as FlashAttention-2:
+// there a tile's products are short, and 64-key tiles paid a tile's barriers, waits and
+// softmax rescaling twice as often. On an H100 (session 21), against 64-key tiles of 64 query
+// rows, the choice before: 0.84-0.86x of the time at head dim 32 (with 128 rows: batch 8,
+// T 4096-16384; causal, batch 1, T 65536), 0.83-0.86x with 64 rows (causal, batch 1, T 4096-16384);
+// at head dim 16 (64 rows) 0.89-0.92x at batch 8, T 4096-16384, 0.77-0.80x causal, batch 1,
+// T 4096-16384, 1.00x at T 65536.
+template <int kHeadDim, int kMTiles, int kKeyTile = (kHeadDim <= 32 ? 128 : 64)>
+struct FwdTraits : TensorCoreTraits<kHeadDim, kKeyTile, kMTiles> {
+  using Base = TensorCoreTraits<kHeadDim, kKeyTile, kMTiles>;
   static constexpr size_t kSmemBytes = (Base::kBlockM + 2 * Base::kBlockN) * Base::kTileBytes;
 };
 
@@ -79,9 +85,11 @@ struct BwdQTraits : TensorCoreTraits<kHeadDim, (kHeadDim > 64 || kMTiles > 1 ? 3
 // a dK/dV kernel in which each warp owned 16 keys and read all of them, keeping P^T and dS^T in
 // registers: on an H100 1.09-1.11x faster at head dim 128, 1.08-1.09x at 96, 1.11-1.18x at 64
 // (two calls), 0.98-1.00x at 32. 175 KB of shared memory at head dim 128: one CTA per SM.
-template <int kHeadDim, int kQueryTile = (kHeadDim <= 64 ? 128 : 64)>
+// kMinBlocks: CTAs per SM the kernel is compiled for (two: at most 128 registers a thread).
+template <int kHeadDim, int kQueryTile = (kHeadDim <= 64 ? 128 : 64), int kMinBlocks_ = 1>
 struct BwdFusedTraits : TensorCoreTraits<kHeadDim, kQueryTile, 1, 8> {
   using Base = TensorCoreTraits<kHeadDim, kQueryTile, 1, 8>;
+  static constexpr int kMinBlocks = kMinBlocks_;
   static constexpr int kScoreRow = Base::kBlockM + 8;  // bf16 elements between rows of sP, sdS
   static constexpr int kSWarpsQ = 2;                   // S, dP: warps along the queries
   static constexpr int kSWarpsK = 4;                   // and along the keys (32 each)
@@ -93,12 +101,25 @@ struct BwdFusedTraits : TensorCoreTraits<kHeadDim, kQueryTile, 1, 8> {
   static constexpr int kDqDims = kHeadDim / (Base::kNWarps / kDqWarpsQ);
   static constexpr size_t kSmemBytes = (2 * Base::kBlockM + 4 * Base::kBlockN) * Base::kTileBytes +
                                        4 * Base::kBlockN * sizeof(float) + 2 * Base::kBlockN * kScoreRow * 2;
+  static constexpr size_t kConvertSmemBytes = Base::kBlockN * Base::kTileBytes;  // dQ's conversion: one bf16 tile
   static_assert(kKvDims % 16 == 0 && kDqDims % 16 == 0, "n tiles come in pairs");
 };
 // The head dim the fused backward runs a (compiled, padded) head dim at: BwdFusedTraits needs a
 // warp's half of it to be whole pairs of n tiles, so 80 runs zero-padded in 96 (as PyTorch's
 // FlashAttention-2 does); 0 at 16, which has none.
 constexpr int fused_head_dim(int head_dim) { return head_dim <= 16 ? 0 : (head_dim + 31) / 32 * 32; }
+// Calls run(Traits{}) with the fused backward's traits for a compiled fused head dim and mask:
+// FlashAttention-2's tiles, but at head dim 32 without a causal mask query tiles of 64 and two
+// CTAs per SM (75 KB of shared memory each, 128 registers, no spill): on an H100 (session 15)
+// 0.95-0.97x of the time of one CTA of 128-query tiles at batch 8, no mask, T 8192-16384, but
+// 1.07-1.45x under a causal mask.
+template <int kHeadDim, class Run>
+auto with_fused_traits(bool causal, Run&& run) {
+  if constexpr (kHeadDim == 32) {
+    if (!causal) return run(BwdFusedTraits<32, 64, 2>{});
+  }
+  return run(BwdFusedTraits<kHeadDim>{});
+}
 
 template <int kHeadDim_>
 struct SimtTraits {

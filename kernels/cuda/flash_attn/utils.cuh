@@ -123,6 +123,16 @@ __device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
   __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
   return *reinterpret_cast<uint32_t*>(&v);
 }
+// The bf16 in the low (half 0) or high (half 1) 16 bits of `word`, as a float (exact: its bits
+// are a float's upper half). Bits, not a bf16 pointer into the word, which the emulator's host
+// compiler may read before the word is written (strict aliasing).
+#ifndef LLMHPC_FLASH_EMULATE
+__device__ __forceinline__ float bf16_half(uint32_t word, int half) {
+  return __uint_as_float(half ? word & 0xffff0000u : word << 16);
+}
+#else
+inline float bf16_half(uint32_t word, int half) { return emu_half(word, half); }
+#endif
 
 // One 16-wide k step of acc (16*kMTiles x 8*kNTiles) += A B^T for one warp: A's fragments
 // given (a[t]: rows 16t..), B the first 8*kNTiles rows of a shared-memory tile (b_rows: at the
