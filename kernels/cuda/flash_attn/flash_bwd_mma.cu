@@ -130,7 +130,8 @@ BwdPlan plan_bwd(const FlashParams& p) {
 template <int kHeadDim>
 void run_bwd_fused(const FlashParams& p, cudaStream_t stream) {
   if (!p.dq_accum || p.dq_atomic_floats != fused_accum_floats<kHeadDim>(p) || p.kv_chunk || p.q_chunk)
-    LLMHPC_FATAL("flash backward: fused without its accumulator, or chunked (set_packed_backward sets the plan)");
+    LLMHPC_FATAL("flash backward: fused without its accumulator (of its traits' size), or chunked "
+                 "(set_packed_backward sets the plan)");
   const unsigned bh = unsigned(p.batch * p.heads);
   with_fused_traits<kHeadDim>(p.causal, [&](auto traits) {
     using F = decltype(traits);
