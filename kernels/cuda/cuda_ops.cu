@@ -277,9 +277,11 @@ std::vector<std::pair<std::string, std::string>> CudaOps::attention_variant(cons
       {"flash_impl", flash::flash_impl_name(v.fwd.impl)},
       {"flash_head_dim", std::to_string(v.fwd.head_dim)},
       {"flash_fwd_rows", std::to_string(v.fwd.rows)},
+      {"flash_fwd_streamed", std::to_string(v.fwd.streamed)},
       {"flash_bwd", v.dq_sum == flash::DqSum::None ? "split" : "fused"},
       {"flash_bwd_head_dim", std::to_string(v.bwd.head_dim)},
       {"flash_bwd_rows", std::to_string(v.bwd.rows)},
+      {"flash_bwd_streamed", std::to_string(v.bwd.streamed)},
       {"flash_bwd_chunks", v.kv_chunk || v.q_chunk ? "dkdv " + chunk(v.kv_chunk) + ", dq " + chunk(v.q_chunk) : "off"},
       {"flash_dq", dq}};
 }

@@ -473,6 +473,8 @@ TEST_F(FlashAttnGpu, VariantNamesWhatRuns) {
   EXPECT_EQ(v.bwd.head_dim, 64);
   EXPECT_EQ(v.fwd.rows, 64);
   EXPECT_EQ(v.bwd.rows, 64);
+  EXPECT_EQ(v.fwd.streamed, 64);
+  EXPECT_EQ(v.bwd.streamed, 64);
   EXPECT_EQ(v.dq_sum, DqSum::None);
   EXPECT_EQ(v.kv_chunk, 0);
   EXPECT_EQ(v.q_chunk, 0);
@@ -483,6 +485,8 @@ TEST_F(FlashAttnGpu, VariantNamesWhatRuns) {
     EXPECT_EQ(v.bwd.impl, FlashImpl::Simt) << dtype_name(dt);
     EXPECT_EQ(v.fwd.head_dim, d == 80 ? 128 : 32) << dtype_name(dt);
     EXPECT_EQ(v.bwd.rows, 64) << dtype_name(dt);
+    EXPECT_EQ(v.fwd.streamed, d == 80 ? 32 : 64) << dtype_name(dt);  // 32 above head dim 64
+    EXPECT_EQ(v.bwd.streamed, v.fwd.streamed) << dtype_name(dt);
     EXPECT_EQ(v.dq_sum, DqSum::Ordered) << dtype_name(dt);
   }
   FlashSettings split = autos;
@@ -501,6 +505,10 @@ TEST_F(FlashAttnGpu, VariantNamesWhatRuns) {
   EXPECT_EQ(variant(DType::BF16, 2 * sms, 128, 1, 32, autos).fwd.rows, 128);
   EXPECT_EQ(variant(DType::BF16, sms, 128, 1, 24, autos).fwd.rows, 64);
   EXPECT_EQ(variant(DType::BF16, 2 * sms, 128, 1, 16, autos).fwd.rows, 64);  // head dim 16: always 64
+  // Key tiles of 128 up to head dim 32 (24 runs in 32), 64 above.
+  for (const auto& [d, keys] : {std::pair{int64_t(16), 128}, std::pair{int64_t(24), 128}, std::pair{int64_t(64), 64},
+                                std::pair{int64_t(80), 64}, std::pair{int64_t(128), 64}})
+    EXPECT_EQ(variant(DType::BF16, 1, 100, 2, d, autos).fwd.streamed, keys) << d;
   EXPECT_EQ(flash::flash_variant(placeholder_params(DType::BF16, sms, 128, 1, 64, false, autos)).fwd.rows, 128);
   // Forced rows: two m tiles wherever they are compiled (the backward's at head dim 64 only).
   FlashSettings rows = autos;
@@ -509,6 +517,7 @@ TEST_F(FlashAttnGpu, VariantNamesWhatRuns) {
     v = variant(DType::BF16, 1, 300, 1, d, rows);
     EXPECT_EQ(v.fwd.rows, 128) << d;
     EXPECT_EQ(v.bwd.rows, d == 64 ? 128 : 64) << d;
+    EXPECT_EQ(v.bwd.streamed, 32) << d;  // two m tiles (64) or above head dim 64 (128)
   }
   // Forced chunks: 2 streamed tiles each, for both kernels of the split backward.
   FlashSettings chunks = autos;
@@ -525,12 +534,19 @@ TEST_F(FlashAttnGpu, VariantNamesWhatRuns) {
     v = variant(DType::BF16, batch, 2048, 1, d, settings);
     EXPECT_EQ(v.dq_sum, DqSum::Atomic) << d;
     EXPECT_EQ(v.bwd.rows, 128) << d;
+    EXPECT_EQ(v.bwd.streamed, d == 64 ? 128 : 64) << d;  // the fused kernel's query tile
     EXPECT_EQ(v.kv_chunk + v.q_chunk, 0) << d;
   }
+  // Head dim 32's fused query tile: 64 (two CTAs per SM) without a causal mask, 128 with one.
+  for (const bool causal : {false, true})
+    EXPECT_EQ(flash::flash_variant(placeholder_params(DType::BF16, 1, 2048, 1, 32, causal, fused)).bwd.streamed,
+              causal ? 128 : 64)
+        << causal;
   // Head dim 80 (the 2.7B model's) fuses in the kernel of 96; its forward stays at 80.
   v = variant(DType::BF16, flash::sm_count(), 4096, 1, 80, autos);
   EXPECT_EQ(v.dq_sum, DqSum::Atomic);
   EXPECT_EQ(v.bwd.head_dim, 96);
+  EXPECT_EQ(v.bwd.streamed, 64);
   EXPECT_EQ(v.fwd.head_dim, 80);
   // Split forced where auto would fuse.
   EXPECT_EQ(variant(DType::BF16, flash::sm_count(), 2048, 1, 128, split).dq_sum, DqSum::None);
@@ -550,14 +566,16 @@ TEST_F(FlashAttnGpu, BackendRecordsTheVariant) {
   const Pairs got = be.ops->attention_variant(flash_dims, DType::BF16);
   std::vector<std::string> keys;
   for (const auto& kv : got) keys.push_back(kv.first);
-  EXPECT_EQ(keys,
-            (std::vector<std::string>{"attention_kernel", "flash_impl", "flash_head_dim", "flash_fwd_rows", "flash_bwd",
-                                      "flash_bwd_head_dim", "flash_bwd_rows", "flash_bwd_chunks", "flash_dq"}));
+  EXPECT_EQ(keys, (std::vector<std::string>{"attention_kernel", "flash_impl", "flash_head_dim", "flash_fwd_rows",
+                                            "flash_fwd_streamed", "flash_bwd", "flash_bwd_head_dim", "flash_bwd_rows",
+                                            "flash_bwd_streamed", "flash_bwd_chunks", "flash_dq"}));
   const std::map<std::string, std::string> m(got.begin(), got.end());
   EXPECT_EQ(m.at("attention_kernel"), "flash");
   EXPECT_EQ(m.at("flash_impl"), flash::flash_impl_name(v.fwd.impl));
   EXPECT_EQ(m.at("flash_fwd_rows"), std::to_string(v.fwd.rows));
   EXPECT_EQ(m.at("flash_bwd_rows"), std::to_string(v.bwd.rows));
+  EXPECT_EQ(m.at("flash_fwd_streamed"), std::to_string(v.fwd.streamed));
+  EXPECT_EQ(m.at("flash_bwd_streamed"), std::to_string(v.bwd.streamed));
   EXPECT_EQ(m.at("flash_bwd_head_dim"), std::to_string(v.bwd.head_dim));
   const FlashSettings& env = flash::flash_settings();
   if (env.impl == FlashImpl::Auto && env.bwd == FlashBwd::Auto && !env.fwd_rows && !env.bwd_rows &&
@@ -567,9 +585,11 @@ TEST_F(FlashAttnGpu, BackendRecordsTheVariant) {
                           {"flash_impl", "tensor-core"},
                           {"flash_head_dim", "64"},
                           {"flash_fwd_rows", "128"},
+                          {"flash_fwd_streamed", "64"},
                           {"flash_bwd", "split"},
                           {"flash_bwd_head_dim", "64"},
                           {"flash_bwd_rows", "64"},
+                          {"flash_bwd_streamed", "64"},
                           {"flash_bwd_chunks", "off"},
                           {"flash_dq", "none"}}));
   const Pairs fp32 = be.ops->attention_variant({2, 77, 2, 80, false, AttentionKind::Flash}, DType::F32);

@@ -239,8 +239,12 @@ constexpr int kSimtBlockM = SimtTraits<kSimtHeadDims[0]>::kBlockM;  // the same 
 
 // The forward's kernels.
 FlashVariant::Kernels forward_kernels(const FlashParams& p) {
-  if (!use_tensor_cores(p, false)) return {FlashImpl::Simt, padded_head_dim(p.head_dim, false), kSimtBlockM};
-  return {FlashImpl::TensorCore, padded_head_dim(p.head_dim, true), fwd_tensor_core_rows(p)};
+  if (!use_tensor_cores(p, false)) {
+    const int head_dim = padded_head_dim(p.head_dim, false);
+    return {FlashImpl::Simt, head_dim, kSimtBlockM, simt_streamed_tile(head_dim)};
+  }
+  const int head_dim = padded_head_dim(p.head_dim, true);
+  return {FlashImpl::TensorCore, head_dim, fwd_tensor_core_rows(p), fwd_key_tile(head_dim)};
 }
 
 // The backward's kernels and dQ sum, as p's plan (set_packed_backward) has them; CUDA cores
@@ -248,13 +252,15 @@ FlashVariant::Kernels forward_kernels(const FlashParams& p) {
 FlashVariant backward_variant(const FlashParams& p) {
   FlashVariant v;
   if (!use_tensor_cores(p, true)) {
-    v.bwd = {FlashImpl::Simt, padded_head_dim(p.head_dim, false), kSimtBlockM};
+    const int head_dim = padded_head_dim(p.head_dim, false);
+    v.bwd = {FlashImpl::Simt, head_dim, kSimtBlockM, simt_streamed_tile(head_dim)};
     const bool fused = p.settings.bwd != FlashBwd::Split && p.dq_accum && p.dq_counters;
     v.dq_sum = fused ? DqSum::Ordered : DqSum::None;
     return v;
   }
   const int head_dim = padded_head_dim(p.head_dim, true);
-  v.bwd = {FlashImpl::TensorCore, p.dq_atomic ? fused_head_dim(head_dim) : head_dim, bwd_tensor_core_rows(p)};
+  v.bwd = {FlashImpl::TensorCore, p.dq_atomic ? fused_head_dim(head_dim) : head_dim, bwd_tensor_core_rows(p),
+           bwd_tensor_core_streamed(p)};
   v.dq_sum = p.dq_atomic ? DqSum::Atomic : DqSum::None;
   v.kv_chunk = p.kv_chunk, v.q_chunk = p.q_chunk;
   return v;

@@ -144,6 +144,7 @@ struct FlashVariant {
     FlashImpl impl = FlashImpl::Simt;  // TensorCore or Simt
     int head_dim = 0;                  // compiled head dim: p.head_dim or the next one up (zero-padded)
     int rows = 0;  // stationary rows per CTA: queries (forward); keys of the dK/dV kernel and queries of the dQ kernel
+    int streamed = 0;  // rows per streamed tile: keys (forward); queries of the dK/dV kernel and keys of the dQ kernel
   };
   Kernels fwd, bwd;
   DqSum dq_sum = DqSum::None;

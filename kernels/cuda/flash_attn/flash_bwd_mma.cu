@@ -186,6 +186,19 @@ int bwd_tensor_core_rows(const FlashParams& p) {
   return p.dq_atomic ? BwdFusedTraits<128>::kBlockM : bwd_m_tiles(p) * kMTileRows;
 }
 
+int bwd_tensor_core_streamed(const FlashParams& p) {
+  const int head_dim = padded_head_dim(p.head_dim, true);
+  if (!p.dq_atomic) return split_bwd_streamed_tile(head_dim, bwd_m_tiles(p));
+  const auto query_tile = [](auto traits) { return decltype(traits)::kBlockN; };
+  switch (fused_head_dim(head_dim)) {
+    case 32: return with_fused_traits<32>(p.causal, query_tile);
+    case 64: return with_fused_traits<64>(p.causal, query_tile);
+    case 96: return with_fused_traits<96>(p.causal, query_tile);
+    case 128: return with_fused_traits<128>(p.causal, query_tile);
+  }
+  LLMHPC_FATAL("flash backward: no fused kernel for head dim " + std::to_string(head_dim));
+}
+
 void launch_bwd_tensor_core(const FlashParams& p, const FlashVariant& v, cudaStream_t stream) {
   if (v.dq_sum == DqSum::Atomic) {
     switch (v.bwd.head_dim) {

@@ -20,6 +20,9 @@ int fwd_tensor_core_rows(const FlashParams& p);
 // 64, or 128 at head dim 64 on long sequences with enough CTAs (flash_bwd_mma.cu;
 // p.settings.bwd_rows forces one).
 int bwd_tensor_core_rows(const FlashParams& p);
+// Rows per streamed tile of the tensor-core backward for p and its plan: the fused kernel's
+// query tile (kernel_traits.h's with_fused_traits), or the split kernels' tile.
+int bwd_tensor_core_streamed(const FlashParams& p);
 
 // The tensor-core backward's plan (flash_bwd_mma.cu), made from p's sizes and settings, which
 // set_packed_backward writes into p with the scratch:

@@ -49,26 +49,30 @@ struct TensorCoreTraits {
 // T 4096-16384; causal, batch 1, T 65536), 0.83-0.86x with 64 rows (causal, batch 1, T 4096-16384);
 // at head dim 16 (64 rows) 0.89-0.92x at batch 8, T 4096-16384, 0.77-0.80x causal, batch 1,
 // T 4096-16384, 1.00x at T 65536.
-template <int kHeadDim, int kMTiles, int kKeyTile = (kHeadDim <= 32 ? 128 : 64)>
+constexpr int fwd_key_tile(int head_dim) { return head_dim <= 32 ? 128 : 64; }
+template <int kHeadDim, int kMTiles, int kKeyTile = fwd_key_tile(kHeadDim)>
 struct FwdTraits : TensorCoreTraits<kHeadDim, kKeyTile, kMTiles> {
   using Base = TensorCoreTraits<kHeadDim, kKeyTile, kMTiles>;
   static constexpr size_t kSmemBytes = (Base::kBlockM + 2 * Base::kBlockN) * Base::kTileBytes;
 };
 
+// The split backward's streamed tiles (queries in dK/dV, keys in dQ): 32 rows above head dim
+// 64 or with two m tiles (registers), else 64.
+constexpr int split_bwd_streamed_tile(int head_dim, int m_tiles) { return head_dim > 64 || m_tiles > 1 ? 32 : 64; }
+
 // dK/dV: sK, sV (kBlockM keys) stay; two stages of sQ, sdO (kBlockN queries each) and of L
-// and D (kBlockN floats each) stream. Streamed tiles of 32 rows above head dim 64 or with two
-// m tiles (registers), else 64.
+// and D (kBlockN floats each) stream.
 template <int kHeadDim, int kMTiles = 1>
-struct BwdKvTraits : TensorCoreTraits<kHeadDim, (kHeadDim > 64 || kMTiles > 1 ? 32 : 64), kMTiles> {
-  using Base = TensorCoreTraits<kHeadDim, (kHeadDim > 64 || kMTiles > 1 ? 32 : 64), kMTiles>;
+struct BwdKvTraits : TensorCoreTraits<kHeadDim, split_bwd_streamed_tile(kHeadDim, kMTiles), kMTiles> {
+  using Base = TensorCoreTraits<kHeadDim, split_bwd_streamed_tile(kHeadDim, kMTiles), kMTiles>;
   static constexpr size_t kSmemBytes =
       (2 * Base::kBlockM + 4 * Base::kBlockN) * Base::kTileBytes + 4 * Base::kBlockN * sizeof(float);
 };
 
 // dQ: sQ, sdO (kBlockM queries) stay; two stages of sK, sV (kBlockN keys each) stream.
 template <int kHeadDim, int kMTiles = 1>
-struct BwdQTraits : TensorCoreTraits<kHeadDim, (kHeadDim > 64 || kMTiles > 1 ? 32 : 64), kMTiles> {
-  using Base = TensorCoreTraits<kHeadDim, (kHeadDim > 64 || kMTiles > 1 ? 32 : 64), kMTiles>;
+struct BwdQTraits : TensorCoreTraits<kHeadDim, split_bwd_streamed_tile(kHeadDim, kMTiles), kMTiles> {
+  using Base = TensorCoreTraits<kHeadDim, split_bwd_streamed_tile(kHeadDim, kMTiles), kMTiles>;
   static constexpr size_t kSmemBytes = (2 * Base::kBlockM + 4 * Base::kBlockN) * Base::kTileBytes;
 };
 
@@ -121,15 +125,16 @@ auto with_fused_traits(bool causal, Run&& run) {
   return run(BwdFusedTraits<kHeadDim>{});
 }
 
+constexpr int simt_streamed_tile(int head_dim) { return head_dim > 64 ? 32 : 64; }
 template <int kHeadDim_>
 struct SimtTraits {
   static constexpr int kHeadDim = kHeadDim_;  // padded head dim: 32, 64 or 128
   static constexpr int kThreads = 256;
-  static constexpr int kBlockM = 64;                       // stationary rows per CTA
-  static constexpr int kBlockN = kHeadDim > 64 ? 32 : 64;  // streamed rows per tile (smem)
-  static constexpr int kRowsPerThread = kBlockM / 16;      // rows ty + 16 i
-  static constexpr int kScoreCols = kBlockN / 16;          // score columns tx + 16 j
-  static constexpr int kDimCols = kHeadDim / 16;           // output columns (float4 groups)
+  static constexpr int kBlockM = 64;                            // stationary rows per CTA
+  static constexpr int kBlockN = simt_streamed_tile(kHeadDim);  // streamed rows per tile (smem)
+  static constexpr int kRowsPerThread = kBlockM / 16;           // rows ty + 16 i
+  static constexpr int kScoreCols = kBlockN / 16;               // score columns tx + 16 j
+  static constexpr int kDimCols = kHeadDim / 16;                // output columns (float4 groups)
   // Row pitches in floats: multiples of 4 (float4 reads), and 4 banks apart from row to row,
   // so the 8 lanes of a 128-bit load phase that read 8 different rows hit distinct banks.
   static constexpr int kRow = kHeadDim + 4;
