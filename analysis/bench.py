@@ -60,6 +60,11 @@ def bench_table(summary: pd.DataFrame, decimals: int = 2) -> str:
     for phase in phases:
         header += [f"{SHORT[phase]} Mean (ms)", f"{SHORT[phase]} Std (ms)"]
     header += ["Total (ms)", "Peak (MiB)"]
+    # The GPU's clock where a busy GPU slowed it in some configuration (its power cap, heat):
+    # those times include the slower clock.
+    show_clock = "slowdowns" in summary and summary["slowdowns"].isin(["", "none"]).eq(False).any()
+    if show_clock:
+        header += ["SM clock min / median (MHz)", "Slowdowns"]
 
     rows = []
     for _, r in summary.iterrows():
@@ -70,6 +75,8 @@ def bench_table(summary: pd.DataFrame, decimals: int = 2) -> str:
             row += [fmt(r[f"{phase}_mean"], decimals), fmt(r[f"{phase}_std"], decimals)]
         peak = r["peak_memory_bytes"]  # 0 where a configuration was interrupted before it ran
         row += [fmt(r["step_mean"], decimals), fmt(peak / (1 << 20), 1) if peak > 0 else "-"]
+        if show_clock:
+            row += [f"{fmt(r['sm_clock_mhz_min'], 0)} / {fmt(r['sm_clock_mhz_median'], 0)}", r["slowdowns"] or "-"]
         rows.append(row)
     return markdown_table(header, rows)
 

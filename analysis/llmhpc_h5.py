@@ -91,6 +91,18 @@ def _add_stats(row: dict, prefix: str, parts: list) -> None:
     row[f"{prefix}_std"] = float(values.std(ddof=1)) if len(values) > 1 else (0.0 if len(values) else math.nan)
 
 
+def _sensor_summary(recs) -> dict:
+    """The device sensors' summary attributes of one configuration's records, over the ranks."""
+    def lowest(key):
+        values = [float(r.attrs[key]) for r in recs if key in r.attrs]
+        return min(values) if values else math.nan
+    seen = [str(r.attrs["device_slowdowns"]) for r in recs if "device_slowdowns" in r.attrs]
+    reasons = sorted({name for text in seen if text != "none" for name in text.split(", ")})
+    return {"sm_clock_mhz_min": lowest("device_sm_clock_mhz_min"),
+            "sm_clock_mhz_median": lowest("device_sm_clock_mhz_median"),
+            "slowdowns": ", ".join(reasons) if reasons else ("none" if seen else "")}
+
+
 def _pooled_status(records: list) -> str:
     """'ok' when every record is ok, else the other statuses joined."""
     statuses = sorted({r.status for r in records})
@@ -374,6 +386,10 @@ class Run:
         deviation, n-1; 0 for one sample) and <phase>_n, in ms; NaN where the phase was not
         timed or the configuration did not run (status oom/error). With rank=None the samples
         of all ranks are pooled; the status is 'ok' only if it is 'ok' on every rank.
+        From the device sensors (docs/hdf5-schema.md), where the records have them:
+        sm_clock_mhz_min and sm_clock_mhz_median (the lowest over the ranks' busy readings, and
+        the lowest rank's median; NaN without readings) and slowdowns (the reasons any rank saw,
+        'none', or '' without readings).
         """
         rows = []
         for name, recs in self.records_by_name("bench", rank).items():
@@ -387,6 +403,7 @@ class Run:
             row["peak_memory_bytes"] = max(r.attrs.get("peak_memory_bytes", 0) for r in recs)
             for phase in BENCH_PHASES:
                 _add_stats(row, phase, [r.arrays[f"{phase}_ms"] for r in recs if r.ok and f"{phase}_ms" in r.arrays])
+            row.update(_sensor_summary(recs))
             rows.append(row)
         return pd.DataFrame(rows)
 

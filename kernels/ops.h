@@ -27,6 +27,7 @@
 #include "src/core/allocator.h"
 #include "src/core/attrs.h"
 #include "src/core/check.h"
+#include "src/core/device_sensors.h"
 #include "src/core/tensor.h"
 #include "src/core/timer.h"
 
@@ -58,6 +59,10 @@ class Device {
   // files, docs/hdf5-schema.md): the GPU, its clocks and power limit, the CUDA versions; on
   // the CPU, its model and threads.
   virtual Attrs environment() const = 0;
+  // The device's sensors now (NVML on a GPU: SM clock, power, temperature, clock event
+  // reasons), for the sweep's monitor, which calls it from a thread of its own; false where
+  // there is nothing to read (the CPU, a GPU without NVML).
+  virtual bool read_sensors(DeviceReading&) const { return false; }
 
   // All allocations for tensors go through this tracing allocator.
   virtual TracingAllocator& allocator() = 0;

@@ -49,7 +49,10 @@ po::options_description general_options() {
       "within a run, not across runs)")(
       "comm-timeout", text("600"),
       "seconds a collective may go without completing before the watchdog reports it and aborts the job "
-      "(0: no watchdog)");
+      "(0: no watchdog)")(
+      "device-sample-ms", text("50"),
+      "read the GPU's SM clock, power, temperature and clock slowdown reasons (NVML) every N ms while each "
+      "configuration is measured, into the rank file; rank 0 says when the clocks slowed (0: no readings)");
   return d;
 }
 
@@ -233,6 +236,9 @@ int run(Runtime& rt, int argc, char** argv, bool& in_mode) {
   require_choice(opt_string(vm, "backend"), {"auto", "nccl", "mpi"}, "backend");
   opt_nonnegative(vm, "seed");
   const double comm_timeout = comm_timeout_seconds(vm);
+  if (opt_int(vm, "device-sample-ms") < 0 || opt_int(vm, "device-sample-ms") > 60000)
+    throw UsageError("--device-sample-ms " + opt_string(vm, "device-sample-ms") +
+                     ": must be a whole number of milliseconds from 0 (no readings) to 60000");
   mode->validate(vm);
   if (opt_flag(vm, "gemm-autotune") && vm.count("warmup") && opt_int(vm, "warmup") == 0)
     throw UsageError("--gemm-autotune with --warmup 0: the first step times each product's candidate algorithms, "

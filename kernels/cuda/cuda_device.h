@@ -12,6 +12,7 @@
 
 #include "kernels/backend.h"
 #include "kernels/cuda/device_pages.h"
+#include "kernels/cuda/gpu_info.h"
 
 namespace llmhpc {
 
@@ -79,6 +80,7 @@ class CudaDevice final : public Device {
   size_t memory_capacity() const override { return capacity_; }
   int64_t memory_used() const override;
   Attrs environment() const override;
+  bool read_sensors(DeviceReading& out) const override { return sensors_.read(out); }
   TracingAllocator& allocator() override { return tracer_; }
 
   void synchronize() override;
@@ -103,6 +105,7 @@ class CudaDevice final : public Device {
   cudaStream_t stream_ = nullptr;
   CachingDeviceAllocator cache_;
   TracingAllocator tracer_;
+  GpuSensors sensors_{ordinal_};
 };
 
 }  // namespace llmhpc

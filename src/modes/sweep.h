@@ -1,10 +1,11 @@
 // The one sweep loop of every measuring mode (bench, attention, ddp, profile, memory).
 //
 // For each configuration, on every rank together: a barrier (ranks measure side by side), the
-// progress line on rank 0, the mode's measurement, an out-of-memory recorded as status "oom"
+// progress line on rank 0, the mode's measurement with the device's sensors read beside it
+// (--device-sample-ms: src/core/device_monitor.h), an out-of-memory recorded as status "oom"
 // and an unsupported configuration as "error: ..." (the sweep goes on), the statuses of all
-// ranks agreed (rank 0 reports a failure seen on any rank), the record written, and a row
-// for the summary table rank 0 prints at the end.
+// ranks agreed (rank 0 reports a failure seen on any rank, and clocks that slowed on any
+// rank), the record written, and a row for the summary table rank 0 prints at the end.
 //
 //   Sweep sweep(ctx, "bench", cases.size(), {"Model", "ctx", "Fwd mean", "status"});
 //   for (const Case& c : cases) {
@@ -19,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "src/core/device_monitor.h"
 #include "src/core/table.h"
 #include "src/modes/mode.h"
 
@@ -61,6 +63,7 @@ class Sweep {
   std::string mode_;
   size_t total_, done_ = 0;
   TextTable table_;
+  DeviceMonitor monitor_;
 };
 
 }  // namespace llmhpc

@@ -7,6 +7,7 @@
 #include <numeric>
 
 #include "src/core/cuda/event_timer.h"
+#include "src/core/device_monitor.h"
 #include "tests/cuda/cuda_test_util.h"
 
 namespace llmhpc::test {
@@ -58,6 +59,37 @@ TEST(CudaDevice, EnvironmentNamesTheGpuItsClocksAndVersions) {
   EXPECT_GT(std::get<int64_t>(env["gpu_sm_clock_mhz"]), 100);
   EXPECT_LE(std::get<int64_t>(env["gpu_sm_clock_mhz"]), std::get<int64_t>(env["gpu_max_sm_clock_mhz"]) + 100);
   EXPECT_GT(std::get<double>(env["gpu_power_limit_w"]), 50.0);
+}
+
+// The sensors the sweep's monitor reads (NVML): a clock within the GPU's range, a power draw
+// below its limit, a temperature of a working GPU; under load a busy reading (the idle reason
+// unset) whose clock is where a busy GPU's is.
+TEST(CudaDevice, SensorsReadTheClockPowerAndTemperature) {
+  SKIP_WITHOUT_GPU();
+  Backend b = make_gpu_backend();
+  Device& dev = *b.device;
+  const Attrs attrs = dev.environment();
+  std::map<std::string, AttrValue> env(attrs.begin(), attrs.end());
+  DeviceReading r;
+  ASSERT_TRUE(dev.read_sensors(r)) << "NVML is on every GPU host";
+  EXPECT_GT(r.sm_clock_mhz, 100);
+  EXPECT_LE(r.sm_clock_mhz, double(std::get<int64_t>(env["gpu_max_sm_clock_mhz"]) + 100));
+  EXPECT_GT(r.power_w, 5.0);
+  EXPECT_LT(r.power_w, std::get<double>(env["gpu_power_limit_w"]) * 1.5);
+  EXPECT_GT(r.temperature_c, 5.0);
+  EXPECT_LT(r.temperature_c, 110.0);
+  // A second of copies keeps the GPU busy while a monitor reads it.
+  const int64_t n = 64 * MiB;
+  Buffer a(dev.allocator(), DType::F32, {n}, "test.a"), c(dev.allocator(), DType::F32, {n}, "test.c");
+  DeviceMonitor monitor([&dev](DeviceReading& out) { return dev.read_sensors(out); }, std::chrono::milliseconds(10));
+  monitor.start();
+  for (int i = 0; i < 2000; ++i) dev.copy_on_device(c.tensor().data, a.tensor().data, size_t(n) * 4);
+  dev.synchronize();
+  monitor.stop();
+  EXPECT_GE(monitor.samples().time_ms.size(), 10u);
+  const ClockSummary busy = monitor.summary();
+  EXPECT_GT(busy.busy_samples, 0) << "a GPU copying is not idle";
+  EXPECT_GT(busy.min_mhz, 100);
 }
 
 TEST(CudaDevice, EventTimerMeasuresDeviceWork) {

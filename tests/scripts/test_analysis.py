@@ -77,6 +77,36 @@ def check_table(table, raw, decimals, label):
     assert sorted(seen) == sorted(CONTEXTS), f"{label}: rows are for contexts {seen}, expected {CONTEXTS}"
 
 
+def check_sensors(out, work):
+    """The CPU has no sensors: no device_* datasets or attributes. With a GPU's readings written in
+    (rank 0 slowed by its power cap, rank 1 not), the summary takes the lowest clocks and every
+    reason, and the report's table gains the clock columns; without slowdowns it has none."""
+    for rank in (0, 1):
+        with h5py.File(os.path.join(out, f"rank{rank:05d}.h5"), "r") as f:
+            for group in f["bench"].values():
+                stray = [k for k in list(group) + list(group.attrs) if k.startswith("device_")]
+                assert not stray, f"the CPU backend has no sensors, but {group.name} has {stray}"
+    sensed = os.path.join(work, "sensed")
+    shutil.copytree(out, sensed)
+    for rank, (low, mid, reasons) in enumerate(((1365.0, 1650.0, "sw power cap"), (1755.0, 1980.0, "none"))):
+        with h5py.File(os.path.join(sensed, f"rank{rank:05d}.h5"), "a") as f:
+            for group in f["bench"].values():
+                group.attrs["device_sm_clock_mhz_min"] = low
+                group.attrs["device_sm_clock_mhz_median"] = mid
+                group.attrs["device_slowdowns"] = reasons if group.attrs["context_length"] == 16 else "none"
+    summary = llmhpc_h5.open_run(sensed).bench_summary(rank=None)
+    by_context = {int(r["context_length"]): r for _, r in summary.iterrows()}
+    assert by_context[16]["sm_clock_mhz_min"] == 1365.0 and by_context[16]["sm_clock_mhz_median"] == 1650.0, summary
+    assert by_context[16]["slowdowns"] == "sw power cap" and by_context[32]["slowdowns"] == "none", summary
+    (header, rows), text = report(sensed, "--all-ranks")
+    assert "SM clock min / median (MHz)" in header and "Slowdowns" in header, f"no clock columns:\n{text}"
+    rows = {row[header.index("Context")]: row for row in rows}
+    assert rows["16"][header.index("SM clock min / median (MHz)")] == "1365 / 1650", text
+    assert rows["16"][header.index("Slowdowns")] == "sw power cap" and rows["32"][header.index("Slowdowns")] == "none"
+    (header, _), text = report(out)
+    assert "Slowdowns" not in header, f"clock columns without any slowdown:\n{text}"
+
+
 def main():
     work = scratch_dir("llmhpc-analysis-")
     out = os.path.join(work, "bench")
@@ -118,6 +148,7 @@ def main():
     summary = run_.bench_summary(rank=None)
     assert list(summary["ranks"]) == [2, 2], f"pooled summary should pool 2 ranks per configuration: {summary}"
     assert list(summary["forward_n"]) == [2 * STEPS] * 2, f"pooled sample counts {list(summary['forward_n'])}"
+    check_sensors(out, work)
 
     # ---- report.py: rank 0, rank 1, all ranks pooled ----
     table, _ = report(out)
