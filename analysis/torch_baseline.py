@@ -23,7 +23,8 @@ status "oom" and the sweep goes on. Results: one JSON object per configuration, 
 
     python3 analysis/torch_baseline.py --model small,medium --context-length 128,512 \
         --precision fp32,bf16 --setup eager,compiled --out torch.jsonl
-    python3 analysis/torch_baseline.py --ceilings --out torch.jsonl    # GEMM and copy rates
+    python3 analysis/torch_baseline.py --ceilings --out torch.jsonl    # GEMM and copy rates (burst)
+    python3 analysis/torch_baseline.py --ceilings --sustain-s 20 --out torch.jsonl  # and bf16 at the settled clock
     python3 analysis/torch_baseline.py --model small --precision bf16 --trace --out torch.jsonl
 
 analysis/model_bench.py puts these next to an llmhpc bench run.
@@ -33,6 +34,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import statistics
 import time
 from statistics import median
 
@@ -194,8 +196,12 @@ def bench_one(size, ctx, batch, precision, setup, warmup, steps, vocab, trace=Fa
     return rec
 
 
-def ceilings():
-    """The GPU's measured rates: bf16 and fp32/tf32 GEMM (8192^3, random data) and copy bandwidth."""
+def ceilings(sustain_s=0.0):
+    """The GPU's measured rates: bf16 and fp32/tf32 GEMM (8192^3, random data) and copy bandwidth,
+    each over a burst of ten products or copies, at whatever clock the GPU starts at; with
+    sustain_s, also the bf16 GEMM rate kept up for that long (gemm_bf16_sustained_tflops: the
+    median of its second half's batches), at the clock a GPU at full load settles to under its
+    power cap, as a long model step runs."""
     out = dict(tool="ceilings", device_name=torch.cuda.get_device_name())
 
     def timed(fn, reps=10):
@@ -218,6 +224,14 @@ def ceilings():
     src = torch.empty(2 * 1024**3, dtype=torch.uint8, device="cuda").random_()
     dst = torch.empty_like(src)
     out["copy_tb_per_s"] = 2 * src.numel() / timed(lambda: dst.copy_(src)) / 1e12
+    if sustain_s > 0:
+        del src, dst
+        x, y = torch.randn(n, n, device="cuda", dtype=torch.bfloat16), torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
+        rates, start = [], time.time()
+        while time.time() - start < sustain_s:
+            rates.append(2 * n**3 / timed(lambda: x @ y, reps=20) / 1e12)
+        out["gemm_bf16_sustained_tflops"] = statistics.median(rates[len(rates) // 2:])
+        out["sustain_s"] = sustain_s
     return out
 
 
@@ -232,6 +246,9 @@ def main():
     p.add_argument("--steps", type=int, default=10)
     p.add_argument("--vocab-size", type=int, default=10000)
     p.add_argument("--ceilings", action="store_true", help="only measure the GEMM and copy rates")
+    p.add_argument("--sustain-s", type=float, default=0,
+                   help="with --ceilings: also the bf16 GEMM rate kept up for this many seconds (the clock under "
+                        "the power cap, as in a long step)")
     p.add_argument("--trace", action="store_true", help="also time --steps steps under torch.profiler (CUDA activities)")
     p.add_argument("--deadline-s", type=float, default=0,
                    help="configurations not started within this many seconds are recorded as 'not run' (0: none)")
@@ -247,7 +264,7 @@ def main():
                         status="not run (deadline)")
         return bench_one(m, c, a.batch_size, prec, s, a.warmup, a.steps, a.vocab_size, a.trace)
 
-    records = [ceilings()] if a.ceilings else (
+    records = [ceilings(a.sustain_s)] if a.ceilings else (
         one(m, int(c), prec, s)
         for s in a.setup.split(",") for prec in a.precision.split(",")
         for m in a.model.split(",") for c in a.context_length.split(","))

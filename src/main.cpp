@@ -52,7 +52,8 @@ po::options_description general_options() {
       "(0: no watchdog)")(
       "device-sample-ms", text("50"),
       "read the GPU's SM clock, power, temperature and clock slowdown reasons (NVML) every N ms while each "
-      "configuration is measured, into the rank file; rank 0 says when the clocks slowed (0: no readings)");
+      "configuration is measured (train: over the run), into the rank file; rank 0 says when the clocks slowed (0: "
+      "no readings)");
   return d;
 }
 

@@ -64,6 +64,11 @@ void DeviceMonitor::keep(const DeviceReading& r, double t) {
 
 ClockSummary DeviceMonitor::summary() const { return summarize_clocks(samples_); }
 
+DeviceMonitor::Samples DeviceMonitor::snapshot() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return samples_;
+}
+
 ClockSummary summarize_clocks(const DeviceMonitor::Samples& samples) {
   ClockSummary s;
   std::vector<double> busy;

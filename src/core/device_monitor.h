@@ -50,11 +50,14 @@ class DeviceMonitor {
     std::vector<double> time_ms, sm_clock_mhz, power_w, temperature_c;
     std::vector<int64_t> clock_reasons;
   };
+  // After stop(): the readings as they are.
   const Samples& samples() const { return samples_; }
   ClockSummary summary() const;  // of samples()
+  // While it runs too: a copy of the readings so far.
+  Samples snapshot() const;
 
  private:
-  void take();                                 // a reading now, kept if there is one
+  void take();                                  // a reading now, kept if there is one
   void keep(const DeviceReading& r, double t);  // at t ms since start()
   void loop();
 
@@ -63,7 +66,7 @@ class DeviceMonitor {
   bool readable_ = true;  // false once the reader had nothing to read
   std::chrono::steady_clock::time_point start_;
   Samples samples_;
-  std::mutex mutex_;
+  mutable std::mutex mutex_;
   std::condition_variable wake_;
   bool stopping_ = false;
   std::thread thread_;

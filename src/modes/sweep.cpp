@@ -1,10 +1,8 @@
 #include "src/modes/sweep.h"
 
-#include <cmath>
 #include <cstdio>
 
 #include "src/core/watchdog.h"
-#include "src/modes/options.h"
 
 namespace llmhpc {
 
@@ -24,47 +22,10 @@ int64_t op_cache_bytes(const TracingAllocator& memory) {
   return memory.live_by_category(caches).of("op caches");
 }
 
-// The monitor's readings into the record (docs/hdf5-schema.md, "Device sensors"): the raw
-// arrays, and their summary over the busy readings as attributes.
-void record_sensors(Record& rec, const DeviceMonitor& monitor) {
-  const DeviceMonitor::Samples& s = monitor.samples();
-  if (s.time_ms.empty()) return;
-  rec.add("device_time_ms", s.time_ms)
-      .add("device_sm_clock_mhz", s.sm_clock_mhz)
-      .add("device_power_w", s.power_w)
-      .add("device_temperature_c", s.temperature_c)
-      .add("device_clock_reasons", s.clock_reasons);
-  const ClockSummary c = monitor.summary();
-  rec.attr("device_busy_samples", int64_t(c.busy_samples)).attr("device_slowdowns", slowdown_names(c.slowdowns));
-  if (c.busy_samples > 0)
-    rec.attr("device_sm_clock_mhz_min", c.min_mhz)
-        .attr("device_sm_clock_mhz_median", c.median_mhz)
-        .attr("device_sm_clock_mhz_max", c.max_mhz);
-}
-
-// What rank 0 adds to a configuration's progress line when a busy GPU slowed its clock on any
-// rank: "; clocks slowed (sw power cap): SM 1755-1980 MHz". Collective.
-std::string slowdown_note(const Runtime& rt, const ClockSummary& mine) {
-  constexpr int kBits = 8;  // the slowdown reasons are among NVML's bits 0-7
-  std::vector<double> v(kBits + 2, 0.0);
-  for (int b = 0; b < kBits; ++b) v[size_t(b)] = (mine.slowdowns >> b) & 1;
-  const bool busy = mine.busy_samples > 0;
-  v[kBits] = busy ? -mine.min_mhz : -INFINITY;  // Max of the negated: the lowest minimum
-  v[kBits + 1] = busy ? mine.max_mhz : -INFINITY;
-  const std::vector<double> all = rt.reduce_all(v, HostReduce::Max);
-  uint64_t slowdowns = 0;
-  for (int b = 0; b < kBits; ++b) slowdowns |= uint64_t(all[size_t(b)] > 0) << b;
-  if (!slowdowns) return "";
-  return "; clocks slowed (" + slowdown_names(slowdowns) + "): SM " + fmt(-all[kBits], 0) + "-" +
-         fmt(all[kBits + 1], 0) + " MHz" + (rt.world_size > 1 ? " over the ranks" : "");
-}
-
 }  // namespace
 
 Sweep::Sweep(ModeContext& ctx, std::string mode, size_t total, std::vector<std::string> columns)
-    : ctx_(ctx), mode_(std::move(mode)), total_(total), table_(std::move(columns)),
-      monitor_([&device = *ctx.backend.device](DeviceReading& r) { return device.read_sensors(r); },
-               std::chrono::milliseconds(opt_int(ctx.vm, "device-sample-ms"))) {}
+    : ctx_(ctx), mode_(std::move(mode)), total_(total), table_(std::move(columns)), monitor_(device_monitor(ctx)) {}
 
 SweepStatus Sweep::run(const std::string& label, Record& rec, const std::function<std::string()>& measure,
                        const std::function<void(Record&)>& finish) {
@@ -77,7 +38,7 @@ SweepStatus Sweep::run(const std::string& label, Record& rec, const std::functio
   TracingAllocator& memory = ctx_.backend.device->allocator();
   const int64_t live_before = memory.live_bytes(), cached_before = op_cache_bytes(memory);
   std::string progress;
-  monitor_.start();
+  monitor_->start();
   try {
     progress = measure();
   } catch (const OutOfMemory& e) {
@@ -86,8 +47,8 @@ SweepStatus Sweep::run(const std::string& label, Record& rec, const std::functio
   } catch (const UsageError& e) {  // this configuration cannot run; the others may
     rec.status = std::string("error: ") + e.what();
   }
-  monitor_.stop();
-  record_sensors(rec, monitor_);
+  monitor_->stop();
+  record_sensors(rec, monitor_->samples());
   if (finish) finish(rec);
   if (rec.status != "ok") {
     // What the failed configuration held is freed by now (measure's scope and `finish`):
@@ -113,7 +74,7 @@ SweepStatus Sweep::run(const std::string& label, Record& rec, const std::functio
   std::string line = s.ok() ? progress : s.mine;
   if (s.worst_rank >= 0 && s.worst_rank != rt.rank && s.ok())
     line += "; rank " + std::to_string(s.worst_rank) + ": " + s.worst;
-  line += slowdown_note(rt, monitor_.summary());
+  line += slowdown_note(rt, monitor_->summary());
   log_root(rt, "%s\n", line.c_str());
   return s;
 }

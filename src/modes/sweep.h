@@ -17,12 +17,13 @@
 //   sweep.print_summary("bench summary (ms, ...)");
 #pragma once
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
-#include "src/core/device_monitor.h"
 #include "src/core/table.h"
 #include "src/modes/mode.h"
+#include "src/modes/sensors.h"
 
 namespace llmhpc {
 
@@ -63,7 +64,7 @@ class Sweep {
   std::string mode_;
   size_t total_, done_ = 0;
   TextTable table_;
-  DeviceMonitor monitor_;
+  std::unique_ptr<DeviceMonitor> monitor_;
 };
 
 }  // namespace llmhpc

@@ -20,6 +20,7 @@
 #include "src/core/table.h"
 #include "src/modes/data_parallel.h"
 #include "src/modes/options.h"
+#include "src/modes/sensors.h"
 
 namespace llmhpc {
 namespace {
@@ -251,6 +252,8 @@ void run(ModeContext& ctx) {
       .attr("cuda_graph", int64_t(graphed ? 1 : 0));
   record_memory(rec, "after_init", after_init);
   std::vector<double> loss, step_ms, fwd_ms, bwd_ms, sync_ms, param_sync_ms, opt_ms;
+  const std::unique_ptr<DeviceMonitor> monitor = device_monitor(ctx);  // the GPU's clocks over the run
+  monitor->start();
   auto save_progress = [&](const std::string& status) {
     Record r = rec;
     r.status = status;
@@ -261,6 +264,7 @@ void run(ModeContext& ctx) {
         .add("optimizer_ms", opt_ms);
     if (sync) r.add("sync_ms", sync_ms).add("param_sync_ms", param_sync_ms);
     r.attr("peak_memory_bytes", dev.allocator().peak_bytes());
+    record_sensors(r, monitor->snapshot());
     ctx.recorder.write(r);
   };
 
@@ -346,10 +350,12 @@ void run(ModeContext& ctx) {
         ctx.out_dir.c_str());
     throw Interrupted{stopped_by, why};
   }
+  monitor->stop();
   save_progress("ok");
   if (vm.count("save")) save("the last step");
-  log_root(rt, "train: final loss %.6f, mean step %.1f ms; results in %s\n", loss.back(), mean(step_ms),
-           ctx.out_dir.c_str());
+  const std::string clocks = slowdown_note(rt, monitor->summary());
+  log_root(rt, "train: final loss %.6f, mean step %.1f ms%s; results in %s\n", loss.back(), mean(step_ms),
+           clocks.c_str(), ctx.out_dir.c_str());
 }
 
 }  // namespace

@@ -53,6 +53,22 @@ TEST(DeviceMonitor, ReadsInOrderFromStartToStop) {
   EXPECT_EQ(slow.samples().sm_clock_mhz.front(), 1000.0 + n + 2);
 }
 
+// train's snapshots: copies of the readings so far while the thread goes on adding.
+TEST(DeviceMonitor, SnapshotsWhileRunning) {
+  CountingReader reader;
+  DeviceMonitor monitor(reader, 1ms);
+  monitor.start();
+  std::this_thread::sleep_for(20ms);
+  const DeviceMonitor::Samples early = monitor.snapshot();
+  std::this_thread::sleep_for(20ms);
+  monitor.stop();
+  const DeviceMonitor::Samples& all = monitor.samples();
+  ASSERT_GE(early.time_ms.size(), 1u);
+  ASSERT_GT(all.time_ms.size(), early.time_ms.size()) << "the thread went on after the snapshot";
+  for (size_t i = 0; i < early.time_ms.size(); ++i) EXPECT_EQ(early.sm_clock_mhz[i], all.sm_clock_mhz[i]) << i;
+  EXPECT_EQ(early.sm_clock_mhz.size(), early.clock_reasons.size());
+}
+
 TEST(DeviceMonitor, NothingToReadStartsNothing) {
   auto calls = std::make_shared<std::atomic<int>>(0);
   DeviceMonitor monitor([calls](DeviceReading&) { return ++*calls, false; }, 1ms);
