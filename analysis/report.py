@@ -13,7 +13,8 @@ folder). A new mode needs only its module: bench (benchmark tables by warm-up an
 against bf16, peak memory), attention, comm (the seeds' 004 table, bandwidth plots), ddp
 (strategies, bucket sweep and model, sharding, strong/weak scaling), train, and whatever
 analysis/<mode>.py exists; runs timed with --duration-s (comm, ddp) also get analysis/soak.py's
-section (time drift and memory growth). The report is written to --output (default DIR/report.md of the
+section (time drift and memory growth), and records whose GPU slowed its clock while measured
+analysis/device_clocks.py's (the clocks, the slowdown reasons, power and temperature). The report is written to --output (default DIR/report.md of the
 first DIR) and printed. Files are read only through analysis/llmhpc_h5.py.
 """
 from __future__ import annotations
@@ -26,6 +27,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from llmhpc_h5 import RANK_FILE_PATTERN, SchemaError, open_run  # noqa: E402
+import device_clocks  # noqa: E402
 import soak  # noqa: E402
 
 ANALYSIS_DIR = os.path.dirname(os.path.abspath(__file__))
@@ -94,6 +96,9 @@ def build_report(dirs: list, out_dir: str, options: dict, table_only: bool = Fal
     if soaks:
         body = soak.report_section(soaks, out_dir)
         parts.append(body if table_only else f"## soak\n\n{body}")
+    clocks = device_clocks.report_section(runs, out_dir)
+    if clocks:
+        parts.append(clocks if table_only else f"## device clocks\n\n{clocks}")
     return "\n\n".join(parts) + "\n"
 
 

@@ -103,8 +103,12 @@ def check_sensors(out, work):
     rows = {row[header.index("Context")]: row for row in rows}
     assert rows["16"][header.index("SM clock min / median (MHz)")] == "1365 / 1650", text
     assert rows["16"][header.index("Slowdowns")] == "sw power cap" and rows["32"][header.index("Slowdowns")] == "none"
+    assert "## device clocks" in text and "| 0 | 1365 / 1650 / - | sw power cap |" in text, \
+        f"the report's device clocks section should list rank 0's slowed record:\n{text}"
+    assert "| 1 | 1755" not in text, f"rank 1 did not slow, so it is not listed:\n{text}"
     (header, _), text = report(out)
     assert "Slowdowns" not in header, f"clock columns without any slowdown:\n{text}"
+    assert "## device clocks" not in text, f"a device clocks section without any slowdown:\n{text}"
 
 
 def main():
