@@ -193,7 +193,10 @@ def check_comm_source(out, work):
     run(mpiexec() + ["-np", "2", BIN, "--mode", "comm", "--device", "cpu", "--backend", "mpi", "--size", "4KB,256KB",
                      "--warmup", "1", "--iters", "3", "--out", comm])
     text = run([sys.executable, DDP_PY, out, "--comm", comm]).stdout
-    assert f"from --comm {comm}" in text and "b* = sqrt(s o w) =" in text, f"--comm not used:\n{text}"
+    # The optimum, or where three timed iterations on a busy host make the 4 KB all-reduce's
+    # overhead o come out at or below 0, the model's statement that there is none.
+    optimum = "b* = sqrt(s o w) =" in text or "no finite optimum: o = 0" in text
+    assert f"from --comm {comm}" in text and optimum, f"--comm not used:\n{text}"
     proc = run([sys.executable, DDP_PY, out, "--comm", out], expect_ok=False)
     assert proc.returncode == 2 and "not a comm run" in proc.stderr, f"--comm of a ddp run: {proc.stderr}"
     proc = run([sys.executable, DDP_PY, comm], expect_ok=False)
