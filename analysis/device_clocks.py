@@ -4,9 +4,9 @@
     python3 analysis/device_clocks.py results/bench-1234 [more DIRs]     # records that slowed
     python3 analysis/device_clocks.py DIR --all                          # every record with readings
 
-Every sweep record (bench, attention, ddp, profile, memory, precision) and /train holds the GPU's
-SM clock, power, temperature and NVML's clock event reasons, read every --device-sample-ms while
-it ran (docs/hdf5-schema.md, "Device sensors"). One row per record and rank: the busy readings'
+Every sweep record (bench, attention, ddp, profile, memory, precision), comm record and /train
+holds the GPU's SM clock, power, temperature and NVML's clock event reasons, read every
+--device-sample-ms while it ran (docs/hdf5-schema.md, "Device sensors"). One row per record and rank: the busy readings'
 SM clock (min / median / max), the slowdown reasons seen (sw power cap, thermal, ...), and the
 highest power and temperature read. A configuration whose GPU slowed was timed at the slower
 clock; two that slowed differently do not compare as they would at one clock.

@@ -21,6 +21,7 @@
 #include "src/core/units.h"
 #include "src/core/watchdog.h"
 #include "src/modes/options.h"
+#include "src/modes/sensors.h"
 #include "src/modes/soak.h"
 
 namespace llmhpc {
@@ -173,6 +174,7 @@ void run(ModeContext& ctx) {
 
   const size_t total = s.collectives.size() * s.dtypes.size() * s.sizes.size();
   size_t index = 0;
+  const std::unique_ptr<DeviceMonitor> monitor = device_monitor(ctx);  // the GPU's clocks beside each placement
   for (Collective c : s.collectives)
     for (DType t : s.dtypes)
       for (uint64_t requested : s.sizes) {
@@ -232,6 +234,7 @@ void run(ModeContext& ctx) {
           const Call call = make_call(op, rt.rank, send, recv);
           const Verifiable v = make_verifiable(op, rt.rank, n, average_rounding(*comm));
           upload_inputs(*space, v, send, recv);
+          monitor->start();
 
           const std::vector<double> warm = time_call(*comm, call, s.warmup, Timing::PerOperation);
           int64_t iters = s.iters, chunk = s.iters;
@@ -256,6 +259,7 @@ void run(ModeContext& ctx) {
           }
           const double mean_us = time_call(*comm, call, s.iters, Timing::BackToBack).at(0);
           const int64_t wrong = s.check ? check_once(*comm, *space, v, send, recv, issue_blocking(*comm)).count : -1;
+          monitor->stop();
 
           std::vector<double> algbw, busbw;
           for (double us : times) {
@@ -268,6 +272,7 @@ void run(ModeContext& ctx) {
           rec.add("time_us_back_to_back", std::vector<double>{mean_us});
           rec.add("wrong", std::vector<int64_t>{wrong});
           memory.record(rec);
+          record_sensors(rec, monitor->samples());
           ctx.recorder.write(rec);
 
           const double time_us = rt.reduce_all(mean_us, HostReduce::Sum) / n;
@@ -276,8 +281,9 @@ void run(ModeContext& ctx) {
           row.insert(row.end(), {format_us(time_us), fmt(alg), fmt(bus), s.check ? std::to_string(wrong_all) : "N/A"});
           busbw_by_collective[size_t(c)].sum += bus;
           busbw_by_collective[size_t(c)].rows += 1;
-          log_root(rt, " %s busbw %s GB/s%s", placement_name(p), fmt(bus).c_str(),
-                   wrong_all > 0 ? (" WRONG: " + std::to_string(wrong_all)).c_str() : "");
+          const std::string clocks = slowdown_note(rt, monitor->summary());
+          log_root(rt, " %s busbw %s GB/s%s%s", placement_name(p), fmt(bus).c_str(),
+                   wrong_all > 0 ? (" WRONG: " + std::to_string(wrong_all)).c_str() : "", clocks.c_str());
         }
         log_root(rt, "\n");
         table.add_row(row);

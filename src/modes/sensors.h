@@ -1,5 +1,5 @@
-// The device's sensors as the measuring modes read them (the sweep's configurations, train's
-// run): src/core/device_monitor.h over the mode's device.
+// The device's sensors as the measuring modes read them (the sweep's configurations, comm's,
+// train's run): src/core/device_monitor.h over the mode's device.
 #pragma once
 #include <memory>
 #include <string>
