@@ -174,6 +174,17 @@ auto by_tiles(int head_dim, int m_tiles, Run run) {
   }
   LLMHPC_FATAL("flash backward: no tensor-core kernel for head dim " + std::to_string(head_dim));
 }
+// The same for the fused backward's compiled head dims (fused_head_dim's).
+template <class Run>
+auto by_fused_head_dim(int head_dim, Run run) {
+  switch (head_dim) {
+    case 32: return run(Tiles<32, 1>{});
+    case 64: return run(Tiles<64, 1>{});
+    case 96: return run(Tiles<96, 1>{});
+    case 128: return run(Tiles<128, 1>{});
+  }
+  LLMHPC_FATAL("flash backward: no fused kernel for head dim " + std::to_string(head_dim));
+}
 
 }  // namespace
 
@@ -189,26 +200,14 @@ int bwd_tensor_core_rows(const FlashParams& p) {
 int bwd_tensor_core_streamed(const FlashParams& p) {
   const int head_dim = padded_head_dim(p.head_dim, true);
   if (!p.dq_atomic) return split_bwd_streamed_tile(head_dim, bwd_m_tiles(p));
-  const auto query_tile = [](auto traits) { return decltype(traits)::kBlockN; };
-  switch (fused_head_dim(head_dim)) {
-    case 32: return with_fused_traits<32>(p.causal, query_tile);
-    case 64: return with_fused_traits<64>(p.causal, query_tile);
-    case 96: return with_fused_traits<96>(p.causal, query_tile);
-    case 128: return with_fused_traits<128>(p.causal, query_tile);
-  }
-  LLMHPC_FATAL("flash backward: no fused kernel for head dim " + std::to_string(head_dim));
+  return by_fused_head_dim(fused_head_dim(head_dim), [&](auto t) {
+    return with_fused_traits<decltype(t)::kHeadDim>(p.causal, [](auto traits) { return decltype(traits)::kBlockN; });
+  });
 }
 
 void launch_bwd_tensor_core(const FlashParams& p, const FlashVariant& v, cudaStream_t stream) {
-  if (v.dq_sum == DqSum::Atomic) {
-    switch (v.bwd.head_dim) {
-      case 32: return run_bwd_fused<32>(p, stream);
-      case 64: return run_bwd_fused<64>(p, stream);
-      case 96: return run_bwd_fused<96>(p, stream);
-      case 128: return run_bwd_fused<128>(p, stream);
-    }
-    LLMHPC_FATAL("flash backward: no fused kernel for head dim " + std::to_string(v.bwd.head_dim));
-  }
+  if (v.dq_sum == DqSum::Atomic)
+    return by_fused_head_dim(v.bwd.head_dim, [&](auto t) { run_bwd_fused<decltype(t)::kHeadDim>(p, stream); });
   by_tiles(v.bwd.head_dim, v.bwd.rows / kMTileRows,
            [&](auto t) { run_bwd<decltype(t)::kHeadDim, decltype(t)::kMTiles>(p, stream); });
 }
