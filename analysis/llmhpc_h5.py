@@ -453,9 +453,13 @@ class Run:
         return recs[0]
 
     def train_steps(self, rank: int = 0) -> pd.DataFrame:
-        """One row per training step: step (from the record's first_step), loss and the step's times in ms."""
+        """One row per training step: step (from the record's first_step), loss, the step's times in ms, and
+        where the run had them its learning rate (lr) and gradient norm (grad_norm). The device sensors'
+        readings (device_*) are not per step: Record.arrays has them."""
         r = self.train_record(rank)
-        frame = pd.DataFrame({k: v for k, v in r.arrays.items() if np.ndim(v) == 1})
+        steps = len(r.arrays.get("loss", []))
+        frame = pd.DataFrame({k: v for k, v in r.arrays.items()
+                              if np.ndim(v) == 1 and len(v) == steps and not k.startswith("device_")})
         frame.insert(0, "step", np.arange(len(frame)) + int(r.attrs.get("first_step", 1)))
         return frame
 

@@ -128,11 +128,12 @@ class TransformerLM(nn.Module):
         return F.cross_entropy(logits.float().view(-1, logits.shape[-1]), targets.view(-1))
 
 
-def bench_one(size, ctx, batch, precision, setup, warmup, steps, vocab, trace=False):
+def bench_one(size, ctx, batch, precision, setup, warmup, steps, vocab, trace=False, clip_grad_norm=0.0):
     d, d_ff, layers, heads = PRESETS[size]
     rec = dict(tool="pytorch", model=size, d_model=d, d_ff=d_ff, num_layers=layers, num_heads=heads,
                context_length=ctx, batch_size=batch, precision=precision, setup=setup, warmup=warmup, steps=steps,
-               torch_version=torch.__version__, device_name=torch.cuda.get_device_name())
+               clip_grad_norm=clip_grad_norm, torch_version=torch.__version__,
+               device_name=torch.cuda.get_device_name())
     compiled = setup in ("compiled", "graphs")
     model = opt = None
     try:
@@ -162,6 +163,8 @@ def bench_one(size, ctx, batch, precision, setup, warmup, steps, vocab, trace=Fa
                 ev[1].record()
                 loss.backward()
                 ev[2].record()
+                if clip_grad_norm > 0:  # timed with the optimizer, as llmhpc times its clipping
+                    torch.nn.utils.clip_grad_norm_(model.parameters(), clip_grad_norm)
                 opt.step()
                 ev[3].record()
                 torch.cuda.synchronize()
@@ -252,6 +255,8 @@ def main():
     p.add_argument("--trace", action="store_true", help="also time --steps steps under torch.profiler (CUDA activities)")
     p.add_argument("--deadline-s", type=float, default=0,
                    help="configurations not started within this many seconds are recorded as 'not run' (0: none)")
+    p.add_argument("--clip-grad-norm", type=float, default=0,
+                   help="clip the gradients with torch.nn.utils.clip_grad_norm_ before each AdamW step (0: no)")
     p.add_argument("--out", required=True, help="JSON lines file to append to")
     a = p.parse_args()
     torch.backends.cuda.matmul.allow_tf32 = False  # fp32 means fp32, as llmhpc without --tf32
@@ -262,7 +267,7 @@ def main():
         if a.deadline_s and time.time() - start > a.deadline_s:
             return dict(tool="pytorch", model=m, context_length=c, batch_size=a.batch_size, precision=prec, setup=s,
                         status="not run (deadline)")
-        return bench_one(m, c, a.batch_size, prec, s, a.warmup, a.steps, a.vocab_size, a.trace)
+        return bench_one(m, c, a.batch_size, prec, s, a.warmup, a.steps, a.vocab_size, a.trace, a.clip_grad_norm)
 
     records = [ceilings(a.sustain_s)] if a.ceilings else (
         one(m, int(c), prec, s)

@@ -2,7 +2,9 @@
 
     report_section(runs, out_dir)   markdown: one row per run (model, ranks, strategy, sharding,
                                     steps, first and last loss, step time mean and std, exposed
-                                    sync), the loss every few steps; writes train_loss.png
+                                    sync), the loss every few steps (with the learning rate where
+                                    a schedule set it, the gradient norm where the run clipped);
+                                    writes train_loss.png
 
 Times are ms of rank 0 (or the rank asked for): mean and sample std (n-1) of the raw per-step
 arrays. Files are read only through analysis/llmhpc_h5.py.
@@ -47,10 +49,15 @@ def report_section(runs: list, out_dir: str, rank=0, decimals: int = 2) -> str:
         curves.append((os.path.basename(os.path.normpath(run.directory)), steps))
         if len(steps):
             pick = np.unique(np.linspace(0, len(steps) - 1, min(len(steps), MAX_LOSS_ROWS)).astype(int))
+            scheduled = "lr" in steps and (a.get("lr_schedule", "constant") != "constant" or
+                                           a.get("lr_warmup_steps", 0) > 0)
+            clipped = "grad_norm" in steps
             parts.append(f"### Loss of {run.directory} (rank {rank})\n\n" + markdown_table(
-                ["Step", "Loss", "Step (ms)"],
-                [[int(steps.step.iloc[i]), f"{steps.loss.iloc[i]:.6f}", fmt(steps.step_ms.iloc[i], decimals)]
-                 for i in pick]))
+                ["Step", "Loss"] + (["LR"] if scheduled else []) + (["Grad norm"] if clipped else []) + ["Step (ms)"],
+                [[int(steps.step.iloc[i]), f"{steps.loss.iloc[i]:.6f}"]
+                 + ([f"{steps.lr.iloc[i]:.3e}"] if scheduled else [])
+                 + ([f"{steps.grad_norm.iloc[i]:.4f}"] if clipped else [])
+                 + [fmt(steps.step_ms.iloc[i], decimals)] for i in pick]))
     table = markdown_table(["Run", "Model", "Ranks", "DDP", "Sharding", "Status", "Steps", "First loss", "Last loss",
                             "Step Mean (ms)", "Step Std (ms)", "Sync Mean (ms)"], rows)
     fig, ax = plt.subplots(figsize=(6.5, 4))

@@ -105,6 +105,14 @@ struct SavedSpec {
 
 struct AdamWHyper {
   double lr = 1e-3, beta1 = 0.9, beta2 = 0.999, eps = 1e-8, weight_decay = 0.01;
+  // The factor each gradient is multiplied by first, in its dtype (gradient clipping's, as
+  // torch's clip_grad_norm_ scales the gradients in place before the step); 1: none.
+  double grad_scale = 1.0;
+};
+
+// `size` elements of a flat tensor from `at`.
+struct Span {
+  int64_t at = 0, size = 0;
 };
 
 // `size` elements of one AdamW step: at `at` of the parameters, gradients and bf16 copy, and
@@ -177,7 +185,7 @@ class Ops {
   virtual void cross_entropy_backward(Tensor dlogits, Tensor logits, Tensor targets, double scale) = 0;
 
   // One AdamW step (torch.optim.AdamW semantics) over disjoint slices of flat tensors:
-  // param, m, v updated in place from grad; `step` counts from 1. If param_lowp is not
+  // param, m, v updated in place from grad * h.grad_scale; `step` counts from 1. If param_lowp is not
   // empty it receives the updated parameters in its dtype (the bf16 copy for matmuls).
   // Several slices take one launch where one kernel can do them (a sharded optimizer's
   // slices of every bucket), each element's arithmetic the same as alone.
@@ -187,6 +195,11 @@ class Ops {
   void adamw_step(Tensor param, Tensor grad, Tensor m, Tensor v, Tensor param_lowp, const AdamWHyper& h, int64_t step) {
     adamw_step(param, grad, m, v, param_lowp, {{0, 0, param.numel()}}, h, step);
   }
+
+  // out (1 element, fp64) = the sum of x[i]^2 over the spans of x (fp32 or fp64), added in
+  // double in an order fixed by the spans alone (not by threads or timing), so ranks holding the
+  // same values get bitwise the same sum: gradient clipping's norm.
+  virtual void sum_of_squares(Tensor out, Tensor x, const std::vector<Span>& spans) = 0;
 
   // dst = src converted elementwise (same number of elements, any supported dtypes).
   virtual void convert(Tensor dst, Tensor src) = 0;

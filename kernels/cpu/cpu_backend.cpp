@@ -350,10 +350,19 @@ class CpuOps final : public Ops {
       using E = decltype(T);
       for (const AdamWSlice& s : slices)
         cpu::adamw_step(p.ptr<E>() + s.at, g.ptr<E>() + s.at, m.ptr<E>() + s.state_at, v.ptr<E>() + s.state_at, s.size,
-                        h.lr, h.beta1, h.beta2, h.eps, h.weight_decay, step);
+                        h.lr, h.beta1, h.beta2, h.eps, h.weight_decay, h.grad_scale, step);
     });
     if (!p_lowp.empty())
       for (const AdamWSlice& s : slices) convert(p_lowp.slice(s.at, {s.size}), p.slice(s.at, {s.size}));
+  }
+  void sum_of_squares(Tensor out, Tensor x, const std::vector<Span>& spans) override {
+    expect(out.numel() == 1 && out.dtype == DType::F64, "sum_of_squares", "out must be one fp64 element");
+    for (const Span& s : spans)
+      expect(s.at >= 0 && s.size >= 0 && s.at + s.size <= x.numel(), "sum_of_squares", "a span outside x");
+    dispatch("sum_of_squares", x, [&](auto T) {
+      using E = decltype(T);
+      *out.ptr<double>() = cpu::sum_of_squares(x.ptr<E>(), spans);
+    });
   }
   void convert(Tensor dst, Tensor src) override {
     expect(dst.numel() == src.numel(), "convert", "element counts differ");

@@ -13,6 +13,7 @@
 
 #include "src/core/check.h"
 #include "src/core/dtype.h"
+#include "kernels/ops.h"
 
 namespace llmhpc::cpu {
 
@@ -269,21 +270,44 @@ void cross_entropy_backward(T* dlogits, const T* logits, const int32_t* targets,
 }
 
 // ---- AdamW, in the order torch.optim.AdamW (single-tensor) does it -----------------------
+// The gradient is first multiplied by grad_scale (clipping's factor; 1: none), in T.
 template <class T>
 void adamw_step(T* p, const T* g, T* m, T* v, int64_t n, double lr, double beta1, double beta2, double eps, double wd,
-                int64_t step) {
+                double grad_scale, int64_t step) {
   const double bc1 = 1.0 - std::pow(beta1, double(step));
   const double bc2_sqrt = std::sqrt(1.0 - std::pow(beta2, double(step)));
   const T decay = T(1.0 - lr * wd), step_size = T(lr / bc1), b1 = T(1.0 - beta1), b2 = T(beta2),
-          one_minus_b2 = T(1.0 - beta2), c2 = T(bc2_sqrt), e = T(eps);
+          one_minus_b2 = T(1.0 - beta2), c2 = T(bc2_sqrt), e = T(eps), gs = T(grad_scale);
 #pragma omp parallel for simd
   for (int64_t i = 0; i < n; ++i) {
+    const T gi = g[i] * gs;
     p[i] *= decay;
-    m[i] += b1 * (g[i] - m[i]);  // lerp(m, g, 1 - beta1)
-    v[i] = v[i] * b2 + one_minus_b2 * g[i] * g[i];
+    m[i] += b1 * (gi - m[i]);  // lerp(m, g, 1 - beta1)
+    v[i] = v[i] * b2 + one_minus_b2 * gi * gi;
     T denom = std::sqrt(v[i]) / c2 + e;
     p[i] -= step_size * (m[i] / denom);
   }
+}
+
+// ---- the sum of squares: gradient clipping's norm ---------------------------------------
+// Fixed chunks of the spans' elements, taken in turn, each summed in double in parallel, then
+// the chunks' sums added in order: the same sum whatever the number of threads.
+template <class T>
+double sum_of_squares(const T* x, const std::vector<Span>& spans) {
+  constexpr int64_t kChunk = 1 << 16;
+  std::vector<std::pair<const T*, int64_t>> chunks;
+  for (const Span& s : spans)
+    for (int64_t i = 0; i < s.size; i += kChunk) chunks.push_back({x + s.at + i, std::min(kChunk, s.size - i)});
+  std::vector<double> sums(chunks.size());
+#pragma omp parallel for
+  for (size_t c = 0; c < chunks.size(); ++c) {
+    double sum = 0;
+    for (int64_t i = 0; i < chunks[c].second; ++i) sum += double(chunks[c].first[i]) * double(chunks[c].first[i]);
+    sums[c] = sum;
+  }
+  double total = 0;
+  for (double s : sums) total += s;
+  return total;
 }
 
 // ---- random values -----------------------------------------------------------------------

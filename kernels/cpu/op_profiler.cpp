@@ -27,6 +27,7 @@ enum OpId : int {
   kCrossEntropyForward,
   kCrossEntropyBackward,
   kAdamwStep,
+  kSumOfSquares,
   kConvert,
   kScale,
   kNumOps
@@ -37,8 +38,8 @@ enum OpId : int {
 constexpr const char* kOpNames[kNumOps] = {
     "embedding_forward", "embedding_backward", "rmsnorm_forward", "residual_rmsnorm_forward", "rmsnorm_backward",
     "linear_forward", "linear_backward", "rope_forward", "rope_backward", "attention_forward", "attention_backward",
-    "swiglu_forward", "swiglu_backward", "cross_entropy_forward", "cross_entropy_backward", "adamw_step", "convert",
-    "scale"};
+    "swiglu_forward", "swiglu_backward", "cross_entropy_forward", "cross_entropy_backward", "adamw_step",
+    "sum_of_squares", "convert", "scale"};
 // clang-format on
 
 int64_t steady_ns() {
@@ -157,6 +158,10 @@ class OpProfiler final : public Profiler {
                     const std::vector<AdamWSlice>& slices, const AdamWHyper& h, int64_t step) override {
       Call c(p_, kAdamwStep);
       in_.adamw_step(param, grad, m, v, param_lowp, slices, h, step);
+    }
+    void sum_of_squares(Tensor out, Tensor x, const std::vector<Span>& spans) override {
+      Call c(p_, kSumOfSquares);
+      in_.sum_of_squares(out, x, spans);
     }
     void convert(Tensor dst, Tensor src) override {
       Call c(p_, kConvert);

@@ -11,7 +11,7 @@ namespace {
 // Per-step constants, computed in double on the host and rounded to fp32 exactly as the
 // CPU reference (kernels/cpu/cpu_kernels.h, adamw_step) does.
 struct AdamWConstants {
-  float decay, step_size, one_minus_beta1, beta2, one_minus_beta2, bias2_sqrt, eps;
+  float decay, step_size, one_minus_beta1, beta2, one_minus_beta2, bias2_sqrt, eps, grad_scale;
 };
 
 // torch.optim.AdamW's order of operations, as the CPU reference writes it. The explicit
@@ -19,6 +19,7 @@ struct AdamWConstants {
 // path (vector or scalar, any shard boundary) gives bitwise the same result, and it matches
 // the CPU backend's fp32 arithmetic.
 __device__ __forceinline__ void adamw_update(float& p, float g, float& m, float& v, const AdamWConstants& k) {
+  g = __fmul_rn(g, k.grad_scale);  // clipping's factor (1: none), as the CPU reference applies it
   p = __fmul_rn(p, k.decay);
   m = __fadd_rn(m, __fmul_rn(k.one_minus_beta1, __fsub_rn(g, m)));
   v = __fadd_rn(__fmul_rn(v, k.beta2), __fmul_rn(__fmul_rn(k.one_minus_beta2, g), g));
@@ -120,7 +121,8 @@ void adamw_step(Tensor p, Tensor g, Tensor m, Tensor v, Tensor lowp, const std::
                          float(h.beta2),
                          float(1.0 - h.beta2),
                          float(bc2_sqrt),
-                         float(h.eps)};
+                         float(h.eps),
+                         float(h.grad_scale)};
   const bool fused_lowp = !lowp.empty() && lowp.dtype == DType::BF16;
   bool vector = aligned_to(16, {p.data, g.data, m.data, v.data}) && (!fused_lowp || aligned_to(8, {lowp.data}));
   for (const AdamWSlice& s : slices) vector = vector && s.at % 4 == 0 && s.state_at % 4 == 0;

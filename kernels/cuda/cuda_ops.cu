@@ -240,6 +240,13 @@ void CudaOps::adamw_step(Tensor param, Tensor grad, Tensor m, Tensor v, Tensor p
   cuda::adamw_step(param, grad, m, v, param_lowp, slices, h, step, stream_);
 }
 
+void CudaOps::sum_of_squares(Tensor out, Tensor x, const std::vector<Span>& spans) {
+  expect(out.numel() == 1, "sum_of_squares", "out must be one element");
+  for (const Span& s : spans)
+    expect(s.at >= 0 && s.size >= 0 && s.at + s.size <= x.numel(), "sum_of_squares", "a span outside x");
+  cuda::sum_of_squares(out, x, spans, device_.allocator(), stream_);
+}
+
 void CudaOps::convert(Tensor dst, Tensor src) {
   expect(dst.numel() == src.numel(), "convert", "element counts differ");
   cuda::convert(dst, src, stream_);

@@ -31,6 +31,7 @@ class CudaOps final : public Ops {
   using Ops::adamw_step;
   void adamw_step(Tensor param, Tensor grad, Tensor m, Tensor v, Tensor param_lowp,
                   const std::vector<AdamWSlice>& slices, const AdamWHyper& h, int64_t step) override;
+  void sum_of_squares(Tensor out, Tensor x, const std::vector<Span>& spans) override;
   void convert(Tensor dst, Tensor src) override;
   void scale(Tensor x, double factor) override;
   void random_normal(Tensor dst, uint64_t seed, uint64_t stream, double std, double bound) override;

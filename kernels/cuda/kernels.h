@@ -52,6 +52,10 @@ void cross_entropy_backward(Tensor dlogits, Tensor logits, Tensor targets, doubl
 void adamw_step(Tensor param, Tensor grad, Tensor m, Tensor v, Tensor param_lowp, const std::vector<AdamWSlice>& slices,
                 const AdamWHyper& h, int64_t step, cudaStream_t stream);
 
+// out (1, fp64) = sum of x^2 over the spans of x (fp32 or fp64), in a fixed order
+// (Ops::sum_of_squares); its partial sums in a block of `scratch`.
+void sum_of_squares(Tensor out, Tensor x, const std::vector<Span>& spans, Allocator& scratch, cudaStream_t stream);
+
 // dst = src elementwise (fp32 <-> bf16, or a copy); x *= factor.
 void convert(Tensor dst, Tensor src, cudaStream_t stream);
 void scale(Tensor x, double factor, cudaStream_t stream);

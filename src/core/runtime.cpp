@@ -82,6 +82,15 @@ int64_t Runtime::reduce_all(int64_t mine, HostReduce op) const {
   return out;
 }
 
+double Runtime::sum_in_rank_order(double mine) const {
+  std::vector<double> all(static_cast<size_t>(world_size));
+  WatchedCall watched("allgather", sizeof mine);
+  MPI_CHECK(MPI_Allgather(&mine, 1, MPI_DOUBLE, all.data(), 1, MPI_DOUBLE, MPI_COMM_WORLD));
+  double sum = 0;
+  for (double v : all) sum += v;
+  return sum;
+}
+
 void Runtime::gather_to_root(const std::vector<float>& mine,
                              const std::function<void(int, const std::vector<float>&)>& take) const {
   // Point to point in pieces of at most 2^28 floats: MPI counts are ints.

@@ -29,6 +29,10 @@ struct Runtime {
   std::vector<double> reduce_all(const std::vector<double>& mine, HostReduce op) const;
   double reduce_all(double mine, HostReduce op) const;
   int64_t reduce_all(int64_t mine, HostReduce op) const;
+  // The sum of every rank's `mine`, added in rank order: bitwise the same on every rank (MPI's
+  // own reduction may add in a different order on each, and a sharded optimizer's ranks must
+  // agree on the gradient norm they clip by).
+  double sum_in_rank_order(double mine) const;
   // Every rank's `mine` (any lengths) to rank 0, which gets them one at a time in rank order
   // through `take` (rank, values), so it never holds more than one rank's besides its own;
   // `take` runs on rank 0 only. What a sharded optimizer's state takes to one file.

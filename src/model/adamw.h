@@ -5,6 +5,8 @@
 // state, so the memory before the first step is the model's alone; allocate_state() makes it
 // earlier (a checkpoint load; a caller that wants an out-of-memory now, not mid-step).
 #pragma once
+#include <cmath>
+#include <functional>
 #include <vector>
 
 #include "kernels/ops.h"
@@ -13,6 +15,18 @@
 #include "src/model/transformer.h"
 
 namespace llmhpc {
+
+// Gradient clipping as torch.nn.utils.clip_grad_norm_ does it: the L2 norm of all the
+// gradients (after data parallelism averaged them) and, where it is above max_norm, each
+// gradient multiplied by max_norm / (norm + 1e-6), inside the AdamW kernel (AdamWHyper::
+// grad_scale: bitwise what scaling the gradients first would give).
+struct GradClipping {
+  double max_norm = 0;  // 0: off; infinity: the norm is computed (last_grad_norm()), nothing clipped
+  // Where the optimizer is sharded a rank holds the averaged gradients of its own ranges only:
+  // the sum over ranks of each rank's sum of squares, the same bits on every rank
+  // (Runtime::sum_in_rank_order). Unset: this rank's sum is the whole.
+  std::function<double(double)> sum_over_ranks;
+};
 
 class AdamW {
  public:
@@ -30,6 +44,11 @@ class AdamW {
   void begin_step();
   void update(FlatRange range, Tensor grads);
   void allocate_state();  // zeroed m and v, unless they exist
+  // From the next step() on (update() refuses it: the norm needs every gradient first). The
+  // norm is read on the host, so a clipped step waits for the device once before its update.
+  void set_clipping(GradClipping clipping) { clipping_ = std::move(clipping); }
+  // The gradients' norm before clipping, as the last step() computed it; NaN without clipping.
+  double last_grad_norm() const { return grad_norm_; }
   bool has_state() const { return has_state_; }
 
   TransformerLM& model() const { return model_; }
@@ -44,6 +63,8 @@ class AdamW {
   Tensor v() const { return v_; }
 
  private:
+  double clipping_factor();  // the step's AdamWHyper::grad_scale
+
   TransformerLM& model_;
   Ops& ops_;
   AdamWHyper hyper_;
@@ -51,6 +72,8 @@ class AdamW {
   int64_t step_ = 0;
   bool has_state_ = false;
   Buffer m_, v_;
+  GradClipping clipping_;
+  double grad_norm_ = NAN;
 };
 
 }  // namespace llmhpc

@@ -9,12 +9,16 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <limits>
 
 #include "src/core/stats.h"
 #include "src/core/stop_request.h"
 #include "src/core/units.h"
 #include "src/io/token_data.h"
 #include "src/model/checkpoint.h"
+#include "src/model/lr_schedule.h"
 #include "src/model/train_step.h"
 #include "src/core/watchdog.h"
 #include "src/core/table.h"
@@ -30,7 +34,18 @@ void add_options(po::options_description& desc) {
   auto text = [](const char* def) { return po::value<std::string>()->default_value(def); };
   train.add_options()("data", po::value<std::string>(), "token file: .bin (uint16) or .npy (uint16 or int32)")(
       "data-order", text("random"), "sequential | random (seeded by --seed)")("steps", text("10"), "optimizer steps")(
-      "lr", text("1e-3"), "AdamW learning rate (constant)")(
+      "lr", text("1e-3"), "AdamW learning rate: the peak of --lr-schedule")(
+      "lr-schedule", text("constant"),
+      "constant | cosine | linear: after --lr-warmup-steps (rising linearly from 0), --lr held, or decayed along a "
+      "cosine or a line to --min-lr at --lr-decay-steps; steps count over the whole training, so a run from --init "
+      "goes on along the same curve")("lr-warmup-steps", text("0"),
+                                      "optimizer steps of linear warm-up: step s of the first N takes --lr * s / N")(
+      "lr-decay-steps", po::value<std::string>(),
+      "the optimizer step at which cosine or linear decay reaches --min-lr (default: this run's last step, the "
+      "checkpoint's step + --steps)")("min-lr", text("0"), "the learning rate cosine and linear decay end at")(
+      "clip-grad-norm", text("0"),
+      "clip the gradients' global L2 norm to this before each update, as torch.nn.utils.clip_grad_norm_ (0: no "
+      "clipping; inf: only record the norm); every step's norm goes to /train/grad_norm")(
       "weight-decay", text("0.01"), "AdamW decoupled weight decay")("beta1", text("0.9"), "AdamW beta1")(
       "beta2", text("0.999"), "AdamW beta2")("eps", text("1e-8"), "AdamW epsilon")(
       "init", po::value<std::string>(),
@@ -58,12 +73,34 @@ AdamWHyper hyper_from(const po::variables_map& vm) {
   h.beta1 = opt_double(vm, "beta1");
   h.beta2 = opt_double(vm, "beta2");
   h.eps = opt_double(vm, "eps");
-  if (h.lr < 0) throw UsageError("--lr must not be negative");
   if (h.weight_decay < 0) throw UsageError("--weight-decay must not be negative");
   if (!(h.beta1 >= 0 && h.beta1 < 1)) throw UsageError("--beta1 must be in [0, 1)");
   if (!(h.beta2 >= 0 && h.beta2 < 1)) throw UsageError("--beta2 must be in [0, 1)");
   if (!(h.eps > 0)) throw UsageError("--eps must be positive");
   return h;
+}
+
+// The learning rate of each step; `last_step`: the step this run ends at (the default end of decay).
+LrSchedule lr_schedule(const po::variables_map& vm, int64_t last_step) {
+  LrSchedule s;
+  s.decay = parse_lr_decay(opt_string(vm, "lr-schedule"));
+  s.peak = opt_double(vm, "lr");
+  s.min = opt_double(vm, "min-lr");
+  s.warmup_steps = opt_nonnegative(vm, "lr-warmup-steps");
+  s.decay_steps = vm.count("lr-decay-steps") ? opt_positive(vm, "lr-decay-steps") : last_step;
+  if (s.decay == LrDecay::Constant && (opt_given(vm, "min-lr") || vm.count("lr-decay-steps")))
+    throw UsageError("--min-lr and --lr-decay-steps shape a decay: give them with --lr-schedule cosine or linear");
+  s.validate();
+  return s;
+}
+
+// --clip-grad-norm: 0 (off), a positive norm, or inf.
+double clip_grad_norm(const po::variables_map& vm) {
+  const std::string text = opt_string(vm, "clip-grad-norm");
+  if (text == "inf") return INFINITY;
+  const double v = opt_double(vm, "clip-grad-norm");
+  if (v < 0) throw UsageError("--clip-grad-norm must be positive, 0 (no clipping) or inf (the norm only)");
+  return v;
 }
 
 void validate(const po::variables_map& vm) {
@@ -77,6 +114,10 @@ void validate(const po::variables_map& vm) {
   if (opt_nonnegative(vm, "save-every") > 0 && !vm.count("save"))
     throw UsageError("--save-every needs --save FILE: the checkpoint it rewrites (e.g. --save model.h5)");
   hyper_from(vm);
+  clip_grad_norm(vm);
+  // With --init the run's last step, the default end of decay, is known once run() has read the
+  // checkpoint's step; it checks the schedule again then.
+  lr_schedule(vm, vm.count("init") ? std::numeric_limits<int64_t>::max() : opt_positive(vm, "steps"));
   for (const char* list_opt : {"model", "context-length", "batch-size", "precision", "attention", "ddp", "bucket-mb",
                                "shard-optimizer", "share-weights", "collective-engine"})
     if (split_list(opt_string(vm, list_opt), list_opt).size() != 1)
@@ -184,6 +225,7 @@ void run(ModeContext& ctx) {
   const int64_t seq = config.context_length;  // sequences are as long as the model's context
   std::unique_ptr<TransformerLM> model;
   std::unique_ptr<AdamW> opt;
+  LrSchedule schedule;
   MemoryBreakdown after_init;
   collective_check(rt, [&] {
     model = std::make_unique<TransformerLM>(config, precision, attention, dev, ops, memory, plan.flat_elements);
@@ -192,7 +234,15 @@ void run(ModeContext& ctx) {
     opt = std::make_unique<AdamW>(*model, ops, hyper_from(vm), plan.owned(rt.rank));
     if (init) load_checkpoint(opt_string(vm, "init"), *model, opt.get());
     else model->init_parameters(seed);
+    schedule = lr_schedule(vm, opt->steps_taken() + steps);
   });
+  const double max_grad_norm = clip_grad_norm(vm);
+  if (max_grad_norm > 0) {
+    GradClipping clipping{max_grad_norm, nullptr};
+    if (sharding != Sharding::None)  // each rank holds the averaged gradients of its own ranges only
+      clipping.sum_over_ranks = [&rt](double squares) { return rt.sum_in_rank_order(squares); };
+    opt->set_clipping(clipping);
+  }
   std::unique_ptr<GradientSync> sync;
   if (comm) {  // every rank starts from rank 0's weights, whatever its seed or file
     broadcast_parameters(*comm, model->params());
@@ -242,7 +292,12 @@ void run(ModeContext& ctx) {
       .attr("low_memory", int64_t(memory == MemoryPlan::LowMemory ? 1 : 0))
       .attr("data", data.path())
       .attr("data_order", opt_string(vm, "data-order"))
-      .attr("lr", opt->hyper().lr)
+      .attr("lr", schedule.peak)
+      .attr("lr_schedule", std::string(lr_decay_name(schedule.decay)))
+      .attr("lr_warmup_steps", schedule.warmup_steps)
+      .attr("lr_decay_steps", schedule.decay == LrDecay::Constant ? int64_t(0) : schedule.decay_steps)
+      .attr("min_lr", schedule.decay == LrDecay::Constant ? schedule.peak : schedule.min)
+      .attr("clip_grad_norm", max_grad_norm)
       .attr("weight_decay", opt->hyper().weight_decay)
       .attr("beta1", opt->hyper().beta1)
       .attr("beta2", opt->hyper().beta2)
@@ -251,18 +306,20 @@ void run(ModeContext& ctx) {
       .attr("first_step", opt->steps_taken() + 1)
       .attr("cuda_graph", int64_t(graphed ? 1 : 0));
   record_memory(rec, "after_init", after_init);
-  std::vector<double> loss, step_ms, fwd_ms, bwd_ms, sync_ms, param_sync_ms, opt_ms;
+  std::vector<double> loss, lr, grad_norm, step_ms, fwd_ms, bwd_ms, sync_ms, param_sync_ms, opt_ms;
   const std::unique_ptr<DeviceMonitor> monitor = device_monitor(ctx);  // the GPU's clocks over the run
   monitor->start();
   auto save_progress = [&](const std::string& status) {
     Record r = rec;
     r.status = status;
     r.add("loss", loss)
+        .add("lr", lr)
         .add("step_ms", step_ms)
         .add("forward_ms", fwd_ms)
         .add("backward_ms", bwd_ms)
         .add("optimizer_ms", opt_ms);
     if (sync) r.add("sync_ms", sync_ms).add("param_sync_ms", param_sync_ms);
+    if (max_grad_norm > 0) r.add("grad_norm", grad_norm);
     r.attr("peak_memory_bytes", dev.allocator().peak_bytes());
     record_sensors(r, monitor->snapshot());
     ctx.recorder.write(r);
@@ -288,6 +345,7 @@ void run(ModeContext& ctx) {
     Watchdog::instance().set_step(s);
     data.fill_batch(first_batch + s, batch, seq, mine.first, mine.count, order, seed, inputs.data(), targets.data());
     model->set_batch(inputs.data(), targets.data(), mine.count, seq);
+    opt->hyper().lr = schedule.at(opt->steps_taken() + 1);
     StepTimes t;
     try {
       if (graphed && s == 1) graph = std::make_unique<GraphedStep>(*model, opt.get(), Phase::TrainStep);
@@ -305,6 +363,8 @@ void run(ModeContext& ctx) {
     const std::vector<double> reduced =
         rt.reduce_all(std::vector<double>{model->mean_loss(), stop_signal() ? 1.0 : 0.0}, HostReduce::Sum);
     loss.push_back(reduced[0] / rt.world_size);
+    lr.push_back(opt->hyper().lr);
+    grad_norm.push_back(opt->last_grad_norm());
     done = s + 1;
     if (reduced[1] > 0 && done < steps) stopped_by = int(rt.reduce_all(int64_t(stop_signal()), HostReduce::Max));
     sync_ms.push_back(t.sync_ms);
@@ -318,14 +378,25 @@ void run(ModeContext& ctx) {
       throw UsageError("the loss became " + std::to_string(loss.back()) + " at step " + std::to_string(s) +
                        " (try a lower --lr)");
     }
+    if (max_grad_norm > 0 && !std::isfinite(grad_norm.back())) {
+      save_progress("error: gradient norm is not finite at step " + std::to_string(s));
+      throw UsageError("the gradients' norm became " + std::to_string(grad_norm.back()) + " at step " +
+                       std::to_string(s) + " (try a lower --lr)");
+    }
     const bool last = done == steps;
     const auto now = std::chrono::steady_clock::now();
     if (done == 1) first_done = now;
     if (last || stopped_by || (log_every > 0 && done % log_every == 0)) {
       const double per_step =
           done > 1 ? std::chrono::duration<double>(now - first_done).count() / double(done - 1) : t.step_ms / 1e3;
-      log_root(rt, "step %5lld/%lld  loss %.6f  %.1f ms/step%s\n", (long long)done, (long long)steps, loss.back(),
-               t.step_ms, last ? "" : (", " + format_duration(per_step * double(steps - done)) + " left").c_str());
+      char shape[96] = "";  // what shaped the step's update, where the user asked for it
+      if (schedule.decay != LrDecay::Constant || schedule.warmup_steps > 0)
+        std::snprintf(shape, sizeof shape, "  lr %.3e", lr.back());
+      if (max_grad_norm > 0)
+        std::snprintf(shape + strlen(shape), sizeof shape - strlen(shape), "  grad norm %.4g", grad_norm.back());
+      log_root(rt, "step %5lld/%lld  loss %.6f%s  %.1f ms/step%s\n", (long long)done, (long long)steps, loss.back(),
+               shape, t.step_ms,
+               last ? "" : (", " + format_duration(per_step * double(steps - done)) + " left").c_str());
     }
     if (!last && !stopped_by && save_every > 0 && done % save_every == 0)
       save("every " + std::to_string(save_every) + " steps");
@@ -345,7 +416,10 @@ void run(ModeContext& ctx) {
         rt, "train: stopped by %s after step %lld of %lld%s; results in %s\n", signal_name(stopped_by).c_str(),
         (long long)done, (long long)steps,
         vm.count("save")
-            ? ("; go on with --init " + opt_string(vm, "save") + " --steps " + std::to_string(steps - done)).c_str()
+            ? ("; go on with --init " + opt_string(vm, "save") + " --steps " + std::to_string(steps - done) +
+               // the end of decay defaults to the run's last step: the resumed run's would differ
+               (schedule.decay != LrDecay::Constant ? " --lr-decay-steps " + std::to_string(schedule.decay_steps) : ""))
+                  .c_str()
             : " (no --save: the weights are not kept)",
         ctx.out_dir.c_str());
     throw Interrupted{stopped_by, why};

@@ -12,7 +12,7 @@ namespace llmhpc::test {
 namespace {
 
 constexpr double kFp32Tol = 1e-5;
-constexpr DType F32 = DType::F32, BF16 = DType::BF16;
+constexpr DType F32 = DType::F32, F64 = DType::F64, BF16 = DType::BF16;
 
 double tol(DType out, double bf16_tol) { return out == BF16 ? bf16_tol : kFp32Tol; }
 
@@ -312,7 +312,7 @@ TEST_F(CudaOps, CrossEntropyForwardAndInPlaceBackward) {
 // and on the scalar one (offset 1: 4 bytes off 16-byte alignment), tail included.
 TEST_F(CudaOps, AdamWMatchesCpuFp32Bitwise) {
   const int64_t n = 1003;
-  const AdamWHyper h{1e-3, 0.9, 0.999, 1e-8, 0.01};
+  AdamWHyper h{1e-3, 0.9, 0.999, 1e-8, 0.01};
   for (int64_t offset : {0, 1}) {
     Twin p = random({n + 1}, F32, 1.0, F32), m = twin({n + 1}, F32, std::vector<double>(n + 1, 0.0), F32);
     Twin v = twin({n + 1}, F32, std::vector<double>(n + 1, 0.0), F32), lowp = poisoned({n + 1}, BF16, BF16);
@@ -320,6 +320,7 @@ TEST_F(CudaOps, AdamWMatchesCpuFp32Bitwise) {
     const std::vector<double> p_before = gpu_values(p);
     for (int64_t step = 1; step <= 3; ++step) {
       Twin g = random({n + 1}, F32, 1.0, F32);
+      h.grad_scale = step == 2 ? 0.37 : 1.0;  // a clipped step between unclipped ones
       cpu().adamw_step(part(p.cpu), part(g.cpu), part(m.cpu), part(v.cpu), part(lowp.cpu), h, step);
       gpu().adamw_step(part(p.gpu), part(g.gpu), part(m.gpu), part(v.gpu), part(lowp.gpu), h, step);
     }
@@ -332,6 +333,31 @@ TEST_F(CudaOps, AdamWMatchesCpuFp32Bitwise) {
               std::vector<double>(lc.begin() + offset, lc.begin() + offset + n))
         << what;
     EXPECT_NE(gpu_values(p), p_before) << "the step changed nothing";
+  }
+}
+
+// Gradient clipping's norm: within double rounding of the CPU's sum, over spans in more than one
+// launch (64 a launch), empty ones and a misaligned start, fp32 and fp64; the same bits on every
+// call (ranks holding the same gradients must clip alike).
+TEST_F(CudaOps, SumOfSquaresMatchesCpuAndRepeatsBitwise) {
+  const int64_t n = 3 * 1000 * 1000 + 7;
+  std::vector<Span> spans;
+  for (int64_t at = 3; at + 20000 < n; at += 40001) spans.push_back({at, spans.size() % 5 == 0 ? 0 : 20000 + at % 7});
+  spans.push_back({n - 1000000, 1000000});
+  ASSERT_GT(spans.size(), 64u);
+  for (DType dt : {F32, F64}) {
+    Twin x = random({n}, dt, 1.0, dt), out = poisoned({1}, F64);
+    cpu().sum_of_squares(out.cpu, x.cpu, spans);
+    std::vector<double> sums;
+    for (int call = 0; call < 3; ++call) {
+      gpu().sum_of_squares(out.gpu, x.gpu, spans);
+      sums.push_back(gpu_values(out)[0]);
+    }
+    EXPECT_NEAR(sums[0], cpu_values(out)[0], 1e-12 * cpu_values(out)[0]) << dtype_name(dt) << ", " << seed_note();
+    EXPECT_EQ(sums[1], sums[0]) << dtype_name(dt);
+    EXPECT_EQ(sums[2], sums[0]) << dtype_name(dt);
+    gpu().sum_of_squares(out.gpu, x.gpu, {});
+    EXPECT_EQ(gpu_values(out)[0], 0.0) << "no spans, no squares";
   }
 }
 

@@ -89,6 +89,14 @@ inline bool same_on_every_rank(const std::vector<float>& v) {
   return all == 1;
 }
 
+inline bool same_on_every_rank(double x) {
+  double root = x;
+  MPI_Bcast(&root, 1, MPI_DOUBLE, 0, MPI_COMM_WORLD);
+  int same = std::memcmp(&root, &x, sizeof x) == 0, all = 0;
+  MPI_Allreduce(&same, &all, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+  return all == 1;
+}
+
 // Whether a equals b bit for bit on every rank.
 inline bool bitwise_on_every_rank(const std::vector<float>& a, const std::vector<float>& b) {
   const double differ = a.size() != b.size() || std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) != 0;
@@ -148,14 +156,29 @@ struct DataParallel {
   bool copy_engines = false;  // --collective-engine copy (nccl; the mpi backend moves them as before)
 };
 
+// --clip-grad-norm as train sets it up: a sharded optimizer's ranks add their sums of squares
+// in rank order.
+inline GradClipping clipping(double max_norm, const DataParallel* dist) {
+  GradClipping c{max_norm, nullptr};
+  if (dist && dist->sharding != Sharding::None)
+    c.sum_over_ranks = [](double squares) {
+      Runtime rt;
+      rt.rank = world_rank();
+      rt.world_size = world_size();
+      return rt.sum_in_rank_order(squares);
+    };
+  return c;
+}
+
 // The tiny transformer with its optimizer: one rank on the whole batch (dist == nullptr:
 // parameters from rank 0's seed, no communication), or this rank's share under `dist`
 // (parameters from this rank's seed, then broadcast from rank 0; flat buffers and optimizer
 // ranges as the plan says). step(s) trains on global batch s, so runs can stop and go on.
 class TransformerRun {
  public:
+  // `max_grad_norm` > 0: the optimizer clips (clipping()).
   TransformerRun(Env& env, const DataParallel* dist, Precision precision = Precision::FP32,
-                 MemoryPlan memory = MemoryPlan::Fast)
+                 MemoryPlan memory = MemoryPlan::Fast, double max_grad_norm = 0)
       : env_(env),
         plan_(plan_sync(dist ? dist->strategy : SyncStrategy::None, dist ? dist->sharding : Sharding::None,
                         param_spans(ParameterLayout(tiny_transformer())), sizeof(float), dist ? dist->bucket_mb : 25,
@@ -166,6 +189,7 @@ class TransformerRun {
         shard_(dist ? shard_of_this_rank(kGlobalBatch) : Shard{0, kGlobalBatch}),
         timer_(env.device().make_timer(kStepMarks)) {
     model_.init_parameters(dist ? kRankZeroSeed + uint64_t(world_rank()) : kRankZeroSeed);
+    if (max_grad_norm > 0) opt_.set_clipping(clipping(max_grad_norm, dist));
     if (dist) {
       broadcast_parameters(*env.comm, model_.params());
       model_.parameters_changed();
@@ -227,19 +251,22 @@ class TransformerRun {
 // What a training run leaves behind.
 struct Training {
   std::vector<float> params;
-  std::vector<double> losses;  // this rank's mean loss of each step, before its update
-  std::vector<float> grads;    // the gradients the first step's optimizer saw
-  SyncStats stats;             // of the last step
+  std::vector<double> losses;      // this rank's mean loss of each step, before its update
+  std::vector<float> grads;        // the gradients the first step's optimizer saw
+  SyncStats stats;                 // of the last step
+  std::vector<double> grad_norms;  // each step's, where the optimizer clipped
 };
 
 // `wait_every_step`: every parameter arrives right after each step (model.wait_parameters()),
 // as before the next forward waited for them range by range.
 inline Training train_transformer(Env& env, const DataParallel* dist, int steps, Precision precision = Precision::FP32,
-                                  MemoryPlan memory = MemoryPlan::Fast, bool wait_every_step = false) {
-  TransformerRun run(env, dist, precision, memory);
+                                  MemoryPlan memory = MemoryPlan::Fast, bool wait_every_step = false,
+                                  double max_grad_norm = 0) {
+  TransformerRun run(env, dist, precision, memory, max_grad_norm);
   Training out;
   for (int s = 0; s < steps; ++s) {
     out.losses.push_back(run.step(s));
+    if (max_grad_norm > 0) out.grad_norms.push_back(run.optimizer().last_grad_norm());
     if (wait_every_step) run.model().wait_parameters();
     if (s == 0) out.grads = run.grads();
     if (run.sync()) out.stats = run.sync()->stats();

@@ -336,6 +336,29 @@ TEST_P(DdpTest, TransformerTrainsLikeOneRankOnTheWholeBatch) {
   expect_stats(dist.stats, buckets, layout.total() * 4, c.after_backward() ? buckets : 0);
 }
 
+// --clip-grad-norm under every strategy: the norm of the averaged gradients, the same bits on
+// every rank, so the ranks clip alike and train as one rank on the whole batch does. The
+// limit is below the norms, so every step clips.
+TEST_P(DdpTest, ClippedTransformerTrainsLikeOneRankOnTheWholeBatch) {
+  const Case& c = GetParam();
+  const DataParallel setup = c.transformer();
+  constexpr double kMaxNorm = 0.05;
+  const Training one_rank =
+      train_transformer(*env_, nullptr, kSteps, Precision::FP32, MemoryPlan::Fast, false, kMaxNorm);
+  const Training dist = train_transformer(*env_, &setup, kSteps, Precision::FP32, MemoryPlan::Fast, false, kMaxNorm);
+  expect_trains_like_one_rank(dist, one_rank);
+  ASSERT_EQ(dist.grad_norms.size(), size_t(kSteps));
+  for (int step = 0; step < kSteps; ++step) {
+    const double got = dist.grad_norms[size_t(step)], want = one_rank.grad_norms[size_t(step)];
+    EXPECT_GT(want, 2 * kMaxNorm) << "step " << step << " should clip";
+    if (c.strategy != SyncStrategy::None) {
+      EXPECT_TRUE(same_on_every_rank(got)) << "norm of step " << step;
+      if (c.synced())
+        EXPECT_LE(max_over_ranks(std::fabs(got - want) / want), kFp32Tolerance) << "norm of step " << step;
+    }
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Strategies, DdpTest, ::testing::ValuesIn(all_cases()), case_name);
 
 class DdpBackendTest : public ::testing::TestWithParam<CommBackend> {

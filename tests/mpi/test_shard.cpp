@@ -171,6 +171,29 @@ TEST_P(ShardTest, TenStepsGiveTheUnshardedWeights) {
   EXPECT_GE(got.stats.param_collectives, 1);
 }
 
+// --clip-grad-norm with a sharded optimizer: each rank's squares of its own ranges, added in rank
+// order, give every rank the same norm as the unsharded optimizer's (within the reordering of
+// the sum), so the weights follow the clipped unsharded ones; every step clips.
+TEST_P(ShardTest, ClippedStepsGiveTheClippedUnshardedWeights) {
+  const Case& c = GetParam();
+  const DataParallel plain = c.setup(Sharding::None), sharded = c.setup(c.sharding);
+  constexpr double kMaxNorm = 0.05;
+  const Training want = train_transformer(*env_, &plain, kSteps, Precision::FP32, MemoryPlan::Fast, false, kMaxNorm);
+  const Training got = train_transformer(*env_, &sharded, kSteps, Precision::FP32, MemoryPlan::Fast, false, kMaxNorm);
+  EXPECT_LE(max_over_ranks(rel_error(got.params, want.params)), kReorderTolerance) << "weights after 10 steps";
+  EXPECT_TRUE(same_on_every_rank(got.params)) << "ranks differ";
+  for (int step = 0; step < kSteps; ++step) {
+    const double norm = got.grad_norms[size_t(step)], norm_unsharded = want.grad_norms[size_t(step)];
+    EXPECT_GT(norm_unsharded, 2 * kMaxNorm) << "step " << step << " should clip";
+    EXPECT_TRUE(same_on_every_rank(norm)) << "norm of step " << step;
+    // Where the averaged gradients are bitwise the unsharded ones, the norms differ only in the
+    // order of the sum of squares.
+    EXPECT_LE(max_over_ranks(std::fabs(norm - norm_unsharded) / norm_unsharded),
+              c.bitwise() ? 1e-12 : kReorderTolerance)
+        << "norm of step " << step;
+  }
+}
+
 TEST_P(ShardTest, EachRankHoldsOnlyItsShareOfTheOptimizerState) {
   const Case& c = GetParam();
   const DataParallel setup = c.setup(c.sharding);

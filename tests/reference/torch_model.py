@@ -190,15 +190,41 @@ def save_checkpoint(path: str, model: TransformerLM, optimizer=None) -> None:
 
 # ---- training -----------------------------------------------------------------------------
 
+def lr_at(step: int, peak: float, schedule: str = "constant", warmup: int = 0, decay_steps: int = 0,
+          min_lr: float = 0.0) -> float:
+    """The learning rate of optimizer step `step` (from 1), as llmhpc's --lr-schedule documents it: linear warm-up
+    from 0 over `warmup` steps, then `peak` held (constant) or decayed to `min_lr` at step `decay_steps`."""
+    if step <= warmup:
+        return peak * step / warmup
+    if schedule == "constant":
+        return peak
+    if step >= decay_steps:
+        return min_lr
+    progress = (step - warmup) / (decay_steps - warmup)
+    if schedule == "linear":
+        return peak + (min_lr - peak) * progress
+    return min_lr + (peak - min_lr) * 0.5 * (1.0 + math.cos(math.pi * progress))
+
+
 def train(model: TransformerLM, optimizer, tokens: np.ndarray, steps: int, batch_size: int, seq_len: int,
-          first_step: int = 0) -> list:
-    """`steps` AdamW steps on SPEC's sequential batches; returns the loss of each step (before its update)."""
+          first_step: int = 0, schedule: dict | None = None, max_grad_norm: float = 0.0,
+          grad_norms: list | None = None) -> list:
+    """`steps` AdamW steps on SPEC's sequential batches; returns the loss of each step (before its update).
+    `schedule`: lr_at's keyword arguments, the rate set before each step; `max_grad_norm` > 0: the gradients
+    clipped by torch.nn.utils.clip_grad_norm_, each step's norm appended to `grad_norms` if given."""
     losses = []
     for step in range(first_step, first_step + steps):
+        if schedule is not None:
+            for group in optimizer.param_groups:
+                group["lr"] = lr_at(step + 1, **schedule)
         inputs, targets = sequential_batch(tokens, step, batch_size, seq_len)
         optimizer.zero_grad(set_to_none=True)
         loss = model.loss(torch.from_numpy(inputs), torch.from_numpy(targets))
         loss.backward()
+        if max_grad_norm > 0:
+            norm = float(torch.nn.utils.clip_grad_norm_(model.parameters(), max_grad_norm))
+            if grad_norms is not None:
+                grad_norms.append(norm)
         optimizer.step()
         losses.append(float(loss.item()))
     return losses

@@ -15,7 +15,11 @@ sequential batches with lr 1e-3, default betas and eps, weight decay 0.01. Then:
     sides exactly init * (1 - lr*wd)^steps: the check that sees a missing or coupled weight
     decay, whose effect on the other weights (5e-5 here) is below the tolerances above;
   - llmhpc's saved checkpoint loads into the PyTorch model (same names, strict) and gives the
-    same loss on the next batch as PyTorch's own final model.
+    same loss on the next batch as PyTorch's own final model;
+  - with --lr-schedule cosine --lr-warmup-steps 2 --min-lr 1e-4 --clip-grad-norm 0.5 against
+    the rate set per step by the documented formula and torch.nn.utils.clip_grad_norm_ (every
+    step clipping): the same losses, each step's rate (/train/lr) and gradient norm
+    (/train/grad_norm), and the final weights, within the tolerances above.
 Skips (exit 77) when torch cannot be imported.
 """
 import os
@@ -68,6 +72,38 @@ def compare_tensors(label, ours: dict, theirs: dict, tolerance: float):
     bad = [(n, e) for e, n in errors if e > tolerance]
     assert not bad, f"{label}: {len(bad)} tensor(s) with relative error beyond {tolerance:g}: {bad[:5]}"
     return worst
+
+
+def check_schedule_and_clipping(init_ckpt, data_path, tokens, work):
+    steps, max_norm = 6, 0.5
+    schedule = dict(peak=HYPER["lr"], schedule="cosine", warmup=2, decay_steps=steps, min_lr=1e-4)
+    model, optimizer = ref.load_checkpoint(init_ckpt, HYPER)
+    norms = []
+    losses = ref.train(model, optimizer, tokens, steps, BATCH, CONFIG.context_length, schedule=schedule,
+                       max_grad_norm=max_norm, grad_norms=norms)
+    rates = [ref.lr_at(s, **schedule) for s in range(1, steps + 1)]
+    torch_final = os.path.join(work, "torch_clipped.h5")
+    ref.save_checkpoint(torch_final, model, optimizer)
+    assert min(norms) > max_norm, f"every step should clip: norms {norms}"
+
+    llmhpc_final, out = os.path.join(work, "llmhpc_clipped.h5"), os.path.join(work, "llmhpc_clipped")
+    run([BIN, "--mode", "train", "--device", "cpu", "--init", init_ckpt, "--data", data_path,
+         "--data-order", "sequential", "--steps", str(steps), "--batch-size", str(BATCH),
+         "--context-length", str(CONFIG.context_length), "--lr", str(HYPER["lr"]),
+         "--weight-decay", str(HYPER["weight_decay"]), "--lr-schedule", "cosine", "--lr-warmup-steps", "2",
+         "--min-lr", "1e-4", "--clip-grad-norm", str(max_norm), "--save", llmhpc_final, "--out", out])
+    with h5py.File(os.path.join(out, "rank00000.h5"), "r") as f:
+        ours = {name: f["train/" + name][()] for name in ("loss", "lr", "grad_norm")}
+    print(f"\nstep  {'lr torch':>10}  {'llmhpc':>10}  {'norm torch':>10}  {'llmhpc':>10}  {'loss torch':>11}  {'llmhpc':>11}")
+    for s in range(steps):
+        print(f"{s:4d}  {rates[s]:10.3e}  {ours['lr'][s]:10.3e}  {norms[s]:10.6f}  {ours['grad_norm'][s]:10.6f}"
+              f"  {losses[s]:11.8f}  {ours['loss'][s]:11.8f}")
+    for name, theirs, tol in (("lr", rates, 1e-12), ("grad_norm", norms, LOSS_TOL), ("loss", losses, LOSS_TOL)):
+        bad = [(s, rel_err(ours[name][s], theirs[s])) for s in range(steps) if rel_err(ours[name][s], theirs[s]) > tol]
+        assert not bad, f"schedule and clipping: /train/{name} differs from PyTorch's beyond {tol:g} at {bad}"
+    _, torch_params, _ = numpy_model.load_checkpoint(torch_final)
+    _, our_params, _ = numpy_model.load_checkpoint(llmhpc_final)
+    compare_tensors("final weights, cosine schedule and clipping", our_params, torch_params, WEIGHT_TOL)
 
 
 def main():
@@ -139,6 +175,8 @@ def main():
     print(f"next batch loss: torch model {from_torch:.8f}, llmhpc's checkpoint in torch {from_llmhpc:.8f}")
     assert rel_err(from_llmhpc, from_torch) <= LOSS_TOL, \
         f"llmhpc's checkpoint in torch gives loss {from_llmhpc}, torch's own model {from_torch}"
+
+    check_schedule_and_clipping(init_ckpt, data_path, tokens, work)
 
     print(f"test_reference_torch: OK (worst loss rel err {max(rel_err(b, a) for a, b in zip(torch_losses, llmhpc_losses)):.2e}, "
           f"worst weight rel err {worst:.2e})")

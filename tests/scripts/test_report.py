@@ -96,7 +96,10 @@ def make_runs(work):
     tokens = os.path.join(work, "tokens.bin")
     np.random.default_rng(0).integers(0, 64, 4096, dtype=np.uint16).tofile(tokens)
     go("train", [BIN, "--mode", "train", "--device", "cpu", *SHAPE, "--data", tokens, "--context-length", "16",
-                 "--batch-size", "2", "--steps", "4"])
+                 "--batch-size", "2", "--steps", "4", "--lr-schedule", "cosine", "--lr-warmup-steps", "1",
+                 "--clip-grad-norm", "0.5"])
+    with h5py.File(os.path.join(runs["train"], "rank00000.h5"), "a") as f:  # a GPU's readings: not one per step
+        f["train"].create_dataset("device_time_ms", data=np.arange(7.0))
     return runs
 
 
@@ -221,9 +224,16 @@ def check_attention(tables, runs):
 def check_train(tables, runs):
     with h5py.File(os.path.join(runs["train"], "rank00000.h5"), "r") as f:
         loss = f["train/loss"][()]
+        lr, grad_norm = f["train/lr"][()], f["train/grad_norm"][()]
     (row,) = rows_of(table_with(tables, "First loss", "Last loss")[0])
     close(row["First loss"], loss[0], "first loss")
     close(row["Last loss"], loss[-1], "last loss")
+    steps = rows_of(table_with(tables, "Step", "LR", "Grad norm")[0])
+    assert len(steps) == len(loss), f"the loss table has {len(steps)} rows for {len(loss)} steps"
+    for i, row in enumerate(steps):
+        close(row["LR"], lr[i], f"lr of step {i + 1}")
+        close(row["Grad norm"], grad_norm[i], f"gradient norm of step {i + 1}")
+        close(row["Loss"], loss[i], f"loss of step {i + 1}")
 
 
 def check_pngs(report_path):

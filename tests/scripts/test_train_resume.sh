@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Training that stops and goes on: a run stopped after step 5 and resumed with --init trains
-# bitwise as the uninterrupted run (the batches go on from the checkpoint's step; zero1 on 2
-# ranks, random order); --save-every rewrites the checkpoint without changing the training; a
+# bitwise as the uninterrupted run (the batches and the cosine learning rate go on from the
+# checkpoint's step; zero1 on 2 ranks, random order, the gradients clipped); --save-every rewrites the checkpoint without changing the training; a
 # signal (SIGUSR1 through mpirun, SIGTERM and SIGINT to a single process) stops every rank at
 # the same step, saves the checkpoint, marks the rank files "interrupted" and exits 128 + the
 # signal, and the run goes on from what it saved; --save-every without --save is refused.
@@ -18,15 +18,16 @@ python3 -c "import numpy as np; np.random.default_rng(0).integers(0, 100, 20000,
 TINY="--d-model 32 --d-ff 64 --num-layers 2 --num-heads 4 --vocab-size 100 --context-length 16 --batch-size 8"
 TRAIN="--mode train --device cpu --data tokens.bin $TINY --data-order random --lr 3e-3 --log-every 1"
 DP="--ddp bucketed --bucket-mb 0.02 --shard-optimizer zero1"
+SCHEDULE="--lr-schedule cosine --lr-warmup-steps 2 --min-lr 1e-4 --clip-grad-norm 0.5"
 run2() { local name=$1; shift; timeout 120 "$MPIEXEC" --oversubscribe -np 2 "$BIN" "$@" --out "$name" >"$name.log" 2>&1 ||
   fail "np=2 $name: $*"; }
 
-run2 full $TRAIN $DP --steps 8 --save full.h5
+run2 full $TRAIN $DP $SCHEDULE --steps 8 --save full.h5
 grep -qE "^step +1/8 .*ms/step, [0-9]+s left$" full.log && grep -qE "^step +8/8 .*ms/step$" full.log ||
   fail "the step lines do not say how long the rest takes (and the last says nothing)"
-run2 part $TRAIN $DP --steps 5 --save part.h5
-run2 resumed $TRAIN $DP --steps 3 --init part.h5 --save resumed.h5
-run2 every $TRAIN $DP --steps 8 --save-every 3 --save every.h5
+run2 part $TRAIN $DP $SCHEDULE --steps 5 --lr-decay-steps 8 --save part.h5
+run2 resumed $TRAIN $DP $SCHEDULE --steps 3 --init part.h5 --save resumed.h5
+run2 every $TRAIN $DP $SCHEDULE --steps 8 --save-every 3 --save every.h5
 grep -q "saved every.h5 (every 3 steps; optimizer step 3)" every.log &&
   grep -q "saved every.h5 (every 3 steps; optimizer step 6)" every.log &&
   grep -q "saved every.h5 (the last step; optimizer step 8)" every.log || fail "--save-every's checkpoints are not logged"
@@ -40,7 +41,7 @@ wait_for_step() {  # log pid: until the log shows a step
   done
   return 1
 }
-"$MPIEXEC" --oversubscribe -np 2 "$BIN" $TRAIN $DP --steps 1000000 --save usr1.h5 --out usr1 >usr1.log 2>&1 &
+"$MPIEXEC" --oversubscribe -np 2 "$BIN" $TRAIN $DP $SCHEDULE --steps 1000000 --save usr1.h5 --out usr1 >usr1.log 2>&1 &
 pid=$!
 wait_for_step usr1.log $pid || fail "the run to stop did not start"
 kill -USR1 $pid
@@ -48,8 +49,9 @@ timeout 60 tail --pid=$pid -f /dev/null || fail "SIGUSR1 did not stop the run wi
 wait $pid
 rc=$?
 [ $rc -ne 0 ] || fail "a run stopped by a signal exited 0"
-grep -q "train: stopped by SIGUSR1 after step" usr1.log || fail "no stop message"
-run2 usr1_more $TRAIN $DP --steps 2 --init usr1.h5 --save usr1_more.h5
+grep -qE "train: stopped by SIGUSR1 after step .*; go on with --init usr1.h5 --steps [0-9]+ --lr-decay-steps 1000000; results in" usr1.log ||
+  fail "no stop message, or it does not say where the decay ends"
+run2 usr1_more $TRAIN $DP $SCHEDULE --steps 2 --lr-decay-steps 1000000 --init usr1.h5 --save usr1_more.h5
 
 # SIGTERM (Slurm's at the time limit) and SIGINT to one process without mpirun: exit 128 + signal.
 for sig in TERM INT; do
@@ -77,9 +79,9 @@ import h5py
 import numpy as np
 from checks import check, datasets, finish
 
-def train(run, rank=0):
+def train(run, rank=0, dataset="loss"):
     with h5py.File(f"{run}/rank{rank:05d}.h5", "r") as f:
-        return dict(f["train"].attrs), f["train/loss"][()], f.attrs["status"]
+        return dict(f["train"].attrs), f["train/" + dataset][()], f.attrs["status"]
 
 def same(a, b):
     return sorted(a) == sorted(b) and all(np.array_equal(a[k], b[k]) for k in a)
@@ -89,6 +91,12 @@ check(int(part["optimizer/step"]) == 5 and int(resumed["optimizer/step"]) == 8, 
 check(same(resumed, full), "stopped after 5 steps and resumed for 3: bitwise the checkpoint of 8 straight steps")
 check(np.array_equal(train("resumed")[1], train("full")[1][5:]), "the resumed run's losses are steps 6-8 of the straight run's")
 check(train("resumed")[0]["first_step"] == 6, "the resumed run starts at step 6")
+for dataset in ("lr", "grad_norm"):
+    check(np.array_equal(train("resumed", dataset=dataset)[1], train("full", dataset=dataset)[1][5:]),
+          f"the resumed run's {dataset} is steps 6-8 of the straight run's")
+lr, norm = train("full", dataset="lr")[1], train("full", dataset="grad_norm")[1]
+check(lr[1] == 3e-3 and lr[-1] == 1e-4 and all(np.diff(lr[1:]) < 0), f"warm-up to 3e-3, cosine down to 1e-4: {lr}")
+check(min(norm) > 0 and np.array_equal(norm, train("full", 1, "grad_norm")[1]), f"the ranks clipped by one norm: {norm}")
 check(same(every, full), "--save-every 3 trains bitwise as without it")
 
 for rank in (0, 1):

@@ -111,6 +111,32 @@ TEST_F(CpuOps, RmsNormBackwardGivesTheSameBitsWithAnyThreadCount) {
   }
 }
 
+// Gradient clipping's norm: the squares of the spans' elements only (empty spans and what no
+// span covers left out), in fp32 and fp64, and the same bits with any thread count (ranks
+// holding the same gradients must clip by the same factor).
+TEST_F(CpuOps, SumOfSquaresAddsTheSpansAloneWithTheSameBitsOnAnyThreadCount) {
+  const int64_t n = 200003;  // more than one of the op's chunks
+  for (DType dt : {DType::F32, DType::F64}) {
+    HostTensor x = randn({n}, dt), out = make({1}, DType::F64);
+    const std::vector<Span> spans = {{5, 70000}, {70005, 0}, {100000, 100003}};
+    long double expected = 0;
+    for (const Span& s : spans)
+      for (int64_t i = s.at; i < s.at + s.size; ++i) expected += (long double)x.get(i) * x.get(i);
+    std::vector<double> sums;
+    const int threads_before = omp_get_max_threads();
+    for (int threads : {1, 2, 3, 8}) {
+      omp_set_num_threads(threads);
+      ops.sum_of_squares(out, x, spans);
+      sums.push_back(out.get(0));
+    }
+    omp_set_num_threads(threads_before);
+    EXPECT_NEAR(sums[0], double(expected), 1e-12 * double(expected)) << dtype_name(dt);
+    for (size_t i = 1; i < sums.size(); ++i) EXPECT_EQ(sums[i], sums[0]) << dtype_name(dt) << ", run " << i;
+    ops.sum_of_squares(out, x, {});
+    EXPECT_EQ(out.get(0), 0.0) << "no spans, no squares";
+  }
+}
+
 TEST_F(CpuOps, ResidualRmsNormIsAddThenNorm) {
   const int64_t N = 3, C = 4;
   HostTensor x = randn({N, C}), d = randn({N, C}), w = randn({C});
