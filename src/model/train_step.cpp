@@ -47,7 +47,7 @@ class OptimizerInBackward final : public GradientListener {
 }  // namespace
 
 StepTimes run_step(TransformerLM& model, AdamW* opt, Phase phase, Timer& timer, GradientListener* listener,
-                   const std::function<void(const char*)>& on_phase) {
+                   const std::function<void(const char*)>& on_phase, const MicroBatches* micro) {
   auto begin = [&](const char* name) {
     if (on_phase) on_phase(name);
   };
@@ -75,21 +75,33 @@ StepTimes run_step(TransformerLM& model, AdamW* opt, Phase phase, Timer& timer, 
     t.forward_ms = timer.elapsed_ms(0, 1);
     return t;
   }
+  const int parts = micro ? micro->count : 1;
+  LLMHPC_CHECK(parts == 1 || (phase == Phase::TrainStep && timer.marks() >= step_marks(parts)),
+               "micro-batches need a train step and a timer of step_marks(count) marks");
   StepTimes t;
   int last = 0;
-  begin("forward");
   timer.mark(0);
-  model.forward();
-  timer.mark(last = 1);
-  if (phase != Phase::Forward) {
-    begin("backward");
-    if (listener) listener->begin_step();
-    model.backward(listener);
-    timer.mark(last = 2);
-    if (listener) {
-      listener->finish();
-      timer.mark(last = 3);
+  // Micro-batch i's forward ends at mark forward_end(i) and its backward at forward_end(i) + 1,
+  // the last one's at 1 and 2 (where a single batch's are).
+  auto forward_end = [&](int i) { return i + 1 == parts ? 1 : kStepMarks + 2 * i; };
+  auto backward_end = [&](int i) { return i + 1 == parts ? 2 : kStepMarks + 2 * i + 1; };
+  for (int i = 0; i < parts; ++i) {
+    const bool final_part = i + 1 == parts;
+    if (micro) micro->begin(i);
+    begin("forward");
+    model.forward();
+    timer.mark(last = forward_end(i));
+    if (phase != Phase::Forward) {
+      begin("backward");
+      if (final_part && listener) listener->begin_step();
+      model.backward(final_part ? listener : nullptr, i > 0);
+      timer.mark(last = backward_end(i));
     }
+    if (micro && micro->end) micro->end(i);
+  }
+  if (phase != Phase::Forward && listener) {
+    listener->finish();
+    timer.mark(last = 3);
   }
   if (phase == Phase::TrainStep) {
     t.memory_before_optimizer = model_memory(model.device().allocator());
@@ -104,8 +116,12 @@ StepTimes run_step(TransformerLM& model, AdamW* opt, Phase phase, Timer& timer, 
     }
   }
   t.step_ms = timer.elapsed_ms(0, last);  // waits for the device
-  t.forward_ms = timer.elapsed_ms(0, 1);
-  if (phase != Phase::Forward) t.backward_ms = timer.elapsed_ms(1, 2);
+  t.forward_ms = t.backward_ms = 0;
+  for (int i = 0; i < parts; ++i) {
+    t.forward_ms += timer.elapsed_ms(i == 0 ? 0 : backward_end(i - 1), forward_end(i));
+    if (phase != Phase::Forward) t.backward_ms += timer.elapsed_ms(forward_end(i), backward_end(i));
+  }
+  if (phase == Phase::Forward) t.backward_ms = NAN;
   if (listener && phase != Phase::Forward) t.sync_ms = timer.elapsed_ms(2, 3);
   if (phase == Phase::TrainStep) t.optimizer_ms = timer.elapsed_ms(listener ? 3 : 2, 4);
   if (listener && phase == Phase::TrainStep) t.param_sync_ms = timer.elapsed_ms(4, 5);

@@ -39,6 +39,19 @@ struct StepTimes {
 // parameters shared.
 constexpr int kStepMarks = 6;
 
+// Gradient accumulation (train's --grad-accum): a step's forward and backward run over `count`
+// micro-batches, the gradients added up. `begin(i)` sets micro-batch i before its forward (its
+// tokens, and the loss weight 1/count); `end(i)`, if given, follows its backward (e.g. to read
+// its loss). Data parallelism communicates in the last backward only, as under PyTorch's
+// no_sync() for the others.
+struct MicroBatches {
+  int count = 1;
+  std::function<void(int)> begin, end;
+};
+// The marks a step of `micro_batches` needs (forward and backward end of each but the last,
+// beyond kStepMarks).
+inline int step_marks(int micro_batches) { return kStepMarks + 2 * (micro_batches - 1); }
+
 // Under GradientStorage::PerRange the optimizer runs inside backward (AdamW on each range as
 // backward finishes it): backward_ms includes it, optimizer_ms stays NaN, and no listener may be
 // given. One step; `timer` (of the model's device) needs kStepMarks marks. `opt` may be null unless
@@ -49,8 +62,10 @@ constexpr int kStepMarks = 6;
 // calls model.wait_parameters() first.
 // `on_phase`, if given, hears "forward", "backward" and "optimizer" as each begins (the memory
 // mode labels allocations with it).
+// With `micro` (train-step, GradientStorage::Whole; the timer of step_marks(micro->count)),
+// forward_ms and backward_ms are the sums over the micro-batches.
 StepTimes run_step(TransformerLM& model, AdamW* opt, Phase phase, Timer& timer, GradientListener* listener = nullptr,
-                   const std::function<void(const char*)>& on_phase = nullptr);
+                   const std::function<void(const char*)>& on_phase = nullptr, const MicroBatches* micro = nullptr);
 
 // --cuda-graph: forward, and backward unless the phase is forward, recorded once as a device
 // graph and replayed each step with one launch; AdamW (train-step) then runs as usual, since its

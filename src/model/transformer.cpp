@@ -451,7 +451,7 @@ void TransformerLM::backward(GradientListener* listener, bool accumulate) {
 
   // Loss -> logits -> LM head -> final norm. dlogits overwrite the logits.
   open_gradients(layout_.find("ln_final.weight").offset, layout_.total());
-  ops_.cross_entropy_backward(A.logits, A.logits, targets_, 1.0 / double(N));
+  ops_.cross_entropy_backward(A.logits, A.logits, targets_, loss_weight_ / double(N));
   ops_.linear_backward(A.d_norm, grad("lm_head.weight"), A.logits, A.lnf_out, weight("lm_head.weight"), accumulate);
   device_.fill_zero(A.d_resid.tensor().data, A.d_resid.tensor().bytes());
   ops_.rmsnorm_backward(A.d_resid, grad("ln_final.weight"), A.d_norm, A.resid_final, param("ln_final.weight"),

@@ -128,6 +128,10 @@ class TransformerLM {
   // and frees the scratch and the activations once its last kernel is enqueued (stream-ordered
   // on the compute stream; nothing on another stream reads them).
   void backward(GradientListener* listener = nullptr, bool accumulate = false);
+  // Backward computes the gradients of `weight` x the mean loss (default 1): 1/k for each of a
+  // step's k micro-batches (gradient accumulation), so that their gradients added up are the
+  // mean over the whole batch's tokens.
+  void set_loss_weight(double weight) { loss_weight_ = weight; }
 
  private:
   struct Activations;
@@ -176,6 +180,7 @@ class TransformerLM {
   Window grad_window_;                    // GradientStorage::PerRange: allocated by the first backward,
   int64_t grad_window_elements_ = 0;      // so a model that only runs forward never holds it
   Buffer tokens_, targets_, losses_;      // the batch: live from set_batch to the next shape
+  double loss_weight_ = 1.0;              // set_loss_weight
   GradientListener* arriving_ = nullptr;  // where parameters still arrive from (parameters_arriving)
   // A source that shared the bf16 copy (shares_compute_copy): the masters of ranges other
   // ranks own stay stale until wait_parameters() has it bring them.

@@ -56,6 +56,10 @@ void add_options(po::options_description& desc) {
       "save-every", text("0"),
       "also write --save every N steps (0: only at the end), so a killed run loses at most N steps")(
       "log-every", text("10"), "print the loss every N steps (0: only the last)")(
+      "grad-accum", text("1"),
+      "micro-batches per optimizer step: each rank's share of --batch-size goes through forward and backward in "
+      "this many parts, their gradients added up (activations of one part at a time; data parallelism "
+      "communicates after the last part only); the same training as one pass, to rounding")(
       "cuda-graph", po::bool_switch(),
       "from the second step on, replay forward and backward from a CUDA graph recorded then, AdamW after it: "
       "one launch instead of hundreds for a small model (CUDA, one rank; bitwise the same training)");
@@ -111,6 +115,9 @@ void validate(const po::variables_map& vm) {
       throw UsageError(std::string("--") + option + " needs a file name (e.g. --" + option + " " + example + ")");
   opt_positive(vm, "steps");
   opt_nonnegative(vm, "log-every");
+  if (opt_positive(vm, "grad-accum") > 1 && opt_flag(vm, "cuda-graph"))
+    throw UsageError(
+        "--cuda-graph replays one forward and backward per step: it cannot take --grad-accum micro-batches");
   if (opt_nonnegative(vm, "save-every") > 0 && !vm.count("save"))
     throw UsageError("--save-every needs --save FILE: the checkpoint it rewrites (e.g. --save model.h5)");
   hyper_from(vm);
@@ -175,6 +182,7 @@ void run(ModeContext& ctx) {
   Ops& ops = *ctx.backend.ops;
   const int64_t steps = opt_positive(vm, "steps"), log_every = opt_nonnegative(vm, "log-every");
   const int64_t save_every = opt_nonnegative(vm, "save-every");
+  const int micro_batches = int(opt_positive(vm, "grad-accum"));
   const int64_t batch = batch_sizes(vm).front();  // the global batch
   const Sharding sharding = shardings(vm).front();
   const SyncStrategy strategy = sync_strategies(vm, rt.world_size, sharding != Sharding::None).front();
@@ -215,9 +223,15 @@ void run(ModeContext& ctx) {
     if (rt.world_size > 1 && strategy == SyncStrategy::None)
       throw UsageError("--ddp none on " + std::to_string(rt.world_size) +
                        " ranks would train independent copies of the model: choose naive, flat, overlap or bucketed");
-    local_batch(batch, rt.rank, rt.world_size);
+    const int64_t share = local_batch(batch, rt.rank, rt.world_size).count;
+    if (share % micro_batches != 0)
+      throw UsageError("--batch-size " + std::to_string(batch) + " gives each of " + std::to_string(rt.world_size) +
+                       " rank(s) " + std::to_string(share) + " sequences, which do not split into --grad-accum " +
+                       std::to_string(micro_batches) + " equal micro-batches: give a global batch divisible by " +
+                       std::to_string(rt.world_size * micro_batches) + " (ranks x micro-batches)");
   });
   const LocalBatch mine = local_batch(batch, rt.rank, rt.world_size);
+  const int64_t micro_size = mine.count / micro_batches;
   std::unique_ptr<Communicator> comm;
   const CollectiveEngine engine = collective_engines(vm).front();
   if (strategy != SyncStrategy::None) comm = make_gradient_communicator(rt, vm, dev);
@@ -255,6 +269,9 @@ void run(ModeContext& ctx) {
            (long long)batch, (long long)seq, data.path().c_str(), (long long)data.size(),
            order == DataOrder::Random ? "random" : "sequential",
            init ? (", from " + opt_string(vm, "init") + " at step " + std::to_string(opt->steps_taken())).c_str() : "");
+  if (micro_batches > 1)
+    log_root(rt, "train: each step in %d micro-batches of %lld sequences per rank, gradients added up\n", micro_batches,
+             (long long)micro_size);
   note_cpu_bf16(ctx);
   if (sync)
     log_root(
@@ -279,6 +296,7 @@ void run(ModeContext& ctx) {
       .attr("context_length", seq)
       .attr("batch_size", batch)
       .attr("local_batch_size", mine.count)
+      .attr("grad_accum", int64_t(micro_batches))
       .attr("world_size", int64_t(rt.world_size))
       .attr("ddp", std::string(sync_strategy_name(strategy)))
       .attr("bucket_mb", bucket_mb)
@@ -332,9 +350,19 @@ void run(ModeContext& ctx) {
              (long long)opt->steps_taken());
   };
 
-  auto timer = dev.make_timer(kStepMarks);
-  std::unique_ptr<GraphedStep> graph;  // --cuda-graph: recorded at the second step, after the first allocated all
   std::vector<int32_t> inputs(mine.count * seq), targets(mine.count * seq);
+  auto timer = dev.make_timer(step_marks(micro_batches));
+  // --grad-accum: the rank's share in micro-batches of micro_size sequences, each one's mean loss
+  // weighted 1/micro_batches in backward and added into the step's.
+  double micro_losses = 0;
+  const MicroBatches micro{micro_batches,
+                           [&](int i) {
+                             model->set_batch(inputs.data() + i * micro_size * seq,
+                                              targets.data() + i * micro_size * seq, micro_size, seq);
+                           },
+                           [&](int) { micro_losses += model->mean_loss() / micro_batches; }};
+  if (micro_batches > 1) model->set_loss_weight(1.0 / micro_batches);
+  std::unique_ptr<GraphedStep> graph;  // --cuda-graph: recorded at the second step, after the first allocated all
   auto last_flush = std::chrono::steady_clock::now();
   Watchdog::instance().set_context("train");
   const int64_t first_batch = opt->steps_taken();  // from a checkpoint: the batches after its steps
@@ -344,12 +372,15 @@ void run(ModeContext& ctx) {
   for (int64_t s = 0; s < steps && !stopped_by; s = done) {
     Watchdog::instance().set_step(s);
     data.fill_batch(first_batch + s, batch, seq, mine.first, mine.count, order, seed, inputs.data(), targets.data());
-    model->set_batch(inputs.data(), targets.data(), mine.count, seq);
+    if (micro_batches == 1) model->set_batch(inputs.data(), targets.data(), mine.count, seq);
+    micro_losses = 0;
     opt->hyper().lr = schedule.at(opt->steps_taken() + 1);
     StepTimes t;
     try {
       if (graphed && s == 1) graph = std::make_unique<GraphedStep>(*model, opt.get(), Phase::TrainStep);
-      t = graph ? graph->run(*timer) : run_step(*model, opt.get(), Phase::TrainStep, *timer, sync.get());
+      t = graph ? graph->run(*timer)
+                : run_step(*model, opt.get(), Phase::TrainStep, *timer, sync.get(), nullptr,
+                           micro_batches > 1 ? &micro : nullptr);
     } catch (const OutOfMemory& e) {  // the losses so far are kept; the run ends (main reports it)
       save_progress("oom");
       throw;
@@ -360,8 +391,9 @@ void run(ModeContext& ctx) {
     }
     // The mean over the global batch (the local batches are equal, so the mean of the means),
     // and in the same collective whether a signal asked any rank to stop: all stop together.
-    const std::vector<double> reduced =
-        rt.reduce_all(std::vector<double>{model->mean_loss(), stop_signal() ? 1.0 : 0.0}, HostReduce::Sum);
+    const std::vector<double> reduced = rt.reduce_all(
+        std::vector<double>{micro_batches > 1 ? micro_losses : model->mean_loss(), stop_signal() ? 1.0 : 0.0},
+        HostReduce::Sum);
     loss.push_back(reduced[0] / rt.world_size);
     lr.push_back(opt->hyper().lr);
     grad_norm.push_back(opt->last_grad_norm());

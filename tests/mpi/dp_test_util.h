@@ -176,9 +176,10 @@ inline GradClipping clipping(double max_norm, const DataParallel* dist) {
 // ranges as the plan says). step(s) trains on global batch s, so runs can stop and go on.
 class TransformerRun {
  public:
-  // `max_grad_norm` > 0: the optimizer clips (clipping()).
+  // `max_grad_norm` > 0: the optimizer clips (clipping()). `micro_batches` > 1: each step's
+  // share in that many parts, gradients added up (train's --grad-accum).
   TransformerRun(Env& env, const DataParallel* dist, Precision precision = Precision::FP32,
-                 MemoryPlan memory = MemoryPlan::Fast, double max_grad_norm = 0)
+                 MemoryPlan memory = MemoryPlan::Fast, double max_grad_norm = 0, int micro_batches = 1)
       : env_(env),
         plan_(plan_sync(dist ? dist->strategy : SyncStrategy::None, dist ? dist->sharding : Sharding::None,
                         param_spans(ParameterLayout(tiny_transformer())), sizeof(float), dist ? dist->bucket_mb : 25,
@@ -186,8 +187,10 @@ class TransformerRun {
         model_(tiny_transformer(), precision, AttentionKind::Naive, env.device(), env.ops(), memory,
                plan_.flat_elements),
         opt_(model_, env.ops(), AdamWHyper{3e-3, 0.9, 0.999, 1e-8, 0.01}, plan_.owned(dist ? world_rank() : 0)),
-        shard_(dist ? shard_of_this_rank(kGlobalBatch) : Shard{0, kGlobalBatch}),
-        timer_(env.device().make_timer(kStepMarks)) {
+        shard_(dist ? shard_of_this_rank(kGlobalBatch) : Shard{0, kGlobalBatch}), micro_batches_(micro_batches),
+        timer_(env.device().make_timer(step_marks(micro_batches))) {
+    EXPECT_EQ(shard_.size() % micro_batches, 0) << "the test's shares must split into the micro-batches";
+    if (micro_batches > 1) model_.set_loss_weight(1.0 / micro_batches);
     model_.init_parameters(dist ? kRankZeroSeed + uint64_t(world_rank()) : kRankZeroSeed);
     if (max_grad_norm > 0) opt_.set_clipping(clipping(max_grad_norm, dist));
     if (dist) {
@@ -202,9 +205,17 @@ class TransformerRun {
   // optimizer's parameters may still be arriving on return (the next forward waits for them);
   // `listener`, if given, stands between the step and the sync.
   double step(int s, GradientListener* listener = nullptr) {
-    set_batch(s);
-    run_step(model_, &opt_, Phase::TrainStep, *timer_, listener ? listener : sync_.get());
-    return model_.mean_loss();
+    if (micro_batches_ == 1) {
+      set_batch(s);
+      run_step(model_, &opt_, Phase::TrainStep, *timer_, listener ? listener : sync_.get());
+      return model_.mean_loss();
+    }
+    double loss = 0;
+    const int64_t part = shard_.size() / micro_batches_;
+    const MicroBatches micro{micro_batches_, [&](int i) { set_batch(s, shard_.begin + i * part, part); },
+                             [&](int) { loss += model_.mean_loss() / micro_batches_; }};
+    run_step(model_, &opt_, Phase::TrainStep, *timer_, listener ? listener : sync_.get(), nullptr, &micro);
+    return loss;
   }
   // This rank's mean loss on global batch `s` without training (a forward only).
   double evaluate(int s) {
@@ -232,11 +243,13 @@ class TransformerRun {
   GradientSync* sync() { return sync_.get(); }
 
  private:
-  void set_batch(int s) {
+  // Sequences [first, first + count) of global batch `s` (default: this rank's share).
+  void set_batch(int s, int64_t first = -1, int64_t count = -1) {
     const ModelConfig c = tiny_transformer();
     const int64_t T = c.context_length;
     const TokenBatch b = global_batch(c, s);
-    model_.set_batch(b.tokens.data() + shard_.begin * T, b.targets.data() + shard_.begin * T, shard_.size(), T);
+    if (first < 0) first = shard_.begin, count = shard_.size();
+    model_.set_batch(b.tokens.data() + first * T, b.targets.data() + first * T, count, T);
   }
 
   Env& env_;
@@ -244,6 +257,7 @@ class TransformerRun {
   TransformerLM model_;
   AdamW opt_;
   Shard shard_;
+  int micro_batches_;
   std::unique_ptr<Timer> timer_;
   std::unique_ptr<GradientSync> sync_;
 };
@@ -261,8 +275,8 @@ struct Training {
 // as before the next forward waited for them range by range.
 inline Training train_transformer(Env& env, const DataParallel* dist, int steps, Precision precision = Precision::FP32,
                                   MemoryPlan memory = MemoryPlan::Fast, bool wait_every_step = false,
-                                  double max_grad_norm = 0) {
-  TransformerRun run(env, dist, precision, memory, max_grad_norm);
+                                  double max_grad_norm = 0, int micro_batches = 1) {
+  TransformerRun run(env, dist, precision, memory, max_grad_norm, micro_batches);
   Training out;
   for (int s = 0; s < steps; ++s) {
     out.losses.push_back(run.step(s));

@@ -359,6 +359,21 @@ TEST_P(DdpTest, ClippedTransformerTrainsLikeOneRankOnTheWholeBatch) {
   }
 }
 
+// --grad-accum under every strategy: each rank's share in micro-batches (2, or 3 where the share
+// is odd), the sync in the last backward only, trains as one rank on the whole batch in one pass.
+TEST_P(DdpTest, AccumulatedTransformerTrainsLikeOneRankOnTheWholeBatch) {
+  const Case& c = GetParam();
+  const DataParallel setup = c.transformer();
+  const int micro = (kGlobalBatch / world_size()) % 2 == 0 ? 2 : 3;
+  const Training one_rank = train_transformer(*env_, nullptr, kSteps);
+  const Training dist = train_transformer(*env_, &setup, kSteps, Precision::FP32, MemoryPlan::Fast, false, 0, micro);
+  expect_trains_like_one_rank(dist, one_rank);
+  if (c.synced())  // the accumulated first gradients are the whole batch's mean
+    EXPECT_LE(max_over_ranks(rel_error(dist.grads, one_rank.grads)), kFp32Tolerance) << "first step's gradients";
+  // One collective per bucket per step, as without micro-batches: none in the earlier backwards.
+  if (c.strategy != SyncStrategy::None) EXPECT_EQ(dist.stats.collectives, dist.stats.buckets);
+}
+
 INSTANTIATE_TEST_SUITE_P(Strategies, DdpTest, ::testing::ValuesIn(all_cases()), case_name);
 
 class DdpBackendTest : public ::testing::TestWithParam<CommBackend> {

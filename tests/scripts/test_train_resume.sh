@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # Training that stops and goes on: a run stopped after step 5 and resumed with --init trains
 # bitwise as the uninterrupted run (the batches and the cosine learning rate go on from the
-# checkpoint's step; zero1 on 2 ranks, random order, the gradients clipped); --save-every rewrites the checkpoint without changing the training; a
-# signal (SIGUSR1 through mpirun, SIGTERM and SIGINT to a single process) stops every rank at
-# the same step, saves the checkpoint, marks the rank files "interrupted" and exits 128 + the
-# signal, and the run goes on from what it saved; --save-every without --save is refused.
+# checkpoint's step; zero1 on 2 ranks, random order, the gradients clipped); the same run in
+# two micro-batches a step (--grad-accum 2) trains as in one, to rounding, with a lower peak;
+# --save-every rewrites the checkpoint without changing the training; a signal (SIGUSR1
+# through mpirun, SIGTERM and SIGINT to a single process) stops every rank at the same step,
+# saves the checkpoint, marks the rank files "interrupted" and exits 128 + the signal, and the
+# run goes on from what it saved; --save-every without --save is refused.
 set -u
 BIN=${LLMHPC_BIN:?set LLMHPC_BIN to the llmhpc binary}
 MPIEXEC=${MPIEXEC:-mpirun}
@@ -28,6 +30,7 @@ grep -qE "^step +1/8 .*ms/step, [0-9]+s left$" full.log && grep -qE "^step +8/8 
 run2 part $TRAIN $DP $SCHEDULE --steps 5 --lr-decay-steps 8 --save part.h5
 run2 resumed $TRAIN $DP $SCHEDULE --steps 3 --init part.h5 --save resumed.h5
 run2 every $TRAIN $DP $SCHEDULE --steps 8 --save-every 3 --save every.h5
+run2 accum $TRAIN $DP $SCHEDULE --steps 8 --grad-accum 2 --save accum.h5
 grep -q "saved every.h5 (every 3 steps; optimizer step 3)" every.log &&
   grep -q "saved every.h5 (every 3 steps; optimizer step 6)" every.log &&
   grep -q "saved every.h5 (the last step; optimizer step 8)" every.log || fail "--save-every's checkpoints are not logged"
@@ -98,6 +101,13 @@ lr, norm = train("full", dataset="lr")[1], train("full", dataset="grad_norm")[1]
 check(lr[1] == 3e-3 and lr[-1] == 1e-4 and all(np.diff(lr[1:]) < 0), f"warm-up to 3e-3, cosine down to 1e-4: {lr}")
 check(min(norm) > 0 and np.array_equal(norm, train("full", 1, "grad_norm")[1]), f"the ranks clipped by one norm: {norm}")
 check(same(every, full), "--save-every 3 trains bitwise as without it")
+accum = datasets("accum.h5")
+loss_err = np.max(np.abs(train("accum")[1] - train("full")[1]) / np.abs(train("full")[1]))
+check(loss_err <= 1e-5, f"--grad-accum 2: the losses of one pass, to rounding (max rel err {loss_err:.1e})")
+weight_err = max(np.linalg.norm(accum[k] - full[k]) / np.linalg.norm(full[k]) for k in full if k.startswith("params/"))
+check(weight_err <= 1e-4, f"--grad-accum 2: the weights of one pass, to rounding (worst tensor rel err {weight_err:.1e})")
+check(train("accum")[0]["grad_accum"] == 2 and train("accum")[0]["peak_memory_bytes"] < train("full")[0]["peak_memory_bytes"],
+      "--grad-accum 2 is recorded and holds the activations of half the share at a time")
 
 for rank in (0, 1):
     attrs, loss, status = train("usr1", rank)
