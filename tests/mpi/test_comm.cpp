@@ -375,9 +375,14 @@ TEST_P(CommTest, ShareableDeviceMemoryRegistersAsAWindow) {
   std::vector<float> mine(part * size_t(n));
   for (size_t i = 0; i < mine.size(); ++i) mine[i] = float(1000 * rank) + float(i / part);
   CUDA_CHECK(cudaMemcpy(data, mine.data(), mine.size() * sizeof(float), cudaMemcpyHostToDevice));
-  NCCL_CHECK(ncclAlltoAll(data, received.tensor().data, part, ncclFloat32, comm, nullptr));
-  NCCL_CHECK(ncclAllGather(data + size_t(rank) * part, data, part, ncclFloat32, comm, nullptr));
-  CUDA_CHECK(cudaDeviceSynchronize());
+  // On a stream of its own, as the communicator's: NCCL's copy-engine collectives refuse the
+  // legacy default stream ("invalid argument", NCCL 2.28 on 2 H200).
+  cudaStream_t stream = nullptr;
+  CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  NCCL_CHECK(ncclAlltoAll(data, received.tensor().data, part, ncclFloat32, comm, stream));
+  NCCL_CHECK(ncclAllGather(data + size_t(rank) * part, data, part, ncclFloat32, comm, stream));
+  CUDA_CHECK(cudaStreamSynchronize(stream));
+  CUDA_CHECK(cudaStreamDestroy(stream));
   std::vector<float> got(mine.size()), got_received(mine.size());
   CUDA_CHECK(cudaMemcpy(got.data(), data, got.size() * sizeof(float), cudaMemcpyDeviceToHost));
   CUDA_CHECK(
