@@ -36,7 +36,8 @@ void add_data_parallel_options(po::options_description& desc, bool sweep) {
       ("what moves the gradients' bytes between GPUs (nccl): sm (NCCL's kernels, which hold SMs for as long as "
        "the transfer runs beside backward) | copy (the GPUs' copy engines: NCCL's zero-CTA all-to-all and "
        "all-gather into registered memory, the SMs only summing each rank's part; zero1's all-gathers of a "
-       "shared bf16 copy too; one node; experimental)" +
+       "shared bf16 copy too; one node; faster where backward is long enough to hide its slower transfer, "
+       "slower where communication dominates)" +
        list)
           .c_str());
 }
