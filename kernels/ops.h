@@ -133,6 +133,13 @@ inline void check_adamw_slices(Tensor param, Tensor grad, Tensor m, Tensor v, Te
                  "adamw_step: a slice outside the tensors");
 }
 
+// Both backends' check of sum_of_squares' arguments: one fp64 element out, every span inside x.
+inline void check_sum_of_squares(Tensor out, Tensor x, const std::vector<Span>& spans) {
+  LLMHPC_CHECK(out.numel() == 1 && out.dtype == DType::F64, "sum_of_squares: out must be one fp64 element");
+  for (const Span& s : spans)
+    LLMHPC_CHECK(s.at >= 0 && s.size >= 0 && s.at + s.size <= x.numel(), "sum_of_squares: a span outside x");
+}
+
 class Ops {
  public:
   virtual ~Ops() = default;

@@ -356,9 +356,7 @@ class CpuOps final : public Ops {
       for (const AdamWSlice& s : slices) convert(p_lowp.slice(s.at, {s.size}), p.slice(s.at, {s.size}));
   }
   void sum_of_squares(Tensor out, Tensor x, const std::vector<Span>& spans) override {
-    expect(out.numel() == 1 && out.dtype == DType::F64, "sum_of_squares", "out must be one fp64 element");
-    for (const Span& s : spans)
-      expect(s.at >= 0 && s.size >= 0 && s.at + s.size <= x.numel(), "sum_of_squares", "a span outside x");
+    check_sum_of_squares(out, x, spans);
     dispatch("sum_of_squares", x, [&](auto T) {
       using E = decltype(T);
       *out.ptr<double>() = cpu::sum_of_squares(x.ptr<E>(), spans);

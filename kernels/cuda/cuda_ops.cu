@@ -241,9 +241,7 @@ void CudaOps::adamw_step(Tensor param, Tensor grad, Tensor m, Tensor v, Tensor p
 }
 
 void CudaOps::sum_of_squares(Tensor out, Tensor x, const std::vector<Span>& spans) {
-  expect(out.numel() == 1, "sum_of_squares", "out must be one element");
-  for (const Span& s : spans)
-    expect(s.at >= 0 && s.size >= 0 && s.at + s.size <= x.numel(), "sum_of_squares", "a span outside x");
+  check_sum_of_squares(out, x, spans);
   cuda::sum_of_squares(out, x, spans, device_.allocator(), stream_);
 }
 

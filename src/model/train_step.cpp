@@ -116,12 +116,12 @@ StepTimes run_step(TransformerLM& model, AdamW* opt, Phase phase, Timer& timer, 
     }
   }
   t.step_ms = timer.elapsed_ms(0, last);  // waits for the device
-  t.forward_ms = t.backward_ms = 0;
+  t.forward_ms = 0;
+  if (phase != Phase::Forward) t.backward_ms = 0;
   for (int i = 0; i < parts; ++i) {
     t.forward_ms += timer.elapsed_ms(i == 0 ? 0 : backward_end(i - 1), forward_end(i));
     if (phase != Phase::Forward) t.backward_ms += timer.elapsed_ms(forward_end(i), backward_end(i));
   }
-  if (phase == Phase::Forward) t.backward_ms = NAN;
   if (listener && phase != Phase::Forward) t.sync_ms = timer.elapsed_ms(2, 3);
   if (phase == Phase::TrainStep) t.optimizer_ms = timer.elapsed_ms(listener ? 3 : 2, 4);
   if (listener && phase == Phase::TrainStep) t.param_sync_ms = timer.elapsed_ms(4, 5);

@@ -183,6 +183,13 @@ std::unique_ptr<Communicator> make_gradient_communicator(const Runtime& rt, cons
   return comm;
 }
 
+GradClipping gradient_clipping(double max_norm, Sharding sharding, const Runtime& rt) {
+  GradClipping clipping{max_norm, nullptr};
+  if (sharding != Sharding::None)
+    clipping.sum_over_ranks = [rt](double squares) { return rt.sum_in_rank_order(squares); };
+  return clipping;
+}
+
 LocalBatch local_batch(int64_t global_batch, int rank, int world_size) {
   if (global_batch % world_size != 0)
     throw UsageError("--batch-size " + std::to_string(global_batch) + " is the global batch and must divide by the " +

@@ -70,6 +70,11 @@ void save_checkpoint_from_ranks(const Runtime& rt, const std::string& path, Tran
 // for each category of model_memory_categories() and "other".
 void record_memory(Record& rec, const std::string& point, const MemoryBreakdown& memory);
 
+// --clip-grad-norm `max_norm` for this rank's optimizer: under a sharded optimizer a rank holds
+// the averaged gradients of its own ranges only, so the ranks add their sums of squares in
+// rank order (Runtime::sum_in_rank_order); unsharded, each rank's sum is the whole.
+GradClipping gradient_clipping(double max_norm, Sharding sharding, const Runtime& rt);
+
 // The communicator the gradients are reduced over: nccl on the model's GPU, ordered after its
 // compute stream; mpi where the model lives in host memory. Collective; a UsageError (the mpi
 // backend with a GPU model, --collective-engine copy without nccl) on every rank alike.

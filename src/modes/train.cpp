@@ -251,12 +251,7 @@ void run(ModeContext& ctx) {
     schedule = lr_schedule(vm, opt->steps_taken() + steps);
   });
   const double max_grad_norm = clip_grad_norm(vm);
-  if (max_grad_norm > 0) {
-    GradClipping clipping{max_grad_norm, nullptr};
-    if (sharding != Sharding::None)  // each rank holds the averaged gradients of its own ranges only
-      clipping.sum_over_ranks = [&rt](double squares) { return rt.sum_in_rank_order(squares); };
-    opt->set_clipping(clipping);
-  }
+  if (max_grad_norm > 0) opt->set_clipping(gradient_clipping(max_grad_norm, sharding, rt));
   std::unique_ptr<GradientSync> sync;
   if (comm) {  // every rank starts from rank 0's weights, whatever its seed or file
     broadcast_parameters(*comm, model->params());

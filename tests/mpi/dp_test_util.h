@@ -156,27 +156,13 @@ struct DataParallel {
   bool copy_engines = false;  // --collective-engine copy (nccl; the mpi backend moves them as before)
 };
 
-// --clip-grad-norm as train sets it up: a sharded optimizer's ranks add their sums of squares
-// in rank order.
-inline GradClipping clipping(double max_norm, const DataParallel* dist) {
-  GradClipping c{max_norm, nullptr};
-  if (dist && dist->sharding != Sharding::None)
-    c.sum_over_ranks = [](double squares) {
-      Runtime rt;
-      rt.rank = world_rank();
-      rt.world_size = world_size();
-      return rt.sum_in_rank_order(squares);
-    };
-  return c;
-}
-
 // The tiny transformer with its optimizer: one rank on the whole batch (dist == nullptr:
 // parameters from rank 0's seed, no communication), or this rank's share under `dist`
 // (parameters from this rank's seed, then broadcast from rank 0; flat buffers and optimizer
 // ranges as the plan says). step(s) trains on global batch s, so runs can stop and go on.
 class TransformerRun {
  public:
-  // `max_grad_norm` > 0: the optimizer clips (clipping()). `micro_batches` > 1: each step's
+  // `max_grad_norm` > 0: the optimizer clips (train's gradient_clipping()). `micro_batches` > 1: each step's
   // share in that many parts, gradients added up (train's --grad-accum).
   TransformerRun(Env& env, const DataParallel* dist, Precision precision = Precision::FP32,
                  MemoryPlan memory = MemoryPlan::Fast, double max_grad_norm = 0, int micro_batches = 1)
@@ -192,7 +178,12 @@ class TransformerRun {
     EXPECT_EQ(shard_.size() % micro_batches, 0) << "the test's shares must split into the micro-batches";
     if (micro_batches > 1) model_.set_loss_weight(1.0 / micro_batches);
     model_.init_parameters(dist ? kRankZeroSeed + uint64_t(world_rank()) : kRankZeroSeed);
-    if (max_grad_norm > 0) opt_.set_clipping(clipping(max_grad_norm, dist));
+    if (max_grad_norm > 0) {  // as train sets it up
+      Runtime rt;
+      rt.rank = world_rank();
+      rt.world_size = world_size();
+      opt_.set_clipping(gradient_clipping(max_grad_norm, dist ? dist->sharding : Sharding::None, rt));
+    }
     if (dist) {
       broadcast_parameters(*env.comm, model_.params());
       model_.parameters_changed();
