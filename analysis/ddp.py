@@ -79,8 +79,10 @@ def fmt(value, decimals: int = 2) -> str:
 
 
 def impl(row) -> str:
-    """The strategy, and what moved its bytes where it was not NCCL's kernels (--collective-engine)."""
-    return row["ddp"] + (" (copy)" if row.get("collective_engine", "sm") == "copy" else "")
+    """The strategy, with bf16 where the gradients travelled as bf16 (--grad-reduce-dtype), and what
+    moved its bytes where it was not NCCL's kernels (--collective-engine)."""
+    return (row["ddp"] + (" bf16" if row.get("grad_reduce_dtype") == "bf16" else "")
+            + (" (copy)" if row.get("collective_engine", "sm") == "copy" else ""))
 
 
 def bucket_cell(row) -> str:
@@ -226,8 +228,15 @@ def torch_step(t: dict) -> float:
     return float(np.mean(t["step_ms_max_over_ranks"])) if t["status"] == "ok" else math.nan
 
 
+def torch_reduce_dtype(t: dict) -> str:
+    """What PyTorch's gradients travelled as: bf16 under its bf16_compress_hook (torch_ddp.py
+    --grad-reduce-dtype bf16), else the gradients' own dtype."""
+    return t.get("grad_reduce_dtype", "fp32")
+
+
 def torch_table(g: pd.DataFrame, torch_records: list, markdown: bool, title: str) -> tuple:
-    """(the table, the PyTorch records it used)."""
+    """(the table, the PyTorch records it used). A DDP record is put beside bucketed at its bucket
+    size whose gradients travelled as PyTorch's did."""
     first = g.iloc[0]
     matching = [t for t in torch_records if all(t[k] == first[k] for k in MATCH_KEYS) and torch_sharding(t) == "none"]
     rows = []
@@ -235,10 +244,12 @@ def torch_table(g: pd.DataFrame, torch_records: list, markdown: bool, title: str
         if t["ddp"] == "none":
             ours = g[g.ddp == "none"]
         else:
-            ours = g[(g.ddp == "bucketed") & np.isclose(g.bucket_mb, float(t["bucket_mb"]))]
+            ours = g[(g.ddp == "bucketed") & np.isclose(g.bucket_mb, float(t["bucket_mb"]))
+                     & ((g.grad_reduce_dtype == "bf16") == (torch_reduce_dtype(t) == "bf16"))]
         r = ours.iloc[0] if len(ours) else None
         step = r.slowest_step_mean if r is not None and ok(r) else math.nan
-        rows.append([t["setup"], "DDP" if t["ddp"] != "none" else "single", "-" if t["ddp"] == "none" else
+        rows.append([t["setup"], "single" if t["ddp"] == "none" else
+                     "DDP bf16" if torch_reduce_dtype(t) == "bf16" else "DDP", "-" if t["ddp"] == "none" else
                      f"{float(t['bucket_mb']):g}", fmt(torch_step(t)), t["status"],
                      "not run" if r is None else impl(r), fmt(step), ratio(step, torch_step(t))])
     if not rows:
@@ -331,6 +342,7 @@ def sharding_phases_table(g: pd.DataFrame, markdown: bool, title: str) -> str:
     rows = []
     for _, r in g[g.ddp != "none"].iterrows():
         same = g[(g.ddp == r.ddp) & (g.bucket_mb == r.bucket_mb) & (g.collective_engine == r.collective_engine)
+                 & (g.grad_reduce_dtype == r.grad_reduce_dtype)
                  & (g.shard_optimizer == "none") & (g.status == "ok")]
         unsharded = float(same.slowest_step_mean.iloc[0]) if len(same) else math.nan
         step = r.slowest_step_mean if ok(r) else math.nan

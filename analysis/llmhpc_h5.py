@@ -430,6 +430,8 @@ class Run:
             if first.attrs.get("share_weights") == "bf16":  # what travelled: one label per kind in the tables
                 row["shard_optimizer"] += " bf16"
             row["collective_engine"] = first.attrs.get("collective_engine", "sm")  # files from before it existed
+            # What the gradients travelled as (files from before the option: their own dtype).
+            row["grad_reduce_dtype"] = first.attrs.get("grad_reduce_dtype", "fp64" if row["precision"] == "fp64" else "fp32")
             row.update(name=name, status=_pooled_status(recs), ranks=len(recs))
             for key in DDP_RESULT_KEYS:
                 row[key] = next((r.attrs[key] for r in recs if key in r.attrs), math.nan)

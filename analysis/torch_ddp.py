@@ -10,12 +10,14 @@
 
 --batch-size is the global batch: each of the n ranks takes B/n sequences of its own (seeded by
 rank). Per configuration (setups x precisions x models x contexts x batches x bucket sizes x
-optimizer shardings): the model (torch_baseline.TransformerLM, SDPA attention, seeded init; DDP
+optimizer shardings x gradient reduce dtypes): the model (torch_baseline.TransformerLM, SDPA attention, seeded init; DDP
 broadcasts rank 0's weights), then DDP(bucket_cap_mb=--bucket-mb, gradient_as_bucket_view=True)
 and AdamW(fused=True on GPUs), or with --shard-optimizer zero PyTorch's ZeRO-1,
 ZeroRedundancyOptimizer(optimizer_class=AdamW, fused=True): each rank keeps the AdamW state of
 its share of the parameters and broadcasts what it updated (the seeds' "broadcast" scheme,
-beside llmhpc's --shard-optimizer broadcast and zero1). `compiled`: the model is compiled in place (model.compile())
+beside llmhpc's --shard-optimizer broadcast and zero1). --grad-reduce-dtype bf16 registers
+DDP's bf16_compress_hook: each bucket cast to bf16, all-reduced, cast back (llmhpc's
+--grad-reduce-dtype bf16). `compiled`: the model is compiled in place (model.compile())
 before it is wrapped, as PyTorch recommends for DDP
 (docs.pytorch.org/docs/stable/compile/programming_model.where_to_apply_compile.html);
 `eager`: not compiled (torch.compile's DDPOptimizer refuses a bucket smaller than a parameter: such
@@ -54,6 +56,7 @@ RANK_VARIABLES = (("RANK", "WORLD_SIZE", "LOCAL_RANK"),
                   ("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK"))
 SETUPS = ("eager", "compiled")
 SHARDINGS = ("none", "zero")
+REDUCE_DTYPES = ("same", "bf16")  # --grad-reduce-dtype: bf16 is DDP with bf16_compress_hook
 MEMORY_POINTS = ("memory_after_init_bytes", "memory_before_optimizer_bytes", "memory_after_optimizer_bytes")
 PRECISIONS = ("fp32", "bf16")
 SHAPE_OPTIONS = ("d_model", "d_ff", "num_layers", "num_heads")
@@ -96,7 +99,8 @@ def check_args(args, world_size: int) -> None:
     """Every rank checks the same things before any collective, so every rank stops alike."""
     for name, values, allowed in (("--setup", split(args.setup), SETUPS),
                                   ("--precision", split(args.precision), PRECISIONS),
-                                  ("--shard-optimizer", split(args.shard_optimizer), SHARDINGS)):
+                                  ("--shard-optimizer", split(args.shard_optimizer), SHARDINGS),
+                                  ("--grad-reduce-dtype", split(args.grad_reduce_dtype), REDUCE_DTYPES)):
         bad = [v for v in values if v not in allowed]
         if bad or not values:
             raise ValueError(f"{name} {','.join(bad)}: must be one of {', '.join(allowed)}")
@@ -108,6 +112,8 @@ def check_args(args, world_size: int) -> None:
         raise ValueError("--bucket-mb: every bucket size must be greater than 0 MiB")
     if args.single and split(args.shard_optimizer) != ["none"]:
         raise ValueError("--single runs without DDP: --shard-optimizer must be none")
+    if args.single and split(args.grad_reduce_dtype) != ["same"]:
+        raise ValueError("--single runs without DDP: --grad-reduce-dtype must be same")
     if args.warmup < 0 or args.steps <= 0:
         raise ValueError("--warmup must not be negative and --steps must be positive")
 
@@ -142,7 +148,8 @@ def make_optimizer(torch, model, sharding: str, cuda: bool):
     return torch.optim.AdamW(model.parameters(), lr=1e-3, fused=fused)
 
 
-def run_config(torch, baseline, args, env, shape, ctx, batch, precision, setup, bucket_mb, sharding) -> dict:
+def run_config(torch, baseline, args, env, shape, ctx, batch, precision, setup, bucket_mb, sharding,
+               reduce_dtype) -> dict:
     """This rank's part of one configuration: {status, error?, per-step arrays, peak_memory_bytes}."""
     from torch.nn.parallel import DistributedDataParallel as DDP
     rank, world, device = env["rank"], env["world_size"], env["device"]
@@ -161,6 +168,9 @@ def run_config(torch, baseline, args, env, shape, ctx, batch, precision, setup, 
             model.compile()
         ddp = model if args.single else DDP(model, device_ids=[device.index] if cuda else None,
                                             bucket_cap_mb=bucket_mb, gradient_as_bucket_view=True)
+        if reduce_dtype == "bf16":
+            from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+            ddp.register_comm_hook(None, default_hooks.bf16_compress_hook)
         opt = make_optimizer(torch, model, sharding, cuda)
         live = torch.cuda.memory_allocated if cuda else (lambda: None)
         memory = {MEMORY_POINTS[0]: live()}
@@ -226,6 +236,9 @@ def main(argv=None) -> int:
     p.add_argument("--bucket-mb", default="25", help="DDP's bucket_cap_mb, MiB (list sweeps)")
     p.add_argument("--shard-optimizer", default="none",
                    help="none | zero (ZeroRedundancyOptimizer: AdamW state sharded over the ranks) (list sweeps)")
+    p.add_argument("--grad-reduce-dtype", default="same",
+                   help="same | bf16: DDP's gradients compressed to bf16 around each bucket's all-reduce "
+                        "(bf16_compress_hook), as llmhpc's --grad-reduce-dtype bf16 (list sweeps)")
     p.add_argument("--single", action="store_true", help="no DDP: every rank alone at the local batch (baseline)")
     p.add_argument("--warmup", type=int, default=5)
     p.add_argument("--steps", type=int, default=10)
@@ -277,12 +290,13 @@ def main(argv=None) -> int:
                 for shape in shapes:
                     for ctx in args.contexts:
                         for batch in args.batch_sizes:
-                            for bucket_mb, sharding in ((b, z) for b in args.buckets
-                                                         for z in split(args.shard_optimizer)):
+                            for bucket_mb, sharding, reduce_dtype in (
+                                    (b, z, r) for b in args.buckets for z in split(args.shard_optimizer)
+                                    for r in split(args.grad_reduce_dtype)):
                                 dist.barrier()
                                 t0 = time.time()
                                 part = run_config(torch, baseline, args, env, shape, ctx, batch, precision, setup,
-                                                  bucket_mb, sharding)
+                                                  bucket_mb, sharding, reduce_dtype)
                                 parts = [None] * world_size if rank == 0 else None
                                 dist.gather_object(part, parts, dst=0)
                                 if rank != 0:
@@ -294,6 +308,7 @@ def main(argv=None) -> int:
                                            world_size=world_size, precision=precision, setup=setup,
                                            ddp="none" if args.single else "torch", bucket_mb=bucket_mb,
                                            shard_optimizer=sharding,
+                                           grad_reduce_dtype="bf16" if reduce_dtype == "bf16" else "fp32",
                                            gradient_as_bucket_view=not args.single, warmup=args.warmup,
                                            steps=args.steps, torch_version=torch.__version__,
                                            device_name=device_name, backend=dist.get_backend(),
@@ -303,7 +318,8 @@ def main(argv=None) -> int:
                                 steps = rec.get("step_ms_max_over_ranks")
                                 print(f"{name} T={ctx} B={batch} {precision} {setup} "
                                       f"{'single' if args.single else f'DDP bucket {bucket_mb:g} MiB'}"
-                                      f"{' ZeRO-1' if sharding == 'zero' else ''}: " +
+                                      f"{' ZeRO-1' if sharding == 'zero' else ''}"
+                                      f"{' bf16 gradients' if reduce_dtype == 'bf16' else ''}: " +
                                       (f"slowest-rank step {sum(steps) / len(steps):.2f} ms" if steps else
                                        rec["status"]), flush=True)
     finally:

@@ -99,6 +99,20 @@ class Communicator {
     broadcast_async(send, recv, count, dtype, root).wait();
   }
 
+  // Reductions of fp32 values that travel as bf16 (PyTorch DDP's bf16_compress_hook, FSDP's
+  // reduce_dtype): `data` is rounded to bf16 (to nearest even) into `wire`, reduced there by the
+  // bf16 collective, and the result widened back into `data`, in place. Half the bytes of the
+  // fp32 collective; every rank gets the same values, those of the bf16 collective on the
+  // rounded inputs (on one rank: the rounded inputs). all_reduce: `count` elements each;
+  // reduce_scatter: count * size() each, rank r's reduced part back at data + r * count (the
+  // rest of `data` left as it was). `wire` is the caller's, in the memory `data` is in; inside
+  // a copy-engine registration with a scratch (use_copy_engines) the reduction goes through the
+  // copy engines. Operations with a wire run one after another (nccl: on the communicator's
+  // stream, and inside a group after it; mpi: complete on return), so one wire may serve each
+  // in turn without waiting.
+  virtual CommHandle all_reduce_in_bf16_async(float* data, void* wire, size_t count, ReduceOp op) = 0;
+  virtual CommHandle reduce_scatter_in_bf16_async(float* data, void* wire, size_t count, ReduceOp op) = 0;
+
   // Operations between group_start() and group_end() are launched together (nccl:
   // ncclGroupStart/End, which fuses them; mpi: each starts at once, so a group is only a
   // bracket). Wait on their handles after group_end().

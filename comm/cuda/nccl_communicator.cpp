@@ -5,6 +5,7 @@
 #include <mutex>
 #include <vector>
 
+#include "comm/cuda/bf16_wire.h"
 #include "comm/cuda/nccl_check.h"
 #include "comm/cuda/sum_parts.h"
 #include "src/core/cuda/event_timer.h"
@@ -99,6 +100,7 @@ class NcclCommunicator final : public Communicator {
     MPI_CHECK(MPI_Comm_rank(mpi_comm_, &rank_));
     MPI_CHECK(MPI_Comm_size(mpi_comm_, &size_));
     CUDA_CHECK(cudaSetDevice(o.gpu));
+    CUDA_CHECK(cudaDeviceGetAttribute(&sms_, cudaDevAttrMultiProcessorCount, o.gpu));
     // Collectives run beside backward on this stream; at high priority their blocks take SMs
     // as soon as compute blocks retire instead of queueing behind the compute stream's kernels,
     // which otherwise fill the GPU (bf16 backward, docs/results/ddp.md).
@@ -148,52 +150,48 @@ class NcclCommunicator final : public Communicator {
   CommHandle all_reduce_async(const void* send, void* recv, size_t count, DType dtype, ReduceOp op) override {
     after_compute();
     Watchdog::OpPtr watched = watch("allreduce", count * dtype_size(dtype));
-    std::function<void()> engines;
+    std::function<void()> calls;
     if (!copy_alone(send, recv, count, dtype)) {
       const CopyEngines* ce = send == recv ? reducing_engines(recv, count * dtype_size(dtype), dtype) : nullptr;
       if (ce)
-        engines = [=, ce = *ce] {
-          copy_engine_reduce(ce, static_cast<char*>(recv), count, dtype, op, /*gather=*/true);
-        };
+        calls = [=, ce = *ce] { copy_engine_reduce(ce, static_cast<char*>(recv), count, dtype, op, /*gather=*/true); };
       else settle(ncclAllReduce(send, recv, count, nccl_type(dtype), nccl_op(op), comm_, stream_), "ncclAllReduce");
     }
-    return completion(std::move(watched), std::move(engines));
+    return completion(std::move(watched), std::move(calls));
   }
   CommHandle reduce_scatter_async(const void* send, void* recv, size_t count, DType dtype, ReduceOp op) override {
     after_compute();
     const size_t bytes = count * size_t(size_) * dtype_size(dtype);
     Watchdog::OpPtr watched = watch("reducescatter", bytes);
-    std::function<void()> engines;
+    std::function<void()> calls;
     if (!copy_alone(send, recv, count, dtype)) {
       const char* data = static_cast<const char*>(send);
       const bool in_place = static_cast<const char*>(recv) == data + size_t(rank_) * count * dtype_size(dtype);
       const CopyEngines* ce = in_place ? reducing_engines(data, bytes, dtype) : nullptr;
       if (ce)
-        engines = [=, ce = *ce] {
+        calls = [=, ce = *ce] {
           copy_engine_reduce(ce, const_cast<char*>(data), count * size_t(size_), dtype, op, /*gather=*/false);
         };
       else
         settle(ncclReduceScatter(send, recv, count, nccl_type(dtype), nccl_op(op), comm_, stream_),
                "ncclReduceScatter");
     }
-    return completion(std::move(watched), std::move(engines));
+    return completion(std::move(watched), std::move(calls));
   }
   CommHandle all_gather_async(const void* send, void* recv, size_t count, DType dtype) override {
     after_compute();
     const size_t bytes = count * size_t(size_) * dtype_size(dtype);
     Watchdog::OpPtr watched = watch("allgather", bytes);
-    std::function<void()> engines;
+    std::function<void()> calls;
     if (!copy_alone(send, recv, count, dtype)) {
       const bool in_place =
           static_cast<const char*>(send) == static_cast<char*>(recv) + size_t(rank_) * count * dtype_size(dtype);
       // One NCCL call, but on the zero-CTA communicator: like the reductions, it runs after a group.
       if (in_place && registered(recv, bytes))
-        engines = [=] {
-          settle(ncclAllGather(send, recv, count, nccl_type(dtype), ce_comm_, stream_), "ncclAllGather");
-        };
+        calls = [=] { settle(ncclAllGather(send, recv, count, nccl_type(dtype), ce_comm_, stream_), "ncclAllGather"); };
       else settle(ncclAllGather(send, recv, count, nccl_type(dtype), comm_, stream_), "ncclAllGather");
     }
-    return completion(std::move(watched), std::move(engines));
+    return completion(std::move(watched), std::move(calls));
   }
   CommHandle broadcast_async(const void* send, void* recv, size_t count, DType dtype, int root) override {
     LLMHPC_CHECK(root >= 0 && root < size_, "broadcast root " + std::to_string(root) + " out of range");
@@ -204,19 +202,47 @@ class NcclCommunicator final : public Communicator {
     return completion(std::move(watched));
   }
 
+  CommHandle all_reduce_in_bf16_async(float* data, void* wire, size_t count, ReduceOp op) override {
+    after_compute();
+    Watchdog::OpPtr watched = watch("allreduce", count * 2);
+    const CopyEngines* ce = reducing_engines(wire, count * 2, DType::BF16);
+    return completion(std::move(watched), [=, ce = ce ? *ce : CopyEngines{}] {
+      narrow_to_bf16(data, wire, count, sms_, stream_);
+      if (ce.buffer) copy_engine_reduce(ce, static_cast<char*>(wire), count, DType::BF16, op, /*gather=*/true);
+      else if (size_ > 1)
+        settle(ncclAllReduce(wire, wire, count, ncclBfloat16, nccl_op(op), comm_, stream_), "ncclAllReduce");
+      widen_from_bf16(wire, data, count, sms_, stream_);
+    });
+  }
+  CommHandle reduce_scatter_in_bf16_async(float* data, void* wire, size_t count, ReduceOp op) override {
+    after_compute();
+    const size_t total = count * size_t(size_), mine = size_t(rank_) * count;
+    Watchdog::OpPtr watched = watch("reducescatter", total * 2);
+    const CopyEngines* ce = reducing_engines(wire, total * 2, DType::BF16);
+    return completion(std::move(watched), [=, ce = ce ? *ce : CopyEngines{}] {
+      char* bits = static_cast<char*>(wire);
+      narrow_to_bf16(data, wire, total, sms_, stream_);
+      if (ce.buffer) copy_engine_reduce(ce, bits, total, DType::BF16, op, /*gather=*/false);
+      else if (size_ > 1)
+        settle(ncclReduceScatter(bits, bits + mine * 2, count, ncclBfloat16, nccl_op(op), comm_, stream_),
+               "ncclReduceScatter");
+      widen_from_bf16(bits + mine * 2, data + mine, count, sms_, stream_);
+    });
+  }
+
   void group_start() override {
     NCCL_CHECK(ncclGroupStart());
     ++group_depth_;
   }
   // NCCL launches a group's operations here, so their completion events are recorded now.
-  // Copy-engine operations of the group run here, after it, one after another: each is a
-  // sequence of NCCL calls and a kernel, which a group would reorder.
+  // Operations of several calls (the copy engines', a bf16 wire's) run here, after it, one after
+  // another: each is a sequence of NCCL calls and kernels, which a group would reorder.
   void group_end() override {
     LLMHPC_CHECK(group_depth_ > 0, "group_end() without group_start()");
     settle(ncclGroupEnd(), "ncclGroupEnd");
     if (--group_depth_ > 0) return;
     for (Launch& l : group_launches_) {
-      if (l.engines) l.engines();
+      if (l.calls) l.calls();
       launch(l);
     }
     group_launches_.clear();
@@ -238,9 +264,6 @@ class NcclCommunicator final : public Communicator {
       config.CTAPolicy = NCCL_CTA_POLICY_ZERO;
       settle(ncclCommSplit(comm_, 0, rank_, &ce_comm_, &config), "ncclCommSplit");
       monitors_.push_back(monitor(ce_comm_));
-      int gpu = 0;
-      CUDA_CHECK(cudaGetDevice(&gpu));
-      CUDA_CHECK(cudaDeviceGetAttribute(&sms_, cudaDevAttrMultiProcessorCount, gpu));
     }
     synchronize();
     CopyEngines ce{static_cast<char*>(buffer), bytes, static_cast<char*>(scratch), scratch ? scratch_bytes : 0};
@@ -360,23 +383,23 @@ class NcclCommunicator final : public Communicator {
   struct Launch {
     std::shared_ptr<CUevent_st> done;
     Watchdog::OpPtr watched;
-    std::function<void()> engines;  // a copy-engine operation, run before the event is recorded
+    std::function<void()> calls;  // an operation of several calls and kernels, run before the event is recorded
   };
   void launch(const Launch& l) {
     CUDA_CHECK(cudaEventRecord(l.done.get(), stream_));
     Watchdog::launched(l.watched, l.done, poll_event);
   }
 
-  // The handle, and the event the watchdog polls (one event serves both). A copy-engine
-  // operation (`engines`) runs now, or at group_end() inside a group.
-  CommHandle completion(Watchdog::OpPtr watched, std::function<void()> engines = {}) {
-    if (!compute_ && !watched && !engines) return CommHandle(std::make_unique<NcclHostWait>(stream_));
-    Launch l{events_->take(), std::move(watched), std::move(engines)};
+  // The handle, and the event the watchdog polls (one event serves both). An operation of
+  // several calls (`calls`) runs now, or at group_end() inside a group.
+  CommHandle completion(Watchdog::OpPtr watched, std::function<void()> calls = {}) {
+    if (!compute_ && !watched && !calls) return CommHandle(std::make_unique<NcclHostWait>(stream_));
+    Launch l{events_->take(), std::move(watched), std::move(calls)};
     std::shared_ptr<CUevent_st> done = l.done;
     if (group_depth_ > 0) {
       group_launches_.push_back(std::move(l));  // the operation is launched at group_end()
     } else {
-      if (l.engines) l.engines();
+      if (l.calls) l.calls();
       launch(l);
     }
     if (!compute_) return CommHandle(std::make_unique<NcclHostWait>(stream_));
@@ -393,10 +416,10 @@ class NcclCommunicator final : public Communicator {
   int group_depth_ = 0;
   std::vector<Launch> group_launches_;
   std::vector<int> monitors_;  // the watchdog's monitors of comm_ and ce_comm_ (-1: none)
-  // use_copy_engines(): the zero-CTA communicator and the SM count (sum_parts' grid), found at
-  // the first call and kept, and the registered buffers while in use.
+  int sms_ = 0;                // the GPU's multiprocessors: the grid of the sum and cast kernels
+  // use_copy_engines(): the zero-CTA communicator, made at the first call and kept, and the
+  // registered buffers while in use.
   ncclComm_t ce_comm_ = nullptr;
-  int sms_ = 0;
   std::vector<CopyEngines> ce_;
 };
 

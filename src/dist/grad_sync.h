@@ -112,6 +112,11 @@ struct SyncPlan {
   int64_t flat_elements = 0;            // the flat buffers' length: parameters, padded under zero1
   std::vector<FlatRange> buckets;       // what one gradient collective covers, in issue order (reverse parameter order)
   bool when_ready = false;  // issued as soon as backward finished it (overlap, bucketed); else after backward
+  // The fp32 gradients travel as bf16 (--grad-reduce-dtype bf16, as PyTorch DDP's
+  // bf16_compress_hook): each range rounded to bf16 before its collective, averaged in bf16,
+  // widened after it (Communicator::all_reduce_in_bf16_async). Half the bytes; every rank still
+  // gets the same average. The buckets stay those of the fp32 gradients, as PyTorch's do.
+  bool reduce_in_bf16 = false;
   // Ranges whose elements the ranks' optimizers share out, part r to rank r (shard_part):
   // none: no range (every rank owns everything); broadcast: [0, parameters); zero1: the buckets.
   std::vector<FlatRange> shard_groups;
@@ -181,13 +186,19 @@ struct CopySharing {
   // go through the copy engines where the communicator can (Communicator::use_copy_engines).
   bool copy_engines = false;
 };
-// Given `copy_engines` (the allocator of `flat_grads`, which must come from its
-// allocate_shareable), the gradients' collectives go through the copy engines where the
-// communicator can (Communicator::use_copy_engines), with a scratch of the largest bucket from
-// that allocator, held while the sync lives.
+// The gradient collectives' own buffers, as long as the largest bucket and held while the sync
+// lives: the bf16 wire the gradients travel in (SyncPlan::reduce_in_bf16), and through the copy
+// engines the scratch where the other ranks' parts arrive.
+struct ReduceScratch {
+  Allocator* allocator = nullptr;  // the gradients' allocator; needed for either
+  // The gradients' collectives go through the copy engines where the communicator can
+  // (Communicator::use_copy_engines): in the gradients, which must then come from the
+  // allocator's allocate_shareable, or in the bf16 wire.
+  bool copy_engines = false;
+};
 std::unique_ptr<GradientSync> make_gradient_sync(const SyncPlan& plan, Communicator& comm, Tensor flat_grads,
                                                  Tensor flat_params = Tensor(), CopySharing sharing = {},
-                                                 Allocator* copy_engines = nullptr);
+                                                 ReduceScratch scratch = {});
 
 // The model's parameters as spans of its flat buffer, every one trainable.
 std::vector<ParamSpan> param_spans(const ParameterLayout& layout);

@@ -31,12 +31,17 @@ namespace {
 // and finish() makes the compute stream wait for every collective before anything after it
 // (the optimizer, the next backward) touches them.
 //
-// Through the copy engines (given their allocator): the communicator moves the buckets with
+// Through the copy engines (ReduceScratch::copy_engines): the communicator moves the buckets with
 // the copy engines and sums each rank's part on the SMs (Communicator::use_copy_engines), into
 // a scratch of the largest bucket that this reducer holds; the result is the same average.
+//
+// In bf16 (SyncPlan::reduce_in_bf16): each bucket is rounded into a wire as long as the largest
+// bucket, reduced there and widened back (Communicator::all_reduce_in_bf16_async). One wire
+// serves every bucket: such operations run one after another (nccl: on the communicator's
+// stream, which is also what reuses the wire), and the copy engines then work in the wire.
 class Reducer final : public GradientSync {
  public:
-  Reducer(const SyncPlan& plan, Communicator& comm, Tensor flat_grads, Allocator* copy_engines)
+  Reducer(const SyncPlan& plan, Communicator& comm, Tensor flat_grads, ReduceScratch memory)
       : plan_(plan), comm_(comm), grads_(flat_grads), buckets_(plan_.buckets),
         collective_(plan.sharding == Sharding::Zero1 ? Collective::ReduceScatter : Collective::AllReduce),
         by_begin_(buckets_.size()), ready_(buckets_.size()), expected_(buckets_.size()), issued_(buckets_.size()) {
@@ -53,17 +58,26 @@ class Reducer final : public GradientSync {
               [&](size_t a, size_t b) { return buckets_[a].begin < buckets_[b].begin; });
     for (size_t i = 1; i < by_begin_.size(); ++i)
       LLMHPC_CHECK(buckets_[by_begin_[i - 1]].end <= buckets_[by_begin_[i]].begin, "buckets overlap");
-    if (copy_engines && !buckets_.empty()) {
-      int64_t largest = 0;
-      for (const FlatRange& b : buckets_) largest = std::max(largest, b.size());
-      scratch_ = Buffer(*copy_engines, grads_.dtype, {largest}, "comm.scratch", MemoryKind::Shareable);
-      if (!comm_.use_copy_engines(grads_.data, grads_.bytes(), scratch_.tensor().data, scratch_.tensor().bytes()))
-        scratch_.release();  // nothing to move them here (mpi, one rank)
+    int64_t largest = 0;
+    for (const FlatRange& b : buckets_) largest = std::max(largest, b.size());
+    const bool needs_memory = largest > 0 && (plan_.reduce_in_bf16 || memory.copy_engines);
+    LLMHPC_CHECK(!needs_memory || memory.allocator, "the reducer's wire or scratch needs an allocator");
+    if (plan_.reduce_in_bf16 && largest > 0) {
+      LLMHPC_CHECK(grads_.dtype == DType::F32, "gradients travel as bf16 from fp32 only");
+      wire_ = Buffer(*memory.allocator, DType::BF16, {largest}, "comm.wire",
+                     memory.copy_engines ? MemoryKind::Shareable : MemoryKind::Plain);
+    }
+    if (memory.copy_engines && largest > 0) {
+      const Tensor& moved = wire_.empty() ? grads_ : wire_.tensor();  // where the collectives work
+      scratch_ = Buffer(*memory.allocator, moved.dtype, {largest}, "comm.scratch", MemoryKind::Shareable);
+      if (comm_.use_copy_engines(moved.data, moved.bytes(), scratch_.tensor().data, scratch_.tensor().bytes()))
+        registered_ = moved.data;
+      else scratch_.release();  // nothing to move them here (mpi, one rank)
     }
     begin_step();
   }
   ~Reducer() override {
-    if (!scratch_.empty()) comm_.stop_copy_engines(grads_.data);  // before the scratch goes
+    if (registered_) comm_.stop_copy_engines(registered_);  // before the scratch and the wire go
   }
 
   const SyncPlan& plan() const override { return plan_; }
@@ -123,7 +137,16 @@ class Reducer final : public GradientSync {
     const FlatRange& b = buckets_[k];
     void* data = grads_.slice(b.begin, {b.size()}).data;
     const bool blocking = !plan_.when_ready;
-    if (collective_ == Collective::AllReduce) {
+    if (!wire_.empty()) {
+      float* values = static_cast<float*>(data);
+      void* wire = wire_.tensor().data;
+      CommHandle h =
+          collective_ == Collective::AllReduce
+              ? comm_.all_reduce_in_bf16_async(values, wire, size_t(b.size()), ReduceOp::Average)
+              : comm_.reduce_scatter_in_bf16_async(values, wire, size_t(b.size() / plan_.ranks), ReduceOp::Average);
+      if (blocking) h.wait();
+      else in_flight_.push_back(std::move(h));
+    } else if (collective_ == Collective::AllReduce) {
       const size_t count = size_t(b.size());
       if (blocking) comm_.all_reduce(data, data, count, grads_.dtype, ReduceOp::Average);
       else in_flight_.push_back(comm_.all_reduce_async(data, data, count, grads_.dtype, ReduceOp::Average));
@@ -135,7 +158,7 @@ class Reducer final : public GradientSync {
       else in_flight_.push_back(comm_.reduce_scatter_async(data, part, count, grads_.dtype, ReduceOp::Average));
     }
     issued_[k] = true;
-    const int64_t bytes = b.size() * int64_t(dtype_size(grads_.dtype));
+    const int64_t bytes = b.size() * int64_t(dtype_size(wire_.empty() ? grads_.dtype : DType::BF16));
     ++stats_.collectives;
     stats_.bytes += bytes;
     stats_.bus_bytes += int64_t(double(bytes) * bus_factor(collective_, plan_.ranks));
@@ -153,14 +176,16 @@ class Reducer final : public GradientSync {
   std::vector<bool> issued_;
   std::vector<CommHandle> in_flight_;
   SyncStats stats_;
-  Buffer scratch_;  // through the copy engines: where the other ranks' parts arrive
+  Buffer wire_;                 // in bf16: what every bucket travels in
+  Buffer scratch_;              // through the copy engines: where the other ranks' parts arrive
+  void* registered_ = nullptr;  // what the copy engines work in: the gradients or the wire
 };
 
 }  // namespace
 
 std::unique_ptr<GradientSync> make_reducer(const SyncPlan& plan, Communicator& comm, Tensor flat_grads,
-                                           Allocator* copy_engines) {
-  return std::make_unique<Reducer>(plan, comm, flat_grads, copy_engines);
+                                           ReduceScratch scratch) {
+  return std::make_unique<Reducer>(plan, comm, flat_grads, scratch);
 }
 
 }  // namespace llmhpc

@@ -11,6 +11,6 @@
 namespace llmhpc {
 
 std::unique_ptr<GradientSync> make_reducer(const SyncPlan& plan, Communicator& comm, Tensor flat_grads,
-                                           Allocator* copy_engines);
+                                           ReduceScratch scratch);
 
 }  // namespace llmhpc

@@ -39,7 +39,31 @@ void add_data_parallel_options(po::options_description& desc, bool sweep) {
        "shared bf16 copy too; one node; faster where backward is long enough to hide its slower transfer, "
        "slower where communication dominates)" +
        list)
+          .c_str())(
+      "grad-reduce-dtype", po::value<std::string>()->default_value("same"),
+      ("what the gradients travel and are averaged in: same (their own dtype, fp32: the exact average) | bf16 "
+       "(each bucket rounded to bf16 before its collective and widened after, as PyTorch DDP's bf16_compress_hook: "
+       "half the bytes, the average of the rounded gradients; not with --precision fp64)" +
+       list)
           .c_str());
+}
+
+std::vector<bool> grad_reduce_in_bf16(const po::variables_map& vm) {
+  return opt_list(vm, "grad-reduce-dtype", [](const std::string& s) {
+    require_choice(s, {"same", "bf16"}, "grad-reduce-dtype");
+    return s == "bf16";
+  });
+}
+
+void check_grad_reduce(bool in_bf16, Precision precision) {
+  if (in_bf16 && param_dtype(precision) != DType::F32)
+    throw UsageError(std::string("--grad-reduce-dtype bf16 rounds fp32 gradients, and --precision ") +
+                     precision_name(precision) + " keeps them in " + dtype_name(param_dtype(precision)) +
+                     ": use --grad-reduce-dtype same");
+}
+
+std::string grad_reduce_dtype_name(bool in_bf16, Precision precision) {
+  return in_bf16 ? "bf16" : dtype_name(param_dtype(precision));
 }
 
 const char* collective_engine_name(CollectiveEngine engine) { return engine == CollectiveEngine::Copy ? "copy" : "sm"; }
@@ -76,14 +100,14 @@ bool shares_compute_copy(ShareWeights choice, Precision precision, MemoryPlan me
 
 std::unique_ptr<GradientSync> make_model_sync(const SyncPlan& plan, Communicator& comm, TransformerLM& model,
                                               bool share_copy, CollectiveEngine engine) {
-  Allocator* copy_engines = engine == CollectiveEngine::Copy ? &model.device().allocator() : nullptr;
+  const ReduceScratch scratch{&model.device().allocator(), engine == CollectiveEngine::Copy};
   if (!share_copy || plan.sharding == Sharding::None)
-    return make_gradient_sync(plan, comm, model.grads(), model.params(), {}, copy_engines);
+    return make_gradient_sync(plan, comm, model.grads(), model.params(), {}, scratch);
   LLMHPC_CHECK(!model.params_lowp().empty(), "--share-weights bf16 with a model that keeps no bf16 copy");
   return make_gradient_sync(plan, comm, model.grads(), model.params(),
                             {model.params_lowp(), model.full_precision_ranges(), &model.device().allocator(),
                              engine == CollectiveEngine::Copy},
-                            copy_engines);
+                            scratch);
 }
 
 std::vector<SyncStrategy> sync_strategies(const po::variables_map& vm, int world_size, bool sharded) {
@@ -107,9 +131,12 @@ std::vector<Sharding> shardings(const po::variables_map& vm) {
 }
 
 SyncPlan data_parallel_plan(SyncStrategy strategy, Sharding sharding, const ModelConfig& config, Precision precision,
-                            double bucket_mb, int ranks, int64_t alignment) {
-  return plan_sync(strategy, sharding, param_spans(ParameterLayout(config)), dtype_size(param_dtype(precision)),
-                   bucket_mb, ranks, alignment);
+                            double bucket_mb, int ranks, int64_t alignment, bool reduce_in_bf16) {
+  check_grad_reduce(reduce_in_bf16, precision);
+  SyncPlan plan = plan_sync(strategy, sharding, param_spans(ParameterLayout(config)),
+                            dtype_size(param_dtype(precision)), bucket_mb, ranks, alignment);
+  plan.reduce_in_bf16 = reduce_in_bf16 && strategy != SyncStrategy::None;
+  return plan;
 }
 
 int64_t shard_alignment(Device& dev, Precision precision, bool share_copy) {

@@ -15,7 +15,8 @@
 
 namespace llmhpc {
 
-// --ddp, --bucket-mb, --shard-optimizer, --share-weights and --collective-engine. A sweep takes
+// --ddp, --bucket-mb, --shard-optimizer, --share-weights, --collective-engine and
+// --grad-reduce-dtype. A sweep takes
 // comma-separated lists, and every strategy by default; training takes one value, bucketed on
 // several ranks by default. Both leave the optimizer unsharded and NCCL's kernels moving the
 // bytes by default.
@@ -44,6 +45,14 @@ enum class CollectiveEngine { Sm, Copy };
 const char* collective_engine_name(CollectiveEngine engine);  // "sm", "copy"
 // --collective-engine values. Throws UsageError.
 std::vector<CollectiveEngine> collective_engines(const po::variables_map& vm);
+// --grad-reduce-dtype values: whether the gradients travel as bf16 (SyncPlan::reduce_in_bf16)
+// rather than in their own dtype (`same`). Throws UsageError.
+std::vector<bool> grad_reduce_in_bf16(const po::variables_map& vm);
+// Throws UsageError where gradients of `precision` cannot travel as bf16 (fp64: the casts
+// narrow fp32 only).
+void check_grad_reduce(bool in_bf16, Precision precision);
+// What the gradients travel as: "bf16", or their own dtype's name (the rank files' grad_reduce_dtype).
+std::string grad_reduce_dtype_name(bool in_bf16, Precision precision);
 
 // The gradient synchronisation of `plan` over the model's buffers; a sharded plan shares the
 // model's bf16 copy when `share_copy` (--share-weights bf16), else its master weights.
@@ -51,10 +60,12 @@ std::unique_ptr<GradientSync> make_model_sync(const SyncPlan& plan, Communicator
                                               bool share_copy, CollectiveEngine engine = CollectiveEngine::Sm);
 
 // The plan of a model of `config` in `precision` on `ranks` (plan_sync over its parameters),
-// its shards aligned to `alignment` elements (shard_alignment). Throws UsageError as
-// plan_sync does (a sharding with --ddp none).
+// its shards aligned to `alignment` elements (shard_alignment), its gradients travelling as
+// bf16 where `reduce_in_bf16` and the strategy communicates. Throws UsageError as plan_sync
+// (a sharding with --ddp none) and check_grad_reduce do.
 SyncPlan data_parallel_plan(SyncStrategy strategy, Sharding sharding, const ModelConfig& config, Precision precision,
-                            double bucket_mb, int ranks, int64_t alignment = kShardAlignment);
+                            double bucket_mb, int ranks, int64_t alignment = kShardAlignment,
+                            bool reduce_in_bf16 = false);
 // Where shards start: a page of the device's master weights when the bf16 copy is shared
 // (whole pages of the masters others own can then be given back), else kShardAlignment.
 int64_t shard_alignment(Device& dev, Precision precision, bool share_copy);

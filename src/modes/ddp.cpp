@@ -40,15 +40,16 @@ struct DdpCase : ModelCase {
   Sharding sharding;
   bool share_copy = false;  // --share-weights bf16 (sharded only)
   CollectiveEngine engine = CollectiveEngine::Sm;
+  bool reduce_in_bf16 = false;  // --grad-reduce-dtype bf16
 
   std::string strategy_label() const {
-    const std::string engine_label = engine == CollectiveEngine::Copy ? "_copy" : "";
     return (strategy == SyncStrategy::Bucketed ? "bucketed" + fmt_exact(bucket_mb) + "MiB"
                                                : sync_strategy_name(strategy)) +
-           engine_label;
+           (reduce_in_bf16 ? "_bf16grads" : "") + (engine == CollectiveEngine::Copy ? "_copy" : "");
   }
   std::string impl_column() const {
-    return sync_strategy_name(strategy) + std::string(engine == CollectiveEngine::Copy ? " (copy)" : "");
+    return sync_strategy_name(strategy) + std::string(reduce_in_bf16 ? " bf16" : "") +
+           (engine == CollectiveEngine::Copy ? " (copy)" : "");
   }
   std::string sharding_label() const {
     return sharding == Sharding::None ? "" : std::string("_") + sharding_name(sharding) + (share_copy ? "_bf16" : "");
@@ -63,13 +64,14 @@ struct DdpCase : ModelCase {
 // pairs out, and a sharding that only such pairs would run is an error. --share-weights
 // sweeps the sharded cases only: bf16 the ones that keep a copy (bf16, not --low-memory), auto
 // as it resolves (each case once); a bf16 no case can take is an error. --collective-engine
-// sweeps the strategies that communicate.
+// and --grad-reduce-dtype sweep the strategies that communicate.
 std::vector<DdpCase> sweep_cases(const po::variables_map& vm, int world_size) {
   const std::vector<double> buckets = bucket_sizes_mb(vm);
   const std::vector<SyncStrategy> strategies = sync_strategies(vm, std::max(world_size, 2));
   const std::vector<Sharding> sharded = shardings(vm);
   const std::vector<ShareWeights> choices = share_weights(vm);
   const std::vector<CollectiveEngine> engines = collective_engines(vm);
+  const std::vector<bool> reductions = grad_reduce_in_bf16(vm);
   const MemoryPlan memory = memory_plan(vm);
   for (Sharding sh : sharded)
     if (std::none_of(strategies.begin(), strategies.end(), [](SyncStrategy s) { return s != SyncStrategy::None; }))
@@ -89,10 +91,13 @@ std::vector<DdpCase> sweep_cases(const po::variables_map& vm, int world_size) {
             const bool copy = shares_compute_copy(w, c.precision, memory, sh);
             if (std::find(copies.begin(), copies.end(), copy) == copies.end()) copies.push_back(copy);
           }
+          const bool none = s == SyncStrategy::None;
           for (bool copy : copies)
-            for (CollectiveEngine e :
-                 s == SyncStrategy::None ? std::vector<CollectiveEngine>{CollectiveEngine::Sm} : engines)
-              cases.push_back({c, s, mb, sh, copy, e});
+            for (bool in_bf16 : none ? std::vector<bool>{false} : reductions)
+              for (CollectiveEngine e : none ? std::vector<CollectiveEngine>{CollectiveEngine::Sm} : engines) {
+                check_grad_reduce(in_bf16, c.precision);
+                cases.push_back({c, s, mb, sh, copy, e, in_bf16});
+              }
         }
   if (std::count(choices.begin(), choices.end(), ShareWeights::Bf16) > 0 && !bf16_taken)
     throw UsageError("--share-weights bf16 sends the bf16 copy of a sharded optimizer's weights: no case here has "
@@ -213,6 +218,7 @@ void run(ModeContext& ctx) {
         .attr("shard_optimizer", std::string(sharding_name(c.sharding)))
         .attr("share_weights", std::string(c.share_copy ? "bf16" : "master"))
         .attr("collective_engine", std::string(collective_engine_name(c.engine)))
+        .attr("grad_reduce_dtype", grad_reduce_dtype_name(c.reduce_in_bf16, c.precision))
         .attr("backend", comm->backend_name())
         .attr("warmup", warmup)
         .attr("steps", steps)
@@ -222,7 +228,7 @@ void run(ModeContext& ctx) {
     Samples warm, timed;
     std::vector<double> slowest;
     const SyncPlan plan = data_parallel_plan(c.strategy, c.sharding, c.model, c.precision, c.bucket_mb, rt.world_size,
-                                             shard_alignment(dev, c.precision, c.share_copy));
+                                             shard_alignment(dev, c.precision, c.share_copy), c.reduce_in_bf16);
     std::unique_ptr<AdamW> opt;
     std::unique_ptr<GradientSync> sync;
     SyncStats stats;

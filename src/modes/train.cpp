@@ -126,7 +126,7 @@ void validate(const po::variables_map& vm) {
   // checkpoint's step; it checks the schedule again then.
   lr_schedule(vm, vm.count("init") ? std::numeric_limits<int64_t>::max() : opt_positive(vm, "steps"));
   for (const char* list_opt : {"model", "context-length", "batch-size", "precision", "attention", "ddp", "bucket-mb",
-                               "shard-optimizer", "share-weights", "collective-engine"})
+                               "shard-optimizer", "share-weights", "collective-engine", "grad-reduce-dtype"})
     if (split_list(opt_string(vm, list_opt), list_opt).size() != 1)
       throw UsageError(std::string("--mode train takes one value for --") + list_opt +
                        " (lists are for bench and ddp sweeps)");
@@ -134,6 +134,7 @@ void validate(const po::variables_map& vm) {
   require_reduced_gradients(sync_strategies(vm, 1, sharding != Sharding::None).front(), sharding);
   shares_compute_copy(share_weights(vm).front(), precisions(vm).front(), memory_plan(vm), sharding);
   collective_engines(vm);
+  check_grad_reduce(grad_reduce_in_bf16(vm).front(), precisions(vm).front());
   bucket_sizes_mb(vm);
   // Every value run() parses, parsed here first: before the mode runs, every rank reaches the same
   // verdict and rank 0 alone says it (inside the mode a bad value would abort the job).
@@ -193,6 +194,7 @@ void run(ModeContext& ctx) {
   const AttentionKind attention = attentions(vm).front();
   const MemoryPlan memory = memory_plan(vm);
   const bool share_copy = shares_compute_copy(share_weights(vm).front(), precision, memory, sharding);
+  const bool reduce_in_bf16 = grad_reduce_in_bf16(vm).front();
   install_stop_handlers();  // from here a signal stops the run after its first step at the latest
 
   // Everything that can be wrong with files or the device, agreed on by all ranks.
@@ -217,7 +219,10 @@ void run(ModeContext& ctx) {
     if (vm.count("save") && rt.is_root() && access(parent_dir(opt_string(vm, "save")).c_str(), W_OK) != 0)
       throw UsageError("--save '" + opt_string(vm, "save") + "': the directory is missing or not writable");
     plan = data_parallel_plan(strategy, sharding, config, precision, bucket_mb, rt.world_size,
-                              shard_alignment(dev, precision, share_copy));
+                              shard_alignment(dev, precision, share_copy), reduce_in_bf16);
+    if (reduce_in_bf16 && strategy == SyncStrategy::None)
+      throw UsageError("--grad-reduce-dtype bf16 says what the ranks' gradients are averaged in, and --ddp none "
+                       "averages nothing (one rank trains alone by default): give several ranks, or leave it out");
     if (graphed && rt.world_size > 1)
       throw UsageError("--cuda-graph trains on one rank: data parallelism's collectives are not recorded in the graph");
     if (rt.world_size > 1 && strategy == SyncStrategy::None)
@@ -272,7 +277,10 @@ void run(ModeContext& ctx) {
     log_root(
         rt, "train: %d ranks of %lld sequences each, --ddp %s%s (%zu collective(s) per step)%s\n", rt.world_size,
         (long long)mine.count, sync_strategy_name(strategy),
-        strategy == SyncStrategy::Bucketed ? (" " + fmt_exact(bucket_mb) + " MiB").c_str() : "", sync->buckets().size(),
+        ((strategy == SyncStrategy::Bucketed ? " " + fmt_exact(bucket_mb) + " MiB" : std::string()) +
+         (reduce_in_bf16 ? ", gradients averaged in bf16" : ""))
+            .c_str(),
+        sync->buckets().size(),
         sharding == Sharding::None
             ? ""
             : (std::string(", --shard-optimizer ") + sharding_name(sharding) + ": rank 0 updates " +
@@ -299,6 +307,7 @@ void run(ModeContext& ctx) {
       .attr("shard_optimizer", std::string(sharding_name(sharding)))
       .attr("share_weights", std::string(share_copy ? "bf16" : "master"))
       .attr("collective_engine", std::string(collective_engine_name(engine)))
+      .attr("grad_reduce_dtype", grad_reduce_dtype_name(plan.reduce_in_bf16, precision))
       .attr("optimizer_owned_elements", opt->owned_elements())
       .attr("precision", std::string(precision_name(precision)))
       .attr("attention", std::string(attention_name(attention)))

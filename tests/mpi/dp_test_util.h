@@ -152,8 +152,9 @@ struct DataParallel {
   SyncStrategy strategy = SyncStrategy::None;
   double bucket_mb = 25;
   Sharding sharding = Sharding::None;
-  bool share_copy = false;    // sharded under bf16: the bf16 copy travels (--share-weights bf16)
-  bool copy_engines = false;  // --collective-engine copy (nccl; the mpi backend moves them as before)
+  bool share_copy = false;      // sharded under bf16: the bf16 copy travels (--share-weights bf16)
+  bool copy_engines = false;    // --collective-engine copy (nccl; the mpi backend moves them as before)
+  bool reduce_in_bf16 = false;  // --grad-reduce-dtype bf16
 };
 
 // The tiny transformer with its optimizer: one rank on the whole batch (dist == nullptr:
@@ -167,9 +168,10 @@ class TransformerRun {
   TransformerRun(Env& env, const DataParallel* dist, Precision precision = Precision::FP32,
                  MemoryPlan memory = MemoryPlan::Fast, double max_grad_norm = 0, int micro_batches = 1)
       : env_(env),
-        plan_(plan_sync(dist ? dist->strategy : SyncStrategy::None, dist ? dist->sharding : Sharding::None,
-                        param_spans(ParameterLayout(tiny_transformer())), sizeof(float), dist ? dist->bucket_mb : 25,
-                        dist ? world_size() : 1, shard_alignment(env.device(), precision, dist && dist->share_copy))),
+        plan_(data_parallel_plan(dist ? dist->strategy : SyncStrategy::None, dist ? dist->sharding : Sharding::None,
+                                 tiny_transformer(), precision, dist ? dist->bucket_mb : 25, dist ? world_size() : 1,
+                                 shard_alignment(env.device(), precision, dist && dist->share_copy),
+                                 dist && dist->reduce_in_bf16)),
         model_(tiny_transformer(), precision, AttentionKind::Naive, env.device(), env.ops(), memory,
                plan_.flat_elements),
         opt_(model_, env.ops(), AdamWHyper{3e-3, 0.9, 0.999, 1e-8, 0.01}, plan_.owned(dist ? world_rank() : 0)),

@@ -228,6 +228,48 @@ TEST_P(CommTest, ReduceScatterIsExact) {
     for (size_t count : kCounts) expect_exact({Collective::ReduceScatter, count, dtype_, op});
 }
 
+// Fp32 values through a bf16 wire (all_reduce_in_bf16_async, reduce_scatter_in_bf16_async),
+// in place, on every backend: the verifiable data is exact in bf16, so sums are exact, and so
+// are averages over a power-of-two number of ranks; over others the bf16 divisions and
+// products round by less than 0.5 (inputs of at most 127 / n). Values bf16 cannot hold travel
+// rounded to nearest: 1 + 2^-9 on every rank sums to exactly n (fp32 would keep n + n 2^-9), and
+// 1 + 3 2^-9 to n (1 + 2^-7) where that is exact in bf16 (n a power of two).
+TEST_P(CommTest, ReducesFp32ValuesInBf16) {
+  if (dtype_ != DType::F32) GTEST_SKIP() << "fp32 values, once per backend";
+  const int n = world_size();
+  for (size_t count : kCounts)
+    for (Collective c : {Collective::AllReduce, Collective::ReduceScatter})
+      for (ReduceOp op : {ReduceOp::Sum, ReduceOp::Average}) {
+        Prepared p = prepare({c, count, dtype_, op, 0, Placement::InPlace});
+        const size_t total = c == Collective::AllReduce ? count : count * size_t(n);
+        Buffer wire(space_->allocator(), DType::BF16, {int64_t(total)}, "wire");
+        float* data = static_cast<float*>(p.recv());
+        CommHandle h = c == Collective::AllReduce
+                           ? comm_->all_reduce_in_bf16_async(data, wire.tensor().data, count, op)
+                           : comm_->reduce_scatter_in_bf16_async(data, wire.tensor().data, count, op);
+        h.wait();
+        if (op == ReduceOp::Average && (n & (n - 1)) != 0) p.v.tolerance = 0.5;
+        expect_result(p, "in bf16: " + describe(p.v.op));
+      }
+  const size_t count = 1001;
+  std::vector<float> inputs(count);
+  for (size_t i = 0; i < count; ++i) inputs[i] = 1.0f + std::ldexp(i % 2 ? 3.0f : 1.0f, -9);
+  Buffer data(space_->allocator(), DType::F32, {int64_t(count)}, "data");
+  Buffer wire(space_->allocator(), DType::BF16, {int64_t(count)}, "wire");
+  space_->upload(data.tensor().data, inputs.data(), count * sizeof(float));
+  space_->settle();
+  comm_->all_reduce_in_bf16_async(static_cast<float*>(data.tensor().data), wire.tensor().data, count, ReduceOp::Sum)
+      .wait();
+  std::vector<float> got(count);
+  space_->download(got.data(), data.tensor().data, count * sizeof(float));
+  int64_t wrong = 0;
+  for (size_t i = 0; i < count; ++i)
+    if (i % 2 == 0) wrong += got[i] != float(n);
+    else if ((n & (n - 1)) == 0) wrong += got[i] != float(n) * (1.0f + std::ldexp(1.0f, -7));
+  expect_none_wrong(wrong, "in bf16: values rounded to nearest before the sum",
+                    "got " + std::to_string(got[0]) + ", " + std::to_string(got[1]));
+}
+
 TEST_P(CommTest, AllGatherIsExact) {
   for (size_t count : kCounts) expect_exact({Collective::AllGather, count, dtype_});
 }
@@ -306,6 +348,28 @@ TEST_P(CommTest, CopyEngineCollectivesAreExact) {
     through_copy_engines({Collective::AllGather, n, dtype_, ReduceOp::Sum, 0, Placement::InPlace}, false);
   }
   through_copy_engines({Collective::AllReduce, 1001, dtype_, ReduceOp::Sum, 0, Placement::InPlace}, false);
+
+  // Fp32 values through a bf16 wire registered with a scratch: the wire's reduction goes
+  // through the copy engines (exact: see ReducesFp32ValuesInBf16).
+  if (dtype_ == DType::F32)
+    for (Collective c : {Collective::AllReduce, Collective::ReduceScatter})
+      for (ReduceOp op : {ReduceOp::Sum, ReduceOp::Average}) {
+        const size_t count = 4099, total = c == Collective::AllReduce ? count : count * size_t(world_size());
+        Prepared p = prepare({c, count, dtype_, op, 0, Placement::InPlace});
+        gpu.set_shareable(true);
+        Buffer wire(gpu.allocator(), DType::BF16, {int64_t(total)}, "wire");
+        Buffer scratch(gpu.allocator(), DType::BF16, {int64_t(total)}, "scratch");
+        gpu.set_shareable(false);
+        ASSERT_TRUE(comm_->use_copy_engines(wire.tensor().data, total * 2, scratch.tensor().data, total * 2));
+        float* data = static_cast<float*>(p.recv());
+        CommHandle h = c == Collective::AllReduce
+                           ? comm_->all_reduce_in_bf16_async(data, wire.tensor().data, count, op)
+                           : comm_->reduce_scatter_in_bf16_async(data, wire.tensor().data, count, op);
+        h.wait();
+        comm_->stop_copy_engines(wire.tensor().data);
+        if (op == ReduceOp::Average && (world_size() & (world_size() - 1)) != 0) p.v.tolerance = 0.5;
+        expect_result(p, "copy engines in bf16: " + describe(p.v.op));
+      }
 
   // Two all-reduces in one registered region (with a scratch) and an all-gather in a second
   // registered buffer, in one group: copied in, communicated, copied out.

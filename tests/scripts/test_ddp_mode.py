@@ -151,9 +151,40 @@ def check_engine_labels(out):
     the tables name a strategy whose bytes went through the copy engines, bucket size kept."""
     summary = llmhpc_h5.open_run(out).ddp_summary()
     assert set(summary.collective_engine) == {"sm"}, f"collective_engine column: {set(summary.collective_engine)}"
+    assert set(summary.grad_reduce_dtype) == {"fp32"}, f"grad_reduce_dtype column: {set(summary.grad_reduce_dtype)}"
     row = {"ddp": "bucketed", "bucket_mb": 25.0, "shard_optimizer": "zero1", "collective_engine": "copy"}
     assert ddp.strategy_label(row) == "bucketed 25 MiB (copy), zero1", ddp.strategy_label(row)
     assert ddp.impl(dict(row, ddp="flat")) == "flat (copy)" and ddp.impl(dict(row, collective_engine="sm")) == "bucketed"
+
+
+def check_bf16_gradients(work):
+    """--grad-reduce-dtype same,bf16: a row each for a strategy that communicates (none only once), the
+    bf16 one's collectives carrying half the bytes and labelled in the tables; a PyTorch record under
+    bf16_compress_hook goes beside the bf16 row, a plain one beside the other."""
+    out = os.path.join(work, "bf16grads")
+    ddp_run(2, out, "--context-length", T, "--batch-size", BATCH, "--ddp", "none,bucketed", "--bucket-mb", HUGE_MB,
+            "--grad-reduce-dtype", "same,bf16", "--warmup", WARMUP, "--steps", STEPS)
+    summary = llmhpc_h5.open_run(out).ddp_summary()
+    rows = sorted((r.ddp, r.grad_reduce_dtype) for _, r in summary.iterrows())
+    assert rows == [("bucketed", "bf16"), ("bucketed", "fp32"), ("none", "fp32")], rows
+    by = {r.grad_reduce_dtype: r for _, r in summary.iterrows() if r.ddp == "bucketed"}
+    assert by["bf16"].comm_bytes_per_step * 2 == by["fp32"].comm_bytes_per_step > 0, \
+        (by["bf16"].comm_bytes_per_step, by["fp32"].comm_bytes_per_step)
+    assert ddp.impl(by["bf16"]) == "bucketed bf16" and ddp.impl(by["fp32"]) == "bucketed"
+    base = dict(tool="pytorch-ddp", model="custom", d_model=D, d_ff=FF, num_layers=LAYERS, num_heads=HEADS,
+                vocab_size=VOCAB, context_length=T, batch_size=BATCH, world_size=2, precision="fp32",
+                setup="eager", status="ok", ddp="torch", bucket_mb=HUGE_MB)
+    path = os.path.join(work, "torch_bf16.jsonl")
+    with open(path, "w") as f:
+        f.write(json.dumps(dict(base, step_ms_max_over_ranks=[2.0])) + "\n")
+        f.write(json.dumps(dict(base, grad_reduce_dtype="bf16", step_ms_max_over_ranks=[4.0])) + "\n")
+    text = run([sys.executable, DDP_PY, out, "--torch", path, "--markdown"]).stdout
+    header, table = next(t for t in parse_markdown_tables(text) if "PyTorch Step (ms)" in t[0])
+    col = {h: i for i, h in enumerate(header)}
+    for label, ours, theirs in (("DDP", by["fp32"], 2.0), ("DDP bf16", by["bf16"], 4.0)):
+        row = next(r for r in table if r[col["PyTorch"]] == label)
+        assert row[col["llmhpc"]] == ddp.impl(ours), f"{label} beside {row[col['llmhpc']]}:\n{text}"
+        assert abs(float(row[col["Ratio"]]) - ours.slowest_step_mean / theirs) <= 0.005 + 1e-9, row
 
 
 def check_torch_table(out, work, np_):
@@ -332,6 +363,7 @@ def main():
         step_ms = check_rank_files(out, np_)
         check_summary_and_report(out, np_, step_ms)
     check_engine_labels(os.path.join(work, "np2"))
+    check_bf16_gradients(work)
     check_torch_table(os.path.join(work, "np2"), work, 2)
     check_comm_source(os.path.join(work, "np2"), work)
     check_oom_rows(work)

@@ -279,6 +279,7 @@ class RecordingComm final : public Communicator {
     bool blocking;
     int root;
     DType dtype = DType::F32;  // BF16: a call on the bf16 copy (begin: its offset there)
+    bool in_bf16 = false;      // fp32 gradients through a bf16 wire (all_reduce_in_bf16_async)
   };
   RecordingComm(const float* grads, const float* params = nullptr, int rank = 0, int size = 1,
                 const uint16_t* copy = nullptr)
@@ -316,6 +317,15 @@ class RecordingComm final : public Communicator {
     EXPECT_EQ(send, recv) << "broadcast in place";
     return record({Collective::Broadcast, true, 0, int64_t(count), ReduceOp::Sum, false, root}, recv, dtype);
   }
+  CommHandle all_reduce_in_bf16_async(float* data, void* wire, size_t count, ReduceOp op) override {
+    EXPECT_NE(wire, nullptr) << "a wire to travel in";
+    return record({Collective::AllReduce, false, 0, int64_t(count), op, false, -1, DType::F32, true}, data, DType::F32);
+  }
+  CommHandle reduce_scatter_in_bf16_async(float* data, void* wire, size_t count, ReduceOp op) override {
+    EXPECT_NE(wire, nullptr) << "a wire to travel in";
+    return record({Collective::ReduceScatter, false, 0, int64_t(count), op, false, -1, DType::F32, true}, data,
+                  DType::F32);
+  }
   void group_start() override { ++groups; }
   void group_end() override {}
   void barrier() override {}
@@ -345,13 +355,21 @@ class RecordingComm final : public Communicator {
   int rank_, size_;
 };
 
+// `in_bf16`: the gradients travel as bf16, the wire from a host allocator.
+SyncPlan toy_plan(SyncStrategy s, double bucket_mb, bool in_bf16) {
+  SyncPlan plan = plan_sync(s, Sharding::None, toy_spans(), 4, bucket_mb, 1);
+  plan.reduce_in_bf16 = in_bf16;
+  return plan;
+}
+
 struct SyncFixture {
   std::vector<float> grads = std::vector<float>(31);
   Tensor tensor{grads.data(), DType::F32, {31}};
   RecordingComm comm{grads.data()};
+  HostAllocator host{1 << 20};
   std::unique_ptr<GradientSync> sync;
-  SyncFixture(SyncStrategy s, double bucket_mb)
-      : sync(make_gradient_sync(plan_sync(s, Sharding::None, toy_spans(), 4, bucket_mb, 1), comm, tensor)) {}
+  SyncFixture(SyncStrategy s, double bucket_mb, bool in_bf16 = false)
+      : sync(make_gradient_sync(toy_plan(s, bucket_mb, in_bf16), comm, tensor, Tensor(), {}, {&host, false})) {}
   std::vector<int64_t> issued_begins() const {
     std::vector<int64_t> b;
     for (const auto& c : comm.calls) b.push_back(c.begin);
@@ -415,6 +433,30 @@ TEST(GradientSync, NaiveAndFlatCommunicateAfterBackwardOnly) {
     EXPECT_EQ(f.sync->stats().bytes, s == SyncStrategy::None ? 0 : 27 * 4);
     EXPECT_EQ(f.sync->stats().issued_in_finish, int64_t(want.size()));
     EXPECT_EQ(f.sync->strategy(), s);
+  }
+}
+
+// --grad-reduce-dtype bf16: the same collectives over the same ranges at the same moments, each
+// through the wire, with half the bytes.
+TEST(GradientSync, Bf16GradientsTakeTheSameRangesWithHalfTheBytes) {
+  for (SyncStrategy s : {SyncStrategy::Naive, SyncStrategy::Flat, SyncStrategy::Overlap, SyncStrategy::Bucketed}) {
+    SyncFixture fp32(s, mib(44)), bf16(s, mib(44), true);
+    for (SyncFixture* f : {&fp32, &bf16}) {
+      f->sync->begin_step();
+      f->sync->on_gradients_ready(26, 31);
+      f->sync->on_gradients_ready(4, 26);
+      f->sync->finish();
+    }
+    EXPECT_EQ(bf16.issued_begins(), fp32.issued_begins()) << sync_strategy_name(s);
+    ASSERT_EQ(bf16.comm.calls.size(), fp32.comm.calls.size());
+    for (size_t k = 0; k < bf16.comm.calls.size(); ++k) {
+      EXPECT_TRUE(bf16.comm.calls[k].in_bf16 && !fp32.comm.calls[k].in_bf16) << sync_strategy_name(s);
+      EXPECT_EQ(bf16.comm.calls[k].count, fp32.comm.calls[k].count);
+      EXPECT_EQ(bf16.comm.calls[k].op, ReduceOp::Average);
+    }
+    EXPECT_EQ(bf16.comm.waits, int(bf16.comm.calls.size())) << "each waited for by finish()";
+    EXPECT_EQ(bf16.sync->stats().bytes * 2, fp32.sync->stats().bytes) << sync_strategy_name(s);
+    EXPECT_EQ(bf16.sync->stats().bus_bytes * 2, fp32.sync->stats().bus_bytes) << sync_strategy_name(s);
   }
 }
 
