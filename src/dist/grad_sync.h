@@ -15,8 +15,9 @@
 // The strategies differ in two choices only, which ranges one collective covers
 // (src/dist/bucket_plan.h) and whether it is issued after backward or as soon as its
 // gradients are final, so one implementation serves all four (src/dist/reducer.cpp).
-// Every range is reduced in place in the one flat buffer: no copies in or out. Frozen
-// parameters (ParamSpan::trainable false) are in no range, except inside flat's.
+// Every range is reduced in place in the one flat buffer: no copies in or out (but for
+// SyncPlan::reduce_in_bf16, whose ranges travel through a bf16 wire). Frozen parameters
+// (ParamSpan::trainable false) are in no range, except inside flat's.
 //
 // Optimizer state sharding (--shard-optimizer) splits the AdamW state among the ranks: each
 // rank's optimizer updates only the ranges it owns (SyncPlan::owned), and the listener's

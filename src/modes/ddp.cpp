@@ -1,9 +1,10 @@
 // Mode ddp: the model's train step under each data-parallel strategy (the seeds' naive,
 // flat, overlapped and bucketed DDP) and optimizer sharding (the seeds' broadcast scheme and
 // ZeRO-1), timed per rank per step, over sweeps of model sizes x precisions x context lengths
-// x global batch sizes x strategies (bucketed once per --bucket-mb) x shardings. Strategy
+// x global batch sizes x strategies (bucketed once per --bucket-mb) x shardings x what moves
+// the gradients (--collective-engine) and what they travel as (--grad-reduce-dtype). Strategy
 // `none` steps each rank on its local batch with no communication at all: the compute-only
-// baseline at the same local batch (it is never sharded).
+// baseline at the same local batch (it is never sharded, nor swept over the last two).
 //
 // Per step: forward, backward, the communication backward did not hide (from the end of
 // backward until every gradient is reduced, as the compute stream sees it, plus after a
