@@ -74,9 +74,13 @@ std::vector<DdpCase> sweep_cases(const po::variables_map& vm, int world_size) {
   const std::vector<CollectiveEngine> engines = collective_engines(vm);
   const std::vector<bool> reductions = grad_reduce_in_bf16(vm);
   const MemoryPlan memory = memory_plan(vm);
+  const bool communicates =
+      std::any_of(strategies.begin(), strategies.end(), [](SyncStrategy s) { return s != SyncStrategy::None; });
   for (Sharding sh : sharded)
-    if (std::none_of(strategies.begin(), strategies.end(), [](SyncStrategy s) { return s != SyncStrategy::None; }))
-      require_reduced_gradients(SyncStrategy::None, sh);
+    if (!communicates) require_reduced_gradients(SyncStrategy::None, sh);
+  if (!communicates && std::count(reductions.begin(), reductions.end(), true) > 0)
+    throw UsageError("--grad-reduce-dtype bf16 says what the ranks' gradients are averaged in, and --ddp none averages "
+                     "nothing: add a strategy that communicates (e.g. --ddp none,bucketed)");
   std::vector<DdpCase> cases;
   bool bf16_taken = false;
   for (const ModelCase& c : model_cases(vm))
