@@ -97,7 +97,7 @@ def make_runs(work):
     np.random.default_rng(0).integers(0, 64, 4096, dtype=np.uint16).tofile(tokens)
     go("train", [BIN, "--mode", "train", "--device", "cpu", *SHAPE, "--data", tokens, "--context-length", "16",
                  "--batch-size", "2", "--steps", "4", "--lr-schedule", "cosine", "--lr-warmup-steps", "1",
-                 "--clip-grad-norm", "0.5"])
+                 "--clip-grad-norm", "0.5", "--ddp", "bucketed", "--grad-reduce-dtype", "bf16"])
     with h5py.File(os.path.join(runs["train"], "rank00000.h5"), "a") as f:  # a GPU's readings: not one per step
         f["train"].create_dataset("device_time_ms", data=np.arange(7.0))
     return runs
@@ -226,6 +226,7 @@ def check_train(tables, runs):
         loss = f["train/loss"][()]
         lr, grad_norm = f["train/lr"][()], f["train/grad_norm"][()]
     (row,) = rows_of(table_with(tables, "First loss", "Last loss")[0])
+    assert row["DDP"] == "bucketed bf16", f"the gradients travelled as bf16: {row['DDP']}"
     close(row["First loss"], loss[0], "first loss")
     close(row["Last loss"], loss[-1], "last loss")
     steps = rows_of(table_with(tables, "Step", "LR", "Grad norm")[0])
