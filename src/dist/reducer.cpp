@@ -68,16 +68,14 @@ class Reducer final : public GradientSync {
                      memory.copy_engines ? MemoryKind::Shareable : MemoryKind::Plain);
     }
     if (memory.copy_engines && largest > 0) {
-      const Tensor& moved = wire_.empty() ? grads_ : wire_.tensor();  // where the collectives work
-      scratch_ = Buffer(*memory.allocator, moved.dtype, {largest}, "comm.scratch", MemoryKind::Shareable);
-      if (comm_.use_copy_engines(moved.data, moved.bytes(), scratch_.tensor().data, scratch_.tensor().bytes()))
-        registered_ = moved.data;
-      else scratch_.release();  // nothing to move them here (mpi, one rank)
+      scratch_ = Buffer(*memory.allocator, moved().dtype, {largest}, "comm.scratch", MemoryKind::Shareable);
+      if (!comm_.use_copy_engines(moved().data, moved().bytes(), scratch_.tensor().data, scratch_.tensor().bytes()))
+        scratch_.release();  // nothing to move them here (mpi, one rank)
     }
     begin_step();
   }
   ~Reducer() override {
-    if (registered_) comm_.stop_copy_engines(registered_);  // before the scratch and the wire go
+    if (!scratch_.empty()) comm_.stop_copy_engines(moved().data);  // before the scratch and the wire go
   }
 
   const SyncPlan& plan() const override { return plan_; }
@@ -133,6 +131,9 @@ class Reducer final : public GradientSync {
     if (ks.size() > 1) comm_.group_end();
   }
 
+  // Where the collectives work: the gradients, or the bf16 wire they travel in.
+  const Tensor& moved() const { return wire_.empty() ? grads_ : wire_.tensor(); }
+
   void issue(size_t k, bool in_finish) {
     const FlatRange& b = buckets_[k];
     void* data = grads_.slice(b.begin, {b.size()}).data;
@@ -176,9 +177,8 @@ class Reducer final : public GradientSync {
   std::vector<bool> issued_;
   std::vector<CommHandle> in_flight_;
   SyncStats stats_;
-  Buffer wire_;                 // in bf16: what every bucket travels in
-  Buffer scratch_;              // through the copy engines: where the other ranks' parts arrive
-  void* registered_ = nullptr;  // what the copy engines work in: the gradients or the wire
+  Buffer wire_;     // in bf16: what every bucket travels in
+  Buffer scratch_;  // through the copy engines: where the other ranks' parts arrive
 };
 
 }  // namespace
