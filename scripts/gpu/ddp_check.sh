@@ -2,10 +2,10 @@
 # Data parallelism and optimizer sharding on two GPUs of one host, with PyTorch in the same call:
 # the measurements behind docs/results/ddp.md and docs/results/sharding.md.
 #   scripts/gpu/ddp_check.sh [BIN_DIR [OUT_DIR]]
-# BIN_DIR (default build) holds llmhpc and, for the tests part, test_ddp and test_shard (or
-# tests/test_*). PARTS (default "tests ddp shard torch") picks what runs, in this order:
-#   tests     test_ddp and test_shard under mpirun -np 2: nccl on the GPUs (bitwise where the
-#             reduction is the same), mpi on the CPU
+# BIN_DIR (default build) holds llmhpc and, for the tests part, test_comm, test_ddp and
+# test_shard (or tests/test_*). PARTS (default "tests ddp shard torch") picks what runs, in this order:
+#   tests     test_comm, test_ddp and test_shard under mpirun -np 2: nccl on the GPUs (bitwise
+#             where the reduction is the same), mpi on the CPU
 #   ddp       every strategy, xl context 128, global batch 4 and 16, fp32 and bf16, buckets 1-1000 MiB
 #   shard     --shard-optimizer none,broadcast,zero1 under flat and bucketed 25 MiB, with
 #             --share-weights master,bf16 (the bf16 runs once with each), same grid (SHARD
@@ -25,6 +25,10 @@
 #             because the GPUs clock down at their power limit?)
 #   compiled  PyTorch DDP with torch.compile at global batch 16 (minutes of compilation)
 #   compiled-single  the same without DDP, one GPU at the local batch
+# GRID_PRECISION (default fp32,bf16) sets the precisions of the ddp, shard, torch and compiled parts.
+# EXTRA_ARGS is appended to every llmhpc ddp command and TORCH_ARGS to every PyTorch DDP one
+# (not the --single ones),
+# e.g. EXTRA_ARGS="--grad-reduce-dtype same,bf16" TORCH_ARGS="--grad-reduce-dtype same,bf16".
 # Files in OUT_DIR: log.txt, <part>*/ (rank files), torch.jsonl, tables.md (analysis/ddp.py).
 set -uo pipefail
 source "$(dirname "$0")/setup.sh" ddp-check "${1:-}" "${2:-}"
@@ -34,6 +38,8 @@ PARTS=${PARTS:-tests ddp shard torch}
 CTAS=${CTAS:-default 16 8 4}
 MARGINS=${MARGINS:-0}  # compute part: --gemm-sm-margin values, each with every CTAS value
 SHARD=${SHARD:---ddp flat,bucketed --bucket-mb 25 --shard-optimizer none,broadcast,zero1 --share-weights master,bf16}
+read -ra extra_args <<<"${EXTRA_ARGS:-}"
+read -ra torch_args <<<"${TORCH_ARGS:-}"
 read -ra mpi <<<"${MPIRUN:-mpirun --bind-to none} -np 2 -x NCCL_NVLS_ENABLE -x NCCL_MAX_CTAS -x NCCL_MIN_CTAS"
 find_exe() { [ -x "$bin/$1" ] && echo "$bin/$1" || echo "$bin/tests/$1"; }
 exec > >(tee -a "$out/log.txt") 2>&1
@@ -41,13 +47,14 @@ step() { echo; echo "=== $(date -u +%H:%M:%S) $*"; }
 failed=()
 check() { "$@" || { echo "FAILED ($?): $*"; failed+=("$*"); }; }
 has() { [[ " $PARTS " == *" $1 "* ]]; }
-grid=(--model xl --context-length 128 --batch-size 4,16 --precision fp32,bf16 --attention flash --warmup 3 --steps 10)
-torch_grid=(--model xl --context-length 128 --batch-size 4,16 --precision fp32,bf16 --warmup 3 --steps 10)
+grid_precision=${GRID_PRECISION:-fp32,bf16}
+grid=(--model xl --context-length 128 --batch-size 4,16 --precision "$grid_precision" --attention flash --warmup 3 --steps 10)
+torch_grid=(--model xl --context-length 128 --batch-size 4,16 --precision "$grid_precision" --warmup 3 --steps 10)
 ddp() {  # name, llmhpc ddp options...
   local dir=$out/$1  # rank files two folders deep at most: the device tool returns no deeper
   shift
   step "llmhpc ddp $(basename "$dir"): $*"
-  check timeout 400 "${mpi[@]}" "$bin/llmhpc" --mode ddp "$@" --out "$dir"
+  check timeout 400 "${mpi[@]}" "$bin/llmhpc" --mode ddp "$@" "${extra_args[@]}" --out "$dir"
 }
 torch_ddp() {
   step "PyTorch: $*"
@@ -60,7 +67,7 @@ nvidia-smi -L
 nvidia-smi --query-gpu=driver_version --format=csv,noheader | head -1
 python3 -c 'import torch; print("torch", torch.__version__)'
 if has tests; then
-  for t in test_ddp test_shard; do
+  for t in test_comm test_ddp test_shard; do
     step "$t np 2"
     # One OpenMP thread per rank, as ctest runs them: the CPU (mpi) cases are tiny, and every
     # core's threads spinning in each rank made the suite crawl past its time limit (session 17).
@@ -71,7 +78,7 @@ has ddp && ddp ddp "${grid[@]}" --ddp none,naive,flat,overlap,bucketed --bucket-
 read -ra shard_opts <<<"$SHARD"
 has shard && ddp shard "${grid[@]}" "${shard_opts[@]}"
 if has torch; then
-  torch_ddp "${torch_grid[@]}" --setup eager --bucket-mb 25 --shard-optimizer none,zero
+  torch_ddp "${torch_grid[@]}" --setup eager --bucket-mb 25 --shard-optimizer none,zero "${torch_args[@]}"
   torch_ddp "${torch_grid[@]}" --setup eager --single
 fi
 if has compute; then
@@ -103,11 +110,11 @@ if has compute; then
   kill "$smi" 2>/dev/null
 fi
 if has compiled; then
-  torch_ddp --model xl --context-length 128 --batch-size 16 --precision bf16,fp32 --warmup 3 --steps 10 \
-    --setup compiled --bucket-mb 25
+  torch_ddp --model xl --context-length 128 --batch-size 16 --precision "$grid_precision" --warmup 3 --steps 10 \
+    --setup compiled --bucket-mb 25 "${torch_args[@]}"
 fi
 if has compiled-single; then
-  torch_ddp --model xl --context-length 128 --batch-size 16 --precision bf16,fp32 --warmup 3 --steps 10 \
+  torch_ddp --model xl --context-length 128 --batch-size 16 --precision "$grid_precision" --warmup 3 --steps 10 \
     --setup compiled --single
 fi
 step "tables"
