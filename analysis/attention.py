@@ -33,7 +33,7 @@ import numpy as np
 import pandas as pd
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from llmhpc_h5 import SchemaError, open_run  # noqa: E402
+from llmhpc_h5 import SchemaError, open_run, repeated_across_runs  # noqa: E402
 from plotting import legend_above, plain_log_y, ticks_at  # noqa: E402
 
 CONFIG_KEYS = ("impl", "precision", "batch", "heads", "head_dim", "seq", "causal")
@@ -98,14 +98,20 @@ def markdown(header: list, rows: list) -> str:
     return "\n".join(lines)
 
 
+def group_keys(df: pd.DataFrame) -> list:
+    """A table per setting; per run too where runs measured the same configurations."""
+    return list(GROUP_KEYS) + (["run"] if repeated_across_runs(df, CONFIG_KEYS) else [])
+
+
 def group_title(keys: tuple) -> str:
-    precision, causal, batch, heads = keys
-    return f"{precision}, {'causal' if causal else 'no mask'}, batch {batch}, {heads} head(s)"
+    precision, causal, batch, heads, *run = keys
+    return f"{precision}, {'causal' if causal else 'no mask'}, batch {batch}, {heads} head(s)" + \
+        (f", {run[0]}" if run else "")
 
 
 def per_implementation_tables(df: pd.DataFrame) -> str:
     out = []
-    for keys, g in df.groupby(["impl", *GROUP_KEYS], sort=False):
+    for keys, g in df.groupby(["impl", *group_keys(df)], sort=False):
         rows = []
         for _, r in g.sort_values(["head_dim", "seq"]).iterrows():
             ok = r.status == "ok"
@@ -125,7 +131,7 @@ def ratio(a: float, b: float) -> str:
 
 def naive_vs_flash_tables(df: pd.DataFrame) -> str:
     out = []
-    for keys, g in df.groupby(list(GROUP_KEYS), sort=False):
+    for keys, g in df.groupby(group_keys(df), sort=False):
         naive = {(r.seq, r.head_dim): r for _, r in g[g.impl == "naive"].iterrows()}
         flash = {(r.seq, r.head_dim): r for _, r in g[g.impl == "flash"].iterrows()}
         shapes = sorted(set(naive) & set(flash), key=lambda s: (s[1], s[0]))
@@ -147,9 +153,23 @@ def naive_vs_flash_tables(df: pd.DataFrame) -> str:
     return "\n\n".join(out)
 
 
-def torch_table(df: pd.DataFrame, torch_path: str) -> str:
-    with open(torch_path) as f:
-        torch_rows = json.load(f)["results"]
+TORCH_KEYS = ("precision", "causal", "batch", "heads", "seq", "head_dim", "status")
+
+
+def read_torch(path: str) -> list:
+    """The results of an analysis/torch_attention.py JSON file; SchemaError where it is not one."""
+    try:
+        with open(path) as f:
+            results = json.load(f).get("results")
+    except (OSError, ValueError, AttributeError) as e:
+        raise SchemaError(f"--torch {path}: cannot be read as analysis/torch_attention.py's JSON ({e})") from None
+    if not isinstance(results, list) or any(not isinstance(r, dict) or set(TORCH_KEYS) - set(r) for r in results):
+        raise SchemaError(f"--torch {path}: not analysis/torch_attention.py's JSON (a 'results' list of records "
+                          f"with {list(TORCH_KEYS)})")
+    return results
+
+
+def torch_table(df: pd.DataFrame, torch_path: str, torch_rows: list) -> str:
     flash = {(r.precision, int(r.causal), r.batch, r.heads, r.seq, r.head_dim): r
              for _, r in df[df.impl == "flash"].iterrows()}
     rows = []
@@ -179,7 +199,7 @@ def plot_attention(df: pd.DataFrame, quantity: str, path: str) -> str:
     import matplotlib.pyplot as plt
     column, y_label = {"time": ("total_median", "fwd+bwd ms (median)"), "memory": ("peak_mib", "peak MiB")}[quantity]
     ok = df[df.status == "ok"]
-    groups = list(ok.groupby(list(GROUP_KEYS), sort=False))
+    groups = list(ok.groupby(group_keys(ok), sort=False))
     dims = sorted(ok.head_dim.unique())
     if not groups:
         return ""
@@ -236,6 +256,7 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     try:
         df = attention_frame(args.runs)
+        torch = [(path, read_torch(path)) for path in args.torch]
     except SchemaError as e:
         print(f"attention.py: {e}", file=sys.stderr)
         return 2
@@ -244,7 +265,7 @@ def main(argv=None) -> int:
         return 2
     df = ordered(df)
     sections = [per_implementation_tables(df), naive_vs_flash_tables(df)]
-    sections += [torch_table(df, path) for path in args.torch]
+    sections += [torch_table(df, path, rows) for path, rows in torch]
     print("\n\n".join(s for s in sections if s))
     return 0
 

@@ -21,7 +21,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from llmhpc_h5 import BENCH_PHASES  # noqa: E402
+from llmhpc_h5 import BENCH_PHASES, repeated_across_runs  # noqa: E402
 from plotting import plain_log_y, ticks_at  # noqa: E402
 
 # Columns that appear only when their value differs between rows: (summary column, header).
@@ -29,6 +29,8 @@ VARYING_COLUMNS = (("context_length", "Context"), ("batch_size", "Batch"), ("pre
                    ("attention", "Attention"), ("phase", "Phase"), ("cuda_graph", "CUDA graph"), ("warmup", "Warm-up"),
                    ("steps", "Steps"))
 SHAPE_KEYS = ("model", "d_model", "d_ff", "num_layers", "num_heads", "vocab_size")
+CONFIG_KEYS = (*SHAPE_KEYS, "context_length", "batch_size", "precision", "attention", "phase", "cuda_graph", "warmup",
+               "steps")  # what makes a row one configuration
 SHORT = {"forward": "Fwd", "backward": "Bwd", "optimizer": "Opt", "step": "Total"}
 GIB = float(1 << 30)
 
@@ -48,6 +50,8 @@ def markdown_table(header: list, rows: list) -> str:
 def bench_table(summary: pd.DataFrame, decimals: int = 2) -> str:
     """The seeds' table: one row per configuration of Run.bench_summary() rows (several runs concatenated)."""
     varying = [(key, title) for key, title in VARYING_COLUMNS if summary[key].nunique(dropna=False) > 1]
+    if repeated_across_runs(summary, CONFIG_KEYS):
+        varying.insert(0, ("run", "Run"))
     show_status = (summary["status"] != "ok").any()
     # Bwd columns are always there, as in the seeds' table ('-' where only forward was timed);
     # Opt columns only when some configuration timed the optimizer step.
@@ -94,6 +98,9 @@ def speedup_table(summary: pd.DataFrame, other: str = "bf16", decimals: int = 2)
     keys = [k for k in (*SHAPE_KEYS, "context_length", "batch_size", "attention", "phase", "cuda_graph", "warmup",
                         "steps")]
     ok = summary[summary["status"] == "ok"]
+    by_run = repeated_across_runs(ok, keys + ["precision"])
+    if by_run:  # the same configuration in several runs: each run's fp32 against its own bf16
+        keys.append("run")
     fp32 = {tuple(r[k] for k in keys): r for _, r in ok[ok.precision == "fp32"].iterrows()}
     bf16 = {tuple(r[k] for k in keys): r for _, r in ok[ok.precision == other].iterrows()}
     common = [k for k in fp32 if k in bf16]
@@ -102,14 +109,14 @@ def speedup_table(summary: pd.DataFrame, other: str = "bf16", decimals: int = 2)
     phases = [p for p in BENCH_PHASES if any(fp32[k][f"{p}_n"] > 0 for k in common)]
     show_warmup = len({fp32[k]["warmup"] for k in common}) > 1
     show_attention = len({fp32[k]["attention"] for k in common}) > 1
-    header = ["Model size", "Context", "Batch", "Phase"] + (["Attention"] if show_attention else []) + \
-        (["Warm-up"] if show_warmup else [])
+    header = (["Run"] if by_run else []) + ["Model size", "Context", "Batch", "Phase"] + \
+        (["Attention"] if show_attention else []) + (["Warm-up"] if show_warmup else [])
     for p in phases:
         header += [f"{SHORT[p]} FP32 (ms)", f"{SHORT[p]} {other.upper()} (ms)", f"{SHORT[p]} Speedup"]
     rows = []
     for k in common:
         a, b = fp32[k], bf16[k]
-        row = [a["model"], a["context_length"], a["batch_size"], a["phase"]] + \
+        row = ([a["run"]] if by_run else []) + [a["model"], a["context_length"], a["batch_size"], a["phase"]] + \
             ([a["attention"]] if show_attention else []) + ([a["warmup"]] if show_warmup else [])
         for p in phases:
             x, y = a[f"{p}_mean"], b[f"{p}_mean"]
@@ -124,14 +131,17 @@ def memory_table(summary: pd.DataFrame) -> str:
     cols = sorted({(r["phase"], r["precision"]) for _, r in summary.iterrows()})
     unit, scale = ("GiB", GIB) if summary["peak_memory_bytes"].max() >= GIB else ("MiB", float(1 << 20))
     show_attention = summary["attention"].nunique() > 1
+    by_run = repeated_across_runs(summary, CONFIG_KEYS)
     rows = {}
     for _, r in summary.iterrows():
-        key = (r["model"], r["d_model"], r["num_layers"], r["context_length"], r["batch_size"])
+        key = ((r["run"],) if by_run else ()) + (r["model"], r["d_model"], r["num_layers"], r["context_length"],
+                                                 r["batch_size"])
         row = rows.setdefault(key + ((r["attention"],) if show_attention else ()), {})
         peak = r["peak_memory_bytes"]  # an oom's is what it held when it failed; 0 if it never ran
         row[(r["phase"], r["precision"])] = (fmt(peak / scale, 2) if r["status"] == "ok" else
                                              f"{r['status']} (>{peak / scale:.2f})" if peak > 0 else r["status"])
-    header = ["Model size", "d_model", "num_layers", "Context", "Batch"] + (["Attention"] if show_attention else []) + \
+    header = (["Run"] if by_run else []) + ["Model size", "d_model", "num_layers", "Context", "Batch"] + \
+        (["Attention"] if show_attention else []) + \
         [f"{ph} {pr} peak ({unit})" for ph, pr in cols]
     return markdown_table(header, [[*key] + [cells.get(c, "-") for c in cols] for key, cells in rows.items()])
 
@@ -249,7 +259,7 @@ def plot_speedup(summary: pd.DataFrame, path: str, other: str = "bf16") -> str:
 
 
 def summaries(runs: list, rank) -> pd.DataFrame:
-    frames = [run.bench_summary(rank) for run in runs]
+    frames = [run.bench_summary(rank).assign(run=run.directory) for run in runs]
     frames = [f for f in frames if not f.empty]
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
 

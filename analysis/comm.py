@@ -202,7 +202,7 @@ def main() -> int:
         except SchemaError as e:
             print(f"comm.py: {e}", file=sys.stderr)
             return 2
-        print(f"<!-- {directory}: {run.attrs['device_name']} on {run.attrs['hostname']}, {run.world_size} rank(s), "
+        print(f"<!-- {directory}: {run.attrs['device_name']} on {run.attrs['hostname']}, {run.describe_ranks()}, "
               f"{run.attrs['start_time']}, git {run.attrs['git_sha']} -->")
     print(markdown(rows))
     return 0

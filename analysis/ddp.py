@@ -47,7 +47,6 @@ Files are read only through analysis/llmhpc_h5.py.
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import os
 import sys
@@ -58,7 +57,7 @@ import pandas as pd
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import scaling  # noqa: E402
 from comm import operation_time_us  # noqa: E402
-from llmhpc_h5 import MIB, SchemaError, open_run  # noqa: E402
+from llmhpc_h5 import MIB, SchemaError, open_run, read_json_lines  # noqa: E402
 from plotting import legend_above  # noqa: E402
 
 STRATEGIES = ("none", "naive", "flat", "overlap", "bucketed")  # the order of the rows
@@ -135,8 +134,8 @@ def load(directories: list, rank) -> tuple:
             raise SchemaError(f"{directory}: no ddp records (did the run finish any configuration?)")
         frames.append(frame.assign(run=directory))
         a = run.attrs
-        state = "" if run.complete else " (INCOMPLETE: a rank's file says the run did not finish)"
-        notes.append(f"llmhpc ddp on {a['device_name']} ({a['hostname']}), {run.world_size} rank(s), backend "
+        state = "" if run.finished else " (INCOMPLETE: a rank's file says the run did not finish)"
+        notes.append(f"llmhpc ddp on {a['device_name']} ({a['hostname']}), {run.describe_ranks()}, backend "
                      f"{a['backend']}; {'every rank pooled' if rank is None else f'rank {rank}'}; git {a['git_sha']}; "
                      f"started {a['start_time']}{state}: {directory}")
     df = pd.concat(frames, ignore_index=True)
@@ -204,20 +203,8 @@ def overhead_table(g: pd.DataFrame, markdown: bool, title: str) -> str:
 
 def read_torch(paths: list) -> list:
     """The configurations of analysis/torch_ddp.py's JSON lines files, in order."""
-    records = []
-    for path in paths:
-        try:
-            with open(path) as f:
-                for number, line in enumerate(f, 1):
-                    if line.strip():
-                        r = json.loads(line)
-                        missing = [k for k in (*MATCH_KEYS, "ddp", "setup", "status") if k not in r]
-                        if missing:
-                            raise SchemaError(f"{path}:{number}: not a torch_ddp.py record (no {missing})")
-                        records.append(r)
-        except (OSError, json.JSONDecodeError) as e:
-            raise SchemaError(f"{path}: cannot be read as JSON lines ({e})") from None
-    return records
+    return [r for path in paths
+            for r in read_json_lines(path, (*MATCH_KEYS, "ddp", "setup", "status"), "a torch_ddp.py record")]
 
 
 def torch_sharding(t: dict) -> str:
@@ -370,6 +357,9 @@ def bucket_model_table(g: pd.DataFrame, comm_model, markdown: bool, title: str) 
     elif len(set(n)) >= 2:
         o, w = fit_model(n, y, s)
         source = f"fitted to the measured exposed comm of {len(b)} bucketed run(s) (least squares, no --comm run)"
+        if len(set(n)) == 2:  # two unknowns, two points
+            source += ("; with two bucket counts the fit passes through both, so Measured / Predicted is 1 by "
+                       "construction: a third bucket size, or --comm, tests the model")
     else:
         return f"{head}\nneeds bucketed runs at two or more bucket counts, or --comm with an all-reduce run"
     predicted = n * o + (s / (n * w) if w > 0 else math.inf)

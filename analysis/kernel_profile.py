@@ -302,7 +302,7 @@ def report_section(runs: list, out_dir: str, rank: int = 0, top: int = 10) -> st
         text = run_report(run, rank, top, png)
         if text:
             sections.append(text)
-    return "## Profile (mode profile)\n\n" + "\n".join(sections) if sections else ""
+    return "\n".join(sections)  # report.py heads it "## profile"
 
 
 def main() -> int:

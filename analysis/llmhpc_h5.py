@@ -35,7 +35,7 @@ import json
 import math
 import os
 import re
-import warnings
+import sys
 
 import h5py
 import numpy as np
@@ -338,9 +338,27 @@ class Run:
         return [rf.rank for rf in self.files]
 
     @property
-    def complete(self) -> bool:
-        """True when every rank file says the run ended normally."""
+    def missing_ranks(self) -> list:
+        """Ranks of the run with no file in the directory."""
+        return sorted(set(range(self.world_size)) - set(self.ranks))
+
+    @property
+    def finished(self) -> bool:
+        """True when every rank file there is says the run ended normally."""
         return all(rf.status == "complete" for rf in self.files)
+
+    @property
+    def complete(self) -> bool:
+        """True when every rank's file is there and says the run ended normally."""
+        return self.finished and not self.missing_ranks
+
+    def describe_ranks(self) -> str:
+        """'2 rank(s)', or '2 rank(s), rank 1's file missing' where a rank has none."""
+        missing = self.missing_ranks
+        if not missing:
+            return f"{self.world_size} rank(s)"
+        which = f"rank {missing[0]}'s file" if len(missing) == 1 else f"ranks {missing}' files"
+        return f"{self.world_size} rank(s), {which} missing"
 
     def rank_file(self, rank: int) -> RankFile:
         for rf in self.files:
@@ -516,7 +534,7 @@ class Run:
 
 def open_run(directory: str, live: bool = False) -> Run:
     """Reads every rankNNNNN.h5 in `directory`. Raises SchemaError when there is none, when a file
-    is not an llmhpc rank file, or when its schema_version is unknown. Warns when ranks are missing.
+    is not an llmhpc rank file, or when its schema_version is unknown, or when the files are of different runs. Says once on stderr when ranks have no file.
     A run whose ranks were killed reads like any other: its finished configurations as written, the
     one being measured as "interrupted" (live=True: "running", for a run still going), Run.complete
     False. Leftover rankNNNNN.h5.tmp files (a change a kill interrupted) are ignored."""
@@ -535,11 +553,44 @@ def open_run(directory: str, live: bool = False) -> Run:
                               f"its 'rank' attribute says {rf.rank}")
         files.append(rf)
     run = Run(directory, files)
-    for key in ("world_size", "mode"):
-        values = {rf.attrs[key] for rf in files}
+    # run_id names one run on every rank (files older than it have none: their command lines must agree).
+    for key in ("world_size", "mode", "run_id", "argv"):
+        values = {str(rf.attrs.get(key, "(none)")) for rf in files}
         if len(values) != 1:
-            raise SchemaError(f"{directory}: rank files disagree on {key} ({sorted(values)}): files of different runs?")
-    missing = sorted(set(range(run.world_size)) - set(run.ranks))
-    if missing:
-        warnings.warn(f"{directory}: world_size is {run.world_size} but ranks {missing} have no file")
+            shown = ", ".join(f"rank {rf.rank}: {rf.attrs.get(key, '(none)')!r}" for rf in files)
+            raise SchemaError(f"{directory}: the rank files are of different runs: they disagree on {key} ({shown}); "
+                              "keep each run's files in a folder of their own")
+    if run.missing_ranks and directory not in _said_missing:
+        _said_missing.add(directory)  # once per folder, however often it is opened
+        print(f"llmhpc_h5: {directory}: world_size is {run.world_size} but rank(s) {run.missing_ranks} have no file: "
+              f"the tables hold rank(s) {run.ranks} only", file=sys.stderr)
     return run
+
+
+_said_missing = set()
+
+
+def read_json_lines(path: str, required: tuple, what: str) -> list:
+    """The records of a JSON lines file given on a command line (a PyTorch baseline's, ...), each
+    with the keys `required`; SchemaError naming the file (and line) where it cannot be."""
+    records = []
+    try:
+        with open(path) as f:
+            for number, line in enumerate(f, 1):
+                if line.strip():
+                    r = json.loads(line)
+                    missing = [k for k in required if not isinstance(r, dict) or k not in r]
+                    if missing:
+                        raise SchemaError(f"{path}:{number}: not {what} (no {missing})")
+                    records.append(r)
+    except (OSError, json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise SchemaError(f"{path}: cannot be read as JSON lines ({e})") from None
+    return records
+
+
+def repeated_across_runs(frame: pd.DataFrame, keys: list) -> bool:
+    """True when a configuration (the values of `keys`) was measured by more than one run of
+    frame's `run` column: tables then tell the runs apart instead of showing one of them."""
+    if "run" not in frame or frame.empty:
+        return False
+    return bool((frame.groupby(list(keys), dropna=False)["run"].nunique() > 1).any())

@@ -36,7 +36,12 @@ def configs(runs) -> list:
         for rec in run.records("memory", rank=0):
             a = dict(rec.attrs)
             a["label"], a["ok"], a["status"], a["arrays"] = rec.name, rec.ok, rec.status, rec.arrays
+            a["run"] = os.path.basename(os.path.normpath(run.directory))
             out.append(a)
+    labels = [c["label"] for c in out]
+    if len(set(labels)) < len(labels):  # runs of the same configurations: every row says its run
+        for c in out:
+            c["label"], c["by_run"] = f"{c['run']}-{c['label']}", True
     return out
 
 
@@ -54,10 +59,13 @@ def peak_table(cs) -> str:
     """(a) Peak GiB: rows model x context (x batch, attention), columns phase x precision."""
     cols = sorted({(c["phase"], c["precision"]) for c in cs}, key=lambda k: (k[0] != "forward", k))
     rows = {}
+    by_run = any(c.get("by_run") for c in cs)
     for c in cs:
-        key = (c["model"], int(c["context_length"]), int(c["batch_size"]), c["attention"])
+        key = ((c["run"],) if by_run else ()) + (c["model"], int(c["context_length"]), int(c["batch_size"]),
+                                                 c["attention"])
         rows.setdefault(key, {})[(c["phase"], c["precision"])] = _gib(c["peak_memory_bytes"]) if c["ok"] else c["status"]
-    header = ["Model", "Context", "Batch", "Attention"] + [f"{ph} {p} (GiB)" for ph, p in cols]
+    header = (["Run"] if by_run else []) + ["Model", "Context", "Batch", "Attention"] + \
+        [f"{ph} {p} (GiB)" for ph, p in cols]
     return _table(header, [list(k) + [v.get(col, "-") for col in cols] for k, v in rows.items()])
 
 
@@ -222,11 +230,19 @@ def main():
     try:
         cs = configs(a.dirs)
     except SchemaError as e:
-        sys.exit(f"memory.py: {e}")
+        print(f"memory.py: {e}", file=sys.stderr)
+        return 2
     if not cs:
-        sys.exit(f"no memory records in {', '.join(a.dirs)} (was it a --mode memory run?)")
-    print(markdown(cs, plot_timelines(cs, a.png) if a.png else ()))
+        print(f"memory.py: no memory records in {', '.join(a.dirs)} (was it a --mode memory run?)", file=sys.stderr)
+        return 2
+    try:
+        pngs = plot_timelines(cs, a.png) if a.png else ()
+    except OSError as e:
+        print(f"memory.py: --png {a.png}: {e.strerror or e}", file=sys.stderr)
+        return 2
+    print(markdown(cs, pngs))
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -16,15 +16,15 @@ peak memory of both tools (llmhpc's allocator peak, PyTorch's max_memory_allocat
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from llmhpc_h5 import open_run  # noqa: E402
+from llmhpc_h5 import SchemaError, open_run, read_json_lines  # noqa: E402
 
 SIZES = ["tiny", "small", "medium", "large", "xl", "2.7B"]
+TORCH_RECORD = "an analysis/torch_baseline.py record"
 
 
 def model_flops_fwd_bwd(d, d_ff, layers, vocab, ctx, batch):
@@ -49,18 +49,25 @@ def main():
     p.add_argument("--rank", type=int, default=0)
     a = p.parse_args()
 
+    try:
+        summary = open_run(a.llmhpc_dir).bench_summary(a.rank)
+        records = [r for path in a.torch_jsonl for r in read_json_lines(path, ("tool",), TORCH_RECORD)]
+        for r in records:
+            missing = [k for k in ("model", "context_length", "precision", "setup", "status") if k not in r]
+            if r["tool"] != "ceilings" and missing:
+                raise SchemaError(f"a {r['tool']} record without {missing} in {a.torch_jsonl}: not {TORCH_RECORD}")
+    except SchemaError as e:
+        print(f"model_bench.py: {e}", file=sys.stderr)
+        return 2
     ours = {}
-    for _, r in open_run(a.llmhpc_dir).bench_summary(a.rank).iterrows():
+    for _, r in summary.iterrows():
         ours[(r["model"], int(r["context_length"]), r["precision"])] = r
     theirs, ceil = {}, {}
-    for path in a.torch_jsonl:
-        with open(path) as f:
-            for line in f:
-                r = json.loads(line)
-                if r["tool"] == "ceilings":
-                    ceil = ceil or r
-                else:
-                    theirs.setdefault((r["model"], r["context_length"], r["precision"], r["setup"]), r)
+    for r in records:
+        if r["tool"] == "ceilings":
+            ceil = ceil or r
+        else:
+            theirs.setdefault((r["model"], r["context_length"], r["precision"], r["setup"]), r)
     setups = sorted({k[3] for k in theirs})
 
     def torch_columns(m, c, precision, value):
@@ -128,7 +135,8 @@ def main():
         print(f"\nMeasured on {ceil['device_name']}: bf16 GEMM {ceil['gemm_bf16_tflops']:.0f} TFLOP/s, "
               f"fp32 {ceil['gemm_fp32_tflops']:.1f}, tf32 {ceil['gemm_tf32_tflops']:.0f}; copy {ceil['copy_tb_per_s']:.2f} TB/s "
               "(8192^3 products on random data; 2 GiB device copy, bytes read + written).")
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -38,6 +38,11 @@ def main(argv=None) -> int:
     except SchemaError as e:
         print(f"plot_bench.py: error: {e}", file=sys.stderr)
         return 2
+    try:  # as report.py: the output's folder is made where it is missing
+        os.makedirs(os.path.dirname(os.path.abspath(output)), exist_ok=True)
+    except OSError as e:
+        print(f"plot_bench.py: error: -o {output}: {e.strerror or e}", file=sys.stderr)
+        return 2
     who = "all ranks pooled" if args.all_ranks else f"rank {args.rank}"
     title = (f"llmhpc bench on {runs[0].attrs['device_name']}, {who}, batch "
              f"{', '.join(map(str, sorted(summary['batch_size'].unique())))}")

@@ -20,15 +20,21 @@ def main():
     a = p.parse_args()
     try:
         cs = memory.configs([a.dir])
+        if not cs:
+            raise memory.SchemaError(f"no memory records in {a.dir} (was it a --mode memory run?)")
+        paths = memory.plot_timelines(cs, a.out or a.dir)
     except memory.SchemaError as e:
-        sys.exit(f"plot_memory.py: {e}")
-    if not cs:
-        sys.exit(f"no memory records in {a.dir} (was it a --mode memory run?)")
-    for path in memory.plot_timelines(cs, a.out or a.dir):
+        print(f"plot_memory.py: {e}", file=sys.stderr)
+        return 2
+    except OSError as e:
+        print(f"plot_memory.py: --out {a.out or a.dir}: {e.strerror or e}", file=sys.stderr)
+        return 2
+    for path in paths:
         print(path)
     print()
     print(memory.phase_table(cs))
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

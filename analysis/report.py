@@ -70,12 +70,12 @@ def call_section(function, runs: list, out_dir: str, options: dict) -> str:
 def describe(run) -> str:
     a = run.attrs
     stopped = sorted({rf.status for rf in run.files if rf.status.startswith("interrupted")})
-    state = ("" if run.complete else f" (INTERRUPTED: {stopped[0][len('interrupted: '):]})" if stopped
+    state = ("" if run.finished else f" (INTERRUPTED: {stopped[0][len('interrupted: '):]})" if stopped
              else " (INCOMPLETE: a rank's file says the run did not finish)")
     settings = ", ".join(str(a.get("environment_variables", "")).split("\n")).strip(", ")
     settings = f"; launch settings {settings}" if settings else ""
-    return (f"`{run.directory}`: llmhpc {a['mode']} on {a['device_name']} ({a['hostname']}), {run.world_size} "
-            f"rank(s), backend {a['backend']}; git {a['git_sha']}; started {a['start_time']}{settings}{state}")
+    return (f"`{run.directory}`: llmhpc {a['mode']} on {a['device_name']} ({a['hostname']}), {run.describe_ranks()}, "
+            f"backend {a['backend']}; git {a['git_sha']}; started {a['start_time']}{settings}{state}")
 
 
 def build_report(dirs: list, out_dir: str, options: dict, table_only: bool = False) -> str:

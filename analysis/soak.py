@@ -212,9 +212,13 @@ def main(argv=None) -> int:
     print(f"{bounds_text(args.drift_pct, args.growth_mib)}.\n")
     print(markdown([row for _, _, row in pairs]))
     if args.jsonl:
-        with open(args.jsonl, "a") as f:
-            for run, rec, row in pairs:
-                f.write(json.dumps(jsonl_row(run, rec, row), separators=(",", ":")) + "\n")
+        try:
+            with open(args.jsonl, "a") as f:
+                for run, rec, row in pairs:
+                    f.write(json.dumps(jsonl_row(run, rec, row), separators=(",", ":")) + "\n")
+        except OSError as e:
+            print(f"soak.py: error: --jsonl {args.jsonl}: {e.strerror or e}", file=sys.stderr)
+            return 2
     failed = [row for _, _, row in pairs if not row["held"]]
     for row in failed:
         print(f"soak.py: did not hold: {row['run']} {row['record']} rank {row['rank']}: {row['verdict']}",

@@ -264,6 +264,9 @@ int run(Runtime& rt, int argc, char** argv, bool& in_mode) {
   info.argv = command_line(argc, argv);
   info.config_json = options_json(vm);
   info.start_time = utc_timestamp();
+  // One name for the run on every rank, so a reader can tell rank files of different runs apart.
+  info.run_id =
+      broadcast_string(rt.is_root() ? info.start_time + "-" + rt.hostname + "-" + std::to_string(getpid()) : "");
   info.environment = backend.device->environment();
   for (auto& fact : comm_environment()) info.environment.push_back(std::move(fact));
   info.environment.emplace_back("cpus_allowed", int64_t(cpus_allowed));

@@ -56,6 +56,7 @@ void write_root(hid_t root, const RunInfo& info) {
   h5::write_attr(root, "argv", info.argv);
   h5::write_attr(root, "config_json", info.config_json);
   h5::write_attr(root, "start_time", info.start_time);
+  h5::write_attr(root, "run_id", info.run_id);
   h5::write_attr(root, "schema_version", kSchemaVersion);
   h5::write_attr(root, "hdf5_version", h5::library_version());
   write_attrs(root, info.environment);

@@ -131,7 +131,7 @@ class RecordStream {
 };
 
 struct RunInfo {
-  std::string mode, hostname, device_name, backend, argv, config_json, start_time;
+  std::string mode, hostname, device_name, backend, argv, config_json, start_time, run_id;
   int64_t rank = 0, world_size = 1, local_rank = 0;
   // What a reader needs to trust a number: library versions, the GPU, its clocks and power
   // limit (docs/hdf5-schema.md, "Environment"); written as root attributes. The recorder adds

@@ -29,7 +29,7 @@ CONTEXTS, WARMUP, STEPS = (16, 32), 1, 3
 PHASES_MS = ("forward_ms", "backward_ms", "optimizer_ms", "step_ms")
 ROOT_ATTRS = {"schema_version": int, "mode": str, "rank": int, "world_size": int, "local_rank": int, "hostname": str,
               "device_name": str, "backend": str, "git_sha": str, "argv": str, "config_json": str, "start_time": str,
-              "status": str, "end_time": str}
+              "run_id": str, "status": str, "end_time": str}
 
 
 def report(*args):
@@ -134,6 +134,7 @@ def main():
             assert isinstance(rank_file.attrs[name], kind), \
                 f"{rank_file.path}: root attribute '{name}' is {type(rank_file.attrs[name]).__name__}, expected {kind.__name__}"
         assert rank_file.attrs["schema_version"] in llmhpc_h5.KNOWN_SCHEMA_VERSIONS
+        assert rank_file.attrs["run_id"] == run_.files[0].attrs["run_id"], "the ranks of one run share its run_id"
         assert run_.config["context-length"] == ",".join(map(str, CONTEXTS)), f"config_json: {run_.config}"
         records = run_.records("bench", rank=rank_file.rank)
         contexts = sorted(r.attrs["context_length"] for r in records)

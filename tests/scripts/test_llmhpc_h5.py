@@ -5,8 +5,11 @@ Checks that Record.arrays still behaves as the dict of arrays scripts use, that 
 dataset only when it is first indexed (a value changed in the file after open_run is seen;
 one changed after the first read is not) and keeps no file open, that a streamed record's
 columns are cut at stream_rows, and that read() and iter_chunks() return exactly the rows
-asked for, in batches no larger than asked.
+asked for, in batches no larger than asked. And that the loader refuses a folder whose rank
+files are of different runs, and says once, on stderr, which ranks have no file.
 """
+import contextlib
+import io
 import os
 import sys
 
@@ -25,14 +28,18 @@ TAGS = ["a", "", "größe" * 1000]
 STREAM_ROWS, STREAM_CHUNK = 200_003, 1 << 16
 
 
-def rank_file(directory, mode):
-    """An empty rank 0 file with the root attributes of schema_version 1."""
-    f = h5py.File(os.path.join(directory, "rank00000.h5"), "w")
-    for key, value in dict(schema_version=np.int64(1), mode=mode, rank=np.int64(0), world_size=np.int64(1),
-                           local_rank=np.int64(0), hostname="node0", device_name="cpu", backend="mpi", git_sha="x",
-                           argv="llmhpc", config_json="{}", start_time="2026-01-01T00:00:00Z", status="complete",
-                           end_time="2026-01-01T00:01:00Z").items():
-        f.attrs[key] = value
+def rank_file(directory, mode, rank=0, world_size=1, **attrs):
+    """An empty rank file with the root attributes of schema_version 1 (attrs: others, or changed;
+    None: left out)."""
+    f = h5py.File(os.path.join(directory, f"rank{rank:05d}.h5"), "w")
+    root = dict(schema_version=np.int64(1), mode=mode, rank=np.int64(rank), world_size=np.int64(world_size),
+                local_rank=np.int64(rank), hostname="node0", device_name="cpu", backend="mpi", git_sha="x",
+                argv="llmhpc", config_json="{}", start_time="2026-01-01T00:00:00Z", status="complete",
+                end_time="2026-01-01T00:01:00Z")
+    root.update(attrs)
+    for key, value in root.items():
+        if value is not None:
+            f.attrs[key] = value
     return f
 
 
@@ -178,8 +185,44 @@ def check_stream(directory):
     assert list(empty.arrays.iter_chunks()) == []
 
 
+def refused(directory, words):
+    try:
+        llmhpc_h5.open_run(directory)
+    except llmhpc_h5.SchemaError as e:
+        assert all(w in str(e) for w in words), f"{directory}: the error should say {words}: {e}"
+        return
+    raise AssertionError(f"{directory}: files of different runs were read as one run")
+
+
+def check_runs(work):
+    """Rank files of two runs in one folder are refused (run_id, or argv for files without one);
+    a rank with no file is said once on stderr and leaves the run incomplete."""
+    cases = {"two-ids": ({"run_id": "t0-a-1"}, {"run_id": "t0-a-2"}, "run_id"),
+             "old-files": ({"argv": "llmhpc --mode bench"}, {"argv": "llmhpc --mode bench --steps 3"}, "argv"),
+             "one-id": ({"run_id": "t0-a-1"}, {"run_id": None}, "run_id")}
+    for name, (attrs0, attrs1, key) in cases.items():
+        directory = os.path.join(work, name)
+        os.makedirs(directory)
+        rank_file(directory, "bench", 0, 2, **attrs0).close()
+        rank_file(directory, "bench", 1, 2, **attrs1).close()
+        refused(directory, ["different runs", key, "rank 1"])
+
+    directory = os.path.join(work, "missing")
+    os.makedirs(directory)
+    rank_file(directory, "bench", 0, 3, run_id="t0-a-1").close()
+    rank_file(directory, "bench", 2, 3, run_id="t0-a-1").close()
+    said = io.StringIO()
+    with contextlib.redirect_stderr(said):
+        run = llmhpc_h5.open_run(directory)
+        llmhpc_h5.open_run(directory)
+    assert said.getvalue().count("\n") == 1 and "rank(s) [1] have no file" in said.getvalue(), said.getvalue()
+    assert run.missing_ranks == [1] and not run.complete, "a run with a rank's file missing is not complete"
+    assert run.describe_ranks() == "3 rank(s), rank 1's file missing", run.describe_ranks()
+
+
 def main():
     work = scratch_dir("llmhpc-h5-")
+    check_runs(work)
     for name, check in (("plain", check_plain), ("stream", check_stream)):
         directory = os.path.join(work, name)
         os.makedirs(directory)

@@ -148,7 +148,7 @@ def check_analysis(out):
     section_dir = os.path.join(out, "section")
     os.makedirs(section_dir)
     text = profile_py.report_section([llmhpc_h5.open_run(out)], section_dir)
-    assert text.startswith("## Profile") and "(d) Time by category" in text, text[:300]
+    assert text.startswith("Profile of ") and "(d) Time by category" in text, text[:300]  # report.py adds the "## profile" heading
     assert os.path.getsize(os.path.join(section_dir, "profile_rank0.png")) > 1000
     assert profile_py.report_section([], section_dir) == ""
 
