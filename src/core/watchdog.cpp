@@ -74,6 +74,11 @@ std::string seconds_text(double s) { return fmt(s, s < 10 ? 1 : 0) + " s"; }
 
 }  // namespace
 
+// Operations registered between two looks of the thread, beyond which it looks at once: ops of
+// a microsecond each (a one-rank or tiny collective) would otherwise pile up by the million
+// in an interval, a transient the soaks read as host memory growth.
+constexpr size_t kDrainAt = size_t(1) << 16;
+
 struct Watchdog::State {
   std::mutex mutex;              // guards incoming, context, monitors, stopping
   std::condition_variable wake;  // stop() wakes the thread
@@ -135,11 +140,14 @@ Watchdog::OpPtr Watchdog::begin(const char* name, const char* backend, uint64_t 
   op->bytes = bytes;
   op->step = step_.load(std::memory_order_relaxed);
   op->issued = std::chrono::steady_clock::now();
+  bool drain = false;
   {
     std::lock_guard<std::mutex> lock(state_->mutex);
     op->context = state_->context;
     if (enabled()) state_->incoming.push_back(op);
+    drain = state_->incoming.size() == kDrainAt;
   }
+  if (drain) state_->wake.notify_all();
   if (state_->fault) inject(*op);
   return enabled() ? op : nullptr;
 }
@@ -229,7 +237,7 @@ void Watchdog::run() {
     std::vector<Monitor> monitors;
     {
       std::unique_lock<std::mutex> lock(s.mutex);
-      s.wake.wait_for(lock, interval, [&] { return s.stopping; });
+      s.wake.wait_for(lock, interval, [&] { return s.stopping || s.incoming.size() >= kDrainAt; });
       if (s.stopping) return;
       for (OpPtr& op : s.incoming) s.in_flight.push_back(std::move(op));
       s.incoming.clear();

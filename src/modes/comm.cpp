@@ -237,26 +237,25 @@ void run(ModeContext& ctx) {
           monitor->start();
 
           const std::vector<double> warm = time_call(*comm, call, s.warmup, Timing::PerOperation);
-          int64_t iters = s.iters, chunk = s.iters;
-          if (s.duration_s > 0) {
-            const double pace_s = agreed_iteration_s(rt, warm, 1e-6);
-            iters = iterations_in(s.duration_s, pace_s);
-            // A chunk's timer holds a CUDA event per iteration: at most 10000 of them.
-            chunk = std::clamp<int64_t>(iterations_in(1.0, pace_s), 1, 10000);
-            rec.attr("iters", iters);
-          }
+          // A chunk's timer holds a CUDA event per iteration: at most 10000 of them.
+          const double pace_s = s.duration_s > 0 ? agreed_iteration_s(rt, warm, 1e-6) : 0;
+          DurationCount count(rt, s.duration_s, s.iters, pace_s, s.duration_s > 0 ? 10000 : s.iters);
           std::vector<double> times;
-          reserve_touched(times, size_t(iters));
-          MemorySamples memory(size_t((iters + chunk - 1) / chunk));
-          Progress progress(rt, iters, "iterations");
-          for (int64_t done = 0; done < iters;) {
-            const std::vector<double> part =
-                time_call(*comm, call, std::min(chunk, iters - done), Timing::PerOperation);
+          reserve_touched(times, size_t(count.total()));
+          MemorySamples memory(size_t(count.total() / count.next_chunk(0) + 1));
+          Progress progress(rt, count.total(), "iterations");
+          for (int64_t done = 0; done < count.total();) {
+            const std::vector<double> part = time_call(*comm, call, count.next_chunk(done), Timing::PerOperation);
             times.insert(times.end(), part.begin(), part.end());
             done += int64_t(part.size());
             memory.take(done - 1, dev);  // between chunks: outside the timed operations
-            progress.update(done);
+            count.after_chunk(done);
+            reserve_touched(times, size_t(count.total()));
+            memory.expect(memory.size() +
+                          size_t((count.total() - done) / std::max<int64_t>(1, count.next_chunk(done))) + 1);
+            progress.update(done, count.total());
           }
+          if (s.duration_s > 0) rec.attr("iters", int64_t(times.size()));
           const double mean_us = time_call(*comm, call, s.iters, Timing::BackToBack).at(0);
           const int64_t wrong = s.check ? check_once(*comm, *space, v, send, recv, issue_blocking(*comm)).count : -1;
           monitor->stop();

@@ -19,6 +19,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <limits>
 
 #include "src/core/random.h"
 #include "src/core/stats.h"
@@ -293,17 +294,22 @@ void run(ModeContext& ctx) {
             return run_step(model, opt.get(), Phase::TrainStep, *timer, sync.get());
           };
           for (int64_t s = 0; s < warmup; ++s) warm.add(step());
-          const int64_t timed_steps =
-              duration_s > 0 ? iterations_in(duration_s, agreed_iteration_s(rt, warm.step, 1e-3)) : steps;
-          rec.attr("steps", timed_steps);
-          timed.reserve(size_t(timed_steps));
-          MemorySamples memory_samples{size_t(timed_steps)};
-          Progress progress(rt, timed_steps, "steps");
-          for (int64_t s = 0; s < timed_steps; ++s) {
-            timed.add(step());
-            memory_samples.take(s, dev);  // after the step's end: outside its timing
-            progress.update(s + 1);
+          const double pace_s = duration_s > 0 ? agreed_iteration_s(rt, warm.step, 1e-3) : 0;
+          DurationCount count(rt, duration_s, steps, pace_s, std::numeric_limits<int64_t>::max());
+          timed.reserve(size_t(count.total()));
+          MemorySamples memory_samples{size_t(count.total())};
+          Progress progress(rt, count.total(), "steps");
+          for (int64_t s = 0; s < count.total();) {
+            for (const int64_t end = s + count.next_chunk(s); s < end; ++s) {
+              timed.add(step());
+              memory_samples.take(s, dev);  // after the step's end: outside its timing
+            }
+            count.after_chunk(s);  // between steps (and one of the steps' host reductions)
+            timed.reserve(size_t(count.total()));
+            memory_samples.expect(size_t(count.total()));
+            progress.update(s, count.total());
           }
+          rec.attr("steps", int64_t(timed.step.size()));
           // As training holds it between steps: a sharded optimizer's parameters still arriving
           // (under bf16 without the bf16 copy, which the next forward casts again).
           after_optimizer = model_memory(dev.allocator());

@@ -14,8 +14,9 @@ namespace llmhpc {
 void add_duration_option(po::options_description& desc, const std::string& count_option) {
   desc.add_options()("duration-s", po::value<std::string>(),
                      ("run each configuration's timed loop for about this many seconds instead of --" + count_option +
-                      ": the count is set from the warm-up's median iteration (the slowest rank's), " +
-                      "the same on every rank; memory is sampled as it runs and rank 0 prints progress every ~10 s")
+                      ": the count is aimed from the warm-up's median iteration (the slowest rank's) and re-aimed " +
+                      "about every second from the loop's own pace, the same on every rank; memory is sampled " +
+                      "as it runs and rank 0 prints progress every ~10 s")
                          .c_str());
 }
 
@@ -39,6 +40,28 @@ int64_t iterations_in(double duration_s, double iteration_s) {
   return std::max<int64_t>(1, std::llround(duration_s / std::max(iteration_s, 1e-9)));
 }
 
+DurationCount::DurationCount(const Runtime& rt, double duration_s, int64_t fixed, double warmup_pace_s,
+                             int64_t max_chunk)
+    : rt_(rt), duration_s_(duration_s), total_(duration_s > 0 ? iterations_in(duration_s, warmup_pace_s) : fixed),
+      chunk_(duration_s > 0 ? std::clamp<int64_t>(iterations_in(1.0, warmup_pace_s), 1, max_chunk)
+                            : std::min(fixed, max_chunk)),
+      max_chunk_(max_chunk), start_(std::chrono::steady_clock::now()), chunk_start_(start_) {}
+
+void DurationCount::after_chunk(int64_t done) {
+  if (duration_s_ <= 0) return;
+  const auto now = std::chrono::steady_clock::now();
+  const std::vector<double> agreed =
+      rt_.reduce_all(std::vector<double>{std::chrono::duration<double>(now - start_).count(),
+                                         std::chrono::duration<double>(now - chunk_start_).count() /
+                                             double(std::max<int64_t>(1, done - chunk_start_done_))},
+                     HostReduce::Max);
+  const double elapsed_s = agreed[0], pace_s = std::max(agreed[1], 1e-9), left_s = duration_s_ - elapsed_s;
+  total_ = done + (left_s > pace_s / 2 ? iterations_in(left_s, pace_s) : 0);
+  chunk_ = std::clamp<int64_t>(iterations_in(1.0, pace_s), 1, max_chunk_);
+  chunk_start_ = std::chrono::steady_clock::now();
+  chunk_start_done_ = done;
+}
+
 std::string timed_text(double duration_s, int64_t count, const std::string& what) {
   return duration_s > 0 ? "timed for ~" + fmt_exact(duration_s) + " s" : std::to_string(count) + " timed " + what;
 }
@@ -60,7 +83,8 @@ void MemorySamples::record(Record& rec) const {
 Progress::Progress(const Runtime& rt, int64_t total, std::string what)
     : rt_(rt), total_(total), what_(std::move(what)), start_(std::chrono::steady_clock::now()), last_(start_) {}
 
-void Progress::update(int64_t done) {
+void Progress::update(int64_t done, int64_t total) {
+  total_ = total;
   if (!rt_.is_root()) return;
   const auto now = std::chrono::steady_clock::now();
   if (now - last_ < std::chrono::seconds(10)) return;

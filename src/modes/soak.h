@@ -1,5 +1,6 @@
 // What modes comm and ddp share for long runs (docs/results/reliability.md, "Soak"):
-// --duration-s, which sets the timed iterations from the warm-up's pace; the device
+// --duration-s, which sets the timed iterations from the warm-up's pace and re-aims them as the
+// timed loop goes (DurationCount); the device
 // allocator's live bytes and the host's resident set sampled between timed iterations; and a
 // progress line on rank 0 every ~10 s. analysis/soak.py reads what they record.
 #pragma once
@@ -27,15 +28,41 @@ double duration_seconds(const po::variables_map& vm, const std::string& count_op
 double agreed_iteration_s(const Runtime& rt, const std::vector<double>& warmup, double unit_s);
 // Iterations of `iteration_s` in about `duration_s` seconds, at least 1.
 int64_t iterations_in(double duration_s, double iteration_s);
+
+// How many timed iterations a configuration runs. Without --duration-s a fixed count. With it,
+// first aimed from the warm-up's pace, then re-aimed after every chunk of about a second: the
+// ranks agree (one host reduction, between chunks, outside the timed iterations) on the wall
+// time the loop has taken and on the last chunk's pace, and so on how many iterations are left.
+// A warm-up slower than the loop (a loaded host, first-touch costs) then no longer cuts a soak
+// short, nor does a faster one stretch it. Every rank makes the same calls in the same order.
+class DurationCount {
+ public:
+  // duration_s 0: `fixed` iterations, one chunk of at most `max_chunk`.
+  DurationCount(const Runtime& rt, double duration_s, int64_t fixed, double warmup_pace_s, int64_t max_chunk);
+  int64_t total() const { return total_; }
+  // The iterations of the next chunk, after `done` of them.
+  int64_t next_chunk(int64_t done) const { return std::min(chunk_, total_ - done); }
+  // After a chunk: re-aims total() (with --duration-s; collective). `done` iterations so far.
+  void after_chunk(int64_t done);
+
+ private:
+  const Runtime& rt_;
+  double duration_s_;
+  int64_t total_, chunk_, max_chunk_;
+  int64_t chunk_start_done_ = 0;
+  std::chrono::steady_clock::time_point start_, chunk_start_;
+};
 // For the start-up line: "timed for ~S s", or "<count> timed <what>" without --duration-s.
 std::string timed_text(double duration_s, int64_t count, const std::string& what);
 
 // Room for n elements, its pages written once: filling it in the timed loop then leaves the
-// resident set alone, so the run's own records do not read as a leak.
+// resident set alone, so the run's own records do not read as a leak. Keeps what v holds.
 template <class T>
 void reserve_touched(std::vector<T>& v, size_t n) {
-  v.resize(n);
-  v.clear();  // keeps the capacity
+  const size_t held = v.size();
+  if (n > v.capacity()) v.reserve(n + n / 4);  // re-aimed counts grow a little: room to spare
+  v.resize(std::max(n, held));
+  v.resize(held);  // keeps the capacity
 }
 
 // Memory after timed iterations: the iteration's index (0-based), the device allocator's live
@@ -44,9 +71,12 @@ void reserve_touched(std::vector<T>& v, size_t n) {
 // as memory_iteration, device_live_bytes, device_used_bytes, host_rss_bytes.
 class MemorySamples {
  public:
-  explicit MemorySamples(size_t expected) {
+  explicit MemorySamples(size_t expected) { expect(expected); }
+  // Room for `expected` samples in all (a re-aimed count).
+  void expect(size_t expected) {
     for (auto* v : {&iteration_, &device_live_, &device_used_, &host_rss_}) reserve_touched(*v, expected);
   }
+  size_t size() const { return iteration_.size(); }
   void take(int64_t iteration, Device& dev);
   void record(Record& rec) const;
 
@@ -58,7 +88,7 @@ class MemorySamples {
 class Progress {
  public:
   Progress(const Runtime& rt, int64_t total, std::string what);
-  void update(int64_t done);
+  void update(int64_t done, int64_t total);
 
  private:
   const Runtime& rt_;

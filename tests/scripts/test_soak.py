@@ -6,7 +6,8 @@ A comm run (all-reduce 64 KB, --duration-s 3) and a ddp run (a tiny model, bucke
 than the fixed default, and the recorded count attribute says so; their summed time is of the
 order of the duration (the count is calibrated on the warm-up); the memory arrays (one sample
 per chunk of comm's timed loop, one per ddp step) line up with the iterations, and the device
-allocator's live bytes do not move while the loop runs. A fixed-count comm run records one
+allocator's live bytes do not move while the loop runs. On one rank, millions of no-op
+all-reduces in 2 s leave the host's resident set within soak.py's 16 MiB. A fixed-count comm run records one
 sample and duration_s 0. analysis/soak.py's --jsonl numbers are those computed here from the raw
 arrays (median of the first and last tenth, drift, live and RSS growth), its verdict agrees
 with its bounds, and its exit status with its verdicts. Then copies of the rank files with
@@ -191,6 +192,19 @@ def main():
     print(f"comm and ddp ran {DURATION} s each: "
           + ", ".join(f"{name} rank {rank}: {len(arrays['memory_iteration'])} memory samples"
                       for (name, rank), (_, arrays) in sorted({**comm, **ddp}.items())))
+
+    # One rank: every all-reduce a no-op of a fraction of a microsecond, millions of them, each
+    # registered with the watchdog; its thread must keep up, or they pile up as host memory.
+    one_dir = os.path.join(work, "one-rank")
+    run(mpiexec() + ["-np", "1", BIN, "--device", "cpu", "--mode", "comm", "--size", "4KB", "--inplace", "yes",
+                     "--duration-s", 2, "--out", one_dir])
+    for name, (attrs, arrays) in records(os.path.join(one_dir, "rank00000.h5")).items():
+        it, rss = arrays["memory_iteration"], arrays["host_rss_bytes"]
+        k = int(np.searchsorted(it, len(arrays["time_us"]) // 10))
+        growth = (rss[k:].max() - rss[k]) / MIB
+        assert attrs["iters"] > 100_000 and growth <= 16, \
+            f"{name}: {attrs['iters']} all-reduces on one rank, host RSS grew {growth:.1f} MiB (bound 16)"
+        print(f"one rank: {attrs['iters']} all-reduces, host RSS +{growth:.2f} MiB")
 
     run(mpi + ["--mode", "comm", "--size", "4KB", "--inplace", "no", "--iters", 7, "--out", fixed_dir])
     for name, (attrs, arrays) in records(os.path.join(fixed_dir, "rank00001.h5")).items():
