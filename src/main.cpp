@@ -300,6 +300,9 @@ int main(int argc, char** argv) {
     code = run(rt, argc, argv, in_mode);
   } catch (const ExitRequest& e) {
     code = e.code;
+  } catch (const AgreedError& e) {  // every rank is here, with the same error: none waits
+    if (rt.is_root()) std::fprintf(stderr, "llmhpc: error: %s\n", e.what());
+    code = 2;
   } catch (const UsageError& e) {
     // Before the mode runs, every rank reached the same verdict, so rank 0 speaks for
     // all. Inside a mode only some ranks may have failed: abort so none waits forever.

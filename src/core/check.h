@@ -5,6 +5,8 @@
 // NCCL, MPI, HDF5) is built on LLMHPC_CHECK. Errors a caller can recover from, or that
 // the user caused, are exceptions instead:
 //   UsageError   - bad options or input files; main() prints it on rank 0, exit code 2.
+//   AgreedError  - a UsageError inside a mode that every rank reaches at the same point, from a
+//                  value they computed together (the global loss): no abort, rank 0 says it.
 //   OutOfMemory  - an allocation did not fit; a sweep records status "oom" and goes on.
 #pragma once
 #include <stdexcept>
@@ -14,6 +16,10 @@ namespace llmhpc {
 
 struct UsageError : std::runtime_error {
   using std::runtime_error::runtime_error;
+};
+
+struct AgreedError : UsageError {
+  using UsageError::UsageError;
 };
 
 struct OutOfMemory : std::runtime_error {

@@ -46,6 +46,8 @@ DType parse_comm_dtype(const std::string& name) {
 }
 const char* comm_dtype_name(DType t) { return t == DType::BF16 ? "bf16" : "float"; }
 
+constexpr int64_t kMaxIters = 100'000'000;  // --iters, --warmup
+
 CommSettings settings(const po::variables_map& vm) {
   CommSettings s;
   for (const std::string& c : split_list(opt_string(vm, "collective"), "collective")) {
@@ -73,6 +75,11 @@ CommSettings settings(const po::variables_map& vm) {
   s.root = int(opt_nonnegative(vm, "root"));
   s.warmup = opt_nonnegative(vm, "warmup");
   s.iters = opt_positive(vm, "iters");
+  if (s.iters > kMaxIters)  // every timed iteration's time is kept, several arrays of them
+    throw UsageError("--iters " + opt_string(vm, "iters") + ": at most " + std::to_string(kMaxIters) +
+                     " (each iteration's time is kept); for a long run, --duration-s");
+  if (opt_nonnegative(vm, "warmup") > kMaxIters)
+    throw UsageError("--warmup " + opt_string(vm, "warmup") + ": at most " + std::to_string(kMaxIters));
   s.duration_s = duration_seconds(vm, "iters");
   s.check = opt_flag(vm, "check");
   return s;

@@ -165,6 +165,9 @@ void run(ModeContext& ctx) {
   check_cases_run(ctx, std::vector<ModelCase>(cases.begin(), cases.end()));
   collective_check(ctx.rt, [&] {
     if (!snapshot.empty() && ctx.rt.is_root()) {  // can the first file be written?
+      check_output_file("--snapshot", snapshot);  // the name given, then each configuration's
+      for (const MemoryCase& c : cases)
+        check_output_file("--snapshot", snapshot_path(snapshot, c.label(), cases.size() > 1));
       const std::string probe = snapshot_path(snapshot, cases.front().label(), cases.size() > 1) + ".tmp";
       std::FILE* f = std::fopen(probe.c_str(), "wb");
       if (!f) throw UsageError("--snapshot: cannot write " + probe + " (does its directory exist?)");

@@ -1,6 +1,9 @@
 #include "src/modes/options.h"
 
+#include <unistd.h>
+
 #include <algorithm>
+#include <filesystem>
 #include <regex>
 
 #include "src/core/random.h"
@@ -93,6 +96,17 @@ std::string opt_string(const po::variables_map& vm, const std::string& name) {
   return vm.count(name) ? vm[name].as<std::string>() : std::string();
 }
 bool opt_given(const po::variables_map& vm, const std::string& name) { return vm.count(name) && !vm[name].defaulted(); }
+
+void check_output_file(const std::string& option, const std::string& path) {
+  namespace fs = std::filesystem;
+  const std::string what = option + " '" + path + "'";
+  if (path.empty()) throw UsageError(option + " needs a file name");
+  if (fs::is_directory(path)) throw UsageError(what + " is a directory: give the name of a file to write");
+  const fs::path dir = fs::path(path).parent_path().empty() ? fs::path(".") : fs::path(path).parent_path();
+  if (!fs::exists(dir)) throw UsageError(what + ": the directory '" + dir.string() + "' does not exist");
+  if (!fs::is_directory(dir)) throw UsageError(what + ": '" + dir.string() + "' is not a directory");
+  if (access(dir.c_str(), W_OK) != 0) throw UsageError(what + ": the directory '" + dir.string() + "' is not writable");
+}
 bool opt_flag(const po::variables_map& vm, const std::string& name) { return vm.count(name) && vm[name].as<bool>(); }
 int64_t opt_int(const po::variables_map& vm, const std::string& name) { return parse_int(opt_string(vm, name), name); }
 double opt_double(const po::variables_map& vm, const std::string& name) {

@@ -55,6 +55,9 @@ int64_t opt_nonnegative(const po::variables_map& vm, const std::string& name);
 double opt_double(const po::variables_map& vm, const std::string& name);
 bool opt_flag(const po::variables_map& vm, const std::string& name);
 bool opt_given(const po::variables_map& vm, const std::string& name);
+// A file the run will write, as given to `option` (--save, --snapshot, --trace): a name in an
+// existing, writable directory, and not a directory itself. Throws UsageError saying which.
+void check_output_file(const std::string& option, const std::string& path);
 // Each item of the comma-separated list option `name`, in order, through `parse` (which
 // throws UsageError for a bad item); two items that parse to the same value are an error too.
 template <class Parse>

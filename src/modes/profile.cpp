@@ -145,9 +145,7 @@ void validate(const po::variables_map& vm) {
   if (file.empty()) return;
   if (file.extension() != ".json")
     throw UsageError("--trace=" + file.string() + ": the trace file's name must end in .json (--trace=run.json)");
-  const std::filesystem::path dir = file.parent_path().empty() ? "." : file.parent_path();
-  if (!std::filesystem::is_directory(dir))
-    throw UsageError("--trace=" + file.string() + ": the directory '" + dir.string() + "' does not exist");
+  check_output_file("--trace", file.string());
 }
 
 // This rank's trace file (--trace's help says which).

@@ -1,6 +1,7 @@
 #include "src/modes/sweep.h"
 
 #include <cstdio>
+#include <new>
 
 #include "src/core/watchdog.h"
 
@@ -21,6 +22,8 @@ int64_t op_cache_bytes(const TracingAllocator& memory) {
   static const std::vector<TagCategory> caches = {{"op caches", {"rope."}}};
   return memory.live_by_category(caches).of("op caches");
 }
+
+constexpr const char* kHostOutOfMemory = "the host's memory: an allocation did not fit (std::bad_alloc)";
 
 }  // namespace
 
@@ -44,6 +47,9 @@ SweepStatus Sweep::run(const std::string& label, Record& rec, const std::functio
   } catch (const OutOfMemory& e) {
     rec.status = "oom";
     rec.attr("error", std::string(e.what()));
+  } catch (const std::bad_alloc&) {  // a size too large for the host (the same on every rank)
+    rec.status = "oom";
+    rec.attr("error", std::string(kHostOutOfMemory));
   } catch (const UsageError& e) {  // this configuration cannot run; the others may
     rec.status = std::string("error: ") + e.what();
   }
@@ -88,6 +94,8 @@ void Sweep::agree(const std::function<void()>& prepare) const {
     prepare();
   } catch (const OutOfMemory& e) {
     kind = kOom, what = e.what();
+  } catch (const std::bad_alloc&) {
+    kind = kOom, what = kHostOutOfMemory;
   } catch (const UsageError& e) {
     kind = kUsage, what = e.what();
   }

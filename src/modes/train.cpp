@@ -11,6 +11,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <limits>
 
 #include "src/core/stats.h"
@@ -171,11 +172,6 @@ int64_t owned_parameters(const SyncPlan& plan, int rank, int64_t parameters) {
   return n;
 }
 
-std::string parent_dir(const std::string& path) {
-  size_t slash = path.find_last_of('/');
-  return slash == std::string::npos ? "." : slash == 0 ? "/" : path.substr(0, slash);
-}
-
 void run(ModeContext& ctx) {
   const po::variables_map& vm = ctx.vm;
   Runtime& rt = ctx.rt;
@@ -216,8 +212,13 @@ void run(ModeContext& ctx) {
     config = resolve_config(vm, init ? &*init : nullptr);
     if (init) check_checkpoint_fits(opt_string(vm, "init"), ParameterLayout(config));
     data.validate(config.vocab_size, config.context_length);
-    if (vm.count("save") && rt.is_root() && access(parent_dir(opt_string(vm, "save")).c_str(), W_OK) != 0)
-      throw UsageError("--save '" + opt_string(vm, "save") + "': the directory is missing or not writable");
+    if (vm.count("save") && rt.is_root()) {  // rank 0 writes it
+      const std::string save = opt_string(vm, "save");
+      check_output_file("--save", save);
+      std::error_code ec;
+      if (std::filesystem::equivalent(save, opt_string(vm, "data"), ec))
+        throw UsageError("--save '" + save + "' is the --data file: the checkpoint would replace the tokens");
+    }
     plan = data_parallel_plan(strategy, sharding, config, precision, bucket_mb, rt.world_size,
                               shard_alignment(dev, precision, share_copy), reduce_in_bf16);
     if (reduce_in_bf16 && strategy == SyncStrategy::None)
@@ -254,6 +255,11 @@ void run(ModeContext& ctx) {
     if (init) load_checkpoint(opt_string(vm, "init"), *model, opt.get());
     else model->init_parameters(seed);
     schedule = lr_schedule(vm, opt->steps_taken() + steps);
+    if (schedule.decay != LrDecay::Constant && schedule.decay_steps <= opt->steps_taken())
+      throw UsageError("--lr-decay-steps " + std::to_string(schedule.decay_steps) + ": the checkpoint is at step " +
+                       std::to_string(opt->steps_taken()) + ", so every step of this run would train at --min-lr " +
+                       fmt(schedule.min) + "; give a later end of decay, or --lr-schedule constant --lr " +
+                       fmt(schedule.min) + " if that is meant");
   });
   const double max_grad_norm = clip_grad_norm(vm);
   if (max_grad_norm > 0) opt->set_clipping(gradient_clipping(max_grad_norm, sharding, rt));
@@ -409,15 +415,19 @@ void run(ModeContext& ctx) {
     fwd_ms.push_back(t.forward_ms);
     bwd_ms.push_back(t.backward_ms);
     opt_ms.push_back(t.optimizer_ms);
+    // The global loss and norm are the same on every rank: all stop here together.
+    const std::string hint = s == 0 && init ? " (the first step from --init: are the checkpoint's values finite? "
+                                              "else try a lower --lr)"
+                                            : " (try a lower --lr)";
     if (!std::isfinite(loss.back())) {
       save_progress("error: loss is not finite at step " + std::to_string(s));
-      throw UsageError("the loss became " + std::to_string(loss.back()) + " at step " + std::to_string(s) +
-                       " (try a lower --lr)");
+      throw AgreedError("the loss became " + std::to_string(loss.back()) + " at step " + std::to_string(s) +
+                        " of this run" + hint);
     }
     if (max_grad_norm > 0 && !std::isfinite(grad_norm.back())) {
       save_progress("error: gradient norm is not finite at step " + std::to_string(s));
-      throw UsageError("the gradients' norm became " + std::to_string(grad_norm.back()) + " at step " +
-                       std::to_string(s) + " (try a lower --lr)");
+      throw AgreedError("the gradients' norm became " + std::to_string(grad_norm.back()) + " at step " +
+                        std::to_string(s) + " of this run" + hint);
     }
     const bool last = done == steps;
     const auto now = std::chrono::steady_clock::now();

@@ -1,6 +1,6 @@
 """bench (and profile and memory): a configuration that does not fit is recorded as status
 "oom", what it held is freed, and the sweep goes on, under mpirun -np 2; the allocator never
-exceeds --memory-limit; report.py shows the row."""
+exceeds --memory-limit; report.py shows the row. One beyond the host's memory is an oom too."""
 import os
 import subprocess
 import sys
@@ -56,4 +56,17 @@ with tempfile.TemporaryDirectory() as work:
                 assert oom["live_bytes_after_recovery"] <= oom["live_bytes_before"], \
                     f"{mode} rank {rank}: {oom['live_bytes_after_recovery']} bytes live after the oom, " \
                     f"{oom['live_bytes_before']} before"
+
+    # A size beyond the host's memory (no --memory-limit): std::bad_alloc is an oom record too,
+    # not a crash, and the next configuration runs.
+    out = os.path.join(work, "huge")
+    cmd = [MPIEXEC, "--oversubscribe", "-np", "2", BIN, "--mode", "bench", "--device", "cpu",
+           "--d-model", "32", "--d-ff", "64", "--num-layers", "2", "--num-heads", "4",
+           "--context-length", "99999999999,16", "--warmup", "0", "--steps", "2", "--out", out]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, f"bench with a huge context failed ({proc.returncode}): {proc.stderr}"
+    for rank in (0, 1):
+        with h5py.File(os.path.join(out, f"rank{rank:05d}.h5"), "r") as f:
+            status = {int(g.attrs["context_length"]): g.attrs["status"] for g in f["bench"].values()}
+            assert status == {99999999999: "oom", 16: "ok"}, f"rank {rank}: {status}"
 print("bench, profile and memory oom: ok")

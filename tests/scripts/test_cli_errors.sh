@@ -85,5 +85,24 @@ check 3 "holds no float element per rank for reducescatter on 3 ranks" --mode co
 mkdir -p "$WORK/taken" && touch "$WORK/taken/rank00000.h5"
 check 1 "already holds results" --mode bench $TINY --steps 1 --warmup 0 --out "$WORK/taken"
 
+# A loss that stops being finite is the same on every rank: all stop together with exit code 2,
+# one message, and rank files that say why (kept: they hold the steps before it).
+for np in 1 2; do
+  out="$WORK/nan_$np"
+  cmd=("$BIN" $TRAIN --steps 3 --lr 1e30 --out "$out")
+  [ $np -gt 1 ] && cmd=("$MPIEXEC" --oversubscribe -np $np "${cmd[@]}")
+  timeout 60 "${cmd[@]}" </dev/null >"$WORK/stdout" 2>"$WORK/stderr"
+  rc=$?
+  said=$(grep -c 'llmhpc: error: the loss became' "$WORK/stderr")
+  if [ $rc -ne 2 ] || [ "$said" -ne 1 ] || ! python3 -c "import h5py, sys
+sys.exit(not all(h5py.File(f'$out/rank{r:05d}.h5', 'r').attrs['status'].startswith('error: the loss became')
+                 for r in range($np)))"; then
+    echo "FAIL (np=$np): --lr 1e30 -> exit $rc, the message $said time(s)"; head -5 "$WORK/stderr"
+    failures=$((failures + 1))
+  else
+    echo "ok   (np=$np, rc=2): --lr 1e30 -> $(grep -m1 'loss became' "$WORK/stderr" | cut -c1-100)"
+  fi
+done
+
 if [ $failures -gt 0 ]; then echo "$failures case(s) failed"; exit 1; fi
 echo "all bad inputs handled"

@@ -6,7 +6,8 @@
 # --save-every rewrites the checkpoint without changing the training; a signal (SIGUSR1
 # through mpirun, SIGTERM and SIGINT to a single process) stops every rank at the same step,
 # saves the checkpoint, marks the rank files "interrupted" and exits 128 + the signal, and the
-# run goes on from what it saved; --save-every without --save is refused.
+# run goes on from what it saved; --save-every without --save is refused, and so is a decay that
+# ended at or before the checkpoint's step.
 set -u
 BIN=${LLMHPC_BIN:?set LLMHPC_BIN to the llmhpc binary}
 MPIEXEC=${MPIEXEC:-mpirun}
@@ -74,6 +75,14 @@ timeout 60 "$MPIEXEC" --oversubscribe -np 2 "$BIN" $TRAIN --steps 4 --save-every
 rc=$?
 [ $rc -ne 0 ] && grep -q "save-every needs --save" refused.log && [ ! -e refused ] ||
   fail "--save-every without --save: exit $rc, or no message, or a results folder"
+
+# A decay that ended at or before the checkpoint's step would train the whole run at --min-lr:
+# refused before anything runs (part.h5 is at step 5).
+timeout 60 "$MPIEXEC" --oversubscribe -np 2 "$BIN" $TRAIN $DP $SCHEDULE --steps 2 --lr-decay-steps 5 --init part.h5 \
+  --out decayed >decayed.log 2>&1
+rc=$?
+[ $rc -eq 2 ] && grep -q "the checkpoint is at step 5, so every step of this run would train at --min-lr" decayed.log &&
+  [ ! -e decayed ] || fail "a decay that ended before the checkpoint: exit $rc, or no message, or a results folder"
 
 python3 - "$(cd "$(dirname "$0")" && pwd)" <<'PY'
 import sys
