@@ -77,7 +77,7 @@ std::string seconds_text(double s) { return fmt(s, s < 10 ? 1 : 0) + " s"; }
 // Operations registered between two looks of the thread, beyond which it looks at once: ops of
 // a microsecond each (a one-rank or tiny collective) would otherwise pile up by the million
 // in an interval, a transient the soaks read as host memory growth.
-constexpr size_t kDrainAt = size_t(1) << 16;
+constexpr size_t kDrainAt = 4096;
 
 struct Watchdog::State {
   std::mutex mutex;              // guards incoming, context, monitors, stopping
