@@ -554,7 +554,9 @@ def open_run(directory: str, live: bool = False) -> Run:
         files.append(rf)
     run = Run(directory, files)
     # run_id names one run on every rank (files older than it have none: their command lines must agree).
-    for key in ("world_size", "mode", "run_id", "argv"):
+    keys = ("world_size", "mode", "run_id") if all("run_id" in rf.attrs for rf in files) else \
+        ("world_size", "mode", "run_id", "argv")
+    for key in keys:
         values = {str(rf.attrs.get(key, "(none)")) for rf in files}
         if len(values) != 1:
             shown = ", ".join(f"rank {rf.rank}: {rf.attrs.get(key, '(none)')!r}" for rf in files)

@@ -241,6 +241,14 @@ int run(Runtime& rt, int argc, char** argv, bool& in_mode) {
     throw UsageError("--device-sample-ms " + opt_string(vm, "device-sample-ms") +
                      ": must be a whole number of milliseconds from 0 (no readings) to 60000");
   mode->validate(vm);
+  // One program, one set of options: ranks started with others (an MPMD launch, a wrapper that
+  // adds arguments) would measure or train different things under one run's name.
+  const std::string options = options_json(vm), arguments = command_line(argc - 1, argv + 1);
+  const std::string root_arguments = broadcast_string(arguments);
+  agree_or_exit(rt, broadcast_string(options) == options
+                        ? ""
+                        : "rank " + std::to_string(rt.rank) + " was started with '" + arguments + "', rank 0 with '" +
+                              root_arguments + "': every rank takes the same options");
   if (opt_flag(vm, "gemm-autotune") && vm.count("warmup") && opt_int(vm, "warmup") == 0)
     throw UsageError("--gemm-autotune with --warmup 0: the first step times each product's candidate algorithms, "
                      "so it would be measured with them; keep at least one warm-up step");

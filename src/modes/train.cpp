@@ -236,6 +236,12 @@ void run(ModeContext& ctx) {
                        std::to_string(micro_batches) + " equal micro-batches: give a global batch divisible by " +
                        std::to_string(rt.world_size * micro_batches) + " (ranks x micro-batches)");
   });
+  // Every rank read a file (a node its own copy, say): the same tokens?
+  const int64_t fewest = rt.reduce_all(data.size(), HostReduce::Min);
+  const int64_t most = rt.reduce_all(data.size(), HostReduce::Max);
+  if (fewest != most)
+    throw AgreedError("--data " + opt_string(vm, "data") + ": the ranks read files of " + std::to_string(fewest) +
+                      " to " + std::to_string(most) + " tokens; every rank must read the same tokens");
   const LocalBatch mine = local_batch(batch, rt.rank, rt.world_size);
   const int64_t micro_size = mine.count / micro_batches;
   std::unique_ptr<Communicator> comm;

@@ -85,6 +85,26 @@ check 3 "holds no float element per rank for reducescatter on 3 ranks" --mode co
 mkdir -p "$WORK/taken" && touch "$WORK/taken/rank00000.h5"
 check 1 "already holds results" --mode bench $TINY --steps 1 --warmup 0 --out "$WORK/taken"
 
+# Every rank takes the same options and reads the same tokens: an MPMD launch that gives a rank
+# other options, or ranks whose working directories hold token files of other lengths (each
+# node its own copy), is refused on every rank.
+mkdir -p long short && cp tokens.bin long/ &&
+  python3 -c "import numpy as np; np.random.default_rng(1).integers(0, 100, 400, dtype=np.uint16).tofile('short/tokens.bin')"
+mpmd() {  # words, rank 0's launcher options and arguments, rank 1's (a string each)
+  timeout 60 "$MPIEXEC" --oversubscribe -np 1 $2 --out "$WORK/mpmd" : -np 1 $3 --out "$WORK/mpmd" \
+    </dev/null >"$WORK/stdout" 2>"$WORK/stderr"
+  local rc=$?
+  if [ $rc -ne 2 ] || ! grep -qF -- "$1" "$WORK/stderr" || [ -e "$WORK/mpmd" ]; then
+    echo "FAIL (mpmd): $2 : $3 -> exit $rc"; head -5 "$WORK/stderr"; failures=$((failures + 1))
+  else
+    echo "ok   (mpmd, rc=2): $(grep -m1 -F -- "$1" "$WORK/stderr" | cut -c1-110)"
+  fi
+}
+mpmd "every rank takes the same options" "$BIN --mode bench --device cpu $TINY --steps 1" \
+  "$BIN --mode bench --device cpu $TINY --steps 3"
+mpmd "the ranks read files of 400 to 4000 tokens" "--wdir $WORK/long $BIN $TRAIN --steps 1" \
+  "--wdir $WORK/short $BIN $TRAIN --steps 1"
+
 # A loss that stops being finite is the same on every rank: all stop together with exit code 2,
 # one message, and rank files that say why (kept: they hold the steps before it).
 for np in 1 2; do
