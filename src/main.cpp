@@ -49,7 +49,7 @@ po::options_description general_options() {
       "within a run, not across runs)")(
       "comm-timeout", text("600"),
       "seconds a collective may go without completing before the watchdog reports it and aborts the job "
-      "(0: no watchdog)")(
+      "(at least 1; 0: no watchdog)")(
       "device-sample-ms", text("50"),
       "read the GPU's SM clock, power, temperature and clock slowdown reasons (NVML) every N ms while each "
       "configuration is measured (train: over the run), into the rank file; rank 0 says when the clocks slowed (0: "
@@ -175,12 +175,15 @@ std::string prepare_out_dir(const Runtime& rt, const po::variables_map& vm, cons
   return dir;
 }
 
-// --comm-timeout: seconds, 0 for no watchdog.
+// --comm-timeout: seconds (at least 1), 0 for no watchdog.
 double comm_timeout_seconds(const po::variables_map& vm) {
   const double s = opt_double(vm, "comm-timeout");
   if (!(s >= 0) || s > 1e7)
     throw UsageError("--comm-timeout " + opt_string(vm, "comm-timeout") +
                      ": must be a number of seconds from 0 (no watchdog) to 1e7");
+  if (s > 0 && s < 1)  // the watchdog looks every tenth of it: sooner would call slow collectives hung
+    throw UsageError("--comm-timeout " + opt_string(vm, "comm-timeout") +
+                     ": must be 0 (no watchdog) or at least 1 second");
   return s;
 }
 
