@@ -31,6 +31,8 @@ IMPLS=${IMPLS:-naive,flash}
 WARMUP=${WARMUP:-10}
 ITERS=${ITERS:-100}
 TORCH=${TORCH:-0}
+require_flag TORCH
+[ "$TORCH" = 0 ] || require_torch
 [[ "$GRIDS" =~ ^[12](,[12])*$ ]] || { echo "$0: GRIDS must list 1 and/or 2 (the seeds' two grids), not '$GRIDS'" >&2; exit 2; }
 mkdir -p "$OUT"
 

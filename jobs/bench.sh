@@ -24,9 +24,12 @@ CONTEXTS=${CONTEXTS:-128,256,512,1024}
 PRECISIONS=${PRECISIONS:-fp32,bf16}
 WARMUP=${WARMUP:-5}
 STEPS=${STEPS:-10}
+TORCH=${TORCH:-0}
+require_flag TORCH
+[ "$TORCH" = 0 ] || require_torch
 llmhpc_run --mode bench --model "$MODELS" --context-length "$CONTEXTS" --precision "$PRECISIONS" \
   --warmup "$WARMUP" --steps "$STEPS" --phase "${PHASE:-train-step}" --out "$OUT"
-if [ "${TORCH:-0}" = 1 ]; then
+if [ "$TORCH" = 1 ]; then
   $PYTHON "$LLMHPC_ROOT/analysis/torch_baseline.py" --model "$MODELS" --context-length "$CONTEXTS" \
     --precision "$PRECISIONS" --setup "${TORCH_SETUPS:-compiled,eager}" --warmup "$WARMUP" --steps "$STEPS" \
     --out "$OUT/torch.jsonl"

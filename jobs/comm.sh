@@ -29,6 +29,7 @@ ITERS=${ITERS:-20}
 MPI_WARMUP=${MPI_WARMUP:-2}
 MPI_ITERS=${MPI_ITERS:-5}
 CHECK=${CHECK:-0}
+require_flag CHECK
 require_numbers RANKS 1
 for backend in ${BACKENDS//,/ }; do
   [[ "$backend" =~ ^(nccl|mpi)$ ]] || { echo "$0: BACKENDS must list nccl and/or mpi, not '$BACKENDS'" >&2; exit 2; }

@@ -46,8 +46,11 @@ COMM_SIZES=${COMM_SIZES:-4KB,1MB,100MB,1000MB}
 TORCH=${TORCH:-0}
 TORCH_SETUPS=${TORCH_SETUPS:-eager,compiled}
 TORCHRUN=${TORCHRUN:-torchrun --standalone --nproc_per_node $NP}
+require_flag COMM
+require_flag TORCH
+[ "$TORCH" = 0 ] || require_torch "$TORCHRUN"
 mkdir -p "$OUT"
-echo "ddp_bucketed: $NP rank(s), results in $OUT"
+echo "$JOB_NAME: $NP rank(s), results in $OUT"
 
 model=(--model "$MODELS" $SHAPE)
 sweep=(--context-length "$CONTEXTS" --batch-size "$BATCH" --precision "$PRECISIONS" --warmup "$WARMUP" --steps "$STEPS")

@@ -5,7 +5,9 @@
 #   NP           ranks, at least 1 (default: Slurm's task count in an allocation, else the job's own default, else 1)
 #   DEVICE       auto | cpu | cuda, passed as --device
 #   OUT_ROOT     where results go (default $LLMHPC_ROOT/results)
-#   OUT          this job's results folder (default $OUT_ROOT/<job name>-<Slurm job id, or the time>)
+#   OUT          this job's results folder (default $OUT_ROOT/<job name>-<Slurm job id, or the time>,
+#                with -1, -2, ... where that is taken); one that already holds files is refused,
+#                since the job's report reads everything under its OUT
 #   JOB_NAME     the job name in OUT (default Slurm's under sbatch, else the script's file name
 #                without .sh)
 #   EXTRA_ARGS   appended to the command line of the job's own llmhpc runs (e.g. a custom shape:
@@ -31,6 +33,8 @@
 #                        results (sections chosen by the modes found), printed to the job's log
 #   rank_counts          1, 2, 4, ... up to NP, and NP: the default rank counts of sweeps
 #   require_numbers N M  exit 2 unless $N is a list of whole numbers >= M (checked before any run)
+#   require_flag N       exit 2 unless $N is 0 or 1 (the jobs' switches: TORCH, COMM, SNAPSHOT, ...)
+#   require_torch [torchrun]  exit 2 unless $PYTHON imports torch (and, given, torchrun is there)
 #
 # GPUs: every job asks Slurm for one GPU per task (#SBATCH --gpus-per-task=1). On a cluster
 # without GPUs: sbatch --gpus-per-task=0 jobs/X.sh (or SBATCH_GPUS_PER_TASK=0) with DEVICE=cpu.
@@ -46,7 +50,7 @@ if [ -n "${LLMHPC_ROOT:-}" ] && [ ! -f "$LLMHPC_ROOT/jobs/env.sh" ]; then
 fi
 LLMHPC_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 LLMHPC_BIN=${LLMHPC_BIN:-$LLMHPC_ROOT/build/llmhpc}
-if [ ! -x "$LLMHPC_BIN" ]; then
+if [ ! -f "$LLMHPC_BIN" ] || [ ! -x "$LLMHPC_BIN" ]; then
   echo "jobs/env.sh: no llmhpc binary at $LLMHPC_BIN: build it first (make build, in $LLMHPC_ROOT) or set LLMHPC_BIN" >&2
   exit 2
 fi
@@ -55,8 +59,15 @@ stamp() { date +%Y%m%d-%H%M%S; }
 if [ "$(basename "$0")" = slurm_script ] && [ -n "${SLURM_JOB_NAME:-}" ]; then JOB_NAME=${JOB_NAME:-$SLURM_JOB_NAME}; fi
 JOB_NAME=${JOB_NAME:-$(basename "$0" .sh)}
 OUT_ROOT=${OUT_ROOT:-$LLMHPC_ROOT/results}
-OUT=${OUT:-$OUT_ROOT/$JOB_NAME-${SLURM_JOB_ID:-$(stamp)}}
+if [ -z "${OUT:-}" ]; then  # unique: two jobs in one second, or in one allocation, get their own
+  OUT=$OUT_ROOT/$JOB_NAME-${SLURM_JOB_ID:-$(stamp)}
+  for k in $(seq 1 1000); do [ -e "$OUT" ] || break; OUT=$OUT_ROOT/$JOB_NAME-${SLURM_JOB_ID:-$(stamp)}-$k; done
+elif [ -e "$OUT" ] && [ -n "$(ls -A "$OUT" 2>/dev/null)" ]; then
+  echo "jobs/env.sh: OUT=$OUT already holds files: give a new folder (the job's report reads everything under OUT)" >&2
+  exit 2
+fi
 PYTHON=${PYTHON:-python3}
+command -v "$PYTHON" >/dev/null || { echo "jobs/env.sh: PYTHON=$PYTHON: no such program (analysis/ needs Python 3)" >&2; exit 2; }
 DEVICE=${DEVICE:-auto}
 NP=${NP:-${SLURM_NTASKS:-1}}
 # (mpirun -np 0 would start a rank on every slot it finds)
@@ -103,6 +114,17 @@ require_numbers() {  # NAME MIN
   [[ "$value" =~ ^[0-9]+(,[0-9]+)*$ ]] || ok=0
   if [ "$ok" = 1 ]; then for n in ${value//,/ }; do [ $((10#$n)) -ge "$min" ] || ok=0; done; fi
   [ "$ok" = 1 ] || { echo "$0: $name must be whole numbers of at least $min, comma-separated, not '$value'" >&2; exit 2; }
+}
+require_flag() {  # NAME
+  [[ "${!1}" =~ ^[01]$ ]] || { echo "$0: $1 must be 1 (on) or 0 (off), not '${!1}'" >&2; exit 2; }
+}
+require_torch() {  # [TORCHRUN command]: PyTorch, and its launcher where the job uses one
+  "$PYTHON" -c "import torch" 2>/dev/null ||
+    { echo "$0: TORCH=1 needs PyTorch in $PYTHON (pip install torch), or TORCH=0" >&2; exit 2; }
+  if [ -n "${1:-}" ] && ! command -v "${1%% *}" >/dev/null; then
+    echo "$0: TORCH=1 runs PyTorch with '$1', which is not there (TORCHRUN=...), or TORCH=0" >&2
+    exit 2
+  fi
 }
 rank_counts() {
   local n=1 list=""

@@ -21,8 +21,10 @@ MODELS=${MODELS:-xl,2.7B}
 CONTEXTS=${CONTEXTS:-128,256,512,1024}
 PRECISIONS=${PRECISIONS:-fp32,bf16}
 PHASES=${PHASES:-forward,train-step}
+SNAPSHOT=${SNAPSHOT:-0}
+require_flag SNAPSHOT
 snapshot=()
-[ "${SNAPSHOT:-0}" = 1 ] && snapshot=(--snapshot "$OUT/snapshot.pickle")
+[ "$SNAPSHOT" = 1 ] && snapshot=(--snapshot "$OUT/snapshot.pickle")
 llmhpc_run --mode memory --model "$MODELS" --context-length "$CONTEXTS" --precision "$PRECISIONS" \
   --phase "$PHASES" "${snapshot[@]}" --out "$OUT"
 job_report

@@ -22,8 +22,10 @@ PRECISIONS=${PRECISIONS:-fp32}
 ATTENTIONS=${ATTENTIONS:-naive}
 WARMUP=${WARMUP:-5}
 STEPS=${STEPS:-5}
+TRACE=${TRACE:-0}
+require_flag TRACE
 trace=()
-[ "${TRACE:-0}" = 1 ] && trace=(--trace)
+[ "$TRACE" = 1 ] && trace=(--trace)
 llmhpc_run --mode profile --model "$MODELS" --context-length "$CONTEXTS" --precision "$PRECISIONS" \
   --attention "$ATTENTIONS" --warmup "$WARMUP" --steps "$STEPS" --phase train-step "${trace[@]}" --out "$OUT"
 "$PYTHON" "$LLMHPC_ROOT/analysis/kernel_profile.py" "$OUT"   # $OUT/profile_rank0.md and .png

@@ -14,14 +14,17 @@
 # step). The checkpoint is $OUT/model.h5. Five minutes before the time limit Slurm sends
 # SIGUSR1 to this script (--signal above), which hands it to the launcher (mpirun and srun pass
 # it to every rank): the ranks stop together after their step and write model.h5, and the
-# log says how to go on (INIT=results/.../model.h5 sbatch jobs/train.sh). The job then ends
-# with llmhpc's exit code, 128 + 10 for SIGUSR1, after its report.
+# log says how to go on in llmhpc's options ("go on with --init F --steps N --lr-decay-steps M":
+# INIT=F STEPS=N sbatch jobs/train.sh, with --lr-decay-steps M in EXTRA_ARGS). The job then ends
+# with llmhpc's exit code, 128 + 10 for SIGUSR1, after its report (none where llmhpc did not
+# start: its message says why).
 set -euo pipefail
 # The repository, also from the copy of this script that sbatch runs (jobs/env.sh says how).
 for r in "${LLMHPC_ROOT:-}" "${SLURM_SUBMIT_DIR:-}" "${SLURM_SUBMIT_DIR:-}/.." "$(dirname "$0")/.." ""; do [ -f "$r/jobs/env.sh" ] && break; done
 [ -n "$r" ] || { echo "$0: cannot find the llmhpc repository: set LLMHPC_ROOT, or sbatch from it" >&2; exit 2; }
 source "$r/jobs/env.sh"
-DATA=${DATA:?set DATA to a .bin (uint16) or .npy token file}
+[ -n "${DATA:-}" ] || { echo "$0: set DATA to a .bin (uint16) or .npy token file" >&2; exit 2; }
+[ -z "${MODELS:-}" ] || { echo "$0: a training job trains one model: MODEL=$MODELS, not MODELS" >&2; exit 2; }
 STEPS=${STEPS:-1000}
 SAVE_EVERY=${SAVE_EVERY:-0}
 args=(--mode train --data "$DATA" --steps "$STEPS" --out "$OUT" --save "$OUT/model.h5" --save-every "$SAVE_EVERY")
@@ -42,5 +45,6 @@ trap 'echo "$0: SIGUSR1: llmhpc stops after its step and saves $OUT/model.h5" >&
 rc=0
 wait $LLMHPC_PID || rc=$?
 while kill -0 $LLMHPC_PID 2>/dev/null; do rc=0; wait $LLMHPC_PID || rc=$?; done
-job_report  # $OUT/report.md: loss and step times, train_loss.png
+# $OUT/report.md: loss and step times, train_loss.png; none where llmhpc did not start.
+if [ -f "$OUT/rank00000.h5" ]; then job_report || { r=$?; [ $rc -ne 0 ] || rc=$r; }; fi
 exit $rc

@@ -110,6 +110,37 @@ set -e
 [ ! -e "$tmp/refused-scaling" ] || { find "$tmp/refused-scaling"; fail "scaling.sh STRONG_BATCH=4,8 wrote results"; }
 echo "ok   scaling.sh refuses STRONG_BATCH=3 on 1,2 ranks and a list of batches before running"
 
+# 3d. What env.sh checks before any run: an OUT that holds files (the report reads everything
+# under it), a switch that is neither 0 nor 1, TORCH=1 where PyTorch is not; and two jobs of one
+# name and Slurm job id (bash jobs inside one allocation) get folders of their own.
+refused() {  # words, then the job's environment and script
+  local words=$1; shift
+  set +e
+  env "$@" >"$tmp/refused.log" 2>&1
+  local rc=$?
+  set -e
+  [ $rc -eq 2 ] && grep -qF -- "$words" "$tmp/refused.log" || { cat "$tmp/refused.log"; fail "$*: exit $rc"; }
+}
+mkdir -p "$tmp/taken" && touch "$tmp/taken/old.h5"
+refused "OUT=$tmp/taken already holds files" OUT="$tmp/taken" bash "$ROOT/jobs/warmup.sh"
+[ "$(ls "$tmp/taken")" = old.h5 ] || fail "a refused OUT was written to"
+refused "TORCH must be 1 (on) or 0 (off), not 'yes'" TORCH=yes OUT_ROOT="$tmp/flags" bash "$ROOT/jobs/bench.sh"
+refused "COMM must be 1 (on) or 0 (off), not 'true'" COMM=true OUT_ROOT="$tmp/flags" bash "$ROOT/jobs/ddp_bucketed.sh"
+mkdir -p "$tmp/no-torch" && echo 'raise ImportError("not here")' >"$tmp/no-torch/torch.py"  # whether or not it is installed
+refused "TORCH=1 needs PyTorch in" TORCH=1 PYTHONPATH="$tmp/no-torch" OUT_ROOT="$tmp/flags" bash "$ROOT/jobs/bench.sh"
+[ ! -e "$tmp/flags" ] || { find "$tmp/flags"; fail "a refused switch wrote results"; }
+# train.sh whose llmhpc refuses its data: llmhpc's exit code and message, no report of nothing.
+refused "cannot open" DATA="$tmp/nope.bin" MODEL=tiny OUT_ROOT="$tmp/flags" bash "$ROOT/jobs/train.sh"
+! grep -q "report.py" "$tmp/refused.log" || { cat "$tmp/refused.log"; fail "train.sh reported a run that did not start"; }
+refused "trains one model: MODEL=tiny, not MODELS" DATA="$tmp/nope.bin" MODELS=tiny OUT_ROOT="$tmp/flags" \
+  bash "$ROOT/jobs/train.sh"
+for k in 1 2; do
+  SLURM_JOB_ID=42 OUT_ROOT="$tmp/same-id" MODELS=tiny CONTEXTS=16 PRECISIONS=fp32 WARMUP=0 STEPS=1 EXTRA_ARGS="$SHAPE" \
+    bash "$ROOT/jobs/bench.sh" >"$tmp/same-id.log" 2>&1 || { cat "$tmp/same-id.log"; fail "bench.sh with SLURM_JOB_ID=42 ($k)"; }
+done
+[ "$(ls "$tmp/same-id" | tr '\n' ' ')" = "bench-42 bench-42-1 " ] || { ls "$tmp/same-id"; fail "two jobs of one id shared a folder"; }
+echo "ok   env.sh refuses an OUT with files, a switch not 0/1, TORCH=1 without PyTorch; one id, two folders; train.sh's refusals"
+
 # 4. The other jobs on the shared env.sh: bench.sh and comm.sh as before (folders bench-<time>, comm-<time>).
 OUT_ROOT=$tmp/others MODELS=tiny PRECISIONS=fp32 EXTRA_ARGS="$SHAPE" bash "$ROOT/jobs/bench.sh" >"$tmp/bench.log" 2>&1 ||
   { cat "$tmp/bench.log"; fail "jobs/bench.sh exited non-zero"; }
