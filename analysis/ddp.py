@@ -336,7 +336,9 @@ def sharding_phases_table(g: pd.DataFrame, markdown: bool, title: str) -> str:
         vs = "-" if math.isnan(step) or math.isnan(unsharded) else f"{step / unsharded:.3f}x"
         rows.append([impl(r), bucket_cell(r), r.shard_optimizer, fmt(r.forward_mean), fmt(r.backward_mean),
                      fmt(r.comm_mean), fmt(r.optimizer_mean), fmt(r.param_comm_mean), fmt(step), vs, r.status])
-    return render(f"(g) where a sharded step goes: {title} (phase means; step: the slowest rank's)",
+    return render(f"(g) where a sharded step goes: {title} (phase means; step: the slowest rank's; Param Comm is "
+                  "what waits after the optimizer, about 0: the next forward waits for each range of parameters as "
+                  "it reaches it, so what the all-gathers did not hide is in Fwd)",
                   ["Impl", "Bucket (MiB)", "Sharding", "Fwd (ms)", "Bwd (ms)", "Grad Comm (ms)", "Opt (ms)",
                    "Param Comm (ms)", "Step (ms)", "vs unsharded", "Status"], rows, markdown)
 

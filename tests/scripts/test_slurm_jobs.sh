@@ -134,7 +134,7 @@ for r in (0, 1):
 submit ddp jobs/ddp_bucketed.sh || fail "sbatch --wait jobs/ddp_bucketed.sh: exit $? ($(cat "$tmp/ddp.sbatch.log"))"
 id=$(cut -d';' -f1 "$tmp/ddp.id")
 check_ddp "$tmp/results/llmhpc-ddp-bucketed-$id"
-grep -q "ddp_bucketed: 2 rank(s)" "$tmp"/ddp-"$id".log || fail "the job did not run 2 ranks (SLURM_NTASKS)"
+grep -q "llmhpc-ddp-bucketed: 2 rank(s)" "$tmp"/ddp-"$id".log || fail "the job did not run 2 ranks (SLURM_NTASKS)"
 echo "ok   sbatch --wait jobs/ddp_bucketed.sh -> results/llmhpc-ddp-bucketed-$id"
 
 submit comm jobs/comm.sh || fail "sbatch --wait jobs/comm.sh: exit $? ($(cat "$tmp/comm.sbatch.log"))"
