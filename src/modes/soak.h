@@ -20,11 +20,11 @@ void add_duration_option(po::options_description& desc, const std::string& count
 // seconds > 0, when `count_option` is given too, or with --warmup 0 (nothing to calibrate on).
 double duration_seconds(const po::variables_map& vm, const std::string& count_option);
 
-// The pace the timed iterations are counted from: the slowest rank's median warm-up
+// The pace the timed iterations are first counted from: the slowest rank's median warm-up
 // iteration, in seconds (`warmup` in units of `unit_s` seconds), the same on every rank.
-// Collective: one host reduction after the warm-up. Counting on the ranks' clocks during the
-// timed loop instead would need a collective at every check to stop together, inside the
-// loop it measures.
+// Collective: one host reduction after the warm-up. (Deciding on the ranks' clocks at every
+// iteration would need a collective inside the loop it measures; DurationCount agrees between
+// chunks instead.)
 double agreed_iteration_s(const Runtime& rt, const std::vector<double>& warmup, double unit_s);
 // Iterations of `iteration_s` in about `duration_s` seconds, at least 1.
 int64_t iterations_in(double duration_s, double iteration_s);
