@@ -534,7 +534,8 @@ class Run:
 
 def open_run(directory: str, live: bool = False) -> Run:
     """Reads every rankNNNNN.h5 in `directory`. Raises SchemaError when there is none, when a file
-    is not an llmhpc rank file, or when its schema_version is unknown, or when the files are of different runs. Says once on stderr when ranks have no file.
+    is not an llmhpc rank file, when its schema_version is unknown, or when the files are of different
+    runs (run_id; argv for files without one). Says once on stderr when ranks have no file.
     A run whose ranks were killed reads like any other: its finished configurations as written, the
     one being measured as "interrupted" (live=True: "running", for a run still going), Run.complete
     False. Leftover rankNNNNN.h5.tmp files (a change a kill interrupted) are ignored."""
