@@ -95,8 +95,7 @@ def other_precisions(summary: pd.DataFrame) -> list:
 def speedup_table(summary: pd.DataFrame, other: str = "bf16", decimals: int = 2) -> str:
     """fp32 against `other` for every configuration measured in both (the seeds' mixed-precision
     table): mean ms of each timed phase and the speed-up fp32 / other."""
-    keys = [k for k in (*SHAPE_KEYS, "context_length", "batch_size", "attention", "phase", "cuda_graph", "warmup",
-                        "steps")]
+    keys = [k for k in CONFIG_KEYS if k != "precision"]
     ok = summary[summary["status"] == "ok"]
     by_run = repeated_across_runs(ok, keys + ["precision"])
     if by_run:  # the same configuration in several runs: each run's fp32 against its own bf16

@@ -61,7 +61,8 @@ JOB_NAME=${JOB_NAME:-$(basename "$0" .sh)}
 OUT_ROOT=${OUT_ROOT:-$LLMHPC_ROOT/results}
 if [ -z "${OUT:-}" ]; then  # unique: two jobs in one second, or in one allocation, get their own
   OUT=$OUT_ROOT/$JOB_NAME-${SLURM_JOB_ID:-$(stamp)}
-  for k in $(seq 1 1000); do [ -e "$OUT" ] || break; OUT=$OUT_ROOT/$JOB_NAME-${SLURM_JOB_ID:-$(stamp)}-$k; done
+  out_base=$OUT taken=0
+  while [ -e "$OUT" ]; do taken=$((taken + 1)) && OUT=$out_base-$taken; done
 elif [ -e "$OUT" ] && [ -n "$(ls -A "$OUT" 2>/dev/null)" ]; then
   echo "jobs/env.sh: OUT=$OUT already holds files: give a new folder (the job's report reads everything under OUT)" >&2
   exit 2

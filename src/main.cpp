@@ -273,7 +273,7 @@ int run(Runtime& rt, int argc, char** argv, bool& in_mode) {
   info.device_name = backend.device->name();
   info.backend = resolve_backend(vm, backend.device->kind());
   info.argv = command_line(argc, argv);
-  info.config_json = options_json(vm);
+  info.config_json = options;
   info.start_time = utc_timestamp();
   // One name for the run on every rank, so a reader can tell rank files of different runs apart.
   info.run_id =

@@ -78,7 +78,7 @@ CommSettings settings(const po::variables_map& vm) {
   if (s.iters > kMaxIters)  // every timed iteration's time is kept, several arrays of them
     throw UsageError("--iters " + opt_string(vm, "iters") + ": at most " + std::to_string(kMaxIters) +
                      " (each iteration's time is kept); for a long run, --duration-s");
-  if (opt_nonnegative(vm, "warmup") > kMaxIters)
+  if (s.warmup > kMaxIters)
     throw UsageError("--warmup " + opt_string(vm, "warmup") + ": at most " + std::to_string(kMaxIters));
   s.duration_s = duration_seconds(vm, "iters");
   s.check = opt_flag(vm, "check");
@@ -249,7 +249,7 @@ void run(ModeContext& ctx) {
           DurationCount count(rt, s.duration_s, s.iters, pace_s, s.duration_s > 0 ? 10000 : s.iters);
           std::vector<double> times;
           reserve_touched(times, size_t(count.total()));
-          MemorySamples memory(size_t(count.total() / count.next_chunk(0) + 1));
+          MemorySamples memory(size_t(count.chunks_left(0)));
           Progress progress(rt, count.total(), "iterations");
           for (int64_t done = 0; done < count.total();) {
             const std::vector<double> part = time_call(*comm, call, count.next_chunk(done), Timing::PerOperation);
@@ -258,8 +258,7 @@ void run(ModeContext& ctx) {
             memory.take(done - 1, dev);  // between chunks: outside the timed operations
             count.after_chunk(done);
             reserve_touched(times, size_t(count.total()));
-            memory.expect(memory.size() +
-                          size_t((count.total() - done) / std::max<int64_t>(1, count.next_chunk(done))) + 1);
+            memory.expect(memory.size() + size_t(count.chunks_left(done)));
             progress.update(done, count.total());
           }
           if (s.duration_s > 0) rec.attr("iters", int64_t(times.size()));

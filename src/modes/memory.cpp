@@ -8,7 +8,6 @@
 // and overall, what the peak is made of (memory_categories()), the largest allocations and
 // the bytes of one residual-stream activation. Rank 0 prints the seeds' tables; --snapshot
 // writes the trace as the snapshot pytorch.org/memory_viz opens (src/io/memory_snapshot.h).
-#include <cstdio>
 #include <map>
 
 #include "src/core/units.h"
@@ -164,16 +163,8 @@ void run(ModeContext& ctx) {
 
   check_cases_run(ctx, std::vector<ModelCase>(cases.begin(), cases.end()));
   collective_check(ctx.rt, [&] {
-    if (!snapshot.empty() && ctx.rt.is_root()) {  // can the first file be written?
-      check_output_file("--snapshot", snapshot);  // the name given, then each configuration's
-      for (const MemoryCase& c : cases)
-        check_output_file("--snapshot", snapshot_path(snapshot, c.label(), cases.size() > 1));
-      const std::string probe = snapshot_path(snapshot, cases.front().label(), cases.size() > 1) + ".tmp";
-      std::FILE* f = std::fopen(probe.c_str(), "wb");
-      if (!f) throw UsageError("--snapshot: cannot write " + probe + " (does its directory exist?)");
-      std::fclose(f);
-      std::remove(probe.c_str());
-    }
+    // Rank 0 writes the snapshots, one per configuration, beside the name given.
+    if (!snapshot.empty() && ctx.rt.is_root()) check_output_file("--snapshot", snapshot);
   });
 
   log_root(ctx.rt, "memory: %zu configuration(s), %lld warm-up step(s) before the traced one, %d rank(s) on %s%s%s\n",

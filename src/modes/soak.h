@@ -42,6 +42,8 @@ class DurationCount {
   int64_t total() const { return total_; }
   // The iterations of the next chunk, after `done` of them.
   int64_t next_chunk(int64_t done) const { return std::min(chunk_, total_ - done); }
+  // The chunks after `done` iterations, as aimed now (a memory sample is taken after each).
+  int64_t chunks_left(int64_t done) const { return (total_ - done + chunk_ - 1) / chunk_; }
   // After a chunk: re-aims total() (with --duration-s; collective). `done` iterations so far.
   void after_chunk(int64_t done);
 
@@ -59,9 +61,10 @@ std::string timed_text(double duration_s, int64_t count, const std::string& what
 // resident set alone, so the run's own records do not read as a leak. Keeps what v holds.
 template <class T>
 void reserve_touched(std::vector<T>& v, size_t n) {
+  if (n <= v.capacity()) return;  // its pages were written when the room was made
   const size_t held = v.size();
-  if (n > v.capacity()) v.reserve(n + n / 4);  // re-aimed counts grow a little: room to spare
-  v.resize(std::max(n, held));
+  v.reserve(v.capacity() == 0 ? n : n + n / 4);  // a re-aimed count grows a little: room to spare
+  v.resize(v.capacity());
   v.resize(held);  // keeps the capacity
 }
 
