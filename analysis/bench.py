@@ -26,11 +26,12 @@ from plotting import plain_log_y, ticks_at  # noqa: E402
 
 # Columns that appear only when their value differs between rows: (summary column, header).
 VARYING_COLUMNS = (("context_length", "Context"), ("batch_size", "Batch"), ("precision", "Precision"),
+                   ("grad_dtype", "Gradients"),
                    ("attention", "Attention"), ("phase", "Phase"), ("cuda_graph", "CUDA graph"), ("warmup", "Warm-up"),
                    ("steps", "Steps"))
 SHAPE_KEYS = ("model", "d_model", "d_ff", "num_layers", "num_heads", "vocab_size")
-CONFIG_KEYS = (*SHAPE_KEYS, "context_length", "batch_size", "precision", "attention", "phase", "cuda_graph", "warmup",
-               "steps")  # what makes a row one configuration
+CONFIG_KEYS = (*SHAPE_KEYS, "context_length", "batch_size", "precision", "grad_dtype", "attention", "phase", "cuda_graph",
+               "warmup", "steps")  # what makes a row one configuration
 SHORT = {"forward": "Fwd", "backward": "Bwd", "optimizer": "Opt", "step": "Total"}
 GIB = float(1 << 30)
 

@@ -62,10 +62,10 @@ from plotting import legend_above  # noqa: E402
 
 STRATEGIES = ("none", "naive", "flat", "overlap", "bucketed")  # the order of the rows
 SETUP_KEYS = ("model", "d_model", "d_ff", "num_layers", "num_heads", "vocab_size", "context_length", "batch_size",
-              "local_batch_size", "world_size", "precision", "attention", "low_memory")
+              "local_batch_size", "world_size", "precision", "grad_dtype", "attention", "low_memory")
 # Setups in this order: smaller models first, then context, batch, ranks, precision.
 SETUP_ORDER = ("d_model", "num_layers", "d_ff", "num_heads", "vocab_size", "context_length", "batch_size", "world_size",
-               "precision", "attention", "low_memory")
+               "precision", "grad_dtype", "attention", "low_memory")
 # What a PyTorch record must share with a setup to be compared with it.
 MATCH_KEYS = ("d_model", "d_ff", "num_layers", "num_heads", "vocab_size", "context_length", "batch_size", "world_size",
               "precision")
@@ -118,7 +118,8 @@ def setup_title(s: dict) -> str:
     model = s["model"] if s["model"] != "custom" else \
         f"d{s['d_model']}_ff{s['d_ff']}_L{s['num_layers']}_H{s['num_heads']}"
     return (f"{model}, context {s['context_length']}, global batch {s['batch_size']} ({s['local_batch_size']} per "
-            f"rank), {s['world_size']} ranks, {s['precision']}, {s['attention']} attention"
+            f"rank), {s['world_size']} ranks, {s['precision']}"
+            + (", bf16 gradients" if s.get("grad_dtype") == "bf16" else "") + f", {s['attention']} attention"
             + (", low memory" if s["low_memory"] else ""))
 
 

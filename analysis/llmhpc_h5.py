@@ -53,12 +53,13 @@ CHUNK_ROWS = 1 << 20
 BENCH_PHASES = ("forward", "backward", "optimizer", "step")
 # Attributes that identify one bench configuration (the rest describe the run or its result).
 BENCH_CONFIG_KEYS = ("model", "d_model", "d_ff", "num_layers", "num_heads", "vocab_size", "context_length",
-                     "batch_size", "precision", "attention", "phase", "cuda_graph", "warmup", "steps")
+                     "batch_size", "precision", "grad_dtype", "attention", "phase", "cuda_graph", "warmup", "steps")
 # Per-step arrays of a ddp record; "comm" is the communication backward did not hide.
 DDP_PHASES = ("forward", "backward", "comm", "optimizer", "param_comm", "step")
 # Attributes that identify one ddp configuration (batch_size is the global batch).
 DDP_CONFIG_KEYS = ("model", "d_model", "d_ff", "num_layers", "num_heads", "vocab_size", "context_length",
-                   "batch_size", "local_batch_size", "world_size", "precision", "attention", "low_memory", "ddp",
+                   "batch_size", "local_batch_size", "world_size", "precision", "grad_dtype", "attention", "low_memory",
+                   "ddp",
                    "bucket_mb", "shard_optimizer", "backend", "warmup", "steps")
 # Results of a ddp configuration that are the same on every rank (taken from the first rank that has them).
 DDP_RESULT_KEYS = ("num_params", "buckets", "collectives_per_step", "comm_bytes_per_step",
@@ -67,6 +68,11 @@ DDP_RESULT_KEYS = ("num_params", "buckets", "collectives_per_step", "comm_bytes_
 DDP_MEMORY_KEYS = ("memory_after_init_bytes", "memory_before_optimizer_bytes", "memory_after_optimizer_bytes",
                    "peak_memory_bytes", "memory_after_optimizer_optimizer_bytes")
 MIB = float(1 << 20)
+
+
+def grad_dtype(attrs) -> str:
+    """What backward wrote the gradients in (--grad-dtype); files from before it: the master weights' dtype."""
+    return attrs.get("grad_dtype") or ("fp64" if attrs.get("precision") == "fp64" else "fp32")
 # Mode profile: the activity kinds (the `kind` column of /profile_kernels/<label>) and the categories,
 # in the order of kernels/profiler.h.
 PROFILE_KINDS = ("kernel", "memcpy", "memset", "op")
@@ -414,6 +420,7 @@ class Run:
             first = recs[0]
             row = {key: first.attrs.get(key) for key in BENCH_CONFIG_KEYS}
             row["cuda_graph"] = row["cuda_graph"] or 0  # files from before --cuda-graph existed
+            row["grad_dtype"] = grad_dtype(first.attrs)
             row["name"] = name
             row["status"] = _pooled_status(recs)
             row["ranks"] = len(recs)
@@ -445,6 +452,7 @@ class Run:
             ok = [r for r in recs if r.ok]
             row = {key: first.attrs.get(key) for key in DDP_CONFIG_KEYS}
             row["shard_optimizer"] = row["shard_optimizer"] or "none"  # files from before sharding existed
+            row["grad_dtype"] = grad_dtype(first.attrs)
             if first.attrs.get("share_weights") == "bf16":  # what travelled: one label per kind in the tables
                 row["shard_optimizer"] += " bf16"
             row["collective_engine"] = first.attrs.get("collective_engine", "sm")  # files from before it existed

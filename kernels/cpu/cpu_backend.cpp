@@ -345,18 +345,39 @@ class CpuOps final : public Ops {
   void adamw_step(Tensor p, Tensor g, Tensor m, Tensor v, Tensor p_lowp, const std::vector<AdamWSlice>& slices,
                   const AdamWHyper& h, int64_t step) override {
     check_adamw_slices(p, g, m, v, p_lowp, slices);
-    same_dtype("adamw_step", {&p, &g, &m, &v});
-    dispatch("adamw_step", p, [&](auto T) {
-      using E = decltype(T);
-      for (const AdamWSlice& s : slices)
-        cpu::adamw_step(p.ptr<E>() + s.at, g.ptr<E>() + s.at, m.ptr<E>() + s.state_at, v.ptr<E>() + s.state_at, s.size,
-                        h.lr, h.beta1, h.beta2, h.eps, h.weight_decay, h.grad_scale, step);
-    });
+    if (g.dtype == DType::BF16) {  // bf16 gradients (--grad-dtype bf16): each slice widened (exact)
+      same_dtype("adamw_step", {&p, &m, &v});
+      expect(p.dtype == DType::F32, "adamw_step", "bf16 gradients update fp32 parameters");
+      for (const AdamWSlice& s : slices) {
+        std::vector<float> wide(size_t(s.size));
+        convert(Tensor(wide.data(), DType::F32, {s.size}), g.slice(s.at, {s.size}));
+        cpu::adamw_step(p.ptr<float>() + s.at, wide.data(), m.ptr<float>() + s.state_at, v.ptr<float>() + s.state_at,
+                        s.size, h.lr, h.beta1, h.beta2, h.eps, h.weight_decay, h.grad_scale, step);
+      }
+    } else {
+      same_dtype("adamw_step", {&p, &g, &m, &v});
+      dispatch("adamw_step", p, [&](auto T) {
+        using E = decltype(T);
+        for (const AdamWSlice& s : slices)
+          cpu::adamw_step(p.ptr<E>() + s.at, g.ptr<E>() + s.at, m.ptr<E>() + s.state_at, v.ptr<E>() + s.state_at,
+                          s.size, h.lr, h.beta1, h.beta2, h.eps, h.weight_decay, h.grad_scale, step);
+      });
+    }
     if (!p_lowp.empty())
       for (const AdamWSlice& s : slices) convert(p_lowp.slice(s.at, {s.size}), p.slice(s.at, {s.size}));
   }
   void sum_of_squares(Tensor out, Tensor x, const std::vector<Span>& spans) override {
     check_sum_of_squares(out, x, spans);
+    if (x.dtype == DType::BF16) {  // bf16 gradients: each span widened (exact), summed as fp32
+      double sum = 0;
+      for (const Span& s : spans) {
+        std::vector<float> wide(size_t(s.size));
+        convert(Tensor(wide.data(), DType::F32, {s.size}), x.slice(s.at, {s.size}));
+        sum += cpu::sum_of_squares(wide.data(), {{0, s.size}});
+      }
+      *out.ptr<double>() = sum;
+      return;
+    }
     dispatch("sum_of_squares", x, [&](auto T) {
       using E = decltype(T);
       *out.ptr<double>() = cpu::sum_of_squares(x.ptr<E>(), spans);

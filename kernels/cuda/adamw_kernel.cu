@@ -1,5 +1,6 @@
 // The fused AdamW step: one pass over the flat parameters (read p, g, m, v; write p, m, v
-// and the bf16 copy), so its time is bounded by bytes over memory bandwidth.
+// and the bf16 copy), so its time is bounded by bytes over memory bandwidth. The gradients
+// are fp32, or bf16 (--grad-dtype bf16), widened as they are read.
 #include <cmath>
 
 #include "kernels/cuda/common.cuh"
@@ -42,8 +43,8 @@ struct SliceTable {
 // element by element. A thread's packs only increase, so it finds each one's slice by moving a
 // cursor forward.
 // Shapes: p, g, lowp and m, v flat; slices inside them, starts multiples of kPack.
-template <int kPack, bool kLowp>
-__global__ void adamw_kernel(float* p, const float* g, float* m, float* v, bf16* lowp, AdamWConstants k, SliceTable t) {
+template <class G, int kPack, bool kLowp>
+__global__ void adamw_kernel(float* p, const G* g, float* m, float* v, bf16* lowp, AdamWConstants k, SliceTable t) {
   const int64_t stride = int64_t(gridDim.x) * blockDim.x;
   int s = 0;
   for (int64_t pack = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; pack < t.packs_end[t.count - 1]; pack += stride) {
@@ -52,9 +53,9 @@ __global__ void adamw_kernel(float* p, const float* g, float* m, float* v, bf16*
     const int64_t i = t.at[s] + first, j = t.state_at[s] + first;
     if (first + kPack <= t.size[s]) {
       Pack<float, kPack> pp = load_pack<kPack>(p + i), mm = load_pack<kPack>(m + j), vv = load_pack<kPack>(v + j);
-      const Pack<float, kPack> gg = load_pack<kPack>(g + i);
+      const Pack<G, kPack> gg = load_pack<kPack>(g + i);
 #pragma unroll
-      for (int e = 0; e < kPack; ++e) adamw_update(pp.v[e], gg.v[e], mm.v[e], vv.v[e], k);
+      for (int e = 0; e < kPack; ++e) adamw_update(pp.v[e], to_float(gg.v[e]), mm.v[e], vv.v[e], k);
       store_pack<kPack>(p + i, pp);
       store_pack<kPack>(m + j, mm);
       store_pack<kPack>(v + j, vv);
@@ -67,7 +68,7 @@ __global__ void adamw_kernel(float* p, const float* g, float* m, float* v, bf16*
     } else {
       for (int64_t e = 0; e < t.size[s] - first; ++e) {
         float pi = p[i + e], mi = m[j + e], vi = v[j + e];
-        adamw_update(pi, g[i + e], mi, vi, k);
+        adamw_update(pi, to_float(g[i + e]), mi, vi, k);
         p[i + e] = pi;
         m[j + e] = mi;
         v[j + e] = vi;
@@ -77,16 +78,16 @@ __global__ void adamw_kernel(float* p, const float* g, float* m, float* v, bf16*
   }
 }
 
-template <int kPack, bool kLowp>
+template <class G, int kPack, bool kLowp>
 void launch(Tensor p, Tensor g, Tensor m, Tensor v, Tensor lowp, const SliceTable& t, const AdamWConstants& k,
             cudaStream_t stream) {
-  adamw_kernel<kPack, kLowp><<<blocks_for(t.packs_end[t.count - 1], 256), 256, 0, stream>>>(
-      p.ptr<float>(), g.ptr<float>(), m.ptr<float>(), v.ptr<float>(), kLowp ? lowp.ptr<bf16>() : nullptr, k, t);
+  adamw_kernel<G, kPack, kLowp><<<blocks_for(t.packs_end[t.count - 1], 256), 256, 0, stream>>>(
+      p.ptr<float>(), g.ptr<G>(), m.ptr<float>(), v.ptr<float>(), kLowp ? lowp.ptr<bf16>() : nullptr, k, t);
   CUDA_CHECK_LAUNCH();
 }
 
 // The launches of one kPack: kMaxSlices non-empty slices at a time.
-template <int kPack, bool kLowp>
+template <class G, int kPack, bool kLowp>
 void launch_all(Tensor p, Tensor g, Tensor m, Tensor v, Tensor lowp, const std::vector<AdamWSlice>& slices,
                 const AdamWConstants& k, cudaStream_t stream) {
   SliceTable t;
@@ -101,7 +102,7 @@ void launch_all(Tensor p, Tensor g, Tensor m, Tensor v, Tensor lowp, const std::
       t.packs_end[t.count++] = packs;
     }
     if (t.count > 0 && (t.count == kMaxSlices || i + 1 == slices.size())) {
-      launch<kPack, kLowp>(p, g, m, v, lowp, t, k, stream);
+      launch<G, kPack, kLowp>(p, g, m, v, lowp, t, k, stream);
       t.count = 0;
       packs = 0;
     }
@@ -112,7 +113,8 @@ void launch_all(Tensor p, Tensor g, Tensor m, Tensor v, Tensor lowp, const std::
 
 void adamw_step(Tensor p, Tensor g, Tensor m, Tensor v, Tensor lowp, const std::vector<AdamWSlice>& slices,
                 const AdamWHyper& h, int64_t step, cudaStream_t stream) {
-  for (const Tensor* t : {&p, &g, &m, &v}) require_dtype("adamw_step", *t, DType::F32, "param, grad, m and v");
+  for (const Tensor* t : {&p, &m, &v}) require_dtype("adamw_step", *t, DType::F32, "param, m and v");
+  if (g.dtype != DType::BF16) require_dtype("adamw_step", g, DType::F32, "grad (or bf16)");
   const double bc1 = 1.0 - std::pow(h.beta1, double(step));
   const double bc2_sqrt = std::sqrt(1.0 - std::pow(h.beta2, double(step)));
   const AdamWConstants k{float(1.0 - h.lr * h.weight_decay),
@@ -126,10 +128,13 @@ void adamw_step(Tensor p, Tensor g, Tensor m, Tensor v, Tensor lowp, const std::
   const bool fused_lowp = !lowp.empty() && lowp.dtype == DType::BF16;
   bool vector = aligned_to(16, {p.data, g.data, m.data, v.data}) && (!fused_lowp || aligned_to(8, {lowp.data}));
   for (const AdamWSlice& s : slices) vector = vector && s.at % 4 == 0 && s.state_at % 4 == 0;
-  if (vector && fused_lowp) launch_all<4, true>(p, g, m, v, lowp, slices, k, stream);
-  else if (vector) launch_all<4, false>(p, g, m, v, lowp, slices, k, stream);
-  else if (fused_lowp) launch_all<1, true>(p, g, m, v, lowp, slices, k, stream);
-  else launch_all<1, false>(p, g, m, v, lowp, slices, k, stream);
+  dispatch_float("adamw_step", g.dtype, [&](auto gt) {
+    using G = decltype(gt);
+    if (vector && fused_lowp) launch_all<G, 4, true>(p, g, m, v, lowp, slices, k, stream);
+    else if (vector) launch_all<G, 4, false>(p, g, m, v, lowp, slices, k, stream);
+    else if (fused_lowp) launch_all<G, 1, true>(p, g, m, v, lowp, slices, k, stream);
+    else launch_all<G, 1, false>(p, g, m, v, lowp, slices, k, stream);
+  });
   if (!lowp.empty() && !fused_lowp)
     for (const AdamWSlice& s : slices) convert(lowp.slice(s.at, {s.size}), p.slice(s.at, {s.size}), stream);
 }

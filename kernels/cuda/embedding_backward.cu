@@ -18,9 +18,9 @@ __global__ void iota_kernel(int32_t* v, int64_t n) {
 // position s (blocks inside a run exit at once): it sums the run's rows in order, column by
 // column, and adds the sum to the token's row. Runs never share a row of dwte, so there
 // are no atomics and the result does not depend on scheduling.
-// Shapes: dwte (V,C) fp32, dout (N,C), sorted_tokens and sorted_rows (N) int32.
-template <class G>
-__global__ void embedding_backward_kernel(float* dwte, const G* dout, const int32_t* sorted_tokens,
+// Shapes: dwte (V,C) fp32 or bf16, dout (N,C), sorted_tokens and sorted_rows (N) int32.
+template <class W, class G>
+__global__ void embedding_backward_kernel(W* dwte, const G* dout, const int32_t* sorted_tokens,
                                           const int32_t* sorted_rows, int64_t N, int64_t C) {
   const int64_t start = blockIdx.x;
   const int32_t token = sorted_tokens[start];
@@ -30,7 +30,8 @@ __global__ void embedding_backward_kernel(float* dwte, const G* dout, const int3
   for (int64_t c = threadIdx.x; c < C; c += blockDim.x) {
     float sum = 0.f;
     for (int64_t k = start; k < end; ++k) sum += to_float(dout[int64_t(sorted_rows[k]) * C + c]);
-    dwte[int64_t(token) * C + c] += sum;
+    W& out = dwte[int64_t(token) * C + c];
+    out = from_float<W>(to_float(out) + sum);
   }
 }
 
@@ -38,7 +39,7 @@ __global__ void embedding_backward_kernel(float* dwte, const G* dout, const int3
 
 void embedding_backward(Tensor dwte, Tensor dout, Tensor tokens, int64_t N, int64_t C, Allocator& scratch,
                         cudaStream_t stream) {
-  require_dtype("embedding_backward", dwte, DType::F32, "dwte");
+  if (dwte.dtype != DType::BF16) require_dtype("embedding_backward", dwte, DType::F32, "dwte (or bf16)");
   if (N == 0) return;
   LLMHPC_CHECK(N < (int64_t(1) << 31), "embedding_backward: more rows than int32 sort indices");
   const int64_t V = dwte.dim(0);
@@ -61,11 +62,14 @@ void embedding_backward(Tensor dwte, Tensor dout, Tensor tokens, int64_t N, int6
   CUDA_CHECK_LAUNCH();
   CUDA_CHECK(cub::DeviceRadixSort::SortPairs(temp, temp_bytes, keys_in, keys_out, rows_in, rows_out, int(N), 0, end_bit,
                                              stream));
-  dispatch_float("embedding_backward", dout.dtype, [&](auto g) {
-    using G = decltype(g);
-    embedding_backward_kernel<<<int(N), threads_for_row(C, 256), 0, stream>>>(dwte.ptr<float>(), dout.ptr<G>(),
-                                                                              keys_out, rows_out, N, C);
-    CUDA_CHECK_LAUNCH();
+  dispatch_float("embedding_backward", dwte.dtype, [&](auto w) {
+    dispatch_float("embedding_backward", dout.dtype, [&](auto g) {
+      using W = decltype(w);
+      using G = decltype(g);
+      embedding_backward_kernel<<<int(N), threads_for_row(C, 256), 0, stream>>>(dwte.ptr<W>(), dout.ptr<G>(), keys_out,
+                                                                                rows_out, N, C);
+      CUDA_CHECK_LAUNCH();
+    });
   });
 }
 

@@ -105,7 +105,8 @@ __global__ void rmsnorm_backward_kernel(DX* dx, bf16* dx_copy, float* partial_dw
 // Purpose: dw (C) = (or +=) sum over b of partial (blocks, C), in a fixed order.
 // Algorithm: a block of 32 x 8 threads per 32 columns; threadIdx.y strides over the
 // partial rows, then the 8 sums of each column are added in order through shared memory.
-__global__ void sum_partials_kernel(float* dw, const float* partial, int blocks, int64_t C, bool accumulate) {
+template <class W>
+__global__ void sum_partials_kernel(W* dw, const float* partial, int blocks, int64_t C, bool accumulate) {
   __shared__ float sums[8][33];
   const int64_t c = int64_t(blockIdx.x) * 32 + threadIdx.x;
   float s = 0.f;
@@ -116,7 +117,7 @@ __global__ void sum_partials_kernel(float* dw, const float* partial, int blocks,
   if (threadIdx.y == 0 && c < C) {
     float total = 0.f;
     for (int y = 0; y < 8; ++y) total += sums[y][threadIdx.x];
-    dw[c] = accumulate ? dw[c] + total : total;
+    dw[c] = from_float<W>(accumulate ? to_float(dw[c]) + total : total);
   }
 }
 
@@ -160,9 +161,12 @@ void launch_backward(Tensor dx, Tensor dw, Tensor dout, Tensor x, Tensor w, Tens
                                                     partial.tensor().ptr<float>(), dout.ptr<G>(), x.ptr<X>(),
                                                     w.ptr<float>(), rstd.ptr<float>(), N, C);
   CUDA_CHECK_LAUNCH();
-  sum_partials_kernel<<<ceil_div(C, 32), dim3(32, 8), 0, stream>>>(dw.ptr<float>(), partial.tensor().ptr<float>(),
-                                                                   blocks, C, accumulate);
-  CUDA_CHECK_LAUNCH();
+  dispatch_float("rmsnorm_backward", dw.dtype, [&](auto w_type) {
+    using W = decltype(w_type);
+    sum_partials_kernel<W><<<ceil_div(C, 32), dim3(32, 8), 0, stream>>>(dw.ptr<W>(), partial.tensor().ptr<float>(),
+                                                                        blocks, C, accumulate);
+    CUDA_CHECK_LAUNCH();
+  });
 }
 
 }  // namespace
@@ -192,7 +196,7 @@ void rmsnorm_forward(Tensor x_out, Tensor out, Tensor rstd, Tensor x, Tensor del
 void rmsnorm_backward(Tensor dx, Tensor dw, Tensor dout, Tensor x, Tensor w, Tensor rstd, Tensor dx_copy, int64_t N,
                       int64_t C, bool accumulate, int multiprocessors, Allocator& scratch, cudaStream_t stream) {
   const char* op = "rmsnorm_backward";
-  require_dtype(op, dw, DType::F32, "dw");
+  if (dw.dtype != DType::BF16) require_dtype(op, dw, DType::F32, "dw (or bf16)");
   if (!dx_copy.empty()) require_dtype(op, dx_copy, DType::BF16, "dx_copy");
   require_dtype(op, w, DType::F32, "the gain w");
   require_dtype(op, rstd, DType::F32, "rstd");

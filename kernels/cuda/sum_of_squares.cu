@@ -17,6 +17,10 @@ struct SpanTable {
   int count = 0;
 };
 
+__device__ __forceinline__ double wide(float x) { return x; }
+__device__ __forceinline__ double wide(double x) { return x; }
+__device__ __forceinline__ double wide(bf16 x) { return __bfloat162float(x); }
+
 // The sum over the block, in thread 0: warps by a fixed butterfly, then the warps' sums.
 __device__ double block_sum_fixed(double v) {
   __shared__ double warp_sums[kThreads / 32];
@@ -40,15 +44,14 @@ __global__ void __launch_bounds__(kThreads) partial_sums_kernel(const T* x, Span
     const int64_t n = t.size[s];
     int64_t i = int64_t(blockIdx.x) * kThreads + threadIdx.x;
     for (; i + 3 * stride < n; i += 4 * stride) {
-      const double a = double(p[i]), b = double(p[i + stride]), c = double(p[i + 2 * stride]),
-                   d = double(p[i + 3 * stride]);
+      const double a = wide(p[i]), b = wide(p[i + stride]), c = wide(p[i + 2 * stride]), d = wide(p[i + 3 * stride]);
       s0 += a * a;
       s1 += b * b;
       s2 += c * c;
       s3 += d * d;
     }
     for (; i < n; i += stride) {
-      const double a = double(p[i]);
+      const double a = wide(p[i]);
       s0 += a * a;
     }
   }
@@ -83,7 +86,9 @@ void sum_of_squares(Tensor out, Tensor x, const std::vector<Span>& spans, Alloca
       partial_sums_kernel<float><<<kBlocks, kThreads, 0, stream>>>(x.ptr<float>(), tables[k], block_sums);
     else if (x.dtype == DType::F64)
       partial_sums_kernel<double><<<kBlocks, kThreads, 0, stream>>>(x.ptr<double>(), tables[k], block_sums);
-    else require_dtype("sum_of_squares", x, DType::F32, "x (fp32 or fp64)");
+    else if (x.dtype == DType::BF16)
+      partial_sums_kernel<bf16><<<kBlocks, kThreads, 0, stream>>>(x.ptr<bf16>(), tables[k], block_sums);
+    else require_dtype("sum_of_squares", x, DType::F32, "x (fp32, fp64 or bf16)");
     CUDA_CHECK_LAUNCH();
   }
   final_sum_kernel<<<1, kThreads, 0, stream>>>(part, int64_t(tables.size()) * kBlocks, out.ptr<double>());

@@ -18,7 +18,8 @@
 #             all-gathers the bf16 copy after it; COMPUTE_ENGINE, default sm, e.g. sm,copy: the
 #             gradients (and zero1's bf16 copy) through the copy engines, the log then counting
 #             NCCL's "Init CE" lines), once per NCCL_MAX_CTAS in CTAS (default
-#             "default 16 8 4": fewer SMs for NCCL) and per --gemm-sm-margin in MARGINS (default 0);
+#             "default 16 8 4": fewer SMs for NCCL), per --gemm-sm-margin in MARGINS (default 0) and
+#             per --grad-dtype in COMPUTE_GRAD_DTYPE (default same, e.g. "same bf16": one run each);
 #             MIN_CTAS=N sets NCCL_MIN_CTAS to N instead of 1 (NCCL then uses exactly N);
 #             meanwhile nvidia-smi samples clocks, power and throttle reasons of both GPUs every
 #             250 ms into compute-smi.csv (is the step slower with the all-reduce beside it
@@ -95,9 +96,12 @@ if has compute; then
   for ctas in $CTAS; do
     if [ "$ctas" = default ]; then unset NCCL_MAX_CTAS NCCL_MIN_CTAS; else export NCCL_MAX_CTAS=$ctas NCCL_MIN_CTAS=${MIN_CTAS:-1}; fi
     for margin in $MARGINS; do
-      ddp "compute-ctas-$ctas-sm$margin" --model xl --context-length 1024 --batch-size 8 --precision bf16 \
-        --attention flash --ddp none,bucketed --bucket-mb ${COMPUTE_BUCKET_MB:-25,100} --warmup 3 --steps 10 \
-        --shard-optimizer ${COMPUTE_SHARD:-none} --collective-engine ${COMPUTE_ENGINE:-sm} --gemm-sm-margin "$margin"
+      for grads in ${COMPUTE_GRAD_DTYPE:-same}; do
+        ddp "compute-ctas-$ctas-sm$margin$([ "$grads" = same ] || echo "-grads-$grads")" --model xl \
+          --context-length 1024 --batch-size 8 --precision bf16 --attention flash --ddp none,bucketed \
+          --bucket-mb ${COMPUTE_BUCKET_MB:-25,100} --warmup 3 --steps 10 --shard-optimizer ${COMPUTE_SHARD:-none} \
+          --collective-engine ${COMPUTE_ENGINE:-sm} --gemm-sm-margin "$margin" --grad-dtype "$grads"
+      done
     done
   done
   unset NCCL_MAX_CTAS NCCL_MIN_CTAS

@@ -25,6 +25,21 @@ DType compute_dtype(Precision p) {
   return p == Precision::BF16 ? DType::BF16 : p == Precision::FP64 ? DType::F64 : DType::F32;
 }
 
+GradientDType parse_gradient_dtype(const std::string& text) {
+  require_choice(text, {"same", "bf16"}, "grad-dtype");
+  return text == "bf16" ? GradientDType::BF16 : GradientDType::Master;
+}
+
+DType gradient_dtype(Precision p, GradientDType g) {
+  if (g == GradientDType::Master) return param_dtype(p);
+  if (p != Precision::BF16)
+    throw UsageError(std::string("--grad-dtype bf16 keeps the gradients in the dtype of the products that make them, "
+                                 "which --precision ") +
+                     precision_name(p) + " computes in " + dtype_name(compute_dtype(p)) +
+                     ": use --precision bf16, or --grad-dtype same");
+  return DType::BF16;
+}
+
 AttentionKind parse_attention(const std::string& text) {
   require_choice(text, {"naive", "flash"}, "attention");
   return text == "flash" ? AttentionKind::Flash : AttentionKind::Naive;
@@ -65,9 +80,10 @@ struct TransformerLM::Activations {
 };
 
 TransformerLM::TransformerLM(const ModelConfig& config, Precision precision, AttentionKind attention, Device& device,
-                             Ops& ops, MemoryPlan memory, int64_t flat_elements, GradientStorage gradients)
-    : config_(config), layout_(config), precision_(precision), attention_(attention), device_(device), ops_(ops),
-      memory_(memory) {
+                             Ops& ops, MemoryPlan memory, int64_t flat_elements, GradientStorage gradients,
+                             GradientDType grad_dtype)
+    : config_(config), layout_(config), precision_(precision), grad_dtype_(gradient_dtype(precision, grad_dtype)),
+      attention_(attention), device_(device), ops_(ops), memory_(memory) {
   config_.validate();
   Allocator& a = device_.allocator();
   const DType pd = param_dtype(precision_);
@@ -79,7 +95,7 @@ TransformerLM::TransformerLM(const ModelConfig& config, Precision precision, Att
   if (gradients == GradientStorage::Whole) {
     // Shareable: data-parallel collectives through the copy engines move the gradients where
     // they lie (Communicator::use_copy_engines).
-    grads_ = Buffer(a, pd, {flat}, "grads", MemoryKind::Shareable);
+    grads_ = Buffer(a, grad_dtype_, {flat}, "grads", MemoryKind::Shareable);
   } else {
     LLMHPC_CHECK(flat == total, "per-range gradients need an unpadded flat buffer");
     const ParamInfo& lnf = layout_.find("ln_final.weight");
@@ -148,7 +164,7 @@ Tensor TransformerLM::gradients(int64_t begin, int64_t end) const { return grad_
 void TransformerLM::open_gradients(int64_t begin, int64_t end) {
   if (!grads_.empty()) return;
   if (grad_window_.buffer.empty())
-    grad_window_.buffer = Buffer(device_.allocator(), param_dtype(precision_), {grad_window_elements_}, "grads.range");
+    grad_window_.buffer = Buffer(device_.allocator(), grad_dtype_, {grad_window_elements_}, "grads.range");
   LLMHPC_CHECK(end - begin <= grad_window_.buffer.tensor().numel(), "a gradient range larger than its buffer");
   grad_window_.begin = begin;
   grad_window_.end = end;
@@ -420,7 +436,7 @@ std::vector<std::pair<std::string, DType>> TransformerLM::storage_dtypes() const
           {"FFN block output (W2)", cd},
           {"logits (LM head output)", cd},
           {"loss", sd},
-          {"parameter gradients", param_dtype(precision_)}};
+          {"parameter gradients", grad_dtype_}};
 }
 
 void TransformerLM::backward(GradientListener* listener, bool accumulate) {

@@ -20,7 +20,7 @@ namespace llmhpc {
 enum class Precision { FP32, BF16, FP64 };
 Precision parse_precision(const std::string& text);  // fp32 | bf16 | fp64
 const char* precision_name(Precision p);
-DType param_dtype(Precision p);    // master weights, gradients, residual stream
+DType param_dtype(Precision p);    // master weights, gradients (GradientDType::Master), residual stream
 DType compute_dtype(Precision p);  // matrix-product operands and outputs
 
 AttentionKind parse_attention(const std::string& text);  // naive | flash
@@ -42,6 +42,16 @@ enum class MemoryPlan { Fast, LowMemory };
 // range: run_step), 4 bytes per parameter less. No padded buffers, no accumulation.
 enum class GradientStorage { Whole, PerRange };
 
+// What backward writes the parameter gradients in. Master: the master weights' dtype (fp32;
+// fp64 in reference runs), as PyTorch's autocast leaves them in .grad. BF16 (--precision bf16
+// only): the weight-gradient products and norm/embedding backwards round into bf16, as llm.c
+// keeps them: half the gradients' memory and half the bytes every reduction, clipping and
+// AdamW read; micro-batches add up in bf16 (one rounding each). AdamW widens them as it reads.
+enum class GradientDType { Master, BF16 };
+GradientDType parse_gradient_dtype(const std::string& text);  // same | bf16
+// The dtype the gradients are stored in, or a UsageError for bf16 gradients without bf16 precision.
+DType gradient_dtype(Precision p, GradientDType g);
+
 class TransformerLM {
  public:
   // `flat_elements`: the length of the flat buffers (parameters, gradients, bf16 copy), at
@@ -51,12 +61,13 @@ class TransformerLM {
   // AdamW keeps a zero weight with a zero gradient at zero).
   TransformerLM(const ModelConfig& config, Precision precision, AttentionKind attention, Device& device, Ops& ops,
                 MemoryPlan memory = MemoryPlan::Fast, int64_t flat_elements = 0,
-                GradientStorage gradients = GradientStorage::Whole);
+                GradientStorage gradients = GradientStorage::Whole, GradientDType grad_dtype = GradientDType::Master);
   ~TransformerLM();
 
   const ModelConfig& config() const { return config_; }
   const ParameterLayout& layout() const { return layout_; }
   Precision precision() const { return precision_; }
+  DType grad_dtype() const { return grad_dtype_; }  // the gradients' storage (GradientDType)
   Device& device() { return device_; }
 
   // The flat buffers, param dtype, padding included: layout().total() parameters, then zeros.
@@ -171,6 +182,7 @@ class TransformerLM {
   ModelConfig config_;
   ParameterLayout layout_;
   Precision precision_;
+  DType grad_dtype_;  // of grads_ and grad_window_
   AttentionKind attention_;
   Device& device_;
   Ops& ops_;

@@ -33,9 +33,10 @@ void run(ModeContext& ctx) {
   const bool graphed = use_cuda_graph(ctx);
   check_cases_run(ctx, cases);
 
-  log_root(ctx.rt, "bench: %zu configuration(s), phase %s, %lld warm-up + %lld timed steps, %d rank(s) on %s%s%s\n",
+  log_root(ctx.rt, "bench: %zu configuration(s), phase %s, %lld warm-up + %lld timed steps, %d rank(s) on %s%s%s%s\n",
            cases.size(), phase_name(phase), (long long)warmup, (long long)steps, ctx.rt.world_size, dev.name().c_str(),
-           memory == MemoryPlan::LowMemory ? ", --low-memory" : "", graphed ? ", CUDA graphs" : "");
+           memory == MemoryPlan::LowMemory ? ", --low-memory" : "", graphed ? ", CUDA graphs" : "",
+           grad_dtype(vm) == GradientDType::BF16 ? ", bf16 gradients" : "");
   Sweep sweep(ctx, "bench", cases.size(),
               {"Model", "d_model", "d_ff", "layers", "heads", "ctx", "batch", "prec", "attn", "Fwd mean", "Fwd std",
                "Bwd mean", "Bwd std", "Opt mean", "Opt std", "Total", "status"});

@@ -62,9 +62,7 @@ void check_grad_reduce(bool in_bf16, Precision precision) {
                      ": use --grad-reduce-dtype same");
 }
 
-std::string grad_reduce_dtype_name(bool in_bf16, Precision precision) {
-  return in_bf16 ? "bf16" : dtype_name(param_dtype(precision));
-}
+std::string grad_reduce_dtype_name(bool in_bf16, DType grads) { return in_bf16 ? "bf16" : dtype_name(grads); }
 
 const char* collective_engine_name(CollectiveEngine engine) { return engine == CollectiveEngine::Copy ? "copy" : "sm"; }
 
@@ -131,11 +129,13 @@ std::vector<Sharding> shardings(const po::variables_map& vm) {
 }
 
 SyncPlan data_parallel_plan(SyncStrategy strategy, Sharding sharding, const ModelConfig& config, Precision precision,
-                            double bucket_mb, int ranks, int64_t alignment, bool reduce_in_bf16) {
+                            GradientDType grads, double bucket_mb, int ranks, int64_t alignment, bool reduce_in_bf16) {
   check_grad_reduce(reduce_in_bf16, precision);
-  SyncPlan plan = plan_sync(strategy, sharding, param_spans(ParameterLayout(config)),
-                            dtype_size(param_dtype(precision)), bucket_mb, ranks, alignment);
-  plan.reduce_in_bf16 = reduce_in_bf16 && strategy != SyncStrategy::None;
+  const DType grad_dtype = gradient_dtype(precision, grads);  // buckets hold --bucket-mb of these
+  SyncPlan plan = plan_sync(strategy, sharding, param_spans(ParameterLayout(config)), dtype_size(grad_dtype), bucket_mb,
+                            ranks, alignment);
+  // Gradients made in bf16 travel as they are: there is nothing to round.
+  plan.reduce_in_bf16 = reduce_in_bf16 && strategy != SyncStrategy::None && grad_dtype != DType::BF16;
   return plan;
 }
 

@@ -52,19 +52,20 @@ std::vector<bool> grad_reduce_in_bf16(const po::variables_map& vm);
 // narrow fp32 only).
 void check_grad_reduce(bool in_bf16, Precision precision);
 // What the gradients travel as: "bf16", or their own dtype's name (the rank files' grad_reduce_dtype).
-std::string grad_reduce_dtype_name(bool in_bf16, Precision precision);
+std::string grad_reduce_dtype_name(bool in_bf16, DType grads);
 
 // The gradient synchronisation of `plan` over the model's buffers; a sharded plan shares the
 // model's bf16 copy when `share_copy` (--share-weights bf16), else its master weights.
 std::unique_ptr<GradientSync> make_model_sync(const SyncPlan& plan, Communicator& comm, TransformerLM& model,
                                               bool share_copy, CollectiveEngine engine = CollectiveEngine::Sm);
 
-// The plan of a model of `config` in `precision` on `ranks` (plan_sync over its parameters),
-// its shards aligned to `alignment` elements (shard_alignment), its gradients travelling as
-// bf16 where `reduce_in_bf16` and the strategy communicates. Throws UsageError as plan_sync
-// (a sharding with --ddp none) and check_grad_reduce do.
+// The plan of a model of `config` in `precision` with gradients in `grads` on `ranks`
+// (plan_sync over its parameters, buckets of --bucket-mb of gradient bytes), its shards aligned
+// to `alignment` elements (shard_alignment), its fp32 gradients travelling as bf16 where
+// `reduce_in_bf16` and the strategy communicates (bf16 gradients travel as they are). Throws
+// UsageError as plan_sync (a sharding with --ddp none), check_grad_reduce and gradient_dtype do.
 SyncPlan data_parallel_plan(SyncStrategy strategy, Sharding sharding, const ModelConfig& config, Precision precision,
-                            double bucket_mb, int ranks, int64_t alignment = kShardAlignment,
+                            GradientDType grads, double bucket_mb, int ranks, int64_t alignment = kShardAlignment,
                             bool reduce_in_bf16 = false);
 // Where shards start: a page of the device's master weights when the bf16 copy is shared
 // (whole pages of the masters others own can then be given back), else kShardAlignment.

@@ -99,7 +99,8 @@ std::vector<DdpCase> sweep_cases(const po::variables_map& vm, int world_size) {
           }
           const bool none = s == SyncStrategy::None;
           for (bool copy : copies)
-            for (bool in_bf16 : none ? std::vector<bool>{false} : reductions)
+            // Gradients made in bf16 travel as they are: one case where fp32 ones take two.
+            for (bool in_bf16 : none || c.grads == GradientDType::BF16 ? std::vector<bool>{false} : reductions)
               for (CollectiveEngine e : none ? std::vector<CollectiveEngine>{CollectiveEngine::Sm} : engines) {
                 check_grad_reduce(in_bf16, c.precision);
                 cases.push_back({c, s, mb, sh, copy, e, in_bf16});
@@ -191,9 +192,10 @@ void run(ModeContext& ctx) {
   std::unique_ptr<Communicator> comm = make_gradient_communicator(rt, vm, dev);
 
   const std::string timed = timed_text(duration_s, steps, "steps");
-  log_root(rt, "ddp: %zu configuration(s), %lld warm-up steps, %s, %d rank(s) on %s, backend %s%s\n", cases.size(),
+  log_root(rt, "ddp: %zu configuration(s), %lld warm-up steps, %s, %d rank(s) on %s, backend %s%s%s\n", cases.size(),
            (long long)warmup, timed.c_str(), rt.world_size, dev.name().c_str(), comm->backend_name().c_str(),
-           memory == MemoryPlan::LowMemory ? ", --low-memory" : "");
+           memory == MemoryPlan::LowMemory ? ", --low-memory" : "",
+           grad_dtype(vm) == GradientDType::BF16 ? ", bf16 gradients" : "");
   Sweep sweep(ctx, "ddp", cases.size(),
               {"model", "ctx", "batch", "prec", "impl", "shard", "bucket MiB", "buckets", "Step mean", "Step std",
                "Comm mean", "Comm std", "Comm %", "Slowest step", "MiB/step", "Peak GiB", "status"});
@@ -219,12 +221,13 @@ void run(ModeContext& ctx) {
         .attr("precision", std::string(precision_name(c.precision)))
         .attr("attention", std::string(attention_name(c.attention)))
         .attr("low_memory", int64_t(memory == MemoryPlan::LowMemory ? 1 : 0))
+        .attr("grad_dtype", std::string(dtype_name(gradient_dtype(c.precision, c.grads))))
         .attr("ddp", std::string(sync_strategy_name(c.strategy)))
         .attr("bucket_mb", c.bucket_mb)
         .attr("shard_optimizer", std::string(sharding_name(c.sharding)))
         .attr("share_weights", std::string(c.share_copy ? "bf16" : "master"))
         .attr("collective_engine", std::string(collective_engine_name(c.engine)))
-        .attr("grad_reduce_dtype", grad_reduce_dtype_name(c.reduce_in_bf16, c.precision))
+        .attr("grad_reduce_dtype", grad_reduce_dtype_name(c.reduce_in_bf16, gradient_dtype(c.precision, c.grads)))
         .attr("backend", comm->backend_name())
         .attr("warmup", warmup)
         .attr("steps", steps)
@@ -233,8 +236,9 @@ void run(ModeContext& ctx) {
         .attr("model_flops_fwd_bwd", model_flops_fwd_bwd(c.model, mine.count, c.model.context_length));
     Samples warm, timed;
     std::vector<double> slowest;
-    const SyncPlan plan = data_parallel_plan(c.strategy, c.sharding, c.model, c.precision, c.bucket_mb, rt.world_size,
-                                             shard_alignment(dev, c.precision, c.share_copy), c.reduce_in_bf16);
+    const SyncPlan plan =
+        data_parallel_plan(c.strategy, c.sharding, c.model, c.precision, c.grads, c.bucket_mb, rt.world_size,
+                           shard_alignment(dev, c.precision, c.share_copy), c.reduce_in_bf16);
     std::unique_ptr<AdamW> opt;
     std::unique_ptr<GradientSync> sync;
     SyncStats stats;
@@ -251,13 +255,14 @@ void run(ModeContext& ctx) {
               for (size_t k = i; k < cases.size() && cases[k].model_key() == live.key; ++k) {
                 const DdpCase& o = cases[k];
                 shape.context_length = std::max(shape.context_length, o.model.context_length);
-                flat_elements = std::max(
-                    flat_elements, data_parallel_plan(o.strategy, o.sharding, o.model, o.precision, o.bucket_mb,
-                                                      rt.world_size, shard_alignment(dev, o.precision, o.share_copy))
-                                       .flat_elements);
+                flat_elements =
+                    std::max(flat_elements,
+                             data_parallel_plan(o.strategy, o.sharding, o.model, o.precision, o.grads, o.bucket_mb,
+                                                rt.world_size, shard_alignment(dev, o.precision, o.share_copy))
+                                 .flat_elements);
               }
-              live.model =
-                  std::make_unique<TransformerLM>(shape, c.precision, c.attention, dev, ops, memory, flat_elements);
+              live.model = std::make_unique<TransformerLM>(shape, c.precision, c.attention, dev, ops, memory,
+                                                           flat_elements, GradientStorage::Whole, c.grads);
               live.model->init_parameters(seed + uint64_t(rt.rank));  // different per rank: the broadcast must work
               live.after_init = model_memory(dev.allocator());
             }

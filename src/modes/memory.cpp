@@ -167,10 +167,11 @@ void run(ModeContext& ctx) {
     if (!snapshot.empty() && ctx.rt.is_root()) check_output_file("--snapshot", snapshot);
   });
 
-  log_root(ctx.rt, "memory: %zu configuration(s), %lld warm-up step(s) before the traced one, %d rank(s) on %s%s%s\n",
+  log_root(ctx.rt, "memory: %zu configuration(s), %lld warm-up step(s) before the traced one, %d rank(s) on %s%s%s%s\n",
            cases.size(), (long long)warmup, ctx.rt.world_size, dev.name().c_str(),
            memory == MemoryPlan::LowMemory ? ", --low-memory" : "",
-           gradients == GradientStorage::Whole ? ", --separate-optimizer" : "");
+           gradients == GradientStorage::Whole ? ", --separate-optimizer" : "",
+           grad_dtype(ctx.vm) == GradientDType::BF16 ? ", bf16 gradients" : "");
   Sweep sweep(ctx, "memory", cases.size(),
               {"Model", "ctx", "batch", "prec", "attn", "phase", "init GiB", "fwd peak", "bwd peak", "opt peak",
                "peak GiB", "resid MiB", "largest", "status"});
@@ -189,6 +190,7 @@ void run(ModeContext& ctx) {
         .attr("attention", std::string(attention_name(c.attention)))
         .attr("phase", std::string(phase_name(c.phase)))
         .attr("low_memory", int64_t(memory == MemoryPlan::LowMemory ? 1 : 0))
+        .attr("grad_dtype", std::string(dtype_name(gradient_dtype(c.precision, c.grads))))
         .attr("separate_optimizer", int64_t(gradients == GradientStorage::Whole ? 1 : 0))
         .attr("warmup", warmup)
         .attr("num_params", c.model.num_params())
@@ -212,7 +214,8 @@ void run(ModeContext& ctx) {
         c.label(), rec,
         [&] {
           mark("init");
-          model = std::make_unique<TransformerLM>(c.model, c.precision, c.attention, dev, ops, memory, 0, gradients);
+          model = std::make_unique<TransformerLM>(c.model, c.precision, c.attention, dev, ops, memory, 0, gradients,
+                                                  c.grads);
           model->init_parameters(seed);
           if (c.phase == Phase::TrainStep) {
             opt = std::make_unique<AdamW>(*model, ops, AdamWHyper{});

@@ -10,13 +10,15 @@ namespace llmhpc {
 
 std::string ModelCase::label() const {
   return shape_label(model) + "_T" + std::to_string(model.context_length) + "_B" + std::to_string(batch) + "_" +
-         precision_name(precision) + "_" + attention_name(attention);
+         precision_name(precision) + "_" + attention_name(attention) +
+         (grads == GradientDType::BF16 ? "_gradbf16" : "");
 }
 
 std::string ModelCase::model_key() const {
   return std::to_string(model.d_model) + "/" + std::to_string(model.d_ff) + "/" + std::to_string(model.num_layers) +
          "/" + std::to_string(model.num_heads) + "/" + std::to_string(model.vocab_size) + "/" +
-         precision_name(precision) + "/" + attention_name(attention);
+         precision_name(precision) + "/" + attention_name(attention) + "/" +
+         dtype_name(gradient_dtype(precision, grads));
 }
 
 void add_step_options(po::options_description& own) {
@@ -54,12 +56,13 @@ void validate_step_options(const po::variables_map& vm) {
 std::vector<ModelCase> model_cases(const po::variables_map& vm) {
   const std::vector<ModelConfig> configs = model_configs(vm);  // sizes x contexts, context fastest
   const size_t contexts = split_list(opt_string(vm, "context-length"), "context-length").size();
+  const GradientDType grads = grad_dtype(vm);
   std::vector<ModelCase> cases;
   for (size_t first = 0; first < configs.size(); first += contexts)
     for (Precision p : precisions(vm))
       for (AttentionKind a : attentions(vm))
         for (size_t k = first; k < first + contexts; ++k)
-          for (int64_t b : batch_sizes(vm)) cases.push_back({configs[k], b, p, a});
+          for (int64_t b : batch_sizes(vm)) cases.push_back({configs[k], b, p, a, grads});
   return cases;
 }
 
@@ -80,6 +83,7 @@ void add_case_attrs(Record& rec, const ModelCase& c, Phase phase, MemoryPlan mem
       .attr("attention", std::string(attention_name(c.attention)))
       .attr("phase", std::string(phase_name(phase)))
       .attr("low_memory", int64_t(memory == MemoryPlan::LowMemory ? 1 : 0))
+      .attr("grad_dtype", std::string(dtype_name(gradient_dtype(c.precision, c.grads))))
       .attr("warmup", warmup)
       .attr("steps", steps)
       .attr("num_params", c.model.num_params())
@@ -114,7 +118,7 @@ TransformerLM& LiveModel::prepare(const std::vector<ModelCase>& cases, size_t i,
     ModelConfig shape = c.model;
     for (size_t k = i; k < cases.size() && cases[k].model_key() == key_; ++k)
       shape.context_length = std::max(shape.context_length, cases[k].model.context_length);
-    model_ = std::make_unique<TransformerLM>(shape, c.precision, c.attention, dev, ops, memory, 0, gradients);
+    model_ = std::make_unique<TransformerLM>(shape, c.precision, c.attention, dev, ops, memory, 0, gradients, c.grads);
     model_->init_parameters(seed);
     if (phase == Phase::TrainStep) {  // its state now, so that no timed step allocates it
       opt_ = std::make_unique<AdamW>(*model_, ops, AdamWHyper{});

@@ -19,10 +19,12 @@ struct ModelCase {
   int64_t batch;
   Precision precision;
   AttentionKind attention;
+  GradientDType grads = GradientDType::Master;  // --grad-dtype, the same for every case of a run
 
-  // "small_T128_B4_fp32_naive"; a custom shape is "d64_ff128_L2_H4_T16_B4_fp32_naive".
+  // "small_T128_B4_fp32_naive" ("..._gradbf16" with bf16 gradients); a custom shape is
+  // "d64_ff128_L2_H4_T16_B4_fp32_naive".
   std::string label() const;
-  // Cases with the same key can share a model: shape, precision and attention.
+  // Cases with the same key can share a model: shape, precision, attention and gradient dtype.
   std::string model_key() const;
 };
 

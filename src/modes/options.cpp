@@ -48,11 +48,22 @@ void add_precision_options(po::options_description& desc, bool lists) {
       "recompute each layer's norm outputs in backward instead of keeping them and, under bf16, cast "
       "each layer's weights when forward or backward reaches it instead of keeping a bf16 copy of all "
       "weights (2 bytes per parameter less: 2.7B -6.2 GiB); a few percent slower, bitwise the same "
-      "results");
+      "results")(
+      "grad-dtype", text("same"),
+      "what backward writes the parameter gradients in: same (the master weights' dtype, fp32, as PyTorch's "
+      "autocast) | bf16 (--precision bf16: the products round their weight gradients to bf16, as llm.c: 2 bytes "
+      "per parameter less, and half the bytes that data-parallel reductions, clipping and AdamW move; "
+      "micro-batches add up in bf16)");
 }
 
 MemoryPlan memory_plan(const po::variables_map& vm) {
   return opt_flag(vm, "low-memory") ? MemoryPlan::LowMemory : MemoryPlan::Fast;
+}
+
+GradientDType grad_dtype(const po::variables_map& vm) {
+  const GradientDType g = parse_gradient_dtype(vm["grad-dtype"].as<std::string>());
+  for (Precision p : precisions(vm)) gradient_dtype(p, g);  // throws for bf16 gradients without bf16 precision
+  return g;
 }
 
 std::string shape_label(const ModelConfig& c) {

@@ -35,6 +35,8 @@ bool use_cuda_graph(const ModeContext& ctx);
 extern const char* const kCudaGraphNeedsCuda;
 std::vector<AttentionKind> attentions(const po::variables_map& vm);
 MemoryPlan memory_plan(const po::variables_map& vm);  // --low-memory
+// --grad-dtype; bf16 needs --precision bf16 for every configuration (a UsageError otherwise).
+GradientDType grad_dtype(const po::variables_map& vm);
 // A model's part of a configuration's label: the preset name, or d<d_model>_ff<d_ff>_L<layers>_H<heads>.
 std::string shape_label(const ModelConfig& c);
 // The model's shape as a record's attributes: model, d_model, d_ff, num_layers, num_heads,

@@ -136,6 +136,7 @@ void validate(const po::variables_map& vm) {
   shares_compute_copy(share_weights(vm).front(), precisions(vm).front(), memory_plan(vm), sharding);
   collective_engines(vm);
   check_grad_reduce(grad_reduce_in_bf16(vm).front(), precisions(vm).front());
+  grad_dtype(vm);
   bucket_sizes_mb(vm);
   // Every value run() parses, parsed here first: before the mode runs, every rank reaches the same
   // verdict and rank 0 alone says it (inside the mode a bad value would abort the job).
@@ -191,6 +192,7 @@ void run(ModeContext& ctx) {
   const MemoryPlan memory = memory_plan(vm);
   const bool share_copy = shares_compute_copy(share_weights(vm).front(), precision, memory, sharding);
   const bool reduce_in_bf16 = grad_reduce_in_bf16(vm).front();
+  const GradientDType grads = grad_dtype(vm);
   install_stop_handlers();  // from here a signal stops the run after its first step at the latest
 
   // Everything that can be wrong with files or the device, agreed on by all ranks.
@@ -219,7 +221,7 @@ void run(ModeContext& ctx) {
       if (std::filesystem::equivalent(save, opt_string(vm, "data"), ec))
         throw UsageError("--save '" + save + "' is the --data file: the checkpoint would replace the tokens");
     }
-    plan = data_parallel_plan(strategy, sharding, config, precision, bucket_mb, rt.world_size,
+    plan = data_parallel_plan(strategy, sharding, config, precision, grads, bucket_mb, rt.world_size,
                               shard_alignment(dev, precision, share_copy), reduce_in_bf16);
     if (reduce_in_bf16 && strategy == SyncStrategy::None)
       throw UsageError("--grad-reduce-dtype bf16 says what the ranks' gradients are averaged in, and --ddp none "
@@ -254,7 +256,8 @@ void run(ModeContext& ctx) {
   LrSchedule schedule;
   MemoryBreakdown after_init;
   collective_check(rt, [&] {
-    model = std::make_unique<TransformerLM>(config, precision, attention, dev, ops, memory, plan.flat_elements);
+    model = std::make_unique<TransformerLM>(config, precision, attention, dev, ops, memory, plan.flat_elements,
+                                            GradientStorage::Whole, grads);
     after_init = model_memory(dev.allocator());
     // This rank's ranges only; its state appears with the first step (or the checkpoint's).
     opt = std::make_unique<AdamW>(*model, ops, hyper_from(vm), plan.owned(rt.rank));
@@ -276,14 +279,16 @@ void run(ModeContext& ctx) {
     sync = make_model_sync(plan, *comm, *model, share_copy, engine);
   }
 
-  log_root(rt, "train: %s (%.1fM parameters), %s, %lld steps of %lld x %lld tokens from %s (%lld tokens, %s order)%s\n",
-           config.name.c_str(), double(config.num_params()) / 1e6, precision_name(precision), (long long)steps,
-           (long long)batch, (long long)seq, data.path().c_str(), (long long)data.size(),
-           order == DataOrder::Random ? "random" : "sequential",
-           init ? (", from " + opt_string(vm, "init") + " at step " + std::to_string(opt->steps_taken())).c_str() : "");
+  log_root(
+      rt, "train: %s (%.1fM parameters), %s, %lld steps of %lld x %lld tokens from %s (%lld tokens, %s order)%s\n",
+      config.name.c_str(), double(config.num_params()) / 1e6,
+      (precision_name(precision) + std::string(grads == GradientDType::BF16 ? " with bf16 gradients" : "")).c_str(),
+      (long long)steps, (long long)batch, (long long)seq, data.path().c_str(), (long long)data.size(),
+      order == DataOrder::Random ? "random" : "sequential",
+      init ? (", from " + opt_string(vm, "init") + " at step " + std::to_string(opt->steps_taken())).c_str() : "");
   if (micro_batches > 1)
-    log_root(rt, "train: each step in %d micro-batches of %lld sequences per rank, gradients added up\n", micro_batches,
-             (long long)micro_size);
+    log_root(rt, "train: each step in %d micro-batches of %lld sequences per rank, gradients added up%s\n",
+             micro_batches, (long long)micro_size, grads == GradientDType::BF16 ? " in bf16" : "");
   note_cpu_bf16(ctx);
   if (sync)
     log_root(
@@ -319,11 +324,12 @@ void run(ModeContext& ctx) {
       .attr("shard_optimizer", std::string(sharding_name(sharding)))
       .attr("share_weights", std::string(share_copy ? "bf16" : "master"))
       .attr("collective_engine", std::string(collective_engine_name(engine)))
-      .attr("grad_reduce_dtype", grad_reduce_dtype_name(plan.reduce_in_bf16, precision))
+      .attr("grad_reduce_dtype", grad_reduce_dtype_name(plan.reduce_in_bf16, model->grad_dtype()))
       .attr("optimizer_owned_elements", opt->owned_elements())
       .attr("precision", std::string(precision_name(precision)))
       .attr("attention", std::string(attention_name(attention)))
       .attr("low_memory", int64_t(memory == MemoryPlan::LowMemory ? 1 : 0))
+      .attr("grad_dtype", std::string(dtype_name(model->grad_dtype())))
       .attr("data", data.path())
       .attr("data_order", opt_string(vm, "data-order"))
       .attr("lr", schedule.peak)

@@ -4,6 +4,7 @@
 // optimizer's all-gathers) with the bf16 weights refreshed per range, bitwise; an
 // out-of-memory model that leaves the device usable for the next one (what a bench sweep
 // relies on).
+#include <cmath>
 #include <random>
 
 #include "kernels/cuda/cuda_device.h"
@@ -129,6 +130,65 @@ TEST_F(CudaModel, Fp32TrainingStepsMatchCpuLosses) {
     const double e = l2_rel_error(read_tensor(*gpu_.device, gpu_model_->param(p.name)),
                                   read_tensor(*cpu_.device, cpu_model_->param(p.name)));
     EXPECT_LE(e, 1e-4) << p.name << " after 4 steps, " << seed_note();
+  }
+}
+
+// --grad-dtype bf16 on the GPU: the same forward (bitwise the loss), each gradient within one
+// bf16 rounding of the fp32 gradient (the products may sum in another order when they store
+// bf16), micro-batches added up in bf16 (GEMM beta 1 on bf16, the norm gains' and embedding's
+// sums) within two, and AdamW with clipping reading them trains as it does on fp32 gradients.
+TEST(CudaModelGradients, Bf16GradientsStayWithinTheirRoundingOfFp32Gradients) {
+  SKIP_WITHOUT_GPU();
+  Backend gpu = make_gpu_backend();
+  const ModelConfig c = small_config();
+  auto timer = gpu.device->make_timer(kStepMarks);
+  for (AttentionKind attention : {AttentionKind::Naive, AttentionKind::Flash}) {
+    TransformerLM m32(c, Precision::BF16, attention, *gpu.device, *gpu.ops),
+        m16(c, Precision::BF16, attention, *gpu.device, *gpu.ops, MemoryPlan::Fast, 0, GradientStorage::Whole,
+            GradientDType::BF16);
+    ASSERT_EQ(m16.grads().dtype, DType::BF16);
+    for (TransformerLM* m : {&m32, &m16}) m->init_parameters(21);
+    std::mt19937_64 rng(4);
+    const Batch b1 = random_batch(rng, c.vocab_size), b2 = random_batch(rng, c.vocab_size);
+    double losses[2];
+    for (int k = 0; k < 2; ++k) {
+      TransformerLM& m = k ? m16 : m32;
+      m.set_batch(b1.tokens.data(), b1.targets.data(), kBatch, kSeq);
+      m.forward();
+      losses[k] = m.mean_loss();
+      m.backward();
+    }
+    const std::string what = attention_name(attention);
+    EXPECT_EQ(losses[1], losses[0]) << what;
+    for (const ParamInfo& p : m32.layout().params())
+      EXPECT_LE(l2_rel_error(read_tensor(*gpu.device, m16.grad(p.name)), read_tensor(*gpu.device, m32.grad(p.name))),
+                kBf16Unit)
+          << p.name << ", " << what;
+    for (TransformerLM* m : {&m32, &m16}) {
+      m->set_batch(b2.tokens.data(), b2.targets.data(), kBatch, kSeq);
+      m->forward();
+      m->backward(nullptr, /*accumulate=*/true);
+    }
+    for (const ParamInfo& p : m32.layout().params())
+      EXPECT_LE(l2_rel_error(read_tensor(*gpu.device, m16.grad(p.name)), read_tensor(*gpu.device, m32.grad(p.name))),
+                2 * kBf16Unit)
+          << p.name << " added up over two micro-batches, " << what;
+    std::vector<double> trained[2];
+    for (int k = 0; k < 2; ++k) {
+      TransformerLM& m = k ? m16 : m32;
+      AdamW opt(m, *gpu.ops, AdamWHyper{3e-3, 0.9, 0.95, 1e-8, 0.1});
+      opt.set_clipping({0.5, {}});
+      std::mt19937_64 steps_rng(8);  // the same batches for both
+      for (int step = 0; step < 4; ++step) {
+        const Batch b = random_batch(steps_rng, c.vocab_size);
+        m.set_batch(b.tokens.data(), b.targets.data(), kBatch, kSeq);
+        run_step(m, &opt, Phase::TrainStep, *timer);
+        EXPECT_TRUE(std::isfinite(opt.last_grad_norm())) << what;
+      }
+      trained[k] = read_tensor(*gpu.device, m.params().slice(0, {m.layout().total()}));
+    }
+    EXPECT_LE(l2_rel_error(trained[1], trained[0]), 25 * kBf16Unit) << "weights after 4 clipped steps, " << what;
+    EXPECT_NE(trained[1], trained[0]) << "the bf16 gradients changed nothing";
   }
 }
 

@@ -59,10 +59,17 @@ inline Env* env_for(CommBackend b) {
   return &e;
 }
 
+// fp32, or bf16 widened (exact).
 inline std::vector<float> download(Device& d, const Tensor& t) {
-  EXPECT_EQ(t.dtype, DType::F32);
+  EXPECT_TRUE(t.dtype == DType::F32 || t.dtype == DType::BF16);
   std::vector<float> v(size_t(t.numel()));
-  d.copy_to_host(v.data(), t.data, t.bytes());
+  if (t.dtype == DType::F32) {
+    d.copy_to_host(v.data(), t.data, t.bytes());
+  } else {
+    std::vector<uint16_t> bits(v.size());
+    d.copy_to_host(bits.data(), t.data, t.bytes());
+    for (size_t i = 0; i < v.size(); ++i) v[i] = bf16_bits_to_float(bits[i]);
+  }
   return v;
 }
 
@@ -165,15 +172,17 @@ class TransformerRun {
  public:
   // `max_grad_norm` > 0: the optimizer clips (train's gradient_clipping()). `micro_batches` > 1: each step's
   // share in that many parts, gradients added up (train's --grad-accum).
+  // `grads`: what backward writes the gradients in (--grad-dtype).
   TransformerRun(Env& env, const DataParallel* dist, Precision precision = Precision::FP32,
-                 MemoryPlan memory = MemoryPlan::Fast, double max_grad_norm = 0, int micro_batches = 1)
+                 MemoryPlan memory = MemoryPlan::Fast, double max_grad_norm = 0, int micro_batches = 1,
+                 GradientDType grads = GradientDType::Master)
       : env_(env),
-        plan_(data_parallel_plan(dist ? dist->strategy : SyncStrategy::None, dist ? dist->sharding : Sharding::None,
-                                 tiny_transformer(), precision, dist ? dist->bucket_mb : 25, dist ? world_size() : 1,
-                                 shard_alignment(env.device(), precision, dist && dist->share_copy),
-                                 dist && dist->reduce_in_bf16)),
+        plan_(data_parallel_plan(
+            dist ? dist->strategy : SyncStrategy::None, dist ? dist->sharding : Sharding::None, tiny_transformer(),
+            precision, grads, dist ? dist->bucket_mb : 25, dist ? world_size() : 1,
+            shard_alignment(env.device(), precision, dist && dist->share_copy), dist && dist->reduce_in_bf16)),
         model_(tiny_transformer(), precision, AttentionKind::Naive, env.device(), env.ops(), memory,
-               plan_.flat_elements),
+               plan_.flat_elements, GradientStorage::Whole, grads),
         opt_(model_, env.ops(), AdamWHyper{3e-3, 0.9, 0.999, 1e-8, 0.01}, plan_.owned(dist ? world_rank() : 0)),
         shard_(dist ? shard_of_this_rank(kGlobalBatch) : Shard{0, kGlobalBatch}), micro_batches_(micro_batches),
         timer_(env.device().make_timer(step_marks(micro_batches))) {
@@ -268,8 +277,9 @@ struct Training {
 // as before the next forward waited for them range by range.
 inline Training train_transformer(Env& env, const DataParallel* dist, int steps, Precision precision = Precision::FP32,
                                   MemoryPlan memory = MemoryPlan::Fast, bool wait_every_step = false,
-                                  double max_grad_norm = 0, int micro_batches = 1) {
-  TransformerRun run(env, dist, precision, memory, max_grad_norm, micro_batches);
+                                  double max_grad_norm = 0, int micro_batches = 1,
+                                  GradientDType grads = GradientDType::Master) {
+  TransformerRun run(env, dist, precision, memory, max_grad_norm, micro_batches, grads);
   Training out;
   for (int s = 0; s < steps; ++s) {
     out.losses.push_back(run.step(s));

@@ -437,6 +437,31 @@ TEST_P(DdpTest, AccumulatedTransformerTrainsLikeOneRankOnTheWholeBatch) {
   if (c.strategy != SyncStrategy::None) EXPECT_EQ(dist.stats.collectives, dist.stats.buckets);
 }
 
+// --grad-dtype bf16 under every strategy: gradients made in bf16 travel as they are (half the
+// bytes, no casts) and are averaged in bf16, so the weights stay within bf16's rounding of one
+// rank training on the whole batch with bf16 gradients, and the ranks agree bitwise.
+TEST_P(DdpTest, Bf16GradientsTrainLikeOneRankWithThem) {
+  const Case& c = GetParam();
+  if (c.reduce_in_bf16) GTEST_SKIP() << "bf16 gradients travel as bf16 whatever --grad-reduce-dtype says";
+  const DataParallel setup = c.transformer();
+  auto train = [&](const DataParallel* dist) {
+    return train_transformer(*env_, dist, kSteps, Precision::BF16, MemoryPlan::Fast, false, 0, 1, GradientDType::BF16);
+  };
+  const Training one_rank = train(nullptr), dist = train(&setup);
+  const double err = max_over_ranks(rel_error(dist.params, one_rank.params));
+  if (c.synced()) {
+    EXPECT_LE(err, kBf16WireWeightTolerance) << "weights after " << kSteps << " steps against one rank";
+    EXPECT_LE(max_over_ranks(rel_error(dist.grads, one_rank.grads)), kBf16WireGradTolerance) << "first gradients";
+  } else {
+    EXPECT_GT(err, 100 * kFp32Tolerance) << "'none' on several ranks should not match one rank";
+  }
+  if (c.strategy == SyncStrategy::None) return;
+  EXPECT_TRUE(same_on_every_rank(dist.params)) << "ranks differ";
+  const ParameterLayout layout(tiny_transformer());
+  const int64_t buckets = c.expected_buckets(int64_t(layout.params().size()), dist.stats.buckets);
+  expect_stats(dist.stats, buckets, layout.total() * 2, c.after_backward() ? buckets : 0);
+}
+
 INSTANTIATE_TEST_SUITE_P(Strategies, DdpTest, ::testing::ValuesIn(all_cases()), case_name);
 
 class DdpBackendTest : public ::testing::TestWithParam<CommBackend> {

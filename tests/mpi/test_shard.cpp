@@ -490,13 +490,40 @@ TEST_P(ShardTest, Bf16GradientsGiveTheUnshardedWeights) {
   const Training want = train_transformer(*env_, &plain, kSteps), got = train_transformer(*env_, &sharded, kSteps);
   expect_same(got.params, want.params, "weights after 10 steps, gradients in bf16", kBf16WireReorderTolerance);
   EXPECT_TRUE(same_on_every_rank(got.params)) << "ranks differ";
-  const SyncPlan plan = data_parallel_plan(c.strategy, c.sharding, tiny_transformer(), Precision::FP32, 16.0 / 1024,
-                                           world_size(), kShardAlignment, true);
+  const SyncPlan plan = data_parallel_plan(c.strategy, c.sharding, tiny_transformer(), Precision::FP32,
+                                           GradientDType::Master, 16.0 / 1024, world_size(), kShardAlignment, true);
   EXPECT_EQ(got.stats.bytes, 2 * (c.sharding == Sharding::Zero1 ? plan.flat_elements : plan.parameters))
       << "every gradient once, as bf16";
   if (c.backend != CommBackend::Nccl) return;
   sharded.copy_engines = true;
   const Training engines = train_transformer(*env_, &sharded, kSteps);
+  if (world_size() <= 2)
+    EXPECT_TRUE(bitwise_on_every_rank(engines.params, got.params))
+        << "copy engines: relative error " << max_over_ranks(rel_error(engines.params, got.params));
+  EXPECT_TRUE(same_on_every_rank(engines.params)) << "copy engines: ranks differ";
+}
+
+// Gradients made in bf16 (--grad-dtype bf16, mixed precision): the sharded optimizer reads its
+// shards of the bf16 averages and takes the unsharded optimizer's steps; zero1 reduce-scatters
+// the bf16 gradients as they are (2 bytes each); through the copy engines bitwise the same run
+// through NCCL's kernels on 2 ranks.
+TEST_P(ShardTest, GradientsMadeInBf16GiveTheUnshardedWeights) {
+  const Case& c = GetParam();
+  DataParallel plain = c.setup(Sharding::None), sharded = c.setup(c.sharding);
+  auto train = [&](const DataParallel& setup) {
+    return train_transformer(*env_, &setup, kSteps, Precision::BF16, MemoryPlan::Fast, false, 0, 1,
+                             GradientDType::BF16);
+  };
+  const Training want = train(plain), got = train(sharded);
+  expect_same(got.params, want.params, "weights after 10 steps, bf16 gradients", kBf16WireReorderTolerance);
+  EXPECT_TRUE(same_on_every_rank(got.params)) << "ranks differ";
+  const SyncPlan plan = data_parallel_plan(c.strategy, c.sharding, tiny_transformer(), Precision::BF16,
+                                           GradientDType::BF16, 16.0 / 1024, world_size(), kShardAlignment);
+  EXPECT_EQ(got.stats.bytes, 2 * (c.sharding == Sharding::Zero1 ? plan.flat_elements : plan.parameters))
+      << "every gradient once, as bf16";
+  if (c.backend != CommBackend::Nccl) return;
+  sharded.copy_engines = true;
+  const Training engines = train(sharded);
   if (world_size() <= 2)
     EXPECT_TRUE(bitwise_on_every_rank(engines.params, got.params))
         << "copy engines: relative error " << max_over_ranks(rel_error(engines.params, got.params));

@@ -187,6 +187,33 @@ def check_bf16_gradients(work):
         assert abs(float(row[col["Ratio"]]) - ours.slowest_step_mean / theirs) <= 0.005 + 1e-9, row
 
 
+def check_gradients_made_in_bf16(work):
+    """--grad-dtype bf16: the gradients held in bf16 (2 bytes each, against 4 in the plain bf16 run) and
+    reduced as they are: one bucketed row where --grad-reduce-dtype same,bf16 would give two, recorded as
+    travelling in bf16 with 2 bytes per parameter; the tables' titles say so."""
+    grads = {}
+    for dtype in ("same", "bf16"):
+        out = os.path.join(work, f"grad_dtype_{dtype}")
+        ddp_run(2, out, "--context-length", T, "--batch-size", "4", "--ddp", "none,bucketed", "--bucket-mb", HUGE_MB,
+                "--precision", "bf16", "--grad-dtype", dtype, "--grad-reduce-dtype", "same,bf16", "--warmup", "0",
+                "--steps", "2")
+        with h5py.File(os.path.join(out, "rank00001.h5"), "r") as f:
+            grads[dtype] = {g.attrs["ddp"]: g.attrs["memory_after_init_grads_bytes"] for g in f["ddp"].values()}
+        summary = llmhpc_h5.open_run(out).ddp_summary()
+        if dtype == "bf16":
+            rows = sorted((r.ddp, r.grad_dtype, r.grad_reduce_dtype) for _, r in summary.iterrows())
+            assert rows == [("bucketed", "bf16", "bf16"), ("none", "bf16", "bf16")], rows
+            bucketed = summary[summary.ddp == "bucketed"].iloc[0]
+            assert bucketed.comm_bytes_per_step == 2 * PARAMS, (bucketed.comm_bytes_per_step, PARAMS)
+            text = run([sys.executable, DDP_PY, out]).stdout
+            assert "bf16, bf16 gradients" in text, text
+        else:
+            assert set(summary.grad_dtype) == {"fp32"}, set(summary.grad_dtype)
+    for strategy in ("none", "bucketed"):
+        assert 2 * PARAMS <= grads["bf16"][strategy] < 2 * PARAMS + 4096, (strategy, grads, PARAMS)
+        assert 4 * PARAMS <= grads["same"][strategy] < 4 * PARAMS + 4096, (strategy, grads, PARAMS)
+
+
 def check_torch_table(out, work, np_):
     """--torch: a PyTorch DDP record (synthetic, as torch_ddp.py writes them) beside bucketed at its bucket
     size, a --single one beside none, one of another shape left unmatched."""
@@ -364,6 +391,7 @@ def main():
         check_summary_and_report(out, np_, step_ms)
     check_engine_labels(os.path.join(work, "np2"))
     check_bf16_gradients(work)
+    check_gradients_made_in_bf16(work)
     check_torch_table(os.path.join(work, "np2"), work, 2)
     check_comm_source(os.path.join(work, "np2"), work)
     check_oom_rows(work)

@@ -124,6 +124,63 @@ TEST(Model, Bf16StaysWithinItsRoundingOfFp32AndLowMemoryIsBitwiseTheSame) {
   }
 }
 
+// --grad-dtype bf16 on the CPU: each gradient is computed in fp32 and rounded once where it is
+// stored, so it is bitwise the fp32 gradient rounded to bf16 (forward is untouched), in one
+// flat buffer or range by range; AdamW, clipping included, reads bf16 gradients as it would
+// read fp32 ones holding the same values; micro-batches add up within bf16's rounding.
+TEST(Model, Bf16GradientsAreTheFp32GradientsRoundedOnce) {
+  Backend be = cpu_backend();
+  const ModelConfig c = tiny_config();
+  const Batch b = random_batch(c, 3, 6, 5), b2 = random_batch(c, 3, 6, 6);
+  for (AttentionKind attention : {AttentionKind::Naive, AttentionKind::Flash}) {
+    TransformerLM m32(c, Precision::BF16, attention, *be.device, *be.ops),
+        m16(c, Precision::BF16, attention, *be.device, *be.ops, MemoryPlan::Fast, 0, GradientStorage::Whole,
+            GradientDType::BF16);
+    for (TransformerLM* m : {&m32, &m16}) m->init_parameters(3);
+    ASSERT_EQ(m16.grads().dtype, DType::BF16);
+    ASSERT_EQ(m32.grads().dtype, DType::F32);
+    EXPECT_EQ(loss_of(m16, b), loss_of(m32, b));
+    for (TransformerLM* m : {&m32, &m16}) m->backward();
+    const std::vector<double> g32 = grads_of(m32), g16 = grads_of(m16);
+    int64_t rounded = 0;
+    for (size_t i = 0; i < g32.size(); ++i) {
+      ASSERT_EQ(g16[i], double(round_to_bf16(float(g32[i])))) << "element " << i;
+      rounded += g16[i] != g32[i];
+    }
+    EXPECT_GT(rounded, int64_t(g32.size()) / 2) << "the fp32 gradients were mostly not bf16 values already";
+
+    // AdamW with clipping: the bf16 gradients against the fp32 ones rounded in place.
+    for (int64_t i = 0; i < m32.layout().total(); ++i) m32.grads().ptr<float>()[i] = float(g16[size_t(i)]);
+    AdamW opt32(m32, *be.ops, AdamWHyper{}), opt16(m16, *be.ops, AdamWHyper{});
+    for (AdamW* o : {&opt32, &opt16}) o->set_clipping({0.1, {}});
+    opt32.step();
+    opt16.step();
+    EXPECT_EQ(opt16.last_grad_norm(), opt32.last_grad_norm());
+    const Tensor p32 = m32.params(), p16 = m16.params();
+    for (int64_t i = 0; i < m32.layout().total(); ++i)
+      ASSERT_EQ(p16.ptr<float>()[i], p32.ptr<float>()[i]) << "parameter " << i << " after AdamW";
+
+    // Two micro-batches: bf16 sums, each within its rounding of the fp32 sum.
+    for (TransformerLM* m : {&m32, &m16}) {
+      loss_of(*m, b);
+      m->backward();
+      loss_of(*m, b2);
+      m->backward(nullptr, true);
+    }
+    EXPECT_LT(rel_error(grads_of(m16), grads_of(m32)), std::ldexp(1.0, -7));
+  }
+  // Range by range (GradientStorage::PerRange, the optimizer in backward): bf16 windows.
+  TransformerLM ranged(c, Precision::BF16, AttentionKind::Naive, *be.device, *be.ops, MemoryPlan::Fast, 0,
+                       GradientStorage::PerRange, GradientDType::BF16);
+  ranged.init_parameters(3);
+  loss_of(ranged, b);
+  ranged.backward();
+  EXPECT_EQ(ranged.gradients(0, 4).dtype, DType::BF16);
+  EXPECT_THROW(TransformerLM(c, Precision::FP32, AttentionKind::Naive, *be.device, *be.ops, MemoryPlan::Fast, 0,
+                             GradientStorage::Whole, GradientDType::BF16),
+               UsageError);
+}
+
 TEST(Model, BackwardOverwritesGradientsOrAccumulatesThemOnRequest) {
   Backend be = cpu_backend();
   const ModelConfig c = tiny_config();
