@@ -11,7 +11,9 @@
 //  - rmsnorm_backward and residual_rmsnorm paths ACCUMULATE into the residual gradient dx.
 //  - Every other output is OVERWRITTEN.
 //  - Storage dtypes: parameters, their gradients and the residual stream are "param dtype"
-//    (fp32; fp64 on the CPU backend for reference runs). Activations that feed or leave a
+//    (fp32; fp64 on the CPU backend for reference runs); under mixed precision the gradients
+//    (dwte, dw, AdamW's and sum_of_squares' input) may be bf16 (GradientDType::BF16), each
+//    computed in fp32 and rounded once where it is stored. Activations that feed or leave a
 //    matrix product are "compute dtype" (fp32, or bf16 under mixed precision). Norm
 //    statistics (rstd), losses and softmax statistics are fp32 (fp64 in fp64 runs).
 //    Arithmetic is always at least fp32: bf16 is a storage format, as under autocast.
