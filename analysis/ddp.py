@@ -57,7 +57,7 @@ import pandas as pd
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import scaling  # noqa: E402
 from comm import operation_time_us  # noqa: E402
-from llmhpc_h5 import MIB, SchemaError, open_run, read_json_lines  # noqa: E402
+from llmhpc_h5 import MIB, SchemaError, open_run, read_json_lines, repeated_across_runs  # noqa: E402
 from plotting import legend_above  # noqa: E402
 
 STRATEGIES = ("none", "naive", "flat", "overlap", "bucketed")  # the order of the rows
@@ -66,6 +66,8 @@ SETUP_KEYS = ("model", "d_model", "d_ff", "num_layers", "num_heads", "vocab_size
 # Setups in this order: smaller models first, then context, batch, ranks, precision.
 SETUP_ORDER = ("d_model", "num_layers", "d_ff", "num_heads", "vocab_size", "context_length", "batch_size", "world_size",
                "precision", "grad_dtype", "attention", "low_memory")
+# What, beside the setup, makes a row one configuration.
+CASE_KEYS = ("ddp", "bucket_mb", "shard_optimizer", "collective_engine", "grad_reduce_dtype")
 # What a PyTorch record must share with a setup to be compared with it.
 MATCH_KEYS = ("d_model", "d_ff", "num_layers", "num_heads", "vocab_size", "context_length", "batch_size", "world_size",
               "precision")
@@ -120,7 +122,8 @@ def setup_title(s: dict) -> str:
     return (f"{model}, context {s['context_length']}, global batch {s['batch_size']} ({s['local_batch_size']} per "
             f"rank), {s['world_size']} ranks, {s['precision']}"
             + (", bf16 gradients" if s.get("grad_dtype") == "bf16" else "") + f", {s['attention']} attention"
-            + (", low memory" if s["low_memory"] else ""))
+            + (", low memory" if s["low_memory"] else "")
+            + (f" [run {os.path.basename(os.path.normpath(s['run']))}]" if s.get("by_run") else ""))
 
 
 def load(directories: list, rank) -> tuple:
@@ -142,8 +145,12 @@ def load(directories: list, rank) -> tuple:
     df = pd.concat(frames, ignore_index=True)
     df["order"] = df["ddp"].map({s: i for i, s in enumerate(STRATEGIES)}).fillna(len(STRATEGIES))
     df = df.sort_values([*SETUP_ORDER, "order", "bucket_mb"], kind="stable").reset_index(drop=True)
-    setups = {key: i for i, key in enumerate(dict.fromkeys(df[list(SETUP_KEYS)].itertuples(index=False)))}
-    df["setup"] = [setups[key] for key in df[list(SETUP_KEYS)].itertuples(index=False)]
+    # Runs that measured the same configurations: each run's rows a setup of their own, so that
+    # no table mixes them (nor compares one run's strategy with another run's baseline).
+    df["by_run"] = repeated_across_runs(df, [*SETUP_KEYS, *CASE_KEYS])
+    keys = [*SETUP_KEYS, "run"] if df["by_run"].iloc[0] else list(SETUP_KEYS)
+    setups = {key: i for i, key in enumerate(dict.fromkeys(df[keys].itertuples(index=False)))}
+    df["setup"] = [setups[key] for key in df[keys].itertuples(index=False)]
     return df, notes
 
 

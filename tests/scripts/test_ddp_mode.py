@@ -18,6 +18,7 @@ compiled, and run on the CPU (gloo, 2 ranks under mpirun) only where PyTorch is 
 import json
 import os
 import py_compile
+import shutil
 import subprocess
 import sys
 import time
@@ -214,6 +215,19 @@ def check_gradients_made_in_bf16(work):
         assert 4 * PARAMS <= grads["same"][strategy] < 4 * PARAMS + 4096, (strategy, grads, PARAMS)
 
 
+def check_repeated_runs(out, work):
+    """Two runs of the same configurations: each run's tables apart, titled with its run, never one
+    table pooling both (nor one run's strategies against the other's baseline)."""
+    again = os.path.join(work, "np2_again")
+    shutil.copytree(out, again)
+    once = run([sys.executable, DDP_PY, out, "--markdown"]).stdout
+    twice = run([sys.executable, DDP_PY, out, again, "--markdown"]).stdout
+    overhead = [t for t in twice.splitlines() if t.startswith("### (c) overhead")]
+    assert len(overhead) == 2 * once.count("### (c) overhead") > 0, overhead
+    assert sum("[run np2]" in t for t in overhead) == sum("[run np2_again]" in t for t in overhead) > 0, overhead
+    assert "[run " not in once, "a single run's titles name no run"
+
+
 def check_torch_table(out, work, np_):
     """--torch: a PyTorch DDP record (synthetic, as torch_ddp.py writes them) beside bucketed at its bucket
     size, a --single one beside none, one of another shape left unmatched."""
@@ -392,6 +406,7 @@ def main():
     check_engine_labels(os.path.join(work, "np2"))
     check_bf16_gradients(work)
     check_gradients_made_in_bf16(work)
+    check_repeated_runs(os.path.join(work, "np2"), work)
     check_torch_table(os.path.join(work, "np2"), work, 2)
     check_comm_source(os.path.join(work, "np2"), work)
     check_oom_rows(work)
