@@ -40,7 +40,7 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from bench import fmt, markdown_table  # noqa: E402
 from ddp import allreduce_model, bucket_model_table, load, setup_title  # noqa: E402
-from llmhpc_h5 import MIB, SchemaError, open_run  # noqa: E402
+from llmhpc_h5 import MIB, SchemaError, label_precision, open_run  # noqa: E402
 
 GB = 1e9
 # llmhpc's presets (SPEC; src/model): d_model, d_ff, layers, heads.
@@ -84,7 +84,7 @@ def measured_memory(directory: str) -> dict:
     out["activations"] = max(r.attrs.get("peak_memory_bytes", 0) - r.attrs.get("memory_after_optimizer_bytes", 0)
                              + r.attrs.get("memory_after_optimizer_activations_bytes", 0) for r in mine)
     return dict(out, num_params=int(first.attrs["num_params"]), world_size=run.world_size, name=first.name,
-                sharding=first.attrs.get("shard_optimizer", "none"), precision=first.attrs["precision"])
+                sharding=first.attrs.get("shard_optimizer", "none"), precision=label_precision(first.attrs))
 
 
 def gb(value: float) -> str:

@@ -21,17 +21,16 @@ import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from llmhpc_h5 import BENCH_PHASES, repeated_across_runs  # noqa: E402
+from llmhpc_h5 import BENCH_PHASES, label_precision, repeated_across_runs  # noqa: E402
 from plotting import plain_log_y, ticks_at  # noqa: E402
 
 # Columns that appear only when their value differs between rows: (summary column, header).
 VARYING_COLUMNS = (("context_length", "Context"), ("batch_size", "Batch"), ("precision", "Precision"),
-                   ("grad_dtype", "Gradients"),
                    ("attention", "Attention"), ("phase", "Phase"), ("cuda_graph", "CUDA graph"), ("warmup", "Warm-up"),
                    ("steps", "Steps"))
 SHAPE_KEYS = ("model", "d_model", "d_ff", "num_layers", "num_heads", "vocab_size")
-CONFIG_KEYS = (*SHAPE_KEYS, "context_length", "batch_size", "precision", "grad_dtype", "attention", "phase", "cuda_graph",
-               "warmup", "steps")  # what makes a row one configuration
+CONFIG_KEYS = (*SHAPE_KEYS, "context_length", "batch_size", "precision", "attention", "phase", "cuda_graph", "warmup",
+               "steps")  # what makes a row one configuration
 SHORT = {"forward": "Fwd", "backward": "Bwd", "optimizer": "Opt", "step": "Total"}
 GIB = float(1 << 30)
 
@@ -259,9 +258,14 @@ def plot_speedup(summary: pd.DataFrame, path: str, other: str = "bf16") -> str:
 
 
 def summaries(runs: list, rank) -> pd.DataFrame:
+    """The runs' bench_summary rows; bf16 with bf16 gradients (--grad-dtype bf16) is the precision
+    "bf16 bf16-grads", a column and a plot of its own beside plain bf16."""
     frames = [run.bench_summary(rank).assign(run=run.directory) for run in runs]
     frames = [f for f in frames if not f.empty]
-    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+    summary = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+    if not summary.empty:
+        summary["precision"] = [label_precision(r) for _, r in summary.iterrows()]
+    return summary
 
 
 def report_section(runs: list, out_dir: str, rank=0, decimals: int = 2) -> str:

@@ -80,9 +80,11 @@ def fmt(value, decimals: int = 2) -> str:
 
 
 def impl(row) -> str:
-    """The strategy, with bf16 where the gradients travelled as bf16 (--grad-reduce-dtype), and what
-    moved its bytes where it was not NCCL's kernels (--collective-engine)."""
-    return (row["ddp"] + (" bf16" if row.get("grad_reduce_dtype") == "bf16" else "")
+    """The strategy, with bf16 where fp32 gradients travelled as bf16 (--grad-reduce-dtype; gradients
+    made in bf16 say so in the setup's title), and what moved its bytes where it was not NCCL's
+    kernels (--collective-engine)."""
+    cast = row.get("grad_reduce_dtype") == "bf16" and row.get("grad_dtype", "fp32") != "bf16"
+    return (row["ddp"] + (" bf16" if cast else "")
             + (" (copy)" if row.get("collective_engine", "sm") == "copy" else ""))
 
 

@@ -73,6 +73,12 @@ MIB = float(1 << 20)
 def grad_dtype(attrs) -> str:
     """What backward wrote the gradients in (--grad-dtype); files from before it: the master weights' dtype."""
     return attrs.get("grad_dtype") or ("fp64" if attrs.get("precision") == "fp64" else "fp32")
+
+
+def label_precision(attrs) -> str:
+    """The precision as tables name it: "bf16 bf16-grads" for bf16 with gradients made in bf16, so
+    that it stands beside plain bf16 rather than in its place."""
+    return attrs["precision"] + (" bf16-grads" if grad_dtype(attrs) == "bf16" else "")
 # Mode profile: the activity kinds (the `kind` column of /profile_kernels/<label>) and the categories,
 # in the order of kernels/profiler.h.
 PROFILE_KINDS = ("kernel", "memcpy", "memset", "op")

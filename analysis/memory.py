@@ -21,7 +21,7 @@ import sys
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from llmhpc_h5 import SchemaError, grad_dtype, open_run  # noqa: E402
+from llmhpc_h5 import SchemaError, label_precision, open_run  # noqa: E402
 
 GiB = 2**30
 MiB = 2**20
@@ -37,8 +37,7 @@ def configs(runs) -> list:
             a = dict(rec.attrs)
             a["label"], a["ok"], a["status"], a["arrays"] = rec.name, rec.ok, rec.status, rec.arrays
             a["run"] = os.path.basename(os.path.normpath(run.directory))
-            if grad_dtype(a) == "bf16":  # --grad-dtype bf16: a column of its own beside the plain bf16
-                a["precision"] += " bf16-grads"
+            a["precision"] = label_precision(a)  # --grad-dtype bf16: a column of its own beside plain bf16
             out.append(a)
     labels = [c["label"] for c in out]
     if len(set(labels)) < len(labels):  # runs of the same configurations: every row says its run

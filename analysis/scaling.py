@@ -35,8 +35,8 @@ import pandas as pd
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from bench import fmt, markdown_table  # noqa: E402
 
-SERIES_KEYS = ("d_model", "d_ff", "num_layers", "num_heads", "vocab_size", "context_length", "precision", "attention",
-               "ddp", "bucket_mb", "shard_optimizer", "backend", "transport")
+SERIES_KEYS = ("d_model", "d_ff", "num_layers", "num_heads", "vocab_size", "context_length", "precision", "grad_dtype",
+               "attention", "ddp", "bucket_mb", "shard_optimizer", "backend", "transport")
 OVERLAPPING = ("overlap", "bucketed")
 
 
@@ -57,7 +57,7 @@ def series(df: pd.DataFrame):
                 model = r.model if r.model != "custom" else f"d{r.d_model}_L{r.num_layers}"
                 strategy = r.ddp if r.ddp != "bucketed" else f"bucketed {r.bucket_mb:g} MiB"
                 title = (f"{kind}: {model}, T={r.context_length}, {'global' if kind == 'strong' else 'per-rank'} batch "
-                         f"{batch}, {r.precision}, {strategy}"
+                         f"{batch}, {r.precision}{' bf16-grads' if r.grad_dtype == 'bf16' else ''}, {strategy}"
                          + ("" if r.shard_optimizer == "none" else f", {r.shard_optimizer}")
                          + ("" if r.transport == "default" else ", network transport"))
                 yield kind, title, rows

@@ -43,7 +43,8 @@ def report_section(runs: list, out_dir: str, rank=0, decimals: int = 2) -> str:
         sync_mean, _ = stats(steps.get("sync_ms", []))
         loss = steps["loss"].to_numpy() if "loss" in steps else np.array([])
         rows.append([os.path.basename(os.path.normpath(run.directory)), a.get("model"), a.get("world_size"),
-                     str(a.get("ddp")) + (" bf16" if a.get("grad_reduce_dtype") == "bf16" else ""),
+                     str(a.get("ddp")) + (" bf16" if a.get("grad_reduce_dtype") == "bf16" and a.get("grad_dtype") != "bf16"
+                                          else ""),
                      a.get("shard_optimizer", "none"), rec.status, len(steps),
                      fmt(loss[0], 4) if len(loss) else "-", fmt(loss[-1], 4) if len(loss) else "-",
                      fmt(step_mean, decimals), fmt(step_std, decimals), fmt(sync_mean, decimals)])

@@ -205,7 +205,7 @@ class Ops {
     adamw_step(param, grad, m, v, param_lowp, {{0, 0, param.numel()}}, h, step);
   }
 
-  // out (1 element, fp64) = the sum of x[i]^2 over the spans of x (fp32 or fp64), added in
+  // out (1 element, fp64) = the sum of x[i]^2 over the spans of x (fp32, fp64 or bf16), added in
   // double in an order fixed by the spans alone (not by threads or timing), so ranks holding the
   // same values get bitwise the same sum: gradient clipping's norm.
   virtual void sum_of_squares(Tensor out, Tensor x, const std::vector<Span>& spans) = 0;

@@ -11,7 +11,7 @@ namespace llmhpc::cuda {
 
 // out (N,C) = wte[tokens]; tokens (N) int32, wte (V,C).
 void embedding_forward(Tensor out, Tensor tokens, Tensor wte, int64_t N, int64_t C, cudaStream_t stream);
-// dwte (V,C) fp32 += rows of dout (N,C) at tokens; deterministic (sorted by token).
+// dwte (V,C) fp32 or bf16 += rows of dout (N,C) at tokens; deterministic (sorted by token).
 void embedding_backward(Tensor dwte, Tensor dout, Tensor tokens, int64_t N, int64_t C, Allocator& scratch,
                         cudaStream_t stream);
 
@@ -19,7 +19,7 @@ void embedding_backward(Tensor dwte, Tensor dout, Tensor tokens, int64_t N, int6
 // empty (written to x_out), else x_out = x (x_out unused). w (C) fp32.
 void rmsnorm_forward(Tensor x_out, Tensor out, Tensor rstd, Tensor x, Tensor delta, Tensor w, int64_t N, int64_t C,
                      cudaStream_t stream);
-// dx (N,C) += input gradient; dw (C) fp32 += weight gradient; dout, x (N,C); rstd (N) fp32;
+// dx (N,C) += input gradient; dw (C) fp32 or bf16 += weight gradient; dout, x (N,C); rstd (N) fp32;
 // dx_copy (N,C) bf16, if not empty, receives the new dx rounded to nearest even.
 void rmsnorm_backward(Tensor dx, Tensor dw, Tensor dout, Tensor x, Tensor w, Tensor rstd, Tensor dx_copy, int64_t N,
                       int64_t C, bool accumulate, int multiprocessors, Allocator& scratch, cudaStream_t stream);
@@ -48,7 +48,7 @@ void cross_entropy_forward(Tensor losses, Tensor logits, Tensor targets, int64_t
 void cross_entropy_backward(Tensor dlogits, Tensor logits, Tensor targets, double scale, int64_t N, int64_t V,
                             cudaStream_t stream);
 
-// One fused AdamW pass over slices of fp32 param, grad, m, v; param_lowp (bf16) if not empty.
+// One fused AdamW pass over slices of fp32 param, grad (fp32 or bf16), m, v; param_lowp (bf16) if not empty.
 void adamw_step(Tensor param, Tensor grad, Tensor m, Tensor v, Tensor param_lowp, const std::vector<AdamWSlice>& slices,
                 const AdamWHyper& h, int64_t step, cudaStream_t stream);
 

@@ -36,7 +36,7 @@ DType gradient_dtype(Precision p, GradientDType g) {
     throw UsageError(std::string("--grad-dtype bf16 keeps the gradients in the dtype of the products that make them, "
                                  "which --precision ") +
                      precision_name(p) + " computes in " + dtype_name(compute_dtype(p)) +
-                     ": use --precision bf16, or --grad-dtype same");
+                     ": every --precision of the run must be bf16, or use --grad-dtype same");
   return DType::BF16;
 }
 

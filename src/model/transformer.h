@@ -45,8 +45,9 @@ enum class GradientStorage { Whole, PerRange };
 // What backward writes the parameter gradients in. Master: the master weights' dtype (fp32;
 // fp64 in reference runs), as PyTorch's autocast leaves them in .grad. BF16 (--precision bf16
 // only): the weight-gradient products and norm/embedding backwards round into bf16, as llm.c
-// keeps them: half the gradients' memory and half the bytes every reduction, clipping and
-// AdamW read; micro-batches add up in bf16 (one rounding each). AdamW widens them as it reads.
+// keeps them: half the gradients' memory, reductions of half the bytes, and half the gradient
+// bytes that clipping and AdamW read; micro-batches add up in bf16 (one rounding each). AdamW
+// widens them as it reads.
 enum class GradientDType { Master, BF16 };
 GradientDType parse_gradient_dtype(const std::string& text);  // same | bf16
 // The dtype the gradients are stored in, or a UsageError for bf16 gradients without bf16 precision.

@@ -52,8 +52,8 @@ void add_precision_options(po::options_description& desc, bool lists) {
       "grad-dtype", text("same"),
       "what backward writes the parameter gradients in: same (the master weights' dtype, fp32, as PyTorch's "
       "autocast) | bf16 (--precision bf16: the products round their weight gradients to bf16, as llm.c: 2 bytes "
-      "per parameter less, and half the bytes that data-parallel reductions, clipping and AdamW move; "
-      "micro-batches add up in bf16)");
+      "per parameter less, data-parallel reductions of half the bytes with no casts, and half the gradient bytes "
+      "that clipping and AdamW read; micro-batches add up in bf16)");
 }
 
 MemoryPlan memory_plan(const po::variables_map& vm) {

@@ -295,7 +295,7 @@ void run(ModeContext& ctx) {
         rt, "train: %d ranks of %lld sequences each, --ddp %s%s (%zu collective(s) per step)%s\n", rt.world_size,
         (long long)mine.count, sync_strategy_name(strategy),
         ((strategy == SyncStrategy::Bucketed ? " " + fmt_exact(bucket_mb) + " MiB" : std::string()) +
-         (reduce_in_bf16 ? ", gradients averaged in bf16" : ""))
+         (reduce_in_bf16 || grads == GradientDType::BF16 ? ", gradients averaged in bf16" : ""))
             .c_str(),
         sync->buckets().size(),
         sharding == Sharding::None

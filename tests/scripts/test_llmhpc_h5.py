@@ -220,9 +220,18 @@ def check_runs(work):
     assert run.describe_ranks() == "3 rank(s), rank 1's file missing", run.describe_ranks()
 
 
+def check_labels():
+    """The gradients' dtype of files from before --grad-dtype, and the precision tables show."""
+    assert llmhpc_h5.grad_dtype({"precision": "bf16"}) == "fp32"
+    assert llmhpc_h5.grad_dtype({"precision": "fp64"}) == "fp64"
+    assert llmhpc_h5.label_precision({"precision": "bf16", "grad_dtype": "bf16"}) == "bf16 bf16-grads"
+    assert llmhpc_h5.label_precision({"precision": "bf16", "grad_dtype": "fp32"}) == "bf16"
+
+
 def main():
     work = scratch_dir("llmhpc-h5-")
     check_runs(work)
+    check_labels()
     for name, check in (("plain", check_plain), ("stream", check_stream)):
         directory = os.path.join(work, name)
         os.makedirs(directory)

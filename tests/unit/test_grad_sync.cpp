@@ -14,6 +14,7 @@
 #include "comm/collectives.h"
 #include "src/dist/grad_sync.h"
 #include "src/model/params.h"
+#include "src/modes/data_parallel.h"
 
 namespace llmhpc {
 namespace {
@@ -128,6 +129,28 @@ TEST(BucketPlan, TransformerLayoutIsTiledFromTheEnd) {
     }
     EXPECT_EQ(end, 0);
   }
+}
+
+// --grad-dtype bf16: buckets hold --bucket-mb of gradient bytes, twice fp32's elements, and
+// gradients made in bf16 are not cast for the wire again; only bf16 training makes them.
+TEST(BucketPlan, Bf16GradientsFillBucketsWithTheirOwnBytes) {
+  ModelConfig c;
+  c.vocab_size = 64, c.d_model = 32, c.d_ff = 64, c.num_layers = 3, c.num_heads = 4;
+  const auto plan = [&](GradientDType grads, double kib, bool reduce_in_bf16 = false) {
+    return data_parallel_plan(SyncStrategy::Bucketed, Sharding::None, c, Precision::BF16, grads, kib / 1024, 2,
+                              kShardAlignment, reduce_in_bf16);
+  };
+  for (double kib : {8.0, 20.0}) {
+    const SyncPlan bf16 = plan(GradientDType::BF16, kib), fp32 = plan(GradientDType::Master, 2 * kib);
+    EXPECT_GT(bf16.buckets.size(), 2u) << kib << " KiB";
+    EXPECT_EQ(bf16.buckets, fp32.buckets) << kib << " KiB of bf16 against twice that of fp32";
+    EXPECT_NE(bf16.buckets, plan(GradientDType::Master, kib).buckets) << kib << " KiB";
+  }
+  EXPECT_TRUE(plan(GradientDType::Master, 8, true).reduce_in_bf16);
+  EXPECT_FALSE(plan(GradientDType::BF16, 8, true).reduce_in_bf16) << "bf16 gradients cast again";
+  EXPECT_THROW(
+      data_parallel_plan(SyncStrategy::Bucketed, Sharding::None, c, Precision::FP32, GradientDType::BF16, 1, 2),
+      UsageError);
 }
 
 TEST(SyncStrategy, NamesRoundTripAndErrorsListTheChoices) {

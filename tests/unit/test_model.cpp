@@ -169,13 +169,23 @@ TEST(Model, Bf16GradientsAreTheFp32GradientsRoundedOnce) {
     }
     EXPECT_LT(rel_error(grads_of(m16), grads_of(m32)), std::ldexp(1.0, -7));
   }
-  // Range by range (GradientStorage::PerRange, the optimizer in backward): bf16 windows.
-  TransformerLM ranged(c, Precision::BF16, AttentionKind::Naive, *be.device, *be.ops, MemoryPlan::Fast, 0,
-                       GradientStorage::PerRange, GradientDType::BF16);
-  ranged.init_parameters(3);
-  loss_of(ranged, b);
-  ranged.backward();
+  // Range by range (GradientStorage::PerRange, AdamW inside backward on bf16 windows): bitwise
+  // the weights of AdamW after backward on the whole bf16 buffer.
+  TransformerLM whole(c, Precision::BF16, AttentionKind::Naive, *be.device, *be.ops, MemoryPlan::Fast, 0,
+                      GradientStorage::Whole, GradientDType::BF16),
+      ranged(c, Precision::BF16, AttentionKind::Naive, *be.device, *be.ops, MemoryPlan::Fast, 0,
+             GradientStorage::PerRange, GradientDType::BF16);
+  AdamW opt_whole(whole, *be.ops, AdamWHyper{}), opt_ranged(ranged, *be.ops, AdamWHyper{});
+  auto timer = be.device->make_timer(kStepMarks);
+  for (TransformerLM* m : {&whole, &ranged}) m->init_parameters(3);
+  for (const Batch* batch : {&b, &b2})
+    for (auto [m, o] : {std::pair{&whole, &opt_whole}, std::pair{&ranged, &opt_ranged}}) {
+      m->set_batch(batch->tokens.data(), batch->targets.data(), batch->B, batch->T);
+      run_step(*m, o, Phase::TrainStep, *timer);
+    }
   EXPECT_EQ(ranged.gradients(0, 4).dtype, DType::BF16);
+  for (int64_t i = 0; i < whole.layout().total(); ++i)
+    ASSERT_EQ(ranged.params().ptr<float>()[i], whole.params().ptr<float>()[i]) << "parameter " << i;
   EXPECT_THROW(TransformerLM(c, Precision::FP32, AttentionKind::Naive, *be.device, *be.ops, MemoryPlan::Fast, 0,
                              GradientStorage::Whole, GradientDType::BF16),
                UsageError);
