@@ -20,6 +20,8 @@
 #             NCCL's "Init CE" lines), once per NCCL_MAX_CTAS in CTAS (default
 #             "default 16 8 4": fewer SMs for NCCL), per --gemm-sm-margin in MARGINS (default 0) and
 #             per --grad-dtype in COMPUTE_GRAD_DTYPE (default same, e.g. "same bf16": one run each);
+#             each run first heats the GPUs for HEAT_S seconds (--heat-s, default 30), so that
+#             none, which runs first, is not timed at a cold GPU's higher clocks;
 #             MIN_CTAS=N sets NCCL_MIN_CTAS to N instead of 1 (NCCL then uses exactly N);
 #             meanwhile nvidia-smi samples clocks, power and throttle reasons of both GPUs every
 #             250 ms into compute-smi.csv (is the step slower with the all-reduce beside it
@@ -100,7 +102,8 @@ if has compute; then
         ddp "compute-ctas-$ctas-sm$margin$([ "$grads" = same ] || echo "-grads-$grads")" --model xl \
           --context-length 1024 --batch-size 8 --precision bf16 --attention flash --ddp none,bucketed \
           --bucket-mb ${COMPUTE_BUCKET_MB:-25,100} --warmup 3 --steps 10 --shard-optimizer ${COMPUTE_SHARD:-none} \
-          --collective-engine ${COMPUTE_ENGINE:-sm} --gemm-sm-margin "$margin" --grad-dtype "$grads"
+          --collective-engine ${COMPUTE_ENGINE:-sm} --gemm-sm-margin "$margin" --grad-dtype "$grads" \
+          --heat-s "${HEAT_S:-30}"
       done
     done
   done

@@ -7,6 +7,7 @@
 #include "src/core/stats.h"
 #include "src/modes/model_sweep.h"
 #include "src/modes/options.h"
+#include "src/modes/soak.h"
 #include "src/modes/sweep.h"
 
 namespace llmhpc {
@@ -15,6 +16,7 @@ namespace {
 void add_options(po::options_description& desc) {
   po::options_description bench("Bench options");
   add_step_options(bench);
+  add_heat_option(bench);
   add_gradient_options(bench);
   desc.add(bench);
   add_model_group(desc);
@@ -31,6 +33,8 @@ void run(ModeContext& ctx) {
   const MemoryPlan memory = memory_plan(vm);
   const GradientStorage gradients = gradient_storage(vm);
   const bool graphed = use_cuda_graph(ctx);
+  const double heat_s = heat_seconds(vm);
+  bool heated = false;
   check_cases_run(ctx, cases);
 
   log_root(ctx.rt, "bench: %zu configuration(s), phase %s, %lld warm-up + %lld timed steps, %d rank(s) on %s%s%s%s\n",
@@ -57,6 +61,12 @@ void run(ModeContext& ctx) {
         [&] {
           TransformerLM& model = live.prepare(cases, i, dev, ops, seed, memory, gradients, phase, rec);
           for (int64_t s = 0; s < warmup; ++s) warm.add(run_step(model, live.optimizer(), phase, *timer));
+          if (heat_s > 0 && !heated) {  // --heat-s: before the first configuration that runs
+            heated = true;
+            const double pace_s = agreed_iteration_s(ctx.rt, warm.step, 1e-3);
+            rec.attr("heat_steps",
+                     heat_up(ctx.rt, heat_s, pace_s, [&] { run_step(model, live.optimizer(), phase, *timer); }));
+          }
           std::unique_ptr<GraphedStep> graph;
           if (graphed) graph = std::make_unique<GraphedStep>(model, live.optimizer(), phase);
           for (int64_t s = 0; s < steps; ++s)

@@ -158,6 +158,7 @@ void add_options(po::options_description& desc) {
                     "untimed steps before the timed ones (recorded apart)")(
       "steps", po::value<std::string>()->default_value("10"), "timed steps per configuration");
   add_duration_option(ddp, "steps");
+  add_heat_option(ddp);
   add_data_parallel_options(ddp, true);
   po::options_description model("Model options (--batch-size is the global batch, shared equally by the ranks)");
   add_model_options(model, true);
@@ -169,6 +170,7 @@ void validate(const po::variables_map& vm) {
   opt_nonnegative(vm, "warmup");
   opt_positive(vm, "steps");
   duration_seconds(vm, "steps");
+  heat_seconds(vm);
   sweep_cases(vm, 2);
 }
 
@@ -178,7 +180,8 @@ void run(ModeContext& ctx) {
   const po::variables_map& vm = ctx.vm;
   const Runtime& rt = ctx.rt;
   const int64_t warmup = opt_nonnegative(vm, "warmup"), steps = opt_positive(vm, "steps");
-  const double duration_s = duration_seconds(vm, "steps");
+  const double duration_s = duration_seconds(vm, "steps"), heat_s = heat_seconds(vm);
+  bool heated = false;  // --heat-s: before the first configuration that runs
   const std::vector<DdpCase> cases = sweep_cases(vm, rt.world_size);
   Device& dev = *ctx.backend.device;
   Ops& ops = *ctx.backend.ops;
@@ -299,7 +302,10 @@ void run(ModeContext& ctx) {
             return run_step(model, opt.get(), Phase::TrainStep, *timer, sync.get());
           };
           for (int64_t s = 0; s < warmup; ++s) warm.add(step());
-          const double pace_s = duration_s > 0 ? agreed_iteration_s(rt, warm.step, 1e-3) : 0;
+          const bool heat = heat_s > 0 && !heated;
+          const double pace_s = duration_s > 0 || heat ? agreed_iteration_s(rt, warm.step, 1e-3) : 0;
+          if (heat) rec.attr("heat_steps", heat_up(rt, heat_s, pace_s, [&] { step(); }));
+          heated = heated || heat;
           DurationCount count(rt, duration_s, steps, pace_s, std::numeric_limits<int64_t>::max());
           timed.reserve(size_t(count.total()));
           MemorySamples memory_samples{size_t(count.total())};

@@ -5,6 +5,7 @@
 
 #include "src/core/units.h"
 #include "src/modes/options.h"
+#include "src/modes/soak.h"
 
 namespace llmhpc {
 
@@ -43,6 +44,7 @@ void add_model_group(po::options_description& desc) {
 void validate_step_options(const po::variables_map& vm) {
   const Phase phase = parse_phase(opt_string(vm, "phase"));
   opt_nonnegative(vm, "warmup");
+  heat_seconds(vm);  // bench's (profile has none)
   if (opt_flag(vm, "cuda-graph")) {
     if (opt_string(vm, "device") == "cpu") throw UsageError(kCudaGraphNeedsCuda);
     if (phase == Phase::TrainStep && vm.count("separate-optimizer") && !opt_flag(vm, "separate-optimizer"))

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <limits>
 
 #include "src/core/stats.h"
 #include "src/core/table.h"
@@ -29,6 +30,36 @@ double duration_seconds(const po::variables_map& vm, const std::string& count_op
     throw UsageError("--duration-s and --" + count_option + " both set the timed iterations: give one of them");
   if (opt_int(vm, "warmup") < 1)
     throw UsageError("--duration-s counts the timed iterations from the warm-up's: needs --warmup 1 or more");
+  return s;
+}
+
+void add_heat_option(po::options_description& desc) {
+  desc.add_options()("heat-s", po::value<std::string>(),
+                     "before the first configuration's timed steps, run its steps untimed for about this many "
+                     "seconds, so that a power-capped GPU, which clocks lower as it warms, times every "
+                     "configuration at the clocks it holds under load instead of favouring the first (e.g. 30 "
+                     "where configurations are compared; needs --warmup 1 or more)");
+}
+
+double heat_seconds(const po::variables_map& vm) {
+  if (!opt_given(vm, "heat-s")) return 0;
+  const std::string text = opt_string(vm, "heat-s");
+  const double s = parse_double(text, "heat-s");
+  if (!(s >= 0) || s > 1e5) throw UsageError("--heat-s " + text + ": must be a number of seconds >= 0, e.g. 30");
+  if (s > 0 && opt_int(vm, "warmup") < 1)
+    throw UsageError("--heat-s counts its steps from the warm-up's pace: needs --warmup 1 or more");
+  return s;
+}
+
+int64_t heat_up(const Runtime& rt, double heat_s, double pace_s, const std::function<void()>& step) {
+  if (!(heat_s > 0)) return 0;
+  log_root(rt, "heat: the first configuration's steps, untimed, for ~%g s (--heat-s)\n", heat_s);
+  DurationCount count(rt, heat_s, 0, pace_s, std::numeric_limits<int64_t>::max());
+  int64_t s = 0;
+  while (s < count.total()) {
+    for (const int64_t end = s + count.next_chunk(s); s < end; ++s) step();
+    count.after_chunk(s);
+  }
   return s;
 }
 

@@ -6,6 +6,7 @@
 #pragma once
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -19,6 +20,20 @@ void add_duration_option(po::options_description& desc, const std::string& count
 // --duration-s in seconds, 0 when not given. Throws UsageError when it is not a number of
 // seconds > 0, when `count_option` is given too, or with --warmup 0 (nothing to calibrate on).
 double duration_seconds(const po::variables_map& vm, const std::string& count_option);
+
+// --heat-s: untimed steps for about that many seconds before the first configuration's timed
+// ones, so that the GPU runs them at the clocks it holds under sustained load. A power-capped
+// GPU clocks lower as it warms (its leakage grows with temperature): on an H100 (700 W), xl bf16
+// at context 1024 ran at 1770 MHz in the first configuration of a run and at 1680-1695 MHz in
+// the third, ten seconds later, which made whichever configuration came first 1.5-2 ms (1.5%)
+// faster (docs/results/ddp.md, session 26).
+void add_heat_option(po::options_description& desc);
+// --heat-s in seconds, 0 when not given; throws UsageError when it is not a number of seconds
+// >= 0 or with --warmup 0 (its count is aimed from the warm-up's pace).
+double heat_seconds(const po::variables_map& vm);
+// Runs `step` untimed for about `heat_s` seconds of wall time (DurationCount, from `pace_s`, the
+// warm-up's agreed pace); returns how many it ran. Collective: every rank runs as many.
+int64_t heat_up(const Runtime& rt, double heat_s, double pace_s, const std::function<void()>& step);
 
 // The pace the timed iterations are first counted from: the slowest rank's median warm-up
 // iteration, in seconds (`warmup` in units of `unit_s` seconds), the same on every rank.

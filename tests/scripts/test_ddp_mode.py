@@ -191,15 +191,19 @@ def check_bf16_gradients(work):
 def check_gradients_made_in_bf16(work):
     """--grad-dtype bf16: the gradients held in bf16 (2 bytes each, against 4 in the plain bf16 run) and
     reduced as they are: one bucketed row where --grad-reduce-dtype same,bf16 would give two, recorded as
-    travelling in bf16 with 2 bytes per parameter; the tables' titles say so."""
-    grads = {}
+    travelling in bf16 with 2 bytes per parameter; the tables' titles say so. With --heat-s, the first
+    configuration alone ran untimed steps after its warm-up, as many on every rank."""
+    grads, heat = {}, []
     for dtype in ("same", "bf16"):
         out = os.path.join(work, f"grad_dtype_{dtype}")
         ddp_run(2, out, "--context-length", T, "--batch-size", "4", "--ddp", "none,bucketed", "--bucket-mb", HUGE_MB,
-                "--precision", "bf16", "--grad-dtype", dtype, "--grad-reduce-dtype", "same,bf16", "--warmup", "0",
-                "--steps", "2")
-        with h5py.File(os.path.join(out, "rank00001.h5"), "r") as f:
-            grads[dtype] = {g.attrs["ddp"]: g.attrs["memory_after_init_grads_bytes"] for g in f["ddp"].values()}
+                "--precision", "bf16", "--grad-dtype", dtype, "--grad-reduce-dtype", "same,bf16", "--warmup", "1",
+                "--steps", "2", *(["--heat-s", "0.5"] if dtype == "same" else []))
+        for rank in range(2):
+            with h5py.File(os.path.join(out, f"rank{rank:05d}.h5"), "r") as f:
+                grads[dtype] = {g.attrs["ddp"]: g.attrs["memory_after_init_grads_bytes"] for g in f["ddp"].values()}
+                if dtype == "same":
+                    heat.append({g.attrs["ddp"]: int(g.attrs.get("heat_steps", 0)) for g in f["ddp"].values()})
         summary = llmhpc_h5.open_run(out).ddp_summary()
         if dtype == "bf16":
             rows = sorted((r.ddp, r.grad_dtype, r.grad_reduce_dtype) for _, r in summary.iterrows())
@@ -213,6 +217,7 @@ def check_gradients_made_in_bf16(work):
     for strategy in ("none", "bucketed"):
         assert 2 * PARAMS <= grads["bf16"][strategy] < 2 * PARAMS + 4096, (strategy, grads, PARAMS)
         assert 4 * PARAMS <= grads["same"][strategy] < 4 * PARAMS + 4096, (strategy, grads, PARAMS)
+    assert heat[0] == heat[1] and heat[0]["none"] >= 1 and heat[0]["bucketed"] == 0, heat
 
 
 def check_repeated_runs(out, work):
