@@ -28,7 +28,7 @@ TORCH=${TORCH:-0}
 require_flag TORCH
 [ "$TORCH" = 0 ] || require_torch
 llmhpc_run --mode bench --model "$MODELS" --context-length "$CONTEXTS" --precision "$PRECISIONS" \
-  --warmup "$WARMUP" --steps "$STEPS" --phase "${PHASE:-train-step}" --out "$OUT"
+  --warmup "$WARMUP" --steps "$STEPS" --phase "${PHASE:-train-step}" --heat-s "$HEAT_S" --out "$OUT"
 if [ "$TORCH" = 1 ]; then
   $PYTHON "$LLMHPC_ROOT/analysis/torch_baseline.py" --model "$MODELS" --context-length "$CONTEXTS" \
     --precision "$PRECISIONS" --setup "${TORCH_SETUPS:-compiled,eager}" --warmup "$WARMUP" --steps "$STEPS" \

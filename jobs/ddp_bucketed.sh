@@ -55,7 +55,7 @@ echo "$JOB_NAME: $NP rank(s), results in $OUT"
 model=(--model "$MODELS" $SHAPE)
 sweep=(--context-length "$CONTEXTS" --batch-size "$BATCH" --precision "$PRECISIONS" --warmup "$WARMUP" --steps "$STEPS")
 llmhpc_run --mode ddp "${model[@]}" "${sweep[@]}" --ddp "$STRATEGIES" --bucket-mb "$BUCKETS" \
-  --shard-optimizer "$SHARDING" --out "$OUT"
+  --shard-optimizer "$SHARDING" --heat-s "$HEAT_S" --out "$OUT"
 report_args=()
 if [ "$COMM" = 1 ]; then
   $LAUNCH "$LLMHPC_BIN" --mode comm --device "$DEVICE" --collective allreduce --size "$COMM_SIZES" \

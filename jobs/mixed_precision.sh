@@ -22,5 +22,5 @@ PRECISIONS=${PRECISIONS:-fp32,bf16}
 WARMUP=${WARMUP:-5}
 STEPS=${STEPS:-10}
 llmhpc_run --mode bench --model "$MODELS" --context-length "$CONTEXTS" --precision "$PRECISIONS" --warmup "$WARMUP" \
-  --steps "$STEPS" --phase "${PHASE:-train-step}" --out "$OUT"
+  --steps "$STEPS" --phase "${PHASE:-train-step}" --heat-s "$HEAT_S" --out "$OUT"
 job_report

@@ -67,7 +67,7 @@ for transport in $transports; do
         if [ $kind = strong ]; then batch=$STRONG_BATCH; else batch=$((WEAK_BATCH * np)); fi
         $MPIRUN $MPIRUN_ARGS $NP_OPTION "$np" "$LLMHPC_BIN" --mode ddp --device "$DEVICE" --model "$MODELS" $SHAPE --context-length "$CONTEXTS" \
           --batch-size "$batch" --precision "$PRECISIONS" --ddp "$STRATEGY" --bucket-mb "$BUCKET" --warmup "$WARMUP" \
-          --steps "$STEPS" --out "$OUT/$kind-np$np$suffix" ${EXTRA_ARGS:-}
+          --steps "$STEPS" --heat-s "$HEAT_S" --out "$OUT/$kind-np$np$suffix" ${EXTRA_ARGS:-}
       done
     done
     if [ "$max_np" -gt 1 ]; then

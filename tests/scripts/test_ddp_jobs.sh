@@ -111,7 +111,8 @@ set -e
 echo "ok   scaling.sh refuses STRONG_BATCH=3 on 1,2 ranks and a list of batches before running"
 
 # 3d. What env.sh checks before any run: an OUT that holds files (the report reads everything
-# under it), a switch that is neither 0 nor 1, TORCH=1 where PyTorch is not; and two jobs of one
+# under it), a switch that is neither 0 nor 1, a HEAT_S that is not seconds, TORCH=1 where
+# PyTorch is not; and two jobs of one
 # name and Slurm job id (bash jobs inside one allocation) get folders of their own.
 refused() {  # words, then the job's environment and script
   local words=$1; shift
@@ -126,6 +127,11 @@ refused "OUT=$tmp/taken already holds files" OUT="$tmp/taken" bash "$ROOT/jobs/w
 [ "$(ls "$tmp/taken")" = old.h5 ] || fail "a refused OUT was written to"
 refused "TORCH must be 1 (on) or 0 (off), not 'yes'" TORCH=yes OUT_ROOT="$tmp/flags" bash "$ROOT/jobs/bench.sh"
 refused "COMM must be 1 (on) or 0 (off), not 'true'" COMM=true OUT_ROOT="$tmp/flags" bash "$ROOT/jobs/ddp_bucketed.sh"
+refused "HEAT_S must be a number of seconds >= 0, not '30s'" HEAT_S=30s OUT_ROOT="$tmp/flags" bash "$ROOT/jobs/scaling.sh"
+for device in auto cuda cpu; do  # GPUs heat for 30 s by default, CPUs not
+  heat=$(DEVICE=$device OUT_ROOT="$tmp/flags" bash -c "source '$ROOT/jobs/env.sh' && echo \$HEAT_S")
+  [ "$heat" = "$([ $device = cpu ] && echo 0 || echo 30)" ] || fail "DEVICE=$device: HEAT_S defaults to '$heat'"
+done
 mkdir -p "$tmp/no-torch" && echo 'raise ImportError("not here")' >"$tmp/no-torch/torch.py"  # whether or not it is installed
 refused "TORCH=1 needs PyTorch in" TORCH=1 PYTHONPATH="$tmp/no-torch" OUT_ROOT="$tmp/flags" bash "$ROOT/jobs/bench.sh"
 [ ! -e "$tmp/flags" ] || { find "$tmp/flags"; fail "a refused switch wrote results"; }
@@ -139,7 +145,7 @@ for k in 1 2; do
     bash "$ROOT/jobs/bench.sh" >"$tmp/same-id.log" 2>&1 || { cat "$tmp/same-id.log"; fail "bench.sh with SLURM_JOB_ID=42 ($k)"; }
 done
 [ "$(ls "$tmp/same-id" | tr '\n' ' ')" = "bench-42 bench-42-1 " ] || { ls "$tmp/same-id"; fail "two jobs of one id shared a folder"; }
-echo "ok   env.sh refuses an OUT with files, a switch not 0/1, TORCH=1 without PyTorch; one id, two folders; train.sh's refusals"
+echo "ok   env.sh refuses an OUT with files, a switch not 0/1, HEAT_S not seconds, TORCH=1 without PyTorch; one id, two folders; train.sh's refusals"
 
 # 4. The other jobs on the shared env.sh: bench.sh and comm.sh as before (folders bench-<time>, comm-<time>).
 OUT_ROOT=$tmp/others MODELS=tiny PRECISIONS=fp32 EXTRA_ARGS="$SHAPE" bash "$ROOT/jobs/bench.sh" >"$tmp/bench.log" 2>&1 ||
