@@ -205,10 +205,14 @@ def overhead_table(g: pd.DataFrame, markdown: bool, title: str) -> str:
         step = r.slowest_step_mean if ok(r) else math.nan
         rows.append([impl(r), bucket_cell(r), fmt(step), fmt(base), fmt(step - base),
                      fmt(100.0 * (step / base - 1.0), 1) + "%" if ok(r) else "-", fmt(r.forward_mean),
-                     fmt(r.backward_mean), fmt(r.comm_mean), fmt(r.optimizer_mean), r.status])
-    return render(f"(c) overhead of data parallelism: {title} (none: each rank alone at the local batch)",
+                     fmt(r.backward_mean), fmt(r.comm_mean), fmt(r.optimizer_mean),
+                     fmt(r.get("sm_clock_mhz_median", math.nan), 0), r.status])
+    # The clock says what the step's time alone does not: a power-capped GPU that clocks down as it
+    # warms makes the first configuration of a run faster (llmhpc --heat-s).
+    return render(f"(c) overhead of data parallelism: {title} (none: each rank alone at the local batch; SM MHz: "
+                  f"the lowest rank's median clock)",
                   ["Impl", "Bucket (MiB)", "Step (ms)", "none (ms)", "Overhead (ms)", "Overhead", "Fwd (ms)",
-                   "Bwd (ms)", "Comm (ms)", "Opt (ms)", "Status"], rows, markdown)
+                   "Bwd (ms)", "Comm (ms)", "Opt (ms)", "SM MHz", "Status"], rows, markdown)
 
 
 def read_torch(paths: list) -> list:

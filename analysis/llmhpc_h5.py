@@ -449,7 +449,8 @@ class Run:
         DDP_PHASES <phase>_mean, <phase>_std (n-1) and <phase>_n in ms, the samples of every rank
         pooled (rank=None, the default) or of one rank; comm_pct = 100 x comm_mean / step_mean;
         slowest_step_mean/_std/_n from step_ms_max_over_ranks (the slowest rank's time of each step,
-        the same array on every rank, so taken once); DDP_MEMORY_KEYS, the largest over ranks.
+        the same array on every rank, so taken once); DDP_MEMORY_KEYS, the largest over ranks; from the
+        device sensors, as bench_summary: sm_clock_mhz_min, sm_clock_mhz_median, slowdowns.
         Times and results are NaN where the configuration did not run (status oom or error).
         """
         rows = []
@@ -476,6 +477,7 @@ class Run:
             for key in DDP_MEMORY_KEYS:
                 values = [r.attrs[key] for r in recs if key in r.attrs]
                 row[key] = max(values) if values else math.nan
+            row.update(_sensor_summary(recs))
             rows.append(row)
         return pd.DataFrame(rows)
 

@@ -225,12 +225,19 @@ def check_repeated_runs(out, work):
     table pooling both (nor one run's strategies against the other's baseline)."""
     again = os.path.join(work, "np2_again")
     shutil.copytree(out, again)
+    for rank in range(2):  # the second run's GPUs read their clocks: table (c) shows the lowest rank's median
+        with h5py.File(os.path.join(again, f"rank{rank:05d}.h5"), "r+") as f:
+            for g in f["ddp"].values():
+                g.attrs["device_sm_clock_mhz_median"] = 1700.0 - 20 * rank
     once = run([sys.executable, DDP_PY, out, "--markdown"]).stdout
     twice = run([sys.executable, DDP_PY, out, again, "--markdown"]).stdout
     overhead = [t for t in twice.splitlines() if t.startswith("### (c) overhead")]
     assert len(overhead) == 2 * once.count("### (c) overhead") > 0, overhead
     assert sum("[run np2]" in t for t in overhead) == sum("[run np2_again]" in t for t in overhead) > 0, overhead
     assert "[run " not in once, "a single run's titles name no run"
+    tables = [(header, rows) for header, rows in parse_markdown_tables(twice) if "SM MHz" in header]
+    clocks = [{r[header.index("SM MHz")] for r in rows} for header, rows in tables]
+    assert sorted(map(sorted, clocks)) == [["-"]] * (len(tables) // 2) + [["1680"]] * (len(tables) // 2), clocks
 
 
 def check_torch_table(out, work, np_):
