@@ -1,5 +1,5 @@
 # llmhpc - a thin wrapper over CMake.
-#   make run    install what is missing, build, run the default 2-rank benchmark
+#   make run    install what is missing, build, run the default 2-rank benchmark (1 rank on one GPU)
 #   make test   install what is missing, build, run every test (ctest)
 BUILD      ?= build
 BUILD_TYPE ?= Release
@@ -13,8 +13,11 @@ export OMPI_ALLOW_RUN_AS_ROOT_CONFIRM := 1
 # Never let NCCL use NVLink multicast (NVLS) on shared multi-GPU hosts.
 export NCCL_NVLS_ENABLE := 0
 
-# The default job: a small model on a GPU, the tiny one on CPUs (minutes, not hours).
-RUN_MODEL  ?= $(shell nvidia-smi -L >/dev/null 2>&1 && echo small || echo tiny)
+# The default job: a small model on a GPU, the tiny one on CPUs (minutes, not hours); 2 ranks,
+# or 1 on a host with one GPU (llmhpc starts at most one rank per GPU).
+RUN_GPUS   := $(shell nvidia-smi -L 2>/dev/null | grep -c '^GPU')
+RUN_MODEL  ?= $(if $(filter 0,$(RUN_GPUS)),tiny,small)
+RUN_RANKS  ?= $(if $(filter 1,$(RUN_GPUS)),1,2)
 RUN_ARGS   ?= --mode bench --model $(RUN_MODEL) --phase train-step
 
 .PHONY: all deps build run test clean
@@ -31,7 +34,7 @@ build: $(BUILD)/Makefile
 	cmake --build $(BUILD) -j $(JOBS)
 
 run: deps build
-	$(MPIRUN) -np 2 --oversubscribe --bind-to none $(BUILD)/llmhpc $(RUN_ARGS)
+	$(MPIRUN) -np $(RUN_RANKS) --oversubscribe --bind-to none $(BUILD)/llmhpc $(RUN_ARGS)
 	$(PYTHON) analysis/report.py $$(ls -td results/bench-* | head -1)
 
 test: deps build

@@ -15,7 +15,8 @@
 #                and scaling.sh, since mode comm refuses model and ddp options
 #   HEAT_S       seconds of untimed steps before the first configuration that the bench and ddp
 #                jobs time (llmhpc --heat-s): a power-capped GPU clocks lower as it warms, which
-#                would favour whichever configuration runs first (default 30; 0 with DEVICE=cpu)
+#                would favour whichever configuration runs first (default 30; 0 with DEVICE=cpu;
+#                it needs the job's WARMUP of 1 or more: with WARMUP=0 set HEAT_S=0 too)
 #   PYTHON       the Python that runs analysis/ (default python3)
 #   MPIRUN       the MPI launcher (default mpirun; "srun --mpi=pmix" where Slurm has PMIx)
 #   MPIRUN_ARGS  its options (default for mpirun: --bind-to none; Open MPI binds each of at most

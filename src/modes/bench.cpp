@@ -40,7 +40,9 @@ void run(ModeContext& ctx) {
   log_root(ctx.rt, "bench: %zu configuration(s), phase %s, %lld warm-up + %lld timed steps, %d rank(s) on %s%s%s%s\n",
            cases.size(), phase_name(phase), (long long)warmup, (long long)steps, ctx.rt.world_size, dev.name().c_str(),
            memory == MemoryPlan::LowMemory ? ", --low-memory" : "", graphed ? ", CUDA graphs" : "",
-           grad_dtype(vm) == GradientDType::BF16 ? ", bf16 gradients" : "");
+           (std::string(grad_dtype(vm) == GradientDType::BF16 ? ", bf16 gradients" : "") +
+            (heat_s > 0 ? ", the first configuration heated for ~" + fmt_exact(heat_s) + " s" : ""))
+               .c_str());
   Sweep sweep(ctx, "bench", cases.size(),
               {"Model", "d_model", "d_ff", "layers", "heads", "ctx", "batch", "prec", "attn", "Fwd mean", "Fwd std",
                "Bwd mean", "Bwd std", "Opt mean", "Opt std", "Total", "status"});
@@ -61,11 +63,11 @@ void run(ModeContext& ctx) {
         [&] {
           TransformerLM& model = live.prepare(cases, i, dev, ops, seed, memory, gradients, phase, rec);
           for (int64_t s = 0; s < warmup; ++s) warm.add(run_step(model, live.optimizer(), phase, *timer));
-          if (heat_s > 0 && !heated) {  // --heat-s: before the first configuration that runs
+          if (heat_s > 0 && !heated) {  // --heat-s: before the first configuration that runs, each rank alone
             heated = true;
-            const double pace_s = agreed_iteration_s(ctx.rt, warm.step, 1e-3);
             rec.attr("heat_steps",
-                     heat_up(ctx.rt, heat_s, pace_s, [&] { run_step(model, live.optimizer(), phase, *timer); }));
+                     heat_up(nullptr, heat_s, 0, [&] { run_step(model, live.optimizer(), phase, *timer); }));
+            sweep.restart_sensors();  // the record's clocks: the timed steps', not the heat's
           }
           std::unique_ptr<GraphedStep> graph;
           if (graphed) graph = std::make_unique<GraphedStep>(model, live.optimizer(), phase);

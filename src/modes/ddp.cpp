@@ -198,7 +198,9 @@ void run(ModeContext& ctx) {
   log_root(rt, "ddp: %zu configuration(s), %lld warm-up steps, %s, %d rank(s) on %s, backend %s%s%s\n", cases.size(),
            (long long)warmup, timed.c_str(), rt.world_size, dev.name().c_str(), comm->backend_name().c_str(),
            memory == MemoryPlan::LowMemory ? ", --low-memory" : "",
-           grad_dtype(vm) == GradientDType::BF16 ? ", bf16 gradients" : "");
+           (std::string(grad_dtype(vm) == GradientDType::BF16 ? ", bf16 gradients" : "") +
+            (heat_s > 0 ? ", the first configuration heated for ~" + fmt_exact(heat_s) + " s" : ""))
+               .c_str());
   Sweep sweep(ctx, "ddp", cases.size(),
               {"model", "ctx", "batch", "prec", "impl", "shard", "bucket MiB", "buckets", "Step mean", "Step std",
                "Comm mean", "Comm std", "Comm %", "Slowest step", "MiB/step", "Peak GiB", "status"});
@@ -298,13 +300,16 @@ void run(ModeContext& ctx) {
           rt.barrier();
           int64_t steps_run = 0;
           auto step = [&] {
-            Watchdog::instance().set_step(steps_run++);  // warm-up steps count too
+            Watchdog::instance().set_step(steps_run++);  // warm-up and --heat-s steps count too
             return run_step(model, opt.get(), Phase::TrainStep, *timer, sync.get());
           };
           for (int64_t s = 0; s < warmup; ++s) warm.add(step());
           const bool heat = heat_s > 0 && !heated;
           const double pace_s = duration_s > 0 || heat ? agreed_iteration_s(rt, warm.step, 1e-3) : 0;
-          if (heat) rec.attr("heat_steps", heat_up(rt, heat_s, pace_s, [&] { step(); }));
+          if (heat) {
+            rec.attr("heat_steps", heat_up(&rt, heat_s, pace_s, [&] { step(); }));
+            sweep.restart_sensors();  // the record's clocks: the timed steps', not the heat's
+          }
           heated = heated || heat;
           DurationCount count(rt, duration_s, steps, pace_s, std::numeric_limits<int64_t>::max());
           timed.reserve(size_t(count.total()));

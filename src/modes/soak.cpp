@@ -51,11 +51,16 @@ double heat_seconds(const po::variables_map& vm) {
   return s;
 }
 
-int64_t heat_up(const Runtime& rt, double heat_s, double pace_s, const std::function<void()>& step) {
+int64_t heat_up(const Runtime* together, double heat_s, double pace_s, const std::function<void()>& step) {
   if (!(heat_s > 0)) return 0;
-  log_root(rt, "heat: the first configuration's steps, untimed, for ~%g s (--heat-s)\n", heat_s);
-  DurationCount count(rt, heat_s, 0, pace_s, std::numeric_limits<int64_t>::max());
   int64_t s = 0;
+  if (!together) {
+    const auto start = std::chrono::steady_clock::now();
+    do step(), ++s;
+    while (std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() < heat_s);
+    return s;
+  }
+  DurationCount count(*together, heat_s, 0, pace_s, std::numeric_limits<int64_t>::max());
   while (s < count.total()) {
     for (const int64_t end = s + count.next_chunk(s); s < end; ++s) step();
     count.after_chunk(s);

@@ -31,9 +31,12 @@ void add_heat_option(po::options_description& desc);
 // --heat-s in seconds, 0 when not given; throws UsageError when it is not a number of seconds
 // >= 0 or with --warmup 0 (its count is aimed from the warm-up's pace).
 double heat_seconds(const po::variables_map& vm);
-// Runs `step` untimed for about `heat_s` seconds of wall time (DurationCount, from `pace_s`, the
-// warm-up's agreed pace); returns how many it ran. Collective: every rank runs as many.
-int64_t heat_up(const Runtime& rt, double heat_s, double pace_s, const std::function<void()>& step);
+// Runs `step` untimed for about `heat_s` seconds of wall time and returns how many it ran.
+// Given `together` (ranks whose steps communicate: ddp), collective: every rank runs as many,
+// counted by DurationCount from `pace_s`, the warm-up's agreed pace. Without (ranks that each
+// time their own steps: bench), each rank heats by its own clock, with no collective that a
+// rank which ran out of memory would miss.
+int64_t heat_up(const Runtime* together, double heat_s, double pace_s, const std::function<void()>& step);
 
 // The pace the timed iterations are first counted from: the slowest rank's median warm-up
 // iteration, in seconds (`warmup` in units of `unit_s` seconds), the same on every rank.

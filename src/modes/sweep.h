@@ -54,6 +54,12 @@ class Sweep {
   // every rank throws the same kind (naming the failing rank), so none is left waiting in a
   // collective that another rank never enters. Collective; use inside run()'s `measure`.
   void agree(const std::function<void()>& prepare) const;
+  // Forgets the device sensors' readings so far in this configuration, so that its record's
+  // clocks are those of what follows (the timed steps after --heat-s). Inside run()'s `measure`.
+  void restart_sensors() {
+    monitor_->stop();
+    monitor_->start();
+  }
 
   void add_row(std::vector<std::string> cells) { table_.add_row(std::move(cells)); }
   // Rank 0 prints `title` and the table.

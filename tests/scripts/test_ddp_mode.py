@@ -236,6 +236,7 @@ def check_repeated_runs(out, work):
     assert sum("[run np2]" in t for t in overhead) == sum("[run np2_again]" in t for t in overhead) > 0, overhead
     assert "[run " not in once, "a single run's titles name no run"
     tables = [(header, rows) for header, rows in parse_markdown_tables(twice) if "SM MHz" in header]
+    assert tables and len(tables) == len(overhead), (len(tables), len(overhead))
     clocks = [{r[header.index("SM MHz")] for r in rows} for header, rows in tables]
     assert sorted(map(sorted, clocks)) == [["-"]] * (len(tables) // 2) + [["1680"]] * (len(tables) // 2), clocks
 
