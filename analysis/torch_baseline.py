@@ -128,7 +128,7 @@ class TransformerLM(nn.Module):
         return F.cross_entropy(logits.float().view(-1, logits.shape[-1]), targets.view(-1))
 
 
-def bench_one(size, ctx, batch, precision, setup, warmup, steps, vocab, trace=False, clip_grad_norm=0.0):
+def bench_one(size, ctx, batch, precision, setup, warmup, steps, vocab, trace=False, clip_grad_norm=0.0, heat_s=0.0):
     d, d_ff, layers, heads = PRESETS[size]
     rec = dict(tool="pytorch", model=size, d_model=d, d_ff=d_ff, num_layers=layers, num_heads=heads,
                context_length=ctx, batch_size=batch, precision=precision, setup=setup, warmup=warmup, steps=steps,
@@ -176,6 +176,10 @@ def bench_one(size, ctx, batch, precision, setup, warmup, steps, vocab, trace=Fa
 
         t0 = time.time()
         run(warmup, None)
+        heated = time.time()
+        while time.time() - heated < heat_s:  # llmhpc's --heat-s: timed at the clocks the GPU holds under load
+            run(1, None)
+        rec.update(heat_s=heat_s)
         if not trace:
             run(steps, times)
         else:
@@ -257,17 +261,25 @@ def main():
                    help="configurations not started within this many seconds are recorded as 'not run' (0: none)")
     p.add_argument("--clip-grad-norm", type=float, default=0,
                    help="clip the gradients with torch.nn.utils.clip_grad_norm_ before each AdamW step (0: no)")
+    p.add_argument("--heat-s", type=float, default=0,
+                   help="as llmhpc's: run the first configuration's steps untimed this many seconds after its warm-up, "
+                        "so that a power-capped GPU, which clocks lower as it warms, does not favour it")
     p.add_argument("--out", required=True, help="JSON lines file to append to")
     a = p.parse_args()
     torch.backends.cuda.matmul.allow_tf32 = False  # fp32 means fp32, as llmhpc without --tf32
     torch.backends.cudnn.allow_tf32 = False
     start = time.time()
+    heat = [a.heat_s]  # the first configuration that runs takes it
 
     def one(m, c, prec, s):
         if a.deadline_s and time.time() - start > a.deadline_s:
             return dict(tool="pytorch", model=m, context_length=c, batch_size=a.batch_size, precision=prec, setup=s,
                         status="not run (deadline)")
-        return bench_one(m, c, a.batch_size, prec, s, a.warmup, a.steps, a.vocab_size, a.trace, a.clip_grad_norm)
+        r = bench_one(m, c, a.batch_size, prec, s, a.warmup, a.steps, a.vocab_size, a.trace, a.clip_grad_norm,
+                      heat[0])
+        if r.get("status") == "ok":
+            heat[0] = 0.0
+        return r
 
     records = [ceilings(a.sustain_s)] if a.ceilings else (
         one(m, int(c), prec, s)

@@ -31,7 +31,7 @@ llmhpc_run --mode bench --model "$MODELS" --context-length "$CONTEXTS" --precisi
   --warmup "$WARMUP" --steps "$STEPS" --phase "${PHASE:-train-step}" --heat-s "$HEAT_S" --out "$OUT"
 if [ "$TORCH" = 1 ]; then
   $PYTHON "$LLMHPC_ROOT/analysis/torch_baseline.py" --model "$MODELS" --context-length "$CONTEXTS" \
-    --precision "$PRECISIONS" --setup "${TORCH_SETUPS:-compiled,eager}" --warmup "$WARMUP" --steps "$STEPS" \
+    --precision "$PRECISIONS" --setup "${TORCH_SETUPS:-compiled,eager}" --warmup "$WARMUP" --steps "$STEPS" --heat-s "$HEAT_S" \
     --out "$OUT/torch.jsonl"
   $PYTHON "$LLMHPC_ROOT/analysis/torch_baseline.py" --ceilings --out "$OUT/torch.jsonl"
   $PYTHON "$LLMHPC_ROOT/analysis/model_bench.py" "$OUT" "$OUT/torch.jsonl" | tee "$OUT/model-bench.md"
