@@ -116,6 +116,8 @@ def check_args(args, world_size: int) -> None:
         raise ValueError("--single runs without DDP: --grad-reduce-dtype must be same")
     if args.warmup < 0 or args.steps <= 0:
         raise ValueError("--warmup must not be negative and --steps must be positive")
+    if args.heat_s < 0 or (args.heat_s > 0 and args.warmup < 1):
+        raise ValueError("--heat-s must be seconds >= 0, and counts its steps from the warm-up's: needs --warmup 1 or more")
 
 
 class Marks:
@@ -149,8 +151,10 @@ def make_optimizer(torch, model, sharding: str, cuda: bool):
 
 
 def run_config(torch, baseline, args, env, shape, ctx, batch, precision, setup, bucket_mb, sharding,
-               reduce_dtype) -> dict:
-    """This rank's part of one configuration: {status, error?, per-step arrays, peak_memory_bytes}."""
+               reduce_dtype, heat_s=0.0) -> dict:
+    """This rank's part of one configuration: {status, error?, per-step arrays, peak_memory_bytes}. With
+    heat_s, as llmhpc's --heat-s: after the warm-up, untimed steps for about that many seconds, as many on
+    every rank (counted from the slowest rank's last warm-up step), before the timed ones."""
     from torch.nn.parallel import DistributedDataParallel as DDP
     rank, world, device = env["rank"], env["world_size"], env["device"]
     cuda = device.type == "cuda"
@@ -178,7 +182,15 @@ def run_config(torch, baseline, args, env, shape, ctx, batch, precision, setup, 
         tokens = torch.randint(0, args.vocab_size, (local, ctx), device=device, generator=g)
         targets = torch.randint(0, args.vocab_size, (local, ctx), device=device, generator=g)
         marks = Marks(torch, cuda)
-        for i in range(args.warmup + args.steps):
+        warm_ms, heat_steps = [], 0
+        i = 0
+        while i < args.warmup + heat_steps + args.steps:
+            if i == args.warmup and heat_s > 0 and warm_ms:  # the heat's count, the same on every rank
+                pace = torch.tensor([warm_ms[-1]], device=device)  # the first steps compile and allocate
+                if world > 1:
+                    torch.distributed.all_reduce(pace, op=torch.distributed.ReduceOp.MAX)
+                heat_steps = max(1, round(heat_s * 1000 / max(float(pace.item()), 1e-3)))
+                out["heat_steps"] = heat_steps
             marks.record(0)
             with torch.autocast(device.type, dtype=torch.bfloat16, enabled=precision == "bf16"):
                 loss = ddp(tokens, targets)
@@ -193,9 +205,12 @@ def run_config(torch, baseline, args, env, shape, ctx, batch, precision, setup, 
             if i == 0:
                 memory[MEMORY_POINTS[2]] = live()
             marks.wait()
-            if i >= args.warmup:
+            if i < args.warmup:
+                warm_ms.append(marks.ms(0, 3))
+            elif i >= args.warmup + heat_steps:
                 for k, (a, b) in zip(PHASES, ((0, 1), (1, 2), (2, 3), (0, 3))):
                     out[k].append(marks.ms(a, b))
+            i += 1
         out.update(memory, status="ok")
     except torch.cuda.OutOfMemoryError as e:
         out = dict(status="oom", error=str(e).splitlines()[0])
@@ -242,6 +257,9 @@ def main(argv=None) -> int:
     p.add_argument("--single", action="store_true", help="no DDP: every rank alone at the local batch (baseline)")
     p.add_argument("--warmup", type=int, default=5)
     p.add_argument("--steps", type=int, default=10)
+    p.add_argument("--heat-s", type=float, default=0,
+                   help="as llmhpc's: the first configuration's steps untimed for about this many seconds after its "
+                        "warm-up (needs --warmup 1 or more), so that a power-capped GPU does not favour it")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--device", default="auto", choices=("auto", "cuda", "cpu"))
     p.add_argument("--out", required=True, help="JSON lines file rank 0 appends to")
@@ -284,6 +302,7 @@ def main(argv=None) -> int:
     dist.init_process_group("nccl" if cuda else "gloo", init_method="env://", rank=rank, world_size=world_size)
     env = dict(rank=rank, world_size=world_size, device=device)
     device_name = torch.cuda.get_device_name() if cuda else "cpu"
+    heat = [args.heat_s]  # --heat-s: the first configuration's
     try:
         for setup in split(args.setup):
             for precision in split(args.precision):
@@ -296,7 +315,8 @@ def main(argv=None) -> int:
                                 dist.barrier()
                                 t0 = time.time()
                                 part = run_config(torch, baseline, args, env, shape, ctx, batch, precision, setup,
-                                                  bucket_mb, sharding, reduce_dtype)
+                                                  bucket_mb, sharding, reduce_dtype, heat[0])
+                                heat[0] = 0.0  # the first configuration took it (on every rank alike)
                                 parts = [None] * world_size if rank == 0 else None
                                 dist.gather_object(part, parts, dst=0)
                                 if rank != 0:

@@ -65,7 +65,7 @@ fi
 if [ "$TORCH" = 1 ]; then
   for single in "" --single; do
     $TORCHRUN "$LLMHPC_ROOT/analysis/torch_ddp.py" --device "$DEVICE" "${model[@]}" "${sweep[@]}" \
-      --setup "$TORCH_SETUPS" --bucket-mb "$BUCKETS" $single --out "$OUT/torch_ddp.jsonl"
+      --setup "$TORCH_SETUPS" --bucket-mb "$BUCKETS" $single --heat-s "$HEAT_S" --out "$OUT/torch_ddp.jsonl"
   done
   report_args+=(--torch "$OUT/torch_ddp.jsonl")
 fi
