@@ -309,8 +309,8 @@ void run(ModeContext& ctx) {
           if (heat) {
             rec.attr("heat_steps", heat_up(&rt, heat_s, pace_s, [&] { step(); }));
             sweep.restart_sensors();  // the record's clocks: the timed steps', not the heat's
+            heated = true;
           }
-          heated = heated || heat;
           DurationCount count(rt, duration_s, steps, pace_s, std::numeric_limits<int64_t>::max());
           timed.reserve(size_t(count.total()));
           MemorySamples memory_samples{size_t(count.total())};

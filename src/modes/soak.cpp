@@ -56,8 +56,10 @@ int64_t heat_up(const Runtime* together, double heat_s, double pace_s, const std
   int64_t s = 0;
   if (!together) {
     const auto start = std::chrono::steady_clock::now();
-    do step(), ++s;
-    while (std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() < heat_s);
+    do {
+      step();
+      ++s;
+    } while (std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() < heat_s);
     return s;
   }
   DurationCount count(*together, heat_s, 0, pace_s, std::numeric_limits<int64_t>::max());
