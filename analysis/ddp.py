@@ -208,7 +208,8 @@ def overhead_table(g: pd.DataFrame, markdown: bool, title: str) -> str:
                      fmt(r.backward_mean), fmt(r.comm_mean), fmt(r.optimizer_mean),
                      fmt(r.get("sm_clock_mhz_median", math.nan), 0), r.status])
     # The clock says what the step's time alone does not: a power-capped GPU that clocks down as it
-    # warms makes the first configuration of a run faster (llmhpc --heat-s).
+    # warms makes the first configuration of a run faster, and its clock swings for a few seconds
+    # after each configuration's build (llmhpc --heat-s heats every configuration).
     return render(f"(c) overhead of data parallelism: {title} (none: each rank alone at the local batch; SM MHz: "
                   f"the lowest rank's median clock)",
                   ["Impl", "Bucket (MiB)", "Step (ms)", "none (ms)", "Overhead (ms)", "Overhead", "Fwd (ms)",

@@ -262,24 +262,20 @@ def main():
     p.add_argument("--clip-grad-norm", type=float, default=0,
                    help="clip the gradients with torch.nn.utils.clip_grad_norm_ before each AdamW step (0: no)")
     p.add_argument("--heat-s", type=float, default=0,
-                   help="as llmhpc's: run the first configuration's steps untimed this many seconds after its warm-up, "
-                        "so that a power-capped GPU, which clocks lower as it warms, does not favour it")
+                   help="as llmhpc's: run each configuration's steps untimed this many seconds after its warm-up, so "
+                        "that every configuration is timed at the clocks a power-capped GPU holds under load")
     p.add_argument("--out", required=True, help="JSON lines file to append to")
     a = p.parse_args()
     torch.backends.cuda.matmul.allow_tf32 = False  # fp32 means fp32, as llmhpc without --tf32
     torch.backends.cudnn.allow_tf32 = False
     start = time.time()
-    heat = [a.heat_s]  # the first configuration that runs takes it
 
     def one(m, c, prec, s):
         if a.deadline_s and time.time() - start > a.deadline_s:
             return dict(tool="pytorch", model=m, context_length=c, batch_size=a.batch_size, precision=prec, setup=s,
                         status="not run (deadline)")
-        r = bench_one(m, c, a.batch_size, prec, s, a.warmup, a.steps, a.vocab_size, a.trace, a.clip_grad_norm,
-                      heat[0])
-        if r.get("status") == "ok":
-            heat[0] = 0.0
-        return r
+        return bench_one(m, c, a.batch_size, prec, s, a.warmup, a.steps, a.vocab_size, a.trace, a.clip_grad_norm,
+                         a.heat_s)
 
     records = [ceilings(a.sustain_s)] if a.ceilings else (
         one(m, int(c), prec, s)

@@ -258,8 +258,9 @@ def main(argv=None) -> int:
     p.add_argument("--warmup", type=int, default=5)
     p.add_argument("--steps", type=int, default=10)
     p.add_argument("--heat-s", type=float, default=0,
-                   help="as llmhpc's: the first configuration's steps untimed for about this many seconds after its "
-                        "warm-up (needs --warmup 1 or more), so that a power-capped GPU does not favour it")
+                   help="as llmhpc's: each configuration's steps untimed for about this many seconds after its "
+                        "warm-up (needs --warmup 1 or more), so that every configuration is timed at the clocks a "
+                        "power-capped GPU holds under sustained load")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--device", default="auto", choices=("auto", "cuda", "cpu"))
     p.add_argument("--out", required=True, help="JSON lines file rank 0 appends to")
@@ -302,7 +303,6 @@ def main(argv=None) -> int:
     dist.init_process_group("nccl" if cuda else "gloo", init_method="env://", rank=rank, world_size=world_size)
     env = dict(rank=rank, world_size=world_size, device=device)
     device_name = torch.cuda.get_device_name() if cuda else "cpu"
-    heat = [args.heat_s]  # --heat-s: the first configuration's
     try:
         for setup in split(args.setup):
             for precision in split(args.precision):
@@ -315,8 +315,7 @@ def main(argv=None) -> int:
                                 dist.barrier()
                                 t0 = time.time()
                                 part = run_config(torch, baseline, args, env, shape, ctx, batch, precision, setup,
-                                                  bucket_mb, sharding, reduce_dtype, heat[0])
-                                heat[0] = 0.0  # the first configuration took it (on every rank alike)
+                                                  bucket_mb, sharding, reduce_dtype, args.heat_s)
                                 parts = [None] * world_size if rank == 0 else None
                                 dist.gather_object(part, parts, dst=0)
                                 if rank != 0:

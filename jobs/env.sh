@@ -13,10 +13,12 @@
 #   EXTRA_ARGS   appended to the command line of the job's own llmhpc runs (e.g. a custom shape:
 #                --d-model 64 ...); not to the all-reduce runs (--mode comm) of ddp_bucketed.sh
 #                and scaling.sh, since mode comm refuses model and ddp options
-#   HEAT_S       seconds of untimed steps before the first configuration that the bench and ddp
-#                jobs time (llmhpc --heat-s): a power-capped GPU clocks lower as it warms, which
-#                would favour whichever configuration runs first (default 30; 0 with DEVICE=cpu;
-#                it needs the job's WARMUP of 1 or more: with WARMUP=0 set HEAT_S=0 too)
+#   HEAT_S       seconds of untimed steps before each configuration that the bench and ddp
+#                jobs time (llmhpc --heat-s): a power-capped GPU clocks lower as it warms, and its
+#                clock swings for a few seconds after the pause in which a configuration is built,
+#                which would favour the first configuration and blur the others (default 10; 0
+#                with DEVICE=cpu; it needs the job's WARMUP of 1 or more: with WARMUP=0 set
+#                HEAT_S=0 too)
 #   PYTHON       the Python that runs analysis/ (default python3)
 #   MPIRUN       the MPI launcher (default mpirun; "srun --mpi=pmix" where Slurm has PMIx)
 #   MPIRUN_ARGS  its options (default for mpirun: --bind-to none; Open MPI binds each of at most
@@ -74,7 +76,7 @@ fi
 PYTHON=${PYTHON:-python3}
 command -v "$PYTHON" >/dev/null || { echo "jobs/env.sh: PYTHON=$PYTHON: no such program (analysis/ needs Python 3)" >&2; exit 2; }
 DEVICE=${DEVICE:-auto}
-HEAT_S=${HEAT_S:-$([ "$DEVICE" = cpu ] && echo 0 || echo 30)}
+HEAT_S=${HEAT_S:-$([ "$DEVICE" = cpu ] && echo 0 || echo 10)}
 [[ "$HEAT_S" =~ ^[0-9]+(\.[0-9]+)?$ ]] || { echo "jobs/env.sh: HEAT_S must be a number of seconds >= 0, not '$HEAT_S'" >&2; exit 2; }
 NP=${NP:-${SLURM_NTASKS:-1}}
 # (mpirun -np 0 would start a rank on every slot it finds)

@@ -20,8 +20,9 @@
 #             NCCL's "Init CE" lines), once per NCCL_MAX_CTAS in CTAS (default
 #             "default 16 8 4": fewer SMs for NCCL), per --gemm-sm-margin in MARGINS (default 0) and
 #             per --grad-dtype in COMPUTE_GRAD_DTYPE (default same, e.g. "same bf16": one run each);
-#             each run first heats the GPUs for HEAT_S seconds (--heat-s, default 30), so that
-#             none, which runs first, is not timed at a cold GPU's higher clocks;
+#             each configuration first heats the GPUs for HEAT_S seconds (--heat-s, default 30), so
+#             that none, which runs first, is not timed at a cold GPU's higher clocks, nor the others
+#             in the swings of the power control after the pause in which each is built;
 #             MIN_CTAS=N sets NCCL_MIN_CTAS to N instead of 1 (NCCL then uses exactly N);
 #             meanwhile nvidia-smi samples clocks, power and throttle reasons of both GPUs every
 #             250 ms into compute-smi.csv (is the step slower with the all-reduce beside it

@@ -34,14 +34,13 @@ void run(ModeContext& ctx) {
   const GradientStorage gradients = gradient_storage(vm);
   const bool graphed = use_cuda_graph(ctx);
   const double heat_s = heat_seconds(vm);
-  bool heated = false;
   check_cases_run(ctx, cases);
 
   log_root(ctx.rt, "bench: %zu configuration(s), phase %s, %lld warm-up + %lld timed steps, %d rank(s) on %s%s%s%s\n",
            cases.size(), phase_name(phase), (long long)warmup, (long long)steps, ctx.rt.world_size, dev.name().c_str(),
            memory == MemoryPlan::LowMemory ? ", --low-memory" : "", graphed ? ", CUDA graphs" : "",
            (std::string(grad_dtype(vm) == GradientDType::BF16 ? ", bf16 gradients" : "") +
-            (heat_s > 0 ? ", the first configuration heated for ~" + fmt_exact(heat_s) + " s" : ""))
+            (heat_s > 0 ? ", each configuration heated for ~" + fmt_exact(heat_s) + " s" : ""))
                .c_str());
   Sweep sweep(ctx, "bench", cases.size(),
               {"Model", "d_model", "d_ff", "layers", "heads", "ctx", "batch", "prec", "attn", "Fwd mean", "Fwd std",
@@ -63,8 +62,7 @@ void run(ModeContext& ctx) {
         [&] {
           TransformerLM& model = live.prepare(cases, i, dev, ops, seed, memory, gradients, phase, rec);
           for (int64_t s = 0; s < warmup; ++s) warm.add(run_step(model, live.optimizer(), phase, *timer));
-          if (heat_s > 0 && !heated) {  // --heat-s: before the first configuration that runs, each rank alone
-            heated = true;
+          if (heat_s > 0) {  // --heat-s: each rank alone
             rec.attr("heat_steps",
                      heat_up(nullptr, heat_s, 0, [&] { run_step(model, live.optimizer(), phase, *timer); }));
             sweep.restart_sensors();  // the record's clocks: the timed steps', not the heat's

@@ -181,7 +181,6 @@ void run(ModeContext& ctx) {
   const Runtime& rt = ctx.rt;
   const int64_t warmup = opt_nonnegative(vm, "warmup"), steps = opt_positive(vm, "steps");
   const double duration_s = duration_seconds(vm, "steps"), heat_s = heat_seconds(vm);
-  bool heated = false;  // --heat-s: before the first configuration that runs
   const std::vector<DdpCase> cases = sweep_cases(vm, rt.world_size);
   Device& dev = *ctx.backend.device;
   Ops& ops = *ctx.backend.ops;
@@ -199,7 +198,7 @@ void run(ModeContext& ctx) {
            (long long)warmup, timed.c_str(), rt.world_size, dev.name().c_str(), comm->backend_name().c_str(),
            memory == MemoryPlan::LowMemory ? ", --low-memory" : "",
            (std::string(grad_dtype(vm) == GradientDType::BF16 ? ", bf16 gradients" : "") +
-            (heat_s > 0 ? ", the first configuration heated for ~" + fmt_exact(heat_s) + " s" : ""))
+            (heat_s > 0 ? ", each configuration heated for ~" + fmt_exact(heat_s) + " s" : ""))
                .c_str());
   Sweep sweep(ctx, "ddp", cases.size(),
               {"model", "ctx", "batch", "prec", "impl", "shard", "bucket MiB", "buckets", "Step mean", "Step std",
@@ -304,12 +303,10 @@ void run(ModeContext& ctx) {
             return run_step(model, opt.get(), Phase::TrainStep, *timer, sync.get());
           };
           for (int64_t s = 0; s < warmup; ++s) warm.add(step());
-          const bool heat = heat_s > 0 && !heated;
-          const double pace_s = duration_s > 0 || heat ? agreed_iteration_s(rt, warm.step, 1e-3) : 0;
-          if (heat) {
+          const double pace_s = duration_s > 0 || heat_s > 0 ? agreed_iteration_s(rt, warm.step, 1e-3) : 0;
+          if (heat_s > 0) {
             rec.attr("heat_steps", heat_up(&rt, heat_s, pace_s, [&] { step(); }));
             sweep.restart_sensors();  // the record's clocks: the timed steps', not the heat's
-            heated = true;
           }
           DurationCount count(rt, duration_s, steps, pace_s, std::numeric_limits<int64_t>::max());
           timed.reserve(size_t(count.total()));

@@ -35,10 +35,11 @@ double duration_seconds(const po::variables_map& vm, const std::string& count_op
 
 void add_heat_option(po::options_description& desc) {
   desc.add_options()("heat-s", po::value<std::string>(),
-                     "before the first configuration's timed steps, run its steps untimed for about this many "
-                     "seconds, so that a power-capped GPU, which clocks lower as it warms, times every "
-                     "configuration at the clocks it holds under load instead of favouring the first (e.g. 30 "
-                     "where configurations are compared; needs --warmup 1 or more)");
+                     "before each configuration's timed steps, run its steps untimed for about this many seconds, "
+                     "so that a power-capped GPU, which clocks lower as it warms and whose clock swings for a few "
+                     "seconds after the pause in which a configuration is built, times every configuration at the "
+                     "clocks it holds under sustained load (e.g. 10-30 where configurations are compared; needs "
+                     "--warmup 1 or more)");
 }
 
 double heat_seconds(const po::variables_map& vm) {

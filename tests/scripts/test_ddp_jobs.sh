@@ -128,9 +128,9 @@ refused "OUT=$tmp/taken already holds files" OUT="$tmp/taken" bash "$ROOT/jobs/w
 refused "TORCH must be 1 (on) or 0 (off), not 'yes'" TORCH=yes OUT_ROOT="$tmp/flags" bash "$ROOT/jobs/bench.sh"
 refused "COMM must be 1 (on) or 0 (off), not 'true'" COMM=true OUT_ROOT="$tmp/flags" bash "$ROOT/jobs/ddp_bucketed.sh"
 refused "HEAT_S must be a number of seconds >= 0, not '30s'" HEAT_S=30s OUT_ROOT="$tmp/flags" bash "$ROOT/jobs/scaling.sh"
-for device in auto cuda cpu; do  # GPUs heat for 30 s by default, CPUs not
+for device in auto cuda cpu; do  # GPUs heat each configuration for 10 s by default, CPUs not
   heat=$(DEVICE=$device OUT_ROOT="$tmp/flags" bash -c "source '$ROOT/jobs/env.sh' && echo \$HEAT_S")
-  [ "$heat" = "$([ $device = cpu ] && echo 0 || echo 30)" ] || fail "DEVICE=$device: HEAT_S defaults to '$heat'"
+  [ "$heat" = "$([ $device = cpu ] && echo 0 || echo 10)" ] || fail "DEVICE=$device: HEAT_S defaults to '$heat'"
 done
 mkdir -p "$tmp/no-torch" && echo 'raise ImportError("not here")' >"$tmp/no-torch/torch.py"  # whether or not it is installed
 refused "TORCH=1 needs PyTorch in" TORCH=1 PYTHONPATH="$tmp/no-torch" OUT_ROOT="$tmp/flags" bash "$ROOT/jobs/bench.sh"

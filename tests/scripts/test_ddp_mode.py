@@ -191,8 +191,8 @@ def check_bf16_gradients(work):
 def check_gradients_made_in_bf16(work):
     """--grad-dtype bf16: the gradients held in bf16 (2 bytes each, against 4 in the plain bf16 run) and
     reduced as they are: one bucketed row where --grad-reduce-dtype same,bf16 would give two, recorded as
-    travelling in bf16 with 2 bytes per parameter; the tables' titles say so. With --heat-s, the first
-    configuration alone ran untimed steps after its warm-up, as many on every rank."""
+    travelling in bf16 with 2 bytes per parameter; the tables' titles say so. With --heat-s, every
+    configuration ran untimed steps after its warm-up, as many on every rank."""
     grads, heat = {}, []
     for dtype in ("same", "bf16"):
         out = os.path.join(work, f"grad_dtype_{dtype}")
@@ -217,7 +217,7 @@ def check_gradients_made_in_bf16(work):
     for strategy in ("none", "bucketed"):
         assert 2 * PARAMS <= grads["bf16"][strategy] < 2 * PARAMS + 4096, (strategy, grads, PARAMS)
         assert 4 * PARAMS <= grads["same"][strategy] < 4 * PARAMS + 4096, (strategy, grads, PARAMS)
-    assert heat[0] == heat[1] and heat[0]["none"] >= 1 and heat[0]["bucketed"] == 0, heat
+    assert heat[0] == heat[1] and heat[0]["none"] >= 1 and heat[0]["bucketed"] >= 1, heat
 
 
 def check_repeated_runs(out, work):

@@ -5,7 +5,8 @@ Checks that the step table shows llmhpc's mean step time read from the rank file
 each PyTorch setup's mean, `oom`/`not run` where PyTorch has no number, and the speed-up
 over the fastest PyTorch setup that ran; that the first record of a configuration counts
 when files repeat it; and that the peak-memory table shows llmhpc's peak and its ratio to the
-lowest PyTorch peak that ran.
+lowest PyTorch peak that ran. With --heat-s, every configuration ran untimed steps after its
+warm-up, not only the first.
 """
 import json
 import os
@@ -31,9 +32,11 @@ def main():
     tmp = scratch_dir("llmhpc-model-bench-")
     out = os.path.join(tmp, "run")
     run([BIN, "--mode", "bench", "--device", "cpu", "--model", "tiny", "--context-length", "16,32", "--batch-size", "2",
-         "--warmup", "1", "--steps", "2", "--out", out])
+         "--warmup", "1", "--steps", "2", "--heat-s", "0.05", "--out", out])
     ours = {}
     with h5py.File(os.path.join(out, "rank00000.h5"), "r") as f:
+        heat = {int(g.attrs["context_length"]): int(g.attrs.get("heat_steps", 0)) for g in f["bench"].values()}
+        assert sorted(heat) == [16, 32] and min(heat.values()) >= 1, f"every configuration heats: {heat}"
         for g in f["bench"].values():
             ours[int(g.attrs["context_length"])] = (float(g["step_ms"][()].mean()), g.attrs["peak_memory_bytes"] / GiB)
 
