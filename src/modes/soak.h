@@ -27,7 +27,7 @@ double duration_seconds(const po::variables_map& vm, const std::string& count_op
 // 1024 ran at 1770 MHz in the first configuration of a run and at 1680-1695 MHz in the third, ten
 // seconds later, which made whichever configuration came first 1.5-2 ms (1.5%) faster (session
 // 26). And after the pause in which the next configuration is built, its power control swings for
-// a few seconds: on two H200 the clock dipped to 1245-1485 MHz and steps took 10-20 ms longer at
+// a few seconds: on two H200 the clock dipped to 1245-1485 MHz and steps took 5-20 ms longer at
 // the same steps of every later configuration, on two machines, where only the first had been
 // heated (docs/results/ddp.md, session 27). So every configuration heats, not only the first.
 void add_heat_option(po::options_description& desc);
