@@ -8,7 +8,7 @@
 // Q K^T and dO V^T twice (7 instead of 5 matrix products). Fused (5 products): the dK/dV
 // kernel also sums dQ into an fp32 accumulator; on CUDA cores in a fixed order (deterministic,
 // the default there), on tensor cores with atomics (fp32 additions in any order: dQ may
-// differ in its last bits from run to run; the default at head dim 128 on grids that fill the
+// differ in its last bits from run to run; the default on long sequences whose grid fills the
 // GPU). LLMHPC_FLASH_BWD=auto|fused|split (kernels/cuda/flash_attn/README.md); split makes
 // every backward bitwise deterministic. flash_variant() says which variant runs.
 //

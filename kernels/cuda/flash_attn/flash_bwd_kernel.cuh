@@ -109,7 +109,7 @@ __global__ void flash_bwd_delta_kernel(const FlashParams p) {
 // split over the 8 warps, kDqWarpsQ along the queries x the rest along the head dim; warp w
 // holds the 16 kDqMTiles queries from dq_share(w).query and the kDqDims dims from .dim in
 // accumulator fragments, and adds them to the tile's fp32 accumulator as float4s by `red` (no
-// return value: 1.12x faster than atomicAdd's ATOM at T 65536 on an H100), float4 (t, j) of
+// return value; atomicAdd compiles to ATOM, 1.12x slower: docs/results/attention.md), float4 (t, j) of
 // thread x at (t kDqDims / 8 + j) kThreads + x (one warp's additions cover 512 contiguous
 // bytes); the conversion kernel reads them back the same way.
 struct DqShare {
@@ -602,8 +602,8 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks) flash_bwd_fused_
 // memory. Thread x reads its float4s of one tile (coalesced) and puts them, scaled to bf16,
 // where its fragments lie in a row-major tile in shared memory (rows padded by 8: the 8 rows
 // of a fragment fall in distinct banks); then the tile's rows go out 16 bytes a thread (a
-// thread storing each fragment's pairs of 4 bytes itself half-filled every 32-byte sector, and
-// took 1.8x FlashAttention-2's conversion time on an H100).
+// thread storing each fragment's pairs of 4 bytes itself half-fills every 32-byte sector: twice
+// the time, docs/results/attention.md).
 template <class Tr>
 __global__ void __launch_bounds__(Tr::kThreads) flash_bwd_dq_convert_mma_kernel(const FlashParams p) {
   constexpr int kJ = Tr::kDqDims / 8, kRow = Tr::kSmemRow;

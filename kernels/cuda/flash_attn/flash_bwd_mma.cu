@@ -14,14 +14,12 @@ namespace {
 
 constexpr int kMinChunkTiles = 8;  // below this a chunk's hand-off outweighs what it spreads
 
-// Two m tiles per warp at head dim 64 (dK/dV: 128 keys x 32 queries; dQ: 128 queries x 32
-// keys): each Q, dO (dK/dV) or K, V (dQ) fragment read from shared memory feeds twice the mma,
-// and the backward is bound by shared memory (ncu, H100: dK/dV at 81% of its bandwidth). On an
-// H100 they were 1.38x / 1.22x / 1.17x faster at batch 8, one head, no mask, T 4096 / 8192 /
-// 16384, 1.21x / 1.17x at batch 1, causal, T 32768 / 65536, 1.08x at 16 heads x batch 4,
-// T 2048, and slower with short key loops or few CTAs (0.80x at T 1024, 16 heads x batch 4;
-// 0.70x / 0.91x at batch 1, T 4096 / 16384). So: T >= 2048 and a CTA of 128 rows for every SM.
-// LLMHPC_FLASH_BWD_ROWS=64|128 (settings.bwd_rows) forces one (the tests compare the two).
+// Rule: two m tiles per warp at head dim 64 (dK/dV: 128 keys x 32 queries; dQ: 128 queries x 32
+// keys) for T >= 2048 where the grid has a CTA of 128 rows for every SM; else one. Each Q, dO
+// (dK/dV) or K, V (dQ) fragment read from shared memory then feeds twice the mma, and the
+// backward is bound by shared memory; with short key loops or few CTAs they lose. On an H100 up
+// to 1.38x faster (docs/results/attention.md). LLMHPC_FLASH_BWD_ROWS=64|128 (settings.bwd_rows)
+// forces one (the tests compare the two).
 int bwd_m_tiles(const FlashParams& p) {
   if (padded_head_dim(p.head_dim, true) != 64) return 1;
   if (const int rows = p.settings.bwd_rows) return rows == 128 ? 2 : 1;
@@ -42,7 +40,7 @@ int ctas_per_sm(FlashKernel kernel, int threads, size_t smem_bytes) {
 // stream work(i) tiles each, on `sms` SMs of `per_sm` CTAs: the grid's total work per resident
 // CTA, at least kMinChunkTiles; 0 (not chunked) where no tile is longer than one and a half
 // chunks, or, for tiles of equal work (non-causal), where they cover every SM already (cut,
-// they make a second, partial wave: 12% slower at T 16384, B1 H1, H100).
+// they make a second, partial wave: 12% slower, docs/results/attention.md).
 template <class Work>
 int chunk_tiles(int n_tiles, int64_t bh, int sms, int per_sm, bool equal_work, Work work) {
   if (equal_work && bh * n_tiles >= sms) return 0;
@@ -65,19 +63,12 @@ int64_t fused_accum_floats(const FlashParams& p) {
 }
 
 // The fused backward (five products, dQ by atomics): FlashAttention-2's kernel, 128 keys per
-// CTA (kernel_traits.h), at fused_head_dim(kHeadDim) (80 runs in 96). Auto takes it on
+// CTA (kernel_traits.h), at fused_head_dim(kHeadDim) (80 runs in 96). Rule (auto): take it on
 // sequences of at least 2048 (4096 at head dim 80, 8192 at 64) whose grid of 128-key tiles
-// covers every SM. There, on an H100 (session 15), it was faster than the split backward
-// (causal, batch 1, T 32768 and 65536; batch 8, no mask, T 4096-16384): 1.39-1.46x at head dim
-// 128, 1.41-1.49x at 96, 1.07-1.22x at 32, 1.01-1.07x at 64 from T 8192 (1.00x at batch 8,
-// T 4096), and 1.14-1.27x at batch 4 x 8 heads, causal, T 2048-4096 (128); at 80, in 96,
-// 1.18x at batch 4 x 32 heads (the 2.7B model's), causal, T 8192, 1.13x at batch 1 x 32 heads,
-// T 8192, 1.20-1.22x at batch 8, no mask, T 4096-16384, 1.02x at 4 x 32 heads, T 4096. Slower:
-// at head dim 64 below T 8192 on many heads (0.87-0.93x at batch 4 x 16 or 25 heads, causal,
-// T 2048-4096: the split kernels' two m tiles), at 80 below T 4096 (0.98x at batch 4 x 32
-// heads, T 2048; 0.92x at T 1024), and on grids smaller than the GPU (0.76x at 128, batch 1,
-// T 16384: 128 CTAs for 132 SMs; the split backward's chunks spread the causal work). Head dim
-// 16 has no fused kernel.
+// covers every SM, where saving the split backward's recomputation pays (on an H100 up to 1.49x
+// faster; docs/results/attention.md). Shorter sequences, grids smaller than the GPU (where the
+// split backward's chunks spread the causal work) and head dim 64 on many heads (the split
+// kernels' two m tiles) stay split. Head dim 16 has no fused kernel.
 template <int kHeadDim>
 bool fused_backward(const FlashParams& p) {
   switch (p.settings.bwd) {

@@ -27,9 +27,10 @@ int bwd_tensor_core_streamed(const FlashParams& p);
 // The tensor-core backward's plan (flash_bwd_mma.cu), made from p's sizes and settings, which
 // set_packed_backward writes into p with the scratch:
 // - fused (FlashParams::dq_atomic): five products, dQ added by the dK/dV kernel with atomics
-//   into dq_accum (not bitwise deterministic); at head dims 32, 96 and 128 where the grid of
-//   128-key tiles fills the GPU (FlashBwd::Auto, the default), at 32, 64, 96 and 128 with Fused, never
-//   with Split. Else split (seven products, bitwise deterministic), and:
+//   into dq_accum (not bitwise deterministic); on long sequences whose grid of 128-key tiles
+//   fills the GPU (FlashBwd::Auto, the default: fused_backward in flash_bwd_mma.cu), at every
+//   head dim but 16 with Fused, never with Split. Else split (seven products, bitwise
+//   deterministic), and:
 // - chunks (FlashParams::kv_chunk, q_chunk): on a grid that cannot fill the GPU, the longest
 //   stationary tiles (under causal, the first key tiles and the last query tiles each stream
 //   the whole sequence) would run alone at the end; cut into chunks of about the grid's total

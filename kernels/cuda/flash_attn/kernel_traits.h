@@ -4,15 +4,13 @@
 // Tensor-core kernels: 4 warps; each warp owns 16*kMTiles rows of the CTA's stationary tile
 // (queries in forward and dQ, keys in dK/dV), so the stationary tile is 64*kMTiles rows. The
 // streamed tile (keys in forward and dQ, queries in dK/dV) is kBlockN rows; it shrinks to 32
-// in the backward kernels for head dims above 64 or two m tiles (registers). Each B fragment a warp reads from shared memory feeds 2*kMTiles mma, so two m
-// tiles halve the shared-memory reads per mma; the forward uses them on long sequences with
-// enough CTAs (flash_fwd_mma.cu), where they were up to 1.3x faster on an H100, and 64-row
-// tiles elsewhere (128 rows halve the CTAs: up to 1.7x slower at batch 1, one head, T <= 16384).
-// The backward takes two m tiles at head dim 64 on long sequences with enough CTAs
-// (flash_bwd_mma.cu): once its instruction count was cut (session 4) it became bound by
-// shared memory, and they were up to 1.38x faster; at head dim 128 the dK, dV accumulators
-// leave no registers for them. Shared memory rows are padded by 8 bf16 (16
-// bytes), which makes ldmatrix's eight row reads of a 8x8 matrix fall into distinct banks.
+// in the backward kernels for head dims above 64 or two m tiles (registers). Each B fragment a
+// warp reads from shared memory feeds 2*kMTiles mma, so two m tiles halve the shared-memory reads
+// per mma, and halve the CTAs: the forward takes them where the grid still fills the GPU
+// (flash_fwd_mma.cu), the shared-memory-bound split backward at head dim 64 on long sequences
+// (flash_bwd_mma.cu); at head dim 128 the dK, dV accumulators leave no registers for them.
+// Shared memory rows are padded by 8 bf16 (16 bytes), which makes ldmatrix's eight row reads of
+// a 8x8 matrix fall into distinct banks.
 //
 // CUDA-core kernels: 256 threads, 64 stationary rows x 64 streamed rows (32 above head dim
 // 64, for shared memory and registers); SGEMM-style register tiles: a thread owns 4 rows x
@@ -42,13 +40,10 @@ struct TensorCoreTraits {
 };
 
 // Forward: sQ (kBlockM rows), sK and sV (kBlockN rows each); K of the next tile is loaded
-// while P V of this one runs. Key tiles of 128 at head dims up to 32, as FlashAttention-2:
-// there a tile's products are short, and 64-key tiles paid a tile's barriers, waits and
-// softmax rescaling twice as often. On an H100 (session 21), against 64-key tiles of 64 query
-// rows, the choice before: 0.84-0.86x of the time at head dim 32 (with 128 rows: batch 8,
-// T 4096-16384; causal, batch 1, T 65536), 0.83-0.86x with 64 rows (causal, batch 1, T 4096-16384);
-// at head dim 16 (64 rows) 0.89-0.92x at batch 8, T 4096-16384, 0.77-0.80x causal, batch 1,
-// T 4096-16384, 1.00x at T 65536.
+// while P V of this one runs. Rule: key tiles of 128 at head dims up to 32, as FlashAttention-2
+// (a tile's products are short there, and 64-key tiles pay a tile's barriers, waits and softmax
+// rescaling twice as often: on an H100 128 keys take 0.77-0.92x of the time,
+// docs/results/attention.md); 64 above, where 128 gained nothing.
 constexpr int fwd_key_tile(int head_dim) { return head_dim <= 32 ? 128 : 64; }
 template <int kHeadDim, int kMTiles, int kKeyTile = fwd_key_tile(kHeadDim)>
 struct FwdTraits : TensorCoreTraits<kHeadDim, kKeyTile, kMTiles> {
@@ -85,10 +80,9 @@ struct BwdQTraits : TensorCoreTraits<kHeadDim, split_bwd_streamed_tile(kHeadDim,
 //   dV += P^T dO, dK += dS^T Q: 4 x 2 warps (32 keys x half the head dim each)
 //   dQ's share dS K: kDqWarpsQ warps along the queries (32 each where the rest split the head
 //     dim into whole pairs of n tiles, else 16) x the rest along the head dim
-// A warp reads a quarter to a half of the Q and dO tiles per product. It replaced (session 15)
-// a dK/dV kernel in which each warp owned 16 keys and read all of them, keeping P^T and dS^T in
-// registers: on an H100 1.09-1.11x faster at head dim 128, 1.08-1.09x at 96, 1.11-1.18x at 64
-// (two calls), 0.98-1.00x at 32. 175 KB of shared memory at head dim 128: one CTA per SM.
+// A warp reads a quarter to a half of the Q and dO tiles per product (warps that each own 16 keys
+// and read all of them were up to 1.18x slower on an H100: docs/results/attention.md). 175 KB of
+// shared memory at head dim 128: one CTA per SM.
 // kMinBlocks: CTAs per SM the kernel is compiled for (two: at most 128 registers a thread).
 template <int kHeadDim, int kQueryTile = (kHeadDim <= 64 ? 128 : 64), int kMinBlocks_ = 1>
 struct BwdFusedTraits : TensorCoreTraits<kHeadDim, kQueryTile, 1, 8> {
@@ -114,9 +108,9 @@ struct BwdFusedTraits : TensorCoreTraits<kHeadDim, kQueryTile, 1, 8> {
 constexpr int fused_head_dim(int head_dim) { return head_dim <= 16 ? 0 : (head_dim + 31) / 32 * 32; }
 // Calls run(Traits{}) with the fused backward's traits for a compiled fused head dim and mask:
 // FlashAttention-2's tiles, but at head dim 32 without a causal mask query tiles of 64 and two
-// CTAs per SM (75 KB of shared memory each, 128 registers, no spill): on an H100 (session 15)
-// 0.95-0.97x of the time of one CTA of 128-query tiles at batch 8, no mask, T 8192-16384, but
-// 1.07-1.45x under a causal mask.
+// CTAs per SM (75 KB of shared memory each, 128 registers, no spill), which take 0.96x of the time
+// of one CTA of 128-query tiles on an H100 without the mask but are slower under it
+// (docs/results/attention.md).
 template <int kHeadDim, class Run>
 auto with_fused_traits(bool causal, Run&& run) {
   if constexpr (kHeadDim == 32) {

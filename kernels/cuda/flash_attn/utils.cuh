@@ -64,7 +64,7 @@ __device__ __forceinline__ void cp_async_wait() {
 // A thread copies one 16-byte column chunk of every kRowsPerPass-th row through one pointer
 // that it advances (threads past the last whole row of a pass idle: head dim 96 copies with
 // 120 of 128 threads): fewer instructions and registers than an address computed per copy
-// (up to a quarter of the backward's instructions at head dim 128, session 4).
+// (up to a quarter of the backward's instructions at head dim 128).
 template <class Tr, int kRows>
 __device__ __forceinline__ void load_tile_async(bf16* smem, const bf16* gmem, int64_t row_stride, int row0, int seq,
                                                 int head_dim) {
