@@ -1,11 +1,11 @@
-// Mode attention: naive attention against FlashAttention-2, forward and backward, over a
-// sweep of batch sizes x heads x head dims x sequence lengths x causal x precisions x
-// implementations (the seeds' pytorch_attention and flash_benchmarking tables). Each
-// configuration allocates its own inputs (random, seeded) and runs the backend's attention
-// op (kernels/ops.h) `--warmup` times untimed, then `--iters` times timed with device events:
-// forward, backward and the two end to end. The device allocator's peak during the
-// configuration is its memory. An out-of-memory is recorded as status "oom" and the sweep
-// goes on. Records: /attention/<label>, one per configuration, on every rank.
+// Mode attention: naive attention against FlashAttention-2, forward and backward, over a sweep of
+// batch sizes x heads x head dims x sequence lengths x causal x precisions x implementations (the
+// reference attention study's two tables: PyTorch attention and FlashAttention-2). Each
+// configuration allocates its own inputs (random, seeded) and runs the backend's attention op
+// (kernels/ops.h) `--warmup` times untimed, then `--iters` times timed with device events: forward,
+// backward and the two end to end. The device allocator's peak during the configuration is its
+// memory. An out-of-memory is recorded as status "oom" and the sweep goes on. Records:
+// /attention/<label>, one per configuration, on every rank.
 #include <algorithm>
 #include <cmath>
 #include <limits>

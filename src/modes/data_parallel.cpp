@@ -20,8 +20,9 @@ void add_data_parallel_options(po::options_description& desc, bool sweep) {
       ("bucketed: bucket capacity in MiB, as PyTorch's bucket_cap_mb (a real number > 0)" + list).c_str())(
       "shard-optimizer", po::value<std::string>()->default_value("none"),
       ("optimizer state sharding: none | broadcast (each rank updates 1/n of the parameters and broadcasts "
-       "them: the seeds' scheme) | zero1 (ZeRO stage 1: gradients reduce-scattered, updated parameters "
-       "all-gathered); needs a --ddp other than none" +
+       "them, the reference optimizer-sharding study's scheme) | zero1 (ZeRO stage 1: gradients "
+       "reduce-scattered, updated parameters all-gathered); needs a --ddp other than none; checkpoints hold the "
+       "whole optimizer state and resume under any sharding and rank count" +
        list)
           .c_str())(
       "share-weights", po::value<std::string>()->default_value("auto"),
@@ -36,14 +37,15 @@ void add_data_parallel_options(po::options_description& desc, bool sweep) {
       ("what moves the gradients' bytes between GPUs (nccl): sm (NCCL's kernels, which hold SMs for as long as "
        "the transfer runs beside backward) | copy (the GPUs' copy engines: NCCL's zero-CTA all-to-all and "
        "all-gather into registered memory, the SMs only summing each rank's part; zero1's all-gathers of a "
-       "shared bf16 copy too; one node; faster where backward is long enough to hide its slower transfer, "
-       "slower where communication dominates)" +
+       "shared bf16 copy too; the nccl backend on one node; faster where backward is long enough to hide its "
+       "slower transfer, slower where communication dominates)" +
        list)
           .c_str())(
       "grad-reduce-dtype", po::value<std::string>()->default_value("same"),
       ("what the gradients travel and are averaged in: same (their own dtype, fp32: the exact average) | bf16 "
        "(each bucket rounded to bf16 before its collective and widened after, as PyTorch DDP's bf16_compress_hook: "
-       "half the bytes, the average of the rounded gradients; not with --precision fp64)" +
+       "half the bytes, the average of the rounded gradients; not with --precision fp64); gradients made in bf16 "
+       "(--grad-dtype bf16) travel as they are, with no casts" +
        list)
           .c_str());
 }

@@ -1,8 +1,8 @@
 // What the modes that train over ranks (train, ddp) share: the --ddp, --bucket-mb,
 // --shard-optimizer and --share-weights options and the plan and sync they make, the communicator that reduces the
-// model's gradients, which sequences of a global batch are this rank's (SPEC: rank r of n
+// model's gradients, which sequences of a global batch are this rank's (rank r of n
 // takes [r*B/n, (r+1)*B/n)), a checkpoint written from a sharded optimizer, and the memory
-// attributes of the seeds' three points.
+// attributes at the reference optimizer-sharding study's three points.
 #pragma once
 #include <memory>
 #include <vector>
@@ -77,8 +77,8 @@ int64_t shard_alignment(Device& dev, Precision precision, bool share_copy);
 void save_checkpoint_from_ranks(const Runtime& rt, const std::string& path, TransformerLM& model, const AdamW& opt,
                                 const SyncPlan& plan);
 
-// The memory at one of the seeds' points ("after_init", "before_optimizer",
-// "after_optimizer") as attributes: memory_<point>_bytes, and memory_<point>_<category>_bytes
+// The memory at one of the reference optimizer-sharding study's three points ("after_init",
+// "before_optimizer", "after_optimizer") as attributes: memory_<point>_bytes, and memory_<point>_<category>_bytes
 // for each category of model_memory_categories() and "other".
 void record_memory(Record& rec, const std::string& point, const MemoryBreakdown& memory);
 

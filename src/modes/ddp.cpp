@@ -1,17 +1,19 @@
-// Mode ddp: the model's train step under each data-parallel strategy (the seeds' naive,
-// flat, overlapped and bucketed DDP) and optimizer sharding (the seeds' broadcast scheme and
-// ZeRO-1), timed per rank per step, over sweeps of model sizes x precisions x context lengths
-// x global batch sizes x strategies (bucketed once per --bucket-mb) x shardings x what moves
-// the gradients (--collective-engine) and what they travel as (--grad-reduce-dtype). Strategy
-// `none` steps each rank on its local batch with no communication at all: the compute-only
-// baseline at the same local batch (it is never sharded, nor swept over the last two).
+// Mode ddp: the model's train step under each data-parallel strategy (the reference DDP study's
+// naive, flat, overlapped and bucketed DDP) and optimizer sharding (the reference
+// optimizer-sharding study's broadcast scheme, and ZeRO-1), timed per rank per step, over sweeps of
+// model sizes x precisions x context lengths x global batch sizes x strategies (bucketed once per
+// --bucket-mb) x shardings x what moves the gradients (--collective-engine) and what they travel as
+// (--grad-reduce-dtype). Strategy `none` steps each rank on its local batch with no communication
+// at all: the compute-only baseline at the same local batch (it is never sharded, nor swept over
+// the last two).
 //
 // Per step: forward, backward, the communication backward did not hide (from the end of
 // backward until every gradient is reduced, as the compute stream sees it, plus after a
 // sharded optimizer until every rank's parameters arrived), the optimizer and the whole step;
-// per configuration: what was communicated and the memory by category at the seeds' three
-// points (after the model was built; before the first optimizer step, whose state does not
-// exist yet, as with torch.optim; after the last step), printed as a second table.
+// per configuration: what was communicated and the memory by category at the reference
+// optimizer-sharding study's three points (after the model was built; before the first
+// optimizer step, whose state does not exist yet, as with torch.optim; after the last step),
+// printed as a second table.
 // Configurations that differ only in strategy or sharding share one model (each with its
 // own optimizer); each starts from rank 0's weights (broadcast), and every rank draws its
 // own random tokens (seeded by rank). With --duration-s the timed steps run for about that
@@ -135,7 +137,7 @@ struct Samples {
 };
 
 // The model of the current run of cases with one key, and its memory right after it was
-// built (its parameters, gradients and bf16 copy; the seeds' first point).
+// built (its parameters, gradients and bf16 copy; the first of the three memory points).
 struct LiveModel {
   std::string key;
   std::unique_ptr<TransformerLM> model;

@@ -6,8 +6,9 @@
 // activations, backward frees them and its scratch as it ends). Recorded per
 // configuration: the events as raw arrays, the live bytes after init, the peak of each phase
 // and overall, what the peak is made of (memory_categories()), the largest allocations and
-// the bytes of one residual-stream activation. Rank 0 prints the seeds' tables; --snapshot
-// writes the trace as the snapshot pytorch.org/memory_viz opens (src/io/memory_snapshot.h).
+// the bytes of one residual-stream activation. Rank 0 prints the reference memory study's
+// table; --snapshot writes the trace as the snapshot pytorch.org/memory_viz opens
+// (src/io/memory_snapshot.h).
 #include <map>
 
 #include "src/core/units.h"
@@ -176,7 +177,7 @@ void run(ModeContext& ctx) {
               {"Model", "ctx", "batch", "prec", "attn", "phase", "init GiB", "fwd peak", "bwd peak", "opt peak",
                "peak GiB", "resid MiB", "largest", "status"});
   auto timer = dev.make_timer(kStepMarks);
-  std::map<std::string, std::map<std::string, std::string>> seeds_table;  // row -> precision -> peak
+  std::map<std::string, std::map<std::string, std::string>> peak_table;  // row -> precision -> peak
   std::vector<std::string> row_order;
   TraceSummary last;
   for (const MemoryCase& c : cases) {
@@ -269,8 +270,8 @@ void run(ModeContext& ctx) {
                    fmt(double(resid_bytes) / double(1 << 20)), largest, status.column()});
     const std::string row = c.model.name + "|" + phase_name(c.phase) + "|" + std::to_string(c.model.context_length) +
                             "|" + std::to_string(c.batch) + "|" + attention_name(c.attention);
-    if (!seeds_table.count(row)) row_order.push_back(row);
-    seeds_table[row][precision_name(c.precision)] = ok ? gib(summary.peak) : status.column();
+    if (!peak_table.count(row)) row_order.push_back(row);
+    peak_table[row][precision_name(c.precision)] = ok ? gib(summary.peak) : status.column();
   }
   sweep.print_summary("memory summary (GiB of the device allocator, rank 0 of " + std::to_string(ctx.rt.world_size) +
                       "; every event is in " + ctx.out_dir + "):");
@@ -290,10 +291,10 @@ void run(ModeContext& ctx) {
       cells.push_back(row.substr(a, b == std::string::npos ? b : b - a));
     }
     for (Precision p : precs)
-      cells.push_back(seeds_table[row].count(precision_name(p)) ? seeds_table[row][precision_name(p)] : "-");
+      cells.push_back(peak_table[row].count(precision_name(p)) ? peak_table[row][precision_name(p)] : "-");
     table.add_row(cells);
   }
-  std::printf("\npeak memory by context length x precision (the seeds' table):\n");
+  std::printf("\npeak memory by context length x precision (the reference memory study's table):\n");
   table.print();
 }
 

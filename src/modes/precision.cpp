@@ -1,8 +1,8 @@
-// Mode precision: the seeds' two mixed-precision questions. (1) The accumulation experiment:
-// `--additions` sequential additions of `--value` in fp32, in fp16, fp16 values into an fp32
-// sum, and in bf16, computed on the device in use (Ops::accumulation_experiment). (2) The
-// dtype of every kind of tensor of the model under --precision, read off its buffers, beside
-// the dtype torch.autocast gives the same tensor of the reference PyTorch model.
+// Mode precision: the reference mixed-precision study's two questions. (1) The accumulation
+// experiment: `--additions` sequential additions of `--value` in fp32, in fp16, fp16 values into an
+// fp32 sum, and in bf16, computed on the device in use (Ops::accumulation_experiment). (2) The
+// dtype of every kind of tensor of the model under --precision, read off its buffers, beside the
+// dtype torch.autocast gives the same tensor of the reference PyTorch model.
 #include <cmath>
 #include <cstdio>
 

@@ -1,6 +1,6 @@
 // Mode profile: bench's sweep (src/modes/model_sweep.h), with every kernel (CUDA, from CUPTI)
 // or op (CPU, timed on the host) of the measured steps attributed to the innermost phase the
-// model was in when it launched it (kernels/profiler.h); the seeds' nsys_profile tables.
+// model was in when it launched it (kernels/profiler.h); the reference nsys study's tables.
 //
 // Per configuration, on every rank: warm-up steps (untraced), then `steps` traced steps inside
 // the profiler's window, with `steps` untraced steps (the baseline for the overhead) split
@@ -130,8 +130,10 @@ void add_options(po::options_description& desc) {
       "trace", po::value<std::string>()->implicit_value("")->value_name("FILE.json"),
       "also write a Chrome trace (ui.perfetto.dev, chrome://tracing): --trace alone to "
       "<out>/trace_rank<r>.json on every rank; --trace FILE.json to FILE.json (one rank) or "
-      "FILE_rank<r>.json (several)")("no-cupti", po::bool_switch(),
-                                     "trace no kernels: time the phases with device events only (the fallback)");
+      "FILE_rank<r>.json (several)")(
+      "no-cupti", po::bool_switch(),
+      "trace no kernels: time the phases with device events only (the fallback where CUPTI, opened at "
+      "run time, cannot be used; LLMHPC_CUPTI_LIBRARY names its library)");
   desc.add(own);
   add_model_group(desc);
 }

@@ -1,5 +1,5 @@
-// What mode profile prints and records about one configuration's window (the seeds'
-// nsys_profile (a)-(e)): per phase a kernel summary like Nsight Systems' (Time %, Total,
+// What mode profile prints and records about one configuration's window (the reference
+// nsys study's tables (a)-(e)): per phase a kernel summary like Nsight Systems' (Time %, Total,
 // Instances, Avg, Med, Min, Max, StdDev, Name), the time by category with the share of matrix
 // products, attention's parts, the profiler's time per phase beside the event timing of the
 // same steps, and each phase's time per step; and the profiler's tables as record arrays.
@@ -50,7 +50,7 @@ double naive_attention_flops(const std::string& group, const std::string& part, 
 // And how far the step time moved by itself meanwhile, the drift: the median of the untraced
 // steps after the traced ones (the last floor(n/2)) against those before them (the first
 // ceil(n/2)). An overhead no larger than the drift is not resolved by the run (a busy or shared
-// host: docs/results/profile.md, session 12).
+// host: docs/results/profile.md).
 struct Overhead {
   double untraced_ms, traced_ms, pct;
   double drift_pct;  // NaN with fewer than two untraced steps

@@ -1,8 +1,7 @@
-// What modes comm and ddp share for long runs (docs/results/reliability.md, "Soak"):
+// What modes comm and ddp share for long runs (docs/results/reliability.md):
 // --duration-s, which sets the timed iterations from the warm-up's pace and re-aims them as the
-// timed loop goes (DurationCount); the device
-// allocator's live bytes and the host's resident set sampled between timed iterations; and a
-// progress line on rank 0 every ~10 s. analysis/soak.py reads what they record.
+// timed loop goes (DurationCount); the device allocator's live bytes and the host's resident set
+// sampled between timed iterations; and a progress line on rank 0 every ~10 s. analysis/soak.py reads what they record.
 #pragma once
 #include <chrono>
 #include <cstdint>
@@ -23,13 +22,11 @@ double duration_seconds(const po::variables_map& vm, const std::string& count_op
 
 // --heat-s: untimed steps for about that many seconds before each configuration's timed ones, so
 // that the GPU runs them at the clocks it holds under sustained load. A power-capped GPU clocks
-// lower as it warms (its leakage grows with temperature): on an H100 (700 W), xl bf16 at context
-// 1024 ran at 1770 MHz in the first configuration of a run and at 1680-1695 MHz in the third, ten
-// seconds later, which made whichever configuration came first 1.5-2 ms (1.5%) faster (session
-// 26). And after the pause in which the next configuration is built, its power control swings for
-// a few seconds: on two H200 the clock dipped to 1245-1485 MHz and steps took 5-20 ms longer at
-// the same steps of every later configuration, on two machines, where only the first had been
-// heated (docs/results/ddp.md, session 27). So every configuration heats, not only the first.
+// lower as it warms (its leakage grows with temperature), and after the pause in which a
+// configuration is built its power control swings for a few seconds: a configuration timed in
+// that window, or first on a cool GPU, reads slower or faster by its place in the run alone
+// (two GPUs: steps 5-20 ms slower in the swing, docs/results/ddp.md). So every configuration
+// heats, not only the first.
 void add_heat_option(po::options_description& desc);
 // --heat-s in seconds, 0 when not given; throws UsageError when it is not a number of seconds
 // >= 0 or with --warmup 0 (its count is aimed from the warm-up's pace).

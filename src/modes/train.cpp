@@ -1,7 +1,7 @@
 // Mode train: real training on a token file. Starts from --init (a checkpoint) or the
 // seeded initialisation, takes --steps AdamW steps on batches drawn in --data-order (over
 // ranks with --ddp, the optimizer state sharded with --shard-optimizer), records the loss of
-// every step in /train/loss with the memory at the seeds' three points, and writes --save
+// every step in /train/loss with the memory at the reference optimizer-sharding study's three points, and writes --save
 // at the end (the whole optimizer state, however it was sharded), every --save-every steps,
 // and when a signal stops it early (src/core/stop_request.h). A run from a checkpoint draws
 // the batches of the steps after the checkpoint's, so a stopped run resumed with --init trains
@@ -34,7 +34,8 @@ void add_options(po::options_description& desc) {
   po::options_description train("Train options");
   auto text = [](const char* def) { return po::value<std::string>()->default_value(def); };
   train.add_options()("data", po::value<std::string>(), "token file: .bin (uint16) or .npy (uint16 or int32)")(
-      "data-order", text("random"), "sequential | random (seeded by --seed)")("steps", text("10"), "optimizer steps")(
+      "data-order", text("random"), "sequential | random (seeded by --seed)")(
+      "steps", text("10"), "optimizer steps (with --init: the steps still to take)")(
       "lr", text("1e-3"), "AdamW learning rate: the peak of --lr-schedule")(
       "lr-schedule", text("constant"),
       "constant | cosine | linear: after --lr-warmup-steps (rising linearly from 0), --lr held, or decayed along a "
@@ -53,7 +54,8 @@ void add_options(po::options_description& desc) {
       "go on from this checkpoint: its model (unless model options are given), its optimizer state, and the "
       "batches after its step")(
       "save", po::value<std::string>(),
-      "write the final checkpoint here (rank 0); also when SIGTERM, SIGINT or SIGUSR1 stops the run early")(
+      "write the final checkpoint here (rank 0); also when SIGTERM, SIGINT or SIGUSR1 stops the run early: every "
+      "rank stops after the same step, saves it and exits with 128 + the signal")(
       "save-every", text("0"),
       "also write --save every N steps (0: only at the end), so a killed run loses at most N steps")(
       "log-every", text("10"), "print the loss every N steps (0: only the last)")(
@@ -407,7 +409,7 @@ void run(ModeContext& ctx) {
       save_progress("oom");
       throw;
     }
-    if (s == 0) {  // the seeds' points: around the first optimizer step, which allocates its state
+    if (s == 0) {  // the memory points around the first optimizer step, which allocates its state
       record_memory(rec, "before_optimizer", t.memory_before_optimizer);
       record_memory(rec, "after_optimizer", model_memory(dev.allocator()));
     }
