@@ -1,25 +1,27 @@
 #!/usr/bin/env python3
-"""The seeds' back-of-envelope models as a tool (004 communication_accounting (a)-(d) and
-ddp_bucketed (b)), each with the measured number beside it where llmhpc measured one.
+"""The reference reports' back-of-envelope models as a tool (the reference communication study's
+communication_accounting (a)-(d) and the reference DDP study's ddp_bucketed (b)), each with the
+measured number beside it where llmhpc measured one.
 
-    python3 analysis/accounting.py memory                       # (a) the seeds' FFN-only XXL model
+    python3 analysis/accounting.py memory                       # (a) the reference FFN-only XXL model
     python3 analysis/accounting.py memory --model xl --batch 4 --context 128 --ddp results/ddp-...
     python3 analysis/accounting.py fsdp                         # (b) devices for FSDP (95 GB, TPU v5p)
     python3 analysis/accounting.py tp-batch                     # (c) compute-bound batch, (d) what tricks buy
     python3 analysis/accounting.py bucket --comm results/comm-... [--ddp results/ddp-...]   # ddp_bucketed (b)
 
-memory: parameters P of the model (the seeds' blocks of two d_model x d_ff matrices, or an
-  llmhpc transformer: --model or --d-model/--d-ff/--num-layers/--vocab-size), the fp32 training
-  state: weights 4P, gradients 4P, AdamW's m and v 8P bytes; the activations backward keeps,
-  in --act-bytes per value (bf16: 2): blocks x batch x tokens x (d_model + d_ff) (the seeds'
-  count); the devices of --device-memory needed to hold the state. With --ddp DIR (an llmhpc
-  --mode ddp run of that model): the measured bytes of each category beside the model's
-  (memory_after_optimizer_<category>_bytes of the largest rank; state divided by the ranks
-  for sharded optimizers; activations, which backward frees, as peak_memory_bytes above that).
-fsdp: per device M_state / N + M_act / 2 + M_act / (2N) (the seeds' split), the least N that
-  fits --device-memory.
-tp-batch: FSDP over X devices and tensor parallelism over Y (the seeds' TPU v5p numbers by
-  default): per block and device compute 4 B d d_ff / Y FLOPs at C FLOP/s against the
+memory: parameters P of the model (the reference communication study's blocks of two d_model x d_ff
+  matrices, or an llmhpc transformer: --model or --d-model/--d-ff/--num-layers/--vocab-size), the
+  fp32 training state: weights 4P, gradients 4P, AdamW's m and v 8P bytes; the activations backward
+  keeps, in --act-bytes per value (bf16: 2): blocks x batch x tokens x (d_model + d_ff) (the
+  reference communication study's count); the devices of --device-memory needed to hold the state.
+  With --ddp DIR (an llmhpc --mode ddp run of that model): the measured bytes of each category
+  beside the model's (memory_after_optimizer_<category>_bytes of the largest rank; state divided
+  by the ranks for sharded optimizers; activations, which backward frees, as peak_memory_bytes
+  above that).
+fsdp: per device M_state / N + M_act / 2 + M_act / (2N) (the reference communication study's
+  split), the least N that fits --device-memory.
+tp-batch: FSDP over X devices and tensor parallelism over Y (the reference communication
+  study's TPU v5p numbers by default): per block and device compute 4 B d d_ff / Y FLOPs at C FLOP/s against the
   all-gather of the weights M_X (X-1)/X d d_ff / Y x 2 bytes and the activations' all-reduce
   M_Y 2 (Y-1)/Y B d x 2 bytes at W bytes/s; compute-bound from B* on, global batch B* M_X M_Y;
   (d): B* with the weights sent in 1 byte (fp8), with twice the bandwidth, with half the weight
@@ -27,8 +29,8 @@ tp-batch: FSDP over X devices and tensor parallelism over Y (the seeds' TPU v5p 
 bucket: o (per collective) and w (bytes/s) from an all-reduce sweep (llmhpc --mode comm, as
   analysis/ddp.py fits them), the optimum b* = sqrt(s o w) for s gradient bytes (--grad-bytes,
   or the ddp run's), and with --ddp the measured bucket sweep beside the model's T_over.
-Numbers in decimal GB (1e9) as the seeds write them. Files are read only through
-analysis/llmhpc_h5.py.
+Numbers in decimal GB (1e9) as the reference communication study writes them. Files are read
+only through analysis/llmhpc_h5.py.
 """
 from __future__ import annotations
 
@@ -51,7 +53,7 @@ MEASURED = {"weights": "params", "gradients": "grads", "optimizer (AdamW m, v)":
 
 
 def parameters(d_model: int, d_ff: int, layers: int, vocab: int | None) -> int:
-    """The seeds' FFN-only blocks (vocab None: 2 d d_ff per block) or an llmhpc transformer
+    """The reference communication study's FFN-only blocks (vocab None: 2 d d_ff per block) or an llmhpc transformer
     (attention 4 d^2 + SwiGLU 3 d d_ff + 2 norm gains per block, embedding and LM head, final norm)."""
     if vocab is None:
         return layers * 2 * d_model * d_ff
@@ -88,7 +90,7 @@ def measured_memory(directory: str) -> dict:
 
 
 def gb(value: float) -> str:
-    """Decimal GB as the seeds write them: two decimals, four significant digits below 1 GB."""
+    """Decimal GB as the reference communication study writes them: two decimals, four significant digits below 1 GB."""
     return f"{value / GB:.2f}" if value >= GB else f"{value / GB:.4g}"
 
 
@@ -208,14 +210,18 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="what", required=True)
     shapes = argparse.ArgumentParser(add_help=False)
-    shapes.add_argument("--model", choices=sorted(PRESETS), help="an llmhpc preset instead of the seeds' model")
+    shapes.add_argument("--model", choices=sorted(PRESETS),
+                        help="an llmhpc preset instead of the reference communication study's model")
     shapes.add_argument("--d-model", type=int, default=16384)
     shapes.add_argument("--d-ff", type=int, default=53248)
-    shapes.add_argument("--num-layers", type=int, default=126, help="blocks (default: the seeds' 126)")
+    shapes.add_argument("--num-layers", type=int, default=126,
+                        help="blocks (default: the reference communication study's 126)")
     shapes.add_argument("--vocab-size", type=int, default=None,
-                        help="an llmhpc transformer with this vocabulary (default: the seeds' FFN-only blocks)")
+                        help="an llmhpc transformer with this vocabulary "
+                             "(default: the reference communication study's FFN-only blocks)")
     shapes.add_argument("--batch", type=int, default=1, help="sequences per device for the activations (default 1)")
-    shapes.add_argument("--context", type=int, default=1, help="tokens per sequence (default 1, as the seeds count)")
+    shapes.add_argument("--context", type=int, default=1,
+                        help="tokens per sequence (default 1, as the reference communication study counts)")
     shapes.add_argument("--act-bytes", type=int, default=2, help="bytes per activation value (default 2, bf16)")
     m = sub.add_parser("memory", parents=[shapes], help="(a) memory and devices needed")
     m.add_argument("--device-memory", type=size, default=80e9, help="per device (default 80GB, an H100)")

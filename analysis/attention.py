@@ -1,15 +1,15 @@
 #!/usr/bin/env python3
-"""The seeds' attention tables, in markdown, from llmhpc --mode attention runs.
+"""The reference attention study's tables, in markdown, from llmhpc --mode attention runs.
 
     python3 analysis/attention.py results/attention-20261122-103000 [more run directories ...]
     python3 analysis/attention.py DIR --torch torch_attention.json   # + the PyTorch comparison
 
 Prints, from rank 0's records (/attention/<label>, docs/hdf5-schema.md):
-  1. one table per implementation, precision, causal, batch and heads, like the seeds'
-     pytorch_attention table: head dim, sequence length, forward and backward mean +- std
+  1. one table per implementation, precision, causal, batch and heads, like the reference
+     attention study's pytorch_attention table: head dim, sequence length, forward and backward mean +- std
      (sample std, n-1), end-to-end mean, peak memory (MiB), status and the kernels that ran
      (kernel_summary: on a GPU the choices flash makes by shape, which explain its steps);
-  2. naive against flash, like the seeds' flash_benchmarking table: median forward,
+  2. naive against flash, like its flash_benchmarking table: median forward,
      backward and end-to-end times of both and the speedup naive / flash (N/A where one
      ran out of memory), and both peaks;
   3. with --torch (the JSON written by analysis/torch_attention.py; once per file): llmhpc's flash

@@ -1,7 +1,7 @@
-"""The seeds' benchmark tables and plots from llmhpc --mode bench runs (report.py's bench section).
+"""The reference end-to-end benchmark's tables and plots from llmhpc --mode bench runs (report.py's bench section).
 
     report_section(runs, out_dir)   markdown: the benchmark table (one per warm-up setting when
-                                    runs differ in warm-up, as the seeds' warm-up study), fp32
+                                    runs differ in warm-up, as its warm-up study), fp32
                                     against bf16 with speed-ups, peak memory; writes bench.png
                                     (and bench_speedup.png) into out_dir
 
@@ -48,12 +48,13 @@ def markdown_table(header: list, rows: list) -> str:
 
 
 def bench_table(summary: pd.DataFrame, decimals: int = 2) -> str:
-    """The seeds' table: one row per configuration of Run.bench_summary() rows (several runs concatenated)."""
+    """The reference end-to-end benchmark's table: one row per configuration of Run.bench_summary()
+    rows (several runs concatenated)."""
     varying = [(key, title) for key, title in VARYING_COLUMNS if summary[key].nunique(dropna=False) > 1]
     if repeated_across_runs(summary, CONFIG_KEYS):
         varying.insert(0, ("run", "Run"))
     show_status = (summary["status"] != "ok").any()
-    # Bwd columns are always there, as in the seeds' table ('-' where only forward was timed);
+    # Bwd columns are always there, as in the reference table ('-' where only forward was timed);
     # Opt columns only when some configuration timed the optimizer step.
     show_opt = summary["optimizer_n"].fillna(0).gt(0).any()
     phases = ["forward", "backward"] + (["optimizer"] if show_opt else [])
@@ -93,8 +94,8 @@ def other_precisions(summary: pd.DataFrame) -> list:
 
 
 def speedup_table(summary: pd.DataFrame, other: str = "bf16", decimals: int = 2) -> str:
-    """fp32 against `other` for every configuration measured in both (the seeds' mixed-precision
-    table): mean ms of each timed phase and the speed-up fp32 / other."""
+    """fp32 against `other` for every configuration measured in both (the reference
+    mixed-precision study's table): mean ms of each timed phase and the speed-up fp32 / other."""
     keys = [k for k in CONFIG_KEYS if k != "precision"]
     ok = summary[summary["status"] == "ok"]
     by_run = repeated_across_runs(ok, keys + ["precision"])
@@ -126,7 +127,7 @@ def speedup_table(summary: pd.DataFrame, other: str = "bf16", decimals: int = 2)
 
 def memory_table(summary: pd.DataFrame) -> str:
     """Peak memory (GiB, or MiB when all are smaller) per model and context (and attention, where
-    runs differ in it), one column per phase and precision (the seeds' memory_profiling)."""
+    runs differ in it), one column per phase and precision (the reference memory study's table)."""
     cols = sorted({(r["phase"], r["precision"]) for _, r in summary.iterrows()})
     unit, scale = ("GiB", GIB) if summary["peak_memory_bytes"].max() >= GIB else ("MiB", float(1 << 20))
     show_attention = summary["attention"].nunique() > 1
@@ -273,7 +274,7 @@ def report_section(runs: list, out_dir: str, rank=0, decimals: int = 2) -> str:
     if summary.empty:
         return "no bench records"
     parts = []
-    if summary["warmup"].nunique() > 1:  # the seeds' warm-up study: one table per warm-up setting
+    if summary["warmup"].nunique() > 1:  # the reference warm-up study: one table per warm-up setting
         for w, g in summary.groupby("warmup", sort=True):
             parts.append(f"### Benchmark (warm-up steps: {w})\n\n{bench_table(g, decimals)}")
     else:

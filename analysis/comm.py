@@ -8,8 +8,8 @@ the binary's own summary: time is nccl-tests' time, the mean per operation of `b
 operations issued back to back (time_us_back_to_back) averaged over ranks (files written
 before that dataset existed: the mean of the slowest rank's per-iteration times), algbw = bytes / time,
 busbw = algbw * bus_factor (nccl-tests' definitions, GB/s = 1e9 B/s), #wrong the sum over
-ranks of wrong elements (N/A without --check). report_section (analysis/report.py) adds the seeds'
-004 layout (backend, device, procs, size, mean, median, std, bandwidth) and a plot of bus
+ranks of wrong elements (N/A without --check). report_section (analysis/report.py) adds the reference
+communication study's layout (backend, device, procs, size, mean, median, std, bandwidth) and a plot of bus
 bandwidth against message size per rank count. Files are read through analysis/llmhpc_h5.py.
 """
 from __future__ import annotations
@@ -101,11 +101,11 @@ def markdown(rows: list) -> str:
     return "\n".join(lines)
 
 
-MB = 1e6  # the seeds' table is in decimal megabytes; busbw and algbw in GB = 1e9 bytes
+MB = 1e6  # the reference communication study's table is in decimal megabytes; busbw and algbw in GB = 1e9 bytes
 
 
-def seed_rows(run) -> list:
-    """The seeds' 004 table (distributed_communication_single_node) for one comm run: one row per
+def study_rows(run) -> list:
+    """The reference communication study's table (distributed_communication_single_node) for one comm run: one row per
     collective, dtype, size and placement with statistics of the per-iteration time of the
     slowest rank (time_us_max_over_ranks: an iteration ends when every rank is done),
     bw = bytes / mean time (algbw), busbw = bw x bus_factor."""
@@ -129,11 +129,11 @@ def seed_rows(run) -> list:
 
 
 def number(x: float) -> str:
-    """Three decimals as in the seeds' table, four significant digits below 0.1 (microsecond times on CPUs)."""
+    """Three decimals as in the reference table, four significant digits below 0.1 (microsecond times on CPUs)."""
     return f"{x:.3f}" if abs(x) >= 0.1 or x == 0 else f"{x:.4g}"
 
 
-def seed_markdown(rows: list) -> str:
+def study_markdown(rows: list) -> str:
     order = lambda r: (r["backend"], r["collective"], r["dtype"], r["placement"] != "outofplace", r["procs"], r["bytes"])
     header = ["backend", "device", "procs", "collective", "dtype", "placement", "size (MB)", "mean (ms)",
               "median (ms)", "std (ms)", "bw (GB/s)", "busbw (GB/s)", "status"]
@@ -178,11 +178,12 @@ def plot_bandwidth(rows: list, path: str) -> str:
 
 
 def report_section(runs: list, out_dir: str) -> str:
-    """report.py's comm section: the seeds' 004 table of every run, nccl-tests' table, comm_busbw.png."""
-    rows = [r for run in runs for r in seed_rows(run)]
+    """report.py's comm section: the reference communication study's table of every run,
+    nccl-tests' table, comm_busbw.png."""
+    rows = [r for run in runs for r in study_rows(run)]
     nccl_rows = [r for run in runs for r in comm_rows(run)]
-    parts = ["### All-reduce and friends (the seeds' layout; time: per iteration, the slowest rank's; "
-             "bw = size / mean time; busbw = bw x bus factor)\n\n" + seed_markdown(rows),
+    parts = ["### All-reduce and friends (the reference communication study's layout; time: per iteration, "
+             "the slowest rank's; bw = size / mean time; busbw = bw x bus factor)\n\n" + study_markdown(rows),
              "### As nccl-tests prints it (time: back-to-back mean per operation, averaged over ranks)\n\n"
              + markdown(nccl_rows)]
     if plot_bandwidth(rows, os.path.join(out_dir, "comm_busbw.png")):

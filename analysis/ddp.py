@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The seeds' data-parallel tables from llmhpc --mode ddp runs.
+"""The reference DDP study's tables from llmhpc --mode ddp runs.
 
     python3 analysis/ddp.py results/ddp-20261122-103000            # aligned text
     python3 analysis/ddp.py DIR --markdown                          # markdown, for reports
@@ -9,15 +9,15 @@
 One group of tables per setup (model, context, global batch, precision, attention, ranks):
   (a) strategies: implementation, bucket size, buckets, step mean/std, exposed communication
       mean/std, comm % of step, the slowest rank's step, MiB all-reduced per step, peak memory,
-      status (the seeds' naive/flat/overlap table);
+      status (the reference naive/flat/overlap table);
   (b) bucket sizes: bucketed at each --bucket-mb beside naive, flat and overlap, with the
-      speed-ups over naive and overlap (the seeds' ddp_bucketed table);
+      speed-ups over naive and overlap (the reference ddp_bucketed table);
   (c) the cost of data parallelism: each strategy's step against `none`, the compute-only
       baseline (the same local batch, no communication);
   (d) with --torch (JSON lines of analysis/torch_ddp.py): PyTorch's DistributedDataParallel
       beside llmhpc's bucketed at the same bucket size, PyTorch without DDP (--single) beside
       `none`; ratio llmhpc / PyTorch;
-  (e) the seeds' bucket model: with s the gradient bytes, w the all-reduce bandwidth and o the
+  (e) the reference bucket model: with s the gradient bytes, w the all-reduce bandwidth and o the
       overhead of one collective, the communication left after backward is
       T_over(n_b) = n_b o + s / (n_b w), least at the bucket size b* = sqrt(s o w). With --comm
       (an llmhpc --mode comm run with all-reduce at two sizes or more) w = bytes / time at the
@@ -27,7 +27,7 @@ One group of tables per setup (model, context, global batch, precision, attentio
   (f) with --shard-optimizer runs: each strategy x sharding (none, broadcast, zero1) with its
       step, exposed communication (gradients, and after a sharded optimizer the parameters'
       collectives) and the largest rank's memory after init, before and after the optimizer,
-      its optimizer state and peak (the seeds' optimizer_state_sharding table); with --torch,
+      its optimizer state and peak (the reference optimizer_state_sharding table); with --torch,
       PyTorch's DDP with AdamW and with ZeroRedundancyOptimizer (torch_ddp.py --shard-optimizer
       none,zero) as rows of their own, their memory live bytes at the same three points;
   (g) with --shard-optimizer runs: where each strategy x sharding's step goes (forward, backward,
@@ -37,7 +37,7 @@ One group of tables per setup (model, context, global batch, precision, attentio
 
 Times are ms. Step and comm pool the samples of every rank (--rank R: one rank's); "slowest"
 is the mean over the timed steps of the slowest rank's step (step_ms_max_over_ranks), the
-seeds' measure, which (b), (c) and (d) compare. Exposed communication is what backward did not
+reference study's measure, which (b), (c) and (d) compare. Exposed communication is what backward did not
 hide: from the end of backward until every gradient is reduced. Configurations that ran out of
 memory or failed are rows with their status and '-'. report_section (analysis/report.py) prints
 the same tables, draws ddp_breakdown.png (each strategy's step: compute against exposed
@@ -263,7 +263,7 @@ def torch_table(g: pd.DataFrame, torch_records: list, markdown: bool, title: str
 
 
 def allreduce_model(directory: str) -> dict:
-    """o (ms) and w (bytes/ms) from an llmhpc --mode comm run's all-reduce, as the seeds' model wants them."""
+    """o (ms) and w (bytes/ms) from an llmhpc --mode comm run's all-reduce, as the reference bucket model wants them."""
     run = open_run(directory)
     if run.mode != "comm":
         raise SchemaError(f"--comm {directory}: a '{run.mode}' run, not a comm run (llmhpc --mode comm)")
@@ -306,7 +306,7 @@ def fit_model(n: np.ndarray, y: np.ndarray, s: float) -> tuple:
 
 
 def sharding_table(g: pd.DataFrame, torch_records: list, markdown: bool, title: str) -> tuple:
-    """(f) The seeds' optimizer state sharding: per strategy and --shard-optimizer, step, exposed
+    """(f) The reference optimizer state sharding: per strategy and --shard-optimizer, step, exposed
     communication and the largest rank's memory at the three points, then PyTorch's DDP with and
     without ZeroRedundancyOptimizer where --torch has them. (the table, the PyTorch records it
     used); empty without sharded llmhpc runs."""
@@ -403,7 +403,7 @@ def all_tables(df: pd.DataFrame, torch_records: list, comm_model_for, markdown: 
         shard_part, shard_matched = sharding_table(setup, torch_records, markdown, title)
         sections += [shard_part, sharding_phases_table(setup, markdown, title)]
         used |= {id(t) for t in shard_matched}
-        g = setup[setup.shard_optimizer == "none"]  # the seeds' DDP tables compare unsharded strategies
+        g = setup[setup.shard_optimizer == "none"]  # the reference DDP tables compare unsharded strategies
         if g.empty:
             continue
         torch_part, matched = torch_table(g, torch_records, markdown, title) if torch_records else ("", [])

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The seeds' nsys_profile tables, in markdown, and a PNG, from an llmhpc --mode profile run.
+"""The reference nsys study's tables, in markdown, and a PNG, from an llmhpc --mode profile run.
 
     python3 analysis/kernel_profile.py results/profile-20261123-101500            # rank 0, top 10 per phase
     python3 analysis/kernel_profile.py DIR --rank 1 --top 20 --out plots/

@@ -1,11 +1,11 @@
 #!/usr/bin/env python3
-"""The seeds' memory tables from `llmhpc --mode memory` runs (docs/hdf5-schema.md, /memory).
+"""The reference memory study's tables from `llmhpc --mode memory` runs (docs/hdf5-schema.md, /memory).
 
     python3 analysis/memory.py DIR [DIR ...]            # markdown tables on stdout
     python3 analysis/memory.py DIR --png OUT_DIR        # + one active-memory timeline PNG per configuration
 
 Tables: (a) peak memory (GiB) by model x context length, forward and train step, each precision
-(the seeds' memory_profiling (b)(c)); (b) memory per phase: after init, the peaks of forward,
+(the reference memory study's (b)(c)); (b) memory per phase: after init, the peaks of forward,
 backward and optimizer, the overall peak; (c) what the peak is made of, by category; (d) the
 bytes of one residual-stream activation, B x T x d_model x 4 (fp32 in both precisions, as under
 autocast), checked against the allocation that holds it; (e) the largest allocations and where

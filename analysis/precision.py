@@ -1,4 +1,4 @@
-"""The seeds' mixed-precision tables from llmhpc --mode precision runs (report.py's precision section).
+"""The reference mixed-precision study's tables from llmhpc --mode precision runs (report.py's precision section).
 
     report_section(runs, out_dir)   markdown, per run: the accumulation experiment (each way of
                                     summing `additions` copies of `value`: the sum as PyTorch

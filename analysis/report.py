@@ -10,7 +10,7 @@ directories at any depth (a job's results folder). The runs are grouped by their
 each mode gets the section its module writes: analysis/<mode>.py with a function
 report_section(runs, out_dir) -> markdown, which draws its PNGs into out_dir (the report's
 folder). A new mode needs only its module: bench (benchmark tables by warm-up and context, fp32
-against bf16, peak memory), attention, comm (the seeds' 004 table, bandwidth plots), ddp
+against bf16, peak memory), attention, comm (the reference communication study's table, bandwidth plots), ddp
 (strategies, bucket sweep and model, sharding, strong/weak scaling), train, and whatever
 analysis/<mode>.py exists; runs timed with --duration-s (comm, ddp) also get analysis/soak.py's
 section (time drift and memory growth), and records whose GPU slowed its clock while measured
@@ -31,7 +31,7 @@ import device_clocks  # noqa: E402
 import soak  # noqa: E402
 
 ANALYSIS_DIR = os.path.dirname(os.path.abspath(__file__))
-MODE_ORDER = ("bench", "attention", "comm", "ddp", "train")  # the seeds' order; other modes follow by name
+MODE_ORDER = ("bench", "attention", "comm", "ddp", "train")  # the reference reports' order; other modes follow by name
 
 
 def run_directories(directory: str) -> list:

@@ -1,5 +1,5 @@
 """Strong and weak scaling of llmhpc --mode ddp runs at several rank counts (jobs/scaling.sh),
-with projections to larger clusters from the seeds' bucket model; ddp.report_section calls it.
+with projections to larger clusters from the reference DDP study's bucket model; ddp.report_section calls it.
 
     report(df, comm_models, out_dir) -> markdown, and scaling.png in out_dir
 
@@ -8,7 +8,7 @@ measured at two or more rank counts n:
   strong: the same global batch B at every n; speed-up S(n) = T(n0) / T(n) and efficiency
           E(n) = n0 T(n0) / (n T(n)), n0 the fewest ranks measured (1 in scaling.sh);
   weak:   the same per-rank batch b at every n; efficiency E(n) = T(n0) / T(n).
-T is the seeds' step time: the mean over the timed steps of the slowest rank's step.
+T is the reference DDP study's step time: the mean over the timed steps of the slowest rank's step.
 Transport: a run folder whose name ends in "-net" ran with NCCL's network transport forced
 (NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1, jobs/scaling.sh NET=1), as the folder name says.
 
@@ -20,7 +20,7 @@ backward's time, what cannot hide behind backward, which binds on slow networks;
 flat: n_b o(n) + s / w(n)),
 with s the gradient bytes, n_b the collectives of the measured configuration, and o, w measured
 by an all-reduce run (llmhpc --mode comm) on n0 ranks (strong: while the global batch splits
-into whole sequences per rank), carried to n ranks as a ring all-reduce:
+into whole sequences per rank), extended to n ranks as a ring all-reduce:
 bus bandwidth constant, so w(n) = w(n0) (2(n0-1)/n0) / (2(n-1)/n), and o(n) = o (n-1)/(n0-1).
 """
 from __future__ import annotations

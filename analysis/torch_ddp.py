@@ -14,7 +14,7 @@ optimizer shardings x gradient reduce dtypes): the model (torch_baseline.Transfo
 broadcasts rank 0's weights), then DDP(bucket_cap_mb=--bucket-mb, gradient_as_bucket_view=True)
 and AdamW(fused=True on GPUs), or with --shard-optimizer zero PyTorch's ZeRO-1,
 ZeroRedundancyOptimizer(optimizer_class=AdamW, fused=True): each rank keeps the AdamW state of
-its share of the parameters and broadcasts what it updated (the seeds' "broadcast" scheme,
+its share of the parameters and broadcasts what it updated (the reference DDP study's "broadcast" scheme,
 beside llmhpc's --shard-optimizer broadcast and zero1). --grad-reduce-dtype bf16 registers
 DDP's bf16_compress_hook: each bucket cast to bf16, all-reduced, cast back (llmhpc's
 --grad-reduce-dtype bf16). `compiled`: the model is compiled in place (model.compile())
@@ -28,7 +28,7 @@ no communication, every rank alone at the local batch: the compute-only baseline
 Every rank times every step with CUDA events (the clock on CPUs): forward (with the loss),
 backward (zero_grad, backward and DDP's all-reduce, which backward waits for at its end),
 optimizer, and the whole step; warm-up steps untimed; one synchronize per step. Live bytes
-(torch.cuda.memory_allocated) at the seeds' three points: after the model, DDP and optimizer are
+(torch.cuda.memory_allocated) at the reference DDP study's three points: after the model, DDP and optimizer are
 made (memory_after_init_bytes), before the first optimizer step (memory_before_optimizer_bytes:
 no optimizer state yet) and after it (memory_after_optimizer_bytes: the state exists). Rank 0
 appends one JSON line per configuration to --out: the configuration, status ("ok", "oom" if a

@@ -127,7 +127,7 @@ class Communicator {
   // part only, and for an all-reduce an all-gather of the sums in place (zero-CTA). NCCL's
   // kernels hold their SMs for a whole transfer, and one such block beside a persistent GEMM
   // slows it by up to a fifth (docs/results/ddp.md); this way the SMs only sum, the copy
-  // engines carry the bytes. Elements a part would not hold whole (count mod size()) go
+  // engines move the bytes. Elements a part would not hold whole (count mod size()) go
   // through NCCL's kernels. Collective: every rank passes buffers of the same sizes, from
   // Allocator::allocate_shareable, one node's ranks only; several buffers may be in use, none
   // overlapping. Returns false where nothing changes: the mpi backend, one rank. Until

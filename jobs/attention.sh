@@ -4,7 +4,7 @@
 #SBATCH --ntasks-per-node=1
 #SBATCH --gpus-per-task=1
 #SBATCH --time=01:00:00
-# The seeds' two attention studies, naive against FlashAttention-2, then the markdown tables
+# The reference attention study's two grids, naive against FlashAttention-2, then the markdown tables
 # (analysis/attention.py):
 #   grid 1 (pytorch_attention): batch 8, one head, no mask, head dim 16..128 x seq 256..16384
 #                               x fp32/bf16
@@ -33,7 +33,7 @@ ITERS=${ITERS:-100}
 TORCH=${TORCH:-0}
 require_flag TORCH
 [ "$TORCH" = 0 ] || require_torch
-[[ "$GRIDS" =~ ^[12](,[12])*$ ]] || { echo "$0: GRIDS must list 1 and/or 2 (the seeds' two grids), not '$GRIDS'" >&2; exit 2; }
+[[ "$GRIDS" =~ ^[12](,[12])*$ ]] || { echo "$0: GRIDS must list 1 and/or 2 (the reference attention study's two grids), not '$GRIDS'" >&2; exit 2; }
 mkdir -p "$OUT"
 
 runs=()

@@ -4,7 +4,7 @@
 #SBATCH --ntasks-per-node=1
 #SBATCH --gpus-per-task=1
 #SBATCH --time=01:00:00
-# The seeds' end-to-end benchmark: every size at several context lengths, fp32 and bf16,
+# The reference end-to-end benchmark: every size at several context lengths, fp32 and bf16,
 # forward, backward and optimizer timed separately, then the markdown table.
 #   sbatch jobs/bench.sh            or   NP=1 bash jobs/bench.sh
 #   MODELS=small,medium CONTEXTS=128 PRECISIONS=fp32 bash jobs/bench.sh

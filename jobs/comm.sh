@@ -4,7 +4,7 @@
 #SBATCH --ntasks-per-node=8
 #SBATCH --gpus-per-task=1
 #SBATCH --time=00:30:00
-# The seeds' single-node communication study: all-reduce of 1MB..1000MB with nccl (GPU
+# The reference communication study, single node: all-reduce of 1MB..1000MB with nccl (GPU
 # buffers) and mpi (host buffers, the CPU baseline) at each rank count, then one markdown
 # table of all runs (analysis/comm.py).
 #   sbatch jobs/comm.sh                     or   NP=4 bash jobs/comm.sh     (RANKS: 2,4,...,NP)
@@ -48,4 +48,4 @@ for backend in ${BACKENDS//,/ }; do
   done
 done
 $PYTHON "$LLMHPC_ROOT/analysis/comm.py" "${runs[@]}" | tee "$OUT/comm.md"
-job_report  # $OUT/report.md: the seeds' 004 table and comm_busbw.png (bandwidth vs size per rank count)
+job_report  # $OUT/report.md: the reference communication study's table and comm_busbw.png (bandwidth vs size per rank count)

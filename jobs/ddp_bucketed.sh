@@ -4,7 +4,7 @@
 #SBATCH --ntasks-per-node=2
 #SBATCH --gpus-per-task=1
 #SBATCH --time=01:00:00
-# The seeds' data-parallel study (naive_ddp, minimal_ddp_flat, ddp_overlap_individual_parameters
+# The reference DDP study (naive_ddp, minimal_ddp_flat, ddp_overlap_individual_parameters
 # and ddp_bucketed benchmarking): the xl model at context 128, global batch 4 over NP ranks,
 # every strategy (none, the compute-only baseline; naive; flat; overlap; bucketed at each of
 # BUCKETS MiB), 5 warm-up and 10 timed steps; then an all-reduce run (llmhpc --mode comm) for

@@ -4,7 +4,7 @@
 #SBATCH --ntasks-per-node=2
 #SBATCH --gpus-per-task=1
 #SBATCH --time=00:30:00
-# The seeds' minimal_ddp_flat_benchmarking: jobs/ddp_bucketed.sh with STRATEGIES=none,naive,flat
+# The reference DDP study's minimal_ddp_flat_benchmarking: jobs/ddp_bucketed.sh with STRATEGIES=none,naive,flat
 # (the compute-only baseline none and what flat is compared with), no all-reduce run (COMM=0).
 # Every variable of ddp_bucketed.sh applies (NP, MODELS, SHAPE, CONTEXTS, BATCH, PRECISIONS, ...).
 #   sbatch jobs/ddp_flat.sh          or   NP=2 bash jobs/ddp_flat.sh

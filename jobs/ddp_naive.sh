@@ -4,7 +4,7 @@
 #SBATCH --ntasks-per-node=2
 #SBATCH --gpus-per-task=1
 #SBATCH --time=00:30:00
-# The seeds' naive_ddp_benchmarking: jobs/ddp_bucketed.sh with STRATEGIES=none,naive
+# The reference DDP study's naive_ddp_benchmarking: jobs/ddp_bucketed.sh with STRATEGIES=none,naive
 # (the compute-only baseline none and what naive is compared with), no all-reduce run (COMM=0).
 # Every variable of ddp_bucketed.sh applies (NP, MODELS, SHAPE, CONTEXTS, BATCH, PRECISIONS, ...).
 #   sbatch jobs/ddp_naive.sh          or   NP=2 bash jobs/ddp_naive.sh

@@ -4,7 +4,8 @@
 #SBATCH --ntasks-per-node=2
 #SBATCH --gpus-per-task=1
 #SBATCH --time=00:30:00
-# The seeds' ddp_overlap_individual_parameters_benchmarking: jobs/ddp_bucketed.sh with STRATEGIES=none,naive,flat,overlap
+# The reference DDP study's ddp_overlap_individual_parameters_benchmarking: jobs/ddp_bucketed.sh
+# with STRATEGIES=none,naive,flat,overlap
 # (the compute-only baseline none and what overlap is compared with), no all-reduce run (COMM=0).
 # Every variable of ddp_bucketed.sh applies (NP, MODELS, SHAPE, CONTEXTS, BATCH, PRECISIONS, ...).
 #   sbatch jobs/ddp_overlap.sh          or   NP=2 bash jobs/ddp_overlap.sh

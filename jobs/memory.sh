@@ -4,11 +4,11 @@
 #SBATCH --ntasks-per-node=1
 #SBATCH --gpus-per-task=1
 #SBATCH --time=01:00:00
-# The seeds' memory_profiling study without PyTorch's memory viewer: every allocation of a
-# forward and of a train step (mode memory), peaks per phase and by category, the largest
-# allocations, the peak table by context length x precision; then analysis/memory.py's tables
-# and the timeline PNGs (report.md beside the results). SNAPSHOT=1 also writes
-# snapshot*.pickle for pytorch.org/memory_viz (one per configuration).
+# The reference memory study (memory_profiling) without PyTorch's memory viewer: every
+# allocation of a forward and of a train step (mode memory), peaks per phase and by category,
+# the largest allocations, the peak table by context length x precision; then
+# analysis/memory.py's tables and the timeline PNGs (report.md beside the results). SNAPSHOT=1
+# also writes snapshot*.pickle for pytorch.org/memory_viz (one per configuration).
 #   sbatch jobs/memory.sh          or   MODELS=xl CONTEXTS=256 SNAPSHOT=1 bash jobs/memory.sh
 # Variables (defaults): MODELS (xl,2.7B), CONTEXTS (128,256,512,1024), PRECISIONS (fp32,bf16),
 # PHASES (forward,train-step), SNAPSHOT (0).

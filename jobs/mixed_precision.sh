@@ -4,8 +4,8 @@
 #SBATCH --ntasks-per-node=1
 #SBATCH --gpus-per-task=1
 #SBATCH --time=01:00:00
-# The seeds' mixed-precision comparison (benchmarking_mixed_precision): every size at each
-# context, fp32 and bf16 (PRECISIONS), forward-backward-AdamW steps; $OUT/report.md has the
+# The reference mixed-precision study's comparison (benchmarking_mixed_precision): every size
+# at each context, fp32 and bf16 (PRECISIONS), forward-backward-AdamW steps; $OUT/report.md has the
 # fp32 against bf16 table with speed-ups, the peak memory of both, bench.png and
 # bench_speedup_bf16.png. (On CPUs bf16 is computed in fp32 on bf16 values: correct, not fast.)
 #   sbatch jobs/mixed_precision.sh     or   MODELS=small,xl CONTEXTS=128 bash jobs/mixed_precision.sh

@@ -4,7 +4,7 @@
 #SBATCH --ntasks-per-node=1
 #SBATCH --gpus-per-task=1
 #SBATCH --time=00:10:00
-# The seeds' mixed-precision questions: the accumulation experiment (1000 additions of 0.01 in
+# The reference mixed-precision study's questions: the accumulation experiment (1000 additions of 0.01 in
 # fp32, fp16, fp16 into fp32, bf16) on the device in use, and under bf16 the dtype of the
 # parameters, each layer's outputs, the logits, the loss and the gradients, beside autocast's
 # rules. The numbers go to the rank files, the tables to $OUT/report.md (analysis/precision.py).

@@ -4,7 +4,7 @@
 #SBATCH --ntasks-per-node=1
 #SBATCH --gpus-per-task=1
 #SBATCH --time=01:00:00
-# The seeds' nsys_profile study without Nsight: every kernel of the traced train steps per
+# The reference nsys study (nsys_profile) without Nsight: every kernel of the traced train steps per
 # phase (CUPTI), the share of matrix products, attention's parts, then analysis/kernel_profile.py's
 # tables (profile_rank0.md) and plot (profile_rank0.png), and the job's report.md.
 #   sbatch jobs/profile.sh          or   NP=1 bash jobs/profile.sh

@@ -4,10 +4,11 @@
 #SBATCH --ntasks-per-node=2
 #SBATCH --gpus-per-task=1
 #SBATCH --time=00:30:00
-# The seeds' optimizer_state_sharding: jobs/ddp_bucketed.sh with the bucketed strategy (BUCKETS,
-# default 25 MiB) under --shard-optimizer none, broadcast (the seeds' scheme) and zero1
-# (SHARDING); $OUT/report.md has table (f): step, exposed communication and each rank's memory
-# after init, before and after the optimizer, its optimizer state and peak.
+# The reference DDP study's optimizer_state_sharding: jobs/ddp_bucketed.sh with the bucketed
+# strategy (BUCKETS, default 25 MiB) under --shard-optimizer none, broadcast (the reference
+# study's scheme) and zero1 (SHARDING); $OUT/report.md has table (f): step, exposed
+# communication and each rank's memory after init, before and after the optimizer, its
+# optimizer state and peak.
 #   sbatch jobs/sharding.sh        or   NP=2 MODELS=large bash jobs/sharding.sh
 set -euo pipefail
 # The repository, also from the copy of this script that sbatch runs (jobs/env.sh says how).

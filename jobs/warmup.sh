@@ -4,7 +4,7 @@
 #SBATCH --ntasks-per-node=1
 #SBATCH --gpus-per-task=1
 #SBATCH --time=00:30:00
-# The seeds' warm-up study: the same forward-backward sweep with 0, 1, 2 and 5 warm-up steps
+# The reference end-to-end benchmark's warm-up study: the same forward-backward sweep with 0, 1, 2 and 5 warm-up steps
 # (WARMUPS), one run each in $OUT/warmup<N>, then $OUT/report.md with one table per setting.
 #   sbatch jobs/warmup.sh          or   MODELS=small,medium WARMUPS=0,1 bash jobs/warmup.sh
 # Variables (defaults): MODELS (small,medium,large,xl,2.7B), CONTEXTS (128), WARMUPS (0,1,2,5),

@@ -9,8 +9,8 @@
 // per shape, layout, dtype and pointer alignment, and each call only launches it.
 //
 // Autotuning (--gemm-autotune): the heuristic's first algorithm is often not the fastest for
-// this GPU and shape (measured on an H100, session 12: over a train step's products it took
-// 0.8-3.2% longer than the fastest of its first 8 in fp32, 3.6-8.4% in bf16). With it, a plan's
+// this GPU and shape (on an H100, a train step's products took 0.8-8.4% longer than the
+// fastest of its first 8 candidates, docs/results/cuda-notes.md). With it, a plan's
 // first call that writes C without reading it (beta 0) times each candidate on the call's own
 // operands and keeps the fastest; calls while a CUDA graph is being recorded never time (they
 // launch the heuristic's choice until an eager call has tuned the plan). The choice is kept for

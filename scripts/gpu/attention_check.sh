@@ -1,45 +1,35 @@
 #!/usr/bin/env bash
 # FlashAttention-2 check on a GPU host: the CUDA kernel tests, the attention mode over the
-# seeds' two grids (naive and flash), PyTorch's fused attention on grid 2's bf16 shapes, and
-# flash inside the model; everything under OUT_DIR, a short summary on stdout.
+# reference attention study's two grids (naive and flash), PyTorch's fused attention on grid
+# 2's bf16 shapes, and flash inside the model; everything under OUT_DIR, a short summary on
+# stdout.
 #
-# Here (the build machine), once:
-#   cmake -S . -B build-flash -DCMAKE_CUDA_ARCHITECTURES=90 && cmake --build build-flash -j2
-#   scripts/gpu/attention_check.sh --make-carry build-flash      # -> carry/flash/ (git-ignored, ~18 MB)
+# On the build machine, once:
+#   cmake -S . -B build -DCMAKE_CUDA_ARCHITECTURES=90 && cmake --build build -j2
+#   scripts/gpu/pack_binaries.sh build bin test_flash_attn      # -> bin/ (git-ignored, ~18 MB)
 # On the GPU host, from the repository root:
-#   scripts/gpu/attention_check.sh carry/flash [OUT_DIR]           # OUT_DIR defaults to $OUT
+#   scripts/gpu/attention_check.sh bin [OUT_DIR]                 # OUT_DIR defaults to $OUT
+# (BIN_DIR may also be a build folder: llmhpc in it, test_flash_attn in it or its tests/.)
 #
 # Bounded to about 6 minutes: every step runs under `timeout` (a step cut short leaves the
 # configurations it finished in its HDF5 files, and the tables show what is there). Grids
-# (full, as the seeds measured them, but with WARMUP=3 and ITERS=10 instead of 10 and 100):
+# (full, as the reference attention study measured them, but with WARMUP=3 and ITERS=10
+# instead of 10 and 100):
 #   grid 1: batch 8, one head, no mask, head dim 16,32,64,128 x seq 256,1024,4096,8192,16384
 #   grid 2: batch 1, one head, causal, head dim 16,32,64,128 x seq 128,256,...,65536
 # bf16 of both grids first (the issue's targets), fp32 after with WARMUP_FP32=2, ITERS_FP32=5
 # (the CUDA-core fp32 kernels and naive fp32 at T=65536 are the slow ones). Override with
 # SEQS1, SEQS2, HEAD_DIMS, WARMUP, ITERS, WARMUP_FP32, ITERS_FP32.
-# Files in OUT_DIR (at most 8, flat): summary.txt (what stdout shows), attention.md (the
+# Files in OUT_DIR: summary.txt (what stdout shows), attention.md (the
 # tables, PyTorch comparison included), tests.log, runs.log, torch_attention.json (grid 2),
 # torch_grid1.json, results.tar.gz (the llmhpc HDF5 run directories). MODEL_2P7B=1 adds the 2.7B memory run (~1 min).
 set -uo pipefail
 
-if [ "${1:-}" = "--make-carry" ]; then
-  set -e
-  cd "$(dirname "$0")/../.."
-  build=${2:-build-flash}
-  rm -rf carry/flash && mkdir -p carry/flash/fallback
-  cp "$build/llmhpc" "$build/tests/test_flash_attn" carry/flash/
-  strip carry/flash/llmhpc carry/flash/test_flash_attn
-  for lib in libhdf5_serial.so.103 libsz.so.2 libaec.so.0; do
-    cp -L "$(ldconfig -p | awk -v l=$lib '$1 == l {print $NF; exit}')" carry/flash/fallback/
-  done
-  du -sh carry/flash
-  exit 0
-fi
-
-bin=$(cd "${1:?usage: scripts/gpu/attention_check.sh BIN_DIR [OUT_DIR] | --make-carry BUILD_DIR}" && pwd)
+bin=$(cd "${1:?usage: scripts/gpu/attention_check.sh BIN_DIR [OUT_DIR]}" && pwd)
 out=${2:-${OUT:?give OUT_DIR or set OUT}}
 root=$(cd "$(dirname "$0")/../.." && pwd)
 mkdir -p "$out"
+if [ -f "$bin/tests.tar.xz" ]; then tar -C "$bin" --skip-old-files -xJf "$bin/tests.tar.xz"; fi
 work=$(mktemp -d /tmp/llmhpc-attention-XXXXXX)
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 NCCL_NVLS_ENABLE=0 OMP_NUM_THREADS=8
 export PYTHONUNBUFFERED=1
@@ -65,7 +55,8 @@ if ldd "$bin/llmhpc" | grep -q "not found"; then
 fi
 
 # 1. The kernel tests (fp32 and bf16 against fp64, the 2x rule, determinism).
-timeout 60 "$bin/test_flash_attn" >"$out/tests.log" 2>&1
+test_flash=$bin/test_flash_attn; [ -x "$test_flash" ] || test_flash=$bin/tests/test_flash_attn
+timeout 60 "$test_flash" >"$out/tests.log" 2>&1
 rc=$?
 tests_rc=$rc
 grep -E "^\[  (PASSED|FAILED|SKIPPED) |^\[  FAILED|Failure|error |Expected|Which is|actual" "$out/tests.log" | head -40 |

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Data parallelism and optimizer sharding on two GPUs of one host, with PyTorch in the same call:
+# Data parallelism and optimizer sharding on two GPUs of one host, with PyTorch in the same run:
 # the measurements behind docs/results/ddp.md and docs/results/sharding.md.
 #   scripts/gpu/ddp_check.sh [BIN_DIR [OUT_DIR]]
 # BIN_DIR (default build) holds llmhpc and, for the tests part, test_comm, test_ddp and
@@ -55,7 +55,7 @@ grid_precision=${GRID_PRECISION:-fp32,bf16}
 grid=(--model xl --context-length 128 --batch-size 4,16 --precision "$grid_precision" --attention flash --warmup 3 --steps 10)
 torch_grid=(--model xl --context-length 128 --batch-size 4,16 --precision "$grid_precision" --warmup 3 --steps 10)
 ddp() {  # name, llmhpc ddp options...
-  local dir=$out/$1  # rank files two folders deep at most: the device tool returns no deeper
+  local dir=$out/$1  # rank files one folder below OUT_DIR
   shift
   step "llmhpc ddp $(basename "$dir"): $*"
   check timeout 400 "${mpi[@]}" "$bin/llmhpc" --mode ddp "$@" "${extra_args[@]}" --out "$dir"
@@ -74,7 +74,7 @@ if has tests; then
   for t in test_comm test_ddp test_shard; do
     step "$t np 2"
     # One OpenMP thread per rank, as ctest runs them: the CPU (mpi) cases are tiny, and every
-    # core's threads spinning in each rank made the suite crawl past its time limit (session 17).
+    # core's threads spinning in each rank made the suite crawl past its time limit.
     check timeout 300 env OMP_NUM_THREADS=1 "${mpi[@]}" "$(find_exe $t)" --gtest_brief=1
   done
 fi

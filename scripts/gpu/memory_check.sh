@@ -1,14 +1,14 @@
 #!/usr/bin/env bash
-# One GPU session (about 8 minutes on an H100) for modes memory and precision and for the
-# default plan's memory against PyTorch's strongest setup. Run from the repository root:
+# Modes memory and precision on a GPU host, and the default plan's memory against PyTorch's
+# strongest setup, in one run (about 8 minutes on an H100). Run from the repository root:
 #   scripts/gpu/memory_check.sh [BIN_DIR] [OUT_DIR]
-# BIN_DIR (default build/) holds llmhpc and test_cuda_memory (tests/cuda/make_carry.sh).
+# BIN_DIR (default build/) holds llmhpc and test_cuda_memory (scripts/gpu/pack_binaries.sh).
 # Parts, each with a time limit, every one run whatever the others did; the exit status is
 # non-zero if any failed:
 #   1. test_cuda_memory (AdamW in backward bitwise the separate optimizer, the trace, precision);
 #   2. mode precision (the accumulation experiment on the GPU; the bf16 dtype table);
-#   3. mode memory over the seeds' grid: 2.7B and xl x context 128/256/512/1024 x forward and
-#      train step x fp32 and bf16 (flash attention), and one --snapshot (xl, 256, bf16, train
+#   3. mode memory over the reference memory study's grid: 2.7B and xl x context
+#      128/256/512/1024 x forward and train step x fp32 and bf16 (flash attention), and one --snapshot (xl, 256, bf16, train
 #      step) checked with pickle.load (and torch.cuda._memory_viz, which PyTorch has);
 #      analysis/memory.py's tables and PNG timelines;
 #   4. llmhpc's default plan (bench: train step, flash) and PyTorch's strongest setup
@@ -51,7 +51,7 @@ fi
 want precision && step precision 60 "$bin/llmhpc" --mode precision --device cuda --model small --precision bf16 --out "$out/precision"
 want precision && sed -n '/accumulation experiment:/,$p' "$out/precision.log"
 
-# 3. Mode memory: the seeds' grid, then one snapshot.
+# 3. Mode memory: the reference memory study's grid, then one snapshot.
 if want memory; then
 step memory 480 "$bin/llmhpc" --mode memory --device cuda --model 2.7B,xl --context-length 128,256,512,1024 \
   --precision fp32,bf16 --attention flash --phase forward,train-step --out "$out/memory"

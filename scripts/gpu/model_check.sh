@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
-# One GPU-host session for the model: CUDA tests, the PyTorch training cross-check, the
+# The model on a GPU host, in one run: CUDA tests, the PyTorch training cross-check, the
 # GPU's measured ceilings, and llmhpc next to PyTorch (analysis/torch_baseline.py) on the
 # same GPU. Run from the repository root:
 #   scripts/gpu/model_check.sh BIN_DIR OUT_DIR [bench args ...]
-# BIN_DIR holds llmhpc and the test_cuda_* executables (see tests/cuda/make_carry.sh).
+# BIN_DIR holds llmhpc and the test_cuda_* executables (see scripts/gpu/pack_binaries.sh).
 # Environment: TORCH_RUNS, PyTorch runs separated by ';', each the arguments of one
 # analysis/torch_baseline.py call (default: eager and compiled, fp32 and bf16, contexts
 # 128 and 512); TORCH_TIMEOUT (s, default 300); LLMHPC_TIMEOUT (s, default 300); SKIP_TESTS=1;
@@ -14,6 +14,7 @@ bin=$(cd "${1:?BIN_DIR}" && pwd)
 out=${2:?OUT_DIR}
 shift 2
 mkdir -p "$out"
+if [ -f "$bin/tests.tar.xz" ]; then tar -C "$bin" --skip-old-files -xJf "$bin/tests.tar.xz"; fi
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 NCCL_NVLS_ENABLE=0 OMP_NUM_THREADS=16 PYTHONUNBUFFERED=1
 if ldd "$bin/llmhpc" | grep -q "not found"; then
   export LD_LIBRARY_PATH=$bin/fallback${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}

@@ -2,8 +2,8 @@
 # Mode profile on a GPU host, everything docs/results/profile.md needs in one run (~7 min on
 # an H100). From the repository root:
 #   scripts/gpu/profile_check.sh [BIN_DIR [OUT_DIR]]
-# BIN_DIR holds llmhpc and test_cuda_profiler (build/ and build/tests/, or carry/cuda/ from
-# tests/cuda/make_carry.sh). Every part has a time limit and runs even when an earlier one
+# BIN_DIR holds llmhpc and test_cuda_profiler (build/ and build/tests/, or a folder made by
+# scripts/gpu/pack_binaries.sh). Every part has a time limit and runs even when an earlier one
 # failed; the exit status is non-zero if any failed. In OUT_DIR:
 #   device.txt, cupti.txt          the GPU, and which libcupti llmhpc opens
 #   tests.log                      test_cuda_profiler: exact kernel counts of a tiny model per

@@ -1,14 +1,15 @@
 # Sourced by the scripts in scripts/gpu/ after `set -uo pipefail`:
 #   source "$(dirname "$0")/setup.sh" NAME "${1:-}" "${2:-}"
 # sets root (the repository), bin (BIN_DIR, default build/, which must hold llmhpc), out
-# (OUT_DIR, default results/NAME-<time>, git-ignored; created), and lets a host without the
-# HDF5 libraries use the copies next to the binary (tests/cuda/make_carry.sh puts them in
-# fallback/).
+# (OUT_DIR, default results/NAME-<time>, git-ignored; created), unpacks BIN_DIR/tests.tar.xz
+# if there is one, and lets a host without the HDF5 libraries use the copies next to the
+# binary (scripts/gpu/pack_binaries.sh puts them in fallback/).
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 bin=$(cd "${2:-$root/build}" && pwd) || exit 2
 out=${3:-$root/results/$1-$(date +%Y%m%d-%H%M%S)}
 [ -x "$bin/llmhpc" ] || { echo "$1: no llmhpc in $bin (build first: make build)" >&2; exit 2; }
 mkdir -p "$out"
+if [ -f "$bin/tests.tar.xz" ]; then tar -C "$bin" --skip-old-files -xJf "$bin/tests.tar.xz"; fi
 if ldd "$bin/llmhpc" 2>/dev/null | grep -q "not found" && [ -d "$bin/fallback" ]; then
   export LD_LIBRARY_PATH=$bin/fallback${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 fi

@@ -64,7 +64,7 @@ inline uint16_t float_to_half_bits(float f) {
   }
   uint32_t h = ((a >> 23) - 112u) << 10 | (a & 0x7fffffu) >> 13;  // exponent rebiased 127 -> 15
   const uint32_t rest = a & 0x1fffu;
-  if (rest > 0x1000u || (rest == 0x1000u && (h & 1u))) ++h;  // a carry moves into the exponent
+  if (rest > 0x1000u || (rest == 0x1000u && (h & 1u))) ++h;  // rounding up may overflow into the exponent
   return uint16_t(sign | h);
 }
 

@@ -26,8 +26,9 @@
 // parameters.
 //
 //   none       every rank holds all of m and v and updates every parameter
-//   broadcast  the seeds' scheme: gradients all-reduced as the strategy does; each rank owns
-//              one range of the parameters (1/n, aligned) and broadcasts it once updated;
+//   broadcast  the reference DDP study's scheme: gradients all-reduced as the strategy does;
+//              each rank owns one range of the parameters (1/n, aligned) and broadcasts it
+//              once updated;
 //              waited for as zero1's are, but its one group is the whole model, so the next
 //              forward's first range waits for all of it (no overlap, as before)
 //   zero1      ZeRO stage 1: each of the strategy's ranges, re-cut so that it divides into n
@@ -152,8 +153,8 @@ struct SyncStats {
   int64_t param_bytes = 0;        // their payload: every shared element once
   // Bytes each rank sends over the links for all of them, by nccl-tests' bus factors
   // (all-reduce 2(n-1)/n, reduce-scatter and all-gather (n-1)/n, broadcast 1): what the
-  // seeds call communication volume, 2(n-1)/n of the buffer for DDP and for ZeRO-1 alike,
-  // one buffer more for broadcast.
+  // reference DDP study calls communication volume, 2(n-1)/n of the buffer for DDP and for
+  // ZeRO-1 alike, one buffer more for broadcast.
   int64_t bus_bytes = 0;
 };
 

@@ -114,7 +114,7 @@ class Reducer final : public GradientSync {
     for (size_t k = 0; k < buckets_.size(); ++k)
       if (!issued_[k]) left.push_back(k);
     if (!plan_.when_ready)
-      for (size_t k : left) issue(k, /*in_finish=*/true);  // one collective after another, as the seeds' naive DDP
+      for (size_t k : left) issue(k, /*in_finish=*/true);  // one after another, as the reference naive DDP
     else issue_together(left, /*in_finish=*/true);
     for (CommHandle& h : in_flight_) h.wait();
     in_flight_.clear();

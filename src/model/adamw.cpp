@@ -72,9 +72,9 @@ void AdamW::step(GradientListener* listener) {
   hyper.grad_scale = clipping_factor();
   const Tensor params = model_.params(), grads = model_.grads(), lowp = model_.params_lowp();
   // Owned ranges go to the kernel together until they add up to kElementsPerLaunch (a
-  // launch costs a few us: session 16 measured 0.55 ms over zero1's 242 slices of xl at
-  // 25 MiB buckets), then the listener hears of each, so that what it sends still
-  // overlaps the rest of the step.
+  // launch costs a few us: one launch per slice cost +0.52 ms a step over zero1's 242 slices
+  // of xl at 25 MiB buckets, docs/results/sharding.md), then the listener hears of each, so
+  // that what it sends still overlaps the rest of the step.
   constexpr int64_t kElementsPerLaunch = int64_t(1) << 26;  // 256 MiB of fp32, ~0.6 ms on an H100
   std::vector<AdamWSlice> slices;
   int64_t packed = 0, pending = 0;

@@ -1,4 +1,4 @@
-// Model shape (the seeds' TransformerLM) and the size presets tiny ... 2.7B.
+// Model shape (the reference end-to-end benchmark's TransformerLM) and the size presets tiny ... 2.7B.
 #pragma once
 #include <cstdint>
 #include <string>

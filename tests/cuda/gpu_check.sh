@@ -2,7 +2,7 @@
 # The CUDA backend's check on a GPU host, from the repository root:
 #   tests/cuda/gpu_check.sh BIN_DIR OUT_DIR
 # BIN_DIR holds llmhpc and the test_cuda_* executables (build-cuda/ and build-cuda/tests/,
-# or carry/cuda/ as made by tests/cuda/make_carry.sh). Runs every CUDA test, the kernel
+# or a folder made by scripts/gpu/pack_binaries.sh). Runs every CUDA test, the kernel
 # timings and bench sweeps, each under a time limit; full logs go to OUT_DIR, and a
 # short summary to stdout. The bench sweeps are the arguments after the first two, one
 # quoted argument list each; without them the default set below runs.
@@ -11,6 +11,7 @@ bin=$(cd "${1:?BIN_DIR}" && pwd)
 out=${2:?OUT_DIR}
 shift 2
 mkdir -p "$out"
+if [ -f "$bin/tests.tar.xz" ]; then tar -C "$bin" --skip-old-files -xJf "$bin/tests.tar.xz"; fi
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 NCCL_NVLS_ENABLE=0 OMP_NUM_THREADS=16
 find_exe() { [ -x "$bin/$1" ] && echo "$bin/$1" || echo "$bin/tests/$1"; }
 

@@ -208,7 +208,7 @@ class FlashAttnGpu : public ::testing::Test {
     // And for dq, dk the cancellation in dS = P (dP - D): dP = dO.v and D = rowsum(dO * O) are
     // fp32 sums of D_head terms each at most max|dO| max|v|, so one dS element is off by up
     // to 2^-24 D_head max|dO| max|v| even where the exact dS is 0 (T = 1, where naive
-    // attention is exact); dq = scale dS K and dk = scale dS^T Q carry it times max|K|, max|Q|.
+    // attention is exact); dq = scale dS K and dk = scale dS^T Q multiply it by max|K|, max|Q|.
     const double cancel =
         std::ldexp(1.0, -24) * double(s.D) * max_abs(dout) * max_abs(part(qkv, s, 2)) / std::sqrt(double(s.D));
     const double cancel_floor[3] = {2 * cancel * max_abs(part(qkv, s, 1)), 2 * cancel * max_abs(part(qkv, s, 0)), 0};

@@ -1,7 +1,7 @@
 // Optimizer state sharding under mpirun with 1-4 ranks (SPEC "Correctness contracts": after 10
-// steps, bitwise the same weights as the unsharded AdamW), for the seeds' broadcast scheme and
-// ZeRO-1 under every strategy that reduces gradients, on the tiny TransformerLM trained through
-// run_step (tests/mpi/dp_test_util.h):
+// steps, bitwise the same weights as the unsharded AdamW), for the reference DDP study's
+// broadcast scheme and ZeRO-1 under every strategy that reduces gradients, on the tiny
+// TransformerLM trained through run_step (tests/mpi/dp_test_util.h):
 //  - weights and losses after 10 steps against the unsharded optimizer with the same --ddp:
 //    broadcast bitwise on any number of ranks (its gradients are the strategy's own
 //    all-reduces); zero1 bitwise on 1 and 2 ranks, where a sum of two is the same in any
@@ -41,7 +41,7 @@ namespace {
 constexpr int kSteps = 10;
 constexpr double kReorderTolerance = 1e-6;  // relative: sums of the same gradients in another order
 // The same under bf16: a reordered sum's last bit can tip the rounding of one weight's bf16
-// copy (2^-8 of it), which the later steps carry on (4.5e-5 in the weights, 4e-4 in the losses
+// copy (2^-8 of it), which the later steps propagate (4.5e-5 in the weights, 4e-4 in the losses
 // at 4 ranks); a shard that missed its updates would be off by about 10 steps x lr = 3e-2.
 constexpr double kBf16ReorderTolerance = 2e-3;
 // Gradients averaged in bf16 (--grad-reduce-dtype bf16): a sum of three or four in another order
@@ -467,7 +467,7 @@ TEST_P(ShardTest, CopyEnginesGiveTheUnshardedWeights) {
 
   // bf16 with the copy shared: zero1's all-gathers of the copy go through the copy engines
   // too. Bitwise the run through NCCL's kernels on 2 ranks; on more, bf16's rounding can
-  // carry a reordered sum's last bit further, and the ranks must still agree.
+  // propagate a reordered sum's last bit further, and the ranks must still agree.
   DataParallel shared = c.setup(c.sharding);
   shared.share_copy = true;
   const Training kernels = train_transformer(*env_, &shared, kSteps, Precision::BF16);

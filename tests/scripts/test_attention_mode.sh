@@ -69,7 +69,7 @@ with h5py.File(os.path.join(sys.argv[1], "rank00000.h5"), "r") as f:
     assert len(status) == 6, status
     oom = "naive_fp32_B1_H1_T2048_D8_causal"
     assert status[oom] == "oom", status
-    assert "forward_ms" not in f["attention"][oom], "an oom record must not carry timings"
+    assert "forward_ms" not in f["attention"][oom], "an oom record must not hold timings"
     assert f["attention"][oom].attrs["error"], "an oom record names the allocation"
     assert f["attention"][oom].attrs["peak_memory_bytes"] <= 8_000_000
     for name, s in status.items():

@@ -27,7 +27,7 @@ with tempfile.TemporaryDirectory() as work:
             assert sorted(t) == [16, 32, 2048], status
             assert t[16].attrs["status"] == "ok" and t[32].attrs["status"] == "ok", status
             assert t[2048].attrs["status"] == "oom", status
-            assert "forward_ms" not in t[2048], "an oom configuration must not carry timings"
+            assert "forward_ms" not in t[2048], "an oom configuration must not hold timings"
             assert "exceeds the limit" in t[2048].attrs["error"], t[2048].attrs["error"]
             assert len(t[32]["step_ms"]) == 2, "the configuration after the oom must run"
             for g in t.values():

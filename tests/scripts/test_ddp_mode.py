@@ -160,7 +160,7 @@ def check_engine_labels(out):
 
 def check_bf16_gradients(work):
     """--grad-reduce-dtype same,bf16: a row each for a strategy that communicates (none only once), the
-    bf16 one's collectives carrying half the bytes and labelled in the tables; a PyTorch record under
+    bf16 one's collectives moving half the bytes and labelled in the tables; a PyTorch record under
     bf16_compress_hook goes beside the bf16 row, a plain one beside the other."""
     out = os.path.join(work, "bf16grads")
     ddp_run(2, out, "--context-length", T, "--batch-size", BATCH, "--ddp", "none,bucketed", "--bucket-mb", HUGE_MB,
@@ -299,9 +299,10 @@ def check_oom_rows(work):
 
 
 def check_sharding_table(work):
-    """(f): every strategy x --shard-optimizer with the largest rank's memory; the seeds' DDP tables
-    (a)-(e) keep to unsharded runs. After the step, bf16 holds a copy of the weights (2 bytes each)
-    unsharded, and none while a sharded optimizer's masters arrive (the next forward casts); when
+    """(f): every strategy x --shard-optimizer with the largest rank's memory; the reference DDP
+    study's tables (a)-(e) keep to unsharded runs. After the step, bf16 holds a copy of the
+    weights (2 bytes each) unsharded, and none while a sharded optimizer's masters arrive (the
+    next forward casts); when
     the copy travels (--share-weights bf16) it is held, and the pages of the masters a rank neither
     updates nor reads are given back. --share-weights auto is bf16 where the copy can travel (the
     sharded bf16 case), master elsewhere, each case once beside master."""

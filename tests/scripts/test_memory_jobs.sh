@@ -2,7 +2,7 @@
 # jobs/memory.sh and jobs/precision.sh on this machine without Slurm (2 ranks, CPU, tiny
 # model): memory writes the rank files, one memory_viz snapshot per configuration that
 # Python's pickle reads, and a report.md with the memory section and its timeline PNGs;
-# precision leaves a report.md with the seeds' accumulation numbers and, under its default
+# precision leaves a report.md with the reference accumulation numbers and, under its default
 # bf16, the dtype table (analysis/precision.py, from the rank file).
 set -euo pipefail
 : "${LLMHPC_BIN:?set LLMHPC_BIN to the llmhpc binary}"

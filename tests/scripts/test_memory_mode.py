@@ -7,8 +7,8 @@ step's forward and freed as its backward ends; the largest allocations name each
 phases are the traced step's; the --snapshot pickle uses only the opcodes memory_viz's
 JavaScript unpickler reads, loads with pickle.load and has the fields the viewer needs; where
 PyTorch is importable, torch.cuda._memory_viz's own functions read it. analysis/memory.py and
-plot_memory.py make their tables and write PNGs where they are told. precision: the seeds'
-four accumulation values and the bf16 one, and the dtype table agreeing with autocast. Bad
+plot_memory.py make their tables and write PNGs where they are told. precision: the reference
+mixed-precision study's four accumulation values and the bf16 one, and the dtype table agreeing with autocast. Bad
 --snapshot paths and phases are refused before anything runs.
 """
 import os

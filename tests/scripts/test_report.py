@@ -4,11 +4,11 @@ warm-up settings), attention, comm at 2 and 3 ranks, ddp (every strategy, two bu
 sharding), ddp at 1 and 2 ranks (strong and weak), an all-reduce run, train.
 
 Every number checked is recomputed here from the raw arrays read with h5py alone: the bench
-tables' means and stds per warm-up setting, the fp32/bf16 speed-ups (the seeds' mixed-precision table), the comm table's mean,
+tables' means and stds per warm-up setting, the fp32/bf16 speed-ups (the reference mixed-precision study's table), the comm table's mean,
 median, std, bandwidth and busbw, the ddp step means, the scaling efficiencies, the attention
 means, the training losses; every plot the report names is a PNG of some size. A new mode is
 picked up by its module alone (analysis/<mode>.py with report_section). accounting.py
-reproduces the seeds' published numbers (004 communication_accounting) and its b* is the
+reproduces the reference communication study's published numbers (communication_accounting) and its b* is the
 bucket model's with o and w from the raw all-reduce times.
 """
 import math
@@ -74,7 +74,7 @@ def make_runs(work):
 
     go("bench", [*mpi, "-np", "2", BIN, "--mode", "bench", "--device", "cpu", *SHAPE, "--context-length", "16,32",
                  "--precision", "fp32,bf16", "--warmup", "1", "--steps", "3", "--phase", "train-step",
-                 "--separate-optimizer"])  # AdamW timed as its own phase, as the seeds' tables
+                 "--separate-optimizer"])  # AdamW timed as its own phase, as in the reference tables
     go("bench-w0", [*mpi, "-np", "2", BIN, "--mode", "bench", "--device", "cpu", *SHAPE, "--context-length", "16,32",
                     "--precision", "fp32,bf16", "--warmup", "0", "--steps", "3", "--phase", "train-step",
                     "--separate-optimizer"])
@@ -276,7 +276,7 @@ def check_accounting(runs):
     text = run(acc + ["fsdp"]).stdout
     assert "N_FSDP >= 38" in text, text
     (rows,) = [rows_of(t) for t in parse_markdown_tables(run(acc + ["tp-batch"]).stdout)]
-    assert rows[0]["B* per device"] == "2798.81", rows[0]  # the seeds' 2798.81
+    assert rows[0]["B* per device"] == "2798.81", rows[0]  # the reference communication study's 2798.81
     # b* from the raw all-reduce times (float, in place; back-to-back time averaged over ranks)
     comm = runs["scaling/allreduce-np2"]
     points = []

@@ -142,7 +142,7 @@ id=$(cut -d';' -f1 "$tmp/comm.id")
 dir=$tmp/results/llmhpc-comm-$id
 [ -f "$dir/mpi-np2/rank00000.h5" ] && [ -f "$dir/mpi-np2/rank00001.h5" ] || fail "$dir lacks mpi-np2's 2 rank files"
 grep -q "^| mpi | 2 | allreduce | 4000 |" "$dir/comm.md" || fail "$dir/comm.md has no 2-rank 4KB row"
-grep -q "^| mpi | cpu | 2 | allreduce |" "$dir/report.md" || fail "$dir/report.md lacks the seeds' comm table"
+grep -q "^| mpi | cpu | 2 | allreduce |" "$dir/report.md" || fail "$dir/report.md lacks the reference communication study's table"
 [ -s "$dir/comm_busbw.png" ] || fail "$dir has no comm_busbw.png"
 echo "ok   sbatch --wait jobs/comm.sh -> results/llmhpc-comm-$id"
 

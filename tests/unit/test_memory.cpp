@@ -196,7 +196,7 @@ TEST(Activations, LiveFromForwardToTheEndOfBackward) {
 // A caching allocator as the GPU's (CachingDeviceAllocator): a freed block is kept and handed
 // back to the next request of its size, the way forward takes again the blocks the last
 // backward gave back. Every block is filled with NaN bytes as it is freed, so a kernel that read
-// a buffer it was given again before writing it would carry the NaN into the loss.
+// a buffer it was given again before writing it would pass the NaN on into the loss.
 class PoisoningCache final : public Allocator {
  public:
   explicit PoisoningCache(Allocator& inner) : inner_(inner) {}
@@ -353,7 +353,7 @@ TEST(Snapshot, PagesGivenBackAreUnmappedNotFreed) {
   EXPECT_EQ(trace.items()[2].items()[0].str_value(), "segment_unmap");
 }
 
-TEST(Precision, TheSeedsAccumulationValues) {
+TEST(Precision, ReferenceStudyAccumulationValues) {
   Backend be = cpu_backend();
   HostTensor out(*be.device, DType::F32, {4});
   be.ops->accumulation_experiment(out, 0.01, 1000);
