@@ -45,7 +45,7 @@ from ddp import allreduce_model, bucket_model_table, load, setup_title  # noqa: 
 from llmhpc_h5 import MIB, SchemaError, label_precision, open_run  # noqa: E402
 
 GB = 1e9
-# llmhpc's presets (SPEC; src/model): d_model, d_ff, layers, heads.
+# llmhpc's presets (src/model/config.cpp): d_model, d_ff, layers, heads.
 PRESETS = {"tiny": (512, 1344, 4, 16), "small": (768, 3072, 12, 12), "medium": (1024, 4096, 24, 16),
            "large": (1280, 5120, 36, 20), "xl": (1600, 6400, 48, 25), "2.7B": (2560, 10240, 32, 32)}
 STATE = (("weights", 4), ("gradients", 4), ("optimizer (AdamW m, v)", 8))  # fp32 bytes per parameter

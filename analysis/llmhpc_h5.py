@@ -43,7 +43,7 @@ import pandas as pd
 
 # schema_version values this module can read. Bump together with docs/hdf5-schema.md.
 KNOWN_SCHEMA_VERSIONS = (1,)
-# Root attributes every rank file carries (SPEC "HDF5 output", plus what docs/hdf5-schema.md adds).
+# Root attributes every rank file carries (docs/hdf5-schema.md, "Root attributes"; run_id and end_time may be absent).
 REQUIRED_ROOT_ATTRIBUTES = ("schema_version", "mode", "rank", "world_size", "local_rank", "hostname", "device_name",
                             "backend", "git_sha", "argv", "config_json", "start_time", "status")
 RANK_FILE_PATTERN = re.compile(r"^rank(\d{5,})\.h5$")

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """PyTorch on the same GPU, the same model and the same timing as `llmhpc --mode bench`.
 
-The model is SPEC's TransformerLM (the architecture and names of tests/reference/torch_model.py),
+The model is llmhpc's TransformerLM (the architecture and names of tests/reference/torch_model.py),
 written here for speed rather than for exact reference arithmetic: RoPE tables built once on
 the device, the causal mask from SDPA or a cached buffer. Setups, from weakest to strongest:
 
@@ -47,7 +47,7 @@ except ImportError as e:  # run as a script: say so plainly; imported (torch_ddp
         raise SystemExit(f"torch_baseline.py: error: PyTorch is needed ({e})")
     raise
 
-PRESETS = {  # d_model, d_ff, num_layers, num_heads (SPEC)
+PRESETS = {  # d_model, d_ff, num_layers, num_heads (llmhpc's presets, src/model/config.cpp)
     "tiny": (512, 1344, 4, 16), "small": (768, 3072, 12, 12), "medium": (1024, 4096, 24, 16),
     "large": (1280, 5120, 36, 20), "xl": (1600, 6400, 48, 25), "2.7B": (2560, 10240, 32, 32),
 }
@@ -108,7 +108,7 @@ class TransformerLM(nn.Module):
         self.layers = nn.ModuleList(Block(d, d_ff, heads, fused) for _ in range(layers))
         self.ln_final, self.lm_head = RMSNorm(d), nn.Linear(d, vocab, bias=False)
         self.head_dim = d // heads
-        with torch.no_grad():  # SPEC's init
+        with torch.no_grad():  # llmhpc's initialisation (src/model/transformer.h, init_parameters)
             for name, p in self.named_parameters():
                 if p.dim() == 1:
                     p.fill_(1.0)
