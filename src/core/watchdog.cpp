@@ -206,6 +206,7 @@ void Watchdog::fail(const std::string& what, const Op* op) {
   if (state_->failing.exchange(true)) {  // another thread is already at it
     for (;;) std::this_thread::sleep_for(std::chrono::seconds(1));
   }
+  const auto began = std::chrono::steady_clock::now();
   char host[256] = {0};
   gethostname(host, sizeof host - 1);
   std::fprintf(stderr,
@@ -216,14 +217,26 @@ void Watchdog::fail(const std::string& what, const Op* op) {
                (unsigned long long)enqueued_.load(), (unsigned long long)completed_.load());
   std::fflush(stderr);
   std::signal(SIGALRM, SIG_DFL);
-  alarm(30);  // if an abort hook or MPI_Abort itself hangs, the process still ends
+  alarm(kAbortDeadlineS);  // if MPI_Abort itself hangs, the process still ends
   std::vector<std::function<void()>> aborts;
   {
     std::lock_guard<std::mutex> lock(state_->mutex);  // nobody fails while holding it
     for (auto& [id, m] : state_->monitors)
       if (m.abort) aborts.push_back(m.abort);
   }
-  for (auto& abort : aborts) abort();
+  // The communicators' aborts run on a thread of their own and get kAbortHooksS: an abort that
+  // waits on a peer which will never answer (a stopped process) must not hold the job's end.
+  auto done = std::make_shared<std::atomic<bool>>(false);
+  std::thread([aborts, done] {
+    for (auto& abort : aborts) abort();
+    done->store(true);
+  }).detach();
+  while (!done->load() && std::chrono::steady_clock::now() - began < std::chrono::seconds(kAbortHooksS))
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - began).count();
+  std::fprintf(stderr, "  rank %d: communicators %s after %.1f s; MPI_Abort\n", rank_,
+               done->load() ? "aborted" : "still aborting", took);
+  std::fflush(stderr);
   MPI_Abort(MPI_COMM_WORLD, 4);
   std::_Exit(4);
 }
@@ -267,7 +280,7 @@ void Watchdog::run() {
     if (!s.in_flight.empty()) {
       const Op& oldest = *s.in_flight.front();
       if (std::chrono::steady_clock::now() - oldest.issued > timeout)
-        fail("no progress within --comm-timeout " + seconds_text(timeout_s_), &oldest);
+        fail(name_fields("no progress within {comm_timeout} ") + seconds_text(timeout_s_), &oldest);
     }
   }
 }

@@ -14,7 +14,9 @@
 // main thread calls MPI), and the main thread is the one that is stuck. MPI_Abort is the one
 // call made from elsewhere: Open MPI's and MPICH's abort hand the job to the launcher
 // (PMIx/PMI) and exit without the library's locks. In case it does not return, an alarm
-// ends the process 30 s later (a rank that exits ends an mpirun job too).
+// ends the process kAbortDeadlineS later (a rank that exits ends an mpirun job too). The
+// communicators' aborts get kAbortHooksS of that: ncclCommAbort may wait on a peer that never
+// answers (a stopped process), and the job must end within --comm-timeout + 30 s.
 //
 // Operations complete in two ways: the host marks them (mpi: the call or the handle's wait
 // returned), or the watchdog polls them (nccl: a CUDA event recorded after the call). The
@@ -40,6 +42,9 @@ namespace llmhpc {
 
 class Watchdog {
  public:
+  static constexpr int kAbortHooksS = 5;
+  static constexpr int kAbortDeadlineS = 15;
+
   // One operation in flight. Created by begin(); the issuer calls launched() once the work
   // is enqueued (polled completion) or complete() when the host saw it finish.
   struct Op {
