@@ -7,7 +7,8 @@ PYTHON=${PYTHON:-python3}
 
 PACKAGES=(build-essential cmake pkg-config git
           libopenmpi-dev openmpi-bin libhdf5-dev libboost-program-options-dev libopenblas-dev libgtest-dev
-          python3-h5py python3-numpy python3-pandas python3-matplotlib)
+          python3-h5py python3-numpy python3-pandas python3-matplotlib
+          iproute2)  # ip netns: the fake nodes of tests/scripts/test_fake_nodes.sh
 
 missing=()
 for p in "${PACKAGES[@]}"; do

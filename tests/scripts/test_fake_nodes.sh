@@ -1,0 +1,481 @@
+#!/usr/bin/env bash
+# Multi-node on one machine: 3 fake nodes, each a network namespace with a veth pair whose other
+# end sits on a bridge in a namespace of its own (10.77.0.0/24, no route out: traffic stays in
+# the namespaces made here), its own UTS namespace (hostname nodeI) and mount namespace (a
+# private tmpfs on /dev/shm, so Open MPI's shared-memory transport cannot cross nodes;
+# /etc/hosts naming the nodes; a tmpfs as Slurm's TmpFS), pinned to one core (taskset). Then
+#  (a) mpirun --hostfile over the fake nodes, Open MPI's ssh replaced by a script that enters the
+#      node's namespaces (plm_rsh_agent): --mode comm --backend mpi --check of every collective
+#      on 1+1, 2+1 and 2+1+1 ranks per node, exact, with vader (shared memory) only within a
+#      node and TCP only between nodes over the test subnet (Open MPI's btl_base_verbose says
+#      so); --mode train under every --ddp strategy x --shard-optimizer on 2+1 ranks (the
+#      uneven layout), the strategies on 1+1, zero1 on 2+1+1: /train/loss equal to a one-rank
+#      run's within 1e-5 relative;
+#  (b) a real Slurm: slurmctld and munged (its own socket) on node0, a slurmd on every node
+#      (slurmd -N nodeI, spool and TmpFS per node): sbatch --nodes=2 --wait of
+#      jobs/ddp_bucketed.sh (1 task per node) and jobs/comm.sh (CHECK=1, 3 tasks: 2+1), DEVICE=cpu
+#      and a tiny model, mpirun inside the allocation as the jobs launch; then, where Slurm has
+#      PMIx, srun --mpi=pmix -N2 -n2 and -N3 -n4 of comm --check and -N2 -n3 of train.
+# Every run's rank files (analysis/llmhpc_h5.py) must say: status complete, one run_id, the
+# ranks on distinct hosts in the layout's blocks, node-local ranks 0..k-1 on each node
+# (local_rank, MPI's shared-memory split: under srun OMPI_COMM_WORLD_LOCAL_RANK is unset, under
+# mpirun in sbatch SLURM_LOCALID is 0 for every rank), one allowed CPU per rank (the node's).
+# Everything made here (namespaces, daemons, whatever still runs in the namespaces, the
+# temporary folder) is removed on exit, whatever happens; a deadline of 300 s of its own.
+# Needs root, iproute2 (make deps), network namespaces, veth and bridge devices; otherwise
+# skipped (exit 77) with the reason. Part (b) needs slurm-wlm and munge (installed with apt-get
+# when missing, as test_slurm_jobs.sh does). About a minute on 2 cores.
+# FAKE_NODES_PARTS=a or b runs one part only; FAKE_NODES_KEEP=1 keeps the temporary folder
+# (logs, rank files, slurm.conf, the agent) for a look afterwards.
+set -euo pipefail
+: "${LLMHPC_BIN:?set LLMHPC_BIN to the llmhpc binary}"
+ROOT=${LLMHPC_ROOT:-$(cd "$(dirname "$0")/../.." && pwd)}
+export PYTHON=${LLMHPC_PYTHON:-python3}
+PARTS=${FAKE_NODES_PARTS:-ab}
+skip() { echo "SKIP: fake-node tests skipped: $*"; exit 77; }
+
+[ "$(id -u)" = 0 ] || skip "they make network, UTS and mount namespaces and start daemons, which needs root"
+for tool in ip unshare nsenter taskset mpirun timeout; do
+  command -v "$tool" >/dev/null || skip "no $tool (iproute2, util-linux, openmpi-bin: make deps)"
+done
+"$PYTHON" -c "import h5py, numpy, pandas, matplotlib" 2>/dev/null ||
+  skip "$PYTHON has no h5py, numpy, pandas or matplotlib (make deps)"
+[ -x "$LLMHPC_BIN" ] || { echo "FAIL: no llmhpc binary at $LLMHPC_BIN"; exit 1; }
+
+NODES=3
+SUBNET=10.77.0.0/24
+addr() { echo "10.77.0.$((11 + $1))"; }     # node I's address
+cores=$(nproc)
+core() { echo $(($1 % cores)); }             # the core node I is pinned to
+tag=llmhpc-fn$$                              # prefix of the namespaces made here
+
+# Namespaces of an earlier run of this test that was killed outright (no trap ran): its pid is gone.
+for ns in $(ip netns list 2>/dev/null | grep -o '^llmhpc-fn[0-9]*-[a-z0-9]*'); do
+  owner=${ns#llmhpc-fn}
+  owner=${owner%%-*}
+  kill -0 "$owner" 2>/dev/null && continue
+  for pid in $(ip netns pids "$ns" 2>/dev/null); do kill -9 "$pid" 2>/dev/null; done
+  ip netns del "$ns" 2>/dev/null && echo "note removed $ns, left by a run of this test that was killed"
+done
+
+tmp=$(mktemp -d /tmp/llmhpc-fakenodes.XXXXXX)
+chmod 755 "$tmp"  # munged wants every folder above its socket searchable by all
+netns=()          # namespaces made here
+pids=()           # daemons started here, stopped in reverse order
+cleanup() {
+  set +e
+  trap - TERM INT
+  [ -n "${watchdog:-}" ] && kill "$watchdog" 2>/dev/null
+  if [ -n "${SLURM_CONF:-}" ] && [ -f "$SLURM_CONF" ] && [ -f "$tmp/node0.pid" ]; then
+    in_node 0 scancel --quiet --full "--user=$(id -un)" 2>/dev/null  # jobs of this cluster only
+    for _ in 1 2 3 4 5 6 7 8 9 10; do [ -z "$(in_node 0 squeue -h 2>/dev/null)" ] && break; sleep 0.5; done
+  fi
+  for ((i = ${#pids[@]} - 1; i >= 0; i--)); do kill "${pids[i]}" 2>/dev/null; done
+  for pid in "${pids[@]}"; do
+    for _ in 1 2 3 4 5 6 7 8 9 10; do kill -0 "$pid" 2>/dev/null || break; sleep 0.3; done
+    kill -9 "$pid" 2>/dev/null
+    wait "$pid" 2>/dev/null
+  done
+  # Whatever still runs in a namespace made here (ranks, orted, slurmstepd, the holders), by pid.
+  for ns in "${netns[@]}"; do
+    for pid in $(ip netns pids "$ns" 2>/dev/null); do kill -9 "$pid" 2>/dev/null; done
+  done
+  for ns in "${netns[@]}"; do
+    for _ in 1 2 3 4 5 6 7 8 9 10; do [ -z "$(ip netns pids "$ns" 2>/dev/null)" ] && break; sleep 0.2; done
+    ip netns del "$ns" 2>/dev/null
+  done
+  if [ "${FAKE_NODES_KEEP:-0}" = 1 ]; then echo "kept $tmp (FAKE_NODES_KEEP=1)" >&3; else rm -rf "$tmp"; fi
+}
+trap cleanup EXIT
+exec 3>&1  # the test's output, also for a trap run while a command's output goes to a file
+trap 'echo "FAIL: stopped by a signal" >&3; exit 1' TERM INT
+# A deadline of our own, well below ctest's 600 s, so that the cleanup runs (ctest's timeout
+# kills without it). Long commands run through interruptible, so the signal is taken at once.
+( trap 'kill "$sleeper" 2>/dev/null; exit 0' TERM
+  sleep 300 & sleeper=$!
+  wait "$sleeper" && { echo "FAIL: the test ran past 300 s"; kill -TERM $$; } ) &
+watchdog=$!
+interruptible() { "$@" & wait $!; }  # COMMAND... in the background, waited for: a signal stops the wait
+daemon_logs=()  # what fail() shows besides its message: the daemons' logs, once they run
+fail() {
+  echo "FAIL: $*"
+  for log in "${daemon_logs[@]}"; do [ -f "$log" ] && { echo "--- $log"; tail -n 25 "$log"; }; done
+  exit 1
+}
+
+# ---- the fake nodes ----
+in_node() {  # in_node I COMMAND...: COMMAND in node I's namespaces, on its core, from $tmp
+  local i=$1
+  shift
+  nsenter -t "$(cat "$tmp/node$i.pid")" --net --uts --mount --wd="$tmp" -- taskset -c "$(core "$i")" "$@"
+}
+bridge=$tag-br
+ip netns add "$bridge" 2>/dev/null || skip "ip netns add failed: no network namespaces here"
+netns+=("$bridge")
+ip -n "$bridge" link add br0 type bridge 2>/dev/null || skip "no bridge devices here (kernel module bridge)"
+ip -n "$bridge" link set br0 up
+{
+  echo "127.0.0.1 localhost"
+  for ((i = 0; i < NODES; i++)); do echo "$(addr $i) node$i"; done
+} >"$tmp/hosts"
+mkdir -p "$tmp/nodetmp"
+for ((i = 0; i < NODES; i++)); do
+  ns=$tag-$i
+  ip netns add "$ns"
+  netns+=("$ns")
+  # IPv4 only: no IPv6 link-local addresses for Open MPI to try besides the test subnet.
+  ip netns exec "$ns" sh -c 'for c in all default; do echo 1 >/proc/sys/net/ipv6/conf/$c/disable_ipv6; done' \
+    2>/dev/null || true
+  ip -n "$ns" link add eth0 type veth peer name p$i netns "$bridge" 2>/dev/null || skip "no veth devices here"
+  ip -n "$bridge" link set p$i master br0
+  ip -n "$bridge" link set p$i up
+  ip -n "$ns" addr add "$(addr $i)/24" dev eth0
+  ip -n "$ns" link set eth0 up
+  ip -n "$ns" link set lo up
+  # The holder: a process that keeps node I's UTS and mount namespaces, which the others enter.
+  # In its mount namespace: a sysfs of the node's network (as ip netns exec mounts), the host's
+  # cgroups kept over it (slurmd wants them), its own /dev/shm, /etc/hosts and Slurm's TmpFS.
+  mkdir -p "$tmp/cgroup$i"
+  nsenter --net="/run/netns/$ns" -- taskset -c "$(core $i)" unshare --uts --mount --propagation private -- sh -c '
+    set -e
+    hostname node'$i'
+    cgroups=0
+    if mountpoint -q /sys/fs/cgroup; then mount --rbind /sys/fs/cgroup "'"$tmp"'/cgroup'$i'"; cgroups=1; fi
+    mount -t sysfs sysfs /sys
+    if [ $cgroups = 1 ]; then mount --move "'"$tmp"'/cgroup'$i'" /sys/fs/cgroup; fi
+    mount -t tmpfs -o size=256m,mode=1777 tmpfs /dev/shm
+    mount --bind "'"$tmp"'/hosts" /etc/hosts
+    mount -t tmpfs -o size=256m,mode=1777 tmpfs "'"$tmp"'/nodetmp"
+    echo $$ >"'"$tmp"'/node'$i'.pid.new"
+    mv "'"$tmp"'/node'$i'.pid.new" "'"$tmp"'/node'$i'.pid"
+    exec sleep 100000' >"$tmp/holder$i.log" 2>&1 3>&- &
+  disown  # killed in cleanup, quietly
+done
+for ((i = 0; i < NODES; i++)); do
+  for _ in $(seq 50); do [ -f "$tmp/node$i.pid" ] && break; sleep 0.1; done
+  [ -f "$tmp/node$i.pid" ] || skip "node$i's namespaces could not be made: $(cat "$tmp/holder$i.log")"
+done
+# Each node: its own hostname, /dev/shm and network, and sees the others (and nothing else).
+for ((i = 0; i < NODES; i++)); do
+  [ "$(in_node $i hostname)" = node$i ] || fail "node$i's hostname is $(in_node $i hostname)"
+  touch "/dev/shm/$tag-host"
+  in_node $i touch "/dev/shm/$tag-node$i"
+  [ ! -e "/dev/shm/$tag-node$i" ] && in_node $i test ! -e "/dev/shm/$tag-host" ||
+    { rm -f "/dev/shm/$tag-host"; fail "node$i's /dev/shm is not its own"; }
+  rm -f "/dev/shm/$tag-host"
+  peer=node$(((i + 1) % NODES))
+  in_node $i "$PYTHON" -c "import socket, sys
+try: socket.create_connection(('$peer', 9), 2)
+except ConnectionRefusedError: sys.exit(0)  # an answer from $peer: reachable
+except OSError as e: sys.exit(f'{e}')" || fail "node$i cannot reach $peer"
+done
+echo "ok   $NODES fake nodes node0..node$((NODES - 1)) on $SUBNET, each with its hostname, /dev/shm and core"
+
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
+# Between nodes TCP on the test subnet only, within a node shared memory (its own /dev/shm).
+export OMPI_MCA_pml=ob1 OMPI_MCA_btl=tcp,vader,self OMPI_MCA_btl_tcp_if_include=$SUBNET \
+  OMPI_MCA_oob_tcp_if_include=$SUBNET OMPI_MCA_osc=^ucx OMPI_MCA_mtl=^ofi
+# Two ranks of a node share its one core: waiting ranks yield it rather than spin out their time slice.
+export OMPI_MCA_mpi_yield_when_idle=1
+"$PYTHON" -c "import numpy as np; np.random.default_rng(0).integers(0, 100, 20000, dtype=np.uint16).tofile('$tmp/tokens.bin')"
+TINY="--d-model 32 --d-ff 64 --num-layers 2 --num-heads 4 --vocab-size 100 --context-length 16 --batch-size 12"
+TRAIN="--mode train --device cpu --data $tmp/tokens.bin $TINY --data-order sequential --lr 3e-3 --steps 6 --log-every 0"
+COMM="--mode comm --device cpu --backend mpi --check --collective all --size 4KB,1MB --warmup 1 --steps 2"
+
+# ---- (a) mpirun over the fake nodes, its ssh a script that enters the node ----
+cat >"$tmp/agent" <<AGENT
+#!/usr/bin/env bash
+# Open MPI's plm_rsh_agent: AGENT [options] HOST COMMAND...: COMMAND (one shell line, as ssh
+# runs it) in fake node HOST's namespaces, on its core.
+while [[ "\${1:-}" == -* ]]; do shift; done
+host=\$1
+shift
+i=\${host#node}
+exec nsenter -t "\$(cat "$tmp/node\$i.pid")" --net --uts --mount --wd="$tmp" -- taskset -c \$((i % $cores)) sh -c "\$*"
+AGENT
+chmod 755 "$tmp/agent"
+hostfile() {  # hostfile SLOTS...: a hostfile of node0 (SLOTS[0] slots), node1, ...; prints its path
+  local f=$tmp/hosts-$(IFS=-; echo "$*") i=0 slots
+  for slots in "$@"; do echo "node$i slots=$slots"; i=$((i + 1)); done >"$f"
+  echo "$f"
+}
+mpi() {  # mpi NAME SLOTS ARGS...: llmhpc ARGS on ranks laid out as SLOTS (e.g. 2,1) over node0, node1, ...
+  local name=$1 slots=$2 np=0 s
+  shift 2
+  for s in ${slots//,/ }; do np=$((np + s)); done
+  interruptible in_node 0 timeout 120 mpirun --hostfile "$(hostfile ${slots//,/ })" -np $np --bind-to none \
+    --mca plm_rsh_agent "$tmp/agent" --mca plm_rsh_no_tree_spawn 1 \
+    "$LLMHPC_BIN" "$@" --out "$tmp/runs/$name" >"$tmp/$name.log" 2>&1 ||
+    fail "mpirun -np $np over nodes of $slots slots: llmhpc $* (log: $tmp/$name.log)
+$(tail -n 30 "$tmp/$name.log")"
+}
+# check_run DIR SLOTS [--hosts H0,H1,..] [--comm] [--loss REF_DIR [--ddp D --shard S]]: see check_run.py.
+cat >"$tmp/check_run.py" <<'PY'
+"""check_run.py DIR SLOTS: the rank files of DIR are one complete run (one run_id) of SLOTS[i]
+ranks on node i in block order (0..SLOTS[0]-1 on the first node, ...), each node's hostname its
+own (--hosts: these), each rank's local_rank its place among its node's ranks (0..k-1), its
+local_size (where recorded) the node's rank count, its cpus_allowed 1 (the node's one core).
+--comm: every record checked (--check), no wrong element on any rank. --loss REF: /train/loss
+of every rank equal to REF's (a one-rank run) within 1e-5 relative; --ddp/--shard: what the
+train record must say it ran."""
+import argparse
+import sys
+
+import numpy as np
+from llmhpc_h5 import open_run
+
+p = argparse.ArgumentParser()
+p.add_argument("dir")
+p.add_argument("slots")
+p.add_argument("--hosts")
+p.add_argument("--comm", action="store_true")
+p.add_argument("--loss")
+p.add_argument("--ddp")
+p.add_argument("--shard")
+a = p.parse_args()
+errors = []
+
+
+def check(ok, what):
+    if not ok:
+        errors.append(what)
+
+
+run = open_run(a.dir)
+slots = [int(s) for s in a.slots.split(",")]
+files = run.files
+check(run.complete and run.world_size == sum(slots) and len(files) == sum(slots),
+      f"{sum(slots)} complete rank files expected; world_size {run.world_size}, ranks {run.ranks}, "
+      f"status {[rf.status for rf in files]}")
+ids = {rf.attrs.get("run_id", "") for rf in files}
+check(len(ids) == 1 and "" not in ids, f"one run_id on every rank, not {ids}")
+first = 0
+hosts = []
+for node, k in enumerate(slots):
+    mine = files[first:first + k]
+    names = {rf.attrs["hostname"] for rf in mine}
+    check(len(names) == 1, f"ranks {first}..{first + k - 1} on one node, not {names}")
+    hosts.append(sorted(names)[0])
+    local = [int(rf.attrs["local_rank"]) for rf in mine]
+    check(local == list(range(k)), f"node {sorted(names)}: local ranks {local}, not 0..{k - 1}")
+    for rf in mine:
+        # A node is one core (taskset): what its ranks may run on, through mpirun, orted, slurmstepd.
+        check(int(rf.attrs.get("cpus_allowed", 1)) == 1,
+              f"rank {rf.rank}: cpus_allowed {rf.attrs.get('cpus_allowed')}, not 1")
+        if "local_size" in rf.attrs:
+            check(int(rf.attrs["local_size"]) == k, f"rank {rf.rank}: local_size {rf.attrs['local_size']}, not {k}")
+    first += k
+check(len(set(hosts)) == len(slots), f"one hostname per node, not {hosts}")
+if a.hosts:
+    check(hosts == a.hosts.split(","), f"the ranks on nodes {hosts}, not {a.hosts}")
+if a.comm:
+    for rf in files:
+        recs = [r for r in rf.records if r.kind == "comm"]
+        check(recs, f"rank {rf.rank}: no comm records")
+        for r in recs:
+            wrong = r.arrays.get("wrong") if r.ok else None
+            check(r.ok and int(r.attrs.get("check", 0)) == 1 and wrong is not None and list(wrong) == [0],
+                  f"rank {rf.rank} {r.path}: status {r.status}, check {r.attrs.get('check')}, wrong {wrong}")
+if a.loss:
+    ref = open_run(a.loss).records("train", 0)[0].arrays["loss"]
+    for rf in files:
+        t = [r for r in rf.records if r.kind == "train"]
+        check(len(t) == 1 and t[0].ok, f"rank {rf.rank}: no train record that ended ok")
+        if not t:
+            continue
+        loss = t[0].arrays["loss"]
+        rel = np.max(np.abs(loss - ref) / np.abs(ref)) if len(loss) == len(ref) else np.inf
+        check(rel <= 1e-5, f"rank {rf.rank}: /train/loss {loss} differs from one rank's {ref} (relative {rel:.3g})")
+        if rf.rank == 0:
+            print(f"loss rel. error {rel:.2g}", end="; ")
+        for key, want in (("ddp", a.ddp), ("shard_optimizer", a.shard)):
+            check(want is None or t[0].attrs.get(key) == want,
+                  f"rank {rf.rank}: {key} {t[0].attrs.get(key)}, not {want}")
+if errors:
+    print(f"{a.dir}:\n  " + "\n  ".join(errors))
+    sys.exit(1)
+print(f"{len(files)} ranks on {', '.join(f'{h} ({k})' for h, k in zip(hosts, slots))}, run_id {ids.pop()}")
+PY
+cat >"$tmp/check_transports.py" <<'PY'
+"""check_transports.py LOG SUBNET: Open MPI's btl_base_verbose output in LOG says each pair of
+ranks on one node talks by vader (shared memory), each pair on two nodes by tcp, and TCP
+connects to addresses of SUBNET only."""
+import re, sys
+log = open(sys.argv[1]).read()
+uses = re.findall(r"\[(node\d+):\d+\] mca: bml: Using (\w+) btl for send to \[\[\d+,\d+\],(\d+)\] on node (node\d+)", log)
+bad = [u for u in uses if (u[1] == "tcp") != (u[0] != u[3]) and u[1] != "self"]
+tcp = re.findall(r"btl:tcp: now connected to ([\d.]+)", log)
+prefix = sys.argv[2].rsplit(".", 1)[0] + "."
+if not uses or bad or not tcp or any(not a.startswith(prefix) for a in tcp):
+    sys.exit(f"transports: {sorted(set(uses))}; wrong: {bad}; tcp peers {sorted(set(tcp))}")
+print(f"ok   (a)   transports: {len([u for u in uses if u[1] == 'tcp'])} tcp pairs between nodes over "
+      f"{sorted(set(tcp))}, {len([u for u in uses if u[1] == 'vader'])} vader pairs within a node")
+PY
+nodes_of() {  # nodes_of SLOTS: node0,node1,... as many as SLOTS has entries
+  local slots=${1//[^,]/}
+  seq -s, -f 'node%g' 0 ${#slots}
+}
+checked=""
+check_run() {  # check_run DIR SLOTS [options]: check_run.py's verdict in $checked; fails the test with its reasons
+  checked=$(PYTHONPATH=$ROOT/analysis "$PYTHON" "$tmp/check_run.py" "$@" 2>&1) || fail "$checked"
+}
+
+# The one-rank training every data-parallel run must match (parts a and b).
+mpi train_ref 1 $TRAIN --ddp none --shard-optimizer none
+PYTHONPATH=$ROOT/analysis "$PYTHON" -c 'import sys; from llmhpc_h5 import open_run
+loss = open_run(sys.argv[1]).records("train", 0)[0].arrays["loss"]
+assert len(loss) == 6 and loss[-1] < loss[0] - 0.01, loss' "$tmp/runs/train_ref" ||
+  fail "the one-rank training did not learn: equal losses would say little"
+
+if [[ "$PARTS" == *a* ]]; then
+  for slots in 1,1 2,1 2,1,1; do
+    # Open MPI says which transport each rank uses to each other (btl_base_verbose).
+    OMPI_MCA_btl_base_verbose=30 mpi "comm_${slots//,/_}" $slots $COMM
+    check_run "$tmp/runs/comm_${slots//,/_}" $slots --hosts "$(nodes_of $slots)" --comm
+    echo "ok   (a) comm --check, every collective exact on ${slots//,/+} ranks: $checked"
+    # Shared memory (vader) within a node only, TCP between nodes only, over the test subnet.
+    log=$tmp/comm_${slots//,/_}.log
+    "$PYTHON" "$tmp/check_transports.py" "$log" "$SUBNET" || fail "the transports of comm on $slots ranks (log: $log)"
+  done
+  train() {  # train SLOTS DDP:SHARD...: each strategy on ranks laid out as SLOTS, equal to one rank
+    local slots=$1 strategy ddp shard name
+    shift
+    for strategy in "$@"; do
+      ddp=${strategy%:*} shard=${strategy#*:} name=train_${slots//,/_}_${strategy/:/_}
+      mpi "$name" "$slots" $TRAIN --ddp "$ddp" --bucket-mb 0.02 --shard-optimizer "$shard"
+      check_run "$tmp/runs/$name" "$slots" --hosts "$(nodes_of $slots)" --loss "$tmp/runs/train_ref" \
+        --ddp "$ddp" --shard "$shard"
+      echo "ok   (a) train --ddp $ddp --shard-optimizer $shard on ${slots//,/+} ranks: $checked"
+    done
+  }
+  every=()
+  for ddp in naive flat overlap bucketed; do for shard in none broadcast zero1; do every+=("$ddp:$shard"); done; done
+  train 1,1 naive:none flat:none overlap:none bucketed:none bucketed:broadcast bucketed:zero1
+  train 2,1 "${every[@]}"
+  train 2,1,1 bucketed:zero1
+fi
+[[ "$PARTS" == *b* ]] || { echo "PASS (part a only: FAKE_NODES_PARTS=$PARTS)"; exit 0; }
+
+# ---- (b) a real Slurm over the fake nodes: slurmctld and munged on node0, a slurmd on each ----
+partA=""
+if [[ "$PARTS" == *a* ]]; then partA="part (a) passed; part (b): "; fi
+if ! command -v sbatch >/dev/null || ! command -v slurmctld >/dev/null || ! command -v slurmd >/dev/null ||
+   ! command -v munged >/dev/null; then
+  command -v apt-get >/dev/null || skip "${partA}slurm-wlm and munge are not installed and there is no apt-get to install them"
+  echo "installing slurm-wlm and munge (apt-get)"
+  { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends slurm-wlm munge; } \
+    >/tmp/llmhpc-fakenodes-apt.log 2>&1 || skip "${partA}apt-get install slurm-wlm munge failed (see /tmp/llmhpc-fakenodes-apt.log)"
+fi
+mkdir -p "$tmp/state"
+for ((i = 0; i < NODES; i++)); do mkdir -p "$tmp/spool-node$i"; done
+touch "$tmp/plugstack.conf"
+{
+  cat <<CONF
+ClusterName=llmhpcfake
+SlurmctldHost=node0($(addr 0))
+SlurmUser=root
+AuthType=auth/munge
+CredType=cred/munge
+AuthInfo=socket=$tmp/munge.socket
+ProctrackType=proctrack/linuxproc
+TaskPlugin=task/none
+SelectType=select/cons_tres
+SelectTypeParameters=CR_Core
+AccountingStorageType=accounting_storage/none
+JobAcctGatherType=jobacct_gather/none
+JobCompType=jobcomp/none
+MpiDefault=none
+ReturnToService=2
+SlurmdParameters=config_overrides
+StateSaveLocation=$tmp/state
+SlurmdSpoolDir=$tmp/spool-%n
+TmpFS=$tmp/nodetmp
+SlurmctldPidFile=$tmp/slurmctld.pid
+SlurmdPidFile=$tmp/slurmd-%n.pid
+SlurmctldLogFile=$tmp/slurmctld.log
+SlurmdLogFile=$tmp/slurmd-%n.log
+PlugStackConfig=$tmp/plugstack.conf
+CONF
+  for ((i = 0; i < NODES; i++)); do echo "NodeName=node$i NodeAddr=$(addr $i) CPUs=2 RealMemory=1000 State=UNKNOWN"; done
+  echo "PartitionName=test Nodes=ALL Default=YES MaxTime=30 State=UP"
+} >"$tmp/slurm.conf"
+export SLURM_CONF=$tmp/slurm.conf
+mungekey -c -k "$tmp/munge.key" >/dev/null 2>&1 || dd if=/dev/urandom of="$tmp/munge.key" bs=1024 count=1 2>/dev/null
+chmod 600 "$tmp/munge.key"
+in_node 0 munged -F --socket="$tmp/munge.socket" --key-file="$tmp/munge.key" --pid-file="$tmp/munged.pid" \
+  --log-file="$tmp/munged.log" --seed-file="$tmp/munged.seed" >>"$tmp/munged.log" 2>&1 3>&- &
+pids+=($!)
+for _ in $(seq 50); do [ -S "$tmp/munge.socket" ] && break; sleep 0.1; done
+[ -S "$tmp/munge.socket" ] || fail "munged did not start"
+in_node 0 slurmctld -D -i -f "$SLURM_CONF" >>"$tmp/slurmctld.log" 2>&1 3>&- &
+pids+=($!)
+for ((i = 0; i < NODES; i++)); do
+  in_node $i slurmd -D -f "$SLURM_CONF" -N node$i >>"$tmp/slurmd-node$i.log" 2>&1 3>&- &
+  pids+=($!)
+done
+state=""
+for _ in $(seq 60); do
+  state=$(in_node 0 sinfo -h -o %T 2>/dev/null | sort -u | tr '\n' ' ')
+  [ "$state" = "idle " ] && break
+  sleep 0.5
+done
+[ "$state" = "idle " ] || fail "the nodes are '$state', not idle, after 30 s: $(in_node 0 sinfo -N 2>&1)"
+daemon_logs=("$tmp/munged.log" "$tmp/slurmctld.log" "$tmp"/slurmd-node*.log)
+echo "ok   (b) a Slurm of $NODES fake nodes: $(in_node 0 sinfo -h -o '%N %T')"
+
+# ---- (b) the jobs under sbatch --nodes=2, as a user submits them: from the repository, no GPUs ----
+export LLMHPC_BIN DEVICE=cpu OUT_ROOT=$tmp/results
+export SHAPE="--d-model 32 --d-ff 64 --num-layers 2 --num-heads 4 --vocab-size 64"
+export CONTEXTS=16 WARMUP=1 STEPS=2 BUCKETS=0.0001,1000 COMM_SIZES=4KB,64KB
+export BACKENDS=mpi SIZES=4KB,64KB ITERS=3 MPI_ITERS=3 CHECK=1
+unset NP LLMHPC_ROOT RANKS  # as a user's shell has them: the job takes its tasks from Slurm
+submit() {  # submit NAME SCRIPT [sbatch options]: sbatch --wait on node0, from the repository; job id in $job
+  local name=$1 script=$2
+  shift 2
+  interruptible in_node 0 env -C "$ROOT" timeout 150 sbatch --wait --parsable --gpus-per-task=0 --time=5 \
+    --output="$tmp/$name-%j.log" "$@" "$script" >"$tmp/$name.id" 2>"$tmp/$name.sbatch.log" ||
+    fail "sbatch --wait $* $script: exit $? ($(cat "$tmp/$name.sbatch.log"))
+$(tail -n 30 "$tmp/$name"-*.log 2>/dev/null)"
+  job=$(cut -d';' -f1 "$tmp/$name.id")
+}
+submit ddp jobs/ddp_bucketed.sh --nodes=2 --ntasks-per-node=1
+dir=$tmp/results/llmhpc-ddp-bucketed-$job
+grep -q "^| bucketed |" "$dir/ddp.md" && grep -q "^## ddp" "$dir/report.md" || fail "$dir: no ddp.md bucketed row or report"
+check_run "$dir" 1,1
+echo "ok   (b) sbatch --nodes=2 --ntasks-per-node=1 jobs/ddp_bucketed.sh: $checked"
+check_run "$dir/allreduce" 1,1
+echo "ok   (b) its all-reduce run: $checked"
+
+# 3 tasks on 2 nodes (2+1): comm.sh runs 2 ranks (one node) and 3 (2+1), mpirun inside the allocation.
+submit comm jobs/comm.sh --nodes=2 --ntasks=3 --ntasks-per-node=2
+dir=$tmp/results/llmhpc-comm-$job
+grep -q "^| mpi | 3 | allreduce | 4000 |" "$dir/comm.md" || fail "$dir/comm.md has no 3-rank 4KB row"
+check_run "$dir/mpi-np3" 2,1 --comm
+echo "ok   (b) sbatch --nodes=2 --ntasks=3 --ntasks-per-node=2 jobs/comm.sh (CHECK=1), 3 ranks: $checked"
+check_run "$dir/mpi-np2" 2 --comm
+echo "ok   (b) ... and 2 ranks: $checked"
+
+# ---- (b) srun --mpi=pmix as the launcher, where Slurm has PMIx ----
+if in_node 0 srun --mpi=list 2>&1 | grep -q pmix; then
+  srun_run() {  # srun_run NAME SRUN_OPTIONS -- LLMHPC_ARGS...: from node0, rank files in $tmp/runs/NAME
+    local name=$1 opts=()
+    shift
+    while [ "$1" != -- ]; do opts+=("$1"); shift; done
+    shift
+    interruptible in_node 0 timeout 120 srun --mpi=pmix --time=5 "${opts[@]}" "$LLMHPC_BIN" "$@" \
+      --out "$tmp/runs/$name" >"$tmp/$name.log" 2>&1 || fail "srun --mpi=pmix ${opts[*]} llmhpc $*: exit $?
+$(tail -n 30 "$tmp/$name.log")"
+  }
+  srun_run srun_comm_1_1 -N2 -n2 -- $COMM
+  check_run "$tmp/runs/srun_comm_1_1" 1,1 --comm
+  echo "ok   (b) srun --mpi=pmix -N2 -n2 comm --check: $checked"
+  srun_run srun_comm_2_1_1 -N3 -n4 -- $COMM
+  check_run "$tmp/runs/srun_comm_2_1_1" 2,1,1 --comm
+  echo "ok   (b) srun --mpi=pmix -N3 -n4 comm --check: $checked"
+  srun_run srun_train_2_1 -N2 -n3 -- $TRAIN --ddp bucketed --bucket-mb 0.02 --shard-optimizer zero1
+  check_run "$tmp/runs/srun_train_2_1" 2,1 --loss "$tmp/runs/train_ref"
+  echo "ok   (b) srun --mpi=pmix -N2 -n3 train --ddp bucketed --shard-optimizer zero1: $checked"
+else
+  echo "note srun --mpi=list has no pmix here: srun cannot start MPI ranks, mpirun (the default) does"
+fi
+echo "PASS"
