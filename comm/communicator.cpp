@@ -25,7 +25,7 @@ std::unique_ptr<Communicator> make_communicator(const CommOptions& options) {
 #if defined(LLMHPC_WITH_CUDA)
   return make_nccl_communicator(options);
 #else
-  throw UsageError("--backend nccl: this llmhpc was built without CUDA and NCCL (no nvcc at build time)");
+  throw UsageError("{backend} nccl: this llmhpc was built without CUDA and NCCL (no nvcc at build time)");
 #endif
 }
 
@@ -46,7 +46,7 @@ std::string launch_settings(const char* const* env) {
   static const char* const kPrefixes[] = {"NCCL_", "OMPI_MCA_", "UCX_"};
   static const char* const kNames[] = {"CUDA_VISIBLE_DEVICES", "OMP_NUM_THREADS", "SLURM_JOB_ID",
                                        "SLURM_NTASKS",         "SLURM_NNODES",    "SLURM_NTASKS_PER_NODE"};
-  // What mpirun sets in every rank to wire the job up (ids, URIs, session folders): new each
+  // What mpirun sets in every rank to wire the job up (ids, URIs, temporary folders): new each
   // run and no setting of the user's, so not kept.
   static const char* const kPlumbing[] = {"OMPI_MCA_orte_", "OMPI_MCA_ess", "OMPI_MCA_pmix", "OMPI_MCA_initial_wdir",
                                           "OMPI_MCA_shmem_RUNTIME_QUERY_hint"};

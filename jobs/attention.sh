@@ -38,13 +38,15 @@ mkdir -p "$OUT"
 
 runs=()
 if [[ ",$GRIDS," == *",1,"* ]]; then
-  $LAUNCH "$LLMHPC_BIN" --mode attention --device "$DEVICE" --batch 8 --heads 1 --head-dim "$HEAD_DIMS" --seq "$SEQS1" --causal off \
-    --precision "$PRECISIONS1" --impl "$IMPLS" --warmup "$WARMUP" --iters "$ITERS" --out "$OUT/grid1" ${EXTRA_ARGS:-}
+  $LAUNCH "$LLMHPC_BIN" --mode attention --device "$DEVICE" --batch-size 8 --num-heads 1 --head-dim "$HEAD_DIMS" \
+    --context-length "$SEQS1" --causal off --precision "$PRECISIONS1" --attention "$IMPLS" --warmup "$WARMUP" \
+    --steps "$ITERS" --out "$OUT/grid1" ${EXTRA_ARGS:-}
   runs+=("$OUT/grid1")
 fi
 if [[ ",$GRIDS," == *",2,"* ]]; then
-  $LAUNCH "$LLMHPC_BIN" --mode attention --device "$DEVICE" --batch 1 --heads 1 --head-dim "$HEAD_DIMS" --seq "$SEQS2" --causal on \
-    --precision "$PRECISIONS2" --impl "$IMPLS" --warmup "$WARMUP" --iters "$ITERS" --out "$OUT/grid2" ${EXTRA_ARGS:-}
+  $LAUNCH "$LLMHPC_BIN" --mode attention --device "$DEVICE" --batch-size 1 --num-heads 1 --head-dim "$HEAD_DIMS" \
+    --context-length "$SEQS2" --causal on --precision "$PRECISIONS2" --attention "$IMPLS" --warmup "$WARMUP" \
+    --steps "$ITERS" --out "$OUT/grid2" ${EXTRA_ARGS:-}
   runs+=("$OUT/grid2")
 fi
 torch_args=()

@@ -10,7 +10,9 @@
 #   sbatch jobs/comm.sh                     or   NP=4 bash jobs/comm.sh     (RANKS: 2,4,...,NP)
 #   BACKENDS=nccl COLLECTIVES=all SIZES=1MB,1GB CHECK=1 bash jobs/comm.sh
 # Variables (defaults): RANKS (2,4,...,NP), BACKENDS (nccl,mpi), COLLECTIVES (allreduce), SIZES
-# (1MB,10MB,100MB,1000MB), DTYPE (float), WARMUP (5), ITERS (20), CHECK (0).
+# (1MB,10MB,100MB,1000MB), PRECISIONS (fp32: llmhpc --precision, fp32 and/or bf16), WARMUP (5),
+# ITERS (20: llmhpc --steps), CHECK (0). DTYPE, PRECISIONS' older name, is still read, its float
+# meaning fp32.
 # mpi moves 1000MB in about a second, so it runs fewer iterations (MPI_WARMUP 2, MPI_ITERS 5).
 # Each rank count is a launch of its own, $MPIRUN $MPIRUN_ARGS $NP_OPTION N (LAUNCH, with its fixed count, does not
 # apply; MPIRUN="srun --mpi=pmix" launches with srun -n N).
@@ -23,7 +25,9 @@ RANKS=${RANKS:-$(rank_counts | sed 's/^1,//')}  # 2, 4, ... up to the job's task
 BACKENDS=${BACKENDS:-nccl,mpi}
 COLLECTIVES=${COLLECTIVES:-allreduce}
 SIZES=${SIZES:-1MB,10MB,100MB,1000MB}
-DTYPE=${DTYPE:-float}
+PRECISIONS=${PRECISIONS:-${DTYPE:-fp32}}
+precision=""  # DTYPE=float (mode comm's --dtype float of old) is fp32
+for p in ${PRECISIONS//,/ }; do [ "$p" = float ] && p=fp32; precision+=${precision:+,}$p; done
 WARMUP=${WARMUP:-5}
 ITERS=${ITERS:-20}
 MPI_WARMUP=${MPI_WARMUP:-2}
@@ -42,7 +46,7 @@ for backend in ${BACKENDS//,/ }; do
     # The mpi baseline runs on host buffers: no GPU per rank needed.
     if [ "$backend" = mpi ]; then device=cpu warmup=$MPI_WARMUP iters=$MPI_ITERS; else device=$DEVICE warmup=$WARMUP iters=$ITERS; fi
     $MPIRUN $MPIRUN_ARGS $NP_OPTION "$np" "$LLMHPC_BIN" --mode comm --device "$device" --backend "$backend" --collective "$COLLECTIVES" --size "$SIZES" \
-      --dtype "$DTYPE" --warmup "$warmup" --iters "$iters" $([ "$CHECK" = 1 ] && echo --check) --out "$dir" \
+      --precision "$precision" --warmup "$warmup" --steps "$iters" $([ "$CHECK" = 1 ] && echo --check) --out "$dir" \
       ${EXTRA_ARGS:-}
     runs+=("$dir")
   done

@@ -19,7 +19,8 @@
 # (0), TORCH_SETUPS (eager,compiled), TORCHRUN (torchrun --standalone --nproc_per_node $NP).
 # SHAPE (a custom model, given to llmhpc and to PyTorch alike) overrides MODELS; EXTRA_ARGS go
 # to llmhpc's ddp run only (not to PyTorch, nor to the all-reduce run, whose mode comm refuses
-# model and ddp options). COMM=0 skips the all-reduce run (the bucket model is then fitted to the
+# model and ddp options), last, so they override the job's values there (EXTRA_ARGS="--steps 2"
+# over STEPS: jobs/env.sh). COMM=0 skips the all-reduce run (the bucket model is then fitted to the
 # bucketed runs). With TORCH=1, PyTorch's DistributedDataParallel on the same model in the same
 # job (analysis/torch_ddp.py under torchrun with NP ranks, setups TORCH_SETUPS, at every bucket
 # size, and --single for the baseline) and the side-by-side table. SHARDING (--shard-optimizer,

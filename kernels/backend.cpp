@@ -12,14 +12,15 @@ Backend make_backend(const BackendOptions& options) {
 #if defined(LLMHPC_WITH_CUDA)
   return make_cuda_backend(options);
 #else
-  throw UsageError("--device cuda: this llmhpc was built without the CUDA backend (no nvcc at build time)");
+  throw UsageError("{device} cuda: this llmhpc was built without the CUDA backend (no nvcc at build time)");
 #endif
 }
 
 std::unique_ptr<Profiler> make_profiler(Backend& backend, bool activities) {
   Device& dev = *backend.device;
   Ops& ops = *backend.ops;
-  if (!activities) return make_phase_event_profiler(dev, ops, "--no-cupti: phases timed with device events");
+  if (!activities)
+    return make_phase_event_profiler(dev, ops, name_fields("{no_cupti}: phases timed with device events"));
   if (dev.kind() == DeviceKind::Cpu) return make_cpu_op_profiler(ops);
 #if defined(LLMHPC_WITH_CUDA)
   std::string why_not;

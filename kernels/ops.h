@@ -82,7 +82,7 @@ class Device {
   // graph to replay. The work must not wait for the device; it may allocate (the blocks it
   // used are the graph's until it is destroyed). CUDA only: the CPU throws UsageError.
   virtual std::unique_ptr<DeviceGraph> capture(const std::function<void()>&) {
-    throw UsageError("--cuda-graph needs --device cuda: the " + name() + " runs each op as it is called");
+    throw UsageError("{cuda_graph} needs {device} cuda: the " + name() + " runs each op as it is called");
   }
 
   // The stream compute is ordered on (cudaStream_t), or nullptr on the CPU. Lets the

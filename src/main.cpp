@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <ctime>
 #include <filesystem>
+#include <set>
 #include <iostream>
 #include <thread>
 
@@ -36,10 +37,11 @@ po::options_description general_options() {
       "out", po::value<std::string>(), "output directory for the rank files (default results/<mode>-<time>)")(
       "seed", text("0"), "seed for initialisation and random data")(
       "memory-limit", po::value<std::string>(),
-      "cap on this rank's device memory, e.g. 8GB; beyond it is out-of-memory")(
+      "cap on this rank's device memory, e.g. 8GB; beyond it is out-of-memory (CPU default: the node's memory "
+      "over its ranks)")(
       "threads", text("0"),
-      "CPU threads per rank (0: the CPUs this rank may run on / the node's ranks that share them)")(
-      "tf32", po::bool_switch(), "allow TF32 tensor cores for fp32 matrix products (CUDA)")(
+      "CPU threads per rank (0: OMP_NUM_THREADS if set, else the CPUs this rank may run on / the node's ranks "
+      "that share them)")("tf32", po::bool_switch(), "allow TF32 tensor cores for fp32 matrix products (CUDA)")(
       "gemm-sm-margin", text("0"),
       "SMs the matrix products leave free for work beside them, e.g. NCCL's kernels during data-parallel "
       "backward (CUDA; cuBLAS's SM count target; 0: all SMs)")(
@@ -63,7 +65,9 @@ void print_help(const po::options_description& general, const ModeSpec* mode) {
   if (!mode) {
     std::cout << "Modes:\n";
     for (const ModeSpec& m : all_modes()) std::printf("  %-10s %s\n", m.name.c_str(), m.summary.c_str());
-    std::cout << "\n" << general << "\n'llmhpc --mode MODE --help' lists a mode's own options.\n";
+    std::cout << "\n"
+              << general
+              << "\n'llmhpc --mode MODE --help' lists a mode's own options; docs/guide.md shows them at work.\n";
     return;
   }
   po::options_description own;
@@ -187,11 +191,22 @@ double comm_timeout_seconds(const po::variables_map& vm) {
   return s;
 }
 
+// An option given more than once: the last one wins, as getopt and argparse have it (a list
+// option's last list replaces the others), so a job's EXTRA_ARGS override what the job passes.
+po::parsed_options last_wins(po::parsed_options parsed) {
+  std::set<std::string> seen;
+  std::vector<po::option> kept;
+  for (auto it = parsed.options.rbegin(); it != parsed.options.rend(); ++it)
+    if (it->string_key.empty() || seen.insert(it->string_key).second) kept.push_back(*it);
+  parsed.options.assign(kept.rbegin(), kept.rend());
+  return parsed;
+}
+
 int run(Runtime& rt, int argc, char** argv, bool& in_mode) {
   const po::options_description general = general_options();
   po::variables_map first;
   try {
-    po::store(po::command_line_parser(argc, argv).options(general).allow_unregistered().run(), first);
+    po::store(last_wins(po::command_line_parser(argc, argv).options(general).allow_unregistered().run()), first);
   } catch (const po::error& e) {  // a general option given twice, or without its value
     throw UsageError(std::string(e.what()) + " (see llmhpc --help)");
   }
@@ -202,12 +217,21 @@ int run(Runtime& rt, int argc, char** argv, bool& in_mode) {
     for (const ModeSpec& m : all_modes()) names.push_back(m.name);
     throw UsageError("--mode '" + mode_name + "': unknown mode; choose one of " + join(names, ", "));
   }
+  // A renamed option is refused by its new name, before parsing: it may be a prefix of another
+  // option that the parser would otherwise take it for (--batch, --batch-size).
+  for (int i = 1; i < argc; ++i)
+    for (const auto& [old_name, new_name] : mode->renamed) {
+      const std::string arg = argv[i], flag = "--" + old_name;
+      if (arg == flag || arg.rfind(flag + "=", 0) == 0)
+        throw UsageError(flag + " is --" + new_name + " now, as in the other modes (see llmhpc --mode " + mode_name +
+                         " --help)");
+    }
   po::options_description all;
   all.add(general);
   mode->add_options(all);
   po::variables_map vm;
   try {
-    const po::parsed_options parsed = po::command_line_parser(argc, argv).options(all).run();
+    const po::parsed_options parsed = last_wins(po::command_line_parser(argc, argv).options(all).run());
     // A bare word is no option: "llmhpc precision" must not quietly run the default mode.
     const std::vector<std::string> stray = po::collect_unrecognized(parsed.options, po::include_positional);
     if (!stray.empty())
@@ -243,7 +267,7 @@ int run(Runtime& rt, int argc, char** argv, bool& in_mode) {
   if (opt_int(vm, "device-sample-ms") < 0 || opt_int(vm, "device-sample-ms") > 60000)
     throw UsageError("--device-sample-ms " + opt_string(vm, "device-sample-ms") +
                      ": must be a whole number of milliseconds from 0 (no readings) to 60000");
-  mode->validate(vm);
+  const ModeRun run_mode = mode->prepare(vm, rt.world_size);
   // One program, one set of options: ranks started with others (an MPMD launch, a wrapper that
   // adds arguments) would measure or train different things under one run's name.
   const std::string options = options_json(vm), arguments = command_line(argc - 1, argv + 1);
@@ -287,7 +311,7 @@ int run(Runtime& rt, int argc, char** argv, bool& in_mode) {
   ModeContext ctx{rt, vm, backend, recorder, out_dir};
   in_mode = true;
   try {
-    mode->run(ctx);
+    run_mode(ctx);
   } catch (const Interrupted& e) {  // stopped early on a signal, its state saved
     recorder.finish(e.what);
     throw ExitRequest{128 + e.signal};
@@ -304,6 +328,7 @@ int run(Runtime& rt, int argc, char** argv, bool& in_mode) {
 
 int main(int argc, char** argv) {
   using namespace llmhpc;
+  set_field_names(option_for_field);  // before anything can throw a UsageError
   Runtime rt = Runtime::init(&argc, &argv);
   int code = 0;
   bool in_mode = false;  // inside a mode, ranks may disagree

@@ -16,7 +16,7 @@ int cuda_visible_devices() {
 
 Backend make_cuda_backend(const BackendOptions& options) {
   const int gpus = cuda_visible_devices();
-  if (gpus == 0) throw UsageError("--device cuda: no GPU is visible (check the driver and CUDA_VISIBLE_DEVICES)");
+  if (gpus == 0) throw UsageError("{device} cuda: no GPU is visible (check the driver and CUDA_VISIBLE_DEVICES)");
   if (options.ordinal < 0 || options.ordinal >= gpus)
     throw UsageError("GPU " + std::to_string(options.ordinal) + " does not exist (" + std::to_string(gpus) +
                      " visible)");

@@ -16,7 +16,7 @@
 //    kinds RUNTIME and DRIVER, which CUPTI's external correlation records need, cost +30% of
 //    the step (each launch comes with error checks, event records and cuBLAS's driver queries),
 //    against +5% for kernel records alone; the callback adds a lookup per launch.
-//  - CUDA graphs (--cuda-graph): a replay's records carry the correlation id of its
+//  - CUDA graphs (--cuda-graph): a replay's records hold the correlation id of its
 //    cudaGraphLaunch (noted like any launch: the range it ran in, its step) and the id of
 //    their graph node. While the graph is recorded (Profiler::record_graph), CUPTI's resource
 //    callbacks for created and cloned (instantiated) nodes note (node id -> recorded range);
@@ -309,7 +309,7 @@ class CuptiProfiler final : public Profiler {
     if (!error.empty()) {
       unsubscribe();
       g_window = nullptr;
-      throw UsageError(error + "; run with --no-cupti");
+      throw UsageError(error + "; run with {no_cupti}");
     }
   }
 
@@ -334,7 +334,7 @@ class CuptiProfiler final : public Profiler {
     }
     phase_thread_ = std::this_thread::get_id();
     const std::string error = subscribe();
-    if (!error.empty()) throw UsageError(error + "; run with --no-cupti");
+    if (!error.empty()) throw UsageError(error + "; run with {no_cupti}");
   }
   void end_recording() override { unsubscribe(); }
   int64_t now_ns() override {

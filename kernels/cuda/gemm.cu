@@ -113,7 +113,7 @@ Gemm::Gemm(cudaStream_t stream, Allocator& workspace_allocator, bool allow_tf32,
     CUDA_CHECK(cudaGetDevice(&device));
     CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
     if (sm_margin >= sms)
-      throw UsageError("--gemm-sm-margin " + std::to_string(sm_margin) + ": this GPU has " + std::to_string(sms) +
+      throw UsageError("{gemm_sm_margin} " + std::to_string(sm_margin) + ": this GPU has " + std::to_string(sms) +
                        " SMs; leave at least one to the matrix products (0 to " + std::to_string(sms - 1) + ")");
     sm_count_target_ = sms - sm_margin;
   }

@@ -69,14 +69,14 @@ mode_run() {  # name limit_seconds warmup iters args...
   local name=$1 limit=$2 warmup=$3 iters=$4
   shift 4
   echo "== $name: llmhpc --mode attention $*" >>"$out/runs.log"
-  timeout "$limit" "$bin/llmhpc" --mode attention --device cuda --warmup "$warmup" --iters "$iters" "$@" \
+  timeout "$limit" "$bin/llmhpc" --mode attention --device cuda --warmup "$warmup" --steps "$iters" "$@" \
     --out "$work/$name" >>"$out/runs.log" 2>&1
   local rc=$?
   say "$name: exit $rc$([ $rc = 124 ] && echo ' (timed out: partial)') [$(elapsed)]"
   [ -f "$work/$name/rank00000.h5" ] && runs+=("$work/$name")
 }
-grid1=(--batch 8 --heads 1 --head-dim "$HEAD_DIMS" --seq "$SEQS1" --causal off --impl naive,flash)
-grid2=(--batch 1 --heads 1 --head-dim "$HEAD_DIMS" --seq "$SEQS2" --causal on --impl naive,flash)
+grid1=(--batch-size 8 --num-heads 1 --head-dim "$HEAD_DIMS" --context-length "$SEQS1" --causal off --attention naive,flash)
+grid2=(--batch-size 1 --num-heads 1 --head-dim "$HEAD_DIMS" --context-length "$SEQS2" --causal on --attention naive,flash)
 mode_run grid2_bf16 45 "$WARMUP" "$ITERS" "${grid2[@]}" --precision bf16
 
 # 3. PyTorch's fused (FlashAttention) backend on grid 2's bf16 shapes (and grid 1's below), same

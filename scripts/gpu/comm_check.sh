@@ -52,7 +52,7 @@ fi
 np=${RANKS##*,}
 step "llmhpc mpi np $np (host buffers)"
 dir=$out/runs/mpi-np$np
-timeout 300 "${mpi[@]}" -np "$np" "$bin/llmhpc" --mode comm --device cpu --backend mpi --size "$SIZES" --warmup 2 --iters 5 \
+timeout 300 "${mpi[@]}" -np "$np" "$bin/llmhpc" --mode comm --device cpu --backend mpi --size "$SIZES" --warmup 2 --steps 5 \
   --check --out "$dir" | grep -v "^\["
 [ -f "$dir/rank00000.h5" ] && runs+=("$dir")
 step "table"

@@ -34,8 +34,8 @@ nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee -a "$out/
 # One forward + backward; ncu profiles the backward's kernels (delta, dK/dV, dQ or the dQ conversion).
 for v in $VARIANTS; do
   LLMHPC_FLASH_BWD=$v timeout 300 "$NCU" --metrics "$metrics" -k regex:flash_bwd --launch-count 4 \
-    "$bin/llmhpc" --mode attention --device cuda --batch 1 --heads 1 --head-dim "$HEAD_DIM" --seq "$SEQ" --causal on \
-    --impl flash --precision bf16 --warmup 0 --iters 1 --out "$out/run_$v" >"$out/ncu_$v.txt" 2>&1
+    "$bin/llmhpc" --mode attention --device cuda --batch-size 1 --num-heads 1 --head-dim "$HEAD_DIM" \
+    --context-length "$SEQ" --causal on --attention flash --precision bf16 --warmup 0 --steps 1 --out "$out/run_$v" >"$out/ncu_$v.txt" 2>&1
   echo "llmhpc LLMHPC_FLASH_BWD=$v: exit $?" | tee -a "$out/summary.txt"
 done
 if [ "${TORCH:-1}" != 0 ]; then

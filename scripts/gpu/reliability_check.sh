@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # Reliability on the GPUs of one host (2 ranks, nccl): the numbers behind
 # docs/results/reliability.md. About 8 minutes:
-#   1. faults: a stall injected into an NCCL collective (comm, then ddp) must end the job within
-#      --comm-timeout + 30 s with the watchdog's report; a rank killed mid-benchmark must end the
-#      job; every rank file stays readable (finished configurations ok, the interrupted one marked).
+#   1. faults: a stall injected into an NCCL collective (comm, then ddp), and a rank stopped by
+#      SIGSTOP in the comm benchmark (a process that never answers, not even ncclCommAbort's
+#      peers), must end the job within --comm-timeout + 30 s with the watchdog's report; a rank
+#      killed mid-benchmark must end the job; every rank file stays readable (finished
+#      configurations ok, the interrupted one marked).
 #   2. the watchdog's cost: comm busbw with the watchdog (--comm-timeout 600) and without it
 #      (--comm-timeout 0: blocking communicator, no thread, no events), alternating REPS times.
 #   3. soak: a comm run (all-reduce at SOAK_SIZES, SOAK_COMM_S seconds each) and a ddp run
@@ -43,14 +45,30 @@ step "host: $(hostname), git $(cd "$root" && git rev-parse --short=12 HEAD 2>/de
 nvidia-smi -L 2>&1; nvidia-smi --query-gpu=driver_version --format=csv,noheader 2>&1 | head -1
 
 # ---- 1. faults ----
+# leftovers TAG: a rank of the faulted run still there after its launcher ended (a stopped one
+# that nothing killed) is reported and killed, by its pid: it would hold its GPU.
+leftovers() {
+  local pid pids=() try
+  for try in 1 2 3 4 5 6 7 8 9 10; do  # the launcher's last kills may land after it returned
+    pids=()
+    for pid in $(pgrep -x llmhpc 2>/dev/null); do
+      { tr '\0' '\n' <"/proc/$pid/environ"; } 2>/dev/null | grep -qxF "LLMHPC_FAULT_RUN=$1" && pids+=("$pid")
+    done
+    [ ${#pids[@]} -eq 0 ] && return
+    sleep 0.5
+  done
+  fail "$1: rank process(es) ${pids[*]} outlived the job; killed"
+  kill -KILL "${pids[@]}" 2>/dev/null
+}
 # fault NAME LLMHPC_FAULT "words" args...: the job must end non-zero within the bound.
 fault() {
   local name=$1 spec=$2 words=$3; shift 3
   step "fault $name: LLMHPC_FAULT=$spec"
   local start=$SECONDS
-  LLMHPC_FAULT=$spec timeout $((STALL_TIMEOUT + 120)) "${mpi[@]}" "$bin/llmhpc" "$@" --out "$out/runs/$name" \
-    >"$out/$name.log" 2>&1
+  LLMHPC_FAULT=$spec LLMHPC_FAULT_RUN=$$-$name timeout $((STALL_TIMEOUT + 120)) "${mpi[@]}" "$bin/llmhpc" "$@" \
+    --out "$out/runs/$name" >"$out/$name.log" 2>&1
   local rc=$? took=$((SECONDS - start))
+  leftovers "$$-$name"
   grep -v "^\[" "$out/$name.log" | tail -12
   echo "$name: rc $rc after ${took}s" | tee -a "$out/faults.txt"
   if [ $rc -eq 0 ]; then fail "$name: exit code 0";
@@ -71,13 +89,22 @@ print(f"{sys.argv[1]}: ranks {run.ranks}, records by status {statuses}")
 assert set(statuses) <= {"ok", "interrupted"} and statuses.get("ok"), statuses
 EOF
 }
-COMM=(--mode comm --size 1MB,16MB,64MB --iters 200 --warmup 5 --comm-timeout "$STALL_TIMEOUT")
+COMM=(--mode comm --size 1MB,16MB,64MB --steps 200 --warmup 5 --comm-timeout "$STALL_TIMEOUT")
 DDP=(--mode ddp --model small --context-length 128 --batch-size 8 --ddp bucketed,overlap --warmup 2 --steps 20
   --comm-timeout "$STALL_TIMEOUT")
 if has faults; then
   fault nccl_comm_stall "rank=1,config=3,step=50,action=stall" "watchdog on rank" "${COMM[@]}"
   fault nccl_ddp_stall "rank=0,config=2,step=10,action=stall" "watchdog on rank" "${DDP[@]}"
   fault nccl_comm_kill "rank=1,config=3,step=50,action=signal:9" "rank 1" "${COMM[@]}"
+  # SIGSTOP (19) inside a 64 MB NCCL all-reduce: config 5 (64MB out of place) begins at
+  # collective #1656 (a host barrier; 411 collectives a configuration: 3 barriers, 5 warm-up, 200
+  # timed, 200 back to back), so #1700 is one of its timed all-reduces (a step= condition would
+  # meet that first barrier, which still carries the last configuration's step). Rank 0's
+  # watchdog reports at --comm-timeout, its ncclCommAbort gets Watchdog::kAbortHooksS, then
+  # MPI_Abort ends the job, the stopped rank too.
+  fault nccl_comm_sigstop "rank=1,config=5,op=1700,action=signal:19" "watchdog on rank 0" "${COMM[@]}"
+  grep -q "rank 1 raises signal 19 before collective #[0-9]* allreduce (nccl, 64000000 bytes)" \
+    "$out/nccl_comm_sigstop.log" || fail "nccl_comm_sigstop: rank 1 did not stop before a 64 MB NCCL all-reduce"
 fi
 
 # ---- 2. the watchdog's cost ----

@@ -3,7 +3,10 @@
 #include <mpi.h>
 
 #include <cstdio>
+#include <atomic>
+#include <chrono>
 #include <cstdlib>
+#include <thread>
 
 namespace llmhpc {
 namespace {
@@ -12,6 +15,36 @@ std::string g_host = "?";
 std::string g_device = "none";
 }  // namespace
 
+namespace {
+std::function<std::string(const std::string&)>& field_namer() {
+  static std::function<std::string(const std::string&)> namer;
+  return namer;
+}
+}  // namespace
+
+void set_field_names(std::function<std::string(const std::string& field)> name) { field_namer() = std::move(name); }
+
+std::string name_fields(const std::string& text) {
+  std::string out;
+  size_t i = 0;
+  while (i < text.size()) {
+    size_t end = text[i] == '{' ? text.find('}', i) : std::string::npos;
+    bool is_field = end != std::string::npos && end > i + 1;
+    for (size_t j = i + 1; is_field && j < end; ++j) {
+      const char c = text[j];
+      is_field = (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_' || c == '-';
+    }
+    if (!is_field) {
+      out += text[i++];
+      continue;
+    }
+    const std::string name = text.substr(i + 1, end - i - 1);
+    out += field_namer() ? field_namer()(name) : name;
+    i = end + 1;
+  }
+  return out;
+}
+
 void set_fatal_context_rank(int rank, const std::string& host) {
   g_rank = rank;
   g_host = host;
@@ -19,7 +52,15 @@ void set_fatal_context_rank(int rank, const std::string& host) {
 
 void set_fatal_context_device(const std::string& device) { g_device = device; }
 
+namespace {
+std::atomic<bool> g_job_aborting{false};
+}  // namespace
+
+void note_job_aborting() { g_job_aborting.store(true); }
+
 void fatal(const char* file, int line, const std::string& call, const std::string& what) {
+  if (g_job_aborting.load())  // the watchdog ends the process (and its alarm, should MPI_Abort hang)
+    for (;;) std::this_thread::sleep_for(std::chrono::seconds(1));
   std::fprintf(stderr, "llmhpc: fatal error on rank %d (host %s, device %s)\n  at %s:%d\n", g_rank, g_host.c_str(),
                g_device.c_str(), file, line);
   if (!call.empty()) std::fprintf(stderr, "  failing call: %s\n", call.c_str());

@@ -9,13 +9,24 @@
 //                  value they computed together (the global loss): no abort, rank 0 says it.
 //   OutOfMemory  - an allocation did not fit; a sweep records status "oom" and goes on.
 #pragma once
+#include <functional>
 #include <stdexcept>
 #include <string>
 
 namespace llmhpc {
 
+// Layers below the command line name a configuration field in braces: "{bucket_mb} 0: must be
+// greater than 0". The command line's layer says once how each field is spelt there
+// (set_field_names), so the user reads the flag they typed and no lower layer
+// knows a flag. Without a namer a field reads as its bare name.
+void set_field_names(std::function<std::string(const std::string& field)> name);
+// `text` with every {field} (lower-case letters, digits, '_' and '-') named.
+std::string name_fields(const std::string& text);
+// The token that names `field` in a message.
+inline std::string field(const std::string& name) { return "{" + name + "}"; }
+
 struct UsageError : std::runtime_error {
-  using std::runtime_error::runtime_error;
+  explicit UsageError(const std::string& what) : std::runtime_error(name_fields(what)) {}
 };
 
 struct AgreedError : UsageError {
@@ -31,6 +42,10 @@ void set_fatal_context_rank(int rank, const std::string& host);
 void set_fatal_context_device(const std::string& device);
 
 [[noreturn]] void fatal(const char* file, int line, const std::string& call, const std::string& what);
+// The watchdog is ending the job (src/core/watchdog.h): a fatal error after this is the abort's
+// consequence (a CUDA call on an aborted communicator's stream), so fatal() says nothing and
+// waits for the watchdog's MPI_Abort instead of racing it with its own.
+void note_job_aborting();
 
 }  // namespace llmhpc
 

@@ -30,7 +30,7 @@ uint64_t parse_size(const std::string& raw, const std::string& option) {
   while (i < text.size() && (std::isdigit(static_cast<unsigned char>(text[i])) || text[i] == '.')) ++i;
   const std::string number = text.substr(0, i), unit = lower(trim(text.substr(i)));
   auto bad = [&](const std::string& why) {
-    return UsageError("--" + option + " '" + raw + "': " + why +
+    return UsageError(field(option) + " '" + raw + "': " + why +
                       " (write a number with an optional unit: B, KB, MB, GB, TB, KiB, MiB, GiB, TiB)");
   };
   if (number.empty() || std::count(number.begin(), number.end(), '.') > 1) throw bad("not a size");
@@ -83,9 +83,9 @@ std::vector<std::string> split_list(const std::string& text, const std::string& 
   while (true) {
     size_t comma = text.find(',', start);
     std::string item = trim(text.substr(start, comma == std::string::npos ? std::string::npos : comma - start));
-    if (item.empty()) throw UsageError("--" + option + " '" + text + "': empty item in the list");
+    if (item.empty()) throw UsageError(field(option) + " '" + text + "': empty item in the list");
     if (std::find(items.begin(), items.end(), item) != items.end())
-      throw UsageError("--" + option + " '" + text + "': '" + item + "' is listed twice");
+      throw UsageError(field(option) + " '" + text + "': '" + item + "' is listed twice");
     items.push_back(item);
     if (comma == std::string::npos) break;
     start = comma + 1;
@@ -99,7 +99,7 @@ int64_t parse_int(const std::string& raw, const std::string& option) {
   errno = 0;
   long long v = std::strtoll(text.c_str(), &end, 10);
   if (text.empty() || *end != '\0' || errno == ERANGE)
-    throw UsageError("--" + option + " '" + raw + "': not an integer");
+    throw UsageError(field(option) + " '" + raw + "': not an integer");
   return v;
 }
 
@@ -108,7 +108,7 @@ double parse_double(const std::string& raw, const std::string& option) {
   char* end = nullptr;
   double v = std::strtod(text.c_str(), &end);
   if (text.empty() || *end != '\0' || !std::isfinite(v))
-    throw UsageError("--" + option + " '" + raw + "': not a number");
+    throw UsageError(field(option) + " '" + raw + "': not a number");
   return v;
 }
 
@@ -122,7 +122,7 @@ std::vector<int64_t> parse_int_list(const std::string& text, const std::string& 
 
 void require_choice(const std::string& value, const std::vector<std::string>& choices, const std::string& option) {
   if (std::find(choices.begin(), choices.end(), value) == choices.end())
-    throw UsageError("--" + option + " '" + value + "': must be one of " + join(choices, ", "));
+    throw UsageError(field(option) + " '" + value + "': must be one of " + join(choices, ", "));
 }
 
 std::string join(const std::vector<std::string>& items, const std::string& sep) {

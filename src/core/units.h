@@ -32,7 +32,7 @@ void require_distinct(const std::vector<T>& values, const std::vector<std::strin
   for (size_t i = 0; i < values.size(); ++i)
     for (size_t j = 0; j < i; ++j)
       if (values[i] == values[j])
-        throw UsageError("--" + option + ": '" + items[j] + "' and '" + items[i] + "' are the same value");
+        throw UsageError(field(option) + ": '" + items[j] + "' and '" + items[i] + "' are the same value");
 }
 
 // Each item parsed as an integer, no two the same.

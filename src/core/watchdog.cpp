@@ -129,6 +129,7 @@ void Watchdog::set_context(const std::string& context) {
   std::lock_guard<std::mutex> lock(state_->mutex);
   state_->context = std::move(text);
   ++state_->configs;
+  step_.store(-1, std::memory_order_relaxed);  // a new configuration has taken no step yet
 }
 
 Watchdog::OpPtr Watchdog::begin(const char* name, const char* backend, uint64_t bytes) {
@@ -206,6 +207,7 @@ void Watchdog::fail(const std::string& what, const Op* op) {
   if (state_->failing.exchange(true)) {  // another thread is already at it
     for (;;) std::this_thread::sleep_for(std::chrono::seconds(1));
   }
+  note_job_aborting();  // what the aborted communicators make fail is no news: fatal() waits
   const auto began = std::chrono::steady_clock::now();
   char host[256] = {0};
   gethostname(host, sizeof host - 1);

@@ -47,7 +47,7 @@ std::vector<FlatRange> plan_buckets(const std::vector<ParamSpan>& params, size_t
   if (!(bucket_mb > 0)) {
     std::ostringstream text;
     text << bucket_mb;
-    throw UsageError("--bucket-mb " + text.str() + ": must be a positive size in MiB");
+    throw UsageError("{bucket_mb} " + text.str() + ": must be a positive size in MiB");
   }
   const double cap_bytes = bucket_mb * 1024 * 1024;
   std::vector<FlatRange> buckets;

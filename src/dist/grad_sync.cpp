@@ -74,8 +74,8 @@ std::vector<FlatRange> SyncPlan::owned(int rank) const {
 
 void require_reduced_gradients(SyncStrategy strategy, Sharding sharding) {
   if (sharding != Sharding::None && strategy == SyncStrategy::None)
-    throw UsageError(std::string("--shard-optimizer ") + sharding_name(sharding) +
-                     " needs the gradients reduced over the ranks: choose --ddp naive, flat, overlap or bucketed, "
+    throw UsageError(std::string("{shard_optimizer} ") + sharding_name(sharding) +
+                     " needs the gradients reduced over the ranks: choose {ddp} naive, flat, overlap or bucketed, "
                      "not none");
 }
 

@@ -1,6 +1,6 @@
 // Data-parallel gradient synchronisation: after backward, every rank holds the average over
 // ranks of its gradients, so every rank takes the same optimizer step. Four strategies behind
-// one small interface; each is a GradientListener that backward tells when a range of the
+// one small interface; each is a ParallelHooks that backward tells when a range of the
 // flat gradient is final, plus finish(), which the step calls before the optimizer.
 //
 //   none      nothing is communicated (one rank, or a run that measures without it)
@@ -21,8 +21,8 @@
 //
 // Optimizer state sharding (--shard-optimizer) splits the AdamW state among the ranks: each
 // rank's optimizer updates only the ranges it owns (SyncPlan::owned), and the listener's
-// parameter half (GradientListener::on_parameters_updated, finish_parameters,
-// on_parameters_needed) brings every owner's updates to every rank, in place in the flat
+// parameter half (ParallelHooks::parameters_updated, finish_parameters,
+// parameters_needed) brings every owner's updates to every rank, in place in the flat
 // parameters.
 //
 //   none       every rank holds all of m and v and updates every parameter
@@ -39,7 +39,7 @@
 //              the optimizer and the next forward: the optimizer updates, and the all-gathers
 //              are issued, in forward order (ascending offsets), finish_parameters() does not
 //              wait, and the next forward waits (nccl: its stream, never the host) for a bucket
-//              only when it first reads parameters in it (on_parameters_needed). It pads the
+//              only when it first reads parameters in it (parameters_needed). It pads the
 //              flat buffers to a multiple of n x kShardAlignment elements
 //              (SyncPlan::flat_elements); the model's views stay where they are and the
 //              padding stays zero.
@@ -55,7 +55,7 @@
 // training that keeps a copy (`bf16`), the copy itself, which the owner's AdamW wrote, plus
 // the masters of what the model reads as it is (embedding, norm gains): fewer bytes and no
 // cast, the copy held between steps, and the other masters of ranges other ranks own stale
-// until wait_parameters() brings them (GradientListener::on_masters_needed).
+// until wait_parameters() brings them (ParallelHooks::masters_needed).
 //
 // Every step:  model.forward() (asks the sync for each range while parameters arrive);
 //              sync.begin_step(); model.backward(&sync); sync.finish();
@@ -84,7 +84,7 @@
 #include "src/core/tensor.h"
 #include "src/core/allocator.h"
 #include "src/dist/bucket_plan.h"
-#include "src/model/gradient_listener.h"
+#include "src/model/parallel_hooks.h"
 
 namespace llmhpc {
 
@@ -158,7 +158,7 @@ struct SyncStats {
   int64_t bus_bytes = 0;
 };
 
-class GradientSync : public GradientListener {
+class GradientSync : public ParallelHooks {
  public:
   virtual const SyncPlan& plan() const = 0;
   SyncStrategy strategy() const { return plan().strategy; }

@@ -91,7 +91,7 @@ class Reducer final : public GradientSync {
 
   // Counts the reported elements of every bucket the range touches, so ranges may come in
   // any order, in pieces, and straddle buckets; a bucket whose count reaches its size is final.
-  void on_gradients_ready(int64_t begin, int64_t end) override {
+  void gradients_final(int64_t begin, int64_t end) override {
     LLMHPC_CHECK(0 <= begin && begin <= end && end <= grads_.numel(), "reported gradients outside the buffer");
     if (!plan_.when_ready) return;
     // The first bucket (by offset) that ends after `begin`, then on while buckets start before `end`.

@@ -18,7 +18,7 @@ namespace {
 // So the collectives match across ranks whatever each rank owns.
 //
 // Why forward order: finish_parameters() does not wait. The next forward asks for each range
-// before it reads it (on_parameters_needed), and only the groups that range overlaps are
+// before it reads it (parameters_needed), and only the groups that range overlaps are
 // waited for, so the rest keep arriving while forward computes (ZeRO's and FSDP's prefetch).
 // The optimizer updates its ranges in that order too (SyncPlan::owned), so the embedding's
 // and the first layers' all-gathers, which forward needs first, are issued first and overlap
@@ -31,7 +31,7 @@ namespace {
 // work enqueued before it and touches the persistent parameters only; a wait is the compute
 // stream's (cudaStreamWaitEvent), never the host's. Nothing may read a group in flight, and
 // the device allocator does not know streams, so a group still in flight is waited for by
-// on_parameters_needed, by the next begin_step() (before the optimizer can write it again:
+// parameters_needed, by the next begin_step() (before the optimizer can write it again:
 // the padding, which forward never asks for) and by the destructor (before the parameters
 // may be freed). mpi: a wait completes that group's requests on the host.
 //
@@ -41,10 +41,10 @@ namespace {
 // reads as it is: the embedding, the norm gains), each owner broadcasting its pieces of
 // them. Every value anyone reads is then bitwise the owner's, for two thirds of the bytes or
 // less (a matrix element: 2 bytes instead of 4), and the next forward casts nothing. The
-// masters of matrix elements other ranks own go stale: on_masters_needed() brings them (the
+// masters of matrix elements other ranks own go stale: masters_needed() brings them (the
 // fp32 collectives of the masters' scheme) when something reads them. Where the masters are
 // paged, the pages of those stale masters go back to the allocator while they are stale:
-// from the end of the first step's sharing until on_masters_needed() takes them again (and
+// from the end of the first step's sharing until masters_needed() takes them again (and
 // from the next step's end again). Giving pages back waits for the device; it happens once
 // per run of steps, not per step. Given CopySharing::copy_engines, zero1's all-gathers of the
 // copy go through the copy engines (Communicator::use_copy_engines): NCCL's kernels, resident
@@ -73,7 +73,7 @@ class ParameterSharing final : public GradientSync {
     begin_step();
   }
   ~ParameterSharing() override {
-    on_parameters_needed(0, params_.numel());
+    parameters_needed(0, params_.numel());
     take_back_stale();  // the buffer whole again (by then wait_parameters() brought the masters)
     if (copy_engines_) comm_.stop_copy_engines(copy_.data);
   }
@@ -90,15 +90,15 @@ class ParameterSharing final : public GradientSync {
   void begin_step() override {
     LLMHPC_CHECK(shared_ == 0 || shared_ == arriving_.size(),
                  "begin_step() before the last step's finish_parameters()");
-    on_parameters_needed(0, params_.numel());  // what forward did not ask for
+    parameters_needed(0, params_.numel());  // what forward did not ask for
     gradients_->begin_step();
     shared_ = 0;
     param_stats_ = SyncStats{};
   }
-  void on_gradients_ready(int64_t begin, int64_t end) override { gradients_->on_gradients_ready(begin, end); }
+  void gradients_final(int64_t begin, int64_t end) override { gradients_->gradients_final(begin, end); }
   void finish() override { gradients_->finish(); }
 
-  void on_parameters_updated(int64_t begin, int64_t end) override {
+  void parameters_updated(int64_t begin, int64_t end) override {
     if (begin == end) return;
     const SyncPlan& plan = gradients_->plan();
     const std::vector<FlatRange>& groups = plan.shard_groups;
@@ -117,16 +117,16 @@ class ParameterSharing final : public GradientSync {
   bool finish_parameters() override {
     NvtxRange range("parameter sharing");
     while (shared_ < arriving_.size()) share_next();
-    give_back_stale();  // once: after the first step, and after each on_masters_needed()
+    give_back_stale();  // once: after the first step, and after each masters_needed()
     return true;
   }
 
   bool shares_compute_copy() const override { return !copy_.empty(); }
 
-  void on_masters_needed() override {
+  void masters_needed() override {
     if (copy_.empty()) return;  // the masters themselves were shared
     NvtxRange range("master weights");
-    on_parameters_needed(0, params_.numel());
+    parameters_needed(0, params_.numel());
     take_back_stale();
     SyncStats outside_the_step;
     for (size_t k = 0; k < arriving_.size(); ++k) {
@@ -135,10 +135,10 @@ class ParameterSharing final : public GradientSync {
       send_parts(params_, g, outside_the_step);
       comm_.group_end();
     }
-    on_parameters_needed(0, params_.numel());
+    parameters_needed(0, params_.numel());
   }
 
-  void on_parameters_needed(int64_t begin, int64_t end) override {
+  void parameters_needed(int64_t begin, int64_t end) override {
     const std::vector<FlatRange>& groups = gradients_->plan().shard_groups;
     for (size_t g = 0; g < groups.size(); ++g) {
       if (arriving_[g].empty() || groups[g].end <= begin || end <= groups[g].begin) continue;

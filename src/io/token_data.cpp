@@ -32,7 +32,7 @@ namespace {
 // Parses a .npy header; returns the byte offset of the data, sets element size and count.
 size_t parse_npy(const std::string& path, const unsigned char* p, size_t len, int* elem, int64_t* count) {
   auto bad = [&](const std::string& why) {
-    return UsageError("--data '" + path + "': " + why + " (expected a 1-D .npy of uint16 or int32)");
+    return UsageError("{data} '" + path + "': " + why + " (expected a 1-D .npy of uint16 or int32)");
   };
   if (len < 10 || std::memcmp(p, "\x93NUMPY", 6) != 0) throw bad("not a .npy file");
   const int major = p[6];
@@ -68,29 +68,29 @@ TokenData TokenData::open(const std::string& path) {
   TokenData d;
   d.path_ = path;
   int fd = ::open(path.c_str(), O_RDONLY);
-  if (fd < 0) throw UsageError("--data '" + path + "': cannot open (" + std::strerror(errno) + ")");
+  if (fd < 0) throw UsageError("{data} '" + path + "': cannot open (" + std::strerror(errno) + ")");
   struct stat st;
   fstat(fd, &st);
   if (S_ISDIR(st.st_mode)) {
     ::close(fd);
-    throw UsageError("--data '" + path + "' is a directory, not a token file");
+    throw UsageError("{data} '" + path + "' is a directory, not a token file");
   }
   auto map = std::make_shared<Mapping>();
   map->length = size_t(st.st_size);
   if (map->length == 0) {
     ::close(fd);
-    throw UsageError("--data '" + path + "' is empty");
+    throw UsageError("{data} '" + path + "' is empty");
   }
   map->addr = mmap(nullptr, map->length, PROT_READ, MAP_PRIVATE, fd, 0);
   ::close(fd);
-  if (map->addr == MAP_FAILED) throw UsageError("--data '" + path + "': cannot map the file");
+  if (map->addr == MAP_FAILED) throw UsageError("{data} '" + path + "': cannot map the file");
   const auto* bytes = static_cast<const unsigned char*>(map->addr);
   const bool is_npy = path.size() >= 4 && path.compare(path.size() - 4, 4, ".npy") == 0;
   if (is_npy) {
     d.data_ = bytes + parse_npy(path, bytes, map->length, &d.element_size_, &d.count_);
   } else {
     if (map->length % 2 != 0)
-      throw UsageError("--data '" + path + "': a .bin file holds uint16 tokens, but its size is odd");
+      throw UsageError("{data} '" + path + "': a .bin file holds uint16 tokens, but its size is odd");
     d.data_ = bytes;
     d.element_size_ = 2;
     d.count_ = int64_t(map->length / 2);
@@ -112,7 +112,7 @@ int64_t TokenData::token(int64_t i) const {
 
 void TokenData::validate(int64_t vocab_size, int64_t seq) const {
   if (count_ < seq + 1)  // one window: `seq` inputs, the last target one further (offset() < count_ - seq)
-    throw UsageError("--data '" + path_ + "' holds " + std::to_string(count_) + " tokens; a sequence of " +
+    throw UsageError("{data} '" + path_ + "' holds " + std::to_string(count_) + " tokens; a sequence of " +
                      std::to_string(seq) + " plus its targets needs at least " + std::to_string(seq + 1));
   int64_t lo = 0, hi = 0;
 #pragma omp parallel for reduction(min : lo) reduction(max : hi)
@@ -125,8 +125,8 @@ void TokenData::validate(int64_t vocab_size, int64_t seq) const {
   for (int64_t i = 0; i < count_; ++i) {
     int64_t t = token(i);
     if (t < 0 || t >= vocab_size)
-      throw UsageError("--data '" + path_ + "': token id " + std::to_string(t) + " at position " + std::to_string(i) +
-                       " is outside the vocabulary [0, " + std::to_string(vocab_size) + ") (check --vocab-size)");
+      throw UsageError("{data} '" + path_ + "': token id " + std::to_string(t) + " at position " + std::to_string(i) +
+                       " is outside the vocabulary [0, " + std::to_string(vocab_size) + ") (check {vocab_size})");
   }
 }
 

@@ -1,5 +1,5 @@
-// Token data (SPEC "Checkpoint and data formats"): a flat little-endian file of uint16
-// token ids (.bin), or a 1-D .npy of uint16 or int32. Memory-mapped, never copied whole.
+// Token data: a flat little-endian file of uint16 token ids (.bin), or a 1-D .npy of uint16
+// or int32. Memory-mapped, never copied whole.
 //
 // Batches: for step s, sequence b of the global batch starts at offset o, with inputs
 // tokens[o, o+T) and targets tokens[o+1, o+T+1):

@@ -64,7 +64,7 @@ double AdamW::clipping_factor() {
   return std::min(1.0, clipping_.max_norm / (grad_norm_ + 1e-6));  // torch's clip_coef, clamped to 1
 }
 
-void AdamW::step(GradientListener* listener) {
+void AdamW::step(ParallelHooks* listener) {
   NvtxRange range("optimizer");
   allocate_state();
   ++step_;
@@ -87,7 +87,7 @@ void AdamW::step(GradientListener* listener) {
     if (pending < kElementsPerLaunch && i + 1 < owned_.size()) continue;
     if (pending > 0) ops_.adamw_step(params, grads, m_.tensor(), v_.tensor(), lowp, slices, hyper, step_);
     for (; first_unreported <= i; ++first_unreported)
-      if (listener) listener->on_parameters_updated(owned_[first_unreported].begin, owned_[first_unreported].end);
+      if (listener) listener->parameters_updated(owned_[first_unreported].begin, owned_[first_unreported].end);
     slices.clear();
     pending = 0;
   }

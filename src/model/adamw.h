@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "kernels/ops.h"
-#include "src/model/gradient_listener.h"
+#include "src/model/parallel_hooks.h"
 #include "src/model/params.h"
 #include "src/model/transformer.h"
 
@@ -34,10 +34,10 @@ class AdamW {
   AdamW(TransformerLM& model, Ops& ops, const AdamWHyper& hyper, std::vector<FlatRange> owned = {});
 
   // One update from the model's gradients, one owned range after another, telling `listener`
-  // after each (GradientListener's parameter half); refreshes the bf16 weights of the owned
+  // after each (ParallelHooks's parameter half); refreshes the bf16 weights of the owned
   // ranges. Each element's arithmetic is the same whatever the ranges, so owners of disjoint
   // ranges compute together bitwise what one optimizer of the whole model does.
-  void step(GradientListener* listener = nullptr);
+  void step(ParallelHooks* listener = nullptr);
   // The same update applied range by range while backward runs (GradientStorage::PerRange,
   // run_step): begin_step() once per step, then update() for each range backward reports, with
   // its gradients; bitwise what step() does. Unsharded optimizers only.

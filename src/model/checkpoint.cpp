@@ -49,12 +49,12 @@ void check_tensors(hid_t group, const std::string& where, const std::string& pat
     if (dims != want)
       throw UsageError("checkpoint '" + path + "' does not fit the model: " + where + "/" + p.name + " is " +
                        shape_str(dims) + ", the model needs " + shape_str(want) +
-                       " (check --model or --d-model/--d-ff/--num-layers/--vocab-size)");
+                       " (check {model} or {d_model}/{d_ff}/{num_layers}/{vocab_size})");
   }
   for (const std::string& name : h5::list_children(group))
     if (!expected.count(name))
       throw UsageError("checkpoint '" + path + "' does not fit the model: it has '" + where + "/" + name +
-                       "', which this model does not (check --num-layers)");
+                       "', which this model does not (check {num_layers})");
 }
 
 }  // namespace

@@ -1,4 +1,4 @@
-// Checkpoints (SPEC "Checkpoint and data formats"): one HDF5 file; /params holds one fp32
+// Checkpoints (docs/hdf5-schema.md, "Checkpoints"): one HDF5 file; /params holds one fp32
 // dataset per tensor named as the reference PyTorch model names it; /optimizer holds
 // step, m/<name>, v/<name>; the model config is in root attributes.
 //

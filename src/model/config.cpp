@@ -27,8 +27,8 @@ ModelConfig preset_config(const std::string& name) {
     }
     names.push_back(p.name);
   }
-  throw UsageError("--model '" + name + "': unknown size; choose one of " + join(names, ", ") +
-                   " or give --d-model --d-ff --num-layers --num-heads");
+  throw UsageError("{model} '" + name + "': unknown size; choose one of " + join(names, ", ") +
+                   " or give {d_model} {d_ff} {num_layers} {num_heads}");
 }
 
 int64_t ModelConfig::num_params() const {
@@ -48,12 +48,12 @@ void ModelConfig::validate() const {
   positive(num_layers, "num-layers");
   positive(num_heads, "num-heads");
   if (d_model % num_heads != 0)
-    throw UsageError("--d-model " + std::to_string(d_model) + " is not divisible by --num-heads " +
+    throw UsageError("{d_model} " + std::to_string(d_model) + " is not divisible by {num_heads} " +
                      std::to_string(num_heads) + ": each head gets d_model / num_heads dimensions");
   if (head_dim() % 2 != 0)
     throw UsageError("head dimension d_model/num_heads = " + std::to_string(head_dim()) +
                      " is odd; RoPE rotates pairs, so it must be even");
-  if (vocab_size > (int64_t(1) << 31) - 1) throw UsageError("--vocab-size too large for int32 token ids");
+  if (vocab_size > (int64_t(1) << 31) - 1) throw UsageError("{vocab_size} too large for int32 token ids");
 }
 
 }  // namespace llmhpc

@@ -18,16 +18,16 @@ const char* lr_decay_name(LrDecay d) {
 }
 
 void LrSchedule::validate() const {
-  if (!(peak >= 0)) throw UsageError("--lr must not be negative");
-  if (warmup_steps < 0) throw UsageError("--lr-warmup-steps must not be negative");
+  if (!(peak >= 0)) throw UsageError("{lr} must not be negative");
+  if (warmup_steps < 0) throw UsageError("{lr_warmup_steps} must not be negative");
   if (decay == LrDecay::Constant) return;
   if (!(min >= 0 && min <= peak))
-    throw UsageError("--min-lr must be between 0 and --lr (got " + fmt_exact(min) + " with --lr " + fmt_exact(peak) +
+    throw UsageError("{min_lr} must be between 0 and {lr} (got " + fmt_exact(min) + " with {lr} " + fmt_exact(peak) +
                      ")");
   if (decay_steps <= warmup_steps)
-    throw UsageError("--lr-schedule " + std::string(lr_decay_name(decay)) +
+    throw UsageError("{lr_schedule} " + std::string(lr_decay_name(decay)) +
                      " decays from the end of the warm-up (step " + std::to_string(warmup_steps) +
-                     ") to --lr-decay-steps, which must come after it (got " + std::to_string(decay_steps) + ")");
+                     ") to {lr_decay_steps}, which must come after it (got " + std::to_string(decay_steps) + ")");
 }
 
 double LrSchedule::at(int64_t step) const {

@@ -32,12 +32,10 @@ MemoryBreakdown model_memory(const TracingAllocator& allocator) {
 namespace {
 
 // AdamW applied to each range of gradients as backward finishes it (GradientStorage::PerRange).
-class OptimizerInBackward final : public GradientListener {
+class OptimizerInBackward final : public ParallelHooks {
  public:
   OptimizerInBackward(TransformerLM& model, AdamW& opt) : model_(model), opt_(opt) {}
-  void on_gradients_ready(int64_t begin, int64_t end) override {
-    opt_.update({begin, end}, model_.gradients(begin, end));
-  }
+  void gradients_final(int64_t begin, int64_t end) override { opt_.update({begin, end}, model_.gradients(begin, end)); }
 
  private:
   TransformerLM& model_;
@@ -46,7 +44,7 @@ class OptimizerInBackward final : public GradientListener {
 
 }  // namespace
 
-StepTimes run_step(TransformerLM& model, AdamW* opt, Phase phase, Timer& timer, GradientListener* listener,
+StepTimes run_step(TransformerLM& model, AdamW* opt, Phase phase, Timer& timer, ParallelHooks* listener,
                    const std::function<void(const char*)>& on_phase, const MicroBatches* micro) {
   auto begin = [&](const char* name) {
     if (on_phase) on_phase(name);
@@ -132,7 +130,7 @@ GraphedStep::GraphedStep(TransformerLM& model, AdamW* opt, Phase phase) : model_
   LLMHPC_CHECK(phase != Phase::TrainStep || opt != nullptr, "train-step needs an optimizer");
   LLMHPC_CHECK(phase != Phase::TrainStep || model.gradient_storage() == GradientStorage::Whole,
                "a recorded train step needs GradientStorage::Whole: AdamW inside backward would be recorded with one "
-               "step count (the modes refuse it as --cuda-graph without --separate-optimizer)");
+               "step count (the modes refuse a recorded train step that updates inside backward)");
   graph_ = model.device().capture([&] {
     model.forward();
     if (phase != Phase::Forward) model.backward(nullptr);  // forward-backward: gradients computed, then dropped

@@ -55,7 +55,7 @@ inline int step_marks(int micro_batches) { return kStepMarks + 2 * (micro_batche
 // Under GradientStorage::PerRange the optimizer runs inside backward (AdamW on each range as
 // backward finishes it): backward_ms includes it, optimizer_ms stays NaN, and no listener may be
 // given. One step; `timer` (of the model's device) needs kStepMarks marks. `opt` may be null unless
-// phase is TrainStep. `listener` hears backward and the optimizer (GradientListener's step
+// phase is TrainStep. `listener` hears backward and the optimizer (ParallelHooks's step
 // protocol).
 // After a sharded optimizer, parameters may still be arriving when it returns: the next
 // run_step's forward waits for them range by range; anything else that reads the parameters
@@ -64,7 +64,7 @@ inline int step_marks(int micro_batches) { return kStepMarks + 2 * (micro_batche
 // mode labels allocations with it).
 // With `micro` (train-step, GradientStorage::Whole; the timer of step_marks(micro->count)),
 // forward_ms and backward_ms are the sums over the micro-batches.
-StepTimes run_step(TransformerLM& model, AdamW* opt, Phase phase, Timer& timer, GradientListener* listener = nullptr,
+StepTimes run_step(TransformerLM& model, AdamW* opt, Phase phase, Timer& timer, ParallelHooks* listener = nullptr,
                    const std::function<void(const char*)>& on_phase = nullptr, const MicroBatches* micro = nullptr);
 
 // --cuda-graph: forward, and backward unless the phase is forward, recorded once as a device

@@ -33,10 +33,10 @@ GradientDType parse_gradient_dtype(const std::string& text) {
 DType gradient_dtype(Precision p, GradientDType g) {
   if (g == GradientDType::Master) return param_dtype(p);
   if (p != Precision::BF16)
-    throw UsageError(std::string("--grad-dtype bf16 keeps the gradients in the dtype of the products that make them, "
-                                 "which --precision ") +
+    throw UsageError(std::string("{grad_dtype} bf16 keeps the gradients in the dtype of the products that make them, "
+                                 "which {precision} ") +
                      precision_name(p) + " computes in " + dtype_name(compute_dtype(p)) +
-                     ": every --precision of the run must be bf16, or use --grad-dtype same");
+                     ": every {precision} of the run must be bf16, or use {grad_dtype} same");
   return DType::BF16;
 }
 
@@ -79,11 +79,12 @@ struct TransformerLM::Activations {
   Buffer d_resid, d_branch, d_norm, d_qkv, d_attn, d_h13, d_gated;
 };
 
-TransformerLM::TransformerLM(const ModelConfig& config, Precision precision, AttentionKind attention, Device& device,
-                             Ops& ops, MemoryPlan memory, int64_t flat_elements, GradientStorage gradients,
-                             GradientDType grad_dtype)
-    : config_(config), layout_(config), precision_(precision), grad_dtype_(gradient_dtype(precision, grad_dtype)),
-      attention_(attention), device_(device), ops_(ops), memory_(memory) {
+TransformerLM::TransformerLM(const Config& c, Device& device, Ops& ops)
+    : config_(c.shape), layout_(c.shape), precision_(c.precision),
+      grad_dtype_(gradient_dtype(c.precision, c.grad_dtype)), attention_(c.attention), device_(device), ops_(ops),
+      memory_(c.memory) {
+  const int64_t flat_elements = c.flat_elements;
+  const GradientStorage gradients = c.gradients;
   config_.validate();
   Allocator& a = device_.allocator();
   const DType pd = param_dtype(precision_);
@@ -193,8 +194,9 @@ Tensor TransformerLM::grad_rows(const std::string& first, int64_t rows) const {
   return grad_view(p.offset, {rows, p.shape[1]});
 }
 
-// SPEC initialisation, drawn where the parameters live (Ops::random_normal: a GPU draws 3.4
-// billion in milliseconds, the host in seconds per core), the same values on every backend.
+// The initialisation of transformer.h (init_parameters), drawn where the parameters live
+// (Ops::random_normal: a GPU draws 3.4 billion in milliseconds, the host in seconds per core),
+// the same values on every backend.
 void TransformerLM::init_parameters(uint64_t seed) {
   for (size_t k = 0; k < layout_.params().size(); ++k) {
     const ParamInfo& p = layout_.params()[k];
@@ -228,7 +230,7 @@ std::vector<FlatRange> TransformerLM::full_precision_ranges() const {
   return out;
 }
 
-void TransformerLM::parameters_arriving(GradientListener& source) {
+void TransformerLM::parameters_arriving(ParallelHooks& source) {
   LLMHPC_CHECK(arriving_ == nullptr, "parameters arriving twice without a forward or wait_parameters()");
   LLMHPC_CHECK(masters_from_ == nullptr || masters_from_ == &source,
                "parameters arriving from a second source while the first one's masters are stale");
@@ -247,19 +249,19 @@ void TransformerLM::parameters_arriving(GradientListener& source) {
 
 void TransformerLM::wait_parameters() {
   if (masters_from_ != nullptr) {  // the bf16 copy is (or arrives) fresh; the masters were stale
-    masters_from_->on_masters_needed();
+    masters_from_->masters_needed();
     masters_from_ = arriving_ = nullptr;
     return;
   }
   if (arriving_ == nullptr) return;
-  arriving_->on_parameters_needed(0, params_.tensor().numel());
+  arriving_->parameters_needed(0, params_.tensor().numel());
   arriving_ = nullptr;
   parameters_changed();
 }
 
 void TransformerLM::need_parameters(int64_t begin, int64_t end) {
   if (arriving_ == nullptr) return;
-  arriving_->on_parameters_needed(begin, end);
+  arriving_->parameters_needed(begin, end);
   if (arriving_ == masters_from_) return;  // the copy itself arrived
   if (lowp_released()) take_lowp();
   // The same rounding as one convert of the whole buffer, element by element: bitwise the same copy.
@@ -270,7 +272,7 @@ void TransformerLM::need_parameters(int64_t begin, int64_t end) {
 void TransformerLM::set_batch(const int32_t* tokens, const int32_t* targets, int64_t batch, int64_t seq) {
   if (batch <= 0 || seq <= 0) throw UsageError("batch size and sequence length must be positive");
   if (seq > config_.context_length)
-    throw UsageError("sequence length " + std::to_string(seq) + " exceeds --context-length " +
+    throw UsageError("sequence length " + std::to_string(seq) + " exceeds {context_length} " +
                      std::to_string(config_.context_length));
   if (batch != batch_ || seq != seq_) {
     // A set a forward-only pass kept is of the old shape: freed before anything new is taken.
@@ -439,7 +441,7 @@ std::vector<std::pair<std::string, DType>> TransformerLM::storage_dtypes() const
           {"parameter gradients", grad_dtype_}};
 }
 
-void TransformerLM::backward(GradientListener* listener, bool accumulate) {
+void TransformerLM::backward(ParallelHooks* listener, bool accumulate) {
   LLMHPC_CHECK(act_ != nullptr && has_targets_ && logits_fresh_, "backward() needs its own forward pass with targets");
   LLMHPC_CHECK(!accumulate || !grads_.empty(), "accumulating gradients needs GradientStorage::Whole");
   logits_fresh_ = false;
@@ -457,7 +459,7 @@ void TransformerLM::backward(GradientListener* listener, bool accumulate) {
   A.d_gated = Buffer(a, cd, {B, T, F}, "gradients.gated");
   const AttentionDims dims{B, T, H, config_.head_dim(), true, attention_};
   auto ready = [&](int64_t begin, int64_t end) {
-    if (listener) listener->on_gradients_ready(begin, end);
+    if (listener) listener->gradients_final(begin, end);
   };
   // The residual gradient as the next products read it: under bf16 each norm's backward also
   // writes its bf16 copy into d_branch (no conversion pass); in fp32 it is d_resid itself.

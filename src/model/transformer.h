@@ -1,8 +1,8 @@
-// TransformerLM (SPEC "The model"): token embedding -> N pre-norm blocks -> RMSNorm ->
-// LM head, written once against Ops. The model owns its flat parameters and gradients,
+// TransformerLM: token embedding -> N pre-norm blocks -> RMSNorm -> LM head, written once
+// against Ops. The model owns its flat parameters and gradients,
 // the bf16 copy of the weights under mixed precision, the batch, and the activations that
 // backward needs: those only from a forward to the end of its backward (see forward()). It
-// never talks to other ranks: a GradientListener hears when a range of gradients is final,
+// never talks to other ranks: a ParallelHooks hears when a range of gradients is final,
 // which is where data-parallel strategies hook in.
 #pragma once
 #include <memory>
@@ -12,7 +12,7 @@
 #include "kernels/ops.h"
 #include "src/core/allocator.h"
 #include "src/model/config.h"
-#include "src/model/gradient_listener.h"
+#include "src/model/parallel_hooks.h"
 #include "src/model/params.h"
 
 namespace llmhpc {
@@ -38,7 +38,7 @@ enum class MemoryPlan { Fast, LowMemory };
 // kept until the next backward (data parallelism, gradient checks and AdamW after backward
 // read it). PerRange: one buffer the size of the largest range backward reports (a layer, the
 // head with the final norm, or the embedding), reused: a range's gradients live only until
-// the GradientListener has consumed them (the optimizer applied as backward finishes each
+// the ParallelHooks has consumed them (the optimizer applied as backward finishes each
 // range: run_step), 4 bytes per parameter less. No padded buffers, no accumulation.
 enum class GradientStorage { Whole, PerRange };
 
@@ -55,14 +55,23 @@ DType gradient_dtype(Precision p, GradientDType g);
 
 class TransformerLM {
  public:
-  // `flat_elements`: the length of the flat buffers (parameters, gradients, bf16 copy), at
-  // least the parameter count (0: exactly that). ZeRO-1 asks for a few more, so that every
-  // reduce-scatter divides evenly among the ranks; the padding comes after every parameter,
-  // so no view moves, and it is zero and stays zero (no gradient is ever written there, and
-  // AdamW keeps a zero weight with a zero gradient at zero).
-  TransformerLM(const ModelConfig& config, Precision precision, AttentionKind attention, Device& device, Ops& ops,
-                MemoryPlan memory = MemoryPlan::Fast, int64_t flat_elements = 0,
-                GradientStorage gradients = GradientStorage::Whole, GradientDType grad_dtype = GradientDType::Master);
+  // What the model is and how it runs: its shape, precision, attention and memory plan, and how
+  // its gradients are kept. Owned here, filled by the modes from the command line.
+  struct Config {
+    ModelConfig shape;
+    Precision precision = Precision::FP32;
+    AttentionKind attention = AttentionKind::Naive;
+    MemoryPlan memory = MemoryPlan::Fast;
+    // The length of the flat buffers (parameters, gradients, bf16 copy), at least the parameter
+    // count (0: exactly that). ZeRO-1 asks for a few more, so that every reduce-scatter divides
+    // evenly among the ranks; the padding comes after every parameter, so no view moves, and it
+    // is zero and stays zero (no gradient is ever written there, and AdamW keeps a zero weight
+    // with a zero gradient at zero).
+    int64_t flat_elements = 0;
+    GradientStorage gradients = GradientStorage::Whole;
+    GradientDType grad_dtype = GradientDType::Master;
+  };
+  TransformerLM(const Config& config, Device& device, Ops& ops);
   ~TransformerLM();
 
   const ModelConfig& config() const { return config_; }
@@ -83,7 +92,7 @@ class TransformerLM {
   // The bf16 copy of all weights, which the optimizer keeps current; empty unless bf16 with
   // MemoryPlan::Fast, and while master weights arrive (from parameters_arriving() until the
   // next forward asks for its first range: every range is cast again then). A source that
-  // shares the copy itself (GradientListener::shares_compute_copy) writes into it.
+  // shares the copy itself (ParallelHooks::shares_compute_copy) writes into it.
   Tensor params_lowp() const { return params_lowp_; }
   // The parameters forward and backward read as they are, in the parameter dtype (the token
   // embedding and the norm gains), in layout order; every other one (the matrices) is read
@@ -92,24 +101,24 @@ class TransformerLM {
   Tensor param(const std::string& name) const { return view(params_, name); }
   Tensor grad(const std::string& name) const;  // under PerRange: of the range backward reports next
 
-  // SPEC initialisation: truncated normal std sqrt(2/(in+out)) at +-3 sigma for linear
+  // Initialisation: truncated normal std sqrt(2/(in+out)) at +-3 sigma for linear
   // weights, std 1 at +-3 for the embedding, 1 for norm gains.
   void init_parameters(uint64_t seed);
   // Call after the parameters were changed from outside (checkpoint load, broadcast), when
   // none are still arriving.
   void parameters_changed();
   // The parameters were changed from outside and arrive range by range through `source` (a
-  // sharded optimizer's all-gathers, GradientListener::finish_parameters): the next forward
-  // asks `source` for each range right before it first reads it (on_parameters_needed), and
+  // sharded optimizer's all-gathers, ParallelHooks::finish_parameters): the next forward
+  // asks `source` for each range right before it first reads it (parameters_needed), and
   // refreshes the bf16 copy of that range then (unless the source brings the copy itself),
   // so the rest keeps arriving behind the compute. `source` must live until that forward or
   // wait_parameters().
-  void parameters_arriving(GradientListener& source);
+  void parameters_arriving(ParallelHooks& source);
   // Every parameter in place, master weights included, and the bf16 copy fresh, for work
   // enqueued after it (nothing to do unless parameters are arriving). Whatever reads the
   // parameters other than forward calls it first: a checkpoint, the weights on the host, the
   // end of training. Collective while a source that shares the bf16 copy is arriving (its
-  // on_masters_needed), so every rank calls it at the same points.
+  // masters_needed), so every rank calls it at the same points.
   void wait_parameters();
 
   // Host arrays of B*T token ids; targets may be null (forward without loss). The batch's
@@ -139,7 +148,7 @@ class TransformerLM {
   // forward: it overwrites the logits with their gradient. Allocates its scratch as it begins
   // and frees the scratch and the activations once its last kernel is enqueued (stream-ordered
   // on the compute stream; nothing on another stream reads them).
-  void backward(GradientListener* listener = nullptr, bool accumulate = false);
+  void backward(ParallelHooks* listener = nullptr, bool accumulate = false);
   // Backward computes the gradients of `weight` x the mean loss (default 1): 1/k for each of a
   // step's k micro-batches (gradient accumulation), so that their gradients added up are the
   // mean over the whole batch's tokens.
@@ -189,15 +198,15 @@ class TransformerLM {
   Ops& ops_;
   MemoryPlan memory_;
   Buffer params_, grads_, params_lowp_;
-  Window layer_window_, head_window_;     // LowMemory under bf16: one layer, the LM head
-  Window grad_window_;                    // GradientStorage::PerRange: allocated by the first backward,
-  int64_t grad_window_elements_ = 0;      // so a model that only runs forward never holds it
-  Buffer tokens_, targets_, losses_;      // the batch: live from set_batch to the next shape
-  double loss_weight_ = 1.0;              // set_loss_weight
-  GradientListener* arriving_ = nullptr;  // where parameters still arrive from (parameters_arriving)
+  Window layer_window_, head_window_;  // LowMemory under bf16: one layer, the LM head
+  Window grad_window_;                 // GradientStorage::PerRange: allocated by the first backward,
+  int64_t grad_window_elements_ = 0;   // so a model that only runs forward never holds it
+  Buffer tokens_, targets_, losses_;   // the batch: live from set_batch to the next shape
+  double loss_weight_ = 1.0;           // set_loss_weight
+  ParallelHooks* arriving_ = nullptr;  // where parameters still arrive from (parameters_arriving)
   // A source that shared the bf16 copy (shares_compute_copy): the masters of ranges other
   // ranks own stay stale until wait_parameters() has it bring them.
-  GradientListener* masters_from_ = nullptr;
+  ParallelHooks* masters_from_ = nullptr;
   bool has_targets_ = false;
   bool has_loss_ = false;      // losses_ holds the last forward's, of this batch's targets
   bool logits_fresh_ = false;  // a forward ran since the last backward

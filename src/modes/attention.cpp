@@ -56,8 +56,8 @@ std::vector<int64_t> positive_list(const po::variables_map& vm, const std::strin
 }
 
 std::vector<AttentionKind> implementations(const po::variables_map& vm) {
-  return opt_list(vm, "impl", [](const std::string& a) {
-    require_choice(a, {"naive", "flash"}, "impl");  // named as this mode's option, not the model's --attention
+  return opt_list(vm, "attention", [](const std::string& a) {
+    require_choice(a, {"naive", "flash"}, "attention");
     return parse_attention(a);
   });
 }
@@ -68,10 +68,10 @@ std::vector<AttentionCase> sweep(const po::variables_map& vm) {
   std::vector<AttentionCase> cases;
   for (Precision p : precisions(vm))
     for (bool causal : causal_values(vm))
-      for (int64_t b : positive_list(vm, "batch"))
-        for (int64_t h : positive_list(vm, "heads"))
+      for (int64_t b : positive_list(vm, "batch-size"))
+        for (int64_t h : positive_list(vm, "num-heads"))
           for (int64_t d : positive_list(vm, "head-dim"))
-            for (int64_t t : positive_list(vm, "seq"))
+            for (int64_t t : positive_list(vm, "context-length"))
               for (AttentionKind impl : implementations(vm)) cases.push_back({b, h, d, t, causal, p, impl});
   return cases;
 }
@@ -79,21 +79,22 @@ std::vector<AttentionCase> sweep(const po::variables_map& vm) {
 void add_options(po::options_description& desc) {
   po::options_description a("Attention options (comma-separated lists sweep)");
   auto text = [](const char* def) { return po::value<std::string>()->default_value(def); };
-  a.add_options()("batch", text("8"), "batch size")("heads", text("1"), "attention heads")(
-      "head-dim", text("16,32,64,128"), "head dimension D")("seq", text("256,1024,4096"), "sequence length T")(
+  a.add_options()("batch-size", text("8"), "batch size B")("num-heads", text("1"), "attention heads H")(
+      "head-dim", text("16,32,64,128"), "head dimension D")("context-length", text("256,1024,4096"),
+                                                            "sequence length T")(
       "causal", po::value<std::string>()->default_value("off")->implicit_value("on"),
       "causal mask: on | off | on,off (--causal alone means on; give a list as --causal=on,off)")(
       "precision", text("fp32"),
       "fp32 | bf16 (on the CPU computed in fp32 on bf16 values: for checking, not speed) | fp64 (CPU "
-      "reference)")("impl", text("naive,flash"), "naive | flash")(
+      "reference)")("attention", text("naive,flash"), "naive | flash")(
       "warmup", text("5"), "untimed forward+backward iterations first (recorded apart)")(
-      "iters", text("20"), "timed forward+backward iterations");
+      "steps", text("20"), "timed forward+backward iterations");
   desc.add(a);
 }
 
 void validate(const po::variables_map& vm) {
   opt_nonnegative(vm, "warmup");
-  opt_positive(vm, "iters");
+  opt_positive(vm, "steps");
   sweep(vm);
 }
 
@@ -122,7 +123,7 @@ void timed_iteration(Ops& ops, Timer& timer, const AttentionDims& d, const Tenso
 
 void run(ModeContext& ctx) {
   const po::variables_map& vm = ctx.vm;
-  const int64_t warmup = opt_nonnegative(vm, "warmup"), iters = opt_positive(vm, "iters");
+  const int64_t warmup = opt_nonnegative(vm, "warmup"), iters = opt_positive(vm, "steps");
   const std::vector<AttentionCase> cases = sweep(vm);
   Device& dev = *ctx.backend.device;
   Ops& ops = *ctx.backend.ops;
@@ -136,7 +137,7 @@ void run(ModeContext& ctx) {
       ops.attention_saved({1, 1, 1, c.head_dim, c.causal, c.impl}, compute_dtype(c.precision));
     }
   });
-  note_cpu_bf16(ctx);
+  note_cpu_bf16(ctx, precisions(ctx.vm));
 
   log_root(ctx.rt, "attention: %zu configuration(s), %lld warm-up + %lld timed iterations, %d rank(s) on %s\n",
            cases.size(), (long long)warmup, (long long)iters, ctx.rt.world_size, dev.name().c_str());
@@ -204,8 +205,15 @@ void run(ModeContext& ctx) {
 }  // namespace
 
 ModeSpec attention_mode() {
-  return {"attention", "naive vs FlashAttention-2: forward/backward time and peak memory over a sweep", add_options,
-          validate, run};
+  return {"attention",
+          "naive vs FlashAttention-2: forward/backward time and peak memory over a sweep",
+          add_options,
+          validated(validate, run),
+          {{"batch", "batch-size"},
+           {"heads", "num-heads"},
+           {"seq", "context-length"},
+           {"impl", "attention"},
+           {"iters", "steps"}}};
 }
 
 }  // namespace llmhpc

@@ -96,7 +96,7 @@ void run(ModeContext& ctx) {
 
 ModeSpec bench_mode() {
   return {"bench", "time forward, backward and optimizer steps of the model over a sweep", add_options,
-          validate_step_options, run};
+          validated(validate_step_options, run)};
 }
 
 }  // namespace llmhpc

@@ -35,18 +35,18 @@ struct CommSettings {
   ReduceOp op = ReduceOp::Sum;
   int root = 0;
   int64_t warmup = 5, iters = 20;
-  double duration_s = 0;  // --duration-s; 0: --iters timed iterations
+  double duration_s = 0;  // --duration-s; 0: --steps timed iterations
   bool check = false;
 };
 
 DType parse_comm_dtype(const std::string& name) {
-  if (name == "float") return DType::F32;
+  if (name == "fp32") return DType::F32;
   if (name == "bf16") return DType::BF16;
-  throw UsageError("--dtype '" + name + "': must be one of float, bf16");
+  throw UsageError("--precision '" + name + "': must be one of fp32, bf16");
 }
 const char* comm_dtype_name(DType t) { return t == DType::BF16 ? "bf16" : "float"; }
 
-constexpr int64_t kMaxIters = 100'000'000;  // --iters, --warmup
+constexpr int64_t kMaxIters = 100'000'000;  // --steps, --warmup
 
 CommSettings settings(const po::variables_map& vm) {
   CommSettings s;
@@ -64,7 +64,7 @@ CommSettings settings(const po::variables_map& vm) {
     if (bytes == 0) throw UsageError("--size '" + text + "': must be at least one element");
     return bytes;
   });
-  s.dtypes = opt_list(vm, "dtype", [](const std::string& d) { return parse_comm_dtype(d); });
+  s.dtypes = opt_list(vm, "precision", [](const std::string& d) { return parse_comm_dtype(d); });
   const std::string inplace = opt_string(vm, "inplace");
   require_choice(inplace, {"no", "yes", "both"}, "inplace");
   if (inplace != "yes") s.placements.push_back(Placement::OutOfPlace);
@@ -74,13 +74,13 @@ CommSettings settings(const po::variables_map& vm) {
   s.op = op == "sum" ? ReduceOp::Sum : ReduceOp::Average;
   s.root = int(opt_nonnegative(vm, "root"));
   s.warmup = opt_nonnegative(vm, "warmup");
-  s.iters = opt_positive(vm, "iters");
+  s.iters = opt_positive(vm, "steps");
   if (s.iters > kMaxIters)  // every timed iteration's time is kept, several arrays of them
-    throw UsageError("--iters " + opt_string(vm, "iters") + ": at most " + std::to_string(kMaxIters) +
+    throw UsageError("--steps " + opt_string(vm, "steps") + ": at most " + std::to_string(kMaxIters) +
                      " (each iteration's time is kept); for a long run, --duration-s");
   if (s.warmup > kMaxIters)
     throw UsageError("--warmup " + opt_string(vm, "warmup") + ": at most " + std::to_string(kMaxIters));
-  s.duration_s = duration_seconds(vm, "iters");
+  s.duration_s = duration_seconds(vm, "steps");
   s.check = opt_flag(vm, "check");
   return s;
 }
@@ -92,15 +92,16 @@ void add_options(po::options_description& desc) {
                      "allreduce | reducescatter | allgather | broadcast | all (a list runs each)")(
       "size", text("1MB,10MB,100MB,1000MB"),
       "message sizes, the largest buffer of the operation (B, KB, MB, GB, KiB, MiB, GiB; a list runs each)")(
-      "dtype", text("float"), "float | bf16 (a list runs each)")("op", text("sum"),
-                                                                 "reduction of allreduce and reducescatter: sum | avg")(
+      "precision", text("fp32"),
+      "element type: fp32 | bf16 (a list runs each; records name fp32 float, as nccl-tests does)")(
+      "op", text("sum"), "reduction of allreduce and reducescatter: sum | avg")(
       "root", text("0"), "broadcast root rank")("inplace", text("both"), "no (out-of-place) | yes (in-place) | both")(
       "warmup", text("5"), "untimed iterations before the timed ones (their times are recorded apart)")(
-      "iters", text("20"),
+      "steps", text("20"),
       "timed iterations per configuration (with --duration-s: of the back-to-back run the table shows)")(
       "check", po::bool_switch(),
       "check every result exactly on verifiable inputs, after a start-up sanity all-reduce");
-  add_duration_option(comm, "iters");
+  add_duration_option(comm, "steps");
   desc.add(comm);
 }
 
@@ -310,8 +311,11 @@ void run(ModeContext& ctx) {
 }  // namespace
 
 ModeSpec comm_mode() {
-  return {"comm", "collective benchmark (all-reduce, reduce-scatter, all-gather, broadcast) over nccl or mpi",
-          add_options, validate, run};
+  return {"comm",
+          "collective benchmark (all-reduce, reduce-scatter, all-gather, broadcast) over nccl or mpi",
+          add_options,
+          validated(validate, run),
+          {{"iters", "steps"}, {"dtype", "precision"}}};
 }
 
 }  // namespace llmhpc

@@ -72,7 +72,7 @@ struct DdpCase : ModelCase {
 std::vector<DdpCase> sweep_cases(const po::variables_map& vm, int world_size) {
   const std::vector<double> buckets = bucket_sizes_mb(vm);
   const std::vector<SyncStrategy> strategies = sync_strategies(vm, std::max(world_size, 2));
-  const std::vector<Sharding> sharded = shardings(vm);
+  const std::vector<Sharding> sharded = shardings(vm, world_size);
   const std::vector<ShareWeights> choices = share_weights(vm);
   const std::vector<CollectiveEngine> engines = collective_engines(vm);
   const std::vector<bool> reductions = grad_reduce_in_bf16(vm);
@@ -161,10 +161,10 @@ void add_options(po::options_description& desc) {
       "steps", po::value<std::string>()->default_value("10"), "timed steps per configuration");
   add_duration_option(ddp, "steps");
   add_heat_option(ddp);
-  add_data_parallel_options(ddp, true);
+  add_data_parallel_options(ddp, ListUse{});
   po::options_description model("Model options (--batch-size is the global batch, shared equally by the ranks)");
-  add_model_options(model, true);
-  add_precision_options(model, true);
+  add_model_options(model, ListUse{});
+  add_precision_options(model, ListUse{});
   desc.add(ddp).add(model);
 }
 
@@ -183,7 +183,7 @@ void run(ModeContext& ctx) {
   const Runtime& rt = ctx.rt;
   const int64_t warmup = opt_nonnegative(vm, "warmup"), steps = opt_positive(vm, "steps");
   const double duration_s = duration_seconds(vm, "steps"), heat_s = heat_seconds(vm);
-  const std::vector<DdpCase> cases = sweep_cases(vm, rt.world_size);
+  std::vector<DdpCase> cases = sweep_cases(vm, rt.world_size);
   Device& dev = *ctx.backend.device;
   Ops& ops = *ctx.backend.ops;
   const uint64_t seed = uint64_t(opt_int(vm, "seed"));
@@ -194,6 +194,14 @@ void run(ModeContext& ctx) {
     for (const DdpCase& c : cases) local_batch(c.batch, rt.rank, rt.world_size);  // divides by the ranks
   });
   std::unique_ptr<Communicator> comm = make_gradient_communicator(rt, vm, dev);
+  // --collective-engine auto resolved per case; a case it makes the same as another runs once.
+  std::vector<DdpCase> resolved;
+  for (DdpCase c : cases) {
+    c.engine = resolve_collective_engine(c.engine, c.strategy, c.sharding, rt, dev, *comm);
+    if (std::none_of(resolved.begin(), resolved.end(), [&](const DdpCase& r) { return r.label() == c.label(); }))
+      resolved.push_back(c);
+  }
+  cases = std::move(resolved);
 
   const std::string timed = timed_text(duration_s, steps, "steps");
   log_root(rt, "ddp: %zu configuration(s), %lld warm-up steps, %s, %d rank(s) on %s, backend %s%s%s\n", cases.size(),
@@ -267,8 +275,10 @@ void run(ModeContext& ctx) {
                                                 rt.world_size, shard_alignment(dev, o.precision, o.share_copy))
                                  .flat_elements);
               }
-              live.model = std::make_unique<TransformerLM>(shape, c.precision, c.attention, dev, ops, memory,
-                                                           flat_elements, GradientStorage::Whole, c.grads);
+              live.model =
+                  std::make_unique<TransformerLM>(TransformerLM::Config{shape, c.precision, c.attention, memory,
+                                                                        flat_elements, GradientStorage::Whole, c.grads},
+                                                  dev, ops);
               live.model->init_parameters(seed + uint64_t(rt.rank));  // different per rank: the broadcast must work
               live.after_init = model_memory(dev.allocator());
             }
@@ -397,7 +407,7 @@ ModeSpec ddp_mode() {
   return {"ddp",
           "data-parallel train step under each gradient synchronisation strategy (naive, flat, overlap, bucketed) "
           "and optimizer sharding (broadcast, zero1)",
-          add_options, validate, run};
+          add_options, validated(validate, run)};
 }
 
 }  // namespace llmhpc

@@ -57,8 +57,8 @@ void add_options(po::options_description& desc) {
       "write the trace as FILE.pickle for pytorch.org/memory_viz (rank 0; with several configurations, one file "
       "each, the configuration's label inserted before the extension)");
   po::options_description model("Model options");
-  add_model_options(model, true);
-  add_precision_options(model, true);
+  add_model_options(model, ListUse{});
+  add_precision_options(model, ListUse{});
   add_gradient_options(model);
   desc.add(mem).add(model);
 }
@@ -215,8 +215,8 @@ void run(ModeContext& ctx) {
         c.label(), rec,
         [&] {
           mark("init");
-          model = std::make_unique<TransformerLM>(c.model, c.precision, c.attention, dev, ops, memory, 0, gradients,
-                                                  c.grads);
+          model = std::make_unique<TransformerLM>(
+              TransformerLM::Config{c.model, c.precision, c.attention, memory, 0, gradients, c.grads}, dev, ops);
           model->init_parameters(seed);
           if (c.phase == Phase::TrainStep) {
             opt = std::make_unique<AdamW>(*model, ops, AdamWHyper{});
@@ -303,7 +303,7 @@ void run(ModeContext& ctx) {
 ModeSpec memory_mode() {
   return {"memory",
           "trace every allocation of a step: peaks per phase, by category, largest allocations, memory_viz snapshot",
-          add_options, validate, run};
+          add_options, validated(validate, run)};
 }
 
 }  // namespace llmhpc

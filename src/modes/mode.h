@@ -24,15 +24,29 @@ struct ModeContext {
   std::string out_dir;
 };
 
+// What a mode runs, holding the options it parsed.
+using ModeRun = std::function<void(ModeContext&)>;
+
 struct ModeSpec {
   std::string name;
   std::string summary;
   std::function<void(po::options_description&)> add_options;
-  // Checks the options alone (no files, no device): same answer on every rank. Throws
-  // UsageError. Runs before any output is created.
-  std::function<void(const po::variables_map&)> validate;
-  std::function<void(ModeContext&)> run;
+  // Parses and checks the options alone (no files, no device: the same answer on every rank of
+  // a `world_size`-rank job) before any output is created, and returns the run. Throws
+  // UsageError.
+  std::function<ModeRun(const po::variables_map&, int world_size)> prepare;
+  // Options this mode once spelt otherwise, old -> new: given, they are refused with the new name.
+  std::vector<std::pair<std::string, std::string>> renamed = {};
 };
+
+// prepare for a mode whose run reads its options from ModeContext::vm: `validate`, then `run`.
+inline std::function<ModeRun(const po::variables_map&, int)> validated(
+    std::function<void(const po::variables_map&)> validate, ModeRun run) {
+  return [validate, run](const po::variables_map& vm, int) {
+    validate(vm);
+    return run;
+  };
+}
 
 const std::vector<ModeSpec>& all_modes();
 const ModeSpec* find_mode(const std::string& name);

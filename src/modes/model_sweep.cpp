@@ -36,8 +36,8 @@ void add_step_options(po::options_description& own) {
 
 void add_model_group(po::options_description& desc) {
   po::options_description model("Model options");
-  add_model_options(model, true);
-  add_precision_options(model, true);
+  add_model_options(model, ListUse{});
+  add_precision_options(model, ListUse{});
   desc.add(model);
 }
 
@@ -75,7 +75,7 @@ void check_cases_run(const ModeContext& ctx, const std::vector<ModelCase>& cases
       ops.attention_saved({1, 1, 1, 2, true, c.attention}, compute_dtype(c.precision));
     }
   });
-  note_cpu_bf16(ctx);
+  note_cpu_bf16(ctx, precisions(ctx.vm));
 }
 
 void add_case_attrs(Record& rec, const ModelCase& c, Phase phase, MemoryPlan memory, int64_t warmup, int64_t steps) {
@@ -120,7 +120,8 @@ TransformerLM& LiveModel::prepare(const std::vector<ModelCase>& cases, size_t i,
     ModelConfig shape = c.model;
     for (size_t k = i; k < cases.size() && cases[k].model_key() == key_; ++k)
       shape.context_length = std::max(shape.context_length, cases[k].model.context_length);
-    model_ = std::make_unique<TransformerLM>(shape, c.precision, c.attention, dev, ops, memory, 0, gradients, c.grads);
+    model_ = std::make_unique<TransformerLM>(
+        TransformerLM::Config{shape, c.precision, c.attention, memory, 0, gradients, c.grads}, dev, ops);
     model_->init_parameters(seed);
     if (phase == Phase::TrainStep) {  // its state now, so that no timed step allocates it
       opt_ = std::make_unique<AdamW>(*model_, ops, AdamWHyper{});

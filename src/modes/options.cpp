@@ -25,30 +25,46 @@ bool is_json_number(const std::string& s) {
 
 }  // namespace
 
-void add_model_options(po::options_description& desc, bool lists) {
-  const std::string list = lists ? " (a comma-separated list sweeps)" : "";
-  desc.add_options()("model", text("small"), ("size preset: tiny, small, medium, large, xl, 2.7B" + list).c_str())(
+po::typed_value<std::string>* listable(const ListUse& use, const std::string& name, const char* def) {
+  po::typed_value<std::string>* value = def ? text(def) : text();
+  if (use.sweeps()) return value;
+  const std::string refusal = "--mode " + use.mode + " takes one value for --" + name + " (" + use.why + ")";
+  return value->notifier([refusal](const std::string& v) {
+    if (v.find(',') != std::string::npos) throw UsageError(refusal);
+  });
+}
+
+void add_model_options(po::options_description& desc, const ListUse& use) {
+  const std::string list = use.sweeps() ? " (a comma-separated list sweeps)" : "";
+  desc.add_options()("model", listable(use, "model", "small"),
+                     ("size preset: tiny, small, medium, large, xl, 2.7B" + list).c_str())(
       "d-model", text(), "model width (with --d-ff --num-layers --num-heads instead of a preset)")(
       "d-ff", text(), "SwiGLU hidden width")("num-layers", text(), "number of transformer blocks")(
       "num-heads", text(), "attention heads; must divide --d-model")("vocab-size", text("10000"), "vocabulary size")(
-      "context-length", text("128"), ("sequence length T" + list).c_str())(
-      "batch-size", text("4"),
+      "context-length", listable(use, "context-length", "128"), ("sequence length T" + list).c_str())(
+      "batch-size", listable(use, "batch-size", "4"),
       ("sequences per step: in ddp and train the global batch, shared equally by the ranks; in bench, "
        "profile and memory every rank's own; unused by precision" +
        list)
           .c_str())("rope-theta", text("10000"), "RoPE base");
 }
 
-void add_precision_options(po::options_description& desc, bool lists) {
-  const std::string list = lists ? " (list sweeps)" : "";
-  desc.add_options()("precision", text("fp32"),
-                     ("fp32 | bf16 (autocast-style mixed precision) | fp64 (CPU reference)" + list).c_str())(
-      "attention", text("naive"), ("naive | flash" + list).c_str())(
-      "low-memory", po::bool_switch(),
-      "recompute each layer's norm outputs in backward instead of keeping them and, under bf16, cast "
-      "each layer's weights when forward or backward reaches it instead of keeping a bf16 copy of all "
-      "weights (2 bytes per parameter less: 2.7B -6.2 GiB); a few percent slower, bitwise the same "
-      "results")(
+void add_precision_options(po::options_description& desc, const ListUse& use) {
+  const std::string list = use.sweeps() ? " (list sweeps)" : "";
+  desc.add_options()("precision", listable(use, "precision", "fp32"),
+                     ("fp32 | bf16 (autocast-style mixed precision: fp32 master weights, bf16 matrix operands; on "
+                      "the CPU computed in fp32 on bf16 values, for checking, not speed) | fp64 (CPU reference)" +
+                      list)
+                         .c_str())(
+      "attention", listable(use, "attention", "naive"),
+      ("naive | flash (FlashAttention-2; bitwise deterministic except the bf16 backward on long sequences, "
+       "which LLMHPC_FLASH_BWD=split makes deterministic too)" +
+       list)
+          .c_str())("low-memory", po::bool_switch(),
+                    "recompute each layer's norm outputs in backward instead of keeping them and, under bf16, cast "
+                    "each layer's weights when forward or backward reaches it instead of keeping a bf16 copy of all "
+                    "weights (2 bytes per parameter less: 2.7B -6.2 GiB); a few percent slower, bitwise the same "
+                    "results")(
       "grad-dtype", text("same"),
       "what backward writes the parameter gradients in: same (the master weights' dtype, fp32, as PyTorch's "
       "autocast) | bf16 (--precision bf16: the products round their weight gradients to bf16, as llm.c: 2 bytes "
@@ -61,7 +77,7 @@ MemoryPlan memory_plan(const po::variables_map& vm) {
 }
 
 GradientDType grad_dtype(const po::variables_map& vm) {
-  const GradientDType g = parse_gradient_dtype(vm["grad-dtype"].as<std::string>());
+  const GradientDType g = parse_gradient_dtype(opt_string(vm, "grad-dtype"));
   for (Precision p : precisions(vm)) gradient_dtype(p, g);  // throws for bf16 gradients without bf16 precision
   return g;
 }
@@ -104,9 +120,13 @@ GradientStorage gradient_storage(const po::variables_map& vm) {
 }
 
 std::string opt_string(const po::variables_map& vm, const std::string& name) {
-  return vm.count(name) ? vm[name].as<std::string>() : std::string();
+  const auto it = vm.find(name);
+  return it == vm.end() ? std::string() : it->second.as<std::string>();
 }
-bool opt_given(const po::variables_map& vm, const std::string& name) { return vm.count(name) && !vm[name].defaulted(); }
+bool opt_given(const po::variables_map& vm, const std::string& name) {
+  const auto it = vm.find(name);
+  return it != vm.end() && !it->second.defaulted();
+}
 
 void check_output_file(const std::string& option, const std::string& path) {
   namespace fs = std::filesystem;
@@ -118,7 +138,10 @@ void check_output_file(const std::string& option, const std::string& path) {
   if (!fs::is_directory(dir)) throw UsageError(what + ": '" + dir.string() + "' is not a directory");
   if (access(dir.c_str(), W_OK) != 0) throw UsageError(what + ": the directory '" + dir.string() + "' is not writable");
 }
-bool opt_flag(const po::variables_map& vm, const std::string& name) { return vm.count(name) && vm[name].as<bool>(); }
+bool opt_flag(const po::variables_map& vm, const std::string& name) {
+  const auto it = vm.find(name);
+  return it != vm.end() && it->second.as<bool>();
+}
 int64_t opt_int(const po::variables_map& vm, const std::string& name) { return parse_int(opt_string(vm, name), name); }
 double opt_double(const po::variables_map& vm, const std::string& name) {
   return parse_double(opt_string(vm, name), name);
@@ -199,8 +222,7 @@ bool use_cuda_graph(const ModeContext& ctx) {
   return true;
 }
 
-void note_cpu_bf16(const ModeContext& ctx) {
-  const std::vector<Precision> wanted = precisions(ctx.vm);
+void note_cpu_bf16(const ModeContext& ctx, const std::vector<Precision>& wanted) {
   if (ctx.backend.device->kind() == DeviceKind::Cpu &&
       std::find(wanted.begin(), wanted.end(), Precision::BF16) != wanted.end())
     log_root(ctx.rt,
@@ -212,10 +234,13 @@ std::vector<AttentionKind> attentions(const po::variables_map& vm) {
   return opt_list(vm, "attention", [](const std::string& a) { return parse_attention(a); });
 }
 
-std::string resolve_backend(const po::variables_map& vm, DeviceKind device) {
-  const std::string b = opt_string(vm, "backend");
-  if (b != "auto") return b;
+std::string resolve_backend(const std::string& backend, DeviceKind device) {
+  if (backend != "auto") return backend;
   return device == DeviceKind::Cuda ? "nccl" : "mpi";
+}
+
+std::string resolve_backend(const po::variables_map& vm, DeviceKind device) {
+  return resolve_backend(opt_string(vm, "backend"), device);
 }
 
 std::string options_json(const po::variables_map& vm) {
@@ -235,6 +260,12 @@ std::string options_json(const po::variables_map& vm) {
     first = false;
   }
   return out + "}";
+}
+
+std::string option_for_field(const std::string& field) {
+  std::string flag = "--" + field;
+  std::replace(flag.begin(), flag.end(), '_', '-');
+  return flag;
 }
 
 }  // namespace llmhpc

@@ -13,12 +13,21 @@
 
 namespace llmhpc {
 
+// How a mode takes the options that sweeps take as comma-separated lists: as lists too, or as
+// one value, a list refused where the option is declared ("--mode train takes one value for
+// --model (lists are for bench and ddp sweeps)").
+struct ListUse {
+  std::string mode, why;  // empty mode: lists sweep
+  bool sweeps() const { return mode.empty(); }
+};
+// A text option with default `def` (null: none) taken as `use` says.
+po::typed_value<std::string>* listable(const ListUse& use, const std::string& name, const char* def);
+
 // --model, --d-model, --d-ff, --num-layers, --num-heads, --vocab-size, --context-length,
-// --batch-size, --rope-theta. With `lists`, --model, --context-length and --batch-size
-// take comma-separated lists (a sweep).
-void add_model_options(po::options_description& desc, bool lists);
-// --precision and --attention (lists when `lists`).
-void add_precision_options(po::options_description& desc, bool lists);
+// --batch-size, --rope-theta; --model, --context-length and --batch-size as `use` says.
+void add_model_options(po::options_description& desc, const ListUse& use);
+// --precision and --attention as `use` says, --low-memory, --grad-dtype.
+void add_precision_options(po::options_description& desc, const ListUse& use);
 
 // Presets x context lengths, in the order given. Throws UsageError.
 std::vector<ModelConfig> model_configs(const po::variables_map& vm);
@@ -28,7 +37,7 @@ std::vector<int64_t> batch_sizes(const po::variables_map& vm);
 std::vector<Precision> precisions(const po::variables_map& vm);
 // Rank 0 says once that bf16 on the CPU is storage only (kernels/cpu), so its times mislead
 // nobody; nothing unless --precision has bf16 and the device is the CPU.
-void note_cpu_bf16(const ModeContext& ctx);
+void note_cpu_bf16(const ModeContext& ctx, const std::vector<Precision>& wanted);
 // --cuda-graph given (GraphedStep, src/model/train_step.h); UsageError on a device without graphs.
 bool use_cuda_graph(const ModeContext& ctx);
 // The message of that UsageError (validate functions give it earlier, for --device cpu).
@@ -72,7 +81,12 @@ auto opt_list(const po::variables_map& vm, const std::string& name, Parse parse)
 }
 
 // --backend with "auto" resolved: nccl on CUDA devices, mpi on the CPU.
+std::string resolve_backend(const std::string& backend, DeviceKind device);
 std::string resolve_backend(const po::variables_map& vm, DeviceKind device);
+
+// How the command line spells a configuration field that a lower layer names in an error
+// ({d_model}: --d-model). main() installs it (set_field_names, src/core/check.h).
+std::string option_for_field(const std::string& field);
 
 // Every option and its value as a JSON object (the config_json root attribute).
 std::string options_json(const po::variables_map& vm);

@@ -49,7 +49,7 @@ void add_options(po::options_description& desc) {
                      "accumulation experiment: how many additions")(
       "value", po::value<std::string>()->default_value("0.01"), "accumulation experiment: the value added");
   po::options_description model("Model options (the dtype table)");
-  add_model_options(model, false);
+  add_model_options(model, {"precision", "its dtype table is of one model"});
   model.add_options()("precision", po::value<std::string>()->default_value("bf16"),
                       "fp32 | bf16 (autocast-style mixed precision) | fp64: the dtype table's precision")(
       "attention", po::value<std::string>()->default_value("flash"), "naive | flash");
@@ -61,10 +61,6 @@ void validate(const po::variables_map& vm) {
   opt_double(vm, "value");
   parse_precision(opt_string(vm, "precision"));
   parse_attention(opt_string(vm, "attention"));
-  for (const char* one : {"model", "context-length", "batch-size"})  // one dtype table
-    if (split_list(opt_string(vm, one), one).size() != 1)
-      throw UsageError(std::string("--mode precision takes one value for --") + one +
-                       " (its dtype table is of one model)");
   model_configs(vm);
 }
 
@@ -122,7 +118,7 @@ void run(ModeContext& ctx) {
       .attr("attention", std::string(attention_name(attention)))
       .attr("model", config.name);
   st = sweep.run("dtype table", tab, [&] {
-    TransformerLM model(config, precision, attention, dev, ops, MemoryPlan::Fast, 0, GradientStorage::PerRange);
+    TransformerLM model({config, precision, attention, MemoryPlan::Fast, 0, GradientStorage::PerRange}, dev, ops);
     const std::vector<int32_t> tokens(size_t(config.context_length), 0);
     model.set_batch(tokens.data(), tokens.data(), 1, config.context_length);
     dtypes = model.storage_dtypes();
@@ -173,7 +169,7 @@ void run(ModeContext& ctx) {
 
 ModeSpec precision_mode() {
   return {"precision", "the accumulation experiment on the device, and the dtype of every tensor under --precision",
-          add_options, validate, run};
+          add_options, validated(validate, run)};
 }
 
 }  // namespace llmhpc

@@ -283,7 +283,7 @@ void run(ModeContext& ctx) {
 
 ModeSpec profile_mode() {
   return {"profile", "per-kernel GPU time per phase (CUPTI; ops on the CPU), matmul share, attention's parts, --trace",
-          add_options, validate, run};
+          add_options, validated(validate, run)};
 }
 
 }  // namespace llmhpc

@@ -66,12 +66,39 @@ void add_options(po::options_description& desc) {
       "cuda-graph", po::bool_switch(),
       "from the second step on, replay forward and backward from a CUDA graph recorded then, AdamW after it: "
       "one launch instead of hundreds for a small model (CUDA, one rank; bitwise the same training)");
-  add_data_parallel_options(train, false);
+  const ListUse one{"train", "lists are for bench and ddp sweeps"};
+  add_data_parallel_options(train, one);
   po::options_description model("Model options");
-  add_model_options(model, false);
-  add_precision_options(model, false);
+  add_model_options(model, one);
+  add_precision_options(model, one);
   desc.add(train).add(model);
 }
+
+// Everything train takes from the command line, parsed and checked once by parse_options
+// before any file or device is touched (the same verdict on every rank); run() reads only this.
+struct TrainOptions {
+  std::string data, init, save;  // init, save: "" when not given
+  DataOrder order = DataOrder::Random;
+  int64_t steps = 0, log_every = 0, save_every = 0, batch = 0;  // batch: the global batch
+  int micro_batches = 1;
+  uint64_t seed = 0;
+  // The model: `shape` from the model options, or (none given, --init) the checkpoint's, with
+  // the overrides the user gave.
+  std::optional<ModelConfig> shape;
+  std::optional<int64_t> vocab_size, context_length;
+  std::optional<double> rope_theta;
+  Precision precision = Precision::FP32;
+  AttentionKind attention = AttentionKind::Naive;
+  MemoryPlan memory = MemoryPlan::Fast;
+  GradientDType grads = GradientDType::Master;
+  Parallelism parallel;
+  std::string backend;  // --backend as given: auto, nccl or mpi
+  AdamWHyper hyper;
+  LrSchedule schedule;             // its decay_steps set by run() when not given
+  bool decay_steps_given = false;  // else the run's last step ends the decay
+  double clip_grad_norm = 0;       // 0: off; inf: the norm recorded only
+  bool cuda_graph = false;
+};
 
 AdamWHyper hyper_from(const po::variables_map& vm) {
   AdamWHyper h;
@@ -87,17 +114,16 @@ AdamWHyper hyper_from(const po::variables_map& vm) {
   return h;
 }
 
-// The learning rate of each step; `last_step`: the step this run ends at (the default end of decay).
-LrSchedule lr_schedule(const po::variables_map& vm, int64_t last_step) {
+// The schedule's shape; its end of decay, when not given, is the run's last step (run()).
+LrSchedule lr_schedule(const po::variables_map& vm) {
   LrSchedule s;
   s.decay = parse_lr_decay(opt_string(vm, "lr-schedule"));
   s.peak = opt_double(vm, "lr");
   s.min = opt_double(vm, "min-lr");
   s.warmup_steps = opt_nonnegative(vm, "lr-warmup-steps");
-  s.decay_steps = vm.count("lr-decay-steps") ? opt_positive(vm, "lr-decay-steps") : last_step;
+  if (vm.count("lr-decay-steps")) s.decay_steps = opt_positive(vm, "lr-decay-steps");
   if (s.decay == LrDecay::Constant && (opt_given(vm, "min-lr") || vm.count("lr-decay-steps")))
     throw UsageError("--min-lr and --lr-decay-steps shape a decay: give them with --lr-schedule cosine or linear");
-  s.validate();
   return s;
 }
 
@@ -110,61 +136,66 @@ double clip_grad_norm(const po::variables_map& vm) {
   return v;
 }
 
-void validate(const po::variables_map& vm) {
+TrainOptions parse_options(const po::variables_map& vm, int world_size) {
   if (!vm.count("data")) throw UsageError("--mode train needs --data FILE (a .bin of uint16 tokens or a .npy)");
-  parse_data_order(opt_string(vm, "data-order"));
   for (const auto& [option, example] : {std::pair{"data", "tokens.bin"}, {"init", "model.h5"}, {"save", "model.h5"}})
     if (vm.count(option) && opt_string(vm, option).empty())
       throw UsageError(std::string("--") + option + " needs a file name (e.g. --" + option + " " + example + ")");
-  opt_positive(vm, "steps");
-  opt_nonnegative(vm, "log-every");
-  if (opt_positive(vm, "grad-accum") > 1 && opt_flag(vm, "cuda-graph"))
+  TrainOptions o;
+  o.data = opt_string(vm, "data");
+  if (vm.count("init")) o.init = opt_string(vm, "init");
+  if (vm.count("save")) o.save = opt_string(vm, "save");
+  o.order = parse_data_order(opt_string(vm, "data-order"));
+  o.steps = opt_positive(vm, "steps");
+  o.log_every = opt_nonnegative(vm, "log-every");
+  o.save_every = opt_nonnegative(vm, "save-every");
+  o.micro_batches = int(opt_positive(vm, "grad-accum"));
+  o.seed = uint64_t(opt_int(vm, "seed"));
+  o.cuda_graph = opt_flag(vm, "cuda-graph");
+  if (o.micro_batches > 1 && o.cuda_graph)
     throw UsageError(
         "--cuda-graph replays one forward and backward per step: it cannot take --grad-accum micro-batches");
-  if (opt_nonnegative(vm, "save-every") > 0 && !vm.count("save"))
+  if (o.save_every > 0 && o.save.empty())
     throw UsageError("--save-every needs --save FILE: the checkpoint it rewrites (e.g. --save model.h5)");
-  hyper_from(vm);
-  clip_grad_norm(vm);
+  o.hyper = hyper_from(vm);
+  o.clip_grad_norm = clip_grad_norm(vm);
+  o.schedule = lr_schedule(vm);
+  o.decay_steps_given = vm.count("lr-decay-steps") > 0;
+  if (!o.decay_steps_given && o.init.empty()) o.schedule.decay_steps = o.steps;
   // With --init the run's last step, the default end of decay, is known once run() has read the
   // checkpoint's step; it checks the schedule again then.
-  lr_schedule(vm, vm.count("init") ? std::numeric_limits<int64_t>::max() : opt_positive(vm, "steps"));
-  for (const char* list_opt : {"model", "context-length", "batch-size", "precision", "attention", "ddp", "bucket-mb",
-                               "shard-optimizer", "share-weights", "collective-engine", "grad-reduce-dtype"})
-    if (split_list(opt_string(vm, list_opt), list_opt).size() != 1)
-      throw UsageError(std::string("--mode train takes one value for --") + list_opt +
-                       " (lists are for bench and ddp sweeps)");
-  const Sharding sharding = shardings(vm).front();
-  require_reduced_gradients(sync_strategies(vm, 1, sharding != Sharding::None).front(), sharding);
-  shares_compute_copy(share_weights(vm).front(), precisions(vm).front(), memory_plan(vm), sharding);
-  collective_engines(vm);
-  check_grad_reduce(grad_reduce_in_bf16(vm).front(), precisions(vm).front());
-  grad_dtype(vm);
-  bucket_sizes_mb(vm);
-  // Every value run() parses, parsed here first: before the mode runs, every rank reaches the same
-  // verdict and rank 0 alone says it (inside the mode a bad value would abort the job).
-  batch_sizes(vm);
-  precisions(vm);
-  attentions(vm);
-  if (!vm.count("init")) model_configs(vm);
+  LrSchedule check = o.schedule;
+  if (!o.decay_steps_given && !o.init.empty()) check.decay_steps = std::numeric_limits<int64_t>::max();
+  check.validate();
+  o.batch = batch_sizes(vm).front();
+  o.precision = precisions(vm).front();
+  o.attention = attentions(vm).front();
+  o.memory = memory_plan(vm);
+  o.grads = grad_dtype(vm);
+  o.backend = opt_string(vm, "backend");
+  o.parallel = parallelism(vm, world_size);
+  check_parallelism(o.parallel, o.precision, o.memory, world_size);
+  if (opt_given(vm, "model") || has_explicit_shape(vm) || o.init.empty()) o.shape = model_configs(vm).front();
+  if (opt_given(vm, "vocab-size")) o.vocab_size = opt_int(vm, "vocab-size");
+  if (opt_given(vm, "rope-theta")) o.rope_theta = opt_double(vm, "rope-theta");
+  if (opt_given(vm, "context-length")) o.context_length = opt_positive(vm, "context-length");
+  return o;
 }
 
-// The model to train: from the options, or from --init's attributes when no shape
-// option was given.
-ModelConfig resolve_config(const po::variables_map& vm, const CheckpointInfo* init) {
-  if (init && init->config && !opt_given(vm, "model") && !has_explicit_shape(vm)) {
-    ModelConfig c = *init->config;
-    c.name = "checkpoint";
-    if (opt_given(vm, "vocab-size")) c.vocab_size = opt_int(vm, "vocab-size");
-    if (opt_given(vm, "rope-theta")) c.rope_theta = opt_double(vm, "rope-theta");
-    if (opt_given(vm, "context-length")) c.context_length = opt_positive(vm, "context-length");
-    c.validate();
-    return c;
-  }
-  if (init && !opt_given(vm, "model") && !has_explicit_shape(vm))
+// The model to train: from the options, or from --init's attributes when no shape option was given.
+ModelConfig resolve_config(const TrainOptions& o, const CheckpointInfo* init) {
+  if (o.shape) return *o.shape;
+  if (!init || !init->config)
     throw UsageError(
-        "--init '" + opt_string(vm, "init") +
+        "--init '" + o.init +
         "' has no model config attributes; give the model with --model or --d-model/--d-ff/--num-layers/--num-heads");
-  return model_configs(vm).front();
+  ModelConfig c = *init->config;
+  c.name = "checkpoint";
+  if (o.vocab_size) c.vocab_size = *o.vocab_size;
+  if (o.rope_theta) c.rope_theta = *o.rope_theta;
+  if (o.context_length) c.context_length = *o.context_length;
+  c.validate();
+  return c;
 }
 
 // Of the model's `parameters`, those `rank` updates (zero1's parts include the padding that
@@ -175,26 +206,24 @@ int64_t owned_parameters(const SyncPlan& plan, int rank, int64_t parameters) {
   return n;
 }
 
-void run(ModeContext& ctx) {
-  const po::variables_map& vm = ctx.vm;
+void run(ModeContext& ctx, const TrainOptions& o) {
   Runtime& rt = ctx.rt;
   Device& dev = *ctx.backend.device;
   Ops& ops = *ctx.backend.ops;
-  const int64_t steps = opt_positive(vm, "steps"), log_every = opt_nonnegative(vm, "log-every");
-  const int64_t save_every = opt_nonnegative(vm, "save-every");
-  const int micro_batches = int(opt_positive(vm, "grad-accum"));
-  const int64_t batch = batch_sizes(vm).front();  // the global batch
-  const Sharding sharding = shardings(vm).front();
-  const SyncStrategy strategy = sync_strategies(vm, rt.world_size, sharding != Sharding::None).front();
-  const double bucket_mb = bucket_sizes_mb(vm).front();
-  const DataOrder order = parse_data_order(opt_string(vm, "data-order"));
-  const uint64_t seed = uint64_t(opt_int(vm, "seed"));
-  const Precision precision = precisions(vm).front();
-  const AttentionKind attention = attentions(vm).front();
-  const MemoryPlan memory = memory_plan(vm);
-  const bool share_copy = shares_compute_copy(share_weights(vm).front(), precision, memory, sharding);
-  const bool reduce_in_bf16 = grad_reduce_in_bf16(vm).front();
-  const GradientDType grads = grad_dtype(vm);
+  const int64_t steps = o.steps, log_every = o.log_every, save_every = o.save_every, batch = o.batch;
+  const int micro_batches = o.micro_batches;
+  const Parallelism& par = o.parallel;
+  const Sharding sharding = par.sharding;
+  const SyncStrategy strategy = par.strategy;
+  const double bucket_mb = par.bucket_mb;
+  const DataOrder order = o.order;
+  const uint64_t seed = o.seed;
+  const Precision precision = o.precision;
+  const AttentionKind attention = o.attention;
+  const MemoryPlan memory = o.memory;
+  const bool share_copy = shares_compute_copy(par.share_weights, precision, memory, sharding);
+  const bool reduce_in_bf16 = par.reduce_in_bf16;
+  const GradientDType grads = o.grads;
   install_stop_handlers();  // from here a signal stops the run after its first step at the latest
 
   // Everything that can be wrong with files or the device, agreed on by all ranks.
@@ -204,35 +233,31 @@ void run(ModeContext& ctx) {
   std::optional<CheckpointInfo> init;
   bool graphed = false;
   collective_check(rt, [&] {
-    graphed = use_cuda_graph(ctx);
-    data = TokenData::open(opt_string(vm, "data"));
-    if (vm.count("init")) {
+    if (o.cuda_graph && dev.kind() != DeviceKind::Cuda) throw UsageError(kCudaGraphNeedsCuda);
+    graphed = o.cuda_graph;
+    data = TokenData::open(o.data);
+    if (!o.init.empty()) {
       try {
-        init = inspect_checkpoint(opt_string(vm, "init"));
+        init = inspect_checkpoint(o.init);
       } catch (const UsageError& e) {  // the file's own message, naming the option it came from
         throw UsageError(std::string("--init: ") + e.what());
       }
     }
-    config = resolve_config(vm, init ? &*init : nullptr);
-    if (init) check_checkpoint_fits(opt_string(vm, "init"), ParameterLayout(config));
+    config = resolve_config(o, init ? &*init : nullptr);
+    if (init) check_checkpoint_fits(o.init, ParameterLayout(config));
     data.validate(config.vocab_size, config.context_length);
-    if (vm.count("save") && rt.is_root()) {  // rank 0 writes it
-      const std::string save = opt_string(vm, "save");
+    if (!o.save.empty() && rt.is_root()) {  // rank 0 writes it
+      const std::string& save = o.save;
       check_output_file("--save", save);
       std::error_code ec;
-      if (std::filesystem::equivalent(save, opt_string(vm, "data"), ec))
+      if (std::filesystem::equivalent(save, o.data, ec))
         throw UsageError("--save '" + save + "' is the --data file: the checkpoint would replace the tokens");
     }
     plan = data_parallel_plan(strategy, sharding, config, precision, grads, bucket_mb, rt.world_size,
                               shard_alignment(dev, precision, share_copy), reduce_in_bf16);
-    if (reduce_in_bf16 && strategy == SyncStrategy::None)
-      throw UsageError("--grad-reduce-dtype bf16 says what the ranks' gradients are averaged in, and --ddp none "
-                       "averages nothing (one rank trains alone by default): give several ranks, or leave it out");
+    check_parallelism(par, precision, memory, rt.world_size);
     if (graphed && rt.world_size > 1)
       throw UsageError("--cuda-graph trains on one rank: data parallelism's collectives are not recorded in the graph");
-    if (rt.world_size > 1 && strategy == SyncStrategy::None)
-      throw UsageError("--ddp none on " + std::to_string(rt.world_size) +
-                       " ranks would train independent copies of the model: choose naive, flat, overlap or bucketed");
     const int64_t share = local_batch(batch, rt.rank, rt.world_size).count;
     if (share % micro_batches != 0)
       throw UsageError("--batch-size " + std::to_string(batch) + " gives each of " + std::to_string(rt.world_size) +
@@ -244,13 +269,18 @@ void run(ModeContext& ctx) {
   const int64_t fewest = rt.reduce_all(data.size(), HostReduce::Min);
   const int64_t most = rt.reduce_all(data.size(), HostReduce::Max);
   if (fewest != most)
-    throw AgreedError("--data " + opt_string(vm, "data") + ": the ranks read files of " + std::to_string(fewest) +
-                      " to " + std::to_string(most) + " tokens; every rank must read the same tokens");
+    throw AgreedError("--data " + o.data + ": the ranks read files of " + std::to_string(fewest) + " to " +
+                      std::to_string(most) + " tokens; every rank must read the same tokens");
   const LocalBatch mine = local_batch(batch, rt.rank, rt.world_size);
   const int64_t micro_size = mine.count / micro_batches;
   std::unique_ptr<Communicator> comm;
-  const CollectiveEngine engine = collective_engines(vm).front();
-  if (strategy != SyncStrategy::None) comm = make_gradient_communicator(rt, vm, dev);
+  if (strategy != SyncStrategy::None)
+    collective_check(rt, [&] {
+      comm = make_gradient_communicator(rt, resolve_backend(o.backend, dev.kind()), dev,
+                                        par.engine == CollectiveEngine::Copy);
+    });
+  const CollectiveEngine engine =
+      comm ? resolve_collective_engine(par.engine, strategy, sharding, rt, dev, *comm) : CollectiveEngine::Sm;
 
   const int64_t seq = config.context_length;  // sequences are as long as the model's context
   std::unique_ptr<TransformerLM> model;
@@ -258,21 +288,24 @@ void run(ModeContext& ctx) {
   LrSchedule schedule;
   MemoryBreakdown after_init;
   collective_check(rt, [&] {
-    model = std::make_unique<TransformerLM>(config, precision, attention, dev, ops, memory, plan.flat_elements,
-                                            GradientStorage::Whole, grads);
+    model = std::make_unique<TransformerLM>(
+        TransformerLM::Config{config, precision, attention, memory, plan.flat_elements, GradientStorage::Whole, grads},
+        dev, ops);
     after_init = model_memory(dev.allocator());
     // This rank's ranges only; its state appears with the first step (or the checkpoint's).
-    opt = std::make_unique<AdamW>(*model, ops, hyper_from(vm), plan.owned(rt.rank));
-    if (init) load_checkpoint(opt_string(vm, "init"), *model, opt.get());
+    opt = std::make_unique<AdamW>(*model, ops, o.hyper, plan.owned(rt.rank));
+    if (init) load_checkpoint(o.init, *model, opt.get());
     else model->init_parameters(seed);
-    schedule = lr_schedule(vm, opt->steps_taken() + steps);
+    schedule = o.schedule;
+    if (!o.decay_steps_given) schedule.decay_steps = opt->steps_taken() + steps;  // this run's last step
+    schedule.validate();
     if (schedule.decay != LrDecay::Constant && schedule.decay_steps <= opt->steps_taken())
       throw UsageError("--lr-decay-steps " + std::to_string(schedule.decay_steps) + ": the checkpoint is at step " +
                        std::to_string(opt->steps_taken()) + ", so every step of this run would train at --min-lr " +
                        fmt(schedule.min) + "; give a later end of decay, or --lr-schedule constant --lr " +
                        fmt(schedule.min) + " if that is meant");
   });
-  const double max_grad_norm = clip_grad_norm(vm);
+  const double max_grad_norm = o.clip_grad_norm;
   if (max_grad_norm > 0) opt->set_clipping(gradient_clipping(max_grad_norm, sharding, rt));
   std::unique_ptr<GradientSync> sync;
   if (comm) {  // every rank starts from rank 0's weights, whatever its seed or file
@@ -287,11 +320,11 @@ void run(ModeContext& ctx) {
       (precision_name(precision) + std::string(grads == GradientDType::BF16 ? " with bf16 gradients" : "")).c_str(),
       (long long)steps, (long long)batch, (long long)seq, data.path().c_str(), (long long)data.size(),
       order == DataOrder::Random ? "random" : "sequential",
-      init ? (", from " + opt_string(vm, "init") + " at step " + std::to_string(opt->steps_taken())).c_str() : "");
+      init ? (", from " + o.init + " at step " + std::to_string(opt->steps_taken())).c_str() : "");
   if (micro_batches > 1)
     log_root(rt, "train: each step in %d micro-batches of %lld sequences per rank, gradients added up%s\n",
              micro_batches, (long long)micro_size, grads == GradientDType::BF16 ? " in bf16" : "");
-  note_cpu_bf16(ctx);
+  note_cpu_bf16(ctx, {precision});
   if (sync)
     log_root(
         rt, "train: %d ranks of %lld sequences each, --ddp %s%s (%zu collective(s) per step)%s\n", rt.world_size,
@@ -304,7 +337,8 @@ void run(ModeContext& ctx) {
             ? ""
             : (std::string(", --shard-optimizer ") + sharding_name(sharding) + ": rank 0 updates " +
                fmt(100.0 * double(owned_parameters(plan, 0, config.num_params())) / double(config.num_params()), 1) +
-               "% of the parameters" + (share_copy ? ", --share-weights bf16" : ""))
+               "% of the parameters" + (share_copy ? ", --share-weights bf16" : "") +
+               (engine == CollectiveEngine::Copy ? ", gradients moved by the copy engines" : ""))
                   .c_str());
 
   Record rec;
@@ -333,7 +367,7 @@ void run(ModeContext& ctx) {
       .attr("low_memory", int64_t(memory == MemoryPlan::LowMemory ? 1 : 0))
       .attr("grad_dtype", std::string(dtype_name(model->grad_dtype())))
       .attr("data", data.path())
-      .attr("data_order", opt_string(vm, "data-order"))
+      .attr("data_order", std::string(order == DataOrder::Random ? "random" : "sequential"))
       .attr("lr", schedule.peak)
       .attr("lr_schedule", std::string(lr_decay_name(schedule.decay)))
       .attr("lr_warmup_steps", schedule.warmup_steps)
@@ -344,7 +378,7 @@ void run(ModeContext& ctx) {
       .attr("beta1", opt->hyper().beta1)
       .attr("beta2", opt->hyper().beta2)
       .attr("eps", opt->hyper().eps)
-      .attr("init", vm.count("init") ? opt_string(vm, "init") : std::string(""))
+      .attr("init", o.init)
       .attr("first_step", opt->steps_taken() + 1)
       .attr("cuda_graph", int64_t(graphed ? 1 : 0));
   record_memory(rec, "after_init", after_init);
@@ -369,9 +403,8 @@ void run(ModeContext& ctx) {
 
   auto save = [&](const std::string& when) {
     model->wait_parameters();  // a sharded step's last all-gathers, before anything reads the weights
-    save_checkpoint_from_ranks(rt, opt_string(vm, "save"), *model, *opt, plan);
-    log_root(rt, "saved %s (%s; optimizer step %lld)\n", opt_string(vm, "save").c_str(), when.c_str(),
-             (long long)opt->steps_taken());
+    save_checkpoint_from_ranks(rt, o.save, *model, *opt, plan);
+    log_root(rt, "saved %s (%s; optimizer step %lld)\n", o.save.c_str(), when.c_str(), (long long)opt->steps_taken());
   };
 
   std::vector<int32_t> inputs(mine.count * seq), targets(mine.count * seq);
@@ -471,12 +504,12 @@ void run(ModeContext& ctx) {
     const std::string why = "interrupted: " + signal_name(stopped_by) + " after step " + std::to_string(done) + " of " +
                             std::to_string(steps);
     save_progress(why);
-    if (vm.count("save")) save("stopped by " + signal_name(stopped_by));
+    if (!o.save.empty()) save("stopped by " + signal_name(stopped_by));
     log_root(
         rt, "train: stopped by %s after step %lld of %lld%s; results in %s\n", signal_name(stopped_by).c_str(),
         (long long)done, (long long)steps,
-        vm.count("save")
-            ? ("; go on with --init " + opt_string(vm, "save") + " --steps " + std::to_string(steps - done) +
+        !o.save.empty()
+            ? ("; go on with --init " + o.save + " --steps " + std::to_string(steps - done) +
                // the end of decay defaults to the run's last step: the resumed run's would differ
                (schedule.decay != LrDecay::Constant ? " --lr-decay-steps " + std::to_string(schedule.decay_steps) : ""))
                   .c_str()
@@ -486,7 +519,7 @@ void run(ModeContext& ctx) {
   }
   monitor->stop();
   save_progress("ok");
-  if (vm.count("save")) save("the last step");
+  if (!o.save.empty()) save("the last step");
   const std::string clocks = slowdown_note(rt, monitor->summary());
   log_root(rt, "train: final loss %.6f, mean step %.1f ms%s; results in %s\n", loss.back(), mean(step_ms),
            clocks.c_str(), ctx.out_dir.c_str());
@@ -495,7 +528,11 @@ void run(ModeContext& ctx) {
 }  // namespace
 
 ModeSpec train_mode() {
-  return {"train", "train the model on a token file, from scratch or a checkpoint", add_options, validate, run};
+  return {"train", "train the model on a token file, from scratch or a checkpoint", add_options,
+          [](const po::variables_map& vm, int world_size) -> ModeRun {
+            const TrainOptions options = parse_options(vm, world_size);
+            return [options](ModeContext& ctx) { run(ctx, options); };
+          }};
 }
 
 }  // namespace llmhpc

@@ -49,7 +49,7 @@ TEST_P(CudaOptimizerInBackward, BitwiseTheSeparateOptimizerWithLessMemory) {
   for (GradientStorage g : {GradientStorage::Whole, GradientStorage::PerRange}) {
     Backend be = make_gpu_backend();
     TracingAllocator& alloc = be.device->allocator();
-    TransformerLM model(config(), pc.precision, pc.attention, *be.device, *be.ops, MemoryPlan::Fast, 0, g);
+    TransformerLM model({config(), pc.precision, pc.attention, MemoryPlan::Fast, 0, g}, *be.device, *be.ops);
     model.init_parameters(11);
     AdamW opt(model, *be.ops, AdamWHyper{});
     auto timer = be.device->make_timer(kStepMarks);
@@ -96,8 +96,9 @@ TEST(CudaMemoryTrace, ABf16StepIsBalancedAndItsPeakIsTheAllocators) {
     marks.push_back({n, alloc.now_ms(), alloc.live_bytes()});
   };
   mark("init");
-  auto model = std::make_unique<TransformerLM>(config(), Precision::BF16, AttentionKind::Flash, *be.device, *be.ops,
-                                               MemoryPlan::Fast, 0, GradientStorage::PerRange);
+  auto model = std::make_unique<TransformerLM>(TransformerLM::Config{config(), Precision::BF16, AttentionKind::Flash,
+                                                                     MemoryPlan::Fast, 0, GradientStorage::PerRange},
+                                               *be.device, *be.ops);
   model->init_parameters(3);
   AdamW opt(*model, *be.ops, AdamWHyper{});
   const auto x = batch(2 * 128, 0);

@@ -58,8 +58,10 @@ class CudaModel : public CudaVsCpu {
 
   void build(Precision gpu_precision) {
     const ModelConfig c = small_config();
-    cpu_model_ = std::make_unique<TransformerLM>(c, Precision::FP64, AttentionKind::Naive, *cpu_.device, *cpu_.ops);
-    gpu_model_ = std::make_unique<TransformerLM>(c, gpu_precision, AttentionKind::Naive, *gpu_.device, *gpu_.ops);
+    cpu_model_ = std::make_unique<TransformerLM>(TransformerLM::Config{c, Precision::FP64, AttentionKind::Naive},
+                                                 *cpu_.device, *cpu_.ops);
+    gpu_model_ = std::make_unique<TransformerLM>(TransformerLM::Config{c, gpu_precision, AttentionKind::Naive},
+                                                 *gpu_.device, *gpu_.ops);
     cpu_model_->init_parameters(seed_);
     gpu_model_->init_parameters(seed_);
   }
@@ -143,9 +145,9 @@ TEST(CudaModelGradients, Bf16GradientsStayWithinTheirRoundingOfFp32Gradients) {
   const ModelConfig c = small_config();
   auto timer = gpu.device->make_timer(kStepMarks);
   for (AttentionKind attention : {AttentionKind::Naive, AttentionKind::Flash}) {
-    TransformerLM m32(c, Precision::BF16, attention, *gpu.device, *gpu.ops),
-        m16(c, Precision::BF16, attention, *gpu.device, *gpu.ops, MemoryPlan::Fast, 0, GradientStorage::Whole,
-            GradientDType::BF16);
+    TransformerLM m32({c, Precision::BF16, attention}, *gpu.device, *gpu.ops),
+        m16({c, Precision::BF16, attention, MemoryPlan::Fast, 0, GradientStorage::Whole, GradientDType::BF16},
+            *gpu.device, *gpu.ops);
     ASSERT_EQ(m16.grads().dtype, DType::BF16);
     for (TransformerLM* m : {&m32, &m16}) m->init_parameters(21);
     std::mt19937_64 rng(4);
@@ -210,7 +212,7 @@ TEST(CudaModelGraphs, StepsReplayedFromAGraphTrainBitwiseLikeEagerSteps) {
         std::vector<double> losses[2];
         std::vector<char> params[2];
         for (int graphed = 0; graphed < 2; ++graphed) {
-          TransformerLM m(c, precision, attention, *gpu.device, *gpu.ops);
+          TransformerLM m({c, precision, attention}, *gpu.device, *gpu.ops);
           m.init_parameters(13);
           AdamW opt(m, *gpu.ops, AdamWHyper{3e-3, 0.9, 0.95, 1e-8, 0.1});
           std::unique_ptr<GraphedStep> graph;
@@ -240,7 +242,7 @@ TEST(CudaModelGraphs, AGraphHoldsItsBlocksUntilDestroyed) {
   Backend gpu = make_gpu_backend();
   auto& cache = static_cast<CudaDevice&>(*gpu.device).caching_allocator();
   const ModelConfig c = small_config();
-  TransformerLM m(c, Precision::FP32, AttentionKind::Naive, *gpu.device, *gpu.ops);
+  TransformerLM m({c, Precision::FP32, AttentionKind::Naive}, *gpu.device, *gpu.ops);
   m.init_parameters(1);
   std::mt19937_64 rng(2);
   const Batch b = random_batch(rng, c.vocab_size);
@@ -267,7 +269,7 @@ TEST(CudaModelGraphs, RecordedWithoutAWarmUpItTrainsLikeEagerSteps) {
   auto timer = gpu.device->make_timer(kStepMarks);
   std::vector<double> losses[2];
   for (int graphed = 0; graphed < 2; ++graphed) {
-    TransformerLM m(c, Precision::FP32, AttentionKind::Naive, *gpu.device, *gpu.ops);
+    TransformerLM m({c, Precision::FP32, AttentionKind::Naive}, *gpu.device, *gpu.ops);
     m.init_parameters(17);
     std::mt19937_64 rng(4);
     std::unique_ptr<GraphedStep> graph;
@@ -300,8 +302,8 @@ TEST(CudaModelMemory, LowMemoryPlanGivesBitwiseTheSameTrainingInLessMemory) {
       TracingAllocator& a = gpu.device->allocator();
       const int64_t before = a.live_bytes();
       a.reset_peak();
-      TransformerLM m(c, Precision::BF16, attention, *gpu.device, *gpu.ops,
-                      plan == 0 ? MemoryPlan::Fast : MemoryPlan::LowMemory);
+      TransformerLM m({c, Precision::BF16, attention, plan == 0 ? MemoryPlan::Fast : MemoryPlan::LowMemory},
+                      *gpu.device, *gpu.ops);
       m.init_parameters(11);
       AdamW opt(m, *gpu.ops, AdamWHyper{3e-3, 0.9, 0.95, 1e-8, 0.1});
       std::mt19937_64 rng(5);
@@ -336,7 +338,7 @@ TEST(CudaModelMemory, LowMemoryPlanGivesBitwiseTheSameTrainingInLessMemory) {
 // bf16 copy refreshed from them) are NaN until forward asks for a range, and then the real
 // values arrive; a range read before it was asked for, or whose bf16 copy was not refreshed
 // after it arrived, poisons the loss.
-struct LateArrival : GradientListener {
+struct LateArrival : ParallelHooks {
   TransformerLM& model;
   std::vector<float> real;
   explicit LateArrival(TransformerLM& m) : model(m) {
@@ -347,8 +349,8 @@ struct LateArrival : GradientListener {
     m.device().copy_to_device(p.data, nan.data(), p.bytes());
     m.parameters_changed();  // the bf16 copy NaN too
   }
-  void on_gradients_ready(int64_t, int64_t) override {}
-  void on_parameters_needed(int64_t begin, int64_t end) override {
+  void gradients_final(int64_t, int64_t) override {}
+  void parameters_needed(int64_t begin, int64_t end) override {
     model.device().copy_to_device(static_cast<float*>(model.params().data) + begin, real.data() + begin,
                                   size_t(end - begin) * sizeof(float));
   }
@@ -362,8 +364,8 @@ TEST(CudaModelMemory, ArrivingParametersRefreshTheBf16WeightsRangeByRange) {
   const Batch b = random_batch(rng, c.vocab_size);
   for (MemoryPlan plan : {MemoryPlan::Fast, MemoryPlan::LowMemory}) {
     const char* name = plan == MemoryPlan::Fast ? "bf16 copy" : "--low-memory";
-    TransformerLM want(c, Precision::BF16, AttentionKind::Flash, *gpu.device, *gpu.ops, plan),
-        got(c, Precision::BF16, AttentionKind::Flash, *gpu.device, *gpu.ops, plan);
+    TransformerLM want({c, Precision::BF16, AttentionKind::Flash, plan}, *gpu.device, *gpu.ops),
+        got({c, Precision::BF16, AttentionKind::Flash, plan}, *gpu.device, *gpu.ops);
     want.init_parameters(21);
     got.init_parameters(21);
     LateArrival arrival(got);
@@ -390,9 +392,9 @@ TEST(CudaModelMemory, OutOfMemoryModelLeavesTheDeviceUsable) {
   big.d_model = 512;
   big.num_heads = 8;
   big.vocab_size = 20000;  // 2 x 20000 x 512 fp32 = 78 MiB of weights, and as much for gradients
-  EXPECT_THROW(TransformerLM(big, Precision::FP32, AttentionKind::Naive, *gpu.device, *gpu.ops), OutOfMemory);
+  EXPECT_THROW(TransformerLM({big, Precision::FP32, AttentionKind::Naive}, *gpu.device, *gpu.ops), OutOfMemory);
   EXPECT_EQ(gpu.device->allocator().live_bytes(), int64_t(32) << 20) << "the failed model left allocations behind";
-  TransformerLM small(small_config(), Precision::BF16, AttentionKind::Naive, *gpu.device, *gpu.ops);
+  TransformerLM small({small_config(), Precision::BF16, AttentionKind::Naive}, *gpu.device, *gpu.ops);
   small.init_parameters(7);
   std::mt19937_64 rng(7);
   const Batch b = random_batch(rng, small_config().vocab_size);

@@ -37,7 +37,7 @@ class Profiled : public ::testing::Test {
   void build(const ModelConfig& c, int64_t batch, Precision precision, AttentionKind attention,
              bool activities = true) {
     p_ = make_profiler(be_, activities);
-    model_ = std::make_unique<TransformerLM>(c, precision, attention, *be_.device, p_->ops());
+    model_ = std::make_unique<TransformerLM>(TransformerLM::Config{c, precision, attention}, *be_.device, p_->ops());
     model_->init_parameters(3);
     opt_ = std::make_unique<AdamW>(*model_, p_->ops(), AdamWHyper{});
     std::vector<int32_t> tokens(batch * c.context_length), targets(tokens.size());

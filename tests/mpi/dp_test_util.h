@@ -181,8 +181,9 @@ class TransformerRun {
             dist ? dist->strategy : SyncStrategy::None, dist ? dist->sharding : Sharding::None, tiny_transformer(),
             precision, grads, dist ? dist->bucket_mb : 25, dist ? world_size() : 1,
             shard_alignment(env.device(), precision, dist && dist->share_copy), dist && dist->reduce_in_bf16)),
-        model_(tiny_transformer(), precision, AttentionKind::Naive, env.device(), env.ops(), memory,
-               plan_.flat_elements, GradientStorage::Whole, grads),
+        model_({tiny_transformer(), precision, AttentionKind::Naive, memory, plan_.flat_elements,
+                GradientStorage::Whole, grads},
+               env.device(), env.ops()),
         opt_(model_, env.ops(), AdamWHyper{3e-3, 0.9, 0.999, 1e-8, 0.01}, plan_.owned(dist ? world_rank() : 0)),
         shard_(dist ? shard_of_this_rank(kGlobalBatch) : Shard{0, kGlobalBatch}), micro_batches_(micro_batches),
         timer_(env.device().make_timer(step_marks(micro_batches))) {
@@ -206,7 +207,7 @@ class TransformerRun {
   // One step on global batch `s`; returns this rank's mean loss before the update. A sharded
   // optimizer's parameters may still be arriving on return (the next forward waits for them);
   // `listener`, if given, stands between the step and the sync.
-  double step(int s, GradientListener* listener = nullptr) {
+  double step(int s, ParallelHooks* listener = nullptr) {
     if (micro_batches_ == 1) {
       set_batch(s);
       run_step(model_, &opt_, Phase::TrainStep, *timer_, listener ? listener : sync_.get());

@@ -1,17 +1,17 @@
-// Data-parallel training under mpirun with 1-4 ranks (SPEC "Correctness contracts", DDP), for
-// every strategy and for bucket sizes that give one bucket, one per tensor, and something
-// between: ranks seeded differently start equal after broadcast_parameters; n ranks on
-// disjoint shards of a global batch end with the same weights as one rank on the whole batch
-// (fp32: relative error <= 1e-5; the one-rank run is computed on every rank, without
-// communication) and with each other bitwise; the average of the local mean losses is the
-// global mean loss; each strategy communicates what it plans (collectives, bytes, buckets).
+// Data-parallel training under mpirun with 1-4 ranks, for every strategy and for bucket sizes
+// that give one bucket, one per tensor, and something between: ranks seeded differently start
+// equal after broadcast_parameters; n ranks on disjoint shards of a global batch end with the
+// same weights as one rank on the whole batch (fp32: relative error <= 1e-5; the one-rank run
+// is computed on every rank, without communication) and with each other bitwise; the average
+// of the local mean losses is the global mean loss; each strategy communicates what it plans
+// (collectives, bytes, buckets).
 //
 // Two models. A toy written here in plain C++ has what the transformer lacks: a frozen
 // parameter (never communicated, never changed), a weight used twice (its gradient, checked
 // against finite differences, has both contributions) and a trainable parameter the forward
 // never reaches (reduced by finish() with no hang, never changed); its backward reports
 // gradients in reverse order, one tensor in two pieces. The real TransformerLM trains on the
-// backend's device through run_step, the sync its GradientListener (tests/mpi/dp_test_util.h).
+// backend's device through run_step, the sync its ParallelHooks (tests/mpi/dp_test_util.h).
 //
 // mpi runs on the CPU backend always; nccl on GPUs (gradients on the device, the
 // communicator ordered after the model's stream) when every rank has one, skipped otherwise
@@ -29,7 +29,7 @@ namespace llmhpc::test {
 namespace {
 
 constexpr int kSteps = 4;
-constexpr double kFp32Tolerance = 1e-5;  // SPEC: relative error of the weights
+constexpr double kFp32Tolerance = 1e-5;  // fp32: relative error of n ranks' weights against one rank's
 // Gradients averaged in bf16: each local gradient and each sum rounded to 8 significant bits
 // (2^-9 relative), against the largest average (rel_error), where local gradients larger than
 // their average cancel: 4.4e-3 observed at most, 2^-6 allowed. Adam's normalised steps then move
@@ -177,7 +177,7 @@ double mean_loss(const std::vector<P>& p, Shard shard) {
 // Gradients of mean_loss over `shard` into `grads` (on the device): the head (a, c) first,
 // then W in two pieces, each reported to `listener` once written, as a backward would. The
 // gradients of s (frozen) and q (unreached) are not written.
-void backward(const std::vector<float>& p, Shard shard, Device& dev, const Tensor& grads, GradientListener* listener) {
+void backward(const std::vector<float>& p, Shard shard, Device& dev, const Tensor& grads, ParallelHooks* listener) {
   std::vector<double> g(kTotal, 0.0);
   for (int64_t i = shard.begin; i < shard.end; ++i) {
     const Forward f = forward(p, i);
@@ -196,7 +196,7 @@ void backward(const std::vector<float>& p, Shard shard, Device& dev, const Tenso
   auto report = [&](int64_t begin, int64_t end) {
     std::vector<float> part(g.begin() + begin, g.begin() + end);
     dev.copy_to_device(grads.slice(begin, {end - begin}).data, part.data(), part.size() * sizeof(float));
-    if (listener) listener->on_gradients_ready(begin, end);
+    if (listener) listener->gradients_final(begin, end);
   };
   report(A, kTotal);
   report(W + 8, Q);
@@ -486,7 +486,7 @@ TEST_P(DdpBackendTest, BroadcastMakesDifferentlySeededRanksEqual) {
   EXPECT_TRUE(same_on_every_rank(got));
   EXPECT_EQ(max_over_ranks(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)) != 0), 0);
 
-  TransformerLM model(tiny_transformer(), Precision::FP32, AttentionKind::Naive, dev, env_->ops());
+  TransformerLM model({tiny_transformer(), Precision::FP32, AttentionKind::Naive}, dev, env_->ops());
   model.init_parameters(kRankZeroSeed + uint64_t(world_rank()));
   if (world_size() > 1) EXPECT_FALSE(same_on_every_rank(download(dev, model.params())));
   broadcast_parameters(*env_->comm, model.params());

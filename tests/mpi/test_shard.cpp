@@ -1,5 +1,5 @@
-// Optimizer state sharding under mpirun with 1-4 ranks (SPEC "Correctness contracts": after 10
-// steps, bitwise the same weights as the unsharded AdamW), for the reference DDP study's
+// Optimizer state sharding under mpirun with 1-4 ranks (the contract: after 10 steps, bitwise
+// the same weights as the unsharded AdamW), for the reference DDP study's
 // broadcast scheme and ZeRO-1 under every strategy that reduces gradients, on the tiny
 // TransformerLM trained through run_step (tests/mpi/dp_test_util.h):
 //  - weights and losses after 10 steps against the unsharded optimizer with the same --ddp:
@@ -126,18 +126,18 @@ std::vector<float> saved_params(const std::string& path) {
 
 // Stands between the step and the sync: passes everything on and notes the parameter ranges
 // asked for.
-struct AskLog : GradientListener {
+struct AskLog : ParallelHooks {
   GradientSync& sync;
   std::vector<FlatRange> asked;
   explicit AskLog(GradientSync& s) : sync(s) {}
   void begin_step() override { sync.begin_step(); }
-  void on_gradients_ready(int64_t begin, int64_t end) override { sync.on_gradients_ready(begin, end); }
+  void gradients_final(int64_t begin, int64_t end) override { sync.gradients_final(begin, end); }
   void finish() override { sync.finish(); }
-  void on_parameters_updated(int64_t begin, int64_t end) override { sync.on_parameters_updated(begin, end); }
+  void parameters_updated(int64_t begin, int64_t end) override { sync.parameters_updated(begin, end); }
   bool finish_parameters() override { return sync.finish_parameters(); }
-  void on_parameters_needed(int64_t begin, int64_t end) override {
+  void parameters_needed(int64_t begin, int64_t end) override {
     asked.push_back({begin, end});
-    sync.on_parameters_needed(begin, end);
+    sync.parameters_needed(begin, end);
   }
 };
 

@@ -1,12 +1,13 @@
-"""A float64 numpy reference of SPEC's TransformerLM: forward pass and mean cross-entropy.
+"""A float64 numpy reference of llmhpc's TransformerLM: forward pass and mean cross-entropy.
 
-Written from ../shared/SPEC.md ("The model", "Checkpoint and data formats"), not from the
-C++: it is the independent check that llmhpc computes the model the spec describes. It also
-reads and writes llmhpc's checkpoint format (HDF5 through h5py) and draws batches in SPEC's
-sequential data order, so a test can feed llmhpc and this model the same weights and tokens.
+Written from the model's definition (the arithmetic below; the checkpoint format of
+docs/hdf5-schema.md, "Checkpoints"; the batch order of src/io/token_data.h), not from the C++:
+it is the independent check that llmhpc computes that model. It also reads and writes llmhpc's
+checkpoint format (HDF5 through h5py) and draws batches in the sequential data order, so a
+test can feed llmhpc and this model the same weights and tokens.
 
 Used by tests/scripts/test_reference_numpy.py; torch_model.py (the PyTorch twin) imports
-the format and data helpers from here so both references share one reading of the spec.
+the format and data helpers from here so both references share one reading of the formats.
 
     python3 tests/reference/numpy_model.py CKPT DATA --batch-size 2 --context-length 16 --steps 3
 prints the loss of each sequential batch at the checkpoint's weights.
@@ -21,7 +22,7 @@ import h5py
 import numpy as np
 
 RMSNORM_EPS = 1e-5
-# Root attributes of a checkpoint that hold the model shape (SPEC: "the model config as attributes").
+# Root attributes of a checkpoint that hold the model shape (docs/hdf5-schema.md, "Checkpoints").
 CONFIG_ATTRIBUTES = ("vocab_size", "context_length", "d_model", "d_ff", "num_layers", "num_heads")
 
 
@@ -40,7 +41,7 @@ class ModelConfig:
         return self.d_model // self.num_heads
 
 
-# ---- parameter names and shapes (SPEC "Checkpoint and data formats") ---------------------
+# ---- parameter names and shapes (docs/hdf5-schema.md, "Checkpoints") ---------------------
 
 def parameter_shapes(config: ModelConfig) -> "OrderedDict[str, tuple]":
     """Every tensor of the model, named as the reference PyTorch model names it, (out, in) for linears."""
@@ -72,7 +73,7 @@ def truncated_normal(rng: np.random.Generator, shape, std: float, bound_in_std: 
 
 
 def init_parameters(config: ModelConfig, seed: int) -> "OrderedDict[str, np.ndarray]":
-    """SPEC initialisation, stored as float32 (the checkpoint's type): linears truncated normal
+    """llmhpc's initialisation, stored as float32 (the checkpoint's type): linears truncated normal
     std sqrt(2/(in+out)) at +-3 sigma, embedding std 1 at +-3, norm gains 1."""
     rng = np.random.default_rng(seed)
     params = OrderedDict()
@@ -152,7 +153,7 @@ def load_checkpoint(path: str):
     return config, params, optimizer
 
 
-# ---- token data and SPEC's sequential order -------------------------------------------------
+# ---- token data and the sequential order (src/io/token_data.h) ------------------------------
 
 def load_tokens(path: str) -> np.ndarray:
     """A .bin of little-endian uint16 token ids, or a 1-D .npy of uint16/int32."""
@@ -162,7 +163,7 @@ def load_tokens(path: str) -> np.ndarray:
 
 
 def sequential_batch(tokens: np.ndarray, step: int, batch_size: int, seq_len: int):
-    """SPEC: sequence b of step s starts at o = ((s*B + b)*T) mod (N - T);
+    """Sequence b of step s starts at o = ((s*B + b)*T) mod (N - T);
     inputs tokens[o, o+T), targets tokens[o+1, o+T+1). Returns two (B, T) int64 arrays."""
     n = len(tokens)
     inputs = np.empty((batch_size, seq_len), dtype=np.int64)

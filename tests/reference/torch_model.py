@@ -1,13 +1,14 @@
-"""The reference PyTorch TransformerLM of SPEC, with llmhpc's checkpoint format and a training loop.
+"""The reference PyTorch TransformerLM: llmhpc's model, its checkpoint format and a training loop.
 
-Written from ../shared/SPEC.md, not from the C++. The parameter names are exactly SPEC's
-(token_embeddings.weight, layers.{i}.ln1.weight, layers.{i}.attn.{q,k,v,output}_proj.weight,
-layers.{i}.ln2.weight, layers.{i}.ffn.w{1,2,3}.weight, ln_final.weight, lm_head.weight), so
-model.state_dict() and the checkpoint's /params group hold the same names and shapes.
+Written from the model's definition, not from the C++. The parameter names are exactly the
+checkpoint's (docs/hdf5-schema.md, "Checkpoints": token_embeddings.weight, layers.{i}.ln1.weight,
+layers.{i}.attn.{q,k,v,output}_proj.weight, layers.{i}.ln2.weight, layers.{i}.ffn.w{1,2,3}.weight,
+ln_final.weight, lm_head.weight), so model.state_dict() and the checkpoint's /params group hold
+the same names and shapes.
 
-Training uses torch.optim.AdamW(foreach=False) in fp32 on the CPU, on batches drawn in SPEC's
-sequential order, and records the loss of every step (the loss at the weights before that
-step's update, as llmhpc's /train/loss does).
+Training uses torch.optim.AdamW(foreach=False) in fp32 on the CPU, on batches drawn in the
+sequential order of src/io/token_data.h, and records the loss of every step (the loss at the
+weights before that step's update, as llmhpc's /train/loss does).
 
 Used by tests/scripts/test_reference_torch.py. Also a command line:
     python3 tests/reference/torch_model.py init   OUT.h5 --d-model 64 ... --seed 0
@@ -40,7 +41,7 @@ class RMSNorm(nn.Module):
 
     def forward(self, x):
         in_dtype = x.dtype
-        x = x.float()  # SPEC: RMSNorm is computed in fp32
+        x = x.float()  # RMSNorm is computed in fp32
         rms = torch.sqrt(x.pow(2).mean(dim=-1, keepdim=True) + RMSNORM_EPS)
         return (x / rms * self.weight).to(in_dtype)
 
@@ -126,7 +127,7 @@ class TransformerLM(nn.Module):
 
     @torch.no_grad()
     def reset_parameters(self, seed: int) -> None:
-        """SPEC init: linears truncated normal std sqrt(2/(in+out)) at +-3 sigma, embedding std 1 at +-3, gains 1."""
+        """llmhpc's init: linears truncated normal std sqrt(2/(in+out)) at +-3 sigma, embedding std 1 at +-3, gains 1."""
         generator = torch.Generator().manual_seed(seed)
         for name, p in self.named_parameters():
             if p.dim() == 1:
@@ -137,7 +138,7 @@ class TransformerLM(nn.Module):
 
 
 def check_names(model: TransformerLM) -> None:
-    """The module tree must produce exactly SPEC's names and shapes (guards against refactors)."""
+    """The module tree must produce exactly the checkpoint's names and shapes (guards against refactors)."""
     got = {name: tuple(p.shape) for name, p in model.named_parameters()}
     want = dict(parameter_shapes(model.config))
     if got != want:
@@ -209,7 +210,7 @@ def lr_at(step: int, peak: float, schedule: str = "constant", warmup: int = 0, d
 def train(model: TransformerLM, optimizer, tokens: np.ndarray, steps: int, batch_size: int, seq_len: int,
           first_step: int = 0, schedule: dict | None = None, max_grad_norm: float = 0.0,
           grad_norms: list | None = None) -> list:
-    """`steps` AdamW steps on SPEC's sequential batches; returns the loss of each step (before its update).
+    """`steps` AdamW steps on the sequential batches; returns the loss of each step (before its update).
     `schedule`: lr_at's keyword arguments, the rate set before each step; `max_grad_norm` > 0: the gradients
     clipped by torch.nn.utils.clip_grad_norm_, each step's norm appended to `grad_norms` if given."""
     losses = []

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # End to end: llmhpc --mode attention --device cpu on tiny sizes. Checks exit 0, the summary
 # table, one record per configuration (naive and flash, causal and not) with forward_ms,
-# backward_ms, total_ms of length --iters and warm-up arrays of length --warmup, what each
+# backward_ms, total_ms of length --steps and warm-up arrays of length --warmup, what each
 # implementation saves (flash: L (B,H,T); naive: P (B,H,T,T)), and that flash's peak memory
 # is below naive's. Then a sweep under --memory-limit where naive attention at T=2048 does
 # not fit: recorded as "oom" while flash at the same T and the next configuration run.
@@ -18,8 +18,8 @@ trap 'rm -rf "$tmp"' EXIT
 
 # 1. A small sweep: 2 sequence lengths (one not a multiple of the CPU tile of 32) x causal
 #    on/off x naive/flash.
-"$LLMHPC_BIN" --mode attention --device cpu --batch 2 --heads 2 --head-dim 8 --seq 16,37 --causal=on,off \
-  --impl naive,flash --warmup 1 --iters 3 --out "$tmp/run" >"$tmp/log" 2>&1 ||
+"$LLMHPC_BIN" --mode attention --device cpu --batch-size 2 --num-heads 2 --head-dim 8 --context-length 16,37 \
+  --causal=on,off --attention naive,flash --warmup 1 --steps 3 --out "$tmp/run" >"$tmp/log" 2>&1 ||
   { cat "$tmp/log"; echo "FAIL: the attention run exited non-zero"; exit 1; }
 cat "$tmp/log"
 grep -q "attention summary" "$tmp/log" || { echo "FAIL: no summary table on stdout"; exit 1; }
@@ -56,8 +56,8 @@ print("records OK")
 EOF
 
 # 2. Out of memory: naive attention at T=2048 needs 16 MiB of probabilities; the limit is 8MB.
-"$LLMHPC_BIN" --mode attention --device cpu --batch 1 --heads 1 --head-dim 8 --seq 64,2048,32 --causal \
-  --impl naive,flash --warmup 0 --iters 1 --memory-limit 8MB --out "$tmp/oom" >"$tmp/oom.log" 2>&1 ||
+"$LLMHPC_BIN" --mode attention --device cpu --batch-size 1 --num-heads 1 --head-dim 8 --context-length 64,2048,32 \
+  --causal --attention naive,flash --warmup 0 --steps 1 --memory-limit 8MB --out "$tmp/oom" >"$tmp/oom.log" 2>&1 ||
   { cat "$tmp/oom.log"; echo "FAIL: the sweep with an oom exited non-zero"; exit 1; }
 cat "$tmp/oom.log"
 "$PYTHON" - "$tmp/oom" <<'EOF'

@@ -79,7 +79,7 @@ check 2 "independent copies"          $TRAIN --ddp none
 
 # A size too small for one collective of a list is refused before the others are measured.
 check 3 "holds no float element per rank for reducescatter on 3 ranks" --mode comm --device cpu \
-  --collective allreduce,reducescatter --size 4B --warmup 0 --iters 1
+  --collective allreduce,reducescatter --size 4B --warmup 0 --steps 1
 
 # Existing results are never overwritten.
 mkdir -p "$WORK/taken" && touch "$WORK/taken/rank00000.h5"

@@ -2,7 +2,7 @@
 # End to end: llmhpc --mode comm --backend mpi --check under mpirun -np 2 on small sizes,
 # including sizes that are not whole elements or do not divide by the rank count. Checks
 # exit 0, one rank file per rank, a record per collective/dtype/size/placement with
-# time_us, algbw, busbw of length --iters, busbw = algbw * bus factor, a positive
+# time_us, algbw, busbw of length --steps, busbw = algbw * bus factor, a positive
 # back-to-back mean, #wrong 0 everywhere, that analysis/comm.py prints one markdown row per
 # configuration whose time is the rank average of the back-to-back means, and that --backend nccl
 # without a GPU is a clean usage error.
@@ -19,7 +19,7 @@ trap 'rm -rf "$tmp"' EXIT
 out=$tmp/run
 ITERS=3
 $MPIEXEC --oversubscribe -np 2 "$LLMHPC_BIN" --mode comm --device cpu --backend mpi --check \
-  --collective all --dtype float,bf16 --size 1003B,4KiB,64KB --warmup 1 --iters $ITERS --out "$out" >"$tmp/log" 2>&1 ||
+  --collective all --precision fp32,bf16 --size 1003B,4KiB,64KB --warmup 1 --steps $ITERS --out "$out" >"$tmp/log" 2>&1 ||
   { cat "$tmp/log"; echo "FAIL: the comm run exited non-zero"; exit 1; }
 cat "$tmp/log"
 grep -q "comm summary (mpi, 2 rank(s)" "$tmp/log" || { echo "FAIL: no summary table on stdout"; exit 1; }

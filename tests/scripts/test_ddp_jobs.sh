@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
 # The job scripts on this machine, without Slurm: jobs/ddp_bucketed.sh with 2 ranks on the CPU
 # and a tiny model (its results folder named after the job, both rank files, the all-reduce
-# run, the report ddp.md with its tables next to them); the same script copied elsewhere and
+# run, the report ddp.md with its tables next to them), and with EXTRA_ARGS overriding the job's
+# own --warmup and --steps; the same script copied elsewhere and
 # run as sbatch runs it (as slurm_script, with SLURM_SUBMIT_DIR, SLURM_JOB_ID and
 # SLURM_JOB_NAME set and LLMHPC_ROOT unset), which must find the repository and name its
 # folder <job name>-<job id>; the copy with no way to the repository, which must stop with a
 # clear message; NP that is not a rank count (0, -2, two), refused with a message; and bench.sh
-# and comm.sh, which share jobs/env.sh, still running as before.
+# and comm.sh, which share jobs/env.sh, still running as before (comm.sh with DTYPE=float, its
+# old setting for --precision fp32).
 set -euo pipefail
 : "${LLMHPC_BIN:?set LLMHPC_BIN to the llmhpc binary}"
 ROOT=${LLMHPC_ROOT:-$(cd "$(dirname "$0")/../.." && pwd)}
@@ -49,6 +51,27 @@ if [ $torch = 1 ]; then
   [ "$(grep -c '^| eager | ' "${dirs[0]}/ddp.md")" -eq 3 ] || { cat "${dirs[0]}/ddp.md"; fail "ddp.md lacks PyTorch's 3 rows"; }
 fi
 echo "ok   bash jobs/ddp_bucketed.sh -> ${dirs[0]#$tmp/} (PyTorch: $([ $torch = 1 ] && echo ran || echo not installed))"
+
+# 1b. EXTRA_ARGS override the job's own values (llmhpc takes an option given twice at its last
+#     value; jobs/env.sh): the job passes --warmup 3 --steps 5, EXTRA_ARGS="--warmup 1 --steps 2",
+#     and every configuration of both rank files ran 1 warm-up and 2 timed steps.
+NP=2 DEVICE=cpu MODELS=tiny SHAPE= WARMUP=3 STEPS=5 EXTRA_ARGS="--warmup 1 --steps 2" OUT="$tmp/extra" \
+  bash "$ROOT/jobs/ddp_bucketed.sh" >"$tmp/extra.log" 2>&1 ||
+  { cat "$tmp/extra.log"; fail "EXTRA_ARGS='--warmup 1 --steps 2' bash jobs/ddp_bucketed.sh exited non-zero"; }
+check_results "$tmp/extra" "$tmp/extra.log"
+"$PYTHON" - "$tmp/extra" <<'EOF' || { cat "$tmp/extra.log"; fail "EXTRA_ARGS did not override the job's --warmup 3 --steps 5"; }
+import sys
+import h5py
+for r in (0, 1):
+    with h5py.File(f"{sys.argv[1]}/rank{r:05d}.h5") as f:
+        recs = list(f["ddp"].values())
+        assert recs and f.attrs["status"] == "complete", dict(f.attrs)
+        for g in recs:
+            assert g.attrs["steps"] == 2 and len(g["step_ms"]) == 2, (r, g.name, g.attrs["steps"], len(g["step_ms"]))
+            assert g.attrs["warmup"] == 1, (r, g.name, g.attrs["warmup"])
+print(f"    {len(recs)} configurations per rank, each 1 warm-up and 2 timed steps")
+EOF
+echo "ok   EXTRA_ARGS='--warmup 1 --steps 2' over the job's WARMUP=3 STEPS=5: 2 steps recorded"
 
 # 2. As sbatch runs it: a copy named slurm_script in a spool directory, started elsewhere.
 mkdir -p "$tmp/spool" "$tmp/elsewhere"
@@ -152,7 +175,7 @@ OUT_ROOT=$tmp/others MODELS=tiny PRECISIONS=fp32 EXTRA_ARGS="$SHAPE" bash "$ROOT
   { cat "$tmp/bench.log"; fail "jobs/bench.sh exited non-zero"; }
 ls "$tmp"/others/bench-*/rank00001.h5 >/dev/null 2>&1 || { ls -R "$tmp/others"; fail "bench.sh left no results/bench-<time> with 2 ranks"; }
 grep -q "^| custom | 32 | 64 | 2 | 4 |" "$tmp/bench.log" || { cat "$tmp/bench.log"; fail "bench.sh printed no table"; }
-OUT_ROOT=$tmp/others RANKS=2 BACKENDS=mpi SIZES=4KB bash "$ROOT/jobs/comm.sh" >"$tmp/comm.log" 2>&1 ||
+OUT_ROOT=$tmp/others RANKS=2 BACKENDS=mpi SIZES=4KB DTYPE=float bash "$ROOT/jobs/comm.sh" >"$tmp/comm.log" 2>&1 ||
   { cat "$tmp/comm.log"; fail "jobs/comm.sh exited non-zero"; }
 grep -q "^| mpi | 2 | allreduce | 4000 |" "$tmp"/others/comm-*/comm.md || { cat "$tmp/comm.log"; fail "comm.sh wrote no comm.md row"; }
 echo "ok   bench.sh and comm.sh"

@@ -276,7 +276,7 @@ def check_torch_table(out, work, np_):
 def check_comm_source(out, work):
     comm = os.path.join(work, "allreduce")
     run(mpiexec() + ["-np", "2", BIN, "--mode", "comm", "--device", "cpu", "--backend", "mpi", "--size", "4KB,256KB",
-                     "--warmup", "1", "--iters", "3", "--out", comm])
+                     "--warmup", "1", "--steps", "3", "--out", comm])
     text = run([sys.executable, DDP_PY, out, "--comm", comm]).stdout
     # The optimum, or where three timed iterations on a busy host make the 4 KB all-reduce's
     # overhead o come out at or below 0, the model's statement that there is none.

@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # Faults injected under mpirun -np 3 (LLMHPC_FAULT, test only: src/core/watchdog.h): a rank
 # killed by a signal in the middle of a comm benchmark, a rank that exits in the middle of a
-# ddp run, a rank that stalls inside a collective (comm and ddp). Each job must end non-zero
-# within --comm-timeout + 30 s, with a message naming the failed rank, and leave every rank's
-# file readable: the finished configurations "ok" with their arrays, the interrupted one
-# marked. Then damaged inputs (checkpoint, token file, result file) give clear errors, and a
+# ddp run, a rank that stalls inside a collective (comm and ddp), a rank stopped by SIGSTOP
+# (a process that answers nothing, not even the launcher's SIGTERM). Each job must end non-zero
+# within --comm-timeout + 30 s, with a message naming the failed rank, leave no rank process
+# behind, and leave every rank's file readable: the finished configurations "ok" with their
+# arrays, the interrupted one marked. Then damaged inputs (checkpoint, token file, result file) give clear errors, and a
 # sweep that runs out of memory goes on with nothing of the failed configuration left live.
 set -u
 BIN=${LLMHPC_BIN:?set LLMHPC_BIN}
@@ -19,17 +20,34 @@ failures=0
 fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
 
 TIMEOUT=3  # --comm-timeout in seconds
-COMM=(--mode comm --device cpu --size 1KB,16KB,64KB --iters 20 --warmup 2 --comm-timeout $TIMEOUT)
+COMM=(--mode comm --device cpu --size 1KB,16KB,64KB --steps 20 --warmup 2 --comm-timeout $TIMEOUT)
 DDP=(--mode ddp --device cpu --d-model 16 --d-ff 32 --num-layers 1 --num-heads 2 --vocab-size 64 --context-length 8
   --batch-size 3 --ddp naive,flat,overlap --warmup 1 --steps 4 --comm-timeout $TIMEOUT)
+
+# leftovers TAG: a rank of the run tagged LLMHPC_FAULT_RUN=TAG that outlived its launcher (a
+# stopped one nobody killed) fails the test and is killed, by its pid.
+leftovers() {
+  local pid pids=() try
+  for try in 1 2 3 4 5 6 7 8 9 10; do  # the launcher's last kills may land after it returned
+    pids=()
+    for pid in $(pgrep -x llmhpc 2>/dev/null); do
+      { tr '\0' '\n' <"/proc/$pid/environ"; } 2>/dev/null | grep -qxF "LLMHPC_FAULT_RUN=$1" && pids+=("$pid")
+    done
+    [ ${#pids[@]} -eq 0 ] && return
+    sleep 0.5
+  done
+  fail "${1##*/}: rank process(es) ${pids[*]} outlived the job; killed"
+  kill -KILL "${pids[@]}" 2>/dev/null
+}
 
 # run NAME FAULT "words the output must contain" args...: the job must fail in time.
 run() {
   local name=$1 fault=$2 words=$3; shift 3
   local start=$SECONDS
-  LLMHPC_FAULT=$fault timeout $((TIMEOUT + 60)) "$MPIEXEC" --oversubscribe -np 3 "$BIN" "$@" --out "$WORK/$name" \
-    >"$WORK/$name.log" 2>&1
+  LLMHPC_FAULT=$fault LLMHPC_FAULT_RUN=$WORK/$name timeout $((TIMEOUT + 60)) "$MPIEXEC" --oversubscribe -np 3 "$BIN" "$@" \
+    --out "$WORK/$name" >"$WORK/$name.log" 2>&1
   local rc=$? took=$((SECONDS - start))
+  leftovers "$WORK/$name"
   if [ $rc -eq 0 ]; then fail "$name: exit code 0 after the fault $fault";
   elif [ $rc -eq 124 ]; then fail "$name: the job hung (killed by timeout after ${took}s)";
   elif [ $took -gt $((TIMEOUT + 30)) ]; then fail "$name: took ${took}s, more than --comm-timeout + 30 s";
@@ -76,6 +94,13 @@ run ddp_stall "rank=0,config=2,step=3,action=stall" "watchdog on rank" "${DDP[@]
 grep -q "allreduce (mpi, [0-9]* bytes) in 'ddp/" "$WORK/ddp_stall.log" ||
   fail "ddp_stall: the report does not name the collective, its bytes and the configuration"
 readable ddp_stall ddp
+# SIGSTOP: rank 1 stops inside a collective and stays stopped; the others' watchdogs report at
+# --comm-timeout, the communicators' aborts get Watchdog::kAbortHooksS, and MPI_Abort's kill
+# of the job must reach the stopped process too.
+run comm_sigstop "rank=1,config=3,step=5,action=signal:19" "watchdog on rank" "${COMM[@]}"
+grep -q "rank 1 raises signal 19" "$WORK/comm_sigstop.log" || fail "comm_sigstop: the fault was not announced"
+grep -q "no progress within --comm-timeout" "$WORK/comm_sigstop.log" || fail "comm_sigstop: no timeout report"
+readable comm_sigstop comm
 
 # Damaged inputs: clear errors, no hang, no crash.
 "$PY" - <<'EOF'

@@ -2,7 +2,8 @@
 # Every bad input of the tables tests/cli_cases/*.cases gets a clear message on rank 0 and a
 # non-zero exit within seconds, with one rank and under mpirun -np 2 alike: no hang, no crash,
 # the message printed once, no result file left behind. Each mode's cases are a file of their
-# own, so a new mode adds its file and nothing else.
+# own, so a new mode adds its file and nothing else. Then options given twice, where the last
+# one wins: a run that must succeed and record the last values.
 set -u
 BIN=${LLMHPC_BIN:?set LLMHPC_BIN to the llmhpc binary}
 ROOT=${LLMHPC_ROOT:?set LLMHPC_ROOT}
@@ -32,5 +33,34 @@ for table in "$ROOT"/tests/cli_cases/*.cases; do
   done <"$table"
 done
 [ $cases -gt 0 ] || { echo "FAIL: no cases in $ROOT/tests/cli_cases"; exit 1; }
+# An option given twice: the last one wins, as getopt and argparse have it, so that a job's
+# EXTRA_ARGS override what the job passes. These run, one rank and two alike: a second --mode
+# (bench over train), a general option (--device cuda, then cpu), a mode's (--steps 1, then 2) and
+# a list option, whose last list replaces the earlier one (--context-length 8,16, then 16).
+for np in 1 2; do
+  cmd=("$BIN" --mode train --mode bench $TINY --device cuda --device cpu --steps 1 --context-length 8,16 --steps 2
+       --context-length 16 --out "$WORK/last$np")
+  [ "$np" -gt 1 ] && cmd=("$MPIEXEC" --oversubscribe -np "$np" "${cmd[@]}")
+  cases=$((cases + 1))
+  if ! timeout 120 "${cmd[@]}" </dev/null >"$WORK/last.log" 2>&1; then
+    echo "FAIL (np=$np): ${cmd[*]} -> exit non-zero"; tail -5 "$WORK/last.log" | sed 's/^/    /'; failures=$((failures + 1))
+  elif ! python3 - "$WORK/last$np" "$np" <<'EOF'; then
+import json, sys
+import h5py
+out, np_ = sys.argv[1], int(sys.argv[2])
+for r in range(np_):
+    with h5py.File(f"{out}/rank{r:05d}.h5") as f:
+        assert f.attrs["mode"] == "bench" and f.attrs["status"] == "complete", dict(f.attrs)
+        recs = list(f["bench"].values())
+        got = [(int(g.attrs["context_length"]), int(g.attrs["steps"]), len(g["step_ms"])) for g in recs]
+        assert got == [(16, 2, 2)], f"rank {r}: (context, steps, timed steps) {got}, expected [(16, 2, 2)]"
+        config = json.loads(f.attrs["config_json"])
+        assert (config["device"], config["steps"]) == ("cpu", 2), f"rank {r}: configuration {config}"
+EOF
+    echo "FAIL (np=$np): the last of each option given twice did not win"; failures=$((failures + 1))
+  else
+    echo "ok   (np=$np): --mode train --mode bench --device cuda --device cpu --steps 1 --steps 2 --context-length 8,16 --context-length 16: bench, cpu, 2 steps at 16"
+  fi
+done
 if [ $failures -gt 0 ]; then echo "$failures of $cases run(s) failed"; exit 1; fi
 echo "all $cases bad inputs handled"

@@ -1,6 +1,6 @@
-"""llmhpc's model against an independent float64 numpy implementation of SPEC (tests/reference/numpy_model.py).
+"""llmhpc's model against an independent float64 numpy implementation of it (tests/reference/numpy_model.py).
 
-(i)   llmhpc's seeded initialisation follows SPEC (norm gains 1, embedding std 1 within +-3,
+(i)   llmhpc's seeded initialisation follows its rule (norm gains 1, embedding std 1 within +-3,
       linears std sqrt(2/(in+out)) within +-3 sigma), and the numpy loss of the first
       sequential batch at llmhpc's initial checkpoint equals llmhpc's recorded first-step
       loss of a real training run (rel 1e-5).

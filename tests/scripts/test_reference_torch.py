@@ -1,7 +1,7 @@
 """llmhpc's CPU training against PyTorch's (tests/reference/torch_model.py), step for step.
 
 PyTorch writes a random initial checkpoint; PyTorch (torch.optim.AdamW, foreach=False, fp32,
-CPU) and llmhpc (--mode train --device cpu --init) each train 5 steps from it on SPEC's
+CPU) and llmhpc (--mode train --device cpu --init) each train 5 steps from it on the
 sequential batches with lr 1e-3, default betas and eps, weight decay 0.01. Then:
   - the per-step losses agree (relative error <= 1e-4);
   - the final weights agree per tensor: relative error ||llmhpc - torch|| / ||torch||

@@ -78,11 +78,12 @@ def make_runs(work):
     go("bench-w0", [*mpi, "-np", "2", BIN, "--mode", "bench", "--device", "cpu", *SHAPE, "--context-length", "16,32",
                     "--precision", "fp32,bf16", "--warmup", "0", "--steps", "3", "--phase", "train-step",
                     "--separate-optimizer"])
-    go("attention", [BIN, "--mode", "attention", "--device", "cpu", "--batch", "1", "--heads", "1", "--head-dim", "16",
-                     "--seq", "32,64", "--impl", "naive,flash", "--warmup", "1", "--iters", "3"])
+    go("attention", [BIN, "--mode", "attention", "--device", "cpu", "--batch-size", "1", "--num-heads", "1",
+                     "--head-dim", "16", "--context-length", "32,64", "--attention", "naive,flash", "--warmup", "1",
+                     "--steps", "3"])
     for n in (2, 3):
         go(f"comm-np{n}", [*mpi, "-np", str(n), BIN, "--mode", "comm", "--device", "cpu", "--size", "4KB,64KB,1MB",
-                           "--warmup", "1", "--iters", "4"])
+                           "--warmup", "1", "--steps", "4"])
     go("ddp", [*mpi, "-np", "2", BIN, "--mode", "ddp", "--device", "cpu", *SHAPE, "--context-length", "16",
                "--batch-size", "4", "--ddp", "none,naive,flat,overlap,bucketed", "--bucket-mb", "0.001,1000",
                "--shard-optimizer", "none,zero1", "--warmup", "1", "--steps", "3"])
@@ -92,7 +93,7 @@ def make_runs(work):
                                          "--context-length", "16", "--batch-size", str(batch), "--ddp", "bucketed",
                                          "--bucket-mb", "1", "--warmup", "1", "--steps", "3"])
     go("scaling/allreduce-np2", [*mpi, "-np", "2", BIN, "--mode", "comm", "--device", "cpu", "--size", "4KB,1MB",
-                                 "--warmup", "1", "--iters", "3"])
+                                 "--warmup", "1", "--steps", "3"])
     tokens = os.path.join(work, "tokens.bin")
     np.random.default_rng(0).integers(0, 64, 4096, dtype=np.uint16).tofile(tokens)
     go("train", [BIN, "--mode", "train", "--device", "cpu", *SHAPE, "--data", tokens, "--context-length", "16",

@@ -5,7 +5,8 @@
 #   sbatch --wait jobs/ddp_bucketed.sh     and     sbatch --wait jobs/comm.sh
 # with 2 tasks on the CPU backend and a tiny model, each checked by sbatch's exit code (the
 # job's) and the files it leaves: both rank files, the all-reduce run, ddp.md, report.md and
-# its PNG in results/<job name>-<job id>. Then jobs/train.sh stopped mid-run by SIGUSR1 as
+# its PNG in results/<job name>-<job id>; and ddp_bucketed.sh again with EXTRA_ARGS overriding
+# the job's --warmup and --steps, its rank files recording EXTRA_ARGS' values. Then jobs/train.sh stopped mid-run by SIGUSR1 as
 # Slurm sends it before a time limit (scancel --signal=USR1 --batch): its checkpoint and rank
 # files at one step, its report saying so. Then the same ddp job, and comm.sh, launched by srun --mpi=pmix
 # where Slurm has PMIx. Every daemon is stopped by its pid and the folder removed, also on
@@ -136,6 +137,21 @@ id=$(cut -d';' -f1 "$tmp/ddp.id")
 check_ddp "$tmp/results/llmhpc-ddp-bucketed-$id"
 grep -q "llmhpc-ddp-bucketed: 2 rank(s)" "$tmp"/ddp-"$id".log || fail "the job did not run 2 ranks (SLURM_NTASKS)"
 echo "ok   sbatch --wait jobs/ddp_bucketed.sh -> results/llmhpc-ddp-bucketed-$id"
+
+# EXTRA_ARGS override the job's own values under sbatch too: the job passes --warmup 3 --steps 5,
+# EXTRA_ARGS (in the job's environment) --warmup 1 --steps 2, which every configuration records.
+submit extra jobs/ddp_bucketed.sh --export="ALL,WARMUP=3,STEPS=5,COMM=0,EXTRA_ARGS=--warmup 1 --steps 2" ||
+  fail "EXTRA_ARGS='--warmup 1 --steps 2' sbatch --wait jobs/ddp_bucketed.sh: exit $? ($(cat "$tmp/extra.sbatch.log"))"
+id=$(cut -d';' -f1 "$tmp/extra.id")
+python3 -c 'import h5py, sys
+for r in (0, 1):
+    with h5py.File(f"{sys.argv[1]}/rank{r:05d}.h5") as f:
+        recs = list(f["ddp"].values())
+        assert recs and f.attrs["status"] == "complete" and f.attrs["world_size"] == 2, dict(f.attrs)
+        for g in recs:
+            assert g.attrs["steps"] == 2 and len(g["step_ms"]) == 2 and g.attrs["warmup"] == 1, (r, g.name, dict(g.attrs))' \
+  "$tmp/results/llmhpc-ddp-bucketed-$id" || fail "EXTRA_ARGS did not override the job's --warmup 3 --steps 5 under sbatch"
+echo "ok   sbatch --wait jobs/ddp_bucketed.sh with EXTRA_ARGS='--warmup 1 --steps 2' over STEPS=5: 2 steps recorded"
 
 submit comm jobs/comm.sh || fail "sbatch --wait jobs/comm.sh: exit $? ($(cat "$tmp/comm.sbatch.log"))"
 id=$(cut -d';' -f1 "$tmp/comm.id")

@@ -206,7 +206,7 @@ def main():
             f"{name}: {attrs['iters']} all-reduces on one rank, host RSS grew {growth:.1f} MiB (bound 16)"
         print(f"one rank: {attrs['iters']} all-reduces, host RSS +{growth:.2f} MiB")
 
-    run(mpi + ["--mode", "comm", "--size", "4KB", "--inplace", "no", "--iters", 7, "--out", fixed_dir])
+    run(mpi + ["--mode", "comm", "--size", "4KB", "--inplace", "no", "--steps", 7, "--out", fixed_dir])
     for name, (attrs, arrays) in records(os.path.join(fixed_dir, "rank00001.h5")).items():
         assert attrs["duration_s"] == 0 and attrs["iters"] == 7 and len(arrays["time_us"]) == 7, attrs
         assert list(arrays["memory_iteration"]) == [6], f"{name}: {arrays['memory_iteration']}: one sample at the end"

@@ -98,8 +98,8 @@ TEST(AdamW, ClippingScalesByTorchsFactorAndKeepsTheNorm) {
   std::mt19937_64 rng(11);
   std::normal_distribution<float> nd;
   for (double fraction : {0.25, 2.0, double(INFINITY)}) {
-    TransformerLM clipped(c, Precision::FP32, AttentionKind::Naive, *be.device, *be.ops);
-    TransformerLM by_hand(c, Precision::FP32, AttentionKind::Naive, *be.device, *be.ops);
+    TransformerLM clipped({c, Precision::FP32, AttentionKind::Naive}, *be.device, *be.ops);
+    TransformerLM by_hand({c, Precision::FP32, AttentionKind::Naive}, *be.device, *be.ops);
     clipped.init_parameters(1);
     by_hand.init_parameters(1);
     const int64_t total = clipped.layout().total();
@@ -127,9 +127,9 @@ TEST(AdamW, ClippingScalesByTorchsFactorAndKeepsTheNorm) {
 TEST(AdamW, ShardedOwnersClipByTheNormOfAllTheirRanges) {
   Backend be = cpu_backend();
   const ModelConfig c = tiny_config();
-  TransformerLM whole(c, Precision::FP32, AttentionKind::Naive, *be.device, *be.ops);
-  TransformerLM split(c, Precision::FP32, AttentionKind::Naive, *be.device, *be.ops, MemoryPlan::Fast,
-                      ParameterLayout(c).total() + 8);
+  TransformerLM whole({c, Precision::FP32, AttentionKind::Naive}, *be.device, *be.ops);
+  TransformerLM split({c, Precision::FP32, AttentionKind::Naive, MemoryPlan::Fast, ParameterLayout(c).total() + 8},
+                      *be.device, *be.ops);
   whole.init_parameters(2);
   split.init_parameters(2);
   const int64_t total = whole.layout().total(), padded = split.params().numel(), cut = total / 2;
@@ -167,10 +167,10 @@ TEST(AdamW, ShardedOwnersClipByTheNormOfAllTheirRanges) {
 }
 
 // Hears which ranges the optimizer reports updated, in order.
-struct UpdateLog final : GradientListener {
+struct UpdateLog final : ParallelHooks {
   std::vector<FlatRange> updated;
-  void on_gradients_ready(int64_t, int64_t) override {}
-  void on_parameters_updated(int64_t begin, int64_t end) override { updated.push_back({begin, end}); }
+  void gradients_final(int64_t, int64_t) override {}
+  void parameters_updated(int64_t begin, int64_t end) override { updated.push_back({begin, end}); }
 };
 
 // What makes a sharded optimizer bitwise the unsharded one: owners of disjoint ranges (in any
@@ -179,8 +179,8 @@ struct UpdateLog final : GradientListener {
 TEST(AdamW, OwnersOfDisjointRangesTogetherGiveTheWholeBitwise) {
   Backend be = cpu_backend();
   const ModelConfig c = tiny_config();
-  TransformerLM whole(c, Precision::FP32, AttentionKind::Naive, *be.device, *be.ops);
-  TransformerLM split(c, Precision::FP32, AttentionKind::Naive, *be.device, *be.ops);
+  TransformerLM whole({c, Precision::FP32, AttentionKind::Naive}, *be.device, *be.ops);
+  TransformerLM split({c, Precision::FP32, AttentionKind::Naive}, *be.device, *be.ops);
   whole.init_parameters(1);
   split.init_parameters(1);
   std::mt19937_64 rng(3);
@@ -219,7 +219,7 @@ TEST(AdamWDeathTest, OverlappingOrOutsideRangesAreFatal) {
   GTEST_FLAG_SET(death_test_style, "threadsafe");  // re-executes the binary: MPI is initialised anew
   Backend be = cpu_backend();
   ModelConfig c{"custom", 13, 4, 8, 8, 1, 2};
-  TransformerLM m(c, Precision::FP32, AttentionKind::Naive, *be.device, *be.ops);
+  TransformerLM m({c, Precision::FP32, AttentionKind::Naive}, *be.device, *be.ops);
   const int64_t total = m.layout().total();
   EXPECT_DEATH(AdamW(m, *be.ops, AdamWHyper{}, {{0, 10}, {5, 20}}), "overlap");
   EXPECT_DEATH(AdamW(m, *be.ops, AdamWHyper{}, {{0, total + 1}}), "outside");

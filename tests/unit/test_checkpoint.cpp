@@ -40,7 +40,7 @@ class Checkpoint : public ::testing::Test {
  protected:
   Backend be = cpu_backend();
   TransformerLM make(int64_t layers = 2) {
-    return TransformerLM(config(layers), Precision::FP32, AttentionKind::Naive, *be.device, *be.ops);
+    return TransformerLM({config(layers), Precision::FP32, AttentionKind::Naive}, *be.device, *be.ops);
   }
 };
 
@@ -94,7 +94,7 @@ TEST_F(Checkpoint, OwnedRangesLoadTheirSlicesOfTheWholeState) {
   save_checkpoint(path, a, &whole);
 
   const int64_t total = a.layout().total(), padded = total + 50;
-  TransformerLM b(config(), Precision::FP32, AttentionKind::Naive, *be.device, *be.ops, MemoryPlan::Fast, padded);
+  TransformerLM b({config(), Precision::FP32, AttentionKind::Naive, MemoryPlan::Fast, padded}, *be.device, *be.ops);
   const std::vector<FlatRange> owned = {{total - 30, padded}, {3, 40}, {100, 101}};
   AdamW opt_b(b, *be.ops, AdamWHyper{}, owned);
   load_checkpoint(path, b, &opt_b);

@@ -87,7 +87,7 @@ TEST(BucketPlan, RejectsANonPositiveCap) {
       plan_buckets(toy_spans(), 4, mb);
       ADD_FAILURE() << "no error for bucket_mb " << mb;
     } catch (const UsageError& e) {
-      EXPECT_NE(std::string(e.what()).find("--bucket-mb"), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find("bucket_mb"), std::string::npos) << e.what();
     }
   }
 }
@@ -159,7 +159,7 @@ TEST(SyncStrategy, NamesRoundTripAndErrorsListTheChoices) {
     parse_sync_strategy("ring");
     ADD_FAILURE() << "no error for 'ring'";
   } catch (const UsageError& e) {
-    EXPECT_STREQ(e.what(), "--ddp 'ring': must be one of none, naive, flat, overlap, bucketed");
+    EXPECT_STREQ(e.what(), "ddp 'ring': must be one of none, naive, flat, overlap, bucketed");
   }
 }
 
@@ -275,7 +275,7 @@ TEST(ShardPlan, NamesRoundTripAndShardingNeedsReducedGradients) {
     parse_sharding("zero3");
     ADD_FAILURE() << "no error for 'zero3'";
   } catch (const UsageError& e) {
-    EXPECT_STREQ(e.what(), "--shard-optimizer 'zero3': must be one of none, broadcast, zero1");
+    EXPECT_STREQ(e.what(), "shard-optimizer 'zero3': must be one of none, broadcast, zero1");
   }
   for (Sharding s : {Sharding::Broadcast, Sharding::Zero1}) {
     try {
@@ -403,12 +403,12 @@ struct SyncFixture {
 TEST(GradientSync, BucketIsIssuedWhenItsLastElementIsReportedInAnyOrder) {
   SyncFixture f(SyncStrategy::Bucketed, mib(44));  // buckets [20,31) and [4,20)
   f.sync->begin_step();
-  f.sync->on_gradients_ready(8, 24);   // part of both buckets
-  f.sync->on_gradients_ready(28, 31);  // more of the first
+  f.sync->gradients_final(8, 24);   // part of both buckets
+  f.sync->gradients_final(28, 31);  // more of the first
   EXPECT_TRUE(f.comm.calls.empty());
-  f.sync->on_gradients_ready(4, 8);  // completes [4,20), straddling nothing else
+  f.sync->gradients_final(4, 8);  // completes [4,20), straddling nothing else
   EXPECT_EQ(f.issued_begins(), (std::vector<int64_t>{4}));
-  f.sync->on_gradients_ready(24, 28);  // completes [20,31)
+  f.sync->gradients_final(24, 28);  // completes [20,31)
   EXPECT_EQ(f.issued_begins(), (std::vector<int64_t>{4, 20}));
   EXPECT_EQ(f.comm.calls[1].count, 11);
   f.sync->finish();
@@ -429,10 +429,10 @@ TEST(GradientSync, FinishIssuesWhatBackwardNeverCompletedAndBeginStepStartsOver)
   for (int step = 0; step < 2; ++step) {
     f.comm.calls.clear();
     f.sync->begin_step();
-    f.sync->on_gradients_ready(26, 31);  // a and c: two tensors in one range
-    f.sync->on_gradients_ready(12, 20);  // half of w
+    f.sync->gradients_final(26, 31);  // a and c: two tensors in one range
+    f.sync->gradients_final(12, 20);  // half of w
     EXPECT_EQ(f.issued_begins(), (std::vector<int64_t>{26, 30})) << "step " << step;
-    f.sync->on_gradients_ready(4, 12);  // the other half
+    f.sync->gradients_final(4, 12);  // the other half
     EXPECT_EQ(f.issued_begins(), (std::vector<int64_t>{26, 30, 4}));
     f.sync->finish();  // q [20,26) was never reported
     EXPECT_EQ(f.issued_begins(), (std::vector<int64_t>{26, 30, 4, 20}));
@@ -445,7 +445,7 @@ TEST(GradientSync, NaiveAndFlatCommunicateAfterBackwardOnly) {
   for (SyncStrategy s : {SyncStrategy::Naive, SyncStrategy::Flat, SyncStrategy::None}) {
     SyncFixture f(s, 25);
     f.sync->begin_step();
-    f.sync->on_gradients_ready(4, 31);
+    f.sync->gradients_final(4, 31);
     EXPECT_TRUE(f.comm.calls.empty()) << sync_strategy_name(s);
     f.sync->finish();
     const std::vector<int64_t> want = s == SyncStrategy::Naive  ? std::vector<int64_t>{30, 26, 20, 4}
@@ -466,8 +466,8 @@ TEST(GradientSync, Bf16GradientsTakeTheSameRangesWithHalfTheBytes) {
     SyncFixture fp32(s, mib(44)), bf16(s, mib(44), true);
     for (SyncFixture* f : {&fp32, &bf16}) {
       f->sync->begin_step();
-      f->sync->on_gradients_ready(26, 31);
-      f->sync->on_gradients_ready(4, 26);
+      f->sync->gradients_final(26, 31);
+      f->sync->gradients_final(4, 26);
       f->sync->finish();
     }
     EXPECT_EQ(bf16.issued_begins(), fp32.issued_begins()) << sync_strategy_name(s);
@@ -519,19 +519,19 @@ TEST(ShardedSync, Zero1ReduceScattersAsBackwardFinishesAndAllGathersAsTheOptimiz
     f.comm.waited.clear();
     f.sync->begin_step();
     EXPECT_TRUE(f.comm.waited.empty()) << "everything arrived during the last step's forward";
-    f.sync->on_gradients_ready(700, 1000);  // c: all of [768,1024) but the padding
+    f.sync->gradients_final(700, 1000);  // c: all of [768,1024) but the padding
     ASSERT_EQ(f.comm.calls.size(), 1u);
     EXPECT_EQ(f.comm.calls[0].kind, Collective::ReduceScatter);
     EXPECT_EQ(f.comm.calls[0].begin, 768);
     EXPECT_EQ(f.comm.calls[0].count, 128);
     EXPECT_EQ(f.comm.calls[0].op, ReduceOp::Average);
-    f.sync->on_gradients_ready(0, 700);  // a and b
+    f.sync->gradients_final(0, 700);  // a and b
     f.sync->finish();
     ASSERT_EQ(f.comm.calls.size(), 3u);
     EXPECT_EQ(f.sync->stats().issued_in_finish, 0);
     // The optimizer's first two ranges: their buckets' all-gathers start at once, in forward order.
-    f.sync->on_parameters_updated(192, 384);
-    f.sync->on_parameters_updated(576, 768);
+    f.sync->parameters_updated(192, 384);
+    f.sync->parameters_updated(576, 768);
     ASSERT_EQ(f.comm.calls.size(), 5u);
     EXPECT_EQ(f.comm.calls[3].kind, Collective::AllGather);
     EXPECT_EQ(f.comm.calls[3].begin, 0);
@@ -542,12 +542,12 @@ TEST(ShardedSync, Zero1ReduceScattersAsBackwardFinishesAndAllGathersAsTheOptimiz
     EXPECT_EQ(f.comm.calls[5].begin, 768);
     EXPECT_TRUE(f.waited_begins(3).empty()) << "finish_parameters waits for no all-gather";
     // The next forward asks range by range: only the buckets a range overlaps are waited for.
-    f.sync->on_parameters_needed(0, 300);
+    f.sync->parameters_needed(0, 300);
     EXPECT_EQ(f.waited_begins(3), (std::vector<int64_t>{0}));
-    f.sync->on_parameters_needed(300, 700);  // [0,384) again, and [384,768)
+    f.sync->parameters_needed(300, 700);  // [0,384) again, and [384,768)
     EXPECT_EQ(f.waited_begins(3), (std::vector<int64_t>{0, 384}));
     if (step == 0) {
-      f.sync->on_parameters_needed(700, 1000);
+      f.sync->parameters_needed(700, 1000);
       EXPECT_EQ(f.waited_begins(3), (std::vector<int64_t>{0, 384, 768}));
     }  // step 1: the next begin_step() waits for what was never asked for
     const SyncStats st = f.sync->stats();
@@ -580,10 +580,10 @@ TEST(ShardedSync, SharingTheBf16CopySendsTheMastersOfFullPrecisionRangesOnly) {
                          {Tensor{copy.data(), DType::BF16, {plan.flat_elements}}, {{100, 110}, {650, 800}}});
   EXPECT_TRUE(sync->shares_compute_copy());
   sync->begin_step();
-  sync->on_gradients_ready(0, 1000);
+  sync->gradients_final(0, 1000);
   sync->finish();
   ASSERT_EQ(comm.calls.size(), 3u) << "the reduce-scatters";
-  for (const FlatRange& r : plan.owned(1)) sync->on_parameters_updated(r.begin, r.end);
+  for (const FlatRange& r : plan.owned(1)) sync->parameters_updated(r.begin, r.end);
   EXPECT_TRUE(sync->finish_parameters());
   struct Want {
     Collective kind;
@@ -608,7 +608,7 @@ TEST(ShardedSync, SharingTheBf16CopySendsTheMastersOfFullPrecisionRangesOnly) {
   EXPECT_EQ(sync->stats().param_collectives, 6);
   EXPECT_EQ(*std::max_element(comm.waited.begin(), comm.waited.end()), 2u) << "finish waited for the gradients only";
 
-  sync->on_masters_needed();  // every master, as a checkpoint reads them
+  sync->masters_needed();  // every master, as a checkpoint reads them
   ASSERT_EQ(comm.calls.size(), 12u);
   for (size_t i = 9; i < 12; ++i) {
     EXPECT_EQ(comm.calls[i].kind, Collective::AllGather);
@@ -628,10 +628,10 @@ TEST(ShardedSync, SharingTheBf16CopySendsTheMastersOfFullPrecisionRangesOnly) {
 TEST(ShardedSync, Zero1SharesEveryEarlierBucketFirst) {
   ShardFixture f(SyncStrategy::Overlap, Sharding::Zero1, 0, 2);
   f.sync->begin_step();
-  f.sync->on_gradients_ready(0, 1000);
+  f.sync->gradients_final(0, 1000);
   f.sync->finish();
   const size_t first = f.comm.calls.size();
-  f.sync->on_parameters_updated(f.plan.owned(0)[2].begin, f.plan.owned(0)[2].end);  // its last range only
+  f.sync->parameters_updated(f.plan.owned(0)[2].begin, f.plan.owned(0)[2].end);  // its last range only
   std::vector<int64_t> gathered;
   for (size_t i = first; i < f.comm.calls.size(); ++i) gathered.push_back(f.comm.calls[i].begin);
   EXPECT_EQ(gathered, (std::vector<int64_t>{0, 384, 768}));
@@ -643,12 +643,12 @@ TEST(ShardedSync, BroadcastAllReducesThenEveryOwnerBroadcastsItsRange) {
   ShardFixture f(SyncStrategy::Flat, Sharding::Broadcast, 2, 3);
   ASSERT_EQ(f.plan.flat_elements, 1000);
   f.sync->begin_step();
-  f.sync->on_gradients_ready(0, 1000);
+  f.sync->gradients_final(0, 1000);
   f.sync->finish();
   ASSERT_EQ(f.comm.calls.size(), 1u);
   EXPECT_EQ(f.comm.calls[0].kind, Collective::AllReduce);
   EXPECT_EQ(f.comm.calls[0].count, 1000);
-  f.sync->on_parameters_updated(f.plan.owned(2)[0].begin, f.plan.owned(2)[0].end);
+  f.sync->parameters_updated(f.plan.owned(2)[0].begin, f.plan.owned(2)[0].end);
   EXPECT_TRUE(f.sync->finish_parameters());
   ASSERT_EQ(f.comm.calls.size(), 4u);
   EXPECT_EQ(f.comm.groups, 1) << "one group: the owners' broadcasts fused";
@@ -660,14 +660,14 @@ TEST(ShardedSync, BroadcastAllReducesThenEveryOwnerBroadcastsItsRange) {
     EXPECT_EQ(c.count, f.plan.shard(0, owner).size());
   }
   EXPECT_EQ(f.comm.waits, 0) << "finish_parameters waits for none of them (flat's all-reduce blocks)";
-  f.sync->on_parameters_needed(0, 1);
+  f.sync->parameters_needed(0, 1);
   EXPECT_EQ(f.comm.waits, 3) << "one group, the whole model: its first range waits for every broadcast";
   EXPECT_EQ(f.sync->stats().param_bytes, 1000 * 4);
 }
 
 TEST(ShardedSync, UnshardedSyncLeavesTheParametersAlone) {
   SyncFixture f(SyncStrategy::Bucketed, 25);
-  f.sync->on_parameters_updated(4, 31);
+  f.sync->parameters_updated(4, 31);
   EXPECT_FALSE(f.sync->finish_parameters());
   EXPECT_TRUE(f.comm.calls.empty());
 }

@@ -61,11 +61,11 @@ TEST(LrSchedule, SchedulesThatCannotBeFollowedNameTheirOption) {
     }
     return std::string();
   };
-  EXPECT_NE(refused(schedule(LrDecay::Cosine, 10, 10)).find("--lr-decay-steps"), std::string::npos);
-  EXPECT_NE(refused(schedule(LrDecay::Linear, 0, 10, 1e-3, 2e-3)).find("--min-lr"), std::string::npos);
-  EXPECT_NE(refused(schedule(LrDecay::Cosine, 0, 10, 1e-3, -1)).find("--min-lr"), std::string::npos);
-  EXPECT_NE(refused(schedule(LrDecay::Constant, -1, 0)).find("--lr-warmup-steps"), std::string::npos);
-  EXPECT_NE(refused(schedule(LrDecay::Constant, 0, 0, -1)).find("--lr"), std::string::npos);
+  EXPECT_NE(refused(schedule(LrDecay::Cosine, 10, 10)).find("lr_decay_steps"), std::string::npos);
+  EXPECT_NE(refused(schedule(LrDecay::Linear, 0, 10, 1e-3, 2e-3)).find("min_lr"), std::string::npos);
+  EXPECT_NE(refused(schedule(LrDecay::Cosine, 0, 10, 1e-3, -1)).find("min_lr"), std::string::npos);
+  EXPECT_NE(refused(schedule(LrDecay::Constant, -1, 0)).find("lr_warmup_steps"), std::string::npos);
+  EXPECT_NE(refused(schedule(LrDecay::Constant, 0, 0, -1)).find("lr "), std::string::npos);
   EXPECT_EQ(refused(schedule(LrDecay::Constant, 5, 0)), "") << "warm-up then constant needs no decay step";
   EXPECT_EQ(refused(schedule(LrDecay::Cosine, 0, 1)), "");
 }

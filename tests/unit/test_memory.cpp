@@ -49,7 +49,7 @@ TEST(OptimizerInBackward, BitwiseTheSeparateOptimizer) {
     TracingAllocator& alloc = be.device->allocator();
     alloc.reset_peak();
     const ModelConfig c = tiny_config();
-    TransformerLM model(c, Precision::FP32, AttentionKind::Naive, *be.device, *be.ops, MemoryPlan::Fast, 0, g);
+    TransformerLM model({c, Precision::FP32, AttentionKind::Naive, MemoryPlan::Fast, 0, g}, *be.device, *be.ops);
     model.init_parameters(7);
     AdamW opt(model, *be.ops, AdamWHyper{});
     auto timer = be.device->make_timer(kStepMarks);
@@ -77,8 +77,9 @@ TEST(OptimizerInBackward, BitwiseTheSeparateOptimizer) {
 TEST(OptimizerInBackwardDeathTest, RefusesAccumulation) {
   GTEST_FLAG_SET(death_test_style, "threadsafe");  // re-executes the binary: MPI is initialised anew
   Backend be = cpu_backend();
-  TransformerLM model(tiny_config(), Precision::FP32, AttentionKind::Naive, *be.device, *be.ops, MemoryPlan::Fast, 0,
-                      GradientStorage::PerRange);
+  TransformerLM model(
+      {tiny_config(), Precision::FP32, AttentionKind::Naive, MemoryPlan::Fast, 0, GradientStorage::PerRange},
+      *be.device, *be.ops);
   const auto x = tokens(16, 0);
   model.set_batch(x.data(), x.data(), 1, 16);
   model.forward();
@@ -100,8 +101,9 @@ TEST(MemoryTrace, BalancedAndThePeakIsTheAllocators) {
   };
   mark("init");
   const ModelConfig c = tiny_config();
-  auto model = std::make_unique<TransformerLM>(c, Precision::FP32, AttentionKind::Naive, *be.device, *be.ops,
-                                               MemoryPlan::Fast, 0, GradientStorage::Whole);
+  auto model = std::make_unique<TransformerLM>(
+      TransformerLM::Config{c, Precision::FP32, AttentionKind::Naive, MemoryPlan::Fast, 0, GradientStorage::Whole},
+      *be.device, *be.ops);
   model->init_parameters(1);
   AdamW opt(*model, *be.ops, AdamWHyper{});
   const auto x = tokens(2 * 16, 0);
@@ -149,7 +151,7 @@ TEST(Activations, LiveFromForwardToTheEndOfBackward) {
     Backend be = cpu_backend();
     TracingAllocator& alloc = be.device->allocator();
     const ModelConfig c = tiny_config();
-    TransformerLM model(c, Precision::FP32, AttentionKind::Naive, *be.device, *be.ops, MemoryPlan::Fast, 0, g);
+    TransformerLM model({c, Precision::FP32, AttentionKind::Naive, MemoryPlan::Fast, 0, g}, *be.device, *be.ops);
     model.init_parameters(7);
     AdamW opt(model, *be.ops, AdamWHyper{});
     auto timer = be.device->make_timer(kStepMarks);
@@ -272,7 +274,7 @@ TEST(Activations, TakenAgainFromTheCacheBitwiseTheSameTraining) {
       for (int k = 0; k < 2; ++k) {
         Device& dev = k == 0 ? *be.device : static_cast<Device&>(cached);
         const ModelConfig c = tiny_config();
-        TransformerLM model(c, Precision::FP32, attention, dev, *be.ops, MemoryPlan::Fast, 0, g);
+        TransformerLM model({c, Precision::FP32, attention, MemoryPlan::Fast, 0, g}, dev, *be.ops);
         model.init_parameters(3);
         AdamW opt(model, *be.ops, AdamWHyper{});
         auto timer = dev.make_timer(kStepMarks);

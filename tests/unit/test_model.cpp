@@ -1,6 +1,7 @@
 // The whole model: gradients against finite differences in fp64, fp32 against fp64, the
 // gradient-ready ranges backward reports, the parameter ranges forward asks for while
-// parameters arrive (a sharded optimizer's all-gathers), and SPEC's initialisation.
+// parameters arrive (a sharded optimizer's all-gathers), and the initialisation of
+// transformer.h.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -47,7 +48,7 @@ double loss_of(TransformerLM& m, const Batch& b) {
 TEST(Model, GradientsMatchFiniteDifferencesInFp64) {
   Backend be = cpu_backend();
   const ModelConfig c = tiny_config();
-  TransformerLM m(c, Precision::FP64, AttentionKind::Naive, *be.device, *be.ops);
+  TransformerLM m({c, Precision::FP64, AttentionKind::Naive}, *be.device, *be.ops);
   m.init_parameters(7);
   const Batch b = random_batch(c, 2, 5, 99);
   loss_of(m, b);
@@ -73,8 +74,8 @@ TEST(Model, GradientsMatchFiniteDifferencesInFp64) {
 TEST(Model, Fp32AgreesWithFp64) {
   Backend be = cpu_backend();
   const ModelConfig c = tiny_config();
-  TransformerLM m64(c, Precision::FP64, AttentionKind::Naive, *be.device, *be.ops);
-  TransformerLM m32(c, Precision::FP32, AttentionKind::Naive, *be.device, *be.ops);
+  TransformerLM m64({c, Precision::FP64, AttentionKind::Naive}, *be.device, *be.ops);
+  TransformerLM m32({c, Precision::FP32, AttentionKind::Naive}, *be.device, *be.ops);
   m32.init_parameters(3);
   // Same weights in both: copy fp32 values into the fp64 model.
   for (int64_t i = 0; i < m32.layout().total(); ++i) m64.params().ptr<double>()[i] = m32.params().ptr<float>()[i];
@@ -106,9 +107,9 @@ TEST(Model, Bf16StaysWithinItsRoundingOfFp32AndLowMemoryIsBitwiseTheSame) {
   const ModelConfig c = tiny_config();
   const Batch b = random_batch(c, 3, 6, 5);
   for (AttentionKind attention : {AttentionKind::Naive, AttentionKind::Flash}) {
-    TransformerLM m32(c, Precision::FP32, attention, *be.device, *be.ops),
-        fast(c, Precision::BF16, attention, *be.device, *be.ops),
-        low(c, Precision::BF16, attention, *be.device, *be.ops, MemoryPlan::LowMemory);
+    TransformerLM m32({c, Precision::FP32, attention}, *be.device, *be.ops),
+        fast({c, Precision::BF16, attention}, *be.device, *be.ops),
+        low({c, Precision::BF16, attention, MemoryPlan::LowMemory}, *be.device, *be.ops);
     for (TransformerLM* m : {&m32, &fast, &low}) m->init_parameters(3);
     ASSERT_EQ(fast.params_lowp().dtype, DType::BF16) << "the Fast plan keeps a bf16 copy of every weight";
     EXPECT_TRUE(low.params_lowp().empty());
@@ -133,9 +134,9 @@ TEST(Model, Bf16GradientsAreTheFp32GradientsRoundedOnce) {
   const ModelConfig c = tiny_config();
   const Batch b = random_batch(c, 3, 6, 5), b2 = random_batch(c, 3, 6, 6);
   for (AttentionKind attention : {AttentionKind::Naive, AttentionKind::Flash}) {
-    TransformerLM m32(c, Precision::BF16, attention, *be.device, *be.ops),
-        m16(c, Precision::BF16, attention, *be.device, *be.ops, MemoryPlan::Fast, 0, GradientStorage::Whole,
-            GradientDType::BF16);
+    TransformerLM m32({c, Precision::BF16, attention}, *be.device, *be.ops),
+        m16({c, Precision::BF16, attention, MemoryPlan::Fast, 0, GradientStorage::Whole, GradientDType::BF16},
+            *be.device, *be.ops);
     for (TransformerLM* m : {&m32, &m16}) m->init_parameters(3);
     ASSERT_EQ(m16.grads().dtype, DType::BF16);
     ASSERT_EQ(m32.grads().dtype, DType::F32);
@@ -171,10 +172,12 @@ TEST(Model, Bf16GradientsAreTheFp32GradientsRoundedOnce) {
   }
   // Range by range (GradientStorage::PerRange, AdamW inside backward on bf16 windows): bitwise
   // the weights of AdamW after backward on the whole bf16 buffer.
-  TransformerLM whole(c, Precision::BF16, AttentionKind::Naive, *be.device, *be.ops, MemoryPlan::Fast, 0,
-                      GradientStorage::Whole, GradientDType::BF16),
-      ranged(c, Precision::BF16, AttentionKind::Naive, *be.device, *be.ops, MemoryPlan::Fast, 0,
-             GradientStorage::PerRange, GradientDType::BF16);
+  TransformerLM whole(
+      {c, Precision::BF16, AttentionKind::Naive, MemoryPlan::Fast, 0, GradientStorage::Whole, GradientDType::BF16},
+      *be.device, *be.ops),
+      ranged({c, Precision::BF16, AttentionKind::Naive, MemoryPlan::Fast, 0, GradientStorage::PerRange,
+              GradientDType::BF16},
+             *be.device, *be.ops);
   AdamW opt_whole(whole, *be.ops, AdamWHyper{}), opt_ranged(ranged, *be.ops, AdamWHyper{});
   auto timer = be.device->make_timer(kStepMarks);
   for (TransformerLM* m : {&whole, &ranged}) m->init_parameters(3);
@@ -186,15 +189,16 @@ TEST(Model, Bf16GradientsAreTheFp32GradientsRoundedOnce) {
   EXPECT_EQ(ranged.gradients(0, 4).dtype, DType::BF16);
   for (int64_t i = 0; i < whole.layout().total(); ++i)
     ASSERT_EQ(ranged.params().ptr<float>()[i], whole.params().ptr<float>()[i]) << "parameter " << i;
-  EXPECT_THROW(TransformerLM(c, Precision::FP32, AttentionKind::Naive, *be.device, *be.ops, MemoryPlan::Fast, 0,
-                             GradientStorage::Whole, GradientDType::BF16),
+  EXPECT_THROW(TransformerLM({c, Precision::FP32, AttentionKind::Naive, MemoryPlan::Fast, 0, GradientStorage::Whole,
+                              GradientDType::BF16},
+                             *be.device, *be.ops),
                UsageError);
 }
 
 TEST(Model, BackwardOverwritesGradientsOrAccumulatesThemOnRequest) {
   Backend be = cpu_backend();
   const ModelConfig c = tiny_config();
-  TransformerLM m(c, Precision::FP64, AttentionKind::Naive, *be.device, *be.ops);
+  TransformerLM m({c, Precision::FP64, AttentionKind::Naive}, *be.device, *be.ops);
   m.init_parameters(4);
   const Batch b = random_batch(c, 2, 4, 8);
   loss_of(m, b);
@@ -215,7 +219,7 @@ TEST(Model, LossAtInitialisationIsNearLogVocab) {
   c.vocab_size = 500;
   c.d_model = 32;
   c.num_heads = 4;
-  TransformerLM m(c, Precision::FP32, AttentionKind::Naive, *be.device, *be.ops);
+  TransformerLM m({c, Precision::FP32, AttentionKind::Naive}, *be.device, *be.ops);
   m.init_parameters(1);
   const double loss = loss_of(m, random_batch(c, 2, 6, 1));
   // Random weights give a spread of logits, so the loss is above log(V) but of its order.
@@ -223,15 +227,15 @@ TEST(Model, LossAtInitialisationIsNearLogVocab) {
   EXPECT_LT(loss, std::log(500.0) * 4.0);
 }
 
-struct RangeLog : GradientListener {
+struct RangeLog : ParallelHooks {
   std::vector<std::pair<int64_t, int64_t>> ranges;
-  void on_gradients_ready(int64_t begin, int64_t end) override { ranges.emplace_back(begin, end); }
+  void gradients_final(int64_t begin, int64_t end) override { ranges.emplace_back(begin, end); }
 };
 
 TEST(Model, BackwardReportsEveryParameterOnceFromTheEnd) {
   Backend be = cpu_backend();
   const ModelConfig c = tiny_config();
-  TransformerLM m(c, Precision::FP32, AttentionKind::Naive, *be.device, *be.ops);
+  TransformerLM m({c, Precision::FP32, AttentionKind::Naive}, *be.device, *be.ops);
   m.init_parameters(1);
   loss_of(m, random_batch(c, 1, 4, 2));
   RangeLog log;
@@ -249,19 +253,19 @@ TEST(Model, BackwardReportsEveryParameterOnceFromTheEnd) {
 // Stands in for a sharded optimizer's all-gathers: after finish_parameters() the parameters
 // are NaN until someone asks for them, and then the real values arrive; so a range that
 // forward read before asking for it poisons the loss.
-struct LateArrival : GradientListener {
+struct LateArrival : ParallelHooks {
   TransformerLM& model;
   std::vector<float> real;
   std::vector<std::pair<int64_t, int64_t>> asked;
   explicit LateArrival(TransformerLM& m) : model(m) {}
-  void on_gradients_ready(int64_t, int64_t) override {}
+  void gradients_final(int64_t, int64_t) override {}
   bool finish_parameters() override {
     float* p = model.params().ptr<float>();
     real.assign(p, p + model.params().numel());
     std::fill(p, p + model.params().numel(), NAN);
     return true;
   }
-  void on_parameters_needed(int64_t begin, int64_t end) override {
+  void parameters_needed(int64_t begin, int64_t end) override {
     asked.emplace_back(begin, end);
     std::copy(real.begin() + begin, real.begin() + end, model.params().ptr<float>() + begin);
   }
@@ -270,7 +274,7 @@ struct LateArrival : GradientListener {
 TEST(Model, ForwardAsksForEachParameterRangeBeforeReadingIt) {
   Backend be = cpu_backend();
   const ModelConfig c = tiny_config();
-  TransformerLM m(c, Precision::FP32, AttentionKind::Naive, *be.device, *be.ops);
+  TransformerLM m({c, Precision::FP32, AttentionKind::Naive}, *be.device, *be.ops);
   m.init_parameters(5);
   const Batch b = random_batch(c, 2, 6, 3);
   const double want = loss_of(m, b);
@@ -299,8 +303,8 @@ TEST(Model, ForwardAsksForEachParameterRangeBeforeReadingIt) {
 TEST(Model, WaitParametersAsksForAllOfThemAtOnce) {
   Backend be = cpu_backend();
   const ModelConfig c = tiny_config();
-  TransformerLM m(c, Precision::FP32, AttentionKind::Naive, *be.device, *be.ops, MemoryPlan::Fast,
-                  ParameterLayout(c).total() + 64);  // padded, as under zero1
+  TransformerLM m({c, Precision::FP32, AttentionKind::Naive, MemoryPlan::Fast, ParameterLayout(c).total() + 64},
+                  *be.device, *be.ops);  // padded, as under zero1
   m.init_parameters(5);
   m.wait_parameters();  // nothing arriving: nothing to do
   LateArrival arrival(m);
@@ -318,8 +322,8 @@ TEST(Model, WaitParametersAsksForAllOfThemAtOnce) {
 TEST(Model, RunStepLetsTheNextForwardWaitForArrivingParameters) {
   Backend be = cpu_backend();
   const ModelConfig c = tiny_config();
-  TransformerLM plain(c, Precision::FP32, AttentionKind::Naive, *be.device, *be.ops),
-      late(c, Precision::FP32, AttentionKind::Naive, *be.device, *be.ops);
+  TransformerLM plain({c, Precision::FP32, AttentionKind::Naive}, *be.device, *be.ops),
+      late({c, Precision::FP32, AttentionKind::Naive}, *be.device, *be.ops);
   plain.init_parameters(9);
   late.init_parameters(9);
   AdamW opt_plain(plain, *be.ops, AdamWHyper{}), opt_late(late, *be.ops, AdamWHyper{});
@@ -345,7 +349,7 @@ TEST(Model, InitialisationFollowsTheSpec) {
   c.d_model = 64;
   c.d_ff = 96;
   c.num_heads = 4;
-  TransformerLM m(c, Precision::FP32, AttentionKind::Naive, *be.device, *be.ops);
+  TransformerLM m({c, Precision::FP32, AttentionKind::Naive}, *be.device, *be.ops);
   m.init_parameters(42);
   for (const ParamInfo& p : m.layout().params()) {
     const Tensor t = m.param(p.name);
@@ -373,9 +377,9 @@ TEST(Model, InitialisationFollowsTheSpec) {
 TEST(Model, InitialisationIsDeterministicPerSeed) {
   Backend be = cpu_backend();
   const ModelConfig c = tiny_config();
-  TransformerLM a(c, Precision::FP32, AttentionKind::Naive, *be.device, *be.ops),
-      b(c, Precision::FP32, AttentionKind::Naive, *be.device, *be.ops),
-      d(c, Precision::FP32, AttentionKind::Naive, *be.device, *be.ops);
+  TransformerLM a({c, Precision::FP32, AttentionKind::Naive}, *be.device, *be.ops),
+      b({c, Precision::FP32, AttentionKind::Naive}, *be.device, *be.ops),
+      d({c, Precision::FP32, AttentionKind::Naive}, *be.device, *be.ops);
   a.init_parameters(5);
   b.init_parameters(5);
   d.init_parameters(6);
@@ -389,7 +393,7 @@ TEST(Model, OutOfMemoryIsAnExceptionNotACrash) {
   Backend be = make_cpu_backend(opt);
   ModelConfig c = tiny_config();
   c.vocab_size = 10000;
-  EXPECT_THROW(TransformerLM(c, Precision::FP32, AttentionKind::Naive, *be.device, *be.ops), OutOfMemory);
+  EXPECT_THROW(TransformerLM({c, Precision::FP32, AttentionKind::Naive}, *be.device, *be.ops), OutOfMemory);
   EXPECT_EQ(be.device->allocator().live_bytes(), 0);  // nothing leaked
 }
 

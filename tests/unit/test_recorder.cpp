@@ -1,5 +1,5 @@
-// The per-rank result file: SPEC's root attributes, one group per record with status,
-// attributes and raw arrays, and every finished record readable while the run goes on;
+// The per-rank result file: the root attributes of docs/hdf5-schema.md, one group per record
+// with status, attributes and raw arrays, and every finished record readable while the run goes on;
 // streamed records: rows appended in bounded batches, readable while the stream runs and
 // after it was abandoned, and rows of the wrong shape refused.
 #include <gtest/gtest.h>

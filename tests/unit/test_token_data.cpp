@@ -1,4 +1,4 @@
-// Token files (.bin uint16, .npy uint16/int32) and SPEC's batch order.
+// Token files (.bin uint16, .npy uint16/int32) and the batch order of src/io/token_data.h.
 #include <gtest/gtest.h>
 #include <unistd.h>
 

@@ -1,0 +1,172 @@
+#include "src/dist/parallelism.h"
+
+#include <algorithm>
+
+#include "src/core/check.h"
+#include "src/core/table.h"
+#include "src/core/units.h"
+#include "src/model/checkpoint.h"
+
+namespace llmhpc {
+
+void check_grad_reduce(bool in_bf16, Precision precision) {
+  if (in_bf16 && param_dtype(precision) != DType::F32)
+    throw UsageError(std::string("{grad_reduce_dtype} bf16 rounds fp32 gradients, and {precision} ") +
+                     precision_name(precision) + " keeps them in " + dtype_name(param_dtype(precision)) +
+                     ": use {grad_reduce_dtype} same");
+}
+
+std::string grad_reduce_dtype_name(bool in_bf16, DType grads) { return in_bf16 ? "bf16" : dtype_name(grads); }
+
+const char* collective_engine_name(CollectiveEngine engine) {
+  switch (engine) {
+    case CollectiveEngine::Sm: return "sm";
+    case CollectiveEngine::Copy: return "copy";
+    case CollectiveEngine::Auto: return "auto";
+  }
+  return "?";
+}
+
+std::string copy_engines_unavailable(const Runtime& rt, Allocator& allocator, const std::string& backend) {
+  if (backend != "nccl")
+    return "{collective_engine} copy moves the gradients with the GPUs' copy engines, which needs the nccl backend "
+           "({device} cuda); this run's collectives go over " +
+           backend;
+  if (rt.local_size != rt.world_size)  // the same verdict on every rank: one node holds all or not
+    return "{collective_engine} copy works between the GPUs of one node (NCCL's copy-engine collectives); this "
+           "job's " +
+           std::to_string(rt.world_size) + " ranks span several nodes";
+  if (!allocator.shares_memory())
+    return "{collective_engine} copy needs device memory the node's other ranks can map (CUDA virtual memory "
+           "exported as POSIX file descriptors, which NCCL registers), and this GPU's driver does not give it";
+  return "";
+}
+
+CollectiveEngine resolve_collective_engine(CollectiveEngine engine, SyncStrategy strategy, Sharding sharding,
+                                           const Runtime& rt, Device& dev, const Communicator& comm) {
+  if (engine != CollectiveEngine::Auto) return engine;
+  const bool copy = strategy != SyncStrategy::None && sharding == Sharding::Zero1 && rt.world_size > 1 &&
+                    copy_engines_unavailable(rt, dev.allocator(), comm.backend_name()).empty();
+  return copy ? CollectiveEngine::Copy : CollectiveEngine::Sm;
+}
+
+bool can_share_compute_copy(Precision precision, MemoryPlan memory, Sharding sharding) {
+  return sharding != Sharding::None && precision == Precision::BF16 && memory != MemoryPlan::LowMemory;
+}
+
+bool shares_compute_copy(ShareWeights choice, Precision precision, MemoryPlan memory, Sharding sharding) {
+  if (choice != ShareWeights::Bf16)
+    return choice == ShareWeights::Auto && can_share_compute_copy(precision, memory, sharding);
+  if (sharding == Sharding::None)
+    throw UsageError("{share_weights} bf16 says what a sharded optimizer sends: it needs {shard_optimizer} "
+                     "broadcast or zero1");
+  if (!can_share_compute_copy(precision, memory, sharding))
+    throw UsageError("{share_weights} bf16 sends the bf16 copy of the weights, which only {precision} bf16 without "
+                     "{low_memory} keeps: use {share_weights} master");
+  return true;
+}
+
+std::unique_ptr<GradientSync> make_model_sync(const SyncPlan& plan, Communicator& comm, TransformerLM& model,
+                                              bool share_copy, CollectiveEngine engine) {
+  LLMHPC_CHECK(engine != CollectiveEngine::Auto, "resolve_collective_engine first");
+  const ReduceScratch scratch{&model.device().allocator(), engine == CollectiveEngine::Copy};
+  if (!share_copy || plan.sharding == Sharding::None)
+    return make_gradient_sync(plan, comm, model.grads(), model.params(), {}, scratch);
+  LLMHPC_CHECK(!model.params_lowp().empty(), "{share_weights} bf16 with a model that keeps no bf16 copy");
+  return make_gradient_sync(plan, comm, model.grads(), model.params(),
+                            {model.params_lowp(), model.full_precision_ranges(), &model.device().allocator(),
+                             engine == CollectiveEngine::Copy},
+                            scratch);
+}
+
+SyncPlan data_parallel_plan(SyncStrategy strategy, Sharding sharding, const ModelConfig& config, Precision precision,
+                            GradientDType grads, double bucket_mb, int ranks, int64_t alignment, bool reduce_in_bf16) {
+  check_grad_reduce(reduce_in_bf16, precision);
+  const DType grad_dtype = gradient_dtype(precision, grads);  // buckets hold --bucket-mb of these
+  SyncPlan plan = plan_sync(strategy, sharding, param_spans(ParameterLayout(config)), dtype_size(grad_dtype), bucket_mb,
+                            ranks, alignment);
+  // Gradients made in bf16 travel as they are: there is nothing to round.
+  plan.reduce_in_bf16 = reduce_in_bf16 && strategy != SyncStrategy::None && grad_dtype != DType::BF16;
+  return plan;
+}
+
+int64_t shard_alignment(Device& dev, Precision precision, bool share_copy) {
+  const int64_t page = int64_t(dev.allocator().page_bytes()) / int64_t(dtype_size(param_dtype(precision)));
+  return share_copy && page > kShardAlignment ? round_up(page, kShardAlignment) : kShardAlignment;
+}
+
+void save_checkpoint_from_ranks(const Runtime& rt, const std::string& path, TransformerLM& model, const AdamW& opt,
+                                const SyncPlan& plan) {
+  model.wait_parameters();  // on every rank, so that no rank's all-gathers wait on the others' progress
+  OptimizerState mine = host_state(opt);
+  if (plan.sharding == Sharding::None) {  // rank 0 holds all of it
+    if (rt.is_root()) save_checkpoint(path, model, &mine);
+  } else {
+    // Each rank sends m then v of what it owns; rank 0 places them by the sender's ranges.
+    std::vector<float> packed = std::move(mine.m);
+    packed.insert(packed.end(), mine.v.begin(), mine.v.end());
+    const int64_t total = model.layout().total();
+    OptimizerState whole{mine.step, mine.hyper, {{0, total}}, {}, {}};
+    if (rt.is_root()) whole.m.assign(size_t(total), 0.0f), whole.v.assign(size_t(total), 0.0f);
+    rt.gather_to_root(packed, [&](int rank, const std::vector<float>& theirs) {
+      const std::vector<FlatRange> owned = plan.owned(rank);
+      const int64_t n = packed_size(owned);
+      LLMHPC_CHECK(int64_t(theirs.size()) == 2 * n, "rank " + std::to_string(rank) + " sent a state of the wrong size");
+      for (const PackedPiece& piece : packed_pieces(owned, {0, total})) {  // not the padding
+        const auto from = theirs.begin() + piece.packed_offset;
+        std::copy(from, from + piece.flat.size(), whole.m.begin() + piece.flat.begin);
+        std::copy(from + n, from + n + piece.flat.size(), whole.v.begin() + piece.flat.begin);
+      }
+    });
+    if (rt.is_root()) save_checkpoint(path, model, &whole);
+  }
+  rt.barrier();  // the file is complete when any rank returns
+}
+
+GradClipping gradient_clipping(double max_norm, Sharding sharding, const Runtime& rt) {
+  GradClipping clipping{max_norm, nullptr};
+  if (sharding != Sharding::None)
+    clipping.sum_over_ranks = [rt](double squares) { return rt.sum_in_rank_order(squares); };
+  return clipping;
+}
+
+LocalBatch local_batch(int64_t global_batch, int rank, int world_size) {
+  if (global_batch % world_size != 0)
+    throw UsageError("{batch_size} " + std::to_string(global_batch) + " is the global batch and must divide by the " +
+                     std::to_string(world_size) + " ranks (each takes an equal share of its sequences)");
+  const int64_t count = global_batch / world_size;
+  return {int64_t(rank) * count, count};
+}
+
+std::unique_ptr<Communicator> make_gradient_communicator(const Runtime& rt, const std::string& backend, Device& dev,
+                                                         bool copy_engines) {
+  if (backend == "mpi" && dev.kind() == DeviceKind::Cuda)
+    throw UsageError("{backend} mpi reduces host buffers, but the model's gradients are on the GPU: use {backend} "
+                     "nccl (or auto) with {device} cuda, or {device} cpu with mpi");
+  if (backend == "nccl" && dev.kind() != DeviceKind::Cuda)
+    throw UsageError("{backend} nccl needs GPUs: run with {device} cuda (or auto on a host with GPUs)");
+  if (copy_engines) {
+    const std::string why = copy_engines_unavailable(rt, dev.allocator(), backend);
+    if (!why.empty()) throw UsageError(why + ": use {collective_engine} sm (or auto)");
+  }
+  CommOptions o;
+  o.backend = backend == "nccl" ? CommBackend::Nccl : CommBackend::Mpi;
+  o.gpu = dev.ordinal();
+  o.compute_stream = dev.native_stream();
+  return make_communicator(o);
+}
+
+void check_parallelism(const Parallelism& p, Precision precision, MemoryPlan memory, int world_size) {
+  require_reduced_gradients(p.strategy, p.sharding);
+  shares_compute_copy(p.share_weights, precision, memory, p.sharding);
+  check_grad_reduce(p.reduce_in_bf16, precision);
+  if (!(p.bucket_mb > 0)) throw UsageError("{bucket_mb} " + fmt_exact(p.bucket_mb) + ": must be greater than 0");
+  if (p.reduce_in_bf16 && p.strategy == SyncStrategy::None)
+    throw UsageError("{grad_reduce_dtype} bf16 says what the ranks' gradients are averaged in, and {ddp} none "
+                     "averages nothing (one rank trains alone by default): give several ranks, or leave it out");
+  if (world_size > 1 && p.strategy == SyncStrategy::None)
+    throw UsageError("{ddp} none on " + std::to_string(world_size) +
+                     " ranks would train independent copies of the model: choose naive, flat, overlap or bucketed");
+}
+
+}  // namespace llmhpc
