@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <ctime>
 #include <filesystem>
+#include <map>
 #include <set>
 #include <iostream>
 #include <thread>
@@ -202,6 +203,28 @@ po::parsed_options last_wins(po::parsed_options parsed) {
   return parsed;
 }
 
+// The job's nodes as MPI's shared-memory split sees them, for the rank files: node_count,
+// node_index (nodes numbered by their lowest world rank), local_size and ranks_per_node (each
+// node's rank count, in node order, e.g. "2,1"). Collective.
+Attrs node_topology(const Runtime& rt) {
+  int lowest = rt.rank;  // this node's lowest world rank names it
+  MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &lowest, 1, MPI_INT, MPI_MIN, rt.node_comm));
+  std::vector<int> of_rank(static_cast<size_t>(rt.world_size));
+  MPI_CHECK(MPI_Allgather(&lowest, 1, MPI_INT, of_rank.data(), 1, MPI_INT, MPI_COMM_WORLD));
+  std::map<int, int64_t> ranks_on;  // node's lowest rank -> its ranks, in node order
+  for (int r : of_rank) ++ranks_on[r];
+  int64_t index = 0, i = 0;
+  std::string per_node;
+  for (const auto& [node, count] : ranks_on) {
+    if (node == lowest) index = i;
+    per_node += (i++ ? "," : "") + std::to_string(count);
+  }
+  return {{"node_count", int64_t(ranks_on.size())},
+          {"node_index", index},
+          {"local_size", int64_t(rt.local_size)},
+          {"ranks_per_node", per_node}};
+}
+
 int run(Runtime& rt, int argc, char** argv, bool& in_mode) {
   const po::options_description general = general_options();
   po::variables_map first;
@@ -305,6 +328,7 @@ int run(Runtime& rt, int argc, char** argv, bool& in_mode) {
   info.environment = backend.device->environment();
   for (auto& fact : comm_environment()) info.environment.push_back(std::move(fact));
   info.environment.emplace_back("cpus_allowed", int64_t(cpus_allowed));
+  for (auto& fact : node_topology(rt)) info.environment.push_back(std::move(fact));
   char file[32];
   std::snprintf(file, sizeof file, "/rank%05d.h5", rt.rank);
   Recorder recorder(out_dir + file, info);

@@ -214,7 +214,7 @@ cat >"$tmp/check_run.py" <<'PY'
 """check_run.py DIR SLOTS: the rank files of DIR are one complete run (one run_id) of SLOTS[i]
 ranks on node i in block order (0..SLOTS[0]-1 on the first node, ...), each node's hostname its
 own (--hosts: these), each rank's local_rank its place among its node's ranks (0..k-1), its
-local_size (where recorded) the node's rank count, its cpus_allowed 1 (the node's one core).
+node_count, node_index, local_size and ranks_per_node the layout, its cpus_allowed 1 (the node's one core).
 --comm: every record checked (--check), no wrong element on any rank. --loss REF: /train/loss
 of every rank equal to REF's (a one-rank run) within 1e-5 relative; --ddp/--shard: what the
 train record must say it ran."""
@@ -262,8 +262,14 @@ for node, k in enumerate(slots):
         # A node is one core (taskset): what its ranks may run on, through mpirun, orted, slurmstepd.
         check(int(rf.attrs.get("cpus_allowed", 1)) == 1,
               f"rank {rf.rank}: cpus_allowed {rf.attrs.get('cpus_allowed')}, not 1")
-        if "local_size" in rf.attrs:
-            check(int(rf.attrs["local_size"]) == k, f"rank {rf.rank}: local_size {rf.attrs['local_size']}, not {k}")
+        # The topology every rank file records (docs/hdf5-schema.md, "Topology").
+        check(int(rf.attrs["local_size"]) == k, f"rank {rf.rank}: local_size {rf.attrs['local_size']}, not {k}")
+        check(int(rf.attrs["node_count"]) == len(slots),
+              f"rank {rf.rank}: node_count {rf.attrs['node_count']}, not {len(slots)}")
+        check(int(rf.attrs["node_index"]) == node, f"rank {rf.rank}: node_index {rf.attrs['node_index']}, not {node}")
+        want = ",".join(str(n) for n in slots)
+        check(str(rf.attrs["ranks_per_node"]) == want,
+              f"rank {rf.rank}: ranks_per_node {rf.attrs['ranks_per_node']}, not {want}")
     first += k
 check(len(set(hosts)) == len(slots), f"one hostname per node, not {hosts}")
 if a.hosts:
