@@ -45,21 +45,7 @@ step "host: $(hostname), git $(cd "$root" && git rev-parse --short=12 HEAD 2>/de
 nvidia-smi -L 2>&1; nvidia-smi --query-gpu=driver_version --format=csv,noheader 2>&1 | head -1
 
 # ---- 1. faults ----
-# leftovers TAG: a rank of the faulted run still there after its launcher ended (a stopped one
-# that nothing killed) is reported and killed, by its pid: it would hold its GPU.
-leftovers() {
-  local pid pids=() try
-  for try in 1 2 3 4 5 6 7 8 9 10; do  # the launcher's last kills may land after it returned
-    pids=()
-    for pid in $(pgrep -x llmhpc 2>/dev/null); do
-      { tr '\0' '\n' <"/proc/$pid/environ"; } 2>/dev/null | grep -qxF "LLMHPC_FAULT_RUN=$1" && pids+=("$pid")
-    done
-    [ ${#pids[@]} -eq 0 ] && return
-    sleep 0.5
-  done
-  fail "$1: rank process(es) ${pids[*]} outlived the job; killed"
-  kill -KILL "${pids[@]}" 2>/dev/null
-}
+source "$root/scripts/fault_leftovers.sh"
 # fault NAME LLMHPC_FAULT "words" args...: the job must end non-zero within the bound.
 fault() {
   local name=$1 spec=$2 words=$3; shift 3

@@ -161,11 +161,10 @@ TrainOptions parse_options(const po::variables_map& vm, int world_size) {
   o.clip_grad_norm = clip_grad_norm(vm);
   o.schedule = lr_schedule(vm);
   o.decay_steps_given = vm.count("lr-decay-steps") > 0;
-  if (!o.decay_steps_given && o.init.empty()) o.schedule.decay_steps = o.steps;
-  // With --init the run's last step, the default end of decay, is known once run() has read the
-  // checkpoint's step; it checks the schedule again then.
+  // Checked here with the run's last step as the default end of decay; with --init that step is
+  // known once run() has read the checkpoint's, and run() checks the schedule again then.
   LrSchedule check = o.schedule;
-  if (!o.decay_steps_given && !o.init.empty()) check.decay_steps = std::numeric_limits<int64_t>::max();
+  if (!o.decay_steps_given) check.decay_steps = o.init.empty() ? o.steps : std::numeric_limits<int64_t>::max();
   check.validate();
   o.batch = batch_sizes(vm).front();
   o.precision = precisions(vm).front();

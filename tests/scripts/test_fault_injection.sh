@@ -24,21 +24,7 @@ COMM=(--mode comm --device cpu --size 1KB,16KB,64KB --steps 20 --warmup 2 --comm
 DDP=(--mode ddp --device cpu --d-model 16 --d-ff 32 --num-layers 1 --num-heads 2 --vocab-size 64 --context-length 8
   --batch-size 3 --ddp naive,flat,overlap --warmup 1 --steps 4 --comm-timeout $TIMEOUT)
 
-# leftovers TAG: a rank of the run tagged LLMHPC_FAULT_RUN=TAG that outlived its launcher (a
-# stopped one nobody killed) fails the test and is killed, by its pid.
-leftovers() {
-  local pid pids=() try
-  for try in 1 2 3 4 5 6 7 8 9 10; do  # the launcher's last kills may land after it returned
-    pids=()
-    for pid in $(pgrep -x llmhpc 2>/dev/null); do
-      { tr '\0' '\n' <"/proc/$pid/environ"; } 2>/dev/null | grep -qxF "LLMHPC_FAULT_RUN=$1" && pids+=("$pid")
-    done
-    [ ${#pids[@]} -eq 0 ] && return
-    sleep 0.5
-  done
-  fail "${1##*/}: rank process(es) ${pids[*]} outlived the job; killed"
-  kill -KILL "${pids[@]}" 2>/dev/null
-}
+source "$ROOT/scripts/fault_leftovers.sh"
 
 # run NAME FAULT "words the output must contain" args...: the job must fail in time.
 run() {
