@@ -48,7 +48,8 @@ SyncStrategy parse_sync_strategy(const std::string& text) {
 }
 
 const std::vector<Sharding>& all_shardings() {
-  static const std::vector<Sharding> all = {Sharding::None, Sharding::Broadcast, Sharding::Zero1};
+  static const std::vector<Sharding> all = {Sharding::None, Sharding::Broadcast, Sharding::Zero1, Sharding::Zero2,
+                                            Sharding::Zero3};
   return all;
 }
 
@@ -57,9 +58,13 @@ const char* sharding_name(Sharding s) {
     case Sharding::None: return "none";
     case Sharding::Broadcast: return "broadcast";
     case Sharding::Zero1: return "zero1";
+    case Sharding::Zero2: return "zero2";
+    case Sharding::Zero3: return "zero3";
   }
   LLMHPC_FATAL("unknown Sharding");
 }
+
+bool shards_parameters(Sharding s) { return s == Sharding::Zero2 || s == Sharding::Zero3; }
 
 Sharding parse_sharding(const std::string& text) {
   return parse_choice(text, all_shardings(), sharding_name, "shard-optimizer");
@@ -67,6 +72,7 @@ Sharding parse_sharding(const std::string& text) {
 
 std::vector<FlatRange> SyncPlan::owned(int rank) const {
   if (sharding == Sharding::None) return {{0, parameters}};
+  LLMHPC_CHECK(!shards_parameters(sharding), "zero2 and zero3 shards are not ranges of the flat buffer: ShardLayout");
   std::vector<FlatRange> out;
   for (size_t g = shard_groups.size(); g-- > 0;) out.push_back(shard(g, rank));  // forward order
   return out;
@@ -87,6 +93,7 @@ SyncPlan plan_sync(SyncStrategy strategy, Sharding sharding, const std::vector<P
   LLMHPC_CHECK(alignment >= kShardAlignment && alignment % kShardAlignment == 0,
                "shards align to a multiple of kShardAlignment");
   require_reduced_gradients(strategy, sharding);
+  LLMHPC_CHECK(!shards_parameters(sharding), "zero2 and zero3 plan by units: unit_plan");
   SyncPlan plan;
   plan.strategy = strategy;
   plan.sharding = sharding;

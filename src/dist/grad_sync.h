@@ -96,9 +96,14 @@ SyncStrategy parse_sync_strategy(const std::string& text);  // none | naive | fl
 const char* sync_strategy_name(SyncStrategy s);
 const std::vector<SyncStrategy>& all_sync_strategies();
 
-enum class Sharding { None, Broadcast, Zero1 };
+// What is sharded among the ranks: nothing; the optimizer state (broadcast, zero1: above);
+// with the gradients too (zero2) or with the parameters as well (zero3): src/dist/unit_shards.h.
+enum class Sharding { None, Broadcast, Zero1, Zero2, Zero3 };
 // Throws UsageError naming --shard-optimizer and listing the choices.
-Sharding parse_sharding(const std::string& text);  // none | broadcast | zero1
+Sharding parse_sharding(const std::string& text);  // none | broadcast | zero1 | zero2 | zero3
+// Whether the model keeps no flat buffers of its own under `s` (zero2, zero3: the parameters,
+// gradients and optimizer state are held in shards, TransformerLM's ParameterStorage::Sharded).
+bool shards_parameters(Sharding s);
 const char* sharding_name(Sharding s);
 const std::vector<Sharding>& all_shardings();
 

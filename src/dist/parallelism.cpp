@@ -51,7 +51,8 @@ CollectiveEngine resolve_collective_engine(CollectiveEngine engine, SyncStrategy
 }
 
 bool can_share_compute_copy(Precision precision, MemoryPlan memory, Sharding sharding) {
-  return sharding != Sharding::None && precision == Precision::BF16 && memory != MemoryPlan::LowMemory;
+  return (sharding == Sharding::Broadcast || sharding == Sharding::Zero1) && precision == Precision::BF16 &&
+         memory != MemoryPlan::LowMemory;
 }
 
 bool shares_compute_copy(ShareWeights choice, Precision precision, MemoryPlan memory, Sharding sharding) {
@@ -60,6 +61,10 @@ bool shares_compute_copy(ShareWeights choice, Precision precision, MemoryPlan me
   if (sharding == Sharding::None)
     throw UsageError("{share_weights} bf16 says what a sharded optimizer sends: it needs {shard_optimizer} "
                      "broadcast or zero1");
+  if (shards_parameters(sharding))
+    throw UsageError(std::string("{shard_optimizer} ") + sharding_name(sharding) +
+                     " gathers the weights in the dtype the model reads them in (bf16 under {precision} bf16) "
+                     "already: {share_weights} applies to broadcast and zero1; leave it out");
   if (!can_share_compute_copy(precision, memory, sharding))
     throw UsageError("{share_weights} bf16 sends the bf16 copy of the weights, which only {precision} bf16 without "
                      "{low_memory} keeps: use {share_weights} master");
@@ -83,6 +88,7 @@ SyncPlan data_parallel_plan(SyncStrategy strategy, Sharding sharding, const Mode
                             GradientDType grads, double bucket_mb, int ranks, int64_t alignment, bool reduce_in_bf16) {
   check_grad_reduce(reduce_in_bf16, precision);
   const DType grad_dtype = gradient_dtype(precision, grads);  // buckets hold --bucket-mb of these
+  if (shards_parameters(sharding)) return unit_plan(ParameterLayout(config), strategy, sharding, ranks, alignment);
   SyncPlan plan = plan_sync(strategy, sharding, param_spans(ParameterLayout(config)), dtype_size(grad_dtype), bucket_mb,
                             ranks, alignment);
   // Gradients made in bf16 travel as they are: there is nothing to round.
@@ -121,6 +127,23 @@ void save_checkpoint_from_ranks(const Runtime& rt, const std::string& path, Tran
     if (rt.is_root()) save_checkpoint(path, model, &whole);
   }
   rt.barrier();  // the file is complete when any rank returns
+}
+
+void save_checkpoint_from_shards(const Runtime& rt, const std::string& path, UnitShards& shards, AdamW& opt) {
+  opt.allocate_state();  // zeros before the first step, as an unsharded optimizer's
+  const int64_t total = opt.model().layout().total();
+  OptimizerState whole{
+      opt.steps_taken(), opt.hyper(), {{0, total}}, shards.gathered(opt.m()), shards.gathered(opt.v())};
+  const std::vector<float> params = shards.gathered_parameters();
+  if (rt.is_root()) save_checkpoint(path, opt.model().config(), params, &whole);
+  rt.barrier();  // the file is complete when any rank returns
+}
+
+void load_checkpoint_into_shards(const std::string& path, UnitShards& shards, AdamW& opt) {
+  const HostCheckpoint file = read_checkpoint(path, opt.model().layout());
+  if (!file.state) return shards.load(file.params);
+  shards.load(file.params, &opt, &file.state->m, &file.state->v);
+  opt.set_steps_taken(file.state->step);
 }
 
 GradClipping gradient_clipping(double max_norm, Sharding sharding, const Runtime& rt) {
@@ -164,6 +187,15 @@ void check_parallelism(const Parallelism& p, Precision precision, MemoryPlan mem
   if (p.reduce_in_bf16 && p.strategy == SyncStrategy::None)
     throw UsageError("{grad_reduce_dtype} bf16 says what the ranks' gradients are averaged in, and {ddp} none "
                      "averages nothing (one rank trains alone by default): give several ranks, or leave it out");
+  if (shards_parameters(p.sharding)) {
+    const std::string stage = std::string("{shard_optimizer} ") + sharding_name(p.sharding);
+    if (p.reduce_in_bf16)
+      throw UsageError(stage + " reduces the gradients in the dtype backward writes them in: for bf16 on the wire, "
+                               "use {grad_dtype} bf16 (with {precision} bf16) instead of {grad_reduce_dtype} bf16");
+    if (p.engine == CollectiveEngine::Copy)
+      throw UsageError(stage + " moves its gradients and weights with NCCL's kernels: {collective_engine} copy "
+                               "applies to zero1; use {collective_engine} sm (or auto)");
+  }
   if (world_size > 1 && p.strategy == SyncStrategy::None)
     throw UsageError("{ddp} none on " + std::to_string(world_size) +
                      " ranks would train independent copies of the model: choose naive, flat, overlap or bucketed");

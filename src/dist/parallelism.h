@@ -16,6 +16,7 @@
 #include "kernels/backend.h"
 #include "src/core/runtime.h"
 #include "src/dist/grad_sync.h"
+#include "src/dist/unit_shards.h"
 #include "src/model/adamw.h"
 #include "src/model/transformer.h"
 
@@ -99,6 +100,13 @@ std::unique_ptr<Communicator> make_gradient_communicator(const Runtime& rt, cons
 // which places it. Collective; the file is complete when it returns on any rank.
 void save_checkpoint_from_ranks(const Runtime& rt, const std::string& path, TransformerLM& model, const AdamW& opt,
                                 const SyncPlan& plan);
+
+// The same file from a run whose parameters are sharded (zero2, zero3): every rank's parts of the
+// parameters, m and v gathered, rank 0 writing. `opt` is the shards' optimizer. Collective.
+void save_checkpoint_from_shards(const Runtime& rt, const std::string& path, UnitShards& shards, AdamW& opt);
+// A checkpoint (any run's) into sharded parameters: every rank reads the file and takes its
+// parts of the parameters and, where the file has them, of m and v and the step. Collective.
+void load_checkpoint_into_shards(const std::string& path, UnitShards& shards, AdamW& opt);
 
 // Gradient clipping at `max_norm` for this rank's optimizer: under a sharded optimizer a rank
 // holds the averaged gradients of its own ranges only, so the ranks add their sums of squares

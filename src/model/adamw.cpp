@@ -18,12 +18,19 @@ AdamW::AdamW(TransformerLM& model, Ops& ops, const AdamWHyper& hyper, std::vecto
   }
 }
 
+AdamW::AdamW(TransformerLM& model, Ops& ops, const AdamWHyper& hyper, Shard shard)
+    : model_(model), ops_(ops), hyper_(hyper), owned_({{0, shard.params.numel()}}), shard_(shard) {
+  LLMHPC_CHECK(!shard.params.empty() && shard.grads.numel() == shard.params.numel() &&
+                   (shard.lowp.empty() || shard.lowp.numel() == shard.params.numel()),
+               "an optimizer shard needs parameters, gradients and any bf16 copy of one length");
+}
+
 void AdamW::allocate_state() {
   if (has_state_) return;
   const int64_t n = owned_elements();
   if (n > 0) {  // an owner of nothing (a tiny model split among many ranks) keeps nothing
     Device& dev = model_.device();
-    const DType pd = model_.params().dtype;
+    const DType pd = params().dtype;
     m_ = Buffer(dev.allocator(), pd, {n}, "optimizer.m");
     v_ = Buffer(dev.allocator(), pd, {n}, "optimizer.v");
     dev.fill_zero(m_.tensor().data, m_.tensor().bytes());
@@ -42,21 +49,21 @@ void AdamW::begin_step() {
 void AdamW::update(FlatRange r, Tensor grads) {
   LLMHPC_CHECK(r.begin >= 0 && r.end <= owned_[0].end && grads.numel() == r.size(), "AdamW update outside its range");
   NvtxRange range("optimizer");
-  const Tensor lowp = model_.params_lowp();
+  const Tensor lowp = this->lowp();
   const int64_t n = r.size();
-  ops_.adamw_step(model_.params().slice(r.begin, {n}), grads, m_.tensor().slice(r.begin, {n}),
-                  v_.tensor().slice(r.begin, {n}), lowp.empty() ? Tensor() : lowp.slice(r.begin, {n}), hyper_, step_);
+  ops_.adamw_step(params().slice(r.begin, {n}), grads, m_.tensor().slice(r.begin, {n}), v_.tensor().slice(r.begin, {n}),
+                  lowp.empty() ? Tensor() : lowp.slice(r.begin, {n}), hyper_, step_);
 }
 
 double AdamW::clipping_factor() {
   if (!(clipping_.max_norm > 0)) return 1.0;
-  const int64_t total = model_.layout().total();  // a sharded buffer's padding is no parameter
+  const int64_t total = parameters();  // a sharded buffer's padding is no parameter
   std::vector<Span> spans;
   for (const FlatRange& r : owned_)
     if (std::min(r.end, total) > r.begin) spans.push_back({r.begin, std::min(r.end, total) - r.begin});
   Device& dev = model_.device();
   Buffer sum(dev.allocator(), DType::F64, {1}, "optimizer.grad_norm");
-  ops_.sum_of_squares(sum.tensor(), model_.grads(), spans);
+  ops_.sum_of_squares(sum.tensor(), grads(), spans);
   double squares = 0;
   dev.copy_to_host(&squares, sum.tensor().data, sizeof squares);
   if (clipping_.sum_over_ranks) squares = clipping_.sum_over_ranks(squares);
@@ -70,7 +77,7 @@ void AdamW::step(ParallelHooks* listener) {
   ++step_;
   AdamWHyper hyper = hyper_;
   hyper.grad_scale = clipping_factor();
-  const Tensor params = model_.params(), grads = model_.grads(), lowp = model_.params_lowp();
+  const Tensor params = this->params(), grads = this->grads(), lowp = this->lowp();
   // Owned ranges go to the kernel together until they add up to kElementsPerLaunch (a
   // launch costs a few us: one launch per slice cost +0.52 ms a step over zero1's 242 slices
   // of xl at 25 MiB buckets, docs/results/sharding.md), then the listener hears of each, so

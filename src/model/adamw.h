@@ -32,6 +32,13 @@ class AdamW {
  public:
   // `owned`: disjoint ranges of the model's flat buffer; empty: all of its parameters.
   AdamW(TransformerLM& model, Ops& ops, const AdamWHyper& hyper, std::vector<FlatRange> owned = {});
+  // Buffers of the same kind held elsewhere: a shard of sharded parameters (src/dist), its own
+  // flat coordinates [0, params.numel()), every element updated.
+  struct Shard {
+    Tensor params, grads;  // the master weights and their gradients
+    Tensor lowp;           // the bf16 copy the update refreshes, or empty
+  };
+  AdamW(TransformerLM& model, Ops& ops, const AdamWHyper& hyper, Shard shard);
 
   // One update from the model's gradients, one owned range after another, telling `listener`
   // after each (ParallelHooks's parameter half); refreshes the bf16 weights of the owned
@@ -64,11 +71,18 @@ class AdamW {
 
  private:
   double clipping_factor();  // the step's AdamWHyper::grad_scale
+  // The buffers updated: the model's (read each step: its bf16 copy may be let go and taken
+  // again), or the shard's.
+  Tensor params() const { return shard_.params.empty() ? model_.params() : shard_.params; }
+  Tensor grads() const { return shard_.params.empty() ? model_.grads() : shard_.grads; }
+  Tensor lowp() const { return shard_.params.empty() ? model_.params_lowp() : shard_.lowp; }
+  int64_t parameters() const { return shard_.params.empty() ? model_.layout().total() : shard_.params.numel(); }
 
   TransformerLM& model_;
   Ops& ops_;
   AdamWHyper hyper_;
   std::vector<FlatRange> owned_;
+  Shard shard_;
   int64_t step_ = 0;
   bool has_state_ = false;
   Buffer m_, v_;

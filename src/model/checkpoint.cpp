@@ -1,5 +1,6 @@
 #include "src/model/checkpoint.h"
 
+#include <functional>
 #include <set>
 
 #include "src/io/h5.h"
@@ -92,24 +93,72 @@ CheckpointInfo inspect_checkpoint(const std::string& path) {
   return info;
 }
 
-static void write_checkpoint(const std::string& path, TransformerLM& model, const OptimizerState* state);
+using ParamValues = std::function<std::vector<float>(const ParamInfo&)>;
+static void write_checkpoint(const std::string& path, const ModelConfig& c, const ParamValues& values,
+                             const OptimizerState* state);
 
-void save_checkpoint(const std::string& path, TransformerLM& model, const OptimizerState* state) {
-  model.wait_parameters();  // a sharded optimizer's last all-gathers
-  const ParameterLayout& layout = model.layout();
-  LLMHPC_CHECK(!state || (state->owned == std::vector<FlatRange>{{0, layout.total()}} &&
-                          int64_t(state->m.size()) == layout.total() && int64_t(state->v.size()) == layout.total()),
+// Written whole under a temporary name and renamed: a kill leaves the previous checkpoint.
+static void save_whole(const std::string& path, const ModelConfig& config, const ParamValues& values,
+                       const OptimizerState* state) {
+  const int64_t total = ParameterLayout(config).total();
+  LLMHPC_CHECK(!state || (state->owned == std::vector<FlatRange>{{0, total}} && int64_t(state->m.size()) == total &&
+                          int64_t(state->v.size()) == total),
                "a checkpoint holds the whole model's optimizer state");
-  // Written whole under a temporary name and renamed: a kill leaves the previous checkpoint.
   const std::string work = path + ".tmp";
-  write_checkpoint(work, model, state);
+  write_checkpoint(work, config, values, state);
   h5::replace_file(work, path);
 }
 
-static void write_checkpoint(const std::string& path, TransformerLM& model, const OptimizerState* state) {
-  const ParameterLayout& layout = model.layout();
+void save_checkpoint(const std::string& path, TransformerLM& model, const OptimizerState* state) {
+  model.wait_parameters();  // a sharded optimizer's last all-gathers
+  save_whole(
+      path, model.config(), [&](const ParamInfo& p) { return to_host_floats(model.device(), model.param(p.name)); },
+      state);
+}
+
+void save_checkpoint(const std::string& path, const ModelConfig& config, const std::vector<float>& params,
+                     const OptimizerState* state) {
+  LLMHPC_CHECK(int64_t(params.size()) == ParameterLayout(config).total(), "a checkpoint of the whole model");
+  save_whole(
+      path, config,
+      [&](const ParamInfo& p) {
+        return std::vector<float>(params.begin() + p.offset, params.begin() + p.offset + p.shape.numel());
+      },
+      state);
+}
+
+HostCheckpoint read_checkpoint(const std::string& path, const ParameterLayout& layout) {
+  check_checkpoint_fits(path, layout);
+  h5::Handle f = h5::open_file(path, h5::Mode::Read);
+  HostCheckpoint out;
+  out.params.resize(size_t(layout.total()));
+  const bool with_opt = h5::exists(f.id(), "optimizer/m");
+  if (with_opt) {
+    OptimizerState s;
+    const std::vector<int64_t> step = h5::read_ints(f.id(), "optimizer/step");
+    if (step.size() != 1 || step[0] < 0) throw UsageError("checkpoint '" + path + "': bad /optimizer/step");
+    s.step = step[0];
+    s.owned = {{0, layout.total()}};
+    s.m.resize(size_t(layout.total()));
+    s.v.resize(size_t(layout.total()));
+    out.state = std::move(s);
+  }
+  for (const ParamInfo& p : layout.params()) {
+    const std::vector<float> t = h5::read_floats(f.id(), "params/" + p.name);
+    std::copy(t.begin(), t.end(), out.params.begin() + p.offset);
+    if (!with_opt) continue;
+    const std::vector<float> m = h5::read_floats(f.id(), "optimizer/m/" + p.name);
+    const std::vector<float> v = h5::read_floats(f.id(), "optimizer/v/" + p.name);
+    std::copy(m.begin(), m.end(), out.state->m.begin() + p.offset);
+    std::copy(v.begin(), v.end(), out.state->v.begin() + p.offset);
+  }
+  return out;
+}
+
+static void write_checkpoint(const std::string& path, const ModelConfig& c, const ParamValues& values,
+                             const OptimizerState* state) {
+  const ParameterLayout layout(c);
   h5::Handle f = h5::open_file(path, h5::Mode::Create);
-  const ModelConfig& c = model.config();
   h5::write_attr(f.id(), "format", std::string("llmhpc-checkpoint"));
   h5::write_attr(f.id(), "vocab_size", c.vocab_size);
   h5::write_attr(f.id(), "context_length", c.context_length);
@@ -118,7 +167,6 @@ static void write_checkpoint(const std::string& path, TransformerLM& model, cons
   h5::write_attr(f.id(), "num_layers", c.num_layers);
   h5::write_attr(f.id(), "num_heads", c.num_heads);
   h5::write_attr(f.id(), "rope_theta", c.rope_theta);
-  Device& dev = model.device();
   h5::Handle params = h5::require_group(f.id(), "params");
   h5::Handle m, v;
   if (state) {
@@ -134,7 +182,7 @@ static void write_checkpoint(const std::string& path, TransformerLM& model, cons
   }
   for (const ParamInfo& p : layout.params()) {
     std::vector<int64_t> dims(p.shape.dims.begin(), p.shape.dims.begin() + p.shape.ndim);
-    h5::write_dataset(params.id(), p.name, dims, to_host_floats(dev, model.param(p.name)).data());
+    h5::write_dataset(params.id(), p.name, dims, values(p).data());
     if (state) {
       h5::write_dataset(m.id(), p.name, dims, state->m.data() + p.offset);
       h5::write_dataset(v.id(), p.name, dims, state->v.data() + p.offset);

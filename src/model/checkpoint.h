@@ -43,6 +43,19 @@ void check_checkpoint_fits(const std::string& path, const ParameterLayout& layou
 // Writes the parameters, and `state` when given (the whole model's: owned [0, parameters)).
 void save_checkpoint(const std::string& path, TransformerLM& model, const OptimizerState* state);
 
+// The same file from the whole model's parameters on the host, in the flat layout (a run whose
+// parameters are sharded gathers them first).
+void save_checkpoint(const std::string& path, const ModelConfig& config, const std::vector<float>& params,
+                     const OptimizerState* state);
+
+// A checkpoint's contents on the host, in the flat layout of `layout`: the parameters, and the
+// whole model's optimizer state where the file has one. Throws UsageError as load_checkpoint.
+struct HostCheckpoint {
+  std::vector<float> params;
+  std::optional<OptimizerState> state;
+};
+HostCheckpoint read_checkpoint(const std::string& path, const ParameterLayout& layout);
+
 // Loads the parameters into `model`, and when the file has optimizer state and `opt` is
 // given, its step and the state of the ranges `opt` owns (allocating opt's state). Throws
 // UsageError naming the first tensor that is missing, extra or misshapen.

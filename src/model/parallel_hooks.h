@@ -1,19 +1,34 @@
 // ParallelHooks: the one protocol between the model and whatever parallelises it (src/dist).
-// The model reports, range by range of its flat buffers (the embedding, each layer, the final
-// norm with the head):
-//   parameters_needed(R)  before it reads parameters of R (forward, layer by layer), and
+// The model reports, unit by unit of its parameters (ParameterLayout::units: the embedding,
+// each layer, the final norm with the head):
+//   unit_parameters(R)    before it reads parameters of R (forward and backward), and
 //   gradients_final(R)    when backward has finished the gradients of R,
 // and the optimizer reports parameters_updated(R) for each range it owns. Everything a
 // strategy does happens behind these calls: data parallelism reduces R's gradients when they
 // are final, ZeRO-1 reduce-scatters them and all-gathers the updates, waiting for R only when
-// it is needed; a strategy that shards the parameters themselves gathers R when it is needed.
+// it is needed; ZeRO-3 gathers R when it is needed, into a buffer it reuses, and gives the
+// model the place (UnitView), and reduce-scatters R's gradients from the place it gave
+// backward to write them (gradients_needed).
 // The model never includes comm or dist; dist hooks in here. The halves mirror each other as
 // ZeRO splits an all-reduce: gradients reduced as backward finishes them, parameters shared as
 // the optimizer finishes them, and waited for as the next forward reaches them.
 #pragma once
 #include <cstdint>
 
+#include "src/core/tensor.h"
+#include "src/model/params.h"
+
 namespace llmhpc {
+
+// Where the model finds one unit's parameters (or writes its gradients) when they are not in
+// its own flat buffers (TransformerLM::Config::storage Sharded): each lane of the unit
+// (ParamUnit), packed, at least as long as the lane. Parameters: the matrices in the compute
+// dtype, the others in the parameter dtype; gradients: both in the gradients' dtype. Empty:
+// the model's own buffers.
+struct UnitView {
+  Tensor matrices, others;
+  bool empty() const { return matrices.empty() && others.empty(); }
+};
 
 // One training step drives the hooks as run_step (src/model/train_step.h) does:
 //   model.forward() -> parameters_needed(...) ...   (only while parameters arrive: below)
@@ -45,6 +60,16 @@ class ParallelHooks {
   // compute stream waits for what brings them, the host does not block). Any range, any
   // number of times; [0, buffer length) asks for every parameter.
   virtual void parameters_needed(int64_t begin, int64_t end) {}
+  // Sharded parameters: before the model reads the parameters of `unit`, in forward (every
+  // unit, in order) and in backward (the units it reads, in reverse order); `next` is the unit
+  // it will ask for next in the same pass (none at a pass's end), which a source may start
+  // bringing now. Returns where the unit's parameters are, readable by work enqueued after it.
+  // A call also says that every read of the units asked for before it is enqueued: a source
+  // may reuse their places once that work is done (two places serve a whole pass).
+  virtual UnitView unit_parameters(const ParamUnit& unit, const ParamUnit* next) { return {}; }
+  // Sharded parameters: before backward writes the gradients of `unit`, where to write them
+  // (each lane packed, its padding zero); gradients_final() follows when they are written.
+  virtual UnitView unit_gradients(const ParamUnit& unit) { return {}; }
   // Whether what arrives is the model's bf16 copy of the weights it reads in bf16, with the
   // master weights only of those it reads as they are (sharing the bf16 copy: half the bytes,
   // and nothing to cast again). The other masters of ranges other ranks own are then stale

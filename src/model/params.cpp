@@ -34,11 +34,19 @@ ParameterLayout::ParameterLayout(const ModelConfig& c) {
   const int64_t d = c.d_model, f = c.d_ff;
   auto add = [&](const std::string& name, Shape shape, int layer, bool matrix) {
     index_[name] = params_.size();
-    params_.push_back({name, shape, total_, layer, matrix});
+    ParamUnit& u = units_.back();
+    ParamInfo p{name, shape, total_, layer, matrix, int(units_.size()) - 1, 0};
+    p.lane_offset = u.lane_elements[int(p.lane())];
+    u.lane_elements[int(p.lane())] += shape.numel();
+    params_.push_back(p);
     total_ += shape.numel();
+    u.range.end = total_;
   };
+  auto unit = [&] { units_.push_back({{total_, total_}, {0, 0}}); };
+  unit();
   add("token_embeddings.weight", {c.vocab_size, d}, -1, false);
   for (int i = 0; i < c.num_layers; ++i) {
+    unit();
     const std::string p = "layers." + std::to_string(i) + ".";
     add(p + "ln1.weight", {d}, i, false);
     add(p + "attn.q_proj.weight", {d, d}, i, true);
@@ -50,6 +58,7 @@ ParameterLayout::ParameterLayout(const ModelConfig& c) {
     add(p + "ffn.w3.weight", {f, d}, i, true);
     add(p + "ffn.w2.weight", {d, f}, i, true);
   }
+  unit();
   add("ln_final.weight", {d}, -1, false);
   add("lm_head.weight", {c.vocab_size, d}, -1, true);
   LLMHPC_CHECK(total_ == c.num_params(), "parameter count mismatch");

@@ -35,12 +35,30 @@ std::vector<PackedPiece> packed_pieces(const std::vector<FlatRange>& ranges, Fla
 // Elements the ranges hold (the packed length).
 int64_t packed_size(const std::vector<FlatRange>& ranges);
 
+// How the model reads a parameter: the matrices through the compute dtype (bf16 under
+// --precision bf16), the others (the token embedding, the norm gains) as they are.
+enum class Lane { Matrices = 0, Others = 1 };
+
 struct ParamInfo {
   std::string name;  // as the reference PyTorch model names it: "layers.0.attn.q_proj.weight"
   Shape shape;
-  int64_t offset;  // in elements, into the flat buffer
-  int layer;       // -1 for embedding, final norm and head
-  bool is_matrix;  // linear weights: truncated-normal init; embedding std 1; norms 1
+  int64_t offset;           // in elements, into the flat buffer
+  int layer;                // -1 for embedding, final norm and head
+  bool is_matrix;           // linear weights: truncated-normal init; embedding std 1; norms 1
+  int unit = 0;             // the unit it belongs to (ParameterLayout::units)
+  int64_t lane_offset = 0;  // where it starts in its unit's lane (ParamUnit)
+  Lane lane() const { return is_matrix ? Lane::Matrices : Lane::Others; }
+};
+
+// What the model reads and backward finishes together: the token embedding, one layer, the
+// final norm with the LM head, in the order forward reaches them. Parallelisms that shard the
+// parameters themselves gather and reduce unit by unit. Within a unit, each lane packs its
+// tensors in layout order (q, k and v stay adjacent, as w1 and w3), so that a lane can travel
+// in the dtype the model reads it in.
+struct ParamUnit {
+  FlatRange range;
+  int64_t lane_elements[2] = {0, 0};  // by Lane
+  int64_t elements(Lane lane) const { return lane_elements[int(lane)]; }
 };
 
 class ParameterLayout {
@@ -53,8 +71,11 @@ class ParameterLayout {
   const ParamInfo& find(const std::string& name) const;
   // [begin, end) in elements covered by one layer's parameters.
   std::pair<int64_t, int64_t> layer_range(int layer) const;
+  // The units in forward order: the embedding, layer 0 .. L-1, the head (ln_final, lm_head).
+  const std::vector<ParamUnit>& units() const { return units_; }
 
  private:
+  std::vector<ParamUnit> units_;
   std::vector<ParamInfo> params_;
   std::unordered_map<std::string, size_t> index_;  // name -> position in params_ (find() is on the step's path)
   int64_t total_ = 0;

@@ -82,10 +82,17 @@ struct TransformerLM::Activations {
 TransformerLM::TransformerLM(const Config& c, Device& device, Ops& ops)
     : config_(c.shape), layout_(c.shape), precision_(c.precision),
       grad_dtype_(gradient_dtype(c.precision, c.grad_dtype)), attention_(c.attention), device_(device), ops_(ops),
-      memory_(c.memory) {
+      memory_(c.memory), storage_(c.storage) {
   const int64_t flat_elements = c.flat_elements;
   const GradientStorage gradients = c.gradients;
   config_.validate();
+  if (storage_ == ParameterStorage::Sharded) {
+    LLMHPC_CHECK(flat_elements == 0 && gradients == GradientStorage::Whole,
+                 "sharded parameters: the model keeps no flat buffers to pad or to hold one range's gradients");
+    unit_params_.resize(layout_.units().size());
+    unit_grads_.resize(layout_.units().size());
+    return;
+  }
   Allocator& a = device_.allocator();
   const DType pd = param_dtype(precision_);
   const int64_t total = layout_.total(), flat = flat_elements == 0 ? total : flat_elements;
@@ -155,8 +162,16 @@ Tensor TransformerLM::grad_view(int64_t offset, Shape shape) const {
   return grads_.empty() ? grad_window_.view(offset, shape) : grads_.tensor().slice(offset, shape);
 }
 
+Tensor TransformerLM::unit_view(const std::vector<UnitView>& views, const ParamInfo& p, Shape shape) const {
+  const UnitView& v = views[size_t(p.unit)];
+  const Tensor& lane = p.is_matrix ? v.matrices : v.others;
+  LLMHPC_CHECK(!lane.empty(), p.name + " is read or written before its unit was asked for in this pass");
+  return lane.slice(p.lane_offset, shape);
+}
+
 Tensor TransformerLM::grad(const std::string& name) const {
   const ParamInfo& p = layout_.find(name);
+  if (storage_ == ParameterStorage::Sharded) return unit_view(unit_grads_, p, p.shape);
   return grad_view(p.offset, p.shape);
 }
 
@@ -181,39 +196,54 @@ void TransformerLM::cast_into(Window& window, std::pair<int64_t, int64_t> range)
 
 Tensor TransformerLM::weight(const std::string& name) const {
   const ParamInfo& p = layout_.find(name);
+  if (storage_ == ParameterStorage::Sharded) return unit_view(unit_params_, p, p.shape);
   return compute_view(p.offset, p.shape);
+}
+
+Tensor TransformerLM::gain(const std::string& name) const {
+  const ParamInfo& p = layout_.find(name);
+  if (storage_ == ParameterStorage::Sharded) return unit_view(unit_params_, p, p.shape);
+  return params_.tensor().slice(p.offset, p.shape);
 }
 
 Tensor TransformerLM::weight_rows(const std::string& first, int64_t rows) const {
   const ParamInfo& p = layout_.find(first);
+  if (storage_ == ParameterStorage::Sharded) return unit_view(unit_params_, p, {rows, p.shape[1]});
   return compute_view(p.offset, {rows, p.shape[1]});
 }
 
 Tensor TransformerLM::grad_rows(const std::string& first, int64_t rows) const {
   const ParamInfo& p = layout_.find(first);
+  if (storage_ == ParameterStorage::Sharded) return unit_view(unit_grads_, p, {rows, p.shape[1]});
   return grad_view(p.offset, {rows, p.shape[1]});
 }
 
 // The initialisation of transformer.h (init_parameters), drawn where the parameters live
 // (Ops::random_normal: a GPU draws 3.4 billion in milliseconds, the host in seconds per core),
 // the same values on every backend.
-void TransformerLM::init_parameters(uint64_t seed) {
-  for (size_t k = 0; k < layout_.params().size(); ++k) {
-    const ParamInfo& p = layout_.params()[k];
-    const Tensor dst = param(p.name);
-    if (p.shape.ndim == 1) {  // a norm gain: ones
-      std::vector<unsigned char> ones(dst.bytes());
-      for (int64_t i = 0; i < dst.numel(); ++i) store_from_double(ones.data(), size_t(i), dst.dtype, 1.0);
-      device_.copy_to_device(dst.data, ones.data(), ones.size());
-    } else {
-      const double std = p.is_matrix ? std::sqrt(2.0 / double(p.shape[0] + p.shape[1])) : 1.0;
-      ops_.random_normal(dst, seed, k, std, 3.0);
-    }
+void TransformerLM::init_parameter(Ops& ops, Device& device, const ParameterLayout& layout, size_t k, Tensor dst,
+                                   uint64_t seed) {
+  const ParamInfo& p = layout.params()[k];
+  LLMHPC_CHECK(dst.numel() == p.shape.numel(), "init_parameter into a tensor of another size");
+  if (p.shape.ndim == 1) {  // a norm gain: ones
+    std::vector<unsigned char> ones(dst.bytes());
+    for (int64_t i = 0; i < dst.numel(); ++i) store_from_double(ones.data(), size_t(i), dst.dtype, 1.0);
+    device.copy_to_device(dst.data, ones.data(), ones.size());
+  } else {
+    const double std = p.is_matrix ? std::sqrt(2.0 / double(p.shape[0] + p.shape[1])) : 1.0;
+    ops.random_normal(dst, seed, k, std, 3.0);
   }
+}
+
+void TransformerLM::init_parameters(uint64_t seed) {
+  LLMHPC_CHECK(storage_ == ParameterStorage::Local, "sharded parameters are initialised where they are held");
+  for (size_t k = 0; k < layout_.params().size(); ++k)
+    init_parameter(ops_, device_, layout_, k, param(layout_.params()[k].name), seed);
   parameters_changed();
 }
 
 void TransformerLM::parameters_changed() {
+  if (storage_ == ParameterStorage::Sharded) return;
   // Arriving parameters would land on top of the change.
   LLMHPC_CHECK(arriving_ == nullptr && masters_from_ == nullptr,
                "parameters changed while others still arrive or are stale: wait_parameters() first");
@@ -248,7 +278,8 @@ void TransformerLM::parameters_arriving(ParallelHooks& source) {
 }
 
 void TransformerLM::wait_parameters() {
-  if (masters_from_ != nullptr) {  // the bf16 copy is (or arrives) fresh; the masters were stale
+  if (storage_ == ParameterStorage::Sharded) return;  // the holder's own business
+  if (masters_from_ != nullptr) {                     // the bf16 copy is (or arrives) fresh; the masters were stale
     masters_from_->masters_needed();
     masters_from_ = arriving_ = nullptr;
     return;
@@ -257,6 +288,40 @@ void TransformerLM::wait_parameters() {
   arriving_->parameters_needed(0, params_.tensor().numel());
   arriving_ = nullptr;
   parameters_changed();
+}
+
+void TransformerLM::need_unit(int u, int next) {
+  const std::vector<ParamUnit>& units = layout_.units();
+  const ParamUnit& unit = units[size_t(u)];
+  if (storage_ == ParameterStorage::Local) return need_parameters(unit.range.begin, unit.range.end);
+  LLMHPC_CHECK(hooks_ != nullptr, "sharded parameters need set_parallel_hooks()");
+  const UnitView v = hooks_->unit_parameters(unit, next >= 0 ? &units[size_t(next)] : nullptr);
+  auto holds = [&](const Tensor& lane, Lane which) {
+    return unit.elements(which) == 0 || (!lane.empty() && lane.numel() >= unit.elements(which));
+  };
+  LLMHPC_CHECK(holds(v.matrices, Lane::Matrices) && holds(v.others, Lane::Others),
+               "a unit's parameters given in lanes shorter than the unit's");
+  LLMHPC_CHECK(unit.elements(Lane::Matrices) == 0 || v.matrices.dtype == compute_dtype(precision_),
+               "a unit's matrices given in another dtype than the products read");
+  LLMHPC_CHECK(unit.elements(Lane::Others) == 0 || v.others.dtype == param_dtype(precision_),
+               "a unit's gains given in another dtype than the parameters'");
+  unit_params_[size_t(u)] = v;
+}
+
+void TransformerLM::open_unit_gradients(int u, ParallelHooks* listener) {
+  const ParamUnit& unit = layout_.units()[size_t(u)];
+  if (storage_ == ParameterStorage::Local) return open_gradients(unit.range.begin, unit.range.end);
+  LLMHPC_CHECK(listener != nullptr, "backward under sharded parameters needs the hooks that hold them");
+  const UnitView g = listener->unit_gradients(unit);
+  auto holds = [&](const Tensor& lane, Lane which) {
+    return unit.elements(which) == 0 || (!lane.empty() && lane.numel() >= unit.elements(which));
+  };
+  LLMHPC_CHECK(holds(g.matrices, Lane::Matrices) && holds(g.others, Lane::Others),
+               "a unit's gradients given in lanes shorter than the unit's");
+  LLMHPC_CHECK((unit.elements(Lane::Matrices) == 0 || g.matrices.dtype == grad_dtype_) &&
+                   (unit.elements(Lane::Others) == 0 || g.others.dtype == grad_dtype_),
+               "a unit's gradients given in another dtype than backward writes");
+  unit_grads_[size_t(u)] = g;
 }
 
 void TransformerLM::need_parameters(int64_t begin, int64_t end) {
@@ -360,13 +425,13 @@ void TransformerLM::forward() {
   // While parameters arrive, each range is asked for right before its first read, in the
   // order of the flat buffer: the embedding, each layer (whose ln1 the previous layer's last
   // norm reads), then the final norm with the LM head.
-  const ParamInfo& emb = layout_.find("token_embeddings.weight");
-  const ParamInfo& lnf = layout_.find("ln_final.weight");
-  need_parameters(emb.offset, emb.offset + emb.shape.numel());
+  // Units: 0 the embedding, 1 + l layer l, L + 1 the head.
+  std::fill(unit_params_.begin(), unit_params_.end(), UnitView{});
+  need_unit(0, 1);
   take_layer_activations(0);
-  ops_.embedding_forward(A.layers[0].resid, tokens_, param("token_embeddings.weight"));
-  need_parameters(layout_.layer_range(0).first, layout_.layer_range(0).second);
-  ops_.rmsnorm_forward(A.ln1_out(0), A.layers[0].ln1_rstd, A.layers[0].resid, param("layers.0.ln1.weight"));
+  ops_.embedding_forward(A.layers[0].resid, tokens_, gain("token_embeddings.weight"));
+  need_unit(1, 2);
+  ops_.rmsnorm_forward(A.ln1_out(0), A.layers[0].ln1_rstd, A.layers[0].resid, gain("layers.0.ln1.weight"));
   for (int64_t l = 0; l < L; ++l) {
     NvtxRange layer_range("layer " + std::to_string(l));
     const std::string p = "layers." + std::to_string(l) + ".";
@@ -376,20 +441,18 @@ void TransformerLM::forward() {
     ops_.rope_forward(X.qkv, H, config_.rope_theta);
     ops_.attention_forward(X.attn_out, X.attn_saved, X.qkv, dims);
     ops_.linear_forward(A.branch_out, X.attn_out, weight(p + "attn.output_proj.weight"));
-    ops_.residual_rmsnorm_forward(X.resid_mid, A.ln2_out(l), X.ln2_rstd, X.resid, A.branch_out,
-                                  param(p + "ln2.weight"));
+    ops_.residual_rmsnorm_forward(X.resid_mid, A.ln2_out(l), X.ln2_rstd, X.resid, A.branch_out, gain(p + "ln2.weight"));
     ops_.linear_forward(X.h13, A.ln2_out(l), weight_rows(p + "ffn.w1.weight", 2 * F));
     ops_.swiglu_forward(A.gated, X.h13);
     ops_.linear_forward(A.branch_out, A.gated, weight(p + "ffn.w2.weight"));
     const bool last = l + 1 == L;
-    if (last) need_parameters(lnf.offset, layout_.total());
-    else need_parameters(layout_.layer_range(int(l + 1)).first, layout_.layer_range(int(l + 1)).second);
+    need_unit(int(l + 2), last ? -1 : int(l + 3));
     const std::string next_norm = last ? "ln_final.weight" : "layers." + std::to_string(l + 1) + ".ln1.weight";
     if (last) take_head_activations();
     else take_layer_activations(l + 1);
     ops_.residual_rmsnorm_forward(
         last ? A.resid_final : A.layers[l + 1].resid, last ? A.lnf_out.tensor() : A.ln1_out(l + 1),
-        last ? A.lnf_rstd : A.layers[l + 1].ln1_rstd, X.resid_mid, A.branch_out, param(next_norm));
+        last ? A.lnf_rstd : A.layers[l + 1].ln1_rstd, X.resid_mid, A.branch_out, gain(next_norm));
   }
   if (casts_per_layer()) {
     const ParamInfo& head = layout_.find("lm_head.weight");
@@ -424,7 +487,7 @@ std::vector<std::pair<std::string, DType>> TransformerLM::storage_dtypes() const
   // from a forward to the end of its backward.
   const DType pd = param_dtype(precision_), cd = compute_dtype(precision_);
   const DType sd = pd;  // the statistics' dtype
-  return {{"parameters (master weights)", params_.tensor().dtype},
+  return {{"parameters (master weights)", pd},
           // bf16: the copy, or the cast windows (the copy may be let go between steps).
           {"weights as the matrix products read them", cd},
           {"embedding output, residual stream", pd},
@@ -444,6 +507,8 @@ std::vector<std::pair<std::string, DType>> TransformerLM::storage_dtypes() const
 void TransformerLM::backward(ParallelHooks* listener, bool accumulate) {
   LLMHPC_CHECK(act_ != nullptr && has_targets_ && logits_fresh_, "backward() needs its own forward pass with targets");
   LLMHPC_CHECK(!accumulate || !grads_.empty(), "accumulating gradients needs GradientStorage::Whole");
+  LLMHPC_CHECK(!accumulate || storage_ == ParameterStorage::Local,
+               "accumulating gradients needs them in the model's own buffer, not sharded");
   logits_fresh_ = false;
   NvtxRange range("backward");
   Activations& A = *act_;
@@ -467,12 +532,17 @@ void TransformerLM::backward(ParallelHooks* listener, bool accumulate) {
   const Tensor dy_copy = copies_dy ? A.d_branch.tensor() : Tensor();
   const Tensor dy = copies_dy ? A.d_branch.tensor() : A.d_resid.tensor();
 
+  // Units as forward's, asked for in reverse order; the embedding's weights are not read.
+  const int L = int(config_.num_layers);
+  std::fill(unit_params_.begin(), unit_params_.end(), UnitView{});
+  std::fill(unit_grads_.begin(), unit_grads_.end(), UnitView{});
   // Loss -> logits -> LM head -> final norm. dlogits overwrite the logits.
-  open_gradients(layout_.find("ln_final.weight").offset, layout_.total());
+  need_unit(L + 1, L);
+  open_unit_gradients(L + 1, listener);
   ops_.cross_entropy_backward(A.logits, A.logits, targets_, loss_weight_ / double(N));
   ops_.linear_backward(A.d_norm, grad("lm_head.weight"), A.logits, A.lnf_out, weight("lm_head.weight"), accumulate);
   device_.fill_zero(A.d_resid.tensor().data, A.d_resid.tensor().bytes());
-  ops_.rmsnorm_backward(A.d_resid, grad("ln_final.weight"), A.d_norm, A.resid_final, param("ln_final.weight"),
+  ops_.rmsnorm_backward(A.d_resid, grad("ln_final.weight"), A.d_norm, A.resid_final, gain("ln_final.weight"),
                         A.lnf_rstd, accumulate, dy_copy);
   ready(layout_.find("ln_final.weight").offset, layout_.total());
 
@@ -482,7 +552,8 @@ void TransformerLM::backward(ParallelHooks* listener, bool accumulate) {
     Activations::Layer& X = A.layers[l];
     if (casts_per_layer()) cast_into(layer_window_, layout_.layer_range(int(l)));
     const auto range_l = layout_.layer_range(int(l));
-    open_gradients(range_l.first, range_l.second);
+    need_unit(int(l + 1), l > 0 ? int(l) : -1);
+    open_unit_gradients(int(l + 1), listener);
     // FFN branch: d_resid is the gradient of its output. Recomputed values are bitwise
     // what forward had: the same arithmetic on the same saved inputs. W2's input gradient
     // comes first, so the SwiGLU backward can recompute the product W2's weight gradient
@@ -490,25 +561,25 @@ void TransformerLM::backward(ParallelHooks* listener, bool accumulate) {
     ops_.linear_backward(A.d_gated, Tensor(), dy, Tensor(), weight(p + "ffn.w2.weight"), accumulate);
     ops_.swiglu_backward(A.d_h13, A.gated, A.d_gated, X.h13);
     ops_.linear_backward(Tensor(), grad(p + "ffn.w2.weight"), dy, A.gated, weight(p + "ffn.w2.weight"), accumulate);
-    if (X.ln2_out.empty()) ops_.rmsnorm_forward(A.norm_out, X.ln2_rstd, X.resid_mid, param(p + "ln2.weight"));
+    if (X.ln2_out.empty()) ops_.rmsnorm_forward(A.norm_out, X.ln2_rstd, X.resid_mid, gain(p + "ln2.weight"));
     ops_.linear_backward(A.d_norm, grad_rows(p + "ffn.w1.weight", 2 * F), A.d_h13, A.ln2_out(l),
                          weight_rows(p + "ffn.w1.weight", 2 * F), accumulate);
-    ops_.rmsnorm_backward(A.d_resid, grad(p + "ln2.weight"), A.d_norm, X.resid_mid, param(p + "ln2.weight"), X.ln2_rstd,
+    ops_.rmsnorm_backward(A.d_resid, grad(p + "ln2.weight"), A.d_norm, X.resid_mid, gain(p + "ln2.weight"), X.ln2_rstd,
                           accumulate, dy_copy);
     // Attention branch.
     ops_.linear_backward(A.d_attn, grad(p + "attn.output_proj.weight"), dy, X.attn_out,
                          weight(p + "attn.output_proj.weight"), accumulate);
     ops_.attention_backward(A.d_qkv, A.d_attn, X.attn_out, X.attn_saved, X.qkv, dims);
     ops_.rope_backward(A.d_qkv, H, config_.rope_theta);
-    if (X.ln1_out.empty()) ops_.rmsnorm_forward(A.norm_out, X.ln1_rstd, X.resid, param(p + "ln1.weight"));
+    if (X.ln1_out.empty()) ops_.rmsnorm_forward(A.norm_out, X.ln1_rstd, X.resid, gain(p + "ln1.weight"));
     ops_.linear_backward(A.d_norm, grad_rows(p + "attn.q_proj.weight", 3 * C), A.d_qkv, A.ln1_out(l),
                          weight_rows(p + "attn.q_proj.weight", 3 * C), accumulate);
-    ops_.rmsnorm_backward(A.d_resid, grad(p + "ln1.weight"), A.d_norm, X.resid, param(p + "ln1.weight"), X.ln1_rstd,
+    ops_.rmsnorm_backward(A.d_resid, grad(p + "ln1.weight"), A.d_norm, X.resid, gain(p + "ln1.weight"), X.ln1_rstd,
                           accumulate, l > 0 ? dy_copy : Tensor());  // the embedding reads d_resid
     ready(range_l.first, range_l.second);
   }
   const ParamInfo& emb = layout_.find("token_embeddings.weight");
-  open_gradients(emb.offset, emb.offset + emb.shape.numel());
+  open_unit_gradients(0, listener);
   ops_.embedding_backward(grad(emb.name), A.d_resid, tokens_, accumulate);
   ready(emb.offset, emb.offset + emb.shape.numel());
   // Every kernel that reads the activations or the scratch is enqueued: they go back to the

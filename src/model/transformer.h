@@ -49,6 +49,12 @@ enum class GradientStorage { Whole, PerRange };
 // bytes that clipping and AdamW read; micro-batches add up in bf16 (one rounding each). AdamW
 // widens them as it reads.
 enum class GradientDType { Master, BF16 };
+
+// Where the parameters, their gradients and the bf16 copy live. Local: in the model's flat
+// buffers. Sharded (ZeRO-3): nowhere in the model; a ParallelHooks (set_parallel_hooks) that
+// holds them sharded among the ranks gives each unit's parameters as forward and backward reach
+// it (unit_parameters) and the place where backward writes its gradients (unit_gradients).
+enum class ParameterStorage { Local, Sharded };
 GradientDType parse_gradient_dtype(const std::string& text);  // same | bf16
 // The dtype the gradients are stored in, or a UsageError for bf16 gradients without bf16 precision.
 DType gradient_dtype(Precision p, GradientDType g);
@@ -70,6 +76,7 @@ class TransformerLM {
     int64_t flat_elements = 0;
     GradientStorage gradients = GradientStorage::Whole;
     GradientDType grad_dtype = GradientDType::Master;
+    ParameterStorage storage = ParameterStorage::Local;
   };
   TransformerLM(const Config& config, Device& device, Ops& ops);
   ~TransformerLM();
@@ -80,11 +87,17 @@ class TransformerLM {
   DType grad_dtype() const { return grad_dtype_; }  // the gradients' storage (GradientDType)
   Device& device() { return device_; }
 
+  ParameterStorage storage() const { return storage_; }
+  // Sharded storage: where forward and backward get each unit's parameters and gradients;
+  // must live as long as the model runs steps.
+  void set_parallel_hooks(ParallelHooks* hooks) { hooks_ = hooks; }
+
   // The flat buffers, param dtype, padding included: layout().total() parameters, then zeros.
+  // Empty under ParameterStorage::Sharded.
   Tensor params() const { return params_; }
   Tensor grads() const { return grads_; }  // empty under GradientStorage::PerRange
   GradientStorage gradient_storage() const {
-    return grads_.empty() ? GradientStorage::PerRange : GradientStorage::Whole;
+    return grads_.empty() && storage_ == ParameterStorage::Local ? GradientStorage::PerRange : GradientStorage::Whole;
   }
   // The gradients of flat elements [begin, end) as backward last wrote them: a view of
   // grads(), or under PerRange of the buffer holding the range backward reported last.
@@ -102,8 +115,12 @@ class TransformerLM {
   Tensor grad(const std::string& name) const;  // under PerRange: of the range backward reports next
 
   // Initialisation: truncated normal std sqrt(2/(in+out)) at +-3 sigma for linear
-  // weights, std 1 at +-3 for the embedding, 1 for norm gains.
+  // weights, std 1 at +-3 for the embedding, 1 for norm gains. Local storage.
   void init_parameters(uint64_t seed);
+  // The same initial values of parameter `index` of the layout, written to `dst` (its shape,
+  // the parameter dtype): what holders of sharded parameters initialise them with.
+  static void init_parameter(Ops& ops, Device& device, const ParameterLayout& layout, size_t index, Tensor dst,
+                             uint64_t seed);
   // Call after the parameters were changed from outside (checkpoint load, broadcast), when
   // none are still arriving.
   void parameters_changed();
@@ -158,6 +175,14 @@ class TransformerLM {
   struct Activations;
   Tensor view(const Tensor& flat, const std::string& name) const;
   Tensor weight(const std::string& name) const;  // compute-dtype view for matrix products
+  Tensor gain(const std::string& name) const;    // a parameter read as it is (embedding, norm gains)
+  // Before reading unit `u` in a pass whose next unit is `next` (-1: none): sharded storage
+  // asks the hooks where it is; parameters arriving are asked for (need_parameters).
+  void need_unit(int u, int next);
+  // Before backward writes the gradients of unit `u` (sharded storage: asks `listener` where).
+  void open_unit_gradients(int u, ParallelHooks* listener);
+  // Sharded storage: parameter `p` in its unit's lane as `views` hold it, as `shape`.
+  Tensor unit_view(const std::vector<UnitView>& views, const ParamInfo& p, Shape shape) const;
   // Views of `rows` rows starting at parameter `first`: fused q/k/v (3d rows) or w1/w3.
   Tensor weight_rows(const std::string& first, int64_t rows) const;
   Tensor grad_rows(const std::string& first, int64_t rows) const;
@@ -178,10 +203,15 @@ class TransformerLM {
   void open_gradients(int64_t begin, int64_t end);
   // While parameters arrive: asks for [begin, end) and refreshes its bf16 copy.
   void need_parameters(int64_t begin, int64_t end);
-  bool casts_per_layer() const { return memory_ == MemoryPlan::LowMemory && precision_ == Precision::BF16; }
+  bool casts_per_layer() const {
+    return memory_ == MemoryPlan::LowMemory && precision_ == Precision::BF16 && storage_ == ParameterStorage::Local;
+  }
   void take_lowp();  // allocates the bf16 copy, its padding zero (the rest: the next converts)
   // Under bf16 without --low-memory, the copy is let go while parameters arrive.
-  bool lowp_released() const { return precision_ == Precision::BF16 && !casts_per_layer() && params_lowp_.empty(); }
+  bool lowp_released() const {
+    return storage_ == ParameterStorage::Local && precision_ == Precision::BF16 && !casts_per_layer() &&
+           params_lowp_.empty();
+  }
   // Forward takes the activations of batch_ x seq_ as it reaches them, unless a forward-only
   // pass kept them: the set with the temporaries the layers share, layer l's saved tensors, the
   // final norm's and the logits.
@@ -203,6 +233,11 @@ class TransformerLM {
   int64_t grad_window_elements_ = 0;   // so a model that only runs forward never holds it
   Buffer tokens_, targets_, losses_;   // the batch: live from set_batch to the next shape
   double loss_weight_ = 1.0;           // set_loss_weight
+  ParameterStorage storage_;
+  ParallelHooks* hooks_ = nullptr;  // set_parallel_hooks
+  // Sharded storage: where each unit's parameters and gradients are, as the hooks last said
+  // in this pass (empty: not asked for in it).
+  std::vector<UnitView> unit_params_, unit_grads_;
   ParallelHooks* arriving_ = nullptr;  // where parameters still arrive from (parameters_arriving)
   // A source that shared the bf16 copy (shares_compute_copy): the masters of ranges other
   // ranks own stay stale until wait_parameters() has it bring them.

@@ -19,11 +19,16 @@ void add_data_parallel_options(po::options_description& desc, const ListUse& use
       "bucket-mb", listable(use, "bucket-mb", "25"),
       ("bucketed: bucket capacity in MiB, as PyTorch's bucket_cap_mb (a real number > 0)" + list).c_str())(
       "shard-optimizer", listable(use, "shard-optimizer", sweep ? "none" : "auto"),
-      ("optimizer state sharding: auto (zero1 on several ranks: the same weights, half the optimizer state and "
-       "time per rank; none on one) | none | broadcast (each rank updates 1/n of the parameters and broadcasts "
-       "them, the reference optimizer-sharding study's scheme) | zero1 (ZeRO stage 1: gradients "
-       "reduce-scattered, updated parameters all-gathered); needs a --ddp other than none; checkpoints hold the "
-       "whole optimizer state and resume under any sharding and rank count" +
+      ("what is sharded among the ranks (ZeRO's stages): auto (zero1 on several ranks: the same weights, half the "
+       "optimizer state and time per rank; none on one) | none | broadcast (each rank updates 1/n of the "
+       "parameters and broadcasts them, the reference optimizer-sharding study's scheme) | zero1 (ZeRO stage 1: "
+       "the optimizer state; gradients reduce-scattered, updated parameters all-gathered) | zero2 (stage 2: the "
+       "gradients and fp32 master weights too; each unit of the model, the embedding, a layer or the head, "
+       "reduce-scattered as backward finishes it, the weights all-gathered once a step) | zero3 (stage 3, FSDP: "
+       "the weights too; each unit all-gathered just before forward and again before backward reads it, one "
+       "unit ahead, and let go after: 16 bytes per parameter / ranks, plus two units); needs a --ddp other than "
+       "none (zero2 and zero3: bucketed, their buckets are the units); checkpoints hold the whole optimizer state "
+       "and resume under any sharding and rank count" +
        list)
           .c_str())(
       "share-weights", listable(use, "share-weights", "auto"),

@@ -60,6 +60,9 @@ struct DdpCase : ModelCase {
   }
   std::string sharding_column() const { return sharding_name(sharding) + std::string(share_copy ? " bf16" : ""); }
   std::string label() const { return ModelCase::label() + "_" + strategy_label() + sharding_label(); }
+  // zero2 and zero3 run a model that keeps no flat buffers (ParameterStorage::Sharded).
+  bool sharded() const { return shards_parameters(sharding); }
+  std::string model_key() const { return ModelCase::model_key() + (sharded() ? "_sharded" : ""); }
 };
 
 // Sizes, then precisions and attentions, then contexts and batches, strategies and shardings
@@ -91,6 +94,10 @@ std::vector<DdpCase> sweep_cases(const po::variables_map& vm, int world_size) {
       for (double mb : s == SyncStrategy::Bucketed ? buckets : std::vector<double>{0.0})
         for (Sharding sh : sharded) {
           if (s == SyncStrategy::None && sh != Sharding::None) continue;
+          // zero2 and zero3 reduce unit by unit (their buckets are the units), in the dtype
+          // backward writes, with NCCL's kernels: one case, under bucketed.
+          const bool units = shards_parameters(sh);
+          if (units && (s != SyncStrategy::Bucketed || mb != buckets.front())) continue;
           const bool can = can_share_compute_copy(c.precision, memory, sh);
           std::vector<bool> copies;  // this case's --share-weights, resolved, each once
           for (ShareWeights w : sh == Sharding::None ? std::vector<ShareWeights>{ShareWeights::Master} : choices) {
@@ -102,12 +109,18 @@ std::vector<DdpCase> sweep_cases(const po::variables_map& vm, int world_size) {
           const bool none = s == SyncStrategy::None;
           for (bool copy : copies)
             // Gradients made in bf16 travel as they are: one case where fp32 ones take two.
-            for (bool in_bf16 : none || c.grads == GradientDType::BF16 ? std::vector<bool>{false} : reductions)
-              for (CollectiveEngine e : none ? std::vector<CollectiveEngine>{CollectiveEngine::Sm} : engines) {
+            for (bool in_bf16 : none || units || c.grads == GradientDType::BF16 ? std::vector<bool>{false} : reductions)
+              for (CollectiveEngine e : none || units ? std::vector<CollectiveEngine>{CollectiveEngine::Sm} : engines) {
                 check_grad_reduce(in_bf16, c.precision);
                 cases.push_back({c, s, mb, sh, copy, e, in_bf16});
               }
         }
+  for (Sharding sh : sharded)
+    if (shards_parameters(sh) &&
+        std::find(strategies.begin(), strategies.end(), SyncStrategy::Bucketed) == strategies.end())
+      throw UsageError(std::string("--shard-optimizer ") + sharding_name(sh) +
+                       " reduce-scatters the model unit by unit (its buckets are the units): it runs under --ddp "
+                       "bucketed; add bucketed to --ddp");
   if (std::count(choices.begin(), choices.end(), ShareWeights::Bf16) > 0 && !bf16_taken)
     throw UsageError("--share-weights bf16 sends the bf16 copy of a sharded optimizer's weights: no case here has "
                      "one (it needs --shard-optimizer broadcast or zero1 and --precision bf16 without --low-memory)");
@@ -254,6 +267,7 @@ void run(ModeContext& ctx) {
         data_parallel_plan(c.strategy, c.sharding, c.model, c.precision, c.grads, c.bucket_mb, rt.world_size,
                            shard_alignment(dev, c.precision, c.share_copy), c.reduce_in_bf16);
     std::unique_ptr<AdamW> opt;
+    std::unique_ptr<UnitShards> shards;  // zero2, zero3: made where memory is agreed on, then the sync
     std::unique_ptr<GradientSync> sync;
     SyncStats stats;
     MemoryBreakdown before_optimizer, after_optimizer;
@@ -269,17 +283,19 @@ void run(ModeContext& ctx) {
               for (size_t k = i; k < cases.size() && cases[k].model_key() == live.key; ++k) {
                 const DdpCase& o = cases[k];
                 shape.context_length = std::max(shape.context_length, o.model.context_length);
+                if (c.sharded()) continue;  // no flat buffers
                 flat_elements =
                     std::max(flat_elements,
                              data_parallel_plan(o.strategy, o.sharding, o.model, o.precision, o.grads, o.bucket_mb,
                                                 rt.world_size, shard_alignment(dev, o.precision, o.share_copy))
                                  .flat_elements);
               }
-              live.model =
-                  std::make_unique<TransformerLM>(TransformerLM::Config{shape, c.precision, c.attention, memory,
-                                                                        flat_elements, GradientStorage::Whole, c.grads},
-                                                  dev, ops);
-              live.model->init_parameters(seed + uint64_t(rt.rank));  // different per rank: the broadcast must work
+              live.model = std::make_unique<TransformerLM>(
+                  TransformerLM::Config{shape, c.precision, c.attention, memory, flat_elements, GradientStorage::Whole,
+                                        c.grads, c.sharded() ? ParameterStorage::Sharded : ParameterStorage::Local},
+                  dev, ops);
+              // Different per rank: the broadcast must work. (Shards are drawn from one seed below.)
+              if (!c.sharded()) live.model->init_parameters(seed + uint64_t(rt.rank));
               live.after_init = model_memory(dev.allocator());
             }
             const int64_t n = mine.count * c.model.context_length;
@@ -291,6 +307,15 @@ void run(ModeContext& ctx) {
                   int32_t(random_bits(seed, 16 * uint64_t(rt.rank) + 2, uint64_t(k)) % uint64_t(c.model.vocab_size));
             }
             live.model->set_batch(tokens.data(), targets.data(), mine.count, c.model.context_length);
+            if (c.sharded()) {
+              // The shards, their places and windows, and the optimizer state: what a sharded step
+              // keeps. Its activations come with the first step, whose collectives cannot run here.
+              shards = std::make_unique<UnitShards>(plan, *comm, *live.model, ops);
+              before_optimizer = model_memory(dev.allocator());
+              opt = std::make_unique<AdamW>(*live.model, ops, AdamWHyper{}, shards->optimizer_shard());
+              opt->allocate_state();
+              return;
+            }
             // The gradients exist; the activations and backward's scratch come and go with it.
             run_step(*live.model, nullptr, Phase::ForwardBackward, *timer);
             before_optimizer = model_memory(dev.allocator());
@@ -305,9 +330,14 @@ void run(ModeContext& ctx) {
                    {mine.count, c.model.context_length, c.model.num_heads, c.model.head_dim(), true, c.attention},
                    compute_dtype(c.precision)))
             rec.attr(name, value);
-          broadcast_parameters(*comm, model.params());  // every configuration starts from rank 0's weights
-          model.parameters_changed();
-          if (c.strategy != SyncStrategy::None) sync = make_model_sync(plan, *comm, model, c.share_copy, c.engine);
+          if (shards) {  // every configuration starts from the seed's weights
+            shards->initialize(seed);
+            sync = std::move(shards);
+          } else {  // every configuration starts from rank 0's weights
+            broadcast_parameters(*comm, model.params());
+            model.parameters_changed();
+            if (c.strategy != SyncStrategy::None) sync = make_model_sync(plan, *comm, model, c.share_copy, c.engine);
+          }
           rt.barrier();
           int64_t steps_run = 0;
           auto step = [&] {
@@ -362,6 +392,7 @@ void run(ModeContext& ctx) {
           r.attr("peak_memory_bytes", dev.allocator().peak_bytes());
           if (r.status != "ok") {  // free what this configuration held; the next one builds its own model
             sync.reset();
+            shards.reset();
             opt.reset();
             live = LiveModel{};
           }
@@ -406,7 +437,7 @@ void run(ModeContext& ctx) {
 ModeSpec ddp_mode() {
   return {"ddp",
           "data-parallel train step under each gradient synchronisation strategy (naive, flat, overlap, bucketed) "
-          "and optimizer sharding (broadcast, zero1)",
+          "and sharding (broadcast, ZeRO-1, ZeRO-2, ZeRO-3)",
           add_options, validated(validate, run)};
 }
 

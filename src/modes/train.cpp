@@ -174,6 +174,15 @@ TrainOptions parse_options(const po::variables_map& vm, int world_size) {
   o.backend = opt_string(vm, "backend");
   o.parallel = parallelism(vm, world_size);
   check_parallelism(o.parallel, o.precision, o.memory, world_size);
+  if (shards_parameters(o.parallel.sharding)) {
+    const std::string stage = std::string("--shard-optimizer ") + sharding_name(o.parallel.sharding);
+    if (o.micro_batches > 1)
+      throw UsageError(stage + " reduce-scatters each unit's gradients as backward finishes it, so it cannot add up "
+                               "--grad-accum micro-batches: use --shard-optimizer zero1 with --grad-accum, or a larger "
+                               "--batch-size");
+    if (o.cuda_graph)
+      throw UsageError(stage + " gathers the weights between the kernels: --cuda-graph cannot record it");
+  }
   if (opt_given(vm, "model") || has_explicit_shape(vm) || o.init.empty()) o.shape = model_configs(vm).front();
   if (opt_given(vm, "vocab-size")) o.vocab_size = opt_int(vm, "vocab-size");
   if (opt_given(vm, "rope-theta")) o.rope_theta = opt_double(vm, "rope-theta");
@@ -197,11 +206,17 @@ ModelConfig resolve_config(const TrainOptions& o, const CheckpointInfo* init) {
   return c;
 }
 
-// Of the model's `parameters`, those `rank` updates (zero1's parts include the padding that
+// Of the model's parameters, those `rank` updates (zero1's parts include the padding that
 // rounds the flat buffer up for the ranks; it is not a parameter).
-int64_t owned_parameters(const SyncPlan& plan, int rank, int64_t parameters) {
+int64_t owned_parameters(const SyncPlan& plan, int rank, const ModelConfig& config) {
+  const ParameterLayout layout(config);
   int64_t n = 0;
-  for (const PackedPiece& piece : packed_pieces(plan.owned(rank), {0, parameters})) n += piece.flat.size();
+  if (shards_parameters(plan.sharding)) {
+    for (const ShardLayout::Piece& piece : ShardLayout(layout, plan.ranks, plan.alignment).pieces(layout, rank))
+      n += piece.count;
+    return n;
+  }
+  for (const PackedPiece& piece : packed_pieces(plan.owned(rank), {0, layout.total()})) n += piece.flat.size();
   return n;
 }
 
@@ -282,18 +297,30 @@ void run(ModeContext& ctx, const TrainOptions& o) {
       comm ? resolve_collective_engine(par.engine, strategy, sharding, rt, dev, *comm) : CollectiveEngine::Sm;
 
   const int64_t seq = config.context_length;  // sequences are as long as the model's context
+  // zero2, zero3: the model keeps no flat buffers; the shards hold its parameters and gradients.
+  const bool sharded = shards_parameters(sharding);
   std::unique_ptr<TransformerLM> model;
   std::unique_ptr<AdamW> opt;
+  std::unique_ptr<UnitShards> shards_made;
+  UnitShards* shards = nullptr;
   LrSchedule schedule;
   MemoryBreakdown after_init;
   collective_check(rt, [&] {
     model = std::make_unique<TransformerLM>(
-        TransformerLM::Config{config, precision, attention, memory, plan.flat_elements, GradientStorage::Whole, grads},
+        TransformerLM::Config{config, precision, attention, memory, sharded ? 0 : plan.flat_elements,
+                              GradientStorage::Whole, grads,
+                              sharded ? ParameterStorage::Sharded : ParameterStorage::Local},
         dev, ops);
+    if (sharded) shards = (shards_made = std::make_unique<UnitShards>(plan, *comm, *model, ops)).get();
     after_init = model_memory(dev.allocator());
     // This rank's ranges only; its state appears with the first step (or the checkpoint's).
-    opt = std::make_unique<AdamW>(*model, ops, o.hyper, plan.owned(rt.rank));
-    if (init) load_checkpoint(o.init, *model, opt.get());
+    opt = sharded ? std::make_unique<AdamW>(*model, ops, o.hyper, shards->optimizer_shard())
+                  : std::make_unique<AdamW>(*model, ops, o.hyper, plan.owned(rt.rank));
+    // Sharded parameters are drawn from the seed on every rank, each rank keeping its parts:
+    // rank 0's weights, with no broadcast.
+    if (init && sharded) load_checkpoint_into_shards(o.init, *shards, *opt);
+    else if (init) load_checkpoint(o.init, *model, opt.get());
+    else if (sharded) shards->initialize(seed);
     else model->init_parameters(seed);
     schedule = o.schedule;
     if (!o.decay_steps_given) schedule.decay_steps = opt->steps_taken() + steps;  // this run's last step
@@ -307,7 +334,9 @@ void run(ModeContext& ctx, const TrainOptions& o) {
   const double max_grad_norm = o.clip_grad_norm;
   if (max_grad_norm > 0) opt->set_clipping(gradient_clipping(max_grad_norm, sharding, rt));
   std::unique_ptr<GradientSync> sync;
-  if (comm) {  // every rank starts from rank 0's weights, whatever its seed or file
+  if (sharded) {
+    sync = std::move(shards_made);
+  } else if (comm) {  // every rank starts from rank 0's weights, whatever its seed or file
     broadcast_parameters(*comm, model->params());
     model->parameters_changed();
     sync = make_model_sync(plan, *comm, *model, share_copy, engine);
@@ -325,20 +354,20 @@ void run(ModeContext& ctx, const TrainOptions& o) {
              micro_batches, (long long)micro_size, grads == GradientDType::BF16 ? " in bf16" : "");
   note_cpu_bf16(ctx, {precision});
   if (sync)
-    log_root(
-        rt, "train: %d ranks of %lld sequences each, --ddp %s%s (%zu collective(s) per step)%s\n", rt.world_size,
-        (long long)mine.count, sync_strategy_name(strategy),
-        ((strategy == SyncStrategy::Bucketed ? " " + fmt_exact(bucket_mb) + " MiB" : std::string()) +
-         (reduce_in_bf16 || grads == GradientDType::BF16 ? ", gradients averaged in bf16" : ""))
-            .c_str(),
-        sync->buckets().size(),
-        sharding == Sharding::None
-            ? ""
-            : (std::string(", --shard-optimizer ") + sharding_name(sharding) + ": rank 0 updates " +
-               fmt(100.0 * double(owned_parameters(plan, 0, config.num_params())) / double(config.num_params()), 1) +
-               "% of the parameters" + (share_copy ? ", --share-weights bf16" : "") +
-               (engine == CollectiveEngine::Copy ? ", gradients moved by the copy engines" : ""))
-                  .c_str());
+    log_root(rt, "train: %d ranks of %lld sequences each, --ddp %s%s (%zu collective(s) per step)%s\n", rt.world_size,
+             (long long)mine.count, sync_strategy_name(strategy),
+             ((strategy == SyncStrategy::Bucketed ? " " + fmt_exact(bucket_mb) + " MiB" : std::string()) +
+              (reduce_in_bf16 || grads == GradientDType::BF16 ? ", gradients averaged in bf16" : ""))
+                 .c_str(),
+             sync->buckets().size(),
+             sharding == Sharding::None
+                 ? ""
+                 : (std::string(", --shard-optimizer ") + sharding_name(sharding) + ": rank 0 updates " +
+                    fmt(100.0 * double(owned_parameters(plan, 0, config)) / double(config.num_params()), 1) +
+                    "% of the parameters" + (sharded ? std::string(" and holds them") : std::string()) +
+                    (share_copy ? ", --share-weights bf16" : "") +
+                    (engine == CollectiveEngine::Copy ? ", gradients moved by the copy engines" : ""))
+                       .c_str());
 
   Record rec;
   rec.group = "train";
@@ -357,7 +386,7 @@ void run(ModeContext& ctx, const TrainOptions& o) {
       .attr("bucket_mb", bucket_mb)
       .attr("buckets", int64_t(sync ? sync->buckets().size() : 0))
       .attr("shard_optimizer", std::string(sharding_name(sharding)))
-      .attr("share_weights", std::string(share_copy ? "bf16" : "master"))
+      .attr("share_weights", std::string(share_copy || (sharded && precision == Precision::BF16) ? "bf16" : "master"))
       .attr("collective_engine", std::string(collective_engine_name(engine)))
       .attr("grad_reduce_dtype", grad_reduce_dtype_name(plan.reduce_in_bf16, model->grad_dtype()))
       .attr("optimizer_owned_elements", opt->owned_elements())
@@ -402,7 +431,8 @@ void run(ModeContext& ctx, const TrainOptions& o) {
 
   auto save = [&](const std::string& when) {
     model->wait_parameters();  // a sharded step's last all-gathers, before anything reads the weights
-    save_checkpoint_from_ranks(rt, o.save, *model, *opt, plan);
+    if (shards) save_checkpoint_from_shards(rt, o.save, *shards, *opt);
+    else save_checkpoint_from_ranks(rt, o.save, *model, *opt, plan);
     log_root(rt, "saved %s (%s; optimizer step %lld)\n", o.save.c_str(), when.c_str(), (long long)opt->steps_taken());
   };
 

@@ -59,6 +59,19 @@ inline Env* env_for(CommBackend b) {
   return &e;
 }
 
+// The fixture of the data-parallel suites: the communicator of the case's backend
+// (Param::backend), the case skipped where that backend cannot run on every rank.
+template <class Param>
+class BackendTest : public ::testing::TestWithParam<Param> {
+ protected:
+  static void TearDownTestSuite() { envs().clear(); }
+  void SetUp() override {
+    env_ = env_for(this->GetParam().backend);
+    if (!env_) GTEST_SKIP() << "nccl: not compiled in, no GPU visible, or more ranks than GPUs on a node";
+  }
+  Env* env_ = nullptr;
+};
+
 // fp32, or bf16 widened (exact).
 inline std::vector<float> download(Device& d, const Tensor& t) {
   EXPECT_TRUE(t.dtype == DType::F32 || t.dtype == DType::BF16);
@@ -181,22 +194,33 @@ class TransformerRun {
             dist ? dist->strategy : SyncStrategy::None, dist ? dist->sharding : Sharding::None, tiny_transformer(),
             precision, grads, dist ? dist->bucket_mb : 25, dist ? world_size() : 1,
             shard_alignment(env.device(), precision, dist && dist->share_copy), dist && dist->reduce_in_bf16)),
-        model_({tiny_transformer(), precision, AttentionKind::Naive, memory, plan_.flat_elements,
-                GradientStorage::Whole, grads},
+        model_({tiny_transformer(), precision, AttentionKind::Naive, memory,
+                shards_parameters(plan_.sharding) ? 0 : plan_.flat_elements, GradientStorage::Whole, grads,
+                shards_parameters(plan_.sharding) ? ParameterStorage::Sharded : ParameterStorage::Local},
                env.device(), env.ops()),
-        opt_(model_, env.ops(), AdamWHyper{3e-3, 0.9, 0.999, 1e-8, 0.01}, plan_.owned(dist ? world_rank() : 0)),
         shard_(dist ? shard_of_this_rank(kGlobalBatch) : Shard{0, kGlobalBatch}), micro_batches_(micro_batches),
         timer_(env.device().make_timer(step_marks(micro_batches))) {
     EXPECT_EQ(shard_.size() % micro_batches, 0) << "the test's shares must split into the micro-batches";
     if (micro_batches > 1) model_.set_loss_weight(1.0 / micro_batches);
-    model_.init_parameters(dist ? kRankZeroSeed + uint64_t(world_rank()) : kRankZeroSeed);
+    const AdamWHyper hyper{3e-3, 0.9, 0.999, 1e-8, 0.01};
+    if (shards_parameters(plan_.sharding)) {
+      // The shards hold the parameters: drawn from rank 0's seed, each rank its parts.
+      auto shards = std::make_unique<UnitShards>(plan_, *env.comm, model_, env.ops());
+      shards->initialize(kRankZeroSeed);
+      opt_ = std::make_unique<AdamW>(model_, env.ops(), hyper, shards->optimizer_shard());
+      shards_ = shards.get();
+      sync_ = std::move(shards);
+    } else {
+      opt_ = std::make_unique<AdamW>(model_, env.ops(), hyper, plan_.owned(dist ? world_rank() : 0));
+      model_.init_parameters(dist ? kRankZeroSeed + uint64_t(world_rank()) : kRankZeroSeed);
+    }
     if (max_grad_norm > 0) {  // as train sets it up
       Runtime rt;
       rt.rank = world_rank();
       rt.world_size = world_size();
-      opt_.set_clipping(gradient_clipping(max_grad_norm, dist ? dist->sharding : Sharding::None, rt));
+      opt_->set_clipping(gradient_clipping(max_grad_norm, dist ? dist->sharding : Sharding::None, rt));
     }
-    if (dist) {
+    if (dist && !shards_) {
       broadcast_parameters(*env.comm, model_.params());
       model_.parameters_changed();
       sync_ = make_model_sync(plan_, *env.comm, model_, dist->share_copy,
@@ -210,14 +234,14 @@ class TransformerRun {
   double step(int s, ParallelHooks* listener = nullptr) {
     if (micro_batches_ == 1) {
       set_batch(s);
-      run_step(model_, &opt_, Phase::TrainStep, *timer_, listener ? listener : sync_.get());
+      run_step(model_, opt_.get(), Phase::TrainStep, *timer_, listener ? listener : sync_.get());
       return model_.mean_loss();
     }
     double loss = 0;
     const int64_t part = shard_.size() / micro_batches_;
     const MicroBatches micro{micro_batches_, [&](int i) { set_batch(s, shard_.begin + i * part, part); },
                              [&](int) { loss += model_.mean_loss() / micro_batches_; }};
-    run_step(model_, &opt_, Phase::TrainStep, *timer_, listener ? listener : sync_.get(), nullptr, &micro);
+    run_step(model_, opt_.get(), Phase::TrainStep, *timer_, listener ? listener : sync_.get(), nullptr, &micro);
     return loss;
   }
   // This rank's mean loss on global batch `s` without training (a forward only).
@@ -229,10 +253,14 @@ class TransformerRun {
 
   // The parameters (not the padding) on the host, once every one has arrived.
   std::vector<float> params() {
+    if (shards_) return shards_->gathered_parameters();
     model_.wait_parameters();
     return download(env_.device(), model_.params().slice(0, {model_.layout().total()}));
   }
-  std::vector<float> grads() { return download(env_.device(), model_.grads().slice(0, {model_.layout().total()})); }
+  std::vector<float> grads() {
+    if (shards_) return shards_->gathered(shards_->optimizer_shard().grads);
+    return download(env_.device(), model_.grads().slice(0, {model_.layout().total()}));
+  }
   // The parameters' padding (ZeRO-1's), which must stay zero.
   std::vector<float> padding() {
     model_.wait_parameters();
@@ -241,7 +269,8 @@ class TransformerRun {
   }
 
   TransformerLM& model() { return model_; }
-  AdamW& optimizer() { return opt_; }
+  AdamW& optimizer() { return *opt_; }
+  UnitShards* shards() { return shards_; }  // zero2, zero3: what holds the parameters
   const SyncPlan& plan() const { return plan_; }
   GradientSync* sync() { return sync_.get(); }
 
@@ -258,11 +287,12 @@ class TransformerRun {
   Env& env_;
   SyncPlan plan_;
   TransformerLM model_;
-  AdamW opt_;
+  std::unique_ptr<AdamW> opt_;
   Shard shard_;
   int micro_batches_;
   std::unique_ptr<Timer> timer_;
-  std::unique_ptr<GradientSync> sync_;
+  UnitShards* shards_ = nullptr;
+  std::unique_ptr<GradientSync> sync_;  // last: gone before the shards' optimizer and the model
 };
 
 // What a training run leaves behind.

@@ -258,14 +258,8 @@ Training train_toy(Env& env, const Case* dist) {
 
 // ---- Fixtures ---------------------------------------------------------------------------------
 
-class DdpTest : public ::testing::TestWithParam<Case> {
+class DdpTest : public BackendTest<Case> {
  protected:
-  static void TearDownTestSuite() { envs().clear(); }
-  void SetUp() override {
-    env_ = env_for(GetParam().backend);
-    if (!env_) GTEST_SKIP() << "nccl: not compiled in, no GPU visible, or more ranks than GPUs on a node";
-  }
-
   // What every model's run must show against the one-rank run. Collective.
   void expect_trains_like_one_rank(const Training& dist, const Training& one_rank) {
     const Case& c = GetParam();
@@ -291,8 +285,6 @@ class DdpTest : public ::testing::TestWithParam<Case> {
     EXPECT_EQ(s.bytes, buckets ? bytes : 0);
     EXPECT_EQ(s.issued_in_finish, issued_in_finish);
   }
-
-  Env* env_ = nullptr;
 };
 
 TEST_P(DdpTest, ToyTrainsLikeOneRankOnTheWholeBatch) {

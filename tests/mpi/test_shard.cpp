@@ -141,28 +141,26 @@ struct AskLog : ParallelHooks {
   }
 };
 
-class ShardTest : public ::testing::TestWithParam<Case> {
- protected:
-  static void TearDownTestSuite() { envs().clear(); }
-  void SetUp() override {
-    env_ = env_for(GetParam().backend);
-    if (!env_) GTEST_SKIP() << "nccl: not compiled in, no GPU visible, or more ranks than GPUs on a node";
-  }
+// `got` against `want` (every rank's own): bitwise where `exact`, else within `tolerance`.
+// Collective; says which held.
+void expect_same_weights(const std::vector<float>& got, const std::vector<float>& want, const std::string& what,
+                         bool exact, double tolerance) {
+  const bool bitwise = bitwise_on_every_rank(got, want);
+  const double err = max_over_ranks(rel_error(got, want));
+  if (exact) EXPECT_TRUE(bitwise) << what << ": relative error " << err;
+  else EXPECT_LE(err, tolerance) << what;
+  if (world_rank() == 0)
+    std::printf("    %s on %d rank(s): %s\n", what.c_str(), world_size(),
+                bitwise ? "bitwise" : ("relative error " + fmt_error(err)).c_str());
+}
 
-  // `got` against `want` (every rank's own): bitwise where the case says so, else within the
-  // reordering tolerance. Collective; says which held.
+class ShardTest : public BackendTest<Case> {
+ protected:
+  // Bitwise where the case says so, else within the reordering tolerance.
   void expect_same(const std::vector<float>& got, const std::vector<float>& want, const std::string& what,
                    double tolerance = kReorderTolerance) {
-    const bool bitwise = bitwise_on_every_rank(got, want);
-    const double err = max_over_ranks(rel_error(got, want));
-    if (GetParam().bitwise()) EXPECT_TRUE(bitwise) << what << ": relative error " << err;
-    else EXPECT_LE(err, tolerance) << what;
-    if (world_rank() == 0)
-      std::printf("    %s on %d rank(s): %s\n", what.c_str(), world_size(),
-                  bitwise ? "bitwise" : ("relative error " + fmt_error(err)).c_str());
+    expect_same_weights(got, want, what, GetParam().bitwise(), tolerance);
   }
-
-  Env* env_ = nullptr;
 };
 
 TEST_P(ShardTest, TenStepsGiveTheUnshardedWeights) {
@@ -531,6 +529,139 @@ TEST_P(ShardTest, GradientsMadeInBf16GiveTheUnshardedWeights) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Schemes, ShardTest, ::testing::ValuesIn(all_cases()), case_name);
+
+// ---- ZeRO-2 and ZeRO-3 (src/dist/unit_shards.h) ---------------------------------------------
+// Against unsharded bucketed DDP: the same weights and losses after 10 steps, bitwise on 1 and 2
+// ranks and within the reordering tolerance on more; clipped; in bf16 (the bf16 weights gathered
+// are the ones the owner's AdamW wrote, as the unsharded copy); each rank holding 1/n of the
+// masters, gradients and optimizer state and, under ZeRO-3, two units' gathered weights at most.
+
+struct UnitCase {
+  CommBackend backend;
+  Sharding sharding;
+};
+
+std::string unit_case_name(const ::testing::TestParamInfo<UnitCase>& info) {
+  return std::string(comm_backend_name(info.param.backend)) + "_" + sharding_name(info.param.sharding);
+}
+
+class UnitShardTest : public BackendTest<UnitCase> {
+ protected:
+  DataParallel plain() const { return {SyncStrategy::Bucketed, 16.0 / 1024, Sharding::None}; }
+  DataParallel sharded() const { return {SyncStrategy::Bucketed, 25, GetParam().sharding}; }
+  // Bitwise on 1 and 2 ranks, within the reordering tolerance on more.
+  void expect_same(const std::vector<float>& got, const std::vector<float>& want, const std::string& what,
+                   double tolerance = kReorderTolerance) {
+    expect_same_weights(got, want, what, world_size() <= 2, tolerance);
+  }
+  // Bytes of one lane gathered or reduced whole: every rank's part, padding included.
+  static int64_t whole(const ShardLayout& s, size_t unit, Lane lane, int64_t element_bytes) {
+    return s.lane(unit, lane).part * s.ranks * element_bytes;
+  }
+};
+
+TEST_P(UnitShardTest, TenStepsGiveTheUnshardedWeights) {
+  const DataParallel p = plain(), z = sharded();
+  const Training want = train_transformer(*env_, &p, kSteps), got = train_transformer(*env_, &z, kSteps);
+  expect_same(got.params, want.params, "weights after 10 steps");
+  EXPECT_TRUE(same_on_every_rank(got.params)) << "ranks differ";
+  expect_same(std::vector<float>(got.losses.begin(), got.losses.end()),
+              std::vector<float>(want.losses.begin(), want.losses.end()), "losses");
+  expect_same(got.grads, want.grads, "the first step's averaged gradients");
+  // What a step moved: every unit's gradients reduce-scattered once; its weights gathered once
+  // (ZeRO-2) or once for forward and again for the layers backward re-gathers (ZeRO-3).
+  const ShardLayout layout(ParameterLayout(tiny_transformer()), world_size(), kShardAlignment);
+  int64_t reduced = 0;
+  for (size_t u = 0; u < layout.units.size(); ++u)
+    for (Lane l : {Lane::Matrices, Lane::Others}) reduced += whole(layout, u, l, 4);
+  EXPECT_EQ(got.stats.bytes, reduced);
+  EXPECT_EQ(got.stats.collectives, 2 * int64_t(layout.units.size()) - 1) << "two lanes a unit, the embedding's one";
+  const int64_t layers = tiny_transformer().num_layers;
+  const int64_t gathers = GetParam().sharding == Sharding::Zero2 ? layers + 2 : (layers + 2) + (layers - 1);
+  int64_t gathered = 0, one_layer = 0;
+  for (size_t u = 0; u < layout.units.size(); ++u)
+    for (Lane l : {Lane::Matrices, Lane::Others}) gathered += whole(layout, u, l, 4);
+  for (Lane l : {Lane::Matrices, Lane::Others}) one_layer += whole(layout, 1, l, 4);
+  EXPECT_EQ(got.stats.param_bytes, gathered + (gathers - (layers + 2)) * one_layer);
+}
+
+TEST_P(UnitShardTest, ClippedStepsGiveTheClippedUnshardedWeights) {
+  const DataParallel p = plain(), z = sharded();
+  constexpr double kMaxNorm = 0.05;
+  const Training want = train_transformer(*env_, &p, kSteps, Precision::FP32, MemoryPlan::Fast, false, kMaxNorm);
+  const Training got = train_transformer(*env_, &z, kSteps, Precision::FP32, MemoryPlan::Fast, false, kMaxNorm);
+  EXPECT_LE(max_over_ranks(rel_error(got.params, want.params)), kReorderTolerance) << "weights after 10 steps";
+  EXPECT_TRUE(same_on_every_rank(got.params)) << "ranks differ";
+  for (int step = 0; step < kSteps; ++step) {
+    EXPECT_GT(want.grad_norms[size_t(step)], 2 * kMaxNorm) << "step " << step << " should clip";
+    EXPECT_TRUE(same_on_every_rank(got.grad_norms[size_t(step)])) << "norm of step " << step;
+    EXPECT_LE(max_over_ranks(std::fabs(got.grad_norms[size_t(step)] - want.grad_norms[size_t(step)]) /
+                             want.grad_norms[size_t(step)]),
+              world_size() <= 2 ? 1e-12 : kReorderTolerance)
+        << "norm of step " << step;
+  }
+}
+
+TEST_P(UnitShardTest, Bf16TenStepsGiveTheUnshardedWeights) {
+  const DataParallel p = plain(), z = sharded();
+  for (MemoryPlan memory : {MemoryPlan::Fast, MemoryPlan::LowMemory}) {
+    const std::string what = memory == MemoryPlan::Fast ? "" : " (low memory)";
+    const Training want = train_transformer(*env_, &p, kSteps, Precision::BF16, memory);
+    const Training got = train_transformer(*env_, &z, kSteps, Precision::BF16, memory);
+    expect_same(got.params, want.params, "bf16 weights after 10 steps" + what, kBf16ReorderTolerance);
+    expect_same(std::vector<float>(got.losses.begin(), got.losses.end()),
+                std::vector<float>(want.losses.begin(), want.losses.end()), "bf16 losses" + what,
+                kBf16ReorderTolerance);
+    EXPECT_TRUE(same_on_every_rank(got.params)) << "ranks differ" << what;
+  }
+  // Gradients made in bf16 travel as they are: the same weights as unsharded with bf16 gradients.
+  const Training want =
+      train_transformer(*env_, &p, kSteps, Precision::BF16, MemoryPlan::Fast, false, 0, 1, GradientDType::BF16);
+  const Training got =
+      train_transformer(*env_, &z, kSteps, Precision::BF16, MemoryPlan::Fast, false, 0, 1, GradientDType::BF16);
+  expect_same(got.params, want.params, "weights after 10 steps of bf16 gradients", kBf16WireReorderTolerance);
+}
+
+TEST_P(UnitShardTest, EachRankHoldsItsShareOfTheModelState) {
+  const Sharding stage = GetParam().sharding;
+  const DataParallel z = sharded();
+  for (Precision precision : {Precision::FP32, Precision::BF16}) {
+    TransformerRun run(*env_, &z, precision);
+    run.step(0);
+    run.step(1);
+    const ShardLayout& layout = run.shards()->layout();
+    const int64_t S = layout.shard_elements, n = world_size();
+    const ParameterLayout params(tiny_transformer());
+    // Each element once, 1/n each, padding at most one alignment unit per lane and rank.
+    EXPECT_GE(S * n, params.total());
+    EXPECT_LE(S * n - params.total(), int64_t(layout.units.size()) * 2 * n * kShardAlignment);
+    int64_t held = 0;
+    for (int r = 0; r < n; ++r)
+      for (const ShardLayout::Piece& piece : layout.pieces(params, r)) held += piece.count;
+    EXPECT_EQ(held, params.total()) << "every parameter held by one rank";
+    // Bytes by category: the shard's masters (and bf16 copy), gradients, m and v, plus the places
+    // the weights are gathered in and backward's two gradient windows.
+    const int64_t cd = precision == Precision::BF16 ? 2 : 4;
+    int64_t places = 0, largest[2] = {0, 0};
+    for (size_t u = 0; u < layout.units.size(); ++u) {
+      for (Lane l : {Lane::Matrices, Lane::Others}) largest[int(l)] = std::max(largest[int(l)], whole(layout, u, l, 1));
+      if (stage == Sharding::Zero2) places += whole(layout, u, Lane::Matrices, cd) + whole(layout, u, Lane::Others, 4);
+    }
+    if (stage == Sharding::Zero3) places = 2 * (largest[0] * cd + largest[1] * 4);
+    const MemoryBreakdown memory = model_memory(env_->device().allocator());
+    const std::string what = precision == Precision::BF16 ? " (bf16)" : " (fp32)";
+    EXPECT_EQ(memory.of("optimizer"), 2 * 4 * S) << "m and v of the shard" << what;
+    EXPECT_EQ(memory.of("params"), 4 * S + (cd == 2 ? 2 * S : 0) + places) << "masters, copy, places" << what;
+    EXPECT_EQ(memory.of("grads"), 4 * S + 2 * 4 * (largest[0] + largest[1])) << "shard and two windows" << what;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Stages, UnitShardTest,
+                         ::testing::Values(UnitCase{CommBackend::Mpi, Sharding::Zero2},
+                                           UnitCase{CommBackend::Mpi, Sharding::Zero3},
+                                           UnitCase{CommBackend::Nccl, Sharding::Zero2},
+                                           UnitCase{CommBackend::Nccl, Sharding::Zero3}),
+                         unit_case_name);
 
 }  // namespace
 }  // namespace llmhpc::test

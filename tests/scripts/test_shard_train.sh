@@ -6,6 +6,11 @@
 # --share-weights bf16, the default, whose checkpoint gathers the masters); a checkpoint saved under zero1 on 2 ranks goes
 # on under any sharding on 1, 3 and 4 ranks; mode ddp sweeps the shardings and prints the
 # memory table.
+# ZeRO-2 and ZeRO-3 (src/dist/unit_shards.h): --shard-optimizer zero2 and zero3 write bitwise the
+# unsharded run's losses and checkpoint (gathered into the unsharded layout), in fp32 and bf16; a
+# zero3 checkpoint of 2 ranks goes on on 3 ranks under zero3 exactly as under no sharding, and that
+# one on 1 rank likewise; each rank keeps 1/n of the masters, gradients and optimizer state; mode
+# ddp sweeps the stages; bad combinations are refused on every rank.
 set -u
 BIN=${LLMHPC_BIN:?set LLMHPC_BIN to the llmhpc binary}
 MPIEXEC=${MPIEXEC:-mpirun}
@@ -25,6 +30,17 @@ run() {  # run NP args...: stops the test with the log when llmhpc fails
   fi
 }
 
+refused() {  # refused NP MESSAGE args...: llmhpc must fail, saying MESSAGE
+  local np=$1 message=$2; shift 2
+  if timeout 60 "$MPIEXEC" --oversubscribe -np "$np" "$BIN" "$@" >"$WORK/log" 2>&1; then
+    echo "FAIL: accepted: $*"; exit 1
+  fi
+  if ! grep -q -- "$message" "$WORK/log"; then
+    echo "FAIL: np=$np $* did not say '$message':"; tail -5 "$WORK/log"; exit 1
+  fi
+}
+
+
 for sharding in none broadcast zero1; do
   run 2 $TRAIN --steps 10 --ddp bucketed --bucket-mb 0.02 --shard-optimizer $sharding --save $sharding.h5 \
     --out train_$sharding
@@ -43,6 +59,27 @@ run 4 $TRAIN --steps 2 --init zero1.h5 --ddp overlap --shard-optimizer zero1 --s
 run 2 --mode ddp --device cpu $TINY --steps 2 --warmup 1 --ddp none,bucketed --shard-optimizer none,broadcast,zero1 \
   --out ddp
 cp "$WORK/log" ddp.log
+
+# ZeRO-2 and ZeRO-3.
+for stage in none zero2 zero3; do
+  run 2 $TRAIN --ddp bucketed --steps 10 --shard-optimizer $stage --save zero_$stage.h5 --out zero_train_$stage
+  run 2 $TRAIN --ddp bucketed --steps 6 --precision bf16 --shard-optimizer $stage --save zero_bf16_$stage.h5 --out zero_bf16_$stage
+done
+# 2 ranks -> 3 ranks -> 1 rank: the sharded resume against the unsharded one, from the same file.
+for stage in none zero3; do
+  run 3 $TRAIN --ddp bucketed --steps 3 --init zero_zero3.h5 --shard-optimizer $stage --save on3_$stage.h5 --out on3_$stage
+done
+for stage in none zero3; do
+  run 1 $TRAIN --ddp bucketed --steps 2 --init on3_zero3.h5 --shard-optimizer $stage --save on1_$stage.h5 --out on1_$stage
+done
+run 2 --mode ddp --device cpu $TINY --steps 2 --warmup 1 --ddp bucketed --shard-optimizer none,zero1,zero2,zero3 \
+  --out zero_ddp
+
+refused 2 "its buckets are the units" $TRAIN --ddp bucketed --steps 1 --shard-optimizer zero3 --ddp overlap
+refused 2 "cannot add up" $TRAIN --ddp bucketed --steps 1 --shard-optimizer zero3 --grad-accum 2
+refused 2 "use --grad-dtype bf16" $TRAIN --ddp bucketed --steps 1 --shard-optimizer zero2 --grad-reduce-dtype bf16
+refused 1 "applies to broadcast and zero1" $TRAIN --ddp bucketed --steps 1 --precision bf16 --shard-optimizer zero3 \
+  --share-weights bf16
 
 python3 - "$(cd "$(dirname "$0")" && pwd)" <<'PY'
 import sys
@@ -113,5 +150,56 @@ check(abs(bus["zero1"] - bus["none"]) <= 4 * padding and bus["broadcast"] > bus[
       f"ddp: zero1 moves what DDP moves, broadcast more ({bus})")
 log = open("ddp.log").read()
 check("ddp memory of rank 0 by category" in log and "optimizer" in log, "ddp: the memory table is printed")
+
+# ZeRO-2 and ZeRO-3.
+def same(a, b):
+    return a.keys() == b.keys() and all(np.array_equal(a[k], b[k]) for k in a)
+
+for prefix in ("", "bf16_"):
+    none = datasets(f"zero_{prefix}none.h5")
+    check("optimizer/m/lm_head.weight" in none, f"{prefix}none: a checkpoint with optimizer state")
+    for stage in ("zero2", "zero3"):
+        check(same(datasets(f"zero_{prefix}{stage}.h5"), none),
+              f"{prefix or 'fp32 '}{stage}: parameters and m, v bitwise the unsharded run's")
+
+check(same(datasets("on3_zero3.h5"), datasets("on3_none.h5")),
+      "a zero3 checkpoint of 2 ranks goes on on 3 ranks under zero3 bitwise as unsharded")
+check(same(datasets("on1_zero3.h5"), datasets("on1_none.h5")),
+      "and that one on 1 rank under zero3 bitwise as unsharded")
+check(int(datasets("on1_zero3.h5")["optimizer/step"]) == 15, "2 + 3 ranks' steps: saved after step 15")
+
+def train_records(path, ranks):
+    out = []
+    for r in range(ranks):
+        with h5py.File(f"{path}/rank{r:05d}.h5", "r") as f:
+            g = f["train"]
+            out.append(({k: g.attrs[k] for k in g.attrs}, g["loss"][()]))
+    return out
+
+want = train_records("zero_train_none", 1)[0][1]
+for stage in ("zero2", "zero3"):
+    recs = train_records(f"zero_train_{stage}", 2)
+    for rank, (a, loss) in enumerate(recs):
+        check(np.array_equal(loss, want), f"{stage} rank {rank}: losses bitwise the unsharded run's")
+        check(a["shard_optimizer"] == stage, f"{stage}: recorded as such")
+        params = int(train_records("zero_train_none", 1)[0][0]["memory_after_init_params_bytes"]) // 4
+        owned = int(a["optimizer_owned_elements"])
+        check(abs(owned - params / 2) < 8 * 64, f"{stage} rank {rank}: updates {owned} of {params} elements")
+        opt = int(a["memory_after_optimizer_optimizer_bytes"])
+        check(opt == 2 * 4 * owned, f"{stage} rank {rank}: m and v of its shard only ({opt} bytes)")
+
+with h5py.File("zero_ddp/rank00000.h5", "r") as f:
+    recs = {g.attrs["shard_optimizer"]: dict(g.attrs) for g in f["ddp"].values()}
+check(sorted(recs) == ["none", "zero1", "zero2", "zero3"], f"ddp: one case per stage ({sorted(recs)})")
+state = {k: int(r["memory_after_optimizer_optimizer_bytes"]) for k, r in recs.items()}
+check(all(abs(2 * state[k] - state["none"]) <= 8 * 4 * 64 * 8 for k in ("zero1", "zero2", "zero3")),
+      f"ddp: the stages keep half the optimizer state ({state})")
+# Beside its shard of the gradients, a rank keeps backward's two windows of one unit each: at this
+# size they outweigh the shard, from a few layers on they are small (docs/results/sharding.md).
+windows = {k: int(recs[k]["memory_after_optimizer_grads_bytes"]) - 4 * int(recs[k]["optimizer_owned_elements"])
+           for k in ("zero2", "zero3")}
+check(windows["zero2"] == windows["zero3"] > 0, f"ddp: gradient shard plus two unit windows ({windows})")
+check(int(recs["zero3"]["param_comm_bytes_per_step"]) > int(recs["zero2"]["param_comm_bytes_per_step"]),
+      "ddp: zero3 gathers the layers again for backward")
 finish()
 PY

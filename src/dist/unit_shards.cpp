@@ -1,0 +1,327 @@
+#include "src/dist/unit_shards.h"
+
+#include <algorithm>
+
+#include "src/core/check.h"
+#include "src/core/nvtx.h"
+
+namespace llmhpc {
+namespace {
+
+constexpr llmhpc::Lane kLanes[2] = {llmhpc::Lane::Matrices, llmhpc::Lane::Others};
+
+// Host floats into a device tensor of the parameter dtype (fp32, or fp64 in reference runs).
+void upload(Device& dev, const Tensor& dst, const float* src) {
+  if (dst.dtype == DType::F64) {
+    std::vector<double> d(src, src + dst.numel());
+    dev.copy_to_device(dst.data, d.data(), dst.bytes());
+  } else {
+    LLMHPC_CHECK(dst.dtype == DType::F32, "sharded state is fp32 or fp64");
+    dev.copy_to_device(dst.data, src, dst.bytes());
+  }
+}
+
+// A device tensor as host floats (bf16 widened exactly; fp64 rounded).
+std::vector<float> download(Device& dev, const Tensor& src) {
+  std::vector<float> out(size_t(src.numel()));
+  if (src.dtype == DType::F32) {
+    dev.copy_to_host(out.data(), src.data, src.bytes());
+    return out;
+  }
+  std::vector<unsigned char> raw(src.bytes());
+  dev.copy_to_host(raw.data(), src.data, src.bytes());
+  for (size_t i = 0; i < out.size(); ++i) out[i] = float(load_as_double(raw.data(), i, src.dtype));
+  return out;
+}
+
+}  // namespace
+
+ShardLayout::ShardLayout(const ParameterLayout& layout, int ranks_, int64_t alignment) : ranks(ranks_) {
+  LLMHPC_CHECK(ranks > 0 && alignment > 0, "a shard layout needs ranks and an alignment");
+  for (const ParamUnit& u : layout.units()) {
+    std::array<Lane, 2> lanes;
+    for (llmhpc::Lane l : kLanes) {
+      Lane& lane = lanes[size_t(l)];
+      lane.elements = u.elements(l);
+      lane.part = round_up(lane.elements, int64_t(ranks) * alignment) / ranks;
+      lane.shard_offset = shard_elements;
+      shard_elements += lane.part;
+    }
+    units.push_back(lanes);
+  }
+}
+
+std::vector<ShardLayout::Piece> ShardLayout::pieces(const ParameterLayout& layout, int rank) const {
+  std::vector<Piece> out;
+  for (const ParamInfo& p : layout.params()) {
+    const Lane& l = lane(size_t(p.unit), p.lane());
+    const int64_t first = int64_t(rank) * l.part;  // this rank's part of the lane
+    const int64_t begin = std::max(first, p.lane_offset),
+                  end = std::min(first + l.part, p.lane_offset + p.shape.numel());
+    if (begin < end) out.push_back({p.offset + begin - p.lane_offset, l.shard_offset + begin - first, end - begin});
+  }
+  return out;
+}
+
+SyncPlan unit_plan(const ParameterLayout& layout, SyncStrategy strategy, Sharding sharding, int ranks,
+                   int64_t alignment) {
+  LLMHPC_CHECK(shards_parameters(sharding), "unit_plan is zero2's and zero3's");
+  require_reduced_gradients(strategy, sharding);
+  if (strategy != SyncStrategy::Bucketed)
+    throw UsageError(std::string("{shard_optimizer} ") + sharding_name(sharding) +
+                     " reduce-scatters each unit of the model (the embedding, a layer, the head) as soon as backward "
+                     "finishes it: its buckets are the units, so it runs with {ddp} bucketed, not " +
+                     sync_strategy_name(strategy));
+  SyncPlan plan;
+  plan.strategy = strategy;
+  plan.sharding = sharding;
+  plan.ranks = ranks;
+  plan.alignment = alignment;
+  plan.parameters = plan.flat_elements = layout.total();
+  for (auto u = layout.units().rbegin(); u != layout.units().rend(); ++u) plan.buckets.push_back(u->range);
+  plan.when_ready = true;
+  return plan;
+}
+
+UnitShards::UnitShards(const SyncPlan& plan, Communicator& comm, TransformerLM& model, Ops& ops)
+    : stage_(plan.sharding), comm_(comm), model_(model), ops_(ops), device_(model.device()),
+      shards_(model.layout(), comm.size(), plan.alignment), plan_(plan) {
+  LLMHPC_CHECK(shards_parameters(stage_), "UnitShards runs zero2 or zero3");
+  LLMHPC_CHECK(plan.ranks == comm.size(), "the plan was made for another number of ranks");
+  LLMHPC_CHECK(plan.buckets.size() == model.layout().units().size(), "a unit plan of another model");
+  LLMHPC_CHECK(model.storage() == ParameterStorage::Sharded,
+               "UnitShards holds the parameters of a model that keeps none");
+  Allocator& a = device_.allocator();
+  const DType pd = param_dtype(model.precision()), cd = compute_dtype(model.precision());
+  const int64_t S = shards_.shard_elements;
+  const int n = comm.size();
+  master_ = Buffer(a, pd, {S}, "params.shard");
+  grads_ = Buffer(a, model.grad_dtype(), {S}, "grads.shard");
+  device_.fill_zero(master_.tensor().data, master_.tensor().bytes());
+  device_.fill_zero(grads_.tensor().data, grads_.tensor().bytes());
+  if (cd != pd) {
+    lowp_ = Buffer(a, cd, {S}, "params.bf16.shard");
+    device_.fill_zero(lowp_.tensor().data, lowp_.tensor().bytes());
+  }
+  const size_t units = shards_.units.size();
+  int64_t largest[2] = {0, 0};
+  for (size_t u = 0; u < units; ++u)
+    for (llmhpc::Lane l : kLanes) largest[size_t(l)] = std::max(largest[size_t(l)], shards_.lane(u, l).part * n);
+  // ZeRO-3: two places as large as the largest unit's lanes; ZeRO-2: one per unit, its own size.
+  places_ = std::vector<Place>(stage_ == Sharding::Zero3 ? 2 : units);
+  for (size_t k = 0; k < places_.size(); ++k)
+    for (llmhpc::Lane l : kLanes) {
+      const int64_t size = stage_ == Sharding::Zero3 ? largest[size_t(l)] : shards_.lane(k, l).part * n;
+      if (size > 0) places_[k].lanes[size_t(l)] = Buffer(a, lane_dtype(l), {size}, "params.gathered");
+    }
+  for (Window& w : windows_)
+    for (llmhpc::Lane l : kLanes)
+      if (largest[size_t(l)] > 0)
+        w.lanes[size_t(l)] = Buffer(a, model.grad_dtype(), {largest[size_t(l)]}, "grads.window");
+
+  stats_.buckets = int64_t(units);
+  model.set_parallel_hooks(this);
+}
+
+UnitShards::~UnitShards() {
+  for (Place& p : places_) p.pending.clear();  // completes (mpi) or releases (nccl) what is in flight
+  for (Window& w : windows_) w.pending.clear();
+  comm_.synchronize();  // nothing may still read or write the buffers as they go
+  model_.set_parallel_hooks(nullptr);
+}
+
+DType UnitShards::lane_dtype(llmhpc::Lane lane) const {
+  return lane == llmhpc::Lane::Matrices ? compute_dtype(model_.precision()) : param_dtype(model_.precision());
+}
+
+Tensor UnitShards::lane_source(llmhpc::Lane lane) const {
+  return lane == llmhpc::Lane::Matrices && !lowp_.empty() ? lowp_.tensor() : master_.tensor();
+}
+
+int UnitShards::unit_index(const ParamUnit& unit) const {
+  const std::vector<ParamUnit>& units = model_.layout().units();
+  const auto it = std::lower_bound(units.begin(), units.end(), unit.range.begin,
+                                   [](const ParamUnit& u, int64_t begin) { return u.range.begin < begin; });
+  LLMHPC_CHECK(it != units.end() && it->range == unit.range, "a range that is not one of the model's units");
+  return int(it - units.begin());
+}
+
+UnitShards::Place* UnitShards::resident(int unit) {
+  for (Place& p : places_)
+    if (p.unit == unit && p.version == version_) return &p;
+  return nullptr;
+}
+
+void UnitShards::gather(int unit, Place& place) {
+  place.pending.clear();  // a gather never waited for (a prefetch no pass used) is ordered before this one
+  place.unit = unit;
+  place.version = version_;
+  const int n = comm_.size();
+  comm_.group_start();
+  for (llmhpc::Lane l : kLanes) {
+    const ShardLayout::Lane& lane = shards_.lane(size_t(unit), l);
+    if (lane.part == 0) continue;
+    const Tensor mine = lane_source(l).slice(lane.shard_offset, {lane.part});
+    place.pending.push_back(
+        comm_.all_gather_async(mine.data, place.lanes[size_t(l)].tensor().data, size_t(lane.part), lane_dtype(l)));
+    const int64_t es = int64_t(dtype_size(lane_dtype(l)));
+    counting_.param_collectives += 1;
+    counting_.param_bytes += lane.part * n * es;
+    counting_.bus_bytes += lane.part * (n - 1) * es;
+  }
+  comm_.group_end();
+}
+
+void UnitShards::gather_for_forward() {
+  last_ = nullptr;
+  if (stage_ == Sharding::Zero2) {
+    for (size_t u = 0; u < places_.size(); ++u) gather(int(u), places_[u]);
+  } else {
+    gather(0, places_[0]);  // the rest as forward asks, one unit ahead
+  }
+}
+
+void UnitShards::begin_step() {}
+
+UnitView UnitShards::unit_parameters(const ParamUnit& unit, const ParamUnit* next) {
+  const int u = unit_index(unit);
+  Place* place = resident(u);
+  if (!place) {
+    LLMHPC_CHECK(stage_ == Sharding::Zero3, "zero2 keeps every unit gathered from initialize() on");
+    place = &places_[last_ == &places_[0] ? 1 : 0];
+    gather(u, *place);
+  }
+  for (CommHandle& h : place->pending) h.wait();
+  place->pending.clear();
+  last_ = place;
+  if (stage_ == Sharding::Zero3 && next) {
+    const int v = unit_index(*next);
+    if (!resident(v)) gather(v, places_[place == &places_[0] ? 1 : 0]);
+  }
+  return {place->lanes[0].tensor(), place->lanes[1].tensor()};
+}
+
+UnitView UnitShards::unit_gradients(const ParamUnit& unit) {
+  const int u = unit_index(unit);
+  Window& w = windows_[next_window_];
+  next_window_ ^= 1;
+  for (CommHandle& h : w.pending) h.wait();  // its last reduce-scatter has read it
+  w.pending.clear();
+  w.unit = u;
+  const int n = comm_.size();
+  UnitView view;
+  for (llmhpc::Lane l : kLanes) {
+    const ShardLayout::Lane& lane = shards_.lane(size_t(u), l);
+    if (lane.part == 0) continue;
+    const Tensor t = w.lanes[size_t(l)].tensor().slice(0, {lane.part * n});
+    // The padding past the lane travels in the reduce-scatter: zero, so the padding of the
+    // gradient shards stays zero (and AdamW keeps zero weights there).
+    const Tensor padding = t.slice(lane.elements, {lane.part * n - lane.elements});
+    if (padding.numel() > 0) device_.fill_zero(padding.data, padding.bytes());
+    (l == llmhpc::Lane::Matrices ? view.matrices : view.others) = t;
+  }
+  return view;
+}
+
+void UnitShards::gradients_final(int64_t begin, int64_t end) {
+  const int u = unit_index(ParamUnit{{begin, end}, {0, 0}});
+  Window* w = windows_[0].unit == u ? &windows_[0] : windows_[1].unit == u ? &windows_[1] : nullptr;
+  LLMHPC_CHECK(w != nullptr, "gradients final for a unit whose gradients backward was not given a window for");
+  NvtxRange range("reduce-scatter");
+  const int n = comm_.size();
+  const DType gd = grads_.tensor().dtype;
+  const int64_t es = int64_t(dtype_size(gd));
+  comm_.group_start();
+  for (llmhpc::Lane l : kLanes) {
+    const ShardLayout::Lane& lane = shards_.lane(size_t(u), l);
+    if (lane.part == 0) continue;
+    const Tensor mine = grads_.tensor().slice(lane.shard_offset, {lane.part});
+    w->pending.push_back(comm_.reduce_scatter_async(w->lanes[size_t(l)].tensor().data, mine.data, size_t(lane.part), gd,
+                                                    ReduceOp::Average));
+    counting_.collectives += 1;
+    counting_.bytes += lane.part * n * es;
+    counting_.bus_bytes += lane.part * (n - 1) * es;
+  }
+  comm_.group_end();
+  w->unit = -1;
+}
+
+void UnitShards::finish() {
+  for (Window& w : windows_) {
+    for (CommHandle& h : w.pending) h.wait();
+    w.pending.clear();
+  }
+}
+
+bool UnitShards::finish_parameters() {
+  stats_ = counting_;  // the step's collectives: forward's and backward's gathers, backward's reductions
+  stats_.buckets = int64_t(shards_.units.size());
+  counting_ = {};
+  ++version_;
+  gather_for_forward();
+  return false;  // the model asks for every unit anyway
+}
+
+AdamW::Shard UnitShards::optimizer_shard() const { return {master_.tensor(), grads_.tensor(), lowp_.tensor()}; }
+
+void UnitShards::refresh() {
+  if (!lowp_.empty()) ops_.convert(lowp_, master_);
+  ++version_;
+  gather_for_forward();
+}
+
+void UnitShards::initialize(uint64_t seed) {
+  const ParameterLayout& layout = model_.layout();
+  const std::vector<ShardLayout::Piece> pieces = shards_.pieces(layout, comm_.rank());
+  const DType pd = master_.tensor().dtype;
+  const size_t es = dtype_size(pd);
+  size_t next_piece = 0;
+  for (const ParamUnit& unit : layout.units()) {
+    // The whole unit drawn as the model draws it, then this rank's parts kept.
+    Buffer drawn(device_.allocator(), pd, {unit.range.size()}, "params.init");
+    for (size_t k = 0; k < layout.params().size(); ++k) {
+      const ParamInfo& p = layout.params()[k];
+      if (p.offset >= unit.range.begin && p.offset < unit.range.end)
+        TransformerLM::init_parameter(ops_, device_, layout, k,
+                                      drawn.tensor().slice(p.offset - unit.range.begin, p.shape), seed);
+    }
+    for (; next_piece < pieces.size() && pieces[next_piece].flat < unit.range.end; ++next_piece) {
+      const ShardLayout::Piece& piece = pieces[next_piece];
+      device_.copy_on_device(static_cast<char*>(master_.tensor().data) + size_t(piece.shard) * es,
+                             static_cast<char*>(drawn.tensor().data) + size_t(piece.flat - unit.range.begin) * es,
+                             size_t(piece.count) * es);
+    }
+  }
+  refresh();
+}
+
+void UnitShards::load(const std::vector<float>& params, AdamW* opt, const std::vector<float>* m,
+                      const std::vector<float>* v) {
+  const ParameterLayout& layout = model_.layout();
+  LLMHPC_CHECK(int64_t(params.size()) == layout.total(), "load: the whole model's parameters");
+  if (opt) opt->allocate_state();
+  for (const ShardLayout::Piece& piece : shards_.pieces(layout, comm_.rank())) {
+    upload(device_, master_.tensor().slice(piece.shard, {piece.count}), params.data() + piece.flat);
+    if (opt && m) upload(device_, opt->m().slice(piece.shard, {piece.count}), m->data() + piece.flat);
+    if (opt && v) upload(device_, opt->v().slice(piece.shard, {piece.count}), v->data() + piece.flat);
+  }
+  refresh();
+}
+
+std::vector<float> UnitShards::gathered(const Tensor& shard) {
+  LLMHPC_CHECK(shard.numel() == shards_.shard_elements, "gathered: a buffer the size of one rank's shard");
+  const ParameterLayout& layout = model_.layout();
+  std::vector<float> out(size_t(layout.total()), 0.0f);
+  // Each rank's shard in turn, so the memory taken is one shard's.
+  Buffer theirs(device_.allocator(), shard.dtype, {shard.numel()}, "params.gather");
+  for (int r = 0; r < comm_.size(); ++r) {
+    comm_.broadcast(shard.data, theirs.tensor().data, size_t(shard.numel()), shard.dtype, r);
+    comm_.synchronize();
+    const std::vector<float> host = download(device_, theirs);
+    for (const ShardLayout::Piece& piece : shards_.pieces(layout, r))
+      std::copy(host.begin() + piece.shard, host.begin() + piece.shard + piece.count, out.begin() + piece.flat);
+  }
+  return out;
+}
+
+}  // namespace llmhpc
