@@ -14,7 +14,9 @@ against bf16, peak memory), attention, comm (the reference communication study's
 (strategies, bucket sweep and model, sharding, strong/weak scaling), train, and whatever
 analysis/<mode>.py exists; runs timed with --duration-s (comm, ddp) also get analysis/soak.py's
 section (time drift and memory growth), and records whose GPU slowed its clock while measured
-analysis/device_clocks.py's (the clocks, the slowdown reasons, power and temperature). The report is written to --output (default DIR/report.md of the
+analysis/device_clocks.py's (the clocks, the slowdown reasons, power and temperature), and runs of
+several ranks analysis/stragglers.py's (the rank last to arrive at each step's collectives, and the
+ranks consistently late). The report is written to --output (default DIR/report.md of the
 first DIR) and printed. Files are read only through analysis/llmhpc_h5.py.
 """
 from __future__ import annotations
@@ -29,6 +31,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from llmhpc_h5 import RANK_FILE_PATTERN, SchemaError, open_run  # noqa: E402
 import device_clocks  # noqa: E402
 import soak  # noqa: E402
+import stragglers  # noqa: E402
 
 ANALYSIS_DIR = os.path.dirname(os.path.abspath(__file__))
 MODE_ORDER = ("bench", "attention", "comm", "ddp", "train")  # the reference reports' order; other modes follow by name
@@ -99,6 +102,9 @@ def build_report(dirs: list, out_dir: str, options: dict, table_only: bool = Fal
     clocks = device_clocks.report_section(runs, out_dir)
     if clocks:
         parts.append(clocks if table_only else f"## device clocks\n\n{clocks}")
+    late = stragglers.report_section(runs, out_dir)
+    if late:
+        parts.append(late if table_only else f"## Stragglers\n\n{late}")
     return "\n\n".join(parts) + "\n"
 
 

@@ -51,8 +51,8 @@ po::options_description general_options() {
       "(CUDA; the first step takes longer, so --warmup must be at least 1 with it; results are bitwise reproducible "
       "within a run, not across runs)")(
       "comm-timeout", text("600"),
-      "seconds a collective may go without completing before the watchdog reports it and aborts the job "
-      "(at least 1; 0: no watchdog)")(
+      "seconds a collective may go without completing before the watchdog reports it, with the ranks that had "
+      "not reached it, and aborts the job (exit code 4; at least 1; 0: no watchdog)")(
       "device-sample-ms", text("50"),
       "read the GPU's SM clock, power, temperature and clock slowdown reasons (NVML) every N ms while each "
       "configuration is measured (train: over the run), into the rank file; rank 0 says when the clocks slowed (0: "
@@ -302,7 +302,10 @@ int run(Runtime& rt, int argc, char** argv, bool& in_mode) {
   if (opt_flag(vm, "gemm-autotune") && vm.count("warmup") && opt_int(vm, "warmup") == 0)
     throw UsageError("--gemm-autotune with --warmup 0: the first step times each product's candidate algorithms, "
                      "so it would be measured with them; keep at least one warm-up step");
-  Watchdog::instance().start(comm_timeout, rt.rank);
+  Watchdog::instance().start(comm_timeout, rt.rank, rt.world_size);
+  // One clock across ranks for the arrival times (docs/hdf5-schema.md, "Arrivals").
+  const Runtime::ClockOffset clock = rt.clock_offset();
+  Watchdog::instance().set_clock_offset(clock.offset_s);
 
   int cpus_allowed = 0;
   collective_check(rt, [&] { cpus_allowed = set_threads(rt, vm); });  // hosts may differ in their cores
@@ -329,6 +332,8 @@ int run(Runtime& rt, int argc, char** argv, bool& in_mode) {
   for (auto& fact : comm_environment()) info.environment.push_back(std::move(fact));
   info.environment.emplace_back("cpus_allowed", int64_t(cpus_allowed));
   for (auto& fact : node_topology(rt)) info.environment.push_back(std::move(fact));
+  info.environment.emplace_back("clock_offset_s", clock.offset_s);
+  info.environment.emplace_back("clock_offset_uncertainty_s", clock.uncertainty_s);
   char file[32];
   std::snprintf(file, sizeof file, "/rank%05d.h5", rt.rank);
   Recorder recorder(out_dir + file, info);

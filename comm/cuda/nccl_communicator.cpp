@@ -112,8 +112,9 @@ class NcclCommunicator final : public Communicator {
     if (rank_ == 0) NCCL_CHECK(ncclGetUniqueId(&id));
     MPI_CHECK(MPI_Bcast(&id, int(sizeof id), MPI_BYTE, 0, mpi_comm_));
     // A blocking communicator, as PyTorch's default: its calls only enqueue, so a stuck
-    // collective waits on the GPU, where the watchdog's thread sees it (its event), aborts the
-    // communicator and ends the job with MPI_Abort, which needs nothing from this thread.
+    // collective waits on the GPU, where the watchdog's thread sees it (its event) and ends the
+    // job with MPI_Abort, which needs nothing from this thread (the watchdog calls no NCCL
+    // while this thread may be inside NCCL: src/core/watchdog.h).
     // Non-blocking communicators (ncclConfig_t.blocking = 0) were measured slower: NCCL hands
     // each launch to a thread, and a 1 MB all-reduce on 2 H200 fell from 73 to 26 GB/s busbw
     // (docs/results/reliability.md).
@@ -340,7 +341,8 @@ class NcclCommunicator final : public Communicator {
     }
   }
 
-  // The watchdog's monitor of one NCCL communicator: its asynchronous error, and the abort.
+  // The watchdog's monitor of one NCCL communicator: its asynchronous error. No abort: the
+  // process's end ends the communicator's work (src/core/watchdog.h says why).
   int monitor(ncclComm_t comm) const {
     Watchdog& watchdog = Watchdog::instance();
     if (!watchdog.enabled()) return -1;
@@ -355,7 +357,6 @@ class NcclCommunicator final : public Communicator {
       return std::string("NCCL reported an asynchronous error: ") + ncclGetErrorString(state) + " (" +
              ncclGetLastError(comm) + ")";
     };
-    m.abort = [comm] { ncclCommAbort(comm); };
     m.prepare = [gpu] { cudaSetDevice(gpu); };
     return watchdog.add_monitor(std::move(m));
   }

@@ -2,8 +2,9 @@
 # Reliability on the GPUs of one host (2 ranks, nccl): the numbers behind
 # docs/results/reliability.md. About 8 minutes:
 #   1. faults: a stall injected into an NCCL collective (comm, then ddp), and a rank stopped by
-#      SIGSTOP in the comm benchmark (a process that never answers, not even ncclCommAbort's
-#      peers), must end the job within --comm-timeout + 30 s with the watchdog's report; a rank
+#      SIGSTOP in the comm benchmark (a process that never answers), must end the job within
+#      --comm-timeout + 30 s with exit code 4 and the watchdog's report, which names the stalled
+#      rank as not having reached the stuck collective and the stopped one as not answering; a rank
 #      killed mid-benchmark must end the job; every rank file stays readable (finished
 #      configurations ok, the interrupted one marked).
 #   2. the watchdog's cost: comm busbw with the watchdog (--comm-timeout 600) and without it
@@ -54,6 +55,7 @@ fault() {
   LLMHPC_FAULT=$spec LLMHPC_FAULT_RUN=$$-$name timeout $((STALL_TIMEOUT + 120)) "${mpi[@]}" "$bin/llmhpc" "$@" \
     --out "$out/runs/$name" >"$out/$name.log" 2>&1
   local rc=$? took=$((SECONDS - start))
+  last_rc=$rc
   leftovers "$$-$name"
   grep -v "^\[" "$out/$name.log" | tail -12
   echo "$name: rc $rc after ${took}s" | tee -a "$out/faults.txt"
@@ -79,16 +81,20 @@ COMM=(--mode comm --size 1MB,16MB,64MB --steps 200 --warmup 5 --comm-timeout "$S
 DDP=(--mode ddp --model small --context-length 128 --batch-size 8 --ddp bucketed,overlap --warmup 2 --steps 20
   --comm-timeout "$STALL_TIMEOUT")
 if has faults; then
-  fault nccl_comm_stall "rank=1,config=3,step=50,action=stall" "watchdog on rank" "${COMM[@]}"
-  fault nccl_ddp_stall "rank=0,config=2,step=10,action=stall" "watchdog on rank" "${DDP[@]}"
+  fault nccl_comm_stall "rank=1,config=3,step=50,action=stall" "not reached: rank 1 (last issued #" "${COMM[@]}"
+  [ "$last_rc" -eq 4 ] || fail "nccl_comm_stall: exit code $last_rc, not the watchdog's 4"
+  fault nccl_ddp_stall "rank=0,config=2,step=10,action=stall" "not reached: rank 0 (last issued #" "${DDP[@]}"
+  [ "$last_rc" -eq 4 ] || fail "nccl_ddp_stall: exit code $last_rc, not the watchdog's 4"
   fault nccl_comm_kill "rank=1,config=3,step=50,action=signal:9" "rank 1" "${COMM[@]}"
-  # SIGSTOP (19) inside a 64 MB NCCL all-reduce: config 5 (64MB out of place) begins at
-  # collective #1656 (a host barrier; 411 collectives a configuration: 3 barriers, 5 warm-up, 200
+  # SIGSTOP (19) before a 64 MB NCCL all-reduce: config 5 (64MB out of place) begins near
+  # collective #1657 (a host barrier; 411 collectives a configuration: 3 barriers, 5 warm-up, 200
   # timed, 200 back to back), so #1700 is one of its timed all-reduces (a step= condition would
   # meet that first barrier, which still carries the last configuration's step). Rank 0's
-  # watchdog reports at --comm-timeout, its ncclCommAbort gets Watchdog::kAbortHooksS, then
-  # MPI_Abort ends the job, the stopped rank too.
-  fault nccl_comm_sigstop "rank=1,config=5,op=1700,action=signal:19" "watchdog on rank 0" "${COMM[@]}"
+  # watchdog reports at --comm-timeout, waits Watchdog::kAskS for rank 1's answer (none), then
+  # MPI_Abort ends the job, the stopped rank too; no crash on the way (exit code 4, not 134).
+  fault nccl_comm_sigstop "rank=1,config=5,op=1700,action=signal:19" "no answer: rank 1" "${COMM[@]}"
+  [ "$last_rc" -eq 4 ] || fail "nccl_comm_sigstop: exit code $last_rc, not the watchdog's 4"
+  grep -q "tcache\|core dumped" "$out/nccl_comm_sigstop.log" && fail "nccl_comm_sigstop: a rank crashed while aborting"
   grep -q "rank 1 raises signal 19 before collective #[0-9]* allreduce (nccl, 64000000 bytes)" \
     "$out/nccl_comm_sigstop.log" || fail "nccl_comm_sigstop: rank 1 did not stop before a 64 MB NCCL all-reduce"
 fi

@@ -43,7 +43,7 @@ void set_fatal_context_device(const std::string& device);
 
 [[noreturn]] void fatal(const char* file, int line, const std::string& call, const std::string& what);
 // The watchdog is ending the job (src/core/watchdog.h): a fatal error after this is the abort's
-// consequence (a CUDA call on an aborted communicator's stream), so fatal() says nothing and
+// consequence (an MPI call failing as the launcher ends the other ranks), so fatal() says nothing and
 // waits for the watchdog's MPI_Abort instead of racing it with its own.
 void note_job_aborting();
 

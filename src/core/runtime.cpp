@@ -4,6 +4,8 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
+#include <limits>
 #include <cstdarg>
 #include <cstdio>
 #include <thread>
@@ -48,6 +50,40 @@ int Runtime::cpu_share(int* allowed) const {
   }
   if (allowed) *allowed = CPU_COUNT(&mine);
   return std::max(1, CPU_COUNT(&mine) / std::max(1, sharing));
+}
+
+Runtime::ClockOffset Runtime::clock_offset(int round_trips) const {
+  // Rank 0 answers each rank in turn with its clock's reading; a rank keeps the estimate of its
+  // fastest round trip, where the reading's place between sending and receiving is best known.
+  using Clock = std::chrono::steady_clock;
+  auto now = [] { return std::chrono::duration<double>(Clock::now().time_since_epoch()).count(); };
+  const int tag = 7412;
+  WatchedCall watched("clock offset", 0);
+  ClockOffset best;
+  if (is_root()) {
+    for (int r = 1; r < world_size; ++r)
+      for (int k = 0; k < round_trips; ++k) {
+        char ping = 0;
+        MPI_CHECK(MPI_Recv(&ping, 1, MPI_CHAR, r, tag, MPI_COMM_WORLD, MPI_STATUS_IGNORE));
+        const double t = now();
+        MPI_CHECK(MPI_Send(&t, 1, MPI_DOUBLE, r, tag, MPI_COMM_WORLD));
+      }
+    return best;
+  }
+  double least = std::numeric_limits<double>::infinity();
+  for (int k = 0; k < round_trips; ++k) {
+    const char ping = 0;
+    double theirs = 0;
+    const double sent = now();
+    MPI_CHECK(MPI_Send(&ping, 1, MPI_CHAR, 0, tag, MPI_COMM_WORLD));
+    MPI_CHECK(MPI_Recv(&theirs, 1, MPI_DOUBLE, 0, tag, MPI_COMM_WORLD, MPI_STATUS_IGNORE));
+    const double back = now();
+    if (back - sent < least) {
+      least = back - sent;
+      best = {theirs - (sent + back) / 2, least / 2};
+    }
+  }
+  return best;
 }
 
 void Runtime::finalize() {

@@ -44,6 +44,13 @@ struct Runtime {
   // node's ranks whose masks overlap it; at least 1. What its thread pool should use.
   int cpu_share(int* allowed = nullptr) const;
 
+  // This rank's steady clock against rank 0's, from `round_trips` round trips to rank 0 (NTP's
+  // estimate from the round trip of least delay): rank 0's clock reads this rank's plus
+  // offset_s, within +- uncertainty_s (half that round trip). Rank 0: 0 and 0. Collective.
+  struct ClockOffset {
+    double offset_s = 0, uncertainty_s = 0;
+  };
+  ClockOffset clock_offset(int round_trips = 8) const;
   // MPI_Init_thread (FUNNELED), ranks, node-local rank; registers rank and host for fatal().
   static Runtime init(int* argc, char*** argv);
   void finalize();

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "src/core/check.h"
+#include "src/core/progress_board.h"
 #include "src/core/table.h"
 #include "src/core/units.h"
 
@@ -28,14 +29,14 @@ struct Fault {
   uint64_t op = 0;     // 0: any
   int64_t step = -1;   // -1: any
   int64_t config = 0;  // 0: any
-  enum Action { Exit, Signal, Stall } action = Exit;
-  int code = 7;  // exit code or signal number
+  enum Action { Exit, Signal, Stall, Delay } action = Exit;
+  int code = 7;  // exit code, signal number or milliseconds of delay
   bool fired = false;
 };
 
 Fault parse_fault(const std::string& text) {
   const std::string usage = "LLMHPC_FAULT='" + text +
-                            "': expected rank=R,op=N|config=C|step=S,action=exit[:code]|signal[:number]|stall "
+                            "': expected rank=R,op=N|config=C|step=S,action=exit[:code]|signal[:number]|stall|delay:MS "
                             "(a test-only switch; unset it for real runs)";
   Fault f;
   bool when = false;
@@ -60,6 +61,7 @@ Fault parse_fault(const std::string& text) {
       if (name == "exit") f.action = Fault::Exit;
       else if (name == "signal") f.action = Fault::Signal, f.code = 9;
       else if (name == "stall") f.action = Fault::Stall;
+      else if (name == "delay" && has_code) f.action = Fault::Delay;
       else throw UsageError(usage);
       if (has_code) f.code = int(parse_int(value.substr(value.find(':') + 1), "LLMHPC_FAULT action code"));
     } else {
@@ -92,6 +94,13 @@ struct Watchdog::State {
   std::unique_ptr<Fault> fault;
   std::atomic<bool> failing{false};
   int64_t configs = 0;  // set_context calls so far: the configuration a fault may name
+  // The arrival log (the issuing thread's own): a ring of the latest kArrivalSteps steps.
+  std::vector<StepArrival> ring;
+  size_t ring_next = 0, ring_count = 0;
+  int64_t step_index = -1;   // the current step's place in this configuration
+  bool step_logged = false;  // the current step has its entry in the ring
+  std::chrono::steady_clock::time_point step_start;
+  ProgressBoard board;
 };
 
 Watchdog::Watchdog() : state_(std::make_unique<State>()) {}
@@ -101,12 +110,27 @@ Watchdog& Watchdog::instance() {
   return *w;
 }
 
-void Watchdog::start(double timeout_s, int rank) {
+void Watchdog::start(double timeout_s, int rank, int world_size) {
   rank_ = rank;
   if (const char* text = std::getenv("LLMHPC_FAULT"); text && *text)
     state_->fault = std::make_unique<Fault>(parse_fault(text));
   if (timeout_s <= 0) return;
   timeout_s_ = timeout_s;
+  if (world_size > 1) {
+    const std::string closed = state_->board.open(rank, world_size, [this] {
+      RankProgress p;
+      p.issued = enqueued_.load();
+      p.completed = completed_.load();
+      p.step = step_.load(std::memory_order_relaxed);
+      p.last_name = last_name_.load();
+      std::lock_guard<std::mutex> lock(state_->mutex);
+      p.context = *state_->context;
+      return p;
+    });
+    if (!closed.empty())
+      std::fprintf(stderr, "llmhpc: note: rank %d: %s; a hang report cannot include this rank's answer\n", rank,
+                   closed.c_str());
+  }
   state_->stopping = false;
   state_->thread = std::thread([this] { run(); });
 }
@@ -119,6 +143,7 @@ void Watchdog::stop() {
   }
   state_->wake.notify_all();
   state_->thread.join();
+  state_->board.close();
   state_->in_flight.clear();
   state_->incoming.clear();
   timeout_s_ = 0;
@@ -130,17 +155,68 @@ void Watchdog::set_context(const std::string& context) {
   state_->context = std::move(text);
   ++state_->configs;
   step_.store(-1, std::memory_order_relaxed);  // a new configuration has taken no step yet
+  state_->ring_next = state_->ring_count = 0;
+  state_->step_index = -1;
+  state_->step_logged = false;
+}
+
+void Watchdog::set_step(int64_t step) {
+  step_.store(step, std::memory_order_relaxed);
+  State& s = *state_;
+  s.step_logged = false;
+  if (step < 0) return;
+  ++s.step_index;
+  s.step_start = std::chrono::steady_clock::now();
+}
+
+void Watchdog::note_arrival(std::chrono::steady_clock::time_point now) {
+  State& s = *state_;
+  const int64_t step = step_.load(std::memory_order_relaxed);
+  if (step < 0) return;
+  if (s.ring.empty()) s.ring.resize(kArrivalSteps);
+  const double t = common_time(now);
+  if (!s.step_logged) {
+    s.ring[s.ring_next] = {s.step_index, step, common_time(s.step_start), t, t, 0};
+    s.ring_next = (s.ring_next + 1) % s.ring.size();
+    s.ring_count = std::min(s.ring_count + 1, s.ring.size());
+    s.step_logged = true;
+  }
+  StepArrival& a = s.ring[(s.ring_next + s.ring.size() - 1) % s.ring.size()];
+  a.last_s = t;
+  ++a.collectives;
+}
+
+std::vector<Watchdog::StepArrival> Watchdog::arrivals() const {
+  const State& s = *state_;
+  std::vector<StepArrival> out;
+  out.reserve(s.ring_count);
+  for (size_t k = 0; k < s.ring_count; ++k)
+    out.push_back(s.ring[(s.ring_next + s.ring.size() - s.ring_count + k) % s.ring.size()]);
+  return out;
 }
 
 Watchdog::OpPtr Watchdog::begin(const char* name, const char* backend, uint64_t bytes) {
-  if (!enabled() && !state_->fault) return nullptr;
+  if (!enabled() && !state_->fault) {
+    note_arrival(std::chrono::steady_clock::now());
+    return nullptr;
+  }
   auto op = std::make_shared<Op>();
-  op->seq = enqueued_.fetch_add(1) + 1;
   op->name = name;
   op->backend = backend;
   op->bytes = bytes;
   op->step = step_.load(std::memory_order_relaxed);
+  if (state_->fault) {  // before the collective counts as issued: a stalled rank has not reached it
+    {
+      std::lock_guard<std::mutex> lock(state_->mutex);
+      op->context = state_->context;
+    }
+    op->seq = enqueued_.load() + 1;
+    inject(*op);
+  }
+  op->seq = enqueued_.fetch_add(1) + 1;
+  last_name_.store(name);
   op->issued = std::chrono::steady_clock::now();
+  note_arrival(op->issued);
   bool drain = false;
   {
     std::lock_guard<std::mutex> lock(state_->mutex);
@@ -149,7 +225,6 @@ Watchdog::OpPtr Watchdog::begin(const char* name, const char* backend, uint64_t 
     drain = state_->incoming.size() == kDrainAt;
   }
   if (drain) state_->wake.notify_all();
-  if (state_->fault) inject(*op);
   return enabled() ? op : nullptr;
 }
 
@@ -173,11 +248,18 @@ void Watchdog::remove_monitor(int id) {
 
 void Watchdog::inject(const Op& op) {
   Fault& f = *state_->fault;
+  if (f.fired && f.action == Fault::Delay) {  // a slow rank: every collective from the first on
+    std::this_thread::sleep_for(std::chrono::milliseconds(f.code));
+    return;
+  }
   if (f.fired || f.rank != rank_ || (f.op && op.seq < f.op) || (f.config && state_->configs < f.config) ||
       (f.step >= 0 && op.step < f.step))
     return;
   f.fired = true;
-  const char* what = f.action == Fault::Exit ? "exits" : f.action == Fault::Signal ? "raises signal" : "stalls";
+  const char* what = f.action == Fault::Exit     ? "exits"
+                     : f.action == Fault::Signal ? "raises signal"
+                     : f.action == Fault::Stall  ? "stalls"
+                                                 : "sleeps (ms, from here on)";
   std::fprintf(stderr,
                "llmhpc: fault injection (test only, LLMHPC_FAULT): rank %d %s%s before collective #%llu %s (%s, %llu "
                "bytes) at step %lld of '%s'\n",
@@ -191,6 +273,10 @@ void Watchdog::inject(const Op& op) {
     std::raise(f.code);
     std::_Exit(128 + f.code);  // a signal whose default is to go on
   }
+  if (f.action == Fault::Delay) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(f.code));
+    return;
+  }
   for (;;) std::this_thread::sleep_for(std::chrono::seconds(1));
 }
 
@@ -203,44 +289,78 @@ std::string Watchdog::describe(const Op& op) const {
   return s + ", issued " + seconds_text(age) + " ago";
 }
 
+namespace {
+extern "C" void abort_deadline(int) { _exit(4); }  // async-signal-safe: no destructors, no atexit
+}  // namespace
+
+// Which ranks had issued collective #seq, which had not (with where they are), which did not
+// answer; "" with one rank.
+std::string Watchdog::ask_the_ranks(uint64_t seq) const {
+  if (!state_->board.opened()) return "";
+  const auto began = std::chrono::steady_clock::now();
+  const std::vector<RankAnswer> answers = state_->board.ask_all(kAskS);
+  const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - began).count();
+  std::vector<int> reached{rank_}, silent;
+  std::vector<const RankAnswer*> behind;
+  for (const RankAnswer& a : answers) {
+    if (!a.answered) silent.push_back(a.rank);
+    else if (a.progress.issued >= seq) reached.push_back(a.rank);
+    else behind.push_back(&a);
+  }
+  std::string s = "  collective #" + std::to_string(seq) + " on every rank (each rank's watchdog asked, " +
+                  fmt(took, 1) + " s):\n    reached (issued it): rank" + (reached.size() > 1 ? "s " : " ") +
+                  rank_ranges(reached) + "\n";
+  constexpr size_t kListed = 16;
+  for (size_t k = 0; k < behind.size() && k < kListed; ++k) {
+    const RankAnswer& a = *behind[k];
+    const RankProgress& p = a.progress;
+    s += "    not reached: rank " + std::to_string(a.rank) + " (last issued #" + std::to_string(p.issued) +
+         (p.last_name.empty() ? "" : " " + p.last_name) + ", last completed #" + std::to_string(p.completed) +
+         (p.step >= 0 ? ", now at step " + std::to_string(p.step) : "") +
+         (p.context.empty() ? "" : " of '" + p.context + "'") + ")\n";
+  }
+  if (behind.size() > kListed) {
+    std::vector<int> rest;
+    for (size_t k = kListed; k < behind.size(); ++k) rest.push_back(behind[k]->rank);
+    s += "    not reached, too: ranks " + rank_ranges(rest) + "\n";
+  }
+  if (behind.empty()) s += "    not reached: none of the ranks that answered\n";
+  if (!silent.empty()) {
+    s += "    no answer: rank" + std::string(silent.size() > 1 ? "s " : " ") + rank_ranges(silent);
+    for (const RankAnswer& a : answers)
+      if (!a.answered) {  // the reason of the first, as an example
+        s += " (rank " + std::to_string(a.rank) + ": " + a.why + ")";
+        break;
+      }
+    s += "\n";
+  }
+  return s;
+}
+
 void Watchdog::fail(const std::string& what, const Op* op) {
   if (state_->failing.exchange(true)) {  // another thread is already at it
     for (;;) std::this_thread::sleep_for(std::chrono::seconds(1));
   }
-  note_job_aborting();  // what the aborted communicators make fail is no news: fatal() waits
-  const auto began = std::chrono::steady_clock::now();
+  note_job_aborting();  // what fails on other threads now is no news: fatal() waits
+  // Should anything below hang (MPI_Abort included), the process still ends, with code 4.
+  struct sigaction deadline = {};
+  deadline.sa_handler = abort_deadline;
+  sigemptyset(&deadline.sa_mask);
+  sigaction(SIGALRM, &deadline, nullptr);
+  alarm(kAbortDeadlineS);
   char host[256] = {0};
   gethostname(host, sizeof host - 1);
   std::fprintf(stderr,
                "llmhpc: watchdog on rank %d (host %s): %s%s\n"
-               "  rank %d: last enqueued collective #%llu, last completed #%llu\n"
-               "  aborting the communicators and the job (MPI_Abort)\n",
+               "  rank %d: last enqueued collective #%llu, last completed #%llu\n",
                rank_, host, what.c_str(), op ? (": " + describe(*op)).c_str() : "", rank_,
                (unsigned long long)enqueued_.load(), (unsigned long long)completed_.load());
   std::fflush(stderr);
-  std::signal(SIGALRM, SIG_DFL);
-  alarm(kAbortDeadlineS);  // if MPI_Abort itself hangs, the process still ends
-  std::vector<std::function<void()>> aborts;
-  {
-    std::lock_guard<std::mutex> lock(state_->mutex);  // nobody fails while holding it
-    for (auto& [id, m] : state_->monitors)
-      if (m.abort) aborts.push_back(m.abort);
-  }
-  // The communicators' aborts run on a thread of their own and get kAbortHooksS: an abort that
-  // waits on a peer which will never answer (a stopped process) must not hold the job's end.
-  auto done = std::make_shared<std::atomic<bool>>(false);
-  std::thread([aborts, done] {
-    for (auto& abort : aborts) abort();
-    done->store(true);
-  }).detach();
-  while (!done->load() && std::chrono::steady_clock::now() - began < std::chrono::seconds(kAbortHooksS))
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - began).count();
-  std::fprintf(stderr, "  rank %d: communicators %s after %.1f s; MPI_Abort\n", rank_,
-               done->load() ? "aborted" : "still aborting", took);
+  const std::string ranks = ask_the_ranks(op ? op->seq : completed_.load() + 1);
+  std::fprintf(stderr, "%s  rank %d: aborting the job (MPI_Abort)\n", ranks.c_str(), rank_);
   std::fflush(stderr);
   MPI_Abort(MPI_COMM_WORLD, 4);
-  std::_Exit(4);
+  _exit(4);
 }
 
 void Watchdog::run() {

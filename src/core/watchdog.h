@@ -5,18 +5,33 @@
 // checks, every poll interval, the oldest operation not yet complete against --comm-timeout
 // and the error sources the communicators add (NCCL's asynchronous error). On a timeout or an
 // error it prints which operation (name, bytes, sequence number, the configuration and step
-// it was issued in) with this rank's last enqueued and last completed sequence numbers, runs
-// the communicators' abort hooks (ncclCommAbort) and ends the job with MPI_Abort. What
-// PyTorch's ProcessGroupNCCL watchdog does, with its desync report's numbers printed by
-// every rank.
+// it was issued in) with this rank's last enqueued and last completed sequence numbers, asks
+// every other rank how far it got (src/core/progress_board.h: a side channel that needs
+// nothing from the stuck main threads) and prints which ranks had and had not issued that
+// collective and which did not answer, then ends the job with MPI_Abort. What PyTorch's
+// ProcessGroupNCCL watchdog and its desync report do.
+//
+// The abort path calls nothing that the main thread may be inside: no NCCL, no CUDA, no
+// thread that starts or ends. The main thread is still in the stuck collective (an NCCL call
+// waiting for room in its queue, cudaStreamSynchronize, an MPI call); ncclCommAbort from this
+// thread freed what that call was using, and glibc found the heap damaged when a thread then
+// exited ("tcache_thread_shutdown(): unaligned tcache chunk detected", SIGABRT, exit 134
+// instead of 4). Ending the process ends its GPU work as well (the driver tears the context
+// down), so the watchdog prints, asks, and calls MPI_Abort (Open MPI's hands the job to the
+// launcher and leaves with _exit); should MPI_Abort return or hang, _exit(4) or the alarm's
+// handler (also _exit(4), kAbortDeadlineS later) ends the process: no destructors, no atexit
+// handlers, the documented exit code 4. The job ends within --comm-timeout + 30 s.
 //
 // MPI_Abort from the watchdog thread: the runtime asks for MPI_THREAD_FUNNELED (only the
 // main thread calls MPI), and the main thread is the one that is stuck. MPI_Abort is the one
 // call made from elsewhere: Open MPI's and MPICH's abort hand the job to the launcher
-// (PMIx/PMI) and exit without the library's locks. In case it does not return, an alarm
-// ends the process kAbortDeadlineS later (a rank that exits ends an mpirun job too). The
-// communicators' aborts get kAbortHooksS of that: ncclCommAbort may wait on a peer that never
-// answers (a stopped process), and the job must end within --comm-timeout + 30 s.
+// (PMIx/PMI) and exit without the library's locks.
+//
+// Arrivals (for straggler analysis, docs/hdf5-schema.md "Arrivals"): for each step (set_step)
+// of the current configuration the host times, on one clock across ranks (rank 0's monotonic
+// clock: this rank's plus the offset measured at start-up, Runtime::clock_offset), of the
+// step's start, its first and its last collective's issue, and how many it issued; the last
+// kArrivalSteps steps are kept. Recorded whether or not the watchdog's thread runs.
 //
 // Operations complete in two ways: the host marks them (mpi: the call or the handle's wait
 // returned), or the watchdog polls them (nccl: a CUDA event recorded after the call). The
@@ -29,7 +44,10 @@
 // (action=signal[:number], default 9) or stall (action=stall: sleep forever) just before it
 // issues the first collective that is at least its op-th, in at least its config-th
 // configuration (set_context calls, from 1) and at or after step `step` (each condition
-// optional, at least one given). The fault is announced on stderr first.
+// optional, at least one given); or, with action=delay:MS, sleep MS milliseconds before each
+// of its collectives from then on (a slow rank, for the straggler report). The fault is
+// announced on stderr first. A stalled rank has not issued the collective (its last issued
+// number is the one before), as a rank stuck in computation would.
 #pragma once
 #include <atomic>
 #include <chrono>
@@ -37,13 +55,15 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 namespace llmhpc {
 
 class Watchdog {
  public:
-  static constexpr int kAbortHooksS = 5;
   static constexpr int kAbortDeadlineS = 15;
+  static constexpr double kAskS = 2.0;  // how long a firing watchdog waits for the other ranks' answers
+  static constexpr size_t kArrivalSteps = size_t(1) << 16;
 
   // One operation in flight. Created by begin(); the issuer calls launched() once the work
   // is enqueued (polled completion) or complete() when the host saw it finish.
@@ -63,19 +83,29 @@ class Watchdog {
   using OpPtr = std::shared_ptr<Op>;
 
   // A communicator's part: `error` is polled every round ("" = fine; else the watchdog fails
-  // with that text), `abort` runs before the job is aborted, `prepare` once per round on the
-  // watchdog thread before any poll (cudaSetDevice). Any may be empty.
+  // with that text), `prepare` once per round on the watchdog thread before any poll
+  // (cudaSetDevice). Either may be empty.
   struct Monitor {
     std::function<std::string()> error;
-    std::function<void()> abort;
     std::function<void()> prepare;
+  };
+
+  // One step's collectives as this rank issued them (seconds on the common clock).
+  struct StepArrival {
+    int64_t index = 0;        // the step's place among the configuration's steps (set_step calls), from 0
+    int64_t step = 0;         // set_step's value
+    double start_s = 0;       // set_step's call
+    double first_s = 0;       // the first collective's issue
+    double last_s = 0;        // the last collective's issue
+    int64_t collectives = 0;  // issued in the step
   };
 
   static Watchdog& instance();
 
-  // Starts the thread (timeout_s > 0) and reads LLMHPC_FAULT. Throws UsageError on a
+  // Starts the thread (timeout_s > 0), opens the progress board (timeout_s > 0, several
+  // ranks: collective over MPI_COMM_WORLD) and reads LLMHPC_FAULT. Throws UsageError on a
   // malformed LLMHPC_FAULT. Call once, on every rank, after MPI is up.
-  void start(double timeout_s, int rank);
+  void start(double timeout_s, int rank, int world_size);
   // Stops the thread; operations still registered are forgotten.
   void stop();
   bool enabled() const { return timeout_s_ > 0; }
@@ -83,10 +113,21 @@ class Watchdog {
 
   // Where the ranks are, for reports: the configuration (a record's name) and the step.
   void set_context(const std::string& context);
-  void set_step(int64_t step) { step_.store(step, std::memory_order_relaxed); }
+  // A step begins (>= 0) or the rank is between steps (-1). From the thread that issues collectives.
+  void set_step(int64_t step);
 
-  // Registers an operation about to be issued; null when the watchdog is off. Injects the
-  // configured fault when this is its operation.
+  // The common clock: this rank's steady clock plus `offset_s` is rank 0's (Runtime::clock_offset).
+  void set_clock_offset(double offset_s) { clock_offset_s_ = offset_s; }
+  double common_time(std::chrono::steady_clock::time_point t) const {
+    return std::chrono::duration<double>(t.time_since_epoch()).count() + clock_offset_s_;
+  }
+  // The current configuration's steps that issued collectives, oldest first (at most
+  // kArrivalSteps, the latest). From the thread that issues collectives.
+  std::vector<StepArrival> arrivals() const;
+
+  // Registers an operation about to be issued and notes its arrival; null when the watchdog
+  // is off. Injects the configured fault (before registering) when this is its operation.
+  // From the thread that issues collectives (one per process).
   OpPtr begin(const char* name, const char* backend, uint64_t bytes);
   static void launched(const OpPtr& op, std::shared_ptr<void> token, int (*poll)(void*));
   static void complete(const OpPtr& op) {
@@ -108,12 +149,16 @@ class Watchdog {
   Watchdog();
   void run();
   void inject(const Op& op);
+  void note_arrival(std::chrono::steady_clock::time_point now);
   std::string describe(const Op& op) const;
+  std::string ask_the_ranks(uint64_t seq) const;
 
   double timeout_s_ = 0;
   int rank_ = -1;
   std::atomic<int64_t> step_{-1};
   std::atomic<uint64_t> enqueued_{0}, completed_{0};
+  std::atomic<const char*> last_name_{""};
+  double clock_offset_s_ = 0;
   std::unique_ptr<State> state_;
 };
 

@@ -279,6 +279,7 @@ void run(ModeContext& ctx) {
           rec.add("wrong", std::vector<int64_t>{wrong});
           memory.record(rec);
           record_sensors(rec, monitor->samples());
+          record_arrivals(rec);
           ctx.recorder.write(rec);
 
           const double time_us = rt.reduce_all(mean_us, HostReduce::Sum) / n;

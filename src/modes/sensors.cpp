@@ -4,9 +4,31 @@
 #include <vector>
 
 #include "src/core/table.h"
+#include "src/core/watchdog.h"
 #include "src/modes/options.h"
 
 namespace llmhpc {
+
+void record_arrivals(Record& rec) {
+  const std::vector<Watchdog::StepArrival> steps = Watchdog::instance().arrivals();
+  if (steps.empty()) return;
+  std::vector<int64_t> index, step, collectives;
+  std::vector<double> start, first, last;
+  for (const Watchdog::StepArrival& a : steps) {
+    index.push_back(a.index);
+    step.push_back(a.step);
+    collectives.push_back(a.collectives);
+    start.push_back(a.start_s);
+    first.push_back(a.first_s);
+    last.push_back(a.last_s);
+  }
+  rec.add("arrival_index", std::move(index))
+      .add("arrival_step", std::move(step))
+      .add("arrival_start_s", std::move(start))
+      .add("arrival_first_s", std::move(first))
+      .add("arrival_last_s", std::move(last))
+      .add("arrival_collectives", std::move(collectives));
+}
 
 void record_sensors(Record& rec, const DeviceMonitor::Samples& s) {
   if (s.time_ms.empty()) return;

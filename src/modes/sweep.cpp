@@ -55,6 +55,7 @@ SweepStatus Sweep::run(const std::string& label, Record& rec, const std::functio
   }
   monitor_->stop();
   record_sensors(rec, monitor_->samples());
+  record_arrivals(rec);
   if (finish) finish(rec);
   if (rec.status != "ok") {
     // What the failed configuration held is freed by now (measure's scope and `finish`):

@@ -426,6 +426,7 @@ void run(ModeContext& ctx, const TrainOptions& o) {
     if (max_grad_norm > 0) r.add("grad_norm", grad_norm);
     r.attr("peak_memory_bytes", dev.allocator().peak_bytes());
     record_sensors(r, monitor->snapshot());
+    record_arrivals(r);
     ctx.recorder.write(r);
   };
 

@@ -3,8 +3,9 @@
 # killed by a signal in the middle of a comm benchmark, a rank that exits in the middle of a
 # ddp run, a rank that stalls inside a collective (comm and ddp), a rank stopped by SIGSTOP
 # (a process that answers nothing, not even the launcher's SIGTERM). Each job must end non-zero
-# within --comm-timeout + 30 s, with a message naming the failed rank, leave no rank process
-# behind, and leave every rank's file readable: the finished configurations "ok" with their
+# within --comm-timeout + 30 s, with a message naming the failed rank (a watchdog's report: the
+# stalled rank as the one that had not reached the stuck collective, the stopped one as giving no
+# answer; exit code 4), leave no rank process behind, and leave every rank's file readable: the finished configurations "ok" with their
 # arrays, the interrupted one marked. Then damaged inputs (checkpoint, token file, result file) give clear errors, and a
 # sweep that runs out of memory goes on with nothing of the failed configuration left live.
 set -u
@@ -33,6 +34,7 @@ run() {
   LLMHPC_FAULT=$fault LLMHPC_FAULT_RUN=$WORK/$name timeout $((TIMEOUT + 60)) "$MPIEXEC" --oversubscribe -np 3 "$BIN" "$@" \
     --out "$WORK/$name" >"$WORK/$name.log" 2>&1
   local rc=$? took=$((SECONDS - start))
+  last_rc=$rc
   leftovers "$WORK/$name"
   if [ $rc -eq 0 ]; then fail "$name: exit code 0 after the fault $fault";
   elif [ $rc -eq 124 ]; then fail "$name: the job hung (killed by timeout after ${took}s)";
@@ -75,17 +77,39 @@ grep -q "no progress within --comm-timeout" "$WORK/comm_stall.log" || fail "comm
 grep -q "last enqueued collective #[0-9]*, last completed #[0-9]*" "$WORK/comm_stall.log" ||
   fail "comm_stall: the report lacks the sequence numbers"
 grep -q "rank 1 stalls" "$WORK/comm_stall.log" || fail "comm_stall: the stalled rank is not named"
+# hang_report LOG RANK WHO: the watchdog of rank RANK says, with the stuck collective's number,
+# that rank WHO had not reached it (a stalled rank's last issued collective is the one before).
+hang_report() {
+  local log=$1 rank=$2 who=$3
+  local seq
+  seq=$(grep -m1 -A1 "watchdog on rank $rank " "$log" | grep -o "collective #[0-9]*" | head -1 | tr -dc 0-9)
+  if [ -z "$seq" ]; then fail "$log: no watchdog report of rank $rank"; return; fi
+  if grep -q "collective #$seq on every rank" "$log" &&
+    grep -q "not reached: rank $who (last issued #$((seq - 1))" "$log"; then
+    echo "ok   rank $rank's watchdog: rank $who had not reached collective #$seq"
+  else
+    fail "$log: rank $rank's report does not name rank $who as not having reached collective #$seq"
+    grep -A6 "watchdog on rank" "$log" | sed 's/^/    /' | head -20
+  fi
+}
+hang_report "$WORK/comm_stall.log" 0 1
+[ "$last_rc" -eq 4 ] || fail "comm_stall: exit code $last_rc, not the watchdog's 4"
 readable comm_stall comm
 run ddp_stall "rank=0,config=2,step=3,action=stall" "watchdog on rank" "${DDP[@]}"
 grep -q "allreduce (mpi, [0-9]* bytes) in 'ddp/" "$WORK/ddp_stall.log" ||
   fail "ddp_stall: the report does not name the collective, its bytes and the configuration"
+hang_report "$WORK/ddp_stall.log" 1 0
 readable ddp_stall ddp
-# SIGSTOP: rank 1 stops inside a collective and stays stopped; the others' watchdogs report at
-# --comm-timeout, the communicators' aborts get Watchdog::kAbortHooksS, and MPI_Abort's kill
-# of the job must reach the stopped process too.
+# SIGSTOP: rank 1 stops before a collective and stays stopped; the others' watchdogs report at
+# --comm-timeout, wait Watchdog::kAskS for the ranks' answers (the stopped one gives none), and
+# MPI_Abort's kill of the job must reach the stopped process too.
 run comm_sigstop "rank=1,config=3,step=5,action=signal:19" "watchdog on rank" "${COMM[@]}"
 grep -q "rank 1 raises signal 19" "$WORK/comm_sigstop.log" || fail "comm_sigstop: the fault was not announced"
 grep -q "no progress within --comm-timeout" "$WORK/comm_sigstop.log" || fail "comm_sigstop: no timeout report"
+grep -q "no answer: rank 1 (rank 1: no reply within" "$WORK/comm_sigstop.log" ||
+  fail "comm_sigstop: the report does not name the stopped rank as giving no answer"
+grep -q "tcache\|Aborted\|core dumped" "$WORK/comm_sigstop.log" && fail "comm_sigstop: a rank crashed while aborting"
+[ "$last_rc" -eq 4 ] || fail "comm_sigstop: exit code $last_rc, not the watchdog's 4"
 readable comm_sigstop comm
 
 # Damaged inputs: clear errors, no hang, no crash.

@@ -216,7 +216,7 @@ def main():
     check_numbers(ddp, rows, "step_ms")
     report = run([sys.executable, REPORT_PY, comm_dir, ddp_dir, fixed_dir, "-o", os.path.join(work, "report.md")])
     assert "## soak" in report.stdout, report.stdout
-    soak_part = report.stdout.split("## soak", 1)[1]
+    soak_part = report.stdout.split("## soak", 1)[1].split("\n## ", 1)[0]  # up to the next section
     assert "allreduce_float_64KB" in soak_part and "allreduce_float_4KB" not in soak_part, soak_part
 
     comm_group, ddp_group = sorted({n for n, _ in comm})[0], sorted({n for n, _ in ddp})[0]

@@ -1,0 +1,157 @@
+#!/usr/bin/env python3
+"""Which rank arrived last at each step's collectives, and by how much: the straggler report.
+
+    python3 analysis/stragglers.py results/ddp-1234 [more DIRs]        # one row per record
+    python3 analysis/stragglers.py DIR --steps                         # and every step's last rank
+
+Every rank records, for each step of a configuration that issued collectives, the host times of
+the step's start and of its first and last collective's issue, on one clock across ranks (rank
+0's, through the offset each rank measured at start-up): the arrival_* datasets
+(docs/hdf5-schema.md, "Arrivals"; ddp, train, comm and every sweep mode). For each step common
+to all ranks, a rank's lateness is how much later than the median of the other ranks it issued
+the step's first collective, or its last, whichever is later (a blocking collective holds the
+others at the first; an enqueued one lets them run on to the last). The step's last rank is the
+latest; the step's time is the median over ranks of the time between their step starts.
+
+A rank is named a straggler when it was the last to arrive in at least half of the steps and
+its median lateness is at least 5% of the median step: a rank whose computation is 10% slower
+than the others' arrives about 10% of that computation late at every step. Differences smaller
+than the clock offsets' uncertainty (clock_offset_uncertainty_s, up to a few microseconds on
+one node) mean nothing. report_section(runs, out_dir) gives the "Stragglers" section of
+analysis/report.py (empty when no record of several ranks has arrival times). Files are read
+only through analysis/llmhpc_h5.py.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from llmhpc_h5 import SchemaError, open_run  # noqa: E402
+
+LAST_SHARE = 0.5     # last to arrive in at least this share of the steps
+LATE_SHARE = 0.05    # median lateness at least this share of the median step
+
+
+def _arrivals(rec) -> dict | None:
+    """{step index: (step, start, first, last)} of one rank's record, or None without arrivals."""
+    if "arrival_index" not in rec.arrays:
+        return None
+    a = rec.arrays
+    return {int(i): (int(s), float(t0), float(f), float(la)) for i, s, t0, f, la in
+            zip(a["arrival_index"], a["arrival_step"], a["arrival_start_s"], a["arrival_first_s"], a["arrival_last_s"])}
+
+
+def record_steps(recs: list) -> list:
+    """Per step common to every rank's record `recs` (one per rank): dict(index, step, last_rank,
+    late_s, step_s, lateness) where lateness[rank] is that rank's lateness in seconds."""
+    by_rank = {rec.rank: _arrivals(rec) for rec in recs}
+    if len(by_rank) < 2 or any(v is None for v in by_rank.values()):
+        return []
+    ranks = sorted(by_rank)
+    common = sorted(set.intersection(*(set(v) for v in by_rank.values())))
+    steps = []
+    for k, i in enumerate(common):
+        first = np.array([by_rank[r][i][2] for r in ranks])
+        last = np.array([by_rank[r][i][3] for r in ranks])
+        lateness = {}
+        for j, r in enumerate(ranks):
+            others = np.delete(np.arange(len(ranks)), j)
+            lateness[r] = max(first[j] - np.median(first[others]), last[j] - np.median(last[others]))
+        nxt = common[k + 1] if k + 1 < len(common) and common[k + 1] == i + 1 else None
+        step_s = float(np.median([by_rank[r][nxt][1] - by_rank[r][i][1] for r in ranks])) if nxt is not None else np.nan
+        latest = max(ranks, key=lambda r: lateness[r])
+        steps.append(dict(index=i, step=by_rank[ranks[0]][i][0], last_rank=latest, late_s=lateness[latest],
+                          step_s=step_s, lateness=lateness))
+    return steps
+
+
+def summarize(run) -> list:
+    """One dict per record of several ranks with arrival times: record, ranks, steps, the rank last
+    most often, its share of steps, its median lateness (s), the median step (s), the stragglers
+    ([(rank, median lateness s, share last)]) and the clock uncertainty (s)."""
+    uncertainty = max(float(rf.attrs.get("clock_offset_uncertainty_s", 0.0)) for rf in run.files)
+    groups = {}
+    for rec in run.records(rank=None):
+        if rec.ok or rec.status.startswith("interrupted"):
+            groups.setdefault(rec.path, []).append(rec)
+    out = []
+    for path, recs in groups.items():
+        steps = record_steps(recs)
+        if not steps:
+            continue
+        ranks = sorted(steps[0]["lateness"])
+        median_step = float(np.nanmedian([s["step_s"] for s in steps])) if any(
+            not np.isnan(s["step_s"]) for s in steps) else np.nan
+        share = {r: sum(s["last_rank"] == r for s in steps) / len(steps) for r in ranks}
+        late = {r: float(np.median([s["lateness"][r] for s in steps])) for r in ranks}
+        most = max(ranks, key=lambda r: (share[r], late[r]))
+        named = [(r, late[r], share[r]) for r in ranks
+                 if share[r] >= LAST_SHARE and not np.isnan(median_step) and late[r] >= LATE_SHARE * median_step
+                 and late[r] > 2 * uncertainty]
+        out.append(dict(record=path, ranks=len(ranks), steps=len(steps), most_last=most, share=share[most],
+                        late_s=late[most], step_s=median_step, stragglers=named, uncertainty_s=uncertainty,
+                        per_step=steps))
+    return out
+
+
+def _ms(seconds: float) -> str:
+    return "-" if seconds is None or np.isnan(seconds) else f"{seconds * 1e3:.3f}"
+
+
+def _pct(part: float, whole: float) -> str:
+    return "-" if np.isnan(whole) or whole <= 0 else f"{100 * part / whole:.1f}%"
+
+
+def report_section(runs: list, out_dir: str = ".", steps: bool = False) -> str:
+    """The Stragglers section: one row per record, the ranks named, and with steps=True every
+    step's last rank. Empty when no record of several ranks has arrival times."""
+    rows, named, per_step = [], [], []
+    for run in runs:
+        for s in summarize(run):
+            names = ", ".join(f"rank {r}" for r, _, _ in s["stragglers"]) or "none"
+            rows.append(f"| `{run.directory}` | {s['record']} | {s['ranks']} | {s['steps']} | rank {s['most_last']} "
+                        f"({100 * s['share']:.0f}% of steps) | {_ms(s['late_s'])} ({_pct(s['late_s'], s['step_s'])}) "
+                        f"| {_ms(s['step_s'])} | {s['uncertainty_s'] * 1e6:.1f} | {names} |")
+            for r, late, share in s["stragglers"]:
+                named.append(f"- **rank {r}** in `{run.directory}` {s['record']}: last to arrive in "
+                             f"{100 * share:.0f}% of {s['steps']} steps, a median {_ms(late)} ms late "
+                             f"({_pct(late, s['step_s'])} of the median step)")
+            if steps:
+                per_step += [f"| {s['record']} | {p['index']} | {p['step']} | rank {p['last_rank']} | {_ms(p['late_s'])} |"
+                             for p in s["per_step"]]
+    if not rows:
+        return ""
+    text = ["Per step, the rank that issued the step's collectives last and how much later than the median "
+            "of the others (the first or the last collective, whichever is later); a straggler is last in at "
+            f"least {100 * LAST_SHARE:.0f}% of the steps, a median of at least {100 * LATE_SHARE:.0f}% of the "
+            "step late (analysis/stragglers.py).", "",
+            "| run | record | ranks | steps | last most often | its median lateness ms (of the step) | median step ms "
+            "| clock uncertainty us | stragglers |",
+            "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"] + rows
+    text += ["", "Stragglers:" if named else "Stragglers: none (no rank was consistently late)."] + named
+    if per_step:
+        text += ["", "| record | step index | step | last rank | late ms |", "| --- | --- | --- | --- | --- |"] + per_step
+    return "\n".join(text)
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("dirs", nargs="+", metavar="DIR", help="run directory (llmhpc --out)")
+    parser.add_argument("--steps", action="store_true", help="also list every step's last rank")
+    args = parser.parse_args(argv)
+    try:
+        runs = [open_run(d) for d in args.dirs]
+    except SchemaError as e:
+        print(f"stragglers.py: error: {e}", file=sys.stderr)
+        return 2
+    text = report_section(runs, steps=args.steps)
+    print(text or "no record of several ranks with arrival times (arrival_* datasets)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

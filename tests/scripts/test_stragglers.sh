@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# The straggler report names a slow rank. Under mpirun -np 3, rank 2 sleeps before each of its
+# collectives from step 1 on (LLMHPC_FAULT action=delay, test only: src/core/watchdog.h), in a
+# tiny CPU ddp sweep and a tiny CPU train run; every rank file must hold the clock offset and the
+# per-step arrival times, and analysis/stragglers.py (and report.py's Stragglers section) must
+# name rank 2, and no other rank, as consistently late.
+set -u
+BIN=${LLMHPC_BIN:?set LLMHPC_BIN}
+ROOT=${LLMHPC_ROOT:?set LLMHPC_ROOT}
+MPIEXEC=${MPIEXEC:-mpirun}
+PY=${LLMHPC_PYTHON:-python3}
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
+WORK=$(mktemp -d)
+trap 'rm -rf "$WORK"' EXIT
+cd "$WORK"
+failures=0
+fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
+
+TINY=(--device cpu --d-model 16 --d-ff 32 --num-layers 1 --num-heads 2 --vocab-size 64 --context-length 8)
+DELAY=40  # ms before each of rank 2's collectives: several times a tiny step
+"$PY" -c "import numpy as np; np.random.default_rng(0).integers(0, 64, 4000, dtype=np.uint16).tofile('tokens.bin')"
+
+# slow NAME args...: the run with rank 2 slowed must succeed, and the report must name rank 2 alone.
+slow() {
+  local name=$1; shift
+  LLMHPC_FAULT="rank=2,step=1,action=delay:$DELAY" timeout 120 "$MPIEXEC" --oversubscribe -np 3 "$BIN" "$@" \
+    --out "$WORK/$name" >"$WORK/$name.log" 2>&1 || { fail "$name: the run failed"; tail -15 "$WORK/$name.log"; return; }
+  grep -q "rank 2 sleeps (ms, from here on) $DELAY" "$WORK/$name.log" || fail "$name: the delay was not announced"
+  PYTHONPATH="$ROOT/analysis" "$PY" - "$WORK/$name" <<'EOF' || fail "$name: the files lack the arrival times"
+import sys
+from llmhpc_h5 import open_run
+run = open_run(sys.argv[1])
+for rf in run.files:
+    assert "clock_offset_s" in rf.attrs and rf.attrs["clock_offset_uncertainty_s"] >= 0, rf.attrs
+    assert rf.rank != 0 or rf.attrs["clock_offset_s"] == 0
+recs = [r for r in run.records(rank=None) if r.ok and "arrival_index" in r.arrays]
+assert recs, "no record with arrival_* datasets"
+for r in recs:
+    a = r.arrays
+    n = len(a["arrival_index"])
+    assert n > 0 and all(len(a[k]) == n for k in ("arrival_step", "arrival_start_s", "arrival_first_s",
+                                                  "arrival_last_s", "arrival_collectives")), r.path
+    assert (a["arrival_first_s"] >= a["arrival_start_s"]).all() and (a["arrival_last_s"] >= a["arrival_first_s"]).all()
+    assert (a["arrival_collectives"] >= 1).all()
+print(f"    {len(recs)} records with arrival times")
+EOF
+  local out
+  out=$("$PY" "$ROOT/analysis/stragglers.py" "$WORK/$name" 2>&1)
+  if ! grep -q -- "- \*\*rank 2\*\* in" <<<"$out"; then fail "$name: rank 2 is not named a straggler"; echo "$out" | tail -8;
+  elif grep -E -q -- "- \*\*rank [01]\*\* in" <<<"$out"; then fail "$name: a rank that was not slowed is named"; echo "$out" | tail -8;
+  else echo "ok   $name: $(grep -m1 -- "- \*\*rank 2\*\*" <<<"$out" | cut -c1-160)"; fi
+  "$PY" "$ROOT/analysis/report.py" "$WORK/$name" -o "$WORK/$name-report/report.md" >"$WORK/$name-report.log" 2>&1 &&
+    grep -q "^## Stragglers" "$WORK/$name-report/report.md" && grep -q -- "- \*\*rank 2\*\*" "$WORK/$name-report/report.md" ||
+    fail "$name: report.py's Stragglers section does not name rank 2"
+}
+
+slow ddp --mode ddp "${TINY[@]}" --batch-size 3 --ddp flat --warmup 1 --steps 12 --comm-timeout 60
+slow train --mode train "${TINY[@]}" --data tokens.bin --batch-size 3 --steps 14 --comm-timeout 60
+
+if [ $failures -gt 0 ]; then echo "$failures check(s) failed"; exit 1; fi
+echo "stragglers ok"
