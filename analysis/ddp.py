@@ -3,7 +3,7 @@
 
     python3 analysis/ddp.py results/ddp-20261122-103000            # aligned text
     python3 analysis/ddp.py DIR --markdown                          # markdown, for reports
-    python3 analysis/ddp.py DIR --torch torch_ddp.jsonl             # + PyTorch DDP (analysis/torch_ddp.py)
+    python3 analysis/ddp.py DIR --torch torch_ddp.jsonl             # + PyTorch DDP and FSDP2 (analysis/torch_ddp.py)
     python3 analysis/ddp.py DIR --comm results/comm-20261122-104000 # bucket model from a measured all-reduce
 
 One group of tables per setup (model, context, global batch, precision, attention, ranks):
@@ -24,12 +24,14 @@ One group of tables per setup (model, context, global batch, precision, attentio
       largest size and o = time at the smallest size less its bytes / w; without, o and w are
       fitted to the bucketed runs' measured exposed communication (least squares, o, w >= 0).
       Predicted against measured per bucket size, and b*;
-  (f) with --shard-optimizer runs: each strategy x sharding (none, broadcast, zero1) with its
-      step, exposed communication (gradients, and after a sharded optimizer the parameters'
-      collectives) and the largest rank's memory after init, before and after the optimizer,
-      its optimizer state and peak (the reference optimizer_state_sharding table); with --torch,
-      PyTorch's DDP with AdamW and with ZeroRedundancyOptimizer (torch_ddp.py --shard-optimizer
-      none,zero) as rows of their own, their memory live bytes at the same three points;
+  (f) with --shard-optimizer runs, or PyTorch records that shard: each strategy x sharding
+      (none, broadcast, zero1) with its step, exposed communication (gradients, and after a
+      sharded optimizer the parameters' collectives) and the largest rank's memory after init,
+      before and after the optimizer, its optimizer state and peak (the reference
+      optimizer_state_sharding table); with --torch, a row per PyTorch setup x sharding:
+      DDP with AdamW (none), with ZeroRedundancyOptimizer (zero), and FSDP2 (torch-fsdp2-*:
+      fsdp2, ZeRO-3, and fsdp2-noreshard, ZeRO-2-like; no bucket), from torch_ddp.py
+      --shard-optimizer none,zero,fsdp2,fsdp2-noreshard, their live bytes at the same three points;
   (g) with --shard-optimizer runs: where each strategy x sharding's step goes (forward, backward,
       the gradients' exposed communication, optimizer, the parameters' communication after it)
       and its step over the unsharded step of the same strategy and bucket size. Tables (a)-(e)
@@ -226,6 +228,15 @@ def torch_sharding(t: dict) -> str:
     return t.get("shard_optimizer", "none")
 
 
+def torch_fsdp(t: dict) -> bool:
+    """A record of PyTorch's FSDP2 (torch_ddp.py --shard-optimizer fsdp2 or fsdp2-noreshard), not of DDP."""
+    return torch_sharding(t).startswith("fsdp")
+
+
+def torch_sharding_cell(t: dict) -> str:
+    return "ZeroRedundancyOptimizer" if torch_sharding(t) == "zero" else torch_sharding(t)
+
+
 def torch_step(t: dict) -> float:
     return float(np.mean(t["step_ms_max_over_ranks"])) if t["status"] == "ok" else math.nan
 
@@ -307,10 +318,12 @@ def fit_model(n: np.ndarray, y: np.ndarray, s: float) -> tuple:
 
 def sharding_table(g: pd.DataFrame, torch_records: list, markdown: bool, title: str) -> tuple:
     """(f) The reference optimizer state sharding: per strategy and --shard-optimizer, step, exposed
-    communication and the largest rank's memory at the three points, then PyTorch's DDP with and
-    without ZeroRedundancyOptimizer where --torch has them. (the table, the PyTorch records it
-    used); empty without sharded llmhpc runs."""
-    if (g.shard_optimizer == "none").all():
+    communication and the largest rank's memory at the three points, then a row per PyTorch record
+    of the setup: DDP with and without ZeroRedundancyOptimizer, and FSDP2. (the table, the PyTorch
+    records it used); empty without sharded llmhpc runs or sharded PyTorch records."""
+    first = g.iloc[0]
+    matching = [t for t in torch_records if all(t[k] == first[k] for k in MATCH_KEYS) and t["ddp"] != "none"]
+    if (g.shard_optimizer == "none").all() and all(torch_sharding(t) == "none" for t in matching):
         return "", []
     mib = lambda v: "-" if v is None or (isinstance(v, float) and math.isnan(v)) else fmt(v / 2**20)
     rows = []
@@ -319,16 +332,20 @@ def sharding_table(g: pd.DataFrame, torch_records: list, markdown: bool, title: 
                      mib(r.memory_after_init_bytes), mib(r.memory_before_optimizer_bytes),
                      mib(r.memory_after_optimizer_bytes), mib(r.memory_after_optimizer_optimizer_bytes),
                      mib(r.peak_memory_bytes), r.status])
-    first = g.iloc[0]
-    matching = [t for t in torch_records if all(t[k] == first[k] for k in MATCH_KEYS) and t["ddp"] != "none"]
     for t in matching:
         ranks = t.get("ranks", [])
         largest = lambda key: max((p[key] for p in ranks if p.get(key) is not None), default=None)
-        rows.append([f"torch-ddp-{t['setup']}", f"{float(t['bucket_mb']):g}",
-                     "ZeroRedundancyOptimizer" if torch_sharding(t) == "zero" else "none", fmt(torch_step(t)), "-",
+        rows.append([f"torch-{'fsdp2' if torch_fsdp(t) else 'ddp'}-{t['setup']}"
+                     + (" bf16" if torch_reduce_dtype(t) == "bf16" else ""),
+                     "-" if t.get("bucket_mb") is None else f"{float(t['bucket_mb']):g}",
+                     torch_sharding_cell(t), fmt(torch_step(t)), "-",
                      mib(largest("memory_after_init_bytes")), mib(largest("memory_before_optimizer_bytes")),
                      mib(largest("memory_after_optimizer_bytes")), "-", mib(largest("peak_memory_bytes")), t["status"]])
-    return render(f"(f) optimizer state sharding: {title} (slowest-rank step; memory: the largest rank's live bytes)",
+    fsdp = any(torch_fsdp(t) for t in matching)
+    return render(f"(f) optimizer state sharding: {title} (slowest-rank step; memory: the largest rank's live bytes"
+                  + ("; PyTorch FSDP2: fsdp2 shards parameters, gradients and optimizer state (ZeRO-3), "
+                     "fsdp2-noreshard keeps a block's parameters gathered from forward to backward (ZeRO-2-like)"
+                     if fsdp else "") + ")",
                   ["Impl", "Bucket (MiB)", "Sharding", "Step (ms)", "Exposed Comm (ms)", "After init (MiB)",
                    "Before opt (MiB)", "After opt (MiB)", "Optimizer state (MiB)", "Peak (MiB)", "Status"], rows,
                   markdown), matching

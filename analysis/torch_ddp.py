@@ -1,9 +1,11 @@
 #!/usr/bin/env python3
-"""PyTorch's DistributedDataParallel on the model of analysis/torch_baseline.py, timed as
-`llmhpc --mode ddp` times its strategies, for the side-by-side table of analysis/ddp.py.
+"""PyTorch's DistributedDataParallel and FSDP2 on the model of analysis/torch_baseline.py, timed as
+`llmhpc --mode ddp` times its strategies, for the side-by-side tables of analysis/ddp.py.
 
     torchrun --standalone --nproc_per_node 2 analysis/torch_ddp.py --model xl --context-length 128 \
         --batch-size 4 --precision fp32,bf16 --setup eager,compiled --bucket-mb 1,10,25,100,1000 --out torch_ddp.jsonl
+    torchrun --standalone --nproc_per_node 2 analysis/torch_ddp.py --model xl --context-length 1024 --batch-size 8 \
+        --precision bf16 --setup eager,compiled --shard-optimizer none,zero,fsdp2,fsdp2-noreshard --out torch_ddp.jsonl
     torchrun --standalone --nproc_per_node 2 analysis/torch_ddp.py --single ... --out torch_ddp.jsonl
     mpirun -np 2 python3 analysis/torch_ddp.py ...     # Open MPI's rank variables are read too
     python3 analysis/ddp.py LLMHPC_DDP_DIR --torch torch_ddp.jsonl
@@ -25,17 +27,42 @@ a configuration is recorded as an error). --precision bf16 is autocast (fp32 mas
 no communication, every rank alone at the local batch: the compute-only baseline, llmhpc's
 `--ddp none`.
 
-Every rank times every step with CUDA events (the clock on CPUs): forward (with the loss),
-backward (zero_grad, backward and DDP's all-reduce, which backward waits for at its end),
-optimizer, and the whole step; warm-up steps untimed; one synchronize per step. Live bytes
-(torch.cuda.memory_allocated) at the reference DDP study's three points: after the model, DDP and optimizer are
-made (memory_after_init_bytes), before the first optimizer step (memory_before_optimizer_bytes:
-no optimizer state yet) and after it (memory_after_optimizer_bytes: the state exists). Rank 0
-appends one JSON line per configuration to --out: the configuration, status ("ok", "oom" if a
-rank ran out of memory, "error: ..."), `ranks` (each rank's forward_ms, backward_ms,
-optimizer_ms, step_ms arrays, the three memory points and peak_memory_bytes) and
-step_ms_max_over_ranks (the slowest rank's time of each step). An OOM that strikes only some ranks inside DDP's all-reduce can hang the job, as it
-would any DDP job: the sweep runs its configurations in the same order on every rank.
+--shard-optimizer fsdp2 and fsdp2-noreshard replace DDP by PyTorch's FSDP2
+(torch.distributed.fsdp.fully_shard over a 1-D mesh of every rank): fully_shard on each transformer
+block, then on the root module (embedding, final norm, LM head); every parameter split along dim 0,
+its gradient reduce-scattered during backward (averaged over the ranks) and its AdamW(fused=True on
+GPUs) state kept by the rank that holds the shard. `fsdp2`: reshard_after_forward=True, a block's
+gathered parameters freed after its forward and gathered again for its backward (ZeRO-3, parameters
+sharded too); `fsdp2-noreshard`: False, kept from forward to backward, one all-gather per block and
+step (ZeRO-2-like: gradients and optimizer state sharded); between steps both hold only the shards.
+Under bf16, MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32), and no autocast: FSDP2
+gathers bf16 copies of the fp32 shards and casts each block's floating inputs (the residual stream,
+the RoPE tables) to bf16, so every matmul and SDPA runs in bf16 (SDPA gets q, k and v in one dtype);
+RMSNorm and the loss compute in fp32 inside the model, as under autocast. Unlike autocast, the
+residual stream and the RoPE rotation are bf16 (autocast keeps them fp32). fp32: no policy.
+--grad-reduce-dtype bf16: reduce_dtype=bf16. FSDP2 has no buckets: --bucket-mb does not apply, and
+each fsdp2 sharding runs once per configuration (bucket_mb null in its record). `compiled` under
+FSDP2: each block compiled in place before fully_shard (PyTorch's advice for distributed wrappers is
+to compile the inner module; per block, as torchtitan does under FSDP2), the hooks that gather and
+reduce staying outside the compiled graphs; a failure to compile is recorded as that configuration's
+error status. The gradients are freed before each backward (zero_grad(set_to_none=True)), where DDP
+keeps its buckets' views.
+
+Every rank times every step with CUDA events (the clock on CPUs): forward (with the loss, and
+FSDP2's all-gathers), backward (zero_grad, backward and DDP's all-reduce or FSDP2's reduce-scatters,
+which backward waits for at its end), optimizer, and the whole step; warm-up steps untimed; one
+synchronize per step. Live bytes (torch.cuda.memory_allocated) at the reference DDP study's three
+points: after the model, DDP and optimizer are made (memory_after_init_bytes), before the first
+optimizer step (memory_before_optimizer_bytes: no optimizer state yet) and after it
+(memory_after_optimizer_bytes: the state exists), and at the end of the last step
+(memory_after_step_bytes: weights, gradients and optimizer state between steps). Rank 0 appends one
+JSON line per configuration to --out: the configuration (shard_optimizer as given; fsdp2:
+reshard_after_forward, param_dtype and reduce_dtype; autocast), status ("ok", "oom" if a rank ran
+out of memory, "error: ..."), `ranks` (each rank's forward_ms, backward_ms, optimizer_ms, step_ms
+arrays, the four memory points, peak_memory_bytes and final_loss, its local loss at the last step)
+and step_ms_max_over_ranks (the slowest rank's time of each step). An OOM that strikes only some
+ranks inside a collective can hang the job, as it would any DDP or FSDP job: the sweep runs its
+configurations in the same order on every rank.
 
 Ranks: torchrun's RANK, WORLD_SIZE, LOCAL_RANK, else Open MPI's OMPI_COMM_WORLD_RANK, _SIZE,
 _LOCAL_RANK (MASTER_ADDR defaults to 127.0.0.1 and MASTER_PORT to 29500: one node), else one
@@ -55,9 +82,11 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 RANK_VARIABLES = (("RANK", "WORLD_SIZE", "LOCAL_RANK"),
                   ("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK"))
 SETUPS = ("eager", "compiled")
-SHARDINGS = ("none", "zero")
-REDUCE_DTYPES = ("same", "bf16")  # --grad-reduce-dtype: bf16 is DDP with bf16_compress_hook
-MEMORY_POINTS = ("memory_after_init_bytes", "memory_before_optimizer_bytes", "memory_after_optimizer_bytes")
+SHARDINGS = ("none", "zero", "fsdp2", "fsdp2-noreshard")
+FSDP2 = {"fsdp2": True, "fsdp2-noreshard": False}  # --shard-optimizer value: fully_shard's reshard_after_forward
+REDUCE_DTYPES = ("same", "bf16")  # --grad-reduce-dtype: bf16 is DDP's bf16_compress_hook, FSDP2's reduce_dtype
+MEMORY_POINTS = ("memory_after_init_bytes", "memory_before_optimizer_bytes", "memory_after_optimizer_bytes",
+                 "memory_after_step_bytes")
 PRECISIONS = ("fp32", "bf16")
 SHAPE_OPTIONS = ("d_model", "d_ff", "num_layers", "num_heads")
 PHASES = ("forward_ms", "backward_ms", "optimizer_ms", "step_ms")
@@ -142,12 +171,37 @@ class Marks:
 
 
 def make_optimizer(torch, model, sharding: str, cuda: bool):
-    """AdamW, fused on GPUs; under "zero" wrapped in PyTorch's ZeRO-1 (state sharded over the ranks)."""
+    """AdamW, fused on GPUs; under "zero" wrapped in PyTorch's ZeRO-1 (state sharded over the ranks). Under
+    FSDP2 the model's parameters are already its shards (DTensors), and so is AdamW's state."""
     fused = True if cuda else None
     if sharding == "zero":
         from torch.distributed.optim import ZeroRedundancyOptimizer
         return ZeroRedundancyOptimizer(model.parameters(), optimizer_class=torch.optim.AdamW, lr=1e-3, fused=fused)
     return torch.optim.AdamW(model.parameters(), lr=1e-3, fused=fused)
+
+
+def compile_blocks(model) -> None:
+    """Each transformer block compiled in place. A function of its own, so that no local name outlives it:
+    a block held after its configuration keeps every FSDP2 state of the model alive (they share one context)."""
+    for block in model.layers:
+        block.compile()
+
+
+def fully_shard_model(torch, model, mesh, sharding: str, precision: str, reduce_dtype: str):
+    """FSDP2: fully_shard on each transformer block, then on the root module (the embedding, final norm
+    and LM head), each parameter split along dim 0 over the ranks. reshard_after_forward True (fsdp2,
+    ZeRO-3: a block's gathered parameters are freed after its forward and gathered again for its
+    backward) or False (fsdp2-noreshard: kept from forward to backward, ZeRO-2-like). Under bf16,
+    MixedPrecisionPolicy(param_dtype=bf16): the gathered parameters, and the blocks' floating
+    inputs, are cast to bf16; gradients reduce-scattered in fp32 or, with --grad-reduce-dtype bf16,
+    in bf16."""
+    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+    policy = MixedPrecisionPolicy(param_dtype=torch.bfloat16 if precision == "bf16" else None,
+                                  reduce_dtype=torch.bfloat16 if reduce_dtype == "bf16" else torch.float32)
+    for block in model.layers:
+        fully_shard(block, mesh=mesh, reshard_after_forward=FSDP2[sharding], mp_policy=policy)
+    fully_shard(model, mesh=mesh, reshard_after_forward=FSDP2[sharding], mp_policy=policy)
+    return model
 
 
 def run_config(torch, baseline, args, env, shape, ctx, batch, precision, setup, bucket_mb, sharding,
@@ -160,6 +214,8 @@ def run_config(torch, baseline, args, env, shape, ctx, batch, precision, setup, 
     cuda = device.type == "cuda"
     name, d, d_ff, layers, heads = shape
     local = batch // world
+    fsdp = sharding in FSDP2
+    autocast = precision == "bf16" and not fsdp  # FSDP2 computes in bf16 through its policy
     out = {k: [] for k in PHASES}
     model = ddp = opt = tokens = targets = loss = None
     try:
@@ -168,11 +224,16 @@ def run_config(torch, baseline, args, env, shape, ctx, batch, precision, setup, 
         torch.manual_seed(args.seed)  # the same weights everywhere; DDP broadcasts rank 0's anyway
         with device:  # initialised where it runs: an xl model made on the CPU takes longer than its steps
             model = baseline.TransformerLM(args.vocab_size, d, d_ff, layers, heads, fused=True)
-        if setup == "compiled":
+        if setup == "compiled" and fsdp:  # each block before fully_shard: FSDP2's hooks stay outside the graphs
+            compile_blocks(model)
+        elif setup == "compiled":
             model.compile()
-        ddp = model if args.single else DDP(model, device_ids=[device.index] if cuda else None,
-                                            bucket_cap_mb=bucket_mb, gradient_as_bucket_view=True)
-        if reduce_dtype == "bf16":
+        if fsdp:
+            ddp = fully_shard_model(torch, model, env["mesh"], sharding, precision, reduce_dtype)
+        else:
+            ddp = model if args.single else DDP(model, device_ids=[device.index] if cuda else None,
+                                                bucket_cap_mb=bucket_mb, gradient_as_bucket_view=True)
+        if reduce_dtype == "bf16" and not fsdp:
             from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
             ddp.register_comm_hook(None, default_hooks.bf16_compress_hook)
         opt = make_optimizer(torch, model, sharding, cuda)
@@ -192,10 +253,10 @@ def run_config(torch, baseline, args, env, shape, ctx, batch, precision, setup, 
                 heat_steps = max(1, round(heat_s * 1000 / max(float(pace.item()), 1e-3)))
                 out["heat_steps"] = heat_steps
             marks.record(0)
-            with torch.autocast(device.type, dtype=torch.bfloat16, enabled=precision == "bf16"):
+            with torch.autocast(device.type, dtype=torch.bfloat16, enabled=autocast):
                 loss = ddp(tokens, targets)
             marks.record(1)
-            opt.zero_grad(set_to_none=False)  # keeps the gradients as views of DDP's buckets
+            opt.zero_grad(set_to_none=fsdp)  # DDP: keeps the gradients as views of its buckets
             loss.backward()
             marks.record(2)
             if i == 0:
@@ -205,6 +266,9 @@ def run_config(torch, baseline, args, env, shape, ctx, batch, precision, setup, 
             if i == 0:
                 memory[MEMORY_POINTS[2]] = live()
             marks.wait()
+            if i == args.warmup + heat_steps + args.steps - 1:
+                memory[MEMORY_POINTS[3]] = live()
+                out["final_loss"] = float(loss.item())
             if i < args.warmup:
                 warm_ms.append(marks.ms(0, 3))
             elif i >= args.warmup + heat_steps:
@@ -219,10 +283,10 @@ def run_config(torch, baseline, args, env, shape, ctx, batch, precision, setup, 
     out["peak_memory_bytes"] = torch.cuda.max_memory_allocated() if cuda else None
     out["rank"] = rank
     model = ddp = opt = tokens = targets = loss = None  # freed before the next configuration, and
-    gc.collect()  # DDP's reducer with them, while the process group lives (else exit can abort)
+    torch._dynamo.reset()  # the compiled graphs first: they can hold the last model's tensors
+    gc.collect()  # DDP's reducer (or FSDP2's state) with them, while the process group lives (else exit can abort)
     if cuda:
         torch.cuda.empty_cache()
-    torch._dynamo.reset()
     return out
 
 
@@ -238,6 +302,22 @@ def merged(parts: list) -> dict:
     return rec
 
 
+def fsdp2_record(sharding: str, precision: str, reduce_dtype: str):
+    """What FSDP2 ran with, for the record (None for DDP)."""
+    if sharding not in FSDP2:
+        return None
+    return dict(reshard_after_forward=FSDP2[sharding], param_dtype="bf16" if precision == "bf16" else "fp32",
+                reduce_dtype="bf16" if reduce_dtype == "bf16" else "fp32")
+
+
+def sweep(args) -> list:
+    """[(bucket_mb, sharding, reduce dtype)] per model shape, context and batch: every bucket size x sharding x
+    reduce dtype, except that FSDP2 has no buckets: its shardings once each (bucket_mb None), at the first
+    bucket size's place."""
+    return [(None if z in FSDP2 else b, z, r) for i, b in enumerate(args.buckets) for z in split(args.shard_optimizer)
+            if i == 0 or z not in FSDP2 for r in split(args.grad_reduce_dtype)]
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--model", default="xl", help="presets of analysis/torch_baseline.py (comma-separated list sweeps)")
@@ -246,14 +326,19 @@ def main(argv=None) -> int:
     p.add_argument("--vocab-size", type=int, default=10000)
     p.add_argument("--context-length", default="128", help="(list sweeps)")
     p.add_argument("--batch-size", default="4", help="global batch, B/n sequences per rank (list sweeps)")
-    p.add_argument("--precision", default="fp32", help="fp32 | bf16 (autocast) (list sweeps)")
+    p.add_argument("--precision", default="fp32",
+                   help="fp32 | bf16 (autocast; FSDP2: MixedPrecisionPolicy, no autocast) (list sweeps)")
     p.add_argument("--setup", default="eager,compiled", help="eager | compiled (list sweeps)")
-    p.add_argument("--bucket-mb", default="25", help="DDP's bucket_cap_mb, MiB (list sweeps)")
+    p.add_argument("--bucket-mb", default="25",
+                   help="DDP's bucket_cap_mb, MiB (list sweeps); FSDP2 has no buckets and runs once whatever it is")
     p.add_argument("--shard-optimizer", default="none",
-                   help="none | zero (ZeroRedundancyOptimizer: AdamW state sharded over the ranks) (list sweeps)")
+                   help="none | zero (ZeroRedundancyOptimizer: AdamW state sharded over the ranks) | fsdp2 "
+                        "(fully_shard: parameters, gradients and AdamW state sharded, ZeRO-3) | fsdp2-noreshard "
+                        "(parameters kept gathered from forward to backward, ZeRO-2-like) (list sweeps)")
     p.add_argument("--grad-reduce-dtype", default="same",
                    help="same | bf16: DDP's gradients compressed to bf16 around each bucket's all-reduce "
-                        "(bf16_compress_hook), as llmhpc's --grad-reduce-dtype bf16 (list sweeps)")
+                        "(bf16_compress_hook), FSDP2's reduce-scattered in bf16 (reduce_dtype), as llmhpc's "
+                        "--grad-reduce-dtype bf16 (list sweeps)")
     p.add_argument("--single", action="store_true", help="no DDP: every rank alone at the local batch (baseline)")
     p.add_argument("--warmup", type=int, default=5)
     p.add_argument("--steps", type=int, default=10)
@@ -301,7 +386,10 @@ def main(argv=None) -> int:
     torch.backends.cuda.matmul.allow_tf32 = False  # fp32 means fp32, as llmhpc without --tf32
     torch.backends.cudnn.allow_tf32 = False
     dist.init_process_group("nccl" if cuda else "gloo", init_method="env://", rank=rank, world_size=world_size)
-    env = dict(rank=rank, world_size=world_size, device=device)
+    env = dict(rank=rank, world_size=world_size, device=device, mesh=None)
+    if any(z in FSDP2 for z in split(args.shard_optimizer)):  # one mesh of every rank, on the default group
+        from torch.distributed.device_mesh import init_device_mesh
+        env["mesh"] = init_device_mesh(device.type, (world_size,))
     device_name = torch.cuda.get_device_name() if cuda else "cpu"
     try:
         for setup in split(args.setup):
@@ -309,9 +397,7 @@ def main(argv=None) -> int:
                 for shape in shapes:
                     for ctx in args.contexts:
                         for batch in args.batch_sizes:
-                            for bucket_mb, sharding, reduce_dtype in (
-                                    (b, z, r) for b in args.buckets for z in split(args.shard_optimizer)
-                                    for r in split(args.grad_reduce_dtype)):
+                            for bucket_mb, sharding, reduce_dtype in sweep(args):
                                 dist.barrier()
                                 t0 = time.time()
                                 part = run_config(torch, baseline, args, env, shape, ctx, batch, precision, setup,
@@ -328,20 +414,27 @@ def main(argv=None) -> int:
                                            ddp="none" if args.single else "torch", bucket_mb=bucket_mb,
                                            shard_optimizer=sharding,
                                            grad_reduce_dtype="bf16" if reduce_dtype == "bf16" else "fp32",
-                                           gradient_as_bucket_view=not args.single, warmup=args.warmup,
-                                           steps=args.steps, torch_version=torch.__version__,
+                                           gradient_as_bucket_view=not args.single and sharding not in FSDP2,
+                                           autocast=precision == "bf16" and sharding not in FSDP2,
+                                           fsdp2=fsdp2_record(sharding, precision, reduce_dtype),
+                                           warmup=args.warmup, steps=args.steps, torch_version=torch.__version__,
                                            device_name=device_name, backend=dist.get_backend(),
                                            wall_s=time.time() - t0, **merged(parts))
                                 with open(args.out, "a") as f:
                                     f.write(json.dumps(rec) + "\n")
                                 steps = rec.get("step_ms_max_over_ranks")
-                                print(f"{name} T={ctx} B={batch} {precision} {setup} "
-                                      f"{'single' if args.single else f'DDP bucket {bucket_mb:g} MiB'}"
+                                losses = [p["final_loss"] for p in parts if p.get("final_loss") is not None]
+                                print(f"{name} T={ctx} B={batch} {precision} {setup} " +
+                                      ("single" if args.single else sharding if sharding in FSDP2 else
+                                       f"DDP bucket {bucket_mb:g} MiB") +
                                       f"{' ZeRO-1' if sharding == 'zero' else ''}"
                                       f"{' bf16 gradients' if reduce_dtype == 'bf16' else ''}: " +
-                                      (f"slowest-rank step {sum(steps) / len(steps):.2f} ms" if steps else
+                                      (f"slowest-rank step {sum(steps) / len(steps):.2f} ms, final loss "
+                                       f"{sum(losses) / len(losses):.6f} (mean over ranks)" if steps else
                                        rec["status"]), flush=True)
     finally:
+        env["mesh"] = None  # FSDP2's mesh let go before its group: one left to the exit can abort the process
+        gc.collect()
         dist.destroy_process_group()
     return 0
 

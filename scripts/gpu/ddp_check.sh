@@ -10,7 +10,9 @@
 #   shard     --shard-optimizer none,broadcast,zero1 under flat and bucketed 25 MiB, with
 #             --share-weights master,bf16 (the bf16 runs once with each), same grid (SHARD
 #             replaces those options, e.g. SHARD="--ddp bucketed --shard-optimizer none,zero1")
-#   torch     PyTorch DDP eager (25 MiB buckets) with AdamW and with ZeroRedundancyOptimizer, and
+#   torch     PyTorch eager: DDP (25 MiB buckets) with AdamW and with ZeroRedundancyOptimizer, and
+#             FSDP2 (fully_shard per block: fsdp2, ZeRO-3, and fsdp2-noreshard, ZeRO-2-like), the
+#             --shard-optimizer values in TORCH_SHARD (default none,zero,fsdp2,fsdp2-noreshard); and
 #             PyTorch alone on one GPU at the local batch (--single), same grid
 #   compute   where compute dominates: xl bf16 context 1024 global batch 8, none and bucketed
 #             (COMPUTE_BUCKET_MB, default 25,100; COMPUTE_SHARD, default none, e.g. none,zero1:
@@ -82,7 +84,8 @@ has ddp && ddp ddp "${grid[@]}" --ddp none,naive,flat,overlap,bucketed --bucket-
 read -ra shard_opts <<<"$SHARD"
 has shard && ddp shard "${grid[@]}" "${shard_opts[@]}"
 if has torch; then
-  torch_ddp "${torch_grid[@]}" --setup eager --bucket-mb 25 --shard-optimizer none,zero "${torch_args[@]}"
+  torch_ddp "${torch_grid[@]}" --setup eager --bucket-mb 25 \
+    --shard-optimizer "${TORCH_SHARD:-none,zero,fsdp2,fsdp2-noreshard}" "${torch_args[@]}"
   torch_ddp "${torch_grid[@]}" --setup eager --single
 fi
 if has compute; then

@@ -13,7 +13,9 @@ model's fit recovers o and w from exact data, --torch puts PyTorch records besid
 rows, --comm takes o and w from an all-reduce run, out-of-memory rows are shown, not fatal; bad
 input to the binary (--ddp bogus, --bucket-mb 0, a global batch the ranks do not divide) exits
 non-zero within seconds with a clear message and leaves no files. analysis/torch_ddp.py is
-compiled, and run on the CPU (gloo, 2 ranks under mpirun) only where PyTorch is installed.
+compiled, and run on the CPU (gloo, 2 ranks under mpirun) only where PyTorch is installed: DDP at
+two bucket sizes, --single, and DDP beside FSDP2 (fsdp2, fsdp2-noreshard), whose final losses
+must equal DDP's within 1e-5 relative (fp32: the same arithmetic, sharded).
 """
 import json
 import os
@@ -357,14 +359,21 @@ def check_sharding_table(work):
                         "memory_after_optimizer_bytes": 5 * 2**20, "peak_memory_bytes": 6 * 2**20},
                        {"memory_after_init_bytes": 2 * 2**20, "memory_before_optimizer_bytes": 4 * 2**20,
                         "memory_after_optimizer_bytes": 7 * 2**20, "peak_memory_bytes": 8 * 2**20}])
+    # FSDP2 (as torch_ddp.py --shard-optimizer fsdp2 writes it: no bucket) is a row of its own, its sharding as given.
+    fsdp2 = dict(zero, shard_optimizer="fsdp2", bucket_mb=None, gradient_as_bucket_view=False,
+                 fsdp2=dict(reshard_after_forward=True, param_dtype="fp32", reduce_dtype="fp32"),
+                 ranks=[dict(p, memory_after_init_bytes=2**20) for p in zero["ranks"]])
     path = os.path.join(work, "torch_zero.jsonl")
     with open(path, "w") as f:
-        f.write(json.dumps(zero) + "\n")
+        f.write(json.dumps(zero) + "\n" + json.dumps(fsdp2) + "\n")
     text = run([sys.executable, DDP_PY, out, "--torch", path]).stdout
     table = fp32_table(text, "(f) optimizer state sharding")
     row = next((line.split() for line in table.splitlines() if "ZeroRedundancyOptimizer" in line), None)
     assert row and row[0] == "torch-ddp-eager" and [float(x) for x in (row[3], row[5], row[6], row[7], row[9])] == \
         [4.0, 2.0, 4.0, 7.0, 8.0], f"PyTorch's ZeRO-1 row (step 4.00, MiB 2/4/7, peak 8):\n{table}"
+    row = next((line.split() for line in table.splitlines() if line.startswith("torch-fsdp2-eager")), None)
+    assert row and row[1:3] == ["-", "fsdp2"] and [float(x) for x in (row[3], row[5], row[6], row[7], row[9])] == \
+        [4.0, 1.0, 4.0, 7.0, 8.0], f"PyTorch's FSDP2 row (no bucket, step 4.00, MiB 1/4/7, peak 8):\n{table}"
     assert "PyTorch Step (ms)" not in text and "match no llmhpc setup" not in text, f"ZeRO is not a (d) row:\n{text}"
 
 
@@ -405,7 +414,31 @@ def check_torch_ddp(out, work, np_):
         assert steps.shape == (np_, 2) and np.allclose(r["step_ms_max_over_ranks"], steps.max(axis=0)), r
     text = run([sys.executable, DDP_PY, out, "--torch", path]).stdout
     assert "(d) llmhpc vs PyTorch" in text and "match no llmhpc setup" not in text, f"torch_ddp.py's records:\n{text}"
-    print("torch_ddp.py: ran on the CPU (gloo), and ddp.py put it beside llmhpc")
+    # FSDP2 beside DDP: no bucket, once each whatever --bucket-mb lists, the same losses in fp32 (the
+    # gradients averaged as DDP averages them, AdamW on each rank's shards).
+    path = os.path.join(work, "torch_fsdp2.jsonl")
+    cmd = mpiexec() + ["-np", str(np_), "-x", "MASTER_PORT", sys.executable, TORCH_DDP_PY, "--device", "cpu",
+                       *map(str, MODEL), "--context-length", str(T), "--batch-size", str(BATCH), "--setup", "eager",
+                       "--bucket-mb", f"{TINY_MB},{HUGE_MB}", "--shard-optimizer", "none,fsdp2,fsdp2-noreshard",
+                       "--warmup", "1", "--steps", "4", "--out", path]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env)
+    assert proc.returncode == 0, f"torch_ddp.py --shard-optimizer fsdp2 failed: {proc.stdout}\n{proc.stderr}"
+    records = [json.loads(line) for line in open(path)]
+    assert [(r["shard_optimizer"], r["bucket_mb"]) for r in records] == [
+        ("none", TINY_MB), ("fsdp2", None), ("fsdp2-noreshard", None), ("none", HUGE_MB)], records
+    ddp_losses = [p["final_loss"] for p in records[0]["ranks"]]
+    for r in records:
+        assert r["status"] == "ok" and len(r["ranks"]) == np_, r
+        losses = [p["final_loss"] for p in r["ranks"]]
+        assert all(abs(a - b) <= 1e-5 * abs(b) for a, b in zip(losses, ddp_losses)), \
+            f"{r['shard_optimizer']}: final losses {losses}, DDP's {ddp_losses}"
+        assert all("memory_after_step_bytes" in p for p in r["ranks"]), r
+        want = dict(reshard_after_forward=r["shard_optimizer"] == "fsdp2", param_dtype="fp32", reduce_dtype="fp32")
+        assert r["fsdp2"] == (want if r["bucket_mb"] is None else None), r["fsdp2"]
+    text = run([sys.executable, DDP_PY, out, "--torch", path]).stdout
+    assert "torch-fsdp2-eager" in text and "fsdp2-noreshard" in text and "match no llmhpc setup" not in text, \
+        f"FSDP2's records in table (f):\n{text}"
+    print("torch_ddp.py: ran on the CPU (gloo), DDP and FSDP2 to the same losses, and ddp.py put them beside llmhpc")
 
 
 def main():
