@@ -118,6 +118,16 @@ int64_t Runtime::reduce_all(int64_t mine, HostReduce op) const {
   return out;
 }
 
+MPI_Comm Runtime::split(int color) const {
+  MPI_Comm out = MPI_COMM_NULL;
+  MPI_CHECK(MPI_Comm_split(MPI_COMM_WORLD, color, rank, &out));
+  return out;
+}
+
+void Runtime::free_split(MPI_Comm& comm) {
+  if (comm != MPI_COMM_NULL) MPI_Comm_free(&comm);
+}
+
 double Runtime::sum_in_rank_order(double mine) const {
   std::vector<double> all(static_cast<size_t>(world_size));
   WatchedCall watched("allgather", sizeof mine);

@@ -33,6 +33,11 @@ struct Runtime {
   // own reduction may add in a different order on each, and a sharded optimizer's ranks must
   // agree on the gradient norm they clip by).
   double sum_in_rank_order(double mine) const;
+  // The ranks that pass the same `color`, in rank order, as a new MPI communicator (collective:
+  // every rank calls it); give it back with free_split(). What a communicator over some of the
+  // ranks is made from (CommOptions::parent).
+  MPI_Comm split(int color) const;
+  static void free_split(MPI_Comm& comm);
   // Every rank's `mine` (any lengths) to rank 0, which gets them one at a time in rank order
   // through `take` (rank, values), so it never holds more than one rank's besides its own;
   // `take` runs on rank 0 only. What a sharded optimizer's state takes to one file.

@@ -146,10 +146,10 @@ void load_checkpoint_into_shards(const std::string& path, UnitShards& shards, Ad
   opt.set_steps_taken(file.state->step);
 }
 
-GradClipping gradient_clipping(double max_norm, Sharding sharding, const Runtime& rt) {
+GradClipping gradient_clipping(double max_norm, Sharding sharding, const Runtime& rt, int replicas) {
   GradClipping clipping{max_norm, nullptr};
   if (sharding != Sharding::None)
-    clipping.sum_over_ranks = [rt](double squares) { return rt.sum_in_rank_order(squares); };
+    clipping.sum_over_ranks = [rt, replicas](double squares) { return rt.sum_in_rank_order(squares) / replicas; };
   return clipping;
 }
 
@@ -162,7 +162,7 @@ LocalBatch local_batch(int64_t global_batch, int rank, int world_size) {
 }
 
 std::unique_ptr<Communicator> make_gradient_communicator(const Runtime& rt, const std::string& backend, Device& dev,
-                                                         bool copy_engines) {
+                                                         bool copy_engines, int color) {
   if (backend == "mpi" && dev.kind() == DeviceKind::Cuda)
     throw UsageError("{backend} mpi reduces host buffers, but the model's gradients are on the GPU: use {backend} "
                      "nccl (or auto) with {device} cuda, or {device} cpu with mpi");
@@ -176,7 +176,36 @@ std::unique_ptr<Communicator> make_gradient_communicator(const Runtime& rt, cons
   o.backend = backend == "nccl" ? CommBackend::Nccl : CommBackend::Mpi;
   o.gpu = dev.ordinal();
   o.compute_stream = dev.native_stream();
-  return make_communicator(o);
+  if (color < 0) return make_communicator(o);
+  o.parent = rt.split(color);
+  std::unique_ptr<Communicator> comm = make_communicator(o);  // which duplicates the parent
+  Runtime::free_split(o.parent);
+  return comm;
+}
+
+int resolve_shard_group(int shard_group, const Runtime& rt) {
+  int group = shard_group > 0 ? shard_group : rt.local_size;
+  if (shard_group <= 0 &&
+      rt.reduce_all(int64_t(group), HostReduce::Min) != rt.reduce_all(int64_t(group), HostReduce::Max))
+    throw UsageError("{shard_group} node shards within each node, and this job's nodes hold different numbers of "
+                     "ranks: give {shard_group} a number of ranks that divides " +
+                     std::to_string(rt.world_size));
+  if (rt.world_size % group != 0)
+    throw UsageError("{shard_group} " + std::to_string(group) + " does not divide the " +
+                     std::to_string(rt.world_size) + " ranks into equal groups: give a divisor of " +
+                     std::to_string(rt.world_size));
+  return group;
+}
+
+ShardGroups make_shard_groups(const Runtime& rt, const std::string& backend, Device& dev, int group) {
+  ShardGroups g;
+  if (group == rt.world_size) {
+    g.shard = make_gradient_communicator(rt, backend, dev, false);
+    return g;
+  }
+  g.shard = make_gradient_communicator(rt, backend, dev, false, rt.rank / group);
+  g.replicas = make_gradient_communicator(rt, backend, dev, false, rt.rank % group);
+  return g;
 }
 
 void check_parallelism(const Parallelism& p, Precision precision, MemoryPlan memory, int world_size) {
@@ -187,6 +216,14 @@ void check_parallelism(const Parallelism& p, Precision precision, MemoryPlan mem
   if (p.reduce_in_bf16 && p.strategy == SyncStrategy::None)
     throw UsageError("{grad_reduce_dtype} bf16 says what the ranks' gradients are averaged in, and {ddp} none "
                      "averages nothing (one rank trains alone by default): give several ranks, or leave it out");
+  if (p.shard_group > 0 && !shards_parameters(p.sharding))
+    throw UsageError(std::string("{shard_group} says how many ranks share one copy of the model state under "
+                                 "{shard_optimizer} zero2 or zero3, and this run uses ") +
+                     sharding_name(p.sharding) + ": leave it out");
+  if (p.shard_group > 0 && world_size % p.shard_group != 0)
+    throw UsageError("{shard_group} " + std::to_string(p.shard_group) + " does not divide the " +
+                     std::to_string(world_size) + " ranks into equal groups: give a divisor of " +
+                     std::to_string(world_size));
   if (shards_parameters(p.sharding)) {
     const std::string stage = std::string("{shard_optimizer} ") + sharding_name(p.sharding);
     if (p.reduce_in_bf16)

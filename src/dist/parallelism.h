@@ -39,6 +39,10 @@ struct Parallelism {
   ShareWeights share_weights = ShareWeights::Auto;
   CollectiveEngine engine = CollectiveEngine::Auto;
   bool reduce_in_bf16 = false;  // fp32 gradients travel and are averaged as bf16
+  // zero2, zero3: how many ranks share one copy of the model state (hybrid sharding: sharded
+  // within each group of consecutive ranks, replicated across the groups, as torchtitan's HSDP);
+  // 0: the ranks of one node (every rank when the job is one node).
+  int shard_group = 0;
 };
 
 // Throws UsageError (naming the fields) where `p` cannot run a model of `precision` and
@@ -90,10 +94,25 @@ std::unique_ptr<GradientSync> make_model_sync(const SyncPlan& plan, Communicator
 
 // The communicator the gradients are reduced over: nccl on the model's GPU, ordered after its
 // compute stream; mpi where the model lives in host memory. `copy_engines`: the run asks for
-// them, so copy_engines_unavailable is an error. Collective; throws the same UsageError on
-// every rank (wrap it in collective_check).
+// them, so copy_engines_unavailable is an error. `color` >= 0: over the ranks of that color only
+// (Runtime::split). Collective; throws the same UsageError on every rank (wrap it in
+// collective_check).
 std::unique_ptr<Communicator> make_gradient_communicator(const Runtime& rt, const std::string& backend, Device& dev,
-                                                         bool copy_engines);
+                                                         bool copy_engines, int color = -1);
+
+// Hybrid sharding's groups: `shard_group` (Parallelism::shard_group) resolved to a number of
+// ranks, the same on every rank: 0 takes the ranks of one node, which must then be the same
+// number on every node. Throws UsageError where the groups would not divide the ranks evenly.
+// Collective.
+int resolve_shard_group(int shard_group, const Runtime& rt);
+// The communicators of zero2 and zero3 over groups of `group` consecutive ranks: `shard` over
+// this rank's group, where the shards are cut; `replicas` over the ranks holding the same part
+// in every group, where the groups' gradients are averaged (null when one group holds every
+// rank). Collective.
+struct ShardGroups {
+  std::unique_ptr<Communicator> shard, replicas;
+};
+ShardGroups make_shard_groups(const Runtime& rt, const std::string& backend, Device& dev, int group);
 
 // Writes `path` on rank 0 with the parameters and the whole optimizer state, in the layout of
 // an unsharded run: under sharding every rank sends the state it owns (plan.owned) to rank 0,
@@ -111,7 +130,9 @@ void load_checkpoint_into_shards(const std::string& path, UnitShards& shards, Ad
 // Gradient clipping at `max_norm` for this rank's optimizer: under a sharded optimizer a rank
 // holds the averaged gradients of its own ranges only, so the ranks add their sums of squares
 // in rank order (Runtime::sum_in_rank_order); unsharded, each rank's sum is the whole.
-GradClipping gradient_clipping(double max_norm, Sharding sharding, const Runtime& rt);
+// Under hybrid sharding `replicas` groups hold the same gradients: the sum over ranks counts each
+// once (divided by the groups).
+GradClipping gradient_clipping(double max_norm, Sharding sharding, const Runtime& rt, int replicas = 1);
 
 // This rank's sequences of a global batch: rank r of n takes [r*B/n, (r+1)*B/n). Throws
 // UsageError when the batch does not divide by the ranks (the same verdict on every rank).

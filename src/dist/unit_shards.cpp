@@ -83,50 +83,30 @@ SyncPlan unit_plan(const ParameterLayout& layout, SyncStrategy strategy, Shardin
   return plan;
 }
 
-UnitShards::UnitShards(const SyncPlan& plan, Communicator& comm, TransformerLM& model, Ops& ops)
-    : stage_(plan.sharding), comm_(comm), model_(model), ops_(ops), device_(model.device()),
+UnitShards::UnitShards(const SyncPlan& plan, Communicator& comm, TransformerLM& model, Ops& ops, Communicator* replicas)
+    : stage_(plan.sharding), comm_(comm), replicas_(replicas), model_(model), ops_(ops), device_(model.device()),
       shards_(model.layout(), comm.size(), plan.alignment), plan_(plan) {
   LLMHPC_CHECK(shards_parameters(stage_), "UnitShards runs zero2 or zero3");
   LLMHPC_CHECK(plan.ranks == comm.size(), "the plan was made for another number of ranks");
   LLMHPC_CHECK(plan.buckets.size() == model.layout().units().size(), "a unit plan of another model");
   LLMHPC_CHECK(model.storage() == ParameterStorage::Sharded,
                "UnitShards holds the parameters of a model that keeps none");
-  Allocator& a = device_.allocator();
-  const DType pd = param_dtype(model.precision()), cd = compute_dtype(model.precision());
-  const int64_t S = shards_.shard_elements;
-  const int n = comm.size();
-  master_ = Buffer(a, pd, {S}, "params.shard");
-  grads_ = Buffer(a, model.grad_dtype(), {S}, "grads.shard");
+  master_ = Buffer(device_.allocator(), param_dtype(model.precision()), {shards_.shard_elements}, "params.shard");
   device_.fill_zero(master_.tensor().data, master_.tensor().bytes());
-  device_.fill_zero(grads_.tensor().data, grads_.tensor().bytes());
-  if (cd != pd) {
-    lowp_ = Buffer(a, cd, {S}, "params.bf16.shard");
-    device_.fill_zero(lowp_.tensor().data, lowp_.tensor().bytes());
-  }
   const size_t units = shards_.units.size();
-  int64_t largest[2] = {0, 0};
-  for (size_t u = 0; u < units; ++u)
-    for (llmhpc::Lane l : kLanes) largest[size_t(l)] = std::max(largest[size_t(l)], shards_.lane(u, l).part * n);
-  // ZeRO-3: two places as large as the largest unit's lanes; ZeRO-2: one per unit, its own size.
+  // ZeRO-3: two places, each taken for the unit gathered into it; ZeRO-2: one per unit, kept.
   places_ = std::vector<Place>(stage_ == Sharding::Zero3 ? 2 : units);
-  for (size_t k = 0; k < places_.size(); ++k)
-    for (llmhpc::Lane l : kLanes) {
-      const int64_t size = stage_ == Sharding::Zero3 ? largest[size_t(l)] : shards_.lane(k, l).part * n;
-      if (size > 0) places_[k].lanes[size_t(l)] = Buffer(a, lane_dtype(l), {size}, "params.gathered");
-    }
-  for (Window& w : windows_)
-    for (llmhpc::Lane l : kLanes)
-      if (largest[size_t(l)] > 0)
-        w.lanes[size_t(l)] = Buffer(a, model.grad_dtype(), {largest[size_t(l)]}, "grads.window");
-
   stats_.buckets = int64_t(units);
   model.set_parallel_hooks(this);
 }
 
+
 UnitShards::~UnitShards() {
   for (Place& p : places_) p.pending.clear();  // completes (mpi) or releases (nccl) what is in flight
   for (Window& w : windows_) w.pending.clear();
+  for (Window& w : kept_) w.pending.clear();
   comm_.synchronize();  // nothing may still read or write the buffers as they go
+  device_.synchronize();
   model_.set_parallel_hooks(nullptr);
 }
 
@@ -134,9 +114,6 @@ DType UnitShards::lane_dtype(llmhpc::Lane lane) const {
   return lane == llmhpc::Lane::Matrices ? compute_dtype(model_.precision()) : param_dtype(model_.precision());
 }
 
-Tensor UnitShards::lane_source(llmhpc::Lane lane) const {
-  return lane == llmhpc::Lane::Matrices && !lowp_.empty() ? lowp_.tensor() : master_.tensor();
-}
 
 int UnitShards::unit_index(const ParamUnit& unit) const {
   const std::vector<ParamUnit>& units = model_.layout().units();
@@ -157,13 +134,29 @@ void UnitShards::gather(int unit, Place& place) {
   place.unit = unit;
   place.version = version_;
   const int n = comm_.size();
+  // Each lane in the dtype the model reads it in: this rank's part of the masters written into its
+  // slot of the place (cast to bf16 for the matrices under bf16: round to nearest even, as AdamW
+  // writes a bf16 copy, so the gathered weights are bitwise the unsharded run's copy), then
+  // gathered in place. The place is taken for this unit's size: ZeRO-3 holds no more than the
+  // two units in use (the caching allocator gives the blocks back without a device allocation).
+  Tensor slots[2];
+  for (llmhpc::Lane l : kLanes) {
+    const ShardLayout::Lane& lane = shards_.lane(size_t(unit), l);
+    Buffer& buffer = place.lanes[size_t(l)];
+    if (buffer.empty() || buffer.tensor().numel() != lane.part * n) {
+      buffer.release();
+      if (lane.part > 0) buffer = Buffer(device_.allocator(), lane_dtype(l), {lane.part * n}, "params.gathered");
+    }
+    if (lane.part == 0) continue;
+    slots[size_t(l)] = buffer.tensor().slice(int64_t(comm_.rank()) * lane.part, {lane.part});
+    ops_.convert(slots[size_t(l)], master_.tensor().slice(lane.shard_offset, {lane.part}));
+  }
   comm_.group_start();
   for (llmhpc::Lane l : kLanes) {
     const ShardLayout::Lane& lane = shards_.lane(size_t(unit), l);
     if (lane.part == 0) continue;
-    const Tensor mine = lane_source(l).slice(lane.shard_offset, {lane.part});
-    place.pending.push_back(
-        comm_.all_gather_async(mine.data, place.lanes[size_t(l)].tensor().data, size_t(lane.part), lane_dtype(l)));
+    place.pending.push_back(comm_.all_gather_async(slots[size_t(l)].data, place.lanes[size_t(l)].tensor().data,
+                                                   size_t(lane.part), lane_dtype(l)));
     const int64_t es = int64_t(dtype_size(lane_dtype(l)));
     counting_.param_collectives += 1;
     counting_.param_bytes += lane.part * n * es;
@@ -177,11 +170,23 @@ void UnitShards::gather_for_forward() {
   if (stage_ == Sharding::Zero2) {
     for (size_t u = 0; u < places_.size(); ++u) gather(int(u), places_[u]);
   } else {
-    gather(0, places_[0]);  // the rest as forward asks, one unit ahead
+    // Between steps a rank holds its shard only (FSDP2 likewise gathers its root unit as the
+    // next forward begins): forward gathers each unit as it asks, one ahead.
+    for (Place& p : places_) {
+      p.pending.clear();
+      for (Buffer& b : p.lanes) b.release();
+      p.unit = -1;
+    }
   }
 }
 
-void UnitShards::begin_step() {}
+void UnitShards::begin_step() { take_gradients(); }
+
+void UnitShards::take_gradients() {
+  // Every element is written by a reduce-scatter each step (padding included): no zeroing.
+  if (grads_.empty())
+    grads_ = Buffer(device_.allocator(), model_.grad_dtype(), {shards_.shard_elements}, "grads.shard");
+}
 
 UnitView UnitShards::unit_parameters(const ParamUnit& unit, const ParamUnit* next) {
   const int u = unit_index(unit);
@@ -201,10 +206,19 @@ UnitView UnitShards::unit_parameters(const ParamUnit& unit, const ParamUnit* nex
   return {place->lanes[0].tensor(), place->lanes[1].tensor()};
 }
 
-UnitView UnitShards::unit_gradients(const ParamUnit& unit) {
-  const int u = unit_index(unit);
+UnitShards::Window& UnitShards::window_for(int unit) {
+  if (accumulating_) {
+    if (kept_.size() != shards_.units.size()) kept_ = std::vector<Window>(shards_.units.size());
+    return kept_[size_t(unit)];
+  }
   Window& w = windows_[next_window_];
   next_window_ ^= 1;
+  return w;
+}
+
+UnitView UnitShards::unit_gradients(const ParamUnit& unit) {
+  const int u = unit_index(unit);
+  Window& w = window_for(u);
   for (CommHandle& h : w.pending) h.wait();  // its last reduce-scatter has read it
   w.pending.clear();
   w.unit = u;
@@ -212,8 +226,13 @@ UnitView UnitShards::unit_gradients(const ParamUnit& unit) {
   UnitView view;
   for (llmhpc::Lane l : kLanes) {
     const ShardLayout::Lane& lane = shards_.lane(size_t(u), l);
+    Buffer& buffer = w.lanes[size_t(l)];
+    if (buffer.empty() || buffer.tensor().numel() != lane.part * n) {  // taken for this unit's size
+      buffer.release();
+      if (lane.part > 0) buffer = Buffer(device_.allocator(), model_.grad_dtype(), {lane.part * n}, "grads.window");
+    }
     if (lane.part == 0) continue;
-    const Tensor t = w.lanes[size_t(l)].tensor().slice(0, {lane.part * n});
+    const Tensor t = buffer.tensor();
     // The padding past the lane travels in the reduce-scatter: zero, so the padding of the
     // gradient shards stays zero (and AdamW keeps zero weights there).
     const Tensor padding = t.slice(lane.elements, {lane.part * n - lane.elements});
@@ -225,9 +244,13 @@ UnitView UnitShards::unit_gradients(const ParamUnit& unit) {
 
 void UnitShards::gradients_final(int64_t begin, int64_t end) {
   const int u = unit_index(ParamUnit{{begin, end}, {0, 0}});
-  Window* w = windows_[0].unit == u ? &windows_[0] : windows_[1].unit == u ? &windows_[1] : nullptr;
+  Window* w = accumulating_ && size_t(u) < kept_.size() ? &kept_[size_t(u)]
+              : windows_[0].unit == u                   ? &windows_[0]
+              : windows_[1].unit == u                   ? &windows_[1]
+                                                        : nullptr;
   LLMHPC_CHECK(w != nullptr, "gradients final for a unit whose gradients backward was not given a window for");
   NvtxRange range("reduce-scatter");
+  take_gradients();
   const int n = comm_.size();
   const DType gd = grads_.tensor().dtype;
   const int64_t es = int64_t(dtype_size(gd));
@@ -243,13 +266,32 @@ void UnitShards::gradients_final(int64_t begin, int64_t end) {
     counting_.bus_bytes += lane.part * (n - 1) * es;
   }
   comm_.group_end();
-  w->unit = -1;
+  if (!accumulating_) w->unit = -1;
 }
 
 void UnitShards::finish() {
+  // The windows go back once the compute stream waits for their reductions: whatever takes
+  // their blocks next is ordered after that.
   for (Window& w : windows_) {
     for (CommHandle& h : w.pending) h.wait();
     w.pending.clear();
+    for (Buffer& b : w.lanes) b.release();
+    w.unit = -1;
+  }
+  for (Window& w : kept_) {  // kept for the next step's micro-batches
+    for (CommHandle& h : w.pending) h.wait();
+    w.pending.clear();
+  }
+  // Hybrid sharding: each group averaged its own ranks' gradients; the groups' averages are
+  // averaged in turn, over the ranks that hold the same part. Once, after backward: the
+  // reduce-scatters it follows are waited for above (not overlapped with backward yet).
+  if (replicas_ && replicas_->size() > 1 && !grads_.empty()) {
+    const Tensor g = grads_.tensor();
+    replicas_->all_reduce(g.data, g.data, size_t(g.numel()), g.dtype, ReduceOp::Average);
+    const int64_t m = replicas_->size(), bytes = int64_t(g.bytes());
+    counting_.collectives += 1;
+    counting_.bytes += bytes;
+    counting_.bus_bytes += 2 * (m - 1) * bytes / m;
   }
 }
 
@@ -257,15 +299,17 @@ bool UnitShards::finish_parameters() {
   stats_ = counting_;  // the step's collectives: forward's and backward's gathers, backward's reductions
   stats_.buckets = int64_t(shards_.units.size());
   counting_ = {};
+  grads_.release();  // read by the optimizer, enqueued before this: as zero_grad(set_to_none=True)
   ++version_;
   gather_for_forward();
   return false;  // the model asks for every unit anyway
 }
 
-AdamW::Shard UnitShards::optimizer_shard() const { return {master_.tensor(), grads_.tensor(), lowp_.tensor()}; }
+AdamW::Shard UnitShards::optimizer_shard() {
+  return {master_.tensor(), [this] { return grads_.tensor(); }};
+}
 
 void UnitShards::refresh() {
-  if (!lowp_.empty()) ops_.convert(lowp_, master_);
   ++version_;
   gather_for_forward();
 }

@@ -5,8 +5,8 @@
 // Who holds what (ShardLayout): each lane of each unit (its matrices, its other parameters:
 // ParamUnit) is cut into n equal parts of `part` elements (the lane rounded up to n x the
 // alignment), part r to rank r; a rank's shard is its parts one after another, unit by unit,
-// lane by lane. For its shard only, a rank keeps the master weights, their gradients, AdamW's m
-// and v and, under bf16, the bf16 copy AdamW writes: 16 (18 with bf16) bytes x parameters / n.
+// lane by lane. For its shard only, a rank keeps the master weights and AdamW's m and v, and from
+// backward to the optimizer their gradients: 16 bytes x parameters / n at most, 12 between steps.
 //
 // One step, through the model's ParallelHooks:
 //   forward    unit_parameters(u): the unit's lanes all-gathered from every rank's parts into a
@@ -30,8 +30,11 @@
 // Each element is updated by its owner alone, with AdamW's unchanged arithmetic on the averaged
 // gradient, so the weights are bitwise those of the unsharded optimizer wherever the
 // reduce-scatter adds the ranks' gradients in the all-reduce's order (any order on 2 ranks).
-// Micro-batches would need every unit's gradients kept until the last backward: not supported
-// (the modes refuse it).
+// Micro-batches (accumulate_micro_batches): every unit keeps a window of its own from the first
+// micro-batch's backward to the step's reductions, the earlier backward passes adding into it
+// and the last one's reduce-scatters emptying it, so the sum is the unsharded run's, bitwise; the
+// windows then hold the whole model's gradients, as PyTorch FSDP2 keeps unsharded gradients while
+// it does not synchronise.
 #pragma once
 #include <array>
 #include <memory>
@@ -74,9 +77,13 @@ SyncPlan unit_plan(const ParameterLayout& layout, SyncStrategy strategy, Shardin
 
 class UnitShards final : public GradientSync {
  public:
-  // `plan` from unit_plan; `model` has ParameterStorage::Sharded and runs its ops on `ops`.
-  // Collective. The model asks it for its parameters from here on (set_parallel_hooks).
-  UnitShards(const SyncPlan& plan, Communicator& comm, TransformerLM& model, Ops& ops);
+  // `plan` from unit_plan over `comm`'s ranks; `model` has ParameterStorage::Sharded and runs its
+  // ops on `ops`. Hybrid sharding: `comm` is this rank's group and `replicas` the ranks holding the
+  // same part in the other groups (make_shard_groups), over which each step's gradient shard is
+  // averaged after backward. Collective. The model asks it for its parameters from here on
+  // (set_parallel_hooks).
+  UnitShards(const SyncPlan& plan, Communicator& comm, TransformerLM& model, Ops& ops,
+             Communicator* replicas = nullptr);
   ~UnitShards() override;
 
   const SyncPlan& plan() const override { return plan_; }
@@ -89,8 +96,13 @@ class UnitShards final : public GradientSync {
   void finish() override;
   bool finish_parameters() override;
 
-  // What this rank's optimizer updates: AdamW(model, ops, hyper, optimizer_shard()).
-  AdamW::Shard optimizer_shard() const;
+  // The step's backward runs in several micro-batches, their gradients added up before the step's
+  // reductions (train's --grad-accum): each unit gets a window of its own, kept across them.
+  void accumulate_micro_batches(bool on) { accumulating_ = on; }
+
+  // What this rank's optimizer updates: AdamW(model, ops, hyper, optimizer_shard()). Its gradients
+  // exist from the step's backward to the end of its optimizer (finish_parameters()).
+  AdamW::Shard optimizer_shard();
   // The model's initial parameters (TransformerLM::init_parameter, from `seed` on every rank),
   // each rank writing its parts only. Collective.
   void initialize(uint64_t seed);
@@ -120,26 +132,31 @@ class UnitShards final : public GradientSync {
   int unit_index(const ParamUnit& unit) const;
   Place* resident(int unit);
   void gather(int unit, Place& place);
-  void gather_for_forward();                    // after the parameters changed
-  void refresh();                               // the masters changed: the bf16 copy again, then gathered anew
-  Tensor lane_source(llmhpc::Lane lane) const;  // the shard a lane travels from
+  void gather_for_forward();  // after the parameters changed
+  void refresh();             // the masters changed: the bf16 copy again, then gathered anew
   DType lane_dtype(llmhpc::Lane lane) const;
+  void take_gradients();  // the gradient shard, for this step's reductions
 
   Sharding stage_;
   Communicator& comm_;
+  Communicator* replicas_;
   TransformerLM& model_;
   Ops& ops_;
   Device& device_;
   ShardLayout shards_;
   SyncPlan plan_;
-  SyncStats stats_;               // of the last whole step
-  SyncStats counting_;            // since the last finish_parameters()
-  Buffer master_, grads_, lowp_;  // this rank's shard
+  SyncStats stats_;     // of the last whole step
+  SyncStats counting_;  // since the last finish_parameters()
+  Buffer master_;       // this rank's shard of the master weights
+  Buffer grads_;        // and of the averaged gradients: from backward to the optimizer
   std::vector<Place> places_;
   Place* last_ = nullptr;  // the place of the unit asked for last
   Window windows_[2];
   int next_window_ = 0;
-  int64_t version_ = 0;  // changes whenever the parameters do
+  bool accumulating_ = false;
+  std::vector<Window> kept_;     // accumulating: one window per unit
+  Window& window_for(int unit);  // where backward writes `unit`'s gradients now
+  int64_t version_ = 0;          // changes whenever the parameters do
 };
 
 }  // namespace llmhpc

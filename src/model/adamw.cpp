@@ -20,9 +20,7 @@ AdamW::AdamW(TransformerLM& model, Ops& ops, const AdamWHyper& hyper, std::vecto
 
 AdamW::AdamW(TransformerLM& model, Ops& ops, const AdamWHyper& hyper, Shard shard)
     : model_(model), ops_(ops), hyper_(hyper), owned_({{0, shard.params.numel()}}), shard_(shard) {
-  LLMHPC_CHECK(!shard.params.empty() && shard.grads.numel() == shard.params.numel() &&
-                   (shard.lowp.empty() || shard.lowp.numel() == shard.params.numel()),
-               "an optimizer shard needs parameters, gradients and any bf16 copy of one length");
+  LLMHPC_CHECK(!shard.params.empty() && shard.grads, "an optimizer shard needs parameters and their gradients");
 }
 
 void AdamW::allocate_state() {

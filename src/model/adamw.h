@@ -35,8 +35,8 @@ class AdamW {
   // Buffers of the same kind held elsewhere: a shard of sharded parameters (src/dist), its own
   // flat coordinates [0, params.numel()), every element updated.
   struct Shard {
-    Tensor params, grads;  // the master weights and their gradients
-    Tensor lowp;           // the bf16 copy the update refreshes, or empty
+    Tensor params;                  // the master weights
+    std::function<Tensor()> grads;  // where their gradients are at the step (a shard holds them only then)
   };
   AdamW(TransformerLM& model, Ops& ops, const AdamWHyper& hyper, Shard shard);
 
@@ -74,8 +74,8 @@ class AdamW {
   // The buffers updated: the model's (read each step: its bf16 copy may be let go and taken
   // again), or the shard's.
   Tensor params() const { return shard_.params.empty() ? model_.params() : shard_.params; }
-  Tensor grads() const { return shard_.params.empty() ? model_.grads() : shard_.grads; }
-  Tensor lowp() const { return shard_.params.empty() ? model_.params_lowp() : shard_.lowp; }
+  Tensor grads() const { return shard_.params.empty() ? model_.grads() : shard_.grads(); }
+  Tensor lowp() const { return shard_.params.empty() ? model_.params_lowp() : Tensor(); }
   int64_t parameters() const { return shard_.params.empty() ? model_.layout().total() : shard_.params.numel(); }
 
   TransformerLM& model_;

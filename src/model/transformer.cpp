@@ -311,8 +311,11 @@ void TransformerLM::need_unit(int u, int next) {
 void TransformerLM::open_unit_gradients(int u, ParallelHooks* listener) {
   const ParamUnit& unit = layout_.units()[size_t(u)];
   if (storage_ == ParameterStorage::Local) return open_gradients(unit.range.begin, unit.range.end);
-  LLMHPC_CHECK(listener != nullptr, "backward under sharded parameters needs the hooks that hold them");
-  const UnitView g = listener->unit_gradients(unit);
+  // A backward that reports to nobody (a micro-batch before the last) still writes where the
+  // holder of the parameters says.
+  ParallelHooks* holder = listener ? listener : hooks_;
+  LLMHPC_CHECK(holder != nullptr, "backward under sharded parameters needs the hooks that hold them");
+  const UnitView g = holder->unit_gradients(unit);
   auto holds = [&](const Tensor& lane, Lane which) {
     return unit.elements(which) == 0 || (!lane.empty() && lane.numel() >= unit.elements(which));
   };
@@ -506,9 +509,9 @@ std::vector<std::pair<std::string, DType>> TransformerLM::storage_dtypes() const
 
 void TransformerLM::backward(ParallelHooks* listener, bool accumulate) {
   LLMHPC_CHECK(act_ != nullptr && has_targets_ && logits_fresh_, "backward() needs its own forward pass with targets");
-  LLMHPC_CHECK(!accumulate || !grads_.empty(), "accumulating gradients needs GradientStorage::Whole");
-  LLMHPC_CHECK(!accumulate || storage_ == ParameterStorage::Local,
-               "accumulating gradients needs them in the model's own buffer, not sharded");
+  // Sharded storage accumulates where the hooks keep each unit's gradients across backward passes.
+  LLMHPC_CHECK(!accumulate || !grads_.empty() || storage_ == ParameterStorage::Sharded,
+               "accumulating gradients needs GradientStorage::Whole");
   logits_fresh_ = false;
   NvtxRange range("backward");
   Activations& A = *act_;

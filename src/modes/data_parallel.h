@@ -34,6 +34,8 @@ std::vector<CollectiveEngine> collective_engines(const po::variables_map& vm);
 std::vector<bool> grad_reduce_in_bf16(const po::variables_map& vm);
 // Training's one Parallelism (each option's single value) for `world_size` ranks.
 Parallelism parallelism(const po::variables_map& vm, int world_size);
+// --shard-group as Parallelism::shard_group: 0 for node, the world size for world, else the number.
+int shard_group(const po::variables_map& vm, int world_size);
 
 // make_gradient_communicator (src/dist/parallelism.h) on --backend, agreed by every rank: a
 // UsageError (the mpi backend with a GPU model, --collective-engine copy without its

@@ -121,6 +121,9 @@ std::vector<DdpCase> sweep_cases(const po::variables_map& vm, int world_size) {
       throw UsageError(std::string("--shard-optimizer ") + sharding_name(sh) +
                        " reduce-scatters the model unit by unit (its buckets are the units): it runs under --ddp "
                        "bucketed; add bucketed to --ddp");
+  if (shard_group(vm, world_size) > 0 && std::none_of(sharded.begin(), sharded.end(), shards_parameters))
+    throw UsageError("--shard-group says how many ranks share one copy of the model state under --shard-optimizer "
+                     "zero2 or zero3: add one of them, or leave --shard-group out");
   if (std::count(choices.begin(), choices.end(), ShareWeights::Bf16) > 0 && !bf16_taken)
     throw UsageError("--share-weights bf16 sends the bf16 copy of a sharded optimizer's weights: no case here has "
                      "one (it needs --shard-optimizer broadcast or zero1 and --precision bf16 without --low-memory)");
@@ -207,6 +210,16 @@ void run(ModeContext& ctx) {
     for (const DdpCase& c : cases) local_batch(c.batch, rt.rank, rt.world_size);  // divides by the ranks
   });
   std::unique_ptr<Communicator> comm = make_gradient_communicator(rt, vm, dev);
+  // zero2, zero3 cut the state among a group's ranks: every rank's, or under hybrid sharding
+  // (--shard-group) each group's, the groups averaging their gradients over `groups.replicas`.
+  int group = rt.world_size;
+  ShardGroups groups;
+  if (std::any_of(cases.begin(), cases.end(), [](const DdpCase& c) { return c.sharded(); }))
+    collective_check(rt, [&] {
+      group = resolve_shard_group(shard_group(vm, rt.world_size), rt);
+      if (group < rt.world_size) groups = make_shard_groups(rt, resolve_backend(vm, dev.kind()), dev, group);
+    });
+  Communicator& shard_comm = groups.shard ? *groups.shard : *comm;
   // --collective-engine auto resolved per case; a case it makes the same as another runs once.
   std::vector<DdpCase> resolved;
   for (DdpCase c : cases) {
@@ -252,6 +265,7 @@ void run(ModeContext& ctx) {
         .attr("ddp", std::string(sync_strategy_name(c.strategy)))
         .attr("bucket_mb", c.bucket_mb)
         .attr("shard_optimizer", std::string(sharding_name(c.sharding)))
+        .attr("shard_group", int64_t(c.sharded() ? group : rt.world_size))
         .attr("share_weights", std::string(c.share_copy ? "bf16" : "master"))
         .attr("collective_engine", std::string(collective_engine_name(c.engine)))
         .attr("grad_reduce_dtype", grad_reduce_dtype_name(c.reduce_in_bf16, gradient_dtype(c.precision, c.grads)))
@@ -263,9 +277,9 @@ void run(ModeContext& ctx) {
         .attr("model_flops_fwd_bwd", model_flops_fwd_bwd(c.model, mine.count, c.model.context_length));
     Samples warm, timed;
     std::vector<double> slowest;
-    const SyncPlan plan =
-        data_parallel_plan(c.strategy, c.sharding, c.model, c.precision, c.grads, c.bucket_mb, rt.world_size,
-                           shard_alignment(dev, c.precision, c.share_copy), c.reduce_in_bf16);
+    const SyncPlan plan = data_parallel_plan(c.strategy, c.sharding, c.model, c.precision, c.grads, c.bucket_mb,
+                                             c.sharded() ? group : rt.world_size,
+                                             shard_alignment(dev, c.precision, c.share_copy), c.reduce_in_bf16);
     std::unique_ptr<AdamW> opt;
     std::unique_ptr<UnitShards> shards;  // zero2, zero3: made where memory is agreed on, then the sync
     std::unique_ptr<GradientSync> sync;
@@ -310,7 +324,7 @@ void run(ModeContext& ctx) {
             if (c.sharded()) {
               // The shards, their places and windows, and the optimizer state: what a sharded step
               // keeps. Its activations come with the first step, whose collectives cannot run here.
-              shards = std::make_unique<UnitShards>(plan, *comm, *live.model, ops);
+              shards = std::make_unique<UnitShards>(plan, shard_comm, *live.model, ops, groups.replicas.get());
               before_optimizer = model_memory(dev.allocator());
               opt = std::make_unique<AdamW>(*live.model, ops, AdamWHyper{}, shards->optimizer_shard());
               opt->allocate_state();

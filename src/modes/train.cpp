@@ -176,10 +176,6 @@ TrainOptions parse_options(const po::variables_map& vm, int world_size) {
   check_parallelism(o.parallel, o.precision, o.memory, world_size);
   if (shards_parameters(o.parallel.sharding)) {
     const std::string stage = std::string("--shard-optimizer ") + sharding_name(o.parallel.sharding);
-    if (o.micro_batches > 1)
-      throw UsageError(stage + " reduce-scatters each unit's gradients as backward finishes it, so it cannot add up "
-                               "--grad-accum micro-batches: use --shard-optimizer zero1 with --grad-accum, or a larger "
-                               "--batch-size");
     if (o.cuda_graph)
       throw UsageError(stage + " gathers the weights between the kernels: --cuda-graph cannot record it");
   }
@@ -244,6 +240,7 @@ void run(ModeContext& ctx, const TrainOptions& o) {
   TokenData data;
   ModelConfig config;
   SyncPlan plan;
+  int shard_group = rt.world_size;  // ranks that share one copy of the model state
   std::optional<CheckpointInfo> init;
   bool graphed = false;
   collective_check(rt, [&] {
@@ -267,7 +264,9 @@ void run(ModeContext& ctx, const TrainOptions& o) {
       if (std::filesystem::equivalent(save, o.data, ec))
         throw UsageError("--save '" + save + "' is the --data file: the checkpoint would replace the tokens");
     }
-    plan = data_parallel_plan(strategy, sharding, config, precision, grads, bucket_mb, rt.world_size,
+    // zero2, zero3: the state is cut among a group's ranks (every rank's, unless hybrid).
+    if (shards_parameters(sharding)) shard_group = resolve_shard_group(par.shard_group, rt);
+    plan = data_parallel_plan(strategy, sharding, config, precision, grads, bucket_mb, shard_group,
                               shard_alignment(dev, precision, share_copy), reduce_in_bf16);
     check_parallelism(par, precision, memory, rt.world_size);
     if (graphed && rt.world_size > 1)
@@ -287,8 +286,14 @@ void run(ModeContext& ctx, const TrainOptions& o) {
                       std::to_string(most) + " tokens; every rank must read the same tokens");
   const LocalBatch mine = local_batch(batch, rt.rank, rt.world_size);
   const int64_t micro_size = mine.count / micro_batches;
-  std::unique_ptr<Communicator> comm;
-  if (strategy != SyncStrategy::None)
+  std::unique_ptr<Communicator> comm, replicas;  // replicas: hybrid sharding's groups
+  if (shards_parameters(sharding))
+    collective_check(rt, [&] {
+      ShardGroups groups = make_shard_groups(rt, resolve_backend(o.backend, dev.kind()), dev, shard_group);
+      comm = std::move(groups.shard);
+      replicas = std::move(groups.replicas);
+    });
+  else if (strategy != SyncStrategy::None)
     collective_check(rt, [&] {
       comm = make_gradient_communicator(rt, resolve_backend(o.backend, dev.kind()), dev,
                                         par.engine == CollectiveEngine::Copy);
@@ -311,7 +316,10 @@ void run(ModeContext& ctx, const TrainOptions& o) {
                               GradientStorage::Whole, grads,
                               sharded ? ParameterStorage::Sharded : ParameterStorage::Local},
         dev, ops);
-    if (sharded) shards = (shards_made = std::make_unique<UnitShards>(plan, *comm, *model, ops)).get();
+    if (sharded) {
+      shards = (shards_made = std::make_unique<UnitShards>(plan, *comm, *model, ops, replicas.get())).get();
+      shards->accumulate_micro_batches(micro_batches > 1);
+    }
     after_init = model_memory(dev.allocator());
     // This rank's ranges only; its state appears with the first step (or the checkpoint's).
     opt = sharded ? std::make_unique<AdamW>(*model, ops, o.hyper, shards->optimizer_shard())
@@ -332,7 +340,7 @@ void run(ModeContext& ctx, const TrainOptions& o) {
                        fmt(schedule.min) + " if that is meant");
   });
   const double max_grad_norm = o.clip_grad_norm;
-  if (max_grad_norm > 0) opt->set_clipping(gradient_clipping(max_grad_norm, sharding, rt));
+  if (max_grad_norm > 0) opt->set_clipping(gradient_clipping(max_grad_norm, sharding, rt, rt.world_size / shard_group));
   std::unique_ptr<GradientSync> sync;
   if (sharded) {
     sync = std::move(shards_made);
@@ -386,6 +394,7 @@ void run(ModeContext& ctx, const TrainOptions& o) {
       .attr("bucket_mb", bucket_mb)
       .attr("buckets", int64_t(sync ? sync->buckets().size() : 0))
       .attr("shard_optimizer", std::string(sharding_name(sharding)))
+      .attr("shard_group", int64_t(shard_group))
       .attr("share_weights", std::string(share_copy || (sharded && precision == Precision::BF16) ? "bf16" : "master"))
       .attr("collective_engine", std::string(collective_engine_name(engine)))
       .attr("grad_reduce_dtype", grad_reduce_dtype_name(plan.reduce_in_bf16, model->grad_dtype()))

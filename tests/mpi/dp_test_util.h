@@ -206,6 +206,7 @@ class TransformerRun {
     if (shards_parameters(plan_.sharding)) {
       // The shards hold the parameters: drawn from rank 0's seed, each rank its parts.
       auto shards = std::make_unique<UnitShards>(plan_, *env.comm, model_, env.ops());
+      shards->accumulate_micro_batches(micro_batches > 1);
       shards->initialize(kRankZeroSeed);
       opt_ = std::make_unique<AdamW>(model_, env.ops(), hyper, shards->optimizer_shard());
       shards_ = shards.get();
@@ -257,8 +258,10 @@ class TransformerRun {
     model_.wait_parameters();
     return download(env_.device(), model_.params().slice(0, {model_.layout().total()}));
   }
+  // The averaged gradients the last optimizer read (none under zero2 and zero3, which let them go
+  // after the optimizer).
   std::vector<float> grads() {
-    if (shards_) return shards_->gathered(shards_->optimizer_shard().grads);
+    if (shards_) return {};
     return download(env_.device(), model_.grads().slice(0, {model_.layout().total()}));
   }
   // The parameters' padding (ZeRO-1's), which must stay zero.

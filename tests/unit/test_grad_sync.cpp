@@ -13,6 +13,7 @@
 
 #include "comm/collectives.h"
 #include "src/dist/grad_sync.h"
+#include "src/dist/unit_shards.h"
 #include "src/model/params.h"
 #include "src/modes/data_parallel.h"
 
@@ -272,10 +273,10 @@ TEST(ShardPlan, BroadcastOwnsOneBalancedRangeOfTheParametersPerRank) {
 TEST(ShardPlan, NamesRoundTripAndShardingNeedsReducedGradients) {
   for (Sharding s : all_shardings()) EXPECT_EQ(parse_sharding(sharding_name(s)), s);
   try {
-    parse_sharding("zero3");
-    ADD_FAILURE() << "no error for 'zero3'";
+    parse_sharding("zero4");
+    ADD_FAILURE() << "no error for 'zero4'";
   } catch (const UsageError& e) {
-    EXPECT_STREQ(e.what(), "shard-optimizer 'zero3': must be one of none, broadcast, zero1");
+    EXPECT_STREQ(e.what(), "shard-optimizer 'zero4': must be one of none, broadcast, zero1, zero2, zero3");
   }
   for (Sharding s : {Sharding::Broadcast, Sharding::Zero1}) {
     try {
@@ -285,6 +286,39 @@ TEST(ShardPlan, NamesRoundTripAndShardingNeedsReducedGradients) {
       EXPECT_NE(std::string(e.what()).find("needs the gradients reduced"), std::string::npos) << e.what();
     }
   }
+}
+
+// ZeRO-2/3's layout (src/dist/unit_shards.h): every parameter element held by exactly one rank,
+// each unit's lanes cut into equal aligned parts, the shards equally long; and their plan is one
+// reduction per unit, refused under a strategy other than bucketed.
+TEST(ShardLayout, EveryElementHasOneOwnerAndPartsAreAligned) {
+  for (const ModelConfig& config :
+       {ModelConfig{"custom", 64, 8, 32, 64, 2, 4}, ModelConfig{"custom", 97, 8, 24, 40, 3, 3}})
+    for (int ranks = 1; ranks <= 4; ++ranks) {
+      const ParameterLayout layout(config);
+      const ShardLayout shards(layout, ranks, kShardAlignment);
+      std::vector<int> owners(size_t(layout.total()), 0);
+      for (int r = 0; r < ranks; ++r)
+        for (const ShardLayout::Piece& p : shards.pieces(layout, r)) {
+          ASSERT_TRUE(p.shard >= 0 && p.shard + p.count <= shards.shard_elements) << "a piece outside the shard";
+          for (int64_t i = 0; i < p.count; ++i) ++owners[size_t(p.flat + i)];
+        }
+      EXPECT_EQ(std::count(owners.begin(), owners.end(), 1), layout.total()) << ranks << " ranks: one owner each";
+      ASSERT_EQ(shards.units.size(), layout.units().size());
+      for (size_t u = 0; u < shards.units.size(); ++u)
+        for (Lane l : {Lane::Matrices, Lane::Others}) {
+          const ShardLayout::Lane& lane = shards.lane(u, l);
+          EXPECT_EQ(lane.part % kShardAlignment, 0);
+          EXPECT_GE(lane.part * ranks, lane.elements);
+          EXPECT_LT(lane.part * ranks - lane.elements, ranks * kShardAlignment) << "at most one alignment unit a rank";
+        }
+      const SyncPlan plan = unit_plan(layout, SyncStrategy::Bucketed, Sharding::Zero3, ranks);
+      EXPECT_EQ(plan.buckets.size(), layout.units().size());
+      EXPECT_EQ(plan.buckets.front(), layout.units().back().range) << "backward's order: the head first";
+    }
+  EXPECT_THROW(
+      unit_plan(ParameterLayout(ModelConfig{"custom", 64, 8, 32, 64, 2, 4}), SyncStrategy::Overlap, Sharding::Zero2, 2),
+      UsageError);
 }
 
 // ---- When each strategy communicates ----------------------------------------------------------
