@@ -15,9 +15,9 @@ memory: parameters P of the model (the reference communication study's blocks of
   keeps, in --act-bytes per value (bf16: 2): blocks x batch x tokens x (d_model + d_ff) (the
   reference communication study's count); the devices of --device-memory needed to hold the state.
   With --ddp DIR (an llmhpc --mode ddp run of that model): the measured bytes of each category
-  beside the model's (memory_after_optimizer_<category>_bytes of the largest rank; state divided
-  by the ranks for sharded optimizers; activations, which backward frees, as peak_memory_bytes
-  above that).
+  (memory_after_optimizer_<category>_bytes of the largest rank) beside what the run's first
+  configuration keeps per rank between steps under its stage, precision and --share-weights
+  (state_split_per_rank); activations, which backward frees, as peak_memory_bytes above that.
 fsdp: per device M_state / N + M_act / 2 + M_act / (2N) (the reference communication study's
   split), the least N that fits --device-memory.
 tp-batch: FSDP over X devices and tensor parallelism over Y (the reference communication
@@ -29,6 +29,9 @@ tp-batch: FSDP over X devices and tensor parallelism over Y (the reference commu
 bucket: o (per collective) and w (bytes/s) from an all-reduce sweep (llmhpc --mode comm, as
   analysis/ddp.py fits them), the optimum b* = sqrt(s o w) for s gradient bytes (--grad-bytes,
   or the ddp run's), and with --ddp the measured bucket sweep beside the model's T_over.
+state_bytes_per_rank (a function): the model state one rank holds between steps under each
+  --shard-optimizer stage (none, broadcast, zero1, zero2, zero3), beside the measured memory in
+  analysis/ddp.py's table (h) and in memory --ddp; fsdp_state_per_device: the FSDP model's M_state / N.
 Numbers in decimal GB (1e9) as the reference communication study writes them. Files are read
 only through analysis/llmhpc_h5.py.
 """
@@ -42,7 +45,7 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from bench import fmt, markdown_table  # noqa: E402
 from ddp import allreduce_model, bucket_model_table, load, setup_title  # noqa: E402
-from llmhpc_h5 import MIB, SchemaError, label_precision, open_run  # noqa: E402
+from llmhpc_h5 import MIB, SchemaError, grad_dtype, label_precision, open_run  # noqa: E402
 
 GB = 1e9
 # llmhpc's presets (src/model/config.cpp): d_model, d_ff, layers, heads.
@@ -58,6 +61,83 @@ def parameters(d_model: int, d_ff: int, layers: int, vocab: int | None) -> int:
     if vocab is None:
         return layers * 2 * d_model * d_ff
     return layers * (4 * d_model * d_model + 3 * d_model * d_ff + 2 * d_model) + 2 * vocab * d_model + d_model
+
+
+def fp32_read_parameters(d_model: int, layers: int, vocab: int) -> int:
+    """F: the parameters an llmhpc transformer reads in the parameter dtype (fp32) even under
+    --precision bf16: the embedding (a lookup, not a product) and the norm gains (two per block and
+    the final one). The matrices (attention, SwiGLU, the LM head) are read in bf16."""
+    return vocab * d_model + (2 * layers + 1) * d_model
+
+
+def fsdp_state_per_device(params: int, devices: int) -> float:
+    """The reference communication study's FSDP state per device: M_state / N with M_state = 16 P
+    (fp32 weights, gradients, AdamW's m and v), the state while the gradients exist."""
+    return 16 * params / devices
+
+
+def state_split_per_rank(params: int, ranks: int, stage: str, precision: str = "fp32",
+                         share_weights: str = "master", grad_dtype: str | None = None, fp32_params: int = 0) -> dict:
+    """What one rank holds of the model state between steps (after the optimizer, before the next
+    forward) under a --shard-optimizer stage: {"params", "grads", "optimizer": bytes, and each's
+    "<category>_formula"; "formula": their sum} in P (parameters), n (ranks) and F (fp32_params).
+    Padding is not counted: each shard is padded to ranks x 64 elements per lane of each unit, or
+    to whole pages where the pages of masters others own are given back, so measured memory is
+    above this by a few pages.
+
+    With w the bytes of a master weight (4; 8 under fp64) and G those of a gradient (w, or 2 with
+    --grad-dtype bf16):
+      none       w P masters + G P gradients + 2w P AdamW m, v; under bf16 also the 2P bf16 copy
+                 the model reads.
+      broadcast, zero1
+                 as none but m, v of 1/n: 2w P / n. With --share-weights master the bf16 copy is
+                 not held between steps (each rank casts it again in the next forward). With
+                 --share-weights bf16 (bf16 only) the copy travels and is held (2P), and of the
+                 masters a rank keeps those it updates (w P / n) and those the model reads in
+                 fp32 (F, the embedding and norm gains: w F, as the largest rank, which owns none
+                 of them, holds them); the pages of the others are given back. fp32_params = 0
+                 approximates this as w P / n.
+      zero2      its shard of the masters and of m, v: 3w P / n, and every unit's weights kept
+                 gathered in the dtype the model reads them: w P under fp32; under bf16 the
+                 matrices in bf16 and the embedding and norm gains in fp32, 2 (P - F) + w F
+                 (fp32_params = 0: 2P, a good approximation where the embedding is a small part
+                 of the model). Its shard of the gradients lives from backward to the optimizer only.
+      zero3      3w P / n: nothing gathered between steps, no gradients.
+    Raises ValueError for another stage.
+    """
+    w = 8 if precision == "fp64" else 4
+    g = 2 if grad_dtype == "bf16" else w
+    p, n, f = float(params), max(int(ranks), 1), float(min(max(fp32_params, 0), params))
+    bf16 = precision == "bf16"
+    if stage == "none":
+        parts = dict(params=(w * p + 2 * p, f"{w}P + 2P") if bf16 else (w * p, f"{w}P"),
+                     grads=(g * p, f"{g}P"), optimizer=(2 * w * p, f"{2 * w}P"))
+    elif stage in ("broadcast", "zero1"):
+        if bf16 and share_weights == "bf16":
+            masters = (min(w * p, w * p / n + w * f), f"2P + {w}P/n" + (f" + {w}F" if f else ""))
+            parts = dict(params=(2 * p + masters[0], masters[1]))
+        else:
+            parts = dict(params=(w * p, f"{w}P"))
+        parts.update(grads=(g * p, f"{g}P"), optimizer=(2 * w * p / n, f"{2 * w}P/n"))
+    elif stage in ("zero2", "zero3"):
+        gathered = {"zero3": (0.0, ""), "zero2": (w * p, f" + {w}P") if not bf16 else
+                    (2 * (p - f) + w * f, f" + 2(P-F) + {w}F") if f else (2 * p, " + 2P")}[stage]
+        parts = dict(params=(w * p / n + gathered[0], f"{w}P/n{gathered[1]}"), grads=(0.0, "0"),
+                     optimizer=(2 * w * p / n, f"{2 * w}P/n"))
+    else:
+        raise ValueError(f"unknown stage {stage!r} (none, broadcast, zero1, zero2, zero3)")
+    out = {cat: value for cat, (value, _) in parts.items()}
+    out.update({f"{cat}_formula": text for cat, (_, text) in parts.items()})
+    out["formula"] = " + ".join(text for _, text in parts.values() if text != "0")
+    return out
+
+
+def state_bytes_per_rank(params: int, ranks: int, stage: str, precision: str = "fp32", share_weights: str = "master",
+                         grad_dtype: str | None = None, fp32_params: int = 0) -> float:
+    """The model state one rank holds between steps: params + grads + optimizer of
+    state_split_per_rank (which says what each stage holds)."""
+    split = state_split_per_rank(params, ranks, stage, precision, share_weights, grad_dtype, fp32_params)
+    return split["params"] + split["grads"] + split["optimizer"]
 
 
 def activation_bytes(args) -> float:
@@ -85,8 +165,15 @@ def measured_memory(directory: str) -> dict:
     # them: what a step holds above that point at its peak is what it kept for backward.
     out["activations"] = max(r.attrs.get("peak_memory_bytes", 0) - r.attrs.get("memory_after_optimizer_bytes", 0)
                              + r.attrs.get("memory_after_optimizer_activations_bytes", 0) for r in mine)
-    return dict(out, num_params=int(first.attrs["num_params"]), world_size=run.world_size, name=first.name,
-                sharding=first.attrs.get("shard_optimizer", "none"), precision=label_precision(first.attrs))
+    a = first.attrs
+    # The ranks that share one copy of the state: every rank, or under zero2 and zero3 --shard-group's.
+    return dict(out, num_params=int(a["num_params"]), world_size=run.world_size,
+                shard_group=int(a.get("shard_group", run.world_size)), name=first.name,
+                sharding=a.get("shard_optimizer") or "none", precision=label_precision(a),
+                model=dict(precision=a["precision"], share_weights=a.get("share_weights", "master"),
+                           grad_dtype=grad_dtype(a),
+                           fp32_params=fp32_read_parameters(int(a["d_model"]), int(a["num_layers"]),
+                                                            int(a["vocab_size"]))))
 
 
 def gb(value: float) -> str:
@@ -102,31 +189,36 @@ def memory(args) -> str:
         p = measured["num_params"]
     else:
         note = ""
+    # Beside a run, what its stage keeps per rank between steps (state_split_per_rank); else fp32 unsharded.
+    split = measured and state_split_per_rank(p, measured["shard_group"], measured["sharding"], **measured["model"])
     rows, total = [], 0.0
     for name, per_param in STATE:
-        b = per_param * p
-        if measured and name.startswith("optimizer") and measured["sharding"] != "none":
-            b /= measured["world_size"]  # each rank keeps m and v of its share
+        b, formula = (split[MEASURED[name]], split[f"{MEASURED[name]}_formula"]) if split else \
+            (per_param * p, f"{per_param} P")
         total += b
         m = measured and measured[MEASURED[name]]
-        rows.append([name, f"{per_param} P", gb(b),
+        rows.append([name, formula, gb(b),
                      f"{m / GB:.4g}" if measured else "-", fmt(m / b) if measured and b else "-"])
     act = activation_bytes(args)
     rows.append(["activations", f"{args.act_bytes} B x {args.num_layers} x {args.batch} x {args.context} x "
                  f"(d_model + d_ff)", gb(act),
                  f"{measured['activations'] / GB:.4g}" if measured else "-", "-"])
-    rows.append(["state (weights + gradients + optimizer)", "16 P", gb(total), "-", "-"])
-    devices = math.ceil(total / args.device_memory)
+    rows.append(["state (weights + gradients + optimizer)", split["formula"] if split else "16 P", gb(total), "-",
+                 "-"])
+    full = 16 * p  # the devices the fp32 state needs, whatever the run's stage
+    devices = math.ceil(full / args.device_memory)
     per_batch = args.num_layers * args.context * (args.d_model + args.d_ff) * args.act_bytes / GB
     head = (f"### (a) memory: P = {p:,} parameters ({p / 1e9:.2f} B){note}; activations {per_batch:.5g} GB per "
             f"sequence in the batch\n\n")
     table = markdown_table(["What", "Model", "Model (GB)", "Measured (GB)", "Measured / model"], rows)
-    tail = (f"\n\nThe state alone needs {gb(total)} / {args.device_memory / GB:g} = "
-            f"{total / args.device_memory:.2f} -> {devices} devices of {args.device_memory / GB:g} GB.")
+    tail = (f"\n\nThe state alone needs {gb(full)} / {args.device_memory / GB:g} = "
+            f"{full / args.device_memory:.2f} -> {devices} devices of {args.device_memory / GB:g} GB.")
     if measured:
         tail += (f"\nMeasured: {args.ddp}, configuration {measured['name']} ({measured['precision']}, "
                  f"{measured['world_size']} ranks, sharding {measured['sharding']}), memory after the optimizer "
-                 f"by category, largest rank; activations measured as the peak above that point (backward frees "
+                 f"by category, largest rank, beside what that stage keeps per rank between steps "
+                 f"(state_bytes_per_rank; n ranks, F the parameters read in fp32 under bf16); activations measured "
+                 f"as the peak above that point (backward frees "
                  f"them: what a step holds for backward, its scratch included, above the state).")
     return head + table + tail
 
@@ -139,7 +231,7 @@ def fsdp_devices(state: float, act: float, device_memory: float) -> int:
 
 def fsdp(args) -> str:
     p = shape(args)
-    state, act = 16 * p, activation_bytes(args)
+    state, act = fsdp_state_per_device(p, 1), activation_bytes(args)
     n = fsdp_devices(state, act, args.device_memory)
     verdict = f"N_FSDP >= {n}" if n else "never fits: half the activations alone exceed a device"
     return (f"### (b) FSDP: M_per(N) = M_state / N + M_act / 2 + M_act / (2N)\n\nM_state = 16 P = {state / GB:.2f} GB, "

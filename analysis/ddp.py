@@ -25,7 +25,7 @@ One group of tables per setup (model, context, global batch, precision, attentio
       fitted to the bucketed runs' measured exposed communication (least squares, o, w >= 0).
       Predicted against measured per bucket size, and b*;
   (f) with --shard-optimizer runs, or PyTorch records that shard: each strategy x sharding
-      (none, broadcast, zero1) with its step, exposed communication (gradients, and after a
+      (none, broadcast, zero1, zero2, zero3) with its step, exposed communication (gradients, and after a
       sharded optimizer the parameters' collectives) and the largest rank's memory after init,
       before and after the optimizer, its optimizer state and peak (the reference
       optimizer_state_sharding table); with --torch, a row per PyTorch setup x sharding:
@@ -34,8 +34,13 @@ One group of tables per setup (model, context, global batch, precision, attentio
       --shard-optimizer none,zero,fsdp2,fsdp2-noreshard, their live bytes at the same three points;
   (g) with --shard-optimizer runs: where each strategy x sharding's step goes (forward, backward,
       the gradients' exposed communication, optimizer, the parameters' communication after it)
-      and its step over the unsharded step of the same strategy and bucket size. Tables (a)-(e)
-      keep to the unsharded runs.
+      and its step over the unsharded step of the same strategy and bucket size;
+  (h) with --shard-optimizer runs: the model state per rank by stage, each strategy x sharding's
+      largest rank's params + grads + optimizer bytes after the optimizer (what training holds
+      between steps) beside analysis/accounting.py's state_bytes_per_rank (none: 4P masters + G P
+      gradients + 8P m, v, + 2P bf16 copy under bf16; zero1: m, v 8P/n; zero2: 12P/n + the weights
+      kept gathered; zero3: 12P/n), Measured / Predicted, and the reference FSDP model's 16 P / N.
+      Tables (a)-(e) keep to the unsharded runs.
 
 Times are ms. Step and comm pool the samples of every rank (--rank R: one rank's); "slowest"
 is the mean over the timed steps of the slowest rank's step (step_ms_max_over_ranks), the
@@ -70,6 +75,9 @@ SETUP_ORDER = ("d_model", "num_layers", "d_ff", "num_heads", "vocab_size", "cont
                "precision", "grad_dtype", "attention", "low_memory")
 # What, beside the setup, makes a row one configuration.
 CASE_KEYS = ("ddp", "bucket_mb", "shard_optimizer", "collective_engine", "grad_reduce_dtype")
+# The model state table (h) counts (memory categories), and the columns load() adds from them.
+STATE_CATEGORIES = ("params", "grads", "optimizer")
+STATE_COLUMNS = ("state_after_optimizer_bytes", *(f"state_{c}_bytes" for c in STATE_CATEGORIES))
 # What a PyTorch record must share with a setup to be compared with it.
 MATCH_KEYS = ("d_model", "d_ff", "num_layers", "num_heads", "vocab_size", "context_length", "batch_size", "world_size",
               "precision")
@@ -130,6 +138,24 @@ def setup_title(s: dict) -> str:
             + (f" [run {os.path.basename(os.path.normpath(s['run']))}]" if s.get("by_run") else ""))
 
 
+def state_after_optimizer(run, rank) -> dict:
+    """{configuration: {STATE_COLUMNS: bytes, shard_group: ranks}}: the model state after the
+    optimizer (what training holds between steps) of the rank holding the most of it, params +
+    grads + optimizer of memory_after_optimizer_<category>_bytes, and that rank's three (left out
+    where the records lack the categories: files from before them, or not run); shard_group, the
+    ranks that share one copy of the state (hybrid sharding under zero2 and zero3; files from
+    before it: every rank)."""
+    out = {}
+    for name, recs in run.records_by_name("ddp", rank).items():
+        out[name] = dict(shard_group=int(recs[0].attrs.get("shard_group", run.world_size)))
+        splits = [[r.attrs[f"memory_after_optimizer_{c}_bytes"] for c in STATE_CATEGORIES] for r in recs
+                  if all(f"memory_after_optimizer_{c}_bytes" in r.attrs for c in STATE_CATEGORIES)]
+        if splits:
+            largest = max(splits, key=sum)
+            out[name].update(zip(STATE_COLUMNS, [float(sum(largest)), *map(float, largest)]))
+    return out
+
+
 def load(directories: list, rank) -> tuple:
     """(every run's ddp_summary in one frame, strategies in STRATEGIES order; a line about each run)."""
     frames, notes = [], []
@@ -140,6 +166,9 @@ def load(directories: list, rank) -> tuple:
         frame = run.ddp_summary(rank)
         if frame.empty:
             raise SchemaError(f"{directory}: no ddp records (did the run finish any configuration?)")
+        held = state_after_optimizer(run, rank)
+        for column in (*STATE_COLUMNS, "shard_group"):
+            frame[column] = [held.get(name, {}).get(column, math.nan) for name in frame["name"]]
         frames.append(frame.assign(run=directory))
         a = run.attrs
         state = "" if run.finished else " (INCOMPLETE: a rank's file says the run did not finish)"
@@ -375,6 +404,54 @@ def sharding_phases_table(g: pd.DataFrame, markdown: bool, title: str) -> str:
                    "Param Comm (ms)", "Step (ms)", "vs unsharded", "Status"], rows, markdown)
 
 
+def stage_of(row) -> tuple:
+    """(the --shard-optimizer stage, share_weights) of a row: ddp_summary writes "zero1 bf16" where
+    the bf16 copy travelled (--share-weights bf16)."""
+    stage, _, shared = str(row["shard_optimizer"]).partition(" ")
+    return stage, "bf16" if shared == "bf16" else "master"
+
+
+def state_table(g: pd.DataFrame, markdown: bool, title: str) -> str:
+    """(h) Model state per rank by stage: per strategy and --shard-optimizer, the bytes a rank holds
+    between steps as analysis/accounting.py's state_bytes_per_rank predicts them (its formula in P,
+    n and F) beside the largest rank's measured params + grads + optimizer after the optimizer,
+    their ratio, and the reference FSDP model's 16 P / N; empty without sharded runs."""
+    from accounting import fp32_read_parameters, fsdp_state_per_device, state_split_per_rank  # it imports this module
+    if (g.shard_optimizer == "none").all():
+        return ""
+    first = g.iloc[0]
+    counted = g.num_params.dropna()
+    p = int(counted.iloc[0]) if len(counted) else None
+    f = fp32_read_parameters(int(first.d_model), int(first.num_layers), int(first.vocab_size))
+    mib = lambda v: "-" if v is None or (isinstance(v, float) and math.isnan(v)) else fmt(v / MIB, 3)
+    rows = []
+    for _, r in g[g.ddp != "none"].iterrows():
+        stage, share = stage_of(r)
+        n = int(r.shard_group) if r.shard_group > 0 else int(r.world_size)  # the ranks the state is cut among
+        try:
+            model = state_split_per_rank(p, n, stage, r.precision, share, r.grad_dtype, f) if p else None
+        except ValueError:  # a stage this model does not know
+            model = None
+        predicted = model["params"] + model["grads"] + model["optimizer"] if model else math.nan
+        measured = r.state_after_optimizer_bytes
+        split = " / ".join(mib(r[f"state_{c}_bytes"]) for c in STATE_CATEGORIES)
+        rows.append([impl(r), bucket_cell(r), r.shard_optimizer, n, model["formula"] if model else "-", mib(predicted),
+                     mib(measured), split if not math.isnan(measured) else "-",
+                     "-" if math.isnan(measured) or not predicted > 0 else f"{measured / predicted:.3f}",
+                     mib(fsdp_state_per_device(p, n)) if p else "-", r.status])
+    where = (f"P = {p:,} parameters, " if p else "") + "n the ranks that share one copy of the state (all, or " \
+        "--shard-group's under zero2 and zero3)"
+    if first.precision == "bf16":
+        where += f", F = {f:,} read in fp32 under bf16 (the embedding and norm gains)"
+    return render(f"(h) model state per rank by stage: {title} (MiB held between steps: the largest rank's params + "
+                  f"grads + optimizer after the optimizer, beside analysis/accounting.py's state_bytes_per_rank; "
+                  f"{where}; shards are padded to ranks x 64 elements per unit lane, or to whole pages under "
+                  f"--share-weights bf16, so a small model measures a few pages more; FSDP 16P/N: the reference FSDP "
+                  f"model's M_state / N, the state while the gradients exist)",
+                  ["Impl", "Bucket (MiB)", "Sharding", "n", "Model", "Predicted (MiB)", "Measured (MiB)",
+                   "Params / Grads / Opt (MiB)", "Measured / Predicted", "FSDP 16P/N (MiB)", "Status"], rows, markdown)
+
+
 def bucket_model_table(g: pd.DataFrame, comm_model, markdown: bool, title: str) -> str:
     b = g[(g.ddp == "bucketed") & (g.status == "ok")]
     if b.empty:
@@ -412,13 +489,13 @@ def bucket_model_table(g: pd.DataFrame, comm_model, markdown: bool, title: str) 
 
 
 def all_tables(df: pd.DataFrame, torch_records: list, comm_model_for, markdown: bool) -> tuple:
-    """(every setup's tables (a)-(g), the ids of the PyTorch records matched); comm_model_for(rows of a setup)
+    """(every setup's tables (a)-(h), the ids of the PyTorch records matched); comm_model_for(rows of a setup)
     gives the all-reduce model (o, w) for (e), or None."""
     sections, used = [], set()
     for _, setup in df.groupby("setup", sort=True):
         title = setup_title(setup.iloc[0])
         shard_part, shard_matched = sharding_table(setup, torch_records, markdown, title)
-        sections += [shard_part, sharding_phases_table(setup, markdown, title)]
+        sections += [shard_part, sharding_phases_table(setup, markdown, title), state_table(setup, markdown, title)]
         used |= {id(t) for t in shard_matched}
         g = setup[setup.shard_optimizer == "none"]  # the reference DDP tables compare unsharded strategies
         if g.empty:
@@ -485,7 +562,7 @@ def comm_models(all_runs: list) -> dict:
 
 
 def report_section(runs: list, out_dir: str, all_runs=None) -> str:
-    """report.py's ddp section: tables (a)-(f) per setup, o and w of (e) from a comm run of the same
+    """report.py's ddp section: tables (a)-(h) per setup, o and w of (e) from a comm run of the same
     rank count among all_runs (else fitted), ddp_breakdown.png, and with several rank counts the
     scaling study (analysis/scaling.py)."""
     df, _ = load([run.directory for run in runs], None)

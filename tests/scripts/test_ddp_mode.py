@@ -10,7 +10,9 @@ the same number of collectives for naive; comm_bytes_per_step is 4 bytes x the p
 element-wise maximum of the ranks' step_ms. Then: Run.ddp_summary pools the ranks;
 analysis/ddp.py prints every strategy, its step means are the raw arrays' means, the bucket
 model's fit recovers o and w from exact data, --torch puts PyTorch records beside the right
-rows, --comm takes o and w from an all-reduce run, out-of-memory rows are shown, not fatal; bad
+rows, --comm takes o and w from an all-reduce run, out-of-memory rows are shown, not fatal, table
+(h) puts the model state each ZeRO stage keeps per rank (none, zero1, zero2, zero3, fp32 and
+bf16) beside analysis/accounting.py's state_bytes_per_rank within what padding adds; bad
 input to the binary (--ddp bogus, --bucket-mb 0, a global batch the ranks do not divide) exits
 non-zero within seconds with a clear message and leaves no files. analysis/torch_ddp.py is
 compiled, and run on the CPU (gloo, 2 ranks under mpirun) only where PyTorch is installed: DDP at
@@ -32,6 +34,7 @@ import numpy as np
 ROOT = os.environ.get("LLMHPC_ROOT") or os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.join(ROOT, "tests", "reference"))
 sys.path.insert(0, os.path.join(ROOT, "analysis"))
+import accounting  # noqa: E402
 import ddp  # noqa: E402
 import llmhpc_h5  # noqa: E402
 import scaling  # noqa: E402
@@ -377,6 +380,73 @@ def check_sharding_table(work):
     assert "PyTorch Step (ms)" not in text and "match no llmhpc setup" not in text, f"ZeRO is not a (d) row:\n{text}"
 
 
+def check_state_table(work):
+    """(h): the model state a rank holds between steps under each ZeRO stage, measured, beside
+    accounting.py's state_bytes_per_rank. A model large enough (P = 115,008) that the padding the
+    model leaves out is small beside it, fp32 and bf16 (there zero1 shares the bf16 copy, auto):
+    none, zero1, zero2 and zero3 on 2 ranks, one step. Measured is the largest rank's params +
+    grads + optimizer after the optimizer, read here from the files."""
+    d, ff, layers, vocab, ranks = 64, 128, 2, 256, 2
+    p = vocab * d * 2 + d + layers * (4 * d * d + 3 * d * ff + 2 * d)
+    f = vocab * d + (2 * layers + 1) * d  # the embedding and the norm gains, read in fp32 under bf16
+    out = os.path.join(work, "stages")
+    run(mpiexec() + ["-np", str(ranks), BIN, "--mode", "ddp", "--device", "cpu", "--d-model", d, "--d-ff", ff,
+                     "--num-layers", layers, "--num-heads", 4, "--vocab-size", vocab, "--context-length", 16,
+                     "--batch-size", 4, "--ddp", "bucketed", "--bucket-mb", 1, "--shard-optimizer",
+                     "none,zero1,zero2,zero3", "--precision", "fp32,bf16", "--warmup", 0, "--steps", 1, "--out", out])
+    measured = {}
+    for rank in range(ranks):
+        with h5py.File(os.path.join(out, f"rank{rank:05d}.h5"), "r") as h:
+            for g in h["ddp"].values():
+                a = g.attrs
+                assert a["num_params"] == p, f"num_params {a['num_params']}, counted {p}"
+                key = (a["precision"], a["shard_optimizer"], a["share_weights"])
+                state = sum(int(a[f"memory_after_optimizer_{c}_bytes"]) for c in ("params", "grads", "optimizer"))
+                measured[key] = max(measured.get(key, 0), state)
+    assert sorted(measured) == [("bf16", "none", "master"), ("bf16", "zero1", "bf16"), ("bf16", "zero2", "master"),
+                                ("bf16", "zero3", "master"), ("fp32", "none", "master"), ("fp32", "zero1", "master"),
+                                ("fp32", "zero2", "master"), ("fp32", "zero3", "master")], sorted(measured)
+    text = run([sys.executable, DDP_PY, out, "--markdown"]).stdout
+    blocks = {precision: b for b in text.split("### ") if b.startswith("(h) model state per rank")
+              for precision in ("fp32", "bf16") if f", {precision}, " in b.splitlines()[0]}
+    assert sorted(blocks) == ["bf16", "fp32"], f"one (h) table per precision:\n{text}"
+    # The model leaves out padding, which only adds: each unit's lanes padded to ranks x 64 elements
+    # (zero2, zero3: at most 64 elements x 12 bytes of shard and 64 x 4 bytes gathered, per lane of
+    # 7 (the embedding has one, the layers and the head two): 7 KiB; unsharded and zero1 flat buffers:
+    # under 128 elements x 16 bytes). Under bf16 the model's buffers are padded for the largest of
+    # its plans, whole pages of the masters when the copy travels: masters, copy, gradients, m and v
+    # each at most two pages more, and the masters given back in whole pages, two more at the edges
+    # of a rank's range: 12 pages. The largest rank of zero1 bf16 may own a norm gain of F: a few
+    # hundred bytes less than the model.
+    page = os.sysconf("SC_PAGE_SIZE")
+    for precision, block in blocks.items():
+        header, rows = parse_markdown_tables(block)[0]
+        col = {h: i for i, h in enumerate(header)}
+        by_stage = {r[col["Sharding"]]: r for r in rows}
+        want = ["none", "zero1", "zero2", "zero3"] if precision == "fp32" else ["none", "zero1 bf16", "zero2", "zero3"]
+        assert sorted(by_stage) == want, f"{precision}: stages {sorted(by_stage)}:\n{block}"
+        states = []
+        for label, r in by_stage.items():
+            stage, share = label.split()[0], "bf16" if label.endswith(" bf16") else "master"
+            m = measured[(precision, stage, share)]
+            predicted = accounting.state_bytes_per_rank(p, ranks, stage, precision, share, None, f)
+            where = f"{precision} {label}: measured {m} B, predicted {predicted:.0f} B\n{block}"
+            assert r[col["n"]] == str(ranks), f"{where}: every rank shares one copy of the state"
+            assert abs(float(r[col["Measured (MiB)"]]) - m / 2**20) <= 0.0005 + 1e-9, where
+            assert abs(float(r[col["Predicted (MiB)"]]) - predicted / 2**20) <= 0.0005 + 1e-9, where
+            assert abs(float(r[col["Measured / Predicted"]]) - m / predicted) <= 0.0005 + 1e-9, where
+            assert abs(float(r[col["FSDP 16P/N (MiB)"]]) - 16 * p / ranks / 2**20) <= 0.0005 + 1e-9, where
+            slack = 7 * 1024 + (12 * page if precision == "bf16" else 2048)
+            assert -1024 <= m - predicted <= slack, f"{where}\nbeyond the padding's {slack} B"
+            states.append((want.index(label), m))
+        # Each stage keeps less than the one before it.
+        assert [m for _, m in sorted(states)] == sorted((m for _, m in states), reverse=True), f"{precision}:\n{block}"
+        if precision == "bf16":  # the masters of the embedding and norm gains, which the copy leaves out
+            assert "4F" in by_stage["zero1 bf16"][col["Model"]], block
+    print("".join("### " + blocks[precision] for precision in ("fp32", "bf16")))
+    return text
+
+
 def check_bad_input(work):
     cases = [(2, "must be one of", ["--ddp", "bogus"]), (2, "greater than 0", ["--bucket-mb", "0"]),
              (2, "must divide by the 2 ranks", ["--batch-size", "5"]),
@@ -458,6 +528,7 @@ def main():
     check_comm_source(os.path.join(work, "np2"), work)
     check_oom_rows(work)
     check_sharding_table(work)
+    check_state_table(work)
     check_bad_input(work)
     check_torch_ddp(os.path.join(work, "np2"), work, 2)
     print("test_ddp_mode: OK")
