@@ -22,9 +22,7 @@ RANKS=${RANKS:-$([ "$gpus" -gt 2 ] && echo "2,$gpus" || echo 2)}
 REPS=${REPS:-3}
 SIZES=${SIZES:-1MB,10MB,100MB,1000MB}
 read -ra mpi <<<"${MPIRUN:-mpirun --bind-to none} -x NCCL_NVLS_ENABLE"
-find_exe() { [ -x "$bin/$1" ] && echo "$bin/$1" || echo "$bin/tests/$1"; }
 exec > >(tee -a "$out/log.txt") 2>&1
-step() { echo; echo "=== $(date -u +%H:%M:%S) $*"; }
 
 step "host: $(hostname), $gpus GPU(s), git $(cd "$root" && git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)"
 date -u; nvidia-smi -L 2>&1; nvidia-smi --query-gpu=driver_version --format=csv,noheader 2>&1 | head -1

@@ -47,12 +47,7 @@ SHARD=${SHARD:---ddp flat,bucketed --bucket-mb 25 --shard-optimizer none,broadca
 read -ra extra_args <<<"${EXTRA_ARGS:-}"
 read -ra torch_args <<<"${TORCH_ARGS:-}"
 read -ra mpi <<<"${MPIRUN:-mpirun --bind-to none} -np 2 -x NCCL_NVLS_ENABLE -x NCCL_MAX_CTAS -x NCCL_MIN_CTAS"
-find_exe() { [ -x "$bin/$1" ] && echo "$bin/$1" || echo "$bin/tests/$1"; }
 exec > >(tee -a "$out/log.txt") 2>&1
-step() { echo; echo "=== $(date -u +%H:%M:%S) $*"; }
-failed=()
-check() { "$@" || { echo "FAILED ($?): $*"; failed+=("$*"); }; }
-has() { [[ " $PARTS " == *" $1 "* ]]; }
 grid_precision=${GRID_PRECISION:-fp32,bf16}
 grid=(--model xl --context-length 128 --batch-size 4,16 --precision "$grid_precision" --attention flash --warmup 3 --steps 10)
 torch_grid=(--model xl --context-length 128 --batch-size 4,16 --precision "$grid_precision" --warmup 3 --steps 10)

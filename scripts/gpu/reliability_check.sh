@@ -36,10 +36,8 @@ SOAK_MODEL=${SOAK_MODEL:-xl}
 SOAK_DDP_S=${SOAK_DDP_S:-90}
 read -ra mpi <<<"${MPIRUN:-mpirun --bind-to none} -np 2 -x NCCL_NVLS_ENABLE -x LLMHPC_FAULT"
 exec > >(tee -a "$out/log.txt") 2>&1
-step() { echo; echo "=== $(date -u +%H:%M:%S) $*"; }
 failures=0
 fail() { echo "FAIL: $*" | tee -a "$out/faults.txt"; failures=$((failures + 1)); }
-has() { [[ " $PARTS " == *" $1 "* ]]; }
 export PYTHONPATH=$root/analysis${PYTHONPATH:+:$PYTHONPATH}
 
 step "host: $(hostname), git $(cd "$root" && git rev-parse --short=12 HEAD 2>/dev/null || echo unknown), parts: $PARTS"

@@ -13,3 +13,12 @@ if [ -f "$bin/tests.tar.xz" ]; then tar -C "$bin" --skip-old-files -xJf "$bin/te
 if ldd "$bin/llmhpc" 2>/dev/null | grep -q "not found" && [ -d "$bin/fallback" ]; then
   export LD_LIBRARY_PATH=$bin/fallback${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 fi
+
+# The scripts' shared vocabulary: a test executable in BIN_DIR or BIN_DIR/tests; a timestamped
+# heading; a command whose failure is noted in `failed` and the run goes on; whether PARTS names
+# a part.
+find_exe() { [ -x "$bin/$1" ] && echo "$bin/$1" || echo "$bin/tests/$1"; }
+step() { echo; echo "=== $(date -u +%H:%M:%S) $*"; }
+failed=()
+check() { "$@" || { echo "FAILED ($?): $*"; failed+=("$*"); }; }
+has() { [[ " ${PARTS:-} " == *" $1 "* ]]; }

@@ -61,7 +61,7 @@ for np in 1 2; do
   check $np "--shard-optimizer zero1 needs the gradients reduced" $TRAIN --shard-optimizer zero1 --ddp none
   check $np "--shard-optimizer broadcast needs the gradients reduced" $TRAIN --shard-optimizer broadcast --ddp none
   check $np "takes one value for --shard-optimizer" $TRAIN --shard-optimizer none,zero1
-  check $np "--shard-optimizer 'zero3': must be one of" --mode ddp --device cpu $TINY --shard-optimizer none,zero3
+  check $np "--shard-optimizer 'zero4': must be one of" --mode ddp --device cpu $TINY --shard-optimizer none,zero4
   check $np "--shard-optimizer zero1 needs the gradients reduced" --mode ddp --device cpu $TINY --ddp none \
     --shard-optimizer zero1
   if nvidia-smi -L >/dev/null 2>&1; then
