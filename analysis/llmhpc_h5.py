@@ -364,13 +364,31 @@ class Run:
         """True when every rank's file is there and says the run ended normally."""
         return self.finished and not self.missing_ranks
 
+    def nodes(self) -> list:
+        """[(hostname, [ranks])] in node order: by the node_index every rank file records (the order of
+        MPI's shared-memory split), or by hostname in files that predate it."""
+        groups = {}
+        for rf in sorted(self.files, key=lambda f: f.rank):
+            key = (int(rf.attrs["node_index"]) if "node_index" in rf.attrs else -1, str(rf.attrs["hostname"]))
+            groups.setdefault(key, []).append(rf.rank)
+        return [(host, ranks) for (_, host), ranks in sorted(groups.items())]
+
     def describe_ranks(self) -> str:
-        """'2 rank(s)', or '2 rank(s), rank 1's file missing' where a rank has none."""
+        """'2 rank(s)', or '2 rank(s), rank 1's file missing' where a rank has none; on several nodes, the
+        ranks of each: '4 rank(s) on 2 nodes: node0 (ranks 0-1), node1 (ranks 2-3)'."""
         missing = self.missing_ranks
+        text = f"{self.world_size} rank(s)"
+        nodes = self.nodes()
+        if len(nodes) > 1:
+            def span(ranks):
+                return f"rank {ranks[0]}" if len(ranks) == 1 else (
+                    f"ranks {ranks[0]}-{ranks[-1]}" if ranks == list(range(ranks[0], ranks[-1] + 1))
+                    else "ranks " + ",".join(map(str, ranks)))
+            text += f" on {len(nodes)} nodes: " + ", ".join(f"{host} ({span(r)})" for host, r in nodes)
         if not missing:
-            return f"{self.world_size} rank(s)"
+            return text
         which = f"rank {missing[0]}'s file" if len(missing) == 1 else f"ranks {missing}' files"
-        return f"{self.world_size} rank(s), {which} missing"
+        return f"{text}, {which} missing"
 
     def rank_file(self, rank: int) -> RankFile:
         for rf in self.files:

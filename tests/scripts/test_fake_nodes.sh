@@ -272,6 +272,11 @@ for node, k in enumerate(slots):
               f"rank {rf.rank}: ranks_per_node {rf.attrs['ranks_per_node']}, not {want}")
     first += k
 check(len(set(hosts)) == len(slots), f"one hostname per node, not {hosts}")
+# The report names each node with its ranks (analysis/llmhpc_h5.py, Run.nodes).
+spans = [(h, list(range(sum(slots[:i]), sum(slots[:i + 1])))) for i, h in enumerate(hosts)]
+check(run.nodes() == spans, f"the run's nodes {run.nodes()}, not {spans}")
+check(len(slots) == 1 or f"on {len(slots)} nodes: {hosts[0]} (rank" in run.describe_ranks(),
+      f"report line: {run.describe_ranks()}")
 if a.hosts:
     check(hosts == a.hosts.split(","), f"the ranks on nodes {hosts}, not {a.hosts}")
 if a.comm:
