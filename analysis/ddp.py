@@ -169,8 +169,8 @@ def load(directories: list, rank) -> tuple:
         held = state_after_optimizer(run, rank)
         for column in (*STATE_COLUMNS, "shard_group"):
             frame[column] = [held.get(name, {}).get(column, math.nan) for name in frame["name"]]
-        frames.append(frame.assign(run=directory))
         a = run.attrs
+        frames.append(frame.assign(run=directory, device_name=a.get("device_name", "")))
         state = "" if run.finished else " (INCOMPLETE: a rank's file says the run did not finish)"
         notes.append(f"llmhpc ddp on {a['device_name']} ({a['hostname']}), {run.describe_ranks()}, backend "
                      f"{a['backend']}; {'every rank pooled' if rank is None else f'rank {rank}'}; git {a['git_sha']}; "

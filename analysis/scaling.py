@@ -9,6 +9,13 @@ measured at two or more rank counts n:
           E(n) = n0 T(n0) / (n T(n)), n0 the fewest ranks measured (1 in scaling.sh);
   weak:   the same per-rank batch b at every n; efficiency E(n) = T(n0) / T(n).
 T is the reference DDP study's step time: the mean over the timed steps of the slowest rank's step.
+Per configuration also tokens/s per GPU, B x context / (T n), and the model FLOPs utilisation,
+MFU = tokens/s per GPU x F / peak, with one definition of the model's FLOPs per token (as llm.c and
+torchtitan count them): F = 6 N + 6 L d T, N the parameters the matrix products multiply (every
+layer's 4 d^2 + 3 d d_ff and the LM head's V d; the embedding lookup multiplies nothing), and the
+attention scores and their product with the values 12 L d T per token, causal counted as half;
+peak the GPU's dense bf16 (tensor cores) or fp32 (no tensor cores) rate from PEAK_FLOPS, by the
+device's name: '-' where the device is not in it (the CPU).
 Transport: a run folder whose name ends in "-net" ran with NCCL's network transport forced
 (NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1, jobs/scaling.sh NET=1), as the folder name says.
 
@@ -38,6 +45,29 @@ from bench import fmt, markdown_table  # noqa: E402
 SERIES_KEYS = ("d_model", "d_ff", "num_layers", "num_heads", "vocab_size", "context_length", "precision", "grad_dtype",
                "attention", "ddp", "bucket_mb", "shard_optimizer", "backend", "transport")
 OVERLAPPING = ("overlap", "bucketed")
+# Dense peak FLOP/s by (device name contains, precision), from the vendors' data sheets (SXM parts).
+PEAK_FLOPS = {("H100", "bf16"): 989.4e12, ("H100", "fp32"): 66.9e12, ("H200", "bf16"): 989.4e12,
+              ("H200", "fp32"): 66.9e12, ("A100", "bf16"): 312e12, ("A100", "fp32"): 19.5e12}
+
+
+def flops_per_token(row) -> float:
+    """The model FLOPs of one token's forward and backward (see the module doc)."""
+    d, f, layers, vocab, t = (float(row[k]) for k in ("d_model", "d_ff", "num_layers", "vocab_size", "context_length"))
+    matmul = layers * (4 * d * d + 3 * d * f) + vocab * d
+    return 6 * matmul + 6 * layers * d * t
+
+
+def peak_flops(device_name: str, precision: str) -> float:
+    for (name, p), peak in PEAK_FLOPS.items():
+        if name in str(device_name) and p == precision:
+            return peak
+    return math.nan
+
+
+def throughput(row, n: int, batch: int, step_ms: float) -> tuple:
+    """(tokens/s per GPU, MFU) of `batch` sequences a step over n ranks at step_ms."""
+    per_gpu = batch * float(row["context_length"]) / (step_ms / 1e3) / n
+    return per_gpu, per_gpu * flops_per_token(row) / peak_flops(row.get("device_name", ""), row["precision"])
 
 
 def transport(directory: str) -> str:
@@ -148,15 +178,21 @@ def plot(all_series: list, path: str) -> str:
 
 def report(df: pd.DataFrame, models: dict, out_dir: str) -> str:
     """The scaling tables and scaling.png; models: {(world_size, transport): ddp.allreduce_model(...)}."""
-    all_series = [(kind, title, efficiency_rows(kind, rows, models)) for kind, title, rows in series(df)]
+    found = list(series(df))
+    rows_of = {title: rows.iloc[-1] for _, title, rows in found}
+    all_series = [(kind, title, efficiency_rows(kind, rows, models)) for kind, title, rows in found]
     if not all_series:
         return "### Scaling\n\nno series: runs at two or more rank counts with the same global or per-rank batch"
     parts = []
     for kind, title, entries in all_series:
+        row = rows_of[title]
+        cells = []
+        for n, b, lb, t, s, e, src in entries:
+            tokens, mfu = throughput(row, n, b, t)
+            cells.append([n, b, lb, fmt(t), fmt(s), f"{100 * e:.1f}%", f"{tokens:,.0f}",
+                          "-" if math.isnan(mfu) else f"{100 * mfu:.1f}%", src])
         table = markdown_table(["Ranks", "Global batch", "Per-rank batch", "Step (ms)", "Speed-up", "Efficiency",
-                                "Source"],
-                               [[n, b, lb, fmt(t), fmt(s), f"{100 * e:.1f}%", src]
-                                for n, b, lb, t, s, e, src in entries])
+                                "Tokens/s per GPU", "MFU", "Source"], cells)
         parts.append(f"### Scaling, {title}\n\n{table}")
     if not models:
         parts.append("No all-reduce run (llmhpc --mode comm) among the results: no projections.")

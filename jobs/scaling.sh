@@ -7,7 +7,8 @@
 # Strong and weak scaling of data-parallel training: the same model at 1, 2, 4, ... ranks up to
 # the job's tasks (RANKS), strong with a fixed global batch (STRONG_BATCH, default 2 per rank at
 # the most ranks), weak with a fixed per-rank batch (WEAK_BATCH); one strategy (STRATEGY,
-# BUCKET MiB); then an all-reduce run at the most ranks for the bucket model's o and w, and
+# BUCKET MiB) under each sharding stage (SHARDINGS: none,zero1,zero2,zero3 under bucketed, else
+# none; tokens/s per GPU and MFU per configuration in the report); then an all-reduce run at the most ranks for the bucket model's o and w, and
 # $OUT/report.md with speed-ups, efficiencies, projections to larger clusters (each labelled
 # "projection") and scaling.png. Runs: $OUT/strong-np<N>, $OUT/weak-np<N>, $OUT/allreduce-np<N>.
 # Across nodes: sbatch --nodes=2 --ntasks-per-node=8 jobs/scaling.sh (mpirun places the ranks).
@@ -18,7 +19,7 @@
 # (MPIRUN="mpirun -x NCCL_P2P_DISABLE -x NCCL_SHM_DISABLE"; srun passes them by itself).
 # Variables (defaults): RANKS (1,2,4,...,NP), MODELS (xl), SHAPE (none: a custom model's options,
 # which override MODELS), CONTEXTS (128), PRECISIONS (fp32), STRONG_BATCH, WEAK_BATCH (2),
-# STRATEGY (bucketed), BUCKET (25), WARMUP (5), STEPS (10), COMM_SIZES (4KB,1MB,100MB,1000MB),
+# STRATEGY (bucketed), SHARDINGS, BUCKET (25), WARMUP (5), STEPS (10), COMM_SIZES (4KB,1MB,100MB,1000MB),
 # NET (0). Each rank count is a launch of its own, $MPIRUN $MPIRUN_ARGS $NP_OPTION N (LAUNCH, with
 # its fixed count, does not apply; MPIRUN="srun --mpi=pmix" launches with srun -n N); EXTRA_ARGS go to the ddp runs, not to the all-reduce runs, whose
 # mode comm refuses model and ddp options.
@@ -38,6 +39,8 @@ STRONG_BATCH=${STRONG_BATCH:-$((2 * max_np))}
 WEAK_BATCH=${WEAK_BATCH:-2}
 PRECISIONS=${PRECISIONS:-fp32}
 STRATEGY=${STRATEGY:-bucketed}
+# Every sharding stage under bucketed (zero2 and zero3 run only there), none otherwise.
+SHARDINGS=${SHARDINGS:-$([ "$STRATEGY" = bucketed ] && echo none,zero1,zero2,zero3 || echo none)}
 BUCKET=${BUCKET:-25}
 WARMUP=${WARMUP:-5}
 STEPS=${STEPS:-10}
@@ -66,7 +69,8 @@ for transport in $transports; do
       for kind in strong weak; do
         if [ $kind = strong ]; then batch=$STRONG_BATCH; else batch=$((WEAK_BATCH * np)); fi
         $MPIRUN $MPIRUN_ARGS $NP_OPTION "$np" "$LLMHPC_BIN" --mode ddp --device "$DEVICE" --model "$MODELS" $SHAPE --context-length "$CONTEXTS" \
-          --batch-size "$batch" --precision "$PRECISIONS" --ddp "$STRATEGY" --bucket-mb "$BUCKET" --warmup "$WARMUP" \
+          --batch-size "$batch" --precision "$PRECISIONS" --ddp "$STRATEGY" --bucket-mb "$BUCKET" \
+          --shard-optimizer "$SHARDINGS" --warmup "$WARMUP" \
           --steps "$STEPS" --heat-s "$HEAT_S" --out "$OUT/$kind-np$np$suffix" ${EXTRA_ARGS:-}
       done
     done
