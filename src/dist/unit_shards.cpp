@@ -34,6 +34,13 @@ std::vector<float> download(Device& dev, const Tensor& src) {
   return out;
 }
 
+// Waits (nccl: the compute stream waits) for the operations in `pending`, so that the memory they
+// touch can go back to the allocator, whose reuse is ordered on the compute stream only.
+void settle(std::vector<CommHandle>& pending) {
+  for (CommHandle& h : pending) h.wait();
+  pending.clear();
+}
+
 }  // namespace
 
 ShardLayout::ShardLayout(const ParameterLayout& layout, int ranks_, int64_t alignment) : ranks(ranks_) {
@@ -130,7 +137,7 @@ UnitShards::Place* UnitShards::resident(int unit) {
 }
 
 void UnitShards::gather(int unit, Place& place) {
-  place.pending.clear();  // a gather never waited for (a prefetch no pass used) is ordered before this one
+  settle(place.pending);  // a gather never waited for (a prefetch no pass used)
   place.unit = unit;
   place.version = version_;
   const int n = comm_.size();
@@ -173,7 +180,7 @@ void UnitShards::gather_for_forward() {
     // Between steps a rank holds its shard only (FSDP2 likewise gathers its root unit as the
     // next forward begins): forward gathers each unit as it asks, one ahead.
     for (Place& p : places_) {
-      p.pending.clear();
+      settle(p.pending);
       for (Buffer& b : p.lanes) b.release();
       p.unit = -1;
     }
@@ -196,8 +203,7 @@ UnitView UnitShards::unit_parameters(const ParamUnit& unit, const ParamUnit* nex
     place = &places_[last_ == &places_[0] ? 1 : 0];
     gather(u, *place);
   }
-  for (CommHandle& h : place->pending) h.wait();
-  place->pending.clear();
+  settle(place->pending);
   last_ = place;
   if (stage_ == Sharding::Zero3 && next) {
     const int v = unit_index(*next);
@@ -219,8 +225,7 @@ UnitShards::Window& UnitShards::window_for(int unit) {
 UnitView UnitShards::unit_gradients(const ParamUnit& unit) {
   const int u = unit_index(unit);
   Window& w = window_for(u);
-  for (CommHandle& h : w.pending) h.wait();  // its last reduce-scatter has read it
-  w.pending.clear();
+  settle(w.pending);  // its last reduce-scatter has read it
   w.unit = u;
   const int n = comm_.size();
   UnitView view;
@@ -273,15 +278,11 @@ void UnitShards::finish() {
   // The windows go back once the compute stream waits for their reductions: whatever takes
   // their blocks next is ordered after that.
   for (Window& w : windows_) {
-    for (CommHandle& h : w.pending) h.wait();
-    w.pending.clear();
+    settle(w.pending);
     for (Buffer& b : w.lanes) b.release();
     w.unit = -1;
   }
-  for (Window& w : kept_) {  // kept for the next step's micro-batches
-    for (CommHandle& h : w.pending) h.wait();
-    w.pending.clear();
-  }
+  for (Window& w : kept_) settle(w.pending);  // kept for the next step's micro-batches
   // Hybrid sharding: each group averaged its own ranks' gradients; the groups' averages are
   // averaged in turn, over the ranks that hold the same part. Once, after backward: the
   // reduce-scatters it follows are waited for above (not overlapped with backward yet).
