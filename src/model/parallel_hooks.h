@@ -1,14 +1,17 @@
 // ParallelHooks: the one protocol between the model and whatever parallelises it (src/dist).
-// The model reports, unit by unit of its parameters (ParameterLayout::units: the embedding,
-// each layer, the final norm with the head):
-//   unit_parameters(R)    before it reads parameters of R (forward and backward), and
-//   gradients_final(R)    when backward has finished the gradients of R,
+// The model speaks unit by unit of its parameters (ParameterLayout::units: the embedding, each
+// layer, the final norm with the head):
+//   before it reads the parameters of unit R (forward, and backward for the units it reads),
+//     parameters_needed(R) where they are its own and may still be arriving, or
+//     unit_parameters(R, next) where a holder keeps them (ParameterStorage::Sharded), which
+//     answers where they are and may start bringing `next`;
+//   before backward writes R's gradients, under sharded storage, unit_gradients(R): where;
+//   gradients_final(R) when backward has finished the gradients of R;
 // and the optimizer reports parameters_updated(R) for each range it owns. Everything a
 // strategy does happens behind these calls: data parallelism reduces R's gradients when they
-// are final, ZeRO-1 reduce-scatters them and all-gathers the updates, waiting for R only when
-// it is needed; ZeRO-3 gathers R when it is needed, into a buffer it reuses, and gives the
-// model the place (UnitView), and reduce-scatters R's gradients from the place it gave
-// backward to write them (gradients_needed).
+// are final; ZeRO-1 reduce-scatters them, all-gathers the updates and waits for R only when it
+// is needed; ZeRO-2 and ZeRO-3 gather R into a place they give the model (UnitView) and
+// reduce-scatter R's gradients from the window they gave backward.
 // The model never includes comm or dist; dist hooks in here. The halves mirror each other as
 // ZeRO splits an all-reduce: gradients reduced as backward finishes them, parameters shared as
 // the optimizer finishes them, and waited for as the next forward reaches them.
@@ -32,6 +35,7 @@ struct UnitView {
 
 // One training step drives the hooks as run_step (src/model/train_step.h) does:
 //   model.forward() -> parameters_needed(...) ...   (only while parameters arrive: below)
+//                      or unit_parameters(...) ...  (sharded storage: set_parallel_hooks)
 //   begin_step(); model.backward(&listener) -> gradients_final(...) ...; finish();
 //   optimizer.step(&listener) -> parameters_updated(...) ...;
 //   if (finish_parameters()) model.parameters_arriving(listener);
