@@ -5,7 +5,8 @@
 #   sbatch --wait jobs/ddp_bucketed.sh     and     sbatch --wait jobs/comm.sh
 # with 2 tasks on the CPU backend and a tiny model, each checked by sbatch's exit code (the
 # job's) and the files it leaves: both rank files, the all-reduce run, ddp.md, report.md and
-# its PNG in results/<job name>-<job id>; and ddp_bucketed.sh again with EXTRA_ARGS overriding
+# its PNG in results/<job name>-<job id>; scaling.sh over 1 and 2 ranks, unsharded and ZeRO-3;
+# and ddp_bucketed.sh again with EXTRA_ARGS overriding
 # the job's --warmup and --steps, its rank files recording EXTRA_ARGS' values. Then jobs/train.sh stopped mid-run by SIGUSR1 as
 # Slurm sends it before a time limit (scancel --signal=USR1 --batch): its checkpoint and rank
 # files at one step, its report saying so. Then the same ddp job, and comm.sh, launched by srun --mpi=pmix
@@ -161,6 +162,17 @@ grep -q "^| mpi | 2 | allreduce | 4000 |" "$dir/comm.md" || fail "$dir/comm.md h
 grep -q "^| mpi | cpu | 2 | allreduce |" "$dir/report.md" || fail "$dir/report.md lacks the reference communication study's table"
 [ -s "$dir/comm_busbw.png" ] || fail "$dir has no comm_busbw.png"
 echo "ok   sbatch --wait jobs/comm.sh -> results/llmhpc-comm-$id"
+
+# scaling.sh over 1 and 2 of the job's ranks, unsharded and ZeRO-3: a scaling table per stage with
+# tokens/s per GPU and MFU in its report.
+SHARDINGS=none,zero3 submit scaling jobs/scaling.sh ||
+  fail "sbatch --wait jobs/scaling.sh: exit $? ($(cat "$tmp/scaling.sbatch.log"))"
+id=$(cut -d';' -f1 "$tmp/scaling.id")
+dir=$tmp/results/llmhpc-scaling-$id
+[ -f "$dir/strong-np2/rank00001.h5" ] && [ -f "$dir/weak-np1/rank00000.h5" ] || fail "$dir lacks its runs: $(ls "$dir" 2>&1)"
+grep -q "^### Scaling, strong: .*, zero3$" "$dir/report.md" && grep -q "| Tokens/s per GPU | MFU |" "$dir/report.md" ||
+  fail "$dir/report.md lacks the zero3 scaling table with tokens/s and MFU"
+echo "ok   sbatch --wait jobs/scaling.sh (SHARDINGS=none,zero3) -> results/llmhpc-scaling-$id"
 
 # ---- a long training stopped as Slurm stops one at its time limit (--signal=B:USR1@...) ----
 "$PYTHON" -c "import numpy as np; np.random.default_rng(0).integers(0, 64, 20000, dtype=np.uint16).tofile('$tmp/tokens.bin')"
