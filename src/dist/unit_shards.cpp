@@ -4,35 +4,12 @@
 
 #include "src/core/check.h"
 #include "src/core/nvtx.h"
+#include "src/model/checkpoint.h"
 
 namespace llmhpc {
 namespace {
 
 constexpr llmhpc::Lane kLanes[2] = {llmhpc::Lane::Matrices, llmhpc::Lane::Others};
-
-// Host floats into a device tensor of the parameter dtype (fp32, or fp64 in reference runs).
-void upload(Device& dev, const Tensor& dst, const float* src) {
-  if (dst.dtype == DType::F64) {
-    std::vector<double> d(src, src + dst.numel());
-    dev.copy_to_device(dst.data, d.data(), dst.bytes());
-  } else {
-    LLMHPC_CHECK(dst.dtype == DType::F32, "sharded state is fp32 or fp64");
-    dev.copy_to_device(dst.data, src, dst.bytes());
-  }
-}
-
-// A device tensor as host floats (bf16 widened exactly; fp64 rounded).
-std::vector<float> download(Device& dev, const Tensor& src) {
-  std::vector<float> out(size_t(src.numel()));
-  if (src.dtype == DType::F32) {
-    dev.copy_to_host(out.data(), src.data, src.bytes());
-    return out;
-  }
-  std::vector<unsigned char> raw(src.bytes());
-  dev.copy_to_host(raw.data(), src.data, src.bytes());
-  for (size_t i = 0; i < out.size(); ++i) out[i] = float(load_as_double(raw.data(), i, src.dtype));
-  return out;
-}
 
 // Waits (nccl: the compute stream waits) for the operations in `pending`, so that the memory they
 // touch can go back to the allocator, whose reuse is ordered on the compute stream only.
@@ -346,9 +323,9 @@ void UnitShards::load(const std::vector<float>& params, AdamW* opt, const std::v
   LLMHPC_CHECK(int64_t(params.size()) == layout.total(), "load: the whole model's parameters");
   if (opt) opt->allocate_state();
   for (const ShardLayout::Piece& piece : shards_.pieces(layout, comm_.rank())) {
-    upload(device_, master_.tensor().slice(piece.shard, {piece.count}), params.data() + piece.flat);
-    if (opt && m) upload(device_, opt->m().slice(piece.shard, {piece.count}), m->data() + piece.flat);
-    if (opt && v) upload(device_, opt->v().slice(piece.shard, {piece.count}), v->data() + piece.flat);
+    from_host_floats(device_, master_.tensor().slice(piece.shard, {piece.count}), params.data() + piece.flat);
+    if (opt && m) from_host_floats(device_, opt->m().slice(piece.shard, {piece.count}), m->data() + piece.flat);
+    if (opt && v) from_host_floats(device_, opt->v().slice(piece.shard, {piece.count}), v->data() + piece.flat);
   }
   refresh();
 }
@@ -362,7 +339,7 @@ std::vector<float> UnitShards::gathered(const Tensor& shard) {
   for (int r = 0; r < comm_.size(); ++r) {
     comm_.broadcast(shard.data, theirs.tensor().data, size_t(shard.numel()), shard.dtype, r);
     comm_.synchronize();
-    const std::vector<float> host = download(device_, theirs);
+    const std::vector<float> host = to_host_floats(device_, theirs);
     for (const ShardLayout::Piece& piece : shards_.pieces(layout, r))
       std::copy(host.begin() + piece.shard, host.begin() + piece.shard + piece.count, out.begin() + piece.flat);
   }

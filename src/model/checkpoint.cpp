@@ -10,28 +10,6 @@ namespace {
 
 const char* kConfigAttrs[] = {"vocab_size", "context_length", "d_model", "d_ff", "num_layers", "num_heads"};
 
-// Copies `count` elements of a device tensor (param dtype) to host floats.
-std::vector<float> to_host_floats(Device& dev, const Tensor& t) {
-  std::vector<float> out(t.numel());
-  if (t.dtype == DType::F64) {
-    std::vector<double> d(t.numel());
-    dev.copy_to_host(d.data(), t.data, t.bytes());
-    out.assign(d.begin(), d.end());
-  } else {
-    dev.copy_to_host(out.data(), t.data, t.bytes());
-  }
-  return out;
-}
-
-void from_host_floats(Device& dev, const Tensor& t, const std::vector<float>& v) {
-  if (t.dtype == DType::F64) {
-    std::vector<double> d(v.begin(), v.end());
-    dev.copy_to_device(t.data, d.data(), t.bytes());
-  } else {
-    dev.copy_to_device(t.data, v.data(), t.bytes());
-  }
-}
-
 std::string shape_str(const std::vector<int64_t>& dims) {
   std::string s = "(";
   for (size_t i = 0; i < dims.size(); ++i) s += (i ? ", " : "") + std::to_string(dims[i]);
@@ -59,6 +37,28 @@ void check_tensors(hid_t group, const std::string& where, const std::string& pat
 }
 
 }  // namespace
+
+std::vector<float> to_host_floats(Device& dev, const Tensor& t) {
+  std::vector<float> out(size_t(t.numel()));
+  if (t.dtype == DType::F32) {
+    dev.copy_to_host(out.data(), t.data, t.bytes());
+    return out;
+  }
+  std::vector<unsigned char> raw(t.bytes());
+  dev.copy_to_host(raw.data(), t.data, t.bytes());
+  for (size_t i = 0; i < out.size(); ++i) out[i] = float(load_as_double(raw.data(), i, t.dtype));
+  return out;
+}
+
+void from_host_floats(Device& dev, const Tensor& t, const float* values) {
+  if (t.dtype == DType::F64) {
+    std::vector<double> d(values, values + t.numel());
+    dev.copy_to_device(t.data, d.data(), t.bytes());
+  } else {
+    LLMHPC_CHECK(t.dtype == DType::F32, "from_host_floats fills fp32 or fp64 tensors");
+    dev.copy_to_device(t.data, values, t.bytes());
+  }
+}
 
 OptimizerState host_state(const AdamW& opt) {
   OptimizerState s{opt.steps_taken(), opt.hyper(), opt.owned(), {}, {}};
@@ -220,7 +220,7 @@ void load_checkpoint(const std::string& path, TransformerLM& model, AdamW* opt) 
   }
   Device& dev = model.device();
   for (const ParamInfo& p : layout.params()) {
-    from_host_floats(dev, model.param(p.name), h5::read_floats(params.id(), p.name));
+    from_host_floats(dev, model.param(p.name), h5::read_floats(params.id(), p.name).data());
     if (!with_opt) continue;
     // The pieces of this tensor the optimizer owns, from the whole tensor in the file.
     const FlatRange tensor{p.offset, p.offset + p.shape.numel()};
@@ -229,10 +229,8 @@ void load_checkpoint(const std::string& path, TransformerLM& model, AdamW* opt) 
     const std::vector<float> m_all = h5::read_floats(m.id(), p.name), v_all = h5::read_floats(v.id(), p.name);
     for (const PackedPiece& piece : pieces) {
       const int64_t from = piece.flat.begin - p.offset, n = piece.flat.size();
-      from_host_floats(dev, opt->m().slice(piece.packed_offset, {n}),
-                       std::vector<float>(m_all.begin() + from, m_all.begin() + from + n));
-      from_host_floats(dev, opt->v().slice(piece.packed_offset, {n}),
-                       std::vector<float>(v_all.begin() + from, v_all.begin() + from + n));
+      from_host_floats(dev, opt->m().slice(piece.packed_offset, {n}), m_all.data() + from);
+      from_host_floats(dev, opt->v().slice(piece.packed_offset, {n}), v_all.data() + from);
     }
   }
   model.parameters_changed();

@@ -25,6 +25,11 @@ struct OptimizerState {
   std::vector<FlatRange> owned;
   std::vector<float> m, v;
 };
+// A device tensor's elements as host floats (fp32 as they are, bf16 widened, fp64 rounded), and
+// host floats into an fp32 or fp64 device tensor (its numel() of them from `values`).
+std::vector<float> to_host_floats(Device& dev, const Tensor& t);
+void from_host_floats(Device& dev, const Tensor& t, const float* values);
+
 // The optimizer's own state (its owned ranges; zeros before its first step).
 OptimizerState host_state(const AdamW& opt);
 

@@ -290,17 +290,24 @@ void TransformerLM::wait_parameters() {
   parameters_changed();
 }
 
+namespace {
+// Whether `v` has room for each of `unit`'s lanes.
+bool holds_lanes(const UnitView& v, const ParamUnit& unit) {
+  for (Lane which : {Lane::Matrices, Lane::Others}) {
+    const Tensor& lane = which == Lane::Matrices ? v.matrices : v.others;
+    if (unit.elements(which) > 0 && (lane.empty() || lane.numel() < unit.elements(which))) return false;
+  }
+  return true;
+}
+}  // namespace
+
 void TransformerLM::need_unit(int u, int next) {
   const std::vector<ParamUnit>& units = layout_.units();
   const ParamUnit& unit = units[size_t(u)];
   if (storage_ == ParameterStorage::Local) return need_parameters(unit.range.begin, unit.range.end);
   LLMHPC_CHECK(hooks_ != nullptr, "sharded parameters need set_parallel_hooks()");
   const UnitView v = hooks_->unit_parameters(unit, next >= 0 ? &units[size_t(next)] : nullptr);
-  auto holds = [&](const Tensor& lane, Lane which) {
-    return unit.elements(which) == 0 || (!lane.empty() && lane.numel() >= unit.elements(which));
-  };
-  LLMHPC_CHECK(holds(v.matrices, Lane::Matrices) && holds(v.others, Lane::Others),
-               "a unit's parameters given in lanes shorter than the unit's");
+  LLMHPC_CHECK(holds_lanes(v, unit), "a unit's parameters given in lanes shorter than the unit's");
   LLMHPC_CHECK(unit.elements(Lane::Matrices) == 0 || v.matrices.dtype == compute_dtype(precision_),
                "a unit's matrices given in another dtype than the products read");
   LLMHPC_CHECK(unit.elements(Lane::Others) == 0 || v.others.dtype == param_dtype(precision_),
@@ -316,11 +323,7 @@ void TransformerLM::open_unit_gradients(int u, ParallelHooks* listener) {
   ParallelHooks* holder = listener ? listener : hooks_;
   LLMHPC_CHECK(holder != nullptr, "backward under sharded parameters needs the hooks that hold them");
   const UnitView g = holder->unit_gradients(unit);
-  auto holds = [&](const Tensor& lane, Lane which) {
-    return unit.elements(which) == 0 || (!lane.empty() && lane.numel() >= unit.elements(which));
-  };
-  LLMHPC_CHECK(holds(g.matrices, Lane::Matrices) && holds(g.others, Lane::Others),
-               "a unit's gradients given in lanes shorter than the unit's");
+  LLMHPC_CHECK(holds_lanes(g, unit), "a unit's gradients given in lanes shorter than the unit's");
   LLMHPC_CHECK((unit.elements(Lane::Matrices) == 0 || g.matrices.dtype == grad_dtype_) &&
                    (unit.elements(Lane::Others) == 0 || g.others.dtype == grad_dtype_),
                "a unit's gradients given in another dtype than backward writes");
