@@ -73,12 +73,14 @@ def rope(x, cos, sin):
 class Attention(nn.Module):
     def __init__(self, d, heads, fused):
         super().__init__()
-        self.heads, self.fused = heads, fused
+        self.heads, self.head_dim, self.fused = heads, d // heads, fused
         self.q_proj, self.k_proj, self.v_proj, self.output_proj = (nn.Linear(d, d, bias=False) for _ in range(4))
 
     def forward(self, x, cos, sin):
-        b, t, d = x.shape
-        split = lambda y: y.view(b, t, self.heads, d // self.heads).transpose(1, 2)  # noqa: E731
+        b, t, _ = x.shape
+        # -1 heads: all of them, or under tensor parallelism (analysis/torch_tp.py) this rank's share, whose
+        # projections give it n_heads / tp heads of head_dim each
+        split = lambda y: y.view(b, t, -1, self.head_dim).transpose(1, 2)  # noqa: E731
         q, k, v = rope(split(self.q_proj(x)), cos, sin), rope(split(self.k_proj(x)), cos, sin), split(self.v_proj(x))
         if self.fused:
             o = F.scaled_dot_product_attention(q, k, v, is_causal=True)
@@ -86,7 +88,7 @@ class Attention(nn.Module):
             s = q @ k.transpose(-1, -2) / math.sqrt(q.shape[-1])
             mask = torch.ones(t, t, dtype=torch.bool, device=x.device).triu(1)
             o = torch.softmax(s.masked_fill(mask, float("-inf")), dim=-1) @ v
-        return self.output_proj(o.transpose(1, 2).reshape(b, t, d))
+        return self.output_proj(o.transpose(1, 2).reshape(b, t, -1))
 
 
 class Block(nn.Module):

@@ -204,6 +204,52 @@ def fully_shard_model(torch, model, mesh, sharding: str, precision: str, reduce_
     return model
 
 
+def timed_steps(torch, args, device, world: int, heat_s: float, forward, backward, optimizer_step, live, memory: dict,
+                losses: list | None = None) -> dict:
+    """One configuration's steps on this rank, timed as the module's docstring says: forward() gives the loss,
+    backward(loss) frees or zeroes the gradients and runs backward, optimizer_step() updates. --warmup steps
+    untimed; with heat_s, untimed steps for about that many seconds (as many on every rank, counted from the
+    slowest rank's last warm-up step); --steps timed. Returns {forward_ms, backward_ms, optimizer_ms, step_ms,
+    heat_steps (with heat_s), final_loss}, and puts the live bytes (live()) before and after the first optimizer
+    step and after the last step into `memory`. With `losses` (a list), each step's loss, detached, is appended
+    to it, to read after the last step."""
+    out = {k: [] for k in PHASES}
+    marks = Marks(torch, device.type == "cuda")
+    warm_ms, heat_steps = [], 0
+    i = 0
+    while i < args.warmup + heat_steps + args.steps:
+        if i == args.warmup and heat_s > 0 and warm_ms:  # the heat's count, the same on every rank
+            pace = torch.tensor([warm_ms[-1]], device=device)  # the first steps compile and allocate
+            if world > 1:
+                torch.distributed.all_reduce(pace, op=torch.distributed.ReduceOp.MAX)
+            heat_steps = max(1, round(heat_s * 1000 / max(float(pace.item()), 1e-3)))
+            out["heat_steps"] = heat_steps
+        marks.record(0)
+        loss = forward()
+        marks.record(1)
+        backward(loss)
+        marks.record(2)
+        if i == 0:
+            memory[MEMORY_POINTS[1]] = live()
+        optimizer_step()
+        marks.record(3)
+        if i == 0:
+            memory[MEMORY_POINTS[2]] = live()
+        marks.wait()
+        if losses is not None:
+            losses.append(loss.detach())
+        if i == args.warmup + heat_steps + args.steps - 1:
+            memory[MEMORY_POINTS[3]] = live()
+            out["final_loss"] = float(loss.item())
+        if i < args.warmup:
+            warm_ms.append(marks.ms(0, 3))
+        elif i >= args.warmup + heat_steps:
+            for k, (a, b) in zip(PHASES, ((0, 1), (1, 2), (2, 3), (0, 3))):
+                out[k].append(marks.ms(a, b))
+        i += 1
+    return out
+
+
 def run_config(torch, baseline, args, env, shape, ctx, batch, precision, setup, bucket_mb, sharding,
                reduce_dtype, heat_s=0.0) -> dict:
     """This rank's part of one configuration: {status, error?, per-step arrays, peak_memory_bytes}. With
@@ -216,8 +262,7 @@ def run_config(torch, baseline, args, env, shape, ctx, batch, precision, setup, 
     local = batch // world
     fsdp = sharding in FSDP2
     autocast = precision == "bf16" and not fsdp  # FSDP2 computes in bf16 through its policy
-    out = {k: [] for k in PHASES}
-    model = ddp = opt = tokens = targets = loss = None
+    model = ddp = opt = tokens = targets = None
     try:
         if cuda:
             torch.cuda.reset_peak_memory_stats()
@@ -242,39 +287,16 @@ def run_config(torch, baseline, args, env, shape, ctx, batch, precision, setup, 
         g = torch.Generator(device=device).manual_seed(args.seed + 1000 * rank + 1)
         tokens = torch.randint(0, args.vocab_size, (local, ctx), device=device, generator=g)
         targets = torch.randint(0, args.vocab_size, (local, ctx), device=device, generator=g)
-        marks = Marks(torch, cuda)
-        warm_ms, heat_steps = [], 0
-        i = 0
-        while i < args.warmup + heat_steps + args.steps:
-            if i == args.warmup and heat_s > 0 and warm_ms:  # the heat's count, the same on every rank
-                pace = torch.tensor([warm_ms[-1]], device=device)  # the first steps compile and allocate
-                if world > 1:
-                    torch.distributed.all_reduce(pace, op=torch.distributed.ReduceOp.MAX)
-                heat_steps = max(1, round(heat_s * 1000 / max(float(pace.item()), 1e-3)))
-                out["heat_steps"] = heat_steps
-            marks.record(0)
+
+        def forward():
             with torch.autocast(device.type, dtype=torch.bfloat16, enabled=autocast):
-                loss = ddp(tokens, targets)
-            marks.record(1)
+                return ddp(tokens, targets)
+
+        def backward(loss):
             opt.zero_grad(set_to_none=fsdp)  # DDP: keeps the gradients as views of its buckets
             loss.backward()
-            marks.record(2)
-            if i == 0:
-                memory[MEMORY_POINTS[1]] = live()
-            opt.step()
-            marks.record(3)
-            if i == 0:
-                memory[MEMORY_POINTS[2]] = live()
-            marks.wait()
-            if i == args.warmup + heat_steps + args.steps - 1:
-                memory[MEMORY_POINTS[3]] = live()
-                out["final_loss"] = float(loss.item())
-            if i < args.warmup:
-                warm_ms.append(marks.ms(0, 3))
-            elif i >= args.warmup + heat_steps:
-                for k, (a, b) in zip(PHASES, ((0, 1), (1, 2), (2, 3), (0, 3))):
-                    out[k].append(marks.ms(a, b))
-            i += 1
+
+        out = timed_steps(torch, args, device, world, heat_s, forward, backward, opt.step, live, memory)
         out.update(memory, status="ok")
     except torch.cuda.OutOfMemoryError as e:
         out = dict(status="oom", error=str(e).splitlines()[0])
@@ -282,7 +304,7 @@ def run_config(torch, baseline, args, env, shape, ctx, batch, precision, setup, 
         out = dict(status=f"error: {type(e).__name__}: " + (str(e).splitlines() or [""])[0])
     out["peak_memory_bytes"] = torch.cuda.max_memory_allocated() if cuda else None
     out["rank"] = rank
-    model = ddp = opt = tokens = targets = loss = None  # freed before the next configuration, and
+    model = ddp = opt = tokens = targets = None  # freed before the next configuration, and
     torch._dynamo.reset()  # the compiled graphs first: they can hold the last model's tensors
     gc.collect()  # DDP's reducer (or FSDP2's state) with them, while the process group lives (else exit can abort)
     if cuda:
