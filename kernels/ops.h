@@ -146,10 +146,19 @@ class Ops {
  public:
   virtual ~Ops() = default;
 
-  // out (B,T,C) = wte[tokens]; tokens (B,T) int32, wte (V,C).
-  virtual void embedding_forward(Tensor out, Tensor tokens, Tensor wte) = 0;
-  // dwte (V,C) = (or +=) scatter-add of dout (B,T,C) at tokens; rows of absent tokens get 0.
-  virtual void embedding_backward(Tensor dwte, Tensor dout, Tensor tokens, bool accumulate) = 0;
+  // out (B,T,C) = wte[tokens - vocab_begin]; tokens (B,T) int32 ids of the whole vocabulary,
+  // wte (Vl,C) its rows [vocab_begin, vocab_begin + Vl) (all of it, or one rank's part of a
+  // vocabulary split across ranks). A token outside that range gets a row of zeros, so the sum
+  // over the parts of a split table is the whole table's lookup.
+  virtual void embedding_forward(Tensor out, Tensor tokens, Tensor wte, int64_t vocab_begin) = 0;
+  // dwte (Vl,C) = (or +=) scatter-add of dout (B,T,C) at tokens - vocab_begin; tokens outside
+  // [vocab_begin, vocab_begin + Vl) add nothing; rows of absent tokens get 0.
+  virtual void embedding_backward(Tensor dwte, Tensor dout, Tensor tokens, bool accumulate, int64_t vocab_begin) = 0;
+  // The whole table: vocab_begin 0.
+  void embedding_forward(Tensor out, Tensor tokens, Tensor wte) { embedding_forward(out, tokens, wte, 0); }
+  void embedding_backward(Tensor dwte, Tensor dout, Tensor tokens, bool accumulate) {
+    embedding_backward(dwte, dout, tokens, accumulate, 0);
+  }
 
   // out (N,C) = x / rms(x) * w, rms over C with eps 1e-5; rstd (N) saved. x (N,C), w (C).
   virtual void rmsnorm_forward(Tensor out, Tensor rstd, Tensor x, Tensor w) = 0;
@@ -192,6 +201,32 @@ class Ops {
   virtual void cross_entropy_forward(Tensor losses, Tensor logits, Tensor targets) = 0;
   // dlogits (N,V) = (softmax(logits) - onehot(targets)) * scale. dlogits may alias logits.
   virtual void cross_entropy_backward(Tensor dlogits, Tensor logits, Tensor targets, double scale) = 0;
+
+  // Cross-entropy over a vocabulary split across R ranks (Megatron-LM's vocab-parallel
+  // cross-entropy): each rank holds logits (N,Vl) for the columns [vocab_begin, vocab_begin + Vl)
+  // of the vocabulary, of which only the first vocab_valid are real (the rest is padding, never
+  // read into a result). The losses come from per-row statistics that R ranks all-gather:
+  //   stats -> all-gather (R,N,3) -> combine -> losses, lse;  backward_lse -> dlogits.
+  // With R = 1, vocab_begin 0 and vocab_valid V these are cross_entropy_forward/backward up to
+  // rounding.
+  //
+  // stats (N,3) from logits (N,Vl) in the compute dtype and targets (N) int32 ids of the whole
+  // vocabulary: [n,0] = the max of logits[n, :vocab_valid], [n,1] = the sum of
+  // exp(logits[n, i] - [n,0]) over i < vocab_valid, [n,2] = logits[n, targets[n] - vocab_begin]
+  // if vocab_begin <= targets[n] < vocab_begin + vocab_valid, else 0. stats fp32 (fp64 when the
+  // logits are).
+  virtual void cross_entropy_stats(Tensor stats, Tensor logits, Tensor targets, int64_t vocab_begin,
+                                   int64_t vocab_valid) = 0;
+  // losses (N), lse (N) from stats (R,N,3), the R ranks' stats stacked: M = max_r stats[r,n,0],
+  // S = sum_r stats[r,n,1] * exp(stats[r,n,0] - M), lse[n] = M + log S (the logsumexp of the
+  // whole row), losses[n] = lse[n] - sum_r stats[r,n,2]. R = stats.numel() / (3 N). losses in
+  // the param dtype, lse in the stats' dtype.
+  virtual void cross_entropy_combine(Tensor losses, Tensor lse, Tensor stats) = 0;
+  // dlogits (N,Vl) = (exp(logits - lse[n]) - [vocab_begin + i == targets[n]]) * scale for the
+  // columns i < vocab_valid, and 0 for the padding columns; lse (N) from cross_entropy_combine.
+  // dlogits may alias logits.
+  virtual void cross_entropy_backward_lse(Tensor dlogits, Tensor logits, Tensor targets, Tensor lse, double scale,
+                                          int64_t vocab_begin, int64_t vocab_valid) = 0;
 
   // One AdamW step (torch.optim.AdamW semantics) over disjoint slices of flat tensors:
   // param, m, v updated in place from grad * h.grad_scale; `step` counts from 1. If param_lowp is not

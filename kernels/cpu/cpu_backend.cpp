@@ -115,10 +115,12 @@ void expect(bool ok, const char* op, const std::string& what) { LLMHPC_CHECK(ok,
 
 class CpuOps final : public Ops {
  public:
-  void embedding_forward(Tensor out, Tensor tokens, Tensor wte) override {
+  using Ops::embedding_backward;
+  using Ops::embedding_forward;
+  void embedding_forward(Tensor out, Tensor tokens, Tensor wte, int64_t vocab_begin) override {
     if (any_bf16({&out, &wte})) {  // stored bf16: computed in fp32
       Widened wide(*this);
-      embedding_forward(wide.out(out), tokens, wide.in(wte));
+      embedding_forward(wide.out(out), tokens, wide.in(wte), vocab_begin);
       return wide.write_back();
     }
     const int64_t C = wte.dim(-1), N = tokens.numel();
@@ -126,13 +128,14 @@ class CpuOps final : public Ops {
     same_dtype("embedding_forward", {&out, &wte});
     dispatch("embedding_forward", out, [&](auto T) {
       using E = decltype(T);
-      cpu::embedding_forward(out.ptr<E>(), tokens.ptr<int32_t>(), wte.ptr<E>(), N, C);
+      cpu::embedding_forward(out.ptr<E>(), tokens.ptr<int32_t>(), wte.ptr<E>(), N, wte.dim(0), C, vocab_begin);
     });
   }
-  void embedding_backward(Tensor dwte, Tensor dout, Tensor tokens, bool accumulate) override {
+  void embedding_backward(Tensor dwte, Tensor dout, Tensor tokens, bool accumulate, int64_t vocab_begin) override {
     if (any_bf16({&dwte, &dout})) {  // stored bf16: computed in fp32
       Widened wide(*this);
-      embedding_backward(accumulate ? wide.inout(dwte) : wide.out(dwte), wide.in(dout), tokens, accumulate);
+      embedding_backward(accumulate ? wide.inout(dwte) : wide.out(dwte), wide.in(dout), tokens, accumulate,
+                         vocab_begin);
       return wide.write_back();
     }
     const int64_t C = dwte.dim(-1), N = tokens.numel();
@@ -140,7 +143,8 @@ class CpuOps final : public Ops {
     same_dtype("embedding_backward", {&dwte, &dout});
     dispatch("embedding_backward", dout, [&](auto T) {
       using E = decltype(T);
-      cpu::embedding_backward(dwte.ptr<E>(), dout.ptr<E>(), tokens.ptr<int32_t>(), N, dwte.dim(0), C, accumulate);
+      cpu::embedding_backward(dwte.ptr<E>(), dout.ptr<E>(), tokens.ptr<int32_t>(), N, dwte.dim(0), C, accumulate,
+                              vocab_begin);
     });
   }
   void rmsnorm_forward(Tensor out, Tensor rstd, Tensor x, Tensor w) override {
@@ -339,6 +343,55 @@ class CpuOps final : public Ops {
     dispatch("cross_entropy_backward", logits, [&](auto T) {
       using E = decltype(T);
       cpu::cross_entropy_backward(dlogits.ptr<E>(), logits.ptr<E>(), targets.ptr<int32_t>(), scale, N, V);
+    });
+  }
+  void cross_entropy_stats(Tensor stats, Tensor logits, Tensor targets, int64_t vocab_begin,
+                           int64_t vocab_valid) override {
+    if (any_bf16({&logits})) {  // stored bf16: computed in fp32, fp32 statistics
+      Widened wide(*this);
+      return cross_entropy_stats(stats, wide.in(logits), targets, vocab_begin, vocab_valid);
+    }
+    const int64_t V = logits.dim(-1), N = logits.numel() / V;
+    expect(stats.numel() == 3 * N && targets.numel() == N && targets.dtype == DType::I32 && vocab_valid >= 0 &&
+               vocab_valid <= V,
+           "cross_entropy_stats", "shapes");
+    same_dtype("cross_entropy_stats", {&stats, &logits});
+    dispatch("cross_entropy_stats", logits, [&](auto T) {
+      using E = decltype(T);
+      cpu::cross_entropy_stats(stats.ptr<E>(), logits.ptr<E>(), targets.ptr<int32_t>(), N, V, vocab_begin, vocab_valid);
+    });
+  }
+  void cross_entropy_combine(Tensor losses, Tensor lse, Tensor stats) override {
+    if (any_bf16({&losses, &lse, &stats})) {  // stored bf16: computed in fp32
+      Widened wide(*this);
+      cross_entropy_combine(wide.out(losses), wide.out(lse), wide.in(stats));
+      return wide.write_back();
+    }
+    const int64_t N = losses.numel(), R = N > 0 ? stats.numel() / (3 * N) : 0;
+    expect(lse.numel() == N && (N == 0 || (R >= 1 && stats.numel() == 3 * N * R)), "cross_entropy_combine", "shapes");
+    same_dtype("cross_entropy_combine", {&losses, &lse, &stats});
+    dispatch("cross_entropy_combine", stats, [&](auto T) {
+      using E = decltype(T);
+      cpu::cross_entropy_combine(losses.ptr<E>(), lse.ptr<E>(), stats.ptr<E>(), N, R);
+    });
+  }
+  void cross_entropy_backward_lse(Tensor dlogits, Tensor logits, Tensor targets, Tensor lse, double scale,
+                                  int64_t vocab_begin, int64_t vocab_valid) override {
+    if (any_bf16({&dlogits, &logits, &lse})) {  // stored bf16: computed in fp32
+      Widened wide(*this);
+      cross_entropy_backward_lse(wide.out(dlogits), wide.in(logits), targets, wide.in(lse), scale, vocab_begin,
+                                 vocab_valid);
+      return wide.write_back();
+    }
+    const int64_t V = logits.dim(-1), N = logits.numel() / V;
+    expect(dlogits.numel() == logits.numel() && targets.numel() == N && targets.dtype == DType::I32 &&
+               lse.numel() == N && vocab_valid >= 0 && vocab_valid <= V,
+           "cross_entropy_backward_lse", "shapes");
+    same_dtype("cross_entropy_backward_lse", {&dlogits, &logits, &lse});
+    dispatch("cross_entropy_backward_lse", logits, [&](auto T) {
+      using E = decltype(T);
+      cpu::cross_entropy_backward_lse(dlogits.ptr<E>(), logits.ptr<E>(), targets.ptr<int32_t>(), lse.ptr<E>(), scale, N,
+                                      V, vocab_begin, vocab_valid);
     });
   }
   using Ops::adamw_step;

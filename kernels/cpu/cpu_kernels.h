@@ -32,23 +32,33 @@ inline void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, double alpha
 }
 
 // ---- embedding ------------------------------------------------------------------------
+// wte (V,C) holds the rows [vocab_begin, vocab_begin + V) of the table: a token outside them
+// reads a row of zeros (forward) and adds nothing (backward).
 template <class T>
-void embedding_forward(T* out, const int32_t* tokens, const T* wte, int64_t N, int64_t C) {
+void embedding_forward(T* out, const int32_t* tokens, const T* wte, int64_t N, int64_t V, int64_t C,
+                       int64_t vocab_begin) {
 #pragma omp parallel for
-  for (int64_t n = 0; n < N; ++n) std::copy(wte + tokens[n] * C, wte + (tokens[n] + 1) * C, out + n * C);
+  for (int64_t n = 0; n < N; ++n) {
+    const int64_t row = int64_t(tokens[n]) - vocab_begin;
+    if (row >= 0 && row < V) std::copy(wte + row * C, wte + (row + 1) * C, out + n * C);
+    else std::fill(out + n * C, out + (n + 1) * C, T(0));
+  }
 }
 
 // Threads own disjoint column blocks, so rows sharing a token never race.
 template <class T>
-void embedding_backward(T* dwte, const T* dout, const int32_t* tokens, int64_t N, int64_t V, int64_t C,
-                        bool accumulate) {
+void embedding_backward(T* dwte, const T* dout, const int32_t* tokens, int64_t N, int64_t V, int64_t C, bool accumulate,
+                        int64_t vocab_begin) {
   if (!accumulate) std::fill(dwte, dwte + V * C, T(0));
   const int64_t block = 64;
 #pragma omp parallel for
   for (int64_t c0 = 0; c0 < C; c0 += block) {
     int64_t c1 = std::min(C, c0 + block);
-    for (int64_t n = 0; n < N; ++n)
-      for (int64_t c = c0; c < c1; ++c) dwte[tokens[n] * C + c] += dout[n * C + c];
+    for (int64_t n = 0; n < N; ++n) {
+      const int64_t row = int64_t(tokens[n]) - vocab_begin;
+      if (row < 0 || row >= V) continue;
+      for (int64_t c = c0; c < c1; ++c) dwte[row * C + c] += dout[n * C + c];
+    }
   }
 }
 
@@ -264,6 +274,66 @@ void cross_entropy_backward(T* dlogits, const T* logits, const int32_t* targets,
     const int64_t t = targets[n];
     for (int64_t i = 0; i < V; ++i) {  // reads logits[n, i] before writing dlogits[n, i]: aliasing is fine
       double p = std::exp(double(logits[n * V + i]) - lse);
+      dlogits[n * V + i] = T((p - (i == t ? 1.0 : 0.0)) * scale);
+    }
+  }
+}
+
+// ---- vocabulary-parallel cross-entropy (Ops::cross_entropy_stats, _combine, _backward_lse) ---
+// logits (N,V) hold the columns [vocab_begin, vocab_begin + V) of the vocabulary, the first
+// `valid` of them real. stats (N,3): max, sum of exp(x - max) over the real columns, and the
+// target's logit if the target is one of them (else 0).
+template <class T>
+void cross_entropy_stats(T* stats, const T* logits, const int32_t* targets, int64_t N, int64_t V, int64_t vocab_begin,
+                         int64_t valid) {
+#pragma omp parallel for
+  for (int64_t n = 0; n < N; ++n) {
+    const T* x = logits + n * V;
+    double mx = -std::numeric_limits<double>::infinity();
+    for (int64_t i = 0; i < valid; ++i) mx = std::max(mx, double(x[i]));
+    double sum = 0;  // 0 when every real logit is -inf (or there are none)
+    if (mx != -std::numeric_limits<double>::infinity())
+      for (int64_t i = 0; i < valid; ++i) sum += std::exp(double(x[i]) - mx);
+    const int64_t t = int64_t(targets[n]) - vocab_begin;
+    stats[n * 3 + 0] = T(mx);
+    stats[n * 3 + 1] = T(sum);
+    stats[n * 3 + 2] = t >= 0 && t < valid ? x[t] : T(0);
+  }
+}
+
+// stats (R,N,3) -> lse (N) = M + log(sum_r s_r exp(m_r - M)), losses (N) = lse - sum_r target
+// logit_r; a rank without real columns (m_r = -inf) adds nothing.
+template <class T>
+void cross_entropy_combine(T* losses, T* lse, const T* stats, int64_t N, int64_t R) {
+#pragma omp parallel for
+  for (int64_t n = 0; n < N; ++n) {
+    double mx = -std::numeric_limits<double>::infinity();
+    for (int64_t r = 0; r < R; ++r) mx = std::max(mx, double(stats[(r * N + n) * 3]));
+    double sum = 0, target = 0;
+    for (int64_t r = 0; r < R; ++r) {
+      const T* s = stats + (r * N + n) * 3;
+      if (double(s[0]) != -std::numeric_limits<double>::infinity()) sum += double(s[1]) * std::exp(double(s[0]) - mx);
+      target += double(s[2]);
+    }
+    const double l = mx + std::log(sum);
+    lse[n] = T(l);
+    losses[n] = T(l - target);
+  }
+}
+
+template <class T>
+void cross_entropy_backward_lse(T* dlogits, const T* logits, const int32_t* targets, const T* lse, double scale,
+                                int64_t N, int64_t V, int64_t vocab_begin, int64_t valid) {
+#pragma omp parallel for
+  for (int64_t n = 0; n < N; ++n) {
+    const double l = double(lse[n]);
+    const int64_t t = int64_t(targets[n]) - vocab_begin;
+    for (int64_t i = 0; i < V; ++i) {  // reads logits[n, i] before writing dlogits[n, i]: aliasing is fine
+      if (i >= valid) {
+        dlogits[n * V + i] = T(0);
+        continue;
+      }
+      const double p = std::exp(double(logits[n * V + i]) - l);
       dlogits[n * V + i] = T((p - (i == t ? 1.0 : 0.0)) * scale);
     }
   }

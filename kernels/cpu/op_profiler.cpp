@@ -26,6 +26,9 @@ enum OpId : int {
   kSwigluBackward,
   kCrossEntropyForward,
   kCrossEntropyBackward,
+  kCrossEntropyStats,
+  kCrossEntropyCombine,
+  kCrossEntropyBackwardLse,
   kAdamwStep,
   kSumOfSquares,
   kConvert,
@@ -38,8 +41,8 @@ enum OpId : int {
 constexpr const char* kOpNames[kNumOps] = {
     "embedding_forward", "embedding_backward", "rmsnorm_forward", "residual_rmsnorm_forward", "rmsnorm_backward",
     "linear_forward", "linear_backward", "rope_forward", "rope_backward", "attention_forward", "attention_backward",
-    "swiglu_forward", "swiglu_backward", "cross_entropy_forward", "cross_entropy_backward", "adamw_step",
-    "sum_of_squares", "convert", "scale"};
+    "swiglu_forward", "swiglu_backward", "cross_entropy_forward", "cross_entropy_backward", "cross_entropy_stats",
+    "cross_entropy_combine", "cross_entropy_backward_lse", "adamw_step", "sum_of_squares", "convert", "scale"};
 // clang-format on
 
 int64_t steady_ns() {
@@ -89,13 +92,15 @@ class OpProfiler final : public Profiler {
   class TimedOps final : public Ops {
    public:
     TimedOps(OpProfiler& p, Ops& inner) : p_(p), in_(inner) {}
-    void embedding_forward(Tensor out, Tensor tokens, Tensor wte) override {
+    using Ops::embedding_backward;
+    using Ops::embedding_forward;
+    void embedding_forward(Tensor out, Tensor tokens, Tensor wte, int64_t vocab_begin) override {
       Call c(p_, kEmbeddingForward);
-      in_.embedding_forward(out, tokens, wte);
+      in_.embedding_forward(out, tokens, wte, vocab_begin);
     }
-    void embedding_backward(Tensor dwte, Tensor dout, Tensor tokens, bool accumulate) override {
+    void embedding_backward(Tensor dwte, Tensor dout, Tensor tokens, bool accumulate, int64_t vocab_begin) override {
       Call c(p_, kEmbeddingBackward);
-      in_.embedding_backward(dwte, dout, tokens, accumulate);
+      in_.embedding_backward(dwte, dout, tokens, accumulate, vocab_begin);
     }
     void rmsnorm_forward(Tensor out, Tensor rstd, Tensor x, Tensor w) override {
       Call c(p_, kRmsnormForward);
@@ -153,6 +158,20 @@ class OpProfiler final : public Profiler {
     void cross_entropy_backward(Tensor dlogits, Tensor logits, Tensor targets, double scale) override {
       Call c(p_, kCrossEntropyBackward);
       in_.cross_entropy_backward(dlogits, logits, targets, scale);
+    }
+    void cross_entropy_stats(Tensor stats, Tensor logits, Tensor targets, int64_t vocab_begin,
+                             int64_t vocab_valid) override {
+      Call c(p_, kCrossEntropyStats);
+      in_.cross_entropy_stats(stats, logits, targets, vocab_begin, vocab_valid);
+    }
+    void cross_entropy_combine(Tensor losses, Tensor lse, Tensor stats) override {
+      Call c(p_, kCrossEntropyCombine);
+      in_.cross_entropy_combine(losses, lse, stats);
+    }
+    void cross_entropy_backward_lse(Tensor dlogits, Tensor logits, Tensor targets, Tensor lse, double scale,
+                                    int64_t vocab_begin, int64_t vocab_valid) override {
+      Call c(p_, kCrossEntropyBackwardLse);
+      in_.cross_entropy_backward_lse(dlogits, logits, targets, lse, scale, vocab_begin, vocab_valid);
     }
     void adamw_step(Tensor param, Tensor grad, Tensor m, Tensor v, Tensor param_lowp,
                     const std::vector<AdamWSlice>& slices, const AdamWHyper& h, int64_t step) override {

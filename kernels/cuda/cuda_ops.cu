@@ -42,17 +42,17 @@ CudaOps::CudaOps(CudaDevice& device, const BackendOptions& options)
     : device_(device), stream_(device.stream()),
       gemm_(device.stream(), device.allocator(), options.tf32, options.gemm_sm_margin, options.gemm_autotune) {}
 
-void CudaOps::embedding_forward(Tensor out, Tensor tokens, Tensor wte) {
+void CudaOps::embedding_forward(Tensor out, Tensor tokens, Tensor wte, int64_t vocab_begin) {
   const int64_t C = wte.dim(-1), N = tokens.numel();
   expect(out.numel() == N * C && tokens.dtype == DType::I32, "embedding_forward", "shapes");
-  cuda::embedding_forward(out, tokens, wte, N, C, stream_);
+  cuda::embedding_forward(out, tokens, wte, N, C, vocab_begin, stream_);
 }
 
-void CudaOps::embedding_backward(Tensor dwte, Tensor dout, Tensor tokens, bool accumulate) {
+void CudaOps::embedding_backward(Tensor dwte, Tensor dout, Tensor tokens, bool accumulate, int64_t vocab_begin) {
   const int64_t C = dwte.dim(-1), N = tokens.numel();
   expect(dout.numel() == N * C && tokens.dtype == DType::I32, "embedding_backward", "shapes");
   if (!accumulate) CUDA_CHECK(cudaMemsetAsync(dwte.data, 0, dwte.bytes(), stream_));
-  cuda::embedding_backward(dwte, dout, tokens, N, C, device_.allocator(), stream_);
+  cuda::embedding_backward(dwte, dout, tokens, N, C, vocab_begin, device_.allocator(), stream_);
 }
 
 void CudaOps::rmsnorm_forward(Tensor out, Tensor rstd, Tensor x, Tensor w) {
@@ -232,6 +232,30 @@ void CudaOps::cross_entropy_backward(Tensor dlogits, Tensor logits, Tensor targe
   expect(dlogits.numel() == logits.numel() && targets.numel() == N && targets.dtype == DType::I32,
          "cross_entropy_backward", "shapes");
   cuda::cross_entropy_backward(dlogits, logits, targets, scale, N, V, stream_);
+}
+
+void CudaOps::cross_entropy_stats(Tensor stats, Tensor logits, Tensor targets, int64_t vocab_begin,
+                                  int64_t vocab_valid) {
+  const int64_t V = logits.dim(-1), N = logits.numel() / V;
+  expect(stats.numel() == 3 * N && targets.numel() == N && targets.dtype == DType::I32 && vocab_valid >= 0 &&
+             vocab_valid <= V,
+         "cross_entropy_stats", "shapes");
+  cuda::cross_entropy_stats(stats, logits, targets, N, V, vocab_begin, vocab_valid, stream_);
+}
+
+void CudaOps::cross_entropy_combine(Tensor losses, Tensor lse, Tensor stats) {
+  const int64_t N = losses.numel(), R = N > 0 ? stats.numel() / (3 * N) : 0;
+  expect(lse.numel() == N && (N == 0 || (R >= 1 && stats.numel() == 3 * N * R)), "cross_entropy_combine", "shapes");
+  cuda::cross_entropy_combine(losses, lse, stats, N, R, stream_);
+}
+
+void CudaOps::cross_entropy_backward_lse(Tensor dlogits, Tensor logits, Tensor targets, Tensor lse, double scale,
+                                         int64_t vocab_begin, int64_t vocab_valid) {
+  const int64_t V = logits.dim(-1), N = logits.numel() / V;
+  expect(dlogits.numel() == logits.numel() && targets.numel() == N && targets.dtype == DType::I32 && lse.numel() == N &&
+             vocab_valid >= 0 && vocab_valid <= V,
+         "cross_entropy_backward_lse", "shapes");
+  cuda::cross_entropy_backward_lse(dlogits, logits, targets, lse, scale, N, V, vocab_begin, vocab_valid, stream_);
 }
 
 void CudaOps::adamw_step(Tensor param, Tensor grad, Tensor m, Tensor v, Tensor param_lowp,

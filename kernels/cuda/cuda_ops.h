@@ -10,8 +10,10 @@ class CudaOps final : public Ops {
  public:
   CudaOps(CudaDevice& device, const BackendOptions& options);
 
-  void embedding_forward(Tensor out, Tensor tokens, Tensor wte) override;
-  void embedding_backward(Tensor dwte, Tensor dout, Tensor tokens, bool accumulate) override;
+  using Ops::embedding_backward;
+  using Ops::embedding_forward;
+  void embedding_forward(Tensor out, Tensor tokens, Tensor wte, int64_t vocab_begin) override;
+  void embedding_backward(Tensor dwte, Tensor dout, Tensor tokens, bool accumulate, int64_t vocab_begin) override;
   void rmsnorm_forward(Tensor out, Tensor rstd, Tensor x, Tensor w) override;
   void residual_rmsnorm_forward(Tensor x_out, Tensor out, Tensor rstd, Tensor x, Tensor delta, Tensor w) override;
   void rmsnorm_backward(Tensor dx, Tensor dw, Tensor dout, Tensor x, Tensor w, Tensor rstd, bool accumulate,
@@ -28,6 +30,11 @@ class CudaOps final : public Ops {
   void swiglu_backward(Tensor dh, Tensor out, Tensor dout, Tensor h) override;
   void cross_entropy_forward(Tensor losses, Tensor logits, Tensor targets) override;
   void cross_entropy_backward(Tensor dlogits, Tensor logits, Tensor targets, double scale) override;
+  void cross_entropy_stats(Tensor stats, Tensor logits, Tensor targets, int64_t vocab_begin,
+                           int64_t vocab_valid) override;
+  void cross_entropy_combine(Tensor losses, Tensor lse, Tensor stats) override;
+  void cross_entropy_backward_lse(Tensor dlogits, Tensor logits, Tensor targets, Tensor lse, double scale,
+                                  int64_t vocab_begin, int64_t vocab_valid) override;
   using Ops::adamw_step;
   void adamw_step(Tensor param, Tensor grad, Tensor m, Tensor v, Tensor param_lowp,
                   const std::vector<AdamWSlice>& slices, const AdamWHyper& h, int64_t step) override;

@@ -16,12 +16,14 @@ __device__ __forceinline__ int64_t grid_index() { return int64_t(blockIdx.x) * b
 __device__ __forceinline__ int64_t grid_stride() { return int64_t(gridDim.x) * blockDim.x; }
 
 // ---- embedding -------------------------------------------------------------------------------
-// out (N,C) = wte (V,C) [tokens (N)]; one thread per output element.
+// out (N,C) = wte (V,C) [tokens (N) - vocab_begin], zeros for a token outside [vocab_begin,
+// vocab_begin + V); one thread per output element.
 template <class O, class W>
-__global__ void embedding_forward_kernel(O* out, const int32_t* tokens, const W* wte, int64_t N, int64_t C) {
+__global__ void embedding_forward_kernel(O* out, const int32_t* tokens, const W* wte, int64_t N, int64_t V, int64_t C,
+                                         int64_t vocab_begin) {
   for (int64_t i = grid_index(); i < N * C; i += grid_stride()) {
-    const int64_t n = i / C, c = i % C;
-    out[i] = from_float<O>(to_float(wte[int64_t(tokens[n]) * C + c]));
+    const int64_t n = i / C, c = i % C, row = int64_t(tokens[n]) - vocab_begin;
+    out[i] = row >= 0 && row < V ? from_float<O>(to_float(wte[row * C + c])) : from_float<O>(0.f);
   }
 }
 
@@ -134,13 +136,14 @@ __global__ void random_normal_kernel(E* dst, int64_t n, uint64_t seed, uint64_t 
 
 }  // namespace
 
-void embedding_forward(Tensor out, Tensor tokens, Tensor wte, int64_t N, int64_t C, cudaStream_t stream) {
+void embedding_forward(Tensor out, Tensor tokens, Tensor wte, int64_t N, int64_t C, int64_t vocab_begin,
+                       cudaStream_t stream) {
   dispatch_float("embedding_forward", out.dtype, [&](auto o) {
     dispatch_float("embedding_forward", wte.dtype, [&](auto w) {
       using O = decltype(o);
       using W = decltype(w);
       embedding_forward_kernel<<<blocks_for(N * C, kThreads), kThreads, 0, stream>>>(
-          out.ptr<O>(), tokens.ptr<int32_t>(), wte.ptr<W>(), N, C);
+          out.ptr<O>(), tokens.ptr<int32_t>(), wte.ptr<W>(), N, wte.dim(0), C, vocab_begin);
       CUDA_CHECK_LAUNCH();
     });
   });

@@ -9,11 +9,14 @@
 
 namespace llmhpc::cuda {
 
-// out (N,C) = wte[tokens]; tokens (N) int32, wte (V,C).
-void embedding_forward(Tensor out, Tensor tokens, Tensor wte, int64_t N, int64_t C, cudaStream_t stream);
-// dwte (V,C) fp32 or bf16 += rows of dout (N,C) at tokens; deterministic (sorted by token).
-void embedding_backward(Tensor dwte, Tensor dout, Tensor tokens, int64_t N, int64_t C, Allocator& scratch,
-                        cudaStream_t stream);
+// out (N,C) = wte[tokens - vocab_begin]; tokens (N) int32, wte (V,C) the rows [vocab_begin,
+// vocab_begin + V) of the table; a token outside them gets a row of zeros.
+void embedding_forward(Tensor out, Tensor tokens, Tensor wte, int64_t N, int64_t C, int64_t vocab_begin,
+                       cudaStream_t stream);
+// dwte (V,C) fp32 or bf16 += rows of dout (N,C) at tokens - vocab_begin, tokens outside [vocab_begin,
+// vocab_begin + V) skipped; deterministic (sorted by token).
+void embedding_backward(Tensor dwte, Tensor dout, Tensor tokens, int64_t N, int64_t C, int64_t vocab_begin,
+                        Allocator& scratch, cudaStream_t stream);
 
 // out (N,C), rstd (N) fp32 = rmsnorm(x_out), with x_out = x + delta when delta is not
 // empty (written to x_out), else x_out = x (x_out unused). w (C) fp32.
@@ -47,6 +50,17 @@ void cross_entropy_forward(Tensor losses, Tensor logits, Tensor targets, int64_t
 // dlogits (N,V) = (softmax(logits) - onehot(targets)) * scale; may alias logits.
 void cross_entropy_backward(Tensor dlogits, Tensor logits, Tensor targets, double scale, int64_t N, int64_t V,
                             cudaStream_t stream);
+// The vocabulary-parallel cross-entropy (Ops::cross_entropy_stats, _combine, _backward_lse):
+// logits (N,V) hold the vocabulary columns [vocab_begin, vocab_begin + V), the first `valid` real.
+// stats (N,3) fp32 = max, sum of exp(x - max) over the real columns, the target's logit or 0.
+void cross_entropy_stats(Tensor stats, Tensor logits, Tensor targets, int64_t N, int64_t V, int64_t vocab_begin,
+                         int64_t valid, cudaStream_t stream);
+// losses (N), lse (N) fp32 from stats (R,N,3) fp32, the ranks' stats stacked.
+void cross_entropy_combine(Tensor losses, Tensor lse, Tensor stats, int64_t N, int64_t R, cudaStream_t stream);
+// dlogits (N,V) = (exp(logits - lse) - onehot(targets - vocab_begin)) * scale on the real
+// columns, 0 on the padding; lse (N) fp32; may alias logits.
+void cross_entropy_backward_lse(Tensor dlogits, Tensor logits, Tensor targets, Tensor lse, double scale, int64_t N,
+                                int64_t V, int64_t vocab_begin, int64_t valid, cudaStream_t stream);
 
 // One fused AdamW pass over slices of fp32 param, grad (fp32 or bf16), m, v; param_lowp (bf16) if not empty.
 void adamw_step(Tensor param, Tensor grad, Tensor m, Tensor v, Tensor param_lowp, const std::vector<AdamWSlice>& slices,

@@ -43,6 +43,51 @@ TEST_F(CudaOps, EmbeddingBackwardSumsRepeatedTokensDeterministically) {
   }
 }
 
+// A table split by rows across ranks (vocab_begin), with tokens of every part: each part's
+// lookup is the CPU's (zeros for the other parts' tokens) and the parts' lookups add up to the
+// whole table's; each part's gradient is the CPU's and, bitwise, its slice of the whole
+// table's gradient (the sorted scatter-add skips the other parts' tokens, same order of rows).
+TEST_F(CudaOps, EmbeddingPartsOfATableSplitByVocabBegin) {
+  for (DType dt : {F32, BF16}) {
+    const int64_t V = 37, N = 300, C = 40;
+    const std::vector<int64_t> begins = {0, 13, 26, 37};
+    const std::vector<double> table = random_values(V * C, dt);
+    Twin whole = twin({V, C}, dt, table), tok = tokens({N}, V), dout = random({N, C}, dt);
+    Twin whole_out = poisoned({N, C}, dt), whole_grad = poisoned({V, C}, F32);
+    gpu().embedding_forward(whole_out.gpu, tok.gpu, whole.gpu);
+    gpu().embedding_backward(whole_grad.gpu, dout.gpu, tok.gpu, false);
+    const std::vector<double> whole_grad_values = gpu_values(whole_grad);
+    std::vector<double> sum(size_t(N * C), 0.0);
+    for (size_t p = 0; p + 1 < begins.size(); ++p) {
+      const int64_t begin = begins[p], rows = begins[p + 1] - begin;
+      const std::string what = std::string(dtype_name(dt)) + " part " + std::to_string(p) + ", " + seed_note();
+      Twin part =
+          twin({rows, C}, dt, std::vector<double>(table.begin() + begin * C, table.begin() + (begin + rows) * C));
+      Twin out = poisoned({N, C}, dt);
+      cpu().embedding_forward(out.cpu, tok.cpu, part.cpu, begin);
+      gpu().embedding_forward(out.gpu, tok.gpu, part.gpu, begin);
+      EXPECT_EQ(error(out), 0.0) << what;
+      const std::vector<double> got = gpu_values(out);
+      for (size_t i = 0; i < got.size(); ++i) sum[i] += got[i];
+
+      Twin dpart = random({rows, C}, F32);  // stale values: overwritten, then accumulated into
+      Twin again = twin({rows, C}, F32, gpu_values(dpart));
+      for (bool accumulate : {false, true}) {
+        cpu().embedding_backward(dpart.cpu, dout.cpu, tok.cpu, accumulate, begin);
+        gpu().embedding_backward(dpart.gpu, dout.gpu, tok.gpu, accumulate, begin);
+        gpu().embedding_backward(again.gpu, dout.gpu, tok.gpu, accumulate, begin);
+        EXPECT_LE(error(dpart), kFp32Tol) << what << " accumulate " << accumulate;
+        EXPECT_EQ(gpu_values(dpart), gpu_values(again)) << what << ": two runs differ";
+        if (!accumulate)
+          EXPECT_EQ(gpu_values(dpart), std::vector<double>(whole_grad_values.begin() + begin * C,
+                                                           whole_grad_values.begin() + (begin + rows) * C))
+              << what << ": not the whole table's gradient";
+      }
+    }
+    EXPECT_EQ(sum, gpu_values(whole_out)) << dtype_name(dt) << ", " << seed_note();
+  }
+}
+
 TEST_F(CudaOps, RmsNormForward) {
   for (DType dt : {F32, BF16})
     for (int64_t C : {96, 1000}) {
@@ -304,6 +349,79 @@ TEST_F(CudaOps, CrossEntropyForwardAndInPlaceBackward) {
       cpu().cross_entropy_backward(logits.cpu, logits.cpu, targets.cpu, 1.0 / N);
       gpu().cross_entropy_backward(logits.gpu, logits.gpu, targets.gpu, 1.0 / N);
       EXPECT_LE(error(logits), tol(dt, bf16_bound(1))) << dtype_name(dt) << " V=" << V << ", " << seed_note();
+    }
+}
+
+// The vocabulary-parallel cross-entropy: (N,V) logits split into R parts of Vl columns (a
+// multiple of `pad`: 8 takes the 16-byte path, 1 mostly the scalar one), the last part's
+// padding filled with garbage (1e30, NaN) that must not count. Each part's statistics, stacked,
+// combine into the whole rows' losses (the CPU's cross_entropy_forward on the whole matrix);
+// each part's gradient, into fp32 and in place, is the CPU's and 0 on the padding.
+TEST_F(CudaOps, CrossEntropySplitAcrossVocabParts) {
+  struct Case {
+    int64_t V, R, pad;
+  };
+  for (DType dt : {F32, BF16})
+    for (Case c : {Case{37, 3, 1}, Case{50, 1, 1}, Case{64, 1, 8}, Case{1000, 3, 8}, Case{6000, 4, 8}}) {
+      const int64_t N = 24, V = c.V, R = c.R, Vl = ((V + R - 1) / R + c.pad - 1) / c.pad * c.pad;
+      const std::string what = std::string(dtype_name(dt)) + " V=" + std::to_string(V) + " R=" + std::to_string(R) +
+                               " Vl=" + std::to_string(Vl) + ", " + seed_note();
+      const std::vector<double> values = random_values(N * V, dt, 3.0);
+      std::vector<double> target_ids(static_cast<size_t>(N));
+      std::uniform_int_distribution<int64_t> pick(0, V - 1);
+      for (double& t : target_ids) t = double(pick(rng_));
+      for (int64_t r = 0; r < R; ++r) {  // the first and last columns of every part
+        target_ids[size_t(2 * r)] = double(r * Vl);
+        target_ids[size_t(2 * r + 1)] = double(std::min(V, (r + 1) * Vl) - 1);
+      }
+      Twin whole = twin({N, V}, dt, values), targets = twin({N}, DType::I32, target_ids);
+      Twin whole_losses = poisoned({N}, F32);
+      cpu().cross_entropy_forward(whole_losses.cpu, whole.cpu, targets.cpu);
+
+      Twin stats = poisoned({R, N, 3}, F32);
+      std::vector<Twin> parts;
+      for (int64_t r = 0; r < R; ++r) {
+        const int64_t begin = r * Vl, valid = std::min(Vl, V - begin);
+        std::vector<double> v(size_t(N * Vl));
+        for (int64_t n = 0; n < N; ++n)
+          for (int64_t i = 0; i < Vl; ++i)
+            v[size_t(n * Vl + i)] = i < valid ? values[size_t(n * V + begin + i)] : i % 2 ? 1e30 : NAN;
+        parts.push_back(twin({N, Vl}, dt, v));
+        cpu().cross_entropy_stats(stats.cpu.slice(r * N * 3, {N, 3}), parts.back().cpu, targets.cpu, begin, valid);
+        gpu().cross_entropy_stats(stats.gpu.slice(r * N * 3, {N, 3}), parts.back().gpu, targets.gpu, begin, valid);
+      }
+      const std::vector<double> got = gpu_values(stats), want = cpu_values(stats);
+      for (int k = 0; k < 3; ++k) {  // max, sum of exp, target logit: each column on its own scale
+        std::vector<double> got_k, want_k;
+        for (int64_t i = k; i < R * N * 3; i += 3) got_k.push_back(got[size_t(i)]), want_k.push_back(want[size_t(i)]);
+        EXPECT_LE(max_rel_error(got_k, want_k), kFp32Tol) << what << " stats column " << k;
+      }
+
+      Twin losses = poisoned({N}, F32), lse = poisoned({N}, F32);
+      cpu().cross_entropy_combine(losses.cpu, lse.cpu, stats.cpu);
+      gpu().cross_entropy_combine(losses.gpu, lse.gpu, stats.gpu);
+      EXPECT_LE(error(losses), kFp32Tol) << what;
+      EXPECT_LE(error(lse), kFp32Tol) << what;
+      EXPECT_LE(max_rel_error(gpu_values(losses), cpu_values(whole_losses)), kFp32Tol)
+          << what << ": not the whole rows'";
+
+      for (int64_t r = 0; r < R; ++r) {
+        const int64_t begin = r * Vl, valid = std::min(Vl, V - begin);
+        Twin& part = parts[size_t(r)];
+        Twin into = poisoned({N, Vl}, F32);  // out of place, into fp32
+        cpu().cross_entropy_backward_lse(into.cpu, part.cpu, targets.cpu, lse.cpu, 1.0 / N, begin, valid);
+        gpu().cross_entropy_backward_lse(into.gpu, part.gpu, targets.gpu, lse.gpu, 1.0 / N, begin, valid);
+        EXPECT_LE(error(into), kFp32Tol) << what << " part " << r << " into fp32";
+        cpu().cross_entropy_backward_lse(part.cpu, part.cpu, targets.cpu, lse.cpu, 1.0 / N, begin, valid);
+        gpu().cross_entropy_backward_lse(part.gpu, part.gpu, targets.gpu, lse.gpu, 1.0 / N, begin, valid);
+        EXPECT_LE(error(part), tol(dt, bf16_bound(1))) << what << " part " << r << " in place";
+        const std::vector<double> g = gpu_values(part), g32 = gpu_values(into);
+        for (int64_t n = 0; n < N; ++n)
+          for (int64_t i = valid; i < Vl; ++i) {
+            ASSERT_EQ(g[size_t(n * Vl + i)], 0.0) << what << " part " << r << ": padding column " << i;
+            ASSERT_EQ(g32[size_t(n * Vl + i)], 0.0) << what << " part " << r << ": padding column " << i;
+          }
+      }
     }
 }
 

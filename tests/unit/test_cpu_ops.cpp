@@ -50,6 +50,52 @@ TEST_F(CpuOps, EmbeddingForwardGathersRowsAndBackwardScatterAdds) {
   for (int64_t i = 0; i < V * C; ++i) EXPECT_NEAR(dwte.get(i), 2 * fd[i], 1e-6);
 }
 
+// A table split by rows across ranks (vocab_begin): each part looks up the tokens in its rows
+// and gives zeros for the others, so the parts' outputs add up to the whole table's, exactly;
+// each part's gradient is its slice of the whole table's, overwritten or accumulated.
+TEST_F(CpuOps, EmbeddingSplitByVocabBeginAddsUpToTheWholeTable) {
+  for (DType dt : {DType::F64, DType::F32}) {
+    const int64_t V = 10, C = 6, N = 16;
+    const std::vector<int64_t> begins = {0, 4, 8, 10};  // parts of 4, 4 and 2 rows
+    HostTensor wte = randn({V, C}, dt), tok = tokens({N}, V), R = randn({N, C}, dt);
+    for (int64_t n : {0, 1, 2, 3, 4}) tok.set(n, double(std::vector<int64_t>{0, V - 1, 4, 3, 3}[size_t(n)]));
+    HostTensor whole = make({N, C}, dt), dwhole = make({V, C}, dt), dwhole_acc = randn({V, C}, dt);
+    const std::vector<double> acc_before = dwhole_acc.values();
+    ops.embedding_forward(whole, tok, wte);
+    ops.embedding_backward(dwhole, R, tok, false);
+    ops.embedding_backward(dwhole_acc, R, tok, true);
+    std::vector<double> sum(size_t(N * C), 0.0);
+    for (size_t p = 0; p + 1 < begins.size(); ++p) {
+      const int64_t begin = begins[p], rows = begins[p + 1] - begin;
+      const std::string what = std::string(dtype_name(dt)) + " part " + std::to_string(p);
+      HostTensor part = make({rows, C}, dt), out = randn({N, C}, dt);  // out's stale values are overwritten
+      for (int64_t i = 0; i < rows * C; ++i) part.set(i, wte.get(begin * C + i));
+      ops.embedding_forward(out, tok, part, begin);
+      int64_t hits = 0;
+      for (int64_t n = 0; n < N; ++n) {
+        const int64_t t = int64_t(tok.get(n));
+        const bool mine = t >= begin && t < begin + rows;
+        hits += mine;
+        for (int64_t c = 0; c < C; ++c)
+          ASSERT_EQ(out.get(n * C + c), mine ? wte.get(t * C + c) : 0.0) << what << " row " << n << " col " << c;
+      }
+      EXPECT_GT(hits, 0) << what << ": no token in this part, nothing tested";
+      EXPECT_LT(hits, N) << what << ": every token in this part, nothing tested";
+      for (int64_t i = 0; i < N * C; ++i) sum[size_t(i)] += out.get(i);
+
+      HostTensor dpart = randn({rows, C}, dt), dpart_acc = make({rows, C}, dt);  // dpart's stale values: overwritten
+      for (int64_t i = 0; i < rows * C; ++i) dpart_acc.set(i, acc_before[size_t(begin * C + i)]);
+      ops.embedding_backward(dpart, R, tok, false, begin);
+      ops.embedding_backward(dpart_acc, R, tok, true, begin);
+      for (int64_t i = 0; i < rows * C; ++i) {
+        ASSERT_EQ(dpart.get(i), dwhole.get(begin * C + i)) << what << " element " << i;
+        ASSERT_EQ(dpart_acc.get(i), dwhole_acc.get(begin * C + i)) << what << " accumulated, element " << i;
+      }
+    }
+    EXPECT_EQ(sum, whole.values()) << dtype_name(dt);
+  }
+}
+
 TEST_F(CpuOps, RmsNormMatchesDefinitionAndFiniteDifferences) {
   const int64_t N = 3, C = 6;
   HostTensor x = randn({N, C}), w = randn({C}), out = make({N, C}), rstd = make({N});
@@ -307,6 +353,92 @@ TEST_F(CpuOps, CrossEntropyMatchesDefinitionAndGradient) {
     return s;
   });
   EXPECT_LT(rel_error(work.values(), fd), kFdTol);
+}
+
+// The vocabulary-parallel cross-entropy: (N,V) logits split into R parts of ceil(V/R) columns,
+// the last one padded with garbage that must not count. Per-part statistics, stacked as an
+// all-gather would, combine into the whole rows' losses; each part's gradient from the combined
+// logsumexp is its columns of the whole gradient, and 0 on the padding.
+TEST_F(CpuOps, CrossEntropySplitAcrossVocabPartsMatchesTheWholeRows) {
+  for (DType dt : {DType::F64, DType::F32})
+    for (int64_t R : {1, 3, 4}) {
+      const int64_t N = 9, V = 37, Vl = (V + R - 1) / R;  // R 3: 13, 13 and 11 real columns; R 4: 10, 10, 10, 7
+      const double tolerance = dt == DType::F64 ? 1e-12 : 1e-5;
+      const std::string what = std::string(dtype_name(dt)) + " R=" + std::to_string(R);
+      HostTensor logits = randn({N, V}, dt, 3.0), tgt = tokens({N}, V), losses = make({N}, dt);
+      for (int64_t n = 0; n < 6; ++n) tgt.set(n, double(std::vector<int64_t>{0, 12, 13, 25, 26, V - 1}[size_t(n)]));
+      ops.cross_entropy_forward(losses, logits, tgt);
+      HostTensor dwhole = make({N, V}, dt);
+      dwhole.copy_from(logits);
+      ops.cross_entropy_backward(dwhole, dwhole, tgt, 1.0 / N);
+
+      HostTensor stats = make({R, N, 3}, dt), part_losses = make({N}, dt), lse = make({N}, dt);
+      std::vector<HostTensor> parts;
+      for (int64_t r = 0; r < R; ++r) {
+        const int64_t begin = r * Vl, valid = std::min(Vl, V - begin);
+        parts.push_back(make({N, Vl}, dt));
+        HostTensor& part = parts.back();
+        for (int64_t n = 0; n < N; ++n)
+          for (int64_t i = 0; i < Vl; ++i)
+            part.set(n * Vl + i, i < valid ? logits.get(n * V + begin + i) : i % 2 ? 1e30 : std::nan(""));
+        const Tensor st = stats.t().slice(r * N * 3, {N, 3});
+        ops.cross_entropy_stats(st, part, tgt, begin, valid);
+        for (int64_t n = 0; n < N; ++n) {
+          double mx = -INFINITY, sum = 0;
+          for (int64_t i = 0; i < valid; ++i) mx = std::max(mx, part.get(n * Vl + i));
+          for (int64_t i = 0; i < valid; ++i) sum += std::exp(part.get(n * Vl + i) - mx);
+          const int64_t t = int64_t(tgt.get(n)) - begin;
+          const double got_max = load_as_double(st.data, size_t(n * 3), dt),
+                       got_sum = load_as_double(st.data, size_t(n * 3 + 1), dt),
+                       got_target = load_as_double(st.data, size_t(n * 3 + 2), dt);
+          EXPECT_EQ(got_max, mx) << what << " part " << r << " row " << n;
+          EXPECT_NEAR(got_sum, sum, tolerance * sum) << what << " part " << r << " row " << n;
+          EXPECT_EQ(got_target, t >= 0 && t < valid ? part.get(n * Vl + t) : 0.0)
+              << what << " part " << r << " row " << n;
+        }
+      }
+      ops.cross_entropy_combine(part_losses, lse, stats);
+      EXPECT_LT(rel_error(part_losses.values(), losses.values()), tolerance) << what;
+      for (int64_t n = 0; n < N; ++n)  // lse - the target's logit is the loss
+        EXPECT_NEAR(lse.get(n) - logits.get(n * V + int64_t(tgt.get(n))), losses.get(n), tolerance * 10) << what;
+
+      for (int64_t r = 0; r < R; ++r) {  // in place over each part, as the model would
+        const int64_t begin = r * Vl, valid = std::min(Vl, V - begin);
+        HostTensor& part = parts[size_t(r)];
+        ops.cross_entropy_backward_lse(part, part, tgt, lse, 1.0 / N, begin, valid);
+        std::vector<double> got, want;
+        for (int64_t n = 0; n < N; ++n)
+          for (int64_t i = 0; i < Vl; ++i) {
+            if (i >= valid) {
+              EXPECT_EQ(part.get(n * Vl + i), 0.0) << what << " part " << r << ": padding column " << i;
+              continue;
+            }
+            got.push_back(part.get(n * Vl + i));
+            want.push_back(dwhole.get(n * V + begin + i));
+          }
+        EXPECT_LT(rel_error(got, want), tolerance) << what << " part " << r;
+      }
+    }
+}
+
+// bf16 logits are stored, not computed: their statistics are the fp32 copy's, exactly, and the
+// in-place gradient is the fp32 one rounded once.
+TEST_F(CpuOps, CrossEntropyVocabPartsOfBf16LogitsAreComputedInFp32) {
+  const int64_t N = 5, Vl = 8, begin = 8, valid = 6;
+  HostTensor logits = randn({N, Vl}, DType::BF16, 3.0), logits32 = make({N, Vl}, DType::F32), tgt = tokens({N}, 16);
+  tgt.set(0, double(begin));
+  tgt.set(1, double(begin + valid - 1));
+  logits32.copy_from(logits);
+  HostTensor stats = make({N, 3}, DType::F32), stats32 = make({N, 3}, DType::F32);
+  ops.cross_entropy_stats(stats, logits, tgt, begin, valid);
+  ops.cross_entropy_stats(stats32, logits32, tgt, begin, valid);
+  EXPECT_EQ(stats.values(), stats32.values());
+  HostTensor losses = make({N}, DType::F32), lse = make({N}, DType::F32);
+  ops.cross_entropy_combine(losses, lse, stats32);
+  ops.cross_entropy_backward_lse(logits, logits, tgt, lse, 0.5, begin, valid);
+  ops.cross_entropy_backward_lse(logits32, logits32, tgt, lse, 0.5, begin, valid);
+  for (int64_t i = 0; i < N * Vl; ++i) ASSERT_EQ(logits.get(i), double(round_to_bf16(float(logits32.get(i))))) << i;
+  EXPECT_NE(logits.values(), logits32.values()) << "no gradient was rounded: not stored as bf16";
 }
 
 TEST_F(CpuOps, Fp32AgreesWithFp64OnTheSameInputs) {
