@@ -8,6 +8,8 @@ measured number beside it where llmhpc measured one.
     python3 analysis/accounting.py fsdp                         # (b) devices for FSDP (95 GB, TPU v5p)
     python3 analysis/accounting.py tp-batch                     # (c) compute-bound batch, (d) what tricks buy
     python3 analysis/accounting.py bucket --comm results/comm-... [--ddp results/ddp-...]   # ddp_bucketed (b)
+    python3 analysis/accounting.py tp --single results/one-gpu --train results/tp2 [--train ...] \
+        (--comm results/comm-... | --busbw 260e9)     # a tensor-parallel step predicted and measured
 
 memory: parameters P of the model (the reference communication study's blocks of two d_model x d_ff
   matrices, or an llmhpc transformer: --model or --d-model/--d-ff/--num-layers/--vocab-size), the
@@ -29,6 +31,14 @@ tp-batch: FSDP over X devices and tensor parallelism over Y (the reference commu
 bucket: o (per collective) and w (bytes/s) from an all-reduce sweep (llmhpc --mode comm, as
   analysis/ddp.py fits them), the optimum b* = sqrt(s o w) for s gradient bytes (--grad-bytes,
   or the ddp run's), and with --ddp the measured bucket sweep beside the model's T_over.
+tp: a tensor-parallel train run's step predicted from one GPU's and the collectives: the one-GPU
+  step at the same batch per tensor-parallel group (--single, an llmhpc --mode train run on one
+  GPU) divided by tp, plus the collectives inside the layers, c o + S / (w 2 (tp-1)/tp) for the
+  run's c collectives and S bus bytes per step (tp_collectives_per_step, tp_bus_bytes_per_step)
+  with o and w fitted to an all-reduce sweep on tp ranks (--comm, as bucket fits them; w 2 (tp-1)/tp
+  is its bus bandwidth) or S / --busbw; beside the measured median step (steps after the first
+  two) of each --train run. The data-parallel reduction across groups (dp > 1) is taken as hidden
+  behind backward: its exposed part is what the measured step has beyond the prediction.
 state_bytes_per_rank (a function): the model state one rank holds between steps under each
   --shard-optimizer stage (none, broadcast, zero1, zero2, zero3), beside the measured memory in
   analysis/ddp.py's table (h) and in memory --ddp; fsdp_state_per_device: the FSDP model's M_state / N.
@@ -41,6 +51,8 @@ import argparse
 import math
 import os
 import sys
+
+import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from bench import fmt, markdown_table  # noqa: E402
@@ -260,6 +272,52 @@ def tp_batch(args) -> str:
             + markdown_table(["Setting", "B* per device", f"Global batch (x M_X M_Y = {args.m_x * args.m_y})"], rows))
 
 
+def median_step_ms(directory: str) -> tuple:
+    """(the train record's attributes, the median step in ms after the first two) of rank 0's train record."""
+    run = open_run(directory)
+    records = run.records("train")
+    if run.mode != "train" or not records:
+        raise SchemaError(f"{directory}: not an llmhpc --mode train run")
+    steps = np.asarray(records[0].arrays["step_ms"], dtype=float)
+    if len(steps) < 3:
+        raise SchemaError(f"{directory}: {len(steps)} steps; the median leaves out the first two, so give 3 or more")
+    return records[0].attrs, float(np.median(steps[2:]))
+
+
+def tensor_parallel(args) -> str:
+    single, t1 = median_step_ms(args.single)
+    if int(single.get("world_size", 1)) != 1:
+        raise SchemaError(f"--single {args.single}: a run on {single['world_size']} ranks, not one GPU")
+    model = allreduce_model(args.comm) if args.comm else None
+    rows = []
+    for directory in args.train:
+        a, measured = median_step_ms(directory)
+        tp, dp = int(a.get("tp", 1)), int(a.get("dp", a.get("world_size", 1)))
+        if tp < 2:
+            raise SchemaError(f"--train {directory}: no tensor parallelism (tp {tp})")
+        if int(a["batch_size"]) // dp != int(single["batch_size"]) or int(a["context_length"]) != int(
+                single["context_length"]):
+            raise SchemaError(f"--train {directory}: {int(a['batch_size']) // dp} sequences of "
+                              f"{a['context_length']} per tensor-parallel group, --single ran "
+                              f"{single['batch_size']} of {single['context_length']}: give the same")
+        collectives, bus = int(a["tp_collectives_per_step"]), float(a["tp_bus_bytes_per_step"])
+        if model:
+            comm_ms = collectives * model["o"] + bus / (model["w"] * 2 * (tp - 1) / tp)
+        else:
+            comm_ms = bus / args.busbw * 1e3
+        predicted = t1 / tp + comm_ms
+        label = f"tp {tp} x dp {dp}" + (" sp" if int(a.get("sequence_parallel", 0)) else "")
+        rows.append([label, f"{t1 / tp:.1f}", f"{collectives}", f"{bus / GB:.2f}", f"{comm_ms:.1f}",
+                     f"{predicted:.1f}", f"{measured:.1f}", f"{measured / predicted:.3f}",
+                     f"{measured - t1 / tp:.1f}"])
+    source = model["source"] if model else f"bus bandwidth {args.busbw:.3g} B/s (--busbw)"
+    return (f"### Tensor-parallel step: one GPU's {t1:.1f} ms / tp + the collectives inside the layers\n\n"
+            f"One GPU: {args.single} (median step {t1:.1f} ms). Collectives: {source}.\n\n"
+            + markdown_table(["Layout", "One GPU / tp (ms)", "Collectives", "Bus GB", "Predicted comm (ms)",
+                              "Predicted step (ms)", "Measured step (ms)", "Measured / predicted",
+                              "Measured - one GPU / tp (ms)"], rows))
+
+
 def bucket(args) -> str:
     model = allreduce_model(args.comm)
     parts = []
@@ -331,9 +389,16 @@ def main(argv=None) -> int:
     b.add_argument("--comm", required=True, help="an llmhpc --mode comm run with all-reduce at two sizes or more")
     b.add_argument("--ddp", action="append", help="llmhpc --mode ddp runs with bucketed at several --bucket-mb")
     b.add_argument("--grad-bytes", type=size, help="s, the gradient bytes per step (e.g. 4 x parameters)")
+    p = sub.add_parser("tp", help="a tensor-parallel train run's step: one GPU's / tp + the collectives, and measured")
+    p.add_argument("--single", required=True, help="an llmhpc --mode train run on one GPU at the group's batch")
+    p.add_argument("--train", required=True, action="append", help="llmhpc --mode train runs with --tp")
+    g = p.add_mutually_exclusive_group(required=True)
+    g.add_argument("--comm", help="an llmhpc --mode comm all-reduce sweep on tp ranks (o and w fitted)")
+    g.add_argument("--busbw", type=float, help="the collectives' bus bandwidth, bytes/s")
     args = parser.parse_args(argv)
     try:
-        text = {"memory": memory, "fsdp": fsdp, "tp-batch": tp_batch, "bucket": bucket}[args.what](args)
+        text = {"memory": memory, "fsdp": fsdp, "tp-batch": tp_batch, "bucket": bucket,
+                "tp": tensor_parallel}[args.what](args)
     except SchemaError as e:
         print(f"accounting.py: error: {e}", file=sys.stderr)
         return 2

@@ -64,9 +64,9 @@ Runtime::ClockOffset Runtime::clock_offset(int round_trips) const {
     for (int r = 1; r < world_size; ++r)
       for (int k = 0; k < round_trips; ++k) {
         char ping = 0;
-        MPI_CHECK(MPI_Recv(&ping, 1, MPI_CHAR, r, tag, MPI_COMM_WORLD, MPI_STATUS_IGNORE));
+        MPI_CHECK(MPI_Recv(&ping, 1, MPI_CHAR, r, tag, comm, MPI_STATUS_IGNORE));
         const double t = now();
-        MPI_CHECK(MPI_Send(&t, 1, MPI_DOUBLE, r, tag, MPI_COMM_WORLD));
+        MPI_CHECK(MPI_Send(&t, 1, MPI_DOUBLE, r, tag, comm));
       }
     return best;
   }
@@ -75,8 +75,8 @@ Runtime::ClockOffset Runtime::clock_offset(int round_trips) const {
     const char ping = 0;
     double theirs = 0;
     const double sent = now();
-    MPI_CHECK(MPI_Send(&ping, 1, MPI_CHAR, 0, tag, MPI_COMM_WORLD));
-    MPI_CHECK(MPI_Recv(&theirs, 1, MPI_DOUBLE, 0, tag, MPI_COMM_WORLD, MPI_STATUS_IGNORE));
+    MPI_CHECK(MPI_Send(&ping, 1, MPI_CHAR, 0, tag, comm));
+    MPI_CHECK(MPI_Recv(&theirs, 1, MPI_DOUBLE, 0, tag, comm, MPI_STATUS_IGNORE));
     const double back = now();
     if (back - sent < least) {
       least = back - sent;
@@ -99,13 +99,13 @@ MPI_Op mpi_op(HostReduce op) { return op == HostReduce::Sum ? MPI_SUM : op == Ho
 // configurations leaves the others in one of these.
 void Runtime::barrier() const {
   WatchedCall watched("barrier", 0);
-  MPI_CHECK(MPI_Barrier(MPI_COMM_WORLD));
+  MPI_CHECK(MPI_Barrier(comm));
 }
 
 std::vector<double> Runtime::reduce_all(const std::vector<double>& mine, HostReduce op) const {
   std::vector<double> out(mine.size());
   WatchedCall watched("allreduce", mine.size() * sizeof(double));
-  MPI_CHECK(MPI_Allreduce(mine.data(), out.data(), int(mine.size()), MPI_DOUBLE, mpi_op(op), MPI_COMM_WORLD));
+  MPI_CHECK(MPI_Allreduce(mine.data(), out.data(), int(mine.size()), MPI_DOUBLE, mpi_op(op), comm));
   return out;
 }
 
@@ -114,13 +114,13 @@ double Runtime::reduce_all(double mine, HostReduce op) const { return reduce_all
 int64_t Runtime::reduce_all(int64_t mine, HostReduce op) const {
   int64_t out = 0;
   WatchedCall watched("allreduce", sizeof out);
-  MPI_CHECK(MPI_Allreduce(&mine, &out, 1, MPI_INT64_T, mpi_op(op), MPI_COMM_WORLD));
+  MPI_CHECK(MPI_Allreduce(&mine, &out, 1, MPI_INT64_T, mpi_op(op), comm));
   return out;
 }
 
 MPI_Comm Runtime::split(int color) const {
   MPI_Comm out = MPI_COMM_NULL;
-  MPI_CHECK(MPI_Comm_split(MPI_COMM_WORLD, color, rank, &out));
+  MPI_CHECK(MPI_Comm_split(comm, color, rank, &out));
   return out;
 }
 
@@ -128,10 +128,21 @@ void Runtime::free_split(MPI_Comm& comm) {
   if (comm != MPI_COMM_NULL) MPI_Comm_free(&comm);
 }
 
+Runtime Runtime::group(int color) const {
+  Runtime g = *this;
+  g.comm = split(color);
+  MPI_CHECK(MPI_Comm_rank(g.comm, &g.rank));
+  MPI_CHECK(MPI_Comm_size(g.comm, &g.world_size));
+  MPI_CHECK(MPI_Comm_split_type(g.comm, MPI_COMM_TYPE_SHARED, g.rank, MPI_INFO_NULL, &g.node_comm));
+  MPI_CHECK(MPI_Comm_rank(g.node_comm, &g.local_rank));
+  MPI_CHECK(MPI_Comm_size(g.node_comm, &g.local_size));
+  return g;
+}
+
 double Runtime::sum_in_rank_order(double mine) const {
   std::vector<double> all(static_cast<size_t>(world_size));
   WatchedCall watched("allgather", sizeof mine);
-  MPI_CHECK(MPI_Allgather(&mine, 1, MPI_DOUBLE, all.data(), 1, MPI_DOUBLE, MPI_COMM_WORLD));
+  MPI_CHECK(MPI_Allgather(&mine, 1, MPI_DOUBLE, all.data(), 1, MPI_DOUBLE, comm));
   double sum = 0;
   for (double v : all) sum += v;
   return sum;
@@ -145,20 +156,20 @@ void Runtime::gather_to_root(const std::vector<float>& mine,
   WatchedCall watched("gather to rank 0", mine.size() * sizeof(float));
   if (!is_root()) {
     const int64_t n = int64_t(mine.size());
-    MPI_CHECK(MPI_Send(&n, 1, MPI_INT64_T, 0, tag, MPI_COMM_WORLD));
+    MPI_CHECK(MPI_Send(&n, 1, MPI_INT64_T, 0, tag, comm));
     for (size_t at = 0; at < mine.size(); at += kPiece)
-      MPI_CHECK(MPI_Send(mine.data() + at, int(std::min(kPiece, mine.size() - at)), MPI_FLOAT, 0, tag, MPI_COMM_WORLD));
+      MPI_CHECK(MPI_Send(mine.data() + at, int(std::min(kPiece, mine.size() - at)), MPI_FLOAT, 0, tag, comm));
     return;
   }
   take(0, mine);
   std::vector<float> theirs;
   for (int r = 1; r < world_size; ++r) {
     int64_t n = 0;
-    MPI_CHECK(MPI_Recv(&n, 1, MPI_INT64_T, r, tag, MPI_COMM_WORLD, MPI_STATUS_IGNORE));
+    MPI_CHECK(MPI_Recv(&n, 1, MPI_INT64_T, r, tag, comm, MPI_STATUS_IGNORE));
     theirs.resize(size_t(n));
     for (size_t at = 0; at < theirs.size(); at += kPiece)
-      MPI_CHECK(MPI_Recv(theirs.data() + at, int(std::min(kPiece, theirs.size() - at)), MPI_FLOAT, r, tag,
-                         MPI_COMM_WORLD, MPI_STATUS_IGNORE));
+      MPI_CHECK(MPI_Recv(theirs.data() + at, int(std::min(kPiece, theirs.size() - at)), MPI_FLOAT, r, tag, comm,
+                         MPI_STATUS_IGNORE));
     take(r, theirs);
   }
 }
@@ -167,14 +178,14 @@ void agree_or_exit(const Runtime& rt, const std::string& local_error, int code) 
   int mine = local_error.empty() ? rt.world_size : rt.rank;
   int first = rt.world_size;
   WatchedCall watched("agree on errors", sizeof mine);
-  MPI_CHECK(MPI_Allreduce(&mine, &first, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD));
+  MPI_CHECK(MPI_Allreduce(&mine, &first, 1, MPI_INT, MPI_MIN, rt.comm));
   if (first == rt.world_size) return;
   // Bring the first failing rank's message to rank 0, which prints it.
   int len = static_cast<int>(local_error.size());
-  MPI_CHECK(MPI_Bcast(&len, 1, MPI_INT, first, MPI_COMM_WORLD));
+  MPI_CHECK(MPI_Bcast(&len, 1, MPI_INT, first, rt.comm));
   std::vector<char> msg(local_error.begin(), local_error.end());
   msg.resize(len);
-  MPI_CHECK(MPI_Bcast(msg.data(), len, MPI_CHAR, first, MPI_COMM_WORLD));
+  MPI_CHECK(MPI_Bcast(msg.data(), len, MPI_CHAR, first, rt.comm));
   if (rt.is_root()) {
     std::string where = rt.world_size > 1 ? " (rank " + std::to_string(first) + ")" : "";
     std::fprintf(stderr, "llmhpc: error%s: %.*s\n", where.c_str(), len, msg.data());

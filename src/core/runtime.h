@@ -20,6 +20,8 @@ struct Runtime {
   int local_size = 1;
   std::string hostname;
   MPI_Comm node_comm = MPI_COMM_NULL;
+  // The ranks this Runtime's collectives are over: every rank, or a group of them (group()).
+  MPI_Comm comm = MPI_COMM_WORLD;
 
   bool is_root() const { return rank == 0; }
 
@@ -38,6 +40,15 @@ struct Runtime {
   // ranks is made from (CommOptions::parent).
   MPI_Comm split(int color) const;
   static void free_split(MPI_Comm& comm);
+  // The ranks that pass the same `color` as a Runtime of their own: rank and world_size within
+  // the group, its node the group's ranks on this one (local_rank, local_size), every collective
+  // above over its ranks only (what data parallelism runs over under tensor parallelism).
+  // Collective; give it back with free_group().
+  Runtime group(int color) const;
+  static void free_group(Runtime& group) {
+    free_split(group.comm);
+    free_split(group.node_comm);
+  }
   // Every rank's `mine` (any lengths) to rank 0, which gets them one at a time in rank order
   // through `take` (rank, values), so it never holds more than one rank's besides its own;
   // `take` runs on rank 0 only. What a sharded optimizer's state takes to one file.

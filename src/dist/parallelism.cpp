@@ -1,5 +1,7 @@
 #include "src/dist/parallelism.h"
 
+#include "src/dist/tensor_parallel.h"
+
 #include <algorithm>
 
 #include "src/core/check.h"
@@ -84,13 +86,14 @@ std::unique_ptr<GradientSync> make_model_sync(const SyncPlan& plan, Communicator
                             scratch);
 }
 
-SyncPlan data_parallel_plan(SyncStrategy strategy, Sharding sharding, const ModelConfig& config, Precision precision,
-                            GradientDType grads, double bucket_mb, int ranks, int64_t alignment, bool reduce_in_bf16) {
+SyncPlan data_parallel_plan(SyncStrategy strategy, Sharding sharding, const ParameterLayout& layout,
+                            Precision precision, GradientDType grads, double bucket_mb, int ranks, int64_t alignment,
+                            bool reduce_in_bf16) {
   check_grad_reduce(reduce_in_bf16, precision);
   const DType grad_dtype = gradient_dtype(precision, grads);  // buckets hold --bucket-mb of these
-  if (shards_parameters(sharding)) return unit_plan(ParameterLayout(config), strategy, sharding, ranks, alignment);
-  SyncPlan plan = plan_sync(strategy, sharding, param_spans(ParameterLayout(config)), dtype_size(grad_dtype), bucket_mb,
-                            ranks, alignment);
+  if (shards_parameters(sharding)) return unit_plan(layout, strategy, sharding, ranks, alignment);
+  SyncPlan plan =
+      plan_sync(strategy, sharding, param_spans(layout), dtype_size(grad_dtype), bucket_mb, ranks, alignment);
   // Gradients made in bf16 travel as they are: there is nothing to round.
   plan.reduce_in_bf16 = reduce_in_bf16 && strategy != SyncStrategy::None && grad_dtype != DType::BF16;
   return plan;
@@ -101,17 +104,69 @@ int64_t shard_alignment(Device& dev, Precision precision, bool share_copy) {
   return share_copy && page > kShardAlignment ? round_up(page, kShardAlignment) : kShardAlignment;
 }
 
+namespace {
+// Writes `path` from the whole checkpoint of this rank's parameters (`params`, `state` in its
+// layout), which the data-parallel root (rt's rank 0) holds: alone, or under tensor
+// parallelism with the parts of the other ranks of its group `tp`, which its rank 0 (rank 0 of
+// every rank) puts together. Collective over rt and, on its root, over tp.
+void write_parts(const Runtime& rt, const Runtime* tp, const std::string& path, const ModelConfig& config,
+                 const std::vector<float>& params, const OptimizerState& state) {
+  if (!tp || tp->world_size == 1) {
+    if (rt.is_root()) save_checkpoint(path, config, params, &state);
+  } else if (rt.is_root()) {
+    const int64_t total = ParameterLayout(config).total();
+    std::vector<float> whole_params, packed = params;
+    OptimizerState whole{state.step, state.hyper, {{0, total}}, {}, {}};
+    packed.insert(packed.end(), state.m.begin(), state.m.end());
+    packed.insert(packed.end(), state.v.begin(), state.v.end());
+    if (tp->is_root()) whole_params.assign(size_t(total), 0.0f), whole.m = whole.v = whole_params;
+    tp->gather_to_root(packed, [&](int rank, const std::vector<float>& theirs) {
+      const ParameterLayout part(config, TensorSplit{tp->world_size, rank});
+      const auto n = size_t(part.total());
+      LLMHPC_CHECK(theirs.size() == 3 * n, "rank " + std::to_string(rank) + " sent a part of the wrong size");
+      place_part(whole_params, part, {theirs.begin(), theirs.begin() + long(n)});
+      place_part(whole.m, part, {theirs.begin() + long(n), theirs.begin() + long(2 * n)});
+      place_part(whole.v, part, {theirs.begin() + long(2 * n), theirs.end()});
+    });
+    if (tp->is_root()) save_checkpoint(path, config, whole_params, &whole);
+    tp->barrier();  // the file is complete before any data-parallel group goes on
+  }
+  rt.barrier();  // the file is complete when any rank returns
+}
+}  // namespace
+
 void save_checkpoint_from_ranks(const Runtime& rt, const std::string& path, TransformerLM& model, const AdamW& opt,
-                                const SyncPlan& plan) {
+                                const SyncPlan& plan, const Runtime* tp) {
   model.wait_parameters();  // on every rank, so that no rank's all-gathers wait on the others' progress
   OptimizerState mine = host_state(opt);
+  const int64_t total = model.layout().total();
+  if (tp && tp->world_size > 1) {  // the parts of a tensor-parallel group
+    OptimizerState whole{mine.step, mine.hyper, {{0, total}}, {}, {}};
+    if (plan.sharding == Sharding::None) {
+      whole.m = std::move(mine.m), whole.v = std::move(mine.v);
+    } else {
+      whole.m.assign(size_t(total), 0.0f), whole.v = whole.m;
+      std::vector<float> packed = std::move(mine.m);
+      packed.insert(packed.end(), mine.v.begin(), mine.v.end());
+      rt.gather_to_root(packed, [&](int rank, const std::vector<float>& theirs) {
+        const std::vector<FlatRange> owned = plan.owned(rank);
+        const int64_t n = packed_size(owned);
+        for (const PackedPiece& piece : packed_pieces(owned, {0, total})) {
+          const auto from = theirs.begin() + piece.packed_offset;
+          std::copy(from, from + piece.flat.size(), whole.m.begin() + piece.flat.begin);
+          std::copy(from + n, from + n + piece.flat.size(), whole.v.begin() + piece.flat.begin);
+        }
+      });
+    }
+    const std::vector<float> params = to_host_floats(model.device(), model.params().slice(0, {total}));
+    return write_parts(rt, tp, path, model.config(), params, whole);
+  }
   if (plan.sharding == Sharding::None) {  // rank 0 holds all of it
     if (rt.is_root()) save_checkpoint(path, model, &mine);
   } else {
     // Each rank sends m then v of what it owns; rank 0 places them by the sender's ranges.
     std::vector<float> packed = std::move(mine.m);
     packed.insert(packed.end(), mine.v.begin(), mine.v.end());
-    const int64_t total = model.layout().total();
     OptimizerState whole{mine.step, mine.hyper, {{0, total}}, {}, {}};
     if (rt.is_root()) whole.m.assign(size_t(total), 0.0f), whole.v.assign(size_t(total), 0.0f);
     rt.gather_to_root(packed, [&](int rank, const std::vector<float>& theirs) {
@@ -129,14 +184,14 @@ void save_checkpoint_from_ranks(const Runtime& rt, const std::string& path, Tran
   rt.barrier();  // the file is complete when any rank returns
 }
 
-void save_checkpoint_from_shards(const Runtime& rt, const std::string& path, UnitShards& shards, AdamW& opt) {
+void save_checkpoint_from_shards(const Runtime& rt, const std::string& path, UnitShards& shards, AdamW& opt,
+                                 const Runtime* tp) {
   opt.allocate_state();  // zeros before the first step, as an unsharded optimizer's
   const int64_t total = opt.model().layout().total();
   OptimizerState whole{
       opt.steps_taken(), opt.hyper(), {{0, total}}, shards.gathered(opt.m()), shards.gathered(opt.v())};
   const std::vector<float> params = shards.gathered_parameters();
-  if (rt.is_root()) save_checkpoint(path, opt.model().config(), params, &whole);
-  rt.barrier();  // the file is complete when any rank returns
+  write_parts(rt, tp, path, opt.model().config(), params, whole);
 }
 
 void load_checkpoint_into_shards(const std::string& path, UnitShards& shards, AdamW& opt) {
@@ -147,9 +202,17 @@ void load_checkpoint_into_shards(const std::string& path, UnitShards& shards, Ad
 }
 
 GradClipping gradient_clipping(double max_norm, Sharding sharding, const Runtime& rt, int replicas) {
-  GradClipping clipping{max_norm, nullptr};
+  GradClipping clipping{max_norm, nullptr, {}};
   if (sharding != Sharding::None)
     clipping.sum_over_ranks = [rt, replicas](double squares) { return rt.sum_in_rank_order(squares) / replicas; };
+  return clipping;
+}
+
+GradClipping tensor_parallel_clipping(double max_norm, const Runtime& rt, int copies, const ParameterLayout& layout) {
+  GradClipping clipping{max_norm, [rt, copies](double squares) { return rt.sum_in_rank_order(squares) / copies; }, {}};
+  if (layout.tensor_split().rank != 0)
+    for (const ParamInfo& p : layout.params())
+      if (p.split == Split::Whole) clipping.counted_elsewhere.push_back({p.offset, p.offset + p.shape.numel()});
   return clipping;
 }
 
@@ -176,6 +239,7 @@ std::unique_ptr<Communicator> make_gradient_communicator(const Runtime& rt, cons
   o.backend = backend == "nccl" ? CommBackend::Nccl : CommBackend::Mpi;
   o.gpu = dev.ordinal();
   o.compute_stream = dev.native_stream();
+  o.parent = rt.comm;  // every rank of rt, which may be a group of the job's (Runtime::group)
   if (color < 0) return make_communicator(o);
   o.parent = rt.split(color);
   std::unique_ptr<Communicator> comm = make_communicator(o);  // which duplicates the parent
@@ -208,7 +272,12 @@ ShardGroups make_shard_groups(const Runtime& rt, const std::string& backend, Dev
   return g;
 }
 
-void check_parallelism(const Parallelism& p, Precision precision, MemoryPlan memory, int world_size) {
+void check_parallelism(const Parallelism& p, Precision precision, MemoryPlan memory, int ranks) {
+  mesh_place(0, ranks, p.tensor_parallel);  // tp divides the ranks
+  if (p.sequence_parallel && p.tensor_parallel == 1)
+    throw UsageError("{sequence_parallel} splits the tokens among the ranks of a tensor-parallel group: give {tp} 2 "
+                     "or more");
+  const int world_size = p.data_parallel(ranks);  // what follows is among the data-parallel ranks
   require_reduced_gradients(p.strategy, p.sharding);
   shares_compute_copy(p.share_weights, precision, memory, p.sharding);
   check_grad_reduce(p.reduce_in_bf16, precision);

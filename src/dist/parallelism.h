@@ -43,11 +43,19 @@ struct Parallelism {
   // within each group of consecutive ranks, replicated across the groups, as torchtitan's HSDP);
   // 0: the ranks of one node (every rank when the job is one node).
   int shard_group = 0;
+  // Tensor parallelism (src/model/tensor_parallel.h): ranks in each tensor-parallel group, the
+  // world being tensor_parallel x data-parallel ranks (mesh_place); everything above applies
+  // among the data-parallel ranks. sequence_parallel: the norms and the residual stream split
+  // among a group's ranks by tokens too.
+  int tensor_parallel = 1;
+  bool sequence_parallel = false;
+  int data_parallel(int world_size) const { return world_size / tensor_parallel; }
 };
 
 // Throws UsageError (naming the fields) where `p` cannot run a model of `precision` and
 // `memory` on `world_size` ranks: a sharding whose gradients nobody reduces, a bf16 copy that
-// is not kept, bf16 on the wire for fp64, several ranks training apart.
+// is not kept, bf16 on the wire for fp64, several ranks training apart, a tensor-parallel size
+// that does not divide the ranks.
 void check_parallelism(const Parallelism& p, Precision precision, MemoryPlan memory, int world_size);
 
 // Whether a run of `precision` and `memory` with `sharding` keeps a bf16 copy that its
@@ -75,14 +83,14 @@ void check_grad_reduce(bool in_bf16, Precision precision);
 // What the gradients travel as: "bf16", or their own dtype's name (the rank files' grad_reduce_dtype).
 std::string grad_reduce_dtype_name(bool in_bf16, DType grads);
 
-// The plan of a model of `config` in `precision` with gradients in `grads` on `ranks`
+// The plan of the parameters a rank holds (`layout`: the model's, or its tensor-parallel part) in `precision` with gradients in `grads` on `ranks`
 // (plan_sync over its parameters, buckets of `bucket_mb` of gradient bytes), its shards aligned
 // to `alignment` elements (shard_alignment), its fp32 gradients travelling as bf16 where
 // `reduce_in_bf16` and the strategy communicates (bf16 gradients travel as they are). Throws
 // UsageError as plan_sync, check_grad_reduce and gradient_dtype do.
-SyncPlan data_parallel_plan(SyncStrategy strategy, Sharding sharding, const ModelConfig& config, Precision precision,
-                            GradientDType grads, double bucket_mb, int ranks, int64_t alignment = kShardAlignment,
-                            bool reduce_in_bf16 = false);
+SyncPlan data_parallel_plan(SyncStrategy strategy, Sharding sharding, const ParameterLayout& layout,
+                            Precision precision, GradientDType grads, double bucket_mb, int ranks,
+                            int64_t alignment = kShardAlignment, bool reduce_in_bf16 = false);
 // Where shards start: a page of the device's master weights when the bf16 copy is shared
 // (whole pages of the masters others own can then be given back), else kShardAlignment.
 int64_t shard_alignment(Device& dev, Precision precision, bool share_copy);
@@ -117,12 +125,16 @@ ShardGroups make_shard_groups(const Runtime& rt, const std::string& backend, Dev
 // Writes `path` on rank 0 with the parameters and the whole optimizer state, in the layout of
 // an unsharded run: under sharding every rank sends the state it owns (plan.owned) to rank 0,
 // which places it. Collective; the file is complete when it returns on any rank.
+// Under tensor parallelism `rt` holds the data-parallel ranks of this rank's part and `tp` the
+// ranks of its tensor-parallel group: the parts are put together into the whole model's
+// tensors, which rank 0 of every rank writes (a file any tp x dp loads). Collective over every rank.
 void save_checkpoint_from_ranks(const Runtime& rt, const std::string& path, TransformerLM& model, const AdamW& opt,
-                                const SyncPlan& plan);
+                                const SyncPlan& plan, const Runtime* tp = nullptr);
 
 // The same file from a run whose parameters are sharded (zero2, zero3): every rank's parts of the
 // parameters, m and v gathered, rank 0 writing. `opt` is the shards' optimizer. Collective.
-void save_checkpoint_from_shards(const Runtime& rt, const std::string& path, UnitShards& shards, AdamW& opt);
+void save_checkpoint_from_shards(const Runtime& rt, const std::string& path, UnitShards& shards, AdamW& opt,
+                                 const Runtime* tp = nullptr);
 // A checkpoint (any run's) into sharded parameters: every rank reads the file and takes its
 // parts of the parameters and, where the file has them, of m and v and the step. Collective.
 void load_checkpoint_into_shards(const std::string& path, UnitShards& shards, AdamW& opt);
@@ -133,6 +145,12 @@ void load_checkpoint_into_shards(const std::string& path, UnitShards& shards, Ad
 // Under hybrid sharding `replicas` groups hold the same gradients: the sum over ranks counts each
 // once (divided by the groups).
 GradClipping gradient_clipping(double max_norm, Sharding sharding, const Runtime& rt, int replicas = 1);
+// The same under tensor parallelism, `rt` every rank of the tp x dp layout: the parameters each
+// rank holds are its part, so the sums of the whole world are added in rank order; the whole
+// parameters (the norm gains, alike on every rank of a group) are counted by each group's rank
+// 0 only, and each of the `copies` ranks that hold the same gradients (unsharded data
+// parallelism's dp ranks) once.
+GradClipping tensor_parallel_clipping(double max_norm, const Runtime& rt, int copies, const ParameterLayout& layout);
 
 // This rank's sequences of a global batch: rank r of n takes [r*B/n, (r+1)*B/n). Throws
 // UsageError when the batch does not divide by the ranks (the same verdict on every rank).

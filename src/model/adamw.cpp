@@ -56,9 +56,19 @@ void AdamW::update(FlatRange r, Tensor grads) {
 double AdamW::clipping_factor() {
   if (!(clipping_.max_norm > 0)) return 1.0;
   const int64_t total = parameters();  // a sharded buffer's padding is no parameter
+  LLMHPC_CHECK(clipping_.counted_elsewhere.empty() || shard_.params.empty(),
+               "gradients counted elsewhere are ranges of the model's own buffer");
   std::vector<Span> spans;
-  for (const FlatRange& r : owned_)
-    if (std::min(r.end, total) > r.begin) spans.push_back({r.begin, std::min(r.end, total) - r.begin});
+  for (const FlatRange& r : owned_) {
+    int64_t at = r.begin;
+    const int64_t end = std::min(r.end, total);
+    for (const FlatRange& skip : clipping_.counted_elsewhere) {  // in layout order, as owned_
+      if (skip.end <= at || skip.begin >= end) continue;
+      if (skip.begin > at) spans.push_back({at, skip.begin - at});
+      at = std::max(at, skip.end);
+    }
+    if (end > at) spans.push_back({at, end - at});
+  }
   Device& dev = model_.device();
   Buffer sum(dev.allocator(), DType::F64, {1}, "optimizer.grad_norm");
   ops_.sum_of_squares(sum.tensor(), grads(), spans);

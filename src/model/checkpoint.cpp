@@ -24,7 +24,7 @@ void check_tensors(hid_t group, const std::string& where, const std::string& pat
     if (!h5::exists(group, p.name))
       throw UsageError("checkpoint '" + path + "' does not fit the model: " + where + " has no '" + p.name + "'");
     std::vector<int64_t> dims = h5::dataset_dims(group, p.name);
-    std::vector<int64_t> want(p.shape.dims.begin(), p.shape.dims.begin() + p.shape.ndim);
+    std::vector<int64_t> want(p.whole.dims.begin(), p.whole.dims.begin() + p.whole.ndim);  // files hold whole tensors
     if (dims != want)
       throw UsageError("checkpoint '" + path + "' does not fit the model: " + where + "/" + p.name + " is " +
                        shape_str(dims) + ", the model needs " + shape_str(want) +
@@ -34,6 +34,16 @@ void check_tensors(hid_t group, const std::string& where, const std::string& pat
     if (!expected.count(name))
       throw UsageError("checkpoint '" + path + "' does not fit the model: it has '" + where + "/" + name +
                        "', which this model does not (check {num_layers})");
+}
+
+// This rank's part of parameter `p` (the whole tensor under one rank) from a file's whole tensor.
+std::vector<float> read_part(hid_t group, const ParamInfo& p, const ParameterLayout& layout) {
+  std::vector<float> whole = h5::read_floats(group, p.name);
+  if (p.split == Split::Whole) return whole;
+  std::vector<float> part(size_t(p.shape.numel()), 0.0f);  // the vocabulary's padding: zero
+  for (const PartRun& run : layout.part_runs(p))
+    std::copy_n(whole.begin() + run.whole, run.count, part.begin() + run.part);
+  return part;
 }
 
 }  // namespace
@@ -110,6 +120,7 @@ static void save_whole(const std::string& path, const ModelConfig& config, const
 }
 
 void save_checkpoint(const std::string& path, TransformerLM& model, const OptimizerState* state) {
+  LLMHPC_CHECK(model.layout().tensor_split().size == 1, "a tensor-parallel part is saved with the group's other parts");
   model.wait_parameters();  // a sharded optimizer's last all-gathers
   save_whole(
       path, model.config(), [&](const ParamInfo& p) { return to_host_floats(model.device(), model.param(p.name)); },
@@ -144,11 +155,11 @@ HostCheckpoint read_checkpoint(const std::string& path, const ParameterLayout& l
     out.state = std::move(s);
   }
   for (const ParamInfo& p : layout.params()) {
-    const std::vector<float> t = h5::read_floats(f.id(), "params/" + p.name);
+    const std::vector<float> t = read_part(h5::open_group(f.id(), "params").id(), p, layout);
     std::copy(t.begin(), t.end(), out.params.begin() + p.offset);
     if (!with_opt) continue;
-    const std::vector<float> m = h5::read_floats(f.id(), "optimizer/m/" + p.name);
-    const std::vector<float> v = h5::read_floats(f.id(), "optimizer/v/" + p.name);
+    const std::vector<float> m = read_part(h5::open_group(f.id(), "optimizer/m").id(), p, layout);
+    const std::vector<float> v = read_part(h5::open_group(f.id(), "optimizer/v").id(), p, layout);
     std::copy(m.begin(), m.end(), out.state->m.begin() + p.offset);
     std::copy(v.begin(), v.end(), out.state->v.begin() + p.offset);
   }
@@ -220,13 +231,13 @@ void load_checkpoint(const std::string& path, TransformerLM& model, AdamW* opt) 
   }
   Device& dev = model.device();
   for (const ParamInfo& p : layout.params()) {
-    from_host_floats(dev, model.param(p.name), h5::read_floats(params.id(), p.name).data());
+    from_host_floats(dev, model.param(p.name), read_part(params.id(), p, layout).data());
     if (!with_opt) continue;
     // The pieces of this tensor the optimizer owns, from the whole tensor in the file.
     const FlatRange tensor{p.offset, p.offset + p.shape.numel()};
     const std::vector<PackedPiece> pieces = packed_pieces(opt->owned(), tensor);
     if (pieces.empty()) continue;
-    const std::vector<float> m_all = h5::read_floats(m.id(), p.name), v_all = h5::read_floats(v.id(), p.name);
+    const std::vector<float> m_all = read_part(m.id(), p, layout), v_all = read_part(v.id(), p, layout);
     for (const PackedPiece& piece : pieces) {
       const int64_t from = piece.flat.begin - p.offset, n = piece.flat.size();
       from_host_floats(dev, opt->m().slice(piece.packed_offset, {n}), m_all.data() + from);

@@ -54,14 +54,16 @@ void save_checkpoint(const std::string& path, const ModelConfig& config, const s
                      const OptimizerState* state);
 
 // A checkpoint's contents on the host, in the flat layout of `layout`: the parameters, and the
-// whole model's optimizer state where the file has one. Throws UsageError as load_checkpoint.
+// whole model's optimizer state where the file has one. Files hold whole tensors: a tensor-
+// parallel part's layout gets its part of each (the vocabulary's padding zero), so a file from
+// any tp loads at any other. Throws UsageError as load_checkpoint.
 struct HostCheckpoint {
   std::vector<float> params;
   std::optional<OptimizerState> state;
 };
 HostCheckpoint read_checkpoint(const std::string& path, const ParameterLayout& layout);
 
-// Loads the parameters into `model`, and when the file has optimizer state and `opt` is
+// Loads the parameters into `model` (a tensor-parallel part: its part of each), and when the file has optimizer state and `opt` is
 // given, its step and the state of the ranges `opt` owns (allocating opt's state). Throws
 // UsageError naming the first tensor that is missing, extra or misshapen.
 void load_checkpoint(const std::string& path, TransformerLM& model, AdamW* opt);

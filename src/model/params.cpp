@@ -30,12 +30,44 @@ const std::vector<std::string>& layer_param_names() {
   return names;
 }
 
-ParameterLayout::ParameterLayout(const ModelConfig& c) {
+int64_t padded_vocab(int64_t vocab, int tp) {
+  if (tp <= 1) return vocab;
+  const int64_t multiple = 8 * int64_t(tp);
+  return (vocab + multiple - 1) / multiple * multiple;
+}
+
+namespace {
+// A UsageError naming `field` unless `value` divides among `tp` ranks.
+void divided(int64_t value, int tp, const char* field, const char* why) {
+  if (value % tp != 0)
+    throw UsageError(std::string("{") + field + "} " + std::to_string(value) + " does not divide among {tp} " +
+                     std::to_string(tp) + " ranks: " + why);
+}
+}  // namespace
+
+ParameterLayout::ParameterLayout(const ModelConfig& c, TensorSplit tp) : tp_(tp) {
   const int64_t d = c.d_model, f = c.d_ff;
-  auto add = [&](const std::string& name, Shape shape, int layer, bool matrix) {
+  LLMHPC_CHECK(tp.size >= 1 && tp.rank >= 0 && tp.rank < tp.size, "a tensor-parallel rank outside its group");
+  // Heads, not only d_model: each rank's attention runs on whole heads of its own.
+  divided(c.num_heads, tp.size, "num_heads", "each rank takes whole attention heads");
+  divided(f, tp.size, "d_ff", "each rank takes d_ff / tp of the feed-forward features");
+  vocab_rows_ = padded_vocab(c.vocab_size, tp.size) / tp.size;
+  vocab_valid_ = std::clamp(c.vocab_size - vocab_begin(), int64_t(0), vocab_rows_);
+  if (vocab_valid_ == 0)
+    throw UsageError("{vocab_size} " + std::to_string(c.vocab_size) + " is too small for {tp} " +
+                     std::to_string(tp.size) + ": rank " + std::to_string(tp.rank) +
+                     " would hold none of the vocabulary (each holds " + std::to_string(vocab_rows_) + " rows)");
+  int64_t whole_total = 0;
+  auto add = [&](const std::string& name, Shape whole, int layer, bool matrix, Split split = Split::Whole) {
+    Shape shape = whole;
+    const bool vocabulary = name == "token_embeddings.weight" || name == "lm_head.weight";
+    if (split == Split::Rows) shape.dims[0] = vocabulary ? vocab_rows_ : whole.dims[0] / tp.size;
+    if (split == Split::Columns) shape.dims[1] = whole.dims[1] / tp.size;
+    if (tp.size == 1) split = Split::Whole;
     index_[name] = params_.size();
     ParamUnit& u = units_.back();
-    ParamInfo p{name, shape, total_, layer, matrix, int(units_.size()) - 1, 0};
+    ParamInfo p{name, shape, total_, layer, matrix, int(units_.size()) - 1, 0, split, whole, whole_total};
+    whole_total += whole.numel();
     p.lane_offset = u.lane_elements[int(p.lane())];
     u.lane_elements[int(p.lane())] += shape.numel();
     params_.push_back(p);
@@ -44,24 +76,55 @@ ParameterLayout::ParameterLayout(const ModelConfig& c) {
   };
   auto unit = [&] { units_.push_back({{total_, total_}, {0, 0}}); };
   unit();
-  add("token_embeddings.weight", {c.vocab_size, d}, -1, false);
+  add("token_embeddings.weight", {c.vocab_size, d}, -1, false, Split::Rows);
   for (int i = 0; i < c.num_layers; ++i) {
     unit();
     const std::string p = "layers." + std::to_string(i) + ".";
     add(p + "ln1.weight", {d}, i, false);
-    add(p + "attn.q_proj.weight", {d, d}, i, true);
-    add(p + "attn.k_proj.weight", {d, d}, i, true);
-    add(p + "attn.v_proj.weight", {d, d}, i, true);
-    add(p + "attn.output_proj.weight", {d, d}, i, true);
+    add(p + "attn.q_proj.weight", {d, d}, i, true, Split::Rows);
+    add(p + "attn.k_proj.weight", {d, d}, i, true, Split::Rows);
+    add(p + "attn.v_proj.weight", {d, d}, i, true, Split::Rows);
+    add(p + "attn.output_proj.weight", {d, d}, i, true, Split::Columns);
     add(p + "ln2.weight", {d}, i, false);
-    add(p + "ffn.w1.weight", {f, d}, i, true);
-    add(p + "ffn.w3.weight", {f, d}, i, true);
-    add(p + "ffn.w2.weight", {d, f}, i, true);
+    add(p + "ffn.w1.weight", {f, d}, i, true, Split::Rows);
+    add(p + "ffn.w3.weight", {f, d}, i, true, Split::Rows);
+    add(p + "ffn.w2.weight", {d, f}, i, true, Split::Columns);
   }
   unit();
   add("ln_final.weight", {d}, -1, false);
-  add("lm_head.weight", {c.vocab_size, d}, -1, true);
-  LLMHPC_CHECK(total_ == c.num_params(), "parameter count mismatch");
+  add("lm_head.weight", {c.vocab_size, d}, -1, true, Split::Rows);
+  LLMHPC_CHECK(tp.size > 1 || total_ == c.num_params(), "parameter count mismatch");
+}
+
+std::vector<float> take_part(const std::vector<float>& whole, const ParameterLayout& part) {
+  std::vector<float> out(size_t(part.total()), 0.0f);
+  for (const ParamInfo& p : part.params())
+    for (const PartRun& run : part.part_runs(p))
+      std::copy_n(whole.begin() + p.whole_offset + run.whole, run.count, out.begin() + p.offset + run.part);
+  return out;
+}
+
+void place_part(std::vector<float>& whole, const ParameterLayout& part, const std::vector<float>& values) {
+  LLMHPC_CHECK(int64_t(values.size()) >= part.total(), "a part's values shorter than its layout");
+  for (const ParamInfo& p : part.params())
+    for (const PartRun& run : part.part_runs(p))
+      std::copy_n(values.begin() + p.offset + run.part, run.count, whole.begin() + p.whole_offset + run.whole);
+}
+
+std::vector<PartRun> ParameterLayout::part_runs(const ParamInfo& p) const {
+  const int64_t n = p.shape.numel();
+  if (p.split == Split::Whole) return {{0, 0, n}};
+  const int64_t cols = p.shape.dims[1];
+  if (p.split == Split::Rows) {  // one run: the rank's rows (the vocabulary's real ones)
+    const int64_t first = p.shape.dims[0] * tp_.rank;
+    const int64_t rows = std::min(p.shape.dims[0], p.whole.dims[0] - first);
+    return {{first * cols, 0, rows * cols}};
+  }
+  std::vector<PartRun> runs;  // Columns: a run in every row
+  const int64_t rows = p.shape.dims[0], whole_cols = p.whole.dims[1];
+  runs.reserve(size_t(rows));
+  for (int64_t r = 0; r < rows; ++r) runs.push_back({r * whole_cols + cols * tp_.rank, r * cols, cols});
+  return runs;
 }
 
 const ParamInfo& ParameterLayout::find(const std::string& name) const {

@@ -71,6 +71,11 @@ struct TransformerLM::Activations {
   // LowMemory also one norm output (B,T,C), which backward recomputes from the saved norm
   // inputs and statistics.
   Buffer norm_out, gated;
+  // Tensor parallelism: under sequence parallelism the (tokens, C) input of a column-parallel
+  // product gathered from every rank, shared by the layers (forward, then backward); with the
+  // vocabulary split, the loss's per-token statistics of this rank's logits, every rank's,
+  // and the logsumexp over the whole vocabulary, which backward reads.
+  Buffer gathered, ce_stats, ce_stats_all, lse;
   // The norm outputs the products read: the layer's own, or the shared one (LowMemory).
   Tensor ln1_out(int64_t l) const { return pick(layers[size_t(l)].ln1_out); }
   Tensor ln2_out(int64_t l) const { return pick(layers[size_t(l)].ln2_out); }
@@ -80,12 +85,16 @@ struct TransformerLM::Activations {
 };
 
 TransformerLM::TransformerLM(const Config& c, Device& device, Ops& ops)
-    : config_(c.shape), layout_(c.shape), precision_(c.precision),
-      grad_dtype_(gradient_dtype(c.precision, c.grad_dtype)), attention_(c.attention), device_(device), ops_(ops),
-      memory_(c.memory), storage_(c.storage) {
+    : config_(c.shape), tp_(c.tensor_parallel), layout_(c.shape, TensorSplit{tp_.size, tp_.rank}),
+      precision_(c.precision), grad_dtype_(gradient_dtype(c.precision, c.grad_dtype)), attention_(c.attention),
+      device_(device), ops_(ops), memory_(c.memory), storage_(c.storage) {
   const int64_t flat_elements = c.flat_elements;
   const GradientStorage gradients = c.gradients;
   config_.validate();
+  LLMHPC_CHECK(
+      !tp_.active() || (tp_.group != nullptr && tp_.group->size() == tp_.size && tp_.group->rank() == tp_.rank),
+      "tensor parallelism needs the group's collectives");
+  LLMHPC_CHECK(tp_.active() || !tp_.sequence_parallel, "sequence parallelism splits a tensor-parallel group's tokens");
   if (storage_ == ParameterStorage::Sharded) {
     LLMHPC_CHECK(flat_elements == 0 && gradients == GradientStorage::Whole,
                  "sharded parameters: the model keeps no flat buffers to pad or to hold one range's gradients");
@@ -225,12 +234,26 @@ void TransformerLM::init_parameter(Ops& ops, Device& device, const ParameterLayo
                                    uint64_t seed) {
   const ParamInfo& p = layout.params()[k];
   LLMHPC_CHECK(dst.numel() == p.shape.numel(), "init_parameter into a tensor of another size");
+  if (p.split != Split::Whole) {  // drawn whole, as one rank draws it; this rank's part copied out
+    Buffer whole(device.allocator(), dst.dtype, p.whole, "init.whole");
+    init_whole(ops, device, p, k, whole.tensor(), seed);
+    device.fill_zero(dst.data, dst.bytes());  // the vocabulary's padding rows
+    const size_t es = dtype_size(dst.dtype);
+    for (const PartRun& run : layout.part_runs(p))
+      device.copy_on_device(static_cast<char*>(dst.data) + run.part * es,
+                            static_cast<const char*>(whole.tensor().data) + run.whole * es, size_t(run.count) * es);
+    return;
+  }
+  init_whole(ops, device, p, k, dst, seed);
+}
+
+void TransformerLM::init_whole(Ops& ops, Device& device, const ParamInfo& p, size_t k, Tensor dst, uint64_t seed) {
   if (p.shape.ndim == 1) {  // a norm gain: ones
     std::vector<unsigned char> ones(dst.bytes());
     for (int64_t i = 0; i < dst.numel(); ++i) store_from_double(ones.data(), size_t(i), dst.dtype, 1.0);
     device.copy_to_device(dst.data, ones.data(), ones.size());
   } else {
-    const double std = p.is_matrix ? std::sqrt(2.0 / double(p.shape[0] + p.shape[1])) : 1.0;
+    const double std = p.is_matrix ? std::sqrt(2.0 / double(p.whole[0] + p.whole[1])) : 1.0;
     ops.random_normal(dst, seed, k, std, 3.0);
   }
 }
@@ -340,11 +363,46 @@ void TransformerLM::need_parameters(int64_t begin, int64_t end) {
     ops_.convert(params_lowp_.tensor().slice(begin, {end - begin}), params_.tensor().slice(begin, {end - begin}));
 }
 
+Tensor TransformerLM::gathered(Tensor rows) {
+  if (!tp_.sequence_parallel) return rows;
+  const Tensor whole = act_->gathered.tensor();
+  tp_.group->all_gather(whole, rows);
+  return whole;
+}
+
+TransformerLM::Reduction TransformerLM::begin_reduce(Tensor partial) {
+  if (!tp_.active()) return {nullptr, partial};
+  if (!tp_.sequence_parallel) return {tp_.group->begin_all_reduce(partial), partial};
+  const int64_t R = stream_rows(), C = partial.numel() / (batch_ * seq_);
+  const Tensor mine = partial.slice(R * C * tp_.rank, {R, C});
+  return {tp_.group->begin_reduce_scatter(mine, partial), mine};
+}
+
+Tensor TransformerLM::column_parallel_backward(Tensor dx, Tensor dw, Tensor dy, Tensor x, Tensor w, bool accumulate) {
+  if (!tp_.active()) {  // one call: the backends may fuse the two products
+    ops_.linear_backward(dx, dw, dy, x, w, accumulate);
+    return dx;
+  }
+  ops_.linear_backward(dx, Tensor(), dy, Tensor(), w, accumulate);
+  Reduction sum = begin_reduce(dx);
+  ops_.linear_backward(Tensor(), dw, dy, x, w, accumulate);
+  return sum.finish();
+}
+
+void TransformerLM::sum_norm_gradients(std::initializer_list<std::string> names) {
+  if (!tp_.sequence_parallel) return;  // every rank computed them from every token: the same
+  for (const std::string& name : names) tp_.group->all_reduce(grad(name));
+}
+
 void TransformerLM::set_batch(const int32_t* tokens, const int32_t* targets, int64_t batch, int64_t seq) {
   if (batch <= 0 || seq <= 0) throw UsageError("batch size and sequence length must be positive");
   if (seq > config_.context_length)
     throw UsageError("sequence length " + std::to_string(seq) + " exceeds {context_length} " +
                      std::to_string(config_.context_length));
+  if (tp_.sequence_parallel && (batch * seq) % tp_.size != 0)
+    throw UsageError("sequence parallelism splits the " + std::to_string(batch * seq) +
+                     " tokens of a micro-batch (batch x sequence) among {tp} " + std::to_string(tp_.size) +
+                     " ranks: give a batch or context length whose product divides by it");
   if (batch != batch_ || seq != seq_) {
     // A set a forward-only pass kept is of the old shape: freed before anything new is taken.
     act_.reset();
@@ -375,11 +433,12 @@ TransformerLM::Activations& TransformerLM::take_activations() {
     auto act = std::make_unique<Activations>();
     Allocator& a = device_.allocator();
     const DType cd = compute_dtype(precision_);
-    const int64_t B = batch_, T = seq_, C = config_.d_model, F = config_.d_ff;
+    const int64_t N = batch_ * seq_, R = stream_rows(), C = config_.d_model, F = config_.d_ff / tp_.size;
     act->layers.resize(size_t(config_.num_layers));
-    if (memory_ == MemoryPlan::LowMemory) act->norm_out = Buffer(a, cd, {B, T, C}, "activations.norm_out");
-    act->branch_out = Buffer(a, cd, {B, T, C}, "activations.branch_out");
-    act->gated = Buffer(a, cd, {B, T, F}, "activations.ffn.gated");
+    if (memory_ == MemoryPlan::LowMemory) act->norm_out = Buffer(a, cd, {R, C}, "activations.norm_out");
+    act->branch_out = Buffer(a, cd, {N, C}, "activations.branch_out");
+    act->gated = Buffer(a, cd, {N, F}, "activations.ffn.gated");
+    if (tp_.sequence_parallel) act->gathered = Buffer(a, cd, {N, C}, "activations.gathered");
     act_ = std::move(act);
   }
   return *act_;
@@ -391,19 +450,22 @@ void TransformerLM::take_layer_activations(int64_t l) {
   Allocator& a = device_.allocator();
   const DType pd = param_dtype(precision_), cd = compute_dtype(precision_);
   const DType sd = pd;  // statistics (rstd) in fp32, or fp64 in reference runs, as the losses
-  const int64_t B = batch_, T = seq_, C = config_.d_model, F = config_.d_ff, N = B * T;
-  const SavedSpec saved = ops_.attention_saved({B, T, config_.num_heads, config_.head_dim(), true, attention_}, cd);
+  // This rank's heads and features (tensor parallelism), and rows of the residual stream.
+  const int64_t B = batch_, T = seq_, C = config_.d_model, Cl = C / tp_.size, F = config_.d_ff / tp_.size;
+  const int64_t R = stream_rows();
+  const SavedSpec saved =
+      ops_.attention_saved({B, T, config_.num_heads / tp_.size, config_.head_dim(), true, attention_}, cd);
   const std::string p = "activations.layers." + std::to_string(l) + ".";
-  L.resid = Buffer(a, pd, {B, T, C}, p + "resid");
-  L.ln1_rstd = Buffer(a, sd, {N}, p + "ln1.rstd");
-  if (memory_ == MemoryPlan::Fast) L.ln1_out = Buffer(a, cd, {B, T, C}, p + "ln1.out");
-  L.qkv = Buffer(a, cd, {B, T, 3 * C}, p + "attn.qkv");
+  L.resid = Buffer(a, pd, {R, C}, p + "resid");
+  L.ln1_rstd = Buffer(a, sd, {R}, p + "ln1.rstd");
+  if (memory_ == MemoryPlan::Fast) L.ln1_out = Buffer(a, cd, {R, C}, p + "ln1.out");
+  L.qkv = Buffer(a, cd, {B, T, 3 * Cl}, p + "attn.qkv");
   L.attn_saved =
       Buffer(a, saved.dtype, saved.shape, p + (attention_ == AttentionKind::Naive ? "attn.probs" : "attn.logsumexp"));
-  L.attn_out = Buffer(a, cd, {B, T, C}, p + "attn.out");
-  L.resid_mid = Buffer(a, pd, {B, T, C}, p + "resid_mid");
-  L.ln2_rstd = Buffer(a, sd, {N}, p + "ln2.rstd");
-  if (memory_ == MemoryPlan::Fast) L.ln2_out = Buffer(a, cd, {B, T, C}, p + "ln2.out");
+  L.attn_out = Buffer(a, cd, {B, T, Cl}, p + "attn.out");
+  L.resid_mid = Buffer(a, pd, {R, C}, p + "resid_mid");
+  L.ln2_rstd = Buffer(a, sd, {R}, p + "ln2.rstd");
+  if (memory_ == MemoryPlan::Fast) L.ln2_out = Buffer(a, cd, {R, C}, p + "ln2.out");
   L.h13 = Buffer(a, cd, {B, T, 2 * F}, p + "ffn.h13");
 }
 
@@ -412,11 +474,16 @@ void TransformerLM::take_head_activations() {
   if (!A.resid_final.empty()) return;
   Allocator& a = device_.allocator();
   const DType pd = param_dtype(precision_), cd = compute_dtype(precision_), sd = pd;
-  const int64_t B = batch_, T = seq_, C = config_.d_model, V = config_.vocab_size;
-  A.resid_final = Buffer(a, pd, {B, T, C}, "activations.resid_final");
-  A.lnf_out = Buffer(a, cd, {B, T, C}, "activations.ln_final.out");
-  A.lnf_rstd = Buffer(a, sd, {B * T}, "activations.ln_final.rstd");
-  A.logits = Buffer(a, cd, {B, T, V}, "activations.logits");
+  const int64_t N = batch_ * seq_, R = stream_rows(), C = config_.d_model, V = layout_.vocab_rows();
+  A.resid_final = Buffer(a, pd, {R, C}, "activations.resid_final");
+  A.lnf_out = Buffer(a, cd, {R, C}, "activations.ln_final.out");
+  A.lnf_rstd = Buffer(a, sd, {R}, "activations.ln_final.rstd");
+  A.logits = Buffer(a, cd, {N, V}, "activations.logits");  // this rank's vocabulary
+  if (tp_.active()) {
+    A.ce_stats = Buffer(a, sd, {N, 3}, "activations.loss.stats");
+    A.ce_stats_all = Buffer(a, sd, {int64_t(tp_.size), N, 3}, "activations.loss.stats_all");
+    A.lse = Buffer(a, sd, {N}, "activations.loss.logsumexp");
+  }
 }
 
 void TransformerLM::forward() {
@@ -425,7 +492,9 @@ void TransformerLM::forward() {
   Activations& A = take_activations();
   layer_window_.forget();  // AdamW may have changed the weights since the last forward
   head_window_.forget();
-  const int64_t L = config_.num_layers, C = config_.d_model, F = config_.d_ff, H = config_.num_heads;
+  // This rank's heads and features: all of them on one rank, 1/tp of them under tensor parallelism.
+  const int64_t L = config_.num_layers, C = config_.d_model, Cl = C / tp_.size, F = config_.d_ff / tp_.size,
+                H = config_.num_heads / tp_.size;
   const AttentionDims dims{batch_, seq_, H, config_.head_dim(), true, attention_};
 
   // While parameters arrive, each range is asked for right before its first read, in the
@@ -435,7 +504,17 @@ void TransformerLM::forward() {
   std::fill(unit_params_.begin(), unit_params_.end(), UnitView{});
   need_unit(0, 1);
   take_layer_activations(0);
-  ops_.embedding_forward(A.layers[0].resid, tokens_, gain("token_embeddings.weight"));
+  if (!tp_.active()) {
+    ops_.embedding_forward(A.layers[0].resid, tokens_, gain("token_embeddings.weight"));
+  } else {         // each token's row from the rank holding it, zeros from the others, added up
+    Buffer whole;  // sequence parallelism: every token's row, of which this rank keeps its own
+    if (tp_.sequence_parallel)
+      whole = Buffer(device_.allocator(), param_dtype(precision_), {batch_ * seq_, C}, "activations.embedding");
+    const Tensor rows = tp_.sequence_parallel ? whole.tensor() : A.layers[0].resid.tensor();
+    ops_.embedding_forward(rows, tokens_, gain("token_embeddings.weight"), layout_.vocab_begin());
+    if (tp_.sequence_parallel) tp_.group->reduce_scatter(A.layers[0].resid, rows);
+    else tp_.group->all_reduce(rows);
+  }
   need_unit(1, 2);
   ops_.rmsnorm_forward(A.ln1_out(0), A.layers[0].ln1_rstd, A.layers[0].resid, gain("layers.0.ln1.weight"));
   for (int64_t l = 0; l < L; ++l) {
@@ -443,29 +522,37 @@ void TransformerLM::forward() {
     const std::string p = "layers." + std::to_string(l) + ".";
     Activations::Layer& X = A.layers[l];
     if (casts_per_layer()) cast_into(layer_window_, layout_.layer_range(int(l)));
-    ops_.linear_forward(X.qkv, A.ln1_out(l), weight_rows(p + "attn.q_proj.weight", 3 * C));
+    ops_.linear_forward(X.qkv, gathered(A.ln1_out(l)), weight_rows(p + "attn.q_proj.weight", 3 * Cl));
     ops_.rope_forward(X.qkv, H, config_.rope_theta);
     ops_.attention_forward(X.attn_out, X.attn_saved, X.qkv, dims);
     ops_.linear_forward(A.branch_out, X.attn_out, weight(p + "attn.output_proj.weight"));
-    ops_.residual_rmsnorm_forward(X.resid_mid, A.ln2_out(l), X.ln2_rstd, X.resid, A.branch_out, gain(p + "ln2.weight"));
-    ops_.linear_forward(X.h13, A.ln2_out(l), weight_rows(p + "ffn.w1.weight", 2 * F));
+    ops_.residual_rmsnorm_forward(X.resid_mid, A.ln2_out(l), X.ln2_rstd, X.resid, reduced(A.branch_out),
+                                  gain(p + "ln2.weight"));
+    ops_.linear_forward(X.h13, gathered(A.ln2_out(l)), weight_rows(p + "ffn.w1.weight", 2 * F));
     ops_.swiglu_forward(A.gated, X.h13);
     ops_.linear_forward(A.branch_out, A.gated, weight(p + "ffn.w2.weight"));
+    const Tensor branch = reduced(A.branch_out);
     const bool last = l + 1 == L;
     need_unit(int(l + 2), last ? -1 : int(l + 3));
     const std::string next_norm = last ? "ln_final.weight" : "layers." + std::to_string(l + 1) + ".ln1.weight";
     if (last) take_head_activations();
     else take_layer_activations(l + 1);
-    ops_.residual_rmsnorm_forward(
-        last ? A.resid_final : A.layers[l + 1].resid, last ? A.lnf_out.tensor() : A.ln1_out(l + 1),
-        last ? A.lnf_rstd : A.layers[l + 1].ln1_rstd, X.resid_mid, A.branch_out, gain(next_norm));
+    ops_.residual_rmsnorm_forward(last ? A.resid_final : A.layers[l + 1].resid,
+                                  last ? A.lnf_out.tensor() : A.ln1_out(l + 1),
+                                  last ? A.lnf_rstd : A.layers[l + 1].ln1_rstd, X.resid_mid, branch, gain(next_norm));
   }
   if (casts_per_layer()) {
     const ParamInfo& head = layout_.find("lm_head.weight");
     cast_into(head_window_, {head.offset, head.offset + head.shape.numel()});
   }
-  ops_.linear_forward(A.logits, A.lnf_out, weight("lm_head.weight"));
-  if (has_targets_) ops_.cross_entropy_forward(losses_, A.logits, targets_);
+  ops_.linear_forward(A.logits, gathered(A.lnf_out), weight("lm_head.weight"));
+  if (has_targets_ && !tp_.active()) {
+    ops_.cross_entropy_forward(losses_, A.logits, targets_);
+  } else if (has_targets_) {  // the loss from every rank's share of the vocabulary
+    ops_.cross_entropy_stats(A.ce_stats, A.logits, targets_, layout_.vocab_begin(), layout_.vocab_valid());
+    tp_.group->all_gather(A.ce_stats_all, A.ce_stats);
+    ops_.cross_entropy_combine(losses_, A.lse, A.ce_stats_all);
+  }
   has_loss_ = has_targets_;
   arriving_ = nullptr;  // every range was asked for
   logits_fresh_ = true;
@@ -519,16 +606,19 @@ void TransformerLM::backward(ParallelHooks* listener, bool accumulate) {
   NvtxRange range("backward");
   Activations& A = *act_;
   Allocator& a = device_.allocator();
-  const int64_t B = batch_, T = seq_, N = B * T, C = config_.d_model, F = config_.d_ff, H = config_.num_heads;
+  // This rank's heads, features and rows of the residual stream (tensor parallelism).
+  const int64_t B = batch_, T = seq_, N = B * T, R = stream_rows(), C = config_.d_model, Cl = C / tp_.size,
+                F = config_.d_ff / tp_.size, H = config_.num_heads / tp_.size;
   const DType pd = param_dtype(precision_), cd = compute_dtype(precision_);
-  A.d_resid = Buffer(a, pd, {B, T, C}, "gradients.resid");
-  A.d_branch = Buffer(a, cd, {B, T, C}, "gradients.branch");
-  A.d_norm = Buffer(a, cd, {B, T, C}, "gradients.norm_out");
-  A.d_qkv = Buffer(a, cd, {B, T, 3 * C}, "gradients.qkv");
-  A.d_attn = Buffer(a, cd, {B, T, C}, "gradients.attn_out");
+  A.d_resid = Buffer(a, pd, {R, C}, "gradients.resid");
+  A.d_branch = Buffer(a, cd, {R, C}, "gradients.branch");
+  A.d_norm = Buffer(a, cd, {N, C}, "gradients.norm_out");
+  A.d_qkv = Buffer(a, cd, {B, T, 3 * Cl}, "gradients.qkv");
+  A.d_attn = Buffer(a, cd, {B, T, Cl}, "gradients.attn_out");
   A.d_h13 = Buffer(a, cd, {B, T, 2 * F}, "gradients.h13");
   A.d_gated = Buffer(a, cd, {B, T, F}, "gradients.gated");
   const AttentionDims dims{B, T, H, config_.head_dim(), true, attention_};
+  const bool norm_acc = norm_accumulate(accumulate);
   auto ready = [&](int64_t begin, int64_t end) {
     if (listener) listener->gradients_final(begin, end);
   };
@@ -545,11 +635,16 @@ void TransformerLM::backward(ParallelHooks* listener, bool accumulate) {
   // Loss -> logits -> LM head -> final norm. dlogits overwrite the logits.
   need_unit(L + 1, L);
   open_unit_gradients(L + 1, listener);
-  ops_.cross_entropy_backward(A.logits, A.logits, targets_, loss_weight_ / double(N));
-  ops_.linear_backward(A.d_norm, grad("lm_head.weight"), A.logits, A.lnf_out, weight("lm_head.weight"), accumulate);
+  if (!tp_.active()) ops_.cross_entropy_backward(A.logits, A.logits, targets_, loss_weight_ / double(N));
+  else
+    ops_.cross_entropy_backward_lse(A.logits, A.logits, targets_, A.lse, loss_weight_ / double(N),
+                                    layout_.vocab_begin(), layout_.vocab_valid());
+  const Tensor d_lnf = column_parallel_backward(A.d_norm, grad("lm_head.weight"), A.logits, gathered(A.lnf_out),
+                                                weight("lm_head.weight"), accumulate);
   device_.fill_zero(A.d_resid.tensor().data, A.d_resid.tensor().bytes());
-  ops_.rmsnorm_backward(A.d_resid, grad("ln_final.weight"), A.d_norm, A.resid_final, gain("ln_final.weight"),
-                        A.lnf_rstd, accumulate, dy_copy);
+  ops_.rmsnorm_backward(A.d_resid, grad("ln_final.weight"), d_lnf, A.resid_final, gain("ln_final.weight"), A.lnf_rstd,
+                        norm_acc, dy_copy);
+  sum_norm_gradients({"ln_final.weight"});
   ready(layout_.find("ln_final.weight").offset, layout_.total());
 
   for (int64_t l = config_.num_layers - 1; l >= 0; --l) {
@@ -564,29 +659,46 @@ void TransformerLM::backward(ParallelHooks* listener, bool accumulate) {
     // what forward had: the same arithmetic on the same saved inputs. W2's input gradient
     // comes first, so the SwiGLU backward can recompute the product W2's weight gradient
     // needs in the same pass over h13.
-    ops_.linear_backward(A.d_gated, Tensor(), dy, Tensor(), weight(p + "ffn.w2.weight"), accumulate);
+    // Under sequence parallelism the whole gradient (every token's) is gathered for each
+    // branch's products, and the norms' outputs again for the weight gradients.
+    const Tensor dy_ffn = gathered(dy);
+    ops_.linear_backward(A.d_gated, Tensor(), dy_ffn, Tensor(), weight(p + "ffn.w2.weight"), accumulate);
     ops_.swiglu_backward(A.d_h13, A.gated, A.d_gated, X.h13);
-    ops_.linear_backward(Tensor(), grad(p + "ffn.w2.weight"), dy, A.gated, weight(p + "ffn.w2.weight"), accumulate);
+    ops_.linear_backward(Tensor(), grad(p + "ffn.w2.weight"), dy_ffn, A.gated, weight(p + "ffn.w2.weight"), accumulate);
     if (X.ln2_out.empty()) ops_.rmsnorm_forward(A.norm_out, X.ln2_rstd, X.resid_mid, gain(p + "ln2.weight"));
-    ops_.linear_backward(A.d_norm, grad_rows(p + "ffn.w1.weight", 2 * F), A.d_h13, A.ln2_out(l),
-                         weight_rows(p + "ffn.w1.weight", 2 * F), accumulate);
-    ops_.rmsnorm_backward(A.d_resid, grad(p + "ln2.weight"), A.d_norm, X.resid_mid, gain(p + "ln2.weight"), X.ln2_rstd,
-                          accumulate, dy_copy);
+    const Tensor d_ln2 =
+        column_parallel_backward(A.d_norm, grad_rows(p + "ffn.w1.weight", 2 * F), A.d_h13, gathered(A.ln2_out(l)),
+                                 weight_rows(p + "ffn.w1.weight", 2 * F), accumulate);
+    ops_.rmsnorm_backward(A.d_resid, grad(p + "ln2.weight"), d_ln2, X.resid_mid, gain(p + "ln2.weight"), X.ln2_rstd,
+                          norm_acc, dy_copy);
     // Attention branch.
-    ops_.linear_backward(A.d_attn, grad(p + "attn.output_proj.weight"), dy, X.attn_out,
+    const Tensor dy_attn = gathered(dy);
+    ops_.linear_backward(A.d_attn, grad(p + "attn.output_proj.weight"), dy_attn, X.attn_out,
                          weight(p + "attn.output_proj.weight"), accumulate);
     ops_.attention_backward(A.d_qkv, A.d_attn, X.attn_out, X.attn_saved, X.qkv, dims);
     ops_.rope_backward(A.d_qkv, H, config_.rope_theta);
     if (X.ln1_out.empty()) ops_.rmsnorm_forward(A.norm_out, X.ln1_rstd, X.resid, gain(p + "ln1.weight"));
-    ops_.linear_backward(A.d_norm, grad_rows(p + "attn.q_proj.weight", 3 * C), A.d_qkv, A.ln1_out(l),
-                         weight_rows(p + "attn.q_proj.weight", 3 * C), accumulate);
-    ops_.rmsnorm_backward(A.d_resid, grad(p + "ln1.weight"), A.d_norm, X.resid, gain(p + "ln1.weight"), X.ln1_rstd,
-                          accumulate, l > 0 ? dy_copy : Tensor());  // the embedding reads d_resid
+    const Tensor d_ln1 =
+        column_parallel_backward(A.d_norm, grad_rows(p + "attn.q_proj.weight", 3 * Cl), A.d_qkv, gathered(A.ln1_out(l)),
+                                 weight_rows(p + "attn.q_proj.weight", 3 * Cl), accumulate);
+    ops_.rmsnorm_backward(A.d_resid, grad(p + "ln1.weight"), d_ln1, X.resid, gain(p + "ln1.weight"), X.ln1_rstd,
+                          norm_acc, l > 0 ? dy_copy : Tensor());  // the embedding reads d_resid
+    sum_norm_gradients({p + "ln2.weight", p + "ln1.weight"});
     ready(range_l.first, range_l.second);
   }
   const ParamInfo& emb = layout_.find("token_embeddings.weight");
   open_unit_gradients(0, listener);
-  ops_.embedding_backward(grad(emb.name), A.d_resid, tokens_, accumulate);
+  if (!tp_.active()) {
+    ops_.embedding_backward(grad(emb.name), A.d_resid, tokens_, accumulate);
+  } else {  // each rank's rows of the vocabulary from every token's gradient
+    Buffer whole;
+    if (tp_.sequence_parallel) {
+      whole = Buffer(a, pd, {N, C}, "gradients.embedding");
+      tp_.group->all_gather(whole, A.d_resid);
+    }
+    ops_.embedding_backward(grad(emb.name), tp_.sequence_parallel ? whole.tensor() : A.d_resid.tensor(), tokens_,
+                            accumulate, layout_.vocab_begin());
+  }
   ready(emb.offset, emb.offset + emb.shape.numel());
   // Every kernel that reads the activations or the scratch is enqueued: they go back to the
   // allocator, and the next forward takes them again (on a GPU from the caching allocator,

@@ -14,6 +14,7 @@
 #include "src/model/config.h"
 #include "src/model/parallel_hooks.h"
 #include "src/model/params.h"
+#include "src/model/tensor_parallel.h"
 
 namespace llmhpc {
 
@@ -77,12 +78,16 @@ class TransformerLM {
     GradientStorage gradients = GradientStorage::Whole;
     GradientDType grad_dtype = GradientDType::Master;
     ParameterStorage storage = ParameterStorage::Local;
+    // This rank's share of a tensor-parallel model (src/model/tensor_parallel.h): the layout's
+    // parts, and the collectives inside each layer. One rank: the whole model.
+    TensorParallel tensor_parallel = {};
   };
   TransformerLM(const Config& config, Device& device, Ops& ops);
   ~TransformerLM();
 
   const ModelConfig& config() const { return config_; }
-  const ParameterLayout& layout() const { return layout_; }
+  const ParameterLayout& layout() const { return layout_; }  // this rank's parameters
+  const TensorParallel& tensor_parallel() const { return tp_; }
   Precision precision() const { return precision_; }
   DType grad_dtype() const { return grad_dtype_; }  // the gradients' storage (GradientDType)
   Device& device() { return device_; }
@@ -118,7 +123,9 @@ class TransformerLM {
   // weights, std 1 at +-3 for the embedding, 1 for norm gains. Local storage.
   void init_parameters(uint64_t seed);
   // The same initial values of parameter `index` of the layout, written to `dst` (its shape,
-  // the parameter dtype): what holders of sharded parameters initialise them with.
+  // the parameter dtype): what holders of sharded parameters initialise them with. A tensor-
+  // parallel part holds the values of its place in the whole tensor, drawn whole: the same
+  // model at any tensor-parallel size, its vocabulary padding zero.
   static void init_parameter(Ops& ops, Device& device, const ParameterLayout& layout, size_t index, Tensor dst,
                              uint64_t seed);
   // Call after the parameters were changed from outside (checkpoint load, broadcast), when
@@ -176,6 +183,8 @@ class TransformerLM {
   Tensor view(const Tensor& flat, const std::string& name) const;
   Tensor weight(const std::string& name) const;  // compute-dtype view for matrix products
   Tensor gain(const std::string& name) const;    // a parameter read as it is (embedding, norm gains)
+  // The initial values of the whole tensor of parameter `index` (p), into `dst` of p.whole.
+  static void init_whole(Ops& ops, Device& device, const ParamInfo& p, size_t index, Tensor dst, uint64_t seed);
   // Before reading unit `u` in a pass whose next unit is `next` (-1: none): sharded storage
   // asks the hooks where it is; parameters arriving are asked for (need_parameters).
   void need_unit(int u, int next);
@@ -216,10 +225,40 @@ class TransformerLM {
   // pass kept them: the set with the temporaries the layers share, layer l's saved tensors, the
   // final norm's and the logits.
   Activations& take_activations();
+  // Tensor parallelism inside a layer. Rows of the residual stream this rank holds (all the
+  // batch's tokens, or its share under sequence parallelism).
+  int64_t stream_rows() const { return tp_.sequence_parallel ? batch_ * seq_ / tp_.size : batch_ * seq_; }
+  // The whole (tokens, C) input of a column-parallel product from this rank's `rows`: gathered
+  // from every rank under sequence parallelism (into the activations' shared buffer), else
+  // `rows` itself.
+  Tensor gathered(Tensor rows);
+  // The partial sums every rank's row-parallel product (or column-parallel input gradient)
+  // wrote to `partial` (tokens, C) added up: in place, or under sequence parallelism this
+  // rank's rows of the sum (a view of `partial`). Begun, so that work issued before finish()
+  // runs beside it; reduced() finishes it at once.
+  struct Reduction {
+    std::unique_ptr<TensorParallelGroup::Pending> pending;
+    Tensor sum;
+    Tensor finish() {
+      if (pending) pending->finish();
+      return sum;
+    }
+  };
+  Reduction begin_reduce(Tensor partial);
+  Tensor reduced(Tensor partial) { return begin_reduce(partial).finish(); }
+  // Backward of a column-parallel product y = x W^T: the input gradient, its reduction over the
+  // group begun, the weight gradient computed under it; returns the reduced input gradient.
+  Tensor column_parallel_backward(Tensor dx, Tensor dw, Tensor dy, Tensor x, Tensor w, bool accumulate);
+  // Under sequence parallelism the gradients of the norm gains `names` are partial sums over
+  // each rank's tokens: added up over the group (each rank's backward wrote its own tokens'
+  // share only, rank 0's on top of what earlier micro-batches added up: norm_accumulate).
+  void sum_norm_gradients(std::initializer_list<std::string> names);
+  bool norm_accumulate(bool accumulate) const { return accumulate && !(tp_.sequence_parallel && tp_.rank != 0); }
   void take_layer_activations(int64_t l);
   void take_head_activations();
 
   ModelConfig config_;
+  TensorParallel tp_;
   ParameterLayout layout_;
   Precision precision_;
   DType grad_dtype_;  // of grads_ and grad_window_

@@ -60,6 +60,17 @@ void add_data_parallel_options(po::options_description& desc, const ListUse& use
        "(--grad-dtype bf16) travel as they are, with no casts" +
        list)
           .c_str());
+  if (sweep) return;
+  desc.add_options()("tp", po::value<std::string>()->default_value("1"),
+                     "tensor parallelism: ranks in each tensor-parallel group (Megatron-LM's split: q/k/v and w1/w3 "
+                     "by output rows, the attention output and w2 by input columns, the embedding and the LM head by "
+                     "vocabulary, padded to a multiple of 8 x tp); groups of consecutive ranks, so inside a node "
+                     "where a node's ranks divide by it; the data-parallel options above apply across the groups "
+                     "(ranks / tp of them); the heads and d_ff must divide by it")(
+      "sequence-parallel", po::bool_switch(),
+      "with --tp: the norms and the residual stream split among a group's ranks by tokens too (an all-gather "
+      "before each column-parallel product and a reduce-scatter after each row-parallel one instead of the "
+      "all-reduce: the same bytes, 1/tp of those activations' memory); batch x context must divide by --tp");
 }
 
 std::vector<bool> grad_reduce_in_bf16(const po::variables_map& vm) {
@@ -122,8 +133,14 @@ std::unique_ptr<Communicator> make_gradient_communicator(const Runtime& rt, cons
   return comm;
 }
 
-Parallelism parallelism(const po::variables_map& vm, int world_size) {
+Parallelism parallelism(const po::variables_map& vm, int ranks) {
   Parallelism p;
+  if (vm.count("tp")) {
+    p.tensor_parallel = int(opt_positive(vm, "tp"));
+    p.sequence_parallel = opt_flag(vm, "sequence-parallel");
+  }
+  // What follows is among the data-parallel ranks (all of them without tensor parallelism).
+  const int world_size = ranks % p.tensor_parallel == 0 ? p.data_parallel(ranks) : ranks;
   p.sharding = shardings(vm, world_size).front();
   p.strategy = sync_strategies(vm, world_size, p.sharding != Sharding::None).front();
   // --ddp none trains each rank alone: auto shards nothing there (check_parallelism says why).

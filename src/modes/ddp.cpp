@@ -277,8 +277,8 @@ void run(ModeContext& ctx) {
         .attr("model_flops_fwd_bwd", model_flops_fwd_bwd(c.model, mine.count, c.model.context_length));
     Samples warm, timed;
     std::vector<double> slowest;
-    const SyncPlan plan = data_parallel_plan(c.strategy, c.sharding, c.model, c.precision, c.grads, c.bucket_mb,
-                                             c.sharded() ? group : rt.world_size,
+    const SyncPlan plan = data_parallel_plan(c.strategy, c.sharding, ParameterLayout(c.model), c.precision, c.grads,
+                                             c.bucket_mb, c.sharded() ? group : rt.world_size,
                                              shard_alignment(dev, c.precision, c.share_copy), c.reduce_in_bf16);
     std::unique_ptr<AdamW> opt;
     std::unique_ptr<UnitShards> shards;  // zero2, zero3: made where memory is agreed on, then the sync
@@ -299,10 +299,10 @@ void run(ModeContext& ctx) {
                 shape.context_length = std::max(shape.context_length, o.model.context_length);
                 if (c.sharded()) continue;  // no flat buffers
                 flat_elements =
-                    std::max(flat_elements,
-                             data_parallel_plan(o.strategy, o.sharding, o.model, o.precision, o.grads, o.bucket_mb,
-                                                rt.world_size, shard_alignment(dev, o.precision, o.share_copy))
-                                 .flat_elements);
+                    std::max(flat_elements, data_parallel_plan(o.strategy, o.sharding, ParameterLayout(o.model),
+                                                               o.precision, o.grads, o.bucket_mb, rt.world_size,
+                                                               shard_alignment(dev, o.precision, o.share_copy))
+                                                .flat_elements);
               }
               live.model = std::make_unique<TransformerLM>(
                   TransformerLM::Config{shape, c.precision, c.attention, memory, flat_elements, GradientStorage::Whole,

@@ -23,6 +23,7 @@
 #include "src/model/train_step.h"
 #include "src/core/watchdog.h"
 #include "src/core/table.h"
+#include "src/dist/tensor_parallel.h"
 #include "src/modes/data_parallel.h"
 #include "src/modes/options.h"
 #include "src/modes/sensors.h"
@@ -178,7 +179,13 @@ TrainOptions parse_options(const po::variables_map& vm, int world_size) {
     const std::string stage = std::string("--shard-optimizer ") + sharding_name(o.parallel.sharding);
     if (o.cuda_graph)
       throw UsageError(stage + " gathers the weights between the kernels: --cuda-graph cannot record it");
+    if (o.parallel.tensor_parallel > 1 && o.clip_grad_norm > 0)
+      throw UsageError(stage + " with --tp cannot clip yet (the norm gains every tensor-parallel rank holds would be "
+                               "counted once per rank): use zero1 or none with --clip-grad-norm, or leave it out");
   }
+  if (o.parallel.tensor_parallel > 1 && o.cuda_graph)
+    throw UsageError(
+        "--cuda-graph records one rank's kernels: --tp's collectives inside each layer cannot be recorded");
   if (opt_given(vm, "model") || has_explicit_shape(vm) || o.init.empty()) o.shape = model_configs(vm).front();
   if (opt_given(vm, "vocab-size")) o.vocab_size = opt_int(vm, "vocab-size");
   if (opt_given(vm, "rope-theta")) o.rope_theta = opt_double(vm, "rope-theta");
@@ -202,10 +209,9 @@ ModelConfig resolve_config(const TrainOptions& o, const CheckpointInfo* init) {
   return c;
 }
 
-// Of the model's parameters, those `rank` updates (zero1's parts include the padding that
+// Of the parameters in `layout`, those `rank` updates (zero1's parts include the padding that
 // rounds the flat buffer up for the ranks; it is not a parameter).
-int64_t owned_parameters(const SyncPlan& plan, int rank, const ModelConfig& config) {
-  const ParameterLayout layout(config);
+int64_t owned_parameters(const SyncPlan& plan, int rank, const ParameterLayout& layout) {
   int64_t n = 0;
   if (shards_parameters(plan.sharding)) {
     for (const ShardLayout::Piece& piece : ShardLayout(layout, plan.ranks, plan.alignment).pieces(layout, rank))
@@ -215,6 +221,22 @@ int64_t owned_parameters(const SyncPlan& plan, int rank, const ModelConfig& conf
   for (const PackedPiece& piece : packed_pieces(plan.owned(rank), {0, layout.total()})) n += piece.flat.size();
   return n;
 }
+
+// The Runtimes of the tp x dp layout (mesh_place): `dp` over the ranks holding this rank's part,
+// which data parallelism runs over, and `tp` over its tensor-parallel group; without tensor
+// parallelism both are every rank (`tp` then unused).
+struct MeshRuntimes {
+  MeshRuntimes(const Runtime& rt, const MeshPlace& m)
+      : dp(m.tp_size > 1 ? rt.group(m.tp_rank) : rt), tp(m.tp_size > 1 ? rt.group(m.dp_rank) : rt),
+        owned(m.tp_size > 1) {}
+  ~MeshRuntimes() {
+    if (!owned) return;
+    Runtime::free_group(dp);
+    Runtime::free_group(tp);
+  }
+  Runtime dp, tp;
+  bool owned;
+};
 
 void run(ModeContext& ctx, const TrainOptions& o) {
   Runtime& rt = ctx.rt;
@@ -235,12 +257,16 @@ void run(ModeContext& ctx, const TrainOptions& o) {
   const bool reduce_in_bf16 = par.reduce_in_bf16;
   const GradientDType grads = o.grads;
   install_stop_handlers();  // from here a signal stops the run after its first step at the latest
+  const int tp = par.tensor_parallel;
+  const MeshPlace mesh = mesh_place(rt.rank, rt.world_size, tp);
+  const MeshRuntimes groups(rt, mesh);
+  const Runtime& dp_rt = groups.dp;  // data parallelism's ranks: all of them without --tp
 
   // Everything that can be wrong with files or the device, agreed on by all ranks.
   TokenData data;
   ModelConfig config;
   SyncPlan plan;
-  int shard_group = rt.world_size;  // ranks that share one copy of the model state
+  int shard_group = dp_rt.world_size;  // ranks that share one copy of the model state
   std::optional<CheckpointInfo> init;
   bool graphed = false;
   collective_check(rt, [&] {
@@ -265,18 +291,25 @@ void run(ModeContext& ctx, const TrainOptions& o) {
         throw UsageError("--save '" + save + "' is the --data file: the checkpoint would replace the tokens");
     }
     // zero2, zero3: the state is cut among a group's ranks (every rank's, unless hybrid).
-    if (shards_parameters(sharding)) shard_group = resolve_shard_group(par.shard_group, rt);
-    plan = data_parallel_plan(strategy, sharding, config, precision, grads, bucket_mb, shard_group,
-                              shard_alignment(dev, precision, share_copy), reduce_in_bf16);
+    if (shards_parameters(sharding)) shard_group = resolve_shard_group(par.shard_group, dp_rt);
+    plan = data_parallel_plan(strategy, sharding, ParameterLayout(config, {tp, mesh.tp_rank}), precision, grads,
+                              bucket_mb, shard_group, shard_alignment(dev, precision, share_copy), reduce_in_bf16);
     check_parallelism(par, precision, memory, rt.world_size);
     if (graphed && rt.world_size > 1)
       throw UsageError("--cuda-graph trains on one rank: data parallelism's collectives are not recorded in the graph");
-    const int64_t share = local_batch(batch, rt.rank, rt.world_size).count;
+    const int64_t share = local_batch(batch, dp_rt.rank, dp_rt.world_size).count;
     if (share % micro_batches != 0)
-      throw UsageError("--batch-size " + std::to_string(batch) + " gives each of " + std::to_string(rt.world_size) +
-                       " rank(s) " + std::to_string(share) + " sequences, which do not split into --grad-accum " +
-                       std::to_string(micro_batches) + " equal micro-batches: give a global batch divisible by " +
-                       std::to_string(rt.world_size * micro_batches) + " (ranks x micro-batches)");
+      throw UsageError("--batch-size " + std::to_string(batch) + " gives each of " + std::to_string(dp_rt.world_size) +
+                       " data-parallel rank(s) " + std::to_string(share) +
+                       " sequences, which do not split into --grad-accum " + std::to_string(micro_batches) +
+                       " equal micro-batches: give a global batch divisible by " +
+                       std::to_string(dp_rt.world_size * micro_batches) + " (data-parallel ranks x micro-batches)");
+    if (par.sequence_parallel && (share / micro_batches * config.context_length) % tp != 0)
+      throw UsageError("--sequence-parallel splits each micro-batch's " +
+                       std::to_string(share / micro_batches * config.context_length) + " tokens among --tp " +
+                       std::to_string(tp) +
+                       " ranks: give a batch or context length whose "
+                       "tokens per micro-batch divide by it");
   });
   // Every rank read a file (a node its own copy, say): the same tokens?
   const int64_t fewest = rt.reduce_all(data.size(), HostReduce::Min);
@@ -284,22 +317,39 @@ void run(ModeContext& ctx, const TrainOptions& o) {
   if (fewest != most)
     throw AgreedError("--data " + o.data + ": the ranks read files of " + std::to_string(fewest) + " to " +
                       std::to_string(most) + " tokens; every rank must read the same tokens");
-  const LocalBatch mine = local_batch(batch, rt.rank, rt.world_size);
+  const LocalBatch mine = local_batch(batch, dp_rt.rank, dp_rt.world_size);
   const int64_t micro_size = mine.count / micro_batches;
   std::unique_ptr<Communicator> comm, replicas;  // replicas: hybrid sharding's groups
   if (shards_parameters(sharding))
     collective_check(rt, [&] {
-      ShardGroups groups = make_shard_groups(rt, resolve_backend(o.backend, dev.kind()), dev, shard_group);
-      comm = std::move(groups.shard);
-      replicas = std::move(groups.replicas);
+      ShardGroups made = make_shard_groups(dp_rt, resolve_backend(o.backend, dev.kind()), dev, shard_group);
+      comm = std::move(made.shard);
+      replicas = std::move(made.replicas);
     });
   else if (strategy != SyncStrategy::None)
     collective_check(rt, [&] {
-      comm = make_gradient_communicator(rt, resolve_backend(o.backend, dev.kind()), dev,
+      comm = make_gradient_communicator(dp_rt, resolve_backend(o.backend, dev.kind()), dev,
                                         par.engine == CollectiveEngine::Copy);
     });
   const CollectiveEngine engine =
-      comm ? resolve_collective_engine(par.engine, strategy, sharding, rt, dev, *comm) : CollectiveEngine::Sm;
+      comm ? resolve_collective_engine(par.engine, strategy, sharding, dp_rt, dev, *comm) : CollectiveEngine::Sm;
+  // --tp: the collectives inside each layer, over this rank's tensor-parallel group.
+  std::unique_ptr<Communicator> tp_comm;
+  std::unique_ptr<CommTensorParallelGroup> tp_group;
+  if (tp > 1) {
+    collective_check(rt, [&] {
+      tp_comm = make_gradient_communicator(rt, resolve_backend(o.backend, dev.kind()), dev, false, mesh.dp_rank);
+    });
+    tp_group = std::make_unique<CommTensorParallelGroup>(*tp_comm);
+    const int64_t host = int64_t(std::hash<std::string>{}(rt.hostname) >> 1);
+    if (groups.tp.reduce_all(host, HostReduce::Min) != groups.tp.reduce_all(host, HostReduce::Max))
+      log_root(rt,
+               "warning: a tensor-parallel group of --tp %d spans nodes: its collectives (four per layer and step in "
+               "forward and backward, each of batch x context x d_model elements) cross the network, typically "
+               "10-20x slower than NVLink inside a node; place tp groups inside nodes (tp dividing the ranks per "
+               "node)\n",
+               tp);
+  }
 
   const int64_t seq = config.context_length;  // sequences are as long as the model's context
   // zero2, zero3: the model keeps no flat buffers; the shards hold its parameters and gradients.
@@ -311,11 +361,16 @@ void run(ModeContext& ctx, const TrainOptions& o) {
   LrSchedule schedule;
   MemoryBreakdown after_init;
   collective_check(rt, [&] {
-    model = std::make_unique<TransformerLM>(
-        TransformerLM::Config{config, precision, attention, memory, sharded ? 0 : plan.flat_elements,
-                              GradientStorage::Whole, grads,
-                              sharded ? ParameterStorage::Sharded : ParameterStorage::Local},
-        dev, ops);
+    TransformerLM::Config model_config{config,
+                                       precision,
+                                       attention,
+                                       memory,
+                                       sharded ? 0 : plan.flat_elements,
+                                       GradientStorage::Whole,
+                                       grads,
+                                       sharded ? ParameterStorage::Sharded : ParameterStorage::Local,
+                                       {tp, mesh.tp_rank, par.sequence_parallel, tp_group.get()}};
+    model = std::make_unique<TransformerLM>(model_config, dev, ops);
     if (sharded) {
       shards = (shards_made = std::make_unique<UnitShards>(plan, *comm, *model, ops, replicas.get())).get();
       shards->accumulate_micro_batches(micro_batches > 1);
@@ -323,7 +378,7 @@ void run(ModeContext& ctx, const TrainOptions& o) {
     after_init = model_memory(dev.allocator());
     // This rank's ranges only; its state appears with the first step (or the checkpoint's).
     opt = sharded ? std::make_unique<AdamW>(*model, ops, o.hyper, shards->optimizer_shard())
-                  : std::make_unique<AdamW>(*model, ops, o.hyper, plan.owned(rt.rank));
+                  : std::make_unique<AdamW>(*model, ops, o.hyper, plan.owned(dp_rt.rank));
     // Sharded parameters are drawn from the seed on every rank, each rank keeping its parts:
     // rank 0's weights, with no broadcast.
     if (init && sharded) load_checkpoint_into_shards(o.init, *shards, *opt);
@@ -340,7 +395,11 @@ void run(ModeContext& ctx, const TrainOptions& o) {
                        fmt(schedule.min) + " if that is meant");
   });
   const double max_grad_norm = o.clip_grad_norm;
-  if (max_grad_norm > 0) opt->set_clipping(gradient_clipping(max_grad_norm, sharding, rt, rt.world_size / shard_group));
+  if (max_grad_norm > 0 && tp > 1)  // ranks holding the same gradients: unsharded data parallelism's, hybrid's groups
+    opt->set_clipping(tensor_parallel_clipping(
+        max_grad_norm, rt, sharding == Sharding::None ? mesh.dp_size : mesh.dp_size / shard_group, model->layout()));
+  else if (max_grad_norm > 0)
+    opt->set_clipping(gradient_clipping(max_grad_norm, sharding, rt, rt.world_size / shard_group));
   std::unique_ptr<GradientSync> sync;
   if (sharded) {
     sync = std::move(shards_made);
@@ -362,21 +421,26 @@ void run(ModeContext& ctx, const TrainOptions& o) {
              micro_batches, (long long)micro_size, grads == GradientDType::BF16 ? " in bf16" : "");
   note_cpu_bf16(ctx, {precision});
   if (sync)
-    log_root(rt, "train: %d ranks of %lld sequences each, --ddp %s%s (%zu collective(s) per step)%s\n", rt.world_size,
-             (long long)mine.count, sync_strategy_name(strategy),
-             ((strategy == SyncStrategy::Bucketed ? " " + fmt_exact(bucket_mb) + " MiB" : std::string()) +
-              (reduce_in_bf16 || grads == GradientDType::BF16 ? ", gradients averaged in bf16" : ""))
-                 .c_str(),
-             sync->buckets().size(),
-             sharding == Sharding::None
-                 ? ""
-                 : (std::string(", --shard-optimizer ") + sharding_name(sharding) + ": rank 0 updates " +
-                    fmt(100.0 * double(owned_parameters(plan, 0, config)) / double(config.num_params()), 1) +
-                    "% of the parameters" + (sharded ? std::string(" and holds them") : std::string()) +
-                    (share_copy ? ", --share-weights bf16" : "") +
-                    (engine == CollectiveEngine::Copy ? ", gradients moved by the copy engines" : ""))
-                       .c_str());
+    log_root(
+        rt, "train: %d %sranks of %lld sequences each, --ddp %s%s (%zu collective(s) per step)%s\n", dp_rt.world_size,
+        tp > 1 ? "data-parallel " : "", (long long)mine.count, sync_strategy_name(strategy),
+        ((strategy == SyncStrategy::Bucketed ? " " + fmt_exact(bucket_mb) + " MiB" : std::string()) +
+         (reduce_in_bf16 || grads == GradientDType::BF16 ? ", gradients averaged in bf16" : ""))
+            .c_str(),
+        sync->buckets().size(),
+        sharding == Sharding::None
+            ? ""
+            : (std::string(", --shard-optimizer ") + sharding_name(sharding) + ": rank 0 updates " +
+               fmt(100.0 * double(owned_parameters(plan, 0, model->layout())) / double(model->layout().total()), 1) +
+               "% of " + (tp > 1 ? "its part's" : "the") + " parameters" +
+               (sharded ? std::string(" and holds them") : std::string()) +
+               (share_copy ? ", --share-weights bf16" : "") +
+               (engine == CollectiveEngine::Copy ? ", gradients moved by the copy engines" : ""))
+                  .c_str());
 
+  if (tp > 1)
+    log_root(rt, "train: tensor parallelism: %d groups of --tp %d ranks%s, each rank %s of every layer\n", mesh.dp_size,
+             tp, par.sequence_parallel ? " with sequence parallelism" : "", ("1/" + std::to_string(tp)).c_str());
   Record rec;
   rec.group = "train";
   rec.attr("model", config.name)
@@ -390,6 +454,11 @@ void run(ModeContext& ctx, const TrainOptions& o) {
       .attr("local_batch_size", mine.count)
       .attr("grad_accum", int64_t(micro_batches))
       .attr("world_size", int64_t(rt.world_size))
+      .attr("tp", int64_t(tp))
+      .attr("dp", int64_t(mesh.dp_size))
+      .attr("tp_rank", int64_t(mesh.tp_rank))
+      .attr("dp_rank", int64_t(mesh.dp_rank))
+      .attr("sequence_parallel", int64_t(par.sequence_parallel ? 1 : 0))
       .attr("ddp", std::string(sync_strategy_name(strategy)))
       .attr("bucket_mb", bucket_mb)
       .attr("buckets", int64_t(sync ? sync->buckets().size() : 0))
@@ -420,6 +489,7 @@ void run(ModeContext& ctx, const TrainOptions& o) {
       .attr("cuda_graph", int64_t(graphed ? 1 : 0));
   record_memory(rec, "after_init", after_init);
   std::vector<double> loss, lr, grad_norm, step_ms, fwd_ms, bwd_ms, sync_ms, param_sync_ms, opt_ms;
+  CommTensorParallelGroup::Traffic tp_traffic;                         // of the last step, the same every step
   const std::unique_ptr<DeviceMonitor> monitor = device_monitor(ctx);  // the GPU's clocks over the run
   monitor->start();
   auto save_progress = [&](const std::string& status) {
@@ -432,6 +502,8 @@ void run(ModeContext& ctx, const TrainOptions& o) {
         .add("backward_ms", bwd_ms)
         .add("optimizer_ms", opt_ms);
     if (sync) r.add("sync_ms", sync_ms).add("param_sync_ms", param_sync_ms);
+    if (tp_group)
+      r.attr("tp_collectives_per_step", tp_traffic.collectives).attr("tp_bus_bytes_per_step", tp_traffic.bytes);
     if (max_grad_norm > 0) r.add("grad_norm", grad_norm);
     r.attr("peak_memory_bytes", dev.allocator().peak_bytes());
     record_sensors(r, monitor->snapshot());
@@ -441,8 +513,9 @@ void run(ModeContext& ctx, const TrainOptions& o) {
 
   auto save = [&](const std::string& when) {
     model->wait_parameters();  // a sharded step's last all-gathers, before anything reads the weights
-    if (shards) save_checkpoint_from_shards(rt, o.save, *shards, *opt);
-    else save_checkpoint_from_ranks(rt, o.save, *model, *opt, plan);
+    const Runtime* parts = tp > 1 ? &groups.tp : nullptr;  // the tensor-parallel group's other parts
+    if (shards) save_checkpoint_from_shards(dp_rt, o.save, *shards, *opt, parts);
+    else save_checkpoint_from_ranks(dp_rt, o.save, *model, *opt, plan, parts);
     log_root(rt, "saved %s (%s; optimizer step %lld)\n", o.save.c_str(), when.c_str(), (long long)opt->steps_taken());
   };
 
@@ -481,6 +554,7 @@ void run(ModeContext& ctx, const TrainOptions& o) {
       save_progress("oom");
       throw;
     }
+    if (tp_group) tp_traffic = tp_group->take_traffic();
     if (s == 0) {  // the memory points around the first optimizer step, which allocates its state
       record_memory(rec, "before_optimizer", t.memory_before_optimizer);
       record_memory(rec, "after_optimizer", model_memory(dev.allocator()));

@@ -86,6 +86,14 @@ inline std::vector<float> download(Device& d, const Tensor& t) {
   return v;
 }
 
+// A Runtime over every rank, as main() makes one.
+inline Runtime world() {
+  Runtime rt;
+  rt.rank = world_rank();
+  rt.world_size = world_size();
+  return rt;
+}
+
 // ---- Comparisons over ranks (every rank calls them; rank 0 prints) ------------------------
 
 inline double max_over_ranks(double x) {
@@ -191,8 +199,8 @@ class TransformerRun {
                  GradientDType grads = GradientDType::Master)
       : env_(env),
         plan_(data_parallel_plan(
-            dist ? dist->strategy : SyncStrategy::None, dist ? dist->sharding : Sharding::None, tiny_transformer(),
-            precision, grads, dist ? dist->bucket_mb : 25, dist ? world_size() : 1,
+            dist ? dist->strategy : SyncStrategy::None, dist ? dist->sharding : Sharding::None,
+            ParameterLayout(tiny_transformer()), precision, grads, dist ? dist->bucket_mb : 25, dist ? world_size() : 1,
             shard_alignment(env.device(), precision, dist && dist->share_copy), dist && dist->reduce_in_bf16)),
         model_({tiny_transformer(), precision, AttentionKind::Naive, memory,
                 shards_parameters(plan_.sharding) ? 0 : plan_.flat_elements, GradientStorage::Whole, grads,
@@ -215,12 +223,8 @@ class TransformerRun {
       opt_ = std::make_unique<AdamW>(model_, env.ops(), hyper, plan_.owned(dist ? world_rank() : 0));
       model_.init_parameters(dist ? kRankZeroSeed + uint64_t(world_rank()) : kRankZeroSeed);
     }
-    if (max_grad_norm > 0) {  // as train sets it up
-      Runtime rt;
-      rt.rank = world_rank();
-      rt.world_size = world_size();
-      opt_->set_clipping(gradient_clipping(max_grad_norm, dist ? dist->sharding : Sharding::None, rt));
-    }
+    if (max_grad_norm > 0)  // as train sets it up
+      opt_->set_clipping(gradient_clipping(max_grad_norm, dist ? dist->sharding : Sharding::None, world()));
     if (dist && !shards_) {
       broadcast_parameters(*env.comm, model_.params());
       model_.parameters_changed();

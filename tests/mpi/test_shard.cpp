@@ -92,13 +92,6 @@ std::string fmt_error(double e) {
   return text;
 }
 
-Runtime world() {
-  Runtime rt;
-  rt.rank = world_rank();
-  rt.world_size = world_size();
-  return rt;
-}
-
 // The optimizer state a checkpoint holds, read back on every rank (m then v, every tensor).
 std::vector<float> saved_state(const std::string& path) {
   std::vector<float> out;
@@ -488,7 +481,7 @@ TEST_P(ShardTest, Bf16GradientsGiveTheUnshardedWeights) {
   const Training want = train_transformer(*env_, &plain, kSteps), got = train_transformer(*env_, &sharded, kSteps);
   expect_same(got.params, want.params, "weights after 10 steps, gradients in bf16", kBf16WireReorderTolerance);
   EXPECT_TRUE(same_on_every_rank(got.params)) << "ranks differ";
-  const SyncPlan plan = data_parallel_plan(c.strategy, c.sharding, tiny_transformer(), Precision::FP32,
+  const SyncPlan plan = data_parallel_plan(c.strategy, c.sharding, ParameterLayout(tiny_transformer()), Precision::FP32,
                                            GradientDType::Master, 16.0 / 1024, world_size(), kShardAlignment, true);
   EXPECT_EQ(got.stats.bytes, 2 * (c.sharding == Sharding::Zero1 ? plan.flat_elements : plan.parameters))
       << "every gradient once, as bf16";
@@ -515,7 +508,7 @@ TEST_P(ShardTest, GradientsMadeInBf16GiveTheUnshardedWeights) {
   const Training want = train(plain), got = train(sharded);
   expect_same(got.params, want.params, "weights after 10 steps, bf16 gradients", kBf16WireReorderTolerance);
   EXPECT_TRUE(same_on_every_rank(got.params)) << "ranks differ";
-  const SyncPlan plan = data_parallel_plan(c.strategy, c.sharding, tiny_transformer(), Precision::BF16,
+  const SyncPlan plan = data_parallel_plan(c.strategy, c.sharding, ParameterLayout(tiny_transformer()), Precision::BF16,
                                            GradientDType::BF16, 16.0 / 1024, world_size(), kShardAlignment);
   EXPECT_EQ(got.stats.bytes, 2 * (c.sharding == Sharding::Zero1 ? plan.flat_elements : plan.parameters))
       << "every gradient once, as bf16";

@@ -2,13 +2,7 @@
 # Bad input gets a clear message on rank 0 and a non-zero exit within seconds, with one
 # rank and under mpirun -np 2 alike: no hang, no crash, no result file left behind.
 # Each case: the words the message must contain, then the arguments.
-set -u
-BIN=${LLMHPC_BIN:?set LLMHPC_BIN to the llmhpc binary}
-MPIEXEC=${MPIEXEC:-mpirun}
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
-WORK=$(mktemp -d)
-trap 'rm -rf "$WORK"' EXIT
-cd "$WORK"
+source "$(dirname "$0")/mpi_script.sh"
 
 # Inputs: a good token file, one with an id beyond the vocabulary, a text file, an HDF5
 # file that is not a checkpoint, and a checkpoint of another shape.

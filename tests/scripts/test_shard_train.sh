@@ -12,35 +12,11 @@
 # one on 1 rank likewise; each rank keeps 1/n of the masters, gradients and optimizer state; mode
 # ddp sweeps the stages; hybrid sharding (--shard-group) on 4 ranks trains as unsharded DDP; bad
 # combinations are refused on every rank.
-set -u
-BIN=${LLMHPC_BIN:?set LLMHPC_BIN to the llmhpc binary}
-MPIEXEC=${MPIEXEC:-mpirun}
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
-WORK=$(mktemp -d)
-trap 'rm -rf "$WORK"' EXIT
-cd "$WORK"
+source "$(dirname "$0")/mpi_script.sh"
 
 python3 -c "import numpy as np; np.random.default_rng(0).integers(0, 100, 20000, dtype=np.uint16).tofile('tokens.bin')"
 TINY="--d-model 32 --d-ff 64 --num-layers 2 --num-heads 4 --vocab-size 100 --context-length 16 --batch-size 12"
 TRAIN="--mode train --device cpu --data tokens.bin $TINY --data-order sequential --lr 3e-3"
-
-run() {  # run NP args...: stops the test with the log when llmhpc fails
-  local np=$1; shift
-  if ! timeout 120 "$MPIEXEC" --oversubscribe -np "$np" "$BIN" "$@" >"$WORK/log" 2>&1; then
-    echo "FAIL: np=$np $*"; tail -20 "$WORK/log"; exit 1
-  fi
-}
-
-refused() {  # refused NP MESSAGE args...: llmhpc must fail, saying MESSAGE
-  local np=$1 message=$2; shift 2
-  if timeout 60 "$MPIEXEC" --oversubscribe -np "$np" "$BIN" "$@" >"$WORK/log" 2>&1; then
-    echo "FAIL: accepted: $*"; exit 1
-  fi
-  if ! grep -q -- "$message" "$WORK/log"; then
-    echo "FAIL: np=$np $* did not say '$message':"; tail -5 "$WORK/log"; exit 1
-  fi
-}
-
 
 for sharding in none broadcast zero1; do
   run 2 $TRAIN --steps 10 --ddp bucketed --bucket-mb 0.02 --shard-optimizer $sharding --save $sharding.h5 \

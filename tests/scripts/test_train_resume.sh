@@ -8,13 +8,7 @@
 # saves the checkpoint, marks the rank files "interrupted" and exits 128 + the signal, and the
 # run goes on from what it saved; --save-every without --save is refused, and so is a decay that
 # ended at or before the checkpoint's step.
-set -u
-BIN=${LLMHPC_BIN:?set LLMHPC_BIN to the llmhpc binary}
-MPIEXEC=${MPIEXEC:-mpirun}
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
-WORK=$(mktemp -d)
-trap 'kill $(jobs -p) 2>/dev/null; rm -rf "$WORK"' EXIT
-cd "$WORK"
+source "$(dirname "$0")/mpi_script.sh"
 fail() { echo "FAIL: $*"; for f in "$WORK"/*.log; do echo "--- $f"; tail -8 "$f"; done; exit 1; }
 
 python3 -c "import numpy as np; np.random.default_rng(0).integers(0, 100, 20000, dtype=np.uint16).tofile('tokens.bin')"

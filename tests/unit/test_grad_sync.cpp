@@ -138,8 +138,8 @@ TEST(BucketPlan, Bf16GradientsFillBucketsWithTheirOwnBytes) {
   ModelConfig c;
   c.vocab_size = 64, c.d_model = 32, c.d_ff = 64, c.num_layers = 3, c.num_heads = 4;
   const auto plan = [&](GradientDType grads, double kib, bool reduce_in_bf16 = false) {
-    return data_parallel_plan(SyncStrategy::Bucketed, Sharding::None, c, Precision::BF16, grads, kib / 1024, 2,
-                              kShardAlignment, reduce_in_bf16);
+    return data_parallel_plan(SyncStrategy::Bucketed, Sharding::None, ParameterLayout(c), Precision::BF16, grads,
+                              kib / 1024, 2, kShardAlignment, reduce_in_bf16);
   };
   for (double kib : {8.0, 20.0}) {
     const SyncPlan bf16 = plan(GradientDType::BF16, kib), fp32 = plan(GradientDType::Master, 2 * kib);
@@ -149,9 +149,9 @@ TEST(BucketPlan, Bf16GradientsFillBucketsWithTheirOwnBytes) {
   }
   EXPECT_TRUE(plan(GradientDType::Master, 8, true).reduce_in_bf16);
   EXPECT_FALSE(plan(GradientDType::BF16, 8, true).reduce_in_bf16) << "bf16 gradients cast again";
-  EXPECT_THROW(
-      data_parallel_plan(SyncStrategy::Bucketed, Sharding::None, c, Precision::FP32, GradientDType::BF16, 1, 2),
-      UsageError);
+  EXPECT_THROW(data_parallel_plan(SyncStrategy::Bucketed, Sharding::None, ParameterLayout(c), Precision::FP32,
+                                  GradientDType::BF16, 1, 2),
+               UsageError);
 }
 
 TEST(SyncStrategy, NamesRoundTripAndErrorsListTheChoices) {

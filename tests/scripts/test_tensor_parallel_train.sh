@@ -1,0 +1,88 @@
+#!/usr/bin/env bash
+# Tensor parallelism end to end (mode train, --tp): on 2 ranks, with and without
+# --sequence-parallel, it trains the one-rank model (the same losses and checkpoint up to the
+# rounding of sums split between the ranks, with a vocabulary of 100 that --tp 2 pads to 112);
+# with gradient clipping too; its checkpoint holds the whole model's tensors and goes on on one
+# rank as on two; tp 2 x dp 2 on 4 ranks (data parallelism, zero1 and zero3, across the groups)
+# trains as one rank too; the rank files record the layout and the group's traffic; bad layouts
+# are refused on every rank.
+source "$(dirname "$0")/mpi_script.sh"
+
+python3 -c "import numpy as np; np.random.default_rng(0).integers(0, 100, 20000, dtype=np.uint16).tofile('tokens.bin')"
+TINY="--d-model 32 --d-ff 64 --num-layers 2 --num-heads 4 --vocab-size 100 --context-length 16 --batch-size 8"
+TRAIN="--mode train --device cpu --data tokens.bin $TINY --data-order sequential --lr 3e-3"
+
+run 1 $TRAIN --steps 6 --save one.h5 --out one
+run 2 $TRAIN --steps 6 --tp 2 --save tp2.h5 --out tp2
+run 2 $TRAIN --steps 6 --tp 2 --sequence-parallel --save tp2_sp.h5 --out tp2_sp
+run 1 $TRAIN --steps 6 --clip-grad-norm 0.05 --out one_clip
+run 2 $TRAIN --steps 6 --tp 2 --sequence-parallel --clip-grad-norm 0.05 --out tp2_clip
+# tp 2's checkpoint goes on on one rank and on tp 2 alike.
+run 1 $TRAIN --steps 3 --init tp2.h5 --save on1.h5 --out on1
+run 2 $TRAIN --steps 3 --tp 2 --init tp2.h5 --save on2.h5 --out on2
+# tp 2 x dp 2: data parallelism across the two groups.
+run 4 $TRAIN --steps 6 --tp 2 --shard-optimizer zero1 --save tp2dp2.h5 --out tp2dp2
+run 4 $TRAIN --steps 6 --tp 2 --sequence-parallel --shard-optimizer zero3 --save tp2dp2_zero3.h5 --out tp2dp2_zero3
+refused 2 "--num-heads 1 does not divide among --tp 2 ranks" $TRAIN --steps 1 --tp 2 --num-heads 1
+refused 2 "--d-ff 63 does not divide among --tp 2" $TRAIN --steps 1 --tp 2 --d-ff 63
+refused 4 "--tp 3 does not divide the 4 ranks" $TRAIN --steps 1 --tp 3
+refused 2 "splits each micro-batch's 45 tokens among --tp 2" $TRAIN --steps 1 --tp 2 --sequence-parallel \
+  --batch-size 3 --context-length 15
+
+python3 - "$(cd "$(dirname "$0")" && pwd)" <<'PY'
+import sys
+sys.path.insert(0, sys.argv[1])
+import h5py
+import numpy as np
+from checks import check, datasets, finish
+
+def losses(path, rank=0):
+    with h5py.File(f"{path}/rank{rank:05d}.h5", "r") as f:
+        return f["train/loss"][()], dict(f["train"].attrs)
+
+def rel(a, b):
+    return float(np.max(np.abs(np.asarray(a) - np.asarray(b))) / max(float(np.max(np.abs(np.asarray(b)))), 1e-30))
+
+def params_rel(a, b):
+    return max(rel(a[k], b[k]) for k in b if k.startswith("params/"))
+
+want, _ = losses("one")
+one = datasets("one.h5")
+for name in ("tp2", "tp2_sp"):
+    got, attrs = losses(name)
+    check(rel(got, want) < 1e-5, f"{name}: the one-rank losses ({rel(got, want):.1e})")
+    mine = datasets(f"{name}.h5")
+    check(mine.keys() == one.keys(), f"{name}: the checkpoint holds the whole model's tensors")
+    check(mine["params/lm_head.weight"].shape == (100, 32), f"{name}: the LM head without the vocabulary's padding")
+    check(params_rel(mine, one) < 1e-5, f"{name}: the one-rank weights ({params_rel(mine, one):.1e})")
+    check(int(attrs["tp"]) == 2 and int(attrs["dp"]) == 1, f"{name}: the layout recorded")
+    check(int(attrs["tp_collectives_per_step"]) > 0 and int(attrs["tp_bus_bytes_per_step"]) > 0,
+          f"{name}: the group's collectives recorded")
+    _, attrs1 = losses(name, 1)
+    check(int(attrs1["tp_rank"]) == 1, f"{name}: rank 1 holds part 1")
+_, sp = losses("tp2_sp")
+_, plain = losses("tp2")
+# Per layer: sequence parallelism's all-gather and reduce-scatter move the same bytes as the
+# all-reduce they replace, in twice the collectives.
+check(int(sp["tp_collectives_per_step"]) > int(plain["tp_collectives_per_step"]),
+      "sequence parallelism: more collectives (an all-gather and a reduce-scatter for each all-reduce)")
+check(int(sp["sequence_parallel"]) == 1 and int(plain["sequence_parallel"]) == 0, "sequence parallelism recorded")
+
+with h5py.File("one_clip/rank00000.h5", "r") as f:
+    want_norm = f["train/grad_norm"][()]
+with h5py.File("tp2_clip/rank00000.h5", "r") as f:
+    got_norm = f["train/grad_norm"][()]
+check(np.all(want_norm > 0.1) and rel(got_norm, want_norm) < 1e-5,
+      f"clipped: the one-rank gradient norms, the norm gains counted once ({rel(got_norm, want_norm):.1e})")
+
+on1, on2 = datasets("on1.h5"), datasets("on2.h5")
+check(params_rel(on2, on1) < 1e-5 and int(on1["optimizer/step"]) == 9,
+      f"tp 2's checkpoint goes on on one rank as on two ({params_rel(on2, on1):.1e})")
+
+for name in ("tp2dp2", "tp2dp2_zero3"):
+    got, attrs = losses(name)
+    check(rel(got, want) < 1e-5, f"{name}: the one-rank losses ({rel(got, want):.1e})")
+    check(params_rel(datasets(f"{name}.h5"), one) < 1e-5, f"{name}: the one-rank weights")
+    check(int(attrs["dp"]) == 2 and int(attrs["local_batch_size"]) == 4, f"{name}: 2 data-parallel ranks of 4 sequences")
+finish()
+PY
