@@ -9,8 +9,9 @@
 #      on 1+1, 2+1 and 2+1+1 ranks per node, exact, with vader (shared memory) only within a
 #      node and TCP only between nodes over the test subnet (Open MPI's btl_base_verbose says
 #      so); --mode train under every --ddp strategy x --shard-optimizer on 2+1 ranks (the
-#      uneven layout), the strategies on 1+1, zero1 on 2+1+1: /train/loss equal to a one-rank
-#      run's within 1e-5 relative;
+#      uneven layout), the strategies on 1+1, zero1 on 2+1+1, tensor parallelism inside each
+#      node x data parallelism across (--tp 2 on 2+2) and a tensor-parallel group across nodes
+#      (1+1, warned about): /train/loss equal to a one-rank run's within 1e-5 relative;
 #  (b) a real Slurm: slurmctld and munged (its own socket) on node0, a slurmd on every node
 #      (slurmd -N nodeI, spool and TmpFS per node): sbatch --nodes=2 --wait of
 #      jobs/ddp_bucketed.sh (1 task per node) and jobs/comm.sh (CHECK=1, 3 tasks: 2+1), DEVICE=cpu
@@ -364,6 +365,19 @@ if [[ "$PARTS" == *a* ]]; then
   train 1,1 naive:none flat:none overlap:none bucketed:none bucketed:broadcast bucketed:zero1
   train 2,1 "${every[@]}"
   train 2,1,1 bucketed:zero1
+  # Tensor parallelism inside each node and data parallelism across them (tp 2 x dp 2 on 2+2), as
+  # a cluster runs it; and a tensor-parallel group across two nodes (1+1), run with a warning.
+  mpi train_2_2_tp2 2,2 $TRAIN --tp 2 --sequence-parallel --ddp bucketed --bucket-mb 0.02 --shard-optimizer zero1
+  check_run "$tmp/runs/train_2_2_tp2" 2,2 --hosts "$(nodes_of 2,2)" --loss "$tmp/runs/train_ref" --ddp bucketed \
+    --shard zero1
+  grep -q "spans nodes" "$tmp/train_2_2_tp2.log" && fail "tp groups inside the nodes were warned about"
+  echo "ok   (a) train --tp 2 --sequence-parallel x dp 2 (zero1) on 2+2 ranks: $checked"
+  mpi train_1_1_tp2 1,1 $TRAIN --tp 2
+  check_run "$tmp/runs/train_1_1_tp2" 1,1 --hosts "$(nodes_of 1,1)" --loss "$tmp/runs/train_ref" --ddp none \
+    --shard none
+  grep -q "a tensor-parallel group of --tp 2 spans nodes" "$tmp/train_1_1_tp2.log" ||
+    fail "a tensor-parallel group across two nodes ran without the warning (log: $tmp/train_1_1_tp2.log)"
+  echo "ok   (a) train --tp 2 across 1+1 nodes, with the warning: $checked"
 fi
 [[ "$PARTS" == *b* ]] || { echo "PASS (part a only: FAKE_NODES_PARTS=$PARTS)"; exit 0; }
 

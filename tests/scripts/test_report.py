@@ -8,8 +8,9 @@ tables' means and stds per warm-up setting, the fp32/bf16 speed-ups (the referen
 median, std, bandwidth and busbw, the ddp step means, the scaling efficiencies, the attention
 means, the training losses; every plot the report names is a PNG of some size. A new mode is
 picked up by its module alone (analysis/<mode>.py with report_section). accounting.py
-reproduces the reference communication study's published numbers (communication_accounting) and its b* is the
-bucket model's with o and w from the raw all-reduce times.
+reproduces the reference communication study's published numbers (communication_accounting), its b* is the
+bucket model's with o and w from the raw all-reduce times, and its tensor-parallel step is one GPU's
+median step / tp plus the run's recorded bus bytes at the given bandwidth.
 """
 import math
 import os
@@ -101,6 +102,11 @@ def make_runs(work):
                  "--clip-grad-norm", "0.5", "--ddp", "bucketed", "--grad-reduce-dtype", "bf16"])
     with h5py.File(os.path.join(runs["train"], "rank00000.h5"), "a") as f:  # a GPU's readings: not one per step
         f["train"].create_dataset("device_time_ms", data=np.arange(7.0))
+    # accounting.py tp's inputs, outside results/ (the report's train section counts its runs)
+    for name, np_, extra in (("single", 1, []), ("tp2", 2, ["--tp", "2"])):
+        runs[f"tp/{name}"] = os.path.join(work, "tp", name)
+        run([*mpi, "-np", str(np_), BIN, "--mode", "train", "--device", "cpu", *SHAPE, "--data", tokens,
+             "--context-length", "16", "--batch-size", "2", "--steps", "5", *extra, "--out", runs[f"tp/{name}"]])
     return runs
 
 
@@ -299,6 +305,19 @@ def check_accounting(runs):
         assert r["Measured / model"] == "1.00", f"measured memory should equal the model's: {r}"
     bad = run(acc + ["bucket", "--comm", runs["attention"]], expect_ok=False)
     assert bad.returncode == 2 and "not a comm run" in bad.stderr, bad.stderr
+    # tp: one GPU's median step / tp + the run's bus bytes at --busbw, beside its measured median step
+    (rows,) = [rows_of(t) for t in parse_markdown_tables(
+        run(acc + ["tp", "--single", runs["tp/single"], "--train", runs["tp/tp2"], "--busbw", "1e9"]).stdout)]
+    with h5py.File(os.path.join(runs["tp/single"], "rank00000.h5"), "r") as f:
+        one = float(np.median(f["train/step_ms"][2:]))
+    with h5py.File(os.path.join(runs["tp/tp2"], "rank00000.h5"), "r") as f:
+        bus, measured = int(f["train"].attrs["tp_bus_bytes_per_step"]), float(np.median(f["train/step_ms"][2:]))
+    assert bus > 0, "a tp 2 run records the bytes its collectives moved"
+    close(rows[0]["One GPU / tp (ms)"], one / 2, "accounting tp: one GPU's step / tp")
+    close(rows[0]["Predicted step (ms)"], one / 2 + bus / 1e9 * 1e3, "accounting tp: the predicted step")
+    close(rows[0]["Measured step (ms)"], measured, "accounting tp: the measured median step")
+    bad = run(acc + ["tp", "--single", runs["tp/tp2"], "--train", runs["tp/tp2"], "--busbw", "1e9"], expect_ok=False)
+    assert bad.returncode == 2 and "not one GPU" in bad.stderr, bad.stderr
 
 
 def main():

@@ -2,10 +2,10 @@
 # Tensor parallelism end to end (mode train, --tp): on 2 ranks, with and without
 # --sequence-parallel, it trains the one-rank model (the same losses and checkpoint up to the
 # rounding of sums split between the ranks, with a vocabulary of 100 that --tp 2 pads to 112);
-# with gradient clipping too; its checkpoint holds the whole model's tensors and goes on on one
-# rank as on two; tp 2 x dp 2 on 4 ranks (data parallelism, zero1 and zero3, across the groups)
-# trains as one rank too; the rank files record the layout and the group's traffic; bad layouts
-# are refused on every rank.
+# with gradient clipping, two micro-batches a step, and bf16 with --low-memory too; its
+# checkpoint holds the whole model's tensors and goes on on one rank as on two; tp 2 x dp 2 on 4
+# ranks (data parallelism, zero1 and zero3, across the groups) trains as one rank too; the rank
+# files record the layout and the group's traffic; bad layouts are refused on every rank.
 source "$(dirname "$0")/mpi_script.sh"
 
 python3 -c "import numpy as np; np.random.default_rng(0).integers(0, 100, 20000, dtype=np.uint16).tofile('tokens.bin')"
@@ -17,6 +17,12 @@ run 2 $TRAIN --steps 6 --tp 2 --save tp2.h5 --out tp2
 run 2 $TRAIN --steps 6 --tp 2 --sequence-parallel --save tp2_sp.h5 --out tp2_sp
 run 1 $TRAIN --steps 6 --clip-grad-norm 0.05 --out one_clip
 run 2 $TRAIN --steps 6 --tp 2 --sequence-parallel --clip-grad-norm 0.05 --out tp2_clip
+# Two micro-batches a step (the norm gains' partial sums added up over the group once each);
+# bf16 with --low-memory (each layer's part cast as forward and backward reach it).
+run 1 $TRAIN --steps 4 --grad-accum 2 --out one_accum
+run 2 $TRAIN --steps 4 --grad-accum 2 --tp 2 --sequence-parallel --out tp2_accum
+run 1 $TRAIN --steps 4 --precision bf16 --low-memory --out one_bf16
+run 2 $TRAIN --steps 4 --precision bf16 --low-memory --tp 2 --out tp2_bf16
 # tp 2's checkpoint goes on on one rank and on tp 2 alike.
 run 1 $TRAIN --steps 3 --init tp2.h5 --save on1.h5 --out on1
 run 2 $TRAIN --steps 3 --tp 2 --init tp2.h5 --save on2.h5 --out on2
@@ -74,6 +80,13 @@ with h5py.File("tp2_clip/rank00000.h5", "r") as f:
     got_norm = f["train/grad_norm"][()]
 check(np.all(want_norm > 0.1) and rel(got_norm, want_norm) < 1e-5,
       f"clipped: the one-rank gradient norms, the norm gains counted once ({rel(got_norm, want_norm):.1e})")
+
+want_accum, _ = losses("one_accum")
+got_accum, _ = losses("tp2_accum")
+check(rel(got_accum, want_accum) < 1e-5, f"2 micro-batches a step: the one-rank losses ({rel(got_accum, want_accum):.1e})")
+want_bf16, _ = losses("one_bf16")
+got_bf16, _ = losses("tp2_bf16")
+check(rel(got_bf16, want_bf16) < 1e-3, f"bf16 --low-memory: the one-rank losses to bf16's precision ({rel(got_bf16, want_bf16):.1e})")
 
 on1, on2 = datasets("on1.h5"), datasets("on2.h5")
 check(params_rel(on2, on1) < 1e-5 and int(on1["optimizer/step"]) == 9,
