@@ -80,7 +80,7 @@ class UnitShards final : public GradientSync {
   // `plan` from unit_plan over `comm`'s ranks; `model` has ParameterStorage::Sharded and runs its
   // ops on `ops`. Hybrid sharding: `comm` is this rank's group and `replicas` the ranks holding the
   // same part in the other groups (make_shard_groups), over which each step's gradient shard is
-  // averaged after backward. Collective. The model asks it for its parameters from here on
+  // averaged unit by unit as backward goes on. Collective. The model asks it for its parameters from here on
   // (set_parallel_hooks).
   UnitShards(const SyncPlan& plan, Communicator& comm, TransformerLM& model, Ops& ops,
              Communicator* replicas = nullptr);
@@ -156,6 +156,13 @@ class UnitShards final : public GradientSync {
   bool accumulating_ = false;
   std::vector<Window> kept_;     // accumulating: one window per unit
   Window& window_for(int unit);  // where backward writes `unit`'s gradients now
+  // Hybrid sharding: the unit whose reduce-scatters were issued last (-1: none) and its window,
+  // averaged over the groups once the next unit's are issued (by then they have finished
+  // beside backward), and the averages in flight, waited for in finish().
+  int last_reduced_ = -1;
+  Window* last_window_ = nullptr;
+  std::vector<CommHandle> replica_pending_;
+  void average_over_replicas();  // last_reduced_'s parts of the gradient shard
   int64_t version_ = 0;          // changes whenever the parameters do
 };
 

@@ -30,11 +30,12 @@ void add_data_parallel_options(po::options_description& desc, const ListUse& use
        "none (zero2 and zero3: bucketed, their buckets are the units); checkpoints hold the whole optimizer state "
        "and resume under any sharding and rank count" +
        list)
-          .c_str())("shard-group", po::value<std::string>()->default_value("node"),
-                    "zero2 and zero3: how many ranks share one copy of the model state: node (the ranks of one node: "
-                    "sharded within each node, replicated across nodes, each step's gradients averaged over the nodes "
-                    "after backward; every rank on one node) | world | N (groups of N consecutive ranks, N dividing "
-                    "the ranks)")(
+          .c_str())(
+      "shard-group", po::value<std::string>()->default_value("node"),
+      "zero2 and zero3: how many ranks share one copy of the model state: node (the ranks of one node: "
+      "sharded within each node, replicated across nodes, each step's gradients averaged over the nodes "
+      "unit by unit during backward; every rank on one node) | world | N (groups of N consecutive ranks, N dividing "
+      "the ranks)")(
       "share-weights", listable(use, "share-weights", "auto"),
       ("what a sharded optimizer's owners send after their update: master (the fp32 master weights; each rank "
        "casts its bf16 copy again in the next forward and holds none between steps) | bf16 (--precision bf16 "
