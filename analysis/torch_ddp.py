@@ -143,6 +143,25 @@ def check_args(args, world_size: int) -> None:
         raise ValueError("--single runs without DDP: --shard-optimizer must be none")
     if args.single and split(args.grad_reduce_dtype) != ["same"]:
         raise ValueError("--single runs without DDP: --grad-reduce-dtype must be same")
+    check_timing(args)
+
+
+def add_timing_options(p) -> None:
+    """The options this script and torch_tp.py time their configurations by: warm-up, steps, heating, seed,
+    device and the JSON lines file."""
+    p.add_argument("--warmup", type=int, default=5)
+    p.add_argument("--steps", type=int, default=10)
+    p.add_argument("--heat-s", type=float, default=0,
+                   help="as llmhpc's: each configuration's steps untimed for about this many seconds after its "
+                        "warm-up (needs --warmup 1 or more), so that every configuration is timed at the clocks a "
+                        "power-capped GPU holds under sustained load")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--device", default="auto", choices=("auto", "cuda", "cpu"))
+    p.add_argument("--out", required=True, help="JSON lines file rank 0 appends to")
+
+
+def check_timing(args) -> None:
+    """The timing options' checks, the same verdict on every rank."""
     if args.warmup < 0 or args.steps <= 0:
         raise ValueError("--warmup must not be negative and --steps must be positive")
     if args.heat_s < 0 or (args.heat_s > 0 and args.warmup < 1):
@@ -362,15 +381,7 @@ def main(argv=None) -> int:
                         "(bf16_compress_hook), FSDP2's reduce-scattered in bf16 (reduce_dtype), as llmhpc's "
                         "--grad-reduce-dtype bf16 (list sweeps)")
     p.add_argument("--single", action="store_true", help="no DDP: every rank alone at the local batch (baseline)")
-    p.add_argument("--warmup", type=int, default=5)
-    p.add_argument("--steps", type=int, default=10)
-    p.add_argument("--heat-s", type=float, default=0,
-                   help="as llmhpc's: each configuration's steps untimed for about this many seconds after its "
-                        "warm-up (needs --warmup 1 or more), so that every configuration is timed at the clocks a "
-                        "power-capped GPU holds under sustained load")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--device", default="auto", choices=("auto", "cuda", "cpu"))
-    p.add_argument("--out", required=True, help="JSON lines file rank 0 appends to")
+    add_timing_options(p)
     args = p.parse_args(argv)
     rank, world_size, local_rank = distributed_env()
     try:

@@ -106,8 +106,9 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from torch_ddp import (MEMORY_POINTS, PRECISIONS, SETUPS, SHAPE_OPTIONS, compile_blocks,  # noqa: E402
-                       distributed_env, fully_shard_model, merged, model_shapes, split, timed_steps)
+from torch_ddp import (MEMORY_POINTS, PRECISIONS, SETUPS, SHAPE_OPTIONS, add_timing_options,  # noqa: E402
+                       check_timing, compile_blocks, distributed_env, fully_shard_model, merged, model_shapes, split,
+                       timed_steps)
 
 SEQUENCE_PARALLEL = {"off": False, "on": True}  # --sequence-parallel values
 
@@ -120,11 +121,7 @@ def check_args(args) -> None:
         bad = [v for v in values if v not in allowed]
         if bad or not values:
             raise ValueError(f"{name} {','.join(bad)}: must be one of {', '.join(allowed)}")
-    if args.warmup < 0 or args.steps <= 0:
-        raise ValueError("--warmup must not be negative and --steps must be positive")
-    if args.heat_s < 0 or (args.heat_s > 0 and args.warmup < 1):
-        raise ValueError("--heat-s must be seconds >= 0, and counts its steps from the warm-up's: "
-                         "needs --warmup 1 or more")
+    check_timing(args)
 
 
 def check_split(args, shapes: list, world_size: int) -> tuple:
@@ -330,15 +327,7 @@ def main(argv=None) -> int:
     p.add_argument("--check-against-single", action="store_true",
                    help="also train one unsharded model on rank 0 for as many steps and record the largest "
                         "relative difference of the per-step losses")
-    p.add_argument("--warmup", type=int, default=5)
-    p.add_argument("--steps", type=int, default=10)
-    p.add_argument("--heat-s", type=float, default=0,
-                   help="as llmhpc's: each configuration's steps untimed for about this many seconds after its "
-                        "warm-up (needs --warmup 1 or more), so that every configuration is timed at the clocks a "
-                        "power-capped GPU holds under sustained load")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--device", default="auto", choices=("auto", "cuda", "cpu"))
-    p.add_argument("--out", required=True, help="JSON lines file rank 0 appends to")
+    add_timing_options(p)
     args = p.parse_args(argv)
     rank, world_size, local_rank = distributed_env()
 
