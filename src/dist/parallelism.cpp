@@ -140,34 +140,13 @@ void save_checkpoint_from_ranks(const Runtime& rt, const std::string& path, Tran
   model.wait_parameters();  // on every rank, so that no rank's all-gathers wait on the others' progress
   OptimizerState mine = host_state(opt);
   const int64_t total = model.layout().total();
-  if (tp && tp->world_size > 1) {  // the parts of a tensor-parallel group
-    OptimizerState whole{mine.step, mine.hyper, {{0, total}}, {}, {}};
-    if (plan.sharding == Sharding::None) {
-      whole.m = std::move(mine.m), whole.v = std::move(mine.v);
-    } else {
-      whole.m.assign(size_t(total), 0.0f), whole.v = whole.m;
-      std::vector<float> packed = std::move(mine.m);
-      packed.insert(packed.end(), mine.v.begin(), mine.v.end());
-      rt.gather_to_root(packed, [&](int rank, const std::vector<float>& theirs) {
-        const std::vector<FlatRange> owned = plan.owned(rank);
-        const int64_t n = packed_size(owned);
-        for (const PackedPiece& piece : packed_pieces(owned, {0, total})) {
-          const auto from = theirs.begin() + piece.packed_offset;
-          std::copy(from, from + piece.flat.size(), whole.m.begin() + piece.flat.begin);
-          std::copy(from + n, from + n + piece.flat.size(), whole.v.begin() + piece.flat.begin);
-        }
-      });
-    }
-    const std::vector<float> params = to_host_floats(model.device(), model.params().slice(0, {total}));
-    return write_parts(rt, tp, path, model.config(), params, whole);
-  }
+  OptimizerState whole{mine.step, mine.hyper, {{0, total}}, {}, {}};
   if (plan.sharding == Sharding::None) {  // rank 0 holds all of it
-    if (rt.is_root()) save_checkpoint(path, model, &mine);
+    whole.m = std::move(mine.m), whole.v = std::move(mine.v);
   } else {
     // Each rank sends m then v of what it owns; rank 0 places them by the sender's ranges.
     std::vector<float> packed = std::move(mine.m);
     packed.insert(packed.end(), mine.v.begin(), mine.v.end());
-    OptimizerState whole{mine.step, mine.hyper, {{0, total}}, {}, {}};
     if (rt.is_root()) whole.m.assign(size_t(total), 0.0f), whole.v.assign(size_t(total), 0.0f);
     rt.gather_to_root(packed, [&](int rank, const std::vector<float>& theirs) {
       const std::vector<FlatRange> owned = plan.owned(rank);
@@ -179,9 +158,10 @@ void save_checkpoint_from_ranks(const Runtime& rt, const std::string& path, Tran
         std::copy(from + n, from + n + piece.flat.size(), whole.v.begin() + piece.flat.begin);
       }
     });
-    if (rt.is_root()) save_checkpoint(path, model, &whole);
   }
-  rt.barrier();  // the file is complete when any rank returns
+  std::vector<float> params;  // rank 0's, which it writes (or puts together with its group's other parts)
+  if (rt.is_root()) params = to_host_floats(model.device(), model.params().slice(0, {total}));
+  write_parts(rt, tp, path, model.config(), params, whole);
 }
 
 void save_checkpoint_from_shards(const Runtime& rt, const std::string& path, UnitShards& shards, AdamW& opt,

@@ -154,12 +154,14 @@ HostCheckpoint read_checkpoint(const std::string& path, const ParameterLayout& l
     s.v.resize(size_t(layout.total()));
     out.state = std::move(s);
   }
+  h5::Handle params = h5::open_group(f.id(), "params"), m_group, v_group;
+  if (with_opt) m_group = h5::open_group(f.id(), "optimizer/m"), v_group = h5::open_group(f.id(), "optimizer/v");
   for (const ParamInfo& p : layout.params()) {
-    const std::vector<float> t = read_part(h5::open_group(f.id(), "params").id(), p, layout);
+    const std::vector<float> t = read_part(params.id(), p, layout);
     std::copy(t.begin(), t.end(), out.params.begin() + p.offset);
     if (!with_opt) continue;
-    const std::vector<float> m = read_part(h5::open_group(f.id(), "optimizer/m").id(), p, layout);
-    const std::vector<float> v = read_part(h5::open_group(f.id(), "optimizer/v").id(), p, layout);
+    const std::vector<float> m = read_part(m_group.id(), p, layout);
+    const std::vector<float> v = read_part(v_group.id(), p, layout);
     std::copy(m.begin(), m.end(), out.state->m.begin() + p.offset);
     std::copy(v.begin(), v.end(), out.state->v.begin() + p.offset);
   }

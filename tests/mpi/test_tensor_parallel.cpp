@@ -115,18 +115,6 @@ Trained train(Env& env, CommBackend backend, int tp, bool sequence_parallel, Pre
   return out;
 }
 
-// Rank `layout`'s part of every parameter, taken from the whole model's `whole` parameters.
-std::vector<float> part_of(const std::vector<float>& whole, const ParameterLayout& whole_layout,
-                           const ParameterLayout& layout) {
-  std::vector<float> part(size_t(layout.total()), 0.0f);
-  for (const ParamInfo& p : layout.params()) {
-    const int64_t from = whole_layout.find(p.name).offset;
-    for (const PartRun& run : layout.part_runs(p))
-      std::copy_n(whole.begin() + from + run.whole, run.count, part.begin() + p.offset + run.part);
-  }
-  return part;
-}
-
 class TensorParallelTest : public BackendTest<TpCase> {
  protected:
   void SetUp() override {
@@ -145,7 +133,7 @@ TEST_P(TensorParallelTest, StepsGiveTheOneRankModel) {
     EXPECT_LE(max_over_ranks(std::fabs(got.losses[size_t(s)] - want.losses[size_t(s)]) / want.losses[size_t(s)]),
               kTpTolerance)
         << "loss of step " << s;
-  const std::vector<float> mine = part_of(want.params, want.layout, got.layout);
+  const std::vector<float> mine = take_part(want.params, got.layout);
   EXPECT_LE(max_over_ranks(rel_error(got.params, mine)), kTpTolerance) << "this rank's part after the steps";
   // The vocabulary's padding rows stay zero: no token reads them, no gradient reaches them.
   for (const char* name : {"token_embeddings.weight", "lm_head.weight"}) {
@@ -174,7 +162,7 @@ TEST_P(TensorParallelTest, Bf16StepsGiveTheOneRankModel) {
     EXPECT_LE(max_over_ranks(std::fabs(got.losses[size_t(s)] - want.losses[size_t(s)]) / want.losses[size_t(s)]),
               kBf16TpTolerance / 10)
         << "bf16 loss of step " << s;
-  const double err = max_over_ranks(rel_error(got.params, part_of(want.params, want.layout, got.layout)));
+  const double err = max_over_ranks(rel_error(got.params, take_part(want.params, got.layout)));
   EXPECT_LE(err, kBf16TpTolerance) << "bf16: this rank's part after the steps";
 }
 
@@ -191,7 +179,7 @@ TEST_P(TensorParallelTest, ClippedStepsGiveTheClippedOneRankModel) {
         kTpTolerance)
         << "norm of step " << s;
   }
-  EXPECT_LE(max_over_ranks(rel_error(got.params, part_of(want.params, want.layout, got.layout))), kTpTolerance);
+  EXPECT_LE(max_over_ranks(rel_error(got.params, take_part(want.params, got.layout))), kTpTolerance);
 }
 
 // A tp x dp run's checkpoint holds the whole model's tensors, put together from the parts
