@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# GPUs of one machine as separate hosts for NCCL (scripts/fake_hosts.sh): its network transport
+# between them, what ranks on different nodes use, beside NVLink on the same GPUs, in one run.
+# The numbers behind docs/results/scaling.md's "GPUs as separate hosts".
+#   scripts/gpu/fake_hosts_check.sh [BIN_DIR [OUT_DIR]]
+# NP (default 2) GPUs, RANKS_PER_HOST (default 1) of them per fake host. For each of NVLink and
+# the fake hosts: the all-reduce (bf16, SIZES, default 1MB,16MB,128MB,1GB) checked and timed by
+# mode comm, then mode ddp at the compute-bound point of ddp.md (xl bf16, context 1024, global
+# batch 8, flash attention): none (each rank alone), bucketed and bucketed zero1, NCCL's kernels.
+# NCCL logs its connections (NCCL_DEBUG=INFO, NCCL_DEBUG_SUBSYS=INIT) to OUT_DIR/nccl-*/, and the
+# log names the transport each run's channels took.
+# Files in OUT_DIR: log.txt, {nvlink,hosts}_{comm,ddp}/ (rank files), nccl-{nvlink,hosts}/.
+set -uo pipefail
+source "$(dirname "$0")/setup.sh" fake-hosts-check "${1:-}" "${2:-}"
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 NCCL_NVLS_ENABLE=0 PYTHONUNBUFFERED=1
+NP=${NP:-2}
+SIZES=${SIZES:-1MB,16MB,128MB,1GB}
+export RANKS_PER_HOST=${RANKS_PER_HOST:-1} NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT
+exec > >(tee -a "$out/log.txt") 2>&1
+step "host: $(hostname), git $(cd "$root" && git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)"
+nvidia-smi -L 2>&1
+
+for path in nvlink hosts; do
+  mkdir -p "$out/nccl-$path"
+  export NCCL_DEBUG_FILE="$out/nccl-$path/nccl.%h.%p.log"
+  read -ra mpi <<<"${MPIRUN:-mpirun --bind-to none} -np $NP -x NCCL_NVLS_ENABLE -x NCCL_DEBUG -x NCCL_DEBUG_SUBSYS -x NCCL_DEBUG_FILE -x RANKS_PER_HOST"
+  wrap=()
+  [ "$path" = hosts ] && wrap=("$root/scripts/fake_hosts.sh")
+  step "$path: all-reduce, $SIZES"
+  check timeout 300 "${mpi[@]}" "${wrap[@]}" "$bin/llmhpc" --mode comm --collective allreduce --precision bf16 \
+    --size "$SIZES" --check --out "$out/${path}_comm"
+  step "$path: ddp, xl bf16 context 1024 batch 8"
+  check timeout 540 "${mpi[@]}" "${wrap[@]}" "$bin/llmhpc" --mode ddp --model xl --context-length 1024 --batch-size 8 \
+    --precision bf16 --attention flash --ddp none,bucketed --shard-optimizer none,zero1 --collective-engine sm \
+    --warmup 3 --steps 10 --out "$out/${path}_ddp"
+  step "$path: the transports NCCL connected (from its INFO lines)"
+  cat "$out/nccl-$path"/*.log 2>/dev/null | grep -oE "via (P2P|SHM|NET)/[A-Za-z0-9_/]+|NET/[A-Za-z]+ : Using [^ ]+" |
+    sort | uniq -c
+done
+
+step "done"
+if [ ${#failed[@]} -gt 0 ]; then
+  printf 'FAILED: %s\n' "${failed[@]}"
+  exit 1
+fi
