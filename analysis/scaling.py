@@ -29,6 +29,8 @@ with s the gradient bytes, n_b the collectives of the measured configuration, an
 by an all-reduce run (llmhpc --mode comm) on n0 ranks (strong: while the global batch splits
 into whole sequences per rank), extended to n ranks as a ring all-reduce:
 bus bandwidth constant, so w(n) = w(n0) (2(n0-1)/n0) / (2(n-1)/n), and o(n) = o (n-1)/(n0-1).
+Under tensor parallelism (--tp) the gradients' ring is the n / tp data-parallel ranks', and the
+collectives inside the layers are part of the compute, scaled with it.
 """
 from __future__ import annotations
 
@@ -43,7 +45,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from bench import fmt, markdown_table  # noqa: E402
 
 SERIES_KEYS = ("d_model", "d_ff", "num_layers", "num_heads", "vocab_size", "context_length", "precision", "grad_dtype",
-               "attention", "ddp", "bucket_mb", "shard_optimizer", "backend", "transport")
+               "attention", "tp", "sequence_parallel", "ddp", "bucket_mb", "shard_optimizer", "backend", "transport")
 OVERLAPPING = ("overlap", "bucketed")
 # Dense peak FLOP/s by (device name contains, precision), from the vendors' data sheets (SXM parts).
 PEAK_FLOPS = {("H100", "bf16"): 989.4e12, ("H100", "fp32"): 66.9e12, ("H200", "bf16"): 989.4e12,
@@ -89,6 +91,7 @@ def series(df: pd.DataFrame):
                 title = (f"{kind}: {model}, T={r.context_length}, {'global' if kind == 'strong' else 'per-rank'} batch "
                          f"{batch}, {r.precision}{' bf16-grads' if r.grad_dtype == 'bf16' else ''}, {strategy}"
                          + ("" if r.shard_optimizer == "none" else f", {r.shard_optimizer}")
+                         + ("" if r.tp == 1 else f", tp {r.tp}{' sequence parallel' if r.sequence_parallel else ''}")
                          + ("" if r.transport == "default" else ", network transport"))
                 yield kind, title, rows
 
@@ -98,7 +101,8 @@ def projected_step(row, n: int, n_m: int, kind: str, model: dict) -> float:
     share = n_m / n if kind == "strong" else 1.0  # of each rank's measured compute
     compute = (row.forward_mean + row.backward_mean + row.optimizer_mean) * share
     n0 = model["world_size"]
-    if row.ddp == "none" or n0 < 2:
+    n //= int(row.tp)  # the data-parallel ranks: a tensor-parallel group's collectives are in its compute
+    if row.ddp == "none" or n0 < 2 or n < 2:
         return compute
     bus = model["w"] * 2 * (n0 - 1) / n0
     w, o = bus * n / (2 * (n - 1)), model["o"] * (n - 1) / (n0 - 1)
@@ -129,9 +133,10 @@ def efficiency_rows(kind: str, rows: pd.DataFrame, models: dict) -> list:
     if model is not None:
         n = n_m * 2
         # Strong scaling ends where the global batch no longer splits into whole sequences per rank.
-        while n <= max(64, 8 * n_m) and (kind == "weak" or int(last.batch_size) % n == 0):
-            local = int(last.local_batch_size) if kind == "weak" else int(last.batch_size) // n
-            batch = int(last.batch_size) if kind == "strong" else local * n
+        tp = int(last.tp)  # the data-parallel ranks share the batch: n / tp of them
+        while n <= max(64, 8 * n_m) and (kind == "weak" or int(last.batch_size) % (n // tp) == 0):
+            local = int(last.local_batch_size) if kind == "weak" else int(last.batch_size) // (n // tp)
+            batch = int(last.batch_size) if kind == "strong" else local * (n // tp)
             out.append(entry(n, batch, local, projected_step(last, n, n_m, kind, model),
                              f"projection (o, w from {model['world_size']} ranks)"))
             n *= 2

@@ -8,7 +8,9 @@
 # the job's tasks (RANKS), strong with a fixed global batch (STRONG_BATCH, default 2 per rank at
 # the most ranks), weak with a fixed per-rank batch (WEAK_BATCH); one strategy (STRATEGY,
 # BUCKET MiB) under each sharding stage (SHARDINGS: none,zero1,zero2,zero3 under bucketed, else
-# none; tokens/s per GPU and MFU per configuration in the report); then an all-reduce run at the most ranks for the bucket model's o and w, and
+# none; tokens/s per GPU and MFU per configuration in the report), each again under every
+# tensor-parallel size of TP that divides the rank count (a series of its own: tp x dp ranks, the
+# global batch shared by the dp groups); then an all-reduce run at the most ranks for the bucket model's o and w, and
 # $OUT/report.md with speed-ups, efficiencies, projections to larger clusters (each labelled
 # "projection") and scaling.png. Runs: $OUT/strong-np<N>, $OUT/weak-np<N>, $OUT/allreduce-np<N>.
 # Across nodes: sbatch --nodes=2 --ntasks-per-node=8 jobs/scaling.sh (mpirun places the ranks).
@@ -19,8 +21,8 @@
 # (MPIRUN="mpirun -x NCCL_P2P_DISABLE -x NCCL_SHM_DISABLE"; srun passes them by itself).
 # Variables (defaults): RANKS (1,2,4,...,NP), MODELS (xl), SHAPE (none: a custom model's options,
 # which override MODELS), CONTEXTS (128), PRECISIONS (fp32), STRONG_BATCH, WEAK_BATCH (2),
-# STRATEGY (bucketed), SHARDINGS, BUCKET (25), WARMUP (5), STEPS (10), COMM_SIZES (4KB,1MB,100MB,1000MB),
-# NET (0). Each rank count is a launch of its own, $MPIRUN $MPIRUN_ARGS $NP_OPTION N (LAUNCH, with
+# STRATEGY (bucketed), SHARDINGS, TP (1; e.g. 1,2), BUCKET (25), WARMUP (5), STEPS (10),
+# COMM_SIZES (4KB,1MB,100MB,1000MB), NET (0). Each rank count is a launch of its own, $MPIRUN $MPIRUN_ARGS $NP_OPTION N (LAUNCH, with
 # its fixed count, does not apply; MPIRUN="srun --mpi=pmix" launches with srun -n N); EXTRA_ARGS go to the ddp runs, not to the all-reduce runs, whose
 # mode comm refuses model and ddp options.
 #   sbatch jobs/scaling.sh            or   NP=4 bash jobs/scaling.sh
@@ -41,6 +43,7 @@ PRECISIONS=${PRECISIONS:-fp32}
 STRATEGY=${STRATEGY:-bucketed}
 # Every sharding stage under bucketed (zero2 and zero3 run only there), none otherwise.
 SHARDINGS=${SHARDINGS:-$([ "$STRATEGY" = bucketed ] && echo none,zero1,zero2,zero3 || echo none)}
+TP=${TP:-1}
 BUCKET=${BUCKET:-25}
 WARMUP=${WARMUP:-5}
 STEPS=${STEPS:-10}
@@ -49,6 +52,7 @@ case "${NET:-0}" in 0) transports=default ;; 1) transports="default net" ;; only
   *) echo "$0: NET must be 0, 1 or only, not '$NET'" >&2; exit 2 ;; esac
 # Checked before the first run, not when the sweep reaches the rank count that cannot take it.
 require_numbers RANKS 1
+require_numbers TP 1
 for v in STRONG_BATCH WEAK_BATCH; do  # one batch each, not a list
   [[ "${!v}" =~ ^[1-9][0-9]*$ ]] || { echo "$0: $v must be one whole number of sequences, at least 1, not '${!v}'" >&2; exit 2; }
 done
@@ -66,11 +70,13 @@ for transport in $transports; do
     suffix=""
     if [ "$transport" = net ]; then export NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1; suffix=-net; fi
     for np in ${RANKS//,/ }; do
+      tps=$(tr ',' '\n' <<<"$TP" | awk -v np="$np" 'np % $1 == 0' | paste -sd, -)  # the sizes np can take
+      [ -n "$tps" ] || { echo "scaling: no TP in $TP divides $np ranks: no runs at $np"; continue; }
       for kind in strong weak; do
         if [ $kind = strong ]; then batch=$STRONG_BATCH; else batch=$((WEAK_BATCH * np)); fi
         $MPIRUN $MPIRUN_ARGS $NP_OPTION "$np" "$LLMHPC_BIN" --mode ddp --device "$DEVICE" --model "$MODELS" $SHAPE --context-length "$CONTEXTS" \
           --batch-size "$batch" --precision "$PRECISIONS" --ddp "$STRATEGY" --bucket-mb "$BUCKET" \
-          --shard-optimizer "$SHARDINGS" --warmup "$WARMUP" \
+          --shard-optimizer "$SHARDINGS" --tp "$tps" --warmup "$WARMUP" \
           --steps "$STEPS" --heat-s "$HEAT_S" --out "$OUT/$kind-np$np$suffix" ${EXTRA_ARGS:-}
       done
     done

@@ -6,7 +6,8 @@
 # run as sbatch runs it (as slurm_script, with SLURM_SUBMIT_DIR, SLURM_JOB_ID and
 # SLURM_JOB_NAME set and LLMHPC_ROOT unset), which must find the repository and name its
 # folder <job name>-<job id>; the copy with no way to the repository, which must stop with a
-# clear message; NP that is not a rank count (0, -2, two), refused with a message; and bench.sh
+# clear message; NP that is not a rank count (0, -2, two), refused with a message; scaling.sh
+# with tensor parallelism (TP=1,2 on up to 4 ranks), a series per layout; and bench.sh
 # and comm.sh, which share jobs/env.sh, still running as before (comm.sh with DTYPE=float, its
 # old setting for --precision fp32).
 set -euo pipefail
@@ -132,6 +133,23 @@ set -e
   { cat "$tmp/refused.log"; fail "scaling.sh STRONG_BATCH=4,8: exit $rc"; }
 [ ! -e "$tmp/refused-scaling" ] || { find "$tmp/refused-scaling"; fail "scaling.sh STRONG_BATCH=4,8 wrote results"; }
 echo "ok   scaling.sh refuses STRONG_BATCH=3 on 1,2 ranks and a list of batches before running"
+# scaling.sh with TP=1,2 over 2 and 4 ranks: a tensor-parallel series beside the data-parallel one,
+# with its projections from the all-reduce run (tp 2 at 1 rank skipped: 2 does not divide 1).
+NP=4 RANKS=1,2,4 TP=1,2 SHARDINGS=none STRONG_BATCH=8 OUT="$tmp/scaling" bash "$ROOT/jobs/scaling.sh" \
+  >"$tmp/scaling.log" 2>&1 || { cat "$tmp/scaling.log"; fail "scaling.sh TP=1,2: exit $?"; }
+for table in "strong: .*, bucketed 25 MiB, tp 2" "strong: .*, bucketed 25 MiB" "weak: .*, bucketed 25 MiB, tp 2"; do
+  grep -q "^### Scaling, $table\$" "$tmp/scaling/report.md" || { cat "$tmp/scaling/report.md"; fail "no table '$table'"; }
+done
+"$PYTHON" - "$tmp/scaling/report.md" <<'PY' || fail "scaling.sh TP=1,2: the tp 2 series is not at 2 and 4 ranks"
+import re, sys
+text = open(sys.argv[1]).read()
+block = text.split("### Scaling, strong: ")[1:]
+tp2 = next(b for b in block if b.splitlines()[0].endswith(", tp 2")).split("\n### ")[0]
+measured = [int(line.split("|")[1]) for line in tp2.splitlines() if line.startswith("|") and "measured" in line]
+projected = [line for line in tp2.splitlines() if "projection" in line]
+assert measured == [2, 4] and projected, tp2
+PY
+echo "ok   scaling.sh TP=1,2: a tensor-parallel series at 2 and 4 ranks beside the data-parallel one"
 
 # 3d. What env.sh checks before any run: an OUT that holds files (the report reads everything
 # under it), a switch that is neither 0 nor 1, a HEAT_S that is not seconds, TORCH=1 where
