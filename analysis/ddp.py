@@ -69,10 +69,11 @@ from plotting import legend_above  # noqa: E402
 
 STRATEGIES = ("none", "naive", "flat", "overlap", "bucketed")  # the order of the rows
 SETUP_KEYS = ("model", "d_model", "d_ff", "num_layers", "num_heads", "vocab_size", "context_length", "batch_size",
-              "local_batch_size", "world_size", "precision", "grad_dtype", "attention", "low_memory")
-# Setups in this order: smaller models first, then context, batch, ranks, precision.
+              "local_batch_size", "world_size", "tp", "sequence_parallel", "precision", "grad_dtype", "attention",
+              "low_memory")
+# Setups in this order: smaller models first, then context, batch, ranks, tensor parallelism, precision.
 SETUP_ORDER = ("d_model", "num_layers", "d_ff", "num_heads", "vocab_size", "context_length", "batch_size", "world_size",
-               "precision", "grad_dtype", "attention", "low_memory")
+               "tp", "sequence_parallel", "precision", "grad_dtype", "attention", "low_memory")
 # What, beside the setup, makes a row one configuration.
 CASE_KEYS = ("ddp", "bucket_mb", "shard_optimizer", "collective_engine", "grad_reduce_dtype")
 # The model state table (h) counts (memory categories), and the columns load() adds from them.
@@ -132,7 +133,10 @@ def setup_title(s: dict) -> str:
     model = s["model"] if s["model"] != "custom" else \
         f"d{s['d_model']}_ff{s['d_ff']}_L{s['num_layers']}_H{s['num_heads']}"
     return (f"{model}, context {s['context_length']}, global batch {s['batch_size']} ({s['local_batch_size']} per "
-            f"rank), {s['world_size']} ranks, {s['precision']}"
+            f"rank), {s['world_size']} ranks"
+            + (f" (tp {s['tp']} x dp {s['world_size'] // s['tp']}{', sequence parallel' if s['sequence_parallel'] else ''})"
+               if s.get("tp", 1) > 1 else "")
+            + f", {s['precision']}"
             + (", bf16 gradients" if s.get("grad_dtype") == "bf16" else "") + f", {s['attention']} attention"
             + (", low memory" if s["low_memory"] else "")
             + (f" [run {os.path.basename(os.path.normpath(s['run']))}]" if s.get("by_run") else ""))
@@ -420,9 +424,13 @@ def state_table(g: pd.DataFrame, markdown: bool, title: str) -> str:
     if (g.shard_optimizer == "none").all():
         return ""
     first = g.iloc[0]
-    counted = g.num_params.dropna()
+    tp = int(first.tp)
+    # Under tensor parallelism a rank holds its part: P its parameters (the vocabulary padded to
+    # a multiple of 8 tp), F its rows of the embedding and the norm gains.
+    counted = (g.num_params if tp == 1 else g.part_params).dropna()
     p = int(counted.iloc[0]) if len(counted) else None
-    f = fp32_read_parameters(int(first.d_model), int(first.num_layers), int(first.vocab_size))
+    vocab = int(first.vocab_size) if tp == 1 else -(-int(first.vocab_size) // (8 * tp)) * 8
+    f = fp32_read_parameters(int(first.d_model), int(first.num_layers), vocab)
     mib = lambda v: "-" if v is None or (isinstance(v, float) and math.isnan(v)) else fmt(v / MIB, 3)
     rows = []
     for _, r in g[g.ddp != "none"].iterrows():
@@ -439,7 +447,8 @@ def state_table(g: pd.DataFrame, markdown: bool, title: str) -> str:
                      mib(measured), split if not math.isnan(measured) else "-",
                      "-" if math.isnan(measured) or not predicted > 0 else f"{measured / predicted:.3f}",
                      mib(fsdp_state_per_device(p, n)) if p else "-", r.status])
-    where = (f"P = {p:,} parameters, " if p else "") + "n the ranks that share one copy of the state (all, or " \
+    part = " of a rank's tensor-parallel part" if tp > 1 else ""
+    where = (f"P = {p:,} parameters{part}, " if p else "") + "n the ranks that share one copy of the state (all, or " \
         "--shard-group's under zero2 and zero3)"
     if first.precision == "bf16":
         where += f", F = {f:,} read in fp32 under bf16 (the embedding and norm gains)"

@@ -63,7 +63,8 @@ DDP_CONFIG_KEYS = ("model", "d_model", "d_ff", "num_layers", "num_heads", "vocab
                    "bucket_mb", "shard_optimizer", "backend", "warmup", "steps")
 # Results of a ddp configuration that are the same on every rank (taken from the first rank that has them).
 DDP_RESULT_KEYS = ("num_params", "buckets", "collectives_per_step", "comm_bytes_per_step",
-                   "collectives_issued_after_backward")
+                   "collectives_issued_after_backward", "tp_collectives_per_step", "tp_bus_bytes_per_step",
+                   "part_params")
 # Memory at the reference DDP study's three points, per rank; the summary shows the largest over ranks.
 DDP_MEMORY_KEYS = ("memory_after_init_bytes", "memory_before_optimizer_bytes", "memory_after_optimizer_bytes",
                    "peak_memory_bytes", "memory_after_optimizer_optimizer_bytes")
@@ -481,6 +482,9 @@ class Run:
             if first.attrs.get("share_weights") == "bf16":  # what travelled: one label per kind in the tables
                 row["shard_optimizer"] += " bf16"
             row["collective_engine"] = first.attrs.get("collective_engine", "sm")  # files from before it existed
+            # Tensor parallelism (files from before it: none); world_size / tp data-parallel ranks.
+            row["tp"] = int(first.attrs.get("tp", 1))
+            row["sequence_parallel"] = int(first.attrs.get("sequence_parallel", 0))
             # What the gradients travelled as (files from before the option: their own dtype).
             row["grad_reduce_dtype"] = first.attrs.get("grad_reduce_dtype", "fp64" if row["precision"] == "fp64" else "fp32")
             row.update(name=name, status=_pooled_status(recs), ranks=len(recs))

@@ -38,6 +38,8 @@ def configs(runs) -> list:
             a["label"], a["ok"], a["status"], a["arrays"] = rec.name, rec.ok, rec.status, rec.arrays
             a["run"] = os.path.basename(os.path.normpath(run.directory))
             a["precision"] = label_precision(a)  # --grad-dtype bf16: a column of its own beside plain bf16
+            if a.get("tp", 1) > 1:  # a rank's tensor-parallel part: a model row of its own
+                a["model"] = f"{a['model']} tp{a['tp']}{' sp' if a.get('sequence_parallel') else ''}"
             out.append(a)
     labels = [c["label"] for c in out]
     if len(set(labels)) < len(labels):  # runs of the same configurations: every row says its run

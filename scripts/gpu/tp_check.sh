@@ -13,6 +13,9 @@
 #   bench  mode train on BENCH_MODEL (default 2.7B) bf16, context 1024, global batch BENCH_BATCH
 #          (default 8), flash attention: one GPU, then --tp NP without and with
 #          --sequence-parallel, and data parallelism (zero1) on the same GPUs
+#   sweep  mode ddp at the bench point: --tp 1,NP x --ddp none,bucketed x --shard-optimizer
+#          zero1,zero3 in one sweep (tensor against data parallelism on the same GPUs), and mode
+#          memory's trace of one rank's step at --tp NP with and without --sequence-parallel
 #   torch  analysis/torch_tp.py at the bench point: PyTorch's tensor parallel
 #          (ColwiseParallel/RowwiseParallel, SequenceParallel on and off), eager and compiled
 #   mesh   NP >= 4: the bench point on every GPU, global batch BENCH_BATCH x NP / 2 (each
@@ -67,6 +70,17 @@ if has bench; then
   done
   step "bench: data parallelism (zero1) on the same GPUs"
   check timeout 300 "${mpi[@]}" "$bin/llmhpc" "${point[@]}" --shard-optimizer zero1 --out "$out/bench_dp$NP"
+fi
+if has sweep; then
+  point=(--model "$BENCH_MODEL" --context-length 1024 --batch-size "$BENCH_BATCH" --precision bf16 --attention flash)
+  step "sweep: mode ddp, --tp 1,$NP"
+  check timeout 540 "${mpi[@]}" "$bin/llmhpc" --mode ddp "${point[@]}" --tp "1,$NP" --ddp none,bucketed \
+    --shard-optimizer zero1,zero3 --warmup 3 --steps 10 --out "$out/sweep_ddp"
+  for sp in "" --sequence-parallel; do
+    step "sweep: mode memory, --tp $NP $sp"
+    check timeout 300 "${mpi[@]}" "$bin/llmhpc" --mode memory "${point[@]}" --phase train-step --tp "$NP" $sp \
+      --out "$out/sweep_memory${sp:+_sp}"
+  done
 fi
 if has mesh; then
   point=(--mode train --data "$tokens" --model "$BENCH_MODEL" --context-length 1024 --precision bf16 --attention flash

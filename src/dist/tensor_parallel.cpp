@@ -1,6 +1,10 @@
 #include "src/dist/tensor_parallel.h"
 
+#include <functional>
+#include <string>
+
 #include "src/core/check.h"
+#include "src/dist/parallelism.h"
 
 namespace llmhpc {
 
@@ -56,6 +60,28 @@ MeshPlace mesh_place(int rank, int world, int tp) {
                      " ranks: the ranks form groups of tp (tensor parallelism inside each), data parallelism across "
                      "them; give a tp that divides the rank count");
   return {tp, rank % tp, world / tp, rank / tp};
+}
+
+MeshRuntimes::MeshRuntimes(const Runtime& rt, int tp)
+    : place(mesh_place(rt.rank, rt.world_size, tp)), dp(tp > 1 ? rt.group(place.tp_rank) : rt),
+      tp(tp > 1 ? rt.group(place.dp_rank) : rt) {}
+
+MeshRuntimes::~MeshRuntimes() {
+  if (place.tp_size == 1) return;
+  Runtime::free_group(dp);
+  Runtime::free_group(tp);
+}
+
+TensorParallelMesh::TensorParallelMesh(const Runtime& rt, int tp, const std::string& backend, Device& dev)
+    : ranks(rt, tp) {
+  if (tp == 1) return;
+  comm = make_gradient_communicator(rt, backend, dev, false, ranks.place.dp_rank);
+  group = std::make_unique<CommTensorParallelGroup>(*comm);
+}
+
+bool MeshRuntimes::tp_spans_nodes() const {
+  const int64_t host = int64_t(std::hash<std::string>{}(tp.hostname) >> 1);
+  return tp.reduce_all(host, HostReduce::Min) != tp.reduce_all(host, HostReduce::Max);
 }
 
 }  // namespace llmhpc

@@ -4,8 +4,11 @@
 #pragma once
 #include <cstdint>
 #include <memory>
+#include <string>
 
 #include "comm/communicator.h"
+#include "kernels/backend.h"
+#include "src/core/runtime.h"
 #include "src/model/tensor_parallel.h"
 
 namespace llmhpc {
@@ -43,5 +46,36 @@ struct MeshPlace {
 };
 // Throws UsageError (naming {tp}) where tp does not divide the world.
 MeshPlace mesh_place(int rank, int world, int tp);
+
+// The Runtimes of `rt`'s ranks laid out as tp x dp (mesh_place): `dp` over the ranks holding this
+// rank's part, which data parallelism runs over, and `tp` over its tensor-parallel group; at tp 1
+// both are `rt` itself (`tp` then unused). Collective.
+class MeshRuntimes {
+ public:
+  MeshRuntimes(const Runtime& rt, int tp);
+  ~MeshRuntimes();
+  MeshRuntimes(const MeshRuntimes&) = delete;
+  MeshRuntimes& operator=(const MeshRuntimes&) = delete;
+  const MeshPlace place;
+  Runtime dp, tp;
+
+  // Whether the tensor-parallel group's ranks sit on more than one node (by host name): its
+  // collectives, four per layer and step, then cross the network. Collective over `tp`.
+  bool tp_spans_nodes() const;
+};
+
+// A rank's place in the tp x dp layout with what the model runs on: the Runtimes (MeshRuntimes)
+// and the tensor-parallel group's collectives on `backend` (make_gradient_communicator; null at
+// tp 1). Collective over `rt`; throws the same UsageError on every rank.
+struct TensorParallelMesh {
+  TensorParallelMesh(const Runtime& rt, int tp, const std::string& backend, Device& dev);
+  MeshRuntimes ranks;
+  std::unique_ptr<Communicator> comm;
+  std::unique_ptr<CommTensorParallelGroup> group;
+  // TransformerLM::Config::tensor_parallel for this rank.
+  TensorParallel model_config(bool sequence_parallel) const {
+    return {ranks.place.tp_size, ranks.place.tp_rank, sequence_parallel, group.get()};
+  }
+};
 
 }  // namespace llmhpc

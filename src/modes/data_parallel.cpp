@@ -7,6 +7,26 @@
 
 namespace llmhpc {
 
+void add_tensor_parallel_options(po::options_description& desc, const ListUse& use) {
+  const bool sweep = use.sweeps();
+  const std::string list = sweep ? " (a comma-separated list sweeps)" : "";
+  desc.add_options()(
+      "tp", listable(use, "tp", "1"),
+      ("tensor parallelism: ranks in each tensor-parallel group (Megatron-LM's split: q/k/v and w1/w3 by output "
+       "rows, the attention output and w2 by input columns, the embedding and the LM head by vocabulary, padded to "
+       "a multiple of 8 x tp); groups of consecutive ranks, so inside a node where a node's ranks divide by it, "
+       "data parallelism across the groups (ranks / tp of them); the heads and d_ff must divide by it" +
+       list)
+          .c_str())(
+      "sequence-parallel", po::bool_switch(),
+      ("with --tp: the norms and the residual stream split among a group's ranks by tokens too (an all-gather "
+       "before each column-parallel product and a reduce-scatter after each row-parallel one instead of the "
+       "all-reduce: the same bytes, 1/tp of those activations' memory); a data-parallel rank's batch x context "
+       "must divide by --tp" +
+       std::string(sweep ? "; applies to every --tp above 1" : ""))
+          .c_str());
+}
+
 void add_data_parallel_options(po::options_description& desc, const ListUse& use) {
   const bool sweep = use.sweeps();
   const std::string list = sweep ? " (a comma-separated list sweeps)" : "";
@@ -61,17 +81,19 @@ void add_data_parallel_options(po::options_description& desc, const ListUse& use
        "(--grad-dtype bf16) travel as they are, with no casts" +
        list)
           .c_str());
-  if (sweep) return;
-  desc.add_options()("tp", po::value<std::string>()->default_value("1"),
-                     "tensor parallelism: ranks in each tensor-parallel group (Megatron-LM's split: q/k/v and w1/w3 "
-                     "by output rows, the attention output and w2 by input columns, the embedding and the LM head by "
-                     "vocabulary, padded to a multiple of 8 x tp); groups of consecutive ranks, so inside a node "
-                     "where a node's ranks divide by it; the data-parallel options above apply across the groups "
-                     "(ranks / tp of them); the heads and d_ff must divide by it")(
-      "sequence-parallel", po::bool_switch(),
-      "with --tp: the norms and the residual stream split among a group's ranks by tokens too (an all-gather "
-      "before each column-parallel product and a reduce-scatter after each row-parallel one instead of the "
-      "all-reduce: the same bytes, 1/tp of those activations' memory); batch x context must divide by --tp");
+  add_tensor_parallel_options(desc, use);
+}
+
+std::string tensor_parallel_label(int tp, bool sequence_parallel) {
+  return tp == 1 ? "" : "_tp" + std::to_string(tp) + (sequence_parallel ? "sp" : "");
+}
+
+std::vector<int> tensor_parallel_sizes(const po::variables_map& vm) {
+  return opt_list(vm, "tp", [](const std::string& s) {
+    const int64_t tp = parse_int(s, "tp");
+    if (tp < 1) throw UsageError("--tp must be positive (got " + std::to_string(tp) + "; 1: no tensor parallelism)");
+    return int(tp);
+  });
 }
 
 std::vector<bool> grad_reduce_in_bf16(const po::variables_map& vm) {
@@ -123,23 +145,10 @@ void record_memory(Record& rec, const std::string& point, const MemoryBreakdown&
   for (const auto& [category, bytes] : memory.bytes) rec.attr("memory_" + point + "_" + category + "_bytes", bytes);
 }
 
-std::unique_ptr<Communicator> make_gradient_communicator(const Runtime& rt, const po::variables_map& vm, Device& dev) {
-  std::unique_ptr<Communicator> comm;
-  collective_check(rt, [&] {
-    const std::vector<CollectiveEngine> engines = collective_engines(vm);
-    comm =
-        make_gradient_communicator(rt, resolve_backend(vm, dev.kind()), dev,
-                                   std::find(engines.begin(), engines.end(), CollectiveEngine::Copy) != engines.end());
-  });
-  return comm;
-}
-
 Parallelism parallelism(const po::variables_map& vm, int ranks) {
   Parallelism p;
-  if (vm.count("tp")) {
-    p.tensor_parallel = int(opt_positive(vm, "tp"));
-    p.sequence_parallel = opt_flag(vm, "sequence-parallel");
-  }
+  p.tensor_parallel = tensor_parallel_sizes(vm).front();
+  p.sequence_parallel = opt_flag(vm, "sequence-parallel");
   // What follows is among the data-parallel ranks (all of them without tensor parallelism).
   const int world_size = ranks % p.tensor_parallel == 0 ? p.data_parallel(ranks) : ranks;
   p.sharding = shardings(vm, world_size).front();
@@ -159,6 +168,16 @@ int shard_group(const po::variables_map& vm, int world_size) {
   if (group == "node") return 0;
   if (group == "world") return world_size;
   return int(opt_positive(vm, "shard-group"));
+}
+
+void warn_if_tp_spans_nodes(const Runtime& rt, const MeshRuntimes& mesh) {
+  if (mesh.tp_spans_nodes())
+    log_root(rt,
+             "warning: a tensor-parallel group of --tp %d spans nodes: its collectives (four per layer and step in "
+             "forward and backward, each of batch x context x d_model elements) cross the network, typically "
+             "10-20x slower than NVLink inside a node; place tp groups inside nodes (tp dividing the ranks per "
+             "node)\n",
+             mesh.place.tp_size);
 }
 
 }  // namespace llmhpc

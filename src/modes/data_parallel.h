@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "src/dist/parallelism.h"
+#include "src/dist/tensor_parallel.h"
 #include "src/modes/mode.h"
 #include "src/modes/options.h"
 
@@ -32,15 +33,20 @@ std::vector<CollectiveEngine> collective_engines(const po::variables_map& vm);
 // --grad-reduce-dtype values: whether the gradients travel as bf16 (SyncPlan::reduce_in_bf16)
 // rather than in their own dtype (`same`). Throws UsageError.
 std::vector<bool> grad_reduce_in_bf16(const po::variables_map& vm);
+// --tp and --sequence-parallel (part of add_data_parallel_options; mode memory's alone).
+void add_tensor_parallel_options(po::options_description& desc, const ListUse& use);
+// A configuration's label suffix: "" at tp 1, "_tp2", "_tp2sp" with sequence parallelism.
+std::string tensor_parallel_label(int tp, bool sequence_parallel);
+// --tp values, each at least 1 (whether one divides the ranks: mesh_place). Throws UsageError.
+std::vector<int> tensor_parallel_sizes(const po::variables_map& vm);
 // Training's one Parallelism (each option's single value) for `world_size` ranks.
 Parallelism parallelism(const po::variables_map& vm, int world_size);
 // --shard-group as Parallelism::shard_group: 0 for node, the world size for world, else the number.
 int shard_group(const po::variables_map& vm, int world_size);
 
-// make_gradient_communicator (src/dist/parallelism.h) on --backend, agreed by every rank: a
-// UsageError (the mpi backend with a GPU model, --collective-engine copy without its
-// conditions) on every rank alike.
-std::unique_ptr<Communicator> make_gradient_communicator(const Runtime& rt, const po::variables_map& vm, Device& dev);
+// The warning for a tensor-parallel group whose ranks sit on several nodes, printed by rank 0.
+// Collective.
+void warn_if_tp_spans_nodes(const Runtime& rt, const MeshRuntimes& mesh);
 
 // The memory at one of the reference optimizer-sharding study's points ("after_init",
 // "before_optimizer", "after_optimizer") as attributes: memory_<point>_bytes, and

@@ -3,9 +3,10 @@
 // optimizer-sharding study's broadcast scheme, and ZeRO-1), timed per rank per step, over sweeps of
 // model sizes x precisions x context lengths x global batch sizes x strategies (bucketed once per
 // --bucket-mb) x shardings x what moves the gradients (--collective-engine) and what they travel as
-// (--grad-reduce-dtype). Strategy `none` steps each rank on its local batch with no communication
-// at all: the compute-only baseline at the same local batch (it is never sharded, nor swept over
-// the last two).
+// (--grad-reduce-dtype), each under each tensor-parallel size (--tp: the world as tp x dp ranks,
+// data parallelism across the groups). Strategy `none` steps each rank on its local batch with no
+// data-parallel communication at all: the compute-only baseline at the same local batch (it is
+// never sharded, nor swept over the last two).
 //
 // Per step: forward, backward, the communication backward did not hide (from the end of
 // backward until every gradient is reduced, as the compute stream sees it, plus after a
@@ -15,13 +16,15 @@
 // optimizer step, whose state does not exist yet, as with torch.optim; after the last step),
 // printed as a second table.
 // Configurations that differ only in strategy or sharding share one model (each with its
-// own optimizer); each starts from rank 0's weights (broadcast), and every rank draws its
-// own random tokens (seeded by rank). With --duration-s the timed steps run for about that
+// own optimizer); each starts from rank 0's weights (broadcast), and every data-parallel rank
+// draws its own random tokens (seeded by its place; a tensor-parallel group shares them). With --duration-s the timed steps run for about that
 // long (src/modes/soak.h); memory is sampled after every timed step.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <limits>
+#include <map>
+#include <optional>
 
 #include "src/core/random.h"
 #include "src/core/stats.h"
@@ -45,6 +48,9 @@ struct DdpCase : ModelCase {
   bool share_copy = false;  // --share-weights bf16 (sharded only)
   CollectiveEngine engine = CollectiveEngine::Sm;
   bool reduce_in_bf16 = false;  // --grad-reduce-dtype bf16
+  int tp = 1;                   // --tp: ranks in each tensor-parallel group
+  bool sequence_parallel = false;
+  int shard_group = 0;  // zero2, zero3: Parallelism::shard_group among this tp's data-parallel ranks
 
   std::string strategy_label() const {
     return (strategy == SyncStrategy::Bucketed ? "bucketed" + fmt_exact(bucket_mb) + "MiB"
@@ -53,81 +59,131 @@ struct DdpCase : ModelCase {
   }
   std::string impl_column() const {
     return sync_strategy_name(strategy) + std::string(reduce_in_bf16 ? " bf16" : "") +
-           (engine == CollectiveEngine::Copy ? " (copy)" : "");
+           (engine == CollectiveEngine::Copy ? " (copy)" : "") + (tp > 1 ? " tp" + std::to_string(tp) : "") +
+           (sequence_parallel ? " sp" : "");
   }
+  std::string tp_label() const { return tensor_parallel_label(tp, sequence_parallel); }
   std::string sharding_label() const {
     return sharding == Sharding::None ? "" : std::string("_") + sharding_name(sharding) + (share_copy ? "_bf16" : "");
   }
   std::string sharding_column() const { return sharding_name(sharding) + std::string(share_copy ? " bf16" : ""); }
-  std::string label() const { return ModelCase::label() + "_" + strategy_label() + sharding_label(); }
+  std::string label() const { return ModelCase::label() + tp_label() + "_" + strategy_label() + sharding_label(); }
   // zero2 and zero3 run a model that keeps no flat buffers (ParameterStorage::Sharded).
   bool sharded() const { return shards_parameters(sharding); }
-  std::string model_key() const { return ModelCase::model_key() + (sharded() ? "_sharded" : ""); }
+  std::string model_key() const { return ModelCase::model_key() + tp_label() + (sharded() ? "_sharded" : ""); }
 };
 
-// Sizes, then precisions and attentions, then contexts and batches, strategies and shardings
-// innermost (so every strategy of one setup runs on one model, side by side in the table).
-// Strategy none is not sharded (nothing would reduce its gradients): a sweep leaves those
+// Sizes, then precisions and attentions, then contexts and batches, tensor-parallel sizes,
+// strategies and shardings innermost (so every strategy of one setup runs on one model, side by
+// side in the table). What is data-parallel resolves among a tp's data-parallel ranks (world /
+// tp). Strategy none is not sharded (nothing would reduce its gradients): a sweep leaves those
 // pairs out, and a sharding that only such pairs would run is an error. --share-weights
 // sweeps the sharded cases only: bf16 the ones that keep a copy (bf16, not --low-memory), auto
 // as it resolves (each case once); a bf16 no case can take is an error. --collective-engine
 // and --grad-reduce-dtype sweep the strategies that communicate.
 std::vector<DdpCase> sweep_cases(const po::variables_map& vm, int world_size) {
   const std::vector<double> buckets = bucket_sizes_mb(vm);
-  const std::vector<SyncStrategy> strategies = sync_strategies(vm, std::max(world_size, 2));
-  const std::vector<Sharding> sharded = shardings(vm, world_size);
+  const std::vector<int> tps = tensor_parallel_sizes(vm);
+  const bool sequence_parallel = opt_flag(vm, "sequence-parallel");
   const std::vector<ShareWeights> choices = share_weights(vm);
   const std::vector<CollectiveEngine> engines = collective_engines(vm);
   const std::vector<bool> reductions = grad_reduce_in_bf16(vm);
   const MemoryPlan memory = memory_plan(vm);
-  const bool communicates =
-      std::any_of(strategies.begin(), strategies.end(), [](SyncStrategy s) { return s != SyncStrategy::None; });
-  for (Sharding sh : sharded)
+  if (sequence_parallel && std::none_of(tps.begin(), tps.end(), [](int tp) { return tp > 1; }))
+    throw UsageError("--sequence-parallel splits the tokens among the ranks of a tensor-parallel group: add a --tp "
+                     "above 1 (e.g. --tp 2)");
+  std::vector<DdpCase> cases;
+  bool bf16_taken = false, communicates = false, bucketed = false;
+  std::optional<Sharding> units_asked;  // zero2 or zero3, asked for somewhere
+  for (const ModelCase& c : model_cases(vm))
+    for (int tp : tps) {
+      const int dp = mesh_place(0, world_size, tp).dp_size;
+      ParameterLayout(c.model, TensorSplit{tp, 0});  // the heads, d_ff and vocabulary divide among tp ranks
+      const bool sp = sequence_parallel && tp > 1;
+      if (sp && c.batch % dp == 0 && c.batch / dp * c.model.context_length % tp != 0)
+        throw UsageError("--sequence-parallel splits each data-parallel rank's " +
+                         std::to_string(c.batch / dp * c.model.context_length) + " tokens among --tp " +
+                         std::to_string(tp) +
+                         " ranks: give a batch or context length whose tokens per rank divide by it");
+      const std::vector<SyncStrategy> strategies = sync_strategies(vm, std::max(dp, 2));
+      const int group = shard_group(vm, dp);
+      for (SyncStrategy s : strategies) {
+        communicates |= s != SyncStrategy::None;
+        bucketed |= s == SyncStrategy::Bucketed;
+        for (double mb : s == SyncStrategy::Bucketed ? buckets : std::vector<double>{0.0})
+          for (Sharding sh : shardings(vm, dp)) {
+            if (s == SyncStrategy::None && sh != Sharding::None) continue;
+            // zero2 and zero3 reduce unit by unit (their buckets are the units), in the dtype
+            // backward writes, with NCCL's kernels: one case, under bucketed.
+            const bool units = shards_parameters(sh);
+            if (units) units_asked = sh;
+            if (units && (s != SyncStrategy::Bucketed || mb != buckets.front())) continue;
+            const bool can = can_share_compute_copy(c.precision, memory, sh);
+            std::vector<bool> copies;  // this case's --share-weights, resolved, each once
+            for (ShareWeights w : sh == Sharding::None ? std::vector<ShareWeights>{ShareWeights::Master} : choices) {
+              if (w == ShareWeights::Bf16 && !can) continue;  // a sweep skips it here (train throws)
+              bf16_taken |= w == ShareWeights::Bf16;
+              const bool copy = shares_compute_copy(w, c.precision, memory, sh);
+              if (std::find(copies.begin(), copies.end(), copy) == copies.end()) copies.push_back(copy);
+            }
+            const bool none = s == SyncStrategy::None;
+            for (bool copy : copies)
+              // Gradients made in bf16 travel as they are: one case where fp32 ones take two.
+              for (bool in_bf16 :
+                   none || units || c.grads == GradientDType::BF16 ? std::vector<bool>{false} : reductions)
+                for (CollectiveEngine e :
+                     none || units ? std::vector<CollectiveEngine>{CollectiveEngine::Sm} : engines) {
+                  check_grad_reduce(in_bf16, c.precision);
+                  cases.push_back({c, s, mb, sh, copy, e, in_bf16, tp, sp, group});
+                }
+          }
+      }
+    }
+  for (Sharding sh : shardings(vm, world_size))
     if (!communicates) require_reduced_gradients(SyncStrategy::None, sh);
   if (!communicates && std::count(reductions.begin(), reductions.end(), true) > 0)
     throw UsageError("--grad-reduce-dtype bf16 says what the ranks' gradients are averaged in, and --ddp none averages "
                      "nothing: add a strategy that communicates (e.g. --ddp none,bucketed)");
-  std::vector<DdpCase> cases;
-  bool bf16_taken = false;
-  for (const ModelCase& c : model_cases(vm))
-    for (SyncStrategy s : strategies)
-      for (double mb : s == SyncStrategy::Bucketed ? buckets : std::vector<double>{0.0})
-        for (Sharding sh : sharded) {
-          if (s == SyncStrategy::None && sh != Sharding::None) continue;
-          // zero2 and zero3 reduce unit by unit (their buckets are the units), in the dtype
-          // backward writes, with NCCL's kernels: one case, under bucketed.
-          const bool units = shards_parameters(sh);
-          if (units && (s != SyncStrategy::Bucketed || mb != buckets.front())) continue;
-          const bool can = can_share_compute_copy(c.precision, memory, sh);
-          std::vector<bool> copies;  // this case's --share-weights, resolved, each once
-          for (ShareWeights w : sh == Sharding::None ? std::vector<ShareWeights>{ShareWeights::Master} : choices) {
-            if (w == ShareWeights::Bf16 && !can) continue;  // a sweep skips it here (train throws)
-            bf16_taken |= w == ShareWeights::Bf16;
-            const bool copy = shares_compute_copy(w, c.precision, memory, sh);
-            if (std::find(copies.begin(), copies.end(), copy) == copies.end()) copies.push_back(copy);
-          }
-          const bool none = s == SyncStrategy::None;
-          for (bool copy : copies)
-            // Gradients made in bf16 travel as they are: one case where fp32 ones take two.
-            for (bool in_bf16 : none || units || c.grads == GradientDType::BF16 ? std::vector<bool>{false} : reductions)
-              for (CollectiveEngine e : none || units ? std::vector<CollectiveEngine>{CollectiveEngine::Sm} : engines) {
-                check_grad_reduce(in_bf16, c.precision);
-                cases.push_back({c, s, mb, sh, copy, e, in_bf16});
-              }
-        }
-  for (Sharding sh : sharded)
-    if (shards_parameters(sh) &&
-        std::find(strategies.begin(), strategies.end(), SyncStrategy::Bucketed) == strategies.end())
-      throw UsageError(std::string("--shard-optimizer ") + sharding_name(sh) +
-                       " reduce-scatters the model unit by unit (its buckets are the units): it runs under --ddp "
-                       "bucketed; add bucketed to --ddp");
-  if (shard_group(vm, world_size) > 0 && std::none_of(sharded.begin(), sharded.end(), shards_parameters))
+  if (units_asked && !bucketed)
+    throw UsageError(std::string("--shard-optimizer ") + sharding_name(*units_asked) +
+                     " reduce-scatters the model unit by unit (its buckets are the units): it runs under --ddp "
+                     "bucketed; add bucketed to --ddp");
+  if (shard_group(vm, world_size) > 0 && !units_asked)
     throw UsageError("--shard-group says how many ranks share one copy of the model state under --shard-optimizer "
                      "zero2 or zero3: add one of them, or leave --shard-group out");
   if (std::count(choices.begin(), choices.end(), ShareWeights::Bf16) > 0 && !bf16_taken)
     throw UsageError("--share-weights bf16 sends the bf16 copy of a sharded optimizer's weights: no case here has "
                      "one (it needs --shard-optimizer broadcast or zero1 and --precision bf16 without --low-memory)");
   return cases;
+}
+
+// Everything mode ddp takes from the command line, parsed and checked once (the same verdict
+// on every rank) before any file or device is touched; run() reads only this.
+struct DdpOptions {
+  int64_t warmup = 0, steps = 0;
+  double duration_s = 0, heat_s = 0;
+  std::vector<DdpCase> cases;
+  uint64_t seed = 0;
+  MemoryPlan memory = MemoryPlan::Fast;
+  GradientDType grads = GradientDType::Master;
+  std::string backend;        // --backend as given
+  bool copy_engines = false;  // some case asks for the copy engines
+};
+
+DdpOptions parse_options(const po::variables_map& vm, int world_size) {
+  DdpOptions o;
+  o.warmup = opt_nonnegative(vm, "warmup");
+  o.steps = opt_positive(vm, "steps");
+  o.duration_s = duration_seconds(vm, "steps");
+  o.heat_s = heat_seconds(vm);
+  o.cases = sweep_cases(vm, world_size);
+  o.seed = uint64_t(opt_int(vm, "seed"));
+  o.memory = memory_plan(vm);
+  o.grads = grad_dtype(vm);
+  o.backend = opt_string(vm, "backend");
+  const std::vector<CollectiveEngine> engines = collective_engines(vm);
+  o.copy_engines = std::find(engines.begin(), engines.end(), CollectiveEngine::Copy) != engines.end();
+  return o;
 }
 
 struct Samples {
@@ -184,56 +240,81 @@ void add_options(po::options_description& desc) {
   desc.add(ddp).add(model);
 }
 
-void validate(const po::variables_map& vm) {
-  opt_nonnegative(vm, "warmup");
-  opt_positive(vm, "steps");
-  duration_seconds(vm, "steps");
-  heat_seconds(vm);
-  sweep_cases(vm, 2);
-}
-
 double mean_or_nan(const std::vector<double>& v) { return v.empty() ? NAN : mean(v); }
 
-void run(ModeContext& ctx) {
-  const po::variables_map& vm = ctx.vm;
+// The ranks and communicators of one --tp: data parallelism among the ranks holding the same
+// part (every rank at tp 1), zero2/zero3's groups among those, and the tensor-parallel group's
+// collectives inside each layer.
+struct Mesh {
+  std::unique_ptr<TensorParallelMesh> tp;
+  std::unique_ptr<Communicator> comm;  // the gradients'
+  int shard_group = 0;                 // zero2, zero3: ranks sharing one copy of the state
+  ShardGroups groups;                  // hybrid sharding's (made where shard_group is not every rank)
+  const MeshRuntimes& ranks() const { return tp->ranks; }
+  Communicator& shard_comm() const { return groups.shard ? *groups.shard : *comm; }
+};
+
+// One Mesh per --tp among `cases`, each made on every rank in the cases' order. Collective.
+std::map<int, std::unique_ptr<Mesh>> make_meshes(const Runtime& rt, const DdpOptions& o, Device& dev) {
+  std::map<int, std::unique_ptr<Mesh>> meshes;
+  const std::string backend = resolve_backend(o.backend, dev.kind());
+  for (const DdpCase& c : o.cases) {
+    if (meshes.count(c.tp)) continue;
+    auto mesh = std::make_unique<Mesh>();
+    collective_check(rt, [&] { mesh->tp = std::make_unique<TensorParallelMesh>(rt, c.tp, backend, dev); });
+    if (c.tp > 1) warn_if_tp_spans_nodes(rt, mesh->ranks());
+    const Runtime& dp = mesh->ranks().dp;
+    mesh->shard_group = dp.world_size;
+    collective_check(rt, [&] { mesh->comm = make_gradient_communicator(dp, backend, dev, o.copy_engines); });
+    // zero2, zero3 cut the state among a group's ranks: every data-parallel rank's, or under
+    // hybrid sharding (--shard-group) each group's, the groups averaging their gradients over
+    // `groups.replicas`.
+    const bool sharded =
+        std::any_of(o.cases.begin(), o.cases.end(), [&](const DdpCase& k) { return k.tp == c.tp && k.sharded(); });
+    if (sharded)
+      collective_check(rt, [&] {
+        mesh->shard_group = resolve_shard_group(c.shard_group, dp);
+        if (mesh->shard_group < dp.world_size) mesh->groups = make_shard_groups(dp, backend, dev, mesh->shard_group);
+      });
+    meshes.emplace(c.tp, std::move(mesh));
+  }
+  return meshes;
+}
+
+void run(ModeContext& ctx, const DdpOptions& o) {
   const Runtime& rt = ctx.rt;
-  const int64_t warmup = opt_nonnegative(vm, "warmup"), steps = opt_positive(vm, "steps");
-  const double duration_s = duration_seconds(vm, "steps"), heat_s = heat_seconds(vm);
-  std::vector<DdpCase> cases = sweep_cases(vm, rt.world_size);
+  const int64_t warmup = o.warmup, steps = o.steps;
+  const double duration_s = o.duration_s, heat_s = o.heat_s;
+  std::vector<DdpCase> cases = o.cases;
   Device& dev = *ctx.backend.device;
   Ops& ops = *ctx.backend.ops;
-  const uint64_t seed = uint64_t(opt_int(vm, "seed"));
-  const MemoryPlan memory = memory_plan(vm);
+  const uint64_t seed = o.seed;
+  const MemoryPlan memory = o.memory;
 
   check_cases_run(ctx, std::vector<ModelCase>(cases.begin(), cases.end()));
   collective_check(rt, [&] {
-    for (const DdpCase& c : cases) local_batch(c.batch, rt.rank, rt.world_size);  // divides by the ranks
+    for (const DdpCase& c : cases) {  // divides by the data-parallel ranks
+      const MeshPlace place = mesh_place(rt.rank, rt.world_size, c.tp);
+      local_batch(c.batch, place.dp_rank, place.dp_size);
+    }
   });
-  std::unique_ptr<Communicator> comm = make_gradient_communicator(rt, vm, dev);
-  // zero2, zero3 cut the state among a group's ranks: every rank's, or under hybrid sharding
-  // (--shard-group) each group's, the groups averaging their gradients over `groups.replicas`.
-  int group = rt.world_size;
-  ShardGroups groups;
-  if (std::any_of(cases.begin(), cases.end(), [](const DdpCase& c) { return c.sharded(); }))
-    collective_check(rt, [&] {
-      group = resolve_shard_group(shard_group(vm, rt.world_size), rt);
-      if (group < rt.world_size) groups = make_shard_groups(rt, resolve_backend(vm, dev.kind()), dev, group);
-    });
-  Communicator& shard_comm = groups.shard ? *groups.shard : *comm;
+  const std::map<int, std::unique_ptr<Mesh>> meshes = make_meshes(rt, o, dev);
   // --collective-engine auto resolved per case; a case it makes the same as another runs once.
   std::vector<DdpCase> resolved;
   for (DdpCase c : cases) {
-    c.engine = resolve_collective_engine(c.engine, c.strategy, c.sharding, rt, dev, *comm);
+    const Mesh& mesh = *meshes.at(c.tp);
+    c.engine = resolve_collective_engine(c.engine, c.strategy, c.sharding, mesh.ranks().dp, dev, *mesh.comm);
     if (std::none_of(resolved.begin(), resolved.end(), [&](const DdpCase& r) { return r.label() == c.label(); }))
       resolved.push_back(c);
   }
   cases = std::move(resolved);
+  const std::string backend_name = meshes.begin()->second->comm->backend_name();
 
   const std::string timed = timed_text(duration_s, steps, "steps");
   log_root(rt, "ddp: %zu configuration(s), %lld warm-up steps, %s, %d rank(s) on %s, backend %s%s%s\n", cases.size(),
-           (long long)warmup, timed.c_str(), rt.world_size, dev.name().c_str(), comm->backend_name().c_str(),
+           (long long)warmup, timed.c_str(), rt.world_size, dev.name().c_str(), backend_name.c_str(),
            memory == MemoryPlan::LowMemory ? ", --low-memory" : "",
-           (std::string(grad_dtype(vm) == GradientDType::BF16 ? ", bf16 gradients" : "") +
+           (std::string(o.grads == GradientDType::BF16 ? ", bf16 gradients" : "") +
             (heat_s > 0 ? ", each configuration heated for ~" + fmt_exact(heat_s) + " s" : ""))
                .c_str());
   Sweep sweep(ctx, "ddp", cases.size(),
@@ -251,13 +332,25 @@ void run(ModeContext& ctx) {
       live.model.reset();
       live.key = c.model_key();
     }
-    const LocalBatch mine = local_batch(c.batch, rt.rank, rt.world_size);
+    const Mesh& mesh = *meshes.at(c.tp);
+    const Runtime& dp_rt = mesh.ranks().dp;  // data parallelism's ranks: all of them at tp 1
+    const MeshPlace& place = mesh.ranks().place;
+    CommTensorParallelGroup* tp_group = mesh.tp->group.get();
+    Communicator& comm = *mesh.comm;
+    const int group = mesh.shard_group;
+    const ParameterLayout layout(c.model, TensorSplit{c.tp, place.tp_rank});  // this rank's part
+    const LocalBatch mine = local_batch(c.batch, dp_rt.rank, dp_rt.world_size);
     Record rec;
     rec.group = "ddp/" + c.label();
     add_shape_attrs(rec, c.model);
     rec.attr("batch_size", c.batch)
         .attr("local_batch_size", mine.count)
         .attr("world_size", int64_t(rt.world_size))
+        .attr("tp", int64_t(c.tp))
+        .attr("dp", int64_t(place.dp_size))
+        .attr("tp_rank", int64_t(place.tp_rank))
+        .attr("dp_rank", int64_t(place.dp_rank))
+        .attr("sequence_parallel", int64_t(c.sequence_parallel ? 1 : 0))
         .attr("precision", std::string(precision_name(c.precision)))
         .attr("attention", std::string(attention_name(c.attention)))
         .attr("low_memory", int64_t(memory == MemoryPlan::LowMemory ? 1 : 0))
@@ -265,20 +358,21 @@ void run(ModeContext& ctx) {
         .attr("ddp", std::string(sync_strategy_name(c.strategy)))
         .attr("bucket_mb", c.bucket_mb)
         .attr("shard_optimizer", std::string(sharding_name(c.sharding)))
-        .attr("shard_group", int64_t(c.sharded() ? group : rt.world_size))
+        .attr("shard_group", int64_t(c.sharded() ? group : dp_rt.world_size))
         .attr("share_weights", std::string(c.share_copy ? "bf16" : "master"))
         .attr("collective_engine", std::string(collective_engine_name(c.engine)))
         .attr("grad_reduce_dtype", grad_reduce_dtype_name(c.reduce_in_bf16, gradient_dtype(c.precision, c.grads)))
-        .attr("backend", comm->backend_name())
+        .attr("backend", comm.backend_name())
         .attr("warmup", warmup)
         .attr("steps", steps)
         .attr("duration_s", duration_s)
         .attr("num_params", c.model.num_params())
-        .attr("model_flops_fwd_bwd", model_flops_fwd_bwd(c.model, mine.count, c.model.context_length));
+        .attr("part_params", layout.total())  // this rank's part under --tp, padding included
+        .attr("model_flops_fwd_bwd", model_flops_fwd_bwd(c.model, mine.count, c.model.context_length) / c.tp);
     Samples warm, timed;
     std::vector<double> slowest;
-    const SyncPlan plan = data_parallel_plan(c.strategy, c.sharding, ParameterLayout(c.model), c.precision, c.grads,
-                                             c.bucket_mb, c.sharded() ? group : rt.world_size,
+    const SyncPlan plan = data_parallel_plan(c.strategy, c.sharding, layout, c.precision, c.grads, c.bucket_mb,
+                                             c.sharded() ? group : dp_rt.world_size,
                                              shard_alignment(dev, c.precision, c.share_copy), c.reduce_in_bf16);
     std::unique_ptr<AdamW> opt;
     std::unique_ptr<UnitShards> shards;  // zero2, zero3: made where memory is agreed on, then the sync
@@ -299,41 +393,50 @@ void run(ModeContext& ctx) {
                 shape.context_length = std::max(shape.context_length, o.model.context_length);
                 if (c.sharded()) continue;  // no flat buffers
                 flat_elements =
-                    std::max(flat_elements, data_parallel_plan(o.strategy, o.sharding, ParameterLayout(o.model),
-                                                               o.precision, o.grads, o.bucket_mb, rt.world_size,
-                                                               shard_alignment(dev, o.precision, o.share_copy))
-                                                .flat_elements);
+                    std::max(flat_elements,
+                             data_parallel_plan(o.strategy, o.sharding, ParameterLayout(o.model, layout.tensor_split()),
+                                                o.precision, o.grads, o.bucket_mb, dp_rt.world_size,
+                                                shard_alignment(dev, o.precision, o.share_copy))
+                                 .flat_elements);
               }
               live.model = std::make_unique<TransformerLM>(
                   TransformerLM::Config{shape, c.precision, c.attention, memory, flat_elements, GradientStorage::Whole,
-                                        c.grads, c.sharded() ? ParameterStorage::Sharded : ParameterStorage::Local},
+                                        c.grads, c.sharded() ? ParameterStorage::Sharded : ParameterStorage::Local,
+                                        mesh.tp->model_config(c.sequence_parallel)},
                   dev, ops);
               // Different per rank: the broadcast must work. (Shards are drawn from one seed below.)
-              if (!c.sharded()) live.model->init_parameters(seed + uint64_t(rt.rank));
+              if (!c.sharded()) live.model->init_parameters(seed + uint64_t(place.dp_rank));
               live.after_init = model_memory(dev.allocator());
             }
             const int64_t n = mine.count * c.model.context_length;
             std::vector<int32_t> tokens(n), targets(n);
-            for (int64_t k = 0; k < n; ++k) {  // each rank its own batch
-              tokens[k] =
-                  int32_t(random_bits(seed, 16 * uint64_t(rt.rank) + 1, uint64_t(k)) % uint64_t(c.model.vocab_size));
-              targets[k] =
-                  int32_t(random_bits(seed, 16 * uint64_t(rt.rank) + 2, uint64_t(k)) % uint64_t(c.model.vocab_size));
+            for (int64_t k = 0; k < n; ++k) {  // each data-parallel rank its own batch
+              tokens[k] = int32_t(random_bits(seed, 16 * uint64_t(place.dp_rank) + 1, uint64_t(k)) %
+                                  uint64_t(c.model.vocab_size));
+              targets[k] = int32_t(random_bits(seed, 16 * uint64_t(place.dp_rank) + 2, uint64_t(k)) %
+                                   uint64_t(c.model.vocab_size));
             }
             live.model->set_batch(tokens.data(), targets.data(), mine.count, c.model.context_length);
             if (c.sharded()) {
               // The shards, their places and windows, and the optimizer state: what a sharded step
               // keeps. Its activations come with the first step, whose collectives cannot run here.
-              shards = std::make_unique<UnitShards>(plan, shard_comm, *live.model, ops, groups.replicas.get());
+              shards =
+                  std::make_unique<UnitShards>(plan, mesh.shard_comm(), *live.model, ops, mesh.groups.replicas.get());
               before_optimizer = model_memory(dev.allocator());
               opt = std::make_unique<AdamW>(*live.model, ops, AdamWHyper{}, shards->optimizer_shard());
+              opt->allocate_state();
+              return;
+            }
+            if (c.tp > 1) {  // the same, for a step whose layers hold collectives (the gradients exist)
+              before_optimizer = model_memory(dev.allocator());
+              opt = std::make_unique<AdamW>(*live.model, ops, AdamWHyper{}, plan.owned(dp_rt.rank));
               opt->allocate_state();
               return;
             }
             // The gradients exist; the activations and backward's scratch come and go with it.
             run_step(*live.model, nullptr, Phase::ForwardBackward, *timer);
             before_optimizer = model_memory(dev.allocator());
-            opt = std::make_unique<AdamW>(*live.model, ops, AdamWHyper{}, plan.owned(rt.rank));
+            opt = std::make_unique<AdamW>(*live.model, ops, AdamWHyper{}, plan.owned(dp_rt.rank));
             opt->allocate_state();  // here, where running out of memory is agreed on
             // A step's peak (activations and scratch beside the state) once more, so that a
             // timed step does not run out of memory where the state took their cached blocks.
@@ -348,9 +451,9 @@ void run(ModeContext& ctx) {
             shards->initialize(seed);
             sync = std::move(shards);
           } else {  // every configuration starts from rank 0's weights
-            broadcast_parameters(*comm, model.params());
+            broadcast_parameters(comm, model.params());
             model.parameters_changed();
-            if (c.strategy != SyncStrategy::None) sync = make_model_sync(plan, *comm, model, c.share_copy, c.engine);
+            if (c.strategy != SyncStrategy::None) sync = make_model_sync(plan, comm, model, c.share_copy, c.engine);
           }
           rt.barrier();
           int64_t steps_run = 0;
@@ -364,6 +467,7 @@ void run(ModeContext& ctx) {
             rec.attr("heat_steps", heat_up(&rt, heat_s, pace_s, [&] { step(); }));
             sweep.restart_sensors();  // the record's clocks: the timed steps', not the heat's
           }
+          if (tp_group) tp_group->take_traffic();  // the timed steps' alone
           DurationCount count(rt, duration_s, steps, pace_s, std::numeric_limits<int64_t>::max());
           timed.reserve(size_t(count.total()));
           MemorySamples memory_samples{size_t(count.total())};
@@ -379,6 +483,11 @@ void run(ModeContext& ctx) {
             progress.update(s, count.total());
           }
           rec.attr("steps", int64_t(timed.step.size()));
+          if (tp_group) {
+            const CommTensorParallelGroup::Traffic traffic = tp_group->take_traffic();
+            rec.attr("tp_collectives_per_step", traffic.collectives / int64_t(timed.step.size()))
+                .attr("tp_bus_bytes_per_step", traffic.bytes / int64_t(timed.step.size()));
+          }
           // As training holds it between steps: a sharded optimizer's parameters still arriving
           // (under bf16 without the bf16 copy, which the next forward casts again).
           after_optimizer = model_memory(dev.allocator());
@@ -451,8 +560,11 @@ void run(ModeContext& ctx) {
 ModeSpec ddp_mode() {
   return {"ddp",
           "data-parallel train step under each gradient synchronisation strategy (naive, flat, overlap, bucketed) "
-          "and sharding (broadcast, ZeRO-1, ZeRO-2, ZeRO-3)",
-          add_options, validated(validate, run)};
+          "and sharding (broadcast, ZeRO-1, ZeRO-2, ZeRO-3), alone or beside tensor parallelism",
+          add_options, [](const po::variables_map& vm, int world_size) -> ModeRun {
+            const DdpOptions options = parse_options(vm, world_size);
+            return [options](ModeContext& ctx) { run(ctx, options); };
+          }};
 }
 
 }  // namespace llmhpc

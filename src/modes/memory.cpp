@@ -8,12 +8,15 @@
 // and overall, what the peak is made of (memory_categories()), the largest allocations and
 // the bytes of one residual-stream activation. Rank 0 prints the reference memory study's
 // table; --snapshot writes the trace as the snapshot pytorch.org/memory_viz opens
-// (src/io/memory_snapshot.h).
+// (src/io/memory_snapshot.h). With --tp each rank traces its part of the model, its
+// tensor-parallel group stepping together (data parallelism across the groups is left out:
+// it adds its gradient buffers, which mode ddp measures).
 #include <map>
 
 #include "src/core/units.h"
 #include "src/io/memory_snapshot.h"
 #include "src/model/train_step.h"
+#include "src/modes/data_parallel.h"
 #include "src/modes/memory_trace.h"
 #include "src/modes/model_sweep.h"
 #include "src/modes/options.h"
@@ -22,20 +25,38 @@
 namespace llmhpc {
 namespace {
 
-// Bench's configuration, once per --phase.
+// Bench's configuration, once per --tp and --phase.
 struct MemoryCase : ModelCase {
+  int tp;
+  bool sequence_parallel;
   Phase phase;
-  std::string label() const { return ModelCase::label() + "_" + phase_name(phase); }
+  std::string label() const {
+    return ModelCase::label() + tensor_parallel_label(tp, sequence_parallel) + "_" + phase_name(phase);
+  }
 };
 
 std::vector<Phase> phases(const po::variables_map& vm) {
   return opt_list(vm, "phase", [](const std::string& p) { return parse_phase(p); });
 }
 
-std::vector<MemoryCase> sweep_cases(const po::variables_map& vm) {
+std::vector<MemoryCase> sweep_cases(const po::variables_map& vm, int world_size) {
+  const std::vector<int> tps = tensor_parallel_sizes(vm);
+  const bool sequence_parallel = opt_flag(vm, "sequence-parallel");
+  if (sequence_parallel && std::none_of(tps.begin(), tps.end(), [](int tp) { return tp > 1; }))
+    throw UsageError("--sequence-parallel splits the tokens among the ranks of a tensor-parallel group: add a --tp "
+                     "above 1 (e.g. --tp 2)");
   std::vector<MemoryCase> cases;
   for (const ModelCase& c : model_cases(vm))
-    for (Phase ph : phases(vm)) cases.push_back({c, ph});
+    for (int tp : tps) {
+      mesh_place(0, world_size, tp);                 // tp divides the ranks
+      ParameterLayout(c.model, TensorSplit{tp, 0});  // the heads, d_ff and vocabulary divide among tp ranks
+      const bool sp = sequence_parallel && tp > 1;
+      if (sp && c.batch * c.model.context_length % tp != 0)
+        throw UsageError("--sequence-parallel splits the batch's " + std::to_string(c.batch * c.model.context_length) +
+                         " tokens among --tp " + std::to_string(tp) +
+                         " ranks: give a batch or context length whose tokens divide by it");
+      for (Phase ph : phases(vm)) cases.push_back({c, tp, sp, ph});
+    }
   return cases;
 }
 
@@ -60,15 +81,39 @@ void add_options(po::options_description& desc) {
   add_model_options(model, ListUse{});
   add_precision_options(model, ListUse{});
   add_gradient_options(model);
+  add_tensor_parallel_options(model, ListUse{});
   desc.add(mem).add(model);
 }
 
-void validate(const po::variables_map& vm) {
-  opt_nonnegative(vm, "warmup");
-  opt_positive(vm, "top");
+// Everything mode memory takes from the command line, parsed and checked once (the same verdict
+// on every rank) before any file or device is touched; run() reads only this.
+struct MemoryOptions {
+  std::vector<MemoryCase> cases;
+  std::vector<Precision> precisions;  // --precision, in order: the columns of the peak table
+  int64_t warmup = 0, top = 0;
+  std::string snapshot;  // "" when not given
+  uint64_t seed = 0;
+  MemoryPlan memory = MemoryPlan::Fast;
+  GradientStorage gradients = GradientStorage::PerRange;
+  GradientDType grads = GradientDType::Master;
+  std::string backend;  // --backend as given
+};
+
+MemoryOptions parse_options(const po::variables_map& vm, int world_size) {
+  MemoryOptions o;
+  o.warmup = opt_nonnegative(vm, "warmup");
+  o.top = opt_positive(vm, "top");
   if (opt_given(vm, "snapshot") && opt_string(vm, "snapshot").empty())
     throw UsageError("--snapshot needs a file name (FILE.pickle)");
-  sweep_cases(vm);
+  o.snapshot = opt_string(vm, "snapshot");
+  o.cases = sweep_cases(vm, world_size);
+  o.precisions = precisions(vm);
+  o.seed = uint64_t(opt_int(vm, "seed"));
+  o.memory = memory_plan(vm);
+  o.gradients = gradient_storage(vm);
+  o.grads = grad_dtype(vm);
+  o.backend = opt_string(vm, "backend");
+  return o;
 }
 
 std::string gib(int64_t bytes) { return fmt(double(bytes) / double(int64_t(1) << 30)); }
@@ -150,29 +195,37 @@ void print_details(const TraceSummary& s) {
   largest.print();
 }
 
-void run(ModeContext& ctx) {
-  const po::variables_map& vm = ctx.vm;
-  const std::vector<MemoryCase> cases = sweep_cases(vm);
-  const int64_t warmup = opt_nonnegative(vm, "warmup"), top = opt_positive(vm, "top");
-  const std::string snapshot = opt_string(vm, "snapshot");
+void run(ModeContext& ctx, const MemoryOptions& o) {
+  const std::vector<MemoryCase>& cases = o.cases;
+  const int64_t warmup = o.warmup, top = o.top;
+  const std::string& snapshot = o.snapshot;
   Device& dev = *ctx.backend.device;
   Ops& ops = *ctx.backend.ops;
   TracingAllocator& alloc = dev.allocator();
-  const uint64_t seed = uint64_t(opt_int(vm, "seed"));
-  const MemoryPlan memory = memory_plan(vm);
-  const GradientStorage gradients = gradient_storage(vm);
+  const uint64_t seed = o.seed;
+  const MemoryPlan memory = o.memory;
 
   check_cases_run(ctx, std::vector<ModelCase>(cases.begin(), cases.end()));
   collective_check(ctx.rt, [&] {
     // Rank 0 writes the snapshots, one per configuration, beside the name given.
     if (!snapshot.empty() && ctx.rt.is_root()) check_output_file("--snapshot", snapshot);
   });
+  // One layout per --tp, made before the traces: the communicators' memory is NCCL's, not the
+  // allocator's.
+  std::map<int, std::unique_ptr<TensorParallelMesh>> meshes;
+  for (const MemoryCase& c : cases)
+    if (!meshes.count(c.tp))
+      collective_check(ctx.rt, [&] {
+        meshes[c.tp] = std::make_unique<TensorParallelMesh>(ctx.rt, c.tp, resolve_backend(o.backend, dev.kind()), dev);
+      });
+  for (const auto& [tp, mesh] : meshes)
+    if (tp > 1) warn_if_tp_spans_nodes(ctx.rt, mesh->ranks);
 
   log_root(ctx.rt, "memory: %zu configuration(s), %lld warm-up step(s) before the traced one, %d rank(s) on %s%s%s%s\n",
            cases.size(), (long long)warmup, ctx.rt.world_size, dev.name().c_str(),
            memory == MemoryPlan::LowMemory ? ", --low-memory" : "",
-           gradients == GradientStorage::Whole ? ", --separate-optimizer" : "",
-           grad_dtype(ctx.vm) == GradientDType::BF16 ? ", bf16 gradients" : "");
+           o.gradients == GradientStorage::Whole ? ", --separate-optimizer" : "",
+           o.grads == GradientDType::BF16 ? ", bf16 gradients" : "");
   Sweep sweep(ctx, "memory", cases.size(),
               {"Model", "ctx", "batch", "prec", "attn", "phase", "init GiB", "fwd peak", "bwd peak", "opt peak",
                "peak GiB", "resid MiB", "largest", "status"});
@@ -181,10 +234,14 @@ void run(ModeContext& ctx) {
   std::vector<std::string> row_order;
   TraceSummary last;
   for (const MemoryCase& c : cases) {
+    const TensorParallelMesh& mesh = *meshes.at(c.tp);
+    // Under tensor parallelism AdamW runs after backward: the gradients of the parts are made
+    // whole by the group's collectives during backward, not range by range.
+    const GradientStorage gradients = c.tp > 1 ? GradientStorage::Whole : o.gradients;
     Record rec;
     rec.group = "memory/" + c.label();
-    const int64_t resid_bytes =
-        c.batch * c.model.context_length * c.model.d_model * int64_t(dtype_size(param_dtype(c.precision)));
+    const int64_t resid_bytes = c.batch * c.model.context_length / (c.sequence_parallel ? c.tp : 1) * c.model.d_model *
+                                int64_t(dtype_size(param_dtype(c.precision)));
     add_shape_attrs(rec, c.model);
     rec.attr("batch_size", c.batch)
         .attr("precision", std::string(precision_name(c.precision)))
@@ -195,6 +252,9 @@ void run(ModeContext& ctx) {
         .attr("separate_optimizer", int64_t(gradients == GradientStorage::Whole ? 1 : 0))
         .attr("warmup", warmup)
         .attr("num_params", c.model.num_params())
+        .attr("tp", int64_t(c.tp))
+        .attr("tp_rank", int64_t(mesh.ranks.place.tp_rank))
+        .attr("sequence_parallel", int64_t(c.sequence_parallel ? 1 : 0))
         .attr("residual_activation_bytes", resid_bytes);
 
     std::unique_ptr<TransformerLM> model;
@@ -216,7 +276,9 @@ void run(ModeContext& ctx) {
         [&] {
           mark("init");
           model = std::make_unique<TransformerLM>(
-              TransformerLM::Config{c.model, c.precision, c.attention, memory, 0, gradients, c.grads}, dev, ops);
+              TransformerLM::Config{c.model, c.precision, c.attention, memory, 0, gradients, c.grads,
+                                    ParameterStorage::Local, mesh.model_config(c.sequence_parallel)},
+              dev, ops);
           model->init_parameters(seed);
           if (c.phase == Phase::TrainStep) {
             opt = std::make_unique<AdamW>(*model, ops, AdamWHyper{});
@@ -263,12 +325,13 @@ void run(ModeContext& ctx) {
       const int64_t v = ok ? phase_value(summary, name, peak) : -1;
       return v < 0 ? std::string("-") : gib(v);
     };
-    sweep.add_row({c.model.name, std::to_string(c.model.context_length), std::to_string(c.batch),
+    const std::string model_name = c.model.name + tensor_parallel_label(c.tp, c.sequence_parallel);
+    sweep.add_row({model_name, std::to_string(c.model.context_length), std::to_string(c.batch),
                    precision_name(c.precision), attention_name(c.attention), phase_name(c.phase),
                    phase_gib("init", false), phase_gib("forward", true), phase_gib("backward", true),
                    phase_gib("optimizer", true), ok ? gib(summary.peak) : "-",
                    fmt(double(resid_bytes) / double(1 << 20)), largest, status.column()});
-    const std::string row = c.model.name + "|" + phase_name(c.phase) + "|" + std::to_string(c.model.context_length) +
+    const std::string row = model_name + "|" + phase_name(c.phase) + "|" + std::to_string(c.model.context_length) +
                             "|" + std::to_string(c.batch) + "|" + attention_name(c.attention);
     if (!peak_table.count(row)) row_order.push_back(row);
     peak_table[row][precision_name(c.precision)] = ok ? gib(summary.peak) : status.column();
@@ -280,7 +343,7 @@ void run(ModeContext& ctx) {
     if (!last.phases.empty()) print_details(last);
     return;
   }
-  const std::vector<Precision> precs = precisions(vm);
+  const std::vector<Precision>& precs = o.precisions;
   std::vector<std::string> header = {"Model", "phase", "ctx", "batch", "attn"};
   for (Precision p : precs) header.push_back(std::string("peak ") + precision_name(p) + " (GiB)");
   TextTable table(header);
@@ -303,7 +366,10 @@ void run(ModeContext& ctx) {
 ModeSpec memory_mode() {
   return {"memory",
           "trace every allocation of a step: peaks per phase, by category, largest allocations, memory_viz snapshot",
-          add_options, validated(validate, run)};
+          add_options, [](const po::variables_map& vm, int world_size) -> ModeRun {
+            const MemoryOptions options = parse_options(vm, world_size);
+            return [options](ModeContext& ctx) { run(ctx, options); };
+          }};
 }
 
 }  // namespace llmhpc

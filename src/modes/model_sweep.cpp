@@ -75,7 +75,9 @@ void check_cases_run(const ModeContext& ctx, const std::vector<ModelCase>& cases
       ops.attention_saved({1, 1, 1, 2, true, c.attention}, compute_dtype(c.precision));
     }
   });
-  note_cpu_bf16(ctx, precisions(ctx.vm));
+  std::vector<Precision> wanted;
+  for (const ModelCase& c : cases) wanted.push_back(c.precision);
+  note_cpu_bf16(ctx, wanted);
 }
 
 void add_case_attrs(Record& rec, const ModelCase& c, Phase phase, MemoryPlan memory, int64_t warmup, int64_t steps) {

@@ -222,22 +222,6 @@ int64_t owned_parameters(const SyncPlan& plan, int rank, const ParameterLayout& 
   return n;
 }
 
-// The Runtimes of the tp x dp layout (mesh_place): `dp` over the ranks holding this rank's part,
-// which data parallelism runs over, and `tp` over its tensor-parallel group; without tensor
-// parallelism both are every rank (`tp` then unused).
-struct MeshRuntimes {
-  MeshRuntimes(const Runtime& rt, const MeshPlace& m)
-      : dp(m.tp_size > 1 ? rt.group(m.tp_rank) : rt), tp(m.tp_size > 1 ? rt.group(m.dp_rank) : rt),
-        owned(m.tp_size > 1) {}
-  ~MeshRuntimes() {
-    if (!owned) return;
-    Runtime::free_group(dp);
-    Runtime::free_group(tp);
-  }
-  Runtime dp, tp;
-  bool owned;
-};
-
 void run(ModeContext& ctx, const TrainOptions& o) {
   Runtime& rt = ctx.rt;
   Device& dev = *ctx.backend.device;
@@ -258,9 +242,15 @@ void run(ModeContext& ctx, const TrainOptions& o) {
   const GradientDType grads = o.grads;
   install_stop_handlers();  // from here a signal stops the run after its first step at the latest
   const int tp = par.tensor_parallel;
-  const MeshPlace mesh = mesh_place(rt.rank, rt.world_size, tp);
-  const MeshRuntimes groups(rt, mesh);
+  // --tp: this rank's tensor-parallel group and the collectives inside each layer over it.
+  std::unique_ptr<TensorParallelMesh> tp_mesh;
+  collective_check(
+      rt, [&] { tp_mesh = std::make_unique<TensorParallelMesh>(rt, tp, resolve_backend(o.backend, dev.kind()), dev); });
+  if (tp > 1) warn_if_tp_spans_nodes(rt, tp_mesh->ranks);
+  const MeshRuntimes& groups = tp_mesh->ranks;
+  const MeshPlace& mesh = groups.place;
   const Runtime& dp_rt = groups.dp;  // data parallelism's ranks: all of them without --tp
+  CommTensorParallelGroup* tp_group = tp_mesh->group.get();
 
   // Everything that can be wrong with files or the device, agreed on by all ranks.
   TokenData data;
@@ -333,24 +323,6 @@ void run(ModeContext& ctx, const TrainOptions& o) {
     });
   const CollectiveEngine engine =
       comm ? resolve_collective_engine(par.engine, strategy, sharding, dp_rt, dev, *comm) : CollectiveEngine::Sm;
-  // --tp: the collectives inside each layer, over this rank's tensor-parallel group.
-  std::unique_ptr<Communicator> tp_comm;
-  std::unique_ptr<CommTensorParallelGroup> tp_group;
-  if (tp > 1) {
-    collective_check(rt, [&] {
-      tp_comm = make_gradient_communicator(rt, resolve_backend(o.backend, dev.kind()), dev, false, mesh.dp_rank);
-    });
-    tp_group = std::make_unique<CommTensorParallelGroup>(*tp_comm);
-    const int64_t host = int64_t(std::hash<std::string>{}(rt.hostname) >> 1);
-    if (groups.tp.reduce_all(host, HostReduce::Min) != groups.tp.reduce_all(host, HostReduce::Max))
-      log_root(rt,
-               "warning: a tensor-parallel group of --tp %d spans nodes: its collectives (four per layer and step in "
-               "forward and backward, each of batch x context x d_model elements) cross the network, typically "
-               "10-20x slower than NVLink inside a node; place tp groups inside nodes (tp dividing the ranks per "
-               "node)\n",
-               tp);
-  }
-
   const int64_t seq = config.context_length;  // sequences are as long as the model's context
   // zero2, zero3: the model keeps no flat buffers; the shards hold its parameters and gradients.
   const bool sharded = shards_parameters(sharding);
@@ -369,7 +341,7 @@ void run(ModeContext& ctx, const TrainOptions& o) {
                                        GradientStorage::Whole,
                                        grads,
                                        sharded ? ParameterStorage::Sharded : ParameterStorage::Local,
-                                       {tp, mesh.tp_rank, par.sequence_parallel, tp_group.get()}};
+                                       tp_mesh->model_config(par.sequence_parallel)};
     model = std::make_unique<TransformerLM>(model_config, dev, ops);
     if (sharded) {
       shards = (shards_made = std::make_unique<UnitShards>(plan, *comm, *model, ops, replicas.get())).get();

@@ -12,9 +12,12 @@ analysis/ddp.py prints every strategy, its step means are the raw arrays' means,
 model's fit recovers o and w from exact data, --torch puts PyTorch records beside the right
 rows, --comm takes o and w from an all-reduce run, out-of-memory rows are shown, not fatal, table
 (h) puts the model state each ZeRO stage keeps per rank (none, zero1, zero2, zero3, fp32 and
-bf16) beside analysis/accounting.py's state_bytes_per_rank within what padding adds; bad
-input to the binary (--ddp bogus, --bucket-mb 0, a global batch the ranks do not divide) exits
-non-zero within seconds with a clear message and leaves no files. analysis/torch_ddp.py is
+bf16) beside analysis/accounting.py's state_bytes_per_rank within what padding adds; --tp 1,2
+on 4 ranks records each rank's place in the tp x dp layout and its part of the state, with the
+collectives inside the layers train makes at that layout; bad input to the binary (--ddp bogus,
+--bucket-mb 0, a global batch the ranks do not divide, a --tp the heads or the ranks do not
+divide, sequence parallelism over too few tokens) exits non-zero within seconds with a clear
+message and leaves no files. analysis/torch_ddp.py is
 compiled, and run on the CPU (gloo, 2 ranks under mpirun) only where PyTorch is installed: DDP at
 two bucket sizes, --single, and DDP beside FSDP2 (fsdp2, fsdp2-noreshard), whose final losses
 must equal DDP's within 1e-5 relative (fp32: the same arithmetic, sharded).
@@ -145,11 +148,17 @@ def check_bucket_model():
     # Scaling projections: overlapped buckets leave the last one's all-reduce after backward, but
     # never less than the whole gradient's reduction minus backward (a network slower than compute).
     row = types.SimpleNamespace(forward_mean=3.0, backward_mean=6.0, optimizer_mean=1.0, ddp="bucketed", buckets=10,
-                                comm_bytes_per_step=s)
+                                comm_bytes_per_step=s, tp=1)
     for bus_w, expected in ((10 * w, 10.0 + 10 * o + s / (100 * w)), (w / 100, 10.0 + 10 * o + 100 * s / w - 6.0)):
         model = {"world_size": 2, "w": bus_w, "o": o}  # at 2 ranks the bus factor is 1: w(2) = w
         got = scaling.projected_step(row, 2, 2, "weak", model)
         assert abs(got - expected) < 1e-9 * expected, f"projected step {got}, expected {expected} (w {bus_w})"
+        # Under tensor parallelism the gradients' ring is the data-parallel ranks': tp 2 on 4 ranks
+        # all-reduces over 2, and on 2 ranks over none.
+        got = scaling.projected_step(types.SimpleNamespace(**{**vars(row), "tp": 2}), 4, 4, "weak", model)
+        assert abs(got - expected) < 1e-9 * expected, f"tp 2 on 4 ranks: projected step {got}, expected {expected}"
+        got = scaling.projected_step(types.SimpleNamespace(**{**vars(row), "tp": 2}), 2, 2, "weak", model)
+        assert got == 10.0, f"tp 2 on 2 ranks: projected step {got}, expected the compute alone"
 
 
 def check_engine_labels(out):
@@ -450,7 +459,11 @@ def check_state_table(work):
 def check_bad_input(work):
     cases = [(2, "must be one of", ["--ddp", "bogus"]), (2, "greater than 0", ["--bucket-mb", "0"]),
              (2, "must divide by the 2 ranks", ["--batch-size", "5"]),
-             (3, "must divide by the 3 ranks", ["--batch-size", "4"])]
+             (3, "must divide by the 3 ranks", ["--batch-size", "4"]),
+             (3, "--num-heads 4 does not divide among --tp 3 ranks", ["--tp", "3", "--batch-size", "6"]),
+             (2, "--tp 3 does not divide the 2 ranks", ["--tp", "1,3"]),
+             (2, "tokens among --tp 2 ranks", ["--tp", "2", "--sequence-parallel", "--batch-size", "1",
+                                                "--context-length", "3"])]
     for i, (np_, words, args) in enumerate(cases):
         out = os.path.join(work, f"bad{i}")
         start = time.time()
@@ -461,6 +474,55 @@ def check_bad_input(work):
         assert took < 20, f"np={np_} {args}: took {took:.0f} s"
         assert not os.path.exists(out) or not os.listdir(out), f"np={np_} {args}: left {os.listdir(out)}"
 
+
+def check_tensor_parallel(work):
+    """--tp 1,2 on 4 ranks: every rank file records its place in the tp x dp layout and the local
+    batch of its data-parallel rank; a rank holds its tensor-parallel part of the state (the params
+    after init are its part's, in fp32); the collectives inside the layers are those train makes at
+    the same tp and local batch; ddp.py gives each layout a setup of its own, with (h)'s model
+    state measured as predicted from the part."""
+    out = os.path.join(work, "tp")
+    ddp_run(4, out, "--context-length", T, "--batch-size", 4, "--tp", "1,2", "--ddp", "none,bucketed",
+            "--shard-optimizer", "none,zero3", "--warmup", 1, "--steps", 2)
+    records = {}
+    for rank in range(4):
+        with h5py.File(os.path.join(out, f"rank{rank:05d}.h5"), "r") as f:
+            for name, g in f["ddp"].items():
+                a = dict(g.attrs)
+                tp = int(a["tp"])
+                where = f"rank {rank} {name}"
+                assert a["status"] == "ok", where
+                assert (a["dp"], a["tp_rank"], a["dp_rank"]) == (4 // tp, rank % tp, rank // tp), f"{where}: {a}"
+                assert a["local_batch_size"] == 4 // (4 // tp) and name.count("_tp2") == (tp == 2), f"{where}: {a}"
+                assert ("tp_collectives_per_step" in a) == (tp > 1), f"{where}: {sorted(a)}"
+                if not name.endswith("_zero3"):  # a rank's parameters: the part's, in fp32
+                    assert a["memory_after_init_params_bytes"] == 4 * a["part_params"], f"{where}: {a}"
+                records.setdefault(name, []).append(a)
+    assert len(records) == 6, sorted(records)
+    whole = next(r[0] for n, r in records.items() if n.endswith("_naive_none"))["part_params"]
+    part = next(r[0] for n, r in records.items() if n.endswith("_tp2_none"))["part_params"]
+    assert whole == PARAMS and 0.45 * PARAMS < part < 0.55 * PARAMS, (whole, part, PARAMS)
+    tp_case = next(r for n, r in records.items() if n.endswith("_tp2_bucketed25MiB"))
+    # Train at the same layout and local batch makes the same collectives inside the layers.
+    tokens = os.path.join(work, "tp_tokens.bin")
+    np.random.default_rng(0).integers(0, VOCAB, 4096, dtype=np.uint16).tofile(tokens)
+    train_out = os.path.join(work, "tp_train")
+    run(mpiexec() + ["-np", "4", BIN, "--mode", "train", "--device", "cpu", *MODEL, "--context-length", T,
+                     "--batch-size", 4, "--tp", 2, "--steps", 2, "--data", tokens, "--out", train_out])
+    for rank in range(4):
+        with h5py.File(os.path.join(train_out, f"rank{rank:05d}.h5"), "r") as f:
+            a = f["train"].attrs
+            for key in ("tp_collectives_per_step", "tp_bus_bytes_per_step"):
+                assert a[key] > 0 and a[key] == tp_case[rank][key], f"rank {rank} {key}: train {a[key]}, ddp {tp_case[rank][key]}"
+    text = run([sys.executable, DDP_PY, out, "--markdown"]).stdout
+    state = [b for b in text.split("### ") if b.startswith("(h) model state per rank")]
+    assert len(state) == 2 and "4 ranks (tp 2 x dp 2)" in state[1] and "(tp" not in state[0], text
+    header, rows = parse_markdown_tables(state[1])[0]
+    col = {h: i for i, h in enumerate(header)}
+    assert [r[col["Sharding"]] for r in rows] == ["none", "zero3"], state[1]
+    for r in rows:  # the part's state, predicted from its parameters, padding aside (check_state_table)
+        extra = float(r[col["Measured (MiB)"]]) - float(r[col["Predicted (MiB)"]])
+        assert r[col["n"]] == "2" and -0.001 <= extra <= 7 / 1024 + 0.001, state[1]
 
 def check_torch_ddp(out, work, np_):
     py_compile.compile(TORCH_DDP_PY, doraise=True, cfile=os.path.join(work, "torch_ddp.pyc"))
@@ -530,6 +592,7 @@ def main():
     check_sharding_table(work)
     check_state_table(work)
     check_bad_input(work)
+    check_tensor_parallel(work)
     check_torch_ddp(os.path.join(work, "np2"), work, 2)
     print("test_ddp_mode: OK")
 

@@ -8,8 +8,9 @@ phases are the traced step's; the --snapshot pickle uses only the opcodes memory
 JavaScript unpickler reads, loads with pickle.load and has the fields the viewer needs; where
 PyTorch is importable, torch.cuda._memory_viz's own functions read it. analysis/memory.py and
 plot_memory.py make their tables and write PNGs where they are told. precision: the reference
-mixed-precision study's four accumulation values and the bf16 one, and the dtype table agreeing with autocast. Bad
---snapshot paths and phases are refused before anything runs.
+mixed-precision study's four accumulation values and the bf16 one, and the dtype table agreeing with autocast.
+memory --tp 1,2 on 2 ranks: each rank traces its part, and --sequence-parallel halves its residual
+stream. Bad --snapshot paths and phases are refused before anything runs.
 """
 import os
 import pickle
@@ -23,7 +24,7 @@ import numpy as np
 ROOT = os.environ.get("LLMHPC_ROOT") or os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.join(ROOT, "tests", "reference"))
 sys.path.insert(0, os.path.join(ROOT, "analysis"))
-from script_env import llmhpc_binary, parse_markdown_tables, run, scratch_dir  # noqa: E402
+from script_env import llmhpc_binary, mpiexec, parse_markdown_tables, run, scratch_dir  # noqa: E402
 
 BIN = llmhpc_binary()
 MODEL = ["--d-model", "64", "--d-ff", "128", "--num-layers", "2", "--num-heads", "4", "--vocab-size", "300"]
@@ -186,6 +187,42 @@ def precision_mode(tmp):
     assert precision.torch_print(3e-05) == "3.0000e-05" and precision.torch_print(4.6e9) == "4.6000e+09"
 
 
+def tensor_parallel(tmp):
+    """--tp 1,2 on 2 ranks: each rank traces its part (its weights about half of one rank's, the
+    vocabulary padded), the group stepping together; with --sequence-parallel each
+    rank keeps half the residual stream (its allocated input of layer 0 and the attribute) and
+    less activation memory at the peak. analysis/memory.py gives each layout a row."""
+    def traced(out, *extra):
+        run(mpiexec() + ["-np", "2", BIN, "--mode", "memory", "--device", "cpu", *MODEL, "--context-length", "16",
+                         "--batch-size", "2", "--phase", "train-step", *extra, "--out", out])
+        found = {}
+        for rank in (0, 1):
+            with h5py.File(os.path.join(out, f"rank{rank:05d}.h5"), "r") as f:
+                for name, g in f["memory"].items():
+                    assert g.attrs["status"] == "ok" and g.attrs["tp_rank"] == rank % g.attrs["tp"], (name, dict(g.attrs))
+                    assert g.attrs["trace_balanced"] == 1, name
+                    phases = list(g["phase_name"].asstr()[()])  # AdamW after backward under --tp
+                    assert phases == ["init", "warmup", "forward", "backward"] + (["optimizer"] if g.attrs["tp"] > 1 else []), phases
+                    tags, deltas = g["event_tag"][()], g["event_delta_bytes"][()]
+                    resid = next(int(d) for t, d in zip(tags, deltas) if t == b"activations.layers.0.resid" and d > 0)
+                    cats = dict(zip(g["peak_category"][()], g["peak_category_bytes"][()]))
+                    found[(name, rank)] = dict(g.attrs, resid=resid, activations=int(cats[b"saved activations"]),
+                                               params=int(cats[b"parameters"]))
+        return found
+    plain = traced(os.path.join(tmp, "tp"), "--tp", "1,2")
+    sp = traced(os.path.join(tmp, "tp-sp"), "--tp", "2", "--sequence-parallel")
+    one = plain[("d64_ff128_L2_H4_T16_B2_fp32_naive_train-step", 0)]
+    for rank in (0, 1):
+        part = plain[("d64_ff128_L2_H4_T16_B2_fp32_naive_tp2_train-step", rank)]
+        split = sp[("d64_ff128_L2_H4_T16_B2_fp32_naive_tp2sp_train-step", rank)]
+        assert 0.45 * one["params"] < part["params"] < 0.55 * one["params"], (one["params"], part["params"])
+        assert split["resid"] == part["resid"] // 2 == split["residual_activation_bytes"], (split, part)
+        assert split["activations"] < part["activations"], (split["activations"], part["activations"])
+    text = run([sys.executable, os.path.join(ROOT, "analysis", "memory.py"), os.path.join(tmp, "tp")]).stdout
+    models = [r[0] for r in parse_markdown_tables(text)[0][1]]
+    assert sorted(models) == ["custom", "custom tp2"], text
+
+
 def bad_input(tmp):
     for args, words in ((["--snapshot", os.path.join(tmp, "no", "such", "dir", "s.pickle")], "--snapshot"),
                         (["--phase", "sideways"], "phase")):
@@ -200,6 +237,7 @@ def main():
     tmp = scratch_dir("llmhpc-memory-")
     memory_mode(tmp)
     precision_mode(tmp)
+    tensor_parallel(tmp)
     bad_input(tmp)
     print("PASS")
 
