@@ -1,5 +1,7 @@
 // The Communicator interface: the collectives every distributed feature (DDP, optimizer
 // sharding, the comm benchmark) is written against, and the one factory that makes one.
+// Primitives only: what is composed of them (gradients through a bf16 wire, reductions through
+// the copy engines) is src/dist's, as PyTorch keeps bf16_compress_hook in DDP.
 //
 // Two implementations:
 //   mpi  (comm/mpi/mpi_communicator.cpp)       host buffers; the CPU baseline (what Gloo is to PyTorch).
@@ -13,6 +15,8 @@
 //                   recv + r*count. In place: send == recv + rank() * count.
 //   broadcast       root's send is copied to every rank's recv (`count` elements); send is
 //                   read on the root only. In place: send == recv.
+//   all_to_all      send, recv: count * size() elements each; rank r's chunk j of send lands
+//                   in rank j's chunk r of recv. Out of place only.
 // Sizes that do not divide by the rank count are the caller's business: reduce_scatter and
 // all_gather take the per-rank count (see comm/collectives.h for what the benchmark does).
 //
@@ -30,6 +34,7 @@
 #include <mpi.h>
 
 #include <cstddef>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -67,6 +72,26 @@ class CommHandle {
   std::unique_ptr<PendingOp> op_;
 };
 
+// Collectives that move bytes with the GPUs' copy engines instead of NCCL's kernels (NCCL's
+// zero-CTA policy, on a communicator of their own that shares the Communicator's ranks and
+// stream, so they are ordered among its operations as its own are). NCCL's kernels hold their
+// SMs for a whole transfer, and one such block beside a persistent GEMM slows it by up to a
+// fifth (docs/results/ddp.md); these leave the SMs to compute. They work between windows:
+// memory from Allocator::allocate_shareable, one node's ranks only, registered by every rank
+// with buffers of the same sizes (collective), none overlapping another. Not inside a group of
+// the Communicator's. Layouts as the Communicator's (comm/communicator.h).
+class CopyEngines {
+ public:
+  virtual ~CopyEngines() = default;
+  // Until deregister_window(buffer), which must come before the buffer is freed.
+  virtual void register_window(void* buffer, size_t bytes) = 0;
+  virtual void deregister_window(void* buffer) = 0;
+  // In place in a window: send == recv + rank() * count.
+  virtual CommHandle all_gather_async(const void* send, void* recv, size_t count, DType dtype) = 0;
+  // From a window into another (or another part of the same).
+  virtual CommHandle all_to_all_async(const void* send, void* recv, size_t count, DType dtype) = 0;
+};
+
 class Communicator {
  public:
   virtual ~Communicator() = default;
@@ -83,6 +108,7 @@ class Communicator {
   virtual CommHandle reduce_scatter_async(const void* send, void* recv, size_t count, DType dtype, ReduceOp op) = 0;
   virtual CommHandle all_gather_async(const void* send, void* recv, size_t count, DType dtype) = 0;
   virtual CommHandle broadcast_async(const void* send, void* recv, size_t count, DType dtype, int root) = 0;
+  virtual CommHandle all_to_all_async(const void* send, void* recv, size_t count, DType dtype) = 0;
 
   // Blocking forms. A backend overrides them where it has a faster blocking call (MPI's
   // blocking collectives use better algorithms than its non-blocking ones).
@@ -99,43 +125,24 @@ class Communicator {
     broadcast_async(send, recv, count, dtype, root).wait();
   }
 
-  // Reductions of fp32 values that travel as bf16 (PyTorch DDP's bf16_compress_hook, FSDP's
-  // reduce_dtype): `data` is rounded to bf16 (to nearest even) into `wire`, reduced there by the
-  // bf16 collective, and the result widened back into `data`, in place. Half the bytes of the
-  // fp32 collective; every rank gets the same values, those of the bf16 collective on the
-  // rounded inputs (on one rank: the rounded inputs). all_reduce: `count` elements each;
-  // reduce_scatter: count * size() each, rank r's reduced part back at data + r * count (the
-  // rest of `data` left as it was). `wire` is the caller's, in the memory `data` is in; inside
-  // a copy-engine registration with a scratch (use_copy_engines) the reduction goes through the
-  // copy engines. Operations with a wire run one after another (nccl: on the communicator's
-  // stream, and inside a group after it; mpi: complete on return), so one wire may serve each
-  // in turn without waiting.
-  virtual CommHandle all_reduce_in_bf16_async(float* data, void* wire, size_t count, ReduceOp op) = 0;
-  virtual CommHandle reduce_scatter_in_bf16_async(float* data, void* wire, size_t count, ReduceOp op) = 0;
-
   // Operations between group_start() and group_end() are launched together (nccl:
   // ncclGroupStart/End, which fuses them; mpi: each starts at once, so a group is only a
   // bracket). Wait on their handles after group_end().
   virtual void group_start() = 0;
   virtual void group_end() = 0;
 
-  // Collectives through the copy engines, on [buffer, buffer + bytes). An all-gather issued
-  // afterwards in place inside it moves the parts with the GPUs' copy engines (NCCL's zero-CTA
-  // all-gather) instead of NCCL's kernels. Given a `scratch` too (holding the largest
-  // operation's elements), so does an all-reduce or reduce-scatter in place inside it: an
-  // all-to-all of the parts into each rank's scratch (zero-CTA), a kernel that sums this rank's
-  // part only, and for an all-reduce an all-gather of the sums in place (zero-CTA). NCCL's
-  // kernels hold their SMs for a whole transfer, and one such block beside a persistent GEMM
-  // slows it by up to a fifth (docs/results/ddp.md); this way the SMs only sum, the copy
-  // engines move the bytes. Elements a part would not hold whole (count mod size()) go
-  // through NCCL's kernels. Collective: every rank passes buffers of the same sizes, from
-  // Allocator::allocate_shareable, one node's ranks only; several buffers may be in use, none
-  // overlapping. Returns false where nothing changes: the mpi backend, one rank. Until
-  // stop_copy_engines(buffer), which must come before the buffer or its scratch is freed.
-  virtual bool use_copy_engines(void* buffer, size_t bytes, void* scratch = nullptr, size_t scratch_bytes = 0) {
-    return false;
-  }
-  virtual void stop_copy_engines(void* buffer) {}
+  // Work of the caller's (casts, sums) ordered among this communicator's operations, so that
+  // the compute stream does not pay for it. nccl: `work` enqueues on the stream it is given
+  // (the communicator's), after the compute stream's work as a collective is, and wait() orders
+  // the compute stream after it; not inside a group, which launches its collectives at
+  // group_end(), after the work. mpi: `work` runs now on the host, given nullptr: an operation
+  // it reads is complete first.
+  virtual CommHandle enqueue_async(const std::function<void(void* stream)>& work) = 0;
+
+  // The copy-engine collectives of this communicator's ranks (see CopyEngines), made at the
+  // first call (collective: every rank calls it) and kept; null where there are none: the mpi
+  // backend, one rank.
+  virtual CopyEngines* copy_engines() { return nullptr; }
 
   // Every rank arrives, after its own issued operations are complete.
   virtual void barrier() = 0;

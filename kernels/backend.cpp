@@ -1,6 +1,7 @@
 #include "kernels/backend.h"
 
 #include "kernels/cpu/cpu_backend.h"
+#include "kernels/reduce_passes.h"
 #if defined(LLMHPC_WITH_CUDA)
 #include "kernels/cuda/cuda_backend.h"
 #endif
@@ -29,6 +30,28 @@ std::unique_ptr<Profiler> make_profiler(Backend& backend, bool activities) {
 #else
   LLMHPC_FATAL("a CUDA device in a build without the CUDA backend");
 #endif
+}
+
+// A stream is a GPU's: without CUDA there is none, and every pass runs on the host.
+void narrow_to_bf16(const float* data, void* wire, size_t count, void* stream) {
+#if defined(LLMHPC_WITH_CUDA)
+  if (stream) return cuda::narrow_to_bf16(data, wire, count, stream);
+#endif
+  cpu::narrow_to_bf16(data, wire, count);
+}
+
+void widen_from_bf16(const void* wire, float* data, size_t count, void* stream) {
+#if defined(LLMHPC_WITH_CUDA)
+  if (stream) return cuda::widen_from_bf16(wire, data, count, stream);
+#endif
+  cpu::widen_from_bf16(wire, data, count);
+}
+
+void sum_parts(void* out, const void* parts, size_t count, int n, DType dtype, float scale, void* stream) {
+#if defined(LLMHPC_WITH_CUDA)
+  if (stream) return cuda::sum_parts(out, parts, count, n, dtype, scale, stream);
+#endif
+  cpu::sum_parts(out, parts, count, n, dtype, scale);
 }
 
 bool cuda_compiled() {

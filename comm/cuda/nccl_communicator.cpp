@@ -5,9 +5,7 @@
 #include <mutex>
 #include <vector>
 
-#include "comm/cuda/bf16_wire.h"
 #include "comm/cuda/nccl_check.h"
-#include "comm/cuda/sum_parts.h"
 #include "src/core/cuda/event_timer.h"
 #include "src/core/watchdog.h"
 
@@ -81,15 +79,7 @@ class NcclHostWait final : public PendingOp {
   cudaStream_t stream_;
 };
 
-// A buffer registered for the copy engines (Communicator::use_copy_engines), as an NCCL
-// symmetric window on the zero-CTA communicator, with its reductions' scratch if it has one.
-struct CopyEngines {
-  char* buffer;
-  size_t bytes;
-  char* scratch;  // or null: all-gathers only
-  size_t scratch_bytes;
-  ncclWindow_t buffer_window = nullptr, scratch_window = nullptr;
-};
+class NcclCopyEngines;
 
 class NcclCommunicator final : public Communicator {
  public:
@@ -100,7 +90,6 @@ class NcclCommunicator final : public Communicator {
     MPI_CHECK(MPI_Comm_rank(mpi_comm_, &rank_));
     MPI_CHECK(MPI_Comm_size(mpi_comm_, &size_));
     CUDA_CHECK(cudaSetDevice(o.gpu));
-    CUDA_CHECK(cudaDeviceGetAttribute(&sms_, cudaDevAttrMultiProcessorCount, o.gpu));
     // Collectives run beside backward on this stream; at high priority their blocks take SMs
     // as soon as compute blocks retire instead of queueing behind the compute stream's kernels,
     // which otherwise fill the GPU (bf16 backward, docs/results/ddp.md).
@@ -126,21 +115,7 @@ class NcclCommunicator final : public Communicator {
     Watchdog::complete(init);
     monitors_.push_back(monitor(comm_));
   }
-  ~NcclCommunicator() override {
-    for (int m : monitors_)
-      if (m >= 0) Watchdog::instance().remove_monitor(m);
-    CUDA_CHECK(cudaStreamSynchronize(stream_));
-    if (ce_comm_) {
-      while (!ce_.empty()) stop_copy_engines(ce_.back().buffer);
-      settle(ncclCommFinalize(ce_comm_), "ncclCommFinalize");
-      NCCL_CHECK(ncclCommDestroy(ce_comm_));
-    }
-    settle(ncclCommFinalize(comm_), "ncclCommFinalize");
-    NCCL_CHECK(ncclCommDestroy(comm_));
-    cudaEventDestroy(compute_ready_);
-    cudaStreamDestroy(stream_);
-    MPI_Comm_free(&mpi_comm_);
-  }
+  ~NcclCommunicator() override;
 
   std::string backend_name() const override { return "nccl"; }
   int rank() const override { return rank_; }
@@ -151,48 +126,23 @@ class NcclCommunicator final : public Communicator {
   CommHandle all_reduce_async(const void* send, void* recv, size_t count, DType dtype, ReduceOp op) override {
     after_compute();
     Watchdog::OpPtr watched = watch("allreduce", count * dtype_size(dtype));
-    std::function<void()> calls;
-    if (!copy_alone(send, recv, count, dtype)) {
-      const CopyEngines* ce = send == recv ? reducing_engines(recv, count * dtype_size(dtype), dtype) : nullptr;
-      if (ce)
-        calls = [=, ce = *ce] { copy_engine_reduce(ce, static_cast<char*>(recv), count, dtype, op, /*gather=*/true); };
-      else settle(ncclAllReduce(send, recv, count, nccl_type(dtype), nccl_op(op), comm_, stream_), "ncclAllReduce");
-    }
-    return completion(std::move(watched), std::move(calls));
+    if (!copy_alone(send, recv, count, dtype))
+      settle(ncclAllReduce(send, recv, count, nccl_type(dtype), nccl_op(op), comm_, stream_), "ncclAllReduce");
+    return completion(std::move(watched));
   }
   CommHandle reduce_scatter_async(const void* send, void* recv, size_t count, DType dtype, ReduceOp op) override {
     after_compute();
-    const size_t bytes = count * size_t(size_) * dtype_size(dtype);
-    Watchdog::OpPtr watched = watch("reducescatter", bytes);
-    std::function<void()> calls;
-    if (!copy_alone(send, recv, count, dtype)) {
-      const char* data = static_cast<const char*>(send);
-      const bool in_place = static_cast<const char*>(recv) == data + size_t(rank_) * count * dtype_size(dtype);
-      const CopyEngines* ce = in_place ? reducing_engines(data, bytes, dtype) : nullptr;
-      if (ce)
-        calls = [=, ce = *ce] {
-          copy_engine_reduce(ce, const_cast<char*>(data), count * size_t(size_), dtype, op, /*gather=*/false);
-        };
-      else
-        settle(ncclReduceScatter(send, recv, count, nccl_type(dtype), nccl_op(op), comm_, stream_),
-               "ncclReduceScatter");
-    }
-    return completion(std::move(watched), std::move(calls));
+    Watchdog::OpPtr watched = watch("reducescatter", count * size_t(size_) * dtype_size(dtype));
+    if (!copy_alone(send, recv, count, dtype))
+      settle(ncclReduceScatter(send, recv, count, nccl_type(dtype), nccl_op(op), comm_, stream_), "ncclReduceScatter");
+    return completion(std::move(watched));
   }
   CommHandle all_gather_async(const void* send, void* recv, size_t count, DType dtype) override {
     after_compute();
-    const size_t bytes = count * size_t(size_) * dtype_size(dtype);
-    Watchdog::OpPtr watched = watch("allgather", bytes);
-    std::function<void()> calls;
-    if (!copy_alone(send, recv, count, dtype)) {
-      const bool in_place =
-          static_cast<const char*>(send) == static_cast<char*>(recv) + size_t(rank_) * count * dtype_size(dtype);
-      // One NCCL call, but on the zero-CTA communicator: like the reductions, it runs after a group.
-      if (in_place && registered(recv, bytes))
-        calls = [=] { settle(ncclAllGather(send, recv, count, nccl_type(dtype), ce_comm_, stream_), "ncclAllGather"); };
-      else settle(ncclAllGather(send, recv, count, nccl_type(dtype), comm_, stream_), "ncclAllGather");
-    }
-    return completion(std::move(watched), std::move(calls));
+    Watchdog::OpPtr watched = watch("allgather", count * size_t(size_) * dtype_size(dtype));
+    if (!copy_alone(send, recv, count, dtype))
+      settle(ncclAllGather(send, recv, count, nccl_type(dtype), comm_, stream_), "ncclAllGather");
+    return completion(std::move(watched));
   }
   CommHandle broadcast_async(const void* send, void* recv, size_t count, DType dtype, int root) override {
     LLMHPC_CHECK(root >= 0 && root < size_, "broadcast root " + std::to_string(root) + " out of range");
@@ -202,33 +152,12 @@ class NcclCommunicator final : public Communicator {
       settle(ncclBroadcast(send, recv, count, nccl_type(dtype), root, comm_, stream_), "ncclBroadcast");
     return completion(std::move(watched));
   }
-
-  CommHandle all_reduce_in_bf16_async(float* data, void* wire, size_t count, ReduceOp op) override {
+  CommHandle all_to_all_async(const void* send, void* recv, size_t count, DType dtype) override {
     after_compute();
-    Watchdog::OpPtr watched = watch("allreduce", count * 2);
-    const CopyEngines* ce = reducing_engines(wire, count * 2, DType::BF16);
-    return completion(std::move(watched), [=, ce = ce ? *ce : CopyEngines{}] {
-      narrow_to_bf16(data, wire, count, sms_, stream_);
-      if (ce.buffer) copy_engine_reduce(ce, static_cast<char*>(wire), count, DType::BF16, op, /*gather=*/true);
-      else if (size_ > 1)
-        settle(ncclAllReduce(wire, wire, count, ncclBfloat16, nccl_op(op), comm_, stream_), "ncclAllReduce");
-      widen_from_bf16(wire, data, count, sms_, stream_);
-    });
-  }
-  CommHandle reduce_scatter_in_bf16_async(float* data, void* wire, size_t count, ReduceOp op) override {
-    after_compute();
-    const size_t total = count * size_t(size_), mine = size_t(rank_) * count;
-    Watchdog::OpPtr watched = watch("reducescatter", total * 2);
-    const CopyEngines* ce = reducing_engines(wire, total * 2, DType::BF16);
-    return completion(std::move(watched), [=, ce = ce ? *ce : CopyEngines{}] {
-      char* bits = static_cast<char*>(wire);
-      narrow_to_bf16(data, wire, total, sms_, stream_);
-      if (ce.buffer) copy_engine_reduce(ce, bits, total, DType::BF16, op, /*gather=*/false);
-      else if (size_ > 1)
-        settle(ncclReduceScatter(bits, bits + mine * 2, count, ncclBfloat16, nccl_op(op), comm_, stream_),
-               "ncclReduceScatter");
-      widen_from_bf16(bits + mine * 2, data + mine, count, sms_, stream_);
-    });
+    Watchdog::OpPtr watched = watch("alltoall", count * size_t(size_) * dtype_size(dtype));
+    if (!copy_alone(send, recv, count, dtype))
+      settle(ncclAlltoAll(send, recv, count, nccl_type(dtype), comm_, stream_), "ncclAlltoAll");
+    return completion(std::move(watched));
   }
 
   void group_start() override {
@@ -236,54 +165,23 @@ class NcclCommunicator final : public Communicator {
     ++group_depth_;
   }
   // NCCL launches a group's operations here, so their completion events are recorded now.
-  // Operations of several calls (the copy engines', a bf16 wire's) run here, after it, one after
-  // another: each is a sequence of NCCL calls and kernels, which a group would reorder.
   void group_end() override {
     LLMHPC_CHECK(group_depth_ > 0, "group_end() without group_start()");
     settle(ncclGroupEnd(), "ncclGroupEnd");
     if (--group_depth_ > 0) return;
-    for (Launch& l : group_launches_) {
-      if (l.calls) l.calls();
-      launch(l);
-    }
+    for (Launch& l : group_launches_) launch(l);
     group_launches_.clear();
   }
 
-  bool use_copy_engines(void* buffer, size_t bytes, void* scratch, size_t scratch_bytes) override {
-    if (size_ == 1) return false;
-    LLMHPC_CHECK(group_depth_ == 0, "use_copy_engines() inside a group");
-    const char* begin = static_cast<const char*>(buffer);
-    for (const CopyEngines& ce : ce_)
-      LLMHPC_CHECK(begin + bytes <= ce.buffer || ce.buffer + ce.bytes <= begin,
-                   "the copy engines use an overlapping buffer already (stop_copy_engines() first)");
-    if (!ce_comm_) {
-      // NCCL runs an all-to-all or all-gather between symmetric windows through the copy
-      // engines only on a communicator with the zero-CTA policy (NCCL 2.28); this one does
-      // nothing else, so every other collective keeps NCCL's default policy.
-      ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
-      config.blocking = 1;
-      config.CTAPolicy = NCCL_CTA_POLICY_ZERO;
-      settle(ncclCommSplit(comm_, 0, rank_, &ce_comm_, &config), "ncclCommSplit");
-      monitors_.push_back(monitor(ce_comm_));
-    }
-    synchronize();
-    CopyEngines ce{static_cast<char*>(buffer), bytes, static_cast<char*>(scratch), scratch ? scratch_bytes : 0};
-    settle(ncclCommWindowRegister(ce_comm_, buffer, bytes, &ce.buffer_window, NCCL_WIN_COLL_SYMMETRIC),
-           "ncclCommWindowRegister");
-    if (scratch)
-      settle(ncclCommWindowRegister(ce_comm_, scratch, scratch_bytes, &ce.scratch_window, NCCL_WIN_COLL_SYMMETRIC),
-             "ncclCommWindowRegister");
-    ce_.push_back(ce);
-    return true;
+  // Not watched: the work waits for no other rank, and the operations around it are.
+  CommHandle enqueue_async(const std::function<void(void* stream)>& work) override {
+    LLMHPC_CHECK(group_depth_ == 0, "enqueue_async() inside a group");
+    after_compute();
+    work(stream_);
+    return completion(nullptr);
   }
-  void stop_copy_engines(void* buffer) override {
-    const auto ce = std::find_if(ce_.begin(), ce_.end(), [&](const CopyEngines& c) { return c.buffer == buffer; });
-    if (ce == ce_.end()) return;
-    synchronize();
-    settle(ncclCommWindowDeregister(ce_comm_, ce->buffer_window), "ncclCommWindowDeregister");
-    if (ce->scratch_window) settle(ncclCommWindowDeregister(ce_comm_, ce->scratch_window), "ncclCommWindowDeregister");
-    ce_.erase(ce);
-  }
+
+  CopyEngines* copy_engines() override;
 
   void barrier() override {
     synchronize();
@@ -295,6 +193,8 @@ class NcclCommunicator final : public Communicator {
   std::unique_ptr<Timer> make_timer(int num_marks) override { return make_event_timer(stream_, num_marks); }
 
  private:
+  friend class NcclCopyEngines;
+
   // On one rank every collective is a copy of `count` elements (an average over one rank is the
   // value itself), done here: NCCL 2.28's single-rank out-of-place average of fp64 left the
   // elements past the first 65536 untouched (H100, test_comm with one rank, 2026-11-23).
@@ -303,42 +203,6 @@ class NcclCommunicator final : public Communicator {
     if (send != recv)
       CUDA_CHECK(cudaMemcpyAsync(recv, send, count * dtype_size(dtype), cudaMemcpyDeviceToDevice, stream_));
     return true;
-  }
-
-  // The registration holding [data, data + bytes), or null: where an in-place all-gather goes
-  // through the copy engines.
-  const CopyEngines* registered(const void* data, size_t bytes) const {
-    const char* p = static_cast<const char*>(data);
-    for (const CopyEngines& ce : ce_)
-      if (ce.buffer <= p && p + bytes <= ce.buffer + ce.bytes) return &ce;
-    return nullptr;
-  }
-  // Where an in-place reduction goes through them: a registration with a scratch, in a dtype
-  // sum_parts adds (others take NCCL's kernels).
-  const CopyEngines* reducing_engines(const void* data, size_t bytes, DType dtype) const {
-    const CopyEngines* ce = registered(data, bytes);
-    return ce && ce->scratch && (dtype == DType::F32 || dtype == DType::BF16) ? ce : nullptr;
-  }
-
-  // The copy engines' reduction of `count` elements at `data`, in place: part r is
-  // [r * part, (r + 1) * part), part = count / size(). An all-to-all (zero-CTA) puts every rank's
-  // part r side by side in rank r's scratch, which sums them into its part; an all-reduce then
-  // all-gathers the sums (zero-CTA). The elements past size() parts go through NCCL's kernels.
-  void copy_engine_reduce(const CopyEngines& ce, char* data, size_t count, DType dtype, ReduceOp op, bool gather) {
-    const size_t es = dtype_size(dtype), part = count / size_t(size_), rest = count - part * size_t(size_);
-    LLMHPC_CHECK(count * es <= ce.scratch_bytes, "the copy engines' scratch is smaller than the operation");
-    char* mine = data + size_t(rank_) * part * es;
-    if (part > 0) {
-      settle(ncclAlltoAll(data, ce.scratch, part, nccl_type(dtype), ce_comm_, stream_), "ncclAlltoAll");
-      sum_parts(mine, ce.scratch, part, size_, dtype, op == ReduceOp::Average ? 1.0f / float(size_) : 1.0f, sms_,
-                stream_);
-      if (gather) settle(ncclAllGather(mine, data, part, nccl_type(dtype), ce_comm_, stream_), "ncclAllGather");
-    }
-    if (rest > 0) {
-      LLMHPC_CHECK(gather, "a reduce-scatter's count divides among the ranks");
-      char* tail = data + part * size_t(size_) * es;
-      settle(ncclAllReduce(tail, tail, rest, nccl_type(dtype), nccl_op(op), comm_, stream_), "ncclAllReduce");
-    }
   }
 
   // The watchdog's monitor of one NCCL communicator: its asynchronous error. No abort: the
@@ -375,8 +239,8 @@ class NcclCommunicator final : public Communicator {
       fatal(__FILE__, __LINE__, call, std::string(ncclGetErrorString(rc)) + " (" + ncclGetLastError(comm_) + ")");
   }
 
-  static Watchdog::OpPtr watch(const char* name, uint64_t bytes) {
-    return Watchdog::instance().begin(name, "nccl", bytes);
+  static Watchdog::OpPtr watch(const char* name, uint64_t bytes, const char* backend = "nccl") {
+    return Watchdog::instance().begin(name, backend, bytes);
   }
 
   // An operation's completion event, recorded after it on the communicator's stream, and the
@@ -384,25 +248,19 @@ class NcclCommunicator final : public Communicator {
   struct Launch {
     std::shared_ptr<CUevent_st> done;
     Watchdog::OpPtr watched;
-    std::function<void()> calls;  // an operation of several calls and kernels, run before the event is recorded
   };
   void launch(const Launch& l) {
     CUDA_CHECK(cudaEventRecord(l.done.get(), stream_));
     Watchdog::launched(l.watched, l.done, poll_event);
   }
 
-  // The handle, and the event the watchdog polls (one event serves both). An operation of
-  // several calls (`calls`) runs now, or at group_end() inside a group.
-  CommHandle completion(Watchdog::OpPtr watched, std::function<void()> calls = {}) {
-    if (!compute_ && !watched && !calls) return CommHandle(std::make_unique<NcclHostWait>(stream_));
-    Launch l{events_->take(), std::move(watched), std::move(calls)};
+  // The handle, and the event the watchdog polls (one event serves both).
+  CommHandle completion(Watchdog::OpPtr watched) {
+    if (!compute_ && !watched) return CommHandle(std::make_unique<NcclHostWait>(stream_));
+    Launch l{events_->take(), std::move(watched)};
     std::shared_ptr<CUevent_st> done = l.done;
-    if (group_depth_ > 0) {
-      group_launches_.push_back(std::move(l));  // the operation is launched at group_end()
-    } else {
-      if (l.calls) l.calls();
-      launch(l);
-    }
+    if (group_depth_ > 0) group_launches_.push_back(std::move(l));  // the operation is launched at group_end()
+    else launch(l);
     if (!compute_) return CommHandle(std::make_unique<NcclHostWait>(stream_));
     return CommHandle(std::make_unique<NcclPendingOp>(std::move(done), compute_));
   }
@@ -416,13 +274,110 @@ class NcclCommunicator final : public Communicator {
   std::shared_ptr<EventPool> events_ = std::make_shared<EventPool>();
   int group_depth_ = 0;
   std::vector<Launch> group_launches_;
-  std::vector<int> monitors_;  // the watchdog's monitors of comm_ and ce_comm_ (-1: none)
-  int sms_ = 0;                // the GPU's multiprocessors: the grid of the sum and cast kernels
-  // use_copy_engines(): the zero-CTA communicator, made at the first call and kept, and the
-  // registered buffers while in use.
-  ncclComm_t ce_comm_ = nullptr;
-  std::vector<CopyEngines> ce_;
+  std::vector<int> monitors_;                      // the watchdog's monitors of comm_ and the copy engines' (-1: none)
+  std::unique_ptr<NcclCopyEngines> copy_engines_;  // made at the first copy_engines()
 };
+
+// The copy engines: NCCL runs an all-to-all or all-gather between symmetric windows through
+// them only on a communicator with the zero-CTA policy (NCCL 2.28); this one, split from the
+// NcclCommunicator's, does nothing else, so every other collective keeps NCCL's default
+// policy. Its calls go on the NcclCommunicator's stream, through its ordering and completion.
+class NcclCopyEngines final : public CopyEngines {
+ public:
+  explicit NcclCopyEngines(NcclCommunicator& c) : c_(c) {
+    ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+    config.blocking = 1;
+    config.CTAPolicy = NCCL_CTA_POLICY_ZERO;
+    c_.settle(ncclCommSplit(c_.comm_, 0, c_.rank_, &comm_, &config), "ncclCommSplit");
+    c_.monitors_.push_back(c_.monitor(comm_));
+  }
+  ~NcclCopyEngines() override {
+    while (!windows_.empty()) deregister_window(windows_.back().begin);
+    c_.settle(ncclCommFinalize(comm_), "ncclCommFinalize");
+    NCCL_CHECK(ncclCommDestroy(comm_));
+  }
+
+  void register_window(void* buffer, size_t bytes) override {
+    LLMHPC_CHECK(c_.group_depth_ == 0, "register_window() inside a group");
+    const char* begin = static_cast<const char*>(buffer);
+    for (const Window& w : windows_)
+      LLMHPC_CHECK(begin + bytes <= w.begin || w.begin + w.bytes <= begin,
+                   "a window overlaps one registered already (deregister_window() first)");
+    c_.synchronize();
+    Window w{static_cast<char*>(buffer), bytes};
+    c_.settle(ncclCommWindowRegister(comm_, buffer, bytes, &w.window, NCCL_WIN_COLL_SYMMETRIC),
+              "ncclCommWindowRegister");
+    windows_.push_back(w);
+  }
+  void deregister_window(void* buffer) override {
+    const auto w = std::find_if(windows_.begin(), windows_.end(), [&](const Window& x) { return x.begin == buffer; });
+    if (w == windows_.end()) return;
+    c_.synchronize();
+    c_.settle(ncclCommWindowDeregister(comm_, w->window), "ncclCommWindowDeregister");
+    windows_.erase(w);
+  }
+
+  CommHandle all_gather_async(const void* send, void* recv, size_t count, DType dtype) override {
+    const size_t part = count * dtype_size(dtype);
+    LLMHPC_CHECK(send == static_cast<const char*>(recv) + size_t(c_.rank_) * part,
+                 "the copy engines' all-gather is in place");
+    return issue("allgather", recv, recv, part * size_t(c_.size_), [&] {
+      c_.settle(ncclAllGather(send, recv, count, nccl_type(dtype), comm_, c_.stream_), "ncclAllGather");
+    });
+  }
+  CommHandle all_to_all_async(const void* send, void* recv, size_t count, DType dtype) override {
+    return issue("alltoall", send, recv, count * size_t(c_.size_) * dtype_size(dtype), [&] {
+      c_.settle(ncclAlltoAll(send, recv, count, nccl_type(dtype), comm_, c_.stream_), "ncclAlltoAll");
+    });
+  }
+
+ private:
+  struct Window {
+    char* begin;
+    size_t bytes;
+    ncclWindow_t window = nullptr;
+  };
+  bool in_window(const void* data, size_t bytes) const {
+    const char* p = static_cast<const char*>(data);
+    for (const Window& w : windows_)
+      if (w.begin <= p && p + bytes <= w.begin + w.bytes) return true;
+    return false;
+  }
+  // One NCCL call of `bytes` from `send`'s window into `recv`'s, ordered and completed as the
+  // NcclCommunicator's own operations, outside its groups: a group would launch it with the
+  // other communicator's collectives.
+  CommHandle issue(const char* name, const void* send, void* recv, size_t bytes, const std::function<void()>& call) {
+    LLMHPC_CHECK(c_.group_depth_ == 0, "a copy-engine collective inside a group");
+    LLMHPC_CHECK(in_window(send, bytes) && in_window(recv, bytes), "a copy-engine collective outside the windows");
+    c_.after_compute();
+    Watchdog::OpPtr watched = NcclCommunicator::watch(name, bytes, "nccl (copy engines)");
+    call();
+    return c_.completion(std::move(watched));
+  }
+
+  NcclCommunicator& c_;
+  ncclComm_t comm_ = nullptr;
+  std::vector<Window> windows_;
+};
+
+NcclCommunicator::~NcclCommunicator() {
+  for (int m : monitors_)
+    if (m >= 0) Watchdog::instance().remove_monitor(m);
+  CUDA_CHECK(cudaStreamSynchronize(stream_));
+  copy_engines_.reset();
+  settle(ncclCommFinalize(comm_), "ncclCommFinalize");
+  NCCL_CHECK(ncclCommDestroy(comm_));
+  cudaEventDestroy(compute_ready_);
+  cudaStreamDestroy(stream_);
+  MPI_Comm_free(&mpi_comm_);
+}
+
+CopyEngines* NcclCommunicator::copy_engines() {
+  if (size_ == 1) return nullptr;
+  LLMHPC_CHECK(group_depth_ == 0, "copy_engines() inside a group");
+  if (!copy_engines_) copy_engines_ = std::make_unique<NcclCopyEngines>(*this);
+  return copy_engines_.get();
+}
 
 }  // namespace
 

@@ -3,7 +3,8 @@
 // comm/communicator.h). Bootstrap over MPI: rank 0's ncclGetUniqueId goes to every rank
 // with MPI_Bcast, then ncclCommInitRankConfig (blocking; the watchdog polls each operation's
 // completion event and the communicator's asynchronous error from its own thread and aborts:
-// src/core/watchdog.h). Not thread-safe: one host thread drives it.
+// src/core/watchdog.h). Its copy engines are a zero-CTA communicator split from it at the first
+// copy_engines(), on the same stream. Not thread-safe: one host thread drives it.
 #pragma once
 #include <memory>
 #include <string>

@@ -42,13 +42,6 @@ void divide_in_place(void* data, size_t count, DType dtype, int n) {
   }
 }
 
-void narrow_to_bf16(const float* from, uint16_t* to, size_t count) {
-  for (size_t i = 0; i < count; ++i) to[i] = float_to_bf16_bits(from[i]);
-}
-void widen_from_bf16(const uint16_t* from, float* to, size_t count) {
-  for (size_t i = 0; i < count; ++i) to[i] = bf16_bits_to_float(from[i]);
-}
-
 // A non-blocking MPI collective (one request per chunk) and the host step that completes
 // it (average division, moving an in-place reduce-scatter result). Never abandoned: the
 // destructor waits. Complete for the watchdog when the requests are.
@@ -124,26 +117,22 @@ class MpiCommunicator final : public Communicator {
     broadcast_impl(send, recv, count, dtype, root, true);
   }
 
-  // Blocking, so that the next operation may take the same wire.
-  CommHandle all_reduce_in_bf16_async(float* data, void* wire, size_t count, ReduceOp op) override {
-    uint16_t* bits = static_cast<uint16_t*>(wire);
-    narrow_to_bf16(data, bits, count);
-    all_reduce_impl(bits, bits, count, DType::BF16, op, true);
-    widen_from_bf16(bits, data, count);
-    return {};
-  }
-  CommHandle reduce_scatter_in_bf16_async(float* data, void* wire, size_t count, ReduceOp op) override {
-    uint16_t* bits = static_cast<uint16_t*>(wire);
-    const size_t mine = size_t(rank_) * count;
-    narrow_to_bf16(data, bits, count * size_t(size_));
-    reduce_scatter_impl(bits, bits + mine, count, DType::BF16, op, true);
-    widen_from_bf16(bits + mine, data + mine, count);
-    return {};
+  CommHandle all_to_all_async(const void* send, void* recv, size_t count, DType dtype) override {
+    LLMHPC_CHECK(send != recv, "all_to_all is out of place");
+    const int n = mpi_count(count);
+    Watchdog::OpPtr watched = watch("alltoall", count * size_t(size_) * dtype_size(dtype));
+    std::vector<MPI_Request> request(1, MPI_REQUEST_NULL);
+    MPI_CHECK(MPI_Ialltoall(send, n, mpi_type(dtype), recv, n, mpi_type(dtype), comm_, request.data()));
+    return complete(false, request, {}, std::move(watched));
   }
 
   // Each MPI operation starts when it is called; a group is only a bracket here.
   void group_start() override {}
   void group_end() override {}
+  CommHandle enqueue_async(const std::function<void(void* stream)>& work) override {
+    work(nullptr);
+    return {};
+  }
   void barrier() override {
     Watchdog::OpPtr watched = watch("barrier", 0);
     MPI_CHECK(MPI_Barrier(comm_));

@@ -38,7 +38,7 @@ class Allocator {
   virtual size_t restore_pages(void* base, size_t offset, size_t bytes) { return 0; }
 
   // Shareable memory: one allocation the node's other ranks can map, which collectives through
-  // the copy engines need (Communicator::use_copy_engines). Where the allocator has nothing of
+  // the copy engines need (CopyEngines::register_window). Where the allocator has nothing of
   // the kind (host memory, a GPU without virtual memory management, a driver that does not
   // export it) it is allocate(), and shares_memory() says so.
   virtual void* allocate_shareable(size_t bytes, const std::string& tag) { return allocate(bytes, tag); }

@@ -121,7 +121,7 @@ struct SyncPlan {
   bool when_ready = false;  // issued as soon as backward finished it (overlap, bucketed); else after backward
   // The fp32 gradients travel as bf16 (--grad-reduce-dtype bf16, as PyTorch DDP's
   // bf16_compress_hook): each range rounded to bf16 before its collective, averaged in bf16,
-  // widened after it (Communicator::all_reduce_in_bf16_async). Half the bytes; every rank still
+  // widened after it (src/dist/bf16_wire.h). Half the bytes; every rank still
   // gets the same average. The buckets stay those of the fp32 gradients, as PyTorch's do.
   bool reduce_in_bf16 = false;
   // Ranges whose elements the ranks' optimizers share out, part r to rank r (shard_part):
@@ -190,7 +190,7 @@ struct CopySharing {
   // the first step's sharing until wait_parameters() brings them (and again at the next step).
   Allocator* pages = nullptr;
   // The copy lies in shareable memory (Allocator::allocate_shareable): zero1's all-gathers of it
-  // go through the copy engines where the communicator can (Communicator::use_copy_engines).
+  // go through the copy engines where the communicator has them (Communicator::copy_engines).
   bool copy_engines = false;
 };
 // The gradient collectives' own buffers, as long as the largest bucket and held while the sync
@@ -198,8 +198,8 @@ struct CopySharing {
 // engines the scratch where the other ranks' parts arrive.
 struct ReduceScratch {
   Allocator* allocator = nullptr;  // the gradients' allocator; needed for either
-  // The gradients' collectives go through the copy engines where the communicator can
-  // (Communicator::use_copy_engines): in the gradients, which must then come from the
+  // The gradients' collectives go through the copy engines where the communicator has them
+  // (src/dist/copy_engine_reduction.h): in the gradients, which must then come from the
   // allocator's allocate_shareable, or in the bf16 wire.
   bool copy_engines = false;
 };

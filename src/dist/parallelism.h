@@ -27,7 +27,7 @@ namespace llmhpc {
 enum class ShareWeights { Auto, Master, Bf16 };
 
 // What moves the gradients' bytes between GPUs. Sm: NCCL's kernels; Copy: the GPUs' copy
-// engines, the SMs only summing each rank's part (Communicator::use_copy_engines); Auto:
+// engines, the SMs only summing each rank's part (src/dist/copy_engine_reduction.h); Auto:
 // resolve_collective_engine's choice.
 enum class CollectiveEngine { Sm, Copy, Auto };
 const char* collective_engine_name(CollectiveEngine engine);  // "sm", "copy", "auto"

@@ -7,6 +7,8 @@
 #include "src/core/allocator.h"
 #include "src/core/check.h"
 #include "src/core/nvtx.h"
+#include "src/dist/bf16_wire.h"
+#include "src/dist/copy_engine_reduction.h"
 
 namespace llmhpc {
 namespace {
@@ -31,14 +33,19 @@ namespace {
 // and finish() makes the compute stream wait for every collective before anything after it
 // (the optimizer, the next backward) touches them.
 //
-// Through the copy engines (ReduceScratch::copy_engines): the communicator moves the buckets with
-// the copy engines and sums each rank's part on the SMs (Communicator::use_copy_engines), into
-// a scratch of the largest bucket that this reducer holds; the result is the same average.
+// Through the copy engines (ReduceScratch::copy_engines, where the communicator has them): the
+// buckets move with the copy engines and each rank's part is summed on the SMs
+// (src/dist/copy_engine_reduction.h), through a scratch of the largest bucket; the result is
+// the same average.
 //
 // In bf16 (SyncPlan::reduce_in_bf16): each bucket is rounded into a wire as long as the largest
-// bucket, reduced there and widened back (Communicator::all_reduce_in_bf16_async). One wire
-// serves every bucket: such operations run one after another (nccl: on the communicator's
-// stream, which is also what reuses the wire), and the copy engines then work in the wire.
+// bucket, reduced there and widened back (src/dist/bf16_wire.h). One wire serves every bucket:
+// such operations run one after another on the communicator's stream, which is also what
+// reuses the wire; the copy engines then work in the wire.
+//
+// Either is several steps on the communicator's stream, which a group would reorder (it
+// launches its collectives at group_end(), after the steps issued behind them): their buckets
+// are issued one after another, never grouped.
 class Reducer final : public GradientSync {
  public:
   Reducer(const SyncPlan& plan, Communicator& comm, Tensor flat_grads, ReduceScratch memory)
@@ -67,15 +74,14 @@ class Reducer final : public GradientSync {
       wire_ = Buffer(*memory.allocator, DType::BF16, {largest}, "comm.wire",
                      memory.copy_engines ? MemoryKind::Shareable : MemoryKind::Plain);
     }
-    if (memory.copy_engines && largest > 0) {
-      scratch_ = Buffer(*memory.allocator, moved().dtype, {largest}, "comm.scratch", MemoryKind::Shareable);
-      if (!comm_.use_copy_engines(moved().data, moved().bytes(), scratch_.tensor().data, scratch_.tensor().bytes()))
-        scratch_.release();  // nothing to move them here (mpi, one rank)
+    // None where nothing moves them (mpi, one rank).
+    CopyEngines* copy_engines = memory.copy_engines && largest > 0 ? comm_.copy_engines() : nullptr;
+    if (copy_engines) {
+      Buffer scratch(*memory.allocator, moved().dtype, {largest}, "comm.scratch", MemoryKind::Shareable);
+      engines_ = std::make_unique<CopyEngineReduction>(comm_, *copy_engines, moved(), std::move(scratch));
     }
+    if (!wire_.empty()) bf16_ = std::make_unique<Bf16Wire>(comm_, wire_.tensor(), engines_.get());
     begin_step();
-  }
-  ~Reducer() override {
-    if (!scratch_.empty()) comm_.stop_copy_engines(moved().data);  // before the scratch and the wire go
   }
 
   const SyncPlan& plan() const override { return plan_; }
@@ -126,9 +132,10 @@ class Reducer final : public GradientSync {
   // NCCL launches them together, so a layer's nine tensors pay one launch and one
   // synchronisation instead of nine (per-collective latency dominates small tensors).
   void issue_together(const std::vector<size_t>& ks, bool in_finish) {
-    if (ks.size() > 1) comm_.group_start();
+    const bool group = ks.size() > 1 && !bf16_ && !engines_;
+    if (group) comm_.group_start();
     for (size_t k : ks) issue(k, in_finish);
-    if (ks.size() > 1) comm_.group_end();
+    if (group) comm_.group_end();
   }
 
   // Where the collectives work: the gradients, or the bf16 wire they travel in.
@@ -138,28 +145,29 @@ class Reducer final : public GradientSync {
     const FlatRange& b = buckets_[k];
     void* data = grads_.slice(b.begin, {b.size()}).data;
     const bool blocking = !plan_.when_ready;
-    if (!wire_.empty()) {
+    const bool all = collective_ == Collective::AllReduce;
+    const size_t count = size_t(all ? b.size() : b.size() / plan_.ranks);  // per rank for a reduce-scatter
+    CommHandle h;
+    if (bf16_) {
       float* values = static_cast<float*>(data);
-      void* wire = wire_.tensor().data;
-      CommHandle h =
-          collective_ == Collective::AllReduce
-              ? comm_.all_reduce_in_bf16_async(values, wire, size_t(b.size()), ReduceOp::Average)
-              : comm_.reduce_scatter_in_bf16_async(values, wire, size_t(b.size() / plan_.ranks), ReduceOp::Average);
-      if (blocking) h.wait();
-      else in_flight_.push_back(std::move(h));
-    } else if (collective_ == Collective::AllReduce) {
-      const size_t count = size_t(b.size());
+      h = all ? bf16_->all_reduce_async(values, count, ReduceOp::Average)
+              : bf16_->reduce_scatter_async(values, count, ReduceOp::Average);
+    } else if (engines_) {
+      h = all ? engines_->all_reduce_async(data, count, ReduceOp::Average)
+              : engines_->reduce_scatter_async(data, count, ReduceOp::Average);
+    } else if (all) {
       if (blocking) comm_.all_reduce(data, data, count, grads_.dtype, ReduceOp::Average);
-      else in_flight_.push_back(comm_.all_reduce_async(data, data, count, grads_.dtype, ReduceOp::Average));
+      else h = comm_.all_reduce_async(data, data, count, grads_.dtype, ReduceOp::Average);
     } else {
       const FlatRange mine = plan_.shard(k, comm_.rank());  // the bucket is its own shard group
       void* part = grads_.slice(mine.begin, {mine.size()}).data;
-      const size_t count = size_t(mine.size());
       if (blocking) comm_.reduce_scatter(data, part, count, grads_.dtype, ReduceOp::Average);
-      else in_flight_.push_back(comm_.reduce_scatter_async(data, part, count, grads_.dtype, ReduceOp::Average));
+      else h = comm_.reduce_scatter_async(data, part, count, grads_.dtype, ReduceOp::Average);
     }
+    if (blocking) h.wait();
+    else in_flight_.push_back(std::move(h));
     issued_[k] = true;
-    const int64_t bytes = b.size() * int64_t(dtype_size(wire_.empty() ? grads_.dtype : DType::BF16));
+    const int64_t bytes = b.size() * int64_t(dtype_size(bf16_ ? DType::BF16 : grads_.dtype));
     ++stats_.collectives;
     stats_.bytes += bytes;
     stats_.bus_bytes += int64_t(double(bytes) * bus_factor(collective_, plan_.ranks));
@@ -177,8 +185,10 @@ class Reducer final : public GradientSync {
   std::vector<bool> issued_;
   std::vector<CommHandle> in_flight_;
   SyncStats stats_;
-  Buffer wire_;     // in bf16: what every bucket travels in
-  Buffer scratch_;  // through the copy engines: where the other ranks' parts arrive
+  // Declared in the order they are made: each goes before what it uses.
+  Buffer wire_;                                   // in bf16: what every bucket travels in
+  std::unique_ptr<CopyEngineReduction> engines_;  // through the copy engines, in the wire or the gradients
+  std::unique_ptr<Bf16Wire> bf16_;                // in bf16: the casts around the collective
 };
 
 }  // namespace

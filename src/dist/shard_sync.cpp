@@ -47,8 +47,9 @@ namespace {
 // from the end of the first step's sharing until masters_needed() takes them again (and
 // from the next step's end again). Giving pages back waits for the device; it happens once
 // per run of steps, not per step. Given CopySharing::copy_engines, zero1's all-gathers of the
-// copy go through the copy engines (Communicator::use_copy_engines): NCCL's kernels, resident
-// for the whole transfer, would slow the next forward's GEMMs beside them.
+// copy go through the copy engines (CopyEngines, the copy a window of theirs): NCCL's kernels,
+// resident for the whole transfer, would slow the next forward's GEMMs beside them. They run
+// outside the group of the full-precision broadcasts, after it.
 class ParameterSharing final : public GradientSync {
  public:
   ParameterSharing(std::unique_ptr<GradientSync> gradients, Communicator& comm, Tensor flat_params, CopySharing sharing)
@@ -61,8 +62,8 @@ class ParameterSharing final : public GradientSync {
     if (pages_) stale_ = stale_masters();
     const SyncPlan& plan = gradients_->plan();
     // Broadcasts have no zero-CTA form: only zero1's all-gathers move through the copy engines.
-    copy_engines_ = sharing.copy_engines && !copy_.empty() && plan.sharding == Sharding::Zero1 &&
-                    comm_.use_copy_engines(copy_.data, copy_.bytes());
+    if (sharing.copy_engines && !copy_.empty() && plan.sharding == Sharding::Zero1) engines_ = comm_.copy_engines();
+    if (engines_) engines_->register_window(copy_.data, copy_.bytes());
     LLMHPC_CHECK(plan.sharding != Sharding::None, "parameter sharing without a sharded plan");
     for (size_t g = 0; g < plan.shard_groups.size(); ++g) {
       LLMHPC_CHECK(plan.shard_groups[g].end <= params_.numel(), "a shard group lies beyond the parameters");
@@ -75,7 +76,7 @@ class ParameterSharing final : public GradientSync {
   ~ParameterSharing() override {
     parameters_needed(0, params_.numel());
     take_back_stale();  // the buffer whole again (by then wait_parameters() brought the masters)
-    if (copy_engines_) comm_.stop_copy_engines(copy_.data);
+    if (engines_) engines_->deregister_window(copy_.data);
   }
 
   const SyncPlan& plan() const override { return gradients_->plan(); }
@@ -187,21 +188,24 @@ class ParameterSharing final : public GradientSync {
     if (copy_.empty()) {
       send_parts(params_, g, param_stats_);
     } else {
-      send_parts(copy_, g, param_stats_);
+      if (!engines_) send_parts(copy_, g, param_stats_);
       send_full_precision_pieces(g);
     }
     comm_.group_end();
+    if (engines_) send_parts(copy_, g, param_stats_, engines_);  // never grouped (CopyEngines)
   }
 
   // Every owner's part of group g of `flat`, in place. zero1: one all-gather (rank r's part
-  // lands at part r); broadcast: each owner's part from its owner.
-  void send_parts(const Tensor& flat, size_t g, SyncStats& stats) {
+  // lands at part r), through `engines` if given; broadcast: each owner's part from its owner.
+  void send_parts(const Tensor& flat, size_t g, SyncStats& stats, CopyEngines* engines = nullptr) {
     const SyncPlan& plan = gradients_->plan();
     const FlatRange group = plan.shard_groups[g];
     const int64_t es = int64_t(dtype_size(flat.dtype));
     if (plan.sharding == Sharding::Zero1) {
       const FlatRange mine = plan.shard(g, comm_.rank());
-      arriving_[g].push_back(comm_.all_gather_async(at(flat, mine), at(flat, group), size_t(mine.size()), flat.dtype));
+      const size_t count = size_t(mine.size());
+      arriving_[g].push_back(engines ? engines->all_gather_async(at(flat, mine), at(flat, group), count, flat.dtype)
+                                     : comm_.all_gather_async(at(flat, mine), at(flat, group), count, flat.dtype));
       ++stats.param_collectives;
       stats.bus_bytes += int64_t(double(group.size() * es) * bus_factor(Collective::AllGather, plan.ranks));
     } else {
@@ -249,7 +253,7 @@ class ParameterSharing final : public GradientSync {
   Communicator& comm_;
   Tensor params_;
   Tensor copy_;                            // the bf16 copy that travels instead of the masters, or empty
-  bool copy_engines_ = false;              // its all-gathers go through the copy engines
+  CopyEngines* engines_ = nullptr;         // or the copy engines its all-gathers go through
   std::vector<FlatRange> full_precision_;  // with it, the masters that travel too
   std::vector<std::vector<std::pair<int, FlatRange>>> pieces_;  // of them, per group: (owner, piece)
   Allocator* pages_;                               // with it, where the stale masters' pages go back, or null

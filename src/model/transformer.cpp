@@ -111,7 +111,7 @@ TransformerLM::TransformerLM(const Config& c, Device& device, Ops& ops)
   params_ = Buffer(a, pd, {flat}, "params", MemoryKind::Paged);
   if (gradients == GradientStorage::Whole) {
     // Shareable: data-parallel collectives through the copy engines move the gradients where
-    // they lie (Communicator::use_copy_engines).
+    // they lie (CopyEngines::register_window).
     grads_ = Buffer(a, grad_dtype_, {flat}, "grads", MemoryKind::Shareable);
   } else {
     LLMHPC_CHECK(flat == total, "per-range gradients need an unpadded flat buffer");

@@ -47,7 +47,7 @@ struct Case {
   CommBackend backend;
   SyncStrategy strategy;
   Buckets buckets = Buckets::One;
-  bool copy_engines = false;    // nccl: the gradients move through the copy engines (use_copy_engines)
+  bool copy_engines = false;    // nccl: the gradients move through the copy engines (Communicator::copy_engines)
   bool reduce_in_bf16 = false;  // the gradients travel as bf16 (--grad-reduce-dtype bf16)
   double tolerance() const { return reduce_in_bf16 ? kBf16WireWeightTolerance : kFp32Tolerance; }
   double grad_tolerance() const { return reduce_in_bf16 ? kBf16WireGradTolerance : kFp32Tolerance; }

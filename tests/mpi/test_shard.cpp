@@ -440,7 +440,7 @@ TEST_P(ShardTest, Bf16TenStepsGiveTheUnshardedWeights) {
   }
 }
 
-// Through the copy engines (nccl; Communicator::use_copy_engines): the unsharded run's weights,
+// Through the copy engines (nccl; Communicator::copy_engines): the unsharded run's weights,
 // bitwise on 2 ranks (a sum of two is the same in any order) and within the reordering
 // tolerance on more (each part's owner adds the ranks' gradients in rank order); and under
 // bf16 with the copy shared, the same run's weights through NCCL's kernels.

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The layering check (cmake/check_layers.cmake) that every layer library runs before it
 # compiles: the tree as it is passes; a file of the model layer that includes the
-# communicator, and one of the modes layer that includes a backend, are rejected with a
-# message naming the file, the include and what the layer may include.
+# communicator, one of the modes layer that includes a backend, and one of comm that includes
+# what dist composes of it are rejected with a message naming the file, the include and what
+# the layer may include.
 set -u
 ROOT=${LLMHPC_ROOT:?set LLMHPC_ROOT}
 BUILD=${LLMHPC_BUILD:?set LLMHPC_BUILD}
@@ -32,5 +33,6 @@ reject() {  # layer, planted include
 reject model comm/communicator.h
 reject modes kernels/cpu/cpu_backend.h
 reject comm kernels/ops.h
+reject comm src/dist/bf16_wire.h
 reject core src/io/recorder.h
 echo "layering check ok"

@@ -9,6 +9,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <numeric>
 #include <vector>
 
 #include "comm/collectives.h"
@@ -335,14 +336,14 @@ class RecordingComm final : public Communicator {
     ReduceOp op;
     bool blocking;
     int root;
-    DType dtype = DType::F32;  // BF16: a call on the bf16 copy (begin: its offset there)
-    bool in_bf16 = false;      // fp32 gradients through a bf16 wire (all_reduce_in_bf16_async)
+    DType dtype = DType::F32;  // BF16: a call on the bf16 copy (begin: its offset there), or in a wire
+    bool in_bf16 = false;      // fp32 gradients through a bf16 wire (src/dist/bf16_wire.h)
   };
   RecordingComm(const float* grads, const float* params = nullptr, int rank = 0, int size = 1,
                 const uint16_t* copy = nullptr)
       : grads_(grads), params_(params), copy_(copy), rank_(rank), size_(size) {}
   std::vector<Call> calls;
-  int waits = 0, groups = 0;
+  int waits = 0, groups = 0, enqueued = 0;
   std::vector<size_t> waited;  // the index in `calls` of each call waited for, in order
 
   std::string backend_name() const override { return "recording"; }
@@ -359,11 +360,11 @@ class RecordingComm final : public Communicator {
     record({Collective::AllReduce, false, 0, int64_t(count), op, true, -1}, send, dtype);
   }
   CommHandle reduce_scatter_async(const void* send, void* recv, size_t count, DType dtype, ReduceOp op) override {
-    EXPECT_EQ(recv, static_cast<const float*>(send) + rank_ * count) << "reduce-scatter in place";
+    EXPECT_EQ(recv, static_cast<const char*>(send) + rank_ * count * dtype_size(dtype)) << "reduce-scatter in place";
     return record({Collective::ReduceScatter, false, 0, int64_t(count), op, false, -1}, send, dtype);
   }
   void reduce_scatter(const void* send, void* recv, size_t count, DType dtype, ReduceOp op) override {
-    EXPECT_EQ(recv, static_cast<const float*>(send) + rank_ * count) << "reduce-scatter in place";
+    EXPECT_EQ(recv, static_cast<const char*>(send) + rank_ * count * dtype_size(dtype)) << "reduce-scatter in place";
     record({Collective::ReduceScatter, false, 0, int64_t(count), op, true, -1}, send, dtype);
   }
   CommHandle all_gather_async(const void* send, void* recv, size_t count, DType dtype) override {
@@ -374,17 +375,18 @@ class RecordingComm final : public Communicator {
     EXPECT_EQ(send, recv) << "broadcast in place";
     return record({Collective::Broadcast, true, 0, int64_t(count), ReduceOp::Sum, false, root}, recv, dtype);
   }
-  CommHandle all_reduce_in_bf16_async(float* data, void* wire, size_t count, ReduceOp op) override {
-    EXPECT_NE(wire, nullptr) << "a wire to travel in";
-    return record({Collective::AllReduce, false, 0, int64_t(count), op, false, -1, DType::F32, true}, data, DType::F32);
-  }
-  CommHandle reduce_scatter_in_bf16_async(float* data, void* wire, size_t count, ReduceOp op) override {
-    EXPECT_NE(wire, nullptr) << "a wire to travel in";
-    return record({Collective::ReduceScatter, false, 0, int64_t(count), op, false, -1, DType::F32, true}, data,
-                  DType::F32);
+  CommHandle all_to_all_async(const void*, void*, size_t, DType) override {
+    ADD_FAILURE() << "no all-to-all in a data-parallel sync";
+    return {};
   }
   void group_start() override { ++groups; }
   void group_end() override {}
+  // The work runs now (a wire's casts on the host); waiting for it waits for the call before it.
+  CommHandle enqueue_async(const std::function<void(void* stream)>& work) override {
+    work(nullptr);
+    ++enqueued;
+    return CommHandle(std::make_unique<Wait>(*this, calls.size() - 1));
+  }
   void barrier() override {}
   void synchronize() override {}
   std::unique_ptr<Timer> make_timer(int n) override { return make_host_timer(n); }
@@ -400,10 +402,17 @@ class RecordingComm final : public Communicator {
     size_t index;
   };
   CommHandle record(Call call, const void* buffer, DType dtype) {
-    EXPECT_TRUE(dtype == DType::F32 || (dtype == DType::BF16 && call.on_params && copy_));
+    EXPECT_TRUE(dtype == DType::F32 || dtype == DType::BF16);
     call.dtype = dtype;
-    call.begin = dtype == DType::BF16 ? static_cast<const uint16_t*>(buffer) - copy_
-                                      : static_cast<const float*>(buffer) - (call.on_params ? params_ : grads_);
+    call.in_bf16 = dtype == DType::BF16 && !call.on_params;
+    if (call.in_bf16)  // the wire: the gradients hold their offsets, so its first value is the range's
+      call.begin = int64_t(bf16_bits_to_float(*static_cast<const uint16_t*>(buffer)));
+    else if (dtype == DType::BF16) {
+      EXPECT_NE(copy_, nullptr) << "bf16 parameters are the copy's";
+      call.begin = static_cast<const uint16_t*>(buffer) - copy_;
+    } else {
+      call.begin = static_cast<const float*>(buffer) - (call.on_params ? params_ : grads_);
+    }
     calls.push_back(call);
     return CommHandle(std::make_unique<Wait>(*this, calls.size() - 1));
   }
@@ -419,8 +428,15 @@ SyncPlan toy_plan(SyncStrategy s, double bucket_mb, bool in_bf16) {
   return plan;
 }
 
+// The gradients hold their offsets (exact in bf16), which is how a call in a wire is placed.
+std::vector<float> offsets(size_t n) {
+  std::vector<float> v(n);
+  std::iota(v.begin(), v.end(), 0.0f);
+  return v;
+}
+
 struct SyncFixture {
-  std::vector<float> grads = std::vector<float>(31);
+  std::vector<float> grads = offsets(31);
   Tensor tensor{grads.data(), DType::F32, {31}};
   RecordingComm comm{grads.data()};
   HostAllocator host{1 << 20};
@@ -512,6 +528,8 @@ TEST(GradientSync, Bf16GradientsTakeTheSameRangesWithHalfTheBytes) {
       EXPECT_EQ(bf16.comm.calls[k].op, ReduceOp::Average);
     }
     EXPECT_EQ(bf16.comm.waits, int(bf16.comm.calls.size())) << "each waited for by finish()";
+    EXPECT_EQ(bf16.comm.enqueued, 2 * int(bf16.comm.calls.size())) << "cast there and back";
+    EXPECT_EQ(bf16.grads, offsets(31)) << "the casts of values bf16 holds give them back";
     EXPECT_EQ(bf16.sync->stats().bytes * 2, fp32.sync->stats().bytes) << sync_strategy_name(s);
     EXPECT_EQ(bf16.sync->stats().bus_bytes * 2, fp32.sync->stats().bus_bytes) << sync_strategy_name(s);
   }
