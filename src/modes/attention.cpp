@@ -92,10 +92,25 @@ void add_options(po::options_description& desc) {
   desc.add(a);
 }
 
-void validate(const po::variables_map& vm) {
-  opt_nonnegative(vm, "warmup");
-  opt_positive(vm, "steps");
-  sweep(vm);
+// Everything attention takes from the command line, parsed and checked once by parse_options
+// before any file or device is touched; run() reads only this.
+struct AttentionOptions {
+  int64_t warmup = 0, iters = 0;
+  std::vector<AttentionCase> cases;
+  std::vector<Precision> precisions;  // --precision, as listed
+  uint64_t seed = 0;
+  std::chrono::milliseconds device_sample{0};  // --device-sample-ms
+};
+
+AttentionOptions parse_options(const po::variables_map& vm, int) {
+  AttentionOptions o;
+  o.warmup = opt_nonnegative(vm, "warmup");
+  o.iters = opt_positive(vm, "steps");
+  o.cases = sweep(vm);
+  o.precisions = precisions(vm);
+  o.seed = uint64_t(opt_int(vm, "seed"));
+  o.device_sample = device_sample_interval(vm);
+  return o;
 }
 
 struct Samples {
@@ -121,13 +136,12 @@ void timed_iteration(Ops& ops, Timer& timer, const AttentionDims& d, const Tenso
   s.backward.push_back(timer.elapsed_ms(1, 2));
 }
 
-void run(ModeContext& ctx) {
-  const po::variables_map& vm = ctx.vm;
-  const int64_t warmup = opt_nonnegative(vm, "warmup"), iters = opt_positive(vm, "steps");
-  const std::vector<AttentionCase> cases = sweep(vm);
+void run(ModeContext& ctx, const AttentionOptions& o) {
+  const int64_t warmup = o.warmup, iters = o.iters;
+  const std::vector<AttentionCase>& cases = o.cases;
   Device& dev = *ctx.backend.device;
   Ops& ops = *ctx.backend.ops;
-  const uint64_t seed = uint64_t(opt_int(vm, "seed"));
+  const uint64_t seed = o.seed;
 
   // What the backend cannot run at all is an error before anything starts.
   collective_check(ctx.rt, [&] {
@@ -137,13 +151,14 @@ void run(ModeContext& ctx) {
       ops.attention_saved({1, 1, 1, c.head_dim, c.causal, c.impl}, compute_dtype(c.precision));
     }
   });
-  note_cpu_bf16(ctx, precisions(ctx.vm));
+  note_cpu_bf16(ctx, o.precisions);
 
   log_root(ctx.rt, "attention: %zu configuration(s), %lld warm-up + %lld timed iterations, %d rank(s) on %s\n",
            cases.size(), (long long)warmup, (long long)iters, ctx.rt.world_size, dev.name().c_str());
   Sweep sweep(ctx, "attention", cases.size(),
               {"impl", "prec", "B", "H", "D", "T", "causal", "Fwd ms", "Bwd ms", "Total ms", "Fwd TFLOP/s",
-               "Bwd TFLOP/s", "Peak MiB", "status"});
+               "Bwd TFLOP/s", "Peak MiB", "status"},
+              o.device_sample);
   auto timer = dev.make_timer(3);
   TracingAllocator& alloc = dev.allocator();
   for (const AttentionCase& c : cases) {
@@ -208,7 +223,10 @@ ModeSpec attention_mode() {
   return {"attention",
           "naive vs FlashAttention-2: forward/backward time and peak memory over a sweep",
           add_options,
-          validated(validate, run),
+          [](const po::variables_map& vm, int world_size) -> ModeRun {
+            const AttentionOptions options = parse_options(vm, world_size);
+            return [options](ModeContext& ctx) { run(ctx, options); };
+          },
           {{"batch", "batch-size"},
            {"heads", "num-heads"},
            {"seq", "context-length"},

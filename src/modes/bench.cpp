@@ -22,29 +22,45 @@ void add_options(po::options_description& desc) {
   add_model_group(desc);
 }
 
-void run(ModeContext& ctx) {
-  const po::variables_map& vm = ctx.vm;
-  const Phase phase = parse_phase(opt_string(vm, "phase"));
-  const int64_t warmup = opt_nonnegative(vm, "warmup"), steps = opt_positive(vm, "steps");
-  const std::vector<ModelCase> cases = model_cases(vm);
+// Everything bench takes from the command line, parsed and checked once by parse_options
+// before any file or device is touched; run() reads only this.
+struct BenchOptions {
+  StepOptions step;
+  GradientStorage gradients = GradientStorage::PerRange;
+  GradientDType grads = GradientDType::Master;
+};
+
+BenchOptions parse_options(const po::variables_map& vm, int) {
+  BenchOptions o;
+  o.step = parse_step_options(vm);
+  o.gradients = gradient_storage(vm);
+  o.grads = grad_dtype(vm);
+  return o;
+}
+
+void run(ModeContext& ctx, const BenchOptions& o) {
+  const Phase phase = o.step.phase;
+  const int64_t warmup = o.step.warmup, steps = o.step.steps;
+  const std::vector<ModelCase>& cases = o.step.cases;
   Device& dev = *ctx.backend.device;
   Ops& ops = *ctx.backend.ops;
-  const uint64_t seed = uint64_t(opt_int(vm, "seed"));
-  const MemoryPlan memory = memory_plan(vm);
-  const GradientStorage gradients = gradient_storage(vm);
-  const bool graphed = use_cuda_graph(ctx);
-  const double heat_s = heat_seconds(vm);
+  const uint64_t seed = o.step.seed;
+  const MemoryPlan memory = o.step.memory;
+  const GradientStorage gradients = o.gradients;
+  const bool graphed = use_cuda_graph(ctx, o.step.cuda_graph);
+  const double heat_s = o.step.heat_s;
   check_cases_run(ctx, cases);
 
   log_root(ctx.rt, "bench: %zu configuration(s), phase %s, %lld warm-up + %lld timed steps, %d rank(s) on %s%s%s%s\n",
            cases.size(), phase_name(phase), (long long)warmup, (long long)steps, ctx.rt.world_size, dev.name().c_str(),
            memory == MemoryPlan::LowMemory ? ", --low-memory" : "", graphed ? ", CUDA graphs" : "",
-           (std::string(grad_dtype(vm) == GradientDType::BF16 ? ", bf16 gradients" : "") +
+           (std::string(o.grads == GradientDType::BF16 ? ", bf16 gradients" : "") +
             (heat_s > 0 ? ", each configuration heated for ~" + fmt_exact(heat_s) + " s" : ""))
                .c_str());
   Sweep sweep(ctx, "bench", cases.size(),
               {"Model", "d_model", "d_ff", "layers", "heads", "ctx", "batch", "prec", "attn", "Fwd mean", "Fwd std",
-               "Bwd mean", "Bwd std", "Opt mean", "Opt std", "Total", "status"});
+               "Bwd mean", "Bwd std", "Opt mean", "Opt std", "Total", "status"},
+              o.step.device_sample);
   auto timer = dev.make_timer(kStepMarks);
   LiveModel live;
   for (size_t i = 0; i < cases.size(); ++i) {
@@ -96,7 +112,10 @@ void run(ModeContext& ctx) {
 
 ModeSpec bench_mode() {
   return {"bench", "time forward, backward and optimizer steps of the model over a sweep", add_options,
-          validated(validate_step_options, run)};
+          [](const po::variables_map& vm, int world_size) -> ModeRun {
+            const BenchOptions options = parse_options(vm, world_size);
+            return [options](ModeContext& ctx) { run(ctx, options); };
+          }};
 }
 
 }  // namespace llmhpc

@@ -27,7 +27,10 @@
 namespace llmhpc {
 namespace {
 
-struct CommSettings {
+// Everything comm takes from the command line, parsed and checked once by parse_options
+// before any file or device is touched; run() reads only this. (CommOptions is the
+// communicator's, comm/communicator.h.)
+struct CommModeOptions {
   std::vector<Collective> collectives;
   std::vector<uint64_t> sizes;
   std::vector<DType> dtypes;
@@ -37,6 +40,8 @@ struct CommSettings {
   int64_t warmup = 5, iters = 20;
   double duration_s = 0;  // --duration-s; 0: --steps timed iterations
   bool check = false;
+  std::string backend;                         // --backend as given: auto, nccl or mpi
+  std::chrono::milliseconds device_sample{0};  // --device-sample-ms
 };
 
 DType parse_comm_dtype(const std::string& name) {
@@ -48,8 +53,8 @@ const char* comm_dtype_name(DType t) { return t == DType::BF16 ? "bf16" : "float
 
 constexpr int64_t kMaxIters = 100'000'000;  // --steps, --warmup
 
-CommSettings settings(const po::variables_map& vm) {
-  CommSettings s;
+CommModeOptions parse_options(const po::variables_map& vm, int) {
+  CommModeOptions s;
   for (const std::string& c : split_list(opt_string(vm, "collective"), "collective")) {
     if (c == "all") s.collectives.insert(s.collectives.end(), all_collectives().begin(), all_collectives().end());
     else s.collectives.push_back(parse_collective(c, "collective"));
@@ -82,6 +87,8 @@ CommSettings settings(const po::variables_map& vm) {
     throw UsageError("--warmup " + opt_string(vm, "warmup") + ": at most " + std::to_string(kMaxIters));
   s.duration_s = duration_seconds(vm, "steps");
   s.check = opt_flag(vm, "check");
+  s.backend = opt_string(vm, "backend");
+  s.device_sample = device_sample_interval(vm);
   return s;
 }
 
@@ -105,11 +112,8 @@ void add_options(po::options_description& desc) {
   desc.add(comm);
 }
 
-void validate(const po::variables_map& vm) { settings(vm); }
-
 // --backend: auto is nccl on a GPU and mpi otherwise. Throws UsageError.
-CommBackend choose_backend(const po::variables_map& vm, const Device& dev) {
-  const std::string backend = opt_string(vm, "backend");
+CommBackend choose_backend(const std::string& backend, const Device& dev) {
   if (backend == "mpi") return CommBackend::Mpi;
   if (backend == "nccl" && dev.kind() != DeviceKind::Cuda)
     throw UsageError("--backend nccl needs GPUs: run with --device cuda (or auto on a host with GPUs)");
@@ -138,8 +142,7 @@ std::unique_ptr<BufferSpace> buffer_space(Device& dev, const Runtime& rt, const 
 // nccl-tests' time format: fewer decimals for longer times.
 std::string format_us(double us) { return fmt(us, us >= 10000 ? 0 : us >= 100 ? 1 : 2); }
 
-void run(ModeContext& ctx) {
-  const CommSettings s = settings(ctx.vm);
+void run(ModeContext& ctx, const CommModeOptions& s) {
   Runtime& rt = ctx.rt;
   Device& dev = *ctx.backend.device;
   std::unique_ptr<Communicator> comm;
@@ -155,7 +158,7 @@ void run(ModeContext& ctx) {
                              " element per rank for " + collective_name(c) + " on " + std::to_string(rt.world_size) +
                              " ranks");
     CommOptions options;
-    options.backend = choose_backend(ctx.vm, dev);
+    options.backend = choose_backend(s.backend, dev);
     // No compute stream to order against: every upload is finished (settle()) before an
     // operation is issued, so each timed operation is the NCCL call alone, as nccl-tests
     // times it.
@@ -182,7 +185,8 @@ void run(ModeContext& ctx) {
 
   const size_t total = s.collectives.size() * s.dtypes.size() * s.sizes.size();
   size_t index = 0;
-  const std::unique_ptr<DeviceMonitor> monitor = device_monitor(ctx);  // the GPU's clocks beside each placement
+  const std::unique_ptr<DeviceMonitor> monitor =
+      device_monitor(ctx, s.device_sample);  // the GPU's clocks beside each placement
   for (Collective c : s.collectives)
     for (DType t : s.dtypes)
       for (uint64_t requested : s.sizes) {
@@ -315,7 +319,10 @@ ModeSpec comm_mode() {
   return {"comm",
           "collective benchmark (all-reduce, reduce-scatter, all-gather, broadcast) over nccl or mpi",
           add_options,
-          validated(validate, run),
+          [](const po::variables_map& vm, int world_size) -> ModeRun {
+            const CommModeOptions options = parse_options(vm, world_size);
+            return [options](ModeContext& ctx) { run(ctx, options); };
+          },
           {{"iters", "steps"}, {"dtype", "precision"}}};
 }
 

@@ -5,6 +5,7 @@
 
 #include "src/core/units.h"
 #include "src/modes/options.h"
+#include "src/modes/sensors.h"
 #include "src/modes/soak.h"
 
 namespace llmhpc {
@@ -41,18 +42,25 @@ void add_model_group(po::options_description& desc) {
   desc.add(model);
 }
 
-void validate_step_options(const po::variables_map& vm) {
-  const Phase phase = parse_phase(opt_string(vm, "phase"));
-  opt_nonnegative(vm, "warmup");
-  heat_seconds(vm);  // bench's (profile has none)
-  if (opt_flag(vm, "cuda-graph")) {
+StepOptions parse_step_options(const po::variables_map& vm) {
+  StepOptions o;
+  o.phase = parse_phase(opt_string(vm, "phase"));
+  o.warmup = opt_nonnegative(vm, "warmup");
+  o.heat_s = heat_seconds(vm);
+  o.cuda_graph = opt_flag(vm, "cuda-graph");
+  if (o.cuda_graph) {
     if (opt_string(vm, "device") == "cpu") throw UsageError(kCudaGraphNeedsCuda);
-    if (phase == Phase::TrainStep && vm.count("separate-optimizer") && !opt_flag(vm, "separate-optimizer"))
+    if (o.phase == Phase::TrainStep && vm.count("separate-optimizer") && !opt_flag(vm, "separate-optimizer"))
       throw UsageError("--cuda-graph with --phase train-step needs --separate-optimizer: AdamW inside backward "
                        "would be recorded with one step count (or use --phase forward-backward)");
   }
-  opt_positive(vm, "steps");
-  model_cases(vm);
+  o.steps = opt_positive(vm, "steps");
+  o.cases = model_cases(vm);
+  o.precisions = precisions(vm);
+  o.memory = memory_plan(vm);
+  o.seed = uint64_t(opt_int(vm, "seed"));
+  o.device_sample = device_sample_interval(vm);
+  return o;
 }
 
 std::vector<ModelCase> model_cases(const po::variables_map& vm) {

@@ -4,6 +4,7 @@
 // record attributes, the per-step samples, and the model kept across the configurations that
 // can share it (same shape, precision and attention: a 2.7B initialisation takes seconds).
 #pragma once
+#include <chrono>
 #include <memory>
 #include <string>
 #include <vector>
@@ -32,12 +33,26 @@ struct ModelCase {
 // options (lists sweep) as a group of their own into `desc`.
 void add_step_options(po::options_description& own);
 void add_model_group(po::options_description& desc);
-// Throws UsageError for bad --phase, --warmup, --steps, --cuda-graph or model options.
-void validate_step_options(const po::variables_map& vm);
 std::vector<ModelCase> model_cases(const po::variables_map& vm);
 
+// The step and model options bench and profile share, parsed and checked.
+struct StepOptions {
+  Phase phase = Phase::TrainStep;
+  int64_t warmup = 0, steps = 0;
+  double heat_s = 0;        // --heat-s: bench's (profile has none: 0)
+  bool cuda_graph = false;  // the device is checked when the run starts (use_cuda_graph)
+  std::vector<ModelCase> cases;
+  std::vector<Precision> precisions;  // --precision, as listed
+  MemoryPlan memory = MemoryPlan::Fast;
+  uint64_t seed = 0;
+  std::chrono::milliseconds device_sample{0};  // --device-sample-ms
+};
+// Throws UsageError for bad --phase, --warmup, --heat-s, --steps, --cuda-graph or model options.
+StepOptions parse_step_options(const po::variables_map& vm);
+
 // Configurations the backend cannot run at all (an attention or a precision it lacks): an
-// error on every rank before anything starts. Notes bf16 on the CPU (note_cpu_bf16).
+// error on every rank before anything starts. Notes bf16 on the CPU when a case has it
+// (note_cpu_bf16).
 void check_cases_run(const ModeContext& ctx, const std::vector<ModelCase>& cases);
 // The configuration's attributes, as bench records them (docs/hdf5-schema.md, /bench).
 void add_case_attrs(Record& rec, const ModelCase& c, Phase phase, MemoryPlan memory, int64_t warmup, int64_t steps);

@@ -216,8 +216,8 @@ std::vector<Precision> precisions(const po::variables_map& vm) {
 
 const char* const kCudaGraphNeedsCuda = "--cuda-graph needs --device cuda: the CPU runs each op as it is called";
 
-bool use_cuda_graph(const ModeContext& ctx) {
-  if (!opt_flag(ctx.vm, "cuda-graph")) return false;
+bool use_cuda_graph(const ModeContext& ctx, bool wanted) {
+  if (!wanted) return false;
   if (ctx.backend.device->kind() != DeviceKind::Cuda) throw UsageError(kCudaGraphNeedsCuda);
   return true;
 }

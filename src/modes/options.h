@@ -38,9 +38,10 @@ std::vector<Precision> precisions(const po::variables_map& vm);
 // Rank 0 says once that bf16 on the CPU is storage only (kernels/cpu), so its times mislead
 // nobody; nothing unless --precision has bf16 and the device is the CPU.
 void note_cpu_bf16(const ModeContext& ctx, const std::vector<Precision>& wanted);
-// --cuda-graph given (GraphedStep, src/model/train_step.h); UsageError on a device without graphs.
-bool use_cuda_graph(const ModeContext& ctx);
-// The message of that UsageError (validate functions give it earlier, for --device cpu).
+// `wanted` (--cuda-graph: GraphedStep, src/model/train_step.h); UsageError when it is and ctx's
+// device has no graphs.
+bool use_cuda_graph(const ModeContext& ctx, bool wanted);
+// The message of that UsageError (parse_step_options gives it earlier, for --device cpu).
 extern const char* const kCudaGraphNeedsCuda;
 std::vector<AttentionKind> attentions(const po::variables_map& vm);
 MemoryPlan memory_plan(const po::variables_map& vm);  // --low-memory

@@ -56,12 +56,26 @@ void add_options(po::options_description& desc) {
   desc.add(prec).add(model);
 }
 
-void validate(const po::variables_map& vm) {
-  opt_positive(vm, "additions");
-  opt_double(vm, "value");
-  parse_precision(opt_string(vm, "precision"));
-  parse_attention(opt_string(vm, "attention"));
-  model_configs(vm);
+// Everything precision takes from the command line, parsed and checked once by parse_options
+// before any file or device is touched; run() reads only this.
+struct PrecisionOptions {
+  int64_t additions = 0;
+  double value = 0;
+  Precision precision = Precision::FP32;
+  AttentionKind attention = AttentionKind::Naive;
+  ModelConfig config;                          // the dtype table's model
+  std::chrono::milliseconds device_sample{0};  // --device-sample-ms
+};
+
+PrecisionOptions parse_options(const po::variables_map& vm, int) {
+  PrecisionOptions o;
+  o.additions = opt_positive(vm, "additions");
+  o.value = opt_double(vm, "value");
+  o.precision = parse_precision(opt_string(vm, "precision"));
+  o.attention = parse_attention(opt_string(vm, "attention"));
+  o.config = model_configs(vm).front();
+  o.device_sample = device_sample_interval(vm);
+  return o;
 }
 
 // As PyTorch prints a 0-dim tensor: 4 decimals ("tensor(10.0001)", "tensor(4., dtype=...)"),
@@ -80,17 +94,16 @@ std::string torch_print(float v) {
   return buf;
 }
 
-void run(ModeContext& ctx) {
-  const po::variables_map& vm = ctx.vm;
+void run(ModeContext& ctx, const PrecisionOptions& o) {
   Device& dev = *ctx.backend.device;
   Ops& ops = *ctx.backend.ops;
-  const int64_t n = opt_positive(vm, "additions");
-  const double value = opt_double(vm, "value");
-  const ModelConfig config = model_configs(vm).front();
-  const Precision precision = parse_precision(opt_string(vm, "precision"));
-  const AttentionKind attention = parse_attention(opt_string(vm, "attention"));
+  const int64_t n = o.additions;
+  const double value = o.value;
+  const ModelConfig& config = o.config;
+  const Precision precision = o.precision;
+  const AttentionKind attention = o.attention;
   collective_check(ctx.rt, [&] { ops.attention_saved({1, 1, 1, 2, true, attention}, compute_dtype(precision)); });
-  Sweep sweep(ctx, "precision", 2, {"part", "status"});
+  Sweep sweep(ctx, "precision", 2, {"part", "status"}, o.device_sample);
 
   // (1) The accumulation experiment, on the device.
   const char* names[4] = {"fp32 values, fp32 sum", "fp16 values, fp16 sum", "fp16 values, fp32 sum",
@@ -169,7 +182,10 @@ void run(ModeContext& ctx) {
 
 ModeSpec precision_mode() {
   return {"precision", "the accumulation experiment on the device, and the dtype of every tensor under --precision",
-          add_options, validated(validate, run)};
+          add_options, [](const po::variables_map& vm, int world_size) -> ModeRun {
+            const PrecisionOptions options = parse_options(vm, world_size);
+            return [options](ModeContext& ctx) { run(ctx, options); };
+          }};
 }
 
 }  // namespace llmhpc

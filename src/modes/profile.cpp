@@ -16,6 +16,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <memory>
+#include <optional>
 #include <set>
 
 #include "src/core/nvtx.h"
@@ -138,21 +139,34 @@ void add_options(po::options_description& desc) {
   add_model_group(desc);
 }
 
-// --trace=FILE.json: a .json name in a directory that exists, checked before anything is written.
-void validate(const po::variables_map& vm) {
-  validate_step_options(vm);
-  opt_positive(vm, "top");
-  if (!vm.count("trace")) return;
-  const std::filesystem::path file = opt_string(vm, "trace");
-  if (file.empty()) return;
+// Everything profile takes from the command line, parsed and checked once by parse_options
+// before any file or device is touched; run() reads only this.
+struct ProfileOptions {
+  StepOptions step;
+  int top = 0;        // kernels listed per phase
+  bool cupti = true;  // --no-cupti: false
+  // --trace: none; "" for <out>/trace_rank<r>.json; else FILE.json.
+  std::optional<std::string> trace;
+};
+
+ProfileOptions parse_options(const po::variables_map& vm, int) {
+  ProfileOptions o;
+  o.step = parse_step_options(vm);
+  o.top = int(opt_positive(vm, "top"));
+  o.cupti = !opt_flag(vm, "no-cupti");
+  if (!vm.count("trace")) return o;
+  o.trace = opt_string(vm, "trace");
+  // --trace=FILE.json: a .json name in a directory that exists, checked before anything is written.
+  const std::filesystem::path file = *o.trace;
+  if (file.empty()) return o;
   if (file.extension() != ".json")
     throw UsageError("--trace=" + file.string() + ": the trace file's name must end in .json (--trace=run.json)");
   check_output_file("--trace", file.string());
+  return o;
 }
 
-// This rank's trace file (--trace's help says which).
-std::string trace_path(const ModeContext& ctx) {
-  const std::string file = opt_string(ctx.vm, "trace");
+// This rank's trace file for --trace `file` (--trace's help says which).
+std::string trace_path(const ModeContext& ctx, const std::string& file) {
   char rank[32];
   if (file.empty()) {
     std::snprintf(rank, sizeof rank, "/trace_rank%05d.json", ctx.rt.rank);
@@ -163,23 +177,22 @@ std::string trace_path(const ModeContext& ctx) {
   return file.substr(0, file.size() - 5) + rank;
 }
 
-void run(ModeContext& ctx) {
-  const po::variables_map& vm = ctx.vm;
-  const Phase phase = parse_phase(opt_string(vm, "phase"));
-  const int64_t warmup = opt_nonnegative(vm, "warmup"), steps = opt_positive(vm, "steps");
-  const int top = int(opt_positive(vm, "top"));
-  const std::vector<ModelCase> cases = model_cases(vm);
+void run(ModeContext& ctx, const ProfileOptions& o) {
+  const Phase phase = o.step.phase;
+  const int64_t warmup = o.step.warmup, steps = o.step.steps;
+  const int top = o.top;
+  const std::vector<ModelCase>& cases = o.step.cases;
   Device& dev = *ctx.backend.device;
-  const uint64_t seed = uint64_t(opt_int(vm, "seed"));
-  const MemoryPlan memory = memory_plan(vm);
-  const bool graphed = use_cuda_graph(ctx);
+  const uint64_t seed = o.step.seed;
+  const MemoryPlan memory = o.step.memory;
+  const bool graphed = use_cuda_graph(ctx, o.step.cuda_graph);
   check_cases_run(ctx, cases);
 
-  std::unique_ptr<Profiler> profiler = make_profiler(ctx.backend, !opt_flag(vm, "no-cupti"));
+  std::unique_ptr<Profiler> profiler = make_profiler(ctx.backend, o.cupti);
   Ops& ops = profiler->ops();  // the models run on what the profiler sees
   std::unique_ptr<ChromeTrace> trace;
-  if (vm.count("trace")) {
-    collective_check(ctx.rt, [&] { trace = std::make_unique<ChromeTrace>(trace_path(ctx)); });
+  if (o.trace) {
+    collective_check(ctx.rt, [&] { trace = std::make_unique<ChromeTrace>(trace_path(ctx, *o.trace)); });
     trace->set_origin(profiler->timestamp_ns());  // time 0: before the first window
   }
 
@@ -192,7 +205,8 @@ void run(ModeContext& ctx) {
       dev.name().c_str(), graphed ? ", steps replayed from CUDA graphs" : "");
   Sweep sweep(ctx, "profile", cases.size(),
               {"Model", "ctx", "batch", "prec", "attn", "Untraced", "Traced", "Overhead", "Drift", "Activities/step",
-               "Matmul %", "Dropped", "status"});
+               "Matmul %", "Dropped", "status"},
+              o.step.device_sample);
   auto timer = dev.make_timer(kStepMarks);
   LiveModel live;
   for (size_t i = 0; i < cases.size(); ++i) {
@@ -283,7 +297,10 @@ void run(ModeContext& ctx) {
 
 ModeSpec profile_mode() {
   return {"profile", "per-kernel GPU time per phase (CUPTI; ops on the CPU), matmul share, attention's parts, --trace",
-          add_options, validated(validate, run)};
+          add_options, [](const po::variables_map& vm, int world_size) -> ModeRun {
+            const ProfileOptions options = parse_options(vm, world_size);
+            return [options](ModeContext& ctx) { run(ctx, options); };
+          }};
 }
 
 }  // namespace llmhpc

@@ -1,6 +1,7 @@
 // The device's sensors as the measuring modes read them (the sweep's configurations, comm's,
 // train's run): src/core/device_monitor.h over the mode's device.
 #pragma once
+#include <chrono>
 #include <memory>
 #include <string>
 
@@ -10,7 +11,11 @@
 
 namespace llmhpc {
 
-// A monitor of ctx's device every --device-sample-ms.
+// --device-sample-ms: how often the device's sensors are read (main checks it; 0: never).
+std::chrono::milliseconds device_sample_interval(const po::variables_map& vm);
+// A monitor of ctx's device every `interval`.
+std::unique_ptr<DeviceMonitor> device_monitor(const ModeContext& ctx, std::chrono::milliseconds interval);
+// A monitor of ctx's device every --device-sample-ms of ctx's options.
 std::unique_ptr<DeviceMonitor> device_monitor(const ModeContext& ctx);
 // The readings into a record (docs/hdf5-schema.md, "Device sensors"): the raw arrays, and
 // their summary over the busy readings as attributes; nothing where there are none.

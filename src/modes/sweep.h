@@ -16,6 +16,7 @@
 //   }
 //   sweep.print_summary("bench summary (ms, ...)");
 #pragma once
+#include <chrono>
 #include <functional>
 #include <memory>
 #include <string>
@@ -40,6 +41,10 @@ struct SweepStatus {
 
 class Sweep {
  public:
+  // The device's sensors read every `sample` (--device-sample-ms).
+  Sweep(ModeContext& ctx, std::string mode, size_t total, std::vector<std::string> columns,
+        std::chrono::milliseconds sample);
+  // The same, every --device-sample-ms of ctx's options.
   Sweep(ModeContext& ctx, std::string mode, size_t total, std::vector<std::string> columns);
 
   // Measures one configuration into `rec` (group and configuration attributes already set).
