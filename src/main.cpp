@@ -337,7 +337,7 @@ int run(Runtime& rt, int argc, char** argv, bool& in_mode) {
   char file[32];
   std::snprintf(file, sizeof file, "/rank%05d.h5", rt.rank);
   Recorder recorder(out_dir + file, info);
-  ModeContext ctx{rt, vm, backend, recorder, out_dir};
+  ModeContext ctx{rt, backend, recorder, out_dir, std::chrono::milliseconds(opt_int(vm, "device-sample-ms"))};
   in_mode = true;
   try {
     run_mode(ctx);

@@ -99,7 +99,6 @@ struct AttentionOptions {
   std::vector<AttentionCase> cases;
   std::vector<Precision> precisions;  // --precision, as listed
   uint64_t seed = 0;
-  std::chrono::milliseconds device_sample{0};  // --device-sample-ms
 };
 
 AttentionOptions parse_options(const po::variables_map& vm, int) {
@@ -109,7 +108,6 @@ AttentionOptions parse_options(const po::variables_map& vm, int) {
   o.cases = sweep(vm);
   o.precisions = precisions(vm);
   o.seed = uint64_t(opt_int(vm, "seed"));
-  o.device_sample = device_sample_interval(vm);
   return o;
 }
 
@@ -157,8 +155,7 @@ void run(ModeContext& ctx, const AttentionOptions& o) {
            cases.size(), (long long)warmup, (long long)iters, ctx.rt.world_size, dev.name().c_str());
   Sweep sweep(ctx, "attention", cases.size(),
               {"impl", "prec", "B", "H", "D", "T", "causal", "Fwd ms", "Bwd ms", "Total ms", "Fwd TFLOP/s",
-               "Bwd TFLOP/s", "Peak MiB", "status"},
-              o.device_sample);
+               "Bwd TFLOP/s", "Peak MiB", "status"});
   auto timer = dev.make_timer(3);
   TracingAllocator& alloc = dev.allocator();
   for (const AttentionCase& c : cases) {

@@ -59,8 +59,7 @@ void run(ModeContext& ctx, const BenchOptions& o) {
                .c_str());
   Sweep sweep(ctx, "bench", cases.size(),
               {"Model", "d_model", "d_ff", "layers", "heads", "ctx", "batch", "prec", "attn", "Fwd mean", "Fwd std",
-               "Bwd mean", "Bwd std", "Opt mean", "Opt std", "Total", "status"},
-              o.step.device_sample);
+               "Bwd mean", "Bwd std", "Opt mean", "Opt std", "Total", "status"});
   auto timer = dev.make_timer(kStepMarks);
   LiveModel live;
   for (size_t i = 0; i < cases.size(); ++i) {

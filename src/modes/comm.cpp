@@ -40,8 +40,7 @@ struct CommModeOptions {
   int64_t warmup = 5, iters = 20;
   double duration_s = 0;  // --duration-s; 0: --steps timed iterations
   bool check = false;
-  std::string backend;                         // --backend as given: auto, nccl or mpi
-  std::chrono::milliseconds device_sample{0};  // --device-sample-ms
+  std::string backend;  // --backend as given: auto, nccl or mpi
 };
 
 DType parse_comm_dtype(const std::string& name) {
@@ -88,7 +87,6 @@ CommModeOptions parse_options(const po::variables_map& vm, int) {
   s.duration_s = duration_seconds(vm, "steps");
   s.check = opt_flag(vm, "check");
   s.backend = opt_string(vm, "backend");
-  s.device_sample = device_sample_interval(vm);
   return s;
 }
 
@@ -185,8 +183,7 @@ void run(ModeContext& ctx, const CommModeOptions& s) {
 
   const size_t total = s.collectives.size() * s.dtypes.size() * s.sizes.size();
   size_t index = 0;
-  const std::unique_ptr<DeviceMonitor> monitor =
-      device_monitor(ctx, s.device_sample);  // the GPU's clocks beside each placement
+  const std::unique_ptr<DeviceMonitor> monitor = device_monitor(ctx);  // the GPU's clocks beside each placement
   for (Collective c : s.collectives)
     for (DType t : s.dtypes)
       for (uint64_t requested : s.sizes) {

@@ -4,6 +4,7 @@
 // jobs/<name>.sh, analysis/<name>.py.
 #pragma once
 #include <boost/program_options.hpp>
+#include <chrono>
 #include <functional>
 #include <string>
 #include <vector>
@@ -16,12 +17,13 @@ namespace llmhpc {
 
 namespace po = boost::program_options;
 
+// What a mode runs with, besides its own options (parsed once by its prepare).
 struct ModeContext {
   Runtime& rt;
-  const po::variables_map& vm;
   Backend& backend;
   Recorder& recorder;
   std::string out_dir;
+  std::chrono::milliseconds device_sample;  // --device-sample-ms (every mode's): 0, never
 };
 
 // What a mode runs, holding the options it parsed.
@@ -38,15 +40,6 @@ struct ModeSpec {
   // Options this mode once spelt otherwise, old -> new: given, they are refused with the new name.
   std::vector<std::pair<std::string, std::string>> renamed = {};
 };
-
-// prepare for a mode whose run reads its options from ModeContext::vm: `validate`, then `run`.
-inline std::function<ModeRun(const po::variables_map&, int)> validated(
-    std::function<void(const po::variables_map&)> validate, ModeRun run) {
-  return [validate, run](const po::variables_map& vm, int) {
-    validate(vm);
-    return run;
-  };
-}
 
 const std::vector<ModeSpec>& all_modes();
 const ModeSpec* find_mode(const std::string& name);

@@ -59,7 +59,6 @@ StepOptions parse_step_options(const po::variables_map& vm) {
   o.precisions = precisions(vm);
   o.memory = memory_plan(vm);
   o.seed = uint64_t(opt_int(vm, "seed"));
-  o.device_sample = device_sample_interval(vm);
   return o;
 }
 

@@ -45,7 +45,6 @@ struct StepOptions {
   std::vector<Precision> precisions;  // --precision, as listed
   MemoryPlan memory = MemoryPlan::Fast;
   uint64_t seed = 0;
-  std::chrono::milliseconds device_sample{0};  // --device-sample-ms
 };
 // Throws UsageError for bad --phase, --warmup, --heat-s, --steps, --cuda-graph or model options.
 StepOptions parse_step_options(const po::variables_map& vm);

@@ -63,8 +63,7 @@ struct PrecisionOptions {
   double value = 0;
   Precision precision = Precision::FP32;
   AttentionKind attention = AttentionKind::Naive;
-  ModelConfig config;                          // the dtype table's model
-  std::chrono::milliseconds device_sample{0};  // --device-sample-ms
+  ModelConfig config;  // the dtype table's model
 };
 
 PrecisionOptions parse_options(const po::variables_map& vm, int) {
@@ -74,7 +73,6 @@ PrecisionOptions parse_options(const po::variables_map& vm, int) {
   o.precision = parse_precision(opt_string(vm, "precision"));
   o.attention = parse_attention(opt_string(vm, "attention"));
   o.config = model_configs(vm).front();
-  o.device_sample = device_sample_interval(vm);
   return o;
 }
 
@@ -103,7 +101,7 @@ void run(ModeContext& ctx, const PrecisionOptions& o) {
   const Precision precision = o.precision;
   const AttentionKind attention = o.attention;
   collective_check(ctx.rt, [&] { ops.attention_saved({1, 1, 1, 2, true, attention}, compute_dtype(precision)); });
-  Sweep sweep(ctx, "precision", 2, {"part", "status"}, o.device_sample);
+  Sweep sweep(ctx, "precision", 2, {"part", "status"});
 
   // (1) The accumulation experiment, on the device.
   const char* names[4] = {"fp32 values, fp32 sum", "fp16 values, fp16 sum", "fp16 values, fp32 sum",

@@ -205,8 +205,7 @@ void run(ModeContext& ctx, const ProfileOptions& o) {
       dev.name().c_str(), graphed ? ", steps replayed from CUDA graphs" : "");
   Sweep sweep(ctx, "profile", cases.size(),
               {"Model", "ctx", "batch", "prec", "attn", "Untraced", "Traced", "Overhead", "Drift", "Activities/step",
-               "Matmul %", "Dropped", "status"},
-              o.step.device_sample);
+               "Matmul %", "Dropped", "status"});
   auto timer = dev.make_timer(kStepMarks);
   LiveModel live;
   for (size_t i = 0; i < cases.size(); ++i) {

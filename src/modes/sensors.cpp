@@ -60,17 +60,9 @@ std::string slowdown_note(const Runtime& rt, const ClockSummary& mine) {
          fmt(all[kBits + 1], 0) + " MHz" + (rt.world_size > 1 ? " over the ranks" : "");
 }
 
-std::chrono::milliseconds device_sample_interval(const po::variables_map& vm) {
-  return std::chrono::milliseconds(opt_int(vm, "device-sample-ms"));
-}
-
-std::unique_ptr<DeviceMonitor> device_monitor(const ModeContext& ctx, std::chrono::milliseconds interval) {
-  return std::make_unique<DeviceMonitor>(
-      [&device = *ctx.backend.device](DeviceReading& r) { return device.read_sensors(r); }, interval);
-}
-
 std::unique_ptr<DeviceMonitor> device_monitor(const ModeContext& ctx) {
-  return device_monitor(ctx, device_sample_interval(ctx.vm));
+  return std::make_unique<DeviceMonitor>(
+      [&device = *ctx.backend.device](DeviceReading& r) { return device.read_sensors(r); }, ctx.device_sample);
 }
 
 }  // namespace llmhpc

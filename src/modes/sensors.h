@@ -11,11 +11,7 @@
 
 namespace llmhpc {
 
-// --device-sample-ms: how often the device's sensors are read (main checks it; 0: never).
-std::chrono::milliseconds device_sample_interval(const po::variables_map& vm);
-// A monitor of ctx's device every `interval`.
-std::unique_ptr<DeviceMonitor> device_monitor(const ModeContext& ctx, std::chrono::milliseconds interval);
-// A monitor of ctx's device every --device-sample-ms of ctx's options.
+// A monitor of ctx's device every ctx.device_sample (--device-sample-ms).
 std::unique_ptr<DeviceMonitor> device_monitor(const ModeContext& ctx);
 // The readings into a record (docs/hdf5-schema.md, "Device sensors"): the raw arrays, and
 // their summary over the busy readings as attributes; nothing where there are none.

@@ -27,13 +27,8 @@ constexpr const char* kHostOutOfMemory = "the host's memory: an allocation did n
 
 }  // namespace
 
-Sweep::Sweep(ModeContext& ctx, std::string mode, size_t total, std::vector<std::string> columns,
-             std::chrono::milliseconds sample)
-    : ctx_(ctx), mode_(std::move(mode)), total_(total), table_(std::move(columns)),
-      monitor_(device_monitor(ctx, sample)) {}
-
 Sweep::Sweep(ModeContext& ctx, std::string mode, size_t total, std::vector<std::string> columns)
-    : Sweep(ctx, std::move(mode), total, std::move(columns), device_sample_interval(ctx.vm)) {}
+    : ctx_(ctx), mode_(std::move(mode)), total_(total), table_(std::move(columns)), monitor_(device_monitor(ctx)) {}
 
 SweepStatus Sweep::run(const std::string& label, Record& rec, const std::function<std::string()>& measure,
                        const std::function<void(Record&)>& finish) {

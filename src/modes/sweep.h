@@ -41,10 +41,7 @@ struct SweepStatus {
 
 class Sweep {
  public:
-  // The device's sensors read every `sample` (--device-sample-ms).
-  Sweep(ModeContext& ctx, std::string mode, size_t total, std::vector<std::string> columns,
-        std::chrono::milliseconds sample);
-  // The same, every --device-sample-ms of ctx's options.
+  // The device's sensors read every ctx.device_sample (--device-sample-ms).
   Sweep(ModeContext& ctx, std::string mode, size_t total, std::vector<std::string> columns);
 
   // Measures one configuration into `rec` (group and configuration attributes already set).
