@@ -188,11 +188,14 @@ GradClipping gradient_clipping(double max_norm, Sharding sharding, const Runtime
   return clipping;
 }
 
-GradClipping tensor_parallel_clipping(double max_norm, const Runtime& rt, int copies, const ParameterLayout& layout) {
+GradClipping tensor_parallel_clipping(double max_norm, const Runtime& rt, int copies, const ParameterLayout& layout,
+                                      const UnitShards* shards) {
   GradClipping clipping{max_norm, [rt, copies](double squares) { return rt.sum_in_rank_order(squares) / copies; }, {}};
-  if (layout.tensor_split().rank != 0)
-    for (const ParamInfo& p : layout.params())
-      if (p.split == Split::Whole) clipping.counted_elsewhere.push_back({p.offset, p.offset + p.shape.numel()});
+  if (layout.tensor_split().rank == 0) return clipping;
+  std::vector<FlatRange> whole;
+  for (const ParamInfo& p : layout.params())
+    if (p.split == Split::Whole) whole.push_back({p.offset, p.offset + p.shape.numel()});
+  clipping.counted_elsewhere = shards ? shards->in_shard(whole) : whole;
   return clipping;
 }
 

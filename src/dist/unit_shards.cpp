@@ -354,6 +354,17 @@ void UnitShards::load(const std::vector<float>& params, AdamW* opt, const std::v
   refresh();
 }
 
+std::vector<FlatRange> UnitShards::in_shard(const std::vector<FlatRange>& flat) const {
+  std::vector<FlatRange> out;
+  for (const ShardLayout::Piece& piece : shards_.pieces(model_.layout(), comm_.rank()))
+    for (const FlatRange& r : flat) {
+      const int64_t begin = std::max(r.begin, piece.flat), end = std::min(r.end, piece.flat + piece.count);
+      if (begin < end) out.push_back({piece.shard + begin - piece.flat, piece.shard + end - piece.flat});
+    }
+  std::sort(out.begin(), out.end(), [](const FlatRange& a, const FlatRange& b) { return a.begin < b.begin; });
+  return out;
+}
+
 std::vector<float> UnitShards::gathered(const Tensor& shard) {
   LLMHPC_CHECK(shard.numel() == shards_.shard_elements, "gathered: a buffer the size of one rank's shard");
   const ParameterLayout& layout = model_.layout();

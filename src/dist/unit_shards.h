@@ -114,6 +114,9 @@ class UnitShards final : public GradientSync {
   // flat layout on the host of every rank. Collective.
   std::vector<float> gathered(const Tensor& shard);
   std::vector<float> gathered_parameters() { return gathered(master_); }
+  // Where the elements of `flat` (ranges of the model's flat layout) lie in this rank's shard,
+  // in ascending order: as AdamW's GradClipping::counted_elsewhere takes them.
+  std::vector<FlatRange> in_shard(const std::vector<FlatRange>& flat) const;
 
  private:
   // Where a unit's lanes are gathered (ZeRO-2: one per unit; ZeRO-3: two).

@@ -56,8 +56,6 @@ void AdamW::update(FlatRange r, Tensor grads) {
 double AdamW::clipping_factor() {
   if (!(clipping_.max_norm > 0)) return 1.0;
   const int64_t total = parameters();  // a sharded buffer's padding is no parameter
-  LLMHPC_CHECK(clipping_.counted_elsewhere.empty() || shard_.params.empty(),
-               "gradients counted elsewhere are ranges of the model's own buffer");
   std::vector<Span> spans;
   for (const FlatRange& r : owned_) {
     int64_t at = r.begin;

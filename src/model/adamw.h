@@ -26,9 +26,9 @@ struct GradClipping {
   // the sum over ranks of each rank's sum of squares, the same bits on every rank
   // (Runtime::sum_in_rank_order). Unset: this rank's sum is the whole.
   std::function<double(double)> sum_over_ranks;
-  // Ranges of the model's flat buffer whose gradients another rank counts (tensor parallelism's
-  // whole parameters, the norm gains, held alike by every rank of a group: counted by its rank
-  // 0 only). Model-buffer optimizers only.
+  // Ranges whose gradients another rank counts (tensor parallelism's whole parameters, the norm
+  // gains, held alike by every rank of a group: counted by its rank 0 only), in ascending order,
+  // in the coordinates of what the optimizer updates: the model's flat buffer, or its shard.
   std::vector<FlatRange> counted_elsewhere;
 };
 

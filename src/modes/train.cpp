@@ -179,9 +179,6 @@ TrainOptions parse_options(const po::variables_map& vm, int world_size) {
     const std::string stage = std::string("--shard-optimizer ") + sharding_name(o.parallel.sharding);
     if (o.cuda_graph)
       throw UsageError(stage + " gathers the weights between the kernels: --cuda-graph cannot record it");
-    if (o.parallel.tensor_parallel > 1 && o.clip_grad_norm > 0)
-      throw UsageError(stage + " with --tp cannot clip yet (the norm gains every tensor-parallel rank holds would be "
-                               "counted once per rank): use zero1 or none with --clip-grad-norm, or leave it out");
   }
   if (o.parallel.tensor_parallel > 1 && o.cuda_graph)
     throw UsageError(
@@ -368,8 +365,9 @@ void run(ModeContext& ctx, const TrainOptions& o) {
   });
   const double max_grad_norm = o.clip_grad_norm;
   if (max_grad_norm > 0 && tp > 1)  // ranks holding the same gradients: unsharded data parallelism's, hybrid's groups
-    opt->set_clipping(tensor_parallel_clipping(
-        max_grad_norm, rt, sharding == Sharding::None ? mesh.dp_size : mesh.dp_size / shard_group, model->layout()));
+    opt->set_clipping(tensor_parallel_clipping(max_grad_norm, rt,
+                                               sharding == Sharding::None ? mesh.dp_size : mesh.dp_size / shard_group,
+                                               model->layout(), shards));
   else if (max_grad_norm > 0)
     opt->set_clipping(gradient_clipping(max_grad_norm, sharding, rt, rt.world_size / shard_group));
   std::unique_ptr<GradientSync> sync;

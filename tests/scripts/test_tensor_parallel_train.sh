@@ -2,7 +2,8 @@
 # Tensor parallelism end to end (mode train, --tp): on 2 ranks, with and without
 # --sequence-parallel, it trains the one-rank model (the same losses and checkpoint up to the
 # rounding of sums split between the ranks, with a vocabulary of 100 that --tp 2 pads to 112);
-# with gradient clipping, two micro-batches a step, and bf16 with --low-memory too; its
+# with gradient clipping (also under zero2 and zero3 x tp 2 on 4 ranks), two micro-batches a
+# step, and bf16 with --low-memory too; its
 # checkpoint holds the whole model's tensors and goes on on one rank as on two; tp 2 x dp 2 on 4
 # ranks (data parallelism, zero1 and zero3, across the groups) trains as one rank too; the rank
 # files record the layout and the group's traffic; bad layouts are refused on every rank.
@@ -29,6 +30,9 @@ run 2 $TRAIN --steps 3 --tp 2 --init tp2.h5 --save on2.h5 --out on2
 # tp 2 x dp 2: data parallelism across the two groups.
 run 4 $TRAIN --steps 6 --tp 2 --shard-optimizer zero1 --save tp2dp2.h5 --out tp2dp2
 run 4 $TRAIN --steps 6 --tp 2 --sequence-parallel --shard-optimizer zero3 --save tp2dp2_zero3.h5 --out tp2dp2_zero3
+# Clipping under zero2 and zero3 x tp: each shard skips the norm gains where its tp rank is not 0.
+run 4 $TRAIN --steps 6 --tp 2 --shard-optimizer zero2 --clip-grad-norm 0.05 --out tp2dp2_zero2_clip
+run 4 $TRAIN --steps 6 --tp 2 --sequence-parallel --shard-optimizer zero3 --clip-grad-norm 0.05 --out tp2dp2_zero3_clip
 refused 2 "--num-heads 1 does not divide among --tp 2 ranks" $TRAIN --steps 1 --tp 2 --num-heads 1
 refused 2 "--d-ff 63 does not divide among --tp 2" $TRAIN --steps 1 --tp 2 --d-ff 63
 refused 4 "--tp 3 does not divide the 4 ranks" $TRAIN --steps 1 --tp 3
@@ -76,10 +80,14 @@ check(int(sp["sequence_parallel"]) == 1 and int(plain["sequence_parallel"]) == 0
 
 with h5py.File("one_clip/rank00000.h5", "r") as f:
     want_norm = f["train/grad_norm"][()]
-with h5py.File("tp2_clip/rank00000.h5", "r") as f:
-    got_norm = f["train/grad_norm"][()]
-check(np.all(want_norm > 0.1) and rel(got_norm, want_norm) < 1e-5,
-      f"clipped: the one-rank gradient norms, the norm gains counted once ({rel(got_norm, want_norm):.1e})")
+for name in ("tp2_clip", "tp2dp2_zero2_clip", "tp2dp2_zero3_clip"):
+    with h5py.File(f"{name}/rank00000.h5", "r") as f:
+        got_norm = f["train/grad_norm"][()]
+    check(np.all(want_norm > 0.1) and rel(got_norm, want_norm) < 1e-5,
+          f"{name}: the one-rank gradient norms, the norm gains counted once ({rel(got_norm, want_norm):.1e})")
+    got, _ = losses(name)
+    want_clip, _ = losses("one_clip")
+    check(rel(got, want_clip) < 1e-5, f"{name}: the clipped one-rank losses ({rel(got, want_clip):.1e})")
 
 want_accum, _ = losses("one_accum")
 got_accum, _ = losses("tp2_accum")
