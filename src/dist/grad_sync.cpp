@@ -118,11 +118,12 @@ SyncPlan plan_sync(SyncStrategy strategy, Sharding sharding, const std::vector<P
 }
 
 std::unique_ptr<GradientSync> make_gradient_sync(const SyncPlan& plan, Communicator& comm, Tensor flat_grads,
-                                                 Tensor flat_params, CopySharing sharing, ReduceScratch scratch) {
+                                                 Tensor flat_params, CopySharing sharing, ReduceScratch scratch,
+                                                 Communicator* replicas) {
   // Longer is fine: a model shared by several plans is padded for the one that needs most.
   LLMHPC_CHECK(flat_grads.numel() >= plan.flat_elements, "the gradient buffer is shorter than the plan");
   LLMHPC_CHECK(comm.size() == plan.ranks, "the plan was made for another number of ranks");
-  std::unique_ptr<GradientSync> gradients = make_reducer(plan, comm, flat_grads, scratch);
+  std::unique_ptr<GradientSync> gradients = make_reducer(plan, comm, flat_grads, scratch, replicas);
   if (plan.sharding == Sharding::None) return gradients;
   LLMHPC_CHECK(flat_params.numel() >= plan.flat_elements,
                "a sharded optimizer needs the flat parameters, as long as the plan");

@@ -203,9 +203,11 @@ struct ReduceScratch {
   // allocator's allocate_shareable, or in the bf16 wire.
   bool copy_engines = false;
 };
+// Hybrid zero1: `comm` is this rank's group (plan.ranks of them) and `replicas` the ranks holding
+// the same parts in the other groups, over which each part is averaged after its reduce-scatter.
 std::unique_ptr<GradientSync> make_gradient_sync(const SyncPlan& plan, Communicator& comm, Tensor flat_grads,
                                                  Tensor flat_params = Tensor(), CopySharing sharing = {},
-                                                 ReduceScratch scratch = {});
+                                                 ReduceScratch scratch = {}, Communicator* replicas = nullptr);
 
 // The model's parameters as spans of its flat buffer, every one trainable.
 std::vector<ParamSpan> param_spans(const ParameterLayout& layout);

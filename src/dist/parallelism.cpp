@@ -74,16 +74,16 @@ bool shares_compute_copy(ShareWeights choice, Precision precision, MemoryPlan me
 }
 
 std::unique_ptr<GradientSync> make_model_sync(const SyncPlan& plan, Communicator& comm, TransformerLM& model,
-                                              bool share_copy, CollectiveEngine engine) {
+                                              bool share_copy, CollectiveEngine engine, Communicator* replicas) {
   LLMHPC_CHECK(engine != CollectiveEngine::Auto, "resolve_collective_engine first");
   const ReduceScratch scratch{&model.device().allocator(), engine == CollectiveEngine::Copy};
   if (!share_copy || plan.sharding == Sharding::None)
-    return make_gradient_sync(plan, comm, model.grads(), model.params(), {}, scratch);
+    return make_gradient_sync(plan, comm, model.grads(), model.params(), {}, scratch, replicas);
   LLMHPC_CHECK(!model.params_lowp().empty(), "{share_weights} bf16 with a model that keeps no bf16 copy");
   return make_gradient_sync(plan, comm, model.grads(), model.params(),
                             {model.params_lowp(), model.full_precision_ranges(), &model.device().allocator(),
                              engine == CollectiveEngine::Copy},
-                            scratch);
+                            scratch, replicas);
 }
 
 SyncPlan data_parallel_plan(SyncStrategy strategy, Sharding sharding, const ParameterLayout& layout,
@@ -149,7 +149,7 @@ void save_checkpoint_from_ranks(const Runtime& rt, const std::string& path, Tran
     packed.insert(packed.end(), mine.v.begin(), mine.v.end());
     if (rt.is_root()) whole.m.assign(size_t(total), 0.0f), whole.v.assign(size_t(total), 0.0f);
     rt.gather_to_root(packed, [&](int rank, const std::vector<float>& theirs) {
-      const std::vector<FlatRange> owned = plan.owned(rank);
+      const std::vector<FlatRange> owned = plan.owned(rank % plan.ranks);  // hybrid: each group holds all
       const int64_t n = packed_size(owned);
       LLMHPC_CHECK(int64_t(theirs.size()) == 2 * n, "rank " + std::to_string(rank) + " sent a state of the wrong size");
       for (const PackedPiece& piece : packed_pieces(owned, {0, total})) {  // not the padding
@@ -230,7 +230,9 @@ std::unique_ptr<Communicator> make_gradient_communicator(const Runtime& rt, cons
   return comm;
 }
 
-int resolve_shard_group(int shard_group, const Runtime& rt) {
+int resolve_shard_group(int shard_group, Sharding sharding, const Runtime& rt) {
+  const bool hybrid = sharding == Sharding::Zero1 || shards_parameters(sharding);
+  if (!hybrid || (shard_group == Parallelism::kAutoShardGroup && sharding == Sharding::Zero1)) return rt.world_size;
   int group = shard_group > 0 ? shard_group : rt.local_size;
   if (shard_group <= 0 &&
       rt.reduce_all(int64_t(group), HostReduce::Min) != rt.reduce_all(int64_t(group), HostReduce::Max))
@@ -268,10 +270,18 @@ void check_parallelism(const Parallelism& p, Precision precision, MemoryPlan mem
   if (p.reduce_in_bf16 && p.strategy == SyncStrategy::None)
     throw UsageError("{grad_reduce_dtype} bf16 says what the ranks' gradients are averaged in, and {ddp} none "
                      "averages nothing (one rank trains alone by default): give several ranks, or leave it out");
-  if (p.shard_group > 0 && !shards_parameters(p.sharding))
+  if (p.shard_group != Parallelism::kAutoShardGroup && p.sharding != Sharding::Zero1 && !shards_parameters(p.sharding))
     throw UsageError(std::string("{shard_group} says how many ranks share one copy of the model state under "
-                                 "{shard_optimizer} zero2 or zero3, and this run uses ") +
+                                 "{shard_optimizer} zero1, zero2 or zero3, and this run uses ") +
                      sharding_name(p.sharding) + ": leave it out");
+  if (p.sharding == Sharding::Zero1 && p.shard_group != Parallelism::kAutoShardGroup && p.shard_group != world_size) {
+    if (p.engine == CollectiveEngine::Copy)
+      throw UsageError("{shard_optimizer} zero1 in groups ({shard_group}) averages its parts over the groups with "
+                       "NCCL's kernels: use {collective_engine} sm (or auto)");
+    if (p.reduce_in_bf16)
+      throw UsageError("{shard_optimizer} zero1 in groups ({shard_group}) averages its parts over the groups in the "
+                       "gradients' own dtype: leave {grad_reduce_dtype} bf16 out, or use {grad_dtype} bf16");
+  }
   if (p.shard_group > 0 && world_size % p.shard_group != 0)
     throw UsageError("{shard_group} " + std::to_string(p.shard_group) + " does not divide the " +
                      std::to_string(world_size) + " ranks into equal groups: give a divisor of " +

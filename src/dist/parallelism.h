@@ -39,10 +39,13 @@ struct Parallelism {
   ShareWeights share_weights = ShareWeights::Auto;
   CollectiveEngine engine = CollectiveEngine::Auto;
   bool reduce_in_bf16 = false;  // fp32 gradients travel and are averaged as bf16
-  // zero2, zero3: how many ranks share one copy of the model state (hybrid sharding: sharded
-  // within each group of consecutive ranks, replicated across the groups, as torchtitan's HSDP);
-  // 0: the ranks of one node (every rank when the job is one node).
-  int shard_group = 0;
+  // zero1, zero2, zero3: how many ranks share one copy of the model state (hybrid sharding:
+  // sharded within each group of consecutive ranks, replicated across the groups, as
+  // torchtitan's HSDP); 0: the ranks of one node (every rank when the job is one node);
+  // kAutoShardGroup: a node's for zero2 and zero3, whose state is what hybrid sharding is for,
+  // every rank's for zero1 (resolve_shard_group).
+  static constexpr int kAutoShardGroup = -1;
+  int shard_group = kAutoShardGroup;
   // Tensor parallelism (src/model/tensor_parallel.h): ranks in each tensor-parallel group, the
   // world being tensor_parallel x data-parallel ranks (mesh_place); everything above applies
   // among the data-parallel ranks. sequence_parallel: the norms and the residual stream split
@@ -98,7 +101,8 @@ int64_t shard_alignment(Device& dev, Precision precision, bool share_copy);
 // The gradient synchronisation of `plan` over the model's buffers; a sharded plan shares the
 // model's bf16 copy when `share_copy`, else its master weights. `engine` resolved (not Auto).
 std::unique_ptr<GradientSync> make_model_sync(const SyncPlan& plan, Communicator& comm, TransformerLM& model,
-                                              bool share_copy, CollectiveEngine engine = CollectiveEngine::Sm);
+                                              bool share_copy, CollectiveEngine engine = CollectiveEngine::Sm,
+                                              Communicator* replicas = nullptr);
 
 // The communicator the gradients are reduced over: nccl on the model's GPU, ordered after its
 // compute stream; mpi where the model lives in host memory. `copy_engines`: the run asks for
@@ -108,12 +112,12 @@ std::unique_ptr<GradientSync> make_model_sync(const SyncPlan& plan, Communicator
 std::unique_ptr<Communicator> make_gradient_communicator(const Runtime& rt, const std::string& backend, Device& dev,
                                                          bool copy_engines, int color = -1);
 
-// Hybrid sharding's groups: `shard_group` (Parallelism::shard_group) resolved to a number of
-// ranks, the same on every rank: 0 takes the ranks of one node, which must then be the same
-// number on every node. Throws UsageError where the groups would not divide the ranks evenly.
-// Collective.
-int resolve_shard_group(int shard_group, const Runtime& rt);
-// The communicators of zero2 and zero3 over groups of `group` consecutive ranks: `shard` over
+// Hybrid sharding's groups: `shard_group` (Parallelism::shard_group) of `sharding` resolved to a
+// number of ranks, the same on every rank: 0 takes the ranks of one node, which must then be the
+// same number on every node; every rank unsharded. Throws UsageError where the groups would not
+// divide the ranks evenly. Collective.
+int resolve_shard_group(int shard_group, Sharding sharding, const Runtime& rt);
+// The communicators of hybrid sharding over groups of `group` consecutive ranks: `shard` over
 // this rank's group, where the shards are cut; `replicas` over the ranks holding the same part
 // in every group, where the groups' gradients are averaged (null when one group holds every
 // rank). Collective.

@@ -46,10 +46,18 @@ namespace {
 // Either is several steps on the communicator's stream, which a group would reorder (it
 // launches its collectives at group_end(), after the steps issued behind them): their buckets
 // are issued one after another, never grouped.
+//
+// Hybrid zero1 (`replicas`: the ranks holding the same parts in the other groups of `comm`):
+// each bucket's part, reduce-scattered within the group, is then averaged over the groups. That
+// average reads the reduce-scatter's result, on another communicator's stream, so the compute
+// stream waits for the reduce-scatter first: the buckets that became final together are
+// averaged once the next ones are issued (their reduce-scatters done or nearly), as zero2 and
+// zero3 average their units (src/dist/unit_shards.h), and the last in finish().
 class Reducer final : public GradientSync {
  public:
-  Reducer(const SyncPlan& plan, Communicator& comm, Tensor flat_grads, ReduceScratch memory)
-      : plan_(plan), comm_(comm), grads_(flat_grads), buckets_(plan_.buckets),
+  Reducer(const SyncPlan& plan, Communicator& comm, Tensor flat_grads, ReduceScratch memory, Communicator* replicas)
+      : plan_(plan), comm_(comm), replicas_(replicas && replicas->size() > 1 ? replicas : nullptr), grads_(flat_grads),
+        buckets_(plan_.buckets),
         collective_(plan.sharding == Sharding::Zero1 ? Collective::ReduceScatter : Collective::AllReduce),
         by_begin_(buckets_.size()), ready_(buckets_.size()), expected_(buckets_.size()), issued_(buckets_.size()) {
     for (size_t k = 0; k < buckets_.size(); ++k) {
@@ -65,6 +73,8 @@ class Reducer final : public GradientSync {
               [&](size_t a, size_t b) { return buckets_[a].begin < buckets_[b].begin; });
     for (size_t i = 1; i < by_begin_.size(); ++i)
       LLMHPC_CHECK(buckets_[by_begin_[i - 1]].end <= buckets_[by_begin_[i]].begin, "buckets overlap");
+    LLMHPC_CHECK(!replicas_ || (plan_.sharding == Sharding::Zero1 && !plan_.reduce_in_bf16 && !memory.copy_engines),
+                 "hybrid sharding averages zero1's parts over the groups in the gradients' dtype, with NCCL's kernels");
     int64_t largest = 0;
     for (const FlatRange& b : buckets_) largest = std::max(largest, b.size());
     const bool needs_memory = largest > 0 && (plan_.reduce_in_bf16 || memory.copy_engines);
@@ -120,8 +130,9 @@ class Reducer final : public GradientSync {
     for (size_t k = 0; k < buckets_.size(); ++k)
       if (!issued_[k]) left.push_back(k);
     if (!plan_.when_ready)
-      for (size_t k : left) issue(k, /*in_finish=*/true);  // one after another, as the reference naive DDP
+      for (size_t k : left) issue_together({k}, /*in_finish=*/true);  // one after another, as the reference naive DDP
     else issue_together(left, /*in_finish=*/true);
+    average_over_replicas();  // the last buckets'
     for (CommHandle& h : in_flight_) h.wait();
     in_flight_.clear();
   }
@@ -132,10 +143,33 @@ class Reducer final : public GradientSync {
   // NCCL launches them together, so a layer's nine tensors pay one launch and one
   // synchronisation instead of nine (per-collective latency dominates small tensors).
   void issue_together(const std::vector<size_t>& ks, bool in_finish) {
+    if (ks.empty()) return;
     const bool group = ks.size() > 1 && !bf16_ && !engines_;
     if (group) comm_.group_start();
     for (size_t k : ks) issue(k, in_finish);
     if (group) comm_.group_end();
+    if (!replicas_) return;
+    average_over_replicas();  // the buckets issued before these
+    to_average_ = ks;
+  }
+
+  // The parts of to_average_'s buckets (this rank's, reduce-scattered within its group) averaged
+  // over the groups, once the compute stream has waited for their reduce-scatters.
+  void average_over_replicas() {
+    if (!replicas_) return;
+    for (CommHandle& h : group_pending_) h.wait();
+    group_pending_.clear();
+    const int64_t m = replicas_->size(), es = int64_t(dtype_size(grads_.dtype));
+    for (size_t k : to_average_) {
+      const FlatRange mine = plan_.shard(k, comm_.rank());
+      void* part = grads_.slice(mine.begin, {mine.size()}).data;
+      in_flight_.push_back(
+          replicas_->all_reduce_async(part, part, size_t(mine.size()), grads_.dtype, ReduceOp::Average));
+      ++stats_.collectives;
+      stats_.bytes += mine.size() * es;
+      stats_.bus_bytes += 2 * (m - 1) * mine.size() * es / m;
+    }
+    to_average_.clear();
   }
 
   // Where the collectives work: the gradients, or the bf16 wire they travel in.
@@ -165,7 +199,7 @@ class Reducer final : public GradientSync {
       else h = comm_.reduce_scatter_async(data, part, count, grads_.dtype, ReduceOp::Average);
     }
     if (blocking) h.wait();
-    else in_flight_.push_back(std::move(h));
+    else (replicas_ ? group_pending_ : in_flight_).push_back(std::move(h));
     issued_[k] = true;
     const int64_t bytes = b.size() * int64_t(dtype_size(bf16_ ? DType::BF16 : grads_.dtype));
     ++stats_.collectives;
@@ -176,6 +210,7 @@ class Reducer final : public GradientSync {
 
   SyncPlan plan_;
   Communicator& comm_;
+  Communicator* replicas_;  // hybrid zero1: the ranks holding this rank's parts in the other groups
   Tensor grads_;
   const std::vector<FlatRange>& buckets_;  // plan_'s, in issue order: reverse parameter order
   Collective collective_;
@@ -184,6 +219,8 @@ class Reducer final : public GradientSync {
   std::vector<int64_t> expected_;  // elements backward reports, per bucket
   std::vector<bool> issued_;
   std::vector<CommHandle> in_flight_;
+  std::vector<size_t> to_average_;         // hybrid: buckets reduce-scattered, not yet averaged over groups
+  std::vector<CommHandle> group_pending_;  // hybrid: their reduce-scatters
   SyncStats stats_;
   // Declared in the order they are made: each goes before what it uses.
   Buffer wire_;                                   // in bf16: what every bucket travels in
@@ -194,8 +231,8 @@ class Reducer final : public GradientSync {
 }  // namespace
 
 std::unique_ptr<GradientSync> make_reducer(const SyncPlan& plan, Communicator& comm, Tensor flat_grads,
-                                           ReduceScratch scratch) {
-  return std::make_unique<Reducer>(plan, comm, flat_grads, scratch);
+                                           ReduceScratch scratch, Communicator* replicas) {
+  return std::make_unique<Reducer>(plan, comm, flat_grads, scratch, replicas);
 }
 
 }  // namespace llmhpc

@@ -10,7 +10,8 @@
 
 namespace llmhpc {
 
+// `replicas`: hybrid zero1's groups (make_gradient_sync).
 std::unique_ptr<GradientSync> make_reducer(const SyncPlan& plan, Communicator& comm, Tensor flat_grads,
-                                           ReduceScratch scratch);
+                                           ReduceScratch scratch, Communicator* replicas);
 
 }  // namespace llmhpc

@@ -51,11 +51,11 @@ void add_data_parallel_options(po::options_description& desc, const ListUse& use
        "and resume under any sharding and rank count" +
        list)
           .c_str())(
-      "shard-group", po::value<std::string>()->default_value("node"),
-      "zero2 and zero3: how many ranks share one copy of the model state: node (the ranks of one node: "
-      "sharded within each node, replicated across nodes, each step's gradients averaged over the nodes "
-      "unit by unit during backward; every rank on one node) | world | N (groups of N consecutive ranks, N dividing "
-      "the ranks)")(
+      "shard-group", po::value<std::string>()->default_value("auto"),
+      "zero1, zero2 and zero3: how many ranks share one copy of the model state: auto (node for zero2 and zero3, "
+      "world for zero1) | node (the ranks of one node: sharded within each node, replicated across nodes, each "
+      "step's gradients averaged over the nodes as backward goes on; every rank on one node) | world | N (groups "
+      "of N consecutive ranks, N dividing the ranks)")(
       "share-weights", listable(use, "share-weights", "auto"),
       ("what a sharded optimizer's owners send after their update: master (the fp32 master weights; each rank "
        "casts its bf16 copy again in the next forward and holds none between steps) | bf16 (--precision bf16 "
@@ -165,6 +165,7 @@ Parallelism parallelism(const po::variables_map& vm, int ranks) {
 
 int shard_group(const po::variables_map& vm, int world_size) {
   const std::string group = opt_string(vm, "shard-group");
+  if (group == "auto") return Parallelism::kAutoShardGroup;
   if (group == "node") return 0;
   if (group == "world") return world_size;
   return int(opt_positive(vm, "shard-group"));

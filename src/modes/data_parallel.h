@@ -41,7 +41,8 @@ std::string tensor_parallel_label(int tp, bool sequence_parallel);
 std::vector<int> tensor_parallel_sizes(const po::variables_map& vm);
 // Training's one Parallelism (each option's single value) for `world_size` ranks.
 Parallelism parallelism(const po::variables_map& vm, int world_size);
-// --shard-group as Parallelism::shard_group: 0 for node, the world size for world, else the number.
+// --shard-group as Parallelism::shard_group: kAutoShardGroup for auto, 0 for node, the world size
+// for world, else the number.
 int shard_group(const po::variables_map& vm, int world_size);
 
 // The warning for a tensor-parallel group whose ranks sit on several nodes, printed by rank 0.

@@ -50,7 +50,8 @@ struct DdpCase : ModelCase {
   bool reduce_in_bf16 = false;  // --grad-reduce-dtype bf16
   int tp = 1;                   // --tp: ranks in each tensor-parallel group
   bool sequence_parallel = false;
-  int shard_group = 0;  // zero2, zero3: Parallelism::shard_group among this tp's data-parallel ranks
+  int shard_group = 0;  // Parallelism::shard_group among this tp's data-parallel ranks
+  int group = 0;        // those sharing one copy of the state, resolved by make_meshes
 
   std::string strategy_label() const {
     return (strategy == SyncStrategy::Bucketed ? "bucketed" + fmt_exact(bucket_mb) + "MiB"
@@ -148,9 +149,12 @@ std::vector<DdpCase> sweep_cases(const po::variables_map& vm, int world_size) {
     throw UsageError(std::string("--shard-optimizer ") + sharding_name(*units_asked) +
                      " reduce-scatters the model unit by unit (its buckets are the units): it runs under --ddp "
                      "bucketed; add bucketed to --ddp");
-  if (shard_group(vm, world_size) > 0 && !units_asked)
+  const std::vector<Sharding> stages = shardings(vm, world_size);
+  if (shard_group(vm, world_size) != Parallelism::kAutoShardGroup &&
+      std::none_of(stages.begin(), stages.end(),
+                   [](Sharding s) { return s == Sharding::Zero1 || shards_parameters(s); }))
     throw UsageError("--shard-group says how many ranks share one copy of the model state under --shard-optimizer "
-                     "zero2 or zero3: add one of them, or leave --shard-group out");
+                     "zero1, zero2 or zero3: add one of them, or leave --shard-group out");
   if (std::count(choices.begin(), choices.end(), ShareWeights::Bf16) > 0 && !bf16_taken)
     throw UsageError("--share-weights bf16 sends the bf16 copy of a sharded optimizer's weights: no case here has "
                      "one (it needs --shard-optimizer broadcast or zero1 and --precision bf16 without --low-memory)");
@@ -243,40 +247,40 @@ void add_options(po::options_description& desc) {
 double mean_or_nan(const std::vector<double>& v) { return v.empty() ? NAN : mean(v); }
 
 // The ranks and communicators of one --tp: data parallelism among the ranks holding the same
-// part (every rank at tp 1), zero2/zero3's groups among those, and the tensor-parallel group's
-// collectives inside each layer.
+// part (every rank at tp 1), hybrid sharding's groups among those, and the tensor-parallel
+// group's collectives inside each layer.
 struct Mesh {
   std::unique_ptr<TensorParallelMesh> tp;
-  std::unique_ptr<Communicator> comm;  // the gradients'
-  int shard_group = 0;                 // zero2, zero3: ranks sharing one copy of the state
-  ShardGroups groups;                  // hybrid sharding's (made where shard_group is not every rank)
+  std::unique_ptr<Communicator> comm;  // the gradients', over every data-parallel rank
+  std::map<int, ShardGroups> hybrid;   // by the ranks in a group, fewer than the data-parallel ranks
   const MeshRuntimes& ranks() const { return tp->ranks; }
-  Communicator& shard_comm() const { return groups.shard ? *groups.shard : *comm; }
+  // Where the state `group` ranks share is reduced: among the group, and over the ranks holding
+  // the same parts in the other groups (null where one group holds every rank).
+  Communicator& group_comm(int group) const { return hybrid.count(group) ? *hybrid.at(group).shard : *comm; }
+  Communicator* replicas(int group) const { return hybrid.count(group) ? hybrid.at(group).replicas.get() : nullptr; }
 };
 
-// One Mesh per --tp among `cases`, each made on every rank in the cases' order. Collective.
-std::map<int, std::unique_ptr<Mesh>> make_meshes(const Runtime& rt, const DdpOptions& o, Device& dev) {
+// One Mesh per --tp among `cases`, and each case's group resolved (DdpCase::group) with the
+// communicators of its hybrid sharding; made on every rank in the cases' order. Collective.
+std::map<int, std::unique_ptr<Mesh>> make_meshes(const Runtime& rt, const DdpOptions& o, Device& dev,
+                                                 std::vector<DdpCase>& cases) {
   std::map<int, std::unique_ptr<Mesh>> meshes;
   const std::string backend = resolve_backend(o.backend, dev.kind());
-  for (const DdpCase& c : o.cases) {
-    if (meshes.count(c.tp)) continue;
-    auto mesh = std::make_unique<Mesh>();
-    collective_check(rt, [&] { mesh->tp = std::make_unique<TensorParallelMesh>(rt, c.tp, backend, dev); });
-    if (c.tp > 1) warn_if_tp_spans_nodes(rt, mesh->ranks());
+  for (DdpCase& c : cases) {
+    std::unique_ptr<Mesh>& mesh = meshes[c.tp];
+    if (!mesh) {
+      mesh = std::make_unique<Mesh>();
+      collective_check(rt, [&] { mesh->tp = std::make_unique<TensorParallelMesh>(rt, c.tp, backend, dev); });
+      if (c.tp > 1) warn_if_tp_spans_nodes(rt, mesh->ranks());
+      const Runtime& dp = mesh->ranks().dp;
+      collective_check(rt, [&] { mesh->comm = make_gradient_communicator(dp, backend, dev, o.copy_engines); });
+    }
     const Runtime& dp = mesh->ranks().dp;
-    mesh->shard_group = dp.world_size;
-    collective_check(rt, [&] { mesh->comm = make_gradient_communicator(dp, backend, dev, o.copy_engines); });
-    // zero2, zero3 cut the state among a group's ranks: every data-parallel rank's, or under
-    // hybrid sharding (--shard-group) each group's, the groups averaging their gradients over
-    // `groups.replicas`.
-    const bool sharded =
-        std::any_of(o.cases.begin(), o.cases.end(), [&](const DdpCase& k) { return k.tp == c.tp && k.sharded(); });
-    if (sharded)
-      collective_check(rt, [&] {
-        mesh->shard_group = resolve_shard_group(c.shard_group, dp);
-        if (mesh->shard_group < dp.world_size) mesh->groups = make_shard_groups(dp, backend, dev, mesh->shard_group);
-      });
-    meshes.emplace(c.tp, std::move(mesh));
+    collective_check(rt, [&] {
+      c.group = resolve_shard_group(c.shard_group, c.sharding, dp);
+      if (c.group < dp.world_size && !mesh->hybrid.count(c.group))
+        mesh->hybrid.emplace(c.group, make_shard_groups(dp, backend, dev, c.group));
+    });
   }
   return meshes;
 }
@@ -298,12 +302,18 @@ void run(ModeContext& ctx, const DdpOptions& o) {
       local_batch(c.batch, place.dp_rank, place.dp_size);
     }
   });
-  const std::map<int, std::unique_ptr<Mesh>> meshes = make_meshes(rt, o, dev);
+  const std::map<int, std::unique_ptr<Mesh>> meshes = make_meshes(rt, o, dev, cases);
   // --collective-engine auto resolved per case; a case it makes the same as another runs once.
+  // Hybrid zero1 averages over the groups with NCCL's kernels, in the gradients' dtype: a sweep
+  // leaves its copy-engine and bf16-wire cases out.
   std::vector<DdpCase> resolved;
   for (DdpCase c : cases) {
     const Mesh& mesh = *meshes.at(c.tp);
-    c.engine = resolve_collective_engine(c.engine, c.strategy, c.sharding, mesh.ranks().dp, dev, *mesh.comm);
+    const bool hybrid_zero1 = c.sharding == Sharding::Zero1 && mesh.replicas(c.group);
+    if (hybrid_zero1 && (c.engine == CollectiveEngine::Copy || c.reduce_in_bf16)) continue;
+    c.engine = hybrid_zero1
+                   ? CollectiveEngine::Sm
+                   : resolve_collective_engine(c.engine, c.strategy, c.sharding, mesh.ranks().dp, dev, *mesh.comm);
     if (std::none_of(resolved.begin(), resolved.end(), [&](const DdpCase& r) { return r.label() == c.label(); }))
       resolved.push_back(c);
   }
@@ -336,8 +346,9 @@ void run(ModeContext& ctx, const DdpOptions& o) {
     const Runtime& dp_rt = mesh.ranks().dp;  // data parallelism's ranks: all of them at tp 1
     const MeshPlace& place = mesh.ranks().place;
     CommTensorParallelGroup* tp_group = mesh.tp->group.get();
-    Communicator& comm = *mesh.comm;
-    const int group = mesh.shard_group;
+    const int group = c.group;
+    Communicator& comm = mesh.group_comm(group);
+    Communicator* replicas = mesh.replicas(group);
     const ParameterLayout layout(c.model, TensorSplit{c.tp, place.tp_rank});  // this rank's part
     const LocalBatch mine = local_batch(c.batch, dp_rt.rank, dp_rt.world_size);
     Record rec;
@@ -358,7 +369,7 @@ void run(ModeContext& ctx, const DdpOptions& o) {
         .attr("ddp", std::string(sync_strategy_name(c.strategy)))
         .attr("bucket_mb", c.bucket_mb)
         .attr("shard_optimizer", std::string(sharding_name(c.sharding)))
-        .attr("shard_group", int64_t(c.sharded() ? group : dp_rt.world_size))
+        .attr("shard_group", int64_t(group))
         .attr("share_weights", std::string(c.share_copy ? "bf16" : "master"))
         .attr("collective_engine", std::string(collective_engine_name(c.engine)))
         .attr("grad_reduce_dtype", grad_reduce_dtype_name(c.reduce_in_bf16, gradient_dtype(c.precision, c.grads)))
@@ -371,8 +382,7 @@ void run(ModeContext& ctx, const DdpOptions& o) {
         .attr("model_flops_fwd_bwd", model_flops_fwd_bwd(c.model, mine.count, c.model.context_length) / c.tp);
     Samples warm, timed;
     std::vector<double> slowest;
-    const SyncPlan plan = data_parallel_plan(c.strategy, c.sharding, layout, c.precision, c.grads, c.bucket_mb,
-                                             c.sharded() ? group : dp_rt.world_size,
+    const SyncPlan plan = data_parallel_plan(c.strategy, c.sharding, layout, c.precision, c.grads, c.bucket_mb, group,
                                              shard_alignment(dev, c.precision, c.share_copy), c.reduce_in_bf16);
     std::unique_ptr<AdamW> opt;
     std::unique_ptr<UnitShards> shards;  // zero2, zero3: made where memory is agreed on, then the sync
@@ -395,7 +405,7 @@ void run(ModeContext& ctx, const DdpOptions& o) {
                 flat_elements =
                     std::max(flat_elements,
                              data_parallel_plan(o.strategy, o.sharding, ParameterLayout(o.model, layout.tensor_split()),
-                                                o.precision, o.grads, o.bucket_mb, dp_rt.world_size,
+                                                o.precision, o.grads, o.bucket_mb, o.group,
                                                 shard_alignment(dev, o.precision, o.share_copy))
                                  .flat_elements);
               }
@@ -420,8 +430,7 @@ void run(ModeContext& ctx, const DdpOptions& o) {
             if (c.sharded()) {
               // The shards, their places and windows, and the optimizer state: what a sharded step
               // keeps. Its activations come with the first step, whose collectives cannot run here.
-              shards =
-                  std::make_unique<UnitShards>(plan, mesh.shard_comm(), *live.model, ops, mesh.groups.replicas.get());
+              shards = std::make_unique<UnitShards>(plan, comm, *live.model, ops, replicas);
               before_optimizer = model_memory(dev.allocator());
               opt = std::make_unique<AdamW>(*live.model, ops, AdamWHyper{}, shards->optimizer_shard());
               opt->allocate_state();
@@ -429,14 +438,14 @@ void run(ModeContext& ctx, const DdpOptions& o) {
             }
             if (c.tp > 1) {  // the same, for a step whose layers hold collectives (the gradients exist)
               before_optimizer = model_memory(dev.allocator());
-              opt = std::make_unique<AdamW>(*live.model, ops, AdamWHyper{}, plan.owned(dp_rt.rank));
+              opt = std::make_unique<AdamW>(*live.model, ops, AdamWHyper{}, plan.owned(comm.rank()));
               opt->allocate_state();
               return;
             }
             // The gradients exist; the activations and backward's scratch come and go with it.
             run_step(*live.model, nullptr, Phase::ForwardBackward, *timer);
             before_optimizer = model_memory(dev.allocator());
-            opt = std::make_unique<AdamW>(*live.model, ops, AdamWHyper{}, plan.owned(dp_rt.rank));
+            opt = std::make_unique<AdamW>(*live.model, ops, AdamWHyper{}, plan.owned(comm.rank()));
             opt->allocate_state();  // here, where running out of memory is agreed on
             // A step's peak (activations and scratch beside the state) once more, so that a
             // timed step does not run out of memory where the state took their cached blocks.
@@ -452,8 +461,10 @@ void run(ModeContext& ctx, const DdpOptions& o) {
             sync = std::move(shards);
           } else {  // every configuration starts from rank 0's weights
             broadcast_parameters(comm, model.params());
+            if (replicas) broadcast_parameters(*replicas, model.params());  // hybrid: group 0's, to every group
             model.parameters_changed();
-            if (c.strategy != SyncStrategy::None) sync = make_model_sync(plan, comm, model, c.share_copy, c.engine);
+            if (c.strategy != SyncStrategy::None)
+              sync = make_model_sync(plan, comm, model, c.share_copy, c.engine, replicas);
           }
           rt.barrier();
           int64_t steps_run = 0;

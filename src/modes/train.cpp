@@ -278,7 +278,7 @@ void run(ModeContext& ctx, const TrainOptions& o) {
         throw UsageError("--save '" + save + "' is the --data file: the checkpoint would replace the tokens");
     }
     // zero2, zero3: the state is cut among a group's ranks (every rank's, unless hybrid).
-    if (shards_parameters(sharding)) shard_group = resolve_shard_group(par.shard_group, dp_rt);
+    shard_group = resolve_shard_group(par.shard_group, sharding, dp_rt);
     plan = data_parallel_plan(strategy, sharding, ParameterLayout(config, {tp, mesh.tp_rank}), precision, grads,
                               bucket_mb, shard_group, shard_alignment(dev, precision, share_copy), reduce_in_bf16);
     check_parallelism(par, precision, memory, rt.world_size);
@@ -306,8 +306,8 @@ void run(ModeContext& ctx, const TrainOptions& o) {
                       std::to_string(most) + " tokens; every rank must read the same tokens");
   const LocalBatch mine = local_batch(batch, dp_rt.rank, dp_rt.world_size);
   const int64_t micro_size = mine.count / micro_batches;
-  std::unique_ptr<Communicator> comm, replicas;  // replicas: hybrid sharding's groups
-  if (shards_parameters(sharding))
+  std::unique_ptr<Communicator> comm, replicas;                       // replicas: hybrid sharding's groups
+  if (shards_parameters(sharding) || shard_group < dp_rt.world_size)  // zero2, zero3 and every hybrid stage
     collective_check(rt, [&] {
       ShardGroups made = make_shard_groups(dp_rt, resolve_backend(o.backend, dev.kind()), dev, shard_group);
       comm = std::move(made.shard);
@@ -318,9 +318,10 @@ void run(ModeContext& ctx, const TrainOptions& o) {
       comm = make_gradient_communicator(dp_rt, resolve_backend(o.backend, dev.kind()), dev,
                                         par.engine == CollectiveEngine::Copy);
     });
-  const CollectiveEngine engine =
-      comm ? resolve_collective_engine(par.engine, strategy, sharding, dp_rt, dev, *comm) : CollectiveEngine::Sm;
-  const int64_t seq = config.context_length;  // sequences are as long as the model's context
+  const CollectiveEngine engine = comm && !replicas
+                                      ? resolve_collective_engine(par.engine, strategy, sharding, dp_rt, dev, *comm)
+                                      : CollectiveEngine::Sm;  // hybrid: the groups' average takes NCCL's kernels
+  const int64_t seq = config.context_length;                   // sequences are as long as the model's context
   // zero2, zero3: the model keeps no flat buffers; the shards hold its parameters and gradients.
   const bool sharded = shards_parameters(sharding);
   std::unique_ptr<TransformerLM> model;
@@ -347,7 +348,7 @@ void run(ModeContext& ctx, const TrainOptions& o) {
     after_init = model_memory(dev.allocator());
     // This rank's ranges only; its state appears with the first step (or the checkpoint's).
     opt = sharded ? std::make_unique<AdamW>(*model, ops, o.hyper, shards->optimizer_shard())
-                  : std::make_unique<AdamW>(*model, ops, o.hyper, plan.owned(dp_rt.rank));
+                  : std::make_unique<AdamW>(*model, ops, o.hyper, plan.owned(dp_rt.rank % plan.ranks));
     // Sharded parameters are drawn from the seed on every rank, each rank keeping its parts:
     // rank 0's weights, with no broadcast.
     if (init && sharded) load_checkpoint_into_shards(o.init, *shards, *opt);
@@ -375,8 +376,9 @@ void run(ModeContext& ctx, const TrainOptions& o) {
     sync = std::move(shards_made);
   } else if (comm) {  // every rank starts from rank 0's weights, whatever its seed or file
     broadcast_parameters(*comm, model->params());
+    if (replicas) broadcast_parameters(*replicas, model->params());  // hybrid: group 0's, to every group
     model->parameters_changed();
-    sync = make_model_sync(plan, *comm, *model, share_copy, engine);
+    sync = make_model_sync(plan, *comm, *model, share_copy, engine, replicas.get());
   }
 
   log_root(

@@ -10,7 +10,8 @@
 # unsharded run's losses and checkpoint (gathered into the unsharded layout), in fp32 and bf16; a
 # zero3 checkpoint of 2 ranks goes on on 3 ranks under zero3 exactly as under no sharding, and that
 # one on 1 rank likewise; each rank keeps 1/n of the masters, gradients and optimizer state; mode
-# ddp sweeps the stages; hybrid sharding (--shard-group) on 4 ranks trains as unsharded DDP; bad
+# ddp sweeps the stages; hybrid sharding (--shard-group, zero1 and zero3) on 4 ranks trains as
+# unsharded DDP; bad
 # combinations are refused on every rank.
 source "$(dirname "$0")/mpi_script.sh"
 
@@ -57,11 +58,16 @@ run 4 $TRAIN --ddp bucketed --steps 6 --shard-optimizer none --save hyb_none.h5 
 run 4 $TRAIN --ddp bucketed --steps 6 --shard-optimizer zero3 --shard-group 2 --save hyb_zero3.h5 --out hyb_zero3
 run 2 $TRAIN --ddp bucketed --steps 6 --shard-optimizer zero2 --shard-group 1 --save hyb1_zero2.h5 --out hyb1_zero2
 run 2 $TRAIN --ddp bucketed --steps 6 --shard-optimizer none --save hyb1_none.h5 --out hyb1_none
+# zero1 likewise: within groups of 2, and in groups of one (every rank a replica).
+run 4 $TRAIN --ddp bucketed --steps 6 --shard-optimizer zero1 --shard-group 2 --save hyb_zero1.h5 --out hyb_zero1
+run 2 $TRAIN --ddp bucketed --steps 6 --shard-optimizer zero1 --shard-group 1 --save hyb1_zero1.h5 --out hyb1_zero1
 # Micro-batches: each unit's gradients added up in a window of its own, reduced in the last one.
 run 2 $TRAIN --ddp bucketed --steps 4 --grad-accum 2 --shard-optimizer none --save accum_none.h5 --out accum_none
 run 2 $TRAIN --ddp bucketed --steps 4 --grad-accum 2 --shard-optimizer zero3 --save accum_zero3.h5 --out accum_zero3
 refused 4 "does not divide the 4 ranks" $TRAIN --ddp bucketed --steps 1 --shard-optimizer zero3 --shard-group 3
-refused 2 "leave it out" $TRAIN --ddp bucketed --steps 1 --shard-optimizer zero1 --shard-group 2
+refused 2 "leave it out" $TRAIN --ddp bucketed --steps 1 --shard-optimizer none --shard-group 2
+refused 4 "averages its parts over the groups in the gradients' own dtype" $TRAIN --ddp bucketed --steps 1 \
+  --shard-optimizer zero1 --shard-group 2 --grad-reduce-dtype bf16
 
 refused 2 "its buckets are the units" $TRAIN --ddp bucketed --steps 1 --shard-optimizer zero3 --ddp overlap
 refused 2 "use --grad-dtype bf16" $TRAIN --ddp bucketed --steps 1 --shard-optimizer zero2 --grad-reduce-dtype bf16
@@ -154,14 +160,18 @@ check(same(datasets("on3_zero3.h5"), datasets("on3_none.h5")),
 check(same(datasets("on1_zero3.h5"), datasets("on1_none.h5")),
       "and that one on 1 rank under zero3 bitwise as unsharded")
 check(int(datasets("on1_zero3.h5")["optimizer/step"]) == 15, "2 + 3 ranks' steps: saved after step 15")
-hyb, flat4 = datasets("hyb_zero3.h5"), datasets("hyb_none.h5")
-err = max(float(np.max(np.abs(hyb[k] - flat4[k])) / max(float(np.max(np.abs(flat4[k]))), 1e-30)) for k in flat4
-          if k.startswith("params/"))
-# A group's average then the groups' average adds the 4 ranks' gradients in another order than
-# one all-reduce of 4: the weights agree to the rounding of the sums (Adam's steps on them).
-check(hyb.keys() == flat4.keys() and err < 1e-5, f"hybrid zero3 (2 groups of 2) trains as unsharded DDP on 4 ranks ({err:.1e})")
-check(same(datasets("hyb1_zero2.h5"), datasets("hyb1_none.h5")),
-      "zero2 in groups of one rank (replicated, the gradients averaged across) bitwise DDP on 2 ranks")
+flat4 = datasets("hyb_none.h5")
+for stage in ("zero1", "zero3"):
+    hyb = datasets(f"hyb_{stage}.h5")
+    err = max(float(np.max(np.abs(hyb[k] - flat4[k])) / max(float(np.max(np.abs(flat4[k]))), 1e-30)) for k in flat4
+              if k.startswith(("params/", "optimizer/m/", "optimizer/v/")))
+    # A group's average then the groups' average adds the 4 ranks' gradients in another order than
+    # one all-reduce of 4: the weights and the state agree to the rounding of the sums.
+    check(hyb.keys() == flat4.keys() and err < 1e-5,
+          f"hybrid {stage} (2 groups of 2) trains as unsharded DDP on 4 ranks, its checkpoint whole ({err:.1e})")
+for stage in ("zero1", "zero2"):
+    check(same(datasets(f"hyb1_{stage}.h5"), datasets("hyb1_none.h5")),
+          f"{stage} in groups of one rank (replicated, the gradients averaged across) bitwise DDP on 2 ranks")
 check(same(datasets("accum_zero3.h5"), datasets("accum_none.h5")),
       "zero3 with 2 micro-batches a step: bitwise the unsharded run's with them")
 with h5py.File("hyb_zero3/rank00003.h5", "r") as f:
