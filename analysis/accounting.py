@@ -272,13 +272,16 @@ def tp_batch(args) -> str:
             + markdown_table(["Setting", "B* per device", f"Global batch (x M_X M_Y = {args.m_x * args.m_y})"], rows))
 
 
-def median_step_ms(directory: str) -> tuple:
-    """(the train record's attributes, the median step in ms after the first two) of rank 0's train record."""
+def median_step_ms(directory: str, dataset: str = "step_ms") -> tuple:
+    """(the train record's attributes, the median of `dataset` in ms after the first two steps) of
+    rank 0's train record; NaN where the record lacks it (tp_comm_ms: files from before it)."""
     run = open_run(directory)
     records = run.records("train")
     if run.mode != "train" or not records:
         raise SchemaError(f"{directory}: not an llmhpc --mode train run")
-    steps = np.asarray(records[0].arrays["step_ms"], dtype=float)
+    if dataset not in records[0].arrays:
+        return records[0].attrs, math.nan
+    steps = np.asarray(records[0].arrays[dataset], dtype=float)
     if len(steps) < 3:
         raise SchemaError(f"{directory}: {len(steps)} steps; the median leaves out the first two, so give 3 or more")
     return records[0].attrs, float(np.median(steps[2:]))
@@ -292,6 +295,7 @@ def tensor_parallel(args) -> str:
     rows = []
     for directory in args.train:
         a, measured = median_step_ms(directory)
+        _, waited = median_step_ms(directory, "tp_comm_ms")
         tp, dp = int(a.get("tp", 1)), int(a.get("dp", a.get("world_size", 1)))
         if tp < 2:
             raise SchemaError(f"--train {directory}: no tensor parallelism (tp {tp})")
@@ -308,13 +312,14 @@ def tensor_parallel(args) -> str:
         predicted = t1 / tp + comm_ms
         label = f"tp {tp} x dp {dp}" + (" sp" if int(a.get("sequence_parallel", 0)) else "")
         rows.append([label, f"{t1 / tp:.1f}", f"{collectives}", f"{bus / GB:.2f}", f"{comm_ms:.1f}",
-                     f"{predicted:.1f}", f"{measured:.1f}", f"{measured / predicted:.3f}",
-                     f"{measured - t1 / tp:.1f}"])
+                     "-" if math.isnan(waited) else f"{waited:.1f}", f"{predicted:.1f}", f"{measured:.1f}",
+                     f"{measured / predicted:.3f}", f"{measured - t1 / tp:.1f}"])
     source = model["source"] if model else f"bus bandwidth {args.busbw:.3g} B/s (--busbw)"
     return (f"### Tensor-parallel step: one GPU's {t1:.1f} ms / tp + the collectives inside the layers\n\n"
             f"One GPU: {args.single} (median step {t1:.1f} ms). Collectives: {source}.\n\n"
+            + "Waited: what the layers waited for the collectives, measured (tp_comm_ms, the median step).\n\n"
             + markdown_table(["Layout", "One GPU / tp (ms)", "Collectives", "Bus GB", "Predicted comm (ms)",
-                              "Predicted step (ms)", "Measured step (ms)", "Measured / predicted",
+                              "Waited (ms)", "Predicted step (ms)", "Measured step (ms)", "Measured / predicted",
                               "Measured - one GPU / tp (ms)"], rows))
 
 

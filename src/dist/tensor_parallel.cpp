@@ -12,11 +12,14 @@ namespace {
 // A Communicator's operation in flight as the model's Pending.
 class PendingCollective final : public TensorParallelGroup::Pending {
  public:
-  explicit PendingCollective(CommHandle handle) : handle_(std::move(handle)) {}
-  ~PendingCollective() override { handle_.wait(); }  // never abandoned
-  void finish() override { handle_.wait(); }
+  PendingCollective(CommTensorParallelGroup& group, CommHandle handle) : group_(group), handle_(std::move(handle)) {}
+  ~PendingCollective() override { finish(); }  // never abandoned
+  void finish() override {
+    if (handle_.pending()) group_.wait(handle_);
+  }
 
  private:
+  CommTensorParallelGroup& group_;
   CommHandle handle_;
 };
 }  // namespace
@@ -30,7 +33,7 @@ void CommTensorParallelGroup::count(double bus_factor, size_t bytes) {
 std::unique_ptr<TensorParallelGroup::Pending> CommTensorParallelGroup::begin_all_reduce(Tensor x) {
   count(2, x.bytes());
   return std::make_unique<PendingCollective>(
-      comm_.all_reduce_async(x.data, x.data, size_t(x.numel()), x.dtype, ReduceOp::Sum));
+      *this, comm_.all_reduce_async(x.data, x.data, size_t(x.numel()), x.dtype, ReduceOp::Sum));
 }
 
 std::unique_ptr<TensorParallelGroup::Pending> CommTensorParallelGroup::begin_reduce_scatter(Tensor part, Tensor whole) {
@@ -38,17 +41,32 @@ std::unique_ptr<TensorParallelGroup::Pending> CommTensorParallelGroup::begin_red
                "reduce_scatter: the whole must hold every rank's part");
   count(1, whole.bytes());
   return std::make_unique<PendingCollective>(
-      comm_.reduce_scatter_async(whole.data, part.data, size_t(part.numel()), part.dtype, ReduceOp::Sum));
+      *this, comm_.reduce_scatter_async(whole.data, part.data, size_t(part.numel()), part.dtype, ReduceOp::Sum));
 }
 
 void CommTensorParallelGroup::all_gather(Tensor whole, Tensor part) {
   LLMHPC_CHECK(whole.dtype == part.dtype && whole.numel() == part.numel() * size(),
                "all_gather: the whole must hold every rank's part");
   count(1, whole.bytes());
-  comm_.all_gather(part.data, whole.data, size_t(part.numel()), part.dtype);
+  CommHandle h = comm_.all_gather_async(part.data, whole.data, size_t(part.numel()), part.dtype);
+  wait(h);
+}
+
+void CommTensorParallelGroup::wait(CommHandle& handle) {
+  if (!compute_) return handle.wait();
+  if (next_mark_ + 2 > compute_->marks()) fold_marks();  // a step of more collectives than marks
+  compute_->mark(next_mark_++);
+  handle.wait();
+  compute_->mark(next_mark_++);
+}
+
+void CommTensorParallelGroup::fold_marks() {
+  for (int i = 0; i + 1 < next_mark_; i += 2) traffic_.exposed_ms += compute_->elapsed_ms(i, i + 1);
+  next_mark_ = 0;
 }
 
 CommTensorParallelGroup::Traffic CommTensorParallelGroup::take_traffic() {
+  if (compute_) fold_marks();
   const Traffic t = traffic_;
   traffic_ = {};
   return t;
@@ -76,7 +94,9 @@ TensorParallelMesh::TensorParallelMesh(const Runtime& rt, int tp, const std::str
     : ranks(rt, tp) {
   if (tp == 1) return;
   comm = make_gradient_communicator(rt, backend, dev, false, ranks.place.dp_rank);
-  group = std::make_unique<CommTensorParallelGroup>(*comm);
+  // Marks for a layer's four collectives in forward and backward, times 64 layers, before
+  // they are read back (take_traffic, or a longer step's fold).
+  group = std::make_unique<CommTensorParallelGroup>(*comm, dev.make_timer(2 * 8 * 64));
 }
 
 bool MeshRuntimes::tp_spans_nodes() const {

@@ -14,10 +14,14 @@
 namespace llmhpc {
 
 // The group's collectives in the tensors' dtype, the blocking forms of `comm` (on a GPU
-// ordered on the compute stream, the host never waiting), counted for the rank files.
+// ordered on the compute stream, the host never waiting), counted for the rank files. Given a
+// timer on the compute order (Device::make_timer), it also measures what the model waits for
+// them: from each finish() to the collective's result, marked on either side of the wait (what
+// the work issued since its begin did not hide; in forward the whole collective).
 class CommTensorParallelGroup final : public TensorParallelGroup {
  public:
-  explicit CommTensorParallelGroup(Communicator& comm) : comm_(comm) {}
+  explicit CommTensorParallelGroup(Communicator& comm, std::unique_ptr<Timer> compute = nullptr)
+      : comm_(comm), compute_(std::move(compute)) {}
   int size() const override { return comm_.size(); }
   int rank() const override { return comm_.rank(); }
   std::unique_ptr<Pending> begin_all_reduce(Tensor x) override;
@@ -29,12 +33,18 @@ class CommTensorParallelGroup final : public TensorParallelGroup {
   // or reduce-scatter whose whole is S bytes (n-1)/n S) since the last take_traffic().
   struct Traffic {
     int64_t collectives = 0, bytes = 0;
+    double exposed_ms = 0;  // the waits for them (with a timer; else 0)
   };
-  Traffic take_traffic();
+  Traffic take_traffic();  // waits for the last collective's marks
+
+  void wait(CommHandle& handle);  // the handle's wait(), timed
 
  private:
   void count(double bus_factor, size_t bytes);
+  void fold_marks();  // the marked waits into traffic_.exposed_ms
   Communicator& comm_;
+  std::unique_ptr<Timer> compute_;
+  int next_mark_ = 0;
   Traffic traffic_;
 };
 

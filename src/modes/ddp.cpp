@@ -479,6 +479,8 @@ void run(ModeContext& ctx, const DdpOptions& o) {
             sweep.restart_sensors();  // the record's clocks: the timed steps', not the heat's
           }
           if (tp_group) tp_group->take_traffic();  // the timed steps' alone
+          CommTensorParallelGroup::Traffic tp_total;
+          std::vector<double> tp_comm;  // per timed step: what the layers waited for the group's collectives
           DurationCount count(rt, duration_s, steps, pace_s, std::numeric_limits<int64_t>::max());
           timed.reserve(size_t(count.total()));
           MemorySamples memory_samples{size_t(count.total())};
@@ -486,6 +488,12 @@ void run(ModeContext& ctx, const DdpOptions& o) {
           for (int64_t s = 0; s < count.total();) {
             for (const int64_t end = s + count.next_chunk(s); s < end; ++s) {
               timed.add(step());
+              if (tp_group) {
+                const CommTensorParallelGroup::Traffic t = tp_group->take_traffic();
+                tp_total.collectives += t.collectives;
+                tp_total.bytes += t.bytes;
+                tp_comm.push_back(t.exposed_ms);
+              }
               memory_samples.take(s, dev);  // after the step's end: outside its timing
             }
             count.after_chunk(s);  // between steps (and one of the steps' host reductions)
@@ -495,9 +503,9 @@ void run(ModeContext& ctx, const DdpOptions& o) {
           }
           rec.attr("steps", int64_t(timed.step.size()));
           if (tp_group) {
-            const CommTensorParallelGroup::Traffic traffic = tp_group->take_traffic();
-            rec.attr("tp_collectives_per_step", traffic.collectives / int64_t(timed.step.size()))
-                .attr("tp_bus_bytes_per_step", traffic.bytes / int64_t(timed.step.size()));
+            rec.attr("tp_collectives_per_step", tp_total.collectives / int64_t(timed.step.size()))
+                .attr("tp_bus_bytes_per_step", tp_total.bytes / int64_t(timed.step.size()));
+            rec.add("tp_comm_ms", tp_comm);
           }
           // As training holds it between steps: a sharded optimizer's parameters still arriving
           // (under bf16 without the bf16 copy, which the next forward casts again).
@@ -519,7 +527,8 @@ void run(ModeContext& ctx, const DdpOptions& o) {
               .attr("optimizer_owned_elements", opt->owned_elements());
           record_memory(rec, "before_optimizer", before_optimizer);
           record_memory(rec, "after_optimizer", after_optimizer);
-          return fmt(mean(timed.step)) + " ms/step, exposed comm " + fmt(mean(timed.comm)) + " ms";
+          return fmt(mean(timed.step)) + " ms/step, exposed comm " + fmt(mean(timed.comm)) + " ms" +
+                 (tp_comm.empty() ? "" : ", waits for the tp collectives " + fmt(mean(tp_comm)) + " ms");
         },
         [&](Record& r) {
           record_memory(r, "after_init", live.after_init);

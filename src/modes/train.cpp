@@ -460,7 +460,7 @@ void run(ModeContext& ctx, const TrainOptions& o) {
       .attr("first_step", opt->steps_taken() + 1)
       .attr("cuda_graph", int64_t(graphed ? 1 : 0));
   record_memory(rec, "after_init", after_init);
-  std::vector<double> loss, lr, grad_norm, step_ms, fwd_ms, bwd_ms, sync_ms, param_sync_ms, opt_ms;
+  std::vector<double> loss, lr, grad_norm, step_ms, fwd_ms, bwd_ms, sync_ms, param_sync_ms, opt_ms, tp_comm_ms;
   CommTensorParallelGroup::Traffic tp_traffic;                         // of the last step, the same every step
   const std::unique_ptr<DeviceMonitor> monitor = device_monitor(ctx);  // the GPU's clocks over the run
   monitor->start();
@@ -474,8 +474,10 @@ void run(ModeContext& ctx, const TrainOptions& o) {
         .add("backward_ms", bwd_ms)
         .add("optimizer_ms", opt_ms);
     if (sync) r.add("sync_ms", sync_ms).add("param_sync_ms", param_sync_ms);
-    if (tp_group)
+    if (tp_group) {
       r.attr("tp_collectives_per_step", tp_traffic.collectives).attr("tp_bus_bytes_per_step", tp_traffic.bytes);
+      r.add("tp_comm_ms", tp_comm_ms);
+    }
     if (max_grad_norm > 0) r.add("grad_norm", grad_norm);
     r.attr("peak_memory_bytes", dev.allocator().peak_bytes());
     record_sensors(r, monitor->snapshot());
@@ -526,7 +528,10 @@ void run(ModeContext& ctx, const TrainOptions& o) {
       save_progress("oom");
       throw;
     }
-    if (tp_group) tp_traffic = tp_group->take_traffic();
+    if (tp_group) {
+      tp_traffic = tp_group->take_traffic();
+      tp_comm_ms.push_back(tp_traffic.exposed_ms);
+    }
     if (s == 0) {  // the memory points around the first optimizer step, which allocates its state
       record_memory(rec, "before_optimizer", t.memory_before_optimizer);
       record_memory(rec, "after_optimizer", model_memory(dev.allocator()));

@@ -495,6 +495,9 @@ def check_tensor_parallel(work):
                 assert (a["dp"], a["tp_rank"], a["dp_rank"]) == (4 // tp, rank % tp, rank // tp), f"{where}: {a}"
                 assert a["local_batch_size"] == 4 // (4 // tp) and name.count("_tp2") == (tp == 2), f"{where}: {a}"
                 assert ("tp_collectives_per_step" in a) == (tp > 1), f"{where}: {sorted(a)}"
+                if tp > 1:  # what the layers waited for the group's collectives, each timed step
+                    waited, steps = g["tp_comm_ms"][()], g["step_ms"][()]
+                    assert len(waited) == 2 and np.all(waited > 0) and np.all(waited < steps), f"{where}: {waited}"
                 if not name.endswith("_zero3"):  # a rank's parameters: the part's, in fp32
                     assert a["memory_after_init_params_bytes"] == 4 * a["part_params"], f"{where}: {a}"
                 records.setdefault(name, []).append(a)
