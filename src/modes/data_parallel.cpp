@@ -96,6 +96,24 @@ std::vector<int> tensor_parallel_sizes(const po::variables_map& vm) {
   });
 }
 
+TensorParallelSweep tensor_parallel_sweep(const po::variables_map& vm) {
+  TensorParallelSweep t{tensor_parallel_sizes(vm), opt_flag(vm, "sequence-parallel")};
+  if (t.sequence_parallel && std::none_of(t.sizes.begin(), t.sizes.end(), [](int tp) { return tp > 1; }))
+    throw UsageError("--sequence-parallel splits the tokens among the ranks of a tensor-parallel group: add a --tp "
+                     "above 1 (e.g. --tp 2)");
+  return t;
+}
+
+void check_tensor_parallel_case(const ModelConfig& model, int world_size, int tp, bool sequence_parallel,
+                                int64_t tokens) {
+  mesh_place(0, world_size, tp);               // tp divides the ranks
+  ParameterLayout(model, TensorSplit{tp, 0});  // the heads, d_ff and vocabulary divide among tp ranks
+  if (sequence_parallel && tokens % tp != 0)
+    throw UsageError("--sequence-parallel splits a tensor-parallel group's step of " + std::to_string(tokens) +
+                     " tokens among --tp " + std::to_string(tp) +
+                     " ranks: give a batch or context length whose tokens divide by it");
+}
+
 std::vector<bool> grad_reduce_in_bf16(const po::variables_map& vm) {
   return opt_list(vm, "grad-reduce-dtype", [](const std::string& s) {
     require_choice(s, {"same", "bf16"}, "grad-reduce-dtype");
@@ -171,14 +189,19 @@ int shard_group(const po::variables_map& vm, int world_size) {
   return int(opt_positive(vm, "shard-group"));
 }
 
-void warn_if_tp_spans_nodes(const Runtime& rt, const MeshRuntimes& mesh) {
-  if (mesh.tp_spans_nodes())
+std::unique_ptr<TensorParallelMesh> make_tensor_parallel_mesh(const Runtime& rt, int tp, const std::string& backend,
+                                                              Device& dev) {
+  std::unique_ptr<TensorParallelMesh> mesh;
+  collective_check(
+      rt, [&] { mesh = std::make_unique<TensorParallelMesh>(rt, tp, resolve_backend(backend, dev.kind()), dev); });
+  if (tp > 1 && mesh->ranks.tp_spans_nodes())
     log_root(rt,
              "warning: a tensor-parallel group of --tp %d spans nodes: its collectives (four per layer and step in "
              "forward and backward, each of batch x context x d_model elements) cross the network, typically "
              "10-20x slower than NVLink inside a node; place tp groups inside nodes (tp dividing the ranks per "
              "node)\n",
-             mesh.place.tp_size);
+             tp);
+  return mesh;
 }
 
 }  // namespace llmhpc

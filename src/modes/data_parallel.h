@@ -39,15 +39,29 @@ void add_tensor_parallel_options(po::options_description& desc, const ListUse& u
 std::string tensor_parallel_label(int tp, bool sequence_parallel);
 // --tp values, each at least 1 (whether one divides the ranks: mesh_place). Throws UsageError.
 std::vector<int> tensor_parallel_sizes(const po::variables_map& vm);
+// A sweep's --tp values and --sequence-parallel, which applies to every one above 1: a
+// UsageError where none is.
+struct TensorParallelSweep {
+  std::vector<int> sizes;
+  bool sequence_parallel = false;
+  bool sequence_parallel_at(int tp) const { return sequence_parallel && tp > 1; }
+};
+TensorParallelSweep tensor_parallel_sweep(const po::variables_map& vm);
+// A UsageError unless `tp` divides the `world_size` ranks and the model's heads, d_ff and
+// vocabulary, and under sequence parallelism the `tokens` a tensor-parallel group takes a step.
+void check_tensor_parallel_case(const ModelConfig& model, int world_size, int tp, bool sequence_parallel,
+                                int64_t tokens);
 // Training's one Parallelism (each option's single value) for `world_size` ranks.
 Parallelism parallelism(const po::variables_map& vm, int world_size);
 // --shard-group as Parallelism::shard_group: kAutoShardGroup for auto, 0 for node, the world size
 // for world, else the number.
 int shard_group(const po::variables_map& vm, int world_size);
 
-// The warning for a tensor-parallel group whose ranks sit on several nodes, printed by rank 0.
-// Collective.
-void warn_if_tp_spans_nodes(const Runtime& rt, const MeshRuntimes& mesh);
+// The tp x dp layout of `rt`'s ranks with the tensor-parallel group's collectives on --backend
+// `backend` (TensorParallelMesh): a UsageError agreed by every rank, and a warning from rank 0
+// where a tensor-parallel group spans nodes. Collective.
+std::unique_ptr<TensorParallelMesh> make_tensor_parallel_mesh(const Runtime& rt, int tp, const std::string& backend,
+                                                              Device& dev);
 
 // The memory at one of the reference optimizer-sharding study's points ("after_init",
 // "before_optimizer", "after_optimizer") as attributes: memory_<point>_bytes, and

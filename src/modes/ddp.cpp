@@ -17,8 +17,9 @@
 // printed as a second table.
 // Configurations that differ only in strategy or sharding share one model (each with its
 // own optimizer); each starts from rank 0's weights (broadcast), and every data-parallel rank
-// draws its own random tokens (seeded by its place; a tensor-parallel group shares them). With --duration-s the timed steps run for about that
-// long (src/modes/soak.h); memory is sampled after every timed step.
+// draws its own random tokens (seeded by its place; a tensor-parallel group shares them). With
+// --duration-s the timed steps run for about that long (src/modes/soak.h); memory is sampled
+// after every timed step.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -84,28 +85,22 @@ struct DdpCase : ModelCase {
 // and --grad-reduce-dtype sweep the strategies that communicate.
 std::vector<DdpCase> sweep_cases(const po::variables_map& vm, int world_size) {
   const std::vector<double> buckets = bucket_sizes_mb(vm);
-  const std::vector<int> tps = tensor_parallel_sizes(vm);
-  const bool sequence_parallel = opt_flag(vm, "sequence-parallel");
+  const TensorParallelSweep tps = tensor_parallel_sweep(vm);
   const std::vector<ShareWeights> choices = share_weights(vm);
   const std::vector<CollectiveEngine> engines = collective_engines(vm);
   const std::vector<bool> reductions = grad_reduce_in_bf16(vm);
   const MemoryPlan memory = memory_plan(vm);
-  if (sequence_parallel && std::none_of(tps.begin(), tps.end(), [](int tp) { return tp > 1; }))
-    throw UsageError("--sequence-parallel splits the tokens among the ranks of a tensor-parallel group: add a --tp "
-                     "above 1 (e.g. --tp 2)");
   std::vector<DdpCase> cases;
   bool bf16_taken = false, communicates = false, bucketed = false;
   std::optional<Sharding> units_asked;  // zero2 or zero3, asked for somewhere
   for (const ModelCase& c : model_cases(vm))
-    for (int tp : tps) {
+    for (int tp : tps.sizes) {
       const int dp = mesh_place(0, world_size, tp).dp_size;
-      ParameterLayout(c.model, TensorSplit{tp, 0});  // the heads, d_ff and vocabulary divide among tp ranks
-      const bool sp = sequence_parallel && tp > 1;
-      if (sp && c.batch % dp == 0 && c.batch / dp * c.model.context_length % tp != 0)
-        throw UsageError("--sequence-parallel splits each data-parallel rank's " +
-                         std::to_string(c.batch / dp * c.model.context_length) + " tokens among --tp " +
-                         std::to_string(tp) +
-                         " ranks: give a batch or context length whose tokens per rank divide by it");
+      const bool sp = tps.sequence_parallel_at(tp);
+      // Sequence parallelism's tokens checked where the data-parallel ranks divide the batch
+      // (local_batch refuses the rest in run()).
+      check_tensor_parallel_case(c.model, world_size, tp, sp && c.batch % dp == 0,
+                                 c.batch / dp * c.model.context_length);
       const std::vector<SyncStrategy> strategies = sync_strategies(vm, std::max(dp, 2));
       const int group = shard_group(vm, dp);
       for (SyncStrategy s : strategies) {
@@ -270,8 +265,7 @@ std::map<int, std::unique_ptr<Mesh>> make_meshes(const Runtime& rt, const DdpOpt
     std::unique_ptr<Mesh>& mesh = meshes[c.tp];
     if (!mesh) {
       mesh = std::make_unique<Mesh>();
-      collective_check(rt, [&] { mesh->tp = std::make_unique<TensorParallelMesh>(rt, c.tp, backend, dev); });
-      if (c.tp > 1) warn_if_tp_spans_nodes(rt, mesh->ranks());
+      mesh->tp = make_tensor_parallel_mesh(rt, c.tp, o.backend, dev);
       const Runtime& dp = mesh->ranks().dp;
       collective_check(rt, [&] { mesh->comm = make_gradient_communicator(dp, backend, dev, o.copy_engines); });
     }
@@ -427,29 +421,20 @@ void run(ModeContext& ctx, const DdpOptions& o) {
                                    uint64_t(c.model.vocab_size));
             }
             live.model->set_batch(tokens.data(), targets.data(), mine.count, c.model.context_length);
-            if (c.sharded()) {
-              // The shards, their places and windows, and the optimizer state: what a sharded step
-              // keeps. Its activations come with the first step, whose collectives cannot run here.
-              shards = std::make_unique<UnitShards>(plan, comm, *live.model, ops, replicas);
-              before_optimizer = model_memory(dev.allocator());
-              opt = std::make_unique<AdamW>(*live.model, ops, AdamWHyper{}, shards->optimizer_shard());
-              opt->allocate_state();
-              return;
-            }
-            if (c.tp > 1) {  // the same, for a step whose layers hold collectives (the gradients exist)
-              before_optimizer = model_memory(dev.allocator());
-              opt = std::make_unique<AdamW>(*live.model, ops, AdamWHyper{}, plan.owned(comm.rank()));
-              opt->allocate_state();
-              return;
-            }
+            // zero2, zero3: the shards, their places and windows, and the optimizer state, what a
+            // sharded step keeps. A step runs here where it holds no collectives: not sharded,
+            // not tensor-parallel (elsewhere the activations come with the first step).
+            if (c.sharded()) shards = std::make_unique<UnitShards>(plan, comm, *live.model, ops, replicas);
+            const bool step_here = !c.sharded() && c.tp == 1;
             // The gradients exist; the activations and backward's scratch come and go with it.
-            run_step(*live.model, nullptr, Phase::ForwardBackward, *timer);
+            if (step_here) run_step(*live.model, nullptr, Phase::ForwardBackward, *timer);
             before_optimizer = model_memory(dev.allocator());
-            opt = std::make_unique<AdamW>(*live.model, ops, AdamWHyper{}, plan.owned(comm.rank()));
+            opt = shards ? std::make_unique<AdamW>(*live.model, ops, AdamWHyper{}, shards->optimizer_shard())
+                         : std::make_unique<AdamW>(*live.model, ops, AdamWHyper{}, plan.owned(comm.rank()));
             opt->allocate_state();  // here, where running out of memory is agreed on
             // A step's peak (activations and scratch beside the state) once more, so that a
             // timed step does not run out of memory where the state took their cached blocks.
-            run_step(*live.model, nullptr, Phase::ForwardBackward, *timer);
+            if (step_here) run_step(*live.model, nullptr, Phase::ForwardBackward, *timer);
           });
           TransformerLM& model = *live.model;
           for (const auto& [name, value] : ops.attention_variant(

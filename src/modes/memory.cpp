@@ -40,21 +40,12 @@ std::vector<Phase> phases(const po::variables_map& vm) {
 }
 
 std::vector<MemoryCase> sweep_cases(const po::variables_map& vm, int world_size) {
-  const std::vector<int> tps = tensor_parallel_sizes(vm);
-  const bool sequence_parallel = opt_flag(vm, "sequence-parallel");
-  if (sequence_parallel && std::none_of(tps.begin(), tps.end(), [](int tp) { return tp > 1; }))
-    throw UsageError("--sequence-parallel splits the tokens among the ranks of a tensor-parallel group: add a --tp "
-                     "above 1 (e.g. --tp 2)");
+  const TensorParallelSweep tps = tensor_parallel_sweep(vm);
   std::vector<MemoryCase> cases;
   for (const ModelCase& c : model_cases(vm))
-    for (int tp : tps) {
-      mesh_place(0, world_size, tp);                 // tp divides the ranks
-      ParameterLayout(c.model, TensorSplit{tp, 0});  // the heads, d_ff and vocabulary divide among tp ranks
-      const bool sp = sequence_parallel && tp > 1;
-      if (sp && c.batch * c.model.context_length % tp != 0)
-        throw UsageError("--sequence-parallel splits the batch's " + std::to_string(c.batch * c.model.context_length) +
-                         " tokens among --tp " + std::to_string(tp) +
-                         " ranks: give a batch or context length whose tokens divide by it");
+    for (int tp : tps.sizes) {
+      const bool sp = tps.sequence_parallel_at(tp);
+      check_tensor_parallel_case(c.model, world_size, tp, sp, c.batch * c.model.context_length);
       for (Phase ph : phases(vm)) cases.push_back({c, tp, sp, ph});
     }
   return cases;
@@ -214,12 +205,7 @@ void run(ModeContext& ctx, const MemoryOptions& o) {
   // allocator's.
   std::map<int, std::unique_ptr<TensorParallelMesh>> meshes;
   for (const MemoryCase& c : cases)
-    if (!meshes.count(c.tp))
-      collective_check(ctx.rt, [&] {
-        meshes[c.tp] = std::make_unique<TensorParallelMesh>(ctx.rt, c.tp, resolve_backend(o.backend, dev.kind()), dev);
-      });
-  for (const auto& [tp, mesh] : meshes)
-    if (tp > 1) warn_if_tp_spans_nodes(ctx.rt, mesh->ranks);
+    if (!meshes.count(c.tp)) meshes[c.tp] = make_tensor_parallel_mesh(ctx.rt, c.tp, o.backend, dev);
 
   log_root(ctx.rt, "memory: %zu configuration(s), %lld warm-up step(s) before the traced one, %d rank(s) on %s%s%s%s\n",
            cases.size(), (long long)warmup, ctx.rt.world_size, dev.name().c_str(),

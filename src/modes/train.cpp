@@ -240,10 +240,7 @@ void run(ModeContext& ctx, const TrainOptions& o) {
   install_stop_handlers();  // from here a signal stops the run after its first step at the latest
   const int tp = par.tensor_parallel;
   // --tp: this rank's tensor-parallel group and the collectives inside each layer over it.
-  std::unique_ptr<TensorParallelMesh> tp_mesh;
-  collective_check(
-      rt, [&] { tp_mesh = std::make_unique<TensorParallelMesh>(rt, tp, resolve_backend(o.backend, dev.kind()), dev); });
-  if (tp > 1) warn_if_tp_spans_nodes(rt, tp_mesh->ranks);
+  const std::unique_ptr<TensorParallelMesh> tp_mesh = make_tensor_parallel_mesh(rt, tp, o.backend, dev);
   const MeshRuntimes& groups = tp_mesh->ranks;
   const MeshPlace& mesh = groups.place;
   const Runtime& dp_rt = groups.dp;  // data parallelism's ranks: all of them without --tp
