@@ -163,16 +163,23 @@ grep -q "^| mpi | cpu | 2 | allreduce |" "$dir/report.md" || fail "$dir/report.m
 [ -s "$dir/comm_busbw.png" ] || fail "$dir has no comm_busbw.png"
 echo "ok   sbatch --wait jobs/comm.sh -> results/llmhpc-comm-$id"
 
-# scaling.sh over 1 and 2 of the job's ranks, unsharded and ZeRO-3: a scaling table per stage with
-# tokens/s per GPU and MFU in its report.
-SHARDINGS=none,zero3 submit scaling jobs/scaling.sh ||
+# scaling.sh over 1 and 2 of the job's ranks, unsharded and ZeRO-3, and tensor parallelism where
+# it divides the ranks (TP=1,2: tp 2 at 2 ranks): a scaling table per stage with tokens/s per GPU
+# and MFU in its report.
+SHARDINGS=none,zero3 TP=1,2 submit scaling jobs/scaling.sh ||
   fail "sbatch --wait jobs/scaling.sh: exit $? ($(cat "$tmp/scaling.sbatch.log"))"
 id=$(cut -d';' -f1 "$tmp/scaling.id")
 dir=$tmp/results/llmhpc-scaling-$id
 [ -f "$dir/strong-np2/rank00001.h5" ] && [ -f "$dir/weak-np1/rank00000.h5" ] || fail "$dir lacks its runs: $(ls "$dir" 2>&1)"
 grep -q "^### Scaling, strong: .*, zero3$" "$dir/report.md" && grep -q "| Tokens/s per GPU | MFU |" "$dir/report.md" ||
   fail "$dir/report.md lacks the zero3 scaling table with tokens/s and MFU"
-echo "ok   sbatch --wait jobs/scaling.sh (SHARDINGS=none,zero3) -> results/llmhpc-scaling-$id"
+"$PYTHON" -c 'import h5py, sys
+with h5py.File(sys.argv[1] + "/strong-np2/rank00001.h5", "r") as f:
+    tp = sorted(int(g.attrs["tp"]) for g in f["ddp"].values())
+with h5py.File(sys.argv[1] + "/strong-np1/rank00000.h5", "r") as f:
+    one = sorted(int(g.attrs["tp"]) for g in f["ddp"].values())
+assert set(tp) == {1, 2} and set(one) == {1}, (tp, one)' "$dir" || fail "scaling.sh TP=1,2: not tp 1 and 2 at 2 ranks, tp 1 at 1"
+echo "ok   sbatch --wait jobs/scaling.sh (SHARDINGS=none,zero3 TP=1,2) -> results/llmhpc-scaling-$id"
 
 # ---- a long training stopped as Slurm stops one at its time limit (--signal=B:USR1@...) ----
 "$PYTHON" -c "import numpy as np; np.random.default_rng(0).integers(0, 64, 20000, dtype=np.uint16).tofile('$tmp/tokens.bin')"
