@@ -69,11 +69,11 @@ from plotting import legend_above  # noqa: E402
 
 STRATEGIES = ("none", "naive", "flat", "overlap", "bucketed")  # the order of the rows
 SETUP_KEYS = ("model", "d_model", "d_ff", "num_layers", "num_heads", "vocab_size", "context_length", "batch_size",
-              "local_batch_size", "world_size", "tp", "sequence_parallel", "precision", "grad_dtype", "attention",
-              "low_memory")
+              "local_batch_size", "world_size", "tp", "sequence_parallel", "tp_overlap", "precision", "grad_dtype",
+              "attention", "low_memory")
 # Setups in this order: smaller models first, then context, batch, ranks, tensor parallelism, precision.
 SETUP_ORDER = ("d_model", "num_layers", "d_ff", "num_heads", "vocab_size", "context_length", "batch_size", "world_size",
-               "tp", "sequence_parallel", "precision", "grad_dtype", "attention", "low_memory")
+               "tp", "sequence_parallel", "tp_overlap", "precision", "grad_dtype", "attention", "low_memory")
 # What, beside the setup, makes a row one configuration.
 CASE_KEYS = ("ddp", "bucket_mb", "shard_optimizer", "collective_engine", "grad_reduce_dtype")
 # The model state table (h) counts (memory categories), and the columns load() adds from them.
@@ -134,7 +134,8 @@ def setup_title(s: dict) -> str:
         f"d{s['d_model']}_ff{s['d_ff']}_L{s['num_layers']}_H{s['num_heads']}"
     return (f"{model}, context {s['context_length']}, global batch {s['batch_size']} ({s['local_batch_size']} per "
             f"rank), {s['world_size']} ranks"
-            + (f" (tp {s['tp']} x dp {s['world_size'] // s['tp']}{', sequence parallel' if s['sequence_parallel'] else ''})"
+            + (f" (tp {s['tp']} x dp {s['world_size'] // s['tp']}{', sequence parallel' if s['sequence_parallel'] else ''}"
+               + (f", products in {s['tp_overlap']} chunks" if s.get("tp_overlap", 1) > 1 else "") + ")"
                if s.get("tp", 1) > 1 else "")
             + f", {s['precision']}"
             + (", bf16 gradients" if s.get("grad_dtype") == "bf16" else "") + f", {s['attention']} attention"

@@ -485,6 +485,7 @@ class Run:
             # Tensor parallelism (files from before it: none); world_size / tp data-parallel ranks.
             row["tp"] = int(first.attrs.get("tp", 1))
             row["sequence_parallel"] = int(first.attrs.get("sequence_parallel", 0))
+            row["tp_overlap"] = int(first.attrs.get("tp_overlap", 1))  # chunks of forward's products
             # What the gradients travelled as (files from before the option: their own dtype).
             row["grad_reduce_dtype"] = first.attrs.get("grad_reduce_dtype", "fp64" if row["precision"] == "fp64" else "fp32")
             row.update(name=name, status=_pooled_status(recs), ranks=len(recs))

@@ -45,7 +45,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from bench import fmt, markdown_table  # noqa: E402
 
 SERIES_KEYS = ("d_model", "d_ff", "num_layers", "num_heads", "vocab_size", "context_length", "precision", "grad_dtype",
-               "attention", "tp", "sequence_parallel", "ddp", "bucket_mb", "shard_optimizer", "backend", "transport")
+               "attention", "tp", "sequence_parallel", "tp_overlap", "ddp", "bucket_mb", "shard_optimizer", "backend", "transport")
 OVERLAPPING = ("overlap", "bucketed")
 # Dense peak FLOP/s by (device name contains, precision), from the vendors' data sheets (SXM parts).
 PEAK_FLOPS = {("H100", "bf16"): 989.4e12, ("H100", "fp32"): 66.9e12, ("H200", "bf16"): 989.4e12,
@@ -91,7 +91,8 @@ def series(df: pd.DataFrame):
                 title = (f"{kind}: {model}, T={r.context_length}, {'global' if kind == 'strong' else 'per-rank'} batch "
                          f"{batch}, {r.precision}{' bf16-grads' if r.grad_dtype == 'bf16' else ''}, {strategy}"
                          + ("" if r.shard_optimizer == "none" else f", {r.shard_optimizer}")
-                         + ("" if r.tp == 1 else f", tp {r.tp}{' sequence parallel' if r.sequence_parallel else ''}")
+                         + ("" if r.tp == 1 else f", tp {r.tp}{' sequence parallel' if r.sequence_parallel else ''}"
+                            + (f" products in {r.tp_overlap} chunks" if r.tp_overlap > 1 else ""))
                          + ("" if r.transport == "default" else ", network transport"))
                 yield kind, title, rows
 

@@ -12,7 +12,8 @@
 #          --sequence-parallel against one GPU on the same batches (the losses side by side)
 #   bench  mode train on BENCH_MODEL (default 2.7B) bf16, context 1024, global batch BENCH_BATCH
 #          (default 8), flash attention: one GPU, then --tp NP without and with
-#          --sequence-parallel, and data parallelism (zero1) on the same GPUs
+#          --sequence-parallel, each also with --tp-overlap K for K in BENCH_OVERLAP (default
+#          "2 4": forward's products in K chunks), and data parallelism (zero1) on the same GPUs
 #   sweep  mode ddp at the bench point: --tp 1,NP x --ddp none,bucketed x --shard-optimizer
 #          zero1,zero3 in one sweep (tensor against data parallelism on the same GPUs), and mode
 #          memory's trace of one rank's step at --tp NP with and without --sequence-parallel
@@ -67,6 +68,11 @@ if has bench; then
   for sp in "" --sequence-parallel; do
     step "bench: --tp $NP $sp"
     check timeout 300 "${mpi[@]}" "$bin/llmhpc" "${point[@]}" --tp "$NP" $sp --out "$out/bench_tp$NP${sp:+_sp}"
+    for k in ${BENCH_OVERLAP-2 4}; do
+      step "bench: --tp $NP $sp --tp-overlap $k"
+      check timeout 300 "${mpi[@]}" "$bin/llmhpc" "${point[@]}" --tp "$NP" $sp --tp-overlap "$k" \
+        --out "$out/bench_tp$NP${sp:+_sp}_overlap$k"
+    done
   done
   step "bench: data parallelism (zero1) on the same GPUs"
   check timeout 300 "${mpi[@]}" "$bin/llmhpc" "${point[@]}" --shard-optimizer zero1 --out "$out/bench_dp$NP"

@@ -262,6 +262,10 @@ void check_parallelism(const Parallelism& p, Precision precision, MemoryPlan mem
   if (p.sequence_parallel && p.tensor_parallel == 1)
     throw UsageError("{sequence_parallel} splits the tokens among the ranks of a tensor-parallel group: give {tp} 2 "
                      "or more");
+  if (p.tp_overlap < 1) throw UsageError("{tp_overlap} " + std::to_string(p.tp_overlap) + ": give 1 or more chunks");
+  if (p.tp_overlap > 1 && p.tensor_parallel == 1)
+    throw UsageError("{tp_overlap} splits the products of a tensor-parallel group to hide its collectives: give {tp} "
+                     "2 or more");
   const int world_size = p.data_parallel(ranks);  // what follows is among the data-parallel ranks
   require_reduced_gradients(p.strategy, p.sharding);
   shares_compute_copy(p.share_weights, precision, memory, p.sharding);

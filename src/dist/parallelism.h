@@ -49,9 +49,12 @@ struct Parallelism {
   // Tensor parallelism (src/model/tensor_parallel.h): ranks in each tensor-parallel group, the
   // world being tensor_parallel x data-parallel ranks (mesh_place); everything above applies
   // among the data-parallel ranks. sequence_parallel: the norms and the residual stream split
-  // among a group's ranks by tokens too.
+  // among a group's ranks by tokens too. tp_overlap: forward's products split into that many
+  // chunks of tokens, each chunk's collective under the next chunk's product (1: not split;
+  // TensorParallel::overlap_chunks).
   int tensor_parallel = 1;
   bool sequence_parallel = false;
+  int tp_overlap = 1;
   int data_parallel(int world_size) const { return world_size / tensor_parallel; }
 };
 

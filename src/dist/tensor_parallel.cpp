@@ -44,12 +44,12 @@ std::unique_ptr<TensorParallelGroup::Pending> CommTensorParallelGroup::begin_red
       *this, comm_.reduce_scatter_async(whole.data, part.data, size_t(part.numel()), part.dtype, ReduceOp::Sum));
 }
 
-void CommTensorParallelGroup::all_gather(Tensor whole, Tensor part) {
+std::unique_ptr<TensorParallelGroup::Pending> CommTensorParallelGroup::begin_all_gather(Tensor whole, Tensor part) {
   LLMHPC_CHECK(whole.dtype == part.dtype && whole.numel() == part.numel() * size(),
                "all_gather: the whole must hold every rank's part");
   count(1, whole.bytes());
-  CommHandle h = comm_.all_gather_async(part.data, whole.data, size_t(part.numel()), part.dtype);
-  wait(h);
+  return std::make_unique<PendingCollective>(
+      *this, comm_.all_gather_async(part.data, whole.data, size_t(part.numel()), part.dtype));
 }
 
 void CommTensorParallelGroup::wait(CommHandle& handle) {
@@ -94,9 +94,11 @@ TensorParallelMesh::TensorParallelMesh(const Runtime& rt, int tp, const std::str
     : ranks(rt, tp) {
   if (tp == 1) return;
   comm = make_gradient_communicator(rt, backend, dev, false, ranks.place.dp_rank);
-  // Marks for a layer's four collectives in forward and backward, times 64 layers, before
-  // they are read back (take_traffic, or a longer step's fold).
-  group = std::make_unique<CommTensorParallelGroup>(*comm, dev.make_timer(2 * 8 * 64));
+  // Two marks per wait, read back once a step (take_traffic; a step of more waits folds them
+  // early, which waits for the device): a layer waits up to 10 times (sequence parallelism:
+  // forward's 2 gathers and 2 reductions, backward's 4 gathers and 2 reductions), 2 more per
+  // further chunk of forward's two row-parallel products (overlap_chunks), up to 96 layers.
+  group = std::make_unique<CommTensorParallelGroup>(*comm, dev.make_timer(2 * 32 * 96));
 }
 
 bool MeshRuntimes::tp_spans_nodes() const {

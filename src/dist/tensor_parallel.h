@@ -26,7 +26,7 @@ class CommTensorParallelGroup final : public TensorParallelGroup {
   int rank() const override { return comm_.rank(); }
   std::unique_ptr<Pending> begin_all_reduce(Tensor x) override;
   std::unique_ptr<Pending> begin_reduce_scatter(Tensor part, Tensor whole) override;
-  void all_gather(Tensor whole, Tensor part) override;
+  std::unique_ptr<Pending> begin_all_gather(Tensor whole, Tensor part) override;
 
   // Collectives and the bytes each rank sent and received in them as a ring moves them (bus
   // bytes, nccl-tests' busbw convention: an all-reduce of S bytes 2 (n-1)/n S, an all-gather
@@ -83,8 +83,8 @@ struct TensorParallelMesh {
   std::unique_ptr<Communicator> comm;
   std::unique_ptr<CommTensorParallelGroup> group;
   // TransformerLM::Config::tensor_parallel for this rank.
-  TensorParallel model_config(bool sequence_parallel) const {
-    return {ranks.place.tp_size, ranks.place.tp_rank, sequence_parallel, group.get()};
+  TensorParallel model_config(bool sequence_parallel, int overlap_chunks) const {
+    return {ranks.place.tp_size, ranks.place.tp_rank, sequence_parallel, overlap_chunks, group.get()};
   }
 };
 

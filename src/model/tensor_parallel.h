@@ -18,6 +18,15 @@
 // reduce-scatter after each row-parallel one instead of the all-reduce: the same bytes, and
 // the residual stream, the norms' outputs and their statistics at 1/tp of the memory. The norm
 // gains' gradients are then partial sums, added up over the group as backward finishes them.
+//
+// Overlap. Backward always hides what it can without splitting a product: each column-parallel
+// input gradient's reduction runs under the weight gradient, and under sequence parallelism the
+// gather of that product's input under the input gradient. Forward's collectives have nothing
+// to hide under unless a product is split (torchtitan's async tensor parallelism, Megatron-LM's
+// --tp-comm-overlap): with `overlap_chunks` K >= 2 each row-parallel product runs in K chunks of
+// tokens, each chunk's reduction begun before the next chunk's product, and under sequence
+// parallelism each all-gather runs under the product of this rank's own tokens (in forward, and
+// for backward's gathered gradients).
 #pragma once
 #include <memory>
 
@@ -49,18 +58,21 @@ class TensorParallelGroup {
   // place where `part` is whole's own share.
   virtual std::unique_ptr<Pending> begin_reduce_scatter(Tensor part, Tensor whole) = 0;
   // whole = the `part` of every rank, one after another in rank order (size() x part elements).
-  virtual void all_gather(Tensor whole, Tensor part) = 0;
+  virtual std::unique_ptr<Pending> begin_all_gather(Tensor whole, Tensor part) = 0;
 
   // The same, finished before the work issued next.
   void all_reduce(Tensor x) { begin_all_reduce(x)->finish(); }
   void reduce_scatter(Tensor part, Tensor whole) { begin_reduce_scatter(part, whole)->finish(); }
+  void all_gather(Tensor whole, Tensor part) { begin_all_gather(whole, part)->finish(); }
 };
 
 // The model's tensor parallelism (TransformerLM::Config): `size` ranks in the group, this
-// one `rank`, their collectives through `group` (required when size > 1).
+// one `rank`, their collectives through `group` (required when size > 1), forward's products
+// split in `overlap_chunks` chunks of tokens to hide the collectives (1: not split; above).
 struct TensorParallel {
   int size = 1, rank = 0;
   bool sequence_parallel = false;
+  int overlap_chunks = 1;
   TensorParallelGroup* group = nullptr;
   bool active() const { return size > 1; }
 };

@@ -74,8 +74,10 @@ struct TransformerLM::Activations {
   // Tensor parallelism: under sequence parallelism the (tokens, C) input of a column-parallel
   // product gathered from every rank, shared by the layers (forward, then backward); with the
   // vocabulary split, the loss's per-token statistics of this rank's logits, every rank's,
-  // and the logsumexp over the whole vocabulary, which backward reads.
-  Buffer gathered, ce_stats, ce_stats_all, lse;
+  // and the logsumexp over the whole vocabulary, which backward reads. With forward's products
+  // split under sequence parallelism (overlap_chunks), this rank's (R, C) rows of a row-parallel
+  // product's sum, reduce-scattered chunk by chunk.
+  Buffer gathered, ce_stats, ce_stats_all, lse, reduced;
   // The norm outputs the products read: the layer's own, or the shared one (LowMemory).
   Tensor ln1_out(int64_t l) const { return pick(layers[size_t(l)].ln1_out); }
   Tensor ln2_out(int64_t l) const { return pick(layers[size_t(l)].ln2_out); }
@@ -363,11 +365,66 @@ void TransformerLM::need_parameters(int64_t begin, int64_t end) {
     ops_.convert(params_lowp_.tensor().slice(begin, {end - begin}), params_.tensor().slice(begin, {end - begin}));
 }
 
+Tensor TransformerLM::token_rows(Tensor t, int64_t first, int64_t count) const {
+  const int64_t columns = t.numel() / (batch_ * seq_);
+  return t.slice(first * columns, {count, columns});
+}
+
 Tensor TransformerLM::gathered(Tensor rows) {
   if (!tp_.sequence_parallel) return rows;
   const Tensor whole = act_->gathered.tensor();
   tp_.group->all_gather(whole, rows);
   return whole;
+}
+
+void TransformerLM::over_gathered(Tensor rows, const std::function<void(Tensor, int64_t, int64_t)>& product) {
+  const int64_t N = batch_ * seq_;
+  if (!tp_.sequence_parallel || tp_.overlap_chunks < 2) return product(gathered(rows), 0, N);
+  const Tensor whole = act_->gathered.tensor();
+  const int64_t R = stream_rows(), own = R * tp_.rank;
+  auto gather = tp_.group->begin_all_gather(whole, rows);
+  product(rows, own, R);  // this rank's own tokens, under the gather of the others'
+  gather->finish();
+  if (own > 0) product(token_rows(whole, 0, own), 0, own);
+  if (own + R < N) product(token_rows(whole, own + R, N - own - R), own + R, N - own - R);
+}
+
+void TransformerLM::column_parallel_forward(Tensor y, Tensor rows, Tensor w) {
+  over_gathered(
+      rows, [&](Tensor x, int64_t first, int64_t count) { ops_.linear_forward(token_rows(y, first, count), x, w); });
+}
+
+Tensor TransformerLM::row_parallel_forward(Tensor y, Tensor x, Tensor w) {
+  const int K = tp_.active() ? tp_.overlap_chunks : 1;
+  if (K < 2) {
+    ops_.linear_forward(y, x, w);
+    return reduced(y);
+  }
+  const int64_t N = batch_ * seq_, C = y.numel() / N;
+  std::vector<std::unique_ptr<TensorParallelGroup::Pending>> sums;
+  if (!tp_.sequence_parallel) {  // chunk c: tokens [c N / K, (c + 1) N / K), all-reduced in place
+    for (int c = 0; c < K; ++c) {
+      const int64_t first = N * c / K, count = N * (c + 1) / K - first;
+      const Tensor part = token_rows(y, first, count);
+      ops_.linear_forward(part, token_rows(x, first, count), w);
+      sums.push_back(tp_.group->begin_all_reduce(part));
+    }
+    for (auto& sum : sums) sum->finish();
+    return y;
+  }
+  // Sequence parallelism: chunk c is rows [c R / K, (c + 1) R / K) of every rank's share,
+  // written into y rank after rank, so that its reduce-scatter gives each rank its own.
+  const int64_t R = stream_rows(), P = tp_.size;
+  const Tensor mine = act_->reduced.tensor();
+  for (int c = 0; c < K; ++c) {
+    const int64_t first = R * c / K, count = R * (c + 1) / K - first;
+    for (int64_t r = 0; r < P; ++r)
+      ops_.linear_forward(token_rows(y, P * first + r * count, count), token_rows(x, r * R + first, count), w);
+    sums.push_back(
+        tp_.group->begin_reduce_scatter(mine.slice(first * C, {count, C}), token_rows(y, P * first, P * count)));
+  }
+  for (auto& sum : sums) sum->finish();
+  return mine;
 }
 
 TransformerLM::Reduction TransformerLM::begin_reduce(Tensor partial) {
@@ -378,15 +435,37 @@ TransformerLM::Reduction TransformerLM::begin_reduce(Tensor partial) {
   return {tp_.group->begin_reduce_scatter(mine, partial), mine};
 }
 
-Tensor TransformerLM::column_parallel_backward(Tensor dx, Tensor dw, Tensor dy, Tensor x, Tensor w, bool accumulate) {
+Tensor TransformerLM::column_parallel_backward(Tensor dx, Tensor dw, Tensor dy, Tensor rows, Tensor w,
+                                               bool accumulate) {
   if (!tp_.active()) {  // one call: the backends may fuse the two products
-    ops_.linear_backward(dx, dw, dy, x, w, accumulate);
+    ops_.linear_backward(dx, dw, dy, rows, w, accumulate);
     return dx;
+  }
+  std::unique_ptr<TensorParallelGroup::Pending> gather;  // the input, which only dw reads
+  Tensor x = rows;
+  if (tp_.sequence_parallel) {
+    x = act_->gathered.tensor();
+    gather = tp_.group->begin_all_gather(x, rows);
   }
   ops_.linear_backward(dx, Tensor(), dy, Tensor(), w, accumulate);
   Reduction sum = begin_reduce(dx);
+  if (gather) gather->finish();
   ops_.linear_backward(Tensor(), dw, dy, x, w, accumulate);
   return sum.finish();
+}
+
+Tensor TransformerLM::row_parallel_backward(Tensor dx, Tensor dw, Tensor dy, Tensor x, Tensor w, bool accumulate) {
+  if (!tp_.sequence_parallel || tp_.overlap_chunks < 2) {
+    const Tensor whole = gathered(dy);
+    ops_.linear_backward(dx, dw, whole, x, w, accumulate);
+    return whole;
+  }
+  over_gathered(dy, [&](Tensor g, int64_t first, int64_t count) {
+    ops_.linear_backward(token_rows(dx, first, count), Tensor(), g, Tensor(), w, accumulate);
+  });
+  const Tensor whole = act_->gathered.tensor();
+  if (!dw.empty()) ops_.linear_backward(Tensor(), dw, whole, x, w, accumulate);
+  return whole;
 }
 
 void TransformerLM::sum_norm_gradients(std::initializer_list<std::string> names) {
@@ -403,6 +482,12 @@ void TransformerLM::set_batch(const int32_t* tokens, const int32_t* targets, int
     throw UsageError("sequence parallelism splits the " + std::to_string(batch * seq) +
                      " tokens of a micro-batch (batch x sequence) among {tp} " + std::to_string(tp_.size) +
                      " ranks: give a batch or context length whose product divides by it");
+  const int64_t split_rows = tp_.sequence_parallel ? batch * seq / tp_.size : batch * seq;
+  if (tp_.active() && tp_.overlap_chunks > split_rows)
+    throw UsageError("{tp_overlap} " + std::to_string(tp_.overlap_chunks) +
+                     " splits forward's products into chunks of " +
+                     std::string(tp_.sequence_parallel ? "each rank's " : "the micro-batch's ") +
+                     std::to_string(split_rows) + " tokens: give at most that many");
   if (batch != batch_ || seq != seq_) {
     // A set a forward-only pass kept is of the old shape: freed before anything new is taken.
     act_.reset();
@@ -439,6 +524,7 @@ TransformerLM::Activations& TransformerLM::take_activations() {
     act->branch_out = Buffer(a, cd, {N, C}, "activations.branch_out");
     act->gated = Buffer(a, cd, {N, F}, "activations.ffn.gated");
     if (tp_.sequence_parallel) act->gathered = Buffer(a, cd, {N, C}, "activations.gathered");
+    if (tp_.sequence_parallel && tp_.overlap_chunks > 1) act->reduced = Buffer(a, cd, {R, C}, "activations.reduced");
     act_ = std::move(act);
   }
   return *act_;
@@ -522,16 +608,14 @@ void TransformerLM::forward() {
     const std::string p = "layers." + std::to_string(l) + ".";
     Activations::Layer& X = A.layers[l];
     if (casts_per_layer()) cast_into(layer_window_, layout_.layer_range(int(l)));
-    ops_.linear_forward(X.qkv, gathered(A.ln1_out(l)), weight_rows(p + "attn.q_proj.weight", 3 * Cl));
+    column_parallel_forward(X.qkv, A.ln1_out(l), weight_rows(p + "attn.q_proj.weight", 3 * Cl));
     ops_.rope_forward(X.qkv, H, config_.rope_theta);
     ops_.attention_forward(X.attn_out, X.attn_saved, X.qkv, dims);
-    ops_.linear_forward(A.branch_out, X.attn_out, weight(p + "attn.output_proj.weight"));
-    ops_.residual_rmsnorm_forward(X.resid_mid, A.ln2_out(l), X.ln2_rstd, X.resid, reduced(A.branch_out),
-                                  gain(p + "ln2.weight"));
-    ops_.linear_forward(X.h13, gathered(A.ln2_out(l)), weight_rows(p + "ffn.w1.weight", 2 * F));
+    const Tensor attn_branch = row_parallel_forward(A.branch_out, X.attn_out, weight(p + "attn.output_proj.weight"));
+    ops_.residual_rmsnorm_forward(X.resid_mid, A.ln2_out(l), X.ln2_rstd, X.resid, attn_branch, gain(p + "ln2.weight"));
+    column_parallel_forward(X.h13, A.ln2_out(l), weight_rows(p + "ffn.w1.weight", 2 * F));
     ops_.swiglu_forward(A.gated, X.h13);
-    ops_.linear_forward(A.branch_out, A.gated, weight(p + "ffn.w2.weight"));
-    const Tensor branch = reduced(A.branch_out);
+    const Tensor branch = row_parallel_forward(A.branch_out, A.gated, weight(p + "ffn.w2.weight"));
     const bool last = l + 1 == L;
     need_unit(int(l + 2), last ? -1 : int(l + 3));
     const std::string next_norm = last ? "ln_final.weight" : "layers." + std::to_string(l + 1) + ".ln1.weight";
@@ -545,7 +629,7 @@ void TransformerLM::forward() {
     const ParamInfo& head = layout_.find("lm_head.weight");
     cast_into(head_window_, {head.offset, head.offset + head.shape.numel()});
   }
-  ops_.linear_forward(A.logits, gathered(A.lnf_out), weight("lm_head.weight"));
+  column_parallel_forward(A.logits, A.lnf_out, weight("lm_head.weight"));
   if (has_targets_ && !tp_.active()) {
     ops_.cross_entropy_forward(losses_, A.logits, targets_);
   } else if (has_targets_) {  // the loss from every rank's share of the vocabulary
@@ -639,7 +723,7 @@ void TransformerLM::backward(ParallelHooks* listener, bool accumulate) {
   else
     ops_.cross_entropy_backward_lse(A.logits, A.logits, targets_, A.lse, loss_weight_ / double(N),
                                     layout_.vocab_begin(), layout_.vocab_valid());
-  const Tensor d_lnf = column_parallel_backward(A.d_norm, grad("lm_head.weight"), A.logits, gathered(A.lnf_out),
+  const Tensor d_lnf = column_parallel_backward(A.d_norm, grad("lm_head.weight"), A.logits, A.lnf_out,
                                                 weight("lm_head.weight"), accumulate);
   device_.fill_zero(A.d_resid.tensor().data, A.d_resid.tensor().bytes());
   ops_.rmsnorm_backward(A.d_resid, grad("ln_final.weight"), d_lnf, A.resid_final, gain("ln_final.weight"), A.lnf_rstd,
@@ -661,25 +745,23 @@ void TransformerLM::backward(ParallelHooks* listener, bool accumulate) {
     // needs in the same pass over h13.
     // Under sequence parallelism the whole gradient (every token's) is gathered for each
     // branch's products, and the norms' outputs again for the weight gradients.
-    const Tensor dy_ffn = gathered(dy);
-    ops_.linear_backward(A.d_gated, Tensor(), dy_ffn, Tensor(), weight(p + "ffn.w2.weight"), accumulate);
+    const Tensor dy_ffn =
+        row_parallel_backward(A.d_gated, Tensor(), dy, Tensor(), weight(p + "ffn.w2.weight"), accumulate);
     ops_.swiglu_backward(A.d_h13, A.gated, A.d_gated, X.h13);
     ops_.linear_backward(Tensor(), grad(p + "ffn.w2.weight"), dy_ffn, A.gated, weight(p + "ffn.w2.weight"), accumulate);
     if (X.ln2_out.empty()) ops_.rmsnorm_forward(A.norm_out, X.ln2_rstd, X.resid_mid, gain(p + "ln2.weight"));
-    const Tensor d_ln2 =
-        column_parallel_backward(A.d_norm, grad_rows(p + "ffn.w1.weight", 2 * F), A.d_h13, gathered(A.ln2_out(l)),
-                                 weight_rows(p + "ffn.w1.weight", 2 * F), accumulate);
+    const Tensor d_ln2 = column_parallel_backward(A.d_norm, grad_rows(p + "ffn.w1.weight", 2 * F), A.d_h13,
+                                                  A.ln2_out(l), weight_rows(p + "ffn.w1.weight", 2 * F), accumulate);
     ops_.rmsnorm_backward(A.d_resid, grad(p + "ln2.weight"), d_ln2, X.resid_mid, gain(p + "ln2.weight"), X.ln2_rstd,
                           norm_acc, dy_copy);
     // Attention branch.
-    const Tensor dy_attn = gathered(dy);
-    ops_.linear_backward(A.d_attn, grad(p + "attn.output_proj.weight"), dy_attn, X.attn_out,
-                         weight(p + "attn.output_proj.weight"), accumulate);
+    row_parallel_backward(A.d_attn, grad(p + "attn.output_proj.weight"), dy, X.attn_out,
+                          weight(p + "attn.output_proj.weight"), accumulate);
     ops_.attention_backward(A.d_qkv, A.d_attn, X.attn_out, X.attn_saved, X.qkv, dims);
     ops_.rope_backward(A.d_qkv, H, config_.rope_theta);
     if (X.ln1_out.empty()) ops_.rmsnorm_forward(A.norm_out, X.ln1_rstd, X.resid, gain(p + "ln1.weight"));
     const Tensor d_ln1 =
-        column_parallel_backward(A.d_norm, grad_rows(p + "attn.q_proj.weight", 3 * Cl), A.d_qkv, gathered(A.ln1_out(l)),
+        column_parallel_backward(A.d_norm, grad_rows(p + "attn.q_proj.weight", 3 * Cl), A.d_qkv, A.ln1_out(l),
                                  weight_rows(p + "attn.q_proj.weight", 3 * Cl), accumulate);
     ops_.rmsnorm_backward(A.d_resid, grad(p + "ln1.weight"), d_ln1, X.resid, gain(p + "ln1.weight"), X.ln1_rstd,
                           norm_acc, l > 0 ? dy_copy : Tensor());  // the embedding reads d_resid

@@ -5,6 +5,7 @@
 // never talks to other ranks: a ParallelHooks hears when a range of gradients is final,
 // which is where data-parallel strategies hook in.
 #pragma once
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -228,10 +229,22 @@ class TransformerLM {
   // Tensor parallelism inside a layer. Rows of the residual stream this rank holds (all the
   // batch's tokens, or its share under sequence parallelism).
   int64_t stream_rows() const { return tp_.sequence_parallel ? batch_ * seq_ / tp_.size : batch_ * seq_; }
+  // Rows [first, first + count) of a (tokens, ...) tensor of the micro-batch's tokens.
+  Tensor token_rows(Tensor t, int64_t first, int64_t count) const;
   // The whole (tokens, C) input of a column-parallel product from this rank's `rows`: gathered
   // from every rank under sequence parallelism (into the activations' shared buffer), else
   // `rows` itself.
   Tensor gathered(Tensor rows);
+  // Runs product(x, first, count) over every token's row of the gathered input, x holding the
+  // rows [first, first + count) of it: once over the whole, or, where forward's products are
+  // split (overlap_chunks), first over this rank's own rows while the others' are gathered.
+  // Leaves the whole in the shared buffer, as gathered() does.
+  void over_gathered(Tensor rows, const std::function<void(Tensor x, int64_t first, int64_t count)>& product);
+  // y = gathered(rows) W^T, over_gathered.
+  void column_parallel_forward(Tensor y, Tensor rows, Tensor w);
+  // y = x W^T of a row-parallel product, reduced over the group: reduced(y), or with the
+  // product split (overlap_chunks) each chunk's reduction begun before the next chunk's product.
+  Tensor row_parallel_forward(Tensor y, Tensor x, Tensor w);
   // The partial sums every rank's row-parallel product (or column-parallel input gradient)
   // wrote to `partial` (tokens, C) added up: in place, or under sequence parallelism this
   // rank's rows of the sum (a view of `partial`). Begun, so that work issued before finish()
@@ -246,9 +259,14 @@ class TransformerLM {
   };
   Reduction begin_reduce(Tensor partial);
   Tensor reduced(Tensor partial) { return begin_reduce(partial).finish(); }
-  // Backward of a column-parallel product y = x W^T: the input gradient, its reduction over the
+  // Backward of a column-parallel product y = gathered(rows) W^T: the input gradient (under
+  // sequence parallelism while the input's rows are gathered again), its reduction over the
   // group begun, the weight gradient computed under it; returns the reduced input gradient.
-  Tensor column_parallel_backward(Tensor dx, Tensor dw, Tensor dy, Tensor x, Tensor w, bool accumulate);
+  Tensor column_parallel_backward(Tensor dx, Tensor dw, Tensor dy, Tensor rows, Tensor w, bool accumulate);
+  // Backward of a row-parallel product y = x W^T, dy this rank's rows of its output gradient:
+  // dx and dw (either may be empty) from the whole gradient, gathered under sequence
+  // parallelism (over_gathered), which it returns.
+  Tensor row_parallel_backward(Tensor dx, Tensor dw, Tensor dy, Tensor x, Tensor w, bool accumulate);
   // Under sequence parallelism the gradients of the norm gains `names` are partial sums over
   // each rank's tokens: added up over the group (each rank's backward wrote its own tokens'
   // share only, rank 0's on top of what earlier micro-batches added up: norm_accumulate).

@@ -24,6 +24,14 @@ void add_tensor_parallel_options(po::options_description& desc, const ListUse& u
        "all-reduce: the same bytes, 1/tp of those activations' memory); a data-parallel rank's batch x context "
        "must divide by --tp" +
        std::string(sweep ? "; applies to every --tp above 1" : ""))
+          .c_str())(
+      "tp-overlap", po::value<std::string>()->default_value("1"),
+      ("with --tp: forward's products split into this many chunks of tokens to hide the group's collectives "
+       "(torchtitan's async tensor parallelism): each row-parallel product's all-reduce or reduce-scatter runs "
+       "chunk by chunk under the next chunk's product, and under --sequence-parallel each all-gather under the "
+       "product of the rank's own tokens; 1: not split (backward hides each input gradient's reduction under the "
+       "weight gradient either way)" +
+       std::string(sweep ? "; applies to every --tp above 1" : ""))
           .c_str());
 }
 
@@ -97,14 +105,19 @@ std::vector<int> tensor_parallel_sizes(const po::variables_map& vm) {
 }
 
 TensorParallelSweep tensor_parallel_sweep(const po::variables_map& vm) {
-  TensorParallelSweep t{tensor_parallel_sizes(vm), opt_flag(vm, "sequence-parallel")};
-  if (t.sequence_parallel && std::none_of(t.sizes.begin(), t.sizes.end(), [](int tp) { return tp > 1; }))
+  TensorParallelSweep t{tensor_parallel_sizes(vm), opt_flag(vm, "sequence-parallel"),
+                        int(opt_positive(vm, "tp-overlap"))};
+  const bool any_tp = std::any_of(t.sizes.begin(), t.sizes.end(), [](int tp) { return tp > 1; });
+  if (t.sequence_parallel && !any_tp)
     throw UsageError("--sequence-parallel splits the tokens among the ranks of a tensor-parallel group: add a --tp "
                      "above 1 (e.g. --tp 2)");
+  if (t.overlap > 1 && !any_tp)
+    throw UsageError("--tp-overlap splits the products of a tensor-parallel group to hide its collectives: add a "
+                     "--tp above 1 (e.g. --tp 2)");
   return t;
 }
 
-void check_tensor_parallel_case(const ModelConfig& model, int world_size, int tp, bool sequence_parallel,
+void check_tensor_parallel_case(const ModelConfig& model, int world_size, int tp, bool sequence_parallel, int overlap,
                                 int64_t tokens) {
   mesh_place(0, world_size, tp);               // tp divides the ranks
   ParameterLayout(model, TensorSplit{tp, 0});  // the heads, d_ff and vocabulary divide among tp ranks
@@ -112,6 +125,11 @@ void check_tensor_parallel_case(const ModelConfig& model, int world_size, int tp
     throw UsageError("--sequence-parallel splits a tensor-parallel group's step of " + std::to_string(tokens) +
                      " tokens among --tp " + std::to_string(tp) +
                      " ranks: give a batch or context length whose tokens divide by it");
+  const int64_t split = sequence_parallel ? tokens / tp : tokens;  // the tokens forward's products split
+  if (tp > 1 && overlap > split)
+    throw UsageError("--tp-overlap " + std::to_string(overlap) + " splits forward's products into chunks of " +
+                     std::to_string(split) + " tokens" + (sequence_parallel ? " (a rank's share)" : "") +
+                     ": give at most that many");
 }
 
 std::vector<bool> grad_reduce_in_bf16(const po::variables_map& vm) {
@@ -167,6 +185,7 @@ Parallelism parallelism(const po::variables_map& vm, int ranks) {
   Parallelism p;
   p.tensor_parallel = tensor_parallel_sizes(vm).front();
   p.sequence_parallel = opt_flag(vm, "sequence-parallel");
+  p.tp_overlap = int(opt_positive(vm, "tp-overlap"));
   // What follows is among the data-parallel ranks (all of them without tensor parallelism).
   const int world_size = ranks % p.tensor_parallel == 0 ? p.data_parallel(ranks) : ranks;
   p.sharding = shardings(vm, world_size).front();

@@ -33,23 +33,26 @@ std::vector<CollectiveEngine> collective_engines(const po::variables_map& vm);
 // --grad-reduce-dtype values: whether the gradients travel as bf16 (SyncPlan::reduce_in_bf16)
 // rather than in their own dtype (`same`). Throws UsageError.
 std::vector<bool> grad_reduce_in_bf16(const po::variables_map& vm);
-// --tp and --sequence-parallel (part of add_data_parallel_options; mode memory's alone).
+// --tp, --sequence-parallel and --tp-overlap (part of add_data_parallel_options; mode memory's alone).
 void add_tensor_parallel_options(po::options_description& desc, const ListUse& use);
 // A configuration's label suffix: "" at tp 1, "_tp2", "_tp2sp" with sequence parallelism.
 std::string tensor_parallel_label(int tp, bool sequence_parallel);
 // --tp values, each at least 1 (whether one divides the ranks: mesh_place). Throws UsageError.
 std::vector<int> tensor_parallel_sizes(const po::variables_map& vm);
-// A sweep's --tp values and --sequence-parallel, which applies to every one above 1: a
-// UsageError where none is.
+// A sweep's --tp values, and --sequence-parallel and --tp-overlap, which apply to every one
+// above 1: a UsageError where none is.
 struct TensorParallelSweep {
   std::vector<int> sizes;
   bool sequence_parallel = false;
+  int overlap = 1;
   bool sequence_parallel_at(int tp) const { return sequence_parallel && tp > 1; }
+  int overlap_at(int tp) const { return tp > 1 ? overlap : 1; }
 };
 TensorParallelSweep tensor_parallel_sweep(const po::variables_map& vm);
 // A UsageError unless `tp` divides the `world_size` ranks and the model's heads, d_ff and
-// vocabulary, and under sequence parallelism the `tokens` a tensor-parallel group takes a step.
-void check_tensor_parallel_case(const ModelConfig& model, int world_size, int tp, bool sequence_parallel,
+// vocabulary, under sequence parallelism the `tokens` a tensor-parallel group takes a step, and
+// the `overlap` chunks of forward's products hold a token each.
+void check_tensor_parallel_case(const ModelConfig& model, int world_size, int tp, bool sequence_parallel, int overlap,
                                 int64_t tokens);
 // Training's one Parallelism (each option's single value) for `world_size` ranks.
 Parallelism parallelism(const po::variables_map& vm, int world_size);

@@ -51,6 +51,7 @@ struct DdpCase : ModelCase {
   bool reduce_in_bf16 = false;  // --grad-reduce-dtype bf16
   int tp = 1;                   // --tp: ranks in each tensor-parallel group
   bool sequence_parallel = false;
+  int tp_overlap = 1;   // --tp-overlap: chunks of forward's products (tp > 1)
   int shard_group = 0;  // Parallelism::shard_group among this tp's data-parallel ranks
   int group = 0;        // those sharing one copy of the state, resolved by make_meshes
 
@@ -99,7 +100,7 @@ std::vector<DdpCase> sweep_cases(const po::variables_map& vm, int world_size) {
       const bool sp = tps.sequence_parallel_at(tp);
       // Sequence parallelism's tokens checked where the data-parallel ranks divide the batch
       // (local_batch refuses the rest in run()).
-      check_tensor_parallel_case(c.model, world_size, tp, sp && c.batch % dp == 0,
+      check_tensor_parallel_case(c.model, world_size, tp, sp && c.batch % dp == 0, tps.overlap_at(tp),
                                  c.batch / dp * c.model.context_length);
       const std::vector<SyncStrategy> strategies = sync_strategies(vm, std::max(dp, 2));
       const int group = shard_group(vm, dp);
@@ -130,7 +131,7 @@ std::vector<DdpCase> sweep_cases(const po::variables_map& vm, int world_size) {
                 for (CollectiveEngine e :
                      none || units ? std::vector<CollectiveEngine>{CollectiveEngine::Sm} : engines) {
                   check_grad_reduce(in_bf16, c.precision);
-                  cases.push_back({c, s, mb, sh, copy, e, in_bf16, tp, sp, group});
+                  cases.push_back({c, s, mb, sh, copy, e, in_bf16, tp, sp, tps.overlap_at(tp), group});
                 }
           }
       }
@@ -356,6 +357,7 @@ void run(ModeContext& ctx, const DdpOptions& o) {
         .attr("tp_rank", int64_t(place.tp_rank))
         .attr("dp_rank", int64_t(place.dp_rank))
         .attr("sequence_parallel", int64_t(c.sequence_parallel ? 1 : 0))
+        .attr("tp_overlap", int64_t(c.tp_overlap))
         .attr("precision", std::string(precision_name(c.precision)))
         .attr("attention", std::string(attention_name(c.attention)))
         .attr("low_memory", int64_t(memory == MemoryPlan::LowMemory ? 1 : 0))
@@ -406,7 +408,7 @@ void run(ModeContext& ctx, const DdpOptions& o) {
               live.model = std::make_unique<TransformerLM>(
                   TransformerLM::Config{shape, c.precision, c.attention, memory, flat_elements, GradientStorage::Whole,
                                         c.grads, c.sharded() ? ParameterStorage::Sharded : ParameterStorage::Local,
-                                        mesh.tp->model_config(c.sequence_parallel)},
+                                        mesh.tp->model_config(c.sequence_parallel, c.tp_overlap)},
                   dev, ops);
               // Different per rank: the broadcast must work. (Shards are drawn from one seed below.)
               if (!c.sharded()) live.model->init_parameters(seed + uint64_t(place.dp_rank));

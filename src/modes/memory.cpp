@@ -29,6 +29,7 @@ namespace {
 struct MemoryCase : ModelCase {
   int tp;
   bool sequence_parallel;
+  int tp_overlap;  // --tp-overlap: chunks of forward's products (tp > 1)
   Phase phase;
   std::string label() const {
     return ModelCase::label() + tensor_parallel_label(tp, sequence_parallel) + "_" + phase_name(phase);
@@ -45,8 +46,8 @@ std::vector<MemoryCase> sweep_cases(const po::variables_map& vm, int world_size)
   for (const ModelCase& c : model_cases(vm))
     for (int tp : tps.sizes) {
       const bool sp = tps.sequence_parallel_at(tp);
-      check_tensor_parallel_case(c.model, world_size, tp, sp, c.batch * c.model.context_length);
-      for (Phase ph : phases(vm)) cases.push_back({c, tp, sp, ph});
+      check_tensor_parallel_case(c.model, world_size, tp, sp, tps.overlap_at(tp), c.batch * c.model.context_length);
+      for (Phase ph : phases(vm)) cases.push_back({c, tp, sp, tps.overlap_at(tp), ph});
     }
   return cases;
 }
@@ -241,6 +242,7 @@ void run(ModeContext& ctx, const MemoryOptions& o) {
         .attr("tp", int64_t(c.tp))
         .attr("tp_rank", int64_t(mesh.ranks.place.tp_rank))
         .attr("sequence_parallel", int64_t(c.sequence_parallel ? 1 : 0))
+        .attr("tp_overlap", int64_t(c.tp_overlap))
         .attr("residual_activation_bytes", resid_bytes);
 
     std::unique_ptr<TransformerLM> model;
@@ -263,7 +265,7 @@ void run(ModeContext& ctx, const MemoryOptions& o) {
           mark("init");
           model = std::make_unique<TransformerLM>(
               TransformerLM::Config{c.model, c.precision, c.attention, memory, 0, gradients, c.grads,
-                                    ParameterStorage::Local, mesh.model_config(c.sequence_parallel)},
+                                    ParameterStorage::Local, mesh.model_config(c.sequence_parallel, c.tp_overlap)},
               dev, ops);
           model->init_parameters(seed);
           if (c.phase == Phase::TrainStep) {

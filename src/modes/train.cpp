@@ -294,6 +294,8 @@ void run(ModeContext& ctx, const TrainOptions& o) {
                        std::to_string(tp) +
                        " ranks: give a batch or context length whose "
                        "tokens per micro-batch divide by it");
+    check_tensor_parallel_case(config, rt.world_size, tp, par.sequence_parallel, par.tp_overlap,
+                               share / micro_batches * config.context_length);
   });
   // Every rank read a file (a node its own copy, say): the same tokens?
   const int64_t fewest = rt.reduce_all(data.size(), HostReduce::Min);
@@ -336,7 +338,7 @@ void run(ModeContext& ctx, const TrainOptions& o) {
                                        GradientStorage::Whole,
                                        grads,
                                        sharded ? ParameterStorage::Sharded : ParameterStorage::Local,
-                                       tp_mesh->model_config(par.sequence_parallel)};
+                                       tp_mesh->model_config(par.sequence_parallel, par.tp_overlap)};
     model = std::make_unique<TransformerLM>(model_config, dev, ops);
     if (sharded) {
       shards = (shards_made = std::make_unique<UnitShards>(plan, *comm, *model, ops, replicas.get())).get();
@@ -428,6 +430,7 @@ void run(ModeContext& ctx, const TrainOptions& o) {
       .attr("tp_rank", int64_t(mesh.tp_rank))
       .attr("dp_rank", int64_t(mesh.dp_rank))
       .attr("sequence_parallel", int64_t(par.sequence_parallel ? 1 : 0))
+      .attr("tp_overlap", int64_t(par.tp_overlap))
       .attr("ddp", std::string(sync_strategy_name(strategy)))
       .attr("bucket_mb", bucket_mb)
       .attr("buckets", int64_t(sync ? sync->buckets().size() : 0))

@@ -2,7 +2,8 @@
 // ranks, with and without sequence parallelism, alone (tp = every rank) or with data
 // parallelism across the groups (tp 2 x dp 2 on 4 ranks), trains the same model as one rank on
 // the whole batch: the same losses and weights after several AdamW steps, up to the rounding of
-// sums split among the ranks, with a vocabulary that divides by no tp (padded). Every rank
+// sums split among the ranks, with a vocabulary that divides by no tp (padded), and with
+// forward's products split into chunks (overlap_chunks, some of uneven length). Every rank
 // also trains the one-rank model itself and compares its own part of each parameter.
 #include <unistd.h>
 
@@ -26,11 +27,13 @@ struct TpCase {
   CommBackend backend;
   int tp;
   bool sequence_parallel;
+  int overlap = 1;  // TensorParallel::overlap_chunks
 };
 
 std::string tp_case_name(const ::testing::TestParamInfo<TpCase>& info) {
   return std::string(comm_backend_name(info.param.backend)) + "_tp" + std::to_string(info.param.tp) +
-         (info.param.sequence_parallel ? "_sp" : "");
+         (info.param.sequence_parallel ? "_sp" : "") +
+         (info.param.overlap > 1 ? "_overlap" + std::to_string(info.param.overlap) : "");
 }
 
 // A communicator over the ranks of this rank's `color`.
@@ -58,8 +61,8 @@ struct Trained {
 // `tp` 1: the one-rank model on the whole batch, no communication. Else this rank's part in the
 // tp x dp layout of every rank, data parallelism (bucketed, or zero1 sharding) over the dp ranks.
 // `save`: where every rank's parts are put together at the end (save_checkpoint_from_ranks).
-Trained train(Env& env, CommBackend backend, int tp, bool sequence_parallel, Precision precision, double max_norm = 0,
-              Sharding sharding = Sharding::None, const std::string& save = "") {
+Trained train(Env& env, CommBackend backend, int tp, bool sequence_parallel, int overlap, Precision precision,
+              double max_norm = 0, Sharding sharding = Sharding::None, const std::string& save = "") {
   const MeshPlace place = tp == 1 ? MeshPlace{} : mesh_place(world_rank(), world_size(), tp);
   std::unique_ptr<Communicator> tp_comm, dp_comm;
   std::unique_ptr<CommTensorParallelGroup> group;
@@ -69,7 +72,7 @@ Trained train(Env& env, CommBackend backend, int tp, bool sequence_parallel, Pre
     dp_comm = split_comm(env, backend, world_rank() % tp);
   }
   TransformerLM::Config config{tp_model(), precision};
-  config.tensor_parallel = {place.tp_size, place.tp_rank, sequence_parallel, group.get()};
+  config.tensor_parallel = {place.tp_size, place.tp_rank, sequence_parallel, overlap, group.get()};
   const ParameterLayout layout(tp_model(), TensorSplit{place.tp_size, place.tp_rank});
   const bool data_parallel = place.dp_size > 1;
   const SyncPlan plan = data_parallel_plan(data_parallel ? SyncStrategy::Bucketed : SyncStrategy::None,
@@ -127,8 +130,8 @@ class TensorParallelTest : public BackendTest<TpCase> {
 
 TEST_P(TensorParallelTest, StepsGiveTheOneRankModel) {
   const TpCase c = GetParam();
-  const Trained want = train(*env_, c.backend, 1, false, Precision::FP32);
-  const Trained got = train(*env_, c.backend, c.tp, c.sequence_parallel, Precision::FP32);
+  const Trained want = train(*env_, c.backend, 1, false, 1, Precision::FP32);
+  const Trained got = train(*env_, c.backend, c.tp, c.sequence_parallel, c.overlap, Precision::FP32);
   for (int s = 0; s < kTpSteps; ++s)
     EXPECT_LE(max_over_ranks(std::fabs(got.losses[size_t(s)] - want.losses[size_t(s)]) / want.losses[size_t(s)]),
               kTpTolerance)
@@ -156,8 +159,8 @@ TEST_P(TensorParallelTest, StepsGiveTheOneRankModel) {
 TEST_P(TensorParallelTest, Bf16StepsGiveTheOneRankModel) {
   const TpCase c = GetParam();
   constexpr double kBf16TpTolerance = 1e-2;
-  const Trained want = train(*env_, c.backend, 1, false, Precision::BF16);
-  const Trained got = train(*env_, c.backend, c.tp, c.sequence_parallel, Precision::BF16);
+  const Trained want = train(*env_, c.backend, 1, false, 1, Precision::BF16);
+  const Trained got = train(*env_, c.backend, c.tp, c.sequence_parallel, c.overlap, Precision::BF16);
   for (int s = 0; s < kTpSteps; ++s)
     EXPECT_LE(max_over_ranks(std::fabs(got.losses[size_t(s)] - want.losses[size_t(s)]) / want.losses[size_t(s)]),
               kBf16TpTolerance / 10)
@@ -169,8 +172,9 @@ TEST_P(TensorParallelTest, Bf16StepsGiveTheOneRankModel) {
 TEST_P(TensorParallelTest, ClippedStepsGiveTheClippedOneRankModel) {
   const TpCase c = GetParam();
   constexpr double kMaxNorm = 0.05;
-  const Trained want = train(*env_, c.backend, 1, false, Precision::FP32, kMaxNorm);
-  const Trained got = train(*env_, c.backend, c.tp, c.sequence_parallel, Precision::FP32, kMaxNorm, Sharding::Zero1);
+  const Trained want = train(*env_, c.backend, 1, false, 1, Precision::FP32, kMaxNorm);
+  const Trained got =
+      train(*env_, c.backend, c.tp, c.sequence_parallel, c.overlap, Precision::FP32, kMaxNorm, Sharding::Zero1);
   for (int s = 0; s < kTpSteps; ++s) {
     EXPECT_GT(want.grad_norms[size_t(s)], 2 * kMaxNorm) << "step " << s << " should clip";
     EXPECT_TRUE(same_on_every_rank(got.grad_norms[size_t(s)])) << "norm of step " << s;
@@ -190,7 +194,8 @@ TEST_P(TensorParallelTest, CheckpointsHoldTheWholeModel) {
   int pid = int(getpid());
   MPI_Bcast(&pid, 1, MPI_INT, 0, MPI_COMM_WORLD);  // rank 0's: one file for every rank
   const std::string path = "/tmp/llmhpc_tp_checkpoint_" + std::to_string(pid) + ".h5";
-  const Trained got = train(*env_, c.backend, c.tp, c.sequence_parallel, Precision::FP32, 0, Sharding::Zero1, path);
+  const Trained got =
+      train(*env_, c.backend, c.tp, c.sequence_parallel, c.overlap, Precision::FP32, 0, Sharding::Zero1, path);
   const HostCheckpoint mine = read_checkpoint(path, got.layout);  // this rank's parts, from the whole tensors
   EXPECT_TRUE(bitwise_on_every_rank(mine.params, got.params)) << "parameters put together and read back";
   ASSERT_TRUE(mine.state.has_value());
@@ -255,9 +260,15 @@ TEST(TensorParallelLayout, PartsTileTheWholeTensors) {
 
 std::vector<TpCase> tp_cases() {
   std::vector<TpCase> cases;
-  for (CommBackend b : {CommBackend::Mpi, CommBackend::Nccl})
+  for (CommBackend b : {CommBackend::Mpi, CommBackend::Nccl}) {
     for (int tp : {2, 3, 4})
       for (bool sp : {false, true}) cases.push_back({b, tp, sp});
+    // Chunks of uneven length: 5 of the 144 or 72 tokens (tp 2, on 2 or 4 ranks), of a
+    // rank's 72 or 36 under sequence parallelism; 2 of tp 3's 48.
+    cases.push_back({b, 2, false, 5});
+    cases.push_back({b, 2, true, 5});
+    cases.push_back({b, 3, true, 2});
+  }
   return cases;
 }
 INSTANTIATE_TEST_SUITE_P(Layouts, TensorParallelTest, ::testing::ValuesIn(tp_cases()), tp_case_name);

@@ -479,11 +479,11 @@ def check_tensor_parallel(work):
     """--tp 1,2 on 4 ranks: every rank file records its place in the tp x dp layout and the local
     batch of its data-parallel rank; a rank holds its tensor-parallel part of the state (the params
     after init are its part's, in fp32); the collectives inside the layers are those train makes at
-    the same tp and local batch; ddp.py gives each layout a setup of its own, with (h)'s model
-    state measured as predicted from the part."""
+    the same tp, local batch and --tp-overlap (forward's products in 2 chunks); ddp.py gives each
+    layout a setup of its own, with (h)'s model state measured as predicted from the part."""
     out = os.path.join(work, "tp")
-    ddp_run(4, out, "--context-length", T, "--batch-size", 4, "--tp", "1,2", "--ddp", "none,bucketed",
-            "--shard-optimizer", "none,zero3", "--warmup", 1, "--steps", 2)
+    ddp_run(4, out, "--context-length", T, "--batch-size", 4, "--tp", "1,2", "--tp-overlap", 2, "--ddp",
+            "none,bucketed", "--shard-optimizer", "none,zero3", "--warmup", 1, "--steps", 2)
     records = {}
     for rank in range(4):
         with h5py.File(os.path.join(out, f"rank{rank:05d}.h5"), "r") as f:
@@ -495,6 +495,7 @@ def check_tensor_parallel(work):
                 assert (a["dp"], a["tp_rank"], a["dp_rank"]) == (4 // tp, rank % tp, rank // tp), f"{where}: {a}"
                 assert a["local_batch_size"] == 4 // (4 // tp) and name.count("_tp2") == (tp == 2), f"{where}: {a}"
                 assert ("tp_collectives_per_step" in a) == (tp > 1), f"{where}: {sorted(a)}"
+                assert a["tp_overlap"] == (2 if tp > 1 else 1), f"{where}: --tp-overlap applies to tp above 1"
                 if tp > 1:  # what the layers waited for the group's collectives, each timed step
                     waited, steps = g["tp_comm_ms"][()], g["step_ms"][()]
                     assert len(waited) == 2 and np.all(waited > 0) and np.all(waited < steps), f"{where}: {waited}"
@@ -511,7 +512,8 @@ def check_tensor_parallel(work):
     np.random.default_rng(0).integers(0, VOCAB, 4096, dtype=np.uint16).tofile(tokens)
     train_out = os.path.join(work, "tp_train")
     run(mpiexec() + ["-np", "4", BIN, "--mode", "train", "--device", "cpu", *MODEL, "--context-length", T,
-                     "--batch-size", 4, "--tp", 2, "--steps", 2, "--data", tokens, "--out", train_out])
+                     "--batch-size", 4, "--tp", 2, "--tp-overlap", 2, "--steps", 2, "--data", tokens, "--out",
+                     train_out])
     for rank in range(4):
         with h5py.File(os.path.join(train_out, f"rank{rank:05d}.h5"), "r") as f:
             a = f["train"].attrs
@@ -519,7 +521,7 @@ def check_tensor_parallel(work):
                 assert a[key] > 0 and a[key] == tp_case[rank][key], f"rank {rank} {key}: train {a[key]}, ddp {tp_case[rank][key]}"
     text = run([sys.executable, DDP_PY, out, "--markdown"]).stdout
     state = [b for b in text.split("### ") if b.startswith("(h) model state per rank")]
-    assert len(state) == 2 and "4 ranks (tp 2 x dp 2)" in state[1] and "(tp" not in state[0], text
+    assert len(state) == 2 and "4 ranks (tp 2 x dp 2, products in 2 chunks)" in state[1] and "(tp" not in state[0], text
     header, rows = parse_markdown_tables(state[1])[0]
     col = {h: i for i, h in enumerate(header)}
     assert [r[col["Sharding"]] for r in rows] == ["none", "zero3"], state[1]
