@@ -33,10 +33,11 @@ bucket: o (per collective) and w (bytes/s) from an all-reduce sweep (llmhpc --mo
   or the ddp run's), and with --ddp the measured bucket sweep beside the model's T_over.
 tp: a tensor-parallel train run's step predicted from one GPU's and the collectives: the one-GPU
   step at the same batch per tensor-parallel group (--single, an llmhpc --mode train run on one
-  GPU) divided by tp, plus the collectives inside the layers, c o + S / (w 2 (tp-1)/tp) for the
-  run's c collectives and S bus bytes per step (tp_collectives_per_step, tp_bus_bytes_per_step)
-  with o and w fitted to an all-reduce sweep on tp ranks (--comm, as bucket fits them; w 2 (tp-1)/tp
-  is its bus bandwidth) or S / --busbw; beside the measured median step (steps after the first
+  GPU) divided by tp, plus the collectives inside the layers, c o + S / B for the run's c
+  collectives and S bus bytes per step (tp_collectives_per_step, tp_bus_bytes_per_step) with o
+  and w fitted to an all-reduce sweep on tp ranks (--comm, as bucket fits them; B = w 2 (tp-1)/tp
+  its bus bandwidth; a sweep on other ranks is extended to tp as a ring, analysis/scaling.py's
+  ring_ms) or S / --busbw; beside the measured median step (steps after the first
   two) of each --train run. The data-parallel reduction across groups (dp > 1) is taken as hidden
   behind backward: its exposed part is what the measured step has beyond the prediction.
 state_bytes_per_rank (a function): the model state one rank holds between steps under each
@@ -58,6 +59,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from bench import fmt, markdown_table  # noqa: E402
 from ddp import allreduce_model, bucket_model_table, load, setup_title  # noqa: E402
 from llmhpc_h5 import MIB, SchemaError, grad_dtype, label_precision, open_run  # noqa: E402
+from scaling import allreduce_at, bus_bandwidth  # noqa: E402
 
 GB = 1e9
 # llmhpc's presets (src/model/config.cpp): d_model, d_ff, layers, heads.
@@ -306,7 +308,7 @@ def tensor_parallel(args) -> str:
                               f"{single['batch_size']} of {single['context_length']}: give the same")
         collectives, bus = int(a["tp_collectives_per_step"]), float(a["tp_bus_bytes_per_step"])
         if model:
-            comm_ms = collectives * model["o"] + bus / (model["w"] * 2 * (tp - 1) / tp)
+            comm_ms = collectives * allreduce_at(model, tp)[0] + bus / bus_bandwidth(model)
         else:
             comm_ms = bus / args.busbw * 1e3
         predicted = t1 / tp + comm_ms
@@ -335,8 +337,10 @@ def bucket(args) -> str:
             if len(b):
                 best = b.loc[b.slowest_step_mean.idxmin()]
                 s = float(best.comm_bytes_per_step)
+                ranks = int(best.world_size) // int(best.tp)  # o and w on the gradients' ring, as (e) takes them
+                o, w = allreduce_at(model, ranks)
                 parts.append(f"Measured: the fastest bucket size is {best.bucket_mb:g} MiB ({best.slowest_step_mean:.2f} "
-                             f"ms per step); the model's b* = {math.sqrt(s * model['o'] * model['w']) / MIB:.3g} MiB.")
+                             f"ms per step); the model's b* = {math.sqrt(s * o * w) / MIB:.3g} MiB.")
     if args.grad_bytes:
         s, o, w = args.grad_bytes, model["o"], model["w"]
         # o = 0 (a small all-reduce no slower than its bytes / w, as on a loaded host): no cost per

@@ -22,8 +22,9 @@ One group of tables per setup (model, context, global batch, precision, attentio
       T_over(n_b) = n_b o + s / (n_b w), least at the bucket size b* = sqrt(s o w). With --comm
       (an llmhpc --mode comm run with all-reduce at two sizes or more) w = bytes / time at the
       largest size and o = time at the smallest size less its bytes / w; without, o and w are
-      fitted to the bucketed runs' measured exposed communication (least squares, o, w >= 0).
-      Predicted against measured per bucket size, and b*;
+      fitted to the bucketed runs' measured exposed communication (least squares, o, w >= 0); a comm
+      run on other ranks than the setup's data-parallel ones is extended to them as a ring
+      (analysis/scaling.py). Predicted against measured per bucket size, and b*;
   (f) with --shard-optimizer runs, or PyTorch records that shard: each strategy x sharding
       (none, broadcast, zero1, zero2, zero3) with its step, exposed communication (gradients, and after a
       sharded optimizer the parameters' collectives) and the largest rank's memory after init,
@@ -39,7 +40,18 @@ One group of tables per setup (model, context, global batch, precision, attentio
       largest rank's params + grads + optimizer bytes after the optimizer (what training holds
       between steps) beside analysis/accounting.py's state_bytes_per_rank (none: 4P masters + G P
       gradients + 8P m, v, + 2P bf16 copy under bf16; zero1: m, v 8P/n; zero2: 12P/n + the weights
-      kept gathered; zero3: 12P/n), Measured / Predicted, and the reference FSDP model's 16 P / N.
+      kept gathered; zero3: 12P/n), Measured / Predicted, and the reference FSDP model's 16 P / N;
+  (i) with --shard-optimizer runs: the communication model by stage, (e)'s o and w (the --comm run,
+      or the fit) as a ring of bus bandwidth B = w 2(n0-1)/n0 on n0 ranks: on k ranks an all-reduce of
+      S bytes takes o(k) + 2(k-1)/k S / B, a reduce-scatter or all-gather o(k) + (k-1)/k S / B, a
+      broadcast o(k) + S / B, o(k) = o (k-1)/(n0-1) (analysis/scaling.py's stage_comm_ms). Per
+      sharded configuration the exposed communication measured beside what the model predicts for
+      it: the gradients' collectives left after backward (broadcast: all-reduces over the n ranks;
+      zero1: a reduce-scatter per bucket, zero2 and zero3 per unit, over the g ranks of a shard
+      group, and with hybrid groups each part's all-reduce over the n / g groups; overlapped: every
+      collective's o and the last one's bytes, as (e), never less than all of them less backward);
+      the parameters' collectives after it are waited for in the next forward (zero3: forward and
+      backward), so they are predicted beside the forward time, end to end and what is waited for.
       Tables (a)-(e) keep to the unsharded runs.
 
 Times are ms. Step and comm pool the samples of every rank (--rank R: one rank's); "slowest"
@@ -462,28 +474,44 @@ def state_table(g: pd.DataFrame, markdown: bool, title: str) -> str:
                    "Params / Grads / Opt (MiB)", "Measured / Predicted", "FSDP 16P/N (MiB)", "Status"], rows, markdown)
 
 
+def ring_model(g: pd.DataFrame, comm_model) -> tuple:
+    """(the all-reduce model of a setup's rows g: o (ms), w (bytes/ms), world_size and source, or None;
+    why none). comm_model's (a --mode comm run, noted where its ranks are not the setup's
+    data-parallel ranks: scaling.ring_ms extends it to them), else o and w fitted to the exposed
+    communication of g's unsharded bucketed runs at two or more bucket counts (least squares)."""
+    ranks = int(g.world_size.iloc[0]) // int(g.tp.iloc[0])  # the gradients' ring: the data-parallel ranks
+    if comm_model is not None:
+        source = comm_model["source"]
+        if comm_model["world_size"] != ranks:
+            source += (f"; NOTE: that run had {comm_model['world_size']} ranks, these {ranks} data-parallel "
+                       f"ranks: o and w extended to them as a ring (analysis/scaling.py)")
+        return dict(comm_model, source=source), ""
+    b = g[(g.ddp == "bucketed") & (g.status == "ok") & (g.shard_optimizer == "none")]
+    n = b.buckets.to_numpy(dtype=float)
+    if len(set(n)) < 2:
+        return None, "needs bucketed runs at two or more bucket counts, or --comm with an all-reduce run"
+    o, w = fit_model(n, b.comm_mean.to_numpy(dtype=float), float(b.comm_bytes_per_step.iloc[0]))
+    source = f"fitted to the measured exposed comm of {len(b)} bucketed run(s) (least squares, no --comm run)"
+    if len(set(n)) == 2:  # two unknowns, two points
+        source += ("; with two bucket counts the fit passes through both, so Measured / Predicted is 1 by "
+                   "construction: a third bucket size, or --comm, tests the model")
+    return dict(o=o, w=w, world_size=ranks, source=source), ""
+
+
 def bucket_model_table(g: pd.DataFrame, comm_model, markdown: bool, title: str) -> str:
     b = g[(g.ddp == "bucketed") & (g.status == "ok")]
     if b.empty:
         return ""
     s = float(b.comm_bytes_per_step.iloc[0])
-    n = b.buckets.to_numpy(dtype=float)
-    y = b.comm_mean.to_numpy(dtype=float)
     head = f"(e) bucket model T_over(n_b) = n_b o + s / (n_b w): {title}"
-    if comm_model is not None:
-        o, w = comm_model["o"], comm_model["w"]
-        source = comm_model["source"]
-        if comm_model["world_size"] != int(g.world_size.iloc[0]):
-            source += f"; NOTE: that run had {comm_model['world_size']} ranks, these {int(g.world_size.iloc[0])}"
-    elif len(set(n)) >= 2:
-        o, w = fit_model(n, y, s)
-        source = f"fitted to the measured exposed comm of {len(b)} bucketed run(s) (least squares, no --comm run)"
-        if len(set(n)) == 2:  # two unknowns, two points
-            source += ("; with two bucket counts the fit passes through both, so Measured / Predicted is 1 by "
-                       "construction: a third bucket size, or --comm, tests the model")
-    else:
-        return f"{head}\nneeds bucketed runs at two or more bucket counts, or --comm with an all-reduce run"
-    predicted = n * o + (s / (n * w) if w > 0 else math.inf)
+    model, why = ring_model(g, comm_model)
+    if model is None:
+        return f"{head}\n{why}"
+    ranks = int(g.world_size.iloc[0]) // int(g.tp.iloc[0])
+    o, w = scaling.allreduce_at(model, ranks)
+    # Every bucket's o and the last one's bytes: n_b all-reduces of s / n_b each (scaling.ring_ms).
+    predicted = [scaling.ring_ms("allreduce", s / max(r.buckets, 1), ranks, model, max(r.buckets, 1))
+                 for _, r in b.iterrows()]
     rows = [[f"{r.bucket_mb:g}", fmt(r.buckets, 0), fmt(r.comm_mean, 3), fmt(p, 3), ratio(r.comm_mean, p)]
             for (_, r), p in zip(b.iterrows(), predicted)]
     table = render(head, ["Bucket (MiB)", "Buckets n_b", "Measured Comm (ms)", "Predicted T_over (ms)",
@@ -495,17 +523,73 @@ def bucket_model_table(g: pd.DataFrame, comm_model, markdown: bool, title: str) 
         optimum = ("no finite optimum: " + ("o = 0, smaller buckets always predict less" if o <= 0 else
                                             "1/w = 0, fewer buckets always predict less"))
     return (f"{table}\n\ns = {s / MIB:.3f} MiB of gradients per step, o = {o * 1e3:.2f} us, "
-            f"w = {w * 1e3 / 1e9:.3g} GB/s, {source}.\n{optimum}.")
+            f"w = {w * 1e3 / 1e9:.3g} GB/s, {model['source']}.\n{optimum}.")
+
+
+def stage_model_table(g: pd.DataFrame, comm_model, markdown: bool, title: str) -> str:
+    """(i) The communication model by stage: per sharded configuration (broadcast, zero1, zero2,
+    zero3, hybrid groups) the exposed communication the rank files measure (comm_mean) beside what
+    the ring model predicts for it from the all-reduce's o and B (scaling.stage_comm_ms, its formulas
+    written under the table), and the parameters' collectives it predicts, whose wait is in the
+    forward (zero3: and backward) time; empty without sharded runs."""
+    sharded = g[(g.shard_optimizer != "none") & (g.ddp != "none")]
+    if sharded.empty:
+        return ""
+    head = (f"(i) communication model by stage: {title} (Comm: the exposed communication measured, the "
+            f"gradients' collectives after backward plus Param Comm, what waits after the optimizer; the next "
+            f"forward waits for the parameters as it reaches them, zero3's forward and backward for each unit's, so "
+            f"what their collectives do not hide is in Fwd (and Bwd), not in Comm: Predicted Comm is the gradients' "
+            f"collectives alone; Params: the parameters' collectives end to end, and the part Fwd (and Bwd) waits "
+            f"for, predicted)")
+    model, why = ring_model(g, comm_model)
+    if model is None:
+        return f"{head}\n{why}"
+    rows = []
+    for _, r in sharded.iterrows():
+        dp = int(r.world_size) // int(r.tp)
+        group = int(r.shard_group) if 0 < r.shard_group < dp and stage_of(r)[0] != "broadcast" else dp
+        ranks = f"{group}" if group == dp else f"{group} x {dp // group}"
+        if not ok(r):
+            rows.append([impl(r), bucket_cell(r), r.shard_optimizer, ranks] + ["-"] * 10 + [r.status])
+            continue
+        m = scaling.stage_comm_ms(r, model)
+        rows.append([impl(r), bucket_cell(r), r.shard_optimizer, ranks, fmt(r.buckets, 0),
+                     fmt(r.comm_bytes_per_step / MIB, 3), fmt(r.comm_mean, 3), fmt(m["grad"], 3),
+                     ratio(r.comm_mean, m["grad"]), fmt(r.param_comm_mean, 3), fmt(r.forward_mean, 3),
+                     fmt(r.backward_mean, 3), fmt(m["params_all"], 3), fmt(m["params"], 3), r.status])
+    table = render(head, ["Impl", "Bucket (MiB)", "Sharding", "Ranks (group x groups)", "Buckets c",
+                          "Grad MiB/step", "Measured Comm (ms)", "Predicted Comm (ms)", "Measured / Predicted",
+                          "Param Comm (ms)", "Fwd (ms)", "Bwd (ms)", "Params predicted (ms)",
+                          "Of them waited, predicted (ms)", "Status"], rows, markdown)
+    n0, bus = int(model["world_size"]), scaling.bus_bandwidth(model)
+    return (f"{table}\n\nThe ring model: on k ranks an all-reduce whose buffer is S bytes takes o(k) + 2(k-1)/k S / B, "
+            f"a reduce-scatter or all-gather o(k) + (k-1)/k S / B, a broadcast o(k) + S / B, with o(k) = "
+            f"o (k-1)/(n0-1). Gradients (s bytes in c collectives): broadcast all-reduces s over the n "
+            f"data-parallel ranks; zero1 reduce-scatters it bucket by bucket over the g ranks of a group, zero2 and "
+            f"zero3 unit by unit (c units: the embedding, each layer, the head); groups (hybrid, g x n/g) then "
+            f"all-reduce each rank's part, 1/g of what was reduce-scattered, over the n/g groups (Grad MiB counts "
+            f"both). Overlapped (overlap, "
+            f"bucketed, zero2, zero3): c o and the last collective's bytes, s / c (equal buckets, as (e)), under "
+            f"zero2 and zero3 the embedding's (the last unit backward finishes), never less than all of them less "
+            f"Bwd; naive and flat: all of them. Parameters (param_comm_bytes_per_step in "
+            f"param_collectives_per_step): broadcast broadcasts them before forward reads any (all waited for); "
+            f"zero1 and zero2 all-gather them within the group after the optimizer, forward waiting for every o "
+            f"and the first (zero1: S_p / c_p; zero2: the embedding's), never less than all of them less Fwd; "
+            f"zero3 all-gathers each unit before forward and again before backward reads it: every o and the "
+            f"embedding's, never less than all of them less Fwd and Bwd (zero1 bf16's broadcasts of the "
+            f"fp32 masters counted as all-gathers). o = {model['o'] * 1e3:.2f} us, B = w 2(n0-1)/n0 = "
+            f"{bus * 1e3 / 1e9:.3g} GB/s (n0 = {n0}), {model['source']}.")
 
 
 def all_tables(df: pd.DataFrame, torch_records: list, comm_model_for, markdown: bool) -> tuple:
-    """(every setup's tables (a)-(h), the ids of the PyTorch records matched); comm_model_for(rows of a setup)
-    gives the all-reduce model (o, w) for (e), or None."""
+    """(every setup's tables (a)-(i), the ids of the PyTorch records matched); comm_model_for(rows of a setup)
+    gives the all-reduce model (o, w) for (e) and (i), or None."""
     sections, used = [], set()
     for _, setup in df.groupby("setup", sort=True):
         title = setup_title(setup.iloc[0])
         shard_part, shard_matched = sharding_table(setup, torch_records, markdown, title)
-        sections += [shard_part, sharding_phases_table(setup, markdown, title), state_table(setup, markdown, title)]
+        sections += [shard_part, sharding_phases_table(setup, markdown, title), state_table(setup, markdown, title),
+                     stage_model_table(setup, comm_model_for(setup), markdown, title)]
         used |= {id(t) for t in shard_matched}
         g = setup[setup.shard_optimizer == "none"]  # the reference DDP tables compare unsharded strategies
         if g.empty:
@@ -572,7 +656,7 @@ def comm_models(all_runs: list) -> dict:
 
 
 def report_section(runs: list, out_dir: str, all_runs=None) -> str:
-    """report.py's ddp section: tables (a)-(h) per setup, o and w of (e) from a comm run of the same
+    """report.py's ddp section: tables (a)-(i) per setup, o and w of (e) and (i) from a comm run of the same
     rank count among all_runs (else fitted), ddp_breakdown.png, and with several rank counts the
     scaling study (analysis/scaling.py)."""
     df, _ = load([run.directory for run in runs], None)

@@ -64,7 +64,7 @@ DDP_CONFIG_KEYS = ("model", "d_model", "d_ff", "num_layers", "num_heads", "vocab
 # Results of a ddp configuration that are the same on every rank (taken from the first rank that has them).
 DDP_RESULT_KEYS = ("num_params", "buckets", "collectives_per_step", "comm_bytes_per_step",
                    "collectives_issued_after_backward", "tp_collectives_per_step", "tp_bus_bytes_per_step",
-                   "part_params")
+                   "part_params", "param_collectives_per_step", "param_comm_bytes_per_step", "comm_bus_bytes_per_step")
 # Memory at the reference DDP study's three points, per rank; the summary shows the largest over ranks.
 DDP_MEMORY_KEYS = ("memory_after_init_bytes", "memory_before_optimizer_bytes", "memory_after_optimizer_bytes",
                    "peak_memory_bytes", "memory_after_optimizer_optimizer_bytes")

@@ -10,7 +10,7 @@
 # BUCKET MiB) under each sharding stage (SHARDINGS: none,zero1,zero2,zero3 under bucketed, else
 # none; tokens/s per GPU and MFU per configuration in the report), each again under every
 # tensor-parallel size of TP that divides the rank count (a series of its own: tp x dp ranks, the
-# global batch shared by the dp groups); then an all-reduce run at the most ranks for the bucket model's o and w, and
+# global batch shared by the dp groups); then an all-reduce run at the most ranks for the ring model's o and w, and
 # $OUT/report.md with speed-ups, efficiencies, projections to larger clusters (each labelled
 # "projection") and scaling.png. Runs: $OUT/strong-np<N>, $OUT/weak-np<N>, $OUT/allreduce-np<N>.
 # Across nodes: sbatch --nodes=2 --ntasks-per-node=8 jobs/scaling.sh (mpirun places the ranks).

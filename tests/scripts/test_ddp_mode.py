@@ -12,7 +12,10 @@ analysis/ddp.py prints every strategy, its step means are the raw arrays' means,
 model's fit recovers o and w from exact data, --torch puts PyTorch records beside the right
 rows, --comm takes o and w from an all-reduce run, out-of-memory rows are shown, not fatal, table
 (h) puts the model state each ZeRO stage keeps per rank (none, zero1, zero2, zero3, fp32 and
-bf16) beside analysis/accounting.py's state_bytes_per_rank within what padding adds; --tp 1,2
+bf16) beside analysis/accounting.py's state_bytes_per_rank within what padding adds; table (i)
+and the scaling projections give each stage's collectives by the ring model, written out here for
+synthetic rows, and on those runs and a hybrid one (--shard-group 2 on 4 ranks) a finite prediction
+for every sharded stage beside its measured exposed communication; --tp 1,2
 on 4 ranks records each rank's place in the tp x dp layout and its part of the state, with the
 collectives inside the layers train makes at that layout; bad input to the binary (--ddp bogus,
 --bucket-mb 0, a global batch the ranks do not divide, a --tp the heads or the ranks do not
@@ -23,6 +26,7 @@ two bucket sizes, --single, and DDP beside FSDP2 (fsdp2, fsdp2-noreshard), whose
 must equal DDP's within 1e-5 relative (fp32: the same arithmetic, sharded).
 """
 import json
+import math
 import os
 import py_compile
 import shutil
@@ -159,6 +163,82 @@ def check_bucket_model():
         assert abs(got - expected) < 1e-9 * expected, f"tp 2 on 4 ranks: projected step {got}, expected {expected}"
         got = scaling.projected_step(types.SimpleNamespace(**{**vars(row), "tp": 2}), 2, 2, "weak", model)
         assert got == 10.0, f"tp 2 on 2 ranks: projected step {got}, expected the compute alone"
+
+
+def check_stage_model():
+    """The ring model of each stage (scaling.stage_comm_ms), written out here from o and B: an
+    all-reduce on k ranks o(k) + 2(k-1)/k S / B, a reduce-scatter or all-gather o(k) + (k-1)/k S / B,
+    a broadcast o(k) + S / B, o(k) = o (k-1)/(n0-1); table (i) puts it beside comm_mean, and the
+    scaling projections use it for the sharded stages."""
+    import pandas as pd
+    o, w, n0 = 0.02, 3.0e6, 4  # ms, bytes per ms of the all-reduce on n0 ranks
+    bus = w * 2 * (n0 - 1) / n0
+    model = {"o": o, "w": w, "world_size": n0, "source": "synthetic"}
+    ok_k = lambda k: o * (k - 1) / (n0 - 1)
+    d, vocab, params = 64, 1000, 400000
+    emb = vocab * d  # zero2 and zero3's first unit, the last backward reduces
+    s, sp, fwd, bwd = 4.0e6, 4.0e6, 50.0, 80.0
+    base = dict(ddp="bucketed", bucket_mb=1.0, world_size=4, tp=1, shard_group=4, buckets=8, comm_bytes_per_step=s,
+                param_comm_bytes_per_step=sp, param_collectives_per_step=8, forward_mean=fwd, backward_mean=bwd,
+                optimizer_mean=5.0, d_model=d, vocab_size=vocab, num_params=params, part_params=params,
+                precision="fp32", collective_engine="sm", grad_reduce_dtype="fp32", status="ok", param_comm_mean=0.0)
+    ag = lambda k, c, x: c * ok_k(k) + (k - 1) / k * x / bus  # c collectives' o, the bytes x
+    cases = {  # sharding: (row changes, predicted comm, parameters end to end, parameters waited for)
+        "broadcast": (dict(ddp="naive", buckets=21, param_collectives_per_step=4),
+                      21 * o + 2 * 3 / 4 * s / bus, 4 * o + sp / bus, 4 * o + sp / bus),
+        "zero1": (dict(), ag(4, 8, s / 8), ag(4, 8, sp), ag(4, 8, sp / 8)),
+        "zero2": (dict(buckets=4, param_collectives_per_step=7), ag(4, 4, s * emb / params), ag(4, 7, sp),
+                  ag(4, 7, 4 * emb)),
+        "zero3": (dict(buckets=4, param_collectives_per_step=9), ag(4, 4, s * emb / params), ag(4, 9, sp),
+                  ag(4, 9, 4 * emb)),
+        # groups of 2 (x 2): the reduce-scatter within the group, each part's all-reduce across the groups
+        # (comm_bytes_per_step counts both: s + s / 2)
+        "zero1 hybrid": (dict(shard_group=2, comm_bytes_per_step=1.5 * s),
+                         ag(2, 8, s / 8) + 8 * ok_k(2) + 2 * 1 / 2 * (s / 2 / 8) / bus, ag(2, 8, sp), ag(2, 8, sp / 8)),
+        "zero3 hybrid": (dict(shard_group=2, comm_bytes_per_step=1.5 * s, buckets=4, param_collectives_per_step=9),
+                         ag(2, 4, s * emb / params) + 4 * ok_k(2) + (s * emb / params / 2) / bus, ag(2, 9, sp),
+                         ag(2, 9, 4 * emb)),
+    }
+    rows = []
+    for label, (change, grad, params_all, waited) in cases.items():
+        row = pd.Series(dict(base, shard_optimizer=label.split()[0], **change))
+        got = scaling.stage_comm_ms(row, model)
+        for key, want in (("grad", grad), ("params_all", params_all), ("params", waited)):
+            assert abs(got[key] - want) <= 1e-9 * want, f"{label}: {key} {got[key]}, expected {want}"
+        rows.append(dict(row, comm_mean=grad, name=label))
+    # Where all of them take longer than backward, what backward cannot hide is left after it.
+    slow = pd.Series(dict(base, shard_optimizer="zero1", backward_mean=0.01, forward_mean=0.01))
+    got = scaling.stage_comm_ms(slow, model)
+    assert abs(got["grad"] - (ag(4, 8, s) - 0.01)) <= 1e-9 and abs(got["params"] - (ag(4, 8, sp) - 0.01)) <= 1e-9, got
+    # Table (i): a row per sharded configuration, its prediction beside comm_mean built from the model.
+    frame = pd.DataFrame(rows)
+    text = ddp.stage_model_table(frame, model, True, "synthetic")
+    header, table = parse_markdown_tables(text)[0]
+    col = {h: i for i, h in enumerate(header)}
+    assert [r[col["Sharding"]] for r in table] == ["broadcast", "zero1", "zero2", "zero3", "zero1", "zero3"], text
+    assert [r[col["Ranks (group x groups)"]] for r in table] == ["4", "4", "4", "4", "2 x 2", "2 x 2"], text
+    for r, (_, (_, grad, params_all, waited)) in zip(table, cases.items()):
+        assert r[col["Measured / Predicted"]] == "1.00" and float(r[col["Predicted Comm (ms)"]]) == round(grad, 3), r
+        assert float(r[col["Params predicted (ms)"]]) == round(params_all, 3), r
+        assert float(r[col["Of them waited, predicted (ms)"]]) == round(waited, 3), r
+    assert f"B = w 2(n0-1)/n0 = {bus * 1e3 / 1e9:.3g} GB/s (n0 = 4), synthetic" in text, text
+    # Projections: zero1 measured on 4 ranks, weak-scaled to 8: the compute without the parameters'
+    # wait at 4, the wait and the gradients' collectives at 8.
+    row = pd.Series(dict(base, shard_optimizer="zero1"))
+    want = (fwd + bwd + 5.0 - ag(4, 8, sp / 8)) + ag(8, 8, sp / 8) + ag(8, 8, s / 8)
+    got = scaling.projected_step(row, 8, 4, "weak", model)
+    assert abs(got - want) <= 1e-9 * want, f"zero1 projected to 8 ranks: {got}, expected {want}"
+    # Hybrid groups of 2 keep their size: 8 ranks are 4 groups, whose all-reduce is over 4.
+    row = pd.Series(dict(base, shard_optimizer="zero1", shard_group=2, comm_bytes_per_step=1.5 * s))
+    want = (fwd + bwd + 5.0 - ag(2, 8, sp / 8)) + ag(2, 8, sp / 8) + ag(2, 8, s / 8) + 8 * ok_k(4) \
+        + 2 * 3 / 4 * (s / 2 / 8) / bus
+    got = scaling.projected_step(row, 8, 4, "weak", model)
+    assert abs(got - want) <= 1e-9 * want, f"hybrid zero1 projected to 8 ranks: {got}, expected {want}"
+    # Strong scaling: the compute and what hides behind it shrink by 4 / 8.
+    row = pd.Series(dict(base, shard_optimizer="zero3", buckets=4, param_collectives_per_step=9))
+    want = (fwd + bwd + 5.0 - ag(4, 9, 4 * emb)) / 2 + ag(8, 9, 4 * emb) + ag(8, 4, s * emb / params)
+    got = scaling.projected_step(row, 8, 4, "strong", model)
+    assert abs(got - want) <= 1e-9 * want, f"zero3 projected to 8 ranks: {got}, expected {want}"
 
 
 def check_engine_labels(out):
@@ -456,6 +536,54 @@ def check_state_table(work):
     return text
 
 
+def check_stage_model_runs(work):
+    """Table (i) on real runs, with o and w from the all-reduce run of check_comm_source: every sharded
+    stage of check_state_table's run (2 ranks, fp32 and bf16) a row with a finite prediction, the one
+    scaling.stage_comm_ms gives its configuration; hybrid zero1 and zero3 on 4 ranks in groups of 2,
+    the 2-rank all-reduce extended to them, zero1's prediction written out here from the rank file."""
+    comm = os.path.join(work, "allreduce")
+    model = ddp.allreduce_model(comm)
+    out = os.path.join(work, "stages")
+    text = run([sys.executable, DDP_PY, out, "--comm", comm, "--markdown"]).stdout
+    frame, _ = ddp.load([out], None)
+    blocks = [b for b in text.split("### ") if b.startswith("(i) communication model by stage")]
+    assert len(blocks) == 2, f"one (i) table per precision:\n{text}"
+    for block in blocks:
+        precision = "bf16" if ", bf16, " in block.splitlines()[0] else "fp32"
+        header, rows = parse_markdown_tables(block)[0]
+        col = {h: i for i, h in enumerate(header)}
+        want = ["zero1 bf16" if precision == "bf16" else "zero1", "zero2", "zero3"]
+        assert [r[col["Sharding"]] for r in rows] == want, f"{precision}: a row per sharded stage:\n{block}"
+        for r in rows:
+            (config,) = [c for _, c in frame.iterrows() if c.precision == precision and c.shard_optimizer ==
+                         r[col["Sharding"]] and c.ddp == "bucketed"]
+            predicted = scaling.stage_comm_ms(config, model)
+            cell = float(r[col["Predicted Comm (ms)"]])
+            assert math.isfinite(cell) and abs(cell - predicted["grad"]) <= 0.0005 + 1e-9, f"{r}: {predicted}"
+            assert float(r[col["Params predicted (ms)"]]) > 0 and r[col["Ranks (group x groups)"]] == "2", r
+            assert abs(float(r[col["Measured Comm (ms)"]]) - config.comm_mean) <= 0.0005 + 1e-9, r
+        assert "o(k) = o (k-1)/(n0-1)" in block and f"from --comm {comm}" in block, block
+    hybrid = os.path.join(work, "hybrid")
+    run(mpiexec() + ["-np", "4", BIN, "--mode", "ddp", "--device", "cpu", *MODEL, "--context-length", T,
+                     "--batch-size", 4, "--ddp", "bucketed", "--bucket-mb", 1, "--shard-optimizer", "zero1,zero3",
+                     "--shard-group", 2, "--warmup", 0, "--steps", 1, "--out", hybrid])
+    text = run([sys.executable, DDP_PY, hybrid, "--comm", comm, "--markdown"]).stdout
+    (block,) = [b for b in text.split("### ") if b.startswith("(i) communication model by stage")]
+    assert "that run had 2 ranks, these 4 data-parallel ranks: o and w extended" in block, block
+    header, rows = parse_markdown_tables(block)[0]
+    col = {h: i for i, h in enumerate(header)}
+    assert [(r[col["Sharding"]], r[col["Ranks (group x groups)"]]) for r in rows] == [("zero1", "2 x 2"),
+                                                                                      ("zero3", "2 x 2")], block
+    with h5py.File(os.path.join(hybrid, "rank00000.h5"), "r") as f:
+        (a,) = [dict(g.attrs) for g in f["ddp"].values() if g.attrs["shard_optimizer"] == "zero1"]
+    c, grads = int(a["buckets"]), a["comm_bytes_per_step"] * 2 / 3  # the bytes count each part's all-reduce too
+    bus = model["w"]  # on 2 ranks an all-reduce's bus factor is 1, o(2) = o
+    want = c * model["o"] + grads / c / 2 / bus + c * model["o"] + grads / 2 / c / bus  # within, across the groups
+    assert abs(float(rows[0][col["Predicted Comm (ms)"]]) - want) <= 0.0005 + 1e-9, f"expected {want:.4f}:\n{block}"
+    assert all(math.isfinite(float(r[col["Predicted Comm (ms)"]])) for r in rows), block
+    print(blocks[0])
+
+
 def check_bad_input(work):
     cases = [(2, "must be one of", ["--ddp", "bogus"]), (2, "greater than 0", ["--bucket-mb", "0"]),
              (2, "must divide by the 2 ranks", ["--batch-size", "5"]),
@@ -581,6 +709,7 @@ def check_torch_ddp(out, work, np_):
 def main():
     work = scratch_dir("llmhpc-ddp-")
     check_bucket_model()
+    check_stage_model()
     for np_ in (2, 3):
         out = os.path.join(work, f"np{np_}")
         ddp_run(np_, out, "--context-length", T, "--batch-size", BATCH, "--ddp", ",".join(STRATEGIES), "--bucket-mb", f"{TINY_MB},{HUGE_MB}",
@@ -596,6 +725,7 @@ def main():
     check_oom_rows(work)
     check_sharding_table(work)
     check_state_table(work)
+    check_stage_model_runs(work)
     check_bad_input(work)
     check_tensor_parallel(work)
     check_torch_ddp(os.path.join(work, "np2"), work, 2)

@@ -5,7 +5,8 @@ sharding), ddp at 1 and 2 ranks (strong and weak), an all-reduce run, train.
 
 Every number checked is recomputed here from the raw arrays read with h5py alone: the bench
 tables' means and stds per warm-up setting, the fp32/bf16 speed-ups (the reference mixed-precision study's table), the comm table's mean,
-median, std, bandwidth and busbw, the ddp step means, the scaling efficiencies, the attention
+median, std, bandwidth and busbw, the ddp step means (and zero1's exposed communication beside the
+ring model's in table (i)), the scaling efficiencies, the attention
 means, the training losses; every plot the report names is a PNG of some size. A new mode is
 picked up by its module alone (analysis/<mode>.py with report_section). accounting.py
 reproduces the reference communication study's published numbers (communication_accounting), its b* is the
@@ -194,6 +195,17 @@ def check_ddp(tables, runs):
         opt = max(g[name][0]["memory_after_optimizer_optimizer_bytes"] for g in groups) / 2**20
         assert any(r["Sharding"] == attrs["shard_optimizer"] and abs(float(r["Optimizer state (MiB)"]) - opt) <= 0.0051
                    for r in sharding), f"{name}: no sharding row with optimizer state {opt:.2f} MiB"
+    # (i): each zero1 configuration's measured exposed communication beside the ring model's, o and w
+    # from the 2-rank all-reduce run among the results.
+    model = rows_of(table_with(tables, "Sharding", "Measured Comm (ms)", "Predicted Comm (ms)")[0])
+    for name, (attrs, _) in groups[0].items():
+        if attrs["shard_optimizer"] != "zero1":
+            continue
+        comm = np.concatenate([g[name][1]["comm_ms"] for g in groups])
+        bucket = "-" if attrs["ddp"] != "bucketed" else f"{attrs['bucket_mb']:g}"
+        (row,) = [r for r in model if r["Impl"] == attrs["ddp"] and r["Bucket (MiB)"] == bucket]
+        close(row["Measured Comm (ms)"], comm.mean(), f"{name} (i) measured comm")
+        assert float(row["Predicted Comm (ms)"]) > 0 and row["Ranks (group x groups)"] == "2", row
 
 
 def check_scaling(tables, runs):
