@@ -374,9 +374,27 @@ class Run:
             groups.setdefault(key, []).append(rf.rank)
         return [(host, ranks) for (_, host), ranks in sorted(groups.items())]
 
+    def nccl_connections(self) -> str:
+        """How NCCL said it connected the ranks, from the rank files' nccl_transports, nccl_network and
+        nccl_interfaces (each value once over the ranks): 'P2P/CUMEM/read; network Socket on eth0';
+        '' where no file has them (no NCCL, or NCCL_DEBUG set by the user: docs/hdf5-schema.md)."""
+        def distinct(key):
+            seen = []
+            for rf in sorted(self.files, key=lambda f: f.rank):
+                for value in str(rf.attrs.get(key, "")).split(","):
+                    if value and value not in seen:
+                        seen.append(value)
+            return ",".join(seen)
+        transports, network, interfaces = (distinct(k) for k in ("nccl_transports", "nccl_network", "nccl_interfaces"))
+        parts = [transports] if transports else []
+        if network:
+            parts.append(f"network {network}" + (f" on {interfaces}" if interfaces else ""))
+        return "; ".join(parts)
+
     def describe_ranks(self) -> str:
         """'2 rank(s)', or '2 rank(s), rank 1's file missing' where a rank has none; on several nodes, the
-        ranks of each: '4 rank(s) on 2 nodes: node0 (ranks 0-1), node1 (ranks 2-3)'."""
+        ranks of each: '4 rank(s) on 2 nodes: node0 (ranks 0-1), node1 (ranks 2-3)'; then how NCCL
+        connected them, where the files say (nccl_connections)."""
         missing = self.missing_ranks
         text = f"{self.world_size} rank(s)"
         nodes = self.nodes()
@@ -386,6 +404,9 @@ class Run:
                     f"ranks {ranks[0]}-{ranks[-1]}" if ranks == list(range(ranks[0], ranks[-1] + 1))
                     else "ranks " + ",".join(map(str, ranks)))
             text += f" on {len(nodes)} nodes: " + ", ".join(f"{host} ({span(r)})" for host, r in nodes)
+        connections = self.nccl_connections()
+        if connections:
+            text += f"; NCCL: {connections}"
         if not missing:
             return text
         which = f"rank {missing[0]}'s file" if len(missing) == 1 else f"ranks {missing}' files"

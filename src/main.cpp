@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "comm/communicator.h"
+#include "comm/nccl_log.h"
 #include "kernels/backend.h"
 #include "src/core/stop_request.h"
 #include "src/core/units.h"
@@ -342,13 +343,13 @@ int run(Runtime& rt, int argc, char** argv, bool& in_mode) {
   try {
     run_mode(ctx);
   } catch (const Interrupted& e) {  // stopped early on a signal, its state saved
-    recorder.finish(e.what);
+    recorder.finish(e.what, nccl_connections());
     throw ExitRequest{128 + e.signal};
   } catch (const std::exception& e) {
-    recorder.finish(std::string("error: ") + e.what());
+    recorder.finish(std::string("error: ") + e.what(), nccl_connections());
     throw;
   }
-  recorder.finish();
+  recorder.finish("complete", nccl_connections());
   return 0;
 }
 

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "comm/cuda/nccl_check.h"
+#include "comm/nccl_log.h"
 #include "src/core/cuda/event_timer.h"
 #include "src/core/watchdog.h"
 
@@ -97,6 +98,7 @@ class NcclCommunicator final : public Communicator {
     CUDA_CHECK(cudaDeviceGetStreamPriorityRange(&least, &greatest));
     CUDA_CHECK(cudaStreamCreateWithPriority(&stream_, cudaStreamNonBlocking, greatest));
     CUDA_CHECK(cudaEventCreateWithFlags(&compute_ready_, cudaEventDisableTiming));
+    capture_nccl_log();  // before NCCL's first call reads its environment
     ncclUniqueId id{};
     if (rank_ == 0) NCCL_CHECK(ncclGetUniqueId(&id));
     MPI_CHECK(MPI_Bcast(&id, int(sizeof id), MPI_BYTE, 0, mpi_comm_));
@@ -113,6 +115,7 @@ class NcclCommunicator final : public Communicator {
     Watchdog::OpPtr init = watchdog.begin("ncclCommInitRank", "nccl", 0);
     settle(ncclCommInitRankConfig(&comm_, size_, id, rank_, &config), "ncclCommInitRankConfig");
     Watchdog::complete(init);
+    read_nccl_log();  // how NCCL connected this communicator's ranks
     monitors_.push_back(monitor(comm_));
   }
   ~NcclCommunicator() override;

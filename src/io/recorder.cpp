@@ -325,11 +325,12 @@ RecordStream Recorder::stream(const std::string& group, const std::vector<Column
   return RecordStream(std::move(state));
 }
 
-void Recorder::finish(const std::string& status) {
+void Recorder::finish(const std::string& status, const Attrs& attrs) {
   if (!created_ && status != "complete") return;  // a failed run that recorded nothing leaves nothing
   create_once();
   {
     h5::Handle f = file_->open();
+    write_attrs(f.id(), attrs);
     h5::write_attr(f.id(), "status", status);
     h5::write_attr(f.id(), "end_time", utc_timestamp());
     h5::flush(f);

@@ -158,7 +158,9 @@ class Recorder {
                       int64_t buffer_rows = RecordStream::kDefaultBufferRows);
   // Marks the run finished: root attribute status = "complete", or "error: ..." when a
   // mode failed (then only if the file exists: a run that recorded nothing stays absent).
-  void finish(const std::string& status = "complete");
+  // `attrs`: root attributes known only at the end (how the collectives' library connected
+  // the ranks: comm/nccl_log.h).
+  void finish(const std::string& status = "complete", const Attrs& attrs = {});
   const std::string& path() const;
 
   struct File;  // the file and its working copy (recorder.cpp)

@@ -219,6 +219,16 @@ def check_runs(work):
     assert run.missing_ranks == [1] and not run.complete, "a run with a rank's file missing is not complete"
     assert run.describe_ranks() == "3 rank(s), rank 1's file missing", run.describe_ranks()
 
+    # How NCCL connected the ranks (comm/nccl_log.h), each value once over the ranks.
+    directory = os.path.join(work, "nccl")
+    os.makedirs(directory)
+    rank_file(directory, "bench", 0, 2, run_id="t0-a-1", nccl_transports="P2P/CUMEM/read", nccl_network="Socket",
+              nccl_interfaces="eth0").close()
+    rank_file(directory, "bench", 1, 2, run_id="t0-a-1", nccl_transports="P2P/CUMEM/read,NET/Socket",
+              nccl_network="Socket", nccl_interfaces="eth0,eth1").close()
+    said = llmhpc_h5.open_run(directory).describe_ranks()
+    assert said == "2 rank(s); NCCL: P2P/CUMEM/read,NET/Socket; network Socket on eth0,eth1", said
+
 
 def check_labels():
     """The gradients' dtype of files from before --grad-dtype, and the precision tables show."""
