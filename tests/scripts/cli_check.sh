@@ -3,14 +3,18 @@
 # hang or a fatal error) that contains WORDS, printed once, leaving no result file.
 # Needs BIN, MPIEXEC and WORK; counts failures in $failures.
 #   cli_check NP "expected words" args...
+# Each check keeps its output, its --out folder and its logs in a folder of its own under $WORK,
+# so that checks can run at the same time (the current directory, with the input files the
+# arguments name, stays the caller's).
 cli_check() {
   local np=$1 words=$2; shift 2
-  local out="$WORK/out_$RANDOM"
+  local dir; dir=$(mktemp -d "$WORK/check.XXXXXX")
+  local out="$dir/out"
   local cmd=("$BIN" "$@" --out "$out")
   [[ " $* " == *" --out "* ]] && cmd=("$BIN" "$@")
   [ "$np" -gt 1 ] && cmd=("$MPIEXEC" --oversubscribe -np "$np" "${cmd[@]}")
   local start=$SECONDS
-  timeout 60 "${cmd[@]}" </dev/null >"$WORK/stdout" 2>"$WORK/stderr"  # mpirun would read the caller's stdin
+  timeout 60 "${cmd[@]}" </dev/null >"$dir/stdout" 2>"$dir/stderr"  # mpirun would read the caller's stdin
   local rc=$? took=$((SECONDS - start))
   local why=""
   if [ $rc -eq 0 ]; then why="exit code 0";
@@ -18,13 +22,44 @@ cli_check() {
   elif [ $rc -ge 128 ]; then why="killed by signal $((rc - 128))";
   elif [ $rc -eq 3 ]; then why="a fatal error instead of a usage error";
   elif [ $took -gt 20 ]; then why="took ${took}s";
-  elif ! grep -qiF -- "$words" "$WORK/stderr"; then why="message lacks '$words'";
-  elif [ "$(grep -c 'llmhpc: error' "$WORK/stderr")" -gt 1 ]; then why="message printed more than once";
+  elif ! grep -qiF -- "$words" "$dir/stderr"; then why="message lacks '$words'";
+  elif [ "$(grep -c 'llmhpc: error' "$dir/stderr")" -gt 1 ]; then why="message printed more than once";
   elif [ -e "$out" ] && [ -n "$(ls -A "$out" 2>/dev/null)" ]; then why="left files in $out";
   fi
   if [ -n "$why" ]; then
-    echo "FAIL (np=$np): $* -> $why"; sed 's/^/    /' "$WORK/stderr" | head -5; failures=$((failures + 1))
+    echo "FAIL (np=$np): $* -> $why"; sed 's/^/    /' "$dir/stderr" | head -5; failures=$((failures + 1))
   else
-    echo "ok   (np=$np, rc=$rc): $* -> $(grep -m1 -iF -- "$words" "$WORK/stderr" | cut -c1-110)"
+    echo "ok   (np=$np, rc=$rc): $* -> $(grep -m1 -iF -- "$words" "$dir/stderr" | cut -c1-110)"
   fi
+}
+
+# A bad input takes about 0.4 s with one rank and 1.4 s under mpirun -np 2, nearly all of it
+# spent waiting (MPI start-up, mpirun ending a job whose ranks failed), not computing: one after
+# another, the 226 runs of test_option_table.sh took 4 minutes of a 2-core machine. So the tests
+# run their checks a few at a time, $CLI_CHECK_JOBS (default 3), each one's report in a file of
+# its own, and print the reports in the order the checks were started:
+#   cli_check_start NP "expected words" args...   cli_check in the background
+#   cli_check_finish                             wait for the checks started, print their
+#                                                reports, add their failures to $failures
+CLI_CHECK_JOBS=${CLI_CHECK_JOBS:-3}
+cli_checks_started=0 cli_checks_reported=0
+cli_check_start() {
+  while [ "$(jobs -rp | wc -l)" -ge "$CLI_CHECK_JOBS" ]; do wait -n; done
+  local report="$WORK/report.$cli_checks_started"
+  cli_checks_started=$((cli_checks_started + 1))
+  (failures=0; cli_check "$@" && echo "$failures" >"$report.failures") </dev/null >"$report" 2>&1 &
+}
+cli_check_finish() {
+  wait
+  local i report
+  for ((i = cli_checks_reported; i < cli_checks_started; i++)); do
+    report="$WORK/report.$i"
+    cat "$report"
+    if [ -s "$report.failures" ]; then
+      failures=$((failures + $(<"$report.failures")))
+    else  # the check did not run to its end (killed, or not found): it counts as failed
+      echo "FAIL: check $((i + 1)) ended without a result"; failures=$((failures + 1))
+    fi
+  done
+  cli_checks_reported=$cli_checks_started
 }

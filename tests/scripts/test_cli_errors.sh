@@ -2,6 +2,8 @@
 # Bad input gets a clear message on rank 0 and a non-zero exit within seconds, with one
 # rank and under mpirun -np 2 alike: no hang, no crash, no result file left behind.
 # Each case: the words the message must contain, then the arguments.
+# cli_check.sh before mpi_script.sh moves to the work folder: $0 may be a relative path.
+source "$(dirname "$0")/cli_check.sh" || exit 1
 source "$(dirname "$0")/mpi_script.sh"
 
 # Inputs: a good token file, one with an id beyond the vocabulary, a text file, an HDF5
@@ -21,8 +23,7 @@ TINY="--d-model 16 --d-ff 32 --num-layers 1 --num-heads 2 --vocab-size 100 --con
 TRAIN="--mode train --device cpu --data tokens.bin $TINY"
 
 failures=0
-source "$(dirname "$0")/cli_check.sh"
-check() { cli_check "$@"; }
+check() { cli_check_start "$@"; }  # a few at a time, reported in order (cli_check.sh says why)
 
 for np in 1 2; do
   check $np "unknown mode"              --mode bogus
@@ -78,6 +79,7 @@ check 3 "holds no float element per rank for reducescatter on 3 ranks" --mode co
 # Existing results are never overwritten.
 mkdir -p "$WORK/taken" && touch "$WORK/taken/rank00000.h5"
 check 1 "already holds results" --mode bench $TINY --steps 1 --warmup 0 --out "$WORK/taken"
+cli_check_finish
 
 # Every rank takes the same options and reads the same tokens: an MPMD launch that gives a rank
 # other options, or ranks whose working directories hold token files of other lengths (each

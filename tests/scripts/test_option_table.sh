@@ -9,15 +9,17 @@ BIN=${LLMHPC_BIN:?set LLMHPC_BIN to the llmhpc binary}
 ROOT=${LLMHPC_ROOT:?set LLMHPC_ROOT}
 MPIEXEC=${MPIEXEC:-mpirun}
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
+source "$(dirname "$0")/cli_check.sh" || exit 1  # before the cd: $0 may be a relative path
 WORK=$(mktemp -d)
-trap 'rm -rf "$WORK"' EXIT
+trap 'kill $(jobs -p) 2>/dev/null; rm -rf "$WORK"' EXIT
 cd "$WORK"
 python3 -c "import numpy as np; np.random.default_rng(0).integers(0, 100, 4000, dtype=np.uint16).tofile('tokens.bin')"
 TINY="--d-model 16 --d-ff 32 --num-layers 1 --num-heads 2 --vocab-size 100 --context-length 8 --warmup 0"
 TINY_TRAIN="--d-model 16 --d-ff 32 --num-layers 1 --num-heads 2 --vocab-size 100 --context-length 8"
 
-source "$(dirname "$0")/cli_check.sh"
 failures=0 cases=0
+# The cases run a few at a time (cli_check_start: most of a case's time is waiting on MPI, and
+# one after another they took 4 minutes); their reports come in the order of the tables.
 for table in "$ROOT"/tests/cli_cases/*.cases; do
   while IFS= read -r line; do
     [[ -z "${line// }" || "$line" == \#* ]] && continue
@@ -28,10 +30,11 @@ for table in "$ROOT"/tests/cli_cases/*.cases; do
     read -r -a argv <<<"$args"
     for np in 1 2; do
       cases=$((cases + 1))
-      cli_check "$np" "$words" "${argv[@]}"
+      cli_check_start "$np" "$words" "${argv[@]}"
     done
   done <"$table"
 done
+cli_check_finish
 [ $cases -gt 0 ] || { echo "FAIL: no cases in $ROOT/tests/cli_cases"; exit 1; }
 # An option given twice: the last one wins, as getopt and argparse have it, so that a job's
 # EXTRA_ARGS override what the job passes. These run, one rank and two alike: a second --mode
