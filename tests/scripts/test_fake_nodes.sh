@@ -10,7 +10,8 @@
 #      node and TCP only between nodes over the test subnet (Open MPI's btl_base_verbose says
 #      so); --mode train under every --ddp strategy x --shard-optimizer on 2+1 ranks (the
 #      uneven layout), the strategies on 1+1, zero1 on 2+1+1, tensor parallelism inside each
-#      node x data parallelism across (--tp 2 on 2+2) and a tensor-parallel group across nodes
+#      node x data parallelism across (--tp 2 on 2+2), zero3 across uneven nodes, hybrid zero1
+#      and zero3 sharded within each node (2+2), and a tensor-parallel group across nodes
 #      (1+1, warned about): /train/loss equal to a one-rank run's within 1e-5 relative;
 #  (b) a real Slurm: slurmctld and munged (its own socket) on node0, a slurmd on every node
 #      (slurmd -N nodeI, spool and TmpFS per node): sbatch --nodes=2 --wait of
@@ -200,15 +201,25 @@ hostfile() {  # hostfile SLOTS...: a hostfile of node0 (SLOTS[0] slots), node1, 
   for slots in "$@"; do echo "node$i slots=$slots"; i=$((i + 1)); done >"$f"
   echo "$f"
 }
-mpi() {  # mpi NAME SLOTS ARGS...: llmhpc ARGS on ranks laid out as SLOTS (e.g. 2,1) over node0, node1, ...
+launch() {  # launch NAME SLOTS ARGS...: llmhpc ARGS on ranks laid out as SLOTS (e.g. 2,1) over node0, node1, ...
   local name=$1 slots=$2 np=0 s
   shift 2
   for s in ${slots//,/ }; do np=$((np + s)); done
   interruptible in_node 0 timeout 120 mpirun --hostfile "$(hostfile ${slots//,/ })" -np $np --bind-to none \
     --mca plm_rsh_agent "$tmp/agent" --mca plm_rsh_no_tree_spawn 1 \
-    "$LLMHPC_BIN" "$@" --out "$tmp/runs/$name" >"$tmp/$name.log" 2>&1 ||
-    fail "mpirun -np $np over nodes of $slots slots: llmhpc $* (log: $tmp/$name.log)
-$(tail -n 30 "$tmp/$name.log")"
+    "$LLMHPC_BIN" "$@" --out "$tmp/runs/$name" >"$tmp/$name.log" 2>&1
+}
+mpi() {  # mpi NAME SLOTS ARGS...: launch, which must succeed
+  launch "$@" || fail "mpirun over nodes of $2 slots: llmhpc ${*:3} (log: $tmp/$1.log)
+$(tail -n 30 "$tmp/$1.log")"
+}
+mpi_refused() {  # mpi_refused NAME SLOTS WORDS ARGS...: launch, which must fail with WORDS, once
+  local name=$1 slots=$2 words=$3
+  shift 3
+  launch "$name" "$slots" "$@" && fail "llmhpc $* on nodes of $slots slots ran; it should be refused"
+  [ "$(grep -c -F -- "$words" "$tmp/$name.log")" = 1 ] ||
+    fail "llmhpc $* on nodes of $slots slots: not refused once with '$words' (log: $tmp/$name.log)
+$(tail -n 10 "$tmp/$name.log")"
 }
 # check_run DIR SLOTS [--hosts H0,H1,..] [--comm] [--loss REF_DIR [--ddp D --shard S]]: see check_run.py.
 cat >"$tmp/check_run.py" <<'PY'
@@ -217,8 +228,8 @@ ranks on node i in block order (0..SLOTS[0]-1 on the first node, ...), each node
 own (--hosts: these), each rank's local_rank its place among its node's ranks (0..k-1), its
 node_count, node_index, local_size and ranks_per_node the layout, its cpus_allowed 1 (the node's one core).
 --comm: every record checked (--check), no wrong element on any rank. --loss REF: /train/loss
-of every rank equal to REF's (a one-rank run) within 1e-5 relative; --ddp/--shard: what the
-train record must say it ran."""
+of every rank equal to REF's (a one-rank run) within 1e-5 relative; --ddp/--shard/--group: what
+the train record must say it ran (--group: the ranks that shared one copy of the state)."""
 import argparse
 import sys
 
@@ -233,6 +244,7 @@ p.add_argument("--comm", action="store_true")
 p.add_argument("--loss")
 p.add_argument("--ddp")
 p.add_argument("--shard")
+p.add_argument("--group", type=int)
 a = p.parse_args()
 errors = []
 
@@ -300,7 +312,7 @@ if a.loss:
         check(rel <= 1e-5, f"rank {rf.rank}: /train/loss {loss} differs from one rank's {ref} (relative {rel:.3g})")
         if rf.rank == 0:
             print(f"loss rel. error {rel:.2g}", end="; ")
-        for key, want in (("ddp", a.ddp), ("shard_optimizer", a.shard)):
+        for key, want in (("ddp", a.ddp), ("shard_optimizer", a.shard), ("shard_group", a.group)):
             check(want is None or t[0].attrs.get(key) == want,
                   f"rank {rf.rank}: {key} {t[0].attrs.get(key)}, not {want}")
 if errors:
@@ -378,6 +390,21 @@ if [[ "$PARTS" == *a* ]]; then
   grep -q "a tensor-parallel group of --tp 2 spans nodes" "$tmp/train_1_1_tp2.log" ||
     fail "a tensor-parallel group across two nodes ran without the warning (log: $tmp/train_1_1_tp2.log)"
   echo "ok   (a) train --tp 2 across 1+1 nodes, with the warning: $checked"
+  # The stages that shard the weights too, every rank holding a part across uneven nodes; and
+  # hybrid sharding as a cluster runs it: sharded within each node (zero3's default group),
+  # replicated across the nodes. zero3's default on nodes of different sizes is refused.
+  mpi train_2_1_zero3 2,1 $TRAIN --ddp bucketed --shard-optimizer zero3 --shard-group world
+  check_run "$tmp/runs/train_2_1_zero3" 2,1 --loss "$tmp/runs/train_ref" --ddp bucketed --shard zero3 --group 3
+  echo "ok   (a) train --shard-optimizer zero3 --shard-group world on 2+1 ranks: $checked"
+  mpi train_2_2_zero3_node 2,2 $TRAIN --ddp bucketed --shard-optimizer zero3
+  check_run "$tmp/runs/train_2_2_zero3_node" 2,2 --loss "$tmp/runs/train_ref" --ddp bucketed --shard zero3 --group 2
+  echo "ok   (a) train --shard-optimizer zero3 on 2+2 ranks, sharded within each node: $checked"
+  mpi train_2_2_zero1_node 2,2 $TRAIN --ddp bucketed --bucket-mb 0.02 --shard-optimizer zero1 --shard-group node
+  check_run "$tmp/runs/train_2_2_zero1_node" 2,2 --loss "$tmp/runs/train_ref" --ddp bucketed --shard zero1 --group 2
+  echo "ok   (a) train --shard-optimizer zero1 --shard-group node on 2+2 ranks: $checked"
+  mpi_refused train_2_1_zero2_node 2,1 "nodes hold different numbers of ranks" $TRAIN --ddp bucketed \
+    --shard-optimizer zero2
+  echo "ok   (a) train --shard-optimizer zero2 on 2+1 ranks: refused (nodes of different sizes), once"
 fi
 [[ "$PARTS" == *b* ]] || { echo "PASS (part a only: FAKE_NODES_PARTS=$PARTS)"; exit 0; }
 
