@@ -7,23 +7,20 @@
 # the fake hosts: the all-reduce (bf16, SIZES, default 1MB,16MB,128MB,1GB) checked and timed by
 # mode comm, then mode ddp at the compute-bound point of ddp.md (xl bf16, context 1024, global
 # batch 8, flash attention): none (each rank alone), bucketed and bucketed zero1, NCCL's kernels.
-# NCCL logs its connections (NCCL_DEBUG=INFO, NCCL_DEBUG_SUBSYS=INIT) to OUT_DIR/nccl-*/, and the
-# log names the transport each run's channels took.
-# Files in OUT_DIR: log.txt, {nvlink,hosts}_{comm,ddp}/ (rank files), nccl-{nvlink,hosts}/.
+# The rank files name the transports NCCL connected each run's channels with (nccl_transports).
+# Files in OUT_DIR: log.txt, {nvlink,hosts}_{comm,ddp}/ (rank files).
 set -uo pipefail
 source "$(dirname "$0")/setup.sh" fake-hosts-check "${1:-}" "${2:-}"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 NCCL_NVLS_ENABLE=0 PYTHONUNBUFFERED=1
 NP=${NP:-2}
 SIZES=${SIZES:-1MB,16MB,128MB,1GB}
-export RANKS_PER_HOST=${RANKS_PER_HOST:-1} NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT
+export RANKS_PER_HOST=${RANKS_PER_HOST:-1}
 exec > >(tee -a "$out/log.txt") 2>&1
 step "host: $(hostname), git $(cd "$root" && git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)"
 nvidia-smi -L 2>&1
 
 for path in nvlink hosts; do
-  mkdir -p "$out/nccl-$path"
-  export NCCL_DEBUG_FILE="$out/nccl-$path/nccl.%h.%p.log"
-  read -ra mpi <<<"${MPIRUN:-mpirun --bind-to none} -np $NP -x NCCL_NVLS_ENABLE -x NCCL_DEBUG -x NCCL_DEBUG_SUBSYS -x NCCL_DEBUG_FILE -x RANKS_PER_HOST"
+  read -ra mpi <<<"${MPIRUN:-mpirun --bind-to none} -np $NP -x NCCL_NVLS_ENABLE -x RANKS_PER_HOST"
   wrap=()
   [ "$path" = hosts ] && wrap=("$root/scripts/fake_hosts.sh")
   step "$path: all-reduce, $SIZES"
@@ -33,9 +30,9 @@ for path in nvlink hosts; do
   check timeout 540 "${mpi[@]}" "${wrap[@]}" "$bin/llmhpc" --mode ddp --model xl --context-length 1024 --batch-size 8 \
     --precision bf16 --attention flash --ddp none,bucketed --shard-optimizer none,zero1 --collective-engine sm \
     --warmup 3 --steps 10 --out "$out/${path}_ddp"
-  step "$path: the transports NCCL connected (from its INFO lines)"
-  cat "$out/nccl-$path"/*.log 2>/dev/null | grep -oE "via (P2P|SHM|NET)/[A-Za-z0-9_/]+|NET/[A-Za-z]+ : Using [^ ]+" |
-    sort | uniq -c
+  step "$path: the transports NCCL connected (the rank files' nccl_transports)"
+  PYTHONPATH=$root/analysis python3 -c 'import sys; from llmhpc_h5 import open_run
+for d in sys.argv[1:]: print(d, open_run(d).nccl_connections())' "$out/${path}_comm" "$out/${path}_ddp"
 done
 
 step "done"

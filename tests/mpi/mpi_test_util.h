@@ -4,6 +4,9 @@
 #pragma once
 #include <mpi.h>
 
+#include <cstdlib>
+#include <string>
+
 #include "comm/communicator.h"
 #include "kernels/backend.h"
 
@@ -35,9 +38,21 @@ inline NodePlace node_place() {
   return p;
 }
 
-// Whether every rank can run nccl: compiled in, and on every node at least one GPU per rank.
+// Whether ranks may share a GPU: LLMHPC_TEST_GPU_SHARING=1, for runs under
+// scripts/fake_hosts.sh, where each rank's NCCL_HOSTID makes NCCL take the ranks of one GPU for
+// hosts of their own, which it then connects over its network transport (NCCL refuses two
+// ranks on one GPU of one host): the multi-rank NCCL paths on a machine with fewer GPUs than
+// ranks (scripts/gpu/shared_gpu_check.sh). Correctness only: their time means nothing.
+inline bool gpu_sharing() {
+  const char* v = std::getenv("LLMHPC_TEST_GPU_SHARING");
+  return v != nullptr && std::string(v) == "1";
+}
+
+// Whether every rank can run nccl: compiled in, and on every node at least one GPU per rank
+// (or one GPU, shared: gpu_sharing).
 inline bool nccl_runnable() {
-  int mine = nccl_compiled() && cuda_device_count() >= node_place().size ? 1 : 0, all = 0;
+  const int gpus = cuda_device_count();
+  int mine = nccl_compiled() && gpus > 0 && (gpus >= node_place().size || gpu_sharing()) ? 1 : 0, all = 0;
   MPI_Allreduce(&mine, &all, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
   return all == 1;
 }

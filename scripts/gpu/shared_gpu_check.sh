@@ -1,0 +1,80 @@
+#!/usr/bin/env bash
+# The multi-rank NCCL paths on one GPU: NP ranks (default 2) share it, each a host of its own for
+# NCCL (scripts/fake_hosts.sh), which then connects them over its network transport (it refuses
+# two ranks on one GPU of one host). Correctness only, for a machine with fewer GPUs than a check
+# needs ranks: the times mean nothing.
+#   scripts/gpu/shared_gpu_check.sh [BIN_DIR [OUT_DIR]]
+# PARTS (default "tests train"):
+#   tests  the NCCL cases of TESTS (default test_comm test_ddp test_shard test_tensor_parallel, in
+#          BIN_DIR or BIN_DIR/tests) under mpirun -np NP, LLMHPC_TEST_GPU_SHARING=1, but those of
+#          the copy engines: NCCL's copy-engine collectives need their ranks on one host, and here
+#          NCCL takes each rank for a host of its own while MPI (and llmhpc) see one node
+#   train  mode train on a small model in fp32: one rank, then NP ranks under tensor parallelism
+#          (--tp NP, with --tp-overlap and --sequence-parallel) and data parallelism (zero1 in
+#          bf16 on the wire, hybrid zero1, zero2, zero3; NCCL's kernels); every run's
+#          losses against one rank's: within 1e-5 relative (1e-4 with bf16 on the wire)
+# Files in OUT_DIR: log.txt, train_*/ (rank files).
+set -uo pipefail
+source "$(dirname "$0")/setup.sh" shared-gpu-check "${1:-}" "${2:-}"
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 NCCL_NVLS_ENABLE=0 PYTHONUNBUFFERED=1
+export LLMHPC_TEST_GPU_SHARING=1
+PARTS=${PARTS:-tests train}
+NP=${NP:-2}
+read -ra mpi <<<"${MPIRUN:-mpirun --bind-to none} -np $NP -x NCCL_NVLS_ENABLE -x LLMHPC_TEST_GPU_SHARING"
+mpi+=("$root/scripts/fake_hosts.sh")
+exec > >(tee -a "$out/log.txt") 2>&1
+step "host: $(hostname), git $(cd "$root" && git rev-parse --short=12 HEAD 2>/dev/null || echo unknown), $NP ranks"
+nvidia-smi -L 2>&1
+
+if has tests; then
+  for t in ${TESTS:-test_comm test_ddp test_shard test_tensor_parallel}; do
+    step "$t, nccl, $NP ranks on one GPU"
+    check timeout 540 "${mpi[@]}" "$(find_exe "$t")" --gtest_filter='*nccl*:*Nccl*-*CopyEngine*:*copy*' \
+      --gtest_brief=1
+  done
+fi
+if has train; then
+  python3 -c "import numpy as np; np.random.default_rng(0).integers(0, 1000, 1 << 20, dtype=np.uint16).tofile('$out/tokens.bin')"
+  small=(--mode train --data "$out/tokens.bin" --d-model 256 --d-ff 1024 --num-layers 4 --num-heads 8 --vocab-size 1000
+         --context-length 128 --batch-size 8 --steps 8 --log-every 8 --data-order sequential --allow-gpu-sharing)
+  step "train: one rank"
+  check timeout 120 "$bin/llmhpc" "${small[@]}" --out "$out/train_one"
+  cases=("--tp $NP" "--tp $NP --tp-overlap 3" "--tp $NP --sequence-parallel --tp-overlap 2"
+         "--shard-optimizer zero1 --grad-reduce-dtype bf16" "--shard-optimizer zero1 --shard-group 1"
+         "--shard-optimizer zero2" "--shard-optimizer zero3")
+  for c in "${cases[@]}"; do
+    name=train_$(echo "$c" | tr -cs 'a-z0-9' '_' | sed 's/^_//;s/_$//')
+    step "train: $NP ranks, $c"
+    read -ra extra <<<"$c"
+    check timeout 180 "${mpi[@]}" "$bin/llmhpc" "${small[@]}" "${extra[@]}" --collective-engine sm \
+      --out "$out/$name"
+  done
+  step "train: the losses against one rank's"
+  check python3 - "$out" <<'PY'
+import glob, os, sys
+import h5py
+import numpy as np
+out = sys.argv[1]
+def losses(d):
+    with h5py.File(os.path.join(d, "rank00000.h5"), "r") as f:
+        return f["train/loss"][()], dict(f.attrs)
+ref, _ = losses(os.path.join(out, "train_one"))
+bad = 0
+for d in sorted(glob.glob(os.path.join(out, "train_*"))):
+    if d.endswith("train_one"):
+        continue
+    got, attrs = losses(d)
+    err = float(np.max(np.abs(got - ref)) / np.max(np.abs(ref)))
+    limit = 1e-4 if "bf16" in d else 1e-5
+    bad += err > limit
+    print(f"{'ok  ' if err <= limit else 'FAIL'} {os.path.basename(d)}: relative {err:.2g} (at most {limit:g}); "
+          f"NCCL {attrs.get('nccl_transports', '?')}")
+sys.exit(1 if bad else 0)
+PY
+fi
+
+step "done"
+if [ ${#failed[@]} -gt 0 ]; then
+  printf 'FAILED: %s\n' "${failed[@]}"
+  exit 1
+fi
