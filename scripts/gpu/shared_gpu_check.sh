@@ -7,8 +7,11 @@
 # PARTS (default "tests train"):
 #   tests  the NCCL cases of TESTS (default test_comm test_ddp test_shard test_tensor_parallel, in
 #          BIN_DIR or BIN_DIR/tests) under mpirun -np NP, LLMHPC_TEST_GPU_SHARING=1, but those of
-#          the copy engines: NCCL's copy-engine collectives need their ranks on one host, and here
-#          NCCL takes each rank for a host of its own while MPI (and llmhpc) see one node
+#          the copy engines, which need their ranks on one host, where here NCCL takes each rank
+#          for a host of its own while MPI (and llmhpc) see one node: on one H200 (2026-11-29)
+#          test_comm's two copy-engine reductions issued back to back in one window came back
+#          unreduced, while training through the same reductions (27 buckets a step) matched one
+#          rank; 2 GPUs of one host run them (ddp_check.sh)
 #   train  mode train on a small model in fp32: one rank, then NP ranks under tensor parallelism
 #          (--tp NP, with --tp-overlap and --sequence-parallel) and data parallelism (zero1 in
 #          bf16 on the wire, hybrid zero1, zero2, zero3; NCCL's kernels); every run's

@@ -486,6 +486,10 @@ TEST_P(CommTest, CopyEngineCollectivesAreExact) {
   char* base = static_cast<char*>(region.tensor().data);
   for (int k = 0; k < 2; ++k)
     CUDA_CHECK(cudaMemcpy(base + k * bytes, ops[size_t(k)].recv(), bytes, cudaMemcpyDeviceToDevice));
+  // A copy between device buffers returns before it is done, on the legacy default stream, which
+  // the communicator's non-blocking streams do not wait for: without this, the collectives could
+  // send the region before its inputs arrive (seen with 2 ranks sharing one GPU).
+  CUDA_CHECK(cudaDeviceSynchronize());
   const Tensor& gathered = gather.buffers.recv.tensor();
   {
     CopyEngineReduction reduction(*comm_, *engines, region.tensor(), std::move(scratch));
