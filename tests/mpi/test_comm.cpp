@@ -487,8 +487,9 @@ TEST_P(CommTest, CopyEngineCollectivesAreExact) {
   for (int k = 0; k < 2; ++k)
     CUDA_CHECK(cudaMemcpy(base + k * bytes, ops[size_t(k)].recv(), bytes, cudaMemcpyDeviceToDevice));
   // A copy between device buffers returns before it is done, on the legacy default stream, which
-  // the communicator's non-blocking streams do not wait for: without this, the collectives could
-  // send the region before its inputs arrive (seen with 2 ranks sharing one GPU).
+  // the non-blocking streams of the communicator and the checks do not wait for: without this,
+  // the collectives could send the region before its inputs arrive (and the checks read the
+  // results before they are copied out: seen with 2 ranks sharing one GPU).
   CUDA_CHECK(cudaDeviceSynchronize());
   const Tensor& gathered = gather.buffers.recv.tensor();
   {
@@ -502,6 +503,7 @@ TEST_P(CommTest, CopyEngineCollectivesAreExact) {
   }
   for (int k = 0; k < 2; ++k)
     CUDA_CHECK(cudaMemcpy(ops[size_t(k)].recv(), base + k * bytes, bytes, cudaMemcpyDeviceToDevice));
+  CUDA_CHECK(cudaDeviceSynchronize());  // the same, before the results are read on another stream
   for (const Prepared& p : ops) expect_result(p, "copy engines: back-to-back all_reduce");
   expect_result(gather, "copy engines: all_gather after them");
 #endif
