@@ -25,13 +25,13 @@ void add_tensor_parallel_options(po::options_description& desc, const ListUse& u
        "must divide by --tp" +
        std::string(sweep ? "; applies to every --tp above 1" : ""))
           .c_str())(
-      "tp-overlap", po::value<std::string>()->default_value("1"),
+      "tp-overlap", listable(use, "tp-overlap", "1"),
       ("with --tp: forward's products split into this many chunks of tokens to hide the group's collectives "
        "(torchtitan's async tensor parallelism): each row-parallel product's all-reduce or reduce-scatter runs "
        "chunk by chunk under the next chunk's product, and under --sequence-parallel each all-gather under the "
        "product of the rank's own tokens; 1: not split (backward hides each input gradient's reduction under the "
        "weight gradient either way)" +
-       std::string(sweep ? "; applies to every --tp above 1" : ""))
+       std::string(sweep ? "; a comma-separated list sweeps, each --tp above 1" : ""))
           .c_str());
 }
 
@@ -92,8 +92,18 @@ void add_data_parallel_options(po::options_description& desc, const ListUse& use
   add_tensor_parallel_options(desc, use);
 }
 
-std::string tensor_parallel_label(int tp, bool sequence_parallel) {
-  return tp == 1 ? "" : "_tp" + std::to_string(tp) + (sequence_parallel ? "sp" : "");
+std::string tensor_parallel_label(int tp, bool sequence_parallel, int overlap) {
+  return tp == 1 ? ""
+                 : "_tp" + std::to_string(tp) + (sequence_parallel ? "sp" : "") +
+                       (overlap > 1 ? "ov" + std::to_string(overlap) : "");
+}
+
+std::vector<int> tensor_parallel_overlaps(const po::variables_map& vm) {
+  return opt_list(vm, "tp-overlap", [](const std::string& s) {
+    const int64_t k = parse_int(s, "tp-overlap");
+    if (k < 1) throw UsageError("--tp-overlap must be positive (got " + std::to_string(k) + "; 1: products not split)");
+    return int(k);
+  });
 }
 
 std::vector<int> tensor_parallel_sizes(const po::variables_map& vm) {
@@ -105,13 +115,12 @@ std::vector<int> tensor_parallel_sizes(const po::variables_map& vm) {
 }
 
 TensorParallelSweep tensor_parallel_sweep(const po::variables_map& vm) {
-  TensorParallelSweep t{tensor_parallel_sizes(vm), opt_flag(vm, "sequence-parallel"),
-                        int(opt_positive(vm, "tp-overlap"))};
+  TensorParallelSweep t{tensor_parallel_sizes(vm), opt_flag(vm, "sequence-parallel"), tensor_parallel_overlaps(vm)};
   const bool any_tp = std::any_of(t.sizes.begin(), t.sizes.end(), [](int tp) { return tp > 1; });
   if (t.sequence_parallel && !any_tp)
     throw UsageError("--sequence-parallel splits the tokens among the ranks of a tensor-parallel group: add a --tp "
                      "above 1 (e.g. --tp 2)");
-  if (t.overlap > 1 && !any_tp)
+  if (std::any_of(t.overlaps.begin(), t.overlaps.end(), [](int k) { return k > 1; }) && !any_tp)
     throw UsageError("--tp-overlap splits the products of a tensor-parallel group to hide its collectives: add a "
                      "--tp above 1 (e.g. --tp 2)");
   return t;
@@ -185,7 +194,7 @@ Parallelism parallelism(const po::variables_map& vm, int ranks) {
   Parallelism p;
   p.tensor_parallel = tensor_parallel_sizes(vm).front();
   p.sequence_parallel = opt_flag(vm, "sequence-parallel");
-  p.tp_overlap = int(opt_positive(vm, "tp-overlap"));
+  p.tp_overlap = tensor_parallel_overlaps(vm).front();
   // What follows is among the data-parallel ranks (all of them without tensor parallelism).
   const int world_size = ranks % p.tensor_parallel == 0 ? p.data_parallel(ranks) : ranks;
   p.sharding = shardings(vm, world_size).front();

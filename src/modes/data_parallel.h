@@ -35,18 +35,21 @@ std::vector<CollectiveEngine> collective_engines(const po::variables_map& vm);
 std::vector<bool> grad_reduce_in_bf16(const po::variables_map& vm);
 // --tp, --sequence-parallel and --tp-overlap (part of add_data_parallel_options; mode memory's alone).
 void add_tensor_parallel_options(po::options_description& desc, const ListUse& use);
-// A configuration's label suffix: "" at tp 1, "_tp2", "_tp2sp" with sequence parallelism.
-std::string tensor_parallel_label(int tp, bool sequence_parallel);
+// A configuration's label suffix: "" at tp 1, "_tp2", "_tp2sp" with sequence parallelism,
+// "_tp2ov4" with forward's products in 4 chunks.
+std::string tensor_parallel_label(int tp, bool sequence_parallel, int overlap = 1);
 // --tp values, each at least 1 (whether one divides the ranks: mesh_place). Throws UsageError.
 std::vector<int> tensor_parallel_sizes(const po::variables_map& vm);
-// A sweep's --tp values, and --sequence-parallel and --tp-overlap, which apply to every one
-// above 1: a UsageError where none is.
+// --tp-overlap values, each at least 1. Throws UsageError.
+std::vector<int> tensor_parallel_overlaps(const po::variables_map& vm);
+// A sweep's --tp values, and --sequence-parallel and the --tp-overlap values, which apply to
+// every one above 1: a UsageError where none is.
 struct TensorParallelSweep {
   std::vector<int> sizes;
   bool sequence_parallel = false;
-  int overlap = 1;
+  std::vector<int> overlaps{1};
   bool sequence_parallel_at(int tp) const { return sequence_parallel && tp > 1; }
-  int overlap_at(int tp) const { return tp > 1 ? overlap : 1; }
+  std::vector<int> overlaps_at(int tp) const { return tp > 1 ? overlaps : std::vector<int>{1}; }
 };
 TensorParallelSweep tensor_parallel_sweep(const po::variables_map& vm);
 // A UsageError unless `tp` divides the `world_size` ranks and the model's heads, d_ff and

@@ -65,7 +65,7 @@ struct DdpCase : ModelCase {
            (engine == CollectiveEngine::Copy ? " (copy)" : "") + (tp > 1 ? " tp" + std::to_string(tp) : "") +
            (sequence_parallel ? " sp" : "");
   }
-  std::string tp_label() const { return tensor_parallel_label(tp, sequence_parallel); }
+  std::string tp_label() const { return tensor_parallel_label(tp, sequence_parallel, tp_overlap); }
   std::string sharding_label() const {
     return sharding == Sharding::None ? "" : std::string("_") + sharding_name(sharding) + (share_copy ? "_bf16" : "");
   }
@@ -76,10 +76,10 @@ struct DdpCase : ModelCase {
   std::string model_key() const { return ModelCase::model_key() + tp_label() + (sharded() ? "_sharded" : ""); }
 };
 
-// Sizes, then precisions and attentions, then contexts and batches, tensor-parallel sizes,
-// strategies and shardings innermost (so every strategy of one setup runs on one model, side by
-// side in the table). What is data-parallel resolves among a tp's data-parallel ranks (world /
-// tp). Strategy none is not sharded (nothing would reduce its gradients): a sweep leaves those
+// Sizes, then precisions and attentions, then contexts and batches, tensor-parallel sizes (each
+// with its --tp-overlap values), strategies and shardings innermost (so every strategy of one
+// setup runs on one model, side by side in the table). What is data-parallel resolves among a
+// tp's data-parallel ranks (world / tp). Strategy none is not sharded (nothing would reduce its gradients): a sweep leaves those
 // pairs out, and a sharding that only such pairs would run is an error. --share-weights
 // sweeps the sharded cases only: bf16 the ones that keep a copy (bf16, not --low-memory), auto
 // as it resolves (each case once); a bf16 no case can take is an error. --collective-engine
@@ -95,47 +95,48 @@ std::vector<DdpCase> sweep_cases(const po::variables_map& vm, int world_size) {
   bool bf16_taken = false, communicates = false, bucketed = false;
   std::optional<Sharding> units_asked;  // zero2 or zero3, asked for somewhere
   for (const ModelCase& c : model_cases(vm))
-    for (int tp : tps.sizes) {
-      const int dp = mesh_place(0, world_size, tp).dp_size;
-      const bool sp = tps.sequence_parallel_at(tp);
-      // Sequence parallelism's tokens checked where the data-parallel ranks divide the batch
-      // (local_batch refuses the rest in run()).
-      check_tensor_parallel_case(c.model, world_size, tp, sp && c.batch % dp == 0, tps.overlap_at(tp),
-                                 c.batch / dp * c.model.context_length);
-      const std::vector<SyncStrategy> strategies = sync_strategies(vm, std::max(dp, 2));
-      const int group = shard_group(vm, dp);
-      for (SyncStrategy s : strategies) {
-        communicates |= s != SyncStrategy::None;
-        bucketed |= s == SyncStrategy::Bucketed;
-        for (double mb : s == SyncStrategy::Bucketed ? buckets : std::vector<double>{0.0})
-          for (Sharding sh : shardings(vm, dp)) {
-            if (s == SyncStrategy::None && sh != Sharding::None) continue;
-            // zero2 and zero3 reduce unit by unit (their buckets are the units), in the dtype
-            // backward writes, with NCCL's kernels: one case, under bucketed.
-            const bool units = shards_parameters(sh);
-            if (units) units_asked = sh;
-            if (units && (s != SyncStrategy::Bucketed || mb != buckets.front())) continue;
-            const bool can = can_share_compute_copy(c.precision, memory, sh);
-            std::vector<bool> copies;  // this case's --share-weights, resolved, each once
-            for (ShareWeights w : sh == Sharding::None ? std::vector<ShareWeights>{ShareWeights::Master} : choices) {
-              if (w == ShareWeights::Bf16 && !can) continue;  // a sweep skips it here (train throws)
-              bf16_taken |= w == ShareWeights::Bf16;
-              const bool copy = shares_compute_copy(w, c.precision, memory, sh);
-              if (std::find(copies.begin(), copies.end(), copy) == copies.end()) copies.push_back(copy);
+    for (int tp : tps.sizes)
+      for (int overlap : tps.overlaps_at(tp)) {
+        const int dp = mesh_place(0, world_size, tp).dp_size;
+        const bool sp = tps.sequence_parallel_at(tp);
+        // Sequence parallelism's tokens checked where the data-parallel ranks divide the batch
+        // (local_batch refuses the rest in run()).
+        check_tensor_parallel_case(c.model, world_size, tp, sp && c.batch % dp == 0, overlap,
+                                   c.batch / dp * c.model.context_length);
+        const std::vector<SyncStrategy> strategies = sync_strategies(vm, std::max(dp, 2));
+        const int group = shard_group(vm, dp);
+        for (SyncStrategy s : strategies) {
+          communicates |= s != SyncStrategy::None;
+          bucketed |= s == SyncStrategy::Bucketed;
+          for (double mb : s == SyncStrategy::Bucketed ? buckets : std::vector<double>{0.0})
+            for (Sharding sh : shardings(vm, dp)) {
+              if (s == SyncStrategy::None && sh != Sharding::None) continue;
+              // zero2 and zero3 reduce unit by unit (their buckets are the units), in the dtype
+              // backward writes, with NCCL's kernels: one case, under bucketed.
+              const bool units = shards_parameters(sh);
+              if (units) units_asked = sh;
+              if (units && (s != SyncStrategy::Bucketed || mb != buckets.front())) continue;
+              const bool can = can_share_compute_copy(c.precision, memory, sh);
+              std::vector<bool> copies;  // this case's --share-weights, resolved, each once
+              for (ShareWeights w : sh == Sharding::None ? std::vector<ShareWeights>{ShareWeights::Master} : choices) {
+                if (w == ShareWeights::Bf16 && !can) continue;  // a sweep skips it here (train throws)
+                bf16_taken |= w == ShareWeights::Bf16;
+                const bool copy = shares_compute_copy(w, c.precision, memory, sh);
+                if (std::find(copies.begin(), copies.end(), copy) == copies.end()) copies.push_back(copy);
+              }
+              const bool none = s == SyncStrategy::None;
+              for (bool copy : copies)
+                // Gradients made in bf16 travel as they are: one case where fp32 ones take two.
+                for (bool in_bf16 :
+                     none || units || c.grads == GradientDType::BF16 ? std::vector<bool>{false} : reductions)
+                  for (CollectiveEngine e :
+                       none || units ? std::vector<CollectiveEngine>{CollectiveEngine::Sm} : engines) {
+                    check_grad_reduce(in_bf16, c.precision);
+                    cases.push_back({c, s, mb, sh, copy, e, in_bf16, tp, sp, overlap, group});
+                  }
             }
-            const bool none = s == SyncStrategy::None;
-            for (bool copy : copies)
-              // Gradients made in bf16 travel as they are: one case where fp32 ones take two.
-              for (bool in_bf16 :
-                   none || units || c.grads == GradientDType::BF16 ? std::vector<bool>{false} : reductions)
-                for (CollectiveEngine e :
-                     none || units ? std::vector<CollectiveEngine>{CollectiveEngine::Sm} : engines) {
-                  check_grad_reduce(in_bf16, c.precision);
-                  cases.push_back({c, s, mb, sh, copy, e, in_bf16, tp, sp, tps.overlap_at(tp), group});
-                }
-          }
+        }
       }
-    }
   for (Sharding sh : shardings(vm, world_size))
     if (!communicates) require_reduced_gradients(SyncStrategy::None, sh);
   if (!communicates && std::count(reductions.begin(), reductions.end(), true) > 0)

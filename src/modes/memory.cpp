@@ -32,7 +32,7 @@ struct MemoryCase : ModelCase {
   int tp_overlap;  // --tp-overlap: chunks of forward's products (tp > 1)
   Phase phase;
   std::string label() const {
-    return ModelCase::label() + tensor_parallel_label(tp, sequence_parallel) + "_" + phase_name(phase);
+    return ModelCase::label() + tensor_parallel_label(tp, sequence_parallel, tp_overlap) + "_" + phase_name(phase);
   }
 };
 
@@ -46,8 +46,10 @@ std::vector<MemoryCase> sweep_cases(const po::variables_map& vm, int world_size)
   for (const ModelCase& c : model_cases(vm))
     for (int tp : tps.sizes) {
       const bool sp = tps.sequence_parallel_at(tp);
-      check_tensor_parallel_case(c.model, world_size, tp, sp, tps.overlap_at(tp), c.batch * c.model.context_length);
-      for (Phase ph : phases(vm)) cases.push_back({c, tp, sp, tps.overlap_at(tp), ph});
+      for (int overlap : tps.overlaps_at(tp)) {
+        check_tensor_parallel_case(c.model, world_size, tp, sp, overlap, c.batch * c.model.context_length);
+        for (Phase ph : phases(vm)) cases.push_back({c, tp, sp, overlap, ph});
+      }
     }
   return cases;
 }
@@ -313,7 +315,7 @@ void run(ModeContext& ctx, const MemoryOptions& o) {
       const int64_t v = ok ? phase_value(summary, name, peak) : -1;
       return v < 0 ? std::string("-") : gib(v);
     };
-    const std::string model_name = c.model.name + tensor_parallel_label(c.tp, c.sequence_parallel);
+    const std::string model_name = c.model.name + tensor_parallel_label(c.tp, c.sequence_parallel, c.tp_overlap);
     sweep.add_row({model_name, std::to_string(c.model.context_length), std::to_string(c.batch),
                    precision_name(c.precision), attention_name(c.attention), phase_name(c.phase),
                    phase_gib("init", false), phase_gib("forward", true), phase_gib("backward", true),

@@ -603,6 +603,24 @@ def check_bad_input(work):
         assert not os.path.exists(out) or not os.listdir(out), f"np={np_} {args}: left {os.listdir(out)}"
 
 
+def check_tp_overlap_sweep(work):
+    """--tp-overlap 1,3 sweeps (each --tp above 1): on 2 ranks, tp 2 with forward's products unsplit
+    and in 3 chunks, each a configuration of its own (label, record) whose group makes 2 more
+    collectives per layer and row-parallel product chunk, the same bytes; tp 1 runs once."""
+    out = os.path.join(work, "tp_overlap")
+    ddp_run(2, out, "--context-length", T, "--batch-size", 2, "--tp", "1,2", "--tp-overlap", "1,3", "--ddp", "none",
+            "--warmup", 1, "--steps", 2)
+    with h5py.File(os.path.join(out, "rank00000.h5"), "r") as f:
+        got = {name: dict(g.attrs) for name, g in f["ddp"].items()}
+    by = {(int(a["tp"]), int(a["tp_overlap"])): (name, a) for name, a in got.items()}
+    assert sorted(by) == [(1, 1), (2, 1), (2, 3)], sorted(got)
+    assert "_tp2ov3_" in by[(2, 3)][0] and "ov" not in by[(2, 1)][0], sorted(got)
+    plain, split = by[(2, 1)][1], by[(2, 3)][1]
+    more = int(split["tp_collectives_per_step"]) - int(plain["tp_collectives_per_step"])
+    assert more == 2 * LAYERS * (3 - 1), f"{more} more collectives, expected {2 * LAYERS * 2}"
+    assert abs(int(split["tp_bus_bytes_per_step"]) - int(plain["tp_bus_bytes_per_step"])) <= 64, (plain, split)
+
+
 def check_tensor_parallel(work):
     """--tp 1,2 on 4 ranks: every rank file records its place in the tp x dp layout and the local
     batch of its data-parallel rank; a rank holds its tensor-parallel part of the state (the params
@@ -632,9 +650,9 @@ def check_tensor_parallel(work):
                 records.setdefault(name, []).append(a)
     assert len(records) == 6, sorted(records)
     whole = next(r[0] for n, r in records.items() if n.endswith("_naive_none"))["part_params"]
-    part = next(r[0] for n, r in records.items() if n.endswith("_tp2_none"))["part_params"]
+    part = next(r[0] for n, r in records.items() if n.endswith("_tp2ov2_none"))["part_params"]
     assert whole == PARAMS and 0.45 * PARAMS < part < 0.55 * PARAMS, (whole, part, PARAMS)
-    tp_case = next(r for n, r in records.items() if n.endswith("_tp2_bucketed25MiB"))
+    tp_case = next(r for n, r in records.items() if n.endswith("_tp2ov2_bucketed25MiB"))
     # Train at the same layout and local batch makes the same collectives inside the layers.
     tokens = os.path.join(work, "tp_tokens.bin")
     np.random.default_rng(0).integers(0, VOCAB, 4096, dtype=np.uint16).tofile(tokens)
@@ -728,6 +746,7 @@ def main():
     check_stage_model_runs(work)
     check_bad_input(work)
     check_tensor_parallel(work)
+    check_tp_overlap_sweep(work)
     check_torch_ddp(os.path.join(work, "np2"), work, 2)
     print("test_ddp_mode: OK")
 
