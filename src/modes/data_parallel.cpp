@@ -131,9 +131,9 @@ void check_tensor_parallel_case(const ModelConfig& model, int world_size, int tp
   mesh_place(0, world_size, tp);               // tp divides the ranks
   ParameterLayout(model, TensorSplit{tp, 0});  // the heads, d_ff and vocabulary divide among tp ranks
   if (sequence_parallel && tokens % tp != 0)
-    throw UsageError("--sequence-parallel splits a tensor-parallel group's step of " + std::to_string(tokens) +
-                     " tokens among --tp " + std::to_string(tp) +
-                     " ranks: give a batch or context length whose tokens divide by it");
+    throw UsageError("--sequence-parallel splits each micro-batch's " + std::to_string(tokens) + " tokens among --tp " +
+                     std::to_string(tp) +
+                     " ranks: give a batch or context length whose tokens per micro-batch divide by it");
   const int64_t split = sequence_parallel ? tokens / tp : tokens;  // the tokens forward's products split
   if (tp > 1 && overlap > split)
     throw UsageError("--tp-overlap " + std::to_string(overlap) + " splits forward's products into chunks of " +

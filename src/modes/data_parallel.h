@@ -53,8 +53,8 @@ struct TensorParallelSweep {
 };
 TensorParallelSweep tensor_parallel_sweep(const po::variables_map& vm);
 // A UsageError unless `tp` divides the `world_size` ranks and the model's heads, d_ff and
-// vocabulary, under sequence parallelism the `tokens` a tensor-parallel group takes a step, and
-// the `overlap` chunks of forward's products hold a token each.
+// vocabulary, under sequence parallelism the `tokens` of a tensor-parallel group's micro-batch,
+// and the `overlap` chunks of forward's products hold a token each.
 void check_tensor_parallel_case(const ModelConfig& model, int world_size, int tp, bool sequence_parallel, int overlap,
                                 int64_t tokens);
 // Training's one Parallelism (each option's single value) for `world_size` ranks.

@@ -288,12 +288,6 @@ void run(ModeContext& ctx, const TrainOptions& o) {
                        " sequences, which do not split into --grad-accum " + std::to_string(micro_batches) +
                        " equal micro-batches: give a global batch divisible by " +
                        std::to_string(dp_rt.world_size * micro_batches) + " (data-parallel ranks x micro-batches)");
-    if (par.sequence_parallel && (share / micro_batches * config.context_length) % tp != 0)
-      throw UsageError("--sequence-parallel splits each micro-batch's " +
-                       std::to_string(share / micro_batches * config.context_length) + " tokens among --tp " +
-                       std::to_string(tp) +
-                       " ranks: give a batch or context length whose "
-                       "tokens per micro-batch divide by it");
     check_tensor_parallel_case(config, rt.world_size, tp, par.sequence_parallel, par.tp_overlap,
                                share / micro_batches * config.context_length);
   });
