@@ -63,7 +63,7 @@ struct DdpCase : ModelCase {
   std::string impl_column() const {
     return sync_strategy_name(strategy) + std::string(reduce_in_bf16 ? " bf16" : "") +
            (engine == CollectiveEngine::Copy ? " (copy)" : "") + (tp > 1 ? " tp" + std::to_string(tp) : "") +
-           (sequence_parallel ? " sp" : "");
+           (sequence_parallel ? " sp" : "") + (tp_overlap > 1 ? " ov" + std::to_string(tp_overlap) : "");
   }
   std::string tp_label() const { return tensor_parallel_label(tp, sequence_parallel, tp_overlap); }
   std::string sharding_label() const {
