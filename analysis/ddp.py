@@ -187,7 +187,7 @@ def load(directories: list, rank) -> tuple:
         for column in (*STATE_COLUMNS, "shard_group"):
             frame[column] = [held.get(name, {}).get(column, math.nan) for name in frame["name"]]
         a = run.attrs
-        frames.append(frame.assign(run=directory, device_name=a.get("device_name", "")))
+        frames.append(frame.assign(run=directory, device_name=a.get("device_name", ""), nodes=len(run.nodes())))
         state = "" if run.finished else " (INCOMPLETE: a rank's file says the run did not finish)"
         notes.append(f"llmhpc ddp on {a['device_name']} ({a['hostname']}), {run.describe_ranks()}, backend "
                      f"{a['backend']}; {'every rank pooled' if rank is None else f'rank {rank}'}; git {a['git_sha']}; "
@@ -658,15 +658,16 @@ def comm_models(all_runs: list) -> dict:
 def report_section(runs: list, out_dir: str, all_runs=None) -> str:
     """report.py's ddp section: tables (a)-(i) per setup, o and w of (e) and (i) from a comm run of the same
     rank count among all_runs (else fitted), ddp_breakdown.png, and with several rank counts the
-    scaling study (analysis/scaling.py)."""
+    scaling study (analysis/scaling.py) before them."""
     df, _ = load([run.directory for run in runs], None)
     models = comm_models(all_runs)
-    sections, _ = all_tables(df, [], lambda g: models.get((int(g.world_size.iloc[0]),
-                                                            scaling.transport(g.run.iloc[0]))), True)
+    # Several rank counts make a scaling study: its tables first, each setup's after.
+    sections = [scaling.report(df, models, out_dir)] if df.world_size.nunique() > 1 else []
+    tables, _ = all_tables(df, [], lambda g: models.get((int(g.world_size.iloc[0]),
+                                                          scaling.transport(g.run.iloc[0]))), True)
+    sections += tables
     if plot_breakdown(df, os.path.join(out_dir, "ddp_breakdown.png")):
         sections.append("![DDP step: compute against exposed communication](ddp_breakdown.png)")
-    if df.world_size.nunique() > 1:
-        sections.append(scaling.report(df, models, out_dir))
     return "\n\n".join(sections)
 
 

@@ -2,7 +2,9 @@
 with projections to larger clusters from the ring model of each stage's collectives (the reference DDP
 study's bucket model, extended to the sharded stages); ddp.report_section calls it.
 
-    report(df, comm_models, out_dir) -> markdown, and scaling.png in out_dir
+    report(df, comm_models, out_dir) -> markdown: every configuration in one table (tokens/s per GPU
+        against one GPU's, MFU, peak memory, exposed communication beside the ring model's), then
+        each series' table; scaling.png (tokens/s per GPU and efficiency against ranks) in out_dir
 
 A series is one model, context, precision, strategy, bucket size, sharding and transport
 measured at two or more rank counts n:
@@ -57,6 +59,7 @@ from __future__ import annotations
 import math
 import os
 import sys
+from typing import NamedTuple
 
 import numpy as np
 import pandas as pd
@@ -64,6 +67,9 @@ import pandas as pd
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from bench import fmt, markdown_table  # noqa: E402
 
+# What two configurations must share to be compared as the same model on the same ranks' hardware.
+MODEL_KEYS = ("d_model", "d_ff", "num_layers", "num_heads", "vocab_size", "context_length", "precision", "grad_dtype",
+              "attention", "backend", "transport")
 SERIES_KEYS = ("d_model", "d_ff", "num_layers", "num_heads", "vocab_size", "context_length", "precision", "grad_dtype",
                "attention", "tp", "sequence_parallel", "tp_overlap", "ddp", "bucket_mb", "shard_optimizer", "backend", "transport")
 OVERLAPPING = ("overlap", "bucketed")
@@ -96,25 +102,53 @@ def transport(directory: str) -> str:
     return "network" if os.path.basename(os.path.normpath(directory)).endswith("-net") else "default"
 
 
+def ok_runs(df: pd.DataFrame) -> pd.DataFrame:
+    """The configurations that ran, with the transport their run folder names."""
+    ok = df[df.status == "ok"]
+    return ok.assign(transport=[transport(d) for d in ok.run])
+
+
+def layout(r) -> str:
+    """A configuration's parallelism as the tables name it: 'bucketed 25 MiB, zero1, tp 2 sequence parallel'."""
+    strategy = r.ddp if r.ddp != "bucketed" else f"bucketed {r.bucket_mb:g} MiB"
+    return (strategy + ("" if r.shard_optimizer == "none" else f", {r.shard_optimizer}")
+            + ("" if r.tp == 1 else f", tp {r.tp}{' sequence parallel' if r.sequence_parallel else ''}"
+               + (f" products in {r.tp_overlap} chunks" if r.tp_overlap > 1 else ""))
+            + ("" if r.transport == "default" else ", network transport"))
+
+
+def one_gpu(ok: pd.DataFrame, r, batch_key: str, batch: int):
+    """The index of the one-rank run that r's configuration is compared with: the same model, context,
+    precision and transport, unsharded, no tensor parallelism, `batch` in batch_key (r's strategy
+    preferred, any other next: on one rank they differ only by overheads); None where there is none."""
+    keys = [k for k in MODEL_KEYS if k in ok.columns]
+    same = ok[(ok.world_size == 1) & (ok.tp == 1) & (ok.shard_optimizer == "none") & (ok[batch_key] == batch)]
+    same = same[(same[keys] == pd.Series({k: r[k] for k in keys})).all(axis=1)]
+    if same.empty:
+        return None
+    mine = same[(same.ddp == r.ddp) & (same.bucket_mb == r.bucket_mb)]
+    return (mine if not mine.empty else same).index[0]
+
+
 def series(df: pd.DataFrame):
-    """Yields (kind, title, rows by world size) for every strong and weak series of ok runs."""
-    ok = df[(df.status == "ok")].assign(transport=[transport(d) for d in df[df.status == "ok"].run])
+    """Yields (kind, setup, layout, rows by world size) for every strong and weak series of ok runs
+    (setup: the model, context, batch and precision; layout: the parallelism, layout()). A
+    tensor-parallel series, which has no run at one rank, starts from one_gpu's run."""
+    ok = ok_runs(df)
     for key, g in ok.groupby(list(SERIES_KEYS), sort=False, dropna=False):
         for kind, batch_key in (("strong", "batch_size"), ("weak", "local_batch_size")):
             for batch, rows in g.groupby(batch_key):
                 rows = rows.drop_duplicates("world_size").sort_values("world_size")
+                if int(rows.tp.iloc[0]) > 1:
+                    base = one_gpu(ok, rows.iloc[0], batch_key, batch)
+                    rows = rows if base is None else pd.concat([ok.loc[[base]], rows])
                 if rows.world_size.nunique() < 2 or (kind == "weak" and rows.batch_size.nunique() < 2):
                     continue
-                r = rows.iloc[0]
+                r = rows.iloc[-1]
                 model = r.model if r.model != "custom" else f"d{r.d_model}_L{r.num_layers}"
-                strategy = r.ddp if r.ddp != "bucketed" else f"bucketed {r.bucket_mb:g} MiB"
-                title = (f"{kind}: {model}, T={r.context_length}, {'global' if kind == 'strong' else 'per-rank'} batch "
-                         f"{batch}, {r.precision}{' bf16-grads' if r.grad_dtype == 'bf16' else ''}, {strategy}"
-                         + ("" if r.shard_optimizer == "none" else f", {r.shard_optimizer}")
-                         + ("" if r.tp == 1 else f", tp {r.tp}{' sequence parallel' if r.sequence_parallel else ''}"
-                            + (f" products in {r.tp_overlap} chunks" if r.tp_overlap > 1 else ""))
-                         + ("" if r.transport == "default" else ", network transport"))
-                yield kind, title, rows
+                setup = (f"{model}, T={r.context_length}, {'global' if kind == 'strong' else 'per-rank'} batch {batch}, "
+                         f"{r.precision}{' bf16-grads' if r.grad_dtype == 'bf16' else ''}")
+                yield kind, setup, layout(r), rows
 
 
 # nccl-tests' bus factors on a ring of k ranks: what each rank sends per byte of the whole buffer.
@@ -229,22 +263,41 @@ def projected_step(row, n: int, n_m: int, kind: str, model: dict) -> float:
     return compute + there["params"] + there["grad"]
 
 
+class Point(NamedTuple):
+    """One rank count of a series, measured or projected."""
+    ranks: int
+    batch: int
+    local_batch: int
+    step_ms: float
+    speedup: float
+    efficiency: float
+    tokens_per_gpu: float
+    mfu: float
+    source: str
+
+
+def model_for(models: dict, ranks: int, transport_name: str):
+    """The all-reduce model measured on `ranks` ranks over that transport, else on the most ranks
+    measured over it (scaling.ring_ms extends it), else None."""
+    candidates = {n: m for (n, t), m in models.items() if t == transport_name}
+    return candidates.get(ranks) or (candidates[max(candidates)] if candidates else None)
+
+
 def efficiency_rows(kind: str, rows: pd.DataFrame, models: dict) -> list:
-    """[(n, global batch, local batch, step ms, speed-up, efficiency, source)], measured then projected."""
-    base = rows.iloc[0]
+    """[Point], measured then projected (see the module doc)."""
+    base, last = rows.iloc[0], rows.iloc[-1]
     n0, t0 = int(base.world_size), float(base.slowest_step_mean)
 
-    def entry(n, batch, local, t, source):
+    def point(n, batch, local, t, source):
         speedup = t0 / t
-        eff = speedup * n0 / n if kind == "strong" else speedup
-        return (n, batch, local, t, speedup, eff, source)
+        tokens, mfu = throughput(last, n, batch, t)
+        return Point(n, batch, local, t, speedup, speedup * n0 / n if kind == "strong" else speedup, tokens, mfu,
+                     source)
 
-    out = [entry(int(r.world_size), int(r.batch_size), int(r.local_batch_size), float(r.slowest_step_mean), "measured")
-           for _, r in rows.iterrows()]
-    last = rows.iloc[-1]
-    n_m, mine = int(last.world_size), transport(last.run)
-    candidates = {n: m for (n, t), m in models.items() if t == mine}
-    model = candidates.get(n_m) or (candidates[max(candidates)] if candidates else None)
+    out = [point(int(r.world_size), int(r.batch_size), int(r.local_batch_size), float(r.slowest_step_mean),
+                 "measured" if r.tp == last.tp else f"measured (one GPU, tp {r.tp})") for _, r in rows.iterrows()]
+    n_m = int(last.world_size)
+    model = model_for(models, n_m, last.transport)
     if model is not None:
         n = n_m * 2
         # Strong scaling ends where the global batch no longer splits into whole sequences per rank.
@@ -252,72 +305,131 @@ def efficiency_rows(kind: str, rows: pd.DataFrame, models: dict) -> list:
         while n <= max(64, 8 * n_m) and (kind == "weak" or int(last.batch_size) % (n // tp) == 0):
             local = int(last.local_batch_size) if kind == "weak" else int(last.batch_size) // (n // tp)
             batch = int(last.batch_size) if kind == "strong" else local * (n // tp)
-            out.append(entry(n, batch, local, projected_step(last, n, n_m, kind, model),
+            out.append(point(n, batch, local, projected_step(last, n, n_m, kind, model),
                              f"projection (ring model, o, w from {model['world_size']} ranks)"))
             n *= 2
     return out
 
 
+def study_table(df: pd.DataFrame, models: dict) -> str:
+    """Every configuration measured, one row each: the study at a glance (see STUDY_NOTE)."""
+    ok = ok_runs(df)
+    order = ok.assign(layout=[layout(r) for _, r in ok.iterrows()], folder=[os.path.basename(os.path.normpath(d))
+                                                                            for d in ok.run])
+    order = order.sort_values(["transport", "d_model", "num_layers", "context_length", "precision", "tp",
+                               "sequence_parallel", "tp_overlap", "order", "bucket_mb", "shard_optimizer",
+                               "world_size", "batch_size", "folder"], kind="stable")
+    cells = []
+    for index, r in order.iterrows():
+        n, tp, batch, step = int(r.world_size), int(r.tp), int(r.batch_size), float(r.slowest_step_mean)
+        tokens, mfu = throughput(r, n, batch, step)
+        base = one_gpu(ok, r, "batch_size", batch)
+        of_one = math.nan if base is None else tokens / throughput(ok.loc[base], 1, batch, ok.loc[base].slowest_step_mean)[0]
+        model = model_for(models, n // tp, r.transport)
+        predicted = stage_comm_ms(r, model)["grad"] if model is not None and n // tp > 1 and r.ddp != "none" else math.nan
+        model_name = r.model if r.model != "custom" else f"d{r.d_model}_L{r.num_layers}"
+        cells.append([r.folder, f"{model_name} T={r.context_length} {r.precision}", r.layout,
+                      f"{n}" if tp == 1 else f"{n} ({tp} x {n // tp})", fmt(r.get("nodes", 1), 0), batch, fmt(step),
+                      f"{tokens:,.0f}", "-" if math.isnan(of_one) else f"{of_one:.3f}",
+                      "-" if math.isnan(mfu) else f"{100 * mfu:.1f}%", fmt(r.peak_memory_bytes / 2**30, 3),
+                      fmt(r.comm_mean, 3), fmt(predicted, 3),
+                      "-" if math.isnan(predicted) or predicted <= 0 else f"{r.comm_mean / predicted:.2f}"])
+    header = ["Run", "Model", "Layout", "Ranks (tp x dp)", "Nodes", "Global batch", "Step (ms)",
+              "Tokens/s per GPU", "Of one GPU's", "MFU", "Peak per rank (GiB)", "Exposed comm (ms)",
+              "Predicted comm (ms)", "Measured / predicted"]
+    if len({c[1] for c in cells}) == 1:  # one model: named in every series' title, no column of its own
+        header, cells = header[:1] + header[2:], [c[:1] + c[2:] for c in cells]
+    table = markdown_table(header, cells)
+    return f"### Scaling study: every configuration measured\n\n{STUDY_NOTE}\n\n{table}"
+
+
+STUDY_NOTE = ("Step: the mean of the slowest rank's step. Tokens/s per GPU: global batch x context / (step x ranks). "
+              "Of one GPU's: that over the tokens/s of the one-rank run of the same model and global batch, unsharded "
+              "and without tensor parallelism. MFU: model FLOPs (6 N + attention's, causal counted as half) over "
+              "the GPU's dense peak (analysis/scaling.py; '-' where the device has none in its table, as CPUs). "
+              "Peak per rank: the largest rank's allocator peak. Exposed comm: what the gradients' collectives leave "
+              "after backward, plus what waits for the parameters after the optimizer; under sharding the "
+              "parameters' wait inside forward is not in it (the ddp tables (g) and (i) show it). Predicted comm: "
+              "the ring model's for the same, from the all-reduce run's o and w (table (i) per stage); tensor "
+              "parallelism's collectives inside the layers are in the step, in neither column.")
+
+
 def plot(all_series: list, path: str) -> str:
+    """Tokens/s per GPU (top) and efficiency (bottom) against ranks, strong scaling left, weak right;
+    all_series: [(kind, setup, layout, points)]. One colour per layout, the same in every panel;
+    projections dashed; the legend beside the panels, where it hides no line."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    fig, (strong_ax, weak_ax) = plt.subplots(1, 2, figsize=(12, 4.8))
+    from matplotlib.lines import Line2D
+    setups = {kind: sorted({setup for k, setup, _, _ in all_series if k == kind}) for kind in ("strong", "weak")}
+    names = list(dict.fromkeys(name(setups, kind, setup, lay) for kind, setup, lay, _ in all_series))
     colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
-    for i, (kind, title, entries) in enumerate(all_series):
-        ax = strong_ax if kind == "strong" else weak_ax
-        color = colors[i % len(colors)]
-        measured = [e for e in entries if e[6] == "measured"]
-        projected = [measured[-1]] + [e for e in entries if e[6] != "measured"]
-        y = 4 if kind == "strong" else 5  # speed-up for strong, efficiency for weak
-        ax.plot([e[0] for e in measured], [e[y] for e in measured], "o-", color=color, label=title.split(": ", 1)[1])
-        if len(projected) > 1:
-            ax.plot([e[0] for e in projected], [e[y] for e in projected], "o--", mfc="none", color=color,
-                    label="  projection (ring model)")
-    for ax, kind in ((strong_ax, "strong"), (weak_ax, "weak")):
-        ns = sorted({e[0] for k, _, es in all_series if k == kind for e in es})
-        if ns:
-            if kind == "strong":
-                ax.plot(ns, [n / ns[0] for n in ns], ":", color="grey", label="ideal")
+    color = {n: colors[i % len(colors)] for i, n in enumerate(names)}
+    fig, axes = plt.subplots(2, 2, figsize=(13, 8), sharex="col")
+    for kind, setup, lay, points in all_series:
+        column, c = (0 if kind == "strong" else 1), color[name(setups, kind, setup, lay)]
+        marker = "s" if "tp " in lay else "o"
+        measured = [p for p in points if p.source.startswith("measured")]
+        projected = [measured[-1]] + [p for p in points if not p.source.startswith("measured")]
+        for row, field in ((0, "tokens_per_gpu"), (1, "efficiency")):
+            ax = axes[row, column]
+            ax.plot([p.ranks for p in measured], [getattr(p, field) for p in measured], "-", marker=marker, color=c)
+            if len(projected) > 1:
+                ax.plot([p.ranks for p in projected], [getattr(p, field) for p in projected], "--", marker=marker,
+                        mfc="none", color=c)
+    for column, kind in enumerate(("strong", "weak")):
+        ns = sorted({p.ranks for k, _, _, points in all_series if k == kind for p in points})
+        common = f"\n{setups[kind][0]}" if len(setups[kind]) == 1 else ""
+        axes[0, column].set_title(f"{kind} scaling ({'fixed global' if kind == 'strong' else 'fixed per-rank'} batch)"
+                                  f"{common}", fontsize="medium")
+        for row in (0, 1):
+            ax = axes[row, column]
+            if ns:
+                if row == 1:
+                    ax.axhline(1.0, ls=":", color="grey")
+                ax.set_xscale("log", base=2)
+                ax.set_xticks(ns, [str(n) for n in ns])
             else:
-                ax.axhline(1.0, ls=":", color="grey", label="ideal")
-            ax.set_xscale("log", base=2)
-            ax.set_xticks(ns, [str(n) for n in ns])
-            ax.legend(fontsize="x-small")
-        else:
-            ax.text(0.5, 0.5, f"no {kind}-scaling runs", ha="center", va="center", transform=ax.transAxes)
-        ax.grid(True, which="both", alpha=0.3)
-        ax.set_xlabel("ranks")
-    strong_ax.set(ylabel="speed-up T(n0) / T(n)", title="strong scaling (fixed global batch)")
-    weak_ax.set(ylabel="efficiency T(n0) / T(n)", title="weak scaling (fixed per-rank batch)")
-    fig.tight_layout()
+                ax.text(0.5, 0.5, f"no {kind}-scaling runs", ha="center", va="center", transform=ax.transAxes)
+            ax.grid(True, which="both", alpha=0.3)
+        axes[1, column].set_xlabel("ranks")
+    axes[0, 0].set_ylabel("tokens/s per GPU")
+    axes[1, 0].set_ylabel("efficiency (1 = ideal)")
+    handles = [Line2D([], [], color=color[n], marker="s" if "tp " in n else "o", label=n) for n in names]
+    handles += [Line2D([], [], color="grey", ls="--", marker="o", mfc="none", label="projection (ring model)"),
+                Line2D([], [], color="grey", ls=":", label="ideal")]
+    fig.legend(handles=handles, loc="center left", bbox_to_anchor=(0.74, 0.5), fontsize="small", frameon=False)
+    fig.tight_layout(rect=(0, 0, 0.74, 1))
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return path
 
 
+def name(setups: dict, kind: str, setup: str, lay: str) -> str:
+    """A series' name in the legend: its layout, after its setup where a panel has several."""
+    return lay if len(setups[kind]) == 1 else f"{setup}, {lay}"
+
+
 def report(df: pd.DataFrame, models: dict, out_dir: str) -> str:
-    """The scaling tables and scaling.png; models: {(world_size, transport): ddp.allreduce_model(...)}."""
+    """The study table, the scaling tables and scaling.png; models: {(world_size, transport):
+    ddp.allreduce_model(...)}."""
+    parts = [study_table(df, models)]
     found = list(series(df))
-    rows_of = {title: rows.iloc[-1] for _, title, rows in found}
-    all_series = [(kind, title, efficiency_rows(kind, rows, models)) for kind, title, rows in found]
-    if not all_series:
-        return "### Scaling\n\nno series: runs at two or more rank counts with the same global or per-rank batch"
-    parts = []
-    for kind, title, entries in all_series:
-        row = rows_of[title]
-        cells = []
-        for n, b, lb, t, s, e, src in entries:
-            tokens, mfu = throughput(row, n, b, t)
-            cells.append([n, b, lb, fmt(t), fmt(s), f"{100 * e:.1f}%", f"{tokens:,.0f}",
-                          "-" if math.isnan(mfu) else f"{100 * mfu:.1f}%", src])
+    if not found:
+        return parts[0] + "\n\nNo series: runs at two or more rank counts with the same global or per-rank batch."
+    all_series = [(kind, setup, lay, efficiency_rows(kind, rows, models)) for kind, setup, lay, rows in found]
+    for kind, setup, lay, points in all_series:
+        cells = [[p.ranks, p.batch, p.local_batch, fmt(p.step_ms), fmt(p.speedup), f"{100 * p.efficiency:.1f}%",
+                  f"{p.tokens_per_gpu:,.0f}", "-" if math.isnan(p.mfu) else f"{100 * p.mfu:.1f}%", p.source]
+                 for p in points]
         table = markdown_table(["Ranks", "Global batch", "Per-rank batch", "Step (ms)", "Speed-up", "Efficiency",
                                 "Tokens/s per GPU", "MFU", "Source"], cells)
-        parts.append(f"### Scaling, {title}\n\n{table}")
+        parts.append(f"### Scaling, {kind}: {setup}, {lay}\n\n{table}")
     if not models:
         parts.append("No all-reduce run (llmhpc --mode comm) among the results: no projections.")
     plot(all_series, os.path.join(out_dir, "scaling.png"))
-    parts.append("![strong and weak scaling](scaling.png)")
+    parts.append("![scaling: tokens/s per GPU and efficiency against ranks](scaling.png)")
     return "\n\n".join(parts)
 
 

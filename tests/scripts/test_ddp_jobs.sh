@@ -134,7 +134,8 @@ set -e
 [ ! -e "$tmp/refused-scaling" ] || { find "$tmp/refused-scaling"; fail "scaling.sh STRONG_BATCH=4,8 wrote results"; }
 echo "ok   scaling.sh refuses STRONG_BATCH=3 on 1,2 ranks and a list of batches before running"
 # scaling.sh with TP=1,2 over 2 and 4 ranks: a tensor-parallel series beside the data-parallel one,
-# with its projections from the all-reduce run (tp 2 at 1 rank skipped: 2 does not divide 1).
+# from the one-rank run (tp 2 at 1 rank skipped: 2 does not divide 1), with its projections from the
+# all-reduce run.
 NP=4 RANKS=1,2,4 TP=1,2 SHARDINGS=none STRONG_BATCH=8 OUT="$tmp/scaling" bash "$ROOT/jobs/scaling.sh" \
   >"$tmp/scaling.log" 2>&1 || { cat "$tmp/scaling.log"; fail "scaling.sh TP=1,2: exit $?"; }
 for table in "strong: .*, bucketed 25 MiB, tp 2" "strong: .*, bucketed 25 MiB" "weak: .*, bucketed 25 MiB, tp 2"; do
@@ -145,11 +146,12 @@ import re, sys
 text = open(sys.argv[1]).read()
 block = text.split("### Scaling, strong: ")[1:]
 tp2 = next(b for b in block if b.splitlines()[0].endswith(", tp 2")).split("\n### ")[0]
-measured = [int(line.split("|")[1]) for line in tp2.splitlines() if line.startswith("|") and "measured" in line]
+measured = [line for line in tp2.splitlines() if line.startswith("|") and "measured" in line]
 projected = [line for line in tp2.splitlines() if "projection" in line]
-assert measured == [2, 4] and projected, tp2
+assert [int(line.split("|")[1]) for line in measured] == [1, 2, 4] and projected, tp2
+assert "one GPU, tp 1" in measured[0] and "one GPU" not in measured[1], tp2  # it starts from one GPU's run
 PY
-echo "ok   scaling.sh TP=1,2: a tensor-parallel series at 2 and 4 ranks beside the data-parallel one"
+echo "ok   scaling.sh TP=1,2: a tensor-parallel series from one GPU to 2 and 4 ranks beside the data-parallel one"
 
 # 3d. What env.sh checks before any run: an OUT that holds files (the report reads everything
 # under it), a switch that is neither 0 nor 1, a HEAT_S that is not seconds, TORCH=1 where

@@ -227,6 +227,30 @@ def check_scaling(tables, runs):
     projections = [r for t in table_with(tables, "Ranks", "Efficiency", "Source") for r in rows_of(t)
                    if r["Source"].startswith("projection")]
     assert projections and all(int(r["Ranks"]) > 2 for r in projections), f"projections: {projections}"
+    # The study table: a row per run, its figures from the rank files; "of one GPU's" against
+    # strong-np1, the one-rank run at the same global batch (4).
+    (study,) = table_with(tables, "Run", "Tokens/s per GPU", "Of one GPU's", "Exposed comm (ms)")
+    study = {r["Run"]: r for r in rows_of(study) if r["Run"] != "ddp"}  # ddp: the strategies' run, 2 ranks
+    assert sorted(study) == sorted(f"{k}-np{n}" for k in ("strong", "weak") for n in (1, 2)), sorted(study)
+    one_gpu = 4 * 16 / (slowest["strong", 1] / 1e3)
+    for kind in ("strong", "weak"):
+        for n in (1, 2):
+            files = [raw(runs[f"scaling/{kind}-np{n}"], rank, "ddp") for rank in range(n)]
+            ((attrs, arrays),) = files[0].values()
+            row = study[f"{kind}-np{n}"]
+            tokens = attrs["batch_size"] * 16 / (slowest[kind, n] / 1e3) / n
+            assert row["Ranks (tp x dp)"] == str(n) and row["Global batch"] == str(attrs["batch_size"]), row
+            close(row["Tokens/s per GPU"].replace(",", ""), tokens, f"{kind}-np{n} tokens/s per GPU")
+            if attrs["batch_size"] == 4:
+                close(row["Of one GPU's"], tokens / one_gpu, f"{kind}-np{n} of one GPU's")
+            else:  # weak-np1, the one-rank run at batch 2, against itself
+                assert row["Of one GPU's"] == "1.000", f"{kind}-np{n}: {row}"
+            peak = max(a["peak_memory_bytes"] for f in files for a, _ in f.values())
+            close(row["Peak per rank (GiB)"], peak / 2**30, f"{kind}-np{n} peak")
+            comm = np.concatenate([arr["comm_ms"] for f in files for _, arr in f.values()])
+            close(row["Exposed comm (ms)"], comm.mean(), f"{kind}-np{n} exposed comm")
+            predicted = row["Predicted comm (ms)"]
+            assert (predicted == "-") == (n == 1) and (n == 1 or float(predicted) > 0), row
 
 
 def check_attention(tables, runs):
