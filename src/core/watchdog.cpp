@@ -350,8 +350,10 @@ void Watchdog::fail(const std::string& what, const Op* op) {
   alarm(kAbortDeadlineS);
   char host[256] = {0};
   gethostname(host, sizeof host - 1);
+  // The report starts a line of its own: rank 0's progress line may be half written (log_root
+  // flushes it as it goes), and a launcher merges every rank's streams into one.
   std::fprintf(stderr,
-               "llmhpc: watchdog on rank %d (host %s): %s%s\n"
+               "\nllmhpc: watchdog on rank %d (host %s): %s%s\n"
                "  rank %d: last enqueued collective #%llu, last completed #%llu\n",
                rank_, host, what.c_str(), op ? (": " + describe(*op)).c_str() : "", rank_,
                (unsigned long long)enqueued_.load(), (unsigned long long)completed_.load());

@@ -12,7 +12,9 @@
 #      uneven layout), the strategies on 1+1, zero1 on 2+1+1, tensor parallelism inside each
 #      node x data parallelism across (--tp 2 on 2+2), zero3 across uneven nodes, hybrid zero1
 #      and zero3 sharded within each node (2+2), and a tensor-parallel group across nodes
-#      (1+1, warned about): /train/loss equal to a one-rank run's within 1e-5 relative;
+#      (1+1, warned about): /train/loss equal to a one-rank run's within 1e-5 relative; a hang
+#      on node1's one rank of 2+1 (stalled, then stopped), ended by the watchdog within
+#      --comm-timeout + 30 s and named by node0's ranks;
 #  (b) a real Slurm: slurmctld and munged (its own socket) on node0, a slurmd on every node
 #      (slurmd -N nodeI, spool and TmpFS per node): sbatch --nodes=2 --wait of
 #      jobs/ddp_bucketed.sh (1 task per node) and jobs/comm.sh (CHECK=1, 3 tasks: 2+1), DEVICE=cpu
@@ -202,11 +204,12 @@ hostfile() {  # hostfile SLOTS...: a hostfile of node0 (SLOTS[0] slots), node1, 
   echo "$f"
 }
 launch() {  # launch NAME SLOTS ARGS...: llmhpc ARGS on ranks laid out as SLOTS (e.g. 2,1) over node0, node1, ...
+  # (LAUNCH_ARGS: more of mpirun's options)
   local name=$1 slots=$2 np=0 s
   shift 2
   for s in ${slots//,/ }; do np=$((np + s)); done
   interruptible in_node 0 timeout 120 mpirun --hostfile "$(hostfile ${slots//,/ })" -np $np --bind-to none \
-    --mca plm_rsh_agent "$tmp/agent" --mca plm_rsh_no_tree_spawn 1 \
+    --mca plm_rsh_agent "$tmp/agent" --mca plm_rsh_no_tree_spawn 1 ${LAUNCH_ARGS:-} \
     "$LLMHPC_BIN" "$@" --out "$tmp/runs/$name" >"$tmp/$name.log" 2>&1
 }
 mpi() {  # mpi NAME SLOTS ARGS...: launch, which must succeed
@@ -405,6 +408,24 @@ if [[ "$PARTS" == *a* ]]; then
   mpi_refused train_2_1_zero2_node 2,1 "nodes hold different numbers of ranks" $TRAIN --ddp bucketed \
     --shard-optimizer zero2
   echo "ok   (a) train --shard-optimizer zero2 on 2+1 ranks: refused (nodes of different sizes), once"
+  # A hang on one rank of one node (2+1 ranks: rank 2, node1's only one, stalls or is stopped
+  # before a collective): the job ends with the watchdog's exit code 4 within --comm-timeout +
+  # 30 s, and the watchdogs on node0, asking across nodes (src/core/progress_board.h), name it.
+  hang() {  # hang NAME ACTION WORDS: rank 2 does ACTION; node0's reports must hold WORDS
+    local name=$1 action=$2 words=$3 start=$SECONDS rc=0
+    LLMHPC_FAULT="rank=2,config=2,step=1,action=$action" LAUNCH_ARGS="-x LLMHPC_FAULT" \
+      launch "$name" 2,1 --mode comm --device cpu --backend mpi --size 4KB --warmup 1 --steps 5 --comm-timeout 3 || rc=$?
+    local took=$((SECONDS - start)) log=$tmp/$name.log
+    [ $rc = 4 ] || fail "$name: exit code $rc, not the watchdog's 4 (log: $log)
+$(tail -n 20 "$log")"
+    [ $took -le 33 ] || fail "$name: the job took ${took}s, more than --comm-timeout + 30 s"
+    grep -q "watchdog on rank [01] (host node0)" "$log" || fail "$name: no watchdog report from node0's ranks"
+    grep -q -F "$words" "$log" || fail "$name: the reports do not say '$words' (log: $log)
+$(grep -A8 "watchdog on rank" "$log" | head -24)"
+    echo "ok   (a) a hang on node1's rank ($action) ended in ${took}s, named from node0: $words"
+  }
+  hang hang_stall stall "not reached: rank 2 (last issued #"
+  hang hang_sigstop signal:19 "no answer: rank 2 (rank 2: no reply within"
 fi
 [[ "$PARTS" == *b* ]] || { echo "PASS (part a only: FAKE_NODES_PARTS=$PARTS)"; exit 0; }
 
