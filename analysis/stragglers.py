@@ -17,7 +17,8 @@ A rank is named a straggler when it was the last to arrive in at least half of t
 its median lateness is at least 5% of the median step: a rank whose computation is 10% slower
 than the others' arrives about 10% of that computation late at every step. Differences smaller
 than the clock offsets' uncertainty (clock_offset_uncertainty_s, up to a few microseconds on
-one node) mean nothing. report_section(runs, out_dir) gives the "Stragglers" section of
+one node) mean nothing. On several nodes each rank named is followed by its node's hostname.
+report_section(runs, out_dir) gives the "Stragglers" section of
 analysis/report.py (empty when no record of several ranks has arrival times). Files are read
 only through analysis/llmhpc_h5.py.
 """
@@ -106,22 +107,33 @@ def _pct(part: float, whole: float) -> str:
     return "-" if np.isnan(whole) or whole <= 0 else f"{100 * part / whole:.1f}%"
 
 
+def node_of(run):
+    """rank -> ' (its host)' where the run spans several nodes, '' on one: on a cluster the node
+    is what a user looks at next (its network, its GPUs, its neighbours' jobs)."""
+    nodes = run.nodes()
+    host = {r: h for h, ranks in nodes for r in ranks}
+    return (lambda r: f" ({host[r]})" if r in host else "") if len(nodes) > 1 else (lambda r: "")
+
+
 def report_section(runs: list, out_dir: str = ".", steps: bool = False) -> str:
     """The Stragglers section: one row per record, the ranks named, and with steps=True every
     step's last rank. Empty when no record of several ranks has arrival times."""
     rows, named, per_step = [], [], []
     for run in runs:
+        where = node_of(run)
         for s in summarize(run):
-            names = ", ".join(f"rank {r}" for r, _, _ in s["stragglers"]) or "none"
-            rows.append(f"| `{run.directory}` | {s['record']} | {s['ranks']} | {s['steps']} | rank {s['most_last']} "
-                        f"({100 * s['share']:.0f}% of steps) | {_ms(s['late_s'])} ({_pct(s['late_s'], s['step_s'])}) "
-                        f"| {_ms(s['step_s'])} | {s['uncertainty_s'] * 1e6:.1f} | {names} |")
+            names = ", ".join(f"rank {r}{where(r)}" for r, _, _ in s["stragglers"]) or "none"
+            rows.append(f"| `{run.directory}` | {s['record']} | {s['ranks']} | {s['steps']} | rank {s['most_last']}"
+                        f"{where(s['most_last'])} ({100 * s['share']:.0f}% of steps) | {_ms(s['late_s'])} "
+                        f"({_pct(s['late_s'], s['step_s'])}) | {_ms(s['step_s'])} | {s['uncertainty_s'] * 1e6:.1f} "
+                        f"| {names} |")
             for r, late, share in s["stragglers"]:
-                named.append(f"- **rank {r}** in `{run.directory}` {s['record']}: last to arrive in "
+                named.append(f"- **rank {r}**{where(r)} in `{run.directory}` {s['record']}: last to arrive in "
                              f"{100 * share:.0f}% of {s['steps']} steps, a median {_ms(late)} ms late "
                              f"({_pct(late, s['step_s'])} of the median step)")
             if steps:
-                per_step += [f"| {s['record']} | {p['index']} | {p['step']} | rank {p['last_rank']} | {_ms(p['late_s'])} |"
+                per_step += [f"| {s['record']} | {p['index']} | {p['step']} | rank {p['last_rank']}{where(p['last_rank'])} "
+                             f"| {_ms(p['late_s'])} |"
                              for p in s["per_step"]]
     if not rows:
         return ""

@@ -14,7 +14,8 @@
 #      and zero3 sharded within each node (2+2), and a tensor-parallel group across nodes
 #      (1+1, warned about): /train/loss equal to a one-rank run's within 1e-5 relative; a hang
 #      on node1's one rank of 2+1 (stalled, then stopped), ended by the watchdog within
-#      --comm-timeout + 30 s and named by node0's ranks;
+#      --comm-timeout + 30 s and named by node0's ranks; a slow rank there, named with its
+#      node by the straggler report;
 #  (b) a real Slurm: slurmctld and munged (its own socket) on node0, a slurmd on every node
 #      (slurmd -N nodeI, spool and TmpFS per node): sbatch --nodes=2 --wait of
 #      jobs/ddp_bucketed.sh (1 task per node) and jobs/comm.sh (CHECK=1, 3 tasks: 2+1), DEVICE=cpu
@@ -426,6 +427,14 @@ $(grep -A8 "watchdog on rank" "$log" | head -24)"
   }
   hang hang_stall stall "not reached: rank 2 (last issued #"
   hang hang_sigstop signal:19 "no answer: rank 2 (rank 2: no reply within"
+  # A slow rank on one node (40 ms before each of rank 2's collectives, several tiny steps): the
+  # straggler report names it and its node, and no other rank.
+  LLMHPC_FAULT="rank=2,step=1,action=delay:40" LAUNCH_ARGS="-x LLMHPC_FAULT" mpi train_2_1_slow 2,1 $TRAIN --steps 10
+  late=$(PYTHONPATH=$ROOT/analysis "$PYTHON" "$ROOT/analysis/stragglers.py" "$tmp/runs/train_2_1_slow" 2>&1)
+  grep -q -- "- \*\*rank 2\*\* (node1) in" <<<"$late" && ! grep -E -q -- "- \*\*rank [01]\*\*" <<<"$late" ||
+    fail "the straggler report on 2+1 ranks does not name rank 2 on node1 alone:
+$late"
+  echo "ok   (a) a slow rank on node1: $(grep -m1 -- "- \*\*rank 2\*\*" <<<"$late" | cut -c1-120)"
 fi
 [[ "$PARTS" == *b* ]] || { echo "PASS (part a only: FAKE_NODES_PARTS=$PARTS)"; exit 0; }
 
