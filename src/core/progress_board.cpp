@@ -45,7 +45,8 @@ static_assert(sizeof(Wire) == 256, "the answer's layout");
 struct Address {
   uint32_t ip[kMaxAddresses];
   int32_t count;
-  int32_t port;  // 0: no board on that rank
+  int32_t port;   // 0: no board on that rank
+  char host[64];  // its hostname: which node to look at
 };
 
 void copy_text(char* to, size_t size, const std::string& from) {
@@ -141,6 +142,7 @@ std::string ProgressBoard::open(int rank, int world_size, std::function<RankProg
     std::copy(ips.begin(), ips.end(), mine.ip);
     mine.port = ntohs(any.sin_port);
   }
+  if (gethostname(mine.host, sizeof mine.host - 1) != 0) copy_text(mine.host, sizeof mine.host, "?");
   // The run's token: rank 0 draws it; every rank learns every address.
   uint64_t token =
       rank == 0 ? (uint64_t(std::random_device{}()) << 32) ^ uint64_t(std::random_device{}()) ^ uint64_t(getpid()) : 0;
@@ -187,6 +189,7 @@ std::vector<RankAnswer> ProgressBoard::ask_all(double wait_s) const {
     if (r != s.rank) {
       peers.emplace_back();
       peers.back().answer.rank = r;
+      peers.back().answer.host = s.addresses[size_t(r)].host;
     }
   std::vector<Attempt> attempts;
   auto finish = [&](Attempt& a) {

@@ -36,6 +36,7 @@ struct RankProgress {
 
 struct RankAnswer {
   int rank = -1;
+  std::string host;  // its hostname, learnt at open()
   bool answered = false;
   RankProgress progress;  // when answered
   std::string why;        // when not: "no reply within 2.0 s", "connection refused", ...

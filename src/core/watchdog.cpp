@@ -314,9 +314,9 @@ std::string Watchdog::ask_the_ranks(uint64_t seq) const {
   for (size_t k = 0; k < behind.size() && k < kListed; ++k) {
     const RankAnswer& a = *behind[k];
     const RankProgress& p = a.progress;
-    s += "    not reached: rank " + std::to_string(a.rank) + " (last issued #" + std::to_string(p.issued) +
-         (p.last_name.empty() ? "" : " " + p.last_name) + ", last completed #" + std::to_string(p.completed) +
-         (p.step >= 0 ? ", now at step " + std::to_string(p.step) : "") +
+    s += "    not reached: rank " + std::to_string(a.rank) + " on " + a.host + " (last issued #" +
+         std::to_string(p.issued) + (p.last_name.empty() ? "" : " " + p.last_name) + ", last completed #" +
+         std::to_string(p.completed) + (p.step >= 0 ? ", now at step " + std::to_string(p.step) : "") +
          (p.context.empty() ? "" : " of '" + p.context + "'") + ")\n";
   }
   if (behind.size() > kListed) {
@@ -326,7 +326,13 @@ std::string Watchdog::ask_the_ranks(uint64_t seq) const {
   }
   if (behind.empty()) s += "    not reached: none of the ranks that answered\n";
   if (!silent.empty()) {
-    s += "    no answer: rank" + std::string(silent.size() > 1 ? "s " : " ") + rank_ranges(silent);
+    std::vector<std::string> hosts;  // where they run: the node to look at
+    for (const RankAnswer& a : answers)
+      if (!a.answered && std::find(hosts.begin(), hosts.end(), a.host) == hosts.end()) hosts.push_back(a.host);
+    std::string on;
+    for (size_t k = 0; k < hosts.size() && k < kListed; ++k) on += (k ? "," : "") + hosts[k];
+    if (hosts.size() > kListed) on += ",...";
+    s += "    no answer: rank" + std::string(silent.size() > 1 ? "s " : " ") + rank_ranges(silent) + " on " + on;
     for (const RankAnswer& a : answers)
       if (!a.answered) {  // the reason of the first, as an example
         s += " (rank " + std::to_string(a.rank) + ": " + a.why + ")";

@@ -8,7 +8,7 @@
 // it was issued in) with this rank's last enqueued and last completed sequence numbers, asks
 // every other rank how far it got (src/core/progress_board.h: a side channel that needs
 // nothing from the stuck main threads) and prints which ranks had and had not issued that
-// collective and which did not answer, then ends the job with MPI_Abort. What PyTorch's
+// collective and which did not answer, with their hosts, then ends the job with MPI_Abort. What PyTorch's
 // ProcessGroupNCCL watchdog and its desync report do.
 //
 // The abort path calls nothing that the main thread may be inside: no NCCL, no CUDA, no

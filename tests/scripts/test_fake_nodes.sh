@@ -411,7 +411,8 @@ if [[ "$PARTS" == *a* ]]; then
   echo "ok   (a) train --shard-optimizer zero2 on 2+1 ranks: refused (nodes of different sizes), once"
   # A hang on one rank of one node (2+1 ranks: rank 2, node1's only one, stalls or is stopped
   # before a collective): the job ends with the watchdog's exit code 4 within --comm-timeout +
-  # 30 s, and the watchdogs on node0, asking across nodes (src/core/progress_board.h), name it.
+  # 30 s, and the watchdogs on node0, asking across nodes (src/core/progress_board.h), name it
+  # and its node.
   hang() {  # hang NAME ACTION WORDS: rank 2 does ACTION; node0's reports must hold WORDS
     local name=$1 action=$2 words=$3 start=$SECONDS rc=0
     LLMHPC_FAULT="rank=2,config=2,step=1,action=$action" LAUNCH_ARGS="-x LLMHPC_FAULT" \
@@ -425,8 +426,8 @@ $(tail -n 20 "$log")"
 $(grep -A8 "watchdog on rank" "$log" | head -24)"
     echo "ok   (a) a hang on node1's rank ($action) ended in ${took}s, named from node0: $words"
   }
-  hang hang_stall stall "not reached: rank 2 (last issued #"
-  hang hang_sigstop signal:19 "no answer: rank 2 (rank 2: no reply within"
+  hang hang_stall stall "not reached: rank 2 on node1 (last issued #"
+  hang hang_sigstop signal:19 "no answer: rank 2 on node1 (rank 2: no reply within"
   # A slow rank on one node (40 ms before each of rank 2's collectives, several tiny steps): the
   # straggler report names it and its node, and no other rank.
   LLMHPC_FAULT="rank=2,step=1,action=delay:40" LAUNCH_ARGS="-x LLMHPC_FAULT" mpi train_2_1_slow 2,1 $TRAIN --steps 10

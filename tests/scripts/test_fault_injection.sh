@@ -85,7 +85,7 @@ hang_report() {
   seq=$(grep -m1 -A1 "watchdog on rank $rank " "$log" | grep -o "collective #[0-9]*" | head -1 | tr -dc 0-9)
   if [ -z "$seq" ]; then fail "$log: no watchdog report of rank $rank"; return; fi
   if grep -q "collective #$seq on every rank" "$log" &&
-    grep -q "not reached: rank $who (last issued #$((seq - 1))" "$log"; then
+    grep -q "not reached: rank $who on $(hostname) (last issued #$((seq - 1))" "$log"; then
     echo "ok   rank $rank's watchdog: rank $who had not reached collective #$seq"
   else
     fail "$log: rank $rank's report does not name rank $who as not having reached collective #$seq"
@@ -106,7 +106,7 @@ readable ddp_stall ddp
 run comm_sigstop "rank=1,config=3,step=5,action=signal:19" "watchdog on rank" "${COMM[@]}"
 grep -q "rank 1 raises signal 19" "$WORK/comm_sigstop.log" || fail "comm_sigstop: the fault was not announced"
 grep -q "no progress within --comm-timeout" "$WORK/comm_sigstop.log" || fail "comm_sigstop: no timeout report"
-grep -q "no answer: rank 1 (rank 1: no reply within" "$WORK/comm_sigstop.log" ||
+grep -q "no answer: rank 1 on $(hostname) (rank 1: no reply within" "$WORK/comm_sigstop.log" ||
   fail "comm_sigstop: the report does not name the stopped rank as giving no answer"
 grep -q "tcache\|Aborted\|core dumped" "$WORK/comm_sigstop.log" && fail "comm_sigstop: a rank crashed while aborting"
 [ "$last_rc" -eq 4 ] || fail "comm_sigstop: exit code $last_rc, not the watchdog's 4"
