@@ -18,7 +18,8 @@
 #      node by the straggler report;
 #  (b) a real Slurm: slurmctld and munged (its own socket) on node0, a slurmd on every node
 #      (slurmd -N nodeI, spool and TmpFS per node): sbatch --nodes=2 --wait of
-#      jobs/ddp_bucketed.sh (1 task per node) and jobs/comm.sh (CHECK=1, 3 tasks: 2+1), DEVICE=cpu
+#      jobs/ddp_bucketed.sh and jobs/scaling.sh (1 task per node) and jobs/comm.sh (CHECK=1, 3
+#      tasks: 2+1), DEVICE=cpu
 #      and a tiny model, mpirun inside the allocation as the jobs launch; then, where Slurm has
 #      PMIx, srun --mpi=pmix -N2 -n2 and -N3 -n4 of comm --check and -N2 -n3 of train.
 # Every run's rank files (analysis/llmhpc_h5.py) must say: status complete, one run_id, the
@@ -528,6 +529,31 @@ check_run "$dir" 1,1
 echo "ok   (b) sbatch --nodes=2 --ntasks-per-node=1 jobs/ddp_bucketed.sh: $checked"
 check_run "$dir/allreduce" 1,1
 echo "ok   (b) its all-reduce run: $checked"
+
+# The scaling study over two nodes (1 task each): data parallelism and zero1 at 1 and 2 ranks, tp 2
+# across the nodes; its study table gives each configuration its nodes.
+SHARDINGS=none,zero1 TP=1,2 submit scaling jobs/scaling.sh --nodes=2 --ntasks-per-node=1
+dir=$tmp/results/llmhpc-scaling-$job
+check_run "$dir/strong-np2" 1,1
+"$PYTHON" - "$dir/report.md" <<'PY' || fail "$dir/report.md: the study table is not as it should be"
+import sys
+text = open(sys.argv[1]).read()
+table = text.split("### Scaling study: every configuration measured")[1].split("\n### ")[0]
+lines = [l for l in table.splitlines() if l.startswith("| ") and not l.startswith(("| Run", "| ---"))]
+header = [c.strip() for c in table.split("| Run")[1].split("\n")[0].split("|")]
+rows = [dict(zip(["Run"] + header[1:], [c.strip() for c in l.strip("|").split("|")])) for l in lines]
+want = {(run, layout) for run in ("strong-np1", "strong-np2", "weak-np1", "weak-np2")
+        for layout in ("bucketed 25 MiB", "bucketed 25 MiB, zero1")}
+want |= {(run, f"bucketed 25 MiB{s}, tp 2") for run in ("strong-np2", "weak-np2") for s in ("", ", zero1")}
+got = {(r["Run"], r["Layout"]) for r in rows}
+assert got == want, f"configurations {sorted(got)}, not {sorted(want)}"
+for r in rows:
+    n = int(r["Ranks (tp x dp)"].split()[0])
+    assert r["Nodes"] == str(n), f"{r['Run']} {r['Layout']}: {n} ranks on {r['Nodes']} node(s), not {n}"
+    assert (r["Predicted comm (ms)"] == "-") == (n == 1 or "tp 2" in r["Layout"]), r
+PY
+grep -q "^### Scaling, strong: .*, bucketed 25 MiB, tp 2$" "$dir/report.md" || fail "$dir/report.md: no tp 2 series"
+echo "ok   (b) sbatch --nodes=2 --ntasks-per-node=1 jobs/scaling.sh (zero1, TP=1,2): $checked"
 
 # 3 tasks on 2 nodes (2+1): comm.sh runs 2 ranks (one node) and 3 (2+1), mpirun inside the allocation.
 submit comm jobs/comm.sh --nodes=2 --ntasks=3 --ntasks-per-node=2
