@@ -13,9 +13,11 @@ the step's first collective, or its last, whichever is later (a blocking collect
 others at the first; an enqueued one lets them run on to the last). The step's last rank is the
 latest; the step's time is the median over ranks of the time between their step starts.
 
-A rank is named a straggler when it was the last to arrive in at least half of the steps and
-its median lateness is at least 5% of the median step: a rank whose computation is 10% slower
-than the others' arrives about 10% of that computation late at every step. Differences smaller
+A rank is named a straggler when it was the last to arrive in at least half of the steps, more
+often than chance would have made one of equally fast ranks (less likely than 1 in 100: with 2
+ranks, 7 of 7 steps, or 13 of 15), and its median lateness is at least 5% of the median step: a
+rank whose computation is 10% slower than the others' arrives about 10% of that computation
+late at every step. Differences smaller
 than the clock offsets' uncertainty (clock_offset_uncertainty_s, up to a few microseconds on
 one node) mean nothing. On several nodes each rank named is followed by its node's hostname.
 report_section(runs, out_dir) gives the "Stragglers" section of
@@ -25,6 +27,7 @@ only through analysis/llmhpc_h5.py.
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import sys
 
@@ -35,6 +38,15 @@ from llmhpc_h5 import SchemaError, open_run  # noqa: E402
 
 LAST_SHARE = 0.5     # last to arrive in at least this share of the steps
 LATE_SHARE = 0.05    # median lateness at least this share of the median step
+CHANCE = 0.01        # and last that often by chance, among equally fast ranks, less likely than this
+
+
+def chance_of_last(times: int, steps: int, ranks: int) -> float:
+    """How likely one of `ranks` equally fast ranks is last in at least `times` of `steps` steps
+    (each step's last rank drawn at random): the binomial tail, P(X >= times), X ~ B(steps, 1/ranks)."""
+    p = 1.0 / ranks
+    return float(sum(math.comb(steps, j) * p ** j * (1 - p) ** (steps - j) for j in range(times, steps + 1)))
+
 
 
 def _arrivals(rec) -> dict | None:
@@ -73,7 +85,7 @@ def record_steps(recs: list) -> list:
 def summarize(run) -> list:
     """One dict per record of several ranks with arrival times: record, ranks, steps, the rank last
     most often, its share of steps, its median lateness (s), the median step (s), the stragglers
-    ([(rank, median lateness s, share last)]) and the clock uncertainty (s)."""
+    ([(rank, median lateness s, share last, chance of that share)]) and the clock uncertainty (s)."""
     uncertainty = max(float(rf.attrs.get("clock_offset_uncertainty_s", 0.0)) for rf in run.files)
     groups = {}
     for rec in run.records(rank=None):
@@ -90,9 +102,10 @@ def summarize(run) -> list:
         share = {r: sum(s["last_rank"] == r for s in steps) / len(steps) for r in ranks}
         late = {r: float(np.median([s["lateness"][r] for s in steps])) for r in ranks}
         most = max(ranks, key=lambda r: (share[r], late[r]))
-        named = [(r, late[r], share[r]) for r in ranks
-                 if share[r] >= LAST_SHARE and not np.isnan(median_step) and late[r] >= LATE_SHARE * median_step
-                 and late[r] > 2 * uncertainty]
+        chance = {r: chance_of_last(sum(s["last_rank"] == r for s in steps), len(steps), len(ranks)) for r in ranks}
+        named = [(r, late[r], share[r], chance[r]) for r in ranks
+                 if share[r] >= LAST_SHARE and chance[r] < CHANCE and not np.isnan(median_step)
+                 and late[r] >= LATE_SHARE * median_step and late[r] > 2 * uncertainty]
         out.append(dict(record=path, ranks=len(ranks), steps=len(steps), most_last=most, share=share[most],
                         late_s=late[most], step_s=median_step, stragglers=named, uncertainty_s=uncertainty,
                         per_step=steps))
@@ -122,14 +135,14 @@ def report_section(runs: list, out_dir: str = ".", steps: bool = False) -> str:
     for run in runs:
         where = node_of(run)
         for s in summarize(run):
-            names = ", ".join(f"rank {r}{where(r)}" for r, _, _ in s["stragglers"]) or "none"
+            names = ", ".join(f"rank {r}{where(r)}" for r, _, _, _ in s["stragglers"]) or "none"
             rows.append(f"| `{run.directory}` | {s['record']} | {s['ranks']} | {s['steps']} | rank {s['most_last']}"
                         f"{where(s['most_last'])} ({100 * s['share']:.0f}% of steps) | {_ms(s['late_s'])} "
                         f"({_pct(s['late_s'], s['step_s'])}) | {_ms(s['step_s'])} | {s['uncertainty_s'] * 1e6:.1f} "
                         f"| {names} |")
-            for r, late, share in s["stragglers"]:
+            for r, late, share, chance in s["stragglers"]:
                 named.append(f"- **rank {r}**{where(r)} in `{run.directory}` {s['record']}: last to arrive in "
-                             f"{100 * share:.0f}% of {s['steps']} steps, a median {_ms(late)} ms late "
+                             f"{100 * share:.0f}% of {s['steps']} steps (by chance: {chance:.1g}), a median {_ms(late)} ms late "
                              f"({_pct(late, s['step_s'])} of the median step)")
             if steps:
                 per_step += [f"| {s['record']} | {p['index']} | {p['step']} | rank {p['last_rank']}{where(p['last_rank'])} "
@@ -139,7 +152,8 @@ def report_section(runs: list, out_dir: str = ".", steps: bool = False) -> str:
         return ""
     text = ["Per step, the rank that issued the step's collectives last and how much later than the median "
             "of the others (the first or the last collective, whichever is later); a straggler is last in at "
-            f"least {100 * LAST_SHARE:.0f}% of the steps, a median of at least {100 * LATE_SHARE:.0f}% of the "
+            f"least {100 * LAST_SHARE:.0f}% of the steps, more often than one of equally fast ranks would be "
+            f"with a chance of {CHANCE:g} (binomial), a median of at least {100 * LATE_SHARE:.0f}% of the "
             "step late (analysis/stragglers.py).", "",
             "| run | record | ranks | steps | last most often | its median lateness ms (of the step) | median step ms "
             "| clock uncertainty us | stragglers |",

@@ -3,7 +3,7 @@
 # collectives from step 1 on (LLMHPC_FAULT action=delay, test only: src/core/watchdog.h), in a
 # tiny CPU ddp sweep and a tiny CPU train run; every rank file must hold the clock offset and the
 # per-step arrival times, and analysis/stragglers.py (and report.py's Stragglers section) must
-# name rank 2, and no other rank, as consistently late.
+# name rank 2, and no other rank, as consistently late. Then the naming rule on made-up arrivals.
 set -u
 BIN=${LLMHPC_BIN:?set LLMHPC_BIN}
 ROOT=${LLMHPC_ROOT:?set LLMHPC_ROOT}
@@ -56,6 +56,38 @@ EOF
 
 slow ddp --mode ddp "${TINY[@]}" --batch-size 3 --ddp flat --warmup 1 --steps 12 --comm-timeout 60
 slow train --mode train "${TINY[@]}" --data tokens.bin --batch-size 3 --steps 14 --comm-timeout 60
+
+# The naming rule on made-up arrivals (2 ranks, 100 ms steps, rank 1 20 ms late in the steps
+# given, rank 0 in the others): last in most steps is not enough where chance could do it (3 of 3,
+# 12 of 15); 8 of 8 and 13 of 15 are named.
+PYTHONPATH="$ROOT/analysis" "$PY" - <<'EOF' || fail "the straggler rule on made-up arrivals"
+import types
+import numpy as np
+from stragglers import chance_of_last, summarize
+
+assert chance_of_last(7, 7, 2) == 0.5 ** 7 and chance_of_last(0, 9, 4) == 1.0
+assert abs(chance_of_last(2, 3, 3) - 7 / 27) < 1e-12  # 3 (1/3)^2 (2/3) + (1/3)^3
+
+
+def run_of(steps, late_in):
+    def record(rank):
+        t0 = np.arange(steps) * 0.1
+        late = np.array([0.02 if (rank == 1) == (i in late_in) else 0.0 for i in range(steps)])
+        arrays = dict(arrival_index=np.arange(steps), arrival_step=np.arange(steps), arrival_start_s=t0,
+                      arrival_first_s=t0 + 0.05 + late, arrival_last_s=t0 + 0.06 + late)
+        return types.SimpleNamespace(rank=rank, ok=True, status="ok", path="ddp/made-up", arrays=arrays)
+    recs = [record(0), record(1)]
+    files = [types.SimpleNamespace(attrs={"clock_offset_uncertainty_s": 1e-6})] * 2
+    return types.SimpleNamespace(files=files, records=lambda rank=None: recs)
+
+
+for steps, late_in, named in ((3, range(3), False), (8, range(8), True), (15, range(12), False), (15, range(13), True)):
+    (s,) = summarize(run_of(steps, set(late_in)))
+    got = [r for r, *_ in s["stragglers"]]
+    assert got == ([1] if named else []), (steps, len(late_in), got, s["stragglers"])
+    assert s["most_last"] == 1 and abs(s["late_s"] - 0.02) < 1e-9, s
+print("ok   the rule on made-up arrivals: 3 of 3 and 12 of 15 not named, 8 of 8 and 13 of 15 named")
+EOF
 
 if [ $failures -gt 0 ]; then echo "$failures check(s) failed"; exit 1; fi
 echo "stragglers ok"
