@@ -4,27 +4,31 @@
 #SBATCH --ntasks-per-node=8
 #SBATCH --gpus-per-task=1
 #SBATCH --time=01:00:00
-# Strong and weak scaling of data-parallel training: the same model at 1, 2, 4, ... ranks up to
-# the job's tasks (RANKS), strong with a fixed global batch (STRONG_BATCH, default 2 per rank at
-# the most ranks), weak with a fixed per-rank batch (WEAK_BATCH); one strategy (STRATEGY,
-# BUCKET MiB) under each sharding stage (SHARDINGS: none,zero1,zero2,zero3 under bucketed, else
-# none; tokens/s per GPU and MFU per configuration in the report), each again under every
-# tensor-parallel size of TP that divides the rank count (a series of its own: tp x dp ranks, the
-# global batch shared by the dp groups); then an all-reduce run at the most ranks for the ring model's o and w, and
-# $OUT/report.md with speed-ups, efficiencies, projections to larger clusters (each labelled
-# "projection") and scaling.png. Runs: $OUT/strong-np<N>, $OUT/weak-np<N>, $OUT/allreduce-np<N>.
+# The scaling study: data-parallel training at 1, 2, 4, ... ranks up to the job's tasks (RANKS),
+# strong (a fixed global batch, STRONG_BATCH, default 2 per rank at the most ranks) and weak (a
+# fixed per-rank batch, WEAK_BATCH); one strategy (STRATEGY, BUCKET MiB) under each sharding stage
+# (SHARDINGS: none,zero1,zero2,zero3 under bucketed, else none), each again under every
+# tensor-parallel size of TP that divides the rank count (tp x dp ranks, the global batch shared by
+# the dp groups). Then an all-reduce run at the most ranks gives the ring model its o and w, and
+# $OUT/report.md opens with every configuration in one table (tokens/s per GPU against one GPU's,
+# MFU, peak memory per rank, exposed communication beside the model's), then each series with
+# projections to larger clusters (each labelled "projection"), and scaling.png (tokens/s per GPU
+# and efficiency against ranks). Runs: $OUT/strong-np<N>, $OUT/weak-np<N>, $OUT/allreduce-np<N>.
+#
 # Across nodes: sbatch --nodes=2 --ntasks-per-node=8 jobs/scaling.sh (mpirun places the ranks).
 # NET=1 runs everything again with NCCL's network transport forced (NCCL_P2P_DISABLE=1
 # NCCL_SHM_DISABLE=1: the path ranks on different nodes take), in folders ending in -net, which
-# analysis/scaling.py labels "network transport"; NET=only runs that alone. The variables are
-# set in the launcher's environment: for ranks on other hosts, let the launcher pass them
-# (MPIRUN="mpirun -x NCCL_P2P_DISABLE -x NCCL_SHM_DISABLE"; srun passes them by itself).
-# Variables (defaults): RANKS (1,2,4,...,NP), MODELS (xl), SHAPE (none: a custom model's options,
-# which override MODELS), CONTEXTS (128), PRECISIONS (fp32), STRONG_BATCH, WEAK_BATCH (2),
-# STRATEGY (bucketed), SHARDINGS, TP (1; e.g. 1,2), BUCKET (25), WARMUP (5), STEPS (10),
-# COMM_SIZES (4KB,1MB,100MB,1000MB), NET (0). Each rank count is a launch of its own, $MPIRUN $MPIRUN_ARGS $NP_OPTION N (LAUNCH, with
-# its fixed count, does not apply; MPIRUN="srun --mpi=pmix" launches with srun -n N); EXTRA_ARGS go to the ddp runs, not to the all-reduce runs, whose
-# mode comm refuses model and ddp options.
+# the report labels "network transport"; NET=only runs that alone. For ranks on other hosts the
+# launcher must pass those variables (MPIRUN="mpirun -x NCCL_P2P_DISABLE -x NCCL_SHM_DISABLE";
+# srun passes them by itself).
+#
+# Variables (defaults): RANKS (1,2,4,...,NP), MODELS (xl), SHAPE (a custom model's options, which
+# override MODELS), CONTEXTS (128), PRECISIONS (fp32), STRONG_BATCH, WEAK_BATCH (2), STRATEGY
+# (bucketed), SHARDINGS, TP (1; e.g. 1,2), BUCKET (25), WARMUP (5), STEPS (10), COMM_SIZES
+# (4KB,1MB,100MB,1000MB), NET (0). Each rank count is a launch of its own, $MPIRUN $MPIRUN_ARGS
+# $NP_OPTION N (LAUNCH, with its fixed count, does not apply; MPIRUN="srun --mpi=pmix" launches
+# with srun -n N). EXTRA_ARGS go to the ddp runs, not to the all-reduce runs (mode comm refuses
+# model and ddp options).
 #   sbatch jobs/scaling.sh            or   NP=4 bash jobs/scaling.sh
 #   NP=2 DEVICE=cpu SHAPE="--d-model 64 --d-ff 128 --num-layers 2 --num-heads 4" CONTEXTS=32 bash jobs/scaling.sh
 set -euo pipefail
