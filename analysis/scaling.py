@@ -340,7 +340,36 @@ def study_table(df: pd.DataFrame, models: dict) -> str:
     if len({c[1] for c in cells}) == 1:  # one model: named in every series' title, no column of its own
         header, cells = header[:1] + header[2:], [c[:1] + c[2:] for c in cells]
     table = markdown_table(header, cells)
-    return f"### Scaling study: every configuration measured\n\n{STUDY_NOTE}\n\n{table}"
+    picks = choices(order)
+    return (f"### Scaling study: every configuration measured\n\n{STUDY_NOTE}\n\n{table}"
+            + ("\n\nWhich layout, where two or more ran at the same ranks and global batch:\n\n" + "\n".join(picks)
+               if picks else ""))
+
+
+def choices(order: pd.DataFrame) -> list:
+    """Per model, transport, rank count (two or more) and global batch measured under two or more
+    layouts, a line: the fastest layout, and the one with the least peak memory where it needs 1%
+    less than the fastest."""
+    lines = []
+    keys = [k for k in MODEL_KEYS if k in order.columns] + ["world_size", "batch_size"]
+    for _, g in order.groupby(keys, sort=False, dropna=False):
+        if g.layout.nunique() < 2 or int(g.world_size.iloc[0]) < 2:  # on one rank layouts are names only
+            continue
+        fast, small = g.loc[g.slowest_step_mean.idxmin()], g.loc[g.peak_memory_bytes.idxmin()]
+        n, batch = int(fast.world_size), int(fast.batch_size)
+        model = fast.model if fast.model != "custom" else f"d{fast.d_model}_L{fast.num_layers}"
+        tokens = throughput(fast, n, batch, float(fast.slowest_step_mean))[0]
+        line = (f"- {model} T={fast.context_length} {fast.precision}, {n} ranks, global batch {batch}"
+                f"{'' if fast.transport == 'default' else ', network transport'}: fastest **{fast.layout}** "
+                f"({fmt(fast.slowest_step_mean)} ms, {tokens:,.0f} tokens/s per GPU, peak "
+                f"{fmt(fast.peak_memory_bytes / 2**30, 3)} GiB)")
+        if fast.peak_memory_bytes <= 1.01 * small.peak_memory_bytes:  # within 1%: the same memory
+            line += ", also the least memory"
+        else:
+            line += (f"; least memory **{small.layout}** ({fmt(small.peak_memory_bytes / 2**30, 3)} GiB, its step "
+                     f"{small.slowest_step_mean / fast.slowest_step_mean:.2f}x the fastest's)")
+        lines.append(line)
+    return lines
 
 
 STUDY_NOTE = ("Step: the mean of the slowest rank's step. Tokens/s per GPU: global batch x context / (step x ranks). "

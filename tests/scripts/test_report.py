@@ -208,7 +208,7 @@ def check_ddp(tables, runs):
         assert float(row["Predicted Comm (ms)"]) > 0 and row["Ranks (group x groups)"] == "2", row
 
 
-def check_scaling(tables, runs):
+def check_scaling(tables, runs, text):
     slowest = {}
     for kind in ("strong", "weak"):
         for n in (1, 2):
@@ -230,6 +230,12 @@ def check_scaling(tables, runs):
     # The study table: a row per run, its figures from the rank files; "of one GPU's" against
     # strong-np1, the one-rank run at the same global batch (4).
     (study,) = table_with(tables, "Run", "Tokens/s per GPU", "Of one GPU's", "Exposed comm (ms)")
+    # Which layout: at 2 ranks and global batch 4 (the ddp run's strategies and the scaling runs)
+    # the fastest is the table's smallest step there.
+    twos = [r for r in rows_of(study) if r["Ranks (tp x dp)"] == "2" and r["Global batch"] == "4"]
+    fastest = min(twos, key=lambda r: float(r["Step (ms)"]))
+    (line,) = [l for l in text.splitlines() if l.startswith("- ") and ", 2 ranks, global batch 4: fastest" in l]
+    assert f"fastest **{fastest['Layout']}** ({fastest['Step (ms)']} ms" in line, (line, fastest)
     study = {r["Run"]: r for r in rows_of(study) if r["Run"] != "ddp"}  # ddp: the strategies' run, 2 ranks
     assert sorted(study) == sorted(f"{k}-np{n}" for k in ("strong", "weak") for n in (1, 2)), sorted(study)
     one_gpu = 4 * 16 / (slowest["strong", 1] / 1e3)
@@ -380,7 +386,7 @@ def main():
     check_bench(tables, runs, open(report_path).read())
     check_comm(tables, runs)
     check_ddp(tables, runs)
-    check_scaling(tables, runs)
+    check_scaling(tables, runs, open(report_path).read())
     check_attention(tables, runs)
     check_train(tables, runs)
     check_pngs(report_path)
