@@ -117,30 +117,40 @@ def layout(r) -> str:
             + ("" if r.transport == "default" else ", network transport"))
 
 
-def one_gpu(ok: pd.DataFrame, r, batch_key: str, batch: int):
+def one_gpu(ok: pd.DataFrame, r, batch_key: str, batch: int, same_strategy: bool = False):
     """The index of the one-rank run that r's configuration is compared with: the same model, context,
     precision and transport, unsharded, no tensor parallelism, `batch` in batch_key (r's strategy
-    preferred, any other next: on one rank they differ only by overheads); None where there is none."""
+    preferred, any other next unless same_strategy: on one rank they differ only by overheads);
+    None where there is none."""
     keys = [k for k in MODEL_KEYS if k in ok.columns]
     same = ok[(ok.world_size == 1) & (ok.tp == 1) & (ok.shard_optimizer == "none") & (ok[batch_key] == batch)]
     same = same[(same[keys] == pd.Series({k: r[k] for k in keys})).all(axis=1)]
     if same.empty:
         return None
     mine = same[(same.ddp == r.ddp) & (same.bucket_mb == r.bucket_mb)]
+    if mine.empty and same_strategy:
+        return None
     return (mine if not mine.empty else same).index[0]
 
 
 def series(df: pd.DataFrame):
     """Yields (kind, setup, layout, rows by world size) for every strong and weak series of ok runs
-    (setup: the model, context, batch and precision; layout: the parallelism, layout()). A
-    tensor-parallel series, which has no run at one rank, starts from one_gpu's run."""
+    (setup: the model, context, batch and precision; layout: the parallelism, layout()). A series
+    of a sharding stage or of tensor parallelism starts from the one-rank run of its strategy,
+    unsharded (one_gpu): tensor parallelism has no run at one rank, and a sharded one on one rank
+    shards nothing (its own overheads would make the efficiency at more ranks look better than it
+    is)."""
     ok = ok_runs(df)
     for key, g in ok.groupby(list(SERIES_KEYS), sort=False, dropna=False):
         for kind, batch_key in (("strong", "batch_size"), ("weak", "local_batch_size")):
             for batch, rows in g.groupby(batch_key):
+                rows = rows[(rows.world_size > 1) | (rows.shard_optimizer == "none")]
                 rows = rows.drop_duplicates("world_size").sort_values("world_size")
-                if int(rows.tp.iloc[0]) > 1:
-                    base = one_gpu(ok, rows.iloc[0], batch_key, batch)
+                if rows.empty:
+                    continue
+                first = rows.iloc[0]
+                if int(first.world_size) > 1 and (int(first.tp) > 1 or first.shard_optimizer != "none"):
+                    base = one_gpu(ok, first, batch_key, batch, same_strategy=True)
                     rows = rows if base is None else pd.concat([ok.loc[[base]], rows])
                 if rows.world_size.nunique() < 2 or (kind == "weak" and rows.batch_size.nunique() < 2):
                     continue
@@ -295,7 +305,8 @@ def efficiency_rows(kind: str, rows: pd.DataFrame, models: dict) -> list:
                      source)
 
     out = [point(int(r.world_size), int(r.batch_size), int(r.local_batch_size), float(r.slowest_step_mean),
-                 "measured" if r.tp == last.tp else f"measured (one GPU, tp {r.tp})") for _, r in rows.iterrows()]
+                 "measured" if layout(r) == layout(last) else f"measured (one GPU: {layout(r)})")
+           for _, r in rows.iterrows()]
     n_m = int(last.world_size)
     model = model_for(models, n_m, last.transport)
     if model is not None:

@@ -7,13 +7,14 @@
 # The scaling study: data-parallel training at 1, 2, 4, ... ranks up to the job's tasks (RANKS),
 # strong (a fixed global batch, STRONG_BATCH, default 2 per rank at the most ranks) and weak (a
 # fixed per-rank batch, WEAK_BATCH); one strategy (STRATEGY, BUCKET MiB) under each sharding stage
-# (SHARDINGS: none,zero1,zero2,zero3 under bucketed, else none), each again under every
-# tensor-parallel size of TP that divides the rank count (tp x dp ranks, the global batch shared by
-# the dp groups). Then an all-reduce run at the most ranks gives the ring model its o and w, and
-# $OUT/report.md opens with every configuration in one table (tokens/s per GPU against one GPU's,
-# MFU, peak memory per rank, exposed communication beside the model's), then each series with
-# projections to larger clusters (each labelled "projection"), and scaling.png (tokens/s per GPU
-# and efficiency against ranks). Runs: $OUT/strong-np<N>, $OUT/weak-np<N>, $OUT/allreduce-np<N>.
+# (SHARDINGS: none,zero1,zero2,zero3 under bucketed, else none; at 1 rank none alone, where every
+# series starts: sharding one rank shards nothing), each again under every tensor-parallel size of
+# TP that divides the rank count (tp x dp ranks, the global batch shared by the dp groups). Then
+# an all-reduce run at the most ranks gives the ring model its o and w, and $OUT/report.md opens
+# with every configuration in one table (tokens/s per GPU against one GPU's, MFU, peak memory per
+# rank, exposed communication beside the model's), then each series with projections to larger
+# clusters (each labelled "projection"), and scaling.png (tokens/s per GPU and efficiency against
+# ranks). Runs: $OUT/strong-np<N>, $OUT/weak-np<N>, $OUT/allreduce-np<N>.
 #
 # Across nodes: sbatch --nodes=2 --ntasks-per-node=8 jobs/scaling.sh (mpirun places the ranks).
 # NET=1 runs everything again with NCCL's network transport forced (NCCL_P2P_DISABLE=1
@@ -80,7 +81,7 @@ for transport in $transports; do
         if [ $kind = strong ]; then batch=$STRONG_BATCH; else batch=$((WEAK_BATCH * np)); fi
         $MPIRUN $MPIRUN_ARGS $NP_OPTION "$np" "$LLMHPC_BIN" --mode ddp --device "$DEVICE" --model "$MODELS" $SHAPE --context-length "$CONTEXTS" \
           --batch-size "$batch" --precision "$PRECISIONS" --ddp "$STRATEGY" --bucket-mb "$BUCKET" \
-          --shard-optimizer "$SHARDINGS" --tp "$tps" --warmup "$WARMUP" \
+          --shard-optimizer "$([ "$np" = 1 ] && echo none || echo "$SHARDINGS")" --tp "$tps" --warmup "$WARMUP" \
           --steps "$STEPS" --heat-s "$HEAT_S" --out "$OUT/$kind-np$np$suffix" ${EXTRA_ARGS:-}
       done
     done

@@ -149,7 +149,7 @@ tp2 = next(b for b in block if b.splitlines()[0].endswith(", tp 2")).split("\n##
 measured = [line for line in tp2.splitlines() if line.startswith("|") and "measured" in line]
 projected = [line for line in tp2.splitlines() if "projection" in line]
 assert [int(line.split("|")[1]) for line in measured] == [1, 2, 4] and projected, tp2
-assert "one GPU, tp 1" in measured[0] and "one GPU" not in measured[1], tp2  # it starts from one GPU's run
+assert "(one GPU: bucketed 25 MiB) |" in measured[0] and "one GPU" not in measured[1], tp2  # from one GPU's run
 PY
 echo "ok   scaling.sh TP=1,2: a tensor-parallel series from one GPU to 2 and 4 ranks beside the data-parallel one"
 

@@ -530,8 +530,8 @@ echo "ok   (b) sbatch --nodes=2 --ntasks-per-node=1 jobs/ddp_bucketed.sh: $check
 check_run "$dir/allreduce" 1,1
 echo "ok   (b) its all-reduce run: $checked"
 
-# The scaling study over two nodes (1 task each): data parallelism and zero1 at 1 and 2 ranks, tp 2
-# across the nodes; its study table gives each configuration its nodes.
+# The scaling study over two nodes (1 task each): data parallelism at 1 and 2 ranks, zero1 and tp 2
+# (across the nodes) at 2; its study table gives each configuration its nodes.
 SHARDINGS=none,zero1 TP=1,2 submit scaling jobs/scaling.sh --nodes=2 --ntasks-per-node=1
 dir=$tmp/results/llmhpc-scaling-$job
 check_run "$dir/strong-np2" 1,1
@@ -542,8 +542,8 @@ table = text.split("### Scaling study: every configuration measured")[1].split("
 lines = [l for l in table.splitlines() if l.startswith("| ") and not l.startswith(("| Run", "| ---"))]
 header = [c.strip() for c in table.split("| Run")[1].split("\n")[0].split("|")]
 rows = [dict(zip(["Run"] + header[1:], [c.strip() for c in l.strip("|").split("|")])) for l in lines]
-want = {(run, layout) for run in ("strong-np1", "strong-np2", "weak-np1", "weak-np2")
-        for layout in ("bucketed 25 MiB", "bucketed 25 MiB, zero1")}
+want = {(run, "bucketed 25 MiB") for run in ("strong-np1", "weak-np1")}  # at 1 rank unsharded alone
+want |= {(run, layout) for run in ("strong-np2", "weak-np2") for layout in ("bucketed 25 MiB", "bucketed 25 MiB, zero1")}
 want |= {(run, f"bucketed 25 MiB{s}, tp 2") for run in ("strong-np2", "weak-np2") for s in ("", ", zero1")}
 got = {(r["Run"], r["Layout"]) for r in rows}
 assert got == want, f"configurations {sorted(got)}, not {sorted(want)}"
@@ -553,6 +553,9 @@ for r in rows:
     assert (r["Predicted comm (ms)"] == "-") == (n == 1 or "tp 2" in r["Layout"]), r
 PY
 grep -q "^### Scaling, strong: .*, bucketed 25 MiB, tp 2$" "$dir/report.md" || fail "$dir/report.md: no tp 2 series"
+# The zero1 series starts from the unsharded run on one rank (scaling.sh runs no other there).
+grep -A4 "^### Scaling, strong: .*, bucketed 25 MiB, zero1$" "$dir/report.md" |
+  grep -q "^| 1 | .* | measured (one GPU: bucketed 25 MiB) |$" || fail "$dir/report.md: the zero1 series' first row"
 echo "ok   (b) sbatch --nodes=2 --ntasks-per-node=1 jobs/scaling.sh (zero1, TP=1,2): $checked"
 
 # 3 tasks on 2 nodes (2+1): comm.sh runs 2 ranks (one node) and 3 (2+1), mpirun inside the allocation.
