@@ -6,11 +6,12 @@ study's bucket model, extended to the sharded stages); ddp.report_section calls 
         against one GPU's, MFU, peak memory, exposed communication beside the ring model's), then
         each series' table; scaling.png (tokens/s per GPU and efficiency against ranks) in out_dir
 
-A series is one model, context, precision, strategy, bucket size, sharding and transport
-measured at two or more rank counts n:
+A series is one model, context, precision, strategy, bucket size, sharding, tensor parallelism and
+transport measured at two or more rank counts n:
   strong: the same global batch B at every n; speed-up S(n) = T(n0) / T(n) and efficiency
           E(n) = n0 T(n0) / (n T(n)), n0 the fewest ranks measured (1 in scaling.sh);
   weak:   the same per-rank batch b at every n; efficiency E(n) = T(n0) / T(n).
+A sharded or tensor-parallel series' n0 = 1 run is the strategy's unsharded one on one rank.
 T is the reference DDP study's step time: the mean over the timed steps of the slowest rank's step.
 Per configuration also tokens/s per GPU, B x context / (T n), and the model FLOPs utilisation,
 MFU = tokens/s per GPU x F / peak, with one definition of the model's FLOPs per token (as llm.c and
@@ -331,7 +332,7 @@ def study_table(df: pd.DataFrame, models: dict) -> str:
                                "sequence_parallel", "tp_overlap", "order", "bucket_mb", "shard_optimizer",
                                "world_size", "batch_size", "folder"], kind="stable")
     cells = []
-    for index, r in order.iterrows():
+    for _, r in order.iterrows():
         n, tp, batch, step = int(r.world_size), int(r.tp), int(r.batch_size), float(r.slowest_step_mean)
         tokens, mfu = throughput(r, n, batch, step)
         base = one_gpu(ok, r, "batch_size", batch)
