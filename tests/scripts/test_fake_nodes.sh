@@ -10,8 +10,8 @@
 #      node and TCP only between nodes over the test subnet (Open MPI's btl_base_verbose says
 #      so); --mode train under every --ddp strategy x --shard-optimizer on 2+1 ranks (the
 #      uneven layout), the strategies on 1+1, zero1 on 2+1+1, tensor parallelism inside each
-#      node x data parallelism across (--tp 2 on 2+2), zero3 across uneven nodes, hybrid zero1
-#      and zero3 sharded within each node (2+2), and a tensor-parallel group across nodes
+#      node x data parallelism across (--tp 2 on 2+2), zero2 and zero3 across uneven nodes, hybrid
+#      zero1, zero2 and zero3 sharded within each node (2+2), and a tensor-parallel group across nodes
 #      (1+1, warned about): /train/loss equal to a one-rank run's within 1e-5 relative; a hang
 #      on node1's one rank of 2+1 (stalled, then stopped), ended by the watchdog within
 #      --comm-timeout + 30 s and named by node0's ranks; a slow rank there, named with its
@@ -401,6 +401,12 @@ if [[ "$PARTS" == *a* ]]; then
   mpi train_2_1_zero3 2,1 $TRAIN --ddp bucketed --shard-optimizer zero3 --shard-group world
   check_run "$tmp/runs/train_2_1_zero3" 2,1 --loss "$tmp/runs/train_ref" --ddp bucketed --shard zero3 --group 3
   echo "ok   (a) train --shard-optimizer zero3 --shard-group world on 2+1 ranks: $checked"
+  mpi train_2_1_zero2 2,1 $TRAIN --ddp bucketed --shard-optimizer zero2 --shard-group world
+  check_run "$tmp/runs/train_2_1_zero2" 2,1 --loss "$tmp/runs/train_ref" --ddp bucketed --shard zero2 --group 3
+  echo "ok   (a) train --shard-optimizer zero2 --shard-group world on 2+1 ranks: $checked"
+  mpi train_2_2_zero2_node 2,2 $TRAIN --ddp bucketed --shard-optimizer zero2
+  check_run "$tmp/runs/train_2_2_zero2_node" 2,2 --loss "$tmp/runs/train_ref" --ddp bucketed --shard zero2 --group 2
+  echo "ok   (a) train --shard-optimizer zero2 on 2+2 ranks, sharded within each node: $checked"
   mpi train_2_2_zero3_node 2,2 $TRAIN --ddp bucketed --shard-optimizer zero3
   check_run "$tmp/runs/train_2_2_zero3_node" 2,2 --loss "$tmp/runs/train_ref" --ddp bucketed --shard zero3 --group 2
   echo "ok   (a) train --shard-optimizer zero3 on 2+2 ranks, sharded within each node: $checked"
