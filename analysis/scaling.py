@@ -74,9 +74,14 @@ MODEL_KEYS = ("d_model", "d_ff", "num_layers", "num_heads", "vocab_size", "conte
 SERIES_KEYS = ("d_model", "d_ff", "num_layers", "num_heads", "vocab_size", "context_length", "precision", "grad_dtype",
                "attention", "tp", "sequence_parallel", "tp_overlap", "ddp", "bucket_mb", "shard_optimizer", "backend", "transport")
 OVERLAPPING = ("overlap", "bucketed")
-# Dense peak FLOP/s by (device name contains, precision), from the vendors' data sheets (SXM parts).
-PEAK_FLOPS = {("H100", "bf16"): 989.4e12, ("H100", "fp32"): 66.9e12, ("H200", "bf16"): 989.4e12,
-              ("H200", "fp32"): 66.9e12, ("A100", "bf16"): 312e12, ("A100", "fp32"): 19.5e12}
+# Dense peak FLOP/s (no 2:4 sparsity) by (device name contains, precision), from the vendors' data
+# sheets (SXM parts; B200 and GB200 print sparse rates, halved here). The first name contained
+# wins: GB200 before B200, H200 (and GH200) before H20.
+PEAK_FLOPS = {("GB200", "bf16"): 2.5e15, ("GB200", "fp32"): 80e12, ("B200", "bf16"): 2.25e15, ("B200", "fp32"): 75e12,
+              ("H100", "bf16"): 989.4e12, ("H100", "fp32"): 66.9e12, ("H200", "bf16"): 989.4e12,
+              ("H200", "fp32"): 66.9e12, ("H800", "bf16"): 989.4e12, ("H800", "fp32"): 66.9e12,
+              ("H20", "bf16"): 148e12, ("H20", "fp32"): 44e12, ("L40S", "bf16"): 362.05e12, ("L40S", "fp32"): 91.6e12,
+              ("A100", "bf16"): 312e12, ("A100", "fp32"): 19.5e12, ("A800", "bf16"): 312e12, ("A800", "fp32"): 19.5e12}
 
 
 def flops_per_token(row) -> float:

@@ -163,6 +163,12 @@ def check_bucket_model():
         assert abs(got - expected) < 1e-9 * expected, f"tp 2 on 4 ranks: projected step {got}, expected {expected}"
         got = scaling.projected_step(types.SimpleNamespace(**{**vars(row), "tp": 2}), 2, 2, "weak", model)
         assert got == 10.0, f"tp 2 on 2 ranks: projected step {got}, expected the compute alone"
+    # MFU's peaks: the first name a device's contains, so an H200 is not taken for an H20.
+    for device, precision, peak in (("NVIDIA H200", "bf16", 989.4e12), ("NVIDIA H20", "bf16", 148e12),
+                                    ("NVIDIA H20", "fp32", 44e12), ("NVIDIA GB200", "bf16", 2.5e15),
+                                    ("NVIDIA B200", "bf16", 2.25e15)):
+        assert scaling.peak_flops(device, precision) == peak, (device, precision, scaling.peak_flops(device, precision))
+    assert math.isnan(scaling.peak_flops("cpu", "bf16")), "a CPU has no peak in the table"
 
 
 def check_stage_model():
