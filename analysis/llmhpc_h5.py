@@ -262,6 +262,9 @@ class Record:
         return self.status == "ok"
 
 
+ABORTED = "aborted by the watchdog"  # a rank file's status when its watchdog ended the job
+
+
 @dataclasses.dataclass
 class RankFile:
     """One rank's file: its root attributes and every record in it."""
@@ -275,7 +278,8 @@ class RankFile:
 
     @property
     def status(self) -> str:
-        """'complete' when the run ended normally; 'running' if it was cut short (crash, kill, error)."""
+        """'complete' when the run ended normally; 'running' if it was cut short (crash, kill); 'error: ...',
+        'interrupted: ...' (a signal, its state saved) or 'aborted by the watchdog: ...' (Run.hang_reports)."""
         return self.attrs["status"]
 
 
@@ -390,6 +394,25 @@ class Run:
         if network:
             parts.append(f"network {network}" + (f" on {interfaces}" if interfaces else ""))
         return "; ".join(parts)
+
+    def hang_reports(self) -> list:
+        """What each rank's watchdog found when it ended the job, from the rank files whose status
+        begins 'aborted by the watchdog' (docs/hdf5-schema.md, "Hangs"): one dict per such rank,
+        in rank order, with rank, host, what (the stuck collective), collective (its number),
+        reached, not_reached and no_answer (rank ranges, '0,2-5', '' for none), not_reached_hosts
+        and no_answer_hosts (comma-separated), report (as printed); [] where no watchdog fired."""
+        out = []
+        for rf in sorted(self.files, key=lambda f: f.rank):
+            if not str(rf.status).startswith(ABORTED):
+                continue
+            a = rf.attrs
+            out.append(dict(rank=rf.rank, host=str(a.get("hostname", "")), what=str(rf.status)[len(ABORTED):].lstrip(": "),
+                            collective=int(a.get("hang_collective", 0)), reached=str(a.get("hang_reached", "")),
+                            not_reached=str(a.get("hang_not_reached", "")),
+                            not_reached_hosts=str(a.get("hang_not_reached_hosts", "")),
+                            no_answer=str(a.get("hang_no_answer", "")),
+                            no_answer_hosts=str(a.get("hang_no_answer_hosts", "")), report=str(a.get("hang_report", ""))))
+        return out
 
     def describe_ranks(self) -> str:
         """'2 rank(s)', or '2 rank(s), rank 1's file missing' where a rank has none; on several nodes, the

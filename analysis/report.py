@@ -16,7 +16,8 @@ analysis/<mode>.py exists; runs timed with --duration-s (comm, ddp) also get ana
 section (time drift and memory growth), and records whose GPU slowed its clock while measured
 analysis/device_clocks.py's (the clocks, the slowdown reasons, power and temperature), and runs of
 several ranks analysis/stragglers.py's (the rank last to arrive at each step's collectives, and the
-ranks consistently late). The report is written to --output (default DIR/report.md of the
+ranks consistently late); runs the watchdog ended, a Hangs section (what each rank's watchdog found:
+the stuck collective, the ranks that had and had not issued it, with their hosts). The report is written to --output (default DIR/report.md of the
 first DIR) and printed. Files are read only through analysis/llmhpc_h5.py.
 """
 from __future__ import annotations
@@ -29,6 +30,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from llmhpc_h5 import RANK_FILE_PATTERN, SchemaError, open_run  # noqa: E402
+import bench  # noqa: E402
 import device_clocks  # noqa: E402
 import soak  # noqa: E402
 import stragglers  # noqa: E402
@@ -70,15 +72,43 @@ def call_section(function, runs: list, out_dir: str, options: dict) -> str:
     return function(runs, out_dir, **{k: v for k, v in options.items() if k in accepted})
 
 
+def hang_summary(h: dict) -> str:
+    """'collective #34 not reached by rank 1 on node1; no answer from ...' from a Run.hang_reports() entry."""
+    parts = [f"collective #{h['collective']} not reached by rank(s) {h['not_reached']} on {h['not_reached_hosts']}"
+             if h["not_reached"] else f"collective #{h['collective']} reached by every rank that answered"]
+    if h["no_answer"]:
+        parts.append(f"no answer from rank(s) {h['no_answer']} on {h['no_answer_hosts']}")
+    return "; ".join(parts)
+
+
 def describe(run) -> str:
     a = run.attrs
     stopped = sorted({rf.status for rf in run.files if rf.status.startswith("interrupted")})
-    state = ("" if run.finished else f" (INTERRUPTED: {stopped[0][len('interrupted: '):]})" if stopped
+    hangs = run.hang_reports()
+    state = ("" if run.finished else
+             f" (ABORTED by the watchdog of rank {hangs[0]['rank']}: {hang_summary(hangs[0])})" if hangs else
+             f" (INTERRUPTED: {stopped[0][len('interrupted: '):]})" if stopped
              else " (INCOMPLETE: a rank's file says the run did not finish)")
     settings = ", ".join(str(a.get("environment_variables", "")).split("\n")).strip(", ")
     settings = f"; launch settings {settings}" if settings else ""
     return (f"`{run.directory}`: llmhpc {a['mode']} on {a['device_name']} ({a['hostname']}), {run.describe_ranks()}, "
             f"backend {a['backend']}; git {a['git_sha']}; started {a['start_time']}{settings}{state}")
+
+
+def hang_section(runs: list) -> str:
+    """Runs the watchdog ended: what each rank's watchdog found, as its rank file keeps it."""
+    rows = [[f"`{run.directory}`", f"{h['rank']} ({h['host']})", h["what"], h["reached"] or "-",
+             f"{h['not_reached']} ({h['not_reached_hosts']})" if h["not_reached"] else "-",
+             f"{h['no_answer']} ({h['no_answer_hosts']})" if h["no_answer"] else "-"]
+            for run in runs for h in run.hang_reports()]
+    if not rows:
+        return ""
+    return ("The watchdog ended these runs: no progress within --comm-timeout. Each rank whose watchdog fired "
+            "asked every other rank how far it got and kept the answers in its file (ranks with their hosts; "
+            "a rank that never issued the collective is the one to look at; one that gave no answer was "
+            "stopped or unreachable).\n\n"
+            + bench.markdown_table(["run", "rank (host)", "stuck collective", "reached", "not reached (hosts)",
+                                    "no answer (hosts)"], rows))
 
 
 def build_report(dirs: list, out_dir: str, options: dict, table_only: bool = False) -> str:
@@ -102,6 +132,9 @@ def build_report(dirs: list, out_dir: str, options: dict, table_only: bool = Fal
     clocks = device_clocks.report_section(runs, out_dir)
     if clocks:
         parts.append(clocks if table_only else f"## device clocks\n\n{clocks}")
+    hangs = hang_section(runs)
+    if hangs:
+        parts.append(hangs if table_only else f"## Hangs\n\n{hangs}")
     late = stragglers.report_section(runs, out_dir)
     if late:
         parts.append(late if table_only else f"## Stragglers\n\n{late}")

@@ -17,6 +17,7 @@
 #include "comm/communicator.h"
 #include "comm/nccl_log.h"
 #include "kernels/backend.h"
+#include "src/core/progress_board.h"
 #include "src/core/stop_request.h"
 #include "src/core/units.h"
 #include "src/core/watchdog.h"
@@ -204,6 +205,22 @@ po::parsed_options last_wins(po::parsed_options parsed) {
   return parsed;
 }
 
+// A watchdog's hang report as root attributes of the rank file (docs/hdf5-schema.md, "Hangs").
+Attrs hang_attrs(const Watchdog::HangReport& r) {
+  auto join = [](const std::vector<std::string>& v) {
+    std::string s;
+    for (const std::string& x : v) s += (s.empty() ? "" : ",") + x;
+    return s;
+  };
+  return {{"hang_collective", int64_t(r.collective)},
+          {"hang_reached", rank_ranges(r.reached)},
+          {"hang_not_reached", rank_ranges(r.not_reached)},
+          {"hang_not_reached_hosts", join(r.not_reached_hosts)},
+          {"hang_no_answer", rank_ranges(r.no_answer)},
+          {"hang_no_answer_hosts", join(r.no_answer_hosts)},
+          {"hang_report", r.text}};
+}
+
 // The job's nodes as MPI's shared-memory split sees them, for the rank files: node_count,
 // node_index (nodes numbered by their lowest world rank), local_size and ranks_per_node (each
 // node's rank count, in node order, e.g. "2,1"). Collective.
@@ -338,6 +355,14 @@ int run(Runtime& rt, int argc, char** argv, bool& in_mode) {
   char file[32];
   std::snprintf(file, sizeof file, "/rank%05d.h5", rt.rank);
   Recorder recorder(out_dir + file, info);
+  // A watchdog that ends the job keeps its report in this rank's file, where the file is free
+  // within a second (the main thread may be stuck holding it).
+  Watchdog::instance().set_on_abort([&recorder](const Watchdog::HangReport& report) {
+    recorder.finish_within("aborted by the watchdog: " + report.what, hang_attrs(report), std::chrono::seconds(1));
+  });
+  struct ForgetRecorder {  // before the recorder goes
+    ~ForgetRecorder() { Watchdog::instance().set_on_abort({}); }
+  } forget_recorder;
   ModeContext ctx{rt, backend, recorder, out_dir, std::chrono::milliseconds(opt_int(vm, "device-sample-ms"))};
   in_mode = true;
   try {

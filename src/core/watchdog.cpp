@@ -101,6 +101,8 @@ struct Watchdog::State {
   bool step_logged = false;  // the current step has its entry in the ring
   std::chrono::steady_clock::time_point step_start;
   ProgressBoard board;
+  std::mutex keep_mutex;  // guards on_abort
+  std::function<void(const HangReport&)> on_abort;
 };
 
 Watchdog::Watchdog() : state_(std::make_unique<State>()) {}
@@ -293,23 +295,35 @@ namespace {
 extern "C" void abort_deadline(int) { _exit(4); }  // async-signal-safe: no destructors, no atexit
 }  // namespace
 
-// Which ranks had issued collective #seq, which had not (with where they are), which did not
-// answer; "" with one rank.
-std::string Watchdog::ask_the_ranks(uint64_t seq) const {
-  if (!state_->board.opened()) return "";
+// Which ranks had issued collective report.collective, which had not (with where they are),
+// which did not answer, into `report`; nothing with one rank.
+void Watchdog::ask_the_ranks(HangReport& report) const {
+  if (!state_->board.opened()) return;
+  const uint64_t seq = report.collective;
   const auto began = std::chrono::steady_clock::now();
   const std::vector<RankAnswer> answers = state_->board.ask_all(kAskS);
   const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - began).count();
-  std::vector<int> reached{rank_}, silent;
+  report.reached = {rank_};
   std::vector<const RankAnswer*> behind;
+  auto note_host = [](std::vector<std::string>& hosts, const std::string& host) {
+    if (std::find(hosts.begin(), hosts.end(), host) == hosts.end()) hosts.push_back(host);
+  };
   for (const RankAnswer& a : answers) {
-    if (!a.answered) silent.push_back(a.rank);
-    else if (a.progress.issued >= seq) reached.push_back(a.rank);
-    else behind.push_back(&a);
+    if (!a.answered) {
+      report.no_answer.push_back(a.rank);
+      note_host(report.no_answer_hosts, a.host);
+    } else if (a.progress.issued >= seq) {
+      report.reached.push_back(a.rank);
+    } else {
+      behind.push_back(&a);
+      report.not_reached.push_back(a.rank);
+      note_host(report.not_reached_hosts, a.host);
+    }
   }
+  std::sort(report.reached.begin(), report.reached.end());
   std::string s = "  collective #" + std::to_string(seq) + " on every rank (each rank's watchdog asked, " +
-                  fmt(took, 1) + " s):\n    reached (issued it): rank" + (reached.size() > 1 ? "s " : " ") +
-                  rank_ranges(reached) + "\n";
+                  fmt(took, 1) + " s):\n    reached (issued it): rank" + (report.reached.size() > 1 ? "s " : " ") +
+                  rank_ranges(report.reached) + "\n";
   constexpr size_t kListed = 16;
   for (size_t k = 0; k < behind.size() && k < kListed; ++k) {
     const RankAnswer& a = *behind[k];
@@ -325,14 +339,13 @@ std::string Watchdog::ask_the_ranks(uint64_t seq) const {
     s += "    not reached, too: ranks " + rank_ranges(rest) + "\n";
   }
   if (behind.empty()) s += "    not reached: none of the ranks that answered\n";
-  if (!silent.empty()) {
-    std::vector<std::string> hosts;  // where they run: the node to look at
-    for (const RankAnswer& a : answers)
-      if (!a.answered && std::find(hosts.begin(), hosts.end(), a.host) == hosts.end()) hosts.push_back(a.host);
+  if (!report.no_answer.empty()) {
+    const std::vector<std::string>& hosts = report.no_answer_hosts;  // where they run: the node to look at
     std::string on;
     for (size_t k = 0; k < hosts.size() && k < kListed; ++k) on += (k ? "," : "") + hosts[k];
     if (hosts.size() > kListed) on += ",...";
-    s += "    no answer: rank" + std::string(silent.size() > 1 ? "s " : " ") + rank_ranges(silent) + " on " + on;
+    s += "    no answer: rank" + std::string(report.no_answer.size() > 1 ? "s " : " ") + rank_ranges(report.no_answer) +
+         " on " + on;
     for (const RankAnswer& a : answers)
       if (!a.answered) {  // the reason of the first, as an example
         s += " (rank " + std::to_string(a.rank) + ": " + a.why + ")";
@@ -340,7 +353,12 @@ std::string Watchdog::ask_the_ranks(uint64_t seq) const {
       }
     s += "\n";
   }
-  return s;
+  report.text += s;
+}
+
+void Watchdog::set_on_abort(std::function<void(const HangReport&)> keep) {
+  std::lock_guard<std::mutex> lock(state_->keep_mutex);
+  state_->on_abort = std::move(keep);
 }
 
 void Watchdog::fail(const std::string& what, const Op* op) {
@@ -356,17 +374,31 @@ void Watchdog::fail(const std::string& what, const Op* op) {
   alarm(kAbortDeadlineS);
   char host[256] = {0};
   gethostname(host, sizeof host - 1);
+  HangReport report;
+  report.what = what + (op ? ": " + describe(*op) : "");
+  report.collective = op ? op->seq : completed_.load() + 1;
+  report.text = "llmhpc: watchdog on rank " + std::to_string(rank_) + " (host " + host + "): " + report.what +
+                "\n  rank " + std::to_string(rank_) + ": last enqueued collective #" +
+                std::to_string(enqueued_.load()) + ", last completed #" + std::to_string(completed_.load()) + "\n";
   // The report starts a line of its own: rank 0's progress line may be half written (log_root
   // flushes it as it goes), and a launcher merges every rank's streams into one.
-  std::fprintf(stderr,
-               "\nllmhpc: watchdog on rank %d (host %s): %s%s\n"
-               "  rank %d: last enqueued collective #%llu, last completed #%llu\n",
-               rank_, host, what.c_str(), op ? (": " + describe(*op)).c_str() : "", rank_,
-               (unsigned long long)enqueued_.load(), (unsigned long long)completed_.load());
+  std::fprintf(stderr, "\n%s", report.text.c_str());
   std::fflush(stderr);
-  const std::string ranks = ask_the_ranks(op ? op->seq : completed_.load() + 1);
-  std::fprintf(stderr, "%s  rank %d: aborting the job (MPI_Abort)\n", ranks.c_str(), rank_);
+  const size_t asked = report.text.size();
+  ask_the_ranks(report);
+  std::fprintf(stderr, "%s  rank %d: aborting the job (MPI_Abort)\n", report.text.c_str() + asked, rank_);
   std::fflush(stderr);
+  std::function<void(const HangReport&)> keep;
+  {
+    std::unique_lock<std::mutex> lock(state_->keep_mutex, std::try_to_lock);  // never wait on the main thread
+    if (lock.owns_lock()) keep = state_->on_abort;
+  }
+  if (keep) {
+    try {
+      keep(report);
+    } catch (...) {  // the report is printed: a file that cannot take it changes nothing here
+    }
+  }
   MPI_Abort(MPI_COMM_WORLD, 4);
   _exit(4);
 }

@@ -8,11 +8,13 @@
 // it was issued in) with this rank's last enqueued and last completed sequence numbers, asks
 // every other rank how far it got (src/core/progress_board.h: a side channel that needs
 // nothing from the stuck main threads) and prints which ranks had and had not issued that
-// collective and which did not answer, with their hosts, then ends the job with MPI_Abort. What PyTorch's
-// ProcessGroupNCCL watchdog and its desync report do.
+// collective and which did not answer, with their hosts; keeps that report in the rank file
+// (set_on_abort: only where no HDF5 file is open within a second, io/h5.h's library_lock),
+// then ends the job with MPI_Abort. What PyTorch's ProcessGroupNCCL watchdog and its desync
+// report do.
 //
 // The abort path calls nothing that the main thread may be inside: no NCCL, no CUDA, no
-// thread that starts or ends. The main thread is still in the stuck collective (an NCCL call
+// thread that starts or ends, and HDF5 only under the lock every open file holds. The main thread is still in the stuck collective (an NCCL call
 // waiting for room in its queue, cudaStreamSynchronize, an MPI call); ncclCommAbort from this
 // thread freed what that call was using, and glibc found the heap damaged when a thread then
 // exited ("tcache_thread_shutdown(): unaligned tcache chunk detected", SIGABRT, exit 134
@@ -137,6 +139,22 @@ class Watchdog {
   int add_monitor(Monitor monitor);
   void remove_monitor(int id);
 
+  // What a firing watchdog found: the stuck collective, and which ranks had issued it, which
+  // had not and which gave no answer (empty with one rank or no progress board), each with
+  // its host; `text` is the report as printed.
+  struct HangReport {
+    std::string what;  // "no progress within --comm-timeout 3.0 s: collective #31 allreduce (...)"
+    uint64_t collective = 0;
+    std::vector<int> reached, not_reached, no_answer;
+    std::vector<std::string> not_reached_hosts, no_answer_hosts;  // each host once
+    std::string text;
+  };
+  // Called by fail() on its thread once the report is printed, before the job is aborted, to
+  // keep the report with the results (main.cpp: the rank file). It must give up rather than
+  // wait for the main thread, which may be stuck; the abort's deadline bounds it anyway.
+  // Empty: nothing is kept. Any thread.
+  void set_on_abort(std::function<void(const HangReport&)> keep);
+
   // Reports `what` (about `op`, which may be null) and aborts the job. Any thread.
   [[noreturn]] void fail(const std::string& what, const Op* op);
 
@@ -151,7 +169,7 @@ class Watchdog {
   void inject(const Op& op);
   void note_arrival(std::chrono::steady_clock::time_point now);
   std::string describe(const Op& op) const;
-  std::string ask_the_ranks(uint64_t seq) const;
+  void ask_the_ranks(HangReport& report) const;
 
   double timeout_s_ = 0;
   int rank_ = -1;

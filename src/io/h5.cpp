@@ -131,7 +131,9 @@ Handle& Handle::operator=(Handle&& o) noexcept {
     reset();
     id_ = o.id_;
     close_ = o.close_;
+    locked_ = o.locked_;
     o.id_ = -1;
+    o.locked_ = false;
   }
   return *this;
 }
@@ -139,6 +141,14 @@ Handle& Handle::operator=(Handle&& o) noexcept {
 void Handle::reset() {
   if (id_ >= 0 && close_) close_(id_);
   id_ = -1;
+  if (locked_) library_lock().unlock();
+  locked_ = false;
+}
+
+std::recursive_timed_mutex& library_lock() {
+  static std::recursive_timed_mutex* lock =
+      new std::recursive_timed_mutex();  // never destroyed: the watchdog may outlive static destructors
+  return *lock;
 }
 
 std::string library_version() {
@@ -148,6 +158,7 @@ std::string library_version() {
 }
 
 Handle open_file(const std::string& path, Mode mode) {
+  std::unique_lock<std::recursive_timed_mutex> lock(library_lock());  // the file's Handle keeps it
   quiet();
   hid_t id = -1;
   if (mode == Mode::Create) {
@@ -162,7 +173,8 @@ Handle open_file(const std::string& path, Mode mode) {
       throw UsageError("cannot open '" + path + "': an HDF5 file, but truncated or damaged (" +
                        std::to_string(int64_t(st.st_size)) + " bytes; a copy cut short or an interrupted write?)");
   }
-  return Handle(id, H5Fclose);
+  lock.release();
+  return Handle(id, H5Fclose, /*locked=*/true);
 }
 
 void flush(const Handle& file) { H5_CHECK(H5Fflush(file.id(), H5F_SCOPE_GLOBAL)); }

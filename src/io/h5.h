@@ -7,18 +7,29 @@
 #include <hdf5.h>
 
 #include <cstdint>
+#include <mutex>
 #include <string>
 #include <vector>
 
 namespace llmhpc::h5 {
 
+// HDF5 as distributions build it is not thread-safe, and one thread besides the main one
+// writes: the watchdog, keeping its hang report in the rank file on the way out. So every
+// open file holds this lock until it is closed (recursive: a thread may open several), and
+// the recorder holds it over each whole write; the watchdog waits for it briefly, then gives up.
+std::recursive_timed_mutex& library_lock();
+
 // An owned hid_t, closed with the matching H5*close.
 class Handle {
  public:
   Handle() = default;
-  Handle(hid_t id, herr_t (*close)(hid_t)) : id_(id), close_(close) {}
+  // `locked`: the handle holds library_lock() (taken by its opener) and gives it back when closed.
+  Handle(hid_t id, herr_t (*close)(hid_t), bool locked = false) : id_(id), close_(close), locked_(locked) {}
   ~Handle() { reset(); }
-  Handle(Handle&& o) noexcept : id_(o.id_), close_(o.close_) { o.id_ = -1; }
+  Handle(Handle&& o) noexcept : id_(o.id_), close_(o.close_), locked_(o.locked_) {
+    o.id_ = -1;
+    o.locked_ = false;
+  }
   Handle& operator=(Handle&& o) noexcept;
   Handle(const Handle&) = delete;
   Handle& operator=(const Handle&) = delete;
@@ -29,6 +40,7 @@ class Handle {
  private:
   hid_t id_ = -1;
   herr_t (*close_)(hid_t) = nullptr;
+  bool locked_ = false;
 };
 
 enum class Mode { Create, Append, Read };

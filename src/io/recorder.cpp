@@ -152,6 +152,7 @@ RecordStream::State::Buffer& RecordStream::State::column(int i, ColumnType type)
 // One batch: every column extended by the buffered rows, then stream_rows (the rows a
 // reader may trust if a crash interrupts a later batch), the attributes and the status.
 void RecordStream::State::write(const std::string* status, const Attrs& attrs) {
+  std::lock_guard<std::recursive_timed_mutex> hold(h5::library_lock());  // the write and its commit, whole
   h5::Handle f = file->open();
   h5::Handle g = h5::open_group(f.id(), group);
   std::vector<const char*> strings;
@@ -261,6 +262,7 @@ void Recorder::create_once() {
 }
 
 void Recorder::write(const Record& r) {
+  std::lock_guard<std::recursive_timed_mutex> hold(h5::library_lock());  // the write and its commit, whole
   create_once();
   {
     h5::Handle f = file_->open();
@@ -291,6 +293,7 @@ RecordStream Recorder::stream(const std::string& group, const std::vector<Column
   for (const Column& c : columns)
     LLMHPC_CHECK(!c.name.empty() && c.name.find('/') == std::string::npos && names.insert(c.name).second,
                  "column name '" + c.name + "' of '" + group + "' is empty, has a '/' or is taken");
+  std::lock_guard<std::recursive_timed_mutex> hold(h5::library_lock());  // the write and its commit, whole
   create_once();
   h5::Handle f = file_->open();
   h5::Handle g = new_record(f.id(), group, "running", attrs);  // both closed before the commit
@@ -326,6 +329,7 @@ RecordStream Recorder::stream(const std::string& group, const std::vector<Column
 }
 
 void Recorder::finish(const std::string& status, const Attrs& attrs) {
+  std::lock_guard<std::recursive_timed_mutex> hold(h5::library_lock());  // the write and its commit, whole
   if (!created_ && status != "complete") return;  // a failed run that recorded nothing leaves nothing
   create_once();
   {
@@ -336,6 +340,13 @@ void Recorder::finish(const std::string& status, const Attrs& attrs) {
     h5::flush(f);
   }
   file_->commit();
+}
+
+bool Recorder::finish_within(const std::string& status, const Attrs& attrs, std::chrono::milliseconds wait) {
+  std::unique_lock<std::recursive_timed_mutex> hold(h5::library_lock(), std::defer_lock);
+  if (!hold.try_lock_for(wait)) return false;
+  finish(status, attrs);
+  return true;
 }
 
 std::string utc_timestamp() {

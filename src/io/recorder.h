@@ -14,6 +14,7 @@
 // batch while the file is small and then whenever it has grown by a quarter (flush() and
 // close() always publish): a kill keeps every published batch.
 #pragma once
+#include <chrono>
 #include <cstdint>
 #include <limits>
 #include <memory>
@@ -161,6 +162,10 @@ class Recorder {
   // `attrs`: root attributes known only at the end (how the collectives' library connected
   // the ranks: comm/nccl_log.h).
   void finish(const std::string& status = "complete", const Attrs& attrs = {});
+  // finish() from another thread (the watchdog's, on its way out): only if no file is open
+  // within `wait` (h5::library_lock), since the main thread may be stuck holding one; false
+  // if it gave up. Throws as finish() does.
+  bool finish_within(const std::string& status, const Attrs& attrs, std::chrono::milliseconds wait);
   const std::string& path() const;
 
   struct File;  // the file and its working copy (recorder.cpp)

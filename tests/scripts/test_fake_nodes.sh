@@ -14,7 +14,7 @@
 #      zero1, zero2 and zero3 sharded within each node (2+2), and a tensor-parallel group across nodes
 #      (1+1, warned about): /train/loss equal to a one-rank run's within 1e-5 relative; a hang
 #      on node1's one rank of 2+1 (stalled, then stopped), ended by the watchdog within
-#      --comm-timeout + 30 s and named by node0's ranks; a slow rank there, named with its
+#      --comm-timeout + 30 s and named by node0's ranks, on stderr and in their rank files; a slow rank there, named with its
 #      node by the straggler report;
 #  (b) a real Slurm: slurmctld and munged (its own socket) on node0, a slurmd on every node
 #      (slurmd -N nodeI, spool and TmpFS per node): sbatch --nodes=2 --wait of
@@ -431,6 +431,13 @@ $(tail -n 20 "$log")"
     grep -q "watchdog on rank [01] (host node0)" "$log" || fail "$name: no watchdog report from node0's ranks"
     grep -q -F "$words" "$log" || fail "$name: the reports do not say '$words' (log: $log)
 $(grep -A8 "watchdog on rank" "$log" | head -24)"
+    # node0's ranks keep what their watchdogs found in their files (llmhpc_h5's Run.hang_reports).
+    PYTHONPATH=$ROOT/analysis "$PYTHON" -c 'import sys; from llmhpc_h5 import open_run
+hangs = open_run(sys.argv[1]).hang_reports()
+key = "not_reached" if sys.argv[2] == "stall" else "no_answer"
+assert hangs and all(h["rank"] in (0, 1) and h["host"] == "node0" and h[key] == "2" and h[key + "_hosts"] == "node1"
+                     for h in hangs), hangs' "$tmp/runs/$name" "$action" ||
+      fail "$name: the rank files on node0 do not say rank 2 on node1 held the job up"
     echo "ok   (a) a hang on node1's rank ($action) ended in ${took}s, named from node0: $words"
   }
   hang hang_stall stall "not reached: rank 2 on node1 (last issued #"

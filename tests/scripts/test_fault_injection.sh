@@ -68,6 +68,31 @@ print(f"    {sys.argv[1].rsplit('/', 1)[1]}: {len(statuses['ok'])} finished reco
 EOF
 }
 
+# hang_files NAME WHO FIELD: the rank files of every other rank whose watchdog fired keep its
+# report (status "aborted by the watchdog: ...", FIELD (hang_not_reached or hang_no_answer) = WHO
+# with this host), rank WHO's own file says nothing of it, and report.py's Hangs section and run
+# line name WHO.
+hang_files() {
+  PYTHONPATH="$ROOT/analysis" "$PY" - "$WORK/$1" "$2" "$3" "$(hostname)" "$ROOT/analysis/report.py" <<'EOF' ||
+import subprocess, sys
+from llmhpc_h5 import open_run
+directory, who, field, host, report = sys.argv[1:]
+run = open_run(directory)
+hangs = run.hang_reports()
+assert hangs, f"no rank file says the watchdog ended the run: {[rf.status for rf in run.files]}"
+assert all(h["rank"] != int(who) for h in hangs), "the rank that held the others up kept a report"
+key = field.replace("hang_", "")
+for h in hangs:
+    assert h[key] == who and h[key + "_hosts"] == host and h["collective"] > 0 and f"#{h['collective']}" in h["what"], h
+    assert h["report"].startswith(f"llmhpc: watchdog on rank {h['rank']} "), h["report"][:80]
+subprocess.run([sys.executable, report, directory, "-o", directory + "-report/report.md"], check=True, capture_output=True)
+text = open(directory + "-report/report.md").read()
+assert "## Hangs" in text and f"(ABORTED by the watchdog of rank {hangs[0]['rank']}" in text, text[:600]
+print(f"    {len(hangs)} rank file(s) keep the report: {field} = rank {who} on {host}")
+EOF
+    fail "$1: the rank files do not keep the hang report"
+}
+
 run comm_kill "rank=1,config=3,step=5,action=signal:9" "rank 1" "${COMM[@]}"
 readable comm_kill comm
 run ddp_exit "rank=2,config=2,step=2,action=exit:3" "rank 2" "${DDP[@]}"
@@ -95,11 +120,13 @@ hang_report() {
 hang_report "$WORK/comm_stall.log" 0 1
 [ "$last_rc" -eq 4 ] || fail "comm_stall: exit code $last_rc, not the watchdog's 4"
 readable comm_stall comm
+hang_files comm_stall 1 hang_not_reached
 run ddp_stall "rank=0,config=2,step=3,action=stall" "watchdog on rank" "${DDP[@]}"
 grep -q "allreduce (mpi, [0-9]* bytes) in 'ddp/" "$WORK/ddp_stall.log" ||
   fail "ddp_stall: the report does not name the collective, its bytes and the configuration"
 hang_report "$WORK/ddp_stall.log" 1 0
 readable ddp_stall ddp
+hang_files ddp_stall 0 hang_not_reached
 # SIGSTOP: rank 1 stops before a collective and stays stopped; the others' watchdogs report at
 # --comm-timeout, wait Watchdog::kAskS for the ranks' answers (the stopped one gives none), and
 # MPI_Abort's kill of the job must reach the stopped process too.
@@ -111,6 +138,7 @@ grep -q "no answer: rank 1 on $(hostname) (rank 1: no reply within" "$WORK/comm_
 grep -q "tcache\|Aborted\|core dumped" "$WORK/comm_sigstop.log" && fail "comm_sigstop: a rank crashed while aborting"
 [ "$last_rc" -eq 4 ] || fail "comm_sigstop: exit code $last_rc, not the watchdog's 4"
 readable comm_sigstop comm
+hang_files comm_sigstop 1 hang_no_answer
 
 # Damaged inputs: clear errors, no hang, no crash.
 "$PY" - <<'EOF'

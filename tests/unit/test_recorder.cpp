@@ -10,6 +10,7 @@
 #include <cstring>
 #include <limits>
 #include <stdexcept>
+#include <thread>
 
 #include "src/io/h5.h"
 #include "src/core/check.h"
@@ -120,6 +121,41 @@ TEST(Recorder, NoFileUntilTheFirstRecordAndAnUnwritablePathIsAUsageError) {
   Record r;
   r.group = "bench/x";
   EXPECT_THROW(bad.write(r), UsageError);
+}
+
+// The watchdog's last word (Recorder::finish_within from its thread): written when no file is
+// open in the process, given up, file unchanged, while another thread holds one open.
+TEST(Recorder, FinishFromAnotherThreadWaitsForOpenFilesOrGivesUp) {
+  const std::string path = temp_path("aborted.h5");
+  Recorder rec(path, info());
+  Record r;
+  r.group = "comm/allreduce";
+  rec.write(r);
+  const std::string other = temp_path("held_open.h5");
+  bool written = true;
+  {
+    h5::Handle held = h5::open_file(other, h5::Mode::Create);  // the main thread inside HDF5
+    std::thread watchdog(
+        [&] { written = rec.finish_within("aborted by the watchdog: x", {}, std::chrono::milliseconds(50)); });
+    watchdog.join();
+  }
+  EXPECT_FALSE(written) << "a file was open: the watchdog must give up, not write beside it";
+  {
+    h5::Handle f = h5::open_file(path, h5::Mode::Read);
+    EXPECT_EQ(h5::read_attr_string(f.id(), "status"), "running");
+  }
+  std::thread watchdog([&] {
+    written = rec.finish_within("aborted by the watchdog: x", {{"hang_collective", int64_t(31)}},
+                                std::chrono::milliseconds(50));
+  });
+  watchdog.join();
+  EXPECT_TRUE(written);
+  h5::Handle f = h5::open_file(path, h5::Mode::Read);
+  EXPECT_EQ(h5::read_attr_string(f.id(), "status"), "aborted by the watchdog: x");
+  EXPECT_EQ(h5::read_attr_int(f.id(), "hang_collective"), 31);
+  f.reset();
+  std::remove(path.c_str());
+  std::remove(other.c_str());
 }
 
 TEST(Recorder, AFailedRunIsMarkedAsSuch) {
