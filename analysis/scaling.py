@@ -410,9 +410,9 @@ def plot(all_series: list, path: str) -> str:
     from matplotlib.lines import Line2D
     setups = {kind: sorted({setup for k, setup, _, _ in all_series if k == kind}) for kind in ("strong", "weak")}
     names = list(dict.fromkeys(name(setups, kind, setup, lay) for kind, setup, lay, _ in all_series))
-    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"] if len(names) <= 10 else plt.get_cmap("tab20").colors
     color = {n: colors[i % len(colors)] for i, n in enumerate(names)}
-    fig, axes = plt.subplots(2, 2, figsize=(13, 8), sharex="col")
+    fig, axes = plt.subplots(2, 2, figsize=(14, 8), sharex="col")
     for kind, setup, lay, points in all_series:
         column, c = (0 if kind == "strong" else 1), color[name(setups, kind, setup, lay)]
         marker = "s" if "tp " in lay else "o"
@@ -445,8 +445,8 @@ def plot(all_series: list, path: str) -> str:
     handles = [Line2D([], [], color=color[n], marker="s" if "tp " in n else "o", label=n) for n in names]
     handles += [Line2D([], [], color="grey", ls="--", marker="o", mfc="none", label="projection (ring model)"),
                 Line2D([], [], color="grey", ls=":", label="ideal")]
-    fig.legend(handles=handles, loc="center left", bbox_to_anchor=(0.74, 0.5), fontsize="small", frameon=False)
-    fig.tight_layout(rect=(0, 0, 0.74, 1))
+    fig.legend(handles=handles, loc="center left", bbox_to_anchor=(0.68, 0.5), fontsize="small", frameon=False)
+    fig.tight_layout(rect=(0, 0, 0.68, 1))
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return path
