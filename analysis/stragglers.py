@@ -45,7 +45,14 @@ def chance_of_last(times: int, steps: int, ranks: int) -> float:
     """How likely one of `ranks` equally fast ranks is last in at least `times` of `steps` steps
     (each step's last rank drawn at random): the binomial tail, P(X >= times), X ~ B(steps, 1/ranks)."""
     p = 1.0 / ranks
-    return float(sum(math.comb(steps, j) * p ** j * (1 - p) ** (steps - j) for j in range(times, steps + 1)))
+    if times <= 0 or p >= 1.0:
+        return 1.0
+    if steps <= 1000:  # C(steps, j) still a float
+        return float(sum(math.comb(steps, j) * p ** j * (1 - p) ** (steps - j) for j in range(times, steps + 1)))
+    # A long run (a soak): each term in logarithms, or C(steps, j) overflows a float.
+    log_p, log_q, log_n = math.log(p), math.log1p(-p), math.lgamma(steps + 1)
+    return min(1.0, sum(math.exp(log_n - math.lgamma(j + 1) - math.lgamma(steps - j + 1) + j * log_p + (steps - j) * log_q)
+                        for j in range(times, steps + 1)))
 
 
 
