@@ -114,6 +114,11 @@ def ok_runs(df: pd.DataFrame) -> pd.DataFrame:
     return ok.assign(transport=[transport(d) for d in ok.run])
 
 
+def model_name(r) -> str:
+    """A configuration's model as the tables name it: its size, or 'd64_L2' for a custom shape."""
+    return r.model if r.model != "custom" else f"d{r.d_model}_L{r.num_layers}"
+
+
 def layout(r) -> str:
     """A configuration's parallelism as the tables name it: 'bucketed 25 MiB, zero1, tp 2 sequence parallel'."""
     strategy = r.ddp if r.ddp != "bucketed" else f"bucketed {r.bucket_mb:g} MiB"
@@ -161,9 +166,8 @@ def series(df: pd.DataFrame):
                 if rows.world_size.nunique() < 2 or (kind == "weak" and rows.batch_size.nunique() < 2):
                     continue
                 r = rows.iloc[-1]
-                model = r.model if r.model != "custom" else f"d{r.d_model}_L{r.num_layers}"
-                setup = (f"{model}, T={r.context_length}, {'global' if kind == 'strong' else 'per-rank'} batch {batch}, "
-                         f"{r.precision}{' bf16-grads' if r.grad_dtype == 'bf16' else ''}")
+                setup = (f"{model_name(r)}, T={r.context_length}, {'global' if kind == 'strong' else 'per-rank'} "
+                         f"batch {batch}, {r.precision}{' bf16-grads' if r.grad_dtype == 'bf16' else ''}")
                 yield kind, setup, layout(r), rows
 
 
@@ -341,11 +345,12 @@ def study_table(df: pd.DataFrame, models: dict) -> str:
         n, tp, batch, step = int(r.world_size), int(r.tp), int(r.batch_size), float(r.slowest_step_mean)
         tokens, mfu = throughput(r, n, batch, step)
         base = one_gpu(ok, r, "batch_size", batch)
-        of_one = math.nan if base is None else tokens / throughput(ok.loc[base], 1, batch, ok.loc[base].slowest_step_mean)[0]
+        one = None if base is None else ok.loc[base]
+        of_one = math.nan if one is None else tokens / throughput(one, 1, batch, one.slowest_step_mean)[0]
         model = model_for(models, n // tp, r.transport)
-        predicted = stage_comm_ms(r, model)["grad"] if model is not None and n // tp > 1 and r.ddp != "none" else math.nan
-        model_name = r.model if r.model != "custom" else f"d{r.d_model}_L{r.num_layers}"
-        cells.append([r.folder, f"{model_name} T={r.context_length} {r.precision}", r.layout,
+        communicates = model is not None and n // tp > 1 and r.ddp != "none"
+        predicted = stage_comm_ms(r, model)["grad"] if communicates else math.nan
+        cells.append([r.folder, f"{model_name(r)} T={r.context_length} {r.precision}", r.layout,
                       f"{n}" if tp == 1 else f"{n} ({tp} x {n // tp})", fmt(r.get("nodes", 1), 0), batch, fmt(step),
                       f"{tokens:,.0f}", "-" if math.isnan(of_one) else f"{of_one:.3f}",
                       "-" if math.isnan(mfu) else f"{100 * mfu:.1f}%", fmt(r.peak_memory_bytes / 2**30, 3),
@@ -374,9 +379,8 @@ def choices(order: pd.DataFrame) -> list:
             continue
         fast, small = g.loc[g.slowest_step_mean.idxmin()], g.loc[g.peak_memory_bytes.idxmin()]
         n, batch = int(fast.world_size), int(fast.batch_size)
-        model = fast.model if fast.model != "custom" else f"d{fast.d_model}_L{fast.num_layers}"
         tokens = throughput(fast, n, batch, float(fast.slowest_step_mean))[0]
-        line = (f"- {model} T={fast.context_length} {fast.precision}, {n} ranks, global batch {batch}"
+        line = (f"- {model_name(fast)} T={fast.context_length} {fast.precision}, {n} ranks, global batch {batch}"
                 f"{'' if fast.transport == 'default' else ', network transport'}: fastest **{fast.layout}** "
                 f"({fmt(fast.slowest_step_mean)} ms, {tokens:,.0f} tokens/s per GPU, peak "
                 f"{fmt(fast.peak_memory_bytes / 2**30, 3)} GiB)")

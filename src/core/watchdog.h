@@ -14,8 +14,9 @@
 // report do.
 //
 // The abort path calls nothing that the main thread may be inside: no NCCL, no CUDA, no
-// thread that starts or ends, and HDF5 only under the lock every open file holds. The main thread is still in the stuck collective (an NCCL call
-// waiting for room in its queue, cudaStreamSynchronize, an MPI call); ncclCommAbort from this
+// thread that starts or ends, and HDF5 only under the lock every open file holds. The main
+// thread is still in the stuck collective (an NCCL call waiting for room in its queue,
+// cudaStreamSynchronize, an MPI call); ncclCommAbort from this
 // thread freed what that call was using, and glibc found the heap damaged when a thread then
 // exited ("tcache_thread_shutdown(): unaligned tcache chunk detected", SIGABRT, exit 134
 // instead of 4). Ending the process ends its GPU work as well (the driver tears the context
