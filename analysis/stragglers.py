@@ -109,10 +109,16 @@ def summarize(run) -> list:
         share = {r: sum(s["last_rank"] == r for s in steps) / len(steps) for r in ranks}
         late = {r: float(np.median([s["lateness"][r] for s in steps])) for r in ranks}
         most = max(ranks, key=lambda r: (share[r], late[r]))
-        chance = {r: chance_of_last(sum(s["last_rank"] == r for s in steps), len(steps), len(ranks)) for r in ranks}
-        named = [(r, late[r], share[r], chance[r]) for r in ranks
-                 if share[r] >= LAST_SHARE and chance[r] < CHANCE and not np.isnan(median_step)
-                 and late[r] >= LATE_SHARE * median_step and late[r] > 2 * uncertainty]
+        named = []
+        for r in ranks:
+            if not (share[r] >= LAST_SHARE and not np.isnan(median_step) and late[r] >= LATE_SHARE * median_step
+                    and late[r] > 2 * uncertainty):
+                continue
+            # The chance last: a soak's binomial tail sums thousands of terms, so only for the
+            # ranks (two at most) last in half the steps or more.
+            chance = chance_of_last(round(share[r] * len(steps)), len(steps), len(ranks))
+            if chance < CHANCE:
+                named.append((r, late[r], share[r], chance))
         out.append(dict(record=path, ranks=len(ranks), steps=len(steps), most_last=most, share=share[most],
                         late_s=late[most], step_s=median_step, stragglers=named, uncertainty_s=uncertainty,
                         per_step=steps))
