@@ -34,7 +34,9 @@
 #include <mpi.h>
 
 #include <cstddef>
+#include <cstdint>
 #include <functional>
+#include <limits>
 #include <memory>
 #include <string>
 
@@ -153,6 +155,20 @@ class Communicator {
   // Marks in the order of this communicator's operations (src/core/timer.h): CUDA events on
   // its stream (nccl), the host clock (mpi). On the same clock as the compute device's timer.
   virtual std::unique_ptr<Timer> make_timer(int num_marks) = 0;
+
+  // Busy time: the device time of this communicator's operations (collectives, and work
+  // enqueued with enqueue_async), each from when its stream reached it (its inputs ready, the
+  // operations before it done) to its end. That is a collective's own time, its wait for the
+  // other ranks included, what the ring model predicts and what Nsight draws on the stream,
+  // whether or not compute hid it. Counted while time_operations(true) holds (off by default:
+  // two timing events an operation); busy_mark() names the operations issued so far, and
+  // take_busy_ms(mark) returns the ms of those issued before `mark` not taken yet, waiting
+  // for them to finish (take them where the compute stream has waited for them, and it does
+  // not wait). NaN where nothing measures it: the mpi backend, whose operations have no
+  // stream and progress inside the host's MPI calls.
+  virtual void time_operations(bool /*on*/) {}
+  virtual uint64_t busy_mark() const { return 0; }
+  virtual double take_busy_ms(uint64_t /*mark*/) { return std::numeric_limits<double>::quiet_NaN(); }
 };
 
 enum class CommBackend { Mpi, Nccl };

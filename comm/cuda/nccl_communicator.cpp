@@ -1,7 +1,9 @@
 #include "comm/cuda/nccl_communicator.h"
 
 #include <algorithm>
+#include <deque>
 #include <functional>
+#include <limits>
 #include <mutex>
 #include <vector>
 
@@ -127,40 +129,36 @@ class NcclCommunicator final : public Communicator {
   bool stream_ordered() const override { return true; }
 
   CommHandle all_reduce_async(const void* send, void* recv, size_t count, DType dtype, ReduceOp op) override {
-    after_compute();
-    Watchdog::OpPtr watched = watch("allreduce", count * dtype_size(dtype));
-    if (!copy_alone(send, recv, count, dtype))
-      settle(ncclAllReduce(send, recv, count, nccl_type(dtype), nccl_op(op), comm_, stream_), "ncclAllReduce");
-    return completion(std::move(watched));
+    return issue("allreduce", count * dtype_size(dtype), [&] {
+      if (!copy_alone(send, recv, count, dtype))
+        settle(ncclAllReduce(send, recv, count, nccl_type(dtype), nccl_op(op), comm_, stream_), "ncclAllReduce");
+    });
   }
   CommHandle reduce_scatter_async(const void* send, void* recv, size_t count, DType dtype, ReduceOp op) override {
-    after_compute();
-    Watchdog::OpPtr watched = watch("reducescatter", count * size_t(size_) * dtype_size(dtype));
-    if (!copy_alone(send, recv, count, dtype))
-      settle(ncclReduceScatter(send, recv, count, nccl_type(dtype), nccl_op(op), comm_, stream_), "ncclReduceScatter");
-    return completion(std::move(watched));
+    return issue("reducescatter", count * size_t(size_) * dtype_size(dtype), [&] {
+      if (!copy_alone(send, recv, count, dtype))
+        settle(ncclReduceScatter(send, recv, count, nccl_type(dtype), nccl_op(op), comm_, stream_),
+               "ncclReduceScatter");
+    });
   }
   CommHandle all_gather_async(const void* send, void* recv, size_t count, DType dtype) override {
-    after_compute();
-    Watchdog::OpPtr watched = watch("allgather", count * size_t(size_) * dtype_size(dtype));
-    if (!copy_alone(send, recv, count, dtype))
-      settle(ncclAllGather(send, recv, count, nccl_type(dtype), comm_, stream_), "ncclAllGather");
-    return completion(std::move(watched));
+    return issue("allgather", count * size_t(size_) * dtype_size(dtype), [&] {
+      if (!copy_alone(send, recv, count, dtype))
+        settle(ncclAllGather(send, recv, count, nccl_type(dtype), comm_, stream_), "ncclAllGather");
+    });
   }
   CommHandle broadcast_async(const void* send, void* recv, size_t count, DType dtype, int root) override {
     LLMHPC_CHECK(root >= 0 && root < size_, "broadcast root " + std::to_string(root) + " out of range");
-    after_compute();
-    Watchdog::OpPtr watched = watch("broadcast", count * dtype_size(dtype));
-    if (!copy_alone(send, recv, count, dtype))
-      settle(ncclBroadcast(send, recv, count, nccl_type(dtype), root, comm_, stream_), "ncclBroadcast");
-    return completion(std::move(watched));
+    return issue("broadcast", count * dtype_size(dtype), [&] {
+      if (!copy_alone(send, recv, count, dtype))
+        settle(ncclBroadcast(send, recv, count, nccl_type(dtype), root, comm_, stream_), "ncclBroadcast");
+    });
   }
   CommHandle all_to_all_async(const void* send, void* recv, size_t count, DType dtype) override {
-    after_compute();
-    Watchdog::OpPtr watched = watch("alltoall", count * size_t(size_) * dtype_size(dtype));
-    if (!copy_alone(send, recv, count, dtype))
-      settle(ncclAlltoAll(send, recv, count, nccl_type(dtype), comm_, stream_), "ncclAlltoAll");
-    return completion(std::move(watched));
+    return issue("alltoall", count * size_t(size_) * dtype_size(dtype), [&] {
+      if (!copy_alone(send, recv, count, dtype))
+        settle(ncclAlltoAll(send, recv, count, nccl_type(dtype), comm_, stream_), "ncclAlltoAll");
+    });
   }
 
   void group_start() override {
@@ -168,10 +166,13 @@ class NcclCommunicator final : public Communicator {
     ++group_depth_;
   }
   // NCCL launches a group's operations here, so their completion events are recorded now.
+  // A group's operations are timed as one span, around their launch.
   void group_end() override {
     LLMHPC_CHECK(group_depth_ > 0, "group_end() without group_start()");
+    const cudaEvent_t start = group_depth_ == 1 ? span_start(/*launching_group=*/true) : nullptr;
     settle(ncclGroupEnd(), "ncclGroupEnd");
     if (--group_depth_ > 0) return;
+    span_end(start);
     for (Launch& l : group_launches_) launch(l);
     group_launches_.clear();
   }
@@ -180,7 +181,9 @@ class NcclCommunicator final : public Communicator {
   CommHandle enqueue_async(const std::function<void(void* stream)>& work) override {
     LLMHPC_CHECK(group_depth_ == 0, "enqueue_async() inside a group");
     after_compute();
+    const cudaEvent_t start = span_start();
     work(stream_);
+    span_end(start);
     return completion(nullptr);
   }
 
@@ -194,6 +197,27 @@ class NcclCommunicator final : public Communicator {
   }
   void synchronize() override { CUDA_CHECK(cudaStreamSynchronize(stream_)); }
   std::unique_ptr<Timer> make_timer(int num_marks) override { return make_event_timer(stream_, num_marks); }
+
+  void time_operations(bool on) override {
+    timing_ = on;
+    if (on) return;
+    for (const BusySpan& b : spans_) free_timing_.insert(free_timing_.end(), {b.start, b.end});
+    spans_.clear();
+  }
+  uint64_t busy_mark() const override { return spans_issued_; }
+  double take_busy_ms(uint64_t mark) override {
+    if (!timing_) return std::numeric_limits<double>::quiet_NaN();
+    double ms = 0;
+    for (; !spans_.empty() && spans_.front().seq < mark; spans_.pop_front()) {
+      const BusySpan& b = spans_.front();
+      CUDA_CHECK(cudaEventSynchronize(b.end));
+      float span = 0;
+      CUDA_CHECK(cudaEventElapsedTime(&span, b.start, b.end));
+      ms += double(span);
+      free_timing_.insert(free_timing_.end(), {b.start, b.end});
+    }
+    return ms;
+  }
 
  private:
   friend class NcclCopyEngines;
@@ -234,6 +258,33 @@ class NcclCommunicator final : public Communicator {
     if (!compute_) return;
     CUDA_CHECK(cudaEventRecord(compute_ready_, compute_));
     CUDA_CHECK(cudaStreamWaitEvent(stream_, compute_ready_, 0));
+  }
+
+  // One operation on the stream: after the compute stream's work, watched, timed, completed.
+  CommHandle issue(const char* name, uint64_t bytes, const std::function<void()>& call, const char* backend = "nccl") {
+    after_compute();
+    Watchdog::OpPtr watched = watch(name, bytes, backend);
+    const cudaEvent_t start = span_start();
+    call();
+    span_end(start);
+    return completion(std::move(watched));
+  }
+
+  // Busy time (Communicator::time_operations): a timing event recorded on the stream before an
+  // operation's call and one after it; nullptr and nothing recorded when not timing, or for an
+  // operation inside a group, which is timed as a whole where group_end() launches it.
+  cudaEvent_t span_start(bool launching_group = false) {
+    if (!timing_ || (group_depth_ > 0 && !launching_group)) return nullptr;
+    cudaEvent_t e = nullptr;
+    if (!free_timing_.empty()) e = free_timing_.back(), free_timing_.pop_back();
+    else CUDA_CHECK(cudaEventCreate(&e));
+    CUDA_CHECK(cudaEventRecord(e, stream_));
+    return e;
+  }
+  void span_end(cudaEvent_t start) {
+    if (!start) return;
+    const cudaEvent_t end = span_start(/*launching_group=*/true);
+    spans_.push_back({spans_issued_++, start, end});
   }
 
   // An NCCL call's result, with NCCL's last error message on failure.
@@ -277,6 +328,14 @@ class NcclCommunicator final : public Communicator {
   std::shared_ptr<EventPool> events_ = std::make_shared<EventPool>();
   int group_depth_ = 0;
   std::vector<Launch> group_launches_;
+  struct BusySpan {
+    uint64_t seq;  // the operation's place among those timed
+    cudaEvent_t start, end;
+  };
+  bool timing_ = false;
+  uint64_t spans_issued_ = 0;
+  std::deque<BusySpan> spans_;                     // recorded, not taken yet, in issue order
+  std::vector<cudaEvent_t> free_timing_;           // timing events to reuse
   std::vector<int> monitors_;                      // the watchdog's monitors of comm_ and the copy engines' (-1: none)
   std::unique_ptr<NcclCopyEngines> copy_engines_;  // made at the first copy_engines()
 };
@@ -352,10 +411,7 @@ class NcclCopyEngines final : public CopyEngines {
   CommHandle issue(const char* name, const void* send, void* recv, size_t bytes, const std::function<void()>& call) {
     LLMHPC_CHECK(c_.group_depth_ == 0, "a copy-engine collective inside a group");
     LLMHPC_CHECK(in_window(send, bytes) && in_window(recv, bytes), "a copy-engine collective outside the windows");
-    c_.after_compute();
-    Watchdog::OpPtr watched = NcclCommunicator::watch(name, bytes, "nccl (copy engines)");
-    call();
-    return c_.completion(std::move(watched));
+    return c_.issue(name, bytes, call, "nccl (copy engines)");
   }
 
   NcclCommunicator& c_;
@@ -371,6 +427,8 @@ NcclCommunicator::~NcclCommunicator() {
   settle(ncclCommFinalize(comm_), "ncclCommFinalize");
   NCCL_CHECK(ncclCommDestroy(comm_));
   cudaEventDestroy(compute_ready_);
+  time_operations(false);
+  for (cudaEvent_t e : free_timing_) cudaEventDestroy(e);
   cudaStreamDestroy(stream_);
   MPI_Comm_free(&mpi_comm_);
 }

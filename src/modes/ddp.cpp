@@ -209,6 +209,51 @@ struct Samples {
   }
 };
 
+// The device time of a configuration's data-parallel collectives, per timed step
+// (Communicator::take_busy_ms): the group's and, under hybrid sharding, the replicas'. A step's
+// operations are taken when the next step begins, where every one of them is complete (the
+// parameters a sharded optimizer shares after it are waited for in that step's forward), so
+// taking them never makes the host wait for the device.
+class DataParallelBusy {
+ public:
+  DataParallelBusy(Communicator& comm, Communicator* replicas) {
+    for (Communicator* c : {&comm, replicas})
+      if (c) comms_.push_back(c), c->time_operations(true);
+    measured_ = std::isfinite(take(marks()));  // nan where the backend does not measure it
+  }
+  ~DataParallelBusy() {
+    for (Communicator* c : comms_) c->time_operations(false);
+  }
+  bool measured() const { return measured_; }
+  void step_begins() {
+    const std::vector<uint64_t> here = marks();
+    if (started_) per_step_.push_back(take(here));
+    started_ = true;
+  }
+  // The last step's once its operations are complete (Communicator::synchronize), and every step's.
+  const std::vector<double>& finish() {
+    for (Communicator* c : comms_) c->synchronize();
+    if (started_) per_step_.push_back(take(marks()));
+    started_ = false;
+    return per_step_;
+  }
+
+ private:
+  std::vector<uint64_t> marks() const {
+    std::vector<uint64_t> m;
+    for (const Communicator* c : comms_) m.push_back(c->busy_mark());
+    return m;
+  }
+  double take(const std::vector<uint64_t>& marks) {
+    double ms = 0;
+    for (size_t i = 0; i < comms_.size(); ++i) ms += comms_[i]->take_busy_ms(marks[i]);
+    return ms;
+  }
+  std::vector<Communicator*> comms_;
+  std::vector<double> per_step_;
+  bool measured_ = false, started_ = false;
+};
+
 // The model of the current run of cases with one key, and its memory right after it was
 // built (its parameters, gradients and bf16 copy; the first of the three memory points).
 struct LiveModel {
@@ -467,6 +512,7 @@ void run(ModeContext& ctx, const DdpOptions& o) {
             sweep.restart_sensors();  // the record's clocks: the timed steps', not the heat's
           }
           if (tp_group) tp_group->take_traffic();  // the timed steps' alone
+          DataParallelBusy busy(comm, replicas);   // the timed steps' alone
           CommTensorParallelGroup::Traffic tp_total;
           std::vector<double> tp_comm;  // per timed step: what the layers waited for the group's collectives
           DurationCount count(rt, duration_s, steps, pace_s, std::numeric_limits<int64_t>::max());
@@ -475,6 +521,7 @@ void run(ModeContext& ctx, const DdpOptions& o) {
           Progress progress(rt, count.total(), "steps");
           for (int64_t s = 0; s < count.total();) {
             for (const int64_t end = s + count.next_chunk(s); s < end; ++s) {
+              busy.step_begins();
               timed.add(step());
               if (tp_group) {
                 const CommTensorParallelGroup::Traffic t = tp_group->take_traffic();
@@ -501,6 +548,7 @@ void run(ModeContext& ctx, const DdpOptions& o) {
           model.wait_parameters();  // the last step's all-gathers, before the sync goes and the next case
           slowest = rt.reduce_all(timed.step, HostReduce::Max);
           timed.record(rec, "");
+          if (busy.measured()) rec.add("comm_busy_ms", busy.finish());
           if (warmup > 0) warm.record(rec, "warmup_");
           rec.add("step_ms_max_over_ranks", slowest);
           memory_samples.record(rec);

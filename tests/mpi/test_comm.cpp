@@ -13,6 +13,7 @@
 #include <gtest/gtest.h>
 #include <mpi.h>
 
+#include <cmath>
 #include <map>
 #include <set>
 #include <vector>
@@ -405,6 +406,46 @@ TEST_P(CommTest, GroupedOperations) {
   comm_->group_end();
   for (CommHandle& h : handles) h.wait();
   for (const Prepared& p : ops) expect_result(p, "grouped all_reduce");
+}
+
+// Busy time (Communicator::time_operations): nccl times each operation on its stream once, a
+// group as one span, and take_busy_ms(mark) sums those issued before the mark and not taken
+// yet; off, or from the mpi backend, it is NaN. The results stay exact.
+TEST_P(CommTest, BusyTimeOfOperations) {
+  const Prepared op = prepare({Collective::AllReduce, 1 << 20, dtype_});  // out of place: one rank copies
+  EXPECT_TRUE(std::isnan(comm_->take_busy_ms(comm_->busy_mark()))) << "not timing";
+  comm_->time_operations(true);
+  if (backend_ == CommBackend::Mpi) {
+    issue(*comm_, op.call, true);
+    EXPECT_TRUE(std::isnan(comm_->take_busy_ms(comm_->busy_mark()))) << "mpi measures no device time";
+    comm_->time_operations(false);
+    expect_result(op, "all_reduce while timing");
+    return;
+  }
+  const uint64_t start = comm_->busy_mark();
+  issue(*comm_, op.call, true);
+  const uint64_t one = comm_->busy_mark();
+  EXPECT_EQ(one, start + 1);
+  const Prepared small = prepare({Collective::AllReduce, 517, dtype_, ReduceOp::Sum, 0, Placement::InPlace});
+  comm_->group_start();
+  CommHandle a = issue(*comm_, small.call, false), b = issue(*comm_, op.call, false);
+  comm_->group_end();
+  a.wait(), b.wait();
+  EXPECT_EQ(comm_->busy_mark(), one + 1) << "a group is one span";
+  issue(*comm_, op.call, true);
+  const uint64_t three = comm_->busy_mark();
+  comm_->synchronize();
+  const double first = comm_->take_busy_ms(one);
+  EXPECT_GT(first, 0.0) << "an all-reduce of 4 MiB or more takes time";
+  EXPECT_LT(first, 60e3);
+  EXPECT_EQ(comm_->take_busy_ms(one), 0.0) << "taken once";
+  const double rest = comm_->take_busy_ms(three);
+  EXPECT_GT(rest, 0.0);
+  EXPECT_EQ(comm_->take_busy_ms(comm_->busy_mark()), 0.0) << "nothing issued since";
+  comm_->time_operations(false);
+  EXPECT_TRUE(std::isnan(comm_->take_busy_ms(comm_->busy_mark()))) << "not timing";
+  expect_result(op, "all_reduce while timing");
+  expect_result(small, "grouped all_reduce while timing");
 }
 
 // The copy engines' reduction composed on the host, over the communicator's own collectives
