@@ -320,29 +320,34 @@ def torch_table(g: pd.DataFrame, torch_records: list, markdown: bool, title: str
 
 
 def allreduce_model(directory: str) -> dict:
-    """o (ms) and w (bytes/ms) from an llmhpc --mode comm run's all-reduce, as the reference bucket model wants them."""
+    """The communication model of an llmhpc --mode comm run: o (ms) and w (bytes/ms) of its all-reduce, as the
+    reference bucket model wants them, the line through its smallest and largest sizes' times; and every size
+    measured of each collective, `kinds` {collective: [(bytes, ms)]} (an all-reduce's `points` too), from which
+    scaling.at_size takes the line through the two sizes around a collective's. Each collective's times are
+    those of one dtype and placement: fp32 before the others, in place before out of place."""
     run = open_run(directory)
     if run.mode != "comm":
         raise SchemaError(f"--comm {directory}: a '{run.mode}' run, not a comm run (llmhpc --mode comm)")
     sizes = {}
     for records in run.records_by_name("comm").values():
         a = records[0].attrs
-        if a["collective"] == "allreduce" and all(r.ok for r in records):
-            sizes.setdefault((a["dtype"] != "float", a["placement"] != "inplace"), []).append(
-                (int(a["bytes"]), operation_time_us(records)))
-    if not sizes:
-        raise SchemaError(f"--comm {directory}: no all-reduce measured without error")
-    best = sizes[min(sizes)]  # float before bf16, in place before out of place
-    points = sorted(best)
-    if len(points) < 2:
-        raise SchemaError(f"--comm {directory}: all-reduce at one size only; o and w need two or more")
-    (small_bytes, small_us), (big_bytes, big_us) = points[0], points[-1]
-    w = big_bytes / big_us  # bytes per us
-    o_us = max(small_us - small_bytes / w, 0.0)
-    return dict(o=o_us / 1e3, w=w * 1e3, world_size=run.world_size,
-                source=f"from --comm {directory} ({run.attrs['backend']} all-reduce on {run.world_size} ranks: "
-                       f"w = {big_bytes} B / {big_us:.1f} us, o = {small_us:.1f} us at {small_bytes} B less "
-                       f"its bytes / w)")
+        if a["collective"] in scaling.BUS_FACTOR and all(r.ok for r in records):
+            sizes.setdefault((a["collective"], a["dtype"] != "float", a["placement"] != "inplace"), []).append(
+                (int(a["bytes"]), operation_time_us(records) / 1e3))
+    kinds = {}
+    for (collective, *_), points in sorted(sizes.items()):
+        if len({b for b, _ in points}) >= 2 and collective not in kinds:
+            kinds[collective] = sorted(points)
+    if "allreduce" not in kinds:
+        raise SchemaError(f"--comm {directory}: no all-reduce measured without error at two sizes or more; o and w "
+                          f"need two")
+    points = kinds["allreduce"]
+    o, w = scaling.line_through(points[0], points[-1])
+    measured = "; ".join(f"{c}: " + ", ".join(f"{b / 1e6:g} MB {ms * 1e3:.1f} us" for b, ms in p)
+                         for c, p in kinds.items())
+    return dict(o=o, w=w, world_size=run.world_size, points=points, kinds=kinds,
+                source=f"from --comm {directory} ({run.attrs['backend']} on {run.world_size} ranks, {measured}; "
+                       f"o and w of the line through the two sizes around each collective's)")
 
 
 def fit_model(n: np.ndarray, y: np.ndarray, s: float) -> tuple:
@@ -503,19 +508,24 @@ def bucket_model_table(g: pd.DataFrame, comm_model, markdown: bool, title: str) 
     if b.empty:
         return ""
     s = float(b.comm_bytes_per_step.iloc[0])
-    head = f"(e) bucket model T_over(n_b) = n_b o + s / (n_b w): {title}"
+    head = (f"(e) bucket model T_over(n_b) = n_b o + s / (n_b w): {title} (Comm time: the device time of all the "
+            f"step's all-reduces on their stream, hidden or not (comm_busy_ms, NCCL only), beside n_b o + s / w)")
     model, why = ring_model(g, comm_model)
     if model is None:
         return f"{head}\n{why}"
     ranks = int(g.world_size.iloc[0]) // int(g.tp.iloc[0])
-    o, w = scaling.allreduce_at(model, ranks)
+    o, w = scaling.allreduce_at(scaling.at_size(model, s / max(b.buckets.iloc[0], 1)), ranks)
     # Every bucket's o and the last one's bytes: n_b all-reduces of s / n_b each (scaling.ring_ms).
-    predicted = [scaling.ring_ms("allreduce", s / max(r.buckets, 1), ranks, model, max(r.buckets, 1))
-                 for _, r in b.iterrows()]
-    rows = [[f"{r.bucket_mb:g}", fmt(r.buckets, 0), fmt(r.comm_mean, 3), fmt(p, 3), ratio(r.comm_mean, p)]
-            for (_, r), p in zip(b.iterrows(), predicted)]
+    predicted = [scaling.ring_ms("allreduce", s / max(r.buckets, 1), ranks, model, max(r.buckets, 1),
+                                 size=s / max(r.buckets, 1)) for _, r in b.iterrows()]
+    # All of them end to end, what the collectives' device time (comm_busy_ms) measures.
+    whole = [scaling.ring_ms("allreduce", s, ranks, model, max(r.buckets, 1)) for _, r in b.iterrows()]
+    rows = [[f"{r.bucket_mb:g}", fmt(r.buckets, 0), fmt(r.comm_mean, 3), fmt(p, 3), ratio(r.comm_mean, p),
+             fmt(r.get("comm_busy_mean", math.nan), 3), fmt(t, 3), ratio(r.get("comm_busy_mean", math.nan), t)]
+            for (_, r), p, t in zip(b.iterrows(), predicted, whole)]
     table = render(head, ["Bucket (MiB)", "Buckets n_b", "Measured Comm (ms)", "Predicted T_over (ms)",
-                          "Measured / Predicted"], rows, markdown)
+                          "Measured / Predicted", "Comm time (ms)", "Predicted n_b o + s / w (ms)",
+                          "Time measured / predicted"], rows, markdown)
     if o > 0 and math.isfinite(w):
         optimum = (f"b* = sqrt(s o w) = {math.sqrt(s * o * w) / MIB:.3g} MiB (n_b* = sqrt(s / (o w)) = "
                    f"{math.sqrt(s / (o * w)):.3g}), T_over(b*) = 2 sqrt(s o / w) = {2 * math.sqrt(s * o / w):.3f} ms")
@@ -540,7 +550,8 @@ def stage_model_table(g: pd.DataFrame, comm_model, markdown: bool, title: str) -
             f"forward waits for the parameters as it reaches them, zero3's forward and backward for each unit's, so "
             f"what their collectives do not hide is in Fwd (and Bwd), not in Comm: Predicted Comm is the gradients' "
             f"collectives alone; Params: the parameters' collectives end to end, and the part Fwd (and Bwd) waits "
-            f"for, predicted)")
+            f"for, predicted; Comm time: the device time of all the step's collectives on their stream, hidden or "
+            f"not (comm_busy_ms, NCCL only), beside the ring model's for all of them, gradients' and parameters')")
     model, why = ring_model(g, comm_model)
     if model is None:
         return f"{head}\n{why}"
@@ -550,17 +561,20 @@ def stage_model_table(g: pd.DataFrame, comm_model, markdown: bool, title: str) -
         group = int(r.shard_group) if 0 < r.shard_group < dp and stage_of(r)[0] != "broadcast" else dp
         ranks = f"{group}" if group == dp else f"{group} x {dp // group}"
         if not ok(r):
-            rows.append([impl(r), bucket_cell(r), r.shard_optimizer, ranks] + ["-"] * 10 + [r.status])
+            rows.append([impl(r), bucket_cell(r), r.shard_optimizer, ranks] + ["-"] * 13 + [r.status])
             continue
-        m = scaling.stage_comm_ms(r, model)
+        m, busy = scaling.stage_comm_ms(r, model), r.get("comm_busy_mean", math.nan)
         rows.append([impl(r), bucket_cell(r), r.shard_optimizer, ranks, fmt(r.buckets, 0),
                      fmt(r.comm_bytes_per_step / MIB, 3), fmt(r.comm_mean, 3), fmt(m["grad"], 3),
                      ratio(r.comm_mean, m["grad"]), fmt(r.param_comm_mean, 3), fmt(r.forward_mean, 3),
-                     fmt(r.backward_mean, 3), fmt(m["params_all"], 3), fmt(m["params"], 3), r.status])
+                     fmt(r.backward_mean, 3), fmt(m["params_all"], 3), fmt(m["params"], 3),
+                     fmt(busy, 3), fmt(m["grad_all"] + m["params_all"], 3),
+                     ratio(busy, m["grad_all"] + m["params_all"]), r.status])
     table = render(head, ["Impl", "Bucket (MiB)", "Sharding", "Ranks (group x groups)", "Buckets c",
                           "Grad MiB/step", "Measured Comm (ms)", "Predicted Comm (ms)", "Measured / Predicted",
                           "Param Comm (ms)", "Fwd (ms)", "Bwd (ms)", "Params predicted (ms)",
-                          "Of them waited, predicted (ms)", "Status"], rows, markdown)
+                          "Of them waited, predicted (ms)", "Comm time (ms)", "Predicted time (ms)",
+                          "Time measured / predicted", "Status"], rows, markdown)
     n0, bus = int(model["world_size"]), scaling.bus_bandwidth(model)
     return (f"{table}\n\nThe ring model: on k ranks an all-reduce whose buffer is S bytes takes o(k) + 2(k-1)/k S / B, "
             f"a reduce-scatter or all-gather o(k) + (k-1)/k S / B, a broadcast o(k) + S / B, with o(k) = "
@@ -569,9 +583,10 @@ def stage_model_table(g: pd.DataFrame, comm_model, markdown: bool, title: str) -
             f"zero3 unit by unit (c units: the embedding, each layer, the head); groups (hybrid, g x n/g) then "
             f"all-reduce each rank's part, 1/g of what was reduce-scattered, over the n/g groups (Grad MiB counts "
             f"both). Overlapped (overlap, "
-            f"bucketed, zero2, zero3): c o and the last collective's bytes, s / c (equal buckets, as (e)), under "
-            f"zero2 and zero3 the embedding's (the last unit backward finishes), never less than all of them less "
-            f"Bwd; naive and flat: all of them. Parameters (param_comm_bytes_per_step in "
+            f"bucketed): c o and the last collective's bytes, s / c (equal buckets, as (e)); zero2 and zero3, "
+            f"whose backward writes into two gradient windows and so ends at most two units ahead of their "
+            f"reductions: the last two units' (the first layer's and the embedding's), 2 o and their bytes; never "
+            f"less than all of them less Bwd; naive and flat: all of them. Parameters (param_comm_bytes_per_step in "
             f"param_collectives_per_step): broadcast broadcasts them before forward reads any (all waited for); "
             f"zero1 and zero2 all-gather them within the group after the optimizer, forward waiting for every o "
             f"and the first (zero1: S_p / c_p; zero2: the embedding's), never less than all of them less Fwd; "

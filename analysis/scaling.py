@@ -24,9 +24,11 @@ Transport: a run folder whose name ends in "-net" ran with NCCL's network transp
 (NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1, jobs/scaling.sh NET=1), as the folder name says.
 
 Projections (every such row and point labelled "projection") extend a series to more ranks n by
-the ring model of the collectives, from an all-reduce run (llmhpc --mode comm) on n0 ranks: its o
-(per collective) and w (bytes/s, as ddp.allreduce_model measures them), its bus bandwidth
-B = w 2(n0-1)/n0 kept on any ring and its o growing with the ring's steps, o(k) = o (k-1)/(n0-1), so
+the ring model of the collectives, from a run of them (llmhpc --mode comm) on n0 ranks: o (per
+collective) and w (bytes/s, as ddp.allreduce_model measures them) of the line through the two
+sizes measured around each collective's (at_size; its own collective where the run measured it,
+else the all-reduce moving as many bytes), the bus bandwidth B = w 2(n0-1)/n0 kept on any ring
+and o growing with the ring's steps, o(k) = o (k-1)/(n0-1), so
 that on a ring of k ranks (ring_ms) an all-reduce whose buffer is S bytes takes o(k) + 2(k-1)/k S / B,
 a reduce-scatter or all-gather o(k) + (k-1)/k S / B and a broadcast o(k) + S / B (the bus factors
 of nccl-tests, which comm_bus_bytes_per_step counts with). A projected step is the compute
@@ -42,9 +44,11 @@ m = n / g the groups:
     collectives (s counts both there: s = G + G / g). Overlapping strategies (overlap, bucketed;
     zero2 and zero3 reduce as bucketed) leave every collective's o and the bytes of the last one:
     1 / c of them (the reference bucket model's equal buckets: unsharded T_over = c o(n) +
-    s / (c w(n)), w(n) = B / (2(n-1)/n)), under zero2 and zero3 the embedding's share (the last unit
-    backward finishes); never less than all of them less backward's time, what cannot hide behind
-    backward, which binds on slow networks. naive and flat: all of them, after backward;
+    s / (c w(n)), w(n) = B / (2(n-1)/n)); zero2 and zero3, whose backward writes each unit's
+    gradients into one of two windows and so ends at most two units ahead of their reductions, the
+    last two units' (the first layer's and the embedding's): 2 o(n) and their bytes; never less than
+    all of them less backward's time, what cannot hide behind backward, which binds on slow
+    networks. naive and flat: all of them, after backward;
   the parameters' wait: broadcast broadcasts S_p (one per owner) before forward reads any, all
     waited for; zero1 and zero2 all-gather S_p within the group after the optimizer, the next
     forward waiting for c_p o and the first (S_p / c_p under zero1, the embedding's under zero2),
@@ -57,6 +61,7 @@ beside what each sharded configuration measured.
 """
 from __future__ import annotations
 
+import bisect
 import math
 import os
 import sys
@@ -183,18 +188,53 @@ def bus_bandwidth(model: dict) -> float:
     return model["w"] * 2 * (n0 - 1) / n0 if n0 >= 2 else math.nan
 
 
-def ring_ms(collective: str, nbytes: float, ranks: int, model: dict, count: float = 1.0) -> float:
+def line_through(small: tuple, big: tuple) -> tuple:
+    """(o, w): the time o + bytes / w through two measured (bytes, time) points, w from their
+    difference; w = bytes / time of the larger where it took no longer (noise), and o >= 0."""
+    (b1, t1), (b2, t2) = small, big
+    w = (b2 - b1) / (t2 - t1) if t2 > t1 and b2 > b1 else b2 / t2
+    return max(t1 - b1 / w, 0.0), w
+
+
+def at_size(model: dict, nbytes: float, collective: str = "allreduce") -> dict:
+    """The communication `model` (ddp.allreduce_model) for one `collective` of an nbytes buffer: o
+    and w of the line through the two sizes it measured of that collective around nbytes (the two
+    smallest below them, the two largest above), so that the model gives the measured time at each
+    measured size (small messages pay a latency large ones do not: over NCCL's socket transport
+    an all-reduce of 1 MB took 4.5 ms and one of 16 MB 9.0 ms, docs/results/scaling.md); w
+    expressed as an all-reduce's (bus_bandwidth then gives the collective's own bus bandwidth). A
+    collective the run did not measure takes the all-reduce that moves as many bytes; the model as
+    it is where it has no such sizes (fewer than three all-reduces, and no other collective)."""
+    kinds, n0 = model.get("kinds") or {}, int(model["world_size"])
+    points = kinds.get(collective)
+    if points and len(points) >= 2 and n0 >= 2:
+        i = min(max(bisect.bisect_right([b for b, _ in points], nbytes) - 1, 0), len(points) - 2)
+        o, w = line_through(points[i], points[i + 1])
+        return dict(model, o=o, w=w * BUS_FACTOR[collective](n0) / BUS_FACTOR["allreduce"](n0))
+    points = model.get("points") or []
+    if len(points) < 3 or n0 < 2:
+        return model
+    same = nbytes * BUS_FACTOR[collective](n0) / BUS_FACTOR["allreduce"](n0)  # the all-reduce moving as much
+    i = min(max(bisect.bisect_right([b for b, _ in points], same) - 1, 0), len(points) - 2)
+    o, w = line_through(points[i], points[i + 1])
+    return dict(model, o=o, w=w)
+
+
+def ring_ms(collective: str, nbytes: float, ranks: int, model: dict, count: float = 1.0,
+            size: float | None = None) -> float:
     """The ring model's time, in ms, of `count` collectives of one kind (BUS_FACTOR's) on a ring of
     k = `ranks` ranks moving whole buffers of nbytes in all: count o(k) + f(k) nbytes / B, with
     B the bus bandwidth of the all-reduce `model` measured on n0 ranks (bus_bandwidth; its o in ms),
     o(k) = o (k-1)/(n0-1) and f(k) the bus factor (the bucket model's n_b collectives of which only
-    the last one's bytes are left: count n_b, nbytes that one's). 0 on one rank (nothing moves); NaN
-    where n0 < 2 (a one-rank all-reduce measures no link)."""
+    the last one's bytes are left: count n_b, nbytes that one's). o and B are the model's for one
+    such collective of `size` bytes (at_size; default nbytes / count). 0 on one rank (nothing moves); NaN where n0 < 2 (a one-rank
+    all-reduce measures no link)."""
     n0 = int(model["world_size"])
     if ranks < 2:
         return 0.0
     if n0 < 2:
         return math.nan
+    model = at_size(model, nbytes / count if size is None else size, collective)
     return count * model["o"] * (ranks - 1) / (n0 - 1) + BUS_FACTOR[collective](ranks) * nbytes / bus_bandwidth(model)
 
 
@@ -219,6 +259,13 @@ def embedding_elements(row) -> int:
     rows (under tensor parallelism its part of the vocabulary padded to a multiple of 8 tp) x d_model."""
     tp, vocab = int(_attr(row, "tp", 1)), int(row.vocab_size)
     return (vocab if tp == 1 else -(-vocab // (8 * tp)) * 8) * int(row.d_model)
+
+
+def layer_elements(row) -> int:
+    """One layer's elements on a rank (zero2 and zero3's units between the embedding and the head):
+    attention 4 d^2 and SwiGLU 3 d d_ff, split over the tensor-parallel ranks, and two norm gains."""
+    tp, d = int(_attr(row, "tp", 1)), int(row.d_model)
+    return (4 * d * d + 3 * d * int(row.d_ff)) // tp + 2 * d
 
 
 def stage_comm_ms(row, model: dict, ranks: int | None = None, share: float = 1.0) -> dict:
@@ -248,15 +295,18 @@ def stage_comm_ms(row, model: dict, ranks: int | None = None, share: float = 1.0
     fwd, bwd = float(_attr(row, "forward_mean", 0.0)) * share, float(row.backward_mean) * share
     element = 8 if _attr(row, "precision", "fp32") == "fp64" else 4  # of a master weight
 
-    def gradients(part: float) -> float:  # c collectives, the bytes of `part` of s
-        t = ring_ms("reducescatter" if sharded else "allreduce", part * s, group, model, c)
-        return t + ring_ms("allreduce", part * s / group, n // group, model, c)  # 0 without groups
+    def gradients(part: float, count: float = c) -> float:  # `count` collectives of s / c, `part` of s
+        t = ring_ms("reducescatter" if sharded else "allreduce", part * s, group, model, count, size=s / c)
+        return t + ring_ms("allreduce", part * s / group, n // group, model, count, size=s / group / c)  # 0 w/o groups
 
     out["grad_all"] = gradients(1.0)
     if row.ddp in OVERLAPPING:
         params = float(_attr(row, "part_params" if tp > 1 else "num_params", 0)) if units else 0.0
-        last = embedding_elements(row) / params if units and params > 0 else 1.0 / c
-        out["grad"] = max(gradients(last), out["grad_all"] - bwd)
+        if units and params > 0:  # two gradient windows: backward ends at most two units ahead of them
+            tail = gradients((embedding_elements(row) + layer_elements(row)) / params, 2)
+        else:
+            tail = gradients(1.0 / c)
+        out["grad"] = max(tail, out["grad_all"] - bwd)
     else:
         out["grad"] = out["grad_all"]
     p, cp = float(_attr(row, "param_comm_bytes_per_step", 0)), float(_attr(row, "param_collectives_per_step", 0))
@@ -267,7 +317,7 @@ def stage_comm_ms(row, model: dict, ranks: int | None = None, share: float = 1.0
         out["params_all"] = ring_ms("allgather", p, group, model, cp)
         first = embedding_elements(row) * element if units else p / cp
         hidden = fwd + (bwd if stage == "zero3" else 0.0)
-        out["params"] = max(ring_ms("allgather", first, group, model, cp), out["params_all"] - hidden)
+        out["params"] = max(ring_ms("allgather", first, group, model, cp, size=p / cp), out["params_all"] - hidden)
     return out
 
 
@@ -349,16 +399,18 @@ def study_table(df: pd.DataFrame, models: dict) -> str:
         of_one = math.nan if one is None else tokens / throughput(one, 1, batch, one.slowest_step_mean)[0]
         model = model_for(models, n // tp, r.transport)
         communicates = model is not None and n // tp > 1 and r.ddp != "none"
-        predicted = stage_comm_ms(r, model)["grad"] if communicates else math.nan
+        m = stage_comm_ms(r, model) if communicates else dict(grad=math.nan, grad_all=math.nan, params_all=math.nan)
+        busy, predicted = float(r.get("comm_busy_mean", math.nan)), m["grad_all"] + m["params_all"]
         cells.append([r.folder, f"{model_name(r)} T={r.context_length} {r.precision}", r.layout,
                       f"{n}" if tp == 1 else f"{n} ({tp} x {n // tp})", fmt(r.get("nodes", 1), 0), batch, fmt(step),
                       f"{tokens:,.0f}", "-" if math.isnan(of_one) else f"{of_one:.3f}",
                       "-" if math.isnan(mfu) else f"{100 * mfu:.1f}%", fmt(r.peak_memory_bytes / 2**30, 3),
-                      fmt(r.comm_mean, 3), fmt(predicted, 3),
-                      "-" if math.isnan(predicted) or predicted <= 0 else f"{r.comm_mean / predicted:.2f}"])
+                      f"{fmt(r.comm_mean, 3)} / {fmt(m['grad'], 3)}", f"{fmt(busy, 3)} / {fmt(predicted, 3)}",
+                      ratio_cell(busy, predicted)])
     header = ["Run", "Model", "Layout", "Ranks (tp x dp)", "Nodes", "Global batch", "Step (ms)",
-              "Tokens/s per GPU", "Of one GPU's", "MFU", "Peak per rank (GiB)", "Exposed comm (ms)",
-              "Predicted comm (ms)", "Measured / predicted"]
+              "Tokens/s per GPU", "Of one GPU's", "MFU", "Peak per rank (GiB)",
+              "Exposed comm, measured / predicted (ms)", "Comm time, measured / predicted (ms)",
+              "Comm time measured / predicted"]
     if len({c[1] for c in cells}) == 1:  # one model: named in every series' title, no column of its own
         header, cells = header[:1] + header[2:], [c[:1] + c[2:] for c in cells]
     table = markdown_table(header, cells)
@@ -366,6 +418,11 @@ def study_table(df: pd.DataFrame, models: dict) -> str:
     return (f"### Scaling study: every configuration measured\n\n{STUDY_NOTE}\n\n{table}"
             + ("\n\nWhich layout, where two or more ran at the same ranks and global batch:\n\n" + "\n".join(picks)
                if picks else ""))
+
+
+def ratio_cell(measured: float, predicted: float) -> str:
+    """measured / predicted to two digits; '-' where either is missing or nothing was predicted."""
+    return "-" if not (measured >= 0 and predicted > 0) else f"{measured / predicted:.2f}"
 
 
 def choices(order: pd.DataFrame) -> list:
@@ -399,9 +456,12 @@ STUDY_NOTE = ("Step: the mean of the slowest rank's step. Tokens/s per GPU: glob
               "the GPU's dense peak (analysis/scaling.py; '-' where the device has none in its table, as CPUs). "
               "Peak per rank: the largest rank's allocator peak. Exposed comm: what the gradients' collectives leave "
               "after backward, plus what waits for the parameters after the optimizer; under sharding the "
-              "parameters' wait inside forward is not in it (the ddp tables (g) and (i) show it). Predicted comm: "
-              "the ring model's for the same, from the all-reduce run's o and w (table (i) per stage); tensor "
-              "parallelism's collectives inside the layers are in the step, in neither column.")
+              "parameters' wait inside forward is not in it (the ddp tables (g) and (i) show it); predicted: the "
+              "ring model's for the same, from the all-reduce run's o and w (table (i) per stage). Comm time: the "
+              "device time of the step's data-parallel collectives on their stream, hidden or not (comm_busy_ms; "
+              "NCCL only, '-' from the mpi backend); predicted: the ring model's for all of them, gradients' and "
+              "parameters', end to end. Tensor parallelism's collectives inside the layers are in the step, in "
+              "none of these columns.")
 
 
 def plot(all_series: list, path: str) -> str:

@@ -10,11 +10,13 @@
 # (SHARDINGS: none,zero1,zero2,zero3 under bucketed, else none; at 1 rank none alone, where every
 # series starts: sharding one rank shards nothing), each again under every tensor-parallel size of
 # TP that divides the rank count (tp x dp ranks, the global batch shared by the dp groups). Then
-# an all-reduce run at the most ranks gives the ring model its o and w, and $OUT/report.md opens
+# a run of the collectives (COMM_COLLECTIVES) at the most ranks gives the ring model its o and w
+# at each size, and $OUT/report.md opens
 # with every configuration in one table (tokens/s per GPU against one GPU's, MFU, peak memory per
-# rank, exposed communication beside the model's), then each series with projections to larger
+# rank, exposed communication and the collectives' device time beside the model's), then each
+# series with projections to larger
 # clusters (each labelled "projection"), and scaling.png (tokens/s per GPU and efficiency against
-# ranks). Runs: $OUT/strong-np<N>, $OUT/weak-np<N>, $OUT/allreduce-np<N>.
+# ranks). Runs: $OUT/strong-np<N>, $OUT/weak-np<N>, $OUT/collectives-np<N>.
 #
 # Across nodes: sbatch --nodes=2 --ntasks-per-node=8 jobs/scaling.sh (mpirun places the ranks).
 # NET=1 runs everything again with NCCL's network transport forced (NCCL_P2P_DISABLE=1
@@ -26,10 +28,11 @@
 # Variables (defaults): RANKS (1,2,4,...,NP), MODELS (xl), SHAPE (a custom model's options, which
 # override MODELS), CONTEXTS (128), PRECISIONS (fp32), STRONG_BATCH, WEAK_BATCH (2), STRATEGY
 # (bucketed), SHARDINGS, TP (1; e.g. 1,2), BUCKET (25), WARMUP (5), STEPS (10), COMM_SIZES
-# (4KB,1MB,100MB,1000MB), NET (0). Each rank count is a launch of its own, $MPIRUN $MPIRUN_ARGS
-# $NP_OPTION N (LAUNCH, with its fixed count, does not apply; MPIRUN="srun --mpi=pmix" launches
-# with srun -n N). EXTRA_ARGS go to the ddp runs, not to the all-reduce runs (mode comm refuses
-# model and ddp options).
+# (1MB,4MB,16MB,64MB,256MB,1000MB: the model takes each collective's o and w from the two sizes
+# around it), COMM_COLLECTIVES (allreduce,reducescatter,allgather), NET (0). Each rank count is
+# a launch of its own, $MPIRUN $MPIRUN_ARGS $NP_OPTION N (LAUNCH, with its fixed count, does not
+# apply; MPIRUN="srun --mpi=pmix" launches with srun -n N). EXTRA_ARGS go to the ddp runs, not to
+# the collectives' runs (mode comm refuses model and ddp options).
 #   sbatch jobs/scaling.sh            or   NP=4 bash jobs/scaling.sh
 #   NP=2 DEVICE=cpu SHAPE="--d-model 64 --d-ff 128 --num-layers 2 --num-heads 4" CONTEXTS=32 bash jobs/scaling.sh
 set -euo pipefail
@@ -52,7 +55,8 @@ TP=${TP:-1}
 BUCKET=${BUCKET:-25}
 WARMUP=${WARMUP:-5}
 STEPS=${STEPS:-10}
-COMM_SIZES=${COMM_SIZES:-4KB,1MB,100MB,1000MB}
+COMM_SIZES=${COMM_SIZES:-1MB,4MB,16MB,64MB,256MB,1000MB}
+COMM_COLLECTIVES=${COMM_COLLECTIVES:-allreduce,reducescatter,allgather}
 case "${NET:-0}" in 0) transports=default ;; 1) transports="default net" ;; only) transports=net ;;
   *) echo "$0: NET must be 0, 1 or only, not '$NET'" >&2; exit 2 ;; esac
 # Checked before the first run, not when the sweep reaches the rank count that cannot take it.
@@ -86,8 +90,8 @@ for transport in $transports; do
       done
     done
     if [ "$max_np" -gt 1 ]; then
-      $MPIRUN $MPIRUN_ARGS $NP_OPTION "$max_np" "$LLMHPC_BIN" --mode comm --device "$DEVICE" --collective allreduce --size "$COMM_SIZES" \
-        --out "$OUT/allreduce-np$max_np$suffix"
+      $MPIRUN $MPIRUN_ARGS $NP_OPTION "$max_np" "$LLMHPC_BIN" --mode comm --device "$DEVICE" --collective "$COMM_COLLECTIVES" \
+        --size "$COMM_SIZES" --out "$OUT/collectives-np$max_np$suffix"
     fi
   )
 done

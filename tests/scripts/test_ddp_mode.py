@@ -163,6 +163,28 @@ def check_bucket_model():
         assert abs(got - expected) < 1e-9 * expected, f"tp 2 on 4 ranks: projected step {got}, expected {expected}"
         got = scaling.projected_step(types.SimpleNamespace(**{**vars(row), "tp": 2}), 2, 2, "weak", model)
         assert got == 10.0, f"tp 2 on 2 ranks: projected step {got}, expected the compute alone"
+    # The model at each collective's size: the line through the two measured sizes around it, so
+    # that on the measured ranks ring_ms gives each measured time back (a latency floor below 8 MB,
+    # as NCCL's socket transport has), a reduce-scatter its own sizes' (its buffer is the whole),
+    # a broadcast, not measured, the all-reduce moving as many bytes.
+    allreduce = [(1e6, 4.5), (8e6, 5.3), (16e6, 9.2), (128e6, 72.6)]
+    rs = [(1e6, 2.2), (16e6, 4.7), (128e6, 36.1)]
+    o, w = scaling.line_through(allreduce[0], allreduce[-1])
+    measured = {"world_size": 2, "o": o, "w": w, "points": allreduce, "kinds": {"allreduce": allreduce,
+                                                                               "reducescatter": rs}}
+    for kind, points in (("allreduce", allreduce), ("reducescatter", rs)):
+        for b, t in points:
+            got = scaling.ring_ms(kind, b, 2, measured)
+            assert abs(got - t) <= 1e-9 * t, f"{kind} of {b:g} B: the model gives {got}, measured {t}"
+    between = scaling.ring_ms("allreduce", 12e6, 2, measured)
+    assert abs(between - (5.3 + 9.2) / 2) <= 1e-9, f"halfway between 8 and 16 MB: {between}"
+    beyond = scaling.ring_ms("reducescatter", 256e6, 2, measured)
+    slope = (36.1 - 4.7) / 112e6
+    assert abs(beyond - (36.1 + 128e6 * slope)) <= 1e-9 * beyond, f"past the largest size, its line: {beyond}"
+    # Unmeasured broadcast of 16 MB: bus bytes 16 MB, as an all-reduce of 16 MB (bus factor 1 at 2 ranks).
+    assert abs(scaling.ring_ms("broadcast", 16e6, 2, measured) - 9.2) <= 1e-9
+    # Two collectives' o and both buffers' bytes: twice one's time.
+    assert abs(scaling.ring_ms("allreduce", 32e6, 2, measured, 2) - 2 * 9.2) <= 1e-9
     # MFU's peaks: the first name a device's contains, so an H200 is not taken for an H20.
     for device, precision, peak in (("NVIDIA H200", "bf16", 989.4e12), ("NVIDIA H20", "bf16", 148e12),
                                     ("NVIDIA H20", "fp32", 44e12), ("NVIDIA GB200", "bf16", 2.5e15),
@@ -181,28 +203,29 @@ def check_stage_model():
     bus = w * 2 * (n0 - 1) / n0
     model = {"o": o, "w": w, "world_size": n0, "source": "synthetic"}
     ok_k = lambda k: o * (k - 1) / (n0 - 1)
-    d, vocab, params = 64, 1000, 400000
+    d, ff, vocab, params = 64, 256, 1000, 400000
     emb = vocab * d  # zero2 and zero3's first unit, the last backward reduces
+    last2 = emb + 4 * d * d + 3 * d * ff + 2 * d  # and the first layer's, the two gradient windows
     s, sp, fwd, bwd = 4.0e6, 4.0e6, 50.0, 80.0
     base = dict(ddp="bucketed", bucket_mb=1.0, world_size=4, tp=1, shard_group=4, buckets=8, comm_bytes_per_step=s,
                 param_comm_bytes_per_step=sp, param_collectives_per_step=8, forward_mean=fwd, backward_mean=bwd,
-                optimizer_mean=5.0, d_model=d, vocab_size=vocab, num_params=params, part_params=params,
+                optimizer_mean=5.0, d_model=d, d_ff=ff, vocab_size=vocab, num_params=params, part_params=params,
                 precision="fp32", collective_engine="sm", grad_reduce_dtype="fp32", status="ok", param_comm_mean=0.0)
     ag = lambda k, c, x: c * ok_k(k) + (k - 1) / k * x / bus  # c collectives' o, the bytes x
     cases = {  # sharding: (row changes, predicted comm, parameters end to end, parameters waited for)
         "broadcast": (dict(ddp="naive", buckets=21, param_collectives_per_step=4),
                       21 * o + 2 * 3 / 4 * s / bus, 4 * o + sp / bus, 4 * o + sp / bus),
         "zero1": (dict(), ag(4, 8, s / 8), ag(4, 8, sp), ag(4, 8, sp / 8)),
-        "zero2": (dict(buckets=4, param_collectives_per_step=7), ag(4, 4, s * emb / params), ag(4, 7, sp),
+        "zero2": (dict(buckets=4, param_collectives_per_step=7), ag(4, 2, s * last2 / params), ag(4, 7, sp),
                   ag(4, 7, 4 * emb)),
-        "zero3": (dict(buckets=4, param_collectives_per_step=9), ag(4, 4, s * emb / params), ag(4, 9, sp),
+        "zero3": (dict(buckets=4, param_collectives_per_step=9), ag(4, 2, s * last2 / params), ag(4, 9, sp),
                   ag(4, 9, 4 * emb)),
         # groups of 2 (x 2): the reduce-scatter within the group, each part's all-reduce across the groups
         # (comm_bytes_per_step counts both: s + s / 2)
         "zero1 hybrid": (dict(shard_group=2, comm_bytes_per_step=1.5 * s),
                          ag(2, 8, s / 8) + 8 * ok_k(2) + 2 * 1 / 2 * (s / 2 / 8) / bus, ag(2, 8, sp), ag(2, 8, sp / 8)),
         "zero3 hybrid": (dict(shard_group=2, comm_bytes_per_step=1.5 * s, buckets=4, param_collectives_per_step=9),
-                         ag(2, 4, s * emb / params) + 4 * ok_k(2) + (s * emb / params / 2) / bus, ag(2, 9, sp),
+                         ag(2, 2, s * last2 / params) + 2 * ok_k(2) + (s * last2 / params / 2) / bus, ag(2, 9, sp),
                          ag(2, 9, 4 * emb)),
     }
     rows = []
@@ -242,7 +265,7 @@ def check_stage_model():
     assert abs(got - want) <= 1e-9 * want, f"hybrid zero1 projected to 8 ranks: {got}, expected {want}"
     # Strong scaling: the compute and what hides behind it shrink by 4 / 8.
     row = pd.Series(dict(base, shard_optimizer="zero3", buckets=4, param_collectives_per_step=9))
-    want = (fwd + bwd + 5.0 - ag(4, 9, 4 * emb)) / 2 + ag(8, 9, 4 * emb) + ag(8, 4, s * emb / params)
+    want = (fwd + bwd + 5.0 - ag(4, 9, 4 * emb)) / 2 + ag(8, 9, 4 * emb) + ag(8, 2, s * last2 / params)
     got = scaling.projected_step(row, 8, 4, "strong", model)
     assert abs(got - want) <= 1e-9 * want, f"zero3 projected to 8 ranks: {got}, expected {want}"
 

@@ -563,7 +563,8 @@ assert got == want, f"configurations {sorted(got)}, not {sorted(want)}"
 for r in rows:
     n = int(r["Ranks (tp x dp)"].split()[0])
     assert r["Nodes"] == str(n), f"{r['Run']} {r['Layout']}: {n} ranks on {r['Nodes']} node(s), not {n}"
-    assert (r["Predicted comm (ms)"] == "-") == (n == 1 or "tp 2" in r["Layout"]), r
+    predicted = r["Exposed comm, measured / predicted (ms)"].split(" / ")[1]
+    assert (predicted == "-") == (n == 1 or "tp 2" in r["Layout"]), r
 PY
 grep -q "^### Scaling, strong: .*, bucketed 25 MiB, tp 2$" "$dir/report.md" || fail "$dir/report.md: no tp 2 series"
 # The zero1 series starts from the unsharded run on one rank (scaling.sh runs no other there).
