@@ -370,7 +370,7 @@ void run(ModeContext& ctx, const DdpOptions& o) {
                .c_str());
   Sweep sweep(ctx, "ddp", cases.size(),
               {"model", "ctx", "batch", "prec", "impl", "shard", "bucket MiB", "buckets", "Step mean", "Step std",
-               "Comm mean", "Comm std", "Comm %", "Slowest step", "MiB/step", "Peak GiB", "status"});
+               "Comm mean", "Comm std", "Comm %", "Coll. time", "Slowest step", "MiB/step", "Peak GiB", "status"});
   std::vector<std::string> memory_columns = {"model", "ctx", "batch", "prec", "impl", "shard"};
   for (const TagCategory& category : model_memory_categories()) memory_columns.push_back(category.name);
   for (const char* extra : {"other", "total", "Peak"}) memory_columns.push_back(extra);
@@ -423,7 +423,7 @@ void run(ModeContext& ctx, const DdpOptions& o) {
         .attr("part_params", layout.total())  // this rank's part under --tp, padding included
         .attr("model_flops_fwd_bwd", model_flops_fwd_bwd(c.model, mine.count, c.model.context_length) / c.tp);
     Samples warm, timed;
-    std::vector<double> slowest;
+    std::vector<double> slowest, collectives_ms;  // the slowest rank's steps; the collectives' device time
     const SyncPlan plan = data_parallel_plan(c.strategy, c.sharding, layout, c.precision, c.grads, c.bucket_mb, group,
                                              shard_alignment(dev, c.precision, c.share_copy), c.reduce_in_bf16);
     std::unique_ptr<AdamW> opt;
@@ -548,7 +548,7 @@ void run(ModeContext& ctx, const DdpOptions& o) {
           model.wait_parameters();  // the last step's all-gathers, before the sync goes and the next case
           slowest = rt.reduce_all(timed.step, HostReduce::Max);
           timed.record(rec, "");
-          if (busy.measured()) rec.add("comm_busy_ms", busy.finish());
+          if (busy.measured()) rec.add("comm_busy_ms", collectives_ms = busy.finish());
           if (warmup > 0) warm.record(rec, "warmup_");
           rec.add("step_ms_max_over_ranks", slowest);
           memory_samples.record(rec);
@@ -584,7 +584,7 @@ void run(ModeContext& ctx, const DdpOptions& o) {
                    c.strategy == SyncStrategy::Bucketed ? fmt_exact(c.bucket_mb) : "-",
                    status.ok() ? std::to_string(stats.buckets) : "-", fmt(step), fmt(stddev(timed.step)), fmt(comm_ms),
                    fmt(stddev(timed.comm)), status.ok() ? fmt(100.0 * comm_ms / step, 1) + "%" : "-",
-                   fmt(mean_or_nan(slowest)),
+                   collectives_ms.empty() ? "-" : fmt(mean(collectives_ms)), fmt(mean_or_nan(slowest)),
                    status.ok() ? fmt(double(stats.bytes + stats.param_bytes) / double(1 << 20), 1) : "-",
                    fmt(double(dev.allocator().peak_bytes()) / double(1 << 30)), status.column()});
     std::vector<std::string> memory_row = {shape_label(c.model),    std::to_string(c.model.context_length),
@@ -598,12 +598,14 @@ void run(ModeContext& ctx, const DdpOptions& o) {
     memory_row.push_back(fmt(double(dev.allocator().peak_bytes()) / double(1 << 20), 1));
     memory_table.add_row(std::move(memory_row));
   }
-  sweep.print_summary("ddp summary (ms per step, rank 0 of " + std::to_string(rt.world_size) +
-                      "; Comm: exposed communication, from the end of backward until the gradients are reduced (a "
-                      "sharded optimizer's parameters are waited for during the next forward, inside the step); "
-                      "Slowest step: the slowest rank's step, averaged; MiB/step: what the gradient and parameter "
-                      "collectives cover; every rank's raw times are in " +
-                      ctx.out_dir + "):");
+  sweep.print_summary(
+      "ddp summary (ms per step, rank 0 of " + std::to_string(rt.world_size) +
+      "; Comm: exposed communication, from the end of backward until the gradients are reduced (a "
+      "sharded optimizer's parameters are waited for during the next forward, inside the step); "
+      "Coll. time: the collectives' own device time per step, hidden or not (nccl); Slowest step: the slowest "
+      "rank's step, averaged; MiB/step: what the gradient and parameter "
+      "collectives cover; every rank's raw times are in " +
+      ctx.out_dir + "):");
   if (rt.is_root()) {
     std::printf("\nddp memory of rank 0 by category (MiB; each cell: after the model was built / before the first "
                 "optimizer step, its state not yet allocated / after the last step; Peak: the configuration's):\n");
