@@ -298,6 +298,7 @@ def tensor_parallel(args) -> str:
     for directory in args.train:
         a, measured = median_step_ms(directory)
         _, waited = median_step_ms(directory, "tp_comm_ms")
+        _, busy = median_step_ms(directory, "tp_comm_busy_ms")
         tp, dp = int(a.get("tp", 1)), int(a.get("dp", a.get("world_size", 1)))
         if tp < 2:
             raise SchemaError(f"--train {directory}: no tensor parallelism (tp {tp})")
@@ -315,16 +316,19 @@ def tensor_parallel(args) -> str:
         label = f"tp {tp} x dp {dp}" + (" sp" if int(a.get("sequence_parallel", 0)) else "") + (
             f" overlap {int(a['tp_overlap'])}" if int(a.get("tp_overlap", 1)) > 1 else "")
         rows.append([label, f"{t1 / tp:.1f}", f"{collectives}", f"{bus / GB:.2f}", f"{comm_ms:.1f}",
+                     "-" if math.isnan(busy) else f"{busy:.1f}", "-" if math.isnan(busy) else f"{busy / comm_ms:.2f}",
                      "-" if math.isnan(waited) else f"{waited:.1f}", f"{predicted:.1f}", f"{measured:.1f}",
                      f"{measured / predicted:.3f}", f"{measured - t1 / tp:.1f}"])
     source = model["source"] if model else f"bus bandwidth {args.busbw:.3g} B/s (--busbw)"
     return (f"### Tensor-parallel step: one GPU's {t1:.1f} ms / tp + the collectives inside the layers\n\n"
             f"One GPU: {args.single} (median step {t1:.1f} ms). Collectives: {source}.\n\n"
-            + "Waited: what the layers waited for the collectives, measured (tp_comm_ms, the median step). The "
+            + "Collectives' time: their own device time on the communicator's stream, hidden or not "
+              "(tp_comm_busy_ms, NCCL only, the median step), beside the predicted. "
+              "Waited: what the layers waited for the collectives, measured (tp_comm_ms, the median step). The "
               "prediction counts every collective as waited for; with --tp-overlap (overlap K) forward's hide "
               "under its split products, so the measured step is expected below it.\n\n"
             + markdown_table(["Layout", "One GPU / tp (ms)", "Collectives", "Bus GB", "Predicted comm (ms)",
-                              "Waited (ms)", "Predicted step (ms)", "Measured step (ms)", "Measured / predicted",
+                              "Collectives' time (ms)", "Time measured / predicted", "Waited (ms)", "Predicted step (ms)", "Measured step (ms)", "Measured / predicted",
                               "Measured - one GPU / tp (ms)"], rows))
 
 

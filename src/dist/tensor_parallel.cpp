@@ -67,7 +67,8 @@ void CommTensorParallelGroup::fold_marks() {
 
 CommTensorParallelGroup::Traffic CommTensorParallelGroup::take_traffic() {
   if (compute_) fold_marks();
-  const Traffic t = traffic_;
+  Traffic t = traffic_;
+  if (timing_) t.busy_ms = comm_.take_busy_ms(comm_.busy_mark());
   traffic_ = {};
   return t;
 }

@@ -3,6 +3,7 @@
 // of tensor x data parallelism.
 #pragma once
 #include <cstdint>
+#include <limits>
 #include <memory>
 #include <string>
 
@@ -34,8 +35,16 @@ class CommTensorParallelGroup final : public TensorParallelGroup {
   struct Traffic {
     int64_t collectives = 0, bytes = 0;
     double exposed_ms = 0;  // the waits for them (with a timer; else 0)
+    // Their own device time on the communicator's stream, hidden or not, while
+    // time_collectives(true) holds (Communicator::take_busy_ms); NaN otherwise, and on mpi.
+    double busy_ms = std::numeric_limits<double>::quiet_NaN();
   };
-  Traffic take_traffic();  // waits for the last collective's marks
+  Traffic take_traffic();  // waits for the last collective's marks, and for the collectives when timing them
+  // Off by default: two timing events a collective, kept until take_traffic().
+  void time_collectives(bool on) {
+    comm_.time_operations(on);
+    timing_ = on;
+  }
 
   void wait(CommHandle& handle);  // the handle's wait(), timed
 
@@ -45,6 +54,7 @@ class CommTensorParallelGroup final : public TensorParallelGroup {
   Communicator& comm_;
   std::unique_ptr<Timer> compute_;
   int next_mark_ = 0;
+  bool timing_ = false;
   Traffic traffic_;
 };
 

@@ -254,6 +254,22 @@ class DataParallelBusy {
   bool measured_ = false, started_ = false;
 };
 
+// Times the tensor-parallel group's collectives while it lives (null: no group).
+class TimedCollectives {
+ public:
+  explicit TimedCollectives(CommTensorParallelGroup* group) : group_(group) {
+    if (group_) group_->time_collectives(true);
+  }
+  ~TimedCollectives() {
+    if (group_) group_->time_collectives(false);
+  }
+  TimedCollectives(const TimedCollectives&) = delete;
+  TimedCollectives& operator=(const TimedCollectives&) = delete;
+
+ private:
+  CommTensorParallelGroup* group_;
+};
+
 // The model of the current run of cases with one key, and its memory right after it was
 // built (its parameters, gradients and bf16 copy; the first of the three memory points).
 struct LiveModel {
@@ -513,8 +529,10 @@ void run(ModeContext& ctx, const DdpOptions& o) {
           }
           if (tp_group) tp_group->take_traffic();  // the timed steps' alone
           DataParallelBusy busy(comm, replicas);   // the timed steps' alone
+          TimedCollectives tp_timed(tp_group);
           CommTensorParallelGroup::Traffic tp_total;
-          std::vector<double> tp_comm;  // per timed step: what the layers waited for the group's collectives
+          // Per timed step: what the layers waited for the group's collectives, and their device time.
+          std::vector<double> tp_comm, tp_busy;
           DurationCount count(rt, duration_s, steps, pace_s, std::numeric_limits<int64_t>::max());
           timed.reserve(size_t(count.total()));
           MemorySamples memory_samples{size_t(count.total())};
@@ -528,6 +546,7 @@ void run(ModeContext& ctx, const DdpOptions& o) {
                 tp_total.collectives += t.collectives;
                 tp_total.bytes += t.bytes;
                 tp_comm.push_back(t.exposed_ms);
+                tp_busy.push_back(t.busy_ms);
               }
               memory_samples.take(s, dev);  // after the step's end: outside its timing
             }
@@ -541,6 +560,8 @@ void run(ModeContext& ctx, const DdpOptions& o) {
             rec.attr("tp_collectives_per_step", tp_total.collectives / int64_t(timed.step.size()))
                 .attr("tp_bus_bytes_per_step", tp_total.bytes / int64_t(timed.step.size()));
             rec.add("tp_comm_ms", tp_comm);
+            if (std::all_of(tp_busy.begin(), tp_busy.end(), [](double ms) { return std::isfinite(ms); }))
+              rec.add("tp_comm_busy_ms", tp_busy);
           }
           // As training holds it between steps: a sharded optimizer's parameters still arriving
           // (under bf16 without the bf16 copy, which the next forward casts again).

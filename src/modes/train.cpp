@@ -8,7 +8,9 @@
 // as the uninterrupted one would have.
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -245,6 +247,7 @@ void run(ModeContext& ctx, const TrainOptions& o) {
   const MeshPlace& mesh = groups.place;
   const Runtime& dp_rt = groups.dp;  // data parallelism's ranks: all of them without --tp
   CommTensorParallelGroup* tp_group = tp_mesh->group.get();
+  if (tp_group) tp_group->time_collectives(true);  // taken every step (take_traffic)
 
   // Everything that can be wrong with files or the device, agreed on by all ranks.
   TokenData data;
@@ -454,7 +457,8 @@ void run(ModeContext& ctx, const TrainOptions& o) {
       .attr("first_step", opt->steps_taken() + 1)
       .attr("cuda_graph", int64_t(graphed ? 1 : 0));
   record_memory(rec, "after_init", after_init);
-  std::vector<double> loss, lr, grad_norm, step_ms, fwd_ms, bwd_ms, sync_ms, param_sync_ms, opt_ms, tp_comm_ms;
+  std::vector<double> loss, lr, grad_norm, step_ms, fwd_ms, bwd_ms, sync_ms, param_sync_ms, opt_ms, tp_comm_ms,
+      tp_busy_ms;
   CommTensorParallelGroup::Traffic tp_traffic;                         // of the last step, the same every step
   const std::unique_ptr<DeviceMonitor> monitor = device_monitor(ctx);  // the GPU's clocks over the run
   monitor->start();
@@ -471,6 +475,8 @@ void run(ModeContext& ctx, const TrainOptions& o) {
     if (tp_group) {
       r.attr("tp_collectives_per_step", tp_traffic.collectives).attr("tp_bus_bytes_per_step", tp_traffic.bytes);
       r.add("tp_comm_ms", tp_comm_ms);
+      if (std::all_of(tp_busy_ms.begin(), tp_busy_ms.end(), [](double ms) { return std::isfinite(ms); }))
+        r.add("tp_comm_busy_ms", tp_busy_ms);
     }
     if (max_grad_norm > 0) r.add("grad_norm", grad_norm);
     r.attr("peak_memory_bytes", dev.allocator().peak_bytes());
@@ -525,6 +531,7 @@ void run(ModeContext& ctx, const TrainOptions& o) {
     if (tp_group) {
       tp_traffic = tp_group->take_traffic();
       tp_comm_ms.push_back(tp_traffic.exposed_ms);
+      tp_busy_ms.push_back(tp_traffic.busy_ms);
     }
     if (s == 0) {  // the memory points around the first optimizer step, which allocates its state
       record_memory(rec, "before_optimizer", t.memory_before_optimizer);

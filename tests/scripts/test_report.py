@@ -363,10 +363,12 @@ def check_accounting(runs):
         bus, measured = int(f["train"].attrs["tp_bus_bytes_per_step"]), float(np.median(f["train/step_ms"][2:]))
         waited = f["train/tp_comm_ms"][()]
         steps = f["train/step_ms"][()]
+        assert "tp_comm_busy_ms" not in f["train"], "the mpi backend measures no device time"
     assert bus > 0, "a tp 2 run records the bytes its collectives moved"
     # What the layers waited for the group's collectives: some of every step, never all of it.
     assert len(waited) == len(steps) and np.all(waited > 0) and np.all(waited < steps), (waited, steps)
     close(rows[0]["Waited (ms)"], float(np.median(waited[2:])), "accounting tp: the measured waits")
+    assert rows[0]["Collectives' time (ms)"] == "-" == rows[0]["Time measured / predicted"], rows[0]
     close(rows[0]["One GPU / tp (ms)"], one / 2, "accounting tp: one GPU's step / tp")
     close(rows[0]["Predicted step (ms)"], one / 2 + bus / 1e9 * 1e3, "accounting tp: the predicted step")
     close(rows[0]["Measured step (ms)"], measured, "accounting tp: the measured median step")
