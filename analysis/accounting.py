@@ -59,7 +59,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from bench import fmt, markdown_table  # noqa: E402
 from ddp import allreduce_model, bucket_model_table, load, setup_title  # noqa: E402
 from llmhpc_h5 import MIB, SchemaError, grad_dtype, label_precision, open_run  # noqa: E402
-from scaling import allreduce_at, bus_bandwidth  # noqa: E402
+from scaling import BUS_FACTOR, allreduce_at, at_size, bus_bandwidth  # noqa: E402
 
 GB = 1e9
 # llmhpc's presets (src/model/config.cpp): d_model, d_ff, layers, heads.
@@ -309,7 +309,9 @@ def tensor_parallel(args) -> str:
                               f"{single['batch_size']} of {single['context_length']}: give the same")
         collectives, bus = int(a["tp_collectives_per_step"]), float(a["tp_bus_bytes_per_step"])
         if model:
-            comm_ms = collectives * allreduce_at(model, tp)[0] + bus / bus_bandwidth(model)
+            # o and B of the all-reduce moving what one of them moves (at_size)
+            at = at_size(model, bus / max(collectives, 1) / BUS_FACTOR["allreduce"](tp))
+            comm_ms = collectives * allreduce_at(at, tp)[0] + bus / bus_bandwidth(at)
         else:
             comm_ms = bus / args.busbw * 1e3
         predicted = t1 / tp + comm_ms
