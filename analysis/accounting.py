@@ -309,8 +309,10 @@ def tensor_parallel(args) -> str:
                               f"{single['batch_size']} of {single['context_length']}: give the same")
         collectives, bus = int(a["tp_collectives_per_step"]), float(a["tp_bus_bytes_per_step"])
         if model:
-            # o and B of the all-reduce moving what one of them moves (at_size)
-            at = at_size(model, bus / max(collectives, 1) / BUS_FACTOR["allreduce"](tp))
+            # o and B at their size (at_size): all-reduces, under sequence parallelism all-gathers and
+            # reduce-scatters (an all-gather's, which the comm run may have measured)
+            kind = "allgather" if int(a.get("sequence_parallel", 0)) else "allreduce"
+            at = at_size(model, bus / max(collectives, 1) / BUS_FACTOR[kind](tp), kind)
             comm_ms = collectives * allreduce_at(at, tp)[0] + bus / bus_bandwidth(at)
         else:
             comm_ms = bus / args.busbw * 1e3
