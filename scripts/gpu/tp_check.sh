@@ -21,7 +21,7 @@
 #          (ColwiseParallel/RowwiseParallel, SequenceParallel on and off), eager and compiled
 #   mesh   NP >= 4: the bench point on every GPU, global batch BENCH_BATCH x NP / 2 (each
 #          tensor-parallel pair as loaded as in bench): --tp 2 x dp NP/2 (zero1 across the
-#          pairs), --tp NP at BENCH_BATCH, data parallelism (zero1) alone; and the all-reduce
+#          pairs), --tp NP at BENCH_BATCH, data parallelism (zero1) alone; and the collectives'
 #          sweeps of 2 and NP GPUs (mode comm) that analysis/accounting.py tp fits its model to
 # Files in OUT_DIR: log.txt, <part>*/ (rank files), torch_tp.jsonl.
 set -uo pipefail
@@ -100,9 +100,10 @@ if has mesh; then
   check timeout 300 "${mpi[@]}" "$bin/llmhpc" "${point[@]}" --batch-size $((BENCH_BATCH * NP / 2)) \
     --shard-optimizer zero1 --out "$out/mesh_dp$NP"
   for n in 2 "$NP"; do
-    step "mesh: the all-reduce of $n GPUs"
-    check timeout 120 ${MPIRUN:-mpirun --bind-to none} -np "$n" -x NCCL_NVLS_ENABLE "$bin/llmhpc" --mode comm \
-      --collective allreduce --precision bf16 --size 1MB,4MB,16MB,42MB,64MB,256MB --out "$out/mesh_comm$n"
+    step "mesh: the collectives of $n GPUs (sequence parallelism's all-gathers and reduce-scatters too)"
+    check timeout 180 ${MPIRUN:-mpirun --bind-to none} -np "$n" -x NCCL_NVLS_ENABLE "$bin/llmhpc" --mode comm \
+      --collective allreduce,reducescatter,allgather --precision bf16 --size 1MB,4MB,16MB,42MB,64MB,256MB \
+      --out "$out/mesh_comm$n"
   done
 fi
 if has torch; then
