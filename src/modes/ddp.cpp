@@ -213,7 +213,9 @@ struct Samples {
 // (Communicator::take_busy_ms): the group's and, under hybrid sharding, the replicas'. A step's
 // operations are taken when the next step begins, where every one of them is complete (the
 // parameters a sharded optimizer shares after it are waited for in that step's forward), so
-// taking them never makes the host wait for the device.
+// taking them never makes the host wait for the device. Always on: its events cost nothing
+// measurable (one H200, xl bf16 bucketed, 243 collectives a step: 219.5 ms timed, 219.6-219.9
+// untimed, 2026-11-29).
 class DataParallelBusy {
  public:
   DataParallelBusy(Communicator& comm, Communicator* replicas) {
