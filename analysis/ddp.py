@@ -214,13 +214,15 @@ def strategies_table(g: pd.DataFrame, markdown: bool, title: str) -> str:
         t = ok(r)
         rows.append([impl(r), bucket_cell(r), fmt(r.buckets, 0) if t else "-", fmt(r.step_mean), fmt(r.step_std),
                      fmt(r.comm_mean), fmt(r.comm_std), fmt(r.comm_pct, 1) + "%" if t else "-",
-                     fmt(r.slowest_step_mean), fmt(r.comm_mib_per_step, 1) if t else "-",
-                     fmt(r.peak_memory_bytes / MIB, 1), r.status])
+                     fmt(r.get("comm_busy_mean", math.nan)), fmt(r.slowest_step_mean),
+                     fmt(r.comm_mib_per_step, 1) if t else "-", fmt(r.peak_memory_bytes / MIB, 1), r.status])
     if not rows:
         return ""
-    return render(f"(a) DDP strategies: {title}",
+    return render(f"(a) DDP strategies: {title} (Comm: exposed, what the step waited for after backward; Coll. "
+                  f"time: the collectives' own device time, hidden or not, NCCL only)",
                   ["Impl", "Bucket (MiB)", "Buckets", "Step Mean (ms)", "Step Std (ms)", "Comm Mean (ms)",
-                   "Comm Std (ms)", "Comm %", "Slowest Step (ms)", "MiB/step", "Peak (MiB)", "Status"], rows, markdown)
+                   "Comm Std (ms)", "Comm %", "Coll. Time (ms)", "Slowest Step (ms)", "MiB/step", "Peak (MiB)",
+                   "Status"], rows, markdown)
 
 
 def step_of(g: pd.DataFrame, strategy: str) -> float:
