@@ -332,7 +332,8 @@ def tensor_parallel(args) -> str:
               "prediction counts every collective as waited for; with --tp-overlap (overlap K) forward's hide "
               "under its split products, so the measured step is expected below it.\n\n"
             + markdown_table(["Layout", "One GPU / tp (ms)", "Collectives", "Bus GB", "Predicted comm (ms)",
-                              "Collectives' time (ms)", "Time measured / predicted", "Waited (ms)", "Predicted step (ms)", "Measured step (ms)", "Measured / predicted",
+                              "Collectives' time (ms)", "Time measured / predicted", "Waited (ms)",
+                              "Predicted step (ms)", "Measured step (ms)", "Measured / predicted",
                               "Measured - one GPU / tp (ms)"], rows))
 
 

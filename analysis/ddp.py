@@ -214,7 +214,7 @@ def strategies_table(g: pd.DataFrame, markdown: bool, title: str) -> str:
         t = ok(r)
         rows.append([impl(r), bucket_cell(r), fmt(r.buckets, 0) if t else "-", fmt(r.step_mean), fmt(r.step_std),
                      fmt(r.comm_mean), fmt(r.comm_std), fmt(r.comm_pct, 1) + "%" if t else "-",
-                     fmt(r.get("comm_busy_mean", math.nan)), fmt(r.slowest_step_mean),
+                     fmt(r.comm_busy_mean), fmt(r.slowest_step_mean),
                      fmt(r.comm_mib_per_step, 1) if t else "-", fmt(r.peak_memory_bytes / MIB, 1), r.status])
     if not rows:
         return ""
@@ -324,8 +324,8 @@ def torch_table(g: pd.DataFrame, torch_records: list, markdown: bool, title: str
 def allreduce_model(directory: str) -> dict:
     """The communication model of an llmhpc --mode comm run: o (ms) and w (bytes/ms) of its all-reduce, as the
     reference bucket model wants them, the line through its smallest and largest sizes' times; and every size
-    measured of each collective, `kinds` {collective: [(bytes, ms)]} (an all-reduce's `points` too), from which
-    scaling.at_size takes the line through the two sizes around a collective's. Each collective's times are
+    measured of each collective, `kinds` {collective: [(bytes, ms)]}, from which scaling.at_size takes the
+    line through the two sizes around a collective's. Each collective's times are
     those of one dtype and placement: fp32 before the others, in place before out of place."""
     run = open_run(directory)
     if run.mode != "comm":
@@ -347,7 +347,7 @@ def allreduce_model(directory: str) -> dict:
     o, w = scaling.line_through(points[0], points[-1])
     measured = "; ".join(f"{c}: " + ", ".join(f"{b / 1e6:g} MB {ms * 1e3:.1f} us" for b, ms in p)
                          for c, p in kinds.items())
-    return dict(o=o, w=w, world_size=run.world_size, points=points, kinds=kinds,
+    return dict(o=o, w=w, world_size=run.world_size, kinds=kinds,
                 source=f"from --comm {directory} ({run.attrs['backend']} on {run.world_size} ranks, {measured}; "
                        f"o and w of the line through the two sizes around each collective's)")
 
@@ -523,7 +523,7 @@ def bucket_model_table(g: pd.DataFrame, comm_model, markdown: bool, title: str) 
     # All of them end to end, what the collectives' device time (comm_busy_ms) measures.
     whole = [scaling.ring_ms("allreduce", s, ranks, model, max(r.buckets, 1)) for _, r in b.iterrows()]
     rows = [[f"{r.bucket_mb:g}", fmt(r.buckets, 0), fmt(r.comm_mean, 3), fmt(p, 3), ratio(r.comm_mean, p),
-             fmt(r.get("comm_busy_mean", math.nan), 3), fmt(t, 3), ratio(r.get("comm_busy_mean", math.nan), t)]
+             fmt(r.comm_busy_mean, 3), fmt(t, 3), ratio(r.comm_busy_mean, t)]
             for (_, r), p, t in zip(b.iterrows(), predicted, whole)]
     table = render(head, ["Bucket (MiB)", "Buckets n_b", "Measured Comm (ms)", "Predicted T_over (ms)",
                           "Measured / Predicted", "Comm time (ms)", "Predicted n_b o + s / w (ms)",

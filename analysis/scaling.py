@@ -204,20 +204,18 @@ def at_size(model: dict, nbytes: float, collective: str = "allreduce") -> dict:
     an all-reduce of 1 MB took 4.5 ms and one of 16 MB 9.0 ms, docs/results/scaling.md); w
     expressed as an all-reduce's (bus_bandwidth then gives the collective's own bus bandwidth). A
     collective the run did not measure takes the all-reduce that moves as many bytes; the model as
-    it is where it has no such sizes (fewer than three all-reduces, and no other collective)."""
+    it is where it has no measured sizes (`kinds`)."""
     kinds, n0 = model.get("kinds") or {}, int(model["world_size"])
-    points = kinds.get(collective)
-    if points and len(points) >= 2 and n0 >= 2:
-        i = min(max(bisect.bisect_right([b for b, _ in points], nbytes) - 1, 0), len(points) - 2)
-        o, w = line_through(points[i], points[i + 1])
-        return dict(model, o=o, w=w * BUS_FACTOR[collective](n0) / BUS_FACTOR["allreduce"](n0))
-    points = model.get("points") or []
-    if len(points) < 3 or n0 < 2:
+    measured = collective if len(kinds.get(collective, [])) >= 2 else "allreduce"
+    points = kinds.get(measured, [])
+    if len(points) < 2 or n0 < 2:
         return model
-    same = nbytes * BUS_FACTOR[collective](n0) / BUS_FACTOR["allreduce"](n0)  # the all-reduce moving as much
-    i = min(max(bisect.bisect_right([b for b, _ in points], same) - 1, 0), len(points) - 2)
+    factor = BUS_FACTOR[collective](n0) / BUS_FACTOR["allreduce"](n0)
+    if measured != collective:
+        nbytes *= factor  # the all-reduce moving as much
+    i = min(max(bisect.bisect_right([b for b, _ in points], nbytes) - 1, 0), len(points) - 2)
     o, w = line_through(points[i], points[i + 1])
-    return dict(model, o=o, w=w)
+    return dict(model, o=o, w=w * factor if measured == collective else w)
 
 
 def ring_ms(collective: str, nbytes: float, ranks: int, model: dict, count: float = 1.0,
@@ -227,8 +225,8 @@ def ring_ms(collective: str, nbytes: float, ranks: int, model: dict, count: floa
     B the bus bandwidth of the all-reduce `model` measured on n0 ranks (bus_bandwidth; its o in ms),
     o(k) = o (k-1)/(n0-1) and f(k) the bus factor (the bucket model's n_b collectives of which only
     the last one's bytes are left: count n_b, nbytes that one's). o and B are the model's for one
-    such collective of `size` bytes (at_size; default nbytes / count). 0 on one rank (nothing moves); NaN where n0 < 2 (a one-rank
-    all-reduce measures no link)."""
+    such collective of `size` bytes (at_size; default nbytes / count). 0 on one rank (nothing
+    moves); NaN where n0 < 2 (a one-rank all-reduce measures no link)."""
     n0 = int(model["world_size"])
     if ranks < 2:
         return 0.0

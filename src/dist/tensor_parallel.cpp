@@ -68,7 +68,7 @@ void CommTensorParallelGroup::fold_marks() {
 CommTensorParallelGroup::Traffic CommTensorParallelGroup::take_traffic() {
   if (compute_) fold_marks();
   Traffic t = traffic_;
-  if (timing_) t.busy_ms = comm_.take_busy_ms(comm_.busy_mark());
+  t.busy_ms = comm_.take_busy_ms(comm_.busy_mark());  // NaN when not timing
   traffic_ = {};
   return t;
 }

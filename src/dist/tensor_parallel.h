@@ -41,10 +41,7 @@ class CommTensorParallelGroup final : public TensorParallelGroup {
   };
   Traffic take_traffic();  // waits for the last collective's marks, and for the collectives when timing them
   // Off by default: two timing events a collective, kept until take_traffic().
-  void time_collectives(bool on) {
-    comm_.time_operations(on);
-    timing_ = on;
-  }
+  void time_collectives(bool on) { comm_.time_operations(on); }
 
   void wait(CommHandle& handle);  // the handle's wait(), timed
 
@@ -54,7 +51,6 @@ class CommTensorParallelGroup final : public TensorParallelGroup {
   Communicator& comm_;
   std::unique_ptr<Timer> compute_;
   int next_mark_ = 0;
-  bool timing_ = false;
   Traffic traffic_;
 };
 

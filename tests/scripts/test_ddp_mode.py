@@ -173,8 +173,7 @@ def check_bucket_model():
     allreduce = [(1e6, 4.5), (8e6, 5.3), (16e6, 9.2), (128e6, 72.6)]
     rs = [(1e6, 2.2), (16e6, 4.7), (128e6, 36.1)]
     o, w = scaling.line_through(allreduce[0], allreduce[-1])
-    measured = {"world_size": 2, "o": o, "w": w, "points": allreduce, "kinds": {"allreduce": allreduce,
-                                                                               "reducescatter": rs}}
+    measured = {"world_size": 2, "o": o, "w": w, "kinds": {"allreduce": allreduce, "reducescatter": rs}}
     for kind, points in (("allreduce", allreduce), ("reducescatter", rs)):
         for b, t in points:
             got = scaling.ring_ms(kind, b, 2, measured)
