@@ -145,7 +145,7 @@ def setup_title(s: dict) -> str:
     model = s["model"] if s["model"] != "custom" else \
         f"d{s['d_model']}_ff{s['d_ff']}_L{s['num_layers']}_H{s['num_heads']}"
     return (f"{model}, context {s['context_length']}, global batch {s['batch_size']} ({s['local_batch_size']} per "
-            f"rank), {s['world_size']} ranks"
+            f"rank), {s['world_size']} rank{'s' if s['world_size'] != 1 else ''}"
             + (f" (tp {s['tp']} x dp {s['world_size'] // s['tp']}{', sequence parallel' if s['sequence_parallel'] else ''}"
                + (f", products in {s['tp_overlap']} chunks" if s.get("tp_overlap", 1) > 1 else "") + ")"
                if s.get("tp", 1) > 1 else "")
@@ -187,7 +187,8 @@ def load(directories: list, rank) -> tuple:
         for column in (*STATE_COLUMNS, "shard_group"):
             frame[column] = [held.get(name, {}).get(column, math.nan) for name in frame["name"]]
         a = run.attrs
-        frames.append(frame.assign(run=directory, device_name=a.get("device_name", ""), nodes=len(run.nodes())))
+        frames.append(frame.assign(run=directory, device_name=a.get("device_name", ""), nodes=len(run.nodes()),
+                                   tf32=bool(run.config.get("tf32", False))))
         state = "" if run.finished else " (INCOMPLETE: a rank's file says the run did not finish)"
         notes.append(f"llmhpc ddp on {a['device_name']} ({a['hostname']}), {run.describe_ranks()}, backend "
                      f"{a['backend']}; {'every rank pooled' if rank is None else f'rank {rank}'}; git {a['git_sha']}; "
@@ -507,15 +508,15 @@ def ring_model(g: pd.DataFrame, comm_model) -> tuple:
 
 def bucket_model_table(g: pd.DataFrame, comm_model, markdown: bool, title: str) -> str:
     b = g[(g.ddp == "bucketed") & (g.status == "ok")]
-    if b.empty:
+    ranks = int(g.world_size.iloc[0]) // int(g.tp.iloc[0])
+    if b.empty or ranks < 2:  # one data-parallel rank: no all-reduce to model
         return ""
     s = float(b.comm_bytes_per_step.iloc[0])
     head = (f"(e) bucket model T_over(n_b) = n_b o + s / (n_b w): {title} (Comm time: the device time of all the "
             f"step's all-reduces on their stream, hidden or not (comm_busy_ms, NCCL only), beside n_b o + s / w)")
     model, why = ring_model(g, comm_model)
     if model is None:
-        return f"{head}\n{why}"
-    ranks = int(g.world_size.iloc[0]) // int(g.tp.iloc[0])
+        return f"{'### ' if markdown else ''}{head}\n\n{why}"
     o, w = scaling.allreduce_at(scaling.at_size(model, s / max(b.buckets.iloc[0], 1)), ranks)
     # Every bucket's o and the last one's bytes: n_b all-reduces of s / n_b each (scaling.ring_ms).
     predicted = [scaling.ring_ms("allreduce", s / max(r.buckets, 1), ranks, model, max(r.buckets, 1),

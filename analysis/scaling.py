@@ -10,7 +10,8 @@ A series is one model, context, precision, strategy, bucket size, sharding, tens
 transport measured at two or more rank counts n:
   strong: the same global batch B at every n; speed-up S(n) = T(n0) / T(n) and efficiency
           E(n) = n0 T(n0) / (n T(n)), n0 the fewest ranks measured (1 in scaling.sh);
-  weak:   the same per-rank batch b at every n; efficiency E(n) = T(n0) / T(n).
+  weak:   the same batch per GPU b = B / n at every n (under tensor parallelism each group's
+          tp GPUs share its tp b sequences); efficiency E(n) = T(n0) / T(n).
 A sharded or tensor-parallel series' n0 = 1 run is the strategy's unsharded one on one rank.
 T is the reference DDP study's step time: the mean over the timed steps of the slowest rank's step.
 Per configuration also tokens/s per GPU, B x context / (T n), and the model FLOPs utilisation,
@@ -18,8 +19,9 @@ MFU = tokens/s per GPU x F / peak, with one definition of the model's FLOPs per 
 torchtitan count them): F = 6 N + 6 L d T, N the parameters the matrix products multiply (every
 layer's 4 d^2 + 3 d d_ff and the LM head's V d; the embedding lookup multiplies nothing), and the
 attention scores and their product with the values 12 L d T per token, causal counted as half;
-peak the GPU's dense bf16 (tensor cores) or fp32 (no tensor cores) rate from PEAK_FLOPS, by the
-device's name: '-' where the device is not in it (the CPU).
+peak the GPU's dense rate at the products' arithmetic from PEAK_FLOPS, by the device's name: bf16
+and, for fp32 under --tf32, tf32 on the tensor cores, fp32 without them; '-' where the device is not
+in it (the CPU) or has no such rate (fp64).
 Transport: a run folder whose name ends in "-net" ran with NCCL's network transport forced
 (NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1, jobs/scaling.sh NET=1), as the folder name says.
 
@@ -55,6 +57,8 @@ m = n / g the groups:
     never less than all of them less forward's time; zero3 all-gathers each unit before forward and
     again before backward reads it, one ahead: c_p o and the embedding's, never less than all of them
     less forward's and backward's time.
+The projected steps are then scaled by T(n_m) over the model's step at n_m (the factor is in the
+Source column), so that a projection starts from the step measured at the most ranks.
 Under tensor parallelism (--tp) n counts the n / tp data-parallel ranks, and the collectives inside
 the layers are part of the compute, scaled with it. analysis/ddp.py's table (i) sets the same model
 beside what each sharded configuration measured.
@@ -71,7 +75,7 @@ import numpy as np
 import pandas as pd
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench import fmt, markdown_table  # noqa: E402
+from bench import fmt, markdown_table, section_script  # noqa: E402
 
 # What two configurations must share to be compared as the same model on the same ranks' hardware.
 MODEL_KEYS = ("d_model", "d_ff", "num_layers", "num_heads", "vocab_size", "context_length", "precision", "grad_dtype",
@@ -80,13 +84,18 @@ SERIES_KEYS = ("d_model", "d_ff", "num_layers", "num_heads", "vocab_size", "cont
                "attention", "tp", "sequence_parallel", "tp_overlap", "ddp", "bucket_mb", "shard_optimizer", "backend", "transport")
 OVERLAPPING = ("overlap", "bucketed")
 # Dense peak FLOP/s (no 2:4 sparsity) by (device name contains, precision), from the vendors' data
-# sheets (SXM parts; B200 and GB200 print sparse rates, halved here). The first name contained
-# wins: GB200 before B200, H200 (and GH200) before H20.
-PEAK_FLOPS = {("GB200", "bf16"): 2.5e15, ("GB200", "fp32"): 80e12, ("B200", "bf16"): 2.25e15, ("B200", "fp32"): 75e12,
-              ("H100", "bf16"): 989.4e12, ("H100", "fp32"): 66.9e12, ("H200", "bf16"): 989.4e12,
-              ("H200", "fp32"): 66.9e12, ("H800", "bf16"): 989.4e12, ("H800", "fp32"): 66.9e12,
-              ("H20", "bf16"): 148e12, ("H20", "fp32"): 44e12, ("L40S", "bf16"): 362.05e12, ("L40S", "fp32"): 91.6e12,
-              ("A100", "bf16"): 312e12, ("A100", "fp32"): 19.5e12, ("A800", "bf16"): 312e12, ("A800", "fp32"): 19.5e12}
+# sheets (SXM parts; sparse rates halved): bf16 and tf32 on the tensor cores (tf32: fp32 products
+# under --tf32), fp32 without them. The first name contained wins: GB200 before B200, H200 (and
+# GH200) before H20.
+PEAK_FLOPS = {("GB200", "bf16"): 2.5e15, ("GB200", "tf32"): 1.25e15, ("GB200", "fp32"): 80e12,
+              ("B200", "bf16"): 2.25e15, ("B200", "tf32"): 1.1e15, ("B200", "fp32"): 75e12,
+              ("H100", "bf16"): 989.4e12, ("H100", "tf32"): 494.7e12, ("H100", "fp32"): 66.9e12,
+              ("H200", "bf16"): 989.4e12, ("H200", "tf32"): 494.7e12, ("H200", "fp32"): 66.9e12,
+              ("H800", "bf16"): 989.4e12, ("H800", "tf32"): 494.7e12, ("H800", "fp32"): 66.9e12,
+              ("H20", "bf16"): 148e12, ("H20", "tf32"): 74e12, ("H20", "fp32"): 44e12,
+              ("L40S", "bf16"): 362.05e12, ("L40S", "tf32"): 183e12, ("L40S", "fp32"): 91.6e12,
+              ("A100", "bf16"): 312e12, ("A100", "tf32"): 156e12, ("A100", "fp32"): 19.5e12,
+              ("A800", "bf16"): 312e12, ("A800", "tf32"): 156e12, ("A800", "fp32"): 19.5e12}
 
 
 def flops_per_token(row) -> float:
@@ -97,6 +106,7 @@ def flops_per_token(row) -> float:
 
 
 def peak_flops(device_name: str, precision: str) -> float:
+    """PEAK_FLOPS' rate of the device at `precision` (bf16, tf32 or fp32); NaN where it has none."""
     for (name, p), peak in PEAK_FLOPS.items():
         if name in str(device_name) and p == precision:
             return peak
@@ -106,7 +116,8 @@ def peak_flops(device_name: str, precision: str) -> float:
 def throughput(row, n: int, batch: int, step_ms: float) -> tuple:
     """(tokens/s per GPU, MFU) of `batch` sequences a step over n ranks at step_ms."""
     per_gpu = batch * float(row["context_length"]) / (step_ms / 1e3) / n
-    return per_gpu, per_gpu * flops_per_token(row) / peak_flops(row.get("device_name", ""), row["precision"])
+    precision = "tf32" if row["precision"] == "fp32" and bool(row.get("tf32", False)) else row["precision"]
+    return per_gpu, per_gpu * flops_per_token(row) / peak_flops(row.get("device_name", ""), precision)
 
 
 def transport(directory: str) -> str:
@@ -116,7 +127,7 @@ def transport(directory: str) -> str:
 def ok_runs(df: pd.DataFrame) -> pd.DataFrame:
     """The configurations that ran, with the transport their run folder names."""
     ok = df[df.status == "ok"]
-    return ok.assign(transport=[transport(d) for d in ok.run])
+    return ok.assign(transport=[transport(d) for d in ok.run], gpu_batch=ok.batch_size / ok.world_size)
 
 
 def model_name(r) -> str:
@@ -135,7 +146,8 @@ def layout(r) -> str:
 
 def one_gpu(ok: pd.DataFrame, r, batch_key: str, batch: int, same_strategy: bool = False):
     """The index of the one-rank run that r's configuration is compared with: the same model, context,
-    precision and transport, unsharded, no tensor parallelism, `batch` in batch_key (r's strategy
+    precision and transport, unsharded, no tensor parallelism, `batch` in batch_key (batch_size, or
+    gpu_batch: the global batch over the ranks, what a weak series keeps; r's strategy
     preferred, any other next unless same_strategy: on one rank they differ only by overheads);
     None where there is none."""
     keys = [k for k in MODEL_KEYS if k in ok.columns]
@@ -158,7 +170,7 @@ def series(df: pd.DataFrame):
     is)."""
     ok = ok_runs(df)
     for key, g in ok.groupby(list(SERIES_KEYS), sort=False, dropna=False):
-        for kind, batch_key in (("strong", "batch_size"), ("weak", "local_batch_size")):
+        for kind, batch_key in (("strong", "batch_size"), ("weak", "gpu_batch")):
             for batch, rows in g.groupby(batch_key):
                 rows = rows[(rows.world_size > 1) | (rows.shard_optimizer == "none")]
                 rows = rows.drop_duplicates("world_size").sort_values("world_size")
@@ -171,8 +183,8 @@ def series(df: pd.DataFrame):
                 if rows.world_size.nunique() < 2 or (kind == "weak" and rows.batch_size.nunique() < 2):
                     continue
                 r = rows.iloc[-1]
-                setup = (f"{model_name(r)}, T={r.context_length}, {'global' if kind == 'strong' else 'per-rank'} "
-                         f"batch {batch}, {r.precision}{' bf16-grads' if r.grad_dtype == 'bf16' else ''}")
+                setup = (f"{model_name(r)}, T={r.context_length}, {'global' if kind == 'strong' else 'per-GPU'} "
+                         f"batch {batch:g}, {r.precision}{' bf16-grads' if r.grad_dtype == 'bf16' else ''}")
                 yield kind, setup, layout(r), rows
 
 
@@ -335,7 +347,7 @@ class Point(NamedTuple):
     """One rank count of a series, measured or projected."""
     ranks: int
     batch: int
-    local_batch: int
+    gpu_batch: float  # sequences a step per GPU: batch / ranks
     step_ms: float
     speedup: float
     efficiency: float
@@ -352,30 +364,35 @@ def model_for(models: dict, ranks: int, transport_name: str):
 
 
 def efficiency_rows(kind: str, rows: pd.DataFrame, models: dict) -> list:
-    """[Point], measured then projected (see the module doc)."""
+    """[Point], measured then projected (see the module doc). A projection starts from the step
+    measured at the most ranks: the model's step there is scaled to it, and every projected step by
+    the same factor (the Source column names it), so that what the model leaves out (the slowest
+    rank's lag, overheads) neither vanishes nor jumps at the first projected point."""
     base, last = rows.iloc[0], rows.iloc[-1]
     n0, t0 = int(base.world_size), float(base.slowest_step_mean)
 
-    def point(n, batch, local, t, source):
+    def point(n, batch, t, source):
         speedup = t0 / t
         tokens, mfu = throughput(last, n, batch, t)
-        return Point(n, batch, local, t, speedup, speedup * n0 / n if kind == "strong" else speedup, tokens, mfu,
+        return Point(n, batch, batch / n, t, speedup, speedup * n0 / n if kind == "strong" else speedup, tokens, mfu,
                      source)
 
-    out = [point(int(r.world_size), int(r.batch_size), int(r.local_batch_size), float(r.slowest_step_mean),
-                 "measured" if layout(r) == layout(last) else f"measured (one GPU: {layout(r)})")
+    out = [point(int(r.world_size), int(r.batch_size), float(r.slowest_step_mean),
+                 "measured" if layout(r) == layout(last) else f"measured (one rank: {layout(r)})")
            for _, r in rows.iterrows()]
-    n_m = int(last.world_size)
+    n_m, t_m = int(last.world_size), float(last.slowest_step_mean)
     model = model_for(models, n_m, last.transport)
-    if model is not None:
+    modelled = projected_step(last, n_m, n_m, kind, model) if model is not None else math.nan
+    if modelled > 0 and t_m > 0:
+        scale = t_m / modelled
         n = n_m * 2
         # Strong scaling ends where the global batch no longer splits into whole sequences per rank.
         tp = int(last.tp)  # the data-parallel ranks share the batch: n / tp of them
         while n <= max(64, 8 * n_m) and (kind == "weak" or int(last.batch_size) % (n // tp) == 0):
-            local = int(last.local_batch_size) if kind == "weak" else int(last.batch_size) // (n // tp)
-            batch = int(last.batch_size) if kind == "strong" else local * (n // tp)
-            out.append(point(n, batch, local, projected_step(last, n, n_m, kind, model),
-                             f"projection (ring model, o, w from {model['world_size']} ranks)"))
+            batch = int(last.batch_size) if kind == "strong" else int(last.local_batch_size) * (n // tp)
+            out.append(point(n, batch, projected_step(last, n, n_m, kind, model) * scale,
+                             f"projection (ring model, o, w from {model['world_size']} ranks; x{scale:.2f} to "
+                             f"match the step at {n_m} ranks)"))
             n *= 2
     return out
 
@@ -392,23 +409,25 @@ def study_table(df: pd.DataFrame, models: dict) -> str:
     for _, r in order.iterrows():
         n, tp, batch, step = int(r.world_size), int(r.tp), int(r.batch_size), float(r.slowest_step_mean)
         tokens, mfu = throughput(r, n, batch, step)
-        base = one_gpu(ok, r, "batch_size", batch)
+        base, per_gpu = one_gpu(ok, r, "batch_size", batch), ""
+        if base is None:  # a weak run: the one-rank run of as many sequences per GPU
+            base, per_gpu = one_gpu(ok, r, "gpu_batch", batch / n), "*"
         one = None if base is None else ok.loc[base]
-        of_one = math.nan if one is None else tokens / throughput(one, 1, batch, one.slowest_step_mean)[0]
+        of_one = math.nan if one is None else tokens / throughput(one, 1, one.batch_size, one.slowest_step_mean)[0]
         model = model_for(models, n // tp, r.transport)
         communicates = model is not None and n // tp > 1 and r.ddp != "none"
         m = stage_comm_ms(r, model) if communicates else dict(grad=math.nan, grad_all=math.nan, params_all=math.nan)
         busy, predicted = float(r.get("comm_busy_mean", math.nan)), m["grad_all"] + m["params_all"]
         cells.append([r.folder, f"{model_name(r)} T={r.context_length} {r.precision}", r.layout,
                       f"{n}" if tp == 1 else f"{n} ({tp} x {n // tp})", fmt(r.get("nodes", 1), 0), batch, fmt(step),
-                      f"{tokens:,.0f}", "-" if math.isnan(of_one) else f"{of_one:.3f}",
+                      f"{tokens:,.0f}", "-" if math.isnan(of_one) else f"{of_one:.3f}{per_gpu}",
                       "-" if math.isnan(mfu) else f"{100 * mfu:.1f}%", fmt(r.peak_memory_bytes / 2**30, 3),
                       f"{fmt(r.comm_mean, 3)} / {fmt(m['grad'], 3)}", f"{fmt(busy, 3)} / {fmt(predicted, 3)}",
                       ratio_cell(busy, predicted)])
     header = ["Run", "Model", "Layout", "Ranks (tp x dp)", "Nodes", "Global batch", "Step (ms)",
               "Tokens/s per GPU", "Of one GPU's", "MFU", "Peak per rank (GiB)",
               "Exposed comm, measured / predicted (ms)", "Comm time, measured / predicted (ms)",
-              "Comm time measured / predicted"]
+              "Comm time, ratio"]
     if len({c[1] for c in cells}) == 1:  # one model: named in every series' title, no column of its own
         header, cells = header[:1] + header[2:], [c[:1] + c[2:] for c in cells]
     table = markdown_table(header, cells)
@@ -450,8 +469,10 @@ def choices(order: pd.DataFrame) -> list:
 
 STUDY_NOTE = ("Step: the mean of the slowest rank's step. Tokens/s per GPU: global batch x context / (step x ranks). "
               "Of one GPU's: that over the tokens/s of the one-rank run of the same model and global batch, unsharded "
-              "and without tensor parallelism. MFU: model FLOPs (6 N + attention's, causal counted as half) over "
-              "the GPU's dense peak (analysis/scaling.py; '-' where the device has none in its table, as CPUs). "
+              "and without tensor parallelism (*: where none ran, of the same batch per GPU, as weak scaling "
+              "compares). MFU: tokens/s per GPU x the model FLOPs per token (6 x the parameters the matrix products "
+              "multiply, plus attention's, causal counted as half) over the GPU's dense peak at the products' "
+              "precision (analysis/scaling.py; '-' where the device has none in its table, as CPUs). "
               "Peak per rank: the largest rank's allocator peak. Exposed comm: what the gradients' collectives leave "
               "after backward, plus what waits for the parameters after the optimizer; under sharding the "
               "parameters' wait inside forward is not in it (the ddp tables (g) and (i) show it); predicted: the "
@@ -459,7 +480,7 @@ STUDY_NOTE = ("Step: the mean of the slowest rank's step. Tokens/s per GPU: glob
               "table (i) per stage). Comm time: the "
               "device time of the step's data-parallel collectives on their stream, hidden or not (comm_busy_ms; "
               "NCCL only, '-' from the mpi backend); predicted: the ring model's for all of them, gradients' and "
-              "parameters', end to end. Tensor parallelism's collectives inside the layers are in the step, in "
+              "parameters', end to end; ratio: measured over predicted. Tensor parallelism's collectives inside the layers are in the step, in "
               "none of these columns.")
 
 
@@ -490,7 +511,7 @@ def plot(all_series: list, path: str) -> str:
     for column, kind in enumerate(("strong", "weak")):
         ns = sorted({p.ranks for k, _, _, points in all_series if k == kind for p in points})
         common = f"\n{setups[kind][0]}" if len(setups[kind]) == 1 else ""
-        axes[0, column].set_title(f"{kind} scaling ({'fixed global' if kind == 'strong' else 'fixed per-rank'} batch)"
+        axes[0, column].set_title(f"{kind} scaling ({'fixed global' if kind == 'strong' else 'fixed per-GPU'} batch)"
                                   f"{common}", fontsize="medium")
         for row in (0, 1):
             ax = axes[row, column]
@@ -526,13 +547,13 @@ def report(df: pd.DataFrame, models: dict, out_dir: str) -> str:
     parts = [study_table(df, models)]
     found = list(series(df))
     if not found:
-        return parts[0] + "\n\nNo series: runs at two or more rank counts with the same global or per-rank batch."
+        return parts[0] + "\n\nNo series: runs at two or more rank counts with the same global batch or batch per GPU."
     all_series = [(kind, setup, lay, efficiency_rows(kind, rows, models)) for kind, setup, lay, rows in found]
     for kind, setup, lay, points in all_series:
-        cells = [[p.ranks, p.batch, p.local_batch, fmt(p.step_ms), fmt(p.speedup), f"{100 * p.efficiency:.1f}%",
+        cells = [[p.ranks, p.batch, f"{p.gpu_batch:g}", fmt(p.step_ms), fmt(p.speedup), f"{100 * p.efficiency:.1f}%",
                   f"{p.tokens_per_gpu:,.0f}", "-" if math.isnan(p.mfu) else f"{100 * p.mfu:.1f}%", p.source]
                  for p in points]
-        table = markdown_table(["Ranks", "Global batch", "Per-rank batch", "Step (ms)", "Speed-up", "Efficiency",
+        table = markdown_table(["Ranks", "Global batch", "Batch per GPU", "Step (ms)", "Speed-up", "Efficiency",
                                 "Tokens/s per GPU", "MFU", "Source"], cells)
         parts.append(f"### Scaling, {kind}: {setup}, {lay}\n\n{table}")
     if not models:
@@ -542,5 +563,5 @@ def report(df: pd.DataFrame, models: dict, out_dir: str) -> str:
     return "\n\n".join(parts)
 
 
-if __name__ == "__main__":  # a section of report.py's, with no command line of its own
-    sys.exit("analysis/scaling.py writes report.py's ddp section: python3 analysis/report.py DIR...")
+if __name__ == "__main__":
+    section_script("ddp")

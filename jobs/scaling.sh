@@ -16,7 +16,8 @@
 # rank, exposed communication and the collectives' device time beside the model's), then each
 # series with projections to larger
 # clusters (each labelled "projection"), and scaling.png (tokens/s per GPU and efficiency against
-# ranks). Runs: $OUT/strong-np<N>, $OUT/weak-np<N>, $OUT/collectives-np<N>.
+# ranks). Runs: $OUT/strong-np<N>, $OUT/weak-np<N> (none where its global batch is STRONG_BATCH:
+# that configuration is strong-np<N>, which the weak series takes), $OUT/collectives-np<N>.
 #
 # Across nodes: sbatch --nodes=2 --ntasks-per-node=8 jobs/scaling.sh (mpirun places the ranks).
 # NET=1 runs everything again with NCCL's network transport forced (NCCL_P2P_DISABLE=1
@@ -33,6 +34,7 @@
 # a launch of its own, $MPIRUN $MPIRUN_ARGS $NP_OPTION N (LAUNCH, with its fixed count, does not
 # apply; MPIRUN="srun --mpi=pmix" launches with srun -n N). EXTRA_ARGS go to the ddp runs, not to
 # the collectives' runs (mode comm refuses model and ddp options).
+# More ranks than cores (a CPU run on a small machine) need MPIRUN_ARGS="--bind-to none --oversubscribe".
 #   sbatch jobs/scaling.sh            or   NP=4 bash jobs/scaling.sh
 #   NP=2 DEVICE=cpu SHAPE="--d-model 64 --d-ff 128 --num-layers 2 --num-heads 4" CONTEXTS=32 bash jobs/scaling.sh
 set -euo pipefail
@@ -62,6 +64,15 @@ case "${NET:-0}" in 0) transports=default ;; 1) transports="default net" ;; only
 # Checked before the first run, not when the sweep reaches the rank count that cannot take it.
 require_numbers RANKS 1
 require_numbers TP 1
+for tp in ${TP//,/ }; do  # a size no rank count takes would silently never run
+  for np in ${RANKS//,/ }; do [ $((np % tp)) -eq 0 ] && continue 2; done
+  echo "$0: TP=$TP: tensor-parallel size $tp divides none of RANKS=$RANKS, so it would never run; give rank counts it divides" >&2
+  exit 2
+done
+if [ "$transports" != default ] && [ "$DEVICE" = cpu ]; then
+  echo "$0: NET=${NET} forces NCCL's network transport, but DEVICE=cpu runs the mpi backend, which has no other: NET=0 on CPU" >&2
+  exit 2
+fi
 for v in STRONG_BATCH WEAK_BATCH; do  # one batch each, not a list
   [[ "${!v}" =~ ^[1-9][0-9]*$ ]] || { echo "$0: $v must be one whole number of sequences, at least 1, not '${!v}'" >&2; exit 2; }
 done
@@ -83,6 +94,10 @@ for transport in $transports; do
       [ -n "$tps" ] || { echo "scaling: no TP in $TP divides $np ranks: no runs at $np"; continue; }
       for kind in strong weak; do
         if [ $kind = strong ]; then batch=$STRONG_BATCH; else batch=$((WEAK_BATCH * np)); fi
+        if [ $kind = weak ] && [ "$batch" = "$STRONG_BATCH" ]; then  # the same run twice: the report takes strong's
+          echo "scaling: weak at $np ranks is global batch $batch, the strong run: not run twice"
+          continue
+        fi
         $MPIRUN $MPIRUN_ARGS $NP_OPTION "$np" "$LLMHPC_BIN" --mode ddp --device "$DEVICE" --model "$MODELS" $SHAPE --context-length "$CONTEXTS" \
           --batch-size "$batch" --precision "$PRECISIONS" --ddp "$STRATEGY" --bucket-mb "$BUCKET" \
           --shard-optimizer "$([ "$np" = 1 ] && echo none || echo "$SHARDINGS")" --tp "$tps" --warmup "$WARMUP" \

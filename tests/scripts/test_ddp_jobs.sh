@@ -132,7 +132,16 @@ set -e
 [ $rc -eq 2 ] && grep -q "STRONG_BATCH must be one whole number" "$tmp/refused.log" ||
   { cat "$tmp/refused.log"; fail "scaling.sh STRONG_BATCH=4,8: exit $rc"; }
 [ ! -e "$tmp/refused-scaling" ] || { find "$tmp/refused-scaling"; fail "scaling.sh STRONG_BATCH=4,8 wrote results"; }
-echo "ok   scaling.sh refuses STRONG_BATCH=3 on 1,2 ranks and a list of batches before running"
+# A tensor-parallel size no rank count takes, and the network transport on the mpi backend.
+for refusal in "TP=1,3|tensor-parallel size 3 divides none of RANKS=1,2" "NET=1|DEVICE=cpu runs the mpi backend"; do
+  set +e
+  env NP=2 DEVICE=cpu "${refusal%%|*}" OUT_ROOT="$tmp/refused-scaling" bash "$ROOT/jobs/scaling.sh" >"$tmp/refused.log" 2>&1
+  rc=$?
+  set -e
+  [ $rc -eq 2 ] && grep -q "${refusal#*|}" "$tmp/refused.log" || { cat "$tmp/refused.log"; fail "scaling.sh ${refusal%%|*}: exit $rc"; }
+  [ ! -e "$tmp/refused-scaling" ] || { find "$tmp/refused-scaling"; fail "scaling.sh ${refusal%%|*} wrote results"; }
+done
+echo "ok   scaling.sh refuses STRONG_BATCH=3 on 1,2 ranks, a list of batches, TP=1,3 and NET=1 on CPU before running"
 # scaling.sh with TP=1,2 over 2 and 4 ranks: a tensor-parallel series beside the data-parallel one,
 # from the one-rank run (tp 2 at 1 rank skipped: 2 does not divide 1), with its projections from the
 # all-reduce run.
@@ -146,11 +155,18 @@ import re, sys
 text = open(sys.argv[1]).read()
 block = text.split("### Scaling, strong: ")[1:]
 tp2 = next(b for b in block if b.splitlines()[0].endswith(", tp 2")).split("\n### ")[0]
-measured = [line for line in tp2.splitlines() if line.startswith("|") and "measured" in line]
+measured = [line for line in tp2.splitlines() if line.startswith("|") and "| measured" in line]
 projected = [line for line in tp2.splitlines() if "projection" in line]
 assert [int(line.split("|")[1]) for line in measured] == [1, 2, 4] and projected, tp2
-assert "(one GPU: bucketed 25 MiB) |" in measured[0] and "one GPU" not in measured[1], tp2  # from one GPU's run
+assert "(one rank: bucketed 25 MiB) |" in measured[0] and "one rank" not in measured[1], tp2  # from one rank's run
+# Weak: 2 sequences per GPU at 1, 2 and 4 ranks, tp 2 too (its groups take 4), from the same one-rank
+# run; at 4 ranks the strong run (global batch 8) is that configuration.
+weak = text.split("### Scaling, weak: ")[1:]
+tp2 = next(b for b in weak if b.splitlines()[0].endswith(", tp 2")).split("\n### ")[0]
+assert tp2.startswith("d32_L2, T=16, per-GPU batch 2,"), tp2
+assert [int(line.split("|")[1]) for line in tp2.splitlines() if "| measured" in line] == [1, 2, 4], tp2
 PY
+[ ! -e "$tmp/scaling/weak-np4" ] || fail "scaling.sh ran weak-np4, the same configuration as strong-np4"
 echo "ok   scaling.sh TP=1,2: a tensor-parallel series from one GPU to 2 and 4 ranks beside the data-parallel one"
 
 # 3d. What env.sh checks before any run: an OUT that holds files (the report reads everything

@@ -193,6 +193,12 @@ def check_bucket_model():
                                     ("NVIDIA B200", "bf16", 2.25e15)):
         assert scaling.peak_flops(device, precision) == peak, (device, precision, scaling.peak_flops(device, precision))
     assert math.isnan(scaling.peak_flops("cpu", "bf16")), "a CPU has no peak in the table"
+    # fp32 products under --tf32 run on the tensor cores: MFU against the tf32 peak, not fp32's.
+    row = dict(d_model=64, d_ff=256, num_layers=2, vocab_size=1000, context_length=32, precision="fp32",
+               device_name="NVIDIA H200", tf32=False)
+    plain = scaling.throughput(row, 1, 4, 10.0)[1]
+    tensor_cores = scaling.throughput({**row, "tf32": True}, 1, 4, 10.0)[1]
+    assert abs(plain / tensor_cores - 494.7 / 66.9) <= 1e-9, (plain, tensor_cores)
 
 
 def check_stage_model():

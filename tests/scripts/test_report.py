@@ -227,6 +227,15 @@ def check_scaling(tables, runs, text):
     projections = [r for t in table_with(tables, "Ranks", "Efficiency", "Source") for r in rows_of(t)
                    if r["Source"].startswith("projection")]
     assert projections and all(int(r["Ranks"]) > 2 for r in projections), f"projections: {projections}"
+    # A weak projection starts from the step measured at the most ranks and the collectives only grow
+    # with the ring: never a step shorter, nor an efficiency higher, than the last measured.
+    for block in text.split("### Scaling, weak: ")[1:]:
+        (series,) = [rows_of(t) for t in parse_markdown_tables(block.split("\n### ")[0])]
+        measured = [r for r in series if r["Source"].startswith("measured")]
+        last = measured[-1]
+        for r in series[len(measured):]:
+            assert float(r["Step (ms)"]) >= float(last["Step (ms)"]) - 0.01 and \
+                float(r["Efficiency"].rstrip("%")) <= float(last["Efficiency"].rstrip("%")) + 0.05, (last, r)
     # The study table: a row per run, its figures from the rank files; "of one GPU's" against
     # strong-np1, the one-rank run at the same global batch (4).
     (study,) = table_with(tables, "Run", "Tokens/s per GPU", "Of one GPU's", "Exposed comm, measured / predicted (ms)")
@@ -263,7 +272,7 @@ def check_scaling(tables, runs, text):
             busy, predicted = row["Comm time, measured / predicted (ms)"].split(" / ")
             assert busy == "-" and not any("comm_busy_ms" in arr for f in files for _, arr in f.values()), row
             assert (predicted == "-") == (n == 1) and (n == 1 or float(predicted) > 0), row
-            assert row["Comm time measured / predicted"] == "-", row
+            assert row["Comm time, ratio"] == "-", row
 
 
 def check_attention(tables, runs):
