@@ -41,6 +41,15 @@ def fmt(value, decimals: int = 2) -> str:
     return f"{value:.{decimals}f}"
 
 
+def section_script(section: str):
+    """The command line of a script that only writes one of report.py's sections: where to go, on
+    stderr; exit 0 for --help, 2 for anything else (it reads no run directories itself)."""
+    script = os.path.basename(sys.argv[0])
+    print(f"analysis/{script} writes report.py's {section} section: python3 analysis/report.py DIR...",
+          file=sys.stderr)
+    sys.exit(0 if sys.argv[1:] in (["-h"], ["--help"]) else 2)
+
+
 def markdown_table(header: list, rows: list) -> str:
     lines = ["| " + " | ".join(header) + " |", "| " + " | ".join("---" for _ in header) + " |"]
     lines += ["| " + " | ".join(str(cell) for cell in row) + " |" for row in rows]
@@ -292,5 +301,5 @@ def report_section(runs: list, out_dir: str, rank=0, decimals: int = 2) -> str:
     return "\n\n".join(parts)
 
 
-if __name__ == "__main__":  # a section of report.py's, with no command line of its own
-    sys.exit("analysis/bench.py writes report.py's bench section: python3 analysis/report.py DIR...")
+if __name__ == "__main__":
+    section_script("bench")

@@ -117,27 +117,28 @@ def build_report(dirs: list, out_dir: str, options: dict, table_only: bool = Fal
     for run in runs:
         by_mode.setdefault(run.mode, []).append(run)
     modes = sorted(by_mode, key=lambda m: (MODE_ORDER.index(m) if m in MODE_ORDER else len(MODE_ORDER), m))
-    parts = [] if table_only else ["# llmhpc report", "\n".join(f"- {describe(run)}" for run in runs)]
+    sections = []  # (title, body)
     for mode in modes:
         function = section_function(mode)
         if function is None:
             body = f"no analysis/{mode}.py with report_section(runs, out_dir): runs listed above only"
         else:
             body = call_section(function, by_mode[mode], out_dir, dict(options, all_runs=runs))
-        parts.append(body if table_only else f"## {mode}\n\n{body}")
+        sections.append((mode, body))
     soaks = [run for run in runs if soak.is_soak(run)]
     if soaks:
-        body = soak.report_section(soaks, out_dir)
-        parts.append(body if table_only else f"## soak\n\n{body}")
-    clocks = device_clocks.report_section(runs, out_dir)
-    if clocks:
-        parts.append(clocks if table_only else f"## device clocks\n\n{clocks}")
-    hangs = hang_section(runs)
-    if hangs:
-        parts.append(hangs if table_only else f"## Hangs\n\n{hangs}")
-    late = stragglers.report_section(runs, out_dir)
-    if late:
-        parts.append(late if table_only else f"## Stragglers\n\n{late}")
+        sections.append(("soak", soak.report_section(soaks, out_dir)))
+    sections += [(title, body) for title, body in (("device clocks", device_clocks.report_section(runs, out_dir)),
+                                                   ("Hangs", hang_section(runs)),
+                                                   ("Stragglers", stragglers.report_section(runs, out_dir))) if body]
+    if table_only:
+        return "\n\n".join(body for _, body in sections) + "\n"
+    # The sections as links (GitHub's and most viewers' heading anchors): a long report's study is
+    # one click away from the top.
+    parts = ["# llmhpc report", "\n".join(f"- {describe(run)}" for run in runs)]
+    if len(sections) > 1:
+        parts.append("Sections: " + " · ".join(f"[{title}](#{title.lower().replace(' ', '-')})" for title, _ in sections))
+    parts += [f"## {title}\n\n{body}" for title, body in sections]
     return "\n\n".join(parts) + "\n"
 
 

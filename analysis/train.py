@@ -21,7 +21,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench import fmt, markdown_table  # noqa: E402
+from bench import fmt, markdown_table, section_script  # noqa: E402
 
 MAX_LOSS_ROWS = 20  # the loss table shows at most this many steps, evenly spread, the last included
 
@@ -83,5 +83,5 @@ def report_section(runs: list, out_dir: str, rank=0, decimals: int = 2) -> str:
     return "\n\n".join([f"### Training runs\n\n{table}", *parts, "![training loss](train_loss.png)"])
 
 
-if __name__ == "__main__":  # a section of report.py's, with no command line of its own
-    sys.exit("analysis/train.py writes report.py's train section: python3 analysis/report.py DIR...")
+if __name__ == "__main__":
+    section_script("train")

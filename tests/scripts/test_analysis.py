@@ -228,6 +228,9 @@ def main():
         proc = run([sys.executable, os.path.join(ROOT, "analysis", script), out], expect_ok=False)
         assert proc.returncode != 0 and "analysis/report.py" in proc.stderr, \
             f"{script} run alone: exit {proc.returncode}, stderr {proc.stderr!r}"
+        proc = run([sys.executable, os.path.join(ROOT, "analysis", script), "--help"], expect_ok=False)
+        assert proc.returncode == 0 and "analysis/report.py" in proc.stderr, \
+            f"{script} --help: exit {proc.returncode}, stderr {proc.stderr!r}"
 
     future = os.path.join(work, "future")
     shutil.copytree(out, future)
