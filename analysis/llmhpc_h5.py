@@ -266,6 +266,15 @@ class Record:
 ABORTED = "aborted by the watchdog"  # a rank file's status when its watchdog ended the job
 
 
+def rank_list(ranges: str) -> list:
+    """[0, 2, 3, 4, 5, 9] from the watchdog's rank ranges '0,2-5,9' ('' for none)."""
+    out = []
+    for part in filter(None, ranges.split(",")):
+        first, _, last = part.partition("-")
+        out += range(int(first), int(last or first) + 1)
+    return out
+
+
 @dataclasses.dataclass
 class RankFile:
     """One rank's file: its root attributes and every record in it."""

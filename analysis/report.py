@@ -29,7 +29,7 @@ import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from llmhpc_h5 import RANK_FILE_PATTERN, SchemaError, open_run  # noqa: E402
+from llmhpc_h5 import RANK_FILE_PATTERN, SchemaError, open_run, rank_list  # noqa: E402
 import bench  # noqa: E402
 import device_clocks  # noqa: E402
 import soak  # noqa: E402
@@ -72,13 +72,22 @@ def call_section(function, runs: list, out_dir: str, options: dict) -> str:
     return function(runs, out_dir, **{k: v for k, v in options.items() if k in accepted})
 
 
-def hang_summary(h: dict) -> str:
-    """'collective #34 not reached by rank 1 on node1; no answer from ...' from a Run.hang_reports() entry."""
+def hang_summary(h: dict, fired: set) -> str:
+    """'collective #34 not reached by rank 1 on node1; no answer from ...' from a Run.hang_reports() entry;
+    fired: the ranks with a report of their own."""
     parts = [f"collective #{h['collective']} not reached by rank(s) {h['not_reached']} on {h['not_reached_hosts']}"
              if h["not_reached"] else f"collective #{h['collective']} reached by every rank that answered"]
     if h["no_answer"]:
-        parts.append(f"no answer from rank(s) {h['no_answer']} on {h['no_answer_hosts']}")
+        parts.append(f"no answer from rank(s) {no_answer_cell(h, fired)}")
     return "; ".join(parts)
+
+
+def no_answer_cell(h: dict, fired: set) -> str:
+    """'3 (node2)', and which of them fired a watchdog of their own: those were aborting the job, not
+    stopped, when this rank asked (a waiting rank, not one to look at)."""
+    aborting = [r for r in rank_list(h["no_answer"]) if r in fired]
+    return (f"{h['no_answer']} ({h['no_answer_hosts']})"
+            + (f"; rank(s) {','.join(map(str, aborting))} had fired too: aborting, not stopped" if aborting else ""))
 
 
 def describe(run) -> str:
@@ -86,7 +95,8 @@ def describe(run) -> str:
     stopped = sorted({rf.status for rf in run.files if rf.status.startswith("interrupted")})
     hangs = run.hang_reports()
     state = ("" if run.finished else
-             f" (ABORTED by the watchdog of rank {hangs[0]['rank']}: {hang_summary(hangs[0])})" if hangs else
+             f" (ABORTED by the watchdog of rank {hangs[0]['rank']}: "
+             f"{hang_summary(hangs[0], {h['rank'] for h in hangs})})" if hangs else
              f" (INTERRUPTED: {stopped[0][len('interrupted: '):]})" if stopped
              else " (INCOMPLETE: a rank's file says the run did not finish)")
     settings = ", ".join(str(a.get("environment_variables", "")).split("\n")).strip(", ")
@@ -97,10 +107,13 @@ def describe(run) -> str:
 
 def hang_section(runs: list) -> str:
     """Runs the watchdog ended: what each rank's watchdog found, as its rank file keeps it."""
-    rows = [[f"`{run.directory}`", f"{h['rank']} ({h['host']})", h["what"], h["reached"] or "-",
-             f"{h['not_reached']} ({h['not_reached_hosts']})" if h["not_reached"] else "-",
-             f"{h['no_answer']} ({h['no_answer_hosts']})" if h["no_answer"] else "-"]
-            for run in runs for h in run.hang_reports()]
+    rows = []
+    for run in runs:
+        hangs = run.hang_reports()
+        fired = {h["rank"] for h in hangs}
+        rows += [[f"`{run.directory}`", f"{h['rank']} ({h['host']})", h["what"], h["reached"] or "-",
+                  f"{h['not_reached']} ({h['not_reached_hosts']})" if h["not_reached"] else "-",
+                  no_answer_cell(h, fired) if h["no_answer"] else "-"] for h in hangs]
     if not rows:
         return ""
     return ("The watchdog ended these runs: no progress within --comm-timeout. Each rank whose watchdog fired "

@@ -380,14 +380,17 @@ void Watchdog::fail(const std::string& what, const Op* op) {
   report.text = "llmhpc: watchdog on rank " + std::to_string(rank_) + " (host " + host + "): " + report.what +
                 "\n  rank " + std::to_string(rank_) + ": last enqueued collective #" +
                 std::to_string(enqueued_.load()) + ", last completed #" + std::to_string(completed_.load()) + "\n";
-  // The report starts a line of its own: rank 0's progress line may be half written (log_root
-  // flushes it as it goes), and a launcher merges every rank's streams into one.
-  std::fprintf(stderr, "\n%s", report.text.c_str());
-  std::fflush(stderr);
-  const size_t asked = report.text.size();
   ask_the_ranks(report);
-  std::fprintf(stderr, "%s  rank %d: aborting the job (MPI_Abort)\n", report.text.c_str() + asked, rank_);
-  std::fflush(stderr);
+  // One write, starting a line of its own: rank 0's progress line may be half written (log_root
+  // flushes it as it goes), and a launcher merges every rank's streams into one, where the
+  // reports of ranks that fire together must not interleave.
+  const std::string printed =
+      "\n" + report.text + "  rank " + std::to_string(rank_) + ": aborting the job (MPI_Abort)\n";
+  for (size_t at = 0; at < printed.size();) {
+    const ssize_t n = ::write(STDERR_FILENO, printed.data() + at, printed.size() - at);
+    if (n <= 0) break;
+    at += size_t(n);
+  }
   std::function<void(const HangReport&)> keep;
   {
     std::unique_lock<std::mutex> lock(state_->keep_mutex, std::try_to_lock);  // never wait on the main thread
@@ -399,6 +402,10 @@ void Watchdog::fail(const std::string& what, const Op* op) {
     } catch (...) {  // the report is printed: a file that cannot take it changes nothing here
     }
   }
+  // The other waiting ranks' watchdogs fire about now and ask this rank too: it goes on
+  // answering (the board's thread) for one asking window before it ends the job, or they would
+  // find it gone and name it as not answering (seen in 2 of 4 hangs on 3 fake nodes).
+  if (state_->board.opened()) std::this_thread::sleep_for(std::chrono::duration<double>(kAskS));
   MPI_Abort(MPI_COMM_WORLD, 4);
   _exit(4);
 }

@@ -4,14 +4,15 @@
 // reductions) registers here when it is issued and is marked complete when it is; one thread
 // checks, every poll interval, the oldest operation not yet complete against --comm-timeout
 // and the error sources the communicators add (NCCL's asynchronous error). On a timeout or an
-// error it prints which operation (name, bytes, sequence number, the configuration and step
-// it was issued in) with this rank's last enqueued and last completed sequence numbers, asks
-// every other rank how far it got (src/core/progress_board.h: a side channel that needs
-// nothing from the stuck main threads) and prints which ranks had and had not issued that
-// collective and which did not answer, with their hosts; keeps that report in the rank file
-// (set_on_abort: only where no HDF5 file is open within a second, io/h5.h's library_lock),
-// then ends the job with MPI_Abort. What PyTorch's ProcessGroupNCCL watchdog and its desync
-// report do.
+// error it asks every other rank how far it got (src/core/progress_board.h: a side channel
+// that needs nothing from the stuck main threads), then prints, in one write, which operation
+// (name, bytes, sequence number, the configuration and step it was issued in) with this rank's
+// last enqueued and last completed sequence numbers, and which ranks had and had not issued
+// that collective and which did not answer, with their hosts; keeps that report in the rank
+// file (set_on_abort: only where no HDF5 file is open within a second, io/h5.h's
+// library_lock), goes on answering the other ranks' watchdogs for one asking window (kAskS:
+// theirs fire about when its own does), then ends the job with MPI_Abort. What PyTorch's
+// ProcessGroupNCCL watchdog and its desync report do.
 //
 // The abort path calls nothing that the main thread may be inside: no NCCL, no CUDA, no
 // thread that starts or ends, and HDF5 only under the lock every open file holds. The main

@@ -329,8 +329,13 @@ RecordStream Recorder::stream(const std::string& group, const std::vector<Column
 }
 
 void Recorder::finish(const std::string& status, const Attrs& attrs) {
+  finish_file(status, attrs,
+              /*even_if_absent=*/status == "complete");  // a failed run that recorded nothing leaves nothing
+}
+
+void Recorder::finish_file(const std::string& status, const Attrs& attrs, bool even_if_absent) {
   std::lock_guard<std::recursive_timed_mutex> hold(h5::library_lock());  // the write and its commit, whole
-  if (!created_ && status != "complete") return;  // a failed run that recorded nothing leaves nothing
+  if (!created_ && !even_if_absent) return;
   create_once();
   {
     h5::Handle f = file_->open();
@@ -345,7 +350,7 @@ void Recorder::finish(const std::string& status, const Attrs& attrs) {
 bool Recorder::finish_within(const std::string& status, const Attrs& attrs, std::chrono::milliseconds wait) {
   std::unique_lock<std::recursive_timed_mutex> hold(h5::library_lock(), std::defer_lock);
   if (!hold.try_lock_for(wait)) return false;
-  finish(status, attrs);
+  finish_file(status, attrs, /*even_if_absent=*/true);
   return true;
 }
 

@@ -164,7 +164,8 @@ class Recorder {
   void finish(const std::string& status = "complete", const Attrs& attrs = {});
   // finish() from another thread (the watchdog's, on its way out): only if no file is open
   // within `wait` (h5::library_lock), since the main thread may be stuck holding one; false
-  // if it gave up. Throws as finish() does.
+  // if it gave up. Unlike finish() it creates the file where nothing was recorded yet: a hang
+  // before the first record is still reported in the rank file. Throws as finish() does.
   bool finish_within(const std::string& status, const Attrs& attrs, std::chrono::milliseconds wait);
   const std::string& path() const;
 
@@ -172,6 +173,7 @@ class Recorder {
 
  private:
   void create_once();
+  void finish_file(const std::string& status, const Attrs& attrs, bool even_if_absent);
   std::shared_ptr<File> file_;
   RunInfo info_;
   bool created_ = false;

@@ -506,6 +506,9 @@ void run(ModeContext& ctx, const TrainOptions& o) {
                            [&](int) { micro_losses += model->mean_loss() / micro_batches; }};
   if (micro_batches > 1) model->set_loss_weight(1.0 / micro_batches);
   std::unique_ptr<GraphedStep> graph;  // --cuda-graph: recorded at the second step, after the first allocated all
+  // The record exists, status "running", before the first step: a run that hangs or is killed
+  // early leaves its configuration beside the watchdog's report.
+  save_progress("running");
   auto last_flush = std::chrono::steady_clock::now();
   Watchdog::instance().set_context("train");
   const int64_t first_batch = opt->steps_taken();  // from a checkpoint: the batches after its steps

@@ -55,7 +55,8 @@ cores=$(nproc)
 core() { echo $(($1 % cores)); }             # the core node I is pinned to
 tag=llmhpc-fn$$                              # prefix of the namespaces made here
 
-# Namespaces of an earlier run of this test that was killed outright (no trap ran): its pid is gone.
+# Namespaces and the temporary folder of an earlier run of this test that was killed outright
+# (no trap ran): its pid, in their names, is gone.
 for ns in $(ip netns list 2>/dev/null | grep -o '^llmhpc-fn[0-9]*-[a-z0-9]*'); do
   owner=${ns#llmhpc-fn}
   owner=${owner%%-*}
@@ -63,8 +64,13 @@ for ns in $(ip netns list 2>/dev/null | grep -o '^llmhpc-fn[0-9]*-[a-z0-9]*'); d
   for pid in $(ip netns pids "$ns" 2>/dev/null); do kill -9 "$pid" 2>/dev/null; done
   ip netns del "$ns" 2>/dev/null && echo "note removed $ns, left by a run of this test that was killed"
 done
+for old in /tmp/llmhpc-fakenodes.[0-9]*.*; do
+  [ -d "$old" ] || continue
+  owner=${old#/tmp/llmhpc-fakenodes.}
+  kill -0 "${owner%%.*}" 2>/dev/null || { rm -rf "$old" && echo "note removed $old, left by a run of this test that was killed"; }
+done
 
-tmp=$(mktemp -d /tmp/llmhpc-fakenodes.XXXXXX)
+tmp=$(mktemp -d "/tmp/llmhpc-fakenodes.$$.XXXXXX")
 chmod 755 "$tmp"  # munged wants every folder above its socket searchable by all
 netns=()          # namespaces made here
 pids=()           # daemons started here, stopped in reverse order
@@ -97,9 +103,13 @@ exec 3>&1  # the test's output, also for a trap run while a command's output goe
 trap 'echo "FAIL: stopped by a signal" >&3; exit 1' TERM INT
 # A deadline of our own, well below ctest's 600 s, so that the cleanup runs (ctest's timeout
 # kills without it). Long commands run through interruptible, so the signal is taken at once.
+# Should the test be killed outright, the deadline must not signal whatever later takes its pid:
+# it signals the process that started at the test's start time (/proc/PID/stat's 22nd field).
+started() { awk '{print $22}' "/proc/$1/stat" 2>/dev/null; }
+test_started=$(started $$)
 ( trap 'kill "$sleeper" 2>/dev/null; exit 0' TERM
   sleep 300 & sleeper=$!
-  wait "$sleeper" && { echo "FAIL: the test ran past 300 s"; kill -TERM $$; } ) &
+  wait "$sleeper" && [ "$(started $$)" = "$test_started" ] && { echo "FAIL: the test ran past 300 s"; kill -TERM $$; } ) &
 watchdog=$!
 interruptible() { "$@" & wait $!; }  # COMMAND... in the background, waited for: a signal stops the wait
 daemon_logs=()  # what fail() shows besides its message: the daemons' logs, once they run

@@ -153,6 +153,26 @@ TINY=(--d-model 16 --d-ff 32 --num-layers 1 --num-heads 2 --vocab-size 64 --cont
 head -c $(($(stat -c %s ckpt.h5) / 2)) ckpt.h5 >truncated.h5
 head -c $(($(stat -c %s tokens.npy) - 101)) tokens.npy >truncated.npy
 [ -e ckpt.h5.tmp ] && fail "the checkpoint's temporary file was left behind"
+# A hang in train's first steps, long before its first minute's write of the losses: every
+# rank's file is there with the run's train record, and the others' files keep the report.
+run train_stall "rank=2,step=3,action=stall" "watchdog on rank" --mode train --device cpu --data tokens.bin \
+  "${TINY[@]}" --batch-size 3 --steps 200 --comm-timeout $TIMEOUT
+hang_report "$WORK/train_stall.log" 0 2
+hang_files train_stall 2 hang_not_reached
+PYTHONPATH="$ROOT/analysis" "$PY" - "$WORK/train_stall" <<'EOF' || fail "train_stall: a rank file lacks its train record"
+import sys
+from llmhpc_h5 import open_run
+run = open_run(sys.argv[1])
+assert run.ranks == [0, 1, 2] and not run.complete, (run.ranks, run.complete)
+for rank in run.ranks:
+    (record,) = run.records("train", rank)
+    assert record.status != "ok" and record.attrs["batch_size"] == 3, (rank, record.status)
+print("    every rank's file holds the train record, not ok")
+EOF
+# The watchdogs of the ranks that wait fire together: none may name another as not answering
+# (each goes on answering for one asking window before it aborts the job).
+grep -q "no answer" "$WORK/train_stall.log" "$WORK/comm_stall.log" "$WORK/ddp_stall.log" &&
+  fail "a waiting rank was named as not answering: $(grep -h "no answer" "$WORK"/*_stall.log | head -2)"
 bad_input() {  # "words" args...
   local words=$1; shift
   for np in 1 3; do

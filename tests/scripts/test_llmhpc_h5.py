@@ -238,10 +238,33 @@ def check_labels():
     assert llmhpc_h5.label_precision({"precision": "bf16", "grad_dtype": "fp32"}) == "bf16"
 
 
+def check_hangs(work):
+    """Two watchdogs fired, rank 0's finding rank 2 gone: report.py says rank 2 fired too (it was
+    aborting, not stopped), and names rank 1 as the one that had not reached the collective."""
+    import report
+    assert llmhpc_h5.rank_list("0,2-5,9") == [0, 2, 3, 4, 5, 9] and llmhpc_h5.rank_list("") == []
+    directory = os.path.join(work, "hang")
+    os.makedirs(directory)
+    for rank in range(3):
+        if rank == 1:  # the stalled rank: killed, its file as it was
+            rank_file(directory, "comm", rank, 3, status="running", end_time=None).close()
+            continue
+        no_answer = "2" if rank == 0 else ""  # rank 2 was already on its way out when rank 0 asked
+        rank_file(directory, "comm", rank, 3, status=f"{llmhpc_h5.ABORTED}: no progress", hang_collective=np.int64(7),
+                  hang_reached="0,2" if rank == 2 else "0", hang_not_reached="1", hang_not_reached_hosts="node0",
+                  hang_no_answer=no_answer, hang_no_answer_hosts="node0" if no_answer else "",
+                  hang_report="llmhpc: watchdog").close()
+    section = report.hang_section([llmhpc_h5.open_run(directory)])
+    rows = [line for line in section.splitlines() if line.startswith("| `")]
+    assert len(rows) == 2 and "rank(s) 2 had fired too: aborting, not stopped" in rows[0], section
+    assert "fired too" not in rows[1] and "| 1 (node0) |" in rows[1], section
+
+
 def main():
     work = scratch_dir("llmhpc-h5-")
     check_runs(work)
     check_labels()
+    check_hangs(work)
     for name, check in (("plain", check_plain), ("stream", check_stream)):
         directory = os.path.join(work, name)
         os.makedirs(directory)

@@ -158,6 +158,30 @@ TEST(Recorder, FinishFromAnotherThreadWaitsForOpenFilesOrGivesUp) {
   std::remove(other.c_str());
 }
 
+// A hang before the first record: the watchdog's report still makes the file (an error does not).
+TEST(Recorder, TheWatchdogsReportMakesTheFileWhereNothingWasRecorded) {
+  const std::string path = temp_path("hung_early.h5");
+  {
+    Recorder rec(path, info());
+    rec.finish("error: bad input");
+  }
+  EXPECT_NE(access(path.c_str(), F_OK), 0) << "an error before any record must leave no file";
+  Recorder rec(path, info());
+  bool written = false;
+  std::thread watchdog([&] {
+    written = rec.finish_within("aborted by the watchdog: x", {{"hang_collective", int64_t(3)}},
+                                std::chrono::milliseconds(50));
+  });
+  watchdog.join();
+  ASSERT_TRUE(written);
+  h5::Handle f = h5::open_file(path, h5::Mode::Read);
+  EXPECT_EQ(h5::read_attr_string(f.id(), "status"), "aborted by the watchdog: x");
+  EXPECT_EQ(h5::read_attr_int(f.id(), "hang_collective"), 3);
+  EXPECT_TRUE(h5::has_attr(f.id(), "mode")) << "the root attributes of every rank file";
+  f.reset();
+  std::remove(path.c_str());
+}
+
 TEST(Recorder, AFailedRunIsMarkedAsSuch) {
   const std::string path = temp_path("failed.h5");
   Recorder rec(path, info());
