@@ -53,6 +53,22 @@
 # $LLMHPC_ROOT, then $SLURM_SUBMIT_DIR (and its parent, for a submission from jobs/), then
 # beside itself, and sources the first it finds; that is this file, which takes the root from
 # its own path.
+# A job takes its settings from the environment, not from arguments: --help prints the job's
+# header (what it runs, its variables and their defaults); any other argument is refused rather
+# than ignored (the job would start its default sweep).
+if [ $# -gt 0 ]; then
+  case $1 in
+    -h | --help)
+      sed -n '2,/^[^#]/{/^#SBATCH/d;/^#/!d;s/^# \{0,1\}//;p}' "$0"
+      echo "Every job also reads jobs/env.sh's variables (NP, DEVICE, OUT, EXTRA_ARGS, MPIRUN, ...): see its header."
+      exit 0
+      ;;
+    *)
+      echo "$0: a job takes no arguments, not '$*': its settings are environment variables (NP=2 bash $0; $0 --help lists them)" >&2
+      exit 2
+      ;;
+  esac
+fi
 if [ -n "${LLMHPC_ROOT:-}" ] && [ ! -f "$LLMHPC_ROOT/jobs/env.sh" ]; then
   echo "jobs/env.sh: LLMHPC_ROOT=$LLMHPC_ROOT is not an llmhpc repository (no jobs/env.sh in it)" >&2
   exit 2

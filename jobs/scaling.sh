@@ -6,18 +6,18 @@
 #SBATCH --time=01:00:00
 # The scaling study: data-parallel training at 1, 2, 4, ... ranks up to the job's tasks (RANKS),
 # strong (a fixed global batch, STRONG_BATCH, default 2 per rank at the most ranks) and weak (a
-# fixed per-rank batch, WEAK_BATCH); one strategy (STRATEGY, BUCKET MiB) under each sharding stage
-# (SHARDINGS: none,zero1,zero2,zero3 under bucketed, else none; at 1 rank none alone, where every
-# series starts: sharding one rank shards nothing), each again under every tensor-parallel size of
-# TP that divides the rank count (tp x dp ranks, the global batch shared by the dp groups). Then
-# a run of the collectives (COMM_COLLECTIVES) at the most ranks gives the ring model its o and w
-# at each size, and $OUT/report.md opens
-# with every configuration in one table (tokens/s per GPU against one GPU's, MFU, peak memory per
-# rank, exposed communication and the collectives' device time beside the model's), then each
-# series with projections to larger
-# clusters (each labelled "projection"), and scaling.png (tokens/s per GPU and efficiency against
-# ranks). Runs: $OUT/strong-np<N>, $OUT/weak-np<N> (none where its global batch is STRONG_BATCH:
-# that configuration is strong-np<N>, which the weak series takes), $OUT/collectives-np<N>.
+# fixed batch per GPU, WEAK_BATCH: a tensor-parallel group of tp ranks takes tp x WEAK_BATCH);
+# one strategy (STRATEGY, BUCKET MiB) under each sharding stage (SHARDINGS: none,zero1,zero2,zero3 under
+# bucketed, else none; at 1 rank none alone, where every series starts: sharding one rank shards
+# nothing), each again under every tensor-parallel size of TP that divides the rank count (tp x dp
+# ranks, the global batch shared by the dp groups). Then a run of the collectives
+# (COMM_COLLECTIVES) at the most ranks gives the ring model its o and w at each size, and
+# $OUT/report.md opens with every configuration in one table (tokens/s per GPU against one GPU's,
+# MFU, peak memory per rank, exposed communication and the collectives' device time beside the
+# model's), then each series with projections to larger clusters (each labelled "projection"), and
+# scaling.png (tokens/s per GPU and efficiency against ranks). Runs: $OUT/strong-np<N>,
+# $OUT/weak-np<N> (none where its global batch is STRONG_BATCH: that configuration is
+# strong-np<N>, which the weak series takes), $OUT/collectives-np<N>.
 #
 # Across nodes: sbatch --nodes=2 --ntasks-per-node=8 jobs/scaling.sh (mpirun places the ranks).
 # NET=1 runs everything again with NCCL's network transport forced (NCCL_P2P_DISABLE=1

@@ -105,6 +105,16 @@ for bad in 0 -2 two; do
   [ ! -e "$tmp/badnp" ] || fail "NP=$bad wrote $tmp/badnp"
 done
 echo "ok   NP=0, -2, two: refused"
+# Settings are environment variables: --help prints the job's header, an argument is refused.
+out=$(bash "$ROOT/jobs/scaling.sh" --help) && grep -q "^The scaling study: " <<<"$out" && grep -q "WEAK_BATCH" <<<"$out" &&
+  ! grep -q "^#" <<<"$out" || fail "scaling.sh --help: $out"
+set +e
+OUT_ROOT="$tmp/argument" bash "$ROOT/jobs/comm.sh" 4 >"$tmp/argument.log" 2>&1
+rc=$?
+set -e
+[ $rc -eq 2 ] && grep -q "a job takes no arguments, not '4'" "$tmp/argument.log" && [ ! -e "$tmp/argument" ] ||
+  { cat "$tmp/argument.log"; fail "comm.sh 4: exit $rc"; }
+echo "ok   jobs/scaling.sh --help prints its header; jobs/comm.sh 4 refused before running"
 
 # 3c. A job whose llmhpc refuses its input exits non-zero and leaves no empty folder or file
 # (attention.sh makes OUT before its runs).
