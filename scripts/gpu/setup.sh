@@ -4,8 +4,11 @@
 # (OUT_DIR, default results/NAME-<time>, git-ignored; created), unpacks BIN_DIR/tests.tar.xz
 # if there is one, and lets a host without the HDF5 libraries use the copies next to the
 # binary (scripts/gpu/pack_binaries.sh puts them in fallback/).
+# --help: the calling script's header (what it runs, its arguments and variables).
+case ${2:-} in -h | --help) sed -n '2,/^[^#]/{/^#/!d;s/^# \{0,1\}//;p}' "$0"; exit 0 ;; esac
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
-bin=$(cd "${2:-$root/build}" && pwd) || exit 2
+bin=$(cd -- "${2:-$root/build}" 2>/dev/null && pwd) ||
+  { echo "$1: BIN_DIR '$2' is not a folder (give the folder of llmhpc and its tests, or nothing for build/; --help)" >&2; exit 2; }
 out=${3:-$root/results/$1-$(date +%Y%m%d-%H%M%S)}
 [ -x "$bin/llmhpc" ] || { echo "$1: no llmhpc in $bin (build first: make build)" >&2; exit 2; }
 mkdir -p "$out"
