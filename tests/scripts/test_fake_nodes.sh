@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# Multi-node on one machine: 3 fake nodes, each a network namespace with a veth pair whose other
-# end sits on a bridge in a namespace of its own (10.77.0.0/24, no route out: traffic stays in
-# the namespaces made here), its own UTS namespace (hostname nodeI) and mount namespace (a
-# private tmpfs on /dev/shm, so Open MPI's shared-memory transport cannot cross nodes;
-# /etc/hosts naming the nodes; a tmpfs as Slurm's TmpFS), pinned to one core (taskset). Then
+# Multi-node on one machine: 3 fake nodes made by scripts/fake_nodes.sh (sourced for its
+# functions), each a network namespace with a veth pair whose other end sits on a bridge in a
+# namespace of its own (10.77.0.0/24, no route out: traffic stays in the namespaces made here),
+# its own UTS namespace (hostname nodeI) and mount namespace (a private tmpfs on /dev/shm, so Open
+# MPI's shared-memory transport cannot cross nodes; /etc/hosts naming the nodes; a tmpfs on the
+# folder's nodetmp, Slurm's TmpFS here), pinned to one core (taskset). Then
 #  (a) mpirun --hostfile over the fake nodes, Open MPI's ssh replaced by a script that enters the
 #      node's namespaces (plm_rsh_agent): --mode comm --backend mpi --check of every collective
 #      on 1+1, 2+1 and 2+1+1 ranks per node, exact, with vader (shared memory) only within a
@@ -28,9 +29,9 @@
 # mpirun in sbatch SLURM_LOCALID is 0 for every rank), one allowed CPU per rank (the node's).
 # Everything made here (namespaces, daemons, whatever still runs in the namespaces, the
 # temporary folder) is removed on exit, whatever happens; a deadline of 300 s of its own.
-# Needs root, iproute2 (make deps), network namespaces, veth and bridge devices; otherwise
-# skipped (exit 77) with the reason. Part (b) needs slurm-wlm and munge (installed with apt-get
-# when missing, as test_slurm_jobs.sh does). About a minute on 2 cores.
+# Needs root, iproute2 and util-linux (make deps), network namespaces, veth and bridge devices;
+# otherwise skipped (exit 77) with the reason. Part (b) needs slurm-wlm and munge (installed
+# with apt-get when missing, as test_slurm_jobs.sh does). About a minute on 2 cores.
 # FAKE_NODES_PARTS=a or b runs one part only; FAKE_NODES_KEEP=1 keeps the temporary folder
 # (logs, rank files, slurm.conf, the agent) for a look afterwards.
 set -euo pipefail
@@ -41,29 +42,24 @@ PARTS=${FAKE_NODES_PARTS:-ab}
 skip() { echo "SKIP: fake-node tests skipped: $*"; exit 77; }
 
 [ "$(id -u)" = 0 ] || skip "they make network, UTS and mount namespaces and start daemons, which needs root"
-for tool in ip unshare nsenter taskset mpirun timeout; do
+for tool in ip unshare nsenter setsid taskset mpirun timeout; do
   command -v "$tool" >/dev/null || skip "no $tool (iproute2, util-linux, openmpi-bin: make deps)"
 done
 "$PYTHON" -c "import h5py, numpy, pandas, matplotlib" 2>/dev/null ||
   skip "$PYTHON has no h5py, numpy, pandas or matplotlib (make deps)"
 [ -x "$LLMHPC_BIN" ] || { echo "FAIL: no llmhpc binary at $LLMHPC_BIN"; exit 1; }
 
+# The fake nodes: fake_nodes_up, fake_nodes_check, in_node, fake_nodes_down, fake_nodes_sweep
+# (sourced, the script runs nothing). Its namespaces here are llmhpc-fn$$-br and llmhpc-fn$$-I.
+# shellcheck source=SCRIPTDIR/../../scripts/fake_nodes.sh
+source "$ROOT/scripts/fake_nodes.sh"
 NODES=3
-SUBNET=10.77.0.0/24
-addr() { echo "10.77.0.$((11 + $1))"; }     # node I's address
-cores=$(nproc)
-core() { echo $(($1 % cores)); }             # the core node I is pinned to
-tag=llmhpc-fn$$                              # prefix of the namespaces made here
+SUBNET=$FAKE_NODES_SUBNET
+addr() { fake_nodes_addr "$1"; }  # node I's address
 
 # Namespaces and the temporary folder of an earlier run of this test that was killed outright
 # (no trap ran): its pid, in their names, is gone.
-for ns in $(ip netns list 2>/dev/null | grep -o '^llmhpc-fn[0-9]*-[a-z0-9]*'); do
-  owner=${ns#llmhpc-fn}
-  owner=${owner%%-*}
-  kill -0 "$owner" 2>/dev/null && continue
-  for pid in $(ip netns pids "$ns" 2>/dev/null); do kill -9 "$pid" 2>/dev/null; done
-  ip netns del "$ns" 2>/dev/null && echo "note removed $ns, left by a run of this test that was killed"
-done
+for ns in $(fake_nodes_sweep); do echo "note removed $ns, left by a run of this test that was killed"; done
 for old in /tmp/llmhpc-fakenodes.[0-9]*.*; do
   [ -d "$old" ] || continue
   owner=${old#/tmp/llmhpc-fakenodes.}
@@ -72,7 +68,6 @@ done
 
 tmp=$(mktemp -d "/tmp/llmhpc-fakenodes.$$.XXXXXX")
 chmod 755 "$tmp"  # munged wants every folder above its socket searchable by all
-netns=()          # namespaces made here
 pids=()           # daemons started here, stopped in reverse order
 cleanup() {
   set +e
@@ -88,14 +83,8 @@ cleanup() {
     kill -9 "$pid" 2>/dev/null
     wait "$pid" 2>/dev/null
   done
-  # Whatever still runs in a namespace made here (ranks, orted, slurmstepd, the holders), by pid.
-  for ns in "${netns[@]}"; do
-    for pid in $(ip netns pids "$ns" 2>/dev/null); do kill -9 "$pid" 2>/dev/null; done
-  done
-  for ns in "${netns[@]}"; do
-    for _ in 1 2 3 4 5 6 7 8 9 10; do [ -z "$(ip netns pids "$ns" 2>/dev/null)" ] && break; sleep 0.2; done
-    ip netns del "$ns" 2>/dev/null
-  done
+  # The nodes, and whatever still runs in them (ranks, orted, slurmstepd, the holders), by pid.
+  fake_nodes_down "$tmp" || echo "FAIL: $FAKE_NODES_ERROR" >&3
   if [ "${FAKE_NODES_KEEP:-0}" = 1 ]; then echo "kept $tmp (FAKE_NODES_KEEP=1)" >&3; else rm -rf "$tmp"; fi
 }
 trap cleanup EXIT
@@ -119,72 +108,13 @@ fail() {
   exit 1
 }
 
-# ---- the fake nodes ----
-in_node() {  # in_node I COMMAND...: COMMAND in node I's namespaces, on its core, from $tmp
-  local i=$1
-  shift
-  nsenter -t "$(cat "$tmp/node$i.pid")" --net --uts --mount --wd="$tmp" -- taskset -c "$(core "$i")" "$@"
-}
-bridge=$tag-br
-ip netns add "$bridge" 2>/dev/null || skip "ip netns add failed: no network namespaces here"
-netns+=("$bridge")
-ip -n "$bridge" link add br0 type bridge 2>/dev/null || skip "no bridge devices here (kernel module bridge)"
-ip -n "$bridge" link set br0 up
-{
-  echo "127.0.0.1 localhost"
-  for ((i = 0; i < NODES; i++)); do echo "$(addr $i) node$i"; done
-} >"$tmp/hosts"
-mkdir -p "$tmp/nodetmp"
-for ((i = 0; i < NODES; i++)); do
-  ns=$tag-$i
-  ip netns add "$ns"
-  netns+=("$ns")
-  # IPv4 only: no IPv6 link-local addresses for Open MPI to try besides the test subnet.
-  ip netns exec "$ns" sh -c 'for c in all default; do echo 1 >/proc/sys/net/ipv6/conf/$c/disable_ipv6; done' \
-    2>/dev/null || true
-  ip -n "$ns" link add eth0 type veth peer name p$i netns "$bridge" 2>/dev/null || skip "no veth devices here"
-  ip -n "$bridge" link set p$i master br0
-  ip -n "$bridge" link set p$i up
-  ip -n "$ns" addr add "$(addr $i)/24" dev eth0
-  ip -n "$ns" link set eth0 up
-  ip -n "$ns" link set lo up
-  # The holder: a process that keeps node I's UTS and mount namespaces, which the others enter.
-  # In its mount namespace: a sysfs of the node's network (as ip netns exec mounts), the host's
-  # cgroups kept over it (slurmd wants them), its own /dev/shm, /etc/hosts and Slurm's TmpFS.
-  mkdir -p "$tmp/cgroup$i"
-  nsenter --net="/run/netns/$ns" -- taskset -c "$(core $i)" unshare --uts --mount --propagation private -- sh -c '
-    set -e
-    hostname node'$i'
-    cgroups=0
-    if mountpoint -q /sys/fs/cgroup; then mount --rbind /sys/fs/cgroup "'"$tmp"'/cgroup'$i'"; cgroups=1; fi
-    mount -t sysfs sysfs /sys
-    if [ $cgroups = 1 ]; then mount --move "'"$tmp"'/cgroup'$i'" /sys/fs/cgroup; fi
-    mount -t tmpfs -o size=256m,mode=1777 tmpfs /dev/shm
-    mount --bind "'"$tmp"'/hosts" /etc/hosts
-    mount -t tmpfs -o size=256m,mode=1777 tmpfs "'"$tmp"'/nodetmp"
-    echo $$ >"'"$tmp"'/node'$i'.pid.new"
-    mv "'"$tmp"'/node'$i'.pid.new" "'"$tmp"'/node'$i'.pid"
-    exec sleep 100000' >"$tmp/holder$i.log" 2>&1 3>&- &
-  disown  # killed in cleanup, quietly
-done
-for ((i = 0; i < NODES; i++)); do
-  for _ in $(seq 50); do [ -f "$tmp/node$i.pid" ] && break; sleep 0.1; done
-  [ -f "$tmp/node$i.pid" ] || skip "node$i's namespaces could not be made: $(cat "$tmp/holder$i.log")"
-done
+# ---- the fake nodes (scripts/fake_nodes.sh): node0..node2, state in $tmp; in_node I COMMAND... ----
+rc=0
+fake_nodes_up "$NODES" "$tmp" || rc=$?
+[ "$rc" = 1 ] && skip "$FAKE_NODES_ERROR"
+[ "$rc" = 0 ] || fail "scripts/fake_nodes.sh's fake_nodes_up $NODES $tmp: $FAKE_NODES_ERROR"
 # Each node: its own hostname, /dev/shm and network, and sees the others (and nothing else).
-for ((i = 0; i < NODES; i++)); do
-  [ "$(in_node $i hostname)" = node$i ] || fail "node$i's hostname is $(in_node $i hostname)"
-  touch "/dev/shm/$tag-host"
-  in_node $i touch "/dev/shm/$tag-node$i"
-  [ ! -e "/dev/shm/$tag-node$i" ] && in_node $i test ! -e "/dev/shm/$tag-host" ||
-    { rm -f "/dev/shm/$tag-host"; fail "node$i's /dev/shm is not its own"; }
-  rm -f "/dev/shm/$tag-host"
-  peer=node$(((i + 1) % NODES))
-  in_node $i "$PYTHON" -c "import socket, sys
-try: socket.create_connection(('$peer', 9), 2)
-except ConnectionRefusedError: sys.exit(0)  # an answer from $peer: reachable
-except OSError as e: sys.exit(f'{e}')" || fail "node$i cannot reach $peer"
-done
+fake_nodes_check "$tmp" || fail "$FAKE_NODES_ERROR"
 echo "ok   $NODES fake nodes node0..node$((NODES - 1)) on $SUBNET, each with its hostname, /dev/shm and core"
 
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
@@ -198,23 +128,8 @@ TINY="--d-model 32 --d-ff 64 --num-layers 2 --num-heads 4 --vocab-size 100 --con
 TRAIN="--mode train --device cpu --data $tmp/tokens.bin $TINY --data-order sequential --lr 3e-3 --steps 6 --log-every 0"
 COMM="--mode comm --device cpu --backend mpi --check --collective all --size 4KB,1MB --warmup 1 --steps 2"
 
-# ---- (a) mpirun over the fake nodes, its ssh a script that enters the node ----
-cat >"$tmp/agent" <<AGENT
-#!/usr/bin/env bash
-# Open MPI's plm_rsh_agent: AGENT [options] HOST COMMAND...: COMMAND (one shell line, as ssh
-# runs it) in fake node HOST's namespaces, on its core.
-while [[ "\${1:-}" == -* ]]; do shift; done
-host=\$1
-shift
-i=\${host#node}
-exec nsenter -t "\$(cat "$tmp/node\$i.pid")" --net --uts --mount --wd="$tmp" -- taskset -c \$((i % $cores)) sh -c "\$*"
-AGENT
-chmod 755 "$tmp/agent"
-hostfile() {  # hostfile SLOTS...: a hostfile of node0 (SLOTS[0] slots), node1, ...; prints its path
-  local f=$tmp/hosts-$(IFS=-; echo "$*") i=0 slots
-  for slots in "$@"; do echo "node$i slots=$slots"; i=$((i + 1)); done >"$f"
-  echo "$f"
-}
+# ---- (a) mpirun over the fake nodes, its ssh $tmp/agent, which enters the node ----
+hostfile() { "$tmp/hostfile" "$@"; }  # hostfile SLOTS...: a hostfile of node0 (SLOTS[0] slots), node1, ...; its path
 launch() {  # launch NAME SLOTS ARGS...: llmhpc ARGS on ranks laid out as SLOTS (e.g. 2,1) over node0, node1, ...
   # (LAUNCH_ARGS: more of mpirun's options)
   local name=$1 slots=$2 np=0 s
