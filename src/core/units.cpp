@@ -64,6 +64,8 @@ std::string format_size(uint64_t bytes) {
   return std::to_string(bytes) + "B";
 }
 
+std::string counted(int64_t n, const std::string& noun) { return std::to_string(n) + " " + noun + (n == 1 ? "" : "s"); }
+
 std::string format_duration(double seconds) {
   const int64_t s = seconds > 0 ? int64_t(seconds + 0.5) : 0;
   char text[48];

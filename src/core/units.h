@@ -18,6 +18,9 @@ uint64_t parse_size(const std::string& text, const std::string& option);
 // The same value written back the way people write it: 1000000 -> "1MB", 1048576 -> "1MiB".
 std::string format_size(uint64_t bytes);
 
+// A count for people: counted(1, "rank") -> "1 rank", counted(2, "rank") -> "2 ranks".
+std::string counted(int64_t n, const std::string& noun);
+
 // A duration for people, to the second below an hour and to the minute above: 42 -> "42s",
 // 725 -> "12m05s", 10980 -> "3h03m", 190000 -> "2d04h46m".
 std::string format_duration(double seconds);

@@ -201,8 +201,10 @@ GradClipping tensor_parallel_clipping(double max_norm, const Runtime& rt, int co
 
 LocalBatch local_batch(int64_t global_batch, int rank, int world_size) {
   if (global_batch % world_size != 0)
-    throw UsageError("{batch_size} " + std::to_string(global_batch) + " is the global batch and must divide by the " +
-                     std::to_string(world_size) + " ranks (each takes an equal share of its sequences)");
+    throw UsageError(
+        "{batch_size} " + std::to_string(global_batch) + " is the global batch and must divide by the " +
+        counted(world_size, "data-parallel rank") +
+        " (each takes an equal share of its sequences; the ranks of a tensor-parallel group count as one)");
   const int64_t count = global_batch / world_size;
   return {int64_t(rank) * count, count};
 }
@@ -288,7 +290,7 @@ void check_parallelism(const Parallelism& p, Precision precision, MemoryPlan mem
   }
   if (p.shard_group > 0 && world_size % p.shard_group != 0)
     throw UsageError("{shard_group} " + std::to_string(p.shard_group) + " does not divide the " +
-                     std::to_string(world_size) + " ranks into equal groups: give a divisor of " +
+                     counted(world_size, "data-parallel rank") + " into equal groups: give a divisor of " +
                      std::to_string(world_size));
   if (shards_parameters(p.sharding)) {
     const std::string stage = std::string("{shard_optimizer} ") + sharding_name(p.sharding);
@@ -300,8 +302,8 @@ void check_parallelism(const Parallelism& p, Precision precision, MemoryPlan mem
                                "applies to zero1; use {collective_engine} sm (or auto)");
   }
   if (world_size > 1 && p.strategy == SyncStrategy::None)
-    throw UsageError("{ddp} none on " + std::to_string(world_size) +
-                     " ranks would train independent copies of the model: choose naive, flat, overlap or bucketed");
+    throw UsageError("{ddp} none on " + counted(world_size, "data-parallel rank") +
+                     " would train independent copies of the model: choose naive, flat, overlap or bucketed");
 }
 
 }  // namespace llmhpc

@@ -4,6 +4,7 @@
 #include <string>
 
 #include "src/core/check.h"
+#include "src/core/units.h"
 #include "src/dist/parallelism.h"
 
 namespace llmhpc {
@@ -75,8 +76,8 @@ CommTensorParallelGroup::Traffic CommTensorParallelGroup::take_traffic() {
 
 MeshPlace mesh_place(int rank, int world, int tp) {
   if (tp < 1 || world % tp != 0)
-    throw UsageError("{tp} " + std::to_string(tp) + " does not divide the " + std::to_string(world) +
-                     " ranks: the ranks form groups of tp (tensor parallelism inside each), data parallelism across "
+    throw UsageError("{tp} " + std::to_string(tp) + " does not divide the " + counted(world, "rank") +
+                     ": the ranks form groups of tp (tensor parallelism inside each), data parallelism across "
                      "them; give a tp that divides the rank count");
   return {tp, rank % tp, world / tp, rank / tp};
 }

@@ -68,8 +68,8 @@ done
 
 # Data parallelism: the global batch is shared equally; --ddp none on several ranks would
 # train independent copies.
-check 2 "must divide by the 2 ranks"  $TRAIN --batch-size 3
-check 3 "must divide by the 3 ranks"  $TRAIN --batch-size 4 --ddp naive
+check 2 "must divide by the 2 data-parallel ranks"  $TRAIN --batch-size 3
+check 3 "must divide by the 3 data-parallel ranks"  $TRAIN --batch-size 4 --ddp naive
 check 2 "independent copies"          $TRAIN --ddp none
 
 # A size too small for one collective of a list is refused before the others are measured.

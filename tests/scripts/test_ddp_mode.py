@@ -623,8 +623,8 @@ def check_stage_model_runs(work):
 
 def check_bad_input(work):
     cases = [(2, "must be one of", ["--ddp", "bogus"]), (2, "greater than 0", ["--bucket-mb", "0"]),
-             (2, "must divide by the 2 ranks", ["--batch-size", "5"]),
-             (3, "must divide by the 3 ranks", ["--batch-size", "4"]),
+             (2, "must divide by the 2 data-parallel ranks", ["--batch-size", "5"]),
+             (3, "must divide by the 3 data-parallel ranks", ["--batch-size", "4"]),
              (3, "--num-heads 4 does not divide among --tp 3 ranks", ["--tp", "3", "--batch-size", "6"]),
              (2, "--tp 3 does not divide the 2 ranks", ["--tp", "1,3"]),
              (2, "tokens among --tp 2 ranks", ["--tp", "2", "--sequence-parallel", "--batch-size", "1",

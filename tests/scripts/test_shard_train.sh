@@ -64,7 +64,7 @@ run 2 $TRAIN --ddp bucketed --steps 6 --shard-optimizer zero1 --shard-group 1 --
 # Micro-batches: each unit's gradients added up in a window of its own, reduced in the last one.
 run 2 $TRAIN --ddp bucketed --steps 4 --grad-accum 2 --shard-optimizer none --save accum_none.h5 --out accum_none
 run 2 $TRAIN --ddp bucketed --steps 4 --grad-accum 2 --shard-optimizer zero3 --save accum_zero3.h5 --out accum_zero3
-refused 4 "does not divide the 4 ranks" $TRAIN --ddp bucketed --steps 1 --shard-optimizer zero3 --shard-group 3
+refused 4 "does not divide the 4 data-parallel ranks" $TRAIN --ddp bucketed --steps 1 --shard-optimizer zero3 --shard-group 3
 refused 2 "leave it out" $TRAIN --ddp bucketed --steps 1 --shard-optimizer none --shard-group 2
 refused 4 "averages its parts over the groups in the gradients' own dtype" $TRAIN --ddp bucketed --steps 1 \
   --shard-optimizer zero1 --shard-group 2 --grad-reduce-dtype bf16

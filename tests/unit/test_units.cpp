@@ -44,6 +44,12 @@ TEST(Units, DurationsForPeople) {
   EXPECT_EQ(format_duration(190000), "2d04h46m");
 }
 
+TEST(Units, CountsForPeople) {
+  EXPECT_EQ(counted(1, "rank"), "1 rank");
+  EXPECT_EQ(counted(2, "data-parallel rank"), "2 data-parallel ranks");
+  EXPECT_EQ(counted(0, "rank"), "0 ranks");
+}
+
 TEST(Units, Lists) {
   EXPECT_EQ(split_list("small, medium,large", "model"), (std::vector<std::string>{"small", "medium", "large"}));
   EXPECT_EQ(parse_int_list("128,256", "context-length"), (std::vector<int64_t>{128, 256}));
