@@ -113,14 +113,18 @@ export NCCL_NVLS_ENABLE=0
 export OMPI_ALLOW_RUN_AS_ROOT=${OMPI_ALLOW_RUN_AS_ROOT:-1} OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=${OMPI_ALLOW_RUN_AS_ROOT_CONFIRM:-1}
 
 # A job that fails (bad input, a run that did not start) leaves no empty results folder and no
-# empty file in it (tee's, of a run that printed nothing); what finished stays, to be looked at.
-# Only a folder this job made: one that was there before is left as it is.
+# empty file in it (tee's, of a run that printed nothing); what finished stays, to be looked at,
+# and the job says how to report it. Only a folder this job made: one that was there before is
+# left as it is.
 if [ ! -e "$OUT" ]; then
   tidy_failed_out() {
     local rc=$?
     if [ "$rc" -ne 0 ] && [ -d "$OUT" ]; then
       find "$OUT" -type f -empty -delete
       find "$OUT" -depth -type d -empty -delete
+      if [ -n "$(find "$OUT" -name 'rank*.h5' -print -quit 2>/dev/null)" ]; then
+        echo "$0: failed (exit $rc); what finished is in $OUT: $PYTHON $LLMHPC_ROOT/analysis/report.py $OUT reports it" >&2
+      fi
     fi
     return "$rc"
   }

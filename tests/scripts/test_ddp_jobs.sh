@@ -115,6 +115,17 @@ set -e
 [ $rc -eq 2 ] && grep -q "a job takes no arguments, not '4'" "$tmp/argument.log" && [ ! -e "$tmp/argument" ] ||
   { cat "$tmp/argument.log"; fail "comm.sh 4: exit $rc"; }
 echo "ok   jobs/scaling.sh --help prints its header; jobs/comm.sh 4 refused before running"
+# A launch that fails midway (here every 2-rank one): the job fails, keeps the 1-rank runs and says
+# how to report them.
+printf '#!/usr/bin/env bash\n[ "$2" = 2 ] && exit 1\nexec ${MPIEXEC:-mpirun} --oversubscribe "$@"\n' >"$tmp/launcher"
+chmod +x "$tmp/launcher"
+set +e
+MPIRUN="$tmp/launcher" RANKS=1,2 SHARDINGS=none OUT="$tmp/half" bash "$ROOT/jobs/scaling.sh" >"$tmp/half.log" 2>&1
+rc=$?
+set -e
+[ $rc -ne 0 ] && [ -f "$tmp/half/strong-np1/rank00000.h5" ] && grep -q "what finished is in $tmp/half: .*analysis/report.py" "$tmp/half.log" ||
+  { cat "$tmp/half.log"; fail "scaling.sh with a failing 2-rank launch: exit $rc"; }
+echo "ok   a launch that fails midway: the job fails, keeps the finished runs and says how to report them"
 
 # 3c. A job whose llmhpc refuses its input exits non-zero and leaves no empty folder or file
 # (attention.sh makes OUT before its runs).
