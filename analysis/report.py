@@ -72,9 +72,9 @@ def call_section(function, runs: list, out_dir: str, options: dict) -> str:
     return function(runs, out_dir, **{k: v for k, v in options.items() if k in accepted})
 
 
-def hang_summary(h: dict, fired: set) -> str:
+def hang_summary(h: dict, fired: dict) -> str:
     """'collective #34 not reached by rank 1 on node1; no answer from ...' from a Run.hang_reports() entry;
-    fired: the ranks with a report of their own."""
+    fired: every rank's own report, by rank."""
     parts = [f"collective #{h['collective']} not reached by rank(s) {h['not_reached']} on {h['not_reached_hosts']}"
              if h["not_reached"] else f"collective #{h['collective']} reached by every rank that answered"]
     if h["no_answer"]:
@@ -82,12 +82,17 @@ def hang_summary(h: dict, fired: set) -> str:
     return "; ".join(parts)
 
 
-def no_answer_cell(h: dict, fired: set) -> str:
-    """'3 (node2)', and which of them fired a watchdog of their own: those were aborting the job, not
-    stopped, when this rank asked (a waiting rank, not one to look at)."""
-    aborting = [r for r in rank_list(h["no_answer"]) if r in fired]
-    return (f"{h['no_answer']} ({h['no_answer_hosts']})"
-            + (f"; rank(s) {','.join(map(str, aborting))} had fired too: aborting, not stopped" if aborting else ""))
+def no_answer_cell(h: dict, fired: dict) -> str:
+    """'3 (node2)', and what the ranks among them whose own watchdog fired say: where each names the
+    other as not answering, the two could not reach each other (a network partition); where it
+    does not, it was aborting the job when this rank asked (a waiting rank, not one to look at)."""
+    theirs = [r for r in rank_list(h["no_answer"]) if r in fired]
+    cut = [r for r in theirs if h["rank"] in rank_list(fired[r]["no_answer"])]
+    aborting = [r for r in theirs if r not in cut]
+    notes = ([f"rank(s) {','.join(map(str, cut))} could not reach this rank either: cut off from each other"]
+             if cut else []) + ([f"rank(s) {','.join(map(str, aborting))} had fired too: aborting, not stopped"]
+                                if aborting else [])
+    return "; ".join([f"{h['no_answer']} ({h['no_answer_hosts']})"] + notes)
 
 
 def describe(run) -> str:
@@ -96,7 +101,7 @@ def describe(run) -> str:
     hangs = run.hang_reports()
     state = ("" if run.finished else
              f" (ABORTED by the watchdog of rank {hangs[0]['rank']}: "
-             f"{hang_summary(hangs[0], {h['rank'] for h in hangs})})" if hangs else
+             f"{hang_summary(hangs[0], {h['rank']: h for h in hangs})})" if hangs else
              f" (INTERRUPTED: {stopped[0][len('interrupted: '):]})" if stopped
              else " (INCOMPLETE: a rank's file says the run did not finish)")
     settings = ", ".join(str(a.get("environment_variables", "")).split("\n")).strip(", ")
@@ -110,7 +115,7 @@ def hang_section(runs: list) -> str:
     rows = []
     for run in runs:
         hangs = run.hang_reports()
-        fired = {h["rank"] for h in hangs}
+        fired = {h["rank"]: h for h in hangs}
         rows += [[f"`{run.directory}`", f"{h['rank']} ({h['host']})", h["what"], h["reached"] or "-",
                   f"{h['not_reached']} ({h['not_reached_hosts']})" if h["not_reached"] else "-",
                   no_answer_cell(h, fired) if h["no_answer"] else "-"] for h in hangs]

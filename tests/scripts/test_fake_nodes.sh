@@ -15,8 +15,9 @@
 #      zero1, zero2 and zero3 sharded within each node (2+2), and a tensor-parallel group across nodes
 #      (1+1, warned about): /train/loss equal to a one-rank run's within 1e-5 relative; a hang
 #      on node1's one rank of 2+1 (stalled, then stopped), ended by the watchdog within
-#      --comm-timeout + 30 s and named by node0's ranks, on stderr and in their rank files; a slow rank there, named with its
-#      node by the straggler report;
+#      --comm-timeout + 30 s and named by node0's ranks, on stderr and in their rank files; node1
+#      cut off from the others (its link down), named unreachable, every rank ended; a slow rank
+#      there, named with its node by the straggler report;
 #  (b) a real Slurm: slurmctld and munged (its own socket) on node0, a slurmd on every node
 #      (slurmd -N nodeI, spool and TmpFS per node): sbatch --nodes=2 --wait of
 #      jobs/ddp_bucketed.sh and jobs/scaling.sh (1 task per node) and jobs/comm.sh (CHECK=1, 3
@@ -367,6 +368,43 @@ assert hangs and all(h["rank"] in (0, 1) and h["host"] == "node0" and h[key] == 
   }
   hang hang_stall stall "not reached: rank 2 on node1 (last issued #"
   hang hang_sigstop signal:19 "no answer: rank 2 on node1 (rank 2: no reply within"
+  # A network partition: node1's link goes down in the middle of a comm run (2+1 ranks). Every
+  # rank's watchdog fires; node0's name rank 2 on node1 as unreachable, rank 2 names node0's
+  # ranks, and the report says they were cut off from each other; every rank has ended within
+  # --comm-timeout + 20 s (its abort's deadline), though mpirun, cut off from node1's daemon, may
+  # not: it is stopped once the ranks are gone.
+  name=partition link=$(grep -- '-1$' "$tmp/netns")
+  in_node 0 timeout 60 mpirun --hostfile "$(hostfile 2 1)" -np 3 --bind-to none --mca plm_rsh_agent "$tmp/agent" \
+    --mca plm_rsh_no_tree_spawn 1 "$LLMHPC_BIN" --mode comm --device cpu --backend mpi --size 4KB --steps 1000000 \
+    --comm-timeout 3 --out "$tmp/runs/$name" >"$tmp/$name.log" 2>&1 &
+  launcher=$!
+  for _ in $(seq 150); do grep -q "^\[1/1\]" "$tmp/$name.log" && break; sleep 0.2; done  # the ranks are timing
+  ip -n "$link" link set eth0 down
+  start=$SECONDS
+  ranks_left() {  # llmhpc processes still on node0 and node1
+    for i in 0 1; do ip netns pids "$(grep -- "-$i\$" "$tmp/netns")"; done | xargs -r ps -o comm= -p | grep -c llmhpc || true
+  }
+  while [ "$(ranks_left)" != 0 ] && [ $((SECONDS - start)) -le 30 ]; do sleep 0.5; done
+  took=$((SECONDS - start))
+  kill "$launcher" 2>/dev/null || true
+  wait "$launcher" 2>/dev/null || true
+  ip -n "$link" link set eth0 up
+  [ $took -le 23 ] || fail "$name: ranks still ran ${took}s after the cut, more than --comm-timeout + 20 s"
+  grep -q -F "no answer: rank 2 on node1 (rank 2: no connection within" "$tmp/$name.log" ||
+    fail "$name: node0's reports do not name rank 2 on node1 as unreachable (log: $tmp/$name.log)
+$(grep -A8 "watchdog on rank" "$tmp/$name.log" | head -24)"
+  PYTHONPATH=$ROOT/analysis "$PYTHON" - "$tmp/runs/$name" "$ROOT/analysis/report.py" <<'PY' ||
+import subprocess, sys
+from llmhpc_h5 import open_run
+run = open_run(sys.argv[1])
+said = {h["rank"]: (h["no_answer"], h["no_answer_hosts"]) for h in run.hang_reports()}
+assert said.get(0) == ("2", "node1") and said.get(1) == ("2", "node1"), said
+text = subprocess.run([sys.executable, sys.argv[2], sys.argv[1], "-o", sys.argv[1] + "-report/report.md"],
+                      check=True, capture_output=True, text=True).stdout
+assert "could not reach this rank either: cut off from each other" in text, text[-1500:]
+PY
+    fail "$name: the rank files or the report do not show the partition"
+  echo "ok   (a) node1 cut off: every rank ended ${took}s after the cut; node0 named rank 2 on node1 unreachable"
   # A slow rank on one node (40 ms before each of rank 2's collectives, several tiny steps): the
   # straggler report names it and its node, and no other rank.
   LLMHPC_FAULT="rank=2,step=1,action=delay:40" LAUNCH_ARGS="-x LLMHPC_FAULT" mpi train_2_1_slow 2,1 $TRAIN --steps 10

@@ -258,6 +258,12 @@ def check_hangs(work):
     rows = [line for line in section.splitlines() if line.startswith("| `")]
     assert len(rows) == 2 and "rank(s) 2 had fired too: aborting, not stopped" in rows[0], section
     assert "fired too" not in rows[1] and "| 1 (node0) |" in rows[1], section
+    # A partition: ranks 0 and 2 each name the other as not answering.
+    with h5py.File(os.path.join(directory, "rank00002.h5"), "a") as f:
+        f.attrs["hang_no_answer"], f.attrs["hang_no_answer_hosts"] = "0", "node0"
+    rows = [line for line in report.hang_section([llmhpc_h5.open_run(directory)]).splitlines() if line.startswith("| `")]
+    assert "rank(s) 2 could not reach this rank either: cut off from each other" in rows[0] and \
+        "fired too" not in rows[0], rows[0]
 
 
 def main():
