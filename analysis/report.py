@@ -155,7 +155,8 @@ def build_report(dirs: list, out_dir: str, options: dict, table_only: bool = Fal
     # one click away from the top.
     parts = ["# llmhpc report", "\n".join(f"- {describe(run)}" for run in runs)]
     if len(sections) > 1:
-        parts.append("Sections: " + " · ".join(f"[{title}](#{title.lower().replace(' ', '-')})" for title, _ in sections))
+        links = (f"[{title}](#{title.lower().replace(' ', '-')})" for title, _ in sections)
+        parts.append("Sections: " + " · ".join(links))
     parts += [f"## {title}\n\n{body}" for title, body in sections]
     return "\n\n".join(parts) + "\n"
 

@@ -480,8 +480,8 @@ STUDY_NOTE = ("Step: the mean of the slowest rank's step. Tokens/s per GPU: glob
               "table (i) per stage). Comm time: the "
               "device time of the step's data-parallel collectives on their stream, hidden or not (comm_busy_ms; "
               "NCCL only, '-' from the mpi backend); predicted: the ring model's for all of them, gradients' and "
-              "parameters', end to end; ratio: measured over predicted. Tensor parallelism's collectives inside the layers are in the step, in "
-              "none of these columns.")
+              "parameters', end to end; ratio: measured over predicted. Tensor parallelism's collectives inside "
+              "the layers are in the step, in none of these columns.")
 
 
 def plot(all_series: list, path: str) -> str:

@@ -7,10 +7,10 @@
 # The scaling study: data-parallel training at 1, 2, 4, ... ranks up to the job's tasks (RANKS),
 # strong (a fixed global batch, STRONG_BATCH, default 2 per rank at the most ranks) and weak (a
 # fixed batch per GPU, WEAK_BATCH: a tensor-parallel group of tp ranks takes tp x WEAK_BATCH);
-# one strategy (STRATEGY, BUCKET MiB) under each sharding stage (SHARDINGS: none,zero1,zero2,zero3 under
-# bucketed, else none; at 1 rank none alone, where every series starts: sharding one rank shards
-# nothing), each again under every tensor-parallel size of TP that divides the rank count (tp x dp
-# ranks, the global batch shared by the dp groups). Then a run of the collectives
+# one strategy (STRATEGY, BUCKET MiB) under each sharding stage (SHARDINGS: none,zero1,zero2,
+# zero3 under bucketed, else none; at 1 rank none alone, where every series starts: sharding one
+# rank shards nothing), each again under every tensor-parallel size of TP that divides the rank
+# count (tp x dp ranks, the global batch shared by the dp groups). Then a run of the collectives
 # (COMM_COLLECTIVES) at the most ranks gives the ring model its o and w at each size, and
 # $OUT/report.md opens with every configuration in one table (tokens/s per GPU against one GPU's,
 # MFU, peak memory per rank, exposed communication and the collectives' device time beside the

@@ -180,6 +180,14 @@ HOSTFILE
   chmod 755 "$dir/agent" "$dir/hostfile"
 }
 
+# fake_nodes_netns DIR I: node I's network namespace (the bridge's name, DIR/netns' first line,
+# with -I for -br).
+fake_nodes_netns() {
+  local first
+  first=$(sed -n 1p "$1/netns")
+  echo "${first%-br}-$2"
+}
+
 # fake_nodes_run I DIR COMMAND...: COMMAND in node I's namespaces, on its core, from DIR.
 fake_nodes_run() {
   local i=$1 dir=$2 core
@@ -306,7 +314,7 @@ fake_nodes_remove() {
 
 fake_nodes_main() {
   set -euo pipefail
-  local cmd=${1:-} n dir i pid core owner ns
+  local cmd=${1:-} n dir i pid core owner
   case $cmd in
     -h | --help | help) fake_nodes_usage; exit 0 ;;
     up | run | down) ;;
@@ -366,15 +374,12 @@ USE
         fake_nodes_refuse "I must be a node of $dir, 0 to $((n - 1)), not '$i'"
       fi
       i=$((10#$i))
-      ns=$(sed -n 1p "$dir/netns")
-      ns=${ns%-br}-$i
       pid=$(cat "$dir/node$i.pid" 2>/dev/null) || pid=""
       # The holder's pid, still in node I's network namespace (not a pid reused since).
-      if [ -z "$pid" ] || [ "$(ip netns identify "$pid" 2>/dev/null)" != "$ns" ]; then
+      if [ -z "$pid" ] || [ "$(ip netns identify "$pid" 2>/dev/null)" != "$(fake_nodes_netns "$dir" "$i")" ]; then
         fake_nodes_die "node$i of $dir is gone (its holder no longer runs): '$0 down $dir', then up again"
       fi
-      core=$(awk -v n="node$i" '$1 == n { print $3 }' "$dir/nodes")
-      exec nsenter -t "$pid" --net --uts --mount --wd="$dir" -- taskset -c "$core" "$@"
+      fake_nodes_run "$i" "$dir" "$@"
       ;;
     down)
       [ $# = 2 ] || fake_nodes_usage_error "down takes DIR, e.g. down /tmp/nodes"

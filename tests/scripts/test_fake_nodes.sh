@@ -373,7 +373,7 @@ assert hangs and all(h["rank"] in (0, 1) and h["host"] == "node0" and h[key] == 
   # ranks, and the report says they were cut off from each other; every rank has ended within
   # --comm-timeout + 20 s (its abort's deadline), though mpirun, cut off from node1's daemon, may
   # not: it is stopped once the ranks are gone.
-  name=partition link=$(grep -- '-1$' "$tmp/netns")
+  name=partition link=$(fake_nodes_netns "$tmp" 1)
   in_node 0 timeout 60 mpirun --hostfile "$(hostfile 2 1)" -np 3 --bind-to none --mca plm_rsh_agent "$tmp/agent" \
     --mca plm_rsh_no_tree_spawn 1 "$LLMHPC_BIN" --mode comm --device cpu --backend mpi --size 4KB --steps 1000000 \
     --comm-timeout 3 --out "$tmp/runs/$name" >"$tmp/$name.log" 2>&1 &
@@ -382,7 +382,7 @@ assert hangs and all(h["rank"] in (0, 1) and h["host"] == "node0" and h[key] == 
   ip -n "$link" link set eth0 down
   start=$SECONDS
   ranks_left() {  # llmhpc processes still on node0 and node1
-    for i in 0 1; do ip netns pids "$(grep -- "-$i\$" "$tmp/netns")"; done | xargs -r ps -o comm= -p | grep -c llmhpc || true
+    for i in 0 1; do ip netns pids "$(fake_nodes_netns "$tmp" "$i")"; done | xargs -r ps -o comm= -p | grep -c llmhpc || true
   }
   while [ "$(ranks_left)" != 0 ] && [ $((SECONDS - start)) -le 30 ]; do sleep 0.5; done
   took=$((SECONDS - start))
