@@ -365,6 +365,8 @@ int run(Runtime& rt, int argc, char** argv, bool& in_mode) {
   } forget_recorder;
   ModeContext ctx{rt, backend, recorder, out_dir, std::chrono::milliseconds(opt_int(vm, "device-sample-ms"))};
   in_mode = true;
+  install_stop_notice(rt.is_root(), "ends this run: the records finished are in " + out_dir +
+                                        ", the one being measured marked interrupted (analysis/report.py reads them)");
   try {
     run_mode(ctx);
   } catch (const Interrupted& e) {  // stopped early on a signal, its state saved

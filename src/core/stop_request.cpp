@@ -1,6 +1,10 @@
 #include "src/core/stop_request.h"
 
+#include <unistd.h>
+
 #include <csignal>
+#include <cstdio>
+#include <cstring>
 
 namespace llmhpc {
 namespace {
@@ -9,6 +13,21 @@ volatile std::sig_atomic_t g_signal = 0;
 
 extern "C" void note_signal(int signal) {
   if (g_signal == 0) g_signal = signal;
+}
+
+char g_notice[1024];  // set before the handler is installed; written by it alone
+bool g_speak = false;
+
+// Async-signal-safe: write(2) of strings made beforehand, then the default action.
+extern "C" void notice_and_end(int signal) {
+  if (g_speak) {
+    const char* name = signal == SIGINT ? "\nllmhpc: SIGINT " : "\nllmhpc: SIGTERM ";  // after a pending "[k/n] ..."
+    ssize_t ignored = write(STDERR_FILENO, name, std::strlen(name));
+    ignored = write(STDERR_FILENO, g_notice, std::strlen(g_notice));
+    (void)ignored;
+  }
+  std::signal(signal, SIG_DFL);
+  std::raise(signal);
 }
 
 }  // namespace
@@ -23,6 +42,15 @@ void install_stop_handlers() {
     action.sa_flags = SA_RESTART | (signal == SIGUSR1 ? 0 : SA_RESETHAND);
     sigaction(signal, &action, nullptr);
   }
+}
+
+void install_stop_notice(bool speak, const std::string& notice) {
+  std::snprintf(g_notice, sizeof g_notice, "%s\n", notice.c_str());
+  g_speak = speak;
+  struct sigaction action = {};
+  action.sa_handler = notice_and_end;
+  sigemptyset(&action.sa_mask);
+  for (int signal : {SIGTERM, SIGINT}) sigaction(signal, &action, nullptr);
 }
 
 int stop_signal() { return int(g_signal); }

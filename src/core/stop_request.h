@@ -14,6 +14,11 @@ namespace llmhpc {
 
 // SIGTERM, SIGINT, SIGUSR1.
 void install_stop_handlers();
+// Until a mode installs the handlers above, SIGTERM and SIGINT end the process as uncaught
+// (the rank files keep every finished record; the one being written reads as interrupted),
+// and with `speak` (rank 0) first print "llmhpc: <signal> <notice>" on stderr, so that a
+// user who pressed Ctrl-C during a sweep is told where the results are.
+void install_stop_notice(bool speak, const std::string& notice);
 // 0, or the first of those signals received since install_stop_handlers().
 int stop_signal();
 // "SIGTERM", "SIGINT", "SIGUSR1", or "signal N".

@@ -280,10 +280,9 @@ void Watchdog::inject(const Op& op) {
                op.context->c_str());
   std::fflush(stderr);
   if (f.action == Fault::Exit) std::_Exit(f.code);
-  if (f.action == Fault::Signal) {
-    std::signal(f.code, SIG_DFL);
+  if (f.action == Fault::Signal) {  // as if sent from outside: the process's own handlers see it
     std::raise(f.code);
-    std::_Exit(128 + f.code);  // a signal whose default is to go on
+    return;  // a handler that noted it (train stops after the step), or a signal that goes on
   }
   if (f.action == Fault::Delay) {
     std::this_thread::sleep_for(std::chrono::milliseconds(f.code));

@@ -44,13 +44,13 @@
 //
 // Fault injection (tests only; docs/design.md, "Reliability"): the environment variable
 // LLMHPC_FAULT, e.g. "rank=1,op=40,action=stall" or "rank=2,config=2,step=3,action=signal:9",
-// makes one rank exit (action=exit[:code], default code 7), raise a signal
-// (action=signal[:number], default 9) or stall (action=stall: sleep forever) just before it
-// issues the first collective that is at least its op-th, in at least its config-th
-// configuration (set_context calls, from 1) and at or after step `step` (each condition
-// optional, at least one given); or, with action=delay:MS, sleep MS milliseconds before each
-// of its collectives from then on (a slow rank, for the straggler report). The fault is
-// announced on stderr first. A stalled rank has not issued the collective (its last issued
+// makes one rank exit (action=exit[:code], default code 7), raise a signal as if sent from
+// outside, to its handlers if it has them (action=signal[:number], default 9) or stall
+// (action=stall: sleep forever) just before it issues the first collective that is at least
+// its op-th, in at least its config-th configuration (set_context calls, from 1) and at or
+// after step `step` (each condition optional, at least one given); or, with action=delay:MS,
+// sleep MS milliseconds before each of its collectives from then on (a slow rank, for the
+// straggler report). The fault is announced on stderr first. A stalled rank has not issued the collective (its last issued
 // number is the one before), as a rank stuck in computation would.
 #pragma once
 #include <atomic>

@@ -2,7 +2,8 @@
 # Faults injected under mpirun -np 3 (LLMHPC_FAULT, test only: src/core/watchdog.h): a rank
 # killed by a signal in the middle of a comm benchmark, a rank that exits in the middle of a
 # ddp run, a rank that stalls inside a collective (comm and ddp), a rank stopped by SIGSTOP
-# (a process that answers nothing, not even the launcher's SIGTERM). Each job must end non-zero
+# (a process that answers nothing, not even the launcher's SIGTERM), rank 0 interrupted by
+# SIGINT in a sweep. Each job must end non-zero
 # within --comm-timeout + 30 s, with a message naming the failed rank (a watchdog's report: the
 # stalled rank as the one that had not reached the stuck collective, the stopped one as giving no
 # answer; exit code 4), leave no rank process behind, and leave every rank's file readable: the finished configurations "ok" with their
@@ -97,6 +98,10 @@ run comm_kill "rank=1,config=3,step=5,action=signal:9" "rank 1" "${COMM[@]}"
 readable comm_kill comm
 run ddp_exit "rank=2,config=2,step=2,action=exit:3" "rank 2" "${DDP[@]}"
 readable ddp_exit ddp
+# Ctrl-C in a sweep (rank 0, as a terminal's SIGINT reaches it): rank 0 says where the
+# finished records are before the signal ends it, and they stay readable.
+run ddp_sigint "rank=0,config=2,step=2,action=signal:2" "SIGINT ends this run: the records finished are in $WORK/ddp_sigint" "${DDP[@]}"
+readable ddp_sigint ddp
 run comm_stall "rank=1,config=3,step=5,action=stall" "watchdog on rank" "${COMM[@]}"
 grep -q "no progress within --comm-timeout" "$WORK/comm_stall.log" || fail "comm_stall: no timeout report"
 grep -q "last enqueued collective #[0-9]*, last completed #[0-9]*" "$WORK/comm_stall.log" ||
