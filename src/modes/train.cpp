@@ -54,11 +54,12 @@ void add_options(po::options_description& desc) {
       "weight-decay", text("0.01"), "AdamW decoupled weight decay")("beta1", text("0.9"), "AdamW beta1")(
       "beta2", text("0.999"), "AdamW beta2")("eps", text("1e-8"), "AdamW epsilon")(
       "init", po::value<std::string>(),
-      "go on from this checkpoint: its model (unless model options are given), its optimizer state, and the "
-      "batches after its step")(
+      "go on from this checkpoint: its model (shape options change it where its tensors still fit; its heads "
+      "stay), its optimizer state, and the batches after its step")(
       "save", po::value<std::string>(),
       "write the final checkpoint here (rank 0); also when SIGTERM, SIGINT or SIGUSR1 stops the run early: every "
-      "rank stops after the same step, saves it and exits with 128 + the signal")(
+      "rank stops after the same step, saves it and exits with 128 + the signal (under mpirun, stop with SIGUSR1 "
+      "to mpirun: Open MPI turns Ctrl-C into SIGTERM and kills the ranks a second later)")(
       "save-every", text("0"),
       "also write --save every N steps (0: only at the end), so a killed run loses at most N steps")(
       "log-every", text("10"), "print the loss every N steps (0: only the last)")(
@@ -85,10 +86,11 @@ struct TrainOptions {
   int64_t steps = 0, log_every = 0, save_every = 0, batch = 0;  // batch: the global batch
   int micro_batches = 1;
   uint64_t seed = 0;
-  // The model: `shape` from the model options, or (none given, --init) the checkpoint's, with
-  // the overrides the user gave.
-  std::optional<ModelConfig> shape;
-  std::optional<int64_t> vocab_size, context_length;
+  // The model: `shape` from --model (or the shape options without --init); else --init's, with
+  // the shape options given over it, or `whole_shape` (all four given) for a checkpoint that
+  // records no model.
+  std::optional<ModelConfig> shape, whole_shape;
+  std::optional<int64_t> d_model, d_ff, num_layers, num_heads, vocab_size, context_length;
   std::optional<double> rope_theta;
   Precision precision = Precision::FP32;
   AttentionKind attention = AttentionKind::Naive;
@@ -185,26 +187,57 @@ TrainOptions parse_options(const po::variables_map& vm, int world_size) {
   if (o.parallel.tensor_parallel > 1 && o.cuda_graph)
     throw UsageError(
         "--cuda-graph records one rank's kernels: --tp's collectives inside each layer cannot be recorded");
-  if (opt_given(vm, "model") || has_explicit_shape(vm) || o.init.empty()) o.shape = model_configs(vm).front();
+  if (opt_given(vm, "d-model")) o.d_model = opt_int(vm, "d-model");
+  if (opt_given(vm, "d-ff")) o.d_ff = opt_int(vm, "d-ff");
+  if (opt_given(vm, "num-layers")) o.num_layers = opt_int(vm, "num-layers");
+  if (opt_given(vm, "num-heads")) o.num_heads = opt_int(vm, "num-heads");
+  const bool whole_shape = o.d_model && o.d_ff && o.num_layers && o.num_heads;
+  if (opt_given(vm, "model") || o.init.empty()) o.shape = model_configs(vm).front();
+  else if (whole_shape) o.whole_shape = model_configs(vm).front();  // for a checkpoint without its config
   if (opt_given(vm, "vocab-size")) o.vocab_size = opt_int(vm, "vocab-size");
   if (opt_given(vm, "rope-theta")) o.rope_theta = opt_double(vm, "rope-theta");
   if (opt_given(vm, "context-length")) o.context_length = opt_positive(vm, "context-length");
   return o;
 }
 
-// The model to train: from the options, or from --init's attributes when no shape option was given.
-ModelConfig resolve_config(const TrainOptions& o, const CheckpointInfo* init) {
-  if (o.shape) return *o.shape;
-  if (!init || !init->config)
-    throw UsageError(
-        "--init '" + o.init +
-        "' has no model config attributes; give the model with --model or --d-model/--d-ff/--num-layers/--num-heads");
-  ModelConfig c = *init->config;
-  c.name = "checkpoint";
-  if (o.vocab_size) c.vocab_size = *o.vocab_size;
-  if (o.rope_theta) c.rope_theta = *o.rope_theta;
-  if (o.context_length) c.context_length = *o.context_length;
-  c.validate();
+// The model to train: from --model (its sizes and the options that change them), or from
+// --init's attributes with the options given over them. The tensors' shapes are checked
+// against the checkpoint's later (check_checkpoint_fits); here what they do not show: the
+// heads its weights were trained to form, which the run must keep, and RoPE's base, which a
+// run may change (longer contexts are trained so) but is told about in `notes`.
+ModelConfig resolve_config(const TrainOptions& o, const CheckpointInfo* init, std::vector<std::string>& notes) {
+  ModelConfig c;
+  if (o.shape) {
+    c = *o.shape;
+  } else if (o.whole_shape && init && !init->config) {
+    c = *o.whole_shape;
+  } else {
+    if (!init || !init->config)
+      throw UsageError("--init '" + o.init +
+                       "' has no model config attributes; give the model with --model or "
+                       "--d-model/--d-ff/--num-layers/--num-heads");
+    c = *init->config;
+    c.name = "checkpoint";
+    if (o.d_model) c.d_model = *o.d_model;
+    if (o.d_ff) c.d_ff = *o.d_ff;
+    if (o.num_layers) c.num_layers = *o.num_layers;
+    if (o.num_heads) c.num_heads = *o.num_heads;
+    if (o.vocab_size) c.vocab_size = *o.vocab_size;
+    if (o.rope_theta) c.rope_theta = *o.rope_theta;
+    if (o.context_length) c.context_length = *o.context_length;
+    c.validate();
+  }
+  if (init && init->config) {
+    const ModelConfig& trained = *init->config;
+    if (c.num_heads != trained.num_heads && c.d_model == trained.d_model)
+      throw UsageError("--init '" + o.init + "' was trained with " + std::to_string(trained.num_heads) + " heads; " +
+                       std::to_string(c.num_heads) +
+                       " would split its attention weights into other heads, another model: leave "
+                       "--num-heads out (the checkpoint's is used), or train from scratch without --init");
+    if (c.rope_theta != trained.rope_theta)
+      notes.push_back("RoPE's base is " + fmt_exact(c.rope_theta) + ", not the " + fmt_exact(trained.rope_theta) +
+                      " that '" + o.init + "' was trained with: positions are encoded anew");
+  }
   return c;
 }
 
@@ -255,6 +288,7 @@ void run(ModeContext& ctx, const TrainOptions& o) {
   SyncPlan plan;
   int shard_group = dp_rt.world_size;  // ranks that share one copy of the model state
   std::optional<CheckpointInfo> init;
+  std::vector<std::string> notes;  // on the model against --init's (resolve_config)
   bool graphed = false;
   collective_check(rt, [&] {
     if (o.cuda_graph && dev.kind() != DeviceKind::Cuda) throw UsageError(kCudaGraphNeedsCuda);
@@ -267,7 +301,7 @@ void run(ModeContext& ctx, const TrainOptions& o) {
         throw UsageError(std::string("--init: ") + e.what());
       }
     }
-    config = resolve_config(o, init ? &*init : nullptr);
+    config = resolve_config(o, init ? &*init : nullptr, notes);
     if (init) check_checkpoint_fits(o.init, ParameterLayout(config));
     data.validate(config.vocab_size, config.context_length);
     if (!o.save.empty() && rt.is_root()) {  // rank 0 writes it
@@ -384,6 +418,7 @@ void run(ModeContext& ctx, const TrainOptions& o) {
       (long long)steps, (long long)batch, (long long)seq, data.path().c_str(), (long long)data.size(),
       order == DataOrder::Random ? "random" : "sequential",
       init ? (", from " + o.init + " at step " + std::to_string(opt->steps_taken())).c_str() : "");
+  for (const std::string& note : notes) log_root(rt, "train: %s\n", note.c_str());
   if (micro_batches > 1)
     log_root(rt, "train: each step in %d micro-batches of %lld sequences per rank, gradients added up%s\n",
              micro_batches, (long long)micro_size, grads == GradientDType::BF16 ? " in bf16" : "");
@@ -516,7 +551,8 @@ void run(ModeContext& ctx, const TrainOptions& o) {
   int64_t done = 0;
   std::chrono::steady_clock::time_point first_done;  // the time left is told from the steps after the first
   for (int64_t s = 0; s < steps && !stopped_by; s = done) {
-    Watchdog::instance().set_step(s);
+    const int64_t step = first_batch + s + 1;  // the optimizer's step, as the record's first_step counts
+    Watchdog::instance().set_step(step);
     data.fill_batch(first_batch + s, batch, seq, mine.first, mine.count, order, seed, inputs.data(), targets.data());
     if (micro_batches == 1) model->set_batch(inputs.data(), targets.data(), mine.count, seq);
     micro_losses = 0;
@@ -528,6 +564,7 @@ void run(ModeContext& ctx, const TrainOptions& o) {
                 : run_step(*model, opt.get(), Phase::TrainStep, *timer, sync.get(), nullptr,
                            micro_batches > 1 ? &micro : nullptr);
     } catch (const OutOfMemory& e) {  // the losses so far are kept; the run ends (main reports it)
+      rec.attr("error", e.what());
       save_progress("oom");
       throw;
     }
@@ -560,15 +597,15 @@ void run(ModeContext& ctx, const TrainOptions& o) {
     const std::string hint = s == 0 && init ? " (the first step from --init: are the checkpoint's values finite? "
                                               "else try a lower --lr)"
                                             : " (try a lower --lr)";
+    const std::string at = " at step " + std::to_string(step);
+    const std::string of_run = at + " (this run's " + std::to_string(done) + " of " + std::to_string(steps) + ")";
     if (!std::isfinite(loss.back())) {
-      save_progress("error: loss is not finite at step " + std::to_string(s));
-      throw AgreedError("the loss became " + std::to_string(loss.back()) + " at step " + std::to_string(s) +
-                        " of this run" + hint);
+      save_progress("error: loss is not finite" + at);
+      throw AgreedError("the loss became " + std::to_string(loss.back()) + of_run + hint);
     }
     if (max_grad_norm > 0 && !std::isfinite(grad_norm.back())) {
-      save_progress("error: gradient norm is not finite at step " + std::to_string(s));
-      throw AgreedError("the gradients' norm became " + std::to_string(grad_norm.back()) + " at step " +
-                        std::to_string(s) + " of this run" + hint);
+      save_progress("error: gradient norm is not finite" + at);
+      throw AgreedError("the gradients' norm became " + std::to_string(grad_norm.back()) + of_run + hint);
     }
     const bool last = done == steps;
     const auto now = std::chrono::steady_clock::now();

@@ -7,6 +7,7 @@ import sys
 import tempfile
 
 import h5py
+import numpy as np
 
 BIN, MPIEXEC, ROOT = os.environ["LLMHPC_BIN"], os.environ.get("MPIEXEC", "mpirun"), os.environ["LLMHPC_ROOT"]
 LIMIT = 64 * 1000 * 1000  # 64MB: context 2048 needs ~270MB of attention probabilities per layer
@@ -69,4 +70,20 @@ with tempfile.TemporaryDirectory() as work:
         with h5py.File(os.path.join(out, f"rank{rank:05d}.h5"), "r") as f:
             status = {int(g.attrs["context_length"]): g.attrs["status"] for g in f["bench"].values()}
             assert status == {99999999999: "oom", 16: "ok"}, f"rank {rank}: {status}"
-print("bench, profile and memory oom: ok")
+
+    # train: a step that does not fit ends the run with an oom record that says why; the
+    # steps done before it are kept (none here: the first step runs out).
+    tokens = os.path.join(work, "tokens.bin")
+    np.random.default_rng(0).integers(0, 64, 20000, dtype=np.uint16).tofile(tokens)
+    out = os.path.join(work, "train")
+    cmd = [MPIEXEC, "--oversubscribe", "-np", "2", BIN, "--mode", "train", "--device", "cpu", "--data", tokens,
+           "--d-model", "32", "--d-ff", "64", "--num-layers", "2", "--num-heads", "4", "--vocab-size", "64",
+           "--context-length", "1024", "--batch-size", "4", "--steps", "2", "--memory-limit", "8MB", "--out", out]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert proc.returncode != 0, f"train out of memory exited 0:\n{proc.stdout}"
+    for rank in (0, 1):
+        with h5py.File(os.path.join(out, f"rank{rank:05d}.h5"), "r") as f:
+            g = f["train"]
+            assert g.attrs["status"] == "oom", f"train rank {rank}: {g.attrs['status']}"
+            assert "exceeds the limit" in g.attrs["error"], f"train rank {rank}: {g.attrs.get('error')}"
+print("bench, profile, memory and train oom: ok")

@@ -7,7 +7,7 @@
 # through mpirun, SIGTERM and SIGINT to a single process) stops every rank at the same step,
 # saves the checkpoint, marks the rank files "interrupted" and exits 128 + the signal, and the
 # run goes on from what it saved; --save-every without --save is refused, and so is a decay that
-# ended at or before the checkpoint's step.
+# ended at or before the checkpoint's step; options that change a checkpoint's model.
 source "$(dirname "$0")/mpi_script.sh"
 fail() { echo "FAIL: $*"; for f in "$WORK"/*.log; do echo "--- $f"; tail -8 "$f"; done; exit 1; }
 
@@ -77,6 +77,25 @@ timeout 60 "$MPIEXEC" --oversubscribe -np 2 "$BIN" $TRAIN $DP $SCHEDULE --steps 
 rc=$?
 [ $rc -eq 2 ] && grep -q "the checkpoint is at step 5, so every step of this run would train at --min-lr" decayed.log &&
   [ ! -e decayed ] || fail "a decay that ended before the checkpoint: exit $rc, or no message, or a results folder"
+
+# The model of a checkpoint: --init without shape options takes the checkpoint's; a shape
+# option changes that one option (here into a model the checkpoint does not fit: named); other
+# heads would make its attention weights another model: refused; another RoPE base is allowed
+# (longer contexts are trained so) and said.
+timeout 60 "$BIN" --mode train --device cpu --data tokens.bin --steps 1 --init part.h5 --out own >own.log 2>&1 &&
+  grep -q "train: checkpoint (" own.log || fail "--init alone does not train the checkpoint's model"
+timeout 60 "$BIN" --mode train --device cpu --data tokens.bin --steps 1 --init part.h5 --num-layers 3 --out layers \
+  >layers.log 2>&1
+rc=$?
+[ $rc -eq 2 ] && grep -q "does not fit the model: /params has no 'layers.2." layers.log ||
+  fail "--init with one more layer: exit $rc, or not named"
+timeout 60 "$MPIEXEC" --oversubscribe -np 2 "$BIN" $TRAIN --num-heads 8 --steps 1 --init part.h5 --out heads >heads.log 2>&1
+rc=$?
+[ $rc -eq 2 ] && grep -q "'part.h5' was trained with 4 heads; 8 would split its attention weights" heads.log &&
+  [ ! -e heads ] || fail "--init with other heads: exit $rc, or no message, or a results folder"
+timeout 60 "$BIN" --mode train --device cpu --data tokens.bin --steps 1 --init part.h5 --rope-theta 500000 --out rope \
+  >rope.log 2>&1 && grep -q "RoPE's base is 500000, not the 10000 that 'part.h5' was trained with" rope.log ||
+  fail "--init with another RoPE base: not run, or not said"
 
 python3 - "$(cd "$(dirname "$0")" && pwd)" <<'PY'
 import sys
