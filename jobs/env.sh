@@ -10,8 +10,9 @@
 #                since the job's report reads everything under its OUT
 #   JOB_NAME     the job name in OUT (default Slurm's under sbatch, else the script's file name
 #                without .sh)
-#   EXTRA_ARGS   appended to the command line of the job's own llmhpc runs (e.g. a custom shape:
-#                --d-model 64 ...); not to the all-reduce runs (--mode comm) of ddp_bucketed.sh
+#   EXTRA_ARGS   appended to the command line of the job's own llmhpc runs (e.g. a custom shape,
+#                over one preset: MODELS=small EXTRA_ARGS="--d-model 64 ..."; shape options change
+#                one model, so a list of presets refuses them); not to the all-reduce runs (--mode comm) of ddp_bucketed.sh
 #                and scaling.sh, since mode comm refuses model and ddp options. Being last, they
 #                override the job's own values: llmhpc takes an option given twice at its last
 #                value (a list option's last list), so EXTRA_ARGS="--warmup 1 --steps 2" runs 1

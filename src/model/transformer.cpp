@@ -474,6 +474,20 @@ void TransformerLM::sum_norm_gradients(std::initializer_list<std::string> names)
 }
 
 void TransformerLM::set_batch(const int32_t* tokens, const int32_t* targets, int64_t batch, int64_t seq) {
+  reserve_batch(batch, seq);
+  set_batch_part(0, batch * seq, tokens, targets);
+}
+
+void TransformerLM::set_batch_part(int64_t first, int64_t count, const int32_t* tokens, const int32_t* targets) {
+  LLMHPC_CHECK(first >= 0 && count >= 0 && first + count <= batch_ * seq_, "a batch part outside the batch");
+  device_.copy_to_device(static_cast<int32_t*>(tokens_.tensor().data) + first, tokens, count * sizeof(int32_t));
+  has_targets_ = targets != nullptr;
+  has_loss_ = false;
+  if (has_targets_)
+    device_.copy_to_device(static_cast<int32_t*>(targets_.tensor().data) + first, targets, count * sizeof(int32_t));
+}
+
+void TransformerLM::reserve_batch(int64_t batch, int64_t seq) {
   if (batch <= 0 || seq <= 0) throw UsageError("batch size and sequence length must be positive");
   if (seq > config_.context_length)
     throw UsageError("sequence length " + std::to_string(seq) + " exceeds {context_length} " +
@@ -503,11 +517,9 @@ void TransformerLM::set_batch(const int32_t* tokens, const int32_t* targets, int
     batch_ = batch;
     seq_ = seq;
   }
-  device_.copy_to_device(tokens_.tensor().data, tokens, batch * seq * sizeof(int32_t));
-  has_targets_ = targets != nullptr;
-  has_loss_ = false;
-  if (has_targets_) device_.copy_to_device(targets_.tensor().data, targets, batch * seq * sizeof(int32_t));
 }
+
+void TransformerLM::release_activations() { act_.reset(); }
 
 // Forward takes the activations as it reaches them: the temporaries the layers share first,
 // each layer's saved tensors right before forward first writes them, the final norm's and the

@@ -150,6 +150,12 @@ class TransformerLM {
   // buffers (tokens, targets, the per-token losses) stay allocated until a batch of another
   // shape comes; a new shape also frees activations a forward-only pass kept.
   void set_batch(const int32_t* tokens, const int32_t* targets, int64_t batch, int64_t seq);
+  // set_batch in parts: the buffers of a batch of this shape, then tokens [first, first + count)
+  // of it (tokens and targets alike; every part before the next forward). A caller that draws a
+  // batch part by part holds no host copy of it: a batch too large for the device is the
+  // allocator's out-of-memory, not a host run out of memory first.
+  void reserve_batch(int64_t batch, int64_t seq);
+  void set_batch_part(int64_t first, int64_t count, const int32_t* tokens, const int32_t* targets);
   // Takes the activations (what forward keeps for backward, its temporaries, the logits) from
   // the allocator as it reaches them, layer by layer (the caching allocator on a GPU gives back
   // last step's blocks without cudaMalloc, while the kernels already enqueued run), and keeps
@@ -159,6 +165,9 @@ class TransformerLM {
   // forward-only loop allocates once. Reads each parameter range only after asking for it while
   // parameters arrive.
   void forward();
+  // Frees the activations a forward-only pass kept, so that the next forward takes them again,
+  // as a PyTorch forward whose outputs went out of scope does (mode memory's forward timeline).
+  void release_activations();
   // A replay of a recorded forward ran (GraphedStep, src/model/train_step.h): what forward()
   // notes on the host, since a replay runs none of its host code.
   void forward_replayed() { has_loss_ = has_targets_; }

@@ -183,12 +183,12 @@ void run(ModeContext& ctx, const AttentionOptions& o) {
         [&] {
           for (const auto& [name, value] : ops.attention_variant(d, cd)) rec.attr(name, value);
           const SavedSpec spec = ops.attention_saved(d, cd);
-          rec.attr("saved_bytes", int64_t(spec.shape.numel() * int64_t(dtype_size(spec.dtype))));
           const int64_t B = c.batch, T = c.seq, HD = c.heads * c.head_dim;
           Buffer qkv(alloc, cd, {B, T, 3 * HD}, "attention.qkv"), dout(alloc, cd, {B, T, HD}, "attention.dout");
           Buffer out(alloc, cd, {B, T, HD}, "attention.out"), dqkv(alloc, cd, {B, T, 3 * HD}, "attention.dqkv");
           Buffer saved(alloc, spec.dtype, spec.shape,
                        c.impl == AttentionKind::Flash ? "attention.logsumexp" : "attention.probs");
+          rec.attr("saved_bytes", int64_t(spec.shape.numel() * int64_t(dtype_size(spec.dtype))));  // as allocated
           // Normal(0, 1) values, counter-based: the same on every rank and device.
           const double unbounded = std::numeric_limits<double>::infinity();
           ops.random_normal(qkv, seed, 1, 1.0, unbounded);

@@ -448,7 +448,8 @@ void run(ModeContext& ctx, const DdpOptions& o) {
     std::unique_ptr<UnitShards> shards;  // zero2, zero3: made where memory is agreed on, then the sync
     std::unique_ptr<GradientSync> sync;
     SyncStats stats;
-    MemoryBreakdown before_optimizer, after_optimizer;
+    // after_init: the model as built; under zero2 and zero3 with this rank's shards of it.
+    MemoryBreakdown after_init, before_optimizer, after_optimizer;
     dev.allocator().reset_peak();
     const SweepStatus status = sweep.run(
         c.label(), rec,
@@ -478,19 +479,13 @@ void run(ModeContext& ctx, const DdpOptions& o) {
               if (!c.sharded()) live.model->init_parameters(seed + uint64_t(place.dp_rank));
               live.after_init = model_memory(dev.allocator());
             }
-            const int64_t n = mine.count * c.model.context_length;
-            std::vector<int32_t> tokens(n), targets(n);
-            for (int64_t k = 0; k < n; ++k) {  // each data-parallel rank its own batch
-              tokens[k] = int32_t(random_bits(seed, 16 * uint64_t(place.dp_rank) + 1, uint64_t(k)) %
-                                  uint64_t(c.model.vocab_size));
-              targets[k] = int32_t(random_bits(seed, 16 * uint64_t(place.dp_rank) + 2, uint64_t(k)) %
-                                   uint64_t(c.model.vocab_size));
-            }
-            live.model->set_batch(tokens.data(), targets.data(), mine.count, c.model.context_length);
+            // Each data-parallel rank its own batch.
+            set_random_batch(*live.model, mine.count, c.model.context_length, seed, 16 * uint64_t(place.dp_rank) + 1);
             // zero2, zero3: the shards, their places and windows, and the optimizer state, what a
             // sharded step keeps. A step runs here where it holds no collectives: not sharded,
             // not tensor-parallel (elsewhere the activations come with the first step).
             if (c.sharded()) shards = std::make_unique<UnitShards>(plan, comm, *live.model, ops, replicas);
+            after_init = c.sharded() ? model_memory(dev.allocator()) : live.after_init;
             const bool step_here = !c.sharded() && c.tp == 1;
             // The gradients exist; the activations and backward's scratch come and go with it.
             if (step_here) run_step(*live.model, nullptr, Phase::ForwardBackward, *timer);
@@ -594,7 +589,7 @@ void run(ModeContext& ctx, const DdpOptions& o) {
                  (tp_comm.empty() ? "" : ", waits for the tp collectives " + fmt(mean(tp_comm)) + " ms");
         },
         [&](Record& r) {
-          record_memory(r, "after_init", live.after_init);
+          record_memory(r, "after_init", after_init);
           r.attr("peak_memory_bytes", dev.allocator().peak_bytes());
           if (r.status != "ok") {  // free what this configuration held; the next one builds its own model
             sync.reset();
@@ -617,7 +612,7 @@ void run(ModeContext& ctx, const DdpOptions& o) {
     std::vector<std::string> memory_row = {shape_label(c.model),    std::to_string(c.model.context_length),
                                            std::to_string(c.batch), precision_name(c.precision),
                                            c.impl_column(),         c.sharding_column()};
-    const MemoryBreakdown* points[3] = {&live.after_init, &before_optimizer, &after_optimizer};
+    const MemoryBreakdown* points[3] = {&after_init, &before_optimizer, &after_optimizer};
     for (const TagCategory& category : model_memory_categories())
       memory_row.push_back(status.ok() ? mib_at_points(category.name, points) : "-");
     memory_row.push_back(status.ok() ? mib_at_points("other", points) : "-");

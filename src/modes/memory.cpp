@@ -14,6 +14,7 @@
 #include <map>
 
 #include "src/core/units.h"
+#include "src/core/watchdog.h"
 #include "src/io/memory_snapshot.h"
 #include "src/model/train_step.h"
 #include "src/modes/data_parallel.h"
@@ -274,12 +275,17 @@ void run(ModeContext& ctx, const MemoryOptions& o) {
             opt = std::make_unique<AdamW>(*model, ops, AdamWHyper{});
             opt->allocate_state();
           }
-          const int64_t n = c.batch * c.model.context_length;
-          std::vector<int32_t> tokens, targets;
-          random_batch(seed, n, c.model.vocab_size, tokens, targets);
-          model->set_batch(tokens.data(), targets.data(), c.batch, c.model.context_length);
+          set_random_batch(*model, c.batch, c.model.context_length, seed);
           if (warmup > 0) mark("warmup");
-          for (int64_t s = 0; s < warmup; ++s) run_step(*model, opt.get(), c.phase, *timer);
+          // A forward-only step takes its activations again, as every step of the others does:
+          // the traced forward's events are its own, not the first warm-up's. Each step is
+          // one of the watchdog's, so a tensor-parallel group's arrivals are recorded.
+          auto begin_step = [&](int64_t s) {
+            if (c.phase == Phase::Forward) model->release_activations();
+            Watchdog::instance().set_step(s);
+          };
+          for (int64_t s = 0; s < warmup; ++s) begin_step(s), run_step(*model, opt.get(), c.phase, *timer);
+          begin_step(warmup);
           run_step(*model, opt.get(), c.phase, *timer, nullptr, [&](const char* name) { mark(name); });
           dev.synchronize();
           return gib(alloc.peak_bytes()) + " GiB peak";

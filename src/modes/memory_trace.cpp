@@ -61,7 +61,7 @@ TraceSummary summarize_trace(const std::vector<LiveAllocation>& at_start, const 
     if (e.delta >= 0 && !e.pages) list(e.delta, e.tag, e.phase);  // pages taken again are no new allocation
     for (PhaseMemory& p : s.phases)
       if (p.name == e.phase) p.peak = std::max(p.peak, live);
-    if (live > s.peak) {
+    if (live > s.peak || (live == s.peak && e.delta > 0)) {  // its last time: the traced step's, not a warm-up's
       s.peak = live;
       s.peak_ms = e.time_ms;
       s.peak_phase = e.phase;

@@ -35,7 +35,7 @@ struct TraceSummary {
   bool balanced = true;  // every event's live_after is the running sum from the live at the start
   int64_t live_at_start = 0, live_at_end = 0;
   int64_t peak = 0;    // the running maximum (at least the live at the start)
-  double peak_ms = 0;  // when it was first reached
+  double peak_ms = 0;  // when it was last reached
   std::string peak_phase;
   std::vector<PhaseMemory> phases;  // in the order of `marks`
   MemoryBreakdown at_peak;          // live bytes by memory_categories() at the peak

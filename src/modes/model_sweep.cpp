@@ -139,9 +139,7 @@ TransformerLM& LiveModel::prepare(const std::vector<ModelCase>& cases, size_t i,
   }
   const AttentionDims dims{c.batch, c.model.context_length, c.model.num_heads, c.model.head_dim(), true, c.attention};
   for (const auto& [name, value] : ops.attention_variant(dims, compute_dtype(c.precision))) rec.attr(name, value);
-  std::vector<int32_t> tokens, targets;
-  random_batch(seed, c.batch * c.model.context_length, c.model.vocab_size, tokens, targets);
-  model_->set_batch(tokens.data(), targets.data(), c.batch, c.model.context_length);
+  set_random_batch(*model_, c.batch, c.model.context_length, seed);
   return *model_;
 }
 

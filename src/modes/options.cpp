@@ -98,13 +98,18 @@ void add_shape_attrs(Record& rec, const ModelConfig& c) {
       .attr("context_length", c.context_length);
 }
 
-void random_batch(uint64_t seed, int64_t n, int64_t vocab, std::vector<int32_t>& tokens,
-                  std::vector<int32_t>& targets) {
-  tokens.resize(n);
-  targets.resize(n);
-  for (int64_t k = 0; k < n; ++k) {
-    tokens[k] = int32_t(random_bits(seed, 1, uint64_t(k)) % uint64_t(vocab));
-    targets[k] = int32_t(random_bits(seed, 2, uint64_t(k)) % uint64_t(vocab));
+void set_random_batch(TransformerLM& model, int64_t batch, int64_t seq, uint64_t seed, uint64_t stream) {
+  model.reserve_batch(batch, seq);
+  const int64_t n = batch * seq, part = std::min<int64_t>(n, 1 << 20);
+  const uint64_t vocab = uint64_t(model.config().vocab_size);
+  std::vector<int32_t> tokens(part), targets(part);
+  for (int64_t first = 0; first < n; first += part) {
+    const int64_t count = std::min(part, n - first);
+    for (int64_t k = 0; k < count; ++k) {
+      tokens[k] = int32_t(random_bits(seed, stream, uint64_t(first + k)) % vocab);
+      targets[k] = int32_t(random_bits(seed, stream + 1, uint64_t(first + k)) % vocab);
+    }
+    model.set_batch_part(first, count, tokens.data(), targets.data());
   }
 }
 
@@ -169,7 +174,10 @@ std::vector<ModelConfig> model_configs(const po::variables_map& vm) {
     const bool preset_given = opt_given(vm, "model");
     std::vector<std::string> presets = split_list(opt_string(vm, "model"), "model");
     if (preset_given && presets.size() > 1)
-      throw UsageError("explicit shape options (--d-model ...) cannot be combined with a list of --model presets");
+      throw UsageError(
+          "explicit shape options (--d-model ...) change one model: give one --model preset (its sizes fill "
+          "what they leave out) or none; to compare custom shapes, run each into its own folder under one "
+          "parent, which analysis/report.py reads as one sweep");
     ModelConfig c = preset_given ? preset_config(presets[0]) : ModelConfig{};
     if (!preset_given) {
       std::vector<std::string> missing;

@@ -52,8 +52,10 @@ std::string shape_label(const ModelConfig& c);
 // The model's shape as a record's attributes: model, d_model, d_ff, num_layers, num_heads,
 // vocab_size, context_length.
 void add_shape_attrs(Record& rec, const ModelConfig& c);
-// The seeded random batch the measuring modes run on: n token ids and n targets below vocab.
-void random_batch(uint64_t seed, int64_t n, int64_t vocab, std::vector<int32_t>& tokens, std::vector<int32_t>& targets);
+// The seeded random batch the measuring modes run on: token ids and targets below the model's
+// vocabulary, token k of the batch random_bits(seed, stream, k) with `stream` for the tokens
+// and stream + 1 for the targets; drawn into the model's buffers part by part.
+void set_random_batch(TransformerLM& model, int64_t batch, int64_t seq, uint64_t seed, uint64_t stream = 1);
 
 // --separate-optimizer (modes that time one model's train step: bench, memory).
 void add_gradient_options(po::options_description& desc);

@@ -71,6 +71,7 @@ with h5py.File(os.path.join(sys.argv[1], "rank00000.h5"), "r") as f:
     assert status[oom] == "oom", status
     assert "forward_ms" not in f["attention"][oom], "an oom record must not hold timings"
     assert f["attention"][oom].attrs["error"], "an oom record names the allocation"
+    assert "saved_bytes" not in f["attention"][oom].attrs, "the probabilities never allocated have no size"
     assert f["attention"][oom].attrs["peak_memory_bytes"] <= 8_000_000
     for name, s in status.items():
         if name != oom:

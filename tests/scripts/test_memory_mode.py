@@ -55,16 +55,18 @@ def check_trace(name, g):
     for t in ("params", "activations.layers.0.resid", "activations.layers.1.attn.qkv", "activations.logits"):
         assert t in tags, f"{name}: no allocation tagged {t}; tags: {sorted(tags)}"
     # Activations live from a forward to the end of its backward: every step takes layer 0's
-    # residual input in forward and gives it back in backward; forward-only steps keep it, so
-    # the first forward alone takes it.
+    # residual input in forward and gives it back in backward; a forward-only step gives it
+    # back before the next one takes it again, so the traced forward's events are its own.
     resid = [(d, p) for t, d, p in zip(g["event_tag"].asstr()[()], delta, g["event_phase"].asstr()[()])
              if t == "activations.layers.0.resid"]
     want = g.attrs["residual_activation_bytes"]
     assert want == 2 * int(g.attrs["context_length"]) * 64 * 4, f"{name}: residual_activation_bytes {want}"
     steps = int(g.attrs["warmup"]) + 1
-    expected = ([(want, "warmup")] if g.attrs["phase"] == "forward" else
-                [(want, "warmup"), (-want, "warmup")] * (steps - 1) + [(want, "forward"), (-want, "backward")])
+    expected = [(want, "warmup"), (-want, "warmup")] * (steps - 1) + [(want, "forward")]
+    if g.attrs["phase"] != "forward":
+        expected.append((-want, "backward"))
     assert resid == expected, f"{name}: layer 0's residual input {resid}, expected {expected}"
+    assert g.attrs["peak_phase"] in ("forward", "backward"), f"{name}: the peak named in {g.attrs['peak_phase']}"
     phases = list(g["phase_name"].asstr()[()])
     expected = ["init", "warmup", "forward"] + (["backward"] if g.attrs["phase"] != "forward" else [])
     assert phases == expected, f"{name}: phases {phases}, expected {expected}"

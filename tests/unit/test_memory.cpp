@@ -141,10 +141,31 @@ TEST(MemoryTrace, BalancedAndThePeakIsTheAllocators) {
             (std::vector<std::pair<int64_t, std::string>>{{resid_bytes, "forward"}, {-resid_bytes, "backward"}}));
 }
 
+// The phase named for the peak is the traced step's where a warm-up step reached the same
+// peak before it (the study asks which phase of a step peaks), and a warm-up's where that
+// step went higher.
+TEST(MemoryTrace, ThePeakIsNamedInTheTracedStepUnlessAWarmUpWentHigher) {
+  const std::vector<PhaseMark> marks = {{"warmup", 0.0, 0}, {"forward", 2.0, 0}};
+  auto trace = [&](int64_t warmup_bytes) {
+    const std::vector<AllocEvent> events = {{1.0, warmup_bytes, warmup_bytes, 1, "activations.a", "warmup"},
+                                            {1.5, -warmup_bytes, 0, 1, "activations.a", "warmup"},
+                                            {3.0, 100, 100, 1, "activations.a", "forward"}};
+    return summarize_trace({}, events, marks, 100, 5);
+  };
+  const TraceSummary same = trace(100), higher = trace(200);
+  EXPECT_EQ(same.peak, 100);
+  EXPECT_EQ(same.peak_phase, "forward");
+  EXPECT_EQ(same.peak_ms, 3.0);
+  EXPECT_EQ(higher.peak, 200);
+  EXPECT_EQ(higher.peak_phase, "warmup");
+  ASSERT_EQ(same.largest.size(), 1u);
+  EXPECT_EQ(same.largest[0].phase, "forward");  // a tag's latest allocation
+}
+
 // The activations (and backward's scratch) live from a forward to the end of its backward:
 // after a train step only the batch is left (tokens, targets, the per-token losses), and
 // mean_loss() still reads the step's loss. A forward that no backward follows keeps them for
-// the next forward; a batch of another shape frees them.
+// the next forward unless released; a batch of another shape frees them.
 TEST(Activations, LiveFromForwardToTheEndOfBackward) {
   for (GradientStorage g : {GradientStorage::Whole, GradientStorage::PerRange}) {
     SCOPED_TRACE(g == GradientStorage::Whole ? "AdamW after backward" : "AdamW inside backward");
@@ -176,12 +197,18 @@ TEST(Activations, LiveFromForwardToTheEndOfBackward) {
       // At least each layer's residual input, qkv and h13 were live during the step.
       EXPECT_GT(alloc.peak_bytes(), live_after_step + c.num_layers * B * T * (C + 3 * C + 2 * c.d_ff) * 4);
     }
-    // Forward only: the set stays for the next forward, which takes nothing new.
+    // Forward only: the set stays for the next forward, which takes nothing new, unless it
+    // is released (mode memory's forward-only steps), when the next forward takes it again.
     model.forward();
     const int64_t with_activations = alloc.live_bytes();
     EXPECT_GT(activations(), batch_bytes);
     EXPECT_EQ(scratch(), 0);
     const double loss = model.mean_loss();
+    model.forward();
+    EXPECT_EQ(alloc.live_bytes(), with_activations);
+    EXPECT_EQ(model.mean_loss(), loss);
+    model.release_activations();
+    EXPECT_EQ(activations(), batch_bytes);
     model.forward();
     EXPECT_EQ(alloc.live_bytes(), with_activations);
     EXPECT_EQ(model.mean_loss(), loss);
