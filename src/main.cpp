@@ -70,7 +70,8 @@ void print_help(const po::options_description& general, const ModeSpec* mode) {
     for (const ModeSpec& m : all_modes()) std::printf("  %-10s %s\n", m.name.c_str(), m.summary.c_str());
     std::cout << "\n"
               << general
-              << "\n'llmhpc --mode MODE --help' lists a mode's own options; docs/guide.md shows them at work.\n";
+              << "\n'llmhpc --mode MODE --help' lists a mode's own options; docs/guide.md shows them at work, and "
+                 "says what \"the reference ... study\" means (its section \"The reference studies\").\n";
     return;
   }
   po::options_description own;

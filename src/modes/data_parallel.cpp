@@ -54,7 +54,8 @@ void add_data_parallel_options(po::options_description& desc, const ListUse& use
        "gradients and fp32 master weights too; each unit of the model, the embedding, a layer or the head, "
        "reduce-scattered as backward finishes it, the weights all-gathered once a step) | zero3 (stage 3, FSDP: "
        "the weights too; each unit all-gathered just before forward and again before backward reads it, one "
-       "unit ahead, and let go after: 16 bytes per parameter / ranks, plus two units); needs a --ddp other than "
+       "unit ahead, and let go after: 12 bytes per parameter / ranks between steps, 16 during one with the "
+       "gradients' shards, plus two units); needs a --ddp other than "
        "none (zero2 and zero3: bucketed, their buckets are the units); checkpoints hold the whole optimizer state "
        "and resume under any sharding and rank count" +
        list)
