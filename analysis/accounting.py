@@ -57,7 +57,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from bench import fmt, markdown_table  # noqa: E402
-from ddp import allreduce_model, bucket_model_table, load, setup_title  # noqa: E402
+from ddp import allreduce_model, bucket_model_table, bucket_optimum, load, setup_title  # noqa: E402
 from llmhpc_h5 import MIB, SchemaError, grad_dtype, label_precision, open_run  # noqa: E402
 from scaling import BUS_FACTOR, allreduce_at, at_size, bus_bandwidth  # noqa: E402
 
@@ -222,7 +222,8 @@ def memory(args) -> str:
     full = 16 * p  # the devices the fp32 state needs, whatever the run's stage
     devices = math.ceil(full / args.device_memory)
     per_batch = args.num_layers * args.context * (args.d_model + args.d_ff) * args.act_bytes / GB
-    head = (f"### (a) memory: P = {p:,} parameters ({p / 1e9:.2f} B){note}; activations {per_batch:.5g} GB per "
+    count = f"{p / 1e9:.2f} billion" if p >= 1e9 else f"{p / 1e6:.2f} million"
+    head = (f"### (a) memory: P = {p:,} parameters ({count}){note}; activations {per_batch:.5g} GB per "
             f"sequence in the batch\n\n")
     table = markdown_table(["What", "Model", "Model (GB)", "Measured (GB)", "Measured / model"], rows)
     tail = (f"\n\nThe state alone needs {gb(full)} / {args.device_memory / GB:g} = "
@@ -348,18 +349,20 @@ def bucket(args) -> str:
             b = g[(g.ddp == "bucketed") & (g.status == "ok")]
             if len(b):
                 best = b.loc[b.slowest_step_mean.idxmin()]
-                s = float(best.comm_bytes_per_step)
                 ranks = int(best.world_size) // int(best.tp)  # o and w on the gradients' ring, as (e) takes them
-                o, w = allreduce_at(model, ranks)
+                b_star, _, _ = bucket_optimum(model, float(best.comm_bytes_per_step), ranks)
+                optimum = f"{b_star / MIB:.3g} MiB" if 0 < b_star < math.inf else "none finite"  # as (e) says
                 parts.append(f"Measured: the fastest bucket size is {best.bucket_mb:g} MiB ({best.slowest_step_mean:.2f} "
-                             f"ms per step); the model's b* = {math.sqrt(s * o * w) / MIB:.3g} MiB.")
+                             f"ms per step, the slowest rank's); the model's b* (above): {optimum}.")
     if args.grad_bytes:
-        s, o, w = args.grad_bytes, model["o"], model["w"]
+        # o and w of the all-reduce run's own ranks, of the line around b*, as (e) takes them.
+        s = args.grad_bytes
+        b_star, o, w = bucket_optimum(model, s, int(model["world_size"]))
         # o = 0 (a small all-reduce no slower than its bytes / w, as on a loaded host): no cost per
         # bucket, so the model's optimum is infinitely many infinitely small buckets.
         n_star = math.sqrt(s / (o * w)) if o * w > 0 else math.inf
-        parts.append(f"### ddp_bucketed (b): s = {s / MIB:.3f} MiB, o = {o * 1e3:.2f} us, w = {w * 1e3 / 1e9:.3g} GB/s "
-                     f"({model['source']})\n\nb* = sqrt(s o w) = {math.sqrt(s * o * w) / MIB:.3g} MiB, "
+        parts.append(f"### ddp_bucketed (b): s = {s / MIB:.3f} MiB; at b*: o = {o * 1e3:.2f} us, "
+                     f"w = {w * 1e3 / 1e9:.3g} GB/s ({model['source']})\n\nb* = sqrt(s o w) = {b_star / MIB:.3g} MiB, "
                      f"n_b* = {n_star:.3g} buckets, T_over(b*) = 2 sqrt(s o / w) = "
                      f"{2 * math.sqrt(s * o / w):.3f} ms")
     if not parts:

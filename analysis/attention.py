@@ -7,11 +7,13 @@
 Prints, from rank 0's records (/attention/<label>, docs/hdf5-schema.md):
   1. one table per implementation, precision, causal, batch and heads, like the reference
      attention study's pytorch_attention table: head dim, sequence length, forward and backward mean +- std
-     (sample std, n-1), end-to-end mean, peak memory (MiB), status and the kernels that ran
+     (sample std, n-1), end-to-end mean, what forward saved for backward (saved_bytes, MiB: its
+     "memory before backward" without the inputs), peak memory (MiB), status and the kernels that ran
      (kernel_summary: on a GPU the choices flash makes by shape, which explain its steps);
   2. naive against flash, like its flash_benchmarking table: median forward,
      backward and end-to-end times of both and the speedup naive / flash (N/A where one
      ran out of memory), and both peaks;
+  A configuration that ran out of memory shows the peak it had reached: oom (>512.000).
   3. with --torch (the JSON written by analysis/torch_attention.py; once per file): llmhpc's flash
      against PyTorch's fused attention on the same shapes, median ms and the ratio
      llmhpc / PyTorch (the issue's target: at most 1.25 for T >= 4096), and llmhpc's kernels.
@@ -33,6 +35,7 @@ import numpy as np
 import pandas as pd
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from bench import peak_cell  # noqa: E402
 from llmhpc_h5 import SchemaError, open_run, repeated_across_runs  # noqa: E402
 from plotting import legend_above, plain_log_y, ticks_at  # noqa: E402
 
@@ -43,7 +46,8 @@ MIB = 1024.0 * 1024.0
 
 def attention_frame(directories: list) -> pd.DataFrame:
     """One row per attention record of rank 0 of every run: configuration, status, and
-    mean/std/median of forward_ms, backward_ms, total_ms; peak_mib."""
+    mean/std/median of forward_ms, backward_ms, total_ms; peak_mib, saved_mib (NaN where the
+    record has no saved_bytes: it failed before allocating it)."""
     rows = []
     for directory in directories:
         run = open_run(directory)
@@ -53,6 +57,7 @@ def attention_frame(directories: list) -> pd.DataFrame:
             row = {key: r.attrs.get(key) for key in CONFIG_KEYS}
             row.update(run=directory, name=r.name, status=r.status, kernels=kernel_summary(r.attrs),
                        peak_mib=r.attrs.get("peak_memory_bytes", 0) / MIB,
+                       saved_mib=r.attrs.get("saved_bytes", math.nan) / MIB,
                        flops_forward=r.attrs.get("flops_forward", math.nan),
                        flops_backward=r.attrs.get("flops_backward", math.nan))
             for phase in ("forward", "backward", "total"):
@@ -118,10 +123,11 @@ def per_implementation_tables(df: pd.DataFrame) -> str:
             rows.append([str(r.head_dim), str(r.seq),
                          f"{fmt(r.forward_mean)} ± {fmt(r.forward_std)}" if ok else "-",
                          f"{fmt(r.backward_mean)} ± {fmt(r.backward_std)}" if ok else "-",
-                         fmt(r.total_mean) if ok else "-", fmt(r.peak_mib, 1), r.status, r.kernels])
+                         fmt(r.total_mean) if ok else "-", fmt(r.saved_mib), peak_cell(r.status, r.peak_mib, 1.0, 3),
+                         r.status, r.kernels])
         out.append(f"### {keys[0]} attention, {group_title(keys[1:])}\n\n" + markdown(
-            ["head dim", "seq", "forward ms (mean ± std)", "backward ms (mean ± std)", "fwd+bwd ms (mean)", "peak MiB",
-             "status", "kernels"], rows))
+            ["head dim", "seq", "forward ms (mean ± std)", "backward ms (mean ± std)", "fwd+bwd ms (mean)",
+             "saved for backward MiB", "peak MiB", "status", "kernels"], rows))
     return "\n\n".join(out)
 
 
@@ -145,7 +151,7 @@ def naive_vs_flash_tables(df: pd.DataFrame) -> str:
             row = [str(s[0]), str(s[1])]
             for phase in ("forward", "backward", "total"):
                 row += [cell(n, phase), cell(f, phase), ratio(nv(n, phase), nv(f, phase))]
-            row += [fmt(n.peak_mib, 1) if n.status != "oom" else "OOM", fmt(f.peak_mib, 1) if f.status != "oom" else "OOM"]
+            row += [peak_cell(r.status, r.peak_mib, 1.0, 3) for r in (n, f)]
             rows.append(row)
         out.append(f"### naive vs flash, {group_title(keys)} (median ms; speedup = naive / flash)\n\n" + markdown(
             ["seq", "head dim", "naive fwd", "flash fwd", "fwd speedup", "naive bwd", "flash bwd", "bwd speedup",

@@ -3,16 +3,21 @@
     report_section(runs, out_dir)   markdown: the benchmark table (one per warm-up setting when
                                     runs differ in warm-up, as its warm-up study), fp32
                                     against bf16 with speed-ups, peak memory; writes bench.png
-                                    (and bench_speedup.png) into out_dir
+                                    (and bench_speedup_bf16.png) into out_dir
 
-Times are ms: the mean and sample std (n-1) of the raw per-step arrays of rank 0 (or of the rank
-asked for; rank=None pools every rank). Files are read only through analysis/llmhpc_h5.py.
+Rows in sweep order: models by parameter count, then precision (fp32 first), attention, context
+length, batch size. Times are ms: the mean and sample std (n-1) of the raw per-step arrays of rank 0
+(or of the rank asked for; rank=None pools every rank), and the whole step's min and max. Without
+--separate-optimizer AdamW runs inside backward: that column is then Bwd+AdamW. A configuration
+that ran out of memory shows the peak it had reached when it failed, marked: oom (>7.61). Files
+are read only through analysis/llmhpc_h5.py.
 """
 from __future__ import annotations
 
 import math
 import os
 import sys
+import textwrap
 
 import matplotlib
 
@@ -21,18 +26,26 @@ import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from llmhpc_h5 import BENCH_PHASES, label_precision, repeated_across_runs  # noqa: E402
+from llmhpc_h5 import (BENCH_PHASES, label_precision, model_name, on_cpu, repeated_across_runs,  # noqa: E402
+                       sweep_key)
 from plotting import plain_log_y, ticks_at  # noqa: E402
 
 # Columns that appear only when their value differs between rows: (summary column, header).
 VARYING_COLUMNS = (("context_length", "Context"), ("batch_size", "Batch"), ("precision", "Precision"),
-                   ("attention", "Attention"), ("phase", "Phase"), ("cuda_graph", "CUDA graph"), ("warmup", "Warm-up"),
-                   ("steps", "Steps"))
+                   ("attention", "Attention"), ("phase", "Phase"), ("adamw", "AdamW"), ("cuda_graph", "CUDA graph"),
+                   ("warmup", "Warm-up"), ("steps", "Steps"))
 SHAPE_KEYS = ("model", "d_model", "d_ff", "num_layers", "num_heads", "vocab_size")
-CONFIG_KEYS = (*SHAPE_KEYS, "context_length", "batch_size", "precision", "attention", "phase", "cuda_graph", "warmup",
-               "steps")  # what makes a row one configuration
+CONFIG_KEYS = (*SHAPE_KEYS, "context_length", "batch_size", "precision", "attention", "phase", "adamw", "cuda_graph",
+               "warmup", "steps")  # what makes a row one configuration
+# The sweep's nesting (docs/hdf5-schema.md, /bench): sizes (by parameter count), precisions,
+# attentions, context lengths, batch sizes.
+SWEEP_KEYS = ("num_params", "d_model", "d_ff", "num_layers", "num_heads", "vocab_size", "precision", "attention",
+              "context_length", "batch_size", "phase", "adamw", "cuda_graph", "warmup", "steps")
 SHORT = {"forward": "Fwd", "backward": "Bwd", "optimizer": "Opt", "step": "Total"}
-GIB = float(1 << 30)
+GIB, MIB = float(1 << 30), float(1 << 20)
+CPU_BF16_NOTE = ("On the CPU, bf16 is computed in fp32 on values stored as bf16 (for checking, not for speed): "
+                 "these times say nothing of bf16 hardware.")
+MAX_NAMED = 8  # configurations a plot's title names; the tables list them all
 
 
 def fmt(value, decimals: int = 2) -> str:
@@ -56,9 +69,48 @@ def markdown_table(header: list, rows: list) -> str:
     return "\n".join(lines)
 
 
+def peak_cell(status: str, peak, scale: float, decimals: int) -> str:
+    """A configuration's peak memory `peak` in units of `scale` (1 MiB: 2**20 for a peak in bytes);
+    one that failed had reached it when it stopped, so it is a lower bound, marked with the status:
+    'oom (>7.61)'; the status alone where it never started (no peak)."""
+    word = str(status).split(":")[0]  # 'oom', 'error: ...' -> 'error'
+    value = fmt(peak / scale, decimals) if peak and peak > 0 else ""
+    if word == "ok":
+        return value or "-"
+    return f"{word} (>{value})" if value else word
+
+
+def adamw_place(row) -> str:
+    """Where a configuration's AdamW ran: 'in Bwd' (phase train-step without --separate-optimizer:
+    each layer's update as backward finishes it, inside backward_ms), 'separate' (optimizer_ms), or
+    '-' (a phase without an optimizer step)."""
+    if row["phase"] != "train-step":
+        return "-"
+    return "separate" if row["separate_optimizer"] else "in Bwd"
+
+
+def backward_title(rows: pd.DataFrame) -> str:
+    """'Bwd+AdamW' where every row whose phase has a backward ran AdamW inside it, else 'Bwd'."""
+    places = rows.loc[rows["phase"] != "forward", "adamw"]
+    return "Bwd+AdamW" if len(places) and places.eq("in Bwd").all() else "Bwd"
+
+
+def adamw_note(rows: pd.DataFrame) -> str:
+    """The line under a table some of whose backward times include AdamW ('' where none does)."""
+    if not rows["adamw"].eq("in Bwd").any():
+        return ""
+    which = "Bwd+AdamW" if backward_title(rows) == "Bwd+AdamW" else "Bwd of the rows whose AdamW is 'in Bwd'"
+    return (f"{which}: without --separate-optimizer AdamW updates each layer as backward finishes it, so "
+            "backward's time includes it; --separate-optimizer times it on its own (Opt).")
+
+
+def with_notes(table: str, *notes: str) -> str:
+    return "\n\n".join([table, *(n for n in notes if n)])
+
+
 def bench_table(summary: pd.DataFrame, decimals: int = 2) -> str:
-    """The reference end-to-end benchmark's table: one row per configuration of Run.bench_summary()
-    rows (several runs concatenated)."""
+    """The reference end-to-end benchmark's table: one row per configuration of summaries() rows
+    (several runs concatenated), and the note on AdamW where backward includes it."""
     varying = [(key, title) for key, title in VARYING_COLUMNS if summary[key].nunique(dropna=False) > 1]
     if repeated_across_runs(summary, CONFIG_KEYS):
         varying.insert(0, ("run", "Run"))
@@ -67,13 +119,14 @@ def bench_table(summary: pd.DataFrame, decimals: int = 2) -> str:
     # Opt columns only when some configuration timed the optimizer step.
     show_opt = summary["optimizer_n"].fillna(0).gt(0).any()
     phases = ["forward", "backward"] + (["optimizer"] if show_opt else [])
+    names = dict(SHORT, backward=backward_title(summary))
 
     header = ["Model size", "d_model", "d_ff", "num_layers", "num_heads"] + [title for _, title in varying]
     if show_status:
         header.append("Status")
     for phase in phases:
-        header += [f"{SHORT[phase]} Mean (ms)", f"{SHORT[phase]} Std (ms)"]
-    header += ["Total (ms)", "Peak (MiB)"]
+        header += [f"{names[phase]} Mean (ms)", f"{names[phase]} Std (ms)"]
+    header += ["Total (ms)", "Total Min (ms)", "Total Max (ms)", "Peak (MiB)"]
     # The GPU's clock where a busy GPU slowed it in some configuration (its power cap, heat):
     # those times include the slower clock.
     show_clock = "slowdowns" in summary and summary["slowdowns"].isin(["", "none"]).eq(False).any()
@@ -87,58 +140,73 @@ def bench_table(summary: pd.DataFrame, decimals: int = 2) -> str:
             row.append(r["status"])
         for phase in phases:
             row += [fmt(r[f"{phase}_mean"], decimals), fmt(r[f"{phase}_std"], decimals)]
-        peak = r["peak_memory_bytes"]  # 0 where a configuration was interrupted before it ran
-        row += [fmt(r["step_mean"], decimals), fmt(peak / (1 << 20), 1) if peak > 0 else "-"]
+        row += [fmt(r[f"step_{stat}"], decimals) for stat in ("mean", "min", "max")]
+        row.append(peak_cell(r["status"], r["peak_memory_bytes"], MIB, 1))
         if show_clock:
             row += [f"{fmt(r['sm_clock_mhz_min'], 0)} / {fmt(r['sm_clock_mhz_median'], 0)}", r["slowdowns"] or "-"]
         rows.append(row)
-    return markdown_table(header, rows)
+    return with_notes(markdown_table(header, rows), adamw_note(summary))
+
+
+def precision_key(precision: str) -> tuple:
+    return sweep_key({"precision": precision}, ["precision"])
 
 
 def other_precisions(summary: pd.DataFrame) -> list:
-    """Precisions measured besides fp32 (bf16 on GPUs; fp64 runs on the CPU too), fp32 being the reference."""
-    ok = summary[summary["status"] == "ok"]
-    present = set(ok["precision"])
-    return sorted(present - {"fp32"}) if "fp32" in present else []
+    """Precisions measured besides fp32 (bf16 on GPUs; fp64 runs on the CPU too), fp32 being the
+    reference; whether they ran or not (fp32 out of memory where bf16 fits is a result)."""
+    present = set(summary["precision"])
+    return sorted(present - {"fp32"}, key=precision_key) if "fp32" in present else []
 
 
 def speedup_table(summary: pd.DataFrame, other: str = "bf16", decimals: int = 2) -> str:
-    """fp32 against `other` for every configuration measured in both (the reference
-    mixed-precision study's table): mean ms of each timed phase and the speed-up fp32 / other."""
+    """fp32 against `other` for every configuration measured in both where at least one ran (the
+    reference mixed-precision study's table): mean ms of each timed phase and the speed-up fp32 /
+    other; a side that did not run shows its status (oom) and no speed-up. Notes under it: AdamW
+    inside backward, and bf16 on the CPU."""
     keys = [k for k in CONFIG_KEYS if k != "precision"]
-    ok = summary[summary["status"] == "ok"]
-    by_run = repeated_across_runs(ok, keys + ["precision"])
+    by_run = repeated_across_runs(summary, keys + ["precision"])
     if by_run:  # the same configuration in several runs: each run's fp32 against its own bf16
         keys.append("run")
-    fp32 = {tuple(r[k] for k in keys): r for _, r in ok[ok.precision == "fp32"].iterrows()}
-    bf16 = {tuple(r[k] for k in keys): r for _, r in ok[ok.precision == other].iterrows()}
-    common = [k for k in fp32 if k in bf16]
-    if not common:
+    fp32 = {tuple(r[k] for k in keys): r for _, r in summary[summary.precision == "fp32"].iterrows()}
+    theirs = {tuple(r[k] for k in keys): r for _, r in summary[summary.precision == other].iterrows()}
+    pairs = [(fp32[k], theirs[k]) for k in fp32 if k in theirs and "ok" in (fp32[k]["status"], theirs[k]["status"])]
+    if not pairs:
         return ""
-    phases = [p for p in BENCH_PHASES if any(fp32[k][f"{p}_n"] > 0 for k in common)]
-    show_warmup = len({fp32[k]["warmup"] for k in common}) > 1
-    show_attention = len({fp32[k]["attention"] for k in common}) > 1
-    header = (["Run"] if by_run else []) + ["Model size", "Context", "Batch", "Phase"] + \
-        (["Attention"] if show_attention else []) + (["Warm-up"] if show_warmup else [])
+    both = pd.DataFrame([r for pair in pairs for r in pair])
+    phases = [p for p in BENCH_PHASES if both[f"{p}_n"].gt(0).any()]
+    shown = [(key, title) for key, title in (("attention", "Attention"), ("adamw", "AdamW"), ("warmup", "Warm-up"))
+             if both[key].nunique() > 1]
+    names = dict(SHORT, backward=backward_title(both))
+    header = (["Run"] if by_run else []) + ["Model size", "Context", "Batch", "Phase"] + [t for _, t in shown]
     for p in phases:
-        header += [f"{SHORT[p]} FP32 (ms)", f"{SHORT[p]} {other.upper()} (ms)", f"{SHORT[p]} Speedup"]
+        header += [f"{names[p]} FP32 (ms)", f"{names[p]} {other.upper()} (ms)", f"{names[p]} Speedup"]
     rows = []
-    for k in common:
-        a, b = fp32[k], bf16[k]
+    for a, b in pairs:
         row = ([a["run"]] if by_run else []) + [a["model"], a["context_length"], a["batch_size"], a["phase"]] + \
-            ([a["attention"]] if show_attention else []) + ([a["warmup"]] if show_warmup else [])
+            [a[key] for key, _ in shown]
         for p in phases:
-            x, y = a[f"{p}_mean"], b[f"{p}_mean"]
-            row += [fmt(x, decimals), fmt(y, decimals), f"{x / y:.2f}x" if y > 0 else "-"]
+            x, y = (r[f"{p}_mean"] if r["status"] == "ok" else math.nan for r in (a, b))
+            row += [time_cell(a, p, decimals), time_cell(b, p, decimals), f"{x / y:.2f}x" if x > 0 and y > 0 else "-"]
         rows.append(row)
-    return markdown_table(header, rows)
+    cpu = CPU_BF16_NOTE if other.startswith("bf16") and both["cpu"].any() else ""
+    return with_notes(markdown_table(header, rows), adamw_note(both), cpu)
+
+
+def time_cell(row, phase: str, decimals: int) -> str:
+    """A phase's mean ms, or the status of a configuration that did not run ('oom')."""
+    return fmt(row[f"{phase}_mean"], decimals) if row["status"] == "ok" else str(row["status"]).split(":")[0]
 
 
 def memory_table(summary: pd.DataFrame) -> str:
     """Peak memory (GiB, or MiB when all are smaller) per model and context (and attention, where
-    runs differ in it), one column per phase and precision (the reference memory study's table)."""
-    cols = sorted({(r["phase"], r["precision"]) for _, r in summary.iterrows()})
-    unit, scale = ("GiB", GIB) if summary["peak_memory_bytes"].max() >= GIB else ("MiB", float(1 << 20))
+    runs differ in it), one column per phase (AdamW separate or not) and precision (the reference
+    memory study's table)."""
+    def column(r):
+        return r["phase"] + (", AdamW separate" if r["adamw"] == "separate" else ""), r["precision"]
+    ordered = sorted((r for _, r in summary.iterrows()), key=lambda r: sweep_key(r, ("phase", "adamw", "precision")))
+    cols = list(dict.fromkeys(column(r) for r in ordered))
+    unit, scale = ("GiB", GIB) if summary["peak_memory_bytes"].max() >= GIB else ("MiB", MIB)
     show_attention = summary["attention"].nunique() > 1
     by_run = repeated_across_runs(summary, CONFIG_KEYS)
     rows = {}
@@ -146,18 +214,11 @@ def memory_table(summary: pd.DataFrame) -> str:
         key = ((r["run"],) if by_run else ()) + (r["model"], r["d_model"], r["num_layers"], r["context_length"],
                                                  r["batch_size"])
         row = rows.setdefault(key + ((r["attention"],) if show_attention else ()), {})
-        peak = r["peak_memory_bytes"]  # an oom's is what it held when it failed; 0 if it never ran
-        row[(r["phase"], r["precision"])] = (fmt(peak / scale, 2) if r["status"] == "ok" else
-                                             f"{r['status']} (>{peak / scale:.2f})" if peak > 0 else r["status"])
+        row[column(r)] = peak_cell(r["status"], r["peak_memory_bytes"], scale, 2)
     header = (["Run"] if by_run else []) + ["Model size", "d_model", "num_layers", "Context", "Batch"] + \
         (["Attention"] if show_attention else []) + \
         [f"{ph} {pr} peak ({unit})" for ph, pr in cols]
     return markdown_table(header, [[*key] + [cells.get(c, "-") for c in cols] for key, cells in rows.items()])
-
-
-def model_label(row) -> str:
-    shape = f"d{row['d_model']}/L{row['num_layers']}"
-    return shape if row["model"] in ("custom", "checkpoint") else f"{row['model']} ({shape})"
 
 
 def human_count(n) -> str:
@@ -179,11 +240,26 @@ def steady_state(rows: pd.DataFrame, keys=("model", "num_params", "context_lengt
     return rows[rows["warmup"] == largest]
 
 
+def not_run_title(failed: pd.DataFrame, width: int) -> str:
+    """'2 configurations out of memory: small T=2048 B=4 fp32, ...', a line per status (the first
+    MAX_NAMED named), wrapped at `width` characters: a plot's title within its figure."""
+    lines = []
+    for word, g in failed.groupby(failed["status"].str.split(":").str[0], sort=False):
+        names = [f"{r['model']} T={r['context_length']} B={r['batch_size']} {r['precision']}" for _, r in g.iterrows()]
+        if len(names) > MAX_NAMED:
+            names = names[:MAX_NAMED] + [f"{len(names) - MAX_NAMED} more (the tables list them)"]
+        what = "out of memory" if word == "oom" else f"not run ({word})"
+        lines.append(textwrap.fill(f"{len(g)} configuration{'s' if len(g) > 1 else ''} {what}: {', '.join(names)}",
+                                   width))
+    return "\n".join(lines)
+
+
 def plot_times(summary: pd.DataFrame, title: str, path: str) -> str:
     """Facets: one row per precision, one column per timed phase; time against parameters (log-log),
     one line per context length (a sweep of one model: against context length, one line) and
     attention (where runs differ in it), the sample std as error bars; a panel nothing was
     measured for is left empty. With several warm-up settings, the largest (the steady state).
+    Configurations that did not run are counted and named under the title.
     Returns the path, or "" when nothing ran."""
     ok = steady_state(summary[summary["status"] == "ok"])
     if ok.empty:
@@ -192,7 +268,7 @@ def plot_times(summary: pd.DataFrame, title: str, path: str) -> str:
     x_key, line_key, x_label = (("num_params", "context_length", "parameters") if by_size else
                                 ("context_length", "num_params", "context length"))
     phases = [p for p in BENCH_PHASES if ok[f"{p}_n"].fillna(0).gt(0).any()]
-    precisions = sorted(ok["precision"].unique())
+    precisions = sorted(ok["precision"].unique(), key=precision_key)
     fig, axes = plt.subplots(len(precisions), len(phases), figsize=(3.6 * len(phases), 3.2 * len(precisions)),
                              squeeze=False)
     xs = sorted(set(ok[x_key]))
@@ -200,8 +276,9 @@ def plot_times(summary: pd.DataFrame, title: str, path: str) -> str:
     for i, precision in enumerate(precisions):
         for j, phase in enumerate(phases):
             ax = axes[i][j]
-            ax.set_title(f"{phase}, {precision}")
             measured = ok[(ok.precision == precision) & ok[f"{phase}_n"].fillna(0).gt(0)]
+            inside = phase == "backward" and backward_title(measured) == "Bwd+AdamW"
+            ax.set_title(f"{'backward+AdamW' if inside else phase}, {precision}")
             if measured.empty:  # e.g. runs of one precision timed forward only
                 ax.text(0.5, 0.5, "not measured", ha="center", va="center", transform=ax.transAxes)
                 ax.set(xticks=[], yticks=[])
@@ -223,14 +300,13 @@ def plot_times(summary: pd.DataFrame, title: str, path: str) -> str:
                 ax.set_ylabel("ms per step")
     drawn = [ax for row in axes for ax in row if ax.get_legend_handles_labels()[0]]
     drawn[0].legend(fontsize="small")
-    failed = summary[summary["status"] != "ok"]
-    if len(failed):
-        title += "\nnot run: " + ", ".join(f"{model_label(r)} T={r['context_length']} {r['precision']} ({r['status']})"
-                                           for _, r in failed.iterrows())
     warmups = sorted(set(ok["warmup"]))
-    fig.suptitle(f"{title}; warm-up " + (f"{warmups[0]}" if len(warmups) == 1 else
-                                           f"{warmups[0]}-{warmups[-1]} (each configuration's largest)"),
-                 fontsize="medium")
+    title += "; warm-up " + (f"{warmups[0]}" if len(warmups) == 1 else
+                             f"{warmups[0]}-{warmups[-1]} (each configuration's largest)")
+    failed = summary[summary["status"] != "ok"]
+    if len(failed):  # about 12 characters of the title's font to an inch of figure
+        title += "\n" + not_run_title(failed, int(12 * fig.get_figwidth()))
+    fig.suptitle(title, fontsize="medium")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
@@ -238,9 +314,10 @@ def plot_times(summary: pd.DataFrame, title: str, path: str) -> str:
 
 
 def plot_speedup(summary: pd.DataFrame, path: str, other: str = "bf16") -> str:
-    """`other`'s speed-up of the whole step (fp32 / other) against parameters, one line per context length."""
+    """`other`'s speed-up of the whole step (fp32 / other) against parameters, one line per context
+    length; on the CPU, bf16's caveat under the title."""
     ok = summary[summary["status"] == "ok"]
-    keys = ["num_params", "context_length", "batch_size", "phase", "attention", "warmup"]
+    keys = ["num_params", "context_length", "batch_size", "phase", "adamw", "attention", "warmup"]
     both = ok[ok.precision == "fp32"].merge(ok[ok.precision == other], on=keys, suffixes=("_32", "_16"))
     if both.empty:
         return ""
@@ -253,8 +330,11 @@ def plot_speedup(summary: pd.DataFrame, path: str, other: str = "bf16") -> str:
         label = f"T={value}" if by_size else human_count(value) + " params"
         ax.plot(g[x_key], g["step_mean_32"] / g["step_mean_16"], "o-", label=label)
     ax.axhline(1.0, color="grey", lw=1, ls="--")
+    title = f"{other} speed-up (above 1: {other} faster)"
+    if other.startswith("bf16") and (both["cpu_32"] | both["cpu_16"]).any():
+        title += "\non the CPU: bf16 computed in fp32, not bf16 hardware"
     ax.set(xlabel="parameters" if by_size else "context length", ylabel=f"speed-up fp32 / {other} (whole step)",
-           title=f"{other} speed-up (above 1: {other} faster)")
+           title=title)
     xs = sorted(set(both[x_key]))
     if len(xs) > 1:
         ax.set_xscale("log")
@@ -268,14 +348,19 @@ def plot_speedup(summary: pd.DataFrame, path: str, other: str = "bf16") -> str:
 
 
 def summaries(runs: list, rank) -> pd.DataFrame:
-    """The runs' bench_summary rows; bf16 with bf16 gradients (--grad-dtype bf16) is the precision
+    """The runs' bench_summary rows in sweep order (SWEEP_KEYS), with the run's directory (run),
+    whether it ran on the CPU (cpu), the model by name (model_name: custom shapes by their shape)
+    and where AdamW ran (adamw); bf16 with bf16 gradients (--grad-dtype bf16) is the precision
     "bf16 bf16-grads", a column and a plot of its own beside plain bf16."""
-    frames = [run.bench_summary(rank).assign(run=run.directory) for run in runs]
+    frames = [run.bench_summary(rank).assign(run=run.directory, cpu=on_cpu(run.attrs)) for run in runs]
     frames = [f for f in frames if not f.empty]
-    summary = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
-    if not summary.empty:
-        summary["precision"] = [label_precision(r) for _, r in summary.iterrows()]
-    return summary
+    if not frames:
+        return pd.DataFrame()
+    summary = pd.concat(frames, ignore_index=True)
+    for column, label in (("precision", label_precision), ("model", model_name), ("adamw", adamw_place)):
+        summary[column] = [label(r) for _, r in summary.iterrows()]
+    order = sorted(range(len(summary)), key=lambda i: sweep_key(summary.iloc[i], SWEEP_KEYS))
+    return summary.iloc[order].reset_index(drop=True)
 
 
 def report_section(runs: list, out_dir: str, rank=0, decimals: int = 2) -> str:

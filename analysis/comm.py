@@ -8,9 +8,12 @@ the binary's own summary: time is nccl-tests' time, the mean per operation of `b
 operations issued back to back (time_us_back_to_back) averaged over ranks (files written
 before that dataset existed: the mean of the slowest rank's per-iteration times), algbw = bytes / time,
 busbw = algbw * bus_factor (nccl-tests' definitions, GB/s = 1e9 B/s), #wrong the sum over
-ranks of wrong elements (N/A without --check). report_section (analysis/report.py) adds the reference
-communication study's layout (backend, device, procs, size, mean, median, std, bandwidth) and a plot of bus
-bandwidth against message size per rank count. Files are read through analysis/llmhpc_h5.py.
+ranks of wrong elements (N/A without --check); after those, per placement, the median and sample
+std (n-1) of the per-iteration times (time_us) of the slowest rank (time_us_max_over_ranks: an
+iteration ends when every rank is done), the spread the back-to-back mean hides. report_section
+(analysis/report.py) adds the reference communication study's layout (backend, device, procs,
+size, mean, median, std, bandwidth) and a plot of bus bandwidth against message size per rank
+count. Files are read through analysis/llmhpc_h5.py.
 """
 from __future__ import annotations
 
@@ -21,7 +24,7 @@ import sys
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from llmhpc_h5 import SchemaError, open_run  # noqa: E402
+from llmhpc_h5 import SchemaError, on_cpu, open_run  # noqa: E402
 from plotting import ticks_at  # noqa: E402
 
 PLACEMENTS = (("outofplace", "oop"), ("inplace", "ip"))
@@ -42,28 +45,39 @@ def format_us(us: float) -> str:
     return f"{us:.0f}" if us >= 10000 else f"{us:.1f}" if us >= 100 else f"{us:.2f}"
 
 
+def iteration_times_us(records: list) -> np.ndarray:
+    """The slowest rank's time of each timed iteration (time_us_max_over_ranks) from every rank's
+    (ok) record of a configuration; from their time_us where the files lack it."""
+    if "time_us_max_over_ranks" in records[0].arrays:
+        return np.asarray(records[0].arrays["time_us_max_over_ranks"], dtype=float)
+    return np.max(np.stack([np.asarray(r.arrays["time_us"], dtype=float) for r in records]), axis=0)
+
+
 def operation_time_us(records: list) -> float:
     """nccl-tests' time of one operation from every rank's (ok) record of a configuration: the
     back-to-back mean averaged over ranks, or for files without it the mean of the slowest rank's
     per-iteration times."""
     if all("time_us_back_to_back" in r.arrays for r in records):
         return float(np.mean([r.arrays["time_us_back_to_back"][0] for r in records]))
-    times = np.max(np.stack([np.asarray(r.arrays["time_us"], dtype=float) for r in records]), axis=0)
-    return float(times.mean())
+    return float(iteration_times_us(records).mean())
 
 
 def summarize(records: list) -> dict:
-    """One configuration from every rank's record of it: time per operation, bandwidths, #wrong."""
+    """One configuration from every rank's record of it: time per operation, the per-iteration
+    times' median and std, bandwidths, #wrong."""
     first = records[0]
     if any(not r.ok for r in records):
         status = "; ".join(sorted({r.status for r in records if not r.ok}))
-        return dict(time=status, algbw="-", busbw="-", wrong="-", busbw_value=None)
+        return dict(time=status, median="-", std="-", algbw="-", busbw="-", wrong="-", busbw_value=None)
     time_us = operation_time_us(records)
+    each = iteration_times_us(records)
     algbw = first.attrs["bytes"] / (time_us * 1e3)
     busbw = algbw * first.attrs["bus_factor"]
     wrongs = [int(r.arrays["wrong"][0]) for r in records]
     wrong = "N/A" if any(w < 0 for w in wrongs) else str(sum(wrongs))
-    return dict(time=format_us(time_us), algbw=f"{algbw:.2f}", busbw=f"{busbw:.2f}", wrong=wrong, busbw_value=busbw)
+    return dict(time=format_us(time_us), median=format_us(float(np.median(each))),
+                std=format_us(float(each.std(ddof=1)) if len(each) > 1 else 0.0), algbw=f"{algbw:.2f}",
+                busbw=f"{busbw:.2f}", wrong=wrong, busbw_value=busbw)
 
 
 def comm_rows(run) -> list:
@@ -93,6 +107,8 @@ def markdown(rows: list) -> str:
     for short in present:
         columns += [(f"{short} time", f"{short} time (us)"), (f"{short} algbw", f"{short} algbw (GB/s)"),
                     (f"{short} busbw", f"{short} busbw (GB/s)"), (f"{short} wrong", f"{short} #wrong")]
+    for short in present:  # after nccl-tests' columns, which keep their places
+        columns += [(f"{short} median", f"{short} median (us)"), (f"{short} std", f"{short} std (us)")]
     lines = ["| " + " | ".join(title for _, title in columns) + " |",
              "|" + "|".join("---" if key in ("backend", "collective", "type", "redop") else "---:"
                             for key, _ in columns) + "|"]
@@ -111,7 +127,7 @@ def study_rows(run) -> list:
     bw = bytes / mean time (algbw), busbw = bw x bus_factor."""
     if run.mode != "comm":
         raise SchemaError(f"{run.directory}: a '{run.mode}' run, not a comm run")
-    device = "cuda" if "gpu_name" in run.attrs else "cpu"
+    device = "cpu" if on_cpu(run.attrs) else "cuda"
     rows = []
     for records in run.records_by_name("comm", rank=None).values():
         a = records[0].attrs
@@ -120,7 +136,7 @@ def study_rows(run) -> list:
         if any(not r.ok for r in records):
             row["status"] = "; ".join(sorted({r.status for r in records if not r.ok}))
         else:
-            t = np.asarray(records[0].arrays["time_us_max_over_ranks"], dtype=float) / 1e3  # ms
+            t = iteration_times_us(records) / 1e3  # ms
             bw = a["bytes"] / (t.mean() * 1e-3) / 1e9
             row.update(mean=t.mean(), median=float(np.median(t)), std=t.std(ddof=1) if len(t) > 1 else 0.0, bw=bw,
                        busbw=bw * a["bus_factor"], n=len(t))
@@ -184,7 +200,8 @@ def report_section(runs: list, out_dir: str) -> str:
     nccl_rows = [r for run in runs for r in comm_rows(run)]
     parts = ["### All-reduce and friends (the reference communication study's layout; time: per iteration, "
              "the slowest rank's; bw = size / mean time; busbw = bw x bus factor)\n\n" + study_markdown(rows),
-             "### As nccl-tests prints it (time: back-to-back mean per operation, averaged over ranks)\n\n"
+             "### As nccl-tests prints it (time: back-to-back mean per operation, averaged over ranks; median and "
+             "std: of the slowest rank's per-iteration times)\n\n"
              + markdown(nccl_rows)]
     if plot_bandwidth(rows, os.path.join(out_dir, "comm_busbw.png")):
         parts.append("![bus bandwidth vs message size](comm_busbw.png)")

@@ -20,11 +20,14 @@ One group of tables per setup (model, context, global batch, precision, attentio
   (e) the reference bucket model: with s the gradient bytes, w the all-reduce bandwidth and o the
       overhead of one collective, the communication left after backward is
       T_over(n_b) = n_b o + s / (n_b w), least at the bucket size b* = sqrt(s o w). With --comm
-      (an llmhpc --mode comm run with all-reduce at two sizes or more) w = bytes / time at the
-      largest size and o = time at the smallest size less its bytes / w; without, o and w are
-      fitted to the bucketed runs' measured exposed communication (least squares, o, w >= 0); a comm
-      run on other ranks than the setup's data-parallel ones is extended to them as a ring
-      (analysis/scaling.py). Predicted against measured per bucket size, and b*;
+      (an llmhpc --mode comm run with all-reduce at two sizes or more) o and w are those of the
+      line through the measured times of the two sizes around a bucket's bytes (below the
+      smallest size the two smallest, above the largest the two largest): each bucket size's
+      prediction takes its own, and b* the line around b* itself (bucket_optimum); without
+      --comm, o and w are fitted to the bucketed runs' measured exposed communication (least
+      squares, o, w >= 0); a comm run on other ranks than the setup's data-parallel ones is
+      extended to them as a ring (analysis/scaling.py). Predicted against measured per bucket
+      size, and b*;
   (f) with --shard-optimizer runs, or PyTorch records that shard: each strategy x sharding
       (none, broadcast, zero1, zero2, zero3) with its step, exposed communication (gradients, and after a
       sharded optimizer the parameters' collectives) and the largest rank's memory after init,
@@ -75,8 +78,9 @@ import pandas as pd
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import scaling  # noqa: E402
+from bench import peak_cell  # noqa: E402
 from comm import operation_time_us  # noqa: E402
-from llmhpc_h5 import MIB, SchemaError, open_run, read_json_lines, repeated_across_runs  # noqa: E402
+from llmhpc_h5 import MIB, SchemaError, model_name, open_run, read_json_lines, repeated_across_runs  # noqa: E402
 from plotting import legend_above  # noqa: E402
 
 STRATEGIES = ("none", "naive", "flat", "overlap", "bucketed")  # the order of the rows
@@ -142,10 +146,8 @@ def render(title: str, header: list, rows: list, markdown: bool) -> str:
 
 
 def setup_title(s: dict) -> str:
-    model = s["model"] if s["model"] != "custom" else \
-        f"d{s['d_model']}_ff{s['d_ff']}_L{s['num_layers']}_H{s['num_heads']}"
-    return (f"{model}, context {s['context_length']}, global batch {s['batch_size']} ({s['local_batch_size']} per "
-            f"rank), {s['world_size']} rank{'s' if s['world_size'] != 1 else ''}"
+    return (f"{model_name(s)}, context {s['context_length']}, global batch {s['batch_size']} "
+            f"({s['local_batch_size']} per rank), {s['world_size']} rank{'s' if s['world_size'] != 1 else ''}"
             + (f" (tp {s['tp']} x dp {s['world_size'] // s['tp']}{', sequence parallel' if s['sequence_parallel'] else ''}"
                + (f", products in {s['tp_overlap']} chunks" if s.get("tp_overlap", 1) > 1 else "") + ")"
                if s.get("tp", 1) > 1 else "")
@@ -216,11 +218,13 @@ def strategies_table(g: pd.DataFrame, markdown: bool, title: str) -> str:
         rows.append([impl(r), bucket_cell(r), fmt(r.buckets, 0) if t else "-", fmt(r.step_mean), fmt(r.step_std),
                      fmt(r.comm_mean), fmt(r.comm_std), fmt(r.comm_pct, 1) + "%" if t else "-",
                      fmt(r.comm_busy_mean), fmt(r.slowest_step_mean),
-                     fmt(r.comm_mib_per_step, 1) if t else "-", fmt(r.peak_memory_bytes / MIB, 1), r.status])
+                     fmt(r.comm_mib_per_step, 1) if t else "-", peak_cell(r.status, r.peak_memory_bytes, MIB, 1),
+                     r.status])
     if not rows:
         return ""
-    return render(f"(a) DDP strategies: {title} (Comm: exposed, what the step waited for after backward; Coll. "
-                  f"time: the collectives' own device time, hidden or not, NCCL only)",
+    return render(f"(a) DDP strategies: {title} (Step Mean and Std: every rank's steps pooled; Slowest Step: the "
+                  f"mean over the timed steps of the slowest rank's step; Comm: exposed, what the step waited for after "
+                  f"backward; Coll. time: the collectives' own device time, hidden or not, NCCL only)",
                   ["Impl", "Bucket (MiB)", "Buckets", "Step Mean (ms)", "Step Std (ms)", "Comm Mean (ms)",
                    "Comm Std (ms)", "Comm %", "Coll. Time (ms)", "Slowest Step (ms)", "MiB/step", "Peak (MiB)",
                    "Status"], rows, markdown)
@@ -242,8 +246,9 @@ def buckets_table(g: pd.DataFrame, markdown: bool, title: str) -> str:
         rows.append([impl(r), bucket_cell(r), fmt(r.buckets, 0) if ok(r) else "-",
                      fmt(r.collectives_issued_after_backward, 0) if ok(r) else "-", fmt(step),
                      fmt(r.comm_mean), ratio(naive, step), ratio(overlap, step), r.status])
-    return render(f"(b) bucket sizes: {title} (speed-up = their step / this step)",
-                  ["Impl", "Bucket (MiB)", "Buckets", "Issued after bwd", "Step (ms)", "Exposed Comm (ms)",
+    return render(f"(b) bucket sizes: {title} (Slowest Step: the mean over the timed steps of the slowest rank's "
+                  f"step; speed-up = their slowest step / this one)",
+                  ["Impl", "Bucket (MiB)", "Buckets", "Issued after bwd", "Slowest Step (ms)", "Exposed Comm (ms)",
                    "vs naive", "vs overlap", "Status"], rows, markdown)
 
 
@@ -263,7 +268,7 @@ def overhead_table(g: pd.DataFrame, markdown: bool, title: str) -> str:
     # after each configuration's build (llmhpc --heat-s heats every configuration).
     return render(f"(c) overhead of data parallelism: {title} (none: each rank alone at the local batch; SM MHz: "
                   f"the lowest rank's median clock)",
-                  ["Impl", "Bucket (MiB)", "Step (ms)", "none (ms)", "Overhead (ms)", "Overhead", "Fwd (ms)",
+                  ["Impl", "Bucket (MiB)", "Slowest Step (ms)", "none (ms)", "Overhead (ms)", "Overhead", "Fwd (ms)",
                    "Bwd (ms)", "Comm (ms)", "Opt (ms)", "SM MHz", "Status"], rows, markdown)
 
 
@@ -385,7 +390,7 @@ def sharding_table(g: pd.DataFrame, torch_records: list, markdown: bool, title: 
         rows.append([impl(r), bucket_cell(r), r.shard_optimizer, fmt(r.slowest_step_mean), fmt(r.comm_mean),
                      mib(r.memory_after_init_bytes), mib(r.memory_before_optimizer_bytes),
                      mib(r.memory_after_optimizer_bytes), mib(r.memory_after_optimizer_optimizer_bytes),
-                     mib(r.peak_memory_bytes), r.status])
+                     peak_cell(r.status, r.peak_memory_bytes, MIB, 2), r.status])
     for t in matching:
         ranks = t.get("ranks", [])
         largest = lambda key: max((p[key] for p in ranks if p.get(key) is not None), default=None)
@@ -400,7 +405,7 @@ def sharding_table(g: pd.DataFrame, torch_records: list, markdown: bool, title: 
                   + ("; PyTorch FSDP2: fsdp2 shards parameters, gradients and optimizer state (ZeRO-3), "
                      "fsdp2-noreshard keeps a block's parameters gathered from forward to backward (ZeRO-2-like)"
                      if fsdp else "") + ")",
-                  ["Impl", "Bucket (MiB)", "Sharding", "Step (ms)", "Exposed Comm (ms)", "After init (MiB)",
+                  ["Impl", "Bucket (MiB)", "Sharding", "Slowest Step (ms)", "Exposed Comm (ms)", "After init (MiB)",
                    "Before opt (MiB)", "After opt (MiB)", "Optimizer state (MiB)", "Peak (MiB)", "Status"], rows,
                   markdown), matching
 
@@ -426,7 +431,7 @@ def sharding_phases_table(g: pd.DataFrame, markdown: bool, title: str) -> str:
                   "what waits after the optimizer, about 0: the next forward waits for each range of parameters as "
                   "it reaches it, so what the all-gathers did not hide is in Fwd)",
                   ["Impl", "Bucket (MiB)", "Sharding", "Fwd (ms)", "Bwd (ms)", "Grad Comm (ms)", "Opt (ms)",
-                   "Param Comm (ms)", "Step (ms)", "vs unsharded", "Status"], rows, markdown)
+                   "Param Comm (ms)", "Slowest Step (ms)", "vs unsharded", "Status"], rows, markdown)
 
 
 def stage_of(row) -> tuple:
@@ -517,7 +522,7 @@ def bucket_model_table(g: pd.DataFrame, comm_model, markdown: bool, title: str) 
     model, why = ring_model(g, comm_model)
     if model is None:
         return f"{'### ' if markdown else ''}{head}\n\n{why}"
-    o, w = scaling.allreduce_at(scaling.at_size(model, s / max(b.buckets.iloc[0], 1)), ranks)
+    b_star, o, w = bucket_optimum(model, s, ranks)
     # Every bucket's o and the last one's bytes: n_b all-reduces of s / n_b each (scaling.ring_ms).
     predicted = [scaling.ring_ms("allreduce", s / max(r.buckets, 1), ranks, model, max(r.buckets, 1),
                                  size=s / max(r.buckets, 1)) for _, r in b.iterrows()]
@@ -530,13 +535,32 @@ def bucket_model_table(g: pd.DataFrame, comm_model, markdown: bool, title: str) 
                           "Measured / Predicted", "Comm time (ms)", "Predicted n_b o + s / w (ms)",
                           "Time measured / predicted"], rows, markdown)
     if o > 0 and math.isfinite(w):
-        optimum = (f"b* = sqrt(s o w) = {math.sqrt(s * o * w) / MIB:.3g} MiB (n_b* = sqrt(s / (o w)) = "
+        optimum = (f"b* = sqrt(s o w) = {b_star / MIB:.3g} MiB (n_b* = sqrt(s / (o w)) = "
                    f"{math.sqrt(s / (o * w)):.3g}), T_over(b*) = 2 sqrt(s o / w) = {2 * math.sqrt(s * o / w):.3f} ms")
     else:
         optimum = ("no finite optimum: " + ("o = 0, smaller buckets always predict less" if o <= 0 else
                                             "1/w = 0, fewer buckets always predict less"))
-    return (f"{table}\n\ns = {s / MIB:.3f} MiB of gradients per step, o = {o * 1e3:.2f} us, "
+    return (f"{table}\n\ns = {s / MIB:.3f} MiB of gradients per step; at b*: o = {o * 1e3:.2f} us, "
             f"w = {w * 1e3 / 1e9:.3g} GB/s, {model['source']}.\n{optimum}.")
+
+
+def bucket_optimum(model: dict, s: float, ranks: int) -> tuple:
+    """(b*, o, w): the bucket model's optimum b* = sqrt(s o w) for s gradient bytes all-reduced on
+    `ranks` ranks, with o and w those of the measured line around b* itself (scaling.at_size, extended
+    to the ranks by scaling.allreduce_at): each line between two measured sizes gives a b*, and the
+    first that falls among its own line's sizes is kept (the first line's reach down to 0, the
+    last's up from the largest size); the first line's where none does. A model without measured
+    sizes (fitted to the bucket sweep) is one line."""
+    sizes = [b for b, _ in (model.get("kinds") or {}).get("allreduce", [])]
+    found = []
+    for i in range(max(len(sizes) - 1, 1)):
+        line = scaling.at_size(model, (sizes[i] + sizes[i + 1]) / 2) if len(sizes) > 1 else model
+        o, w = scaling.allreduce_at(line, ranks)
+        b = math.sqrt(s * o * w) if math.isfinite(w) else math.nan  # o = 0: b* = 0, no cost per bucket
+        inside = (i == 0 or b >= sizes[i]) and (i >= len(sizes) - 2 or b < sizes[i + 1])
+        found.append((not inside, b, o, w))
+    _, b, o, w = min(found, key=lambda f: f[0])  # min is stable: the first line that holds its b*
+    return b, o, w
 
 
 def stage_model_table(g: pd.DataFrame, comm_model, markdown: bool, title: str) -> str:

@@ -11,7 +11,7 @@ as one markdown section, for analysis/report.py.
 First an overview, one row per configuration: the step untraced and traced (the overhead), the
 drift (the untraced steps run after the traced ones against those run before: how far the step
 time moved by itself; an overhead within it is not resolved by the run), the activities per
-step, the share of matrix products in the step's kernel time, dropped records, and how busy the
+step, the share of matrix products in the step's kernel time (as (d)), dropped records, and how busy the
 device was (kernel time over the traced step: below about 90% the host's launches
 set the pace, and the overhead shows).
 Then for every configuration that ran (/profile/<label> with its activities in
@@ -21,11 +21,14 @@ Then for every configuration that ran (/profile/<label> with its activities in
       the steps' time untraced (the profiler's overhead);
   (b, c) per phase, a kernel summary like Nsight Systems' (Time %, Total Time, Instances, Avg,
       Med, Min, Max, StdDev, Category, Name), the top --top names by total time;
-  (d) per phase, the time by category (ms per step) and the share of matrix products;
+  (d) per phase, the time by category (ms per step) and the share of matrix products (category
+      matmul: attention's own products count in it only as cuBLAS products, naive attention on a
+      GPU; flash's kernels and the CPU's attention op are category attention);
   (e) attention's parts per phase: naive attention's scores / softmax / value_matmul phases,
       flash's kernels, the CPU's attention ops; for naive, the FLOPs of each part beside its time
       (matrix products exactly, 2 per multiply-add; softmax estimated at 5 FLOPs per score
-      forward, 4 backward).
+      forward, 4 backward). Where attention is not split into those parts (the CPU's one op,
+      flash's fused kernels), a line under the table says so.
 Phases: an activity counts in the phase under the outermost one ("forward", "backward",
 "optimizer") and in the outermost ("step"); outside every phase, in "(no phase)". The PNG has
 one panel per phase and one bar per configuration, stacked by category (% of the phase's kernel
@@ -49,12 +52,13 @@ import pandas as pd  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from bench import fmt, markdown_table  # noqa: E402
-from llmhpc_h5 import PROFILE_CATEGORIES, SchemaError, open_run  # noqa: E402
+from llmhpc_h5 import PROFILE_CATEGORIES, SchemaError, model_name, open_run  # noqa: E402
 
 # The phases kernels/cuda/cuda_ops.cu opens inside naive attention.
 NAIVE_PARTS = ("scores", "softmax", "value_matmul")
-
-
+MATMUL_SHARE_NOTE = ("Matmul share: category matmul's time over all kernel time. Attention's own products (scores, "
+                     "value) count in it only where they run as cuBLAS products (naive attention on a GPU); flash's "
+                     "kernels and the CPU's attention op are category attention, so there the share leaves them out.")
 
 
 def groups_of(path: str) -> list:
@@ -195,7 +199,8 @@ def configuration_report(run, rec, rank: int, top: int) -> tuple:
             [fmt(100.0 * cats.loc[g, "matmul"] / cats.loc[g].sum(), 1) + "%" if cats.loc[g].sum() > 0 else "-"]
             for g in groups]
     out += ["(d) Time by category, ms per step, and the share of matrix products", "",
-            markdown_table(["Phase", "Total"] + list(PROFILE_CATEGORIES) + ["Matmul share"], rows), ""]
+            markdown_table(["Phase", "Total"] + list(PROFILE_CATEGORIES) + ["Matmul share"], rows), "",
+            MATMUL_SHARE_NOTE, ""]
 
     # (e) attention's parts.
     parts = acts.assign(part=[attention_part(p, n, c) for p, n, c in
@@ -210,8 +215,26 @@ def configuration_report(run, rec, rank: int, top: int) -> tuple:
         rows.append([g, f"`{part}`", fmt(len(chunk) / steps, 1), fmt(ms, 3), fmt(100.0 * ms / whole, 1) + "%",
                      fmt(flops / 1e9, 3), fmt(flops / (ms * 1e-3) / 1e12, 2) if ms > 0 else "-"])
     out += ["(e) Attention's parts, per step (FLOPs for naive attention; softmax's an estimate)", "",
-            markdown_table(["Phase", "Part", "Activities", "ms", "Share", "GFLOP", "TFLOP/s"], rows), ""]
+            markdown_table(["Phase", "Part", "Activities", "ms", "Share", "GFLOP", "TFLOP/s"], rows), "",
+            unsplit_note(parts, attrs), ""]
     return "\n".join(out), cats
+
+
+def unsplit_note(parts: pd.DataFrame, attrs: dict) -> str:
+    """Why (e) has no scores / softmax / value rows (and no FLOPs) where it has none; '' where
+    naive attention's parts were timed apart."""
+    if parts.empty:
+        return "No attention activities in the traced steps."
+    if parts["part"].isin(NAIVE_PARTS).any():
+        return ""
+    if str(attrs.get("attention_kernel", "")).startswith("cpu"):
+        return ("Not split into scores, softmax and value product: on the CPU attention is one op per layer and "
+                "direction (attention_forward, attention_backward), timed whole, so the matrix products and the "
+                "softmax have no times of their own, and no FLOP rate.")
+    if attrs.get("attention") == "flash":
+        return ("Not split into scores, softmax and value product: flash attention fuses them into its kernels, "
+                "timed whole; --attention naive times them apart.")
+    return ""
 
 
 def plot(frames: dict, path: str) -> None:
@@ -250,7 +273,7 @@ def overview(run, records: list, rank: int) -> str:
     rows = []
     for rec in records:
         a = rec.attrs
-        row = [a.get("model", rec.name), a.get("context_length", "-"), a.get("batch_size", "-"),
+        row = [model_name(a), a.get("context_length", "-"), a.get("batch_size", "-"),
                a.get("precision", "-"), a.get("attention", "-"), a.get("phase", "-")]
         if not rec.ok:
             rows.append(row + [rec.status] + ["-"] * 8)
@@ -276,7 +299,7 @@ def run_report(run, rank: int, top: int, png: str) -> str:
     if not records:
         return ""
     parts, frames = [f"Profile of {run.directory}, rank {rank} ({run.attrs.get('device_name', '?')})", "",
-                     overview(run, records, rank), ""], {}
+                     overview(run, records, rank), "", MATMUL_SHARE_NOTE, ""], {}
     for rec in records:
         if not rec.ok:
             parts += [f"### {rec.name} (rank {rank}): {rec.status}", ""]

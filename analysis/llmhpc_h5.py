@@ -53,7 +53,8 @@ CHUNK_ROWS = 1 << 20
 BENCH_PHASES = ("forward", "backward", "optimizer", "step")
 # Attributes that identify one bench configuration (the rest describe the run or its result).
 BENCH_CONFIG_KEYS = ("model", "d_model", "d_ff", "num_layers", "num_heads", "vocab_size", "context_length",
-                     "batch_size", "precision", "grad_dtype", "attention", "phase", "cuda_graph", "warmup", "steps")
+                     "batch_size", "precision", "grad_dtype", "attention", "phase", "separate_optimizer", "cuda_graph",
+                     "warmup", "steps")
 # Per-step arrays of a ddp record; "comm" is the communication backward did not hide.
 # comm_busy: the device time of the data-parallel collectives (nccl only: NaN from the mpi backend).
 DDP_PHASES = ("forward", "backward", "comm", "optimizer", "param_comm", "step", "comm_busy")
@@ -81,6 +82,44 @@ def label_precision(attrs) -> str:
     """The precision as tables name it: "bf16 bf16-grads" for bf16 with gradients made in bf16, so
     that it stands beside plain bf16 rather than in its place."""
     return attrs["precision"] + (" bf16-grads" if grad_dtype(attrs) == "bf16" else "")
+
+
+def model_name(attrs) -> str:
+    """The model as tables name it: its preset (`small`), else its shape as record labels write it
+    (`d64_ff128_L2_H4`: a custom shape, or one taken from a checkpoint)."""
+    if attrs.get("model") not in (None, "custom", "checkpoint"):
+        return attrs["model"]
+    return f"d{attrs['d_model']}_ff{attrs['d_ff']}_L{attrs['num_layers']}_H{attrs['num_heads']}"
+
+
+def on_cpu(attrs) -> bool:
+    """True for a run of the CPU backend (root attributes: device_name is `cpu (N threads)` there)."""
+    return str(attrs.get("device_name", "")).startswith("cpu")
+
+
+# Values that sweeps list in an order of their own: the fp32 reference first, naive before flash,
+# the phases as a step runs them. Others sort numerically, or by name.
+VALUE_ORDER = {"precision": ("fp32", "bf16", "bf16 bf16-grads", "fp64"), "attention": ("naive", "flash"),
+               "phase": ("forward", "forward-backward", "train-step")}
+
+
+def sweep_key(row, keys) -> tuple:
+    """Sort key of a row (a dict or a pandas row) by `keys` in sweep order: VALUE_ORDER's values in
+    its order (then any others by name), numbers numerically (128 after 32), missing values last."""
+    out = []
+    for key in keys:
+        value, order = row.get(key), VALUE_ORDER.get(key, ())
+        if value in order:
+            out.append((0, order.index(value), ""))
+        elif isinstance(value, (int, float, np.number)) and not math.isnan(value):
+            out.append((1, float(value), ""))
+        elif value is None or isinstance(value, float):  # None or NaN
+            out.append((3, 0.0, ""))
+        else:
+            out.append((2, 0.0, str(value)))
+    return tuple(out)
+
+
 # Mode profile: the activity kinds (the `kind` column of /profile_kernels/<label>) and the categories,
 # in the order of kernels/profiler.h.
 PROFILE_KINDS = ("kernel", "memcpy", "memset", "op")
@@ -97,12 +136,15 @@ def parse_config_json(text: str) -> dict:
 
 
 def _add_stats(row: dict, prefix: str, parts: list) -> None:
-    """row[prefix_n], row[prefix_mean], row[prefix_std] (sample std, n-1; 0 for one sample) of the
-    samples in the arrays `parts` pooled; NaN mean and std when there are none."""
+    """row[prefix_n], row[prefix_mean], row[prefix_std] (sample std, n-1; 0 for one sample),
+    row[prefix_min] and row[prefix_max] of the samples in the arrays `parts` pooled; NaN (and n 0)
+    when there are none."""
     values = np.concatenate([np.asarray(p, dtype=float) for p in parts]) if parts else np.array([])
     row[f"{prefix}_n"] = len(values)
     row[f"{prefix}_mean"] = float(values.mean()) if len(values) else math.nan
     row[f"{prefix}_std"] = float(values.std(ddof=1)) if len(values) > 1 else (0.0 if len(values) else math.nan)
+    row[f"{prefix}_min"] = float(values.min()) if len(values) else math.nan
+    row[f"{prefix}_max"] = float(values.max()) if len(values) else math.nan
 
 
 def _sensor_summary(recs) -> dict:
@@ -482,13 +524,14 @@ class Run:
         return pd.DataFrame(rows, columns=["rank", "name", "phase", "step", "ms"])
 
     def bench_summary(self, rank: int | None = 0) -> pd.DataFrame:
-        """One row per bench configuration, in the order the run measured them.
+        """One row per bench configuration, by label (the files' order; sweep_key gives the sweep's).
 
         Columns: the configuration attributes, status, ranks (how many ranks' samples were
         pooled), and for each phase in BENCH_PHASES <phase>_mean, <phase>_std (sample standard
-        deviation, n-1; 0 for one sample) and <phase>_n, in ms; NaN where the phase was not
-        timed or the configuration did not run (status oom/error). With rank=None the samples
-        of all ranks are pooled; the status is 'ok' only if it is 'ok' on every rank.
+        deviation, n-1; 0 for one sample), <phase>_min, <phase>_max and <phase>_n, in ms; NaN
+        where the phase was not timed or the configuration did not run (status oom/error). With
+        rank=None the samples of all ranks are pooled; the status is 'ok' only if it is 'ok' on
+        every rank.
         From the device sensors (docs/hdf5-schema.md), where the records have them:
         sm_clock_mhz_min and sm_clock_mhz_median (the lowest over the ranks' busy readings, and
         the lowest rank's median; NaN without readings) and slowdowns (the reasons any rank saw,

@@ -4,13 +4,17 @@
     python3 analysis/memory.py DIR [DIR ...]            # markdown tables on stdout
     python3 analysis/memory.py DIR --png OUT_DIR        # + one active-memory timeline PNG per configuration
 
-Tables: (a) peak memory (GiB) by model x context length, forward and train step, each precision
+Tables: (a) peak memory by model x context length, forward and train step, each precision
 (the reference memory study's (b)(c)); (b) memory per phase: after init, the peaks of forward,
 backward and optimizer, the overall peak; (c) what the peak is made of, by category; (d) the
 bytes of one residual-stream activation, B x T x d_model x 4 (fp32 in both precisions, as under
 autocast), checked against the allocation that holds it; (e) the largest allocations and where
-they come from (their tags). `report_section(runs, out_dir)` returns the same markdown for
-analysis/report.py and writes the PNGs into out_dir.
+they come from (their tags), as many as the run kept (llmhpc --top). Sizes in GiB, or in MiB in
+a table whose values are all below 1 GiB; a configuration that ran out of memory shows what it had
+reached: oom (>1.50). Rows in sweep order (models by parameter count, precision fp32 first,
+context, batch); custom shapes named by their shape (d64_ff128_L2_H4).
+`report_section(runs, out_dir)` returns the same markdown for analysis/report.py and writes the
+PNGs into out_dir.
 """
 from __future__ import annotations
 
@@ -21,26 +25,34 @@ import sys
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from llmhpc_h5 import SchemaError, label_precision, open_run  # noqa: E402
+from bench import peak_cell  # noqa: E402
+from llmhpc_h5 import SchemaError, label_precision, model_name, open_run, sweep_key  # noqa: E402
 
 GiB = 2**30
 MiB = 2**20
 PHASES = ("init", "forward", "backward", "optimizer")
+# The sweep's nesting (docs/hdf5-schema.md, /memory), sizes by parameter count.
+SWEEP_KEYS = ("num_params", "d_model", "d_ff", "num_layers", "num_heads", "vocab_size", "precision", "attention",
+              "context_length", "batch_size", "tp", "phase")
 
 
 def configs(runs) -> list:
-    """One dict per memory record of rank 0 of each run (a directory or an llmhpc_h5.Run)."""
+    """One dict per memory record of rank 0 of each run (a directory or an llmhpc_h5.Run), each
+    run's in sweep order (SWEEP_KEYS)."""
     out = []
     for run in runs:
         run = open_run(run) if isinstance(run, str) else run
+        mine = []
         for rec in run.records("memory", rank=0):
             a = dict(rec.attrs)
             a["label"], a["ok"], a["status"], a["arrays"] = rec.name, rec.ok, rec.status, rec.arrays
             a["run"] = os.path.basename(os.path.normpath(run.directory))
             a["precision"] = label_precision(a)  # --grad-dtype bf16: a column of its own beside plain bf16
+            a["model"] = model_name(a)
             if a.get("tp", 1) > 1:  # a rank's tensor-parallel part: a model row of its own
                 a["model"] = f"{a['model']} tp{a['tp']}{' sp' if a.get('sequence_parallel') else ''}"
-            out.append(a)
+            mine.append(a)
+        out += sorted(mine, key=lambda c: sweep_key(c, SWEEP_KEYS))
     labels = [c["label"] for c in out]
     if len(set(labels)) < len(labels):  # runs of the same configurations: every row says its run
         for c in out:
@@ -48,8 +60,14 @@ def configs(runs) -> list:
     return out
 
 
-def _gib(b) -> str:
-    return f"{b / GiB:.2f}"
+def unit_of(sizes) -> tuple:
+    """(unit, bytes per unit) for a table of these sizes: GiB, or MiB where all are below 1 GiB (a
+    small model's 3 MiB and 2.5 MiB would both print 0.00 GiB)."""
+    return ("GiB", GiB) if max(sizes, default=0) >= GiB else ("MiB", MiB)
+
+
+def _size(b, scale) -> str:
+    return f"{b / scale:.2f}"
 
 
 def _table(header, rows) -> str:
@@ -59,16 +77,19 @@ def _table(header, rows) -> str:
 
 
 def peak_table(cs) -> str:
-    """(a) Peak GiB: rows model x context (x batch, attention), columns phase x precision."""
-    cols = sorted({(c["phase"], c["precision"]) for c in cs}, key=lambda k: (k[0] != "forward", k))
+    """(a) Peaks: rows model x context (x batch, attention), columns phase x precision."""
+    cols = sorted({(c["phase"], c["precision"]) for c in cs},
+                  key=lambda k: sweep_key(dict(phase=k[0], precision=k[1]), ("phase", "precision")))
+    unit, scale = unit_of([c["peak_memory_bytes"] for c in cs])
     rows = {}
     by_run = any(c.get("by_run") for c in cs)
     for c in cs:
         key = ((c["run"],) if by_run else ()) + (c["model"], int(c["context_length"]), int(c["batch_size"]),
                                                  c["attention"])
-        rows.setdefault(key, {})[(c["phase"], c["precision"])] = _gib(c["peak_memory_bytes"]) if c["ok"] else c["status"]
+        rows.setdefault(key, {})[(c["phase"], c["precision"])] = peak_cell(c["status"], c["peak_memory_bytes"],
+                                                                           scale, 2)
     header = (["Run"] if by_run else []) + ["Model", "Context", "Batch", "Attention"] + \
-        [f"{ph} {p} (GiB)" for ph, p in cols]
+        [f"{ph} {p} ({unit})" for ph, p in cols]
     return _table(header, [list(k) + [v.get(col, "-") for col in cols] for k, v in rows.items()])
 
 
@@ -83,31 +104,30 @@ def phase_values(c) -> dict:
 
 def phase_table(cs) -> str:
     """(b) After init and the peaks of each phase of the traced step."""
+    values = {c["label"]: phase_values(c) if c["ok"] else {} for c in cs}
+    unit, scale = unit_of([b for c in cs for b in [c["peak_memory_bytes"], *values[c["label"]].values()]])
     rows = []
     for c in cs:
-        if not c["ok"]:
-            rows.append([c["label"]] + ["-"] * 5 + [c["status"]])
-            continue
-        v = phase_values(c)
-        rows.append([c["label"]] + [_gib(v[p]) if p in v else "-" for p in PHASES]
-                    + [_gib(c["peak_memory_bytes"]), c.get("peak_phase", "")])
-    return _table(["Configuration", "after init", "forward peak", "backward peak", "optimizer peak", "peak",
-                   "peak reached in"], rows)
+        v = values[c["label"]]
+        rows.append([c["label"]] + [_size(v[p], scale) if p in v else "-" for p in PHASES]
+                    + [peak_cell(c["status"], c["peak_memory_bytes"], scale, 2), c.get("peak_phase", "-")])
+    return _table(["Configuration"] + [f"{p} ({unit})" for p in ("after init", "forward peak", "backward peak",
+                                                                  "optimizer peak", "peak")] + ["peak reached in"],
+                  rows)
 
 
 def category_table(cs) -> str:
-    """(c) The peak by category (GiB)."""
+    """(c) The peak by category."""
+    ok = [c for c in cs if c["ok"]]
     cats = []
-    for c in cs:
-        if c["ok"]:
-            cats += [k for k in c["arrays"]["peak_category"] if k not in cats]
+    for c in ok:
+        cats += [k for k in c["arrays"]["peak_category"] if k not in cats]
+    unit, scale = unit_of([c["peak_memory_bytes"] for c in ok])
     rows = []
-    for c in cs:
-        if not c["ok"]:
-            continue
+    for c in ok:
         v = dict(zip(c["arrays"]["peak_category"], c["arrays"]["peak_category_bytes"]))
-        rows.append([c["label"]] + [_gib(v.get(k, 0)) for k in cats] + [_gib(c["peak_memory_bytes"])])
-    return _table(["Configuration"] + cats + ["peak"], rows)
+        rows.append([c["label"]] + [_size(v.get(k, 0), scale) for k in cats] + [_size(c["peak_memory_bytes"], scale)])
+    return _table(["Configuration"] + [f"{k} ({unit})" for k in cats + ["peak"]], rows)
 
 
 def residual_table(cs) -> str:
@@ -126,17 +146,17 @@ def residual_table(cs) -> str:
                   [list(k) + v for k, v in rows.items()])
 
 
-def largest_table(cs, top: int = 5) -> str:
-    """(e) The largest allocations of each configuration."""
+def largest_table(cs) -> str:
+    """(e) The largest allocations of each configuration, all the record holds (llmhpc --top)."""
+    ok = [c for c in cs if c["ok"]]
+    unit, scale = unit_of([b for c in ok for b in c["arrays"]["largest_bytes"]])
     rows = []
-    for c in cs:
-        if not c["ok"]:
-            continue
+    for c in ok:
         a = c["arrays"]
-        for i in range(min(top, len(a["largest_bytes"]))):
-            rows.append([c["label"] if i == 0 else "", a["largest_tag"][i], f"{int(a['largest_bytes'][i]) / MiB:.1f}",
+        for i in range(len(a["largest_bytes"])):
+            rows.append([c["label"] if i == 0 else "", a["largest_tag"][i], _size(int(a["largest_bytes"][i]), scale),
                          a["largest_category"][i], a["largest_phase"][i]])
-    return _table(["Configuration", "tag", "MiB", "category", "phase"], rows)
+    return _table(["Configuration", "tag", unit, "category", "phase"], rows)
 
 
 def plot_timeline(c, path: str) -> None:
@@ -206,9 +226,9 @@ def plot_timelines(cs, out_dir: str) -> list:
 
 
 def markdown(cs, pngs=()) -> str:
-    parts = ["### Peak memory (GiB) by context length and precision", peak_table(cs),
-             "### Memory per phase (GiB)", phase_table(cs),
-             "### The peak by category (GiB)", category_table(cs),
+    parts = ["### Peak memory by context length and precision", peak_table(cs),
+             "### Memory per phase", phase_table(cs),
+             "### The peak by category", category_table(cs),
              "### One residual-stream activation", residual_table(cs),
              "### Largest allocations", largest_table(cs)]
     if pngs:

@@ -21,6 +21,7 @@ import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from bench import peak_cell  # noqa: E402
 from llmhpc_h5 import SchemaError, open_run, read_json_lines  # noqa: E402
 
 SIZES = ["tiny", "small", "medium", "large", "xl", "2.7B"]
@@ -128,7 +129,7 @@ def main():
     for (m, c, precision), r in sorted(ours.items(), key=lambda kv: (kv[0][2], SIZES.index(kv[0][0]) if kv[0][0] in SIZES else 99, kv[0][1])):
         mine = r.get("peak_memory_bytes", 0) / 2**30
         cells, lowest = torch_columns(m, c, precision, lambda t: t["peak_memory_bytes"] / 2**30)
-        row = [m, str(c), precision, fmt(mine, 2) if r["status"] == "ok" else r["status"]] + cells
+        row = [m, str(c), precision, peak_cell(r["status"], r["peak_memory_bytes"], 2**30, 2)] + cells
         row.append(f"{mine / lowest:.2f}" if r["status"] == "ok" and lowest < math.inf else "-")
         print("| " + " | ".join(row) + " |")
     if ceil:

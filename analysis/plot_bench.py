@@ -3,12 +3,15 @@
 
     python3 analysis/plot_bench.py DIR [DIR ...] [-o bench.png] [--rank R | --all-ranks]
 
-Rows: precisions; columns: the timed phases (forward, backward, optimizer, whole step); in
-each panel the mean time against the number of parameters (log-log), one line per context
-length, error bars the sample standard deviation of the raw per-step times. With fp32 and bf16
-runs (or fp64), bench_speedup_bf16.png beside it: the whole step's speed-up fp32 / bf16. Configurations that
-did not run (oom, error) are left out and listed in the title. The PNG goes beside the results
-(DIR/bench.png of the first DIR) unless -o says otherwise. analysis/report.py draws the same.
+Rows: precisions, fp32 first; columns: the timed phases (forward, backward, optimizer, whole
+step; backward+AdamW where AdamW ran inside backward, without --separate-optimizer); in each
+panel the mean time against the number of parameters (log-log), one line per context length,
+error bars the sample standard deviation of the raw per-step times. With fp32 and bf16 runs (or
+fp64), bench_speedup_bf16.png beside it: the whole step's speed-up fp32 / bf16 (from CPU runs,
+with the caveat that CPU bf16 says nothing of bf16 hardware). Configurations that did not run
+(oom, error) are left out, and counted and named under the title (the first 8; the tables of
+report.py list them all). The PNG goes beside the results (DIR/bench.png of the first DIR)
+unless -o says otherwise. analysis/report.py draws the same.
 """
 from __future__ import annotations
 

@@ -27,6 +27,7 @@ import importlib.util
 import inspect
 import os
 import sys
+import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from llmhpc_h5 import RANK_FILE_PATTERN, SchemaError, open_run, rank_list  # noqa: E402
@@ -42,8 +43,6 @@ MODE_ORDER = ("bench", "attention", "comm", "ddp", "train")  # the reference rep
 def run_directories(directory: str) -> list:
     """Every folder at or below `directory` that holds rank files (sorted; a job's runs can nest:
     ddp_bucketed.sh puts its all-reduce run inside the ddp run's folder)."""
-    if not os.path.isdir(directory):
-        return [directory]  # open_run then says what is wrong
     found = sorted(root for root, _, files in os.walk(directory) if any(RANK_FILE_PATTERN.match(n) for n in files))
     return found or [directory]
 
@@ -172,6 +171,11 @@ def main(argv=None) -> int:
     parser.add_argument("--table-only", action="store_true", help="the sections only, without the title and runs")
     args = parser.parse_args(argv)
 
+    missing = [d for d in args.dirs if not os.path.isdir(d)]
+    if missing:
+        print(f"report.py: error: {missing[0]}: no such folder (give llmhpc --out folders, or folders holding them)",
+              file=sys.stderr)
+        return 2
     output = args.output or os.path.join(args.dirs[0], "report.md")
     out_dir = os.path.dirname(os.path.abspath(output))
     options = dict(rank=None if args.all_ranks else args.rank, decimals=args.decimals)
@@ -180,6 +184,12 @@ def main(argv=None) -> int:
         os.makedirs(out_dir, exist_ok=True)  # -o reports/new/report.md: the folder is made for it
     except OSError as e:
         print(f"report.py: error: cannot create {out_dir} for the report (-o): {e.strerror}", file=sys.stderr)
+        return 2
+    try:  # before any work: the plots are written while the report is built
+        tempfile.TemporaryFile(dir=out_dir).close()  # os.access would say yes to root on a read-only mount
+    except OSError as e:
+        print(f"report.py: error: {out_dir} is not writable ({e.strerror}): write the report elsewhere with "
+              f"-o FILE.md (its plots go beside it)", file=sys.stderr)
         return 2
     try:
         text = build_report(args.dirs, out_dir, options, args.table_only)  # all built first: no half-written file

@@ -22,6 +22,7 @@ import numpy as np  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from bench import fmt, markdown_table, section_script  # noqa: E402
+from llmhpc_h5 import model_name  # noqa: E402
 
 MAX_LOSS_ROWS = 20  # the loss table shows at most this many steps, evenly spread, the last included
 
@@ -42,7 +43,7 @@ def report_section(runs: list, out_dir: str, rank=0, decimals: int = 2) -> str:
         step_mean, step_std = stats(steps.get("step_ms", []))
         sync_mean, _ = stats(steps.get("sync_ms", []))
         loss = steps["loss"].to_numpy() if "loss" in steps else np.array([])
-        rows.append([os.path.basename(os.path.normpath(run.directory)), a.get("model"), a.get("world_size"),
+        rows.append([os.path.basename(os.path.normpath(run.directory)), model_name(a), a.get("world_size"),
                      str(a.get("ddp")) + (" bf16" if a.get("grad_reduce_dtype") == "bf16" and a.get("grad_dtype") != "bf16"
                                           else ""),
                      a.get("shard_optimizer", "none"), rec.status, len(steps),

@@ -6,7 +6,11 @@ analysis/llmhpc_h5.py sees both ranks, that analysis/report.py prints one markdo
 configuration whose numbers are the means and standard deviations of the raw arrays (read
 here with h5py directly, not through the loader), that out-of-memory configurations are rows
 marked oom, that plot_bench.py writes a PNG, and that the loader refuses an empty directory
-and an unknown schema_version with a clear message.
+and an unknown schema_version with a clear message. And, on a sweep where fp32 runs out of
+memory and bf16 fits: rows in sweep order (fp32 first, contexts numerically), the custom shape
+named by its shape, the oom's peak marked, the fp32-vs-bf16 table keeping the oom row, AdamW
+inside backward labelled Bwd+AdamW, the CPU's bf16 caveat, and the plot's title of the
+configurations that did not run kept within the figure.
 """
 import os
 import shutil
@@ -18,6 +22,7 @@ import numpy as np
 ROOT = os.environ.get("LLMHPC_ROOT") or os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.join(ROOT, "tests", "reference"))
 sys.path.insert(0, os.path.join(ROOT, "analysis"))
+import bench  # noqa: E402
 import llmhpc_h5  # noqa: E402
 from script_env import llmhpc_binary, mpiexec, parse_markdown_tables, run, scratch_dir  # noqa: E402
 
@@ -63,14 +68,16 @@ def check_table(table, raw, decimals, label):
     for row in rows:
         assert (row[col["d_model"]], row[col["d_ff"]], row[col["num_layers"]], row[col["num_heads"]]) == \
             ("64", "128", "2", "4"), f"{label}: model shape columns wrong in row {row}"
+        assert row[col["Model size"]] == "d64_ff128_L2_H4", f"{label}: a custom shape is named by its shape: {row}"
         context = int(row[col["Context"]])
         seen.append(context)
         for title, array, stat in (("Fwd Mean (ms)", "forward_ms", "mean"), ("Fwd Std (ms)", "forward_ms", "std"),
                                    ("Bwd Mean (ms)", "backward_ms", "mean"), ("Bwd Std (ms)", "backward_ms", "std"),
                                    ("Opt Mean (ms)", "optimizer_ms", "mean"), ("Opt Std (ms)", "optimizer_ms", "std"),
-                                   ("Total (ms)", "step_ms", "mean")):
+                                   ("Total (ms)", "step_ms", "mean"), ("Total Min (ms)", "step_ms", "min"),
+                                   ("Total Max (ms)", "step_ms", "max")):
             values = raw[(context, array)]
-            want = values.mean() if stat == "mean" else values.std(ddof=1)
+            want = {"mean": values.mean, "std": lambda: values.std(ddof=1), "min": values.min, "max": values.max}[stat]()
             got = float(row[col[title]])
             assert abs(got - want) <= tolerance, \
                 f"{label}: T={context} '{title}' is {got}, the raw {array} give {want:.6f} ({len(values)} samples)"
@@ -114,6 +121,39 @@ def check_sensors(out, work):
     (header, _), text = report(out)
     assert "Slowdowns" not in header, f"clock columns without any slowdown:\n{text}"
     assert "## device clocks" not in text, f"a device clocks section without any slowdown:\n{text}"
+
+
+def check_precision_oom(work):
+    """fp32 out of memory at context 128 where bf16 fits (the reference mixed-precision study's point),
+    AdamW inside backward (no --separate-optimizer), on the CPU."""
+    out = os.path.join(work, "precision_oom")
+    run([BIN, "--mode", "bench", "--device", "cpu", *MODEL, "--vocab-size", "256", "--context-length", "128,32",
+         "--precision", "bf16,fp32", "--memory-limit", "8MB", "--warmup", "0", "--steps", "2", "--out", out])
+    (header, rows), text = report(out)
+    col = {name: header.index(name) for name in header}
+    order = [(row[col["Precision"]], row[col["Context"]]) for row in rows]
+    assert order == [("fp32", "32"), ("fp32", "128"), ("bf16", "32"), ("bf16", "128")], \
+        f"rows in sweep order (fp32 first, contexts numerically): {order}\n{text}"
+    assert "Bwd+AdamW Mean (ms)" in header and "Opt Mean (ms)" not in header, f"AdamW ran inside backward:\n{text}"
+    assert "Bwd+AdamW: without --separate-optimizer" in text, f"no note on AdamW inside backward:\n{text}"
+    oom = rows[order.index(("fp32", "128"))]
+    assert oom[col["Status"]] == "oom" and oom[col["Peak (MiB)"]].startswith("oom (>"), \
+        f"the oom's peak is a lower bound, marked: {oom}\n{text}"
+    (speed,) = [t for t in parse_markdown_tables(text) if "Total Speedup" in t[0]]
+    header, rows = speed
+    by_context = {row[header.index("Context")]: row for row in rows}
+    assert set(by_context) == {"32", "128"}, f"fp32 out of memory where bf16 fits is a row:\n{text}"
+    row = by_context["128"]
+    assert row[header.index("Total FP32 (ms)")] == "oom" and row[header.index("Total Speedup")] == "-", row
+    float(row[header.index("Total BF16 (ms)")])  # bf16 ran: a number
+    assert "Bwd+AdamW Speedup" in header, f"the speed-up table labels backward with AdamW too:\n{text}"
+    section = text[text.index("### Mixed precision"):text.index("### Peak memory")]
+    assert bench.CPU_BF16_NOTE in section, f"the speed-ups of a CPU run come with bf16's caveat:\n{section}"
+    # The plot's title: the configurations that did not run, counted, wrapped within the figure.
+    failed = bench.summaries([llmhpc_h5.open_run(out)], 0).query("status != 'ok'")
+    title = bench.not_run_title(failed, 40)
+    assert " ".join(title.split()) == "1 configuration out of memory: d64_ff128_L2_H4 T=128 B=4 fp32", title
+    assert max(len(line) for line in title.splitlines()) <= 40, title
 
 
 def main():
@@ -180,10 +220,13 @@ def main():
     assert by_context["1024"][header.index("Fwd Mean (ms)")] == "-", f"an oom row has no times:\n{text}"
     assert by_context["16"][header.index("Status")] == "ok", f"T=16 fits in 30MB:\n{text}"
     assert by_context["16"][header.index("Bwd Mean (ms)")] == "-", f"phase forward times no backward:\n{text}"
+    assert [row[header.index("Context")] for row in rows] == ["16", "1024"], f"contexts in numeric order:\n{text}"
     assert "Opt Mean (ms)" not in header, f"phase forward times no optimizer step:\n{text}"
     with h5py.File(os.path.join(oom_dir, "rank00000.h5"), "r") as f:
         oom_group = [g for g in f["bench"].values() if g.attrs["context_length"] == 1024][0]
         assert "error" in oom_group.attrs and len(oom_group) == 0, "an oom record has an error attribute, no arrays"
+
+    check_precision_oom(work)
 
     # ---- plot ----
     png = os.path.join(work, "bench.png")

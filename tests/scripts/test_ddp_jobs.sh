@@ -231,7 +231,7 @@ echo "ok   env.sh refuses an OUT with files, a switch not 0/1, HEAT_S not second
 OUT_ROOT=$tmp/others MODELS=tiny PRECISIONS=fp32 EXTRA_ARGS="$SHAPE" bash "$ROOT/jobs/bench.sh" >"$tmp/bench.log" 2>&1 ||
   { cat "$tmp/bench.log"; fail "jobs/bench.sh exited non-zero"; }
 ls "$tmp"/others/bench-*/rank00001.h5 >/dev/null 2>&1 || { ls -R "$tmp/others"; fail "bench.sh left no results/bench-<time> with 2 ranks"; }
-grep -q "^| custom | 32 | 64 | 2 | 4 |" "$tmp/bench.log" || { cat "$tmp/bench.log"; fail "bench.sh printed no table"; }
+grep -q "^| d32_ff64_L2_H4 | 32 | 64 | 2 | 4 |" "$tmp/bench.log" || { cat "$tmp/bench.log"; fail "bench.sh printed no table"; }
 OUT_ROOT=$tmp/others RANKS=2 BACKENDS=mpi SIZES=4KB DTYPE=float bash "$ROOT/jobs/comm.sh" >"$tmp/comm.log" 2>&1 ||
   { cat "$tmp/comm.log"; fail "jobs/comm.sh exited non-zero"; }
 grep -q "^| mpi | 2 | allreduce | 4000 |" "$tmp"/others/comm-*/comm.md || { cat "$tmp/comm.log"; fail "comm.sh wrote no comm.md row"; }

@@ -6,7 +6,8 @@ dataset only when it is first indexed (a value changed in the file after open_ru
 one changed after the first read is not) and keeps no file open, that a streamed record's
 columns are cut at stream_rows, and that read() and iter_chunks() return exactly the rows
 asked for, in batches no larger than asked. And that the loader refuses a folder whose rank
-files are of different runs, and says once, on stderr, which ranks have no file.
+files are of different runs, and says once, on stderr, which ranks have no file; that the bench
+summary has each phase's min and max, and that tables name models and order rows as sweeps do.
 """
 import contextlib
 import io
@@ -117,6 +118,7 @@ def check_plain(directory):
     assert dict(arrays.items()).keys() == names, "items() reads every dataset"
     summary = run.bench_summary()
     assert summary["forward_n"][0] == 3 and abs(summary["forward_mean"][0] - FORWARD_MS.mean()) < 1e-12, summary
+    assert (summary["forward_min"][0], summary["forward_max"][0]) == (1.5, 4.0), summary
     assert arrays.read("forward_ms", 1).tolist() == [2.5, 4.0] and arrays.length("tags") == 3
     try:
         next(arrays.iter_chunks())
@@ -231,11 +233,24 @@ def check_runs(work):
 
 
 def check_labels():
-    """The gradients' dtype of files from before --grad-dtype, and the precision tables show."""
+    """The gradients' dtype of files from before --grad-dtype, the precision and the model as tables
+    show them, and the sweep's order of rows."""
     assert llmhpc_h5.grad_dtype({"precision": "bf16"}) == "fp32"
     assert llmhpc_h5.grad_dtype({"precision": "fp64"}) == "fp64"
     assert llmhpc_h5.label_precision({"precision": "bf16", "grad_dtype": "bf16"}) == "bf16 bf16-grads"
     assert llmhpc_h5.label_precision({"precision": "bf16", "grad_dtype": "fp32"}) == "bf16"
+    shape = dict(d_model=64, d_ff=128, num_layers=2, num_heads=4)
+    assert llmhpc_h5.model_name(dict(shape, model="custom")) == "d64_ff128_L2_H4"
+    assert llmhpc_h5.model_name(dict(shape, model="checkpoint")) == "d64_ff128_L2_H4"
+    assert llmhpc_h5.model_name(dict(shape, model="small")) == "small"
+    rows = [dict(precision=p, context_length=t, attention=a) for p in ("bf16", "fp64", "fp32", "bf16 bf16-grads")
+            for t in (128, 32) for a in ("flash", "naive")]
+    rows.append(dict(precision="fp32", context_length=None, attention="naive"))  # never measured: last of fp32
+    keys = ("precision", "context_length", "attention")
+    got = [tuple(r.values()) for r in sorted(rows, key=lambda r: llmhpc_h5.sweep_key(r, keys))]
+    assert got[:5] == [("fp32", 32, "naive"), ("fp32", 32, "flash"), ("fp32", 128, "naive"), ("fp32", 128, "flash"),
+                       ("fp32", None, "naive")], got
+    assert [p for p, _, _ in got[5::4]] == ["bf16", "bf16 bf16-grads", "fp64"], got
 
 
 def check_hangs(work):

@@ -140,7 +140,10 @@ def memory_mode(tmp):
     proc = run([sys.executable, os.path.join(ROOT, "analysis", "memory.py"), out, "--png", png])
     tables = parse_markdown_tables(proc.stdout)
     header, rows = tables[0]
-    assert header[-2:] == ["forward fp32 (GiB)", "train-step fp32 (GiB)"] and len(rows) == 2, tables[0]
+    assert header[-2:] == ["forward fp32 (MiB)", "train-step fp32 (MiB)"] and len(rows) == 2, tables[0]
+    assert [r[header.index("Context")] for r in rows] == ["16", "32"] and rows[0][0] == "d64_ff128_L2_H4", tables[0]
+    largest = next(rows for header, rows in tables if header[:2] == ["Configuration", "tag"])
+    assert len(largest) == 4 * 3 and sum(1 for r in largest if r[0]) == 4, largest  # --top 3: all the file holds
     assert len([p for p in os.listdir(png) if p.endswith(".png")]) == 4, os.listdir(png)
     here = os.path.join(tmp, "cwd")
     os.makedirs(here)
@@ -222,7 +225,7 @@ def tensor_parallel(tmp):
         assert split["activations"] < part["activations"], (split["activations"], part["activations"])
     text = run([sys.executable, os.path.join(ROOT, "analysis", "memory.py"), os.path.join(tmp, "tp")]).stdout
     models = [r[0] for r in parse_markdown_tables(text)[0][1]]
-    assert sorted(models) == ["custom", "custom tp2"], text
+    assert models == ["d64_ff128_L2_H4", "d64_ff128_L2_H4 tp2"], text
 
 
 def bad_input(tmp):

@@ -4,13 +4,16 @@ warm-up settings), attention, comm at 2 and 3 ranks, ddp (every strategy, two bu
 sharding), ddp at 1 and 2 ranks (strong and weak), an all-reduce run, train.
 
 Every number checked is recomputed here from the raw arrays read with h5py alone: the bench
-tables' means and stds per warm-up setting, the fp32/bf16 speed-ups (the reference mixed-precision study's table), the comm table's mean,
-median, std, bandwidth and busbw, the ddp step means (and zero1's exposed communication beside the
+tables' means and stds per warm-up setting (rows fp32 first), the fp32/bf16 speed-ups (the reference mixed-precision study's table), the comm table's mean,
+median, std, bandwidth and busbw (and the nccl-tests table's median and std), the ddp step means and
+slowest-rank steps (and zero1's exposed communication beside the
 ring model's in table (i)), the scaling efficiencies, the attention
-means, the training losses; every plot the report names is a PNG of some size. A new mode is
+means and bytes saved for backward, the training losses; every plot the report names is a PNG of some size.
+report.py refuses a folder that does not exist and one it cannot write into, in a line. A new mode is
 picked up by its module alone (analysis/<mode>.py with report_section). accounting.py
 reproduces the reference communication study's published numbers (communication_accounting), its b* is the
-bucket model's with o and w from the raw all-reduce times, and its tensor-parallel step is one GPU's
+bucket model's with o and w from the raw all-reduce times (and, beside a bucket sweep, the one ddp.py's
+table (e) prints), and its tensor-parallel step is one GPU's
 median step / tp plus the run's recorded bus bytes at the given bandwidth.
 """
 import math
@@ -121,6 +124,9 @@ def section_tables(text, heading):
 def check_bench(tables, runs, text):
     for directory, warmup in ((runs["bench"], "1"), (runs["bench-w0"], "0")):
         (table,) = section_tables(text, f"### Benchmark (warm-up steps: {warmup})")
+        order = [(r["Precision"], r["Context"]) for r in rows_of(table)]
+        assert order == [("fp32", "16"), ("fp32", "32"), ("bf16", "16"), ("bf16", "32")], \
+            f"warm-up {warmup}: rows in sweep order, fp32 first: {order}"
         rows = {(r["Context"], r["Precision"]): r for r in rows_of(table)}
         assert len(rows) == 4, f"warm-up {warmup}: {len(rows)} rows, expected 2 contexts x 2 precisions"
         for attrs, arrays in raw(directory, 0, "bench").values():
@@ -173,6 +179,19 @@ def check_comm(tables, runs):
                 raise AssertionError(f"{name} at {n} ranks: no row with its numbers: {errors or 'no row'}")
 
 
+def check_comm_nccl(tables, runs):
+    """The nccl-tests table: beside the back-to-back time, the median and std of the slowest rank's
+    per-iteration times."""
+    rows = rows_of(table_with(tables, "oop time (us)", "oop median (us)", "oop std (us)")[0])
+    for name, (attrs, arrays) in raw(runs["comm-np3"], 0, "comm").items():
+        t = arrays["time_us_max_over_ranks"]
+        short = "oop" if attrs["placement"] == "outofplace" else "ip"
+        (r,) = [r for r in rows if r["ranks"] == "3" and r["collective"] == attrs["collective"]
+                and r["size (B)"] == str(attrs["bytes"])]
+        close(r[f"{short} median (us)"], float(np.median(t)), f"comm {name} median")
+        close(r[f"{short} std (us)"], std(t), f"comm {name} std")
+
+
 def check_ddp(tables, runs):
     groups = [raw(runs["ddp"], rank, "ddp") for rank in (0, 1)]
     strategy_tables = table_with(tables, "Impl", "Step Mean (ms)", "Comm Mean (ms)")
@@ -187,6 +206,13 @@ def check_ddp(tables, runs):
         assert len(hits) == 1, f"{name}: expected one (a) row with step mean {pooled.mean():.2f}"
         close(hits[0]["Step Std (ms)"], std(pooled), f"{name} step std")
         close(hits[0]["Comm Mean (ms)"], comm.mean(), f"{name} comm mean")
+    # (b): the slowest rank's step, as its header says, not the pooled mean of (a)
+    buckets = [r for t in table_with(tables, "Issued after bwd", "Slowest Step (ms)") for r in rows_of(t)]
+    for name, (attrs, arrays) in groups[0].items():
+        if attrs["ddp"] != "bucketed" or attrs["shard_optimizer"] != "none":
+            continue
+        (row,) = [r for r in buckets if r["Impl"] == "bucketed" and r["Bucket (MiB)"] == f"{attrs['bucket_mb']:g}"]
+        close(row["Slowest Step (ms)"], arrays["step_ms_max_over_ranks"].mean(), f"{name} (b) slowest step")
     sharding = rows_of(table_with(tables, "Sharding", "Optimizer state (MiB)")[0])
     assert {r["Sharding"] for r in sharding} == {"none", "zero1"}, sharding
     for name, (attrs, _) in groups[0].items():
@@ -282,6 +308,9 @@ def check_attention(tables, runs):
         means = [float(c.split("±")[0]) for c in cell]
         assert any(abs(m - arrays["forward_ms"].mean()) <= 0.0005 + 1e-9 for m in means), \
             f"{name}: forward mean {arrays['forward_ms'].mean():.3f} not among {cell}"
+        saved = [r["saved for backward MiB"] for r in rows if r["seq"] == str(attrs["seq"]) and r["status"] == "ok"]
+        assert any(abs(float(c) - attrs["saved_bytes"] / 2**20) <= 0.0005 + 1e-9 for c in saved), \
+            f"{name}: {attrs['saved_bytes']} bytes saved for backward not among {saved} MiB"
         kernels = {r["kernels"] for r in rows if r["seq"] == str(attrs["seq"])}
         assert attrs["attention_kernel"] in kernels, f"{name}: kernels {attrs['attention_kernel']!r} not among {kernels}"
 
@@ -356,9 +385,16 @@ def check_accounting(runs):
     text = run(acc + ["bucket", "--comm", comm, "--grad-bytes", str(s)]).stdout
     b_star = re.search(r"b\* = sqrt\(s o w\) = ([0-9.e+-]+) MiB", text).group(1)
     close(b_star, math.sqrt(s * o * w) / 2**20, "b* from the raw all-reduce times")
+    # Beside a bucket sweep: the b* of table (e) is the one the measured line names.
+    text = run(acc + ["bucket", "--comm", comm, "--ddp", runs["ddp"]]).stdout
+    model = [m or "none" for m in re.findall(r"b\* = sqrt\(s o w\) = ([0-9.e+-]+) MiB|no finite optimum", text)]
+    named = [m or "none" for m in re.findall(r"the model's b\* \(above\): (?:([0-9.e+-]+) MiB|none finite)", text)]
+    assert model and named == model, f"one b* per setup, the same in (e) and beside the measured sweep:\n{text}"
     # measured memory beside the model: weights 4P, gradients 4P, state 8P (unsharded first configuration)
-    rows = rows_of(parse_markdown_tables(run(acc + ["memory", "--d-model", "32", "--d-ff", "64", "--num-layers", "2",
-                                                   "--vocab-size", "64", "--ddp", runs["ddp"]]).stdout)[0])
+    text = run(acc + ["memory", "--d-model", "32", "--d-ff", "64", "--num-layers", "2", "--vocab-size", "64", "--ddp",
+                      runs["ddp"]]).stdout
+    assert re.search(r"parameters \(0\.\d\d million\)", text), f"a small model's P in millions:\n{text}"
+    rows = rows_of(parse_markdown_tables(text)[0])
     for r in rows[:3]:
         assert r["Measured / model"] == "1.00", f"measured memory should equal the model's: {r}"
     bad = run(acc + ["bucket", "--comm", runs["attention"]], expect_ok=False)
@@ -403,6 +439,7 @@ def main():
     assert line and "OMP_NUM_THREADS=1" in line[0], f"the report does not name the launch settings: {line}"
     check_bench(tables, runs, open(report_path).read())
     check_comm(tables, runs)
+    check_comm_nccl(tables, runs)
     check_ddp(tables, runs)
     check_scaling(tables, runs, open(report_path).read())
     check_attention(tables, runs)
@@ -427,6 +464,15 @@ def main():
     failed = os.path.join(work, "reports", "none", "report.md")
     bad = run([sys.executable, os.path.join(ANALYSIS, "report.py"), empty, "-o", failed], expect_ok=False)
     assert bad.returncode == 2 and not os.path.exists(os.path.dirname(failed)), bad.stderr
+    # a folder that does not exist (not made, not called empty), one that cannot be written (/proc,
+    # for root too): a line each, exit 2
+    gone = os.path.join(work, "gone")
+    bad = run([sys.executable, os.path.join(ANALYSIS, "report.py"), gone], expect_ok=False)
+    assert bad.returncode == 2 and "no such folder" in bad.stderr and not os.path.exists(gone), bad.stderr
+    bad = run([sys.executable, os.path.join(ANALYSIS, "report.py"), runs["bench"], "-o", "/proc/report.md"],
+              expect_ok=False)
+    assert bad.returncode == 2 and "not writable" in bad.stderr and "-o" in bad.stderr, bad.stderr
+    assert len(bad.stderr.strip().splitlines()) == 1, f"one line, no traceback: {bad.stderr}"
     print("test_report: OK")
 
 
