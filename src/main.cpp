@@ -21,6 +21,8 @@
 #include "src/core/stop_request.h"
 #include "src/core/units.h"
 #include "src/core/watchdog.h"
+#include "src/io/h5.h"
+#include "src/io/recorder.h"
 #include "src/modes/mode.h"
 #include "src/modes/options.h"
 
@@ -33,6 +35,7 @@ po::options_description general_options() {
   std::vector<std::string> names;
   for (const ModeSpec& m : all_modes()) names.push_back(m.name);
   d.add_options()("help,h", po::bool_switch(), "show help; with --mode, that mode's options too")(
+      "version", po::bool_switch(), "print llmhpc's commit and the MPI, NCCL and HDF5 libraries it runs with")(
       "mode", text("bench"), join(names, " | ").c_str())("device", text("auto"),
                                                          "auto | cpu | cuda (auto: cuda when a GPU is visible)")(
       "allow-gpu-sharing", po::bool_switch(), "let several ranks of a node share one GPU")(
@@ -300,6 +303,15 @@ int run(Runtime& rt, int argc, char** argv, bool& in_mode) {
   }
   if (opt_flag(vm, "help")) {
     if (rt.is_root()) print_help(general, opt_given(first, "mode") ? mode : nullptr);
+    return 0;
+  }
+  if (opt_flag(vm, "version")) {
+    if (rt.is_root()) {
+      std::printf("llmhpc %s\n", build_git_sha().c_str());
+      for (const auto& [name, value] : comm_environment())
+        if (name != "environment_variables") std::printf("%s %s\n", name.c_str(), std::get<std::string>(value).c_str());
+      std::printf("hdf5_version %s\n", h5::library_version().c_str());
+    }
     return 0;
   }
   // Options alone: the same verdict on every rank, so a plain exception is enough.

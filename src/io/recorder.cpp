@@ -52,7 +52,7 @@ void write_root(hid_t root, const RunInfo& info) {
   h5::write_attr(root, "hostname", info.hostname);
   h5::write_attr(root, "device_name", info.device_name);
   h5::write_attr(root, "backend", info.backend);
-  h5::write_attr(root, "git_sha", std::string(LLMHPC_GIT_SHA));
+  h5::write_attr(root, "git_sha", build_git_sha());
   h5::write_attr(root, "argv", info.argv);
   h5::write_attr(root, "config_json", info.config_json);
   h5::write_attr(root, "start_time", info.start_time);
@@ -362,5 +362,7 @@ std::string utc_timestamp() {
   std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
   return buf;
 }
+
+std::string build_git_sha() { return LLMHPC_GIT_SHA; }
 
 }  // namespace llmhpc

@@ -181,5 +181,7 @@ class Recorder {
 
 // "2026-11-22T10:31:07Z"
 std::string utc_timestamp();
+// The commit this binary was built from (`git describe`), the rank files' git_sha.
+std::string build_git_sha();
 
 }  // namespace llmhpc

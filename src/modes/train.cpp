@@ -652,7 +652,11 @@ void run(ModeContext& ctx, const TrainOptions& o) {
   save_progress("ok");
   if (!o.save.empty()) save("the last step");
   const std::string clocks = slowdown_note(rt, monitor->summary());
-  log_root(rt, "train: final loss %.6f, mean step %.1f ms%s; results in %s\n", loss.back(), mean(step_ms),
+  // Throughput over the steps after the first, which also allocates and (on a GPU) warms up.
+  const std::vector<double> settled(step_ms.size() > 1 ? step_ms.begin() + 1 : step_ms.begin(), step_ms.end());
+  const double tokens_per_s = double(batch * seq) / (mean(settled) / 1000.0);
+  log_root(rt, "train: final loss %.6f, mean step %.1f ms, %s tokens/s%s%s; results in %s\n", loss.back(),
+           mean(step_ms), fmt(tokens_per_s, 0).c_str(), step_ms.size() > 1 ? " after the first step" : "",
            clocks.c_str(), ctx.out_dir.c_str());
 }
 

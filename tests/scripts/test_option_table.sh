@@ -65,5 +65,14 @@ EOF
     echo "ok   (np=$np): --mode train --mode bench --device cuda --device cpu --steps 1 --steps 2 --context-length 8,16 --context-length 16: bench, cpu, 2 steps at 16"
   fi
 done
+# --version: the commit and the libraries, once, exit 0, no results folder.
+cases=$((cases + 1))
+if (cd "$WORK" && timeout 60 "$MPIEXEC" --oversubscribe -np 2 "$BIN" --version >version.log 2>&1) &&
+  [ "$(grep -c "^llmhpc " "$WORK/version.log")" -eq 1 ] && grep -q "^hdf5_version [0-9]" "$WORK/version.log" &&
+  [ ! -e "$WORK/results" ]; then
+  echo "ok   (np=2): --version: $(head -1 "$WORK/version.log")"
+else
+  echo "FAIL (np=2): --version"; sed 's/^/    /' "$WORK/version.log"; failures=$((failures + 1))
+fi
 if [ $failures -gt 0 ]; then echo "$failures of $cases run(s) failed"; exit 1; fi
 echo "all $cases bad inputs handled"
