@@ -35,13 +35,11 @@ import numpy as np
 import pandas as pd
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench import peak_cell  # noqa: E402
-from llmhpc_h5 import SchemaError, open_run, repeated_across_runs  # noqa: E402
+from llmhpc_h5 import MIB, SchemaError, open_run, peak_cell, repeated_across_runs  # noqa: E402
 from plotting import legend_above, plain_log_y, ticks_at  # noqa: E402
 
 CONFIG_KEYS = ("impl", "precision", "batch", "heads", "head_dim", "seq", "causal")
 GROUP_KEYS = ("precision", "causal", "batch", "heads")
-MIB = 1024.0 * 1024.0
 
 
 def attention_frame(directories: list) -> pd.DataFrame:

@@ -26,8 +26,8 @@ import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from llmhpc_h5 import (BENCH_PHASES, label_precision, model_name, on_cpu, repeated_across_runs,  # noqa: E402
-                       sweep_key)
+from llmhpc_h5 import (BENCH_PHASES, GIB, MIB, label_precision, model_name, on_cpu, peak_cell,  # noqa: E402
+                       repeated_across_runs, sweep_key)
 from plotting import plain_log_y, ticks_at  # noqa: E402
 
 # Columns that appear only when their value differs between rows: (summary column, header).
@@ -42,7 +42,6 @@ CONFIG_KEYS = (*SHAPE_KEYS, "context_length", "batch_size", "precision", "attent
 SWEEP_KEYS = ("num_params", "d_model", "d_ff", "num_layers", "num_heads", "vocab_size", "precision", "attention",
               "context_length", "batch_size", "phase", "adamw", "cuda_graph", "warmup", "steps")
 SHORT = {"forward": "Fwd", "backward": "Bwd", "optimizer": "Opt", "step": "Total"}
-GIB, MIB = float(1 << 30), float(1 << 20)
 CPU_BF16_NOTE = ("On the CPU, bf16 is computed in fp32 on values stored as bf16 (for checking, not for speed): "
                  "these times say nothing of bf16 hardware.")
 MAX_NAMED = 8  # configurations a plot's title names; the tables list them all
@@ -67,17 +66,6 @@ def markdown_table(header: list, rows: list) -> str:
     lines = ["| " + " | ".join(header) + " |", "| " + " | ".join("---" for _ in header) + " |"]
     lines += ["| " + " | ".join(str(cell) for cell in row) + " |" for row in rows]
     return "\n".join(lines)
-
-
-def peak_cell(status: str, peak, scale: float, decimals: int) -> str:
-    """A configuration's peak memory `peak` in units of `scale` (1 MiB: 2**20 for a peak in bytes);
-    one that failed had reached it when it stopped, so it is a lower bound, marked with the status:
-    'oom (>7.61)'; the status alone where it never started (no peak)."""
-    word = str(status).split(":")[0]  # 'oom', 'error: ...' -> 'error'
-    value = fmt(peak / scale, decimals) if peak and peak > 0 else ""
-    if word == "ok":
-        return value or "-"
-    return f"{word} (>{value})" if value else word
 
 
 def adamw_place(row) -> str:
@@ -256,8 +244,8 @@ def not_run_title(failed: pd.DataFrame, width: int) -> str:
 
 def plot_times(summary: pd.DataFrame, title: str, path: str) -> str:
     """Facets: one row per precision, one column per timed phase; time against parameters (log-log),
-    one line per context length (a sweep of one model: against context length, one line) and
-    attention (where runs differ in it), the sample std as error bars; a panel nothing was
+    one line per context length (a sweep of one model: against context length, one line),
+    attention and batch size (where runs differ in them), the sample std as error bars; a panel nothing was
     measured for is left empty. With several warm-up settings, the largest (the steady state).
     Configurations that did not run are counted and named under the title.
     Returns the path, or "" when nothing ran."""
@@ -273,6 +261,7 @@ def plot_times(summary: pd.DataFrame, title: str, path: str) -> str:
                              squeeze=False)
     xs = sorted(set(ok[x_key]))
     attentions = sorted(ok["attention"].unique())
+    batches = ok["batch_size"].nunique() > 1  # then a line per batch size too
     for i, precision in enumerate(precisions):
         for j, phase in enumerate(phases):
             ax = axes[i][j]
@@ -283,11 +272,14 @@ def plot_times(summary: pd.DataFrame, title: str, path: str) -> str:
                 ax.text(0.5, 0.5, "not measured", ha="center", va="center", transform=ax.transAxes)
                 ax.set(xticks=[], yticks=[])
                 continue
-            for (value, attention), g in measured.groupby([line_key, "attention"]):
+            for key, g in measured.groupby([line_key, "attention", "batch_size"]):
+                value, attention, batch = key
                 g = g.groupby(x_key, as_index=False).first().sort_values(x_key)
                 label = f"T={value}" if by_size else human_count(value) + " params"
                 if len(attentions) > 1:
                     label += f", {attention}"
+                if batches:
+                    label += f", B={batch}"
                 ax.errorbar(g[x_key], g[f"{phase}_mean"], yerr=g[f"{phase}_std"], fmt="o-", capsize=3, label=label)
             if len(xs) > 1:
                 ax.set(xscale="log", yscale="log")
@@ -315,7 +307,7 @@ def plot_times(summary: pd.DataFrame, title: str, path: str) -> str:
 
 def plot_speedup(summary: pd.DataFrame, path: str, other: str = "bf16") -> str:
     """`other`'s speed-up of the whole step (fp32 / other) against parameters, one line per context
-    length; on the CPU, bf16's caveat under the title."""
+    length (and batch size, where they differ); on the CPU, bf16's caveat under the title."""
     ok = summary[summary["status"] == "ok"]
     keys = ["num_params", "context_length", "batch_size", "phase", "adamw", "attention", "warmup"]
     both = ok[ok.precision == "fp32"].merge(ok[ok.precision == other], on=keys, suffixes=("_32", "_16"))
@@ -325,9 +317,10 @@ def plot_speedup(summary: pd.DataFrame, path: str, other: str = "bf16") -> str:
     by_size = both["num_params"].nunique() > 1
     x_key, line_key = ("num_params", "context_length") if by_size else ("context_length", "num_params")
     fig, ax = plt.subplots(figsize=(6, 4))
-    for value, g in both.groupby(line_key):
+    batches = both["batch_size"].nunique() > 1  # then a line per batch size too
+    for (value, batch), g in both.groupby([line_key, "batch_size"]):
         g = g.sort_values(x_key)
-        label = f"T={value}" if by_size else human_count(value) + " params"
+        label = (f"T={value}" if by_size else human_count(value) + " params") + (f", B={batch}" if batches else "")
         ax.plot(g[x_key], g["step_mean_32"] / g["step_mean_16"], "o-", label=label)
     ax.axhline(1.0, color="grey", lw=1, ls="--")
     title = f"{other} speed-up (above 1: {other} faster)"

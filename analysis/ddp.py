@@ -78,9 +78,9 @@ import pandas as pd
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import scaling  # noqa: E402
-from bench import peak_cell  # noqa: E402
 from comm import operation_time_us  # noqa: E402
-from llmhpc_h5 import MIB, SchemaError, model_name, open_run, read_json_lines, repeated_across_runs  # noqa: E402
+from llmhpc_h5 import (MIB, SchemaError, model_name, open_run, peak_cell, read_json_lines,  # noqa: E402
+                       repeated_across_runs)
 from plotting import legend_above  # noqa: E402
 
 STRATEGIES = ("none", "naive", "flat", "overlap", "bucketed")  # the order of the rows

@@ -199,8 +199,7 @@ def configuration_report(run, rec, rank: int, top: int) -> tuple:
             [fmt(100.0 * cats.loc[g, "matmul"] / cats.loc[g].sum(), 1) + "%" if cats.loc[g].sum() > 0 else "-"]
             for g in groups]
     out += ["(d) Time by category, ms per step, and the share of matrix products", "",
-            markdown_table(["Phase", "Total"] + list(PROFILE_CATEGORIES) + ["Matmul share"], rows), "",
-            MATMUL_SHARE_NOTE, ""]
+            markdown_table(["Phase", "Total"] + list(PROFILE_CATEGORIES) + ["Matmul share"], rows), ""]
 
     # (e) attention's parts.
     parts = acts.assign(part=[attention_part(p, n, c) for p, n, c in

@@ -70,7 +70,7 @@ DDP_RESULT_KEYS = ("num_params", "buckets", "collectives_per_step", "comm_bytes_
 # Memory at the reference DDP study's three points, per rank; the summary shows the largest over ranks.
 DDP_MEMORY_KEYS = ("memory_after_init_bytes", "memory_before_optimizer_bytes", "memory_after_optimizer_bytes",
                    "peak_memory_bytes", "memory_after_optimizer_optimizer_bytes")
-MIB = float(1 << 20)
+MIB, GIB = float(1 << 20), float(1 << 30)
 
 
 def grad_dtype(attrs) -> str:
@@ -118,6 +118,17 @@ def sweep_key(row, keys) -> tuple:
         else:
             out.append((2, 0.0, str(value)))
     return tuple(out)
+
+
+def peak_cell(status: str, peak, scale: float, decimals: int) -> str:
+    """A configuration's peak memory `peak` in units of `scale` (MIB for a peak in bytes); one that
+    failed had reached it when it stopped, so it is a lower bound, marked with the status:
+    'oom (>7.61)'; the status alone where it never started (no peak)."""
+    word = str(status).split(":")[0]  # 'oom', 'error: ...' -> 'error'
+    value = f"{peak / scale:.{decimals}f}" if peak and peak > 0 else ""
+    if word == "ok":
+        return value or "-"
+    return f"{word} (>{value})" if value else word
 
 
 # Mode profile: the activity kinds (the `kind` column of /profile_kernels/<label>) and the categories,

@@ -25,11 +25,8 @@ import sys
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench import peak_cell  # noqa: E402
-from llmhpc_h5 import SchemaError, label_precision, model_name, open_run, sweep_key  # noqa: E402
+from llmhpc_h5 import GIB, MIB, SchemaError, label_precision, model_name, open_run, peak_cell, sweep_key  # noqa: E402
 
-GiB = 2**30
-MiB = 2**20
 PHASES = ("init", "forward", "backward", "optimizer")
 # The sweep's nesting (docs/hdf5-schema.md, /memory), sizes by parameter count.
 SWEEP_KEYS = ("num_params", "d_model", "d_ff", "num_layers", "num_heads", "vocab_size", "precision", "attention",
@@ -63,7 +60,7 @@ def configs(runs) -> list:
 def unit_of(sizes) -> tuple:
     """(unit, bytes per unit) for a table of these sizes: GiB, or MiB where all are below 1 GiB (a
     small model's 3 MiB and 2.5 MiB would both print 0.00 GiB)."""
-    return ("GiB", GiB) if max(sizes, default=0) >= GiB else ("MiB", MiB)
+    return ("GiB", GIB) if max(sizes, default=0) >= GIB else ("MiB", MIB)
 
 
 def _size(b, scale) -> str:
@@ -139,9 +136,9 @@ def residual_table(cs) -> str:
         if c["ok"]:
             tags, deltas = arr["event_tag"], arr["event_delta_bytes"]
             hit = [int(d) for t, d in zip(tags, deltas) if t == "activations.layers.0.resid" and d > 0]
-            held = f"{hit[0] / MiB:.2f}" if hit else "-"
+            held = f"{hit[0] / MIB:.2f}" if hit else "-"
         key = (c["model"], int(c["context_length"]), int(c["batch_size"]), int(c["d_model"]), c["precision"])
-        rows[key] = [f"{int(c['residual_activation_bytes']) / MiB:.2f}", held]
+        rows[key] = [f"{int(c['residual_activation_bytes']) / MIB:.2f}", held]
     return _table(["Model", "Context", "Batch", "d_model", "Precision", "B*T*d*4 (MiB)", "allocated (MiB)"],
                   [list(k) + v for k, v in rows.items()])
 
@@ -189,7 +186,7 @@ def plot_timeline(c, path: str) -> None:
     points.append(dict(running))
     x = np.arange(len(points))
     peak = int(c["peak_memory_bytes"])
-    scale, unit = (GiB, "GiB") if peak >= GiB else (MiB, "MiB")  # a tiny test model in MiB, not 0.0025 GiB
+    scale, unit = (GIB, "GiB") if peak >= GIB else (MIB, "MiB")  # a tiny test model in MiB, not 0.0025 GiB
     fig, ax = plt.subplots(figsize=(12, 5))
     ax.stackplot(x, [np.array([p[k] for p in points]) / scale for k in order], labels=order, step="post")
     top = max(sum(p.values()) for p in points) / scale

@@ -21,8 +21,7 @@ import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench import peak_cell  # noqa: E402
-from llmhpc_h5 import SchemaError, open_run, read_json_lines  # noqa: E402
+from llmhpc_h5 import GIB, SchemaError, open_run, peak_cell, read_json_lines  # noqa: E402
 
 SIZES = ["tiny", "small", "medium", "large", "xl", "2.7B"]
 TORCH_RECORD = "an analysis/torch_baseline.py record"
@@ -127,9 +126,9 @@ def main():
     header = ["Model", "Context", "Precision", "llmhpc"] + [f"PyTorch {s}" for s in setups] + ["llmhpc / best PyTorch that ran"]
     print("| " + " | ".join(header) + " |\n|" + "---|" * len(header))
     for (m, c, precision), r in sorted(ours.items(), key=lambda kv: (kv[0][2], SIZES.index(kv[0][0]) if kv[0][0] in SIZES else 99, kv[0][1])):
-        mine = r.get("peak_memory_bytes", 0) / 2**30
-        cells, lowest = torch_columns(m, c, precision, lambda t: t["peak_memory_bytes"] / 2**30)
-        row = [m, str(c), precision, peak_cell(r["status"], r["peak_memory_bytes"], 2**30, 2)] + cells
+        mine = r.get("peak_memory_bytes", 0) / GIB
+        cells, lowest = torch_columns(m, c, precision, lambda t: t["peak_memory_bytes"] / GIB)
+        row = [m, str(c), precision, peak_cell(r["status"], r.get("peak_memory_bytes", 0), GIB, 2)] + cells
         row.append(f"{mine / lowest:.2f}" if r["status"] == "ok" and lowest < math.inf else "-")
         print("| " + " | ".join(row) + " |")
     if ceil:

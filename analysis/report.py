@@ -173,7 +173,8 @@ def main(argv=None) -> int:
 
     missing = [d for d in args.dirs if not os.path.isdir(d)]
     if missing:
-        print(f"report.py: error: {missing[0]}: no such folder (give llmhpc --out folders, or folders holding them)",
+        what = "not a folder" if os.path.exists(missing[0]) else "no such folder"
+        print(f"report.py: error: {missing[0]}: {what} (give llmhpc --out folders, or folders holding them)",
               file=sys.stderr)
         return 2
     output = args.output or os.path.join(args.dirs[0], "report.md")
@@ -186,7 +187,7 @@ def main(argv=None) -> int:
         print(f"report.py: error: cannot create {out_dir} for the report (-o): {e.strerror}", file=sys.stderr)
         return 2
     try:  # before any work: the plots are written while the report is built
-        tempfile.TemporaryFile(dir=out_dir).close()  # os.access would say yes to root on a read-only mount
+        tempfile.TemporaryFile(dir=out_dir).close()  # trying says what os.access cannot (/proc, for root)
     except OSError as e:
         print(f"report.py: error: {out_dir} is not writable ({e.strerror}): write the report elsewhere with "
               f"-o FILE.md (its plots go beside it)", file=sys.stderr)

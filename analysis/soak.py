@@ -10,8 +10,9 @@ last 10% of iterations against the first 10% in %, and the least-squares slope o
 minute; memory from the samples
 llmhpc takes between timed iterations (memory_iteration, device_live_bytes, device_used_bytes,
 host_rss_bytes): the device allocator's live bytes, last - first and max - first; the driver's
-count of device memory in use (GPUs only) and the host's resident set, last - the first sample
-taken at or after 10% of the iterations (start-up settles in the first tenth). A record "held"
+count of device memory in use (GPUs only) and the host's resident set (less the run's own arrays
+of times, records_bytes), last - the first sample taken at or after 10% of the iterations
+(start-up settles in the first tenth). A record "held"
 when |drift| <= --drift-pct, the live bytes ended no higher than they started, and device-used
 and RSS growth are at most --growth-mib; otherwise the verdict says what did not hold.
 
@@ -112,8 +113,12 @@ def record_row(run, rec, drift_pct: float = DRIFT_PCT, growth_mib: float = GROWT
             row["live_max_growth_bytes"] = int(live.max() - live[0])
             if live[-1] > live[0]:
                 failed.append(f"device live bytes grew by {(live[-1] - live[0]) / MIB:.2f} MiB")
+        # The host's resident set less the run's own arrays of times (records_bytes), which grow
+        # where --duration-s re-aims the count upwards.
+        records = np.asarray(rec.arrays.get("records_bytes", np.zeros(len(iteration))))
         for name, label in (("device_used_bytes", "device memory in use"), ("host_rss_bytes", "host RSS")):
-            growth = growth_after_tenth(iteration, np.asarray(rec.arrays[name]), n)
+            values = np.asarray(rec.arrays[name]) - (records if name == "host_rss_bytes" else 0)
+            growth = growth_after_tenth(iteration, values, n)
             row["used_growth_bytes" if name == "device_used_bytes" else "rss_growth_bytes"] = growth
             if growth is not None and growth > growth_mib * MIB:
                 failed.append(f"{label} grew by {growth / MIB:.1f} MiB after the first tenth (bound {growth_mib:g} MiB)")

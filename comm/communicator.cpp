@@ -29,16 +29,23 @@ std::unique_ptr<Communicator> make_communicator(const CommOptions& options) {
 #endif
 }
 
-Attrs comm_environment() {
+std::vector<std::pair<std::string, std::string>> comm_library_versions() {
   char text[MPI_MAX_LIBRARY_VERSION_STRING] = {0};
   int len = 0;
   MPI_CHECK(MPI_Get_library_version(text, &len));
   std::string mpi(text, size_t(len));
   mpi = mpi.substr(0, mpi.find_first_of("\n,"));  // "Open MPI v4.1.6"
-  Attrs out = {{"mpi_library_version", mpi}, {"environment_variables", launch_settings(environ)}};
+  std::vector<std::pair<std::string, std::string>> out = {{"mpi_library_version", mpi}};
 #if defined(LLMHPC_WITH_CUDA)
   out.emplace_back("nccl_version", nccl_version());
 #endif
+  return out;
+}
+
+Attrs comm_environment() {
+  Attrs out;
+  for (const auto& [name, version] : comm_library_versions()) out.emplace_back(name, version);
+  out.emplace_back("environment_variables", launch_settings(environ));
   return out;
 }
 

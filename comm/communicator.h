@@ -188,9 +188,11 @@ std::unique_ptr<Communicator> make_communicator(const CommOptions& options);
 // Whether this build has the NCCL backend (the only place that knows is communicator.cpp).
 bool nccl_compiled();
 
-// The communication libraries this binary runs with, for the rank files' root attributes:
-// mpi_library_version (MPI_Get_library_version's first line), where built nccl_version, and
-// environment_variables (launch_settings of this process's environment).
+// The communication libraries this binary runs with: mpi_library_version
+// (MPI_Get_library_version's first line) and, where built, nccl_version.
+std::vector<std::pair<std::string, std::string>> comm_library_versions();
+// For the rank files' root attributes: comm_library_versions() and environment_variables
+// (launch_settings of this process's environment).
 Attrs comm_environment();
 
 // The variables of `env` (a NULL-terminated "NAME=value" array, as environ) that change how

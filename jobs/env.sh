@@ -12,11 +12,12 @@
 #                without .sh)
 #   EXTRA_ARGS   appended to the command line of the job's own llmhpc runs (e.g. a custom shape,
 #                over one preset: MODELS=small EXTRA_ARGS="--d-model 64 ..."; shape options change
-#                one model, so a list of presets refuses them); not to the all-reduce runs (--mode comm) of ddp_bucketed.sh
-#                and scaling.sh, since mode comm refuses model and ddp options. Being last, they
-#                override the job's own values: llmhpc takes an option given twice at its last
-#                value (a list option's last list), so EXTRA_ARGS="--warmup 1 --steps 2" runs 1
-#                warm-up and 2 timed steps whatever the job's WARMUP and STEPS
+#                one model, so a list of presets refuses them); not to the all-reduce runs (--mode
+#                comm) of ddp_bucketed.sh and scaling.sh, since mode comm refuses model and ddp
+#                options. Being last, they override the job's own values: llmhpc takes an option
+#                given twice at its last value (a list option's last list), so
+#                EXTRA_ARGS="--warmup 1 --steps 2" runs 1 warm-up and 2 timed steps whatever the
+#                job's WARMUP and STEPS
 #   HEAT_S       seconds of untimed steps before each configuration that the bench and ddp
 #                jobs time (llmhpc --heat-s): a power-capped GPU clocks lower as it warms, and its
 #                clock swings for a few seconds after the pause in which a configuration is built,

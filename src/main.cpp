@@ -35,7 +35,8 @@ po::options_description general_options() {
   std::vector<std::string> names;
   for (const ModeSpec& m : all_modes()) names.push_back(m.name);
   d.add_options()("help,h", po::bool_switch(), "show help; with --mode, that mode's options too")(
-      "version", po::bool_switch(), "print llmhpc's commit and the MPI, NCCL and HDF5 libraries it runs with")(
+      "version", po::bool_switch(),
+      "print llmhpc's commit and the MPI, NCCL (CUDA builds) and HDF5 libraries it runs with")(
       "mode", text("bench"), join(names, " | ").c_str())("device", text("auto"),
                                                          "auto | cpu | cuda (auto: cuda when a GPU is visible)")(
       "allow-gpu-sharing", po::bool_switch(), "let several ranks of a node share one GPU")(
@@ -308,8 +309,7 @@ int run(Runtime& rt, int argc, char** argv, bool& in_mode) {
   if (opt_flag(vm, "version")) {
     if (rt.is_root()) {
       std::printf("llmhpc %s\n", build_git_sha().c_str());
-      for (const auto& [name, value] : comm_environment())
-        if (name != "environment_variables") std::printf("%s %s\n", name.c_str(), std::get<std::string>(value).c_str());
+      for (const auto& [name, version] : comm_library_versions()) std::printf("%s %s\n", name.c_str(), version.c_str());
       std::printf("hdf5_version %s\n", h5::library_version().c_str());
     }
     return 0;

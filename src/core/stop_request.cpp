@@ -50,7 +50,13 @@ void install_stop_notice(bool speak, const std::string& notice) {
   struct sigaction action = {};
   action.sa_handler = notice_and_end;
   sigemptyset(&action.sa_mask);
-  for (int signal : {SIGTERM, SIGINT}) sigaction(signal, &action, nullptr);
+  for (int signal : {SIGTERM, SIGINT}) {
+    struct sigaction old = {};
+    sigaction(signal, nullptr, &old);
+    // An ignored signal stays ignored (a script's background job ignores SIGINT): what ended the
+    // process before ends it now.
+    if (old.sa_handler != SIG_IGN) sigaction(signal, &action, nullptr);
+  }
 }
 
 int stop_signal() { return int(g_signal); }

@@ -48,10 +48,12 @@
 // outside, to its handlers if it has them (action=signal[:number], default 9) or stall
 // (action=stall: sleep forever) just before it issues the first collective that is at least
 // its op-th, in at least its config-th configuration (set_context calls, from 1) and at or
-// after step `step` (each condition optional, at least one given); or, with action=delay:MS,
-// sleep MS milliseconds before each of its collectives from then on (a slow rank, for the
-// straggler report). The fault is announced on stderr first. A stalled rank has not issued the collective (its last issued
-// number is the one before), as a rank stuck in computation would.
+// after step `step` (each condition optional, at least one given; a step as the mode's
+// arrival_step counts it: train's optimizer step from 1, ddp's and memory's from 0 with the
+// warm-up); or, with action=delay:MS, sleep MS milliseconds before each of its collectives from
+// then on (a slow rank, for the straggler report). The fault is announced on stderr first. A
+// stalled rank has not issued the collective (its last issued number is the one before), as a
+// rank stuck in computation would.
 #pragma once
 #include <atomic>
 #include <chrono>

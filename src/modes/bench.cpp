@@ -33,7 +33,7 @@ struct BenchOptions {
 BenchOptions parse_options(const po::variables_map& vm, int) {
   BenchOptions o;
   o.step = parse_step_options(vm);
-  o.gradients = gradient_storage(vm);
+  o.gradients = gradient_storage(vm, {o.step.phase});
   o.grads = grad_dtype(vm);
   return o;
 }

@@ -257,7 +257,7 @@ void run(ModeContext& ctx, const CommModeOptions& s) {
             const std::vector<double> part = time_call(*comm, call, count.next_chunk(done), Timing::PerOperation);
             times.insert(times.end(), part.begin(), part.end());
             done += int64_t(part.size());
-            memory.take(done - 1, dev);  // between chunks: outside the timed operations
+            memory.take(done - 1, dev, int64_t(times.capacity() * sizeof(double)));  // outside the timed operations
             count.after_chunk(done);
             reserve_touched(times, size_t(count.total()));
             memory.expect(memory.size() + size_t(count.chunks_left(done)));

@@ -192,6 +192,11 @@ struct Samples {
   void reserve(size_t n) {
     for (auto* v : {&forward, &backward, &comm, &param_comm, &optimizer, &step}) reserve_touched(*v, n);
   }
+  int64_t reserved_bytes() const {
+    size_t n = 0;
+    for (auto* v : {&forward, &backward, &comm, &param_comm, &optimizer, &step}) n += v->capacity();
+    return int64_t(n * sizeof(double));
+  }
   void add(const StepTimes& t) {
     forward.push_back(t.forward_ms);
     backward.push_back(t.backward_ms);
@@ -279,6 +284,13 @@ struct LiveModel {
   std::unique_ptr<TransformerLM> model;
   MemoryBreakdown after_init;
 };
+
+// `base` plus what changed from `before` to `after`, category by category.
+MemoryBreakdown with_change(MemoryBreakdown base, const MemoryBreakdown& before, const MemoryBreakdown& after) {
+  for (auto& [category, bytes] : base.bytes) bytes += after.of(category) - before.of(category);
+  base.total += after.total - before.total;
+  return base;
+}
 
 // One cell of the memory table: a category at the three points, in MiB.
 std::string mib_at_points(const std::string& category, const MemoryBreakdown* points[3]) {
@@ -484,8 +496,12 @@ void run(ModeContext& ctx, const DdpOptions& o) {
             // zero2, zero3: the shards, their places and windows, and the optimizer state, what a
             // sharded step keeps. A step runs here where it holds no collectives: not sharded,
             // not tensor-parallel (elsewhere the activations come with the first step).
-            if (c.sharded()) shards = std::make_unique<UnitShards>(plan, comm, *live.model, ops, replicas);
-            after_init = c.sharded() ? model_memory(dev.allocator()) : live.after_init;
+            after_init = live.after_init;
+            if (c.sharded()) {  // the model as built with this rank's shards, not the batch
+              const MemoryBreakdown before_shards = model_memory(dev.allocator());
+              shards = std::make_unique<UnitShards>(plan, comm, *live.model, ops, replicas);
+              after_init = with_change(live.after_init, before_shards, model_memory(dev.allocator()));
+            }
             const bool step_here = !c.sharded() && c.tp == 1;
             // The gradients exist; the activations and backward's scratch come and go with it.
             if (step_here) run_step(*live.model, nullptr, Phase::ForwardBackward, *timer);
@@ -545,7 +561,7 @@ void run(ModeContext& ctx, const DdpOptions& o) {
                 tp_comm.push_back(t.exposed_ms);
                 tp_busy.push_back(t.busy_ms);
               }
-              memory_samples.take(s, dev);  // after the step's end: outside its timing
+              memory_samples.take(s, dev, timed.reserved_bytes());  // after the step's end: outside its timing
             }
             count.after_chunk(s);  // between steps (and one of the steps' host reductions)
             timed.reserve(size_t(count.total()));

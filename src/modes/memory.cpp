@@ -105,7 +105,7 @@ MemoryOptions parse_options(const po::variables_map& vm, int world_size) {
   o.precisions = precisions(vm);
   o.seed = uint64_t(opt_int(vm, "seed"));
   o.memory = memory_plan(vm);
-  o.gradients = gradient_storage(vm);
+  o.gradients = gradient_storage(vm, phases(vm));
   o.grads = grad_dtype(vm);
   o.backend = opt_string(vm, "backend");
   return o;
@@ -226,8 +226,11 @@ void run(ModeContext& ctx, const MemoryOptions& o) {
   for (const MemoryCase& c : cases) {
     const TensorParallelMesh& mesh = *meshes.at(c.tp);
     // Under tensor parallelism AdamW runs after backward: the gradients of the parts are made
-    // whole by the group's collectives during backward, not range by range.
-    const GradientStorage gradients = c.tp > 1 ? GradientStorage::Whole : o.gradients;
+    // whole by the group's collectives during backward, not range by range. A forward makes
+    // none: its model holds no gradient buffer, as a PyTorch forward holds none.
+    const GradientStorage gradients = c.phase == Phase::Forward ? GradientStorage::PerRange
+                                      : c.tp > 1                ? GradientStorage::Whole
+                                                                : o.gradients;
     Record rec;
     rec.group = "memory/" + c.label();
     const int64_t resid_bytes = c.batch * c.model.context_length / (c.sequence_parallel ? c.tp : 1) * c.model.d_model *
@@ -284,7 +287,10 @@ void run(ModeContext& ctx, const MemoryOptions& o) {
             if (c.phase == Phase::Forward) model->release_activations();
             Watchdog::instance().set_step(s);
           };
-          for (int64_t s = 0; s < warmup; ++s) begin_step(s), run_step(*model, opt.get(), c.phase, *timer);
+          for (int64_t s = 0; s < warmup; ++s) {
+            begin_step(s);
+            run_step(*model, opt.get(), c.phase, *timer);
+          }
           begin_step(warmup);
           run_step(*model, opt.get(), c.phase, *timer, nullptr, [&](const char* name) { mark(name); });
           dev.synchronize();

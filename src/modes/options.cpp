@@ -120,8 +120,12 @@ void add_gradient_options(po::options_description& desc) {
                      "has its gradients, inside backward's time, bitwise the same weights");
 }
 
-GradientStorage gradient_storage(const po::variables_map& vm) {
-  return opt_flag(vm, "separate-optimizer") ? GradientStorage::Whole : GradientStorage::PerRange;
+GradientStorage gradient_storage(const po::variables_map& vm, const std::vector<Phase>& phases) {
+  if (!opt_flag(vm, "separate-optimizer")) return GradientStorage::PerRange;
+  if (std::all_of(phases.begin(), phases.end(), [](Phase p) { return p == Phase::Forward; }))
+    throw UsageError("--separate-optimizer keeps every gradient for AdamW, and --phase forward makes none: give "
+                     "--phase forward-backward or train-step, or leave --separate-optimizer out");
+  return GradientStorage::Whole;
 }
 
 std::string opt_string(const po::variables_map& vm, const std::string& name) {

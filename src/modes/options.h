@@ -8,6 +8,7 @@
 
 #include "src/core/units.h"
 #include "src/model/config.h"
+#include "src/model/train_step.h"
 #include "src/model/transformer.h"
 #include "src/modes/mode.h"
 
@@ -59,7 +60,9 @@ void set_random_batch(TransformerLM& model, int64_t batch, int64_t seq, uint64_t
 
 // --separate-optimizer (modes that time one model's train step: bench, memory).
 void add_gradient_options(po::options_description& desc);
-GradientStorage gradient_storage(const po::variables_map& vm);
+// --separate-optimizer keeps a gradient of every parameter for AdamW: refused where every phase
+// is forward, which makes no gradient (`phases` the run's phases).
+GradientStorage gradient_storage(const po::variables_map& vm, const std::vector<Phase>& phases);
 
 // Typed accessors for options stored as text.
 std::string opt_string(const po::variables_map& vm, const std::string& name);

@@ -105,18 +105,20 @@ std::string timed_text(double duration_s, int64_t count, const std::string& what
   return duration_s > 0 ? "timed for ~" + fmt_exact(duration_s) + " s" : std::to_string(count) + " timed " + what;
 }
 
-void MemorySamples::take(int64_t iteration, Device& dev) {
+void MemorySamples::take(int64_t iteration, Device& dev, int64_t records_bytes) {
   iteration_.push_back(iteration);
   device_live_.push_back(dev.allocator().live_bytes());
   device_used_.push_back(dev.memory_used());
   host_rss_.push_back(host_resident_bytes());
+  records_.push_back(records_bytes);
 }
 
 void MemorySamples::record(Record& rec) const {
   rec.add("memory_iteration", iteration_)
       .add("device_live_bytes", device_live_)
       .add("device_used_bytes", device_used_)
-      .add("host_rss_bytes", host_rss_);
+      .add("host_rss_bytes", host_rss_)
+      .add("records_bytes", records_);
 }
 
 Progress::Progress(const Runtime& rt, int64_t total, std::string what)

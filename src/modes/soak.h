@@ -88,21 +88,23 @@ void reserve_touched(std::vector<T>& v, size_t n) {
 
 // Memory after timed iterations: the iteration's index (0-based), the device allocator's live
 // bytes, the driver's count of device memory in use (-1 on the CPU), the host's resident set
-// (-1 where /proc cannot be read). Taken between iterations, outside their timing; recorded
-// as memory_iteration, device_live_bytes, device_used_bytes, host_rss_bytes.
+// (-1 where /proc cannot be read), and the bytes the run's own per-iteration records hold then
+// (their capacity: a count re-aimed upwards grows them, a resident set that is no leak).
+// Taken between iterations, outside their timing; recorded as memory_iteration,
+// device_live_bytes, device_used_bytes, host_rss_bytes, records_bytes.
 class MemorySamples {
  public:
   explicit MemorySamples(size_t expected) { expect(expected); }
   // Room for `expected` samples in all (a re-aimed count).
   void expect(size_t expected) {
-    for (auto* v : {&iteration_, &device_live_, &device_used_, &host_rss_}) reserve_touched(*v, expected);
+    for (auto* v : {&iteration_, &device_live_, &device_used_, &host_rss_, &records_}) reserve_touched(*v, expected);
   }
   size_t size() const { return iteration_.size(); }
-  void take(int64_t iteration, Device& dev);
+  void take(int64_t iteration, Device& dev, int64_t records_bytes);
   void record(Record& rec) const;
 
  private:
-  std::vector<int64_t> iteration_, device_live_, device_used_, host_rss_;
+  std::vector<int64_t> iteration_, device_live_, device_used_, host_rss_, records_;
 };
 
 // Rank 0 prints "  <seconds> s: <done> of <total> <what>" every ~10 s; a clock read otherwise.

@@ -229,11 +229,15 @@ ModelConfig resolve_config(const TrainOptions& o, const CheckpointInfo* init, st
   }
   if (init && init->config) {
     const ModelConfig& trained = *init->config;
-    if (c.num_heads != trained.num_heads && c.d_model == trained.d_model)
+    if (c.num_heads != trained.num_heads && c.d_model == trained.d_model) {
+      const std::string given = o.num_heads
+                                    ? "--num-heads " + std::to_string(c.num_heads)
+                                    : "--model " + o.shape->name + "'s " + std::to_string(c.num_heads) + " heads";
       throw UsageError("--init '" + o.init + "' was trained with " + std::to_string(trained.num_heads) + " heads; " +
-                       std::to_string(c.num_heads) +
-                       " would split its attention weights into other heads, another model: leave "
-                       "--num-heads out (the checkpoint's is used), or train from scratch without --init");
+                       given + " would split its attention weights into other heads, another model: leave " +
+                       (o.num_heads ? "--num-heads" : "--model") +
+                       " out (the checkpoint's model is used), or train from scratch without --init");
+    }
     if (c.rope_theta != trained.rope_theta)
       notes.push_back("RoPE's base is " + fmt_exact(c.rope_theta) + ", not the " + fmt_exact(trained.rope_theta) +
                       " that '" + o.init + "' was trained with: positions are encoded anew");
@@ -652,12 +656,11 @@ void run(ModeContext& ctx, const TrainOptions& o) {
   save_progress("ok");
   if (!o.save.empty()) save("the last step");
   const std::string clocks = slowdown_note(rt, monitor->summary());
-  // Throughput over the steps after the first, which also allocates and (on a GPU) warms up.
+  // The steps after the first, which also allocates and (on a GPU) warms up, and their throughput.
   const std::vector<double> settled(step_ms.size() > 1 ? step_ms.begin() + 1 : step_ms.begin(), step_ms.end());
-  const double tokens_per_s = double(batch * seq) / (mean(settled) / 1000.0);
-  log_root(rt, "train: final loss %.6f, mean step %.1f ms, %s tokens/s%s%s; results in %s\n", loss.back(),
-           mean(step_ms), fmt(tokens_per_s, 0).c_str(), step_ms.size() > 1 ? " after the first step" : "",
-           clocks.c_str(), ctx.out_dir.c_str());
+  log_root(rt, "train: final loss %.6f, mean step %.1f ms%s, %s tokens/s%s; results in %s\n", loss.back(),
+           mean(settled), step_ms.size() > 1 ? " after the first" : "",
+           fmt(double(batch * seq) / (mean(settled) / 1000.0), 0).c_str(), clocks.c_str(), ctx.out_dir.c_str());
 }
 
 }  // namespace

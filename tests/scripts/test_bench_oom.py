@@ -81,9 +81,14 @@ with tempfile.TemporaryDirectory() as work:
            "--context-length", "1024", "--batch-size", "4", "--steps", "2", "--memory-limit", "8MB", "--out", out]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     assert proc.returncode != 0, f"train out of memory exited 0:\n{proc.stdout}"
+    # The first rank to fail ends the job (MPI_Abort), maybe before another wrote its oom record.
+    statuses = []
     for rank in (0, 1):
         with h5py.File(os.path.join(out, f"rank{rank:05d}.h5"), "r") as f:
             g = f["train"]
-            assert g.attrs["status"] == "oom", f"train rank {rank}: {g.attrs['status']}"
-            assert "exceeds the limit" in g.attrs["error"], f"train rank {rank}: {g.attrs.get('error')}"
+            statuses.append(g.attrs["status"])
+            assert g.attrs["status"] in ("oom", "running"), f"train rank {rank}: {g.attrs['status']}"
+            if g.attrs["status"] == "oom":
+                assert "exceeds the limit" in g.attrs["error"], f"train rank {rank}: {g.attrs.get('error')}"
+    assert "oom" in statuses, f"no rank recorded its oom: {statuses}"
 print("bench, profile, memory and train oom: ok")

@@ -34,7 +34,7 @@ REPORT_PY = os.path.join(ROOT, "analysis", "report.py")
 DURATION = 3.0
 MODEL = ["--d-model", 32, "--d-ff", 64, "--num-layers", 2, "--num-heads", 4, "--vocab-size", 64,
          "--context-length", 16, "--batch-size", 4]
-MEMORY = ("memory_iteration", "device_live_bytes", "device_used_bytes", "host_rss_bytes")
+MEMORY = ("memory_iteration", "device_live_bytes", "device_used_bytes", "host_rss_bytes", "records_bytes")
 MIB = float(1 << 20)
 
 
@@ -74,6 +74,8 @@ def check_duration_run(out, key, count_attr, unit_s, per_step):
             assert live[0] > 0 and np.all(live == live[0]), f"{where}: device live bytes moved: {np.unique(live)}"
             assert np.all(arrays["device_used_bytes"] == -1), f"{where}: device_used_bytes on the CPU should be -1"
             assert np.all(arrays["host_rss_bytes"] > 1 << 20), f"{where}: host_rss_bytes {arrays['host_rss_bytes'][:3]}"
+            held = arrays["records_bytes"]  # the arrays of times, sized before the loop: at least their length
+            assert np.all(np.diff(held) >= 0) and held[-1] >= 8 * len(t), f"{where}: records_bytes {held[[0, -1]]}"
             found[(name, rank)] = (attrs, arrays)
     for name in {n for n, _ in found}:
         counts = {found[(name, r)][0][count_attr] for r in (0, 1)}
@@ -87,7 +89,8 @@ def expected(arrays, key):
     n = len(t)
     k = max(1, n // 10)
     first, last = np.median(t[:k]), np.median(t[-k:])
-    it, live, rss = arrays["memory_iteration"], arrays["device_live_bytes"], arrays["host_rss_bytes"]
+    it, live = arrays["memory_iteration"], arrays["device_live_bytes"]
+    rss = arrays["host_rss_bytes"] - arrays["records_bytes"]  # less the run's own arrays of times
     start = next(i for i, v in enumerate(it) if v >= n // 10) if it[-1] >= n // 10 else len(it) - 1
     return dict(iterations=n, first=first, last=last, drift_pct=100 * (last / first - 1),
                 live_growth_bytes=int(live[-1] - live[0]), live_max_growth_bytes=int(live.max() - live[0]),
@@ -164,6 +167,10 @@ def check_synthetic(comm_dir, ddp_dir, comm_group, ddp_group, work):
              ("rss_leak", {"host_rss_bytes": lambda old: old[0] + (np.arange(len(old)) * (32 * MIB / len(old)))},
               "host RSS grew"),
              ("rss_within_bound", {"host_rss_bytes": lambda old: old[0] + (np.arange(len(old)) * (8 * MIB / len(old)))},
+              None),
+             # 32 MiB more resident, all of it the run's arrays of times re-aimed upwards: no leak.
+             ("records_grew", {"host_rss_bytes": lambda old: old[0] + (np.arange(len(old)) * (32 * MIB / len(old))),
+                               "records_bytes": lambda old: old[0] + (np.arange(len(old)) * (32 * MIB / len(old)))},
               None))
     for name, changes, words in cases:
         d = rewrite(ddp_dir, os.path.join(work, name), ddp_group, **{**flat, **changes})
@@ -199,7 +206,10 @@ def main():
     run(mpiexec() + ["-np", "1", BIN, "--device", "cpu", "--mode", "comm", "--size", "4KB", "--inplace", "yes",
                      "--duration-s", 2, "--out", one_dir])
     for name, (attrs, arrays) in records(os.path.join(one_dir, "rank00000.h5")).items():
-        it, rss = arrays["memory_iteration"], arrays["host_rss_bytes"]
+        # The resident set less the arrays of times, which grow where the count is re-aimed upwards.
+        it, rss = arrays["memory_iteration"], arrays["host_rss_bytes"] - arrays["records_bytes"]
+        assert np.all(np.diff(arrays["records_bytes"]) >= 0) and arrays["records_bytes"][-1] >= 8 * len(
+            arrays["time_us"]), f"{name}: records_bytes {arrays['records_bytes'][[0, -1]]}"
         k = int(np.searchsorted(it, len(arrays["time_us"]) // 10))
         growth = (rss[k:].max() - rss[k]) / MIB
         assert attrs["iters"] > 100_000 and growth <= 16, \

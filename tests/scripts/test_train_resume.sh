@@ -91,7 +91,7 @@ rc=$?
   fail "--init with one more layer: exit $rc, or not named"
 timeout 60 "$MPIEXEC" --oversubscribe -np 2 "$BIN" $TRAIN --num-heads 8 --steps 1 --init part.h5 --out heads >heads.log 2>&1
 rc=$?
-[ $rc -eq 2 ] && grep -q "'part.h5' was trained with 4 heads; 8 would split its attention weights" heads.log &&
+[ $rc -eq 2 ] && grep -q "'part.h5' was trained with 4 heads; --num-heads 8 would split its attention weights" heads.log &&
   [ ! -e heads ] || fail "--init with other heads: exit $rc, or no message, or a results folder"
 timeout 60 "$BIN" --mode train --device cpu --data tokens.bin --steps 1 --init part.h5 --rope-theta 500000 --out rope \
   >rope.log 2>&1 && grep -q "RoPE's base is 500000, not the 10000 that 'part.h5' was trained with" rope.log ||

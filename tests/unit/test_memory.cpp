@@ -141,6 +141,30 @@ TEST(MemoryTrace, BalancedAndThePeakIsTheAllocators) {
             (std::vector<std::pair<int64_t, std::string>>{{resid_bytes, "forward"}, {-resid_bytes, "backward"}}));
 }
 
+// A batch given in parts (the measuring modes draw theirs a million tokens at a time) is the
+// batch given whole: the same loss, bitwise.
+TEST(Batch, GivenInPartsIsTheWholeBatch) {
+  Backend be = cpu_backend();
+  const ModelConfig c = tiny_config();
+  const int64_t B = 2, T = 16, n = B * T, cut = 13;  // a part boundary inside a sequence
+  const auto x = tokens(n, 3), y = tokens(n, 4);
+  auto loss = [&](bool in_parts) {
+    TransformerLM model({c, Precision::FP32, AttentionKind::Naive, MemoryPlan::Fast, 0, GradientStorage::Whole},
+                        *be.device, *be.ops);
+    model.init_parameters(7);
+    if (in_parts) {
+      model.reserve_batch(B, T);
+      model.set_batch_part(cut, n - cut, x.data() + cut, y.data() + cut);  // in any order
+      model.set_batch_part(0, cut, x.data(), y.data());
+    } else {
+      model.set_batch(x.data(), y.data(), B, T);
+    }
+    model.forward();
+    return model.mean_loss();
+  };
+  EXPECT_EQ(loss(true), loss(false));
+}
+
 // The phase named for the peak is the traced step's where a warm-up step reached the same
 // peak before it (the study asks which phase of a step peaks), and a warm-up's where that
 // step went higher.
