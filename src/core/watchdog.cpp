@@ -78,10 +78,9 @@ std::string seconds_text(double s) { return fmt(s, s < 10 ? 1 : 0) + " s"; }
 
 // Operations registered between two looks of the thread, beyond which it looks at once: ops of
 // a microsecond each (a one-rank or tiny collective) would otherwise pile up by the million
-// in an interval, a transient the soaks read as host memory growth. Past kWaitAt (about 5 MB of
-// them) the issuing thread waits for it: on a loaded machine the thread may get no core for tens
-// of milliseconds, while one rank's no-op all-reduces run at 4 million a second (test_soak once
-// measured 23 MiB of growth under ctest -j2 on 2 cores).
+// in an interval, a transient the soaks would read as host memory growth. Past kWaitAt (about
+// 5 MB of them) the issuing thread waits for it: on a loaded machine the thread may get no core
+// for tens of milliseconds, while one rank's no-op all-reduces run at 5 million a second.
 constexpr size_t kDrainAt = 4096;
 constexpr size_t kWaitAt = 8 * kDrainAt;
 
