@@ -26,8 +26,8 @@ import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from llmhpc_h5 import (BENCH_PHASES, GIB, MIB, label_precision, model_name, on_cpu, peak_cell,  # noqa: E402
-                       repeated_across_runs, sweep_key)
+from llmhpc_h5 import (BENCH_PHASES, MIB, label_precision, model_name, on_cpu, peak_cell,  # noqa: E402
+                       repeated_across_runs, status_word, sweep_key, unit_of)
 from plotting import plain_log_y, ticks_at  # noqa: E402
 
 # Columns that appear only when their value differs between rows: (summary column, header).
@@ -183,7 +183,7 @@ def speedup_table(summary: pd.DataFrame, other: str = "bf16", decimals: int = 2)
 
 def time_cell(row, phase: str, decimals: int) -> str:
     """A phase's mean ms, or the status of a configuration that did not run ('oom')."""
-    return fmt(row[f"{phase}_mean"], decimals) if row["status"] == "ok" else str(row["status"]).split(":")[0]
+    return fmt(row[f"{phase}_mean"], decimals) if row["status"] == "ok" else status_word(row["status"])
 
 
 def memory_table(summary: pd.DataFrame) -> str:
@@ -194,7 +194,7 @@ def memory_table(summary: pd.DataFrame) -> str:
         return r["phase"] + (", AdamW separate" if r["adamw"] == "separate" else ""), r["precision"]
     ordered = sorted((r for _, r in summary.iterrows()), key=lambda r: sweep_key(r, ("phase", "adamw", "precision")))
     cols = list(dict.fromkeys(column(r) for r in ordered))
-    unit, scale = ("GiB", GIB) if summary["peak_memory_bytes"].max() >= GIB else ("MiB", MIB)
+    unit, scale = unit_of(summary["peak_memory_bytes"])
     show_attention = summary["attention"].nunique() > 1
     by_run = repeated_across_runs(summary, CONFIG_KEYS)
     rows = {}
@@ -232,7 +232,7 @@ def not_run_title(failed: pd.DataFrame, width: int) -> str:
     """'2 configurations out of memory: small T=2048 B=4 fp32, ...', a line per status (the first
     MAX_NAMED named), wrapped at `width` characters: a plot's title within its figure."""
     lines = []
-    for word, g in failed.groupby(failed["status"].str.split(":").str[0], sort=False):
+    for word, g in failed.groupby(failed["status"].map(status_word), sort=False):
         names = [f"{r['model']} T={r['context_length']} B={r['batch_size']} {r['precision']}" for _, r in g.iterrows()]
         if len(names) > MAX_NAMED:
             names = names[:MAX_NAMED] + [f"{len(names) - MAX_NAMED} more (the tables list them)"]

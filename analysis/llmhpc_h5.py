@@ -120,11 +120,22 @@ def sweep_key(row, keys) -> tuple:
     return tuple(out)
 
 
+def status_word(status) -> str:
+    """A record's status in one word, as tables print it: 'ok', 'oom', 'error: ...' -> 'error'."""
+    return str(status).split(":")[0]
+
+
+def unit_of(sizes) -> tuple:
+    """(unit, bytes per unit) for a table of these sizes in bytes: GiB, or MiB where all are below
+    1 GiB (a small model's 3 MiB and 2.5 MiB would both print 0.00 GiB)."""
+    return ("GiB", GIB) if max(sizes, default=0) >= GIB else ("MiB", MIB)
+
+
 def peak_cell(status: str, peak, scale: float, decimals: int) -> str:
     """A configuration's peak memory `peak` in units of `scale` (MIB for a peak in bytes); one that
     failed had reached it when it stopped, so it is a lower bound, marked with the status:
     'oom (>7.61)'; the status alone where it never started (no peak)."""
-    word = str(status).split(":")[0]  # 'oom', 'error: ...' -> 'error'
+    word = status_word(status)
     value = f"{peak / scale:.{decimals}f}" if peak and peak > 0 else ""
     if word == "ok":
         return value or "-"

@@ -25,7 +25,8 @@ import sys
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from llmhpc_h5 import GIB, MIB, SchemaError, label_precision, model_name, open_run, peak_cell, sweep_key  # noqa: E402
+from llmhpc_h5 import (MIB, SchemaError, label_precision, model_name, open_run, peak_cell, sweep_key,  # noqa: E402
+                       unit_of)
 
 PHASES = ("init", "forward", "backward", "optimizer")
 # The sweep's nesting (docs/hdf5-schema.md, /memory), sizes by parameter count.
@@ -55,12 +56,6 @@ def configs(runs) -> list:
         for c in out:
             c["label"], c["by_run"] = f"{c['run']}-{c['label']}", True
     return out
-
-
-def unit_of(sizes) -> tuple:
-    """(unit, bytes per unit) for a table of these sizes: GiB, or MiB where all are below 1 GiB (a
-    small model's 3 MiB and 2.5 MiB would both print 0.00 GiB)."""
-    return ("GiB", GIB) if max(sizes, default=0) >= GIB else ("MiB", MIB)
 
 
 def _size(b, scale) -> str:
@@ -186,7 +181,7 @@ def plot_timeline(c, path: str) -> None:
     points.append(dict(running))
     x = np.arange(len(points))
     peak = int(c["peak_memory_bytes"])
-    scale, unit = (GIB, "GiB") if peak >= GIB else (MIB, "MiB")  # a tiny test model in MiB, not 0.0025 GiB
+    unit, scale = unit_of([peak])  # a tiny test model in MiB, not 0.0025 GiB
     fig, ax = plt.subplots(figsize=(12, 5))
     ax.stackplot(x, [np.array([p[k] for p in points]) / scale for k in order], labels=order, step="post")
     top = max(sum(p.values()) for p in points) / scale

@@ -21,6 +21,7 @@
 // --duration-s the timed steps run for about that long (src/modes/soak.h); memory is sampled
 // after every timed step.
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdio>
 #include <limits>
@@ -189,12 +190,13 @@ DdpOptions parse_options(const po::variables_map& vm, int world_size) {
 
 struct Samples {
   std::vector<double> forward, backward, comm, param_comm, optimizer, step;
+  std::array<std::vector<double>*, 6> arrays() { return {&forward, &backward, &comm, &param_comm, &optimizer, &step}; }
   void reserve(size_t n) {
-    for (auto* v : {&forward, &backward, &comm, &param_comm, &optimizer, &step}) reserve_touched(*v, n);
+    for (auto* v : arrays()) reserve_touched(*v, n);
   }
-  int64_t reserved_bytes() const {
+  int64_t reserved_bytes() {
     size_t n = 0;
-    for (auto* v : {&forward, &backward, &comm, &param_comm, &optimizer, &step}) n += v->capacity();
+    for (auto* v : arrays()) n += v->capacity();
     return int64_t(n * sizeof(double));
   }
   void add(const StepTimes& t) {

@@ -166,15 +166,25 @@ int64_t opt_nonnegative(const po::variables_map& vm, const std::string& name) {
   return v;
 }
 
-bool has_explicit_shape(const po::variables_map& vm) {
-  for (const char* o : kShapeOptions)
-    if (opt_given(vm, o)) return true;
-  return false;
+ShapeOptions shape_options(const po::variables_map& vm) {
+  ShapeOptions s;
+  std::optional<int64_t>* fields[] = {&s.d_model, &s.d_ff, &s.num_layers, &s.num_heads};  // kShapeOptions' order
+  for (size_t k = 0; k < 4; ++k)
+    if (opt_given(vm, kShapeOptions[k])) *fields[k] = opt_int(vm, kShapeOptions[k]);
+  return s;
+}
+
+void ShapeOptions::apply_to(ModelConfig& c) const {
+  if (d_model) c.d_model = *d_model;
+  if (d_ff) c.d_ff = *d_ff;
+  if (num_layers) c.num_layers = *num_layers;
+  if (num_heads) c.num_heads = *num_heads;
 }
 
 std::vector<ModelConfig> model_configs(const po::variables_map& vm) {
   std::vector<ModelConfig> bases;
-  if (has_explicit_shape(vm)) {
+  const ShapeOptions shape = shape_options(vm);
+  if (shape.any()) {
     const bool preset_given = opt_given(vm, "model");
     std::vector<std::string> presets = split_list(opt_string(vm, "model"), "model");
     if (preset_given && presets.size() > 1)
@@ -192,10 +202,7 @@ std::vector<ModelConfig> model_configs(const po::variables_map& vm) {
                          join(missing, ", ") + " (or start from a preset with --model)");
     }
     c.name = "custom";
-    if (opt_given(vm, "d-model")) c.d_model = opt_int(vm, "d-model");
-    if (opt_given(vm, "d-ff")) c.d_ff = opt_int(vm, "d-ff");
-    if (opt_given(vm, "num-layers")) c.num_layers = opt_int(vm, "num-layers");
-    if (opt_given(vm, "num-heads")) c.num_heads = opt_int(vm, "num-heads");
+    shape.apply_to(c);
     bases.push_back(c);
   } else {
     for (const std::string& name : split_list(opt_string(vm, "model"), "model")) bases.push_back(preset_config(name));

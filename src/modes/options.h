@@ -3,6 +3,7 @@
 // error names the option and what was wrong with it.
 #pragma once
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -32,8 +33,15 @@ void add_precision_options(po::options_description& desc, const ListUse& use);
 
 // Presets x context lengths, in the order given. Throws UsageError.
 std::vector<ModelConfig> model_configs(const po::variables_map& vm);
-// True when the user gave any explicit shape option (--d-model ...).
-bool has_explicit_shape(const po::variables_map& vm);
+// The shape options given (--d-model --d-ff --num-layers --num-heads), each changing a base model
+// (a preset's, a checkpoint's) where given.
+struct ShapeOptions {
+  std::optional<int64_t> d_model, d_ff, num_layers, num_heads;
+  bool any() const { return d_model || d_ff || num_layers || num_heads; }
+  bool all() const { return d_model && d_ff && num_layers && num_heads; }
+  void apply_to(ModelConfig& c) const;
+};
+ShapeOptions shape_options(const po::variables_map& vm);
 std::vector<int64_t> batch_sizes(const po::variables_map& vm);
 std::vector<Precision> precisions(const po::variables_map& vm);
 // Rank 0 says once that bf16 on the CPU is storage only (kernels/cpu), so its times mislead

@@ -90,7 +90,8 @@ struct TrainOptions {
   // the shape options given over it, or `whole_shape` (all four given) for a checkpoint that
   // records no model.
   std::optional<ModelConfig> shape, whole_shape;
-  std::optional<int64_t> d_model, d_ff, num_layers, num_heads, vocab_size, context_length;
+  ShapeOptions shape_given;
+  std::optional<int64_t> vocab_size, context_length;
   std::optional<double> rope_theta;
   Precision precision = Precision::FP32;
   AttentionKind attention = AttentionKind::Naive;
@@ -187,13 +188,9 @@ TrainOptions parse_options(const po::variables_map& vm, int world_size) {
   if (o.parallel.tensor_parallel > 1 && o.cuda_graph)
     throw UsageError(
         "--cuda-graph records one rank's kernels: --tp's collectives inside each layer cannot be recorded");
-  if (opt_given(vm, "d-model")) o.d_model = opt_int(vm, "d-model");
-  if (opt_given(vm, "d-ff")) o.d_ff = opt_int(vm, "d-ff");
-  if (opt_given(vm, "num-layers")) o.num_layers = opt_int(vm, "num-layers");
-  if (opt_given(vm, "num-heads")) o.num_heads = opt_int(vm, "num-heads");
-  const bool whole_shape = o.d_model && o.d_ff && o.num_layers && o.num_heads;
+  o.shape_given = shape_options(vm);
   if (opt_given(vm, "model") || o.init.empty()) o.shape = model_configs(vm).front();
-  else if (whole_shape) o.whole_shape = model_configs(vm).front();  // for a checkpoint without its config
+  else if (o.shape_given.all()) o.whole_shape = model_configs(vm).front();  // for a checkpoint without its config
   if (opt_given(vm, "vocab-size")) o.vocab_size = opt_int(vm, "vocab-size");
   if (opt_given(vm, "rope-theta")) o.rope_theta = opt_double(vm, "rope-theta");
   if (opt_given(vm, "context-length")) o.context_length = opt_positive(vm, "context-length");
@@ -218,10 +215,7 @@ ModelConfig resolve_config(const TrainOptions& o, const CheckpointInfo* init, st
                        "--d-model/--d-ff/--num-layers/--num-heads");
     c = *init->config;
     c.name = "checkpoint";
-    if (o.d_model) c.d_model = *o.d_model;
-    if (o.d_ff) c.d_ff = *o.d_ff;
-    if (o.num_layers) c.num_layers = *o.num_layers;
-    if (o.num_heads) c.num_heads = *o.num_heads;
+    o.shape_given.apply_to(c);
     if (o.vocab_size) c.vocab_size = *o.vocab_size;
     if (o.rope_theta) c.rope_theta = *o.rope_theta;
     if (o.context_length) c.context_length = *o.context_length;
@@ -230,12 +224,12 @@ ModelConfig resolve_config(const TrainOptions& o, const CheckpointInfo* init, st
   if (init && init->config) {
     const ModelConfig& trained = *init->config;
     if (c.num_heads != trained.num_heads && c.d_model == trained.d_model) {
-      const std::string given = o.num_heads
+      const std::string given = o.shape_given.num_heads
                                     ? "--num-heads " + std::to_string(c.num_heads)
                                     : "--model " + o.shape->name + "'s " + std::to_string(c.num_heads) + " heads";
       throw UsageError("--init '" + o.init + "' was trained with " + std::to_string(trained.num_heads) + " heads; " +
                        given + " would split its attention weights into other heads, another model: leave " +
-                       (o.num_heads ? "--num-heads" : "--model") +
+                       (o.shape_given.num_heads ? "--num-heads" : "--model") +
                        " out (the checkpoint's model is used), or train from scratch without --init");
     }
     if (c.rope_theta != trained.rope_theta)
