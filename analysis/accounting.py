@@ -57,7 +57,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from bench import fmt, markdown_table  # noqa: E402
-from ddp import allreduce_model, bucket_model_table, bucket_optimum, load, setup_title  # noqa: E402
+from ddp import allreduce_model, bucket_model_table, bucket_optimum, load, optimum_text, setup_title  # noqa: E402
 from llmhpc_h5 import MIB, SchemaError, grad_dtype, label_precision, open_run  # noqa: E402
 from scaling import BUS_FACTOR, allreduce_at, at_size, bus_bandwidth  # noqa: E402
 
@@ -350,21 +350,16 @@ def bucket(args) -> str:
             if len(b):
                 best = b.loc[b.slowest_step_mean.idxmin()]
                 ranks = int(best.world_size) // int(best.tp)  # o and w on the gradients' ring, as (e) takes them
-                b_star, _, _ = bucket_optimum(model, float(best.comm_bytes_per_step), ranks)
-                optimum = f"{b_star / MIB:.3g} MiB" if 0 < b_star < math.inf else "none finite"  # as (e) says
+                s = float(best.comm_bytes_per_step)
+                _, o, w = bucket_optimum(model, s, ranks)
                 parts.append(f"Measured: the fastest bucket size is {best.bucket_mb:g} MiB ({best.slowest_step_mean:.2f} "
-                             f"ms per step, the slowest rank's); the model's b* (above): {optimum}.")
+                             f"ms per step, the slowest rank's); the model's (above): {optimum_text(s, o, w)}.")
     if args.grad_bytes:
         # o and w of the all-reduce run's own ranks, of the line around b*, as (e) takes them.
         s = args.grad_bytes
-        b_star, o, w = bucket_optimum(model, s, int(model["world_size"]))
-        # o = 0 (a small all-reduce no slower than its bytes / w, as on a loaded host): no cost per
-        # bucket, so the model's optimum is infinitely many infinitely small buckets.
-        n_star = math.sqrt(s / (o * w)) if o * w > 0 else math.inf
+        _, o, w = bucket_optimum(model, s, int(model["world_size"]))
         parts.append(f"### ddp_bucketed (b): s = {s / MIB:.3f} MiB; at b*: o = {o * 1e3:.2f} us, "
-                     f"w = {w * 1e3 / 1e9:.3g} GB/s ({model['source']})\n\nb* = sqrt(s o w) = {b_star / MIB:.3g} MiB, "
-                     f"n_b* = {n_star:.3g} buckets, T_over(b*) = 2 sqrt(s o / w) = "
-                     f"{2 * math.sqrt(s * o / w):.3f} ms")
+                     f"w = {w * 1e3 / 1e9:.3g} GB/s ({model['source']})\n\n{optimum_text(s, o, w)}")
     if not parts:
         raise SchemaError("bucket needs --ddp DIR (a bucket sweep) or --grad-bytes N")
     return "\n\n".join(parts)

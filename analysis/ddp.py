@@ -534,14 +534,21 @@ def bucket_model_table(g: pd.DataFrame, comm_model, markdown: bool, title: str) 
     table = render(head, ["Bucket (MiB)", "Buckets n_b", "Measured Comm (ms)", "Predicted T_over (ms)",
                           "Measured / Predicted", "Comm time (ms)", "Predicted n_b o + s / w (ms)",
                           "Time measured / predicted"], rows, markdown)
-    if o > 0 and math.isfinite(w):
-        optimum = (f"b* = sqrt(s o w) = {b_star / MIB:.3g} MiB (n_b* = sqrt(s / (o w)) = "
-                   f"{math.sqrt(s / (o * w)):.3g}), T_over(b*) = 2 sqrt(s o / w) = {2 * math.sqrt(s * o / w):.3f} ms")
-    else:
-        optimum = ("no finite optimum: " + ("o = 0, smaller buckets always predict less" if o <= 0 else
-                                            "1/w = 0, fewer buckets always predict less"))
     return (f"{table}\n\ns = {s / MIB:.3f} MiB of gradients per step; at b*: o = {o * 1e3:.2f} us, "
-            f"w = {w * 1e3 / 1e9:.3g} GB/s, {model['source']}.\n{optimum}.")
+            f"w = {w * 1e3 / 1e9:.3g} GB/s, {model['source']}.\n{optimum_text(s, o, w)}.")
+
+
+def optimum_text(s: float, o: float, w: float) -> str:
+    """The bucket model's optimum for s gradient bytes at o and w, or why there is none: b* =
+    sqrt(s o w) is finite and above 0 only for o > 0 and 0 < w < inf."""
+    if o > 0 and 0 < w < math.inf:
+        return (f"b* = sqrt(s o w) = {math.sqrt(s * o * w) / MIB:.3g} MiB (n_b* = sqrt(s / (o w)) = "
+                f"{math.sqrt(s / (o * w)):.3g}), T_over(b*) = 2 sqrt(s o / w) = {2 * math.sqrt(s * o / w):.3f} ms")
+    if o <= 0:
+        return "no finite optimum: o = 0, smaller buckets always predict less"
+    if w <= 0:
+        return "no finite optimum: w = 0, the model moves no bytes"
+    return "no finite optimum: 1/w = 0, fewer buckets always predict less"
 
 
 def bucket_optimum(model: dict, s: float, ranks: int) -> tuple:

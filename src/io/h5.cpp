@@ -357,6 +357,12 @@ std::vector<std::string> list_children(hid_t loc) {
   return names;
 }
 
+std::string work_name(const std::string& path) {
+  char host[256] = {};
+  if (::gethostname(host, sizeof host - 1) != 0) host[0] = 0;
+  return path + ".tmp." + host + "." + std::to_string(::getpid());
+}
+
 void replace_file(const std::string& work, const std::string& path) {
   const int fd = ::open(work.c_str(), O_RDONLY);
   const bool synced = fd >= 0 && ::fsync(fd) == 0;

@@ -55,6 +55,10 @@ void flush(const Handle& file);
 // a directory), so `path` is always either its old or its new complete version. Throws
 // UsageError naming both when it cannot.
 void replace_file(const std::string& work, const std::string& path);
+// The name a file `path` is written under before replace_file: `path`.tmp.<host>.<pid>, this
+// process's own, so that two runs writing one path (a shared --save) never write one work file:
+// each leaves `path` whole, the last rename's.
+std::string work_name(const std::string& path);
 
 bool exists(hid_t loc, const std::string& path);
 // Opens the group at `path` (slash-separated), creating missing parents.

@@ -1,5 +1,6 @@
 #include "src/model/checkpoint.h"
 
+#include <cstdio>
 #include <functional>
 #include <set>
 
@@ -107,16 +108,22 @@ using ParamValues = std::function<std::vector<float>(const ParamInfo&)>;
 static void write_checkpoint(const std::string& path, const ModelConfig& c, const ParamValues& values,
                              const OptimizerState* state);
 
-// Written whole under a temporary name and renamed: a kill leaves the previous checkpoint.
+// Written whole under a name of this process's own and renamed: a kill leaves the previous
+// checkpoint, and two runs saving to one path leave the last one's whole.
 static void save_whole(const std::string& path, const ModelConfig& config, const ParamValues& values,
                        const OptimizerState* state) {
   const int64_t total = ParameterLayout(config).total();
   LLMHPC_CHECK(!state || (state->owned == std::vector<FlatRange>{{0, total}} && int64_t(state->m.size()) == total &&
                           int64_t(state->v.size()) == total),
                "a checkpoint holds the whole model's optimizer state");
-  const std::string work = path + ".tmp";
-  write_checkpoint(work, config, values, state);
-  h5::replace_file(work, path);
+  const std::string work = h5::work_name(path);
+  try {
+    write_checkpoint(work, config, values, state);
+    h5::replace_file(work, path);
+  } catch (...) {
+    std::remove(work.c_str());  // a disk that filled, say: no half-written file left beside the checkpoint
+    throw;
+  }
 }
 
 void save_checkpoint(const std::string& path, TransformerLM& model, const OptimizerState* state) {

@@ -157,7 +157,7 @@ TINY=(--d-model 16 --d-ff 32 --num-layers 1 --num-heads 2 --vocab-size 64 --cont
   >/dev/null 2>&1 || fail "could not write a checkpoint to damage"
 head -c $(($(stat -c %s ckpt.h5) / 2)) ckpt.h5 >truncated.h5
 head -c $(($(stat -c %s tokens.npy) - 101)) tokens.npy >truncated.npy
-[ -e ckpt.h5.tmp ] && fail "the checkpoint's temporary file was left behind"
+compgen -G "ckpt.h5.tmp*" >/dev/null && fail "the checkpoint's temporary file was left behind"
 # A hang in train's first steps, long before its first minute's write of the losses: every
 # rank's file is there with the run's train record, and the others' files keep the report.
 run train_stall "rank=2,step=3,action=stall" "watchdog on rank" --mode train --device cpu --data tokens.bin \

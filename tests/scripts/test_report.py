@@ -387,8 +387,10 @@ def check_accounting(runs):
     close(b_star, math.sqrt(s * o * w) / 2**20, "b* from the raw all-reduce times")
     # Beside a bucket sweep: the b* of table (e) is the one the measured line names.
     text = run(acc + ["bucket", "--comm", comm, "--ddp", runs["ddp"]]).stdout
-    model = [m or "none" for m in re.findall(r"b\* = sqrt\(s o w\) = ([0-9.e+-]+) MiB|no finite optimum", text)]
-    named = [m or "none" for m in re.findall(r"the model's b\* \(above\): (?:([0-9.e+-]+) MiB|none finite)", text)]
+    optimum = r"b\* = sqrt\(s o w\) = ([0-9.e+-]+) MiB|no finite optimum"
+    lines = text.splitlines()
+    model = [m or "none" for line in lines if not line.startswith("Measured:") for m in re.findall(optimum, line)]
+    named = [m or "none" for line in lines if line.startswith("Measured:") for m in re.findall(optimum, line)]
     assert model and named == model, f"one b* per setup, the same in (e) and beside the measured sweep:\n{text}"
     # measured memory beside the model: weights 4P, gradients 4P, state 8P (unsharded first configuration)
     text = run(acc + ["memory", "--d-model", "32", "--d-ff", "64", "--num-layers", "2", "--vocab-size", "64", "--ddp",

@@ -6,8 +6,9 @@
 # --save-every rewrites the checkpoint without changing the training; a signal (SIGUSR1
 # through mpirun, SIGTERM and SIGINT to a single process) stops every rank at the same step,
 # saves the checkpoint, marks the rank files "interrupted" and exits 128 + the signal, and the
-# run goes on from what it saved; --save-every without --save is refused, and so is a decay that
-# ended at or before the checkpoint's step; options that change a checkpoint's model.
+# run goes on from what it saved; two runs saving to one path leave one whole checkpoint;
+# --save-every without --save is refused, and so is a decay that ended at or before the
+# checkpoint's step; options that change a checkpoint's model.
 source "$(dirname "$0")/mpi_script.sh"
 fail() { echo "FAIL: $*"; for f in "$WORK"/*.log; do echo "--- $f"; tail -8 "$f"; done; exit 1; }
 
@@ -97,6 +98,20 @@ timeout 60 "$BIN" --mode train --device cpu --data tokens.bin --steps 1 --init p
   >rope.log 2>&1 && grep -q "RoPE's base is 500000, not the 10000 that 'part.h5' was trained with" rope.log ||
   fail "--init with another RoPE base: not run, or not said"
 
+# Two runs saving to one path at once, every step: each exits 0 and the file is one of them whole.
+for lr in 3e-3 1e-3; do
+  timeout 60 "$BIN" --mode train --device cpu --data tokens.bin $TINY --lr $lr --steps 6 --save alone$lr.h5 \
+    --out alone$lr >alone$lr.log 2>&1 || fail "the run at lr $lr alone"
+done
+pids=()
+for lr in 3e-3 1e-3; do
+  timeout 60 "$BIN" --mode train --device cpu --data tokens.bin $TINY --lr $lr --steps 6 --save-every 1 --save shared.h5 \
+    --out shared$lr >shared$lr.log 2>&1 &
+  pids+=($!)
+done
+for pid in "${pids[@]}"; do wait $pid || fail "a run saving to shared.h5 beside another failed"; done
+compgen -G "shared.h5.tmp*" >/dev/null && fail "a work file of shared.h5 was left behind"
+
 python3 - "$(cd "$(dirname "$0")" && pwd)" <<'PY'
 import sys
 sys.path.insert(0, sys.argv[1])
@@ -123,6 +138,9 @@ lr, norm = train("full", dataset="lr")[1], train("full", dataset="grad_norm")[1]
 check(lr[1] == 3e-3 and lr[-1] == 1e-4 and all(np.diff(lr[1:]) < 0), f"warm-up to 3e-3, cosine down to 1e-4: {lr}")
 check(min(norm) > 0 and np.array_equal(norm, train("full", 1, "grad_norm")[1]), f"the ranks clipped by one norm: {norm}")
 check(same(every, full), "--save-every 3 trains bitwise as without it")
+shared = datasets("shared.h5")
+check(any(same(shared, datasets(f"alone{lr}.h5")) for lr in ("3e-3", "1e-3")),
+      "two runs saving to one path left one of their checkpoints whole")
 accum = datasets("accum.h5")
 loss_err = np.max(np.abs(train("accum")[1] - train("full")[1]) / np.abs(train("full")[1]))
 check(loss_err <= 1e-5, f"--grad-accum 2: the losses of one pass, to rounding (max rel err {loss_err:.1e})")
