@@ -16,7 +16,8 @@ analysis/<mode>.py exists; runs timed with --duration-s (comm, ddp) also get ana
 section (time drift and memory growth), and records whose GPU slowed its clock while measured
 analysis/device_clocks.py's (the clocks, the slowdown reasons, power and temperature), and runs of
 several ranks analysis/stragglers.py's (the rank last to arrive at each step's collectives, and the
-ranks consistently late); runs the watchdog ended, a Hangs section (what each rank's watchdog found:
+ranks consistently late); ddp runs on the nccl backend analysis/timeline.py's (where each configuration's
+collectives ran beside the compute stream's phases, and a plot of its last steps); runs the watchdog ended, a Hangs section (what each rank's watchdog found:
 the stuck collective, the ranks that had and had not issued it, with their hosts). The report is written to --output (default DIR/report.md of the
 first DIR) and printed. Files are read only through analysis/llmhpc_h5.py.
 """
@@ -35,6 +36,7 @@ import bench  # noqa: E402
 import device_clocks  # noqa: E402
 import soak  # noqa: E402
 import stragglers  # noqa: E402
+import timeline  # noqa: E402
 
 ANALYSIS_DIR = os.path.dirname(os.path.abspath(__file__))
 MODE_ORDER = ("bench", "attention", "comm", "ddp", "train")  # the reference reports' order; other modes follow by name
@@ -147,7 +149,8 @@ def build_report(dirs: list, out_dir: str, options: dict, table_only: bool = Fal
         sections.append(("soak", soak.report_section(soaks, out_dir)))
     sections += [(title, body) for title, body in (("device clocks", device_clocks.report_section(runs, out_dir)),
                                                    ("Hangs", hang_section(runs)),
-                                                   ("Stragglers", stragglers.report_section(runs, out_dir))) if body]
+                                                   ("Stragglers", stragglers.report_section(runs, out_dir)),
+                                                   ("Step timeline", timeline.report_section(runs, out_dir))) if body]
     if table_only:
         return "\n\n".join(body for _, body in sections) + "\n"
     # The sections as links (GitHub's and most viewers' heading anchors): a long report's study is

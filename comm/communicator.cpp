@@ -20,6 +20,13 @@ const char* reduce_op_name(ReduceOp op) { return op == ReduceOp::Sum ? "sum" : "
 
 const char* comm_backend_name(CommBackend backend) { return backend == CommBackend::Mpi ? "mpi" : "nccl"; }
 
+double Communicator::take_busy_ms(uint64_t mark) {
+  if (!busy_measured()) return std::numeric_limits<double>::quiet_NaN();
+  double ms = 0;
+  for (const OperationSpan& s : take_busy_spans(mark)) ms += s.end_ms - s.start_ms;
+  return ms;
+}
+
 std::unique_ptr<Communicator> make_communicator(const CommOptions& options) {
   if (options.backend == CommBackend::Mpi) return make_mpi_communicator(options.parent);
 #if defined(LLMHPC_WITH_CUDA)

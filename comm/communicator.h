@@ -39,6 +39,7 @@
 #include <limits>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "src/core/attrs.h"
 #include "src/core/dtype.h"
@@ -92,6 +93,13 @@ class CopyEngines {
   virtual CommHandle all_gather_async(const void* send, void* recv, size_t count, DType dtype) = 0;
   // From a window into another (or another part of the same).
   virtual CommHandle all_to_all_async(const void* send, void* recv, size_t count, DType dtype) = 0;
+};
+
+// One operation of a communicator as its stream ran it (Communicator::take_busy_spans).
+struct OperationSpan {
+  std::string name;    // "allreduce", ...; "allgather x4" for a group of four; "stream work" (enqueue_async)
+  uint64_t bytes = 0;  // the payload, as the watchdog names it (0 for stream work)
+  double start_ms = 0, end_ms = 0;
 };
 
 class Communicator {
@@ -162,13 +170,21 @@ class Communicator {
   // other ranks included, what the ring model predicts and what Nsight draws on the stream,
   // whether or not compute hid it. Counted while time_operations(true) holds (off by default:
   // two timing events an operation); busy_mark() names the operations issued so far, and
-  // take_busy_ms(mark) returns the ms of those issued before `mark` not taken yet, waiting
-  // for them to finish (take them where the compute stream has waited for them, and it does
-  // not wait). NaN where nothing measures it: the mpi backend, whose operations have no
-  // stream and progress inside the host's MPI calls.
+  // take_busy_spans(mark, ...) returns those issued before `mark` not taken yet, waiting for
+  // them to finish (take them where the compute stream has waited for them, and it does not
+  // wait). Nothing where nothing measures it (busy_measured() false): the mpi backend, whose
+  // operations have no stream and progress inside the host's MPI calls.
   virtual void time_operations(bool /*on*/) {}
+  virtual bool busy_measured() const { return false; }
   virtual uint64_t busy_mark() const { return 0; }
-  virtual double take_busy_ms(uint64_t /*mark*/) { return std::numeric_limits<double>::quiet_NaN(); }
+  // Each span's start and end in ms from mark `origin_mark` of `origin`, a timer on the same
+  // device's clock (the compute stream's: a timeline of the step); without `origin` each starts at 0.
+  virtual std::vector<OperationSpan> take_busy_spans(uint64_t /*mark*/, const Timer* /*origin*/ = nullptr,
+                                                     int /*origin_mark*/ = 0) {
+    return {};
+  }
+  // The spans' summed duration; NaN where busy time is not measured.
+  double take_busy_ms(uint64_t mark);
 };
 
 enum class CommBackend { Mpi, Nccl };

@@ -5,6 +5,8 @@
 #include <functional>
 #include <limits>
 #include <mutex>
+#include <string>
+#include <string_view>
 #include <vector>
 
 #include "comm/cuda/nccl_check.h"
@@ -172,7 +174,9 @@ class NcclCommunicator final : public Communicator {
     const cudaEvent_t start = group_depth_ == 1 ? span_start(/*launching_group=*/true) : nullptr;
     settle(ncclGroupEnd(), "ncclGroupEnd");
     if (--group_depth_ > 0) return;
-    span_end(start);
+    span_end(start, group_name(), group_bytes_);
+    group_ops_.clear();
+    group_bytes_ = 0;
     for (Launch& l : group_launches_) launch(l);
     group_launches_.clear();
   }
@@ -183,7 +187,7 @@ class NcclCommunicator final : public Communicator {
     after_compute();
     const cudaEvent_t start = span_start();
     work(stream_);
-    span_end(start);
+    span_end(start, "stream work", 0);
     return completion(nullptr);
   }
 
@@ -204,19 +208,20 @@ class NcclCommunicator final : public Communicator {
     for (const BusySpan& b : spans_) free_timing_.insert(free_timing_.end(), {b.start, b.end});
     spans_.clear();
   }
+  bool busy_measured() const override { return timing_; }
   uint64_t busy_mark() const override { return spans_issued_; }
-  double take_busy_ms(uint64_t mark) override {
-    if (!timing_) return std::numeric_limits<double>::quiet_NaN();
-    double ms = 0;
-    for (; !spans_.empty() && spans_.front().seq < mark; spans_.pop_front()) {
+  std::vector<OperationSpan> take_busy_spans(uint64_t mark, const Timer* origin, int origin_mark) override {
+    std::vector<OperationSpan> taken;
+    for (; timing_ && !spans_.empty() && spans_.front().seq < mark; spans_.pop_front()) {
       const BusySpan& b = spans_.front();
       CUDA_CHECK(cudaEventSynchronize(b.end));
       float span = 0;
       CUDA_CHECK(cudaEventElapsedTime(&span, b.start, b.end));
-      ms += double(span);
+      const double start = origin ? elapsed_ms_to(*origin, origin_mark, b.start) : 0;
+      taken.push_back({b.name, b.bytes, start, start + double(span)});
       free_timing_.insert(free_timing_.end(), {b.start, b.end});
     }
-    return ms;
+    return taken;
   }
 
  private:
@@ -266,7 +271,8 @@ class NcclCommunicator final : public Communicator {
     Watchdog::OpPtr watched = watch(name, bytes, backend);
     const cudaEvent_t start = span_start();
     call();
-    span_end(start);
+    if (group_depth_ > 0) group_ops_.push_back(name), group_bytes_ += bytes;
+    span_end(start, name, bytes);
     return completion(std::move(watched));
   }
 
@@ -281,10 +287,21 @@ class NcclCommunicator final : public Communicator {
     CUDA_CHECK(cudaEventRecord(e, stream_));
     return e;
   }
-  void span_end(cudaEvent_t start) {
+  void span_end(cudaEvent_t start, std::string name, uint64_t bytes) {
     if (!start) return;
     const cudaEvent_t end = span_start(/*launching_group=*/true);
-    spans_.push_back({spans_issued_++, start, end});
+    spans_.push_back({spans_issued_++, start, end, std::move(name), bytes});
+  }
+  // A group's span: "allgather x4", or its operations' names joined by "+" where they differ.
+  std::string group_name() const {
+    if (group_ops_.empty()) return "group";
+    if (std::all_of(group_ops_.begin(), group_ops_.end(),
+                    [&](const char* n) { return std::string_view(n) == group_ops_[0]; }))
+      return group_ops_.size() == 1 ? group_ops_[0]
+                                    : group_ops_[0] + std::string(" x") + std::to_string(group_ops_.size());
+    std::string joined;
+    for (const char* n : group_ops_) joined += (joined.empty() ? "" : "+") + std::string(n);
+    return joined;
   }
 
   // An NCCL call's result, with NCCL's last error message on failure.
@@ -331,7 +348,11 @@ class NcclCommunicator final : public Communicator {
   struct BusySpan {
     uint64_t seq;  // the operation's place among those timed
     cudaEvent_t start, end;
+    std::string name;
+    uint64_t bytes;
   };
+  std::vector<const char*> group_ops_;  // the names of the operations in the open group
+  uint64_t group_bytes_ = 0;
   bool timing_ = false;
   uint64_t spans_issued_ = 0;
   std::deque<BusySpan> spans_;                     // recorded, not taken yet, in issue order

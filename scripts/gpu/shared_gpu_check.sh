@@ -12,7 +12,11 @@
 #          and zero1 on the copy engines in 0.5 MiB buckets, zero1 in bf16 on the wire, hybrid
 #          zero1, zero2, zero3); every run's losses against one rank's: within 1e-5 relative
 #          (1e-4 with bf16 on the wire)
-# Files in OUT_DIR: log.txt, train_*/ (rank files).
+#   timeline  mode ddp on NP ranks, bucketed under every sharding stage: each rank's step timeline
+#          (the last 4 timed steps) agrees with its own record: every step's collectives' spans
+#          sum to its comm_busy_ms and its phases to its step_ms; analysis/timeline.py's table,
+#          plot (timeline.png) and trace (timeline.json)
+# Files in OUT_DIR: log.txt, train_*/ and timeline/ (rank files).
 set -uo pipefail
 source "$(dirname "$0")/setup.sh" shared-gpu-check "${1:-}" "${2:-}"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 NCCL_NVLS_ENABLE=0 PYTHONUNBUFFERED=1
@@ -69,6 +73,43 @@ for d in sorted(glob.glob(os.path.join(out, "train_*"))):
           f"NCCL {attrs.get('nccl_transports', '?')}")
 sys.exit(1 if bad else 0)
 PY
+fi
+
+if has timeline; then
+  step "ddp timeline: $NP ranks, bucketed, none/zero1/zero2/zero3"
+  check timeout 300 "${mpi[@]}" "$bin/llmhpc" --mode ddp --d-model 256 --d-ff 1024 --num-layers 4 --num-heads 8 \
+    --vocab-size 1000 --context-length 128 --batch-size 8 --precision bf16 --ddp bucketed --bucket-mb 1 \
+    --shard-optimizer none,zero1,zero2,zero3 --warmup 2 --steps 7 --allow-gpu-sharing --out "$out/timeline"
+  step "ddp timeline: each rank's against its record"
+  check python3 - "$out/timeline" <<'PY'
+import glob, sys
+import h5py
+import numpy as np
+bad = 0
+for path in sorted(glob.glob(sys.argv[1] + "/rank*.h5")):
+    with h5py.File(path, "r") as f:
+        for label, g in f["ddp"].items():
+            steps, stream = g["timeline_step"][()], g["timeline_stream"].asstr()[()]
+            start, end = g["timeline_start_ms"][()], g["timeline_end_ms"][()]
+            kept = sorted(set(steps.tolist()))
+            errs = []
+            for s in kept:
+                comm = (steps == s) & (stream != "compute")
+                compute = (steps == s) & (stream == "compute")
+                errs.append(abs((end[comm] - start[comm]).sum() - g["comm_busy_ms"][s]))
+                errs.append(abs(end[compute].max() - start[compute].min() - g["step_ms"][s]))
+            ok = kept == list(range(len(g["step_ms"]) - 4, len(g["step_ms"]))) and max(errs) < 1e-2
+            late = [(s, float(end[(steps == s) & (stream != "compute")].max() -
+                               start[(steps == s + 1) & (stream == "compute")].min())) for s in kept[:-1]]
+            bad += not ok
+            print(f"{'ok  ' if ok else 'FAIL'} {path[-10:]} {label}: steps {kept}, {len(steps)} spans, "
+                  f"largest difference {max(errs):.2g} ms; the collectives' last end after the next step's start "
+                  f"(ms): {', '.join(f'{x:.3f}' for _, x in late)}")
+sys.exit(1 if bad else 0)
+PY
+  check python3 "$root/analysis/timeline.py" "$out/timeline" --png "$out/timeline.png" --trace "$out/timeline.json" \
+    --label "$(python3 -c "import h5py,sys; print([k for k in h5py.File(sys.argv[1])['ddp'] if '_zero1' in k][0])" \
+      "$out/timeline/rank00000.h5")"
 fi
 
 step "done"

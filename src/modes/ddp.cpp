@@ -10,8 +10,8 @@
 //
 // Per step: forward, backward, the communication backward did not hide (from the end of
 // backward until every gradient is reduced, as the compute stream sees it, plus after a
-// sharded optimizer until every rank's parameters arrived), the optimizer and the whole step;
-// per configuration: what was communicated and the memory by category at the reference
+// sharded optimizer until every rank's parameters arrived), the optimizer and the whole step,
+// and on NCCL the collectives' device time; the last steps' timeline; per configuration: what was communicated and the memory by category at the reference
 // optimizer-sharding study's three points (after the model was built; before the first
 // optimizer step, whose state does not exist yet, as with torch.optim; after the last step),
 // printed as a second table.
@@ -24,6 +24,7 @@
 #include <array>
 #include <cmath>
 #include <cstdio>
+#include <deque>
 #include <limits>
 #include <map>
 #include <optional>
@@ -216,51 +217,140 @@ struct Samples {
   }
 };
 
+// The last timed steps' timeline (/ddp/<label>'s timeline_* datasets, which
+// analysis/timeline.py draws): the compute stream's phases and each data-parallel collective's
+// span on its communicator's stream, on this rank's GPU clock.
+class StepTimeline {
+ public:
+  static constexpr int64_t kSteps = 4;  // a few steps: enough to see one repeat, small beside the step times
+
+  // Step `s` began `start_ms` after the first timed step; its phases, from its times (the
+  // step's marks follow one another: run_step).
+  void add_step(int64_t s, double start_ms, const StepTimes& t) {
+    starts_.emplace_back(s, start_ms);
+    double at = start_ms;
+    for (const auto& [name, ms] : {std::pair{"forward", t.forward_ms},
+                                   {"backward", t.backward_ms},
+                                   {"gradient wait", t.sync_ms},
+                                   {"optimizer", t.optimizer_ms},
+                                   {"parameter wait", t.param_sync_ms}})
+      if (std::isfinite(ms)) add(s, "compute", name, 0, at, at + ms), at += ms;
+  }
+  // An operation of step `s`, in ms after the first timed step began.
+  void add(int64_t s, const char* stream, std::string name, uint64_t bytes, double start_ms, double end_ms) {
+    rows_.push_back({s, stream, std::move(name), int64_t(bytes), start_ms, end_ms});
+    latest_ = std::max(latest_, s);
+    if (rows_.size() >= 2 * kept_) drop_older();  // bounded over a long --duration-s run
+  }
+  // The latest kSteps steps, from the start of the first of them.
+  void record(Record& r) {
+    drop_older();
+    if (rows_.empty()) return;
+    const double origin = starts_.empty() ? 0 : starts_.front().second;  // the steps in order
+    std::vector<int64_t> step, bytes;
+    std::vector<std::string> stream, name;
+    std::vector<double> start, end;
+    for (Row& row : rows_) {
+      step.push_back(row.step), stream.emplace_back(row.stream), name.push_back(row.name);
+      bytes.push_back(row.bytes), start.push_back(row.start_ms - origin), end.push_back(row.end_ms - origin);
+    }
+    r.add("timeline_step", step)
+        .add("timeline_stream", stream)
+        .add("timeline_name", name)
+        .add("timeline_bytes", bytes)
+        .add("timeline_start_ms", start)
+        .add("timeline_end_ms", end);
+  }
+
+ private:
+  struct Row {
+    int64_t step;
+    const char* stream;
+    std::string name;
+    int64_t bytes;
+    double start_ms, end_ms;
+  };
+  void drop_older() {
+    const int64_t first = latest_ - kSteps + 1;
+    rows_.erase(std::remove_if(rows_.begin(), rows_.end(), [&](const Row& r) { return r.step < first; }), rows_.end());
+    starts_.erase(std::remove_if(starts_.begin(), starts_.end(), [&](const auto& p) { return p.first < first; }),
+                  starts_.end());
+    kept_ = std::max<size_t>(kept_, rows_.size());
+  }
+  std::vector<Row> rows_;
+  std::vector<std::pair<int64_t, double>> starts_;  // the steps' starts
+  int64_t latest_ = 0;
+  size_t kept_ = 1024;  // rows once the older steps are dropped: compaction happens at twice that
+};
+
 // The device time of a configuration's data-parallel collectives, per timed step
-// (Communicator::take_busy_ms): the group's and, under hybrid sharding, the replicas'. A step's
-// operations are taken when the next step begins, where every one of them is complete (the
-// parameters a sharded optimizer shares after it are waited for in that step's forward), so
-// taking them never makes the host wait for the device. Always on: its events cost nothing
-// measurable (one H200, xl bf16 bucketed, 243 collectives a step: 219.5 ms timed, 219.6-219.9
-// untimed, 2026-11-29).
+// (Communicator::take_busy_spans): the group's and, under hybrid sharding, the replicas'.
+// Timed steps alternate between two step timers, and a step's operations are taken two steps
+// later, before the step that reuses its timer: by then every one of them is complete (the
+// parameters a sharded optimizer shares after the optimizer are waited for in the next step's
+// forward), so taking them never makes the host wait for the device, which would hold back the
+// next forward that the last all-gathers overlap; and its timer still holds its marks, so each
+// span is placed on the step's timeline. Always on: its events cost nothing measurable (one
+// H200, xl bf16 bucketed, 243 collectives a step: 219.5 ms timed, 219.6-219.9 untimed, 2026-11-29).
 class DataParallelBusy {
  public:
-  DataParallelBusy(Communicator& comm, Communicator* replicas) {
+  DataParallelBusy(Communicator& comm, Communicator* replicas, StepTimeline& timeline) : timeline_(timeline) {
     for (Communicator* c : {&comm, replicas})
       if (c) comms_.push_back(c), c->time_operations(true);
-    measured_ = std::isfinite(take(marks()));  // nan where the backend does not measure it
+    measured_ = comm.busy_measured();  // false where the backend does not measure it
   }
   ~DataParallelBusy() {
     for (Communicator* c : comms_) c->time_operations(false);
   }
   bool measured() const { return measured_; }
-  void step_begins() {
-    const std::vector<uint64_t> here = marks();
-    if (started_) per_step_.push_back(take(here));
-    started_ = true;
+  // Before a timed step runs on `timer`: takes the step that last ran on it.
+  void step_begins(Timer& timer) {
+    if (steps_.size() == 2) settle_oldest(steps_[1].marks);
+    steps_.push_back({marks(), &timer, {}});
   }
-  // The last step's once its operations are complete (Communicator::synchronize), and every step's.
+  void step_ended(const StepTimes& t) { steps_.back().times = t; }
+  // Every step's, once the last steps' operations are complete (Communicator::synchronize).
   const std::vector<double>& finish() {
     for (Communicator* c : comms_) c->synchronize();
-    if (started_) per_step_.push_back(take(marks()));
-    started_ = false;
+    while (!steps_.empty()) settle_oldest(steps_.size() > 1 ? steps_[1].marks : marks());
     return per_step_;
   }
 
  private:
+  struct Step {
+    std::vector<uint64_t> marks;  // the communicators' busy marks when it began
+    Timer* timer;                 // holding its marks until the step after next
+    StepTimes times;
+  };
   std::vector<uint64_t> marks() const {
     std::vector<uint64_t> m;
     for (const Communicator* c : comms_) m.push_back(c->busy_mark());
     return m;
   }
-  double take(const std::vector<uint64_t>& marks) {
+  // The oldest step's operations (those issued before `next`), placed on the timeline from its
+  // start; the next step's start from its.
+  void settle_oldest(const std::vector<uint64_t>& next) {
+    const Step& oldest = steps_.front();
+    const int64_t step = int64_t(per_step_.size());
+    const double start = start_ms_;
+    if (measured_) timeline_.add_step(step, start, oldest.times);
     double ms = 0;
-    for (size_t i = 0; i < comms_.size(); ++i) ms += comms_[i]->take_busy_ms(marks[i]);
-    return ms;
+    for (size_t i = 0; i < comms_.size(); ++i)
+      for (OperationSpan& s : comms_[i]->take_busy_spans(next[i], oldest.timer, 0)) {
+        ms += s.end_ms - s.start_ms;
+        timeline_.add(step, i == 0 ? "communication" : "replicas", std::move(s.name), s.bytes, start + s.start_ms,
+                      start + s.end_ms);
+      }
+    per_step_.push_back(ms);
+    if (steps_.size() > 1 && measured_) start_ms_ += steps_[1].timer->elapsed_ms(*oldest.timer, 0, 0);
+    steps_.erase(steps_.begin());
   }
+  StepTimeline& timeline_;
   std::vector<Communicator*> comms_;
+  std::deque<Step> steps_;  // begun, not taken yet: at most two
   std::vector<double> per_step_;
-  bool measured_ = false, started_ = false;
+  double start_ms_ = 0;  // the oldest step's start, from the first timed step's
+  bool measured_ = false;
 };
 
 // Times the tensor-parallel group's collectives while it lives (null: no group).
@@ -408,6 +498,7 @@ void run(ModeContext& ctx, const DdpOptions& o) {
   for (const char* extra : {"other", "total", "Peak"}) memory_columns.push_back(extra);
   TextTable memory_table(memory_columns);
   auto timer = dev.make_timer(kStepMarks);
+  auto other_timer = dev.make_timer(kStepMarks);  // timed steps alternate between the two (DataParallelBusy)
   LiveModel live;
   for (size_t i = 0; i < cases.size(); ++i) {
     const DdpCase& c = cases[i];
@@ -532,18 +623,19 @@ void run(ModeContext& ctx, const DdpOptions& o) {
           }
           rt.barrier();
           int64_t steps_run = 0;
-          auto step = [&] {
+          auto step = [&](Timer& on) {
             Watchdog::instance().set_step(steps_run++);  // warm-up and --heat-s steps count too
-            return run_step(model, opt.get(), Phase::TrainStep, *timer, sync.get());
+            return run_step(model, opt.get(), Phase::TrainStep, on, sync.get());
           };
-          for (int64_t s = 0; s < warmup; ++s) warm.add(step());
+          for (int64_t s = 0; s < warmup; ++s) warm.add(step(*timer));
           const double pace_s = duration_s > 0 || heat_s > 0 ? agreed_iteration_s(rt, warm.step, 1e-3) : 0;
           if (heat_s > 0) {
-            rec.attr("heat_steps", heat_up(&rt, heat_s, pace_s, [&] { step(); }));
+            rec.attr("heat_steps", heat_up(&rt, heat_s, pace_s, [&] { step(*timer); }));
             sweep.restart_sensors();  // the record's clocks: the timed steps', not the heat's
           }
           if (tp_group) tp_group->take_traffic();  // the timed steps' alone
-          DataParallelBusy busy(comm, replicas);   // the timed steps' alone
+          StepTimeline timeline;
+          DataParallelBusy busy(comm, replicas, timeline);  // the timed steps' alone
           TimedCollectives tp_timed(tp_group);
           CommTensorParallelGroup::Traffic tp_total;
           // Per timed step: what the layers waited for the group's collectives, and their device time.
@@ -554,8 +646,11 @@ void run(ModeContext& ctx, const DdpOptions& o) {
           Progress progress(rt, count.total(), "steps");
           for (int64_t s = 0; s < count.total();) {
             for (const int64_t end = s + count.next_chunk(s); s < end; ++s) {
-              busy.step_begins();
-              timed.add(step());
+              Timer& on = s % 2 == 0 ? *timer : *other_timer;
+              busy.step_begins(on);
+              const StepTimes times = step(on);
+              timed.add(times);
+              busy.step_ended(times);
               if (tp_group) {
                 const CommTensorParallelGroup::Traffic t = tp_group->take_traffic();
                 tp_total.collectives += t.collectives;
@@ -589,6 +684,7 @@ void run(ModeContext& ctx, const DdpOptions& o) {
           slowest = rt.reduce_all(timed.step, HostReduce::Max);
           timed.record(rec, "");
           if (busy.measured()) rec.add("comm_busy_ms", collectives_ms);
+          timeline.record(rec);
           if (warmup > 0) warm.record(rec, "warmup_");
           rec.add("step_ms_max_over_ranks", slowest);
           memory_samples.record(rec);

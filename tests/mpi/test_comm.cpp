@@ -410,7 +410,8 @@ TEST_P(CommTest, GroupedOperations) {
 
 // Busy time (Communicator::time_operations): nccl times each operation on its stream once, a
 // group as one span, and take_busy_ms(mark) sums those issued before the mark and not taken
-// yet; off, or from the mpi backend, it is NaN. The results stay exact.
+// yet; off, or from the mpi backend, it is NaN. take_busy_spans places them, named, on a
+// timer's clock. The results stay exact.
 TEST_P(CommTest, BusyTimeOfOperations) {
   const Prepared op = prepare({Collective::AllReduce, 1 << 20, dtype_});  // out of place: one rank copies
   EXPECT_TRUE(std::isnan(comm_->take_busy_ms(comm_->busy_mark()))) << "not timing";
@@ -418,6 +419,7 @@ TEST_P(CommTest, BusyTimeOfOperations) {
   if (backend_ == CommBackend::Mpi) {
     issue(*comm_, op.call, true);
     EXPECT_TRUE(std::isnan(comm_->take_busy_ms(comm_->busy_mark()))) << "mpi measures no device time";
+    EXPECT_TRUE(comm_->take_busy_spans(comm_->busy_mark()).empty());
     comm_->time_operations(false);
     expect_result(op, "all_reduce while timing");
     return;
@@ -442,10 +444,31 @@ TEST_P(CommTest, BusyTimeOfOperations) {
   const double rest = comm_->take_busy_ms(three);
   EXPECT_GT(rest, 0.0);
   EXPECT_EQ(comm_->take_busy_ms(comm_->busy_mark()), 0.0) << "nothing issued since";
+  // The spans on a timeline: named, from a mark recorded on the stream before them, in order.
+  std::unique_ptr<Timer> origin = comm_->make_timer(1);
+  origin->mark(0);
+  issue(*comm_, op.call, true);
+  comm_->group_start();
+  const Prepared tiny = prepare({Collective::AllReduce, 517, dtype_});  // out of place: again gives the same
+  CommHandle c = issue(*comm_, tiny.call, false), d = issue(*comm_, tiny.call, false);
+  comm_->group_end();
+  c.wait(), d.wait();
+  comm_->synchronize();
+  const std::vector<OperationSpan> spans = comm_->take_busy_spans(comm_->busy_mark(), origin.get(), 0);
+  ASSERT_EQ(spans.size(), 2u);
+  EXPECT_EQ(spans[0].name, "allreduce");
+  EXPECT_EQ(spans[1].name, "allreduce x2") << "a group is named by what it holds";
+  EXPECT_GT(spans[0].bytes, 0u);
+  EXPECT_EQ(spans[1].bytes, 2 * 517 * dtype_size(dtype_));
+  EXPECT_GE(spans[0].start_ms, 0.0);
+  EXPECT_GT(spans[0].end_ms, spans[0].start_ms);
+  EXPECT_LE(spans[0].end_ms, spans[1].start_ms + 1e-3) << "one stream runs them one after the other";
+  EXPECT_GE(spans[1].end_ms, spans[1].start_ms);
   comm_->time_operations(false);
   EXPECT_TRUE(std::isnan(comm_->take_busy_ms(comm_->busy_mark()))) << "not timing";
   expect_result(op, "all_reduce while timing");
   expect_result(small, "grouped all_reduce while timing");
+  expect_result(tiny, "all_reduce twice in a group while timing");
 }
 
 // The copy engines' reduction composed on the host, over the communicator's own collectives

@@ -19,13 +19,16 @@ class EventTimer final : public Timer {
   }
   void mark(int index) override { CUDA_CHECK(cudaEventRecord(event(index), stream_)); }
   int marks() const override { return int(events_.size()); }
-  double elapsed_ms(const Timer& origin, int from, int to) override {
+  double elapsed_ms(const Timer& origin, int from, int to) override { return elapsed_ms_to(origin, from, event(to)); }
+  static double elapsed_ms_to(const Timer& origin, int from, cudaEvent_t to) {
     const EventTimer* o = dynamic_cast<const EventTimer*>(&origin);
-    LLMHPC_CHECK(o != nullptr && o->device_ == device_, "a GPU timer compared with a timer on another clock");
+    int device = 0;
+    CUDA_CHECK(cudaGetDevice(&device));
+    LLMHPC_CHECK(o != nullptr && o->device_ == device, "a GPU timer compared with a timer on another clock");
     CUDA_CHECK(cudaEventSynchronize(o->event(from)));  // on another stream it may still be ahead
-    CUDA_CHECK(cudaEventSynchronize(event(to)));
+    CUDA_CHECK(cudaEventSynchronize(to));
     float ms = 0;
-    CUDA_CHECK(cudaEventElapsedTime(&ms, o->event(from), event(to)));
+    CUDA_CHECK(cudaEventElapsedTime(&ms, o->event(from), to));
     return ms;
   }
 
@@ -44,6 +47,10 @@ class EventTimer final : public Timer {
 
 std::unique_ptr<Timer> make_event_timer(cudaStream_t stream, int num_marks) {
   return std::make_unique<EventTimer>(stream, num_marks);
+}
+
+double elapsed_ms_to(const Timer& origin, int from, cudaEvent_t event) {
+  return EventTimer::elapsed_ms_to(origin, from, event);
 }
 
 }  // namespace llmhpc

@@ -12,5 +12,8 @@ namespace llmhpc {
 
 // Marks on `stream` of the current device.
 std::unique_ptr<Timer> make_event_timer(cudaStream_t stream, int num_marks);
+// Milliseconds from mark `from` of `origin` (an event timer of this device) to `event`, a
+// timing event of the same device; waits until both were reached.
+double elapsed_ms_to(const Timer& origin, int from, cudaEvent_t event);
 
 }  // namespace llmhpc
