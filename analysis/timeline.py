@@ -8,21 +8,25 @@
 On the nccl backend mode ddp records, on every rank, each configuration's last timed steps (4):
 the compute stream's phases (forward, backward, the gradient wait, the optimizer, the parameter
 wait) and every data-parallel collective's span on its communicator's stream, from when the
-stream reached it to its end, on the rank's GPU clock (the timeline_* datasets,
+stream reached it to its end (under --tp the tensor-parallel group's collectives too), on the
+rank's GPU clock (the timeline_* datasets,
 docs/hdf5-schema.md). That is what Nsight Systems draws for the two streams, for the steps the
 record's times come from.
 
-The table gives per step (the mean over the recorded steps whose next step is recorded too,
+The table gives, for the data-parallel collectives, per step (the mean over the recorded steps whose next step is recorded too,
 since a sharded step's parameter all-gathers run into the next step's forward): the collectives,
 their time (the union of their spans), and how much of it ran beside forward, backward and the
-optimizer (hidden), during the compute stream's waits (exposed: comm_ms's part that the
+optimizer, during the compute stream's waits for them (exposed: comm_ms's part that the
 collectives were running), and with the compute stream idle (between steps: the host's gap).
+Under zero1-3 forward waits for each unit's all-gathered weights inside it, so part of what ran
+beside forward is forward waiting.
 Files are read only through analysis/llmhpc_h5.py.
 """
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import sys
 
@@ -36,7 +40,8 @@ from plotting import legend_above  # noqa: E402
 
 HIDING = ("forward", "backward", "optimizer")      # compute phases a collective can run beside
 WAITS = ("gradient wait", "parameter wait")        # the compute stream waiting for the collectives
-STREAMS = ("compute", "communication", "replicas")  # one trace track each, in this order
+DATA_PARALLEL = ("communication", "replicas")       # the data-parallel group's and hybrid sharding's
+STREAMS = ("compute", *DATA_PARALLEL, "tensor parallel")  # one trace track each, in this order
 COLUMNS = ("timeline_step", "timeline_stream", "timeline_name", "timeline_bytes", "timeline_start_ms",
            "timeline_end_ms")
 
@@ -73,12 +78,13 @@ def overlap(a: list, b: list) -> float:
 def overlap_summary(rows: list) -> dict | None:
     """Per step, over the steps whose next step is recorded too (every step where only one is):
     steps, step_ms (from a step's start to the next's), collectives, comm_ms (the union of the
-    collectives' spans) and that time split into beside_<phase> for each of HIDING, waiting (the
-    compute stream's waits), idle (no compute phase: between steps), and hidden_pct; None
+    data-parallel collectives' spans) and that time split into beside_<phase> for each of HIDING, waiting (the
+    compute stream's waits), idle (no compute phase: between steps), and beside_pct (beside
+    compute, of comm_ms); None
     without collectives."""
     steps = sorted({r["step"] for r in rows})
     counted = steps[:-1] if len(steps) > 1 else steps
-    comm = [r for r in rows if r["stream"] != "compute" and r["step"] in counted]
+    comm = [r for r in rows if r["stream"] in DATA_PARALLEL and r["step"] in counted]
     if not comm:
         return None
     compute = [r for r in rows if r["stream"] == "compute"]
@@ -91,12 +97,11 @@ def overlap_summary(rows: list) -> dict | None:
     out["idle"] = total - sum(out[f"beside_{p}"] for p in HIDING) - out["waiting"]
     for key in (*(f"beside_{p}" for p in HIDING), "waiting", "idle"):
         out[key] /= len(counted)
-    out["hidden_pct"] = 100 * sum(out[f"beside_{p}"] for p in HIDING) / out["comm_ms"] if out["comm_ms"] > 0 else 0.0
-    starts = {s: min(r["start"] for r in compute if r["step"] == s) for s in steps if any(
-        r["step"] == s for r in compute)}
+    out["beside_pct"] = 100 * sum(out[f"beside_{p}"] for p in HIDING) / out["comm_ms"] if out["comm_ms"] > 0 else 0.0
+    starts = {s: min(r["start"] for r in compute if r["step"] == s) for s in {r["step"] for r in compute}}
     periods = [starts[s + 1] - starts[s] for s in counted if s in starts and s + 1 in starts]
-    out["step_ms"] = float(np.mean(periods)) if periods else max(r["end"] for r in compute) - min(
-        r["start"] for r in compute)
+    out["step_ms"] = (float(np.mean(periods)) if periods else
+                      max(r["end"] for r in compute) - min(r["start"] for r in compute) if compute else math.nan)
     return out
 
 
@@ -122,13 +127,16 @@ def overlap_table(run, label: str | None = None) -> str:
                 continue
             rows.append([name, str(rec.rank), str(o["steps"]), fmt(o["step_ms"]), fmt(o["collectives"], 0),
                          fmt(o["comm_ms"]), fmt(o["beside_forward"]), fmt(o["beside_backward"]),
-                         fmt(o["beside_optimizer"]), fmt(o["waiting"]), fmt(o["idle"]), fmt(o["hidden_pct"], 1)])
+                         fmt(o["beside_optimizer"]), fmt(o["waiting"]), fmt(o["idle"]), fmt(o["beside_pct"], 1)])
     if not rows:
         return ""
     header = ["Configuration", "Rank", "Steps", "Step (ms)", "Collectives", "Comm (ms)", "Beside fwd (ms)",
-              "Beside bwd (ms)", "Beside optimizer (ms)", "Exposed (ms)", "Between steps (ms)", "Hidden %"]
-    return ("### Where the collectives ran (per step: their device time, split by what the compute stream did "
-            "meanwhile)\n\n" + markdown_table(header, rows))
+              "Beside bwd (ms)", "Beside optimizer (ms)", "Exposed (ms)", "Between steps (ms)", "Beside compute %"]
+    return ("### Where the collectives ran (per step: the data-parallel collectives' device time, split by what the "
+            "compute stream did meanwhile)\n\n" + markdown_table(header, rows) +
+            "\n\nExposed: while the compute stream waited for them (the gradient and parameter waits). Under zero1-3 "
+            "forward itself waits for each unit's all-gathered weights, so part of \"beside fwd\" is forward waiting: "
+            "compare its forward time with the unsharded configuration's.")
 
 
 def chrome_trace(run, label: str | None = None) -> dict:
@@ -161,13 +169,16 @@ def plot(run, label: str | None, path: str) -> str:
     colors = {"forward": "tab:blue", "backward": "tab:green", "optimizer": "tab:purple", "gradient wait": "tab:gray",
               "parameter wait": "silver", "allreduce": "tab:orange", "reducescatter": "tab:red",
               "allgather": "tab:brown", "broadcast": "tab:pink", "stream work": "tab:olive"}
-    fig, ax = plt.subplots(figsize=(12, 1.2 + 0.9 * len(recs)))
+    lanes = [("compute", ("compute",)), ("collectives", DATA_PARALLEL)]
+    if any(r["stream"] == "tensor parallel" for rec in recs for r in spans(rec)):
+        lanes.append(("tensor parallel", ("tensor parallel",)))
+    fig, ax = plt.subplots(figsize=(12, 1.2 + 0.3 * len(lanes) * len(recs)))
     ticks, labels, seen = [], [], set()
     for i, rec in enumerate(recs):
-        for lane, streams in enumerate((("compute",), ("communication", "replicas"))):
-            y = (len(recs) - 1 - i) * 3 + (1 - lane) * 1.2
+        for lane, (title, streams) in enumerate(lanes):
+            y = ((len(recs) - 1 - i) * (len(lanes) + 0.6) + len(lanes) - 1 - lane) * 1.2
             ticks.append(y + 0.5)
-            labels.append(f"rank {rec.rank} {'compute' if lane == 0 else 'collectives'}")
+            labels.append(f"rank {rec.rank} {title}")
             for r in spans(rec):
                 if r["stream"] not in streams:
                     continue
@@ -188,13 +199,14 @@ def report_section(runs: list, out_dir: str) -> str:
     """analysis/report.py's "Step timeline" section: each ddp run's table, and a plot of its first
     configuration with a timeline; '' where no run has one."""
     parts = []
-    for run in runs:
+    for index, run in enumerate(runs):
         if run.mode != "ddp":
             continue
         table = overlap_table(run)
         if not table:
             continue
-        png = os.path.join(out_dir, f"timeline_{os.path.basename(os.path.normpath(run.directory))}.png")
+        # The run's folder name, and its place among the runs: two runs' folders may share a name.
+        png = os.path.join(out_dir, f"timeline_{index}_{os.path.basename(os.path.normpath(run.directory))}.png")
         name = plot(run, None, png)
         parts.append(f"`{run.directory}`:\n\n{table}\n\n![{name}]({os.path.basename(png)})\n\n"
                      f"{name}'s steps on each rank (`analysis/timeline.py {run.directory} --png FILE --label LABEL` "
@@ -213,11 +225,11 @@ def main(argv=None) -> int:
         run = open_run(args.dir)
         if run.mode != "ddp":
             raise SchemaError(f"{args.dir} is a run of mode {run.mode}; the step timeline is mode ddp's")
-        table = overlap_table(run, args.label)
-        if not table:
+        if not timeline_records(run, args.label):
             raise SchemaError("no ddp record with a timeline" + (f" named {args.label}" if args.label else "")
                               + ": it is recorded on the nccl backend (--backend nccl on GPUs)")
-        print(table)
+        print(overlap_table(run, args.label) or "no data-parallel collectives in the recorded steps "
+              "(the plot and the trace show the tensor-parallel ones)")
         if args.trace:
             with open(args.trace + ".tmp", "w") as f:
                 json.dump(chrome_trace(run, args.label), f)

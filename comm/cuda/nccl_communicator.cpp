@@ -212,13 +212,17 @@ class NcclCommunicator final : public Communicator {
   uint64_t busy_mark() const override { return spans_issued_; }
   std::vector<OperationSpan> take_busy_spans(uint64_t mark, const Timer* origin, int origin_mark) override {
     std::vector<OperationSpan> taken;
+    const cudaEvent_t from = origin ? timer_event(*origin, origin_mark) : nullptr;
+    if (from) CUDA_CHECK(cudaEventSynchronize(from));
+    // Three calls a span, none of which waits where they are complete, as they are taken: between
+    // two steps, where the host's time is time the next step's work is not enqueued.
     for (; timing_ && !spans_.empty() && spans_.front().seq < mark; spans_.pop_front()) {
       const BusySpan& b = spans_.front();
       CUDA_CHECK(cudaEventSynchronize(b.end));
-      float span = 0;
+      float span = 0, start = 0;
       CUDA_CHECK(cudaEventElapsedTime(&span, b.start, b.end));
-      const double start = origin ? elapsed_ms_to(*origin, origin_mark, b.start) : 0;
-      taken.push_back({b.name, b.bytes, start, start + double(span)});
+      if (from) CUDA_CHECK(cudaEventElapsedTime(&start, from, b.start));
+      taken.push_back({b.name, b.bytes, double(start), double(start) + double(span)});
       free_timing_.insert(free_timing_.end(), {b.start, b.end});
     }
     return taken;

@@ -14,7 +14,9 @@
 #          (1e-4 with bf16 on the wire)
 #   timeline  mode ddp on NP ranks, bucketed under every sharding stage: each rank's step timeline
 #          (the last 4 timed steps) agrees with its own record: every step's collectives' spans
-#          sum to its comm_busy_ms and its phases to its step_ms; analysis/timeline.py's table,
+#          sum to its comm_busy_ms and its phases to its step_ms (and, --tp NP, the tensor-parallel
+#          ones to its tp_comm_busy_ms), the steps follow one another, and a zero1 or zero2 step's
+#          last all-gathers end inside the next step; analysis/timeline.py's table,
 #          plot (timeline.png) and trace (timeline.json)
 # Files in OUT_DIR: log.txt, train_*/ and timeline/ (rank files).
 set -uo pipefail
@@ -80,13 +82,17 @@ if has timeline; then
   check timeout 300 "${mpi[@]}" "$bin/llmhpc" --mode ddp --d-model 256 --d-ff 1024 --num-layers 4 --num-heads 8 \
     --vocab-size 1000 --context-length 128 --batch-size 8 --precision bf16 --ddp bucketed --bucket-mb 1 \
     --shard-optimizer none,zero1,zero2,zero3 --warmup 2 --steps 7 --allow-gpu-sharing --out "$out/timeline"
+  step "ddp timeline: $NP ranks, --tp $NP"
+  check timeout 300 "${mpi[@]}" "$bin/llmhpc" --mode ddp --d-model 256 --d-ff 1024 --num-layers 4 --num-heads 8 \
+    --vocab-size 1000 --context-length 128 --batch-size 8 --precision bf16 --tp "$NP" --ddp none \
+    --warmup 2 --steps 7 --allow-gpu-sharing --out "$out/timeline/tp"
   step "ddp timeline: each rank's against its record"
   check python3 - "$out/timeline" <<'PY'
 import glob, sys
 import h5py
 import numpy as np
 bad = 0
-for path in sorted(glob.glob(sys.argv[1] + "/rank*.h5")):
+for path in sorted(glob.glob(sys.argv[1] + "/rank*.h5") + glob.glob(sys.argv[1] + "/tp/rank*.h5")):
     with h5py.File(path, "r") as f:
         for label, g in f["ddp"].items():
             steps, stream = g["timeline_step"][()], g["timeline_stream"].asstr()[()]
@@ -94,17 +100,29 @@ for path in sorted(glob.glob(sys.argv[1] + "/rank*.h5")):
             kept = sorted(set(steps.tolist()))
             errs = []
             for s in kept:
-                comm = (steps == s) & (stream != "compute")
+                comm = (steps == s) & (stream != "compute") & (stream != "tensor parallel")
+                tp = (steps == s) & (stream == "tensor parallel")
                 compute = (steps == s) & (stream == "compute")
                 errs.append(abs((end[comm] - start[comm]).sum() - g["comm_busy_ms"][s]))
+                if "tp_comm_busy_ms" in g:
+                    errs.append(abs((end[tp] - start[tp]).sum() - g["tp_comm_busy_ms"][s]))
                 errs.append(abs(end[compute].max() - start[compute].min() - g["step_ms"][s]))
-            ok = kept == list(range(len(g["step_ms"]) - 4, len(g["step_ms"]))) and max(errs) < 1e-2
-            late = [(s, float(end[(steps == s) & (stream != "compute")].max() -
-                               start[(steps == s + 1) & (stream == "compute")].min())) for s in kept[:-1]]
+            dp = (stream == "communication") | (stream == "replicas")
+            first = {s: start[(steps == s) & (stream == "compute")].min() for s in kept}
+            last = {s: end[(steps == s) & (stream == "compute")].max() for s in kept}
+            # In order: a step starts after the last one's compute, and its collectives after its start.
+            ordered = all(first[b] >= last[a] - 1e-3 for a, b in zip(kept, kept[1:])) and all(
+                start[(steps == s) & (stream != "compute")].min(initial=first[s]) >= first[s] - 1e-3 for s in kept)
+            late = [float(end[(steps == s) & dp].max() - first[s + 1]) for s in kept[:-1] if ((steps == s) & dp).any()]
+            # The regression this guards: a zero1 or zero2 step's last all-gathers run into the next
+            # forward, not in a wait of the host between the steps.
+            overlapping = not ("_zero1" in label or "_zero2" in label) or (late and min(late) > 0)
+            ok = kept == list(range(len(g["step_ms"]) - 4, len(g["step_ms"]))) and max(errs) < 1e-2 and ordered \
+                and overlapping
             bad += not ok
             print(f"{'ok  ' if ok else 'FAIL'} {path[-10:]} {label}: steps {kept}, {len(steps)} spans, "
-                  f"largest difference {max(errs):.2g} ms; the collectives' last end after the next step's start "
-                  f"(ms): {', '.join(f'{x:.3f}' for _, x in late)}")
+                  f"largest difference {max(errs):.2g} ms, in order {ordered}; the data-parallel collectives' last "
+                  f"end after the next step's start (ms): {', '.join(f'{x:.3f}' for x in late)}")
 sys.exit(1 if bad else 0)
 PY
   check python3 "$root/analysis/timeline.py" "$out/timeline" --png "$out/timeline.png" --trace "$out/timeline.json" \

@@ -66,10 +66,14 @@ void CommTensorParallelGroup::fold_marks() {
   next_mark_ = 0;
 }
 
-CommTensorParallelGroup::Traffic CommTensorParallelGroup::take_traffic() {
+CommTensorParallelGroup::Traffic CommTensorParallelGroup::take_traffic(Timer* origin) {
   if (compute_) fold_marks();
   Traffic t = traffic_;
-  t.busy_ms = comm_.take_busy_ms(comm_.busy_mark());  // NaN when not timing
+  if (comm_.busy_measured()) {
+    t.spans = comm_.take_busy_spans(comm_.busy_mark(), origin, 0);
+    t.busy_ms = 0;
+    for (const OperationSpan& s : t.spans) t.busy_ms += s.end_ms - s.start_ms;
+  }
   traffic_ = {};
   return t;
 }

@@ -38,8 +38,11 @@ class CommTensorParallelGroup final : public TensorParallelGroup {
     // Their own device time on the communicator's stream, hidden or not, while
     // time_collectives(true) holds (Communicator::take_busy_ms); NaN otherwise, and on mpi.
     double busy_ms = std::numeric_limits<double>::quiet_NaN();
+    // Each of them when timing them, from mark 0 of take_traffic's `origin` (the step's timer).
+    std::vector<OperationSpan> spans;
   };
-  Traffic take_traffic();  // waits for the last collective's marks, and for the collectives when timing them
+  // Waits for the last collective's marks, and for the collectives when timing them.
+  Traffic take_traffic(Timer* origin = nullptr);
   // Off by default: two timing events a collective, kept until take_traffic().
   void time_collectives(bool on) { comm_.time_operations(on); }
 

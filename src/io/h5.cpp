@@ -1,12 +1,14 @@
 #include "src/io/h5.h"
 
 #include <fcntl.h>
+#include <signal.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <sys/stat.h>
 
 #include <type_traits>
@@ -357,10 +359,29 @@ std::vector<std::string> list_children(hid_t loc) {
   return names;
 }
 
-std::string work_name(const std::string& path) {
+static std::string host_name() {
   char host[256] = {};
   if (::gethostname(host, sizeof host - 1) != 0) host[0] = 0;
-  return path + ".tmp." + host + "." + std::to_string(::getpid());
+  return host;
+}
+
+std::string work_name(const std::string& path) {
+  return path + ".tmp." + host_name() + "." + std::to_string(::getpid());
+}
+
+void remove_stale_work_files(const std::string& path) {
+  namespace fs = std::filesystem;
+  const fs::path file(path);
+  const std::string prefix = file.filename().string() + ".tmp." + host_name() + ".";
+  std::error_code ec;
+  for (const fs::directory_entry& e :
+       fs::directory_iterator(file.parent_path().empty() ? "." : file.parent_path(), ec)) {
+    const std::string name = e.path().filename().string();
+    if (name.rfind(prefix, 0) != 0) continue;
+    const std::string pid = name.substr(prefix.size());
+    if (pid.empty() || pid.size() > 9 || pid.find_first_not_of("0123456789") != std::string::npos) continue;
+    if (::kill(pid_t(std::stol(pid)), 0) != 0 && errno == ESRCH) fs::remove(e.path(), ec);  // its writer is gone
+  }
 }
 
 void replace_file(const std::string& work, const std::string& path) {

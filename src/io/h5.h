@@ -59,6 +59,9 @@ void replace_file(const std::string& work, const std::string& path);
 // process's own, so that two runs writing one path (a shared --save) never write one work file:
 // each leaves `path` whole, the last rename's.
 std::string work_name(const std::string& path);
+// Removes the work files of `path` that processes of this host left when killed while writing
+// (their pid no longer exists): each is a whole checkpoint's size, and nothing else removes them.
+void remove_stale_work_files(const std::string& path);
 
 bool exists(hid_t loc, const std::string& path);
 // Opens the group at `path` (slash-separated), creating missing parents.

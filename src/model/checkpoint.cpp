@@ -116,6 +116,7 @@ static void save_whole(const std::string& path, const ModelConfig& config, const
   LLMHPC_CHECK(!state || (state->owned == std::vector<FlatRange>{{0, total}} && int64_t(state->m.size()) == total &&
                           int64_t(state->v.size()) == total),
                "a checkpoint holds the whole model's optimizer state");
+  h5::remove_stale_work_files(path);
   const std::string work = h5::work_name(path);
   try {
     write_checkpoint(work, config, values, state);

@@ -11,10 +11,10 @@
 // Per step: forward, backward, the communication backward did not hide (from the end of
 // backward until every gradient is reduced, as the compute stream sees it, plus after a
 // sharded optimizer until every rank's parameters arrived), the optimizer and the whole step,
-// and on NCCL the collectives' device time; the last steps' timeline; per configuration: what was communicated and the memory by category at the reference
-// optimizer-sharding study's three points (after the model was built; before the first
-// optimizer step, whose state does not exist yet, as with torch.optim; after the last step),
-// printed as a second table.
+// and on NCCL the collectives' device time and the last steps' timeline; per configuration:
+// what was communicated and the memory by category at the reference optimizer-sharding study's
+// three points (after the model was built; before the first optimizer step, whose state does
+// not exist yet, as with torch.optim; after the last step), printed as a second table.
 // Configurations that differ only in strategy or sharding share one model (each with its
 // own optimizer); each starts from rank 0's weights (broadcast), and every data-parallel rank
 // draws its own random tokens (seeded by its place; a tensor-parallel group shares them). With
@@ -218,8 +218,8 @@ struct Samples {
 };
 
 // The last timed steps' timeline (/ddp/<label>'s timeline_* datasets, which
-// analysis/timeline.py draws): the compute stream's phases and each data-parallel collective's
-// span on its communicator's stream, on this rank's GPU clock.
+// analysis/timeline.py draws): the compute stream's phases and each data-parallel and
+// tensor-parallel collective's span on its communicator's stream, on this rank's GPU clock.
 class StepTimeline {
  public:
   static constexpr int64_t kSteps = 4;  // a few steps: enough to see one repeat, small beside the step times
@@ -306,9 +306,13 @@ class DataParallelBusy {
   // Before a timed step runs on `timer`: takes the step that last ran on it.
   void step_begins(Timer& timer) {
     if (steps_.size() == 2) settle_oldest(steps_[1].marks);
-    steps_.push_back({marks(), &timer, {}});
+    steps_.push_back({marks(), &timer, {}, {}});
   }
-  void step_ended(const StepTimes& t) { steps_.back().times = t; }
+  // Its times, and the tensor-parallel group's collectives in it (from its timer's mark 0).
+  void step_ended(const StepTimes& t, std::vector<OperationSpan> tensor_parallel) {
+    steps_.back().times = t;
+    steps_.back().tensor_parallel = std::move(tensor_parallel);
+  }
   // Every step's, once the last steps' operations are complete (Communicator::synchronize).
   const std::vector<double>& finish() {
     for (Communicator* c : comms_) c->synchronize();
@@ -321,6 +325,7 @@ class DataParallelBusy {
     std::vector<uint64_t> marks;  // the communicators' busy marks when it began
     Timer* timer;                 // holding its marks until the step after next
     StepTimes times;
+    std::vector<OperationSpan> tensor_parallel;
   };
   std::vector<uint64_t> marks() const {
     std::vector<uint64_t> m;
@@ -333,7 +338,11 @@ class DataParallelBusy {
     const Step& oldest = steps_.front();
     const int64_t step = int64_t(per_step_.size());
     const double start = start_ms_;
-    if (measured_) timeline_.add_step(step, start, oldest.times);
+    if (measured_) {
+      timeline_.add_step(step, start, oldest.times);
+      for (const OperationSpan& s : oldest.tensor_parallel)
+        timeline_.add(step, "tensor parallel", s.name, s.bytes, start + s.start_ms, start + s.end_ms);
+    }
     double ms = 0;
     for (size_t i = 0; i < comms_.size(); ++i)
       for (OperationSpan& s : comms_[i]->take_busy_spans(next[i], oldest.timer, 0)) {
@@ -650,14 +659,15 @@ void run(ModeContext& ctx, const DdpOptions& o) {
               busy.step_begins(on);
               const StepTimes times = step(on);
               timed.add(times);
-              busy.step_ended(times);
+              CommTensorParallelGroup::Traffic t;
               if (tp_group) {
-                const CommTensorParallelGroup::Traffic t = tp_group->take_traffic();
+                t = tp_group->take_traffic(&on);  // complete: the step waited for each
                 tp_total.collectives += t.collectives;
                 tp_total.bytes += t.bytes;
                 tp_comm.push_back(t.exposed_ms);
                 tp_busy.push_back(t.busy_ms);
               }
+              busy.step_ended(times, std::move(t.spans));
               memory_samples.take(s, dev, timed.reserved_bytes());  // after the step's end: outside its timing
             }
             count.after_chunk(s);  // between steps (and one of the steps' host reductions)

@@ -4,9 +4,10 @@ A 2-rank ddp run on the CPU (mpi backend, zero1) records no timeline, and timeli
 with exit 2. Then every rank's record is given a timeline written here, as the nccl backend
 writes it (docs/hdf5-schema.md): 4 steps of 100 ms, forward 0-30, backward 30-70, gradient wait
 70-75, optimizer 75-85; an all-reduce 40-60, a reduce-scatter 65-80 and an all-gather 90-110 that
-runs into the next step's forward. The table's split of the collectives' 55 ms a step must be
+runs into the next step's forward; a tensor-parallel all-reduce 10-12, which the table (the
+data-parallel collectives') leaves out. The table's split of the collectives' 55 ms a step must be
 what those spans give (forward 10, backward 25, optimizer 5, exposed 5, between steps 10, 72.7%
-hidden), the Chrome trace must hold each span once with its stream and step, and the plot must
+beside compute), the Chrome trace must hold each span once with its stream and step, and the plot must
 be written; analysis/report.py gives the table and the plot as its "Step timeline" section.
 """
 import json
@@ -31,6 +32,7 @@ def write_timeline(path: str, label: str) -> None:
     for s in range(STEPS):
         rows += [(s, "compute", name, 0, s * PERIOD + a, s * PERIOD + b) for name, a, b in PHASES]
         rows += [(s, "communication", name, n, s * PERIOD + a, s * PERIOD + b) for name, n, a, b in COLLECTIVES]
+        rows += [(s, "tensor parallel", "allreduce", 512, s * PERIOD + 10, s * PERIOD + 12)]
     with h5py.File(path, "a") as f:
         g = f["ddp"][label]
         columns = list(zip(*rows))
@@ -62,12 +64,12 @@ def main() -> int:
         write_timeline(os.path.join(out, f"rank{rank:05d}.h5"), labels[0])
     trace, png = os.path.join(work, "timeline.json"), os.path.join(work, "timeline.png")
     text = run([sys.executable, TIMELINE, out, "--trace", trace, "--png", png]).stdout
-    (table,) = [t for t in parse_markdown_tables(text) if "Hidden %" in t[0]]
+    (table,) = [t for t in parse_markdown_tables(text) if "Beside compute %" in t[0]]
     header, rows = table
     assert [r[header.index("Rank")] for r in rows] == ["0", "1"], f"a row per rank:\n{text}"
     expected = {"Steps": 3, "Step (ms)": 100, "Collectives": 3, "Comm (ms)": 55, "Beside fwd (ms)": 10,
                 "Beside bwd (ms)": 25, "Beside optimizer (ms)": 5, "Exposed (ms)": 5, "Between steps (ms)": 10,
-                "Hidden %": 100 * 40 / 55}
+                "Beside compute %": 100 * 40 / 55}
     for row in rows:
         for column, value in expected.items():
             got = float(row[header.index(column)])
@@ -76,12 +78,12 @@ def main() -> int:
     with open(trace) as f:
         events = json.load(f)["traceEvents"]
     spans = [e for e in events if e["ph"] == "X"]
-    assert len(spans) == 2 * STEPS * (len(PHASES) + len(COLLECTIVES)), f"each span once: {len(spans)}"
+    assert len(spans) == 2 * STEPS * (len(PHASES) + len(COLLECTIVES) + 1), f"each span once: {len(spans)}"
     gather = [e for e in spans if e["name"] == "allgather x2" and e["args"]["step"] == 1]
     assert len(gather) == 2 and all(e["ts"] == 190e3 and e["dur"] == 20e3 and e["cat"] == "communication"
                                     and e["args"]["bytes"] == 2048 for e in gather), gather
-    threads = {e["args"]["name"] for e in events if e["name"] == "thread_name"}
-    assert {"compute", "communication"} <= threads, threads
+    assert {e["cat"] for e in spans} == {"compute", "communication", "tensor parallel"}, "a track per stream"
+    assert len([e for e in spans if e["cat"] == "tensor parallel"]) == 2 * STEPS, "the tensor-parallel spans"
     assert os.path.getsize(png) > 10000, "the plot was not written"
 
     report_md = os.path.join(work, "report", "report.md")
@@ -91,6 +93,10 @@ def main() -> int:
     assert len(section) == 2 and "72.7" in section[1], "report.py's Step timeline section holds the table"
     assert any(n.startswith("timeline_") and n.endswith(".png") for n in os.listdir(os.path.dirname(report_md))), \
         "report.py draws the timeline beside the report"
+    sys.path.insert(0, os.path.join(ROOT, "analysis"))
+    import timeline
+    alone = timeline.overlap_summary([dict(step=0, stream="communication", name="allreduce", bytes=8, start=0.0, end=1.0)])
+    assert alone["comm_ms"] == 1.0 and alone["idle"] == 1.0 and alone["step_ms"] != alone["step_ms"], alone
     print("PASS")
     return 0
 

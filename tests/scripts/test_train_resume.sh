@@ -6,7 +6,8 @@
 # --save-every rewrites the checkpoint without changing the training; a signal (SIGUSR1
 # through mpirun, SIGTERM and SIGINT to a single process) stops every rank at the same step,
 # saves the checkpoint, marks the rank files "interrupted" and exits 128 + the signal, and the
-# run goes on from what it saved; two runs saving to one path leave one whole checkpoint;
+# run goes on from what it saved; two runs saving to one path leave one whole checkpoint, and a
+# save removes the work files of writers killed on this host;
 # --save-every without --save is refused, and so is a decay that ended at or before the
 # checkpoint's step; options that change a checkpoint's model.
 source "$(dirname "$0")/mpi_script.sh"
@@ -111,6 +112,16 @@ for lr in 3e-3 1e-3; do
 done
 for pid in "${pids[@]}"; do wait $pid || fail "a run saving to shared.h5 beside another failed"; done
 compgen -G "shared.h5.tmp*" >/dev/null && fail "a work file of shared.h5 was left behind"
+# A work file whose writer was killed on this host is removed by the next save; a live one's stays.
+sleep 0 & dead=$!
+wait $dead
+: >"kept.h5.tmp.$(hostname).$dead"
+: >"kept.h5.tmp.$(hostname).$$"
+timeout 60 "$BIN" --mode train --device cpu --data tokens.bin $TINY --steps 1 --save kept.h5 --out stale >stale.log 2>&1 ||
+  fail "a save beside stale work files"
+[ ! -e "kept.h5.tmp.$(hostname).$dead" ] && [ -e "kept.h5.tmp.$(hostname).$$" ] ||
+  fail "the killed writer's work file was not removed, or a live one's was"
+rm -f "kept.h5.tmp.$(hostname).$$"
 
 python3 - "$(cd "$(dirname "$0")" && pwd)" <<'PY'
 import sys

@@ -19,17 +19,23 @@ class EventTimer final : public Timer {
   }
   void mark(int index) override { CUDA_CHECK(cudaEventRecord(event(index), stream_)); }
   int marks() const override { return int(events_.size()); }
-  double elapsed_ms(const Timer& origin, int from, int to) override { return elapsed_ms_to(origin, from, event(to)); }
-  static double elapsed_ms_to(const Timer& origin, int from, cudaEvent_t to) {
-    const EventTimer* o = dynamic_cast<const EventTimer*>(&origin);
+  double elapsed_ms(const Timer& origin, int from, int to) override {
+    const cudaEvent_t start = timer_event(origin, from);
+    LLMHPC_CHECK(dynamic_cast<const EventTimer&>(origin).device_ == device_,
+                 "a GPU timer compared with a timer on another GPU");
+    CUDA_CHECK(cudaEventSynchronize(start));  // on another stream it may still be ahead
+    CUDA_CHECK(cudaEventSynchronize(event(to)));
+    float ms = 0;
+    CUDA_CHECK(cudaEventElapsedTime(&ms, start, event(to)));
+    return ms;
+  }
+
+  static cudaEvent_t timer_event(const Timer& timer, int index) {
+    const EventTimer* t = dynamic_cast<const EventTimer*>(&timer);
     int device = 0;
     CUDA_CHECK(cudaGetDevice(&device));
-    LLMHPC_CHECK(o != nullptr && o->device_ == device, "a GPU timer compared with a timer on another clock");
-    CUDA_CHECK(cudaEventSynchronize(o->event(from)));  // on another stream it may still be ahead
-    CUDA_CHECK(cudaEventSynchronize(to));
-    float ms = 0;
-    CUDA_CHECK(cudaEventElapsedTime(&ms, o->event(from), to));
-    return ms;
+    LLMHPC_CHECK(t != nullptr && t->device_ == device, "a GPU timer compared with a timer on another clock");
+    return t->event(index);
   }
 
  private:
@@ -49,8 +55,6 @@ std::unique_ptr<Timer> make_event_timer(cudaStream_t stream, int num_marks) {
   return std::make_unique<EventTimer>(stream, num_marks);
 }
 
-double elapsed_ms_to(const Timer& origin, int from, cudaEvent_t event) {
-  return EventTimer::elapsed_ms_to(origin, from, event);
-}
+cudaEvent_t timer_event(const Timer& timer, int index) { return EventTimer::timer_event(timer, index); }
 
 }  // namespace llmhpc

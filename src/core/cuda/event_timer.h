@@ -12,8 +12,8 @@ namespace llmhpc {
 
 // Marks on `stream` of the current device.
 std::unique_ptr<Timer> make_event_timer(cudaStream_t stream, int num_marks);
-// Milliseconds from mark `from` of `origin` (an event timer of this device) to `event`, a
-// timing event of the same device; waits until both were reached.
-double elapsed_ms_to(const Timer& origin, int from, cudaEvent_t event);
+// Mark `index` of `timer`, an event timer of the current device (checked): to time events
+// recorded elsewhere (a communicator's) from it with cudaEventElapsedTime.
+cudaEvent_t timer_event(const Timer& timer, int index);
 
 }  // namespace llmhpc
