@@ -490,7 +490,7 @@ void run(ModeContext& ctx, const TrainOptions& o) {
       .attr("first_step", opt->steps_taken() + 1)
       .attr("cuda_graph", int64_t(graphed ? 1 : 0));
   record_memory(rec, "after_init", after_init);
-  std::vector<double> loss, lr, grad_norm, step_ms, fwd_ms, bwd_ms, sync_ms, param_sync_ms, opt_ms, tp_comm_ms,
+  std::vector<double> loss, lr, grad_norm, step_ms, wall_ms, fwd_ms, bwd_ms, sync_ms, param_sync_ms, opt_ms, tp_comm_ms,
       tp_busy_ms;
   CommTensorParallelGroup::Traffic tp_traffic;                         // of the last step, the same every step
   const std::unique_ptr<DeviceMonitor> monitor = device_monitor(ctx);  // the GPU's clocks over the run
@@ -501,6 +501,7 @@ void run(ModeContext& ctx, const TrainOptions& o) {
     r.add("loss", loss)
         .add("lr", lr)
         .add("step_ms", step_ms)
+        .add("wall_ms", wall_ms)
         .add("forward_ms", fwd_ms)
         .add("backward_ms", bwd_ms)
         .add("optimizer_ms", opt_ms);
@@ -550,6 +551,7 @@ void run(ModeContext& ctx, const TrainOptions& o) {
   std::chrono::steady_clock::time_point first_done;  // the time left is told from the steps after the first
   for (int64_t s = 0; s < steps && !stopped_by; s = done) {
     const int64_t step = first_batch + s + 1;  // the optimizer's step, as the record's first_step counts
+    const auto began = std::chrono::steady_clock::now();
     Watchdog::instance().set_step(step);
     data.fill_batch(first_batch + s, batch, seq, mine.first, mine.count, order, seed, inputs.data(), targets.data());
     if (micro_batches == 1) model->set_batch(inputs.data(), targets.data(), mine.count, seq);
@@ -580,6 +582,7 @@ void run(ModeContext& ctx, const TrainOptions& o) {
     const std::vector<double> reduced = rt.reduce_all(
         std::vector<double>{micro_batches > 1 ? micro_losses : model->mean_loss(), stop_signal() ? 1.0 : 0.0},
         HostReduce::Sum);
+    wall_ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - began).count());
     loss.push_back(reduced[0] / rt.world_size);
     lr.push_back(opt->hyper().lr);
     grad_norm.push_back(opt->last_grad_norm());
@@ -650,11 +653,16 @@ void run(ModeContext& ctx, const TrainOptions& o) {
   save_progress("ok");
   if (!o.save.empty()) save("the last step");
   const std::string clocks = slowdown_note(rt, monitor->summary());
-  // The steps after the first, which also allocates and (on a GPU) warms up, and their throughput.
-  const std::vector<double> settled(step_ms.size() > 1 ? step_ms.begin() + 1 : step_ms.begin(), step_ms.end());
-  log_root(rt, "train: final loss %.6f, mean step %.1f ms%s, %s tokens/s%s; results in %s\n", loss.back(),
-           mean(settled), step_ms.size() > 1 ? " after the first" : "",
-           fmt(double(batch * seq) / (mean(settled) / 1000.0), 0).c_str(), clocks.c_str(), ctx.out_dir.c_str());
+  // The steps after the first, which also allocates and (on a GPU) warms up, and their
+  // throughput as the run had it: with the host's part of each step (its batch, the loss's
+  // reduction over the ranks), which the device's step time leaves out.
+  const size_t skip = step_ms.size() > 1 ? 1 : 0;
+  const double device_ms = mean(std::vector<double>(step_ms.begin() + ptrdiff_t(skip), step_ms.end()));
+  const double whole_ms = mean(std::vector<double>(wall_ms.begin() + ptrdiff_t(skip), wall_ms.end()));
+  log_root(rt,
+           "train: final loss %.6f, mean step %.1f ms%s (%.1f ms with the host's part), %s tokens/s%s; results in %s\n",
+           loss.back(), device_ms, skip ? " after the first" : "", whole_ms,
+           fmt(double(batch * seq) / (whole_ms / 1000.0), 0).c_str(), clocks.c_str(), ctx.out_dir.c_str());
 }
 
 }  // namespace

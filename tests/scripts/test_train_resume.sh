@@ -24,6 +24,16 @@ run2() { local name=$1; shift; timeout 120 "$MPIEXEC" --oversubscribe -np 2 "$BI
 run2 full $TRAIN $DP $SCHEDULE --steps 8 --save full.h5
 grep -qE "^step +1/8 .*ms/step, [0-9]+s left$" full.log && grep -qE "^step +8/8 .*ms/step$" full.log ||
   fail "the step lines do not say how long the rest takes (and the last says nothing)"
+# The last line's throughput: the global batch's tokens over the mean step with the host's part.
+python3 - full.log <<'PY' || fail "the last line's tokens/s is not the batch's tokens over the mean step with the host's part"
+import re, sys
+m = re.search(r"mean step ([0-9.]+) ms after the first \(([0-9.]+) ms with the host's part\), ([0-9,]+) tokens/s",
+              open(sys.argv[1]).read())
+device, whole, tokens = float(m[1]), float(m[2]), float(m[3].replace(",", ""))
+# whole is printed to 0.1 ms
+assert whole >= device and 8 * 16 / ((whole + 0.051) / 1e3) <= tokens <= 8 * 16 / (max(whole - 0.051, 1e-3) / 1e3), \
+    (device, whole, tokens)
+PY
 run2 part $TRAIN $DP $SCHEDULE --steps 5 --lr-decay-steps 8 --save part.h5
 run2 resumed $TRAIN $DP $SCHEDULE --steps 3 --init part.h5 --save resumed.h5
 run2 every $TRAIN $DP $SCHEDULE --steps 8 --save-every 3 --save every.h5
@@ -142,6 +152,8 @@ check(int(part["optimizer/step"]) == 5 and int(resumed["optimizer/step"]) == 8, 
 check(same(resumed, full), "stopped after 5 steps and resumed for 3: bitwise the checkpoint of 8 straight steps")
 check(np.array_equal(train("resumed")[1], train("full")[1][5:]), "the resumed run's losses are steps 6-8 of the straight run's")
 check(train("resumed")[0]["first_step"] == 6, "the resumed run starts at step 6")
+wall, device = train("full", dataset="wall_ms")[1], train("full", dataset="step_ms")[1]
+check(len(wall) == 8 and all(wall >= device), f"each step's wall time holds its step time: {wall} {device}")
 for dataset in ("lr", "grad_norm"):
     check(np.array_equal(train("resumed", dataset=dataset)[1], train("full", dataset=dataset)[1][5:]),
           f"the resumed run's {dataset} is steps 6-8 of the straight run's")
