@@ -1,20 +1,21 @@
 #!/usr/bin/env python3
-"""Where a data-parallel step's communication ran: mode ddp's step timeline.
+"""Where a data-parallel step's communication ran: the step timeline of modes ddp and train.
 
     python3 analysis/timeline.py results/ddp-1234                    # per configuration and rank: what hid it
     python3 analysis/timeline.py DIR --trace timeline.json           # every rank's steps for ui.perfetto.dev
     python3 analysis/timeline.py DIR --png timeline.png [--label L]  # one configuration's steps, rank by rank
 
-On the nccl backend mode ddp records, on every rank, each configuration's last timed steps (4):
-the compute stream's phases (forward, backward, the gradient wait, the optimizer, the parameter
-wait) and every data-parallel collective's span on its communicator's stream, from when the
-stream reached it to its end (under --tp the tensor-parallel group's collectives too), on the
-rank's GPU clock (the timeline_* datasets,
-docs/hdf5-schema.md). That is what Nsight Systems draws for the two streams, for the steps the
-record's times come from.
+On the nccl backend mode ddp records, on every rank, each configuration's last timed steps (4),
+and mode train its data-parallel run's last 4 steps: the compute stream's phases (forward,
+backward, the gradient wait, the optimizer, the parameter wait) and every data-parallel
+collective's span on its communicator's stream, from when the stream reached it to its end
+(under --tp the tensor-parallel group's collectives too), on the rank's GPU clock (the
+timeline_* datasets, docs/hdf5-schema.md). That is what Nsight Systems draws for the two
+streams, for the steps the record's times come from.
 
-The table gives, for the data-parallel collectives, per step (the mean over the recorded steps whose next step is recorded too,
-since a sharded step's parameter all-gathers run into the next step's forward): the collectives,
+The table gives, for the data-parallel collectives, per step (the mean over the recorded steps
+whose next step is recorded too, since a sharded step's parameter all-gathers run into the next
+step's forward): the collectives,
 their time (the union of their spans), and how much of it ran beside forward, backward and the
 optimizer, during the compute stream's waits for them (exposed: comm_ms's part that the
 collectives were running), and with the compute stream idle (between steps: the host's gap).
@@ -27,6 +28,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import re
 import os
 import sys
 
@@ -38,8 +40,10 @@ from ddp import SETUP_ORDER, STRATEGIES  # noqa: E402
 from llmhpc_h5 import SchemaError, open_run, sweep_key  # noqa: E402
 from plotting import legend_above  # noqa: E402
 
-HIDING = ("forward", "backward", "optimizer")      # compute phases a collective can run beside
+# Compute phases a collective can run beside ("forward and backward": train's micro-batches, one phase).
+HIDING = ("forward", "backward", "forward and backward", "optimizer")
 WAITS = ("gradient wait", "parameter wait")        # the compute stream waiting for the collectives
+TIMED_MODES = ("ddp", "train")                    # the modes that record a step timeline
 DATA_PARALLEL = ("communication", "replicas")       # the data-parallel group's and hybrid sharding's
 STREAMS = ("compute", *DATA_PARALLEL, "tensor parallel")  # one trace track each, in this order
 COLUMNS = ("timeline_step", "timeline_stream", "timeline_name", "timeline_bytes", "timeline_start_ms",
@@ -106,32 +110,32 @@ def overlap_summary(rows: list) -> dict | None:
 
 
 def timeline_records(run, label: str | None = None) -> list:
-    """[(name, [record of each rank])] of the ddp records with a timeline, in sweep order."""
-    groups = run.records_by_name("ddp", rank=None)
+    """[(name, [record of each rank])] of the ddp or train records with a timeline, in sweep order."""
+    groups = run.records_by_name(run.mode, rank=None)
     out = [(name, sorted(recs, key=lambda r: r.rank)) for name, recs in groups.items()
            if any("timeline_step" in r.arrays for r in recs) and (label is None or name == label)]
     def order(item):
         attrs = item[1][0].attrs
-        strategy = STRATEGIES.index(attrs["ddp"]) if attrs.get("ddp") in STRATEGIES else len(STRATEGIES)
+        strategy = STRATEGIES.index(attrs.get("ddp")) if attrs.get("ddp") in STRATEGIES else len(STRATEGIES)
         return sweep_key(attrs, SETUP_ORDER), strategy, sweep_key(attrs, ("bucket_mb", "shard_optimizer")), item[0]
     return sorted(out, key=order)
 
 
 def overlap_table(run, label: str | None = None) -> str:
     """The per-rank table of what hid each configuration's collectives; '' without timelines."""
-    rows = []
-    for name, recs in timeline_records(run, label):
-        for rec in recs:
-            o = overlap_summary(spans(rec))
-            if o is None:
-                continue
-            rows.append([name, str(rec.rank), str(o["steps"]), fmt(o["step_ms"]), fmt(o["collectives"], 0),
-                         fmt(o["comm_ms"]), fmt(o["beside_forward"]), fmt(o["beside_backward"]),
-                         fmt(o["beside_optimizer"]), fmt(o["waiting"]), fmt(o["idle"]), fmt(o["beside_pct"], 1)])
-    if not rows:
+    summaries = [(name, rec.rank, o) for name, recs in timeline_records(run, label) for rec in recs
+                 if (o := overlap_summary(spans(rec))) is not None]
+    if not summaries:
         return ""
-    header = ["Configuration", "Rank", "Steps", "Step (ms)", "Collectives", "Comm (ms)", "Beside fwd (ms)",
-              "Beside bwd (ms)", "Beside optimizer (ms)", "Exposed (ms)", "Between steps (ms)", "Beside compute %"]
+    # The micro-batches' phase only where a record has it (train --grad-accum).
+    phases = [p for p in HIDING if p != "forward and backward" or any(
+        r["name"] == p for name, recs in timeline_records(run, label) for rec in recs for r in spans(rec))]
+    short = {"forward": "fwd", "backward": "bwd", "forward and backward": "fwd+bwd", "optimizer": "optimizer"}
+    rows = [[name, str(rank), str(o["steps"]), fmt(o["step_ms"]), fmt(o["collectives"], 0), fmt(o["comm_ms"]),
+             *(fmt(o[f"beside_{p}"]) for p in phases), fmt(o["waiting"]), fmt(o["idle"]), fmt(o["beside_pct"], 1)]
+            for name, rank, o in summaries]
+    header = ["Configuration", "Rank", "Steps", "Step (ms)", "Collectives", "Comm (ms)",
+              *(f"Beside {short[p]} (ms)" for p in phases), "Exposed (ms)", "Between steps (ms)", "Beside compute %"]
     return ("### Where the collectives ran (per step: the data-parallel collectives' device time, split by what the "
             "compute stream did meanwhile)\n\n" + markdown_table(header, rows) +
             "\n\nExposed: while the compute stream waited for them (the gradient and parameter waits). Under zero1-3 "
@@ -164,11 +168,11 @@ def plot(run, label: str | None, path: str) -> str:
     import matplotlib.pyplot as plt  # plotting set the Agg backend
     records = timeline_records(run, label)
     if not records:
-        raise SchemaError("no ddp record with a timeline" + (f" named {label}" if label else ""))
+        raise SchemaError(f"no {run.mode} record with a timeline" + (f" named {label}" if label else ""))
     name, recs = records[0]
-    colors = {"forward": "tab:blue", "backward": "tab:green", "optimizer": "tab:purple", "gradient wait": "tab:gray",
+    colors = {"forward": "tab:blue", "backward": "tab:green", "forward and backward": "tab:cyan", "optimizer": "tab:purple", "gradient wait": "tab:gray",
               "parameter wait": "silver", "allreduce": "tab:orange", "reducescatter": "tab:red",
-              "allgather": "tab:brown", "broadcast": "tab:pink", "stream work": "tab:olive"}
+              "allgather": "tab:brown", "broadcast": "tab:pink", "alltoall": "gold", "stream work": "tab:olive"}
     lanes = [("compute", ("compute",)), ("collectives", DATA_PARALLEL)]
     if any(r["stream"] == "tensor parallel" for rec in recs for r in spans(rec)):
         lanes.append(("tensor parallel", ("tensor parallel",)))
@@ -182,7 +186,7 @@ def plot(run, label: str | None, path: str) -> str:
             for r in spans(rec):
                 if r["stream"] not in streams:
                     continue
-                kind = r["name"] if lane == 0 else r["name"].split(" ")[0].split("+")[0]
+                kind = r["name"] if lane == 0 else re.sub(r" x\d+$", "", r["name"]).split("+")[0]
                 ax.broken_barh([(r["start"], r["end"] - r["start"])], (y, 1), color=colors.get(kind, "tab:cyan"),
                                label=None if kind in seen else kind, edgecolor="black", linewidth=0.2)
                 seen.add(kind)
@@ -196,11 +200,11 @@ def plot(run, label: str | None, path: str) -> str:
 
 
 def report_section(runs: list, out_dir: str) -> str:
-    """analysis/report.py's "Step timeline" section: each ddp run's table, and a plot of its first
+    """analysis/report.py's "Step timeline" section: each ddp or train run's table, and a plot of its first
     configuration with a timeline; '' where no run has one."""
     parts = []
     for index, run in enumerate(runs):
-        if run.mode != "ddp":
+        if run.mode not in TIMED_MODES:
             continue
         table = overlap_table(run)
         if not table:
@@ -216,18 +220,19 @@ def report_section(runs: list, out_dir: str) -> str:
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("dir", metavar="DIR", help="run directory of mode ddp (llmhpc --out)")
+    parser.add_argument("dir", metavar="DIR", help="run directory of mode ddp or train (llmhpc --out)")
     parser.add_argument("--label", help="one configuration (a /ddp/<label> name): the table's, the trace's or the plot's")
     parser.add_argument("--trace", metavar="FILE.json", help="write every rank's timelines as a Chrome trace")
     parser.add_argument("--png", metavar="FILE.png", help="plot one configuration (--label, else the first)")
     args = parser.parse_args(argv)
     try:
         run = open_run(args.dir)
-        if run.mode != "ddp":
-            raise SchemaError(f"{args.dir} is a run of mode {run.mode}; the step timeline is mode ddp's")
+        if run.mode not in TIMED_MODES:
+            raise SchemaError(f"{args.dir} is a run of mode {run.mode}; the step timeline is mode ddp's and train's")
         if not timeline_records(run, args.label):
-            raise SchemaError("no ddp record with a timeline" + (f" named {args.label}" if args.label else "")
-                              + ": it is recorded on the nccl backend (--backend nccl on GPUs)")
+            raise SchemaError(f"no {run.mode} record with a timeline" + (f" named {args.label}" if args.label else "")
+                              + ": it is recorded on the nccl backend (--backend nccl on GPUs)"
+                              + (", with data parallelism (--ddp)" if run.mode == "train" else ""))
         print(overlap_table(run, args.label) or "no data-parallel collectives in the recorded steps "
               "(the plot and the trace show the tensor-parallel ones)")
         if args.trace:

@@ -12,7 +12,8 @@
 #          and zero1 on the copy engines in 0.5 MiB buckets, zero1 in bf16 on the wire, hybrid
 #          zero1, zero2, zero3); every run's losses against one rank's: within 1e-5 relative
 #          (1e-4 with bf16 on the wire)
-#   timeline  mode ddp on NP ranks, bucketed under every sharding stage: each rank's step timeline
+#   timeline  mode ddp on NP ranks, bucketed under every sharding stage, and mode train (zero1, two
+#          micro-batches a step): each rank's step timeline
 #          (the last 4 timed steps) agrees with its own record: every step's collectives' spans
 #          sum to its comm_busy_ms and its phases to its step_ms (and, --tp NP, the tensor-parallel
 #          ones to its tp_comm_busy_ms), the steps follow one another, and a zero1 or zero2 step's
@@ -86,15 +87,20 @@ if has timeline; then
   check timeout 300 "${mpi[@]}" "$bin/llmhpc" --mode ddp --d-model 256 --d-ff 1024 --num-layers 4 --num-heads 8 \
     --vocab-size 1000 --context-length 128 --batch-size 8 --precision bf16 --tp "$NP" --ddp none \
     --warmup 2 --steps 7 --allow-gpu-sharing --out "$out/timeline/tp"
+  step "train timeline: $NP ranks, zero1, --grad-accum 2"
+  python3 -c "import numpy as np; np.random.default_rng(0).integers(0, 1000, 1 << 20, dtype=np.uint16).tofile('$out/timeline_tokens.bin')"
+  check timeout 180 "${mpi[@]}" "$bin/llmhpc" --mode train --data "$out/timeline_tokens.bin" --d-model 256 --d-ff 1024 \
+    --num-layers 4 --num-heads 8 --vocab-size 1000 --context-length 128 --batch-size 8 --precision bf16 \
+    --shard-optimizer zero1 --grad-accum 2 --steps 8 --log-every 8 --allow-gpu-sharing --out "$out/timeline/train"
   step "ddp timeline: each rank's against its record"
   check python3 - "$out/timeline" <<'PY'
 import glob, sys
 import h5py
 import numpy as np
 bad = 0
-for path in sorted(glob.glob(sys.argv[1] + "/rank*.h5") + glob.glob(sys.argv[1] + "/tp/rank*.h5")):
+for path in sorted(glob.glob(sys.argv[1] + "/rank*.h5") + glob.glob(sys.argv[1] + "/*/rank*.h5")):
     with h5py.File(path, "r") as f:
-        for label, g in f["ddp"].items():
+        for label, g in (f["ddp"].items() if "ddp" in f else [("train_zero1", f["train"])]):
             steps, stream = g["timeline_step"][()], g["timeline_stream"].asstr()[()]
             start, end = g["timeline_start_ms"][()], g["timeline_end_ms"][()]
             kept = sorted(set(steps.tolist()))

@@ -24,7 +24,6 @@
 #include <array>
 #include <cmath>
 #include <cstdio>
-#include <deque>
 #include <limits>
 #include <map>
 #include <optional>
@@ -38,6 +37,7 @@
 #include "src/modes/model_sweep.h"
 #include "src/modes/options.h"
 #include "src/modes/soak.h"
+#include "src/modes/step_timeline.h"
 #include "src/modes/sweep.h"
 
 namespace llmhpc {
@@ -215,151 +215,6 @@ struct Samples {
         .add(prefix + "param_comm_ms", param_comm);
     r.add(prefix + "optimizer_ms", optimizer).add(prefix + "step_ms", step);
   }
-};
-
-// The last timed steps' timeline (/ddp/<label>'s timeline_* datasets, which
-// analysis/timeline.py draws): the compute stream's phases and each data-parallel and
-// tensor-parallel collective's span on its communicator's stream, on this rank's GPU clock.
-class StepTimeline {
- public:
-  static constexpr int64_t kSteps = 4;  // a few steps: enough to see one repeat, small beside the step times
-
-  // Step `s` began `start_ms` after the first timed step; its phases, from its times (the
-  // step's marks follow one another: run_step).
-  void add_step(int64_t s, double start_ms, const StepTimes& t) {
-    starts_.emplace_back(s, start_ms);
-    double at = start_ms;
-    for (const auto& [name, ms] : {std::pair{"forward", t.forward_ms},
-                                   {"backward", t.backward_ms},
-                                   {"gradient wait", t.sync_ms},
-                                   {"optimizer", t.optimizer_ms},
-                                   {"parameter wait", t.param_sync_ms}})
-      if (std::isfinite(ms)) add(s, "compute", name, 0, at, at + ms), at += ms;
-  }
-  // An operation of step `s`, in ms after the first timed step began.
-  void add(int64_t s, const char* stream, std::string name, uint64_t bytes, double start_ms, double end_ms) {
-    rows_.push_back({s, stream, std::move(name), int64_t(bytes), start_ms, end_ms});
-    latest_ = std::max(latest_, s);
-    if (rows_.size() >= 2 * kept_) drop_older();  // bounded over a long --duration-s run
-  }
-  // The latest kSteps steps, from the start of the first of them.
-  void record(Record& r) {
-    drop_older();
-    if (rows_.empty()) return;
-    const double origin = starts_.empty() ? 0 : starts_.front().second;  // the steps in order
-    std::vector<int64_t> step, bytes;
-    std::vector<std::string> stream, name;
-    std::vector<double> start, end;
-    for (Row& row : rows_) {
-      step.push_back(row.step), stream.emplace_back(row.stream), name.push_back(row.name);
-      bytes.push_back(row.bytes), start.push_back(row.start_ms - origin), end.push_back(row.end_ms - origin);
-    }
-    r.add("timeline_step", step)
-        .add("timeline_stream", stream)
-        .add("timeline_name", name)
-        .add("timeline_bytes", bytes)
-        .add("timeline_start_ms", start)
-        .add("timeline_end_ms", end);
-  }
-
- private:
-  struct Row {
-    int64_t step;
-    const char* stream;
-    std::string name;
-    int64_t bytes;
-    double start_ms, end_ms;
-  };
-  void drop_older() {
-    const int64_t first = latest_ - kSteps + 1;
-    rows_.erase(std::remove_if(rows_.begin(), rows_.end(), [&](const Row& r) { return r.step < first; }), rows_.end());
-    starts_.erase(std::remove_if(starts_.begin(), starts_.end(), [&](const auto& p) { return p.first < first; }),
-                  starts_.end());
-    kept_ = std::max<size_t>(kept_, rows_.size());
-  }
-  std::vector<Row> rows_;
-  std::vector<std::pair<int64_t, double>> starts_;  // the steps' starts
-  int64_t latest_ = 0;
-  size_t kept_ = 1024;  // rows once the older steps are dropped: compaction happens at twice that
-};
-
-// The device time of a configuration's data-parallel collectives, per timed step
-// (Communicator::take_busy_spans): the group's and, under hybrid sharding, the replicas'.
-// Timed steps alternate between two step timers, and a step's operations are taken two steps
-// later, before the step that reuses its timer: by then every one of them is complete (the
-// parameters a sharded optimizer shares after the optimizer are waited for in the next step's
-// forward), so taking them never makes the host wait for the device, which would hold back the
-// next forward that the last all-gathers overlap; and its timer still holds its marks, so each
-// span is placed on the step's timeline. Always on: its events cost nothing measurable (one
-// H200, xl bf16 bucketed, 243 collectives a step: 219.5 ms timed, 219.6-219.9 untimed, 2026-11-29).
-class DataParallelBusy {
- public:
-  DataParallelBusy(Communicator& comm, Communicator* replicas, StepTimeline& timeline) : timeline_(timeline) {
-    for (Communicator* c : {&comm, replicas})
-      if (c) comms_.push_back(c), c->time_operations(true);
-    measured_ = comm.busy_measured();  // false where the backend does not measure it
-  }
-  ~DataParallelBusy() {
-    for (Communicator* c : comms_) c->time_operations(false);
-  }
-  bool measured() const { return measured_; }
-  // Before a timed step runs on `timer`: takes the step that last ran on it.
-  void step_begins(Timer& timer) {
-    if (steps_.size() == 2) settle_oldest(steps_[1].marks);
-    steps_.push_back({marks(), &timer, {}, {}});
-  }
-  // Its times, and the tensor-parallel group's collectives in it (from its timer's mark 0).
-  void step_ended(const StepTimes& t, std::vector<OperationSpan> tensor_parallel) {
-    steps_.back().times = t;
-    steps_.back().tensor_parallel = std::move(tensor_parallel);
-  }
-  // Every step's, once the last steps' operations are complete (Communicator::synchronize).
-  const std::vector<double>& finish() {
-    for (Communicator* c : comms_) c->synchronize();
-    while (!steps_.empty()) settle_oldest(steps_.size() > 1 ? steps_[1].marks : marks());
-    return per_step_;
-  }
-
- private:
-  struct Step {
-    std::vector<uint64_t> marks;  // the communicators' busy marks when it began
-    Timer* timer;                 // holding its marks until the step after next
-    StepTimes times;
-    std::vector<OperationSpan> tensor_parallel;
-  };
-  std::vector<uint64_t> marks() const {
-    std::vector<uint64_t> m;
-    for (const Communicator* c : comms_) m.push_back(c->busy_mark());
-    return m;
-  }
-  // The oldest step's operations (those issued before `next`), placed on the timeline from its
-  // start; the next step's start from its.
-  void settle_oldest(const std::vector<uint64_t>& next) {
-    const Step& oldest = steps_.front();
-    const int64_t step = int64_t(per_step_.size());
-    const double start = start_ms_;
-    if (measured_) {
-      timeline_.add_step(step, start, oldest.times);
-      for (const OperationSpan& s : oldest.tensor_parallel)
-        timeline_.add(step, "tensor parallel", s.name, s.bytes, start + s.start_ms, start + s.end_ms);
-    }
-    double ms = 0;
-    for (size_t i = 0; i < comms_.size(); ++i)
-      for (OperationSpan& s : comms_[i]->take_busy_spans(next[i], oldest.timer, 0)) {
-        ms += s.end_ms - s.start_ms;
-        timeline_.add(step, i == 0 ? "communication" : "replicas", std::move(s.name), s.bytes, start + s.start_ms,
-                      start + s.end_ms);
-      }
-    per_step_.push_back(ms);
-    if (steps_.size() > 1 && measured_) start_ms_ += steps_[1].timer->elapsed_ms(*oldest.timer, 0, 0);
-    steps_.erase(steps_.begin());
-  }
-  StepTimeline& timeline_;
-  std::vector<Communicator*> comms_;
-  std::deque<Step> steps_;  // begun, not taken yet: at most two
-  std::vector<double> per_step_;
-  double start_ms_ = 0;  // the oldest step's start, from the first timed step's
-  bool measured_ = false;
 };
 
 // Times the tensor-parallel group's collectives while it lives (null: no group).

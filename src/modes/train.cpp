@@ -28,6 +28,7 @@
 #include "src/dist/tensor_parallel.h"
 #include "src/modes/data_parallel.h"
 #include "src/modes/options.h"
+#include "src/modes/step_timeline.h"
 #include "src/modes/sensors.h"
 
 namespace llmhpc {
@@ -528,7 +529,21 @@ void run(ModeContext& ctx, const TrainOptions& o) {
   };
 
   std::vector<int32_t> inputs(mine.count * seq), targets(mine.count * seq);
-  auto timer = dev.make_timer(step_marks(micro_batches));
+  // Steps alternate between two timers, so that the data-parallel collectives' spans can be read
+  // two steps later without waiting (src/modes/step_timeline.h).
+  auto timer = dev.make_timer(step_marks(micro_batches)), other_timer = dev.make_timer(step_marks(micro_batches));
+  StepTimeline timeline;
+  std::unique_ptr<DataParallelBusy> busy;  // with a data-parallel sync: its collectives' device time
+  if (sync) busy = std::make_unique<DataParallelBusy>(*comm, replicas.get(), timeline, micro_batches);
+  // At the run's end (ok or stopped by a signal): every step's collective time and the last
+  // steps' timeline.
+  auto finish_collectives = [&](Record& r) {
+    if (!busy) return;
+    const std::vector<double>& per_step = busy->finish();
+    if (busy->measured()) r.add("comm_busy_ms", per_step);
+    timeline.record(r);
+    busy.reset();
+  };
   // --grad-accum: the rank's share in micro-batches of micro_size sequences, each one's mean loss
   // weighted 1/micro_batches in backward and added into the step's.
   double micro_losses = 0;
@@ -558,10 +573,12 @@ void run(ModeContext& ctx, const TrainOptions& o) {
     micro_losses = 0;
     opt->hyper().lr = schedule.at(opt->steps_taken() + 1);
     StepTimes t;
+    Timer& on = s % 2 == 0 ? *timer : *other_timer;
+    if (busy) busy->step_begins(on);
     try {
       if (graphed && s == 1) graph = std::make_unique<GraphedStep>(*model, opt.get(), Phase::TrainStep);
-      t = graph ? graph->run(*timer)
-                : run_step(*model, opt.get(), Phase::TrainStep, *timer, sync.get(), nullptr,
+      t = graph ? graph->run(on)
+                : run_step(*model, opt.get(), Phase::TrainStep, on, sync.get(), nullptr,
                            micro_batches > 1 ? &micro : nullptr);
     } catch (const OutOfMemory& e) {  // the losses so far are kept; the run ends (main reports it)
       rec.attr("error", e.what());
@@ -569,10 +586,11 @@ void run(ModeContext& ctx, const TrainOptions& o) {
       throw;
     }
     if (tp_group) {
-      tp_traffic = tp_group->take_traffic();
+      tp_traffic = tp_group->take_traffic(&on);  // complete: the step waited for each
       tp_comm_ms.push_back(tp_traffic.exposed_ms);
       tp_busy_ms.push_back(tp_traffic.busy_ms);
     }
+    if (busy) busy->step_ended(t, std::move(tp_traffic.spans));
     if (s == 0) {  // the memory points around the first optimizer step, which allocates its state
       record_memory(rec, "before_optimizer", t.memory_before_optimizer);
       record_memory(rec, "after_optimizer", model_memory(dev.allocator()));
@@ -631,6 +649,7 @@ void run(ModeContext& ctx, const TrainOptions& o) {
       last_flush = now;
     }
   }
+  finish_collectives(rec);   // the last steps' collectives, before wait_parameters() issues more
   model->wait_parameters();  // the last step's all-gathers, before the sync goes
   if (stopped_by) {
     const std::string why = "interrupted: " + signal_name(stopped_by) + " after step " + std::to_string(done) + " of " +

@@ -8,7 +8,9 @@ runs into the next step's forward; a tensor-parallel all-reduce 10-12, which the
 data-parallel collectives') leaves out. The table's split of the collectives' 55 ms a step must be
 what those spans give (forward 10, backward 25, optimizer 5, exposed 5, between steps 10, 72.7%
 beside compute), the Chrome trace must hold each span once with its stream and step, and the plot must
-be written; analysis/report.py gives the table and the plot as its "Step timeline" section.
+be written; analysis/report.py gives the table and the plot as its "Step timeline" section. A
+2-rank train run's /train record is read the same way, with --grad-accum's one phase for the
+micro-batches' forwards and backwards.
 """
 import json
 import os
@@ -27,14 +29,14 @@ COLLECTIVES = [("allreduce", 4096, 40, 60), ("reducescatter", 8192, 65, 80), ("a
 STEPS, PERIOD = 4, 100.0
 
 
-def write_timeline(path: str, label: str) -> None:
+def write_timeline(path: str, group: str, phases=PHASES) -> None:
     rows = []
     for s in range(STEPS):
-        rows += [(s, "compute", name, 0, s * PERIOD + a, s * PERIOD + b) for name, a, b in PHASES]
+        rows += [(s, "compute", name, 0, s * PERIOD + a, s * PERIOD + b) for name, a, b in phases]
         rows += [(s, "communication", name, n, s * PERIOD + a, s * PERIOD + b) for name, n, a, b in COLLECTIVES]
         rows += [(s, "tensor parallel", "allreduce", 512, s * PERIOD + 10, s * PERIOD + 12)]
     with h5py.File(path, "a") as f:
-        g = f["ddp"][label]
+        g = f[group]
         columns = list(zip(*rows))
         g["timeline_step"] = np.array(columns[0], dtype=np.int64)
         g["timeline_stream"] = np.array(columns[1], dtype=h5py.string_dtype())
@@ -61,7 +63,7 @@ def main() -> int:
         f"no timeline: exit 2 and what records one ({missing.returncode}):\n{missing.stderr}"
 
     for rank in (0, 1):
-        write_timeline(os.path.join(out, f"rank{rank:05d}.h5"), labels[0])
+        write_timeline(os.path.join(out, f"rank{rank:05d}.h5"), "ddp/" + labels[0])
     trace, png = os.path.join(work, "timeline.json"), os.path.join(work, "timeline.png")
     text = run([sys.executable, TIMELINE, out, "--trace", trace, "--png", png]).stdout
     (table,) = [t for t in parse_markdown_tables(text) if "Beside compute %" in t[0]]
@@ -93,6 +95,24 @@ def main() -> int:
     assert len(section) == 2 and "72.7" in section[1], "report.py's Step timeline section holds the table"
     assert any(n.startswith("timeline_") and n.endswith(".png") for n in os.listdir(os.path.dirname(report_md))), \
         "report.py draws the timeline beside the report"
+    # Mode train records the same timeline in /train: read alike.
+    train = os.path.join(work, "train")
+    np.random.default_rng(0).integers(0, 64, 4000, dtype=np.uint16).tofile(os.path.join(work, "tokens.bin"))
+    run([*mpiexec(), "-np", "2", llmhpc_binary(), "--mode", "train", "--device", "cpu", "--data",
+         os.path.join(work, "tokens.bin"), "--d-model", "32", "--d-ff", "64", "--num-layers", "2", "--num-heads", "4",
+         "--vocab-size", "64", "--context-length", "8", "--batch-size", "4", "--steps", "3", "--out", train])
+    missing = run([sys.executable, TIMELINE, train], expect_ok=False)
+    assert missing.returncode == 2 and "no train record with a timeline" in missing.stderr, missing.stderr
+    # --grad-accum: the micro-batches' forwards and backwards are one phase, and the table's column.
+    merged = [("forward and backward", 0, 70)] + PHASES[2:]
+    for rank in (0, 1):
+        write_timeline(os.path.join(train, f"rank{rank:05d}.h5"), "train", merged)
+    text = run([sys.executable, TIMELINE, train]).stdout
+    (table,) = [t for t in parse_markdown_tables(text) if "Beside compute %" in t[0]]
+    header, rows = table
+    assert [r[0] for r in rows] == ["train", "train"], f"a row per rank of the train record:\n{text}"
+    assert all(float(r[header.index("Beside fwd+bwd (ms)")]) == 35 for r in rows), f"10 + 25 ms beside it:\n{text}"
+
     sys.path.insert(0, os.path.join(ROOT, "analysis"))
     import timeline
     alone = timeline.overlap_summary([dict(step=0, stream="communication", name="allreduce", bytes=8, start=0.0, end=1.0)])

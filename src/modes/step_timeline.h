@@ -1,0 +1,95 @@
+// What a data-parallel step's collectives did on their communicator's stream (modes ddp and
+// train): their device time per step (comm_busy_ms) and the last steps' timeline (timeline_*:
+// the compute stream's phases beside every data-parallel and tensor-parallel collective's span,
+// what Nsight Systems draws for the streams; analysis/timeline.py reads it).
+//
+// The steps alternate between two step timers, and a step's collectives are taken two steps
+// later, before the step that reuses its timer: by then every one of them is complete (the
+// parameters a sharded optimizer shares after the optimizer are waited for in the next step's
+// forward), so taking them never makes the host wait for the device, which would hold back the
+// next forward that a zero1 or zero2 step's last all-gathers overlap (they end 18-27 ms into the
+// next step on one H200 shared by two ranks: scripts/gpu/shared_gpu_check.sh, timeline); and
+// its timer still holds its marks, so each span is placed on the step's clock. Its events cost
+// nothing measurable (one H200, xl bf16 bucketed, 243 collectives a step: 219.5 ms timed,
+// 219.6-219.9 untimed, 2026-11-29).
+#pragma once
+#include <cstdint>
+#include <deque>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "comm/communicator.h"
+#include "src/io/recorder.h"
+#include "src/model/train_step.h"
+
+namespace llmhpc {
+
+// The latest kSteps steps' spans, in ms from the first of them: a record's timeline_* datasets.
+class StepTimeline {
+ public:
+  static constexpr int64_t kSteps = 4;  // a few steps: enough to see one repeat, small beside the step times
+
+  // Step `s` began `start_ms` after the first step; its phases, from its times (the step's marks
+  // follow one another: run_step). `micro_batches` above 1: forward and backward as one phase.
+  void add_step(int64_t s, double start_ms, const StepTimes& t, int micro_batches = 1);
+  // An operation of step `s`, in ms after the first step began.
+  void add(int64_t s, const char* stream, std::string name, uint64_t bytes, double start_ms, double end_ms);
+  // The timeline_* datasets into `r` (nothing without steps).
+  void record(Record& r);
+
+ private:
+  struct Row {
+    int64_t step;
+    const char* stream;
+    std::string name;
+    int64_t bytes;
+    double start_ms, end_ms;
+  };
+  void drop_older();
+  std::vector<Row> rows_;
+  std::vector<std::pair<int64_t, double>> starts_;  // the steps' starts
+  int64_t latest_ = 0;
+  size_t kept_ = 1024;  // rows once the older steps are dropped: compaction happens at twice that
+};
+
+// The device time of the data-parallel collectives of each step (Communicator::take_busy_spans):
+// the group's and, under hybrid sharding, the replicas'; their spans on `timeline` where the
+// backend measures them (nccl). Times the communicators' operations while it lives.
+class DataParallelBusy {
+ public:
+  DataParallelBusy(Communicator& comm, Communicator* replicas, StepTimeline& timeline, int micro_batches = 1);
+  ~DataParallelBusy();
+  DataParallelBusy(const DataParallelBusy&) = delete;
+  DataParallelBusy& operator=(const DataParallelBusy&) = delete;
+  bool measured() const { return measured_; }
+  // Before a step runs on `timer`: takes the step that last ran on it.
+  void step_begins(Timer& timer);
+  // Its times, and the tensor-parallel group's collectives in it (from its timer's mark 0).
+  void step_ended(const StepTimes& t, std::vector<OperationSpan> tensor_parallel = {});
+  // Every step's device time, once the last steps' operations are complete
+  // (Communicator::synchronize).
+  const std::vector<double>& finish();
+
+ private:
+  struct Step {
+    std::vector<uint64_t> marks;  // the communicators' busy marks when it began
+    Timer* timer;                 // holding its marks until the step after next
+    StepTimes times;
+    std::vector<OperationSpan> tensor_parallel;
+  };
+  std::vector<uint64_t> marks() const;
+  // The oldest step's operations (those issued before `next`), placed on the timeline from its
+  // start; the next step's start from its.
+  void settle_oldest(const std::vector<uint64_t>& next);
+
+  StepTimeline& timeline_;
+  const int micro_batches_;
+  std::vector<Communicator*> comms_;
+  std::deque<Step> steps_;  // begun, not taken yet: at most two
+  std::vector<double> per_step_;
+  double start_ms_ = 0;  // the oldest step's start, from the first step's
+  bool measured_ = false;
+};
+
+}  // namespace llmhpc
