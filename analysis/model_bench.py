@@ -28,10 +28,11 @@ TORCH_RECORD = "an analysis/torch_baseline.py record"
 
 
 def model_flops_fwd_bwd(d, d_ff, layers, vocab, ctx, batch):
-    """6 x matmul parameters x tokens + 12 x layers x d x T x tokens (as llmhpc's model_flops_fwd_bwd)."""
+    """6 x matmul parameters x tokens + 6 x layers x d x T x tokens, causal attention's half of
+    12 L d T (as llmhpc's model_flops_fwd_bwd and analysis/scaling.py's MFU count them)."""
     matmul_params = layers * (4 * d * d + 3 * d * d_ff) + vocab * d
     tokens = batch * ctx
-    return 6 * matmul_params * tokens + 12 * layers * d * ctx * tokens
+    return 6 * matmul_params * tokens + 6 * layers * d * ctx * tokens
 
 
 def mean(xs):

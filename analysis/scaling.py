@@ -15,8 +15,9 @@ transport measured at two or more rank counts n:
 A sharded or tensor-parallel series' n0 = 1 run is the strategy's unsharded one on one rank.
 T is the reference DDP study's step time: the mean over the timed steps of the slowest rank's step.
 Per configuration also tokens/s per GPU, B x context / (T n), and the model FLOPs utilisation,
-MFU = tokens/s per GPU x F / peak, with one definition of the model's FLOPs per token (as llm.c and
-torchtitan count them): F = 6 N + 6 L d T, N the parameters the matrix products multiply (every
+MFU = tokens/s per GPU x F / peak, with one definition of the model's FLOPs per token (llm.c's;
+torchtitan and PaLM count the attention whole, 12 L d T), the same as the rank files'
+model_flops_fwd_bwd: F = 6 N + 6 L d T, N the parameters the matrix products multiply (every
 layer's 4 d^2 + 3 d d_ff and the LM head's V d; the embedding lookup multiplies nothing), and the
 attention scores and their product with the values 12 L d T per token, causal counted as half;
 peak the GPU's dense rate at the products' arithmetic from PEAK_FLOPS, by the device's name: bf16

@@ -162,7 +162,7 @@ double model_flops_fwd_bwd(const ModelConfig& c, int64_t batch, int64_t seq) {
   const double tokens = double(batch) * double(seq);
   const double matmul_params = double(c.num_params() - c.vocab_size * c.d_model - c.d_model -
                                       2 * c.num_layers * c.d_model);  // not the embedding, not norm gains
-  return 6.0 * matmul_params * tokens + 12.0 * double(c.num_layers) * double(c.d_model) * double(seq) * tokens;
+  return 6.0 * matmul_params * tokens + 6.0 * double(c.num_layers) * double(c.d_model) * double(seq) * tokens;
 }
 
 }  // namespace llmhpc

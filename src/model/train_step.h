@@ -89,8 +89,9 @@ class GraphedStep {
   std::unique_ptr<DeviceGraph> graph_;
 };
 
-// Model FLOPs of one forward+backward: 6 * (matmul params) * tokens + 12 * L * d * T * tokens
-// (PaLM's count; attention counted without the causal saving).
+// Model FLOPs of one forward+backward: 6 * (matmul params) * tokens + 6 * L * d * T * tokens, the
+// attention's scores and their product with the values (12 L d T a token) counted as half, as
+// causal attention computes them (llm.c's count; the one behind MFU in analysis/scaling.py).
 double model_flops_fwd_bwd(const ModelConfig& c, int64_t batch, int64_t seq);
 
 }  // namespace llmhpc

@@ -6,7 +6,8 @@ each PyTorch setup's mean, `oom`/`not run` where PyTorch has no number, and the 
 over the fastest PyTorch setup that ran; that the first record of a configuration counts
 when files repeat it; and that the peak-memory table shows llmhpc's peak and its ratio to the
 lowest PyTorch peak that ran. With --heat-s, every configuration ran untimed steps after its
-warm-up, not only the first.
+warm-up, not only the first. The rank file's model_flops_fwd_bwd is the FLOPs model_bench.py and
+analysis/scaling.py's MFU count (one definition).
 """
 import json
 import os
@@ -16,6 +17,9 @@ import h5py
 
 ROOT = os.environ.get("LLMHPC_ROOT") or os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.join(ROOT, "tests", "reference"))
+sys.path.insert(0, os.path.join(ROOT, "analysis"))
+import model_bench  # noqa: E402
+import scaling  # noqa: E402
 from script_env import llmhpc_binary, parse_markdown_tables, run, scratch_dir  # noqa: E402
 
 BIN = llmhpc_binary()
@@ -39,6 +43,13 @@ def main():
         assert sorted(heat) == [16, 32] and min(heat.values()) >= 1, f"every configuration heats: {heat}"
         for g in f["bench"].values():
             ours[int(g.attrs["context_length"])] = (float(g["step_ms"][()].mean()), g.attrs["peak_memory_bytes"] / GiB)
+            # One definition of the model's FLOPs: the rank file's, model_bench.py's and the MFU's.
+            a = dict(g.attrs)
+            tokens = a["batch_size"] * a["context_length"]
+            counted = (model_bench.model_flops_fwd_bwd(a["d_model"], a["d_ff"], a["num_layers"], a["vocab_size"],
+                                                       a["context_length"], a["batch_size"]),
+                       scaling.flops_per_token(a) * tokens)
+            assert all(abs(c - a["model_flops_fwd_bwd"]) <= 1e-9 * c for c in counted), (a["model_flops_fwd_bwd"], counted)
 
     # Context 16: both setups ran (compiled is the faster and the smaller); context 32: compiled
     # ran out of memory, eager was not run. The second file repeats context 16 with other
