@@ -39,8 +39,10 @@ def accumulation_table(record) -> str:
 
 def dtype_table(record) -> str:
     a, t = record.attrs, record.arrays
-    rows = [[tensor, ours, theirs, "yes" if same else "**no**"]
-            for tensor, ours, theirs, same in zip(t["tensor"], t["llmhpc_dtype"], t["autocast_dtype"], t["same_values"])]
+    notes = t["note"] if "note" in t else [""] * len(t["tensor"])  # files before the note kept none
+    rows = [[tensor, ours, theirs, "yes" if same else f"**no**{': ' + note if note else ''}"]
+            for tensor, ours, theirs, same, note in zip(t["tensor"], t["llmhpc_dtype"], t["autocast_dtype"],
+                                                        t["same_values"], notes)]
     return (f"--precision {a['precision']}, model {a['model']}, {a['attention']} attention\n\n" +
             markdown_table(["Tensor", "llmhpc", "torch.autocast", "Same values"], rows))
 

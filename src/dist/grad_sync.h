@@ -212,7 +212,7 @@ std::unique_ptr<GradientSync> make_gradient_sync(const SyncPlan& plan, Communica
 // The model's parameters as spans of its flat buffer, every one trainable.
 std::vector<ParamSpan> param_spans(const ParameterLayout& layout);
 
-// Every rank takes rank 0's values (in place), so ranks initialised with different seeds
+// Every rank takes rank 0's values (in place), so ranks initialised each from a seed of its own
 // start equal. Collective; on return the values are there for the consumer (as finish()).
 void broadcast_parameters(Communicator& comm, Tensor flat_params);
 

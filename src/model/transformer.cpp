@@ -676,6 +676,10 @@ std::vector<std::pair<std::string, DType>> TransformerLM::storage_dtypes() const
   // from a forward to the end of its backward.
   const DType pd = param_dtype(precision_), cd = compute_dtype(precision_);
   const DType sd = pd;  // the statistics' dtype
+  // What attention keeps for backward: the softmax's probabilities (naive; PyTorch's autocast
+  // keeps them in fp32) or each row's logsumexp (flash).
+  const DType attention_saved =
+      ops_.attention_saved({1, 1, config_.num_heads, config_.head_dim(), true, attention_}, cd).dtype;
   return {{"parameters (master weights)", pd},
           // bf16: the copy, or the cast windows (the copy may be let go between steps).
           {"weights as the matrix products read them", cd},
@@ -683,6 +687,9 @@ std::vector<std::pair<std::string, DType>> TransformerLM::storage_dtypes() const
           {"RMSNorm output (ln1, ln2, ln_final)", cd},
           {"RMSNorm statistics (rstd)", sd},
           {"attention q, k, v projections", cd},
+          {attention_ == AttentionKind::Naive ? "attention probabilities (softmax output, kept for backward)"
+                                              : "attention logsumexp (kept for backward)",
+           attention_saved},
           {"attention output (before output_proj)", cd},
           {"attention block output (output_proj)", cd},
           {"FFN W1 x, W3 x", cd},

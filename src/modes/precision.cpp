@@ -18,28 +18,44 @@ namespace {
 // its fp32 input's dtype; cross_entropy runs in fp32; elementwise ops keep their inputs' dtype;
 // gradients take the parameters' dtype. `consumed_bf16`: every reader of the tensor is a
 // matrix product, which autocast feeds bf16, so storing it rounded to bf16 gives them the same
-// values.
+// values. `difference`: where llmhpc's dtype differs from autocast's on purpose, what that does.
 struct AutocastRule {
   const char* tensor;
   DType autocast;
   bool consumed_bf16;
+  const char* difference = nullptr;
 };
 
+const std::vector<AutocastRule>& autocast_rules();
+
+// What llmhpc's `dtype` of rule `r`'s tensor is beside autocast's `expected`: "same", the bf16
+// its only readers get under autocast too, the rule's known difference, or "DIFFERS".
+std::string dtype_note(const AutocastRule& r, DType dtype, DType expected) {
+  if (dtype == expected) return "same";
+  if (r.consumed_bf16 && dtype == DType::BF16) return "stored as the bf16 the matrix products read under autocast too";
+  return r.difference ? r.difference : "DIFFERS";
+}
+
 const std::vector<AutocastRule>& autocast_rules() {
-  static const std::vector<AutocastRule> rules = {{"parameters (master weights)", DType::F32, false},
-                                                  {"weights as the matrix products read them", DType::BF16, true},
-                                                  {"embedding output, residual stream", DType::F32, false},
-                                                  {"RMSNorm output (ln1, ln2, ln_final)", DType::F32, true},
-                                                  {"RMSNorm statistics (rstd)", DType::F32, false},
-                                                  {"attention q, k, v projections", DType::BF16, false},
-                                                  {"attention output (before output_proj)", DType::BF16, false},
-                                                  {"attention block output (output_proj)", DType::BF16, false},
-                                                  {"FFN W1 x, W3 x", DType::BF16, false},
-                                                  {"FFN SwiGLU product", DType::BF16, false},
-                                                  {"FFN block output (W2)", DType::BF16, false},
-                                                  {"logits (LM head output)", DType::BF16, false},
-                                                  {"loss", DType::F32, false},
-                                                  {"parameter gradients", DType::F32, false}};
+  static const std::vector<AutocastRule> rules = {
+      {"parameters (master weights)", DType::F32, false},
+      {"weights as the matrix products read them", DType::BF16, true},
+      {"embedding output, residual stream", DType::F32, false},
+      {"RMSNorm output (ln1, ln2, ln_final)", DType::F32, true},
+      {"RMSNorm statistics (rstd)", DType::F32, false},
+      {"attention q, k, v projections", DType::BF16, false},
+      {"attention probabilities (softmax output, kept for backward)", DType::F32, false,
+       "half the bytes: P V reads it as bf16 under autocast too; "
+       "softmax's backward reads the rounded values"},
+      {"attention logsumexp (kept for backward)", DType::F32, false},
+      {"attention output (before output_proj)", DType::BF16, false},
+      {"attention block output (output_proj)", DType::BF16, false},
+      {"FFN W1 x, W3 x", DType::BF16, false},
+      {"FFN SwiGLU product", DType::BF16, false},
+      {"FFN block output (W2)", DType::BF16, false},
+      {"logits (LM head output)", DType::BF16, false},
+      {"loss", DType::F32, false},
+      {"parameter gradients", DType::F32, false}};
   return rules;
 }
 
@@ -133,7 +149,7 @@ void run(ModeContext& ctx, const PrecisionOptions& o) {
     const std::vector<int32_t> tokens(size_t(config.context_length), 0);
     model.set_batch(tokens.data(), tokens.data(), 1, config.context_length);
     dtypes = model.storage_dtypes();
-    std::vector<std::string> tensor, mine, autocast;
+    std::vector<std::string> tensor, mine, autocast, notes;
     std::vector<int64_t> same;
     for (const auto& [name, dtype] : dtypes) {
       const AutocastRule* rule = nullptr;
@@ -146,8 +162,13 @@ void run(ModeContext& ctx, const PrecisionOptions& o) {
       autocast.push_back(precision == Precision::BF16 ? dtype_name(expected) : "(no autocast)");
       same.push_back(dtype == expected ||
                      (rule->consumed_bf16 && dtype == DType::BF16 && precision == Precision::BF16));
+      notes.push_back(dtype_note(*rule, dtype, expected));
     }
-    tab.add("tensor", tensor).add("llmhpc_dtype", mine).add("autocast_dtype", autocast).add("same_values", same);
+    tab.add("tensor", tensor)
+        .add("llmhpc_dtype", mine)
+        .add("autocast_dtype", autocast)
+        .add("same_values", same)
+        .add("note", notes);
     return std::string("done");
   });
   sweep.add_row({"dtype table", st.column()});
@@ -166,11 +187,8 @@ void run(ModeContext& ctx, const PrecisionOptions& o) {
     for (const AutocastRule& r : autocast_rules()) {
       if (name != r.tensor) continue;
       const DType expected = precision == Precision::BF16 ? r.autocast : param_dtype(precision);
-      const std::string note = dtype == expected ? "same"
-                               : r.consumed_bf16 && dtype == DType::BF16
-                                   ? "stored as the bf16 the matrix products read under autocast too"
-                                   : "DIFFERS";
-      d.add_row({name, dtype_name(dtype), precision == Precision::BF16 ? dtype_name(expected) : "-", note});
+      d.add_row({name, dtype_name(dtype), precision == Precision::BF16 ? dtype_name(expected) : "-",
+                 dtype_note(r, dtype, expected)});
     }
   }
   d.print();

@@ -8,7 +8,8 @@ phases are the traced step's; the --snapshot pickle uses only the opcodes memory
 JavaScript unpickler reads, loads with pickle.load and has the fields the viewer needs; where
 PyTorch is importable, torch.cuda._memory_viz's own functions read it. analysis/memory.py and
 plot_memory.py make their tables and write PNGs where they are told. precision: the reference
-mixed-precision study's four accumulation values and the bf16 one, and the dtype table agreeing with autocast.
+mixed-precision study's four accumulation values and the bf16 one, and the dtype table agreeing with autocast
+but for naive attention's probabilities, kept in bf16 (named, with what that does).
 memory --tp 1,2 on 2 ranks: each rank traces its part, and --sequence-parallel halves its residual
 stream. Bad --snapshot paths and phases are refused before anything runs.
 """
@@ -157,9 +158,10 @@ def memory_mode(tmp):
 
 
 def precision_mode(tmp):
-    for prec in ("bf16", "fp32"):
-        out = os.path.join(tmp, "prec-" + prec)
-        proc = run([BIN, "--mode", "precision", "--device", "cpu", *MODEL, "--precision", prec, "--out", out])
+    for prec, attention in (("bf16", "flash"), ("bf16", "naive"), ("fp32", "flash")):
+        out = os.path.join(tmp, "prec-" + prec + "-" + attention)
+        proc = run([BIN, "--mode", "precision", "--device", "cpu", *MODEL, "--precision", prec, "--attention", attention,
+                    "--out", out])
         with h5py.File(os.path.join(out, "rank00000.h5"), "r") as f:
             sums = f["precision/accumulation/sum"][()]
             printed = [f"{v:.4f}" for v in sums[:3]]
@@ -167,7 +169,13 @@ def precision_mode(tmp):
             assert sums[3] == 4.0, f"bf16 sum {sums[3]}, expected 4 (bf16 stalls where 0.01 < half its spacing)"
             t = f["precision/dtypes"]
             rows = dict(zip(t["tensor"].asstr()[()], t["llmhpc_dtype"].asstr()[()]))
-            assert all(t["same_values"][()] == 1), f"{prec}: rows that differ from autocast: {rows}"
+            # One difference on purpose: naive attention keeps its probabilities in bf16 (autocast: fp32).
+            differ = {k for k, same in zip(rows, t["same_values"][()]) if not same}
+            naive_bf16 = prec == "bf16" and attention == "naive"
+            expected = {"attention probabilities (softmax output, kept for backward)"} if naive_bf16 else set()
+            assert differ == expected, f"{prec}: rows that differ from autocast: {differ}"
+            notes = dict(zip(rows, t["note"].asstr()[()]))
+            assert all(notes[k].startswith("half the bytes") for k in differ), notes
             if prec == "fp32":
                 assert set(rows.values()) == {"fp32"}, rows
             else:
@@ -189,6 +197,8 @@ def precision_mode(tmp):
         for shown in printed:
             assert f" {shown} " in proc.stdout, f"the binary does not print {shown}:\n{proc.stdout}"
         assert dict((r[0], r[1]) for r in dt_rows) == rows, f"{prec}: the section's dtypes differ from the file"
+        assert [r[3].startswith("**no**: half the bytes") for r in dt_rows if r[3] != "yes"] == [True] * len(expected), \
+            f"{prec} {attention}: the section names the difference: {dt_rows}"
     assert precision.torch_print(3e-05) == "3.0000e-05" and precision.torch_print(4.6e9) == "4.6000e+09"
 
 

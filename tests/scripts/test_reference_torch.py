@@ -10,7 +10,7 @@ sequential batches with lr 1e-3, default betas and eps, weight decay 0.01. Then:
     sqrt(v) + eps, so an element whose gradient is near zero and differs in the last fp32 bits
     (sums in another order) moves by a visibly different amount. Even llmhpc fp32 against
     llmhpc fp64 shows max-element errors from 1e-5 to 4e-4 of the tensor's largest value over
-    seeds of this very setup, while the Frobenius error stays at 3e-7 to 2e-5;
+    random initialisations of this very setup, while the Frobenius error stays at 3e-7 to 2e-5;
   - embedding rows of token ids absent from the data (no gradient) are only decayed, on both
     sides exactly init * (1 - lr*wd)^steps: the check that sees a missing or coupled weight
     decay, whose effect on the other weights (5e-5 here) is below the tolerances above;

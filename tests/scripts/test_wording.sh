@@ -6,8 +6,8 @@
 #   - the past tense of "lend";
 #   - the verb for taking binaries along, and its past tense;
 #   - device-kind names such as nvidia-hNNN-xN (write "one H100", "2 H200 (NVLink)");
-#   - "the" before the plural of "seed", and that plural with an apostrophe (name a
-#     reference report by what it studied: "the reference DDP study"; "seed" alone is fine);
+#   - the plural of "seed", in any form (name a reference report by what it studied: "the
+#     reference DDP study"; "seed" alone is fine);
 #   - the names of the machinery once used to reach GPUs.
 # The patterns are spelled in pieces below, so that this file passes its own check.
 # Skipped (77) outside a git checkout.
@@ -17,14 +17,13 @@ cd "$ROOT" || exit 1
 command -v git >/dev/null || { echo "SKIP: git not installed"; exit 77; }
 git rev-parse --is-inside-work-tree >/dev/null 2>&1 || { echo "SKIP: not a git checkout"; exit 77; }  # a worktree has a .git file
 
-s=s q="'"
+s=s
 patterns=(
   "\\b${s}es${s}ions?(\\b|[0-9])"
   "\\bl""ent\\b"
   "\\bca""rr(y|ied)\\b"
   "nvidia-h[0-9]+(-x[0-9]+)?"
-  "the ${s}eeds"
-  "${s}eeds${q}"
+  "\\b${s}eeds\\b"
   "device ""tool"
   "helper ""calls?"
 )
