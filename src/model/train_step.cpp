@@ -45,7 +45,8 @@ class OptimizerInBackward final : public ParallelHooks {
 }  // namespace
 
 StepTimes run_step(TransformerLM& model, AdamW* opt, Phase phase, Timer& timer, ParallelHooks* listener,
-                   const std::function<void(const char*)>& on_phase, const MicroBatches* micro) {
+                   const std::function<void(const char*)>& on_phase, const MicroBatches* micro,
+                   const std::function<void()>& while_device_runs) {
   auto begin = [&](const char* name) {
     if (on_phase) on_phase(name);
   };
@@ -113,6 +114,7 @@ StepTimes run_step(TransformerLM& model, AdamW* opt, Phase phase, Timer& timer, 
       timer.mark(last = 5);
     }
   }
+  if (while_device_runs) while_device_runs();
   t.step_ms = timer.elapsed_ms(0, last);  // waits for the device
   t.forward_ms = 0;
   if (phase != Phase::Forward) t.backward_ms = 0;

@@ -64,8 +64,11 @@ inline int step_marks(int micro_batches) { return kStepMarks + 2 * (micro_batche
 // mode labels allocations with it).
 // With `micro` (train-step, GradientStorage::Whole; the timer of step_marks(micro->count)),
 // forward_ms and backward_ms are the sums over the micro-batches.
+// `while_device_runs`, if given, is called once the whole step is enqueued, before the host
+// waits for the device: host work that would otherwise delay the next step's start.
 StepTimes run_step(TransformerLM& model, AdamW* opt, Phase phase, Timer& timer, ParallelHooks* listener = nullptr,
-                   const std::function<void(const char*)>& on_phase = nullptr, const MicroBatches* micro = nullptr);
+                   const std::function<void(const char*)>& on_phase = nullptr, const MicroBatches* micro = nullptr,
+                   const std::function<void()>& while_device_runs = nullptr);
 
 // --cuda-graph: forward, and backward unless the phase is forward, recorded once as a device
 // graph and replayed each step with one launch; AdamW (train-step) then runs as usual, since its

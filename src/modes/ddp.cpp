@@ -487,9 +487,9 @@ void run(ModeContext& ctx, const DdpOptions& o) {
           }
           rt.barrier();
           int64_t steps_run = 0;
-          auto step = [&](Timer& on) {
+          auto step = [&](Timer& on, const std::function<void()>& while_device_runs = nullptr) {
             Watchdog::instance().set_step(steps_run++);  // warm-up and --heat-s steps count too
-            return run_step(model, opt.get(), Phase::TrainStep, on, sync.get());
+            return run_step(model, opt.get(), Phase::TrainStep, on, sync.get(), nullptr, nullptr, while_device_runs);
           };
           for (int64_t s = 0; s < warmup; ++s) warm.add(step(*timer));
           const double pace_s = duration_s > 0 || heat_s > 0 ? agreed_iteration_s(rt, warm.step, 1e-3) : 0;
@@ -512,7 +512,7 @@ void run(ModeContext& ctx, const DdpOptions& o) {
             for (const int64_t end = s + count.next_chunk(s); s < end; ++s) {
               Timer& on = s % 2 == 0 ? *timer : *other_timer;
               busy.step_begins(on);
-              const StepTimes times = step(on);
+              const StepTimes times = step(on, [&] { busy.settle_previous(); });
               timed.add(times);
               CommTensorParallelGroup::Traffic t;
               if (tp_group) {

@@ -69,6 +69,10 @@ void DataParallelBusy::step_begins(Timer& timer) {
   steps_.push_back({marks(), &timer, {}, {}});
 }
 
+void DataParallelBusy::settle_previous() {
+  while (steps_.size() > 1) settle_oldest(steps_[1].marks);
+}
+
 void DataParallelBusy::step_ended(const StepTimes& t, std::vector<OperationSpan> tensor_parallel) {
   steps_.back().times = t;
   steps_.back().tensor_parallel = std::move(tensor_parallel);

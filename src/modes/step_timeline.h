@@ -3,15 +3,17 @@
 // the compute stream's phases beside every data-parallel and tensor-parallel collective's span,
 // what Nsight Systems draws for the streams; analysis/timeline.py reads it).
 //
-// The steps alternate between two step timers, and a step's collectives are taken two steps
-// later, before the step that reuses its timer: by then every one of them is complete (the
-// parameters a sharded optimizer shares after the optimizer are waited for in the next step's
-// forward), so taking them never makes the host wait for the device, which would hold back the
-// next forward that a zero1 or zero2 step's last all-gathers overlap (they end 18-27 ms into the
-// next step on one H200 shared by two ranks: scripts/gpu/shared_gpu_check.sh, timeline); and
-// its timer still holds its marks, so each span is placed on the step's clock. Its events cost
-// nothing measurable (one H200, xl bf16 bucketed, 243 collectives a step: 219.5 ms timed,
-// 219.6-219.9 untimed, 2026-11-29).
+// The steps alternate between two step timers, and a step's collectives are taken during the
+// next step, once that one is enqueued and the host would only wait for the device (run_step's
+// while_device_runs): by then the host may wait for them, since the next forward, which a
+// sharded optimizer's last all-gathers overlap, is already on the device; and the step's timer
+// still holds its marks, so each span is placed on its clock. Taking them between two steps
+// instead held the next forward back: first while the host waited for a zero1 or zero2 step's
+// all-gathers (they end 18-27 ms into the next step on one H200 shared by two ranks:
+// scripts/gpu/shared_gpu_check.sh, timeline), then while it read 776 spans (xl zero1 on the
+// copy engines: 2.4 ms of the collectives a step ran between the steps, 2 H200, 2026-11-29).
+// Its events cost nothing measurable (one H200, xl bf16 bucketed, 243 collectives a step:
+// 219.5 ms timed, 219.6-219.9 untimed, 2026-11-29).
 #pragma once
 #include <cstdint>
 #include <deque>
@@ -63,8 +65,12 @@ class DataParallelBusy {
   DataParallelBusy(const DataParallelBusy&) = delete;
   DataParallelBusy& operator=(const DataParallelBusy&) = delete;
   bool measured() const { return measured_; }
-  // Before a step runs on `timer`: takes the step that last ran on it.
+  // Before a step runs on `timer`: takes the step that last ran on it, if settle_previous()
+  // has not.
   void step_begins(Timer& timer);
+  // Takes the steps before the current one: call once the current step is enqueued
+  // (run_step's while_device_runs).
+  void settle_previous();
   // Its times, and the tensor-parallel group's collectives in it (from its timer's mark 0).
   void step_ended(const StepTimes& t, std::vector<OperationSpan> tensor_parallel = {});
   // Every step's device time, once the last steps' operations are complete

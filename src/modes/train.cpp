@@ -579,7 +579,9 @@ void run(ModeContext& ctx, const TrainOptions& o) {
       if (graphed && s == 1) graph = std::make_unique<GraphedStep>(*model, opt.get(), Phase::TrainStep);
       t = graph ? graph->run(on)
                 : run_step(*model, opt.get(), Phase::TrainStep, on, sync.get(), nullptr,
-                           micro_batches > 1 ? &micro : nullptr);
+                           micro_batches > 1 ? &micro : nullptr, [&] {
+                             if (busy) busy->settle_previous();
+                           });
     } catch (const OutOfMemory& e) {  // the losses so far are kept; the run ends (main reports it)
       rec.attr("error", e.what());
       save_progress("oom");

@@ -472,7 +472,8 @@ TEST_P(DdpBackendTest, BroadcastMakesDifferentlySeededRanksEqual) {
   const std::vector<float> mine = toy::init(kRankZeroSeed + uint64_t(world_rank()));
   Buffer params(dev.allocator(), DType::F32, {toy::kTotal}, "toy.params");
   dev.copy_to_device(params.tensor().data, mine.data(), mine.size() * sizeof(float));
-  if (world_size() > 1) EXPECT_FALSE(same_on_every_rank(download(dev, params))) << "each rank's seed should give other weights";
+  if (world_size() > 1)
+    EXPECT_FALSE(same_on_every_rank(download(dev, params))) << "each rank's seed should give other weights";
   broadcast_parameters(*env_->comm, params);
   const std::vector<float> got = download(dev, params), want = toy::init(kRankZeroSeed);
   EXPECT_TRUE(same_on_every_rank(got));
