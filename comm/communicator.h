@@ -171,9 +171,10 @@ class Communicator {
   // whether or not compute hid it. Counted while time_operations(true) holds (off by default:
   // two timing events an operation); busy_mark() names the operations issued so far, and
   // take_busy_spans(mark, ...) returns those issued before `mark` not taken yet, waiting for
-  // them to finish (take them where the compute stream has waited for them, and it does not
-  // wait). Nothing where nothing measures it (busy_measured() false): the mpi backend, whose
-  // operations have no stream and progress inside the host's MPI calls.
+  // them to finish (take them where the host would wait for the device anyway: a wait between
+  // two steps holds the next one back). Nothing where nothing measures it (busy_measured()
+  // false): the mpi backend, whose operations have no stream and progress inside the host's MPI
+  // calls.
   virtual void time_operations(bool /*on*/) {}
   virtual bool busy_measured() const { return false; }
   virtual uint64_t busy_mark() const { return 0; }

@@ -214,8 +214,8 @@ class NcclCommunicator final : public Communicator {
     std::vector<OperationSpan> taken;
     const cudaEvent_t from = origin ? timer_event(*origin, origin_mark) : nullptr;
     if (from) CUDA_CHECK(cudaEventSynchronize(from));
-    // Three calls a span, none of which waits where they are complete, as they are taken: between
-    // two steps, where the host's time is time the next step's work is not enqueued.
+    // Three calls a span: few, since they are taken where the host's time may count (mode ddp
+    // and train take them while the device runs the next step: src/modes/step_timeline.h).
     for (; timing_ && !spans_.empty() && spans_.front().seq < mark; spans_.pop_front()) {
       const BusySpan& b = spans_.front();
       CUDA_CHECK(cudaEventSynchronize(b.end));

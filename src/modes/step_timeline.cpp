@@ -66,7 +66,7 @@ DataParallelBusy::~DataParallelBusy() {
 
 void DataParallelBusy::step_begins(Timer& timer) {
   if (steps_.size() == 2) settle_oldest(steps_[1].marks);
-  steps_.push_back({marks(), &timer, {}, {}});
+  steps_.push_back({marks(), &timer, {}, {}, {}});
 }
 
 void DataParallelBusy::settle_previous() {
@@ -76,6 +76,7 @@ void DataParallelBusy::settle_previous() {
 void DataParallelBusy::step_ended(const StepTimes& t, std::vector<OperationSpan> tensor_parallel) {
   steps_.back().times = t;
   steps_.back().tensor_parallel = std::move(tensor_parallel);
+  steps_.back().end = marks();
 }
 
 const std::vector<double>& DataParallelBusy::finish() {
@@ -100,12 +101,14 @@ void DataParallelBusy::settle_oldest(const std::vector<uint64_t>& next) {
       timeline_.add(step, "tensor parallel", s.name, s.bytes, start + s.start_ms, start + s.end_ms);
   }
   double ms = 0;
-  for (size_t i = 0; i < comms_.size(); ++i)
-    for (OperationSpan& s : comms_[i]->take_busy_spans(next[i], oldest.timer, 0)) {
+  for (size_t i = 0; i < comms_.size(); ++i) {
+    for (OperationSpan& s : comms_[i]->take_busy_spans(oldest.end.empty() ? next[i] : oldest.end[i], oldest.timer, 0)) {
       ms += s.end_ms - s.start_ms;
       timeline_.add(step, i == 0 ? "communication" : "replicas", std::move(s.name), s.bytes, start + s.start_ms,
                     start + s.end_ms);
     }
+    comms_[i]->take_busy_spans(next[i]);  // between this step's end and the next's start: no step's
+  }
   per_step_.push_back(ms);
   if (steps_.size() > 1 && measured_) start_ms_ += steps_[1].timer->elapsed_ms(*oldest.timer, 0, 0);
   steps_.pop_front();

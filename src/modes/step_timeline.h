@@ -71,7 +71,9 @@ class DataParallelBusy {
   // Takes the steps before the current one: call once the current step is enqueued
   // (run_step's while_device_runs).
   void settle_previous();
-  // Its times, and the tensor-parallel group's collectives in it (from its timer's mark 0).
+  // Its times, and the tensor-parallel group's collectives in it (from its timer's mark 0). What
+  // the communicators run after this and before the next step (a checkpoint's gathers) belongs to
+  // no step: neither counted nor drawn.
   void step_ended(const StepTimes& t, std::vector<OperationSpan> tensor_parallel = {});
   // Every step's device time, once the last steps' operations are complete
   // (Communicator::synchronize).
@@ -80,7 +82,8 @@ class DataParallelBusy {
  private:
   struct Step {
     std::vector<uint64_t> marks;  // the communicators' busy marks when it began
-    Timer* timer;                 // holding its marks until the step after next
+    Timer* timer;                 // holding its marks until the step after next begins
+    std::vector<uint64_t> end;    // the busy marks when it ended: what follows is outside the steps
     StepTimes times;
     std::vector<OperationSpan> tensor_parallel;
   };

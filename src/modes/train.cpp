@@ -530,7 +530,7 @@ void run(ModeContext& ctx, const TrainOptions& o) {
 
   std::vector<int32_t> inputs(mine.count * seq), targets(mine.count * seq);
   // Steps alternate between two timers, so that the data-parallel collectives' spans can be read
-  // two steps later without waiting (src/modes/step_timeline.h).
+  // during the next step, where the host waits for the device anyway (src/modes/step_timeline.h).
   auto timer = dev.make_timer(step_marks(micro_batches)), other_timer = dev.make_timer(step_marks(micro_batches));
   StepTimeline timeline;
   std::unique_ptr<DataParallelBusy> busy;  // with a data-parallel sync: its collectives' device time
@@ -677,13 +677,17 @@ void run(ModeContext& ctx, const TrainOptions& o) {
   // The steps after the first, which also allocates and (on a GPU) warms up, and their
   // throughput as the run had it: with the host's part of each step (its batch, the loss's
   // reduction over the ranks), which the device's step time leaves out.
-  const size_t skip = step_ms.size() > 1 ? 1 : 0;
+  // --cuda-graph records its graph in the second step: that one is left out too.
+  const size_t skip = std::min(step_ms.size() - 1, size_t(graphed ? 2 : 1));
   const double device_ms = mean(std::vector<double>(step_ms.begin() + ptrdiff_t(skip), step_ms.end()));
   const double whole_ms = mean(std::vector<double>(wall_ms.begin() + ptrdiff_t(skip), wall_ms.end()));
+  const std::string which = skip == 0   ? " (the one step, with its allocation and warm-up)"
+                            : skip == 1 ? " after the first"
+                                        : " after the first " + std::to_string(skip);
   log_root(rt,
            "train: final loss %.6f, mean step %.1f ms%s (%.1f ms with the host's part), %s tokens/s%s; results in %s\n",
-           loss.back(), device_ms, skip ? " after the first" : "", whole_ms,
-           fmt(double(batch * seq) / (whole_ms / 1000.0), 0).c_str(), clocks.c_str(), ctx.out_dir.c_str());
+           loss.back(), device_ms, which.c_str(), whole_ms, fmt(double(batch * seq) / (whole_ms / 1000.0), 0).c_str(),
+           clocks.c_str(), ctx.out_dir.c_str());
 }
 
 }  // namespace
