@@ -5,6 +5,7 @@
 #include <map>
 
 #include "src/core/check.h"
+#include "src/io/h5.h"
 
 namespace llmhpc {
 namespace {
@@ -88,7 +89,7 @@ PyObject memory_snapshot(const std::vector<LiveAllocation>& at_start, const std:
 
 void write_snapshot_file(const std::string& path, const PyObject& snapshot) {
   const std::string bytes = pickle(snapshot);
-  const std::string tmp = path + ".tmp";
+  const std::string tmp = h5::work_name(path);  // this process's own, as a checkpoint's
   std::FILE* f = std::fopen(tmp.c_str(), "wb");
   if (!f) throw UsageError("cannot write the memory snapshot '" + path + "' (cannot create " + tmp + ")");
   const bool written = std::fwrite(bytes.data(), 1, bytes.size(), f) == bytes.size();
