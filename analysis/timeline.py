@@ -123,13 +123,13 @@ def timeline_records(run, label: str | None = None) -> list:
 
 def overlap_table(run, label: str | None = None) -> str:
     """The per-rank table of what hid each configuration's collectives; '' without timelines."""
-    summaries = [(name, rec.rank, o) for name, recs in timeline_records(run, label) for rec in recs
-                 if (o := overlap_summary(spans(rec))) is not None]
+    timelines = [(name, rec.rank, spans(rec)) for name, recs in timeline_records(run, label) for rec in recs]
+    summaries = [(name, rank, o) for name, rank, rows in timelines if (o := overlap_summary(rows)) is not None]
     if not summaries:
         return ""
     # The micro-batches' phase only where a record has it (train --grad-accum).
-    phases = [p for p in HIDING if p != "forward and backward" or any(
-        r["name"] == p for name, recs in timeline_records(run, label) for rec in recs for r in spans(rec))]
+    merged = any(r["name"] == "forward and backward" for _, _, rows in timelines for r in rows)
+    phases = [p for p in HIDING if p != "forward and backward" or merged]
     short = {"forward": "fwd", "backward": "bwd", "forward and backward": "fwd+bwd", "optimizer": "optimizer"}
     rows = [[name, str(rank), str(o["steps"]), fmt(o["step_ms"]), fmt(o["collectives"], 0), fmt(o["comm_ms"]),
              *(fmt(o[f"beside_{p}"]) for p in phases), fmt(o["waiting"]), fmt(o["idle"]), fmt(o["beside_pct"], 1)]

@@ -26,16 +26,6 @@ struct AutocastRule {
   const char* difference = nullptr;
 };
 
-const std::vector<AutocastRule>& autocast_rules();
-
-// What llmhpc's `dtype` of rule `r`'s tensor is beside autocast's `expected`: "same", the bf16
-// its only readers get under autocast too, the rule's known difference, or "DIFFERS".
-std::string dtype_note(const AutocastRule& r, DType dtype, DType expected) {
-  if (dtype == expected) return "same";
-  if (r.consumed_bf16 && dtype == DType::BF16) return "stored as the bf16 the matrix products read under autocast too";
-  return r.difference ? r.difference : "DIFFERS";
-}
-
 const std::vector<AutocastRule>& autocast_rules() {
   static const std::vector<AutocastRule> rules = {
       {"parameters (master weights)", DType::F32, false},
@@ -57,6 +47,19 @@ const std::vector<AutocastRule>& autocast_rules() {
       {"loss", DType::F32, false},
       {"parameter gradients", DType::F32, false}};
   return rules;
+}
+
+// Whether llmhpc's `dtype` of rule `r`'s tensor gives the values autocast's `expected` does: the
+// same dtype, or the bf16 its only readers, matrix products, get under autocast too.
+bool same_values(const AutocastRule& r, DType dtype, DType expected) {
+  return dtype == expected || (r.consumed_bf16 && dtype == DType::BF16);
+}
+
+// That, in words: "same", the bf16 its readers get, the rule's known difference, or "DIFFERS".
+std::string dtype_note(const AutocastRule& r, DType dtype, DType expected) {
+  if (dtype == expected) return "same";
+  if (same_values(r, dtype, expected)) return "stored as the bf16 the matrix products read under autocast too";
+  return r.difference ? r.difference : "DIFFERS";
 }
 
 void add_options(po::options_description& desc) {
@@ -160,8 +163,7 @@ void run(ModeContext& ctx, const PrecisionOptions& o) {
       tensor.push_back(name);
       mine.push_back(dtype_name(dtype));
       autocast.push_back(precision == Precision::BF16 ? dtype_name(expected) : "(no autocast)");
-      same.push_back(dtype == expected ||
-                     (rule->consumed_bf16 && dtype == DType::BF16 && precision == Precision::BF16));
+      same.push_back(same_values(*rule, dtype, expected));  // bf16 buffers exist under --precision bf16 only
       notes.push_back(dtype_note(*rule, dtype, expected));
     }
     tab.add("tensor", tensor)
