@@ -2,7 +2,9 @@
 
     report_section(runs, out_dir)   markdown: one row per run (model, ranks, strategy, sharding,
                                     steps, first and last loss, step time mean and std, exposed
-                                    sync), the loss every few steps (with the learning rate where
+                                    sync; where a run used --tp, its tp x dp layout and the
+                                    step's wait for the tensor-parallel collectives), the loss
+                                    every few steps (with the learning rate where
                                     a schedule set it, the gradient norm where the run clipped);
                                     writes train_loss.png
 
@@ -37,18 +39,25 @@ def stats(values) -> tuple:
 def report_section(runs: list, out_dir: str, rank=0, decimals: int = 2) -> str:
     rank = 0 if rank is None else rank
     rows, curves, parts = [], [], []
-    for run in runs:
-        rec, steps = run.train_record(rank), run.train_steps(rank)
+    records = [(run, run.train_record(rank), run.train_steps(rank)) for run in runs]
+    # Tensor parallelism's columns where a run used it: the tp x dp layout and what the step
+    # waited for the tensor-parallel group's collectives (tp_comm_ms).
+    any_tp = any(int(rec.attrs.get("tp", 1)) > 1 for _, rec, _ in records)
+    for run, rec, steps in records:
         a = rec.attrs
         step_mean, step_std = stats(steps.get("step_ms", []))
         sync_mean, _ = stats(steps.get("sync_ms", []))
         loss = steps["loss"].to_numpy() if "loss" in steps else np.array([])
-        rows.append([os.path.basename(os.path.normpath(run.directory)), model_name(a), a.get("world_size"),
-                     str(a.get("ddp")) + (" bf16" if a.get("grad_reduce_dtype") == "bf16" and a.get("grad_dtype") != "bf16"
+        tp = int(a.get("tp", 1))
+        layout = [f"tp {tp} x dp {a.get('dp', a.get('world_size'))}" + (" sp" if a.get("sequence_parallel") else "")
+                  if tp > 1 else "dp " + str(a.get("world_size"))] if any_tp else []
+        tp_wait = [fmt(stats(steps["tp_comm_ms"])[0], decimals) if "tp_comm_ms" in steps else "-"] if any_tp else []
+        rows.append([os.path.basename(os.path.normpath(run.directory)), model_name(a), a.get("world_size")] + layout +
+                    [str(a.get("ddp")) + (" bf16" if a.get("grad_reduce_dtype") == "bf16" and a.get("grad_dtype") != "bf16"
                                           else ""),
                      a.get("shard_optimizer", "none"), rec.status, len(steps),
                      fmt(loss[0], 4) if len(loss) else "-", fmt(loss[-1], 4) if len(loss) else "-",
-                     fmt(step_mean, decimals), fmt(step_std, decimals), fmt(sync_mean, decimals)])
+                     fmt(step_mean, decimals), fmt(step_std, decimals), fmt(sync_mean, decimals)] + tp_wait)
         curves.append((os.path.basename(os.path.normpath(run.directory)), steps))
         if len(steps):
             pick = np.unique(np.linspace(0, len(steps) - 1, min(len(steps), MAX_LOSS_ROWS)).astype(int))
@@ -61,8 +70,9 @@ def report_section(runs: list, out_dir: str, rank=0, decimals: int = 2) -> str:
                  + ([f"{steps.lr.iloc[i]:.3e}"] if scheduled else [])
                  + ([f"{steps.grad_norm.iloc[i]:.4f}"] if clipped else [])
                  + [fmt(steps.step_ms.iloc[i], decimals)] for i in pick]))
-    table = markdown_table(["Run", "Model", "Ranks", "DDP", "Sharding", "Status", "Steps", "First loss", "Last loss",
-                            "Step Mean (ms)", "Step Std (ms)", "Sync Mean (ms)"], rows)
+    table = markdown_table(["Run", "Model", "Ranks"] + (["Layout"] if any_tp else []) +
+                           ["DDP", "Sharding", "Status", "Steps", "First loss", "Last loss", "Step Mean (ms)",
+                            "Step Std (ms)", "Sync Mean (ms)"] + (["TP wait Mean (ms)"] if any_tp else []), rows)
     fig, ax = plt.subplots(figsize=(6.5, 4))
     colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     for i, (label, steps) in enumerate(curves):

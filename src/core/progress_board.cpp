@@ -17,6 +17,7 @@
 #include <random>
 #include <thread>
 
+#include "src/core/host.h"
 #include "src/core/table.h"
 
 namespace llmhpc {
@@ -142,7 +143,8 @@ std::string ProgressBoard::open(int rank, int world_size, std::function<RankProg
     std::copy(ips.begin(), ips.end(), mine.ip);
     mine.port = ntohs(any.sin_port);
   }
-  if (gethostname(mine.host, sizeof mine.host - 1) != 0) copy_text(mine.host, sizeof mine.host, "?");
+  const std::string host = host_name();
+  copy_text(mine.host, sizeof mine.host, host.empty() ? "?" : host);
   // The run's token: rank 0 draws it; every rank learns every address.
   uint64_t token =
       rank == 0 ? (uint64_t(std::random_device{}()) << 32) ^ uint64_t(std::random_device{}()) ^ uint64_t(getpid()) : 0;

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "src/core/check.h"
+#include "src/core/host.h"
 #include "src/core/watchdog.h"
 
 namespace llmhpc {
@@ -25,9 +26,7 @@ Runtime Runtime::init(int* argc, char*** argv) {
   MPI_CHECK(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rt.rank, MPI_INFO_NULL, &rt.node_comm));
   MPI_CHECK(MPI_Comm_rank(rt.node_comm, &rt.local_rank));
   MPI_CHECK(MPI_Comm_size(rt.node_comm, &rt.local_size));
-  char host[256] = {0};
-  gethostname(host, sizeof host - 1);
-  rt.hostname = host;
+  rt.hostname = host_name();
   set_fatal_context_rank(rt.rank, rt.hostname);
   // Errors are ours to report: MPI returns codes and MPI_CHECK turns them into fatal().
   MPI_CHECK(MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN));
@@ -187,7 +186,8 @@ void agree_or_exit(const Runtime& rt, const std::string& local_error, int code) 
   msg.resize(len);
   MPI_CHECK(MPI_Bcast(msg.data(), len, MPI_CHAR, first, rt.comm));
   if (rt.is_root()) {
-    std::string where = rt.world_size > 1 ? " (rank " + std::to_string(first) + ")" : "";
+    // As AgreedError's message reads where rank 0 found it; another rank is named.
+    std::string where = first != 0 ? " (rank " + std::to_string(first) + ")" : "";
     std::fprintf(stderr, "llmhpc: error%s: %.*s\n", where.c_str(), len, msg.data());
     std::fflush(stderr);
   }

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "src/core/check.h"
+#include "src/core/host.h"
 #include "src/core/progress_board.h"
 #include "src/core/table.h"
 #include "src/core/units.h"
@@ -380,8 +381,7 @@ void Watchdog::fail(const std::string& what, const Op* op) {
   sigemptyset(&deadline.sa_mask);
   sigaction(SIGALRM, &deadline, nullptr);
   alarm(kAbortDeadlineS);
-  char host[256] = {0};
-  gethostname(host, sizeof host - 1);
+  const std::string host = host_name();
   HangReport report;
   report.what = what + (op ? ": " + describe(*op) : "");
   report.collective = op ? op->seq : completed_.load() + 1;

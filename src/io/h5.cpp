@@ -14,6 +14,7 @@
 #include <type_traits>
 
 #include "src/core/check.h"
+#include "src/core/host.h"
 
 #define H5_CHECK(call) LLMHPC_CHECK_CALL(call, int64_t, llmhpc_rc_ >= 0, "HDF5 call failed")
 
@@ -357,12 +358,6 @@ std::vector<std::string> list_children(hid_t loc) {
       },
       &names));
   return names;
-}
-
-static std::string host_name() {
-  char host[256] = {};
-  if (::gethostname(host, sizeof host - 1) != 0) host[0] = 0;
-  return host;
 }
 
 std::string work_name(const std::string& path) {

@@ -53,10 +53,16 @@ ParameterLayout::ParameterLayout(const ModelConfig& c, TensorSplit tp) : tp_(tp)
   divided(f, tp.size, "d_ff", "each rank takes d_ff / tp of the feed-forward features");
   vocab_rows_ = padded_vocab(c.vocab_size, tp.size) / tp.size;
   vocab_valid_ = std::clamp(c.vocab_size - vocab_begin(), int64_t(0), vocab_rows_);
-  if (vocab_valid_ == 0)
+  if (vocab_valid_ == 0) {
+    // The next vocabulary up that leaves the last rank (which holds the least) some of it.
+    int64_t fits = c.vocab_size + 1;
+    while ((fits - 1) / (padded_vocab(fits, tp.size) / tp.size) < tp.size - 1) ++fits;
     throw UsageError("{vocab_size} " + std::to_string(c.vocab_size) + " is too small for {tp} " +
-                     std::to_string(tp.size) + ": rank " + std::to_string(tp.rank) +
-                     " would hold none of the vocabulary (each holds " + std::to_string(vocab_rows_) + " rows)");
+                     std::to_string(tp.size) + ": padded to " + std::to_string(padded_vocab(c.vocab_size, tp.size)) +
+                     " rows (a multiple of 8 x tp), " + std::to_string(vocab_rows_) + " a rank, rank " +
+                     std::to_string(tp.rank) + " would hold only padding; give a {vocab_size} of " +
+                     std::to_string(fits) + " or a smaller {tp}");
+  }
   int64_t whole_total = 0;
   auto add = [&](const std::string& name, Shape whole, int layer, bool matrix, Split split = Split::Whole) {
     Shape shape = whole;

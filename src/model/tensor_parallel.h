@@ -15,7 +15,8 @@
 // Sequence parallelism splits the rest of a block, the norms and the residual stream, among
 // the ranks by tokens (each rank rows [r N/tp, (r+1) N/tp) of the N = batch x sequence tokens):
 // an all-gather of the norm's output before each column-parallel product and a
-// reduce-scatter after each row-parallel one instead of the all-reduce: the same bytes, and
+// reduce-scatter after each row-parallel one instead of the all-reduce: the same bytes in
+// forward (backward gathers each column-parallel input again for its weight gradient), and
 // the residual stream, the norms' outputs and their statistics at 1/tp of the memory. The norm
 // gains' gradients are then partial sums, added up over the group as backward finishes them.
 //

@@ -76,7 +76,7 @@ CommModeOptions parse_options(const po::variables_map& vm, int) {
   const std::string op = opt_string(vm, "op");
   require_choice(op, {"sum", "avg"}, "op");
   s.op = op == "sum" ? ReduceOp::Sum : ReduceOp::Average;
-  s.root = int(opt_nonnegative(vm, "root"));
+  s.root = fits_int(opt_nonnegative(vm, "root"), "root");
   s.warmup = opt_nonnegative(vm, "warmup");
   s.iters = opt_positive(vm, "steps");
   if (s.iters > kMaxIters)  // every timed iteration's time is kept, several arrays of them

@@ -14,15 +14,17 @@ void add_tensor_parallel_options(po::options_description& desc, const ListUse& u
       "tp", listable(use, "tp", "1"),
       ("tensor parallelism: ranks in each tensor-parallel group (Megatron-LM's split: q/k/v and w1/w3 by output "
        "rows, the attention output and w2 by input columns, the embedding and the LM head by vocabulary, padded to "
-       "a multiple of 8 x tp); groups of consecutive ranks, so inside a node where a node's ranks divide by it, "
-       "data parallelism across the groups (ranks / tp of them); the heads and d_ff must divide by it" +
+       "a multiple of 8 x tp, every rank holding some of it); groups of consecutive ranks, so inside a node where a "
+       "node's ranks divide by it, data parallelism across the groups (ranks / tp of them); the heads and d_ff "
+       "must divide by it" +
        list)
           .c_str())(
       "sequence-parallel", po::bool_switch(),
       ("with --tp: the norms and the residual stream split among a group's ranks by tokens too (an all-gather "
        "before each column-parallel product and a reduce-scatter after each row-parallel one instead of the "
-       "all-reduce: the same bytes, 1/tp of those activations' memory); a data-parallel rank's batch x context "
-       "must divide by --tp" +
+       "all-reduce: the same bytes in forward, and backward gathers each column-parallel input again for its "
+       "weight gradient; 1/tp of those activations' memory); each micro-batch's tokens (a data-parallel rank's "
+       "batch / --grad-accum x context) must divide by --tp" +
        std::string(sweep ? "; applies to every --tp above 1" : ""))
           .c_str())(
       "tp-overlap", listable(use, "tp-overlap", "1"),
@@ -103,7 +105,7 @@ std::vector<int> tensor_parallel_overlaps(const po::variables_map& vm) {
   return opt_list(vm, "tp-overlap", [](const std::string& s) {
     const int64_t k = parse_int(s, "tp-overlap");
     if (k < 1) throw UsageError("--tp-overlap must be positive (got " + std::to_string(k) + "; 1: products not split)");
-    return int(k);
+    return fits_int(k, "tp-overlap");
   });
 }
 
@@ -111,7 +113,7 @@ std::vector<int> tensor_parallel_sizes(const po::variables_map& vm) {
   return opt_list(vm, "tp", [](const std::string& s) {
     const int64_t tp = parse_int(s, "tp");
     if (tp < 1) throw UsageError("--tp must be positive (got " + std::to_string(tp) + "; 1: no tensor parallelism)");
-    return int(tp);
+    return fits_int(tp, "tp");
   });
 }
 
@@ -129,17 +131,19 @@ TensorParallelSweep tensor_parallel_sweep(const po::variables_map& vm) {
 
 void check_tensor_parallel_case(const ModelConfig& model, int world_size, int tp, bool sequence_parallel, int overlap,
                                 int64_t tokens) {
-  mesh_place(0, world_size, tp);               // tp divides the ranks
-  ParameterLayout(model, TensorSplit{tp, 0});  // the heads, d_ff and vocabulary divide among tp ranks
+  mesh_place(0, world_size, tp);  // tp divides the ranks
+  // The heads and d_ff divide among tp ranks, and the last rank, which holds the least of the
+  // vocabulary, holds some: every rank finds the same error, before any collective.
+  ParameterLayout(model, TensorSplit{tp, tp - 1});
   if (sequence_parallel && tokens % tp != 0)
     throw UsageError("--sequence-parallel splits each micro-batch's " + std::to_string(tokens) + " tokens among --tp " +
                      std::to_string(tp) +
                      " ranks: give a batch or context length whose tokens per micro-batch divide by it");
   const int64_t split = sequence_parallel ? tokens / tp : tokens;  // the tokens forward's products split
   if (tp > 1 && overlap > split)
-    throw UsageError("--tp-overlap " + std::to_string(overlap) + " splits forward's products into chunks of " +
-                     std::to_string(split) + " tokens" + (sequence_parallel ? " (a rank's share)" : "") +
-                     ": give at most that many");
+    throw UsageError("--tp-overlap " + std::to_string(overlap) + " splits forward's products, of " +
+                     std::to_string(split) + " tokens each" + (sequence_parallel ? " (a rank's share)" : "") +
+                     ", into " + std::to_string(overlap) + " chunks: give at most " + std::to_string(split));
 }
 
 std::vector<bool> grad_reduce_in_bf16(const po::variables_map& vm) {
@@ -215,7 +219,7 @@ int shard_group(const po::variables_map& vm, int world_size) {
   if (group == "auto") return Parallelism::kAutoShardGroup;
   if (group == "node") return 0;
   if (group == "world") return world_size;
-  return int(opt_positive(vm, "shard-group"));
+  return fits_int(opt_positive(vm, "shard-group"), "shard-group");
 }
 
 std::unique_ptr<TensorParallelMesh> make_tensor_parallel_mesh(const Runtime& rt, int tp, const std::string& backend,

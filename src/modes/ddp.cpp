@@ -26,6 +26,7 @@
 #include <cstdio>
 #include <limits>
 #include <map>
+#include <set>
 #include <optional>
 
 #include "src/core/random.h"
@@ -354,6 +355,14 @@ void run(ModeContext& ctx, const DdpOptions& o) {
            (std::string(o.grads == GradientDType::BF16 ? ", bf16 gradients" : "") +
             (heat_s > 0 ? ", each configuration heated for ~" + fmt_exact(heat_s) + " s" : ""))
                .c_str());
+  // A data-parallel group of one rank (the world, or --tp the whole world) times its strategies
+  // with no peer: say so, as their rows otherwise read as data parallelism measured.
+  std::set<int> alone;
+  for (const DdpCase& c : cases)
+    if (c.strategy != SyncStrategy::None && rt.world_size / c.tp == 1) alone.insert(c.tp);
+  for (int tp : alone)
+    log_root(rt, "ddp: note: %s: the strategies and shardings run with no peer, their collectives moving nothing\n",
+             tp > 1 ? ("at --tp " + std::to_string(tp) + " the data-parallel group is one rank").c_str() : "one rank");
   Sweep sweep(ctx, "ddp", cases.size(),
               {"model", "ctx", "batch", "prec", "impl", "shard", "bucket MiB", "buckets", "Step mean", "Step std",
                "Comm mean", "Comm std", "Comm %", "Coll. time", "Slowest step", "MiB/step", "Peak GiB", "status"});

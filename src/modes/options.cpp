@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <limits>
 #include <filesystem>
 #include <regex>
 
@@ -159,6 +160,12 @@ int64_t opt_positive(const po::variables_map& vm, const std::string& name) {
   int64_t v = opt_int(vm, name);
   if (v <= 0) throw UsageError("--" + name + " must be positive (got " + std::to_string(v) + ")");
   return v;
+}
+int fits_int(int64_t value, const std::string& name) {
+  if (value > std::numeric_limits<int>::max() || value < std::numeric_limits<int>::min())
+    throw UsageError("--" + name + " " + std::to_string(value) + " is out of range: at most " +
+                     std::to_string(std::numeric_limits<int>::max()));
+  return int(value);
 }
 int64_t opt_nonnegative(const po::variables_map& vm, const std::string& name) {
   int64_t v = opt_int(vm, name);

@@ -77,6 +77,9 @@ std::string opt_string(const po::variables_map& vm, const std::string& name);
 int64_t opt_int(const po::variables_map& vm, const std::string& name);
 int64_t opt_positive(const po::variables_map& vm, const std::string& name);
 int64_t opt_nonnegative(const po::variables_map& vm, const std::string& name);
+// `value` of --`name` as an int (a count of ranks, chunks, micro-batches): a UsageError past
+// int's range, where a cast would wrap (--tp 4294967298 would run as 2).
+int fits_int(int64_t value, const std::string& name);
 double opt_double(const po::variables_map& vm, const std::string& name);
 bool opt_flag(const po::variables_map& vm, const std::string& name);
 bool opt_given(const po::variables_map& vm, const std::string& name);

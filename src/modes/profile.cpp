@@ -152,7 +152,7 @@ struct ProfileOptions {
 ProfileOptions parse_options(const po::variables_map& vm, int) {
   ProfileOptions o;
   o.step = parse_step_options(vm);
-  o.top = int(opt_positive(vm, "top"));
+  o.top = fits_int(opt_positive(vm, "top"), "top");
   o.cupti = !opt_flag(vm, "no-cupti");
   if (!vm.count("trace")) return o;
   o.trace = opt_string(vm, "trace");

@@ -156,7 +156,7 @@ TrainOptions parse_options(const po::variables_map& vm, int world_size) {
   o.steps = opt_positive(vm, "steps");
   o.log_every = opt_nonnegative(vm, "log-every");
   o.save_every = opt_nonnegative(vm, "save-every");
-  o.micro_batches = int(opt_positive(vm, "grad-accum"));
+  o.micro_batches = fits_int(opt_positive(vm, "grad-accum"), "grad-accum");
   o.seed = uint64_t(opt_int(vm, "seed"));
   o.cuda_graph = opt_flag(vm, "cuda-graph");
   if (o.micro_batches > 1 && o.cuda_graph)
@@ -441,8 +441,9 @@ void run(ModeContext& ctx, const TrainOptions& o) {
                   .c_str());
 
   if (tp > 1)
-    log_root(rt, "train: tensor parallelism: %d groups of --tp %d ranks%s, each rank %s of every layer\n", mesh.dp_size,
-             tp, par.sequence_parallel ? " with sequence parallelism" : "", ("1/" + std::to_string(tp)).c_str());
+    log_root(rt, "train: tensor parallelism: %s of --tp %d ranks%s, each rank %s of every layer\n",
+             counted(mesh.dp_size, "group").c_str(), tp, par.sequence_parallel ? " with sequence parallelism" : "",
+             ("1/" + std::to_string(tp)).c_str());
   Record rec;
   rec.group = "train";
   rec.attr("model", config.name)
@@ -620,6 +621,8 @@ void run(ModeContext& ctx, const TrainOptions& o) {
                                             : " (try a lower --lr)";
     const std::string at = " at step " + std::to_string(step);
     const std::string of_run = at + " (this run's " + std::to_string(done) + " of " + std::to_string(steps) + ")";
+    if (!std::isfinite(loss.back()) || (max_grad_norm > 0 && !std::isfinite(grad_norm.back())))
+      finish_collectives(rec);  // the steps so far, kept with the error (every rank stops here)
     if (!std::isfinite(loss.back())) {
       save_progress("error: loss is not finite" + at);
       throw AgreedError("the loss became " + std::to_string(loss.back()) + of_run + hint);

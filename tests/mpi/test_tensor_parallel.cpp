@@ -230,6 +230,32 @@ TEST(TensorParallelLayout, SplitsThatDoNotDivideAreRefused) {
   c = tp_model();
   c.vocab_size = 9;  // padded to 32 at tp 4: rank 2 would hold none of it
   EXPECT_THROW(ParameterLayout(c, TensorSplit{4, 2}), UsageError);
+  // Where the last rank would hold only padding, the message names the next vocabulary that
+  // leaves it some (33 at tp 4: 64 rows, 16 a rank, the last from row 48).
+  for (int tp : {2, 3, 4})
+    for (int64_t vocab = 1; vocab <= 8 * tp * tp; ++vocab) {
+      c.vocab_size = vocab;
+      auto fits = [&](int64_t v) {
+        c.vocab_size = v;
+        try {
+          ParameterLayout(c, TensorSplit{tp, tp - 1});
+          return true;
+        } catch (const UsageError&) {
+          return false;
+        }
+      };
+      if (fits(vocab)) continue;
+      int64_t next = vocab + 1;
+      while (!fits(next)) ++next;
+      c.vocab_size = vocab;
+      try {
+        ParameterLayout(c, TensorSplit{tp, tp - 1});
+      } catch (const UsageError& e) {
+        EXPECT_NE(std::string(e.what()).find("give a vocab_size of " + std::to_string(next) + " "), std::string::npos)
+            << e.what();
+      }
+    }
+  c = tp_model();
   EXPECT_THROW(mesh_place(0, 6, 4), UsageError) << "tp 4 does not divide 6 ranks";
   const MeshPlace p = mesh_place(5, 8, 2);
   EXPECT_EQ(p.tp_rank, 1);

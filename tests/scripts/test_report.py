@@ -421,6 +421,14 @@ def check_accounting(runs):
     close(rows[0]["Measured step (ms)"], measured, "accounting tp: the measured median step")
     bad = run(acc + ["tp", "--single", runs["tp/tp2"], "--train", runs["tp/tp2"], "--busbw", "1e9"], expect_ok=False)
     assert bad.returncode == 2 and "not one GPU" in bad.stderr, bad.stderr
+    # The report's train section gives each run's tp x dp layout and its wait for the group.
+    tp_report = os.path.join(os.path.dirname(runs["tp/tp2"]), "report.md")
+    run([sys.executable, os.path.join(ANALYSIS, "report.py"), os.path.dirname(runs["tp/tp2"]), "-o", tp_report])
+    trained = {r["Run"]: r for r in rows_of(table_with(parse_markdown_tables(open(tp_report).read()),
+                                                       "Layout", "TP wait Mean (ms)")[0])}
+    assert trained["tp2"]["Layout"] == "tp 2 x dp 1" and trained["single"]["Layout"] == "dp 1", trained
+    close(trained["tp2"]["TP wait Mean (ms)"], waited.mean(), "report: the tp run's wait for its group")
+    assert trained["single"]["TP wait Mean (ms)"] == "-", trained["single"]
 
 
 def main():

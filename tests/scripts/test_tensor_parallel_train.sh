@@ -41,8 +41,20 @@ refused 2 "--d-ff 63 does not divide among --tp 2" $TRAIN --steps 1 --tp 2 --d-f
 refused 4 "--tp 3 does not divide the 4 ranks" $TRAIN --steps 1 --tp 3
 refused 2 "splits each micro-batch's 45 tokens among --tp 2" $TRAIN --steps 1 --tp 2 --sequence-parallel \
   --batch-size 3 --context-length 15
-refused 2 "--tp-overlap 65 splits forward's products into chunks of 64 tokens (a rank's share)" $TRAIN --steps 1 \
-  --tp 2 --sequence-parallel --tp-overlap 65
+refused 2 "--tp-overlap 65 splits forward's products, of 64 tokens each (a rank's share), into 65 chunks" $TRAIN \
+  --steps 1 --tp 2 --sequence-parallel --tp-overlap 65
+refused 2 "--tp 4294967298 is out of range" $TRAIN --steps 1 --tp 4294967298
+# A vocabulary whose padding leaves the last rank none of it: refused by every rank before any
+# collective (mode memory once hung here, ddp ran its tp 1 cases first), rank 0 saying so.
+python3 -c "import numpy as np; np.arange(2000, dtype=np.uint16).__mod__(8).tofile('tokens8.bin')"
+SMALL_VOCAB=(--device cpu "${TINY/--vocab-size 100/--vocab-size 8}" --comm-timeout 20)
+for mode in "memory --tp 2" "ddp --tp 1,2 --steps 1" "train --data tokens8.bin --tp 2 --steps 1"; do
+  rm -rf small_vocab
+  # shellcheck disable=SC2086
+  refused 2 "llmhpc: error: --vocab-size 8 is too small for --tp 2: padded to 16 rows" --mode $mode \
+    ${SMALL_VOCAB[*]} --out small_vocab
+  [ ! -e small_vocab ] || { echo "FAIL: --mode $mode with a vocabulary too small for tp wrote small_vocab"; exit 1; }
+done
 
 python3 - "$(cd "$(dirname "$0")" && pwd)" <<'PY'
 import sys
@@ -83,7 +95,7 @@ for name in ("tp2", "tp2_sp", "tp2_overlap", "tp2_sp_overlap"):
 _, sp = losses("tp2_sp")
 _, plain = losses("tp2")
 # Per layer: sequence parallelism's all-gather and reduce-scatter move the same bytes as the
-# all-reduce they replace, in twice the collectives.
+# all-reduce they replace, in twice the collectives (and backward gathers inputs again).
 check(int(sp["tp_collectives_per_step"]) > int(plain["tp_collectives_per_step"]),
       "sequence parallelism: more collectives (an all-gather and a reduce-scatter for each all-reduce)")
 check(int(sp["sequence_parallel"]) == 1 and int(plain["sequence_parallel"]) == 0, "sequence parallelism recorded")
