@@ -474,7 +474,8 @@ class Run:
         begins 'aborted by the watchdog' (docs/hdf5-schema.md, "Hangs"): one dict per such rank,
         in rank order, with rank, host, what (the stuck collective), collective (its number),
         reached, not_reached and no_answer (rank ranges, '0,2-5', '' for none), not_reached_hosts
-        and no_answer_hosts (comma-separated), report (as printed); [] where no watchdog fired."""
+        and no_answer_hosts (comma-separated), mismatched (the ranks that issued the collective's
+        number as another collective), report (as printed); [] where no watchdog fired."""
         out = []
         for rf in sorted(self.files, key=lambda f: f.rank):
             if not str(rf.status).startswith(ABORTED):
@@ -485,7 +486,8 @@ class Run:
                             not_reached=str(a.get("hang_not_reached", "")),
                             not_reached_hosts=str(a.get("hang_not_reached_hosts", "")),
                             no_answer=str(a.get("hang_no_answer", "")),
-                            no_answer_hosts=str(a.get("hang_no_answer_hosts", "")), report=str(a.get("hang_report", ""))))
+                            no_answer_hosts=str(a.get("hang_no_answer_hosts", "")),
+                            mismatched=str(a.get("hang_mismatched", "")), report=str(a.get("hang_report", ""))))
         return out
 
     def describe_ranks(self) -> str:

@@ -80,6 +80,8 @@ def hang_summary(h: dict, fired: dict) -> str:
              if h["not_reached"] else f"collective #{h['collective']} reached by every rank that answered"]
     if h["no_answer"]:
         parts.append(f"no answer from rank(s) {no_answer_cell(h, fired)}")
+    if h.get("mismatched"):
+        parts.append(f"rank(s) {h['mismatched']} issued it as another collective: the ranks' calls no longer match")
     return "; ".join(parts)
 
 
@@ -119,15 +121,16 @@ def hang_section(runs: list) -> str:
         fired = {h["rank"]: h for h in hangs}
         rows += [[f"`{run.directory}`", f"{h['rank']} ({h['host']})", h["what"], h["reached"] or "-",
                   f"{h['not_reached']} ({h['not_reached_hosts']})" if h["not_reached"] else "-",
-                  no_answer_cell(h, fired) if h["no_answer"] else "-"] for h in hangs]
+                  no_answer_cell(h, fired) if h["no_answer"] else "-", h.get("mismatched") or "-"] for h in hangs]
     if not rows:
         return ""
     return ("The watchdog ended these runs: no progress within --comm-timeout. Each rank whose watchdog fired "
             "asked every other rank how far it got and kept the answers in its file (ranks with their hosts; "
             "a rank that never issued the collective is the one to look at; one that gave no answer was "
-            "stopped or unreachable).\n\n"
+            "stopped or unreachable; one that issued it as another collective took another path through the "
+            "run).\n\n"
             + bench.markdown_table(["run", "rank (host)", "stuck collective", "reached", "not reached (hosts)",
-                                    "no answer (hosts)"], rows))
+                                    "no answer (hosts)", "issued differently"], rows))
 
 
 def build_report(dirs: list, out_dir: str, options: dict, table_only: bool = False) -> str:

@@ -37,7 +37,9 @@ struct Wire {
   uint64_t issued, completed;
   int64_t step;
   char name[32];
-  char context[176];
+  char backend[24];
+  uint64_t bytes;
+  char context[144];
 };
 static_assert(sizeof(Wire) == 256, "the answer's layout");
 
@@ -107,6 +109,8 @@ struct ProgressBoard::State {
       w.completed = p.completed;
       w.step = p.step;
       copy_text(w.name, sizeof w.name, p.last_name);
+      copy_text(w.backend, sizeof w.backend, p.last_backend);
+      w.bytes = p.last_bytes;
       copy_text(w.context, sizeof w.context, p.context);
       (void)send(c, &w, sizeof w, MSG_NOSIGNAL);
       ::close(c);
@@ -273,6 +277,8 @@ std::vector<RankAnswer> ProgressBoard::ask_all(double wait_s) const {
         p.answer.progress.completed = w.completed;
         p.answer.progress.step = w.step;
         p.answer.progress.last_name.assign(w.name, strnlen(w.name, sizeof w.name));
+        p.answer.progress.last_backend.assign(w.backend, strnlen(w.backend, sizeof w.backend));
+        p.answer.progress.last_bytes = w.bytes;
         p.answer.progress.context.assign(w.context, strnlen(w.context, sizeof w.context));
       }
       finish(a);

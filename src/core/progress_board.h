@@ -27,11 +27,13 @@
 namespace llmhpc {
 
 struct RankProgress {
-  uint64_t issued = 0;     // the last collective it issued (its sequence number; 0: none yet)
-  uint64_t completed = 0;  // the highest number up to which all were complete
-  int64_t step = -1;       // the step it is in (-1: between steps)
-  std::string last_name;   // the last issued collective's name ("allreduce")
-  std::string context;     // the configuration it is in
+  uint64_t issued = 0;       // the last collective it issued (its sequence number; 0: none yet)
+  uint64_t completed = 0;    // the highest number up to which all were complete
+  int64_t step = -1;         // the step it is in (-1: between steps)
+  std::string last_name;     // the last issued collective's name ("allreduce")
+  std::string last_backend;  // its backend ("nccl", "mpi (host)")
+  uint64_t last_bytes = 0;   // and its payload
+  std::string context;       // the configuration it is in
 };
 
 struct RankAnswer {

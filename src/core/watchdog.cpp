@@ -30,15 +30,16 @@ struct Fault {
   uint64_t op = 0;     // 0: any
   int64_t step = -1;   // -1: any
   int64_t config = 0;  // 0: any
-  enum Action { Exit, Signal, Stall, Delay } action = Exit;
+  enum Action { Exit, Signal, Stall, Delay, Diverge } action = Exit;
   int code = 7;  // exit code, signal number or milliseconds of delay
   bool fired = false;
 };
 
 Fault parse_fault(const std::string& text) {
-  const std::string usage = "LLMHPC_FAULT='" + text +
-                            "': expected rank=R,op=N|config=C|step=S,action=exit[:code]|signal[:number]|stall|delay:MS "
-                            "(a test-only switch; unset it for real runs)";
+  const std::string usage =
+      "LLMHPC_FAULT='" + text +
+      "': expected rank=R,op=N|config=C|step=S,action=exit[:code]|signal[:number]|stall|delay:MS|diverge "
+      "(a test-only switch; unset it for real runs)";
   Fault f;
   bool when = false;
   for (const std::string& item : split_list(text, "LLMHPC_FAULT")) {
@@ -62,6 +63,7 @@ Fault parse_fault(const std::string& text) {
       if (name == "exit") f.action = Fault::Exit;
       else if (name == "signal") f.action = Fault::Signal, f.code = 9;
       else if (name == "stall") f.action = Fault::Stall;
+      else if (name == "diverge") f.action = Fault::Diverge;
       else if (name == "delay" && has_code) f.action = Fault::Delay;
       else throw UsageError(usage);
       if (has_code) f.code = int(parse_int(value.substr(value.find(':') + 1), "LLMHPC_FAULT action code"));
@@ -130,6 +132,8 @@ void Watchdog::start(double timeout_s, int rank, int world_size) {
       p.completed = completed_.load();
       p.step = step_.load(std::memory_order_relaxed);
       p.last_name = last_name_.load();
+      p.last_backend = last_backend_.load();
+      p.last_bytes = last_bytes_.load();
       std::lock_guard<std::mutex> lock(state_->mutex);
       p.context = *state_->context;
       return p;
@@ -223,6 +227,8 @@ Watchdog::OpPtr Watchdog::begin(const char* name, const char* backend, uint64_t 
   }
   op->seq = enqueued_.fetch_add(1) + 1;
   last_name_.store(name);
+  last_backend_.store(backend);
+  last_bytes_.store(bytes);
   op->issued = std::chrono::steady_clock::now();
   note_arrival(op->issued);
   bool drain = false;
@@ -268,14 +274,16 @@ void Watchdog::inject(const Op& op) {
       (f.step >= 0 && op.step < f.step))
     return;
   f.fired = true;
-  const char* what = f.action == Fault::Exit     ? "exits"
-                     : f.action == Fault::Signal ? "raises signal"
-                     : f.action == Fault::Stall  ? "stalls"
-                                                 : "sleeps (ms, from here on)";
+  const char* what = f.action == Fault::Exit      ? "exits"
+                     : f.action == Fault::Signal  ? "raises signal"
+                     : f.action == Fault::Stall   ? "stalls"
+                     : f.action == Fault::Diverge ? "issues a barrier of every rank instead"
+                                                  : "sleeps (ms, from here on)";
   std::fprintf(stderr,
                "llmhpc: fault injection (test only, LLMHPC_FAULT): rank %d %s%s before collective #%llu %s (%s, %llu "
                "bytes) at step %lld of '%s'\n",
-               rank_, what, f.action == Fault::Stall ? "" : (" " + std::to_string(f.code)).c_str(),
+               rank_, what,
+               f.action == Fault::Stall || f.action == Fault::Diverge ? "" : (" " + std::to_string(f.code)).c_str(),
                (unsigned long long)op.seq, op.name, op.backend, (unsigned long long)op.bytes, (long long)op.step,
                op.context->c_str());
   std::fflush(stderr);
@@ -287,6 +295,10 @@ void Watchdog::inject(const Op& op) {
   if (f.action == Fault::Delay) {
     std::this_thread::sleep_for(std::chrono::milliseconds(f.code));
     return;
+  }
+  if (f.action == Fault::Diverge) {  // this number as another collective, which the others never join
+    WatchedCall barrier("barrier", 0);
+    MPI_Barrier(MPI_COMM_WORLD);
   }
   for (;;) std::this_thread::sleep_for(std::chrono::seconds(1));
 }
@@ -302,18 +314,27 @@ std::string Watchdog::describe(const Op& op) const {
 
 namespace {
 extern "C" void abort_deadline(int) { _exit(4); }  // async-signal-safe: no destructors, no atexit
+
+// Whether a rank's last issued collective is `op` as this rank issued it: the same name and
+// backend, and under NCCL, whose collectives take the same count on every rank, the same bytes
+// (a gather's or a host broadcast's bytes differ by rank).
+bool same_call(const RankProgress& theirs, const Watchdog::Op& op) {
+  if (theirs.last_name != op.name || theirs.last_backend != op.backend) return false;
+  return std::string(op.backend).rfind("nccl", 0) != 0 || theirs.last_bytes == op.bytes;
+}
 }  // namespace
 
 // Which ranks had issued collective report.collective, which had not (with where they are),
-// which did not answer, into `report`; nothing with one rank.
-void Watchdog::ask_the_ranks(HangReport& report) const {
+// which did not answer, and which issued that number as another collective than `op` (when
+// known), into `report`; nothing with one rank.
+void Watchdog::ask_the_ranks(HangReport& report, const Op* op) const {
   if (!state_->board.opened()) return;
   const uint64_t seq = report.collective;
   const auto began = std::chrono::steady_clock::now();
   const std::vector<RankAnswer> answers = state_->board.ask_all(kAskS);
   const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - began).count();
   report.reached = {rank_};
-  std::vector<const RankAnswer*> behind;
+  std::vector<const RankAnswer*> behind, other;
   auto note_host = [](std::vector<std::string>& hosts, const std::string& host) {
     if (std::find(hosts.begin(), hosts.end(), host) == hosts.end()) hosts.push_back(host);
   };
@@ -323,6 +344,7 @@ void Watchdog::ask_the_ranks(HangReport& report) const {
       note_host(report.no_answer_hosts, a.host);
     } else if (a.progress.issued >= seq) {
       report.reached.push_back(a.rank);
+      if (op && a.progress.issued == seq && !same_call(a.progress, *op)) other.push_back(&a);
     } else {
       behind.push_back(&a);
       report.not_reached.push_back(a.rank);
@@ -348,6 +370,21 @@ void Watchdog::ask_the_ranks(HangReport& report) const {
     s += "    not reached, too: ranks " + rank_ranges(rest) + "\n";
   }
   if (behind.empty()) s += "    not reached: none of the ranks that answered\n";
+  auto call = [](const std::string& name, const std::string& backend, uint64_t bytes) {
+    return name + " (" + backend + ", " + std::to_string(bytes) + " bytes)";
+  };
+  for (size_t k = 0; k < other.size(); ++k) {
+    const RankAnswer& a = *other[k];
+    report.mismatched.push_back(a.rank);
+    if (k < kListed)
+      s += "    issued differently: rank " + std::to_string(a.rank) + " on " + a.host + " issued #" +
+           std::to_string(seq) + " as " + call(a.progress.last_name, a.progress.last_backend, a.progress.last_bytes) +
+           ", this rank as " + call(op->name, op->backend, op->bytes) + "\n";
+  }
+  if (!other.empty())
+    s += "    the ranks' collectives no longer match, so none of them completes: some ranks took another path "
+         "(an error or a branch that only they saw) before #" +
+         std::to_string(seq) + "\n";
   if (!report.no_answer.empty()) {
     const std::vector<std::string>& hosts = report.no_answer_hosts;  // where they run: the node to look at
     std::string on;
@@ -388,7 +425,7 @@ void Watchdog::fail(const std::string& what, const Op* op) {
   report.text = "llmhpc: watchdog on rank " + std::to_string(rank_) + " (host " + host + "): " + report.what +
                 "\n  rank " + std::to_string(rank_) + ": last enqueued collective #" +
                 std::to_string(enqueued_.load()) + ", last completed #" + std::to_string(completed_.load()) + "\n";
-  ask_the_ranks(report);
+  ask_the_ranks(report, op);
   // One write, starting a line of its own: rank 0's progress line may be half written (log_root
   // flushes it as it goes), and a launcher merges every rank's streams into one, where the
   // reports of ranks that fire together must not interleave.

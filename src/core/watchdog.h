@@ -51,9 +51,11 @@
 // after step `step` (each condition optional, at least one given; a step as the mode's
 // arrival_step counts it: train's optimizer step from 1, ddp's and memory's from 0 with the
 // warm-up); or, with action=delay:MS, sleep MS milliseconds before each of its collectives from
-// then on (a slow rank, for the straggler report). The fault is announced on stderr first. A
-// stalled rank has not issued the collective (its last issued number is the one before), as a
-// rank stuck in computation would.
+// then on (a slow rank, for the straggler report); or, with action=diverge, issue a barrier of
+// every rank in its place (ranks whose calls no longer match, as when one takes a path the
+// others do not: each waits for the other's collective). The fault is announced on stderr
+// first. A stalled rank has not issued the collective (its last issued number is the one
+// before), as a rank stuck in computation would.
 #pragma once
 #include <atomic>
 #include <chrono>
@@ -150,6 +152,9 @@ class Watchdog {
     std::string what;  // "no progress within --comm-timeout 3.0 s: collective #31 allreduce (...)"
     uint64_t collective = 0;
     std::vector<int> reached, not_reached, no_answer;
+    // Ranks that issued the stuck collective's number as another collective (name or bytes):
+    // the ranks' calls no longer match, so neither side's completes.
+    std::vector<int> mismatched;
     std::vector<std::string> not_reached_hosts, no_answer_hosts;  // each host once
     std::string text;
   };
@@ -173,13 +178,15 @@ class Watchdog {
   void inject(const Op& op);
   void note_arrival(std::chrono::steady_clock::time_point now);
   std::string describe(const Op& op) const;
-  void ask_the_ranks(HangReport& report) const;
+  void ask_the_ranks(HangReport& report, const Op* op) const;
 
   double timeout_s_ = 0;
   int rank_ = -1;
   std::atomic<int64_t> step_{-1};
   std::atomic<uint64_t> enqueued_{0}, completed_{0};
   std::atomic<const char*> last_name_{""};
+  std::atomic<const char*> last_backend_{""};
+  std::atomic<uint64_t> last_bytes_{0};
   double clock_offset_s_ = 0;
   std::unique_ptr<State> state_;
 };

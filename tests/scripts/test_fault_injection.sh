@@ -2,8 +2,9 @@
 # Faults injected under mpirun -np 3 (LLMHPC_FAULT, test only: src/core/watchdog.h): a rank
 # killed by a signal in the middle of a comm benchmark, a rank that exits in the middle of a
 # ddp run, a rank that stalls inside a collective (comm and ddp), a rank stopped by SIGSTOP
-# (a process that answers nothing, not even the launcher's SIGTERM), rank 0 interrupted by
-# SIGINT in a sweep. Each job must end non-zero
+# (a process that answers nothing, not even the launcher's SIGTERM), a rank that issues another
+# collective than the others (calls that no longer match), rank 0 interrupted by SIGINT in a
+# sweep. Each job must end non-zero
 # within --comm-timeout + 30 s, with a message naming the failed rank (a watchdog's report: the
 # stalled rank as the one that had not reached the stuck collective, the stopped one as giving no
 # answer; exit code 4), leave no rank process behind, and leave every rank's file readable: the finished configurations "ok" with their
@@ -126,6 +127,27 @@ hang_report "$WORK/comm_stall.log" 0 1
 [ "$last_rc" -eq 4 ] || fail "comm_stall: exit code $last_rc, not the watchdog's 4"
 readable comm_stall comm
 hang_files comm_stall 1 hang_not_reached
+# Calls that no longer match: rank 1 issues a barrier where the others issue the benchmark's
+# all-reduce. Every rank's watchdog names the mismatch, the others' files name rank 1, rank 1's
+# names the others, and report.py's Hangs table has them.
+run comm_diverge "rank=1,config=2,step=4,action=diverge" "issued differently: rank 1 on $(hostname) issued #" \
+  "${COMM[@]}"
+[ "$(grep -c "issued differently: rank [02] on $(hostname) issued #[0-9]* as allreduce (mpi, [0-9]* bytes), this rank as barrier (mpi (host), 0 bytes)" "$WORK/comm_diverge.log")" -eq 2 ] ||
+  fail "comm_diverge: rank 1's watchdog does not name both others' calls"
+PYTHONPATH="$ROOT/analysis" "$PY" - "$WORK/comm_diverge" "$ROOT/analysis/report.py" <<'EOF' ||
+import subprocess, sys
+from llmhpc_h5 import open_run
+directory, report = sys.argv[1:]
+hangs = {h["rank"]: h for h in open_run(directory).hang_reports()}
+assert set(hangs) == {0, 1, 2}, sorted(hangs)
+assert hangs[0]["mismatched"] == hangs[2]["mismatched"] == "1" and hangs[1]["mismatched"] == "0,2", hangs
+assert all(h["not_reached"] == "" for h in hangs.values()), hangs
+subprocess.run([sys.executable, report, directory, "-o", directory + "-report/report.md"], check=True, capture_output=True)
+text = open(directory + "-report/report.md").read()
+assert "issued it as another collective" in text and "| issued differently |" in text, text[:800]
+print("    every rank file names the ranks whose calls differ; report.py says so")
+EOF
+  fail "comm_diverge: the rank files or the report do not name the mismatch"
 run ddp_stall "rank=0,config=2,step=3,action=stall" "watchdog on rank" "${DDP[@]}"
 grep -q "allreduce (mpi, [0-9]* bytes) in 'ddp/" "$WORK/ddp_stall.log" ||
   fail "ddp_stall: the report does not name the collective, its bytes and the configuration"
