@@ -113,13 +113,19 @@ def describe(run) -> str:
             f"backend {a['backend']}; git {a['git_sha']}; started {a['start_time']}{settings}{state}")
 
 
+def stuck_collective(what: str) -> str:
+    """'collective #30 allreduce (mpi, 4000 bytes) ...' from the watchdog's status sentence, without
+    its 'no progress within --comm-timeout 3.0 s: ' (the section's introduction says it)."""
+    return what.split(": ", 1)[1] if what.startswith("no progress within") and ": " in what else what
+
+
 def hang_section(runs: list) -> str:
     """Runs the watchdog ended: what each rank's watchdog found, as its rank file keeps it."""
     rows = []
     for run in runs:
         hangs = run.hang_reports()
         fired = {h["rank"]: h for h in hangs}
-        rows += [[f"`{run.directory}`", f"{h['rank']} ({h['host']})", h["what"], h["reached"] or "-",
+        rows += [[f"`{run.directory}`", f"{h['rank']} ({h['host']})", stuck_collective(h["what"]), h["reached"] or "-",
                   f"{h['not_reached']} ({h['not_reached_hosts']})" if h["not_reached"] else "-",
                   no_answer_cell(h, fired) if h["no_answer"] else "-", h.get("mismatched") or "-"] for h in hangs]
     if not rows:

@@ -73,6 +73,10 @@ def report_section(runs: list, out_dir: str, rank=0, decimals: int = 2) -> str:
     table = markdown_table(["Run", "Model", "Ranks"] + (["Layout"] if any_tp else []) +
                            ["DDP", "Sharding", "Status", "Steps", "First loss", "Last loss", "Step Mean (ms)",
                             "Step Std (ms)", "Sync Mean (ms)"] + (["TP wait Mean (ms)"] if any_tp else []), rows)
+    curves = [(label, steps) for label, steps in curves if len(steps)]
+    if not curves:  # records written before their first step (a run that hung or was stopped early)
+        return "\n\n".join([f"### Training runs\n\n{table}", *parts,
+                             "No run recorded a step yet: no loss curve to draw."])
     fig, ax = plt.subplots(figsize=(6.5, 4))
     colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     for i, (label, steps) in enumerate(curves):

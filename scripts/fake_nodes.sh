@@ -355,7 +355,8 @@ A command in node I (its network, hostname, /dev/shm and core), from $dir:
   $self run I $dir COMMAND...
 mpirun across the nodes, from node0 ($dir/hostfile 2 1 ... gives slots per node; default one each):
   export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_pml=ob1 OMPI_MCA_btl=tcp,vader,self \\
-    OMPI_MCA_btl_tcp_if_include=$FAKE_NODES_SUBNET OMPI_MCA_oob_tcp_if_include=$FAKE_NODES_SUBNET
+    OMPI_MCA_btl_tcp_if_include=$FAKE_NODES_SUBNET OMPI_MCA_oob_tcp_if_include=$FAKE_NODES_SUBNET \\
+    OMPI_MCA_mpi_yield_when_idle=1   # a node's ranks share its one core: waiting ones yield it
   $self run 0 $dir mpirun --hostfile "\$($dir/hostfile)" -np $n --bind-to none \\
     --mca plm_rsh_agent $dir/agent COMMAND...
 Remove them, with whatever still runs in them:

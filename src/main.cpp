@@ -44,8 +44,8 @@ po::options_description general_options() {
       "out", po::value<std::string>(), "output directory for the rank files (default results/<mode>-<time>)")(
       "seed", text("0"), "seed for initialisation and random data")(
       "memory-limit", po::value<std::string>(),
-      "cap on this rank's device memory, e.g. 8GB; beyond it is out-of-memory (CPU default: the node's memory "
-      "over its ranks)")(
+      "cap on this rank's device memory, e.g. 8GB; beyond it is out-of-memory (CPU default: 85% of the node's "
+      "available memory over its ranks, the rest left to what the allocator does not count)")(
       "threads", text("0"),
       "CPU threads per rank (0: OMP_NUM_THREADS if set, else the CPUs this rank may run on / the node's ranks "
       "that share them)")("tf32", po::bool_switch(), "allow TF32 tensor cores for fp32 matrix products (CUDA)")(
@@ -113,7 +113,7 @@ BackendOptions choose_device(const Runtime& rt, const po::variables_map& vm) {
                        std::to_string(gpus) + " GPU(s): start at most one rank per GPU, or pass --allow-gpu-sharing");
     b.ordinal = rt.local_rank % gpus;
   } else if (!b.memory_limit) {
-    b.memory_limit = host_physical_memory() / size_t(rt.local_size);  // ranks of a node share its memory
+    b.memory_limit = host_usable_memory() / size_t(rt.local_size);  // ranks of a node share its memory
   }
   return b;
 }

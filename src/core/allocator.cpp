@@ -111,6 +111,21 @@ size_t host_physical_memory() {
   return pages > 0 && page > 0 ? size_t(pages) * size_t(page) : size_t(1) << 34;
 }
 
+size_t host_usable_memory() {
+  size_t available = host_physical_memory();
+  if (std::FILE* f = std::fopen("/proc/meminfo", "r")) {
+    char line[256];
+    unsigned long long kib = 0;
+    while (std::fgets(line, sizeof line, f))
+      if (std::sscanf(line, "MemAvailable: %llu kB", &kib) == 1) {
+        available = std::min(available, size_t(kib) * 1024);
+        break;
+      }
+    std::fclose(f);
+  }
+  return available / 100 * 85;
+}
+
 int64_t host_resident_bytes() {
   std::FILE* f = std::fopen("/proc/self/statm", "r");
   if (!f) return -1;

@@ -179,16 +179,19 @@ void agree_or_exit(const Runtime& rt, const std::string& local_error, int code) 
   WatchedCall watched("agree on errors", sizeof mine);
   MPI_CHECK(MPI_Allreduce(&mine, &first, 1, MPI_INT, MPI_MIN, rt.comm));
   if (first == rt.world_size) return;
-  // Bring the first failing rank's message to rank 0, which prints it.
-  int len = static_cast<int>(local_error.size());
+  // Bring the first failing rank's host and message to rank 0, which prints them.
+  const std::string sent = rt.hostname + "\n" + local_error;
+  int len = static_cast<int>(sent.size());
   MPI_CHECK(MPI_Bcast(&len, 1, MPI_INT, first, rt.comm));
-  std::vector<char> msg(local_error.begin(), local_error.end());
-  msg.resize(len);
-  MPI_CHECK(MPI_Bcast(msg.data(), len, MPI_CHAR, first, rt.comm));
+  std::string got = sent;
+  got.resize(size_t(len));
+  MPI_CHECK(MPI_Bcast(got.data(), len, MPI_CHAR, first, rt.comm));
   if (rt.is_root()) {
-    // As AgreedError's message reads where rank 0 found it; another rank is named.
-    std::string where = first != 0 ? " (rank " + std::to_string(first) + ")" : "";
-    std::fprintf(stderr, "llmhpc: error%s: %.*s\n", where.c_str(), len, msg.data());
+    // As AgreedError's message reads where rank 0 found it; another rank is named, with its host
+    // (a file missing on one node).
+    const size_t cut = got.find('\n');
+    const std::string where = first != 0 ? " (rank " + std::to_string(first) + " on " + got.substr(0, cut) + ")" : "";
+    std::fprintf(stderr, "llmhpc: error%s: %s\n", where.c_str(), got.substr(cut + 1).c_str());
     std::fflush(stderr);
   }
   throw ExitRequest{code};

@@ -134,7 +134,7 @@ class DeviceSpace final : public BufferSpace {
 
 std::unique_ptr<BufferSpace> buffer_space(Device& dev, const Runtime& rt, const Communicator& comm) {
   if (comm.device_buffers() || dev.kind() == DeviceKind::Cpu) return std::make_unique<DeviceSpace>(dev);
-  return std::make_unique<HostBufferSpace>(host_physical_memory() / size_t(rt.local_size));
+  return std::make_unique<HostBufferSpace>(host_usable_memory() / size_t(rt.local_size));
 }
 
 // nccl-tests' time format: fewer decimals for longer times.

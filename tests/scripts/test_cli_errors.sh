@@ -96,7 +96,8 @@ mpmd() {  # words, rank 0's launcher options and arguments, rank 1's (a string e
     echo "ok   (mpmd, rc=2): $(grep -m1 -F -- "$1" "$WORK/stderr" | cut -c1-110)"
   fi
 }
-mpmd "every rank takes the same options" "$BIN --mode bench --device cpu $TINY --steps 1" \
+# The rank that found the error is named with its host (rank 0's own errors name neither).
+mpmd "error (rank 1 on $(hostname)): rank 1 was started with" "$BIN --mode bench --device cpu $TINY --steps 1" \
   "$BIN --mode bench --device cpu $TINY --steps 3"
 mpmd "the ranks read files of 400 to 4000 tokens" "--wdir $WORK/long $BIN $TRAIN --steps 1" \
   "--wdir $WORK/short $BIN $TRAIN --steps 1"

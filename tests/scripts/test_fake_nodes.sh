@@ -32,7 +32,7 @@
 # temporary folder) is removed on exit, whatever happens; a deadline of 300 s of its own.
 # Needs root, iproute2 and util-linux (make deps), network namespaces, veth and bridge devices;
 # otherwise skipped (exit 77) with the reason. Part (b) needs slurm-wlm and munge (installed
-# with apt-get when missing, as test_slurm_jobs.sh does). About a minute on 2 cores.
+# with apt-get when missing, as test_slurm_jobs.sh does). One to two minutes on 2 cores.
 # FAKE_NODES_PARTS=a or b runs one part only; FAKE_NODES_KEEP=1 keeps the temporary folder
 # (logs, rank files, slurm.conf, the agent) for a look afterwards.
 set -euo pipefail
@@ -64,6 +64,7 @@ for ns in $(fake_nodes_sweep); do echo "note removed $ns, left by a run of this 
 for old in /tmp/llmhpc-fakenodes.[0-9]*.*; do
   [ -d "$old" ] || continue
   owner=${old#/tmp/llmhpc-fakenodes.}
+  [ -e "$old/KEPT" ] && continue  # kept on purpose (FAKE_NODES_KEEP=1): the user removes it
   kill -0 "${owner%%.*}" 2>/dev/null || { rm -rf "$old" && echo "note removed $old, left by a run of this test that was killed"; }
 done
 
@@ -86,7 +87,12 @@ cleanup() {
   done
   # The nodes, and whatever still runs in them (ranks, orted, slurmstepd, the holders), by pid.
   fake_nodes_down "$tmp" || echo "FAIL: $FAKE_NODES_ERROR" >&3
-  if [ "${FAKE_NODES_KEEP:-0}" = 1 ]; then echo "kept $tmp (FAKE_NODES_KEEP=1)" >&3; else rm -rf "$tmp"; fi
+  if [ "${FAKE_NODES_KEEP:-0}" = 1 ]; then
+    echo "FAKE_NODES_KEEP=1: kept by $0 on $(date -u +%FT%TZ); later runs leave it" >"$tmp/KEPT"
+    echo "kept $tmp (FAKE_NODES_KEEP=1; remove it when done)" >&3
+  else
+    rm -rf "$tmp"
+  fi
 }
 trap cleanup EXIT
 exec 3>&1  # the test's output, also for a trap run while a command's output goes to a file
@@ -378,7 +384,7 @@ assert hangs and all(h["rank"] in (0, 1) and h["host"] == "node0" and h[key] == 
     --mca plm_rsh_no_tree_spawn 1 "$LLMHPC_BIN" --mode comm --device cpu --backend mpi --size 4KB --steps 1000000 \
     --comm-timeout 3 --out "$tmp/runs/$name" >"$tmp/$name.log" 2>&1 &
   launcher=$!
-  for _ in $(seq 150); do grep -q "^\[1/1\]" "$tmp/$name.log" && break; sleep 0.2; done  # the ranks are timing
+  for _ in $(seq 150); do grep -qs "^\[1/1\]" "$tmp/$name.log" && break; sleep 0.2; done  # the ranks are timing
   ip -n "$link" link set eth0 down
   start=$SECONDS
   ranks_left() {  # llmhpc processes still on node0 and node1
