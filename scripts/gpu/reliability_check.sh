@@ -5,8 +5,9 @@
 #      SIGSTOP in the comm benchmark (a process that never answers), must end the job within
 #      --comm-timeout + 30 s with exit code 4 and the watchdog's report, which names the stalled
 #      rank as not having reached the stuck collective and the stopped one as not answering; a rank
-#      killed mid-benchmark must end the job; every rank file stays readable (finished
-#      configurations ok, the interrupted one marked).
+#      killed mid-benchmark must end the job; a rank that issues a host barrier where the other
+#      issues an NCCL collective is named as having issued it differently; every rank file stays
+#      readable (finished configurations ok, the interrupted one marked).
 #   2. the watchdog's cost: comm busbw with the watchdog (--comm-timeout 600) and without it
 #      (--comm-timeout 0: blocking communicator, no thread, no events), alternating REPS times.
 #   3. soak: a comm run (all-reduce at SOAK_SIZES, SOAK_COMM_S seconds each) and a ddp run
@@ -79,9 +80,9 @@ COMM=(--mode comm --size 1MB,16MB,64MB --steps 200 --warmup 5 --comm-timeout "$S
 DDP=(--mode ddp --model small --context-length 128 --batch-size 8 --ddp bucketed,overlap --warmup 2 --steps 20
   --comm-timeout "$STALL_TIMEOUT")
 if has faults; then
-  fault nccl_comm_stall "rank=1,config=3,step=50,action=stall" "not reached: rank 1 (last issued #" "${COMM[@]}"
+  fault nccl_comm_stall "rank=1,config=3,step=50,action=stall" "not reached: rank 1 on $(hostname) (last issued #" "${COMM[@]}"
   [ "$last_rc" -eq 4 ] || fail "nccl_comm_stall: exit code $last_rc, not the watchdog's 4"
-  fault nccl_ddp_stall "rank=0,config=2,step=10,action=stall" "not reached: rank 0 (last issued #" "${DDP[@]}"
+  fault nccl_ddp_stall "rank=0,config=2,step=10,action=stall" "not reached: rank 0 on $(hostname) (last issued #" "${DDP[@]}"
   [ "$last_rc" -eq 4 ] || fail "nccl_ddp_stall: exit code $last_rc, not the watchdog's 4"
   fault nccl_comm_kill "rank=1,config=3,step=50,action=signal:9" "rank 1" "${COMM[@]}"
   # SIGSTOP (19) before a 64 MB NCCL all-reduce: config 5 (64MB out of place) begins near
@@ -95,6 +96,15 @@ if has faults; then
   grep -q "tcache\|core dumped" "$out/nccl_comm_sigstop.log" && fail "nccl_comm_sigstop: a rank crashed while aborting"
   grep -q "rank 1 raises signal 19 before collective #[0-9]* allreduce (nccl, 64000000 bytes)" \
     "$out/nccl_comm_sigstop.log" || fail "nccl_comm_sigstop: rank 1 did not stop before a 64 MB NCCL all-reduce"
+  # Calls that no longer match: rank 1 issues a host barrier where rank 0 issues an NCCL
+  # collective; rank 0's watchdog names rank 1's call beside its own. The faults above, where
+  # the ranks' calls do match, must not say so.
+  fault nccl_ddp_diverge "rank=1,config=2,step=10,action=diverge" \
+    "issued differently: rank 1 on $(hostname) issued #[0-9]* as barrier (mpi (host), 0 bytes), this rank as" "${DDP[@]}"
+  [ "$last_rc" -eq 4 ] || fail "nccl_ddp_diverge: exit code $last_rc, not the watchdog's 4"
+  for name in nccl_comm_stall nccl_ddp_stall nccl_comm_sigstop; do
+    grep -q "issued differently" "$out/$name.log" && fail "$name: matching calls reported as issued differently"
+  done
 fi
 
 # ---- 2. the watchdog's cost ----
