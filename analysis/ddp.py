@@ -588,7 +588,7 @@ def stage_model_table(g: pd.DataFrame, comm_model, markdown: bool, title: str) -
             f"not (comm_busy_ms, NCCL only), beside the ring model's for all of them, gradients' and parameters')")
     model, why = ring_model(g, comm_model)
     if model is None:
-        return f"{head}\n{why}"
+        return f"{'### ' if markdown else ''}{head}\n\n{why}"
     rows = []
     for _, r in sharded.iterrows():
         dp = int(r.world_size) // int(r.tp)

@@ -3,15 +3,18 @@ with projections to larger clusters from the ring model of each stage's collecti
 study's bucket model, extended to the sharded stages); ddp.report_section calls it.
 
     report(df, comm_models, out_dir) -> markdown: every configuration in one table (tokens/s per GPU
-        against one GPU's, MFU, peak memory, exposed communication beside the ring model's), then
-        each series' table; scaling.png (tokens/s per GPU and efficiency against ranks) in out_dir
+        against one GPU's, MFU, peak memory, exposed communication beside the ring model's and the
+        collectives' run it was fitted from), then each series' table; scaling.png (tokens/s per GPU
+        and efficiency against ranks, each measured point's nodes) in out_dir
+    On CPU runs the tables and the plot say "per rank" where GPU runs say "per GPU".
 
 A series is one model, context, precision, strategy, bucket size, sharding, tensor parallelism and
 transport measured at two or more rank counts n:
   strong: the same global batch B at every n; speed-up S(n) = T(n0) / T(n) and efficiency
           E(n) = n0 T(n0) / (n T(n)), n0 the fewest ranks measured (1 in scaling.sh);
   weak:   the same batch per GPU b = B / n at every n (under tensor parallelism each group's
-          tp GPUs share its tp b sequences); efficiency E(n) = T(n0) / T(n).
+          tp GPUs share its tp b sequences); the scaled speed-up S(n) = (n / n0) T(n0) / T(n) (n / n0
+          times the work in each step) and efficiency E(n) = n0 S(n) / n = T(n0) / T(n).
 A sharded or tensor-parallel series' n0 = 1 run is the strategy's unsharded one on one rank.
 T is the reference DDP study's step time: the mean over the timed steps of the slowest rank's step.
 Per configuration also tokens/s per GPU, B x context / (T n), and the model FLOPs utilisation,
@@ -26,8 +29,13 @@ in it (the CPU) or has no such rate (fp64).
 Transport: a run folder whose name ends in "-net" ran with NCCL's network transport forced
 (NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1, jobs/scaling.sh NET=1), as the folder name says.
 
+Predictions take the ring model of the collectives from a run of them (llmhpc --mode comm) over the
+same transport (model_for): one on as many nodes as the configuration ran on (the links it used)
+before one on other nodes, then one on its data-parallel ranks, else the most ranks; the study
+table names that run, its ranks and nodes, and marks a configuration whose nodes are not the run's
+(jobs/scaling.sh measures the collectives at every rank count it trains at, placed as those runs).
 Projections (every such row and point labelled "projection") extend a series to more ranks n by
-the ring model of the collectives, from a run of them (llmhpc --mode comm) on n0 ranks: o (per
+the ring model of the collectives, from a run of them on n0 ranks: o (per
 collective) and w (bytes/s, as ddp.allreduce_model measures them) of the line through the two
 sizes measured around each collective's (at_size; its own collective where the run measured it,
 else the all-reduce moving as many bytes), the bus bandwidth B = w 2(n0-1)/n0 kept on any ring
@@ -69,14 +77,15 @@ from __future__ import annotations
 import bisect
 import math
 import os
+import re
 import sys
 from typing import NamedTuple
 
-import numpy as np
 import pandas as pd
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from bench import fmt, markdown_table, section_script  # noqa: E402
+from llmhpc_h5 import SchemaError, open_run  # noqa: E402
 
 # What two configurations must share to be compared as the same model on the same ranks' hardware.
 MODEL_KEYS = ("d_model", "d_ff", "num_layers", "num_heads", "vocab_size", "context_length", "precision", "grad_dtype",
@@ -125,6 +134,21 @@ def transport(directory: str) -> str:
     return "network" if os.path.basename(os.path.normpath(directory)).endswith("-net") else "default"
 
 
+def unit(df: pd.DataFrame) -> str:
+    """What the tables count per: 'GPU', or 'rank' where every run ran on CPUs (no GPU to count)."""
+    names = [str(n) for n in df.get("device_name", [])]
+    return "rank" if names and all(n.startswith("cpu") for n in names) else "GPU"
+
+
+def gib(nbytes: float) -> str:
+    """Bytes in GiB: 3 decimals from 1 GiB, 3 significant digits below it (a small model's 26 MiB
+    reads 0.0254, not 0.000)."""
+    if not nbytes >= 0:
+        return "-"
+    value = nbytes / 2**30
+    return f"{value:.3f}" if value >= 1 else f"{value:#.3g}"
+
+
 def ok_runs(df: pd.DataFrame) -> pd.DataFrame:
     """The configurations that ran, with the transport their run folder names."""
     ok = df[df.status == "ok"]
@@ -162,9 +186,10 @@ def one_gpu(ok: pd.DataFrame, r, batch_key: str, batch: int, same_strategy: bool
     return (mine if not mine.empty else same).index[0]
 
 
-def series(df: pd.DataFrame):
+def series(df: pd.DataFrame, per: str = "GPU"):
     """Yields (kind, setup, layout, rows by world size) for every strong and weak series of ok runs
-    (setup: the model, context, batch and precision; layout: the parallelism, layout()). A series
+    (setup: the model, context, batch and precision, the batch per `per` under weak scaling; layout:
+    the parallelism, layout()). A series
     of a sharding stage or of tensor parallelism starts from the one-rank run of its strategy,
     unsharded (one_gpu): tensor parallelism has no run at one rank, and a sharded one on one rank
     shards nothing (its own overheads would make the efficiency at more ranks look better than it
@@ -184,7 +209,7 @@ def series(df: pd.DataFrame):
                 if rows.world_size.nunique() < 2 or (kind == "weak" and rows.batch_size.nunique() < 2):
                     continue
                 r = rows.iloc[-1]
-                setup = (f"{model_name(r)}, T={r.context_length}, {'global' if kind == 'strong' else 'per-GPU'} "
+                setup = (f"{model_name(r)}, T={r.context_length}, {'global' if kind == 'strong' else f'per-{per}'} "
                          f"batch {batch:g}, {r.precision}{' bf16-grads' if r.grad_dtype == 'bf16' else ''}")
                 yield kind, setup, layout(r), rows
 
@@ -355,51 +380,92 @@ class Point(NamedTuple):
     tokens_per_gpu: float
     mfu: float
     source: str
+    nodes: int | None = None  # measured: the nodes the run spanned; projected: None
 
 
-def model_for(models: dict, ranks: int, transport_name: str):
-    """The all-reduce model measured on `ranks` ranks over that transport, else on the most ranks
-    measured over it (scaling.ring_ms extends it), else None."""
-    candidates = {n: m for (n, t), m in models.items() if t == transport_name}
-    return candidates.get(ranks) or (candidates[max(candidates)] if candidates else None)
+def collectives_run(model: dict) -> dict:
+    """`model` (ddp.allreduce_model) with the folder and the node count of the collectives' run it
+    was fitted from (`folder`, `nodes`): its own where it has them, else read from the run its source
+    names ('from --comm DIR (...'); nodes None where that run cannot be read."""
+    if "folder" in model and "nodes" in model:
+        return model
+    named = re.match(r"from --comm (.+?) \(\w+ on \d+ ranks", str(model.get("source", "")))
+    directory, nodes = (named.group(1) if named else ""), model.get("nodes")
+    if directory and nodes is None:
+        try:
+            nodes = len(open_run(directory).nodes())
+        except (SchemaError, OSError):
+            pass  # moved or unreadable: its nodes unknown
+    folder = os.path.basename(os.path.normpath(directory)) if directory else "the collectives' run"
+    return dict(model, folder=model.get("folder", folder), nodes=nodes)
+
+
+def model_for(models: dict, ranks: int, transport_name: str, nodes: int | None = None):
+    """The collectives' model a prediction for `ranks` data-parallel ranks of a run on `nodes` nodes
+    takes, among those measured on two or more ranks over its transport: one on as many nodes (the
+    links the run used; models' `nodes`, collectives_run) before one on others, then one on `ranks`
+    ranks, then the most ranks (ring_ms extends o and w to any ring); None where there is none."""
+    candidates = [m for (n, t), m in models.items() if t == transport_name and int(m["world_size"]) >= 2]
+    if not candidates:
+        return None
+    return max(candidates, key=lambda m: (nodes is not None and m.get("nodes") == nodes,
+                                          int(m["world_size"]) == ranks, int(m["world_size"])))
+
+
+def nodes_text(nodes) -> str:
+    """'1 node', '3 nodes'; '? nodes' where unknown."""
+    return "? nodes" if nodes is None else f"{int(nodes)} node{'' if int(nodes) == 1 else 's'}"
+
+
+def fitted_from(model: dict, nodes: int, whose: str = "this run's") -> str:
+    """The collectives' run a prediction was fitted from, its ranks and nodes; marked where its nodes
+    are not those of the run predicted, `whose` (its links are others: within a node, not across)."""
+    folder = model.get("folder", "the collectives' run")
+    where = f"{folder}: {int(model['world_size'])} ranks, {nodes_text(model.get('nodes'))}"
+    return where if model.get("nodes") in (None, nodes) else f"{where}, **not {whose} {nodes_text(nodes)}**"
 
 
 def efficiency_rows(kind: str, rows: pd.DataFrame, models: dict) -> list:
-    """[Point], measured then projected (see the module doc). A projection starts from the step
+    """[Point], measured then projected (see the module doc). Speed-up: T(n0) / T(n) under strong
+    scaling, the scaled (n / n0) T(n0) / T(n) under weak, whose n ranks do n / n0 times the work each
+    step; efficiency n0 / n of it under both. A projection starts from the step
     measured at the most ranks: the model's step there is scaled to it, and every projected step by
     the same factor (the Source column names it), so that what the model leaves out (the slowest
     rank's lag, overheads) neither vanishes nor jumps at the first projected point."""
     base, last = rows.iloc[0], rows.iloc[-1]
     n0, t0 = int(base.world_size), float(base.slowest_step_mean)
 
-    def point(n, batch, t, source):
-        speedup = t0 / t
+    def point(n, batch, t, source, nodes=None):
+        speedup = t0 / t * (1 if kind == "strong" else n / n0)
         tokens, mfu = throughput(last, n, batch, t)
-        return Point(n, batch, batch / n, t, speedup, speedup * n0 / n if kind == "strong" else speedup, tokens, mfu,
-                     source)
+        return Point(n, batch, batch / n, t, speedup, speedup * n0 / n, tokens, mfu, source, nodes)
 
     out = [point(int(r.world_size), int(r.batch_size), float(r.slowest_step_mean),
-                 "measured" if layout(r) == layout(last) else f"measured (one rank: {layout(r)})")
+                 "measured" if layout(r) == layout(last) else f"measured (one rank: {layout(r)})",
+                 int(_attr(r, "nodes", 1)))
            for _, r in rows.iterrows()]
     n_m, t_m = int(last.world_size), float(last.slowest_step_mean)
-    model = model_for(models, n_m, last.transport)
+    nodes_m = int(_attr(last, "nodes", 1))
+    model = model_for(models, n_m, last.transport, nodes_m)
     modelled = projected_step(last, n_m, n_m, kind, model) if model is not None else math.nan
     if modelled > 0 and t_m > 0:
         scale = t_m / modelled
+        origin = fitted_from(model, nodes_m, f"the {n_m}-rank run's")
         n = n_m * 2
         # Strong scaling ends where the global batch no longer splits into whole sequences per rank.
         tp = int(last.tp)  # the data-parallel ranks share the batch: n / tp of them
         while n <= max(64, 8 * n_m) and (kind == "weak" or int(last.batch_size) % (n // tp) == 0):
             batch = int(last.batch_size) if kind == "strong" else int(last.local_batch_size) * (n // tp)
             out.append(point(n, batch, projected_step(last, n, n_m, kind, model) * scale,
-                             f"projection (ring model, o, w from {model['world_size']} ranks; x{scale:.2f} to "
-                             f"match the step at {n_m} ranks)"))
+                             f"projection (ring model, o, w from {origin}; "
+                             f"x{scale:.2f} to match the step at {n_m} ranks)"))
             n *= 2
     return out
 
 
-def study_table(df: pd.DataFrame, models: dict) -> str:
-    """Every configuration measured, one row each: the study at a glance (see STUDY_NOTE)."""
+def study_table(df: pd.DataFrame, models: dict, per: str = "GPU") -> str:
+    """Every configuration measured, one row each: the study at a glance (see study_note); `per`:
+    what the throughput is counted per (unit())."""
     ok = ok_runs(df)
     order = ok.assign(layout=[layout(r) for _, r in ok.iterrows()], folder=[os.path.basename(os.path.normpath(d))
                                                                             for d in ok.run])
@@ -409,33 +475,34 @@ def study_table(df: pd.DataFrame, models: dict) -> str:
     cells = []
     for _, r in order.iterrows():
         n, tp, batch, step = int(r.world_size), int(r.tp), int(r.batch_size), float(r.slowest_step_mean)
+        nodes = int(_attr(r, "nodes", 1))
         tokens, mfu = throughput(r, n, batch, step)
         base, per_gpu = one_gpu(ok, r, "batch_size", batch), ""
         if base is None:  # a weak run: the one-rank run of as many sequences per GPU
             base, per_gpu = one_gpu(ok, r, "gpu_batch", batch / n), "*"
         one = None if base is None else ok.loc[base]
         of_one = math.nan if one is None else tokens / throughput(one, 1, one.batch_size, one.slowest_step_mean)[0]
-        model = model_for(models, n // tp, r.transport)
+        model = model_for(models, n // tp, r.transport, nodes)
         communicates = model is not None and n // tp > 1 and r.ddp != "none"
         m = stage_comm_ms(r, model) if communicates else dict(grad=math.nan, grad_all=math.nan, params_all=math.nan)
         busy, predicted = float(r.get("comm_busy_mean", math.nan)), m["grad_all"] + m["params_all"]
         cells.append([r.folder, f"{model_name(r)} T={r.context_length} {r.precision}", r.layout,
-                      f"{n}" if tp == 1 else f"{n} ({tp} x {n // tp})", fmt(r.get("nodes", 1), 0), batch, fmt(step),
+                      f"{n}" if tp == 1 else f"{n} ({tp} x {n // tp})", nodes, batch, fmt(step),
                       f"{tokens:,.0f}", "-" if math.isnan(of_one) else f"{of_one:.3f}{per_gpu}",
-                      "-" if math.isnan(mfu) else f"{100 * mfu:.1f}%", fmt(r.peak_memory_bytes / 2**30, 3),
+                      "-" if math.isnan(mfu) else f"{100 * mfu:.1f}%", gib(r.peak_memory_bytes),
                       f"{fmt(r.comm_mean, 3)} / {fmt(m['grad'], 3)}", f"{fmt(busy, 3)} / {fmt(predicted, 3)}",
-                      ratio_cell(busy, predicted)])
+                      ratio_cell(busy, predicted), fitted_from(model, nodes) if communicates else "-"])
     header = ["Run", "Model", "Layout", "Ranks (tp x dp)", "Nodes", "Global batch", "Step (ms)",
-              "Tokens/s per GPU", "Of one GPU's", "MFU", "Peak per rank (GiB)",
+              f"Tokens/s per {per}", f"Of one {per}'s", "MFU", "Peak per rank (GiB)",
               "Exposed comm, measured / predicted (ms)", "Comm time, measured / predicted (ms)",
-              "Comm time, ratio"]
+              "Comm time, ratio", "Predicted from (collectives' run: ranks, nodes)"]
     if len({c[1] for c in cells}) == 1:  # one model: named in every series' title, no column of its own
         header, cells = header[:1] + header[2:], [c[:1] + c[2:] for c in cells]
     table = markdown_table(header, cells)
-    picks = choices(order)
-    return (f"### Scaling study: every configuration measured\n\n{STUDY_NOTE}\n\n{table}"
-            + ("\n\nWhich layout, where two or more ran at the same ranks and global batch:\n\n" + "\n".join(picks)
-               if picks else ""))
+    picks = choices(order, per)
+    return (f"### Scaling study: every configuration measured\n\n{study_note(per, stage_tables(ok, models))}\n\n"
+            f"{table}" + ("\n\nWhich layout, where two or more ran at the same ranks and global batch:\n\n"
+                          + "\n".join(picks) if picks else ""))
 
 
 def ratio_cell(measured: float, predicted: float) -> str:
@@ -443,52 +510,73 @@ def ratio_cell(measured: float, predicted: float) -> str:
     return "-" if not (measured >= 0 and predicted > 0) else f"{measured / predicted:.2f}"
 
 
-def choices(order: pd.DataFrame) -> list:
+def stage_tables(ok: pd.DataFrame, models: dict) -> str:
+    """Whether the ddp section's table (i) models the sharded configurations: it takes the
+    collectives' run on a setup's own rank count ('all', 'some' of them, or 'none')."""
+    sharded = ok[(ok.shard_optimizer != "none") & (ok.ddp != "none") & (ok.world_size // ok.tp > 1)]
+    have = [(int(r.world_size), r.transport) in models for _, r in sharded.iterrows()]
+    return "all" if have and all(have) else "some" if any(have) else "none"
+
+
+def choices(order: pd.DataFrame, per: str = "GPU") -> list:
     """Per model, transport, rank count (two or more) and global batch measured under two or more
-    layouts, a line: the fastest layout, and the one with the least peak memory where it needs 1%
-    less than the fastest."""
+    layouts, a line: the fastest layout, and the ones with the least peak memory (within 1% of the
+    least: a tie, every one named) where the fastest needs more."""
     lines = []
     keys = [k for k in MODEL_KEYS if k in order.columns] + ["world_size", "batch_size"]
     for _, g in order.groupby(keys, sort=False, dropna=False):
         if g.layout.nunique() < 2 or int(g.world_size.iloc[0]) < 2:  # on one rank layouts are names only
             continue
-        fast, small = g.loc[g.slowest_step_mean.idxmin()], g.loc[g.peak_memory_bytes.idxmin()]
+        fast, least = g.loc[g.slowest_step_mean.idxmin()], float(g.peak_memory_bytes.min())
         n, batch = int(fast.world_size), int(fast.batch_size)
         tokens = throughput(fast, n, batch, float(fast.slowest_step_mean))[0]
         line = (f"- {model_name(fast)} T={fast.context_length} {fast.precision}, {n} ranks, global batch {batch}"
                 f"{'' if fast.transport == 'default' else ', network transport'}: fastest **{fast.layout}** "
-                f"({fmt(fast.slowest_step_mean)} ms, {tokens:,.0f} tokens/s per GPU, peak "
-                f"{fmt(fast.peak_memory_bytes / 2**30, 3)} GiB)")
-        if fast.peak_memory_bytes <= 1.01 * small.peak_memory_bytes:  # within 1%: the same memory
+                f"({fmt(fast.slowest_step_mean)} ms, {tokens:,.0f} tokens/s per {per}, peak "
+                f"{gib(fast.peak_memory_bytes)} GiB)")
+        if fast.peak_memory_bytes <= 1.01 * least:  # within 1%: the same memory
             line += ", also the least memory"
         else:
-            line += (f"; least memory **{small.layout}** ({fmt(small.peak_memory_bytes / 2**30, 3)} GiB, its step "
-                     f"{small.slowest_step_mean / fast.slowest_step_mean:.2f}x the fastest's)")
+            small = g[g.peak_memory_bytes <= 1.01 * least].drop_duplicates("layout").sort_values("peak_memory_bytes")
+            named = ", ".join(f"**{s.layout}** ({gib(s.peak_memory_bytes)} GiB, its step "
+                              f"{s.slowest_step_mean / fast.slowest_step_mean:.2f}x the fastest's)"
+                              for _, s in small.iterrows())
+            line += f"; least memory{', a tie within 1%:' if len(small) > 1 else ''} {named}"
         lines.append(line)
     return lines
 
 
-STUDY_NOTE = ("Step: the mean of the slowest rank's step. Tokens/s per GPU: global batch x context / (step x ranks). "
-              "Of one GPU's: that over the tokens/s of the one-rank run of the same model and global batch, unsharded "
-              "and without tensor parallelism (*: where none ran, of the same batch per GPU, as weak scaling "
-              "compares). MFU: tokens/s per GPU x the model FLOPs per token (6 x the parameters the matrix products "
-              "multiply, plus attention's, causal counted as half) over the GPU's dense peak at the products' "
-              "precision (analysis/scaling.py; '-' where the device has none in its table, as CPUs). "
-              "Peak per rank: the largest rank's allocator peak. Exposed comm: what the gradients' collectives leave "
-              "after backward, plus what waits for the parameters after the optimizer; under sharding the "
-              "parameters' wait inside forward is not in it (the ddp tables (g) and (i) show it); predicted: the "
-              "ring model's for the same, from the collectives' run (mode comm: o and w at each collective's size; "
-              "table (i) per stage). Comm time: the "
-              "device time of the step's data-parallel collectives on their stream, hidden or not (comm_busy_ms; "
-              "NCCL only, '-' from the mpi backend); predicted: the ring model's for all of them, gradients' and "
-              "parameters', end to end; ratio: measured over predicted. Tensor parallelism's collectives inside "
-              "the layers are in the step, in none of these columns.")
+def study_note(per: str, stage: str = "all") -> str:
+    """The study table's legend; stage: whether the ddp tables (i) model the sharded runs (stage_tables)."""
+    per_stage = {"all": "; table (i) per stage",
+                 "some": "; table (i) per stage, where the collectives ran on the setup's own ranks"}.get(stage, "")
+    shown = "table (g) shows" if stage == "none" else "tables (g) and (i) show"
+    return (f"Step: the mean of the slowest rank's step. Tokens/s per {per}: global batch x context / (step x ranks). "
+            f"Of one {per}'s: that over the tokens/s of the one-rank run of the same model and global batch, "
+            f"unsharded and without tensor parallelism (*: where none ran, of the same batch per {per}, as weak "
+            f"scaling compares). MFU: tokens/s per {per} x the model FLOPs per token (6 x the parameters the matrix "
+            "products multiply, plus attention's, causal counted as half) over the GPU's dense peak at the "
+            "products' precision (analysis/scaling.py; '-' where the device has none in its table, as CPUs). "
+            "Peak per rank: the largest rank's allocator peak. Exposed comm: what the gradients' collectives leave "
+            "after backward, plus what waits for the parameters after the optimizer; under sharding the "
+            f"parameters' wait inside forward is not in it (the ddp {shown} it); predicted: the ring model's for "
+            f"the same, from a run of the collectives (mode comm: o and w at each collective's size{per_stage}). "
+            "Comm time: the device time of the step's data-parallel collectives on their stream, hidden or not "
+            "(comm_busy_ms; NCCL only, '-' from the mpi backend); predicted: the ring model's for all of them, "
+            "gradients' and parameters', end to end; ratio: measured over predicted. Predicted from: the "
+            "collectives' run both predictions take, its ranks and nodes: over the same transport, on as many nodes "
+            "as the configuration (its links) where one ran, then on its data-parallel ranks, else the most ranks "
+            "(the ring model extends o and w to other ranks); marked where its nodes are not the configuration's, "
+            "whose links it then did not measure. Tensor parallelism's collectives inside the layers are in the "
+            "step, in none of these columns.")
 
 
-def plot(all_series: list, path: str) -> str:
-    """Tokens/s per GPU (top) and efficiency (bottom) against ranks, strong scaling left, weak right;
-    all_series: [(kind, setup, layout, points)]. One colour per layout, the same in every panel;
-    projections dashed; the legend beside the panels, where it hides no line."""
+def plot(all_series: list, path: str, per: str = "GPU") -> str:
+    """Tokens/s per GPU (per rank on CPUs: `per`) (top) and efficiency (bottom) against ranks, strong
+    scaling left, weak right; all_series: [(kind, setup, layout, points)]. One colour per layout, the
+    same in every panel; projections dashed; where the runs span more than one node, each rank count
+    measured with the nodes its runs spanned under it; the legend right of the panels, where it hides
+    no line, the figure cut to what it holds."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -497,7 +585,21 @@ def plot(all_series: list, path: str) -> str:
     names = list(dict.fromkeys(name(setups, kind, setup, lay) for kind, setup, lay, _ in all_series))
     colors = plt.rcParams["axes.prop_cycle"].by_key()["color"] if len(names) <= 10 else plt.get_cmap("tab20").colors
     color = {n: colors[i % len(colors)] for i, n in enumerate(names)}
-    fig, axes = plt.subplots(2, 2, figsize=(14, 8), sharex="col")
+    node_counts = {p.nodes for _, _, _, points in all_series for p in points if p.nodes is not None}
+    label_nodes = len(node_counts) > 1 or max(node_counts, default=1) > 1
+    nodes_at = {}  # (kind, ranks): the node counts the runs measured there spanned
+    for kind, _, _, points in all_series:
+        for p in points:
+            if p.nodes is not None:
+                nodes_at.setdefault((kind, p.ranks), set()).add(p.nodes)
+
+    def tick(n, kind):  # the rank count, with its runs' nodes under it where they vary or pass one
+        counts = sorted(nodes_at.get((kind, n), ()))
+        if not (label_nodes and counts):
+            return str(n)
+        return f"{n}\n{','.join(map(str, counts))} node{'s' if counts != [1] else ''}"
+
+    fig, axes = plt.subplots(2, 2, figsize=(10, 8), sharex="col")
     for kind, setup, lay, points in all_series:
         column, c = (0 if kind == "strong" else 1), color[name(setups, kind, setup, lay)]
         marker = "s" if "tp " in lay else "o"
@@ -512,27 +614,30 @@ def plot(all_series: list, path: str) -> str:
     for column, kind in enumerate(("strong", "weak")):
         ns = sorted({p.ranks for k, _, _, points in all_series if k == kind for p in points})
         common = f"\n{setups[kind][0]}" if len(setups[kind]) == 1 else ""
-        axes[0, column].set_title(f"{kind} scaling ({'fixed global' if kind == 'strong' else 'fixed per-GPU'} batch)"
-                                  f"{common}", fontsize="medium")
+        axes[0, column].set_title(f"{kind} scaling ({'fixed global' if kind == 'strong' else f'fixed per-{per}'} "
+                                  f"batch){common}", fontsize="medium")
         for row in (0, 1):
             ax = axes[row, column]
             if ns:
                 if row == 1:
                     ax.axhline(1.0, ls=":", color="grey")
                 ax.set_xscale("log", base=2)
-                ax.set_xticks(ns, [str(n) for n in ns])
+                ax.set_xticks(ns, [tick(n, kind) for n in ns])
             else:
                 ax.text(0.5, 0.5, f"no {kind}-scaling runs", ha="center", va="center", transform=ax.transAxes)
             ax.grid(True, which="both", alpha=0.3)
-        axes[1, column].set_xlabel("ranks")
-    axes[0, 0].set_ylabel("tokens/s per GPU")
+        axes[1, column].set_xlabel("ranks (measured: the nodes they spanned)" if label_nodes else "ranks")
+    axes[0, 0].set_ylabel(f"tokens/s per {per}")
     axes[1, 0].set_ylabel("efficiency (1 = ideal)")
     handles = [Line2D([], [], color=color[n], marker="s" if "tp " in n else "o", label=n) for n in names]
     handles += [Line2D([], [], color="grey", ls="--", marker="o", mfc="none", label="projection (ring model)"),
                 Line2D([], [], color="grey", ls=":", label="ideal")]
-    fig.legend(handles=handles, loc="center left", bbox_to_anchor=(0.68, 0.5), fontsize="small", frameon=False)
-    fig.tight_layout(rect=(0, 0, 0.68, 1))
-    fig.savefig(path, dpi=110)
+    if not label_nodes:  # else each rank count's ticks say it
+        handles.append(Line2D([], [], ls="none", label=f"measured on {nodes_text(min(node_counts, default=1))}"))
+    fig.tight_layout()
+    # Right of the panels, the saved figure cut to fit it: as wide as the names need, no more.
+    fig.legend(handles=handles, loc="center left", bbox_to_anchor=(1.0, 0.5), fontsize="small", frameon=False)
+    fig.savefig(path, dpi=110, bbox_inches="tight")
     plt.close(fig)
     return path
 
@@ -542,25 +647,41 @@ def name(setups: dict, kind: str, setup: str, lay: str) -> str:
     return lay if len(setups[kind]) == 1 else f"{setup}, {lay}"
 
 
+def caption(kind: str, n0: int, per: str) -> str:
+    """A series table's definitions: speed-up and efficiency against the step T(n0) on n0 ranks."""
+    t0, over = f"T({n0})", "n" if n0 == 1 else f"(n / {n0})"
+    efficiency = "speed-up / n" if n0 == 1 else f"speed-up x {n0} / n"
+    if kind == "strong":
+        return (f"Speed-up: {t0} / T(n), the step on {'one rank' if n0 == 1 else f'{n0} ranks'} over the step on n; "
+                f"efficiency: {efficiency}. T: the mean of the slowest rank's step.")
+    return (f"Speed-up: scaled, {over} {t0} / T(n): n ranks do {over} times the work of "
+            f"{'one' if n0 == 1 else n0} in each step (the same batch per {per}), in T(n) against {t0}; efficiency: "
+            f"{efficiency} = {t0} / T(n). T: the mean of the slowest rank's step.")
+
+
 def report(df: pd.DataFrame, models: dict, out_dir: str) -> str:
     """The study table, the scaling tables and scaling.png; models: {(world_size, transport):
     ddp.allreduce_model(...)}."""
-    parts = [study_table(df, models)]
-    found = list(series(df))
+    models = {key: collectives_run(m) for key, m in models.items()}
+    per = unit(df)
+    parts = [study_table(df, models, per)]
+    found = list(series(df, per))
     if not found:
-        return parts[0] + "\n\nNo series: runs at two or more rank counts with the same global batch or batch per GPU."
+        return (parts[0] + "\n\nNo series: runs at two or more rank counts with the same global batch or batch per "
+                f"{per}.")
     all_series = [(kind, setup, lay, efficiency_rows(kind, rows, models)) for kind, setup, lay, rows in found]
     for kind, setup, lay, points in all_series:
-        cells = [[p.ranks, p.batch, f"{p.gpu_batch:g}", fmt(p.step_ms), fmt(p.speedup), f"{100 * p.efficiency:.1f}%",
-                  f"{p.tokens_per_gpu:,.0f}", "-" if math.isnan(p.mfu) else f"{100 * p.mfu:.1f}%", p.source]
+        cells = [[p.ranks, "-" if p.nodes is None else p.nodes, p.batch, f"{p.gpu_batch:g}", fmt(p.step_ms),
+                  fmt(p.speedup), f"{100 * p.efficiency:.1f}%", f"{p.tokens_per_gpu:,.0f}",
+                  "-" if math.isnan(p.mfu) else f"{100 * p.mfu:.1f}%", p.source]
                  for p in points]
-        table = markdown_table(["Ranks", "Global batch", "Batch per GPU", "Step (ms)", "Speed-up", "Efficiency",
-                                "Tokens/s per GPU", "MFU", "Source"], cells)
-        parts.append(f"### Scaling, {kind}: {setup}, {lay}\n\n{table}")
+        table = markdown_table(["Ranks", "Nodes", "Global batch", f"Batch per {per}", "Step (ms)", "Speed-up",
+                                "Efficiency", f"Tokens/s per {per}", "MFU", "Source"], cells)
+        parts.append(f"### Scaling, {kind}: {setup}, {lay}\n\n{caption(kind, points[0].ranks, per)}\n\n{table}")
     if not models:
         parts.append("No all-reduce run (llmhpc --mode comm) among the results: no projections.")
-    plot(all_series, os.path.join(out_dir, "scaling.png"))
-    parts.append("![scaling: tokens/s per GPU and efficiency against ranks](scaling.png)")
+    plot(all_series, os.path.join(out_dir, "scaling.png"), per)
+    parts.append(f"![scaling: tokens/s per {per} and efficiency against ranks](scaling.png)")
     return "\n\n".join(parts)
 
 

@@ -10,14 +10,17 @@
 # one strategy (STRATEGY, BUCKET MiB) under each sharding stage (SHARDINGS: none,zero1,zero2,
 # zero3 under bucketed, else none; at 1 rank none alone, where every series starts: sharding one
 # rank shards nothing), each again under every tensor-parallel size of TP that divides the rank
-# count (tp x dp ranks, the global batch shared by the dp groups). Then a run of the collectives
-# (COMM_COLLECTIVES) at the most ranks gives the ring model its o and w at each size, and
+# count (tp x dp ranks, the global batch shared by the dp groups). After each rank count's runs, a
+# run of the collectives (COMM_COLLECTIVES) at that count (2 or more), which the launcher places as
+# it placed those runs (the same nodes, the same links), gives the ring model its o and w at each
+# size for them, and
 # $OUT/report.md opens with every configuration in one table (tokens/s per GPU against one GPU's,
 # MFU, peak memory per rank, exposed communication and the collectives' device time beside the
-# model's), then each series with projections to larger clusters (each labelled "projection"), and
-# scaling.png (tokens/s per GPU and efficiency against ranks). Runs: $OUT/strong-np<N>,
-# $OUT/weak-np<N> (none where its global batch is STRONG_BATCH: that configuration is
-# strong-np<N>, which the weak series takes), $OUT/collectives-np<N>.
+# model's, and the collectives' run it takes, with its ranks and nodes), then each series with
+# projections to larger clusters (each labelled "projection"), and scaling.png (tokens/s per GPU and
+# efficiency against ranks; per rank on CPUs). Runs: $OUT/strong-np<N>, $OUT/weak-np<N> (none
+# where its global batch is STRONG_BATCH: that configuration is strong-np<N>, which the weak series
+# takes), $OUT/collectives-np<N>.
 #
 # Across nodes: sbatch --nodes=2 --ntasks-per-node=8 jobs/scaling.sh (mpirun places the ranks).
 # NET=1 runs everything again with NCCL's network transport forced (NCCL_P2P_DISABLE=1
@@ -35,6 +38,8 @@
 # apply; MPIRUN="srun --mpi=pmix" launches with srun -n N). EXTRA_ARGS go to the ddp runs, not to
 # the collectives' runs (mode comm refuses model and ddp options).
 # More ranks than cores (a CPU run on a small machine) need MPIRUN_ARGS="--bind-to none --oversubscribe".
+# Every variable is checked before the first run: llmhpc itself checks each mode's options as the
+# runs will give them (a launch of it that stops after the check), and the job exits 2 saying why.
 #   sbatch jobs/scaling.sh            or   NP=4 bash jobs/scaling.sh
 #   NP=2 DEVICE=cpu SHAPE="--d-model 64 --d-ff 128 --num-layers 2 --num-heads 4" CONTEXTS=32 bash jobs/scaling.sh
 set -euo pipefail
@@ -82,6 +87,32 @@ for np in ${RANKS//,/ }; do
     exit 2
   }
 done
+# llmhpc checks every value itself before the first run: each mode's options as the runs give them,
+# at the fewest ranks each tensor-parallel size runs on, with an --out it cannot make (/dev/null is
+# no folder), where it stops once the options passed: nothing runs and nothing is written.
+unmade=/dev/null/scaling-check
+check_options() {  # RANKS OPTIONS...: exit 2 with llmhpc's reason unless only the --out stopped it
+  local said
+  said=$($MPIRUN $MPIRUN_ARGS $NP_OPTION "$1" "$LLMHPC_BIN" --device "$DEVICE" "${@:2}" --out "$unmade" 2>&1) || true
+  grep -qF -- "--out '$unmade': cannot create the directory" <<<"$said" && return
+  echo "$0: llmhpc refuses these settings (SHARDINGS is its --shard-optimizer, STRATEGY --ddp, PRECISIONS" \
+    "--precision, MODELS --model, CONTEXTS --context-length, BUCKET --bucket-mb, COMM_COLLECTIVES --collective," \
+    "COMM_SIZES --size; SHAPE and EXTRA_ARGS are its options):" >&2
+  grep "llmhpc: error" <<<"$said" >&2 || echo "$said" >&2
+  exit 2
+}
+declare -A tps_from  # the fewest ranks each tensor-parallel size runs on: its sizes there
+for tp in ${TP//,/ }; do
+  for np in $(tr ',' '\n' <<<"$RANKS" | sort -n); do
+    if [ $((np % tp)) -eq 0 ]; then tps_from[$np]+=${tps_from[$np]:+,}$tp && break; fi
+  done
+done
+for np in "${!tps_from[@]}"; do
+  check_options "$np" --mode ddp --model "$MODELS" $SHAPE --context-length "$CONTEXTS" --batch-size "$STRONG_BATCH" \
+    --precision "$PRECISIONS" --ddp "$STRATEGY" --bucket-mb "$BUCKET" --shard-optimizer "$SHARDINGS" \
+    --tp "${tps_from[$np]}" --warmup "$WARMUP" --steps "$STEPS" --heat-s "$HEAT_S" ${EXTRA_ARGS:-}
+done
+if [ "$max_np" -gt 1 ]; then check_options 1 --mode comm --collective "$COMM_COLLECTIVES" --size "$COMM_SIZES"; fi
 mkdir -p "$OUT"
 echo "scaling: ranks $RANKS, strong global batch $STRONG_BATCH, weak per-rank batch $WEAK_BATCH; results in $OUT"
 
@@ -91,8 +122,9 @@ for transport in $transports; do
     if [ "$transport" = net ]; then export NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1; suffix=-net; fi
     for np in ${RANKS//,/ }; do
       tps=$(tr ',' '\n' <<<"$TP" | awk -v np="$np" 'np % $1 == 0' | paste -sd, -)  # the sizes np can take
-      [ -n "$tps" ] || { echo "scaling: no TP in $TP divides $np ranks: no runs at $np"; continue; }
-      for kind in strong weak; do
+      kinds="strong weak"
+      [ -n "$tps" ] || { echo "scaling: no TP in $TP divides $np ranks: no training runs at $np"; kinds=""; }
+      for kind in $kinds; do
         if [ $kind = strong ]; then batch=$STRONG_BATCH; else batch=$((WEAK_BATCH * np)); fi
         if [ $kind = weak ] && [ "$batch" = "$STRONG_BATCH" ]; then  # the same run twice: the report takes strong's
           echo "scaling: weak at $np ranks is global batch $batch, the strong run: not run twice"
@@ -103,11 +135,14 @@ for transport in $transports; do
           --shard-optimizer "$([ "$np" = 1 ] && echo none || echo "$SHARDINGS")" --tp "$tps" --warmup "$WARMUP" \
           --steps "$STEPS" --heat-s "$HEAT_S" --out "$OUT/$kind-np$np$suffix" ${EXTRA_ARGS:-}
       done
+      # The collectives on the ranks just trained on, placed as they were: the prediction for a run
+      # within a node takes links within a node, one across nodes the links between them. Right
+      # after the runs, so that a job stopped later keeps the predictions of the counts it finished.
+      if [ "$np" -gt 1 ]; then
+        $MPIRUN $MPIRUN_ARGS $NP_OPTION "$np" "$LLMHPC_BIN" --mode comm --device "$DEVICE" --collective "$COMM_COLLECTIVES" \
+          --size "$COMM_SIZES" --out "$OUT/collectives-np$np$suffix"
+      fi
     done
-    if [ "$max_np" -gt 1 ]; then
-      $MPIRUN $MPIRUN_ARGS $NP_OPTION "$max_np" "$LLMHPC_BIN" --mode comm --device "$DEVICE" --collective "$COMM_COLLECTIVES" \
-        --size "$COMM_SIZES" --out "$OUT/collectives-np$max_np$suffix"
-    fi
   )
 done
 job_report

@@ -7,7 +7,9 @@
 # SLURM_JOB_NAME set and LLMHPC_ROOT unset), which must find the repository and name its
 # folder <job name>-<job id>; the copy with no way to the repository, which must stop with a
 # clear message; NP that is not a rank count (0, -2, two), refused with a message; scaling.sh
-# with tensor parallelism (TP=1,2 on up to 4 ranks), a series per layout; and bench.sh
+# refusing settings llmhpc refuses (a sharding stage, a collective) before any run; scaling.sh
+# with tensor parallelism (TP=1,2 on up to 4 ranks), a series per layout, the collectives measured
+# at each rank count and each prediction taking those of its own; and bench.sh
 # and comm.sh, which share jobs/env.sh, still running as before (comm.sh with DTYPE=float, its
 # old setting for --precision fp32).
 set -euo pipefail
@@ -153,19 +155,24 @@ set -e
 [ $rc -eq 2 ] && grep -q "STRONG_BATCH must be one whole number" "$tmp/refused.log" ||
   { cat "$tmp/refused.log"; fail "scaling.sh STRONG_BATCH=4,8: exit $rc"; }
 [ ! -e "$tmp/refused-scaling" ] || { find "$tmp/refused-scaling"; fail "scaling.sh STRONG_BATCH=4,8 wrote results"; }
-# A tensor-parallel size no rank count takes, and the network transport on the mpi backend.
-for refusal in "TP=1,3|tensor-parallel size 3 divides none of RANKS=1,2" "NET=1|DEVICE=cpu runs the mpi backend"; do
+# A tensor-parallel size no rank count takes, the network transport on the mpi backend, and values
+# llmhpc refuses, which it checks before the first run, not when the sweep reaches them: a sharding
+# stage (used from 2 ranks on), a collective (used after the training runs).
+for refusal in "TP=1,3|tensor-parallel size 3 divides none of RANKS=1,2" "NET=1|DEVICE=cpu runs the mpi backend" \
+  "SHARDINGS=zero9|--shard-optimizer 'zero9': must be one of" "COMM_COLLECTIVES=allredue|--collective 'allredue'"; do
   set +e
   env NP=2 DEVICE=cpu "${refusal%%|*}" OUT_ROOT="$tmp/refused-scaling" bash "$ROOT/jobs/scaling.sh" >"$tmp/refused.log" 2>&1
   rc=$?
   set -e
-  [ $rc -eq 2 ] && grep -q "${refusal#*|}" "$tmp/refused.log" || { cat "$tmp/refused.log"; fail "scaling.sh ${refusal%%|*}: exit $rc"; }
+  [ $rc -eq 2 ] && grep -qF -- "${refusal#*|}" "$tmp/refused.log" || { cat "$tmp/refused.log"; fail "scaling.sh ${refusal%%|*}: exit $rc"; }
   [ ! -e "$tmp/refused-scaling" ] || { find "$tmp/refused-scaling"; fail "scaling.sh ${refusal%%|*} wrote results"; }
 done
-echo "ok   scaling.sh refuses STRONG_BATCH=3 on 1,2 ranks, a list of batches, TP=1,3 and NET=1 on CPU before running"
+echo "ok   scaling.sh refuses STRONG_BATCH=3 on 1,2 ranks, a list of batches, TP=1,3, NET=1 on CPU, SHARDINGS=zero9 and"
+echo "     COMM_COLLECTIVES=allredue before running"
 # scaling.sh with TP=1,2 over 2 and 4 ranks: a tensor-parallel series beside the data-parallel one,
 # from the one-rank run (tp 2 at 1 rank skipped: 2 does not divide 1), with its projections from the
-# all-reduce run.
+# all-reduce run; the collectives at 2 and 4 ranks, each prediction from those on its data-parallel
+# ranks (one node here), so that the ddp tables (e) have theirs too.
 NP=4 RANKS=1,2,4 TP=1,2 SHARDINGS=none STRONG_BATCH=8 OUT="$tmp/scaling" bash "$ROOT/jobs/scaling.sh" \
   >"$tmp/scaling.log" 2>&1 || { cat "$tmp/scaling.log"; fail "scaling.sh TP=1,2: exit $?"; }
 for table in "strong: .*, bucketed 25 MiB, tp 2" "strong: .*, bucketed 25 MiB" "weak: .*, bucketed 25 MiB, tp 2"; do
@@ -184,11 +191,24 @@ assert "(one rank: bucketed 25 MiB) |" in measured[0] and "one rank" not in meas
 # run; at 4 ranks the strong run (global batch 8) is that configuration.
 weak = text.split("### Scaling, weak: ")[1:]
 tp2 = next(b for b in weak if b.splitlines()[0].endswith(", tp 2")).split("\n### ")[0]
-assert tp2.startswith("d32_L2, T=16, per-GPU batch 2,"), tp2
+assert tp2.startswith("d32_L2, T=16, per-rank batch 2,"), tp2  # CPU ranks: per rank, not per GPU
 assert [int(line.split("|")[1]) for line in tp2.splitlines() if "| measured" in line] == [1, 2, 4], tp2
+study = text.split("### Scaling study: every configuration measured")[1].split("\n### ")[0]
+header = [c.strip() for c in study.split("\n| Run")[1].split("\n")[0].split("|")]
+rows = [dict(zip(["Run"] + header[1:], [c.strip() for c in l.strip("|").split("|")]))
+        for l in study.splitlines() if l.startswith("| ") and not l.startswith(("| Run", "| ---"))]
+for r in rows:
+    ranks = r["Ranks (tp x dp)"]
+    dp = int(ranks.split()[-1].rstrip(")")) if "x" in ranks else int(ranks)
+    want = "-" if dp == 1 else f"collectives-np{dp}: {dp} ranks, 1 node"
+    assert r["Predicted from (collectives' run: ranks, nodes)"] == want, r
+assert "needs bucketed runs" not in text, "a ddp table without the collectives' run the job measured"
 PY
 [ ! -e "$tmp/scaling/weak-np4" ] || fail "scaling.sh ran weak-np4, the same configuration as strong-np4"
-echo "ok   scaling.sh TP=1,2: a tensor-parallel series from one GPU to 2 and 4 ranks beside the data-parallel one"
+[ -f "$tmp/scaling/collectives-np2/rank00001.h5" ] && [ -f "$tmp/scaling/collectives-np4/rank00003.h5" ] &&
+  [ ! -e "$tmp/scaling/collectives-np1" ] || fail "scaling.sh: not the collectives at 2 and 4 ranks alone: $(ls "$tmp/scaling")"
+echo "ok   scaling.sh TP=1,2: a tensor-parallel series from one GPU to 2 and 4 ranks beside the data-parallel one,"
+echo "     predictions from the collectives at 2 and 4 ranks"
 
 # 3d. What env.sh checks before any run: an OUT that holds files (the report reads everything
 # under it), a switch that is neither 0 nor 1, a HEAT_S that is not seconds, TORCH=1 where

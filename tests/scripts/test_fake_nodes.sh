@@ -513,7 +513,8 @@ check_run "$dir/allreduce" 1,1
 echo "ok   (b) its all-reduce run: $checked"
 
 # The scaling study over two nodes (1 task each): data parallelism at 1 and 2 ranks, zero1 and tp 2
-# (across the nodes) at 2; its study table gives each configuration its nodes.
+# (across the nodes) at 2; its study table gives each configuration its nodes, and the collectives'
+# run its prediction takes: the one at 2 ranks, on the same two nodes.
 SHARDINGS=none,zero1 TP=1,2 submit scaling jobs/scaling.sh --nodes=2 --ntasks-per-node=1
 dir=$tmp/results/llmhpc-scaling-$job
 check_run "$dir/strong-np2" 1,1
@@ -535,10 +536,12 @@ for r in rows:
     assert r["Nodes"] == str(n), f"{r['Run']} {r['Layout']}: {n} ranks on {r['Nodes']} node(s), not {n}"
     predicted = r["Exposed comm, measured / predicted (ms)"].split(" / ")[1]
     assert (predicted == "-") == (n == 1 or "tp 2" in r["Layout"]), r
+    fitted = r["Predicted from (collectives' run: ranks, nodes)"]
+    assert fitted == ("-" if predicted == "-" else "collectives-np2: 2 ranks, 2 nodes"), r
 PY
 grep -q "^### Scaling, strong: .*, bucketed 25 MiB, tp 2$" "$dir/report.md" || fail "$dir/report.md: no tp 2 series"
 # The zero1 series starts from the unsharded run on one rank (scaling.sh runs no other there).
-grep -A4 "^### Scaling, strong: .*, bucketed 25 MiB, zero1$" "$dir/report.md" |
+grep -A6 "^### Scaling, strong: .*, bucketed 25 MiB, zero1$" "$dir/report.md" |  # title, its definitions, the table
   grep -q "^| 1 | .* | measured (one rank: bucketed 25 MiB) |$" || fail "$dir/report.md: the zero1 series' first row"
 echo "ok   (b) sbatch --nodes=2 --ntasks-per-node=1 jobs/scaling.sh (zero1, TP=1,2): $checked"
 

@@ -7,7 +7,10 @@ Every number checked is recomputed here from the raw arrays read with h5py alone
 tables' means and stds per warm-up setting (rows fp32 first), the fp32/bf16 speed-ups (the reference mixed-precision study's table), the comm table's mean,
 median, std, bandwidth and busbw (and the nccl-tests table's median and std), the ddp step means and
 slowest-rank steps (and zero1's exposed communication beside the
-ring model's in table (i)), the scaling efficiencies, the attention
+ring model's in table (i)), the scaling efficiencies and speed-ups (weak scaling's scaled, n T(1) / T(n)),
+the collectives' run each prediction is fitted from (with its ranks and nodes, marked where they are
+not the configuration's: the 2-rank runs set here as if on two nodes), memory to 3 significant digits
+and ties for the least memory named as ties, "per rank" on CPUs, scaling.png without an empty margin, the attention
 means and bytes saved for backward, the training losses; every plot the report names is a PNG of some size.
 report.py refuses a folder that does not exist and one it cannot write into, in a line. A new mode is
 picked up by its module alone (analysis/<mode>.py with report_section). accounting.py
@@ -262,9 +265,21 @@ def check_scaling(tables, runs, text):
         for r in series[len(measured):]:
             assert float(r["Step (ms)"]) >= float(last["Step (ms)"]) - 0.01 and \
                 float(r["Efficiency"].rstrip("%")) <= float(last["Efficiency"].rstrip("%")) + 0.05, (last, r)
-    # The study table: a row per run, its figures from the rank files; "of one GPU's" against
-    # strong-np1, the one-rank run at the same global batch (4).
-    (study,) = table_with(tables, "Run", "Tokens/s per GPU", "Of one GPU's", "Exposed comm, measured / predicted (ms)")
+    # Speed-up: strong T(1) / T(n); weak the scaled n T(1) / T(n) (2 ranks do twice the work), each
+    # table defining its own.
+    for kind, expected in (("strong", [slowest["strong", 1] / t for t in twos]),
+                           ("weak", [2 * slowest["weak", 1] / t for t in twos])):
+        block = text.split(f"### Scaling, {kind}: ")[1].split("\n### ")[0]
+        definition = "Speed-up: T(1) / T(n)" if kind == "strong" else "Speed-up: scaled, n T(1) / T(n)"
+        assert definition in block, f"{kind}: no definition '{definition}' under the title:\n{block}"
+        (row,) = [r for r in rows_of(parse_markdown_tables(block)[0])
+                  if r["Ranks"] == "2" and r["Source"] == "measured"]
+        assert any(abs(float(row["Speed-up"]) - e) <= 0.0051 for e in expected), (kind, row, expected)
+        assert row["Nodes"] == "1", row
+    # The study table: a row per run, its figures from the rank files; "of one rank's" against
+    # strong-np1, the one-rank run at the same global batch (4). CPU runs: per rank, not per GPU.
+    (study,) = table_with(tables, "Run", "Tokens/s per rank", "Of one rank's",
+                          "Exposed comm, measured / predicted (ms)")
     # Which layout: at 2 ranks and global batch 4 (the ddp run's strategies and the scaling runs)
     # the fastest is the table's smallest step there.
     twos = [r for r in rows_of(study) if r["Ranks (tp x dp)"] == "2" and r["Global batch"] == "4"]
@@ -283,13 +298,17 @@ def check_scaling(tables, runs, text):
             row = study[f"{kind}-np{n}"]
             tokens = attrs["batch_size"] * 16 / (slowest[kind, n] / 1e3) / n
             assert row["Ranks (tp x dp)"] == str(n) and row["Global batch"] == str(attrs["batch_size"]), row
-            close(row["Tokens/s per GPU"].replace(",", ""), tokens, f"{kind}-np{n} tokens/s per GPU")
+            close(row["Tokens/s per rank"].replace(",", ""), tokens, f"{kind}-np{n} tokens/s per rank")
             if attrs["batch_size"] == 4:
-                close(row["Of one GPU's"], tokens / one_gpu, f"{kind}-np{n} of one GPU's")
+                close(row["Of one rank's"], tokens / one_gpu, f"{kind}-np{n} of one rank's")
             else:  # weak-np1, the one-rank run at batch 2, against itself
-                assert row["Of one GPU's"] == "1.000", f"{kind}-np{n}: {row}"
+                assert row["Of one rank's"] == "1.000", f"{kind}-np{n}: {row}"
             peak = max(a["peak_memory_bytes"] for f in files for a, _ in f.values())
             close(row["Peak per rank (GiB)"], peak / 2**30, f"{kind}-np{n} peak")
+            digits = row["Peak per rank (GiB)"].lstrip("0.")  # a small model's MiB: 3 significant digits
+            assert len(digits) >= 3, f"{kind}-np{n} peak {row['Peak per rank (GiB)']}: too few digits"
+            fitted = row["Predicted from (collectives' run: ranks, nodes)"]  # the first 2-rank comm run's
+            assert fitted == ("-" if n == 1 else "comm-np2: 2 ranks, 1 node"), row
             comm = np.concatenate([arr["comm_ms"] for f in files for _, arr in f.values()])
             exposed, predicted = row["Exposed comm, measured / predicted (ms)"].split(" / ")
             close(exposed, comm.mean(), f"{kind}-np{n} exposed comm")
@@ -299,6 +318,55 @@ def check_scaling(tables, runs, text):
             assert busy == "-" and not any("comm_busy_ms" in arr for f in files for _, arr in f.values()), row
             assert (predicted == "-") == (n == 1) and (n == 1 or float(predicted) > 0), row
             assert row["Comm time, ratio"] == "-", row
+
+
+def check_scaling_nodes(runs, work):
+    """Predictions where the collectives ran on other nodes than the configuration: the report says so.
+    The 2-rank runs set as if on two nodes; the one all-reduce run measured on one."""
+    sys.path.insert(0, ANALYSIS)
+    import ddp
+    import llmhpc_h5
+    import scaling
+    df, _ = ddp.load([runs[f"scaling/{k}-np{n}"] for k in ("strong", "weak") for n in (1, 2)], None)
+    df.loc[df.world_size == 2, "nodes"] = 2
+    models = ddp.comm_models([llmhpc_h5.open_run(runs["scaling/allreduce-np2"])])
+    out = os.path.join(work, "two-nodes")
+    os.makedirs(out)
+    text = scaling.report(df, models, out)
+    (study,) = [rows_of(t) for t in parse_markdown_tables(text) if "Nodes" in t[0] and "Run" in t[0]]
+    for r in study:
+        want = "-" if r["Ranks (tp x dp)"] == "1" else "allreduce-np2: 2 ranks, 1 node, **not this run's 2 nodes**"
+        assert r["Nodes"] == ("1" if r["Ranks (tp x dp)"] == "1" else "2") and \
+            r["Predicted from (collectives' run: ranks, nodes)"] == want, r
+    sources = [l for l in text.splitlines() if "| projection" in l]
+    assert sources and all("allreduce-np2: 2 ranks, 1 node, **not the 2-rank run's 2 nodes**" in l for l in sources), \
+        sources
+    # Which run a prediction takes: one on the configuration's nodes first, then on its ranks, then the most.
+    one, three = dict(world_size=2, nodes=1), dict(world_size=4, nodes=3)
+    pick = {(2, "default"): one, (4, "default"): three, (8, "network"): dict(world_size=8, nodes=2)}
+    assert scaling.model_for(pick, 2, "default", 1) is one and scaling.model_for(pick, 2, "default", 3) is three
+    assert scaling.model_for(pick, 4, "default", 1) is one and scaling.model_for(pick, 4, "default", 2) is three
+    assert scaling.model_for(pick, 2, "default") is one and scaling.model_for(pick, 16, "default") is three
+    assert scaling.model_for({(1, "default"): dict(world_size=1, nodes=1)}, 2, "default", 1) is None
+    # Memory: 3 significant digits below a GiB; the least memory within 1% of two layouts a tie.
+    assert [scaling.gib(b) for b in (26 * 2**20, 2**20, 3 * 2**30)] == ["0.0254", "0.000977", "3.000"]
+    rows = scaling.ok_runs(df[(df.world_size == 2) & (df.batch_size == 4)]).iloc[[0, 0, 0]].reset_index(drop=True)
+    rows = rows.assign(layout=["fast", "small", "twin"], slowest_step_mean=[10.0, 20.0, 30.0],
+                       peak_memory_bytes=[2_000_000, 1_000_000, 1_005_000])
+    (line,) = scaling.choices(rows, "rank")
+    assert "fastest **fast**" in line and "peak 0.00186 GiB" in line and \
+        "least memory, a tie within 1%: **small** (0.000931 GiB, its step 2.00x the fastest's), **twin** " \
+        "(0.000936 GiB, its step 3.00x the fastest's)" in line, line
+    (line,) = scaling.choices(rows.assign(peak_memory_bytes=[1_000_000, 1_000_000, 2_000_000]), "rank")
+    assert line.endswith("also the least memory") and "tokens/s per rank" in line, line
+
+
+def check_scaling_png(path):
+    """The panels fill the figure: its last quarter is not an empty band (the legend sits at its edge)."""
+    import matplotlib.image
+    image = matplotlib.image.imread(path)
+    drawn = np.where((image[..., :3] < 0.9).any(axis=2).any(axis=0))[0]
+    assert drawn[-1] >= 0.9 * image.shape[1], f"{path}: nothing drawn after column {drawn[-1]} of {image.shape[1]}"
 
 
 def check_attention(tables, runs):
@@ -452,6 +520,8 @@ def main():
     check_comm_nccl(tables, runs)
     check_ddp(tables, runs)
     check_scaling(tables, runs, open(report_path).read())
+    check_scaling_nodes(runs, work)
+    check_scaling_png(os.path.join(work, "scaling.png"))
     check_attention(tables, runs)
     check_train(tables, runs)
     check_pngs(report_path)

@@ -164,14 +164,14 @@ grep -q "^| mpi | cpu | 2 | allreduce |" "$dir/report.md" || fail "$dir/report.m
 echo "ok   sbatch --wait jobs/comm.sh -> results/llmhpc-comm-$id"
 
 # scaling.sh over 1 and 2 of the job's ranks, unsharded and ZeRO-3, and tensor parallelism where
-# it divides the ranks (TP=1,2: tp 2 at 2 ranks): a scaling table per stage with tokens/s per GPU
+# it divides the ranks (TP=1,2: tp 2 at 2 ranks): a scaling table per stage with tokens/s per rank
 # and MFU in its report.
 SHARDINGS=none,zero3 TP=1,2 submit scaling jobs/scaling.sh ||
   fail "sbatch --wait jobs/scaling.sh: exit $? ($(cat "$tmp/scaling.sbatch.log"))"
 id=$(cut -d';' -f1 "$tmp/scaling.id")
 dir=$tmp/results/llmhpc-scaling-$id
 [ -f "$dir/strong-np2/rank00001.h5" ] && [ -f "$dir/weak-np1/rank00000.h5" ] || fail "$dir lacks its runs: $(ls "$dir" 2>&1)"
-grep -q "^### Scaling, strong: .*, zero3$" "$dir/report.md" && grep -q "| Tokens/s per GPU | MFU |" "$dir/report.md" ||
+grep -q "^### Scaling, strong: .*, zero3$" "$dir/report.md" && grep -q "| Tokens/s per rank | MFU |" "$dir/report.md" ||
   fail "$dir/report.md lacks the zero3 scaling table with tokens/s and MFU"
 "$PYTHON" -c 'import h5py, sys
 with h5py.File(sys.argv[1] + "/strong-np2/rank00001.h5", "r") as f:
