@@ -331,7 +331,8 @@ def allreduce_model(directory: str) -> dict:
     """The communication model of an llmhpc --mode comm run: o (ms) and w (bytes/ms) of its all-reduce, as the
     reference bucket model wants them, the line through its smallest and largest sizes' times; and every size
     measured of each collective, `kinds` {collective: [(bytes, ms)]}, from which scaling.at_size takes the
-    line through the two sizes around a collective's. Each collective's times are
+    line through the two sizes around a collective's; the run's `folder` name and `nodes` (the links
+    it measured). Each collective's times are
     those of one dtype and placement: fp32 before the others, in place before out of place."""
     run = open_run(directory)
     if run.mode != "comm":
@@ -354,6 +355,7 @@ def allreduce_model(directory: str) -> dict:
     measured = "; ".join(f"{c}: " + ", ".join(f"{b / 1e6:g} MB {ms * 1e3:.1f} us" for b, ms in p)
                          for c, p in kinds.items())
     return dict(o=o, w=w, world_size=run.world_size, kinds=kinds,
+                folder=os.path.basename(os.path.normpath(directory)), nodes=len(run.nodes()),
                 source=f"from --comm {directory} ({run.attrs['backend']} on {run.world_size} ranks, {measured}; "
                        f"o and w of the line through the two sizes around each collective's)")
 

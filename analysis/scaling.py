@@ -77,7 +77,6 @@ from __future__ import annotations
 import bisect
 import math
 import os
-import re
 import sys
 from typing import NamedTuple
 
@@ -85,7 +84,6 @@ import pandas as pd
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from bench import fmt, markdown_table, section_script  # noqa: E402
-from llmhpc_h5 import SchemaError, open_run  # noqa: E402
 
 # What two configurations must share to be compared as the same model on the same ranks' hardware.
 MODEL_KEYS = ("d_model", "d_ff", "num_layers", "num_heads", "vocab_size", "context_length", "precision", "grad_dtype",
@@ -384,20 +382,9 @@ class Point(NamedTuple):
 
 
 def collectives_run(model: dict) -> dict:
-    """`model` (ddp.allreduce_model) with the folder and the node count of the collectives' run it
-    was fitted from (`folder`, `nodes`): its own where it has them, else read from the run its source
-    names ('from --comm DIR (...'); nodes None where that run cannot be read."""
-    if "folder" in model and "nodes" in model:
-        return model
-    named = re.match(r"from --comm (.+?) \(\w+ on \d+ ranks", str(model.get("source", "")))
-    directory, nodes = (named.group(1) if named else ""), model.get("nodes")
-    if directory and nodes is None:
-        try:
-            nodes = len(open_run(directory).nodes())
-        except (SchemaError, OSError):
-            pass  # moved or unreadable: its nodes unknown
-    folder = os.path.basename(os.path.normpath(directory)) if directory else "the collectives' run"
-    return dict(model, folder=model.get("folder", folder), nodes=nodes)
+    """`model` with the folder and the node count of the collectives' run it was fitted from
+    (`folder`, `nodes`, as ddp.allreduce_model gives them; nodes None where a model has none)."""
+    return dict(model, folder=model.get("folder", "the collectives' run"), nodes=model.get("nodes"))
 
 
 def model_for(models: dict, ranks: int, transport_name: str, nodes: int | None = None):

@@ -38,8 +38,10 @@
 # apply; MPIRUN="srun --mpi=pmix" launches with srun -n N). EXTRA_ARGS go to the ddp runs, not to
 # the collectives' runs (mode comm refuses model and ddp options).
 # More ranks than cores (a CPU run on a small machine) need MPIRUN_ARGS="--bind-to none --oversubscribe".
-# Every variable is checked before the first run: llmhpc itself checks each mode's options as the
-# runs will give them (a launch of it that stops after the check), and the job exits 2 saying why.
+# The settings are checked before the first run: the job's own (ranks, batches, TP), then llmhpc's
+# options as the runs give them, by a launch of llmhpc that stops once they passed (each TP size
+# at the fewest ranks it runs on, the strong batch; what a run checks only once it starts, such
+# as the backend's own limits, is not), and the job exits 2 saying why.
 #   sbatch jobs/scaling.sh            or   NP=4 bash jobs/scaling.sh
 #   NP=2 DEVICE=cpu SHAPE="--d-model 64 --d-ff 128 --num-layers 2 --num-heads 4" CONTEXTS=32 bash jobs/scaling.sh
 set -euo pipefail
@@ -138,7 +140,7 @@ for transport in $transports; do
       # The collectives on the ranks just trained on, placed as they were: the prediction for a run
       # within a node takes links within a node, one across nodes the links between them. Right
       # after the runs, so that a job stopped later keeps the predictions of the counts it finished.
-      if [ "$np" -gt 1 ]; then
+      if [ "$np" -gt 1 ] && [ -n "$kinds" ]; then  # where runs took it
         $MPIRUN $MPIRUN_ARGS $NP_OPTION "$np" "$LLMHPC_BIN" --mode comm --device "$DEVICE" --collective "$COMM_COLLECTIVES" \
           --size "$COMM_SIZES" --out "$OUT/collectives-np$np$suffix"
       fi

@@ -95,7 +95,7 @@ BackendOptions choose_device(const Runtime& rt, const po::variables_map& vm) {
   require_choice(want, {"auto", "cpu", "cuda"}, "device");
   BackendOptions b;
   b.tf32 = opt_flag(vm, "tf32");
-  b.gemm_sm_margin = int(opt_nonnegative(vm, "gemm-sm-margin"));
+  b.gemm_sm_margin = fits_int(opt_nonnegative(vm, "gemm-sm-margin"), "gemm-sm-margin");
   b.gemm_autotune = opt_flag(vm, "gemm-autotune");
   if (vm.count("memory-limit")) {
     b.memory_limit = parse_size(opt_string(vm, "memory-limit"), "memory-limit");

@@ -111,6 +111,18 @@ size_t host_physical_memory() {
   return pages > 0 && page > 0 ? size_t(pages) * size_t(page) : size_t(1) << 34;
 }
 
+namespace {
+// The first number in `path` (a cgroup's memory file), or -1: no file, or "max" (no limit).
+long long read_number(const char* path) {
+  std::FILE* f = std::fopen(path, "r");
+  if (!f) return -1;
+  long long v = -1;
+  if (std::fscanf(f, "%lld", &v) != 1) v = -1;
+  std::fclose(f);
+  return v;
+}
+}  // namespace
+
 size_t host_usable_memory() {
   size_t available = host_physical_memory();
   if (std::FILE* f = std::fopen("/proc/meminfo", "r")) {
@@ -122,6 +134,15 @@ size_t host_usable_memory() {
         break;
       }
     std::fclose(f);
+  }
+  // A memory cgroup's limit (Slurm's --mem, a container's), less what it holds: /proc/meminfo
+  // shows the host's memory, and the kernel kills within the limit.
+  for (const auto& [limit_file, usage_file] :
+       {std::pair{"/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory.current"},
+        std::pair{"/sys/fs/cgroup/memory/memory.limit_in_bytes", "/sys/fs/cgroup/memory/memory.usage_in_bytes"}}) {
+    const long long limit = read_number(limit_file), used = read_number(usage_file);
+    if (limit > 0 && used >= 0 && size_t(limit) < available + size_t(used))
+      available = size_t(std::max(0LL, limit - used));
   }
   return available / 100 * 85;
 }

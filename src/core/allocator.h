@@ -130,7 +130,8 @@ class TracingAllocator final : public Allocator {
 // Physical memory of this machine in bytes.
 size_t host_physical_memory();
 // What a node's ranks may allocate together by default (the capacity of host memory): 85% of the
-// memory available now (/proc/meminfo's MemAvailable; physical memory where it cannot be read),
+// memory available now (/proc/meminfo's MemAvailable, within a memory cgroup's limit where one
+// is set; physical memory where neither can be read),
 // the rest left to what the allocator does not count (each process's code, MPI's buffers, the
 // heap's own) and the system. With all of it, 2 ranks of a 23 GB machine were killed by the
 // kernel at 12.2 GB each under limits of 11.8 GB.

@@ -128,13 +128,13 @@ void Watchdog::start(double timeout_s, int rank, int world_size) {
   if (world_size > 1) {
     const std::string closed = state_->board.open(rank, world_size, [this] {
       RankProgress p;
-      p.issued = enqueued_.load();
       p.completed = completed_.load();
       p.step = step_.load(std::memory_order_relaxed);
+      std::lock_guard<std::mutex> lock(state_->mutex);  // the number and its call together (begin)
+      p.issued = enqueued_.load();
       p.last_name = last_name_.load();
       p.last_backend = last_backend_.load();
       p.last_bytes = last_bytes_.load();
-      std::lock_guard<std::mutex> lock(state_->mutex);
       p.context = *state_->context;
       return p;
     });
@@ -225,15 +225,17 @@ Watchdog::OpPtr Watchdog::begin(const char* name, const char* backend, uint64_t 
     op->seq = enqueued_.load() + 1;
     inject(*op);
   }
-  op->seq = enqueued_.fetch_add(1) + 1;
-  last_name_.store(name);
-  last_backend_.store(backend);
-  last_bytes_.store(bytes);
   op->issued = std::chrono::steady_clock::now();
   note_arrival(op->issued);
   bool drain = false;
   {
     std::unique_lock<std::mutex> lock(state_->mutex);
+    // The number and the call it names change together: a rank asked how far it got answers
+    // with both of one call (ask_the_ranks compares them).
+    op->seq = enqueued_.fetch_add(1) + 1;
+    last_name_.store(name);
+    last_backend_.store(backend);
+    last_bytes_.store(bytes);
     op->context = state_->context;
     if (enabled()) state_->incoming.push_back(op);
     drain = state_->incoming.size() == kDrainAt;

@@ -152,7 +152,7 @@ class Watchdog {
     std::string what;  // "no progress within --comm-timeout 3.0 s: collective #31 allreduce (...)"
     uint64_t collective = 0;
     std::vector<int> reached, not_reached, no_answer;
-    // Ranks that issued the stuck collective's number as another collective (name or bytes):
+    // Ranks that issued the stuck collective's number as another call (name, backend or bytes):
     // the ranks' calls no longer match, so neither side's completes.
     std::vector<int> mismatched;
     std::vector<std::string> not_reached_hosts, no_answer_hosts;  // each host once

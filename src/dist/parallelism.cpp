@@ -108,19 +108,27 @@ namespace {
 // Writes `path` from the whole checkpoint of this rank's parameters (`params`, `state` in its
 // layout), which the data-parallel root (rt's rank 0) holds: alone, or under tensor
 // parallelism with the parts of the other ranks of its group `tp`, which its rank 0 (rank 0 of
-// every rank) puts together. Collective over rt and, on its root, over tp.
+// every rank) puts together. Collective over rt and tp: every tensor-parallel group gathers and
+// waits, the groups of the other data-parallel ranks with nothing to send, so that every rank
+// issues the same calls and the collectives stay numbered alike on every rank (the watchdog's
+// hang report compares the ranks' calls by number).
 void write_parts(const Runtime& rt, const Runtime* tp, const std::string& path, const ModelConfig& config,
                  const std::vector<float>& params, const OptimizerState& state) {
   if (!tp || tp->world_size == 1) {
     if (rt.is_root()) save_checkpoint(path, config, params, &state);
-  } else if (rt.is_root()) {
+  } else {
+    const bool writer = rt.is_root();  // its group's parts make the file
     const int64_t total = ParameterLayout(config).total();
-    std::vector<float> whole_params, packed = params;
+    std::vector<float> whole_params, packed;
     OptimizerState whole{state.step, state.hyper, {{0, total}}, {}, {}};
-    packed.insert(packed.end(), state.m.begin(), state.m.end());
-    packed.insert(packed.end(), state.v.begin(), state.v.end());
-    if (tp->is_root()) whole_params.assign(size_t(total), 0.0f), whole.m = whole.v = whole_params;
+    if (writer) {
+      packed = params;
+      packed.insert(packed.end(), state.m.begin(), state.m.end());
+      packed.insert(packed.end(), state.v.begin(), state.v.end());
+    }
+    if (writer && tp->is_root()) whole_params.assign(size_t(total), 0.0f), whole.m = whole.v = whole_params;
     tp->gather_to_root(packed, [&](int rank, const std::vector<float>& theirs) {
+      if (!writer) return;
       const ParameterLayout part(config, TensorSplit{tp->world_size, rank});
       const auto n = size_t(part.total());
       LLMHPC_CHECK(theirs.size() == 3 * n, "rank " + std::to_string(rank) + " sent a part of the wrong size");
@@ -128,7 +136,7 @@ void write_parts(const Runtime& rt, const Runtime* tp, const std::string& path, 
       place_part(whole.m, part, {theirs.begin() + long(n), theirs.begin() + long(2 * n)});
       place_part(whole.v, part, {theirs.begin() + long(2 * n), theirs.end()});
     });
-    if (tp->is_root()) save_checkpoint(path, config, whole_params, &whole);
+    if (writer && tp->is_root()) save_checkpoint(path, config, whole_params, &whole);
     tp->barrier();  // the file is complete before any data-parallel group goes on
   }
   rt.barrier();  // the file is complete when any rank returns

@@ -24,7 +24,7 @@ void add_tensor_parallel_options(po::options_description& desc, const ListUse& u
        "before each column-parallel product and a reduce-scatter after each row-parallel one instead of the "
        "all-reduce: the same bytes in forward, and backward gathers each column-parallel input again for its "
        "weight gradient; 1/tp of those activations' memory); each micro-batch's tokens (a data-parallel rank's "
-       "batch / --grad-accum x context) must divide by --tp" +
+       "share of the batch x context, in train over --grad-accum) must divide by --tp" +
        std::string(sweep ? "; applies to every --tp above 1" : ""))
           .c_str())(
       "tp-overlap", listable(use, "tp-overlap", "1"),

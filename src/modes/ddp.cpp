@@ -26,8 +26,8 @@
 #include <cstdio>
 #include <limits>
 #include <map>
-#include <set>
 #include <optional>
+#include <set>
 
 #include "src/core/random.h"
 #include "src/core/stats.h"

@@ -3,8 +3,8 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <limits>
 #include <filesystem>
+#include <limits>
 #include <regex>
 
 #include "src/core/random.h"

@@ -289,6 +289,10 @@ void run(ModeContext& ctx, const TrainOptions& o) {
   std::optional<CheckpointInfo> init;
   std::vector<std::string> notes;  // on the model against --init's (resolve_config)
   bool graphed = false;
+  // zero2, zero3: the state is cut among a group's ranks (every rank's, unless hybrid). Its
+  // reductions come before the checks below, which may fail on some ranks only (a file one node
+  // lacks): a rank must not wait in them for ranks already agreeing on an error.
+  collective_check(rt, [&] { shard_group = resolve_shard_group(par.shard_group, sharding, dp_rt); });
   collective_check(rt, [&] {
     if (o.cuda_graph && dev.kind() != DeviceKind::Cuda) throw UsageError(kCudaGraphNeedsCuda);
     graphed = o.cuda_graph;
@@ -310,8 +314,6 @@ void run(ModeContext& ctx, const TrainOptions& o) {
       if (std::filesystem::equivalent(save, o.data, ec))
         throw UsageError("--save '" + save + "' is the --data file: the checkpoint would replace the tokens");
     }
-    // zero2, zero3: the state is cut among a group's ranks (every rank's, unless hybrid).
-    shard_group = resolve_shard_group(par.shard_group, sharding, dp_rt);
     plan = data_parallel_plan(strategy, sharding, ParameterLayout(config, {tp, mesh.tp_rank}), precision, grads,
                               bucket_mb, shard_group, shard_alignment(dev, precision, share_copy), reduce_in_bf16);
     check_parallelism(par, precision, memory, rt.world_size);
