@@ -152,13 +152,15 @@ fake_nodes_up() {
   cat >"$dir/agent" <<AGENT
 #!/usr/bin/env bash
 # Open MPI's plm_rsh_agent for the fake nodes of $dir (scripts/fake_nodes.sh): AGENT [options]
-# HOST COMMAND...: COMMAND (one shell line, as ssh runs it) in fake node HOST's namespaces, on its core.
+# HOST COMMAND...: COMMAND (one shell line, as ssh runs it) in fake node HOST's namespaces, on its core
+# (HOST: nodeI, or its address, as a hostfile may name it).
 while [[ "\${1:-}" == -* ]]; do shift; done
 host=\$1
 shift
 i=\${host#node}
+[[ "\$i" =~ ^[0-9]+\$ ]] || i=\$(awk -v h="\$host" '\$2 == h { sub("node", "", \$1); print \$1 }' "$dir/nodes")
 [[ "\$i" =~ ^[0-9]+\$ ]] && [ -f "$dir/node\$i.pid" ] ||
-  { echo "\$0: no fake node '\$host' in $dir (node0..node$((n - 1)) are)" >&2; exit 255; }
+  { echo "\$0: no fake node '\$host' in $dir (node0..node$((n - 1)) are, or their addresses in $dir/nodes)" >&2; exit 255; }
 exec nsenter -t "\$(cat "$dir/node\$i.pid")" --net --uts --mount --wd="$dir" -- taskset -c \$((i % $cores)) sh -c "\$*"
 AGENT
   cat >"$dir/hostfile" <<HOSTFILE
@@ -331,8 +333,13 @@ fake_nodes_main() {
       # down removes the files up wrote: none of them may be someone else's.
       [ ! -e "$dir/owner.pid" ] ||
         fake_nodes_refuse "$dir holds what is left of an up that was stopped: run '$0 down $dir' first, or give another folder"
-      [ -z "$(ls -A "$dir" 2>/dev/null)" ] ||
-        fake_nodes_refuse "DIR $dir is not empty: give a new or empty folder (up writes its files there, down removes them)"
+      # Its own names only: what down leaves (the runs' results/, the user's files) may stay, so
+      # that up, run, down, up works in one folder.
+      local ours
+      ours=$(cd "$dir" 2>/dev/null && ls -d agent hostfile hosts hosts-* nodes netns node*.pid holder*.log cgroup* nodetmp \
+        2>/dev/null | head -n 3 | paste -sd, -) || true  # no folder yet: nothing of ours
+      [ -z "$ours" ] ||
+        fake_nodes_refuse "DIR $dir holds fake nodes' files ($ours): run '$0 down $dir' first, or give another folder"
       mkdir -p "$dir" || fake_nodes_die "could not make the folder $dir"
       # Stopped while making them (Ctrl-C), or failing: nothing is left.
       trap 'trap - INT TERM; fake_nodes_remove "$dir" || true; echo "$0: stopped; removed what up had made" >&2; exit 1' INT TERM
