@@ -9,7 +9,7 @@
 # One process per node, its holder, keeps the namespaces; commands enter them with nsenter, and
 # Open MPI reaches a node through DIR/agent (its plm_rsh_agent, in place of ssh).
 #   scripts/fake_nodes.sh up N DIR          nodes node0..node{N-1} (N from 1 to 244), their state
-#                                           in DIR (a new or empty folder); prints how to use them
+#                                           in DIR (not holding another up's files); prints how to use them
 #   scripts/fake_nodes.sh run I DIR CMD...  CMD in node I (its namespaces, its core), from DIR
 #   scripts/fake_nodes.sh down DIR          kills whatever runs in the nodes, deletes them and the
 #                                           files up wrote in DIR (what else is there stays)
@@ -272,8 +272,8 @@ usage: $0 up N DIR | run I DIR COMMAND... | down DIR | --help
 Fake nodes node0..node{N-1} on one machine (as root): network, UTS and mount namespaces on a
 bridge ($FAKE_NODES_SUBNET, node I at 10.77.0.<11+I>), each with its hostname, /etc/hosts,
 /dev/shm and one core, for mpirun across hosts without a cluster.
-  up N DIR          make N nodes (1 to $FAKE_NODES_MAX), their state in DIR (a new or empty folder);
-                    prints how to use them
+  up N DIR          make N nodes (1 to $FAKE_NODES_MAX), their state in DIR (not holding another up's
+                    files); prints how to use them
   run I DIR CMD...  CMD in node I (its namespaces and core), from DIR
   down DIR          kill whatever runs in the nodes, delete them and the files up wrote in DIR
 In DIR: agent (Open MPI's plm_rsh_agent for the nodes), hostfile ('DIR/hostfile 2 1 1' writes a
