@@ -44,22 +44,15 @@ refused 2 "splits each micro-batch's 45 tokens among --tp 2" $TRAIN --steps 1 --
 refused 2 "--tp-overlap 65 splits forward's products, of 64 tokens each (a rank's share), into 65 chunks" $TRAIN \
   --steps 1 --tp 2 --sequence-parallel --tp-overlap 65
 refused 2 "--tp 4294967298 is out of range" $TRAIN --steps 1 --tp 4294967298
-# A rank stalled after checkpoint writes under tp 2 x dp 2 (each write gathers the parts within
-# every tensor-parallel group): the ranks' collectives stay numbered alike, so the watchdog names
-# the stalled rank as not having reached the stuck one, and no rank as having issued it otherwise
-# (the ranks of the group that wrote were once two numbers ahead for each write): every rank's
-# steps issue as many collectives, and the watchdog's report holds.
+# Checkpoint writes under tp 2 x dp 2 gather the parts within every tensor-parallel group (the
+# groups that do not write with nothing to send): every rank's steps issue as many collectives,
+# so the collectives stay numbered alike on every rank, which the watchdog's hang report compares.
 run 4 $TRAIN --steps 4 --tp 2 --ddp flat --save written.h5 --save-every 1 --out written
 python3 -c "
 import h5py, sys
 counts = [list(h5py.File(f'written/rank{r:05d}.h5', 'r')['train/arrival_collectives'][()]) for r in range(4)]
 sys.exit(len(counts[0]) != 4 or any(c != counts[0] for c in counts))" ||
   { echo "FAIL: with checkpoint writes under tp 2 x dp 2 the ranks' steps issued different numbers of collectives"; exit 1; }
-LLMHPC_FAULT="rank=0,step=4,action=stall" timeout 60 "$MPIEXEC" --oversubscribe -np 4 -x LLMHPC_FAULT "$BIN" $TRAIN \
-  --steps 6 --tp 2 --ddp flat --save stalled.h5 --save-every 1 --comm-timeout 3 --out stalled >"$WORK/log" 2>&1
-rc=$?
-[ $rc -eq 4 ] && grep -q "not reached: rank 0 on" "$WORK/log" && ! grep -q "issued differently" "$WORK/log" ||
-  { echo "FAIL: a stall after checkpoint writes under tp 2 x dp 2 (exit $rc):"; grep -A6 "watchdog on rank" "$WORK/log" | head -30; exit 1; }
 # A vocabulary whose padding leaves the last rank none of it: refused by every rank before any
 # collective (mode memory once hung here, ddp ran its tp 1 cases first), rank 0 saying so.
 python3 -c "import numpy as np; np.arange(2000, dtype=np.uint16).__mod__(8).tofile('tokens8.bin')"
