@@ -381,16 +381,10 @@ class Point(NamedTuple):
     nodes: int | None = None  # measured: the nodes the run spanned; projected: None
 
 
-def collectives_run(model: dict) -> dict:
-    """`model` with the folder and the node count of the collectives' run it was fitted from
-    (`folder`, `nodes`, as ddp.allreduce_model gives them; nodes None where a model has none)."""
-    return dict(model, folder=model.get("folder", "the collectives' run"), nodes=model.get("nodes"))
-
-
 def model_for(models: dict, ranks: int, transport_name: str, nodes: int | None = None):
     """The collectives' model a prediction for `ranks` data-parallel ranks of a run on `nodes` nodes
     takes, among those measured on two or more ranks over its transport: one on as many nodes (the
-    links the run used; models' `nodes`, collectives_run) before one on others, then one on `ranks`
+    links the run used; models' `nodes`, as ddp.allreduce_model gives them) before one on others, then one on `ranks`
     ranks, then the most ranks (ring_ms extends o and w to any ring); None where there is none."""
     candidates = [m for (n, t), m in models.items() if t == transport_name and int(m["world_size"]) >= 2]
     if not candidates:
@@ -572,13 +566,13 @@ def plot(all_series: list, path: str, per: str = "GPU") -> str:
     names = list(dict.fromkeys(name(setups, kind, setup, lay) for kind, setup, lay, _ in all_series))
     colors = plt.rcParams["axes.prop_cycle"].by_key()["color"] if len(names) <= 10 else plt.get_cmap("tab20").colors
     color = {n: colors[i % len(colors)] for i, n in enumerate(names)}
-    node_counts = {p.nodes for _, _, _, points in all_series for p in points if p.nodes is not None}
-    label_nodes = len(node_counts) > 1 or max(node_counts, default=1) > 1
     nodes_at = {}  # (kind, ranks): the node counts the runs measured there spanned
     for kind, _, _, points in all_series:
         for p in points:
             if p.nodes is not None:
                 nodes_at.setdefault((kind, p.ranks), set()).add(p.nodes)
+    node_counts = set().union(*nodes_at.values())
+    label_nodes = len(node_counts) > 1 or max(node_counts, default=1) > 1
 
     def tick(n, kind):  # the rank count, with its runs' nodes under it where they vary or pass one
         counts = sorted(nodes_at.get((kind, n), ()))
@@ -649,7 +643,6 @@ def caption(kind: str, n0: int, per: str) -> str:
 def report(df: pd.DataFrame, models: dict, out_dir: str) -> str:
     """The study table, the scaling tables and scaling.png; models: {(world_size, transport):
     ddp.allreduce_model(...)}."""
-    models = {key: collectives_run(m) for key, m in models.items()}
     per = unit(df)
     parts = [study_table(df, models, per)]
     found = list(series(df, per))

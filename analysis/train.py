@@ -58,8 +58,8 @@ def report_section(runs: list, out_dir: str, rank=0, decimals: int = 2) -> str:
                      a.get("shard_optimizer", "none"), rec.status, len(steps),
                      fmt(loss[0], 4) if len(loss) else "-", fmt(loss[-1], 4) if len(loss) else "-",
                      fmt(step_mean, decimals), fmt(step_std, decimals), fmt(sync_mean, decimals)] + tp_wait)
-        curves.append((os.path.basename(os.path.normpath(run.directory)), steps))
-        if len(steps):
+        if len(steps):  # a record written before its first step (a run that hung or stopped early) has none
+            curves.append((os.path.basename(os.path.normpath(run.directory)), steps))
             pick = np.unique(np.linspace(0, len(steps) - 1, min(len(steps), MAX_LOSS_ROWS)).astype(int))
             scheduled = "lr" in steps and (a.get("lr_schedule", "constant") != "constant" or
                                            a.get("lr_warmup_steps", 0) > 0)
@@ -73,8 +73,7 @@ def report_section(runs: list, out_dir: str, rank=0, decimals: int = 2) -> str:
     table = markdown_table(["Run", "Model", "Ranks"] + (["Layout"] if any_tp else []) +
                            ["DDP", "Sharding", "Status", "Steps", "First loss", "Last loss", "Step Mean (ms)",
                             "Step Std (ms)", "Sync Mean (ms)"] + (["TP wait Mean (ms)"] if any_tp else []), rows)
-    curves = [(label, steps) for label, steps in curves if len(steps)]
-    if not curves:  # records written before their first step (a run that hung or was stopped early)
+    if not curves:
         return "\n\n".join([f"### Training runs\n\n{table}", *parts,
                              "No run recorded a step yet: no loss curve to draw."])
     fig, ax = plt.subplots(figsize=(6.5, 4))

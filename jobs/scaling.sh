@@ -89,9 +89,8 @@ for np in ${RANKS//,/ }; do
     exit 2
   }
 done
-# llmhpc checks every value itself before the first run: each mode's options as the runs give them,
-# at the fewest ranks each tensor-parallel size runs on, with an --out it cannot make (/dev/null is
-# no folder), where it stops once the options passed: nothing runs and nothing is written.
+# llmhpc checks the options itself (see above), with an --out it cannot make (/dev/null is no
+# folder), where it stops once they passed: nothing runs and nothing is written.
 unmade=/dev/null/scaling-check
 check_options() {  # RANKS OPTIONS...: exit 2 with llmhpc's reason unless only the --out stopped it
   local said

@@ -76,6 +76,10 @@ Fault parse_fault(const std::string& text) {
 }
 
 std::string seconds_text(double s) { return fmt(s, s < 10 ? 1 : 0) + " s"; }
+// "allreduce (nccl, 4000 bytes)": a call as the reports name it.
+std::string call_text(const std::string& name, const std::string& backend, uint64_t bytes) {
+  return name + " (" + backend + ", " + std::to_string(bytes) + " bytes)";
+}
 
 }  // namespace
 
@@ -88,12 +92,19 @@ constexpr size_t kDrainAt = 4096;
 constexpr size_t kWaitAt = 8 * kDrainAt;
 
 struct Watchdog::State {
-  std::mutex mutex;               // guards incoming, context, monitors, stopping
+  std::mutex mutex;               // guards incoming, context, last, monitors, stopping
   std::condition_variable wake;   // stop() wakes the thread
   std::condition_variable taken;  // the thread took `incoming` (or stops): begin() waits for it past kWaitAt
   std::vector<OpPtr> incoming;    // registered since the thread last looked
   std::deque<OpPtr> in_flight;    // the thread's own, oldest first
   std::shared_ptr<const std::string> context = std::make_shared<const std::string>();
+  // The last issued call, set with its number (enqueued_): a rank asked how far it got answers
+  // with both of one call (ask_the_ranks compares them).
+  struct {
+    const char* name = "";
+    const char* backend = "";
+    uint64_t bytes = 0;
+  } last;
   std::map<int, Monitor> monitors;
   int next_monitor = 0;
   bool stopping = false;
@@ -132,9 +143,9 @@ void Watchdog::start(double timeout_s, int rank, int world_size) {
       p.step = step_.load(std::memory_order_relaxed);
       std::lock_guard<std::mutex> lock(state_->mutex);  // the number and its call together (begin)
       p.issued = enqueued_.load();
-      p.last_name = last_name_.load();
-      p.last_backend = last_backend_.load();
-      p.last_bytes = last_bytes_.load();
+      p.last_name = state_->last.name;
+      p.last_backend = state_->last.backend;
+      p.last_bytes = state_->last.bytes;
       p.context = *state_->context;
       return p;
     });
@@ -230,12 +241,8 @@ Watchdog::OpPtr Watchdog::begin(const char* name, const char* backend, uint64_t 
   bool drain = false;
   {
     std::unique_lock<std::mutex> lock(state_->mutex);
-    // The number and the call it names change together: a rank asked how far it got answers
-    // with both of one call (ask_the_ranks compares them).
     op->seq = enqueued_.fetch_add(1) + 1;
-    last_name_.store(name);
-    last_backend_.store(backend);
-    last_bytes_.store(bytes);
+    state_->last = {name, backend, bytes};
     op->context = state_->context;
     if (enabled()) state_->incoming.push_back(op);
     drain = state_->incoming.size() == kDrainAt;
@@ -306,8 +313,7 @@ void Watchdog::inject(const Op& op) {
 }
 
 std::string Watchdog::describe(const Op& op) const {
-  std::string s = "collective #" + std::to_string(op.seq) + " " + op.name + " (" + op.backend + ", " +
-                  std::to_string(op.bytes) + " bytes)";
+  std::string s = "collective #" + std::to_string(op.seq) + " " + call_text(op.name, op.backend, op.bytes);
   if (!op.context->empty()) s += " in '" + *op.context + "'";
   if (op.step >= 0) s += " at step " + std::to_string(op.step);
   const double age = std::chrono::duration<double>(std::chrono::steady_clock::now() - op.issued).count();
@@ -372,16 +378,14 @@ void Watchdog::ask_the_ranks(HangReport& report, const Op* op) const {
     s += "    not reached, too: ranks " + rank_ranges(rest) + "\n";
   }
   if (behind.empty()) s += "    not reached: none of the ranks that answered\n";
-  auto call = [](const std::string& name, const std::string& backend, uint64_t bytes) {
-    return name + " (" + backend + ", " + std::to_string(bytes) + " bytes)";
-  };
   for (size_t k = 0; k < other.size(); ++k) {
     const RankAnswer& a = *other[k];
     report.mismatched.push_back(a.rank);
     if (k < kListed)
       s += "    issued differently: rank " + std::to_string(a.rank) + " on " + a.host + " issued #" +
-           std::to_string(seq) + " as " + call(a.progress.last_name, a.progress.last_backend, a.progress.last_bytes) +
-           ", this rank as " + call(op->name, op->backend, op->bytes) + "\n";
+           std::to_string(seq) + " as " +
+           call_text(a.progress.last_name, a.progress.last_backend, a.progress.last_bytes) + ", this rank as " +
+           call_text(op->name, op->backend, op->bytes) + "\n";
   }
   if (!other.empty())
     s += "    the ranks' collectives no longer match, so none of them completes: some ranks took another path "

@@ -184,9 +184,6 @@ class Watchdog {
   int rank_ = -1;
   std::atomic<int64_t> step_{-1};
   std::atomic<uint64_t> enqueued_{0}, completed_{0};
-  std::atomic<const char*> last_name_{""};
-  std::atomic<const char*> last_backend_{""};
-  std::atomic<uint64_t> last_bytes_{0};
   double clock_offset_s_ = 0;
   std::unique_ptr<State> state_;
 };

@@ -623,16 +623,16 @@ void run(ModeContext& ctx, const TrainOptions& o) {
                                             : " (try a lower --lr)";
     const std::string at = " at step " + std::to_string(step);
     const std::string of_run = at + " (this run's " + std::to_string(done) + " of " + std::to_string(steps) + ")";
-    if (!std::isfinite(loss.back()) || (max_grad_norm > 0 && !std::isfinite(grad_norm.back())))
+    auto stop = [&](const std::string& status, const std::string& why) {
       finish_collectives(rec);  // the steps so far, kept with the error (every rank stops here)
-    if (!std::isfinite(loss.back())) {
-      save_progress("error: loss is not finite" + at);
-      throw AgreedError("the loss became " + std::to_string(loss.back()) + of_run + hint);
-    }
-    if (max_grad_norm > 0 && !std::isfinite(grad_norm.back())) {
-      save_progress("error: gradient norm is not finite" + at);
-      throw AgreedError("the gradients' norm became " + std::to_string(grad_norm.back()) + of_run + hint);
-    }
+      save_progress(status);
+      throw AgreedError(why);
+    };
+    if (!std::isfinite(loss.back()))
+      stop("error: loss is not finite" + at, "the loss became " + std::to_string(loss.back()) + of_run + hint);
+    if (max_grad_norm > 0 && !std::isfinite(grad_norm.back()))
+      stop("error: gradient norm is not finite" + at,
+           "the gradients' norm became " + std::to_string(grad_norm.back()) + of_run + hint);
     const bool last = done == steps;
     const auto now = std::chrono::steady_clock::now();
     if (done == 1) first_done = now;
