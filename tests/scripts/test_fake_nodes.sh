@@ -166,96 +166,114 @@ own (--hosts: these), each rank's local_rank its place among its node's ranks (0
 node_count, node_index, local_size and ranks_per_node the layout, its cpus_allowed 1 (the node's one core).
 --comm: every record checked (--check), no wrong element on any rank. --loss REF: /train/loss
 of every rank equal to REF's (a one-rank run) within 1e-5 relative; --ddp/--shard/--group: what
-the train record must say it ran (--group: the ranks that shared one copy of the state)."""
+the train record must say it ran (--group: the ranks that shared one copy of the state).
+check_run.py --each FILE: each line of FILE a label, a tab and such arguments, all checked in
+this one process (its start, reading h5py, takes most of a check's second); prints "ok   LABEL:
+VERDICT" per line, and exits 1 if any failed."""
 import argparse
+import shlex
 import sys
 
 import numpy as np
 from llmhpc_h5 import open_run
 
-p = argparse.ArgumentParser()
-p.add_argument("dir")
-p.add_argument("slots")
-p.add_argument("--hosts")
-p.add_argument("--comm", action="store_true")
-p.add_argument("--loss")
-p.add_argument("--ddp")
-p.add_argument("--shard")
-p.add_argument("--group", type=int)
-a = p.parse_args()
-errors = []
+
+def verdict(argv):
+    """(passed, what to print) for one run: check_run.py's arguments."""
+    p = argparse.ArgumentParser()
+    p.add_argument("dir")
+    p.add_argument("slots")
+    p.add_argument("--hosts")
+    p.add_argument("--comm", action="store_true")
+    p.add_argument("--loss")
+    p.add_argument("--ddp")
+    p.add_argument("--shard")
+    p.add_argument("--group", type=int)
+    a = p.parse_args(argv)
+    errors = []
+    said = ""
+
+    def check(ok, what):
+        if not ok:
+            errors.append(what)
+
+    run = open_run(a.dir)
+    slots = [int(s) for s in a.slots.split(",")]
+    files = run.files
+    check(run.complete and run.world_size == sum(slots) and len(files) == sum(slots),
+          f"{sum(slots)} complete rank files expected; world_size {run.world_size}, ranks {run.ranks}, "
+          f"status {[rf.status for rf in files]}")
+    ids = {rf.attrs.get("run_id", "") for rf in files}
+    check(len(ids) == 1 and "" not in ids, f"one run_id on every rank, not {ids}")
+    first = 0
+    hosts = []
+    for node, k in enumerate(slots):
+        mine = files[first:first + k]
+        names = {rf.attrs["hostname"] for rf in mine}
+        check(len(names) == 1, f"ranks {first}..{first + k - 1} on one node, not {names}")
+        hosts.append(sorted(names)[0])
+        local = [int(rf.attrs["local_rank"]) for rf in mine]
+        check(local == list(range(k)), f"node {sorted(names)}: local ranks {local}, not 0..{k - 1}")
+        for rf in mine:
+            # A node is one core (taskset): what its ranks may run on, through mpirun, orted, slurmstepd.
+            check(int(rf.attrs.get("cpus_allowed", 1)) == 1,
+                  f"rank {rf.rank}: cpus_allowed {rf.attrs.get('cpus_allowed')}, not 1")
+            # The topology every rank file records (docs/hdf5-schema.md, "Topology").
+            check(int(rf.attrs["local_size"]) == k, f"rank {rf.rank}: local_size {rf.attrs['local_size']}, not {k}")
+            check(int(rf.attrs["node_count"]) == len(slots),
+                  f"rank {rf.rank}: node_count {rf.attrs['node_count']}, not {len(slots)}")
+            check(int(rf.attrs["node_index"]) == node, f"rank {rf.rank}: node_index {rf.attrs['node_index']}, not {node}")
+            want = ",".join(str(n) for n in slots)
+            check(str(rf.attrs["ranks_per_node"]) == want,
+                  f"rank {rf.rank}: ranks_per_node {rf.attrs['ranks_per_node']}, not {want}")
+        first += k
+    check(len(set(hosts)) == len(slots), f"one hostname per node, not {hosts}")
+    # The report names each node with its ranks (analysis/llmhpc_h5.py, Run.nodes).
+    spans = [(h, list(range(sum(slots[:i]), sum(slots[:i + 1])))) for i, h in enumerate(hosts)]
+    check(run.nodes() == spans, f"the run's nodes {run.nodes()}, not {spans}")
+    check(len(slots) == 1 or f"on {len(slots)} nodes: {hosts[0]} (rank" in run.describe_ranks(),
+          f"report line: {run.describe_ranks()}")
+    if a.hosts:
+        check(hosts == a.hosts.split(","), f"the ranks on nodes {hosts}, not {a.hosts}")
+    if a.comm:
+        for rf in files:
+            recs = [r for r in rf.records if r.kind == "comm"]
+            check(recs, f"rank {rf.rank}: no comm records")
+            for r in recs:
+                wrong = r.arrays.get("wrong") if r.ok else None
+                check(r.ok and int(r.attrs.get("check", 0)) == 1 and wrong is not None and list(wrong) == [0],
+                      f"rank {rf.rank} {r.path}: status {r.status}, check {r.attrs.get('check')}, wrong {wrong}")
+    if a.loss:
+        ref = open_run(a.loss).records("train", 0)[0].arrays["loss"]
+        for rf in files:
+            t = [r for r in rf.records if r.kind == "train"]
+            check(len(t) == 1 and t[0].ok, f"rank {rf.rank}: no train record that ended ok")
+            if not t:
+                continue
+            loss = t[0].arrays["loss"]
+            rel = np.max(np.abs(loss - ref) / np.abs(ref)) if len(loss) == len(ref) else np.inf
+            check(rel <= 1e-5, f"rank {rf.rank}: /train/loss {loss} differs from one rank's {ref} (relative {rel:.3g})")
+            if rf.rank == 0:
+                said = f"loss rel. error {rel:.2g}; "
+            for key, want in (("ddp", a.ddp), ("shard_optimizer", a.shard), ("shard_group", a.group)):
+                check(want is None or t[0].attrs.get(key) == want,
+                      f"rank {rf.rank}: {key} {t[0].attrs.get(key)}, not {want}")
+    if errors:
+        return False, f"{a.dir}:\n  " + "\n  ".join(errors)
+    return True, f"{said}{len(files)} ranks on {', '.join(f'{h} ({k})' for h, k in zip(hosts, slots))}, run_id {ids.pop()}"
 
 
-def check(ok, what):
-    if not ok:
-        errors.append(what)
-
-
-run = open_run(a.dir)
-slots = [int(s) for s in a.slots.split(",")]
-files = run.files
-check(run.complete and run.world_size == sum(slots) and len(files) == sum(slots),
-      f"{sum(slots)} complete rank files expected; world_size {run.world_size}, ranks {run.ranks}, "
-      f"status {[rf.status for rf in files]}")
-ids = {rf.attrs.get("run_id", "") for rf in files}
-check(len(ids) == 1 and "" not in ids, f"one run_id on every rank, not {ids}")
-first = 0
-hosts = []
-for node, k in enumerate(slots):
-    mine = files[first:first + k]
-    names = {rf.attrs["hostname"] for rf in mine}
-    check(len(names) == 1, f"ranks {first}..{first + k - 1} on one node, not {names}")
-    hosts.append(sorted(names)[0])
-    local = [int(rf.attrs["local_rank"]) for rf in mine]
-    check(local == list(range(k)), f"node {sorted(names)}: local ranks {local}, not 0..{k - 1}")
-    for rf in mine:
-        # A node is one core (taskset): what its ranks may run on, through mpirun, orted, slurmstepd.
-        check(int(rf.attrs.get("cpus_allowed", 1)) == 1,
-              f"rank {rf.rank}: cpus_allowed {rf.attrs.get('cpus_allowed')}, not 1")
-        # The topology every rank file records (docs/hdf5-schema.md, "Topology").
-        check(int(rf.attrs["local_size"]) == k, f"rank {rf.rank}: local_size {rf.attrs['local_size']}, not {k}")
-        check(int(rf.attrs["node_count"]) == len(slots),
-              f"rank {rf.rank}: node_count {rf.attrs['node_count']}, not {len(slots)}")
-        check(int(rf.attrs["node_index"]) == node, f"rank {rf.rank}: node_index {rf.attrs['node_index']}, not {node}")
-        want = ",".join(str(n) for n in slots)
-        check(str(rf.attrs["ranks_per_node"]) == want,
-              f"rank {rf.rank}: ranks_per_node {rf.attrs['ranks_per_node']}, not {want}")
-    first += k
-check(len(set(hosts)) == len(slots), f"one hostname per node, not {hosts}")
-# The report names each node with its ranks (analysis/llmhpc_h5.py, Run.nodes).
-spans = [(h, list(range(sum(slots[:i]), sum(slots[:i + 1])))) for i, h in enumerate(hosts)]
-check(run.nodes() == spans, f"the run's nodes {run.nodes()}, not {spans}")
-check(len(slots) == 1 or f"on {len(slots)} nodes: {hosts[0]} (rank" in run.describe_ranks(),
-      f"report line: {run.describe_ranks()}")
-if a.hosts:
-    check(hosts == a.hosts.split(","), f"the ranks on nodes {hosts}, not {a.hosts}")
-if a.comm:
-    for rf in files:
-        recs = [r for r in rf.records if r.kind == "comm"]
-        check(recs, f"rank {rf.rank}: no comm records")
-        for r in recs:
-            wrong = r.arrays.get("wrong") if r.ok else None
-            check(r.ok and int(r.attrs.get("check", 0)) == 1 and wrong is not None and list(wrong) == [0],
-                  f"rank {rf.rank} {r.path}: status {r.status}, check {r.attrs.get('check')}, wrong {wrong}")
-if a.loss:
-    ref = open_run(a.loss).records("train", 0)[0].arrays["loss"]
-    for rf in files:
-        t = [r for r in rf.records if r.kind == "train"]
-        check(len(t) == 1 and t[0].ok, f"rank {rf.rank}: no train record that ended ok")
-        if not t:
-            continue
-        loss = t[0].arrays["loss"]
-        rel = np.max(np.abs(loss - ref) / np.abs(ref)) if len(loss) == len(ref) else np.inf
-        check(rel <= 1e-5, f"rank {rf.rank}: /train/loss {loss} differs from one rank's {ref} (relative {rel:.3g})")
-        if rf.rank == 0:
-            print(f"loss rel. error {rel:.2g}", end="; ")
-        for key, want in (("ddp", a.ddp), ("shard_optimizer", a.shard), ("shard_group", a.group)):
-            check(want is None or t[0].attrs.get(key) == want,
-                  f"rank {rf.rank}: {key} {t[0].attrs.get(key)}, not {want}")
-if errors:
-    print(f"{a.dir}:\n  " + "\n  ".join(errors))
-    sys.exit(1)
-print(f"{len(files)} ranks on {', '.join(f'{h} ({k})' for h, k in zip(hosts, slots))}, run_id {ids.pop()}")
+if sys.argv[1] == "--each":
+    failed = 0
+    for line in open(sys.argv[2]):
+        label, args = line.rstrip("\n").split("\t")
+        ok, text = verdict(shlex.split(args))
+        print(f"ok   {label}: {text}" if ok else f"FAIL {label}: {text}")
+        failed += not ok
+    sys.exit(1 if failed else 0)
+ok, text = verdict(sys.argv[1:])
+print(text)
+sys.exit(0 if ok else 1)
 PY
 cat >"$tmp/check_transports.py" <<'PY'
 """check_transports.py LOG SUBNET: Open MPI's btl_base_verbose output in LOG says each pair of
@@ -280,6 +298,17 @@ checked=""
 check_run() {  # check_run DIR SLOTS [options]: check_run.py's verdict in $checked; fails the test with its reasons
   checked=$(PYTHONPATH=$ROOT/analysis "$PYTHON" "$tmp/check_run.py" "$@" 2>&1) || fail "$checked"
 }
+# A series of runs is checked at its end in one process (check_run.py --each): a check's own
+# second is mostly Python's start; one each took a third of part (a).
+check_later() {  # check_later LABEL DIR SLOTS [options]: check_run's checks of the run, by checks_now
+  local label=$1
+  shift
+  printf '%s\t%s\n' "$label" "$*" >>"$tmp/checks"
+}
+checks_now() {  # prints each listed run's verdict; fails the test if one failed
+  PYTHONPATH=$ROOT/analysis "$PYTHON" "$tmp/check_run.py" --each "$tmp/checks" || fail "the runs above"
+  rm -f "$tmp/checks"
+}
 
 # The one-rank training every data-parallel run must match (parts a and b).
 mpi train_ref 1 $TRAIN --ddp none --shard-optimizer none
@@ -292,22 +321,23 @@ if [[ "$PARTS" == *a* ]]; then
   for slots in 1,1 2,1 2,1,1; do
     # Open MPI says which transport each rank uses to each other (btl_base_verbose).
     OMPI_MCA_btl_base_verbose=30 mpi "comm_${slots//,/_}" $slots $COMM
-    check_run "$tmp/runs/comm_${slots//,/_}" $slots --hosts "$(nodes_of $slots)" --comm
-    echo "ok   (a) comm --check, every collective exact on ${slots//,/+} ranks: $checked"
+    check_later "(a) comm --check, every collective exact on ${slots//,/+} ranks" "$tmp/runs/comm_${slots//,/_}" \
+      $slots --hosts "$(nodes_of $slots)" --comm
     # Shared memory (vader) within a node only, TCP between nodes only, over the test subnet.
     log=$tmp/comm_${slots//,/_}.log
     "$PYTHON" "$tmp/check_transports.py" "$log" "$SUBNET" || fail "the transports of comm on $slots ranks (log: $log)"
   done
+  checks_now
   train() {  # train SLOTS DDP:SHARD...: each strategy on ranks laid out as SLOTS, equal to one rank
     local slots=$1 strategy ddp shard name
     shift
     for strategy in "$@"; do
       ddp=${strategy%:*} shard=${strategy#*:} name=train_${slots//,/_}_${strategy/:/_}
       mpi "$name" "$slots" $TRAIN --ddp "$ddp" --bucket-mb 0.02 --shard-optimizer "$shard"
-      check_run "$tmp/runs/$name" "$slots" --hosts "$(nodes_of $slots)" --loss "$tmp/runs/train_ref" \
-        --ddp "$ddp" --shard "$shard"
-      echo "ok   (a) train --ddp $ddp --shard-optimizer $shard on ${slots//,/+} ranks: $checked"
+      check_later "(a) train --ddp $ddp --shard-optimizer $shard on ${slots//,/+} ranks" "$tmp/runs/$name" "$slots" \
+        --hosts "$(nodes_of $slots)" --loss "$tmp/runs/train_ref" --ddp "$ddp" --shard "$shard"
     done
+    checks_now
   }
   every=()
   for ddp in naive flat overlap bucketed; do for shard in none broadcast zero1; do every+=("$ddp:$shard"); done; done
@@ -317,34 +347,31 @@ if [[ "$PARTS" == *a* ]]; then
   # Tensor parallelism inside each node and data parallelism across them (tp 2 x dp 2 on 2+2), as
   # a cluster runs it; and a tensor-parallel group across two nodes (1+1), run with a warning.
   mpi train_2_2_tp2 2,2 $TRAIN --tp 2 --sequence-parallel --ddp bucketed --bucket-mb 0.02 --shard-optimizer zero1
-  check_run "$tmp/runs/train_2_2_tp2" 2,2 --hosts "$(nodes_of 2,2)" --loss "$tmp/runs/train_ref" --ddp bucketed \
-    --shard zero1
   grep -q "spans nodes" "$tmp/train_2_2_tp2.log" && fail "tp groups inside the nodes were warned about"
-  echo "ok   (a) train --tp 2 --sequence-parallel x dp 2 (zero1) on 2+2 ranks: $checked"
+  check_later "(a) train --tp 2 --sequence-parallel x dp 2 (zero1) on 2+2 ranks" "$tmp/runs/train_2_2_tp2" 2,2 \
+    --hosts "$(nodes_of 2,2)" --loss "$tmp/runs/train_ref" --ddp bucketed --shard zero1
   mpi train_1_1_tp2 1,1 $TRAIN --tp 2
-  check_run "$tmp/runs/train_1_1_tp2" 1,1 --hosts "$(nodes_of 1,1)" --loss "$tmp/runs/train_ref" --ddp none \
-    --shard none
   grep -q "a tensor-parallel group of --tp 2 spans nodes" "$tmp/train_1_1_tp2.log" ||
     fail "a tensor-parallel group across two nodes ran without the warning (log: $tmp/train_1_1_tp2.log)"
-  echo "ok   (a) train --tp 2 across 1+1 nodes, with the warning: $checked"
+  check_later "(a) train --tp 2 across 1+1 nodes, with the warning" "$tmp/runs/train_1_1_tp2" 1,1 \
+    --hosts "$(nodes_of 1,1)" --loss "$tmp/runs/train_ref" --ddp none --shard none
   # The stages that shard the weights too, every rank holding a part across uneven nodes; and
   # hybrid sharding as a cluster runs it: sharded within each node (zero3's default group),
   # replicated across the nodes. zero3's default on nodes of different sizes is refused.
-  mpi train_2_1_zero3 2,1 $TRAIN --ddp bucketed --shard-optimizer zero3 --shard-group world
-  check_run "$tmp/runs/train_2_1_zero3" 2,1 --loss "$tmp/runs/train_ref" --ddp bucketed --shard zero3 --group 3
-  echo "ok   (a) train --shard-optimizer zero3 --shard-group world on 2+1 ranks: $checked"
-  mpi train_2_1_zero2 2,1 $TRAIN --ddp bucketed --shard-optimizer zero2 --shard-group world
-  check_run "$tmp/runs/train_2_1_zero2" 2,1 --loss "$tmp/runs/train_ref" --ddp bucketed --shard zero2 --group 3
-  echo "ok   (a) train --shard-optimizer zero2 --shard-group world on 2+1 ranks: $checked"
-  mpi train_2_2_zero2_node 2,2 $TRAIN --ddp bucketed --shard-optimizer zero2
-  check_run "$tmp/runs/train_2_2_zero2_node" 2,2 --loss "$tmp/runs/train_ref" --ddp bucketed --shard zero2 --group 2
-  echo "ok   (a) train --shard-optimizer zero2 on 2+2 ranks, sharded within each node: $checked"
-  mpi train_2_2_zero3_node 2,2 $TRAIN --ddp bucketed --shard-optimizer zero3
-  check_run "$tmp/runs/train_2_2_zero3_node" 2,2 --loss "$tmp/runs/train_ref" --ddp bucketed --shard zero3 --group 2
-  echo "ok   (a) train --shard-optimizer zero3 on 2+2 ranks, sharded within each node: $checked"
+  for stage in zero3 zero2; do
+    mpi train_2_1_$stage 2,1 $TRAIN --ddp bucketed --shard-optimizer $stage --shard-group world
+    check_later "(a) train --shard-optimizer $stage --shard-group world on 2+1 ranks" "$tmp/runs/train_2_1_$stage" \
+      2,1 --loss "$tmp/runs/train_ref" --ddp bucketed --shard $stage --group 3
+  done
+  for stage in zero2 zero3; do
+    mpi train_2_2_${stage}_node 2,2 $TRAIN --ddp bucketed --shard-optimizer $stage
+    check_later "(a) train --shard-optimizer $stage on 2+2 ranks, sharded within each node" \
+      "$tmp/runs/train_2_2_${stage}_node" 2,2 --loss "$tmp/runs/train_ref" --ddp bucketed --shard $stage --group 2
+  done
   mpi train_2_2_zero1_node 2,2 $TRAIN --ddp bucketed --bucket-mb 0.02 --shard-optimizer zero1 --shard-group node
-  check_run "$tmp/runs/train_2_2_zero1_node" 2,2 --loss "$tmp/runs/train_ref" --ddp bucketed --shard zero1 --group 2
-  echo "ok   (a) train --shard-optimizer zero1 --shard-group node on 2+2 ranks: $checked"
+  check_later "(a) train --shard-optimizer zero1 --shard-group node on 2+2 ranks" "$tmp/runs/train_2_2_zero1_node" 2,2 \
+    --loss "$tmp/runs/train_ref" --ddp bucketed --shard zero1 --group 2
+  checks_now
   mpi_refused train_2_1_zero2_node 2,1 "nodes hold different numbers of ranks" $TRAIN --ddp bucketed \
     --shard-optimizer zero2
   echo "ok   (a) train --shard-optimizer zero2 on 2+1 ranks: refused (nodes of different sizes), once"
@@ -352,14 +379,21 @@ if [[ "$PARTS" == *a* ]]; then
   # before a collective): the job ends with the watchdog's exit code 4 within --comm-timeout +
   # 30 s, and the watchdogs on node0, asking across nodes (src/core/progress_board.h), name it
   # and its node.
-  hang() {  # hang NAME ACTION WORDS: rank 2 does ACTION; node0's reports must hold WORDS
-    local name=$1 action=$2 words=$3 start=$SECONDS rc=0
-    LLMHPC_FAULT="rank=2,config=2,step=1,action=$action" LAUNCH_ARGS="-x LLMHPC_FAULT" \
-      launch "$name" 2,1 --mode comm --device cpu --backend mpi --size 4KB --warmup 1 --steps 5 --comm-timeout 3 || rc=$?
-    local took=$((SECONDS - start)) log=$tmp/$name.log
-    [ $rc = 4 ] || fail "$name: exit code $rc, not the watchdog's 4 (log: $log)
+  # The two hangs run at once, each timed from its start to its end.
+  hang_start() {  # hang_start NAME ACTION: rank 2 does ACTION, in the background
+    (start=$SECONDS rc=0
+     LLMHPC_FAULT="rank=2,config=2,step=1,action=$2" LAUNCH_ARGS="-x LLMHPC_FAULT" \
+       launch "$1" 2,1 --mode comm --device cpu --backend mpi --size 4KB --warmup 1 --steps 5 --comm-timeout 3 || rc=$?
+     echo "$rc $((SECONDS - start))" >"$tmp/$1.rc") &
+    echo $! >"$tmp/$1.pid"
+  }
+  hang_check() {  # hang_check NAME ACTION WORDS: node0's reports must hold WORDS
+    local name=$1 action=$2 words=$3 rc took log=$tmp/$1.log
+    wait "$(cat "$tmp/$name.pid")" 2>/dev/null
+    read -r rc took <"$tmp/$name.rc"
+    [ "$rc" = 4 ] || fail "$name: exit code $rc, not the watchdog's 4 (log: $log)
 $(tail -n 20 "$log")"
-    [ $took -le 33 ] || fail "$name: the job took ${took}s, more than --comm-timeout + 30 s"
+    [ "$took" -le 33 ] || fail "$name: the job took ${took}s, more than --comm-timeout + 30 s"
     grep -q "watchdog on rank [01] (host node0)" "$log" || fail "$name: no watchdog report from node0's ranks"
     grep -q -F "$words" "$log" || fail "$name: the reports do not say '$words' (log: $log)
 $(grep -A8 "watchdog on rank" "$log" | head -24)"
@@ -372,8 +406,10 @@ assert hangs and all(h["rank"] in (0, 1) and h["host"] == "node0" and h[key] == 
       fail "$name: the rank files on node0 do not say rank 2 on node1 held the job up"
     echo "ok   (a) a hang on node1's rank ($action) ended in ${took}s, named from node0: $words"
   }
-  hang hang_stall stall "not reached: rank 2 on node1 (last issued #"
-  hang hang_sigstop signal:19 "no answer: rank 2 on node1 (rank 2: no reply within"
+  hang_start hang_stall stall
+  hang_start hang_sigstop signal:19
+  hang_check hang_stall stall "not reached: rank 2 on node1 (last issued #"
+  hang_check hang_sigstop signal:19 "no answer: rank 2 on node1 (rank 2: no reply within"
   # A network partition: node1's link goes down in the middle of a comm run (2+1 ranks). Every
   # rank's watchdog fires; node0's name rank 2 on node1 as unreachable, rank 2 names node0's
   # ranks, and the report says they were cut off from each other; every rank has ended within
@@ -435,6 +471,8 @@ fi
 mkdir -p "$tmp/state"
 for ((i = 0; i < NODES; i++)); do mkdir -p "$tmp/spool-node$i"; done
 touch "$tmp/plugstack.conf"
+# MinJobAge=0 keeps finished jobs' records, so sbatch --wait polls every 2 s; with the default
+# (300) it waits 2, 8, then 32 s between polls: a job of 14 s took 42.
 {
   cat <<CONF
 ClusterName=llmhpcfake
@@ -452,6 +490,7 @@ JobAcctGatherType=jobacct_gather/none
 JobCompType=jobcomp/none
 MpiDefault=none
 ReturnToService=2
+MinJobAge=0
 SlurmdParameters=config_overrides
 StateSaveLocation=$tmp/state
 SlurmdSpoolDir=$tmp/spool-%n
@@ -507,10 +546,9 @@ $(tail -n 30 "$tmp/$name"-*.log 2>/dev/null)"
 submit ddp jobs/ddp_bucketed.sh --nodes=2 --ntasks-per-node=1
 dir=$tmp/results/llmhpc-ddp-bucketed-$job
 grep -q "^| bucketed |" "$dir/ddp.md" && grep -q "^## ddp" "$dir/report.md" || fail "$dir: no ddp.md bucketed row or report"
-check_run "$dir" 1,1
-echo "ok   (b) sbatch --nodes=2 --ntasks-per-node=1 jobs/ddp_bucketed.sh: $checked"
-check_run "$dir/allreduce" 1,1
-echo "ok   (b) its all-reduce run: $checked"
+check_later "(b) sbatch --nodes=2 --ntasks-per-node=1 jobs/ddp_bucketed.sh" "$dir" 1,1
+check_later "(b) its all-reduce run" "$dir/allreduce" 1,1
+checks_now
 
 # The scaling study over two nodes (1 task each): data parallelism at 1 and 2 ranks, zero1 and tp 2
 # (across the nodes) at 2; its study table gives each configuration its nodes, and the collectives'
@@ -549,10 +587,9 @@ echo "ok   (b) sbatch --nodes=2 --ntasks-per-node=1 jobs/scaling.sh (zero1, TP=1
 submit comm jobs/comm.sh --nodes=2 --ntasks=3 --ntasks-per-node=2
 dir=$tmp/results/llmhpc-comm-$job
 grep -q "^| mpi | 3 | allreduce | 4000 |" "$dir/comm.md" || fail "$dir/comm.md has no 3-rank 4KB row"
-check_run "$dir/mpi-np3" 2,1 --comm
-echo "ok   (b) sbatch --nodes=2 --ntasks=3 --ntasks-per-node=2 jobs/comm.sh (CHECK=1), 3 ranks: $checked"
-check_run "$dir/mpi-np2" 2 --comm
-echo "ok   (b) ... and 2 ranks: $checked"
+check_later "(b) sbatch --nodes=2 --ntasks=3 --ntasks-per-node=2 jobs/comm.sh (CHECK=1), 3 ranks" "$dir/mpi-np3" 2,1 --comm
+check_later "(b) ... and 2 ranks" "$dir/mpi-np2" 2 --comm
+checks_now
 
 # ---- (b) srun --mpi=pmix as the launcher, where Slurm has PMIx ----
 if in_node 0 srun --mpi=list 2>&1 | grep -q pmix; then
@@ -566,14 +603,13 @@ if in_node 0 srun --mpi=list 2>&1 | grep -q pmix; then
 $(tail -n 30 "$tmp/$name.log")"
   }
   srun_run srun_comm_1_1 -N2 -n2 -- $COMM
-  check_run "$tmp/runs/srun_comm_1_1" 1,1 --comm
-  echo "ok   (b) srun --mpi=pmix -N2 -n2 comm --check: $checked"
+  check_later "(b) srun --mpi=pmix -N2 -n2 comm --check" "$tmp/runs/srun_comm_1_1" 1,1 --comm
   srun_run srun_comm_2_1_1 -N3 -n4 -- $COMM
-  check_run "$tmp/runs/srun_comm_2_1_1" 2,1,1 --comm
-  echo "ok   (b) srun --mpi=pmix -N3 -n4 comm --check: $checked"
+  check_later "(b) srun --mpi=pmix -N3 -n4 comm --check" "$tmp/runs/srun_comm_2_1_1" 2,1,1 --comm
   srun_run srun_train_2_1 -N2 -n3 -- $TRAIN --ddp bucketed --bucket-mb 0.02 --shard-optimizer zero1
-  check_run "$tmp/runs/srun_train_2_1" 2,1 --loss "$tmp/runs/train_ref"
-  echo "ok   (b) srun --mpi=pmix -N2 -n3 train --ddp bucketed --shard-optimizer zero1: $checked"
+  check_later "(b) srun --mpi=pmix -N2 -n3 train --ddp bucketed --shard-optimizer zero1" "$tmp/runs/srun_train_2_1" 2,1 \
+    --loss "$tmp/runs/train_ref"
+  checks_now
 else
   echo "note srun --mpi=list has no pmix here: srun cannot start MPI ranks, mpirun (the default) does"
 fi
