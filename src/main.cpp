@@ -107,6 +107,13 @@ BackendOptions choose_device(const Runtime& rt, const po::variables_map& vm) {
   if (want == "cuda" && gpus == 0)
     throw UsageError("--device cuda: no GPU is visible on host " + rt.hostname + " (check CUDA_VISIBLE_DEVICES)");
   b.kind = (want == "cuda" || (want == "auto" && gpus > 0)) ? DeviceKind::Cuda : DeviceKind::Cpu;
+  // cuBLAS's settings on the CPU would be ignored, and a run read as if they had applied.
+  const std::pair<bool, const char*> gpu_only[] = {
+      {b.tf32, "--tf32"}, {b.gemm_autotune, "--gemm-autotune"}, {b.gemm_sm_margin > 0, "--gemm-sm-margin"}};
+  for (const auto& [given, name] : gpu_only)
+    if (given && b.kind == DeviceKind::Cpu)
+      throw UsageError(std::string(name) + " sets up cuBLAS's matrix products on a GPU, and this run is on the CPU" +
+                       (want == "auto" ? " (--device auto found no GPU)" : "") + ": leave it out");
   if (b.kind == DeviceKind::Cuda) {
     if (rt.local_size > gpus && !opt_flag(vm, "allow-gpu-sharing"))
       throw UsageError(std::to_string(rt.local_size) + " ranks on host " + rt.hostname + " but only " +
@@ -412,8 +419,11 @@ int main(int argc, char** argv) {
     if (rt.world_size > 1 && in_mode) fatal(__FILE__, __LINE__, "", e.what());
     if (rt.is_root()) std::fprintf(stderr, "llmhpc: error: %s\n", e.what());
     code = 2;
-  } catch (const OutOfMemory& e) {
-    fatal(__FILE__, __LINE__, "", std::string("out of memory: ") + e.what());
+  } catch (const OutOfMemory& e) {  // one rank alone ends; others may wait for it in a collective
+    const std::string what = std::string("out of memory: ") + e.what();
+    if (rt.world_size > 1) abort_job(what, 3);
+    std::fprintf(stderr, "llmhpc: error: %s\n", what.c_str());
+    code = 3;
   } catch (const std::exception& e) {
     fatal(__FILE__, __LINE__, "", std::string("unexpected error: ") + e.what());
   }

@@ -58,19 +58,34 @@ std::atomic<bool> g_job_aborting{false};
 
 void note_job_aborting() { g_job_aborting.store(true); }
 
-void fatal(const char* file, int line, const std::string& call, const std::string& what) {
-  if (g_job_aborting.load())  // the watchdog ends the process (and its alarm, should MPI_Abort hang)
-    for (;;) std::this_thread::sleep_for(std::chrono::seconds(1));
-  std::fprintf(stderr, "llmhpc: fatal error on rank %d (host %s, device %s)\n  at %s:%d\n", g_rank, g_host.c_str(),
-               g_device.c_str(), file, line);
-  if (!call.empty()) std::fprintf(stderr, "  failing call: %s\n", call.c_str());
-  if (!what.empty()) std::fprintf(stderr, "  %s\n", what.c_str());
+namespace {
+[[noreturn]] void end_job(int code) {
   std::fflush(stderr);
   int initialized = 0, finalized = 0;
   MPI_Initialized(&initialized);
   MPI_Finalized(&finalized);
-  if (initialized && !finalized) MPI_Abort(MPI_COMM_WORLD, 3);
-  std::_Exit(3);
+  if (initialized && !finalized) MPI_Abort(MPI_COMM_WORLD, code);
+  std::_Exit(code);
+}
+void wait_if_job_aborting() {
+  if (g_job_aborting.load())  // the watchdog ends the process (and its alarm, should MPI_Abort hang)
+    for (;;) std::this_thread::sleep_for(std::chrono::seconds(1));
+}
+}  // namespace
+
+void fatal(const char* file, int line, const std::string& call, const std::string& what) {
+  wait_if_job_aborting();
+  std::fprintf(stderr, "llmhpc: fatal error on rank %d (host %s, device %s)\n  at %s:%d\n", g_rank, g_host.c_str(),
+               g_device.c_str(), file, line);
+  if (!call.empty()) std::fprintf(stderr, "  failing call: %s\n", call.c_str());
+  if (!what.empty()) std::fprintf(stderr, "  %s\n", what.c_str());
+  end_job(3);
+}
+
+void abort_job(const std::string& what, int code) {
+  wait_if_job_aborting();
+  std::fprintf(stderr, "llmhpc: error (rank %d on %s): %s\n", g_rank, g_host.c_str(), what.c_str());
+  end_job(code);
 }
 
 std::string mpi_error_string(int rc) {

@@ -42,6 +42,9 @@ void set_fatal_context_rank(int rank, const std::string& host);
 void set_fatal_context_device(const std::string& device);
 
 [[noreturn]] void fatal(const char* file, int line, const std::string& call, const std::string& what);
+// An error that is not a bug (out of memory on this rank) where other ranks may be waiting for
+// this one: says so with this rank and host, then aborts the MPI job with `code`.
+[[noreturn]] void abort_job(const std::string& what, int code);
 // The watchdog is ending the job (src/core/watchdog.h): a fatal error after this is the abort's
 // consequence (an MPI call failing as the launcher ends the other ranks), so fatal() says nothing and
 // waits for the watchdog's MPI_Abort instead of racing it with its own.

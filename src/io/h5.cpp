@@ -16,10 +16,35 @@
 #include "src/core/check.h"
 #include "src/core/host.h"
 
-#define H5_CHECK(call) LLMHPC_CHECK_CALL(call, int64_t, llmhpc_rc_ >= 0, "HDF5 call failed")
+#define H5_CHECK(call) LLMHPC_CHECK_CALL(call, int64_t, llmhpc_rc_ >= 0, ::llmhpc::h5::failure_text())
 
 namespace llmhpc::h5 {
 namespace {
+
+// `text` without the part from `from` up to the next ", " (and that).
+std::string drop_field(std::string text, const std::string& from) {
+  const size_t at = text.find(from);
+  if (at == std::string::npos) return text;
+  const size_t end = text.find(", ", at);
+  return text.erase(at, end == std::string::npos ? std::string::npos : end + 2 - at);
+}
+
+// What HDF5 found wrong, from the innermost entry of its error stack (kept, not printed: see
+// quiet()). A failed write names the file and the system's reason there: "file write failed:
+// filename = '...', errno = 28, error message = 'No space left on device'" (its time, file
+// descriptor and buffer addresses left out).
+std::string failure_text() {
+  std::string innermost;
+  H5Ewalk2(
+      H5E_DEFAULT, H5E_WALK_UPWARD,
+      [](unsigned n, const H5E_error2_t* e, void* out) -> herr_t {
+        if (n == 0 && e->desc) *static_cast<std::string*>(out) = e->desc;
+        return 0;
+      },
+      &innermost);
+  innermost = drop_field(drop_field(innermost.substr(0, innermost.find(", buf = ")), "time = "), "file descriptor = ");
+  return innermost.empty() ? "HDF5 call failed" : "HDF5 call failed: " + innermost;
+}
 
 // HDF5 prints its own error stack unless told not to; we report failures ourselves.
 // File locking is off because it fails on some parallel file systems (one file per rank
@@ -166,7 +191,7 @@ Handle open_file(const std::string& path, Mode mode) {
   hid_t id = -1;
   if (mode == Mode::Create) {
     id = H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
-    if (id < 0) throw UsageError("cannot create '" + path + "' (is the directory writable?)");
+    if (id < 0) throw UsageError("cannot create '" + path + "': " + failure_text());
   } else {
     struct stat st;
     if (stat(path.c_str(), &st) != 0) throw UsageError("'" + path + "' does not exist");

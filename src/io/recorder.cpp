@@ -78,6 +78,13 @@ struct Recorder::File {
   bool working = false;          // the working copy exists and is newer than the file
   uint64_t published_bytes = 0;  // the file's size at the last commit
 
+  // A working copy never committed (its write failed: a full disk) is no result: the file,
+  // as last published, is.
+  ~File() {
+    std::error_code ec;
+    if (working) std::filesystem::remove(work, ec);
+  }
+
   // The working copy, opened for appending; `create` makes a new file instead.
   h5::Handle open(bool create = false) {
     if (create) {
@@ -87,7 +94,11 @@ struct Recorder::File {
     if (!working) {
       std::error_code ec;
       std::filesystem::copy_file(path, work, std::filesystem::copy_options::overwrite_existing, ec);
-      if (ec) throw UsageError("cannot copy '" + path + "' to '" + work + "': " + ec.message());
+      if (ec) {
+        std::error_code ignored;
+        std::filesystem::remove(work, ignored);  // what part of it was written
+        throw UsageError("cannot copy '" + path + "' to '" + work + "': " + ec.message());
+      }
       working = true;
     }
     return h5::open_file(work, h5::Mode::Append);

@@ -68,10 +68,11 @@ void add_options(po::options_description& desc) {
                      "accumulation experiment: how many additions")(
       "value", po::value<std::string>()->default_value("0.01"), "accumulation experiment: the value added");
   po::options_description model("Model options (the dtype table)");
-  add_model_options(model, {"precision", "its dtype table is of one model"});
-  model.add_options()("precision", po::value<std::string>()->default_value("bf16"),
+  const ListUse one_model{"precision", "its dtype table is of one model"};
+  add_model_options(model, one_model);
+  model.add_options()("precision", listable(one_model, "precision", "bf16"),
                       "fp32 | bf16 (autocast-style mixed precision) | fp64: the dtype table's precision")(
-      "attention", po::value<std::string>()->default_value("flash"), "naive | flash");
+      "attention", listable(one_model, "attention", "flash"), "naive | flash");
   desc.add(prec).add(model);
 }
 

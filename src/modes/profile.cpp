@@ -130,8 +130,8 @@ void add_options(po::options_description& desc) {
                     "kernels listed per phase in the printed summary")(
       "trace", po::value<std::string>()->implicit_value("")->value_name("FILE.json"),
       "also write a Chrome trace (ui.perfetto.dev, chrome://tracing): --trace alone to "
-      "<out>/trace_rank<r>.json on every rank; --trace FILE.json to FILE.json (one rank) or "
-      "FILE_rank<r>.json (several)")(
+      "<out>/trace_rankNNNNN.json on every rank (NNNNN: the rank, as in its rank file's name); --trace "
+      "FILE.json to FILE.json (one rank) or FILE_rankNNNNN.json (several)")(
       "no-cupti", po::bool_switch(),
       "trace no kernels: time the phases with device events only (the fallback where CUPTI, opened at "
       "run time, cannot be used; LLMHPC_CUPTI_LIBRARY names its library)");

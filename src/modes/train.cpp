@@ -15,6 +15,7 @@
 #include <cstring>
 #include <filesystem>
 #include <limits>
+#include <regex>
 
 #include "src/core/stats.h"
 #include "src/core/stop_request.h"
@@ -51,7 +52,7 @@ void add_options(po::options_description& desc) {
       "checkpoint's step + --steps)")("min-lr", text("0"), "the learning rate cosine and linear decay end at")(
       "clip-grad-norm", text("0"),
       "clip the gradients' global L2 norm to this before each update, as torch.nn.utils.clip_grad_norm_ (0: no "
-      "clipping; inf: only record the norm); every step's norm goes to /train/grad_norm")(
+      "clipping; inf: only record the norm); with it, every step's norm goes to /train/grad_norm")(
       "weight-decay", text("0.01"), "AdamW decoupled weight decay")("beta1", text("0.9"), "AdamW beta1")(
       "beta2", text("0.999"), "AdamW beta2")("eps", text("1e-8"), "AdamW epsilon")(
       "init", po::value<std::string>(),
@@ -253,6 +254,15 @@ int64_t owned_parameters(const SyncPlan& plan, int rank, const ParameterLayout& 
   return n;
 }
 
+// Whether `path` names a rank file (rankNNNNN.h5, or its .tmp while written) in `out_dir`.
+bool is_rank_file_of(const std::string& path, const std::string& out_dir) {
+  namespace fs = std::filesystem;
+  const fs::path file(path);
+  std::error_code ec;
+  const bool in_out = fs::equivalent(file.parent_path().empty() ? fs::path(".") : file.parent_path(), out_dir, ec);
+  return in_out && std::regex_match(file.filename().string(), std::regex(R"(rank[0-9]+\.h5(\..*)?)"));
+}
+
 void run(ModeContext& ctx, const TrainOptions& o) {
   Runtime& rt = ctx.rt;
   Device& dev = *ctx.backend.device;
@@ -313,6 +323,9 @@ void run(ModeContext& ctx, const TrainOptions& o) {
       std::error_code ec;
       if (std::filesystem::equivalent(save, o.data, ec))
         throw UsageError("--save '" + save + "' is the --data file: the checkpoint would replace the tokens");
+      if (is_rank_file_of(save, ctx.out_dir))
+        throw UsageError("--save '" + save + "' is a rank file of this run's --out: the checkpoint would replace " +
+                         "its records; name it otherwise (e.g. " + ctx.out_dir + "/checkpoint.h5)");
     }
     plan = data_parallel_plan(strategy, sharding, ParameterLayout(config, {tp, mesh.tp_rank}), precision, grads,
                               bucket_mb, shard_group, shard_alignment(dev, precision, share_copy), reduce_in_bf16);
@@ -588,7 +601,9 @@ void run(ModeContext& ctx, const TrainOptions& o) {
     } catch (const OutOfMemory& e) {  // the losses so far are kept; the run ends (main reports it)
       rec.attr("error", e.what());
       save_progress("oom");
-      throw;
+      throw OutOfMemory(std::string(e.what()) +
+                        "; a step fits with a smaller --batch-size, --grad-accum 2 or more, a --shard-optimizer "
+                        "stage that shards more (zero2, zero3), --low-memory, or a larger --memory-limit");
     }
     if (tp_group) {
       tp_traffic = tp_group->take_traffic(&on);  // complete: the step waited for each

@@ -91,4 +91,16 @@ with tempfile.TemporaryDirectory() as work:
             if g.attrs["status"] == "oom":
                 assert "exceeds the limit" in g.attrs["error"], f"train rank {rank}: {g.attrs.get('error')}"
     assert "oom" in statuses, f"no rank recorded its oom: {statuses}"
+    assert "out of memory: " in proc.stderr and "a step fits with a smaller --batch-size" in proc.stderr, \
+        f"train out of memory: no message saying what would fit:\n{proc.stderr}"
+    # One rank: nothing waits for it, so the job ends as a plain error (exit code 3), not an abort.
+    out = os.path.join(work, "train1")
+    proc = subprocess.run([BIN] + cmd[cmd.index("--mode"):-1] + [out], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 3, f"one-rank train out of memory: exit {proc.returncode}, not 3:\n{proc.stderr}"
+    lines = [l for l in proc.stderr.splitlines() if l.strip()]
+    assert len(lines) == 1 and lines[0].startswith("llmhpc: error: out of memory: ") and "--memory-limit" in lines[0], \
+        f"one-rank train out of memory: not one line that says so:\n{proc.stderr}"
+    with h5py.File(os.path.join(out, "rank00000.h5"), "r") as f:
+        assert f["train"].attrs["status"] == "oom" and "exceeds the limit" in f.attrs["status"], \
+            (f["train"].attrs["status"], f.attrs["status"])
 print("bench, profile, memory and train oom: ok")

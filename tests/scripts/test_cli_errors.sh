@@ -47,6 +47,7 @@ for np in 1 2; do
   check $np "not an HDF5 file"          $TRAIN --init notes.txt
   check $np "not a checkpoint"          $TRAIN --init empty.h5
   check $np "--save needs a file name"  $TRAIN --save ""
+  check $np "is a rank file of this run's --out" $TRAIN --out "$WORK/out$np" --save "$WORK/out$np/rank0000$((np - 1)).h5"
   check $np "--init needs a file name"  $TRAIN --init ""
   check $np "does not fit the model"    $TRAIN --init wrong_shape.h5
   check $np "lists are for bench"       $TRAIN --batch-size 2,4
