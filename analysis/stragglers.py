@@ -149,9 +149,11 @@ def report_section(runs: list, out_dir: str = ".", steps: bool = False) -> str:
         where = node_of(run)
         for s in summarize(run):
             names = ", ".join(f"rank {r}{where(r)}" for r, _, _, _ in s["stragglers"]) or "none"
+            # Below the clocks' uncertainty a lateness says nothing of who came last.
+            blur = "; within the clocks' uncertainty" if s["late_s"] <= 2 * s["uncertainty_s"] else ""
             rows.append(f"| `{run.directory}` | {s['record']} | {s['ranks']} | {s['steps']} | rank {s['most_last']}"
                         f"{where(s['most_last'])} ({100 * s['share']:.0f}% of steps) | {_ms(s['late_s'])} "
-                        f"({_pct(s['late_s'], s['step_s'])}) | {_ms(s['step_s'])} | {s['uncertainty_s'] * 1e6:.1f} "
+                        f"({_pct(s['late_s'], s['step_s'])}{blur}) | {_ms(s['step_s'])} | {s['uncertainty_s'] * 1e6:.1f} "
                         f"| {names} |")
             for r, late, share, chance in s["stragglers"]:
                 named.append(f"- **rank {r}**{where(r)} in `{run.directory}` {s['record']}: last to arrive in "
@@ -167,7 +169,7 @@ def report_section(runs: list, out_dir: str = ".", steps: bool = False) -> str:
             "of the others (the first or the last collective, whichever is later); a straggler is last in at "
             f"least {100 * LAST_SHARE:.0f}% of the steps, more often than one of equally fast ranks would be "
             f"with a chance of {CHANCE:g} (binomial), a median of at least {100 * LATE_SHARE:.0f}% of the "
-            "step late (analysis/stragglers.py).", "",
+            "step late, and more than twice the uncertainty of the clocks' offsets (analysis/stragglers.py).", "",
             "| run | record | ranks | steps | last most often | its median lateness ms (of the step) | median step ms "
             "| clock uncertainty us | stragglers |",
             "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"] + rows
