@@ -243,7 +243,7 @@ INSTANTIATE_TEST_SUITE_P(CausalAndNot, FlashCpuOps, ::testing::Bool());
 
 // ---- The CUDA kernels' own code, run on a host emulation of the GPU ---------------------------
 // With the CUDA toolkit's headers at hand, kernels/cuda/flash_attn/*.cuh compile as C++ against
-// kernels/cuda/flash_attn/emulate.h (threads of a block as std::threads, warp collectives and
+// kernels/cuda/flash_attn/emulate.h (threads of a block as fibers taking turns, warp collectives and
 // the mma/ldmatrix fragment layouts of the PTX ISA emulated). That checks the kernels'
 // indexing - fragments, masks, tile loops, bounds, padding of the head dim - on machines
 // without a GPU; tests/cuda/test_flash_attn.cpp checks the real thing on a GPU. The kernels

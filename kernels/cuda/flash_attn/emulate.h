@@ -4,9 +4,11 @@
 // tests/unit/test_flash_cpu.cpp uses it to check the kernels' indexing (fragment layouts,
 // masks, tile loops, bounds) against the CPU reference on machines without a GPU.
 //
-// Model: blocks run one after another; the threads of a block are std::threads; a block
-// barrier is __syncthreads, a per-warp barrier is __syncwarp; warp collectives (shuffles,
-// ldmatrix, mma) exchange through per-warp scratch between two warp barriers. cp.async
+// Model: blocks run one after another; the threads of a block are fibers (ucontext) on the
+// calling thread, each run until it waits at a barrier, then the next (OS threads spent 10 of
+// a test's 10.6 s in the kernel, waking each other at every warp barrier); a block barrier is
+// __syncthreads, a per-warp barrier is __syncwarp; warp collectives (shuffles, ldmatrix, mma)
+// exchange through per-warp scratch between two warp barriers. cp.async
 // copies land when the wait_group that covers them returns. Shared memory is one static
 // buffer, filled with 0xff bytes (NaN) before each block, so a read of shared memory nothing
 // wrote (or before its copy was waited for) shows up as NaN.
@@ -16,14 +18,17 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
+#include <ucontext.h>
+
 #include <array>
 #include <cmath>
-#include <condition_variable>
 #include <cstdint>
 #include <cstring>
-#include <mutex>
+#include <exception>
+#include <functional>
+#include <memory>
 #include <stdexcept>
-#include <thread>
+#include <utility>
 #include <vector>
 
 #undef __global__
@@ -49,24 +54,27 @@ namespace llmhpc::flash {
 constexpr size_t kEmulatedSharedBytes = 192 * 1024;           // the fused backward takes up to 178 KiB
 alignas(16) inline unsigned char smem[kEmulatedSharedBytes];  // the kernels' `extern __shared__ smem[]`
 
+// The fiber running now and the scheduler's context it yields to (emulate_launch's).
+inline thread_local ucontext_t* emu_fiber = nullptr;
+inline thread_local ucontext_t* emu_scheduler = nullptr;
+inline void emu_yield() { swapcontext(emu_fiber, emu_scheduler); }
+
+// The last of `parties` to arrive goes on; the others yield until it has.
 class EmuBarrier {
  public:
   explicit EmuBarrier(int parties) : parties_(parties) {}
   void wait() {
-    std::unique_lock<std::mutex> lock(mutex_);
-    const uint64_t generation = generation_;
     if (++count_ == parties_) {
       count_ = 0;
       ++generation_;
-      cv_.notify_all();
-    } else {
-      cv_.wait(lock, [&] { return generation_ != generation; });
+      return;
     }
+    const uint64_t generation = generation_;
+    do emu_yield();
+    while (generation_ == generation);
   }
 
  private:
-  std::mutex mutex_;
-  std::condition_variable cv_;
   int parties_, count_ = 0;
   uint64_t generation_ = 0;
 };
@@ -210,30 +218,77 @@ inline void mma_16816(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32
   for (int e = 0; e < 4; ++e) d[e] = out[e];
 }
 
+// One emulated thread: its context, stack and what CUDA keeps per thread (its index, its
+// cp.async groups), swapped into the thread_locals above while it runs.
+struct EmuThread {
+  static constexpr size_t kStackBytes = 256 * 1024;
+  ucontext_t context;
+  std::unique_ptr<char[]> stack{new char[kStackBytes]};
+  uint3 index;
+  std::vector<EmuCopy> uncommitted;
+  std::vector<std::vector<EmuCopy>> groups;
+  bool done = false;
+};
+inline thread_local std::function<void()>* emu_body = nullptr;  // the block's kernel call
+inline thread_local EmuThread* emu_starting = nullptr;
+inline thread_local std::exception_ptr emu_failure;
+inline void emu_thread_main() {
+  EmuThread& self = *emu_starting;
+  try {
+    (*emu_body)();
+  } catch (...) {  // not across the context switch: the scheduler rethrows it
+    emu_failure = std::current_exception();
+  }
+  self.done = true;
+}  // returns to uc_link: the scheduler
+
 // Runs kernel(p) on every block of `grid` with `threads` threads each, blocks one by one in
-// launch order (x fastest, then y, then z).
+// launch order (x fastest, then y, then z); a block's threads take turns, each running until
+// it waits at a barrier or ends, in thread order.
 template <class Params>
 void emulate_launch(void (*kernel)(const Params), dim3 grid, int threads, size_t smem_bytes, const Params& p) {
   if (smem_bytes > kEmulatedSharedBytes) throw std::runtime_error("emulate_launch: too much shared memory");
   if (threads % 32 != 0) throw std::runtime_error("emulate_launch: threads must be whole warps");
+  std::vector<EmuThread> pool(threads);
+  std::function<void()> body = [&] { kernel(p); };
+  ucontext_t scheduler;
+  blockDim = dim3(unsigned(threads));
+  gridDim = grid;
   for (unsigned bz = 0; bz < grid.z; ++bz)
     for (unsigned by = 0; by < grid.y; ++by)
       for (unsigned bx = 0; bx < grid.x; ++bx) {
         std::memset(smem, 0xff, kEmulatedSharedBytes);
         EmuBlock block(threads);
-        std::vector<std::thread> pool;
-        for (int t = 0; t < threads; ++t)
-          pool.emplace_back([&, t] {
-            threadIdx = uint3{unsigned(t), 0, 0};
-            blockIdx = uint3{bx, by, bz};
-            blockDim = dim3(unsigned(threads));
-            gridDim = grid;
-            emu_block = &block;
-            emu_uncommitted.clear();
-            emu_groups.clear();
-            kernel(p);
-          });
-        for (std::thread& th : pool) th.join();
+        emu_block = &block;
+        blockIdx = uint3{bx, by, bz};
+        for (int t = 0; t < threads; ++t) {
+          EmuThread& th = pool[t];
+          getcontext(&th.context);
+          th.context.uc_stack = {th.stack.get(), 0, EmuThread::kStackBytes};
+          th.context.uc_link = &scheduler;
+          makecontext(&th.context, emu_thread_main, 0);
+          th.index = uint3{unsigned(t), 0, 0};
+          th.uncommitted.clear();
+          th.groups.clear();
+          th.done = false;
+        }
+        emu_body = &body;
+        emu_scheduler = &scheduler;
+        for (int left = threads; left > 0;)
+          for (EmuThread& th : pool) {
+            if (th.done) continue;
+            threadIdx = th.index;
+            std::swap(emu_uncommitted, th.uncommitted);
+            std::swap(emu_groups, th.groups);
+            emu_fiber = &th.context;
+            emu_starting = &th;
+            swapcontext(&scheduler, &th.context);
+            std::swap(emu_uncommitted, th.uncommitted);
+            std::swap(emu_groups, th.groups);
+            left -= th.done;
+            // The others may wait at a barrier this thread will never reach: they are left.
+            if (emu_failure) std::rethrow_exception(std::exchange(emu_failure, nullptr));
+          }
       }
 }
 
