@@ -628,8 +628,9 @@ def stage_model_table(g: pd.DataFrame, comm_model, markdown: bool, title: str) -
             f"and the first (zero1: S_p / c_p; zero2: the embedding's), never less than all of them less Fwd; "
             f"zero3 all-gathers each unit before forward and again before backward reads it: every o and the "
             f"embedding's, never less than all of them less Fwd and Bwd (zero1 bf16's broadcasts of the "
-            f"fp32 masters counted as all-gathers). o = {model['o'] * 1e3:.2f} us, B = w 2(n0-1)/n0 = "
-            f"{bus * 1e3 / 1e9:.3g} GB/s (n0 = {n0}), {model['source']}.")
+            f"fp32 masters counted as all-gathers). Each collective of S bytes takes o and w of the line through "
+            f"the two sizes of it measured around S; over all the all-reduce's sizes, o = {model['o'] * 1e3:.2f} us "
+            f"and B = w 2(n0-1)/n0 = {bus * 1e3 / 1e9:.3g} GB/s (n0 = {n0}), {model['source']}.")
 
 
 def all_tables(df: pd.DataFrame, torch_records: list, comm_model_for, markdown: bool) -> tuple:

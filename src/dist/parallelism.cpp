@@ -3,6 +3,7 @@
 #include "src/dist/tensor_parallel.h"
 
 #include <algorithm>
+#include <functional>
 
 #include "src/core/check.h"
 #include "src/core/table.h"
@@ -254,6 +255,14 @@ int resolve_shard_group(int shard_group, Sharding sharding, const Runtime& rt) {
                      std::to_string(rt.world_size) + " ranks into equal groups: give a divisor of " +
                      std::to_string(rt.world_size));
   return group;
+}
+
+bool rank_blocks_span_nodes(const Runtime& rt, int group) {
+  Runtime block = rt.group(rt.rank / group);
+  const int64_t host = int64_t(std::hash<std::string>{}(rt.hostname) >> 1);
+  const bool mine = block.reduce_all(host, HostReduce::Min) != block.reduce_all(host, HostReduce::Max);
+  Runtime::free_group(block);
+  return rt.reduce_all(int64_t(mine), HostReduce::Max) > 0;
 }
 
 ShardGroups make_shard_groups(const Runtime& rt, const std::string& backend, Device& dev, int group) {

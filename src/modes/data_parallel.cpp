@@ -227,7 +227,9 @@ std::unique_ptr<TensorParallelMesh> make_tensor_parallel_mesh(const Runtime& rt,
   std::unique_ptr<TensorParallelMesh> mesh;
   collective_check(
       rt, [&] { mesh = std::make_unique<TensorParallelMesh>(rt, tp, resolve_backend(backend, dev.kind()), dev); });
-  if (tp > 1 && mesh->ranks.tp_spans_nodes())
+  // Every rank's group, not rank 0's alone: --map-by node, or nodes of uneven sizes, leave
+  // other groups across nodes.
+  if (tp > 1 && rt.reduce_all(int64_t(mesh->ranks.tp_spans_nodes()), HostReduce::Max) > 0)
     log_root(rt,
              "warning: a tensor-parallel group of --tp %d spans nodes: its collectives (four per layer and step in "
              "forward and backward, each of batch x context x d_model elements) cross the network, typically "
@@ -235,6 +237,16 @@ std::unique_ptr<TensorParallelMesh> make_tensor_parallel_mesh(const Runtime& rt,
              "node)\n",
              tp);
   return mesh;
+}
+
+void warn_if_node_shards_span_nodes(const Runtime& dp, int requested, int group) {
+  if (requested > 0 || group >= dp.world_size || !rank_blocks_span_nodes(dp, group)) return;
+  log_root(dp,
+           "warning: --shard-group node cuts the state within groups of %d consecutive ranks, and here such "
+           "groups span nodes (ranks not numbered node by node, as mpirun --map-by node places them): their "
+           "collectives cross the network; launch with the ranks of a node numbered together (mpirun's and "
+           "srun's default placement), or give --shard-group a number\n",
+           group);
 }
 
 }  // namespace llmhpc

@@ -304,11 +304,15 @@ std::map<int, std::unique_ptr<Mesh>> make_meshes(const Runtime& rt, const DdpOpt
       collective_check(rt, [&] { mesh->comm = make_gradient_communicator(dp, backend, dev, o.copy_engines); });
     }
     const Runtime& dp = mesh->ranks().dp;
+    bool made = false;
     collective_check(rt, [&] {
       c.group = resolve_shard_group(c.shard_group, c.sharding, dp);
-      if (c.group < dp.world_size && !mesh->hybrid.count(c.group))
+      if (c.group < dp.world_size && !mesh->hybrid.count(c.group)) {
         mesh->hybrid.emplace(c.group, make_shard_groups(dp, backend, dev, c.group));
+        made = true;
+      }
     });
+    if (made) warn_if_node_shards_span_nodes(dp, c.shard_group, c.group);
   }
   return meshes;
 }

@@ -303,6 +303,7 @@ void run(ModeContext& ctx, const TrainOptions& o) {
   // reductions come before the checks below, which may fail on some ranks only (a file one node
   // lacks): a rank must not wait in them for ranks already agreeing on an error.
   collective_check(rt, [&] { shard_group = resolve_shard_group(par.shard_group, sharding, dp_rt); });
+  warn_if_node_shards_span_nodes(dp_rt, par.shard_group, shard_group);
   collective_check(rt, [&] {
     if (o.cuda_graph && dev.kind() != DeviceKind::Cuda) throw UsageError(kCudaGraphNeedsCuda);
     graphed = o.cuda_graph;
@@ -439,8 +440,8 @@ void run(ModeContext& ctx, const TrainOptions& o) {
   note_cpu_bf16(ctx, {precision});
   if (sync)
     log_root(
-        rt, "train: %d %sranks of %lld sequences each, --ddp %s%s (%zu collective(s) per step)%s\n", dp_rt.world_size,
-        tp > 1 ? "data-parallel " : "", (long long)mine.count, sync_strategy_name(strategy),
+        rt, "train: %d %sranks of %lld sequence%s each, --ddp %s%s (%zu collective(s) per step)%s\n", dp_rt.world_size,
+        tp > 1 ? "data-parallel " : "", (long long)mine.count, mine.count == 1 ? "" : "s", sync_strategy_name(strategy),
         ((strategy == SyncStrategy::Bucketed ? " " + fmt_exact(bucket_mb) + " MiB" : std::string()) +
          (reduce_in_bf16 || grads == GradientDType::BF16 ? ", gradients averaged in bf16" : ""))
             .c_str(),

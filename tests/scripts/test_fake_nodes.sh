@@ -350,11 +350,15 @@ if [[ "$PARTS" == *a* ]]; then
   grep -q "spans nodes" "$tmp/train_2_2_tp2.log" && fail "tp groups inside the nodes were warned about"
   check_later "(a) train --tp 2 --sequence-parallel x dp 2 (zero1) on 2+2 ranks" "$tmp/runs/train_2_2_tp2" 2,2 \
     --hosts "$(nodes_of 2,2)" --loss "$tmp/runs/train_ref" --ddp bucketed --shard zero1
-  mpi train_1_1_tp2 1,1 $TRAIN --tp 2
-  grep -q "a tensor-parallel group of --tp 2 spans nodes" "$tmp/train_1_1_tp2.log" ||
-    fail "a tensor-parallel group across two nodes ran without the warning (log: $tmp/train_1_1_tp2.log)"
-  check_later "(a) train --tp 2 across 1+1 nodes, with the warning" "$tmp/runs/train_1_1_tp2" 1,1 \
-    --hosts "$(nodes_of 1,1)" --loss "$tmp/runs/train_ref" --ddp none --shard none
+  # Across nodes: rank 0's group (1+1), and another's (2+1+1: ranks 2 and 3 on node1 and node2).
+  for slots in 1,1 2,1,1; do
+    name=train_${slots//,/_}_tp2
+    mpi $name $slots $TRAIN --tp 2
+    grep -q "a tensor-parallel group of --tp 2 spans nodes" "$tmp/$name.log" ||
+      fail "a tensor-parallel group across nodes ran without the warning on ${slots//,/+} ranks (log: $tmp/$name.log)"
+    check_later "(a) train --tp 2 across nodes (${slots//,/+} ranks), with the warning" "$tmp/runs/$name" $slots \
+      --hosts "$(nodes_of $slots)" --loss "$tmp/runs/train_ref"
+  done
   # The stages that shard the weights too, every rank holding a part across uneven nodes; and
   # hybrid sharding as a cluster runs it: sharded within each node (zero3's default group),
   # replicated across the nodes. zero3's default on nodes of different sizes is refused.
@@ -365,6 +369,7 @@ if [[ "$PARTS" == *a* ]]; then
   done
   for stage in zero2 zero3; do
     mpi train_2_2_${stage}_node 2,2 $TRAIN --ddp bucketed --shard-optimizer $stage
+    grep -q "such groups span nodes" "$tmp/train_2_2_${stage}_node.log" && fail "$stage's node groups warned about"
     check_later "(a) train --shard-optimizer $stage on 2+2 ranks, sharded within each node" \
       "$tmp/runs/train_2_2_${stage}_node" 2,2 --loss "$tmp/runs/train_ref" --ddp bucketed --shard $stage --group 2
   done
@@ -372,6 +377,12 @@ if [[ "$PARTS" == *a* ]]; then
   check_later "(a) train --shard-optimizer zero1 --shard-group node on 2+2 ranks" "$tmp/runs/train_2_2_zero1_node" 2,2 \
     --loss "$tmp/runs/train_ref" --ddp bucketed --shard zero1 --group 2
   checks_now
+  # Ranks numbered round the nodes (mpirun --map-by node: node0 holds 0 and 2): zero2's blocks of
+  # two consecutive ranks, its node groups, span nodes. It trains, and says so.
+  LAUNCH_ARGS="--map-by node" mpi train_2_2_zero2_bynode 2,2 $TRAIN --ddp bucketed --shard-optimizer zero2
+  grep -q "warning: --shard-group node cuts the state within groups of 2 consecutive ranks, and here such groups span" \
+    "$tmp/train_2_2_zero2_bynode.log" || fail "zero2's node groups across nodes (--map-by node) ran without the warning"
+  echo "ok   (a) train --shard-optimizer zero2 with ranks round the nodes (--map-by node): warned that its groups span nodes"
   mpi_refused train_2_1_zero2_node 2,1 "nodes hold different numbers of ranks" $TRAIN --ddp bucketed \
     --shard-optimizer zero2
   echo "ok   (a) train --shard-optimizer zero2 on 2+1 ranks: refused (nodes of different sizes), once"
@@ -394,15 +405,17 @@ if [[ "$PARTS" == *a* ]]; then
     [ "$rc" = 4 ] || fail "$name: exit code $rc, not the watchdog's 4 (log: $log)
 $(tail -n 20 "$log")"
     [ "$took" -le 33 ] || fail "$name: the job took ${took}s, more than --comm-timeout + 30 s"
-    grep -q "watchdog on rank [01] (host node0)" "$log" || fail "$name: no watchdog report from node0's ranks"
+    for r in 0 1; do
+      grep -q "watchdog on rank $r (host node0)" "$log" || fail "$name: no watchdog report from rank $r on node0"
+    done
     grep -q -F "$words" "$log" || fail "$name: the reports do not say '$words' (log: $log)
 $(grep -A8 "watchdog on rank" "$log" | head -24)"
     # node0's ranks keep what their watchdogs found in their files (llmhpc_h5's Run.hang_reports).
     PYTHONPATH=$ROOT/analysis "$PYTHON" -c 'import sys; from llmhpc_h5 import open_run
 hangs = open_run(sys.argv[1]).hang_reports()
 key = "not_reached" if sys.argv[2] == "stall" else "no_answer"
-assert hangs and all(h["rank"] in (0, 1) and h["host"] == "node0" and h[key] == "2" and h[key + "_hosts"] == "node1"
-                     for h in hangs), hangs' "$tmp/runs/$name" "$action" ||
+assert {h["rank"] for h in hangs} == {0, 1} and all(
+    h["host"] == "node0" and h[key] == "2" and h[key + "_hosts"] == "node1" for h in hangs), hangs' "$tmp/runs/$name" "$action" ||
       fail "$name: the rank files on node0 do not say rank 2 on node1 held the job up"
     echo "ok   (a) a hang on node1's rank ($action) ended in ${took}s, named from node0: $words"
   }
