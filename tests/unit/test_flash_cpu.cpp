@@ -573,6 +573,42 @@ INSTANTIATE_TEST_SUITE_P(Chunked, FlashKernelsEmulated,
                                             ::testing::ValuesIn(kTurnShapes), ::testing::Bool()),
                          emu_test_name);
 
+// The emulator itself: a thread that throws ends the launch with its exception (the others, at a
+// barrier it never reaches, are left), and threads waiting at a barrier others never reach end
+// it with an error rather than a hang; a launch after either runs as usual.
+struct EmuProbe {
+  int* out;
+  int thrower;  // the thread that throws, or -1
+  int leavers;  // threads that return before the barrier
+};
+void emu_probe_kernel(const EmuProbe p) {
+  const int t = int(threadIdx.x);
+  if (t == p.thrower) throw std::runtime_error("thread " + std::to_string(t) + " threw");
+  if (t < p.leavers) return;
+  fe::smem[t] = 1;
+  __syncthreads();
+  int sum = 0;  // every thread's write, seen after the barrier
+  for (int i = 0; i < int(blockDim.x); ++i) sum += fe::smem[i];
+  p.out[blockIdx.x * blockDim.x + t] = sum;
+}
+
+TEST(FlashEmulator, ThrowingThreadAndMissedBarrierEndTheLaunch) {
+  std::vector<int> out(2 * 64, 0);
+  EXPECT_THROW(
+      {
+        try {
+          fe::emulate_launch(emu_probe_kernel, dim3(2), 64, 64, EmuProbe{out.data(), 37, 0});
+        } catch (const std::runtime_error& e) {
+          EXPECT_STREQ(e.what(), "thread 37 threw");
+          throw;
+        }
+      },
+      std::runtime_error);
+  EXPECT_THROW(fe::emulate_launch(emu_probe_kernel, dim3(2), 64, 64, EmuProbe{out.data(), -1, 32}), std::runtime_error);
+  fe::emulate_launch(emu_probe_kernel, dim3(2), 64, 64, EmuProbe{out.data(), -1, 0});
+  for (int v : out) EXPECT_EQ(v, 64);
+}
+
 }  // namespace
 }  // namespace llmhpc::test
 #endif  // LLMHPC_WITH_CUDA

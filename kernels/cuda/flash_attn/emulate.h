@@ -5,8 +5,8 @@
 // masks, tile loops, bounds) against the CPU reference on machines without a GPU.
 //
 // Model: blocks run one after another; the threads of a block are fibers (ucontext) on the
-// calling thread, each run until it waits at a barrier, then the next (OS threads spent 10 of
-// a test's 10.6 s in the kernel, waking each other at every warp barrier); a block barrier is
+// calling thread, each run until it waits at a barrier, then the next (not OS threads, which
+// would wake each other through the kernel at every warp barrier); a block barrier is
 // __syncthreads, a per-warp barrier is __syncwarp; warp collectives (shuffles, ldmatrix, mma)
 // exchange through per-warp scratch between two warp barriers. cp.async
 // copies land when the wait_group that covers them returns. Shared memory is one static
@@ -28,6 +28,7 @@
 #include <functional>
 #include <memory>
 #include <stdexcept>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -59,11 +60,16 @@ inline thread_local ucontext_t* emu_fiber = nullptr;
 inline thread_local ucontext_t* emu_scheduler = nullptr;
 inline void emu_yield() { swapcontext(emu_fiber, emu_scheduler); }
 
+// Arrivals at any barrier, and threads ended: what a round of the scheduler must change, or the
+// block's threads wait for one another for ever.
+inline thread_local uint64_t emu_progress = 0;
+
 // The last of `parties` to arrive goes on; the others yield until it has.
 class EmuBarrier {
  public:
   explicit EmuBarrier(int parties) : parties_(parties) {}
   void wait() {
+    ++emu_progress;
     if (++count_ == parties_) {
       count_ = 0;
       ++generation_;
@@ -240,6 +246,7 @@ inline void emu_thread_main() {
     emu_failure = std::current_exception();
   }
   self.done = true;
+  ++emu_progress;
 }  // returns to uc_link: the scheduler
 
 // Runs kernel(p) on every block of `grid` with `threads` threads each, blocks one by one in
@@ -274,7 +281,8 @@ void emulate_launch(void (*kernel)(const Params), dim3 grid, int threads, size_t
         }
         emu_body = &body;
         emu_scheduler = &scheduler;
-        for (int left = threads; left > 0;)
+        for (int left = threads; left > 0;) {
+          const uint64_t before = emu_progress;
           for (EmuThread& th : pool) {
             if (th.done) continue;
             threadIdx = th.index;
@@ -289,6 +297,11 @@ void emulate_launch(void (*kernel)(const Params), dim3 grid, int threads, size_t
             // The others may wait at a barrier this thread will never reach: they are left.
             if (emu_failure) std::rethrow_exception(std::exchange(emu_failure, nullptr));
           }
+          if (left > 0 && emu_progress == before)
+            throw std::runtime_error("emulate_launch: block (" + std::to_string(bx) + "," + std::to_string(by) + "," +
+                                     std::to_string(bz) + "): " + std::to_string(left) +
+                                     " thread(s) wait at a barrier the others never reach");
+        }
       }
 }
 
