@@ -176,7 +176,9 @@ for s in "\$@"; do
 done
 f=$dir/hosts-\$(IFS=-; echo "\$*")
 i=0
-for s in "\$@"; do echo "node\$i slots=\$s"; i=\$((i + 1)); done >"\$f"
+# Written aside and renamed: two launches at once must not read the other's half-written file.
+for s in "\$@"; do echo "node\$i slots=\$s"; i=\$((i + 1)); done >"\$f.\$\$"
+mv -f "\$f.\$\$" "\$f"
 echo "\$f"
 HOSTFILE
   chmod 755 "$dir/agent" "$dir/hostfile"
