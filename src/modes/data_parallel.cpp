@@ -239,14 +239,18 @@ std::unique_ptr<TensorParallelMesh> make_tensor_parallel_mesh(const Runtime& rt,
   return mesh;
 }
 
-void warn_if_node_shards_span_nodes(const Runtime& dp, int requested, int group) {
-  if (requested > 0 || group >= dp.world_size || !rank_blocks_span_nodes(dp, group)) return;
-  log_root(dp,
+bool warn_if_node_shards_span_nodes(const Runtime& world, const Runtime& dp, int requested, int group) {
+  if (requested > 0) return false;  // the option: the same on every rank
+  // `group` is agreed within `dp`, not across data-parallel groups: every rank takes part below.
+  const bool mine = group < dp.world_size && rank_blocks_span_nodes(dp, group);
+  if (world.reduce_all(int64_t(mine), HostReduce::Max) == 0) return false;
+  log_root(world,
            "warning: --shard-group node cuts the state within groups of %d consecutive ranks, and here such "
            "groups span nodes (ranks not numbered node by node, as mpirun --map-by node places them): their "
            "collectives cross the network; launch with the ranks of a node numbered together (mpirun's and "
            "srun's default placement), or give --shard-group a number\n",
            group);
+  return true;
 }
 
 }  // namespace llmhpc

@@ -295,6 +295,7 @@ std::map<int, std::unique_ptr<Mesh>> make_meshes(const Runtime& rt, const DdpOpt
                                                  std::vector<DdpCase>& cases) {
   std::map<int, std::unique_ptr<Mesh>> meshes;
   const std::string backend = resolve_backend(o.backend, dev.kind());
+  bool warned_of_placement = false;  // of shard groups across nodes: once
   for (DdpCase& c : cases) {
     std::unique_ptr<Mesh>& mesh = meshes[c.tp];
     if (!mesh) {
@@ -304,15 +305,12 @@ std::map<int, std::unique_ptr<Mesh>> make_meshes(const Runtime& rt, const DdpOpt
       collective_check(rt, [&] { mesh->comm = make_gradient_communicator(dp, backend, dev, o.copy_engines); });
     }
     const Runtime& dp = mesh->ranks().dp;
-    bool made = false;
     collective_check(rt, [&] {
       c.group = resolve_shard_group(c.shard_group, c.sharding, dp);
-      if (c.group < dp.world_size && !mesh->hybrid.count(c.group)) {
+      if (c.group < dp.world_size && !mesh->hybrid.count(c.group))
         mesh->hybrid.emplace(c.group, make_shard_groups(dp, backend, dev, c.group));
-        made = true;
-      }
     });
-    if (made) warn_if_node_shards_span_nodes(dp, c.shard_group, c.group);
+    if (!warned_of_placement) warned_of_placement = warn_if_node_shards_span_nodes(rt, dp, c.shard_group, c.group);
   }
   return meshes;
 }

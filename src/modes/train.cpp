@@ -303,7 +303,7 @@ void run(ModeContext& ctx, const TrainOptions& o) {
   // reductions come before the checks below, which may fail on some ranks only (a file one node
   // lacks): a rank must not wait in them for ranks already agreeing on an error.
   collective_check(rt, [&] { shard_group = resolve_shard_group(par.shard_group, sharding, dp_rt); });
-  warn_if_node_shards_span_nodes(dp_rt, par.shard_group, shard_group);
+  warn_if_node_shards_span_nodes(rt, dp_rt, par.shard_group, shard_group);
   collective_check(rt, [&] {
     if (o.cuda_graph && dev.kind() != DeviceKind::Cuda) throw UsageError(kCudaGraphNeedsCuda);
     graphed = o.cuda_graph;
