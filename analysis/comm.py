@@ -163,6 +163,28 @@ def study_markdown(rows: list) -> str:
     return "\n".join(lines)
 
 
+def timings_to_doubt(rows: list) -> list:
+    """Lines naming each measured size (study_rows' rows) whose median time is more than twice a
+    larger size's of the same collective, dtype, placement and ranks: on a quiet host a smaller
+    message never takes longer, so such a time measured something else (ranks sharing a core
+    and spinning, a loaded host)."""
+    series = {}
+    for r in rows:
+        if r["status"] == "ok":
+            key = (r["backend"], r["device"], r["procs"], r["collective"], r["dtype"], r["placement"])
+            series.setdefault(key, []).append(r)
+    lines = []
+    for (backend, _, procs, collective, dtype, placement), mine in sorted(series.items()):
+        for r in mine:
+            faster = [b for b in mine if b["bytes"] > r["bytes"] and 2 * b["median"] < r["median"]]
+            if faster:
+                b = min(faster, key=lambda b: b["median"])
+                lines.append(f"- {backend} {collective} {dtype} {placement} on {procs} ranks: "
+                             f"{human_bytes(int(r['bytes']))} took a median {number(r['median'])} ms, more than "
+                             f"twice the {number(b['median'])} ms of {human_bytes(int(b['bytes']))}")
+    return lines
+
+
 def plot_bandwidth(rows: list, path: str) -> str:
     """Bus bandwidth against message size, one line per rank count; one panel per backend and
     collective (out-of-place; in-place where only it ran)."""
@@ -203,6 +225,13 @@ def report_section(runs: list, out_dir: str) -> str:
              "### As nccl-tests prints it (time: back-to-back mean per operation, averaged over ranks; median and "
              "std: of the slowest rank's per-iteration times)\n\n"
              + markdown(nccl_rows)]
+    doubts = timings_to_doubt(rows)
+    if doubts:
+        parts.append("**Timings to doubt.** A smaller message took longer than a larger one, which on a quiet "
+                     "host it does not: the time measured something else, such as ranks sharing a core (more "
+                     "ranks than cores, waiting ranks spinning: Open MPI's OMPI_MCA_mpi_yield_when_idle=1 has "
+                     "them yield) or a loaded host. Predictions fitted from these sizes inherit it.\n\n"
+                     + "\n".join(doubts))
     if plot_bandwidth(rows, os.path.join(out_dir, "comm_busbw.png")):
         parts.append("![bus bandwidth vs message size](comm_busbw.png)")
     return "\n\n".join(parts)

@@ -149,7 +149,7 @@ def report_section(runs: list, out_dir: str = ".", steps: bool = False) -> str:
         where = node_of(run)
         for s in summarize(run):
             names = ", ".join(f"rank {r}{where(r)}" for r, _, _, _ in s["stragglers"]) or "none"
-            # Below the clocks' uncertainty a lateness says nothing of who came last.
+            # Within twice the clocks' uncertainty a lateness says nothing of who came last.
             blur = "; within the clocks' uncertainty" if s["late_s"] <= 2 * s["uncertainty_s"] else ""
             rows.append(f"| `{run.directory}` | {s['record']} | {s['ranks']} | {s['steps']} | rank {s['most_last']}"
                         f"{where(s['most_last'])} ({100 * s['share']:.0f}% of steps) | {_ms(s['late_s'])} "

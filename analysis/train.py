@@ -52,10 +52,14 @@ def report_section(runs: list, out_dir: str, rank=0, decimals: int = 2) -> str:
         layout = [f"tp {tp} x dp {a.get('dp', a.get('world_size'))}" + (" sp" if a.get("sequence_parallel") else "")
                   if tp > 1 else "dp " + str(a.get("world_size"))] if any_tp else []
         tp_wait = [fmt(stats(steps["tp_comm_ms"])[0], decimals) if "tp_comm_ms" in steps else "-"] if any_tp else []
+        # Hybrid sharding: the state cut within groups of the data-parallel ranks, replicated across.
+        sharding, group = a.get("shard_optimizer", "none"), int(a.get("shard_group", 0) or 0)
+        if 0 < group < int(a.get("dp", a.get("world_size", 1))):
+            sharding += f" in groups of {group}"
         rows.append([os.path.basename(os.path.normpath(run.directory)), model_name(a), a.get("world_size")] + layout +
                     [str(a.get("ddp")) + (" bf16" if a.get("grad_reduce_dtype") == "bf16" and a.get("grad_dtype") != "bf16"
                                           else ""),
-                     a.get("shard_optimizer", "none"), rec.status, len(steps),
+                     sharding, rec.status, len(steps),
                      fmt(loss[0], 4) if len(loss) else "-", fmt(loss[-1], 4) if len(loss) else "-",
                      fmt(step_mean, decimals), fmt(step_std, decimals), fmt(sync_mean, decimals)] + tp_wait)
         if len(steps):  # a record written before its first step (a run that hung or stopped early) has none

@@ -156,6 +156,20 @@ def check_precision_oom(work):
     assert max(len(line) for line in title.splitlines()) <= 40, title
 
 
+def check_timings_to_doubt():
+    """comm.py names a size whose median time is more than twice a larger size's (a loaded host, ranks
+    spinning on shared cores), and nothing in a series whose time grows with the size."""
+    import comm
+    base = dict(status="ok", backend="mpi", device="cpu", procs=2, collective="allreduce", dtype="float",
+                placement="inplace")
+    rows = [dict(base, bytes=b, median=m) for b, m in ((4000, 8.0), (64000, 0.02), (1000000, 0.233))]
+    doubts = comm.timings_to_doubt(rows)
+    assert len(doubts) == 1 and doubts[0].startswith("- mpi allreduce float inplace on 2 ranks: 4KB took a median"), doubts
+    rows = [dict(base, bytes=b, median=m) for b, m in ((4000, 0.01), (64000, 0.018), (1000000, 0.233))]
+    assert comm.timings_to_doubt(rows) == [], comm.timings_to_doubt(rows)
+    print("ok   comm.py names the sizes whose times cannot be the collective's")
+
+
 def main():
     work = scratch_dir("llmhpc-analysis-")
     out = os.path.join(work, "bench")
@@ -227,6 +241,7 @@ def main():
         assert "error" in oom_group.attrs and len(oom_group) == 0, "an oom record has an error attribute, no arrays"
 
     check_precision_oom(work)
+    check_timings_to_doubt()
 
     # ---- plot ----
     png = os.path.join(work, "bench.png")

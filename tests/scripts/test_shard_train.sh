@@ -75,6 +75,7 @@ refused 1 "applies to broadcast and zero1" $TRAIN --ddp bucketed --steps 1 --pre
   --share-weights bf16
 
 python3 - "$(cd "$(dirname "$0")" && pwd)" <<'PY'
+import os
 import sys
 sys.path.insert(0, sys.argv[1])
 import h5py
@@ -176,6 +177,13 @@ check(same(datasets("accum_zero3.h5"), datasets("accum_none.h5")),
       "zero3 with 2 micro-batches a step: bitwise the unsharded run's with them")
 with h5py.File("hyb_zero3/rank00003.h5", "r") as f:
     check(int(f["train"].attrs["shard_group"]) == 2, "the group size recorded")
+# The report's train table says the state was cut in groups (analysis/train.py).
+sys.path.insert(0, os.path.join(sys.argv[1], "..", "..", "analysis"))
+import train as train_report  # noqa: E402
+from llmhpc_h5 import open_run  # noqa: E402
+table = train_report.report_section([open_run("hyb_zero3"), open_run("hyb_none")], ".")
+check("| zero3 in groups of 2 |" in table and "| none |" in table,
+      "the report's train table names hybrid zero3's groups:\n" + table[:600])
 
 def train_records(path, ranks):
     out = []
