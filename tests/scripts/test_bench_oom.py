@@ -91,7 +91,8 @@ with tempfile.TemporaryDirectory() as work:
             if g.attrs["status"] == "oom":
                 assert "exceeds the limit" in g.attrs["error"], f"train rank {rank}: {g.attrs.get('error')}"
     assert "oom" in statuses, f"no rank recorded its oom: {statuses}"
-    assert "out of memory: " in proc.stderr and "a step fits with a smaller --batch-size" in proc.stderr, \
+    assert "llmhpc: error (rank " in proc.stderr and "out of memory: " in proc.stderr and \
+        "a step fits with a smaller --batch-size" in proc.stderr, \
         f"train out of memory: no message saying what would fit:\n{proc.stderr}"
     # One rank: nothing waits for it, so the job ends as a plain error (exit code 3), not an abort.
     out = os.path.join(work, "train1")
