@@ -18,7 +18,9 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
+#include <sys/mman.h>
 #include <ucontext.h>
+#include <unistd.h>
 
 #include <array>
 #include <cmath>
@@ -26,7 +28,6 @@
 #include <cstring>
 #include <exception>
 #include <functional>
-#include <memory>
 #include <stdexcept>
 #include <string>
 #include <utility>
@@ -226,10 +227,31 @@ inline void mma_16816(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32
 
 // One emulated thread: its context, stack and what CUDA keeps per thread (its index, its
 // cp.async groups), swapped into the thread_locals above while it runs.
+// A fiber's stack with an inaccessible page below it: an overflow faults at once instead of
+// writing over the heap.
+class EmuStack {
+ public:
+  static constexpr size_t kBytes = 256 * 1024;  // the kernels' per-thread arrays take about 1 KiB
+  EmuStack() {
+    page_ = size_t(sysconf(_SC_PAGESIZE));
+    void* p = mmap(nullptr, page_ + kBytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK, -1, 0);
+    if (p == MAP_FAILED || mprotect(p, page_, PROT_NONE) != 0)
+      throw std::runtime_error("emulate_launch: cannot map a thread's stack");
+    base_ = static_cast<char*>(p);
+  }
+  EmuStack(const EmuStack&) = delete;
+  EmuStack& operator=(const EmuStack&) = delete;
+  ~EmuStack() { munmap(base_, page_ + kBytes); }
+  char* bottom() const { return base_ + page_; }
+
+ private:
+  char* base_ = nullptr;
+  size_t page_ = 0;
+};
+
 struct EmuThread {
-  static constexpr size_t kStackBytes = 256 * 1024;
   ucontext_t context;
-  std::unique_ptr<char[]> stack{new char[kStackBytes]};
+  EmuStack stack;
   uint3 index;
   std::vector<EmuCopy> uncommitted;
   std::vector<std::vector<EmuCopy>> groups;
@@ -270,8 +292,8 @@ void emulate_launch(void (*kernel)(const Params), dim3 grid, int threads, size_t
         blockIdx = uint3{bx, by, bz};
         for (int t = 0; t < threads; ++t) {
           EmuThread& th = pool[t];
-          getcontext(&th.context);
-          th.context.uc_stack = {th.stack.get(), 0, EmuThread::kStackBytes};
+          if (getcontext(&th.context) != 0) throw std::runtime_error("emulate_launch: getcontext failed");
+          th.context.uc_stack = {th.stack.bottom(), 0, EmuStack::kBytes};
           th.context.uc_link = &scheduler;
           makecontext(&th.context, emu_thread_main, 0);
           th.index = uint3{unsigned(t), 0, 0};
