@@ -24,6 +24,8 @@ struct Runtime {
   MPI_Comm comm = MPI_COMM_WORLD;
 
   bool is_root() const { return rank == 0; }
+  // Whether this Runtime's ranks are on more than one node (the same answer on each of them).
+  bool spans_nodes() const { return local_size < world_size; }
 
   // Collective over every rank.
   void barrier() const;

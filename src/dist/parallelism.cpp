@@ -3,7 +3,6 @@
 #include "src/dist/tensor_parallel.h"
 
 #include <algorithm>
-#include <functional>
 
 #include "src/core/check.h"
 #include "src/core/table.h"
@@ -257,12 +256,11 @@ int resolve_shard_group(int shard_group, Sharding sharding, const Runtime& rt) {
   return group;
 }
 
-bool rank_blocks_span_nodes(const Runtime& rt, int group) {
+bool rank_block_spans_nodes(const Runtime& rt, int group) {
   Runtime block = rt.group(rt.rank / group);
-  const int64_t host = int64_t(std::hash<std::string>{}(rt.hostname) >> 1);
-  const bool mine = block.reduce_all(host, HostReduce::Min) != block.reduce_all(host, HostReduce::Max);
+  const bool spans = block.spans_nodes();
   Runtime::free_group(block);
-  return rt.reduce_all(int64_t(mine), HostReduce::Max) > 0;
+  return spans;
 }
 
 ShardGroups make_shard_groups(const Runtime& rt, const std::string& backend, Device& dev, int group) {

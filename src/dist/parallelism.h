@@ -120,9 +120,9 @@ std::unique_ptr<Communicator> make_gradient_communicator(const Runtime& rt, cons
 // same number on every node; every rank unsharded. Throws UsageError where the groups would not
 // divide the ranks evenly. Collective.
 int resolve_shard_group(int shard_group, Sharding sharding, const Runtime& rt);
-// Whether any block of `group` consecutive ranks of `rt` (a shard group) holds ranks of several
-// hosts: ranks not numbered node by node (mpirun --map-by node). Collective.
-bool rank_blocks_span_nodes(const Runtime& rt, int group);
+// Whether this rank's block of `group` consecutive ranks of `rt` (its shard group) holds ranks of
+// several nodes: ranks not numbered node by node (mpirun --map-by node). Collective.
+bool rank_block_spans_nodes(const Runtime& rt, int group);
 // The communicators of hybrid sharding over groups of `group` consecutive ranks: `shard` over
 // this rank's group, where the shards are cut; `replicas` over the ranks holding the same part
 // in every group, where the groups' gradients are averaged (null when one group holds every

@@ -1,6 +1,5 @@
 #include "src/dist/tensor_parallel.h"
 
-#include <functional>
 #include <string>
 
 #include "src/core/check.h"
@@ -105,11 +104,6 @@ TensorParallelMesh::TensorParallelMesh(const Runtime& rt, int tp, const std::str
   // forward's 2 gathers and 2 reductions, backward's 4 gathers and 2 reductions), 2 more per
   // further chunk of forward's two row-parallel products (overlap_chunks), up to 96 layers.
   group = std::make_unique<CommTensorParallelGroup>(*comm, dev.make_timer(2 * 32 * 96));
-}
-
-bool MeshRuntimes::tp_spans_nodes() const {
-  const int64_t host = int64_t(std::hash<std::string>{}(tp.hostname) >> 1);
-  return tp.reduce_all(host, HostReduce::Min) != tp.reduce_all(host, HostReduce::Max);
 }
 
 }  // namespace llmhpc

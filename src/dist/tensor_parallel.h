@@ -78,9 +78,9 @@ class MeshRuntimes {
   const MeshPlace place;
   Runtime dp, tp;
 
-  // Whether the tensor-parallel group's ranks sit on more than one node (by host name): its
-  // collectives, four per layer and step, then cross the network. Collective over `tp`.
-  bool tp_spans_nodes() const;
+  // Whether the tensor-parallel group's ranks sit on more than one node: its collectives, four
+  // per layer and step, then cross the network.
+  bool tp_spans_nodes() const { return tp.spans_nodes(); }
 };
 
 // A rank's place in the tp x dp layout with what the model runs on: the Runtimes (MeshRuntimes)

@@ -242,7 +242,7 @@ std::unique_ptr<TensorParallelMesh> make_tensor_parallel_mesh(const Runtime& rt,
 bool warn_if_node_shards_span_nodes(const Runtime& world, const Runtime& dp, int requested, int group) {
   if (requested > 0) return false;  // the option: the same on every rank
   // `group` is agreed within `dp`, not across data-parallel groups: every rank takes part below.
-  const bool mine = group < dp.world_size && rank_blocks_span_nodes(dp, group);
+  const bool mine = group < dp.world_size && rank_block_spans_nodes(dp, group);
   if (world.reduce_all(int64_t(mine), HostReduce::Max) == 0) return false;
   log_root(world,
            "warning: --shard-group node cuts the state within groups of %d consecutive ranks, and here such "

@@ -158,18 +158,18 @@ mpi_refused() {  # mpi_refused NAME SLOTS WORDS ARGS...: launch, which must fail
     fail "llmhpc $* on nodes of $slots slots: not refused once with '$words' (log: $tmp/$name.log)
 $(tail -n 10 "$tmp/$name.log")"
 }
-# check_run DIR SLOTS [--hosts H0,H1,..] [--comm] [--loss REF_DIR [--ddp D --shard S]]: see check_run.py.
+# check_run.py FILE: see its text; check_later and checks_now below use it.
 cat >"$tmp/check_run.py" <<'PY'
-"""check_run.py DIR SLOTS: the rank files of DIR are one complete run (one run_id) of SLOTS[i]
-ranks on node i in block order (0..SLOTS[0]-1 on the first node, ...), each node's hostname its
-own (--hosts: these), each rank's local_rank its place among its node's ranks (0..k-1), its
-node_count, node_index, local_size and ranks_per_node the layout, its cpus_allowed 1 (the node's one core).
---comm: every record checked (--check), no wrong element on any rank. --loss REF: /train/loss
-of every rank equal to REF's (a one-rank run) within 1e-5 relative; --ddp/--shard/--group: what
-the train record must say it ran (--group: the ranks that shared one copy of the state).
-check_run.py --each FILE: each line of FILE a label, a tab and such arguments, all checked in
-this one process (its start, reading h5py, takes most of a check's second); prints "ok   LABEL:
-VERDICT" per line, and exits 1 if any failed."""
+"""check_run.py FILE: each line of FILE a label, a tab and a run's arguments, DIR SLOTS [options],
+all checked in this one process (its start, reading h5py, takes most of a check's second);
+prints "ok   LABEL: VERDICT" per line, and exits 1 if any failed. A run passes when the rank
+files of DIR are one complete run (one run_id) of SLOTS[i] ranks on node i in block order
+(0..SLOTS[0]-1 on the first node, ...), each node's hostname its own (--hosts: these), each
+rank's local_rank its place among its node's ranks (0..k-1), its node_count, node_index,
+local_size and ranks_per_node the layout, its cpus_allowed 1 (the node's one core). --comm:
+every record checked (--check), no wrong element on any rank. --loss REF: /train/loss of every
+rank equal to REF's (a one-rank run) within 1e-5 relative; --ddp/--shard/--group: what the train
+record must say it ran (--group: the ranks that shared one copy of the state)."""
 import argparse
 import shlex
 import sys
@@ -263,20 +263,16 @@ def verdict(argv):
     return True, f"{said}{len(files)} ranks on {', '.join(f'{h} ({k})' for h, k in zip(hosts, slots))}, run_id {ids.pop()}"
 
 
-if sys.argv[1] == "--each":
-    failed = 0
-    for line in open(sys.argv[2]):
-        label, args = line.rstrip("\n").split("\t")
-        try:
-            ok, text = verdict(shlex.split(args))
-        except Exception as e:  # a run with no rank files, say: the next runs are still checked
-            ok, text = False, f"{type(e).__name__}: {e}"
-        print(f"ok   {label}: {text}" if ok else f"FAIL {label}: {text}")
-        failed += not ok
-    sys.exit(1 if failed else 0)
-ok, text = verdict(sys.argv[1:])
-print(text)
-sys.exit(0 if ok else 1)
+failed = 0
+for line in open(sys.argv[1]):
+    label, args = line.rstrip("\n").split("\t")
+    try:
+        ok, text = verdict(shlex.split(args))
+    except Exception as e:  # a run with no rank files, say: the next runs are still checked
+        ok, text = False, f"{type(e).__name__}: {e}"
+    print(f"ok   {label}: {text}" if ok else f"FAIL {label}: {text}")
+    failed += not ok
+sys.exit(1 if failed else 0)
 PY
 cat >"$tmp/check_transports.py" <<'PY'
 """check_transports.py LOG SUBNET: Open MPI's btl_base_verbose output in LOG says each pair of
@@ -297,19 +293,15 @@ nodes_of() {  # nodes_of SLOTS: node0,node1,... as many as SLOTS has entries
   local slots=${1//[^,]/}
   seq -s, -f 'node%g' 0 ${#slots}
 }
-checked=""
-check_run() {  # check_run DIR SLOTS [options]: check_run.py's verdict in $checked; fails the test with its reasons
-  checked=$(PYTHONPATH=$ROOT/analysis "$PYTHON" "$tmp/check_run.py" "$@" 2>&1) || fail "$checked"
-}
-# A series of runs is checked at its end in one process (check_run.py --each): a check's own
+# A series of runs is checked at its end in one process (check_run.py): a check's own
 # second is mostly Python's start; one each took a third of part (a).
-check_later() {  # check_later LABEL DIR SLOTS [options]: check_run's checks of the run, by checks_now
+check_later() {  # check_later LABEL DIR SLOTS [options]: check_run.py's checks of the run, by checks_now
   local label=$1
   shift
   printf '%s\t%s\n' "$label" "$(printf '%q ' "$@")" >>"$tmp/checks"
 }
 checks_now() {  # prints each listed run's verdict; fails the test if one failed
-  PYTHONPATH=$ROOT/analysis "$PYTHON" "$tmp/check_run.py" --each "$tmp/checks" || fail "the runs above"
+  PYTHONPATH=$ROOT/analysis "$PYTHON" "$tmp/check_run.py" "$tmp/checks" || fail "the runs above"
   rm -f "$tmp/checks"
 }
 
@@ -562,7 +554,7 @@ checks_now
 # run its prediction takes: the one at 2 ranks, on the same two nodes.
 SHARDINGS=none,zero1 TP=1,2 submit scaling jobs/scaling.sh --nodes=2 --ntasks-per-node=1
 dir=$tmp/results/llmhpc-scaling-$job
-check_run "$dir/strong-np2" 1,1
+check_later "(b) sbatch --nodes=2 --ntasks-per-node=1 jobs/scaling.sh (zero1, TP=1,2)" "$dir/strong-np2" 1,1
 "$PYTHON" - "$dir/report.md" <<'PY' || fail "$dir/report.md: the study table is not as it should be"
 import sys
 text = open(sys.argv[1]).read()
@@ -588,7 +580,7 @@ grep -q "^### Scaling, strong: .*, bucketed 25 MiB, tp 2$" "$dir/report.md" || f
 # The zero1 series starts from the unsharded run on one rank (scaling.sh runs no other there).
 grep -A6 "^### Scaling, strong: .*, bucketed 25 MiB, zero1$" "$dir/report.md" |  # title, its definitions, the table
   grep -q "^| 1 | .* | measured (one rank: bucketed 25 MiB) |$" || fail "$dir/report.md: the zero1 series' first row"
-echo "ok   (b) sbatch --nodes=2 --ntasks-per-node=1 jobs/scaling.sh (zero1, TP=1,2): $checked"
+checks_now
 
 # 3 tasks on 2 nodes (2+1): comm.sh runs 2 ranks (one node) and 3 (2+1), mpirun inside the allocation.
 submit comm jobs/comm.sh --nodes=2 --ntasks=3 --ntasks-per-node=2

@@ -225,8 +225,6 @@ inline void mma_16816(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32
   for (int e = 0; e < 4; ++e) d[e] = out[e];
 }
 
-// One emulated thread: its context, stack and what CUDA keeps per thread (its index, its
-// cp.async groups), swapped into the thread_locals above while it runs.
 // A fiber's stack with an inaccessible page below it: an overflow faults at once instead of
 // writing over the heap.
 class EmuStack {
@@ -249,6 +247,8 @@ class EmuStack {
   size_t page_ = 0;
 };
 
+// One emulated thread: its context, stack and what CUDA keeps per thread (its index, its
+// cp.async groups), swapped into the thread_locals above while it runs.
 struct EmuThread {
   ucontext_t context;
   EmuStack stack;
