@@ -97,7 +97,10 @@ done
 unmade=/dev/null/scaling-check
 check_options() {  # RANKS OPTIONS...: exit 2 with llmhpc's reason unless only the --out stopped it
   local said
-  said=$($MPIRUN $MPIRUN_ARGS $NP_OPTION "$1" "$LLMHPC_BIN" --device "$DEVICE" "${@:2}" --out "$unmade" 2>&1) || true
+  # The ranks exit non-zero there, after which Open MPI's mpirun waits 2 s (twice
+  # odls_base_sigkill_timeout) before it returns, though they have all ended: it need not.
+  said=$(OMPI_MCA_odls_base_sigkill_timeout=0 $MPIRUN $MPIRUN_ARGS $NP_OPTION "$1" "$LLMHPC_BIN" --device "$DEVICE" \
+    "${@:2}" --out "$unmade" 2>&1) || true
   grep -qF -- "--out '$unmade': cannot create the directory" <<<"$said" && return
   echo "$0: llmhpc refuses these settings (SHARDINGS is its --shard-optimizer, STRATEGY --ddp, PRECISIONS" \
     "--precision, MODELS --model, CONTEXTS --context-length, BUCKET --bucket-mb, COMM_COLLECTIVES --collective," \

@@ -33,11 +33,14 @@ cli_check() {
   fi
 }
 
-# A bad input takes about 0.4 s with one rank and 1.4 s under mpirun -np 2, nearly all of it
-# spent waiting (MPI start-up, mpirun ending a job whose ranks failed), not computing: one after
-# another, the 226 runs of test_option_table.sh took 4 minutes of a 2-core machine. So the tests
-# run their checks a few at a time, $CLI_CHECK_JOBS (default 3), each one's report in a file of
-# its own, and print the reports in the order the checks were started:
+# Open MPI's mpirun waits twice odls_base_sigkill_timeout (1 s by default) after ranks exit
+# non-zero, before it ends the job, even when every rank has exited by itself: a bad input under
+# mpirun -np 2 took 2.4 s against 0.4 s with one rank. These checks are of such exits, so it
+# waits none: 0.4 s either way, nearly all of it MPI's start-up.
+export OMPI_MCA_odls_base_sigkill_timeout=0
+# One after another, the 249 runs of test_option_table.sh took minutes of a 2-core machine, so
+# the tests run their checks a few at a time, $CLI_CHECK_JOBS (default 3), each one's report in a
+# file of its own, and print the reports in the order the checks were started:
 #   cli_check_start NP "expected words" args...   cli_check in the background
 #   cli_check_finish                             wait for the checks started, print their
 #                                                reports, add their failures to $failures
