@@ -2,11 +2,14 @@
 
 #include <mpi.h>
 
-#include <cstdio>
+#include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
+#include <mutex>
 #include <thread>
+#include <vector>
 
 namespace llmhpc {
 namespace {
@@ -59,7 +62,29 @@ std::atomic<bool> g_job_aborting{false};
 void note_job_aborting() { g_job_aborting.store(true); }
 
 namespace {
+std::mutex g_unpublished_mutex;
+std::vector<std::string> g_unpublished;  // RemoveOnFatal's paths
+}  // namespace
+
+RemoveOnFatal::RemoveOnFatal(std::string path) : path_(std::move(path)) {
+  std::lock_guard<std::mutex> hold(g_unpublished_mutex);
+  g_unpublished.push_back(path_);
+}
+
+RemoveOnFatal::~RemoveOnFatal() {
+  std::lock_guard<std::mutex> hold(g_unpublished_mutex);
+  auto it = std::find(g_unpublished.begin(), g_unpublished.end(), path_);
+  if (it != g_unpublished.end()) g_unpublished.erase(it);
+}
+
+void remove_unpublished_files() {
+  std::lock_guard<std::mutex> hold(g_unpublished_mutex);
+  for (const std::string& path : g_unpublished) std::remove(path.c_str());  // gone already (published): no matter
+}
+
+namespace {
 [[noreturn]] void end_job(int code) {
+  remove_unpublished_files();
   std::fflush(stderr);
   int initialized = 0, finalized = 0;
   MPI_Initialized(&initialized);

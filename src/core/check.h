@@ -45,6 +45,22 @@ void set_fatal_context_device(const std::string& device);
 // An error that is not a bug (out of memory on this rank) where other ranks may be waiting for
 // this one: says so with this rank and host, then aborts the MPI job with `code`.
 [[noreturn]] void abort_job(const std::string& what, int code);
+// A file being written that is no result until it is renamed into place (a rank file's working
+// copy, a checkpoint's): while its RemoveOnFatal lives, fatal(), abort_job() and the watchdog's
+// abort remove it before they end the job, so a write that fails (a full disk, a file size limit)
+// leaves only what was published. Any thread.
+class RemoveOnFatal {
+ public:
+  explicit RemoveOnFatal(std::string path);
+  ~RemoveOnFatal();
+  RemoveOnFatal(const RemoveOnFatal&) = delete;
+  RemoveOnFatal& operator=(const RemoveOnFatal&) = delete;
+
+ private:
+  std::string path_;
+};
+// Removes those files: the job is ending.
+void remove_unpublished_files();
 // The watchdog is ending the job (src/core/watchdog.h): a fatal error after this is the abort's
 // consequence (an MPI call failing as the launcher ends the other ranks), so fatal() says nothing and
 // waits for the watchdog's MPI_Abort instead of racing it with its own.

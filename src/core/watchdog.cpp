@@ -457,6 +457,7 @@ void Watchdog::fail(const std::string& what, const Op* op) {
   // answering (the board's thread) for one asking window before it ends the job, or they would
   // find it gone and name it as not answering (seen in 2 of 4 hangs on 3 fake nodes).
   if (state_->board.opened()) std::this_thread::sleep_for(std::chrono::duration<double>(kAskS));
+  remove_unpublished_files();
   MPI_Abort(MPI_COMM_WORLD, 4);
   _exit(4);
 }

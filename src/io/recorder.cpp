@@ -7,6 +7,7 @@
 #include <set>
 
 #include "git_sha.h"  // generated at build time (cmake/git_sha.cmake)
+#include "src/core/check.h"
 #include "src/io/h5.h"
 
 namespace llmhpc {
@@ -77,6 +78,9 @@ struct Recorder::File {
   std::string path, work;
   bool working = false;          // the working copy exists and is newer than the file
   uint64_t published_bytes = 0;  // the file's size at the last commit
+  RemoveOnFatal unpublished;     // a run ended by a failed write leaves no working copy either
+
+  explicit File(std::string rank_file) : path(std::move(rank_file)), work(path + ".tmp"), unpublished(work) {}
 
   // A working copy never committed (its write failed: a full disk) is no result: the file,
   // as last published, is.
@@ -252,10 +256,8 @@ int64_t RecordStream::rows() const { return state_->written + state_->buffered; 
 int64_t RecordStream::buffered_rows() const { return state_->buffered; }
 int64_t RecordStream::buffer_rows() const { return state_->buffer_rows; }
 
-Recorder::Recorder(std::string path, RunInfo info) : file_(std::make_shared<File>()), info_(std::move(info)) {
-  file_->path = std::move(path);
-  file_->work = file_->path + ".tmp";
-}
+Recorder::Recorder(std::string path, RunInfo info)
+    : file_(std::make_shared<File>(std::move(path))), info_(std::move(info)) {}
 
 Recorder::~Recorder() = default;
 

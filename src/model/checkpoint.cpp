@@ -4,6 +4,7 @@
 #include <functional>
 #include <set>
 
+#include "src/core/check.h"
 #include "src/io/h5.h"
 
 namespace llmhpc {
@@ -118,6 +119,7 @@ static void save_whole(const std::string& path, const ModelConfig& config, const
                "a checkpoint holds the whole model's optimizer state");
   h5::remove_stale_work_files(path);
   const std::string work = h5::work_name(path);
+  const RemoveOnFatal unpublished(work);  // an HDF5 write that fails ends the job at once
   try {
     write_checkpoint(work, config, values, state);
     h5::replace_file(work, path);
