@@ -18,8 +18,8 @@ often than chance would have made one of equally fast ranks (less likely than 1 
 ranks, 7 of 7 steps, or 13 of 15), and its median lateness is at least 5% of the median step: a
 rank whose computation is 10% slower than the others' arrives about 10% of that computation
 late at every step. Differences smaller
-than the clock offsets' uncertainty (clock_offset_uncertainty_s, up to a few microseconds on
-one node) mean nothing. On several nodes each rank named is followed by its node's hostname.
+than the clock offsets' uncertainty (clock_offset_uncertainty_s: a few microseconds on one
+node where each rank has a core, milliseconds where ranks share cores) mean nothing. On several nodes each rank named is followed by its node's hostname.
 report_section(runs, out_dir) gives the "Stragglers" section of
 analysis/report.py (empty when no record of several ranks has arrival times). Files are read
 only through analysis/llmhpc_h5.py.

@@ -102,10 +102,16 @@ check_options() {  # RANKS OPTIONS...: exit 2 with llmhpc's reason unless only t
   said=$(OMPI_MCA_odls_base_sigkill_timeout=0 $MPIRUN $MPIRUN_ARGS $NP_OPTION "$1" "$LLMHPC_BIN" --device "$DEVICE" \
     "${@:2}" --out "$unmade" 2>&1) || true
   grep -qF -- "--out '$unmade': cannot create the directory" <<<"$said" && return
-  echo "$0: llmhpc refuses these settings (SHARDINGS is its --shard-optimizer, STRATEGY --ddp, PRECISIONS" \
-    "--precision, MODELS --model, CONTEXTS --context-length, BUCKET --bucket-mb, COMM_COLLECTIVES --collective," \
-    "COMM_SIZES --size; SHAPE and EXTRA_ARGS are its options):" >&2
-  grep "llmhpc: error" <<<"$said" >&2 || echo "$said" >&2
+  if grep -q "llmhpc: error" <<<"$said"; then
+    echo "$0: llmhpc refuses these settings (SHARDINGS is its --shard-optimizer, STRATEGY --ddp, PRECISIONS" \
+      "--precision, MODELS --model, CONTEXTS --context-length, BUCKET --bucket-mb, COMM_COLLECTIVES --collective," \
+      "COMM_SIZES --size; SHAPE and EXTRA_ARGS are its options):" >&2
+    grep "llmhpc: error" <<<"$said" >&2
+  else  # the launcher, not llmhpc: too few slots, a binary it cannot start, ...
+    echo "$0: '$MPIRUN $MPIRUN_ARGS $NP_OPTION $1 $LLMHPC_BIN' could not start $1 rank(s) of llmhpc (more ranks than" \
+      "cores on one machine need MPIRUN_ARGS=\"--bind-to none --oversubscribe\"); it said:" >&2
+    echo "$said" >&2
+  fi
   exit 2
 }
 declare -A tps_from  # the fewest ranks each tensor-parallel size runs on: its sizes there

@@ -100,9 +100,11 @@ TensorParallelMesh::TensorParallelMesh(const Runtime& rt, int tp, const std::str
   if (tp == 1) return;
   comm = make_gradient_communicator(rt, backend, dev, false, ranks.place.dp_rank);
   // Two marks per wait, read back once a step (take_traffic; a step of more waits folds them
-  // early, which waits for the device): a layer waits up to 10 times (sequence parallelism:
-  // forward's 2 gathers and 2 reductions, backward's 4 gathers and 2 reductions), 2 more per
-  // further chunk of forward's two row-parallel products (overlap_chunks), up to 96 layers.
+  // early, which waits for the device once): a layer waits up to 12 times a micro-batch (sequence
+  // parallelism: forward's 2 gathers and 2 reductions, backward's 4 gathers, 2 reductions and the
+  // norm gains' 2 sums), 2 more per further chunk of forward's two row-parallel products
+  // (overlap_chunks); 3072 waits hold 2.7B's 32 layers under sequence parallelism for 7
+  // micro-batches (--grad-accum).
   group = std::make_unique<CommTensorParallelGroup>(*comm, dev.make_timer(2 * 32 * 96));
 }
 

@@ -14,8 +14,9 @@
 
 namespace llmhpc {
 
-// The group's collectives in the tensors' dtype, the blocking forms of `comm` (on a GPU
-// ordered on the compute stream, the host never waiting), counted for the rank files. Given a
+// The group's collectives in the tensors' dtype, the asynchronous forms of `comm`, each
+// finished by its Pending (on a GPU ordered on the compute stream, the host never waiting),
+// counted for the rank files. Given a
 // timer on the compute order (Device::make_timer), it also measures what the model waits for
 // them: from each finish() to the collective's result, marked on either side of the wait (what
 // the work issued since its begin did not hide; in forward the whole collective).
@@ -79,7 +80,7 @@ class MeshRuntimes {
   Runtime dp, tp;
 
   // Whether the tensor-parallel group's ranks sit on more than one node: its collectives, four
-  // per layer and step, then cross the network.
+  // per layer and step (more with sequence parallelism), then cross the network.
   bool tp_spans_nodes() const { return tp.spans_nodes(); }
 };
 

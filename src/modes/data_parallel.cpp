@@ -232,25 +232,32 @@ std::unique_ptr<TensorParallelMesh> make_tensor_parallel_mesh(const Runtime& rt,
   if (tp > 1 && rt.reduce_all(int64_t(mesh->ranks.tp_spans_nodes()), HostReduce::Max) > 0)
     log_root(rt,
              "warning: a tensor-parallel group of --tp %d spans nodes: its collectives (four per layer and step in "
-             "forward and backward, each of batch x context x d_model elements) cross the network, typically "
+             "forward and backward, each of batch x context x d_model elements; more with --sequence-parallel) "
+             "cross the network, typically "
              "10-20x slower than NVLink inside a node; place tp groups inside nodes (tp dividing the ranks per "
              "node)\n",
              tp);
   return mesh;
 }
 
-bool warn_if_node_shards_span_nodes(const Runtime& world, const Runtime& dp, int requested, int group) {
+bool warn_of_node_shard_groups(const Runtime& world, const Runtime& dp, int requested, int group) {
   if (requested > 0) return false;  // the option: the same on every rank
   // `group` is agreed within `dp`, not across data-parallel groups: every rank takes part below.
-  const bool mine = group < dp.world_size && rank_block_spans_nodes(dp, group);
-  if (world.reduce_all(int64_t(mine), HostReduce::Max) == 0) return false;
-  log_root(world,
-           "warning: --shard-group node cuts the state within groups of %d consecutive ranks, and here such "
-           "groups span nodes (ranks not numbered node by node, as mpirun --map-by node places them): their "
-           "collectives cross the network; launch with the ranks of a node numbered together (mpirun's and "
-           "srun's default placement), or give --shard-group a number\n",
-           group);
-  return true;
+  const bool alone = group == 1 && dp.world_size > 1;  // one rank of the group on each node
+  const bool spans = group < dp.world_size && rank_block_spans_nodes(dp, group);
+  const int64_t found = world.reduce_all(int64_t(alone) * 2 + int64_t(spans), HostReduce::Max);
+  if (found >= 2)
+    log_root(world, "warning: --shard-group node shards within each node, and here each node holds one rank of a "
+                    "data-parallel group: nothing is sharded (groups of 1 rank, each holding the whole state); give "
+                    "--shard-group world (or a number) to shard across the nodes\n");
+  else if (found == 1)
+    log_root(world,
+             "warning: --shard-group node cuts the state within groups of %d consecutive ranks, and here such "
+             "groups span nodes (ranks not numbered node by node, as mpirun --map-by node places them): their "
+             "collectives cross the network; launch with the ranks of a node numbered together (mpirun's and "
+             "srun's default placement), or give --shard-group a number\n",
+             group);
+  return found > 0;
 }
 
 }  // namespace llmhpc

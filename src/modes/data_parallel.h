@@ -71,9 +71,10 @@ std::unique_ptr<TensorParallelMesh> make_tensor_parallel_mesh(const Runtime& rt,
 
 // Rank 0 of `world` warns, once, where the shard groups of --shard-group node (zero2's and
 // zero3's default), blocks of `group` consecutive ranks of this rank's data-parallel group `dp`,
-// span nodes. `requested`: Parallelism's shard_group. Returns whether it warned (the same on
-// every rank). Collective over `world`.
-bool warn_if_node_shards_span_nodes(const Runtime& world, const Runtime& dp, int requested, int group);
+// shard nothing (one rank of the group on each node: tp groups filling the nodes) or span nodes.
+// `requested`: Parallelism's shard_group. Returns whether it warned (the same on every rank).
+// Collective over `world`.
+bool warn_of_node_shard_groups(const Runtime& world, const Runtime& dp, int requested, int group);
 
 // The memory at one of the reference optimizer-sharding study's points ("after_init",
 // "before_optimizer", "after_optimizer") as attributes: memory_<point>_bytes, and

@@ -310,7 +310,7 @@ std::map<int, std::unique_ptr<Mesh>> make_meshes(const Runtime& rt, const DdpOpt
       if (c.group < dp.world_size && !mesh->hybrid.count(c.group))
         mesh->hybrid.emplace(c.group, make_shard_groups(dp, backend, dev, c.group));
     });
-    if (!warned_of_placement) warned_of_placement = warn_if_node_shards_span_nodes(rt, dp, c.shard_group, c.group);
+    if (!warned_of_placement) warned_of_placement = warn_of_node_shard_groups(rt, dp, c.shard_group, c.group);
   }
   return meshes;
 }

@@ -17,7 +17,7 @@ namespace llmhpc {
 
 // How a mode takes the options that sweeps take as comma-separated lists: as lists too, or as
 // one value, a list refused where the option is declared ("--mode train takes one value for
-// --model (lists are for bench and ddp sweeps)").
+// --model (lists sweep in modes bench, profile, memory and ddp)").
 struct ListUse {
   std::string mode, why;  // empty mode: lists sweep
   bool sweeps() const { return mode.empty(); }

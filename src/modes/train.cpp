@@ -72,11 +72,13 @@ void add_options(po::options_description& desc) {
       "cuda-graph", po::bool_switch(),
       "from the second step on, replay forward and backward from a CUDA graph recorded then, AdamW after it: "
       "one launch instead of hundreds for a small model (CUDA, one rank; bitwise the same training)");
-  const ListUse one{"train", "lists are for bench and ddp sweeps"};
-  add_data_parallel_options(train, one);
+  // What sweeps each option's lists: the layout's in mode ddp (and memory for --tp), the model's
+  // in bench, profile, memory and ddp.
+  add_data_parallel_options(train, ListUse{"train", "lists sweep in mode ddp, and --tp also in mode memory"});
   po::options_description model("Model options");
-  add_model_options(model, one);
-  add_precision_options(model, one);
+  const ListUse one_model{"train", "lists sweep in modes bench, profile, memory and ddp"};
+  add_model_options(model, one_model);
+  add_precision_options(model, one_model);
   desc.add(train).add(model);
 }
 
@@ -303,7 +305,7 @@ void run(ModeContext& ctx, const TrainOptions& o) {
   // reductions come before the checks below, which may fail on some ranks only (a file one node
   // lacks): a rank must not wait in them for ranks already agreeing on an error.
   collective_check(rt, [&] { shard_group = resolve_shard_group(par.shard_group, sharding, dp_rt); });
-  warn_if_node_shards_span_nodes(rt, dp_rt, par.shard_group, shard_group);
+  warn_of_node_shard_groups(rt, dp_rt, par.shard_group, shard_group);
   collective_check(rt, [&] {
     if (o.cuda_graph && dev.kind() != DeviceKind::Cuda) throw UsageError(kCudaGraphNeedsCuda);
     graphed = o.cuda_graph;

@@ -50,7 +50,7 @@ for np in 1 2; do
   check $np "is a rank file of this run's --out" $TRAIN --out "$WORK/out$np" --save "$WORK/out$np/rank0000$((np - 1)).h5"
   check $np "--init needs a file name"  $TRAIN --init ""
   check $np "does not fit the model"    $TRAIN --init wrong_shape.h5
-  check $np "lists are for bench"       $TRAIN --batch-size 2,4
+  check $np "lists sweep in modes bench" $TRAIN --batch-size 2,4
   check $np "--bucket-mb '0': must be a number of MiB greater than 0" $TRAIN --bucket-mb 0
   check $np "--bucket-mb 'abc': not a number" $TRAIN --bucket-mb abc
   check $np "--shard-optimizer 'bogus': must be one of none, broadcast, zero1" $TRAIN --shard-optimizer bogus

@@ -11,7 +11,8 @@
 #      node and TCP only between nodes over the test subnet (Open MPI's btl_base_verbose says
 #      so); --mode train under every --ddp strategy x --shard-optimizer on 2+1 ranks (the
 #      uneven layout), the strategies on 1+1, zero1 on 2+1+1, tensor parallelism inside each
-#      node x data parallelism across (--tp 2 on 2+2), zero2 and zero3 across uneven nodes, hybrid
+#      node x data parallelism across (--tp 2 on 2+2; beside zero2, warned that its node groups
+#      of one rank shard nothing), zero2 and zero3 across uneven nodes, hybrid
 #      zero1, zero2 and zero3 sharded within each node (2+2), and a tensor-parallel group across nodes
 #      (1+1, warned about): /train/loss equal to a one-rank run's within 1e-5 relative; a hang
 #      on node1's one rank of 2+1 (stalled, then stopped), ended by the watchdog within
@@ -347,6 +348,13 @@ if [[ "$PARTS" == *a* ]]; then
   grep -q "spans nodes" "$tmp/train_2_2_tp2.log" && fail "tp groups inside the nodes were warned about"
   check_later "(a) train --tp 2 --sequence-parallel x dp 2 (zero1) on 2+2 ranks" "$tmp/runs/train_2_2_tp2" 2,2 \
     --hosts "$(nodes_of 2,2)" --loss "$tmp/runs/train_ref" --ddp bucketed --shard zero1
+  # zero2 beside tp 2 on 2+2: each node holds one rank of a data-parallel group, so zero2's node
+  # groups would hold one rank each and shard nothing. It trains, and says so.
+  mpi train_2_2_tp2_zero2 2,2 $TRAIN --tp 2 --ddp bucketed --shard-optimizer zero2
+  grep -q "warning: --shard-group node shards within each node, and here each node holds one rank of a data-parallel group: nothing is sharded" \
+    "$tmp/train_2_2_tp2_zero2.log" || fail "zero2 beside tp 2 on 2+2 ranks ran without the warning that it shards nothing"
+  check_later "(a) train --tp 2 x zero2 on 2+2 ranks, warned that its node groups shard nothing" \
+    "$tmp/runs/train_2_2_tp2_zero2" 2,2 --loss "$tmp/runs/train_ref" --ddp bucketed --shard zero2 --group 1
   # Across nodes: rank 0's group (1+1), and another's (2+1+1: ranks 2 and 3 on node1 and node2).
   for slots in 1,1 2,1,1; do
     name=train_${slots//,/_}_tp2
