@@ -61,9 +61,12 @@ Times are ms. Step and comm pool the samples of every rank (--rank R: one rank's
 is the mean over the timed steps of the slowest rank's step (step_ms_max_over_ranks), the
 reference study's measure, which (b), (c) and (d) compare. Exposed communication is what backward did not
 hide: from the end of backward until every gradient is reduced. Configurations that ran out of
-memory or failed are rows with their status and '-'. report_section (analysis/report.py) prints
-the same tables, draws ddp_breakdown.png (each strategy's step: compute against exposed
-communication) and, with runs at several rank counts, the scaling study (analysis/scaling.py).
+memory or failed are rows with their status and '-'. Under tensor parallelism (--tp) every table
+has TP wait beside the exposed communication: what the layers waited for the tensor-parallel
+group's collectives (tp_comm_ms), inside forward and backward, not added to them. report_section
+(analysis/report.py) prints the same tables, draws ddp_breakdown.png (each strategy's step: compute
+against exposed communication, the tp wait hatched over forward and backward) and, with runs at
+several rank counts, the scaling study (analysis/scaling.py).
 Files are read only through analysis/llmhpc_h5.py.
 """
 from __future__ import annotations
@@ -121,6 +124,18 @@ def bucket_cell(row) -> str:
 
 def ratio(a: float, b: float) -> str:
     return "-" if any(x is None or math.isnan(x) for x in (a, b)) or b <= 0 else f"{a / b:.2f}"
+
+
+# The tables' definition of TP wait, the column every table of a tensor-parallel setup has beside
+# its exposed communication: a wait inside forward and backward, which the step's exposed
+# communication (after backward) does not count.
+TP_WAIT_NOTE = ("TP wait: what the layers waited for the tensor-parallel group's collectives (tp_comm_ms, summed "
+                "over the step), inside Fwd and Bwd and so in the step, not added to them, and not in the exposed Comm")
+
+
+def tp_shown(g: pd.DataFrame) -> bool:
+    """Whether a setup's tables show TP wait: its layout has tensor-parallel groups."""
+    return bool((g.tp > 1).any())
 
 
 def _numeric(cell: str) -> bool:
@@ -212,22 +227,24 @@ def ok(row) -> bool:
 
 
 def strategies_table(g: pd.DataFrame, markdown: bool, title: str) -> str:
-    rows = []
+    rows, tp = [], tp_shown(g)
     for _, r in g[g.ddp != "none"].iterrows():
         t = ok(r)
         rows.append([impl(r), bucket_cell(r), fmt(r.buckets, 0) if t else "-", fmt(r.step_mean), fmt(r.step_std),
-                     fmt(r.comm_mean), fmt(r.comm_std), fmt(r.comm_pct, 1) + "%" if t else "-",
-                     fmt(r.comm_busy_mean), fmt(r.slowest_step_mean),
-                     fmt(r.comm_mib_per_step, 1) if t else "-", peak_cell(r.status, r.peak_memory_bytes, MIB, 1),
-                     r.status])
+                     fmt(r.comm_mean), fmt(r.comm_std), fmt(r.comm_pct, 1) + "%" if t else "-"]
+                    + ([fmt(r.tp_comm_mean)] if tp else [])
+                    + [fmt(r.comm_busy_mean), fmt(r.slowest_step_mean),
+                       fmt(r.comm_mib_per_step, 1) if t else "-", peak_cell(r.status, r.peak_memory_bytes, MIB, 1),
+                       r.status])
     if not rows:
         return ""
     return render(f"(a) DDP strategies: {title} (Step Mean and Std: every rank's steps pooled; Slowest Step: the "
                   f"mean over the timed steps of the slowest rank's step; Comm: exposed, what the step waited for after "
-                  f"backward; Coll. time: the collectives' own device time, hidden or not, NCCL only)",
+                  f"backward; Coll. time: the collectives' own device time, hidden or not, NCCL only"
+                  + (f"; {TP_WAIT_NOTE}" if tp else "") + ")",
                   ["Impl", "Bucket (MiB)", "Buckets", "Step Mean (ms)", "Step Std (ms)", "Comm Mean (ms)",
-                   "Comm Std (ms)", "Comm %", "Coll. Time (ms)", "Slowest Step (ms)", "MiB/step", "Peak (MiB)",
-                   "Status"], rows, markdown)
+                   "Comm Std (ms)", "Comm %"] + (["TP wait Mean (ms)"] if tp else [])
+                  + ["Coll. Time (ms)", "Slowest Step (ms)", "MiB/step", "Peak (MiB)", "Status"], rows, markdown)
 
 
 def step_of(g: pd.DataFrame, strategy: str) -> float:
@@ -240,36 +257,38 @@ def buckets_table(g: pd.DataFrame, markdown: bool, title: str) -> str:
     if not (g.ddp == "bucketed").any():
         return ""
     naive, overlap = step_of(g, "naive"), step_of(g, "overlap")
-    rows = []
+    rows, tp = [], tp_shown(g)
     for _, r in g[g.ddp != "none"].iterrows():
         step = r.slowest_step_mean if ok(r) else math.nan
         rows.append([impl(r), bucket_cell(r), fmt(r.buckets, 0) if ok(r) else "-",
                      fmt(r.collectives_issued_after_backward, 0) if ok(r) else "-", fmt(step),
-                     fmt(r.comm_mean), ratio(naive, step), ratio(overlap, step), r.status])
+                     fmt(r.comm_mean)] + ([fmt(r.tp_comm_mean)] if tp else [])
+                    + [ratio(naive, step), ratio(overlap, step), r.status])
     return render(f"(b) bucket sizes: {title} (Slowest Step: the mean over the timed steps of the slowest rank's "
-                  f"step; speed-up = their slowest step / this one)",
-                  ["Impl", "Bucket (MiB)", "Buckets", "Issued after bwd", "Slowest Step (ms)", "Exposed Comm (ms)",
-                   "vs naive", "vs overlap", "Status"], rows, markdown)
+                  f"step; speed-up = their slowest step / this one" + (f"; {TP_WAIT_NOTE}" if tp else "") + ")",
+                  ["Impl", "Bucket (MiB)", "Buckets", "Issued after bwd", "Slowest Step (ms)", "Exposed Comm (ms)"]
+                  + (["TP wait (ms)"] if tp else []) + ["vs naive", "vs overlap", "Status"], rows, markdown)
 
 
 def overhead_table(g: pd.DataFrame, markdown: bool, title: str) -> str:
     base = step_of(g, "none")
     if math.isnan(base) or len(g) < 2:
         return ""
-    rows = []
+    rows, tp = [], tp_shown(g)
     for _, r in g.iterrows():
         step = r.slowest_step_mean if ok(r) else math.nan
         rows.append([impl(r), bucket_cell(r), fmt(step), fmt(base), fmt(step - base),
                      fmt(100.0 * (step / base - 1.0), 1) + "%" if ok(r) else "-", fmt(r.forward_mean),
-                     fmt(r.backward_mean), fmt(r.comm_mean), fmt(r.optimizer_mean),
-                     fmt(r.get("sm_clock_mhz_median", math.nan), 0), r.status])
+                     fmt(r.backward_mean), fmt(r.comm_mean)] + ([fmt(r.tp_comm_mean)] if tp else [])
+                    + [fmt(r.optimizer_mean), fmt(r.get("sm_clock_mhz_median", math.nan), 0), r.status])
     # The clock says what the step's time alone does not: a power-capped GPU that clocks down as it
     # warms makes the first configuration of a run faster, and its clock swings for a few seconds
     # after each configuration's build (llmhpc --heat-s heats every configuration).
     return render(f"(c) overhead of data parallelism: {title} (none: each rank alone at the local batch; SM MHz: "
-                  f"the lowest rank's median clock)",
+                  f"the lowest rank's median clock" + (f"; {TP_WAIT_NOTE}" if tp else "") + ")",
                   ["Impl", "Bucket (MiB)", "Slowest Step (ms)", "none (ms)", "Overhead (ms)", "Overhead", "Fwd (ms)",
-                   "Bwd (ms)", "Comm (ms)", "Opt (ms)", "SM MHz", "Status"], rows, markdown)
+                   "Bwd (ms)", "Comm (ms)"] + (["TP wait (ms)"] if tp else []) + ["Opt (ms)", "SM MHz", "Status"],
+                  rows, markdown)
 
 
 def read_torch(paths: list) -> list:
@@ -387,29 +406,31 @@ def sharding_table(g: pd.DataFrame, torch_records: list, markdown: bool, title: 
     if (g.shard_optimizer == "none").all() and all(torch_sharding(t) == "none" for t in matching):
         return "", []
     mib = lambda v: "-" if v is None or (isinstance(v, float) and math.isnan(v)) else fmt(v / 2**20)
-    rows = []
+    rows, tp = [], tp_shown(g)
     for _, r in g[g.ddp != "none"].iterrows():
-        rows.append([impl(r), bucket_cell(r), r.shard_optimizer, fmt(r.slowest_step_mean), fmt(r.comm_mean),
-                     mib(r.memory_after_init_bytes), mib(r.memory_before_optimizer_bytes),
-                     mib(r.memory_after_optimizer_bytes), mib(r.memory_after_optimizer_optimizer_bytes),
-                     peak_cell(r.status, r.peak_memory_bytes, MIB, 2), r.status])
+        rows.append([impl(r), bucket_cell(r), r.shard_optimizer, fmt(r.slowest_step_mean), fmt(r.comm_mean)]
+                    + ([fmt(r.tp_comm_mean)] if tp else [])
+                    + [mib(r.memory_after_init_bytes), mib(r.memory_before_optimizer_bytes),
+                       mib(r.memory_after_optimizer_bytes), mib(r.memory_after_optimizer_optimizer_bytes),
+                       peak_cell(r.status, r.peak_memory_bytes, MIB, 2), r.status])
     for t in matching:
         ranks = t.get("ranks", [])
         largest = lambda key: max((p[key] for p in ranks if p.get(key) is not None), default=None)
         rows.append([f"torch-{'fsdp2' if torch_fsdp(t) else 'ddp'}-{t['setup']}"
                      + (" bf16" if torch_reduce_dtype(t) == "bf16" else ""),
                      "-" if t.get("bucket_mb") is None else f"{float(t['bucket_mb']):g}",
-                     torch_sharding_cell(t), fmt(torch_step(t)), "-",
-                     mib(largest("memory_after_init_bytes")), mib(largest("memory_before_optimizer_bytes")),
+                     torch_sharding_cell(t), fmt(torch_step(t)), "-"] + (["-"] if tp else []) +
+                    [mib(largest("memory_after_init_bytes")), mib(largest("memory_before_optimizer_bytes")),
                      mib(largest("memory_after_optimizer_bytes")), "-", mib(largest("peak_memory_bytes")), t["status"]])
     fsdp = any(torch_fsdp(t) for t in matching)
     return render(f"(f) optimizer state sharding: {title} (slowest-rank step; memory: the largest rank's live bytes"
                   + ("; PyTorch FSDP2: fsdp2 shards parameters, gradients and optimizer state (ZeRO-3), "
                      "fsdp2-noreshard keeps a block's parameters gathered from forward to backward (ZeRO-2-like)"
-                     if fsdp else "") + ")",
-                  ["Impl", "Bucket (MiB)", "Sharding", "Slowest Step (ms)", "Exposed Comm (ms)", "After init (MiB)",
-                   "Before opt (MiB)", "After opt (MiB)", "Optimizer state (MiB)", "Peak (MiB)", "Status"], rows,
-                  markdown), matching
+                     if fsdp else "") + (f"; {TP_WAIT_NOTE}" if tp else "") + ")",
+                  ["Impl", "Bucket (MiB)", "Sharding", "Slowest Step (ms)", "Exposed Comm (ms)"]
+                  + (["TP wait (ms)"] if tp else [])
+                  + ["After init (MiB)", "Before opt (MiB)", "After opt (MiB)", "Optimizer state (MiB)", "Peak (MiB)",
+                     "Status"], rows, markdown), matching
 
 
 def sharding_phases_table(g: pd.DataFrame, markdown: bool, title: str) -> str:
@@ -419,7 +440,7 @@ def sharding_phases_table(g: pd.DataFrame, markdown: bool, title: str) -> str:
     without sharded runs."""
     if (g.shard_optimizer == "none").all():
         return ""
-    rows = []
+    rows, tp = [], tp_shown(g)
     for _, r in g[g.ddp != "none"].iterrows():
         same = g[(g.ddp == r.ddp) & (g.bucket_mb == r.bucket_mb) & (g.collective_engine == r.collective_engine)
                  & (g.grad_reduce_dtype == r.grad_reduce_dtype)
@@ -428,12 +449,15 @@ def sharding_phases_table(g: pd.DataFrame, markdown: bool, title: str) -> str:
         step = r.slowest_step_mean if ok(r) else math.nan
         vs = "-" if math.isnan(step) or math.isnan(unsharded) else f"{step / unsharded:.3f}x"
         rows.append([impl(r), bucket_cell(r), r.shard_optimizer, fmt(r.forward_mean), fmt(r.backward_mean),
-                     fmt(r.comm_mean), fmt(r.optimizer_mean), fmt(r.param_comm_mean), fmt(step), vs, r.status])
+                     fmt(r.comm_mean)] + ([fmt(r.tp_comm_mean)] if tp else [])
+                    + [fmt(r.optimizer_mean), fmt(r.param_comm_mean), fmt(step), vs, r.status])
     return render(f"(g) where a sharded step goes: {title} (phase means; step: the slowest rank's; Param Comm is "
                   "what waits after the optimizer, about 0: the next forward waits for each range of parameters as "
-                  "it reaches it, so what the all-gathers did not hide is in Fwd)",
-                  ["Impl", "Bucket (MiB)", "Sharding", "Fwd (ms)", "Bwd (ms)", "Grad Comm (ms)", "Opt (ms)",
-                   "Param Comm (ms)", "Slowest Step (ms)", "vs unsharded", "Status"], rows, markdown)
+                  "it reaches it, so what the all-gathers did not hide is in Fwd" + (f"; {TP_WAIT_NOTE}" if tp else "")
+                  + ")",
+                  ["Impl", "Bucket (MiB)", "Sharding", "Fwd (ms)", "Bwd (ms)", "Grad Comm (ms)"]
+                  + (["TP wait (ms)"] if tp else [])
+                  + ["Opt (ms)", "Param Comm (ms)", "Slowest Step (ms)", "vs unsharded", "Status"], rows, markdown)
 
 
 def stage_of(row) -> tuple:
@@ -587,30 +611,31 @@ def stage_model_table(g: pd.DataFrame, comm_model, markdown: bool, title: str) -
             f"what their collectives do not hide is in Fwd (and Bwd), not in Comm: Predicted Comm is the gradients' "
             f"collectives alone; Params: the parameters' collectives end to end, and the part Fwd (and Bwd) waits "
             f"for, predicted; Comm time: the device time of all the step's collectives on their stream, hidden or "
-            f"not (comm_busy_ms, NCCL only), beside the ring model's for all of them, gradients' and parameters')")
+            f"not (comm_busy_ms, NCCL only), beside the ring model's for all of them, gradients' and parameters'"
+            + (f"; {TP_WAIT_NOTE}, nor in the ring model" if tp_shown(g) else "") + ")")
     model, why = ring_model(g, comm_model)
     if model is None:
         return f"{'### ' if markdown else ''}{head}\n\n{why}"
-    rows = []
+    rows, tp = [], tp_shown(g)
     for _, r in sharded.iterrows():
         dp = int(r.world_size) // int(r.tp)
         group = int(r.shard_group) if 0 < r.shard_group < dp and stage_of(r)[0] != "broadcast" else dp
         ranks = f"{group}" if group == dp else f"{group} x {dp // group}"
         if not ok(r):
-            rows.append([impl(r), bucket_cell(r), r.shard_optimizer, ranks] + ["-"] * 13 + [r.status])
+            rows.append([impl(r), bucket_cell(r), r.shard_optimizer, ranks] + ["-"] * (14 if tp else 13) + [r.status])
             continue
         m, busy = scaling.stage_comm_ms(r, model), r.get("comm_busy_mean", math.nan)
         rows.append([impl(r), bucket_cell(r), r.shard_optimizer, ranks, fmt(r.buckets, 0),
                      fmt(r.comm_bytes_per_step / MIB, 3), fmt(r.comm_mean, 3), fmt(m["grad"], 3),
                      ratio(r.comm_mean, m["grad"]), fmt(r.param_comm_mean, 3), fmt(r.forward_mean, 3),
-                     fmt(r.backward_mean, 3), fmt(m["params_all"], 3), fmt(m["params"], 3),
-                     fmt(busy, 3), fmt(m["grad_all"] + m["params_all"], 3),
-                     ratio(busy, m["grad_all"] + m["params_all"]), r.status])
+                     fmt(r.backward_mean, 3)] + ([fmt(r.tp_comm_mean, 3)] if tp else [])
+                    + [fmt(m["params_all"], 3), fmt(m["params"], 3), fmt(busy, 3),
+                       fmt(m["grad_all"] + m["params_all"], 3), ratio(busy, m["grad_all"] + m["params_all"]), r.status])
     table = render(head, ["Impl", "Bucket (MiB)", "Sharding", "Ranks (group x groups)", "Buckets c",
                           "Grad MiB/step", "Measured Comm (ms)", "Predicted Comm (ms)", "Measured / Predicted",
-                          "Param Comm (ms)", "Fwd (ms)", "Bwd (ms)", "Params predicted (ms)",
-                          "Of them waited, predicted (ms)", "Comm time (ms)", "Predicted time (ms)",
-                          "Time measured / predicted", "Status"], rows, markdown)
+                          "Param Comm (ms)", "Fwd (ms)", "Bwd (ms)"] + (["TP wait (ms)"] if tp else [])
+                   + ["Params predicted (ms)", "Of them waited, predicted (ms)", "Comm time (ms)",
+                      "Predicted time (ms)", "Time measured / predicted", "Status"], rows, markdown)
     n0, bus = int(model["world_size"]), scaling.bus_bandwidth(model)
     return (f"{table}\n\nThe ring model: on k ranks an all-reduce whose buffer is S bytes takes o(k) + 2(k-1)/k S / B, "
             f"a reduce-scatter or all-gather o(k) + (k-1)/k S / B, a broadcast o(k) + S / B, with o(k) = "
@@ -663,7 +688,9 @@ def strategy_label(row) -> str:
 
 def plot_breakdown(df: pd.DataFrame, path: str) -> str:
     """The step of each strategy as a stacked bar: forward, backward, optimizer (compute) and the
-    exposed communication; one panel per setup (model, batch, ranks). Mean ms, every rank pooled."""
+    exposed communication; one panel per setup (model, batch, ranks). Mean ms, every rank pooled.
+    Under tensor parallelism the wait for the group's collectives is hatched over the bar's start:
+    it is inside forward and backward (which begin the bar), not a segment of its own."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -683,6 +710,9 @@ def plot_breakdown(df: pd.DataFrame, path: str) -> str:
             values = g[column].fillna(0).to_numpy(dtype=float)
             ax.barh(labels, values, left=left, color=color, label=name)
             left += values
+        if tp_shown(g):
+            ax.barh(labels, g["tp_comm_mean"].fillna(0).to_numpy(dtype=float), fill=False, hatch="//",
+                    edgecolor="black", linewidth=0, label="tp wait (in forward + backward)")
         ax.invert_yaxis()
         ax.set(xlabel="ms per step (mean)", title=setup_title(g.iloc[0]))
         ax.title.set_fontsize("small")
@@ -719,7 +749,8 @@ def report_section(runs: list, out_dir: str, all_runs=None) -> str:
                                                           scaling.transport(g.run.iloc[0]))), True)
     sections += tables
     if plot_breakdown(df, os.path.join(out_dir, "ddp_breakdown.png")):
-        sections.append("![DDP step: compute against exposed communication](ddp_breakdown.png)")
+        sections.append("![DDP step: compute against exposed communication](ddp_breakdown.png)"
+                        + (f"\n\nHatched: {TP_WAIT_NOTE[len('TP wait: '):]}." if tp_shown(df) else ""))
     return "\n\n".join(sections)
 
 

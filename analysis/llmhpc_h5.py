@@ -57,7 +57,9 @@ BENCH_CONFIG_KEYS = ("model", "d_model", "d_ff", "num_layers", "num_heads", "voc
                      "warmup", "steps")
 # Per-step arrays of a ddp record; "comm" is the communication backward did not hide.
 # comm_busy: the device time of the data-parallel collectives (nccl only: NaN from the mpi backend).
-DDP_PHASES = ("forward", "backward", "comm", "optimizer", "param_comm", "step", "comm_busy")
+# tp_comm: what the layers waited for the tensor-parallel group's collectives, inside forward and
+# backward (NaN without --tp).
+DDP_PHASES = ("forward", "backward", "comm", "optimizer", "param_comm", "step", "comm_busy", "tp_comm")
 # Attributes that identify one ddp configuration (batch_size is the global batch).
 DDP_CONFIG_KEYS = ("model", "d_model", "d_ff", "num_layers", "num_heads", "vocab_size", "context_length",
                    "batch_size", "local_batch_size", "world_size", "precision", "grad_dtype", "attention", "low_memory",

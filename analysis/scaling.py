@@ -4,8 +4,9 @@ study's bucket model, extended to the sharded stages); ddp.report_section calls 
 
     report(df, comm_models, out_dir) -> markdown: every configuration in one table (tokens/s per GPU
         against one GPU's, MFU, peak memory, exposed communication beside the ring model's and the
-        collectives' run it was fitted from), then each series' table; scaling.png (tokens/s per GPU
-        and efficiency against ranks, each measured point's nodes) in out_dir
+        collectives' run it was fitted from, under tensor parallelism the wait for the group's
+        collectives), then each series' table; scaling.png (tokens/s per GPU and efficiency against
+        ranks, each measured point's nodes) in out_dir
     On CPU runs the tables and the plot say "per rank" where GPU runs say "per GPU".
 
 A series is one model, context, precision, strategy, bucket size, sharding, tensor parallelism and
@@ -67,9 +68,13 @@ m = n / g the groups:
     again before backward reads it, one ahead: c_p o and the embedding's, never less than all of them
     less forward's and backward's time.
 The projected steps are then scaled by T(n_m) over the model's step at n_m (the factor is in the
-Source column), so that a projection starts from the step measured at the most ranks.
+Source column), so that a projection starts from the step measured at the most ranks. Where the
+exposed communication measured there is off the model's by more than MODEL_TRUSTED allows (measured /
+predicted outside [0.67, 1.5], by at least 2% of the step), the study table flags the configuration and the series' projections
+say they are not to be trusted: the factor then rescales a model that does not describe the run.
 Under tensor parallelism (--tp) n counts the n / tp data-parallel ranks, and the collectives inside
-the layers are part of the compute, scaled with it. analysis/ddp.py's table (i) sets the same model
+the layers are part of the compute, scaled with it (the study table's TP wait: what the layers
+waited for them, inside forward and backward). analysis/ddp.py's table (i) sets the same model
 beside what each sharded configuration measured.
 """
 from __future__ import annotations
@@ -91,6 +96,13 @@ MODEL_KEYS = ("d_model", "d_ff", "num_layers", "num_heads", "vocab_size", "conte
 SERIES_KEYS = ("d_model", "d_ff", "num_layers", "num_heads", "vocab_size", "context_length", "precision", "grad_dtype",
                "attention", "tp", "sequence_parallel", "tp_overlap", "ddp", "bucket_mb", "shard_optimizer", "backend", "transport")
 OVERLAPPING = ("overlap", "bucketed")
+# Measured over predicted exposed communication outside these bounds: the ring model is off for that
+# configuration, and projections built on it are flagged (a loaded host, ranks sharing cores, a
+# transport the collectives' run did not measure).
+MODEL_TRUSTED = (0.67, 1.5)
+# ... and only where the difference is at least this share of the step: an exposed tail of 0.5 ms
+# against 5 ms predicted, beside a step of seconds, changes no projection that matters.
+MODEL_NEGLIGIBLE = 0.02
 # Dense peak FLOP/s (no 2:4 sparsity) by (device name contains, precision), from the vendors' data
 # sheets (SXM parts; sparse rates halved): bf16 and tf32 on the tensor cores (tf32: fp32 products
 # under --tf32), fp32 without them. The first name contained wins: GB200 before B200, H200 (and
@@ -406,6 +418,19 @@ def fitted_from(model: dict, nodes: int, whose: str = "this run's") -> str:
     return where if model.get("nodes") in (None, nodes) else f"{where}, **not {whose} {nodes_text(nodes)}**"
 
 
+def projection_doubt(last, models: dict) -> str:
+    """Where the ring model is off (model_off) for the configuration a series' projections start from,
+    `last` (the most ranks measured), with the collectives' model they take: a sentence saying so; else ''."""
+    n = int(last.world_size)
+    model = model_for(models, n, last.transport, int(_attr(last, "nodes", 1)))
+    predicted = stage_comm_ms(last, model)["grad"] if model is not None else math.nan
+    off = model_off(float(last.comm_mean), predicted, float(last.slowest_step_mean))
+    if math.isnan(off):
+        return ""
+    return (f"The projections start from {n} ranks, where exposed comm measured {fmt(last.comm_mean, 3)} ms against "
+            f"{fmt(predicted, 3)} ms predicted: {off_text(off)}.")
+
+
 def efficiency_rows(kind: str, rows: pd.DataFrame, models: dict) -> list:
     """[Point], measured then projected (see the module doc). Speed-up: T(n0) / T(n) under strong
     scaling, the scaled (n / n0) T(n0) / T(n) under weak, whose n ranks do n / n0 times the work each
@@ -432,6 +457,7 @@ def efficiency_rows(kind: str, rows: pd.DataFrame, models: dict) -> list:
     if modelled > 0 and t_m > 0:
         scale = t_m / modelled
         origin = fitted_from(model, nodes_m, f"the {n_m}-rank run's")
+        doubt = "; **model off: not to be trusted**" if projection_doubt(last, models) else ""
         n = n_m * 2
         # Strong scaling ends where the global batch no longer splits into whole sequences per rank.
         tp = int(last.tp)  # the data-parallel ranks share the batch: n / tp of them
@@ -439,7 +465,7 @@ def efficiency_rows(kind: str, rows: pd.DataFrame, models: dict) -> list:
             batch = int(last.batch_size) if kind == "strong" else int(last.local_batch_size) * (n // tp)
             out.append(point(n, batch, projected_step(last, n, n_m, kind, model) * scale,
                              f"projection (ring model, o, w from {origin}; "
-                             f"x{scale:.2f} to match the step at {n_m} ranks)"))
+                             f"x{scale:.2f} to match the step at {n_m} ranks){doubt}"))
             n *= 2
     return out
 
@@ -453,7 +479,7 @@ def study_table(df: pd.DataFrame, models: dict, per: str = "GPU") -> str:
     order = order.sort_values(["transport", "d_model", "num_layers", "context_length", "precision", "tp",
                                "sequence_parallel", "tp_overlap", "order", "bucket_mb", "shard_optimizer",
                                "world_size", "batch_size", "folder"], kind="stable")
-    cells = []
+    cells, flagged, any_tp = [], [], bool((order.tp > 1).any())
     for _, r in order.iterrows():
         n, tp, batch, step = int(r.world_size), int(r.tp), int(r.batch_size), float(r.slowest_step_mean)
         nodes = int(_attr(r, "nodes", 1))
@@ -467,28 +493,56 @@ def study_table(df: pd.DataFrame, models: dict, per: str = "GPU") -> str:
         communicates = model is not None and n // tp > 1 and r.ddp != "none"
         m = stage_comm_ms(r, model) if communicates else dict(grad=math.nan, grad_all=math.nan, params_all=math.nan)
         busy, predicted = float(r.get("comm_busy_mean", math.nan)), m["grad_all"] + m["params_all"]
+        off = model_off(r.comm_mean, m["grad"], step)
+        if not math.isnan(off):
+            flagged.append(f"{r.folder} ({r.layout}, {n} ranks): exposed comm {fmt(r.comm_mean, 3)} ms measured, "
+                           f"{fmt(m['grad'], 3)} ms predicted; {off_text(off)}")
         cells.append([r.folder, f"{model_name(r)} T={r.context_length} {r.precision}", r.layout,
                       f"{n}" if tp == 1 else f"{n} ({tp} x {n // tp})", nodes, batch, fmt(step),
                       f"{tokens:,.0f}", "-" if math.isnan(of_one) else f"{of_one:.3f}{per_gpu}",
                       "-" if math.isnan(mfu) else f"{100 * mfu:.1f}%", gib(r.peak_memory_bytes),
-                      f"{fmt(r.comm_mean, 3)} / {fmt(m['grad'], 3)}", f"{fmt(busy, 3)} / {fmt(predicted, 3)}",
-                      ratio_cell(busy, predicted), fitted_from(model, nodes) if communicates else "-"])
-    header = ["Run", "Model", "Layout", "Ranks (tp x dp)", "Nodes", "Global batch", "Step (ms)",
-              f"Tokens/s per {per}", f"Of one {per}'s", "MFU", "Peak per rank (GiB)",
-              "Exposed comm, measured / predicted (ms)", "Comm time, measured / predicted (ms)",
-              "Comm time, ratio", "Predicted from (collectives' run: ranks, nodes)"]
+                      f"{fmt(r.comm_mean, 3)} / {fmt(m['grad'], 3)}",
+                      ratio_cell(r.comm_mean, m["grad"]) + ("" if math.isnan(off) else " **model off**")]
+                     + ([fmt(r.tp_comm_mean, 3) if tp > 1 else "-"] if any_tp else [])
+                     + [f"{fmt(busy, 3)} / {fmt(predicted, 3)}", ratio_cell(busy, predicted),
+                        fitted_from(model, nodes) if communicates else "-"])
+    header = (["Run", "Model", "Layout", "Ranks (tp x dp)", "Nodes", "Global batch", "Step (ms)",
+               f"Tokens/s per {per}", f"Of one {per}'s", "MFU", "Peak per rank (GiB)",
+               "Exposed comm, measured / predicted (ms)", "Exposed comm, ratio"]
+              + (["TP wait (ms)"] if any_tp else [])
+              + ["Comm time, measured / predicted (ms)", "Comm time, ratio",
+                 "Predicted from (collectives' run: ranks, nodes)"])
     if len({c[1] for c in cells}) == 1:  # one model: named in every series' title, no column of its own
         header, cells = header[:1] + header[2:], [c[:1] + c[2:] for c in cells]
     table = markdown_table(header, cells)
+    if flagged:
+        table += (f"\n\n**Model off** (exposed comm measured / predicted outside [{MODEL_TRUSTED[0]}, "
+                  f"{MODEL_TRUSTED[1]}], by at least {100 * MODEL_NEGLIGIBLE:.0f}% of the step):\n\n"
+                  + "\n".join(f"- {f}" for f in flagged))
     picks = choices(order, per)
-    return (f"### Scaling study: every configuration measured\n\n{study_note(per, stage_tables(ok, models))}\n\n"
-            f"{table}" + ("\n\nWhich layout, where two or more ran at the same ranks and global batch:\n\n"
-                          + "\n".join(picks) if picks else ""))
+    return (f"### Scaling study: every configuration measured\n\n{study_note(per, stage_tables(ok, models), any_tp)}"
+            f"\n\n{table}" + ("\n\nWhich layout, where two or more ran at the same ranks and global batch:\n\n"
+                              + "\n".join(picks) if picks else ""))
 
 
 def ratio_cell(measured: float, predicted: float) -> str:
     """measured / predicted to two digits; '-' where either is missing or nothing was predicted."""
     return "-" if not (measured >= 0 and predicted > 0) else f"{measured / predicted:.2f}"
+
+
+def model_off(measured: float, predicted: float, step: float) -> float:
+    """How many times the ring model is off, max(m / p, p / m), where measured / predicted lies
+    outside MODEL_TRUSTED and they differ by at least MODEL_NEGLIGIBLE of the step (ms); NaN where
+    not, or either is missing or 0."""
+    if not (measured > 0 and predicted > 0) or abs(measured - predicted) < MODEL_NEGLIGIBLE * step:
+        return math.nan
+    r = measured / predicted
+    return max(r, 1 / r) if not MODEL_TRUSTED[0] <= r <= MODEL_TRUSTED[1] else math.nan
+
+
+def off_text(factor: float) -> str:
+    """The flag's words: the model is off by that factor, so what is built on it is not to be trusted."""
+    return f"the ring model is off by {factor:.1f}x here, so projections built on it are not to be trusted"
 
 
 def stage_tables(ok: pd.DataFrame, models: dict) -> str:
@@ -502,7 +556,7 @@ def stage_tables(ok: pd.DataFrame, models: dict) -> str:
 def choices(order: pd.DataFrame, per: str = "GPU") -> list:
     """Per model, transport, rank count (two or more) and global batch measured under two or more
     layouts, a line: the fastest layout, and the ones with the least peak memory (within 1% of the
-    least: a tie, every one named) where the fastest needs more."""
+    least: a tie, every one named) where the fastest's is not the least (within 1% of it too: said so)."""
     lines = []
     keys = [k for k in MODEL_KEYS if k in order.columns] + ["world_size", "batch_size"]
     for _, g in order.groupby(keys, sort=False, dropna=False):
@@ -515,20 +569,24 @@ def choices(order: pd.DataFrame, per: str = "GPU") -> list:
                 f"{'' if fast.transport == 'default' else ', network transport'}: fastest **{fast.layout}** "
                 f"({fmt(fast.slowest_step_mean)} ms, {tokens:,.0f} tokens/s per {per}, peak "
                 f"{gib(fast.peak_memory_bytes)} GiB)")
-        if fast.peak_memory_bytes <= 1.01 * least:  # within 1%: the same memory
+        if fast.peak_memory_bytes <= least:
             line += ", also the least memory"
         else:
-            small = g[g.peak_memory_bytes <= 1.01 * least].drop_duplicates("layout").sort_values("peak_memory_bytes")
+            small = g[(g.peak_memory_bytes <= 1.01 * least) & (g.layout != fast.layout)]
+            small = small.drop_duplicates("layout").sort_values("peak_memory_bytes")
             named = ", ".join(f"**{s.layout}** ({gib(s.peak_memory_bytes)} GiB, its step "
                               f"{s.slowest_step_mean / fast.slowest_step_mean:.2f}x the fastest's)"
                               for _, s in small.iterrows())
             line += f"; least memory{', a tie within 1%:' if len(small) > 1 else ''} {named}"
+            if fast.peak_memory_bytes <= 1.01 * least:
+                line += " (the fastest's peak within 1% of it)"
         lines.append(line)
     return lines
 
 
-def study_note(per: str, stage: str = "all") -> str:
-    """The study table's legend; stage: whether the ddp tables (i) model the sharded runs (stage_tables)."""
+def study_note(per: str, stage: str = "all", tp: bool = False) -> str:
+    """The study table's legend; stage: whether the ddp tables (i) model the sharded runs (stage_tables);
+    tp: whether the table has the TP wait column (a configuration with tensor parallelism)."""
     per_stage = {"all": "; table (i) per stage",
                  "some": "; table (i) per stage, where the collectives ran on the setup's own ranks"}.get(stage, "")
     shown = "table (g) shows" if stage == "none" else "tables (g) and (i) show"
@@ -541,15 +599,20 @@ def study_note(per: str, stage: str = "all") -> str:
             "Peak per rank: the largest rank's allocator peak. Exposed comm: what the gradients' collectives leave "
             "after backward, plus what waits for the parameters after the optimizer; under sharding the "
             f"parameters' wait inside forward is not in it (the ddp {shown} it); predicted: the ring model's for "
-            f"the same, from a run of the collectives (mode comm: o and w at each collective's size{per_stage}). "
+            f"the same, from a run of the collectives (mode comm: o and w at each collective's size{per_stage}); "
+            f"ratio: measured over predicted, **model off** outside [{MODEL_TRUSTED[0]}, {MODEL_TRUSTED[1]}] "
+            f"where they differ by {100 * MODEL_NEGLIGIBLE:.0f}% of the step or more. "
             "Comm time: the device time of the step's data-parallel collectives on their stream, hidden or not "
             "(comm_busy_ms; NCCL only, '-' from the mpi backend); predicted: the ring model's for all of them, "
             "gradients' and parameters', end to end; ratio: measured over predicted. Predicted from: the "
             "collectives' run both predictions take, its ranks and nodes: over the same transport, on as many nodes "
             "as the configuration (its links) where one ran, then on its data-parallel ranks, else the most ranks "
             "(the ring model extends o and w to other ranks); marked where its nodes are not the configuration's, "
-            "whose links it then did not measure. Tensor parallelism's collectives inside the layers are in the "
-            "step, in none of these columns.")
+            "whose links it then did not measure."
+            + (" TP wait: what the layers waited for the tensor-parallel group's collectives (tp_comm_ms, the "
+               "mean over every rank's steps), inside the step's forward and backward, not added to the step and "
+               "not in exposed comm, nor in the ring model's predictions; '-' without tensor parallelism."
+               if tp else ""))
 
 
 def plot(all_series: list, path: str, per: str = "GPU") -> str:
@@ -650,14 +713,17 @@ def report(df: pd.DataFrame, models: dict, out_dir: str) -> str:
         return (parts[0] + "\n\nNo series: runs at two or more rank counts with the same global batch or batch per "
                 f"{per}.")
     all_series = [(kind, setup, lay, efficiency_rows(kind, rows, models)) for kind, setup, lay, rows in found]
-    for kind, setup, lay, points in all_series:
+    for (kind, setup, lay, points), (*_, rows) in zip(all_series, found):
         cells = [[p.ranks, "-" if p.nodes is None else p.nodes, p.batch, f"{p.gpu_batch:g}", fmt(p.step_ms),
                   fmt(p.speedup), f"{100 * p.efficiency:.1f}%", f"{p.tokens_per_gpu:,.0f}",
                   "-" if math.isnan(p.mfu) else f"{100 * p.mfu:.1f}%", p.source]
                  for p in points]
         table = markdown_table(["Ranks", "Nodes", "Global batch", f"Batch per {per}", "Step (ms)", "Speed-up",
                                 "Efficiency", f"Tokens/s per {per}", "MFU", "Source"], cells)
-        parts.append(f"### Scaling, {kind}: {setup}, {lay}\n\n{caption(kind, points[0].ranks, per)}\n\n{table}")
+        projected = any(p.source.startswith("projection") for p in points)
+        doubt = projection_doubt(rows.iloc[-1], models) if projected else ""
+        parts.append(f"### Scaling, {kind}: {setup}, {lay}\n\n{caption(kind, points[0].ranks, per)}\n\n{table}"
+                     + (f"\n\n**{doubt}**" if doubt else ""))
     if not models:
         parts.append("No all-reduce run (llmhpc --mode comm) among the results: no projections.")
     plot(all_series, os.path.join(out_dir, "scaling.png"), per)

@@ -3,16 +3,19 @@
     report_section(runs, out_dir)   markdown: one row per run (model, ranks, strategy, sharding,
                                     steps, first and last loss, step time mean and std, exposed
                                     sync; where a run used --tp, its tp x dp layout and the
-                                    step's wait for the tensor-parallel collectives), the loss
-                                    every few steps (with the learning rate where
-                                    a schedule set it, the gradient norm where the run clipped);
-                                    writes train_loss.png
+                                    step's wait for the tensor-parallel collectives; tokens/s,
+                                    global and per GPU, and the largest rank's peak memory), a
+                                    line defining each column, the loss every few steps (with
+                                    the learning rate where a schedule set it, the gradient norm
+                                    where the run clipped); writes train_loss.png
 
 Times are ms of rank 0 (or the rank asked for): mean and sample std (n-1) of the raw per-step
-arrays. Files are read only through analysis/llmhpc_h5.py.
+arrays over the steps after the first (after the first two under --cuda-graph), the steps the
+terminal's mean and tokens/s take (timed_steps). Files are read only through analysis/llmhpc_h5.py.
 """
 from __future__ import annotations
 
+import math
 import os
 import sys
 
@@ -25,6 +28,7 @@ import numpy as np  # noqa: E402
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from bench import fmt, markdown_table, section_script  # noqa: E402
 from llmhpc_h5 import model_name  # noqa: E402
+from scaling import gib, unit  # noqa: E402
 
 MAX_LOSS_ROWS = 20  # the loss table shows at most this many steps, evenly spread, the last included
 
@@ -36,22 +40,35 @@ def stats(values) -> tuple:
     return float(values.mean()), float(values.std(ddof=1)) if len(values) > 1 else 0.0
 
 
+def timed_steps(steps, attrs):
+    """The steps the means take, as the terminal's (src/modes/train.cpp): every step after the first,
+    which also allocates and warms up, and under --cuda-graph after the second too, which records
+    the graph; the one step of a one-step run."""
+    skip = max(min(len(steps) - 1, 2 if attrs.get("cuda_graph") else 1), 0)
+    return steps.iloc[skip:]
+
+
 def report_section(runs: list, out_dir: str, rank=0, decimals: int = 2) -> str:
     rank = 0 if rank is None else rank
     rows, curves, parts = [], [], []
     records = [(run, run.train_record(rank), run.train_steps(rank)) for run in runs]
+    per = unit({"device_name": [run.attrs["device_name"] for run in runs]})
     # Tensor parallelism's columns where a run used it: the tp x dp layout and what the step
     # waited for the tensor-parallel group's collectives (tp_comm_ms).
     any_tp = any(int(rec.attrs.get("tp", 1)) > 1 for _, rec, _ in records)
     for run, rec, steps in records:
-        a = rec.attrs
-        step_mean, step_std = stats(steps.get("step_ms", []))
-        sync_mean, _ = stats(steps.get("sync_ms", []))
+        a, timed = rec.attrs, timed_steps(steps, rec.attrs)
+        step_mean, step_std = stats(timed.get("step_ms", []))
+        sync_mean, _ = stats(timed.get("sync_ms", []))
+        # The global batch's tokens over the step's wall time, as the terminal's tokens/s.
+        tokens = int(a["batch_size"]) * int(a["context_length"]) / (stats(timed.get("wall_ms", []))[0] / 1e3)
+        peak = max((r.attrs["peak_memory_bytes"] for r in run.records("train", None) if "peak_memory_bytes" in r.attrs),
+                   default=math.nan)
         loss = steps["loss"].to_numpy() if "loss" in steps else np.array([])
         tp = int(a.get("tp", 1))
         layout = [f"tp {tp} x dp {a.get('dp', a.get('world_size'))}" + (" sp" if a.get("sequence_parallel") else "")
                   if tp > 1 else "dp " + str(a.get("world_size"))] if any_tp else []
-        tp_wait = [fmt(stats(steps["tp_comm_ms"])[0], decimals) if "tp_comm_ms" in steps else "-"] if any_tp else []
+        tp_wait = [fmt(stats(timed["tp_comm_ms"])[0], decimals) if "tp_comm_ms" in timed else "-"] if any_tp else []
         # Hybrid sharding: the state cut within groups of the data-parallel ranks, replicated across.
         sharding, group = a.get("shard_optimizer", "none"), int(a.get("shard_group", 0) or 0)
         if 0 < group < int(a.get("dp", a.get("world_size", 1))):
@@ -61,7 +78,9 @@ def report_section(runs: list, out_dir: str, rank=0, decimals: int = 2) -> str:
                                           else ""),
                      sharding, rec.status, len(steps),
                      fmt(loss[0], 4) if len(loss) else "-", fmt(loss[-1], 4) if len(loss) else "-",
-                     fmt(step_mean, decimals), fmt(step_std, decimals), fmt(sync_mean, decimals)] + tp_wait)
+                     fmt(step_mean, decimals), fmt(step_std, decimals), fmt(sync_mean, decimals)] + tp_wait +
+                    ["-" if math.isnan(tokens) else f"{tokens:,.0f}",
+                     "-" if math.isnan(tokens) else f"{tokens / int(a['world_size']):,.0f}", gib(peak)])
         if len(steps):  # a record written before its first step (a run that hung or stopped early) has none
             curves.append((os.path.basename(os.path.normpath(run.directory)), steps))
             pick = np.unique(np.linspace(0, len(steps) - 1, min(len(steps), MAX_LOSS_ROWS)).astype(int))
@@ -76,7 +95,19 @@ def report_section(runs: list, out_dir: str, rank=0, decimals: int = 2) -> str:
                  + [fmt(steps.step_ms.iloc[i], decimals)] for i in pick]))
     table = markdown_table(["Run", "Model", "Ranks"] + (["Layout"] if any_tp else []) +
                            ["DDP", "Sharding", "Status", "Steps", "First loss", "Last loss", "Step Mean (ms)",
-                            "Step Std (ms)", "Sync Mean (ms)"] + (["TP wait Mean (ms)"] if any_tp else []), rows)
+                            "Step Std (ms)", "Sync Mean (ms)"] + (["TP wait Mean (ms)"] if any_tp else []) +
+                           ["Tokens/s", f"Tokens/s per {per}", "Peak per rank (GiB)"], rows)
+    table += "\n\n" + "\n".join([
+        f"- Means and Std: rank {rank}'s steps after the first (after the first two under --cuda-graph, whose "
+        "second step records the graph), the steps the terminal's mean step and tokens/s take; Steps counts them all.",
+        "- Step: the whole step as the rank timed it on its device (step_ms), without the host's part.",
+        "- Sync: the gradients' exposed communication, what backward did not hide (sync_ms; '-' without --ddp).",
+        *(["- TP wait: what the layers waited for the tensor-parallel group's collectives (tp_comm_ms), inside "
+           "forward and backward and so in Step, not added to it; '-' without --tp."] if any_tp else []),
+        "- Tokens/s: global batch x context over the mean wall time of a step (wall_ms: the device's step and the "
+        "host's part, drawing the batch and reducing the loss), as the terminal's; per "
+        f"{per}: that over the ranks.",
+        "- Peak per rank: the largest rank's allocator peak (peak_memory_bytes; host memory on the CPU)."])
     if not curves:
         return "\n\n".join([f"### Training runs\n\n{table}", *parts,
                              "No run recorded a step yet: no loss curve to draw."])
