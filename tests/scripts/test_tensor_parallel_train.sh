@@ -2,7 +2,7 @@
 # Tensor parallelism end to end (mode train, --tp): on 2 ranks, with and without
 # --sequence-parallel, it trains the one-rank model (the same losses and checkpoint up to the
 # rounding of sums split between the ranks, with a vocabulary of 100 that --tp 2 pads to 112);
-# with gradient clipping (also under zero2 and zero3 x tp 2 on 4 ranks), two micro-batches a
+# with gradient clipping (also under every sharding stage x tp 2 on 4 ranks), two micro-batches a
 # step, and bf16 with --low-memory too; its
 # checkpoint holds the whole model's tensors and goes on on one rank as on two; tp 2 x dp 2 on 4
 # ranks (data parallelism, zero1 and zero3, across the groups) trains as one rank too; the rank
@@ -36,6 +36,11 @@ run 4 $TRAIN --steps 6 --tp 2 --sequence-parallel --shard-optimizer zero3 --save
 # Clipping under zero2 and zero3 x tp: each shard skips the norm gains where its tp rank is not 0.
 run 4 $TRAIN --steps 6 --tp 2 --shard-optimizer zero2 --clip-grad-norm 0.05 --out tp2dp2_zero2_clip
 run 4 $TRAIN --steps 6 --tp 2 --sequence-parallel --shard-optimizer zero3 --clip-grad-norm 0.05 --out tp2dp2_zero3_clip
+# ... and unsharded, broadcast, and zero1 in groups of one rank (each a whole copy: the sum over
+# copies divided by their count).
+run 4 $TRAIN --steps 6 --tp 2 --shard-optimizer none --clip-grad-norm 0.05 --out tp2dp2_none_clip
+run 4 $TRAIN --steps 6 --tp 2 --shard-optimizer broadcast --clip-grad-norm 0.05 --out tp2dp2_broadcast_clip
+run 4 $TRAIN --steps 6 --tp 2 --shard-optimizer zero1 --shard-group 1 --clip-grad-norm 0.05 --out tp2dp2_hybrid_clip
 refused 2 "--num-heads 1 does not divide among --tp 2 ranks" $TRAIN --steps 1 --tp 2 --num-heads 1
 refused 2 "--d-ff 63 does not divide among --tp 2" $TRAIN --steps 1 --tp 2 --d-ff 63
 refused 4 "--tp 3 does not divide the 4 ranks" $TRAIN --steps 1 --tp 3
@@ -120,7 +125,8 @@ for name, base, chunks in (("tp2_overlap", plain, 3), ("tp2_sp_overlap", sp, 4))
 
 with h5py.File("one_clip/rank00000.h5", "r") as f:
     want_norm = f["train/grad_norm"][()]
-for name in ("tp2_clip", "tp2dp2_zero2_clip", "tp2dp2_zero3_clip"):
+for name in ("tp2_clip", "tp2dp2_zero2_clip", "tp2dp2_zero3_clip", "tp2dp2_none_clip", "tp2dp2_broadcast_clip",
+             "tp2dp2_hybrid_clip"):
     with h5py.File(f"{name}/rank00000.h5", "r") as f:
         got_norm = f["train/grad_norm"][()]
     check(np.all(want_norm > 0.1) and rel(got_norm, want_norm) < 1e-5,
