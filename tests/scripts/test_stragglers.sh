@@ -88,6 +88,8 @@ for steps, late_in, named in ((3, range(3), False), (8, range(8), True), (15, ra
     got = [r for r, *_ in s["stragglers"]]
     assert got == ([1] if named else []), (steps, len(late_in), got, s["stragglers"])
     assert s["most_last"] == 1 and abs(s["late_s"] - 0.02) < 1e-9, s
+    # The share's chance, named or not: 12 of 15 is near the rule's 0.01, a hint that a longer run tells.
+    assert abs(s["chance"] - chance_of_last(len(late_in), steps, 2)) < 1e-15, s
 print("ok   the rule on made-up arrivals: 3 of 3 and 12 of 15 not named, 8 of 8 and 13 of 15 named")
 EOF
 
