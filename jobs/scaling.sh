@@ -128,6 +128,10 @@ done
 if [ "$max_np" -gt 1 ]; then check_options 1 --mode comm --collective "$COMM_COLLECTIVES" --size "$COMM_SIZES"; fi
 mkdir -p "$OUT"
 echo "scaling: ranks $RANKS, strong global batch $STRONG_BATCH, weak per-rank batch $WEAK_BATCH; results in $OUT"
+for tp in ${TP//,/ }; do  # a series of one point has nothing to scale: the report shows it in its table alone
+  counts=$(tr ',' '\n' <<<"$RANKS" | awk -v tp="$tp" '$1 % tp == 0' | wc -l)
+  [ "$counts" = 1 ] && echo "scaling: tp $tp runs at one rank count of RANKS=$RANKS: a single point, no scaling series (give more rank counts it divides)"
+done
 
 for transport in $transports; do
   (
