@@ -1,10 +1,11 @@
 // Tensor parallelism (src/model/tensor_parallel.h) against one rank: a model split among tp
 // ranks, with and without sequence parallelism, alone (tp = every rank) or with data
-// parallelism across the groups (tp 2 x dp 2 on 4 ranks), trains the same model as one rank on
-// the whole batch: the same losses and weights after several AdamW steps, up to the rounding of
-// sums split among the ranks, with a vocabulary that divides by no tp (padded), and with
-// forward's products split into chunks (overlap_chunks, some of uneven length). Every rank
-// also trains the one-rank model itself and compares its own part of each parameter.
+// parallelism across the groups (tp 2 x dp 2 on 4 ranks; tp 2 x dp 3 and tp 3 x dp 2 on 6),
+// trains the same model as one rank on the whole batch: the same losses and weights after
+// several AdamW steps, up to the rounding of sums split among the ranks, with a vocabulary that
+// divides by no tp (padded), and with forward's products split into chunks (overlap_chunks,
+// some of uneven length). Every rank also trains the one-rank model itself and compares its
+// own part of each parameter.
 #include <unistd.h>
 
 #include <cstdio>
