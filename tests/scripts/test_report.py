@@ -380,8 +380,8 @@ def check_model_off(df, models, work):
     says so under it, and the series projected from it say their projections are not to be trusted;
     measured as predicted, no flag and the projections as before."""
     import scaling
-    # An exposed tail 10x off the model, but 4.5 ms of a 4.7 s step, flags nothing; of a 100 ms step, it does.
-    assert math.isnan(scaling.model_off(0.5, 5.0, 4700.0)) and scaling.model_off(0.5, 5.0, 100.0) == 10.0
+    # An exposed tail 10x off the model, but 4.5 ms of a 135 ms step, flags nothing; of a 50 ms step, it does.
+    assert math.isnan(scaling.model_off(0.5, 5.0, 135.0)) and scaling.model_off(0.5, 5.0, 50.0) == 10.0
     ok = scaling.ok_runs(df)
     predicted = {i: scaling.stage_comm_ms(ok.loc[i], scaling.model_for(models, 2, "default", 1))["grad"]
                  for i in ok.index[ok.world_size == 2]}
