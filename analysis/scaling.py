@@ -423,7 +423,7 @@ def projection_doubt(last, models: dict) -> str:
     """Where the ring model is off (model_off) for the configuration a series' projections start from,
     `last` (the most ranks measured), with the collectives' model they take: a sentence saying so; else ''."""
     n = int(last.world_size)
-    model = model_for(models, n, last.transport, int(_attr(last, "nodes", 1)))
+    model = model_for(models, n // int(last.tp), last.transport, int(_attr(last, "nodes", 1)))
     predicted = stage_comm_ms(last, model)["grad"] if model is not None else math.nan
     off = model_off(float(last.comm_mean), predicted, float(last.slowest_step_mean))
     if math.isnan(off):
@@ -453,7 +453,7 @@ def efficiency_rows(kind: str, rows: pd.DataFrame, models: dict) -> list:
            for _, r in rows.iterrows()]
     n_m, t_m = int(last.world_size), float(last.slowest_step_mean)
     nodes_m = int(_attr(last, "nodes", 1))
-    model = model_for(models, n_m, last.transport, nodes_m)
+    model = model_for(models, n_m // int(last.tp), last.transport, nodes_m)  # its data-parallel ranks, as the table's
     modelled = projected_step(last, n_m, n_m, kind, model) if model is not None else math.nan
     if modelled > 0 and t_m > 0:
         scale = t_m / modelled

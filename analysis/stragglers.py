@@ -109,20 +109,22 @@ def summarize(run) -> list:
         share = {r: sum(s["last_rank"] == r for s in steps) / len(steps) for r in ranks}
         late = {r: float(np.median([s["lateness"][r] for s in steps])) for r in ranks}
         most = max(ranks, key=lambda r: (share[r], late[r]))
+        def late_enough(r):  # the rule's lateness, beside its share of the steps
+            return not np.isnan(median_step) and late[r] >= LATE_SHARE * median_step and late[r] > 2 * uncertainty
+
         named = []
         for r in ranks:
-            if not (share[r] >= LAST_SHARE and not np.isnan(median_step) and late[r] >= LATE_SHARE * median_step
-                    and late[r] > 2 * uncertainty):
+            if not (share[r] >= LAST_SHARE and late_enough(r)):
                 continue
             # The chance last: a soak's binomial tail sums thousands of terms, so only for the
             # ranks (two at most) last in half the steps or more.
             chance = chance_of_last(round(share[r] * len(steps)), len(steps), len(ranks))
             if chance < CHANCE:
                 named.append((r, late[r], share[r], chance))
-        # Also where the rank last most often is not named: how near chance its share is says
-        # whether a longer run would tell (12 of 15 steps: 0.02).
+        # Also where the rank last most often is late enough but not named: how near chance its
+        # share is says whether a longer run would tell (12 of 15 steps: 0.02).
         most_chance = chance_of_last(round(share[most] * len(steps)), len(steps), len(ranks)) \
-            if share[most] >= LAST_SHARE else np.nan
+            if share[most] >= LAST_SHARE and late_enough(most) else np.nan
         out.append(dict(record=path, ranks=len(ranks), steps=len(steps), most_last=most, share=share[most],
                         chance=most_chance, late_s=late[most], step_s=median_step, stragglers=named,
                         uncertainty_s=uncertainty, per_step=steps))
@@ -181,7 +183,8 @@ def report_section(runs: list, out_dir: str = ".", steps: bool = False) -> str:
     on_cpu = any(str(run.files[0].attrs.get("device_name", "")).startswith("cpu") for run in runs)
     text += ["", ("Stragglers:" if named else
                   "Stragglers: none (no rank was consistently late; where the rank last most often shows a chance, "
-                  f"a longer run tells whether it is: the rule asks below {CHANCE:g}).")
+                  f"it was late enough and only its share fell short, and a longer run tells: the rule asks "
+                  f"below {CHANCE:g}).")
              + (" On CPUs whose ranks share cores, lateness comes in the scheduler's time slices (a few ms), "
                 "which can make any rank last." if on_cpu else "")] + named
     if per_step:

@@ -57,13 +57,18 @@ void set_fatal_context_device(const std::string& device) { g_device = device; }
 
 namespace {
 std::atomic<bool> g_job_aborting{false};
+std::atomic<std::thread::id> g_aborting_thread{};  // the watchdog's, once it ends the job
 }  // namespace
 
-void note_job_aborting() { g_job_aborting.store(true); }
+void note_job_aborting() {
+  g_aborting_thread.store(std::this_thread::get_id());
+  g_job_aborting.store(true);
+}
 
 namespace {
 std::mutex g_unpublished_mutex;
-std::vector<std::string> g_unpublished;  // RemoveOnFatal's paths
+// RemoveOnFatal's paths; never destroyed, so that a fatal error during exit still finds them.
+std::vector<std::string>& g_unpublished = *new std::vector<std::string>;
 }  // namespace
 
 RemoveOnFatal::RemoveOnFatal(std::string path) : path_(std::move(path)) {
@@ -93,7 +98,9 @@ namespace {
   std::_Exit(code);
 }
 void wait_if_job_aborting() {
-  if (g_job_aborting.load())  // the watchdog ends the process (and its alarm, should MPI_Abort hang)
+  // The watchdog ends the process (and its alarm, should MPI_Abort hang); but where its own
+  // thread fails (writing the hang report into a full disk), this is that end.
+  if (g_job_aborting.load() && g_aborting_thread.load() != std::this_thread::get_id())
     for (;;) std::this_thread::sleep_for(std::chrono::seconds(1));
 }
 }  // namespace

@@ -87,6 +87,12 @@ Runtime::ClockOffset Runtime::clock_offset(int round_trips) const {
 
 void Runtime::finalize() {
   if (node_comm != MPI_COMM_NULL) MPI_Comm_free(&node_comm);
+  // Every rank arrives here together (a rank that fails alone aborts the job instead), so a
+  // barrier costs microseconds. Open MPI 4.1's MPI_Finalize now and then crashes in its PMIx
+  // progress thread (https://github.com/open-mpi/ompi/issues/10117; a rank under srun
+  // --mpi=pmix on fake nodes, once in about ten runs of test_fake_nodes); ompi #10313 reports
+  // that a barrier before it avoids such crashes.
+  MPI_Barrier(MPI_COMM_WORLD);
   MPI_Finalize();
 }
 

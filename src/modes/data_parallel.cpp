@@ -247,9 +247,11 @@ bool warn_of_node_shard_groups(const Runtime& world, const Runtime& dp, int requ
   const bool spans = group < dp.world_size && rank_block_spans_nodes(dp, group);
   const int64_t found = world.reduce_all(int64_t(alone) * 2 + int64_t(spans), HostReduce::Max);
   if (found >= 2)
-    log_root(world, "warning: --shard-group node shards within each node, and here each node holds one rank of a "
-                    "data-parallel group: nothing is sharded (groups of 1 rank, each holding the whole state); give "
-                    "--shard-group world (or a number) to shard across the nodes\n");
+    log_root(world,
+             "warning: --shard-group node shards within each node, and here (--tp %d) a node holds one rank of a "
+             "data-parallel group: such groups shard nothing (1 rank, holding the whole state); give "
+             "--shard-group world (or a number) to shard across the nodes\n",
+             world.world_size / dp.world_size);
   else if (found == 1)
     log_root(world,
              "warning: --shard-group node cuts the state within groups of %d consecutive ranks, and here such "

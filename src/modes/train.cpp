@@ -74,7 +74,8 @@ void add_options(po::options_description& desc) {
       "one launch instead of hundreds for a small model (CUDA, one rank; bitwise the same training)");
   // What sweeps each option's lists: the layout's in mode ddp (and memory for --tp), the model's
   // in bench, profile, memory and ddp.
-  add_data_parallel_options(train, ListUse{"train", "lists sweep in mode ddp, and --tp also in mode memory"});
+  add_data_parallel_options(
+      train, ListUse{"train", "lists sweep in mode ddp, and the tensor-parallel ones in mode memory too"});
   po::options_description model("Model options");
   const ListUse one_model{"train", "lists sweep in modes bench, profile, memory and ddp"};
   add_model_options(model, one_model);

@@ -36,7 +36,9 @@ cli_check() {
 # Open MPI's mpirun waits twice odls_base_sigkill_timeout (1 s by default) after ranks exit
 # non-zero, before it ends the job, even when every rank has exited by itself: a bad input under
 # mpirun -np 2 took 2.4 s against 0.4 s with one rank. These checks are of such exits, so it
-# waits none: 0.4 s either way, nearly all of it MPI's start-up.
+# waits none: 0.4 s either way, nearly all of it MPI's start-up. (On one host rank 0's message
+# came through in every one of thousands of checks; jobs/scaling.sh, whose check also runs
+# across nodes under sbatch, keeps the default.)
 export OMPI_MCA_odls_base_sigkill_timeout=0
 # One after another, the 249 runs of test_option_table.sh took minutes of a 2-core machine, so
 # the tests run their checks a few at a time, $CLI_CHECK_JOBS (default 3), each one's report in a

@@ -71,10 +71,10 @@ assert abs(chance_of_last(2, 3, 3) - 7 / 27) < 1e-12  # 3 (1/3)^2 (2/3) + (1/3)^
 assert 0.08 < chance_of_last(1030, 2000, 2) < 0.11 and chance_of_last(60000, 65536, 2) == 0.0
 
 
-def run_of(steps, late_in):
+def run_of(steps, late_in, by=0.02):
     def record(rank):
         t0 = np.arange(steps) * 0.1
-        late = np.array([0.02 if (rank == 1) == (i in late_in) else 0.0 for i in range(steps)])
+        late = np.array([by if (rank == 1) == (i in late_in) else 0.0 for i in range(steps)])
         arrays = dict(arrival_index=np.arange(steps), arrival_step=np.arange(steps), arrival_start_s=t0,
                       arrival_first_s=t0 + 0.05 + late, arrival_last_s=t0 + 0.06 + late)
         return types.SimpleNamespace(rank=rank, ok=True, status="ok", path="ddp/made-up", arrays=arrays)
@@ -90,6 +90,9 @@ for steps, late_in, named in ((3, range(3), False), (8, range(8), True), (15, ra
     assert s["most_last"] == 1 and abs(s["late_s"] - 0.02) < 1e-9, s
     # The share's chance, named or not: 12 of 15 is near the rule's 0.01, a hint that a longer run tells.
     assert abs(s["chance"] - chance_of_last(len(late_in), steps, 2)) < 1e-15, s
+# Last in every step but 1% of the step late: not named, and no chance shown (no run length would name it).
+(s,) = summarize(run_of(60, set(range(60)), by=0.001))
+assert s["most_last"] == 1 and not s["stragglers"] and np.isnan(s["chance"]), s
 print("ok   the rule on made-up arrivals: 3 of 3 and 12 of 15 not named, 8 of 8 and 13 of 15 named")
 EOF
 
