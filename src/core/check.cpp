@@ -56,14 +56,11 @@ void set_fatal_context_rank(int rank, const std::string& host) {
 void set_fatal_context_device(const std::string& device) { g_device = device; }
 
 namespace {
-std::atomic<bool> g_job_aborting{false};
-std::atomic<std::thread::id> g_aborting_thread{};  // the watchdog's, once it ends the job
+// The watchdog's thread once it ends the job; no thread's id until then.
+std::atomic<std::thread::id> g_aborting_thread{};
 }  // namespace
 
-void note_job_aborting() {
-  g_aborting_thread.store(std::this_thread::get_id());
-  g_job_aborting.store(true);
-}
+void note_job_aborting() { g_aborting_thread.store(std::this_thread::get_id()); }
 
 namespace {
 std::mutex g_unpublished_mutex;
@@ -100,7 +97,8 @@ namespace {
 void wait_if_job_aborting() {
   // The watchdog ends the process (and its alarm, should MPI_Abort hang); but where its own
   // thread fails (writing the hang report into a full disk), this is that end.
-  if (g_job_aborting.load() && g_aborting_thread.load() != std::this_thread::get_id())
+  const std::thread::id aborting = g_aborting_thread.load();
+  if (aborting != std::thread::id() && aborting != std::this_thread::get_id())
     for (;;) std::this_thread::sleep_for(std::chrono::seconds(1));
 }
 }  // namespace

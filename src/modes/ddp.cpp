@@ -295,7 +295,7 @@ std::map<int, std::unique_ptr<Mesh>> make_meshes(const Runtime& rt, const DdpOpt
                                                  std::vector<DdpCase>& cases) {
   std::map<int, std::unique_ptr<Mesh>> meshes;
   const std::string backend = resolve_backend(o.backend, dev.kind());
-  bool warned_of_placement = false;  // of shard groups across nodes: once
+  bool warned_of_placement = false;  // of node shard groups that span nodes or shard nothing: once
   for (DdpCase& c : cases) {
     std::unique_ptr<Mesh>& mesh = meshes[c.tp];
     if (!mesh) {
