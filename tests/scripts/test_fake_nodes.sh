@@ -10,7 +10,7 @@
 #      on 1+1, 2+1 and 2+1+1 ranks per node, exact, with vader (shared memory) only within a
 #      node and TCP only between nodes over the test subnet (Open MPI's btl_base_verbose says
 #      so); --mode train under every --ddp strategy x --shard-optimizer on 2+1 ranks (the
-#      uneven layout), the strategies on 1+1, zero1 on 2+1+1, tensor parallelism inside each
+#      uneven layout), naive and bucketed zero1 on 1+1, zero1 on 2+1+1, tensor parallelism inside each
 #      node x data parallelism across (--tp 2 on 2+2; beside zero2, warned that its node groups
 #      of one rank shard nothing), zero2 and zero3 across uneven nodes, hybrid
 #      zero1, zero2 and zero3 sharded within each node (2+2), and a tensor-parallel group across nodes
@@ -22,9 +22,10 @@
 #  (b) a real Slurm: slurmctld and munged (its own socket) on node0, a slurmd on every node
 #      (slurmd -N nodeI, spool and TmpFS per node): sbatch --nodes=2 --wait of
 #      jobs/ddp_bucketed.sh and jobs/scaling.sh (1 task per node) and jobs/comm.sh (CHECK=1, 3
-#      tasks: 2+1), the three at once, DEVICE=cpu
-#      and a tiny model, mpirun inside the allocation as the jobs launch; then, where Slurm has
-#      PMIx, srun --mpi=pmix -N2 -n2 and -N3 -n4 of comm --check and -N2 -n3 of train.
+#      tasks: 2+1), the three at once and beside part (a)'s hangs (Slurm's daemons start before
+#      part (a)), DEVICE=cpu and a tiny model, mpirun inside the allocation as the jobs launch;
+#      then, where Slurm has PMIx, srun --mpi=pmix -N2 -n2 and -N3 -n4 of comm --check and -N2
+#      -n3 of train.
 # Every run's rank files (analysis/llmhpc_h5.py) must say: status complete, one run_id, the
 # ranks on distinct hosts in the layout's blocks, node-local ranks 0..k-1 on each node
 # (local_rank, MPI's shared-memory split: under srun OMPI_COMM_WORLD_LOCAL_RANK is unset, under
@@ -33,7 +34,8 @@
 # temporary folder) is removed on exit, whatever happens; a deadline of 300 s of its own.
 # Needs root, iproute2 and util-linux (make deps), network namespaces, veth and bridge devices;
 # otherwise skipped (exit 77) with the reason. Part (b) needs slurm-wlm and munge (installed
-# with apt-get when missing, as test_slurm_jobs.sh does). About a minute on 2 cores.
+# with apt-get when missing, as test_slurm_jobs.sh does). About a minute on 2 cores: 29 s of
+# it the hangs, the partition and the slow rank, mostly waiting for timeouts.
 # FAKE_NODES_PARTS=a or b runs one part only; FAKE_NODES_KEEP=1 keeps the temporary folder
 # (logs, rank files, slurm.conf, the agent) for a look afterwards.
 set -euo pipefail
@@ -135,6 +137,124 @@ export OMPI_MCA_mpi_yield_when_idle=1
 TINY="--d-model 32 --d-ff 64 --num-layers 2 --num-heads 4 --vocab-size 100 --context-length 16 --batch-size 12"
 TRAIN="--mode train --device cpu --data $tmp/tokens.bin $TINY --data-order sequential --lr 3e-3 --steps 6 --log-every 0"
 COMM="--mode comm --device cpu --backend mpi --check --collective all --size 4KB,1MB --warmup 1 --steps 2"
+
+# ---- (b) a real Slurm over the fake nodes: slurmctld and munged on node0, a slurmd on each ----
+# Started before part (a); its sbatch jobs run beside part (a)'s hangs, which mostly wait for
+# timeouts (one part after the other took 59 + 25 s; the jobs beside part (a)'s training runs
+# slowed them as much as they saved), and part (b) checks them after part (a).
+slurm_missing=""  # why part (b) cannot run here, if it cannot
+if [[ "$PARTS" == *b* ]] && { ! command -v sbatch >/dev/null || ! command -v slurmctld >/dev/null ||
+   ! command -v slurmd >/dev/null || ! command -v munged >/dev/null; }; then
+  if ! command -v apt-get >/dev/null; then
+    slurm_missing="slurm-wlm and munge are not installed and there is no apt-get to install them"
+  else
+    echo "installing slurm-wlm and munge (apt-get)"
+    { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends slurm-wlm munge; } \
+      >/tmp/llmhpc-fakenodes-apt.log 2>&1 ||
+      slurm_missing="apt-get install slurm-wlm munge failed (see /tmp/llmhpc-fakenodes-apt.log)"
+  fi
+  [ -n "$slurm_missing" ] && [[ "$PARTS" != *a* ]] && skip "$slurm_missing"
+fi
+slurm_up() {  # the daemons, and the nodes idle
+  mkdir -p "$tmp/state"
+  for ((i = 0; i < NODES; i++)); do mkdir -p "$tmp/spool-node$i"; done
+  touch "$tmp/plugstack.conf"
+  # MinJobAge=0 keeps finished jobs' records, so sbatch --wait polls every 2 s; with the default
+  # (300) it waits 2, 8, then 32 s between polls: a job of 14 s took 42.
+  {
+    cat <<CONF
+ClusterName=llmhpcfake
+SlurmctldHost=node0($(addr 0))
+SlurmUser=root
+AuthType=auth/munge
+CredType=cred/munge
+AuthInfo=socket=$tmp/munge.socket
+ProctrackType=proctrack/linuxproc
+TaskPlugin=task/none
+SelectType=select/cons_tres
+SelectTypeParameters=CR_Core
+AccountingStorageType=accounting_storage/none
+JobAcctGatherType=jobacct_gather/none
+JobCompType=jobcomp/none
+MpiDefault=none
+ReturnToService=2
+MinJobAge=0
+SlurmdParameters=config_overrides
+StateSaveLocation=$tmp/state
+SlurmdSpoolDir=$tmp/spool-%n
+TmpFS=$tmp/nodetmp
+SlurmctldPidFile=$tmp/slurmctld.pid
+SlurmdPidFile=$tmp/slurmd-%n.pid
+SlurmctldLogFile=$tmp/slurmctld.log
+SlurmdLogFile=$tmp/slurmd-%n.log
+PlugStackConfig=$tmp/plugstack.conf
+CONF
+    for ((i = 0; i < NODES; i++)); do echo "NodeName=node$i NodeAddr=$(addr $i) CPUs=4 RealMemory=1000 State=UNKNOWN"; done
+    echo "PartitionName=test Nodes=ALL Default=YES MaxTime=30 State=UP"
+  } >"$tmp/slurm.conf"
+  export SLURM_CONF=$tmp/slurm.conf
+  mungekey -c -k "$tmp/munge.key" >/dev/null 2>&1 || dd if=/dev/urandom of="$tmp/munge.key" bs=1024 count=1 2>/dev/null
+  chmod 600 "$tmp/munge.key"
+  in_node 0 munged -F --socket="$tmp/munge.socket" --key-file="$tmp/munge.key" --pid-file="$tmp/munged.pid" \
+    --log-file="$tmp/munged.log" --seed-file="$tmp/munged.seed" >>"$tmp/munged.log" 2>&1 3>&- &
+  pids+=($!)
+  for _ in $(seq 50); do [ -S "$tmp/munge.socket" ] && break; sleep 0.1; done
+  [ -S "$tmp/munge.socket" ] || fail "munged did not start"
+  in_node 0 slurmctld -D -i -f "$SLURM_CONF" >>"$tmp/slurmctld.log" 2>&1 3>&- &
+  pids+=($!)
+  for ((i = 0; i < NODES; i++)); do
+    in_node $i slurmd -D -f "$SLURM_CONF" -N node$i >>"$tmp/slurmd-node$i.log" 2>&1 3>&- &
+    pids+=($!)
+  done
+  state=""
+  for _ in $(seq 60); do
+    state=$(in_node 0 sinfo -h -o %T 2>/dev/null | sort -u | tr '\n' ' ')
+    [ "$state" = "idle " ] && break
+    sleep 0.5
+  done
+  [ "$state" = "idle " ] || fail "the nodes are '$state', not idle, after 30 s: $(in_node 0 sinfo -N 2>&1)"
+  daemon_logs=("$tmp/munged.log" "$tmp/slurmctld.log" "$tmp"/slurmd-node*.log)
+  echo "ok   (b) a Slurm of $NODES fake nodes: $(in_node 0 sinfo -h -o '%N %T')"
+}
+
+# ---- (b) the jobs under sbatch --nodes=2, as a user submits them: from the repository, no GPUs ----
+# The jobs' settings (their environment, which sbatch passes on), without NP, LLMHPC_ROOT and RANKS,
+# as a user's shell has them: a job takes its tasks from Slurm.
+# shellcheck disable=SC2054  # the commas are in the values
+JOB_ENV=(LLMHPC_BIN="$LLMHPC_BIN" DEVICE=cpu OUT_ROOT="$tmp/results"
+  SHAPE="--d-model 32 --d-ff 64 --num-layers 2 --num-heads 4 --vocab-size 64"
+  CONTEXTS=16 WARMUP=1 STEPS=2 BUCKETS=0.0001,1000 COMM_SIZES=4KB,64KB
+  BACKENDS=mpi SIZES=4KB,64KB ITERS=3 MPI_ITERS=3 CHECK=1)
+# The three jobs run at once (each node offers Slurm 4 CPUs: all three fit), each sbatch --wait
+# in the background; one after another they took 27 s, mostly Slurm's start and poll.
+declare -A submitted
+submit() {  # submit NAME SCRIPT [sbatch options]: sbatch --wait on node0, from the repository, in the background
+  local name=$1 script=$2
+  shift 2
+  echo "$script $*" >"$tmp/$name.what"
+  in_node 0 env -C "$ROOT" -u NP -u LLMHPC_ROOT -u RANKS "${JOB_ENV[@]}" timeout 150 sbatch --wait --parsable \
+    --gpus-per-task=0 --time=5 --output="$tmp/$name-%j.log" "$@" "$script" >"$tmp/$name.id" 2>"$tmp/$name.sbatch.log" &
+  submitted[$name]=$!
+}
+ended() {  # ended NAME: the job submitted as NAME ran to a good end; its id in $job
+  local name=$1 rc=0
+  wait "${submitted[$name]}" || rc=$?
+  [ $rc = 0 ] || fail "sbatch --wait $(cat "$tmp/$name.what"): exit $rc ($(cat "$tmp/$name.sbatch.log"))
+$(tail -n 30 "$tmp/$name"-*.log 2>/dev/null)"
+  job=$(cut -d';' -f1 "$tmp/$name.id")
+}
+submit_jobs() {  # the three jobs at once, where part (b) runs
+  [[ "$PARTS" == *b* ]] && [ -z "$slurm_missing" ] || return 0
+  submit ddp jobs/ddp_bucketed.sh --nodes=2 --ntasks-per-node=1
+  # The scaling study over two nodes (1 task each): data parallelism at 1 and 2 ranks, zero1 and tp 2
+  # (across the nodes) at 2; its study table gives each configuration its nodes, and the collectives'
+  # run its prediction takes: the one at 2 ranks, on the same two nodes.
+  SHARDINGS=none,zero1 TP=1,2 submit scaling jobs/scaling.sh --nodes=2 --ntasks-per-node=1
+  # 3 tasks on 2 nodes (2+1): comm.sh runs 2 ranks (one node) and 3 (2+1), mpirun inside the allocation.
+  submit comm jobs/comm.sh --nodes=2 --ntasks=3 --ntasks-per-node=2
+}
+if [[ "$PARTS" == *b* ]] && [ -z "$slurm_missing" ]; then slurm_up; fi
+[[ "$PARTS" == *a* ]] || submit_jobs
 
 # ---- (a) mpirun over the fake nodes, its ssh $tmp/agent, which enters the node ----
 hostfile() { "$tmp/hostfile" "$@"; }  # hostfile SLOTS...: a hostfile of node0 (SLOTS[0] slots), node1, ...; its path
@@ -337,7 +457,7 @@ if [[ "$PARTS" == *a* ]]; then
   }
   every=()
   for ddp in naive flat overlap bucketed; do for shard in none broadcast zero1; do every+=("$ddp:$shard"); done; done
-  train 1,1 naive:none flat:none overlap:none bucketed:none bucketed:broadcast bucketed:zero1
+  train 1,1 naive:none bucketed:zero1
   train 2,1 "${every[@]}"
   train 2,1,1 bucketed:zero1
   # Tensor parallelism inside each node and data parallelism across them (tp 2 x dp 2 on 2+2), as
@@ -389,6 +509,8 @@ if [[ "$PARTS" == *a* ]]; then
   mpi_refused train_2_1_zero2_node 2,1 "nodes hold different numbers of ranks" $TRAIN --ddp bucketed \
     --shard-optimizer zero2
   echo "ok   (a) train --shard-optimizer zero2 on 2+1 ranks: refused (nodes of different sizes), once"
+  # Part (b)'s jobs run beside what is left of part (a), which is mostly waiting for timeouts.
+  submit_jobs
   # A hang on one rank of one node (2+1 ranks: rank 2, node1's only one, stalls or is stopped
   # before a collective): the job ends with the watchdog's exit code 4 within --comm-timeout +
   # 30 s, and the watchdogs on node0, asking across nodes (src/core/progress_board.h), name it
@@ -464,108 +586,9 @@ $late"
   echo "ok   (a) a slow rank on node1: $(grep -m1 -- "- \*\*rank 2\*\*" <<<"$late" | cut -c1-120)"
 fi
 [[ "$PARTS" == *b* ]] || { echo "PASS (part a only: FAKE_NODES_PARTS=$PARTS)"; exit 0; }
+[ -z "$slurm_missing" ] || skip "part (a) passed; part (b): $slurm_missing"
 
-# ---- (b) a real Slurm over the fake nodes: slurmctld and munged on node0, a slurmd on each ----
-partA=""
-if [[ "$PARTS" == *a* ]]; then partA="part (a) passed; part (b): "; fi
-if ! command -v sbatch >/dev/null || ! command -v slurmctld >/dev/null || ! command -v slurmd >/dev/null ||
-   ! command -v munged >/dev/null; then
-  command -v apt-get >/dev/null || skip "${partA}slurm-wlm and munge are not installed and there is no apt-get to install them"
-  echo "installing slurm-wlm and munge (apt-get)"
-  { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends slurm-wlm munge; } \
-    >/tmp/llmhpc-fakenodes-apt.log 2>&1 || skip "${partA}apt-get install slurm-wlm munge failed (see /tmp/llmhpc-fakenodes-apt.log)"
-fi
-mkdir -p "$tmp/state"
-for ((i = 0; i < NODES; i++)); do mkdir -p "$tmp/spool-node$i"; done
-touch "$tmp/plugstack.conf"
-# MinJobAge=0 keeps finished jobs' records, so sbatch --wait polls every 2 s; with the default
-# (300) it waits 2, 8, then 32 s between polls: a job of 14 s took 42.
-{
-  cat <<CONF
-ClusterName=llmhpcfake
-SlurmctldHost=node0($(addr 0))
-SlurmUser=root
-AuthType=auth/munge
-CredType=cred/munge
-AuthInfo=socket=$tmp/munge.socket
-ProctrackType=proctrack/linuxproc
-TaskPlugin=task/none
-SelectType=select/cons_tres
-SelectTypeParameters=CR_Core
-AccountingStorageType=accounting_storage/none
-JobAcctGatherType=jobacct_gather/none
-JobCompType=jobcomp/none
-MpiDefault=none
-ReturnToService=2
-MinJobAge=0
-SlurmdParameters=config_overrides
-StateSaveLocation=$tmp/state
-SlurmdSpoolDir=$tmp/spool-%n
-TmpFS=$tmp/nodetmp
-SlurmctldPidFile=$tmp/slurmctld.pid
-SlurmdPidFile=$tmp/slurmd-%n.pid
-SlurmctldLogFile=$tmp/slurmctld.log
-SlurmdLogFile=$tmp/slurmd-%n.log
-PlugStackConfig=$tmp/plugstack.conf
-CONF
-  for ((i = 0; i < NODES; i++)); do echo "NodeName=node$i NodeAddr=$(addr $i) CPUs=4 RealMemory=1000 State=UNKNOWN"; done
-  echo "PartitionName=test Nodes=ALL Default=YES MaxTime=30 State=UP"
-} >"$tmp/slurm.conf"
-export SLURM_CONF=$tmp/slurm.conf
-mungekey -c -k "$tmp/munge.key" >/dev/null 2>&1 || dd if=/dev/urandom of="$tmp/munge.key" bs=1024 count=1 2>/dev/null
-chmod 600 "$tmp/munge.key"
-in_node 0 munged -F --socket="$tmp/munge.socket" --key-file="$tmp/munge.key" --pid-file="$tmp/munged.pid" \
-  --log-file="$tmp/munged.log" --seed-file="$tmp/munged.seed" >>"$tmp/munged.log" 2>&1 3>&- &
-pids+=($!)
-for _ in $(seq 50); do [ -S "$tmp/munge.socket" ] && break; sleep 0.1; done
-[ -S "$tmp/munge.socket" ] || fail "munged did not start"
-in_node 0 slurmctld -D -i -f "$SLURM_CONF" >>"$tmp/slurmctld.log" 2>&1 3>&- &
-pids+=($!)
-for ((i = 0; i < NODES; i++)); do
-  in_node $i slurmd -D -f "$SLURM_CONF" -N node$i >>"$tmp/slurmd-node$i.log" 2>&1 3>&- &
-  pids+=($!)
-done
-state=""
-for _ in $(seq 60); do
-  state=$(in_node 0 sinfo -h -o %T 2>/dev/null | sort -u | tr '\n' ' ')
-  [ "$state" = "idle " ] && break
-  sleep 0.5
-done
-[ "$state" = "idle " ] || fail "the nodes are '$state', not idle, after 30 s: $(in_node 0 sinfo -N 2>&1)"
-daemon_logs=("$tmp/munged.log" "$tmp/slurmctld.log" "$tmp"/slurmd-node*.log)
-echo "ok   (b) a Slurm of $NODES fake nodes: $(in_node 0 sinfo -h -o '%N %T')"
-
-# ---- (b) the jobs under sbatch --nodes=2, as a user submits them: from the repository, no GPUs ----
-export LLMHPC_BIN DEVICE=cpu OUT_ROOT=$tmp/results
-export SHAPE="--d-model 32 --d-ff 64 --num-layers 2 --num-heads 4 --vocab-size 64"
-export CONTEXTS=16 WARMUP=1 STEPS=2 BUCKETS=0.0001,1000 COMM_SIZES=4KB,64KB
-export BACKENDS=mpi SIZES=4KB,64KB ITERS=3 MPI_ITERS=3 CHECK=1
-unset NP LLMHPC_ROOT RANKS  # as a user's shell has them: the job takes its tasks from Slurm
-# The three jobs run at once (each node offers Slurm 4 CPUs: all three fit), each sbatch --wait
-# in the background; one after another they took 27 s, mostly Slurm's start and poll.
-declare -A submitted
-submit() {  # submit NAME SCRIPT [sbatch options]: sbatch --wait on node0, from the repository, in the background
-  local name=$1 script=$2
-  shift 2
-  echo "$script $*" >"$tmp/$name.what"
-  in_node 0 env -C "$ROOT" timeout 150 sbatch --wait --parsable --gpus-per-task=0 --time=5 \
-    --output="$tmp/$name-%j.log" "$@" "$script" >"$tmp/$name.id" 2>"$tmp/$name.sbatch.log" &
-  submitted[$name]=$!
-}
-ended() {  # ended NAME: the job submitted as NAME ran to a good end; its id in $job
-  local name=$1 rc=0
-  wait "${submitted[$name]}" || rc=$?
-  [ $rc = 0 ] || fail "sbatch --wait $(cat "$tmp/$name.what"): exit $rc ($(cat "$tmp/$name.sbatch.log"))
-$(tail -n 30 "$tmp/$name"-*.log 2>/dev/null)"
-  job=$(cut -d';' -f1 "$tmp/$name.id")
-}
-submit ddp jobs/ddp_bucketed.sh --nodes=2 --ntasks-per-node=1
-# The scaling study over two nodes (1 task each): data parallelism at 1 and 2 ranks, zero1 and tp 2
-# (across the nodes) at 2; its study table gives each configuration its nodes, and the collectives'
-# run its prediction takes: the one at 2 ranks, on the same two nodes.
-SHARDINGS=none,zero1 TP=1,2 submit scaling jobs/scaling.sh --nodes=2 --ntasks-per-node=1
-# 3 tasks on 2 nodes (2+1): comm.sh runs 2 ranks (one node) and 3 (2+1), mpirun inside the allocation.
-submit comm jobs/comm.sh --nodes=2 --ntasks=3 --ntasks-per-node=2
+# ---- (b) the sbatch jobs' results, then srun ----
 ended ddp
 dir=$tmp/results/llmhpc-ddp-bucketed-$job
 grep -q "^| bucketed |" "$dir/ddp.md" && grep -q "^## ddp" "$dir/report.md" || fail "$dir: no ddp.md bucketed row or report"
