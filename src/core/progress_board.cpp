@@ -27,13 +27,14 @@ namespace {
 constexpr uint64_t kMagic = 0x4c4c4d4850435042ull;  // "LLMHPCPB"
 constexpr int kMaxAddresses = 8;
 constexpr size_t kMaxAttempts = 512;  // sockets open at once while asking
+constexpr int32_t kReported = 1;      // Wire::flags: RankProgress::reported
 
 // One rank's answer on the wire (host byte order: the ranks of a job share an architecture).
 struct Wire {
   uint64_t magic;
   uint64_t token;
   int32_t rank;
-  int32_t reserved;
+  int32_t flags;  // kReported
   uint64_t issued, completed;
   int64_t step;
   char name[32];
@@ -105,6 +106,7 @@ struct ProgressBoard::State {
       w.magic = kMagic;
       w.token = token;
       w.rank = rank;
+      w.flags = p.reported ? kReported : 0;
       w.issued = p.issued;
       w.completed = p.completed;
       w.step = p.step;
@@ -173,6 +175,13 @@ void ProgressBoard::close() {
 }
 
 std::vector<RankAnswer> ProgressBoard::ask_all(double wait_s) const {
+  std::vector<int> others;
+  for (int r = 0; r < state_->world; ++r)
+    if (r != state_->rank) others.push_back(r);
+  return ask(others, wait_s);
+}
+
+std::vector<RankAnswer> ProgressBoard::ask(const std::vector<int>& ranks, double wait_s) const {
   const State& s = *state_;
   using Clock = std::chrono::steady_clock;
   const auto deadline =
@@ -190,9 +199,12 @@ std::vector<RankAnswer> ProgressBoard::ask_all(double wait_s) const {
     size_t got = 0;
     Wire wire{};
   };
+  std::vector<int> asked = ranks;  // in rank order, each once
+  std::sort(asked.begin(), asked.end());
+  asked.erase(std::unique(asked.begin(), asked.end()), asked.end());
   std::vector<Peer> peers;
-  for (int r = 0; r < s.world; ++r)
-    if (r != s.rank) {
+  for (int r : asked)
+    if (r != s.rank && r >= 0 && size_t(r) < s.addresses.size()) {
       peers.emplace_back();
       peers.back().answer.rank = r;
       peers.back().answer.host = s.addresses[size_t(r)].host;
@@ -280,6 +292,7 @@ std::vector<RankAnswer> ProgressBoard::ask_all(double wait_s) const {
         p.answer.progress.last_backend.assign(w.backend, strnlen(w.backend, sizeof w.backend));
         p.answer.progress.last_bytes = w.bytes;
         p.answer.progress.context.assign(w.context, strnlen(w.context, sizeof w.context));
+        p.answer.progress.reported = (w.flags & kReported) != 0;
       }
       finish(a);
     }

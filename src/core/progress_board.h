@@ -34,6 +34,7 @@ struct RankProgress {
   std::string last_backend;  // its backend ("nccl", "mpi (host)")
   uint64_t last_bytes = 0;   // and its payload
   std::string context;       // the configuration it is in
+  bool reported = false;     // its watchdog fired and has printed and kept its report
 };
 
 struct RankAnswer {
@@ -61,6 +62,8 @@ class ProgressBoard {
   // Asks every other rank at once; returns one answer per other rank, in rank order, within
   // about `wait_s`. Any thread; needs nothing from MPI.
   std::vector<RankAnswer> ask_all(double wait_s) const;
+  // The same, of `ranks` only: one answer per other rank among them, in rank order.
+  std::vector<RankAnswer> ask(const std::vector<int>& ranks, double wait_s) const;
   bool opened() const;
 
   struct State;

@@ -111,7 +111,8 @@ struct Watchdog::State {
   std::thread thread;
   std::unique_ptr<Fault> fault;
   std::atomic<bool> failing{false};
-  int64_t configs = 0;  // set_context calls so far: the configuration a fault may name
+  std::atomic<bool> reported{false};  // fail() has printed and kept its report: RankProgress::reported
+  int64_t configs = 0;                // set_context calls so far: the configuration a fault may name
   // The arrival log (the issuing thread's own): a ring of the latest kArrivalSteps steps.
   std::vector<StepArrival> ring;
   size_t ring_next = 0, ring_count = 0;
@@ -147,6 +148,7 @@ void Watchdog::start(double timeout_s, int rank, int world_size) {
       p.last_backend = state_->last.backend;
       p.last_bytes = state_->last.bytes;
       p.context = *state_->context;
+      p.reported = state_->reported.load();
       return p;
     });
     if (!closed.empty())
@@ -335,8 +337,8 @@ bool same_call(const RankProgress& theirs, const Watchdog::Op& op) {
 // Which ranks had issued collective report.collective, which had not (with where they are),
 // which did not answer, and which issued that number as another collective than `op` (when
 // known), into `report`; nothing with one rank.
-void Watchdog::ask_the_ranks(HangReport& report, const Op* op) const {
-  if (!state_->board.opened()) return;
+std::vector<RankAnswer> Watchdog::ask_the_ranks(HangReport& report, const Op* op) const {
+  if (!state_->board.opened()) return {};
   const uint64_t seq = report.collective;
   const auto began = std::chrono::steady_clock::now();
   const std::vector<RankAnswer> answers = state_->board.ask_all(kAskS);
@@ -406,6 +408,28 @@ void Watchdog::ask_the_ranks(HangReport& report, const Op* op) const {
     s += "\n";
   }
   report.text += s;
+  return answers;
+}
+
+// The ranks that were inside a collective when asked (`answers`) fire about now and ask this
+// rank too: it goes on answering them (the board's thread) until each says it has reported or
+// answers no more, or for one asking window (kAskS) at most; gone at once, it would be named as
+// not answering (seen in 2 of 4 hangs on 3 fake nodes). Waiting for all of them, not for the
+// window, ended the fake-node test's hangs 2 s sooner.
+void Watchdog::answer_while_others_report(std::vector<RankAnswer> answers) const {
+  if (!state_->board.opened()) return;
+  using Clock = std::chrono::steady_clock;
+  const auto deadline =
+      Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(kAskS));
+  for (;;) {
+    std::vector<int> waiting;
+    for (const RankAnswer& a : answers)
+      if (a.answered && a.progress.issued > a.progress.completed && !a.progress.reported) waiting.push_back(a.rank);
+    const double left = std::chrono::duration<double>(deadline - Clock::now()).count();
+    if (waiting.empty() || left <= 0) return;
+    std::this_thread::sleep_for(std::chrono::duration<double>(std::min(0.05, left)));
+    answers = state_->board.ask(waiting, std::clamp(left - 0.05, 0.01, 0.5));
+  }
 }
 
 void Watchdog::set_on_abort(std::function<void(const HangReport&)> keep) {
@@ -431,7 +455,7 @@ void Watchdog::fail(const std::string& what, const Op* op) {
   report.text = "llmhpc: watchdog on rank " + std::to_string(rank_) + " (host " + host + "): " + report.what +
                 "\n  rank " + std::to_string(rank_) + ": last enqueued collective #" +
                 std::to_string(enqueued_.load()) + ", last completed #" + std::to_string(completed_.load()) + "\n";
-  ask_the_ranks(report, op);
+  std::vector<RankAnswer> answers = ask_the_ranks(report, op);
   // One write, starting a line of its own: rank 0's progress line may be half written (log_root
   // flushes it as it goes), and a launcher merges every rank's streams into one, where the
   // reports of ranks that fire together must not interleave.
@@ -453,10 +477,8 @@ void Watchdog::fail(const std::string& what, const Op* op) {
     } catch (...) {  // the report is printed: a file that cannot take it changes nothing here
     }
   }
-  // The other waiting ranks' watchdogs fire about now and ask this rank too: it goes on
-  // answering (the board's thread) for one asking window before it ends the job, or they would
-  // find it gone and name it as not answering (seen in 2 of 4 hangs on 3 fake nodes).
-  if (state_->board.opened()) std::this_thread::sleep_for(std::chrono::duration<double>(kAskS));
+  state_->reported.store(true);
+  answer_while_others_report(std::move(answers));
   remove_unpublished_files();
   MPI_Abort(MPI_COMM_WORLD, 4);
   _exit(4);

@@ -10,7 +10,8 @@
 // last enqueued and last completed sequence numbers, and which ranks had and had not issued
 // that collective and which did not answer, with their hosts; keeps that report in the rank
 // file (set_on_abort: only where no HDF5 file is open within a second, io/h5.h's
-// library_lock), goes on answering the other ranks' watchdogs for one asking window (kAskS:
+// library_lock), goes on answering the other ranks' watchdogs until those that were inside a
+// collective when asked say they have reported too, or for one asking window at most (kAskS:
 // theirs fire about when its own does), then ends the job with MPI_Abort. What PyTorch's
 // ProcessGroupNCCL watchdog and its desync report do.
 //
@@ -64,6 +65,8 @@
 #include <memory>
 #include <string>
 #include <vector>
+
+#include "src/core/progress_board.h"
 
 namespace llmhpc {
 
@@ -178,7 +181,8 @@ class Watchdog {
   void inject(const Op& op);
   void note_arrival(std::chrono::steady_clock::time_point now);
   std::string describe(const Op& op) const;
-  void ask_the_ranks(HangReport& report, const Op* op) const;
+  std::vector<RankAnswer> ask_the_ranks(HangReport& report, const Op* op) const;
+  void answer_while_others_report(std::vector<RankAnswer> answers) const;
 
   double timeout_s_ = 0;
   int rank_ = -1;
