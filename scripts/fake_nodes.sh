@@ -11,6 +11,8 @@
 #   scripts/fake_nodes.sh up N DIR          nodes node0..node{N-1} (N from 1 to 244), their state
 #                                           in DIR (not holding another up's files); prints how to use them
 #   scripts/fake_nodes.sh run I DIR CMD...  CMD in node I (its namespaces, its core), from DIR
+#   scripts/fake_nodes.sh pids I DIR [NAME] the processes in node I (named NAME), a pid a line:
+#                                           kill -STOP $(... pids 1 DIR llmhpc) hangs node1's ranks
 #   scripts/fake_nodes.sh down DIR          kills whatever runs in the nodes, deletes them and the
 #                                           files up wrote in DIR (what else is there stays)
 # DIR holds node<I>.pid (the holders), hosts (the nodes' /etc/hosts), nodes (name, address and core
@@ -199,6 +201,17 @@ fake_nodes_run() {
   core=$(awk -v n="node$i" '$1 == n { print $3 }' "$dir/nodes")
   nsenter -t "$(cat "$dir/node$i.pid")" --net --uts --mount --wd="$dir" -- taskset -c "$core" "$@"
 }
+# fake_nodes_pids I DIR [NAME]: the processes in node I's network namespace (named NAME, as
+# /proc/PID/comm has it), a pid a line; the holder of the namespaces is left out.
+fake_nodes_pids() {
+  local pid holder
+  holder=$(cat "$2/node$1.pid" 2>/dev/null)
+  for pid in $(ip netns pids "$(fake_nodes_netns "$2" "$1")" 2>/dev/null); do
+    [ "$pid" = "$holder" ] && continue
+    [ -z "${3:-}" ] || [ "$(cat "/proc/$pid/comm" 2>/dev/null)" = "$3" ] && echo "$pid"
+  done
+  return 0
+}
 # in_node I COMMAND...: the same in the nodes fake_nodes_up made last.
 in_node() { fake_nodes_run "$1" "$FAKE_NODES_DIR" "${@:2}"; }
 
@@ -270,13 +283,16 @@ fake_nodes_sweep() {
 # ---- the command line ----
 fake_nodes_usage() {
   cat <<USAGE
-usage: $0 up N DIR | run I DIR COMMAND... | down DIR | --help
+usage: $0 up N DIR | run I DIR COMMAND... | pids I DIR [NAME] | down DIR | --help
 Fake nodes node0..node{N-1} on one machine (as root): network, UTS and mount namespaces on a
 bridge ($FAKE_NODES_SUBNET, node I at 10.77.0.<11+I>), each with its hostname, /etc/hosts,
 /dev/shm and one core, for mpirun across hosts without a cluster.
   up N DIR          make N nodes (1 to $FAKE_NODES_MAX), their state in DIR (not holding another up's
                     files); prints how to use them
   run I DIR CMD...  CMD in node I (its namespaces and core), from DIR
+  pids I DIR [NAME] the processes in node I (those named NAME), a pid a line: the nodes share
+                    the machine's process ids, so 'kill -STOP \$($0 pids 1 DIR llmhpc)' stops
+                    node1's ranks alone
   down DIR          kill whatever runs in the nodes, delete them and the files up wrote in DIR
 In DIR: agent (Open MPI's plm_rsh_agent for the nodes), hostfile ('DIR/hostfile 2 1 1' writes a
 hostfile of 2+1+1 slots and prints its path; no argument: one slot a node), hosts, nodes, netns.
@@ -321,7 +337,7 @@ fake_nodes_main() {
   local cmd=${1:-} n dir i pid core owner
   case $cmd in
     -h | --help | help) fake_nodes_usage; exit 0 ;;
-    up | run | down) ;;
+    up | run | pids | down) ;;
     "") fake_nodes_usage_error "no command" ;;
     *) fake_nodes_usage_error "unknown command '$cmd'" ;;
   esac
@@ -368,12 +384,18 @@ mpirun across the nodes, from node0 ($dir/hostfile 2 1 ... gives slots per node;
     OMPI_MCA_mpi_yield_when_idle=1   # a node's ranks share its one core: waiting ones yield it
   $self run 0 $dir mpirun --hostfile "\$($dir/hostfile)" -np $n --bind-to none \\
     --mca plm_rsh_agent $dir/agent COMMAND...
+The processes in node I (named NAME), e.g. to stop node1's ranks (kill -STOP) and see the hang report:
+  $self pids I $dir [NAME]
 Remove them, with whatever still runs in them:
   $self down $dir
 USE
       ;;
-    run)
-      [ $# -ge 4 ] || fake_nodes_usage_error "run takes I, DIR and a command, e.g. run 0 /tmp/nodes hostname"
+    run | pids)
+      if [ "$cmd" = run ]; then
+        [ $# -ge 4 ] || fake_nodes_usage_error "run takes I, DIR and a command, e.g. run 0 /tmp/nodes hostname"
+      else
+        [ $# = 3 ] || [ $# = 4 ] || fake_nodes_usage_error "pids takes I, DIR and a process name or none, e.g. pids 1 /tmp/nodes llmhpc"
+      fi
       i=$2 dir=$(realpath -m -- "$3")
       shift 3
       if [ ! -f "$dir/nodes" ] || [ ! -f "$dir/netns" ]; then
@@ -389,7 +411,11 @@ USE
       if [ -z "$pid" ] || [ "$(ip netns identify "$pid" 2>/dev/null)" != "$(fake_nodes_netns "$dir" "$i")" ]; then
         fake_nodes_die "node$i of $dir is gone (its holder no longer runs): '$0 down $dir', then up again"
       fi
-      fake_nodes_run "$i" "$dir" "$@"
+      if [ "$cmd" = run ]; then
+        fake_nodes_run "$i" "$dir" "$@"
+      else
+        fake_nodes_pids "$i" "$dir" "${1:-}"
+      fi
       ;;
     down)
       [ $# = 2 ] || fake_nodes_usage_error "down takes DIR, e.g. down /tmp/nodes"

@@ -34,8 +34,9 @@
 # temporary folder) is removed on exit, whatever happens; a deadline of 300 s of its own.
 # Needs root, iproute2 and util-linux (make deps), network namespaces, veth and bridge devices;
 # otherwise skipped (exit 77) with the reason. Part (b) needs slurm-wlm and munge (installed
-# with apt-get when missing, as test_slurm_jobs.sh does). About a minute on 2 cores: 29 s of
-# it the hangs, the partition and the slow rank, mostly waiting for timeouts.
+# with apt-get when missing, as test_slurm_jobs.sh does). 65-70 s on 2 cores: about 28 s part
+# (a)'s 21 training runs (mostly Open MPI's start-up), 20 s the hangs, the partition and the slow
+# rank (mostly waiting for timeouts, part (b)'s jobs beside them), 10 s part (b)'s checks and srun.
 # FAKE_NODES_PARTS=a or b runs one part only; FAKE_NODES_KEEP=1 keeps the temporary folder
 # (logs, rank files, slurm.conf, the agent) for a look afterwards.
 set -euo pipefail
@@ -236,10 +237,20 @@ submit() {  # submit NAME SCRIPT [sbatch options]: sbatch --wait on node0, from 
     --gpus-per-task=0 --time=5 --output="$tmp/$name-%j.log" "$@" "$script" >"$tmp/$name.id" 2>"$tmp/$name.sbatch.log" &
   submitted[$name]=$!
 }
+jobs_done() {  # waits for the submitted jobs' sbatch --wait; each NAME's exit code in $tmp/NAME.rc
+  local name rc
+  for name in "${!submitted[@]}"; do
+    rc=0
+    wait "${submitted[$name]}" || rc=$?
+    echo $rc >"$tmp/$name.rc"
+  done
+  submitted=()
+}
 ended() {  # ended NAME: the job submitted as NAME ran to a good end; its id in $job
-  local name=$1 rc=0
-  wait "${submitted[$name]}" || rc=$?
-  [ $rc = 0 ] || fail "sbatch --wait $(cat "$tmp/$name.what"): exit $rc ($(cat "$tmp/$name.sbatch.log"))
+  local name=$1 rc
+  jobs_done
+  rc=$(cat "$tmp/$name.rc")
+  [ "$rc" = 0 ] || fail "sbatch --wait $(cat "$tmp/$name.what"): exit $rc ($(cat "$tmp/$name.sbatch.log"))
 $(tail -n 30 "$tmp/$name"-*.log 2>/dev/null)"
   job=$(cut -d';' -f1 "$tmp/$name.id")
 }
@@ -509,7 +520,7 @@ if [[ "$PARTS" == *a* ]]; then
   mpi_refused train_2_1_zero2_node 2,1 "nodes hold different numbers of ranks" $TRAIN --ddp bucketed \
     --shard-optimizer zero2
   echo "ok   (a) train --shard-optimizer zero2 on 2+1 ranks: refused (nodes of different sizes), once"
-  # Part (b)'s jobs run beside what is left of part (a), which is mostly waiting for timeouts.
+  # Part (b)'s jobs run beside the two hangs, which mostly wait for timeouts.
   submit_jobs
   # A hang on one rank of one node (2+1 ranks: rank 2, node1's only one, stalls or is stopped
   # before a collective): the job ends with the watchdog's exit code 4 within --comm-timeout +
@@ -539,6 +550,8 @@ assert {h["rank"] for h in hangs} == {0, 1} and all(
   }
   hang hang_stall stall "not reached: rank 2 on node1 (last issued #"
   hang hang_sigstop signal:19 "no answer: rank 2 on node1 (rank 2: no reply within"
+  # Part (b)'s jobs, on node0 and node1 too, end before the partition cuts node1 off.
+  jobs_done
   # A network partition: node1's link goes down in the middle of a comm run (2+1 ranks). Every
   # rank's watchdog fires; node0's name rank 2 on node1 as unreachable, rank 2 names node0's
   # ranks, and the report says they were cut off from each other; every rank has ended within
@@ -553,7 +566,7 @@ assert {h["rank"] for h in hangs} == {0, 1} and all(
   ip -n "$link" link set eth0 down
   start=$SECONDS
   ranks_left() {  # llmhpc processes still on node0 and node1
-    for i in 0 1; do ip netns pids "$(fake_nodes_netns "$tmp" "$i")"; done | xargs -r ps -o comm= -p | grep -c llmhpc || true
+    for i in 0 1; do fake_nodes_pids $i "$tmp" llmhpc; done | wc -l
   }
   while [ "$(ranks_left)" != 0 ] && [ $((SECONDS - start)) -le 30 ]; do sleep 0.5; done
   took=$((SECONDS - start))
