@@ -236,7 +236,7 @@ std::vector<RankAnswer> ProgressBoard::ask(const std::vector<int>& ranks, double
       attempts.push_back({fd, i});
       ++p.open;
     }
-    if (p.open == 0) p.answer.why = "connection refused (the process has ended?)";
+    if (p.open == 0) p.answer.why = "connection refused (the process has ended?)", p.answer.refused = true;
   };
   for (;;) {
     // Start peers while there is room, then drop finished attempts.
@@ -307,6 +307,7 @@ std::vector<RankAnswer> ProgressBoard::ask(const std::vector<int>& ranks, double
                      : p.connected ? "no reply within " + waited + " (a stopped process accepts and never answers)"
                      : p.open > 0  ? "no connection within " + waited + " (its host is unreachable?)"
                                    : "connection refused (the process has ended?)";
+      p.answer.refused = p.started && !p.connected && p.open == 0;
     }
     out.push_back(std::move(p.answer));
   }

@@ -413,22 +413,24 @@ std::vector<RankAnswer> Watchdog::ask_the_ranks(HangReport& report, const Op* op
 
 // The ranks that were inside a collective when asked (`answers`) fire about now and ask this
 // rank too: it goes on answering them (the board's thread) until each says it has reported or
-// answers no more, or for one asking window (kAskS) at most; gone at once, it would be named as
-// not answering (seen in 2 of 4 hangs on 3 fake nodes). Waiting for all of them, not for the
-// window, ended the fake-node test's hangs 2 s sooner.
-void Watchdog::answer_while_others_report(std::vector<RankAnswer> answers) const {
+// has ended (refuses the connection), or for one asking window (kAskS) at most; gone at once,
+// it would be named as not answering (seen in 2 of 4 hangs on 3 fake nodes). A rank slow to
+// answer again is still waited for. Waiting for the window whole made every hang 2 s longer.
+void Watchdog::answer_while_others_report(const std::vector<RankAnswer>& answers) const {
   if (!state_->board.opened()) return;
   using Clock = std::chrono::steady_clock;
   const auto deadline =
       Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(kAskS));
+  std::vector<int> waiting;
+  for (const RankAnswer& a : answers)
+    if (a.answered && a.progress.issued > a.progress.completed && !a.progress.reported) waiting.push_back(a.rank);
   for (;;) {
-    std::vector<int> waiting;
-    for (const RankAnswer& a : answers)
-      if (a.answered && a.progress.issued > a.progress.completed && !a.progress.reported) waiting.push_back(a.rank);
     const double left = std::chrono::duration<double>(deadline - Clock::now()).count();
     if (waiting.empty() || left <= 0) return;
     std::this_thread::sleep_for(std::chrono::duration<double>(std::min(0.05, left)));
-    answers = state_->board.ask(waiting, std::clamp(left - 0.05, 0.01, 0.5));
+    for (const RankAnswer& a : state_->board.ask(waiting, std::clamp(left - 0.05, 0.01, 0.5)))
+      if ((a.answered && a.progress.reported) || a.refused)
+        waiting.erase(std::remove(waiting.begin(), waiting.end(), a.rank), waiting.end());
   }
 }
 
@@ -455,7 +457,7 @@ void Watchdog::fail(const std::string& what, const Op* op) {
   report.text = "llmhpc: watchdog on rank " + std::to_string(rank_) + " (host " + host + "): " + report.what +
                 "\n  rank " + std::to_string(rank_) + ": last enqueued collective #" +
                 std::to_string(enqueued_.load()) + ", last completed #" + std::to_string(completed_.load()) + "\n";
-  std::vector<RankAnswer> answers = ask_the_ranks(report, op);
+  const std::vector<RankAnswer> answers = ask_the_ranks(report, op);
   // One write, starting a line of its own: rank 0's progress line may be half written (log_root
   // flushes it as it goes), and a launcher merges every rank's streams into one, where the
   // reports of ranks that fire together must not interleave.
@@ -478,7 +480,7 @@ void Watchdog::fail(const std::string& what, const Op* op) {
     }
   }
   state_->reported.store(true);
-  answer_while_others_report(std::move(answers));
+  answer_while_others_report(answers);
   remove_unpublished_files();
   MPI_Abort(MPI_COMM_WORLD, 4);
   _exit(4);

@@ -66,9 +66,9 @@
 #include <string>
 #include <vector>
 
-#include "src/core/progress_board.h"
-
 namespace llmhpc {
+
+struct RankAnswer;  // src/core/progress_board.h
 
 class Watchdog {
  public:
@@ -182,7 +182,7 @@ class Watchdog {
   void note_arrival(std::chrono::steady_clock::time_point now);
   std::string describe(const Op& op) const;
   std::vector<RankAnswer> ask_the_ranks(HangReport& report, const Op* op) const;
-  void answer_while_others_report(std::vector<RankAnswer> answers) const;
+  void answer_while_others_report(const std::vector<RankAnswer>& answers) const;
 
   double timeout_s_ = 0;
   int rank_ = -1;

@@ -1,7 +1,8 @@
 // The watchdog's side channel (src/core/progress_board.h) under mpirun with 1-4 ranks: every
 // other rank's answer carries its progress and whether its watchdog has reported (what a
 // firing watchdog waits for before it ends the job), asking a subset asks those ranks only,
-// and a rank that has closed its board is named as not answering.
+// and a rank that has closed its board is named as not answering, its connection refused. No
+// ASSERT before a barrier: a rank that left a test early would leave the others waiting in it.
 #include <gtest/gtest.h>
 #include <mpi.h>
 
@@ -39,15 +40,16 @@ RankProgress progress_of(int rank) {
 TEST(ProgressBoard, AnswersCarryEachRanksProgressAndWhetherItReported) {
   const int rank = world_rank(), n = world_size();
   ProgressBoard board;
-  ASSERT_EQ(board.open(rank, n, [rank] { return progress_of(rank); }), "");
+  EXPECT_EQ(board.open(rank, n, [rank] { return progress_of(rank); }), "");
   MPI_Barrier(MPI_COMM_WORLD);
   const std::vector<RankAnswer> answers = board.ask_all(5.0);
-  ASSERT_EQ(answers.size(), size_t(n - 1));
+  EXPECT_EQ(answers.size(), size_t(n - 1));
   int expected = 0;
   for (const RankAnswer& a : answers) {
     if (expected == rank) ++expected;
     EXPECT_EQ(a.rank, expected++);
-    ASSERT_TRUE(a.answered) << "rank " << a.rank << ": " << a.why;
+    EXPECT_TRUE(a.answered) << "rank " << a.rank << ": " << a.why;
+    if (!a.answered) continue;
     const RankProgress want = progress_of(a.rank);
     EXPECT_EQ(a.progress.issued, want.issued);
     EXPECT_EQ(a.progress.completed, want.completed);
@@ -79,14 +81,17 @@ TEST(ProgressBoard, ARankWhoseBoardClosedDoesNotAnswer) {
   const int rank = world_rank(), n = world_size();
   if (n < 2) GTEST_SKIP() << "needs 2 ranks";
   ProgressBoard board;
-  ASSERT_EQ(board.open(rank, n, [rank] { return progress_of(rank); }), "");
+  EXPECT_EQ(board.open(rank, n, [rank] { return progress_of(rank); }), "");
   if (rank == n - 1) board.close();
   MPI_Barrier(MPI_COMM_WORLD);
   if (rank != n - 1) {
     const std::vector<RankAnswer> answers = board.ask({n - 1}, 2.0);
-    ASSERT_EQ(answers.size(), 1u);
-    EXPECT_FALSE(answers[0].answered);
-    EXPECT_FALSE(answers[0].why.empty());
+    EXPECT_EQ(answers.size(), 1u);
+    for (const RankAnswer& a : answers) {
+      EXPECT_FALSE(a.answered);
+      EXPECT_TRUE(a.refused) << a.why;
+      EXPECT_FALSE(a.why.empty());
+    }
   }
   MPI_Barrier(MPI_COMM_WORLD);
 }

@@ -70,10 +70,11 @@ print(f"    {sys.argv[1].rsplit('/', 1)[1]}: {len(statuses['ok'])} finished reco
 EOF
 }
 
-# hang_files NAME WHO FIELD: the rank files of every other rank whose watchdog fired keep its
-# report (status "aborted by the watchdog: ...", FIELD (hang_not_reached or hang_no_answer) = WHO
-# with this host), rank WHO's own file says nothing of it, and report.py's Hangs section and run
-# line name WHO.
+# hang_files NAME WHO FIELD: the rank files of every other rank keep its watchdog's report (all
+# of them waited, so all of them fired, and none ended the job before another had kept its own:
+# status "aborted by the watchdog: ...", FIELD (hang_not_reached or hang_no_answer) = WHO with
+# this host), rank WHO's own file says nothing of it, and report.py's Hangs section and run line
+# name WHO.
 hang_files() {
   PYTHONPATH="$ROOT/analysis" "$PY" - "$WORK/$1" "$2" "$3" "$(hostname)" "$ROOT/analysis/report.py" <<'EOF' ||
 import subprocess, sys
@@ -83,6 +84,8 @@ run = open_run(directory)
 hangs = run.hang_reports()
 assert hangs, f"no rank file says the watchdog ended the run: {[rf.status for rf in run.files]}"
 assert all(h["rank"] != int(who) for h in hangs), "the rank that held the others up kept a report"
+waiting = set(range(run.world_size)) - {int(who)}
+assert {h["rank"] for h in hangs} == waiting, f"reports kept by ranks {sorted(h['rank'] for h in hangs)}, not {sorted(waiting)}"
 key = field.replace("hang_", "")
 for h in hangs:
     assert h[key] == who and h[key + "_hosts"] == host and h["collective"] > 0 and f"#{h['collective']}" in h["what"], h
@@ -197,7 +200,7 @@ for rank in run.ranks:
 print("    every rank's file holds the train record, not ok")
 EOF
 # The watchdogs of the ranks that wait fire together: none may name another as not answering
-# (each goes on answering for one asking window before it aborts the job).
+# (each goes on answering until the others that waited have reported, an asking window at most).
 grep -q "no answer" "$WORK/train_stall.log" "$WORK/comm_stall.log" "$WORK/ddp_stall.log" &&
   fail "a waiting rank was named as not answering: $(grep -h "no answer" "$WORK"/*_stall.log | head -2)"
 bad_input() {  # "words" args...
