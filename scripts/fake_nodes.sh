@@ -202,13 +202,14 @@ fake_nodes_run() {
   nsenter -t "$(cat "$dir/node$i.pid")" --net --uts --mount --wd="$dir" -- taskset -c "$core" "$@"
 }
 # fake_nodes_pids I DIR [NAME]: the processes in node I's network namespace (named NAME, as
-# /proc/PID/comm has it), a pid a line; the holder of the namespaces is left out.
+# /proc/PID/comm has it: its first 15 characters), a pid a line; the holder of the namespaces is
+# left out.
 fake_nodes_pids() {
-  local pid holder
+  local pid holder name=${3:-}
   holder=$(cat "$2/node$1.pid" 2>/dev/null)
   for pid in $(ip netns pids "$(fake_nodes_netns "$2" "$1")" 2>/dev/null); do
     [ "$pid" = "$holder" ] && continue
-    [ -z "${3:-}" ] || [ "$(cat "/proc/$pid/comm" 2>/dev/null)" = "$3" ] && echo "$pid"
+    [ -z "$name" ] || [ "$(cat "/proc/$pid/comm" 2>/dev/null)" = "${name:0:15}" ] && echo "$pid"
   done
   return 0
 }
@@ -337,14 +338,17 @@ fake_nodes_main() {
   local cmd=${1:-} n dir i pid core owner
   case $cmd in
     -h | --help | help) fake_nodes_usage; exit 0 ;;
-    up | run | pids | down) ;;
+    up) [ $# = 3 ] || fake_nodes_usage_error "up takes N and DIR, e.g. up 3 /tmp/nodes" ;;
+    run) [ $# -ge 4 ] || fake_nodes_usage_error "run takes I, DIR and a command, e.g. run 0 /tmp/nodes hostname" ;;
+    pids) [ $# = 3 ] || [ $# = 4 ] ||
+      fake_nodes_usage_error "pids takes I, DIR and a process name or none, e.g. pids 1 /tmp/nodes llmhpc" ;;
+    down) [ $# = 2 ] || fake_nodes_usage_error "down takes DIR, e.g. down /tmp/nodes" ;;
     "") fake_nodes_usage_error "no command" ;;
     *) fake_nodes_usage_error "unknown command '$cmd'" ;;
   esac
-  [ "$(id -u)" = 0 ] || fake_nodes_die "$cmd needs root: it makes or enters network, UTS and mount namespaces (run it with sudo)"
+  [ "$(id -u)" = 0 ] || fake_nodes_die "$cmd needs root: the nodes are network, UTS and mount namespaces, which only root makes, enters and lists the processes of (run it with sudo)"
   case $cmd in
     up)
-      [ $# = 3 ] || fake_nodes_usage_error "up takes N and DIR, e.g. up 3 /tmp/nodes"
       n=$2
       fake_nodes_args "$n" "$3" || fake_nodes_refuse "$FAKE_NODES_ERROR"
       n=$((10#$n)) dir=$FAKE_NODES_ARG_DIR
@@ -391,11 +395,6 @@ Remove them, with whatever still runs in them:
 USE
       ;;
     run | pids)
-      if [ "$cmd" = run ]; then
-        [ $# -ge 4 ] || fake_nodes_usage_error "run takes I, DIR and a command, e.g. run 0 /tmp/nodes hostname"
-      else
-        [ $# = 3 ] || [ $# = 4 ] || fake_nodes_usage_error "pids takes I, DIR and a process name or none, e.g. pids 1 /tmp/nodes llmhpc"
-      fi
       i=$2 dir=$(realpath -m -- "$3")
       shift 3
       if [ ! -f "$dir/nodes" ] || [ ! -f "$dir/netns" ]; then
@@ -418,7 +417,6 @@ USE
       fi
       ;;
     down)
-      [ $# = 2 ] || fake_nodes_usage_error "down takes DIR, e.g. down /tmp/nodes"
       dir=$(realpath -m -- "$2")
       if [ ! -e "$dir/netns" ] && [ ! -e "$dir/owner.pid" ] && [ ! -e "$dir/nodes" ]; then
         echo "no fake nodes in $dir: nothing to do"

@@ -156,6 +156,11 @@ if [[ "$PARTS" == *b* ]] && { ! command -v sbatch >/dev/null || ! command -v slu
   fi
   [ -n "$slurm_missing" ] && [[ "$PARTS" != *a* ]] && skip "$slurm_missing"
 fi
+slurm_logs() {  # fail() shows the Slurm daemons' logs
+  local i
+  daemon_logs=("$tmp/munged.log" "$tmp/slurmctld.log")
+  for ((i = 0; i < NODES; i++)); do daemon_logs+=("$tmp/slurmd-node$i.log"); done
+}
 slurm_up() {  # the daemons, and the nodes idle
   mkdir -p "$tmp/state"
   for ((i = 0; i < NODES; i++)); do mkdir -p "$tmp/spool-node$i"; done
@@ -196,6 +201,7 @@ CONF
   export SLURM_CONF=$tmp/slurm.conf
   mungekey -c -k "$tmp/munge.key" >/dev/null 2>&1 || dd if=/dev/urandom of="$tmp/munge.key" bs=1024 count=1 2>/dev/null
   chmod 600 "$tmp/munge.key"
+  slurm_logs  # what fail() shows from here
   in_node 0 munged -F --socket="$tmp/munge.socket" --key-file="$tmp/munge.key" --pid-file="$tmp/munged.pid" \
     --log-file="$tmp/munged.log" --seed-file="$tmp/munged.seed" >>"$tmp/munged.log" 2>&1 3>&- &
   pids+=($!)
@@ -214,7 +220,7 @@ CONF
     sleep 0.5
   done
   [ "$state" = "idle " ] || fail "the nodes are '$state', not idle, after 30 s: $(in_node 0 sinfo -N 2>&1)"
-  daemon_logs=("$tmp/munged.log" "$tmp/slurmctld.log" "$tmp"/slurmd-node*.log)
+  daemon_logs=()  # part (a)'s failures are not Slurm's
   echo "ok   (b) a Slurm of $NODES fake nodes: $(in_node 0 sinfo -h -o '%N %T')"
 }
 
@@ -237,14 +243,16 @@ submit() {  # submit NAME SCRIPT [sbatch options]: sbatch --wait on node0, from 
     --gpus-per-task=0 --time=5 --output="$tmp/$name-%j.log" "$@" "$script" >"$tmp/$name.id" 2>"$tmp/$name.sbatch.log" &
   submitted[$name]=$!
 }
-jobs_done() {  # waits for the submitted jobs' sbatch --wait; each NAME's exit code in $tmp/NAME.rc
-  local name rc
-  for name in "${!submitted[@]}"; do
+jobs_done() {  # waits for the submitted jobs' sbatch --wait (each NAME's exit code in $tmp/NAME.rc); fails on a failed one
+  local name rc names=("${!submitted[@]}")
+  for name in "${names[@]}"; do
     rc=0
     wait "${submitted[$name]}" || rc=$?
     echo $rc >"$tmp/$name.rc"
   done
   submitted=()
+  slurm_logs
+  for name in "${names[@]}"; do ended "$name"; done  # a job that failed is the failure to show, before the next test
 }
 ended() {  # ended NAME: the job submitted as NAME ran to a good end; its id in $job
   local name=$1 rc
@@ -552,6 +560,7 @@ assert {h["rank"] for h in hangs} == {0, 1} and all(
   hang hang_sigstop signal:19 "no answer: rank 2 on node1 (rank 2: no reply within"
   # Part (b)'s jobs, on node0 and node1 too, end before the partition cuts node1 off.
   jobs_done
+  daemon_logs=()
   # A network partition: node1's link goes down in the middle of a comm run (2+1 ranks). Every
   # rank's watchdog fires; node0's name rank 2 on node1 as unreachable, rank 2 names node0's
   # ranks, and the report says they were cut off from each other; every rank has ended within
@@ -573,6 +582,9 @@ assert {h["rank"] for h in hangs} == {0, 1} and all(
   kill "$launcher" 2>/dev/null || true
   wait "$launcher" 2>/dev/null || true
   ip -n "$link" link set eth0 up
+  if [[ "$PARTS" == *b* ]] && [ -z "$slurm_missing" ]; then  # Slurm may have found node1 unresponsive meanwhile
+    for _ in $(seq 60); do [ "$(in_node 0 sinfo -h -o %T 2>/dev/null | sort -u | tr '\n' ' ')" = "idle " ] && break; sleep 0.5; done
+  fi
   [ $took -le 23 ] || fail "$name: ranks still ran ${took}s after the cut, more than --comm-timeout + 20 s"
   grep -q -F "no answer: rank 2 on node1 (rank 2: no connection within" "$tmp/$name.log" ||
     fail "$name: node0's reports do not name rank 2 on node1 as unreachable (log: $tmp/$name.log)
@@ -602,6 +614,7 @@ fi
 [ -z "$slurm_missing" ] || skip "part (a) passed; part (b): $slurm_missing"
 
 # ---- (b) the sbatch jobs' results, then srun ----
+slurm_logs
 ended ddp
 dir=$tmp/results/llmhpc-ddp-bucketed-$job
 grep -q "^| bucketed |" "$dir/ddp.md" && grep -q "^## ddp" "$dir/report.md" || fail "$dir: no ddp.md bucketed row or report"
