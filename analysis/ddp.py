@@ -564,79 +564,6 @@ def bucket_model_table(g: pd.DataFrame, comm_model, markdown: bool, title: str) 
             f"w = {w * 1e3 / 1e9:.3g} GB/s, {model['source']}.\n{optimum_text(s, o, w)}.")
 
 
-def beside_step_model(g: pd.DataFrame):
-    """The communication model from the collectives g's --ddp none timed beside its step
-    (--comm-beside-step), as allreduce_model builds one from a comm run: each collective's (bytes,
-    ms) beside the step, o and w of the all-reduce's line through its smallest and largest sizes;
-    None where no collective was timed at two sizes or more with the all-reduce among them."""
-    for _, r in g[g.ddp == "none"].iterrows():
-        probes = r.get("beside_step")
-        if not isinstance(probes, list):
-            continue
-        kinds = {}
-        for p in probes:
-            if math.isfinite(p["beside_us"]):
-                kinds.setdefault(p["collective"], []).append((p["bytes"], p["beside_us"] / 1e3))
-        kinds = {c: sorted(v) for c, v in kinds.items() if len({b for b, _ in v}) >= 2}
-        if "allreduce" not in kinds:
-            return None
-        o, w = scaling.line_through(kinds["allreduce"][0], kinds["allreduce"][-1])
-        return dict(o=o, w=w, world_size=int(r.world_size) // int(r.tp), kinds=kinds,
-                    source="from the collectives timed beside --ddp none's step (--comm-beside-step)")
-    return None
-
-
-def predicted_comm_time(r, model: dict) -> float:
-    """The ring model's time of all of r's data-parallel collectives, what comm_busy_ms measures:
-    table (i)'s gradients' and parameters' under sharding, table (e)'s n_b o + s / w for unsharded
-    bucketed DDP; NaN for the other strategies."""
-    ranks = int(r.world_size) // int(r.tp)
-    if r.shard_optimizer != "none":
-        m = scaling.stage_comm_ms(r, model)
-        return m["grad_all"] + m["params_all"]
-    if r.ddp == "bucketed":
-        return scaling.ring_ms("allreduce", float(r.comm_bytes_per_step), ranks, model, max(r.buckets, 1))
-    return math.nan
-
-
-def beside_step_table(g: pd.DataFrame, comm_model, markdown: bool, title: str) -> str:
-    """(j) the collectives --ddp none timed alone and beside its step (--comm-beside-step), and the
-    ring model fitted from them against each configuration's collectives' time, beside the model
-    fitted from the collectives alone; empty without them."""
-    probes = next((r.beside_step for _, r in g[g.ddp == "none"].iterrows() if isinstance(r.get("beside_step"), list)),
-                  None)
-    if not probes:
-        return ""
-    rows = [[p["collective"], fmt(p["bytes"] / MIB, 3), fmt(p["alone_us"], 1), fmt(p["beside_us"], 1),
-             ratio(p["beside_us"], p["alone_us"]), f"{p['within']} of {p['issued']}"] for p in probes]
-    parts = [render(f"(j) collectives beside the step: {title} (each timed on the data-parallel ranks' stream, alone "
-                    f"back to back and issued with one step of --ddp none, those that ran within the step kept; "
-                    f"medians)", ["Collective", "MiB", "Alone (us)", "Beside the step (us)", "Beside / alone",
-                                  "Within the step"], rows, markdown)]
-    beside = beside_step_model(g)
-    if beside is None:
-        parts.append("The model beside the step needs the all-reduce timed at two sizes or more.")
-        return "\n\n".join(parts)
-    alone, _ = ring_model(g, comm_model)
-    rows = []
-    for _, r in g[(g.ddp != "none") & (g.status == "ok")].iterrows():
-        busy = r.get("comm_busy_mean", math.nan)
-        p_alone = predicted_comm_time(r, alone) if alone is not None else math.nan
-        p_beside = predicted_comm_time(r, beside)
-        if not math.isfinite(p_beside):
-            continue
-        rows.append([impl(r), bucket_cell(r), r.shard_optimizer, fmt(busy, 3), fmt(p_alone, 3), ratio(busy, p_alone),
-                     fmt(p_beside, 3), ratio(busy, p_beside)])
-    if rows:
-        parts.append(render(f"(k) communication model beside the step: {title} (Comm time: the device time of all "
-                            f"the step's data-parallel collectives, hidden or not (comm_busy_ms, NCCL only); "
-                            f"predicted by the ring model of (e) and (i) from the collectives alone, and from those "
-                            f"timed beside the step in (j))",
-                            ["Impl", "Bucket (MiB)", "Sharding", "Comm time (ms)", "Predicted alone (ms)",
-                             "Measured / alone", "Predicted beside the step (ms)", "Measured / beside"], rows, markdown))
-    return "\n\n".join(parts)
-
-
 def optimum_text(s: float, o: float, w: float) -> str:
     """The bucket model's optimum for s gradient bytes at o and w, or why there is none: b* =
     sqrt(s o w) is finite and above 0 only for o > 0 and 0 < w < inf."""
@@ -739,8 +666,7 @@ def all_tables(df: pd.DataFrame, torch_records: list, comm_model_for, markdown: 
         title = setup_title(setup.iloc[0])
         shard_part, shard_matched = sharding_table(setup, torch_records, markdown, title)
         sections += [shard_part, sharding_phases_table(setup, markdown, title), state_table(setup, markdown, title),
-                     stage_model_table(setup, comm_model_for(setup), markdown, title),
-                     beside_step_table(setup, comm_model_for(setup), markdown, title)]
+                     stage_model_table(setup, comm_model_for(setup), markdown, title)]
         used |= {id(t) for t in shard_matched}
         g = setup[setup.shard_optimizer == "none"]  # the reference DDP tables compare unsharded strategies
         if g.empty:

@@ -183,19 +183,6 @@ def _sensor_summary(recs) -> dict:
             "slowdowns": ", ".join(reasons) if reasons else ("none" if seen else "")}
 
 
-def _beside_step(record) -> list | None:
-    """The collectives a ddp record timed alone and beside its step (--comm-beside-step, --ddp none):
-    [{collective, bytes, alone_us, beside_us, issued, within}], one per collective and size; None
-    where it timed none."""
-    a = record.arrays
-    if "beside_step_us" not in a:
-        return None
-    names = [_plain(n) for n in a["beside_step_collective"]]
-    return [dict(collective=str(c), bytes=int(b), alone_us=float(x), beside_us=float(y), issued=int(i), within=int(w))
-            for c, b, x, y, i, w in zip(names, a["beside_step_bytes"], a["beside_step_alone_us"], a["beside_step_us"],
-                                        a["beside_step_issued"], a["beside_step_within"])]
-
-
 def _pooled_status(records: list) -> str:
     """'ok' when every record is ok, else the other statuses joined."""
     statuses = sorted({r.status for r in records})
@@ -590,7 +577,6 @@ class Run:
             for phase in BENCH_PHASES:
                 _add_stats(row, phase, [r.arrays[f"{phase}_ms"] for r in recs if r.ok and f"{phase}_ms" in r.arrays])
             row.update(_sensor_summary(recs))
-            row["beside_step"] = _beside_step(first)
             rows.append(row)
         return pd.DataFrame(rows)
 
@@ -638,7 +624,6 @@ class Run:
                 values = [r.attrs[key] for r in recs if key in r.attrs]
                 row[key] = max(values) if values else math.nan
             row.update(_sensor_summary(recs))
-            row["beside_step"] = _beside_step(first)
             rows.append(row)
         return pd.DataFrame(rows)
 

@@ -9,13 +9,11 @@
 # allgather) in fp32 and bf16 at SIZES (default 1MB,16MB,128MB,1GB), checked and timed by mode
 # comm; then mode ddp, by default at the compute-bound point of ddp.md (DDP_SHAPE: xl bf16,
 # context 1024, global batch 8, flash attention), under none (each rank alone) and bucketed with
-# SHARDINGS (default none,zero1), NCCL's kernels, STEPS (default 10) timed steps after 3, and
-# after none's steps each collective at BESIDE_STEP (default 4MB,25MB,128MB; empty: none) timed
-# alone and beside its step (--comm-beside-step). The rank files name the transports NCCL
-# connected each run's channels with (nccl_transports). Then analysis/report.py's report.md:
-# each ddp run's exposed communication and the collectives' device time beside the ring model's
-# from the collectives of its own path (tables (e) and (i)) and from those timed beside the step
-# ((j), (k)), the fake hosts' runs labelled "network transport" by their folders' -net. EXTRA_ARGS go to
+# SHARDINGS (default none,zero1), NCCL's kernels, STEPS (default 10) timed steps after 3. The rank
+# files name the transports NCCL connected each run's channels with (nccl_transports). Then
+# analysis/report.py's report.md: each ddp run's exposed communication and the collectives'
+# device time beside the ring model's from the collectives of its own path (tables (e) and (i)),
+# the fake hosts' runs labelled "network transport" by their folders' -net. EXTRA_ARGS go to
 # every llmhpc command (e.g. --allow-gpu-sharing where NP ranks share fewer GPUs).
 # Files in OUT_DIR: log.txt, comm/ and ddp/ (NVLink), comm-net/ and ddp-net/ (the fake hosts),
 # report.md.
@@ -30,7 +28,6 @@ PATHS=${PATHS:-nvlink hosts}
 DDP_SHAPE=${DDP_SHAPE:---model xl --context-length 1024 --batch-size 8 --precision bf16 --attention flash}
 SHARDINGS=${SHARDINGS:-none,zero1}
 STEPS=${STEPS:-10}
-BESIDE_STEP=${BESIDE_STEP:-4MB,25MB,128MB}  # --comm-beside-step: the collectives timed beside --ddp none's step
 read -ra shape <<<"$DDP_SHAPE"
 read -ra extra <<<"${EXTRA_ARGS:-}"
 exec > >(tee -a "$out/log.txt") 2>&1
@@ -46,8 +43,7 @@ for path in $PATHS; do
     --size "$SIZES" --check "${extra[@]}" --out "$out/comm$suffix"
   step "$path: ddp, $DDP_SHAPE, $SHARDINGS"
   check timeout 540 "${mpi[@]}" "${wrap[@]}" "$bin/llmhpc" --mode ddp "${shape[@]}" --ddp none,bucketed \
-    --shard-optimizer "$SHARDINGS" --collective-engine sm --warmup 3 --steps "$STEPS" \
-    ${BESIDE_STEP:+--comm-beside-step "$BESIDE_STEP"} "${extra[@]}" \
+    --shard-optimizer "$SHARDINGS" --collective-engine sm --warmup 3 --steps "$STEPS" "${extra[@]}" \
     --out "$out/ddp$suffix"
   step "$path: the transports NCCL connected (the rank files' nccl_transports)"
   PYTHONPATH=$root/analysis python3 -c 'import sys; from llmhpc_h5 import open_run

@@ -34,7 +34,6 @@
 #include "src/core/units.h"
 #include "src/core/watchdog.h"
 #include "src/model/train_step.h"
-#include "src/modes/collectives_beside_step.h"
 #include "src/modes/data_parallel.h"
 #include "src/modes/model_sweep.h"
 #include "src/modes/options.h"
@@ -171,9 +170,8 @@ struct DdpOptions {
   uint64_t seed = 0;
   MemoryPlan memory = MemoryPlan::Fast;
   GradientDType grads = GradientDType::Master;
-  std::string backend;                      // --backend as given
-  bool copy_engines = false;                // some case asks for the copy engines
-  std::vector<uint64_t> beside_step_sizes;  // --comm-beside-step
+  std::string backend;        // --backend as given
+  bool copy_engines = false;  // some case asks for the copy engines
 };
 
 DdpOptions parse_options(const po::variables_map& vm, int world_size) {
@@ -189,16 +187,6 @@ DdpOptions parse_options(const po::variables_map& vm, int world_size) {
   o.backend = opt_string(vm, "backend");
   const std::vector<CollectiveEngine> engines = collective_engines(vm);
   o.copy_engines = std::find(engines.begin(), engines.end(), CollectiveEngine::Copy) != engines.end();
-  if (!opt_string(vm, "comm-beside-step").empty()) {
-    o.beside_step_sizes = opt_list(vm, "comm-beside-step", [](const std::string& text) {
-      const uint64_t bytes = parse_size(text, "comm-beside-step");
-      if (bytes == 0) throw UsageError("--comm-beside-step '" + text + "': must be at least one element");
-      return bytes;
-    });
-    if (std::none_of(o.cases.begin(), o.cases.end(), [](const DdpCase& c) { return c.strategy == SyncStrategy::None; }))
-      throw UsageError("--comm-beside-step times the collectives beside the step of --ddp none, which has none of its "
-                       "own: add none to --ddp (e.g. --ddp none,bucketed)");
-  }
   return o;
 }
 
@@ -279,10 +267,6 @@ void add_options(po::options_description& desc) {
   add_duration_option(ddp, "steps");
   add_heat_option(ddp);
   add_data_parallel_options(ddp, ListUse{});
-  ddp.add_options()("comm-beside-step", po::value<std::string>()->default_value(""),
-                    "sizes, e.g. 25MB,100MB: after --ddp none's timed steps, time each all-reduce, reduce-scatter "
-                    "and all-gather of these sizes on the data-parallel ranks alone and beside one step of the "
-                    "model (NCCL's kernels share the GPU with the step's), for the communication model (NCCL only)");
   po::options_description model("Model options (--batch-size is the global batch, shared equally by the ranks)");
   add_model_options(model, ListUse{});
   add_precision_options(model, ListUse{});
@@ -290,32 +274,6 @@ void add_options(po::options_description& desc) {
 }
 
 double mean_or_nan(const std::vector<double>& v) { return v.empty() ? NAN : mean(v); }
-
-// The collectives timed beside the step, into the record (docs/hdf5-schema.md, "ddp") and on
-// rank 0's terminal.
-void record_beside_step(const Runtime& rt, Record& rec, const std::vector<CollectiveBesideStep>& timed) {
-  std::vector<std::string> names;
-  std::vector<int64_t> bytes, issued, within;
-  std::vector<double> alone, beside;
-  for (const CollectiveBesideStep& t : timed) {
-    names.push_back(collective_name(t.collective));
-    bytes.push_back(int64_t(t.bytes));
-    issued.push_back(t.issued);
-    within.push_back(t.within);
-    alone.push_back(t.alone_us);
-    beside.push_back(t.beside_us);
-    log_root(rt, "ddp:   %s %s: %s us alone, %s us beside the step (%sx; %lld of %lld within it)\n",
-             collective_name(t.collective), format_size(t.bytes).c_str(), fmt(t.alone_us, 1).c_str(),
-             fmt(t.beside_us, 1).c_str(), fmt(t.beside_us / t.alone_us, 2).c_str(), (long long)t.within,
-             (long long)t.issued);
-  }
-  rec.add("beside_step_collective", names)
-      .add("beside_step_bytes", bytes)
-      .add("beside_step_alone_us", alone)
-      .add("beside_step_us", beside)
-      .add("beside_step_issued", issued)
-      .add("beside_step_within", within);
-}
 
 // The ranks and communicators of one --tp: data parallelism among the ranks holding the same
 // part (every rank at tp 1), hybrid sharding's groups among those, and the tensor-parallel
@@ -372,13 +330,6 @@ void run(ModeContext& ctx, const DdpOptions& o) {
     for (const DdpCase& c : cases) {  // divides by the data-parallel ranks
       const MeshPlace place = mesh_place(rt.rank, rt.world_size, c.tp);
       local_batch(c.batch, place.dp_rank, place.dp_size);
-      if (c.strategy != SyncStrategy::None) continue;
-      for (uint64_t size : o.beside_step_sizes)  // an element per rank for each collective
-        for (Collective k : collectives_beside_step())
-          if (collective_shape(k, size, gradient_dtype(c.precision, c.grads), place.dp_size).count == 0)
-            throw UsageError("--comm-beside-step " + format_size(size) + " holds no " +
-                             dtype_name(gradient_dtype(c.precision, c.grads)) + " element per rank for " +
-                             collective_name(k) + " on " + std::to_string(place.dp_size) + " data-parallel ranks");
     }
   });
   const std::map<int, std::unique_ptr<Mesh>> meshes = make_meshes(rt, o, dev, cases);
@@ -414,11 +365,6 @@ void run(ModeContext& ctx, const DdpOptions& o) {
   for (int tp : alone)
     log_root(rt, "ddp: note: %s: the strategies and shardings run with no peer, their collectives moving nothing\n",
              tp > 1 ? ("at --tp " + std::to_string(tp) + " the data-parallel group is one rank").c_str() : "one rank");
-  if (!o.beside_step_sizes.empty() && backend_name != "nccl")
-    log_root(rt,
-             "ddp: note: --comm-beside-step times the collectives on NCCL's streams; the %s backend has none, so "
-             "nothing is timed beside the step\n",
-             backend_name.c_str());
   Sweep sweep(ctx, "ddp", cases.size(),
               {"model", "ctx", "batch", "prec", "impl", "shard", "bucket MiB", "buckets", "Step mean", "Step std",
                "Comm mean", "Comm std", "Comm %", "Coll. time", "Slowest step", "MiB/step", "Peak GiB", "status"});
@@ -612,15 +558,6 @@ void run(ModeContext& ctx, const DdpOptions& o) {
           if (busy.measured()) collectives_ms = busy.finish();
           model.wait_parameters();  // the last step's all-gathers, before the sync goes and the next case
           slowest = rt.reduce_all(timed.step, HostReduce::Max);
-          if (!o.beside_step_sizes.empty() && c.strategy == SyncStrategy::None && comm.size() > 1 &&
-              comm.busy_measured())
-            record_beside_step(rt, rec,
-                               time_collectives_beside_step(
-                                   rt, comm, dev.allocator(), gradient_dtype(c.precision, c.grads), o.beside_step_sizes,
-                                   mean(slowest), *timer, [&](ParallelHooks* hooks) {
-                                     Watchdog::instance().set_step(steps_run++);
-                                     return run_step(model, opt.get(), Phase::TrainStep, *timer, hooks).step_ms;
-                                   }));
           timed.record(rec, "");
           if (busy.measured()) rec.add("comm_busy_ms", collectives_ms);
           timeline.record(rec);

@@ -764,55 +764,10 @@ def check_torch_ddp(out, work, np_):
     print("torch_ddp.py: ran on the CPU (gloo), DDP and FSDP2 to the same losses, and ddp.py put them beside llmhpc")
 
 
-def check_beside_step_model():
-    """Tables (j) and (k): the collectives --ddp none timed beside its step (--comm-beside-step, NCCL
-    only, so made up here), and the ring model fitted from them (the all-reduce's line through its
-    smallest and largest sizes, each collective's own points where it has two) predicting each
-    configuration's collectives' time beside the model fitted from the collectives alone."""
-    import pandas as pd
-    alone = {"o": 0.01, "w": 4.0e6, "world_size": 2, "source": "synthetic"}  # ms, bytes per ms
-    o, w = 0.02, 2.0e6  # beside the step: the all-reduce's line through (1 MB, ...) and (100 MB, ...)
-    probes = [dict(collective="allreduce", bytes=b, alone_us=(0.01 + b / 4.0e6) * 1e3,
-                   beside_us=(o + b / w) * 1e3, issued=40, within=38) for b in (1e6, 1e8)]
-    probes.append(dict(collective="allgather", bytes=int(1e6), alone_us=50.0, beside_us=60.0, issued=40, within=40))
-    base = dict(bucket_mb=25.0, world_size=2, tp=1, shard_group=2, buckets=4, comm_bytes_per_step=1.0e8,
-                param_comm_bytes_per_step=1.0e8, param_collectives_per_step=4, forward_mean=50.0, backward_mean=80.0,
-                optimizer_mean=5.0, d_model=64, d_ff=256, vocab_size=1000, num_params=400000, part_params=400000,
-                precision="fp32", collective_engine="sm", grad_reduce_dtype="fp32", status="ok",
-                param_comm_mean=0.0, comm_mean=1.0, comm_busy_mean=100.0, beside_step=None)
-    frame = pd.DataFrame([dict(base, ddp="none", shard_optimizer="none", beside_step=probes),
-                          dict(base, ddp="bucketed", shard_optimizer="none"),
-                          dict(base, ddp="bucketed", shard_optimizer="zero1")])
-    model = ddp.beside_step_model(frame)
-    assert abs(model["o"] - o) <= 1e-9 and abs(model["w"] - w) <= 1e-6 * w, model
-    assert set(model["kinds"]) == {"allreduce"}, model  # the all-gather at one size takes the all-reduce's line
-    text = ddp.beside_step_table(frame, alone, True, "synthetic")
-    tables = parse_markdown_tables(text)
-    assert len(tables) == 2, text
-    header, rows = tables[0]
-    col = {h: i for i, h in enumerate(header)}
-    assert [r[col["Collective"]] for r in rows] == ["allreduce", "allreduce", "allgather"], text
-    assert rows[2][col["Beside / alone"]] == "1.20" and rows[0][col["Within the step"]] == "38 of 40", text
-    header, rows = tables[1]
-    col = {h: i for i, h in enumerate(header)}
-    assert [r[col["Sharding"]] for r in rows] == ["none", "zero1"], text
-    bucketed = scaling.ring_ms("allreduce", 1.0e8, 2, dict(o=o, w=w, world_size=2), 4)
-    m = scaling.stage_comm_ms(pd.Series(dict(base, ddp="bucketed", shard_optimizer="zero1")), dict(o=o, w=w, world_size=2))
-    for r, want in zip(rows, (bucketed, m["grad_all"] + m["params_all"])):
-        assert float(r[col["Predicted beside the step (ms)"]]) == round(want, 3), (r, want)
-        assert r[col["Measured / beside"]] == ddp.ratio(100.0, want), r
-    assert float(rows[0][col["Predicted alone (ms)"]]) == round(scaling.ring_ms("allreduce", 1.0e8, 2, alone, 4), 3)
-    # One all-reduce size: no line to fit, and the table says so.
-    frame.at[0, "beside_step"] = probes[:1]
-    assert ddp.beside_step_model(frame) is None
-    assert "needs the all-reduce timed at two sizes or more" in ddp.beside_step_table(frame, alone, True, "x")
-
-
 def main():
     work = scratch_dir("llmhpc-ddp-")
     check_bucket_model()
     check_stage_model()
-    check_beside_step_model()
     for np_ in (2, 3):
         out = os.path.join(work, f"np{np_}")
         ddp_run(np_, out, "--context-length", T, "--batch-size", BATCH, "--ddp", ",".join(STRATEGIES), "--bucket-mb", f"{TINY_MB},{HUGE_MB}",
