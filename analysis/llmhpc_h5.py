@@ -364,7 +364,8 @@ def read_rank_file(path: str, live: bool = False) -> RankFile:
 
     llmhpc marks a configuration "running" before measuring it and replaces the mark when it is
     done, so a record still "running" in a run that has ended is the one a killed rank was
-    measuring: it is read as "interrupted" (live=True keeps "running", for a run still going)."""
+    measuring: it is read as "interrupted", or as ABORTED where the watchdog ended the run (live=True
+    keeps "running", for a run still going)."""
     try:
         f = h5py.File(path, "r")
     except OSError as e:
@@ -389,8 +390,8 @@ def read_rank_file(path: str, live: bool = False) -> RankFile:
             if isinstance(obj, h5py.Group) and "status" in obj.attrs:
                 group_attrs = {k: _plain(v) for k, v in obj.attrs.items()}
                 status = group_attrs.pop("status")
-                if status == "running" and not live:
-                    status = "interrupted"
+                if status == "running" and not live:  # what the run was measuring when it ended
+                    status = ABORTED if str(attrs.get("status", "")).startswith(ABORTED) else "interrupted"
                 names = [k for k in obj if obj.get(k, getclass=True) is h5py.Dataset]
                 rows = group_attrs.get("stream_rows")
                 arrays = Arrays(os.path.abspath(path), name, names, None if rows is None else int(rows))

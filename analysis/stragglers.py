@@ -34,11 +34,16 @@ import sys
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from llmhpc_h5 import SchemaError, open_run  # noqa: E402
+from llmhpc_h5 import ABORTED, SchemaError, open_run  # noqa: E402
 
 LAST_SHARE = 0.5     # last to arrive in at least this share of the steps
 LATE_SHARE = 0.05    # median lateness at least this share of the median step
 CHANCE = 0.01        # and last that often by chance, among equally fast ranks, less likely than this
+
+
+def chance_text(p: float) -> str:
+    """'0.08', '3e-12', or '< 1e-300' where the tail underflows to 0."""
+    return f"{p:.1g}" if p > 0 else "< 1e-300"
 
 
 def chance_of_last(times: int, steps: int, ranks: int) -> float:
@@ -96,7 +101,7 @@ def summarize(run) -> list:
     uncertainty = max(float(rf.attrs.get("clock_offset_uncertainty_s", 0.0)) for rf in run.files)
     groups = {}
     for rec in run.records(rank=None):
-        if rec.ok or rec.status.startswith("interrupted"):
+        if rec.ok or rec.status.startswith(("interrupted", ABORTED)):
             groups.setdefault(rec.path, []).append(rec)
     out = []
     for path, recs in groups.items():
@@ -157,14 +162,14 @@ def report_section(runs: list, out_dir: str = ".", steps: bool = False) -> str:
             names = ", ".join(f"rank {r}{where(r)}" for r, _, _, _ in s["stragglers"]) or "none"
             # Within twice the clocks' uncertainty a lateness says nothing of who came last.
             blur = "; within the clocks' uncertainty" if s["late_s"] <= 2 * s["uncertainty_s"] else ""
-            chance = "" if np.isnan(s["chance"]) else f"; by chance: {s['chance']:.1g}"
+            chance = "" if np.isnan(s["chance"]) else f"; by chance: {chance_text(s['chance'])}"
             rows.append(f"| `{run.directory}` | {s['record']} | {s['ranks']} | {s['steps']} | rank {s['most_last']}"
                         f"{where(s['most_last'])} ({100 * s['share']:.0f}% of steps{chance}) | {_ms(s['late_s'])} "
                         f"({_pct(s['late_s'], s['step_s'])}{blur}) | {_ms(s['step_s'])} | {s['uncertainty_s'] * 1e6:.1f} "
                         f"| {names} |")
             for r, late, share, chance in s["stragglers"]:
                 named.append(f"- **rank {r}**{where(r)} in `{run.directory}` {s['record']}: last to arrive in "
-                             f"{100 * share:.0f}% of {s['steps']} steps (by chance: {chance:.1g}), a median {_ms(late)} ms late "
+                             f"{100 * share:.0f}% of {s['steps']} steps (by chance: {chance_text(chance)}), a median {_ms(late)} ms late "
                              f"({_pct(late, s['step_s'])} of the median step)")
             if steps:
                 per_step += [f"| {s['record']} | {p['index']} | {p['step']} | rank {p['last_rank']}{where(p['last_rank'])} "

@@ -273,12 +273,23 @@ def check_hangs(work):
     rows = [line for line in section.splitlines() if line.startswith("| `")]
     assert len(rows) == 2 and "rank(s) 2 had fired too: aborting, not stopped" in rows[0], section
     assert "fired too" not in rows[1] and "| 1 (node0) |" in rows[1], section
-    # A partition: ranks 0 and 2 each name the other as not answering.
-    with h5py.File(os.path.join(directory, "rank00002.h5"), "a") as f:
-        f.attrs["hang_no_answer"], f.attrs["hang_no_answer_hosts"] = "0", "node0"
+    # A partition: ranks 0 and 2 each name the other as not answering, neither could connect.
+    def names_other(rank, other, why):
+        with h5py.File(os.path.join(directory, f"rank{rank:05d}.h5"), "a") as f:
+            f.attrs["hang_no_answer"], f.attrs["hang_no_answer_hosts"] = str(other), "node0"
+            f.attrs["hang_report"] = f"llmhpc: watchdog ...\n    no answer: rank {other} on node0 (rank {other}: {why})\n"
+    names_other(0, 2, "no connection within 2.0 s (its host is unreachable?)")
+    names_other(2, 0, "no connection within 2.0 s (its host is unreachable?)")
     rows = [line for line in report.hang_section([llmhpc_h5.open_run(directory)]).splitlines() if line.startswith("| `")]
     assert "rank(s) 2 could not reach this rank either: cut off from each other" in rows[0] and \
         "fired too" not in rows[0], rows[0]
+    # A stopped rank, woken as the job ended: rank 0 had no reply from it, and its own watchdog then
+    # found rank 0 gone. Not a partition.
+    names_other(0, 2, "no reply within 2.0 s (a stopped process accepts and never answers)")
+    names_other(2, 0, "connection refused (the process has ended?)")
+    rows = [line for line in report.hang_section([llmhpc_h5.open_run(directory)]).splitlines() if line.startswith("| `")]
+    assert "rank(s) 2 fired after this rank had ended: held up (stopped or slow), not cut off" in rows[0] and \
+        "cut off from each other" not in rows[0], rows[0]
 
 
 def main():

@@ -63,12 +63,13 @@ slow train --mode train "${TINY[@]}" --data tokens.bin --batch-size 3 --steps 14
 PYTHONPATH="$ROOT/analysis" "$PY" - <<'EOF' || fail "the straggler rule on made-up arrivals"
 import types
 import numpy as np
-from stragglers import chance_of_last, summarize
+from stragglers import chance_of_last, chance_text, summarize
 
 assert chance_of_last(7, 7, 2) == 0.5 ** 7 and chance_of_last(0, 9, 4) == 1.0
 assert abs(chance_of_last(2, 3, 3) - 7 / 27) < 1e-12  # 3 (1/3)^2 (2/3) + (1/3)^3
 # A soak's thousands of steps: no overflow, and the tail where the normal curve puts it (+1.34 sd).
 assert 0.08 < chance_of_last(1030, 2000, 2) < 0.11 and chance_of_last(60000, 65536, 2) == 0.0
+assert chance_text(0.0) == "< 1e-300" and chance_text(0.0812) == "0.08"  # a tail that underflows is not "0"
 
 
 def run_of(steps, late_in, by=0.02):
