@@ -85,28 +85,23 @@ def hang_summary(h: dict, fired: dict) -> str:
     return "; ".join(parts)
 
 
-UNREACHABLE = "no connection within"  # a watchdog's reason for a rank whose host it could not reach
-REFUSED = "connection refused"         # ... for a rank whose process had ended
+STOPPED = "no reply within"  # a watchdog's reason for a rank that accepted the connection and never answered
 
 
 def no_answer_cell(h: dict, fired: dict) -> str:
     """'3 (node2)', and what the ranks among them whose own watchdog fired say. Where each names the
-    other as not answering and both could not connect, the two were cut off from each other (a
-    network partition); where the other found this rank's process gone, it fired after this rank
-    had ended: it had been held up (a stopped process, woken as the job ended, fires late), not
-    cut off; where it does not name this rank, it was aborting the job when this rank asked (a
+    other as not answering, the two were cut off from each other (a network partition), unless this
+    rank found the other stopped (it accepted the connection and never answered: woken as the job
+    ended, a stopped process fires late and finds this rank gone), which was held up, not cut off;
+    where the other does not name this rank, it was aborting the job when this rank asked (a
     waiting rank, not one to look at)."""
     theirs = [r for r in rank_list(h["no_answer"]) if r in fired]
     named_us = [r for r in theirs if h["rank"] in rank_list(fired[r]["no_answer"])]
-    cut = [r for r in named_us if UNREACHABLE in h["report"] and UNREACHABLE in fired[r]["report"]]
-    late = [r for r in named_us if r not in cut and REFUSED in fired[r]["report"]]
-    neither = [r for r in named_us if r not in cut and r not in late]
-    aborting = [r for r in theirs if r not in named_us]
+    stopped = STOPPED in h["report"]
     notes = [f"rank(s) {','.join(map(str, ranks))} {text}" for ranks, text in (
-        (cut, "could not reach this rank either: cut off from each other"),
-        (late, "fired after this rank had ended: held up (stopped or slow), not cut off"),
-        (neither, "found this rank not answering too"),
-        (aborting, "had fired too: aborting, not stopped")) if ranks]
+        ([] if stopped else named_us, "could not reach this rank either: cut off from each other"),
+        (named_us if stopped else [], "fired after this rank had ended: held up (stopped or slow), not cut off"),
+        ([r for r in theirs if r not in named_us], "had fired too: aborting, not stopped")) if ranks]
     return "; ".join([f"{h['no_answer']} ({h['no_answer_hosts']})"] + notes)
 
 

@@ -191,6 +191,14 @@ std::vector<RankAnswer> ProgressBoard::ask(const std::vector<int>& ranks, double
     int open = 0;            // attempts still open
     bool connected = false;  // some attempt connected
     bool started = false;
+    bool unreachable = false;  // some attempt found no route to its host (a link down)
+  };
+  auto no_route = [](int err) {
+    return err == ENETUNREACH || err == EHOSTUNREACH || err == ENETDOWN || err == EHOSTDOWN || err == ETIMEDOUT;
+  };
+  auto ended_or_cut = [](RankAnswer& a, bool unreachable) {  // every attempt failed
+    a.why = unreachable ? "no route to its host (it is unreachable)" : "connection refused (the process has ended?)";
+    a.refused = !unreachable;
   };
   struct Attempt {
     int fd;
@@ -230,13 +238,14 @@ std::vector<RankAnswer> ProgressBoard::ask(const std::vector<int>& ranks, double
       at.sin_addr.s_addr = to.ip[k];
       at.sin_port = htons(uint16_t(to.port));
       if (connect(fd, reinterpret_cast<sockaddr*>(&at), sizeof at) != 0 && errno != EINPROGRESS) {
+        p.unreachable = p.unreachable || no_route(errno);
         ::close(fd);
         continue;
       }
       attempts.push_back({fd, i});
       ++p.open;
     }
-    if (p.open == 0) p.answer.why = "connection refused (the process has ended?)", p.answer.refused = true;
+    if (p.open == 0) ended_or_cut(p.answer, p.unreachable);
   };
   for (;;) {
     // Start peers while there is room, then drop finished attempts.
@@ -268,6 +277,7 @@ std::vector<RankAnswer> ProgressBoard::ask(const std::vector<int>& ranks, double
         socklen_t len = sizeof err;
         getsockopt(a.fd, SOL_SOCKET, SO_ERROR, &err, &len);
         if (err != 0) {
+          p.unreachable = p.unreachable || no_route(err);
           finish(a);
           continue;
         }
@@ -303,11 +313,11 @@ std::vector<RankAnswer> ProgressBoard::ask(const std::vector<int>& ranks, double
   for (Peer& p : peers) {
     if (!p.answer.answered && p.answer.why.empty()) {
       const std::string waited = fmt(wait_s, 1) + " s";
-      p.answer.why = !p.started    ? "not asked: the " + waited + " ran out first"
-                     : p.connected ? "no reply within " + waited + " (a stopped process accepts and never answers)"
-                     : p.open > 0  ? "no connection within " + waited + " (its host is unreachable?)"
-                                   : "connection refused (the process has ended?)";
-      p.answer.refused = p.started && !p.connected && p.open == 0;
+      if (!p.started) p.answer.why = "not asked: the " + waited + " ran out first";
+      else if (p.connected)
+        p.answer.why = "no reply within " + waited + " (a stopped process accepts and never answers)";
+      else if (p.open > 0) p.answer.why = "no connection within " + waited + " (its host is unreachable?)";
+      else ended_or_cut(p.answer, p.unreachable);
     }
     out.push_back(std::move(p.answer));
   }

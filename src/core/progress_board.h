@@ -41,7 +41,7 @@ struct RankAnswer {
   int rank = -1;
   std::string host;  // its hostname, learnt at open()
   bool answered = false;
-  bool refused = false;   // not answered: its host refused the connection (the process has ended)
+  bool refused = false;   // not answered: its host refused every connection (the process has ended)
   RankProgress progress;  // when answered
   std::string why;        // when not: "no reply within 2.0 s", "connection refused", ...
 };
