@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "src/core/check.h"
+#include "src/core/units.h"
 
 namespace llmhpc {
 
@@ -37,11 +38,16 @@ int64_t padded_vocab(int64_t vocab, int tp) {
 }
 
 namespace {
-// A UsageError naming `field` unless `value` divides among `tp` ranks.
+// A UsageError naming `field` unless `value` divides among `tp` ranks, with the sizes of group
+// up to 16 that it does divide among.
 void divided(int64_t value, int tp, const char* field, const char* why) {
-  if (value % tp != 0)
-    throw UsageError(std::string("{") + field + "} " + std::to_string(value) + " does not divide among {tp} " +
-                     std::to_string(tp) + " ranks: " + why);
+  if (value % tp == 0) return;
+  std::vector<std::string> fit;
+  for (int64_t n = 1; n <= 16; ++n)
+    if (value % n == 0) fit.push_back(std::to_string(n));
+  throw UsageError(std::string("{") + field + "} " + std::to_string(value) + " does not divide among {tp} " +
+                   std::to_string(tp) + " ranks: " + why + "; give a {tp} that divides " + std::to_string(value) +
+                   " (" + join(fit, ", ") + ")");
 }
 }  // namespace
 

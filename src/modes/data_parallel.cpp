@@ -43,14 +43,15 @@ void add_data_parallel_options(po::options_description& desc, const ListUse& use
   desc.add_options()(
       "ddp", listable(use, "ddp", sweep ? "none,naive,flat,overlap,bucketed" : "auto"),
       ("gradient synchronisation over ranks: none | naive | flat | overlap | bucketed | auto (" +
-       std::string(sweep ? "bucketed" : "bucketed on several ranks or with --shard-optimizer, none otherwise") + ")" +
-       list + (sweep ? "; none: no communication, the compute-only baseline" : ""))
+       std::string(sweep ? "bucketed"
+                         : "bucketed on several data-parallel ranks or with --shard-optimizer, none otherwise") +
+       ")" + list + (sweep ? "; none: no communication, the compute-only baseline" : ""))
           .c_str())(
       "bucket-mb", listable(use, "bucket-mb", "25"),
       ("bucketed: bucket capacity in MiB, as PyTorch's bucket_cap_mb (a real number > 0)" + list).c_str())(
       "shard-optimizer", listable(use, "shard-optimizer", sweep ? "none" : "auto"),
-      ("what is sharded among the ranks (ZeRO's stages): auto (zero1 on several ranks: the same weights, half the "
-       "optimizer state and time per rank; none on one) | none | broadcast (each rank updates 1/n of the "
+      ("what is sharded among the data-parallel ranks (ZeRO's stages): auto (zero1 on several: the same weights, "
+       "half the optimizer state and time per rank; none on one) | none | broadcast (each rank updates 1/n of the "
        "parameters and broadcasts them, the reference optimizer-sharding study's scheme) | zero1 (ZeRO stage 1: "
        "the optimizer state; gradients reduce-scattered, updated parameters all-gathered) | zero2 (stage 2: the "
        "gradients and fp32 master weights too; each unit of the model, the embedding, a layer or the head, "

@@ -267,7 +267,8 @@ void add_options(po::options_description& desc) {
   add_duration_option(ddp, "steps");
   add_heat_option(ddp);
   add_data_parallel_options(ddp, ListUse{});
-  po::options_description model("Model options (--batch-size is the global batch, shared equally by the ranks)");
+  po::options_description model(
+      "Model options (--batch-size is the global batch, shared equally by the data-parallel ranks)");
   add_model_options(model, ListUse{});
   add_precision_options(model, ListUse{});
   desc.add(ddp).add(model);

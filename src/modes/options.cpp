@@ -44,7 +44,8 @@ void add_model_options(po::options_description& desc, const ListUse& use) {
       "num-heads", text(), "attention heads; must divide --d-model")("vocab-size", text("10000"), "vocabulary size")(
       "context-length", listable(use, "context-length", "128"), ("sequence length T" + list).c_str())(
       "batch-size", listable(use, "batch-size", "4"),
-      ("sequences per step: in ddp and train the global batch, shared equally by the ranks; in bench, "
+      ("sequences per step: in ddp and train the global batch, shared equally by the data-parallel ranks (the "
+       "ranks of a tensor-parallel group take the same); in bench, "
        "profile and memory every rank's own; unused by precision" +
        list)
           .c_str())("rope-theta", text("10000"), "RoPE base");

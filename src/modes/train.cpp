@@ -237,6 +237,14 @@ ModelConfig resolve_config(const TrainOptions& o, const CheckpointInfo* init, st
                        (o.shape_given.num_heads ? "--num-heads" : "--model") +
                        " out (the checkpoint's model is used), or train from scratch without --init");
     }
+    // The heads are the checkpoint's: name it, not an option the user did not give.
+    const int tp = o.parallel.tensor_parallel;
+    if (c.num_heads == trained.num_heads && c.num_heads % tp != 0)
+      throw UsageError("--init '" + o.init + "' holds a model of " + std::to_string(c.num_heads) +
+                       " attention heads, which do not divide among {tp} " + std::to_string(tp) +
+                       " ranks (each takes whole heads, and a checkpoint's heads stay as trained): give a {tp} "
+                       "that divides " +
+                       std::to_string(c.num_heads));
     if (c.rope_theta != trained.rope_theta)
       notes.push_back("RoPE's base is " + fmt_exact(c.rope_theta) + ", not the " + fmt_exact(trained.rope_theta) +
                       " that '" + o.init + "' was trained with: positions are encoded anew");
@@ -443,12 +451,13 @@ void run(ModeContext& ctx, const TrainOptions& o) {
   note_cpu_bf16(ctx, {precision});
   if (sync)
     log_root(
-        rt, "train: %d %sranks of %lld sequence%s each, --ddp %s%s (%zu collective(s) per step)%s\n", dp_rt.world_size,
-        tp > 1 ? "data-parallel " : "", (long long)mine.count, mine.count == 1 ? "" : "s", sync_strategy_name(strategy),
+        rt, "train: %s of %lld sequence%s each, --ddp %s%s (%s per step)%s\n",
+        counted(dp_rt.world_size, tp > 1 ? "data-parallel rank" : "rank").c_str(), (long long)mine.count,
+        mine.count == 1 ? "" : "s", sync_strategy_name(strategy),
         ((strategy == SyncStrategy::Bucketed ? " " + fmt_exact(bucket_mb) + " MiB" : std::string()) +
          (reduce_in_bf16 || grads == GradientDType::BF16 ? ", gradients averaged in bf16" : ""))
             .c_str(),
-        sync->buckets().size(),
+        counted(int64_t(sync->buckets().size()), "collective").c_str(),
         sharding == Sharding::None
             ? ""
             : (std::string(", --shard-optimizer ") + sharding_name(sharding) + ": rank 0 updates " +
@@ -458,6 +467,11 @@ void run(ModeContext& ctx, const TrainOptions& o) {
                (share_copy ? ", --share-weights bf16" : "") +
                (engine == CollectiveEngine::Copy ? ", gradients moved by the copy engines" : ""))
                   .c_str());
+  if (sync && tp > 1 && dp_rt.world_size == 1)
+    log_root(rt,
+             "train: note: --tp %d on %s leaves one data-parallel rank: --ddp and --shard-optimizer share with no "
+             "other (run a multiple of --tp ranks for data parallelism across the groups)\n",
+             tp, counted(rt.world_size, "rank").c_str());
 
   if (tp > 1)
     log_root(rt, "train: tensor parallelism: %s of --tp %d ranks%s, each rank %s of every layer\n",
