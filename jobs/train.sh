@@ -8,14 +8,15 @@
 # Training on a token file: DATA=path/to/tokens.bin sbatch jobs/train.sh
 # MODEL (default small), STEPS (1000), SAVE_EVERY (0: the checkpoint only at the end, or when
 # stopped), INIT (a checkpoint to go on from: its model, its optimizer state, the batches after
-# its step). The schedule, clipping and micro-batches go in EXTRA_ARGS, e.g. EXTRA_ARGS="--lr 6e-4
-# --lr-schedule cosine --lr-warmup-steps 2000 --lr-decay-steps 100000 --clip-grad-norm 1 --grad-accum 4"
-# (give --lr-decay-steps when the job will be resumed: by default decay ends at this run's last
-# step). The checkpoint is $OUT/model.h5. Five minutes before the time limit Slurm sends
+# its step, and the training options it was saved under: the schedule, clipping, batch, seed). The
+# schedule, clipping and micro-batches go in EXTRA_ARGS, e.g. EXTRA_ARGS="--lr 6e-4 --lr-schedule
+# cosine --lr-warmup-steps 2000 --clip-grad-norm 1 --grad-accum 4" (decay ends at the run's last
+# step, STEPS; a checkpoint keeps that end, so the job's later parts need only INIT and STEPS).
+# The checkpoint is $OUT/model.h5. Five minutes before the time limit Slurm sends
 # SIGUSR1 to this script (--signal above), which hands it to the launcher (mpirun and srun pass
 # it to every rank): the ranks stop together after their step and write model.h5, and the
-# log says how to go on in llmhpc's options ("go on with --init F --steps N --lr-decay-steps M":
-# INIT=F STEPS=N sbatch jobs/train.sh, with --lr-decay-steps M in EXTRA_ARGS). The job then ends
+# log says how to go on in llmhpc's options ("go on with --init F --steps N": INIT=F STEPS=N
+# sbatch jobs/train.sh). The job then ends
 # with llmhpc's exit code, 128 + 10 for SIGUSR1, after its report (none where llmhpc did not
 # start: its message says why).
 set -euo pipefail

@@ -120,7 +120,7 @@ void write_parts(const Runtime& rt, const Runtime* tp, const std::string& path, 
     const bool writer = rt.is_root();  // its group's parts make the file
     const int64_t total = ParameterLayout(config).total();
     std::vector<float> whole_params, packed;
-    OptimizerState whole{state.step, state.hyper, {{0, total}}, {}, {}};
+    OptimizerState whole{state.step, state.hyper, {{0, total}}, {}, {}, state.options};
     if (writer) {
       packed = params;
       packed.insert(packed.end(), state.m.begin(), state.m.end());
@@ -144,11 +144,11 @@ void write_parts(const Runtime& rt, const Runtime* tp, const std::string& path, 
 }  // namespace
 
 void save_checkpoint_from_ranks(const Runtime& rt, const std::string& path, TransformerLM& model, const AdamW& opt,
-                                const SyncPlan& plan, const Runtime* tp) {
+                                const SyncPlan& plan, const Runtime* tp, const std::string& options) {
   model.wait_parameters();  // on every rank, so that no rank's all-gathers wait on the others' progress
   OptimizerState mine = host_state(opt);
   const int64_t total = model.layout().total();
-  OptimizerState whole{mine.step, mine.hyper, {{0, total}}, {}, {}};
+  OptimizerState whole{mine.step, mine.hyper, {{0, total}}, {}, {}, options};
   if (plan.sharding == Sharding::None) {  // rank 0 holds all of it
     whole.m = std::move(mine.m), whole.v = std::move(mine.v);
   } else {
@@ -173,11 +173,11 @@ void save_checkpoint_from_ranks(const Runtime& rt, const std::string& path, Tran
 }
 
 void save_checkpoint_from_shards(const Runtime& rt, const std::string& path, UnitShards& shards, AdamW& opt,
-                                 const Runtime* tp) {
+                                 const Runtime* tp, const std::string& options) {
   opt.allocate_state();  // zeros before the first step, as an unsharded optimizer's
   const int64_t total = opt.model().layout().total();
-  OptimizerState whole{
-      opt.steps_taken(), opt.hyper(), {{0, total}}, shards.gathered(opt.m()), shards.gathered(opt.v())};
+  OptimizerState whole{opt.steps_taken(),        opt.hyper(), {{0, total}}, shards.gathered(opt.m()),
+                       shards.gathered(opt.v()), options};
   const std::vector<float> params = shards.gathered_parameters();
   write_parts(rt, tp, path, opt.model().config(), params, whole);
 }

@@ -138,13 +138,14 @@ ShardGroups make_shard_groups(const Runtime& rt, const std::string& backend, Dev
 // Under tensor parallelism `rt` holds the data-parallel ranks of this rank's part and `tp` the
 // ranks of its tensor-parallel group: the parts are put together into the whole model's
 // tensors, which rank 0 of every rank writes (a file any tp x dp loads). Collective over every rank.
+// `options`: OptimizerState::options.
 void save_checkpoint_from_ranks(const Runtime& rt, const std::string& path, TransformerLM& model, const AdamW& opt,
-                                const SyncPlan& plan, const Runtime* tp = nullptr);
+                                const SyncPlan& plan, const Runtime* tp = nullptr, const std::string& options = "");
 
 // The same file from a run whose parameters are sharded (zero2, zero3): every rank's parts of the
 // parameters, m and v gathered, rank 0 writing. `opt` is the shards' optimizer. Collective.
 void save_checkpoint_from_shards(const Runtime& rt, const std::string& path, UnitShards& shards, AdamW& opt,
-                                 const Runtime* tp = nullptr);
+                                 const Runtime* tp = nullptr, const std::string& options = "");
 // A checkpoint (any run's) into sharded parameters: every rank reads the file and takes its
 // parts of the parameters and, where the file has them, of m and v and the step. Collective.
 void load_checkpoint_into_shards(const std::string& path, UnitShards& shards, AdamW& opt);

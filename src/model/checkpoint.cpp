@@ -73,7 +73,7 @@ void from_host_floats(Device& dev, const Tensor& t, const float* values) {
 }
 
 OptimizerState host_state(const AdamW& opt) {
-  OptimizerState s{opt.steps_taken(), opt.hyper(), opt.owned(), {}, {}};
+  OptimizerState s{opt.steps_taken(), opt.hyper(), opt.owned(), {}, {}, {}};
   if (opt.has_state() && opt.owned_elements() > 0) {
     s.m = to_host_floats(opt.model().device(), opt.m());
     s.v = to_host_floats(opt.model().device(), opt.v());
@@ -102,6 +102,10 @@ CheckpointInfo inspect_checkpoint(const std::string& path) {
     info.config = c;
   }
   info.has_optimizer = h5::exists(f.id(), "optimizer/m") && h5::exists(f.id(), "optimizer/v");
+  if (h5::exists(f.id(), "optimizer")) {
+    h5::Handle g = h5::open_group(f.id(), "optimizer");
+    if (h5::has_attr(g.id(), "options")) info.options = h5::read_attr_string(g.id(), "options");
+  }
   return info;
 }
 
@@ -200,6 +204,7 @@ static void write_checkpoint(const std::string& path, const ModelConfig& c, cons
     h5::write_attr(g.id(), "beta2", state->hyper.beta2);
     h5::write_attr(g.id(), "eps", state->hyper.eps);
     h5::write_attr(g.id(), "weight_decay", state->hyper.weight_decay);
+    if (!state->options.empty()) h5::write_attr(g.id(), "options", state->options);
     m = h5::require_group(g.id(), "m");
     v = h5::require_group(g.id(), "v");
   }

@@ -24,6 +24,9 @@ struct OptimizerState {
   AdamWHyper hyper;
   std::vector<FlatRange> owned;
   std::vector<float> m, v;
+  // The training options the state goes on under, as the run that wrote it took them ("--lr 0.0003
+  // --lr-schedule cosine ..."): a run from the checkpoint takes each it is not given (mode train).
+  std::string options;
 };
 // A device tensor's elements as host floats (fp32 as they are, bf16 widened, fp64 rounded), and
 // host floats into an fp32 or fp64 device tensor (its numel() of them from `values`).
@@ -36,6 +39,7 @@ OptimizerState host_state(const AdamW& opt);
 struct CheckpointInfo {
   std::optional<ModelConfig> config;  // from the root attributes, when they are all there
   bool has_optimizer = false;
+  std::string options;  // OptimizerState::options; "" in a file without them
 };
 
 // Throws UsageError if `path` is missing or is not an HDF5 file with a /params group.

@@ -4,8 +4,9 @@
 // every step in /train/loss with the memory at the reference optimizer-sharding study's three points, and writes --save
 // at the end (the whole optimizer state, however it was sharded), every --save-every steps,
 // and when a signal stops it early (src/core/stop_request.h). A run from a checkpoint draws
-// the batches of the steps after the checkpoint's, so a stopped run resumed with --init trains
-// as the uninterrupted one would have.
+// the batches of the steps after the checkpoint's, and takes the training options the checkpoint
+// keeps where it is not given them, so a stopped run resumed with --init trains as the
+// uninterrupted one would have.
 #include <unistd.h>
 
 #include <algorithm>
@@ -16,6 +17,7 @@
 #include <filesystem>
 #include <limits>
 #include <regex>
+#include <sstream>
 
 #include "src/core/stats.h"
 #include "src/core/stop_request.h"
@@ -199,6 +201,78 @@ TrainOptions parse_options(const po::variables_map& vm, int world_size) {
   if (opt_given(vm, "vocab-size")) o.vocab_size = opt_int(vm, "vocab-size");
   if (opt_given(vm, "rope-theta")) o.rope_theta = opt_double(vm, "rope-theta");
   if (opt_given(vm, "context-length")) o.context_length = opt_positive(vm, "context-length");
+  return o;
+}
+
+// The options a checkpoint written after optimizer step `step` keeps (OptimizerState::options):
+// those that shape the training from there on. The end of decay only while it is still ahead: a
+// run that ended with its decay leaves a checkpoint whose resumption decays anew, to its own end.
+std::string kept_options(const TrainOptions& o, const LrSchedule& s, int64_t step) {
+  std::string out = "--batch-size " + std::to_string(o.batch) + " --data-order " +
+                    (o.order == DataOrder::Random ? "random" : "sequential") + " --seed " + std::to_string(o.seed) +
+                    " --precision " + precision_name(o.precision) + " --lr " + fmt_exact(s.peak) + " --lr-schedule " +
+                    lr_decay_name(s.decay) + " --lr-warmup-steps " + std::to_string(s.warmup_steps);
+  if (s.decay != LrDecay::Constant) {
+    out += " --min-lr " + fmt_exact(s.min);
+    if (s.decay_steps > step) out += " --lr-decay-steps " + std::to_string(s.decay_steps);
+  }
+  return out + " --clip-grad-norm " + (std::isinf(o.clip_grad_norm) ? "inf" : fmt_exact(o.clip_grad_norm)) +
+         " --weight-decay " + fmt_exact(o.hyper.weight_decay) + " --beta1 " + fmt_exact(o.hyper.beta1) + " --beta2 " +
+         fmt_exact(o.hyper.beta2) + " --eps " + fmt_exact(o.hyper.eps);
+}
+
+// Two spellings of one option value: numbers by value (3e-4 is 0.0003), the rest as written.
+bool same_value(const std::string& a, const std::string& b) {
+  char *end_a = nullptr, *end_b = nullptr;
+  const double x = std::strtod(a.c_str(), &end_a), y = std::strtod(b.c_str(), &end_b);
+  const bool numbers = !a.empty() && !b.empty() && *end_a == '\0' && *end_b == '\0';
+  return numbers ? x == y : a == b;
+}
+
+// The command line with --init's kept options (`saved`) in place of those it leaves at their
+// defaults; `notes` say which were taken and which given differ. A given --lr-schedule takes
+// none of the checkpoint's decay (its --min-lr and --lr-decay-steps shaped another curve).
+po::variables_map with_kept_options(const po::variables_map& vm, const std::string& path, const std::string& saved,
+                                    std::vector<std::string>& notes) {
+  po::variables_map out = vm;
+  std::istringstream in(saved);
+  std::string flag, value, taken;
+  while (in >> flag >> value) {
+    const std::string name = flag.substr(2);
+    if ((name == "min-lr" || name == "lr-decay-steps") && opt_given(vm, "lr-schedule")) continue;
+    if (opt_given(vm, name)) {
+      if (!same_value(opt_string(vm, name), value))
+        notes.push_back(flag + " " + opt_string(vm, name) + " as given, not the " + value + " that '" + path +
+                        "' was trained with");
+      continue;
+    }
+    if (!vm.count(name) || !same_value(opt_string(vm, name), value)) taken += " " + flag + " " + value;
+    out.erase(name);
+    out.insert({name, po::variable_value(boost::any(value), false)});
+  }
+  if (!taken.empty())
+    notes.insert(notes.begin(), "as '" + path + "' was trained:" + taken + " (an option given here takes its place)");
+  return out;
+}
+
+// This run's options: from --init on, those the checkpoint keeps fill in what is not given, so
+// that a resumed run needs only --init and --steps to train as the uninterrupted one.
+TrainOptions with_checkpoint_options(const Runtime& rt, const po::variables_map& vm, const TrainOptions& given) {
+  if (given.init.empty()) return given;
+  std::string saved;
+  collective_check(rt, [&] {
+    try {
+      saved = inspect_checkpoint(given.init).options;
+    } catch (const UsageError& e) {  // the file's own message, naming the option it came from
+      throw UsageError(std::string("--init: ") + e.what());
+    }
+  });
+  if (saved.empty()) return given;  // a checkpoint that keeps none
+  std::vector<std::string> notes;
+  const po::variables_map merged = with_kept_options(vm, given.init, saved, notes);
+  for (const std::string& note : notes) log_root(rt, "train: %s\n", note.c_str());
+  TrainOptions o;
+  collective_check(rt, [&] { o = parse_options(merged, rt.world_size); });
   return o;
 }
 
@@ -557,8 +631,9 @@ void run(ModeContext& ctx, const TrainOptions& o) {
   auto save = [&](const std::string& when) {
     model->wait_parameters();  // a sharded step's last all-gathers, before anything reads the weights
     const Runtime* parts = tp > 1 ? &groups.tp : nullptr;  // the tensor-parallel group's other parts
-    if (shards) save_checkpoint_from_shards(dp_rt, o.save, *shards, *opt, parts);
-    else save_checkpoint_from_ranks(dp_rt, o.save, *model, *opt, plan, parts);
+    const std::string kept = kept_options(o, schedule, opt->steps_taken());
+    if (shards) save_checkpoint_from_shards(dp_rt, o.save, *shards, *opt, parts, kept);
+    else save_checkpoint_from_ranks(dp_rt, o.save, *model, *opt, plan, parts, kept);
     log_root(rt, "saved %s (%s; optimizer step %lld)\n", o.save.c_str(), when.c_str(), (long long)opt->steps_taken());
   };
 
@@ -696,16 +771,14 @@ void run(ModeContext& ctx, const TrainOptions& o) {
                             std::to_string(steps);
     save_progress(why);
     if (!o.save.empty()) save("stopped by " + signal_name(stopped_by));
-    log_root(
-        rt, "train: stopped by %s after step %lld of %lld%s; results in %s\n", signal_name(stopped_by).c_str(),
-        (long long)done, (long long)steps,
-        !o.save.empty()
-            ? ("; go on with --init " + o.save + " --steps " + std::to_string(steps - done) +
-               // the end of decay defaults to the run's last step: the resumed run's would differ
-               (schedule.decay != LrDecay::Constant ? " --lr-decay-steps " + std::to_string(schedule.decay_steps) : ""))
-                  .c_str()
-            : " (no --save: the weights are not kept)",
-        ctx.out_dir.c_str());
+    log_root(rt, "train: stopped by %s after step %lld of %lld%s; results in %s\n", signal_name(stopped_by).c_str(),
+             (long long)done, (long long)steps,
+             !o.save.empty()
+                 // the checkpoint keeps the schedule, its end of decay included, and the other options
+                 // that shape the training (kept_options)
+                 ? ("; go on with --init " + o.save + " --steps " + std::to_string(steps - done)).c_str()
+                 : " (no --save: the weights are not kept)",
+             ctx.out_dir.c_str());
     throw Interrupted{stopped_by, why};
   }
   monitor->stop();
@@ -734,7 +807,7 @@ ModeSpec train_mode() {
   return {"train", "train the model on a token file, from scratch or a checkpoint", add_options,
           [](const po::variables_map& vm, int world_size) -> ModeRun {
             const TrainOptions options = parse_options(vm, world_size);
-            return [options](ModeContext& ctx) { run(ctx, options); };
+            return [options, vm](ModeContext& ctx) { run(ctx, with_checkpoint_options(ctx.rt, vm, options)); };
           }};
 }
 

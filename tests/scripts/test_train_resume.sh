@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Training that stops and goes on: a run stopped after step 5 and resumed with --init trains
 # bitwise as the uninterrupted run (the batches and the cosine learning rate go on from the
-# checkpoint's step; zero1 on 2 ranks, random order, the gradients clipped); the same run in
+# checkpoint's step; zero1 on 2 ranks, random order, the gradients clipped), also given only
+# --init and --steps (the checkpoint keeps the options that shape the training, and says them;
+# one given over them is said too); the same run in
 # two micro-batches a step (--grad-accum 2) trains as in one, to rounding, with a lower peak;
 # --save-every rewrites the checkpoint without changing the training; a signal (SIGUSR1
 # through mpirun, SIGTERM and SIGINT to a single process) stops every rank at the same step,
@@ -36,6 +38,12 @@ assert whole >= device and 8 * 16 / ((whole + 0.051) / 1e3) <= tokens <= 8 * 16 
 PY
 run2 part $TRAIN $DP $SCHEDULE --steps 5 --lr-decay-steps 8 --save part.h5
 run2 resumed $TRAIN $DP $SCHEDULE --steps 3 --init part.h5 --save resumed.h5
+run2 resumed_bare --mode train --device cpu --data tokens.bin $DP --steps 3 --init part.h5 --save resumed_bare.h5
+grep -qF "train: as 'part.h5' was trained: --batch-size 8 --lr 0.003 --lr-schedule cosine --lr-warmup-steps 2 --min-lr 0.0001 --lr-decay-steps 8 --clip-grad-norm 0.5 (an option given here takes its place)" resumed_bare.log ||
+  fail "a run given only --init and --steps does not say which of the checkpoint's options it took"
+timeout 60 "$BIN" --mode train --device cpu --data tokens.bin --steps 1 --init part.h5 --lr 1e-3 --out given >given.log 2>&1 &&
+  grep -qF "train: --lr 1e-3 as given, not the 0.003 that 'part.h5' was trained with" given.log ||
+  fail "an option given over the checkpoint's is not said"
 run2 every $TRAIN $DP $SCHEDULE --steps 8 --save-every 3 --save every.h5
 run2 accum $TRAIN $DP $SCHEDULE --steps 8 --grad-accum 2 --save accum.h5
 grep -q "saved every.h5 (every 3 steps; optimizer step 3)" every.log &&
@@ -59,9 +67,11 @@ timeout 60 tail --pid=$pid -f /dev/null || fail "SIGUSR1 did not stop the run wi
 wait $pid
 rc=$?
 [ $rc -ne 0 ] || fail "a run stopped by a signal exited 0"
-grep -qE "train: stopped by SIGUSR1 after step .*; go on with --init usr1.h5 --steps [0-9]+ --lr-decay-steps 1000000; results in" usr1.log ||
-  fail "no stop message, or it does not say where the decay ends"
-run2 usr1_more $TRAIN $DP $SCHEDULE --steps 2 --lr-decay-steps 1000000 --init usr1.h5 --save usr1_more.h5
+grep -qE "train: stopped by SIGUSR1 after step .*; go on with --init usr1.h5 --steps [0-9]+; results in" usr1.log ||
+  fail "no stop message, or it does not say how to go on"
+# The checkpoint keeps where the stopped run's decay ends (its last step), which the next part takes.
+run2 usr1_more --mode train --device cpu --data tokens.bin $DP --steps 2 --init usr1.h5 --save usr1_more.h5
+grep -q -- "--lr-decay-steps 1000000 " usr1_more.log || fail "the stopped run's end of decay did not go on"
 
 # SIGTERM (Slurm's at the time limit) and SIGINT to one process without mpirun: exit 128 + signal.
 for sig in TERM INT; do
@@ -150,6 +160,7 @@ def same(a, b):
 full, part, resumed, every = (datasets(f"{n}.h5") for n in ("full", "part", "resumed", "every"))
 check(int(part["optimizer/step"]) == 5 and int(resumed["optimizer/step"]) == 8, "optimizer steps 5, then 8")
 check(same(resumed, full), "stopped after 5 steps and resumed for 3: bitwise the checkpoint of 8 straight steps")
+check(same(datasets("resumed_bare.h5"), full), "resumed given only --init and --steps: bitwise the same checkpoint")
 check(np.array_equal(train("resumed")[1], train("full")[1][5:]), "the resumed run's losses are steps 6-8 of the straight run's")
 check(train("resumed")[0]["first_step"] == 6, "the resumed run starts at step 6")
 wall, device = train("full", dataset="wall_ms")[1], train("full", dataset="step_ms")[1]

@@ -54,7 +54,8 @@ TEST_F(Checkpoint, RoundTripKeepsParametersAndOptimizerState) {
     opt_a.step();
   }
   const std::string path = temp_path("roundtrip.h5");
-  const OptimizerState state = host_state(opt_a);
+  OptimizerState state = host_state(opt_a);
+  state.options = "--lr 0.003 --lr-schedule cosine";
   save_checkpoint(path, a, &state);
 
   TransformerLM b = make();
@@ -70,6 +71,7 @@ TEST_F(Checkpoint, RoundTripKeepsParametersAndOptimizerState) {
   EXPECT_EQ(info.config->num_layers, 2);
   EXPECT_EQ(info.config->vocab_size, 17);
   EXPECT_TRUE(info.has_optimizer);
+  EXPECT_EQ(info.options, "--lr 0.003 --lr-schedule cosine");
   // The reference model's names and shapes, (out, in), row-major.
   h5::Handle f = h5::open_file(path, h5::Mode::Read);
   EXPECT_EQ(h5::dataset_dims(f.id(), "params/layers.1.ffn.w2.weight"), (std::vector<int64_t>{8, 12}));
