@@ -152,46 +152,59 @@ def node_of(run):
     return (lambda r: f" ({host[r]})" if r in host else "") if len(nodes) > 1 else (lambda r: "")
 
 
-def report_section(runs: list, out_dir: str = ".", steps: bool = False) -> str:
-    """The Stragglers section: one row per record, the ranks named, and with steps=True every
-    step's last rank. Empty when no record of several ranks has arrival times."""
-    rows, named, per_step = [], [], []
+def report_section(runs: list, out_dir: str = ".", steps: bool = False, every: bool = True) -> str:
+    """The Stragglers section: the verdict (the ranks named, or none), then one row per record,
+    and with steps=True every step's last rank. every=False (report.py) keeps only the rows worth
+    reading, the records with a straggler or a rank late by the rule's share, and counts the rest.
+    Empty when no record of several ranks has arrival times."""
+    rows, named, per_step, quiet = [], [], [], 0
     for run in runs:
         where = node_of(run)
         for s in summarize(run):
             names = ", ".join(f"rank {r}{where(r)}" for r, _, _, _ in s["stragglers"]) or "none"
             # Within twice the clocks' uncertainty a lateness says nothing of who came last.
-            blur = "; within the clocks' uncertainty" if s["late_s"] <= 2 * s["uncertainty_s"] else ""
+            blurred = s["late_s"] <= 2 * s["uncertainty_s"]
+            blur = "; within the clocks' uncertainty" if blurred else ""
             chance = "" if np.isnan(s["chance"]) else f"; by chance: {chance_text(s['chance'])}"
-            rows.append(f"| `{run.directory}` | {s['record']} | {s['ranks']} | {s['steps']} | rank {s['most_last']}"
-                        f"{where(s['most_last'])} ({100 * s['share']:.0f}% of steps{chance}) | {_ms(s['late_s'])} "
-                        f"({_pct(s['late_s'], s['step_s'])}{blur}) | {_ms(s['step_s'])} | {s['uncertainty_s'] * 1e6:.1f} "
-                        f"| {names} |")
-            for r, late, share, chance in s["stragglers"]:
+            late = not blurred and s["late_s"] >= LATE_SHARE * s["step_s"]
+            if every or s["stragglers"] or late:
+                rows.append(f"| `{run.directory}` | {s['record']} | {s['ranks']} | {s['steps']} | rank {s['most_last']}"
+                            f"{where(s['most_last'])} ({100 * s['share']:.0f}% of steps{chance}) | {_ms(s['late_s'])} "
+                            f"({_pct(s['late_s'], s['step_s'])}{blur}) | {_ms(s['step_s'])} | "
+                            f"{s['uncertainty_s'] * 1e6:.1f} | {names} |")
+            else:
+                quiet += 1
+            for r, late_s, share, p in s["stragglers"]:
                 named.append(f"- **rank {r}**{where(r)} in `{run.directory}` {s['record']}: last to arrive in "
-                             f"{100 * share:.0f}% of {s['steps']} steps (by chance: {chance_text(chance)}), a median {_ms(late)} ms late "
-                             f"({_pct(late, s['step_s'])} of the median step)")
+                             f"{100 * share:.0f}% of {s['steps']} steps (by chance: {chance_text(p)}), a median "
+                             f"{_ms(late_s)} ms late ({_pct(late_s, s['step_s'])} of the median step)")
             if steps:
                 per_step += [f"| {s['record']} | {p['index']} | {p['step']} | rank {p['last_rank']}{where(p['last_rank'])} "
                              f"| {_ms(p['late_s'])} |"
                              for p in s["per_step"]]
-    if not rows:
+    if not rows and not quiet:
         return ""
-    text = ["Per step, the rank that issued the step's collectives last and how much later than the median "
-            "of the others (the first or the last collective, whichever is later); a straggler is last in at "
-            f"least {100 * LAST_SHARE:.0f}% of the steps, more often than one of equally fast ranks would be "
-            f"with a chance of {CHANCE:g} (binomial), a median of at least {100 * LATE_SHARE:.0f}% of the "
-            "step late, and more than twice the uncertainty of the clocks' offsets (analysis/stragglers.py).", "",
-            "| run | record | ranks | steps | last most often | its median lateness ms (of the step) | median step ms "
-            "| clock uncertainty us | stragglers |",
-            "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"] + rows
     on_cpu = any(str(run.files[0].attrs.get("device_name", "")).startswith("cpu") for run in runs)
-    text += ["", ("Stragglers:" if named else
-                  "Stragglers: none (no rank was consistently late; where the rank last most often shows a chance, "
-                  f"it was late enough and only its share fell short, and a longer run tells: the rule asks "
-                  f"below {CHANCE:g}).")
-             + (" On CPUs whose ranks share cores, lateness comes in the scheduler's time slices (a few ms), "
-                "which can make any rank last." if on_cpu else "")] + named
+    text = [f"Stragglers: {len(named)} named." if named else
+            "Stragglers: none (no rank was consistently late; where the rank last most often shows a chance, "
+            f"it was late enough and only its share fell short, and a longer run tells: the rule asks "
+            f"below {CHANCE:g})."] + named
+    if on_cpu:
+        text += ["", "On CPUs whose ranks share cores, lateness comes in the scheduler's time slices (a few ms), "
+                 "which can make any rank last."]
+    text += ["", "Per step, the rank that issued the step's collectives last and how much later than the median "
+             "of the others (the first or the last collective, whichever is later); a straggler is last in at "
+             f"least {100 * LAST_SHARE:.0f}% of the steps, more often than one of equally fast ranks would be "
+             f"with a chance of {CHANCE:g} (binomial), a median of at least {100 * LATE_SHARE:.0f}% of the "
+             "step late, and more than twice the uncertainty of the clocks' offsets (analysis/stragglers.py)."]
+    if rows:
+        text += ["", "| run | record | ranks | steps | last most often | its median lateness ms (of the step) | "
+                 "median step ms | clock uncertainty us | stragglers |",
+                 "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"] + rows
+    if quiet:
+        text += ["", f"{quiet} {'other ' if rows else ''}record{'s' if quiet != 1 else ''} of several ranks: no rank "
+                 f"late by {100 * LATE_SHARE:.0f}% of the step or more (`python3 analysis/stragglers.py DIR` lists "
+                 "every record)."]
     if per_step:
         text += ["", "| record | step index | step | last rank | late ms |", "| --- | --- | --- | --- | --- |"] + per_step
     return "\n".join(text)

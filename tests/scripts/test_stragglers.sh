@@ -63,7 +63,7 @@ slow train --mode train "${TINY[@]}" --data tokens.bin --batch-size 3 --steps 14
 PYTHONPATH="$ROOT/analysis" "$PY" - <<'EOF' || fail "the straggler rule on made-up arrivals"
 import types
 import numpy as np
-from stragglers import chance_of_last, chance_text, summarize
+from stragglers import chance_of_last, chance_text, report_section, summarize
 
 assert chance_of_last(7, 7, 2) == 0.5 ** 7 and chance_of_last(0, 9, 4) == 1.0
 assert abs(chance_of_last(2, 3, 3) - 7 / 27) < 1e-12  # 3 (1/3)^2 (2/3) + (1/3)^3
@@ -81,7 +81,8 @@ def run_of(steps, late_in, by=0.02):
         return types.SimpleNamespace(rank=rank, ok=True, status="ok", path="ddp/made-up", arrays=arrays)
     recs = [record(0), record(1)]
     files = [types.SimpleNamespace(attrs={"clock_offset_uncertainty_s": 1e-6})] * 2
-    return types.SimpleNamespace(files=files, records=lambda rank=None: recs)
+    return types.SimpleNamespace(files=files, records=lambda rank=None: recs, directory=f"made-up-{by}",
+                                 nodes=lambda: [])
 
 
 for steps, late_in, named in ((3, range(3), False), (8, range(8), True), (15, range(12), False), (15, range(13), True)):
@@ -95,6 +96,13 @@ for steps, late_in, named in ((3, range(3), False), (8, range(8), True), (15, ra
 (s,) = summarize(run_of(60, set(range(60)), by=0.001))
 assert s["most_last"] == 1 and not s["stragglers"] and np.isnan(s["chance"]), s
 print("ok   the rule on made-up arrivals: 3 of 3 and 12 of 15 not named, 8 of 8 and 13 of 15 named")
+# report.py's section: the verdict first; the quiet record counted, not listed (every=True lists it).
+runs = [run_of(8, set(range(8))), run_of(60, set(range(60)), by=0.001)]
+short, whole = report_section(runs, every=False), report_section(runs)
+assert short.startswith("Stragglers: 1 named.\n- **rank 1** in `made-up-0.02`"), short
+assert "`made-up-0.001`" not in short and "1 other record of several ranks: no rank late by 5% of the step" in short, short
+assert "| `made-up-0.001` |" in whole and "other record" not in whole, whole
+print("ok   the report's section: the verdict first, the quiet record counted")
 EOF
 
 if [ $failures -gt 0 ]; then echo "$failures check(s) failed"; exit 1; fi
