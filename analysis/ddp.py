@@ -26,8 +26,11 @@ One group of tables per setup (model, context, global batch, precision, attentio
       prediction takes its own, and b* the line around b* itself (bucket_optimum); without
       --comm, o and w are fitted to the bucketed runs' measured exposed communication (least
       squares, o, w >= 0); a comm run on other ranks than the setup's data-parallel ones is
-      extended to them as a ring (analysis/scaling.py). Predicted against measured per bucket
-      size, and b*;
+      extended to them as a ring (analysis/scaling.py). The measured times are mode comm's
+      back-to-back time per operation, averaged over ranks, fp32 in place. Predicted against
+      measured per bucket size, and b* (with the o and w of the line around it; (i) names
+      another o, of the line through the smallest and largest sizes, a summary), and the bucket
+      sizes whose all-reduce lies outside the sizes measured;
   (f) with --shard-optimizer runs, or PyTorch records that shard: each strategy x sharding
       (none, broadcast, zero1, zero2, zero3) with its step, exposed communication (gradients, and after a
       sharded optimizer the parameters' collectives) and the largest rank's memory after init,
@@ -190,6 +193,23 @@ def state_after_optimizer(run, rank) -> dict:
     return out
 
 
+def cores_shared(run) -> str:
+    """Where a node's ranks ran more threads than the CPUs each may run on, by what the rank files
+    record (cpus_allowed, the same on every rank of the node; cpu_threads, 1 where not recorded):
+    'vm: 4 ranks, 4 threads on 2 CPUs'; '' where none did. Ranks each allowed one CPU count as bound
+    to cores of their own (Open MPI binds no two ranks to one core unless told to overload), and
+    files without cpus_allowed as not sharing."""
+    said = []
+    for host, ranks in run.nodes():
+        files = [rf for rf in run.files if rf.rank in ranks]
+        allowed = {int(rf.attrs.get("cpus_allowed", 0)) for rf in files}
+        threads = sum(int(rf.attrs.get("cpu_threads", 1)) for rf in files)
+        cpus = allowed.pop() if len(allowed) == 1 else 0
+        if cpus > 0 and threads > cpus and (cpus >= 2 or len(files) == 1):
+            said.append(f"{host}: {len(files)} rank{'s' if len(files) > 1 else ''}, {threads} threads on {cpus} CPUs")
+    return "; ".join(said)
+
+
 def load(directories: list, rank) -> tuple:
     """(every run's ddp_summary in one frame, strategies in STRATEGIES order; a line about each run)."""
     frames, notes = [], []
@@ -205,7 +225,7 @@ def load(directories: list, rank) -> tuple:
             frame[column] = [held.get(name, {}).get(column, math.nan) for name in frame["name"]]
         a = run.attrs
         frames.append(frame.assign(run=directory, device_name=a.get("device_name", ""), nodes=len(run.nodes()),
-                                   tf32=bool(run.config.get("tf32", False))))
+                                   tf32=bool(run.config.get("tf32", False)), cores_shared=cores_shared(run)))
         state = "" if run.finished else " (INCOMPLETE: a rank's file says the run did not finish)"
         notes.append(f"llmhpc ddp on {a['device_name']} ({a['hostname']}), {run.describe_ranks()}, backend "
                      f"{a['backend']}; {'every rank pooled' if rank is None else f'rank {rank}'}; git {a['git_sha']}; "
@@ -362,10 +382,12 @@ def allreduce_model(directory: str) -> dict:
         if a["collective"] in scaling.BUS_FACTOR and all(r.ok for r in records):
             sizes.setdefault((a["collective"], a["dtype"] != "float", a["placement"] != "inplace"), []).append(
                 (int(a["bytes"]), operation_time_us(records) / 1e3))
-    kinds = {}
-    for (collective, *_), points in sorted(sizes.items()):
+    kinds, taken = {}, set()
+    for (collective, other_dtype, out_of_place), points in sorted(sizes.items()):
         if len({b for b, _ in points}) >= 2 and collective not in kinds:
             kinds[collective] = sorted(points)
+            taken.add(("fp32" if not other_dtype else "another dtype")
+                      + (", in place" if not out_of_place else ", out of place"))
     if "allreduce" not in kinds:
         raise SchemaError(f"--comm {directory}: no all-reduce measured without error at two sizes or more; o and w "
                           f"need two")
@@ -373,9 +395,10 @@ def allreduce_model(directory: str) -> dict:
     o, w = scaling.line_through(points[0], points[-1])
     measured = "; ".join(f"{c}: " + ", ".join(f"{b / 1e6:g} MB {ms * 1e3:.1f} us" for b, ms in p)
                          for c, p in kinds.items())
-    return dict(o=o, w=w, world_size=run.world_size, kinds=kinds,
+    return dict(o=o, w=w, world_size=run.world_size, kinds=kinds, cores_shared=cores_shared(run),
                 folder=os.path.basename(os.path.normpath(directory)), nodes=len(run.nodes()),
                 source=f"from --comm {directory} ({run.attrs['backend']} on {run.world_size} ranks, {measured}; "
+                       f"each the back-to-back time per operation averaged over ranks, {' / '.join(sorted(taken))}; "
                        f"o and w of the line through the two sizes around each collective's)")
 
 
@@ -548,7 +571,7 @@ def bucket_model_table(g: pd.DataFrame, comm_model, markdown: bool, title: str) 
     model, why = ring_model(g, comm_model)
     if model is None:
         return f"{'### ' if markdown else ''}{head}\n\n{why}"
-    b_star, o, w = bucket_optimum(model, s, ranks)
+    b_star, o, w, pair = optimum_line(model, s, ranks)
     # Every bucket's o and the last one's bytes: n_b all-reduces of s / n_b each (scaling.ring_ms).
     predicted = [scaling.ring_ms("allreduce", s / max(r.buckets, 1), ranks, model, max(r.buckets, 1),
                                  size=s / max(r.buckets, 1)) for _, r in b.iterrows()]
@@ -560,8 +583,15 @@ def bucket_model_table(g: pd.DataFrame, comm_model, markdown: bool, title: str) 
     table = render(head, ["Bucket (MiB)", "Buckets n_b", "Measured Comm (ms)", "Predicted T_over (ms)",
                           "Measured / Predicted", "Comm time (ms)", "Predicted n_b o + s / w (ms)",
                           "Time measured / predicted"], rows, markdown)
+    # Which line o and w are of: (i) gives another o, that of the line through the smallest and largest sizes.
+    line = (f" (the line through the all-reduce's {scaling.megabytes(pair[0])} and {scaling.megabytes(pair[1])}, "
+            f"around b*; each bucket size's prediction takes the line around its own bytes)" if pair else "")
+    beyond = [f"{r.bucket_mb:g} MiB: {scaling.beyond_measured(model, [('allreduce', s / max(r.buckets, 1))])}"
+              for _, r in b.iterrows() if scaling.beyond_measured(model, [("allreduce", s / max(r.buckets, 1))])]
     return (f"{table}\n\ns = {s / MIB:.3f} MiB of gradients per step; at b*: o = {o * 1e3:.2f} us, "
-            f"w = {w * 1e3 / 1e9:.3g} GB/s, {model['source']}.\n{optimum_text(s, o, w)}.")
+            f"w = {w * 1e3 / 1e9:.3g} GB/s{line}, {model['source']}."
+            + (f"\nThe model extrapolates the collectives' run for bucket {'; '.join(beyond)}." if beyond else "")
+            + f"\n{optimum_text(s, o, w)}.")
 
 
 def optimum_text(s: float, o: float, w: float) -> str:
@@ -584,6 +614,12 @@ def bucket_optimum(model: dict, s: float, ranks: int) -> tuple:
     first that falls among its own line's sizes is kept (the first line's reach down to 0, the
     last's up from the largest size); the first line's where none does. A model without measured
     sizes (fitted to the bucket sweep) is one line."""
+    return optimum_line(model, s, ranks)[:3]
+
+
+def optimum_line(model: dict, s: float, ranks: int) -> tuple:
+    """bucket_optimum's (b*, o, w) and the two all-reduce sizes (bytes) of the line they are from;
+    None for a model without measured sizes."""
     sizes = [b for b, _ in (model.get("kinds") or {}).get("allreduce", [])]
     found = []
     for i in range(max(len(sizes) - 1, 1)):
@@ -591,9 +627,9 @@ def bucket_optimum(model: dict, s: float, ranks: int) -> tuple:
         o, w = scaling.allreduce_at(line, ranks)
         b = math.sqrt(s * o * w) if math.isfinite(w) else math.nan  # o = 0: b* = 0, no cost per bucket
         inside = (i == 0 or b >= sizes[i]) and (i >= len(sizes) - 2 or b < sizes[i + 1])
-        found.append((not inside, b, o, w))
-    _, b, o, w = min(found, key=lambda f: f[0])  # min is stable: the first line that holds its b*
-    return b, o, w
+        found.append((not inside, b, o, w, (sizes[i], sizes[i + 1]) if len(sizes) > 1 else None))
+    _, b, o, w, pair = min(found, key=lambda f: f[0])  # min is stable: the first line that holds its b*
+    return b, o, w, pair
 
 
 def stage_model_table(g: pd.DataFrame, comm_model, markdown: bool, title: str) -> str:
@@ -637,6 +673,13 @@ def stage_model_table(g: pd.DataFrame, comm_model, markdown: bool, title: str) -
                    + ["Params predicted (ms)", "Of them waited, predicted (ms)", "Comm time (ms)",
                       "Predicted time (ms)", "Time measured / predicted", "Status"], rows, markdown)
     n0, bus = int(model["world_size"]), scaling.bus_bandwidth(model)
+    # Not the o any prediction takes where sizes were measured: named so, beside (e)'s at b*.
+    points = (model.get("kinds") or {}).get("allreduce", [])
+    whole = (f"; as one line, through the all-reduce's smallest and largest sizes ({scaling.megabytes(points[0][0])} "
+             f"and {scaling.megabytes(points[-1][0])}, a summary, not what the predictions take)"
+             if len(points) >= 2 else "; here one line for every size")
+    beyond = [f"{impl(r)} {r.shard_optimizer}: {scaling.beyond_measured(model, scaling.collective_sizes(r))}"
+              for _, r in sharded.iterrows() if ok(r) and scaling.beyond_measured(model, scaling.collective_sizes(r))]
     return (f"{table}\n\nThe ring model: on k ranks an all-reduce whose buffer is S bytes takes o(k) + 2(k-1)/k S / B, "
             f"a reduce-scatter or all-gather o(k) + (k-1)/k S / B, a broadcast o(k) + S / B, with o(k) = "
             f"o (k-1)/(n0-1). Gradients (s bytes in c collectives): broadcast all-reduces s over the n "
@@ -654,8 +697,9 @@ def stage_model_table(g: pd.DataFrame, comm_model, markdown: bool, title: str) -
             f"zero3 all-gathers each unit before forward and again before backward reads it: every o and the "
             f"embedding's, never less than all of them less Fwd and Bwd (zero1 bf16's broadcasts of the "
             f"fp32 masters counted as all-gathers). Each collective of S bytes takes o and w of the line through "
-            f"the two sizes of it measured around S; over all the all-reduce's sizes, o = {model['o'] * 1e3:.2f} us "
-            f"and B = w 2(n0-1)/n0 = {bus * 1e3 / 1e9:.3g} GB/s (n0 = {n0}), {model['source']}.")
+            f"the two sizes of it measured around S{whole}, o = {model['o'] * 1e3:.2f} us "
+            f"and B = w 2(n0-1)/n0 = {bus * 1e3 / 1e9:.3g} GB/s (n0 = {n0}), {model['source']}."
+            + (f"\nThe model extrapolates the collectives' run for {'; '.join(beyond)}." if beyond else ""))
 
 
 def all_tables(df: pd.DataFrame, torch_records: list, comm_model_for, markdown: bool) -> tuple:

@@ -165,7 +165,7 @@ def build_report(dirs: list, out_dir: str, options: dict, table_only: bool = Fal
         sections.append(("soak", soak.report_section(soaks, out_dir)))
     sections += [(title, body) for title, body in (("device clocks", device_clocks.report_section(runs, out_dir)),
                                                    ("Hangs", hang_section(runs)),
-                                                   ("Stragglers", stragglers.report_section(runs, out_dir)),
+                                                   ("Stragglers", stragglers.report_section(runs, out_dir, every=False)),
                                                    ("Step timeline", timeline.report_section(runs, out_dir))) if body]
     if table_only:
         return "\n\n".join(body for _, body in sections) + "\n"

@@ -2,20 +2,27 @@
 with projections to larger clusters from the ring model of each stage's collectives (the reference DDP
 study's bucket model, extended to the sharded stages); ddp.report_section calls it.
 
-    report(df, comm_models, out_dir) -> markdown: every configuration in one table (tokens/s per GPU
-        against one GPU's, MFU, peak memory, exposed communication beside the ring model's and the
-        collectives' run it was fitted from, under tensor parallelism the wait for the group's
-        collectives), then each series' table; scaling.png (tokens/s per GPU and efficiency against
-        ranks, each measured point's nodes) in out_dir
+    report(df, comm_models, out_dir) -> markdown: the study in short (per layout its efficiency and
+        tokens/s per GPU at the most ranks measured, the fastest layout there, steps within their
+        noise named as a tie, and warnings: the model off, ranks that shared cores), every
+        configuration in one table (tokens/s per GPU against one GPU's, MFU, peak memory, exposed
+        communication beside the ring model's and the collectives' run it was fitted from, with the
+        collectives whose sizes lie outside those that run measured, under tensor parallelism the
+        wait for the group's collectives), then each series' table; scaling.png (tokens/s per GPU and
+        efficiency against ranks, each measured point's nodes; projections where the model is off
+        grey) in out_dir
     On CPU runs the tables and the plot say "per rank" where GPU runs say "per GPU".
 
 A series is one model, context, precision, strategy, bucket size, sharding, tensor parallelism and
 transport measured at two or more rank counts n:
   strong: the same global batch B at every n; speed-up S(n) = T(n0) / T(n) and efficiency
           E(n) = n0 T(n0) / (n T(n)), n0 the fewest ranks measured (1 in scaling.sh);
-  weak:   the same batch per GPU b = B / n at every n (under tensor parallelism each group's
-          tp GPUs share its tp b sequences); the scaled speed-up S(n) = (n / n0) T(n0) / T(n) (n / n0
-          times the work in each step) and efficiency E(n) = n0 S(n) / n = T(n0) / T(n).
+  weak:   the global batch B = b n at every n, b fixed (under tensor parallelism each group's tp
+          GPUs take its tp b sequences together); the scaled speed-up S(n) = (n / n0) T(n0) / T(n)
+          (n / n0 times the work in each step) and efficiency E(n) = n0 S(n) / n = T(n0) / T(n).
+The tables' batch per data-parallel rank is B / (n / tp): a tensor-parallel group's ranks take the
+same sequences. Efficiencies are against the one-rank run, so a layout whose ranks each do their
+share faster than one rank did the whole passes 100%; the tables say so where one does.
 A sharded or tensor-parallel series' n0 = 1 run is the strategy's unsharded one on one rank.
 T is the reference DDP study's step time: the mean over the timed steps of the slowest rank's step.
 Per configuration also tokens/s per GPU, B x context / (T n), and the model FLOPs utilisation,
@@ -30,8 +37,9 @@ in it (the CPU) or has no such rate (fp64).
 Transport: a run folder whose name ends in "-net" ran with NCCL's network transport forced
 (NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1, jobs/scaling.sh NET=1), as the folder name says.
 
-Predictions take the ring model of the collectives from a run of them (llmhpc --mode comm) over the
-same transport (model_for): one on as many nodes as the configuration ran on (the links it used)
+Predictions take the ring model of the collectives from a run of them (llmhpc --mode comm: each
+size's back-to-back time per operation, averaged over ranks, fp32 in place) over the same transport
+(model_for): one on as many nodes as the configuration ran on (the links it used)
 before one on other nodes, then one on its data-parallel ranks, else the most ranks; the study
 table names that run, its ranks and nodes, and marks a configuration whose nodes are not the run's
 (jobs/scaling.sh measures the collectives at every rank count it trains at, placed as those runs).
@@ -104,6 +112,9 @@ MODEL_TRUSTED = (0.67, 1.5)
 # charges every bucket's latency after backward (4.6 ms at xl, 3% of its 135 ms step) where
 # 0.5-0.8 ms were measured (docs/results/scaling.md), which moves a projection by that little.
 MODEL_NEGLIGIBLE = 0.05
+# Two layouts' steps closer than this share of the faster one (or than the step's standard
+# deviation, where larger) tie: which is faster is within what the steps vary by.
+TIE_SHARE = 0.01
 # Dense peak FLOP/s (no 2:4 sparsity) by (device name contains, precision), from the vendors' data
 # sheets (SXM parts; sparse rates halved): bf16 and tf32 on the tensor cores (tf32: fp32 products
 # under --tf32), fp32 without them. The first name contained wins: GB200 before B200, H200 (and
@@ -220,8 +231,11 @@ def series(df: pd.DataFrame, per: str = "GPU"):
                 if rows.world_size.nunique() < 2 or (kind == "weak" and rows.batch_size.nunique() < 2):
                     continue
                 r = rows.iloc[-1]
-                setup = (f"{model_name(r)}, T={r.context_length}, {'global' if kind == 'strong' else f'per-{per}'} "
-                         f"batch {batch:g}, {r.precision}{' bf16-grads' if r.grad_dtype == 'bf16' else ''}")
+                # Weak: the global batch grows as batch x ranks; "per rank" would contradict a
+                # tensor-parallel group, whose ranks all take the group's sequences.
+                size = f"global batch {batch:g}" if kind == "strong" else f"global batch {batch:g} x ranks"
+                setup = (f"{model_name(r)}, T={r.context_length}, {size}, "
+                         f"{r.precision}{' bf16-grads' if r.grad_dtype == 'bf16' else ''}")
                 yield kind, setup, layout(r), rows
 
 
@@ -368,6 +382,62 @@ def stage_comm_ms(row, model: dict, ranks: int | None = None, share: float = 1.0
     return out
 
 
+def collective_sizes(row, ranks: int | None = None) -> list:
+    """[(collective, bytes of one)]: the buffer of each kind of collective stage_comm_ms prices for
+    a configuration (its gradients' and its parameters'); [] where it has none."""
+    tp = int(_attr(row, "tp", 1))
+    measured = int(_attr(row, "world_size", ranks)) // tp
+    n = ranks // tp if ranks else measured
+    if row.ddp == "none" or n < 2:
+        return []
+    stage = str(_attr(row, "shard_optimizer", "none")).split()[0]
+    sharded = stage in ("zero1", "zero2", "zero3")
+    group = int(_attr(row, "shard_group", measured)) if sharded else measured
+    s, c = float(row.comm_bytes_per_step), max(float(row.buckets), 1.0)
+    out = []
+    if 0 < group < measured:  # hybrid: each group's reduce-scatter, then each part's all-reduce
+        s *= group / (group + 1)
+        out.append(("allreduce", s / group / c))
+    out.insert(0, ("reducescatter" if sharded else "allreduce", s / c))
+    p, cp = float(_attr(row, "param_comm_bytes_per_step", 0)), float(_attr(row, "param_collectives_per_step", 0))
+    if stage == "broadcast" and p > 0:
+        out.append(("broadcast", p / max(cp * n / measured, 1.0)))
+    elif sharded and p > 0:
+        out.append(("allgather", p / max(cp, 1.0)))
+    return out
+
+
+def megabytes(nbytes: float) -> str:
+    """Bytes as the collectives' runs name their sizes: '1 MB', '0.064 MB', '5.45 MB'."""
+    return f"{nbytes / 1e6:.3g} MB"
+
+
+def beyond_measured(model: dict, sizes: list) -> str:
+    """Where the ring model extrapolates: for each (collective, bytes) of `sizes` outside the sizes
+    the collectives' run measured of it (at_size's choice: its own, else the all-reduce moving as
+    many bytes), 'its all-reduce of 5.2 MB beyond the measured sizes (largest 1 MB)'; '' where every
+    one lies among them."""
+    kinds, n0, said = model.get("kinds") or {}, int(model["world_size"]), []
+    for collective, nbytes in sizes:
+        measured = collective if len(kinds.get(collective, [])) >= 2 else "allreduce"
+        points = [b for b, _ in kinds.get(measured, [])]
+        if len(points) < 2 or n0 < 2:
+            continue
+        moved = nbytes * (1 if measured == collective else BUS_FACTOR[collective](n0) / BUS_FACTOR["allreduce"](n0))
+        name = COLLECTIVE_NAMES.get(collective, collective)
+        if moved > max(points) * 1.001:
+            said.append(f"its {name} of {megabytes(nbytes)} beyond the measured sizes "
+                        f"(largest {megabytes(max(points))})")
+        elif moved < min(points) / 1.001:
+            said.append(f"its {name} of {megabytes(nbytes)} below the measured sizes "
+                        f"(smallest {megabytes(min(points))})")
+    return "; ".join(dict.fromkeys(said))
+
+
+COLLECTIVE_NAMES = {"allreduce": "all-reduce", "reducescatter": "reduce-scatter", "allgather": "all-gather",
+                    "broadcast": "broadcast"}
+
+
 def projected_step(row, n: int, n_m: int, kind: str, model: dict) -> float:
     """The model's step on n ranks from the measured row at n_m ranks (see the module doc)."""
     share = n_m / n if kind == "strong" else 1.0  # of each rank's measured compute
@@ -384,7 +454,7 @@ class Point(NamedTuple):
     """One rank count of a series, measured or projected."""
     ranks: int
     batch: int
-    gpu_batch: float  # sequences a step per GPU: batch / ranks
+    dp_batch: float  # sequences a step per data-parallel rank: batch / (ranks / tp)
     step_ms: float
     speedup: float
     efficiency: float
@@ -392,6 +462,8 @@ class Point(NamedTuple):
     mfu: float
     source: str
     nodes: int | None = None  # measured: the nodes the run spanned; projected: None
+    origin: str | None = None  # projected: the collectives' run its model was fitted from (fitted_from)
+    trusted: bool = True  # projected: False where the model is off at the most ranks measured
 
 
 def model_for(models: dict, ranks: int, transport_name: str, nodes: int | None = None):
@@ -442,14 +514,15 @@ def efficiency_rows(kind: str, rows: pd.DataFrame, models: dict) -> list:
     base, last = rows.iloc[0], rows.iloc[-1]
     n0, t0 = int(base.world_size), float(base.slowest_step_mean)
 
-    def point(n, batch, t, source, nodes=None):
+    def point(n, batch, t, source, nodes=None, tp=int(last.tp), origin=None, trusted=True):
         speedup = t0 / t * (1 if kind == "strong" else n / n0)
         tokens, mfu = throughput(last, n, batch, t)
-        return Point(n, batch, batch / n, t, speedup, speedup * n0 / n, tokens, mfu, source, nodes)
+        return Point(n, batch, batch / (n // tp), t, speedup, speedup * n0 / n, tokens, mfu, source, nodes, origin,
+                     trusted)
 
     out = [point(int(r.world_size), int(r.batch_size), float(r.slowest_step_mean),
                  "measured" if layout(r) == layout(last) else f"measured (one rank: {layout(r)})",
-                 int(_attr(r, "nodes", 1)))
+                 int(_attr(r, "nodes", 1)), int(r.tp))
            for _, r in rows.iterrows()]
     n_m, t_m = int(last.world_size), float(last.slowest_step_mean)
     nodes_m = int(_attr(last, "nodes", 1))
@@ -466,20 +539,26 @@ def efficiency_rows(kind: str, rows: pd.DataFrame, models: dict) -> list:
             batch = int(last.batch_size) if kind == "strong" else int(last.local_batch_size) * (n // tp)
             out.append(point(n, batch, projected_step(last, n, n_m, kind, model) * scale,
                              f"projection (ring model, o, w from {origin}; "
-                             f"x{scale:.2f} to match the step at {n_m} ranks){doubt}"))
+                             f"x{scale:.2f} to match the step at {n_m} ranks){doubt}", origin=origin,
+                             trusted=not doubt))
             n *= 2
     return out
+
+
+def study_order(ok: pd.DataFrame) -> pd.DataFrame:
+    """ok_runs' configurations with their layout and run folder, in the study table's order."""
+    order = ok.assign(layout=[layout(r) for _, r in ok.iterrows()], folder=[os.path.basename(os.path.normpath(d))
+                                                                            for d in ok.run])
+    return order.sort_values(["transport", "d_model", "num_layers", "context_length", "precision", "tp",
+                              "sequence_parallel", "tp_overlap", "order", "bucket_mb", "shard_optimizer",
+                              "world_size", "batch_size", "folder"], kind="stable")
 
 
 def study_table(df: pd.DataFrame, models: dict, per: str = "GPU") -> str:
     """Every configuration measured, one row each: the study at a glance (see study_note); `per`:
     what the throughput is counted per (unit())."""
     ok = ok_runs(df)
-    order = ok.assign(layout=[layout(r) for _, r in ok.iterrows()], folder=[os.path.basename(os.path.normpath(d))
-                                                                            for d in ok.run])
-    order = order.sort_values(["transport", "d_model", "num_layers", "context_length", "precision", "tp",
-                               "sequence_parallel", "tp_overlap", "order", "bucket_mb", "shard_optimizer",
-                               "world_size", "batch_size", "folder"], kind="stable")
+    order = study_order(ok)
     cells, flagged, any_tp = [], [], bool((order.tp > 1).any())
     for _, r in order.iterrows():
         n, tp, batch, step = int(r.world_size), int(r.tp), int(r.batch_size), float(r.slowest_step_mean)
@@ -506,7 +585,7 @@ def study_table(df: pd.DataFrame, models: dict, per: str = "GPU") -> str:
                       ratio_cell(r.comm_mean, m["grad"]) + ("" if math.isnan(off) else " **model off**")]
                      + ([fmt(r.tp_comm_mean, 3) if tp > 1 else "-"] if any_tp else [])
                      + [f"{fmt(busy, 3)} / {fmt(predicted, 3)}", ratio_cell(busy, predicted),
-                        fitted_from(model, nodes) if communicates else "-"])
+                        predicted_from(model, r, nodes) if communicates else "-"])
     header = (["Run", "Model", "Layout", "Ranks (tp x dp)", "Nodes", "Global batch", "Step (ms)",
                f"Tokens/s per {per}", f"Of one {per}'s", "MFU", "Peak per rank (GiB)",
                "Exposed comm, measured / predicted (ms)", "Exposed comm, ratio"]
@@ -520,10 +599,49 @@ def study_table(df: pd.DataFrame, models: dict, per: str = "GPU") -> str:
         table += (f"\n\n**Model off** (exposed comm measured / predicted outside [{MODEL_TRUSTED[0]}, "
                   f"{MODEL_TRUSTED[1]}], by at least {100 * MODEL_NEGLIGIBLE:.0f}% of the step):\n\n"
                   + "\n".join(f"- {f}" for f in flagged))
+    alone = order[(order.world_size // order.tp == 1) & (order.ddp != "none") & (order.comm_mean > 0)]
+    if not alone.empty:  # a strategy's collectives with no peer still take time: not a link's
+        where = dict.fromkeys(r.folder if r.tp == 1 else f"{r.folder} tp {r.tp}" for _, r in alone.iterrows())
+        table += (f"\n\nAt one data-parallel rank ({', '.join(where)}) the gradients' "
+                  "collectives have no peer: the exposed comm measured there is the strategy's own work around them "
+                  "(the library's call on a group of one rank, which moves nothing over a link, and the passes over "
+                  "the gradients), not time on a network.")
+    above = order[[share_of_one(ok, r) > 1.0005 for _, r in order.iterrows()]]
+    if not above.empty:
+        table += f"\n\n{above_one_note(per)}"
     picks = choices(order, per)
     return (f"### Scaling study: every configuration measured\n\n{study_note(per, stage_tables(ok, models), any_tp)}"
             f"\n\n{table}" + ("\n\nWhich layout, where two or more ran at the same ranks and global batch:\n\n"
                               + "\n".join(picks) if picks else ""))
+
+
+def predicted_from(model: dict, r, nodes: int) -> str:
+    """The study table's Predicted from: the collectives' run (fitted_from), and where a collective of
+    the configuration lies outside the sizes it measured, so (the model extrapolates there)."""
+    beyond = beyond_measured(model, collective_sizes(r))
+    return fitted_from(model, nodes) + (f"; {beyond}" if beyond else "")
+
+
+def share_of_one(ok: pd.DataFrame, r) -> float:
+    """r's tokens/s per GPU over the one-rank run's it is compared with (the study table's Of one GPU's:
+    the same global batch, else the same batch per GPU); NaN where there is none."""
+    n, batch = int(r.world_size), int(r.batch_size)
+    base = one_gpu(ok, r, "batch_size", batch)
+    if base is None:
+        base = one_gpu(ok, r, "gpu_batch", batch / n)
+    if base is None:
+        return math.nan
+    one = ok.loc[base]
+    return (throughput(r, n, batch, float(r.slowest_step_mean))[0]
+            / throughput(one, 1, one.batch_size, one.slowest_step_mean)[0])
+
+
+def above_one_note(per: str) -> str:
+    """Why an efficiency (or a share of one GPU's) can pass 100%: what it is measured against."""
+    return (f"Above 100% (above 1 of one {per}'s): measured against the one-rank run of the same model, unsharded "
+            f"and without tensor parallelism. The n {per}s together stepped more than n times as fast as it: each "
+            f"did its share of the work faster than one {per} did the whole (a smaller part of the model or of the "
+            f"optimizer's state per {per}, e.g. one that fits in faster memory; the rank files do not say which).")
 
 
 def ratio_cell(measured: float, predicted: float) -> str:
@@ -554,33 +672,53 @@ def stage_tables(ok: pd.DataFrame, models: dict) -> str:
     return "all" if have and all(have) else "some" if any(have) else "none"
 
 
-def choices(order: pd.DataFrame, per: str = "GPU") -> list:
-    """Per model, transport, rank count (two or more) and global batch measured under two or more
-    layouts, a line: the fastest layout, and the ones with the least peak memory (within 1% of the
-    least: a tie, every one named) where the fastest's is not the least (within 1% of it too: said so)."""
+def step_noise(r, fastest: float) -> float:
+    """How far a step may lie above the fastest (ms) and still tie with it: its slowest-rank step's
+    standard deviation over the timed steps, at least TIE_SHARE of the fastest step."""
+    std = float(_attr(r, "slowest_step_std", 0.0))
+    return max(std, TIE_SHARE * fastest)
+
+
+def choices(order: pd.DataFrame, per: str = "GPU", ranks: int | None = None) -> list:
+    """Per model, transport, rank count (two or more; only `ranks` where given) and global batch
+    measured under two or more layouts, a line: the fastest layout, or the layouts that tie with it
+    (a step within step_noise of the fastest's, either's), and the ones with the least peak memory
+    (within 1% of the least: a tie, every one named); "also the least memory" only where one layout
+    is both alone."""
     lines = []
     keys = [k for k in MODEL_KEYS if k in order.columns] + ["world_size", "batch_size"]
     for _, g in order.groupby(keys, sort=False, dropna=False):
         if g.layout.nunique() < 2 or int(g.world_size.iloc[0]) < 2:  # on one rank layouts are names only
             continue
+        if ranks is not None and int(g.world_size.iloc[0]) != ranks:
+            continue
         fast, least = g.loc[g.slowest_step_mean.idxmin()], float(g.peak_memory_bytes.min())
+        t = float(fast.slowest_step_mean)
+        ties = g[[r.slowest_step_mean - t <= max(step_noise(r, t), step_noise(fast, t)) for _, r in g.iterrows()]]
+        ties = ties.drop_duplicates("layout").sort_values("slowest_step_mean", kind="stable")
         n, batch = int(fast.world_size), int(fast.batch_size)
-        tokens = throughput(fast, n, batch, float(fast.slowest_step_mean))[0]
+
+        def said(r):
+            tokens = throughput(r, n, batch, float(r.slowest_step_mean))[0]
+            return (f"**{r.layout}** ({fmt(r.slowest_step_mean)} ms, {tokens:,.0f} tokens/s per {per}, peak "
+                    f"{gib(r.peak_memory_bytes)} GiB)")
         line = (f"- {model_name(fast)} T={fast.context_length} {fast.precision}, {n} ranks, global batch {batch}"
-                f"{'' if fast.transport == 'default' else ', network transport'}: fastest **{fast.layout}** "
-                f"({fmt(fast.slowest_step_mean)} ms, {tokens:,.0f} tokens/s per {per}, peak "
-                f"{gib(fast.peak_memory_bytes)} GiB)")
-        if fast.peak_memory_bytes <= least:
+                f"{'' if fast.transport == 'default' else ', network transport'}: ")
+        line += (f"fastest {said(fast)}" if len(ties) == 1 else
+                 f"fastest, a tie within the steps' noise (their standard deviation, at least {100 * TIE_SHARE:g}%): "
+                 + ", ".join(said(r) for _, r in ties.iterrows()))
+        small = g[g.peak_memory_bytes <= 1.01 * least].drop_duplicates("layout")
+        small = small.sort_values("peak_memory_bytes", kind="stable")
+        if len(ties) == 1 and len(small) == 1 and small.layout.iloc[0] == fast.layout:
             line += ", also the least memory"
         else:
-            small = g[(g.peak_memory_bytes <= 1.01 * least) & (g.layout != fast.layout)]
-            small = small.drop_duplicates("layout").sort_values("peak_memory_bytes")
-            named = ", ".join(f"**{s.layout}** ({gib(s.peak_memory_bytes)} GiB, its step "
-                              f"{s.slowest_step_mean / fast.slowest_step_mean:.2f}x the fastest's)"
-                              for _, s in small.iterrows())
+            tied = set(ties.layout)
+            named = ", ".join(
+                f"**{s.layout}** ({gib(s.peak_memory_bytes)} GiB, "
+                + ("tied fastest)" if s.layout in tied and len(tied) > 1 else "the fastest)" if s.layout in tied else
+                   f"its step {s.slowest_step_mean / fast.slowest_step_mean:.2f}x the fastest's)")
+                for _, s in small.iterrows())
             line += f"; least memory{', a tie within 1%:' if len(small) > 1 else ''} {named}"
-            if fast.peak_memory_bytes <= 1.01 * least:
-                line += " (the fastest's peak within 1% of it)"
         lines.append(line)
     return lines
 
@@ -600,7 +738,9 @@ def study_note(per: str, stage: str = "all", tp: bool = False) -> str:
             "Peak per rank: the largest rank's allocator peak. Exposed comm: what the gradients' collectives leave "
             "after backward, plus what waits for the parameters after the optimizer; under sharding the "
             f"parameters' wait inside forward is not in it (the ddp {shown} it); predicted: the ring model's for "
-            f"the same, from a run of the collectives (mode comm: o and w at each collective's size{per_stage}); "
+            f"the same, from a run of the collectives (mode comm: o and w at each collective's size, from the line "
+            f"through the two sizes measured around it, each size's in-place back-to-back time per operation"
+            f"{per_stage}); "
             f"ratio: measured over predicted, **model off** outside [{MODEL_TRUSTED[0]}, {MODEL_TRUSTED[1]}] "
             f"where they differ by {100 * MODEL_NEGLIGIBLE:.0f}% of the step or more. "
             "Comm time: the device time of the step's data-parallel collectives on their stream, hidden or not "
@@ -609,7 +749,8 @@ def study_note(per: str, stage: str = "all", tp: bool = False) -> str:
             "collectives' run both predictions take, its ranks and nodes: over the same transport, on as many nodes "
             "as the configuration (its links) where one ran, then on its data-parallel ranks, else the most ranks "
             "(the ring model extends o and w to other ranks); marked where its nodes are not the configuration's, "
-            "whose links it then did not measure."
+            "whose links it then did not measure, and where a collective's size lies outside those it measured "
+            "(the model extrapolates there)."
             + (" TP wait: what the layers waited for the tensor-parallel group's collectives (tp_comm_ms, the "
                "mean over every rank's steps), inside the step's forward and backward, not added to the step and "
                "not in exposed comm, nor in the ring model's predictions; '-' without tensor parallelism."
@@ -619,7 +760,9 @@ def study_note(per: str, stage: str = "all", tp: bool = False) -> str:
 def plot(all_series: list, path: str, per: str = "GPU") -> str:
     """Tokens/s per GPU (per rank on CPUs: `per`) (top) and efficiency (bottom) against ranks, strong
     scaling left, weak right; all_series: [(kind, setup, layout, points)]. One colour per layout, the
-    same in every panel; projections dashed; where the runs span more than one node, each rank count
+    same in every panel; projections dashed (grey and thin where the ring model is off at the most ranks
+    measured: not to be trusted), the legend naming the collectives' run whose links they assume;
+    where the runs span more than one node, each rank count
     measured with the nodes its runs spanned under it; the legend right of the panels, where it hides
     no line, the figure cut to what it holds."""
     import matplotlib
@@ -653,14 +796,16 @@ def plot(all_series: list, path: str, per: str = "GPU") -> str:
         for row, field in ((0, "tokens_per_gpu"), (1, "efficiency")):
             ax = axes[row, column]
             ax.plot([p.ranks for p in measured], [getattr(p, field) for p in measured], "-", marker=marker, color=c)
-            if len(projected) > 1:
+            if len(projected) > 1:  # where the model is off at the start: grey and thin, not the layout's colour
+                trusted = all(p.trusted for p in projected[1:])
                 ax.plot([p.ranks for p in projected], [getattr(p, field) for p in projected], "--", marker=marker,
-                        mfc="none", color=c)
+                        mfc="none", color=c if trusted else "0.6", lw=None if trusted else 0.8,
+                        ms=None if trusted else 4)
     for column, kind in enumerate(("strong", "weak")):
         ns = sorted({p.ranks for k, _, _, points in all_series if k == kind for p in points})
         common = f"\n{setups[kind][0]}" if len(setups[kind]) == 1 else ""
-        axes[0, column].set_title(f"{kind} scaling ({'fixed global' if kind == 'strong' else f'fixed per-{per}'} "
-                                  f"batch){common}", fontsize="medium")
+        batch = "fixed global batch" if kind == "strong" else "global batch x ranks"
+        axes[0, column].set_title(f"{kind} scaling ({batch}){common}", fontsize="medium")
         for row in (0, 1):
             ax = axes[row, column]
             if ns:
@@ -675,8 +820,15 @@ def plot(all_series: list, path: str, per: str = "GPU") -> str:
     axes[0, 0].set_ylabel(f"tokens/s per {per}")
     axes[1, 0].set_ylabel("efficiency (1 = ideal)")
     handles = [Line2D([], [], color=color[n], marker="s" if "tp " in n else "o", label=n) for n in names]
-    handles += [Line2D([], [], color="grey", ls="--", marker="o", mfc="none", label="projection (ring model)"),
-                Line2D([], [], color="grey", ls=":", label="ideal")]
+    origins = list(dict.fromkeys(p.origin for *_, points in all_series for p in points if p.origin))
+    if origins:  # what every projection assumes: the links that run measured, at any rank count
+        handles.append(Line2D([], [], color="black", ls="--", marker="o", mfc="none",
+                              label="projection (ring model): assumes the links\nmeasured by "
+                              + "\nand ".join(origins)))
+    if any(not p.trusted for *_, points in all_series for p in points):
+        handles.append(Line2D([], [], color="0.6", ls="--", lw=0.8, marker="o", ms=4, mfc="none",
+                              label="projection where the model is off:\nnot to be trusted"))
+    handles.append(Line2D([], [], color="grey", ls=":", label="ideal"))
     if not label_nodes:  # else each rank count's ticks say it
         handles.append(Line2D([], [], ls="none", label=f"measured on {nodes_text(min(node_counts, default=1))}"))
     fig.tight_layout()
@@ -692,44 +844,113 @@ def name(setups: dict, kind: str, setup: str, lay: str) -> str:
     return lay if len(setups[kind]) == 1 else f"{setup}, {lay}"
 
 
-def caption(kind: str, n0: int, per: str) -> str:
-    """A series table's definitions: speed-up and efficiency against the step T(n0) on n0 ranks."""
+def caption(kind: str, n0: int, per: str, tp: int = 1) -> str:
+    """A series table's definitions: speed-up and efficiency against the step T(n0) on n0 ranks; the
+    batch per data-parallel rank (tp: the series' tensor-parallel size)."""
     t0, over = f"T({n0})", "n" if n0 == 1 else f"(n / {n0})"
     efficiency = "speed-up / n" if n0 == 1 else f"speed-up x {n0} / n"
+    batch = (" Batch per data-parallel rank: the global batch over the n / tp data-parallel ranks (a tensor-parallel "
+             f"group's {tp} ranks take the same sequences)." if tp > 1 else "")
     if kind == "strong":
         return (f"Speed-up: {t0} / T(n), the step on {'one rank' if n0 == 1 else f'{n0} ranks'} over the step on n; "
-                f"efficiency: {efficiency}. T: the mean of the slowest rank's step.")
+                f"efficiency: {efficiency}. T: the mean of the slowest rank's step.{batch}")
     return (f"Speed-up: scaled, {over} {t0} / T(n): n ranks do {over} times the work of "
-            f"{'one' if n0 == 1 else n0} in each step (the same batch per {per}), in T(n) against {t0}; efficiency: "
-            f"{efficiency} = {t0} / T(n). T: the mean of the slowest rank's step.")
+            f"{'one' if n0 == 1 else n0} in each step (the global batch grows with n), in T(n) against {t0}; "
+            f"efficiency: {efficiency} = {t0} / T(n). T: the mean of the slowest rank's step.{batch}")
+
+
+def shared_cores(ok: pd.DataFrame, models: dict) -> str:
+    """A warning where ranks shared cores (ddp.load's and ddp.allreduce_model's cores_shared, from
+    what the rank files record): the runs and what each node held; '' where none did."""
+    runs = {}
+    for _, r in ok.iterrows():
+        if str(_attr(r, "cores_shared", "")):
+            runs.setdefault(os.path.basename(os.path.normpath(r.run)), r.cores_shared)
+    for m in models.values():
+        if m.get("cores_shared"):
+            runs.setdefault(m.get("folder", "?"), m["cores_shared"])
+    if not runs:
+        return ""
+    return ("**Ranks shared cores** in " + "; ".join(f"{run} ({what})" for run, what in runs.items())
+            + ": those points measure the ranks' contention for the cores, not scaling, and the collectives' times "
+              "there wait for time slices.")
+
+
+def summary(found: list, all_series: list, ok: pd.DataFrame, models: dict, per: str) -> str:
+    """The study in a few lines: per layout (and model), the efficiency and tokens/s per GPU at the
+    most ranks measured, strong and weak; the fastest layout there (choices: ties named as ties);
+    where the model is off, and where ranks shared cores."""
+    lines, by_layout, above = [], {}, False
+    models_named = len({(model_name(rows.iloc[-1]), int(rows.iloc[-1].context_length), rows.iloc[-1].precision)
+                         for *_, rows in found}) > 1
+    for (kind, setup, lay, points), (*_, rows) in zip(all_series, found):
+        last = [p for p in points if p.source.startswith("measured")][-1]
+        above |= last.efficiency > 1.0005
+        r = rows.iloc[-1]
+        name = f"**{lay}**" + (f" ({model_name(r)} T={r.context_length} {r.precision})" if models_named else "")
+        size = setup.split(", ")[2]  # "global batch 4", "global batch 2 x ranks"
+        by_layout.setdefault(name, []).append(
+            f"{kind} ({size}) {100 * last.efficiency:.1f}% at {last.ranks} ranks, {last.tokens_per_gpu:,.0f} "
+            f"tokens/s per {per}")
+    lines += [f"- {name}: " + "; ".join(said) for name, said in by_layout.items()]
+    if above:
+        lines.append(f"- {above_one_note(per)}")
+    order = study_order(ok)
+    most = int(order.world_size.max()) if len(order) else 0
+    picks = choices(order, per, ranks=most)
+    if picks:
+        lines.append(f"- At the most ranks measured ({most}):")
+        lines += ["  " + p for p in picks]
+    off = sum(1 for _, r in order.iterrows() if projection_doubt(r, models)) if models else 0
+    if off:
+        lines.append(f"- The ring model is off for {off} configuration(s) (**model off** below): projections "
+                     "built on it are drawn grey in scaling.png and are not to be trusted.")
+    shared = shared_cores(ok, models)
+    if shared:
+        lines.append(f"- {shared}")
+    return "### Scaling study: in short\n\n" + "\n".join(lines) if lines else ""
 
 
 def report(df: pd.DataFrame, models: dict, out_dir: str) -> str:
-    """The study table, the scaling tables and scaling.png; models: {(world_size, transport):
+    """A summary, the study table, the scaling tables and scaling.png; models: {(world_size, transport):
     ddp.allreduce_model(...)}."""
     per = unit(df)
     parts = [study_table(df, models, per)]
     found = list(series(df, per))
     if not found:
-        return (parts[0] + "\n\nNo series: runs at two or more rank counts with the same global batch or batch per "
-                f"{per}.")
+        shared = shared_cores(ok_runs(df), models)
+        return ((f"{shared}\n\n" if shared else "") + parts[0] + "\n\nNo series: runs at two or more rank counts with "
+                f"the same global batch or batch per {per}.")
     all_series = [(kind, setup, lay, efficiency_rows(kind, rows, models)) for kind, setup, lay, rows in found]
+    parts.insert(0, summary(found, all_series, ok_runs(df), models, per))
     for (kind, setup, lay, points), (*_, rows) in zip(all_series, found):
-        cells = [[p.ranks, "-" if p.nodes is None else p.nodes, p.batch, f"{p.gpu_batch:g}", fmt(p.step_ms),
+        cells = [[p.ranks, "-" if p.nodes is None else p.nodes, p.batch, f"{p.dp_batch:g}", fmt(p.step_ms),
                   fmt(p.speedup), f"{100 * p.efficiency:.1f}%", f"{p.tokens_per_gpu:,.0f}",
                   "-" if math.isnan(p.mfu) else f"{100 * p.mfu:.1f}%", p.source]
                  for p in points]
-        table = markdown_table(["Ranks", "Nodes", "Global batch", f"Batch per {per}", "Step (ms)", "Speed-up",
-                                "Efficiency", f"Tokens/s per {per}", "MFU", "Source"], cells)
+        table = markdown_table(["Ranks", "Nodes", "Global batch", "Batch per data-parallel rank", "Step (ms)",
+                                "Speed-up", "Efficiency", f"Tokens/s per {per}", "MFU", "Source"], cells)
+        last = rows.iloc[-1]
         projected = any(p.source.startswith("projection") for p in points)
-        doubt = projection_doubt(rows.iloc[-1], models) if projected else ""
-        parts.append(f"### Scaling, {kind}: {setup}, {lay}\n\n{caption(kind, points[0].ranks, per)}\n\n{table}"
-                     + (f"\n\n**{doubt}**" if doubt else ""))
+        notes = [f"**{projection_doubt(last, models)}**"] if projected and projection_doubt(last, models) else []
+        model = model_for(models, int(last.world_size) // int(last.tp), last.transport, int(_attr(last, "nodes", 1)))
+        beyond = beyond_measured(model, collective_sizes(last)) if projected and model is not None else ""
+        if beyond:
+            notes.append(f"The projections extrapolate the collectives' run: {beyond}.")
+        if any(p.efficiency > 1.0005 for p in points):
+            notes.append(above_one_note(per))
+        parts.append(f"### Scaling, {kind}: {setup}, {lay}\n\n{caption(kind, points[0].ranks, per, int(last.tp))}"
+                     f"\n\n{table}" + "".join(f"\n\n{n}" for n in notes))
     if not models:
         parts.append("No all-reduce run (llmhpc --mode comm) among the results: no projections.")
     plot(all_series, os.path.join(out_dir, "scaling.png"), per)
-    parts.append(f"![scaling: tokens/s per {per} and efficiency against ranks](scaling.png)")
-    return "\n\n".join(parts)
+    origins = list(dict.fromkeys(p.origin for *_, points in all_series for p in points if p.origin))
+    grey = any(not p.trusted for *_, points in all_series for p in points)
+    parts.append(f"![scaling: tokens/s per {per} and efficiency against ranks](scaling.png)"
+                 + (f"\n\nProjections (dashed) assume at every rank count the links the collectives' run they take "
+                    f"measured ({'; '.join(origins)})" + ("; grey: the ring model is off at the most ranks measured, "
+                                                          "not to be trusted." if grey else ".") if origins else ""))
+    return "\n\n".join(p for p in parts if p)
 
 
 if __name__ == "__main__":

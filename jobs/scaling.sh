@@ -40,8 +40,10 @@
 # More ranks than cores (a CPU run on a small machine) need MPIRUN_ARGS="--bind-to none --oversubscribe".
 # The settings are checked before the first run: the job's own (ranks, batches, TP), then llmhpc's
 # options as the runs give them, by a launch of llmhpc that stops once they passed (each TP size
-# at the fewest ranks it runs on, the strong batch; what a run checks only once it starts, such
-# as the backend's own limits, is not), and the job exits 2 saying why.
+# at the fewest ranks it runs on, the strong batch; the collectives' options at the most ranks the
+# job launches, so that a rank count the launcher cannot start, e.g. more ranks than slots, is
+# found before the smaller counts ran; what a run checks only once it starts, such as the
+# backend's own limits, is not), and the job exits 2 saying why.
 #   sbatch jobs/scaling.sh            or   NP=4 bash jobs/scaling.sh
 #   NP=2 DEVICE=cpu SHAPE="--d-model 64 --d-ff 128 --num-layers 2 --num-heads 4" CONTEXTS=32 \
 #     COMM_SIZES=4KB,64KB,1MB OMPI_MCA_mpi_yield_when_idle=1 bash jobs/scaling.sh
@@ -129,7 +131,11 @@ for np in "${!tps_from[@]}"; do
     --precision "$PRECISIONS" --ddp "$STRATEGY" --bucket-mb "$BUCKET" --shard-optimizer "$SHARDINGS" \
     --tp "${tps_from[$np]}" --warmup "$WARMUP" --steps "$STEPS" --heat-s "$HEAT_S" ${EXTRA_ARGS:-}
 done
-if [ "$max_np" -gt 1 ]; then check_options 1 --mode comm --collective "$COMM_COLLECTIVES" --size "$COMM_SIZES"; fi
+# The collectives' options at the most ranks any run takes (a count no TP divides runs nothing):
+# the same launch as the largest runs, so a launcher that cannot start that many says so now.
+most=$(tr ',' '\n' <<<"$RANKS" | awk -v tps="$TP" 'BEGIN { n = split(tps, tp, ",") }
+  { for (i = 1; i <= n; i++) if ($1 % tp[i] == 0 && $1 > most) most = $1 } END { print most + 0 }')
+if [ "$most" -gt 1 ]; then check_options "$most" --mode comm --collective "$COMM_COLLECTIVES" --size "$COMM_SIZES"; fi
 mkdir -p "$OUT"
 echo "scaling: ranks $RANKS, strong global batch $STRONG_BATCH, weak per-rank batch $WEAK_BATCH; results in $OUT"
 # A series of one point has nothing to scale: the report shows it in its table alone. A

@@ -12,7 +12,10 @@ the collectives' run each prediction is fitted from (with its ranks and nodes, m
 not the configuration's: the 2-rank runs set here as if on two nodes), memory to 3 significant digits
 and ties for the least memory named as ties (and "the least memory" only for the least), "per rank" on CPUs,
 scaling.png without an empty margin, the ring model flagged where measured / predicted exposed communication is
-outside [0.67, 1.5] (the study table and the projections built on it), a tensor-parallel ddp run's TP wait beside
+outside [0.67, 1.5] (the study table and the projections built on it, grey in scaling.png), the study in short
+first, layouts within the steps' noise named as a tie, collectives beyond the measured sizes said to be, the batch
+per data-parallel rank under tensor parallelism, efficiencies above 100% explained, ranks that shared cores warned of,
+the one-rank runs' exposed communication said to have no peer, a tensor-parallel ddp run's TP wait beside
 its exposed communication in every table and the breakdown plot, the attention means and bytes saved for backward,
 the training losses, step means after the first step, tokens/s and peak per rank; every plot the report names is a
 PNG of some size.
@@ -28,6 +31,7 @@ import os
 import re
 import shutil
 import sys
+import types
 
 import h5py
 import numpy as np
@@ -294,9 +298,32 @@ def check_scaling(tables, runs, text):
     twos = [r for r in rows_of(study) if r["Ranks (tp x dp)"] == "2" and r["Global batch"] == "4"]
     best = min(float(r["Step (ms)"]) for r in twos)
     (line,) = [l for l in text.splitlines() if l.startswith("- ") and ", 2 ranks, global batch 4: fastest" in l]
-    # Steps equal to the digits printed tie: the one named is any of them.
-    assert any(f"fastest **{r['Layout']}** ({r['Step (ms)']} ms" in line for r in twos if float(r["Step (ms)"]) == best), \
-        (line, best)
+    # Steps equal to the digits printed tie: the one named is any of them; steps within the noise are named
+    # as a tie, the fastest first.
+    fastest = line.split(": fastest", 1)[1].split("; least memory")[0]
+    fastest = fastest.split("at least 1%): ", 1)[1] if "a tie within the steps' noise" in fastest else fastest
+    assert any(fastest.lstrip().startswith(f"**{r['Layout']}** ({r['Step (ms)']} ms") for r in twos
+               if float(r["Step (ms)"]) == best), (line, best)
+    # The section opens with the study in short: each layout's efficiency and tokens/s at the most ranks.
+    ddp_part = text.split("\n## ddp\n")[1]
+    assert ddp_part.lstrip().startswith("### Scaling study: in short"), ddp_part[:300]
+    short = ddp_part.split("### Scaling study: in short")[1].split("\n### ")[0]
+    for kind in ("strong", "weak"):
+        block = text.split(f"### Scaling, {kind}: ")[1].split("\n### ")[0]
+        (last,) = [r for r in rows_of(parse_markdown_tables(block)[0]) if r["Ranks"] == "2" and r["Source"] == "measured"]
+        assert f"{kind} (global batch {'4' if kind == 'strong' else '2 x ranks'}) {last['Efficiency']} at 2 ranks, " \
+            f"{last['Tokens/s per rank']} tokens/s per rank" in short, (kind, last, short)
+    assert "- At the most ranks measured (2):\n  - " in short and "fastest" in short, short
+    # At one rank the collectives have no peer: the exposed comm there is said not to be a network's.
+    assert "At one data-parallel rank (strong-np1, weak-np1) the gradients' collectives have no peer" in text or \
+        "At one data-parallel rank (weak-np1, strong-np1) the gradients' collectives have no peer" in text, text
+    # Which o is which: (e)'s at b*, of the line around it; (i)'s through the smallest and largest sizes; both
+    # from the in-place back-to-back times.
+    assert re.search(r"at b\*: o = [0-9.]+ us, w = [0-9.e+]+ GB/s \(the line through the all-reduce's [0-9.]+ MB and "
+                     r"[0-9.]+ MB, around b\*", text), text
+    assert "as one line, through the all-reduce's smallest and largest sizes (0.004 MB and 1 MB, a summary, not " \
+        "what the predictions take), o = " in text, text
+    assert "each the back-to-back time per operation averaged over ranks, fp32, in place;" in text, text
     study = {r["Run"]: r for r in rows_of(study) if r["Run"] != "ddp"}  # ddp: the strategies' run, 2 ranks
     assert sorted(study) == sorted(f"{k}-np{n}" for k in ("strong", "weak") for n in (1, 2)), sorted(study)
     one_gpu = 4 * 16 / (slowest["strong", 1] / 1e3)
@@ -361,17 +388,54 @@ def check_scaling_nodes(runs, work):
     assert [scaling.gib(b) for b in (26 * 2**20, 2**20, 3 * 2**30)] == ["0.0254", "0.000977", "3.000"]
     rows = scaling.ok_runs(df[(df.world_size == 2) & (df.batch_size == 4)]).iloc[[0, 0, 0]].reset_index(drop=True)
     rows = rows.assign(layout=["fast", "small", "twin"], slowest_step_mean=[10.0, 20.0, 30.0],
-                       peak_memory_bytes=[2_000_000, 1_000_000, 1_005_000])
+                       slowest_step_std=[0.1, 0.1, 0.1], peak_memory_bytes=[2_000_000, 1_000_000, 1_005_000])
     (line,) = scaling.choices(rows, "rank")
     assert "fastest **fast**" in line and "peak 0.00186 GiB" in line and \
         "least memory, a tie within 1%: **small** (0.000931 GiB, its step 2.00x the fastest's), **twin** " \
         "(0.000936 GiB, its step 3.00x the fastest's)" in line, line
-    (line,) = scaling.choices(rows.assign(peak_memory_bytes=[1_000_000, 1_000_000, 2_000_000]), "rank")
+    (line,) = scaling.choices(rows.assign(peak_memory_bytes=[1_000_000, 2_000_000, 3_000_000]), "rank")
     assert line.endswith("also the least memory") and "tokens/s per rank" in line, line
-    # The fastest within 1% of the least, but not the least: the layout with the least is named.
+    # Equal peaks: a tie named as one, not "also the least memory".
+    (line,) = scaling.choices(rows.assign(peak_memory_bytes=[1_000_000, 1_000_000, 2_000_000]), "rank")
+    assert "also the least memory" not in line and line.endswith(
+        "; least memory, a tie within 1%: **fast** (0.000931 GiB, the fastest), **small** (0.000931 GiB, its step "
+        "2.00x the fastest's)"), line
+    # The fastest within 1% of the least, but not the least: both named, the least first.
     (line,) = scaling.choices(rows.assign(peak_memory_bytes=[1_005_000, 1_000_000, 2_000_000]), "rank")
-    assert "also the least memory" not in line and "; least memory **small** (0.000931 GiB" in line and \
-        line.endswith("(the fastest's peak within 1% of it)"), line
+    assert "also the least memory" not in line and "; least memory, a tie within 1%: **small** (0.000931 GiB, its " \
+        "step 2.00x the fastest's), **fast** (0.000936 GiB, the fastest)" in line, line
+    # Steps within the noise (the standard deviation, at least 1%) tie: no one layout is the fastest.
+    tie = rows.assign(slowest_step_mean=[10.0, 10.05, 30.0], peak_memory_bytes=[1_000_000, 1_000_000, 2_000_000])
+    (line,) = scaling.choices(tie, "rank")
+    assert "fastest, a tie within the steps' noise" in line and "**fast** (10.00 ms" in line and \
+        "**small** (10.05 ms" in line and "**twin**" not in line and "also the least memory" not in line and \
+        "(0.000931 GiB, tied fastest), **small** (0.000931 GiB, tied fastest)" in line, line
+    for apart in (tie.assign(slowest_step_mean=[10.0, 10.5, 30.0]),  # 5%: more than the std, more than 1%
+                  tie.assign(slowest_step_mean=[10.0, 10.5, 30.0], slowest_step_std=[0.01, 0.01, 0.01])):
+        (line,) = scaling.choices(apart, "rank")
+        assert "fastest **fast**" in line and "a tie within the steps' noise" not in line, line
+    (line,) = scaling.choices(tie.assign(slowest_step_mean=[10.0, 10.5, 30.0], slowest_step_std=[0.6, 0.1, 0.1]),
+                              "rank")
+    assert "a tie within the steps' noise" in line, line  # within the fastest's std
+    assert scaling.choices(rows, "rank", ranks=4) == [], "only the rank count asked for"
+    # Ranks that shared cores, by what their files record: more threads on a node than the CPUs each may use.
+    def node(count, allowed, threads=1):
+        files = [types.SimpleNamespace(rank=r, attrs=dict(cpus_allowed=allowed, cpu_threads=threads))
+                 for r in range(count)]
+        return types.SimpleNamespace(files=files, nodes=lambda: [("vm", list(range(count)))])
+    assert ddp.cores_shared(node(4, 2)) == "vm: 4 ranks, 4 threads on 2 CPUs"
+    assert ddp.cores_shared(node(1, 2, 4)) == "vm: 1 rank, 4 threads on 2 CPUs"
+    assert ddp.cores_shared(node(2, 2)) == "" and ddp.cores_shared(node(2, 1)) == ""  # 1 CPU each: bound, own cores
+    old = node(2, 2)
+    for f in old.files:
+        del f.attrs["cpus_allowed"]
+    assert ddp.cores_shared(old) == "", "files without cpus_allowed say nothing"
+    shared = df.assign(cores_shared=["vm: 2 ranks, 2 threads on 1 CPUs" if n == 2 else "" for n in df.world_size])
+    text = scaling.report(shared, models, out)
+    short = text.split("### Scaling study: in short")[1].split("\n### ")[0]
+    assert "**Ranks shared cores** in strong-np2 (vm: 2 ranks, 2 threads on 1 CPUs); weak-np2 (vm: 2 ranks, 2 threads " \
+        "on 1 CPUs): those points measure the ranks' contention for the cores, not scaling" in short, short
+    assert "shared cores" not in scaling.report(df, models, out), "no warning where no ranks shared cores"
     check_model_off(df, models, work)
 
 
@@ -403,15 +467,56 @@ def check_model_off(df, models, work):
     (study,) = [rows_of(t) for t in parse_markdown_tables(text) if "Exposed comm, ratio" in t[0]]
     assert {r["Exposed comm, ratio"] for r in study if r["Ranks (tp x dp)"] == "2"} == {"7.00 **model off**"}, study
     assert "the ring model is off by 7.0x here, so projections built on it are not to be trusted" in \
-        text.split("### Scaling study")[1].split("\n### ")[0], text
+        text.split("### Scaling study: every configuration measured")[1].split("\n### ")[0], text
     for kind in ("strong", "weak"):
         block = text.split(f"### Scaling, {kind}: ")[1].split("\n### ")[0]
         assert "**The projections start from 2 ranks, where exposed comm measured" in block and \
             "off by 7.0x here, so projections built on it are not to be trusted.**" in block, block
         rows = [r for r in rows_of(parse_markdown_tables(block)[0]) if r["Source"].startswith("projection")]
         assert rows and all(r["Source"].endswith("**model off: not to be trusted**") for r in rows), rows
+    # scaling.png draws them apart (grey), its caption naming the links every projection assumes.
+    for frame, trusted in ((exact, True), (off, False)):
+        for kind, _, _, rows in scaling.series(frame, "rank"):
+            points = scaling.efficiency_rows(kind, rows, models)
+            ahead = [p for p in points if p.source.startswith("projection")]
+            assert ahead and all(p.trusted == trusted and p.origin.startswith("allreduce-np2: 2 ranks, 1 node")
+                                 for p in ahead), points
+    assert "Projections (dashed) assume at every rank count the links the collectives' run they take measured " \
+        "(allreduce-np2: 2 ranks, 1 node, **not the 2-rank run's 2 nodes**); grey: the ring model is off" in text, text
+    assert "projections built on it are drawn grey in scaling.png" in text.split("### Scaling study: in short")[1] \
+        .split("\n### ")[0], text
     # Otherwise as before: the same projected rows (ranks, steps, efficiencies), only flagged.
     assert [l.split("| projection")[0] for l in text.splitlines() if "| projection" in l] == projected, text
+    # Efficiencies above 100% say what they are measured against, where they appear.
+    fast = exact.copy()
+    fast.loc[fast.world_size == 2, "slowest_step_mean"] = 0.4 * float(
+        fast[(fast.world_size == 1) & (fast.batch_size == 4)].slowest_step_mean.iloc[0])
+    text = scaling.report(fast, models, out)
+    block = text.split("### Scaling, strong: ")[1].split("\n### ")[0]
+    assert "| 125.0% |" in block and "Above 100% (above 1 of one rank's): measured against the one-rank run of the " \
+        "same model, unsharded and without tensor parallelism." in block, block
+    assert "Above 100%" in text.split("### Scaling study: in short")[1].split("\n### ")[0], text
+    slow = exact.copy()
+    slow.loc[slow.world_size == 2, "slowest_step_mean"] = 3 * float(slow[slow.world_size == 1].slowest_step_mean.max())
+    assert "Above 100%" not in scaling.report(slow, models, out), "no such note where no efficiency passes 100%"
+    # The model's sizes: a collective outside those the collectives' run measured is said to be.
+    model = dict(world_size=2, o=0.01, w=1e6, kinds={"allreduce": [(4096, 0.01), (65536, 0.02)]})
+    assert scaling.beyond_measured(model, [("allreduce", 1e6)]) == \
+        "its all-reduce of 1 MB beyond the measured sizes (largest 0.0655 MB)"
+    assert scaling.beyond_measured(model, [("allreduce", 1000)]) == \
+        "its all-reduce of 0.001 MB below the measured sizes (smallest 0.0041 MB)"
+    assert scaling.beyond_measured(model, [("allreduce", 65536), ("allreduce", 4096), ("allgather", 60000)]) == ""
+    # (an all-gather the run did not measure: the all-reduce moving as many bytes, half of them on 2 ranks)
+    assert "its all-gather of 0.2 MB beyond" in scaling.beyond_measured(model, [("allgather", 200000)])
+    big = exact.assign(comm_bytes_per_step=exact.comm_bytes_per_step * 1000)
+    (study,) = [rows_of(t) for t in parse_markdown_tables(scaling.report(big, models, out))
+                if "Exposed comm, ratio" in t[0]]
+    for r in study:
+        cell = r["Predicted from (collectives' run: ranks, nodes)"]
+        assert cell == "-" if r["Ranks (tp x dp)"] == "1" else \
+            re.fullmatch(r"allreduce-np2: 2 ranks, 1 node, \*\*not this run's 2 nodes\*\*; its all-reduce of [0-9.]+ "
+                         r"MB beyond the measured sizes "
+                         r"\(largest 1 MB\)", cell), r
 
 
 def check_tp_ddp(runs, work):
@@ -458,6 +563,14 @@ def check_tp_ddp(runs, work):
             close(r["TP wait (ms)"], waited[key].mean(), f"study {key}: TP wait")
     assert "TP wait: what the layers waited for the tensor-parallel group's collectives" in text and \
         "in none of these columns" not in text, text
+    # A tensor-parallel group's ranks take the same sequences: tp 2 x dp 1 at global batch 4 takes 4 per rank.
+    block = [b for b in text.split("### Scaling, strong: ")[1:] if b.splitlines()[0].endswith(", tp 2")][0]
+    assert "a tensor-parallel group's 2 ranks take the same sequences" in block, block
+    rows = rows_of(parse_markdown_tables(block.split("\n### ")[0])[0])
+    assert [(r["Ranks"], r["Global batch"], r["Batch per data-parallel rank"]) for r in rows if
+            r["Source"].startswith("measured")] == [("1", "4", "4"), ("2", "4", "4")], rows
+    assert all(float(r["Batch per data-parallel rank"]) == int(r["Global batch"]) / (int(r["Ranks"]) // 2)
+               for r in rows if r["Source"].startswith("projection")), rows
 
 
 def check_scaling_png(path):
