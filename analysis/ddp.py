@@ -149,18 +149,28 @@ def _numeric(cell: str) -> bool:
         return cell == "-"
 
 
+def heading(title: str, markdown: bool) -> str:
+    """A table's title as a heading: its first line (the table and the setup); the lines after it,
+    what the columns mean, as a paragraph under the heading, not in it."""
+    head, _, note = title.partition("\n")
+    if not markdown:  # one line, as the text tables' readers take it
+        return f"{head} ({note.rstrip('.')})" if note else head
+    return f"### {head}" + (f"\n\n{note}" if note else "")
+
+
 def render(title: str, header: list, rows: list, markdown: bool) -> str:
-    """A table with a title: markdown, or text in aligned columns; numeric columns right-aligned."""
+    """A table with a title (heading()): markdown, or text in aligned columns; numeric columns
+    right-aligned."""
     rows = [[str(c) for c in r] for r in rows]
     right = [all(_numeric(r[i]) for r in rows) for i in range(len(header))]
     if markdown:
-        lines = [f"### {title}", "", "| " + " | ".join(header) + " |",
+        lines = [heading(title, markdown), "", "| " + " | ".join(header) + " |",
                  "| " + " | ".join("---:" if r else "---" for r in right) + " |"]
         lines += ["| " + " | ".join(r) + " |" for r in rows]
         return "\n".join(lines)
     widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(header)]
     line = lambda cells: "  ".join(c.rjust(w) if r else c.ljust(w) for c, w, r in zip(cells, widths, right)).rstrip()
-    return "\n".join([title, line(header), "  ".join("-" * w for w in widths)] + [line(r) for r in rows])
+    return "\n".join([heading(title, markdown), line(header), "  ".join("-" * w for w in widths)] + [line(r) for r in rows])
 
 
 def setup_title(s: dict) -> str:
@@ -194,18 +204,24 @@ def state_after_optimizer(run, rank) -> dict:
 
 
 def cores_shared(run) -> str:
-    """Where a node's ranks ran more threads than the CPUs each may run on, by what the rank files
-    record (cpus_allowed, the same on every rank of the node; cpu_threads, 1 where not recorded):
-    'vm: 4 ranks, 4 threads on 2 CPUs'; '' where none did. Ranks each allowed one CPU count as bound
-    to cores of their own (Open MPI binds no two ranks to one core unless told to overload), and
-    files without cpus_allowed as not sharing."""
+    """Where a node's ranks ran more threads (cpu_threads, 1 where not recorded) than the CPUs any
+    of them may run on (node_cpus_allowed, the union of their affinity masks): 'vm: 4 ranks, 4
+    threads on 2 CPUs'; '' where none did. Files from before node_cpus_allowed: by cpus_allowed,
+    the same on every rank of the node, ranks each allowed one CPU taken as bound to cores of
+    their own (Open MPI binds no two ranks to one core unless told to overload); files without
+    either as not sharing."""
     said = []
     for host, ranks in run.nodes():
         files = [rf for rf in run.files if rf.rank in ranks]
-        allowed = {int(rf.attrs.get("cpus_allowed", 0)) for rf in files}
         threads = sum(int(rf.attrs.get("cpu_threads", 1)) for rf in files)
-        cpus = allowed.pop() if len(allowed) == 1 else 0
-        if cpus > 0 and threads > cpus and (cpus >= 2 or len(files) == 1):
+        union = {int(rf.attrs["node_cpus_allowed"]) for rf in files if "node_cpus_allowed" in rf.attrs}
+        if union:
+            cpus, shared = max(union), threads > max(union)
+        else:
+            allowed = {int(rf.attrs.get("cpus_allowed", 0)) for rf in files}
+            cpus = allowed.pop() if len(allowed) == 1 else 0
+            shared = cpus > 0 and threads > cpus and (cpus >= 2 or len(files) == 1)
+        if shared:
             said.append(f"{host}: {len(files)} rank{'s' if len(files) > 1 else ''}, {threads} threads on {cpus} CPUs")
     return "; ".join(said)
 
@@ -258,10 +274,10 @@ def strategies_table(g: pd.DataFrame, markdown: bool, title: str) -> str:
                        r.status])
     if not rows:
         return ""
-    return render(f"(a) DDP strategies: {title} (Step Mean and Std: every rank's steps pooled; Slowest Step: the "
+    return render(f"(a) DDP strategies: {title}\nStep Mean and Std: every rank's steps pooled; Slowest Step: the "
                   f"mean over the timed steps of the slowest rank's step; Comm: exposed, what the step waited for after "
                   f"backward; Coll. time: the collectives' own device time, hidden or not, NCCL only"
-                  + (f"; {TP_WAIT_NOTE}" if tp else "") + ")",
+                  + (f"; {TP_WAIT_NOTE}" if tp else "") + ".",
                   ["Impl", "Bucket (MiB)", "Buckets", "Step Mean (ms)", "Step Std (ms)", "Comm Mean (ms)",
                    "Comm Std (ms)", "Comm %"] + (["TP wait Mean (ms)"] if tp else [])
                   + ["Coll. Time (ms)", "Slowest Step (ms)", "MiB/step", "Peak (MiB)", "Status"], rows, markdown)
@@ -284,8 +300,8 @@ def buckets_table(g: pd.DataFrame, markdown: bool, title: str) -> str:
                      fmt(r.collectives_issued_after_backward, 0) if ok(r) else "-", fmt(step),
                      fmt(r.comm_mean)] + ([fmt(r.tp_comm_mean)] if tp else [])
                     + [ratio(naive, step), ratio(overlap, step), r.status])
-    return render(f"(b) bucket sizes: {title} (Slowest Step: the mean over the timed steps of the slowest rank's "
-                  f"step; speed-up = their slowest step / this one" + (f"; {TP_WAIT_NOTE}" if tp else "") + ")",
+    return render(f"(b) bucket sizes: {title}\nSlowest Step: the mean over the timed steps of the slowest rank's "
+                  f"step; speed-up = their slowest step / this one" + (f"; {TP_WAIT_NOTE}" if tp else "") + ".",
                   ["Impl", "Bucket (MiB)", "Buckets", "Issued after bwd", "Slowest Step (ms)", "Exposed Comm (ms)"]
                   + (["TP wait (ms)"] if tp else []) + ["vs naive", "vs overlap", "Status"], rows, markdown)
 
@@ -304,8 +320,8 @@ def overhead_table(g: pd.DataFrame, markdown: bool, title: str) -> str:
     # The clock says what the step's time alone does not: a power-capped GPU that clocks down as it
     # warms makes the first configuration of a run faster, and its clock swings for a few seconds
     # after each configuration's build (llmhpc --heat-s heats every configuration).
-    return render(f"(c) overhead of data parallelism: {title} (none: each rank alone at the local batch; SM MHz: "
-                  f"the lowest rank's median clock" + (f"; {TP_WAIT_NOTE}" if tp else "") + ")",
+    return render(f"(c) overhead of data parallelism: {title}\nnone: each rank alone at the local batch; SM MHz: "
+                  f"the lowest rank's median clock" + (f"; {TP_WAIT_NOTE}" if tp else "") + ".",
                   ["Impl", "Bucket (MiB)", "Slowest Step (ms)", "none (ms)", "Overhead (ms)", "Overhead", "Fwd (ms)",
                    "Bwd (ms)", "Comm (ms)"] + (["TP wait (ms)"] if tp else []) + ["Opt (ms)", "SM MHz", "Status"],
                   rows, markdown)
@@ -360,8 +376,8 @@ def torch_table(g: pd.DataFrame, torch_records: list, markdown: bool, title: str
                      "not run" if r is None else impl(r), fmt(step), ratio(step, torch_step(t))])
     if not rows:
         return "", []
-    return render(f"(d) llmhpc vs PyTorch DistributedDataParallel: {title} (slowest-rank step; ratio = llmhpc / "
-                  f"PyTorch; single = no DDP, against none)",
+    return render(f"(d) llmhpc vs PyTorch DistributedDataParallel: {title}\nThe slowest rank's step; ratio = "
+                  f"llmhpc / PyTorch; single = no DDP, against none.",
                   ["PyTorch setup", "PyTorch", "Bucket (MiB)", "PyTorch Step (ms)", "PyTorch Status", "llmhpc",
                    "llmhpc Step (ms)", "Ratio"], rows, markdown), matching
 
@@ -446,10 +462,11 @@ def sharding_table(g: pd.DataFrame, torch_records: list, markdown: bool, title: 
                     [mib(largest("memory_after_init_bytes")), mib(largest("memory_before_optimizer_bytes")),
                      mib(largest("memory_after_optimizer_bytes")), "-", mib(largest("peak_memory_bytes")), t["status"]])
     fsdp = any(torch_fsdp(t) for t in matching)
-    return render(f"(f) optimizer state sharding: {title} (slowest-rank step; memory: the largest rank's live bytes"
+    return render(f"(f) optimizer state sharding: {title}\nThe slowest rank's step; memory: the largest rank's live "
+                  "bytes"
                   + ("; PyTorch FSDP2: fsdp2 shards parameters, gradients and optimizer state (ZeRO-3), "
                      "fsdp2-noreshard keeps a block's parameters gathered from forward to backward (ZeRO-2-like)"
-                     if fsdp else "") + (f"; {TP_WAIT_NOTE}" if tp else "") + ")",
+                     if fsdp else "") + (f"; {TP_WAIT_NOTE}" if tp else "") + ".",
                   ["Impl", "Bucket (MiB)", "Sharding", "Slowest Step (ms)", "Exposed Comm (ms)"]
                   + (["TP wait (ms)"] if tp else [])
                   + ["After init (MiB)", "Before opt (MiB)", "After opt (MiB)", "Optimizer state (MiB)", "Peak (MiB)",
@@ -474,10 +491,10 @@ def sharding_phases_table(g: pd.DataFrame, markdown: bool, title: str) -> str:
         rows.append([impl(r), bucket_cell(r), r.shard_optimizer, fmt(r.forward_mean), fmt(r.backward_mean),
                      fmt(r.comm_mean)] + ([fmt(r.tp_comm_mean)] if tp else [])
                     + [fmt(r.optimizer_mean), fmt(r.param_comm_mean), fmt(step), vs, r.status])
-    return render(f"(g) where a sharded step goes: {title} (phase means; step: the slowest rank's; Param Comm is "
+    return render(f"(g) where a sharded step goes: {title}\nPhase means; step: the slowest rank's; Param Comm is "
                   "what waits after the optimizer, about 0: the next forward waits for each range of parameters as "
                   "it reaches it, so what the all-gathers did not hide is in Fwd" + (f"; {TP_WAIT_NOTE}" if tp else "")
-                  + ")",
+                  + ".",
                   ["Impl", "Bucket (MiB)", "Sharding", "Fwd (ms)", "Bwd (ms)", "Grad Comm (ms)"]
                   + (["TP wait (ms)"] if tp else [])
                   + ["Opt (ms)", "Param Comm (ms)", "Slowest Step (ms)", "vs unsharded", "Status"], rows, markdown)
@@ -527,11 +544,11 @@ def state_table(g: pd.DataFrame, markdown: bool, title: str) -> str:
         "--shard-group's under zero2 and zero3)"
     if first.precision == "bf16":
         where += f", F = {f:,} read in fp32 under bf16 (the embedding and norm gains)"
-    return render(f"(h) model state per rank by stage: {title} (MiB held between steps: the largest rank's params + "
+    return render(f"(h) model state per rank by stage: {title}\nMiB held between steps: the largest rank's params + "
                   f"grads + optimizer after the optimizer, beside analysis/accounting.py's state_bytes_per_rank; "
                   f"{where}; shards are padded to ranks x 64 elements per unit lane, or to whole pages under "
                   f"--share-weights bf16, so a small model measures a few pages more; FSDP 16P/N: the reference FSDP "
-                  f"model's M_state / N, the state while the gradients exist)",
+                  f"model's M_state / N, the state while the gradients exist.",
                   ["Impl", "Bucket (MiB)", "Sharding", "n", "Model", "Predicted (MiB)", "Measured (MiB)",
                    "Params / Grads / Opt (MiB)", "Measured / Predicted", "FSDP 16P/N (MiB)", "Status"], rows, markdown)
 
@@ -566,11 +583,11 @@ def bucket_model_table(g: pd.DataFrame, comm_model, markdown: bool, title: str) 
     if b.empty or ranks < 2:  # one data-parallel rank: no all-reduce to model
         return ""
     s = float(b.comm_bytes_per_step.iloc[0])
-    head = (f"(e) bucket model T_over(n_b) = n_b o + s / (n_b w): {title} (Comm time: the device time of all the "
-            f"step's all-reduces on their stream, hidden or not (comm_busy_ms, NCCL only), beside n_b o + s / w)")
+    head = (f"(e) bucket model T_over(n_b) = n_b o + s / (n_b w): {title}\nComm time: the device time of all the "
+            f"step's all-reduces on their stream, hidden or not (comm_busy_ms, NCCL only), beside n_b o + s / w.")
     model, why = ring_model(g, comm_model)
     if model is None:
-        return f"{'### ' if markdown else ''}{head}\n\n{why}"
+        return f"{heading(head, markdown)}\n\n{why}"
     b_star, o, w, pair = optimum_line(model, s, ranks)
     # Every bucket's o and the last one's bytes: n_b all-reduces of s / n_b each (scaling.ring_ms).
     predicted = [scaling.ring_ms("allreduce", s / max(r.buckets, 1), ranks, model, max(r.buckets, 1),
@@ -641,17 +658,17 @@ def stage_model_table(g: pd.DataFrame, comm_model, markdown: bool, title: str) -
     sharded = g[(g.shard_optimizer != "none") & (g.ddp != "none")]
     if sharded.empty:
         return ""
-    head = (f"(i) communication model by stage: {title} (Comm: the exposed communication measured, the "
+    head = (f"(i) communication model by stage: {title}\nComm: the exposed communication measured, the "
             f"gradients' collectives after backward plus Param Comm, what waits after the optimizer; the next "
             f"forward waits for the parameters as it reaches them, zero3's forward and backward for each unit's, so "
             f"what their collectives do not hide is in Fwd (and Bwd), not in Comm: Predicted Comm is the gradients' "
             f"collectives alone; Params: the parameters' collectives end to end, and the part Fwd (and Bwd) waits "
             f"for, predicted; Comm time: the device time of all the step's collectives on their stream, hidden or "
             f"not (comm_busy_ms, NCCL only), beside the ring model's for all of them, gradients' and parameters'"
-            + (f"; {TP_WAIT_NOTE}, nor in the ring model" if tp_shown(g) else "") + ")")
+            + (f"; {TP_WAIT_NOTE}, nor in the ring model" if tp_shown(g) else "") + ".")
     model, why = ring_model(g, comm_model)
     if model is None:
-        return f"{'### ' if markdown else ''}{head}\n\n{why}"
+        return f"{heading(head, markdown)}\n\n{why}"
     rows, tp = [], tp_shown(g)
     for _, r in sharded.iterrows():
         dp = int(r.world_size) // int(r.tp)
@@ -708,18 +725,17 @@ def all_tables(df: pd.DataFrame, torch_records: list, comm_model_for, markdown: 
     sections, used = [], set()
     for _, setup in df.groupby("setup", sort=True):
         title = setup_title(setup.iloc[0])
+        g = setup[setup.shard_optimizer == "none"]  # the reference DDP tables compare unsharded strategies
+        if not g.empty:  # (a)-(e), then the sharded stages' (f)-(i)
+            torch_part, matched = torch_table(g, torch_records, markdown, title) if torch_records else ("", [])
+            used |= {id(t) for t in matched}
+            sections += [strategies_table(g, markdown, title), buckets_table(g, markdown, title),
+                         overhead_table(g, markdown, title), torch_part,
+                         bucket_model_table(g, comm_model_for(g), markdown, title)]
         shard_part, shard_matched = sharding_table(setup, torch_records, markdown, title)
         sections += [shard_part, sharding_phases_table(setup, markdown, title), state_table(setup, markdown, title),
                      stage_model_table(setup, comm_model_for(setup), markdown, title)]
         used |= {id(t) for t in shard_matched}
-        g = setup[setup.shard_optimizer == "none"]  # the reference DDP tables compare unsharded strategies
-        if g.empty:
-            continue
-        torch_part, matched = torch_table(g, torch_records, markdown, title) if torch_records else ("", [])
-        used |= {id(t) for t in matched}
-        sections += [strategies_table(g, markdown, title), buckets_table(g, markdown, title),
-                     overhead_table(g, markdown, title), torch_part,
-                     bucket_model_table(g, comm_model_for(g), markdown, title)]
     return [s for s in sections if s], used
 
 

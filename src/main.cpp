@@ -130,10 +130,14 @@ BackendOptions choose_device(const Runtime& rt, const po::variables_map& vm) {
 // core of the host taking turns on it). Rank 0 says so when the binding leaves it a quarter of
 // its share of the host or less: host-side work (the CPU backend's ops, checking a token file)
 // then crawls, and mpirun --bind-to none (as jobs/ launch) lifts it. Collective over the node.
-// Returns the CPUs this rank may run on.
-int set_threads(const Runtime& rt, const po::variables_map& vm) {
-  int allowed = 0;
-  const int share = rt.cpu_share(&allowed);  // first: collective, before any rank can throw
+// Returns the CPUs this rank may run on and those any rank of its node may (the rank files'
+// cpus_allowed and node_cpus_allowed: the report tells ranks that took turns on cores by them).
+struct CpuPlace {
+  int allowed = 0, node_allowed = 0;
+};
+CpuPlace set_threads(const Runtime& rt, const po::variables_map& vm) {
+  int allowed = 0, node_allowed = 0;
+  const int share = rt.cpu_share(&allowed, &node_allowed);  // first: collective, before any rank can throw
   const int64_t asked = opt_nonnegative(vm, "threads");
   const int64_t cores = std::max(1u, std::thread::hardware_concurrency());
   if (asked > cores)
@@ -151,7 +155,7 @@ int set_threads(const Runtime& rt, const po::variables_map& vm) {
                  allowed, (long long)cores, (long long)fair);
   omp_set_num_threads(n);
   openblas_set_num_threads(n);
-  return allowed;
+  return {allowed, node_allowed};
 }
 
 // The output directory this run created, removed again if the run fails before any rank
@@ -342,8 +346,8 @@ int run(Runtime& rt, int argc, char** argv, bool& in_mode) {
   const Runtime::ClockOffset clock = rt.clock_offset();
   Watchdog::instance().set_clock_offset(clock.offset_s);
 
-  int cpus_allowed = 0;
-  collective_check(rt, [&] { cpus_allowed = set_threads(rt, vm); });  // hosts may differ in their cores
+  CpuPlace cpus;
+  collective_check(rt, [&] { cpus = set_threads(rt, vm); });  // hosts may differ in their cores
   Backend backend;
   collective_check(rt, [&] { backend = make_backend(choose_device(rt, vm)); });
   set_fatal_context_device(backend.device->name());
@@ -365,7 +369,8 @@ int run(Runtime& rt, int argc, char** argv, bool& in_mode) {
       broadcast_string(rt.is_root() ? info.start_time + "-" + rt.hostname + "-" + std::to_string(getpid()) : "");
   info.environment = backend.device->environment();
   for (auto& fact : comm_environment()) info.environment.push_back(std::move(fact));
-  info.environment.emplace_back("cpus_allowed", int64_t(cpus_allowed));
+  info.environment.emplace_back("cpus_allowed", int64_t(cpus.allowed));
+  info.environment.emplace_back("node_cpus_allowed", int64_t(cpus.node_allowed));
   for (auto& fact : node_topology(rt)) info.environment.push_back(std::move(fact));
   info.environment.emplace_back("clock_offset_s", clock.offset_s);
   info.environment.emplace_back("clock_offset_uncertainty_s", clock.uncertainty_s);

@@ -33,7 +33,7 @@ Runtime Runtime::init(int* argc, char*** argv) {
   return rt;
 }
 
-int Runtime::cpu_share(int* allowed) const {
+int Runtime::cpu_share(int* allowed, int* node_allowed) const {
   cpu_set_t mine;
   CPU_ZERO(&mine);
   if (sched_getaffinity(0, sizeof mine, &mine) != 0)  // unknown: every CPU of the host
@@ -42,12 +42,16 @@ int Runtime::cpu_share(int* allowed) const {
   std::vector<cpu_set_t> all(static_cast<size_t>(local_size));
   MPI_CHECK(MPI_Allgather(&mine, int(sizeof mine), MPI_BYTE, all.data(), int(sizeof mine), MPI_BYTE, node_comm));
   int sharing = 0;
+  cpu_set_t any;
+  CPU_ZERO(&any);
   for (cpu_set_t& other : all) {
     cpu_set_t both;
     CPU_AND(&both, &mine, &other);
     sharing += CPU_COUNT(&both) > 0;
+    CPU_OR(&any, &any, &other);
   }
   if (allowed) *allowed = CPU_COUNT(&mine);
+  if (node_allowed) *node_allowed = CPU_COUNT(&any);
   return std::max(1, CPU_COUNT(&mine) / std::max(1, sharing));
 }
 

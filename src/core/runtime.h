@@ -60,7 +60,8 @@ struct Runtime {
   // Collective over the node: the CPUs this rank may run on (its affinity mask: a launcher may
   // have bound it, as Open MPI binds each of at most 2 ranks to one core) divided among the
   // node's ranks whose masks overlap it; at least 1. What its thread pool should use.
-  int cpu_share(int* allowed = nullptr) const;
+  // `allowed`: this rank's CPUs; `node_allowed`: those of any rank of the node (their masks' union).
+  int cpu_share(int* allowed = nullptr, int* node_allowed = nullptr) const;
 
   // This rank's steady clock against rank 0's, from `round_trips` round trips to rank 0 (NTP's
   // estimate from the round trip of least delay): rank 0's clock reads this rank's plus

@@ -430,6 +430,15 @@ def check_scaling_nodes(runs, work):
     for f in old.files:
         del f.attrs["cpus_allowed"]
     assert ddp.cores_shared(old) == "", "files without cpus_allowed say nothing"
+    # With the node's union of affinity masks recorded, no guess: 2 ranks bound to 1 CPU each share
+    # one core where the union is 1, and 4 ranks on 4 CPUs of their own do not.
+    def bound(count, threads, union):
+        n = node(count, 1, threads)
+        for f in n.files:
+            f.attrs["node_cpus_allowed"] = union
+        return n
+    assert ddp.cores_shared(bound(2, 1, 1)) == "vm: 2 ranks, 2 threads on 1 CPUs"
+    assert ddp.cores_shared(bound(4, 1, 4)) == "" and ddp.cores_shared(bound(2, 2, 4)) == ""
     shared = df.assign(cores_shared=["vm: 2 ranks, 2 threads on 1 CPUs" if n == 2 else "" for n in df.world_size])
     text = scaling.report(shared, models, out)
     short = text.split("### Scaling study: in short")[1].split("\n### ")[0]
@@ -536,13 +545,14 @@ def check_tp_ddp(runs, work):
     for column, letter in (("TP wait Mean (ms)", "(a)"), ("TP wait (ms)", "(b)"), ("TP wait (ms)", "(c)"),
                            ("TP wait (ms)", "(f)"), ("TP wait (ms)", "(g)")):
         (block,) = [b for b in text.split("\n### ") if b.startswith(letter)]
-        assert "inside Fwd and Bwd and so in the step, not added to them" in block.splitlines()[0], block
+        # the definitions, in the paragraph under the heading
+        assert "inside Fwd and Bwd and so in the step, not added to them" in block.split("\n\n")[1], block
         header, rows = parse_markdown_tables("### " + block)[0]
         for r in (dict(zip(header, r)) for r in rows):
             key = (r["Impl"], r.get("Sharding", "none"))
             close(r[column], waited[key].mean(), f"{letter} {key}: TP wait")
     (block,) = [b for b in text.split("\n### ") if b.startswith("(i)")]
-    assert "TP wait" in block.splitlines()[0], block  # no all-reduce model here: the definition, no table
+    assert "TP wait" in block.split("\n\n")[1], block  # no all-reduce model here: the definition, no table
     assert "Hatched: what the layers waited for the tensor-parallel group's collectives" in text, text
     # The breakdown plot draws the wait: without it (0) the image differs.
     df, _ = ddp.load([runs["tp-ddp"]], None)
