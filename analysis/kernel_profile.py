@@ -263,7 +263,7 @@ def plot(frames: dict, path: str) -> None:
     handles, labels = axes[0, 0].get_legend_handles_labels()
     fig.legend(handles[::-1], labels[::-1], fontsize=8, loc="upper left", bbox_to_anchor=(0.86, 0.95))
     fig.tight_layout(rect=(0, 0, 0.85, 1))
-    fig.savefig(path, dpi=110)
+    fig.savefig(path, dpi=110, bbox_inches="tight")  # the legend's longest name (communication) whole
     plt.close(fig)
 
 

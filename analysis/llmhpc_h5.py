@@ -147,7 +147,7 @@ def peak_cell(status: str, peak, scale: float, decimals: int) -> str:
 # Mode profile: the activity kinds (the `kind` column of /profile_kernels/<label>) and the categories,
 # in the order of kernels/profiler.h.
 PROFILE_KINDS = ("kernel", "memcpy", "memset", "op")
-PROFILE_CATEGORIES = ("matmul", "attention", "norm", "elementwise", "optimizer", "memcpy", "other")
+PROFILE_CATEGORIES = ("matmul", "attention", "norm", "elementwise", "optimizer", "memcpy", "communication", "other")
 
 
 class SchemaError(Exception):

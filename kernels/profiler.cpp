@@ -37,6 +37,7 @@ const char* activity_category(const std::string& name, ActivityKind kind) {
   if (kind == ActivityKind::Memcpy || kind == ActivityKind::Memset) return "memcpy";
   std::string n(name.size(), ' ');
   std::transform(name.begin(), name.end(), n.begin(), [](unsigned char c) { return char(std::tolower(c)); });
+  if (n.rfind("nccl", 0) == 0) return "communication";  // ncclDevKernel_AllReduce_Sum_bf16_RING_LL, ...
   if (contains_any(n, {"gemm", "xmma", "nvjet", "cutlass", "cublas", "splitkreduce", "gemv", "linear_forward",
                        "linear_backward"}))
     return "matmul";

@@ -33,11 +33,12 @@ enum class ActivityKind : int32_t { Kernel = 0, Memcpy = 1, Memset = 2, Op = 3 }
 const char* activity_kind_name(ActivityKind kind);  // "kernel", "memcpy", "memset", "op"
 
 // The categories of the tables and plots, in their order.
-inline constexpr const char* kActivityCategories[] = {"matmul",    "attention", "norm", "elementwise",
-                                                      "optimizer", "memcpy",    "other"};
+inline constexpr const char* kActivityCategories[] = {"matmul",    "attention", "norm",          "elementwise",
+                                                      "optimizer", "memcpy",    "communication", "other"};
 // The category of an activity, from its kind and name: cuBLAS/cuBLASLt/CUTLASS kernels
 // (gemm, xmma, nvjet, cutlass, split-K reductions) and the CPU's linear ops are "matmul",
-// the softmax and flash kernels and the CPU's attention ops "attention", and so on. The one
+// the softmax and flash kernels and the CPU's attention ops "attention", NCCL's kernels (a
+// tensor-parallel group's collectives) "communication", and so on. The one
 // classification: the mode writes it beside each name into the rank files, so the analysis
 // scripts never classify again.
 const char* activity_category(const std::string& name, ActivityKind kind);

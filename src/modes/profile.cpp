@@ -11,10 +11,13 @@
 // trace (--trace) and to the report; the record /profile/<label> holds the step times of both
 // runs and the profiler's tables (names, phases, ranges). Rank 0 prints the report
 // (src/modes/profile_report.h). Without CUPTI (or with --no-cupti) the window has only phases,
-// timed with device events, and the report says so.
+// timed with device events, and the report says so. With --tp each configuration also runs as
+// each rank's part of a tensor-parallel group (every --tp value, the model's sweep inside each):
+// the group's collectives, NCCL's kernels, are activities of category communication.
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <map>
 #include <memory>
 #include <optional>
 #include <set>
@@ -22,6 +25,8 @@
 #include "src/core/nvtx.h"
 #include "src/core/units.h"
 #include "src/io/chrome_trace.h"
+#include "src/model/train_step.h"
+#include "src/modes/data_parallel.h"
 #include "src/modes/model_sweep.h"
 #include "src/modes/options.h"
 #include "src/modes/profile_report.h"
@@ -136,22 +141,76 @@ void add_options(po::options_description& desc) {
       "trace no kernels: time the phases with device events only (the fallback where CUPTI, opened at "
       "run time, cannot be used; LLMHPC_CUPTI_LIBRARY names its library)");
   desc.add(own);
-  add_model_group(desc);
+  po::options_description model("Model options");
+  add_model_options(model, ListUse{});
+  add_precision_options(model, ListUse{});
+  add_tensor_parallel_options(model, ListUse{});
+  desc.add(model);
 }
 
 // Everything profile takes from the command line, parsed and checked once by parse_options
 // before any file or device is touched; run() reads only this.
 struct ProfileOptions {
   StepOptions step;
-  int top = 0;        // kernels listed per phase
-  bool cupti = true;  // --no-cupti: false
+  TensorParallelSweep tps;  // --tp, --sequence-parallel, --tp-overlap
+  std::string backend;      // --backend as given: the tensor-parallel group's collectives
+  int top = 0;              // kernels listed per phase
+  bool cupti = true;        // --no-cupti: false
   // --trace: none; "" for <out>/trace_rank<r>.json; else FILE.json.
   std::optional<std::string> trace;
 };
 
-ProfileOptions parse_options(const po::variables_map& vm, int) {
+// A tensor-parallel layout of the configurations: --tp, with --sequence-parallel and --tp-overlap
+// above 1.
+struct Layout {
+  int tp = 1;
+  bool sequence_parallel = false;
+  int overlap = 1;
+};
+
+// A configuration's part of the model under tensor parallelism, built for it alone, as mode
+// memory builds it: AdamW after backward, the parts' gradients made whole by the group during it.
+struct PartModel {
+  std::unique_ptr<TransformerLM> model;
+  std::unique_ptr<AdamW> opt;
+
+  TransformerLM& build(const ModelCase& c, const TensorParallelMesh& mesh, const Layout& t, Device& dev, Ops& ops,
+                       uint64_t seed, MemoryPlan memory, Phase phase, Record& rec) {
+    model = std::make_unique<TransformerLM>(
+        TransformerLM::Config{c.model, c.precision, c.attention, memory, 0, GradientStorage::Whole, c.grads,
+                              ParameterStorage::Local, mesh.model_config(t.sequence_parallel, t.overlap)},
+        dev, ops);
+    model->init_parameters(seed);
+    if (phase == Phase::TrainStep) {  // its state now, so that no timed step allocates it
+      opt = std::make_unique<AdamW>(*model, ops, AdamWHyper{});
+      opt->allocate_state();
+    }
+    const AttentionDims dims{c.batch,    c.model.context_length, c.model.num_heads / t.tp, c.model.head_dim(), true,
+                             c.attention};
+    for (const auto& [name, value] : ops.attention_variant(dims, compute_dtype(c.precision))) rec.attr(name, value);
+    set_random_batch(*model, c.batch, c.model.context_length, seed);
+    return *model;
+  }
+  void release() {
+    opt.reset();
+    model.reset();
+  }
+};
+
+ProfileOptions parse_options(const po::variables_map& vm, int world_size) {
   ProfileOptions o;
   o.step = parse_step_options(vm);
+  o.tps = tensor_parallel_sweep(vm);
+  o.backend = opt_string(vm, "backend");
+  for (const ModelCase& c : o.step.cases)
+    for (int tp : o.tps.sizes)
+      for (int overlap : o.tps.overlaps_at(tp))
+        check_tensor_parallel_case(c.model, world_size, tp, o.tps.sequence_parallel_at(tp), overlap,
+                                   c.batch * c.model.context_length);
+  const bool split = *std::max_element(o.tps.sizes.begin(), o.tps.sizes.end()) > 1;
+  if (split && o.step.cuda_graph)
+    throw UsageError(
+        "--cuda-graph records one rank's kernels: --tp's collectives inside each layer cannot be recorded");
   o.top = fits_int(opt_positive(vm, "top"), "top");
   o.cupti = !opt_flag(vm, "no-cupti");
   if (!vm.count("trace")) return o;
@@ -203,88 +262,111 @@ void run(ModeContext& ctx, const ProfileOptions& o) {
       cases.size(), phase_name(phase), (long long)warmup, (long long)steps, (long long)steps,
       profiler->method().c_str(), profiler->note().empty() ? "" : " - ", profiler->note().c_str(), ctx.rt.world_size,
       dev.name().c_str(), graphed ? ", steps replayed from CUDA graphs" : "");
-  Sweep sweep(ctx, "profile", cases.size(),
+  std::vector<Layout> layouts;
+  for (int tp : o.tps.sizes)
+    for (int overlap : o.tps.overlaps_at(tp)) layouts.push_back({tp, o.tps.sequence_parallel_at(tp), overlap});
+  // One layout per --tp, made before the first window: setting up the group's communicator is
+  // not the step's.
+  std::map<int, std::unique_ptr<TensorParallelMesh>> meshes;
+  for (const Layout& t : layouts)
+    if (!meshes.count(t.tp)) meshes[t.tp] = make_tensor_parallel_mesh(ctx.rt, t.tp, o.backend, dev);
+  Sweep sweep(ctx, "profile", cases.size() * layouts.size(),
               {"Model", "ctx", "batch", "prec", "attn", "Untraced", "Traced", "Overhead", "Drift", "Activities/step",
                "Matmul %", "Dropped", "status"});
   auto timer = dev.make_timer(kStepMarks);
-  LiveModel live;
-  for (size_t i = 0; i < cases.size(); ++i) {
-    const ModelCase& c = cases[i];
-    live.release_unless_shared(cases, i);
-    Record rec;
-    rec.group = "profile/" + c.label();
-    add_case_attrs(rec, c, phase, memory, warmup, steps);
-    rec.attr("profiler", profiler->method())
-        .attr("profiler_note", profiler->note())
-        .attr("cuda_graph", int64_t(graphed ? 1 : 0));
-    StepSamples warm, untraced, traced;
-    ProfileReport report(c, steps);
-    const int64_t pid = int64_t(i) + 1;
-    dev.allocator().reset_peak();
-    const SweepStatus status = sweep.run(
-        c.label(), rec,
-        [&] {
-          TransformerLM& model = live.prepare(cases, i, dev, ops, seed, memory, GradientStorage::Whole, phase,
-                                              rec);  // AdamW: a phase of its own
-          std::unique_ptr<GraphedStep> graph;        // --cuda-graph: recorded after the warm-up
-          auto step = [&](StepSamples& into) {
-            NvtxRange range("step");
-            into.add(graph ? graph->run(*timer) : run_step(model, live.optimizer(), phase, *timer));
-          };
-          for (int64_t s = 0; s < warmup; ++s) step(warm);
-          if (graphed)
-            profiler->record_graph([&] {
+  LiveModel live;  // tp 1: one model for the configurations that can share it
+  PartModel part;  // tp above 1: each configuration's own
+  int64_t pid = 0;
+  for (const Layout& t : layouts) {
+    const TensorParallelMesh& mesh = *meshes.at(t.tp);
+    if (t.tp > 1) live.release();
+    for (size_t i = 0; i < cases.size(); ++i) {
+      const ModelCase& c = cases[i];
+      if (t.tp == 1) live.release_unless_shared(cases, i);
+      const std::string label = c.label() + tensor_parallel_label(t.tp, t.sequence_parallel, t.overlap);
+      Record rec;
+      rec.group = "profile/" + label;
+      add_case_attrs(rec, c, phase, memory, warmup, steps);
+      rec.attr("profiler", profiler->method())
+          .attr("profiler_note", profiler->note())
+          .attr("cuda_graph", int64_t(graphed ? 1 : 0))
+          .attr("tp", int64_t(t.tp))
+          .attr("tp_rank", int64_t(mesh.ranks.place.tp_rank))
+          .attr("sequence_parallel", int64_t(t.sequence_parallel ? 1 : 0))
+          .attr("tp_overlap", int64_t(t.overlap));
+      StepSamples warm, untraced, traced;
+      ProfileReport report(c, steps);
+      ++pid;
+      dev.allocator().reset_peak();
+      const SweepStatus status = sweep.run(
+          label, rec,
+          [&] {
+            TransformerLM& model =  // AdamW: a phase of its own
+                t.tp == 1 ? live.prepare(cases, i, dev, ops, seed, memory, GradientStorage::Whole, phase, rec)
+                          : part.build(c, mesh, t, dev, ops, seed, memory, phase, rec);
+            AdamW* opt = t.tp == 1 ? live.optimizer() : part.opt.get();
+            std::unique_ptr<GraphedStep> graph;  // --cuda-graph: recorded after the warm-up
+            auto step = [&](StepSamples& into) {
               NvtxRange range("step");
-              graph = std::make_unique<GraphedStep>(model, live.optimizer(), phase);
-            });
-          for (int64_t s = 0; s < (steps + 1) / 2; ++s) step(untraced);
+              into.add(graph ? graph->run(*timer) : run_step(model, opt, phase, *timer));
+            };
+            for (int64_t s = 0; s < warmup; ++s) step(warm);
+            if (graphed)
+              profiler->record_graph([&] {
+                NvtxRange range("step");
+                graph = std::make_unique<GraphedStep>(model, opt, phase);
+              });
+            for (int64_t s = 0; s < (steps + 1) / 2; ++s) step(untraced);
 
-          RecordStream kernels =
-              ctx.recorder.stream("profile_kernels/" + c.label(), kActivityColumns,
-                                  {{"record", rec.group}, {"profiler", profiler->method()}}, kStreamBufferRows);
-          if (trace) {
-            trace->process_name(pid, c.label() + " (rank " + std::to_string(ctx.rt.rank) + ")");
-            trace->thread_name(pid, kHostPhasesTid, "phases (host)", kHostPhasesTid);
-            trace->thread_name(pid, kDevicePhasesTid, "phases (device)", kDevicePhasesTid);
-          }
-          Collector collector(*profiler, kernels, report, trace.get(), pid);
-          {
-            Window window(*profiler, collector);
-            for (int64_t s = 0; s < steps; ++s) {
-              profiler->set_step(s);
-              step(traced);
+            RecordStream kernels =
+                ctx.recorder.stream("profile_kernels/" + label, kActivityColumns,
+                                    {{"record", rec.group}, {"profiler", profiler->method()}}, kStreamBufferRows);
+            if (trace) {
+              trace->process_name(pid, label + " (rank " + std::to_string(ctx.rt.rank) + ")");
+              trace->thread_name(pid, kHostPhasesTid, "phases (host)", kHostPhasesTid);
+              trace->thread_name(pid, kDevicePhasesTid, "phases (device)", kDevicePhasesTid);
             }
-            window.close();
-          }
-          for (int64_t s = (steps + 1) / 2; s < steps; ++s) step(untraced);
-          report.finish(*profiler);
-          collector.trace_ranges();
-          kernels.close("ok", {{"activities", profiler->activities()}, {"dropped_records", profiler->dropped()}});
+            Collector collector(*profiler, kernels, report, trace.get(), pid);
+            {
+              Window window(*profiler, collector);
+              for (int64_t s = 0; s < steps; ++s) {
+                profiler->set_step(s);
+                step(traced);
+              }
+              window.close();
+            }
+            for (int64_t s = (steps + 1) / 2; s < steps; ++s) step(untraced);
+            report.finish(*profiler);
+            collector.trace_ranges();
+            kernels.close("ok", {{"activities", profiler->activities()}, {"dropped_records", profiler->dropped()}});
 
-          untraced.record(rec, "");
-          traced.record(rec, "traced_");
-          if (warmup > 0) warm.record(rec, "warmup_");
-          record_profiler_tables(rec, *profiler);
-          rec.attr("activities", profiler->activities())
-              .attr("dropped_records", profiler->dropped())
-              .attr("unattributed_activities", profiler->unattributed());
-          if (trace) rec.attr("trace_file", trace->path()).attr("trace_pid", pid);
-          const Overhead o = overhead(untraced, traced);
-          return fmt(o.untraced_ms) + " ms/step untraced, " + fmt(o.traced_ms) + " traced (medians)";
-        },
-        [&](Record& r) {
-          r.attr("peak_memory_bytes", dev.allocator().peak_bytes());
-          if (r.status != "ok") live.release();  // free what it held; the next configuration builds its own model
-        });
-    const bool ok = status.ok();
-    if (ok && ctx.rt.is_root()) report.print(stdout, c.label() + " (rank 0)", top, traced, untraced);
-    const Overhead o = overhead(untraced, traced);
-    sweep.add_row({c.model.name, std::to_string(c.model.context_length), std::to_string(c.batch),
-                   precision_name(c.precision), attention_name(c.attention), fmt(o.untraced_ms), fmt(o.traced_ms),
-                   ok ? fmt(o.pct, 1) + "%" : "-", ok && !std::isnan(o.drift_pct) ? fmt(o.drift_pct, 1) + "%" : "-",
-                   ok && profiler->traces_activities() ? fmt(report.activities_per_step(), 1) : "-",
-                   ok && profiler->traces_activities() ? fmt(report.matmul_pct("step"), 1) : "-",
-                   ok ? std::to_string(profiler->dropped()) : "-", status.column()});
+            untraced.record(rec, "");
+            traced.record(rec, "traced_");
+            if (warmup > 0) warm.record(rec, "warmup_");
+            record_profiler_tables(rec, *profiler);
+            rec.attr("activities", profiler->activities())
+                .attr("dropped_records", profiler->dropped())
+                .attr("unattributed_activities", profiler->unattributed());
+            if (trace) rec.attr("trace_file", trace->path()).attr("trace_pid", pid);
+            const Overhead o = overhead(untraced, traced);
+            return fmt(o.untraced_ms) + " ms/step untraced, " + fmt(o.traced_ms) + " traced (medians)";
+          },
+          [&](Record& r) {
+            r.attr("peak_memory_bytes", dev.allocator().peak_bytes());
+            if (r.status != "ok") live.release();  // free what it held; the next configuration builds its own model
+          });
+      part.release();
+      const bool ok = status.ok();
+      if (ok && ctx.rt.is_root()) report.print(stdout, label + " (rank 0)", top, traced, untraced);
+      const Overhead o = overhead(untraced, traced);
+      sweep.add_row({c.model.name + tensor_parallel_label(t.tp, t.sequence_parallel, t.overlap),
+                     std::to_string(c.model.context_length), std::to_string(c.batch), precision_name(c.precision),
+                     attention_name(c.attention), fmt(o.untraced_ms), fmt(o.traced_ms), ok ? fmt(o.pct, 1) + "%" : "-",
+                     ok && !std::isnan(o.drift_pct) ? fmt(o.drift_pct, 1) + "%" : "-",
+                     ok && profiler->traces_activities() ? fmt(report.activities_per_step(), 1) : "-",
+                     ok && profiler->traces_activities() ? fmt(report.matmul_pct("step"), 1) : "-",
+                     ok ? std::to_string(profiler->dropped()) : "-", status.column()});
+    }
   }
   if (trace) trace->close();
   sweep.print_summary("profile summary (median ms per step, rank 0 of " + std::to_string(ctx.rt.world_size) +

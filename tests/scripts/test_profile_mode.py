@@ -13,7 +13,8 @@ against those before), as its rank file's step times give it.
 analysis/kernel_profile.py prints kernel tables whose Time column sums to 100% when every name is
 listed, an overview with a matmul share equal to the raw activities' and the drift of the raw
 steps, and writes the markdown and the PNG into --out (never the working directory);
-report_section gives the same. --no-cupti records phases only; --trace=FILE.json writes that file. Bad options (--top 0, --steps 0,
+report_section gives the same. With --tp 1,2 --sequence-parallel each rank profiles its part too
+(records labelled _tp2sp, with tp, tp_rank and sequence_parallel). --no-cupti records phases only; --trace=FILE.json writes that file. Bad options (--top 0, --steps 0,
 --trace=x.txt, --trace in a missing directory, --phase bogus) exit 2 at once with a message
 naming the option, and leave no files. jobs/profile.sh runs a tiny model end to end.
 """
@@ -53,7 +54,7 @@ def text(values):
     return [v.decode() if isinstance(v, bytes) else str(v) for v in values]
 
 
-def check_record(f, label):
+def check_record(f, label, backward_ops=5):
     rec, stream = f[f"profile/{label}"], f[f"profile_kernels/{label}"]
     assert rec.attrs["status"] == "ok" and stream.attrs["status"] == "ok", (dict(rec.attrs), dict(stream.attrs))
     assert rec.attrs["profiler"] == "host ops", rec.attrs["profiler"]
@@ -81,9 +82,10 @@ def check_record(f, label):
     parents = rec["phase_parent"][()]
     for k, path in enumerate(paths):
         assert parents[k] == -1 or path.startswith(paths[parents[k]] + "/"), (path, parents[k])
-    # The model's ops per layer (src/model/transformer.cpp).
+    # The model's ops per layer (src/model/transformer.cpp); under tensor parallelism backward splits
+    # q/k/v's and w1/w3's products in two, the input gradient's begun (and reduced) before the weights'.
     for layer in range(LAYERS):
-        for phase, op, per_step in (("forward", "linear_forward", 4), ("backward", "linear_backward", 5)):
+        for phase, op, per_step in (("forward", "linear_forward", 4), ("backward", "linear_backward", backward_ops)):
             where = paths.index(f"step/{phase}/layer {layer}")
             n = int(((cols["phase"] == where) & (cols["name"] == names.index(op))).sum())
             assert n == per_step * STEPS, (phase, layer, op, n)
@@ -181,6 +183,26 @@ def main():
     assert len(printed) == len(expected) and all(abs(p - e) < 0.051 for p, e in zip(printed, expected)), (printed,
                                                                                                          expected)
     check_analysis(out)
+
+    # --tp 2 with sequence parallelism: each rank profiles its part of the model (half the heads and
+    # d_ff, the same ops per layer), its records labelled and attributed with the layout.
+    split = os.path.join(tmp, "tp")
+    proc = profile(2, split, "--tp", "1,2", "--sequence-parallel")
+    assert "custom_tp2sp" in proc.stdout, proc.stdout
+    for rank in range(2):
+        with h5py.File(os.path.join(split, f"rank{rank:05d}.h5"), "r") as f:
+            for ctx in CONTEXTS:
+                for suffix, tp in (("", 1), ("_tp2sp", 2)):
+                    label = f"d32_ff64_L{LAYERS}_H4_T{ctx}_B2_fp32_naive{suffix}"
+                    check_record(f, label, backward_ops=5 if tp == 1 else 7)
+                    a = f[f"profile/{label}"].attrs
+                    assert (a["tp"], a["tp_rank"], a["sequence_parallel"]) == (tp, rank if tp > 1 else 0, tp - 1), \
+                        (label, dict(a))
+    for bad, word in ((["--tp", "2", "--cuda-graph"], "--cuda-graph"), (["--tp", "3"], "does not divide")):
+        target = os.path.join(tmp, "bad_tp")
+        proc = profile(2, target, *bad, expect_ok=False)
+        assert proc.returncode == 2 and word in proc.stderr, (bad, proc.returncode, proc.stderr)
+        assert not os.path.exists(target), f"{bad}: a rejected run left {target}"
 
     # The fallback: phases timed, no activities.
     events = os.path.join(tmp, "events")

@@ -276,6 +276,8 @@ TEST(ActivityCategory, KnownKernelNames) {
       {"llmhpc::cuda::adamw_kernel(float*, float const*, float*, float*, bf16*, AdamWConstants, long)", "optimizer"},
       {"void llmhpc::cuda::swiglu_forward_kernel<float, float>(...)", "elementwise"},
       {"cross_entropy_backward", "elementwise"},
+      {"ncclDevKernel_AllReduce_Sum_bf16_RING_LL(ncclDevKernelArgsStorage<4096ul>)", "communication"},
+      {"ncclDevKernel_ReduceScatter_Sum_f32_RING_LL(ncclDevKernelArgsStorage<4096ul>)", "communication"},
       {"void cub::DeviceRadixSortOnesweepKernel<...>", "other"}};
   for (const auto& [name, category] : known) EXPECT_EQ(activity_category(name, ActivityKind::Kernel), category) << name;
   EXPECT_STREQ(activity_category("[CUDA memcpy Host-to-Device]", ActivityKind::Memcpy), "memcpy");
