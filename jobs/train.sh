@@ -11,7 +11,8 @@
 # its step, and the training options it was saved under: the schedule, clipping, batch, seed). The
 # schedule, clipping and micro-batches go in EXTRA_ARGS, e.g. EXTRA_ARGS="--lr 6e-4 --lr-schedule
 # cosine --lr-warmup-steps 2000 --clip-grad-norm 1 --grad-accum 4" (decay ends at the run's last
-# step, STEPS; a checkpoint keeps that end, so the job's later parts need only INIT and STEPS).
+# step, STEPS, or --lr-decay-steps; a checkpoint keeps that end, so the job's later parts need only
+# INIT and STEPS).
 # The checkpoint is $OUT/model.h5. Five minutes before the time limit Slurm sends
 # SIGUSR1 to this script (--signal above), which hands it to the launcher (mpirun and srun pass
 # it to every rank): the ranks stop together after their step and write model.h5, and the

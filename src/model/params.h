@@ -55,6 +55,10 @@ struct TensorSplit {
 // number; the rows past `vocab` are padding, zero and never read. `vocab` itself on one rank.
 int64_t padded_vocab(int64_t vocab, int tp);
 
+// The tensor-parallel group sizes up to 16 that split `c` (dividing its heads and d_ff), as text:
+// "1, 2, 4" (what a refusal of another --tp offers).
+std::string tensor_parallel_fits(const ModelConfig& c);
+
 // Where rank r's part of a split parameter lies in the whole tensor: `count` elements from
 // `whole` (in the whole tensor) are at `part` (in the part), for each contiguous run.
 struct PartRun {

@@ -16,6 +16,7 @@
 #include <cstring>
 #include <filesystem>
 #include <limits>
+#include <map>
 #include <regex>
 #include <sstream>
 
@@ -111,6 +112,7 @@ struct TrainOptions {
   bool decay_steps_given = false;  // else the run's last step ends the decay
   double clip_grad_norm = 0;       // 0: off; inf: the norm recorded only
   bool cuda_graph = false;
+  std::string taken_from_init;  // the options --init's checkpoint gave (with_checkpoint_options)
 };
 
 AdamWHyper hyper_from(const po::variables_map& vm) {
@@ -204,18 +206,21 @@ TrainOptions parse_options(const po::variables_map& vm, int world_size) {
   return o;
 }
 
-// The options a checkpoint written after optimizer step `step` keeps (OptimizerState::options):
-// those that shape the training from there on. The end of decay only while it is still ahead: a
-// run that ended with its decay leaves a checkpoint whose resumption decays anew, to its own end.
-std::string kept_options(const TrainOptions& o, const LrSchedule& s, int64_t step) {
+// The options a checkpoint keeps (OptimizerState::options): those that shape the training from
+// it on, each a name of kKeptOptions. The end of decay too where the schedule decays, also once
+// passed: a run from a checkpoint whose decay ended is refused, told to choose another end or a
+// constant rate, rather than decaying anew from --lr (a jump of the rate nobody asked for).
+const char* const kKeptOptions[] = {
+    "batch-size", "data-order",     "seed",           "precision",    "lr",    "lr-schedule", "lr-warmup-steps",
+    "min-lr",     "lr-decay-steps", "clip-grad-norm", "weight-decay", "beta1", "beta2",       "eps"};
+
+std::string kept_options(const TrainOptions& o, const LrSchedule& s) {
   std::string out = "--batch-size " + std::to_string(o.batch) + " --data-order " +
                     (o.order == DataOrder::Random ? "random" : "sequential") + " --seed " + std::to_string(o.seed) +
                     " --precision " + precision_name(o.precision) + " --lr " + fmt_exact(s.peak) + " --lr-schedule " +
                     lr_decay_name(s.decay) + " --lr-warmup-steps " + std::to_string(s.warmup_steps);
-  if (s.decay != LrDecay::Constant) {
-    out += " --min-lr " + fmt_exact(s.min);
-    if (s.decay_steps > step) out += " --lr-decay-steps " + std::to_string(s.decay_steps);
-  }
+  if (s.decay != LrDecay::Constant)
+    out += " --min-lr " + fmt_exact(s.min) + " --lr-decay-steps " + std::to_string(s.decay_steps);
   return out + " --clip-grad-norm " + (std::isinf(o.clip_grad_norm) ? "inf" : fmt_exact(o.clip_grad_norm)) +
          " --weight-decay " + fmt_exact(o.hyper.weight_decay) + " --beta1 " + fmt_exact(o.hyper.beta1) + " --beta2 " +
          fmt_exact(o.hyper.beta2) + " --eps " + fmt_exact(o.hyper.eps);
@@ -230,20 +235,30 @@ bool same_value(const std::string& a, const std::string& b) {
 }
 
 // The command line with --init's kept options (`saved`) in place of those it leaves at their
-// defaults; `notes` say which were taken and which given differ. A given --lr-schedule takes
-// none of the checkpoint's decay (its --min-lr and --lr-decay-steps shaped another curve).
+// defaults; `taken` lists those that changed something, `notes` say so and name each one given
+// that differs. A --lr-schedule given other than the checkpoint's takes none of its decay (its
+// --min-lr and --lr-decay-steps shaped another curve), and says so.
 po::variables_map with_kept_options(const po::variables_map& vm, const std::string& path, const std::string& saved,
-                                    std::vector<std::string>& notes) {
-  po::variables_map out = vm;
+                                    std::string& taken, std::vector<std::string>& notes) {
+  std::map<std::string, std::string> kept;
   std::istringstream in(saved);
-  std::string flag, value, taken;
-  while (in >> flag >> value) {
-    const std::string name = flag.substr(2);
-    if ((name == "min-lr" || name == "lr-decay-steps") && opt_given(vm, "lr-schedule")) continue;
+  for (std::string flag, value; in >> flag >> value;) kept[flag.substr(2)] = value;
+  const bool other_schedule = opt_given(vm, "lr-schedule") && kept.count("lr-schedule") &&
+                              !same_value(opt_string(vm, "lr-schedule"), kept["lr-schedule"]);
+  po::variables_map out = vm;
+  for (const char* name : kKeptOptions) {
+    if (!kept.count(name)) continue;
+    const std::string& value = kept[name];
+    const std::string flag = std::string("--") + name;
     if (opt_given(vm, name)) {
       if (!same_value(opt_string(vm, name), value))
         notes.push_back(flag + " " + opt_string(vm, name) + " as given, not the " + value + " that '" + path +
                         "' was trained with");
+      continue;
+    }
+    if (other_schedule && (flag == "--min-lr" || flag == "--lr-decay-steps")) {
+      notes.push_back("not taken: '" + path + "''s " + flag + " " + value + ", which shaped its " +
+                      kept["lr-schedule"] + " schedule");
       continue;
     }
     if (!vm.count(name) || !same_value(opt_string(vm, name), value)) taken += " " + flag + " " + value;
@@ -255,24 +270,38 @@ po::variables_map with_kept_options(const po::variables_map& vm, const std::stri
   return out;
 }
 
-// This run's options: from --init on, those the checkpoint keeps fill in what is not given, so
-// that a resumed run needs only --init and --steps to train as the uninterrupted one.
-TrainOptions with_checkpoint_options(const Runtime& rt, const po::variables_map& vm, const TrainOptions& given) {
-  if (given.init.empty()) return given;
+// This run's options from --init on: those the checkpoint keeps fill in what is not given, so
+// that a resumed run needs only --init and --steps to train as the uninterrupted one. Checked
+// once merged, when the file has been read (so a check such as --min-lr's, which needs a
+// decaying schedule, sees the checkpoint's); an error is every rank's, agreed.
+TrainOptions with_checkpoint_options(const Runtime& rt, const po::variables_map& vm) {
+  const std::string path = opt_string(vm, "init");
   std::string saved;
   collective_check(rt, [&] {
+    if (path.empty()) throw UsageError("--init needs a file name (e.g. --init model.h5)");
     try {
-      saved = inspect_checkpoint(given.init).options;
+      saved = inspect_checkpoint(path).options;
     } catch (const UsageError& e) {  // the file's own message, naming the option it came from
       throw UsageError(std::string("--init: ") + e.what());
     }
   });
-  if (saved.empty()) return given;  // a checkpoint that keeps none
+  // Every rank trains with the same options: a checkpoint read on each node must say the same.
+  const std::string root_saved = broadcast_string(saved);
+  agree_or_exit(rt, root_saved == saved
+                        ? ""
+                        : "--init '" + path + "' on " + rt.hostname + " keeps other training options (" + saved +
+                              ") than rank 0's (" + root_saved + "): give every node the same checkpoint");
+  std::string taken;
   std::vector<std::string> notes;
-  const po::variables_map merged = with_kept_options(vm, given.init, saved, notes);
+  const po::variables_map merged = saved.empty() ? vm : with_kept_options(vm, path, saved, taken, notes);
+  if (saved.empty())
+    notes.push_back("'" + path +
+                    "' keeps no training options (written before checkpoints kept them, or not by "
+                    "mode train): the options not given take their defaults");
   for (const std::string& note : notes) log_root(rt, "train: %s\n", note.c_str());
   TrainOptions o;
   collective_check(rt, [&] { o = parse_options(merged, rt.world_size); });
+  o.taken_from_init = taken.empty() ? taken : taken.substr(1);
   return o;
 }
 
@@ -311,14 +340,18 @@ ModelConfig resolve_config(const TrainOptions& o, const CheckpointInfo* init, st
                        (o.shape_given.num_heads ? "--num-heads" : "--model") +
                        " out (the checkpoint's model is used), or train from scratch without --init");
     }
-    // The heads are the checkpoint's: name it, not an option the user did not give.
+    // Heads or d_ff the checkpoint's: name it, not an option the user did not give.
     const int tp = o.parallel.tensor_parallel;
-    if (c.num_heads == trained.num_heads && c.num_heads % tp != 0)
-      throw UsageError("--init '" + o.init + "' holds a model of " + std::to_string(c.num_heads) +
-                       " attention heads, which do not divide among {tp} " + std::to_string(tp) +
-                       " ranks (each takes whole heads, and a checkpoint's heads stay as trained): give a {tp} "
-                       "that divides " +
-                       std::to_string(c.num_heads));
+    const bool heads = c.num_heads == trained.num_heads && c.num_heads % tp != 0;
+    const bool ff = !o.shape && !o.shape_given.d_ff && c.d_ff % tp != 0;
+    if (heads || ff)
+      throw UsageError("--init '" + o.init + "' holds a model of " +
+                       (heads ? std::to_string(c.num_heads) + " attention heads" : "d_ff " + std::to_string(c.d_ff)) +
+                       ", which do" + (heads ? "" : "es") + " not divide among {tp} " + std::to_string(tp) +
+                       " ranks (" +
+                       (heads ? "each takes whole heads, and a checkpoint's heads stay as trained"
+                              : "each takes d_ff / tp of the feed-forward features") +
+                       "): give a {tp} that divides its heads and d_ff (" + tensor_parallel_fits(c) + ")");
     if (c.rope_theta != trained.rope_theta)
       notes.push_back("RoPE's base is " + fmt_exact(c.rope_theta) + ", not the " + fmt_exact(trained.rope_theta) +
                       " that '" + o.init + "' was trained with: positions are encoded anew");
@@ -491,8 +524,10 @@ void run(ModeContext& ctx, const TrainOptions& o) {
     if (schedule.decay != LrDecay::Constant && schedule.decay_steps <= opt->steps_taken())
       throw UsageError("--lr-decay-steps " + std::to_string(schedule.decay_steps) + ": the checkpoint is at step " +
                        std::to_string(opt->steps_taken()) + ", so every step of this run would train at --min-lr " +
-                       fmt(schedule.min) + "; give a later end of decay, or --lr-schedule constant --lr " +
-                       fmt(schedule.min) + " if that is meant");
+                       fmt_exact(schedule.min) + "; give a later end of decay (--lr-decay-steps " +
+                       std::to_string(opt->steps_taken() + steps) + ": this run's last step, decaying anew from --lr " +
+                       fmt_exact(schedule.peak) + "), or --lr-schedule constant --lr " + fmt_exact(schedule.min) +
+                       " if that is meant");
   });
   const double max_grad_norm = o.clip_grad_norm;
   if (max_grad_norm > 0 && tp > 1)  // ranks holding the same gradients: unsharded data parallelism's, hybrid's groups
@@ -596,6 +631,7 @@ void run(ModeContext& ctx, const TrainOptions& o) {
       .attr("beta2", opt->hyper().beta2)
       .attr("eps", opt->hyper().eps)
       .attr("init", o.init)
+      .attr("init_options_taken", o.taken_from_init)
       .attr("first_step", opt->steps_taken() + 1)
       .attr("cuda_graph", int64_t(graphed ? 1 : 0));
   record_memory(rec, "after_init", after_init);
@@ -631,7 +667,7 @@ void run(ModeContext& ctx, const TrainOptions& o) {
   auto save = [&](const std::string& when) {
     model->wait_parameters();  // a sharded step's last all-gathers, before anything reads the weights
     const Runtime* parts = tp > 1 ? &groups.tp : nullptr;  // the tensor-parallel group's other parts
-    const std::string kept = kept_options(o, schedule, opt->steps_taken());
+    const std::string kept = kept_options(o, schedule);
     if (shards) save_checkpoint_from_shards(dp_rt, o.save, *shards, *opt, parts, kept);
     else save_checkpoint_from_ranks(dp_rt, o.save, *model, *opt, plan, parts, kept);
     log_root(rt, "saved %s (%s; optimizer step %lld)\n", o.save.c_str(), when.c_str(), (long long)opt->steps_taken());
@@ -806,8 +842,10 @@ void run(ModeContext& ctx, const TrainOptions& o) {
 ModeSpec train_mode() {
   return {"train", "train the model on a token file, from scratch or a checkpoint", add_options,
           [](const po::variables_map& vm, int world_size) -> ModeRun {
+            if (vm.count("init"))  // checked once the checkpoint's options are in (with_checkpoint_options)
+              return [vm](ModeContext& ctx) { run(ctx, with_checkpoint_options(ctx.rt, vm)); };
             const TrainOptions options = parse_options(vm, world_size);
-            return [options, vm](ModeContext& ctx) { run(ctx, with_checkpoint_options(ctx.rt, vm, options)); };
+            return [options](ModeContext& ctx) { run(ctx, options); };
           }};
 }
 

@@ -42,7 +42,7 @@ run 4 $TRAIN --steps 6 --tp 2 --shard-optimizer none --clip-grad-norm 0.05 --out
 run 4 $TRAIN --steps 6 --tp 2 --shard-optimizer broadcast --clip-grad-norm 0.05 --out tp2dp2_broadcast_clip
 run 4 $TRAIN --steps 6 --tp 2 --shard-optimizer zero1 --shard-group 1 --clip-grad-norm 0.05 --out tp2dp2_hybrid_clip
 refused 2 "--num-heads 1 does not divide among --tp 2 ranks" $TRAIN --steps 1 --tp 2 --num-heads 1
-refused 2 "--d-ff 63 does not divide among --tp 2 ranks: each rank takes d_ff / tp of the feed-forward features; give a --tp that divides 63 (1, 3, 7, 9)" \
+refused 2 "--d-ff 63 does not divide among --tp 2 ranks: each rank takes d_ff / tp of the feed-forward features; give a --tp that divides --num-heads 4 and --d-ff 63 (1)" \
   $TRAIN --steps 1 --tp 2 --d-ff 63
 # A checkpoint's heads, which --tp must divide, are named as the checkpoint's, not as an option.
 refused 3 "--init 'one.h5' holds a model of 4 attention heads, which do not divide among --tp 3 ranks" \

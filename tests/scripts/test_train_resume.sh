@@ -41,6 +41,17 @@ run2 resumed $TRAIN $DP $SCHEDULE --steps 3 --init part.h5 --save resumed.h5
 run2 resumed_bare --mode train --device cpu --data tokens.bin $DP --steps 3 --init part.h5 --save resumed_bare.h5
 grep -qF "train: as 'part.h5' was trained: --batch-size 8 --lr 0.003 --lr-schedule cosine --lr-warmup-steps 2 --min-lr 0.0001 --lr-decay-steps 8 --clip-grad-norm 0.5 (an option given here takes its place)" resumed_bare.log ||
   fail "a run given only --init and --steps does not say which of the checkpoint's options it took"
+# Options checked once the checkpoint's are in: an end of decay given alone (the checkpoint's
+# schedule decays), or the checkpoint's own schedule repeated, which keeps its decay.
+run2 resumed_decay --mode train --device cpu --data tokens.bin $DP --steps 3 --init part.h5 --lr-decay-steps 8 \
+  --save resumed_decay.h5
+run2 resumed_schedule --mode train --device cpu --data tokens.bin $DP --steps 3 --init part.h5 --lr-schedule cosine \
+  --save resumed_schedule.h5
+# A decay that ended at the checkpoint (full.h5: 8 of 8 steps) is not begun anew unasked.
+timeout 60 "$BIN" --mode train --device cpu --data tokens.bin --steps 2 --init full.h5 --out ended >ended.log 2>&1
+rc=$?
+[ $rc -eq 2 ] && grep -q "give a later end of decay (--lr-decay-steps 10: this run's last step, decaying anew from --lr 0.003)" ended.log &&
+  [ ! -e ended ] || fail "a checkpoint whose decay had ended: exit $rc, or no choice offered, or a results folder"
 timeout 60 "$BIN" --mode train --device cpu --data tokens.bin --steps 1 --init part.h5 --lr 1e-3 --out given >given.log 2>&1 &&
   grep -qF "train: --lr 1e-3 as given, not the 0.003 that 'part.h5' was trained with" given.log ||
   fail "an option given over the checkpoint's is not said"
@@ -161,6 +172,8 @@ full, part, resumed, every = (datasets(f"{n}.h5") for n in ("full", "part", "res
 check(int(part["optimizer/step"]) == 5 and int(resumed["optimizer/step"]) == 8, "optimizer steps 5, then 8")
 check(same(resumed, full), "stopped after 5 steps and resumed for 3: bitwise the checkpoint of 8 straight steps")
 check(same(datasets("resumed_bare.h5"), full), "resumed given only --init and --steps: bitwise the same checkpoint")
+check(same(datasets("resumed_decay.h5"), full) and same(datasets("resumed_schedule.h5"), full),
+      "resumed given --lr-decay-steps alone, or the checkpoint's --lr-schedule: bitwise the same checkpoint")
 check(np.array_equal(train("resumed")[1], train("full")[1][5:]), "the resumed run's losses are steps 6-8 of the straight run's")
 check(train("resumed")[0]["first_step"] == 6, "the resumed run starts at step 6")
 wall, device = train("full", dataset="wall_ms")[1], train("full", dataset="step_ms")[1]
