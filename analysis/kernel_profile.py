@@ -149,9 +149,11 @@ def category_frame(acts: pd.DataFrame, groups: list, steps: int) -> pd.DataFrame
 
 
 def naive_flops(attrs: dict, group: str, part: str) -> float:
-    """FLOPs per step of naive attention's `part` in phase `group` (all layers); NaN where not defined."""
+    """FLOPs per step of naive attention's `part` in phase `group` (all layers) on this rank, which
+    under tensor parallelism computes num_heads / tp heads; NaN where not defined."""
     b, h, t = attrs["batch_size"], attrs["num_heads"], attrs["context_length"]
     d, layers = attrs["d_model"] // h, attrs["num_layers"]
+    h //= int(attrs.get("tp", 1))
     per_score = {("forward", "scores"): 2 * d, ("forward", "value_matmul"): 2 * d, ("forward", "softmax"): 5,
                  ("backward", "scores"): 4 * d, ("backward", "value_matmul"): 4 * d, ("backward", "softmax"): 4}
     if (group, part) not in per_score:

@@ -76,6 +76,7 @@ class LiveModel {
   // in `rec`.
   TransformerLM& prepare(const std::vector<ModelCase>& cases, size_t i, Device& dev, Ops& ops, uint64_t seed,
                          MemoryPlan memory, GradientStorage gradients, Phase phase, Record& rec);
+  TransformerLM* model() { return model_.get(); }
   AdamW* optimizer() { return opt_.get(); }
   // Frees the model and optimizer (after a failed configuration: the next builds its own).
   void release() {

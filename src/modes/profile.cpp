@@ -295,26 +295,34 @@ void run(ModeContext& ctx, const ProfileOptions& o) {
           .attr("sequence_parallel", int64_t(t.sequence_parallel ? 1 : 0))
           .attr("tp_overlap", int64_t(t.overlap));
       StepSamples warm, untraced, traced;
-      ProfileReport report(c, steps);
+      ProfileReport report(c, steps, t.tp);
       ++pid;
       dev.allocator().reset_peak();
       const SweepStatus status = sweep.run(
           label, rec,
           [&] {
-            TransformerLM& model =  // AdamW: a phase of its own
-                t.tp == 1 ? live.prepare(cases, i, dev, ops, seed, memory, GradientStorage::Whole, phase, rec)
-                          : part.build(c, mesh, t, dev, ops, seed, memory, phase, rec);
-            AdamW* opt = t.tp == 1 ? live.optimizer() : part.opt.get();
+            if (t.tp == 1) live.prepare(cases, i, dev, ops, seed, memory, GradientStorage::Whole, phase, rec);
+            TransformerLM* model = t.tp == 1 ? live.model() : nullptr;  // AdamW: a phase of its own
+            AdamW* opt = t.tp == 1 ? live.optimizer() : nullptr;
             std::unique_ptr<GraphedStep> graph;  // --cuda-graph: recorded after the warm-up
             auto step = [&](StepSamples& into) {
               NvtxRange range("step");
-              into.add(graph ? graph->run(*timer) : run_step(model, opt, phase, *timer));
+              into.add(graph ? graph->run(*timer) : run_step(*model, opt, phase, *timer));
             };
-            for (int64_t s = 0; s < warmup; ++s) step(warm);
+            // A group's part and its first steps (what may run out of memory) agreed on by every
+            // rank, so that none waits in a collective a rank that failed never enters.
+            if (t.tp > 1)
+              sweep.agree([&] {
+                model = &part.build(c, mesh, t, dev, ops, seed, memory, phase, rec);
+                opt = part.opt.get();
+                for (int64_t s = 0; s < warmup; ++s) step(warm);
+              });
+            else
+              for (int64_t s = 0; s < warmup; ++s) step(warm);
             if (graphed)
               profiler->record_graph([&] {
                 NvtxRange range("step");
-                graph = std::make_unique<GraphedStep>(model, opt, phase);
+                graph = std::make_unique<GraphedStep>(*model, opt, phase);
               });
             for (int64_t s = 0; s < (steps + 1) / 2; ++s) step(untraced);
 
@@ -353,7 +361,9 @@ void run(ModeContext& ctx, const ProfileOptions& o) {
           },
           [&](Record& r) {
             r.attr("peak_memory_bytes", dev.allocator().peak_bytes());
-            if (r.status != "ok") live.release();  // free what it held; the next configuration builds its own model
+            if (r.status == "ok") return;
+            live.release();  // free what it held (the sweep then checks it is free); the next builds its own
+            part.release();
           });
       part.release();
       const bool ok = status.ok();

@@ -73,7 +73,7 @@ std::string phase_pattern(const std::string& path) {
   return out;
 }
 
-double naive_attention_flops(const std::string& group, const std::string& part, const ModelCase& c) {
+double naive_attention_flops(const std::string& group, const std::string& part, const ModelCase& c, int tp) {
   if (c.attention != AttentionKind::Naive) return NAN;
   const double d = double(c.model.head_dim());
   const std::map<std::pair<std::string, std::string>, double> per_score = {
@@ -82,7 +82,7 @@ double naive_attention_flops(const std::string& group, const std::string& part, 
   auto it = per_score.find({group, part});
   if (it == per_score.end()) return NAN;
   const double T = double(c.model.context_length);
-  return it->second * double(c.batch) * double(c.model.num_heads) * T * T * double(c.model.num_layers);
+  return it->second * double(c.batch) * double(c.model.num_heads / tp) * T * T * double(c.model.num_layers);
 }
 
 void ProfileReport::finish(const Profiler& p) {
@@ -225,7 +225,7 @@ void ProfileReport::print(std::FILE* out, const std::string& title, int top, con
       double total = 0;
       for (const auto& [part, ns] : parts->second) total += ns;
       for (const auto& [part, ns] : parts->second) {
-        const double ms = ns / 1e6 / steps, flops = naive_attention_flops(g, part, case_);
+        const double ms = ns / 1e6 / steps, flops = naive_attention_flops(g, part, case_, tp_);
         att.add_row({g, short_name(part), fmt(double(attention_count_.at(g).at(part)) / steps, 1), fmt(ms, 3),
                      pct(100.0 * ns / total), pct(100.0 * ms / kernel_ms_per_step(g)), fmt(flops / 1e9, 3),
                      ms > 0 ? fmt(flops / (ms * 1e-3) / 1e12, 2) : "-"});

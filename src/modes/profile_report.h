@@ -42,8 +42,9 @@ std::string phase_pattern(const std::string& path);
 // `group` ("forward" or "backward"), all layers together; NaN for anything else. The matrix
 // products exactly (2 per multiply-add over the full T x T scores: the naive kernels skip
 // nothing for the causal mask); softmax an estimate, 5 per score forward (max, subtract, exp,
-// sum, scale) and 4 backward.
-double naive_attention_flops(const std::string& group, const std::string& part, const ModelCase& c);
+// sum, scale) and 4 backward. Under tensor parallelism (`tp` ranks) each rank computes its
+// num_heads / tp heads.
+double naive_attention_flops(const std::string& group, const std::string& part, const ModelCase& c, int tp = 1);
 
 // The profiler's cost: the median traced step against the median untraced one. Medians: one
 // slow step (a clock ramp, the host scheduling something else) must not read as the profiler's.
@@ -62,7 +63,7 @@ Overhead overhead(const StepSamples& untraced, const StepSamples& traced);
 // for the medians), and the report made from them and the profiler's tables afterwards.
 class ProfileReport {
  public:
-  ProfileReport(const ModelCase& c, int64_t steps) : case_(c), steps_(steps) {}
+  ProfileReport(const ModelCase& c, int64_t steps, int tp = 1) : case_(c), steps_(steps), tp_(tp) {}
   void add(const Activity& a) { durations_[{a.phase, a.name}].push_back(double(a.end_ns - a.start_ns)); }
 
   // After the window, with the profiler's tables: everything below reads them from `p`.
@@ -88,6 +89,7 @@ class ProfileReport {
   };
   ModelCase case_;
   int64_t steps_;
+  int tp_ = 1;  // tensor-parallel ranks sharing the model: this rank's heads are num_heads / tp
   const Profiler* profiler_ = nullptr;
   std::map<std::pair<int32_t, int32_t>, std::vector<double>> durations_;  // (phase, name) -> ns
   std::vector<std::string> groups_;
