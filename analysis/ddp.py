@@ -301,9 +301,10 @@ def buckets_table(g: pd.DataFrame, markdown: bool, title: str) -> str:
                      fmt(r.comm_mean)] + ([fmt(r.tp_comm_mean)] if tp else [])
                     + [ratio(naive, step), ratio(overlap, step), r.status])
     return render(f"(b) bucket sizes: {title}\nSlowest Step: the mean over the timed steps of the slowest rank's "
-                  f"step; speed-up = their slowest step / this one" + (f"; {TP_WAIT_NOTE}" if tp else "") + ".",
+                  f"step; speed-up against the strategies --ddp naive and overlap = their slowest step / this one"
+                  + (f"; {TP_WAIT_NOTE}" if tp else "") + ".",
                   ["Impl", "Bucket (MiB)", "Buckets", "Issued after bwd", "Slowest Step (ms)", "Exposed Comm (ms)"]
-                  + (["TP wait (ms)"] if tp else []) + ["vs naive", "vs overlap", "Status"], rows, markdown)
+                  + (["TP wait (ms)"] if tp else []) + ["vs --ddp naive", "vs --ddp overlap", "Status"], rows, markdown)
 
 
 def overhead_table(g: pd.DataFrame, markdown: bool, title: str) -> str:
@@ -777,6 +778,12 @@ def plot_breakdown(df: pd.DataFrame, path: str) -> str:
         ax.set(xlabel="ms per step (mean)", title=setup_title(g.iloc[0]))
         ax.title.set_fontsize("small")
         ax.grid(True, axis="x", alpha=0.3)
+    # One time axis for every panel, so that bars compare at a glance, unless one setup's steps are
+    # ten times another's: that one's bars would be slivers.
+    ends = [ax.get_xlim()[1] for ax in axes[:, 0]]
+    if max(ends) <= 10 * min(ends):
+        for ax in axes[:, 0]:
+            ax.set_xlim(0, max(ends))
     legend_above(fig, axes, fontsize="small")  # inside an axis it would hide the longest bars
     fig.savefig(path, dpi=110)
     plt.close(fig)

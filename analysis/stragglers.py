@@ -203,8 +203,8 @@ def report_section(runs: list, out_dir: str = ".", steps: bool = False, every: b
                  "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"] + rows
     if quiet:
         text += ["", f"{quiet} {'other ' if rows else ''}record{'s' if quiet != 1 else ''} of several ranks: no rank "
-                 f"late by {100 * LATE_SHARE:.0f}% of the step or more (`python3 analysis/stragglers.py DIR` lists "
-                 "every record)."]
+                 f"late by {100 * LATE_SHARE:.0f}% of the step or more beyond the clocks' uncertainty "
+                 "(`python3 analysis/stragglers.py DIR` lists every record)."]
     if per_step:
         text += ["", "| record | step index | step | last rank | late ms |", "| --- | --- | --- | --- | --- |"] + per_step
     return "\n".join(text)
