@@ -207,18 +207,24 @@ TrainOptions parse_options(const po::variables_map& vm, int world_size) {
 }
 
 // The options a checkpoint keeps (OptimizerState::options): those that shape the training from
-// it on, each a name of kKeptOptions. The end of decay too where the schedule decays, also once
+// it on (its numerics too: attention and gradient dtype), each a name of kKeptOptions; not the
+// layout's (--ddp, --tp, --grad-accum), which a resumed run chooses for its own ranks. The end of decay too where the schedule decays, also once
 // passed: a run from a checkpoint whose decay ended is refused, told to choose another end or a
 // constant rate, rather than decaying anew from --lr (a jump of the rate nobody asked for).
-const char* const kKeptOptions[] = {
-    "batch-size", "data-order",     "seed",           "precision",    "lr",    "lr-schedule", "lr-warmup-steps",
-    "min-lr",     "lr-decay-steps", "clip-grad-norm", "weight-decay", "beta1", "beta2",       "eps"};
+const char* const kKeptOptions[] = {"batch-size",   "data-order",     "seed",
+                                    "precision",    "attention",      "grad-dtype",
+                                    "lr",           "lr-schedule",    "lr-warmup-steps",
+                                    "min-lr",       "lr-decay-steps", "clip-grad-norm",
+                                    "weight-decay", "beta1",          "beta2",
+                                    "eps"};
 
 std::string kept_options(const TrainOptions& o, const LrSchedule& s) {
   std::string out = "--batch-size " + std::to_string(o.batch) + " --data-order " +
                     (o.order == DataOrder::Random ? "random" : "sequential") + " --seed " + std::to_string(o.seed) +
-                    " --precision " + precision_name(o.precision) + " --lr " + fmt_exact(s.peak) + " --lr-schedule " +
-                    lr_decay_name(s.decay) + " --lr-warmup-steps " + std::to_string(s.warmup_steps);
+                    " --precision " + precision_name(o.precision) + " --attention " + attention_name(o.attention) +
+                    " --grad-dtype " + (o.grads == GradientDType::BF16 ? "bf16" : "same") + " --lr " +
+                    fmt_exact(s.peak) + " --lr-schedule " + lr_decay_name(s.decay) + " --lr-warmup-steps " +
+                    std::to_string(s.warmup_steps);
   if (s.decay != LrDecay::Constant)
     out += " --min-lr " + fmt_exact(s.min) + " --lr-decay-steps " + std::to_string(s.decay_steps);
   return out + " --clip-grad-norm " + (std::isinf(o.clip_grad_norm) ? "inf" : fmt_exact(o.clip_grad_norm)) +
@@ -245,6 +251,8 @@ po::variables_map with_kept_options(const po::variables_map& vm, const std::stri
   for (std::string flag, value; in >> flag >> value;) kept[flag.substr(2)] = value;
   const bool other_schedule = opt_given(vm, "lr-schedule") && kept.count("lr-schedule") &&
                               !same_value(opt_string(vm, "lr-schedule"), kept["lr-schedule"]);
+  const bool other_precision =
+      opt_given(vm, "precision") && kept.count("precision") && opt_string(vm, "precision") != kept["precision"];
   po::variables_map out = vm;
   for (const char* name : kKeptOptions) {
     if (!kept.count(name)) continue;
@@ -259,6 +267,12 @@ po::variables_map with_kept_options(const po::variables_map& vm, const std::stri
     if (other_schedule && (flag == "--min-lr" || flag == "--lr-decay-steps")) {
       notes.push_back("not taken: '" + path + "''s " + flag + " " + value + ", which shaped its " +
                       kept["lr-schedule"] + " schedule");
+      continue;
+    }
+    if (other_precision && flag == "--grad-dtype") {  // bf16 gradients are --precision bf16's
+      if (value != "same")
+        notes.push_back("not taken: '" + path + "''s " + flag + " " + value + ", of its --precision " +
+                        kept["precision"]);
       continue;
     }
     if (!vm.count(name) || !same_value(opt_string(vm, name), value)) taken += " " + flag + " " + value;

@@ -52,6 +52,11 @@ timeout 60 "$BIN" --mode train --device cpu --data tokens.bin --steps 2 --init f
 rc=$?
 [ $rc -eq 2 ] && grep -q "give a later end of decay (--lr-decay-steps 10: this run's last step, decaying anew from --lr 0.003)" ended.log &&
   [ ! -e ended ] || fail "a checkpoint whose decay had ended: exit $rc, or no choice offered, or a results folder"
+# The numerics are kept too: a checkpoint trained with flash attention goes on with it.
+timeout 60 "$BIN" $TRAIN --steps 2 --attention flash --save flash.h5 --out flash_part >flash_part.log 2>&1 &&
+  timeout 60 "$BIN" --mode train --device cpu --data tokens.bin --steps 1 --init flash.h5 --out flash_more \
+    >flash_more.log 2>&1 && grep -q "train: as 'flash.h5' was trained: .*--attention flash" flash_more.log ||
+  fail "a checkpoint trained with --attention flash did not go on with it"
 timeout 60 "$BIN" --mode train --device cpu --data tokens.bin --steps 1 --init part.h5 --lr 1e-3 --out given >given.log 2>&1 &&
   grep -qF "train: --lr 1e-3 as given, not the 0.003 that 'part.h5' was trained with" given.log ||
   fail "an option given over the checkpoint's is not said"
