@@ -57,6 +57,10 @@ timeout 60 "$BIN" $TRAIN --steps 2 --attention flash --save flash.h5 --out flash
   timeout 60 "$BIN" --mode train --device cpu --data tokens.bin --steps 1 --init flash.h5 --out flash_more \
     >flash_more.log 2>&1 && grep -q "train: as 'flash.h5' was trained: .*--attention flash" flash_more.log ||
   fail "a checkpoint trained with --attention flash did not go on with it"
+# A checkpoint that keeps no options (from before they were kept): said, and the defaults taken.
+cp part.h5 bare.h5 && python3 -c "import h5py; del h5py.File('bare.h5', 'r+')['optimizer'].attrs['options']" &&
+  timeout 60 "$BIN" --mode train --device cpu --data tokens.bin --steps 1 --init bare.h5 --out bare >bare.log 2>&1 &&
+  grep -q "train: 'bare.h5' keeps no training options" bare.log || fail "a checkpoint without options was not said to keep none"
 timeout 60 "$BIN" --mode train --device cpu --data tokens.bin --steps 1 --init part.h5 --lr 1e-3 --out given >given.log 2>&1 &&
   grep -qF "train: --lr 1e-3 as given, not the 0.003 that 'part.h5' was trained with" given.log ||
   fail "an option given over the checkpoint's is not said"
