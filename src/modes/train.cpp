@@ -208,9 +208,10 @@ TrainOptions parse_options(const po::variables_map& vm, int world_size) {
 
 // The options a checkpoint keeps (OptimizerState::options): those that shape the training from
 // it on (its numerics too: attention and gradient dtype), each a name of kKeptOptions; not the
-// layout's (--ddp, --tp, --grad-accum), which a resumed run chooses for its own ranks. The end of decay too where the schedule decays, also once
-// passed: a run from a checkpoint whose decay ended is refused, told to choose another end or a
-// constant rate, rather than decaying anew from --lr (a jump of the rate nobody asked for).
+// layout's (--ddp, --tp, --grad-accum), which a resumed run chooses for its own ranks. The end of
+// decay too where the schedule decays, also once passed: a run from a checkpoint whose decay
+// ended is refused, told to choose another end or a constant rate, rather than decaying anew
+// from --lr (a jump of the rate nobody asked for).
 const char* const kKeptOptions[] = {"batch-size",   "data-order",     "seed",
                                     "precision",    "attention",      "grad-dtype",
                                     "lr",           "lr-schedule",    "lr-warmup-steps",
