@@ -123,21 +123,24 @@ void LiveModel::release_unless_shared(const std::vector<ModelCase>& cases, size_
 }
 
 TransformerLM& LiveModel::prepare(const std::vector<ModelCase>& cases, size_t i, Device& dev, Ops& ops, uint64_t seed,
-                                  MemoryPlan memory, GradientStorage gradients, Phase phase, Record& rec) {
+                                  MemoryPlan memory, GradientStorage gradients, Phase phase, Record& rec,
+                                  const TensorParallel& split) {
   const ModelCase& c = cases[i];
   if (!model_) {  // sized for the longest context among the cases that will share it
     ModelConfig shape = c.model;
     for (size_t k = i; k < cases.size() && cases[k].model_key() == key_; ++k)
       shape.context_length = std::max(shape.context_length, cases[k].model.context_length);
-    model_ = std::make_unique<TransformerLM>(
-        TransformerLM::Config{shape, c.precision, c.attention, memory, 0, gradients, c.grads}, dev, ops);
+    model_ = std::make_unique<TransformerLM>(TransformerLM::Config{shape, c.precision, c.attention, memory, 0,
+                                                                   gradients, c.grads, ParameterStorage::Local, split},
+                                             dev, ops);
     model_->init_parameters(seed);
     if (phase == Phase::TrainStep) {  // its state now, so that no timed step allocates it
       opt_ = std::make_unique<AdamW>(*model_, ops, AdamWHyper{});
       opt_->allocate_state();
     }
   }
-  const AttentionDims dims{c.batch, c.model.context_length, c.model.num_heads, c.model.head_dim(), true, c.attention};
+  const AttentionDims dims{c.batch,    c.model.context_length, c.model.num_heads / split.size, c.model.head_dim(), true,
+                           c.attention};
   for (const auto& [name, value] : ops.attention_variant(dims, compute_dtype(c.precision))) rec.attr(name, value);
   set_random_batch(*model_, c.batch, c.model.context_length, seed);
   return *model_;

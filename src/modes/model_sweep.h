@@ -73,10 +73,11 @@ class LiveModel {
   // the longest context among the following cases that will share it, with an AdamW when
   // `phase` is a train step (inside backward, range by range, under GradientStorage::PerRange);
   // its batch set to cases[i]'s random tokens and targets. Records the attention kernel variant
-  // in `rec`.
+  // in `rec`. `split`: this rank's part of a tensor-parallel model (TensorParallelMesh::
+  // model_config; the whole model by default), the same for every case that shares the model.
   TransformerLM& prepare(const std::vector<ModelCase>& cases, size_t i, Device& dev, Ops& ops, uint64_t seed,
-                         MemoryPlan memory, GradientStorage gradients, Phase phase, Record& rec);
-  TransformerLM* model() { return model_.get(); }
+                         MemoryPlan memory, GradientStorage gradients, Phase phase, Record& rec,
+                         const TensorParallel& split = {});
   AdamW* optimizer() { return opt_.get(); }
   // Frees the model and optimizer (after a failed configuration: the next builds its own).
   void release() {

@@ -14,6 +14,7 @@
 // timed with device events, and the report says so. With --tp each configuration also runs as
 // each rank's part of a tensor-parallel group (every --tp value, the model's sweep inside each):
 // the group's collectives, NCCL's kernels, are activities of category communication.
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -25,7 +26,6 @@
 #include "src/core/nvtx.h"
 #include "src/core/units.h"
 #include "src/io/chrome_trace.h"
-#include "src/model/train_step.h"
 #include "src/modes/data_parallel.h"
 #include "src/modes/model_sweep.h"
 #include "src/modes/options.h"
@@ -148,18 +148,6 @@ void add_options(po::options_description& desc) {
   desc.add(model);
 }
 
-// Everything profile takes from the command line, parsed and checked once by parse_options
-// before any file or device is touched; run() reads only this.
-struct ProfileOptions {
-  StepOptions step;
-  TensorParallelSweep tps;  // --tp, --sequence-parallel, --tp-overlap
-  std::string backend;      // --backend as given: the tensor-parallel group's collectives
-  int top = 0;              // kernels listed per phase
-  bool cupti = true;        // --no-cupti: false
-  // --trace: none; "" for <out>/trace_rank<r>.json; else FILE.json.
-  std::optional<std::string> trace;
-};
-
 // A tensor-parallel layout of the configurations: --tp, with --sequence-parallel and --tp-overlap
 // above 1.
 struct Layout {
@@ -168,46 +156,30 @@ struct Layout {
   int overlap = 1;
 };
 
-// A configuration's part of the model under tensor parallelism, built for it alone, as mode
-// memory builds it: AdamW after backward, the parts' gradients made whole by the group during it.
-struct PartModel {
-  std::unique_ptr<TransformerLM> model;
-  std::unique_ptr<AdamW> opt;
-
-  TransformerLM& build(const ModelCase& c, const TensorParallelMesh& mesh, const Layout& t, Device& dev, Ops& ops,
-                       uint64_t seed, MemoryPlan memory, Phase phase, Record& rec) {
-    model = std::make_unique<TransformerLM>(
-        TransformerLM::Config{c.model, c.precision, c.attention, memory, 0, GradientStorage::Whole, c.grads,
-                              ParameterStorage::Local, mesh.model_config(t.sequence_parallel, t.overlap)},
-        dev, ops);
-    model->init_parameters(seed);
-    if (phase == Phase::TrainStep) {  // its state now, so that no timed step allocates it
-      opt = std::make_unique<AdamW>(*model, ops, AdamWHyper{});
-      opt->allocate_state();
-    }
-    const AttentionDims dims{c.batch,    c.model.context_length, c.model.num_heads / t.tp, c.model.head_dim(), true,
-                             c.attention};
-    for (const auto& [name, value] : ops.attention_variant(dims, compute_dtype(c.precision))) rec.attr(name, value);
-    set_random_batch(*model, c.batch, c.model.context_length, seed);
-    return *model;
-  }
-  void release() {
-    opt.reset();
-    model.reset();
-  }
+// Everything profile takes from the command line, parsed and checked once by parse_options
+// before any file or device is touched; run() reads only this.
+struct ProfileOptions {
+  StepOptions step;
+  std::vector<Layout> layouts;  // each configuration runs under each, in --tp's order
+  std::string backend;          // --backend as given: the tensor-parallel group's collectives
+  int top = 0;                  // kernels listed per phase
+  bool cupti = true;            // --no-cupti: false
+  // --trace: none; "" for <out>/trace_rank<r>.json; else FILE.json.
+  std::optional<std::string> trace;
 };
 
 ProfileOptions parse_options(const po::variables_map& vm, int world_size) {
   ProfileOptions o;
   o.step = parse_step_options(vm);
-  o.tps = tensor_parallel_sweep(vm);
+  const TensorParallelSweep tps = tensor_parallel_sweep(vm);
+  for (int tp : tps.sizes)
+    for (int overlap : tps.overlaps_at(tp)) o.layouts.push_back({tp, tps.sequence_parallel_at(tp), overlap});
   o.backend = opt_string(vm, "backend");
   for (const ModelCase& c : o.step.cases)
-    for (int tp : o.tps.sizes)
-      for (int overlap : o.tps.overlaps_at(tp))
-        check_tensor_parallel_case(c.model, world_size, tp, o.tps.sequence_parallel_at(tp), overlap,
-                                   c.batch * c.model.context_length);
-  const bool split = *std::max_element(o.tps.sizes.begin(), o.tps.sizes.end()) > 1;
+    for (const Layout& t : o.layouts)
+      check_tensor_parallel_case(c.model, world_size, t.tp, t.sequence_parallel, t.overlap,
+                                 c.batch * c.model.context_length);
+  const bool split = std::any_of(o.layouts.begin(), o.layouts.end(), [](const Layout& t) { return t.tp > 1; });
   if (split && o.step.cuda_graph)
     throw UsageError(
         "--cuda-graph records one rank's kernels: --tp's collectives inside each layer cannot be recorded");
@@ -262,9 +234,7 @@ void run(ModeContext& ctx, const ProfileOptions& o) {
       cases.size(), phase_name(phase), (long long)warmup, (long long)steps, (long long)steps,
       profiler->method().c_str(), profiler->note().empty() ? "" : " - ", profiler->note().c_str(), ctx.rt.world_size,
       dev.name().c_str(), graphed ? ", steps replayed from CUDA graphs" : "");
-  std::vector<Layout> layouts;
-  for (int tp : o.tps.sizes)
-    for (int overlap : o.tps.overlaps_at(tp)) layouts.push_back({tp, o.tps.sequence_parallel_at(tp), overlap});
+  const std::vector<Layout>& layouts = o.layouts;
   // One layout per --tp, made before the first window: setting up the group's communicator is
   // not the step's.
   std::map<int, std::unique_ptr<TensorParallelMesh>> meshes;
@@ -274,15 +244,14 @@ void run(ModeContext& ctx, const ProfileOptions& o) {
               {"Model", "ctx", "batch", "prec", "attn", "Untraced", "Traced", "Overhead", "Drift", "Activities/step",
                "Matmul %", "Dropped", "status"});
   auto timer = dev.make_timer(kStepMarks);
-  LiveModel live;  // tp 1: one model for the configurations that can share it
-  PartModel part;  // tp above 1: each configuration's own
+  LiveModel live;  // one model for the configurations of a layout that can share it
   int64_t pid = 0;
   for (const Layout& t : layouts) {
     const TensorParallelMesh& mesh = *meshes.at(t.tp);
-    if (t.tp > 1) live.release();
+    live.release();  // each layout its own part of the model
     for (size_t i = 0; i < cases.size(); ++i) {
       const ModelCase& c = cases[i];
-      if (t.tp == 1) live.release_unless_shared(cases, i);
+      live.release_unless_shared(cases, i);
       const std::string label = c.label() + tensor_parallel_label(t.tp, t.sequence_parallel, t.overlap);
       Record rec;
       rec.group = "profile/" + label;
@@ -301,28 +270,25 @@ void run(ModeContext& ctx, const ProfileOptions& o) {
       const SweepStatus status = sweep.run(
           label, rec,
           [&] {
-            if (t.tp == 1) live.prepare(cases, i, dev, ops, seed, memory, GradientStorage::Whole, phase, rec);
-            TransformerLM* model = t.tp == 1 ? live.model() : nullptr;  // AdamW: a phase of its own
-            AdamW* opt = t.tp == 1 ? live.optimizer() : nullptr;
+            TransformerLM* model = nullptr;      // AdamW: a phase of its own
             std::unique_ptr<GraphedStep> graph;  // --cuda-graph: recorded after the warm-up
             auto step = [&](StepSamples& into) {
               NvtxRange range("step");
-              into.add(graph ? graph->run(*timer) : run_step(*model, opt, phase, *timer));
+              into.add(graph ? graph->run(*timer) : run_step(*model, live.optimizer(), phase, *timer));
+            };
+            auto prepare = [&] {
+              model = &live.prepare(cases, i, dev, ops, seed, memory, GradientStorage::Whole, phase, rec,
+                                    mesh.model_config(t.sequence_parallel, t.overlap));
+              for (int64_t s = 0; s < warmup; ++s) step(warm);
             };
             // A group's part and its first steps (what may run out of memory) agreed on by every
             // rank, so that none waits in a collective a rank that failed never enters.
-            if (t.tp > 1)
-              sweep.agree([&] {
-                model = &part.build(c, mesh, t, dev, ops, seed, memory, phase, rec);
-                opt = part.opt.get();
-                for (int64_t s = 0; s < warmup; ++s) step(warm);
-              });
-            else
-              for (int64_t s = 0; s < warmup; ++s) step(warm);
+            if (t.tp > 1) sweep.agree(prepare);
+            else prepare();
             if (graphed)
               profiler->record_graph([&] {
                 NvtxRange range("step");
-                graph = std::make_unique<GraphedStep>(*model, opt, phase);
+                graph = std::make_unique<GraphedStep>(*model, live.optimizer(), phase);
               });
             for (int64_t s = 0; s < (steps + 1) / 2; ++s) step(untraced);
 
@@ -361,11 +327,8 @@ void run(ModeContext& ctx, const ProfileOptions& o) {
           },
           [&](Record& r) {
             r.attr("peak_memory_bytes", dev.allocator().peak_bytes());
-            if (r.status == "ok") return;
-            live.release();  // free what it held (the sweep then checks it is free); the next builds its own
-            part.release();
+            if (r.status != "ok") live.release();  // free what it held; the next configuration builds its own model
           });
-      part.release();
       const bool ok = status.ok();
       if (ok && ctx.rt.is_root()) report.print(stdout, label + " (rank 0)", top, traced, untraced);
       const Overhead o = overhead(untraced, traced);
