@@ -679,10 +679,10 @@ void run(ModeContext& ctx, const TrainOptions& o) {
     ctx.recorder.write(r);
   };
 
+  const std::string kept = kept_options(o, schedule);  // the same for every checkpoint of the run
   auto save = [&](const std::string& when) {
     model->wait_parameters();  // a sharded step's last all-gathers, before anything reads the weights
     const Runtime* parts = tp > 1 ? &groups.tp : nullptr;  // the tensor-parallel group's other parts
-    const std::string kept = kept_options(o, schedule);
     if (shards) save_checkpoint_from_shards(dp_rt, o.save, *shards, *opt, parts, kept);
     else save_checkpoint_from_ranks(dp_rt, o.save, *model, *opt, plan, parts, kept);
     log_root(rt, "saved %s (%s; optimizer step %lld)\n", o.save.c_str(), when.c_str(), (long long)opt->steps_taken());
