@@ -604,8 +604,8 @@ def bucket_model_table(g: pd.DataFrame, comm_model, markdown: bool, title: str) 
     # Which line o and w are of: (i) gives another o, that of the line through the smallest and largest sizes.
     line = (f" (the line through the all-reduce's {scaling.megabytes(pair[0])} and {scaling.megabytes(pair[1])}, "
             f"around b*; each bucket size's prediction takes the line around its own bytes)" if pair else "")
-    beyond = [f"{r.bucket_mb:g} MiB: {scaling.beyond_measured(model, [('allreduce', s / max(r.buckets, 1))])}"
-              for _, r in b.iterrows() if scaling.beyond_measured(model, [("allreduce", s / max(r.buckets, 1))])]
+    beyond = [f"{r.bucket_mb:g} MiB: {said}" for _, r in b.iterrows()
+              if (said := scaling.beyond_measured(model, [("allreduce", s / max(r.buckets, 1))]))]
     return (f"{table}\n\ns = {s / MIB:.3f} MiB of gradients per step; at b*: o = {o * 1e3:.2f} us, "
             f"w = {w * 1e3 / 1e9:.3g} GB/s{line}, {model['source']}."
             + (f"\nThe model extrapolates the collectives' run for bucket {'; '.join(beyond)}." if beyond else "")
@@ -696,8 +696,8 @@ def stage_model_table(g: pd.DataFrame, comm_model, markdown: bool, title: str) -
     whole = (f"; as one line, through the all-reduce's smallest and largest sizes ({scaling.megabytes(points[0][0])} "
              f"and {scaling.megabytes(points[-1][0])}, a summary, not what the predictions take)"
              if len(points) >= 2 else "; here one line for every size")
-    beyond = [f"{impl(r)} {r.shard_optimizer}: {scaling.beyond_measured(model, scaling.collective_sizes(r))}"
-              for _, r in sharded.iterrows() if ok(r) and scaling.beyond_measured(model, scaling.collective_sizes(r))]
+    beyond = [f"{impl(r)} {r.shard_optimizer}: {said}" for _, r in sharded.iterrows()
+              if ok(r) and (said := scaling.beyond_measured(model, scaling.stage_comm_ms(r, model)["sizes"]))]
     return (f"{table}\n\nThe ring model: on k ranks an all-reduce whose buffer is S bytes takes o(k) + 2(k-1)/k S / B, "
             f"a reduce-scatter or all-gather o(k) + (k-1)/k S / B, a broadcast o(k) + S / B, with o(k) = "
             f"o (k-1)/(n0-1). Gradients (s bytes in c collectives): broadcast all-reduces s over the n "

@@ -337,12 +337,20 @@ def stage_comm_ms(row, model: dict, ranks: int | None = None, share: float = 1.0
       grad_all    all of them, end to end
       params      what forward (under zero3 also backward) waits for the parameters' collectives
       params_all  all of them, end to end
+      sizes       [(collective, bytes of one)] of each kind of collective priced on two ranks or
+                  more (where the model's line is taken: beyond_measured)
     share: the part of the row's forward and backward each rank computes at `ranks` (strong
     scaling: n_m / n), the time the collectives hide behind."""
     tp = int(_attr(row, "tp", 1))
     measured = int(_attr(row, "world_size", ranks)) // tp
     n = ranks // tp if ranks else measured
-    out = dict(grad=0.0, grad_all=0.0, params=0.0, params_all=0.0)
+    out = dict(grad=0.0, grad_all=0.0, params=0.0, params_all=0.0, sizes=[])
+
+    def ring(collective, nbytes, k, count=1.0, size=None):  # ring_ms, noting the size it prices
+        if k >= 2:
+            out["sizes"].append((collective, nbytes / count if size is None else size))
+        return ring_ms(collective, nbytes, k, model, count, size=size)
+
     if row.ddp == "none" or n < 2:
         return out
     stage = str(_attr(row, "shard_optimizer", "none")).split()[0]  # "zero1 bf16": zero1's collectives
@@ -357,8 +365,8 @@ def stage_comm_ms(row, model: dict, ranks: int | None = None, share: float = 1.0
     element = 8 if _attr(row, "precision", "fp32") == "fp64" else 4  # of a master weight
 
     def gradients(part: float, count: float = c) -> float:  # `count` collectives of s / c, `part` of s
-        t = ring_ms("reducescatter" if sharded else "allreduce", part * s, group, model, count, size=s / c)
-        return t + ring_ms("allreduce", part * s / group, n // group, model, count, size=s / group / c)  # 0 w/o groups
+        t = ring("reducescatter" if sharded else "allreduce", part * s, group, count, size=s / c)
+        return t + ring("allreduce", part * s / group, n // group, count, size=s / group / c)  # 0 w/o groups
 
     out["grad_all"] = gradients(1.0)
     if row.ddp in OVERLAPPING:
@@ -372,38 +380,13 @@ def stage_comm_ms(row, model: dict, ranks: int | None = None, share: float = 1.0
         out["grad"] = out["grad_all"]
     p, cp = float(_attr(row, "param_comm_bytes_per_step", 0)), float(_attr(row, "param_collectives_per_step", 0))
     if stage == "broadcast" and p > 0:  # one broadcast per owner, all before forward reads the first range
-        out["params"] = out["params_all"] = ring_ms("broadcast", p, n, model, max(cp * n / measured, 1.0))
+        out["params"] = out["params_all"] = ring("broadcast", p, n, max(cp * n / measured, 1.0))
     elif sharded and p > 0:
         cp = max(cp, 1.0)
-        out["params_all"] = ring_ms("allgather", p, group, model, cp)
+        out["params_all"] = ring("allgather", p, group, cp)
         first = embedding_elements(row) * element if units else p / cp
         hidden = fwd + (bwd if stage == "zero3" else 0.0)
-        out["params"] = max(ring_ms("allgather", first, group, model, cp, size=p / cp), out["params_all"] - hidden)
-    return out
-
-
-def collective_sizes(row, ranks: int | None = None) -> list:
-    """[(collective, bytes of one)]: the buffer of each kind of collective stage_comm_ms prices for
-    a configuration (its gradients' and its parameters'); [] where it has none."""
-    tp = int(_attr(row, "tp", 1))
-    measured = int(_attr(row, "world_size", ranks)) // tp
-    n = ranks // tp if ranks else measured
-    if row.ddp == "none" or n < 2:
-        return []
-    stage = str(_attr(row, "shard_optimizer", "none")).split()[0]
-    sharded = stage in ("zero1", "zero2", "zero3")
-    group = int(_attr(row, "shard_group", measured)) if sharded else measured
-    s, c = float(row.comm_bytes_per_step), max(float(row.buckets), 1.0)
-    out = []
-    if 0 < group < measured:  # hybrid: each group's reduce-scatter, then each part's all-reduce
-        s *= group / (group + 1)
-        out.append(("allreduce", s / group / c))
-    out.insert(0, ("reducescatter" if sharded else "allreduce", s / c))
-    p, cp = float(_attr(row, "param_comm_bytes_per_step", 0)), float(_attr(row, "param_collectives_per_step", 0))
-    if stage == "broadcast" and p > 0:
-        out.append(("broadcast", p / max(cp * n / measured, 1.0)))
-    elif sharded and p > 0:
-        out.append(("allgather", p / max(cp, 1.0)))
+        out["params"] = max(ring("allgather", first, group, cp, size=p / cp), out["params_all"] - hidden)
     return out
 
 
@@ -618,7 +601,7 @@ def study_table(df: pd.DataFrame, models: dict, per: str = "GPU") -> str:
 def predicted_from(model: dict, r, nodes: int) -> str:
     """The study table's Predicted from: the collectives' run (fitted_from), and where a collective of
     the configuration lies outside the sizes it measured, so (the model extrapolates there)."""
-    beyond = beyond_measured(model, collective_sizes(r))
+    beyond = beyond_measured(model, stage_comm_ms(r, model)["sizes"])
     return fitted_from(model, nodes) + (f"; {beyond}" if beyond else "")
 
 
@@ -934,7 +917,7 @@ def report(df: pd.DataFrame, models: dict, out_dir: str) -> str:
         projected = any(p.source.startswith("projection") for p in points)
         notes = [f"**{projection_doubt(last, models)}**"] if projected and projection_doubt(last, models) else []
         model = model_for(models, int(last.world_size) // int(last.tp), last.transport, int(_attr(last, "nodes", 1)))
-        beyond = beyond_measured(model, collective_sizes(last)) if projected and model is not None else ""
+        beyond = beyond_measured(model, stage_comm_ms(last, model)["sizes"]) if projected and model is not None else ""
         if beyond:
             notes.append(f"The projections extrapolate the collectives' run: {beyond}.")
         if any(p.efficiency > 1.0005 for p in points):
