@@ -542,7 +542,7 @@ def study_table(df: pd.DataFrame, models: dict, per: str = "GPU") -> str:
     what the throughput is counted per (unit())."""
     ok = ok_runs(df)
     order = study_order(ok)
-    cells, flagged, any_tp = [], [], bool((order.tp > 1).any())
+    cells, flagged, any_tp, above = [], [], bool((order.tp > 1).any()), False
     for _, r in order.iterrows():
         n, tp, batch, step = int(r.world_size), int(r.tp), int(r.batch_size), float(r.slowest_step_mean)
         nodes = int(_attr(r, "nodes", 1))
@@ -552,6 +552,7 @@ def study_table(df: pd.DataFrame, models: dict, per: str = "GPU") -> str:
             base, per_gpu = one_gpu(ok, r, "gpu_batch", batch / n), "*"
         one = None if base is None else ok.loc[base]
         of_one = math.nan if one is None else tokens / throughput(one, 1, one.batch_size, one.slowest_step_mean)[0]
+        above |= of_one > 1.0005
         model = model_for(models, n // tp, r.transport, nodes)
         communicates = model is not None and n // tp > 1 and r.ddp != "none"
         m = stage_comm_ms(r, model) if communicates else dict(grad=math.nan, grad_all=math.nan, params_all=math.nan)
@@ -589,8 +590,7 @@ def study_table(df: pd.DataFrame, models: dict, per: str = "GPU") -> str:
                   "collectives have no peer: the exposed comm measured there is the strategy's own work around them "
                   "(the library's call on a group of one rank, which moves nothing over a link, and the passes over "
                   "the gradients), not time on a network.")
-    above = order[[share_of_one(ok, r) > 1.0005 for _, r in order.iterrows()]]
-    if not above.empty:
+    if above:
         table += f"\n\n{above_one_note(per)}"
     picks = choices(order, per)
     return (f"### Scaling study: every configuration measured\n\n{study_note(per, stage_tables(ok, models), any_tp)}"
@@ -603,20 +603,6 @@ def predicted_from(model: dict, r, nodes: int) -> str:
     the configuration lies outside the sizes it measured, so (the model extrapolates there)."""
     beyond = beyond_measured(model, stage_comm_ms(r, model)["sizes"])
     return fitted_from(model, nodes) + (f"; {beyond}" if beyond else "")
-
-
-def share_of_one(ok: pd.DataFrame, r) -> float:
-    """r's tokens/s per GPU over the one-rank run's it is compared with (the study table's Of one GPU's:
-    the same global batch, else the same batch per GPU); NaN where there is none."""
-    n, batch = int(r.world_size), int(r.batch_size)
-    base = one_gpu(ok, r, "batch_size", batch)
-    if base is None:
-        base = one_gpu(ok, r, "gpu_batch", batch / n)
-    if base is None:
-        return math.nan
-    one = ok.loc[base]
-    return (throughput(r, n, batch, float(r.slowest_step_mean))[0]
-            / throughput(one, 1, one.batch_size, one.slowest_step_mean)[0])
 
 
 def above_one_note(per: str) -> str:
