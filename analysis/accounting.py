@@ -351,13 +351,13 @@ def bucket(args) -> str:
                 best = b.loc[b.slowest_step_mean.idxmin()]
                 ranks = int(best.world_size) // int(best.tp)  # o and w on the gradients' ring, as (e) takes them
                 s = float(best.comm_bytes_per_step)
-                _, o, w = bucket_optimum(model, s, ranks)
+                _, o, w, _ = bucket_optimum(model, s, ranks)
                 parts.append(f"Measured: the fastest bucket size is {best.bucket_mb:g} MiB ({best.slowest_step_mean:.2f} "
                              f"ms per step, the slowest rank's); the model's (above): {optimum_text(s, o, w)}.")
     if args.grad_bytes:
         # o and w of the all-reduce run's own ranks, of the line around b*, as (e) takes them.
         s = args.grad_bytes
-        _, o, w = bucket_optimum(model, s, int(model["world_size"]))
+        _, o, w, _ = bucket_optimum(model, s, int(model["world_size"]))
         parts.append(f"### ddp_bucketed (b): s = {s / MIB:.3f} MiB; at b*: o = {o * 1e3:.2f} us, "
                      f"w = {w * 1e3 / 1e9:.3g} GB/s ({model['source']})\n\n{optimum_text(s, o, w)}")
     if not parts:

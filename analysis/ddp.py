@@ -589,7 +589,7 @@ def bucket_model_table(g: pd.DataFrame, comm_model, markdown: bool, title: str) 
     model, why = ring_model(g, comm_model)
     if model is None:
         return f"{heading(head, markdown)}\n\n{why}"
-    b_star, o, w, pair = optimum_line(model, s, ranks)
+    b_star, o, w, pair = bucket_optimum(model, s, ranks)
     # Every bucket's o and the last one's bytes: n_b all-reduces of s / n_b each (scaling.ring_ms).
     predicted = [scaling.ring_ms("allreduce", s / max(r.buckets, 1), ranks, model, max(r.buckets, 1),
                                  size=s / max(r.buckets, 1)) for _, r in b.iterrows()]
@@ -626,18 +626,13 @@ def optimum_text(s: float, o: float, w: float) -> str:
 
 
 def bucket_optimum(model: dict, s: float, ranks: int) -> tuple:
-    """(b*, o, w): the bucket model's optimum b* = sqrt(s o w) for s gradient bytes all-reduced on
-    `ranks` ranks, with o and w those of the measured line around b* itself (scaling.at_size, extended
-    to the ranks by scaling.allreduce_at): each line between two measured sizes gives a b*, and the
-    first that falls among its own line's sizes is kept (the first line's reach down to 0, the
-    last's up from the largest size); the first line's where none does. A model without measured
-    sizes (fitted to the bucket sweep) is one line."""
-    return optimum_line(model, s, ranks)[:3]
-
-
-def optimum_line(model: dict, s: float, ranks: int) -> tuple:
-    """bucket_optimum's (b*, o, w) and the two all-reduce sizes (bytes) of the line they are from;
-    None for a model without measured sizes."""
+    """(b*, o, w, line): the bucket model's optimum b* = sqrt(s o w) for s gradient bytes all-reduced
+    on `ranks` ranks, with o and w those of the measured line around b* itself (scaling.at_size,
+    extended to the ranks by scaling.allreduce_at): each line between two measured sizes gives a b*,
+    and the first that falls among its own line's sizes is kept (the first line's reach down to 0,
+    the last's up from the largest size); the first line's where none does; `line`: the two
+    all-reduce sizes (bytes) it is drawn through. A model without measured sizes (fitted to the
+    bucket sweep) is one line, `line` None."""
     sizes = [b for b, _ in (model.get("kinds") or {}).get("allreduce", [])]
     found = []
     for i in range(max(len(sizes) - 1, 1)):
