@@ -34,7 +34,7 @@
 # temporary folder) is removed on exit, whatever happens; a deadline of 300 s of its own.
 # Needs root, iproute2 and util-linux (make deps), network namespaces, veth and bridge devices;
 # otherwise skipped (exit 77) with the reason. Part (b) needs slurm-wlm and munge (installed
-# with apt-get when missing, as test_slurm_jobs.sh does). 45-62 s on 2 cores: about 17 s part
+# with apt-get when missing, as test_slurm_jobs.sh does). 45-65 s on 2 cores: about 17 s part
 # (a)'s 22 training runs (mostly Open MPI's start-up), 22 s the hangs, the partition and the slow
 # rank (mostly waiting for timeouts, part (b)'s jobs beside them), 4 s part (b)'s checks and srun.
 # FAKE_NODES_PARTS=a or b runs one part only; FAKE_NODES_KEEP=1 keeps the temporary folder
