@@ -105,7 +105,9 @@ fake_nodes_up() {
   FAKE_NODES_DIR=$dir
   tag=llmhpc-fn$owner
   bridge=$tag-br
-  cores=$(nproc)
+  # The CPUs this process may run on: nproc alone would answer OMP_NUM_THREADS where it is set (as
+  # ctest sets it for the tests), and every node would sit on core 0 (launches 0.6 -> 0.85 s).
+  cores=$(env -u OMP_NUM_THREADS -u OMP_THREAD_LIMIT nproc)
   {
     echo "127.0.0.1 localhost"
     for ((i = 0; i < n; i++)); do echo "$(fake_nodes_addr $i) node$i"; done
