@@ -112,9 +112,11 @@ MODEL_TRUSTED = (0.67, 1.5)
 # charges every bucket's latency after backward (4.6 ms at xl, 3% of its 135 ms step) where
 # 0.5-0.8 ms were measured (docs/results/scaling.md), which moves a projection by that little.
 MODEL_NEGLIGIBLE = 0.05
-# Two layouts' steps closer than this share of the faster one (or than the step's standard
-# deviation, where larger) tie: which is faster is within what the steps vary by.
+# Two layouts' steps closer than this share of the faster one, or than TIE_SIGMAS standard errors
+# of the difference of their means where larger, tie: which is faster is within what the timed
+# steps let one tell apart (two standard errors: a difference of equal means exceeds it 5% of the time).
 TIE_SHARE = 0.01
+TIE_SIGMAS = 2.0
 # Dense peak FLOP/s (no 2:4 sparsity) by (device name contains, precision), from the vendors' data
 # sheets (SXM parts; sparse rates halved): bf16 and tf32 on the tensor cores (tf32: fp32 products
 # under --tf32), fp32 without them. The first name contained wins: GB200 before B200, H200 (and
@@ -641,17 +643,24 @@ def stage_tables(ok: pd.DataFrame, models: dict) -> str:
     return "all" if have and all(have) else "some" if any(have) else "none"
 
 
-def step_noise(r, fastest: float) -> float:
-    """How far a step may lie above the fastest (ms) and still tie with it: its slowest-rank step's
-    standard deviation over the timed steps, at least TIE_SHARE of the fastest step."""
-    std = float(_attr(r, "slowest_step_std", 0.0))
-    return max(std, TIE_SHARE * fastest)
+def step_sem(r) -> float:
+    """The standard error of a configuration's step (ms): its slowest-rank step's standard deviation
+    over the timed steps / sqrt(their number); the deviation itself where the number is not known."""
+    std, n = float(_attr(r, "slowest_step_std", 0.0)), int(_attr(r, "slowest_step_n", 1))
+    return std / math.sqrt(max(n, 1))
+
+
+def ties_with(r, fast) -> bool:
+    """Whether configuration r's step is within the noise of the fastest's: their means closer than
+    TIE_SIGMAS standard errors of the difference, or than TIE_SHARE of the fastest step."""
+    gap = float(r.slowest_step_mean) - float(fast.slowest_step_mean)
+    return gap <= max(TIE_SIGMAS * math.hypot(step_sem(r), step_sem(fast)), TIE_SHARE * float(fast.slowest_step_mean))
 
 
 def choices(order: pd.DataFrame, per: str = "GPU", ranks: int | None = None) -> list:
     """Per model, transport, rank count (two or more; only `ranks` where given) and global batch
     measured under two or more layouts, a line: the fastest layout, or the layouts that tie with it
-    (a step within step_noise of the fastest's, either's), and the ones with the least peak memory
+    (ties_with), and the ones with the least peak memory
     (within 1% of the least: a tie, every one named); "also the least memory" only where one layout
     is both alone."""
     lines = []
@@ -662,8 +671,7 @@ def choices(order: pd.DataFrame, per: str = "GPU", ranks: int | None = None) -> 
         if ranks is not None and int(g.world_size.iloc[0]) != ranks:
             continue
         fast, least = g.loc[g.slowest_step_mean.idxmin()], float(g.peak_memory_bytes.min())
-        t = float(fast.slowest_step_mean)
-        ties = g[[r.slowest_step_mean - t <= max(step_noise(r, t), step_noise(fast, t)) for _, r in g.iterrows()]]
+        ties = g[[ties_with(r, fast) for _, r in g.iterrows()]]
         ties = ties.drop_duplicates("layout").sort_values("slowest_step_mean", kind="stable")
         n, batch = int(fast.world_size), int(fast.batch_size)
 
@@ -674,7 +682,8 @@ def choices(order: pd.DataFrame, per: str = "GPU", ranks: int | None = None) -> 
         line = (f"- {model_name(fast)} T={fast.context_length} {fast.precision}, {n} ranks, global batch {batch}"
                 f"{'' if fast.transport == 'default' else ', network transport'}: ")
         line += (f"fastest {said(fast)}" if len(ties) == 1 else
-                 f"fastest, a tie within the steps' noise (their standard deviation, at least {100 * TIE_SHARE:g}%): "
+                 f"fastest, a tie within the steps' noise ({TIE_SIGMAS:g} standard errors of the difference of "
+                 f"the means, at least {100 * TIE_SHARE:g}%): "
                  + ", ".join(said(r) for _, r in ties.iterrows()))
         small = g[g.peak_memory_bytes <= 1.01 * least].drop_duplicates("layout")
         small = small.sort_values("peak_memory_bytes", kind="stable")

@@ -404,19 +404,27 @@ def check_scaling_nodes(runs, work):
     (line,) = scaling.choices(rows.assign(peak_memory_bytes=[1_005_000, 1_000_000, 2_000_000]), "rank")
     assert "also the least memory" not in line and "; least memory, a tie within 1%: **small** (0.000931 GiB, its " \
         "step 2.00x the fastest's), **fast** (0.000936 GiB, the fastest)" in line, line
-    # Steps within the noise (the standard deviation, at least 1%) tie: no one layout is the fastest.
-    tie = rows.assign(slowest_step_mean=[10.0, 10.05, 30.0], peak_memory_bytes=[1_000_000, 1_000_000, 2_000_000])
+    # Steps within the noise (2 standard errors of the difference of the means, at least 1%) tie: no
+    # one layout is the fastest.
+    tie = rows.assign(slowest_step_mean=[10.0, 10.05, 30.0], peak_memory_bytes=[1_000_000, 1_000_000, 2_000_000],
+                      slowest_step_n=[10, 10, 10])
     (line,) = scaling.choices(tie, "rank")
-    assert "fastest, a tie within the steps' noise" in line and "**fast** (10.00 ms" in line and \
+    assert "fastest, a tie within the steps' noise (2 standard errors" in line and "**fast** (10.00 ms" in line and \
         "**small** (10.05 ms" in line and "**twin**" not in line and "also the least memory" not in line and \
         "(0.000931 GiB, tied fastest), **small** (0.000931 GiB, tied fastest)" in line, line
-    for apart in (tie.assign(slowest_step_mean=[10.0, 10.5, 30.0]),  # 5%: more than the std, more than 1%
-                  tie.assign(slowest_step_mean=[10.0, 10.5, 30.0], slowest_step_std=[0.01, 0.01, 0.01])):
+    for apart in (tie.assign(slowest_step_mean=[10.0, 10.5, 30.0]),  # 5%: more than 1% and than the noise
+                  tie.assign(slowest_step_mean=[10.0, 10.5, 30.0], slowest_step_std=[0.01, 0.01, 0.01]),
+                  # 0.5 ms apart, steps varying by 0.6 ms: over 10 steps each mean is known to 0.19 ms, the
+                  # difference to 0.2 ms; 0.5 is more than two such (a standard deviation would call it a tie)
+                  tie.assign(slowest_step_mean=[10.0, 10.5, 30.0], slowest_step_std=[0.6, 0.1, 0.1])):
         (line,) = scaling.choices(apart, "rank")
         assert "fastest **fast**" in line and "a tie within the steps' noise" not in line, line
-    (line,) = scaling.choices(tie.assign(slowest_step_mean=[10.0, 10.5, 30.0], slowest_step_std=[0.6, 0.1, 0.1]),
-                              "rank")
-    assert "a tie within the steps' noise" in line, line  # within the fastest's std
+    for noisy in (tie.assign(slowest_step_mean=[10.0, 10.5, 30.0], slowest_step_std=[1.2, 0.1, 0.1]),
+                  # 3 steps of 0.6 ms each: the means known to 0.35 ms, 0.5 ms apart is within two
+                  tie.assign(slowest_step_mean=[10.0, 10.5, 30.0], slowest_step_std=[0.6, 0.1, 0.1],
+                             slowest_step_n=[3, 3, 3])):
+        (line,) = scaling.choices(noisy, "rank")
+        assert "a tie within the steps' noise" in line, line  # within the fastest's noise
     assert scaling.choices(rows, "rank", ranks=4) == [], "only the rank count asked for"
     # Ranks that shared cores, by what their files record: more threads on a node than the CPUs each may use.
     def node(count, allowed, threads=1):
