@@ -148,18 +148,13 @@ COMM="--mode comm --device cpu --backend mpi --check --collective all --size 4KB
 # Started before part (a); its sbatch jobs run beside part (a)'s hangs, which mostly wait for
 # timeouts (one part after the other took 59 + 25 s; the jobs beside part (a)'s training runs
 # slowed them as much as they saved), and part (b) checks them after part (a).
+# slurm_install, slurm_conf, munge_up (sourced, the script runs nothing).
+# shellcheck source=SCRIPTDIR/slurm_cluster.sh
+source "$ROOT/tests/scripts/slurm_cluster.sh"
 slurm_missing=""  # why part (b) cannot run here, if it cannot
-if [[ "$PARTS" == *b* ]] && { ! command -v sbatch >/dev/null || ! command -v slurmctld >/dev/null ||
-   ! command -v slurmd >/dev/null || ! command -v munged >/dev/null; }; then
-  if ! command -v apt-get >/dev/null; then
-    slurm_missing="slurm-wlm and munge are not installed and there is no apt-get to install them"
-  else
-    echo "installing slurm-wlm and munge (apt-get)"
-    { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends slurm-wlm munge; } \
-      >/tmp/llmhpc-fakenodes-apt.log 2>&1 ||
-      slurm_missing="apt-get install slurm-wlm munge failed (see /tmp/llmhpc-fakenodes-apt.log)"
-  fi
-  [ -n "$slurm_missing" ] && [[ "$PARTS" != *a* ]] && skip "$slurm_missing"
+if [[ "$PARTS" == *b* ]] && ! slurm_install; then
+  slurm_missing=$SLURM_MISSING
+  [[ "$PARTS" != *a* ]] && skip "$slurm_missing"
 fi
 slurm_logs() {  # fail() shows the Slurm daemons' logs
   local i
@@ -167,51 +162,15 @@ slurm_logs() {  # fail() shows the Slurm daemons' logs
   for ((i = 0; i < NODES; i++)); do daemon_logs+=("$tmp/slurmd-node$i.log"); done
 }
 slurm_up() {  # the daemons, and the nodes idle
-  mkdir -p "$tmp/state"
   for ((i = 0; i < NODES; i++)); do mkdir -p "$tmp/spool-node$i"; done
-  touch "$tmp/plugstack.conf"
-  # MinJobAge=0 keeps finished jobs' records, so sbatch --wait polls every 2 s; with the default
-  # (300) it waits 2, 8, then 32 s between polls: a job of 14 s took 42.
   {
-    cat <<CONF
-ClusterName=llmhpcfake
-SlurmctldHost=node0($(addr 0))
-SlurmUser=root
-AuthType=auth/munge
-CredType=cred/munge
-AuthInfo=socket=$tmp/munge.socket
-ProctrackType=proctrack/linuxproc
-TaskPlugin=task/none
-SelectType=select/cons_tres
-SelectTypeParameters=CR_Core
-AccountingStorageType=accounting_storage/none
-JobAcctGatherType=jobacct_gather/none
-JobCompType=jobcomp/none
-MpiDefault=none
-ReturnToService=2
-MinJobAge=0
-SlurmdParameters=config_overrides
-StateSaveLocation=$tmp/state
-SlurmdSpoolDir=$tmp/spool-%n
-TmpFS=$tmp/nodetmp
-SlurmctldPidFile=$tmp/slurmctld.pid
-SlurmdPidFile=$tmp/slurmd-%n.pid
-SlurmctldLogFile=$tmp/slurmctld.log
-SlurmdLogFile=$tmp/slurmd-%n.log
-PlugStackConfig=$tmp/plugstack.conf
-CONF
+    slurm_conf "$tmp" llmhpcfake "node0($(addr 0))"
     for ((i = 0; i < NODES; i++)); do echo "NodeName=node$i NodeAddr=$(addr $i) CPUs=4 RealMemory=1000 State=UNKNOWN"; done
     echo "PartitionName=test Nodes=ALL Default=YES MaxTime=30 State=UP"
   } >"$tmp/slurm.conf"
   export SLURM_CONF=$tmp/slurm.conf
-  mungekey -c -k "$tmp/munge.key" >/dev/null 2>&1 || dd if=/dev/urandom of="$tmp/munge.key" bs=1024 count=1 2>/dev/null
-  chmod 600 "$tmp/munge.key"
   slurm_logs  # what fail() shows from here
-  in_node 0 munged -F --socket="$tmp/munge.socket" --key-file="$tmp/munge.key" --pid-file="$tmp/munged.pid" \
-    --log-file="$tmp/munged.log" --seed-file="$tmp/munged.seed" >>"$tmp/munged.log" 2>&1 3>&- &
-  pids+=($!)
-  for _ in $(seq 50); do [ -S "$tmp/munge.socket" ] && break; sleep 0.1; done
-  [ -S "$tmp/munge.socket" ] || fail "munged did not start"
+  munge_up "$tmp" in_node 0 || fail "munged did not start"
   in_node 0 slurmctld -D -i -f "$SLURM_CONF" >>"$tmp/slurmctld.log" 2>&1 3>&- &
   pids+=($!)
   for ((i = 0; i < NODES; i++)); do

@@ -21,13 +21,10 @@ skip() { echo "SKIP: Slurm tests skipped: $*"; exit 77; }
 
 [ "$(id -u)" = 0 ] || skip "they start munged, slurmctld and slurmd, which needs root"
 "$PYTHON" -c "import h5py, pandas, matplotlib" 2>/dev/null || skip "$PYTHON has no h5py, pandas or matplotlib (make deps)"
-if ! command -v sbatch >/dev/null || ! command -v slurmctld >/dev/null || ! command -v slurmd >/dev/null ||
-   ! command -v munged >/dev/null; then
-  command -v apt-get >/dev/null || skip "slurm-wlm and munge are not installed and there is no apt-get to install them"
-  echo "installing slurm-wlm and munge (apt-get)"
-  { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends slurm-wlm munge; } \
-    >/tmp/llmhpc-slurm-apt.log 2>&1 || skip "apt-get install slurm-wlm munge failed (see /tmp/llmhpc-slurm-apt.log)"
-fi
+# slurm_install, slurm_conf, munge_up (sourced, the script runs nothing).
+# shellcheck source=SCRIPTDIR/slurm_cluster.sh
+source "$ROOT/tests/scripts/slurm_cluster.sh"
+slurm_install || skip "$SLURM_MISSING"
 
 tmp=$(mktemp -d /tmp/llmhpc-slurm.XXXXXX)
 chmod 755 "$tmp"  # munged wants every folder above its socket searchable by all
@@ -56,50 +53,19 @@ for s in socks: s.bind(("127.0.0.1", 0))
 print(*(s.getsockname()[1] for s in socks))')
 read -r ctld_port d_port <<<"$ports"
 hw=$(slurmd -C | head -1 | sed 's/^NodeName=[^ ]* //')  # CPUs=2 Boards=1 ... RealMemory=N
-mkdir -p "$tmp/state" "$tmp/spool"
-touch "$tmp/plugstack.conf"
-# MinJobAge=0 keeps finished jobs' records, so sbatch --wait polls every 2 s; with the default
-# (300) it waits 2, 8, then 32 s between polls: a job of 14 s took 42.
-cat >"$tmp/slurm.conf" <<EOF
-ClusterName=llmhpctest
-SlurmctldHost=$node(127.0.0.1)
-SlurmctldPort=$ctld_port
-SlurmdPort=$d_port
-SlurmUser=root
-AuthType=auth/munge
-CredType=cred/munge
-AuthInfo=socket=$tmp/munge.socket
-ProctrackType=proctrack/linuxproc
-TaskPlugin=task/none
-SelectType=select/cons_tres
-SelectTypeParameters=CR_Core
-AccountingStorageType=accounting_storage/none
-JobAcctGatherType=jobacct_gather/none
-JobCompType=jobcomp/none
-MpiDefault=none
-ReturnToService=2
-MinJobAge=0
-StateSaveLocation=$tmp/state
-SlurmdSpoolDir=$tmp/spool
-SlurmctldPidFile=$tmp/slurmctld.pid
-SlurmdPidFile=$tmp/slurmd.pid
-SlurmctldLogFile=$tmp/slurmctld.log
-SlurmdLogFile=$tmp/slurmd.log
-PlugStackConfig=$tmp/plugstack.conf
-NodeName=$node NodeAddr=127.0.0.1 $hw State=UNKNOWN
-PartitionName=test Nodes=ALL Default=YES MaxTime=30 State=UP
-EOF
+mkdir -p "$tmp/spool-$node"
+{
+  slurm_conf "$tmp" llmhpctest "$node(127.0.0.1)"
+  echo "SlurmctldPort=$ctld_port"
+  echo "SlurmdPort=$d_port"
+  echo "NodeName=$node NodeAddr=127.0.0.1 $hw State=UNKNOWN"
+  echo "PartitionName=test Nodes=ALL Default=YES MaxTime=30 State=UP"
+} >"$tmp/slurm.conf"
 export SLURM_CONF=$tmp/slurm.conf
-mungekey -c -k "$tmp/munge.key" >/dev/null 2>&1 || dd if=/dev/urandom of="$tmp/munge.key" bs=1024 count=1 2>/dev/null
-chmod 600 "$tmp/munge.key"
-munged -F --socket="$tmp/munge.socket" --key-file="$tmp/munge.key" --pid-file="$tmp/munged.pid" \
-  --log-file="$tmp/munged.log" --seed-file="$tmp/munged.seed" >>"$tmp/munged.log" 2>&1 &
-pids+=($!)
-for _ in $(seq 50); do [ -S "$tmp/munge.socket" ] && break; sleep 0.1; done
-[ -S "$tmp/munge.socket" ] || fail "munged did not start"
+munge_up "$tmp" || fail "munged did not start"
 slurmctld -D -i -f "$SLURM_CONF" >>"$tmp/slurmctld.log" 2>&1 &
 pids+=($!)
-slurmd -D -f "$SLURM_CONF" -N "$node" >>"$tmp/slurmd.log" 2>&1 &
+slurmd -D -f "$SLURM_CONF" -N "$node" >>"$tmp/slurmd-$node.log" 2>&1 &
 pids+=($!)
 state=""
 for _ in $(seq 60); do
