@@ -99,9 +99,9 @@ done
 unmade=/dev/null/scaling-check
 check_options() {  # RANKS OPTIONS...: exit 2 with llmhpc's reason unless only the --out stopped it
   local said
-  # (Open MPI's mpirun then waits 2 s, twice odls_base_sigkill_timeout, before it returns. With it
-  # at 0 this check failed once in about ten runs on fake nodes under sbatch, the cause not found:
-  # killed at once, rank 0's message may not get out. It keeps the default.)
+  # (Open MPI's mpirun then waits 2 s, twice odls_base_sigkill_timeout, before it returns. Keep
+  # the default: at 0 mpirun may kill rank 0 before its message is out, 1 run in 10 on fake
+  # nodes under sbatch.)
   said=$($MPIRUN $MPIRUN_ARGS $NP_OPTION "$1" "$LLMHPC_BIN" --device "$DEVICE" "${@:2}" --out "$unmade" 2>&1) || true
   grep -qF -- "--out '$unmade': cannot create the directory" <<<"$said" && return
   if grep -q "llmhpc: error" <<<"$said"; then

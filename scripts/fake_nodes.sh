@@ -5,7 +5,8 @@
 # node I at 10.77.0.<11+I>, no route out: traffic stays among the nodes), with its own UTS
 # namespace (hostname nodeI) and mount namespace (a private tmpfs on /dev/shm, so Open MPI's
 # shared-memory transport cannot cross nodes; /etc/hosts naming the nodes; a private tmpfs on
-# DIR/nodetmp, the node's scratch space), pinned to one core (taskset: node I on core I mod nproc).
+# DIR/nodetmp, the node's scratch space), pinned to one core (taskset: node I on core I mod the
+# CPUs this script may run on).
 # One process per node, its holder, keeps the namespaces; commands enter them with nsenter, and
 # Open MPI reaches a node through DIR/agent (its plm_rsh_agent, in place of ssh).
 #   scripts/fake_nodes.sh up N DIR          nodes node0..node{N-1} (N from 1 to 244), their state
