@@ -28,6 +28,7 @@ constexpr uint64_t kMagic = 0x4c4c4d4850435042ull;  // "LLMHPCPB"
 constexpr int kMaxAddresses = 8;
 constexpr size_t kMaxAttempts = 512;  // sockets open at once while asking
 constexpr int32_t kReported = 1;      // Wire::flags: RankProgress::reported
+constexpr int32_t kSettling = 2;      // Wire::flags: RankProgress::settling
 
 // One rank's answer on the wire (host byte order: the ranks of a job share an architecture).
 struct Wire {
@@ -106,7 +107,7 @@ struct ProgressBoard::State {
       w.magic = kMagic;
       w.token = token;
       w.rank = rank;
-      w.flags = p.reported ? kReported : 0;
+      w.flags = (p.reported ? kReported : 0) | (p.settling ? kSettling : 0);
       w.issued = p.issued;
       w.completed = p.completed;
       w.step = p.step;
@@ -303,6 +304,7 @@ std::vector<RankAnswer> ProgressBoard::ask(const std::vector<int>& ranks, double
         p.answer.progress.last_bytes = w.bytes;
         p.answer.progress.context.assign(w.context, strnlen(w.context, sizeof w.context));
         p.answer.progress.reported = (w.flags & kReported) != 0;
+        p.answer.progress.settling = (w.flags & kSettling) != 0;
       }
       finish(a);
     }

@@ -35,6 +35,7 @@ struct RankProgress {
   uint64_t last_bytes = 0;   // and its payload
   std::string context;       // the configuration it is in
   bool reported = false;     // its watchdog fired and has printed and kept its report
+  bool settling = false;     // its configuration failed; it asks where the others are (Watchdog::settle_after_failure)
 };
 
 struct RankAnswer {

@@ -30,7 +30,7 @@ struct Fault {
   uint64_t op = 0;     // 0: any
   int64_t step = -1;   // -1: any
   int64_t config = 0;  // 0: any
-  enum Action { Exit, Signal, Stall, Delay, Diverge } action = Exit;
+  enum Action { Exit, Signal, Stall, Delay, Diverge, Oom } action = Exit;
   int code = 7;  // exit code, signal number or milliseconds of delay
   bool fired = false;
 };
@@ -38,7 +38,7 @@ struct Fault {
 Fault parse_fault(const std::string& text) {
   const std::string usage =
       "LLMHPC_FAULT='" + text +
-      "': expected rank=R,op=N|config=C|step=S,action=exit[:code]|signal[:number]|stall|delay:MS|diverge "
+      "': expected rank=R,op=N|config=C|step=S,action=exit[:code]|signal[:number]|stall|delay:MS|diverge|oom "
       "(a test-only switch; unset it for real runs)";
   Fault f;
   bool when = false;
@@ -64,6 +64,7 @@ Fault parse_fault(const std::string& text) {
       else if (name == "signal") f.action = Fault::Signal, f.code = 9;
       else if (name == "stall") f.action = Fault::Stall;
       else if (name == "diverge") f.action = Fault::Diverge;
+      else if (name == "oom") f.action = Fault::Oom;
       else if (name == "delay" && has_code) f.action = Fault::Delay;
       else throw UsageError(usage);
       if (has_code) f.code = int(parse_int(value.substr(value.find(':') + 1), "LLMHPC_FAULT action code"));
@@ -112,6 +113,7 @@ struct Watchdog::State {
   std::unique_ptr<Fault> fault;
   std::atomic<bool> failing{false};
   std::atomic<bool> reported{false};  // fail() has printed and kept its report: RankProgress::reported
+  std::atomic<bool> settling{false};  // in settle_after_failure: RankProgress::settling
   int64_t configs = 0;                // set_context calls so far: the configuration a fault may name
   // The arrival log (the issuing thread's own): a ring of the latest kArrivalSteps steps.
   std::vector<StepArrival> ring;
@@ -149,6 +151,7 @@ void Watchdog::start(double timeout_s, int rank, int world_size) {
       p.last_bytes = state_->last.bytes;
       p.context = *state_->context;
       p.reported = state_->reported.load();
+      p.settling = state_->settling.load();
       return p;
     });
     if (!closed.empty())
@@ -289,16 +292,20 @@ void Watchdog::inject(const Op& op) {
                      : f.action == Fault::Signal  ? "raises signal"
                      : f.action == Fault::Stall   ? "stalls"
                      : f.action == Fault::Diverge ? "issues a barrier of every rank instead"
+                     : f.action == Fault::Oom     ? "runs out of memory"
                                                   : "sleeps (ms, from here on)";
   std::fprintf(stderr,
                "llmhpc: fault injection (test only, LLMHPC_FAULT): rank %d %s%s before collective #%llu %s (%s, %llu "
                "bytes) at step %lld of '%s'\n",
                rank_, what,
-               f.action == Fault::Stall || f.action == Fault::Diverge ? "" : (" " + std::to_string(f.code)).c_str(),
+               f.action == Fault::Stall || f.action == Fault::Diverge || f.action == Fault::Oom
+                   ? ""
+                   : (" " + std::to_string(f.code)).c_str(),
                (unsigned long long)op.seq, op.name, op.backend, (unsigned long long)op.bytes, (long long)op.step,
                op.context->c_str());
   std::fflush(stderr);
   if (f.action == Fault::Exit) std::_Exit(f.code);
+  if (f.action == Fault::Oom) throw OutOfMemory("an allocation did not fit (injected by LLMHPC_FAULT, a test)");
   if (f.action == Fault::Signal) {  // as if sent from outside: the process's own handlers see it
     std::raise(f.code);
     return;  // a handler that noted it (train stops after the step), or a signal that goes on
@@ -343,11 +350,19 @@ std::vector<RankAnswer> Watchdog::ask_the_ranks(HangReport& report, const Op* op
   const auto began = std::chrono::steady_clock::now();
   const std::vector<RankAnswer> answers = state_->board.ask_all(kAskS);
   const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - began).count();
-  report.reached = {rank_};
   std::vector<const RankAnswer*> behind, other;
   auto note_host = [](std::vector<std::string>& hosts, const std::string& host) {
     if (std::find(hosts.begin(), hosts.end(), host) == hosts.end()) hosts.push_back(host);
   };
+  // This rank issued the collective, unless it gave its configuration up before it
+  // (settle_after_failure).
+  const bool self_behind = enqueued_.load() < seq;
+  if (self_behind) {
+    report.not_reached.push_back(rank_);
+    note_host(report.not_reached_hosts, host_name());
+  } else {
+    report.reached.push_back(rank_);
+  }
   for (const RankAnswer& a : answers) {
     if (!a.answered) {
       report.no_answer.push_back(a.rank);
@@ -362,9 +377,16 @@ std::vector<RankAnswer> Watchdog::ask_the_ranks(HangReport& report, const Op* op
     }
   }
   std::sort(report.reached.begin(), report.reached.end());
+  std::sort(report.not_reached.begin(), report.not_reached.end());
   std::string s = "  collective #" + std::to_string(seq) + " on every rank (each rank's watchdog asked, " +
-                  fmt(took, 1) + " s):\n    reached (issued it): rank" + (report.reached.size() > 1 ? "s " : " ") +
-                  rank_ranges(report.reached) + "\n";
+                  fmt(took, 1) + " s):\n    reached (issued it): " +
+                  (report.reached.empty()
+                       ? std::string("none")
+                       : std::string(report.reached.size() > 1 ? "ranks " : "rank ") + rank_ranges(report.reached)) +
+                  "\n";
+  if (self_behind)
+    s += "    not reached: rank " + std::to_string(rank_) + " on " + host_name() + " (this rank, last issued #" +
+         std::to_string(enqueued_.load()) + ")\n";
   constexpr size_t kListed = 16;
   for (size_t k = 0; k < behind.size() && k < kListed; ++k) {
     const RankAnswer& a = *behind[k];
@@ -379,7 +401,7 @@ std::vector<RankAnswer> Watchdog::ask_the_ranks(HangReport& report, const Op* op
     for (size_t k = kListed; k < behind.size(); ++k) rest.push_back(behind[k]->rank);
     s += "    not reached, too: ranks " + rank_ranges(rest) + "\n";
   }
-  if (behind.empty()) s += "    not reached: none of the ranks that answered\n";
+  if (behind.empty() && !self_behind) s += "    not reached: none of the ranks that answered\n";
   for (size_t k = 0; k < other.size(); ++k) {
     const RankAnswer& a = *other[k];
     report.mismatched.push_back(a.rank);
@@ -409,6 +431,52 @@ std::vector<RankAnswer> Watchdog::ask_the_ranks(HangReport& report, const Op* op
   }
   report.text += s;
   return answers;
+}
+
+void Watchdog::settle_after_failure(const std::string& what) {
+  if (!enabled() || !state_->board.opened()) return;
+  state_->settling.store(true);
+  const uint64_t mine = enqueued_.load();
+  std::string context;
+  {
+    std::lock_guard<std::mutex> lock(state_->mutex);
+    context = *state_->context;
+  }
+  const auto start = std::chrono::steady_clock::now();
+  struct Waiting {  // a rank seen inside a collective past this rank's last, since when
+    uint64_t issued = 0, completed = 0;
+    std::chrono::steady_clock::time_point since;
+  };
+  std::map<int, Waiting> waiting;
+  for (;;) {
+    const auto now = std::chrono::steady_clock::now();
+    bool settled = true;
+    for (const RankAnswer& a : state_->board.ask_all(0.5)) {
+      const RankProgress& p = a.progress;
+      if (a.refused || (a.answered && (p.settling || (p.last_backend == kHostBackend && p.issued > p.completed))))
+        continue;  // ended, failed too, or at the agreement
+      settled = false;
+      if (!a.answered || p.issued <= mine || p.completed != mine) {
+        waiting.erase(a.rank);
+        continue;
+      }
+      Waiting& w = waiting[a.rank];
+      if (w.issued != p.issued || w.completed != p.completed) w = {p.issued, p.completed, now};
+      if (std::chrono::duration<double>(now - w.since).count() < kAskS) continue;
+      state_->settling.store(false);
+      fail("'" + context + "': " + what + " on rank " + std::to_string(rank_) + " after its collective #" +
+               std::to_string(mine) + ", while rank " + std::to_string(a.rank) + " on " + a.host + " went on into #" +
+               std::to_string(mine + 1) +
+               (p.issued == mine + 1 ? " " + call_text(p.last_name, p.last_backend, p.last_bytes) : "") +
+               " and waits there for rank " + std::to_string(rank_) +
+               ", which will not issue it: the ranks gave the configuration up at different points, and the job "
+               "cannot go on",
+           nullptr);
+    }
+    if (settled || std::chrono::duration<double>(now - start).count() > timeout_s_) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  state_->settling.store(false);
 }
 
 // The ranks that were inside a collective when asked (`answers`) fire about now and ask this

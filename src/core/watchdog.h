@@ -54,7 +54,8 @@
 // warm-up); or, with action=delay:MS, sleep MS milliseconds before each of its collectives from
 // then on (a slow rank, for the straggler report); or, with action=diverge, issue a barrier of
 // every rank in its place (ranks whose calls no longer match, as when one takes a path the
-// others do not: each waits for the other's collective). The fault is announced on stderr
+// others do not: each waits for the other's collective); or, with action=oom, throw
+// OutOfMemory in its place (one rank out of memory). The fault is announced on stderr
 // first. A stalled rank has not issued the collective (its last issued number is the one
 // before), as a rank stuck in computation would.
 #pragma once
@@ -75,6 +76,7 @@ class Watchdog {
   static constexpr int kAbortDeadlineS = 15;
   static constexpr double kAskS = 2.0;  // how long a firing watchdog waits for the other ranks' answers
   static constexpr size_t kArrivalSteps = size_t(1) << 16;
+  static constexpr const char* kHostBackend = "mpi (host)";  // the runtime's own reductions (WatchedCall)
 
   // One operation in flight. Created by begin(); the issuer calls launched() once the work
   // is enqueued (polled completion) or complete() when the host saw it finish.
@@ -170,6 +172,18 @@ class Watchdog {
   // Reports `what` (about `op`, which may be null) and aborts the job. Any thread.
   [[noreturn]] void fail(const std::string& what, const Op* op);
 
+  // This rank gave up its configuration (set_context) part-way (`what`: "out of memory
+  // (...)"), before whichever collectives came next, and is about to join the ranks' agreement
+  // on how it went (a host reduction). A rank that went on into the next collective, e.g. of a
+  // tensor-parallel group whose other ranks did not run out of memory, waits there for this
+  // rank, which will not come: asked over the progress board, a rank that stays inside a
+  // collective past this rank's last (its last completed this rank's last issued) for kAskS
+  // means the job cannot go on, and it ends now (fail(), exit 4) rather than after
+  // --comm-timeout. Returns once every other rank is at a host reduction, settling too, or has
+  // ended; or after --comm-timeout (the watchdog then has its say), or at once with the
+  // watchdog off, one rank or no board. Issuing thread.
+  void settle_after_failure(const std::string& what);
+
   uint64_t last_enqueued() const { return enqueued_.load(); }
   uint64_t last_completed() const { return completed_.load(); }
 
@@ -195,7 +209,8 @@ class Watchdog {
 // Registers a host-side collective for its scope (the runtime's MPI reductions).
 class WatchedCall {
  public:
-  WatchedCall(const char* name, uint64_t bytes) : op_(Watchdog::instance().begin(name, "mpi (host)", bytes)) {}
+  WatchedCall(const char* name, uint64_t bytes)
+      : op_(Watchdog::instance().begin(name, Watchdog::kHostBackend, bytes)) {}
   ~WatchedCall() { Watchdog::complete(op_); }
   WatchedCall(const WatchedCall&) = delete;
   WatchedCall& operator=(const WatchedCall&) = delete;

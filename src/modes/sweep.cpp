@@ -40,18 +40,21 @@ SweepStatus Sweep::run(const std::string& label, Record& rec, const std::functio
   ctx_.recorder.write_running(rec);  // a rank killed while measuring leaves this mark
   TracingAllocator& memory = ctx_.backend.device->allocator();
   const int64_t live_before = memory.live_bytes(), cached_before = op_cache_bytes(memory);
-  std::string progress;
+  std::string progress, failure;  // failure: what stopped the configuration on this rank
   monitor_->start();
   try {
     progress = measure();
   } catch (const OutOfMemory& e) {
     rec.status = "oom";
     rec.attr("error", std::string(e.what()));
+    failure = std::string("out of memory (") + e.what() + ")";
   } catch (const std::bad_alloc&) {  // a size too large for the host (the same on every rank)
     rec.status = "oom";
     rec.attr("error", std::string(kHostOutOfMemory));
+    failure = std::string("out of memory (") + kHostOutOfMemory + ")";
   } catch (const UsageError& e) {  // this configuration cannot run; the others may
     rec.status = std::string("error: ") + e.what();
+    failure = rec.status;
   }
   monitor_->stop();
   record_sensors(rec, monitor_->samples());
@@ -69,6 +72,8 @@ SweepStatus Sweep::run(const std::string& label, Record& rec, const std::functio
                    rt.rank, label.c_str(), (long long)held, (long long)live_before, (long long)live_after);
   }
   ctx_.recorder.write(rec);
+  if (!failure.empty())  // before the agreement: a rank that went on without this one ends the job
+    Watchdog::instance().settle_after_failure(failure);
 
   SweepStatus s;
   s.mine = rec.status;
@@ -100,6 +105,8 @@ void Sweep::agree(const std::function<void()>& prepare) const {
   } catch (const UsageError& e) {
     kind = kUsage, what = e.what();
   }
+  if (kind != kOk)  // before the agreement: a rank that went on without this one ends the job
+    Watchdog::instance().settle_after_failure(kind == kOom ? "out of memory (" + what + ")" : "error: " + what);
   const int first = int(rt.reduce_all(int64_t(kind == kOk ? rt.world_size : rt.rank), HostReduce::Min));
   if (first == rt.world_size) return;
   const int64_t first_kind = rt.reduce_all(first == rt.rank ? kind : int64_t(0), HostReduce::Max);

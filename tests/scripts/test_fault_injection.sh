@@ -9,7 +9,8 @@
 # stalled rank as the one that had not reached the stuck collective, the stopped one as giving no
 # answer; exit code 4), leave no rank process behind, and leave every rank's file readable: the finished configurations "ok" with their
 # arrays, the interrupted one marked. Then damaged inputs (checkpoint, token file, result file) give clear errors, and a
-# sweep that runs out of memory goes on with nothing of the failed configuration left live.
+# sweep that runs out of memory goes on with nothing of the failed configuration left live; a rank
+# of a tensor-parallel group that runs out of memory alone ends the job at once.
 set -u
 BIN=${LLMHPC_BIN:?set LLMHPC_BIN}
 ROOT=${LLMHPC_ROOT:?set LLMHPC_ROOT}
@@ -169,6 +170,29 @@ grep -q "tcache\|Aborted\|core dumped" "$WORK/comm_sigstop.log" && fail "comm_si
 [ "$last_rc" -eq 4 ] || fail "comm_sigstop: exit code $last_rc, not the watchdog's 4"
 readable comm_sigstop comm
 hang_files comm_sigstop 1 hang_no_answer
+
+# Out of memory in a tensor-parallel group: rank 1 alone, part-way through the first step,
+# where ranks 0 and 2 go on into the group's next collective. Rank 1 finds them waiting there
+# (the progress board) and ends the job at once, not after --comm-timeout (30 s here); where
+# every rank runs out at the same point (--memory-limit), the sweep records oom and goes on.
+TP3=(--mode profile --device cpu --d-model 24 --d-ff 48 --num-layers 2 --num-heads 3 --vocab-size 64
+  --context-length 8 --tp 3 --warmup 0 --steps 2)
+start=$SECONDS
+run profile_tp_oom "rank=1,config=1,op=40,action=oom" "and waits there for rank 1, which will not issue it" \
+  "${TP3[@]}" --batch-size 3 --comm-timeout 30
+[ "$last_rc" -eq 4 ] && [ $((SECONDS - start)) -le 15 ] ||
+  fail "profile_tp_oom: exit code $last_rc after $((SECONDS - start)) s, not the watchdog's 4 well before --comm-timeout 30"
+grep -q "not reached: rank 1 on $(hostname) (this rank, last issued #" "$WORK/profile_tp_oom.log" ||
+  fail "profile_tp_oom: rank 1's report does not name itself as not having reached the collective"
+timeout 60 "$MPIEXEC" --oversubscribe -np 3 "$BIN" "${TP3[@]}" --batch-size 3,1024,6 --memory-limit 4MB \
+  --out "$WORK/profile_tp_oom_all" >"$WORK/profile_tp_oom_all.log" 2>&1 || fail "profile_tp_oom_all: exit code $?"
+if grep -q "^\[2/3\] .*_B1024_.* oom$" "$WORK/profile_tp_oom_all.log" &&
+  grep -q "^\[3/3\] .*_B6_.* ms/step" "$WORK/profile_tp_oom_all.log"; then
+  echo "ok   profile_tp_oom_all: every rank out of memory at the same point: oom recorded, the sweep went on"
+else
+  fail "profile_tp_oom_all: not oom in configuration 2 with configuration 3 measured"
+  tail -8 "$WORK/profile_tp_oom_all.log" | sed 's/^/    /'
+fi
 
 # Damaged inputs: clear errors, no hang, no crash.
 "$PY" - <<'EOF'
