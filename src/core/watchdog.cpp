@@ -453,10 +453,10 @@ void Watchdog::settle_after_failure(const std::string& what) {
     bool settled = true;
     for (const RankAnswer& a : state_->board.ask_all(0.5)) {
       const RankProgress& p = a.progress;
-      if (a.refused || (a.answered && (p.settling || (p.last_backend == kHostBackend && p.issued > p.completed))))
-        continue;  // ended, failed too, or at the agreement
+      // Not answering (ended, stopped, no board): nothing to tell; failed too, or at the agreement.
+      if (!a.answered || p.settling || (p.last_backend == kHostBackend && p.issued > p.completed)) continue;
       settled = false;
-      if (!a.answered || p.issued <= mine || p.completed != mine) {
+      if (p.issued <= mine || p.completed != mine) {
         waiting.erase(a.rank);
         continue;
       }

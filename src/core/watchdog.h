@@ -179,9 +179,9 @@ class Watchdog {
   // rank, which will not come: asked over the progress board, a rank that stays inside a
   // collective past this rank's last (its last completed this rank's last issued) for kAskS
   // means the job cannot go on, and it ends now (fail(), exit 4) rather than after
-  // --comm-timeout. Returns once every other rank is at a host reduction, settling too, or has
-  // ended; or after --comm-timeout (the watchdog then has its say), or at once with the
-  // watchdog off, one rank or no board. Issuing thread.
+  // --comm-timeout. Returns once every other rank that answers is at a host reduction or
+  // settling too (one that does not answer, stopped or ended, is the watchdog's); or after
+  // --comm-timeout, or at once with the watchdog off, one rank or no board. Issuing thread.
   void settle_after_failure(const std::string& what);
 
   uint64_t last_enqueued() const { return enqueued_.load(); }
