@@ -25,6 +25,28 @@ int64_t op_cache_bytes(const TracingAllocator& memory) {
 
 constexpr const char* kHostOutOfMemory = "the host's memory: an allocation did not fit (std::bad_alloc)";
 
+// How a configuration's work went on this rank: whether it threw what a sweep goes on after (a
+// request that did not fit, a configuration that cannot run), and the message.
+struct Failure {
+  enum Kind : int64_t { None = 0, Usage = 1, Oom = 2 } kind = None;
+  std::string what;
+  // For the watchdog (settle_after_failure) and the record's status of a usage error.
+  std::string text() const { return kind == Oom ? "out of memory (" + what + ")" : "error: " + what; }
+};
+
+Failure attempt(const std::function<void()>& work) {
+  try {
+    work();
+  } catch (const OutOfMemory& e) {
+    return {Failure::Oom, e.what()};
+  } catch (const std::bad_alloc&) {  // a size too large for the host (the same on every rank)
+    return {Failure::Oom, kHostOutOfMemory};
+  } catch (const UsageError& e) {  // this configuration cannot run; the others may
+    return {Failure::Usage, e.what()};
+  }
+  return {};
+}
+
 }  // namespace
 
 Sweep::Sweep(ModeContext& ctx, std::string mode, size_t total, std::vector<std::string> columns)
@@ -40,21 +62,14 @@ SweepStatus Sweep::run(const std::string& label, Record& rec, const std::functio
   ctx_.recorder.write_running(rec);  // a rank killed while measuring leaves this mark
   TracingAllocator& memory = ctx_.backend.device->allocator();
   const int64_t live_before = memory.live_bytes(), cached_before = op_cache_bytes(memory);
-  std::string progress, failure;  // failure: what stopped the configuration on this rank
+  std::string progress;
   monitor_->start();
-  try {
-    progress = measure();
-  } catch (const OutOfMemory& e) {
+  const Failure failure = attempt([&] { progress = measure(); });
+  if (failure.kind == Failure::Oom) {
     rec.status = "oom";
-    rec.attr("error", std::string(e.what()));
-    failure = std::string("out of memory (") + e.what() + ")";
-  } catch (const std::bad_alloc&) {  // a size too large for the host (the same on every rank)
-    rec.status = "oom";
-    rec.attr("error", std::string(kHostOutOfMemory));
-    failure = std::string("out of memory (") + kHostOutOfMemory + ")";
-  } catch (const UsageError& e) {  // this configuration cannot run; the others may
-    rec.status = std::string("error: ") + e.what();
-    failure = rec.status;
+    rec.attr("error", failure.what);
+  } else if (failure.kind == Failure::Usage) {
+    rec.status = failure.text();
   }
   monitor_->stop();
   record_sensors(rec, monitor_->samples());
@@ -72,8 +87,8 @@ SweepStatus Sweep::run(const std::string& label, Record& rec, const std::functio
                    rt.rank, label.c_str(), (long long)held, (long long)live_before, (long long)live_after);
   }
   ctx_.recorder.write(rec);
-  if (!failure.empty())  // before the agreement: a rank that went on without this one ends the job
-    Watchdog::instance().settle_after_failure(failure);
+  if (failure.kind != Failure::None)  // before the agreement: a rank that went on without this one ends the job
+    Watchdog::instance().settle_after_failure(failure.text());
 
   SweepStatus s;
   s.mine = rec.status;
@@ -93,26 +108,16 @@ SweepStatus Sweep::run(const std::string& label, Record& rec, const std::functio
 
 void Sweep::agree(const std::function<void()>& prepare) const {
   const Runtime& rt = ctx_.rt;
-  enum Kind : int64_t { kOk = 0, kUsage = 1, kOom = 2 };
-  int64_t kind = kOk;
-  std::string what;
-  try {
-    prepare();
-  } catch (const OutOfMemory& e) {
-    kind = kOom, what = e.what();
-  } catch (const std::bad_alloc&) {
-    kind = kOom, what = kHostOutOfMemory;
-  } catch (const UsageError& e) {
-    kind = kUsage, what = e.what();
-  }
-  if (kind != kOk)  // before the agreement: a rank that went on without this one ends the job
-    Watchdog::instance().settle_after_failure(kind == kOom ? "out of memory (" + what + ")" : "error: " + what);
-  const int first = int(rt.reduce_all(int64_t(kind == kOk ? rt.world_size : rt.rank), HostReduce::Min));
+  const Failure failure = attempt(prepare);
+  if (failure.kind != Failure::None)  // before the agreement: a rank that went on without this one ends the job
+    Watchdog::instance().settle_after_failure(failure.text());
+  const int first =
+      int(rt.reduce_all(int64_t(failure.kind == Failure::None ? rt.world_size : rt.rank), HostReduce::Min));
   if (first == rt.world_size) return;
-  const int64_t first_kind = rt.reduce_all(first == rt.rank ? kind : int64_t(0), HostReduce::Max);
-  const std::string message = broadcast_string(what, first);
+  const int64_t first_kind = rt.reduce_all(first == rt.rank ? int64_t(failure.kind) : int64_t(0), HostReduce::Max);
+  const std::string message = broadcast_string(failure.what, first);
   const std::string text = first == rt.rank ? message : "rank " + std::to_string(first) + ": " + message;
-  if (first_kind == kOom) throw OutOfMemory(text);
+  if (first_kind == Failure::Oom) throw OutOfMemory(text);
   throw UsageError(text);
 }
 
