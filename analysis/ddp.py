@@ -132,6 +132,10 @@ def ratio(a: float, b: float) -> str:
 # The tables' definition of TP wait, the column every table of a tensor-parallel setup has beside
 # its exposed communication: a wait inside forward and backward, which the step's exposed
 # communication (after backward) does not count.
+PARAM_COMM_NOTE = ("Param Comm: what the step spent after the optimizer before the next forward could begin "
+                   "(param_comm_ms; under zero2 the cast of each rank's updated shard into its all-gathers' "
+                   "buffers, the all-gathers issued; the next forward waits for each range of parameters as it "
+                   "reaches it, so what the all-gathers did not hide is in Fwd)")
 TP_WAIT_NOTE = ("TP wait: what the layers waited for the tensor-parallel group's collectives (tp_comm_ms, summed "
                 "over the step), inside Fwd and Bwd and so in the step, not added to them, and not in the exposed Comm")
 
@@ -490,12 +494,11 @@ def sharding_phases_table(g: pd.DataFrame, markdown: bool, title: str) -> str:
         step = r.slowest_step_mean if ok(r) else math.nan
         vs = "-" if math.isnan(step) or math.isnan(unsharded) else f"{step / unsharded:.3f}x"
         rows.append([impl(r), bucket_cell(r), r.shard_optimizer, fmt(r.forward_mean), fmt(r.backward_mean),
-                     fmt(r.comm_mean)] + ([fmt(r.tp_comm_mean)] if tp else [])
+                     fmt(r.grad_comm_mean)] + ([fmt(r.tp_comm_mean)] if tp else [])
                     + [fmt(r.optimizer_mean), fmt(r.param_comm_mean), fmt(step), vs, r.status])
-    return render(f"(g) where a sharded step goes: {title}\nPhase means; step: the slowest rank's; Param Comm is "
-                  "what waits after the optimizer, about 0: the next forward waits for each range of parameters as "
-                  "it reaches it, so what the all-gathers did not hide is in Fwd" + (f"; {TP_WAIT_NOTE}" if tp else "")
-                  + ".",
+    return render(f"(g) where a sharded step goes: {title}\nPhase means; step: the slowest rank's; Grad Comm: what "
+                  f"the gradients' collectives left after backward; {PARAM_COMM_NOTE}"
+                  + (f"; {TP_WAIT_NOTE}" if tp else "") + ".",
                   ["Impl", "Bucket (MiB)", "Sharding", "Fwd (ms)", "Bwd (ms)", "Grad Comm (ms)"]
                   + (["TP wait (ms)"] if tp else [])
                   + ["Opt (ms)", "Param Comm (ms)", "Slowest Step (ms)", "vs unsharded", "Status"], rows, markdown)
@@ -647,18 +650,16 @@ def bucket_optimum(model: dict, s: float, ranks: int) -> tuple:
 
 def stage_model_table(g: pd.DataFrame, comm_model, markdown: bool, title: str) -> str:
     """(i) The communication model by stage: per sharded configuration (broadcast, zero1, zero2,
-    zero3, hybrid groups) the exposed communication the rank files measure (comm_mean) beside what
+    zero3, hybrid groups) the gradients' exposed communication the rank files measure (grad_comm_mean) beside what
     the ring model predicts for it from the all-reduce's o and B (scaling.stage_comm_ms, its formulas
     written under the table), and the parameters' collectives it predicts, whose wait is in the
     forward (zero3: and backward) time; empty without sharded runs."""
     sharded = g[(g.shard_optimizer != "none") & (g.ddp != "none")]
     if sharded.empty:
         return ""
-    head = (f"(i) communication model by stage: {title}\nComm: the exposed communication measured, the "
-            f"gradients' collectives after backward plus Param Comm, what waits after the optimizer; the next "
-            f"forward waits for the parameters as it reaches them, zero3's forward and backward for each unit's, so "
-            f"what their collectives do not hide is in Fwd (and Bwd), not in Comm: Predicted Comm is the gradients' "
-            f"collectives alone; Params: the parameters' collectives end to end, and the part Fwd (and Bwd) waits "
+    head = (f"(i) communication model by stage: {title}\nComm: what the gradients' collectives left after "
+            f"backward, measured (the exposed communication less Param Comm) and predicted; {PARAM_COMM_NOTE}, "
+            f"zero3's forward and backward waiting for each unit's; Params: the parameters' collectives end to end, and the part Fwd (and Bwd) waits "
             f"for, predicted; Comm time: the device time of all the step's collectives on their stream, hidden or "
             f"not (comm_busy_ms, NCCL only), beside the ring model's for all of them, gradients' and parameters'"
             + (f"; {TP_WAIT_NOTE}, nor in the ring model" if tp_shown(g) else "") + ".")
@@ -675,13 +676,13 @@ def stage_model_table(g: pd.DataFrame, comm_model, markdown: bool, title: str) -
             continue
         m, busy = scaling.stage_comm_ms(r, model), r.get("comm_busy_mean", math.nan)
         rows.append([impl(r), bucket_cell(r), r.shard_optimizer, ranks, fmt(r.buckets, 0),
-                     fmt(r.comm_bytes_per_step / MIB, 3), fmt(r.comm_mean, 3), fmt(m["grad"], 3),
-                     ratio(r.comm_mean, m["grad"]), fmt(r.param_comm_mean, 3), fmt(r.forward_mean, 3),
+                     fmt(r.comm_bytes_per_step / MIB, 3), fmt(r.grad_comm_mean, 3), fmt(m["grad"], 3),
+                     ratio(r.grad_comm_mean, m["grad"]), fmt(r.param_comm_mean, 3), fmt(r.forward_mean, 3),
                      fmt(r.backward_mean, 3)] + ([fmt(r.tp_comm_mean, 3)] if tp else [])
                     + [fmt(m["params_all"], 3), fmt(m["params"], 3), fmt(busy, 3),
                        fmt(m["grad_all"] + m["params_all"], 3), ratio(busy, m["grad_all"] + m["params_all"]), r.status])
     table = render(head, ["Impl", "Bucket (MiB)", "Sharding", "Ranks (group x groups)", "Buckets c",
-                          "Grad MiB/step", "Measured Comm (ms)", "Predicted Comm (ms)", "Measured / Predicted",
+                          "Grad MiB/step", "Grad Comm measured (ms)", "Grad Comm predicted (ms)", "Measured / Predicted",
                           "Param Comm (ms)", "Fwd (ms)", "Bwd (ms)"] + (["TP wait (ms)"] if tp else [])
                    + ["Params predicted (ms)", "Of them waited, predicted (ms)", "Comm time (ms)",
                       "Predicted time (ms)", "Time measured / predicted", "Status"], rows, markdown)

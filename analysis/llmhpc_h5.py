@@ -591,6 +591,9 @@ class Run:
         DDP_RESULT_KEYS and comm_mib_per_step (what one step all-reduces, MiB); for each phase in
         DDP_PHASES <phase>_mean, <phase>_std (n-1) and <phase>_n in ms, the samples of every rank
         pooled (rank=None, the default) or of one rank; comm_pct = 100 x comm_mean / step_mean;
+        grad_comm_mean = comm_mean - param_comm_mean, what the gradients' collectives left after
+        backward (comm_ms holds param_comm_ms, the wait after the optimizer, which under zero2 is
+        the cast of the updated shard for its all-gathers, not communication);
         slowest_step_mean/_std/_n from step_ms_max_over_ranks (the slowest rank's time of each step,
         the same array on every rank, so taken once); DDP_MEMORY_KEYS, the largest over ranks; from the
         device sensors, as bench_summary: sm_clock_mhz_min, sm_clock_mhz_median, slowdowns.
@@ -619,6 +622,8 @@ class Run:
             for phase in DDP_PHASES:
                 _add_stats(row, phase, [r.arrays[f"{phase}_ms"] for r in ok if f"{phase}_ms" in r.arrays])
             row["comm_pct"] = 100.0 * row["comm_mean"] / row["step_mean"] if row["step_mean"] > 0 else math.nan
+            param = row["param_comm_mean"]
+            row["grad_comm_mean"] = row["comm_mean"] - (param if math.isfinite(param) else 0.0)
             slowest = [r.arrays["step_ms_max_over_ranks"] for r in ok if "step_ms_max_over_ranks" in r.arrays]
             _add_stats(row, "slowest_step", slowest[:1])
             for key in DDP_MEMORY_KEYS:

@@ -51,10 +51,12 @@ else the all-reduce moving as many bytes), the bus bandwidth B = w 2(n0-1)/n0 ke
 and o growing with the ring's steps, o(k) = o (k-1)/(n0-1), so
 that on a ring of k ranks (ring_ms) an all-reduce whose buffer is S bytes takes o(k) + 2(k-1)/k S / B,
 a reduce-scatter or all-gather o(k) + (k-1)/k S / B and a broadcast o(k) + S / B (the bus factors
-of nccl-tests, which comm_bus_bytes_per_step counts with). A projected step is the compute
-(forward + backward + optimizer at the most ranks measured, n_m, less the parameters' wait the model
-puts in that forward, divided by n / n_m (strong, while the global batch splits into whole sequences
-per rank) or kept (weak)) plus, at n (stage_comm_ms), with s the gradients' bytes in c collectives
+of nccl-tests, which comm_bus_bytes_per_step counts with). A projected step is the passes
+(forward + backward at the most ranks measured, n_m, less the parameters' wait the model puts in
+that forward, divided by n / n_m (strong, while the global batch splits into whole sequences per
+rank) or kept (weak)), plus the update (the optimizer and what the step spends after it at n_m: kept
+unsharded, under zero1-3 times g(n_m) / g(n), the ranks its state is sharded over, in both series),
+plus, at n (stage_comm_ms), with s the gradients' bytes in c collectives
 (comm_bytes_per_step, buckets) and S_p the parameters' in c_p (param_comm_bytes_per_step,
 param_collectives_per_step), g the ranks of a shard group (n, or --shard-group's, kept) and
 m = n / g the groups:
@@ -80,6 +82,8 @@ Source column), so that a projection starts from the step measured at the most r
 exposed communication measured there is off the model's by more than MODEL_TRUSTED allows (measured /
 predicted outside [0.67, 1.5], by at least 5% of the step), the study table flags the configuration and the series' projections
 say they are not to be trusted: the factor then rescales a model that does not describe the run.
+So do the projections of a series whose most ranks measured are one data-parallel rank (tp x 1),
+where no gradients' collective ran to check the model (projection_unchecked).
 Under tensor parallelism (--tp) n counts the n / tp data-parallel ranks, and the collectives inside
 the layers are part of the compute, scaled with it (the study table's TP wait: what the layers
 waited for them, inside forward and backward). analysis/ddp.py's table (i) sets the same model
@@ -335,7 +339,7 @@ def stage_comm_ms(row, model: dict, ranks: int | None = None, share: float = 1.0
     """The ring model's communication of one configuration (a row of ddp.load: its strategy,
     --shard-optimizer, shard_group, buckets and bytes) on `ranks` ranks (default the row's
     world_size; tp of them in each tensor-parallel group), ms a step (the module doc's formulas):
-      grad        what the gradients' collectives leave after backward: what comm_mean measures
+      grad        what the gradients' collectives leave after backward: what grad_comm_mean measures
       grad_all    all of them, end to end
       params      what forward (under zero3 also backward) waits for the parameters' collectives
       params_all  all of them, end to end
@@ -423,16 +427,32 @@ COLLECTIVE_NAMES = {"allreduce": "all-reduce", "reducescatter": "reduce-scatter"
                     "broadcast": "broadcast"}
 
 
+def shard_ranks(row, ranks: int) -> int:
+    """The ranks one copy of the optimizer's state is sharded over on `ranks` ranks (tp of them in
+    each tensor-parallel group): the data-parallel ranks, or --shard-group's under hybrid sharding;
+    1 where the state is not sharded."""
+    stage = str(_attr(row, "shard_optimizer", "none")).split()[0]
+    if row.ddp == "none" or stage not in ("zero1", "zero2", "zero3"):
+        return 1
+    dp, measured = max(ranks // int(row.tp), 1), max(int(_attr(row, "world_size", ranks)) // int(row.tp), 1)
+    group = int(_attr(row, "shard_group", measured))
+    return group if 0 < group < measured else dp  # hybrid keeps its group; else every data-parallel rank
+
+
 def projected_step(row, n: int, n_m: int, kind: str, model: dict) -> float:
     """The model's step on n ranks from the measured row at n_m ranks (see the module doc)."""
-    share = n_m / n if kind == "strong" else 1.0  # of each rank's measured compute
-    compute = row.forward_mean + row.backward_mean + row.optimizer_mean
+    share = n_m / n if kind == "strong" else 1.0  # of each rank's measured forward and backward
+    # The optimizer updates the rank's shard of the state: it shrinks with the shard group, at the
+    # same batch or not; unsharded it is the same on any number of ranks. So is what the step spends
+    # after it (zero2's cast of the shard for its all-gathers).
+    update = (row.optimizer_mean + _attr(row, "param_comm_mean", 0.0)) * shard_ranks(row, n_m) / shard_ranks(row, n)
+    passes = row.forward_mean + row.backward_mean
     if row.ddp == "none" or model["world_size"] < 2 or n // int(row.tp) < 2:
-        return compute * share
+        return passes * share + update
     # The forward measured holds the parameters' wait at n_m: the model's at n replaces it.
     there = stage_comm_ms(row, model, n, share)
-    compute = max(compute - stage_comm_ms(row, model, n_m)["params"], 0.0) * share
-    return compute + there["params"] + there["grad"]
+    passes = max(passes - stage_comm_ms(row, model, n_m)["params"], 0.0) * share
+    return passes + update + there["params"] + there["grad"]
 
 
 class Point(NamedTuple):
@@ -448,7 +468,7 @@ class Point(NamedTuple):
     source: str
     nodes: int | None = None  # measured: the nodes the run spanned; projected: None
     origin: str | None = None  # projected: the collectives' run its model was fitted from (fitted_from)
-    trusted: bool = True  # projected: False where the model is off at the most ranks measured
+    trusted: bool = True  # projected: False where the model is off or unchecked at the most ranks measured
 
 
 def model_for(models: dict, ranks: int, transport_name: str, nodes: int | None = None):
@@ -482,11 +502,22 @@ def projection_doubt(last, models: dict) -> str:
     n = int(last.world_size)
     model = model_for(models, n // int(last.tp), last.transport, int(_attr(last, "nodes", 1)))
     predicted = stage_comm_ms(last, model)["grad"] if model is not None else math.nan
-    off = model_off(float(last.comm_mean), predicted, float(last.slowest_step_mean))
+    off = model_off(float(last.grad_comm_mean), predicted, float(last.slowest_step_mean))
     if math.isnan(off):
         return ""
-    return (f"The projections start from {n} ranks, where exposed comm measured {fmt(last.comm_mean, 3)} ms against "
+    return (f"The projections start from {n} ranks, where exposed comm measured {fmt(last.grad_comm_mean, 3)} ms against "
             f"{fmt(predicted, 3)} ms predicted: {off_text(off)}.")
+
+
+def projection_unchecked(last) -> str:
+    """Where a series' projections start from a configuration with one data-parallel rank (tp x 1),
+    whose gradients' collectives had no peer: nothing there checked the ring model's prediction for
+    them, a sentence saying so; else ''."""
+    n, tp = int(last.world_size), int(last.tp)
+    if n // tp >= 2 or last.ddp == "none":
+        return ""
+    return (f"The projections start from {n} ranks, tp {tp} x dp 1: no data-parallel collective ran there to "
+            "check the ring model against, so projections built on it are unchecked, not to be trusted.")
 
 
 def efficiency_rows(kind: str, rows: pd.DataFrame, models: dict) -> list:
@@ -505,8 +536,12 @@ def efficiency_rows(kind: str, rows: pd.DataFrame, models: dict) -> list:
         return Point(n, batch, batch / (n // tp), t, speedup, speedup * n0 / n, tokens, mfu, source, nodes, origin,
                      trusted)
 
-    out = [point(int(r.world_size), int(r.batch_size), float(r.slowest_step_mean),
-                 "measured" if layout(r) == layout(last) else f"measured (one rank: {layout(r)})",
+    def measured(r):  # the run folder, which a weak series may share with a strong one of its batch
+        folder = os.path.basename(os.path.normpath(str(_attr(r, "run", ""))))
+        one = "" if layout(r) == layout(last) else f"; one rank: {layout(r)}"
+        return f"measured ({folder}{one})" if folder else f"measured{f' ({one[2:]})' if one else ''}"
+
+    out = [point(int(r.world_size), int(r.batch_size), float(r.slowest_step_mean), measured(r),
                  int(_attr(r, "nodes", 1)), int(r.tp))
            for _, r in rows.iterrows()]
     n_m, t_m = int(last.world_size), float(last.slowest_step_mean)
@@ -516,7 +551,8 @@ def efficiency_rows(kind: str, rows: pd.DataFrame, models: dict) -> list:
     if modelled > 0 and t_m > 0:
         scale = t_m / modelled
         origin = fitted_from(model, nodes_m, f"the {n_m}-rank run's")
-        doubt = "; **model off: not to be trusted**" if projection_doubt(last, models) else ""
+        doubt = ("; **model off: not to be trusted**" if projection_doubt(last, models) else
+                 "; **model unchecked: not to be trusted**" if projection_unchecked(last) else "")
         n = n_m * 2
         # Strong scaling ends where the global batch no longer splits into whole sequences per rank.
         tp = int(last.tp)  # the data-parallel ranks share the batch: n / tp of them
@@ -559,16 +595,16 @@ def study_table(df: pd.DataFrame, models: dict, per: str = "GPU") -> str:
         communicates = model is not None and n // tp > 1 and r.ddp != "none"
         m = stage_comm_ms(r, model) if communicates else dict(grad=math.nan, grad_all=math.nan, params_all=math.nan)
         busy, predicted = float(r.get("comm_busy_mean", math.nan)), m["grad_all"] + m["params_all"]
-        off = model_off(r.comm_mean, m["grad"], step)
+        off = model_off(r.grad_comm_mean, m["grad"], step)
         if not math.isnan(off):
-            flagged.append(f"{r.folder} ({r.layout}, {n} ranks): exposed comm {fmt(r.comm_mean, 3)} ms measured, "
+            flagged.append(f"{r.folder} ({r.layout}, {n} ranks): exposed comm {fmt(r.grad_comm_mean, 3)} ms measured, "
                            f"{fmt(m['grad'], 3)} ms predicted; {off_text(off)}")
         cells.append([r.folder, f"{model_name(r)} T={r.context_length} {r.precision}", r.layout,
                       f"{n}" if tp == 1 else f"{n} ({tp} x {n // tp})", nodes, batch, fmt(step),
                       f"{tokens:,.0f}", "-" if math.isnan(of_one) else f"{of_one:.3f}{per_gpu}",
                       "-" if math.isnan(mfu) else f"{100 * mfu:.1f}%", gib(r.peak_memory_bytes),
-                      f"{fmt(r.comm_mean, 3)} / {fmt(m['grad'], 3)}",
-                      ratio_cell(r.comm_mean, m["grad"]) + ("" if math.isnan(off) else " **model off**")]
+                      f"{fmt(r.grad_comm_mean, 3)} / {fmt(m['grad'], 3)}",
+                      ratio_cell(r.grad_comm_mean, m["grad"]) + ("" if math.isnan(off) else " **model off**")]
                      + ([fmt(r.tp_comm_mean, 3) if tp > 1 else "-"] if any_tp else [])
                      + [f"{fmt(busy, 3)} / {fmt(predicted, 3)}", ratio_cell(busy, predicted),
                         predicted_from(model, r, nodes) if communicates else "-"])
@@ -714,9 +750,8 @@ def study_note(per: str, stage: str = "all", tp: bool = False) -> str:
             "products multiply, plus attention's, causal counted as half) over the GPU's dense peak at the "
             "products' precision (analysis/scaling.py; '-' where the device has none in its table, as CPUs). "
             "Peak per rank: the largest rank's allocator peak. Exposed comm: what the gradients' collectives leave "
-            "after backward, plus what waits for the parameters after the optimizer; under sharding the "
-            f"parameters' wait inside forward is not in it (the ddp {shown} it); predicted: the ring model's for "
-            f"the same, from a run of the collectives (mode comm: o and w at each collective's size, from the line "
+            "after backward; under sharding the parameters' wait inside forward is not in it, nor what the step "
+            f"spends after the optimizer (the ddp {shown} both); predicted: the ring model's for the same, from a run of the collectives (mode comm: o and w at each collective's size, from the line "
             f"through the two sizes measured around it, each size's in-place back-to-back time per operation"
             f"{per_stage}); "
             f"ratio: measured over predicted, **model off** outside [{MODEL_TRUSTED[0]}, {MODEL_TRUSTED[1]}] "
@@ -738,8 +773,8 @@ def study_note(per: str, stage: str = "all", tp: bool = False) -> str:
 def plot(all_series: list, path: str, per: str = "GPU") -> str:
     """Tokens/s per GPU (per rank on CPUs: `per`) (top) and efficiency (bottom) against ranks, strong
     scaling left, weak right; all_series: [(kind, setup, layout, points)]. One colour per layout, the
-    same in every panel; projections dashed (grey and thin where the ring model is off at the most ranks
-    measured: not to be trusted), the legend naming the collectives' run whose links they assume;
+    same in every panel, never grey; projections dashed (grey and thin where the ring model is off or
+    unchecked at the most ranks measured: not to be trusted), the legend naming the collectives' run whose links they assume;
     where the runs span more than one node, each rank count
     measured with the nodes its runs spanned under it; the legend right of the panels, where it hides
     no line, the figure cut to what it holds."""
@@ -749,7 +784,9 @@ def plot(all_series: list, path: str, per: str = "GPU") -> str:
     from matplotlib.lines import Line2D
     setups = {kind: sorted({setup for k, setup, _, _ in all_series if k == kind}) for kind in ("strong", "weak")}
     names = list(dict.fromkeys(name(setups, kind, setup, lay) for kind, setup, lay, _ in all_series))
-    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"] if len(names) <= 10 else plt.get_cmap("tab20").colors
+    # Greys left out: grey marks untrusted projections and the ideal line.
+    cycle = plt.rcParams["axes.prop_cycle"].by_key()["color"] if len(names) <= 9 else plt.get_cmap("tab20").colors
+    colors = [c for c in cycle if len(set(matplotlib.colors.to_rgb(c))) > 1]
     color = {n: colors[i % len(colors)] for i, n in enumerate(names)}
     nodes_at = {}  # (kind, ranks): the node counts the runs measured there spanned
     for kind, _, _, points in all_series:
@@ -805,7 +842,7 @@ def plot(all_series: list, path: str, per: str = "GPU") -> str:
                               + "\nand ".join(origins)))
     if any(not p.trusted for *_, points in all_series for p in points):
         handles.append(Line2D([], [], color="0.6", ls="--", lw=0.8, marker="o", ms=4, mfc="none",
-                              label="projection where the model is off:\nnot to be trusted"))
+                              label="projection where the model is off\nor unchecked: not to be trusted"))
     handles.append(Line2D([], [], color="grey", ls=":", label="ideal"))
     if not label_nodes:  # else each rank count's ticks say it
         handles.append(Line2D([], [], ls="none", label=f"measured on {nodes_text(min(node_counts, default=1))}"))
@@ -883,6 +920,10 @@ def summary(found: list, all_series: list, ok: pd.DataFrame, models: dict, per: 
     if off:
         lines.append(f"- The ring model is off for {off} configuration(s) (**model off** below): projections "
                      "built on it are drawn grey in scaling.png and are not to be trusted.")
+    unchecked = dict.fromkeys(f"**{lay}**" for kind, setup, lay, rows in found if projection_unchecked(rows.iloc[-1]))
+    if unchecked:
+        lines.append(f"- Projections of {'; '.join(unchecked)} start from one data-parallel rank, where no "
+                     "gradients' collective ran to check the ring model: drawn grey in scaling.png, not to be trusted.")
     shared = shared_cores(ok, models)
     if shared:
         lines.append(f"- {shared}")
@@ -910,7 +951,8 @@ def report(df: pd.DataFrame, models: dict, out_dir: str) -> str:
                                 "Speed-up", "Efficiency", f"Tokens/s per {per}", "MFU", "Source"], cells)
         last = rows.iloc[-1]
         projected = any(p.source.startswith("projection") for p in points)
-        notes = [f"**{projection_doubt(last, models)}**"] if projected and projection_doubt(last, models) else []
+        doubt = projection_doubt(last, models) or projection_unchecked(last)
+        notes = [f"**{doubt}**"] if projected and doubt else []
         model = model_for(models, int(last.world_size) // int(last.tp), last.transport, int(_attr(last, "nodes", 1)))
         beyond = beyond_measured(model, stage_comm_ms(last, model)["sizes"]) if projected and model is not None else ""
         if beyond:
@@ -927,7 +969,8 @@ def report(df: pd.DataFrame, models: dict, out_dir: str) -> str:
     parts.append(f"![scaling: tokens/s per {per} and efficiency against ranks](scaling.png)"
                  + (f"\n\nProjections (dashed) assume at every rank count the links the collectives' run they take "
                     f"measured ({'; '.join(origins)})" + ("; grey: the ring model is off at the most ranks measured, "
-                                                          "not to be trusted." if grey else ".") if origins else ""))
+                                                          "or nothing there checked it, not to be trusted."
+                                                          if grey else ".") if origins else ""))
     return "\n\n".join(p for p in parts if p)
 
 

@@ -13,12 +13,12 @@
 # count (tp x dp ranks, the global batch shared by the dp groups). After each rank count's runs, a
 # run of the collectives (COMM_COLLECTIVES) at that count (2 or more), which the launcher places as
 # it placed those runs (the same nodes, the same links), gives the ring model its o and w at each
-# size for them, and
-# $OUT/report.md opens with every configuration in one table (tokens/s per GPU against one GPU's,
-# MFU, peak memory per rank, exposed communication and the collectives' device time beside the
-# model's, and the collectives' run it takes, with its ranks and nodes), then each series with
-# projections to larger clusters (each labelled "projection"), and scaling.png (tokens/s per GPU and
-# efficiency against ranks; per rank on CPUs). Runs: $OUT/strong-np<N>, $OUT/weak-np<N> (none
+# size for them. $OUT/report.md's scaling section opens with the study in short and every
+# configuration in one table (tokens/s per GPU against one GPU's, MFU, peak memory per rank, exposed
+# communication and the collectives' device time beside the model's, and the collectives' run it
+# takes, with its ranks and nodes), then each series with projections to larger clusters (each
+# labelled "projection"), and scaling.png (tokens/s per GPU and efficiency against ranks; per rank
+# on CPUs). Runs: $OUT/strong-np<N>, $OUT/weak-np<N> (none
 # where its global batch is STRONG_BATCH: that configuration is strong-np<N>, which the weak series
 # takes), $OUT/collectives-np<N>.
 #
@@ -46,7 +46,7 @@
 # backend's own limits, is not), and the job exits 2 saying why.
 #   sbatch jobs/scaling.sh            or   NP=4 bash jobs/scaling.sh
 #   NP=2 DEVICE=cpu SHAPE="--d-model 64 --d-ff 128 --num-layers 2 --num-heads 4" CONTEXTS=32 \
-#     COMM_SIZES=4KB,64KB,1MB OMPI_MCA_mpi_yield_when_idle=1 bash jobs/scaling.sh
+#     COMM_SIZES=4KB,64KB,1MB,8MB OMPI_MCA_mpi_yield_when_idle=1 bash jobs/scaling.sh
 # (a tiny model on CPUs, under a minute; ranks waiting in MPI yield their core, or on a small
 # machine the other rank's time slices decide the collectives' times: a 4 KB all-reduce read 8 ms)
 set -euo pipefail
@@ -83,6 +83,11 @@ for tp in ${TP//,/ }; do  # a size no rank count takes would silently never run
 done
 if [ "$transports" != default ] && [ "$DEVICE" = cpu ]; then
   echo "$0: NET=${NET} forces NCCL's network transport, but DEVICE=cpu runs the mpi backend, which has no other: NET=0 on CPU" >&2
+  exit 2
+fi
+# The ring model takes each collective's o and w from the line through two measured sizes.
+if [ "$(tr ',' '\n' <<<"$COMM_SIZES" | grep -c .)" -lt 2 ]; then
+  echo "$0: COMM_SIZES=$COMM_SIZES: the communication model needs the collectives measured at two sizes or more, around the model's buckets and units (e.g. 1MB,16MB,128MB)" >&2
   exit 2
 fi
 for v in STRONG_BATCH WEAK_BATCH; do  # one batch each, not a list

@@ -198,13 +198,16 @@ tp2 = next(b for b in block if b.splitlines()[0].endswith(", tp 2")).split("\n##
 measured = [line for line in tp2.splitlines() if line.startswith("|") and "| measured" in line]
 projected = [line for line in tp2.splitlines() if "projection" in line]
 assert [int(line.split("|")[1]) for line in measured] == [1, 2, 4] and projected, tp2
-assert "(one rank: bucketed 25 MiB) |" in measured[0] and "one rank" not in measured[1], tp2  # from one rank's run
+assert "(strong-np1; one rank: bucketed 25 MiB) |" in measured[0], tp2  # from one rank's run
+assert "| measured (strong-np2) |" in measured[1], tp2
 # Weak: 2 sequences per GPU at 1, 2 and 4 ranks, tp 2 too (its groups take 4), from the same one-rank
-# run; at 4 ranks the strong run (global batch 8) is that configuration.
+# run; at 4 ranks the strong run (global batch 8) is that configuration, and its Source says so.
 weak = text.split("### Scaling, weak: ")[1:]
 tp2 = next(b for b in weak if b.splitlines()[0].endswith(", tp 2")).split("\n### ")[0]
 assert tp2.startswith("d32_L2, T=16, global batch 2 x ranks,"), tp2
 assert [int(line.split("|")[1]) for line in tp2.splitlines() if "| measured" in line] == [1, 2, 4], tp2
+assert [line.split("| measured (")[1].split(")")[0].split(";")[0] for line in tp2.splitlines()
+        if "| measured" in line] == ["weak-np1", "weak-np2", "strong-np4"], tp2
 # Each group's ranks take the same sequences: the batch per data-parallel rank is the global over n / 2.
 assert [line.split("|")[3:5] for line in tp2.splitlines() if "| measured" in line] == \
     [[" 2 ", " 2 "], [" 4 ", " 4 "], [" 8 ", " 4 "]], tp2

@@ -242,7 +242,7 @@ def check_stage_model():
         got = scaling.stage_comm_ms(row, model)
         for key, want in (("grad", grad), ("params_all", params_all), ("params", waited)):
             assert abs(got[key] - want) <= 1e-9 * want, f"{label}: {key} {got[key]}, expected {want}"
-        rows.append(dict(row, comm_mean=grad, name=label))
+        rows.append(dict(row, comm_mean=grad, grad_comm_mean=grad, name=label))
     # Where all of them take longer than backward, what backward cannot hide is left after it.
     slow = pd.Series(dict(base, shard_optimizer="zero1", backward_mean=0.01, forward_mean=0.01))
     got = scaling.stage_comm_ms(slow, model)
@@ -255,14 +255,14 @@ def check_stage_model():
     assert [r[col["Sharding"]] for r in table] == ["broadcast", "zero1", "zero2", "zero3", "zero1", "zero3"], text
     assert [r[col["Ranks (group x groups)"]] for r in table] == ["4", "4", "4", "4", "2 x 2", "2 x 2"], text
     for r, (_, (_, grad, params_all, waited)) in zip(table, cases.items()):
-        assert r[col["Measured / Predicted"]] == "1.00" and float(r[col["Predicted Comm (ms)"]]) == round(grad, 3), r
+        assert r[col["Measured / Predicted"]] == "1.00" and float(r[col["Grad Comm predicted (ms)"]]) == round(grad, 3), r
         assert float(r[col["Params predicted (ms)"]]) == round(params_all, 3), r
         assert float(r[col["Of them waited, predicted (ms)"]]) == round(waited, 3), r
     assert f"B = w 2(n0-1)/n0 = {bus * 1e3 / 1e9:.3g} GB/s (n0 = 4), synthetic" in text, text
-    # Projections: zero1 measured on 4 ranks, weak-scaled to 8: the compute without the parameters'
-    # wait at 4, the wait and the gradients' collectives at 8.
+    # Projections: zero1 measured on 4 ranks, weak-scaled to 8: the passes without the parameters'
+    # wait at 4, the optimizer on half the shard, the wait and the gradients' collectives at 8.
     row = pd.Series(dict(base, shard_optimizer="zero1"))
-    want = (fwd + bwd + 5.0 - ag(4, 8, sp / 8)) + ag(8, 8, sp / 8) + ag(8, 8, s / 8)
+    want = (fwd + bwd - ag(4, 8, sp / 8)) + 5.0 / 2 + ag(8, 8, sp / 8) + ag(8, 8, s / 8)
     got = scaling.projected_step(row, 8, 4, "weak", model)
     assert abs(got - want) <= 1e-9 * want, f"zero1 projected to 8 ranks: {got}, expected {want}"
     # Hybrid groups of 2 keep their size: 8 ranks are 4 groups, whose all-reduce is over 4.
@@ -271,11 +271,17 @@ def check_stage_model():
         + 2 * 3 / 4 * (s / 2 / 8) / bus
     got = scaling.projected_step(row, 8, 4, "weak", model)
     assert abs(got - want) <= 1e-9 * want, f"hybrid zero1 projected to 8 ranks: {got}, expected {want}"
-    # Strong scaling: the compute and what hides behind it shrink by 4 / 8.
-    row = pd.Series(dict(base, shard_optimizer="zero3", buckets=4, param_collectives_per_step=9))
-    want = (fwd + bwd + 5.0 - ag(4, 9, 4 * emb)) / 2 + ag(8, 9, 4 * emb) + ag(8, 2, s * last2 / params)
+    # Strong scaling: the passes and what hides behind them shrink by 4 / 8, and so does the
+    # optimizer's shard, with what the step spends after it.
+    row = pd.Series(dict(base, shard_optimizer="zero3", buckets=4, param_collectives_per_step=9, param_comm_mean=1.0))
+    want = (fwd + bwd - ag(4, 9, 4 * emb)) / 2 + (5.0 + 1.0) / 2 + ag(8, 9, 4 * emb) + ag(8, 2, s * last2 / params)
     got = scaling.projected_step(row, 8, 4, "strong", model)
     assert abs(got - want) <= 1e-9 * want, f"zero3 projected to 8 ranks: {got}, expected {want}"
+    # Unsharded, every rank updates the whole model: the optimizer is the same on 8 ranks as on 4.
+    row = pd.Series(dict(base, shard_optimizer="none"))
+    want = (fwd + bwd) / 2 + 5.0 + scaling.stage_comm_ms(row, model, 8, 0.5)["grad"]
+    got = scaling.projected_step(row, 8, 4, "strong", model)
+    assert abs(got - want) <= 1e-9 * want, f"unsharded projected to 8 ranks: {got}, expected {want}"
 
 
 def check_engine_labels(out):
@@ -595,10 +601,10 @@ def check_stage_model_runs(work):
             (config,) = [c for _, c in frame.iterrows() if c.precision == precision and c.shard_optimizer ==
                          r[col["Sharding"]] and c.ddp == "bucketed"]
             predicted = scaling.stage_comm_ms(config, model)
-            cell = float(r[col["Predicted Comm (ms)"]])
+            cell = float(r[col["Grad Comm predicted (ms)"]])
             assert math.isfinite(cell) and abs(cell - predicted["grad"]) <= 0.0005 + 1e-9, f"{r}: {predicted}"
             assert float(r[col["Params predicted (ms)"]]) > 0 and r[col["Ranks (group x groups)"]] == "2", r
-            assert abs(float(r[col["Measured Comm (ms)"]]) - config.comm_mean) <= 0.0005 + 1e-9, r
+            assert abs(float(r[col["Grad Comm measured (ms)"]]) - config.grad_comm_mean) <= 0.0005 + 1e-9, r
         assert "o(k) = o (k-1)/(n0-1)" in block and f"from --comm {comm}" in block, block
     hybrid = os.path.join(work, "hybrid")
     run(mpiexec() + ["-np", "4", BIN, "--mode", "ddp", "--device", "cpu", *MODEL, "--context-length", T,
@@ -616,8 +622,8 @@ def check_stage_model_runs(work):
     c, grads = int(a["buckets"]), a["comm_bytes_per_step"] * 2 / 3  # the bytes count each part's all-reduce too
     bus = model["w"]  # on 2 ranks an all-reduce's bus factor is 1, o(2) = o
     want = c * model["o"] + grads / c / 2 / bus + c * model["o"] + grads / 2 / c / bus  # within, across the groups
-    assert abs(float(rows[0][col["Predicted Comm (ms)"]]) - want) <= 0.0005 + 1e-9, f"expected {want:.4f}:\n{block}"
-    assert all(math.isfinite(float(r[col["Predicted Comm (ms)"]])) for r in rows), block
+    assert abs(float(rows[0][col["Grad Comm predicted (ms)"]]) - want) <= 0.0005 + 1e-9, f"expected {want:.4f}:\n{block}"
+    assert all(math.isfinite(float(r[col["Grad Comm predicted (ms)"]])) for r in rows), block
     print(blocks[0])
 
 

@@ -665,7 +665,7 @@ PY
 grep -q "^### Scaling, strong: .*, bucketed 25 MiB, tp 2$" "$dir/report.md" || fail "$dir/report.md: no tp 2 series"
 # The zero1 series starts from the unsharded run on one rank (scaling.sh runs no other there).
 grep -A6 "^### Scaling, strong: .*, bucketed 25 MiB, zero1$" "$dir/report.md" |  # title, its definitions, the table
-  grep -q "^| 1 | .* | measured (one rank: bucketed 25 MiB) |$" || fail "$dir/report.md: the zero1 series' first row"
+  grep -q "^| 1 | .* | measured (strong-np1; one rank: bucketed 25 MiB) |$" || fail "$dir/report.md: the zero1 series' first row"
 checks_now
 
 ended comm
