@@ -808,12 +808,13 @@ def plot(all_series: list, path: str, per: str = "GPU") -> str:
         marker = "s" if "tp " in lay else "o"
         measured = [p for p in points if p.source.startswith("measured")]
         projected = [measured[-1]] + [p for p in points if not p.source.startswith("measured")]
-        for row, field in ((0, "tokens_per_gpu"), (1, "efficiency")):
+        for row, field, scale in ((0, "tokens_per_gpu", 1), (1, "efficiency", 100)):  # efficiency in %, as the tables
             ax = axes[row, column]
-            ax.plot([p.ranks for p in measured], [getattr(p, field) for p in measured], "-", marker=marker, color=c)
+            ax.plot([p.ranks for p in measured], [scale * getattr(p, field) for p in measured], "-", marker=marker,
+                    color=c)
             if len(projected) > 1:  # where the model is off at the start: grey and thin, not the layout's colour
                 trusted = all(p.trusted for p in projected[1:])
-                ax.plot([p.ranks for p in projected], [getattr(p, field) for p in projected], "--", marker=marker,
+                ax.plot([p.ranks for p in projected], [scale * getattr(p, field) for p in projected], "--", marker=marker,
                         mfc="none", color=c if trusted else "0.6", lw=None if trusted else 0.8,
                         ms=None if trusted else 4)
     for column, kind in enumerate(("strong", "weak")):
@@ -825,7 +826,7 @@ def plot(all_series: list, path: str, per: str = "GPU") -> str:
             ax = axes[row, column]
             if ns:
                 if row == 1:
-                    ax.axhline(1.0, ls=":", color="grey")
+                    ax.axhline(100.0, ls=":", color="grey")
                 ax.set_xscale("log", base=2)
                 ax.set_xticks(ns, [tick(n, kind) for n in ns])
             else:
@@ -833,7 +834,7 @@ def plot(all_series: list, path: str, per: str = "GPU") -> str:
             ax.grid(True, which="both", alpha=0.3)
         axes[1, column].set_xlabel("ranks (measured: the nodes they spanned)" if label_nodes else "ranks")
     axes[0, 0].set_ylabel(f"tokens/s per {per}")
-    axes[1, 0].set_ylabel("efficiency (1 = ideal)")
+    axes[1, 0].set_ylabel("efficiency (%; 100 = ideal)")
     handles = [Line2D([], [], color=color[n], marker="s" if "tp " in n else "o", label=n) for n in names]
     origins = list(dict.fromkeys(p.origin for *_, points in all_series for p in points if p.origin))
     if origins:  # what every projection assumes: the links that run measured, at any rank count
@@ -845,7 +846,8 @@ def plot(all_series: list, path: str, per: str = "GPU") -> str:
                               label="projection where the model is off\nor unchecked: not to be trusted"))
     handles.append(Line2D([], [], color="grey", ls=":", label="ideal"))
     if not label_nodes:  # else each rank count's ticks say it
-        handles.append(Line2D([], [], ls="none", label=f"measured on {nodes_text(min(node_counts, default=1))}"))
+        handles.append(Line2D([], [], color="black", marker="o",
+                              label=f"measured (solid), on {nodes_text(min(node_counts, default=1))}"))
     fig.tight_layout()
     # Right of the panels, the saved figure cut to fit it: as wide as the names need, no more.
     fig.legend(handles=handles, loc="center left", bbox_to_anchor=(1.0, 0.5), fontsize="small", frameon=False)
