@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """The table of one or more comm runs (llmhpc --mode comm) as markdown, like nccl-tests prints it.
 
-    python3 analysis/comm.py results/comm-20261122-103000 [more run directories ...]
+    python3 analysis/comm.py results/comm-20261122-103000 [more run directories ...] \
+        [--nccl-tests all_reduce_perf.txt ...]
 
 One row per run, collective, dtype and size; out-of-place and in-place side by side. As in
 the binary's own summary: time is nccl-tests' time, the mean per operation of `back_to_back_iters`
@@ -13,7 +14,8 @@ std (n-1) of the per-iteration times (time_us) of the slowest rank (time_us_max_
 iteration ends when every rank is done), the spread the back-to-back mean hides. report_section
 (analysis/report.py) adds the reference communication study's layout (backend, device, procs,
 size, mean, median, std, bandwidth) and a plot of bus bandwidth against message size per rank
-count. Files are read through analysis/llmhpc_h5.py.
+count. --nccl-tests adds llmhpc's bus bandwidth beside nccl-tests' from its printed output, per
+collective, rank count, dtype and size both measured. Files are read through analysis/llmhpc_h5.py.
 """
 from __future__ import annotations
 
@@ -237,9 +239,68 @@ def report_section(runs: list, out_dir: str) -> str:
     return "\n\n".join(parts)
 
 
+NCCL_TESTS_BINARIES = {"all_reduce_perf": "allreduce", "reduce_scatter_perf": "reducescatter",
+                       "all_gather_perf": "allgather", "broadcast_perf": "broadcast"}
+
+
+def nccl_tests_rows(text: str) -> list:
+    """nccl-tests' results as its *_perf binaries print them (the '#  Rank' lines kept: they count
+    the ranks): one dict per collective, size, dtype and placement with `ranks`, `collective` (llmhpc's
+    name), `bytes`, `dtype`, `placement`, `time_us` and `busbw` (GB/s), as its columns say."""
+    rows, collective, ranks = [], None, 0
+    for line in text.splitlines():
+        if line.startswith("# Collective test starting:"):
+            name = os.path.basename(line.split(":", 1)[1].strip())
+            collective, ranks = NCCL_TESTS_BINARIES.get(name.split("_perf")[0] + "_perf"), 0
+        elif line.startswith("#  Rank"):
+            ranks += 1
+        elif collective and not line.startswith("#"):
+            parts = line.split()
+            if len(parts) < 13 or not (parts[0].isdigit() and parts[1].isdigit()):
+                continue  # a warning, an error: not a row of the table
+            for placement, at in (("outofplace", 5), ("inplace", 9)):  # time, algbw, busbw, #wrong
+                rows.append(dict(ranks=ranks, collective=collective, bytes=int(parts[0]), dtype=parts[2],
+                                 placement=placement, time_us=float(parts[at]), busbw=float(parts[at + 2])))
+    return rows
+
+
+def against_nccl_tests(rows: list, theirs: list) -> str:
+    """llmhpc's bus bandwidth (comm_rows of its NCCL runs) beside nccl-tests' (nccl_tests_rows) for
+    every collective, rank count, dtype and size both measured: the mean over each tool's runs of
+    it (repetitions), out of place / in place, and llmhpc's over nccl-tests'."""
+    def pooled(items):  # {(collective, ranks, dtype, bytes): {placement: [busbw]}}
+        out = {}
+        for collective, ranks, dtype, size, placement, busbw in items:
+            out.setdefault((collective, ranks, dtype, size), {}).setdefault(placement, []).append(busbw)
+        return out
+    ours = pooled((r["collective"], r["ranks"], r["type"], r["size"], placement, r[f"{short} busbw_value"])
+                  for r in rows if r["backend"] == "nccl" for placement, short in PLACEMENTS
+                  if r.get(f"{short} busbw_value") is not None)
+    nccl = pooled((r["collective"], r["ranks"], r["dtype"], r["bytes"], r["placement"], r["busbw"]) for r in theirs)
+    cells = []
+    for key in sorted(set(ours) & set(nccl), key=lambda k: (COLLECTIVES.index(k[0]), k[1], k[2], k[3])):
+        mine, its = ours[key], nccl[key]
+        both = [p for p, _ in PLACEMENTS if p in mine and p in its]
+        mean = lambda values: sum(values) / len(values)
+        pair = lambda f: " / ".join(f(p) for p in both)
+        cells.append([key[0], key[1], key[2], human_bytes(key[3]), pair(lambda p: f"{mean(its[p]):.2f}"),
+                      pair(lambda p: f"{mean(mine[p]):.2f}"),
+                      pair(lambda p: f"{100 * mean(mine[p]) / mean(its[p]):.1f}%"),
+                      f"{len(its[both[0]])} / {len(mine[both[0]])}"])
+    if not cells:
+        return "No collective, rank count, dtype and size measured by both llmhpc (nccl) and nccl-tests."
+    head = ["collective", "ranks", "type", "size", "nccl-tests busbw, oop / ip (GB/s)", "llmhpc busbw, oop / ip (GB/s)",
+            "llmhpc / nccl-tests", "runs (nccl-tests / llmhpc)"]
+    return "\n".join(["| " + " | ".join(head) + " |", "|---|---:|---|---:|---:|---:|---:|---:|"]
+                     + ["| " + " | ".join(str(c) for c in row) + " |" for row in cells])
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("runs", nargs="+", help="--out directories of llmhpc --mode comm runs")
+    parser.add_argument("--nccl-tests", action="append", default=[], metavar="FILE",
+                        help="a file of nccl-tests' output (its *_perf binaries, '#  Rank' lines kept): adds a "
+                             "table of llmhpc's bus bandwidth against it; give it once per file")
     args = parser.parse_args()
     rows = []
     for directory in args.runs:
@@ -252,6 +313,22 @@ def main() -> int:
         print(f"<!-- {directory}: {run.attrs['device_name']} on {run.attrs['hostname']}, {run.describe_ranks()}, "
               f"{run.attrs['start_time']}, git {run.attrs['git_sha']} -->")
     print(markdown(rows))
+    if args.nccl_tests:
+        theirs = []
+        for path in args.nccl_tests:
+            try:
+                with open(path) as f:
+                    found = nccl_tests_rows(f.read())
+            except OSError as e:
+                print(f"comm.py: --nccl-tests {path}: {e.strerror}", file=sys.stderr)
+                return 2
+            if not found:
+                print(f"comm.py: --nccl-tests {path}: no nccl-tests results in it (the output of all_reduce_perf, "
+                      "reduce_scatter_perf, all_gather_perf or broadcast_perf)", file=sys.stderr)
+                return 2
+            theirs += found
+        print("\n### llmhpc against nccl-tests (bus bandwidth, mean over the runs)\n")
+        print(against_nccl_tests(rows, theirs))
     return 0
 
 

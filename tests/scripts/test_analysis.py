@@ -170,6 +170,46 @@ def check_timings_to_doubt():
     print("ok   comm.py names the sizes whose times cannot be the collective's")
 
 
+NCCL_TESTS_OUTPUT = """# nccl-tests version 2.19.6 nccl-headers=22809 nccl-library=22809
+# Collective test starting: ./build/all_gather_perf
+# nThread 1 nGpus 1 minBytes 1000000 maxBytes 10000000 step: 10(factor) warmup iters: 5 iters: 20 agg iters: 1 validation: 0 graph: 0 unalign: 0
+#
+# Using devices
+#  Rank  0 Group  0 Pid   4711 on      gpu01 device  0 [0000:19:00] NVIDIA H200
+#  Rank  1 Group  0 Pid   4712 on      gpu01 device  1 [0000:3b:00] NVIDIA H200
+#
+#                                                              out-of-place                       in-place
+#       size         count      type   redop    root     time   algbw   busbw  #wrong     time   algbw   busbw  #wrong
+#        (B)    (elements)                               (us)  (GB/s)  (GB/s)             (us)  (GB/s)  (GB/s)
+     1000000        125000     float    none      -1    20.00   50.00   25.00     N/A    25.00   40.00   20.00     N/A
+    10000000       1250000     float    none      -1    50.00  200.00  100.00     N/A    40.00  250.00  125.00     N/A
+# Out of bounds values : 0 OK
+# Avg bus bandwidth    : 67.5
+#
+# Collective test concluded: ./build/all_gather_perf
+"""
+
+
+def check_nccl_tests_table():
+    """comm.py reads nccl-tests' printed table (the ranks from its '#  Rank' lines) and sets llmhpc's
+    bus bandwidth beside it where both measured the same collective, ranks, dtype and size."""
+    import comm
+    theirs = comm.nccl_tests_rows(NCCL_TESTS_OUTPUT)
+    assert [(r["collective"], r["ranks"], r["bytes"], r["placement"], r["busbw"]) for r in theirs] == [
+        ("allgather", 2, 1000000, "outofplace", 25.0), ("allgather", 2, 1000000, "inplace", 20.0),
+        ("allgather", 2, 10000000, "outofplace", 100.0), ("allgather", 2, 10000000, "inplace", 125.0)], theirs
+    ours = [dict(backend="nccl", ranks=2, collective="allgather", size=1000000, type="float",
+                 **{"oop busbw_value": 30.0, "ip busbw_value": 19.0}),
+            dict(backend="nccl", ranks=2, collective="allgather", size=1000000, type="float",
+                 **{"oop busbw_value": 20.0, "ip busbw_value": 21.0}),  # a second run: the mean, 25 / 20
+            dict(backend="nccl", ranks=4, collective="allgather", size=1000000, type="float",
+                 **{"oop busbw_value": 9.0, "ip busbw_value": 9.0})]  # no nccl-tests run at 4 ranks
+    table = comm.against_nccl_tests(ours, theirs).splitlines()
+    assert table[2:] == ["| allgather | 2 | float | 1MB | 25.00 / 20.00 | 25.00 / 20.00 | 100.0% / 100.0% | 1 / 2 |"], table
+    assert comm.against_nccl_tests(ours[2:], theirs).startswith("No collective"), "nothing in common"
+    print("ok   comm.py sets llmhpc's bus bandwidth beside nccl-tests' printed table")
+
+
 def main():
     work = scratch_dir("llmhpc-analysis-")
     out = os.path.join(work, "bench")
@@ -242,6 +282,7 @@ def main():
 
     check_precision_oom(work)
     check_timings_to_doubt()
+    check_nccl_tests_table()
 
     # ---- plot ----
     png = os.path.join(work, "bench.png")
