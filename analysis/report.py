@@ -196,6 +196,8 @@ def main(argv=None) -> int:
         print(f"report.py: error: {missing[0]}: {what} (give llmhpc --out folders, or folders holding them)",
               file=sys.stderr)
         return 2
+    # Absolute, so that the report names its runs the same from any working directory.
+    args.dirs = [os.path.abspath(d) for d in args.dirs]
     output = args.output or os.path.join(args.dirs[0], "report.md")
     out_dir = os.path.dirname(os.path.abspath(output))
     options = dict(rank=None if args.all_ranks else args.rank, decimals=args.decimals)

@@ -820,6 +820,16 @@ def main():
     fresh = os.path.join(work, "reports", "bench", "report.md")
     run([sys.executable, os.path.join(ANALYSIS, "report.py"), runs["bench"], "-o", fresh])
     assert os.path.getsize(fresh) > 0 and os.path.getsize(os.path.join(os.path.dirname(fresh), "bench.png")) > 10_000
+    # The same report whatever the working directory and the run's path as given: runs are named
+    # by their absolute paths.
+    here = os.getcwd()
+    os.chdir(os.path.dirname(runs["bench"]))
+    try:
+        relative = run([sys.executable, os.path.join(ANALYSIS, "report.py"), os.path.basename(runs["bench"]),
+                        "-o", fresh]).stdout
+    finally:
+        os.chdir(here)
+    assert relative == run([sys.executable, os.path.join(ANALYSIS, "report.py"), runs["bench"], "-o", fresh]).stdout
     failed = os.path.join(work, "reports", "none", "report.md")
     bad = run([sys.executable, os.path.join(ANALYSIS, "report.py"), empty, "-o", failed], expect_ok=False)
     assert bad.returncode == 2 and not os.path.exists(os.path.dirname(failed)), bad.stderr
