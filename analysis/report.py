@@ -173,7 +173,9 @@ def build_report(dirs: list, out_dir: str, options: dict, table_only: bool = Fal
     # one click away from the top.
     parts = ["# llmhpc report", "\n".join(f"- {describe(run)}" for run in runs)]
     if len(sections) > 1:
-        links = (f"[{title}](#{title.lower().replace(' ', '-')})" for title, _ in sections)
+        links = [f"[{title}](#{title.lower().replace(' ', '-')})" for title, _ in sections]
+        if any("\n### Scaling study: in short\n" in f"\n{body}" for _, body in sections):  # a scaling job's answer
+            links.insert(0, "[scaling study, in short](#scaling-study-in-short)")
         parts.append("Sections: " + " · ".join(links))
     parts += [f"## {title}\n\n{body}" for title, body in sections]
     return "\n\n".join(parts) + "\n"

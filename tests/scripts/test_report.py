@@ -252,6 +252,10 @@ def check_ddp(tables, runs):
 
 
 def check_scaling(tables, runs, text):
+    # The study's summary is the first link at the top of a long report.
+    (sections,) = [line for line in text.splitlines() if line.startswith("Sections: ")]
+    assert sections.startswith("Sections: [scaling study, in short](#scaling-study-in-short) · "), sections
+    assert "\n### Scaling study: in short\n" in text, "the link's heading"
     slowest = {}
     for kind in ("strong", "weak"):
         for n in (1, 2):
