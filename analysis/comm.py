@@ -26,6 +26,7 @@ import sys
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from bench import markdown_table  # noqa: E402
 from llmhpc_h5 import SchemaError, on_cpu, open_run  # noqa: E402
 from plotting import ticks_at  # noqa: E402
 
@@ -279,20 +280,17 @@ def against_nccl_tests(rows: list, theirs: list) -> str:
     nccl = pooled((r["collective"], r["ranks"], r["dtype"], r["bytes"], r["placement"], r["busbw"]) for r in theirs)
     cells = []
     for key in sorted(set(ours) & set(nccl), key=lambda k: (COLLECTIVES.index(k[0]), k[1], k[2], k[3])):
-        mine, its = ours[key], nccl[key]
+        mine = {p: np.mean(v) for p, v in ours[key].items()}
+        its = {p: np.mean(v) for p, v in nccl[key].items()}
         both = [p for p, _ in PLACEMENTS if p in mine and p in its]
-        mean = lambda values: sum(values) / len(values)
         pair = lambda f: " / ".join(f(p) for p in both)
-        cells.append([key[0], key[1], key[2], human_bytes(key[3]), pair(lambda p: f"{mean(its[p]):.2f}"),
-                      pair(lambda p: f"{mean(mine[p]):.2f}"),
-                      pair(lambda p: f"{100 * mean(mine[p]) / mean(its[p]):.1f}%"),
-                      f"{len(its[both[0]])} / {len(mine[both[0]])}"])
+        cells.append([key[0], key[1], key[2], human_bytes(key[3]), pair(lambda p: f"{its[p]:.2f}"),
+                      pair(lambda p: f"{mine[p]:.2f}"), pair(lambda p: f"{100 * mine[p] / its[p]:.1f}%"),
+                      f"{len(nccl[key][both[0]])} / {len(ours[key][both[0]])}"])
     if not cells:
         return "No collective, rank count, dtype and size measured by both llmhpc (nccl) and nccl-tests."
-    head = ["collective", "ranks", "type", "size", "nccl-tests busbw, oop / ip (GB/s)", "llmhpc busbw, oop / ip (GB/s)",
-            "llmhpc / nccl-tests", "runs (nccl-tests / llmhpc)"]
-    return "\n".join(["| " + " | ".join(head) + " |", "|---|---:|---|---:|---:|---:|---:|---:|"]
-                     + ["| " + " | ".join(str(c) for c in row) + " |" for row in cells])
+    return markdown_table(["collective", "ranks", "type", "size", "nccl-tests busbw, oop / ip (GB/s)",
+                           "llmhpc busbw, oop / ip (GB/s)", "llmhpc / nccl-tests", "runs (nccl-tests / llmhpc)"], cells)
 
 
 def main() -> int:

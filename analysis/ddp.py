@@ -129,13 +129,15 @@ def ratio(a: float, b: float) -> str:
     return "-" if any(x is None or math.isnan(x) for x in (a, b)) or b <= 0 else f"{a / b:.2f}"
 
 
-# The tables' definition of TP wait, the column every table of a tensor-parallel setup has beside
-# its exposed communication: a wait inside forward and backward, which the step's exposed
-# communication (after backward) does not count.
+# The sharded tables' definition of Param Comm, which their gradients' exposed communication
+# (Grad Comm) leaves out.
 PARAM_COMM_NOTE = ("Param Comm: what the step spent after the optimizer before the next forward could begin "
                    "(param_comm_ms; under zero2 the cast of each rank's updated shard into its all-gathers' "
                    "buffers, the all-gathers issued; the next forward waits for each range of parameters as it "
                    "reaches it, so what the all-gathers did not hide is in Fwd)")
+# The tables' definition of TP wait, the column every table of a tensor-parallel setup has beside
+# its exposed communication: a wait inside forward and backward, which the step's exposed
+# communication (after backward) does not count.
 TP_WAIT_NOTE = ("TP wait: what the layers waited for the tensor-parallel group's collectives (tp_comm_ms, summed "
                 "over the step), inside Fwd and Bwd and so in the step, not added to them, and not in the exposed Comm")
 
