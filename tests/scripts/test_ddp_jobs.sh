@@ -171,7 +171,8 @@ set -e
 # llmhpc refuses, which it checks before the first run, not when the sweep reaches them: a sharding
 # stage (used from 2 ranks on), a collective (used after the training runs).
 for refusal in "TP=1,3|tensor-parallel size 3 divides none of RANKS=1,2" "NET=1|DEVICE=cpu runs the mpi backend" \
-  "SHARDINGS=zero9|--shard-optimizer 'zero9': must be one of" "COMM_COLLECTIVES=allredue|--collective 'allredue'"; do
+  "SHARDINGS=zero9|--shard-optimizer 'zero9': must be one of" "COMM_COLLECTIVES=allredue|--collective 'allredue'" \
+  "COMM_SIZES=4KB|the communication model needs the collectives measured at two sizes or more"; do
   set +e
   env NP=2 DEVICE=cpu "${refusal%%|*}" OUT_ROOT="$tmp/refused-scaling" bash "$ROOT/jobs/scaling.sh" >"$tmp/refused.log" 2>&1
   rc=$?
@@ -179,8 +180,8 @@ for refusal in "TP=1,3|tensor-parallel size 3 divides none of RANKS=1,2" "NET=1|
   [ $rc -eq 2 ] && grep -qF -- "${refusal#*|}" "$tmp/refused.log" || { cat "$tmp/refused.log"; fail "scaling.sh ${refusal%%|*}: exit $rc"; }
   [ ! -e "$tmp/refused-scaling" ] || { find "$tmp/refused-scaling"; fail "scaling.sh ${refusal%%|*} wrote results"; }
 done
-echo "ok   scaling.sh refuses STRONG_BATCH=3 on 1,2 ranks, a list of batches, TP=1,3, NET=1 on CPU, SHARDINGS=zero9 and"
-echo "     COMM_COLLECTIVES=allredue before running"
+echo "ok   scaling.sh refuses STRONG_BATCH=3 on 1,2 ranks, a list of batches, TP=1,3, NET=1 on CPU, SHARDINGS=zero9,"
+echo "     COMM_COLLECTIVES=allredue and COMM_SIZES of one size before running"
 # scaling.sh with TP=1,2 over 2 and 4 ranks: a tensor-parallel series beside the data-parallel one,
 # from the one-rank run (tp 2 at 1 rank skipped: 2 does not divide 1), with its projections from the
 # all-reduce run; the collectives at 2 and 4 ranks, each prediction from those on its data-parallel
