@@ -103,7 +103,8 @@ void add_options(po::options_description& desc) {
       "root", text("0"), "broadcast root rank")("inplace", text("both"), "no (out-of-place) | yes (in-place) | both")(
       "warmup", text("5"), "untimed iterations before the timed ones (their times are recorded apart)")(
       "steps", text("20"),
-      "timed iterations per configuration (with --duration-s: of the back-to-back run the table shows)")(
+      "timed iterations per configuration, and the back-to-back run the table shows (not with --duration-s, "
+      "which sets the timed iterations and leaves the back-to-back run at 20)")(
       "check", po::bool_switch(),
       "check every result exactly on verifiable inputs, after a start-up sanity all-reduce");
   add_duration_option(comm, "steps");
