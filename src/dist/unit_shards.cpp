@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "kernels/reduce_passes.h"
 #include "src/core/check.h"
 #include "src/core/nvtx.h"
 #include "src/model/checkpoint.h"
@@ -118,12 +119,15 @@ void UnitShards::gather(int unit, Place& place) {
   place.unit = unit;
   place.version = version_;
   const int n = comm_.size();
-  // Each lane in the dtype the model reads it in: this rank's part of the masters written into its
-  // slot of the place (cast to bf16 for the matrices under bf16: round to nearest even, as AdamW
-  // writes a bf16 copy, so the gathered weights are bitwise the unsharded run's copy), then
-  // gathered in place. The place is taken for this unit's size: ZeRO-3 holds no more than the
-  // two units in use (the caching allocator gives the blocks back without a device allocation).
-  Tensor slots[2];
+  // Each lane in the dtype the model reads it in: this rank's part of the masters gathered from
+  // where it is, or first cast into its slot of the place (bf16 matrices: round to nearest even,
+  // as AdamW writes a bf16 copy, so the gathered weights are bitwise the unsharded run's copy).
+  // The cast runs on the communicator's stream, before the gather that reads it: the compute
+  // stream, which waits for the gather anyway, does not pay for it (zero2 casts every unit
+  // after the optimizer: 2.3 ms of xl's step on an H200, docs/results/scaling.md). The place
+  // is taken for this unit's size: ZeRO-3 holds no more than the two units in use (the caching
+  // allocator gives the blocks back without a device allocation).
+  Tensor sent[2];
   for (llmhpc::Lane l : kLanes) {
     const ShardLayout::Lane& lane = shards_.lane(size_t(unit), l);
     Buffer& buffer = place.lanes[size_t(l)];
@@ -132,14 +136,24 @@ void UnitShards::gather(int unit, Place& place) {
       if (lane.part > 0) buffer = Buffer(device_.allocator(), lane_dtype(l), {lane.part * n}, "params.gathered");
     }
     if (lane.part == 0) continue;
-    slots[size_t(l)] = buffer.tensor().slice(int64_t(comm_.rank()) * lane.part, {lane.part});
-    ops_.convert(slots[size_t(l)], master_.tensor().slice(lane.shard_offset, {lane.part}));
+    const Tensor mine = master_.tensor().slice(lane.shard_offset, {lane.part});
+    Tensor& slot = sent[size_t(l)];
+    if (mine.dtype == lane_dtype(l)) {
+      slot = mine;
+    } else {
+      LLMHPC_CHECK(mine.dtype == DType::F32 && lane_dtype(l) == DType::BF16, "masters are fp32, read as fp32 or bf16");
+      slot = buffer.tensor().slice(int64_t(comm_.rank()) * lane.part, {lane.part});
+      const float* from = static_cast<const float*>(mine.data);
+      void* to = slot.data;
+      const size_t count = size_t(lane.part);
+      comm_.enqueue_async([=](void* stream) { narrow_to_bf16(from, to, count, stream); });
+    }
   }
   comm_.group_start();
   for (llmhpc::Lane l : kLanes) {
     const ShardLayout::Lane& lane = shards_.lane(size_t(unit), l);
     if (lane.part == 0) continue;
-    place.pending.push_back(comm_.all_gather_async(slots[size_t(l)].data, place.lanes[size_t(l)].tensor().data,
+    place.pending.push_back(comm_.all_gather_async(sent[size_t(l)].data, place.lanes[size_t(l)].tensor().data,
                                                    size_t(lane.part), lane_dtype(l)));
     const int64_t es = int64_t(dtype_size(lane_dtype(l)));
     counting_.param_collectives += 1;
@@ -287,7 +301,8 @@ void UnitShards::finish() {
     for (Buffer& b : w.lanes) b.release();
     w.unit = -1;
   }
-  for (Window& w : kept_) settle(w.pending);  // kept for the next step's micro-batches
+  for (Window& w : kept_) settle(w.pending);   // kept for the next step's micro-batches
+  for (Place& p : places_) settle(p.pending);  // a prefetch no pass used reads the masters AdamW writes next
   // Hybrid sharding: each group averaged its own ranks' gradients; the groups' averages are
   // averaged in turn, over the ranks that hold the same part, unit by unit as backward went on
   // (gradients_final): the last unit's now, then every average waited for.
