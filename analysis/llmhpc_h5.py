@@ -478,7 +478,9 @@ class Run:
         in rank order, with rank, host, what (the stuck collective), collective (its number),
         reached, not_reached and no_answer (rank ranges, '0,2-5', '' for none), not_reached_hosts
         and no_answer_hosts (comma-separated), mismatched (the ranks that issued the collective's
-        number as another collective), report (as printed); [] where no watchdog fired."""
+        number as another collective), group (the ranks it runs among, '' for every rank) and
+        waited_for (those of them that had not issued it or gave no answer), report (as printed);
+        [] where no watchdog fired."""
         out = []
         for rf in sorted(self.files, key=lambda f: f.rank):
             if not str(rf.status).startswith(ABORTED):
@@ -490,7 +492,8 @@ class Run:
                             not_reached_hosts=str(a.get("hang_not_reached_hosts", "")),
                             no_answer=str(a.get("hang_no_answer", "")),
                             no_answer_hosts=str(a.get("hang_no_answer_hosts", "")),
-                            mismatched=str(a.get("hang_mismatched", "")), report=str(a.get("hang_report", ""))))
+                            mismatched=str(a.get("hang_mismatched", "")), group=str(a.get("hang_group", "")),
+                            waited_for=str(a.get("hang_waited_for", "")), report=str(a.get("hang_report", ""))))
         return out
 
     def describe_ranks(self) -> str:

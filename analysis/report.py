@@ -76,8 +76,11 @@ def call_section(function, runs: list, out_dir: str, options: dict) -> str:
 def hang_summary(h: dict, fired: dict) -> str:
     """'collective #34 not reached by rank 1 on node1; no answer from ...' from a Run.hang_reports() entry;
     fired: every rank's own report, by rank."""
-    parts = [f"collective #{h['collective']} not reached by rank(s) {h['not_reached']} on {h['not_reached_hosts']}"
-             if h["not_reached"] else f"collective #{h['collective']} reached by every rank that answered"]
+    c = f"collective #{h['collective']}"
+    if h.get("group"):  # a collective of some ranks: the ones of them it waits for are the ones to look at
+        c += f" among ranks {h['group']} waits for {'rank(s) ' + h['waited_for'] if h.get('waited_for') else 'none that answered'};"
+    parts = [f"{c} not reached by rank(s) {h['not_reached']} on {h['not_reached_hosts']}"
+             if h["not_reached"] else f"{c} reached by every rank that answered"]
     if h["no_answer"]:
         parts.append(f"no answer from rank(s) {no_answer_cell(h, fired)}")
     if h.get("mismatched"):

@@ -94,6 +94,7 @@ class NcclCommunicator final : public Communicator {
     MPI_CHECK(MPI_Comm_set_errhandler(mpi_comm_, MPI_ERRORS_RETURN));
     MPI_CHECK(MPI_Comm_rank(mpi_comm_, &rank_));
     MPI_CHECK(MPI_Comm_size(mpi_comm_, &size_));
+    world_ranks_ = world_ranks(mpi_comm_);
     CUDA_CHECK(cudaSetDevice(o.gpu));
     // Collectives run beside backward on this stream; at high priority their blocks take SMs
     // as soon as compute blocks retire instead of queueing behind the compute stream's kernels,
@@ -116,7 +117,7 @@ class NcclCommunicator final : public Communicator {
     Watchdog& watchdog = Watchdog::instance();
     ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
     config.blocking = 1;
-    Watchdog::OpPtr init = watchdog.begin("ncclCommInitRank", "nccl", 0);
+    Watchdog::OpPtr init = watchdog.begin("ncclCommInitRank", "nccl", 0, world_ranks_);
     settle(ncclCommInitRankConfig(&comm_, size_, id, rank_, &config), "ncclCommInitRankConfig");
     Watchdog::complete(init);
     read_nccl_log();  // how NCCL connected this communicator's ranks
@@ -195,7 +196,7 @@ class NcclCommunicator final : public Communicator {
 
   void barrier() override {
     synchronize();
-    Watchdog::OpPtr watched = Watchdog::instance().begin("barrier", "mpi (host)", 0);
+    Watchdog::OpPtr watched = Watchdog::instance().begin("barrier", "mpi (host)", 0, world_ranks_);
     MPI_CHECK(MPI_Barrier(mpi_comm_));
     Watchdog::complete(watched);
   }
@@ -314,8 +315,8 @@ class NcclCommunicator final : public Communicator {
       fatal(__FILE__, __LINE__, call, std::string(ncclGetErrorString(rc)) + " (" + ncclGetLastError(comm_) + ")");
   }
 
-  static Watchdog::OpPtr watch(const char* name, uint64_t bytes, const char* backend = "nccl") {
-    return Watchdog::instance().begin(name, backend, bytes);
+  Watchdog::OpPtr watch(const char* name, uint64_t bytes, const char* backend = "nccl") const {
+    return Watchdog::instance().begin(name, backend, bytes, world_ranks_);
   }
 
   // An operation's completion event, recorded after it on the communicator's stream, and the
@@ -342,6 +343,7 @@ class NcclCommunicator final : public Communicator {
 
   MPI_Comm mpi_comm_ = MPI_COMM_NULL;
   int rank_ = 0, size_ = 1;
+  std::shared_ptr<const std::vector<int>> world_ranks_;  // for the watchdog (null: every world rank)
   ncclComm_t comm_ = nullptr;
   cudaStream_t stream_ = nullptr;
   cudaStream_t compute_ = nullptr;

@@ -79,6 +79,7 @@ class MpiCommunicator final : public Communicator {
     MPI_CHECK(MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN));
     MPI_CHECK(MPI_Comm_rank(comm_, &rank_));
     MPI_CHECK(MPI_Comm_size(comm_, &size_));
+    world_ranks_ = world_ranks(comm_);
     MPI_CHECK(MPI_Op_create(&bf16_sum, /*commute=*/1, &bf16_sum_op_));
   }
   ~MpiCommunicator() override {
@@ -145,8 +146,8 @@ class MpiCommunicator final : public Communicator {
  private:
   // Every operation registers with the watchdog before its first MPI call (where a fault is
   // injected, too) and completes there when its MPI calls have.
-  static Watchdog::OpPtr watch(const char* name, uint64_t bytes) {
-    return Watchdog::instance().begin(name, "mpi", bytes);
+  Watchdog::OpPtr watch(const char* name, uint64_t bytes) const {
+    return Watchdog::instance().begin(name, "mpi", bytes, world_ranks_);
   }
 
   // Blocking: the MPI calls are done, so finish now. Async: finish when the requests are.
@@ -250,6 +251,7 @@ class MpiCommunicator final : public Communicator {
   MPI_Comm comm_ = MPI_COMM_NULL;
   MPI_Op bf16_sum_op_ = MPI_OP_NULL;
   int rank_ = 0, size_ = 1;
+  std::shared_ptr<const std::vector<int>> world_ranks_;  // for the watchdog (null: every world rank)
 };
 
 }  // namespace

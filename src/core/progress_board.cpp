@@ -42,8 +42,9 @@ struct Wire {
   char backend[24];
   uint64_t bytes;
   char context[144];
+  char group[64];  // rank ranges, "" for every rank
 };
-static_assert(sizeof(Wire) == 256, "the answer's layout");
+static_assert(sizeof(Wire) == 320, "the answer's layout");
 
 // Where a rank listens: its host's IPv4 addresses (network order; the loopback one last) and
 // its port.
@@ -115,6 +116,7 @@ struct ProgressBoard::State {
       copy_text(w.backend, sizeof w.backend, p.last_backend);
       w.bytes = p.last_bytes;
       copy_text(w.context, sizeof w.context, p.context);
+      copy_text(w.group, sizeof w.group, p.last_group);
       (void)send(c, &w, sizeof w, MSG_NOSIGNAL);
       ::close(c);
     }
@@ -303,6 +305,7 @@ std::vector<RankAnswer> ProgressBoard::ask(const std::vector<int>& ranks, double
         p.answer.progress.last_backend.assign(w.backend, strnlen(w.backend, sizeof w.backend));
         p.answer.progress.last_bytes = w.bytes;
         p.answer.progress.context.assign(w.context, strnlen(w.context, sizeof w.context));
+        p.answer.progress.last_group.assign(w.group, strnlen(w.group, sizeof w.group));
         p.answer.progress.reported = (w.flags & kReported) != 0;
         p.answer.progress.settling = (w.flags & kSettling) != 0;
       }

@@ -33,6 +33,7 @@ struct RankProgress {
   std::string last_name;     // the last issued collective's name ("allreduce")
   std::string last_backend;  // its backend ("nccl", "mpi (host)")
   uint64_t last_bytes = 0;   // and its payload
+  std::string last_group;    // and the ranks it runs among ("1,3"; "" for every rank)
   std::string context;       // the configuration it is in
   bool reported = false;     // its watchdog fired and has printed and kept its report
   bool settling = false;     // its configuration failed; it asks where the others are (Watchdog::settle_after_failure)

@@ -105,6 +105,7 @@ struct Watchdog::State {
     const char* name = "";
     const char* backend = "";
     uint64_t bytes = 0;
+    std::shared_ptr<const std::vector<int>> group;
   } last;
   std::map<int, Monitor> monitors;
   int next_monitor = 0;
@@ -149,6 +150,7 @@ void Watchdog::start(double timeout_s, int rank, int world_size) {
       p.last_name = state_->last.name;
       p.last_backend = state_->last.backend;
       p.last_bytes = state_->last.bytes;
+      if (state_->last.group) p.last_group = rank_ranges(*state_->last.group);
       p.context = *state_->context;
       p.reported = state_->reported.load();
       p.settling = state_->settling.load();
@@ -223,7 +225,8 @@ std::vector<Watchdog::StepArrival> Watchdog::arrivals() const {
   return out;
 }
 
-Watchdog::OpPtr Watchdog::begin(const char* name, const char* backend, uint64_t bytes) {
+Watchdog::OpPtr Watchdog::begin(const char* name, const char* backend, uint64_t bytes,
+                                std::shared_ptr<const std::vector<int>> group) {
   if (!enabled() && !state_->fault) {
     note_arrival(std::chrono::steady_clock::now());
     return nullptr;
@@ -232,6 +235,7 @@ Watchdog::OpPtr Watchdog::begin(const char* name, const char* backend, uint64_t 
   op->name = name;
   op->backend = backend;
   op->bytes = bytes;
+  op->group = std::move(group);
   op->step = step_.load(std::memory_order_relaxed);
   if (state_->fault) {  // before the collective counts as issued: a stalled rank has not reached it
     {
@@ -247,7 +251,7 @@ Watchdog::OpPtr Watchdog::begin(const char* name, const char* backend, uint64_t 
   {
     std::unique_lock<std::mutex> lock(state_->mutex);
     op->seq = enqueued_.fetch_add(1) + 1;
-    state_->last = {name, backend, bytes};
+    state_->last = {name, backend, bytes, op->group};
     op->context = state_->context;
     if (enabled()) state_->incoming.push_back(op);
     drain = state_->incoming.size() == kDrainAt;
@@ -294,8 +298,9 @@ void Watchdog::inject(const Op& op) {
                      : f.action == Fault::Diverge ? "issues a barrier of every rank instead"
                      : f.action == Fault::Oom     ? "runs out of memory"
                                                   : "sleeps (ms, from here on)";
+  // On a line of its own, as the watchdog's report: rank 0's progress line may be half written.
   std::fprintf(stderr,
-               "llmhpc: fault injection (test only, LLMHPC_FAULT): rank %d %s%s before collective #%llu %s (%s, %llu "
+               "\nllmhpc: fault injection (test only, LLMHPC_FAULT): rank %d %s%s before collective #%llu %s (%s, %llu "
                "bytes) at step %lld of '%s'\n",
                rank_, what,
                f.action == Fault::Stall || f.action == Fault::Diverge || f.action == Fault::Oom
@@ -323,6 +328,7 @@ void Watchdog::inject(const Op& op) {
 
 std::string Watchdog::describe(const Op& op) const {
   std::string s = "collective #" + std::to_string(op.seq) + " " + call_text(op.name, op.backend, op.bytes);
+  if (op.group) s += " among ranks " + rank_ranges(*op.group);
   if (!op.context->empty()) s += " in '" + *op.context + "'";
   if (op.step >= 0) s += " at step " + std::to_string(op.step);
   const double age = std::chrono::duration<double>(std::chrono::steady_clock::now() - op.issued).count();
@@ -392,7 +398,8 @@ std::vector<RankAnswer> Watchdog::ask_the_ranks(HangReport& report, const Op* op
     const RankAnswer& a = *behind[k];
     const RankProgress& p = a.progress;
     s += "    not reached: rank " + std::to_string(a.rank) + " on " + a.host + " (last issued #" +
-         std::to_string(p.issued) + (p.last_name.empty() ? "" : " " + p.last_name) + ", last completed #" +
+         std::to_string(p.issued) + (p.last_name.empty() ? "" : " " + p.last_name) +
+         (p.last_group.empty() ? "" : " among ranks " + p.last_group) + ", last completed #" +
          std::to_string(p.completed) + (p.step >= 0 ? ", now at step " + std::to_string(p.step) : "") +
          (p.context.empty() ? "" : " of '" + p.context + "'") + ")\n";
   }
@@ -428,6 +435,16 @@ std::vector<RankAnswer> Watchdog::ask_the_ranks(HangReport& report, const Op* op
         break;
       }
     s += "\n";
+  }
+  if (!report.group.empty()) {
+    auto in = [](const std::vector<int>& v, int r) { return std::find(v.begin(), v.end(), r) != v.end(); };
+    for (int r : report.group)
+      if (r != rank_ && (in(report.not_reached, r) || in(report.no_answer, r))) report.waited_for.push_back(r);
+    s += "    its group: ranks " + rank_ranges(report.group) + "; of them it waits for " +
+         (report.waited_for.empty()
+              ? std::string("none that answered")
+              : std::string(report.waited_for.size() > 1 ? "ranks " : "rank ") + rank_ranges(report.waited_for)) +
+         "\n";
   }
   report.text += s;
   return answers;
@@ -522,6 +539,7 @@ void Watchdog::fail(const std::string& what, const Op* op) {
   HangReport report;
   report.what = what + (op ? ": " + describe(*op) : "");
   report.collective = op ? op->seq : completed_.load() + 1;
+  if (op && op->group) report.group = *op->group;
   report.text = "llmhpc: watchdog on rank " + std::to_string(rank_) + " (host " + host + "): " + report.what +
                 "\n  rank " + std::to_string(rank_) + ": last enqueued collective #" +
                 std::to_string(enqueued_.load()) + ", last completed #" + std::to_string(completed_.load()) + "\n";

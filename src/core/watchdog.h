@@ -86,6 +86,7 @@ class Watchdog {
     const char* name = "";     // "allreduce", "barrier", ...
     const char* backend = "";  // "nccl", "mpi", "mpi (host)"
     uint64_t bytes = 0;
+    std::shared_ptr<const std::vector<int>> group;  // the world ranks it runs among (null: every rank)
     int64_t step = -1;
     std::shared_ptr<const std::string> context;  // the configuration it was issued in
     std::chrono::steady_clock::time_point issued;
@@ -141,7 +142,9 @@ class Watchdog {
   // Registers an operation about to be issued and notes its arrival; null when the watchdog
   // is off. Injects the configured fault (before registering) when this is its operation.
   // From the thread that issues collectives (one per process).
-  OpPtr begin(const char* name, const char* backend, uint64_t bytes);
+  // `group`: the world ranks taking part (a communicator of some of them), null for every rank.
+  OpPtr begin(const char* name, const char* backend, uint64_t bytes,
+              std::shared_ptr<const std::vector<int>> group = nullptr);
   static void launched(const OpPtr& op, std::shared_ptr<void> token, int (*poll)(void*));
   static void complete(const OpPtr& op) {
     if (op) op->state.store(Op::Done, std::memory_order_release);
@@ -161,6 +164,11 @@ class Watchdog {
     // the ranks' calls no longer match, so neither side's completes.
     std::vector<int> mismatched;
     std::vector<std::string> not_reached_hosts, no_answer_hosts;  // each host once
+    // Where the collective runs among some ranks (a tensor-parallel or data-parallel group):
+    // those ranks, and the others of them that had not issued it or gave no answer, the ones
+    // it waits for. Sequence numbers count every collective of a rank, so a rank outside the
+    // group that has not reached the number is held up elsewhere (by a rank of its own groups).
+    std::vector<int> group, waited_for;
     std::string text;
   };
   // Called by fail() on its thread once the report is printed, before the job is aborted, to

@@ -30,11 +30,11 @@ DDP=(--mode ddp --device cpu --d-model 16 --d-ff 32 --num-layers 1 --num-heads 2
 
 source "$ROOT/scripts/fault_leftovers.sh"
 
-# run NAME FAULT "words the output must contain" args...: the job must fail in time.
+# run NAME FAULT "words the output must contain" args...: the job must fail in time, on NP ranks (3).
 run() {
   local name=$1 fault=$2 words=$3; shift 3
   local start=$SECONDS
-  LLMHPC_FAULT=$fault LLMHPC_FAULT_RUN=$WORK/$name timeout $((TIMEOUT + 60)) "$MPIEXEC" --oversubscribe -np 3 "$BIN" "$@" \
+  LLMHPC_FAULT=$fault LLMHPC_FAULT_RUN=$WORK/$name timeout $((TIMEOUT + 60)) "$MPIEXEC" --oversubscribe -np "${NP:-3}" "$BIN" "$@" \
     --out "$WORK/$name" >"$WORK/$name.log" 2>&1
   local rc=$? took=$((SECONDS - start))
   last_rc=$rc
@@ -223,6 +223,33 @@ for rank in run.ranks:
     assert record.status != "ok" and record.attrs["batch_size"] == 3, (rank, record.status)
 print("    every rank's file holds the train record, not ok")
 EOF
+# A stall in a tp 2 x dp 2 layout: collectives run among some ranks, and each waiting rank's
+# report names its stuck collective's group and the rank of it that it waits for. Rank 1 stalls
+# in the tensor-parallel group 0-1: rank 0 waits for it there; ranks 2 and 3 go on into their
+# data-parallel reductions (groups 0,2 and 1,3) and wait for rank 0 and rank 1.
+NP=4 run train_tp_stall "rank=1,step=3,action=stall" "watchdog on rank" --mode train --device cpu \
+  --data tokens.bin "${TINY[@]}" --batch-size 4 --tp 2 --steps 200 --comm-timeout $TIMEOUT
+for want in "0:ranks 0-1; of them it waits for rank 1" "2:ranks 0,2; of them it waits for rank 0" \
+  "3:ranks 1,3; of them it waits for rank 1"; do
+  rank=${want%%:*}
+  if grep -A8 "watchdog on rank $rank " "$WORK/train_tp_stall.log" | grep -q "its group: ${want#*:}$"; then
+    echo "ok   train_tp_stall: rank $rank's report: its group: ${want#*:}"
+  else
+    fail "train_tp_stall: rank $rank's report lacks 'its group: ${want#*:}'"
+    grep -A8 "watchdog on rank $rank " "$WORK/train_tp_stall.log" | sed 's/^/    /'
+  fi
+done
+grep -q "not reached: rank 0 on .* among ranks 0-1, " "$WORK/train_tp_stall.log" ||
+  fail "train_tp_stall: rank 0, behind in its tensor-parallel group, is not described with that group"
+PYTHONPATH="$ROOT/analysis" "$PY" - "$WORK/train_tp_stall" <<'EOF' || fail "train_tp_stall: the rank files lack the groups"
+import sys
+from llmhpc_h5 import open_run
+hangs = {h["rank"]: h for h in open_run(sys.argv[1]).hang_reports()}
+want = {0: ("0-1", "1"), 2: ("0,2", "0"), 3: ("1,3", "1")}
+assert {r: (hangs[r]["group"], hangs[r]["waited_for"]) for r in want if r in hangs} == want, hangs.keys()
+print("    ranks 0, 2 and 3 keep their collective's group and the rank they wait for")
+EOF
+
 # The watchdogs of the ranks that wait fire together: none may name another as not answering
 # (each goes on answering until the others that waited have reported, an asking window at most).
 grep -q "no answer" "$WORK/train_stall.log" "$WORK/comm_stall.log" "$WORK/ddp_stall.log" &&
