@@ -37,31 +37,36 @@ int64_t padded_vocab(int64_t vocab, int tp) {
   return (vocab + multiple - 1) / multiple * multiple;
 }
 
-std::string tensor_parallel_fits(const ModelConfig& c) {
+std::string tensor_parallel_fits(const ModelConfig& c, int ranks) {
   std::vector<std::string> fit;
   for (int64_t n = 1; n <= 16; ++n)
-    if (c.num_heads % n == 0 && c.d_ff % n == 0) fit.push_back(std::to_string(n));
+    if (c.num_heads % n == 0 && c.d_ff % n == 0 && (ranks == 0 || ranks % n == 0)) fit.push_back(std::to_string(n));
   return join(fit, ", ");
 }
 
 namespace {
 // A UsageError naming `field` unless `value` divides among `tp` ranks, with the group sizes
-// that split the whole model `c`.
-void divided(int64_t value, int tp, const char* field, const char* why, const ModelConfig& c) {
+// that split the whole model `c` (and divide `ranks`, where given).
+void divided(int64_t value, int tp, const char* field, const char* why, const ModelConfig& c, int ranks) {
   if (value % tp == 0) return;
   throw UsageError(std::string("{") + field + "} " + std::to_string(value) + " does not divide among {tp} " +
                    std::to_string(tp) + " ranks: " + why + "; give a {tp} that divides {num_heads} " +
-                   std::to_string(c.num_heads) + " and {d_ff} " + std::to_string(c.d_ff) + " (" +
-                   tensor_parallel_fits(c) + ")");
+                   std::to_string(c.num_heads) + (ranks > 0 ? ", " : " and ") + "{d_ff} " + std::to_string(c.d_ff) +
+                   (ranks > 0 ? " and the " + std::to_string(ranks) + " ranks" : std::string()) + " (" +
+                   tensor_parallel_fits(c, ranks) + ")");
 }
 }  // namespace
+
+void check_tensor_split(const ModelConfig& c, int tp, int ranks) {
+  // Heads, not only d_model: each rank's attention runs on whole heads of its own.
+  divided(c.num_heads, tp, "num_heads", "each rank takes whole attention heads", c, ranks);
+  divided(c.d_ff, tp, "d_ff", "each rank takes d_ff / tp of the feed-forward features", c, ranks);
+}
 
 ParameterLayout::ParameterLayout(const ModelConfig& c, TensorSplit tp) : tp_(tp) {
   const int64_t d = c.d_model, f = c.d_ff;
   LLMHPC_CHECK(tp.size >= 1 && tp.rank >= 0 && tp.rank < tp.size, "a tensor-parallel rank outside its group");
-  // Heads, not only d_model: each rank's attention runs on whole heads of its own.
-  divided(c.num_heads, tp.size, "num_heads", "each rank takes whole attention heads", c);
-  divided(f, tp.size, "d_ff", "each rank takes d_ff / tp of the feed-forward features", c);
+  check_tensor_split(c, tp.size);
   vocab_rows_ = padded_vocab(c.vocab_size, tp.size) / tp.size;
   vocab_valid_ = std::clamp(c.vocab_size - vocab_begin(), int64_t(0), vocab_rows_);
   if (vocab_valid_ == 0) {

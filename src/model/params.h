@@ -55,9 +55,11 @@ struct TensorSplit {
 // number; the rows past `vocab` are padding, zero and never read. `vocab` itself on one rank.
 int64_t padded_vocab(int64_t vocab, int tp);
 
-// The tensor-parallel group sizes up to 16 that split `c` (dividing its heads and d_ff), as text:
-// "1, 2, 4" (what a refusal of another --tp offers).
-std::string tensor_parallel_fits(const ModelConfig& c);
+// The tensor-parallel group sizes up to 16 that split `c` (dividing its heads and d_ff) and, where
+// `ranks` is given, divide that many ranks, as text: "1, 2, 4" (what a refusal of another --tp offers).
+std::string tensor_parallel_fits(const ModelConfig& c, int ranks = 0);
+// A UsageError unless `tp` divides `c`'s heads and d_ff, offering tensor_parallel_fits(c, ranks).
+void check_tensor_split(const ModelConfig& c, int tp, int ranks = 0);
 
 // Where rank r's part of a split parameter lies in the whole tensor: `count` elements from
 // `whole` (in the whole tensor) are at `part` (in the part), for each contiguous run.

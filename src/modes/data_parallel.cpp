@@ -131,15 +131,17 @@ TensorParallelSweep tensor_parallel_sweep(const po::variables_map& vm) {
 }
 
 void check_tensor_parallel_case(const ModelConfig& model, int world_size, int tp, bool sequence_parallel, int overlap,
-                                int64_t tokens) {
+                                int64_t tokens, const std::string& tokens_from) {
   mesh_place(0, world_size, tp);  // tp divides the ranks
-  // The heads and d_ff divide among tp ranks, and the last rank, which holds the least of the
-  // vocabulary, holds some: every rank finds the same error, before any collective.
+  // The heads and d_ff divide among tp ranks (offering the sizes that divide the ranks too), and
+  // the last rank, which holds the least of the vocabulary, holds some: every rank finds the
+  // same error, before any collective.
+  check_tensor_split(model, tp, world_size);
   ParameterLayout(model, TensorSplit{tp, tp - 1});
   if (sequence_parallel && tokens % tp != 0)
     throw UsageError("--sequence-parallel splits each micro-batch's " + std::to_string(tokens) + " tokens among --tp " +
-                     std::to_string(tp) +
-                     " ranks: give a batch or context length whose tokens per micro-batch divide by it");
+                     std::to_string(tp) + " ranks: give a " + tokens_from + " whose tokens per micro-batch divide by " +
+                     std::to_string(tp));
   const int64_t split = sequence_parallel ? tokens / tp : tokens;  // the tokens forward's products split
   if (tp > 1 && overlap > split)
     throw UsageError("--tp-overlap " + std::to_string(overlap) + " splits forward's products, of " +

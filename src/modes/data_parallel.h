@@ -55,8 +55,9 @@ TensorParallelSweep tensor_parallel_sweep(const po::variables_map& vm);
 // A UsageError unless `tp` divides the `world_size` ranks and the model's heads, d_ff and
 // vocabulary, under sequence parallelism the `tokens` of a tensor-parallel group's micro-batch,
 // and the `overlap` chunks of forward's products hold a token each.
+// `tokens_from`: the options that set the micro-batch, for the refusal.
 void check_tensor_parallel_case(const ModelConfig& model, int world_size, int tp, bool sequence_parallel, int overlap,
-                                int64_t tokens);
+                                int64_t tokens, const std::string& tokens_from = "--batch-size or --context-length");
 // Training's one Parallelism (each option's single value) for `world_size` ranks.
 Parallelism parallelism(const po::variables_map& vm, int world_size);
 // --shard-group as Parallelism::shard_group: kAutoShardGroup for auto, 0 for node, the world size

@@ -321,7 +321,7 @@ def verdict(argv):
         check(local == list(range(k)), f"node {sorted(names)}: local ranks {local}, not 0..{k - 1}")
         for rf in mine:
             # A node is one core (taskset): what its ranks may run on, through mpirun, orted, slurmstepd.
-            check(int(rf.attrs.get("cpus_allowed", 1)) == 1,
+            check(int(rf.attrs.get("cpus_allowed", 0)) == 1,
                   f"rank {rf.rank}: cpus_allowed {rf.attrs.get('cpus_allowed')}, not 1")
             # The topology every rank file records (docs/hdf5-schema.md, "Topology").
             check(int(rf.attrs["local_size"]) == k, f"rank {rf.rank}: local_size {rf.attrs['local_size']}, not {k}")

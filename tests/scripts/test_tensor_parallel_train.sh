@@ -42,8 +42,11 @@ run 4 $TRAIN --steps 6 --tp 2 --shard-optimizer none --clip-grad-norm 0.05 --out
 run 4 $TRAIN --steps 6 --tp 2 --shard-optimizer broadcast --clip-grad-norm 0.05 --out tp2dp2_broadcast_clip
 run 4 $TRAIN --steps 6 --tp 2 --shard-optimizer zero1 --shard-group 1 --clip-grad-norm 0.05 --out tp2dp2_hybrid_clip
 refused 2 "--num-heads 1 does not divide among --tp 2 ranks" $TRAIN --steps 1 --tp 2 --num-heads 1
-refused 2 "--d-ff 63 does not divide among --tp 2 ranks: each rank takes d_ff / tp of the feed-forward features; give a --tp that divides --num-heads 4 and --d-ff 63 (1)" \
+refused 2 "--d-ff 63 does not divide among --tp 2 ranks: each rank takes d_ff / tp of the feed-forward features; give a --tp that divides --num-heads 4, --d-ff 63 and the 2 ranks (1)" \
   $TRAIN --steps 1 --tp 2 --d-ff 63
+# The sizes offered divide the ranks too (3 and 6 split 6 heads but not 4 ranks).
+refused 4 "give a --tp that divides --num-heads 6, --d-ff 64 and the 4 ranks (1, 2)" \
+  $TRAIN --steps 1 --tp 4 --d-model 36 --num-heads 6
 # A checkpoint's heads, which --tp must divide, are named as the checkpoint's, not as an option.
 refused 3 "--init 'one.h5' holds a model of 4 attention heads, which do not divide among --tp 3 ranks" \
   --mode train --device cpu --data tokens.bin --batch-size 6 --steps 1 --init one.h5 --tp 3 --num-layers 2 --out heads3
@@ -52,7 +55,7 @@ run 2 $TRAIN --steps 1 --tp 2 --ddp bucketed --out tp2_dp1
 grep -q "train: note: --tp 2 on 2 ranks leaves one data-parallel rank" "$WORK/log" ||
   { echo "FAIL: --ddp bucketed at --tp 2 on 2 ranks ran without saying it shares with no other rank"; exit 1; }
 refused 4 "--tp 3 does not divide the 4 ranks" $TRAIN --steps 1 --tp 3
-refused 2 "splits each micro-batch's 45 tokens among --tp 2" $TRAIN --steps 1 --tp 2 --sequence-parallel \
+refused 2 "splits each micro-batch's 45 tokens among --tp 2 ranks: give a --batch-size, --context-length or --grad-accum" $TRAIN --steps 1 --tp 2 --sequence-parallel \
   --batch-size 3 --context-length 15
 refused 2 "--tp-overlap 65 splits forward's products, of 64 tokens each (a rank's share), into 65 chunks" $TRAIN \
   --steps 1 --tp 2 --sequence-parallel --tp-overlap 65
