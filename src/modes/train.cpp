@@ -325,7 +325,8 @@ TrainOptions with_checkpoint_options(const Runtime& rt, const po::variables_map&
 // against the checkpoint's later (check_checkpoint_fits); here what they do not show: the
 // heads its weights were trained to form, which the run must keep, and RoPE's base, which a
 // run may change (longer contexts are trained so) but is told about in `notes`.
-ModelConfig resolve_config(const TrainOptions& o, const CheckpointInfo* init, std::vector<std::string>& notes) {
+ModelConfig resolve_config(const TrainOptions& o, const CheckpointInfo* init, int world_size,
+                           std::vector<std::string>& notes) {
   ModelConfig c;
   if (o.shape) {
     c = *o.shape;
@@ -366,7 +367,8 @@ ModelConfig resolve_config(const TrainOptions& o, const CheckpointInfo* init, st
                        " ranks (" +
                        (heads ? "each takes whole heads, and a checkpoint's heads stay as trained"
                               : "each takes d_ff / tp of the feed-forward features") +
-                       "): give a {tp} that divides its heads and d_ff (" + tensor_parallel_fits(c) + ")");
+                       "): give a {tp} that divides its heads, d_ff and the " + std::to_string(world_size) +
+                       " ranks (" + tensor_parallel_fits(c, world_size) + ")");
     if (c.rope_theta != trained.rope_theta)
       notes.push_back("RoPE's base is " + fmt_exact(c.rope_theta) + ", not the " + fmt_exact(trained.rope_theta) +
                       " that '" + o.init + "' was trained with: positions are encoded anew");
@@ -448,7 +450,7 @@ void run(ModeContext& ctx, const TrainOptions& o) {
         throw UsageError(std::string("--init: ") + e.what());
       }
     }
-    config = resolve_config(o, init ? &*init : nullptr, notes);
+    config = resolve_config(o, init ? &*init : nullptr, rt.world_size, notes);
     if (init) check_checkpoint_fits(o.init, ParameterLayout(config));
     data.validate(config.vocab_size, config.context_length);
     if (!o.save.empty() && rt.is_root()) {  // rank 0 writes it

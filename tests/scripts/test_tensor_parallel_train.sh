@@ -48,7 +48,7 @@ refused 2 "--d-ff 63 does not divide among --tp 2 ranks: each rank takes d_ff / 
 refused 4 "give a --tp that divides --num-heads 6, --d-ff 64 and the 4 ranks (1, 2)" \
   $TRAIN --steps 1 --tp 4 --d-model 36 --num-heads 6
 # A checkpoint's heads, which --tp must divide, are named as the checkpoint's, not as an option.
-refused 3 "--init 'one.h5' holds a model of 4 attention heads, which do not divide among --tp 3 ranks" \
+refused 3 "--init 'one.h5' holds a model of 4 attention heads, which do not divide among --tp 3 ranks (each takes whole heads, and a checkpoint's heads stay as trained): give a --tp that divides its heads, d_ff and the 3 ranks (1)" \
   --mode train --device cpu --data tokens.bin --batch-size 6 --steps 1 --init one.h5 --tp 3 --num-layers 2 --out heads3
 # tp on every rank leaves one data-parallel rank: a data-parallel option given says it shares nothing.
 run 2 $TRAIN --steps 1 --tp 2 --ddp bucketed --out tp2_dp1
