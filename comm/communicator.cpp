@@ -36,22 +36,6 @@ std::unique_ptr<Communicator> make_communicator(const CommOptions& options) {
 #endif
 }
 
-std::shared_ptr<const std::vector<int>> world_ranks(MPI_Comm comm) {
-  int size = 0, world_size = 0;
-  MPI_CHECK(MPI_Comm_size(comm, &size));
-  MPI_CHECK(MPI_Comm_size(MPI_COMM_WORLD, &world_size));
-  MPI_Group group = MPI_GROUP_NULL, world = MPI_GROUP_NULL;
-  MPI_CHECK(MPI_Comm_group(comm, &group));
-  MPI_CHECK(MPI_Comm_group(MPI_COMM_WORLD, &world));
-  std::vector<int> mine(static_cast<size_t>(size)), theirs(static_cast<size_t>(size));
-  for (int r = 0; r < size; ++r) mine[size_t(r)] = r;
-  MPI_CHECK(MPI_Group_translate_ranks(group, size, mine.data(), world, theirs.data()));
-  MPI_Group_free(&group);
-  MPI_Group_free(&world);
-  if (size == world_size && theirs == mine) return nullptr;
-  return std::make_shared<const std::vector<int>>(std::move(theirs));
-}
-
 std::vector<std::pair<std::string, std::string>> comm_library_versions() {
   char text[MPI_MAX_LIBRARY_VERSION_STRING] = {0};
   int len = 0;

@@ -202,10 +202,6 @@ struct CommOptions {
 // when the backend is not compiled in.
 std::unique_ptr<Communicator> make_communicator(const CommOptions& options);
 
-// The world ranks of `comm`'s ranks, in its rank order, for the watchdog's reports (which ranks
-// a stuck collective waits for); null where they are every world rank in order.
-std::shared_ptr<const std::vector<int>> world_ranks(MPI_Comm comm);
-
 // Whether this build has the NCCL backend (the only place that knows is communicator.cpp).
 bool nccl_compiled();
 

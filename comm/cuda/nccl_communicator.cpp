@@ -12,6 +12,7 @@
 #include "comm/cuda/nccl_check.h"
 #include "comm/nccl_log.h"
 #include "src/core/cuda/event_timer.h"
+#include "src/core/runtime.h"
 #include "src/core/watchdog.h"
 
 namespace llmhpc {
@@ -94,7 +95,7 @@ class NcclCommunicator final : public Communicator {
     MPI_CHECK(MPI_Comm_set_errhandler(mpi_comm_, MPI_ERRORS_RETURN));
     MPI_CHECK(MPI_Comm_rank(mpi_comm_, &rank_));
     MPI_CHECK(MPI_Comm_size(mpi_comm_, &size_));
-    world_ranks_ = world_ranks(mpi_comm_);
+    world_ranks_ = world_ranks_of(mpi_comm_);
     CUDA_CHECK(cudaSetDevice(o.gpu));
     // Collectives run beside backward on this stream; at high priority their blocks take SMs
     // as soon as compute blocks retire instead of queueing behind the compute stream's kernels,

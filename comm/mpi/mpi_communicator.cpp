@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "src/core/check.h"
+#include "src/core/runtime.h"
 #include "src/core/watchdog.h"
 
 namespace llmhpc {
@@ -79,7 +80,7 @@ class MpiCommunicator final : public Communicator {
     MPI_CHECK(MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN));
     MPI_CHECK(MPI_Comm_rank(comm_, &rank_));
     MPI_CHECK(MPI_Comm_size(comm_, &size_));
-    world_ranks_ = world_ranks(comm_);
+    world_ranks_ = world_ranks_of(comm_);
     MPI_CHECK(MPI_Op_create(&bf16_sum, /*commute=*/1, &bf16_sum_op_));
   }
   ~MpiCommunicator() override {

@@ -61,6 +61,14 @@ void copy_text(char* to, size_t size, const std::string& from) {
   to[n] = '\0';
 }
 
+// Rank ranges ("0,2-5,9") cut at a comma where they do not fit, ",..." marking the cut: a list
+// cut inside a number would name a wrong rank (a strided group of 32 ranks is about 120 characters).
+void copy_ranks(char* to, size_t size, const std::string& from) {
+  if (from.size() < size) return copy_text(to, size, from);
+  const size_t comma = from.rfind(',', size - 5);  // room for ",..." and the terminator
+  copy_text(to, size, (comma == std::string::npos ? std::string() : from.substr(0, comma)) + ",...");
+}
+
 std::vector<uint32_t> host_addresses() {
   std::vector<uint32_t> outside, loopback;
   ifaddrs* list = nullptr;
@@ -116,7 +124,7 @@ struct ProgressBoard::State {
       copy_text(w.backend, sizeof w.backend, p.last_backend);
       w.bytes = p.last_bytes;
       copy_text(w.context, sizeof w.context, p.context);
-      copy_text(w.group, sizeof w.group, p.last_group);
+      copy_ranks(w.group, sizeof w.group, p.last_group);
       (void)send(c, &w, sizeof w, MSG_NOSIGNAL);
       ::close(c);
     }

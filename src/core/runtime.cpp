@@ -61,7 +61,7 @@ Runtime::ClockOffset Runtime::clock_offset(int round_trips) const {
   using Clock = std::chrono::steady_clock;
   auto now = [] { return std::chrono::duration<double>(Clock::now().time_since_epoch()).count(); };
   const int tag = 7412;
-  WatchedCall watched("clock offset", 0);
+  WatchedCall watched("clock offset", 0, world_ranks);
   ClockOffset best;
   if (is_root()) {
     for (int r = 1; r < world_size; ++r)
@@ -107,13 +107,13 @@ MPI_Op mpi_op(HostReduce op) { return op == HostReduce::Sum ? MPI_SUM : op == Ho
 // Host collectives register with the watchdog too: a rank that stalls between
 // configurations leaves the others in one of these.
 void Runtime::barrier() const {
-  WatchedCall watched("barrier", 0);
+  WatchedCall watched("barrier", 0, world_ranks);
   MPI_CHECK(MPI_Barrier(comm));
 }
 
 std::vector<double> Runtime::reduce_all(const std::vector<double>& mine, HostReduce op) const {
   std::vector<double> out(mine.size());
-  WatchedCall watched("allreduce", mine.size() * sizeof(double));
+  WatchedCall watched("allreduce", mine.size() * sizeof(double), world_ranks);
   MPI_CHECK(MPI_Allreduce(mine.data(), out.data(), int(mine.size()), MPI_DOUBLE, mpi_op(op), comm));
   return out;
 }
@@ -122,7 +122,7 @@ double Runtime::reduce_all(double mine, HostReduce op) const { return reduce_all
 
 int64_t Runtime::reduce_all(int64_t mine, HostReduce op) const {
   int64_t out = 0;
-  WatchedCall watched("allreduce", sizeof out);
+  WatchedCall watched("allreduce", sizeof out, world_ranks);
   MPI_CHECK(MPI_Allreduce(&mine, &out, 1, MPI_INT64_T, mpi_op(op), comm));
   return out;
 }
@@ -145,12 +145,29 @@ Runtime Runtime::group(int color) const {
   MPI_CHECK(MPI_Comm_split_type(g.comm, MPI_COMM_TYPE_SHARED, g.rank, MPI_INFO_NULL, &g.node_comm));
   MPI_CHECK(MPI_Comm_rank(g.node_comm, &g.local_rank));
   MPI_CHECK(MPI_Comm_size(g.node_comm, &g.local_size));
+  g.world_ranks = world_ranks_of(g.comm);
   return g;
+}
+
+std::shared_ptr<const std::vector<int>> world_ranks_of(MPI_Comm comm) {
+  int size = 0, world_size = 0;
+  MPI_CHECK(MPI_Comm_size(comm, &size));
+  MPI_CHECK(MPI_Comm_size(MPI_COMM_WORLD, &world_size));
+  MPI_Group group = MPI_GROUP_NULL, world = MPI_GROUP_NULL;
+  MPI_CHECK(MPI_Comm_group(comm, &group));
+  MPI_CHECK(MPI_Comm_group(MPI_COMM_WORLD, &world));
+  std::vector<int> mine(static_cast<size_t>(size)), theirs(static_cast<size_t>(size));
+  for (int r = 0; r < size; ++r) mine[size_t(r)] = r;
+  MPI_CHECK(MPI_Group_translate_ranks(group, size, mine.data(), world, theirs.data()));
+  MPI_Group_free(&group);
+  MPI_Group_free(&world);
+  if (size == world_size && theirs == mine) return nullptr;
+  return std::make_shared<const std::vector<int>>(std::move(theirs));
 }
 
 double Runtime::sum_in_rank_order(double mine) const {
   std::vector<double> all(static_cast<size_t>(world_size));
-  WatchedCall watched("allgather", sizeof mine);
+  WatchedCall watched("allgather", sizeof mine, world_ranks);
   MPI_CHECK(MPI_Allgather(&mine, 1, MPI_DOUBLE, all.data(), 1, MPI_DOUBLE, comm));
   double sum = 0;
   for (double v : all) sum += v;
@@ -162,7 +179,7 @@ void Runtime::gather_to_root(const std::vector<float>& mine,
   // Point to point in pieces of at most 2^28 floats: MPI counts are ints.
   constexpr size_t kPiece = size_t(1) << 28;
   const int tag = 7411;
-  WatchedCall watched("gather to rank 0", mine.size() * sizeof(float));
+  WatchedCall watched("gather to rank 0", mine.size() * sizeof(float), world_ranks);
   if (!is_root()) {
     const int64_t n = int64_t(mine.size());
     MPI_CHECK(MPI_Send(&n, 1, MPI_INT64_T, 0, tag, comm));
@@ -186,7 +203,7 @@ void Runtime::gather_to_root(const std::vector<float>& mine,
 void agree_or_exit(const Runtime& rt, const std::string& local_error, int code) {
   int mine = local_error.empty() ? rt.world_size : rt.rank;
   int first = rt.world_size;
-  WatchedCall watched("agree on errors", sizeof mine);
+  WatchedCall watched("agree on errors", sizeof mine, rt.world_ranks);
   MPI_CHECK(MPI_Allreduce(&mine, &first, 1, MPI_INT, MPI_MIN, rt.comm));
   if (first == rt.world_size) return;
   // Bring the first failing rank's host and message to rank 0, which prints them.

@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -20,8 +21,10 @@ struct Runtime {
   int local_size = 1;
   std::string hostname;
   MPI_Comm node_comm = MPI_COMM_NULL;
-  // The ranks this Runtime's collectives are over: every rank, or a group of them (group()).
+  // The ranks this Runtime's collectives are over: every rank, or a group of them (group()),
+  // and that group's world ranks for the watchdog's reports (null: every rank).
   MPI_Comm comm = MPI_COMM_WORLD;
+  std::shared_ptr<const std::vector<int>> world_ranks;
 
   bool is_root() const { return rank == 0; }
   // Whether this Runtime's ranks are on more than one node (the same answer on each of them).
@@ -74,6 +77,10 @@ struct Runtime {
   static Runtime init(int* argc, char*** argv);
   void finalize();
 };
+
+// The world ranks of `comm`'s ranks, in its rank order, for the watchdog's reports (which ranks
+// a stuck collective waits for); null where they are every world rank in order. Not collective.
+std::shared_ptr<const std::vector<int>> world_ranks_of(MPI_Comm comm);
 
 // Raised on every rank to leave main() cleanly with `code` after the message was printed.
 struct ExitRequest {

@@ -217,8 +217,9 @@ class Watchdog {
 // Registers a host-side collective for its scope (the runtime's MPI reductions).
 class WatchedCall {
  public:
-  WatchedCall(const char* name, uint64_t bytes)
-      : op_(Watchdog::instance().begin(name, Watchdog::kHostBackend, bytes)) {}
+  // `group`: the world ranks taking part (a group Runtime's), null for every rank.
+  WatchedCall(const char* name, uint64_t bytes, std::shared_ptr<const std::vector<int>> group = nullptr)
+      : op_(Watchdog::instance().begin(name, Watchdog::kHostBackend, bytes, std::move(group))) {}
   ~WatchedCall() { Watchdog::complete(op_); }
   WatchedCall(const WatchedCall&) = delete;
   WatchedCall& operator=(const WatchedCall&) = delete;

@@ -32,6 +32,9 @@ RankProgress progress_of(int rank) {
   p.last_name = "allreduce";
   p.last_backend = "mpi";
   p.last_bytes = 4096 * uint64_t(rank + 1);
+  // Odd ranks: a strided group too long for the answer (every 8th of 320 ranks).
+  for (int r = rank % 2; r < (rank % 2 ? 320 : 2); r += rank % 2 ? 8 : 1)
+    p.last_group += (p.last_group.empty() ? "" : ",") + std::to_string(r);
   p.context = "rank " + std::to_string(rank);
   p.reported = rank % 2 == 1;
   return p;
@@ -56,6 +59,18 @@ TEST(ProgressBoard, AnswersCarryEachRanksProgressAndWhetherItReported) {
     EXPECT_EQ(a.progress.step, want.step);
     EXPECT_EQ(a.progress.last_name, want.last_name);
     EXPECT_EQ(a.progress.last_bytes, want.last_bytes);
+    // A group that does not fit is cut after a whole rank, never inside a number.
+    const std::string& group = a.progress.last_group;
+    if (want.last_group.size() < 64) {
+      EXPECT_EQ(group, want.last_group);
+    } else {
+      ASSERT_GT(group.size(), 4u);
+      EXPECT_LT(group.size(), 64u);
+      EXPECT_EQ(group.substr(group.size() - 4), ",...") << group;
+      const std::string kept = group.substr(0, group.size() - 4);
+      EXPECT_EQ(want.last_group.compare(0, kept.size(), kept), 0) << group;
+      EXPECT_EQ(want.last_group[kept.size()], ',') << group;
+    }
     EXPECT_EQ(a.progress.context, want.context);
     EXPECT_EQ(a.progress.reported, want.reported) << "rank " << a.rank;
   }

@@ -2,7 +2,8 @@
 # Faults injected under mpirun -np 3 (LLMHPC_FAULT, test only: src/core/watchdog.h): a rank
 # killed by a signal in the middle of a comm benchmark, a rank that exits in the middle of a
 # ddp run, a rank that stalls inside a collective (comm and ddp), a rank stopped by SIGSTOP
-# (a process that answers nothing, not even the launcher's SIGTERM), a rank that issues another
+# (a process that answers nothing, not even the launcher's SIGTERM), a rank of tp 2 x dp 2 (-np 4)
+# that stalls in its tensor-parallel group, a rank that issues another
 # collective than the others (calls that no longer match), rank 0 interrupted by SIGINT in a
 # sweep. Each job must end non-zero
 # within --comm-timeout + 30 s, with a message naming the failed rank (a watchdog's report: the
@@ -239,6 +240,7 @@ for want in "0:ranks 0-1; of them it waits for rank 1" "2:ranks 0,2; of them it 
     grep -A8 "watchdog on rank $rank " "$WORK/train_tp_stall.log" | sed 's/^/    /'
   fi
 done
+grep -q "no answer" "$WORK/train_tp_stall.log" && fail "train_tp_stall: a waiting rank was named as not answering"
 grep -q "not reached: rank 0 on .* among ranks 0-1, " "$WORK/train_tp_stall.log" ||
   fail "train_tp_stall: rank 0, behind in its tensor-parallel group, is not described with that group"
 PYTHONPATH="$ROOT/analysis" "$PY" - "$WORK/train_tp_stall" <<'EOF' || fail "train_tp_stall: the rank files lack the groups"
