@@ -436,35 +436,34 @@ std::vector<RankAnswer> Watchdog::ask_the_ranks(HangReport& report, const Op* op
       }
     s += "\n";
   }
-  if (!report.group.empty()) {
-    // The ranks of the group it waits for: those that had not issued it or gave no answer, and
-    // those whose host issued it while their device is still behind this rank's (NCCL's calls
-    // only enqueue: a rank held up in another group's collective issues this one all the same).
-    auto in = [](const std::vector<int>& v, int r) { return std::find(v.begin(), v.end(), r) != v.end(); };
-    const uint64_t done = completed_.load();
-    std::string behind_device;
-    for (int r : report.group) {
-      if (r == rank_) continue;
-      if (in(report.not_reached, r) || in(report.no_answer, r)) {
-        report.waited_for.push_back(r);
-        continue;
-      }
-      for (const RankAnswer& a : answers)
-        if (a.rank == r && a.answered && a.progress.completed < done) {
-          report.waited_for.push_back(r);
-          behind_device += "; rank " + std::to_string(r) + " issued it, but its collectives completed only up to #" +
-                           std::to_string(a.progress.completed);
-        }
+  if (!report.group.empty()) s += group_waits(report, rank_, completed_.load(), answers);
+  report.text += s;
+  return answers;
+}
+
+std::string group_waits(Watchdog::HangReport& report, int self, uint64_t done, const std::vector<RankAnswer>& answers) {
+  auto in = [](const std::vector<int>& v, int r) { return std::find(v.begin(), v.end(), r) != v.end(); };
+  std::string behind_device;
+  report.waited_for.clear();
+  for (int r : report.group) {
+    if (r == self) continue;
+    if (in(report.not_reached, r) || in(report.no_answer, r)) {
+      report.waited_for.push_back(r);
+      continue;
     }
-    std::sort(report.waited_for.begin(), report.waited_for.end());
-    s += "    its group: ranks " + rank_ranges(report.group) + "; of them it waits for " +
+    for (const RankAnswer& a : answers)
+      if (a.rank == r && a.answered && a.progress.completed < done) {
+        report.waited_for.push_back(r);
+        behind_device += "; rank " + std::to_string(r) + " issued it, but its collectives completed only up to #" +
+                         std::to_string(a.progress.completed);
+      }
+  }
+  std::sort(report.waited_for.begin(), report.waited_for.end());
+  return "    its group: ranks " + rank_ranges(report.group) + "; of them it waits for " +
          (report.waited_for.empty()
               ? std::string("none (every rank of it issued it)")
               : std::string(report.waited_for.size() > 1 ? "ranks " : "rank ") + rank_ranges(report.waited_for)) +
          behind_device + "\n";
-  }
-  report.text += s;
-  return answers;
 }
 
 void Watchdog::settle_after_failure(const std::string& what) {

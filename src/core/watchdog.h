@@ -214,6 +214,14 @@ class Watchdog {
   std::unique_ptr<State> state_;
 };
 
+// For a report whose stuck collective runs among `report.group`: the ranks of it that the
+// collective waits for, into report.waited_for, and the report's line that says so ("    its
+// group: ranks 1,3; of them it waits for rank 1\n"). Those are, `self` aside, the ranks that had
+// not issued it or gave no answer, and those whose host issued it while their collectives
+// completed less far than this rank's (`done`, its last completed): NCCL's calls only enqueue,
+// so a rank held up in another group's collective issues this one all the same.
+std::string group_waits(Watchdog::HangReport& report, int self, uint64_t done, const std::vector<RankAnswer>& answers);
+
 // Registers a host-side collective for its scope (the runtime's MPI reductions).
 class WatchedCall {
  public:
