@@ -78,7 +78,8 @@ def hang_summary(h: dict, fired: dict) -> str:
     fired: every rank's own report, by rank."""
     c = f"collective #{h['collective']}"
     if h.get("group"):  # a collective of some ranks: the ones of them it waits for are the ones to look at
-        c += f" among ranks {h['group']} waits for {'rank(s) ' + h['waited_for'] if h.get('waited_for') else 'none (every rank of it issued it)'};"
+        waits = f"rank(s) {h['waited_for']}" if h.get("waited_for") else "none (every rank of it issued it)"
+        c += f" among ranks {h['group']} waits for {waits};"
     parts = [f"{c} not reached by rank(s) {h['not_reached']} on {h['not_reached_hosts']}"
              if h["not_reached"] else f"{c} reached by every rank that answered"]
     if h["no_answer"]:
