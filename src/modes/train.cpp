@@ -463,9 +463,6 @@ void run(ModeContext& ctx, const TrainOptions& o) {
         throw UsageError("--save '" + save + "' is a rank file of this run's --out: the checkpoint would replace " +
                          "its records; name it otherwise (e.g. " + ctx.out_dir + "/checkpoint.h5)");
     }
-    check_tensor_split(config, tp, rt.world_size);  // before the layout's own check, which knows no rank count
-    plan = data_parallel_plan(strategy, sharding, ParameterLayout(config, {tp, mesh.tp_rank}), precision, grads,
-                              bucket_mb, shard_group, shard_alignment(dev, precision, share_copy), reduce_in_bf16);
     check_parallelism(par, precision, memory, rt.world_size);
     if (graphed && rt.world_size > 1)
       throw UsageError("--cuda-graph trains on one rank: data parallelism's collectives are not recorded in the graph");
@@ -479,6 +476,9 @@ void run(ModeContext& ctx, const TrainOptions& o) {
     check_tensor_parallel_case(config, rt.world_size, tp, par.sequence_parallel, par.tp_overlap,
                                share / micro_batches * config.context_length,
                                "--batch-size, --context-length or --grad-accum");
+    // After the tensor-parallel checks, which know the rank count that the layout's own does not.
+    plan = data_parallel_plan(strategy, sharding, ParameterLayout(config, {tp, mesh.tp_rank}), precision, grads,
+                              bucket_mb, shard_group, shard_alignment(dev, precision, share_copy), reduce_in_bf16);
   });
   // Every rank read a file (a node its own copy, say): the same tokens?
   const int64_t fewest = rt.reduce_all(data.size(), HostReduce::Min);
