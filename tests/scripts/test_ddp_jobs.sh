@@ -59,7 +59,7 @@ echo "ok   bash jobs/ddp_bucketed.sh -> ${dirs[0]#$tmp/} (PyTorch: $([ $torch = 
 # 1b. EXTRA_ARGS override the job's own values (llmhpc takes an option given twice at its last
 #     value; jobs/env.sh): the job passes --warmup 3 --steps 5, EXTRA_ARGS="--warmup 1 --steps 2",
 #     and every configuration of both rank files ran 1 warm-up and 2 timed steps.
-NP=2 DEVICE=cpu MODELS=tiny SHAPE= WARMUP=3 STEPS=5 EXTRA_ARGS="--warmup 1 --steps 2" OUT="$tmp/extra" \
+NP=2 DEVICE=cpu WARMUP=3 STEPS=5 EXTRA_ARGS="--warmup 1 --steps 2" OUT="$tmp/extra" \
   bash "$ROOT/jobs/ddp_bucketed.sh" >"$tmp/extra.log" 2>&1 ||
   { cat "$tmp/extra.log"; fail "EXTRA_ARGS='--warmup 1 --steps 2' bash jobs/ddp_bucketed.sh exited non-zero"; }
 check_results "$tmp/extra" "$tmp/extra.log"
