@@ -38,7 +38,8 @@ struct Fault {
 Fault parse_fault(const std::string& text) {
   const std::string usage =
       "LLMHPC_FAULT='" + text +
-      "': expected rank=R,op=N|config=C|step=S,action=exit[:code]|signal[:number]|stall|delay:MS|diverge|oom "
+      "': expected rank=R,op=N|config=C|step=S,action=exit[:code]|signal[:number]|stall|delay:MS|diverge|oom[;another "
+      "rank's fault] "
       "(a test-only switch; unset it for real runs)";
   Fault f;
   bool when = false;
@@ -136,8 +137,23 @@ Watchdog& Watchdog::instance() {
 
 void Watchdog::start(double timeout_s, int rank, int world_size) {
   rank_ = rank;
-  if (const char* text = std::getenv("LLMHPC_FAULT"); text && *text)
-    state_->fault = std::make_unique<Fault>(parse_fault(text));
+  if (const char* text = std::getenv("LLMHPC_FAULT"); text && *text) {
+    // Several faults, ';' between them, at most one per rank: this rank keeps its own. Every
+    // rank parses all of them, so that each refuses a bad one alike.
+    std::string rest = text;
+    std::vector<int> ranks;
+    for (size_t end = 0; end != std::string::npos; rest = rest.substr(end + 1)) {
+      end = rest.find(';');
+      if (rest.substr(0, end).find_first_not_of(" \t") == std::string::npos)
+        throw UsageError("LLMHPC_FAULT='" + std::string(text) + "': an empty fault before or after a ';'");
+      const Fault f = parse_fault(rest.substr(0, end));
+      if (std::find(ranks.begin(), ranks.end(), f.rank) != ranks.end())
+        throw UsageError("LLMHPC_FAULT='" + std::string(text) + "': two faults for rank " + std::to_string(f.rank) +
+                         " (one per rank)");
+      ranks.push_back(f.rank);
+      if (f.rank == rank) state_->fault = std::make_unique<Fault>(f);
+    }
+  }
   if (timeout_s <= 0) return;
   timeout_s_ = timeout_s;
   if (world_size > 1) {

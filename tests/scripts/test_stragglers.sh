@@ -1,9 +1,13 @@
 #!/usr/bin/env bash
-# The straggler report names a slow rank. Under mpirun -np 3, rank 2 sleeps before each of its
-# collectives from step 1 on (LLMHPC_FAULT action=delay, test only: src/core/watchdog.h), in a
-# tiny CPU ddp sweep and a tiny CPU train run; every rank file must hold the clock offset and the
-# per-step arrival times, and analysis/stragglers.py (and report.py's Stragglers section) must
-# name rank 2, and no other rank, as consistently late. Then the naming rule on made-up arrivals.
+# The straggler report names a slow rank. Under mpirun, one rank sleeps before each of its
+# collectives from step 1 on (LLMHPC_FAULT action=delay, test only: src/core/watchdog.h):
+# - 40 ms, several times a tiny step, on rank 2 of 3, in a CPU ddp sweep and a CPU train run;
+# - a rank 10% slower than the others: every rank of 2 "works" 50 ms per step (a sleep: the
+#   cores of a shared machine differ by more than 10% from one run to the next), the slow one
+#   55 ms, rank 1 in one run and rank 0 in another.
+# Every rank file must hold the clock offset and the per-step arrival times, and
+# analysis/stragglers.py (and report.py's Stragglers section) must name the slow rank and no
+# other. Then the naming rule on made-up arrivals.
 set -u
 BIN=${LLMHPC_BIN:?set LLMHPC_BIN}
 ROOT=${LLMHPC_ROOT:?set LLMHPC_ROOT}
@@ -17,15 +21,15 @@ failures=0
 fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
 
 TINY=(--device cpu --d-model 16 --d-ff 32 --num-layers 1 --num-heads 2 --vocab-size 64 --context-length 8)
-DELAY=40  # ms before each of rank 2's collectives: several times a tiny step
 "$PY" -c "import numpy as np; np.random.default_rng(0).integers(0, 64, 4000, dtype=np.uint16).tofile('tokens.bin')"
 
-# slow NAME args...: the run with rank 2 slowed must succeed, and the report must name rank 2 alone.
+# slow NAME NP SLOW FAULT args...: the run of NP ranks under LLMHPC_FAULT=FAULT must succeed, and
+# the report must name rank SLOW alone.
 slow() {
-  local name=$1; shift
-  LLMHPC_FAULT="rank=2,step=1,action=delay:$DELAY" timeout 120 "$MPIEXEC" --oversubscribe -np 3 "$BIN" "$@" \
+  local name=$1 np=$2 rank=$3 fault=$4; shift 4
+  LLMHPC_FAULT=$fault timeout 120 "$MPIEXEC" --oversubscribe -np "$np" "$BIN" "$@" \
     --out "$WORK/$name" >"$WORK/$name.log" 2>&1 || { fail "$name: the run failed"; tail -15 "$WORK/$name.log"; return; }
-  grep -q "rank 2 sleeps (ms, from here on) $DELAY" "$WORK/$name.log" || fail "$name: the delay was not announced"
+  grep -q "rank $rank sleeps (ms, from here on)" "$WORK/$name.log" || fail "$name: the delay was not announced"
   PYTHONPATH="$ROOT/analysis" "$PY" - "$WORK/$name" <<'EOF' || fail "$name: the files lack the arrival times"
 import sys
 from llmhpc_h5 import open_run
@@ -44,18 +48,37 @@ for r in recs:
     assert (a["arrival_collectives"] >= 1).all()
 print(f"    {len(recs)} records with arrival times")
 EOF
-  local out
+  local out others
+  others=$(seq 0 $((np - 1)) | grep -vx "$rank" | paste -sd '|')
   out=$("$PY" "$ROOT/analysis/stragglers.py" "$WORK/$name" 2>&1)
-  if ! grep -q -- "- \*\*rank 2\*\* in" <<<"$out"; then fail "$name: rank 2 is not named a straggler"; echo "$out" | tail -8;
-  elif grep -E -q -- "- \*\*rank [01]\*\* in" <<<"$out"; then fail "$name: a rank that was not slowed is named"; echo "$out" | tail -8;
-  else echo "ok   $name: $(grep -m1 -- "- \*\*rank 2\*\*" <<<"$out" | cut -c1-160)"; fi
+  if ! grep -q -- "- \*\*rank $rank\*\* in" <<<"$out"; then fail "$name: rank $rank is not named a straggler"; echo "$out" | tail -8;
+  elif grep -E -q -- "- \*\*rank ($others)\*\* in" <<<"$out"; then fail "$name: a rank that was not slowed is named"; echo "$out" | tail -8;
+  else echo "ok   $name: $(grep -m1 -- "- \*\*rank $rank\*\*" <<<"$out" | cut -c1-160)"; fi
   "$PY" "$ROOT/analysis/report.py" "$WORK/$name" -o "$WORK/$name-report/report.md" >"$WORK/$name-report.log" 2>&1 &&
-    grep -q "^## Stragglers" "$WORK/$name-report/report.md" && grep -q -- "- \*\*rank 2\*\*" "$WORK/$name-report/report.md" ||
-    fail "$name: report.py's Stragglers section does not name rank 2"
+    grep -q "^## Stragglers" "$WORK/$name-report/report.md" && grep -q -- "- \*\*rank $rank\*\*" "$WORK/$name-report/report.md" ||
+    fail "$name: report.py's Stragglers section does not name rank $rank"
 }
 
-slow ddp --mode ddp "${TINY[@]}" --batch-size 3 --ddp flat --warmup 1 --steps 12 --comm-timeout 60
-slow train --mode train "${TINY[@]}" --data tokens.bin --batch-size 3 --steps 14 --comm-timeout 60
+DDP=(--mode ddp "${TINY[@]}" --ddp flat --warmup 1 --comm-timeout 60)
+slow ddp 3 2 "rank=2,step=1,action=delay:40" "${DDP[@]}" --batch-size 3 --steps 12
+slow train 3 2 "rank=2,step=1,action=delay:40" --mode train "${TINY[@]}" --data tokens.bin --batch-size 3 --steps 14 \
+  --comm-timeout 60
+# 10% slower: one collective per step (ddp flat), so the 5 ms more are 10% of the slow rank's step.
+slow ddp-10pct-rank1 2 1 "rank=0,step=1,action=delay:50;rank=1,step=1,action=delay:55" "${DDP[@]}" --batch-size 2 --steps 16
+slow ddp-10pct-rank0 2 0 "rank=0,step=1,action=delay:55;rank=1,step=1,action=delay:50" "${DDP[@]}" --batch-size 2 --steps 16
+
+# Faults for several ranks: two for one rank, or an empty one, are refused on every rank (exit 2).
+for fault in "rank=0,step=1,action=delay:50;rank=0,step=1,action=delay:55|two faults for rank 0" \
+             "rank=0,step=1,action=delay:50;|an empty fault"; do
+  LLMHPC_FAULT=${fault%%|*} timeout 60 "$MPIEXEC" --oversubscribe -np 2 "$BIN" "${DDP[@]}" --steps 1 \
+    --out "$WORK/refused" >"$WORK/refused.log" 2>&1
+  rc=$?
+  if [ $rc -ne 2 ] || ! grep -qF "${fault#*|}" "$WORK/refused.log" || [ -e "$WORK/refused" ]; then
+    fail "LLMHPC_FAULT='${fault%%|*}': exit $rc, expected 2 with '${fault#*|}' and no files"; tail -3 "$WORK/refused.log"
+  else
+    echo "ok   LLMHPC_FAULT='${fault%%|*}' refused: ${fault#*|}"
+  fi
+done
 
 # The naming rule on made-up arrivals (2 ranks, 100 ms steps, rank 1 20 ms late in the steps
 # given, rank 0 in the others): last in most steps is not enough where chance could do it (3 of 3,
