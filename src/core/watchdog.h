@@ -58,8 +58,8 @@
 // OutOfMemory in its place (one rank out of memory). The fault is announced on stderr
 // first. Several faults, each for another rank, go in one LLMHPC_FAULT with ';' between them
 // ("rank=0,step=1,action=delay:20;rank=1,step=1,action=delay:22": every rank works 20 ms per
-// collective, rank 1 10% longer). A stalled rank has not issued the collective (its last issued number is the one
-// before), as a rank stuck in computation would.
+// collective, rank 1 10% longer). A stalled rank has not issued the collective (its last issued
+// number is the one before), as a rank stuck in computation would.
 #pragma once
 #include <atomic>
 #include <chrono>
