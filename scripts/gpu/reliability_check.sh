@@ -14,13 +14,15 @@
 #      (SOAK_MODEL bf16, bucketed 25 MiB, SOAK_DDP_S seconds), timed by --duration-s; per
 #      iteration times checked for drift and memory (device allocator, driver, host RSS, sampled
 #      by llmhpc between iterations) for growth by analysis/soak.py: about 4 minutes.
+#   4. stragglers: a rank 10% slower (a host delay before each collective) named by
+#      analysis/stragglers.py over NCCL, rank 1 and then rank 0; and the verdict with no fault.
 # From the repository root:
 #   scripts/gpu/reliability_check.sh [BIN_DIR [OUT_DIR]]
 #   PARTS=soak scripts/gpu/reliability_check.sh build results/soak     # the soak alone
-# BIN_DIR (default build) holds llmhpc. Environment: PARTS (default "faults cost soak"),
+# BIN_DIR (default build) holds llmhpc. Environment: PARTS (default "faults cost soak stragglers"),
 # STALL_TIMEOUT (15 s), REPS (3), SIZES (1MB,16MB,256MB,1GB), SOAK_SIZES (1MB,256MB),
 # SOAK_COMM_S (45, per size), SOAK_MODEL (xl), SOAK_DDP_S (90), MPIRUN.
-# Files in OUT_DIR: log.txt (everything), runs/ (rank files), faults.txt, cost.txt, soak.md
+# Files in OUT_DIR: log.txt (everything), runs/ (rank files), faults.txt, cost.txt, stragglers.txt, soak.md
 # (analysis/soak.py's table, also printed), soak.jsonl (its rows). Exits non-zero if any check
 # failed (speed is reported, not judged).
 set -uo pipefail
@@ -30,7 +32,7 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 NCCL_NVLS_ENABL
 STALL_TIMEOUT=${STALL_TIMEOUT:-15}
 REPS=${REPS:-3}
 SIZES=${SIZES:-1MB,16MB,256MB,1GB}
-PARTS=${PARTS:-faults cost soak}
+PARTS=${PARTS:-faults cost soak stragglers}
 SOAK_SIZES=${SOAK_SIZES:-1MB,256MB}
 SOAK_COMM_S=${SOAK_COMM_S:-45}
 SOAK_MODEL=${SOAK_MODEL:-xl}
@@ -164,6 +166,34 @@ if has soak; then
   rm -f "$out/soak.jsonl"
   python3 "$root/analysis/soak.py" "$out"/runs/soak-* --jsonl "$out/soak.jsonl" | tee "$out/soak.md"
   [ "${PIPESTATUS[0]}" -eq 0 ] || fail "soak: a record did not hold, or no records (soak.md, log.txt)"
+fi
+
+# ---- 4. stragglers ----
+# The straggler report over NCCL: every rank "works" 50 ms on the host before each collective
+# (LLMHPC_FAULT delay), the slow one 55 ms, 10% longer (rank 1, then rank 0); one collective a
+# step (ddp flat), so the slow rank arrives 10% of a step late. It must be named, the other not.
+# Then the same configuration with no fault, whose verdict is printed, not judged (two GPUs
+# that differ, one at its power cap, may make a rank late).
+if has stragglers; then
+  STRAG=(--mode ddp --model small --context-length 128 --batch-size 8 --ddp flat --warmup 2 --steps 24)
+  for slow in 1 0 none; do
+    name=stragglers-$slow
+    case $slow in
+      1) spec="rank=0,step=1,action=delay:50;rank=1,step=1,action=delay:55" ;;
+      0) spec="rank=0,step=1,action=delay:55;rank=1,step=1,action=delay:50" ;;
+      *) spec="" ;;
+    esac
+    step "straggler $name: LLMHPC_FAULT=$spec"
+    LLMHPC_FAULT=$spec timeout 300 "${mpi[@]}" "$bin/llmhpc" "${STRAG[@]}" --out "$out/runs/$name" >"$out/$name.log" 2>&1 ||
+      { fail "$name: the run failed"; tail -5 "$out/$name.log"; continue; }
+    verdict=$(python3 "$root/analysis/stragglers.py" "$out/runs/$name" 2>&1)
+    echo "$verdict" | grep -- "^- \*\*rank\|^| \`" | tee -a "$out/stragglers.txt"
+    if [ "$slow" != none ]; then
+      other=$((1 - slow))
+      grep -q -- "^- \*\*rank $slow\*\* in" <<<"$verdict" || fail "$name: rank $slow is not named"
+      grep -q -- "^- \*\*rank $other\*\* in" <<<"$verdict" && fail "$name: rank $other, not slowed, is named"
+    fi
+  done
 fi
 
 step "summary"
