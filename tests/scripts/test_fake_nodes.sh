@@ -247,8 +247,11 @@ launch() {  # launch NAME SLOTS ARGS...: llmhpc ARGS on ranks laid out as SLOTS 
   local name=$1 slots=$2 np=0 s
   shift 2
   for s in ${slots//,/ }; do np=$((np + s)); done
+  # Each launch's Open MPI temporary files in a folder of its own: two run at once, and Open MPI 4.1
+  # fails or stalls when two mpiruns create the shared one at the same moment (tests/CMakeLists.txt).
   interruptible in_node 0 timeout 120 mpirun --hostfile "$(hostfile ${slots//,/ })" -np $np --bind-to none \
-    --mca plm_rsh_agent "$tmp/agent" --mca plm_rsh_no_tree_spawn 1 ${LAUNCH_ARGS:-} \
+    --mca plm_rsh_agent "$tmp/agent" --mca plm_rsh_no_tree_spawn 1 --mca orte_tmpdir_base "$tmp/s$BASHPID" \
+    ${LAUNCH_ARGS:-} \
     "$LLMHPC_BIN" "$@" --out "$tmp/runs/$name" >"$tmp/$name.log" 2>&1
 }
 mpi() {  # mpi NAME SLOTS ARGS...: launch, which must succeed
