@@ -476,9 +476,11 @@ def check_sharding_table(work):
     phases = {r[2]: r for r in (line.split() for line in fp32_table(text, "(g) where a sharded step goes").splitlines()[3:])}
     assert sorted(phases) == ["none", "zero1"] and phases["none"][9] == "1.000x", phases
     zero1_step, none_step = float(phases["zero1"][8]), float(phases["none"][8])
-    # The ratio is of the unrounded steps; the printed ones are rounded to 0.01 ms.
-    assert abs(float(phases["zero1"][9].rstrip("x")) - zero1_step / none_step) <= 0.01 / min(zero1_step, none_step) + 1e-3, \
-        f"zero1's step over the unsharded one: {phases}"
+    # The ratio is of the unrounded steps; the printed ones are rounded to 0.01 ms, each off by up to
+    # 0.005, which moves a / b by up to 0.005 / b + a * 0.005 / b^2 (0.026 at 2.70 / 0.83 ms).
+    low = none_step - 0.005
+    assert abs(float(phases["zero1"][9].rstrip("x")) - zero1_step / none_step) <= \
+        0.005 / low * (1 + (zero1_step + 0.005) / low) + 1e-3, f"zero1's step over the unsharded one: {phases}"
     assert all(float(phases["zero1"][i]) > 0 for i in (3, 4, 6)), f"forward, backward and optimizer timed: {phases}"
     assert zero1_step == float(next(r for r in rows if r[2] == "zero1")[3]), "(f) and (g) show the same step"
     strategies = fp32_table(text, "(a) DDP strategies")
