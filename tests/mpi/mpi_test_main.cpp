@@ -6,11 +6,11 @@
 #include <mpi.h>
 #include <omp.h>
 
-#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
-#include <thread>
+
+#include "src/core/runtime.h"
 
 namespace {
 
@@ -34,17 +34,17 @@ class FailuresOfThisRank : public ::testing::EmptyTestEventListener {
   std::string test_;
 };
 
-// Without OMP_NUM_THREADS (ctest sets 1), each rank takes its share of the host's hardware
-// threads, as llmhpc does. OpenMP's and OpenBLAS's defaults, every thread of the host for each
-// rank, made a case of test_shard take 28-39 s on 2 ranks of a 32-core GPU host (87 ms on 2 cores).
+// Without OMP_NUM_THREADS (ctest sets 1), each rank takes its share of the CPUs it may run on,
+// by llmhpc's own rule (Runtime::cpu_share). OpenMP's and OpenBLAS's defaults, every thread of
+// the host for each rank, made a case of test_shard take 28-39 s on 2 ranks of a 32-core GPU
+// host (87 ms on 2 cores).
 void share_the_host() {
   if (std::getenv("OMP_NUM_THREADS")) return;
-  MPI_Comm node;
-  MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node);
-  int local = 1;
-  MPI_Comm_size(node, &local);
-  MPI_Comm_free(&node);
-  const int n = std::max(1, int(std::thread::hardware_concurrency()) / local);
+  llmhpc::Runtime rt;  // what cpu_share needs: the node's ranks
+  MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &rt.node_comm);
+  MPI_Comm_size(rt.node_comm, &rt.local_size);
+  const int n = rt.cpu_share();
+  MPI_Comm_free(&rt.node_comm);
   omp_set_num_threads(n);
   openblas_set_num_threads(n);
 }
