@@ -14,6 +14,7 @@ ROOT=${LLMHPC_ROOT:?set LLMHPC_ROOT}
 MPIEXEC=${MPIEXEC:-mpirun}
 PY=${LLMHPC_PYTHON:-python3}
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
+source "$(dirname "$0")/cli_check.sh" || exit 1  # before the cd: $0 may be a relative path
 WORK=$(mktemp -d)
 trap 'rm -rf "$WORK"' EXIT
 cd "$WORK"
@@ -67,18 +68,11 @@ slow train 3 2 "rank=2,step=1,action=delay:40" --mode train "${TINY[@]}" --data 
 slow ddp-10pct-rank1 2 1 "rank=0,step=1,action=delay:50;rank=1,step=1,action=delay:55" "${DDP[@]}" --batch-size 2 --steps 16
 slow ddp-10pct-rank0 2 0 "rank=0,step=1,action=delay:55;rank=1,step=1,action=delay:50" "${DDP[@]}" --batch-size 2 --steps 16
 
-# Faults for several ranks: two for one rank, or an empty one, are refused on every rank (exit 2).
-for fault in "rank=0,step=1,action=delay:50;rank=0,step=1,action=delay:55|two faults for rank 0" \
-             "rank=0,step=1,action=delay:50;|an empty fault"; do
-  LLMHPC_FAULT=${fault%%|*} timeout 60 "$MPIEXEC" --oversubscribe -np 2 "$BIN" "${DDP[@]}" --steps 1 \
-    --out "$WORK/refused" >"$WORK/refused.log" 2>&1
-  rc=$?
-  if [ $rc -ne 2 ] || ! grep -qF "${fault#*|}" "$WORK/refused.log" || [ -e "$WORK/refused" ]; then
-    fail "LLMHPC_FAULT='${fault%%|*}': exit $rc, expected 2 with '${fault#*|}' and no files"; tail -3 "$WORK/refused.log"
-  else
-    echo "ok   LLMHPC_FAULT='${fault%%|*}' refused: ${fault#*|}"
-  fi
-done
+# Faults for several ranks: two for one rank, or an empty one, are refused on every rank (exit 2,
+# one message, no files: tests/scripts/cli_check.sh).
+LLMHPC_FAULT="rank=0,step=1,action=delay:50;rank=0,step=1,action=delay:55" \
+  cli_check 2 "two faults for rank 0" "${DDP[@]}" --steps 1
+LLMHPC_FAULT="rank=0,step=1,action=delay:50;" cli_check 2 "an empty fault" "${DDP[@]}" --steps 1
 
 # The naming rule on made-up arrivals (2 ranks, 100 ms steps, rank 1 20 ms late in the steps
 # given, rank 0 in the others): last in most steps is not enough where chance could do it (3 of 3,
