@@ -183,6 +183,36 @@ def ok_runs(df: pd.DataFrame) -> pd.DataFrame:
     return ok.assign(transport=[transport(d) for d in ok.run], gpu_batch=ok.batch_size / ok.world_size)
 
 
+# What makes two configurations the same but for the optimizer's sharding stage.
+TWIN_KEYS = MODEL_KEYS + ("world_size", "batch_size", "tp", "sequence_parallel", "tp_overlap", "ddp", "bucket_mb")
+
+
+def unsharded_twin(ok: pd.DataFrame, r):
+    """Where r shards the optimizer's state over a data-parallel group of one rank (tp x dp 1, or one
+    rank), which shards nothing: the index of the same configuration unsharded, which computes the
+    same; None where r is no such configuration or that one did not run."""
+    if r.shard_optimizer == "none" or int(r.world_size) // int(r.tp) > 1:
+        return None
+    keys = [k for k in TWIN_KEYS if k in ok.columns]
+    same = ok[ok.shard_optimizer == "none"]
+    same = same[(same[keys] == pd.Series({k: r[k] for k in keys})).all(axis=1)]
+    return None if same.empty else same.index[0]
+
+
+def twin_drift(ok: pd.DataFrame) -> float:
+    """The most two configurations that compute the same (unsharded_twin) differed by in step, over
+    the faster's: the stage's own work at one rank (a collective of one rank copies) plus how far
+    configurations run in turn drift apart beyond their own steps' noise; 0 where no such pair ran."""
+    drift = 0.0
+    for _, r in ok.iterrows():
+        twin = unsharded_twin(ok, r)
+        if twin is not None:
+            a, b = float(r.slowest_step_mean), float(ok.loc[twin].slowest_step_mean)
+            if min(a, b) > 0:
+                drift = max(drift, abs(a - b) / min(a, b))
+    return drift
+
+
 def model_name(r) -> str:
     """A configuration's model as the tables name it: its size, or 'd64_L2' for a custom shape."""
     return r.model if r.model != "custom" else f"d{r.d_model}_L{r.num_layers}"
@@ -228,8 +258,8 @@ def series(df: pd.DataFrame, per: str = "GPU"):
             for batch, rows in g.groupby(batch_key):
                 rows = rows[(rows.world_size > 1) | (rows.shard_optimizer == "none")]
                 rows = rows.drop_duplicates("world_size").sort_values("world_size")
-                if rows.empty:
-                    continue
+                if rows.empty or all(unsharded_twin(ok, r) is not None for _, r in rows.iterrows()):
+                    continue  # nothing, or the unsharded series again (sharding one rank shards nothing)
                 first = rows.iloc[0]
                 if int(first.world_size) > 1 and (int(first.tp) > 1 or first.shard_optimizer != "none"):
                     base = one_gpu(ok, first, batch_key, batch, same_strategy=True)
@@ -469,6 +499,7 @@ class Point(NamedTuple):
     nodes: int | None = None  # measured: the nodes the run spanned; projected: None
     origin: str | None = None  # projected: the collectives' run its model was fitted from (fitted_from)
     trusted: bool = True  # projected: False where the model is off or unchecked at the most ranks measured
+    shared: bool = False  # measured where ranks shared cores (contention, not scaling)
 
 
 def model_for(models: dict, ranks: int, transport_name: str, nodes: int | None = None):
@@ -509,6 +540,21 @@ def projection_doubt(last, models: dict) -> str:
             f"{fmt(predicted, 3)} ms predicted: {off_text(off)}.")
 
 
+def cores_were_shared(r) -> str:
+    """What a configuration's ranks shared (ddp.cores_shared: "vm: 4 ranks, 4 threads on 2 CPUs"), '' where nothing."""
+    return str(_attr(r, "cores_shared", "") or "")
+
+
+def projection_shared(last) -> str:
+    """Where a series' projections start from a configuration whose ranks shared cores: a sentence saying
+    so; else ''."""
+    what = cores_were_shared(last)
+    if not what:
+        return ""
+    return (f"The projections start from {int(last.world_size)} ranks, where ranks shared cores ({what}): that step "
+            "measures the ranks' contention for the cores, so projections built on it are not to be trusted.")
+
+
 def projection_unchecked(last) -> str:
     """Where a series' projections start from a configuration with one data-parallel rank (tp x 1),
     whose gradients' collectives had no peer: nothing there checked the ring model's prediction for
@@ -530,19 +576,20 @@ def efficiency_rows(kind: str, rows: pd.DataFrame, models: dict) -> list:
     base, last = rows.iloc[0], rows.iloc[-1]
     n0, t0 = int(base.world_size), float(base.slowest_step_mean)
 
-    def point(n, batch, t, source, nodes=None, tp=int(last.tp), origin=None, trusted=True):
+    def point(n, batch, t, source, nodes=None, tp=int(last.tp), origin=None, trusted=True, shared=False):
         speedup = t0 / t * (1 if kind == "strong" else n / n0)
         tokens, mfu = throughput(last, n, batch, t)
         return Point(n, batch, batch / (n // tp), t, speedup, speedup * n0 / n, tokens, mfu, source, nodes, origin,
-                     trusted)
+                     trusted, shared)
 
     def measured(r):  # the run folder, which a weak series may share with a strong one of its batch
         folder = os.path.basename(os.path.normpath(str(_attr(r, "run", ""))))
         one = "" if layout(r) == layout(last) else f"; one rank: {layout(r)}"
+        one += "; **ranks shared cores**" if cores_were_shared(r) else ""
         return f"measured ({folder}{one})" if folder else f"measured{f' ({one[2:]})' if one else ''}"
 
     out = [point(int(r.world_size), int(r.batch_size), float(r.slowest_step_mean), measured(r),
-                 int(_attr(r, "nodes", 1)), int(r.tp))
+                 int(_attr(r, "nodes", 1)), int(r.tp), shared=bool(cores_were_shared(r)))
            for _, r in rows.iterrows()]
     n_m, t_m = int(last.world_size), float(last.slowest_step_mean)
     nodes_m = int(_attr(last, "nodes", 1))
@@ -552,7 +599,8 @@ def efficiency_rows(kind: str, rows: pd.DataFrame, models: dict) -> list:
         scale = t_m / modelled
         origin = fitted_from(model, nodes_m, f"the {n_m}-rank run's")
         doubt = ("; **model off: not to be trusted**" if projection_doubt(last, models) else
-                 "; **model unchecked: not to be trusted**" if projection_unchecked(last) else "")
+                 "; **model unchecked: not to be trusted**" if projection_unchecked(last) else
+                 "; **ranks shared cores: not to be trusted**" if projection_shared(last) else "")
         n = n_m * 2
         # Strong scaling ends where the global batch no longer splits into whole sequences per rank.
         tp = int(last.tp)  # the data-parallel ranks share the batch: n / tp of them
@@ -628,6 +676,14 @@ def study_table(df: pd.DataFrame, models: dict, per: str = "GPU") -> str:
                   "collectives have no peer: the exposed comm measured there is the strategy's own work around them "
                   "(the library's call on a group of one rank, which moves nothing over a link, and the passes over "
                   "the gradients), not time on a network.")
+    twins = [(r, order.loc[t]) for _, r in order.iterrows() for t in [unsharded_twin(order, r)] if t is not None]
+    if twins:  # the same computation twice
+        said = "; ".join(f"{r.folder} {r.layout} {fmt(r.slowest_step_mean)} ms against {fmt(t.slowest_step_mean)} ms "
+                         f"unsharded" for r, t in twins)
+        table += (f"\n\nSharding over a data-parallel group of one rank shards nothing: those configurations compute "
+                  f"the same as the unsharded one ({said}), and the choice of layout below names each such pair "
+                  f"once. Their difference, up to {100 * twin_drift(order):.1f}%, is the stage's own work at one "
+                  "rank plus how far configurations run in turn drift apart on this host.")
     if above:
         table += f"\n\n{above_one_note(per)}"
     picks = choices(order, per)
@@ -649,6 +705,28 @@ def above_one_note(per: str) -> str:
             f"and without tensor parallelism. The n {per}s together stepped more than n times as fast as it: each "
             f"did its share of the work faster than one {per} did the whole (a smaller part of the model or of the "
             f"optimizer's state per {per}, e.g. one that fits in faster memory; the rank files do not say which).")
+
+
+def group_batch_note(ok: pd.DataFrame, base, last, per: str) -> str:
+    """Under weak scaling with tensor parallelism: a group of tp ranks steps the sequences of tp
+    ranks, more than the one-rank run the series is measured against (`base`), and a larger batch
+    alone runs faster per token: a sentence saying so, with the one-rank run at the group's batch
+    where one ran; '' where the batches are the same."""
+    tp, one_batch = int(last.tp), int(base.batch_size)
+    group = int(last.batch_size) // max(int(last.world_size) // tp, 1)
+    if tp == 1 or group == one_batch:
+        return ""
+    text = (f"Under weak scaling each tensor-parallel group of {tp} ranks steps {group} sequences, where the one-rank "
+            f"run the series is measured against stepped {one_batch}: a larger batch alone runs faster per token, so "
+            "part of an efficiency above 100% is the batch, not tensor parallelism.")
+    same = one_gpu(ok, last, "batch_size", group)
+    if same is not None:
+        one = ok.loc[same]
+        at_group = throughput(one, 1, group, float(one.slowest_step_mean))[0]
+        at_base = throughput(base, 1, one_batch, float(base.slowest_step_mean))[0]
+        text += (f" One {per} at global batch {group} ({os.path.basename(os.path.normpath(one.run))}) ran "
+                 f"{at_group:,.0f} tokens/s, {at_group / at_base:.2f}x its {at_base:,.0f} at {one_batch}.")
+    return text
 
 
 def ratio_cell(measured: float, predicted: float) -> str:
@@ -695,13 +773,15 @@ def ties_with(r, fast) -> bool:
 
 def choices(order: pd.DataFrame, per: str = "GPU", ranks: int | None = None) -> list:
     """Per model, transport, rank count (two or more; only `ranks` where given) and global batch
-    measured under two or more layouts, a line: the fastest layout, or the layouts that tie with it
-    (ties_with), and the ones with the least peak memory
+    measured under two or more layouts (a sharded one with an unsharded twin counted as that one),
+    a line: the fastest layout, or the layouts that tie with it (ties_with), and the ones with the
+    least peak memory
     (within 1% of the least: a tie, every one named); "also the least memory" only where one layout
     is both alone."""
     lines = []
     keys = [k for k in MODEL_KEYS if k in order.columns] + ["world_size", "batch_size"]
     for _, g in order.groupby(keys, sort=False, dropna=False):
+        g = g[[unsharded_twin(order, r) is None for _, r in g.iterrows()]]  # the same computation, named once
         if g.layout.nunique() < 2 or int(g.world_size.iloc[0]) < 2:  # on one rank layouts are names only
             continue
         if ranks is not None and int(g.world_size.iloc[0]) != ranks:
@@ -772,8 +852,9 @@ def study_note(per: str, stage: str = "all", tp: bool = False) -> str:
 
 def plot(all_series: list, path: str, per: str = "GPU") -> str:
     """Tokens/s per GPU (per rank on CPUs: `per`) (top) and efficiency (bottom) against ranks, strong
-    scaling left, weak right; all_series: [(kind, setup, layout, points)]. One colour per layout, the
-    same in every panel, never grey; projections dashed (grey and thin where the ring model is off or
+    scaling left, weak right; all_series: [(kind, setup, layout, points)]. One colour and marker per
+    layout, the same in every panel, never grey, each layout a little to the side of its rank counts;
+    points where ranks shared cores hollow; projections dashed (grey and thin where the ring model is off or
     unchecked at the most ranks measured: not to be trusted), the legend naming the collectives' run whose links they assume;
     where the runs span more than one node, each rank count
     measured with the nodes its runs spanned under it; the legend right of the panels, where it hides
@@ -788,6 +869,11 @@ def plot(all_series: list, path: str, per: str = "GPU") -> str:
     cycle = plt.rcParams["axes.prop_cycle"].by_key()["color"] if len(names) <= 9 else plt.get_cmap("tab20").colors
     colors = [c for c in cycle if len(set(matplotlib.colors.to_rgb(c))) > 1]
     color = {n: colors[i % len(colors)] for i, n in enumerate(names)}
+    # A marker each, and each series a little to the side of the rank count (2% of it per place), so
+    # that layouts measuring alike do not hide one another.
+    shapes = "osD^vP<>hX*"
+    marker = {n: shapes[i % len(shapes)] for i, n in enumerate(names)}
+    nudge = {n: 2 ** (0.03 * (i - (len(names) - 1) / 2)) for i, n in enumerate(names)}
     nodes_at = {}  # (kind, ranks): the node counts the runs measured there spanned
     for kind, _, _, points in all_series:
         for p in points:
@@ -804,18 +890,22 @@ def plot(all_series: list, path: str, per: str = "GPU") -> str:
 
     fig, axes = plt.subplots(2, 2, figsize=(10, 8), sharex="col")
     for kind, setup, lay, points in all_series:
-        column, c = (0 if kind == "strong" else 1), color[name(setups, kind, setup, lay)]
-        marker = "s" if "tp " in lay else "o"
+        n = name(setups, kind, setup, lay)
+        column, c, m, x = (0 if kind == "strong" else 1), color[n], marker[n], nudge[n]
         measured = [p for p in points if p.source.startswith("measured")]
         projected = [measured[-1]] + [p for p in points if not p.source.startswith("measured")]
+        shared = [p for p in measured if p.shared]
         for row, field, scale in ((0, "tokens_per_gpu", 1), (1, "efficiency", 100)):  # efficiency in %, as the tables
             ax = axes[row, column]
-            ax.plot([p.ranks for p in measured], [scale * getattr(p, field) for p in measured], "-", marker=marker,
+            ax.plot([x * p.ranks for p in measured], [scale * getattr(p, field) for p in measured], "-", marker=m,
                     color=c)
+            if shared:  # contention for the cores, not scaling: hollow
+                ax.plot([x * p.ranks for p in shared], [scale * getattr(p, field) for p in shared], ls="none",
+                        marker=m, mfc="white", color=c)
             if len(projected) > 1:  # where the model is off at the start: grey and thin, not the layout's colour
                 trusted = all(p.trusted for p in projected[1:])
-                ax.plot([p.ranks for p in projected], [scale * getattr(p, field) for p in projected], "--", marker=marker,
-                        mfc="none", color=c if trusted else "0.6", lw=None if trusted else 0.8,
+                ax.plot([x * p.ranks for p in projected], [scale * getattr(p, field) for p in projected], "--",
+                        marker=m, mfc="none", color=c if trusted else "0.6", lw=None if trusted else 0.8,
                         ms=None if trusted else 4)
     for column, kind in enumerate(("strong", "weak")):
         ns = sorted({p.ranks for k, _, _, points in all_series if k == kind for p in points})
@@ -833,9 +923,10 @@ def plot(all_series: list, path: str, per: str = "GPU") -> str:
                 ax.text(0.5, 0.5, f"no {kind}-scaling runs", ha="center", va="center", transform=ax.transAxes)
             ax.grid(True, which="both", alpha=0.3)
         axes[1, column].set_xlabel("ranks (measured: the nodes they spanned)" if label_nodes else "ranks")
-    axes[0, 0].set_ylabel(f"tokens/s per {per}")
-    axes[1, 0].set_ylabel("efficiency (%; 100 = ideal)")
-    handles = [Line2D([], [], color=color[n], marker="s" if "tp " in n else "o", label=n) for n in names]
+    for column in (0, 1):
+        axes[0, column].set_ylabel(f"tokens/s per {per}")
+        axes[1, column].set_ylabel("efficiency (%; 100 = ideal)")
+    handles = [Line2D([], [], color=color[n], marker=marker[n], label=n) for n in names]
     origins = list(dict.fromkeys(p.origin for *_, points in all_series for p in points if p.origin))
     if origins:  # what every projection assumes: the links that run measured, at any rank count
         handles.append(Line2D([], [], color="black", ls="--", marker="o", mfc="none",
@@ -844,6 +935,9 @@ def plot(all_series: list, path: str, per: str = "GPU") -> str:
     if any(not p.trusted for *_, points in all_series for p in points):
         handles.append(Line2D([], [], color="0.6", ls="--", lw=0.8, marker="o", ms=4, mfc="none",
                               label="projection where the model is off\nor unchecked: not to be trusted"))
+    if any(p.shared for *_, points in all_series for p in points):
+        handles.append(Line2D([], [], color="black", marker="o", mfc="white", ls="none",
+                              label="measured where ranks shared cores:\ncontention, not scaling"))
     handles.append(Line2D([], [], color="grey", ls=":", label="ideal"))
     if not label_nodes:  # else each rank count's ticks say it
         handles.append(Line2D([], [], color="black", marker="o",
@@ -907,7 +1001,7 @@ def summary(found: list, all_series: list, ok: pd.DataFrame, models: dict, per: 
         name = f"**{lay}**" + (f" ({model_name(r)} T={r.context_length} {r.precision})" if models_named else "")
         size = setup.split(", ")[2]  # "global batch 4", "global batch 2 x ranks"
         by_layout.setdefault(name, []).append(
-            f"{kind} ({size}) {100 * last.efficiency:.1f}% at {last.ranks} ranks, {last.tokens_per_gpu:,.0f} "
+            f"{kind} ({size}) efficiency {100 * last.efficiency:.1f}% at {last.ranks} ranks, {last.tokens_per_gpu:,.0f} "
             f"tokens/s per {per}")
     lines += [f"- {name}: " + "; ".join(said) for name, said in by_layout.items()]
     if above:
@@ -928,7 +1022,14 @@ def summary(found: list, all_series: list, ok: pd.DataFrame, models: dict, per: 
                      "gradients' collective ran to check the ring model: drawn grey in scaling.png, not to be trusted.")
     shared = shared_cores(ok, models)
     if shared:
-        lines.append(f"- {shared}")
+        lines.append(f"- {shared} Their points are hollow in scaling.png, and projections from them grey.")
+    if picks:
+        drift = twin_drift(order)
+        lines.append("- Each configuration ran once, in turn: a tie counts its timed steps' noise, not how far the "
+                     "host's speed drifts between configurations"
+                     + (f" (configurations computing the same differed by up to {100 * drift:.1f}%)"
+                        if drift > TIE_SHARE else "")
+                     + ". Where layouts are close, run the job again to confirm the choice.")
     return "### Scaling study: in short\n\n" + "\n".join(lines) if lines else ""
 
 
@@ -953,7 +1054,7 @@ def report(df: pd.DataFrame, models: dict, out_dir: str) -> str:
                                 "Speed-up", "Efficiency", f"Tokens/s per {per}", "MFU", "Source"], cells)
         last = rows.iloc[-1]
         projected = any(p.source.startswith("projection") for p in points)
-        doubt = projection_doubt(last, models) or projection_unchecked(last)
+        doubt = projection_doubt(last, models) or projection_unchecked(last) or projection_shared(last)
         notes = [f"**{doubt}**"] if projected and doubt else []
         model = model_for(models, int(last.world_size) // int(last.tp), last.transport, int(_attr(last, "nodes", 1)))
         beyond = beyond_measured(model, stage_comm_ms(last, model)["sizes"]) if projected and model is not None else ""
@@ -961,8 +1062,10 @@ def report(df: pd.DataFrame, models: dict, out_dir: str) -> str:
             notes.append(f"The projections extrapolate the collectives' run: {beyond}.")
         if any(p.efficiency > 1.0005 for p in points):
             notes.append(above_one_note(per))
+            if kind == "weak":
+                notes.append(group_batch_note(ok_runs(df), rows.iloc[0], last, per))
         parts.append(f"### Scaling, {kind}: {setup}, {lay}\n\n{caption(kind, points[0].ranks, per, int(last.tp))}"
-                     f"\n\n{table}" + "".join(f"\n\n{n}" for n in notes))
+                     f"\n\n{table}" + "".join(f"\n\n{n}" for n in notes if n))
     if not models:
         parts.append("No all-reduce run (llmhpc --mode comm) among the results: no projections.")
     plot(all_series, os.path.join(out_dir, "scaling.png"), per)

@@ -18,7 +18,9 @@
 # communication and the collectives' device time beside the model's, and the collectives' run it
 # takes, with its ranks and nodes), then each series with projections to larger clusters (each
 # labelled "projection"), and scaling.png (tokens/s per GPU and efficiency against ranks; per rank
-# on CPUs). Runs: $OUT/strong-np<N>, $OUT/weak-np<N> (none
+# on CPUs). Each configuration runs once: the report counts close layouts as a tie, and a close
+# choice is worth a second job. OUT (default results/llmhpc-scaling-<job id> under sbatch,
+# results/scaling-<time> otherwise) holds $OUT/strong-np<N>, $OUT/weak-np<N> (none
 # where its global batch is STRONG_BATCH: that configuration is strong-np<N>, which the weak series
 # takes), $OUT/collectives-np<N>.
 #
@@ -141,10 +143,14 @@ done
 most=$(tr ',' '\n' <<<"$RANKS" | awk -v tps="$TP" 'BEGIN { n = split(tps, tp, ",") }
   { for (i = 1; i <= n; i++) if ($1 % tp[i] == 0 && $1 > most) most = $1 } END { print most + 0 }')
 if [ "$most" -gt 1 ]; then check_options "$most" --mode comm --collective "$COMM_COLLECTIVES" --size "$COMM_SIZES"; fi
+if [ "$DEVICE" = cpu ] && [ -z "$SHAPE" ] && [ "$MODELS" != tiny ]; then  # xl's step on 2 cores: minutes
+  echo "scaling: note: MODELS=$MODELS on CPUs takes minutes a step; for a quick study give SHAPE (a small model, as in the header's example) or MODELS=tiny"
+fi
 mkdir -p "$OUT"
 echo "scaling: ranks $RANKS, strong global batch $STRONG_BATCH, weak per-rank batch $WEAK_BATCH; results in $OUT"
-# A series of one point has nothing to scale: the report shows it in its table alone. A
-# tensor-parallel series starts from the one-rank run where RANKS and TP both hold 1.
+# A series of one point has nothing to scale: with one rank count the report has mode ddp's tables
+# of it and no scaling section. A tensor-parallel series starts from the one-rank run where RANKS
+# and TP both hold 1.
 one_rank=$(tr ',' '\n' <<<"$RANKS" | grep -cx 1 || true)
 tr ',' '\n' <<<"$TP" | grep -qx 1 || one_rank=0
 for tp in ${TP//,/ }; do
@@ -167,6 +173,7 @@ for transport in $transports; do
           echo "scaling: weak at $np ranks is global batch $batch, the strong run: not run twice"
           continue
         fi
+        echo "scaling: $kind scaling, $np rank(s), global batch $batch, tp $tps -> $OUT/$kind-np$np$suffix"
         $MPIRUN $MPIRUN_ARGS $NP_OPTION "$np" "$LLMHPC_BIN" --mode ddp --device "$DEVICE" --model "$MODELS" $SHAPE --context-length "$CONTEXTS" \
           --batch-size "$batch" --precision "$PRECISIONS" --ddp "$STRATEGY" --bucket-mb "$BUCKET" \
           --shard-optimizer "$([ "$np" = 1 ] && echo none || echo "$SHARDINGS")" --tp "$tps" --warmup "$WARMUP" \
@@ -176,6 +183,7 @@ for transport in $transports; do
       # within a node takes links within a node, one across nodes the links between them. Right
       # after the runs, so that a job stopped later keeps the predictions of the counts it finished.
       if [ "$np" -gt 1 ] && [ -n "$kinds" ]; then  # where runs took it
+        echo "scaling: the collectives at $np ranks, for the model's o and w -> $OUT/collectives-np$np$suffix"
         $MPIRUN $MPIRUN_ARGS $NP_OPTION "$np" "$LLMHPC_BIN" --mode comm --device "$DEVICE" --collective "$COMM_COLLECTIVES" \
           --size "$COMM_SIZES" --out "$OUT/collectives-np$np$suffix"
       fi

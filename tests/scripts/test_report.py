@@ -306,7 +306,8 @@ def check_scaling(tables, runs, text):
     # Steps equal to the digits printed tie: the one named is any of them; steps within the noise are named
     # as a tie, the fastest first.
     fastest = line.split(": fastest", 1)[1].split("; least memory")[0]
-    fastest = fastest.split("at least 1%): ", 1)[1] if "a tie within the steps' noise" in fastest else fastest
+    if "a tie within the steps' noise" in fastest:
+        fastest = re.split(r"at least 1%[^)]*\): ", fastest, maxsplit=1)[1]
     assert any(fastest.lstrip().startswith(f"**{r['Layout']}** ({r['Step (ms)']} ms") for r in twos
                if float(r["Step (ms)"]) == best), (line, best)
     # The section opens with the study in short: each layout's efficiency and tokens/s at the most ranks.
@@ -316,7 +317,7 @@ def check_scaling(tables, runs, text):
     for kind in ("strong", "weak"):
         block = text.split(f"### Scaling, {kind}: ")[1].split("\n### ")[0]
         (last,) = [r for r in rows_of(parse_markdown_tables(block)[0]) if r["Ranks"] == "2" and r["Source"].startswith("measured")]
-        assert f"{kind} (global batch {'4' if kind == 'strong' else '2 x ranks'}) {last['Efficiency']} at 2 ranks, " \
+        assert f"{kind} (global batch {'4' if kind == 'strong' else '2 x ranks'}) efficiency {last['Efficiency']} at 2 ranks, " \
             f"{last['Tokens/s per rank']} tokens/s per rank" in short, (kind, last, short)
     assert "- At the most ranks measured (2):\n  - " in short and "fastest" in short, short
     # At one rank the collectives have no peer: the exposed comm there is said not to be a network's.
@@ -458,7 +459,57 @@ def check_scaling_nodes(runs, work):
     assert "**Ranks shared cores** in strong-np2 (vm: 2 ranks, 2 threads on 1 CPUs); weak-np2 (vm: 2 ranks, 2 threads " \
         "on 1 CPUs): those points measure the ranks' contention for the cores, not scaling" in short, short
     assert "shared cores" not in scaling.report(df, models, out), "no warning where no ranks shared cores"
+    # ... and each such point is marked where it is measured, and no projection from it trusted.
+    measured = [l for l in text.splitlines() if l.startswith("| 2 |") and "| measured (" in l]
+    assert measured and all("; **ranks shared cores**) |" in l for l in measured), measured
+    projected = [l for l in text.splitlines() if "| projection (" in l]
+    assert projected and all(l.endswith("not to be trusted** |") for l in projected), projected
+    assert "where ranks shared cores (vm: 2 ranks, 2 threads on 1 CPUs): that step measures the ranks' contention" \
+        in text or all("model off" in l for l in projected), text
+    check_twins(df, rows)
+    check_group_batch(df)
     check_model_off(df, models, work)
+
+
+def check_twins(df, rows):
+    """Sharding over a data-parallel group of one rank (tp x dp 1) shards nothing: the choice of layout
+    names the pair once, and a series of such runs is the unsharded one's and is left out."""
+    import pandas as pd
+    import scaling
+    twin = rows.assign(layout=["tp", "tp zero1", "other"], tp=[2, 2, 1], shard_optimizer=["none", "zero1", "none"],
+                       slowest_step_mean=[12.0, 10.0, 11.0], slowest_step_std=[0.01] * 3, slowest_step_n=[10] * 3,
+                       peak_memory_bytes=[1_000_000, 1_000_000, 2_000_000])
+    assert scaling.unsharded_twin(twin, twin.iloc[1]) == twin.index[0] and \
+        scaling.unsharded_twin(twin, twin.iloc[0]) is None and scaling.unsharded_twin(twin, twin.iloc[2]) is None
+    assert abs(scaling.twin_drift(twin) - 0.2) < 1e-12, scaling.twin_drift(twin)
+    (line,) = scaling.choices(twin, "rank")
+    assert "fastest **other** (11.00 ms" in line and "tp zero1" not in line, line
+    (line,) = scaling.choices(twin.assign(shard_optimizer="none", layout=["tp", "tp again", "other"]), "rank")
+    assert "fastest **tp again** (10.00 ms" in line, line
+    # A sharded series whose every point is the unsharded one's twin is not a series of its own.
+    ok = scaling.ok_runs(df)
+    two = ok[(ok.world_size == 2) & (ok.shard_optimizer == "none")].iloc[[0]].assign(tp=2)
+    one = ok[(ok.world_size == 1) & (ok.batch_size == int(two.batch_size.iloc[0]))].iloc[[0]]
+    base = pd.concat([one, two]).reset_index(drop=True)
+    found = [lay for _, _, lay, _ in scaling.series(base)]
+    assert found and not any("zero1" in f for f in found), found
+    both = pd.concat([base, two.assign(shard_optimizer="zero1")]).reset_index(drop=True)
+    assert [lay for _, _, lay, _ in scaling.series(both)] == found, "the twin's series again"
+
+
+def check_group_batch(df):
+    """Weak scaling under tensor parallelism: a group steps tp times the sequences of the one-rank run
+    it is measured against, which the note under the series says, with one rank at the group's batch."""
+    import scaling
+    ok = scaling.ok_runs(df)
+    base = ok[(ok.world_size == 1) & (ok.batch_size == 2)].iloc[0]
+    last = base.copy()
+    last["world_size"], last["tp"], last["batch_size"] = 2, 2, 4
+    note = scaling.group_batch_note(ok, base, last, "rank")
+    assert "each tensor-parallel group of 2 ranks steps 4 sequences, where the one-rank run the series is measured " \
+        "against stepped 2" in note and "One rank at global batch 4 (strong-np1) ran " in note, note
+    last["tp"] = 1
+    assert scaling.group_batch_note(ok, base, last, "rank") == "", "no tensor parallelism: nothing to say"
 
 
 def check_model_off(df, models, work):
