@@ -479,8 +479,9 @@ class Run:
         reached, not_reached and no_answer (rank ranges, '0,2-5', '' for none), not_reached_hosts
         and no_answer_hosts (comma-separated), mismatched (the ranks that issued the collective's
         number as another collective), group (the ranks it runs among, '' for every rank) and
-        waited_for (those of them that had not issued it or gave no answer), report (as printed);
-        [] where no watchdog fired."""
+        waited_for (those of them that had not issued it or gave no answer), late_s (how long the
+        rank's watchdog had not run before it fired: stopped or starved, its report made after the
+        others'; 0 on time), report (as printed); [] where no watchdog fired."""
         out = []
         for rf in sorted(self.files, key=lambda f: f.rank):
             if not str(rf.status).startswith(ABORTED):
@@ -493,7 +494,8 @@ class Run:
                             no_answer=str(a.get("hang_no_answer", "")),
                             no_answer_hosts=str(a.get("hang_no_answer_hosts", "")),
                             mismatched=str(a.get("hang_mismatched", "")), group=str(a.get("hang_group", "")),
-                            waited_for=str(a.get("hang_waited_for", "")), report=str(a.get("hang_report", ""))))
+                            waited_for=str(a.get("hang_waited_for", "")), late_s=float(a.get("hang_late_s", 0.0)),
+                            report=str(a.get("hang_report", ""))))
         return out
 
     def describe_ranks(self) -> str:

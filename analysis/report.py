@@ -99,23 +99,36 @@ def no_answer_cell(h: dict, fired: dict) -> str:
     ended, a stopped process fires late and finds this rank gone), which was held up, not cut off;
     where the other does not name this rank, it was aborting the job when this rank asked (a
     waiting rank, not one to look at)."""
+    if h.get("late_s", 0) > 0:  # this rank was the one held up: the others had reported and ended
+        return (f"{h['no_answer']} ({h['no_answer_hosts']}); this rank's watchdog fired {h['late_s']:.1f} s late "
+                "(stopped or starved): they had reported and ended meanwhile")
     theirs = [r for r in rank_list(h["no_answer"]) if r in fired]
+    late = [r for r in theirs if fired[r].get("late_s", 0) > 0]
+    theirs = [r for r in theirs if r not in late]
     named_us = [r for r in theirs if h["rank"] in rank_list(fired[r]["no_answer"])]
     stopped = STOPPED in h["report"]
     notes = [f"rank(s) {','.join(map(str, ranks))} {text}" for ranks, text in (
+        (late, "fired late, its watchdog not run for seconds: stopped or starved, the rank to look at"),
         ([] if stopped else named_us, "could not reach this rank either: cut off from each other"),
         (named_us if stopped else [], "fired after this rank had ended: held up (stopped or slow), not cut off"),
         ([r for r in theirs if r not in named_us], "had fired too: aborting, not stopped")) if ranks]
     return "; ".join([f"{h['no_answer']} ({h['no_answer_hosts']})"] + notes)
 
 
+def leading_report(hangs: list) -> dict:
+    """The report that speaks for the run: the first of a rank whose watchdog fired on time (a late
+    one, from a stopped rank, was made after the others had ended)."""
+    return next((h for h in hangs if not h.get("late_s", 0) > 0), hangs[0])
+
+
 def describe(run) -> str:
     a = run.attrs
     stopped = sorted({rf.status for rf in run.files if rf.status.startswith("interrupted")})
     hangs = run.hang_reports()
+    lead = leading_report(hangs) if hangs else None
     state = ("" if run.finished else
-             f" (ABORTED by the watchdog of rank {hangs[0]['rank']}: "
-             f"{hang_summary(hangs[0], {h['rank']: h for h in hangs})})" if hangs else
+             f" (ABORTED by the watchdog of rank {lead['rank']}: "
+             f"{hang_summary(lead, {h['rank']: h for h in hangs})})" if hangs else
              f" (INTERRUPTED: {stopped[0][len('interrupted: '):]})" if stopped
              else " (INCOMPLETE: a rank's file says the run did not finish)")
     settings = ", ".join(str(a.get("environment_variables", "")).split("\n")).strip(", ")
@@ -136,7 +149,8 @@ def hang_section(runs: list) -> str:
     for run in runs:
         hangs = run.hang_reports()
         fired = {h["rank"]: h for h in hangs}
-        rows += [[f"`{run.directory}`", f"{h['rank']} ({h['host']})", stuck_collective(h["what"]), h["reached"] or "-",
+        rows += [[f"`{run.directory}`", f"{h['rank']} ({h['host']})" + (", fired late" if h.get("late_s", 0) > 0 else ""),
+                  stuck_collective(h["what"]), h["reached"] or "-",
                   f"{h['not_reached']} ({h['not_reached_hosts']})" if h["not_reached"] else "-",
                   no_answer_cell(h, fired) if h["no_answer"] else "-", h.get("mismatched") or "-"] for h in hangs]
     if not rows:

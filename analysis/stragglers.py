@@ -29,6 +29,7 @@ from __future__ import annotations
 import argparse
 import math
 import os
+import signal
 import sys
 
 import numpy as np
@@ -226,4 +227,5 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
+    signal.signal(signal.SIGPIPE, signal.SIG_DFL)  # `stragglers.py DIR --steps | head` ends quietly
     sys.exit(main())

@@ -228,11 +228,17 @@ Attrs hang_attrs(const Watchdog::HangReport& r) {
     for (const std::string& x : v) s += (s.empty() ? "" : ",") + x;
     return s;
   };
-  return {{"hang_collective", int64_t(r.collective)},       {"hang_reached", rank_ranges(r.reached)},
-          {"hang_not_reached", rank_ranges(r.not_reached)}, {"hang_not_reached_hosts", join(r.not_reached_hosts)},
-          {"hang_no_answer", rank_ranges(r.no_answer)},     {"hang_no_answer_hosts", join(r.no_answer_hosts)},
-          {"hang_mismatched", rank_ranges(r.mismatched)},   {"hang_group", rank_ranges(r.group)},
-          {"hang_waited_for", rank_ranges(r.waited_for)},   {"hang_report", r.text}};
+  return {{"hang_collective", int64_t(r.collective)},
+          {"hang_reached", rank_ranges(r.reached)},
+          {"hang_not_reached", rank_ranges(r.not_reached)},
+          {"hang_not_reached_hosts", join(r.not_reached_hosts)},
+          {"hang_no_answer", rank_ranges(r.no_answer)},
+          {"hang_no_answer_hosts", join(r.no_answer_hosts)},
+          {"hang_mismatched", rank_ranges(r.mismatched)},
+          {"hang_group", rank_ranges(r.group)},
+          {"hang_waited_for", rank_ranges(r.waited_for)},
+          {"hang_late_s", r.late_s},
+          {"hang_report", r.text}};
 }
 
 // The job's nodes as MPI's shared-memory split sees them, for the rank files: node_count,
@@ -434,6 +440,7 @@ int main(int argc, char** argv) {
     fatal(__FILE__, __LINE__, "", std::string("unexpected error: ") + e.what());
   }
   if (code != 0 && !g_created_out_dir.empty()) rmdir(g_created_out_dir.c_str());  // only if still empty
+  if (code == 0) Watchdog::instance().warn_if_fault_unfired();
   Watchdog::instance().stop();
   rt.finalize();
   return code;

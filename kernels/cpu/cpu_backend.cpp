@@ -31,7 +31,10 @@ class CpuDevice final : public Device {
  public:
   explicit CpuDevice(size_t capacity) : host_(capacity), tracer_(host_) {}
   DeviceKind kind() const override { return DeviceKind::Cpu; }
-  std::string name() const override { return "cpu (" + std::to_string(omp_get_max_threads()) + " threads)"; }
+  std::string name() const override {
+    const int threads = omp_get_max_threads();
+    return "cpu (" + std::to_string(threads) + (threads == 1 ? " thread)" : " threads)");
+  }
   int ordinal() const override { return -1; }
   size_t memory_capacity() const override { return host_.capacity(); }
   Attrs environment() const override {

@@ -21,7 +21,10 @@ bool g_speak = false;
 // Async-signal-safe: write(2) of strings made beforehand, then the default action.
 extern "C" void notice_and_end(int signal) {
   if (g_speak) {
-    const char* name = signal == SIGINT ? "\nllmhpc: SIGINT " : "\nllmhpc: SIGTERM ";  // after a pending "[k/n] ..."
+    // After a pending "[k/n] ...". Rank 0 speaks: the launcher's SIGTERM also follows another rank's abort.
+    const char* name = signal == SIGINT ? "\nllmhpc: SIGINT "
+                                        : "\nllmhpc: SIGTERM (from the launcher or the scheduler: a time limit, "
+                                          "a cancel, or another rank's abort above) ";
     ssize_t ignored = write(STDERR_FILENO, name, std::strlen(name));
     ignored = write(STDERR_FILENO, g_notice, std::strlen(g_notice));
     (void)ignored;

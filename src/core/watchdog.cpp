@@ -35,28 +35,43 @@ struct Fault {
   bool fired = false;
 };
 
-Fault parse_fault(const std::string& text) {
+// One rank's fault; the ranks' count bounds its rank (a fault for no rank would never fire).
+Fault parse_fault(const std::string& text, int world_size) {
   const std::string usage =
-      "LLMHPC_FAULT='" + text +
-      "': expected rank=R,op=N|config=C|step=S,action=exit[:code]|signal[:number]|stall|delay:MS|diverge|oom[;another "
-      "rank's fault] "
-      "(a test-only switch; unset it for real runs)";
+      "expected rank=R,op=N|config=C|step=S,action=exit[:code]|signal[:number]|stall|delay:MS|diverge|oom[;another "
+      "rank's fault] (a test-only switch; unset it for real runs)";
+  // What was wrong, then the whole form.
+  const auto bad = [&](const std::string& what) {
+    return UsageError("LLMHPC_FAULT='" + text + "': " + what + "; " + usage);
+  };
+  // A whole number in [low, high] for `what`.
+  const auto number = [&](const std::string& value, const std::string& what, int64_t low, int64_t high) {
+    int64_t n = 0;
+    try {
+      n = parse_int(value, "LLMHPC_FAULT " + what);
+    } catch (const UsageError&) {
+      throw bad(what + " '" + value + "' is not a whole number");
+    }
+    if (n < low || n > high)
+      throw bad(what + " " + value + " is outside " + std::to_string(low) + ".." + std::to_string(high));
+    return n;
+  };
   Fault f;
   bool when = false;
   for (const std::string& item : split_list(text, "LLMHPC_FAULT")) {
     const size_t eq = item.find('=');
-    if (eq == std::string::npos) throw UsageError(usage);
+    if (eq == std::string::npos) throw bad("'" + item + "' is no key=value");
     const std::string key = item.substr(0, eq), value = item.substr(eq + 1);
     if (key == "rank") {
-      f.rank = int(parse_int(value, "LLMHPC_FAULT rank"));
+      f.rank = int(number(value, "rank", 0, world_size - 1));
     } else if (key == "op") {
-      f.op = uint64_t(parse_int(value, "LLMHPC_FAULT op"));
+      f.op = uint64_t(number(value, "op", 1, INT64_MAX));
       when = true;
     } else if (key == "config") {
-      f.config = parse_int(value, "LLMHPC_FAULT config");
+      f.config = number(value, "config", 1, INT64_MAX);
       when = true;
     } else if (key == "step") {
-      f.step = parse_int(value, "LLMHPC_FAULT step");
+      f.step = number(value, "step", 0, INT64_MAX);
       when = true;
     } else if (key == "action") {
       const std::string name = value.substr(0, value.find(':'));
@@ -67,13 +82,18 @@ Fault parse_fault(const std::string& text) {
       else if (name == "diverge") f.action = Fault::Diverge;
       else if (name == "oom") f.action = Fault::Oom;
       else if (name == "delay" && has_code) f.action = Fault::Delay;
-      else throw UsageError(usage);
-      if (has_code) f.code = int(parse_int(value.substr(value.find(':') + 1), "LLMHPC_FAULT action code"));
+      else throw bad(name == "delay" ? "delay needs its milliseconds, e.g. delay:20" : "unknown action '" + name + "'");
+      const std::string code = value.substr(value.find(':') + 1);
+      if (has_code && f.action == Fault::Exit) f.code = int(number(code, "exit code", 1, 255));
+      else if (has_code && f.action == Fault::Signal) f.code = int(number(code, "signal", 1, SIGRTMAX));
+      else if (has_code && f.action == Fault::Delay) f.code = int(number(code, "delay (ms)", 1, 3600 * 1000));
+      else if (has_code) throw bad(name + " takes no ':" + code + "'");
     } else {
-      throw UsageError(usage);
+      throw bad("unknown key '" + key + "'");
     }
   }
-  if (f.rank < 0 || !when) throw UsageError(usage);
+  if (f.rank < 0) throw bad("no rank=R");
+  if (!when) throw bad("no op=N, config=C or step=S: when to act");
   return f;
 }
 
@@ -116,7 +136,10 @@ struct Watchdog::State {
   std::atomic<bool> failing{false};
   std::atomic<bool> reported{false};  // fail() has printed and kept its report: RankProgress::reported
   std::atomic<bool> settling{false};  // in settle_after_failure: RankProgress::settling
-  int64_t configs = 0;                // set_context calls so far: the configuration a fault may name
+  // The thread's last gap longer than an asking window (kAskS): how long it did not run, and
+  // when it ran again (steady clock, seconds); fail() reports it when it fires within a timeout.
+  std::atomic<double> gap_s{0}, gap_end_s{0};
+  int64_t configs = 0;  // set_context calls so far: the configuration a fault may name
   // The arrival log (the issuing thread's own): a ring of the latest kArrivalSteps steps.
   std::vector<StepArrival> ring;
   size_t ring_next = 0, ring_count = 0;
@@ -146,7 +169,7 @@ void Watchdog::start(double timeout_s, int rank, int world_size) {
       end = rest.find(';');
       if (rest.substr(0, end).find_first_not_of(" \t") == std::string::npos)
         throw UsageError("LLMHPC_FAULT='" + std::string(text) + "': an empty fault before or after a ';'");
-      const Fault f = parse_fault(rest.substr(0, end));
+      const Fault f = parse_fault(rest.substr(0, end), world_size);
       if (std::find(ranks.begin(), ranks.end(), f.rank) != ranks.end())
         throw UsageError("LLMHPC_FAULT='" + std::string(text) + "': two faults for rank " + std::to_string(f.rank) +
                          " (one per rank)");
@@ -178,6 +201,14 @@ void Watchdog::start(double timeout_s, int rank, int world_size) {
   }
   state_->stopping = false;
   state_->thread = std::thread([this] { run(); });
+}
+
+void Watchdog::warn_if_fault_unfired() const {
+  if (state_->fault && !state_->fault->fired)
+    std::fprintf(stderr,
+                 "llmhpc: LLMHPC_FAULT for rank %d never fired: the run reached no collective at its op, config and "
+                 "step\n",
+                 rank_);
 }
 
 void Watchdog::stop() {
@@ -308,22 +339,17 @@ void Watchdog::inject(const Op& op) {
       (f.step >= 0 && op.step < f.step))
     return;
   f.fired = true;
-  const char* what = f.action == Fault::Exit      ? "exits"
-                     : f.action == Fault::Signal  ? "raises signal"
-                     : f.action == Fault::Stall   ? "stalls"
-                     : f.action == Fault::Diverge ? "issues a barrier of every rank instead"
-                     : f.action == Fault::Oom     ? "runs out of memory"
-                                                  : "sleeps (ms, from here on)";
+  const std::string code = std::to_string(f.code);
+  const std::string what = f.action == Fault::Exit      ? "exits " + code + " before collective"
+                           : f.action == Fault::Signal  ? "raises signal " + code + " before collective"
+                           : f.action == Fault::Stall   ? "stalls before collective"
+                           : f.action == Fault::Diverge ? "issues a barrier of every rank instead of collective"
+                           : f.action == Fault::Oom     ? "runs out of memory before collective"
+                                                        : "sleeps " + code + " ms before each collective from";
   // On a line of its own, as the watchdog's report: rank 0's progress line may be half written.
-  std::fprintf(stderr,
-               "\nllmhpc: fault injection (test only, LLMHPC_FAULT): rank %d %s%s before collective #%llu %s (%s, %llu "
-               "bytes) at step %lld of '%s'\n",
-               rank_, what,
-               f.action == Fault::Stall || f.action == Fault::Diverge || f.action == Fault::Oom
-                   ? ""
-                   : (" " + std::to_string(f.code)).c_str(),
-               (unsigned long long)op.seq, op.name, op.backend, (unsigned long long)op.bytes, (long long)op.step,
-               op.context->c_str());
+  std::fprintf(stderr, "\nllmhpc: fault injection (test only, LLMHPC_FAULT): rank %d %s #%llu %s (%s, %llu bytes)%s\n",
+               rank_, what.c_str(), (unsigned long long)op.seq, op.name, op.backend, (unsigned long long)op.bytes,
+               op.step < 0 ? "" : (" at step " + std::to_string(op.step) + " of '" + *op.context + "'").c_str());
   std::fflush(stderr);
   if (f.action == Fault::Exit) std::_Exit(f.code);
   if (f.action == Fault::Oom) throw OutOfMemory("an allocation did not fit (injected by LLMHPC_FAULT, a test)");
@@ -569,12 +595,19 @@ void Watchdog::fail(const std::string& what, const Op* op) {
   alarm(kAbortDeadlineS);
   const std::string host = host_name();
   HangReport report;
+  const double now_s = std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+  if (state_->gap_s.load() > 0 && now_s - state_->gap_end_s.load() < timeout_s_ + kAskS)
+    report.late_s = state_->gap_s.load();
   report.what = what + (op ? ": " + describe(*op) : "");
   report.collective = op ? op->seq : completed_.load() + 1;
   if (op && op->group) report.group = *op->group;
   report.text = "llmhpc: watchdog on rank " + std::to_string(rank_) + " (host " + host + "): " + report.what +
                 "\n  rank " + std::to_string(rank_) + ": last enqueued collective #" +
                 std::to_string(enqueued_.load()) + ", last completed #" + std::to_string(completed_.load()) + "\n";
+  if (report.late_s > 0)
+    report.text += "  rank " + std::to_string(rank_) + ": its watchdog had not run for " + seconds_text(report.late_s) +
+                   " before it fired (the process was stopped or had no CPU): the other ranks asked it meanwhile, "
+                   "reported and may have ended; their reports are the ones to trust\n";
   const std::vector<RankAnswer> answers = ask_the_ranks(report, op);
   // One write, starting a line of its own: rank 0's progress line may be half written (log_root
   // flushes it as it goes), and a launcher merges every rank's streams into one, where the
@@ -609,12 +642,21 @@ void Watchdog::run() {
   const auto timeout = std::chrono::duration<double>(timeout_s_);
   // Often enough that a timeout is seen within a tenth of it (and at most 200 ms late).
   const auto interval = std::chrono::duration<double>(std::clamp(timeout_s_ / 10, 0.01, 0.2));
+  auto looked = std::chrono::steady_clock::now();
   for (;;) {
     std::vector<Monitor> monitors;
     {
       std::unique_lock<std::mutex> lock(s.mutex);
       s.wake.wait_for(lock, interval, [&] { return s.stopping || s.incoming.size() >= kDrainAt; });
       if (s.stopping) return;
+      // Not run for longer than the others wait for an answer: stopped or starved (HangReport::late_s).
+      const auto now = std::chrono::steady_clock::now();
+      const double gap = std::chrono::duration<double>(now - looked).count() - interval.count();
+      if (gap > kAskS) {
+        s.gap_s.store(gap);
+        s.gap_end_s.store(std::chrono::duration<double>(now.time_since_epoch()).count());
+      }
+      looked = now;
       for (OpPtr& op : s.incoming) s.in_flight.push_back(std::move(op));
       s.incoming.clear();
       for (auto& [id, m] : s.monitors) monitors.push_back(m);

@@ -56,7 +56,9 @@
 // every rank in its place (ranks whose calls no longer match, as when one takes a path the
 // others do not: each waits for the other's collective); or, with action=oom, throw
 // OutOfMemory in its place (one rank out of memory). The fault is announced on stderr
-// first. Several faults, each for another rank, go in one LLMHPC_FAULT with ';' between them
+// first. Refused at start-up (UsageError, naming the part): a rank outside the world, op or
+// config below 1, an exit code outside 1..255, a signal outside 1..SIGRTMAX, a delay outside
+// 1 ms..1 h; a run that ends well without its fault firing says so (warn_if_fault_unfired). Several faults, each for another rank, go in one LLMHPC_FAULT with ';' between them
 // ("rank=0,step=1,action=delay:20;rank=1,step=1,action=delay:22": every rank works 20 ms per
 // collective, rank 1 10% longer). A stalled rank has not issued the collective (its last issued
 // number is the one before), as a rank stuck in computation would.
@@ -124,6 +126,9 @@ class Watchdog {
   void start(double timeout_s, int rank, int world_size);
   // Stops the thread; operations still registered are forgotten.
   void stop();
+  // After a run that ended well: says so on stderr where this rank's LLMHPC_FAULT never fired (its
+  // op, config or step never came), as a test that believes it injected a fault would pass on nothing.
+  void warn_if_fault_unfired() const;
   bool enabled() const { return timeout_s_ > 0; }
   double timeout_s() const { return timeout_s_; }
 
@@ -171,6 +176,10 @@ class Watchdog {
     // it waits for. Sequence numbers count every collective of a rank, so a rank outside the
     // group that has not reached the number is held up elsewhere (by a rank of its own groups).
     std::vector<int> group, waited_for;
+    // How long this rank's watchdog had not run just before it fired (0: it ran on time): a
+    // process stopped (SIGSTOP, a debugger) or starved of CPU fires late, after the other ranks
+    // reported and ended, and finds them not answering. Their reports are the ones to trust.
+    double late_s = 0;
     std::string text;
   };
   // Called by fail() on its thread once the report is printed, before the job is aborted, to

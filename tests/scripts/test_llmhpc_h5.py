@@ -290,6 +290,21 @@ def check_hangs(work):
     rows = [line for line in report.hang_section([llmhpc_h5.open_run(directory)]).splitlines() if line.startswith("| `")]
     assert "rank(s) 2 fired after this rank had ended: held up (stopped or slow), not cut off" in rows[0] and \
         "cut off from each other" not in rows[0], rows[0]
+    # Rank 0 stopped: its watchdog fires late (hang_late_s), after rank 2 had reported and ended. The
+    # run line takes rank 2's report, and each row says which rank was held up.
+    names_other(2, 0, "no reply within 2.0 s (a stopped process accepts and never answers)")
+    names_other(0, 2, "connection refused (the process has ended?)")
+    with h5py.File(os.path.join(directory, "rank00000.h5"), "a") as f:
+        f.attrs["hang_late_s"] = 5.1
+    run = llmhpc_h5.open_run(directory)
+    assert [h["late_s"] for h in run.hang_reports()] == [5.1, 0.0], run.hang_reports()
+    rows = [line for line in report.hang_section([run]).splitlines() if line.startswith("| `")]
+    assert "| 0 (node0), fired late |" in rows[0] and "this rank's watchdog fired 5.1 s late (stopped or starved): " \
+        "they had reported and ended meanwhile" in rows[0], rows[0]
+    assert "rank(s) 0 fired late, its watchdog not run for seconds: stopped or starved, the rank to look at" in rows[1] \
+        and "held up" not in rows[1] and "fired too" not in rows[1], rows[1]
+    assert "(ABORTED by the watchdog of rank 2: collective #7 not reached by rank(s) 1" in report.describe(run), \
+        report.describe(run)
 
 
 def main():

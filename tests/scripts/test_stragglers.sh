@@ -30,7 +30,7 @@ slow() {
   local name=$1 np=$2 rank=$3 fault=$4; shift 4
   LLMHPC_FAULT=$fault timeout 120 "$MPIEXEC" --oversubscribe -np "$np" "$BIN" "$@" \
     --out "$WORK/$name" >"$WORK/$name.log" 2>&1 || { fail "$name: the run failed"; tail -15 "$WORK/$name.log"; return; }
-  grep -q "rank $rank sleeps (ms, from here on)" "$WORK/$name.log" || fail "$name: the delay was not announced"
+  grep -q "rank $rank sleeps [0-9]* ms before each collective from" "$WORK/$name.log" || fail "$name: the delay was not announced"
   PYTHONPATH="$ROOT/analysis" "$PY" - "$WORK/$name" <<'EOF' || fail "$name: the files lack the arrival times"
 import sys
 from llmhpc_h5 import open_run
@@ -73,6 +73,18 @@ slow ddp-10pct-rank0 2 0 "rank=0,step=1,action=delay:55;rank=1,step=1,action=del
 LLMHPC_FAULT="rank=0,step=1,action=delay:50;rank=0,step=1,action=delay:55" \
   cli_check 2 "two faults for rank 0" "${DDP[@]}" --steps 1
 LLMHPC_FAULT="rank=0,step=1,action=delay:50;" cli_check 2 "an empty fault" "${DDP[@]}" --steps 1
+# A fault that could never act, or not as written, is refused naming its part.
+for bad in "rank=2,step=1,action=stall|rank 2 is outside 0..1" "rank=1,step=1,action=signal:99|signal 99 is outside" \
+  "rank=1,step=1,action=exit:300|exit code 300 is outside 1..255" "rank=1,step=1,action=delay:-5|delay (ms) -5" \
+  "rank=1,step=1,action=delay:20ms|delay (ms) '20ms' is not a whole number" "rank=1,step=1,action=stal|unknown action 'stal'" \
+  "rank=1,stpe=1,action=stall|unknown key 'stpe'" "rank=1,action=stall|no op=N, config=C or step=S"; do
+  LLMHPC_FAULT=${bad%%|*} cli_check 2 "${bad#*|}" "${DDP[@]}" --steps 1
+done
+# A run that ends well without its fault firing says so.
+LLMHPC_FAULT="rank=1,step=99,action=stall" "$MPIEXEC" --oversubscribe -np 2 -x LLMHPC_FAULT "$BIN" "${DDP[@]}" \
+  --batch-size 2 --steps 2 --out "$WORK/unfired" >"$WORK/unfired.log" 2>&1 &&
+  grep -q "LLMHPC_FAULT for rank 1 never fired" "$WORK/unfired.log" ||
+  fail "a fault whose step never came: not said ($(tail -3 "$WORK/unfired.log"))"
 
 # The naming rule on made-up arrivals (2 ranks, 100 ms steps, rank 1 20 ms late in the steps
 # given, rank 0 in the others): last in most steps is not enough where chance could do it (3 of 3,
