@@ -269,8 +269,11 @@ def ok(row) -> bool:
 
 
 def strategies_table(g: pd.DataFrame, markdown: bool, title: str) -> str:
+    """(a): the strategies that communicate; where only --ddp none ran (each rank alone, e.g. a
+    tensor-parallel sweep's compute), those rows, so that a setup is never left without a table."""
     rows, tp = [], tp_shown(g)
-    for _, r in g[g.ddp != "none"].iterrows():
+    alone = not (g.ddp != "none").any()
+    for _, r in g[(g.ddp != "none") | alone].iterrows():
         t = ok(r)
         rows.append([impl(r), bucket_cell(r), fmt(r.buckets, 0) if t else "-", fmt(r.step_mean), fmt(r.step_std),
                      fmt(r.comm_mean), fmt(r.comm_std), fmt(r.comm_pct, 1) + "%" if t else "-"]
@@ -280,7 +283,8 @@ def strategies_table(g: pd.DataFrame, markdown: bool, title: str) -> str:
                        r.status])
     if not rows:
         return ""
-    return render(f"(a) DDP strategies: {title}\nStep Mean and Std: every rank's steps pooled; Slowest Step: the "
+    heading = "(a) each rank alone (--ddp none): no strategy communicated" if alone else "(a) DDP strategies"
+    return render(f"{heading}: {title}\nStep Mean and Std: every rank's steps pooled; Slowest Step: the "
                   f"mean over the timed steps of the slowest rank's step; Comm: exposed, what the step waited for after "
                   f"backward; Coll. time: the collectives' own device time, hidden or not, NCCL only"
                   + (f"; {TP_WAIT_NOTE}" if tp else "") + ".",

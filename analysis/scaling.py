@@ -788,7 +788,7 @@ def choices(order: pd.DataFrame, per: str = "GPU", ranks: int | None = None) -> 
             continue
         fast, least = g.loc[g.slowest_step_mean.idxmin()], float(g.peak_memory_bytes.min())
         ties = g[[ties_with(r, fast) for _, r in g.iterrows()]]
-        ties = ties.drop_duplicates("layout").sort_values("slowest_step_mean", kind="stable")
+        ties = ties.sort_values("slowest_step_mean", kind="stable").drop_duplicates("layout")  # each at its fastest
         n, batch = int(fast.world_size), int(fast.batch_size)
 
         def said(r):

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 import sys
 
 import matplotlib
@@ -48,6 +49,13 @@ def timed_steps(steps, attrs):
     return steps.iloc[skip:]
 
 
+def steps_cell(kept: int, status: str) -> str:
+    """The steps a record kept; where it kept none and the watchdog ended it at a step, that step:
+    train writes its steps about once a minute, so a run that hung early kept none of them."""
+    hung = re.search(r" at step (\d+)", status) if kept == 0 else None
+    return f"0 kept (hung at step {hung.group(1)})" if hung else str(kept)
+
+
 def report_section(runs: list, out_dir: str, rank=0, decimals: int = 2) -> str:
     rank = 0 if rank is None else rank
     rows, curves, parts = [], [], []
@@ -66,7 +74,9 @@ def report_section(runs: list, out_dir: str, rank=0, decimals: int = 2) -> str:
                    default=math.nan)
         loss = steps["loss"].to_numpy() if "loss" in steps else np.array([])
         tp = int(a.get("tp", 1))
+        overlap = int(a.get("tp_overlap", 1))
         layout = [f"tp {tp} x dp {a.get('dp', a.get('world_size'))}" + (" sp" if a.get("sequence_parallel") else "")
+                  + (f", products in {overlap} chunks" if overlap > 1 else "")
                   if tp > 1 else "dp " + str(a.get("world_size"))] if any_tp else []
         tp_wait = [fmt(stats(timed["tp_comm_ms"])[0], decimals) if "tp_comm_ms" in timed else "-"] if any_tp else []
         # Hybrid sharding: the state cut within groups of the data-parallel ranks, replicated across.
@@ -76,7 +86,7 @@ def report_section(runs: list, out_dir: str, rank=0, decimals: int = 2) -> str:
         rows.append([os.path.basename(os.path.normpath(run.directory)), model_name(a), a.get("world_size")] + layout +
                     [str(a.get("ddp")) + (" bf16" if a.get("grad_reduce_dtype") == "bf16" and a.get("grad_dtype") != "bf16"
                                           else ""),
-                     sharding, rec.status, len(steps),
+                     sharding, rec.status, steps_cell(len(steps), str(rec.status)),
                      fmt(loss[0], 4) if len(loss) else "-", fmt(loss[-1], 4) if len(loss) else "-",
                      fmt(step_mean, decimals), fmt(step_std, decimals), fmt(sync_mean, decimals)] + tp_wait +
                     ["-" if math.isnan(tokens) else f"{tokens:,.0f}",

@@ -574,8 +574,9 @@ void run(ModeContext& ctx, const TrainOptions& o) {
       init ? (", from " + o.init + " at step " + std::to_string(opt->steps_taken())).c_str() : "");
   for (const std::string& note : notes) log_root(rt, "train: %s\n", note.c_str());
   if (micro_batches > 1)
-    log_root(rt, "train: each step in %d micro-batches of %lld sequences per rank, gradients added up%s\n",
-             micro_batches, (long long)micro_size, grads == GradientDType::BF16 ? " in bf16" : "");
+    log_root(rt, "train: each step in %d micro-batches of %lld sequence%s per rank, gradients added up%s\n",
+             micro_batches, (long long)micro_size, micro_size == 1 ? "" : "s",
+             grads == GradientDType::BF16 ? " in bf16" : "");
   note_cpu_bf16(ctx, {precision});
   if (sync)
     log_root(
@@ -602,9 +603,12 @@ void run(ModeContext& ctx, const TrainOptions& o) {
              tp, counted(rt.world_size, "rank").c_str());
 
   if (tp > 1)
-    log_root(rt, "train: tensor parallelism: %s of --tp %d ranks%s, each rank %s of every layer\n",
+    log_root(rt, "train: tensor parallelism: %s of --tp %d consecutive ranks%s, each rank %s of every layer%s\n",
              counted(mesh.dp_size, "group").c_str(), tp, par.sequence_parallel ? " with sequence parallelism" : "",
-             ("1/" + std::to_string(tp)).c_str());
+             ("1/" + std::to_string(tp)).c_str(),
+             par.tp_overlap > 1
+                 ? ("; forward's products in " + std::to_string(par.tp_overlap) + " chunks (--tp-overlap)").c_str()
+                 : "");
   Record rec;
   rec.group = "train";
   rec.attr("model", config.name)

@@ -231,29 +231,32 @@ TEST(TensorParallelLayout, SplitsThatDoNotDivideAreRefused) {
   c = tp_model();
   c.vocab_size = 9;  // padded to 32 at tp 4: rank 2 would hold none of it
   EXPECT_THROW(ParameterLayout(c, TensorSplit{4, 2}), UsageError);
-  // Where the last rank would hold only padding, the message names the next vocabulary that
-  // leaves it some (33 at tp 4: 64 rows, 16 a rank, the last from row 48).
+  // Where the last rank would hold only padding, the message names the largest tp the vocabulary
+  // (a checkpoint's, which cannot change) takes, and the next vocabulary that leaves the last rank
+  // some (33 at tp 4: 64 rows, 16 a rank, the last from row 48).
+  auto fits = [&](int64_t v, int tp) {
+    c.vocab_size = v;
+    try {
+      ParameterLayout(c, TensorSplit{tp, tp - 1});
+      return true;
+    } catch (const UsageError&) {
+      return false;
+    }
+  };
   for (int tp : {2, 3, 4})
     for (int64_t vocab = 1; vocab <= 8 * tp * tp; ++vocab) {
-      c.vocab_size = vocab;
-      auto fits = [&](int64_t v) {
-        c.vocab_size = v;
-        try {
-          ParameterLayout(c, TensorSplit{tp, tp - 1});
-          return true;
-        } catch (const UsageError&) {
-          return false;
-        }
-      };
-      if (fits(vocab)) continue;
+      if (fits(vocab, tp)) continue;
       int64_t next = vocab + 1;
-      while (!fits(next)) ++next;
+      while (!fits(next, tp)) ++next;
+      int most = tp - 1;
+      while (most > 1 && !fits(vocab, most)) --most;
       c.vocab_size = vocab;
       try {
         ParameterLayout(c, TensorSplit{tp, tp - 1});
       } catch (const UsageError& e) {
-        EXPECT_NE(std::string(e.what()).find("give a vocab_size of " + std::to_string(next) + " "), std::string::npos)
-            << e.what();
+        const std::string said = e.what();
+        EXPECT_NE(said.find("give a vocab_size of " + std::to_string(next) + " or more"), std::string::npos) << said;
+        EXPECT_NE(said.find("takes a tp of at most " + std::to_string(most) + ","), std::string::npos) << said;
       }
     }
   c = tp_model();

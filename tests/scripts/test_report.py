@@ -644,6 +644,12 @@ def check_tp_ddp(runs, work):
     ddp.plot_breakdown(df, drawn)
     ddp.plot_breakdown(df.assign(tp_comm_mean=0.0), without)
     assert open(drawn, "rb").read() != open(without, "rb").read(), "the breakdown plot does not draw the tp wait"
+    # Only --ddp none (each rank alone): table (a) lists it rather than leaving the setup without a table.
+    plain = df[df.shard_optimizer == "none"]
+    alone = ddp.strategies_table(plain[plain.ddp == "none"], True, "t")
+    assert alone.startswith("### (a) each rank alone (--ddp none)") and "\n| none |" in alone, alone
+    both = ddp.strategies_table(plain, True, "t")
+    assert both.startswith("### (a) DDP strategies") and "\n| none |" not in both, both
     # The scaling study: beside the one-rank run, TP wait for the tp run's rows, '-' for the other.
     df, _ = ddp.load([runs["tp-ddp"], runs["scaling/strong-np1"]], None)
     models = ddp.comm_models([llmhpc_h5.open_run(runs["scaling/allreduce-np2"])])
@@ -692,6 +698,11 @@ def check_attention(tables, runs):
 def check_train(tables, runs, text):
     """The runs table: losses, and (as the terminal's) the means of the steps after the first, tokens/s
     from the wall time of those steps, global and per rank; the largest rank's peak; each column defined."""
+    import train
+    # A record that kept no step, ended by the watchdog at step 808: the Steps cell says where it hung.
+    hung = "aborted by the watchdog: no progress within --comm-timeout 3.0 s: collective #9 allreduce (...) in 'train' "
+    assert train.steps_cell(0, hung + "at step 808, issued 3.1 s ago") == "0 kept (hung at step 808)"
+    assert train.steps_cell(4, hung + "at step 808, issued 3.1 s ago") == "4" and train.steps_cell(0, "running") == "0"
     with h5py.File(os.path.join(runs["train"], "rank00000.h5"), "r") as f:
         loss = f["train/loss"][()]
         lr, grad_norm = f["train/lr"][()], f["train/grad_norm"][()]
