@@ -773,7 +773,8 @@ def ties_with(r, fast) -> bool:
 
 def choices(order: pd.DataFrame, per: str = "GPU", ranks: int | None = None) -> list:
     """Per model, transport, rank count (two or more; only `ranks` where given) and global batch
-    measured under two or more layouts (a sharded one with an unsharded twin counted as that one),
+    measured under two or more layouts (a sharded one with an unsharded twin counted as that one;
+    --ddp none only where it has no data-parallel peer: elsewhere each rank trains alone),
     a line: the fastest layout, or the layouts that tie with it (ties_with), and the ones with the
     least peak memory
     (within 1% of the least: a tie, every one named); "also the least memory" only where one layout
@@ -782,6 +783,8 @@ def choices(order: pd.DataFrame, per: str = "GPU", ranks: int | None = None) -> 
     keys = [k for k in MODEL_KEYS if k in order.columns] + ["world_size", "batch_size"]
     for _, g in order.groupby(keys, sort=False, dropna=False):
         g = g[[unsharded_twin(order, r) is None for _, r in g.iterrows()]]  # the same computation, named once
+        # --ddp none on several data-parallel ranks trains each rank's own model: a baseline, not a layout.
+        g = g[(g.ddp != "none") | (g.world_size // g.tp == 1)]
         if g.layout.nunique() < 2 or int(g.world_size.iloc[0]) < 2:  # on one rank layouts are names only
             continue
         if ranks is not None and int(g.world_size.iloc[0]) != ranks:

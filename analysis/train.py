@@ -87,7 +87,7 @@ def report_section(runs: list, out_dir: str, rank=0, decimals: int = 2) -> str:
                     [str(a.get("ddp")) + (" bf16" if a.get("grad_reduce_dtype") == "bf16" and a.get("grad_dtype") != "bf16"
                                           else ""),
                      sharding, rec.status, steps_cell(len(steps), str(rec.status)),
-                     fmt(loss[0], 4) if len(loss) else "-", fmt(loss[-1], 4) if len(loss) else "-",
+                     fmt(loss[0], 6) if len(loss) else "-", fmt(loss[-1], 6) if len(loss) else "-",
                      fmt(step_mean, decimals), fmt(step_std, decimals), fmt(sync_mean, decimals)] + tp_wait +
                     ["-" if math.isnan(tokens) else f"{tokens:,.0f}",
                      "-" if math.isnan(tokens) else f"{tokens / int(a['world_size']):,.0f}", gib(peak)])

@@ -443,7 +443,12 @@ std::vector<RankAnswer> Watchdog::ask_the_ranks(HangReport& report, const Op* op
          std::to_string(p.issued) + (p.last_name.empty() ? "" : " " + p.last_name) +
          (p.last_group.empty() ? "" : " among ranks " + p.last_group) + ", last completed #" +
          std::to_string(p.completed) + (p.step >= 0 ? ", now at step " + std::to_string(p.step) : "") +
-         (p.context.empty() ? "" : " of '" + p.context + "'") + ")\n";
+         (p.context.empty() ? "" : " of '" + p.context + "'") + ")" +
+         (p.completed == p.issued ? ": inside no collective, so in its own work (computation, I/O, its data) or "
+                                    "stopped: look at it on " +
+                                        a.host
+                                  : "") +
+         "\n";
   }
   if (behind.size() > kListed) {
     std::vector<int> rest;

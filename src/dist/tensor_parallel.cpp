@@ -80,7 +80,10 @@ CommTensorParallelGroup::Traffic CommTensorParallelGroup::take_traffic(Timer* or
 MeshPlace mesh_place(int rank, int world, int tp) {
   if (tp < 1 || world % tp != 0)
     throw UsageError("{tp} " + std::to_string(tp) + " does not divide the " + counted(world, "rank") +
-                     ": the ranks form groups of tp; give a tp that divides the rank count");
+                     ": the ranks form groups of tp; give a tp that divides the rank count" +
+                     (world < tp && tp >= 1 ? ", or launch a multiple of " + std::to_string(tp) +
+                                                  " ranks (mpirun -np " + std::to_string(tp) + " llmhpc ...)"
+                                            : std::string()));
   return {tp, rank % tp, world / tp, rank / tp};
 }
 

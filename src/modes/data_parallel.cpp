@@ -64,10 +64,11 @@ void add_data_parallel_options(po::options_description& desc, const ListUse& use
        list)
           .c_str())(
       "shard-group", po::value<std::string>()->default_value("auto"),
-      "zero1, zero2 and zero3: how many ranks share one copy of the model state: auto (node for zero2 and zero3, "
+      "zero1, zero2 and zero3: how many data-parallel ranks (all ranks without --tp; under --tp, the ranks "
+      "holding the same part of the model) share one copy of the model state: auto (node for zero2 and zero3, "
       "world for zero1) | node (the ranks of one node: sharded within each node, replicated across nodes, each "
       "step's gradients averaged over the nodes as backward goes on; every rank on one node) | world | N (groups "
-      "of N consecutive ranks, N dividing the ranks)")(
+      "of N consecutive data-parallel ranks, N dividing them)")(
       "share-weights", listable(use, "share-weights", "auto"),
       ("what a sharded optimizer's owners send after their update: master (the fp32 master weights; each rank "
        "casts its bf16 copy again in the next forward and holds none between steps) | bf16 (--precision bf16 "

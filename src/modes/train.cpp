@@ -67,7 +67,8 @@ void add_options(po::options_description& desc) {
       "to mpirun: Open MPI turns Ctrl-C into SIGTERM and kills the ranks a second later)")(
       "save-every", text("0"),
       "also write --save every N steps (0: only at the end), so a killed run loses at most N steps")(
-      "log-every", text("10"), "print the loss every N steps (0: only the last)")(
+      "log-every", text("10"),
+      "print the loss every N steps (0: only the last), with the wall time per step since the first")(
       "grad-accum", text("1"),
       "micro-batches per optimizer step: each rank's share of --batch-size goes through forward and backward in "
       "this many parts, their gradients added up (activations of one part at a time; data parallelism "
@@ -811,8 +812,14 @@ void run(ModeContext& ctx, const TrainOptions& o) {
         std::snprintf(shape, sizeof shape, "  lr %.3e", lr.back());
       if (max_grad_norm > 0)
         std::snprintf(shape + strlen(shape), sizeof shape - strlen(shape), "  grad norm %.4g", grad_norm.back());
-      log_root(rt, "step %5lld/%lld  loss %.6f%s  %.1f ms/step%s\n", (long long)done, (long long)steps, loss.back(),
-               shape, t.step_ms,
+      // The wall time per step, what the run goes at; where the step's own time is well under it,
+      // the rest is the host's part (the batch, waits for a slower rank at the loss's reduction).
+      const double wall_ms = done > 1 ? per_step * 1e3 : t.step_ms;
+      char host[96] = "";
+      if (done > 1 && t.step_ms < 0.8 * wall_ms)
+        std::snprintf(host, sizeof host, "step %.1f + host's part and waits %.1f = ", t.step_ms, wall_ms - t.step_ms);
+      log_root(rt, "step %5lld/%lld  loss %.6f%s  %s%.1f ms/step%s\n", (long long)done, (long long)steps, loss.back(),
+               shape, host, wall_ms,
                last ? "" : (", " + format_duration(per_step * double(steps - done)) + " left").c_str());
     }
     if (!last && !stopped_by && save_every > 0 && done % save_every == 0)

@@ -300,7 +300,8 @@ def check_scaling(tables, runs, text):
                           "Exposed comm, measured / predicted (ms)")
     # Which layout: at 2 ranks and global batch 4 (the ddp run's strategies and the scaling runs)
     # the fastest is the table's smallest step there.
-    twos = [r for r in rows_of(study) if r["Ranks (tp x dp)"] == "2" and r["Global batch"] == "4"]
+    # (--ddp none, each rank training alone, is a baseline, not a layout to choose)
+    twos = [r for r in rows_of(study) if r["Ranks (tp x dp)"] == "2" and r["Global batch"] == "4" and r["Layout"] != "none"]
     best = min(float(r["Step (ms)"]) for r in twos)
     (line,) = [l for l in text.splitlines() if l.startswith("- ") and ", 2 ranks, global batch 4: fastest" in l]
     # Steps equal to the digits printed tie: the one named is any of them; steps within the noise are named
@@ -626,6 +627,11 @@ def check_tp_ddp(runs, work):
     assert all(w.mean() > 0 for w in waited.values()), waited
     out = os.path.join(work, "tp-ddp", "report.md")
     text = run([sys.executable, os.path.join(ANALYSIS, "report.py"), runs["tp-ddp"], "-o", out]).stdout
+    # One rank count, several layouts: the choice among them, zero1 at dp 1 (sharding nothing) not among them.
+    (choice,) = [b for b in text.split("\n### ") if b.startswith("Which layout")]
+    line = choice.split("\n\n")[1]
+    assert line.startswith("- d32_L2 T=16 fp32, 2 ranks, global batch 4: fastest") and "tp 2" in line and \
+        "zero1" not in line, choice
     for column, letter in (("TP wait Mean (ms)", "(a)"), ("TP wait (ms)", "(b)"), ("TP wait (ms)", "(c)"),
                            ("TP wait (ms)", "(f)"), ("TP wait (ms)", "(g)")):
         (block,) = [b for b in text.split("\n### ") if b.startswith(letter)]
