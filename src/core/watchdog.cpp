@@ -177,7 +177,15 @@ void Watchdog::start(double timeout_s, int rank, int world_size) {
       if (f.rank == rank) state_->fault = std::make_unique<Fault>(f);
     }
   }
-  if (timeout_s <= 0) return;
+  if (timeout_s <= 0) {
+    const Fault* f = state_->fault.get();
+    if (f && (f->action == Fault::Stall || f->action == Fault::Diverge))
+      std::fprintf(stderr,
+                   "llmhpc: note: LLMHPC_FAULT %s rank %d with the watchdog off (--comm-timeout 0): nothing ends the "
+                   "job then but its launcher\n",
+                   f->action == Fault::Stall ? "stalls" : "diverges", rank);
+    return;
+  }
   timeout_s_ = timeout_s;
   if (world_size > 1) {
     const std::string closed = state_->board.open(rank, world_size, [this] {
