@@ -20,6 +20,7 @@
 #include <regex>
 #include <sstream>
 
+#include "src/core/progress_board.h"
 #include "src/core/stats.h"
 #include "src/core/stop_request.h"
 #include "src/core/units.h"
@@ -603,13 +604,37 @@ void run(ModeContext& ctx, const TrainOptions& o) {
              "other (run a multiple of --tp ranks for data parallelism across the groups)\n",
              tp, counted(rt.world_size, "rank").c_str());
 
-  if (tp > 1)
-    log_root(rt, "train: tensor parallelism: %s of --tp %d consecutive ranks%s, each rank %s of every layer%s\n",
-             counted(mesh.dp_size, "group").c_str(), tp, par.sequence_parallel ? " with sequence parallelism" : "",
-             ("1/" + std::to_string(tp)).c_str(),
+  if (tp > 1) {
+    // Which ranks work together, where the list is short: the groups of consecutive ranks, and
+    // across them the data-parallel groups of the ranks holding the same part.
+    std::string who;
+    if (mesh.dp_size <= 8) {
+      std::vector<std::string> tp_groups, dp_groups;
+      for (int g = 0; g < mesh.dp_size; ++g) {
+        std::vector<int> ranks(static_cast<size_t>(tp));
+        for (int k = 0; k < tp; ++k) ranks[size_t(k)] = g * tp + k;
+        tp_groups.push_back(rank_ranges(ranks));
+      }
+      for (int k = 0; k < tp && mesh.dp_size > 1; ++k) {
+        std::vector<int> ranks;
+        for (int g = 0; g < mesh.dp_size; ++g) ranks.push_back(g * tp + k);
+        dp_groups.push_back(rank_ranges(ranks));
+      }
+      const auto join = [](const std::vector<std::string>& v, const char* by) {
+        std::string s;
+        for (const std::string& x : v) s += (s.empty() ? "" : by) + x;
+        return s;
+      };
+      who = " (ranks " + join(tp_groups, "; ") +
+            (dp_groups.empty() ? "" : "; data-parallel across them: " + join(dp_groups, "; ")) + ")";
+    }
+    log_root(rt, "train: tensor parallelism: %s of --tp %d consecutive ranks%s%s, each rank %s of every layer%s\n",
+             counted(mesh.dp_size, "group").c_str(), tp, who.c_str(),
+             par.sequence_parallel ? " with sequence parallelism" : "", ("1/" + std::to_string(tp)).c_str(),
              par.tp_overlap > 1
                  ? ("; forward's products in " + std::to_string(par.tp_overlap) + " chunks (--tp-overlap)").c_str()
                  : "");
+  }
   Record rec;
   rec.group = "train";
   rec.attr("model", config.name)
