@@ -312,7 +312,9 @@ class Record:
     rank: int
     path: str                 # e.g. "bench/small_T128_B4_fp32_naive" or "train"
     status: str               # "ok", "oom", "error: ...", "running" (in progress, read with live=True),
-                              # "interrupted" (the run ended while it was measured, or a stream not closed)
+                              # "interrupted" (the run ended while it was measured, or a stream not closed),
+                              # "aborted by the watchdog" (this rank's watchdog ended the run while it was
+                              # measured; the stuck collective is in the file's own status, RankFile.status)
     attrs: dict               # configuration and results as attributes, `status` excluded
     arrays: Arrays            # name -> numpy array (raw per-iteration values), read on first access
 

@@ -4,17 +4,23 @@ study's bucket model, extended to the sharded stages); ddp.report_section calls 
 
     report(df, comm_models, out_dir) -> markdown: the study in short (per layout its efficiency and
         tokens/s per GPU at the most ranks measured, the fastest layout there, steps within their
-        noise named as a tie, and warnings: the model off, ranks that shared cores), every
-        configuration in one table (tokens/s per GPU against one GPU's, MFU, peak memory, exposed
+        noise named as a tie (each configuration ran once: a close choice is worth a second job),
+        and warnings: the model off, ranks that shared cores), every configuration in one table
+        (a sharding stage over a data-parallel group of one rank listed with its unsharded twin,
+        which computes the same, the pair named once in the choice of layout; tokens/s per GPU
+        against one GPU's, MFU, peak memory, exposed
         communication beside the ring model's and the collectives' run it was fitted from, with the
         collectives whose sizes lie outside those that run measured, under tensor parallelism the
-        wait for the group's collectives), then each series' table; scaling.png (tokens/s per GPU and
-        efficiency against ranks, each measured point's nodes; projections where the model is off
-        grey) in out_dir
+        wait for the group's collectives), then each series' table (points where ranks shared cores
+        marked); scaling.png (tokens/s per GPU and efficiency against ranks, each measured point's
+        nodes, a colour and marker per layout; points where ranks shared cores hollow; projections
+        grey where the model is off or unchecked, or ranks shared cores, at the most ranks
+        measured) in out_dir
     On CPU runs the tables and the plot say "per rank" where GPU runs say "per GPU".
 
 A series is one model, context, precision, strategy, bucket size, sharding, tensor parallelism and
-transport measured at two or more rank counts n:
+transport measured at two or more rank counts n (a sharded series whose every point has one
+data-parallel rank is the unsharded series again and is left out: unsharded_twin):
   strong: the same global batch B at every n; speed-up S(n) = T(n0) / T(n) and efficiency
           E(n) = n0 T(n0) / (n T(n)), n0 the fewest ranks measured (1 in scaling.sh);
   weak:   the global batch B = b n at every n, b fixed (under tensor parallelism each group's tp
@@ -83,7 +89,8 @@ exposed communication measured there is off the model's by more than MODEL_TRUST
 predicted outside [0.67, 1.5], by at least 5% of the step), the study table flags the configuration and the series' projections
 say they are not to be trusted: the factor then rescales a model that does not describe the run.
 So do the projections of a series whose most ranks measured are one data-parallel rank (tp x 1),
-where no gradients' collective ran to check the model (projection_unchecked).
+where no gradients' collective ran to check the model (projection_unchecked), and of one whose
+most ranks measured shared cores, where the step measures the ranks' contention (projection_shared).
 Under tensor parallelism (--tp) n counts the n / tp data-parallel ranks, and the collectives inside
 the layers are part of the compute, scaled with it (the study table's TP wait: what the layers
 waited for them, inside forward and backward). analysis/ddp.py's table (i) sets the same model
@@ -498,7 +505,8 @@ class Point(NamedTuple):
     source: str
     nodes: int | None = None  # measured: the nodes the run spanned; projected: None
     origin: str | None = None  # projected: the collectives' run its model was fitted from (fitted_from)
-    trusted: bool = True  # projected: False where the model is off or unchecked at the most ranks measured
+    # projected: False where the model is off or unchecked, or ranks shared cores, at the most ranks measured
+    trusted: bool = True
     shared: bool = False  # measured where ranks shared cores (contention, not scaling)
 
 
@@ -858,7 +866,7 @@ def plot(all_series: list, path: str, per: str = "GPU") -> str:
     scaling left, weak right; all_series: [(kind, setup, layout, points)]. One colour and marker per
     layout, the same in every panel, never grey, each layout a little to the side of its rank counts;
     points where ranks shared cores hollow; projections dashed (grey and thin where the ring model is off or
-    unchecked at the most ranks measured: not to be trusted), the legend naming the collectives' run whose links they assume;
+    unchecked, or the ranks shared cores, at the most ranks measured: not to be trusted), the legend naming the collectives' run whose links they assume;
     where the runs span more than one node, each rank count
     measured with the nodes its runs spanned under it; the legend right of the panels, where it hides
     no line, the figure cut to what it holds."""
@@ -935,10 +943,12 @@ def plot(all_series: list, path: str, per: str = "GPU") -> str:
         handles.append(Line2D([], [], color="black", ls="--", marker="o", mfc="none",
                               label="projection (ring model): assumes the links\nmeasured by "
                               + "\nand ".join(origins)))
+    shared = any(p.shared for *_, points in all_series for p in points)
     if any(not p.trusted for *_, points in all_series for p in points):
         handles.append(Line2D([], [], color="0.6", ls="--", lw=0.8, marker="o", ms=4, mfc="none",
-                              label="projection where the model is off\nor unchecked: not to be trusted"))
-    if any(p.shared for *_, points in all_series for p in points):
+                              label="projection where the model is off\nor unchecked"
+                                    + (" or ranks shared cores" if shared else "") + ":\nnot to be trusted"))
+    if shared:
         handles.append(Line2D([], [], color="black", marker="o", mfc="white", ls="none",
                               label="measured where ranks shared cores:\ncontention, not scaling"))
     handles.append(Line2D([], [], color="grey", ls=":", label="ideal"))
@@ -993,7 +1003,8 @@ def shared_cores(ok: pd.DataFrame, models: dict) -> str:
 def summary(found: list, all_series: list, ok: pd.DataFrame, models: dict, per: str) -> str:
     """The study in a few lines: per layout (and model), the efficiency and tokens/s per GPU at the
     most ranks measured, strong and weak; the fastest layout there (choices: ties named as ties);
-    where the model is off, and where ranks shared cores."""
+    where the model is off, where projections start from one data-parallel rank (unchecked), where
+    ranks shared cores, and that each configuration ran once (with how far twins differed, above 1%)."""
     lines, by_layout, above = [], {}, False
     models_named = len({(model_name(rows.iloc[-1]), int(rows.iloc[-1].context_length), rows.iloc[-1].precision)
                          for *_, rows in found}) > 1
@@ -1074,11 +1085,13 @@ def report(df: pd.DataFrame, models: dict, out_dir: str) -> str:
     plot(all_series, os.path.join(out_dir, "scaling.png"), per)
     origins = list(dict.fromkeys(p.origin for *_, points in all_series for p in points if p.origin))
     grey = any(not p.trusted for *_, points in all_series for p in points)
+    shared = any(p.shared for *_, points in all_series for p in points)
     parts.append(f"![scaling: tokens/s per {per} and efficiency against ranks](scaling.png)"
                  + (f"\n\nProjections (dashed) assume at every rank count the links the collectives' run they take "
-                    f"measured ({'; '.join(origins)})" + ("; grey: the ring model is off at the most ranks measured, "
-                                                          "or nothing there checked it, not to be trusted."
-                                                          if grey else ".") if origins else ""))
+                    f"measured ({'; '.join(origins)})" + ("; grey: at the most ranks measured the ring model is off "
+                                                          "or nothing checked it"
+                                                          + (", or the ranks shared cores" if shared else "")
+                                                          + ": not to be trusted." if grey else ".") if origins else ""))
     return "\n\n".join(p for p in parts if p)
 
 

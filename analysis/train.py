@@ -1,8 +1,10 @@
 """report.py's train section, from llmhpc --mode train runs.
 
     report_section(runs, out_dir)   markdown: one row per run (model, ranks, strategy, sharding,
-                                    steps, first and last loss, step time mean and std, exposed
-                                    sync; where a run used --tp, its tp x dp layout and the
+                                    steps (where a record the watchdog ended kept none, the step
+                                    it hung at), first and last loss (6 decimals), step time mean
+                                    and std, exposed sync; where a run used --tp, its tp x dp
+                                    layout (sp, --tp-overlap's chunks) and the
                                     step's wait for the tensor-parallel collectives; tokens/s,
                                     global and per GPU, and the largest rank's peak memory), a
                                     line defining each column, the loss every few steps (with
@@ -28,7 +30,7 @@ import numpy as np  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from bench import fmt, markdown_table, section_script  # noqa: E402
-from llmhpc_h5 import model_name  # noqa: E402
+from llmhpc_h5 import ABORTED, model_name  # noqa: E402
 from scaling import gib, unit  # noqa: E402
 
 MAX_LOSS_ROWS = 20  # the loss table shows at most this many steps, evenly spread, the last included
@@ -47,6 +49,14 @@ def timed_steps(steps, attrs):
     the graph; the one step of a one-step run."""
     skip = max(min(len(steps) - 1, 2 if attrs.get("cuda_graph") else 1), 0)
     return steps.iloc[skip:]
+
+
+def hang_status(run, rank: int, rec) -> str:
+    """The watchdog's sentence, with the step the run hung at, where it ended the record: the rank
+    file's own status (the record reads just 'aborted by the watchdog'); else the record's."""
+    if rec.status != ABORTED:
+        return str(rec.status)
+    return next((str(rf.status) for rf in run.files if rf.rank == rank), str(rec.status))
 
 
 def steps_cell(kept: int, status: str) -> str:
@@ -86,7 +96,7 @@ def report_section(runs: list, out_dir: str, rank=0, decimals: int = 2) -> str:
         rows.append([os.path.basename(os.path.normpath(run.directory)), model_name(a), a.get("world_size")] + layout +
                     [str(a.get("ddp")) + (" bf16" if a.get("grad_reduce_dtype") == "bf16" and a.get("grad_dtype") != "bf16"
                                           else ""),
-                     sharding, rec.status, steps_cell(len(steps), str(rec.status)),
+                     sharding, rec.status, steps_cell(len(steps), hang_status(run, rank, rec)),
                      fmt(loss[0], 6) if len(loss) else "-", fmt(loss[-1], 6) if len(loss) else "-",
                      fmt(step_mean, decimals), fmt(step_std, decimals), fmt(sync_mean, decimals)] + tp_wait +
                     ["-" if math.isnan(tokens) else f"{tokens:,.0f}",

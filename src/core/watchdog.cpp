@@ -137,7 +137,8 @@ struct Watchdog::State {
   std::atomic<bool> reported{false};  // fail() has printed and kept its report: RankProgress::reported
   std::atomic<bool> settling{false};  // in settle_after_failure: RankProgress::settling
   // The thread's last gap longer than an asking window (kAskS): how long it did not run, and
-  // when it ran again (steady clock, seconds); fail() reports it when it fires within a timeout.
+  // when it ran again (steady clock, seconds); fail() reports it where it ended after the stuck
+  // collective was issued.
   std::atomic<double> gap_s{0}, gap_end_s{0};
   int64_t configs = 0;  // set_context calls so far: the configuration a fault may name
   // The arrival log (the issuing thread's own): a ring of the latest kArrivalSteps steps.
@@ -608,9 +609,13 @@ void Watchdog::fail(const std::string& what, const Op* op) {
   alarm(kAbortDeadlineS);
   const std::string host = host_name();
   HangReport report;
-  const double now_s = std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-  if (state_->gap_s.load() > 0 && now_s - state_->gap_end_s.load() < timeout_s_ + kAskS)
-    report.late_s = state_->gap_s.load();
+  // Late: the thread did not run for a while since the stuck collective was issued (without
+  // one, within the last --comm-timeout), so the others asked meanwhile and may have ended.
+  const auto seconds = [](std::chrono::steady_clock::time_point t) {
+    return std::chrono::duration<double>(t.time_since_epoch()).count();
+  };
+  const double since = op ? seconds(op->issued) : seconds(std::chrono::steady_clock::now()) - timeout_s_;
+  if (state_->gap_s.load() > 0 && state_->gap_end_s.load() > since) report.late_s = state_->gap_s.load();
   report.what = what + (op ? ": " + describe(*op) : "");
   report.collective = op ? op->seq : completed_.load() + 1;
   if (op && op->group) report.group = *op->group;
@@ -618,8 +623,9 @@ void Watchdog::fail(const std::string& what, const Op* op) {
                 "\n  rank " + std::to_string(rank_) + ": last enqueued collective #" +
                 std::to_string(enqueued_.load()) + ", last completed #" + std::to_string(completed_.load()) + "\n";
   if (report.late_s > 0)
-    report.text += "  rank " + std::to_string(rank_) + ": its watchdog had not run for " + seconds_text(report.late_s) +
-                   " before it fired (the process was stopped or had no CPU): the other ranks asked it meanwhile, "
+    report.text += "  rank " + std::to_string(rank_) + ": its watchdog went " + seconds_text(report.late_s) +
+                   " without running while the collective waited (the process was stopped or had no CPU): the other "
+                   "ranks asked it meanwhile, "
                    "reported and may have ended; their reports are the ones to trust\n";
   const std::vector<RankAnswer> answers = ask_the_ranks(report, op);
   // One write, starting a line of its own: rank 0's progress line may be half written (log_root

@@ -8,7 +8,10 @@
 // that needs nothing from the stuck main threads), then prints, in one write, which operation
 // (name, bytes, sequence number, the configuration and step it was issued in) with this rank's
 // last enqueued and last completed sequence numbers, and which ranks had and had not issued
-// that collective and which did not answer, with their hosts; keeps that report in the rank
+// that collective (one not reached and inside no collective named as in its own work or
+// stopped, on its host) and which did not answer, with their hosts, and where this thread went
+// without running for more than kAskS while the collective waited (the process stopped or
+// starved: the others have likely reported and ended), that too; keeps that report in the rank
 // file (set_on_abort: only where no HDF5 file is open within a second, io/h5.h's
 // library_lock), goes on answering the other ranks' watchdogs until those that were inside a
 // collective when asked say they have reported too, or for one asking window at most (kAskS:
@@ -57,8 +60,10 @@
 // others do not: each waits for the other's collective); or, with action=oom, throw
 // OutOfMemory in its place (one rank out of memory). The fault is announced on stderr
 // first. Refused at start-up (UsageError, naming the part): a rank outside the world, op or
-// config below 1, an exit code outside 1..255, a signal outside 1..SIGRTMAX, a delay outside
-// 1 ms..1 h; a run that ends well without its fault firing says so (warn_if_fault_unfired). Several faults, each for another rank, go in one LLMHPC_FAULT with ';' between them
+// config below 1, a step below 0, an exit code outside 1..255, a signal outside 1..SIGRTMAX, a
+// delay outside 1 ms..1 h, an unknown key or action, no rank or no condition. With the watchdog
+// off (--comm-timeout 0) a stall or diverge fault is noted at start: only the launcher ends that
+// job. A run that ends well without its fault firing says so (warn_if_fault_unfired). Several faults, each for another rank, go in one LLMHPC_FAULT with ';' between them
 // ("rank=0,step=1,action=delay:20;rank=1,step=1,action=delay:22": every rank works 20 ms per
 // collective, rank 1 10% longer). A stalled rank has not issued the collective (its last issued
 // number is the one before), as a rank stuck in computation would.
@@ -120,9 +125,9 @@ class Watchdog {
 
   static Watchdog& instance();
 
-  // Starts the thread (timeout_s > 0), opens the progress board (timeout_s > 0, several
-  // ranks: collective over MPI_COMM_WORLD) and reads LLMHPC_FAULT. Throws UsageError on a
-  // malformed LLMHPC_FAULT. Call once, on every rank, after MPI is up.
+  // Reads LLMHPC_FAULT (every rank parses every fault: UsageError on a malformed or
+  // out-of-range one) and, with timeout_s > 0, starts the thread and opens the progress board
+  // (several ranks: collective over MPI_COMM_WORLD). Call once, on every rank, after MPI is up.
   void start(double timeout_s, int rank, int world_size);
   // Stops the thread; operations still registered are forgotten.
   void stop();
@@ -176,9 +181,10 @@ class Watchdog {
     // it waits for. Sequence numbers count every collective of a rank, so a rank outside the
     // group that has not reached the number is held up elsewhere (by a rank of its own groups).
     std::vector<int> group, waited_for;
-    // How long this rank's watchdog had not run just before it fired (0: it ran on time): a
-    // process stopped (SIGSTOP, a debugger) or starved of CPU fires late, after the other ranks
-    // reported and ended, and finds them not answering. Their reports are the ones to trust.
+    // How long this rank's watchdog went without running (more than kAskS) while the stuck
+    // collective waited (0: it ran on time): a process stopped (SIGSTOP, a debugger) or starved
+    // of CPU fires late, after the other ranks reported and ended, and finds them not answering.
+    // Their reports are the ones to trust.
     double late_s = 0;
     std::string text;
   };

@@ -71,20 +71,23 @@ ParameterLayout::ParameterLayout(const ModelConfig& c, TensorSplit tp) : tp_(tp)
   vocab_valid_ = std::clamp(c.vocab_size - vocab_begin(), int64_t(0), vocab_rows_);
   if (vocab_valid_ == 0) {
     // Every rank holds some of the vocabulary (the last holds the least): the next vocabulary up
-    // that does so at this tp, and the largest tp this vocabulary (a checkpoint's too) allows.
+    // that does so at this tp, and the largest tp below this one that this vocabulary (a
+    // checkpoint's, which cannot change) allows. The sizes that fit are not all the small ones:
+    // 67 fits 2, 3 and 5, not 4.
     const auto fits = [](int64_t vocab, int size) {
       return (vocab - 1) / (padded_vocab(vocab, size) / size) >= size - 1;
     };
     int64_t more = c.vocab_size + 1;
     while (!fits(more, tp.size)) ++more;
-    int most = tp.size - 1;
-    while (most > 1 && !fits(c.vocab_size, most)) --most;
-    throw UsageError(
-        "{vocab_size} " + std::to_string(c.vocab_size) + " is too small for {tp} " + std::to_string(tp.size) +
-        ": padded to " + std::to_string(padded_vocab(c.vocab_size, tp.size)) + " rows (a multiple of 8 x tp), " +
-        std::to_string(vocab_rows_) + " a rank, rank " + std::to_string(tp.rank) +
-        " would hold only padding; this vocabulary (a checkpoint's too) takes a " + "{tp} of at most " +
-        std::to_string(most) + ", or give a {vocab_size} of " + std::to_string(more) + " or more for a new model");
+    int below = tp.size - 1;
+    while (below > 1 && !fits(c.vocab_size, below)) --below;
+    throw UsageError("{vocab_size} " + std::to_string(c.vocab_size) + " is too small for {tp} " +
+                     std::to_string(tp.size) + ": padded to " + std::to_string(padded_vocab(c.vocab_size, tp.size)) +
+                     " rows (a multiple of 8 x tp), " + std::to_string(vocab_rows_) + " a rank, rank " +
+                     std::to_string(tp.rank) + " would hold only padding; this vocabulary (a checkpoint's too) takes " +
+                     "{tp} " + std::to_string(below) + " (the largest below " + std::to_string(tp.size) +
+                     " that leaves every rank some of it), or give a {vocab_size} of " + std::to_string(more) +
+                     " or more for a new model");
   }
   int64_t whole_total = 0;
   auto add = [&](const std::string& name, Shape whole, int layer, bool matrix, Split split = Split::Whole) {
