@@ -9,7 +9,8 @@
 One group of tables per setup (model, context, global batch, precision, attention, ranks):
   (a) strategies: implementation, bucket size, buckets, step mean/std, exposed communication
       mean/std, comm % of step, the slowest rank's step, MiB all-reduced per step, peak memory,
-      status (the reference naive/flat/overlap table);
+      status (the reference naive/flat/overlap table); where only --ddp none ran (each rank
+      alone, e.g. a tensor-parallel sweep's compute), those rows instead;
   (b) bucket sizes: bucketed at each --bucket-mb beside naive, flat and overlap, with the
       speed-ups over naive and overlap (the reference ddp_bucketed table);
   (c) the cost of data parallelism: each strategy's step against `none`, the compute-only
@@ -69,7 +70,9 @@ has TP wait beside the exposed communication: what the layers waited for the ten
 group's collectives (tp_comm_ms), inside forward and backward, not added to them. report_section
 (analysis/report.py) prints the same tables, draws ddp_breakdown.png (each strategy's step: compute
 against exposed communication, the tp wait hatched over forward and backward) and, with runs at
-several rank counts, the scaling study (analysis/scaling.py).
+several rank counts, the scaling study (analysis/scaling.py); at one rank count, the choice of
+layout among those run at the same ranks and global batch (scaling.choices: --ddp none on several
+data-parallel ranks never chosen).
 Files are read only through analysis/llmhpc_h5.py.
 """
 from __future__ import annotations
@@ -808,8 +811,8 @@ def comm_models(all_runs: list) -> dict:
 
 def report_section(runs: list, out_dir: str, all_runs=None) -> str:
     """report.py's ddp section: tables (a)-(i) per setup, o and w of (e) and (i) from a comm run of the same
-    rank count among all_runs (else fitted), ddp_breakdown.png, and with several rank counts the
-    scaling study (analysis/scaling.py) before them."""
+    rank count among all_runs (else fitted), ddp_breakdown.png, and before them, with several rank
+    counts the scaling study (analysis/scaling.py), with one the choice of layout (scaling.choices)."""
     df, _ = load([run.directory for run in runs], None)
     models = comm_models(all_runs)
     # Several rank counts make a scaling study: its tables first, each setup's after.

@@ -18,7 +18,8 @@ analysis/device_clocks.py's (the clocks, the slowdown reasons, power and tempera
 several ranks analysis/stragglers.py's (the rank last to arrive at each step's collectives, and the
 ranks consistently late); ddp runs on the nccl backend analysis/timeline.py's (where each configuration's
 collectives ran beside the compute stream's phases, and a plot of its last steps); runs the watchdog ended, a Hangs section (what each rank's watchdog found:
-the stuck collective, the ranks that had and had not issued it, with their hosts). The report is written to --output (default DIR/report.md of the
+the stuck collective, the ranks that had and had not issued it, with their hosts; a rank whose watchdog
+fired late, stopped, marked, and the run's line taken from an on-time report). The report is written to --output (default DIR/report.md of the
 first DIR) and printed. Files are read only through analysis/llmhpc_h5.py.
 """
 from __future__ import annotations
@@ -98,7 +99,9 @@ def no_answer_cell(h: dict, fired: dict) -> str:
     rank found the other stopped (it accepted the connection and never answered: woken as the job
     ended, a stopped process fires late and finds this rank gone), which was held up, not cut off;
     where the other does not name this rank, it was aborting the job when this rank asked (a
-    waiting rank, not one to look at)."""
+    waiting rank, not one to look at). Where this rank's own watchdog fired late (late_s: stopped
+    or starved), the others had reported and ended, and the cell says so; a rank among them whose
+    report is late is named as the rank to look at."""
     if h.get("late_s", 0) > 0:  # this rank was the one held up: the others had reported and ended
         return (f"{h['no_answer']} ({h['no_answer_hosts']}); this rank's watchdog fired {h['late_s']:.1f} s late "
                 "(stopped or starved): they had reported and ended meanwhile")
@@ -159,7 +162,8 @@ def hang_section(runs: list) -> str:
             "asked every other rank how far it got and kept the answers in its file (ranks with their hosts; "
             "a rank that never issued the collective is the one to look at; one that gave no answer was "
             "stopped or unreachable; one that issued it as another collective took another path through the "
-            "run).\n\n"
+            "run; a row marked fired late is a rank whose watchdog went seconds without running, stopped or "
+            "starved: its report came after the others had ended, and it is the rank to look at).\n\n"
             + bench.markdown_table(["run", "rank (host)", "stuck collective", "reached", "not reached (hosts)",
                                     "no answer (hosts)", "issued differently"], rows))
 

@@ -18,8 +18,9 @@
 # communication and the collectives' device time beside the model's, and the collectives' run it
 # takes, with its ranks and nodes), then each series with projections to larger clusters (each
 # labelled "projection"), and scaling.png (tokens/s per GPU and efficiency against ranks; per rank
-# on CPUs). Each configuration runs once: the report counts close layouts as a tie, and a close
-# choice is worth a second job. OUT (default results/llmhpc-scaling-<job id> under sbatch,
+# on CPUs). Each configuration runs once, in turn: the report names layouts as a tie only within
+# their timed steps' noise, not the host's drift between configurations, so a close choice is
+# worth a second job. OUT (default results/llmhpc-scaling-<job id> under sbatch,
 # results/scaling-<time> otherwise) holds $OUT/strong-np<N>, $OUT/weak-np<N> (none
 # where its global batch is STRONG_BATCH: that configuration is strong-np<N>, which the weak series
 # takes), $OUT/collectives-np<N>.
@@ -148,8 +149,8 @@ if [ "$DEVICE" = cpu ] && [ -z "$SHAPE" ] && [ "$MODELS" != tiny ]; then  # xl's
 fi
 mkdir -p "$OUT"
 echo "scaling: ranks $RANKS, strong global batch $STRONG_BATCH, weak per-rank batch $WEAK_BATCH; results in $OUT"
-# A series of one point has nothing to scale: with one rank count the report has mode ddp's tables
-# of it and no scaling section. A tensor-parallel series starts from the one-rank run where RANKS
+# A series of one point has nothing to scale: with one rank count the report has no scaling
+# section; it opens with the choice of layout, then mode ddp's tables. A tensor-parallel series starts from the one-rank run where RANKS
 # and TP both hold 1.
 one_rank=$(tr ',' '\n' <<<"$RANKS" | grep -cx 1 || true)
 tr ',' '\n' <<<"$TP" | grep -qx 1 || one_rank=0

@@ -7,7 +7,8 @@
 #      rank as not having reached the stuck collective and the stopped one as not answering; a rank
 #      killed mid-benchmark must end the job; a rank that issues a host barrier where the other
 #      issues an NCCL collective is named as having issued it differently; every rank file stays
-#      readable (finished configurations ok, the interrupted one marked).
+#      readable (finished configurations ok; the one being measured reads "aborted by the
+#      watchdog" where that rank's watchdog fired, else interrupted).
 #   2. the watchdog's cost: comm busbw with the watchdog (--comm-timeout 600) and without it
 #      (--comm-timeout 0: blocking communicator, no thread, no events), alternating REPS times.
 #   3. soak: a comm run (all-reduce at SOAK_SIZES, SOAK_COMM_S seconds each) and a ddp run
@@ -75,8 +76,8 @@ for r in run.records(None, rank=None):
         for name in r.arrays:
             r.arrays[name]  # every array of a finished record reads
 print(f"{sys.argv[1]}: ranks {run.ranks}, records by status {statuses}")
-# the record the watchdog ended keeps its report (status "aborted by the watchdog: ..."), the one
-# a rank was in when the launcher ended it is marked interrupted
+# the record being measured reads "aborted by the watchdog" where that rank's watchdog fired (the
+# report is in the file's own status), else interrupted
 assert set(statuses) <= {"ok", "interrupted", "aborted by the watchdog"} and statuses.get("ok"), statuses
 EOF
 }
