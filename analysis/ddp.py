@@ -334,7 +334,8 @@ def overhead_table(g: pd.DataFrame, markdown: bool, title: str) -> str:
     # The clock says what the step's time alone does not: a power-capped GPU that clocks down as it
     # warms makes the first configuration of a run faster, and its clock swings for a few seconds
     # after each configuration's build (llmhpc --heat-s heats every configuration).
-    return render(f"(c) overhead of data parallelism: {title}\nnone: each rank alone at the local batch; SM MHz: "
+    alone = "each tensor-parallel group alone" if tp else "each rank alone"  # tp: the TP wait is shown
+    return render(f"(c) overhead of data parallelism: {title}\nnone: {alone} at the local batch; SM MHz: "
                   f"the lowest rank's median clock" + (f"; {TP_WAIT_NOTE}" if tp else "") + ".",
                   ["Impl", "Bucket (MiB)", "Slowest Step (ms)", "none (ms)", "Overhead (ms)", "Overhead", "Fwd (ms)",
                    "Bwd (ms)", "Comm (ms)"] + (["TP wait (ms)"] if tp else []) + ["Opt (ms)", "SM MHz", "Status"],
@@ -553,8 +554,9 @@ def state_table(g: pd.DataFrame, markdown: bool, title: str) -> str:
                      "-" if math.isnan(measured) or not predicted > 0 else f"{measured / predicted:.3f}",
                      mib(fsdp_state_per_device(p, n)) if p else "-", r.status])
     part = " of a rank's tensor-parallel part" if tp > 1 else ""
-    where = (f"P = {p:,} parameters{part}, " if p else "") + "n the ranks that share one copy of the state (all, or " \
-        "--shard-group's under zero2 and zero3)"
+    where = (f"P = {p:,} parameters{part}, " if p else "") + "n the ranks that share one copy of the state (all " \
+        + ("the data-parallel ranks, those holding the same part" if tp > 1 else "of them") \
+        + ", or --shard-group's under zero2 and zero3)"
     if first.precision == "bf16":
         where += f", F = {f:,} read in fp32 under bf16 (the embedding and norm gains)"
     return render(f"(h) model state per rank by stage: {title}\nMiB held between steps: the largest rank's params + "

@@ -642,6 +642,8 @@ def check_tp_ddp(runs, work):
         for r in (dict(zip(header, r)) for r in rows):
             key = (r["Impl"], r.get("Sharding", "none"))
             close(r[column], waited[key].mean(), f"{letter} {key}: TP wait")
+    (block,) = [b for b in text.split("\n### ") if b.startswith("(c)")]
+    assert "none: each tensor-parallel group alone at the local batch" in block, block  # not "each rank alone"
     (block,) = [b for b in text.split("\n### ") if b.startswith("(i)")]
     assert "TP wait" in block.split("\n\n")[1], block  # no all-reduce model here: the definition, no table
     assert "Hatched: what the layers waited for the tensor-parallel group's collectives" in text, text
