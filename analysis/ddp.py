@@ -820,11 +820,11 @@ def report_section(runs: list, out_dir: str, all_runs=None) -> str:
     # Several rank counts make a scaling study: its tables first, each setup's after.
     sections = [scaling.report(df, models, out_dir)] if df.world_size.nunique() > 1 else []
     if not sections:  # one rank count: no scaling study, but the choice of layout among what ran
-        picks = scaling.choices(scaling.study_order(scaling.ok_runs(df)), scaling.unit(df))
+        order = scaling.study_order(scaling.ok_runs(df))
+        picks = scaling.choices(order, scaling.unit(df))
         if picks:
             sections.append("### Which layout, where two or more ran at the same ranks and global batch\n\n"
-                            + "\n".join(picks) + "\n\nEach configuration ran once, in turn: where layouts are close, "
-                            "run again to confirm the choice.")
+                            + "\n".join(picks) + f"\n\n{scaling.ran_once_note(order)}")
     tables, _ = all_tables(df, [], lambda g: models.get((int(g.world_size.iloc[0]),
                                                           scaling.transport(g.run.iloc[0]))), True)
     sections += tables

@@ -102,11 +102,11 @@ def no_answer_cell(h: dict, fired: dict) -> str:
     waiting rank, not one to look at). Where this rank's own watchdog fired late (late_s: stopped
     or starved), the others had reported and ended, and the cell says so; a rank among them whose
     report is late is named as the rank to look at."""
-    if h.get("late_s", 0) > 0:  # this rank was the one held up: the others had reported and ended
+    if fired_late(h):  # this rank was the one held up: the others had reported and ended
         return (f"{h['no_answer']} ({h['no_answer_hosts']}); this rank's watchdog fired {h['late_s']:.1f} s late "
                 "(stopped or starved): they had reported and ended meanwhile")
     theirs = [r for r in rank_list(h["no_answer"]) if r in fired]
-    late = [r for r in theirs if fired[r].get("late_s", 0) > 0]
+    late = [r for r in theirs if fired_late(fired[r])]
     theirs = [r for r in theirs if r not in late]
     named_us = [r for r in theirs if h["rank"] in rank_list(fired[r]["no_answer"])]
     stopped = STOPPED in h["report"]
@@ -118,10 +118,16 @@ def no_answer_cell(h: dict, fired: dict) -> str:
     return "; ".join([f"{h['no_answer']} ({h['no_answer_hosts']})"] + notes)
 
 
+def fired_late(h: dict) -> bool:
+    """Whether a Run.hang_reports() entry's watchdog fired late (stopped or starved: its report came
+    after the others had reported and ended)."""
+    return h.get("late_s", 0) > 0
+
+
 def leading_report(hangs: list) -> dict:
     """The report that speaks for the run: the first of a rank whose watchdog fired on time (a late
     one, from a stopped rank, was made after the others had ended)."""
-    return next((h for h in hangs if not h.get("late_s", 0) > 0), hangs[0])
+    return next((h for h in hangs if not fired_late(h)), hangs[0])
 
 
 def describe(run) -> str:
@@ -152,7 +158,7 @@ def hang_section(runs: list) -> str:
     for run in runs:
         hangs = run.hang_reports()
         fired = {h["rank"]: h for h in hangs}
-        rows += [[f"`{run.directory}`", f"{h['rank']} ({h['host']})" + (", fired late" if h.get("late_s", 0) > 0 else ""),
+        rows += [[f"`{run.directory}`", f"{h['rank']} ({h['host']})" + (", fired late" if fired_late(h) else ""),
                   stuck_collective(h["what"]), h["reached"] or "-",
                   f"{h['not_reached']} ({h['not_reached_hosts']})" if h["not_reached"] else "-",
                   no_answer_cell(h, fired) if h["no_answer"] else "-", h.get("mismatched") or "-"] for h in hangs]

@@ -206,18 +206,28 @@ def unsharded_twin(ok: pd.DataFrame, r):
     return None if same.empty else same.index[0]
 
 
+def twin_pairs(ok: pd.DataFrame) -> list:
+    """[(configuration, its unsharded twin)], rows of ok, for every configuration that has one."""
+    return [(r, ok.loc[t]) for _, r in ok.iterrows() for t in [unsharded_twin(ok, r)] if t is not None]
+
+
 def twin_drift(ok: pd.DataFrame) -> float:
-    """The most two configurations that compute the same (unsharded_twin) differed by in step, over
+    """The most two configurations that compute the same (twin_pairs) differed by in step, over
     the faster's: the stage's own work at one rank (a collective of one rank copies) plus how far
     configurations run in turn drift apart beyond their own steps' noise; 0 where no such pair ran."""
-    drift = 0.0
-    for _, r in ok.iterrows():
-        twin = unsharded_twin(ok, r)
-        if twin is not None:
-            a, b = float(r.slowest_step_mean), float(ok.loc[twin].slowest_step_mean)
-            if min(a, b) > 0:
-                drift = max(drift, abs(a - b) / min(a, b))
-    return drift
+    steps = [(float(r.slowest_step_mean), float(t.slowest_step_mean)) for r, t in twin_pairs(ok)]
+    return max((abs(a - b) / min(a, b) for a, b in steps if min(a, b) > 0), default=0.0)
+
+
+def ran_once_note(order: pd.DataFrame) -> str:
+    """The caveat under a choice of layout: each configuration ran once, and (where twins ran) how far
+    configurations computing the same differed."""
+    drift = twin_drift(order)
+    return ("Each configuration ran once, in turn: a tie counts its timed steps' noise, not how far the host's speed "
+            "drifts between configurations"
+            + (f" (configurations computing the same differed by up to {100 * drift:.1f}%)" if drift > TIE_SHARE
+               else "")
+            + ". Where layouts are close, run again to confirm the choice.")
 
 
 def model_name(r) -> str:
@@ -684,7 +694,7 @@ def study_table(df: pd.DataFrame, models: dict, per: str = "GPU") -> str:
                   "collectives have no peer: the exposed comm measured there is the strategy's own work around them "
                   "(the library's call on a group of one rank, which moves nothing over a link, and the passes over "
                   "the gradients), not time on a network.")
-    twins = [(r, order.loc[t]) for _, r in order.iterrows() for t in [unsharded_twin(order, r)] if t is not None]
+    twins = twin_pairs(order)
     if twins:  # the same computation twice
         said = "; ".join(f"{r.folder} {r.layout} {fmt(r.slowest_step_mean)} ms against {fmt(t.slowest_step_mean)} ms "
                          f"unsharded" for r, t in twins)
@@ -988,8 +998,8 @@ def shared_cores(ok: pd.DataFrame, models: dict) -> str:
     what the rank files record): the runs and what each node held; '' where none did."""
     runs = {}
     for _, r in ok.iterrows():
-        if str(_attr(r, "cores_shared", "")):
-            runs.setdefault(os.path.basename(os.path.normpath(r.run)), r.cores_shared)
+        if cores_were_shared(r):
+            runs.setdefault(os.path.basename(os.path.normpath(r.run)), cores_were_shared(r))
     for m in models.values():
         if m.get("cores_shared"):
             runs.setdefault(m.get("folder", "?"), m["cores_shared"])
@@ -1038,12 +1048,7 @@ def summary(found: list, all_series: list, ok: pd.DataFrame, models: dict, per: 
     if shared:
         lines.append(f"- {shared} Their points are hollow in scaling.png, and projections from them grey.")
     if picks:
-        drift = twin_drift(order)
-        lines.append("- Each configuration ran once, in turn: a tie counts its timed steps' noise, not how far the "
-                     "host's speed drifts between configurations"
-                     + (f" (configurations computing the same differed by up to {100 * drift:.1f}%)"
-                        if drift > TIE_SHARE else "")
-                     + ". Where layouts are close, run the job again to confirm the choice.")
+        lines.append(f"- {ran_once_note(order)}")
     return "### Scaling study: in short\n\n" + "\n".join(lines) if lines else ""
 
 

@@ -97,6 +97,11 @@ Fault parse_fault(const std::string& text, int world_size) {
   return f;
 }
 
+// A steady-clock time in seconds, as the thread's gaps are kept (State::gap_end_s).
+double steady_seconds(std::chrono::steady_clock::time_point t) {
+  return std::chrono::duration<double>(t.time_since_epoch()).count();
+}
+
 std::string seconds_text(double s) { return fmt(s, s < 10 ? 1 : 0) + " s"; }
 // "allreduce (nccl, 4000 bytes)": a call as the reports name it.
 std::string call_text(const std::string& name, const std::string& backend, uint64_t bytes) {
@@ -611,10 +616,7 @@ void Watchdog::fail(const std::string& what, const Op* op) {
   HangReport report;
   // Late: the thread did not run for a while since the stuck collective was issued (without
   // one, within the last --comm-timeout), so the others asked meanwhile and may have ended.
-  const auto seconds = [](std::chrono::steady_clock::time_point t) {
-    return std::chrono::duration<double>(t.time_since_epoch()).count();
-  };
-  const double since = op ? seconds(op->issued) : seconds(std::chrono::steady_clock::now()) - timeout_s_;
+  const double since = op ? steady_seconds(op->issued) : steady_seconds(std::chrono::steady_clock::now()) - timeout_s_;
   if (state_->gap_s.load() > 0 && state_->gap_end_s.load() > since) report.late_s = state_->gap_s.load();
   report.what = what + (op ? ": " + describe(*op) : "");
   report.collective = op ? op->seq : completed_.load() + 1;
@@ -673,7 +675,7 @@ void Watchdog::run() {
       const double gap = std::chrono::duration<double>(now - looked).count() - interval.count();
       if (gap > kAskS) {
         s.gap_s.store(gap);
-        s.gap_end_s.store(std::chrono::duration<double>(now.time_since_epoch()).count());
+        s.gap_end_s.store(steady_seconds(now));
       }
       looked = now;
       for (OpPtr& op : s.incoming) s.in_flight.push_back(std::move(op));

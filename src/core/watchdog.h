@@ -63,7 +63,8 @@
 // config below 1, a step below 0, an exit code outside 1..255, a signal outside 1..SIGRTMAX, a
 // delay outside 1 ms..1 h, an unknown key or action, no rank or no condition. With the watchdog
 // off (--comm-timeout 0) a stall or diverge fault is noted at start: only the launcher ends that
-// job. A run that ends well without its fault firing says so (warn_if_fault_unfired). Several faults, each for another rank, go in one LLMHPC_FAULT with ';' between them
+// job. A run that ends well without its fault firing says so (warn_if_fault_unfired). Several
+// faults, each for another rank, go in one LLMHPC_FAULT with ';' between them
 // ("rank=0,step=1,action=delay:20;rank=1,step=1,action=delay:22": every rank works 20 ms per
 // collective, rank 1 10% longer). A stalled rank has not issued the collective (its last issued
 // number is the one before), as a rank stuck in computation would.

@@ -605,28 +605,21 @@ void run(ModeContext& ctx, const TrainOptions& o) {
              tp, counted(rt.world_size, "rank").c_str());
 
   if (tp > 1) {
-    // Which ranks work together, where the list is short: the groups of consecutive ranks, and
-    // across them the data-parallel groups of the ranks holding the same part.
+    // Which ranks work together, where the list is short: each tensor-parallel group and, across
+    // them, each data-parallel group of the ranks holding the same part (mesh_place's layout).
     std::string who;
     if (mesh.dp_size <= 8) {
+      std::vector<std::vector<int>> in_tp(static_cast<size_t>(mesh.dp_size)), in_dp(static_cast<size_t>(tp));
+      for (int r = 0; r < rt.world_size; ++r) {
+        const MeshPlace p = mesh_place(r, rt.world_size, tp);
+        in_tp[size_t(p.dp_rank)].push_back(r);
+        in_dp[size_t(p.tp_rank)].push_back(r);
+      }
       std::vector<std::string> tp_groups, dp_groups;
-      for (int g = 0; g < mesh.dp_size; ++g) {
-        std::vector<int> ranks(static_cast<size_t>(tp));
-        for (int k = 0; k < tp; ++k) ranks[size_t(k)] = g * tp + k;
-        tp_groups.push_back(rank_ranges(ranks));
-      }
-      for (int k = 0; k < tp && mesh.dp_size > 1; ++k) {
-        std::vector<int> ranks;
-        for (int g = 0; g < mesh.dp_size; ++g) ranks.push_back(g * tp + k);
-        dp_groups.push_back(rank_ranges(ranks));
-      }
-      const auto join = [](const std::vector<std::string>& v, const char* by) {
-        std::string s;
-        for (const std::string& x : v) s += (s.empty() ? "" : by) + x;
-        return s;
-      };
+      for (const std::vector<int>& g : in_tp) tp_groups.push_back(rank_ranges(g));
+      for (const std::vector<int>& g : in_dp) dp_groups.push_back(rank_ranges(g));
       who = " (ranks " + join(tp_groups, "; ") +
-            (dp_groups.empty() ? "" : "; data-parallel across them: " + join(dp_groups, "; ")) + ")";
+            (mesh.dp_size > 1 ? "; data-parallel across them: " + join(dp_groups, "; ") : "") + ")";
     }
     log_root(rt, "train: tensor parallelism: %s of --tp %d consecutive ranks%s%s, each rank %s of every layer%s\n",
              counted(mesh.dp_size, "group").c_str(), tp, who.c_str(),
