@@ -203,8 +203,13 @@ submit() {  # submit NAME SCRIPT [sbatch options]: sbatch --wait on node0, from 
   local name=$1 script=$2
   shift 2
   echo "$script $*" >"$tmp/$name.what"
-  # node2 is left out: part (a)'s partition cuts it off while they run.
-  in_node 0 env -C "$ROOT" -u NP -u LLMHPC_ROOT -u RANKS "${JOB_ENV[@]}" timeout 150 sbatch --wait --parsable \
+  # node2 is left out: part (a)'s partition cuts it off while they run. Each job's Open MPI
+  # temporary files in a folder of its own, as in launch(): the fake nodes share one /tmp, and the
+  # jobs' mpiruns start at the same moment (one of them failed so, 1 run in 7, its daemon on node1
+  # "unexpectedly failed after launch").
+  mkdir -p "$tmp/ompi-$name"
+  in_node 0 env -C "$ROOT" -u NP -u LLMHPC_ROOT -u RANKS "${JOB_ENV[@]}" OMPI_MCA_orte_tmpdir_base="$tmp/ompi-$name" \
+    timeout 150 sbatch --wait --parsable \
     --gpus-per-task=0 --time=5 --exclude=node2 --output="$tmp/$name-%j.log" "$@" "$script" >"$tmp/$name.id" 2>"$tmp/$name.sbatch.log" &
   submitted[$name]=$!
 }
