@@ -23,8 +23,8 @@ rows, `rec.arrays.read(name, start, stop)` reads a slice and `rec.arrays.iter_ch
 walks the rows in batches, keeping nothing.
 
 A file written by a newer llmhpc (a schema_version this module does not know) is refused
-with a message, rather than misread. Units: datasets ending in _ms are milliseconds, _bytes
-bytes; attributes are in the units their names say.
+with a message, rather than misread. Units are in the names (_ms, _us, _ns, _s, _bytes, _mb:
+MiB; algbw and busbw GB/s), of datasets and attributes alike: docs/hdf5-schema.md.
 """
 from __future__ import annotations
 

@@ -676,7 +676,7 @@ def study_table(df: pd.DataFrame, models: dict, per: str = "GPU") -> str:
                         predicted_from(model, r, nodes) if communicates else "-"])
     header = (["Run", "Model", "Layout", "Ranks (tp x dp)", "Nodes", "Global batch", "Step (ms)",
                f"Tokens/s per {per}", f"Of one {per}'s", "MFU", "Peak per rank (GiB)",
-               "Exposed comm, measured / predicted (ms)", "Exposed comm, ratio"]
+               "Gradients' exposed comm, measured / predicted (ms)", "Gradients' exposed comm, ratio"]
               + (["TP wait (ms)"] if any_tp else [])
               + ["Comm time, measured / predicted (ms)", "Comm time, ratio",
                  "Predicted from (collectives' run: ranks, nodes)"])
@@ -850,7 +850,7 @@ def study_note(per: str, stage: str = "all", tp: bool = False) -> str:
             f"scaling compares). MFU: tokens/s per {per} x the model FLOPs per token (6 x the parameters the matrix "
             "products multiply, plus attention's, causal counted as half) over the GPU's dense peak at the "
             "products' precision (analysis/scaling.py; '-' where the device has none in its table, as CPUs). "
-            "Peak per rank: the largest rank's allocator peak. Exposed comm: what the gradients' collectives leave "
+            "Peak per rank: the largest rank's allocator peak. Gradients' exposed comm: what their collectives leave "
             "after backward; under sharding the parameters' wait inside forward is not in it, nor what the step "
             f"spends after the optimizer (the ddp {shown} both); predicted: the ring model's for the same, from a run of the collectives (mode comm: o and w at each collective's size, from the line "
             f"through the two sizes measured around it, each size's in-place back-to-back time per operation"

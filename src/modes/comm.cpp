@@ -202,6 +202,7 @@ void run(ModeContext& ctx, const CommModeOptions& s) {
         // Buffers of the largest size the operation needs; every rank must have them.
         CallBuffers buffers;
         std::string oom;
+        const int64_t live_before = dev.allocator().live_bytes();
         try {
           buffers = CallBuffers(*space, op, n);
         } catch (const OutOfMemory& e) {
@@ -235,6 +236,8 @@ void run(ModeContext& ctx, const CommModeOptions& s) {
           if (!all_allocated) {
             rec.status = "oom";
             rec.attr("error", oom.empty() ? std::string("another rank ran out of memory") : oom);
+            // As every sweep's failed configuration (sweep.cpp): what the allocation left live.
+            rec.attr("live_bytes_before", live_before).attr("live_bytes_after_recovery", dev.allocator().live_bytes());
             ctx.recorder.write(rec);
             for (int k = 0; k < 4; ++k) row.push_back(k == 0 ? "oom" : "-");
             continue;

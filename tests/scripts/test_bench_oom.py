@@ -58,6 +58,22 @@ with tempfile.TemporaryDirectory() as work:
                     f"{mode} rank {rank}: {oom['live_bytes_after_recovery']} bytes live after the oom, " \
                     f"{oom['live_bytes_before']} before"
 
+    # comm: a size whose buffers do not fit is an oom record, with the live bytes every sweep's
+    # failed configuration carries, and the next size runs.
+    out = os.path.join(work, "comm")
+    cmd = [MPIEXEC, "--oversubscribe", "-np", "2", BIN, "--mode", "comm", "--device", "cpu", "--collective",
+           "allreduce", "--size", "4KB,4MB,8KB", "--inplace", "no", "--warmup", "0", "--steps", "2",
+           "--memory-limit", "1MB", "--out", out]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, f"comm failed ({proc.returncode}): {proc.stderr}"
+    for rank in (0, 1):
+        with h5py.File(os.path.join(out, f"rank{rank:05d}.h5"), "r") as f:
+            t = {int(g.attrs["requested_bytes"]): g.attrs for g in f["comm"].values()}
+            status = {size: a["status"] for size, a in t.items()}
+            assert status == {4000: "ok", 4000000: "oom", 8000: "ok"}, f"comm rank {rank}: {status}"
+            oom = t[4000000]
+            assert 0 <= oom["live_bytes_after_recovery"] <= oom["live_bytes_before"], dict(oom)
+
     # A size beyond the host's memory (no --memory-limit): std::bad_alloc is an oom record too,
     # not a crash, and the next configuration runs.
     out = os.path.join(work, "huge")

@@ -666,7 +666,7 @@ assert got == want, f"configurations {sorted(got)}, not {sorted(want)}"
 for r in rows:
     n = int(r["Ranks (tp x dp)"].split()[0])
     assert r["Nodes"] == str(n), f"{r['Run']} {r['Layout']}: {n} ranks on {r['Nodes']} node(s), not {n}"
-    predicted = r["Exposed comm, measured / predicted (ms)"].split(" / ")[1]
+    predicted = r["Gradients' exposed comm, measured / predicted (ms)"].split(" / ")[1]
     assert (predicted == "-") == (n == 1 or "tp 2" in r["Layout"]), r
     # (after it, where a collective lies outside the sizes that run measured, which and how)
     fitted = r["Predicted from (collectives' run: ranks, nodes)"].split("; ")

@@ -297,7 +297,7 @@ def check_scaling(tables, runs, text):
     # The study table: a row per run, its figures from the rank files; "of one rank's" against
     # strong-np1, the one-rank run at the same global batch (4). CPU runs: per rank, not per GPU.
     (study,) = table_with(tables, "Run", "Tokens/s per rank", "Of one rank's",
-                          "Exposed comm, measured / predicted (ms)")
+                          "Gradients' exposed comm, measured / predicted (ms)")
     # Which layout: at 2 ranks and global batch 4 (the ddp run's strategies and the scaling runs)
     # the fastest is the table's smallest step there.
     # (--ddp none, each rank training alone, is a baseline, not a layout to choose)
@@ -353,7 +353,7 @@ def check_scaling(tables, runs, text):
             fitted = row["Predicted from (collectives' run: ranks, nodes)"]  # the first 2-rank comm run's
             assert fitted == ("-" if n == 1 else "comm-np2: 2 ranks, 1 node"), row
             comm = np.concatenate([arr["comm_ms"] - arr["param_comm_ms"] for f in files for _, arr in f.values()])
-            exposed, predicted = row["Exposed comm, measured / predicted (ms)"].split(" / ")
+            exposed, predicted = row["Gradients' exposed comm, measured / predicted (ms)"].split(" / ")
             close(exposed, comm.mean(), f"{kind}-np{n} exposed comm")
             assert (predicted == "-") == (n == 1) and (n == 1 or float(predicted) > 0), row
             # The collectives' device time: not measured by the mpi backend, predicted where they run.
@@ -537,15 +537,15 @@ def check_model_off(df, models, work):
         exact.loc[i, ["comm_mean", "grad_comm_mean"]] = p  # nothing waits after the optimizer here
     text = scaling.report(exact, models, out)
     assert "not to be trusted" not in text and "**Model off**" not in text, text
-    (study,) = [rows_of(t) for t in parse_markdown_tables(text) if "Exposed comm, ratio" in t[0]]
-    assert {r["Exposed comm, ratio"] for r in study if r["Ranks (tp x dp)"] == "2"} == {"1.00"}, study
+    (study,) = [rows_of(t) for t in parse_markdown_tables(text) if "Gradients' exposed comm, ratio" in t[0]]
+    assert {r["Gradients' exposed comm, ratio"] for r in study if r["Ranks (tp x dp)"] == "2"} == {"1.00"}, study
     projected = [l.split("| projection")[0] for l in text.splitlines() if "| projection" in l]
     off = df.copy()
     for i, p in predicted.items():
         off.loc[i, ["comm_mean", "grad_comm_mean"]] = 7.0 * p
     text = scaling.report(off, models, out)
-    (study,) = [rows_of(t) for t in parse_markdown_tables(text) if "Exposed comm, ratio" in t[0]]
-    assert {r["Exposed comm, ratio"] for r in study if r["Ranks (tp x dp)"] == "2"} == {"7.00 **model off**"}, study
+    (study,) = [rows_of(t) for t in parse_markdown_tables(text) if "Gradients' exposed comm, ratio" in t[0]]
+    assert {r["Gradients' exposed comm, ratio"] for r in study if r["Ranks (tp x dp)"] == "2"} == {"7.00 **model off**"}, study
     assert "the ring model is off by 7.0x here, so projections built on it are not to be trusted" in \
         text.split("### Scaling study: every configuration measured")[1].split("\n### ")[0], text
     for kind in ("strong", "weak"):
@@ -605,7 +605,7 @@ def check_model_off(df, models, work):
     assert "its all-gather of 0.2 MB beyond" in scaling.beyond_measured(model, [("allgather", 200000)])
     big = exact.assign(comm_bytes_per_step=exact.comm_bytes_per_step * 1000)
     (study,) = [rows_of(t) for t in parse_markdown_tables(scaling.report(big, models, out))
-                if "Exposed comm, ratio" in t[0]]
+                if "Gradients' exposed comm, ratio" in t[0]]
     for r in study:
         cell = r["Predicted from (collectives' run: ranks, nodes)"]
         assert cell == "-" if r["Ranks (tp x dp)"] == "1" else \
