@@ -9,7 +9,8 @@
 # table of all runs (analysis/comm.py).
 #   sbatch jobs/comm.sh                     or   NP=4 bash jobs/comm.sh     (RANKS: 2,4,...,NP)
 #   BACKENDS=nccl COLLECTIVES=all SIZES=1MB,1GB CHECK=1 bash jobs/comm.sh
-# Variables (defaults): RANKS (2,4,...,NP), BACKENDS (nccl,mpi), COLLECTIVES (allreduce), SIZES
+# Variables (defaults): RANKS (2,4,...,NP), BACKENDS (nccl,mpi; mpi with DEVICE=cpu or where
+# nvidia-smi lists no GPU), COLLECTIVES (allreduce), SIZES
 # (1MB,10MB,100MB,1000MB), PRECISIONS (fp32: llmhpc --precision, fp32 and/or bf16), WARMUP (5),
 # ITERS (20: llmhpc --steps), CHECK (0). DTYPE, PRECISIONS' older name, is still read, its float
 # meaning fp32.
@@ -22,7 +23,13 @@ for r in "${LLMHPC_ROOT:-}" "${SLURM_SUBMIT_DIR:-}" "${SLURM_SUBMIT_DIR:-}/.." "
 [ -n "$r" ] || { echo "$0: cannot find the llmhpc repository: set LLMHPC_ROOT, or sbatch from it" >&2; exit 2; }
 source "$r/jobs/env.sh"
 RANKS=${RANKS:-$(rank_counts | sed 's/^1,//')}  # 2, 4, ... up to the job's tasks
-BACKENDS=${BACKENDS:-nccl,mpi}
+# nccl needs GPUs: a CPU host measures the mpi baseline alone unless BACKENDS asks otherwise.
+if [ -z "${BACKENDS:-}" ]; then
+  if [ "$DEVICE" != cpu ] && nvidia-smi -L >/dev/null 2>&1; then BACKENDS=nccl,mpi; else
+    BACKENDS=mpi
+    echo "$0: no GPU here (DEVICE=$DEVICE): BACKENDS=mpi, the host baseline alone"
+  fi
+fi
 COLLECTIVES=${COLLECTIVES:-allreduce}
 SIZES=${SIZES:-1MB,10MB,100MB,1000MB}
 PRECISIONS=${PRECISIONS:-${DTYPE:-fp32}}

@@ -263,11 +263,17 @@ Attrs node_topology(const Runtime& rt) {
           {"ranks_per_node", per_node}};
 }
 
+// Options by their full names only: Boost would read --step as --steps and --cont as
+// --context-length, which a job script then depends on without anyone knowing.
+constexpr int kFullNames = po::command_line_style::default_style & ~po::command_line_style::allow_guessing;
+
 int run(Runtime& rt, int argc, char** argv, bool& in_mode) {
   const po::options_description general = general_options();
   po::variables_map first;
   try {
-    po::store(last_wins(po::command_line_parser(argc, argv).options(general).allow_unregistered().run()), first);
+    po::store(
+        last_wins(po::command_line_parser(argc, argv).options(general).style(kFullNames).allow_unregistered().run()),
+        first);
   } catch (const po::error& e) {  // a general option given twice, or without its value
     throw UsageError(std::string(e.what()) + " (see llmhpc --help)");
   }
@@ -292,7 +298,8 @@ int run(Runtime& rt, int argc, char** argv, bool& in_mode) {
   mode->add_options(all);
   po::variables_map vm;
   try {
-    const po::parsed_options parsed = last_wins(po::command_line_parser(argc, argv).options(all).run());
+    const po::parsed_options parsed =
+        last_wins(po::command_line_parser(argc, argv).options(all).style(kFullNames).run());
     // A bare word is no option: "llmhpc precision" must not quietly run the default mode.
     const std::vector<std::string> stray = po::collect_unrecognized(parsed.options, po::include_positional);
     if (!stray.empty())
@@ -310,7 +317,12 @@ int run(Runtime& rt, int argc, char** argv, bool& in_mode) {
       m.add_options(theirs);
       if (name.rfind("--", 0) == 0 && theirs.find_nothrow(name.substr(2), false)) owners.push_back(m.name);
     }
-    throw UsageError(std::string(e.what()) + " (for --mode " + mode_name + "; " +
+    std::vector<std::string> meant;  // the full names it begins, which Boost's guessing would have taken
+    if (name.rfind("--", 0) == 0 && name.size() > 2)
+      for (const auto& o : all.options())
+        if (o->long_name().rfind(name.substr(2), 0) == 0) meant.push_back("--" + o->long_name());
+    throw UsageError(std::string(e.what()) + (meant.empty() ? "" : ": did you mean " + join(meant, " or ") + "?") +
+                     " (for --mode " + mode_name + "; " +
                      (owners.empty() ? "" : "an option of --mode " + join(owners, ", ") + "; ") + "see llmhpc --mode " +
                      mode_name + " --help)");
   } catch (const po::error& e) {

@@ -206,22 +206,23 @@ void agree_or_exit(const Runtime& rt, const std::string& local_error, int code) 
   WatchedCall watched("agree on errors", sizeof mine, rt.world_ranks);
   MPI_CHECK(MPI_Allreduce(&mine, &first, 1, MPI_INT, MPI_MIN, rt.comm));
   if (first == rt.world_size) return;
-  // Bring the first failing rank's host and message to rank 0, which prints them.
-  const std::string sent = rt.hostname + "\n" + local_error;
+  // Bring the first failing rank's exit code, host and message to every rank; rank 0 prints them.
+  const std::string sent = std::to_string(code) + "\n" + rt.hostname + "\n" + local_error;
   int len = static_cast<int>(sent.size());
   MPI_CHECK(MPI_Bcast(&len, 1, MPI_INT, first, rt.comm));
   std::string got = sent;
   got.resize(size_t(len));
   MPI_CHECK(MPI_Bcast(got.data(), len, MPI_CHAR, first, rt.comm));
+  const size_t code_end = got.find('\n'), host_end = got.find('\n', code_end + 1);
   if (rt.is_root()) {
     // As AgreedError's message reads where rank 0 found it; another rank is named, with its host
     // (a file missing on one node).
-    const size_t cut = got.find('\n');
-    const std::string where = first != 0 ? " (rank " + std::to_string(first) + " on " + got.substr(0, cut) + ")" : "";
-    std::fprintf(stderr, "llmhpc: error%s: %s\n", where.c_str(), got.substr(cut + 1).c_str());
+    const std::string host = got.substr(code_end + 1, host_end - code_end - 1);
+    const std::string where = first != 0 ? " (rank " + std::to_string(first) + " on " + host + ")" : "";
+    std::fprintf(stderr, "llmhpc: error%s: %s\n", where.c_str(), got.substr(host_end + 1).c_str());
     std::fflush(stderr);
   }
-  throw ExitRequest{code};
+  throw ExitRequest{std::stoi(got.substr(0, code_end))};
 }
 
 std::string broadcast_string(const std::string& value, int root) {

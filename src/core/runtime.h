@@ -89,7 +89,8 @@ struct ExitRequest {
 
 // Collective: every rank passes its own error ("" = fine). If any rank failed, rank 0
 // prints the lowest failing rank's message ("llmhpc: error: ...") and every rank throws
-// ExitRequest{code}. Use it at the points where ranks may disagree (files, devices).
+// ExitRequest with that rank's `code` (3 where it ran out of memory, 2 for bad input: one exit
+// code for the job). Use it at the points where ranks may disagree (files, devices).
 void agree_or_exit(const Runtime& rt, const std::string& local_error, int code = 2);
 
 // `value` as rank `root` has it, on every rank.

@@ -89,6 +89,10 @@ TokenData TokenData::open(const std::string& path) {
   if (is_npy) {
     d.data_ = bytes + parse_npy(path, bytes, map->length, &d.element_size_, &d.count_);
   } else {
+    // HDF5's signature: a checkpoint or a rank file given as --data would read as tokens.
+    if (map->length >= 8 && std::memcmp(bytes, "\x89HDF\r\n\x1a\n", 8) == 0)
+      throw UsageError("{data} '" + path + "' is an HDF5 file (a checkpoint or a rank file?), not tokens: give a " +
+                       ".bin of uint16 tokens or a 1-D .npy (a checkpoint goes to --init)");
     if (map->length % 2 != 0)
       throw UsageError("{data} '" + path + "': a .bin file holds uint16 tokens, but its size is odd");
     d.data_ = bytes;

@@ -87,7 +87,26 @@ struct DdpCase : ModelCase {
 // sweeps the sharded cases only: bf16 the ones that keep a copy (bf16, not --low-memory), auto
 // as it resolves (each case once); a bf16 no case can take is an error. --collective-engine
 // and --grad-reduce-dtype sweep the strategies that communicate.
-std::vector<DdpCase> sweep_cases(const po::variables_map& vm, int world_size) {
+// The combinations of --ddp x --shard-optimizer x --bucket-mb that are no configuration of
+// their own, counted so that the run can say why it measures fewer than the lists multiply to.
+struct LeftOut {
+  int none_sharded = 0;  // --ddp none with a sharding stage: nothing reduced, nothing to shard
+  int units_again = 0;   // zero2, zero3 under another strategy or bucket size: their buckets are the units
+
+  std::string text() const {
+    std::vector<std::string> why;
+    if (none_sharded)
+      why.push_back(std::to_string(none_sharded) +
+                    " of --ddp none with a --shard-optimizer stage (it reduces nothing)");
+    if (units_again)
+      why.push_back(std::to_string(units_again) +
+                    " of zero2 or zero3 under another --ddp or --bucket-mb (they reduce unit by unit: once, under "
+                    "bucketed)");
+    return join(why, "; ");
+  }
+};
+
+std::vector<DdpCase> sweep_cases(const po::variables_map& vm, int world_size, LeftOut* left_out) {
   const std::vector<double> buckets = bucket_sizes_mb(vm);
   const TensorParallelSweep tps = tensor_parallel_sweep(vm);
   const std::vector<ShareWeights> choices = share_weights(vm);
@@ -96,7 +115,8 @@ std::vector<DdpCase> sweep_cases(const po::variables_map& vm, int world_size) {
   const MemoryPlan memory = memory_plan(vm);
   std::vector<DdpCase> cases;
   bool bf16_taken = false, communicates = false, bucketed = false;
-  std::optional<Sharding> units_asked;  // zero2 or zero3, asked for somewhere
+  bool reduced_in_bf16 = false, copy_engines_taken = false;  // some case honours --grad-reduce-dtype bf16, copy
+  std::optional<Sharding> units_asked;                       // zero2 or zero3, asked for somewhere
   for (const ModelCase& c : model_cases(vm))
     for (int tp : tps.sizes)
       for (int overlap : tps.overlaps_at(tp)) {
@@ -113,12 +133,18 @@ std::vector<DdpCase> sweep_cases(const po::variables_map& vm, int world_size) {
           bucketed |= s == SyncStrategy::Bucketed;
           for (double mb : s == SyncStrategy::Bucketed ? buckets : std::vector<double>{0.0})
             for (Sharding sh : shardings(vm, dp)) {
-              if (s == SyncStrategy::None && sh != Sharding::None) continue;
+              if (s == SyncStrategy::None && sh != Sharding::None) {
+                ++left_out->none_sharded;
+                continue;
+              }
               // zero2 and zero3 reduce unit by unit (their buckets are the units), in the dtype
               // backward writes, with NCCL's kernels: one case, under bucketed.
               const bool units = shards_parameters(sh);
               if (units) units_asked = sh;
-              if (units && (s != SyncStrategy::Bucketed || mb != buckets.front())) continue;
+              if (units && (s != SyncStrategy::Bucketed || mb != buckets.front())) {
+                ++left_out->units_again;
+                continue;
+              }
               const bool can = can_share_compute_copy(c.precision, memory, sh);
               std::vector<bool> copies;  // this case's --share-weights, resolved, each once
               for (ShareWeights w : sh == Sharding::None ? std::vector<ShareWeights>{ShareWeights::Master} : choices) {
@@ -136,6 +162,8 @@ std::vector<DdpCase> sweep_cases(const po::variables_map& vm, int world_size) {
                        none || units ? std::vector<CollectiveEngine>{CollectiveEngine::Sm} : engines) {
                     check_grad_reduce(in_bf16, c.precision);
                     cases.push_back({c, s, mb, sh, copy, e, in_bf16, tp, sp, overlap, group});
+                    reduced_in_bf16 |= !none && (in_bf16 || c.grads == GradientDType::BF16);
+                    copy_engines_taken |= e == CollectiveEngine::Copy;
                   }
             }
         }
@@ -145,6 +173,14 @@ std::vector<DdpCase> sweep_cases(const po::variables_map& vm, int world_size) {
   if (!communicates && std::count(reductions.begin(), reductions.end(), true) > 0)
     throw UsageError("--grad-reduce-dtype bf16 says what the ranks' gradients are averaged in, and --ddp none averages "
                      "nothing: add a strategy that communicates (e.g. --ddp none,bucketed)");
+  // An option no case can honour is refused, not dropped: zero2 and zero3 take neither.
+  if (!reduced_in_bf16 && std::count(reductions.begin(), reductions.end(), true) > 0)
+    throw UsageError("--grad-reduce-dtype bf16: no case here averages its gradients in bf16 (zero2 and zero3 reduce "
+                     "them in the dtype backward writes them in): for bf16 on the wire use --grad-dtype bf16 (with "
+                     "--precision bf16), or add --shard-optimizer none, broadcast or zero1");
+  if (!copy_engines_taken && std::count(engines.begin(), engines.end(), CollectiveEngine::Copy) > 0)
+    throw UsageError("--collective-engine copy: no case here can use the copy engines (zero2 and zero3 move their "
+                     "gradients and weights with NCCL's kernels): use sm, or add --shard-optimizer none or zero1");
   if (units_asked && !bucketed)
     throw UsageError(std::string("--shard-optimizer ") + sharding_name(*units_asked) +
                      " reduce-scatters the model unit by unit (its buckets are the units): it runs under --ddp "
@@ -172,6 +208,7 @@ struct DdpOptions {
   GradientDType grads = GradientDType::Master;
   std::string backend;        // --backend as given
   bool copy_engines = false;  // some case asks for the copy engines
+  std::string left_out;       // LeftOut::text(): the combinations that are no configuration
 };
 
 DdpOptions parse_options(const po::variables_map& vm, int world_size) {
@@ -180,7 +217,9 @@ DdpOptions parse_options(const po::variables_map& vm, int world_size) {
   o.steps = opt_positive(vm, "steps");
   o.duration_s = duration_seconds(vm, "steps");
   o.heat_s = heat_seconds(vm);
-  o.cases = sweep_cases(vm, world_size);
+  LeftOut left_out;
+  o.cases = sweep_cases(vm, world_size, &left_out);
+  o.left_out = left_out.text();
   o.seed = uint64_t(opt_int(vm, "seed"));
   o.memory = memory_plan(vm);
   o.grads = grad_dtype(vm);
@@ -358,6 +397,7 @@ void run(ModeContext& ctx, const DdpOptions& o) {
            (std::string(o.grads == GradientDType::BF16 ? ", bf16 gradients" : "") +
             (heat_s > 0 ? ", each configuration heated for ~" + fmt_exact(heat_s) + " s" : ""))
                .c_str());
+  if (!o.left_out.empty()) log_root(rt, "ddp: note: combinations left out: %s\n", o.left_out.c_str());
   // A data-parallel group of one rank (the world, or --tp the whole world) times its strategies
   // with no peer: say so, as their rows otherwise read as data parallelism measured.
   std::set<int> alone;

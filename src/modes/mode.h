@@ -44,8 +44,9 @@ struct ModeSpec {
 const std::vector<ModeSpec>& all_modes();
 const ModeSpec* find_mode(const std::string& name);
 
-// Runs `check` on every rank; a UsageError on any rank becomes a clean exit on all of
-// them, with the message printed once by rank 0 (see agree_or_exit).
+// Runs `check` on every rank; a UsageError (exit 2) or OutOfMemory (exit 3) on any rank
+// becomes a clean exit on all of them, with the message printed once by rank 0 (see
+// agree_or_exit).
 void collective_check(const Runtime& rt, const std::function<void()>& check);
 
 }  // namespace llmhpc

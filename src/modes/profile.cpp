@@ -231,7 +231,7 @@ void run(ModeContext& ctx, const ProfileOptions& o) {
       ctx.rt,
       "profile: %zu configuration(s), phase %s, %lld warm-up + %lld untraced + %lld traced steps, profiler %s%s%s, "
       "%d rank(s) on %s%s\n",
-      cases.size(), phase_name(phase), (long long)warmup, (long long)steps, (long long)steps,
+      cases.size() * o.layouts.size(), phase_name(phase), (long long)warmup, (long long)steps, (long long)steps,
       profiler->method().c_str(), profiler->note().empty() ? "" : " - ", profiler->note().c_str(), ctx.rt.world_size,
       dev.name().c_str(), graphed ? ", steps replayed from CUDA graphs" : "");
   const std::vector<Layout>& layouts = o.layouts;

@@ -28,14 +28,16 @@ const ModeSpec* find_mode(const std::string& name) {
 
 void collective_check(const Runtime& rt, const std::function<void()>& check) {
   std::string error;
+  int code = 2;
   try {
     check();
   } catch (const UsageError& e) {
     error = e.what();
-  } catch (const OutOfMemory& e) {
+  } catch (const OutOfMemory& e) {  // building the model, say: exit 3, as a step that does not fit
     error = std::string("out of memory: ") + e.what();
+    code = 3;
   }
-  agree_or_exit(rt, error);
+  agree_or_exit(rt, error, code);
 }
 
 }  // namespace llmhpc

@@ -63,7 +63,8 @@ void add_options(po::options_description& desc) {
       "go on from this checkpoint: its model (shape options change it where its tensors still fit; its heads "
       "stay), its optimizer state, and the batches after its step")(
       "save", po::value<std::string>(),
-      "write the final checkpoint here (rank 0); also when SIGTERM, SIGINT or SIGUSR1 stops the run early: every "
+      "write the final checkpoint here (rank 0; a checkpoint of that name is replaced, any other file refused); also "
+      "when SIGTERM, SIGINT or SIGUSR1 stops the run early: every "
       "rank stops after the same step, saves it and exits with 128 + the signal (under mpirun, stop with SIGUSR1 "
       "to mpirun: Open MPI turns Ctrl-C into SIGTERM and kills the ranks a second later)")(
       "save-every", text("0"),
@@ -461,6 +462,16 @@ void run(ModeContext& ctx, const TrainOptions& o) {
       std::error_code ec;
       if (std::filesystem::equivalent(save, o.data, ec))
         throw UsageError("--save '" + save + "' is the --data file: the checkpoint would replace the tokens");
+      // A checkpoint is replaced (a run saved again under one name); any other file is the
+      // user's and is never written over: --data and --save swapped would lose the tokens.
+      if (std::filesystem::exists(save, ec)) {
+        try {
+          inspect_checkpoint(save);
+        } catch (const UsageError&) {
+          throw UsageError("--save '" + save + "' exists and is not an llmhpc checkpoint: the checkpoint would " +
+                           "replace it; name a new file (e.g. model.h5), or remove that one first");
+        }
+      }
       if (is_rank_file_of(save, ctx.out_dir))
         throw UsageError("--save '" + save + "' is a rank file of this run's --out: the checkpoint would replace " +
                          "its records; name it otherwise (e.g. " + ctx.out_dir + "/checkpoint.h5)");
@@ -751,6 +762,7 @@ void run(ModeContext& ctx, const TrainOptions& o) {
   int stopped_by = 0;                              // the signal all ranks agreed to stop on
   int64_t done = 0;
   std::chrono::steady_clock::time_point first_done;  // the time left is told from the steps after the first
+  double aside_s = 0;  // since then, writing checkpoints and records: in the time left, not in the ms/step
   for (int64_t s = 0; s < steps && !stopped_by; s = done) {
     const int64_t step = first_batch + s + 1;  // the optimizer's step, as the record's first_step counts
     const auto began = std::chrono::steady_clock::now();
@@ -772,9 +784,10 @@ void run(ModeContext& ctx, const TrainOptions& o) {
     } catch (const OutOfMemory& e) {  // the losses so far are kept; the run ends (main reports it)
       rec.attr("error", e.what());
       save_progress("oom");
-      throw OutOfMemory(std::string(e.what()) +
-                        "; a step fits with a smaller --batch-size, --grad-accum 2 or more, a --shard-optimizer "
-                        "stage that shards more (zero2, zero3), --low-memory, or a larger --memory-limit");
+      // Sharding is offered where there are data-parallel ranks to share the model state.
+      throw OutOfMemory(std::string(e.what()) + "; a step fits with a smaller --batch-size, --grad-accum 2 or more, " +
+                        (dp_rt.world_size > 1 ? "a --shard-optimizer stage that shards more (zero2, zero3), " : "") +
+                        "--low-memory, or a larger --memory-limit");
     }
     if (tp_group) {
       tp_traffic = tp_group->take_traffic(&on);  // complete: the step waited for each
@@ -823,8 +836,8 @@ void run(ModeContext& ctx, const TrainOptions& o) {
     const auto now = std::chrono::steady_clock::now();
     if (done == 1) first_done = now;
     if (last || stopped_by || (log_every > 0 && done % log_every == 0)) {
-      const double per_step =
-          done > 1 ? std::chrono::duration<double>(now - first_done).count() / double(done - 1) : t.step_ms / 1e3;
+      const double since_first = std::chrono::duration<double>(now - first_done).count();
+      const double per_step = done > 1 ? since_first / double(done - 1) : t.step_ms / 1e3;
       char shape[96] = "";  // what shaped the step's update, where the user asked for it
       if (schedule.decay != LrDecay::Constant || schedule.warmup_steps > 0)
         std::snprintf(shape, sizeof shape, "  lr %.3e", lr.back());
@@ -832,7 +845,8 @@ void run(ModeContext& ctx, const TrainOptions& o) {
         std::snprintf(shape + strlen(shape), sizeof shape - strlen(shape), "  grad norm %.4g", grad_norm.back());
       // The wall time per step, what the run goes at; where the step's own time is well under it,
       // the rest is the host's part (the batch, waits for a slower rank at the loss's reduction).
-      const double wall_ms = done > 1 ? per_step * 1e3 : t.step_ms;
+      // Checkpoints written between steps are left out, as wall_ms leaves them out.
+      const double wall_ms = done > 1 ? (since_first - aside_s) / double(done - 1) * 1e3 : t.step_ms;
       char host[96] = "";
       if (done > 1 && t.step_ms < 0.8 * wall_ms)
         std::snprintf(host, sizeof host, "step %.1f + host's part and waits %.1f = ", t.step_ms, wall_ms - t.step_ms);
@@ -847,6 +861,7 @@ void run(ModeContext& ctx, const TrainOptions& o) {
       save_progress("running");
       last_flush = now;
     }
+    aside_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - now).count();
   }
   finish_collectives(rec);   // the last steps' collectives, before wait_parameters() issues more
   model->wait_parameters();  // the last step's all-gathers, before the sync goes

@@ -117,7 +117,18 @@ with tempfile.TemporaryDirectory() as work:
     lines = [l for l in proc.stderr.splitlines() if l.strip()]
     assert len(lines) == 1 and lines[0].startswith("llmhpc: error: out of memory: ") and "--memory-limit" in lines[0], \
         f"one-rank train out of memory: not one line that says so:\n{proc.stderr}"
+    assert "--shard-optimizer" not in lines[0], f"one rank has no model state to share:\n{proc.stderr}"
     with h5py.File(os.path.join(out, "rank00000.h5"), "r") as f:
         assert f["train"].attrs["status"] == "oom" and "exceeds the limit" in f.attrs["status"], \
             (f["train"].attrs["status"], f.attrs["status"])
+    # The model itself does not fit: exit 3 as well (out of memory, not bad input), on every rank,
+    # and no folder left behind.
+    for launch in ([], [MPIEXEC, "--oversubscribe", "-np", "2"]):
+        out = os.path.join(work, f"train_build{len(launch)}")
+        args = cmd[cmd.index("--mode"):-1] + [out]
+        args[args.index("--memory-limit") + 1] = "50KB"
+        proc = subprocess.run(launch + [BIN] + args, capture_output=True, text=True, timeout=300)
+        assert proc.returncode == 3 and "out of memory: " in proc.stderr, \
+            f"{' '.join(launch)} train whose model does not fit: exit {proc.returncode}, not 3:\n{proc.stderr}"
+        assert not os.path.exists(out), f"{out} left behind"
 print("bench, profile, memory and train oom: ok")

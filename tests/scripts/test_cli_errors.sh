@@ -44,6 +44,7 @@ for np in 1 2; do
   check $np "needs --data"              --mode train $TINY
   check $np "cannot open"               --mode train --device cpu $TINY --data missing.bin
   check $np "outside the vocabulary"    --mode train --device cpu $TINY --data big_ids.bin
+  check $np "is an HDF5 file (a checkpoint or a rank file?), not tokens" --mode train --device cpu $TINY --data wrong_shape.h5
   check $np "not an HDF5 file"          $TRAIN --init notes.txt
   check $np "not a checkpoint"          $TRAIN --init empty.h5
   check $np "--save needs a file name"  $TRAIN --save ""
