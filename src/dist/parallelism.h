@@ -5,7 +5,7 @@
 // each rank's share of a global batch. The command line fills a Parallelism (src/modes);
 // everything below names configuration fields, never flags.
 //
-// The model speaks one protocol to it (src/model/gradient_listener.h): gradients of a range
+// The model speaks one protocol to it (src/model/parallel_hooks.h): gradients of a range
 // final as backward finishes them, parameters of a range needed before forward reads them.
 #pragma once
 #include <memory>
