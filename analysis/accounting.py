@@ -182,6 +182,7 @@ def measured_memory(directory: str) -> dict:
     a = first.attrs
     # The ranks that share one copy of the state: every rank, or under zero2 and zero3 --shard-group's.
     return dict(out, num_params=int(a["num_params"]), world_size=run.world_size,
+                shape={k: int(a[k]) for k in ("d_model", "d_ff", "num_layers", "vocab_size")},
                 shard_group=int(a.get("shard_group", run.world_size)), name=first.name,
                 sharding=a.get("shard_optimizer") or "none", precision=label_precision(a),
                 model=dict(precision=a["precision"], share_weights=a.get("share_weights", "master"),
@@ -198,6 +199,15 @@ def gb(value: float) -> str:
 def memory(args) -> str:
     p = shape(args)
     measured = measured_memory(args.ddp) if args.ddp else None
+    if measured:  # the run's model throughout (its activations too), whatever the shape options said
+        differs = [f"--{k.replace('_', '-')} {v}" for k, v in measured["shape"].items() if getattr(args, k) != v]
+        if differs:
+            print(f"accounting.py: note: the model of --ddp {args.ddp} ({', '.join(differs)}) in place of the "
+                  "shape options", file=sys.stderr)
+        for k, v in measured["shape"].items():
+            setattr(args, k, v)
+        args.model = None
+        p = shape(args)
     if measured and measured["num_params"] != p:
         note = f" (the model's formula gives {p:,}; the run's num_params {measured['num_params']:,} is used)"
         p = measured["num_params"]
@@ -345,7 +355,9 @@ def bucket(args) -> str:
         df, _ = load(args.ddp, None)
         for _, g in df[df.shard_optimizer == "none"].groupby("setup", sort=True):
             title = setup_title(g.iloc[0])
-            parts.append(bucket_model_table(g, model, True, title))
+            table = bucket_model_table(g, model, True, title)
+            if table:
+                parts.append(table)
             b = g[(g.ddp == "bucketed") & (g.status == "ok")]
             if len(b):
                 best = b.loc[b.slowest_step_mean.idxmin()]
@@ -361,18 +373,43 @@ def bucket(args) -> str:
         parts.append(f"### ddp_bucketed (b): s = {s / MIB:.3f} MiB; at b*: o = {o * 1e3:.2f} us, "
                      f"w = {w * 1e3 / 1e9:.3g} GB/s ({model['source']})\n\n{optimum_text(s, o, w)}")
     if not parts:
-        raise SchemaError("bucket needs --ddp DIR (a bucket sweep) or --grad-bytes N")
+        raise SchemaError("bucket needs --grad-bytes N or --ddp DIR, a bucket sweep of bucketed runs that ran (ok) "
+                          "on two data-parallel ranks or more" if args.ddp else
+                          "bucket needs --ddp DIR (a bucket sweep) or --grad-bytes N")
     return "\n\n".join(parts)
 
 
 def size(text: str) -> float:
-    """'80GB', '95e9', '16GiB' -> bytes."""
+    """'80GB', '95e9', '16GiB' -> bytes, above 0 (argparse's type)."""
     units = {"gib": 2**30, "mib": 2**20, "gb": 1e9, "mb": 1e6, "b": 1}
     t = text.strip().lower()
-    for unit, scale in units.items():
-        if t.endswith(unit):
-            return float(t[:-len(unit)]) * scale
-    return float(t)
+    unit = next((u for u in units if t.endswith(u)), "")  # gib before b: the longest first
+    try:
+        value = float(t[:len(t) - len(unit)]) * units.get(unit, 1)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"'{text}': give bytes, e.g. 80GB, 16GiB or 95e9") from None
+    return positive(value, text)
+
+
+def positive(value: float, text: str) -> float:
+    if not value > 0 or math.isinf(value):
+        raise argparse.ArgumentTypeError(f"'{text}': must be above 0")
+    return value
+
+
+def positive_int(text: str) -> int:
+    """A whole number above 0 (argparse's type): shapes, counts and bytes per value."""
+    if not text.isdigit() or int(text) == 0:
+        raise argparse.ArgumentTypeError(f"'{text}': give a whole number above 0")
+    return int(text)
+
+
+def positive_float(text: str) -> float:
+    """A rate above 0 (argparse's type): bytes/s, FLOP/s."""
+    try:
+        return positive(float(text), text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"'{text}': give a number above 0, e.g. 1.8e11") from None
 
 
 def main(argv=None) -> int:
@@ -381,29 +418,29 @@ def main(argv=None) -> int:
     shapes = argparse.ArgumentParser(add_help=False)
     shapes.add_argument("--model", choices=sorted(PRESETS),
                         help="an llmhpc preset instead of the reference communication study's model")
-    shapes.add_argument("--d-model", type=int, default=16384)
-    shapes.add_argument("--d-ff", type=int, default=53248)
-    shapes.add_argument("--num-layers", type=int, default=126,
+    shapes.add_argument("--d-model", type=positive_int, default=16384)
+    shapes.add_argument("--d-ff", type=positive_int, default=53248)
+    shapes.add_argument("--num-layers", type=positive_int, default=126,
                         help="blocks (default: the reference communication study's 126)")
-    shapes.add_argument("--vocab-size", type=int, default=None,
+    shapes.add_argument("--vocab-size", type=positive_int, default=None,
                         help="an llmhpc transformer with this vocabulary "
                              "(default: the reference communication study's FFN-only blocks)")
-    shapes.add_argument("--batch", type=int, default=1, help="sequences per device for the activations (default 1)")
-    shapes.add_argument("--context", type=int, default=1,
+    shapes.add_argument("--batch", type=positive_int, default=1, help="sequences per device for the activations (default 1)")
+    shapes.add_argument("--context", type=positive_int, default=1,
                         help="tokens per sequence (default 1, as the reference communication study counts)")
-    shapes.add_argument("--act-bytes", type=int, default=2, help="bytes per activation value (default 2, bf16)")
+    shapes.add_argument("--act-bytes", type=positive_int, default=2, help="bytes per activation value (default 2, bf16)")
     m = sub.add_parser("memory", parents=[shapes], help="(a) memory and devices needed")
     m.add_argument("--device-memory", type=size, default=80e9, help="per device (default 80GB, an H100)")
     m.add_argument("--ddp", help="an llmhpc --mode ddp run of the model: measured memory beside the model's")
     f = sub.add_parser("fsdp", parents=[shapes], help="(b) devices for FSDP")
     f.add_argument("--device-memory", type=size, default=95e9, help="per device (default 95GB, a TPU v5p)")
     t = sub.add_parser("tp-batch", help="(c) and (d): the compute-bound batch of FSDP x TP")
-    t.add_argument("--d-model", type=int, default=16384)
-    t.add_argument("--d-ff", type=int, default=53248)
+    t.add_argument("--d-model", type=positive_int, default=16384)
+    t.add_argument("--d-ff", type=positive_int, default=53248)
     for name, default in (("--x", 16), ("--y", 4), ("--m-x", 2), ("--m-y", 1)):
-        t.add_argument(name, type=int, default=default)
-    t.add_argument("--w", type=float, default=2 * 9e10, help="interconnect bytes/s (default 1.8e11)")
-    t.add_argument("--c", type=float, default=4.6e14, help="FLOP/s per device (default 4.6e14)")
+        t.add_argument(name, type=positive_int, default=default)
+    t.add_argument("--w", type=positive_float, default=2 * 9e10, help="interconnect bytes/s (default 1.8e11)")
+    t.add_argument("--c", type=positive_float, default=4.6e14, help="FLOP/s per device (default 4.6e14)")
     b = sub.add_parser("bucket", help="ddp_bucketed (b): o, w from an all-reduce run; b* against a bucket sweep")
     b.add_argument("--comm", required=True, help="an llmhpc --mode comm run with all-reduce at two sizes or more")
     b.add_argument("--ddp", action="append", help="llmhpc --mode ddp runs with bucketed at several --bucket-mb")
@@ -413,7 +450,7 @@ def main(argv=None) -> int:
     p.add_argument("--train", required=True, action="append", help="llmhpc --mode train runs with --tp")
     g = p.add_mutually_exclusive_group(required=True)
     g.add_argument("--comm", help="an llmhpc --mode comm all-reduce sweep on tp ranks (o and w fitted)")
-    g.add_argument("--busbw", type=float, help="the collectives' bus bandwidth, bytes/s")
+    g.add_argument("--busbw", type=positive_float, help="the collectives' bus bandwidth, bytes/s")
     args = parser.parse_args(argv)
     try:
         text = {"memory": memory, "fsdp": fsdp, "tp-batch": tp_batch, "bucket": bucket,

@@ -35,7 +35,7 @@ import numpy as np
 import pandas as pd
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from llmhpc_h5 import MIB, SchemaError, open_run, peak_cell, repeated_across_runs  # noqa: E402
+from llmhpc_h5 import MIB, SchemaError, open_run, peak_cell, repeated_across_runs, run_directories  # noqa: E402
 from plotting import legend_above, plain_log_y, ticks_at  # noqa: E402
 
 CONFIG_KEYS = ("impl", "precision", "batch", "heads", "head_dim", "seq", "causal")
@@ -259,7 +259,7 @@ def main(argv=None) -> int:
                         help="JSON from analysis/torch_attention.py to compare with (repeatable: one table each)")
     args = parser.parse_args(argv)
     try:
-        df = attention_frame(args.runs)
+        df = attention_frame(run_directories(*args.runs))
         torch = [(path, read_torch(path)) for path in args.torch]
     except SchemaError as e:
         print(f"attention.py: {e}", file=sys.stderr)

@@ -27,7 +27,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from bench import markdown_table  # noqa: E402
-from llmhpc_h5 import SchemaError, on_cpu, open_run  # noqa: E402
+from llmhpc_h5 import SchemaError, on_cpu, open_run, run_directories  # noqa: E402
 from plotting import ticks_at  # noqa: E402
 
 PLACEMENTS = (("outofplace", "oop"), ("inplace", "ip"))
@@ -301,7 +301,7 @@ def main() -> int:
                              "table of llmhpc's bus bandwidth against it; give it once per file")
     args = parser.parse_args()
     rows = []
-    for directory in args.runs:
+    for directory in run_directories(*args.runs):
         try:
             run = open_run(directory)
             rows += comm_rows(run)
@@ -315,7 +315,7 @@ def main() -> int:
         theirs = []
         for path in args.nccl_tests:
             try:
-                with open(path) as f:
+                with open(path, errors="replace") as f:  # a binary file given by mistake has no results
                     found = nccl_tests_rows(f.read())
             except OSError as e:
                 print(f"comm.py: --nccl-tests {path}: {e.strerror}", file=sys.stderr)

@@ -89,7 +89,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import scaling  # noqa: E402
 from comm import operation_time_us  # noqa: E402
 from llmhpc_h5 import (MIB, SchemaError, model_name, open_run, peak_cell, read_json_lines,  # noqa: E402
-                       repeated_across_runs)
+                       repeated_across_runs, run_directories)
 from plotting import legend_above  # noqa: E402
 
 STRATEGIES = ("none", "naive", "flat", "overlap", "bucketed")  # the order of the rows
@@ -845,7 +845,7 @@ def main(argv=None) -> int:
     parser.add_argument("--markdown", action="store_true", help="markdown tables instead of aligned text")
     args = parser.parse_args(argv)
     try:  # everything read and built first, so an error leaves no half-printed report
-        df, notes = load(args.runs, args.rank)
+        df, notes = load(run_directories(*args.runs), args.rank)
         torch_records = read_torch(args.torch)
         comm_model = allreduce_model(args.comm) if args.comm else None
         sections, used = all_tables(df, torch_records, lambda rows: comm_model, args.markdown)

@@ -21,7 +21,7 @@ import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from llmhpc_h5 import SchemaError, open_run  # noqa: E402
+from llmhpc_h5 import SchemaError, open_run, run_directories  # noqa: E402
 
 
 def _top(values) -> float:
@@ -72,7 +72,7 @@ def main(argv=None) -> int:
     parser.add_argument("--all", action="store_true", help="every record with readings, not only those that slowed")
     args = parser.parse_args(argv)
     try:
-        runs = [open_run(d) for d in args.dirs]
+        runs = [open_run(d) for d in run_directories(*args.dirs)]
     except SchemaError as e:
         print(f"device_clocks.py: error: {e}", file=sys.stderr)
         return 2

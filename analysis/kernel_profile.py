@@ -53,6 +53,7 @@ import pandas as pd  # noqa: E402
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from bench import fmt, markdown_table  # noqa: E402
 from llmhpc_h5 import PROFILE_CATEGORIES, SchemaError, model_name, open_run  # noqa: E402
+from outputs import unwritable  # noqa: E402
 
 # The phases kernels/cuda/cuda_ops.cu opens inside naive attention.
 NAIVE_PARTS = ("scores", "softmax", "value_matmul")
@@ -343,7 +344,9 @@ def main() -> int:
         run = open_run(args.dir)
         if not run.records("profile", args.rank):
             raise SchemaError(f"{args.dir}: rank {args.rank} has no /profile records (mode is '{run.mode}')")
-        os.makedirs(out_dir, exist_ok=True)
+        why = unwritable(out_dir)
+        if why:
+            raise SchemaError(f"{why}: give --out a folder to write the tables and plot into")
         text = run_report(run, args.rank, args.top, os.path.join(out_dir, f"profile_rank{args.rank}.png"))
     except SchemaError as e:
         print(f"kernel_profile.py: {e}", file=sys.stderr)

@@ -707,6 +707,21 @@ class Run:
         return frame
 
 
+def run_directories(*directories: str) -> list:
+    """Every folder at or below each of `directories` that holds rank files (sorted; a job's runs
+    can nest: ddp_bucketed.sh puts its all-reduce run inside the ddp run's folder), each once
+    however it was reached (a folder given twice, a folder and its parent, a link to it); a
+    folder holding none stands for itself (open_run says why)."""
+    found, seen = [], set()
+    for directory in directories:
+        runs = sorted(root for root, _, files in os.walk(directory) if any(RANK_FILE_PATTERN.match(n) for n in files))
+        for run in runs or [directory]:
+            if os.path.realpath(run) not in seen:
+                seen.add(os.path.realpath(run))
+                found.append(run)
+    return found
+
+
 def open_run(directory: str, live: bool = False) -> Run:
     """Reads every rankNNNNN.h5 in `directory`. Raises SchemaError when there is none, when a file
     is not an llmhpc rank file, when its schema_version is unknown, or when the files are of different

@@ -26,7 +26,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from llmhpc_h5 import (MIB, SchemaError, label_precision, model_name, open_run, peak_cell, sweep_key,  # noqa: E402
-                       unit_of)
+                       run_directories, unit_of)
 
 PHASES = ("init", "forward", "backward", "optimizer")
 # The sweep's nesting (docs/hdf5-schema.md, /memory), sizes by parameter count.
@@ -243,7 +243,7 @@ def main():
     p.add_argument("--png", help="write one timeline PNG per configuration into this directory")
     a = p.parse_args()
     try:
-        cs = configs(a.dirs)
+        cs = configs(run_directories(*a.dirs))
     except SchemaError as e:
         print(f"memory.py: {e}", file=sys.stderr)
         return 2

@@ -21,7 +21,8 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from bench import other_precisions, plot_speedup, plot_times, summaries  # noqa: E402
-from llmhpc_h5 import SchemaError, open_run  # noqa: E402
+from llmhpc_h5 import SchemaError, open_run, run_directories  # noqa: E402
+from outputs import unwritable  # noqa: E402
 
 
 def main(argv=None) -> int:
@@ -33,18 +34,20 @@ def main(argv=None) -> int:
     which.add_argument("--all-ranks", action="store_true")
     args = parser.parse_args(argv)
     output = args.output or os.path.join(args.dirs[0], "bench.png")
+    if os.path.splitext(output)[1].lower() not in (".png", ".pdf", ".svg"):
+        print(f"plot_bench.py: error: -o {output}: give a .png, .pdf or .svg file to draw into", file=sys.stderr)
+        return 2
     try:
-        runs = [open_run(d) for d in args.dirs]
+        runs = [open_run(d) for d in run_directories(*args.dirs)]
         summary = summaries(runs, None if args.all_ranks else args.rank)
         if summary.empty:
             raise SchemaError(f"no bench records in {', '.join(args.dirs)}")
     except SchemaError as e:
         print(f"plot_bench.py: error: {e}", file=sys.stderr)
         return 2
-    try:  # as report.py: the output's folder is made where it is missing
-        os.makedirs(os.path.dirname(os.path.abspath(output)), exist_ok=True)
-    except OSError as e:
-        print(f"plot_bench.py: error: -o {output}: {e.strerror or e}", file=sys.stderr)
+    why = unwritable(os.path.dirname(os.path.abspath(output)))  # as report.py: made where it is missing
+    if why:
+        print(f"plot_bench.py: error: -o {output}: {why}", file=sys.stderr)
         return 2
     who = "all ranks pooled" if args.all_ranks else f"rank {args.rank}"
     title = (f"llmhpc bench on {runs[0].attrs['device_name']}, {who}, batch "

@@ -29,10 +29,10 @@ import importlib.util
 import inspect
 import os
 import sys
-import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from llmhpc_h5 import RANK_FILE_PATTERN, SchemaError, open_run, rank_list  # noqa: E402
+from llmhpc_h5 import SchemaError, open_run, rank_list, run_directories  # noqa: E402
+from outputs import unwritable  # noqa: E402
 import bench  # noqa: E402
 import device_clocks  # noqa: E402
 import soak  # noqa: E402
@@ -41,13 +41,6 @@ import timeline  # noqa: E402
 
 ANALYSIS_DIR = os.path.dirname(os.path.abspath(__file__))
 MODE_ORDER = ("bench", "attention", "comm", "ddp", "train")  # the reference reports' order; other modes follow by name
-
-
-def run_directories(directory: str) -> list:
-    """Every folder at or below `directory` that holds rank files (sorted; a job's runs can nest:
-    ddp_bucketed.sh puts its all-reduce run inside the ddp run's folder)."""
-    found = sorted(root for root, _, files in os.walk(directory) if any(RANK_FILE_PATTERN.match(n) for n in files))
-    return found or [directory]
 
 
 # Modes whose analysis module has another name: analysis/profile.py would shadow Python's own
@@ -175,7 +168,7 @@ def hang_section(runs: list) -> str:
 
 
 def build_report(dirs: list, out_dir: str, options: dict, table_only: bool = False) -> str:
-    runs = [open_run(d) for directory in dirs for d in run_directories(directory)]
+    runs = [open_run(d) for d in run_directories(*dirs)]
     by_mode = {}
     for run in runs:
         by_mode.setdefault(run.mode, []).append(run)
@@ -209,6 +202,13 @@ def build_report(dirs: list, out_dir: str, options: dict, table_only: bool = Fal
     return "\n\n".join(parts) + "\n"
 
 
+def decimals(text: str) -> int:
+    """--decimals: a whole number from 0 (argparse's type)."""
+    if not text.isdigit():
+        raise argparse.ArgumentTypeError(f"'{text}': give a whole number of decimals, 0 or more")
+    return int(text)
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("dirs", nargs="+", metavar="DIR", help="run directory (llmhpc --out) or a folder of them")
@@ -216,10 +216,15 @@ def main(argv=None) -> int:
     which = parser.add_mutually_exclusive_group()
     which.add_argument("--rank", type=int, default=0, help="report this rank's samples (default 0)")
     which.add_argument("--all-ranks", action="store_true", help="pool the samples of every rank")
-    parser.add_argument("--decimals", type=int, default=2, help="decimals of the benchmark times (default 2)")
+    parser.add_argument("--decimals", type=decimals, default=2, help="decimals of the benchmark times (default 2)")
     parser.add_argument("--table-only", action="store_true", help="the sections only, without the title and runs")
     args = parser.parse_args(argv)
 
+    if args.output is not None and (not args.output or os.path.isdir(args.output) or args.output.endswith(os.sep)):
+        what = "is a folder" if args.output else "names no file"
+        print(f"report.py: error: -o '{args.output}' {what}: give the markdown file to write (e.g. "
+              f"{os.path.join(args.output or 'study', 'report.md')}); its plots go beside it", file=sys.stderr)
+        return 2
     missing = [d for d in args.dirs if not os.path.isdir(d)]
     if missing:
         what = "not a folder" if os.path.exists(missing[0]) else "no such folder"
@@ -232,16 +237,10 @@ def main(argv=None) -> int:
     out_dir = os.path.dirname(os.path.abspath(output))
     options = dict(rank=None if args.all_ranks else args.rank, decimals=args.decimals)
     created = not os.path.isdir(out_dir)
-    try:
-        os.makedirs(out_dir, exist_ok=True)  # -o reports/new/report.md: the folder is made for it
-    except OSError as e:
-        print(f"report.py: error: cannot create {out_dir} for the report (-o): {e.strerror}", file=sys.stderr)
-        return 2
-    try:  # before any work: the plots are written while the report is built
-        tempfile.TemporaryFile(dir=out_dir).close()  # trying says what os.access cannot (/proc, for root)
-    except OSError as e:
-        print(f"report.py: error: {out_dir} is not writable ({e.strerror}): write the report elsewhere with "
-              f"-o FILE.md (its plots go beside it)", file=sys.stderr)
+    why = unwritable(out_dir)  # -o reports/new/report.md: the folder is made for it, before any work
+    if why:
+        print(f"report.py: error: {why}: write the report elsewhere with -o FILE.md (its plots go beside it)",
+              file=sys.stderr)
         return 2
     try:
         text = build_report(args.dirs, out_dir, options, args.table_only)  # all built first: no half-written file

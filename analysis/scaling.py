@@ -717,12 +717,15 @@ def predicted_from(model: dict, r, nodes: int) -> str:
     return fitted_from(model, nodes) + (f"; {beyond}" if beyond else "")
 
 
-def above_one_note(per: str) -> str:
-    """Why an efficiency (or a share of one GPU's) can pass 100%: what it is measured against."""
-    return (f"Above 100% (above 1 of one {per}'s): measured against the one-rank run of the same model, unsharded "
-            f"and without tensor parallelism. The n {per}s together stepped more than n times as fast as it: each "
-            f"did its share of the work faster than one {per} did the whole (a smaller part of the model or of the "
-            f"optimizer's state per {per}, e.g. one that fits in faster memory; the rank files do not say which).")
+def above_one_note(per: str, n0: int = 1) -> str:
+    """Why an efficiency (or a share of one GPU's) can pass 100%: what it is measured against, the
+    one-rank run or, in a series without one, its first run at n0 ranks."""
+    against = ("the one-rank run of the same model, unsharded and without tensor parallelism" if n0 == 1 else
+               f"the series' first run, at {n0} ranks (no one-rank run of it ran)")
+    return (f"Above 100% (above 1 of one {per}'s): measured against {against}. The ranks stepped faster than "
+            f"their number predicts from it: each did its share of the work faster than the {per}s of that run did "
+            f"theirs (a smaller part of the model or of the optimizer's state per {per}, e.g. one that fits in "
+            "faster memory, or a run that ran slow; the rank files do not say which).")
 
 
 def group_batch_note(ok: pd.DataFrame, base, last, per: str) -> str:
@@ -1015,12 +1018,13 @@ def summary(found: list, all_series: list, ok: pd.DataFrame, models: dict, per: 
     most ranks measured, strong and weak; the fastest layout there (choices: ties named as ties);
     where the model is off, where projections start from one data-parallel rank (unchecked), where
     ranks shared cores, and that each configuration ran once (with how far twins differed, above 1%)."""
-    lines, by_layout, above = [], {}, False
+    lines, by_layout, above = [], {}, set()  # above: the first rank counts of series above 100%
     models_named = len({(model_name(rows.iloc[-1]), int(rows.iloc[-1].context_length), rows.iloc[-1].precision)
                          for *_, rows in found}) > 1
     for (kind, setup, lay, points), (*_, rows) in zip(all_series, found):
         last = [p for p in points if p.source.startswith("measured")][-1]
-        above |= last.efficiency > 1.0005
+        if last.efficiency > 1.0005:
+            above.add(int(rows.iloc[0].world_size))
         r = rows.iloc[-1]
         name = f"**{lay}**" + (f" ({model_name(r)} T={r.context_length} {r.precision})" if models_named else "")
         size = setup.split(", ")[2]  # "global batch 4", "global batch 2 x ranks"
@@ -1029,7 +1033,7 @@ def summary(found: list, all_series: list, ok: pd.DataFrame, models: dict, per: 
             f"tokens/s per {per}")
     lines += [f"- {name}: " + "; ".join(said) for name, said in by_layout.items()]
     if above:
-        lines.append(f"- {above_one_note(per)}")
+        lines.append(f"- {above_one_note(per, max(above))}")
     order = study_order(ok)
     most = int(order.world_size.max()) if len(order) else 0
     picks = choices(order, per, ranks=most)
@@ -1080,7 +1084,7 @@ def report(df: pd.DataFrame, models: dict, out_dir: str) -> str:
         if beyond:
             notes.append(f"The projections extrapolate the collectives' run: {beyond}.")
         if any(p.efficiency > 1.0005 for p in points):
-            notes.append(above_one_note(per))
+            notes.append(above_one_note(per, int(rows.iloc[0].world_size)))
             if kind == "weak":
                 notes.append(group_batch_note(ok_runs(df), rows.iloc[0], last, per))
         parts.append(f"### Scaling, {kind}: {setup}, {lay}\n\n{caption(kind, points[0].ranks, per, int(last.tp))}"

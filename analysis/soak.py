@@ -34,7 +34,7 @@ import sys
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from llmhpc_h5 import RANK_FILE_PATTERN, SchemaError, open_run  # noqa: E402
+from llmhpc_h5 import SchemaError, open_run, run_directories  # noqa: E402
 
 # The per-iteration time of each mode's records, its unit and seconds per unit.
 TIMES = {"comm": ("time_us", "us", 1e-6), "ddp": ("step_ms", "ms", 1e-3)}
@@ -44,12 +44,6 @@ GROWTH_MIB = 16.0    # device-used and RSS growth after the first tenth at most 
 MIN_ITERATIONS = 20  # fewer: a tenth is one or two iterations, too few to judge
 BINS = 50            # slices of a series: the slope's points, and a series in --jsonl
 MIB = float(1 << 20)
-
-
-def run_directories(directory: str) -> list:
-    """Every folder at or below `directory` holding rank files (sorted), or [directory] (open_run says why)."""
-    found = sorted(root for root, _, files in os.walk(directory) if any(RANK_FILE_PATTERN.match(n) for n in files))
-    return found or [directory]
 
 
 def tenth(n: int) -> int:
@@ -100,7 +94,9 @@ def record_row(run, rec, drift_pct: float = DRIFT_PCT, growth_mib: float = GROWT
     if n:
         row["duration_s"] = float(times.sum() * unit_s)
         first, last, drift, slope = time_drift(times * unit_s)
-        row.update(first=first / unit_s, last=last / unit_s, drift_pct=drift, slope_pct_per_min=slope)
+        # A slope per minute over well under a second of iterations says nothing: none given.
+        row.update(first=first / unit_s, last=last / unit_s, drift_pct=drift,
+                   slope_pct_per_min=slope if n >= MIN_ITERATIONS else math.nan)
         if abs(drift) > drift_pct:
             failed.append(f"time drift {drift:+.1f}% (bound ±{drift_pct:g}%)")
     if rec.ok and not all(name in rec.arrays for name in MEMORY):
@@ -205,7 +201,7 @@ def main(argv=None) -> int:
     parser.add_argument("--jsonl", help="append one row per record to this file")
     args = parser.parse_args(argv)
     try:
-        runs = [open_run(d) for directory in args.dirs for d in run_directories(directory)]
+        runs = [open_run(d) for d in run_directories(*args.dirs)]
         pairs = [(run, rec, record_row(run, rec, args.drift_pct, args.growth_mib))
                  for run in runs for kind in TIMES for rec in run.records(kind, rank=None)]
     except SchemaError as e:

@@ -35,7 +35,7 @@ import sys
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from llmhpc_h5 import ABORTED, SchemaError, open_run  # noqa: E402
+from llmhpc_h5 import ABORTED, SchemaError, open_run, run_directories  # noqa: E402
 
 LAST_SHARE = 0.5     # last to arrive in at least this share of the steps
 LATE_SHARE = 0.05    # median lateness at least this share of the median step
@@ -217,7 +217,7 @@ def main(argv=None) -> int:
     parser.add_argument("--steps", action="store_true", help="also list every step's last rank")
     args = parser.parse_args(argv)
     try:
-        runs = [open_run(d) for d in args.dirs]
+        runs = [open_run(d) for d in run_directories(*args.dirs)]
     except SchemaError as e:
         print(f"stragglers.py: error: {e}", file=sys.stderr)
         return 2

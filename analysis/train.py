@@ -68,13 +68,19 @@ def steps_cell(kept: int, status: str) -> str:
 
 def report_section(runs: list, out_dir: str, rank=0, decimals: int = 2) -> str:
     rank = 0 if rank is None else rank
-    rows, curves, parts = [], [], []
-    records = [(run, run.train_record(rank), run.train_steps(rank)) for run in runs]
+    rows, curves, parts, stand_ins = [], [], [], []
+    # A run without the asked rank's file (one lost or not written) is read from its lowest rank.
+    records = []
+    for run in runs:
+        mine = rank if rank in run.ranks else min(run.ranks)
+        if mine != rank:
+            stand_ins.append(f"- `{run.directory}` has no file for rank {rank}: its row is rank {mine}'s.")
+        records.append((run, mine, run.train_record(mine), run.train_steps(mine)))
     per = unit({"device_name": [run.attrs["device_name"] for run in runs]})
     # Tensor parallelism's columns where a run used it: the tp x dp layout and what the step
     # waited for the tensor-parallel group's collectives (tp_comm_ms).
-    any_tp = any(int(rec.attrs.get("tp", 1)) > 1 for _, rec, _ in records)
-    for run, rec, steps in records:
+    any_tp = any(int(rec.attrs.get("tp", 1)) > 1 for _, _, rec, _ in records)
+    for run, mine, rec, steps in records:
         a, timed = rec.attrs, timed_steps(steps, rec.attrs)
         step_mean, step_std = stats(timed.get("step_ms", []))
         sync_mean, _ = stats(timed.get("sync_ms", []))
@@ -96,7 +102,7 @@ def report_section(runs: list, out_dir: str, rank=0, decimals: int = 2) -> str:
         rows.append([os.path.basename(os.path.normpath(run.directory)), model_name(a), a.get("world_size")] + layout +
                     [str(a.get("ddp")) + (" bf16" if a.get("grad_reduce_dtype") == "bf16" and a.get("grad_dtype") != "bf16"
                                           else ""),
-                     sharding, rec.status, steps_cell(len(steps), hang_status(run, rank, rec)),
+                     sharding, rec.status, steps_cell(len(steps), hang_status(run, mine, rec)),
                      fmt(loss[0], 6) if len(loss) else "-", fmt(loss[-1], 6) if len(loss) else "-",
                      fmt(step_mean, decimals), fmt(step_std, decimals), fmt(sync_mean, decimals)] + tp_wait +
                     ["-" if math.isnan(tokens) else f"{tokens:,.0f}",
@@ -107,7 +113,7 @@ def report_section(runs: list, out_dir: str, rank=0, decimals: int = 2) -> str:
             scheduled = "lr" in steps and (a.get("lr_schedule", "constant") != "constant" or
                                            a.get("lr_warmup_steps", 0) > 0)
             clipped = "grad_norm" in steps
-            parts.append(f"### Loss of {run.directory} (rank {rank})\n\n" + markdown_table(
+            parts.append(f"### Loss of {run.directory} (rank {mine})\n\n" + markdown_table(
                 ["Step", "Loss"] + (["LR"] if scheduled else []) + (["Grad norm"] if clipped else []) + ["Step (ms)"],
                 [[int(steps.step.iloc[i]), f"{steps.loss.iloc[i]:.6f}"]
                  + ([f"{steps.lr.iloc[i]:.3e}"] if scheduled else [])
@@ -120,6 +126,7 @@ def report_section(runs: list, out_dir: str, rank=0, decimals: int = 2) -> str:
     table += "\n\n" + "\n".join([
         f"- Means and Std: rank {rank}'s steps after the first (after the first two under --cuda-graph, whose "
         "second step records the graph), the steps the terminal's mean step and tokens/s take; Steps counts them all.",
+        *stand_ins,
         "- Step: the whole step as the rank timed it on its device (step_ms), without the host's part.",
         "- Sync: the gradients' exposed communication, what backward did not hide (sync_ms; '-' without --ddp).",
         *(["- TP wait: what the layers waited for the tensor-parallel group's collectives (tp_comm_ms), inside "

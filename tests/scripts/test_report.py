@@ -35,6 +35,7 @@ import types
 
 import h5py
 import numpy as np
+import pandas as pd
 
 ROOT = os.environ.get("LLMHPC_ROOT") or os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.join(ROOT, "tests", "reference"))
@@ -591,6 +592,11 @@ def check_model_off(df, models, work):
     assert "| 125.0% |" in block and "Above 100% (above 1 of one rank's): measured against the one-rank run of the " \
         "same model, unsharded and without tensor parallelism." in block, block
     assert "Above 100%" in text.split("### Scaling study: in short")[1].split("\n### ")[0], text
+    # A series without a one-rank run is measured against its first run, and says so.
+    two = fast[fast.world_size == 2]
+    four = two.assign(world_size=4, slowest_step_mean=0.2 * two.slowest_step_mean)
+    text = scaling.report(pd.concat([two, four], ignore_index=True), models, out)
+    assert "measured against the series' first run, at 2 ranks (no one-rank run of it ran)" in text, text
     slow = exact.copy()
     slow.loc[slow.world_size == 2, "slowest_step_mean"] = 3 * float(slow[slow.world_size == 1].slowest_step_mean.max())
     assert "Above 100%" not in scaling.report(slow, models, out), "no such note where no efficiency passes 100%"
@@ -789,6 +795,9 @@ def check_accounting(runs):
     assert "P = 219,848,638,464" in text and "| 16 P | 3517.58 |" in text and "-> 44 devices" in text, text
     text = run(acc + ["fsdp"]).stdout
     assert "N_FSDP >= 38" in text, text
+    for args in (["tp-batch", "--w", "0"], ["memory", "--d-model", "-5"], ["fsdp", "--device-memory", "lots"]):
+        bad = run(acc + args, expect_ok=False)  # a value the formulas cannot take: argparse's one line
+        assert bad.returncode == 2 and "Traceback" not in bad.stderr and args[-1] in bad.stderr, bad.stderr
     (rows,) = [rows_of(t) for t in parse_markdown_tables(run(acc + ["tp-batch"]).stdout)]
     assert rows[0]["B* per device"] == "2798.81", rows[0]  # the reference communication study's 2798.81
     # b* from the raw all-reduce times (float, in place; back-to-back time averaged over ranks)
@@ -931,6 +940,24 @@ def main():
               expect_ok=False)
     assert bad.returncode == 2 and "not writable" in bad.stderr and "-o" in bad.stderr, bad.stderr
     assert len(bad.stderr.strip().splitlines()) == 1, f"one line, no traceback: {bad.stderr}"
+    # -o naming a folder, --decimals below 0: refused before any work, nothing left behind
+    folder = os.path.join(work, "a_folder")
+    os.makedirs(folder)
+    for args, words in ((["-o", folder], "is a folder"), (["--decimals", "-1"], "0 or more")):
+        bad = run([sys.executable, os.path.join(ANALYSIS, "report.py"), runs["bench"], *args], expect_ok=False)
+        assert bad.returncode == 2 and words in bad.stderr and "Traceback" not in bad.stderr, bad.stderr
+    assert os.listdir(folder) == [] and not os.path.exists(folder + ".tmp"), os.listdir(work)
+    # A run given twice, or with the folder above it, is one run of the report; so for the other scripts.
+    twice = run([sys.executable, os.path.join(ANALYSIS, "report.py"), runs["bench"], runs["bench"],
+                 os.path.dirname(runs["bench"]), "-o", os.path.join(work, "twice.md")]).stdout
+    assert sum(l.startswith(f"- `{runs['bench']}`") for l in twice.splitlines()) == 1, twice[:3000]
+    # The other scripts' outputs: a folder that cannot take them is one line, not a traceback.
+    bad = run([sys.executable, os.path.join(ANALYSIS, "plot_bench.py"), runs["bench"], "-o", "/proc/bench.png"],
+              expect_ok=False)
+    assert bad.returncode == 2 and "not writable" in bad.stderr and "Traceback" not in bad.stderr, bad.stderr
+    bad = run([sys.executable, os.path.join(ANALYSIS, "plot_bench.py"), runs["bench"], "-o", "plot.md"],
+              expect_ok=False)
+    assert bad.returncode == 2 and ".png, .pdf or .svg" in bad.stderr, bad.stderr
     print("test_report: OK")
 
 
