@@ -259,7 +259,7 @@ def main(argv=None) -> int:
                         help="JSON from analysis/torch_attention.py to compare with (repeatable: one table each)")
     args = parser.parse_args(argv)
     try:
-        df = attention_frame(run_directories(*args.runs))
+        df = attention_frame(run_directories(*args.runs, mode="attention"))
         torch = [(path, read_torch(path)) for path in args.torch]
     except SchemaError as e:
         print(f"attention.py: {e}", file=sys.stderr)

@@ -301,7 +301,7 @@ def main() -> int:
                              "table of llmhpc's bus bandwidth against it; give it once per file")
     args = parser.parse_args()
     rows = []
-    for directory in run_directories(*args.runs):
+    for directory in run_directories(*args.runs, mode="comm"):
         try:
             run = open_run(directory)
             rows += comm_rows(run)

@@ -845,7 +845,7 @@ def main(argv=None) -> int:
     parser.add_argument("--markdown", action="store_true", help="markdown tables instead of aligned text")
     args = parser.parse_args(argv)
     try:  # everything read and built first, so an error leaves no half-printed report
-        df, notes = load(run_directories(*args.runs), args.rank)
+        df, notes = load(run_directories(*args.runs, mode="ddp"), args.rank)
         torch_records = read_torch(args.torch)
         comm_model = allreduce_model(args.comm) if args.comm else None
         sections, used = all_tables(df, torch_records, lambda rows: comm_model, args.markdown)

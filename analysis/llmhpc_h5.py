@@ -291,7 +291,7 @@ class Arrays(collections.abc.Mapping):
         try:
             return h5py.File(self.file_path, "r")
         except OSError as e:
-            raise SchemaError(f"{self.file_path}: cannot be opened as HDF5 ({e})") from None
+            raise SchemaError(f"{self.file_path}: cannot be opened as HDF5 ({one_line(e)})") from None
 
     def _dataset(self, f: h5py.File, name: str) -> h5py.Dataset:
         ds = f.get(f"{self.group_path}/{name}")
@@ -371,7 +371,7 @@ def read_rank_file(path: str, live: bool = False) -> RankFile:
     try:
         f = h5py.File(path, "r")
     except OSError as e:
-        raise SchemaError(f"{path}: cannot be opened as HDF5 ({e})") from None
+        raise SchemaError(f"{path}: cannot be opened as HDF5 ({one_line(e)})") from None
     with f:
         attrs = {key: _plain(value) for key, value in f.attrs.items()}
         if "schema_version" not in attrs:
@@ -707,19 +707,38 @@ class Run:
         return frame
 
 
-def run_directories(*directories: str) -> list:
+def run_directories(*directories: str, mode: str | None = None) -> list:
     """Every folder at or below each of `directories` that holds rank files (sorted; a job's runs
     can nest: ddp_bucketed.sh puts its all-reduce run inside the ddp run's folder), each once
     however it was reached (a folder given twice, a folder and its parent, a link to it); a
-    folder holding none stands for itself (open_run says why)."""
+    folder holding none stands for itself (open_run says why). With `mode`, a run found below a
+    folder is kept only if it is of that mode (a run given itself is always kept: its script
+    says what it is)."""
     found, seen = [], set()
     for directory in directories:
         runs = sorted(root for root, _, files in os.walk(directory) if any(RANK_FILE_PATTERN.match(n) for n in files))
+        if mode:
+            runs = [r for r in runs if os.path.realpath(r) == os.path.realpath(directory) or _mode_of(r) in (mode, None)]
         for run in runs or [directory]:
             if os.path.realpath(run) not in seen:
                 seen.add(os.path.realpath(run))
                 found.append(run)
     return found
+
+
+def _mode_of(directory: str) -> str | None:
+    """The mode of the run in `directory` from its first rank file, None where it cannot be read."""
+    try:
+        name = min(n for n in os.listdir(directory) if RANK_FILE_PATTERN.match(n))
+        with h5py.File(os.path.join(directory, name), "r") as f:
+            return _plain(f.attrs["mode"])
+    except (OSError, KeyError, ValueError):
+        return None
+
+
+def one_line(error: Exception) -> str:
+    """An error's message on one line: h5py's span several (errno, file name, then the reason)."""
+    return " ".join(str(error).split())
 
 
 def open_run(directory: str, live: bool = False) -> Run:

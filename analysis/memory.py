@@ -219,10 +219,13 @@ def plot_timelines(cs, out_dir: str) -> list:
 
 def markdown(cs, pngs=()) -> str:
     parts = ["### Peak memory by context length and precision", peak_table(cs),
-             "### Memory per phase", phase_table(cs),
-             "### The peak by category", category_table(cs),
-             "### One residual-stream activation", residual_table(cs),
-             "### Largest allocations", largest_table(cs)]
+             "### Memory per phase", phase_table(cs)]
+    if any(c["ok"] for c in cs):  # the trace's tables: none where no configuration fitted
+        parts += ["### The peak by category", category_table(cs),
+                  "### One residual-stream activation", residual_table(cs),
+                  "### Largest allocations", largest_table(cs)]
+    else:
+        parts.append("No configuration fitted: nothing traced to split by category or allocation.")
     if pngs:
         parts += ["### Active memory timelines"] + [f"![{os.path.basename(p)}]({os.path.basename(p)})" for p in pngs]
     return "\n\n".join(parts) + "\n"
@@ -243,7 +246,7 @@ def main():
     p.add_argument("--png", help="write one timeline PNG per configuration into this directory")
     a = p.parse_args()
     try:
-        cs = configs(run_directories(*a.dirs))
+        cs = configs(run_directories(*a.dirs, mode="memory"))
     except SchemaError as e:
         print(f"memory.py: {e}", file=sys.stderr)
         return 2

@@ -38,7 +38,7 @@ def main(argv=None) -> int:
         print(f"plot_bench.py: error: -o {output}: give a .png, .pdf or .svg file to draw into", file=sys.stderr)
         return 2
     try:
-        runs = [open_run(d) for d in run_directories(*args.dirs)]
+        runs = [open_run(d) for d in run_directories(*args.dirs, mode="bench")]
         summary = summaries(runs, None if args.all_ranks else args.rank)
         if summary.empty:
             raise SchemaError(f"no bench records in {', '.join(args.dirs)}")
