@@ -15,7 +15,7 @@ import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench import markdown_table  # noqa: E402
+from bench import markdown_table, section_script  # noqa: E402
 from llmhpc_h5 import open_run  # noqa: E402
 
 
@@ -63,4 +63,4 @@ def report_section(runs: list, out_dir: str) -> str:
 
 
 if __name__ == "__main__":  # a section of report.py's, with no command line of its own
-    sys.exit("analysis/precision.py writes report.py's precision section: python3 analysis/report.py DIR...")
+    section_script("precision")

@@ -278,6 +278,9 @@ int run(Runtime& rt, int argc, char** argv, bool& in_mode) {
     throw UsageError(std::string(e.what()) + " (see llmhpc --help)");
   }
   const std::string mode_name = opt_string(first, "mode");
+  if (argc == 1 && rt.is_root())  // a first try with no options: say what runs and where the rest is
+    std::fprintf(stderr, "llmhpc: note: no options: the default run, --mode bench of the small model (on the CPU, "
+                         "minutes; --model tiny is seconds); llmhpc --help lists the modes\n");
   const ModeSpec* mode = find_mode(mode_name);
   if (!mode) {
     std::vector<std::string> names;

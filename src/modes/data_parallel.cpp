@@ -90,8 +90,9 @@ void add_data_parallel_options(po::options_description& desc, const ListUse& use
       "grad-reduce-dtype", listable(use, "grad-reduce-dtype", "same"),
       ("what the gradients travel and are averaged in: same (their own dtype, fp32: the exact average) | bf16 "
        "(each bucket rounded to bf16 before its collective and widened after, as PyTorch DDP's bf16_compress_hook: "
-       "half the bytes, the average of the rounded gradients; not with --precision fp64); gradients made in bf16 "
-       "(--grad-dtype bf16) travel as they are, with no casts" +
+       "half the bytes, the average of the rounded gradients; not with --precision fp64, nor under zero2 and "
+       "zero3, which reduce in the dtype backward writes); gradients made in bf16 (--grad-dtype bf16) travel as "
+       "they are, with no casts" +
        list)
           .c_str());
   add_tensor_parallel_options(desc, use);
