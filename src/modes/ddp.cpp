@@ -79,14 +79,6 @@ struct DdpCase : ModelCase {
   std::string model_key() const { return ModelCase::model_key() + tp_label() + (sharded() ? "_sharded" : ""); }
 };
 
-// Sizes, then precisions and attentions, then contexts and batches, tensor-parallel sizes (each
-// with its --tp-overlap values), strategies and shardings innermost (so every strategy of one
-// setup runs on one model, side by side in the table). What is data-parallel resolves among a
-// tp's data-parallel ranks (world / tp). Strategy none is not sharded (nothing would reduce its gradients): a sweep leaves those
-// pairs out, and a sharding that only such pairs would run is an error. --share-weights
-// sweeps the sharded cases only: bf16 the ones that keep a copy (bf16, not --low-memory), auto
-// as it resolves (each case once); a bf16 no case can take is an error. --collective-engine
-// and --grad-reduce-dtype sweep the strategies that communicate.
 // The combinations of --ddp x --shard-optimizer x --bucket-mb that are no configuration of
 // their own, counted so that the run can say why it measures fewer than the lists multiply to.
 struct LeftOut {
@@ -106,6 +98,15 @@ struct LeftOut {
   }
 };
 
+// Sizes, then precisions and attentions, then contexts and batches, tensor-parallel sizes (each
+// with its --tp-overlap values), strategies and shardings innermost (so every strategy of one
+// setup runs on one model, side by side in the table). What is data-parallel resolves among a
+// tp's data-parallel ranks (world / tp). Strategy none is not sharded (nothing would reduce its gradients): a sweep leaves those
+// pairs out, and a sharding that only such pairs would run is an error. --share-weights
+// sweeps the sharded cases only: bf16 the ones that keep a copy (bf16, not --low-memory), auto
+// as it resolves (each case once); a bf16 no case can take is an error. --collective-engine
+// and --grad-reduce-dtype sweep the strategies that communicate (not zero2 and zero3): copy or
+// bf16 that no case can take is an error too. The pairs left out are counted in `left_out`.
 std::vector<DdpCase> sweep_cases(const po::variables_map& vm, int world_size, LeftOut* left_out) {
   const std::vector<double> buckets = bucket_sizes_mb(vm);
   const TensorParallelSweep tps = tensor_parallel_sweep(vm);

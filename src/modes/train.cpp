@@ -762,7 +762,6 @@ void run(ModeContext& ctx, const TrainOptions& o) {
   int stopped_by = 0;                              // the signal all ranks agreed to stop on
   int64_t done = 0;
   std::chrono::steady_clock::time_point first_done;  // the time left is told from the steps after the first
-  double aside_s = 0;  // since then, writing checkpoints and records: in the time left, not in the ms/step
   for (int64_t s = 0; s < steps && !stopped_by; s = done) {
     const int64_t step = first_batch + s + 1;  // the optimizer's step, as the record's first_step counts
     const auto began = std::chrono::steady_clock::now();
@@ -836,22 +835,24 @@ void run(ModeContext& ctx, const TrainOptions& o) {
     const auto now = std::chrono::steady_clock::now();
     if (done == 1) first_done = now;
     if (last || stopped_by || (log_every > 0 && done % log_every == 0)) {
-      const double since_first = std::chrono::duration<double>(now - first_done).count();
-      const double per_step = done > 1 ? since_first / double(done - 1) : t.step_ms / 1e3;
+      const double per_step =
+          done > 1 ? std::chrono::duration<double>(now - first_done).count() / double(done - 1) : t.step_ms / 1e3;
       char shape[96] = "";  // what shaped the step's update, where the user asked for it
       if (schedule.decay != LrDecay::Constant || schedule.warmup_steps > 0)
         std::snprintf(shape, sizeof shape, "  lr %.3e", lr.back());
       if (max_grad_norm > 0)
         std::snprintf(shape + strlen(shape), sizeof shape - strlen(shape), "  grad norm %.4g", grad_norm.back());
-      // The wall time per step, what the run goes at; where the step's own time is well under it,
-      // the rest is the host's part (the batch, waits for a slower rank at the loss's reduction).
-      // Checkpoints written between steps are left out, as wall_ms leaves them out.
-      const double wall_ms = done > 1 ? (since_first - aside_s) / double(done - 1) * 1e3 : t.step_ms;
+      // The wall time per step (the recorded wall_ms after the first step), what the run goes at;
+      // where the step's own time is well under it, the rest is the host's part (the batch, waits
+      // for a slower rank at the loss's reduction). Checkpoints written between steps are in the
+      // time left (per_step), not in a step.
+      const double step_wall_ms = done > 1 ? mean(std::vector<double>(wall_ms.begin() + 1, wall_ms.end())) : t.step_ms;
       char host[96] = "";
-      if (done > 1 && t.step_ms < 0.8 * wall_ms)
-        std::snprintf(host, sizeof host, "step %.1f + host's part and waits %.1f = ", t.step_ms, wall_ms - t.step_ms);
+      if (done > 1 && t.step_ms < 0.8 * step_wall_ms)
+        std::snprintf(host, sizeof host, "step %.1f + host's part and waits %.1f = ", t.step_ms,
+                      step_wall_ms - t.step_ms);
       log_root(rt, "step %5lld/%lld  loss %.6f%s  %s%.1f ms/step%s\n", (long long)done, (long long)steps, loss.back(),
-               shape, host, wall_ms,
+               shape, host, step_wall_ms,
                last ? "" : (", " + format_duration(per_step * double(steps - done)) + " left").c_str());
     }
     if (!last && !stopped_by && save_every > 0 && done % save_every == 0)
@@ -861,7 +862,6 @@ void run(ModeContext& ctx, const TrainOptions& o) {
       save_progress("running");
       last_flush = now;
     }
-    aside_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - now).count();
   }
   finish_collectives(rec);   // the last steps' collectives, before wait_parameters() issues more
   model->wait_parameters();  // the last step's all-gathers, before the sync goes
