@@ -16,6 +16,8 @@
 #                                           kill -STOP $(... pids 1 DIR llmhpc) hangs node1's ranks
 #   scripts/fake_nodes.sh down DIR          kills whatever runs in the nodes, deletes them and the
 #                                           files up wrote in DIR (what else is there stays)
+#   scripts/fake_nodes.sh sweep             deletes the nodes no folder holds any more (DIR deleted
+#                                           before down, or an up killed outright)
 # DIR holds node<I>.pid (the holders), hosts (the nodes' /etc/hosts), nodes (name, address and core
 # of each), netns (the namespaces), agent, and hostfile: `DIR/hostfile 2 1` writes a hostfile of
 # node0 with 2 slots and node1 with 1 and prints its path (no argument: one slot on every node).
@@ -270,15 +272,32 @@ fake_nodes_down() {
   rm -f "$dir/netns" "$dir"/node*.pid "$dir"/node*.pid.new
 }
 
-# fake_nodes_sweep: deletes the namespaces llmhpc-fn<PID>-... whose owner PID is gone, with
-# whatever still runs in them (the leftovers of a run killed outright); prints their names.
+# fake_nodes_sweep [--lost-folders]: deletes the namespaces llmhpc-fn<PID>-... whose owner PID is
+# gone, with whatever still runs in them (the leftovers of a run killed outright); prints their
+# names. --lost-folders: also those of an up whose folder was deleted (its owner, named after the
+# folder, lives on; the owner is killed too). Not while an up is making nodes: until up has
+# written DIR/netns its nodes look lost.
 fake_nodes_sweep() {
-  local ns owner pid
+  local ns owner pid name gone=()
   for ns in $(ip netns list 2>/dev/null | grep -o '^llmhpc-fn[0-9]*-[a-z0-9]*'); do
     owner=${ns#llmhpc-fn}
     owner=${owner%%-*}
-    kill -0 "$owner" 2>/dev/null && continue
+    name=$(tr '\0' '\n' 2>/dev/null <"/proc/$owner/cmdline" | head -n 1)  # empty: gone (or a zombie)
+    if [ -n "$name" ]; then
+      [ "${1:-}" = --lost-folders ] || continue
+      # Only up's owner ("llmhpc-fake-nodes DIR"), and only where DIR no longer lists this namespace.
+      [[ "$name" == "llmhpc-fake-nodes "* ]] || continue
+      grep -qx "$ns" "${name#llmhpc-fake-nodes }/netns" 2>/dev/null && continue
+      kill "$owner" 2>/dev/null || true
+    fi
+    gone+=("$ns")
+  done
+  # As fake_nodes_down: every process in them killed, then each deleted once it is empty.
+  for ns in "${gone[@]}"; do
     for pid in $(ip netns pids "$ns" 2>/dev/null); do kill -9 "$pid" 2>/dev/null; done
+  done
+  for ns in "${gone[@]}"; do
+    for _ in 1 2 3 4 5 6 7 8 9 10; do [ -z "$(ip netns pids "$ns" 2>/dev/null)" ] && break; sleep 0.2; done
     ip netns del "$ns" 2>/dev/null && echo "$ns"
   done
   return 0
@@ -287,7 +306,7 @@ fake_nodes_sweep() {
 # ---- the command line ----
 fake_nodes_usage() {
   cat <<USAGE
-usage: $0 up N DIR | run I DIR COMMAND... | pids I DIR [NAME] | down DIR | --help
+usage: $0 up N DIR | run I DIR COMMAND... | pids I DIR [NAME] | down DIR | sweep | --help
 Fake nodes node0..node{N-1} on one machine (as root): network, UTS and mount namespaces on a
 bridge ($FAKE_NODES_SUBNET, node I at 10.77.0.<11+I>), each with its hostname, /etc/hosts,
 /dev/shm and one core, for mpirun across hosts without a cluster.
@@ -298,6 +317,8 @@ bridge ($FAKE_NODES_SUBNET, node I at 10.77.0.<11+I>), each with its hostname, /
                     the machine's process ids, so 'kill -STOP \$($0 pids 1 DIR llmhpc)' stops
                     node1's ranks alone
   down DIR          kill whatever runs in the nodes, delete them and the files up wrote in DIR
+  sweep             delete the nodes that no folder holds any more (DIR deleted before down, or
+                    an up killed outright), with whatever runs in them
 In DIR: agent (Open MPI's plm_rsh_agent for the nodes), hostfile ('DIR/hostfile 2 1 1' writes a
 hostfile of 2+1+1 slots and prints its path; no argument: one slot a node), hosts, nodes, netns.
 USAGE
@@ -327,7 +348,7 @@ fake_nodes_remove() {
   fake_nodes_down "$dir" || return 1
   owner=$(cat "$dir/owner.pid" 2>/dev/null) || owner=""
   # Only the process up started: a pid taken since by another is left alone.
-  if [ -n "$owner" ] && [ "$(tr '\0' '\n' <"/proc/$owner/cmdline" 2>/dev/null | head -n 1)" = "llmhpc-fake-nodes $dir" ]; then
+  if [ -n "$owner" ] && [ "$(tr '\0' '\n' 2>/dev/null <"/proc/$owner/cmdline" | head -n 1)" = "llmhpc-fake-nodes $dir" ]; then
     kill "$owner" 2>/dev/null || true
   fi
   rm -f "$dir/owner.pid" "$dir/owner.pid.new" "$dir/agent" "$dir/hostfile" "$dir/hosts" "$dir"/hosts-* \
@@ -346,6 +367,7 @@ fake_nodes_main() {
     pids) [ $# = 3 ] || [ $# = 4 ] ||
       fake_nodes_usage_error "pids takes I, DIR and a process name or none, e.g. pids 1 /tmp/nodes llmhpc" ;;
     down) [ $# = 2 ] || fake_nodes_usage_error "down takes DIR, e.g. down /tmp/nodes" ;;
+    sweep) [ $# = 1 ] || fake_nodes_usage_error "sweep takes nothing more" ;;
     "") fake_nodes_usage_error "no command" ;;
     *) fake_nodes_usage_error "unknown command '$cmd'" ;;
   esac
@@ -422,11 +444,16 @@ USE
     down)
       dir=$(realpath -m -- "$2")
       if [ ! -e "$dir/netns" ] && [ ! -e "$dir/owner.pid" ] && [ ! -e "$dir/nodes" ]; then
-        echo "no fake nodes in $dir: nothing to do"
+        echo "no fake nodes in $dir: nothing to do ('$0 sweep' deletes nodes whose folder is gone)"
         exit 0
       fi
       fake_nodes_remove "$dir" || fake_nodes_die "down $dir: $FAKE_NODES_ERROR"
       echo "removed the fake nodes of $dir"
+      ;;
+    sweep)
+      local swept
+      swept=$(fake_nodes_sweep --lost-folders)
+      if [ -n "$swept" ]; then echo "removed $(echo "$swept" | paste -sd' ' -)"; else echo "no fake nodes without a folder"; fi
       ;;
   esac
 }

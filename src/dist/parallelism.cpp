@@ -244,10 +244,16 @@ int resolve_shard_group(int shard_group, Sharding sharding, const Runtime& rt) {
   const bool hybrid = sharding == Sharding::Zero1 || shards_parameters(sharding);
   if (!hybrid || (shard_group == Parallelism::kAutoShardGroup && sharding == Sharding::Zero1)) return rt.world_size;
   int group = shard_group > 0 ? shard_group : rt.local_size;
-  if (shard_group <= 0 &&
-      rt.reduce_all(int64_t(group), HostReduce::Min) != rt.reduce_all(int64_t(group), HostReduce::Max))
-    throw UsageError("{shard_group} node shards within each node, and this job's nodes hold different numbers of "
-                     "ranks: give {shard_group} a number of ranks that divides " +
+  const int64_t fewest = rt.reduce_all(int64_t(group), HostReduce::Min);
+  const int64_t most = rt.reduce_all(int64_t(group), HostReduce::Max);
+  if (shard_group <= 0 && fewest != most)
+    throw UsageError((shard_group == Parallelism::kAutoShardGroup
+                          ? std::string("{shard_optimizer} ") + sharding_name(sharding) +
+                                " shards within each node by default ({shard_group} auto)"
+                          : std::string("{shard_group} node shards within each node")) +
+                     ", and this job's nodes hold " + std::to_string(fewest) + " to " + std::to_string(most) +
+                     " ranks: give {shard_group} world (one copy of the state over every rank) or a number of ranks "
+                     "that divides " +
                      std::to_string(rt.world_size));
   if (rt.world_size % group != 0)
     throw UsageError("{shard_group} " + std::to_string(group) + " does not divide the " +
@@ -274,6 +280,16 @@ ShardGroups make_shard_groups(const Runtime& rt, const std::string& backend, Dev
   return g;
 }
 
+void check_zero1_groups(const Parallelism& p, int group, int world_size) {
+  if (p.sharding != Sharding::Zero1 || group <= 0 || group == world_size) return;
+  if (p.engine == CollectiveEngine::Copy)
+    throw UsageError("{shard_optimizer} zero1 in groups ({shard_group}) averages its parts over the groups with "
+                     "NCCL's kernels: use {collective_engine} sm (or auto)");
+  if (p.reduce_in_bf16)
+    throw UsageError("{shard_optimizer} zero1 in groups ({shard_group}) averages its parts over the groups in the "
+                     "gradients' own dtype: leave {grad_reduce_dtype} bf16 out, or use {grad_dtype} bf16");
+}
+
 void check_parallelism(const Parallelism& p, Precision precision, MemoryPlan memory, int ranks) {
   mesh_place(0, ranks, p.tensor_parallel);  // tp divides the ranks
   if (p.sequence_parallel && p.tensor_parallel == 1)
@@ -295,14 +311,7 @@ void check_parallelism(const Parallelism& p, Precision precision, MemoryPlan mem
     throw UsageError(std::string("{shard_group} says how many ranks share one copy of the model state under "
                                  "{shard_optimizer} zero1, zero2 or zero3, and this run uses ") +
                      sharding_name(p.sharding) + ": leave it out");
-  if (p.sharding == Sharding::Zero1 && p.shard_group != Parallelism::kAutoShardGroup && p.shard_group != world_size) {
-    if (p.engine == CollectiveEngine::Copy)
-      throw UsageError("{shard_optimizer} zero1 in groups ({shard_group}) averages its parts over the groups with "
-                       "NCCL's kernels: use {collective_engine} sm (or auto)");
-    if (p.reduce_in_bf16)
-      throw UsageError("{shard_optimizer} zero1 in groups ({shard_group}) averages its parts over the groups in the "
-                       "gradients' own dtype: leave {grad_reduce_dtype} bf16 out, or use {grad_dtype} bf16");
-  }
+  check_zero1_groups(p, p.shard_group, world_size);  // a node's: once the nodes are known
   if (p.shard_group > 0 && world_size % p.shard_group != 0)
     throw UsageError("{shard_group} " + std::to_string(p.shard_group) + " does not divide the " +
                      counted(world_size, "data-parallel rank") + " into equal groups: give a divisor of " +

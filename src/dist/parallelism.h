@@ -63,6 +63,10 @@ struct Parallelism {
 // is not kept, bf16 on the wire for fp64, several ranks training apart, a tensor-parallel size
 // that does not divide the ranks.
 void check_parallelism(const Parallelism& p, Precision precision, MemoryPlan memory, int world_size);
+// zero1 in shard groups of `group` ranks (fewer than `world_size`; 0: a node's, not yet known)
+// averages its parts over the groups with NCCL's kernels, in the gradients' dtype: the copy
+// engines and a bf16 wire are refused.
+void check_zero1_groups(const Parallelism& p, int group, int world_size);
 
 // Whether a run of `precision` and `memory` with `sharding` keeps a bf16 copy that its
 // optimizer's owners can send instead of the masters.

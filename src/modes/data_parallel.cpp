@@ -251,19 +251,21 @@ bool warn_of_node_shard_groups(const Runtime& world, const Runtime& dp, int requ
   const bool alone = group == 1 && dp.world_size > 1;  // one rank of the group on each node
   const bool spans = group < dp.world_size && rank_block_spans_nodes(dp, group);
   const int64_t found = world.reduce_all(int64_t(alone) * 2 + int64_t(spans), HostReduce::Max);
+  const char* option = requested == Parallelism::kAutoShardGroup ? "auto" : "node";
   if (found >= 2)
     log_root(world,
-             "warning: --shard-group node shards within each node, and here (--tp %d) a node holds one rank of a "
+             "warning: sharding within each node (--shard-group %s), and here (--tp %d) a node holds one rank of a "
              "data-parallel group: such groups shard nothing (1 rank, holding the whole state); give "
              "--shard-group world (or a number) to shard across the nodes\n",
-             world.world_size / dp.world_size);
+             option, world.world_size / dp.world_size);
   else if (found == 1)
     log_root(world,
-             "warning: --shard-group node cuts the state within groups of %d consecutive ranks, and here such "
+             "warning: sharding within each node (--shard-group %s) cuts the state within groups of %d consecutive "
+             "ranks, and here such "
              "groups span nodes (ranks not numbered node by node, as mpirun --map-by node places them): their "
              "collectives cross the network; launch with the ranks of a node numbered together (mpirun's and "
              "srun's default placement), or give --shard-group a number\n",
-             group);
+             option, group);
   return found > 0;
 }
 

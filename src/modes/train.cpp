@@ -440,7 +440,10 @@ void run(ModeContext& ctx, const TrainOptions& o) {
   // zero2, zero3: the state is cut among a group's ranks (every rank's, unless hybrid). Its
   // reductions come before the checks below, which may fail on some ranks only (a file one node
   // lacks): a rank must not wait in them for ranks already agreeing on an error.
-  collective_check(rt, [&] { shard_group = resolve_shard_group(par.shard_group, sharding, dp_rt); });
+  collective_check(rt, [&] {
+    shard_group = resolve_shard_group(par.shard_group, sharding, dp_rt);
+    check_zero1_groups(par, shard_group, dp_rt.world_size);
+  });
   warn_of_node_shard_groups(rt, dp_rt, par.shard_group, shard_group);
   collective_check(rt, [&] {
     if (o.cuda_graph && dev.kind() != DeviceKind::Cuda) throw UsageError(kCudaGraphNeedsCuda);

@@ -4,7 +4,7 @@
 #   run NP ARGS...              llmhpc must succeed (else the test stops with its log)
 #   refused NP MESSAGE ARGS...  llmhpc must fail, saying MESSAGE
 set -u
-BIN=${LLMHPC_BIN:?set LLMHPC_BIN to the llmhpc binary}
+BIN=$(realpath -m "${LLMHPC_BIN:?set LLMHPC_BIN to the llmhpc binary}")  # absolute: the test runs in folders of its own
 MPIEXEC=${MPIEXEC:-mpirun}
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
 WORK=$(mktemp -d)

@@ -8,6 +8,7 @@
 # Finally analysis/attention.py prints both kinds of tables, with OOM in the comparison.
 set -euo pipefail
 : "${LLMHPC_BIN:?set LLMHPC_BIN to the llmhpc binary}"
+LLMHPC_BIN=$(realpath -m "$LLMHPC_BIN")  # absolute: the test runs in folders of its own
 ROOT=${LLMHPC_ROOT:-$(cd "$(dirname "$0")/../.." && pwd)}
 PYTHON=${LLMHPC_PYTHON:-python3}
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1 NCCL_NVLS_ENABLE=0

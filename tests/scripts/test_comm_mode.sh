@@ -8,6 +8,7 @@
 # without a GPU is a clean usage error.
 set -euo pipefail
 : "${LLMHPC_BIN:?set LLMHPC_BIN to the llmhpc binary}"
+LLMHPC_BIN=$(realpath -m "$LLMHPC_BIN")  # absolute: the test runs in folders of its own
 ROOT=${LLMHPC_ROOT:-$(cd "$(dirname "$0")/../.." && pwd)}
 PYTHON=${LLMHPC_PYTHON:-python3}
 MPIEXEC=${MPIEXEC:-mpirun}

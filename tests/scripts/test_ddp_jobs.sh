@@ -15,6 +15,7 @@
 # old setting for --precision fp32).
 set -euo pipefail
 : "${LLMHPC_BIN:?set LLMHPC_BIN to the llmhpc binary}"
+LLMHPC_BIN=$(realpath -m "$LLMHPC_BIN")  # absolute: the test runs in folders of its own
 ROOT=${LLMHPC_ROOT:-$(cd "$(dirname "$0")/../.." && pwd)}
 export PYTHON=${LLMHPC_PYTHON:-python3}
 export MPIRUN="${MPIEXEC:-mpirun} --oversubscribe" LLMHPC_BIN

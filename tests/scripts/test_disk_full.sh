@@ -15,7 +15,7 @@
 # The limit is set in the rank alone (mpirun -np 1 bash -c 'ulimit -f ...; exec llmhpc'): MPI's
 # own start-up writes files larger than it.
 set -u
-BIN=${LLMHPC_BIN:?set LLMHPC_BIN to the llmhpc binary}
+BIN=$(realpath -m "${LLMHPC_BIN:?set LLMHPC_BIN to the llmhpc binary}")  # absolute: the test runs in folders of its own
 PYTHON=${LLMHPC_PYTHON:-python3}
 export OMP_NUM_THREADS=1
 [ "$(id -u)" = 0 ] || { echo "SKIP: needs root to mount a small tmpfs"; exit 77; }

@@ -27,7 +27,7 @@ refused() {  # refused WORDS ARGS...: fake_nodes.sh ARGS exits 2 and says WORDS 
 }
 
 "$FN" --help >"$WORK/help" 2>&1 || fail "fake_nodes.sh --help: exit $?"
-for cmd in "up N DIR" "run I DIR" "pids I DIR [NAME]" "down DIR"; do
+for cmd in "up N DIR" "run I DIR" "pids I DIR [NAME]" "down DIR" "sweep"; do
   grep -q -F -- "$cmd" "$WORK/help" || fail "--help does not list '$cmd'"
 done
 refused "no command"
@@ -37,6 +37,7 @@ refused "run takes I, DIR and a command" run 0 "$WORK"
 refused "pids takes I, DIR and a process name or none" pids 1
 refused "pids takes I, DIR and a process name or none" pids 1 "$WORK" llmhpc extra
 refused "down takes DIR" down
+refused "sweep takes nothing more" sweep "$WORK"
 
 if [ "$(id -u)" = 0 ]; then
   refused "N must be a number of nodes from 1 to" up 0 "$WORK/nodes"

@@ -13,7 +13,7 @@
 # sweep that runs out of memory goes on with nothing of the failed configuration left live; a rank
 # of a tensor-parallel group that runs out of memory alone ends the job at once.
 set -u
-BIN=${LLMHPC_BIN:?set LLMHPC_BIN}
+BIN=$(realpath -m "${LLMHPC_BIN:?set LLMHPC_BIN}")  # absolute: the test runs in folders of its own
 ROOT=${LLMHPC_ROOT:?set LLMHPC_ROOT}
 MPIEXEC=${MPIEXEC:-mpirun}
 PY=${LLMHPC_PYTHON:-python3}

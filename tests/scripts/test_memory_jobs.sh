@@ -6,6 +6,7 @@
 # bf16, the dtype table (analysis/precision.py, from the rank file).
 set -euo pipefail
 : "${LLMHPC_BIN:?set LLMHPC_BIN to the llmhpc binary}"
+LLMHPC_BIN=$(realpath -m "$LLMHPC_BIN")  # absolute: the test runs in folders of its own
 export PYTHON=${LLMHPC_PYTHON:-python3}
 export LAUNCH="${MPIEXEC:-mpirun} --oversubscribe -np 2" LLMHPC_BIN
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1

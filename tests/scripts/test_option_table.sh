@@ -5,7 +5,7 @@
 # own, so a new mode adds its file and nothing else. Then options given twice, where the last
 # one wins: a run that must succeed and record the last values.
 set -u
-BIN=${LLMHPC_BIN:?set LLMHPC_BIN to the llmhpc binary}
+BIN=$(realpath -m "${LLMHPC_BIN:?set LLMHPC_BIN to the llmhpc binary}")  # absolute: the test runs in folders of its own
 ROOT=${LLMHPC_ROOT:?set LLMHPC_ROOT}
 MPIEXEC=${MPIEXEC:-mpirun}
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1

@@ -9,7 +9,7 @@
 # analysis/stragglers.py (and report.py's Stragglers section) must name the slow rank and no
 # other. Then the naming rule on made-up arrivals.
 set -u
-BIN=${LLMHPC_BIN:?set LLMHPC_BIN}
+BIN=$(realpath -m "${LLMHPC_BIN:?set LLMHPC_BIN}")  # absolute: the test runs in folders of its own
 ROOT=${LLMHPC_ROOT:?set LLMHPC_ROOT}
 MPIEXEC=${MPIEXEC:-mpirun}
 PY=${LLMHPC_PYTHON:-python3}

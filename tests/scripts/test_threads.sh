@@ -4,7 +4,7 @@
 # turns on that core; unbound, the node's CPUs are shared among its ranks. Read back from the
 # rank files' environment attributes (cpus_allowed, cpu_threads).
 set -u
-BIN=${LLMHPC_BIN:?set LLMHPC_BIN to the llmhpc binary}
+BIN=$(realpath -m "${LLMHPC_BIN:?set LLMHPC_BIN to the llmhpc binary}")  # absolute: the test runs in folders of its own
 MPIEXEC=${MPIEXEC:-mpirun}
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 unset OMP_NUM_THREADS  # what the default is about
