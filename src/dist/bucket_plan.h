@@ -47,7 +47,8 @@ std::vector<FlatRange> plan_buckets(const std::vector<ParamSpan>& params, size_t
 // CPU ones), so the fused AdamW kernel takes its 16-byte vector path on every shard and its
 // packed state, and the collectives of neighbouring owners never share a line; bf16 copies
 // start on 128 bytes. What it costs: shards differ by up to 63 elements, and ZeRO-1 pads the
-// buffer by less than ranks x 64 elements.
+// buffer by less than ranks x 64 elements. (A plan may align to more: a page, where the bf16
+// copy's shards are shared through registered windows, src/dist/parallelism.h shard_alignment.)
 constexpr int64_t kShardAlignment = 64;
 
 // The smallest multiple of `multiple` (> 0) that is >= x (>= 0).

@@ -40,9 +40,9 @@
 //              are issued, in forward order (ascending offsets), finish_parameters() does not
 //              wait, and the next forward waits (nccl: its stream, never the host) for a bucket
 //              only when it first reads parameters in it (parameters_needed). It pads the
-//              flat buffers to a multiple of n x kShardAlignment elements
-//              (SyncPlan::flat_elements); the model's views stay where they are and the
-//              padding stays zero.
+//              flat buffers to a multiple of n x the shard alignment (kShardAlignment elements,
+//              or a page under --share-weights bf16: shard_alignment; SyncPlan::flat_elements);
+//              the model's views stay where they are and the padding stays zero.
 //
 // Under both schemes each element is updated by exactly one rank, with AdamW's unchanged
 // per-element arithmetic on the same averaged gradient, and what travels is what the owner
@@ -148,7 +148,8 @@ SyncPlan plan_sync(SyncStrategy strategy, Sharding sharding, const std::vector<P
 
 // What one step communicated (reset by begin_step()).
 struct SyncStats {
-  int64_t collectives = 0;        // gradient collectives issued: all-reduces, or zero1's reduce-scatters
+  int64_t collectives = 0;        // gradient collectives issued: all-reduces, or zero1's reduce-scatters,
+                                  // and under hybrid sharding the averages over the groups too
   int64_t bytes = 0;              // their payload: the buckets' elements x element size
   int64_t issued_in_finish = 0;   // of the collectives, those issued by finish() and not during backward
   int64_t buckets = 0;            // ranges the strategy reduces per step: one per trainable tensor
@@ -167,7 +168,6 @@ class GradientSync : public ParallelHooks {
  public:
   virtual const SyncPlan& plan() const = 0;
   SyncStrategy strategy() const { return plan().strategy; }
-  Sharding sharding() const { return plan().sharding; }
   // The ranges reduced each step, in reverse parameter order.
   const std::vector<FlatRange>& buckets() const { return plan().buckets; }
   // Before backward: a new step (what the last one reported is forgotten, stats restart).

@@ -152,12 +152,17 @@ void save_checkpoint_from_ranks(const Runtime& rt, const std::string& path, Tran
   if (plan.sharding == Sharding::None) {  // rank 0 holds all of it
     whole.m = std::move(mine.m), whole.v = std::move(mine.v);
   } else {
-    // Each rank sends m then v of what it owns; rank 0 places them by the sender's ranges.
-    std::vector<float> packed = std::move(mine.m);
-    packed.insert(packed.end(), mine.v.begin(), mine.v.end());
+    // Each rank of the first group (hybrid: rt's first plan.ranks; every group holds the whole
+    // state) sends m then v of what it owns; rank 0 places them by the sender's ranges.
+    std::vector<float> packed;
+    if (rt.rank < plan.ranks) {
+      packed = std::move(mine.m);
+      packed.insert(packed.end(), mine.v.begin(), mine.v.end());
+    }
     if (rt.is_root()) whole.m.assign(size_t(total), 0.0f), whole.v.assign(size_t(total), 0.0f);
     rt.gather_to_root(packed, [&](int rank, const std::vector<float>& theirs) {
-      const std::vector<FlatRange> owned = plan.owned(rank % plan.ranks);  // hybrid: each group holds all
+      if (rank >= plan.ranks) return;
+      const std::vector<FlatRange> owned = plan.owned(rank);
       const int64_t n = packed_size(owned);
       LLMHPC_CHECK(int64_t(theirs.size()) == 2 * n, "rank " + std::to_string(rank) + " sent a state of the wrong size");
       for (const PackedPiece& piece : packed_pieces(owned, {0, total})) {  // not the padding
@@ -172,13 +177,41 @@ void save_checkpoint_from_ranks(const Runtime& rt, const std::string& path, Tran
   write_parts(rt, tp, path, model.config(), params, whole);
 }
 
+namespace {
+// A shard-sized buffer (the masters, m or v) put together in the flat layout on rt's rank 0 only:
+// the ranks of its shard group (rt's first ranks) send their shards one at a time, and the other
+// groups, which hold the same values, send nothing. Every rank holds one shard on the host, rank
+// 0 the whole buffer besides; gathered on every rank, the masters, m and v would take 12 bytes a
+// parameter on every rank's host at once (18 GB a rank at xl). Collective over rt.
+std::vector<float> gathered_on_root(const Runtime& rt, UnitShards& shards, const Tensor& shard,
+                                    const ParameterLayout& layout) {
+  const ShardLayout& cut = shards.layout();
+  const bool sends = rt.rank < cut.ranks;  // rank r of rt is rank r % cut.ranks of its group
+  const std::vector<float> mine = sends ? shards.host_shard(shard) : std::vector<float>{};
+  std::vector<float> whole;
+  if (rt.is_root()) whole.assign(size_t(layout.total()), 0.0f);
+  rt.gather_to_root(mine, [&](int rank, const std::vector<float>& theirs) {
+    if (rank >= cut.ranks) return;
+    LLMHPC_CHECK(int64_t(theirs.size()) == cut.shard_elements,
+                 "rank " + std::to_string(rank) + " sent a shard of the wrong size");
+    for (const ShardLayout::Piece& piece : cut.pieces(layout, rank))
+      std::copy(theirs.begin() + piece.shard, theirs.begin() + piece.shard + piece.count, whole.begin() + piece.flat);
+  });
+  return whole;
+}
+}  // namespace
+
 void save_checkpoint_from_shards(const Runtime& rt, const std::string& path, UnitShards& shards, AdamW& opt,
                                  const Runtime* tp, const std::string& options) {
   opt.allocate_state();  // zeros before the first step, as an unsharded optimizer's
-  const int64_t total = opt.model().layout().total();
-  OptimizerState whole{opt.steps_taken(),        opt.hyper(), {{0, total}}, shards.gathered(opt.m()),
-                       shards.gathered(opt.v()), options};
-  const std::vector<float> params = shards.gathered_parameters();
+  const ParameterLayout& layout = opt.model().layout();
+  OptimizerState whole{opt.steps_taken(),
+                       opt.hyper(),
+                       {{0, layout.total()}},
+                       gathered_on_root(rt, shards, opt.m(), layout),
+                       gathered_on_root(rt, shards, opt.v(), layout),
+                       options};
+  const std::vector<float> params = gathered_on_root(rt, shards, shards.masters(), layout);
   write_parts(rt, tp, path, opt.model().config(), params, whole);
 }
 

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <numeric>
+#include <utility>
 
 #include "comm/collectives.h"
 #include "src/core/allocator.h"
@@ -94,11 +95,20 @@ class Reducer final : public GradientSync {
     begin_step();
   }
 
+  // finish() leaves nothing in flight; an exception between begin_step() and finish() may, and
+  // the wire and the scratch go with this object.
+  ~Reducer() override {
+    to_average_ = ToAverage{};  // completes (mpi) or releases (nccl) what is in flight
+    in_flight_.clear();
+    comm_.synchronize();
+    if (replicas_) replicas_->synchronize();
+  }
+
   const SyncPlan& plan() const override { return plan_; }
   const SyncStats& stats() const override { return stats_; }
 
   void begin_step() override {
-    LLMHPC_CHECK(in_flight_.empty(), "begin_step() before the last step's finish()");
+    LLMHPC_CHECK(in_flight_.empty() && to_average_.buckets.empty(), "begin_step() before the last step's finish()");
     std::fill(ready_.begin(), ready_.end(), 0);
     std::fill(issued_.begin(), issued_.end(), false);
     stats_ = SyncStats{};
@@ -132,44 +142,52 @@ class Reducer final : public GradientSync {
     if (!plan_.when_ready)
       for (size_t k : left) issue_together({k}, /*in_finish=*/true);  // one after another, as the reference naive DDP
     else issue_together(left, /*in_finish=*/true);
-    average_over_replicas();  // the last buckets'
+    average_over_replicas(to_average_);  // the last buckets'
     for (CommHandle& h : in_flight_) h.wait();
     in_flight_.clear();
   }
 
  private:
+  // Hybrid: buckets reduce-scattered within the group, not yet averaged over the groups.
+  struct ToAverage {
+    std::vector<size_t> buckets;
+    std::vector<CommHandle> reduce_scatters;
+  };
+
   // The collectives of ranges that became final at the same moment (the tensors of one layer,
   // which backward reports at once) go out as one group: each is still its own collective, but
   // NCCL launches them together, so a layer's nine tensors pay one launch and one
   // synchronisation instead of nine (per-collective latency dominates small tensors).
   void issue_together(const std::vector<size_t>& ks, bool in_finish) {
     if (ks.empty()) return;
+    // Hybrid: the buckets issued before these, set aside so that only their reduce-scatters are
+    // waited for; waiting for these ones too would hold backward until each bucket is reduced.
+    ToAverage earlier = std::exchange(to_average_, ToAverage{});
     const bool group = ks.size() > 1 && !bf16_ && !engines_;
     if (group) comm_.group_start();
     for (size_t k : ks) issue(k, in_finish);
     if (group) comm_.group_end();
     if (!replicas_) return;
-    average_over_replicas();  // the buckets issued before these
-    to_average_ = ks;
+    to_average_.buckets = ks;
+    average_over_replicas(earlier);
   }
 
-  // The parts of to_average_'s buckets (this rank's, reduce-scattered within its group) averaged
-  // over the groups, once the compute stream has waited for their reduce-scatters.
-  void average_over_replicas() {
+  // The parts of these buckets (this rank's, reduce-scattered within its group) averaged over
+  // the groups, once the compute stream has waited for their reduce-scatters.
+  void average_over_replicas(ToAverage& these) {
     if (!replicas_) return;
-    for (CommHandle& h : group_pending_) h.wait();
-    group_pending_.clear();
+    for (CommHandle& h : these.reduce_scatters) h.wait();
     const int64_t m = replicas_->size(), es = int64_t(dtype_size(grads_.dtype));
-    for (size_t k : to_average_) {
+    for (size_t k : these.buckets) {
       const FlatRange mine = plan_.shard(k, comm_.rank());
       void* part = grads_.slice(mine.begin, {mine.size()}).data;
       in_flight_.push_back(
           replicas_->all_reduce_async(part, part, size_t(mine.size()), grads_.dtype, ReduceOp::Average));
       ++stats_.collectives;
       stats_.bytes += mine.size() * es;
-      stats_.bus_bytes += 2 * (m - 1) * mine.size() * es / m;
+      stats_.bus_bytes += int64_t(double(mine.size() * es) * bus_factor(Collective::AllReduce, int(m)));
     }
-    to_average_.clear();
+    these = ToAverage{};
   }
 
   // Where the collectives work: the gradients, or the bf16 wire they travel in.
@@ -199,7 +217,7 @@ class Reducer final : public GradientSync {
       else h = comm_.reduce_scatter_async(data, part, count, grads_.dtype, ReduceOp::Average);
     }
     if (blocking) h.wait();
-    else (replicas_ ? group_pending_ : in_flight_).push_back(std::move(h));
+    else (replicas_ ? to_average_.reduce_scatters : in_flight_).push_back(std::move(h));
     issued_[k] = true;
     const int64_t bytes = b.size() * int64_t(dtype_size(bf16_ ? DType::BF16 : grads_.dtype));
     ++stats_.collectives;
@@ -219,8 +237,7 @@ class Reducer final : public GradientSync {
   std::vector<int64_t> expected_;  // elements backward reports, per bucket
   std::vector<bool> issued_;
   std::vector<CommHandle> in_flight_;
-  std::vector<size_t> to_average_;         // hybrid: buckets reduce-scattered, not yet averaged over groups
-  std::vector<CommHandle> group_pending_;  // hybrid: their reduce-scatters
+  ToAverage to_average_;  // hybrid: the buckets last reduce-scattered, not yet averaged over the groups
   SyncStats stats_;
   // Declared in the order they are made: each goes before what it uses.
   Buffer wire_;                                   // in bf16: what every bucket travels in

@@ -111,9 +111,13 @@ class UnitShards final : public GradientSync {
   void load(const std::vector<float>& params, AdamW* opt = nullptr, const std::vector<float>* m = nullptr,
             const std::vector<float>* v = nullptr);
   // A shard-sized buffer (the masters, m or v: parameter dtype) of every rank, gathered into the
-  // flat layout on the host of every rank. Collective.
+  // flat layout on the host of every rank. Collective. (A checkpoint gathers on one rank only:
+  // save_checkpoint_from_shards.)
   std::vector<float> gathered(const Tensor& shard);
   std::vector<float> gathered_parameters() { return gathered(master_); }
+  // This rank's shard of such a buffer, on the host.
+  std::vector<float> host_shard(const Tensor& shard);
+  Tensor masters() const { return master_.tensor(); }  // this rank's shard of the master weights
   // Where the elements of `flat` (ranges of the model's flat layout) lie in this rank's shard,
   // in ascending order: as AdamW's GradClipping::counted_elsewhere takes them.
   std::vector<FlatRange> in_shard(const std::vector<FlatRange>& flat) const;

@@ -54,6 +54,10 @@ StepTimes run_step(TransformerLM& model, AdamW* opt, Phase phase, Timer& timer, 
   LLMHPC_CHECK(timer.marks() >= kStepMarks, "run_step needs a timer of kStepMarks marks");
   if (model.gradient_storage() == GradientStorage::PerRange) {
     LLMHPC_CHECK(listener == nullptr, "data parallelism needs GradientStorage::Whole");
+    // Each range's gradients are gone once its update ran: nothing to add micro-batches into,
+    // and no moment for while_device_runs.
+    LLMHPC_CHECK((!micro || micro->count == 1) && !while_device_runs,
+                 "micro-batches and while_device_runs need GradientStorage::Whole");
     StepTimes t;
     begin("forward");
     timer.mark(0);

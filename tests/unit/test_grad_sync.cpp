@@ -691,6 +691,53 @@ TEST(ShardedSync, Zero1SharesEveryEarlierBucketFirst) {
   EXPECT_EQ(f.comm.calls.size(), first + 3) << "nothing left to share";
 }
 
+// Hybrid zero1: rank 1 of a group of 2 (the buckets above), its parts averaged over 2 groups.
+// A bucket's average waits for its reduce-scatter once the next bucket is issued, never at once:
+// waiting for the reduce-scatter just issued would hold backward until every bucket is reduced.
+TEST(ShardedSync, HybridZero1AveragesEachBucketOnceTheNextIsIssued) {
+  const SyncPlan plan =
+      plan_sync(SyncStrategy::Overlap, Sharding::Zero1, {{"a", 0, 300}, {"b", 300, 700}, {"c", 700, 1000}}, 4, 25, 2);
+  std::vector<float> grads(size_t(plan.flat_elements)), params(grads.size());
+  RecordingComm group(grads.data(), params.data(), 1, 2), replicas(grads.data(), params.data(), 0, 2);
+  const std::unique_ptr<GradientSync> sync =
+      make_gradient_sync(plan, group, Tensor{grads.data(), DType::F32, {plan.flat_elements}},
+                         Tensor{params.data(), DType::F32, {plan.flat_elements}}, {}, {}, &replicas);
+  for (int step = 0; step < 2; ++step) {
+    group.calls.clear();
+    group.waited.clear();
+    replicas.calls.clear();
+    replicas.waited.clear();
+    sync->begin_step();
+    sync->gradients_final(700, 1000);  // completes [768,1024)
+    ASSERT_EQ(group.calls.size(), 1u);
+    EXPECT_TRUE(group.waited.empty()) << "backward goes on beside the reduce-scatter";
+    EXPECT_TRUE(replicas.calls.empty());
+    sync->gradients_final(300, 700);  // completes [384,768)
+    ASSERT_EQ(group.calls.size(), 2u);
+    EXPECT_EQ(group.waited, (std::vector<size_t>{0})) << "the earlier bucket's reduce-scatter only";
+    ASSERT_EQ(replicas.calls.size(), 1u);
+    EXPECT_EQ(replicas.calls[0].kind, Collective::AllReduce);
+    EXPECT_EQ(replicas.calls[0].begin, 896) << "rank 1's part of [768,1024)";
+    EXPECT_EQ(replicas.calls[0].count, 128);
+    EXPECT_EQ(replicas.calls[0].op, ReduceOp::Average);
+    sync->gradients_final(0, 300);  // completes [0,384)
+    EXPECT_EQ(group.waited, (std::vector<size_t>{0, 1}));
+    ASSERT_EQ(replicas.calls.size(), 2u);
+    EXPECT_EQ(replicas.calls[1].begin, 576);
+    sync->finish();
+    EXPECT_EQ(group.waited, (std::vector<size_t>{0, 1, 2}));
+    ASSERT_EQ(replicas.calls.size(), 3u);
+    EXPECT_EQ(replicas.calls[2].begin, 192);
+    EXPECT_EQ(replicas.calls[2].count, 192);
+    EXPECT_EQ(replicas.waited, (std::vector<size_t>{0, 1, 2})) << "finish waits for every average";
+    EXPECT_EQ(sync->stats().collectives, 6);
+    EXPECT_EQ(sync->stats().issued_in_finish, 0);
+    for (const FlatRange& r : plan.owned(1)) sync->parameters_updated(r.begin, r.end);
+    sync->finish_parameters();
+    sync->parameters_needed(0, plan.flat_elements);
+  }
+}
+
 TEST(ShardedSync, BroadcastAllReducesThenEveryOwnerBroadcastsItsRange) {
   ShardFixture f(SyncStrategy::Flat, Sharding::Broadcast, 2, 3);
   ASSERT_EQ(f.plan.flat_elements, 1000);
