@@ -3,7 +3,9 @@
 #   LLMHPC_ROOT  the repository (found by the job: see below)
 #   LLMHPC_BIN   the binary (default $LLMHPC_ROOT/build/llmhpc)
 #   NP           ranks, at least 1 (default: Slurm's task count in an allocation, else the job's own default, else 1)
-#   DEVICE       auto | cpu | cuda, passed as --device
+#   DEVICE       auto | cpu | cuda, passed as --device (auto where nvidia-smi lists no GPU: the
+#                job says at its start that it runs on the CPU, where its default sizes, chosen
+#                for GPUs, take long)
 #   OUT_ROOT     where results go (default $LLMHPC_ROOT/results)
 #   OUT          this job's results folder (default $OUT_ROOT/<job name>-<Slurm job id, or the time>,
 #                with -1, -2, ... where that is taken); one that already holds files is refused,
@@ -22,7 +24,7 @@
 #                jobs time (llmhpc --heat-s): a power-capped GPU clocks lower as it warms, and its
 #                clock swings for a few seconds after the pause in which a configuration is built,
 #                which would favour the first configuration and blur the others (default 10; 0
-#                with DEVICE=cpu; it needs the job's WARMUP of 1 or more: with WARMUP=0 set
+#                on the CPU; it needs the job's WARMUP of 1 or more: with WARMUP=0 set
 #                HEAT_S=0 too)
 #   PYTHON       the Python that runs analysis/ (default python3)
 #   MPIRUN       the MPI launcher (default mpirun; "srun --mpi=pmix" where Slurm has PMIx)
@@ -97,7 +99,15 @@ fi
 PYTHON=${PYTHON:-python3}
 command -v "$PYTHON" >/dev/null || { echo "jobs/env.sh: PYTHON=$PYTHON: no such program (analysis/ needs Python 3)" >&2; exit 2; }
 DEVICE=${DEVICE:-auto}
-HEAT_S=${HEAT_S:-$([ "$DEVICE" = cpu ] && echo 0 || echo 10)}
+# auto on a host whose nvidia-smi lists no GPU is llmhpc on the CPU: said at the start, since the
+# jobs' default sizes are a GPU's (bench.sh's reach 2.7B), and heating a CPU gains nothing.
+on_cpu=$([ "$DEVICE" = cpu ] && echo 1 || echo 0)
+if [ "$DEVICE" = auto ] && [ "$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')" = 0 ]; then
+  on_cpu=1
+  echo "$(basename "$0"): no GPU here (nvidia-smi lists none): --device auto runs on the CPU, where the default" \
+    "sizes, chosen for GPUs, take long; give DEVICE=cpu and small sizes (the header's CPU example) to mean it" >&2
+fi
+HEAT_S=${HEAT_S:-$([ "$on_cpu" = 1 ] && echo 0 || echo 10)}
 [[ "$HEAT_S" =~ ^[0-9]+(\.[0-9]+)?$ ]] || { echo "jobs/env.sh: HEAT_S must be a number of seconds >= 0, not '$HEAT_S'" >&2; exit 2; }
 NP=${NP:-${SLURM_NTASKS:-1}}
 # (mpirun -np 0 would start a rank on every slot it finds)

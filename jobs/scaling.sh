@@ -18,8 +18,8 @@
 # communication and the collectives' device time beside the model's, and the collectives' run it
 # takes, with its ranks and nodes), then each series with projections to larger clusters (each
 # labelled "projection"), and scaling.png (tokens/s per GPU and efficiency against ranks; per rank
-# on CPUs). Each configuration runs once, in turn: the report names layouts as a tie only within
-# their timed steps' noise, not the host's drift between configurations, so a close choice is
+# on CPUs). Each configuration runs once, in turn: the report says layouts are not told apart only
+# within their timed steps' noise, not the host's drift between configurations, so a close choice is
 # worth a second job. OUT (default results/llmhpc-scaling-<job id> under sbatch,
 # results/scaling-<time> otherwise) holds $OUT/strong-np<N>, $OUT/weak-np<N> (none
 # where its global batch is STRONG_BATCH: that configuration is strong-np<N>, which the weak series
@@ -144,7 +144,7 @@ done
 most=$(tr ',' '\n' <<<"$RANKS" | awk -v tps="$TP" 'BEGIN { n = split(tps, tp, ",") }
   { for (i = 1; i <= n; i++) if ($1 % tp[i] == 0 && $1 > most) most = $1 } END { print most + 0 }')
 if [ "$most" -gt 1 ]; then check_options "$most" --mode comm --collective "$COMM_COLLECTIVES" --size "$COMM_SIZES"; fi
-if [ "$DEVICE" = cpu ] && [ -z "$SHAPE" ] && [ "$MODELS" != tiny ]; then  # xl's step on 2 cores: minutes
+if [ "$on_cpu" = 1 ] && [ -z "$SHAPE" ] && [ "$MODELS" != tiny ]; then  # xl's step on 2 cores: minutes
   echo "scaling: note: MODELS=$MODELS on CPUs takes minutes a step; for a quick study give SHAPE (a small model, as in the header's example) or MODELS=tiny"
 fi
 mkdir -p "$OUT"

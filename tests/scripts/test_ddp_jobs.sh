@@ -249,9 +249,19 @@ refused "OUT=$tmp/taken already holds files" OUT="$tmp/taken" bash "$ROOT/jobs/w
 refused "TORCH must be 1 (on) or 0 (off), not 'yes'" TORCH=yes OUT_ROOT="$tmp/flags" bash "$ROOT/jobs/bench.sh"
 refused "COMM must be 1 (on) or 0 (off), not 'true'" COMM=true OUT_ROOT="$tmp/flags" bash "$ROOT/jobs/ddp_bucketed.sh"
 refused "HEAT_S must be a number of seconds >= 0, not '30s'" HEAT_S=30s OUT_ROOT="$tmp/flags" bash "$ROOT/jobs/scaling.sh"
-for device in auto cuda cpu; do  # GPUs heat each configuration for 10 s by default, CPUs not
-  heat=$(DEVICE=$device OUT_ROOT="$tmp/flags" bash -c "source '$ROOT/jobs/env.sh' && echo \$HEAT_S")
-  [ "$heat" = "$([ $device = cpu ] && echo 0 || echo 10)" ] || fail "DEVICE=$device: HEAT_S defaults to '$heat'"
+# GPUs heat each configuration for 10 s by default, CPUs not; auto is the CPU where nvidia-smi
+# lists no GPU, which the job says.
+gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU') || true
+for device in auto cuda cpu; do
+  heat=$(DEVICE=$device OUT_ROOT="$tmp/flags" bash -c "source '$ROOT/jobs/env.sh' && echo \$HEAT_S" 2>"$tmp/said")
+  on_cpu=$([ $device = cpu ] || { [ $device = auto ] && [ "$gpus" = 0 ]; } && echo 1 || echo 0)
+  [ "$heat" = "$([ "$on_cpu" = 1 ] && echo 0 || echo 10)" ] || fail "DEVICE=$device: HEAT_S defaults to '$heat'"
+  if [ $device = auto ] && [ "$gpus" = 0 ]; then
+    grep -q "no GPU here (nvidia-smi lists none): --device auto runs on the CPU" "$tmp/said" ||
+      fail "DEVICE=auto without a GPU: the job does not say it runs on the CPU ($(cat "$tmp/said"))"
+  elif [ -s "$tmp/said" ]; then
+    fail "DEVICE=$device: env.sh said '$(cat "$tmp/said")'"
+  fi
 done
 mkdir -p "$tmp/no-torch" && echo 'raise ImportError("not here")' >"$tmp/no-torch/torch.py"  # whether or not it is installed
 refused "TORCH=1 needs PyTorch in" TORCH=1 PYTHONPATH="$tmp/no-torch" OUT_ROOT="$tmp/flags" bash "$ROOT/jobs/bench.sh"
