@@ -756,7 +756,8 @@ def strategy_label(row) -> str:
 
 def plot_breakdown(df: pd.DataFrame, path: str) -> str:
     """The step of each strategy as a stacked bar: forward, backward, optimizer (compute) and the
-    exposed communication; one panel per setup (model, batch, ranks). Mean ms, every rank pooled.
+    exposed communication; one panel per setup (model, batch, ranks). Mean ms, every rank pooled;
+    a black tick at the tables' step (the slowest rank's, mean), which the phases need not add up to.
     Under tensor parallelism the wait for the group's collectives is hatched over the bar's start:
     it is inside forward and backward (which begin the bar), not a segment of its own."""
     import matplotlib
@@ -781,6 +782,10 @@ def plot_breakdown(df: pd.DataFrame, path: str) -> str:
         if tp_shown(g):
             ax.barh(labels, g["tp_comm_mean"].fillna(0).to_numpy(dtype=float), fill=False, hatch="//",
                     edgecolor="black", linewidth=0, label="tp wait (in forward + backward)")
+        # The tables' step is the slowest rank's: past the bar, what the phases leave out (waiting
+        # for that rank, and what runs between them).
+        ax.plot(g["slowest_step_mean"].to_numpy(dtype=float), labels, "|", color="black", ms=16, mew=2,
+                label="step (the slowest rank's, as the tables)")
         ax.invert_yaxis()
         ax.set(xlabel="ms per step (mean)", title=setup_title(g.iloc[0]))
         ax.title.set_fontsize("small")

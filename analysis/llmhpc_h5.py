@@ -806,3 +806,10 @@ def repeated_across_runs(frame: pd.DataFrame, keys: list) -> bool:
     if "run" not in frame or frame.empty:
         return False
     return bool((frame.groupby(list(keys), dropna=False)["run"].nunique() > 1).any())
+
+
+if __name__ == "__main__":  # a module the scripts import, not a script
+    import sys
+    print("analysis/llmhpc_h5.py is a module of analysis/, imported by its scripts (python3 analysis/report.py DIR... makes "
+          "the report)", file=sys.stderr)
+    sys.exit(2)

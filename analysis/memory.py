@@ -44,6 +44,7 @@ def configs(runs) -> list:
         for rec in run.records("memory", rank=0):
             a = dict(rec.attrs)
             a["label"], a["ok"], a["status"], a["arrays"] = rec.name, rec.ok, rec.status, rec.arrays
+            a.setdefault("peak_memory_bytes", 0)  # a record cut short (interrupted) never wrote its peak
             a["run"] = os.path.basename(os.path.normpath(run.directory))
             a["precision"] = label_precision(a)  # --grad-dtype bf16: a column of its own beside plain bf16
             a["model"] = model_name(a)

@@ -18,3 +18,10 @@ def unwritable(folder: str) -> str | None:
     except OSError as e:
         return f"{folder} is not writable ({e.strerror or e})"
     return None
+
+
+if __name__ == "__main__":  # a module the scripts import, not a script
+    import sys
+    print("analysis/outputs.py is a module of analysis/, imported by its scripts (python3 analysis/report.py DIR... makes "
+          "the report)", file=sys.stderr)
+    sys.exit(2)

@@ -42,3 +42,10 @@ def plain_log_y(ax) -> None:
         return f"{y:g}" if keep is None or mantissa in keep else ""
     ax.yaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(label))
     ax.yaxis.set_minor_formatter(matplotlib.ticker.FuncFormatter(label))
+
+
+if __name__ == "__main__":  # a module the scripts import, not a script
+    import sys
+    print("analysis/plotting.py is a module of analysis/, imported by its scripts (python3 analysis/report.py DIR... makes "
+          "the report)", file=sys.stderr)
+    sys.exit(2)

@@ -4,7 +4,8 @@ study's bucket model, extended to the sharded stages); ddp.report_section calls 
 
     report(df, comm_models, out_dir) -> markdown: the study in short (per layout its efficiency and
         tokens/s per GPU at the most ranks measured, the fastest layout there, steps within their
-        noise named as a tie (each configuration ran once: a close choice is worth a second job),
+        noise said not to be told apart, each with its standard error (each configuration ran
+        once: a close choice is worth a second job),
         and warnings: the model off, ranks that shared cores), every configuration in one table
         (a sharding stage over a data-parallel group of one rank listed with its unsharded twin,
         which computes the same, the pair named once in the choice of layout; tokens/s per GPU
@@ -14,7 +15,7 @@ study's bucket model, extended to the sharded stages); ddp.report_section calls 
         wait for the group's collectives), then each series' table (points where ranks shared cores
         marked); scaling.png (tokens/s per GPU and efficiency against ranks, each measured point's
         nodes, a colour and marker per layout; points where ranks shared cores hollow; projections
-        grey where the model is off or unchecked, or ranks shared cores, at the most ranks
+        faint and dotted where the model is off or unchecked, or ranks shared cores, at the most ranks
         measured) in out_dir
     On CPU runs the tables and the plot say "per rank" where GPU runs say "per GPU".
 
@@ -223,7 +224,7 @@ def ran_once_note(order: pd.DataFrame) -> str:
     """The caveat under a choice of layout: each configuration ran once, and (where twins ran) how far
     configurations computing the same differed."""
     drift = twin_drift(order)
-    return ("Each configuration ran once, in turn: a tie counts its timed steps' noise, not how far the host's speed "
+    return ("Each configuration ran once, in turn: \"not told apart\" counts its timed steps' noise, not how far the host's speed "
             "drifts between configurations"
             + (f" (configurations computing the same differed by up to {100 * drift:.1f}%)" if drift > TIE_SHARE
                else "")
@@ -815,16 +816,19 @@ def choices(order: pd.DataFrame, per: str = "GPU", ranks: int | None = None) -> 
         ties = ties.sort_values("slowest_step_mean", kind="stable").drop_duplicates("layout")  # each at its fastest
         n, batch = int(fast.world_size), int(fast.batch_size)
 
-        def said(r):
+        def said(r, spread=False):
             tokens = throughput(r, n, batch, float(r.slowest_step_mean))[0]
-            return (f"**{r.layout}** ({fmt(r.slowest_step_mean)} ms, {tokens:,.0f} tokens/s per {per}, peak "
+            step = fmt(r.slowest_step_mean) + (f" ± {fmt(step_sem(r))}" if spread else "")
+            return (f"**{r.layout}** ({step} ms, {tokens:,.0f} tokens/s per {per}, peak "
                     f"{gib(r.peak_memory_bytes)} GiB)")
         line = (f"- {model_name(fast)} T={fast.context_length} {fast.precision}, {n} ranks, global batch {batch}"
                 f"{'' if fast.transport == 'default' else ', network transport'}: ")
+        # A gap smaller than the steps' spread says nothing of which is faster: each step with its
+        # standard error, so that a large gap between noisy steps reads as what it is.
         line += (f"fastest {said(fast)}" if len(ties) == 1 else
-                 f"fastest, a tie within the steps' noise ({TIE_SIGMAS:g} standard errors of the difference of "
-                 f"the means, at least {100 * TIE_SHARE:g}%): "
-                 + ", ".join(said(r) for _, r in ties.iterrows()))
+                 f"fastest not told apart (the steps vary more than they differ: means within "
+                 f"{TIE_SIGMAS:g} standard errors of their difference, or {100 * TIE_SHARE:g}%; each ± its "
+                 f"standard error): " + ", ".join(said(r, spread=True) for _, r in ties.iterrows()))
         small = g[g.peak_memory_bytes <= 1.01 * least].drop_duplicates("layout")
         small = small.sort_values("peak_memory_bytes", kind="stable")
         if len(ties) == 1 and len(small) == 1 and small.layout.iloc[0] == fast.layout:
@@ -833,7 +837,7 @@ def choices(order: pd.DataFrame, per: str = "GPU", ranks: int | None = None) -> 
             tied = set(ties.layout)
             named = ", ".join(
                 f"**{s.layout}** ({gib(s.peak_memory_bytes)} GiB, "
-                + ("tied fastest)" if s.layout in tied and len(tied) > 1 else "the fastest)" if s.layout in tied else
+                + ("one of the fastest)" if s.layout in tied and len(tied) > 1 else "the fastest)" if s.layout in tied else
                    f"its step {s.slowest_step_mean / fast.slowest_step_mean:.2f}x the fastest's)")
                 for _, s in small.iterrows())
             line += f"; least memory{', a tie within 1%:' if len(small) > 1 else ''} {named}"
@@ -878,7 +882,8 @@ def plot(all_series: list, path: str, per: str = "GPU") -> str:
     """Tokens/s per GPU (per rank on CPUs: `per`) (top) and efficiency (bottom) against ranks, strong
     scaling left, weak right; all_series: [(kind, setup, layout, points)]. One colour and marker per
     layout, the same in every panel, never grey, each layout a little to the side of its rank counts;
-    points where ranks shared cores hollow; projections dashed (grey and thin where the ring model is off or
+    points where ranks shared cores hollow; projections dashed, with small filled markers (faint, thin and
+    dotted, in the layout's colour, where the ring model is off or
     unchecked, or the ranks shared cores, at the most ranks measured: not to be trusted), the legend naming the collectives' run whose links they assume;
     where the runs span more than one node, each rank count
     measured with the nodes its runs spanned under it; the legend right of the panels, where it hides
@@ -889,7 +894,7 @@ def plot(all_series: list, path: str, per: str = "GPU") -> str:
     from matplotlib.lines import Line2D
     setups = {kind: sorted({setup for k, setup, _, _ in all_series if k == kind}) for kind in ("strong", "weak")}
     names = list(dict.fromkeys(name(setups, kind, setup, lay) for kind, setup, lay, _ in all_series))
-    # Greys left out: grey marks untrusted projections and the ideal line.
+    # Greys left out: grey is the ideal line's.
     cycle = plt.rcParams["axes.prop_cycle"].by_key()["color"] if len(names) <= 9 else plt.get_cmap("tab20").colors
     colors = [c for c in cycle if len(set(matplotlib.colors.to_rgb(c))) > 1]
     color = {n: colors[i % len(colors)] for i, n in enumerate(names)}
@@ -926,11 +931,11 @@ def plot(all_series: list, path: str, per: str = "GPU") -> str:
             if shared:  # contention for the cores, not scaling: hollow
                 ax.plot([x * p.ranks for p in shared], [scale * getattr(p, field) for p in shared], ls="none",
                         marker=m, mfc="white", color=c)
-            if len(projected) > 1:  # where the model is off at the start: grey and thin, not the layout's colour
+            if len(projected) > 1:  # where the model is off at the start: faint, thin and dotted
                 trusted = all(p.trusted for p in projected[1:])
-                ax.plot([x * p.ranks for p in projected], [scale * getattr(p, field) for p in projected], "--",
-                        marker=m, mfc="none", color=c if trusted else "0.6", lw=None if trusted else 0.8,
-                        ms=None if trusted else 4)
+                ax.plot([x * p.ranks for p in projected], [scale * getattr(p, field) for p in projected],
+                        ls="--" if trusted else (0, (1, 2)), marker=m, ms=4, color=c, alpha=1.0 if trusted else 0.45,
+                        lw=None if trusted else 0.9)
     for column, kind in enumerate(("strong", "weak")):
         ns = sorted({p.ranks for k, _, _, points in all_series if k == kind for p in points})
         common = f"\n{setups[kind][0]}" if len(setups[kind]) == 1 else ""
@@ -943,6 +948,7 @@ def plot(all_series: list, path: str, per: str = "GPU") -> str:
                     ax.axhline(100.0, ls=":", color="grey")
                 ax.set_xscale("log", base=2)
                 ax.set_xticks(ns, [tick(n, kind) for n in ns])
+                ax.set_ylim(bottom=0)  # from zero: a drop reads as large as it is
             else:
                 ax.text(0.5, 0.5, f"no {kind}-scaling runs", ha="center", va="center", transform=ax.transAxes)
             ax.grid(True, which="both", alpha=0.3)
@@ -953,12 +959,12 @@ def plot(all_series: list, path: str, per: str = "GPU") -> str:
     handles = [Line2D([], [], color=color[n], marker=marker[n], label=n) for n in names]
     origins = list(dict.fromkeys(p.origin for *_, points in all_series for p in points if p.origin))
     if origins:  # what every projection assumes: the links that run measured, at any rank count
-        handles.append(Line2D([], [], color="black", ls="--", marker="o", mfc="none",
+        handles.append(Line2D([], [], color="black", ls="--", marker="o", ms=4,
                               label="projection (ring model): assumes the links\nmeasured by "
                               + "\nand ".join(origins)))
     shared = any(p.shared for *_, points in all_series for p in points)
     if any(not p.trusted for *_, points in all_series for p in points):
-        handles.append(Line2D([], [], color="0.6", ls="--", lw=0.8, marker="o", ms=4, mfc="none",
+        handles.append(Line2D([], [], color="black", ls=(0, (1, 2)), lw=0.9, alpha=0.45, marker="o", ms=4,
                               label="projection where the model is off\nor unchecked"
                                     + (" or ranks shared cores" if shared else "") + ":\nnot to be trusted"))
     if shared:
@@ -1043,14 +1049,14 @@ def summary(found: list, all_series: list, ok: pd.DataFrame, models: dict, per: 
     off = sum(1 for _, r in order.iterrows() if projection_doubt(r, models)) if models else 0
     if off:
         lines.append(f"- The ring model is off for {off} configuration(s) (**model off** below): projections "
-                     "built on it are drawn grey in scaling.png and are not to be trusted.")
+                     "built on it are drawn faint and dotted in scaling.png and are not to be trusted.")
     unchecked = dict.fromkeys(f"**{lay}**" for kind, setup, lay, rows in found if projection_unchecked(rows.iloc[-1]))
     if unchecked:
         lines.append(f"- Projections of {'; '.join(unchecked)} start from one data-parallel rank, where no "
-                     "gradients' collective ran to check the ring model: drawn grey in scaling.png, not to be trusted.")
+                     "gradients' collective ran to check the ring model: drawn faint and dotted in scaling.png, not to be trusted.")
     shared = shared_cores(ok, models)
     if shared:
-        lines.append(f"- {shared} Their points are hollow in scaling.png, and projections from them grey.")
+        lines.append(f"- {shared} Their points are hollow in scaling.png, and projections from them faint and dotted.")
     if picks:
         lines.append(f"- {ran_once_note(order)}")
     return "### Scaling study: in short\n\n" + "\n".join(lines) if lines else ""
@@ -1093,14 +1099,14 @@ def report(df: pd.DataFrame, models: dict, out_dir: str) -> str:
         parts.append("No all-reduce run (llmhpc --mode comm) among the results: no projections.")
     plot(all_series, os.path.join(out_dir, "scaling.png"), per)
     origins = list(dict.fromkeys(p.origin for *_, points in all_series for p in points if p.origin))
-    grey = any(not p.trusted for *_, points in all_series for p in points)
+    faint = any(not p.trusted for *_, points in all_series for p in points)
     shared = any(p.shared for *_, points in all_series for p in points)
     parts.append(f"![scaling: tokens/s per {per} and efficiency against ranks](scaling.png)"
                  + (f"\n\nProjections (dashed) assume at every rank count the links the collectives' run they take "
-                    f"measured ({'; '.join(origins)})" + ("; grey: at the most ranks measured the ring model is off "
+                    f"measured ({'; '.join(origins)})" + ("; faint and dotted: at the most ranks measured the ring model is off "
                                                           "or nothing checked it"
                                                           + (", or the ranks shared cores" if shared else "")
-                                                          + ": not to be trusted." if grey else ".") if origins else ""))
+                                                          + ": not to be trusted." if faint else ".") if origins else ""))
     return "\n\n".join(p for p in parts if p)
 
 

@@ -16,6 +16,7 @@ stream. Bad --snapshot paths and phases are refused before anything runs.
 import os
 import pickle
 import pickletools
+import shutil
 import subprocess
 import sys
 
@@ -155,6 +156,17 @@ def memory_mode(tmp):
     sec_dir = os.path.join(tmp, "section")
     text = memory.report_section([out], sec_dir)
     assert "Peak memory" in text and len(os.listdir(sec_dir)) == 4, (text, os.listdir(sec_dir))
+
+    # A run stopped in a configuration: the record it was measuring says so and holds no peak.
+    stopped = os.path.join(tmp, "stopped")
+    shutil.copytree(out, stopped)
+    with h5py.File(os.path.join(stopped, "rank00000.h5"), "a") as f:
+        cut = f["memory"][sorted(f["memory"])[-1]]
+        cut.attrs["status"] = "interrupted"
+        del cut.attrs["peak_memory_bytes"]
+    proc = run([sys.executable, os.path.join(ROOT, "analysis", "memory.py"), stopped])
+    header, rows = parse_markdown_tables(proc.stdout)[0]
+    assert sum(r.count("interrupted") for r in rows) == 1, (header, rows)
 
 
 def precision_mode(tmp):

@@ -12,8 +12,8 @@ the collectives' run each prediction is fitted from (with its ranks and nodes, m
 not the configuration's: the 2-rank runs set here as if on two nodes), memory to 3 significant digits
 and ties for the least memory named as ties (and "the least memory" only for the least), "per rank" on CPUs,
 scaling.png without an empty margin, the ring model flagged where measured / predicted exposed communication is
-outside [0.67, 1.5] (the study table and the projections built on it, grey in scaling.png), the study in short
-first, layouts within the steps' noise named as a tie, collectives beyond the measured sizes said to be, the batch
+outside [0.67, 1.5] (the study table and the projections built on it, faint in scaling.png), the study in short
+first, layouts within the steps' noise said not to be told apart, collectives beyond the measured sizes said to be, the batch
 per data-parallel rank under tensor parallelism, efficiencies above 100% explained, ranks that shared cores warned of,
 the one-rank runs' exposed communication said to have no peer, a tensor-parallel ddp run's TP wait beside
 its exposed communication in every table and the breakdown plot, the attention means and bytes saved for backward,
@@ -305,12 +305,13 @@ def check_scaling(tables, runs, text):
     twos = [r for r in rows_of(study) if r["Ranks (tp x dp)"] == "2" and r["Global batch"] == "4" and r["Layout"] != "none"]
     best = min(float(r["Step (ms)"]) for r in twos)
     (line,) = [l for l in text.splitlines() if l.startswith("- ") and ", 2 ranks, global batch 4: fastest" in l]
-    # Steps equal to the digits printed tie: the one named is any of them; steps within the noise are named
-    # as a tie, the fastest first.
+    # Steps equal to the digits printed tie: the one named is any of them; steps within the noise are
+    # said not to be told apart, the fastest first.
     fastest = line.split(": fastest", 1)[1].split("; least memory")[0]
-    if "a tie within the steps' noise" in fastest:
-        fastest = re.split(r"at least 1%[^)]*\): ", fastest, maxsplit=1)[1]
-    assert any(fastest.lstrip().startswith(f"**{r['Layout']}** ({r['Step (ms)']} ms") for r in twos
+    if fastest.startswith(" not told apart"):
+        fastest = re.split(r"standard error\): ", fastest, maxsplit=1)[1]
+        assert re.match(r"\*\*[^*]+\*\* \([\d.]+ ± [\d.]+ ms", fastest), line  # each with its spread
+    assert any(fastest.lstrip().startswith(f"**{r['Layout']}** ({r['Step (ms)']} ") for r in twos
                if float(r["Step (ms)"]) == best), (line, best)
     # The section opens with the study in short: each layout's efficiency and tokens/s at the most ranks.
     ddp_part = text.split("\n## ddp\n")[1]
@@ -412,27 +413,27 @@ def check_scaling_nodes(runs, work):
     (line,) = scaling.choices(rows.assign(peak_memory_bytes=[1_005_000, 1_000_000, 2_000_000]), "rank")
     assert "also the least memory" not in line and "; least memory, a tie within 1%: **small** (0.000931 GiB, its " \
         "step 2.00x the fastest's), **fast** (0.000936 GiB, the fastest)" in line, line
-    # Steps within the noise (2 standard errors of the difference of the means, at least 1%) tie: no
-    # one layout is the fastest.
+    # Steps within the noise (2 standard errors of the difference of the means, at least 1%) are not
+    # told apart: no one layout is the fastest, each step with its standard error.
     tie = rows.assign(slowest_step_mean=[10.0, 10.05, 30.0], peak_memory_bytes=[1_000_000, 1_000_000, 2_000_000],
                       slowest_step_n=[10, 10, 10])
     (line,) = scaling.choices(tie, "rank")
-    assert "fastest, a tie within the steps' noise (2 standard errors" in line and "**fast** (10.00 ms" in line and \
-        "**small** (10.05 ms" in line and "**twin**" not in line and "also the least memory" not in line and \
-        "(0.000931 GiB, tied fastest), **small** (0.000931 GiB, tied fastest)" in line, line
+    assert "fastest not told apart (the steps vary more than they differ: means within 2 standard errors" in line \
+        and "**fast** (10.00 ± 0.03 ms" in line and "**small** (10.05 ± 0.03 ms" in line and "**twin**" not in line and "also the least memory" not in line and \
+        "(0.000931 GiB, one of the fastest), **small** (0.000931 GiB, one of the fastest)" in line, line
     for apart in (tie.assign(slowest_step_mean=[10.0, 10.5, 30.0]),  # 5%: more than 1% and than the noise
                   tie.assign(slowest_step_mean=[10.0, 10.5, 30.0], slowest_step_std=[0.01, 0.01, 0.01]),
                   # 0.5 ms apart, steps varying by 0.6 ms: over 10 steps each mean is known to 0.19 ms, the
                   # difference to 0.2 ms; 0.5 is more than two such (a standard deviation would call it a tie)
                   tie.assign(slowest_step_mean=[10.0, 10.5, 30.0], slowest_step_std=[0.6, 0.1, 0.1])):
         (line,) = scaling.choices(apart, "rank")
-        assert "fastest **fast**" in line and "a tie within the steps' noise" not in line, line
+        assert "fastest **fast**" in line and "not told apart" not in line, line
     for noisy in (tie.assign(slowest_step_mean=[10.0, 10.5, 30.0], slowest_step_std=[1.2, 0.1, 0.1]),
                   # 3 steps of 0.6 ms each: the means known to 0.35 ms, 0.5 ms apart is within two
                   tie.assign(slowest_step_mean=[10.0, 10.5, 30.0], slowest_step_std=[0.6, 0.1, 0.1],
                              slowest_step_n=[3, 3, 3])):
         (line,) = scaling.choices(noisy, "rank")
-        assert "a tie within the steps' noise" in line, line  # within the fastest's noise
+        assert "fastest not told apart" in line, line  # within the fastest's noise
     assert scaling.choices(rows, "rank", ranks=4) == [], "only the rank count asked for"
     # Ranks that shared cores, by what their files record: more threads on a node than the CPUs each may use.
     def node(count, allowed, threads=1):
@@ -555,7 +556,7 @@ def check_model_off(df, models, work):
             "off by 7.0x here, so projections built on it are not to be trusted.**" in block, block
         rows = [r for r in rows_of(parse_markdown_tables(block)[0]) if r["Source"].startswith("projection")]
         assert rows and all(r["Source"].endswith("**model off: not to be trusted**") for r in rows), rows
-    # scaling.png draws them apart (grey), its caption naming the links every projection assumes.
+    # scaling.png draws them apart (faint and dotted), its caption naming the links every projection assumes.
     for frame, trusted in ((exact, True), (off, False)):
         for kind, _, _, rows in scaling.series(frame, "rank"):
             points = scaling.efficiency_rows(kind, rows, models)
@@ -563,14 +564,14 @@ def check_model_off(df, models, work):
             assert ahead and all(p.trusted == trusted and p.origin.startswith("allreduce-np2: 2 ranks, 1 node")
                                  for p in ahead), points
     assert "Projections (dashed) assume at every rank count the links the collectives' run they take measured " \
-        "(allreduce-np2: 2 ranks, 1 node, **not the 2-rank run's 2 nodes**); grey: at the most ranks measured the ring " \
+        "(allreduce-np2: 2 ranks, 1 node, **not the 2-rank run's 2 nodes**); faint and dotted: at the most ranks measured the ring " \
         "model is off or nothing checked it: not to be trusted." in text, text
-    assert "projections built on it are drawn grey in scaling.png" in text.split("### Scaling study: in short")[1] \
+    assert "projections built on it are drawn faint and dotted in scaling.png" in text.split("### Scaling study: in short")[1] \
         .split("\n### ")[0], text
     # Otherwise as before: the same projected rows (ranks, steps, efficiencies), only flagged.
     assert [l.split("| projection")[0] for l in text.splitlines() if "| projection" in l] == projected, text
     # A series whose most ranks are one tensor-parallel group (tp 2 x dp 1) never ran the gradients'
-    # collectives: its projections are unchecked, said so and drawn grey; the model is not "off".
+    # collectives: its projections are unchecked, said so and drawn faint; the model is not "off".
     grouped = exact.copy()
     grouped.loc[grouped.world_size == 2, "tp"] = 2
     text = scaling.report(grouped, models, out)
