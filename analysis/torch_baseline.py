@@ -35,6 +35,7 @@ import argparse
 import json
 import math
 import statistics
+import sys
 import time
 from statistics import median
 
@@ -268,6 +269,9 @@ def main():
                         "that every configuration is timed at the clocks a power-capped GPU holds under load")
     p.add_argument("--out", required=True, help="JSON lines file to append to")
     a = p.parse_args()
+    if not torch.cuda.is_available():  # everything runs on the GPU; checked before --out is opened
+        print("torch_baseline.py: no CUDA GPU visible", file=sys.stderr)
+        sys.exit(2)
     torch.backends.cuda.matmul.allow_tf32 = False  # fp32 means fp32, as llmhpc without --tf32
     torch.backends.cudnn.allow_tf32 = False
     start = time.time()

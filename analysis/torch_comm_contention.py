@@ -50,6 +50,9 @@ def main():
     for m in models:
         if m not in SHAPES:
             parser.error(f"--model {m}: medium or xl")
+    if not torch.cuda.is_available():  # NCCL and every load run on the GPUs
+        print("torch_comm_contention.py: no CUDA GPU visible", file=sys.stderr)
+        sys.exit(2)
     local = int(os.environ.get("LOCAL_RANK", "0"))
     torch.cuda.set_device(local)
     dev = torch.device("cuda", local)

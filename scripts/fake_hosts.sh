@@ -8,7 +8,8 @@
 #   mpirun -np 2 scripts/fake_hosts.sh llmhpc --mode comm --collective allreduce
 #   RANKS_PER_HOST=2 mpirun -np 4 scripts/fake_hosts.sh llmhpc --mode ddp ... --collective-engine sm
 set -euo pipefail
-[ $# -gt 0 ] || { echo "usage: mpirun -np N $0 COMMAND [ARGS...]" >&2; exit 2; }
+case ${1:-} in -h | --help) sed -n '2,/^[^#]/{/^#/!d;s/^# \{0,1\}//;p}' "$0"; exit 0 ;; esac
+[ $# -gt 0 ] || { echo "usage: mpirun -np N $0 COMMAND [ARGS...] (--help for more)" >&2; exit 2; }
 per_host=${RANKS_PER_HOST:-1}
 [[ "$per_host" =~ ^[1-9][0-9]*$ ]] || { echo "$0: RANKS_PER_HOST must be a whole number >= 1, not '$per_host'" >&2; exit 2; }
 local_rank=${OMPI_COMM_WORLD_LOCAL_RANK:-${SLURM_LOCALID:-${MPI_LOCALRANKID:-}}}

@@ -2,7 +2,16 @@
 # Installs what llmhpc needs on Debian/Ubuntu, and only what is missing. As root it runs
 # apt-get (and pip for the Python packages if the python3 on PATH is not the system one);
 # otherwise it prints the commands to run.
+#   scripts/install-deps.sh          (make deps runs it)
+# PYTHON (default python3): the Python the analysis scripts run under, given the Python packages.
 set -euo pipefail
+# Arguments are refused, not ignored: as root, a misspelt --help would go on to apt-get install.
+if [ $# -gt 0 ]; then
+  case $1 in
+    -h | --help) sed -n '2,/^[^#]/{/^#/!d;s/^# \{0,1\}//;p}' "$0"; exit 0 ;;
+    *) echo "$0: it takes no arguments, not '$*' (--help says what it does)" >&2; exit 2 ;;
+  esac
+fi
 PYTHON=${PYTHON:-python3}
 
 PACKAGES=(build-essential cmake pkg-config git

@@ -8,8 +8,9 @@
 #   cmake -S . -B build -DCMAKE_CUDA_ARCHITECTURES=90 && cmake --build build -j2
 #   scripts/gpu/pack_binaries.sh build bin test_flash_attn      # -> bin/ (git-ignored, ~18 MB)
 # On the GPU host, from the repository root:
-#   scripts/gpu/attention_check.sh bin [OUT_DIR]                 # OUT_DIR defaults to $OUT
-# (BIN_DIR may also be a build folder: llmhpc in it, test_flash_attn in it or its tests/.)
+#   scripts/gpu/attention_check.sh [BIN_DIR [OUT_DIR]]           # e.g. scripts/gpu/attention_check.sh bin
+# (BIN_DIR, default build/, may also be a build folder: llmhpc in it, test_flash_attn in it or its
+# tests/. OUT_DIR defaults to $OUT, else results/attention-check-<time>.)
 #
 # Bounded to about 6 minutes: every step runs under `timeout` (a step cut short leaves the
 # configurations it finished in its HDF5 files, and the tables show what is there). Grids
@@ -24,13 +25,13 @@
 # tables, PyTorch comparison included), tests.log, runs.log, torch_attention.json (grid 2),
 # torch_grid1.json, results.tar.gz (the llmhpc HDF5 run directories). MODEL_2P7B=1 adds the 2.7B memory run (~1 min).
 set -uo pipefail
-
-bin=$(cd "${1:?usage: scripts/gpu/attention_check.sh BIN_DIR [OUT_DIR]}" && pwd)
-out=${2:-${OUT:?give OUT_DIR or set OUT}}
-root=$(cd "$(dirname "$0")/../.." && pwd)
-mkdir -p "$out"
-if [ -f "$bin/tests.tar.xz" ]; then tar -C "$bin" --skip-old-files -xJf "$bin/tests.tar.xz"; fi
+source "$(dirname "$0")/setup.sh" attention-check "${1:-}" "${2:-${OUT:-}}"
+# The run directories are scratch, deleted however the script ends (a signal as well: it exits,
+# which runs the EXIT trap); what is kept goes to OUT_DIR (results.tar.gz, the tables).
 work=$(mktemp -d /tmp/llmhpc-attention-XXXXXX)
+trap 'rm -rf "$work"' EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 NCCL_NVLS_ENABLE=0 OMP_NUM_THREADS=8
 export PYTHONUNBUFFERED=1
 HEAD_DIMS=${HEAD_DIMS:-16,32,64,128}
@@ -49,14 +50,10 @@ elapsed() { echo $(($(date +%s) - started))s; }
 say "== attention_check $(date -u +%Y-%m-%dT%H:%M:%SZ) on $(hostname), git $(cd "$root" && git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)"
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.max.sm,temperature.gpu --format=csv,noheader 2>&1 |
   tee -a "$summary"
-if ldd "$bin/llmhpc" | grep -q "not found"; then
-  export LD_LIBRARY_PATH=$bin/fallback${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
-  ldd "$bin/llmhpc" | grep "not found" | sed 's/^/still missing: /' | tee -a "$summary"
-fi
+ldd "$bin/llmhpc" | grep "not found" | sed 's/^/still missing: /' | tee -a "$summary"
 
 # 1. The kernel tests (fp32 and bf16 against fp64, the 2x rule, determinism).
-test_flash=$bin/test_flash_attn; [ -x "$test_flash" ] || test_flash=$bin/tests/test_flash_attn
-timeout 60 "$test_flash" >"$out/tests.log" 2>&1
+timeout 60 "$(find_exe test_flash_attn)" >"$out/tests.log" 2>&1
 rc=$?
 tests_rc=$rc
 grep -E "^\[  (PASSED|FAILED|SKIPPED) |^\[  FAILED|Failure|error |Expected|Which is|actual" "$out/tests.log" | head -40 |

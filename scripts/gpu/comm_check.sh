@@ -53,8 +53,8 @@ for np in ${RANKS//,/ }; do
     done
     step "llmhpc nccl np $np rep $rep"
     dir=$out/runs/nccl-np$np-r$rep
-    timeout 300 "${mpi[@]}" -np "$np" "$bin/llmhpc" --mode comm --collective "$COLLECTIVES" --size "$SIZES" --check \
-      --out "$dir" | grep -v "^\["
+    timeout 300 "${mpi[@]}" -np "$np" "$bin/llmhpc" --mode comm --device cuda --backend nccl --collective "$COLLECTIVES" \
+      --size "$SIZES" --check --out "$dir" | grep -v "^\["
     [ -f "$dir/rank00000.h5" ] && runs+=("$dir")
   done
 done

@@ -35,6 +35,7 @@
 # EXTRA_ARGS is appended to every llmhpc ddp command and TORCH_ARGS to every PyTorch DDP one
 # (not the --single ones),
 # e.g. EXTRA_ARGS="--grad-reduce-dtype same,bf16" TORCH_ARGS="--grad-reduce-dtype same,bf16".
+# MPIRUN (default mpirun --bind-to none) launches the ranks.
 # Files in OUT_DIR: log.txt, <part>*/ (rank files), torch.jsonl, tables.md (analysis/ddp.py).
 set -uo pipefail
 source "$(dirname "$0")/setup.sh" ddp-check "${1:-}" "${2:-}"
@@ -46,7 +47,10 @@ MARGINS=${MARGINS:-0}  # compute part: --gemm-sm-margin values, each with every 
 SHARD=${SHARD:---ddp flat,bucketed --bucket-mb 25 --shard-optimizer none,broadcast,zero1 --share-weights master,bf16}
 read -ra extra_args <<<"${EXTRA_ARGS:-}"
 read -ra torch_args <<<"${TORCH_ARGS:-}"
-read -ra mpi <<<"${MPIRUN:-mpirun --bind-to none} -np 2 -x NCCL_NVLS_ENABLE -x NCCL_MAX_CTAS -x NCCL_MIN_CTAS"
+read -ra mpi <<<"${MPIRUN:-mpirun --bind-to none} -np 2 -x NCCL_NVLS_ENABLE"
+# ctas: -x for each of NCCL_MAX_CTAS and NCCL_MIN_CTAS that is set now (the compute part sets and
+# unsets them run by run); mpirun warns at every launch of a variable -x names that is unset.
+ctas_x() { ctas=(); local v; for v in NCCL_MAX_CTAS NCCL_MIN_CTAS; do [ -z "${!v+set}" ] || ctas+=(-x "$v"); done; }
 exec > >(tee -a "$out/log.txt") 2>&1
 grid_precision=${GRID_PRECISION:-fp32,bf16}
 grid=(--model xl --context-length 128 --batch-size 4,16 --precision "$grid_precision" --attention flash --warmup 3 --steps 10)
@@ -55,7 +59,8 @@ ddp() {  # name, llmhpc ddp options...
   local dir=$out/$1  # rank files one folder below OUT_DIR
   shift
   step "llmhpc ddp $(basename "$dir"): $*"
-  check timeout 400 "${mpi[@]}" "$bin/llmhpc" --mode ddp "$@" "${extra_args[@]}" --out "$dir"
+  ctas_x
+  check timeout 400 "${mpi[@]}" "${ctas[@]}" "$bin/llmhpc" --mode ddp "$@" "${extra_args[@]}" --out "$dir"
 }
 torch_ddp() {
   step "PyTorch: $*"
@@ -72,7 +77,8 @@ if has tests; then
     step "$t np 2"
     # One OpenMP thread per rank, as ctest runs them: the CPU (mpi) cases are tiny, and every
     # core's threads spinning in each rank made the suite crawl past its time limit.
-    check timeout 300 env OMP_NUM_THREADS=1 "${mpi[@]}" "$(find_exe $t)" --gtest_brief=1
+    ctas_x
+    check timeout 300 env OMP_NUM_THREADS=1 "${mpi[@]}" "${ctas[@]}" "$(find_exe $t)" --gtest_brief=1
   done
 fi
 has ddp && ddp ddp "${grid[@]}" --ddp none,naive,flat,overlap,bucketed --bucket-mb 1,10,25,100,1000

@@ -14,7 +14,8 @@
 # analysis/report.py's report.md: each ddp run's exposed communication and the collectives'
 # device time beside the ring model's from the collectives of its own path (tables (e) and (i)),
 # the fake hosts' runs labelled "network transport" by their folders' -net. EXTRA_ARGS go to
-# every llmhpc command (e.g. --allow-gpu-sharing where NP ranks share fewer GPUs).
+# every llmhpc command (e.g. --allow-gpu-sharing where NP ranks share fewer GPUs). MPIRUN (default
+# mpirun --bind-to none) launches the ranks.
 # Files in OUT_DIR: log.txt, comm/ and ddp/ (NVLink), comm-net/ and ddp-net/ (the fake hosts),
 # report.md.
 set -uo pipefail
@@ -30,6 +31,7 @@ SHARDINGS=${SHARDINGS:-none,zero1}
 STEPS=${STEPS:-10}
 read -ra shape <<<"$DDP_SHAPE"
 read -ra extra <<<"${EXTRA_ARGS:-}"
+llmhpc=("$bin/llmhpc" --device cuda --backend nccl)  # both paths are NCCL's, never MPI on the CPUs
 exec > >(tee -a "$out/log.txt") 2>&1
 step "host: $(hostname), git $(cd "$root" && git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)"
 nvidia-smi -L 2>&1
@@ -39,10 +41,10 @@ for path in $PATHS; do
   wrap=() suffix=""
   [ "$path" = hosts ] && wrap=("$root/scripts/fake_hosts.sh") suffix=-net  # analysis/scaling.py's transport()
   step "$path: $COLLECTIVES, $SIZES"
-  check timeout 300 "${mpi[@]}" "${wrap[@]}" "$bin/llmhpc" --mode comm --collective "$COLLECTIVES" --precision fp32,bf16 \
+  check timeout 300 "${mpi[@]}" "${wrap[@]}" "${llmhpc[@]}" --mode comm --collective "$COLLECTIVES" --precision fp32,bf16 \
     --size "$SIZES" --check "${extra[@]}" --out "$out/comm$suffix"
   step "$path: ddp, $DDP_SHAPE, $SHARDINGS"
-  check timeout 540 "${mpi[@]}" "${wrap[@]}" "$bin/llmhpc" --mode ddp "${shape[@]}" --ddp none,bucketed \
+  check timeout 540 "${mpi[@]}" "${wrap[@]}" "${llmhpc[@]}" --mode ddp "${shape[@]}" --ddp none,bucketed \
     --shard-optimizer "$SHARDINGS" --collective-engine sm --warmup 3 --steps "$STEPS" "${extra[@]}" \
     --out "$out/ddp$suffix"
   step "$path: the transports NCCL connected (the rank files' nccl_transports)"

@@ -2,7 +2,8 @@
 # Modes memory and precision on a GPU host, and the default plan's memory against PyTorch's
 # strongest setup, in one run (about 8 minutes on an H100). Run from the repository root:
 #   scripts/gpu/memory_check.sh [BIN_DIR] [OUT_DIR]
-# BIN_DIR (default build/) holds llmhpc and test_cuda_memory (scripts/gpu/pack_binaries.sh).
+# BIN_DIR (default build/) holds llmhpc and test_cuda_memory, in it or its tests/ (a build folder,
+# or one made by scripts/gpu/pack_binaries.sh).
 # Parts, each with a time limit, every one run whatever the others did; the exit status is
 # non-zero if any failed:
 #   1. test_cuda_memory (AdamW in backward bitwise the separate optimizer, the trace, precision);
@@ -43,7 +44,7 @@ date -u +%Y-%m-%dT%H:%MZ >>"$out/device.txt"
 
 # 1. GPU tests.
 if want tests; then
-  step test_cuda_memory 120 "$bin/test_cuda_memory"
+  step test_cuda_memory 120 "$(find_exe test_cuda_memory)"
   grep -E "^\[  (PASSED|FAILED|SKIPPED) " "$out/test_cuda_memory.log"
 fi
 

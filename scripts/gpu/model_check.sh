@@ -2,29 +2,24 @@
 # The model on a GPU host, in one run: CUDA tests, the PyTorch training cross-check, the
 # GPU's measured ceilings, and llmhpc next to PyTorch (analysis/torch_baseline.py) on the
 # same GPU. Run from the repository root:
-#   scripts/gpu/model_check.sh BIN_DIR OUT_DIR [bench args ...]
-# BIN_DIR holds llmhpc and the test_cuda_* executables (see scripts/gpu/pack_binaries.sh).
+#   scripts/gpu/model_check.sh [BIN_DIR [OUT_DIR [bench args ...]]]
+# BIN_DIR (default build/) holds llmhpc and the test_cuda_* executables, in it or its tests/ (see
+# scripts/gpu/pack_binaries.sh); OUT_DIR defaults to results/model-check-<time>.
 # Environment: TORCH_RUNS, PyTorch runs separated by ';', each the arguments of one
 # analysis/torch_baseline.py call (default: eager and compiled, fp32 and bf16, contexts
 # 128 and 512); TORCH_TIMEOUT (s, default 300); LLMHPC_TIMEOUT (s, default 300); SKIP_TESTS=1;
 # SKIP_CEILINGS=1. Every step has a time limit;
 # logs go to OUT_DIR.
 set -uo pipefail
-bin=$(cd "${1:?BIN_DIR}" && pwd)
-out=${2:?OUT_DIR}
-shift 2
-mkdir -p "$out"
-if [ -f "$bin/tests.tar.xz" ]; then tar -C "$bin" --skip-old-files -xJf "$bin/tests.tar.xz"; fi
+source "$(dirname "$0")/setup.sh" model-check "${1:-}" "${2:-}"
+shift $(($# < 2 ? $# : 2))  # what follows BIN_DIR and OUT_DIR: the bench arguments
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 NCCL_NVLS_ENABLE=0 OMP_NUM_THREADS=16 PYTHONUNBUFFERED=1
-if ldd "$bin/llmhpc" | grep -q "not found"; then
-  export LD_LIBRARY_PATH=$bin/fallback${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
-fi
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$out/device.txt"
 date -u +%Y-%m-%dT%H:%MZ >>"$out/device.txt"
 
 if [ "${SKIP_TESTS:-0}" != 1 ]; then
   for t in test_cuda_device test_cuda_ops test_cuda_model; do
-    timeout 240 "$bin/$t" >>"$out/tests.log" 2>&1; echo "$t: exit $?"
+    timeout 240 "$(find_exe $t)" >>"$out/tests.log" 2>&1; echo "$t: exit $?"
   done
   grep -E "^\[  (PASSED|FAILED) |^\[  FAILED" "$out/tests.log"
   LLMHPC_BIN=$bin/llmhpc LLMHPC_ROOT=$PWD timeout 180 python3 tests/scripts/test_reference_torch.py >"$out/reference_torch.log" 2>&1

@@ -12,11 +12,17 @@
 # Files in OUT_DIR: ncu_<variant>.txt, ncu_torch.txt (ncu's full output) and summary.txt (the
 # counters above, one block per kernel).
 set -uo pipefail
+NCU=${NCU:-ncu}
+# ncu first, before setup.sh makes OUT_DIR (--help needs none): every run below is one of its, and
+# without it each would end in exit 127.
+if [[ ${1:-} != -h && ${1:-} != --help ]] && ! command -v "$NCU" >/dev/null; then
+  echo "$0: no $NCU here (Nsight Compute, in the CUDA toolkit's bin/): put it on PATH or set NCU to its path" >&2
+  exit 2
+fi
 source "$(dirname "$0")/setup.sh" ncu-attention "${1:-}" "${2:-}"
 SEQ=${SEQ:-32768}
 HEAD_DIM=${HEAD_DIM:-128}
 VARIANTS=${VARIANTS:-split fused}
-NCU=${NCU:-ncu}
 export PYTHONUNBUFFERED=1
 stalls="barrier long_scoreboard short_scoreboard mio_throttle math_pipe_throttle wait lg_throttle not_selected selected
         membar dispatch_stall no_instruction drain branch_resolving"

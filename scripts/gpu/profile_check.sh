@@ -19,6 +19,8 @@
 #     trace                           small ctx 128 train, 2 steps, --trace: trace_rank00000.json
 #   checks.log                     the checks on the files (dropped 0, trace JSON fields, fallback)
 # RUNS (default: all of them, and "tests") names the parts to run, e.g. RUNS="tests seed001_forward trace".
+# LLMHPC_CUPTI_LIBRARY: the path of the libcupti llmhpc opens; unset, where the loader knows no
+# libcupti.so.13, the first one under /usr/local/cuda* (cupti.txt says which).
 set -uo pipefail
 source "$(dirname "$0")/setup.sh" profile-check "${1:-}" "${2:-}"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 NCCL_NVLS_ENABLE=0 OMP_NUM_THREADS=16 PYTHONUNBUFFERED=1

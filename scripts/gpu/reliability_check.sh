@@ -39,6 +39,7 @@ SOAK_COMM_S=${SOAK_COMM_S:-45}
 SOAK_MODEL=${SOAK_MODEL:-xl}
 SOAK_DDP_S=${SOAK_DDP_S:-90}
 read -ra mpi <<<"${MPIRUN:-mpirun --bind-to none} -np 2 -x NCCL_NVLS_ENABLE -x LLMHPC_FAULT"
+llmhpc=("$bin/llmhpc" --device cuda --backend nccl)  # every check is of NCCL's, never MPI on the CPUs
 exec > >(tee -a "$out/log.txt") 2>&1
 failures=0
 fail() { echo "FAIL: $*" | tee -a "$out/faults.txt"; failures=$((failures + 1)); }
@@ -54,7 +55,7 @@ fault() {
   local name=$1 spec=$2 words=$3; shift 3
   step "fault $name: LLMHPC_FAULT=$spec"
   local start=$SECONDS
-  LLMHPC_FAULT=$spec LLMHPC_FAULT_RUN=$$-$name timeout $((STALL_TIMEOUT + 120)) "${mpi[@]}" "$bin/llmhpc" "$@" \
+  LLMHPC_FAULT=$spec LLMHPC_FAULT_RUN=$$-$name timeout $((STALL_TIMEOUT + 120)) "${mpi[@]}" "${llmhpc[@]}" "$@" \
     --out "$out/runs/$name" >"$out/$name.log" 2>&1
   local rc=$? took=$((SECONDS - start))
   last_rc=$rc
@@ -119,7 +120,7 @@ if has cost; then
   for rep in $(seq "$REPS"); do
     for timeout_s in 600 0; do
       dir=$out/runs/cost-t$timeout_s-r$rep
-      timeout 300 "${mpi[@]}" "$bin/llmhpc" --mode comm --size "$SIZES" --comm-timeout "$timeout_s" --out "$dir" |
+      timeout 300 "${mpi[@]}" "${llmhpc[@]}" --mode comm --size "$SIZES" --comm-timeout "$timeout_s" --out "$dir" |
         grep "^allreduce\|^#"
       [ -f "$dir/rank00000.h5" ] && cost_runs+=("$dir") || fail "cost run $dir failed"
     done
@@ -156,7 +157,7 @@ soak() {  # NAME args...
   local name=$1; shift
   step "soak $name: $*"
   local start=$SECONDS
-  timeout 600 "${mpi[@]}" "$bin/llmhpc" "$@" --out "$out/runs/soak-$name"
+  timeout 600 "${mpi[@]}" "${llmhpc[@]}" "$@" --out "$out/runs/soak-$name"
   local rc=$?
   echo "soak $name: rc $rc after $((SECONDS - start))s"
   [ "$rc" -eq 0 ] || fail "soak $name: rc $rc"
@@ -187,7 +188,7 @@ if has stragglers; then
       *) spec="" ;;
     esac
     step "straggler $name: LLMHPC_FAULT=$spec"
-    LLMHPC_FAULT=$spec timeout 300 "${mpi[@]}" "$bin/llmhpc" "${STRAG[@]}" --out "$out/runs/$name" >"$out/$name.log" 2>&1 ||
+    LLMHPC_FAULT=$spec timeout 300 "${mpi[@]}" "${llmhpc[@]}" "${STRAG[@]}" --out "$out/runs/$name" >"$out/$name.log" 2>&1 ||
       { fail "$name: the run failed"; tail -5 "$out/$name.log"; continue; }
     verdict=$(python3 "$root/analysis/stragglers.py" "$out/runs/$name" 2>&1)
     echo "$verdict" | grep -- "^- \*\*rank\|^| \`" | tee -a "$out/stragglers.txt"

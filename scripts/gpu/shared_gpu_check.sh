@@ -20,6 +20,7 @@
 #          last all-gathers end inside the next step (but where a checkpoint came between them);
 #          analysis/timeline.py's table,
 #          plot (timeline.png) and trace (timeline.json)
+# MPIRUN (default mpirun --bind-to none) launches the ranks.
 # Files in OUT_DIR: log.txt, train_*/ and timeline/ (rank files).
 set -uo pipefail
 source "$(dirname "$0")/setup.sh" shared-gpu-check "${1:-}" "${2:-}"

@@ -6,23 +6,26 @@
 # test_cuda_ops and test_cuda_model (or tests/...). NP (default 2) GPUs; PARTS (default "tests equal bench torch")
 # picks what runs, in this order:
 #   tests  test_tensor_parallel under mpirun -np NP (nccl, fp32: the one-rank model's losses and
-#          weights; checkpoints); test_cuda_ops (the vocabulary-parallel kernels) and
-#          test_cuda_model
+#          weights; checkpoints; TEST_FILTER, a --gtest_filter, default *nccl*:*Layout*, narrows
+#          them); test_cuda_ops (the vocabulary-parallel kernels) and test_cuda_model
 #   equal  mode train on a small model, fp32 and bf16: --tp NP with and without
 #          --sequence-parallel against one GPU on the same batches (the losses side by side)
 #   bench  mode train on BENCH_MODEL (default 2.7B) bf16, context 1024, global batch BENCH_BATCH
-#          (default 8), flash attention: one GPU, then --tp NP without and with
-#          --sequence-parallel, each also with --tp-overlap K for K in BENCH_OVERLAP (default
-#          "2 4": forward's products in K chunks), and data parallelism (zero1) on the same GPUs
+#          (default 8), flash attention, BENCH_STEPS (default 12) steps: one GPU, then --tp NP
+#          without and with --sequence-parallel, each also with --tp-overlap K for K in
+#          BENCH_OVERLAP (default "2 4": forward's products in K chunks), and data parallelism
+#          (zero1) on the same GPUs
 #   sweep  mode ddp at the bench point: --tp 1,NP x --ddp none,bucketed x --shard-optimizer
 #          zero1,zero3 in one sweep (tensor against data parallelism on the same GPUs), and mode
 #          memory's trace of one rank's step at --tp NP with and without --sequence-parallel
 #   torch  analysis/torch_tp.py at the bench point: PyTorch's tensor parallel
-#          (ColwiseParallel/RowwiseParallel, SequenceParallel on and off), eager and compiled
+#          (ColwiseParallel/RowwiseParallel, SequenceParallel on and off), in the setups of
+#          TORCH_SETUPS (default eager,compiled)
 #   mesh   NP >= 4: the bench point on every GPU, global batch BENCH_BATCH x NP / 2 (each
 #          tensor-parallel pair as loaded as in bench): --tp 2 x dp NP/2 (zero1 across the
 #          pairs), --tp NP at BENCH_BATCH, data parallelism (zero1) alone; and the collectives'
 #          sweeps of 2 and NP GPUs (mode comm) that analysis/accounting.py tp fits its model to
+# MPIRUN (default mpirun --bind-to none) launches the ranks.
 # Files in OUT_DIR: log.txt, <part>*/ (rank files), torch_tp.jsonl.
 set -uo pipefail
 source "$(dirname "$0")/setup.sh" tp-check "${1:-}" "${2:-}"

@@ -16,6 +16,7 @@
 #   torch   PyTorch FSDP2 (fully_shard per block and root, bf16 parameters, fp32 reduction;
 #           reshard_after_forward True and False) and DDP, eager and compiled, at the stages'
 #           two points (analysis/torch_ddp.py; TORCH_SETUPS and TORCH_SHARDINGS narrow it)
+# MPIRUN (default mpirun --bind-to none) launches the ranks.
 # Files in OUT_DIR: log.txt, <part>*/ (rank files), torch.jsonl.
 set -uo pipefail
 source "$(dirname "$0")/setup.sh" zero-check "${1:-}" "${2:-}"

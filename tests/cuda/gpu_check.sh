@@ -1,25 +1,19 @@
 #!/usr/bin/env bash
 # The CUDA backend's check on a GPU host, from the repository root:
-#   tests/cuda/gpu_check.sh BIN_DIR OUT_DIR
-# BIN_DIR holds llmhpc and the test_cuda_* executables (build-cuda/ and build-cuda/tests/,
-# or a folder made by scripts/gpu/pack_binaries.sh). Runs every CUDA test, the kernel
-# timings and bench sweeps, each under a time limit; full logs go to OUT_DIR, and a
-# short summary to stdout. The bench sweeps are the arguments after the first two, one
-# quoted argument list each; without them the default set below runs.
+#   tests/cuda/gpu_check.sh [BIN_DIR [OUT_DIR [SWEEP ...]]]
+# BIN_DIR (default build/) holds llmhpc and the test_cuda_* executables (build-cuda/ and
+# build-cuda/tests/, or a folder made by scripts/gpu/pack_binaries.sh); OUT_DIR defaults to
+# results/gpu-check-<time>. Runs every CUDA test, the kernel timings and bench sweeps, each
+# under a time limit; full logs go to OUT_DIR, and a short summary to stdout. The bench sweeps
+# are the arguments after the first two, one quoted argument list each; without them the
+# default set below runs.
 set -uo pipefail
-bin=$(cd "${1:?BIN_DIR}" && pwd)
-out=${2:?OUT_DIR}
-shift 2
-mkdir -p "$out"
-if [ -f "$bin/tests.tar.xz" ]; then tar -C "$bin" --skip-old-files -xJf "$bin/tests.tar.xz"; fi
+source "$(dirname "$0")/../../scripts/gpu/setup.sh" gpu-check "${1:-}" "${2:-}"
+shift $(($# < 2 ? $# : 2))  # what follows BIN_DIR and OUT_DIR: the bench sweeps
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 NCCL_NVLS_ENABLE=0 OMP_NUM_THREADS=16
-find_exe() { [ -x "$bin/$1" ] && echo "$bin/$1" || echo "$bin/tests/$1"; }
 
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.max.sm,temperature.gpu --format=csv,noheader
-if ldd "$bin/llmhpc" | grep -q "not found"; then
-  echo "missing libraries:"; ldd "$bin/llmhpc" | grep "not found"
-  export LD_LIBRARY_PATH=$bin/fallback${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
-fi
+ldd "$bin/llmhpc" | grep "not found" | sed 's/^/missing library: /'
 
 status=0
 for t in test_cuda_device test_cuda_ops test_cuda_model test_cuda_profiler; do
