@@ -231,7 +231,9 @@ GradClipping gradient_clipping(double max_norm, Sharding sharding, const Runtime
 
 GradClipping tensor_parallel_clipping(double max_norm, const Runtime& rt, int copies, const ParameterLayout& layout,
                                       const UnitShards* shards) {
-  GradClipping clipping{max_norm, [rt, copies](double squares) { return rt.sum_in_rank_order(squares) / copies; }, {}};
+  // Each rank's sum divided by its own copies: the data-parallel groups of different tensor
+  // parallel ranks may cut their state into different shard groups (nodes of uneven sizes).
+  GradClipping clipping{max_norm, [rt, copies](double squares) { return rt.sum_in_rank_order(squares / copies); }, {}};
   if (layout.tensor_split().rank == 0) return clipping;
   std::vector<FlatRange> whole;
   for (const ParamInfo& p : layout.params())

@@ -164,7 +164,9 @@ GradClipping gradient_clipping(double max_norm, Sharding sharding, const Runtime
 // rank holds are its part, so the sums of the whole world are added in rank order; the whole
 // parameters (the norm gains, alike on every rank of a group) are counted by each group's rank
 // 0 only, and each of the `copies` ranks that hold the same gradients (unsharded data
-// parallelism's dp ranks, hybrid sharding's groups) once. Under zero2 and zero3 the optimizer
+// parallelism's dp ranks, hybrid sharding's groups) once: each rank's sum divided by its own
+// `copies`, which may differ between data-parallel groups (--shard-group node on nodes of uneven
+// sizes, with tensor-parallel groups across them). Under zero2 and zero3 the optimizer
 // holds `shards`: the whole parameters' gradients are then skipped where they lie in its shard.
 GradClipping tensor_parallel_clipping(double max_norm, const Runtime& rt, int copies, const ParameterLayout& layout,
                                       const UnitShards* shards = nullptr);

@@ -290,6 +290,24 @@ TEST(TensorParallelLayout, PartsTileTheWholeTensors) {
   }
 }
 
+// The data-parallel groups of different tensor-parallel ranks may hold their state in different
+// numbers of copies (shard groups of a node's ranks on nodes of uneven sizes): the norm adds each
+// rank's sum over its own copies, and every rank gets the same.
+TEST(TensorParallelClipping, RanksWithDifferentCopiesAgreeOnTheNorm) {
+  const int rank = world_rank(), n = world_size();
+  const ParameterLayout layout(tp_model(), TensorSplit{2, 0});
+  const int copies = 1 + rank % 2;
+  const GradClipping clipping = tensor_parallel_clipping(1.0, world(), copies, layout);
+  const double sum = clipping.sum_over_ranks(double(rank + 1) * copies);  // rank r's elements: r + 1, r's copies times
+  double want = 0;
+  for (int r = 0; r < n; ++r) want += r + 1;
+  EXPECT_EQ(sum, want) << "rank " << rank;
+  double lowest = 0, highest = 0;
+  MPI_Allreduce(&sum, &lowest, 1, MPI_DOUBLE, MPI_MIN, MPI_COMM_WORLD);
+  MPI_Allreduce(&sum, &highest, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+  EXPECT_EQ(lowest, highest);
+}
+
 std::vector<TpCase> tp_cases() {
   std::vector<TpCase> cases;
   for (CommBackend b : {CommBackend::Mpi, CommBackend::Nccl}) {
