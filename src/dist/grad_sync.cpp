@@ -136,8 +136,10 @@ std::vector<ParamSpan> param_spans(const ParameterLayout& layout) {
   return spans;
 }
 
-void broadcast_parameters(Communicator& comm, Tensor flat_params) {
+void broadcast_parameters(Communicator& comm, Tensor flat_params, Communicator* replicas) {
   comm.broadcast(flat_params.data, flat_params.data, size_t(flat_params.numel()), flat_params.dtype, /*root=*/0);
+  if (replicas)
+    replicas->broadcast(flat_params.data, flat_params.data, size_t(flat_params.numel()), flat_params.dtype, 0);
 }
 
 }  // namespace llmhpc

@@ -213,7 +213,8 @@ std::unique_ptr<GradientSync> make_gradient_sync(const SyncPlan& plan, Communica
 std::vector<ParamSpan> param_spans(const ParameterLayout& layout);
 
 // Every rank takes rank 0's values (in place), so ranks initialised each from a seed of its own
-// start equal. Collective; on return the values are there for the consumer (as finish()).
-void broadcast_parameters(Communicator& comm, Tensor flat_params);
+// start equal; under hybrid sharding (`replicas`: make_gradient_sync's) group 0's rank 0's, to
+// every group. Collective; on return the values are there for the consumer (as finish()).
+void broadcast_parameters(Communicator& comm, Tensor flat_params, Communicator* replicas = nullptr);
 
 }  // namespace llmhpc

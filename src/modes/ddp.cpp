@@ -532,8 +532,7 @@ void run(ModeContext& ctx, const DdpOptions& o) {
             shards->initialize(seed);
             sync = std::move(shards);
           } else {  // every configuration starts from rank 0's weights
-            broadcast_parameters(comm, model.params());
-            if (replicas) broadcast_parameters(*replicas, model.params());  // hybrid: group 0's, to every group
+            broadcast_parameters(comm, model.params(), replicas);
             model.parameters_changed();
             if (c.strategy != SyncStrategy::None)
               sync = make_model_sync(plan, comm, model, c.share_copy, c.engine, replicas);

@@ -575,8 +575,7 @@ void run(ModeContext& ctx, const TrainOptions& o) {
   if (sharded) {
     sync = std::move(shards_made);
   } else if (comm) {  // every rank starts from rank 0's weights, whatever its seed or file
-    broadcast_parameters(*comm, model->params());
-    if (replicas) broadcast_parameters(*replicas, model->params());  // hybrid: group 0's, to every group
+    broadcast_parameters(*comm, model->params(), replicas.get());
     model->parameters_changed();
     sync = make_model_sync(plan, *comm, *model, share_copy, engine, replicas.get());
   }
