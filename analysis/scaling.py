@@ -9,7 +9,7 @@ study's bucket model, extended to the sharded stages); ddp.report_section calls 
         and warnings: the model off, ranks that shared cores), every configuration in one table
         (a sharding stage over a data-parallel group of one rank listed with its unsharded twin,
         which computes the same, the pair named once in the choice of layout; tokens/s per GPU
-        against one GPU's, MFU, peak memory, exposed
+        against one GPU's, MFU and the model FLOP/s it divides, peak memory, exposed
         communication beside the ring model's and the collectives' run it was fitted from, with the
         collectives whose sizes lie outside those that run measured, under tensor parallelism the
         wait for the group's collectives), then each series' table (points where ranks shared cores
@@ -164,6 +164,18 @@ def throughput(row, n: int, batch: int, step_ms: float) -> tuple:
     per_gpu = batch * float(row["context_length"]) / (step_ms / 1e3) / n
     precision = "tf32" if row["precision"] == "fp32" and bool(row.get("tf32", False)) else row["precision"]
     return per_gpu, per_gpu * flops_per_token(row) / peak_flops(row.get("device_name", ""), precision)
+
+
+def flops_unit(per: str) -> tuple:
+    """The achieved model FLOP/s' unit and scale: TFLOP/s per GPU, GFLOP/s per rank on CPUs."""
+    return ("TFLOP/s", 1e12) if per == "GPU" else ("GFLOP/s", 1e9)
+
+
+def model_flops_cell(row, tokens_per_gpu: float, per: str) -> str:
+    """The model FLOP/s one GPU (rank) achieved, in flops_unit(per): what MFU divides by the peak,
+    shown where no peak is known (CPUs) too."""
+    value = tokens_per_gpu * flops_per_token(row) / flops_unit(per)[1]
+    return "-" if math.isnan(value) else f"{value:.3g}"
 
 
 def transport(directory: str) -> str:
@@ -669,14 +681,16 @@ def study_table(df: pd.DataFrame, models: dict, per: str = "GPU") -> str:
         cells.append([r.folder, f"{model_name(r)} T={r.context_length} {r.precision}", r.layout,
                       f"{n}" if tp == 1 else f"{n} ({tp} x {n // tp})", nodes, batch, fmt(step),
                       f"{tokens:,.0f}", "-" if math.isnan(of_one) else f"{of_one:.3f}{per_gpu}",
-                      "-" if math.isnan(mfu) else f"{100 * mfu:.1f}%", gib(r.peak_memory_bytes),
+                      "-" if math.isnan(mfu) else f"{100 * mfu:.1f}%", model_flops_cell(r, tokens, per),
+                      gib(r.peak_memory_bytes),
                       f"{fmt(r.grad_comm_mean, 3)} / {fmt(m['grad'], 3)}",
                       ratio_cell(r.grad_comm_mean, m["grad"]) + ("" if math.isnan(off) else " **model off**")]
                      + ([fmt(r.tp_comm_mean, 3) if tp > 1 else "-"] if any_tp else [])
                      + [f"{fmt(busy, 3)} / {fmt(predicted, 3)}", ratio_cell(busy, predicted),
                         predicted_from(model, r, nodes) if communicates else "-"])
     header = (["Run", "Model", "Layout", "Ranks (tp x dp)", "Nodes", "Global batch", "Step (ms)",
-               f"Tokens/s per {per}", f"Of one {per}'s", "MFU", "Peak per rank (GiB)",
+               f"Tokens/s per {per}", f"Of one {per}'s", "MFU", f"Model {flops_unit(per)[0]} per {per}",
+               "Peak per rank (GiB)",
                "Gradients' exposed comm, measured / predicted (ms)", "Gradients' exposed comm, ratio"]
               + (["TP wait (ms)"] if any_tp else [])
               + ["Comm time, measured / predicted (ms)", "Comm time, ratio",
@@ -856,7 +870,9 @@ def study_note(per: str, stage: str = "all", tp: bool = False) -> str:
             f"unsharded and without tensor parallelism (*: where none ran, of the same batch per {per}, as weak "
             f"scaling compares). MFU: tokens/s per {per} x the model FLOPs per token (6 x the parameters the matrix "
             "products multiply, plus attention's, causal counted as half) over the GPU's dense peak at the "
-            "products' precision (analysis/scaling.py; '-' where the device has none in its table, as CPUs). "
+            "products' precision (analysis/scaling.py; '-' where the device has none in its table, as CPUs); "
+            f"Model {flops_unit(per)[0]} per {per}: the numerator, tokens/s per {per} x the model FLOPs per token, "
+            "shown on every device. "
             "Peak per rank: the largest rank's allocator peak. Gradients' exposed comm: what their collectives leave "
             "after backward; under sharding the parameters' wait inside forward is not in it, nor what the step "
             f"spends after the optimizer (the ddp {shown} both); predicted: the ring model's for the same, from a run of the collectives (mode comm: o and w at each collective's size, from the line "
@@ -1077,10 +1093,12 @@ def report(df: pd.DataFrame, models: dict, out_dir: str) -> str:
     for (kind, setup, lay, points), (*_, rows) in zip(all_series, found):
         cells = [[p.ranks, "-" if p.nodes is None else p.nodes, p.batch, f"{p.dp_batch:g}", fmt(p.step_ms),
                   fmt(p.speedup), f"{100 * p.efficiency:.1f}%", f"{p.tokens_per_gpu:,.0f}",
-                  "-" if math.isnan(p.mfu) else f"{100 * p.mfu:.1f}%", p.source]
+                  "-" if math.isnan(p.mfu) else f"{100 * p.mfu:.1f}%",
+                  model_flops_cell(rows.iloc[0], p.tokens_per_gpu, per), p.source]
                  for p in points]
         table = markdown_table(["Ranks", "Nodes", "Global batch", "Batch per data-parallel rank", "Step (ms)",
-                                "Speed-up", "Efficiency", f"Tokens/s per {per}", "MFU", "Source"], cells)
+                                "Speed-up", "Efficiency", f"Tokens/s per {per}", "MFU",
+                                f"Model {flops_unit(per)[0]} per {per}", "Source"], cells)
         last = rows.iloc[-1]
         projected = any(p.source.startswith("projection") for p in points)
         doubt = projection_doubt(last, models) or projection_unchecked(last) or projection_shared(last)

@@ -299,6 +299,14 @@ def check_scaling(tables, runs, text):
     # strong-np1, the one-rank run at the same global batch (4). CPU runs: per rank, not per GPU.
     (study,) = table_with(tables, "Run", "Tokens/s per rank", "Of one rank's",
                           "Gradients' exposed comm, measured / predicted (ms)")
+    # MFU's numerator, shown on CPUs too (no peak there: MFU '-'): tokens/s x one model's FLOPs per
+    # token, so the same ratio in every row of a model (to the 3 digits printed).
+    per_token = {}
+    for r in rows_of(study):
+        assert r["MFU"] == "-", r
+        per_token.setdefault(r.get("Model", ""), []).append(
+            float(r["Model GFLOP/s per rank"]) * 1e9 / float(r["Tokens/s per rank"].replace(",", "")))
+    assert all(min(v) > 0 and max(v) / min(v) < 1.01 for v in per_token.values()), per_token
     # Which layout: at 2 ranks and global batch 4 (the ddp run's strategies and the scaling runs)
     # the fastest is the table's smallest step there.
     # (--ddp none, each rank training alone, is a baseline, not a layout to choose)
