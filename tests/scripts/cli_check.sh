@@ -24,6 +24,7 @@ cli_check() {
   elif [ $rc -eq 124 ]; then why="hung (timeout)";
   elif [ $rc -ge 128 ]; then why="killed by signal $((rc - 128))";
   elif [ $rc -eq 3 ]; then why="a fatal error instead of a usage error";
+  elif [ $rc -ne 2 ]; then why="exit code $rc, not a usage error's 2";
   elif [ $took -gt 20 ]; then why="took ${took}s";
   elif ! grep -qiF -- "$words" "$dir/stderr"; then why="message lacks '$words'";
   elif [ "$(grep -c 'llmhpc: error' "$dir/stderr")" -gt 1 ]; then why="message printed more than once";

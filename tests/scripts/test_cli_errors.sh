@@ -8,7 +8,7 @@ source "$(dirname "$0")/mpi_script.sh"
 
 # Inputs: a good token file, one with an id beyond the vocabulary, a text file, an HDF5
 # file that is not a checkpoint, and a checkpoint of another shape.
-python3 - <<'EOF'
+${LLMHPC_PYTHON:-python3} - <<'EOF' || { echo "FAIL: could not write the test inputs (numpy, h5py)"; exit 1; }
 import numpy as np, h5py
 rng = np.random.default_rng(0)
 rng.integers(0, 100, 4000, dtype=np.uint16).tofile("tokens.bin")

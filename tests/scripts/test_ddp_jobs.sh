@@ -188,7 +188,7 @@ echo "     COMM_COLLECTIVES=allredue and COMM_SIZES of one size before running"
 # all-reduce run; the collectives at 2 and 4 ranks, each prediction from those on its data-parallel
 # ranks (one node here), so that the ddp tables (e) have theirs too.
 NP=4 RANKS=1,2,4 TP=1,2 SHARDINGS=none STRONG_BATCH=8 OUT="$tmp/scaling" bash "$ROOT/jobs/scaling.sh" \
-  >"$tmp/scaling.log" 2>&1 || { cat "$tmp/scaling.log"; fail "scaling.sh TP=1,2: exit $?"; }
+  >"$tmp/scaling.log" 2>&1 || { rc=$?; cat "$tmp/scaling.log"; fail "scaling.sh TP=1,2: exit $rc"; }
 for table in "strong: .*, bucketed 25 MiB, tp 2" "strong: .*, bucketed 25 MiB" "weak: .*, bucketed 25 MiB, tp 2"; do
   grep -q "^### Scaling, $table\$" "$tmp/scaling/report.md" || { cat "$tmp/scaling/report.md"; fail "no table '$table'"; }
 done

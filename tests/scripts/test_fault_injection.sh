@@ -196,7 +196,7 @@ else
 fi
 
 # Damaged inputs: clear errors, no hang, no crash.
-"$PY" - <<'EOF'
+"$PY" - <<'EOF' || fail "could not write the damaged inputs (numpy)"
 import numpy as np
 np.random.default_rng(0).integers(0, 64, 4000, dtype=np.uint16).tofile("tokens.bin")
 np.save("tokens.npy", np.arange(4000, dtype=np.uint16) % 64)

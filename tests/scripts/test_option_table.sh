@@ -13,7 +13,8 @@ source "$(dirname "$0")/cli_check.sh" || exit 1  # before the cd: $0 may be a re
 WORK=$(mktemp -d)
 trap 'kill $(jobs -p) 2>/dev/null; rm -rf "$WORK"' EXIT
 cd "$WORK"
-python3 -c "import numpy as np; np.random.default_rng(0).integers(0, 100, 4000, dtype=np.uint16).tofile('tokens.bin')"
+${LLMHPC_PYTHON:-python3} -c "import numpy as np; np.random.default_rng(0).integers(0, 100, 4000, dtype=np.uint16).tofile('tokens.bin')" ||
+  { echo "FAIL: could not write the token file (numpy)"; exit 1; }
 echo "not a checkpoint" >notes.txt
 TINY="--d-model 16 --d-ff 32 --num-layers 1 --num-heads 2 --vocab-size 100 --context-length 8 --warmup 0"
 TINY_TRAIN="--d-model 16 --d-ff 32 --num-layers 1 --num-heads 2 --vocab-size 100 --context-length 8"

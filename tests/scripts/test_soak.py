@@ -6,8 +6,8 @@ A comm run (all-reduce 64 KB, --duration-s 3) and a ddp run (a tiny model, bucke
 than the fixed default, and the recorded count attribute says so; their summed time is of the
 order of the duration (the count is calibrated on the warm-up); the memory arrays (one sample
 per chunk of comm's timed loop, one per ddp step) line up with the iterations, and the device
-allocator's live bytes do not move while the loop runs. On one rank, millions of no-op
-all-reduces in 2 s leave the host's resident set within soak.py's 16 MiB. A fixed-count comm run records one
+allocator's live bytes do not move while the loop runs. On one rank, 2 s of no-op all-reduces
+(millions on an idle core) leave the host's resident set within soak.py's 16 MiB. A fixed-count comm run records one
 sample and duration_s 0. analysis/soak.py's --jsonl numbers are those computed here from the raw
 arrays (median of the first and last tenth, drift, live and RSS growth), its verdict agrees
 with its bounds, and its exit status with its verdicts. Then copies of the rank files with
@@ -212,8 +212,9 @@ def main():
             arrays["time_us"]), f"{name}: records_bytes {arrays['records_bytes'][[0, -1]]}"
         k = int(np.searchsorted(it, len(arrays["time_us"]) // 10))
         growth = (rss[k:].max() - rss[k]) / MIB
-        assert attrs["iters"] > 100_000 and growth <= 16, \
-            f"{name}: {attrs['iters']} all-reduces on one rank, host RSS grew {growth:.1f} MiB (bound 16)"
+        # How many ran is the host's speed, written down, not asserted; that they leave no memory
+        # behind is the watchdog's keeping up (soak.py's own bound).
+        assert growth <= 16, f"{name}: {attrs['iters']} all-reduces on one rank, host RSS grew {growth:.1f} MiB (bound 16)"
         print(f"one rank: {attrs['iters']} all-reduces, host RSS +{growth:.2f} MiB")
 
     run(mpi + ["--mode", "comm", "--size", "4KB", "--inplace", "no", "--steps", 7, "--out", fixed_dir])

@@ -15,7 +15,8 @@
 source "$(dirname "$0")/mpi_script.sh"
 fail() { echo "FAIL: $*"; for f in "$WORK"/*.log; do echo "--- $f"; tail -8 "$f"; done; exit 1; }
 
-python3 -c "import numpy as np; np.random.default_rng(0).integers(0, 100, 20000, dtype=np.uint16).tofile('tokens.bin')"
+${LLMHPC_PYTHON:-python3} -c "import numpy as np; np.random.default_rng(0).integers(0, 100, 20000, dtype=np.uint16).tofile('tokens.bin')" ||
+  { echo "FAIL: could not write the token file (numpy)"; exit 1; }
 TINY="--d-model 32 --d-ff 64 --num-layers 2 --num-heads 4 --vocab-size 100 --context-length 16 --batch-size 8"
 TRAIN="--mode train --device cpu --data tokens.bin $TINY --data-order random --lr 3e-3 --log-every 1"
 DP="--ddp bucketed --bucket-mb 0.02 --shard-optimizer zero1"

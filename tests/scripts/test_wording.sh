@@ -38,7 +38,11 @@ for f in "${files[@]}"; do [ -f "$f" ] && [ ! -L "$f" ] && present+=("$f"); done
 hits=$(for f in "${present[@]}"; do
   grep -q -i -E "$regex" <<<"${f//_/ }" && echo "$f: (the path)"
 done)
-lines=$(printf '%s\0' "${present[@]}" | xargs -0 -r grep -n -H -I -i -E "$regex" -- 2>/dev/null | cut -c1-220)
+# grep's status 1 is "no match"; 2 (a bad pattern, an unreadable file) would leave nothing to
+# find and pass.
+lines=$(grep -n -H -I -i -E "$regex" -- "${present[@]}" | cut -c1-220; exit "${PIPESTATUS[0]}")
+rc=$?
+if [ $rc -gt 1 ]; then echo "FAIL: grep could not read the files or the patterns (exit $rc)"; exit 1; fi
 all=$(printf '%s\n%s\n' "$hits" "$lines" | sed '/^$/d')
 if [ -n "$all" ]; then
   echo "FAIL: $(echo "$all" | wc -l) lines use words the repository does not (see $0):"
