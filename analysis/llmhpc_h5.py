@@ -809,7 +809,6 @@ def repeated_across_runs(frame: pd.DataFrame, keys: list) -> bool:
 
 
 if __name__ == "__main__":  # a module the scripts import, not a script
-    import sys
     print("analysis/llmhpc_h5.py is a module of analysis/, imported by its scripts (python3 analysis/report.py DIR... makes "
           "the report)", file=sys.stderr)
     sys.exit(2)

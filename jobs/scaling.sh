@@ -16,8 +16,8 @@
 # size for them. $OUT/report.md's scaling section opens with the study in short and every
 # configuration in one table (tokens/s per GPU against one GPU's, MFU and model TFLOP/s, peak
 # memory per rank, exposed communication and the collectives' device time beside the model's, and
-# the collectives' run it takes, with its ranks and nodes), then each series with projections to larger clusters (each
-# labelled "projection"), and scaling.png (tokens/s per GPU and efficiency against ranks; per rank
+# the collectives' run it takes, with its ranks and nodes), then each series with projections to
+# larger clusters (each labelled "projection"), and scaling.png (tokens/s per GPU and efficiency against ranks; per rank
 # on CPUs). Each configuration runs once, in turn: the report says layouts are not told apart only
 # within their timed steps' noise, not the host's drift between configurations, so a close choice is
 # worth a second job. OUT (default results/llmhpc-scaling-<job id> under sbatch,

@@ -278,10 +278,10 @@ std::unique_ptr<Communicator> make_gradient_communicator(const Runtime& rt, cons
 int resolve_shard_group(int shard_group, Sharding sharding, const Runtime& rt) {
   const bool hybrid = sharding == Sharding::Zero1 || shards_parameters(sharding);
   if (!hybrid || (shard_group == Parallelism::kAutoShardGroup && sharding == Sharding::Zero1)) return rt.world_size;
-  int group = shard_group > 0 ? shard_group : rt.local_size;
-  const int64_t fewest = rt.reduce_all(int64_t(group), HostReduce::Min);
-  const int64_t most = rt.reduce_all(int64_t(group), HostReduce::Max);
-  if (shard_group <= 0 && fewest != most)
+  const int group = shard_group > 0 ? shard_group : rt.local_size;
+  const int64_t fewest = shard_group > 0 ? group : rt.reduce_all(int64_t(group), HostReduce::Min);
+  const int64_t most = shard_group > 0 ? group : rt.reduce_all(int64_t(group), HostReduce::Max);
+  if (fewest != most)  // a node's ranks, on nodes of different sizes
     throw UsageError((shard_group == Parallelism::kAutoShardGroup
                           ? std::string("{shard_optimizer} ") + sharding_name(sharding) +
                                 " shards within each node by default ({shard_group} auto)"

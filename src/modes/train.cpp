@@ -764,6 +764,7 @@ void run(ModeContext& ctx, const TrainOptions& o) {
   int stopped_by = 0;                              // the signal all ranks agreed to stop on
   int64_t done = 0;
   std::chrono::steady_clock::time_point first_done;  // the time left is told from the steps after the first
+  double wall_after_first_ms = 0;                    // wall_ms summed over the steps after the first
   for (int64_t s = 0; s < steps && !stopped_by; s = done) {
     const int64_t step = first_batch + s + 1;  // the optimizer's step, as the record's first_step counts
     const auto began = std::chrono::steady_clock::now();
@@ -806,6 +807,7 @@ void run(ModeContext& ctx, const TrainOptions& o) {
         std::vector<double>{micro_batches > 1 ? micro_losses : model->mean_loss(), stop_signal() ? 1.0 : 0.0},
         HostReduce::Sum);
     wall_ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - began).count());
+    if (wall_ms.size() > 1) wall_after_first_ms += wall_ms.back();
     loss.push_back(reduced[0] / rt.world_size);
     lr.push_back(opt->hyper().lr);
     grad_norm.push_back(opt->last_grad_norm());
@@ -848,7 +850,7 @@ void run(ModeContext& ctx, const TrainOptions& o) {
       // where the step's own time is well under it, the rest is the host's part (the batch, waits
       // for a slower rank at the loss's reduction). Checkpoints written between steps are in the
       // time left (per_step), not in a step.
-      const double step_wall_ms = done > 1 ? mean(std::vector<double>(wall_ms.begin() + 1, wall_ms.end())) : t.step_ms;
+      const double step_wall_ms = done > 1 ? wall_after_first_ms / double(done - 1) : t.step_ms;
       char host[96] = "";
       if (done > 1 && t.step_ms < 0.8 * step_wall_ms)
         std::snprintf(host, sizeof host, "step %.1f + host's part and waits %.1f = ", t.step_ms,
