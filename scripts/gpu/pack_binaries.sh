@@ -5,7 +5,7 @@
 # tests/cuda/gpu_check.sh put fallback/ on LD_LIBRARY_PATH when llmhpc misses a library).
 # From the repository root:
 #   scripts/gpu/pack_binaries.sh [--xz] BUILD_DIR OUT_DIR [TEST ...]
-#   scripts/gpu/pack_binaries.sh build bin test_cuda_{device,ops,model,profiler,kernel_bench,memory}
+#   scripts/gpu/pack_binaries.sh build bin kernel_bench test_cuda_{device,ops,model,profiler,memory}
 #   scripts/gpu/pack_binaries.sh build bin test_flash_attn
 # A TEST is looked for in BUILD_DIR/tests/, then in BUILD_DIR. OUT_DIR (bin/ is git-ignored) is
 # deleted and made anew, so it must be new, empty, or one this script made (it leaves

@@ -1,22 +1,36 @@
-// Kernel timings on the GPU, for the performance notes (docs/results/cuda-notes.md). Not
-// tests: every case is DISABLED_ so ctest never runs it; run them by hand with
-//   test_cuda_kernel_bench --gtest_also_run_disabled_tests
+// Kernel timings on the GPU, for the performance notes (docs/results/cuda-notes.md):
+//   kernel_bench [BENCH ...]        (no argument: all of them; --help lists them)
 // Each prints one line per measurement: the median of timed repetitions after warm-up,
 // with CUDA events, on non-zero data. Ceilings first (device copy, GEMM rates), then the
 // fused AdamW against its bytes-over-bandwidth bound, then every op of one 2.7B layer
 // (bf16, batch 4, context 512) as the model calls it.
 #include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <deque>
+#include <exception>
 #include <functional>
+#include <random>
+#include <vector>
 
+#include "kernels/backend.h"
 #include "kernels/cuda/gemm.h"
 #include "src/model/config.h"
-#include "tests/cuda/cuda_test_util.h"
 
-namespace llmhpc::test {
+namespace llmhpc {
 namespace {
 
-#define SKIP_WITHOUT_GPU() \
-  if (cuda_device_count() == 0) GTEST_SKIP() << "no GPU visible"
+void write_tensor(Device& dev, const Tensor& t, const std::vector<double>& v) {
+  std::vector<char> raw(t.bytes());
+  from_doubles(v.data(), size_t(t.numel()), t.dtype, raw.data());
+  dev.copy_to_device(t.data, raw.data(), raw.size());
+}
+
+Backend make_gpu_backend() {
+  BackendOptions o;
+  o.kind = DeviceKind::Cuda;
+  return make_backend(o);
+}
 
 // Median time of `fn` in ms over `reps` runs after `warmup` runs.
 double median_ms(Device& dev, const std::function<void()>& fn, int reps = 10, int warmup = 3) {
@@ -61,8 +75,7 @@ struct Gpu {
   }
 };
 
-TEST(KernelBench, DISABLED_Ceilings) {
-  SKIP_WITHOUT_GPU();
+void ceilings() {
   Gpu g;
   std::deque<Buffer> keep;
   {
@@ -92,8 +105,7 @@ TEST(KernelBench, DISABLED_Ceilings) {
 
 // AdamW over a model's flat parameters, with the bf16 copy: 4 fp32 reads (p, g, m, v),
 // 3 fp32 writes and one bf16 write = 30 bytes per parameter.
-TEST(KernelBench, DISABLED_AdamW) {
-  SKIP_WITHOUT_GPU();
+void adamw() {
   Gpu g;
   for (const char* size : {"xl", "2.7B"}) {
     std::deque<Buffer> keep;
@@ -128,8 +140,7 @@ TEST(KernelBench, DISABLED_AdamW) {
 // What the Ops contract's "gradients accumulate" costs per step at 2.7B: the model zeroes
 // every gradient (a 4-byte write per parameter), then each weight gradient GEMM reads and
 // writes fp32 (beta = 1). Compared: the same GEMM writing bf16 with beta = 0.
-TEST(KernelBench, DISABLED_GradientAccumulationCost) {
-  SKIP_WITHOUT_GPU();
+void grad_accumulation() {
   Gpu g;
   std::deque<Buffer> keep;
   {
@@ -162,8 +173,7 @@ TEST(KernelBench, DISABLED_GradientAccumulationCost) {
 
 // Every op of one 2.7B layer as the model calls it under bf16, batch 4, context 512
 // (attention naive), plus the per-step ops outside the layers (LM head, loss, embedding).
-TEST(KernelBench, DISABLED_OpsOf2p7BLayerBf16) {
-  SKIP_WITHOUT_GPU();
+void layer_2p7b_bf16() {
   Gpu g;
   std::deque<Buffer> keep;
   const int64_t B = 4, T = 512, C = 2560, F = 10240, H = 32, D = 80, V = 10000, N = B * T;
@@ -246,5 +256,53 @@ TEST(KernelBench, DISABLED_OpsOf2p7BLayerBf16) {
   std::printf("BENCH outside layers: %.3f ms\n", once);
 }
 
+struct Bench {
+  const char* name;
+  void (*run)();
+  const char* what;
+};
+const Bench kBenches[] = {
+    {"ceilings", ceilings, "device copy rate, bf16 and fp32 GEMM rates"},
+    {"adamw", adamw, "fused AdamW at xl and 2.7B, whole and in a sharded optimizer's launches"},
+    {"grad-accumulation", grad_accumulation, "zeroing gradients and accumulating weight-gradient GEMMs at 2.7B"},
+    {"layer-2.7b", layer_2p7b_bf16, "every op of one 2.7B layer, bf16, batch 4, context 512"},
+};
+
+int usage(FILE* to) {
+  std::fprintf(
+      to, "usage: kernel_bench [BENCH ...]\nRuns the named kernel timings on the first GPU (all without a name):\n");
+  for (const Bench& b : kBenches) std::fprintf(to, "  %-18s %s\n", b.name, b.what);
+  return to == stdout ? 0 : 2;
+}
+
 }  // namespace
-}  // namespace llmhpc::test
+}  // namespace llmhpc
+
+int main(int argc, char** argv) {
+  using namespace llmhpc;
+  std::vector<const Bench*> chosen;
+  for (int i = 1; i < argc; ++i) {
+    if (!std::strcmp(argv[i], "--help") || !std::strcmp(argv[i], "-h")) return usage(stdout);
+    const Bench* found = nullptr;
+    for (const Bench& b : kBenches)
+      if (!std::strcmp(argv[i], b.name)) found = &b;
+    if (!found) {
+      std::fprintf(stderr, "kernel_bench: no bench named '%s'\n", argv[i]);
+      return usage(stderr);
+    }
+    chosen.push_back(found);
+  }
+  if (chosen.empty())
+    for (const Bench& b : kBenches) chosen.push_back(&b);
+  if (cuda_device_count() == 0) {
+    std::fprintf(stderr, "kernel_bench: no CUDA GPU visible; these timings need one\n");
+    return 1;
+  }
+  try {
+    for (const Bench* b : chosen) b->run();
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "kernel_bench: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}
