@@ -483,7 +483,9 @@ class Run:
         number as another collective), group (the ranks it runs among, '' for every rank) and
         waited_for (those of them that had not issued it or gave no answer), late_s (how long the
         rank's watchdog had not run before it fired: stopped or starved, its report made after the
-        others'; 0 on time), report (as printed); [] where no watchdog fired."""
+        others'; 0 on time), fired_on (the rank whose watchdog fired: this one's own, or where this
+        rank had not issued the collective and was inside none, the firing rank it learnt it from),
+        report (as printed); [] where no watchdog fired."""
         out = []
         for rf in sorted(self.files, key=lambda f: f.rank):
             if not str(rf.status).startswith(ABORTED):
@@ -497,6 +499,7 @@ class Run:
                             no_answer_hosts=str(a.get("hang_no_answer_hosts", "")),
                             mismatched=str(a.get("hang_mismatched", "")), group=str(a.get("hang_group", "")),
                             waited_for=str(a.get("hang_waited_for", "")), late_s=float(a.get("hang_late_s", 0.0)),
+                            fired_on=int(a.get("hang_fired_on_rank", rf.rank)),
                             report=str(a.get("hang_report", ""))))
         return out
 

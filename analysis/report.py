@@ -28,6 +28,7 @@ import argparse
 import importlib.util
 import inspect
 import os
+import re
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -117,10 +118,17 @@ def fired_late(h: dict) -> bool:
     return h.get("late_s", 0) > 0
 
 
+def noted(h: dict) -> bool:
+    """Whether a Run.hang_reports() entry is a rank's note of another rank's watchdog (it had not issued
+    the stuck collective and was inside none: the rank that held the others up), not its own firing."""
+    return h.get("fired_on", h["rank"]) != h["rank"]
+
+
 def leading_report(hangs: list) -> dict:
-    """The report that speaks for the run: the first of a rank whose watchdog fired on time (a late
-    one, from a stopped rank, was made after the others had ended)."""
-    return next((h for h in hangs if not fired_late(h)), hangs[0])
+    """The report that speaks for the run: the first of a rank whose own watchdog fired on time (a
+    late one, from a stopped rank, was made after the others had ended)."""
+    return next((h for h in hangs if not fired_late(h) and not noted(h)),
+                next((h for h in hangs if not noted(h)), hangs[0]))
 
 
 def describe(run) -> str:
@@ -129,8 +137,8 @@ def describe(run) -> str:
     hangs = run.hang_reports()
     lead = leading_report(hangs) if hangs else None
     state = ("" if run.finished else
-             f" (ABORTED by the watchdog of rank {lead['rank']}: "
-             f"{hang_summary(lead, {h['rank']: h for h in hangs})})" if hangs else
+             f" (ABORTED by the watchdog of rank {lead['fired_on']}: "
+             f"{hang_summary(lead, {h['rank']: h for h in hangs if not noted(h)})})" if hangs else
              f" (INTERRUPTED: {stopped[0][len('interrupted: '):]})" if stopped
              else " (INCOMPLETE: a rank's file says the run did not finish)")
     settings = ", ".join(str(a.get("environment_variables", "")).split("\n")).strip(", ")
@@ -141,8 +149,13 @@ def describe(run) -> str:
 
 def stuck_collective(what: str) -> str:
     """'collective #30 allreduce (mpi, 4000 bytes) ...' from the watchdog's status sentence, without
-    its 'no progress within --comm-timeout 3.0 s: ' (the section's introduction says it)."""
-    return what.split(": ", 1)[1] if what.startswith("no progress within") and ": " in what else what
+    its 'no progress within --comm-timeout 3.0 s: ' (the section's introduction says it); from a
+    noting rank's ('rank 0's, on node0, found no progress in collective #30 ...; this rank had not
+    issued it (...)'), the collective and where this rank was."""
+    if what.startswith("no progress within") and ": " in what:
+        return what.split(": ", 1)[1]
+    found = re.match(r"rank \d+'s, on [^,]*, found no progress in (.*?); this rank had not issued it \((.*)\)$", what)
+    return f"{found.group(1)}; this rank: {found.group(2)}" if found else what
 
 
 def hang_section(runs: list) -> str:
@@ -150,8 +163,9 @@ def hang_section(runs: list) -> str:
     rows = []
     for run in runs:
         hangs = run.hang_reports()
-        fired = {h["rank"]: h for h in hangs}
-        rows += [[f"`{run.directory}`", f"{h['rank']} ({h['host']})" + (", fired late" if fired_late(h) else ""),
+        fired = {h["rank"]: h for h in hangs if not noted(h)}
+        rows += [[f"`{run.directory}`", f"{h['rank']} ({h['host']})" + (", fired late" if fired_late(h) else "") +
+                  (f", had not issued it: rank {h['fired_on']}'s watchdog fired" if noted(h) else ""),
                   stuck_collective(h["what"]), h["reached"] or "-",
                   f"{h['not_reached']} ({h['not_reached_hosts']})" if h["not_reached"] else "-",
                   no_answer_cell(h, fired) if h["no_answer"] else "-", h.get("mismatched") or "-"] for h in hangs]
@@ -162,7 +176,8 @@ def hang_section(runs: list) -> str:
             "a rank that never issued the collective is the one to look at; one that gave no answer was "
             "stopped or unreachable; one that issued it as another collective took another path through the "
             "run; a row marked fired late is a rank whose watchdog went seconds without running, stopped or "
-            "starved: its report came after the others had ended, and it is the rank to look at).\n\n"
+            "starved: its report came after the others had ended, and it is the rank to look at; a row "
+            "marked had not issued it is that rank's own account, kept when the firing ranks asked it).\n\n"
             + bench.markdown_table(["run", "rank (host)", "stuck collective", "reached", "not reached (hosts)",
                                     "no answer (hosts)", "issued differently"], rows))
 

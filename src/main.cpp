@@ -228,17 +228,12 @@ Attrs hang_attrs(const Watchdog::HangReport& r) {
     for (const std::string& x : v) s += (s.empty() ? "" : ",") + x;
     return s;
   };
-  return {{"hang_collective", int64_t(r.collective)},
-          {"hang_reached", rank_ranges(r.reached)},
-          {"hang_not_reached", rank_ranges(r.not_reached)},
-          {"hang_not_reached_hosts", join(r.not_reached_hosts)},
-          {"hang_no_answer", rank_ranges(r.no_answer)},
-          {"hang_no_answer_hosts", join(r.no_answer_hosts)},
-          {"hang_mismatched", rank_ranges(r.mismatched)},
-          {"hang_group", rank_ranges(r.group)},
-          {"hang_waited_for", rank_ranges(r.waited_for)},
-          {"hang_late_s", r.late_s},
-          {"hang_report", r.text}};
+  return {{"hang_collective", int64_t(r.collective)},       {"hang_reached", rank_ranges(r.reached)},
+          {"hang_not_reached", rank_ranges(r.not_reached)}, {"hang_not_reached_hosts", join(r.not_reached_hosts)},
+          {"hang_no_answer", rank_ranges(r.no_answer)},     {"hang_no_answer_hosts", join(r.no_answer_hosts)},
+          {"hang_mismatched", rank_ranges(r.mismatched)},   {"hang_group", rank_ranges(r.group)},
+          {"hang_waited_for", rank_ranges(r.waited_for)},   {"hang_late_s", r.late_s},
+          {"hang_fired_on_rank", int64_t(r.fired_on_rank)}, {"hang_report", r.text}};
 }
 
 // The job's nodes as MPI's shared-memory split sees them, for the rank files: node_count,

@@ -43,8 +43,9 @@ struct Wire {
   uint64_t bytes;
   char context[144];
   char group[64];  // rank ranges, "" for every rank
+  uint64_t fired_on;
 };
-static_assert(sizeof(Wire) == 320, "the answer's layout");
+static_assert(sizeof(Wire) == 328, "the answer's layout");
 
 // Where a rank listens: its host's IPv4 addresses (network order; the loopback one last) and
 // its port.
@@ -125,6 +126,7 @@ struct ProgressBoard::State {
       w.bytes = p.last_bytes;
       copy_text(w.context, sizeof w.context, p.context);
       copy_ranks(w.group, sizeof w.group, p.last_group);
+      w.fired_on = p.fired_on;
       (void)send(c, &w, sizeof w, MSG_NOSIGNAL);
       ::close(c);
     }
@@ -316,6 +318,7 @@ std::vector<RankAnswer> ProgressBoard::ask(const std::vector<int>& ranks, double
         p.answer.progress.last_group.assign(w.group, strnlen(w.group, sizeof w.group));
         p.answer.progress.reported = (w.flags & kReported) != 0;
         p.answer.progress.settling = (w.flags & kSettling) != 0;
+        p.answer.progress.fired_on = w.fired_on;
       }
       finish(a);
     }

@@ -35,7 +35,8 @@ struct RankProgress {
   uint64_t last_bytes = 0;   // and its payload
   std::string last_group;    // and the ranks it runs among ("1,3"; "" for every rank)
   std::string context;       // the configuration it is in
-  bool reported = false;     // its watchdog fired and has printed and kept its report
+  bool reported = false;     // its watchdog fired, or it noted another's, and has printed and kept its report
+  uint64_t fired_on = 0;     // the collective its watchdog fired on (its number; 0: not fired)
   bool settling = false;     // its configuration failed; it asks where the others are (Watchdog::settle_after_failure)
 };
 

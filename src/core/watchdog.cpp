@@ -141,6 +141,9 @@ struct Watchdog::State {
   std::atomic<bool> failing{false};
   std::atomic<bool> reported{false};  // fail() has printed and kept its report: RankProgress::reported
   std::atomic<bool> settling{false};  // in settle_after_failure: RankProgress::settling
+  std::atomic<uint64_t> fired_on{0};  // fail()'s collective: RankProgress::fired_on
+  std::atomic<uint64_t> asked{0};     // questions the board has answered: run() asks back once they come
+  bool noted = false;                 // note_hang_elsewhere has kept its report (the watchdog's thread)
   // The thread's last gap longer than an asking window (kAskS): how long it did not run, and
   // when it ran again (steady clock, seconds); fail() reports it where it ended after the stuck
   // collective was issued.
@@ -207,6 +210,8 @@ void Watchdog::start(double timeout_s, int rank, int world_size) {
       p.context = *state_->context;
       p.reported = state_->reported.load();
       p.settling = state_->settling.load();
+      p.fired_on = state_->fired_on.load();
+      state_->asked.fetch_add(1);
       return p;
     });
     if (!closed.empty())
@@ -583,9 +588,14 @@ void Watchdog::answer_while_others_report(const std::vector<RankAnswer>& answers
   using Clock = std::chrono::steady_clock;
   const auto deadline =
       Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(kAskS));
+  // Inside a collective (their own watchdog fires), or behind this one's and inside none (they
+  // note it: note_hang_elsewhere).
+  const uint64_t fired_on = state_->fired_on.load();
   std::vector<int> waiting;
-  for (const RankAnswer& a : answers)
-    if (a.answered && a.progress.issued > a.progress.completed && !a.progress.reported) waiting.push_back(a.rank);
+  for (const RankAnswer& a : answers) {
+    const RankProgress& p = a.progress;
+    if (a.answered && !p.reported && (p.issued > p.completed || p.issued < fired_on)) waiting.push_back(a.rank);
+  }
   for (;;) {
     const double left = std::chrono::duration<double>(deadline - Clock::now()).count();
     if (waiting.empty() || left <= 0) return;
@@ -594,6 +604,65 @@ void Watchdog::answer_while_others_report(const std::vector<RankAnswer>& answers
       if ((a.answered && a.progress.reported) || a.refused)
         waiting.erase(std::remove(waiting.begin(), waiting.end(), a.rank), waiting.end());
   }
+}
+
+// Run on the watchdog's thread after this rank was asked. A rank inside no collective, whose
+// own watchdog therefore never fires, looks for another whose watchdog fired on a collective
+// this rank has not issued; it then asks every rank as a firing watchdog does, prints one line,
+// keeps that report in its file (the status names the firing rank) and says it has reported.
+// Once: the job is ending. Without it, a stalled rank's file read "running".
+void Watchdog::note_hang_elsewhere() {
+  State& s = *state_;
+  const uint64_t mine = enqueued_.load();
+  if (s.noted || s.failing.load() || completed_.load() != mine) return;
+  const RankAnswer* fired = nullptr;
+  const std::vector<RankAnswer> answers = s.board.ask_all(0.5);
+  for (const RankAnswer& a : answers)
+    if (a.answered && a.progress.fired_on > mine && (!fired || a.progress.fired_on < fired->progress.fired_on))
+      fired = &a;
+  if (!fired) return;
+  s.noted = true;
+  const RankProgress& theirs = fired->progress;
+  const int64_t step = step_.load();
+  std::string context;
+  {
+    std::lock_guard<std::mutex> lock(s.mutex);
+    context = *s.context;
+  }
+  HangReport report;
+  report.collective = theirs.fired_on;
+  report.fired_on_rank = fired->rank;
+  const std::string stuck =
+      "collective #" + std::to_string(theirs.fired_on) +
+      (theirs.issued == theirs.fired_on ? " " + call_text(theirs.last_name, theirs.last_backend, theirs.last_bytes) +
+                                              (theirs.last_group.empty() ? "" : " among ranks " + theirs.last_group)
+                                        : "");
+  report.what = "rank " + std::to_string(fired->rank) + "'s, on " + fired->host + ", found no progress in " + stuck +
+                "; this rank had not issued it (last issued #" + std::to_string(mine) +
+                ", inside no collective: in its own work, computation, I/O or its data" +
+                (context.empty() ? "" : ", in '" + context + "'") +
+                (step >= 0 ? " at step " + std::to_string(step) : "") + ")";
+  report.text =
+      "llmhpc: rank " + std::to_string(rank_) + " (host " + host_name() + "): the watchdog of " + report.what + "\n";
+  ask_the_ranks(report, nullptr);
+  const std::string printed = "\nllmhpc: rank " + std::to_string(rank_) + " (host " + host_name() +
+                              "): had not issued collective #" + std::to_string(theirs.fired_on) + ", on which rank " +
+                              std::to_string(fired->rank) + "'s watchdog fired: inside no collective, in its own work" +
+                              (step >= 0 ? " at step " + std::to_string(step) : "") +
+                              " (its rank file keeps the report)\n";
+  (void)!::write(STDERR_FILENO, printed.data(), printed.size());
+  std::function<void(const HangReport&)> keep;
+  {
+    std::unique_lock<std::mutex> lock(s.keep_mutex, std::try_to_lock);
+    if (lock.owns_lock()) keep = s.on_abort;
+  }
+  if (keep) {
+    try {
+      keep(report);
+    } catch (...) {  // printed; a file that cannot take it changes nothing
+    }
+  }
+  s.reported.store(true);
 }
 
 void Watchdog::set_on_abort(std::function<void(const HangReport&)> keep) {
@@ -621,6 +690,8 @@ void Watchdog::fail(const std::string& what, const Op* op) {
   report.what = what + (op ? ": " + describe(*op) : "");
   report.collective = op ? op->seq : completed_.load() + 1;
   if (op && op->group) report.group = *op->group;
+  report.fired_on_rank = rank_;
+  state_->fired_on.store(report.collective);  // before asking: the ranks that have not issued it note it
   report.text = "llmhpc: watchdog on rank " + std::to_string(rank_) + " (host " + host + "): " + report.what +
                 "\n  rank " + std::to_string(rank_) + ": last enqueued collective #" +
                 std::to_string(enqueued_.load()) + ", last completed #" + std::to_string(completed_.load()) + "\n";
@@ -664,6 +735,7 @@ void Watchdog::run() {
   // Often enough that a timeout is seen within a tenth of it (and at most 200 ms late).
   const auto interval = std::chrono::duration<double>(std::clamp(timeout_s_ / 10, 0.01, 0.2));
   auto looked = std::chrono::steady_clock::now();
+  uint64_t asked_seen = 0;
   for (;;) {
     std::vector<Monitor> monitors;
     {
@@ -708,6 +780,9 @@ void Watchdog::run() {
       const Op& oldest = *s.in_flight.front();
       if (std::chrono::steady_clock::now() - oldest.issued > timeout)
         fail(name_fields("no progress within {comm_timeout} ") + seconds_text(timeout_s_), &oldest);
+    } else if (const uint64_t asked = s.asked.load(); asked != asked_seen) {
+      asked_seen = asked;
+      note_hang_elsewhere();
     }
   }
 }

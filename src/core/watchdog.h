@@ -18,6 +18,13 @@
 // theirs fire about when its own does), then ends the job with MPI_Abort. What PyTorch's
 // ProcessGroupNCCL watchdog and its desync report do.
 //
+// The rank that holds the others up, inside no collective (stalled in its own work), never fires:
+// its watchdog sees nothing in flight. Asked by a firing rank, it asks back, learns which
+// collective another rank's watchdog fired on (RankProgress::fired_on) and, where it has not
+// issued that one, prints one line and keeps the same report from its side in its rank file
+// (note_hang_elsewhere), so that every rank's file says how the job ended; the firing ranks wait
+// for it as for one inside a collective (answer_while_others_report).
+//
 // The abort path calls nothing that the main thread may be inside: no NCCL, no CUDA, no
 // thread that starts or ends, and HDF5 only under the lock every open file holds. The main
 // thread is still in the stuck collective (an NCCL call waiting for room in its queue,
@@ -187,6 +194,9 @@ class Watchdog {
     // of CPU fires late, after the other ranks reported and ended, and finds them not answering.
     // Their reports are the ones to trust.
     double late_s = 0;
+    // The rank whose watchdog fired: this rank's own, or, in the report of a rank that had not
+    // issued the collective and was inside none (note_hang_elsewhere), the rank that found it.
+    int fired_on_rank = -1;
     std::string text;
   };
   // Called by fail() on its thread once the report is printed, before the job is aborted, to
@@ -222,6 +232,7 @@ class Watchdog {
   void note_arrival(std::chrono::steady_clock::time_point now);
   std::string describe(const Op& op) const;
   std::vector<RankAnswer> ask_the_ranks(HangReport& report, const Op* op) const;
+  void note_hang_elsewhere();
   void answer_while_others_report(const std::vector<RankAnswer>& answers) const;
 
   double timeout_s_ = 0;

@@ -75,8 +75,9 @@ EOF
 # hang_files NAME WHO FIELD: the rank files of every other rank keep its watchdog's report (all
 # of them waited, so all of them fired, and none ended the job before another had kept its own:
 # status "aborted by the watchdog: ...", FIELD (hang_not_reached or hang_no_answer) = WHO with
-# this host), rank WHO's own file says nothing of it, and report.py's Hangs section and run line
-# name WHO.
+# this host); rank WHO's own file keeps no report of its own watchdog, and, stalled
+# (hang_not_reached), keeps its account of the hang: the firing rank, the collective it had not
+# issued, itself among those that had not; report.py's Hangs section and run line name WHO.
 hang_files() {
   PYTHONPATH="$ROOT/analysis" "$PY" - "$WORK/$1" "$2" "$3" "$(hostname)" "$ROOT/analysis/report.py" <<'EOF' ||
 import subprocess, sys
@@ -85,17 +86,27 @@ directory, who, field, host, report = sys.argv[1:]
 run = open_run(directory)
 hangs = run.hang_reports()
 assert hangs, f"no rank file says the watchdog ended the run: {[rf.status for rf in run.files]}"
-assert all(h["rank"] != int(who) for h in hangs), "the rank that held the others up kept a report"
 waiting = set(range(run.world_size)) - {int(who)}
-assert {h["rank"] for h in hangs} == waiting, f"reports kept by ranks {sorted(h['rank'] for h in hangs)}, not {sorted(waiting)}"
+own = [h for h in hangs if h["fired_on"] == h["rank"]]
+assert {h["rank"] for h in own} == waiting, f"own reports kept by ranks {sorted(h['rank'] for h in own)}, not {sorted(waiting)}"
+notes = [h for h in hangs if h["fired_on"] != h["rank"]]
+if field == "hang_not_reached":  # the stalled rank's own account, learnt from a firing rank
+    assert [h["rank"] for h in notes] == [int(who)], f"rank {who}'s file keeps no account of the hang: {notes}"
+    (note,) = notes
+    assert note["fired_on"] in waiting and note["collective"] in {h["collective"] for h in own}, (note, own)
+    assert who in note["not_reached"].split(",") and "this rank had not issued it" in note["what"], note
+    assert note["report"].startswith(f"llmhpc: rank {who} (host {host}): the watchdog of rank "), note["report"][:120]
+else:
+    assert not notes, f"a stopped rank kept an account: {notes}"
 key = field.replace("hang_", "")
-for h in hangs:
+for h in own:
     assert h[key] == who and h[key + "_hosts"] == host and h["collective"] > 0 and f"#{h['collective']}" in h["what"], h
     assert h["report"].startswith(f"llmhpc: watchdog on rank {h['rank']} "), h["report"][:80]
 subprocess.run([sys.executable, report, directory, "-o", directory + "-report/report.md"], check=True, capture_output=True)
 text = open(directory + "-report/report.md").read()
-assert "## Hangs" in text and f"(ABORTED by the watchdog of rank {hangs[0]['rank']}" in text, text[:600]
-print(f"    {len(hangs)} rank file(s) keep the report: {field} = rank {who} on {host}")
+assert "## Hangs" in text and f"(ABORTED by the watchdog of rank {own[0]['rank']}" in text, text[:600]
+print(f"    {len(own)} rank file(s) keep the report: {field} = rank {who} on {host}"
+      + (f"; rank {who}'s own file names rank {notes[0]['fired_on']}'s watchdog" if notes else ""))
 EOF
     fail "$1: the rank files do not keep the hang report"
 }
