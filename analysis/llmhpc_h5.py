@@ -616,7 +616,9 @@ class Run:
             row = {key: first.attrs.get(key) for key in DDP_CONFIG_KEYS}
             row["shard_optimizer"] = row["shard_optimizer"] or "none"  # files from before sharding existed
             row["grad_dtype"] = grad_dtype(first.attrs)
-            if first.attrs.get("share_weights") == "bf16":  # what travelled: one label per kind in the tables
+            # What travelled, one label per kind in the tables: the bf16 copy (--share-weights bf16), which
+            # only broadcast and zero1 choose; zero2 and zero3 gather bf16 under --precision bf16 anyway.
+            if first.attrs.get("share_weights") == "bf16" and row["shard_optimizer"] in ("broadcast", "zero1"):
                 row["shard_optimizer"] += " bf16"
             row["collective_engine"] = first.attrs.get("collective_engine", "sm")  # files from before it existed
             # Tensor parallelism (files from before it: none); world_size / tp data-parallel ranks.

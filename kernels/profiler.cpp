@@ -19,16 +19,6 @@ bool contains_any(const std::string& text, std::initializer_list<const char*> pa
 
 }  // namespace
 
-const char* activity_kind_name(ActivityKind kind) {
-  switch (kind) {
-    case ActivityKind::Kernel: return "kernel";
-    case ActivityKind::Memcpy: return "memcpy";
-    case ActivityKind::Memset: return "memset";
-    case ActivityKind::Op: return "op";
-  }
-  return "?";
-}
-
 // Names as they come: cuBLAS's (sm90_xmma_gemm_..., nvjet_tst_..., cutlass::Kernel2<...>,
 // splitKreduce_kernel, cublasLt::... epilogue and reduction kernels), this project's CUDA kernels (kernels/cuda: attention_softmax_*,
 // flash_*, rmsnorm_*, sum_partials_kernel is rmsnorm_backward's dw reduction, adamw_kernel,

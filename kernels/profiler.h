@@ -30,7 +30,6 @@
 namespace llmhpc {
 
 enum class ActivityKind : int32_t { Kernel = 0, Memcpy = 1, Memset = 2, Op = 3 };
-const char* activity_kind_name(ActivityKind kind);  // "kernel", "memcpy", "memset", "op"
 
 // The categories of the tables and plots, in their order.
 inline constexpr const char* kActivityCategories[] = {"matmul",    "attention", "norm",          "elementwise",

@@ -181,7 +181,7 @@ std::string prepare_out_dir(const Runtime& rt, const po::variables_map& vm, cons
     }
   }
   agree_or_exit(rt, error);
-  dir = broadcast_string(dir);
+  dir = rt.broadcast(dir);
   std::error_code ec;
   const bool existed = fs::is_directory(dir);
   fs::create_directories(dir, ec);
@@ -223,14 +223,9 @@ po::parsed_options last_wins(po::parsed_options parsed) {
 
 // A watchdog's hang report as root attributes of the rank file (docs/hdf5-schema.md, "Hangs").
 Attrs hang_attrs(const Watchdog::HangReport& r) {
-  auto join = [](const std::vector<std::string>& v) {
-    std::string s;
-    for (const std::string& x : v) s += (s.empty() ? "" : ",") + x;
-    return s;
-  };
   return {{"hang_collective", int64_t(r.collective)},       {"hang_reached", rank_ranges(r.reached)},
-          {"hang_not_reached", rank_ranges(r.not_reached)}, {"hang_not_reached_hosts", join(r.not_reached_hosts)},
-          {"hang_no_answer", rank_ranges(r.no_answer)},     {"hang_no_answer_hosts", join(r.no_answer_hosts)},
+          {"hang_not_reached", rank_ranges(r.not_reached)}, {"hang_not_reached_hosts", join(r.not_reached_hosts, ",")},
+          {"hang_no_answer", rank_ranges(r.no_answer)},     {"hang_no_answer_hosts", join(r.no_answer_hosts, ",")},
           {"hang_mismatched", rank_ranges(r.mismatched)},   {"hang_group", rank_ranges(r.group)},
           {"hang_waited_for", rank_ranges(r.waited_for)},   {"hang_late_s", r.late_s},
           {"hang_fired_on_rank", int64_t(r.fired_on_rank)}, {"hang_report", r.text}};
@@ -350,8 +345,8 @@ int run(Runtime& rt, int argc, char** argv, bool& in_mode) {
   // One program, one set of options: ranks started with others (an MPMD launch, a wrapper that
   // adds arguments) would measure or train different things under one run's name.
   const std::string options = options_json(vm), arguments = command_line(argc - 1, argv + 1);
-  const std::string root_arguments = broadcast_string(arguments);
-  agree_or_exit(rt, broadcast_string(options) == options
+  const std::string root_arguments = rt.broadcast(arguments);
+  agree_or_exit(rt, rt.broadcast(options) == options
                         ? ""
                         : "rank " + std::to_string(rt.rank) + " was started with '" + arguments + "', rank 0 with '" +
                               root_arguments + "': every rank takes the same options");
@@ -382,8 +377,7 @@ int run(Runtime& rt, int argc, char** argv, bool& in_mode) {
   info.config_json = options;
   info.start_time = utc_timestamp();
   // One name for the run on every rank, so a reader can tell rank files of different runs apart.
-  info.run_id =
-      broadcast_string(rt.is_root() ? info.start_time + "-" + rt.hostname + "-" + std::to_string(getpid()) : "");
+  info.run_id = rt.broadcast(rt.is_root() ? info.start_time + "-" + rt.hostname + "-" + std::to_string(getpid()) : "");
   info.environment = backend.device->environment();
   for (auto& fact : comm_environment()) info.environment.push_back(std::move(fact));
   info.environment.emplace_back("cpus_allowed", int64_t(cpus.allowed));

@@ -207,12 +207,7 @@ void agree_or_exit(const Runtime& rt, const std::string& local_error, int code) 
   MPI_CHECK(MPI_Allreduce(&mine, &first, 1, MPI_INT, MPI_MIN, rt.comm));
   if (first == rt.world_size) return;
   // Bring the first failing rank's exit code, host and message to every rank; rank 0 prints them.
-  const std::string sent = std::to_string(code) + "\n" + rt.hostname + "\n" + local_error;
-  int len = static_cast<int>(sent.size());
-  MPI_CHECK(MPI_Bcast(&len, 1, MPI_INT, first, rt.comm));
-  std::string got = sent;
-  got.resize(size_t(len));
-  MPI_CHECK(MPI_Bcast(got.data(), len, MPI_CHAR, first, rt.comm));
+  const std::string got = rt.broadcast(std::to_string(code) + "\n" + rt.hostname + "\n" + local_error, first);
   const size_t code_end = got.find('\n'), host_end = got.find('\n', code_end + 1);
   if (rt.is_root()) {
     // As AgreedError's message reads where rank 0 found it; another rank is named, with its host
@@ -225,13 +220,13 @@ void agree_or_exit(const Runtime& rt, const std::string& local_error, int code) 
   throw ExitRequest{std::stoi(got.substr(0, code_end))};
 }
 
-std::string broadcast_string(const std::string& value, int root) {
-  WatchedCall watched("broadcast", value.size());
+std::string Runtime::broadcast(const std::string& value, int root) const {
+  WatchedCall watched("broadcast", value.size(), world_ranks);
   int len = static_cast<int>(value.size());
-  MPI_CHECK(MPI_Bcast(&len, 1, MPI_INT, root, MPI_COMM_WORLD));
+  MPI_CHECK(MPI_Bcast(&len, 1, MPI_INT, root, comm));
   std::string out = value;
-  out.resize(len);
-  MPI_CHECK(MPI_Bcast(out.data(), len, MPI_CHAR, root, MPI_COMM_WORLD));
+  out.resize(size_t(len));
+  MPI_CHECK(MPI_Bcast(out.data(), len, MPI_CHAR, root, comm));
   return out;
 }
 

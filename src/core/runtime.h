@@ -40,6 +40,8 @@ struct Runtime {
   // own reduction may add in a different order on each, and a sharded optimizer's ranks must
   // agree on the gradient norm they clip by).
   double sum_in_rank_order(double mine) const;
+  // `value` as rank `root` has it, on every rank.
+  std::string broadcast(const std::string& value, int root = 0) const;
   // The ranks that pass the same `color`, in rank order, as a new MPI communicator (collective:
   // every rank calls it); give it back with free_split(). What a communicator over some of the
   // ranks is made from (CommOptions::parent).
@@ -92,9 +94,6 @@ struct ExitRequest {
 // ExitRequest with that rank's `code` (3 where it ran out of memory, 2 for bad input: one exit
 // code for the job). Use it at the points where ranks may disagree (files, devices).
 void agree_or_exit(const Runtime& rt, const std::string& local_error, int code = 2);
-
-// `value` as rank `root` has it, on every rank.
-std::string broadcast_string(const std::string& value, int root = 0);
 
 // printf to stdout on rank 0 only, flushed (progress of long runs must show up at once).
 void log_root(const Runtime& rt, const char* fmt, ...) __attribute__((format(printf, 2, 3)));

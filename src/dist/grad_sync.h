@@ -1,5 +1,5 @@
 // Data-parallel gradient synchronisation: after backward, every rank holds the average over
-// ranks of its gradients, so every rank takes the same optimizer step. Four strategies behind
+// ranks of its gradients, so every rank takes the same optimizer step. The strategies below, behind
 // one small interface; each is a ParallelHooks that backward tells when a range of the
 // flat gradient is final, plus finish(), which the step calls before the optimizer.
 //
@@ -14,7 +14,7 @@
 //
 // The strategies differ in two choices only, which ranges one collective covers
 // (src/dist/bucket_plan.h) and whether it is issued after backward or as soon as its
-// gradients are final, so one implementation serves all four (src/dist/reducer.cpp).
+// gradients are final, so one implementation serves the four that communicate (src/dist/reducer.cpp).
 // Every range is reduced in place in the one flat buffer: no copies in or out (but for
 // SyncPlan::reduce_in_bf16, whose ranges travel through a bf16 wire). Frozen parameters
 // (ParamSpan::trainable false) are in no range, except inside flat's.
@@ -30,7 +30,7 @@
 //              each rank owns one range of the parameters (1/n, aligned) and broadcasts it
 //              once updated;
 //              waited for as zero1's are, but its one group is the whole model, so the next
-//              forward's first range waits for all of it (no overlap, as before)
+//              forward's first range waits for all of it (nothing to overlap)
 //   zero1      ZeRO stage 1: each of the strategy's ranges, re-cut so that it divides into n
 //              equal aligned parts (plan_zero1_buckets), is reduce-scattered (averaged) to its
 //              parts' owners when the strategy would all-reduce it; each rank owns its part of

@@ -57,6 +57,10 @@ bool can_share_compute_copy(Precision precision, MemoryPlan memory, Sharding sha
          memory != MemoryPlan::LowMemory;
 }
 
+const char* shared_weights_name(bool share_copy, Sharding sharding, Precision precision) {
+  return share_copy || (shards_parameters(sharding) && precision == Precision::BF16) ? "bf16" : "master";
+}
+
 bool shares_compute_copy(ShareWeights choice, Precision precision, MemoryPlan memory, Sharding sharding) {
   if (choice != ShareWeights::Bf16)
     return choice == ShareWeights::Auto && can_share_compute_copy(precision, memory, sharding);

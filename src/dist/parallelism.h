@@ -74,6 +74,10 @@ bool can_share_compute_copy(Precision precision, MemoryPlan memory, Sharding sha
 // Whether such a run sends the bf16 copy under `choice`. Throws UsageError for bf16 where it
 // cannot (can_share_compute_copy), saying why.
 bool shares_compute_copy(ShareWeights choice, Precision precision, MemoryPlan memory, Sharding sharding);
+// What the rank files call the weights the optimizer's owners send (share_weights): "bf16" for
+// the bf16 copy (shares_compute_copy) and for zero2/zero3 under bf16, which gather the weights
+// as the model reads them; "master" otherwise.
+const char* shared_weights_name(bool share_copy, Sharding sharding, Precision precision);
 
 // Why this run's gradients cannot move through the copy engines ("" where they can): they need
 // the nccl backend, the ranks of one node and device memory the node's other ranks can map.

@@ -24,8 +24,8 @@ namespace {
 // and the first layers' all-gathers, which forward needs first, are issued first and overlap
 // the rest of the optimizer; in the gradients' (reverse) order forward would wait for the
 // last-issued one before its first layer, i.e. for all of them. Broadcast has one group, the
-// whole model: the first range forward asks for waits for all of it (nothing to overlap, as
-// before), by the same code.
+// whole model: the first range forward asks for waits for all of it (nothing to overlap), by
+// the same code.
 //
 // Stream safety (nccl) is the reducer's: each collective is ordered after the optimizer's
 // work enqueued before it and touches the persistent parameters only; a wait is the compute

@@ -3,7 +3,7 @@
 // step, m/<name>, v/<name>; the model config is in root attributes.
 //
 // The file always holds the whole model's optimizer state, whoever owned it: a sharded run
-// gathers it to the rank that writes (src/modes/data_parallel.h), and a load fills whatever
+// gathers it to the rank that writes (src/dist/parallelism.h, save_checkpoint_from_ranks), and a load fills whatever
 // ranges the loading optimizer owns, so any checkpoint starts any sharding on any ranks.
 #pragma once
 #include <optional>

@@ -24,13 +24,6 @@ int64_t packed_size(const std::vector<FlatRange>& ranges) {
   return n;
 }
 
-const std::vector<std::string>& layer_param_names() {
-  static const std::vector<std::string> names = {"ln1.weight",         "attn.q_proj.weight",      "attn.k_proj.weight",
-                                                 "attn.v_proj.weight", "attn.output_proj.weight", "ln2.weight",
-                                                 "ffn.w1.weight",      "ffn.w3.weight",           "ffn.w2.weight"};
-  return names;
-}
-
 int64_t padded_vocab(int64_t vocab, int tp) {
   if (tp <= 1) return vocab;
   const int64_t multiple = 8 * int64_t(tp);

@@ -132,7 +132,4 @@ class ParameterLayout {
 std::vector<float> take_part(const std::vector<float>& whole, const ParameterLayout& part);
 void place_part(std::vector<float>& whole, const ParameterLayout& part, const std::vector<float>& values);
 
-// Per-layer parameter names (without the "layers.{i}." prefix), in layout order.
-const std::vector<std::string>& layer_param_names();
-
 }  // namespace llmhpc

@@ -1,4 +1,4 @@
-// The command line of data parallelism (modes train and ddp): --ddp, --bucket-mb,
+// The command line of data parallelism (modes train and ddp; --tp also memory and profile): --ddp, --bucket-mb,
 // --shard-optimizer, --share-weights, --collective-engine and --grad-reduce-dtype parsed into
 // the fields of src/dist/parallelism.h, and the memory attributes of the reference
 // optimizer-sharding study's three points. What the options do lives in src/dist.

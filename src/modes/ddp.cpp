@@ -314,7 +314,6 @@ void add_options(po::options_description& desc) {
   desc.add(ddp).add(model);
 }
 
-double mean_or_nan(const std::vector<double>& v) { return v.empty() ? NAN : mean(v); }
 
 // The ranks and communicators of one --tp: data parallelism among the ranks holding the same
 // part (every rank at tp 1), hybrid sharding's groups among those, and the tensor-parallel
@@ -452,7 +451,7 @@ void run(ModeContext& ctx, const DdpOptions& o) {
         .attr("bucket_mb", c.bucket_mb)
         .attr("shard_optimizer", std::string(sharding_name(c.sharding)))
         .attr("shard_group", int64_t(group))
-        .attr("share_weights", std::string(c.share_copy ? "bf16" : "master"))
+        .attr("share_weights", std::string(shared_weights_name(c.share_copy, c.sharding, c.precision)))
         .attr("collective_engine", std::string(collective_engine_name(c.engine)))
         .attr("grad_reduce_dtype", grad_reduce_dtype_name(c.reduce_in_bf16, gradient_dtype(c.precision, c.grads)))
         .attr("backend", comm.backend_name())
@@ -524,9 +523,10 @@ void run(ModeContext& ctx, const DdpOptions& o) {
             if (step_here) run_step(*live.model, nullptr, Phase::ForwardBackward, *timer);
           });
           TransformerLM& model = *live.model;
-          for (const auto& [name, value] : ops.attention_variant(
-                   {mine.count, c.model.context_length, c.model.num_heads, c.model.head_dim(), true, c.attention},
-                   compute_dtype(c.precision)))
+          for (const auto& [name, value] :
+               ops.attention_variant({mine.count, c.model.context_length, c.model.num_heads / c.tp, c.model.head_dim(),
+                                      true, c.attention},
+                                     compute_dtype(c.precision)))
             rec.attr(name, value);
           if (shards) {  // every configuration starts from the seed's weights
             shards->initialize(seed);
@@ -631,13 +631,13 @@ void run(ModeContext& ctx, const DdpOptions& o) {
         });
     sync.reset();
     opt.reset();
-    const double step = mean_or_nan(timed.step), comm_ms = mean_or_nan(timed.comm);
+    const double step = mean(timed.step), comm_ms = mean(timed.comm);
     sweep.add_row({shape_label(c.model), std::to_string(c.model.context_length), std::to_string(c.batch),
                    precision_name(c.precision), c.impl_column(), c.sharding_column(),
                    c.strategy == SyncStrategy::Bucketed ? fmt_exact(c.bucket_mb) : "-",
                    status.ok() ? std::to_string(stats.buckets) : "-", fmt(step), fmt(stddev(timed.step)), fmt(comm_ms),
                    fmt(stddev(timed.comm)), status.ok() ? fmt(100.0 * comm_ms / step, 1) + "%" : "-",
-                   collectives_ms.empty() ? "-" : fmt(mean(collectives_ms)), fmt(mean_or_nan(slowest)),
+                   collectives_ms.empty() ? "-" : fmt(mean(collectives_ms)), fmt(mean(slowest)),
                    status.ok() ? fmt(double(stats.bytes + stats.param_bytes) / double(1 << 20), 1) : "-",
                    fmt(double(dev.allocator().peak_bytes()) / double(1 << 30)), status.column()});
     std::vector<std::string> memory_row = {shape_label(c.model),    std::to_string(c.model.context_length),

@@ -56,7 +56,6 @@ StepOptions parse_step_options(const po::variables_map& vm) {
   }
   o.steps = opt_positive(vm, "steps");
   o.cases = model_cases(vm);
-  o.precisions = precisions(vm);
   o.memory = memory_plan(vm);
   o.seed = uint64_t(opt_int(vm, "seed"));
   return o;

@@ -1,4 +1,5 @@
-// What the modes that time the model's steps over bench's sweep share (bench, profile): the
+// What the modes that time the model's steps over bench's sweep share (bench, profile; ModelCase
+// also ddp and memory): the
 // options (--phase --warmup --steps and the model options), the configurations (sizes x
 // precisions x attentions x context lengths x batch sizes, in that order), their labels and
 // record attributes, the per-step samples, and the model kept across the configurations that
@@ -42,7 +43,6 @@ struct StepOptions {
   double heat_s = 0;        // --heat-s: bench's (profile has none: 0)
   bool cuda_graph = false;  // the device is checked when the run starts (use_cuda_graph)
   std::vector<ModelCase> cases;
-  std::vector<Precision> precisions;  // --precision, as listed
   MemoryPlan memory = MemoryPlan::Fast;
   uint64_t seed = 0;
 };

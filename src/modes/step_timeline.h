@@ -7,13 +7,10 @@
 // next step, once that one is enqueued and the host would only wait for the device (run_step's
 // while_device_runs): by then the host may wait for them, since the next forward, which a
 // sharded optimizer's last all-gathers overlap, is already on the device; and the step's timer
-// still holds its marks, so each span is placed on its clock. Taking them between two steps
-// instead held the next forward back: first while the host waited for a zero1 or zero2 step's
-// all-gathers (they end 18-27 ms into the next step on one H200 shared by two ranks:
-// scripts/gpu/shared_gpu_check.sh, timeline), then while it read 776 spans (xl zero1 on the
-// copy engines: 2.4 ms of the collectives a step ran between the steps, 2 H200, 2026-11-29).
-// Its events cost nothing measurable (one H200, xl bf16 bucketed, 243 collectives a step:
-// 219.5 ms timed, 219.6-219.9 untimed, 2026-11-29).
+// still holds its marks, so each span is placed on its clock. Taken between two steps, they
+// hold the next forward back while the host waits for a sharded step's last all-gathers and
+// reads the spans (xl zero1 on the copy engines, 2 H200: 2.4 ms a step). The events cost
+// nothing measurable (one H200, xl bf16 bucketed: 219.5 ms a step timed, 219.6-219.9 untimed).
 #pragma once
 #include <cstdint>
 #include <deque>

@@ -94,7 +94,7 @@ SweepStatus Sweep::run(const std::string& label, Record& rec, const std::functio
   s.mine = rec.status;
   s.worst_rank = int(rt.reduce_all(int64_t(s.ok() ? rt.world_size : rt.rank), HostReduce::Min));
   if (s.worst_rank == rt.world_size) s.worst_rank = -1;
-  else s.worst = broadcast_string(s.mine, s.worst_rank);
+  else s.worst = rt.broadcast(s.mine, s.worst_rank);
 
   if (s.mine.rfind("error", 0) == 0 && !rt.is_root())  // the whole message, which rank 0 does not print
     std::fprintf(stderr, "llmhpc: rank %d: %s: %s\n", rt.rank, label.c_str(), s.mine.c_str());
@@ -115,7 +115,7 @@ void Sweep::agree(const std::function<void()>& prepare) const {
       int(rt.reduce_all(int64_t(failure.kind == Failure::None ? rt.world_size : rt.rank), HostReduce::Min));
   if (first == rt.world_size) return;
   const int64_t first_kind = rt.reduce_all(first == rt.rank ? int64_t(failure.kind) : int64_t(0), HostReduce::Max);
-  const std::string message = broadcast_string(failure.what, first);
+  const std::string message = rt.broadcast(failure.what, first);
   const std::string text = first == rt.rank ? message : "rank " + std::to_string(first) + ": " + message;
   if (first_kind == Failure::Oom) throw OutOfMemory(text);
   throw UsageError(text);

@@ -1,4 +1,4 @@
-// The one sweep loop of every measuring mode (bench, attention, ddp, profile, memory).
+// The one sweep loop of every measuring mode (bench, attention, ddp, profile, memory, precision).
 //
 // For each configuration, on every rank together: a barrier (ranks measure side by side), the
 // progress line on rank 0, the mode's measurement with the device's sensors read beside it

@@ -304,7 +304,7 @@ TrainOptions with_checkpoint_options(const Runtime& rt, const po::variables_map&
     }
   });
   // Every rank trains with the same options: a checkpoint read on each node must say the same.
-  const std::string root_saved = broadcast_string(saved);
+  const std::string root_saved = rt.broadcast(saved);
   agree_or_exit(rt, root_saved == saved
                         ? ""
                         : "--init '" + path + "' on " + rt.hostname + " keeps other training options (" + saved +
@@ -665,7 +665,7 @@ void run(ModeContext& ctx, const TrainOptions& o) {
       .attr("buckets", int64_t(sync ? sync->buckets().size() : 0))
       .attr("shard_optimizer", std::string(sharding_name(sharding)))
       .attr("shard_group", int64_t(shard_group))
-      .attr("share_weights", std::string(share_copy || (sharded && precision == Precision::BF16) ? "bf16" : "master"))
+      .attr("share_weights", std::string(shared_weights_name(share_copy, sharding, precision)))
       .attr("collective_engine", std::string(collective_engine_name(engine)))
       .attr("grad_reduce_dtype", grad_reduce_dtype_name(plan.reduce_in_bf16, model->grad_dtype()))
       .attr("optimizer_owned_elements", opt->owned_elements())

@@ -9,7 +9,7 @@
 // apart). Every operand is row-major in shared memory along the summed index, so the inner
 // loops read float4: a dot product step (S = A B^T) reads 4 + kScoreCols float4 for
 // 16 kScoreCols FMAs, a weighted-rows step (C += W B) 4 + 4 kDimCols / 4 float4 for
-// 16 kDimCols FMAs; the old 2 x 4 scalar tiles needed six loads per eight FMAs.
+// 16 kDimCols FMAs, where 2 x 4 scalar tiles need six loads per eight FMAs.
 // The 16 threads that share rows are one half-warp: row reductions are four shuffles, and a
 // score row written to shared memory is read back by the same half-warp (__syncwarp).
 #pragma once
