@@ -289,6 +289,17 @@ int run(Runtime& rt, int argc, char** argv, bool& in_mode) {
   po::options_description all;
   all.add(general);
   mode->add_options(all);
+  // An option whose value was left out would take the next option as its value (--save
+  // --low-memory wrote a checkpoint named "--low-memory" and trained without it): no value starts
+  // with --.
+  for (int i = 1; i + 1 < argc; ++i) {
+    const std::string arg = argv[i], next = argv[i + 1];
+    if (arg.rfind("--", 0) != 0 || arg.find('=') != std::string::npos || next.rfind("--", 0) != 0) continue;
+    const po::option_description* o = all.find_nothrow(arg.substr(2), false);
+    if (o && o->semantic()->min_tokens() > 0)
+      throw UsageError(arg + " needs a value, and the next argument is the option " + next + ": give " + arg +
+                       " VALUE (see llmhpc --mode " + mode_name + " --help)");
+  }
   po::variables_map vm;
   try {
     const po::parsed_options parsed =

@@ -203,7 +203,11 @@ void run(ModeContext& ctx, const MemoryOptions& o) {
   check_cases_run(ctx, std::vector<ModelCase>(cases.begin(), cases.end()));
   collective_check(ctx.rt, [&] {
     // Rank 0 writes the snapshots, one per configuration, beside the name given.
-    if (!snapshot.empty() && ctx.rt.is_root()) check_output_file("--snapshot", snapshot);
+    if (!snapshot.empty() && ctx.rt.is_root()) {
+      check_output_file("--snapshot", snapshot);  // the name given, then each one written
+      for (const MemoryCase& c : cases)
+        check_new_output_file("--snapshot", snapshot_path(snapshot, c.label(), cases.size() > 1));
+    }
   });
   // One layout per --tp, made before the traces: the communicators' memory is NCCL's, not the
   // allocator's.

@@ -149,6 +149,13 @@ void check_output_file(const std::string& option, const std::string& path) {
   if (!fs::is_directory(dir)) throw UsageError(what + ": '" + dir.string() + "' is not a directory");
   if (access(dir.c_str(), W_OK) != 0) throw UsageError(what + ": the directory '" + dir.string() + "' is not writable");
 }
+void check_new_output_file(const std::string& option, const std::string& path) {
+  check_output_file(option, path);
+  std::error_code ec;
+  if (std::filesystem::exists(path, ec))
+    throw UsageError(option + " '" + path + "': the file exists, and a run writes over no file of an earlier one: " +
+                     "remove it or give another name");
+}
 bool opt_flag(const po::variables_map& vm, const std::string& name) {
   const auto it = vm.find(name);
   return it != vm.end() && it->second.as<bool>();

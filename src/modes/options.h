@@ -86,6 +86,9 @@ bool opt_given(const po::variables_map& vm, const std::string& name);
 // A file the run will write, as given to `option` (--save, --snapshot, --trace): a name in an
 // existing, writable directory, and not a directory itself. Throws UsageError saying which.
 void check_output_file(const std::string& option, const std::string& path);
+// The same for a file that must not exist yet (--snapshot, --trace): a run never writes over a
+// file it did not make, as --out never takes a folder that holds results.
+void check_new_output_file(const std::string& option, const std::string& path);
 // Each item of the comma-separated list option `name`, in order, through `parse` (which
 // throws UsageError for a bad item); two items that parse to the same value are an error too.
 template <class Parse>

@@ -223,7 +223,11 @@ void run(ModeContext& ctx, const ProfileOptions& o) {
   Ops& ops = profiler->ops();  // the models run on what the profiler sees
   std::unique_ptr<ChromeTrace> trace;
   if (o.trace) {
-    collective_check(ctx.rt, [&] { trace = std::make_unique<ChromeTrace>(trace_path(ctx, *o.trace)); });
+    collective_check(ctx.rt, [&] {
+      const std::string path = trace_path(ctx, *o.trace);
+      check_new_output_file("--trace", path);
+      trace = std::make_unique<ChromeTrace>(path);
+    });
     trace->set_origin(profiler->timestamp_ns());  // time 0: before the first window
   }
 

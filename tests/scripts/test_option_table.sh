@@ -16,6 +16,8 @@ cd "$WORK"
 ${LLMHPC_PYTHON:-python3} -c "import numpy as np; np.random.default_rng(0).integers(0, 100, 4000, dtype=np.uint16).tofile('tokens.bin')" ||
   { echo "FAIL: could not write the token file (numpy)"; exit 1; }
 echo "not a checkpoint" >notes.txt
+# A trace someone kept, under the names --trace=notes.json writes on one rank and on two.
+for f in notes.json notes_rank00000.json notes_rank00001.json; do echo "[]" >"$f"; done
 TINY="--d-model 16 --d-ff 32 --num-layers 1 --num-heads 2 --vocab-size 100 --context-length 8 --warmup 0"
 TINY_TRAIN="--d-model 16 --d-ff 32 --num-layers 1 --num-heads 2 --vocab-size 100 --context-length 8"
 
