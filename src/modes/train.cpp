@@ -859,10 +859,11 @@ void run(ModeContext& ctx, const TrainOptions& o) {
                shape, host, step_wall_ms,
                last ? "" : (", " + format_duration(per_step * double(steps - done)) + " left").c_str());
     }
-    if (!last && !stopped_by && save_every > 0 && done % save_every == 0)
-      save("every " + std::to_string(save_every) + " steps");
-    // Keep the file current on long runs so a crash loses at most a minute of losses.
-    if (now - last_flush > std::chrono::seconds(60)) {
+    // Keep the file current on long runs so a crash loses at most a minute of losses, and none
+    // that a checkpoint holds: a run resumed from it keeps the curve up to it.
+    const bool checkpoint = !last && !stopped_by && save_every > 0 && done % save_every == 0;
+    if (checkpoint) save("every " + std::to_string(save_every) + " steps");
+    if (checkpoint || now - last_flush > std::chrono::seconds(60)) {
       save_progress("running");
       last_flush = now;
     }

@@ -67,6 +67,18 @@ timeout 60 "$BIN" --mode train --device cpu --data tokens.bin --steps 1 --init p
   fail "an option given over the checkpoint's is not said"
 run2 every $TRAIN $DP $SCHEDULE --steps 8 --save-every 3 --save every.h5
 run2 accum $TRAIN $DP $SCHEDULE --steps 8 --grad-accum 2 --save accum.h5
+# A rank killed after a --save-every checkpoint: every rank file keeps the losses up to it (the
+# record is written with each checkpoint), so a run resumed from it loses none of the curve.
+LLMHPC_FAULT="rank=1,step=6,action=signal:9" timeout 60 "$MPIEXEC" --oversubscribe -np 2 "$BIN" $TRAIN $DP --steps 8 \
+  --save-every 3 --save killed.h5 --out killed >killed.log 2>&1 && fail "a run whose rank was killed exited 0"
+python3 - <<'PY' || fail "a rank file lost the losses up to the --save-every checkpoint before the kill"
+import h5py
+for rank in (0, 1):
+    with h5py.File(f"killed/rank{rank:05d}.h5", "r") as f:
+        assert f["train"].attrs["status"] == "running" and len(f["train/loss"]) >= 3, (rank, len(f["train/loss"]))
+with h5py.File("killed.h5", "r") as f:
+    assert int(f["optimizer/step"][()]) == 3, f["optimizer/step"][()]
+PY
 grep -q "saved every.h5 (every 3 steps; optimizer step 3)" every.log &&
   grep -q "saved every.h5 (every 3 steps; optimizer step 6)" every.log &&
   grep -q "saved every.h5 (the last step; optimizer step 8)" every.log || fail "--save-every's checkpoints are not logged"
