@@ -3,6 +3,7 @@
 
     python3 analysis/attention.py results/attention-20261122-103000 [more run directories ...]
     python3 analysis/attention.py DIR --torch torch_attention.json   # + the PyTorch comparison
+    python3 analysis/attention.py --torch torch_compile.json         # PyTorch eager against torch.compile only
 
 Prints, from rank 0's records (/attention/<label>, docs/hdf5-schema.md):
   1. one table per implementation, precision, causal, batch and heads, like the reference
@@ -14,9 +15,15 @@ Prints, from rank 0's records (/attention/<label>, docs/hdf5-schema.md):
      backward and end-to-end times of both and the speedup naive / flash (N/A where one
      ran out of memory), and both peaks;
   A configuration that ran out of memory shows the peak it had reached: oom (>512.000).
-  3. with --torch (the JSON written by analysis/torch_attention.py; once per file): llmhpc's flash
-     against PyTorch's fused attention on the same shapes, median ms and the ratio
-     llmhpc / PyTorch (the issue's target: at most 1.25 for T >= 4096), and llmhpc's kernels.
+  3. with --torch (the JSON written by analysis/torch_attention.py; once per file that has
+     --impl fused records): llmhpc's flash against PyTorch's fused attention on the same shapes,
+     median ms and the ratio llmhpc / PyTorch (the issue's target: at most 1.25 for T >= 4096),
+     and llmhpc's kernels;
+  4. with --torch, once per file that has both --impl naive and --impl compiled records, like the
+     reference attention study's torch_compile table (a): PyTorch's naive attention eager against
+     the same under torch.compile, per setting, head dim and sequence length: median forward and
+     backward ms of both, the speedup eager / compiled (N/A where one did not run, OOM where it
+     ran out of memory), and both peaks. Without run directories only this table is printed.
 Times are milliseconds per iteration; one iteration is one forward plus one backward.
 report_section (analysis/report.py) prints 1 and 2 and draws attention_time.png and
 attention_memory.png: each against sequence length, naive and flash, a panel per setting and
@@ -173,7 +180,16 @@ def read_torch(path: str) -> list:
     return results
 
 
+def torch_impl(record: dict) -> str:
+    """A torch_attention.py record's implementation (files from before --impl: fused)."""
+    return record.get("impl", "fused")
+
+
 def torch_table(df: pd.DataFrame, torch_path: str, torch_rows: list) -> str:
+    """llmhpc's flash against the file's fused records ("" where it has none)."""
+    torch_rows = [t for t in torch_rows if torch_impl(t) == "fused"]
+    if not torch_rows:
+        return ""
     flash = {(r.precision, int(r.causal), r.batch, r.heads, r.seq, r.head_dim): r
              for _, r in df[df.impl == "flash"].iterrows()}
     rows = []
@@ -191,6 +207,53 @@ def torch_table(df: pd.DataFrame, torch_path: str, torch_rows: list) -> str:
             "ratio = llmhpc / PyTorch, target <= 1.25)\n\n" + markdown(
                 ["dtype", "causal", "B", "H", "seq", "head dim", "llmhpc fwd", "torch fwd", "fwd ratio", "llmhpc bwd",
                  "torch bwd", "bwd ratio", "torch backend", "llmhpc kernels"], rows))
+
+
+def torch_ms(record: dict, phase: str) -> float:
+    """A torch_attention.py record's median ms of one phase; NaN where it did not run."""
+    value = record.get(f"{phase}_ms_median") if record.get("status") == "ok" else None
+    return math.nan if value is None else float(value)
+
+
+def torch_cell(record: dict, phase: str) -> str:
+    if record.get("status") == "ok":
+        return fmt(torch_ms(record, phase))
+    return "OOM" if record.get("status") == "oom" else "N/A"
+
+
+def torch_peak(record: dict) -> str:
+    """Peak MiB ("-" where not measured: the CPU), marked oom as the llmhpc tables mark it."""
+    peak, status = record.get("peak_memory_bytes"), record.get("status", "")
+    return "-" if peak is None and status == "ok" else peak_cell(status, peak, MIB, 1)
+
+
+def compile_tables(torch_path: str, torch_rows: list) -> str:
+    """The reference attention study's torch_compile table (a) from one torch_attention.py file:
+    per setting, naive attention eager against torch.compile ("" where the file lacks either)."""
+    eager = [t for t in torch_rows if torch_impl(t) == "naive"]
+    compiled = {(t["precision"], int(t["causal"]), t["batch"], t["heads"], t["head_dim"], t["seq"]): t
+                for t in torch_rows if torch_impl(t) == "compiled"}
+    groups = {}
+    for e in eager:
+        key = (e["precision"], int(e["causal"]), e["batch"], e["heads"])
+        c = compiled.get(key + (e["head_dim"], e["seq"]))
+        if c is not None:
+            groups.setdefault(key, {})[(e["head_dim"], e["seq"])] = (e, c)
+    out = []
+    order = sorted(groups, key=lambda k: (k[0] != "bf16", -k[1], k[2], k[3]))  # bf16 first, causal first
+    for key in order:
+        rows = []
+        for (d, T), (e, c) in sorted(groups[key].items()):
+            row = [str(d), str(T)]
+            for phase in ("forward", "backward"):
+                row += [torch_cell(e, phase), torch_cell(c, phase), ratio(torch_ms(e, phase), torch_ms(c, phase))]
+            row += [torch_peak(e), torch_peak(c)]
+            rows.append(row)
+        out.append(f"### PyTorch naive attention, eager vs torch.compile, {group_title(key)} "
+                   f"({os.path.basename(torch_path)}; median ms; speedup = eager / compiled)\n\n" + markdown(
+                       ["head dim", "seq", "eager fwd", "compiled fwd", "fwd speedup", "eager bwd", "compiled bwd",
+                        "bwd speedup", "eager peak MiB", "compiled peak MiB"], rows))
+    return "\n\n".join(out)
 
 
 def plot_attention(df: pd.DataFrame, quantity: str, path: str) -> str:
@@ -254,23 +317,33 @@ def report_section(runs: list, out_dir: str) -> str:
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("runs", nargs="+", help="llmhpc --mode attention output directories")
+    parser.add_argument("runs", nargs="*", help="llmhpc --mode attention output directories")
     parser.add_argument("--torch", action="append", default=[],
-                        help="JSON from analysis/torch_attention.py to compare with (repeatable: one table each)")
+                        help="JSON from analysis/torch_attention.py to compare with (repeatable: tables for each)")
     args = parser.parse_args(argv)
+    if not args.runs and not args.torch:
+        parser.error("give llmhpc attention run directories, --torch files, or both")
     try:
-        df = attention_frame(run_directories(*args.runs, mode="attention"))
+        df = attention_frame(run_directories(*args.runs, mode="attention")) if args.runs else pd.DataFrame()
         torch = [(path, read_torch(path)) for path in args.torch]
     except SchemaError as e:
         print(f"attention.py: {e}", file=sys.stderr)
         return 2
-    if df.empty:
+    if args.runs and df.empty:
         print("attention.py: no attention records", file=sys.stderr)
         return 2
-    df = ordered(df)
-    sections = [per_implementation_tables(df), naive_vs_flash_tables(df)]
-    sections += [torch_table(df, path, rows) for path, rows in torch]
-    print("\n\n".join(s for s in sections if s))
+    sections = []
+    if args.runs:
+        df = ordered(df)
+        sections += [per_implementation_tables(df), naive_vs_flash_tables(df)]
+        sections += [torch_table(df, path, rows) for path, rows in torch]
+    sections += [compile_tables(path, rows) for path, rows in torch]
+    sections = [s for s in sections if s]
+    if not sections:
+        print("attention.py: nothing to compare: the --torch files have no naive records with compiled ones "
+              "of the same shapes (analysis/torch_attention.py --impl naive,compiled)", file=sys.stderr)
+        return 2
+    print("\n\n".join(sections))
     return 0
 
 

@@ -1,13 +1,16 @@
 """The reference end-to-end benchmark's tables and plots from llmhpc --mode bench runs (report.py's bench section).
 
     report_section(runs, out_dir)   markdown: the benchmark table (one per warm-up setting when
-                                    runs differ in warm-up, as its warm-up study), fp32
-                                    against bf16 with speed-ups, peak memory; writes bench.png
-                                    (and bench_speedup_bf16.png) into out_dir
+                                    runs differ in warm-up, as its warm-up study), each timed
+                                    pass's min, max, mean and std (one table, a row per
+                                    configuration and pass), fp32 against bf16 with speed-ups,
+                                    peak memory; writes bench.png (and bench_speedup_bf16.png)
+                                    into out_dir
 
 Rows in sweep order: models by parameter count, then precision (fp32 first), attention, context
 length, batch size. Times are ms: the mean and sample std (n-1) of the raw per-step arrays of rank 0
-(or of the rank asked for; rank=None pools every rank), and the whole step's min and max. Without
+(or of the rank asked for; rank=None pools every rank), and the whole step's min and max; the
+pass table adds each pass's min and max (the reference warm-up study's table). Without
 --separate-optimizer AdamW runs inside backward: that column is then Bwd+AdamW. A configuration
 that ran out of memory shows the peak it had reached when it failed, marked: oom (>7.61). Files
 are read only through analysis/llmhpc_h5.py.
@@ -134,6 +137,34 @@ def bench_table(summary: pd.DataFrame, decimals: int = 2) -> str:
             row += [f"{fmt(r['sm_clock_mhz_min'], 0)} / {fmt(r['sm_clock_mhz_median'], 0)}", r["slowdowns"] or "-"]
         rows.append(row)
     return with_notes(markdown_table(header, rows), adamw_note(summary))
+
+
+PASS_NAMES = {"forward": "Forward", "backward": "Backward", "optimizer": "Optimizer"}
+
+
+def pass_table(summary: pd.DataFrame, decimals: int = 2) -> str:
+    """Each timed pass's (forward, backward, optimizer) min, max, mean and sample std (ms), one row
+    per configuration and pass (the reference warm-up study's table, with the warm-up setting
+    where runs differ in it), configurations in the benchmark table's order. A backward whose
+    AdamW ran inside it is 'Backward+AdamW' (the benchmark table's note says why); configurations
+    that did not run are left out (the benchmark table marks them). '' when none ran."""
+    ok = summary[summary["status"] == "ok"]
+    if ok.empty:
+        return ""
+    varying = [(key, title) for key, title in VARYING_COLUMNS if summary[key].nunique(dropna=False) > 1]
+    if repeated_across_runs(summary, CONFIG_KEYS):
+        varying.insert(0, ("run", "Run"))
+    header = ["Model size"] + [title for _, title in varying] + \
+        ["Pass", "Min (ms)", "Max (ms)", "Mean (ms)", "Std (ms)"]
+    rows = []
+    for _, r in ok.iterrows():
+        for phase in ("forward", "backward", "optimizer"):
+            if not r[f"{phase}_n"] > 0:
+                continue
+            name = PASS_NAMES[phase] + ("+AdamW" if phase == "backward" and r["adamw"] == "in Bwd" else "")
+            rows.append([r["model"]] + [r[key] for key, _ in varying] + [name] +
+                        [fmt(r[f"{phase}_{stat}"], decimals) for stat in ("min", "max", "mean", "std")])
+    return markdown_table(header, rows)
 
 
 def precision_key(precision: str) -> tuple:
@@ -366,6 +397,9 @@ def report_section(runs: list, out_dir: str, rank=0, decimals: int = 2) -> str:
             parts.append(f"### Benchmark (warm-up steps: {w})\n\n{bench_table(g, decimals)}")
     else:
         parts.append(f"### Benchmark (warm-up steps: {summary['warmup'].iloc[0]})\n\n{bench_table(summary, decimals)}")
+    passes = pass_table(summary, decimals)
+    if passes:
+        parts.append(f"### Each pass: min, max, mean and std (ms)\n\n{passes}")
     for other in other_precisions(summary):
         speedups = speedup_table(summary, other, decimals)
         if speedups:

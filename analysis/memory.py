@@ -6,7 +6,8 @@
 
 Tables: (a) peak memory by model x context length, forward and train step, each precision
 (the reference memory study's (b)(c)); (b) memory per phase: after init, the peaks of forward,
-backward and optimizer, the overall peak; (c) what the peak is made of, by category; (d) the
+backward and optimizer, the overall peak ("in backward" where AdamW ran inside backward, without
+--separate-optimizer, with a note); (c) what the peak is made of, by category; (d) the
 bytes of one residual-stream activation, B x T x d_model x 4 (fp32 in both precisions, as under
 autocast), checked against the allocation that holds it; (e) the largest allocations and where
 they come from (their tags), as many as the run kept (llmhpc --top). Sizes in GiB, or in MiB in
@@ -95,18 +96,34 @@ def phase_values(c) -> dict:
     return out
 
 
+def adamw_in_backward(c) -> bool:
+    """Whether the configuration's train step ran AdamW inside backward (llmhpc's default plan,
+    without --separate-optimizer): no optimizer phase of its own."""
+    return c["phase"] == "train-step" and not c.get("separate_optimizer", 0)
+
+
+ADAMW_NOTE = ("in backward: AdamW updated each layer inside backward (llmhpc's default plan), so backward's peak "
+              "includes it and there is no optimizer phase; --separate-optimizer (jobs/memory.sh's default) keeps "
+              "every gradient and runs AdamW after backward, as PyTorch's step does.")
+
+
 def phase_table(cs) -> str:
-    """(b) After init and the peaks of each phase of the traced step."""
+    """(b) After init and the peaks of each phase of the traced step; a train step whose AdamW ran
+    inside backward says so in its optimizer column, with the note under the table."""
     values = {c["label"]: phase_values(c) if c["ok"] else {} for c in cs}
     unit, scale = unit_of([b for c in cs for b in [c["peak_memory_bytes"], *values[c["label"]].values()]])
     rows = []
     for c in cs:
         v = values[c["label"]]
-        rows.append([c["label"]] + [_size(v[p], scale) if p in v else "-" for p in PHASES]
-                    + [peak_cell(c["status"], c["peak_memory_bytes"], scale, 2), c.get("peak_phase", "-")])
-    return _table(["Configuration"] + [f"{p} ({unit})" for p in ("after init", "forward peak", "backward peak",
-                                                                  "optimizer peak", "peak")] + ["peak reached in"],
-                  rows)
+        cells = [_size(v[p], scale) if p in v else "-" for p in PHASES]
+        if adamw_in_backward(c) and "optimizer" not in v:
+            cells[PHASES.index("optimizer")] = "in backward"
+        rows.append([c["label"]] + cells + [peak_cell(c["status"], c["peak_memory_bytes"], scale, 2),
+                                            c.get("peak_phase", "-")])
+    table = _table(["Configuration"] + [f"{p} ({unit})" for p in ("after init", "forward peak", "backward peak",
+                                                                   "optimizer peak", "peak")] + ["peak reached in"],
+                   rows)
+    return table + ("\n\n" + ADAMW_NOTE if any(adamw_in_backward(c) for c in cs) else "")
 
 
 def category_table(cs) -> str:

@@ -8,7 +8,10 @@ analysis/torch_baseline.py wrote on the same GPU (its --ceilings record too, if 
 several files are read in order, the first record of a configuration counting.
 Prints, per precision, one row per model size and context length: the mean step time
 (forward + backward + AdamW, ms) of llmhpc and of each PyTorch setup, and llmhpc's speed-up
-over the best PyTorch setup; then llmhpc's forward+backward model FLOP rate against the
+over the best PyTorch setup; then, per precision, the reference end-to-end benchmark's eager
+against torch.compile table: the mean forward and backward times of llmhpc and of each PyTorch
+setup, and each other setup's speed-up over PyTorch eager (eager's time / its time) in forward,
+backward and the whole step; then llmhpc's forward+backward model FLOP rate against the
 measured bf16/fp32 GEMM rate, and its AdamW time against the bytes-over-bandwidth bound
 (28 bytes per parameter: read p, g, m, v; write p, m, v; +2 for the bf16 weight copy); last,
 peak memory of both tools (llmhpc's allocator peak, PyTorch's max_memory_allocated).
@@ -41,6 +44,73 @@ def mean(xs):
 
 def fmt(x, digits=1):
     return "-" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.{digits}f}"
+
+
+def adamw_in_backward(r) -> bool:
+    """Whether an llmhpc bench row's backward time includes AdamW (a train step without
+    --separate-optimizer updates each layer as backward finishes it)."""
+    return r["phase"] == "train-step" and not r["separate_optimizer"]
+
+
+def phase_table(precision, keys, ours, theirs, setups) -> str:
+    """Forward and backward of llmhpc and of each PyTorch setup, and each setup's speed-up over
+    PyTorch eager (eager's mean / the setup's) in forward, backward and the step: the reference
+    end-to-end benchmark's eager against torch.compile table. No speed-ups without eager records."""
+    faster = [s for s in setups if s != "eager"] if "eager" in setups else []
+    setups = ["eager"] + faster if faster else setups  # eager first, the setups it is compared with after
+    mine = [ours[(m, c, precision)] for m, c in keys if (m, c, precision) in ours]
+    inside = [adamw_in_backward(r) for r in mine if r["status"] == "ok" and r["phase"] != "forward"]
+    all_inside = bool(inside) and all(inside)
+
+    def pytorch(m, c, s, phase):
+        """(cell, mean) of one setup's phase; mean NaN where it has no number."""
+        t = theirs.get((m, c, precision, s))
+        if t is None:
+            return "not run", math.nan
+        if t["status"] != "ok":
+            return t["status"], math.nan
+        value = mean(t.get(f"{phase}_ms", []))
+        return fmt(value, 2), value
+
+    def llmhpc(m, c, phase):
+        r = ours.get((m, c, precision))
+        if r is None:
+            return "not run"
+        if r["status"] != "ok":
+            return r["status"]
+        cell = fmt(r[f"{phase}_mean"], 2)
+        if phase == "backward" and adamw_in_backward(r) and not all_inside:
+            cell += " (+AdamW)"
+        return cell
+
+    def speedup(eager, other):
+        return f"{eager / other:.2f}x" if eager > 0 and other > 0 else "-"  # False for NaN
+
+    header = ["Model", "Context"]
+    for phase in ("fwd", "bwd"):
+        header += [f"llmhpc {phase}+AdamW" if phase == "bwd" and all_inside else f"llmhpc {phase}"]
+        header += [f"PyTorch {s} {phase}" for s in setups] + [f"{phase} speed-up {s}" for s in faster]
+    header += [f"step speed-up {s}" for s in faster]
+    lines = [f"\n### {precision}: forward and backward, ms (mean of timed steps); speed-up = PyTorch eager / "
+             "the setup\n", "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    for m, c in keys:
+        row = [m, str(c)]
+        for phase in ("forward", "backward"):
+            cells = {s: pytorch(m, c, s, phase) for s in setups}
+            row += [llmhpc(m, c, phase)] + [cells[s][0] for s in setups]
+            row += [speedup(cells["eager"][1], cells[s][1]) for s in faster]
+        row += [speedup(pytorch(m, c, "eager", "step")[1], pytorch(m, c, s, "step")[1]) for s in faster]
+        lines.append("| " + " | ".join(row) + " |")
+    notes = []
+    if any(inside):
+        which = "llmhpc bwd+AdamW" if all_inside else "llmhpc's (+AdamW) cells"
+        notes.append(f"{which}: without --separate-optimizer llmhpc's AdamW updates each layer as backward "
+                     "finishes it, so its backward time includes it.")
+    if faster:
+        notes.append(f"PyTorch eager runs naive attention and the default AdamW; {' and '.join(faster)} "
+                     f"run{'s' if len(faster) == 1 else ''} torch.compile with fused attention and fused AdamW "
+                     "(analysis/torch_baseline.py), so the speed-ups over eager include the fused kernels'.")
+    return "\n".join(lines) + "".join(f"\n\n{n}" for n in notes)
 
 
 def main():
@@ -106,6 +176,13 @@ def main():
             row = [m, str(c), fmt(ms, 2) if ms is not None else status] + cells
             row.append(f"{best / ms:.2f}x" if ms and best < math.inf else "-")
             print("| " + " | ".join(row) + " |")
+
+    for precision in ("fp32", "bf16"):
+        keys = sorted({(m, c) for (m, c, pr) in ours if pr == precision} |
+                      {(m, c) for (m, c, pr, _) in theirs if pr == precision},
+                      key=lambda k: (SIZES.index(k[0]) if k[0] in SIZES else 99, k[1]))
+        if keys:
+            print(phase_table(precision, keys, ours, theirs, setups))
 
     print("\n### llmhpc efficiency\n")
     print("| Model | Context | Precision | Fwd+Bwd ms | Model TFLOP/s | % of measured GEMM rate | AdamW ms | AdamW bound ms | AdamW / bound |")

@@ -10,8 +10,16 @@
 # analysis/memory.py's tables and the timeline PNGs (report.md beside the results). SNAPSHOT=1
 # also writes snapshot*.pickle for pytorch.org/memory_viz (one per configuration).
 #   sbatch jobs/memory.sh          or   MODELS=xl CONTEXTS=256 SNAPSHOT=1 bash jobs/memory.sh
+#   DEVICE=cpu MODELS=small CONTEXTS=32 PRECISIONS=fp32 \
+#     EXTRA_ARGS="--d-model 64 --d-ff 128 --num-layers 2 --num-heads 4" bash jobs/memory.sh   # a tiny model on CPUs
 # Variables (defaults): MODELS (xl,2.7B), CONTEXTS (128,256,512,1024), PRECISIONS (fp32,bf16),
-# PHASES (forward,train-step), SNAPSHOT (0).
+# PHASES (forward,train-step), SNAPSHOT (0), ADAMW_IN_BACKWARD (0).
+# The train step is the reference PyTorch step's: backward keeps a gradient for every parameter,
+# then AdamW runs as a phase of its own, with its own peak and its own span in the timelines
+# (llmhpc --separate-optimizer, given unless PHASES is forward alone). ADAMW_IN_BACKWARD=1 traces
+# llmhpc's own plan instead: AdamW updates each layer inside backward as soon as its gradients
+# are final, so backward holds one layer's gradients, not the model's (4 bytes per parameter
+# less), and there is no optimizer phase.
 set -euo pipefail
 # The repository, also from the copy of this script that sbatch runs (jobs/env.sh says how).
 for r in "${LLMHPC_ROOT:-}" "${SLURM_SUBMIT_DIR:-}" "${SLURM_SUBMIT_DIR:-}/.." "$(dirname "$0")/.." ""; do [ -f "$r/jobs/env.sh" ] && break; done
@@ -22,9 +30,13 @@ CONTEXTS=${CONTEXTS:-128,256,512,1024}
 PRECISIONS=${PRECISIONS:-fp32,bf16}
 PHASES=${PHASES:-forward,train-step}
 SNAPSHOT=${SNAPSHOT:-0}
+ADAMW_IN_BACKWARD=${ADAMW_IN_BACKWARD:-0}
 require_flag SNAPSHOT
+require_flag ADAMW_IN_BACKWARD
 snapshot=()
 [ "$SNAPSHOT" = 1 ] && snapshot=(--snapshot "$OUT/snapshot.pickle")
+optimizer=()  # llmhpc refuses it where no phase makes gradients (a forward keeps none either way)
+[ "$ADAMW_IN_BACKWARD" = 0 ] && [ "$PHASES" != forward ] && optimizer=(--separate-optimizer)
 llmhpc_run --mode memory --model "$MODELS" --context-length "$CONTEXTS" --precision "$PRECISIONS" \
-  --phase "$PHASES" "${snapshot[@]}" --out "$OUT"
+  --phase "$PHASES" "${optimizer[@]}" "${snapshot[@]}" --out "$OUT"
 job_report

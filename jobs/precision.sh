@@ -4,10 +4,11 @@
 #SBATCH --ntasks-per-node=1
 #SBATCH --gpus-per-task=1
 #SBATCH --time=00:10:00
-# The reference mixed-precision study's questions: the accumulation experiment (1000 additions of 0.01 in
-# fp32, fp16, fp16 into fp32, bf16) on the device in use, and under bf16 the dtype of the
-# parameters, each layer's outputs, the logits, the loss and the gradients, beside autocast's
-# rules. The numbers go to the rank files, the tables to $OUT/report.md (analysis/precision.py).
+# The reference mixed-precision study's questions: the accumulation experiment (1000 additions
+# of 0.01 in fp32, in fp16, fp16 values into an fp32 sum, fp16 values cast to fp32 before each
+# addition, then bf16) on the device in use, and under bf16 the dtype of the parameters, each
+# layer's outputs, the logits, the loss and the gradients, beside autocast's rules. The numbers
+# go to the rank files, the tables to $OUT/report.md (analysis/precision.py).
 #   sbatch jobs/precision.sh       or   DEVICE=cpu bash jobs/precision.sh
 # Variables (defaults): MODELS (small; one preset), PRECISIONS (bf16; one precision).
 set -euo pipefail

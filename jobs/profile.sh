@@ -9,6 +9,8 @@
 # tables (profile_rank0.md) and plot (profile_rank0.png), and the job's report.md.
 #   sbatch jobs/profile.sh          or   NP=1 bash jobs/profile.sh
 #   MODELS=xl CONTEXTS=256 TRACE=1 bash jobs/profile.sh      # + trace_rank00000.json for ui.perfetto.dev
+#   DEVICE=cpu MODELS=small CONTEXTS=32 WARMUP=1 STEPS=2 \
+#     EXTRA_ARGS="--d-model 64 --d-ff 128 --num-layers 2 --num-heads 4" bash jobs/profile.sh   # a tiny model on CPUs (ops, not kernels)
 # Variables (defaults): MODELS (small,medium,large,xl,2.7B), CONTEXTS (128,256,512), PRECISIONS
 # (fp32), ATTENTIONS (naive), WARMUP (5), STEPS (5), TRACE (0); the phase is train-step.
 set -euo pipefail

@@ -7,6 +7,8 @@
 # The reference end-to-end benchmark's warm-up study: the same forward-backward sweep with 0, 1, 2 and 5 warm-up steps
 # (WARMUPS), one run each in $OUT/warmup<N>, then $OUT/report.md with one table per setting.
 #   sbatch jobs/warmup.sh          or   MODELS=small,medium WARMUPS=0,1 bash jobs/warmup.sh
+#   DEVICE=cpu MODELS=small CONTEXTS=32 WARMUPS=0,1 STEPS=3 \
+#     EXTRA_ARGS="--d-model 64 --d-ff 128 --num-layers 2 --num-heads 4" bash jobs/warmup.sh   # a tiny model on CPUs
 # Variables (defaults): MODELS (small,medium,large,xl,2.7B), CONTEXTS (128), WARMUPS (0,1,2,5),
 # STEPS (10).
 set -euo pipefail

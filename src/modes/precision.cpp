@@ -1,8 +1,8 @@
 // Mode precision: the reference mixed-precision study's two questions. (1) The accumulation
-// experiment: `--additions` sequential additions of `--value` in fp32, in fp16, fp16 values into an
-// fp32 sum, and in bf16, computed on the device in use (Ops::accumulation_experiment). (2) The
-// dtype of every kind of tensor of the model under --precision, read off its buffers, beside the
-// dtype torch.autocast gives the same tensor of the reference PyTorch model.
+// experiment: `--additions` sequential additions of `--value`, computed on the device in use
+// (Ops::accumulation_experiment), in the reference study's four cases and one more (kAccumulation).
+// (2) The dtype of every kind of tensor of the model under --precision, read off its buffers,
+// beside the dtype torch.autocast gives the same tensor of the reference PyTorch model.
 #include <cmath>
 #include <cstdio>
 
@@ -11,6 +11,24 @@
 
 namespace llmhpc {
 namespace {
+
+// The rows of the accumulation experiment: the reference study's four cases, in its order, as
+// PyTorch code (s the sum, x the value, 0-dim tensors), then bf16, the half precision of
+// llmhpc's mixed precision. `sum`: which of Ops::accumulation_experiment's four sums it is. Cases
+// 3 and 4 are one computation: PyTorch's `s += x` with an fp32 s converts an fp16 x to fp32
+// before adding, as case 4's x.type(torch.float32) does, and so does the device's fp16-into-fp32 sum.
+struct AccumulationCase {
+  const char* name;
+  const char* pytorch;
+  int sum;
+};
+constexpr AccumulationCase kAccumulation[] = {
+    {"fp32 values, fp32 sum", "s += x (both fp32)", 0},
+    {"fp16 values, fp16 sum", "s += x (both fp16)", 1},
+    {"fp16 values, fp32 sum", "s += x (s fp32, x fp16)", 2},
+    {"fp16 values cast to fp32, fp32 sum", "s += x.type(torch.float32) (s fp32, x fp16)", 2},
+    {"bf16 values, bf16 sum", "s += x (both bf16)", 3}};
+constexpr int kAccumulationRows = int(sizeof kAccumulation / sizeof kAccumulation[0]);
 
 // What torch.autocast(bfloat16) makes of each tensor of the reference model
 // (tests/reference/torch_model.py); without autocast everything is the parameters' fp32.
@@ -123,19 +141,21 @@ void run(ModeContext& ctx, const PrecisionOptions& o) {
   collective_check(ctx.rt, [&] { ops.attention_saved({1, 1, 1, 2, true, attention}, compute_dtype(precision)); });
   Sweep sweep(ctx, "precision", 2, {"part", "status"});
 
-  // (1) The accumulation experiment, on the device.
-  const char* names[4] = {"fp32 values, fp32 sum", "fp16 values, fp16 sum", "fp16 values, fp32 sum",
-                          "bf16 values, bf16 sum"};
-  float sums[4] = {NAN, NAN, NAN, NAN};
+  // (1) The accumulation experiment, on the device: its four sums, one row per case.
+  std::vector<std::string> names;
+  std::vector<double> sums(kAccumulationRows, NAN);
+  for (const AccumulationCase& c : kAccumulation) names.push_back(c.name);
   Record acc;
   acc.group = "precision/accumulation";
   acc.attr("value", value).attr("additions", n).attr("device", dev.name());
   SweepStatus st = sweep.run("accumulation experiment", acc, [&] {
     Buffer out(dev.allocator(), DType::F32, {4}, "precision.sums");
     ops.accumulation_experiment(out, value, n);
-    dev.copy_to_host(sums, out.tensor().data, sizeof sums);
-    acc.add("experiment", std::vector<std::string>(names, names + 4));
-    acc.add("sum", std::vector<double>(sums, sums + 4));
+    float device_sums[4];
+    dev.copy_to_host(device_sums, out.tensor().data, sizeof device_sums);
+    for (int k = 0; k < kAccumulationRows; ++k) sums[size_t(k)] = double(device_sums[kAccumulation[k].sum]);
+    acc.add("experiment", names);
+    acc.add("sum", sums);
     return std::string("done");
   });
   sweep.add_row({"accumulation experiment", st.column()});
@@ -177,11 +197,16 @@ void run(ModeContext& ctx, const PrecisionOptions& o) {
   sweep.add_row({"dtype table", st.column()});
   if (!ctx.rt.is_root()) return;
 
-  std::printf("\naccumulation experiment: %lld additions of %g on %s (PyTorch prints 4 decimals)\n", (long long)n,
-              value, dev.name().c_str());
-  TextTable a({"experiment", "as PyTorch prints it", "sum", "error"});
-  for (int k = 0; k < 4; ++k)
-    a.add_row({names[k], torch_print(sums[k]), fmt(double(sums[k]), 9), fmt(double(sums[k]) - value * double(n), 6)});
+  std::printf(
+      "\naccumulation experiment: %lld additions of %g on %s (PyTorch prints 4 decimals; the 3rd and 4th\n"
+      "are one computation: PyTorch's s += x converts an fp16 x to fp32 first, as x.type(torch.float32) does)\n",
+      (long long)n, value, dev.name().c_str());
+  TextTable a({"experiment", "in PyTorch", "as PyTorch prints it", "sum", "error"});
+  for (int k = 0; k < kAccumulationRows; ++k) {
+    const double sum = sums[size_t(k)];
+    a.add_row({names[size_t(k)], kAccumulation[k].pytorch, torch_print(float(sum)), fmt(sum, 9),
+               fmt(sum - value * double(n), 6)});
+  }
   a.print();
   std::printf("\ndtype of each tensor under --precision %s (llmhpc's buffers; torch.autocast's result):\n",
               precision_name(precision));

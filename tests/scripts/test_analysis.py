@@ -5,7 +5,8 @@ record per configuration with raw arrays of length --steps, status ok), that
 analysis/llmhpc_h5.py sees both ranks, that analysis/report.py prints one markdown row per
 configuration whose numbers are the means and standard deviations of the raw arrays (read
 here with h5py directly, not through the loader), that out-of-memory configurations are rows
-marked oom, that plot_bench.py writes a PNG, and that the loader refuses an empty directory
+marked oom, that the table of each pass gives its min, max, mean and std of the raw arrays,
+that plot_bench.py writes a PNG, and that the loader refuses an empty directory
 and an unknown schema_version with a clear message. And, on a sweep where fp32 runs out of
 memory and bf16 fits: rows in sweep order (fp32 first, contexts numerically), the custom shape
 named by its shape, the oom's peak marked, the fp32-vs-bf16 table keeping the oom row, AdamW
@@ -84,6 +85,26 @@ def check_table(table, raw, decimals, label):
     assert sorted(seen) == sorted(CONTEXTS), f"{label}: rows are for contexts {seen}, expected {CONTEXTS}"
 
 
+def check_pass_table(text, raw, decimals, label):
+    """The table of each pass (the reference warm-up study's Table 1): one row per context and pass
+    (Forward, Backward, Optimizer), whose min, max, mean and std are the raw arrays'."""
+    (table,) = [t for t in parse_markdown_tables(text) if "Pass" in t[0] and "Min (ms)" in t[0]]
+    header, rows = table
+    col = {name: header.index(name) for name in header}
+    tolerance = 0.5 * 10 ** -decimals + 1e-9
+    seen = []
+    for row in rows:
+        context, name = int(row[col["Context"]]), row[col["Pass"]]
+        seen.append((context, name))
+        values = raw[(context, {"Forward": "forward_ms", "Backward": "backward_ms", "Optimizer": "optimizer_ms"}[name])]
+        for title, want in (("Min (ms)", values.min()), ("Max (ms)", values.max()), ("Mean (ms)", values.mean()),
+                            ("Std (ms)", values.std(ddof=1))):
+            got = float(row[col[title]])
+            assert abs(got - want) <= tolerance, f"{label}: T={context} {name} '{title}' is {got}, the raw give {want:.6f}"
+    want = [(c, p) for c in sorted(CONTEXTS) for p in ("Forward", "Backward", "Optimizer")]
+    assert seen == want, f"{label}: pass rows {seen}, expected {want}"
+
+
 SENSOR_KEYS = {"device_time_ms", "device_sm_clock_mhz", "device_power_w", "device_temperature_c",
                "device_clock_reasons", "device_busy_samples", "device_slowdowns", "device_sm_clock_mhz_min",
                "device_sm_clock_mhz_median", "device_sm_clock_mhz_max"}
@@ -136,6 +157,13 @@ def check_precision_oom(work):
         f"rows in sweep order (fp32 first, contexts numerically): {order}\n{text}"
     assert "Bwd+AdamW Mean (ms)" in header and "Opt Mean (ms)" not in header, f"AdamW ran inside backward:\n{text}"
     assert "Bwd+AdamW: without --separate-optimizer" in text, f"no note on AdamW inside backward:\n{text}"
+    # The table of each pass: backward with AdamW inside it, no optimizer, the oom left out.
+    (passes,) = [t for t in parse_markdown_tables(text) if "Pass" in t[0] and "Min (ms)" in t[0]]
+    named = [(r[passes[0].index("Precision")], r[passes[0].index("Context")], r[passes[0].index("Pass")])
+             for r in passes[1]]
+    assert named == [("fp32", "32", "Forward"), ("fp32", "32", "Backward+AdamW"), ("bf16", "32", "Forward"),
+                     ("bf16", "32", "Backward+AdamW"), ("bf16", "128", "Forward"),
+                     ("bf16", "128", "Backward+AdamW")], f"the table of each pass:\n{text}"
     oom = rows[order.index(("fp32", "128"))]
     assert oom[col["Status"]] == "oom" and oom[col["Peak (MiB)"]].startswith("oom (>"), \
         f"the oom's peak is a lower bound, marked: {oom}\n{text}"
@@ -255,10 +283,12 @@ def main():
     check_sensors(out, work)
 
     # ---- report.py: rank 0, rank 1, all ranks pooled ----
-    table, _ = report(out)
+    table, text = report(out)
     check_table(table, raw_arrays(out, [0]), 2, "report.py DIR")
-    table, _ = report(out, "--rank", "1", "--decimals", "4")
+    check_pass_table(text, raw_arrays(out, [0]), 2, "report.py DIR")
+    table, text = report(out, "--rank", "1", "--decimals", "4")
     check_table(table, raw_arrays(out, [1]), 4, "report.py --rank 1")
+    check_pass_table(text, raw_arrays(out, [1]), 4, "report.py --rank 1")
     table, _ = report(out, "--all-ranks", "--decimals", "3", "--table-only")
     check_table(table, raw_arrays(out, [0, 1]), 3, "report.py --all-ranks")
 

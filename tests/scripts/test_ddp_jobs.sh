@@ -12,7 +12,8 @@
 # with tensor parallelism (TP=1,2 on up to 4 ranks), a series per layout, the collectives measured
 # at each rank count and each prediction taking those of its own; and bench.sh
 # and comm.sh, which share jobs/env.sh, still running as before (comm.sh with DTYPE=float, its
-# old setting for --precision fp32).
+# old setting for --precision fp32), bench.sh timing AdamW as its own phase unless
+# ADAMW_IN_BACKWARD=1, and with PHASE=forward too.
 set -euo pipefail
 : "${LLMHPC_BIN:?set LLMHPC_BIN to the llmhpc binary}"
 LLMHPC_BIN=$(realpath -m "$LLMHPC_BIN")  # absolute: the test runs in folders of its own
@@ -247,6 +248,8 @@ mkdir -p "$tmp/taken" && touch "$tmp/taken/old.h5"
 refused "OUT=$tmp/taken already holds files" OUT="$tmp/taken" bash "$ROOT/jobs/warmup.sh"
 [ "$(ls "$tmp/taken")" = old.h5 ] || fail "a refused OUT was written to"
 refused "TORCH must be 1 (on) or 0 (off), not 'yes'" TORCH=yes OUT_ROOT="$tmp/flags" bash "$ROOT/jobs/bench.sh"
+refused "ADAMW_IN_BACKWARD must be 1 (on) or 0 (off), not 'yes'" ADAMW_IN_BACKWARD=yes OUT_ROOT="$tmp/flags" \
+  bash "$ROOT/jobs/mixed_precision.sh"
 refused "COMM must be 1 (on) or 0 (off), not 'true'" COMM=true OUT_ROOT="$tmp/flags" bash "$ROOT/jobs/ddp_bucketed.sh"
 refused "HEAT_S must be a number of seconds >= 0, not '30s'" HEAT_S=30s OUT_ROOT="$tmp/flags" bash "$ROOT/jobs/scaling.sh"
 # GPUs heat each configuration for 10 s by default, CPUs not; auto is the CPU where nvidia-smi
@@ -283,8 +286,18 @@ OUT_ROOT=$tmp/others MODELS=tiny PRECISIONS=fp32 EXTRA_ARGS="$SHAPE" bash "$ROOT
   { cat "$tmp/bench.log"; fail "jobs/bench.sh exited non-zero"; }
 ls "$tmp"/others/bench-*/rank00001.h5 >/dev/null 2>&1 || { ls -R "$tmp/others"; fail "bench.sh left no results/bench-<time> with 2 ranks"; }
 grep -q "^| d32_ff64_L2_H4 | 32 | 64 | 2 | 4 |" "$tmp/bench.log" || { cat "$tmp/bench.log"; fail "bench.sh printed no table"; }
+# AdamW timed apart by default (the reference tables' Bwd and Opt), inside backward with
+# ADAMW_IN_BACKWARD=1, and no --separate-optimizer for a forward alone (llmhpc would refuse it).
+grep -q "| Bwd Mean (ms) | Bwd Std (ms) | Opt Mean (ms) |" "$tmp/bench.log" && ! grep -q "Bwd+AdamW" "$tmp/bench.log" ||
+  { cat "$tmp/bench.log"; fail "bench.sh does not time AdamW as its own phase by default"; }
+OUT_ROOT=$tmp/others MODELS=tiny PRECISIONS=fp32 ADAMW_IN_BACKWARD=1 EXTRA_ARGS="$SHAPE" bash "$ROOT/jobs/bench.sh" \
+  >"$tmp/bench-inside.log" 2>&1 || { cat "$tmp/bench-inside.log"; fail "bench.sh ADAMW_IN_BACKWARD=1 exited non-zero"; }
+grep -q "| Bwd+AdamW Mean (ms) |" "$tmp/bench-inside.log" && ! grep -q "| Opt Mean (ms) |" "$tmp/bench-inside.log" ||
+  { cat "$tmp/bench-inside.log"; fail "bench.sh ADAMW_IN_BACKWARD=1: AdamW not inside backward"; }
+OUT_ROOT=$tmp/others MODELS=tiny PRECISIONS=fp32 PHASE=forward EXTRA_ARGS="$SHAPE" bash "$ROOT/jobs/bench.sh" \
+  >"$tmp/bench-forward.log" 2>&1 || { cat "$tmp/bench-forward.log"; fail "bench.sh PHASE=forward exited non-zero"; }
 OUT_ROOT=$tmp/others RANKS=2 BACKENDS=mpi SIZES=4KB DTYPE=float bash "$ROOT/jobs/comm.sh" >"$tmp/comm.log" 2>&1 ||
   { cat "$tmp/comm.log"; fail "jobs/comm.sh exited non-zero"; }
 grep -q "^| mpi | 2 | allreduce | 4000 |" "$tmp"/others/comm-*/comm.md || { cat "$tmp/comm.log"; fail "comm.sh wrote no comm.md row"; }
-echo "ok   bench.sh and comm.sh"
+echo "ok   bench.sh (AdamW apart by default, inside backward with ADAMW_IN_BACKWARD=1, PHASE=forward) and comm.sh"
 echo "PASS"

@@ -176,9 +176,14 @@ def precision_mode(tmp):
                     "--out", out])
         with h5py.File(os.path.join(out, "rank00000.h5"), "r") as f:
             sums = f["precision/accumulation/sum"][()]
-            printed = [f"{v:.4f}" for v in sums[:3]]
-            assert printed == ["10.0001", "9.9531", "10.0021"], f"accumulation {printed}"
-            assert sums[3] == 4.0, f"bf16 sum {sums[3]}, expected 4 (bf16 stalls where 0.01 < half its spacing)"
+            names = list(f["precision/accumulation/experiment"].asstr()[()])
+            # The reference study's four cases in its order (the 4th: the fp16 values cast to fp32
+            # before each add), then bf16.
+            assert names == ["fp32 values, fp32 sum", "fp16 values, fp16 sum", "fp16 values, fp32 sum",
+                             "fp16 values cast to fp32, fp32 sum", "bf16 values, bf16 sum"], names
+            printed = [f"{v:.4f}" for v in sums[:4]]
+            assert printed == ["10.0001", "9.9531", "10.0021", "10.0021"], f"accumulation {printed}"
+            assert sums[4] == 4.0, f"bf16 sum {sums[4]}, expected 4 (bf16 stalls where 0.01 < half its spacing)"
             t = f["precision/dtypes"]
             rows = dict(zip(t["tensor"].asstr()[()], t["llmhpc_dtype"].asstr()[()]))
             # One difference on purpose: naive attention keeps its probabilities in bf16 (autocast: fp32).
@@ -205,7 +210,7 @@ def precision_mode(tmp):
         assert len(tables) == 2, text
         (acc_header, acc_rows), (dt_header, dt_rows) = tables
         printed = [row[acc_header.index("As PyTorch prints it")] for row in acc_rows]
-        assert printed == ["10.0001", "9.9531", "10.0021", "4."], printed
+        assert printed == ["10.0001", "9.9531", "10.0021", "10.0021", "4."], printed
         for shown in printed:
             assert f" {shown} " in proc.stdout, f"the binary does not print {shown}:\n{proc.stdout}"
         assert dict((r[0], r[1]) for r in dt_rows) == rows, f"{prec}: the section's dtypes differ from the file"

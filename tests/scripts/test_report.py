@@ -156,6 +156,20 @@ def check_bench(tables, runs, text):
                 close(r[f"{col} Mean (ms)"], arrays[f"{phase}_ms"].mean(), f"warm-up {warmup} {key} {col} mean")
                 close(r[f"{col} Std (ms)"], std(arrays[f"{phase}_ms"]), f"warm-up {warmup} {key} {col} std")
             close(r["Total (ms)"], arrays["step_ms"].mean(), f"warm-up {warmup} {key} total")
+    # One table of each pass over both warm-up settings (the reference warm-up study's Table 1):
+    # a row per configuration and pass, its min, max, mean and std those of the raw arrays.
+    passes = rows_of(table_with(tables, "Warm-up", "Pass", "Min (ms)", "Max (ms)")[0])
+    assert len(passes) == 2 * 4 * 3, f"pass rows: 2 warm-ups x 4 configurations x 3 passes: {passes}"
+    by_key = {(r["Warm-up"], r["Context"], r["Precision"], r["Pass"]): r for r in passes}
+    for directory, warmup in ((runs["bench"], "1"), (runs["bench-w0"], "0")):
+        for attrs, arrays in raw(directory, 0, "bench").values():
+            for phase in ("forward", "backward", "optimizer"):
+                key = (warmup, str(attrs["context_length"]), attrs["precision"], phase.capitalize())
+                values, label = arrays[f"{phase}_ms"], f"pass table {key}"
+                close(by_key[key]["Min (ms)"], values.min(), f"{label} min")
+                close(by_key[key]["Max (ms)"], values.max(), f"{label} max")
+                close(by_key[key]["Mean (ms)"], values.mean(), f"{label} mean")
+                close(by_key[key]["Std (ms)"], std(values), f"{label} std")
     # speed-ups fp32 / bf16 of both runs pooled per configuration (the loader's order: warm-up 1 then 0)
     speed = rows_of(table_with(tables, "Total FP32 (ms)", "Total BF16 (ms)", "Total Speedup")[0])
     assert len(speed) == 4, f"speed-up rows: {speed}"
