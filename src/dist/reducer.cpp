@@ -10,6 +10,7 @@
 #include "src/core/nvtx.h"
 #include "src/dist/bf16_wire.h"
 #include "src/dist/copy_engine_reduction.h"
+#include "src/dist/replica_average.h"
 
 namespace llmhpc {
 namespace {
@@ -49,16 +50,12 @@ namespace {
 // are issued one after another, never grouped.
 //
 // Hybrid zero1 (`replicas`: the ranks holding the same parts in the other groups of `comm`):
-// each bucket's part, reduce-scattered within the group, is then averaged over the groups. That
-// average reads the reduce-scatter's result, on another communicator's stream, so the compute
-// stream waits for the reduce-scatter first: the buckets that became final together are
-// averaged once the next ones are issued (their reduce-scatters done or nearly), as zero2 and
-// zero3 average their units (src/dist/unit_shards.h), and the last in finish().
+// each bucket's part, reduce-scattered within the group, is then averaged over the groups, the
+// buckets that became final together as one batch of src/dist/replica_average.h.
 class Reducer final : public GradientSync {
  public:
   Reducer(const SyncPlan& plan, Communicator& comm, Tensor flat_grads, ReduceScratch memory, Communicator* replicas)
-      : plan_(plan), comm_(comm), replicas_(replicas && replicas->size() > 1 ? replicas : nullptr), grads_(flat_grads),
-        buckets_(plan_.buckets),
+      : plan_(plan), comm_(comm), average_(replicas, flat_grads.dtype), grads_(flat_grads), buckets_(plan_.buckets),
         collective_(plan.sharding == Sharding::Zero1 ? Collective::ReduceScatter : Collective::AllReduce),
         by_begin_(buckets_.size()), ready_(buckets_.size()), expected_(buckets_.size()), issued_(buckets_.size()) {
     for (size_t k = 0; k < buckets_.size(); ++k) {
@@ -74,8 +71,9 @@ class Reducer final : public GradientSync {
               [&](size_t a, size_t b) { return buckets_[a].begin < buckets_[b].begin; });
     for (size_t i = 1; i < by_begin_.size(); ++i)
       LLMHPC_CHECK(buckets_[by_begin_[i - 1]].end <= buckets_[by_begin_[i]].begin, "buckets overlap");
-    LLMHPC_CHECK(!replicas_ || (plan_.sharding == Sharding::Zero1 && !plan_.reduce_in_bf16 && !memory.copy_engines),
-                 "hybrid sharding averages zero1's parts over the groups in the gradients' dtype, with NCCL's kernels");
+    LLMHPC_CHECK(
+        !average_.active() || (plan_.sharding == Sharding::Zero1 && !plan_.reduce_in_bf16 && !memory.copy_engines),
+        "hybrid sharding averages zero1's parts over the groups in the gradients' dtype, with NCCL's kernels");
     int64_t largest = 0;
     for (const FlatRange& b : buckets_) largest = std::max(largest, b.size());
     const bool needs_memory = largest > 0 && (plan_.reduce_in_bf16 || memory.copy_engines);
@@ -98,17 +96,17 @@ class Reducer final : public GradientSync {
   // finish() leaves nothing in flight; an exception between begin_step() and finish() may, and
   // the wire and the scratch go with this object.
   ~Reducer() override {
-    to_average_ = ToAverage{};  // completes (mpi) or releases (nccl) what is in flight
-    in_flight_.clear();
+    in_flight_.clear();  // completes (mpi) or releases (nccl) what is in flight
+    batch_.clear();
+    average_.release();
     comm_.synchronize();
-    if (replicas_) replicas_->synchronize();
   }
 
   const SyncPlan& plan() const override { return plan_; }
   const SyncStats& stats() const override { return stats_; }
 
   void begin_step() override {
-    LLMHPC_CHECK(in_flight_.empty() && to_average_.buckets.empty(), "begin_step() before the last step's finish()");
+    LLMHPC_CHECK(in_flight_.empty() && batch_.empty(), "begin_step() before the last step's finish()");
     std::fill(ready_.begin(), ready_.end(), 0);
     std::fill(issued_.begin(), issued_.end(), false);
     stats_ = SyncStats{};
@@ -142,52 +140,36 @@ class Reducer final : public GradientSync {
     if (!plan_.when_ready)
       for (size_t k : left) issue_together({k}, /*in_finish=*/true);  // one after another, as the reference naive DDP
     else issue_together(left, /*in_finish=*/true);
-    average_over_replicas(to_average_);  // the last buckets'
     for (CommHandle& h : in_flight_) h.wait();
     in_flight_.clear();
+    average_.finish(stats_);  // the last buckets'
   }
 
  private:
-  // Hybrid: buckets reduce-scattered within the group, not yet averaged over the groups.
-  struct ToAverage {
-    std::vector<size_t> buckets;
-    std::vector<CommHandle> reduce_scatters;
-  };
-
   // The collectives of ranges that became final at the same moment (the tensors of one layer,
   // which backward reports at once) go out as one group: each is still its own collective, but
   // NCCL launches them together, so a layer's nine tensors pay one launch and one
   // synchronisation instead of nine (per-collective latency dominates small tensors).
   void issue_together(const std::vector<size_t>& ks, bool in_finish) {
     if (ks.empty()) return;
-    // Hybrid: the buckets issued before these, set aside so that only their reduce-scatters are
-    // waited for; waiting for these ones too would hold backward until each bucket is reduced.
-    ToAverage earlier = std::exchange(to_average_, ToAverage{});
     const bool group = ks.size() > 1 && !bf16_ && !engines_;
     if (group) comm_.group_start();
     for (size_t k : ks) issue(k, in_finish);
     if (group) comm_.group_end();
-    if (!replicas_) return;
-    to_average_.buckets = ks;
-    average_over_replicas(earlier);
-  }
-
-  // The parts of these buckets (this rank's, reduce-scattered within its group) averaged over
-  // the groups, once the compute stream has waited for their reduce-scatters.
-  void average_over_replicas(ToAverage& these) {
-    if (!replicas_) return;
-    for (CommHandle& h : these.reduce_scatters) h.wait();
-    const int64_t m = replicas_->size(), es = int64_t(dtype_size(grads_.dtype));
-    for (size_t k : these.buckets) {
+    if (!average_.active()) return;
+    // Hybrid: this batch's parts, averaged over the groups once the next batch is issued.
+    std::vector<ReplicaAverage::Part> parts;
+    for (size_t k : ks) {
       const FlatRange mine = plan_.shard(k, comm_.rank());
-      void* part = grads_.slice(mine.begin, {mine.size()}).data;
-      in_flight_.push_back(
-          replicas_->all_reduce_async(part, part, size_t(mine.size()), grads_.dtype, ReduceOp::Average));
-      ++stats_.collectives;
-      stats_.bytes += mine.size() * es;
-      stats_.bus_bytes += int64_t(double(mine.size() * es) * bus_factor(Collective::AllReduce, int(m)));
+      parts.push_back({grads_.slice(mine.begin, {mine.size()}).data, mine.size()});
     }
-    these = ToAverage{};
+    auto reduce_scatters = std::make_shared<std::vector<CommHandle>>(std::exchange(batch_, {}));
+    average_.next(
+        std::move(parts),
+        [reduce_scatters] {
+          for (CommHandle& h : *reduce_scatters) h.wait();
+        },
+        stats_);
   }
 
   // Where the collectives work: the gradients, or the bf16 wire they travel in.
@@ -217,7 +199,7 @@ class Reducer final : public GradientSync {
       else h = comm_.reduce_scatter_async(data, part, count, grads_.dtype, ReduceOp::Average);
     }
     if (blocking) h.wait();
-    else (replicas_ ? to_average_.reduce_scatters : in_flight_).push_back(std::move(h));
+    else (average_.active() ? batch_ : in_flight_).push_back(std::move(h));
     issued_[k] = true;
     const int64_t bytes = b.size() * int64_t(dtype_size(bf16_ ? DType::BF16 : grads_.dtype));
     ++stats_.collectives;
@@ -228,7 +210,7 @@ class Reducer final : public GradientSync {
 
   SyncPlan plan_;
   Communicator& comm_;
-  Communicator* replicas_;  // hybrid zero1: the ranks holding this rank's parts in the other groups
+  ReplicaAverage average_;  // hybrid zero1: over the ranks holding this rank's parts in the other groups
   Tensor grads_;
   const std::vector<FlatRange>& buckets_;  // plan_'s, in issue order: reverse parameter order
   Collective collective_;
@@ -237,7 +219,7 @@ class Reducer final : public GradientSync {
   std::vector<int64_t> expected_;  // elements backward reports, per bucket
   std::vector<bool> issued_;
   std::vector<CommHandle> in_flight_;
-  ToAverage to_average_;  // hybrid: the buckets last reduce-scattered, not yet averaged over the groups
+  std::vector<CommHandle> batch_;  // hybrid: the reduce-scatters of the batch being issued
   SyncStats stats_;
   // Declared in the order they are made: each goes before what it uses.
   Buffer wire_;                                   // in bf16: what every bucket travels in

@@ -2,6 +2,7 @@
 
 #include <string>
 
+#include "comm/collectives.h"
 #include "src/core/check.h"
 #include "src/core/units.h"
 #include "src/dist/parallelism.h"
@@ -24,14 +25,13 @@ class PendingCollective final : public TensorParallelGroup::Pending {
 };
 }  // namespace
 
-void CommTensorParallelGroup::count(double bus_factor, size_t bytes) {
-  const double n = size();
+void CommTensorParallelGroup::count(Collective c, size_t bytes) {
   traffic_.collectives += 1;
-  traffic_.bytes += int64_t(bus_factor * (n - 1) / n * double(bytes));
+  traffic_.bytes += int64_t(bus_factor(c, size()) * double(bytes));
 }
 
 std::unique_ptr<TensorParallelGroup::Pending> CommTensorParallelGroup::begin_all_reduce(Tensor x) {
-  count(2, x.bytes());
+  count(Collective::AllReduce, x.bytes());
   return std::make_unique<PendingCollective>(
       *this, comm_.all_reduce_async(x.data, x.data, size_t(x.numel()), x.dtype, ReduceOp::Sum));
 }
@@ -39,7 +39,7 @@ std::unique_ptr<TensorParallelGroup::Pending> CommTensorParallelGroup::begin_all
 std::unique_ptr<TensorParallelGroup::Pending> CommTensorParallelGroup::begin_reduce_scatter(Tensor part, Tensor whole) {
   LLMHPC_CHECK(whole.dtype == part.dtype && whole.numel() == part.numel() * size(),
                "reduce_scatter: the whole must hold every rank's part");
-  count(1, whole.bytes());
+  count(Collective::ReduceScatter, whole.bytes());
   return std::make_unique<PendingCollective>(
       *this, comm_.reduce_scatter_async(whole.data, part.data, size_t(part.numel()), part.dtype, ReduceOp::Sum));
 }
@@ -47,7 +47,7 @@ std::unique_ptr<TensorParallelGroup::Pending> CommTensorParallelGroup::begin_red
 std::unique_ptr<TensorParallelGroup::Pending> CommTensorParallelGroup::begin_all_gather(Tensor whole, Tensor part) {
   LLMHPC_CHECK(whole.dtype == part.dtype && whole.numel() == part.numel() * size(),
                "all_gather: the whole must hold every rank's part");
-  count(1, whole.bytes());
+  count(Collective::AllGather, whole.bytes());
   return std::make_unique<PendingCollective>(
       *this, comm_.all_gather_async(part.data, whole.data, size_t(part.numel()), part.dtype));
 }

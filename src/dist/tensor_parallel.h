@@ -7,6 +7,7 @@
 #include <memory>
 #include <string>
 
+#include "comm/collectives.h"
 #include "comm/communicator.h"
 #include "kernels/backend.h"
 #include "src/core/runtime.h"
@@ -50,8 +51,8 @@ class CommTensorParallelGroup final : public TensorParallelGroup {
   void wait(CommHandle& handle);  // the handle's wait(), timed
 
  private:
-  void count(double bus_factor, size_t bytes);
-  void fold_marks();  // the marked waits into traffic_.exposed_ms
+  void count(Collective c, size_t bytes);  // one collective of `bytes` (the whole), by its bus factor
+  void fold_marks();                       // the marked waits into traffic_.exposed_ms
   Communicator& comm_;
   std::unique_ptr<Timer> compute_;
   int next_mark_ = 0;

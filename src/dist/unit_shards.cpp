@@ -69,8 +69,8 @@ SyncPlan unit_plan(const ParameterLayout& layout, SyncStrategy strategy, Shardin
 }
 
 UnitShards::UnitShards(const SyncPlan& plan, Communicator& comm, TransformerLM& model, Ops& ops, Communicator* replicas)
-    : stage_(plan.sharding), comm_(comm), replicas_(replicas), model_(model), ops_(ops), device_(model.device()),
-      shards_(model.layout(), comm.size(), plan.alignment), plan_(plan) {
+    : stage_(plan.sharding), comm_(comm), average_(replicas, model.grad_dtype()), model_(model), ops_(ops),
+      device_(model.device()), shards_(model.layout(), comm.size(), plan.alignment), plan_(plan) {
   LLMHPC_CHECK(shards_parameters(stage_), "UnitShards runs zero2 or zero3");
   LLMHPC_CHECK(plan.ranks == comm.size(), "the plan was made for another number of ranks");
   LLMHPC_CHECK(plan.buckets.size() == model.layout().units().size(), "a unit plan of another model");
@@ -90,6 +90,7 @@ UnitShards::~UnitShards() {
   for (Place& p : places_) p.pending.clear();  // completes (mpi) or releases (nccl) what is in flight
   for (Window& w : windows_) w.pending.clear();
   for (Window& w : kept_) w.pending.clear();
+  average_.release();
   comm_.synchronize();  // nothing may still read or write the buffers as they go
   device_.synchronize();
   model_.set_parallel_hooks(nullptr);
@@ -263,34 +264,15 @@ void UnitShards::gradients_final(int64_t begin, int64_t end) {
   }
   comm_.group_end();
   if (!accumulating_) w->unit = -1;
-  if (replicas_ && replicas_->size() > 1) {
-    average_over_replicas();  // the unit before this one
-    last_reduced_ = u;
-    last_window_ = w;
-  }
-}
-
-void UnitShards::average_over_replicas() {
-  if (last_reduced_ < 0) return;
-  // The compute stream waits for the unit's reduce-scatters (issued a unit of backward ago, so
-  // done), and the groups' average of its parts runs beside the rest of backward: one all-reduce
-  // of the groups' shards after backward left 13.1 ms of exposed communication a step for xl
-  // bf16 on 4 H200 in 2 groups of 2 (docs/results/zero.md).
-  settle(last_window_->pending);
-  NvtxRange range("average over groups");
-  const Tensor g = grads_.tensor();
-  const int64_t m = replicas_->size(), es = int64_t(dtype_size(g.dtype));
+  if (!average_.active()) return;
+  // Hybrid: this unit's parts, averaged over the groups once the next unit's are issued.
+  std::vector<ReplicaAverage::Part> parts;
   for (llmhpc::Lane l : kLanes) {
-    const ShardLayout::Lane& lane = shards_.lane(size_t(last_reduced_), l);
-    if (lane.part == 0) continue;
-    void* part = g.slice(lane.shard_offset, {lane.part}).data;
-    replica_pending_.push_back(replicas_->all_reduce_async(part, part, size_t(lane.part), g.dtype, ReduceOp::Average));
-    counting_.collectives += 1;
-    counting_.bytes += lane.part * es;
-    counting_.bus_bytes += 2 * (m - 1) * lane.part * es / m;
+    const ShardLayout::Lane& lane = shards_.lane(size_t(u), l);
+    if (lane.part > 0) parts.push_back({grads_.tensor().slice(lane.shard_offset, {lane.part}).data, lane.part});
   }
-  last_reduced_ = -1;
-  last_window_ = nullptr;
+  average_.next(
+      std::move(parts), [w] { settle(w->pending); }, counting_);
 }
 
 void UnitShards::finish() {
@@ -303,13 +285,7 @@ void UnitShards::finish() {
   }
   for (Window& w : kept_) settle(w.pending);   // kept for the next step's micro-batches
   for (Place& p : places_) settle(p.pending);  // a prefetch no pass used reads the masters AdamW writes next
-  // Hybrid sharding: each group averaged its own ranks' gradients; the groups' averages are
-  // averaged in turn, over the ranks that hold the same part, unit by unit as backward went on
-  // (gradients_final): the last unit's now, then every average waited for.
-  if (replicas_ && replicas_->size() > 1) {
-    average_over_replicas();
-    settle(replica_pending_);
-  }
+  average_.finish(counting_);  // hybrid: the last unit's average over the groups, then every one waited for
 }
 
 bool UnitShards::finish_parameters() {

@@ -42,6 +42,7 @@
 
 #include "comm/communicator.h"
 #include "src/dist/grad_sync.h"
+#include "src/dist/replica_average.h"
 #include "src/model/adamw.h"
 #include "src/model/transformer.h"
 
@@ -146,7 +147,7 @@ class UnitShards final : public GradientSync {
 
   Sharding stage_;
   Communicator& comm_;
-  Communicator* replicas_;
+  ReplicaAverage average_;  // hybrid sharding: over the ranks holding this rank's parts in the other groups
   TransformerLM& model_;
   Ops& ops_;
   Device& device_;
@@ -163,13 +164,6 @@ class UnitShards final : public GradientSync {
   bool accumulating_ = false;
   std::vector<Window> kept_;     // accumulating: one window per unit
   Window& window_for(int unit);  // where backward writes `unit`'s gradients now
-  // Hybrid sharding: the unit whose reduce-scatters were issued last (-1: none) and its window,
-  // averaged over the groups once the next unit's are issued (by then they have finished
-  // beside backward), and the averages in flight, waited for in finish().
-  int last_reduced_ = -1;
-  Window* last_window_ = nullptr;
-  std::vector<CommHandle> replica_pending_;
-  void average_over_replicas();  // last_reduced_'s parts of the gradient shard
   int64_t version_ = 0;          // changes whenever the parameters do
 };
 
