@@ -100,8 +100,9 @@ int64_t parse_int(const std::string& raw, const std::string& option) {
   char* end = nullptr;
   errno = 0;
   long long v = std::strtoll(text.c_str(), &end, 10);
-  if (text.empty() || *end != '\0' || errno == ERANGE)
-    throw UsageError(field(option) + " '" + raw + "': not an integer");
+  if (text.empty() || *end != '\0') throw UsageError(field(option) + " '" + raw + "': not an integer");
+  if (errno == ERANGE)
+    throw UsageError(field(option) + " '" + raw + "': out of range (a whole number of at most 19 digits, below 2^63)");
   return v;
 }
 
@@ -109,8 +110,9 @@ double parse_double(const std::string& raw, const std::string& option) {
   const std::string text = trim(raw);
   char* end = nullptr;
   double v = std::strtod(text.c_str(), &end);
-  if (text.empty() || *end != '\0' || !std::isfinite(v))
-    throw UsageError(field(option) + " '" + raw + "': not a number");
+  if (text.empty() || *end != '\0') throw UsageError(field(option) + " '" + raw + "': not a number");
+  if (!std::isfinite(v))
+    throw UsageError(field(option) + " '" + raw + "': not a finite number (at most about 1.8e308)");
   return v;
 }
 
