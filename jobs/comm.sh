@@ -25,7 +25,7 @@ source "$r/jobs/env.sh"
 RANKS=${RANKS:-$(rank_counts | sed 's/^1,//')}  # 2, 4, ... up to the job's tasks
 # nccl needs GPUs: a CPU host measures the mpi baseline alone unless BACKENDS asks otherwise.
 if [ -z "${BACKENDS:-}" ]; then
-  if [ "$DEVICE" != cpu ] && nvidia-smi -L >/dev/null 2>&1; then BACKENDS=nccl,mpi; else
+  if [ "$on_cpu" = 0 ]; then BACKENDS=nccl,mpi; else  # on_cpu: jobs/env.sh's one look for a GPU
     BACKENDS=mpi
     echo "$0: no GPU here (DEVICE=$DEVICE): BACKENDS=mpi, the host baseline alone"
   fi

@@ -10,7 +10,7 @@
 #   train  mode train on a small model in fp32: one rank, then NP ranks under tensor parallelism
 #          (--tp NP, with --tp-overlap and --sequence-parallel) and data parallelism (bucketed
 #          and zero1 on the copy engines in 0.5 MiB buckets, zero1 in bf16 on the wire, hybrid
-#          zero1, zero2, zero3); every run's losses against one rank's: within 1e-5 relative
+#          zero1, zero2, zero3, hybrid zero3); every run's losses against one rank's: within 1e-5 relative
 #          (1e-4 with bf16 on the wire)
 #   timeline  mode ddp on NP ranks, bucketed under every sharding stage, and mode train (zero1, two
 #          micro-batches a step, a checkpoint every 3 steps): each rank's step timeline
@@ -49,7 +49,7 @@ if has train; then
   cases=("--tp $NP" "--tp $NP --tp-overlap 3" "--tp $NP --sequence-parallel --tp-overlap 2"
          "--collective-engine copy --bucket-mb 0.5" "--shard-optimizer zero1 --collective-engine copy --bucket-mb 0.5"
          "--shard-optimizer zero1 --grad-reduce-dtype bf16" "--shard-optimizer zero1 --shard-group 1"
-         "--shard-optimizer zero2" "--shard-optimizer zero3")
+         "--shard-optimizer zero2" "--shard-optimizer zero3" "--shard-optimizer zero3 --shard-group 1")
   for c in "${cases[@]}"; do
     name=train_$(echo "$c" | tr -cs 'a-z0-9' '_' | sed 's/^_//;s/_$//')
     step "train: $NP ranks, $c"
