@@ -56,8 +56,9 @@ int Runtime::cpu_share(int* allowed, int* node_allowed) const {
 }
 
 Runtime::ClockOffset Runtime::clock_offset(int round_trips) const {
-  // Rank 0 answers each rank in turn with its clock's reading; a rank keeps the estimate of its
-  // fastest round trip, where the reading's place between sending and receiving is best known.
+  // Rank 0 answers each rank in turn with its clock's reading until the rank says it is done (a
+  // ping of 0); a rank keeps the estimate of its fastest round trip, where the reading's place
+  // between sending and receiving is best known.
   using Clock = std::chrono::steady_clock;
   auto now = [] { return std::chrono::duration<double>(Clock::now().time_since_epoch()).count(); };
   const int tag = 7412;
@@ -65,17 +66,17 @@ Runtime::ClockOffset Runtime::clock_offset(int round_trips) const {
   ClockOffset best;
   if (is_root()) {
     for (int r = 1; r < world_size; ++r)
-      for (int k = 0; k < round_trips; ++k) {
-        char ping = 0;
+      for (char ping = 1; ping != 0;) {
         MPI_CHECK(MPI_Recv(&ping, 1, MPI_CHAR, r, tag, comm, MPI_STATUS_IGNORE));
+        if (ping == 0) break;
         const double t = now();
         MPI_CHECK(MPI_Send(&t, 1, MPI_DOUBLE, r, tag, comm));
       }
     return best;
   }
   double least = std::numeric_limits<double>::infinity();
-  for (int k = 0; k < round_trips; ++k) {
-    const char ping = 0;
+  for (int k = 0; k < 8 * round_trips && (k < round_trips || least > kQuickRoundTripS); ++k) {
+    const char ping = 1;
     double theirs = 0;
     const double sent = now();
     MPI_CHECK(MPI_Send(&ping, 1, MPI_CHAR, 0, tag, comm));
@@ -86,6 +87,8 @@ Runtime::ClockOffset Runtime::clock_offset(int round_trips) const {
       best = {theirs - (sent + back) / 2, least / 2};
     }
   }
+  const char done = 0;
+  MPI_CHECK(MPI_Send(&done, 1, MPI_CHAR, 0, tag, comm));
   return best;
 }
 
