@@ -400,8 +400,11 @@ int run(Runtime& rt, int argc, char** argv, bool& in_mode) {
   std::snprintf(file, sizeof file, "/rank%05d.h5", rt.rank);
   Recorder recorder(out_dir + file, info);
   // A watchdog that ends the job keeps its report in this rank's file, where the file is free
-  // within a second (the main thread may be stuck holding it).
+  // within a second (the main thread may be stuck holding it). Not once a signal is ending the
+  // process (the launcher's SIGTERM waking a stopped rank, whose watchdog then fires late): the
+  // file says "interrupted" then (install_stop_notice below).
   Watchdog::instance().set_on_abort([&recorder](const Watchdog::HangReport& report) {
+    if (stop_noticed()) return;
     recorder.finish_within("aborted by the watchdog: " + report.what, hang_attrs(report), std::chrono::seconds(1));
   });
   struct ForgetRecorder {  // before the recorder goes
@@ -409,18 +412,50 @@ int run(Runtime& rt, int argc, char** argv, bool& in_mode) {
   } forget_recorder;
   ModeContext ctx{rt, backend, recorder, out_dir, std::chrono::milliseconds(opt_int(vm, "device-sample-ms"))};
   in_mode = true;
-  install_stop_notice(rt.is_root(), "ends this run: the records finished are in " + out_dir +
-                                        ", the one being measured marked interrupted (analysis/report.py reads them)");
+  // A signal before the mode takes the stop over itself (train): the rank file says
+  // "interrupted: SIGINT" (root and the record being measured), written from the stop's own
+  // thread, before the process ends as the signal's default would.
+  install_stop_notice(rt.is_root(),
+                      "ends this run: the records finished are in " + out_dir +
+                          ", the one being measured marked interrupted (analysis/report.py reads them)",
+                      [&recorder](int signal) {
+                        recorder.interrupt_within(signal_name(signal), std::chrono::milliseconds(kStopWaitMs));
+                      });
+  struct ForgetStop {  // before the recorder goes
+    ~ForgetStop() { set_stop_keeper({}); }
+  } forget_stop;
+  // The file's final status; where it cannot be written (the disk that failed a write), the
+  // error that ends the run is the one to report.
+  auto finish = [&](const std::string& status) {
+    try {
+      recorder.finish(status, nccl_connections());
+    } catch (const WriteFailed&) {
+      if (status == "complete") throw;
+    }
+  };
   try {
     run_mode(ctx);
   } catch (const Interrupted& e) {  // stopped early on a signal, its state saved
-    recorder.finish(e.what, nccl_connections());
+    finish(e.what);
     throw ExitRequest{128 + e.signal};
+  } catch (const OutOfMemory& e) {
+    finish(std::string("error: out of memory: ") + e.what());
+    throw;
   } catch (const std::exception& e) {
-    recorder.finish(std::string("error: ") + e.what(), nccl_connections());
+    finish(std::string("error: ") + e.what());
     throw;
   }
-  recorder.finish("complete", nccl_connections());
+  if (ctx.configurations > 0 && ctx.out_of_memory == ctx.configurations) {  // a sweep of which nothing fit
+    const std::string what =
+        (ctx.configurations == 1 ? std::string("the run's one configuration does not fit (its record says oom")
+                                 : "none of the run's " + std::to_string(ctx.configurations) +
+                                       " configurations fit (each record says oom") +
+        ", with the allocation that did not fit); try a smaller --batch-size or --context-length, --low-memory where "
+        "the mode has it, or a larger --memory-limit";
+    finish("error: out of memory: " + what);
+    throw AgreedOutOfMemory(what);
+  }
+  finish("complete");
   return 0;
 }
 
@@ -440,6 +475,16 @@ int main(int argc, char** argv) {
   } catch (const AgreedError& e) {  // every rank is here, with the same error: none waits
     if (rt.is_root()) std::fprintf(stderr, "llmhpc: error: %s\n", e.what());
     code = 2;
+  } catch (const AgreedOutOfMemory& e) {  // the same on every rank, agreed: none waits
+    if (rt.is_root()) std::fprintf(stderr, "llmhpc: error: out of memory: %s\n", e.what());
+    code = 3;
+  } catch (const AgreedWriteFailed& e) {
+    if (rt.is_root()) std::fprintf(stderr, "llmhpc: error: %s\n", e.what());
+    code = 5;
+  } catch (const WriteFailed& e) {  // one rank's file: others may wait for it in a collective
+    if (rt.world_size > 1 && in_mode) abort_job(e.what(), 5);
+    std::fprintf(stderr, "llmhpc: error: %s\n", e.what());
+    code = 5;
   } catch (const UsageError& e) {
     // Before the mode runs, every rank reached the same verdict, so rank 0 speaks for
     // all. Inside a mode only some ranks may have failed: abort so none waits forever.

@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -116,6 +117,13 @@ void abort_job(const std::string& what, int code) {
   wait_if_job_aborting();
   std::fprintf(stderr, "llmhpc: error (rank %d on %s): %s\n", g_rank, g_host.c_str(), what.c_str());
   end_job(code);
+}
+
+std::string system_reason(int error_number) {
+  std::string text = std::strerror(error_number);
+  if (!text.empty() && text[0] >= 'A' && text[0] <= 'Z' && (text.size() < 2 || text[1] < 'A' || text[1] > 'Z'))
+    text[0] = char(text[0] - 'A' + 'a');  // "No space left on device", not "I/O error"
+  return text;
 }
 
 std::string mpi_error_string(int rc) {

@@ -8,6 +8,10 @@
 //   AgreedError  - a UsageError inside a mode that every rank reaches at the same point, from a
 //                  value they computed together (the global loss): no abort, rank 0 says it.
 //   OutOfMemory  - an allocation did not fit; a sweep records status "oom" and goes on.
+//   AgreedOutOfMemory - an OutOfMemory every rank reached at the same point, having agreed on it
+//                  in a collective: no abort, rank 0 says it (exit code 3).
+//   WriteFailed  - the system refused a write (a full disk, a quota, a file size limit): exit code
+//                  5; AgreedWriteFailed, the same agreed by every rank (rank 0 says it, no abort).
 #pragma once
 #include <functional>
 #include <stdexcept>
@@ -36,6 +40,26 @@ struct AgreedError : UsageError {
 struct OutOfMemory : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
+
+struct AgreedOutOfMemory : OutOfMemory {
+  using OutOfMemory::OutOfMemory;
+};
+
+// `error_number`: the system's errno (ENOSPC, EDQUOT, EFBIG, ...), 0 where it is not known;
+// `file`: the file being written.
+struct WriteFailed : std::runtime_error {
+  WriteFailed(const std::string& what, std::string file, int error_number)
+      : std::runtime_error(name_fields(what)), file(std::move(file)), error_number(error_number) {}
+  std::string file;
+  int error_number;
+};
+
+struct AgreedWriteFailed : WriteFailed {
+  explicit AgreedWriteFailed(const std::string& what) : WriteFailed(what, "", 0) {}
+};
+
+// The system's reason for `error_number` as a message's words: "no space left on device".
+std::string system_reason(int error_number);
 
 // Who we are, for fatal messages. Set once by the runtime and the device.
 void set_fatal_context_rank(int rank, const std::string& host);

@@ -1,15 +1,22 @@
 #include "src/core/stop_request.h"
 
+#include <fcntl.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <csignal>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <exception>
+#include <mutex>
+#include <thread>
 
 namespace llmhpc {
 namespace {
 
 volatile std::sig_atomic_t g_signal = 0;
+volatile std::sig_atomic_t g_noticed = 0;  // notice_and_end ran
 
 extern "C" void note_signal(int signal) {
   if (g_signal == 0) g_signal = signal;
@@ -17,9 +24,44 @@ extern "C" void note_signal(int signal) {
 
 char g_notice[1024];  // set before the handler is installed; written by it alone
 bool g_speak = false;
+// The keeper's thread reads the signal from this pipe; -1 before it runs.
+int g_keeper_pipe[2] = {-1, -1};
+std::mutex g_keeper_mutex;                                           // guards g_keeper, held while it runs
+std::function<void(int)>& g_keeper = *new std::function<void(int)>;  // never destroyed: the thread may outlive it
 
-// Async-signal-safe: write(2) of strings made beforehand, then the default action.
+// The process ends as the signal's default action has it (so its exit status says the signal).
+[[noreturn]] void end_by(int signal) {
+  std::signal(signal, SIG_DFL);
+  kill(getpid(), signal);
+  std::this_thread::sleep_for(std::chrono::seconds(1));  // the signal ends the process before this ends
+  std::_Exit(128 + signal);
+}
+
+void keep_and_end() {
+  unsigned char byte = 0;
+  while (read(g_keeper_pipe[0], &byte, 1) != 1) {
+  }
+  const int signal = byte;
+  std::thread([signal] {  // the deadline, whatever the keeper does
+    std::this_thread::sleep_for(std::chrono::seconds(kStopDeadlineS));
+    end_by(signal);
+  })
+      .detach();
+  {
+    std::lock_guard<std::mutex> hold(g_keeper_mutex);
+    try {
+      if (g_keeper) g_keeper(signal);
+    } catch (const std::exception& e) {  // the file cannot be written: the signal ends the run all the same
+      std::fprintf(stderr, "llmhpc: could not mark the rank file interrupted: %s\n", e.what());
+    }
+  }
+  end_by(signal);
+}
+
+// Async-signal-safe: write(2) of strings made beforehand, then the signal to the keeper's
+// thread, or the default action where there is none.
 extern "C" void notice_and_end(int signal) {
+  g_noticed = 1;
   if (g_speak) {
     // After a pending "[k/n] ...". Rank 0 speaks: the launcher's SIGTERM also follows another rank's abort.
     const char* name = signal == SIGINT ? "\nllmhpc: SIGINT "
@@ -28,6 +70,10 @@ extern "C" void notice_and_end(int signal) {
     ssize_t ignored = write(STDERR_FILENO, name, std::strlen(name));
     ignored = write(STDERR_FILENO, g_notice, std::strlen(g_notice));
     (void)ignored;
+  }
+  if (g_keeper_pipe[1] >= 0) {
+    const unsigned char byte = static_cast<unsigned char>(signal);
+    if (write(g_keeper_pipe[1], &byte, 1) == 1) return;  // SA_RESETHAND: the same signal again ends it
   }
   std::signal(signal, SIG_DFL);
   std::raise(signal);
@@ -47,11 +93,19 @@ void install_stop_handlers() {
   }
 }
 
-void install_stop_notice(bool speak, const std::string& notice) {
+void set_stop_keeper(std::function<void(int signal)> keep) {
+  std::lock_guard<std::mutex> hold(g_keeper_mutex);
+  g_keeper = std::move(keep);
+}
+
+void install_stop_notice(bool speak, const std::string& notice, std::function<void(int signal)> keep) {
   std::snprintf(g_notice, sizeof g_notice, "%s\n", notice.c_str());
   g_speak = speak;
+  set_stop_keeper(std::move(keep));
+  if (g_keeper_pipe[0] < 0 && pipe2(g_keeper_pipe, O_CLOEXEC) == 0) std::thread(keep_and_end).detach();
   struct sigaction action = {};
   action.sa_handler = notice_and_end;
+  action.sa_flags = SA_RESTART | SA_RESETHAND;
   sigemptyset(&action.sa_mask);
   for (int signal : {SIGTERM, SIGINT}) {
     struct sigaction old = {};
@@ -63,6 +117,8 @@ void install_stop_notice(bool speak, const std::string& notice) {
 }
 
 int stop_signal() { return int(g_signal); }
+
+bool stop_noticed() { return g_noticed != 0; }
 
 std::string signal_name(int signal) {
   switch (signal) {

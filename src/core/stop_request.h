@@ -8,6 +8,7 @@
 // the same signal again ends the process at once (Slurm's SIGKILL follows SIGTERM after KillWait
 // anyway); SIGUSR1 may come twice (jobs/train.sh sends it to the launcher and to its ranks).
 #pragma once
+#include <functional>
 #include <string>
 
 namespace llmhpc {
@@ -15,11 +16,24 @@ namespace llmhpc {
 // SIGTERM, SIGINT, SIGUSR1.
 void install_stop_handlers();
 // Until a mode installs the handlers above, SIGTERM and SIGINT end the process as uncaught
-// (the rank files keep every finished record; the one being written reads as interrupted),
-// and with `speak` (rank 0) first print "llmhpc: <signal> <notice>" on stderr, so that a
-// user who pressed Ctrl-C during a sweep is told where the results are. A signal ignored
-// when the process started stays ignored.
-void install_stop_notice(bool speak, const std::string& notice);
+// would (exit status 128 + the signal), and with `speak` (rank 0) first print "llmhpc:
+// <signal> <notice>" on stderr, so that a user who pressed Ctrl-C during a sweep is told where
+// the results are. Before it ends, `keep` (if given) runs on a thread of its own, to mark the
+// files interrupted (main.cpp: the rank file); the main thread goes on meanwhile, and may be
+// stuck in a collective, so `keep` must give up rather than wait for it long. The process ends
+// when `keep` returns, or kStopDeadlineS after the signal whatever it does; the same signal
+// again ends it at once. A signal ignored when the process started stays ignored.
+void install_stop_notice(bool speak, const std::string& notice, std::function<void(int signal)> keep = {});
+// Whether install_stop_notice's handler has taken a signal: the process is ending by it.
+bool stop_noticed();
+// Replaces (empty: removes) install_stop_notice's `keep`; waits for one that is running.
+void set_stop_keeper(std::function<void(int signal)> keep);
+// How long `keep` may wait for the main thread to let go of a file (main.cpp), and how long after
+// the signal the process ends whatever `keep` does. Under mpirun, Open MPI kills the ranks one
+// second after it passes them SIGTERM: a keeper still waiting then is cut short, and its file
+// stays as it was ("running").
+constexpr int kStopWaitMs = 2000;
+constexpr int kStopDeadlineS = 5;
 // 0, or the first of those signals received since install_stop_handlers().
 int stop_signal();
 // "SIGTERM", "SIGINT", "SIGUSR1", or "signal N".

@@ -115,11 +115,21 @@ namespace {
 // every rank) puts together. Collective over rt and tp: every tensor-parallel group gathers and
 // waits, the groups of the other data-parallel ranks with nothing to send, so that every rank
 // issues the same calls and the collectives stay numbered alike on every rank (the watchdog's
-// hang report compares the ranks' calls by number).
+// hang report compares the ranks' calls by number). A write the system refused (a full disk)
+// is the writer's alone: it tells the others in the collective that ends the save, and every
+// rank throws AgreedWriteFailed with its message.
 void write_parts(const Runtime& rt, const Runtime* tp, const std::string& path, const ModelConfig& config,
                  const std::vector<float>& params, const OptimizerState& state) {
+  std::string failed;  // the writer's WriteFailed
+  auto write = [&](const std::vector<float>& values, const OptimizerState& of) {
+    try {
+      save_checkpoint(path, config, values, &of);
+    } catch (const WriteFailed& e) {
+      failed = e.what();
+    }
+  };
   if (!tp || tp->world_size == 1) {
-    if (rt.is_root()) save_checkpoint(path, config, params, &state);
+    if (rt.is_root()) write(params, state);
   } else {
     const bool writer = rt.is_root();  // its group's parts make the file
     const int64_t total = ParameterLayout(config).total();
@@ -140,10 +150,11 @@ void write_parts(const Runtime& rt, const Runtime* tp, const std::string& path, 
       place_part(whole.m, part, {theirs.begin() + long(n), theirs.begin() + long(2 * n)});
       place_part(whole.v, part, {theirs.begin() + long(2 * n), theirs.end()});
     });
-    if (writer && tp->is_root()) save_checkpoint(path, config, whole_params, &whole);
-    tp->barrier();  // the file is complete before any data-parallel group goes on
+    if (writer && tp->is_root()) write(whole_params, whole);
+    failed = tp->broadcast(failed);  // the file is complete before any data-parallel group goes on
   }
-  rt.barrier();  // the file is complete when any rank returns
+  failed = rt.broadcast(failed);  // the file is complete when any rank returns
+  if (!failed.empty()) throw AgreedWriteFailed(failed);
 }
 }  // namespace
 

@@ -16,7 +16,13 @@
 #include "src/core/check.h"
 #include "src/core/host.h"
 
-#define H5_CHECK(call) LLMHPC_CHECK_CALL(call, int64_t, llmhpc_rc_ >= 0, ::llmhpc::h5::failure_text())
+// A failing call is fatal (a bug), unless the system refused a file's read or write (its
+// errno is on HDF5's error stack: a full disk, a quota, a file size limit): that throws
+// WriteFailed, for the caller to say which file and what it means.
+#define H5_CHECK(call)                                                           \
+  do {                                                                           \
+    if (int64_t(call) < 0) ::llmhpc::h5::call_failed(__FILE__, __LINE__, #call); \
+  } while (0)
 
 namespace llmhpc::h5 {
 namespace {
@@ -29,11 +35,8 @@ std::string drop_field(std::string text, const std::string& from) {
   return text.erase(at, end == std::string::npos ? std::string::npos : end + 2 - at);
 }
 
-// What HDF5 found wrong, from the innermost entry of its error stack (kept, not printed: see
-// quiet()). A failed write names the file and the system's reason there: "file write failed:
-// filename = '...', errno = 28, error message = 'No space left on device'" (its time, file
-// descriptor and buffer addresses left out).
-std::string failure_text() {
+// The innermost entry of HDF5's error stack, where the failure was found.
+std::string innermost_error() {
   std::string innermost;
   H5Ewalk2(
       H5E_DEFAULT, H5E_WALK_UPWARD,
@@ -42,8 +45,41 @@ std::string failure_text() {
         return 0;
       },
       &innermost);
+  return innermost;
+}
+
+// What HDF5 found wrong, from the innermost entry of its error stack (kept, not printed: see
+// quiet()). A failed write names the file and the system's reason there: "file write failed:
+// filename = '...', errno = 28, error message = 'No space left on device'" (its time, file
+// descriptor and buffer addresses left out).
+std::string failure_text() {
+  std::string innermost = innermost_error();
   innermost = drop_field(drop_field(innermost.substr(0, innermost.find(", buf = ")), "time = "), "file descriptor = ");
   return innermost.empty() ? "HDF5 call failed" : "HDF5 call failed: " + innermost;
+}
+
+// The system's errno and the file named in the innermost entry of HDF5's error stack ("...,
+// filename = 'x.h5', ..., errno = 28, ..."); 0 and "" when it has none.
+std::pair<int, std::string> system_error() {
+  std::string innermost = innermost_error();
+  const size_t at = innermost.find("errno = ");
+  if (at == std::string::npos) return {0, ""};
+  const int number = std::atoi(innermost.c_str() + at + 8);
+  std::string file;
+  for (const char* key : {"filename = '", "name = '"}) {
+    const size_t from = innermost.find(key);
+    if (from == std::string::npos) continue;
+    const size_t begin = from + std::strlen(key), end = innermost.find('\'', begin);
+    if (end != std::string::npos) file = innermost.substr(begin, end - begin);
+    break;
+  }
+  return {number, file};
+}
+
+[[noreturn]] void call_failed(const char* file, int line, const char* call) {
+  const auto [number, name] = system_error();
+  if (number > 0) throw WriteFailed("'" + name + "': " + system_reason(number), name, number);
+  fatal(file, line, call, failure_text());
 }
 
 // HDF5 prints its own error stack unless told not to; we report failures ourselves.
@@ -56,6 +92,11 @@ struct Quiet {
   }
 };
 void quiet() { static Quiet q; }
+
+// A file whose close failed (its last write refused: a full disk) stays open inside HDF5, whose
+// clean-up at exit would then crash closing it; every file llmhpc opens is closed before then,
+// so the process leaves without that clean-up. Before any HDF5 call.
+const bool g_no_cleanup_at_exit = H5dont_atexit() >= 0;
 
 Handle string_type() {
   hid_t t = H5Tcopy(H5T_C_S1);
@@ -191,7 +232,12 @@ Handle open_file(const std::string& path, Mode mode) {
   hid_t id = -1;
   if (mode == Mode::Create) {
     id = H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
-    if (id < 0) throw UsageError("cannot create '" + path + "': " + failure_text());
+    if (id < 0) {
+      const int number = system_error().first;
+      if (number == ENOSPC || number == EDQUOT || number == EFBIG)  // not the path's fault: the file system's
+        throw WriteFailed("'" + path + "': " + system_reason(number), path, number);
+      throw UsageError("cannot create '" + path + "': " + failure_text());
+    }
   } else {
     struct stat st;
     if (stat(path.c_str(), &st) != 0) throw UsageError("'" + path + "' does not exist");
@@ -408,8 +454,10 @@ void replace_file(const std::string& work, const std::string& path) {
   const int fd = ::open(work.c_str(), O_RDONLY);
   const bool synced = fd >= 0 && ::fsync(fd) == 0;
   if (fd >= 0) ::close(fd);
-  if (!synced || std::rename(work.c_str(), path.c_str()) != 0)
-    throw UsageError("cannot replace '" + path + "' by its new version '" + work + "': " + std::strerror(errno));
+  if (!synced || std::rename(work.c_str(), path.c_str()) != 0) {
+    const int number = errno;
+    throw WriteFailed("'" + work + "' (the new version of '" + path + "'): " + system_reason(number), work, number);
+  }
 }
 
 }  // namespace llmhpc::h5

@@ -1,6 +1,8 @@
 // RAII over the HDF5 C API: File, Group and the attribute and dataset helpers the
 // recorder and the checkpoint need. Every call is checked; a failing HDF5 call is fatal
-// except opening files, which throws UsageError (a bad path is the user's to fix).
+// except opening files, which throws UsageError (a bad path is the user's to fix), and a read
+// or write the system refused (a full disk, a quota, a file size limit), which throws
+// WriteFailed naming the file and the reason ("'x.h5.tmp': no space left on device").
 // Datasets are written whole (contiguous), or, for records that grow while they run,
 // created empty and appended to (chunked, unlimited).
 #pragma once
@@ -53,7 +55,7 @@ Handle open_file(const std::string& path, Mode mode);
 void flush(const Handle& file);
 // Makes the closed file `work` the file `path` in one step: fsync, then rename (atomic within
 // a directory), so `path` is always either its old or its new complete version. Throws
-// UsageError naming both when it cannot.
+// WriteFailed naming both when it cannot.
 void replace_file(const std::string& work, const std::string& path);
 // The name a file `path` is written under before replace_file: `path`.tmp.<host>.<pid>, this
 // process's own, so that two runs writing one path (a shared --save) never write one work file:

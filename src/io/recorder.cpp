@@ -1,6 +1,7 @@
 #include "src/io/recorder.h"
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdio>
 #include <ctime>
 #include <filesystem>
@@ -101,7 +102,12 @@ struct Recorder::File {
       if (ec) {
         std::error_code ignored;
         std::filesystem::remove(work, ignored);  // what part of it was written
-        throw UsageError("cannot copy '" + path + "' to '" + work + "': " + ec.message());
+        // A copy cut short reads as an I/O error (libstdc++), where the file system had no room for it.
+        namespace fs = std::filesystem;
+        const fs::path dir = fs::path(work).parent_path().empty() ? fs::path(".") : fs::path(work).parent_path();
+        const int number =
+            ec.value() == EIO && fs::space(dir, ignored).available < fs::file_size(path, ignored) ? ENOSPC : ec.value();
+        throw WriteFailed("'" + work + "' (a copy of '" + path + "'): " + system_reason(number), work, number);
       }
       working = true;
     }
@@ -109,6 +115,9 @@ struct Recorder::File {
   }
   // The working copy becomes the file. Call with the working copy closed.
   void commit() {
+    guarded([&] { commit_work(); });
+  }
+  void commit_work() {
     if (!working) return;
     std::error_code ec;
     const uint64_t bytes = std::filesystem::file_size(work, ec);
@@ -116,6 +125,26 @@ struct Recorder::File {
     working = false;
     published_bytes = ec ? 0 : bytes;
   }
+  // A write the system refused (a full disk): the working copy is dropped, so that the next
+  // change starts again from the file as last published, and the error names the rank file.
+  template <class Write>
+  void guarded(Write&& write) {
+    try {
+      write();
+    } catch (const WriteFailed& e) {
+      std::error_code ignored;
+      std::filesystem::remove(work, ignored);
+      working = false;
+      if (e.file == path) throw;  // said so already (a commit inside a write)
+      throw WriteFailed("the rank file '" + path + "' could not be written: " + system_reason(e.error_number) +
+                            " (at " + e.file + "); it keeps the records written before it (free space there, or " +
+                            "choose another {out})",
+                        path, e.error_number);
+    }
+  }
+  // Names of the records whose status is "running" (written so, or streams not closed yet): a
+  // stop marks them interrupted.
+  std::set<std::string> running;
   // After a stream's batch: commit unless the file is large and has grown by less than a quarter.
   void commit_batch() {
     std::error_code ec;
@@ -143,6 +172,7 @@ struct RecordStream::State {
   ~State();
   Buffer& column(int i, ColumnType type);
   void write(const std::string* status, const Attrs& attrs);
+  void write_batch(const std::string* status, const Attrs& attrs);
 };
 
 RecordStream::State::~State() {
@@ -168,6 +198,11 @@ RecordStream::State::Buffer& RecordStream::State::column(int i, ColumnType type)
 // reader may trust if a crash interrupts a later batch), the attributes and the status.
 void RecordStream::State::write(const std::string* status, const Attrs& attrs) {
   std::lock_guard<std::recursive_timed_mutex> hold(h5::library_lock());  // the write and its commit, whole
+  file->guarded([&] { write_batch(status, attrs); });
+  if (status) file->running.erase(group);
+}
+
+void RecordStream::State::write_batch(const std::string* status, const Attrs& attrs) {
   h5::Handle f = file->open();
   h5::Handle g = h5::open_group(f.id(), group);
   std::vector<const char*> strings;
@@ -266,10 +301,10 @@ const std::string& Recorder::path() const { return file_->path; }
 void Recorder::create_once() {
   if (created_) return;
   const RunInfo& info = info_;
-  {
+  file_->guarded([&] {
     h5::Handle f = file_->open(/*create=*/true);
     write_root(f.id(), info);
-  }
+  });
   file_->commit();
   created_ = true;
 }
@@ -277,7 +312,7 @@ void Recorder::create_once() {
 void Recorder::write(const Record& r) {
   std::lock_guard<std::recursive_timed_mutex> hold(h5::library_lock());  // the write and its commit, whole
   create_once();
-  {
+  file_->guarded([&] {
     h5::Handle f = file_->open();
     h5::Handle g = new_record(f.id(), r.group, r.status, r.attrs);
     for (const auto& [name, values] : r.series)
@@ -286,8 +321,10 @@ void Recorder::write(const Record& r) {
       h5::write_dataset(g.id(), name, {int64_t(values.size())}, values.data());
     for (const auto& [name, values] : r.string_series) h5::write_strings(g.id(), name, values);
     h5::flush(f);
-  }
+  });
   file_->commit();
+  if (r.status == "running") file_->running.insert(r.group);
+  else file_->running.erase(r.group);
 }
 
 void Recorder::write_running(const Record& r) {
@@ -308,33 +345,34 @@ RecordStream Recorder::stream(const std::string& group, const std::vector<Column
                  "column name '" + c.name + "' of '" + group + "' is empty, has a '/' or is taken");
   std::lock_guard<std::recursive_timed_mutex> hold(h5::library_lock());  // the write and its commit, whole
   create_once();
-  h5::Handle f = file_->open();
-  h5::Handle g = new_record(f.id(), group, "running", attrs);  // both closed before the commit
-  h5::write_attr(g.id(), "stream_rows", int64_t(0));
   const int64_t chunk = std::clamp(buffer_rows, kMinChunkRows, kMaxChunkRows);
   auto state = std::make_unique<RecordStream::State>();
-  for (const Column& c : columns) {
-    RecordStream::State::Buffer& b = state->buffers.emplace_back();
-    b.column = c;
-    switch (c.type) {  // the buffer takes its whole bound at once: no reallocation while appending
-      case ColumnType::Real:
-        h5::create_appendable<double>(g.id(), c.name, chunk);
-        b.reals.reserve(buffer_rows);
-        break;
-      case ColumnType::Int:
-        h5::create_appendable<int64_t>(g.id(), c.name, chunk);
-        b.ints.reserve(buffer_rows);
-        break;
-      case ColumnType::Text:
-        h5::create_appendable<std::string>(g.id(), c.name, chunk);
-        b.starts.reserve(buffer_rows);
-        break;
+  file_->guarded([&] {
+    h5::Handle f = file_->open();
+    h5::Handle g = new_record(f.id(), group, "running", attrs);  // both closed before the commit
+    h5::write_attr(g.id(), "stream_rows", int64_t(0));
+    for (const Column& c : columns) {
+      RecordStream::State::Buffer& b = state->buffers.emplace_back();
+      b.column = c;
+      switch (c.type) {  // the buffer takes its whole bound at once: no reallocation while appending
+        case ColumnType::Real:
+          h5::create_appendable<double>(g.id(), c.name, chunk);
+          b.reals.reserve(buffer_rows);
+          break;
+        case ColumnType::Int:
+          h5::create_appendable<int64_t>(g.id(), c.name, chunk);
+          b.ints.reserve(buffer_rows);
+          break;
+        case ColumnType::Text:
+          h5::create_appendable<std::string>(g.id(), c.name, chunk);
+          b.starts.reserve(buffer_rows);
+          break;
+      }
     }
-  }
-  h5::flush(f);
-  g.reset();
-  f.reset();
+    h5::flush(f);
+  });
   file_->commit();
+  file_->running.insert(group);
   state->file = file_;
   state->group = group;
   state->buffer_rows = buffer_rows;
@@ -350,14 +388,34 @@ void Recorder::finish_file(const std::string& status, const Attrs& attrs, bool e
   std::lock_guard<std::recursive_timed_mutex> hold(h5::library_lock());  // the write and its commit, whole
   if (!created_ && !even_if_absent) return;
   create_once();
-  {
+  file_->guarded([&] {
     h5::Handle f = file_->open();
     write_attrs(f.id(), attrs);
     h5::write_attr(f.id(), "status", status);
     h5::write_attr(f.id(), "end_time", utc_timestamp());
     h5::flush(f);
-  }
+  });
   file_->commit();
+  finished_ = true;
+}
+
+bool Recorder::interrupt_within(const std::string& signal, std::chrono::milliseconds wait) {
+  std::unique_lock<std::recursive_timed_mutex> hold(h5::library_lock(), std::defer_lock);
+  if (!hold.try_lock_for(wait)) return false;
+  if (!created_ || finished_) return true;  // nothing recorded, or its end said already (a watchdog's report)
+  const std::string status = "interrupted: " + signal;
+  std::string root = status;
+  if (!file_->running.empty()) root += " while measuring " + *file_->running.begin();
+  file_->guarded([&] {
+    h5::Handle f = file_->open();
+    for (const std::string& group : file_->running)
+      if (h5::exists(f.id(), group)) h5::write_attr(h5::open_group(f.id(), group).id(), "status", status);
+    h5::write_attr(f.id(), "status", root);
+    h5::write_attr(f.id(), "end_time", utc_timestamp());
+    h5::flush(f);
+  });
+  file_->commit();
+  return true;
 }
 
 bool Recorder::finish_within(const std::string& status, const Attrs& attrs, std::chrono::milliseconds wait) {

@@ -147,7 +147,8 @@ class Recorder {
   Recorder(std::string path, RunInfo info);
   ~Recorder();
   // Writes (or replaces) one record's group; the first call creates the file with the
-  // root attributes and status "running". Throws UsageError if it cannot.
+  // root attributes and status "running". Throws WriteFailed where the system refuses the
+  // write (a full disk): the file stays as it was, with the records written before.
   void write(const Record& record);
   // Writes the record's group with its attributes and status "running" before it is
   // measured: a run killed meanwhile leaves it so (analysis/llmhpc_h5.py: "interrupted").
@@ -167,6 +168,12 @@ class Recorder {
   // if it gave up. Unlike finish() it creates the file where nothing was recorded yet: a hang
   // before the first record is still reported in the rank file. Throws as finish() does.
   bool finish_within(const std::string& status, const Attrs& attrs, std::chrono::milliseconds wait);
+  // A signal ends the run (install_stop_notice, from a thread of its own while the main thread
+  // may be stuck, in a collective or holding the file): marks the records still "running" (the
+  // configuration being measured, streams not closed) and the root "interrupted: <signal>"
+  // ("... while measuring <group>"), if no file is open within `wait`; false if it gave up. The
+  // rows a stream still buffered are lost; what it published stays. Throws as finish() does.
+  bool interrupt_within(const std::string& signal, std::chrono::milliseconds wait);
   const std::string& path() const;
 
   struct File;  // the file and its working copy (recorder.cpp)
@@ -177,6 +184,7 @@ class Recorder {
   std::shared_ptr<File> file_;
   RunInfo info_;
   bool created_ = false;
+  bool finished_ = false;  // the root's final status is written
 };
 
 // "2026-11-22T10:31:07Z"

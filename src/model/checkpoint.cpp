@@ -1,6 +1,7 @@
 #include "src/model/checkpoint.h"
 
 #include <cstdio>
+#include <filesystem>
 #include <functional>
 #include <set>
 
@@ -127,8 +128,28 @@ static void save_whole(const std::string& path, const ModelConfig& config, const
   try {
     write_checkpoint(work, config, values, state);
     h5::replace_file(work, path);
-  } catch (...) {
+  } catch (const WriteFailed& e) {
     std::remove(work.c_str());  // a disk that filled, say: no half-written file left beside the checkpoint
+    namespace fs = std::filesystem;
+    std::error_code ec, no_space;
+    const fs::path dir = fs::path(path).parent_path().empty() ? fs::path(".") : fs::path(path).parent_path();
+    const fs::space_info space = fs::space(dir, no_space);
+    // The tensors in fp32 (m and v beside them), and HDF5's own bytes, a few per cent.
+    const double needed = double(total) * 4.0 * (state ? 3 : 1) * 1.02;
+    auto mb = [](double bytes) {
+      char text[32];
+      std::snprintf(text, sizeof text, "%.1f MB", bytes / 1e6);
+      return std::string(text);
+    };
+    const bool kept = fs::exists(path, ec);
+    throw WriteFailed("{save} '" + path + "': " + system_reason(e.error_number) + " writing the checkpoint (" +
+                          mb(needed) + " needed" +
+                          (!no_space ? ", " + mb(double(space.available)) + " free there" : "") +
+                          "): free space there or give {save} a path on another file system; " +
+                          (kept ? "the checkpoint there before is unchanged" : "no checkpoint was written"),
+                      path, e.error_number);
+  } catch (...) {
+    std::remove(work.c_str());
     throw;
   }
 }

@@ -233,6 +233,7 @@ void run(ModeContext& ctx, const CommModeOptions& s) {
               .attr("back_to_back_iters", s.iters)
               .attr("duration_s", s.duration_s)
               .attr("check", int64_t(s.check ? 1 : 0));
+          ctx.count_configuration(!all_allocated);
           if (!all_allocated) {
             rec.status = "oom";
             rec.attr("error", oom.empty() ? std::string("another rank ran out of memory") : oom);

@@ -24,6 +24,14 @@ struct ModeContext {
   Recorder& recorder;
   std::string out_dir;
   std::chrono::milliseconds device_sample;  // --device-sample-ms (every mode's): 0, never
+  // A sweep's configurations so far, and those of them that ran out of memory on some rank: a
+  // sweep none of whose configurations fit ends with exit code 3 (main.cpp), as a model that
+  // does not fit at all does.
+  int64_t configurations = 0, out_of_memory = 0;
+  void count_configuration(bool oom) {
+    ++configurations;
+    if (oom) ++out_of_memory;
+  }
 };
 
 // What a mode runs, holding the options it parsed.

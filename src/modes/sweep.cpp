@@ -95,6 +95,7 @@ SweepStatus Sweep::run(const std::string& label, Record& rec, const std::functio
   s.worst_rank = int(rt.reduce_all(int64_t(s.ok() ? rt.world_size : rt.rank), HostReduce::Min));
   if (s.worst_rank == rt.world_size) s.worst_rank = -1;
   else s.worst = rt.broadcast(s.mine, s.worst_rank);
+  ctx_.count_configuration(s.worst == "oom");
 
   if (s.mine.rfind("error", 0) == 0 && !rt.is_root())  // the whole message, which rank 0 does not print
     std::fprintf(stderr, "llmhpc: rank %d: %s: %s\n", rt.rank, label.c_str(), s.mine.c_str());

@@ -719,15 +719,6 @@ void run(ModeContext& ctx, const TrainOptions& o) {
     ctx.recorder.write(r);
   };
 
-  const std::string kept = kept_options(o, schedule);  // the same for every checkpoint of the run
-  auto save = [&](const std::string& when) {
-    model->wait_parameters();  // a sharded step's last all-gathers, before anything reads the weights
-    const Runtime* parts = tp > 1 ? &groups.tp : nullptr;  // the tensor-parallel group's other parts
-    if (shards) save_checkpoint_from_shards(dp_rt, o.save, *shards, *opt, parts, kept);
-    else save_checkpoint_from_ranks(dp_rt, o.save, *model, *opt, plan, parts, kept);
-    log_root(rt, "saved %s (%s; optimizer step %lld)\n", o.save.c_str(), when.c_str(), (long long)opt->steps_taken());
-  };
-
   std::vector<int32_t> inputs(mine.count * seq), targets(mine.count * seq);
   // Steps alternate between two timers, so that the data-parallel collectives' spans can be read
   // during the next step, where the host waits for the device anyway (src/modes/step_timeline.h).
@@ -744,6 +735,21 @@ void run(ModeContext& ctx, const TrainOptions& o) {
     timeline.record(r);
     busy.reset();
   };
+  const std::string kept = kept_options(o, schedule);  // the same for every checkpoint of the run
+  auto save = [&](const std::string& when) {
+    model->wait_parameters();  // a sharded step's last all-gathers, before anything reads the weights
+    const Runtime* parts = tp > 1 ? &groups.tp : nullptr;  // the tensor-parallel group's other parts
+    try {
+      if (shards) save_checkpoint_from_shards(dp_rt, o.save, *shards, *opt, parts, kept);
+      else save_checkpoint_from_ranks(dp_rt, o.save, *model, *opt, plan, parts, kept);
+    } catch (const AgreedWriteFailed& e) {  // every rank: the run ends here, the steps so far kept
+      finish_collectives(rec);
+      save_progress(std::string("error: ") + e.what());
+      throw;
+    }
+    log_root(rt, "saved %s (%s; optimizer step %lld)\n", o.save.c_str(), when.c_str(), (long long)opt->steps_taken());
+  };
+
   // --grad-accum: the rank's share in micro-batches of micro_size sequences, each one's mean loss
   // weighted 1/micro_batches in backward and added into the step's.
   double micro_losses = 0;
@@ -776,6 +782,7 @@ void run(ModeContext& ctx, const TrainOptions& o) {
     StepTimes t;
     Timer& on = s % 2 == 0 ? *timer : *other_timer;
     if (busy) busy->step_begins(on);
+    std::string out_of_memory;  // this rank's allocator's message, where the step did not fit
     try {
       if (graphed && s == 1) graph = std::make_unique<GraphedStep>(*model, opt.get(), Phase::TrainStep);
       t = graph ? graph->run(on)
@@ -783,29 +790,49 @@ void run(ModeContext& ctx, const TrainOptions& o) {
                            micro_batches > 1 ? &micro : nullptr, [&] {
                              if (busy) busy->settle_previous();
                            });
-    } catch (const OutOfMemory& e) {  // the losses so far are kept; the run ends (main reports it)
-      rec.attr("error", e.what());
-      save_progress("oom");
-      // Sharding is offered where there are data-parallel ranks to share the model state.
-      throw OutOfMemory(std::string(e.what()) + "; a step fits with a smaller --batch-size, --grad-accum 2 or more, " +
-                        (dp_rt.world_size > 1 ? "a --shard-optimizer stage that shards more (zero2, zero3), " : "") +
-                        "--low-memory, or a larger --memory-limit");
+    } catch (const OutOfMemory& e) {
+      // The ranks agree on it in the step's reduction below, which every rank reaches (a rank that
+      // went on into a collective this one left out waits for it: the watchdog ends the job then).
+      out_of_memory = e.what();
+      Watchdog::instance().settle_after_failure("out of memory (" + out_of_memory + ")");
     }
-    if (tp_group) {
+    const bool fits = out_of_memory.empty();
+    if (tp_group && fits) {
       tp_traffic = tp_group->take_traffic(&on);  // complete: the step waited for each
       tp_comm_ms.push_back(tp_traffic.exposed_ms);
       tp_busy_ms.push_back(tp_traffic.busy_ms);
     }
-    if (busy) busy->step_ended(t, std::move(tp_traffic.spans));
-    if (s == 0) {  // the memory points around the first optimizer step, which allocates its state
+    if (busy && fits) busy->step_ended(t, std::move(tp_traffic.spans));
+    if (s == 0 && fits) {  // the memory points around the first optimizer step, which allocates its state
       record_memory(rec, "before_optimizer", t.memory_before_optimizer);
       record_memory(rec, "after_optimizer", model_memory(dev.allocator()));
     }
     // The mean over the global batch (the local batches are equal, so the mean of the means),
-    // and in the same collective whether a signal asked any rank to stop: all stop together.
-    const std::vector<double> reduced = rt.reduce_all(
-        std::vector<double>{micro_batches > 1 ? micro_losses : model->mean_loss(), stop_signal() ? 1.0 : 0.0},
-        HostReduce::Sum);
+    // and in the same collective whether a signal asked any rank to stop, and whether a rank ran
+    // out of memory: all stop together.
+    const std::vector<double> reduced = rt.reduce_all(std::vector<double>{!fits               ? 0.0
+                                                                          : micro_batches > 1 ? micro_losses
+                                                                                              : model->mean_loss(),
+                                                                          stop_signal() ? 1.0 : 0.0, fits ? 0.0 : 1.0},
+                                                      HostReduce::Sum);
+    if (reduced[2] > 0) {  // the losses so far are kept; the run ends, rank 0 says why (main)
+      const int first = int(rt.reduce_all(int64_t(fits ? rt.world_size : rt.rank), HostReduce::Min));
+      std::string what = rt.broadcast(out_of_memory, first);
+      if (rt.world_size > 1)
+        what = (reduced[2] >= rt.world_size ? "every rank ran out; rank " + std::to_string(first) + ": "
+                : reduced[2] > 1
+                    ? std::to_string(int64_t(reduced[2])) + " ranks ran out; rank " + std::to_string(first) + ": "
+                    : "rank " + std::to_string(first) + ": ") +
+               what;
+      rec.attr("error", what);
+      save_progress("oom");
+      // Sharding is offered where there are data-parallel ranks to share the model state.
+      throw AgreedOutOfMemory(
+          what + " at step " + std::to_string(step) +
+          "; a step fits with a smaller --batch-size, --grad-accum 2 or more, " +
+          (dp_rt.world_size > 1 ? "a --shard-optimizer stage that shards more (zero2, zero3), " : "") +
+          "--low-memory, or a larger --memory-limit");
+    }
     wall_ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - began).count());
     if (wall_ms.size() > 1) wall_after_first_ms += wall_ms.back();
     loss.push_back(reduced[0] / rt.world_size);

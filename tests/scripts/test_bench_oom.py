@@ -1,6 +1,8 @@
 """bench (and profile and memory): a configuration that does not fit is recorded as status
 "oom", what it held is freed, and the sweep goes on, under mpirun -np 2; the allocator never
-exceeds --memory-limit; report.py shows the row. One beyond the host's memory is an oom too."""
+exceeds --memory-limit; report.py shows the row. One beyond the host's memory is an oom too. A
+sweep none of whose configurations fit exits 3, as a train run whose step does not fit does: on 2
+ranks, one message from rank 0, no abort, every rank's record oom."""
 import os
 import subprocess
 import sys
@@ -98,20 +100,19 @@ with tempfile.TemporaryDirectory() as work:
            "--d-model", "32", "--d-ff", "64", "--num-layers", "2", "--num-heads", "4", "--vocab-size", "64",
            "--context-length", "1024", "--batch-size", "4", "--steps", "2", "--memory-limit", "8MB", "--out", out]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
-    assert proc.returncode != 0, f"train out of memory exited 0:\n{proc.stdout}"
-    # The first rank to fail ends the job (MPI_Abort), maybe before another wrote its oom record.
-    statuses = []
+    assert proc.returncode == 3, f"train out of memory: exit {proc.returncode}, not 3:\n{proc.stdout}"
+    # The ranks agree on it at the step's loss reduction: every rank records its oom, rank 0 alone
+    # says it, and no rank aborts the job.
     for rank in (0, 1):
         with h5py.File(os.path.join(out, f"rank{rank:05d}.h5"), "r") as f:
             g = f["train"]
-            statuses.append(g.attrs["status"])
-            assert g.attrs["status"] in ("oom", "running"), f"train rank {rank}: {g.attrs['status']}"
-            if g.attrs["status"] == "oom":
-                assert "exceeds the limit" in g.attrs["error"], f"train rank {rank}: {g.attrs.get('error')}"
-    assert "oom" in statuses, f"no rank recorded its oom: {statuses}"
-    assert "llmhpc: error (rank " in proc.stderr and "out of memory: " in proc.stderr and \
-        "a step fits with a smaller --batch-size" in proc.stderr, \
-        f"train out of memory: no message saying what would fit:\n{proc.stderr}"
+            assert g.attrs["status"] == "oom", f"train rank {rank}: {g.attrs['status']}"
+            assert "exceeds the limit" in g.attrs["error"], f"train rank {rank}: {g.attrs.get('error')}"
+            assert f.attrs["status"].startswith("error: out of memory: "), f.attrs["status"]
+    errors = [l for l in proc.stderr.splitlines() if "llmhpc: error" in l]
+    assert len(errors) == 1 and errors[0].startswith("llmhpc: error: out of memory: every rank ran out; rank 0: ") and \
+        "a step fits with a smaller --batch-size" in errors[0] and "MPI_ABORT" not in proc.stderr, \
+        f"train out of memory: not one message from rank 0 saying what would fit:\n{proc.stderr}"
     # One rank: nothing waits for it, so the job ends as a plain error (exit code 3), not an abort.
     out = os.path.join(work, "train1")
     proc = subprocess.run([BIN] + cmd[cmd.index("--mode"):-1] + [out], capture_output=True, text=True, timeout=300)
@@ -133,4 +134,20 @@ with tempfile.TemporaryDirectory() as work:
         assert proc.returncode == 3 and "out of memory: " in proc.stderr, \
             f"{' '.join(launch)} train whose model does not fit: exit {proc.returncode}, not 3:\n{proc.stderr}"
         assert not os.path.exists(out), f"{out} left behind"
+    # A sweep none of whose configurations fit: exit 3 (nothing was measured), one message, the
+    # records oom and the root status saying so; on one rank and on two.
+    for mode, extra in (("bench", ["--batch-size", "100000000", "--steps", "1", "--warmup", "0"]),
+                        ("memory", ["--memory-limit", "1KB"])):
+        for launch in ([], [MPIEXEC, "--oversubscribe", "-np", "2"]):
+            out = os.path.join(work, f"none_{mode}{len(launch)}")
+            proc = subprocess.run(launch + [BIN, "--mode", mode, "--device", "cpu", "--model", "tiny", *extra, "--out", out],
+                                  capture_output=True, text=True, timeout=300)
+            errors = [l for l in proc.stderr.splitlines() if "llmhpc: error" in l]
+            assert proc.returncode == 3 and len(errors) == 1 and "configuration" in errors[0] and \
+                errors[0].startswith("llmhpc: error: out of memory: ") and "--memory-limit" in errors[0], \
+                f"{' '.join(launch)} {mode} in which nothing fits: exit {proc.returncode}, not 3:\n{proc.stderr}"
+            for rank in range(2 if launch else 1):
+                with h5py.File(os.path.join(out, f"rank{rank:05d}.h5"), "r") as f:
+                    assert f.attrs["status"].startswith("error: out of memory: "), f.attrs["status"]
+                    assert {g.attrs["status"] for g in f[mode].values()} == {"oom"}, f"{mode} rank {rank}"
 print("bench, profile, memory and train oom: ok")

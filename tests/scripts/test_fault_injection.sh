@@ -59,8 +59,8 @@ kind = sys.argv[2]
 assert run.ranks == [0, 1, 2], run.ranks
 assert not run.complete, "a killed run must not read as complete"
 statuses = {}
-for r in run.records(kind, rank=None):
-    statuses.setdefault(r.status, []).append(r.name)
+for r in run.records(kind, rank=None):  # "interrupted: SIGTERM": a signal ended the rank (the launcher's after a fault)
+    statuses.setdefault("interrupted" if r.status.startswith("interrupted") else r.status, []).append(r.name)
     if r.ok:
         key = "time_us" if kind == "comm" else "step_ms"
         want = r.attrs["iters"] if kind == "comm" else r.attrs["steps"]
@@ -119,6 +119,19 @@ readable ddp_exit ddp
 # finished records are before the signal ends it, and they stay readable.
 run ddp_sigint "rank=0,config=2,step=2,action=signal:2" "SIGINT ends this run: the records finished are in $WORK/ddp_sigint" "${DDP[@]}"
 readable ddp_sigint ddp
+# The files say so themselves: rank 0's root "interrupted: SIGINT" and the record it was measuring
+# when its file was marked (the main thread goes on meanwhile: it may have finished one).
+"$PY" - "$WORK/ddp_sigint/rank00000.h5" <<'EOF' || fail "ddp_sigint: rank 0's file does not say it was interrupted by SIGINT"
+import sys, h5py
+with h5py.File(sys.argv[1], "r") as f:
+    root = f.attrs["status"]
+    status = {name: g.attrs["status"] for name, g in f["ddp"].items()}
+    marked = [name for name, s in status.items() if s == "interrupted: SIGINT"]
+    assert root.startswith("interrupted: SIGINT") and "end_time" in f.attrs, root
+    assert set(status.values()) <= {"ok", "interrupted: SIGINT"}, status
+    assert marked == ([root.rsplit("/", 1)[1]] if " while measuring ddp/" in root else []), (root, status)
+    print(f"    ddp_sigint: rank 0's file says '{root}'")
+EOF
 run comm_stall "rank=1,config=3,step=5,action=stall" "watchdog on rank" "${COMM[@]}"
 grep -q "no progress within --comm-timeout" "$WORK/comm_stall.log" || fail "comm_stall: no timeout report"
 grep -q "last enqueued collective #[0-9]*, last completed #[0-9]*" "$WORK/comm_stall.log" ||
