@@ -588,6 +588,12 @@ void run(ModeContext& ctx, const TrainOptions& o) {
       order == DataOrder::Random ? "random" : "sequential",
       init ? (", from " + o.init + " at step " + std::to_string(opt->steps_taken())).c_str() : "");
   for (const std::string& note : notes) log_root(rt, "train: %s\n", note.c_str());
+  const int64_t last_step = opt->steps_taken() + steps;
+  if (schedule.decay != LrDecay::Constant && schedule.decay_steps < last_step)
+    log_root(
+        rt, "train: note: the decay ends at step %lld (--lr-decay-steps), so steps %lld to %lld train at --min-lr %s\n",
+        (long long)schedule.decay_steps, (long long)schedule.decay_steps + 1, (long long)last_step,
+        fmt_exact(schedule.min).c_str());
   if (micro_batches > 1)
     log_root(rt, "train: each step in %d micro-batches of %lld sequence%s per rank, gradients added up%s\n",
              micro_batches, (long long)micro_size, micro_size == 1 ? "" : "s",

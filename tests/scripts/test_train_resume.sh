@@ -38,6 +38,11 @@ assert whole >= device and 8 * 16 / ((whole + 0.051) / 1e3) <= tokens <= 8 * 16 
     (device, whole, tokens)
 PY
 run2 part $TRAIN $DP $SCHEDULE --steps 5 --lr-decay-steps 8 --save part.h5
+# A decay that ends before the run's last step: the steps after it train at --min-lr, said.
+timeout 60 "$BIN" $TRAIN --steps 4 --lr-schedule cosine --min-lr 1e-4 --lr-decay-steps 2 --out short_decay \
+  >short_decay.log 2>&1 &&
+  grep -qF "train: note: the decay ends at step 2 (--lr-decay-steps), so steps 3 to 4 train at --min-lr 0.0001" \
+    short_decay.log || fail "a decay that ends before the run's last step is not said"
 run2 resumed $TRAIN $DP $SCHEDULE --steps 3 --init part.h5 --save resumed.h5
 run2 resumed_bare --mode train --device cpu --data tokens.bin $DP --steps 3 --init part.h5 --save resumed_bare.h5
 grep -qF "train: as 'part.h5' was trained: --batch-size 8 --lr 0.003 --lr-schedule cosine --lr-warmup-steps 2 --min-lr 0.0001 --lr-decay-steps 8 --clip-grad-norm 0.5 (an option given here takes its place)" resumed_bare.log ||
