@@ -396,9 +396,7 @@ int run(Runtime& rt, int argc, char** argv, bool& in_mode) {
   for (auto& fact : node_topology(rt)) info.environment.push_back(std::move(fact));
   info.environment.emplace_back("clock_offset_s", clock.offset_s);
   info.environment.emplace_back("clock_offset_uncertainty_s", clock.uncertainty_s);
-  char file[32];
-  std::snprintf(file, sizeof file, "/rank%05d.h5", rt.rank);
-  Recorder recorder(out_dir + file, info);
+  Recorder recorder(out_dir + "/" + rank_file_name(rt.rank), info);
   // A watchdog that ends the job keeps its report in this rank's file, where the file is free
   // within a second (the main thread may be stuck holding it). Not once a signal is ending the
   // process (the launcher's SIGTERM waking a stopped rank, whose watchdog then fires late): the

@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <ctime>
 #include <filesystem>
+#include <regex>
 #include <set>
 
 #include "git_sha.h"  // generated at build time (cmake/git_sha.cmake)
@@ -423,6 +424,20 @@ bool Recorder::finish_within(const std::string& status, const Attrs& attrs, std:
   if (!hold.try_lock_for(wait)) return false;
   finish_file(status, attrs, /*even_if_absent=*/true);
   return true;
+}
+
+std::string rank_file_name(int rank) {
+  char name[32];
+  std::snprintf(name, sizeof name, "rank%05d.h5", rank);
+  return name;
+}
+
+bool is_rank_file_of(const std::string& path, const std::string& out_dir) {
+  namespace fs = std::filesystem;
+  const fs::path file(path);
+  std::error_code ec;
+  const bool in_out = fs::equivalent(file.parent_path().empty() ? fs::path(".") : file.parent_path(), out_dir, ec);
+  return in_out && std::regex_match(file.filename().string(), std::regex(R"(rank[0-9]+\.h5(\..*)?)"));
 }
 
 std::string utc_timestamp() {

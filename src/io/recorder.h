@@ -187,6 +187,11 @@ class Recorder {
   bool finished_ = false;  // the root's final status is written
 };
 
+// A rank's file in a run's folder: "rank00003.h5" (docs/hdf5-schema.md).
+std::string rank_file_name(int rank);
+// Whether `path` names a rank file (rankNNNNN.h5, or its work copy while written) in `out_dir`.
+bool is_rank_file_of(const std::string& path, const std::string& out_dir);
+
 // "2026-11-22T10:31:07Z"
 std::string utc_timestamp();
 // The commit this binary was built from (`git describe`), the rank files' git_sha.

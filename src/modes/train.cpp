@@ -17,7 +17,6 @@
 #include <filesystem>
 #include <limits>
 #include <map>
-#include <regex>
 #include <sstream>
 
 #include "src/core/progress_board.h"
@@ -392,14 +391,6 @@ int64_t owned_parameters(const SyncPlan& plan, int rank, const ParameterLayout& 
   return n;
 }
 
-// Whether `path` names a rank file (rankNNNNN.h5, or its .tmp while written) in `out_dir`.
-bool is_rank_file_of(const std::string& path, const std::string& out_dir) {
-  namespace fs = std::filesystem;
-  const fs::path file(path);
-  std::error_code ec;
-  const bool in_out = fs::equivalent(file.parent_path().empty() ? fs::path(".") : file.parent_path(), out_dir, ec);
-  return in_out && std::regex_match(file.filename().string(), std::regex(R"(rank[0-9]+\.h5(\..*)?)"));
-}
 
 void run(ModeContext& ctx, const TrainOptions& o) {
   Runtime& rt = ctx.rt;
