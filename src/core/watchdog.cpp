@@ -651,18 +651,24 @@ void Watchdog::note_hang_elsewhere() {
                               (step >= 0 ? " at step " + std::to_string(step) : "") +
                               " (its rank file keeps the report)\n";
   (void)!::write(STDERR_FILENO, printed.data(), printed.size());
+  keep_report(report);
+}
+
+// The printed report into the rank file (set_on_abort), then RankProgress::reported: the other
+// ranks' watchdogs stop waiting for this one.
+void Watchdog::keep_report(const HangReport& report) {
   std::function<void(const HangReport&)> keep;
   {
-    std::unique_lock<std::mutex> lock(s.keep_mutex, std::try_to_lock);
-    if (lock.owns_lock()) keep = s.on_abort;
+    std::unique_lock<std::mutex> lock(state_->keep_mutex, std::try_to_lock);  // never wait on the main thread
+    if (lock.owns_lock()) keep = state_->on_abort;
   }
   if (keep) {
     try {
       keep(report);
-    } catch (...) {  // printed; a file that cannot take it changes nothing
+    } catch (...) {  // the report is printed: a file that cannot take it changes nothing here
     }
   }
-  s.reported.store(true);
+  state_->reported.store(true);
 }
 
 void Watchdog::set_on_abort(std::function<void(const HangReport&)> keep) {
@@ -711,18 +717,7 @@ void Watchdog::fail(const std::string& what, const Op* op) {
     if (n <= 0) break;
     at += size_t(n);
   }
-  std::function<void(const HangReport&)> keep;
-  {
-    std::unique_lock<std::mutex> lock(state_->keep_mutex, std::try_to_lock);  // never wait on the main thread
-    if (lock.owns_lock()) keep = state_->on_abort;
-  }
-  if (keep) {
-    try {
-      keep(report);
-    } catch (...) {  // the report is printed: a file that cannot take it changes nothing here
-    }
-  }
-  state_->reported.store(true);
+  keep_report(report);
   answer_while_others_report(answers);
   remove_unpublished_files();
   MPI_Abort(MPI_COMM_WORLD, 4);

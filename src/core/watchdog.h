@@ -233,6 +233,7 @@ class Watchdog {
   std::string describe(const Op& op) const;
   std::vector<RankAnswer> ask_the_ranks(HangReport& report, const Op* op) const;
   void note_hang_elsewhere();
+  void keep_report(const HangReport& report);
   void answer_while_others_report(const std::vector<RankAnswer>& answers) const;
 
   double timeout_s_ = 0;
