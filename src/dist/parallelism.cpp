@@ -267,8 +267,8 @@ LocalBatch local_batch(int64_t global_batch, int rank, int world_size) {
   return {int64_t(rank) * count, count};
 }
 
-std::unique_ptr<Communicator> make_gradient_communicator(const Runtime& rt, const std::string& backend, Device& dev,
-                                                         bool copy_engines, int color) {
+std::unique_ptr<Communicator> make_model_communicator(const Runtime& rt, const std::string& backend, Device& dev,
+                                                      bool copy_engines, int color) {
   if (backend == "mpi" && dev.kind() == DeviceKind::Cuda)
     throw UsageError("{backend} mpi reduces host buffers, but the model's gradients are on the GPU: use {backend} "
                      "nccl (or auto) with {device} cuda, or {device} cpu with mpi");
@@ -319,14 +319,16 @@ bool rank_block_spans_nodes(const Runtime& rt, int group) {
   return spans;
 }
 
-ShardGroups make_shard_groups(const Runtime& rt, const std::string& backend, Device& dev, int group) {
+ShardGroups make_shard_groups(const Runtime& rt, const std::string& backend, Device& dev, int group,
+                              bool copy_engines) {
   ShardGroups g;
   if (group == rt.world_size) {
-    g.shard = make_gradient_communicator(rt, backend, dev, false);
+    g.shard = make_model_communicator(rt, backend, dev, copy_engines);
     return g;
   }
-  g.shard = make_gradient_communicator(rt, backend, dev, false, rt.rank / group);
-  g.replicas = make_gradient_communicator(rt, backend, dev, false, rt.rank % group);
+  LLMHPC_CHECK(!copy_engines, "hybrid sharding averages over its groups with NCCL's kernels (check_zero1_groups)");
+  g.shard = make_model_communicator(rt, backend, dev, false, rt.rank / group);
+  g.replicas = make_model_communicator(rt, backend, dev, false, rt.rank % group);
   return g;
 }
 

@@ -115,13 +115,14 @@ std::unique_ptr<GradientSync> make_model_sync(const SyncPlan& plan, Communicator
                                               bool share_copy, CollectiveEngine engine = CollectiveEngine::Sm,
                                               Communicator* replicas = nullptr);
 
-// The communicator the gradients are reduced over: nccl on the model's GPU, ordered after its
-// compute stream; mpi where the model lives in host memory. `copy_engines`: the run asks for
-// them, so copy_engines_unavailable is an error. `color` >= 0: over the ranks of that color only
+// The communicator over the ranks of `rt` for the model's buffers (gradients, weights, a
+// tensor-parallel group's activations): nccl on the model's GPU, ordered after its compute
+// stream; mpi where the model lives in host memory. `copy_engines`: the run asks for them, so
+// copy_engines_unavailable is an error. `color` >= 0: over the ranks of that color only
 // (Runtime::split). Collective; throws the same UsageError on every rank (wrap it in
 // collective_check).
-std::unique_ptr<Communicator> make_gradient_communicator(const Runtime& rt, const std::string& backend, Device& dev,
-                                                         bool copy_engines, int color = -1);
+std::unique_ptr<Communicator> make_model_communicator(const Runtime& rt, const std::string& backend, Device& dev,
+                                                      bool copy_engines, int color = -1);
 
 // Hybrid sharding's groups: `shard_group` (Parallelism::shard_group) of `sharding` resolved to a
 // number of ranks, the same on every rank: 0 takes the ranks of one node, which must then be the
@@ -131,14 +132,16 @@ int resolve_shard_group(int shard_group, Sharding sharding, const Runtime& rt);
 // Whether this rank's block of `group` consecutive ranks of `rt` (its shard group) holds ranks of
 // several nodes: ranks not numbered node by node (mpirun --map-by node). Collective.
 bool rank_block_spans_nodes(const Runtime& rt, int group);
-// The communicators of hybrid sharding over groups of `group` consecutive ranks: `shard` over
-// this rank's group, where the shards are cut; `replicas` over the ranks holding the same part
-// in every group, where the groups' gradients are averaged (null when one group holds every
-// rank). Collective.
+// The communicators of data parallelism over the ranks of `rt` in shard groups of `group`
+// consecutive ranks (SyncPlan::ranks; resolve_shard_group): `shard` over this rank's group,
+// where the gradients are reduced and the shards cut; `replicas` over the ranks holding the
+// same part in every group, where the groups' gradients are averaged (null when one group
+// holds every rank, the only layout `copy_engines` applies to). Collective.
 struct ShardGroups {
   std::unique_ptr<Communicator> shard, replicas;
 };
-ShardGroups make_shard_groups(const Runtime& rt, const std::string& backend, Device& dev, int group);
+ShardGroups make_shard_groups(const Runtime& rt, const std::string& backend, Device& dev, int group,
+                              bool copy_engines = false);
 
 // Writes `path` on rank 0 with the parameters and the whole optimizer state, in the layout of
 // an unsharded run: under sharding every rank sends the state it owns (plan.owned) to rank 0,

@@ -100,7 +100,7 @@ MeshRuntimes::~MeshRuntimes() {
 TensorParallelMesh::TensorParallelMesh(const Runtime& rt, int tp, const std::string& backend, Device& dev)
     : ranks(rt, tp) {
   if (tp == 1) return;
-  comm = make_gradient_communicator(rt, backend, dev, false, ranks.place.dp_rank);
+  comm = make_model_communicator(rt, backend, dev, false, ranks.place.dp_rank);
   // Two marks per wait, read back once a step (take_traffic; a step of more waits folds them
   // early, which waits for the device once): a layer waits up to 12 times a micro-batch (sequence
   // parallelism: forward's 2 gathers and 2 reductions, backward's 4 gathers, 2 reductions and the

@@ -86,7 +86,7 @@ class MeshRuntimes {
 };
 
 // A rank's place in the tp x dp layout with what the model runs on: the Runtimes (MeshRuntimes)
-// and the tensor-parallel group's collectives on `backend` (make_gradient_communicator; null at
+// and the tensor-parallel group's collectives on `backend` (make_model_communicator; null at
 // tp 1). Collective over `rt`; throws the same UsageError on every rank.
 struct TensorParallelMesh {
   TensorParallelMesh(const Runtime& rt, int tp, const std::string& backend, Device& dev);

@@ -33,6 +33,7 @@
 #include "src/core/stats.h"
 #include "src/core/units.h"
 #include "src/core/watchdog.h"
+#include "src/dist/data_parallel_training.h"
 #include "src/model/train_step.h"
 #include "src/modes/data_parallel.h"
 #include "src/modes/model_sweep.h"
@@ -320,13 +321,12 @@ void add_options(po::options_description& desc) {
 // group's collectives inside each layer.
 struct Mesh {
   std::unique_ptr<TensorParallelMesh> tp;
-  std::unique_ptr<Communicator> comm;  // the gradients', over every data-parallel rank
-  std::map<int, ShardGroups> hybrid;   // by the ranks in a group, fewer than the data-parallel ranks
+  std::map<int, ShardGroups> groups;  // by the ranks in a shard group: every data-parallel rank, and hybrid's
   const MeshRuntimes& ranks() const { return tp->ranks; }
   // Where the state `group` ranks share is reduced: among the group, and over the ranks holding
-  // the same parts in the other groups (null where one group holds every rank).
-  Communicator& group_comm(int group) const { return hybrid.count(group) ? *hybrid.at(group).shard : *comm; }
-  Communicator* replicas(int group) const { return hybrid.count(group) ? hybrid.at(group).replicas.get() : nullptr; }
+  // the same parts in the other groups (replicas: null where one group holds every rank).
+  const ShardGroups& of(int group) const { return groups.at(group); }
+  Communicator& every_rank() const { return *of(ranks().dp.world_size).shard; }
 };
 
 // One Mesh per --tp among `cases`, and each case's group resolved (DdpCase::group) with the
@@ -342,13 +342,14 @@ std::map<int, std::unique_ptr<Mesh>> make_meshes(const Runtime& rt, const DdpOpt
       mesh = std::make_unique<Mesh>();
       mesh->tp = make_tensor_parallel_mesh(rt, c.tp, o.backend, dev);
       const Runtime& dp = mesh->ranks().dp;
-      collective_check(rt, [&] { mesh->comm = make_gradient_communicator(dp, backend, dev, o.copy_engines); });
+      collective_check(rt, [&] {
+        mesh->groups.emplace(dp.world_size, make_shard_groups(dp, backend, dev, dp.world_size, o.copy_engines));
+      });
     }
     const Runtime& dp = mesh->ranks().dp;
     collective_check(rt, [&] {
       c.group = resolve_shard_group(c.shard_group, c.sharding, dp);
-      if (c.group < dp.world_size && !mesh->hybrid.count(c.group))
-        mesh->hybrid.emplace(c.group, make_shard_groups(dp, backend, dev, c.group));
+      if (!mesh->groups.count(c.group)) mesh->groups.emplace(c.group, make_shard_groups(dp, backend, dev, c.group));
     });
     if (!warned_of_placement) warned_of_placement = warn_of_node_shard_groups(rt, dp, c.shard_group, c.group);
   }
@@ -379,16 +380,16 @@ void run(ModeContext& ctx, const DdpOptions& o) {
   std::vector<DdpCase> resolved;
   for (DdpCase c : cases) {
     const Mesh& mesh = *meshes.at(c.tp);
-    const bool hybrid_zero1 = c.sharding == Sharding::Zero1 && mesh.replicas(c.group);
+    const bool hybrid_zero1 = c.sharding == Sharding::Zero1 && mesh.of(c.group).replicas;
     if (hybrid_zero1 && (c.engine == CollectiveEngine::Copy || c.reduce_in_bf16)) continue;
-    c.engine = hybrid_zero1
-                   ? CollectiveEngine::Sm
-                   : resolve_collective_engine(c.engine, c.strategy, c.sharding, mesh.ranks().dp, dev, *mesh.comm);
+    c.engine = hybrid_zero1 ? CollectiveEngine::Sm
+                            : resolve_collective_engine(c.engine, c.strategy, c.sharding, mesh.ranks().dp, dev,
+                                                        mesh.every_rank());
     if (std::none_of(resolved.begin(), resolved.end(), [&](const DdpCase& r) { return r.label() == c.label(); }))
       resolved.push_back(c);
   }
   cases = std::move(resolved);
-  const std::string backend_name = meshes.begin()->second->comm->backend_name();
+  const std::string backend_name = meshes.begin()->second->every_rank().backend_name();
 
   const std::string timed = timed_text(duration_s, steps, "steps");
   log_root(rt, "ddp: %zu configuration(s), %lld warm-up steps, %s, %d rank(s) on %s, backend %s%s%s\n", cases.size(),
@@ -427,8 +428,8 @@ void run(ModeContext& ctx, const DdpOptions& o) {
     const MeshPlace& place = mesh.ranks().place;
     CommTensorParallelGroup* tp_group = mesh.tp->group.get();
     const int group = c.group;
-    Communicator& comm = mesh.group_comm(group);
-    Communicator* replicas = mesh.replicas(group);
+    Communicator& comm = *mesh.of(group).shard;
+    Communicator* replicas = mesh.of(group).replicas.get();
     const ParameterLayout layout(c.model, TensorSplit{c.tp, place.tp_rank});  // this rank's part
     const LocalBatch mine = local_batch(c.batch, dp_rt.rank, dp_rt.world_size);
     Record rec;
@@ -465,9 +466,7 @@ void run(ModeContext& ctx, const DdpOptions& o) {
     std::vector<double> slowest, collectives_ms;  // the slowest rank's steps; the collectives' device time
     const SyncPlan plan = data_parallel_plan(c.strategy, c.sharding, layout, c.precision, c.grads, c.bucket_mb, group,
                                              shard_alignment(dev, c.precision, c.share_copy), c.reduce_in_bf16);
-    std::unique_ptr<AdamW> opt;
-    std::unique_ptr<UnitShards> shards;  // zero2, zero3: made where memory is agreed on, then the sync
-    std::unique_ptr<GradientSync> sync;
+    std::unique_ptr<DataParallelTraining> training;  // made where running out of memory is agreed on
     SyncStats stats;
     // after_init: the model as built; under zero2 and zero3 with this rank's shards of it.
     MemoryBreakdown after_init, before_optimizer, after_optimizer;
@@ -483,17 +482,16 @@ void run(ModeContext& ctx, const DdpOptions& o) {
               for (size_t k = i; k < cases.size() && cases[k].model_key() == live.key; ++k) {
                 const DdpCase& o = cases[k];
                 shape.context_length = std::max(shape.context_length, o.model.context_length);
-                if (c.sharded()) continue;  // no flat buffers
-                flat_elements =
-                    std::max(flat_elements,
-                             data_parallel_plan(o.strategy, o.sharding, ParameterLayout(o.model, layout.tensor_split()),
-                                                o.precision, o.grads, o.bucket_mb, o.group,
-                                                shard_alignment(dev, o.precision, o.share_copy))
-                                 .flat_elements);
+                flat_elements = std::max(
+                    flat_elements, model_storage(data_parallel_plan(o.strategy, o.sharding,
+                                                                    ParameterLayout(o.model, layout.tensor_split()),
+                                                                    o.precision, o.grads, o.bucket_mb, o.group,
+                                                                    shard_alignment(dev, o.precision, o.share_copy)))
+                                       .flat_elements);
               }
               live.model = std::make_unique<TransformerLM>(
                   TransformerLM::Config{shape, c.precision, c.attention, memory, flat_elements, GradientStorage::Whole,
-                                        c.grads, c.sharded() ? ParameterStorage::Sharded : ParameterStorage::Local,
+                                        c.grads, model_storage(plan).parameters,
                                         mesh.tp->model_config(c.sequence_parallel, c.tp_overlap)},
                   dev, ops);
               // Different per rank: the broadcast must work. (Shards are drawn from one seed below.)
@@ -503,21 +501,17 @@ void run(ModeContext& ctx, const DdpOptions& o) {
             // Each data-parallel rank its own batch.
             set_random_batch(*live.model, mine.count, c.model.context_length, seed, 16 * uint64_t(place.dp_rank) + 1);
             // zero2, zero3: the shards, their places and windows, and the optimizer state, what a
-            // sharded step keeps. A step runs here where it holds no collectives: not sharded,
-            // not tensor-parallel (elsewhere the activations come with the first step).
-            after_init = live.after_init;
-            if (c.sharded()) {  // the model as built with this rank's shards, not the batch
-              const MemoryBreakdown before_shards = model_memory(dev.allocator());
-              shards = std::make_unique<UnitShards>(plan, comm, *live.model, ops, replicas);
-              after_init = with_change(live.after_init, before_shards, model_memory(dev.allocator()));
-            }
+            // sharded step keeps (after_init: the model as built with this rank's shards, not the
+            // batch). A step runs here where it holds no collectives: not sharded, not
+            // tensor-parallel (elsewhere the activations come with the first step).
+            const MemoryBreakdown before_shards = model_memory(dev.allocator());
+            training = std::make_unique<DataParallelTraining>(plan, &comm, replicas, *live.model, ops, AdamWHyper{});
+            after_init = with_change(live.after_init, before_shards, model_memory(dev.allocator()));
             const bool step_here = !c.sharded() && c.tp == 1;
             // The gradients exist; the activations and backward's scratch come and go with it.
             if (step_here) run_step(*live.model, nullptr, Phase::ForwardBackward, *timer);
             before_optimizer = model_memory(dev.allocator());
-            opt = shards ? std::make_unique<AdamW>(*live.model, ops, AdamWHyper{}, shards->optimizer_shard())
-                         : std::make_unique<AdamW>(*live.model, ops, AdamWHyper{}, plan.owned(comm.rank()));
-            opt->allocate_state();  // here, where running out of memory is agreed on
+            training->optimizer().allocate_state();  // here, where running out of memory is agreed on
             // A step's peak (activations and scratch beside the state) once more, so that a
             // timed step does not run out of memory where the state took their cached blocks.
             if (step_here) run_step(*live.model, nullptr, Phase::ForwardBackward, *timer);
@@ -528,20 +522,16 @@ void run(ModeContext& ctx, const DdpOptions& o) {
                                       true, c.attention},
                                      compute_dtype(c.precision)))
             rec.attr(name, value);
-          if (shards) {  // every configuration starts from the seed's weights
-            shards->initialize(seed);
-            sync = std::move(shards);
-          } else {  // every configuration starts from rank 0's weights
-            broadcast_parameters(comm, model.params(), replicas);
-            model.parameters_changed();
-            if (c.strategy != SyncStrategy::None)
-              sync = make_model_sync(plan, comm, model, c.share_copy, c.engine, replicas);
-          }
+          // Every configuration starts from rank 0's weights: the seed's where sharded, else broadcast.
+          if (c.sharded()) training->initialize(seed);
+          training->start(c.share_copy, c.engine);
+          GradientSync* const sync = training->sync();
           rt.barrier();
           int64_t steps_run = 0;
           auto step = [&](Timer& on, const std::function<void()>& while_device_runs = nullptr) {
             Watchdog::instance().set_step(steps_run++);  // warm-up and --heat-s steps count too
-            return run_step(model, opt.get(), Phase::TrainStep, on, sync.get(), nullptr, nullptr, while_device_runs);
+            return run_step(model, &training->optimizer(), Phase::TrainStep, on, sync, nullptr, nullptr,
+                            while_device_runs);
           };
           for (int64_t s = 0; s < warmup; ++s) warm.add(step(*timer));
           const double pace_s = duration_s > 0 || heat_s > 0 ? agreed_iteration_s(rt, warm.step, 1e-3) : 0;
@@ -613,7 +603,7 @@ void run(ModeContext& ctx, const DdpOptions& o) {
               .attr("param_collectives_per_step", stats.param_collectives)
               .attr("param_comm_bytes_per_step", stats.param_bytes)
               .attr("comm_bus_bytes_per_step", stats.bus_bytes)
-              .attr("optimizer_owned_elements", opt->owned_elements());
+              .attr("optimizer_owned_elements", training->optimizer().owned_elements());
           record_memory(rec, "before_optimizer", before_optimizer);
           record_memory(rec, "after_optimizer", after_optimizer);
           return fmt(mean(timed.step)) + " ms/step, exposed comm " + fmt(mean(timed.comm)) + " ms" +
@@ -623,14 +613,11 @@ void run(ModeContext& ctx, const DdpOptions& o) {
           record_memory(r, "after_init", after_init);
           r.attr("peak_memory_bytes", dev.allocator().peak_bytes());
           if (r.status != "ok") {  // free what this configuration held; the next one builds its own model
-            sync.reset();
-            shards.reset();
-            opt.reset();
+            training.reset();
             live = LiveModel{};
           }
         });
-    sync.reset();
-    opt.reset();
+    training.reset();
     const double step = mean(timed.step), comm_ms = mean(timed.comm);
     sweep.add_row({shape_label(c.model), std::to_string(c.model.context_length), std::to_string(c.batch),
                    precision_name(c.precision), c.impl_column(), c.sharding_column(),

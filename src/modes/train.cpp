@@ -29,6 +29,7 @@
 #include "src/model/train_step.h"
 #include "src/core/watchdog.h"
 #include "src/core/table.h"
+#include "src/dist/data_parallel_training.h"
 #include "src/dist/tensor_parallel.h"
 #include "src/modes/data_parallel.h"
 #include "src/modes/options.h"
@@ -495,81 +496,58 @@ void run(ModeContext& ctx, const TrainOptions& o) {
                       std::to_string(most) + " tokens; every rank must read the same tokens");
   const LocalBatch mine = local_batch(batch, dp_rt.rank, dp_rt.world_size);
   const int64_t micro_size = mine.count / micro_batches;
-  std::unique_ptr<Communicator> comm, replicas;                       // replicas: hybrid sharding's groups
-  if (shards_parameters(sharding) || shard_group < dp_rt.world_size)  // zero2, zero3 and every hybrid stage
+  ShardGroups comms;  // the data-parallel ranks' (none where this rank trains alone)
+  if (strategy != SyncStrategy::None)
     collective_check(rt, [&] {
-      ShardGroups made = make_shard_groups(dp_rt, resolve_backend(o.backend, dev.kind()), dev, shard_group);
-      comm = std::move(made.shard);
-      replicas = std::move(made.replicas);
+      comms = make_shard_groups(dp_rt, resolve_backend(o.backend, dev.kind()), dev, shard_group,
+                                par.engine == CollectiveEngine::Copy);
     });
-  else if (strategy != SyncStrategy::None)
-    collective_check(rt, [&] {
-      comm = make_gradient_communicator(dp_rt, resolve_backend(o.backend, dev.kind()), dev,
-                                        par.engine == CollectiveEngine::Copy);
-    });
-  const CollectiveEngine engine = comm && !replicas
+  Communicator* const comm = comms.shard.get();
+  const CollectiveEngine engine = comm && !comms.replicas
                                       ? resolve_collective_engine(par.engine, strategy, sharding, dp_rt, dev, *comm)
                                       : CollectiveEngine::Sm;  // hybrid: the groups' average takes NCCL's kernels
   const int64_t seq = config.context_length;                   // sequences are as long as the model's context
-  // zero2, zero3: the model keeps no flat buffers; the shards hold its parameters and gradients.
-  const bool sharded = shards_parameters(sharding);
+  const bool sharded = shards_parameters(sharding);            // zero2, zero3: the shards hold the parameters
   std::unique_ptr<TransformerLM> model;
-  std::unique_ptr<AdamW> opt;
-  std::unique_ptr<UnitShards> shards_made;
-  UnitShards* shards = nullptr;
+  std::unique_ptr<DataParallelTraining> training;
   LrSchedule schedule;
   MemoryBreakdown after_init;
   collective_check(rt, [&] {
+    const ModelStorage storage = model_storage(plan);
     TransformerLM::Config model_config{config,
                                        precision,
                                        attention,
                                        memory,
-                                       sharded ? 0 : plan.flat_elements,
+                                       storage.flat_elements,
                                        GradientStorage::Whole,
                                        grads,
-                                       sharded ? ParameterStorage::Sharded : ParameterStorage::Local,
+                                       storage.parameters,
                                        tp_mesh->model_config(par.sequence_parallel, par.tp_overlap)};
     model = std::make_unique<TransformerLM>(model_config, dev, ops);
-    if (sharded) {
-      shards = (shards_made = std::make_unique<UnitShards>(plan, *comm, *model, ops, replicas.get())).get();
-      shards->accumulate_micro_batches(micro_batches > 1);
-    }
+    training = std::make_unique<DataParallelTraining>(plan, comm, comms.replicas.get(), *model, ops, o.hyper,
+                                                      micro_batches > 1);
     after_init = model_memory(dev.allocator());
-    // This rank's ranges only; its state appears with the first step (or the checkpoint's).
-    opt = sharded ? std::make_unique<AdamW>(*model, ops, o.hyper, shards->optimizer_shard())
-                  : std::make_unique<AdamW>(*model, ops, o.hyper, plan.owned(dp_rt.rank % plan.ranks));
     // Sharded parameters are drawn from the seed on every rank, each rank keeping its parts:
     // rank 0's weights, with no broadcast.
-    if (init && sharded) load_checkpoint_into_shards(o.init, *shards, *opt);
-    else if (init) load_checkpoint(o.init, *model, opt.get());
-    else if (sharded) shards->initialize(seed);
-    else model->init_parameters(seed);
+    if (init) training->load(o.init);
+    else training->initialize(seed);
+    const AdamW& opt = training->optimizer();
     schedule = o.schedule;
-    if (!o.decay_steps_given) schedule.decay_steps = opt->steps_taken() + steps;  // this run's last step
+    if (!o.decay_steps_given) schedule.decay_steps = opt.steps_taken() + steps;  // this run's last step
     schedule.validate();
-    if (schedule.decay != LrDecay::Constant && schedule.decay_steps <= opt->steps_taken())
+    if (schedule.decay != LrDecay::Constant && schedule.decay_steps <= opt.steps_taken())
       throw UsageError("--lr-decay-steps " + std::to_string(schedule.decay_steps) + ": the checkpoint is at step " +
-                       std::to_string(opt->steps_taken()) + ", so every step of this run would train at --min-lr " +
+                       std::to_string(opt.steps_taken()) + ", so every step of this run would train at --min-lr " +
                        fmt_exact(schedule.min) + "; give a later end of decay (--lr-decay-steps " +
-                       std::to_string(opt->steps_taken() + steps) + ": this run's last step, decaying anew from --lr " +
+                       std::to_string(opt.steps_taken() + steps) + ": this run's last step, decaying anew from --lr " +
                        fmt_exact(schedule.peak) + "), or --lr-schedule constant --lr " + fmt_exact(schedule.min) +
                        " if that is meant");
   });
+  AdamW* const opt = &training->optimizer();
   const double max_grad_norm = o.clip_grad_norm;
-  if (max_grad_norm > 0 && tp > 1)  // ranks holding the same gradients: unsharded data parallelism's, hybrid's groups
-    opt->set_clipping(tensor_parallel_clipping(max_grad_norm, rt,
-                                               sharding == Sharding::None ? mesh.dp_size : mesh.dp_size / shard_group,
-                                               model->layout(), shards));
-  else if (max_grad_norm > 0)
-    opt->set_clipping(gradient_clipping(max_grad_norm, sharding, rt, rt.world_size / shard_group));
-  std::unique_ptr<GradientSync> sync;
-  if (sharded) {
-    sync = std::move(shards_made);
-  } else if (comm) {  // every rank starts from rank 0's weights, whatever its seed or file
-    broadcast_parameters(*comm, model->params(), replicas.get());
-    model->parameters_changed();
-    sync = make_model_sync(plan, *comm, *model, share_copy, engine, replicas.get());
-  }
+  if (max_grad_norm > 0) training->clip_gradients(max_grad_norm, rt, tp);
+  training->start(share_copy, engine);  // every rank from rank 0's weights, whatever its seed or file
+  GradientSync* const sync = training->sync();
 
   log_root(
       rt, "train: %s (%.1fM parameters), %s, %lld steps of %lld x %lld tokens from %s (%lld tokens, %s order)%s\n",
@@ -722,7 +700,7 @@ void run(ModeContext& ctx, const TrainOptions& o) {
   auto timer = dev.make_timer(step_marks(micro_batches)), other_timer = dev.make_timer(step_marks(micro_batches));
   StepTimeline timeline;
   std::unique_ptr<DataParallelBusy> busy;  // with a data-parallel sync: its collectives' device time
-  if (sync) busy = std::make_unique<DataParallelBusy>(*comm, replicas.get(), timeline, micro_batches);
+  if (sync) busy = std::make_unique<DataParallelBusy>(*comm, comms.replicas.get(), timeline, micro_batches);
   // At the run's end (ok or stopped by a signal): every step's collective time and the last
   // steps' timeline.
   auto finish_collectives = [&](Record& r) {
@@ -737,8 +715,7 @@ void run(ModeContext& ctx, const TrainOptions& o) {
     model->wait_parameters();  // a sharded step's last all-gathers, before anything reads the weights
     const Runtime* parts = tp > 1 ? &groups.tp : nullptr;  // the tensor-parallel group's other parts
     try {
-      if (shards) save_checkpoint_from_shards(dp_rt, o.save, *shards, *opt, parts, kept);
-      else save_checkpoint_from_ranks(dp_rt, o.save, *model, *opt, plan, parts, kept);
+      training->save(dp_rt, o.save, parts, kept);
     } catch (const AgreedWriteFailed& e) {  // every rank: the run ends here, the steps so far kept
       finish_collectives(rec);
       save_progress(std::string("error: ") + e.what());
@@ -781,12 +758,11 @@ void run(ModeContext& ctx, const TrainOptions& o) {
     if (busy) busy->step_begins(on);
     std::string out_of_memory;  // this rank's allocator's message, where the step did not fit
     try {
-      if (graphed && s == 1) graph = std::make_unique<GraphedStep>(*model, opt.get(), Phase::TrainStep);
+      if (graphed && s == 1) graph = std::make_unique<GraphedStep>(*model, opt, Phase::TrainStep);
       t = graph ? graph->run(on)
-                : run_step(*model, opt.get(), Phase::TrainStep, on, sync.get(), nullptr,
-                           micro_batches > 1 ? &micro : nullptr, [&] {
-                             if (busy) busy->settle_previous();
-                           });
+                : run_step(*model, opt, Phase::TrainStep, on, sync, nullptr, micro_batches > 1 ? &micro : nullptr, [&] {
+                    if (busy) busy->settle_previous();
+                  });
     } catch (const OutOfMemory& e) {
       // The ranks agree on it in the step's reduction below, which every rank reaches (a rank that
       // went on into a collective this one left out waits for it: the watchdog ends the job then).

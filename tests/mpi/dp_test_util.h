@@ -15,6 +15,7 @@
 
 #include "comm/communicator.h"
 #include "kernels/backend.h"
+#include "src/dist/data_parallel_training.h"
 #include "src/dist/grad_sync.h"
 #include "src/model/adamw.h"
 #include "src/model/train_step.h"
@@ -191,7 +192,7 @@ struct DataParallel {
 // ranges as the plan says). step(s) trains on global batch s, so runs can stop and go on.
 class TransformerRun {
  public:
-  // `max_grad_norm` > 0: the optimizer clips (train's gradient_clipping()). `micro_batches` > 1: each step's
+  // `max_grad_norm` > 0: the optimizer clips, as train's does. `micro_batches` > 1: each step's
   // share in that many parts, gradients added up (train's --grad-accum).
   // `grads`: what backward writes the gradients in (--grad-dtype).
   TransformerRun(Env& env, const DataParallel* dist, Precision precision = Precision::FP32,
@@ -202,35 +203,23 @@ class TransformerRun {
             dist ? dist->strategy : SyncStrategy::None, dist ? dist->sharding : Sharding::None,
             ParameterLayout(tiny_transformer()), precision, grads, dist ? dist->bucket_mb : 25, dist ? world_size() : 1,
             shard_alignment(env.device(), precision, dist && dist->share_copy), dist && dist->reduce_in_bf16)),
-        model_({tiny_transformer(), precision, AttentionKind::Naive, memory,
-                shards_parameters(plan_.sharding) ? 0 : plan_.flat_elements, GradientStorage::Whole, grads,
-                shards_parameters(plan_.sharding) ? ParameterStorage::Sharded : ParameterStorage::Local},
+        model_({tiny_transformer(), precision, AttentionKind::Naive, memory, model_storage(plan_).flat_elements,
+                GradientStorage::Whole, grads, model_storage(plan_).parameters},
                env.device(), env.ops()),
         shard_(dist ? shard_of_this_rank(kGlobalBatch) : Shard{0, kGlobalBatch}), micro_batches_(micro_batches),
         timer_(env.device().make_timer(step_marks(micro_batches))) {
     EXPECT_EQ(shard_.size() % micro_batches, 0) << "the test's shares must split into the micro-batches";
     if (micro_batches > 1) model_.set_loss_weight(1.0 / micro_batches);
     const AdamWHyper hyper{3e-3, 0.9, 0.999, 1e-8, 0.01};
-    if (shards_parameters(plan_.sharding)) {
-      // The shards hold the parameters: drawn from rank 0's seed, each rank its parts.
-      auto shards = std::make_unique<UnitShards>(plan_, *env.comm, model_, env.ops());
-      shards->accumulate_micro_batches(micro_batches > 1);
-      shards->initialize(kRankZeroSeed);
-      opt_ = std::make_unique<AdamW>(model_, env.ops(), hyper, shards->optimizer_shard());
-      shards_ = shards.get();
-      sync_ = std::move(shards);
-    } else {
-      opt_ = std::make_unique<AdamW>(model_, env.ops(), hyper, plan_.owned(dist ? world_rank() : 0));
-      model_.init_parameters(dist ? kRankZeroSeed + uint64_t(world_rank()) : kRankZeroSeed);
-    }
-    if (max_grad_norm > 0)  // as train sets it up
-      opt_->set_clipping(gradient_clipping(max_grad_norm, dist ? dist->sharding : Sharding::None, world()));
-    if (dist && !shards_) {
-      broadcast_parameters(*env.comm, model_.params());
-      model_.parameters_changed();
-      sync_ = make_model_sync(plan_, *env.comm, model_, dist->share_copy,
-                              dist->copy_engines ? CollectiveEngine::Copy : CollectiveEngine::Sm);
-    }
+    training_ = std::make_unique<DataParallelTraining>(plan_, dist ? env.comm.get() : nullptr, nullptr, model_,
+                                                       env.ops(), hyper, micro_batches > 1);
+    // Sharded: every rank its parts of rank 0's weights. Else each rank its own, until start()
+    // gives every rank rank 0's.
+    const bool sharded = shards_parameters(plan_.sharding);
+    training_->initialize(dist && !sharded ? kRankZeroSeed + uint64_t(world_rank()) : kRankZeroSeed);
+    if (max_grad_norm > 0) training_->clip_gradients(max_grad_norm, world(), 1);  // as train sets it up
+    training_->start(dist && dist->share_copy,
+                     dist && dist->copy_engines ? CollectiveEngine::Copy : CollectiveEngine::Sm);
   }
 
   // One step on global batch `s`; returns this rank's mean loss before the update. A sharded
@@ -239,14 +228,14 @@ class TransformerRun {
   double step(int s, ParallelHooks* listener = nullptr) {
     if (micro_batches_ == 1) {
       set_batch(s);
-      run_step(model_, opt_.get(), Phase::TrainStep, *timer_, listener ? listener : sync_.get());
+      run_step(model_, &optimizer(), Phase::TrainStep, *timer_, listener ? listener : sync());
       return model_.mean_loss();
     }
     double loss = 0;
     const int64_t part = shard_.size() / micro_batches_;
     const MicroBatches micro{micro_batches_, [&](int i) { set_batch(s, shard_.begin + i * part, part); },
                              [&](int) { loss += model_.mean_loss() / micro_batches_; }};
-    run_step(model_, opt_.get(), Phase::TrainStep, *timer_, listener ? listener : sync_.get(), nullptr, &micro);
+    run_step(model_, &optimizer(), Phase::TrainStep, *timer_, listener ? listener : sync(), nullptr, &micro);
     return loss;
   }
   // This rank's mean loss on global batch `s` without training (a forward only).
@@ -258,14 +247,14 @@ class TransformerRun {
 
   // The parameters (not the padding) on the host, once every one has arrived.
   std::vector<float> params() {
-    if (shards_) return shards_->gathered_parameters();
+    if (shards()) return shards()->gathered_parameters();
     model_.wait_parameters();
     return download(env_.device(), model_.params().slice(0, {model_.layout().total()}));
   }
   // The averaged gradients the last optimizer read (none under zero2 and zero3, which let them go
   // after the optimizer).
   std::vector<float> grads() {
-    if (shards_) return {};
+    if (shards()) return {};
     return download(env_.device(), model_.grads().slice(0, {model_.layout().total()}));
   }
   // The parameters' padding (ZeRO-1's), which must stay zero.
@@ -276,10 +265,10 @@ class TransformerRun {
   }
 
   TransformerLM& model() { return model_; }
-  AdamW& optimizer() { return *opt_; }
-  UnitShards* shards() { return shards_; }  // zero2, zero3: what holds the parameters
+  AdamW& optimizer() { return training_->optimizer(); }
+  UnitShards* shards() { return training_->shards(); }  // zero2, zero3: what holds the parameters
   const SyncPlan& plan() const { return plan_; }
-  GradientSync* sync() { return sync_.get(); }
+  GradientSync* sync() { return training_->sync(); }
 
  private:
   // Sequences [first, first + count) of global batch `s` (default: this rank's share).
@@ -294,12 +283,10 @@ class TransformerRun {
   Env& env_;
   SyncPlan plan_;
   TransformerLM model_;
-  std::unique_ptr<AdamW> opt_;
   Shard shard_;
   int micro_batches_;
   std::unique_ptr<Timer> timer_;
-  UnitShards* shards_ = nullptr;
-  std::unique_ptr<GradientSync> sync_;  // last: gone before the shards' optimizer and the model
+  std::unique_ptr<DataParallelTraining> training_;  // gone before the model
 };
 
 // What a training run leaves behind.
