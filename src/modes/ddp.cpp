@@ -45,20 +45,14 @@
 namespace llmhpc {
 namespace {
 
-// Bench's configuration (batch: the global batch) with a gradient synchronisation and sharding.
-struct DdpCase : ModelCase {
-  SyncStrategy strategy;
-  double bucket_mb;  // bucketed only; 0 otherwise
-  Sharding sharding;
-  bool share_copy = false;  // --share-weights bf16 (sharded only)
-  CollectiveEngine engine = CollectiveEngine::Sm;
-  bool reduce_in_bf16 = false;  // --grad-reduce-dtype bf16
-  int tp = 1;                   // --tp: ranks in each tensor-parallel group
-  bool sequence_parallel = false;
-  int tp_overlap = 1;   // --tp-overlap: chunks of forward's products (tp > 1)
-  int shard_group = 0;  // Parallelism::shard_group among this tp's data-parallel ranks
-  int group = 0;        // those sharing one copy of the state, resolved by make_meshes
+// Bench's configuration (batch: the global batch) under one Parallelism, as train would run it:
+// its share_weights resolved (Bf16 or Master), its bucket_mb used by bucketed only, its
+// shard_group by zero1, zero2 and zero3 only.
+struct DdpCase : ModelCase, Parallelism {
+  int group = 0;  // the ranks sharing one copy of the state: shard_group resolved by make_meshes
 
+  bool share_copy() const { return share_weights == ShareWeights::Bf16; }
+  int tp() const { return tensor_parallel; }
   std::string strategy_label() const {
     return (strategy == SyncStrategy::Bucketed ? "bucketed" + fmt_exact(bucket_mb) + "MiB"
                                                : sync_strategy_name(strategy)) +
@@ -66,14 +60,14 @@ struct DdpCase : ModelCase {
   }
   std::string impl_column() const {
     return sync_strategy_name(strategy) + std::string(reduce_in_bf16 ? " bf16" : "") +
-           (engine == CollectiveEngine::Copy ? " (copy)" : "") + (tp > 1 ? " tp" + std::to_string(tp) : "") +
+           (engine == CollectiveEngine::Copy ? " (copy)" : "") + (tp() > 1 ? " tp" + std::to_string(tp()) : "") +
            (sequence_parallel ? " sp" : "") + (tp_overlap > 1 ? " ov" + std::to_string(tp_overlap) : "");
   }
-  std::string tp_label() const { return tensor_parallel_label(tp, sequence_parallel, tp_overlap); }
+  std::string tp_label() const { return tensor_parallel_label(tp(), sequence_parallel, tp_overlap); }
   std::string sharding_label() const {
-    return sharding == Sharding::None ? "" : std::string("_") + sharding_name(sharding) + (share_copy ? "_bf16" : "");
+    return sharding == Sharding::None ? "" : std::string("_") + sharding_name(sharding) + (share_copy() ? "_bf16" : "");
   }
-  std::string sharding_column() const { return sharding_name(sharding) + std::string(share_copy ? " bf16" : ""); }
+  std::string sharding_column() const { return sharding_name(sharding) + std::string(share_copy() ? " bf16" : ""); }
   std::string label() const { return ModelCase::label() + tp_label() + "_" + strategy_label() + sharding_label(); }
   // zero2 and zero3 run a model that keeps no flat buffers (ParameterStorage::Sharded).
   bool sharded() const { return shards_parameters(sharding); }
@@ -163,7 +157,18 @@ std::vector<DdpCase> sweep_cases(const po::variables_map& vm, int world_size, Le
                   for (CollectiveEngine e :
                        none || units ? std::vector<CollectiveEngine>{CollectiveEngine::Sm} : engines) {
                     check_grad_reduce(in_bf16, c.precision);
-                    cases.push_back({c, s, mb, sh, copy, e, in_bf16, tp, sp, overlap, group});
+                    Parallelism p;
+                    p.strategy = s;
+                    p.sharding = sh;
+                    if (mb > 0) p.bucket_mb = mb;
+                    p.share_weights = copy ? ShareWeights::Bf16 : ShareWeights::Master;
+                    p.engine = e;
+                    p.reduce_in_bf16 = in_bf16;
+                    if (sh == Sharding::Zero1 || units) p.shard_group = group;
+                    p.tensor_parallel = tp;
+                    p.sequence_parallel = sp;
+                    p.tp_overlap = overlap;
+                    cases.push_back({c, p});
                     reduced_in_bf16 |= !none && (in_bf16 || c.grads == GradientDType::BF16);
                     copy_engines_taken |= e == CollectiveEngine::Copy;
                   }
@@ -337,10 +342,10 @@ std::map<int, std::unique_ptr<Mesh>> make_meshes(const Runtime& rt, const DdpOpt
   const std::string backend = resolve_backend(o.backend, dev.kind());
   bool warned_of_placement = false;  // of node shard groups that span nodes or shard nothing: once
   for (DdpCase& c : cases) {
-    std::unique_ptr<Mesh>& mesh = meshes[c.tp];
+    std::unique_ptr<Mesh>& mesh = meshes[c.tp()];
     if (!mesh) {
       mesh = std::make_unique<Mesh>();
-      mesh->tp = make_tensor_parallel_mesh(rt, c.tp, o.backend, dev);
+      mesh->tp = make_tensor_parallel_mesh(rt, c.tp(), o.backend, dev);
       const Runtime& dp = mesh->ranks().dp;
       collective_check(rt, [&] {
         mesh->groups.emplace(dp.world_size, make_shard_groups(dp, backend, dev, dp.world_size, o.copy_engines));
@@ -369,7 +374,7 @@ void run(ModeContext& ctx, const DdpOptions& o) {
   check_cases_run(ctx, std::vector<ModelCase>(cases.begin(), cases.end()));
   collective_check(rt, [&] {
     for (const DdpCase& c : cases) {  // divides by the data-parallel ranks
-      const MeshPlace place = mesh_place(rt.rank, rt.world_size, c.tp);
+      const MeshPlace place = mesh_place(rt.rank, rt.world_size, c.tp());
       local_batch(c.batch, place.dp_rank, place.dp_size);
     }
   });
@@ -379,12 +384,15 @@ void run(ModeContext& ctx, const DdpOptions& o) {
   // leaves its copy-engine and bf16-wire cases out.
   std::vector<DdpCase> resolved;
   for (DdpCase c : cases) {
-    const Mesh& mesh = *meshes.at(c.tp);
+    const Mesh& mesh = *meshes.at(c.tp());
     const bool hybrid_zero1 = c.sharding == Sharding::Zero1 && mesh.of(c.group).replicas;
     if (hybrid_zero1 && (c.engine == CollectiveEngine::Copy || c.reduce_in_bf16)) continue;
     c.engine = hybrid_zero1 ? CollectiveEngine::Sm
                             : resolve_collective_engine(c.engine, c.strategy, c.sharding, mesh.ranks().dp, dev,
                                                         mesh.every_rank());
+    // What runs is what train would run, less the compute-only baseline (none on several ranks).
+    if (c.strategy != SyncStrategy::None || mesh.ranks().dp.world_size == 1)
+      check_parallelism(c, c.precision, memory, rt.world_size);
     if (std::none_of(resolved.begin(), resolved.end(), [&](const DdpCase& r) { return r.label() == c.label(); }))
       resolved.push_back(c);
   }
@@ -403,7 +411,7 @@ void run(ModeContext& ctx, const DdpOptions& o) {
   // with no peer: say so, as their rows otherwise read as data parallelism measured.
   std::set<int> alone;
   for (const DdpCase& c : cases)
-    if (c.strategy != SyncStrategy::None && rt.world_size / c.tp == 1) alone.insert(c.tp);
+    if (c.strategy != SyncStrategy::None && rt.world_size / c.tp() == 1) alone.insert(c.tp());
   for (int tp : alone)
     log_root(rt, "ddp: note: %s: the strategies and shardings run with no peer, their collectives moving nothing\n",
              tp > 1 ? ("at --tp " + std::to_string(tp) + " the data-parallel group is one rank").c_str() : "one rank");
@@ -423,14 +431,14 @@ void run(ModeContext& ctx, const DdpOptions& o) {
       live.model.reset();
       live.key = c.model_key();
     }
-    const Mesh& mesh = *meshes.at(c.tp);
+    const Mesh& mesh = *meshes.at(c.tp());
     const Runtime& dp_rt = mesh.ranks().dp;  // data parallelism's ranks: all of them at tp 1
     const MeshPlace& place = mesh.ranks().place;
     CommTensorParallelGroup* tp_group = mesh.tp->group.get();
     const int group = c.group;
     Communicator& comm = *mesh.of(group).shard;
     Communicator* replicas = mesh.of(group).replicas.get();
-    const ParameterLayout layout(c.model, TensorSplit{c.tp, place.tp_rank});  // this rank's part
+    const ParameterLayout layout(c.model, TensorSplit{c.tp(), place.tp_rank});  // this rank's part
     const LocalBatch mine = local_batch(c.batch, dp_rt.rank, dp_rt.world_size);
     Record rec;
     rec.group = "ddp/" + c.label();
@@ -438,7 +446,7 @@ void run(ModeContext& ctx, const DdpOptions& o) {
     rec.attr("batch_size", c.batch)
         .attr("local_batch_size", mine.count)
         .attr("world_size", int64_t(rt.world_size))
-        .attr("tp", int64_t(c.tp))
+        .attr("tp", int64_t(c.tp()))
         .attr("dp", int64_t(place.dp_size))
         .attr("tp_rank", int64_t(place.tp_rank))
         .attr("dp_rank", int64_t(place.dp_rank))
@@ -449,10 +457,10 @@ void run(ModeContext& ctx, const DdpOptions& o) {
         .attr("low_memory", int64_t(memory == MemoryPlan::LowMemory ? 1 : 0))
         .attr("grad_dtype", std::string(dtype_name(gradient_dtype(c.precision, c.grads))))
         .attr("ddp", std::string(sync_strategy_name(c.strategy)))
-        .attr("bucket_mb", c.bucket_mb)
+        .attr("bucket_mb", c.strategy == SyncStrategy::Bucketed ? c.bucket_mb : 0.0)
         .attr("shard_optimizer", std::string(sharding_name(c.sharding)))
         .attr("shard_group", int64_t(group))
-        .attr("share_weights", std::string(shared_weights_name(c.share_copy, c.sharding, c.precision)))
+        .attr("share_weights", std::string(shared_weights_name(c.share_copy(), c.sharding, c.precision)))
         .attr("collective_engine", std::string(collective_engine_name(c.engine)))
         .attr("grad_reduce_dtype", grad_reduce_dtype_name(c.reduce_in_bf16, gradient_dtype(c.precision, c.grads)))
         .attr("backend", comm.backend_name())
@@ -461,11 +469,11 @@ void run(ModeContext& ctx, const DdpOptions& o) {
         .attr("duration_s", duration_s)
         .attr("num_params", c.model.num_params())
         .attr("part_params", layout.total())  // this rank's part under --tp, padding included
-        .attr("model_flops_fwd_bwd", model_flops_fwd_bwd(c.model, mine.count, c.model.context_length) / c.tp);
+        .attr("model_flops_fwd_bwd", model_flops_fwd_bwd(c.model, mine.count, c.model.context_length) / c.tp());
     Samples warm, timed;
     std::vector<double> slowest, collectives_ms;  // the slowest rank's steps; the collectives' device time
     const SyncPlan plan = data_parallel_plan(c.strategy, c.sharding, layout, c.precision, c.grads, c.bucket_mb, group,
-                                             shard_alignment(dev, c.precision, c.share_copy), c.reduce_in_bf16);
+                                             shard_alignment(dev, c.precision, c.share_copy()), c.reduce_in_bf16);
     std::unique_ptr<DataParallelTraining> training;  // made where running out of memory is agreed on
     SyncStats stats;
     // after_init: the model as built; under zero2 and zero3 with this rank's shards of it.
@@ -486,7 +494,7 @@ void run(ModeContext& ctx, const DdpOptions& o) {
                     flat_elements, model_storage(data_parallel_plan(o.strategy, o.sharding,
                                                                     ParameterLayout(o.model, layout.tensor_split()),
                                                                     o.precision, o.grads, o.bucket_mb, o.group,
-                                                                    shard_alignment(dev, o.precision, o.share_copy)))
+                                                                    shard_alignment(dev, o.precision, o.share_copy())))
                                        .flat_elements);
               }
               live.model = std::make_unique<TransformerLM>(
@@ -507,7 +515,7 @@ void run(ModeContext& ctx, const DdpOptions& o) {
             const MemoryBreakdown before_shards = model_memory(dev.allocator());
             training = std::make_unique<DataParallelTraining>(plan, &comm, replicas, *live.model, ops, AdamWHyper{});
             after_init = with_change(live.after_init, before_shards, model_memory(dev.allocator()));
-            const bool step_here = !c.sharded() && c.tp == 1;
+            const bool step_here = !c.sharded() && c.tp() == 1;
             // The gradients exist; the activations and backward's scratch come and go with it.
             if (step_here) run_step(*live.model, nullptr, Phase::ForwardBackward, *timer);
             before_optimizer = model_memory(dev.allocator());
@@ -518,13 +526,13 @@ void run(ModeContext& ctx, const DdpOptions& o) {
           });
           TransformerLM& model = *live.model;
           for (const auto& [name, value] :
-               ops.attention_variant({mine.count, c.model.context_length, c.model.num_heads / c.tp, c.model.head_dim(),
-                                      true, c.attention},
+               ops.attention_variant({mine.count, c.model.context_length, c.model.num_heads / c.tp(),
+                                      c.model.head_dim(), true, c.attention},
                                      compute_dtype(c.precision)))
             rec.attr(name, value);
           // Every configuration starts from rank 0's weights: the seed's where sharded, else broadcast.
           if (c.sharded()) training->initialize(seed);
-          training->start(c.share_copy, c.engine);
+          training->start(c.share_copy(), c.engine);
           GradientSync* const sync = training->sync();
           rt.barrier();
           int64_t steps_run = 0;
