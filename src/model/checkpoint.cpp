@@ -49,6 +49,34 @@ std::vector<float> read_part(hid_t group, const ParamInfo& p, const ParameterLay
   return part;
 }
 
+// A checkpoint that fits `layout` (check_checkpoint_fits), read tensor by tensor, so that no more
+// than one whole tensor is on the host at a time: its parameters and, where the file has
+// optimizer state, its step, m and v. A tensor-parallel part's layout reads its part of each.
+class CheckpointReader {
+ public:
+  CheckpointReader(const std::string& path, const ParameterLayout& layout) : layout_(layout) {
+    check_checkpoint_fits(path, layout);
+    file_ = h5::open_file(path, h5::Mode::Read);
+    params_ = h5::open_group(file_.id(), "params");
+    if (!h5::exists(file_.id(), "optimizer/m")) return;
+    const std::vector<int64_t> step = h5::read_ints(file_.id(), "optimizer/step");
+    if (step.size() != 1 || step[0] < 0) throw UsageError("checkpoint '" + path + "': bad /optimizer/step");
+    step_ = step[0];
+    m_ = h5::open_group(file_.id(), "optimizer/m");
+    v_ = h5::open_group(file_.id(), "optimizer/v");
+  }
+  bool has_state() const { return step_ >= 0; }
+  int64_t step() const { return step_; }
+  std::vector<float> params(const ParamInfo& p) const { return read_part(params_.id(), p, layout_); }
+  std::vector<float> m(const ParamInfo& p) const { return read_part(m_.id(), p, layout_); }
+  std::vector<float> v(const ParamInfo& p) const { return read_part(v_.id(), p, layout_); }
+
+ private:
+  const ParameterLayout& layout_;
+  h5::Handle file_, params_, m_, v_;  // the file first: closed last
+  int64_t step_ = -1;
+};
+
 }  // namespace
 
 std::vector<float> to_host_floats(Device& dev, const Tensor& t) {
@@ -174,29 +202,22 @@ void save_checkpoint(const std::string& path, const ModelConfig& config, const s
 }
 
 HostCheckpoint read_checkpoint(const std::string& path, const ParameterLayout& layout) {
-  check_checkpoint_fits(path, layout);
-  h5::Handle f = h5::open_file(path, h5::Mode::Read);
+  const CheckpointReader file(path, layout);
   HostCheckpoint out;
   out.params.resize(size_t(layout.total()));
-  const bool with_opt = h5::exists(f.id(), "optimizer/m");
-  if (with_opt) {
+  if (file.has_state()) {
     OptimizerState s;
-    const std::vector<int64_t> step = h5::read_ints(f.id(), "optimizer/step");
-    if (step.size() != 1 || step[0] < 0) throw UsageError("checkpoint '" + path + "': bad /optimizer/step");
-    s.step = step[0];
+    s.step = file.step();
     s.owned = {{0, layout.total()}};
     s.m.resize(size_t(layout.total()));
     s.v.resize(size_t(layout.total()));
     out.state = std::move(s);
   }
-  h5::Handle params = h5::open_group(f.id(), "params"), m_group, v_group;
-  if (with_opt) m_group = h5::open_group(f.id(), "optimizer/m"), v_group = h5::open_group(f.id(), "optimizer/v");
   for (const ParamInfo& p : layout.params()) {
-    const std::vector<float> t = read_part(params.id(), p, layout);
+    const std::vector<float> t = file.params(p);
     std::copy(t.begin(), t.end(), out.params.begin() + p.offset);
-    if (!with_opt) continue;
-    const std::vector<float> m = read_part(m_group.id(), p, layout);
-    const std::vector<float> v = read_part(v_group.id(), p, layout);
+    if (!out.state) continue;
+    const std::vector<float> m = file.m(p), v = file.v(p);
     std::copy(m.begin(), m.end(), out.state->m.begin() + p.offset);
     std::copy(v.begin(), v.end(), out.state->v.begin() + p.offset);
   }
@@ -253,29 +274,22 @@ void check_checkpoint_fits(const std::string& path, const ParameterLayout& layou
 
 void load_checkpoint(const std::string& path, TransformerLM& model, AdamW* opt) {
   const ParameterLayout& layout = model.layout();
-  check_checkpoint_fits(path, layout);
+  const CheckpointReader file(path, layout);
   model.wait_parameters();  // nothing still arriving may land on the loaded values
-  h5::Handle f = h5::open_file(path, h5::Mode::Read);
-  h5::Handle params = h5::open_group(f.id(), "params");
-  const bool with_opt = opt && h5::exists(f.id(), "optimizer/m");
-  h5::Handle m, v;
+  const bool with_opt = opt && file.has_state();
   if (with_opt) {
-    m = h5::open_group(f.id(), "optimizer/m");
-    v = h5::open_group(f.id(), "optimizer/v");
-    std::vector<int64_t> step = h5::read_ints(f.id(), "optimizer/step");
-    if (step.size() != 1 || step[0] < 0) throw UsageError("checkpoint '" + path + "': bad /optimizer/step");
-    opt->set_steps_taken(step[0]);
+    opt->set_steps_taken(file.step());
     opt->allocate_state();
   }
   Device& dev = model.device();
   for (const ParamInfo& p : layout.params()) {
-    from_host_floats(dev, model.param(p.name), read_part(params.id(), p, layout).data());
+    from_host_floats(dev, model.param(p.name), file.params(p).data());
     if (!with_opt) continue;
     // The pieces of this tensor the optimizer owns, from the whole tensor in the file.
     const FlatRange tensor{p.offset, p.offset + p.shape.numel()};
     const std::vector<PackedPiece> pieces = packed_pieces(opt->owned(), tensor);
     if (pieces.empty()) continue;
-    const std::vector<float> m_all = read_part(m.id(), p, layout), v_all = read_part(v.id(), p, layout);
+    const std::vector<float> m_all = file.m(p), v_all = file.v(p);
     for (const PackedPiece& piece : pieces) {
       const int64_t from = piece.flat.begin - p.offset, n = piece.flat.size();
       from_host_floats(dev, opt->m().slice(piece.packed_offset, {n}), m_all.data() + from);
