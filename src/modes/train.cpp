@@ -393,42 +393,113 @@ int64_t owned_parameters(const SyncPlan& plan, int rank, const ParameterLayout& 
 }
 
 
-void run(ModeContext& ctx, const TrainOptions& o) {
-  Runtime& rt = ctx.rt;
-  Device& dev = *ctx.backend.device;
-  Ops& ops = *ctx.backend.ops;
-  const int64_t steps = o.steps, log_every = o.log_every, save_every = o.save_every, batch = o.batch;
-  const int micro_batches = o.micro_batches;
-  const Parallelism& par = o.parallel;
-  const Sharding sharding = par.sharding;
-  const SyncStrategy strategy = par.strategy;
-  const double bucket_mb = par.bucket_mb;
-  const DataOrder order = o.order;
-  const uint64_t seed = o.seed;
-  const Precision precision = o.precision;
-  const AttentionKind attention = o.attention;
-  const MemoryPlan memory = o.memory;
-  const bool share_copy = shares_compute_copy(par.share_weights, precision, memory, sharding);
-  const bool reduce_in_bf16 = par.reduce_in_bf16;
-  const GradientDType grads = o.grads;
-  install_stop_handlers();  // from here a signal stops the run after its first step at the latest
-  const int tp = par.tensor_parallel;
-  // --tp: this rank's tensor-parallel group and the collectives inside each layer over it.
-  const std::unique_ptr<TensorParallelMesh> tp_mesh = make_tensor_parallel_mesh(rt, tp, o.backend, dev);
-  const MeshRuntimes& groups = tp_mesh->ranks;
-  const MeshPlace& mesh = groups.place;
-  const Runtime& dp_rt = groups.dp;  // data parallelism's ranks: all of them without --tp
-  CommTensorParallelGroup* tp_group = tp_mesh->group.get();
-  if (tp_group) tp_group->time_collectives(true);  // taken every step (take_traffic)
+// One run of mode train on this rank. The constructor sets it up: the tp x dp layout, every
+// check that may fail on some ranks only (a file, the device's memory) agreed on by all ranks,
+// the model with its parallelism, the run's description on rank 0 and its record. run() trains
+// and keeps the record current as it goes.
+struct TrainRun {
+  TrainRun(ModeContext& ctx, const TrainOptions& o);
+  void run();
 
-  // Everything that can be wrong with files or the device, agreed on by all ranks.
+  void check_inputs();                            // files, model, parallelism, batch split
+  void build();                                   // communicators, model, optimizer, weights
+  void describe() const;                          // rank 0's lines on what runs
+  void make_record();                             // the rank file's configuration
+  void save_progress(const std::string& status);  // the record with the steps so far
+  // At the run's end (ok or stopped): every step's collective time and the last steps' timeline.
+  void finish_collectives(Record& r);
+  void save(const std::string& when);  // the checkpoint (--save)
+  // A step out of memory on `ranks_out` ranks (`this_rank`: this one's message, "" where it fit):
+  // the record kept, one message from the lowest such rank. Collective.
+  [[noreturn]] void stop_out_of_memory(double ranks_out, const std::string& this_rank, int64_t step);
+  // Rank 0's line after `done` steps, the last one `t`.
+  void log_progress(int64_t done, const StepTimes& t, std::chrono::steady_clock::time_point now) const;
+  void end(int64_t done, int stopped_by);  // the last record, checkpoint and summary
+
+  ModeContext& ctx;
+  const TrainOptions& o;
+  Runtime& rt;
+  Device& dev;
+  Ops& ops;
+  const int64_t steps, log_every, save_every, batch;
+  const int micro_batches;
+  const Parallelism& par;
+  const Sharding sharding;
+  const SyncStrategy strategy;
+  const double bucket_mb;
+  const DataOrder order;
+  const uint64_t seed;
+  const Precision precision;
+  const AttentionKind attention;
+  const MemoryPlan memory;
+  const bool share_copy;
+  const bool reduce_in_bf16;
+  const GradientDType grads;
+  const int tp;
+  const double max_grad_norm;
+  const bool sharded;  // zero2, zero3: the shards hold the parameters
+  // --tp: this rank's tensor-parallel group and the collectives inside each layer over it.
+  const std::unique_ptr<TensorParallelMesh> tp_mesh;
+  const MeshRuntimes& groups;
+  const MeshPlace& mesh;
+  const Runtime& dp_rt;  // data parallelism's ranks: all of them without --tp
+  CommTensorParallelGroup* const tp_group;
+
+  // check_inputs()
   TokenData data;
   ModelConfig config;
   SyncPlan plan;
-  int shard_group = dp_rt.world_size;  // ranks that share one copy of the model state
+  int shard_group;  // ranks that share one copy of the model state
   std::optional<CheckpointInfo> init;
   std::vector<std::string> notes;  // on the model against --init's (resolve_config)
   bool graphed = false;
+  LocalBatch mine;  // this rank's sequences of each global batch
+  int64_t micro_size = 0;
+
+  // build()
+  ShardGroups comms;  // the data-parallel ranks' (none where this rank trains alone)
+  Communicator* comm = nullptr;
+  CollectiveEngine engine = CollectiveEngine::Sm;
+  int64_t seq = 0;  // sequences are as long as the model's context
+  std::unique_ptr<TransformerLM> model;
+  std::unique_ptr<DataParallelTraining> training;
+  AdamW* opt = nullptr;
+  GradientSync* sync = nullptr;
+  LrSchedule schedule;
+  MemoryBreakdown after_init;
+
+  // The record and the steps so far.
+  Record rec;
+  std::vector<double> loss, lr, grad_norm, step_ms, wall_ms, fwd_ms, bwd_ms, sync_ms, param_sync_ms, opt_ms, tp_comm_ms,
+      tp_busy_ms;
+  CommTensorParallelGroup::Traffic tp_traffic;  // of the last step, the same every step
+  std::unique_ptr<DeviceMonitor> monitor;       // the GPU's clocks over the run
+  StepTimeline timeline;
+  std::unique_ptr<DataParallelBusy> busy;            // with a data-parallel sync: its collectives' device time
+  std::string kept;                                  // kept_options: the same for every checkpoint of the run
+  std::chrono::steady_clock::time_point first_done;  // the time left is told from the steps after the first
+  double wall_after_first_ms = 0;                    // wall_ms summed over the steps after the first
+};
+
+TrainRun::TrainRun(ModeContext& ctx, const TrainOptions& o)
+    : ctx(ctx), o(o), rt(ctx.rt), dev(*ctx.backend.device), ops(*ctx.backend.ops), steps(o.steps),
+      log_every(o.log_every), save_every(o.save_every), batch(o.batch), micro_batches(o.micro_batches), par(o.parallel),
+      sharding(par.sharding), strategy(par.strategy), bucket_mb(par.bucket_mb), order(o.order), seed(o.seed),
+      precision(o.precision), attention(o.attention), memory(o.memory),
+      share_copy(shares_compute_copy(par.share_weights, precision, memory, sharding)),
+      reduce_in_bf16(par.reduce_in_bf16), grads(o.grads), tp(par.tensor_parallel), max_grad_norm(o.clip_grad_norm),
+      sharded(shards_parameters(sharding)), tp_mesh(make_tensor_parallel_mesh(rt, tp, o.backend, dev)),
+      groups(tp_mesh->ranks), mesh(groups.place), dp_rt(groups.dp), tp_group(tp_mesh->group.get()),
+      shard_group(dp_rt.world_size) {
+  if (tp_group) tp_group->time_collectives(true);  // taken every step (take_traffic)
+  // Everything that can be wrong with files or the device, agreed on by all ranks.
+  check_inputs();
+  build();
+  describe();
+  make_record();
+}
+
+void TrainRun::check_inputs() {
   // zero2, zero3: the state is cut among a group's ranks (every rank's, unless hybrid). Its
   // reductions come before the checks below, which may fail on some ranks only (a file one node
   // lacks): a rank must not wait in them for ranks already agreeing on an error.
@@ -494,24 +565,20 @@ void run(ModeContext& ctx, const TrainOptions& o) {
   if (fewest != most)
     throw AgreedError("--data " + o.data + ": the ranks read files of " + std::to_string(fewest) + " to " +
                       std::to_string(most) + " tokens; every rank must read the same tokens");
-  const LocalBatch mine = local_batch(batch, dp_rt.rank, dp_rt.world_size);
-  const int64_t micro_size = mine.count / micro_batches;
-  ShardGroups comms;  // the data-parallel ranks' (none where this rank trains alone)
+  mine = local_batch(batch, dp_rt.rank, dp_rt.world_size);
+  micro_size = mine.count / micro_batches;
+}
+
+void TrainRun::build() {
   if (strategy != SyncStrategy::None)
     collective_check(rt, [&] {
       comms = make_shard_groups(dp_rt, resolve_backend(o.backend, dev.kind()), dev, shard_group,
                                 par.engine == CollectiveEngine::Copy);
     });
-  Communicator* const comm = comms.shard.get();
-  const CollectiveEngine engine = comm && !comms.replicas
-                                      ? resolve_collective_engine(par.engine, strategy, sharding, dp_rt, dev, *comm)
-                                      : CollectiveEngine::Sm;  // hybrid: the groups' average takes NCCL's kernels
-  const int64_t seq = config.context_length;                   // sequences are as long as the model's context
-  const bool sharded = shards_parameters(sharding);            // zero2, zero3: the shards hold the parameters
-  std::unique_ptr<TransformerLM> model;
-  std::unique_ptr<DataParallelTraining> training;
-  LrSchedule schedule;
-  MemoryBreakdown after_init;
+  comm = comms.shard.get();
+  engine = comm && !comms.replicas ? resolve_collective_engine(par.engine, strategy, sharding, dp_rt, dev, *comm)
+                                   : CollectiveEngine::Sm;  // hybrid: the groups' average takes NCCL's kernels
+  seq = config.context_length;                              // sequences are as long as the model's context
   collective_check(rt, [&] {
     const ModelStorage storage = model_storage(plan);
     TransformerLM::Config model_config{config,
@@ -543,12 +610,13 @@ void run(ModeContext& ctx, const TrainOptions& o) {
                        fmt_exact(schedule.peak) + "), or --lr-schedule constant --lr " + fmt_exact(schedule.min) +
                        " if that is meant");
   });
-  AdamW* const opt = &training->optimizer();
-  const double max_grad_norm = o.clip_grad_norm;
+  opt = &training->optimizer();
   if (max_grad_norm > 0) training->clip_gradients(max_grad_norm, rt, tp);
   training->start(share_copy, engine);  // every rank from rank 0's weights, whatever its seed or file
-  GradientSync* const sync = training->sync();
+  sync = training->sync();
+}
 
+void TrainRun::describe() const {
   log_root(
       rt, "train: %s (%.1fM parameters), %s, %lld steps of %lld x %lld tokens from %s (%lld tokens, %s order)%s\n",
       config.name.c_str(), double(config.num_params()) / 1e6,
@@ -616,7 +684,9 @@ void run(ModeContext& ctx, const TrainOptions& o) {
                  ? ("; forward's products in " + std::to_string(par.tp_overlap) + " chunks (--tp-overlap)").c_str()
                  : "");
   }
-  Record rec;
+}
+
+void TrainRun::make_record() {
   rec.group = "train";
   rec.attr("model", config.name)
       .attr("d_model", config.d_model)
@@ -665,64 +735,140 @@ void run(ModeContext& ctx, const TrainOptions& o) {
       .attr("first_step", opt->steps_taken() + 1)
       .attr("cuda_graph", int64_t(graphed ? 1 : 0));
   record_memory(rec, "after_init", after_init);
-  std::vector<double> loss, lr, grad_norm, step_ms, wall_ms, fwd_ms, bwd_ms, sync_ms, param_sync_ms, opt_ms, tp_comm_ms,
-      tp_busy_ms;
-  CommTensorParallelGroup::Traffic tp_traffic;                         // of the last step, the same every step
-  const std::unique_ptr<DeviceMonitor> monitor = device_monitor(ctx);  // the GPU's clocks over the run
-  monitor->start();
-  auto save_progress = [&](const std::string& status) {
-    Record r = rec;
-    r.status = status;
-    r.add("loss", loss)
-        .add("lr", lr)
-        .add("step_ms", step_ms)
-        .add("wall_ms", wall_ms)
-        .add("forward_ms", fwd_ms)
-        .add("backward_ms", bwd_ms)
-        .add("optimizer_ms", opt_ms);
-    if (sync) r.add("sync_ms", sync_ms).add("param_sync_ms", param_sync_ms);
-    if (tp_group) {
-      r.attr("tp_collectives_per_step", tp_traffic.collectives).attr("tp_bus_bytes_per_step", tp_traffic.bytes);
-      r.add("tp_comm_ms", tp_comm_ms);
-      if (std::all_of(tp_busy_ms.begin(), tp_busy_ms.end(), [](double ms) { return std::isfinite(ms); }))
-        r.add("tp_comm_busy_ms", tp_busy_ms);
-    }
-    if (max_grad_norm > 0) r.add("grad_norm", grad_norm);
-    r.attr("peak_memory_bytes", dev.allocator().peak_bytes());
-    record_sensors(r, monitor->snapshot());
-    record_arrivals(r);
-    ctx.recorder.write(r);
-  };
+}
 
+void TrainRun::save_progress(const std::string& status) {
+  Record r = rec;
+  r.status = status;
+  r.add("loss", loss)
+      .add("lr", lr)
+      .add("step_ms", step_ms)
+      .add("wall_ms", wall_ms)
+      .add("forward_ms", fwd_ms)
+      .add("backward_ms", bwd_ms)
+      .add("optimizer_ms", opt_ms);
+  if (sync) r.add("sync_ms", sync_ms).add("param_sync_ms", param_sync_ms);
+  if (tp_group) {
+    r.attr("tp_collectives_per_step", tp_traffic.collectives).attr("tp_bus_bytes_per_step", tp_traffic.bytes);
+    r.add("tp_comm_ms", tp_comm_ms);
+    if (std::all_of(tp_busy_ms.begin(), tp_busy_ms.end(), [](double ms) { return std::isfinite(ms); }))
+      r.add("tp_comm_busy_ms", tp_busy_ms);
+  }
+  if (max_grad_norm > 0) r.add("grad_norm", grad_norm);
+  r.attr("peak_memory_bytes", dev.allocator().peak_bytes());
+  record_sensors(r, monitor->snapshot());
+  record_arrivals(r);
+  ctx.recorder.write(r);
+}
+
+void TrainRun::finish_collectives(Record& r) {
+  if (!busy) return;
+  const std::vector<double>& per_step = busy->finish();
+  if (busy->measured()) r.add("comm_busy_ms", per_step);
+  timeline.record(r);
+  busy.reset();
+}
+
+void TrainRun::save(const std::string& when) {
+  model->wait_parameters();  // a sharded step's last all-gathers, before anything reads the weights
+  const Runtime* parts = tp > 1 ? &groups.tp : nullptr;  // the tensor-parallel group's other parts
+  try {
+    training->save(dp_rt, o.save, parts, kept);
+  } catch (const AgreedWriteFailed& e) {  // every rank: the run ends here, the steps so far kept
+    finish_collectives(rec);
+    save_progress(std::string("error: ") + e.what());
+    throw;
+  }
+  log_root(rt, "saved %s (%s; optimizer step %lld)\n", o.save.c_str(), when.c_str(), (long long)opt->steps_taken());
+}
+
+void TrainRun::stop_out_of_memory(double ranks_out, const std::string& this_rank, int64_t step) {
+  const bool fits = this_rank.empty();
+  const int first = int(rt.reduce_all(int64_t(fits ? rt.world_size : rt.rank), HostReduce::Min));
+  std::string what = rt.broadcast(this_rank, first);
+  if (rt.world_size > 1)
+    what =
+        (ranks_out >= rt.world_size ? "every rank ran out; rank " + std::to_string(first) + ": "
+         : ranks_out > 1 ? std::to_string(int64_t(ranks_out)) + " ranks ran out; rank " + std::to_string(first) + ": "
+                         : "rank " + std::to_string(first) + ": ") +
+        what;
+  rec.attr("error", what);
+  save_progress("oom");
+  // Sharding is offered where there are data-parallel ranks to share the model state.
+  throw AgreedOutOfMemory(what + " at step " + std::to_string(step) +
+                          "; a step fits with a smaller --batch-size, --grad-accum 2 or more, " +
+                          (dp_rt.world_size > 1 ? "a --shard-optimizer stage that shards more (zero2, zero3), " : "") +
+                          "--low-memory, or a larger --memory-limit");
+}
+
+void TrainRun::log_progress(int64_t done, const StepTimes& t, std::chrono::steady_clock::time_point now) const {
+  const double per_step =
+      done > 1 ? std::chrono::duration<double>(now - first_done).count() / double(done - 1) : t.step_ms / 1e3;
+  char shape[96] = "";  // what shaped the step's update, where the user asked for it
+  if (schedule.decay != LrDecay::Constant || schedule.warmup_steps > 0)
+    std::snprintf(shape, sizeof shape, "  lr %.3e", lr.back());
+  if (max_grad_norm > 0)
+    std::snprintf(shape + strlen(shape), sizeof shape - strlen(shape), "  grad norm %.4g", grad_norm.back());
+  // The wall time per step (the recorded wall_ms after the first step), what the run goes at;
+  // where the step's own time is well under it, the rest is the host's part (the batch, waits
+  // for a slower rank at the loss's reduction). Checkpoints written between steps are in the
+  // time left (per_step), not in a step.
+  const double step_wall_ms = done > 1 ? wall_after_first_ms / double(done - 1) : t.step_ms;
+  char host[96] = "";
+  if (done > 1 && t.step_ms < 0.8 * step_wall_ms)
+    std::snprintf(host, sizeof host, "step %.1f + host's part and waits %.1f = ", t.step_ms, step_wall_ms - t.step_ms);
+  log_root(rt, "step %5lld/%lld  loss %.6f%s  %s%.1f ms/step%s\n", (long long)done, (long long)steps, loss.back(),
+           shape, host, step_wall_ms,
+           done == steps ? "" : (", " + format_duration(per_step * double(steps - done)) + " left").c_str());
+}
+
+void TrainRun::end(int64_t done, int stopped_by) {
+  finish_collectives(rec);   // the last steps' collectives, before wait_parameters() issues more
+  model->wait_parameters();  // the last step's all-gathers, before the sync goes
+  if (stopped_by) {
+    const std::string why = "interrupted: " + signal_name(stopped_by) + " after step " + std::to_string(done) + " of " +
+                            std::to_string(steps);
+    save_progress(why);
+    if (!o.save.empty()) save("stopped by " + signal_name(stopped_by));
+    log_root(rt, "train: stopped by %s after step %lld of %lld%s; results in %s\n", signal_name(stopped_by).c_str(),
+             (long long)done, (long long)steps,
+             !o.save.empty()
+                 // the checkpoint keeps the schedule, its end of decay included, and the other options
+                 // that shape the training (kept_options)
+                 ? ("; go on with --init " + o.save + " --steps " + std::to_string(steps - done)).c_str()
+                 : " (no --save: the weights are not kept)",
+             ctx.out_dir.c_str());
+    throw Interrupted{stopped_by, why};
+  }
+  monitor->stop();
+  save_progress("ok");
+  if (!o.save.empty()) save("the last step");
+  const std::string clocks = slowdown_note(rt, monitor->summary());
+  // The steps after the first, which also allocates and (on a GPU) warms up, and their
+  // throughput as the run had it: with the host's part of each step (its batch, the loss's
+  // reduction over the ranks), which the device's step time leaves out.
+  // --cuda-graph records its graph in the second step: that one is left out too.
+  const size_t skip = std::min(step_ms.size() - 1, size_t(graphed ? 2 : 1));
+  const double device_ms = mean(std::vector<double>(step_ms.begin() + ptrdiff_t(skip), step_ms.end()));
+  const double whole_ms = mean(std::vector<double>(wall_ms.begin() + ptrdiff_t(skip), wall_ms.end()));
+  const std::string which = skip == 0   ? " (the one step, with its allocation and warm-up)"
+                            : skip == 1 ? " after the first"
+                                        : " after the first " + std::to_string(skip);
+  log_root(rt,
+           "train: final loss %.6f, mean step %.1f ms%s (%.1f ms with the host's part), %s tokens/s%s; results in %s\n",
+           loss.back(), device_ms, which.c_str(), whole_ms, fmt(double(batch * seq) / (whole_ms / 1000.0), 0).c_str(),
+           clocks.c_str(), ctx.out_dir.c_str());
+}
+
+void TrainRun::run() {
+  monitor = device_monitor(ctx);
+  monitor->start();
   std::vector<int32_t> inputs(mine.count * seq), targets(mine.count * seq);
   // Steps alternate between two timers, so that the data-parallel collectives' spans can be read
   // during the next step, where the host waits for the device anyway (src/modes/step_timeline.h).
   auto timer = dev.make_timer(step_marks(micro_batches)), other_timer = dev.make_timer(step_marks(micro_batches));
-  StepTimeline timeline;
-  std::unique_ptr<DataParallelBusy> busy;  // with a data-parallel sync: its collectives' device time
   if (sync) busy = std::make_unique<DataParallelBusy>(*comm, comms.replicas.get(), timeline, micro_batches);
-  // At the run's end (ok or stopped by a signal): every step's collective time and the last
-  // steps' timeline.
-  auto finish_collectives = [&](Record& r) {
-    if (!busy) return;
-    const std::vector<double>& per_step = busy->finish();
-    if (busy->measured()) r.add("comm_busy_ms", per_step);
-    timeline.record(r);
-    busy.reset();
-  };
-  const std::string kept = kept_options(o, schedule);  // the same for every checkpoint of the run
-  auto save = [&](const std::string& when) {
-    model->wait_parameters();  // a sharded step's last all-gathers, before anything reads the weights
-    const Runtime* parts = tp > 1 ? &groups.tp : nullptr;  // the tensor-parallel group's other parts
-    try {
-      training->save(dp_rt, o.save, parts, kept);
-    } catch (const AgreedWriteFailed& e) {  // every rank: the run ends here, the steps so far kept
-      finish_collectives(rec);
-      save_progress(std::string("error: ") + e.what());
-      throw;
-    }
-    log_root(rt, "saved %s (%s; optimizer step %lld)\n", o.save.c_str(), when.c_str(), (long long)opt->steps_taken());
-  };
+  kept = kept_options(o, schedule);
 
   // --grad-accum: the rank's share in micro-batches of micro_size sequences, each one's mean loss
   // weighted 1/micro_batches in backward and added into the step's.
@@ -743,8 +889,6 @@ void run(ModeContext& ctx, const TrainOptions& o) {
   const int64_t first_batch = opt->steps_taken();  // from a checkpoint: the batches after its steps
   int stopped_by = 0;                              // the signal all ranks agreed to stop on
   int64_t done = 0;
-  std::chrono::steady_clock::time_point first_done;  // the time left is told from the steps after the first
-  double wall_after_first_ms = 0;                    // wall_ms summed over the steps after the first
   for (int64_t s = 0; s < steps && !stopped_by; s = done) {
     const int64_t step = first_batch + s + 1;  // the optimizer's step, as the record's first_step counts
     const auto began = std::chrono::steady_clock::now();
@@ -788,24 +932,8 @@ void run(ModeContext& ctx, const TrainOptions& o) {
                                                                                               : model->mean_loss(),
                                                                           stop_signal() ? 1.0 : 0.0, fits ? 0.0 : 1.0},
                                                       HostReduce::Sum);
-    if (reduced[2] > 0) {  // the losses so far are kept; the run ends, rank 0 says why (main)
-      const int first = int(rt.reduce_all(int64_t(fits ? rt.world_size : rt.rank), HostReduce::Min));
-      std::string what = rt.broadcast(out_of_memory, first);
-      if (rt.world_size > 1)
-        what = (reduced[2] >= rt.world_size ? "every rank ran out; rank " + std::to_string(first) + ": "
-                : reduced[2] > 1
-                    ? std::to_string(int64_t(reduced[2])) + " ranks ran out; rank " + std::to_string(first) + ": "
-                    : "rank " + std::to_string(first) + ": ") +
-               what;
-      rec.attr("error", what);
-      save_progress("oom");
-      // Sharding is offered where there are data-parallel ranks to share the model state.
-      throw AgreedOutOfMemory(
-          what + " at step " + std::to_string(step) +
-          "; a step fits with a smaller --batch-size, --grad-accum 2 or more, " +
-          (dp_rt.world_size > 1 ? "a --shard-optimizer stage that shards more (zero2, zero3), " : "") +
-          "--low-memory, or a larger --memory-limit");
-    }
+    // The losses so far are kept; the run ends, rank 0 says why (main).
+    if (reduced[2] > 0) stop_out_of_memory(reduced[2], out_of_memory, step);
     wall_ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - began).count());
     if (wall_ms.size() > 1) wall_after_first_ms += wall_ms.back();
     loss.push_back(reduced[0] / rt.world_size);
@@ -838,27 +966,7 @@ void run(ModeContext& ctx, const TrainOptions& o) {
     const bool last = done == steps;
     const auto now = std::chrono::steady_clock::now();
     if (done == 1) first_done = now;
-    if (last || stopped_by || (log_every > 0 && done % log_every == 0)) {
-      const double per_step =
-          done > 1 ? std::chrono::duration<double>(now - first_done).count() / double(done - 1) : t.step_ms / 1e3;
-      char shape[96] = "";  // what shaped the step's update, where the user asked for it
-      if (schedule.decay != LrDecay::Constant || schedule.warmup_steps > 0)
-        std::snprintf(shape, sizeof shape, "  lr %.3e", lr.back());
-      if (max_grad_norm > 0)
-        std::snprintf(shape + strlen(shape), sizeof shape - strlen(shape), "  grad norm %.4g", grad_norm.back());
-      // The wall time per step (the recorded wall_ms after the first step), what the run goes at;
-      // where the step's own time is well under it, the rest is the host's part (the batch, waits
-      // for a slower rank at the loss's reduction). Checkpoints written between steps are in the
-      // time left (per_step), not in a step.
-      const double step_wall_ms = done > 1 ? wall_after_first_ms / double(done - 1) : t.step_ms;
-      char host[96] = "";
-      if (done > 1 && t.step_ms < 0.8 * step_wall_ms)
-        std::snprintf(host, sizeof host, "step %.1f + host's part and waits %.1f = ", t.step_ms,
-                      step_wall_ms - t.step_ms);
-      log_root(rt, "step %5lld/%lld  loss %.6f%s  %s%.1f ms/step%s\n", (long long)done, (long long)steps, loss.back(),
-               shape, host, step_wall_ms,
-               last ? "" : (", " + format_duration(per_step * double(steps - done)) + " left").c_str());
-    }
+    if (last || stopped_by || (log_every > 0 && done % log_every == 0)) log_progress(done, t, now);
     // Keep the file current on long runs so a crash loses at most a minute of losses, and none
     // that a checkpoint holds: a run resumed from it keeps the curve up to it.
     const bool checkpoint = !last && !stopped_by && save_every > 0 && done % save_every == 0;
@@ -868,41 +976,12 @@ void run(ModeContext& ctx, const TrainOptions& o) {
       last_flush = now;
     }
   }
-  finish_collectives(rec);   // the last steps' collectives, before wait_parameters() issues more
-  model->wait_parameters();  // the last step's all-gathers, before the sync goes
-  if (stopped_by) {
-    const std::string why = "interrupted: " + signal_name(stopped_by) + " after step " + std::to_string(done) + " of " +
-                            std::to_string(steps);
-    save_progress(why);
-    if (!o.save.empty()) save("stopped by " + signal_name(stopped_by));
-    log_root(rt, "train: stopped by %s after step %lld of %lld%s; results in %s\n", signal_name(stopped_by).c_str(),
-             (long long)done, (long long)steps,
-             !o.save.empty()
-                 // the checkpoint keeps the schedule, its end of decay included, and the other options
-                 // that shape the training (kept_options)
-                 ? ("; go on with --init " + o.save + " --steps " + std::to_string(steps - done)).c_str()
-                 : " (no --save: the weights are not kept)",
-             ctx.out_dir.c_str());
-    throw Interrupted{stopped_by, why};
-  }
-  monitor->stop();
-  save_progress("ok");
-  if (!o.save.empty()) save("the last step");
-  const std::string clocks = slowdown_note(rt, monitor->summary());
-  // The steps after the first, which also allocates and (on a GPU) warms up, and their
-  // throughput as the run had it: with the host's part of each step (its batch, the loss's
-  // reduction over the ranks), which the device's step time leaves out.
-  // --cuda-graph records its graph in the second step: that one is left out too.
-  const size_t skip = std::min(step_ms.size() - 1, size_t(graphed ? 2 : 1));
-  const double device_ms = mean(std::vector<double>(step_ms.begin() + ptrdiff_t(skip), step_ms.end()));
-  const double whole_ms = mean(std::vector<double>(wall_ms.begin() + ptrdiff_t(skip), wall_ms.end()));
-  const std::string which = skip == 0   ? " (the one step, with its allocation and warm-up)"
-                            : skip == 1 ? " after the first"
-                                        : " after the first " + std::to_string(skip);
-  log_root(rt,
-           "train: final loss %.6f, mean step %.1f ms%s (%.1f ms with the host's part), %s tokens/s%s; results in %s\n",
-           loss.back(), device_ms, which.c_str(), whole_ms, fmt(double(batch * seq) / (whole_ms / 1000.0), 0).c_str(),
-           clocks.c_str(), ctx.out_dir.c_str());
+  end(done, stopped_by);
+}
+
+void run(ModeContext& ctx, const TrainOptions& o) {
+  install_stop_handlers();  // from here a signal stops the run after its first step at the latest
+  TrainRun(ctx, o).run();
 }
 
 }  // namespace
