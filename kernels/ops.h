@@ -254,10 +254,12 @@ class Ops {
   // a model initialised on a GPU (in milliseconds) holds the CPU reference's weights.
   virtual void random_normal(Tensor dst, uint64_t seed, uint64_t stream, double std, double bound) = 0;
 
-  // The accumulation experiment of mixed precision: out (4) fp32 receives the sums of `n`
-  // sequential additions of `value`, each rounded to the sum's type as PyTorch's `s += x`
-  // (the addition in fp32, then rounded): [0] fp32 values into an fp32 sum, [1] fp16 values
-  // into an fp16 sum, [2] fp16 values into an fp32 sum, [3] bf16 values into a bf16 sum.
+  // The accumulation experiment of mixed precision: `n` more sequential additions of `value` to
+  // the sums out (4) fp32 holds (zeros: the experiment from its start), each rounded to the sum's
+  // type as PyTorch's `s += x` (the addition in fp32, then rounded): [0] fp32 values into an fp32
+  // sum, [1] fp16 values into an fp16 sum, [2] fp16 values into an fp32 sum, [3] bf16 values into
+  // a bf16 sum. Sums that continue are bitwise those of one call (they hold their type's values),
+  // so a long experiment runs in parts that say how far it is.
   virtual void accumulation_experiment(Tensor out, double value, int64_t n) = 0;
 
   // What attention_forward/backward run for these sizes, as (name, value) pairs recorded with

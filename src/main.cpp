@@ -25,6 +25,7 @@
 #include "src/io/recorder.h"
 #include "src/modes/mode.h"
 #include "src/modes/options.h"
+#include "src/modes/progress.h"
 
 namespace llmhpc {
 namespace {
@@ -62,7 +63,10 @@ po::options_description general_options() {
       "device-sample-ms", text("50"),
       "read the GPU's SM clock, power, temperature and clock slowdown reasons (NVML) every N ms while each "
       "configuration is measured (train: over the run), into the rank file; rank 0 says when the clocks slowed (0: "
-      "no readings)");
+      "no readings)")(
+      "progress-s", text("10"),
+      "while a configuration's steps run (bench, profile, attention, precision, comm, ddp), rank 0 prints how "
+      "many are done about every N seconds, the first after N: nothing for a shorter one (0: never)");
   return d;
 }
 
@@ -352,6 +356,11 @@ int run(Runtime& rt, int argc, char** argv, bool& in_mode) {
   if (opt_int(vm, "device-sample-ms") < 0 || opt_int(vm, "device-sample-ms") > 60000)
     throw UsageError("--device-sample-ms " + opt_string(vm, "device-sample-ms") +
                      ": must be a whole number of milliseconds from 0 (no readings) to 60000");
+  const double progress_s = opt_double(vm, "progress-s");
+  if (!(progress_s >= 0) || progress_s > 1e7)
+    throw UsageError("--progress-s " + opt_string(vm, "progress-s") +
+                     ": must be a number of seconds from 0 (no progress lines) to 1e7");
+  set_progress_interval(progress_s);
   const ModeRun run_mode = mode->prepare(vm, rt.world_size);
   // One program, one set of options: ranks started with others (an MPMD launch, a wrapper that
   // adds arguments) would measure or train different things under one run's name.

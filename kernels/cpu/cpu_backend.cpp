@@ -467,14 +467,14 @@ class CpuOps final : public Ops {
   void accumulation_experiment(Tensor out, double value, int64_t n) override {
     expect(out.numel() == 4 && out.dtype == DType::F32, "accumulation_experiment", "out must be 4 fp32");
     const float x32 = float(value), x16 = half_bits_to_float(float_to_half_bits(x32)), xb = round_to_bf16(x32);
-    float s32 = 0, s16 = 0, mixed = 0, sb = 0;
+    float* o = out.ptr<float>();
+    float s32 = o[0], s16 = o[1], mixed = o[2], sb = o[3];
     for (int64_t i = 0; i < n; ++i) {
       s32 += x32;
       s16 = half_bits_to_float(float_to_half_bits(s16 + x16));
       mixed += x16;
       sb = round_to_bf16(sb + xb);
     }
-    float* o = out.ptr<float>();
     o[0] = s32, o[1] = s16, o[2] = mixed, o[3] = sb;
   }
   std::vector<std::pair<std::string, std::string>> attention_variant(const AttentionDims& d,

@@ -14,9 +14,10 @@ __global__ void accumulation_kernel(float* out, float value, int64_t n) {
   const float x32 = value;
   const __half x16 = __float2half_rn(value);
   const __nv_bfloat16 xb = __float2bfloat16_rn(value);
-  float s32 = 0.f, mixed = 0.f;
-  __half s16 = __float2half_rn(0.f);
-  __nv_bfloat16 sb = __float2bfloat16_rn(0.f);
+  // The sums so far: out[1] and out[3] hold fp16 and bf16 values, converted back exactly.
+  float s32 = out[0], mixed = out[2];
+  __half s16 = __float2half_rn(out[1]);
+  __nv_bfloat16 sb = __float2bfloat16_rn(out[3]);
   for (int64_t i = 0; i < n; ++i) {
     s32 += x32;
     s16 = __float2half_rn(__half2float(s16) + __half2float(x16));

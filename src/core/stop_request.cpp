@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <condition_variable>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
@@ -16,7 +17,7 @@ namespace llmhpc {
 namespace {
 
 volatile std::sig_atomic_t g_signal = 0;
-volatile std::sig_atomic_t g_noticed = 0;  // notice_and_end ran
+volatile std::sig_atomic_t g_noticed = 0;  // the signal notice_and_end took, 0 before
 
 extern "C" void note_signal(int signal) {
   if (g_signal == 0) g_signal = signal;
@@ -28,6 +29,27 @@ bool g_speak = false;
 int g_keeper_pipe[2] = {-1, -1};
 std::mutex g_keeper_mutex;                                           // guards g_keeper, held while it runs
 std::function<void(int)>& g_keeper = *new std::function<void(int)>;  // never destroyed: the thread may outlive it
+
+// KeepBeforeStop's hand-over between the main thread and the stop's: where the main thread is,
+// whether the stop's thread has marked the file, and whether it has stopped waiting for the main
+// thread (which then keeps nothing).
+enum class MainThread { Elsewhere, Measuring, Keeping, Kept };
+std::mutex g_hand_mutex;
+std::condition_variable g_hand_changed;
+MainThread g_main = MainThread::Elsewhere;
+bool g_marked = false, g_waits_no_more = false;
+
+// The stop's thread, once it has marked the file: while the main thread measures steps it can
+// keep, up to kStopWaitMs for it to keep them. Past that (a long step, or a collective another
+// rank never joins) the process ends with the file as marked.
+void wait_for_main_thread() {
+  std::unique_lock<std::mutex> lock(g_hand_mutex);
+  g_marked = true;
+  g_hand_changed.notify_all();
+  g_hand_changed.wait_for(lock, std::chrono::milliseconds(kStopWaitMs),
+                          [] { return g_main == MainThread::Elsewhere || g_main == MainThread::Kept; });
+  g_waits_no_more = true;
+}
 
 // The process ends as the signal's default action has it (so its exit status says the signal).
 [[noreturn]] void end_by(int signal) {
@@ -55,13 +77,15 @@ void keep_and_end() {
       std::fprintf(stderr, "llmhpc: could not mark the rank file interrupted: %s\n", e.what());
     }
   }
+  // Marked first: under mpirun a rank has a second before it is killed, and a step may take longer.
+  wait_for_main_thread();
   end_by(signal);
 }
 
 // Async-signal-safe: write(2) of strings made beforehand, then the signal to the keeper's
 // thread, or the default action where there is none.
 extern "C" void notice_and_end(int signal) {
-  g_noticed = 1;
+  g_noticed = signal;
   if (g_speak) {
     // After a pending "[k/n] ...". Rank 0 speaks: the launcher's SIGTERM also follows another rank's abort.
     const char* name = signal == SIGINT ? "\nllmhpc: SIGINT "
@@ -114,6 +138,48 @@ void install_stop_notice(bool speak, const std::string& notice, std::function<vo
     // process before ends it now.
     if (old.sa_handler != SIG_IGN) sigaction(signal, &action, nullptr);
   }
+}
+
+KeepBeforeStop::KeepBeforeStop() {
+  std::lock_guard<std::mutex> lock(g_hand_mutex);
+  g_main = MainThread::Measuring;
+}
+
+KeepBeforeStop::~KeepBeforeStop() {
+  {
+    std::lock_guard<std::mutex> lock(g_hand_mutex);
+    g_main = MainThread::Elsewhere;
+  }
+  g_hand_changed.notify_all();
+}
+
+void KeepBeforeStop::at_step(const std::function<void(int signal)>& keep) {
+  const int signal = g_noticed;
+  if (!signal) return;
+  bool mine = false;
+  {
+    std::unique_lock<std::mutex> lock(g_hand_mutex);
+    // After the stop's thread has marked the file, so that its mark does not replace the steps.
+    g_hand_changed.wait_for(lock, std::chrono::seconds(kStopDeadlineS), [] { return g_marked; });
+    if (g_main == MainThread::Measuring && !g_waits_no_more) {
+      g_main = MainThread::Keeping;
+      mine = true;
+    }
+  }
+  if (mine) {
+    try {
+      keep(signal);
+    } catch (const std::exception& e) {  // the stop goes on, the file as marked
+      std::fprintf(stderr, "llmhpc: the steps measured so far could not be kept: %s\n", e.what());
+    }
+    {
+      std::lock_guard<std::mutex> lock(g_hand_mutex);
+      g_main = MainThread::Kept;
+    }
+    g_hand_changed.notify_all();
+  }
+  // The stop's thread ends the process, kStopDeadlineS after the signal at the latest.
+  for (;;) std::this_thread::sleep_for(std::chrono::seconds(1));
 }
 
 int stop_signal() { return int(g_signal); }

@@ -34,6 +34,24 @@ void set_stop_keeper(std::function<void(int signal)> keep);
 // stays as it was ("running").
 constexpr int kStopWaitMs = 2000;
 constexpr int kStopDeadlineS = 5;
+// The steps a mode measured before a signal outside train, kept by the main thread: while a
+// KeepBeforeStop lives (a sweep's configuration running its steps: src/modes/sweep.h), the stop's
+// thread, once it has marked the file (install_stop_notice's `keep`), gives the main thread up to
+// kStopWaitMs to reach its next step and keep its steps there (at_step) before it ends the
+// process. Between two steps the arrays are whole, which they are not from another thread
+// mid-step; and the file is marked first because under mpirun a rank has a second, less than a
+// long step. One at a time.
+class KeepBeforeStop {
+ public:
+  KeepBeforeStop();
+  ~KeepBeforeStop();
+  KeepBeforeStop(const KeepBeforeStop&) = delete;
+  KeepBeforeStop& operator=(const KeepBeforeStop&) = delete;
+  // Between two steps: returns at once while no stop is noticed. Else, once the stop's thread has
+  // marked the file, runs `keep` with the signal (where that thread still waits for it) and does
+  // not return: that thread ends the process.
+  void at_step(const std::function<void(int signal)>& keep);
+};
 // 0, or the first of those signals received since install_stop_handlers().
 int stop_signal();
 // "SIGTERM", "SIGINT", "SIGUSR1", or "signal N".

@@ -193,10 +193,23 @@ void run(ModeContext& ctx, const AttentionOptions& o) {
           const double unbounded = std::numeric_limits<double>::infinity();
           ops.random_normal(qkv, seed, 1, 1.0, unbounded);
           ops.random_normal(dout, seed, 2, 1.0, unbounded);
-          for (int64_t k = 0; k < warmup; ++k) timed_iteration(ops, *timer, d, qkv, out, saved, dout, dqkv, warm);
-          for (int64_t k = 0; k < iters; ++k) timed_iteration(ops, *timer, d, qkv, out, saved, dout, dqkv, timed);
-          timed.record(rec, "");
-          if (warmup > 0) warm.record(rec, "warmup_");
+          auto record_iterations = [&](Record& r) {
+            timed.record(r, "");
+            if (warmup > 0) warm.record(r, "warmup_");
+          };
+          SweepSteps progress(sweep, rec, warmup + iters, "iterations", [&](Record& r) {
+            record_iterations(r);
+            keep_timed_steps(r, int64_t(timed.total.size()), iters);
+          });
+          for (int64_t k = 0; k < warmup; ++k) {
+            timed_iteration(ops, *timer, d, qkv, out, saved, dout, dqkv, warm);
+            progress.done();
+          }
+          for (int64_t k = 0; k < iters; ++k) {
+            timed_iteration(ops, *timer, d, qkv, out, saved, dout, dqkv, timed);
+            progress.done();
+          }
+          record_iterations(rec);
           return "fwd " + fmt(median(timed.forward), 3) + " ms, bwd " + fmt(median(timed.backward), 3) + " ms";
         },
         [&](Record& r) {

@@ -79,18 +79,32 @@ void run(ModeContext& ctx, const BenchOptions& o) {
         c.label(), rec,
         [&] {
           TransformerLM& model = live.prepare(cases, i, dev, ops, seed, memory, gradients, phase, rec);
-          for (int64_t s = 0; s < warmup; ++s) warm.add(run_step(model, live.optimizer(), phase, *timer));
+          auto record_steps = [&](Record& r) {
+            timed.record(r, "");
+            if (warmup > 0) warm.record(r, "warmup_");
+          };
+          SweepSteps progress(sweep, rec, warmup + steps, "steps", [&](Record& r) {
+            record_steps(r);
+            keep_timed_steps(r, int64_t(timed.step.size()), steps);
+          });
+          for (int64_t s = 0; s < warmup; ++s) {
+            warm.add(run_step(model, live.optimizer(), phase, *timer));
+            progress.done();
+          }
           if (heat_s > 0) {  // --heat-s: each rank alone
-            rec.attr("heat_steps",
-                     heat_up(nullptr, heat_s, 0, [&] { run_step(model, live.optimizer(), phase, *timer); }));
+            rec.attr("heat_steps", heat_up(nullptr, heat_s, 0, [&] {
+                       run_step(model, live.optimizer(), phase, *timer);
+                       progress.between();
+                     }));
             sweep.restart_sensors();  // the record's clocks: the timed steps', not the heat's
           }
           std::unique_ptr<GraphedStep> graph;
           if (graphed) graph = std::make_unique<GraphedStep>(model, live.optimizer(), phase);
-          for (int64_t s = 0; s < steps; ++s)
+          for (int64_t s = 0; s < steps; ++s) {
             timed.add(graph ? graph->run(*timer) : run_step(model, live.optimizer(), phase, *timer));
-          timed.record(rec, "");
-          if (warmup > 0) warm.record(rec, "warmup_");
+            progress.done();
+          }
+          record_steps(rec);
           return fmt(mean(timed.step)) + " ms/step";
         },
         [&](Record& r) {

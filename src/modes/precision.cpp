@@ -3,6 +3,7 @@
 // (Ops::accumulation_experiment), in the reference study's four cases and one more (kAccumulation).
 // (2) The dtype of every kind of tensor of the model under --precision, read off its buffers,
 // beside the dtype torch.autocast gives the same tensor of the reference PyTorch model.
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 
@@ -29,6 +30,8 @@ constexpr AccumulationCase kAccumulation[] = {
     {"fp16 values cast to fp32, fp32 sum", "s += x.type(torch.float32) (s fp32, x fp16)", 2},
     {"bf16 values, bf16 sum", "s += x (both bf16)", 3}};
 constexpr int kAccumulationRows = int(sizeof kAccumulation / sizeof kAccumulation[0]);
+// Additions per part of the experiment (below).
+constexpr int64_t kAccumulationPart = int64_t(1) << 24;
 
 // What torch.autocast(bfloat16) makes of each tensor of the reference model
 // (tests/reference/torch_model.py); without autocast everything is the parameters' fp32.
@@ -150,12 +153,28 @@ void run(ModeContext& ctx, const PrecisionOptions& o) {
   acc.attr("value", value).attr("additions", n).attr("device", dev.name());
   SweepStatus st = sweep.run("accumulation experiment", acc, [&] {
     Buffer out(dev.allocator(), DType::F32, {4}, "precision.sums");
-    ops.accumulation_experiment(out, value, n);
-    float device_sums[4];
-    dev.copy_to_host(device_sums, out.tensor().data, sizeof device_sums);
-    for (int k = 0; k < kAccumulationRows; ++k) sums[size_t(k)] = double(device_sums[kAccumulation[k].sum]);
-    acc.add("experiment", names);
-    acc.add("sum", sums);
+    dev.fill_zero(out.tensor().data, out.tensor().bytes());
+    float device_sums[4] = {};
+    int64_t done = 0;
+    auto record_sums = [&](Record& r) {
+      for (int k = 0; k < kAccumulationRows; ++k) sums[size_t(k)] = double(device_sums[kAccumulation[k].sum]);
+      r.add("experiment", names);
+      r.add("sum", sums);
+    };
+    SweepSteps progress(sweep, acc, n, "additions", [&](Record& r) {
+      record_sums(r);
+      r.attr("additions_done", done);
+    });
+    // In parts of well under a second (one GPU thread, or one core), each read back: the sums so
+    // far, and rank 0's progress through an experiment of billions of additions.
+    while (done < n) {
+      const int64_t part = std::min(kAccumulationPart, n - done);
+      ops.accumulation_experiment(out, value, part);
+      dev.copy_to_host(device_sums, out.tensor().data, sizeof device_sums);
+      done += part;
+      progress.update(done, n);
+    }
+    record_sums(acc);
     return std::string("done");
   });
   sweep.add_row({"accumulation experiment", st.column()});

@@ -276,9 +276,21 @@ void run(ModeContext& ctx, const ProfileOptions& o) {
           [&] {
             TransformerLM* model = nullptr;      // AdamW: a phase of its own
             std::unique_ptr<GraphedStep> graph;  // --cuda-graph: recorded after the warm-up
+            auto record_steps = [&](Record& r) {
+              untraced.record(r, "");
+              traced.record(r, "traced_");
+              if (warmup > 0) warm.record(r, "warmup_");
+            };
+            SweepSteps progress(sweep, rec, warmup + 2 * steps, "steps", [&](Record& r) {
+              record_steps(r);
+              keep_timed_steps(r, int64_t(untraced.step.size() + traced.step.size()), 2 * steps);
+            });
             auto step = [&](StepSamples& into) {
-              NvtxRange range("step");
-              into.add(graph ? graph->run(*timer) : run_step(*model, live.optimizer(), phase, *timer));
+              {
+                NvtxRange range("step");
+                into.add(graph ? graph->run(*timer) : run_step(*model, live.optimizer(), phase, *timer));
+              }
+              progress.done();
             };
             auto prepare = [&] {
               model = &live.prepare(cases, i, dev, ops, seed, memory, GradientStorage::Whole, phase, rec,
@@ -318,9 +330,7 @@ void run(ModeContext& ctx, const ProfileOptions& o) {
             collector.trace_ranges();
             kernels.close("ok", {{"activities", profiler->activities()}, {"dropped_records", profiler->dropped()}});
 
-            untraced.record(rec, "");
-            traced.record(rec, "traced_");
-            if (warmup > 0) warm.record(rec, "warmup_");
+            record_steps(rec);
             record_profiler_tables(rec, *profiler);
             rec.attr("activities", profiler->activities())
                 .attr("dropped_records", profiler->dropped())

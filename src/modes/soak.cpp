@@ -17,7 +17,7 @@ void add_duration_option(po::options_description& desc, const std::string& count
                      ("run each configuration's timed loop for about this many seconds instead of --" + count_option +
                       ": the count is aimed from the warm-up's median iteration (the slowest rank's) and re-aimed " +
                       "about every second from the loop's own pace, the same on every rank; memory is sampled " +
-                      "as it runs and rank 0 prints progress every ~10 s")
+                      "as it runs and rank 0 prints progress every --progress-s")
                          .c_str());
 }
 
@@ -119,21 +119,6 @@ void MemorySamples::record(Record& rec) const {
       .add("device_used_bytes", device_used_)
       .add("host_rss_bytes", host_rss_)
       .add("records_bytes", records_);
-}
-
-Progress::Progress(const Runtime& rt, int64_t total, std::string what)
-    : rt_(rt), total_(total), what_(std::move(what)), start_(std::chrono::steady_clock::now()), last_(start_) {}
-
-void Progress::update(int64_t done, int64_t total) {
-  total_ = total;
-  if (!rt_.is_root()) return;
-  const auto now = std::chrono::steady_clock::now();
-  if (now - last_ < std::chrono::seconds(10)) return;
-  last_ = now;
-  const double s = std::chrono::duration<double>(now - start_).count();
-  log_root(rt_, "%s  %.0f s: %lld of %lld %s\n", printed_ ? "" : "\n", s, (long long)done, (long long)total_,
-           what_.c_str());
-  printed_ = true;
 }
 
 }  // namespace llmhpc

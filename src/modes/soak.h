@@ -1,7 +1,8 @@
 // What modes comm and ddp share for long runs (docs/results/reliability.md):
 // --duration-s, which sets the timed iterations from the warm-up's pace and re-aims them as the
-// timed loop goes (DurationCount); the device allocator's live bytes and the host's resident set
-// sampled between timed iterations; and a progress line on rank 0 every ~10 s. analysis/soak.py reads what they record.
+// timed loop goes (DurationCount); and the device allocator's live bytes and the host's resident
+// set sampled between timed iterations. analysis/soak.py reads what they record. (Their progress
+// lines: src/modes/progress.h, which this includes.)
 #pragma once
 #include <chrono>
 #include <cstdint>
@@ -11,6 +12,7 @@
 
 #include "kernels/ops.h"
 #include "src/modes/mode.h"
+#include "src/modes/progress.h"
 
 namespace llmhpc {
 
@@ -105,20 +107,6 @@ class MemorySamples {
 
  private:
   std::vector<int64_t> iteration_, device_live_, device_used_, host_rss_, records_;
-};
-
-// Rank 0 prints "  <seconds> s: <done> of <total> <what>" every ~10 s; a clock read otherwise.
-class Progress {
- public:
-  Progress(const Runtime& rt, int64_t total, std::string what);
-  void update(int64_t done, int64_t total);
-
- private:
-  const Runtime& rt_;
-  int64_t total_;
-  std::string what_;
-  std::chrono::steady_clock::time_point start_, last_;
-  bool printed_ = false;
 };
 
 }  // namespace llmhpc

@@ -3,6 +3,7 @@
 #include <cstdio>
 #include <new>
 
+#include "src/core/stop_request.h"
 #include "src/core/watchdog.h"
 
 namespace llmhpc {
@@ -120,6 +121,31 @@ void Sweep::agree(const std::function<void()>& prepare) const {
   const std::string text = first == rt.rank ? message : "rank " + std::to_string(first) + ": " + message;
   if (first_kind == Failure::Oom) throw OutOfMemory(text);
   throw UsageError(text);
+}
+
+SweepSteps::SweepSteps(Sweep& sweep, const Record& rec, int64_t total, std::string what,
+                       std::function<void(Record&)> keep)
+    : ctx_(sweep.ctx_), rec_(rec), keep_(std::move(keep)), progress_(sweep.ctx_.rt, total, std::move(what)),
+      total_(total) {}
+
+void SweepSteps::update(int64_t done, int64_t total) {
+  done_ = done;
+  total_ = total;
+  progress_.update(done_, total_);
+  between();
+}
+
+void SweepSteps::between() {
+  stop_.at_step([&](int signal) {
+    Record r = rec_;
+    keep_(r);
+    r.status = "interrupted: " + signal_name(signal);
+    ctx_.recorder.write(r);
+  });
+}
+
+void keep_timed_steps(Record& rec, int64_t timed, int64_t asked) {
+  rec.attr("steps_timed", timed).attr("steps_asked", asked);
 }
 
 void Sweep::print_summary(const std::string& title) const {

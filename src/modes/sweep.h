@@ -15,6 +15,9 @@
 //     sweep.add_row({c.name, ..., fmt(mean(s.step)), st.column()});
 //   }
 //   sweep.print_summary("bench summary (ms, ...)");
+//
+// Inside `measure`, SweepSteps follows the configuration's steps: rank 0's progress lines, and
+// the steps measured so far kept in the record should the run end before the configuration does.
 #pragma once
 #include <chrono>
 #include <functional>
@@ -22,8 +25,10 @@
 #include <string>
 #include <vector>
 
+#include "src/core/stop_request.h"
 #include "src/core/table.h"
 #include "src/modes/mode.h"
+#include "src/modes/progress.h"
 #include "src/modes/sensors.h"
 
 namespace llmhpc {
@@ -68,11 +73,46 @@ class Sweep {
   void print_summary(const std::string& title) const;
 
  private:
+  friend class SweepSteps;
   ModeContext& ctx_;
   std::string mode_;
   size_t total_, done_ = 0;
   TextTable table_;
   std::unique_ptr<DeviceMonitor> monitor_;
 };
+
+// The steps of one configuration while they run (inside Sweep::run's `measure`, from its first
+// warm-up step to its last timed one), which at a large shape take minutes. Rank 0 prints
+// "  <seconds> s: <done> of <total> <what>" about every --progress-s (src/modes/progress.h). On
+// SIGINT or SIGTERM (install_stop_notice) the steps measured so far are kept: at the next step
+// the record is written with them, status "interrupted: <signal>", before the signal's stop ends
+// the process (KeepBeforeStop: where that step ends within kStopWaitMs of the signal; else the
+// record stays as the stop marked it, with no steps). Each rank keeps its own. `keep` adds to a
+// copy of the record the arrays of the steps so far and what they are (keep_timed_steps), as
+// `measure` adds them at the end.
+class SweepSteps {
+ public:
+  // `total` steps (warm-up and timed), or other units of `what` ("additions").
+  SweepSteps(Sweep& sweep, const Record& rec, int64_t total, std::string what, std::function<void(Record&)> keep);
+  // After `n` more of the total.
+  void done(int64_t n = 1) { update(done_ + n, total_); }
+  // After `done` of `total` (a count re-aimed as the loop goes, as --duration-s's).
+  void update(int64_t done, int64_t total);
+  // After a step outside the total (--heat-s's, which run for a time, not a count).
+  void between();
+
+ private:
+  ModeContext& ctx_;
+  const Record& rec_;
+  std::function<void(Record&)> keep_;
+  Progress progress_;
+  int64_t total_, done_ = 0;
+  KeepBeforeStop stop_;
+};
+
+// A record kept before its configuration ended (SweepSteps): its arrays hold `timed` timed steps
+// of the `asked` it was to time (attributes steps_timed, steps_asked; the warm-up arrays hold the
+// warm-up steps run).
+void keep_timed_steps(Record& rec, int64_t timed, int64_t asked);
 
 }  // namespace llmhpc

@@ -422,6 +422,17 @@ TEST(Precision, ReferenceStudyAccumulationValues) {
   EXPECT_EQ(out.get(3), 4.0);
 }
 
+// Mode precision runs a long experiment in parts (to say how far it is): the sums continue
+// bitwise, the fp16 and bf16 ones past where they stall too.
+TEST(Precision, TheAccumulationExperimentInPartsIsTheWhole) {
+  Backend be = cpu_backend();
+  HostTensor whole(*be.device, DType::F32, {4}), parts(*be.device, DType::F32, {4});
+  be.ops->accumulation_experiment(whole, 0.01, 3000);
+  for (int64_t n : {1, 999, 1, 1999}) be.ops->accumulation_experiment(parts, 0.01, n);
+  EXPECT_EQ(parts.values(), whole.values());
+  EXPECT_EQ(parts.get(3), 4.0);
+}
+
 TEST(Precision, HalfConversionRoundsToNearestEven) {
   EXPECT_EQ(float_to_half_bits(1.0f), 0x3c00);
   EXPECT_EQ(float_to_half_bits(65504.0f), 0x7bff);
