@@ -557,7 +557,14 @@ void run(ModeContext& ctx, const DdpOptions& o) {
           DurationCount count(rt, duration_s, steps, pace_s, std::numeric_limits<int64_t>::max());
           timed.reserve(size_t(count.total()));
           MemorySamples memory_samples{size_t(count.total())};
-          Progress progress(rt, count.total(), "steps");
+          // A signal keeps the steps so far (each rank its own; a rank already inside the next step's
+          // collectives keeps none).
+          SweepSteps progress(sweep, rec, count.total(), "steps", [&](Record& r) {
+            timed.record(r, "");
+            if (warmup > 0) warm.record(r, "warmup_");
+            memory_samples.record(r);
+            keep_timed_steps(r, int64_t(timed.step.size()), count.total());
+          });
           for (int64_t s = 0; s < count.total();) {
             for (const int64_t end = s + count.next_chunk(s); s < end; ++s) {
               Timer& on = s % 2 == 0 ? *timer : *other_timer;
@@ -574,6 +581,7 @@ void run(ModeContext& ctx, const DdpOptions& o) {
               }
               busy.step_ended(times, std::move(t.spans));
               memory_samples.take(s, dev, timed.reserved_bytes());  // after the step's end: outside its timing
+              progress.update(s + 1, count.total());
             }
             count.after_chunk(s);  // between steps (and one of the steps' host reductions)
             timed.reserve(size_t(count.total()));

@@ -1,5 +1,5 @@
 """The steps of a sweep's configuration while they run (src/modes/sweep.h, SweepSteps), end to end
-on the CPU: modes bench, attention, profile and precision, each one configuration far longer
+on the CPU: modes bench, attention, profile, ddp and precision, each one configuration far longer
 than the test (a million steps of a tiny shape; precision billions of additions).
 
 With --progress-s 0.2 rank 0 prints "  <seconds> s: <done> of <total> <what>" while it runs: the
@@ -144,6 +144,17 @@ def main():
     check_steps("profile", attrs, arrays, timed + ["traced_forward_ms", "traced_step_ms"],
                 ["warmup_" + k for k in timed], 2 * STEPS, printed, counted=("step_ms", "traced_step_ms"))
     print(f"ok   profile: {len(seen)} progress lines, {attrs['steps_timed']} steps kept")
+
+    # ddp: the timed steps counted (the warm-up before them), each with its memory sample.
+    out = os.path.join(work, "ddp")
+    rc, _, err, seen = interrupted_run([BIN, "--mode", "ddp", "--device", "cpu", *TINY, "--ddp", "bucketed",
+                                        "--warmup", WARMUP, "--steps", STEPS // 10, *fast, "--out", out])
+    assert rc == -signal.SIGINT, f"ddp: exit {rc} after SIGINT, not the signal's\n{err}"
+    printed = check_lines(seen, STEPS // 10, "steps")
+    attrs, arrays = interrupted_record(os.path.join(out, "rank00000.h5"), "ddp", "SIGINT")
+    timed = ["forward_ms", "backward_ms", "comm_ms", "param_comm_ms", "optimizer_ms", "step_ms"]
+    check_steps("ddp", attrs, arrays, timed, ["warmup_" + k for k in timed], STEPS // 10, printed + WARMUP)
+    print(f"ok   ddp: {len(seen)} progress lines, {attrs['steps_timed']} steps kept")
 
     # precision: the accumulation experiment in parts of 2^24 additions, the sums after each kept.
     out = os.path.join(work, "precision")
