@@ -3,11 +3,13 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
+#include <ctime>
 #include <cstring>
 #include <exception>
 #include <mutex>
@@ -19,7 +21,38 @@ namespace {
 volatile std::sig_atomic_t g_signal = 0;
 volatile std::sig_atomic_t g_noticed = 0;  // the signal notice_and_end took, 0 before
 
+// When the first SIGTERM or SIGINT came (CLOCK_MONOTONIC, ns; 0 before). Lock-free, so a handler
+// may use it.
+std::atomic<int64_t> g_first_signal_ns{0};
+static_assert(std::atomic<int64_t>::is_always_lock_free, "read and written in signal handlers");
+
+// In a handler of SIGTERM or SIGINT: whether this one is the first, a copy of it (within
+// kSameSignalMs: one action delivered twice), or a second stop asked for, which ends the process
+// at once as the signal's default action (Ctrl-C twice).
+enum class Arrival { First, Copy, Again };
+Arrival arrival() {
+  timespec t{};
+  clock_gettime(CLOCK_MONOTONIC, &t);  // async-signal-safe
+  const int64_t now = int64_t(t.tv_sec) * 1000000000 + t.tv_nsec;
+  int64_t first = 0;
+  if (g_first_signal_ns.compare_exchange_strong(first, now)) return Arrival::First;
+  return now - first < int64_t(kSameSignalMs) * 1000000 ? Arrival::Copy : Arrival::Again;
+}
+
+[[noreturn]] void end_at_once(int signal) {
+  std::signal(signal, SIG_DFL);
+  std::raise(signal);
+  _exit(128 + signal);  // not reached: the default action of SIGTERM and SIGINT ends the process
+}
+
 extern "C" void note_signal(int signal) {
+  // SIGUSR1 may come twice and never ends the process (a job script may send it to the launcher
+  // and to the ranks).
+  if (signal != SIGUSR1) {
+    const Arrival a = arrival();
+    if (a == Arrival::Again) end_at_once(signal);
+    if (a == Arrival::Copy) return;
+  }
   if (g_signal == 0) g_signal = signal;
 }
 
@@ -85,6 +118,9 @@ void keep_and_end() {
 // Async-signal-safe: write(2) of strings made beforehand, then the signal to the keeper's
 // thread, or the default action where there is none.
 extern "C" void notice_and_end(int signal) {
+  const Arrival a = arrival();
+  if (a == Arrival::Again) end_at_once(signal);
+  if (a == Arrival::Copy) return;
   g_noticed = signal;
   if (g_speak) {
     // After a pending "[k/n] ...". Rank 0 speaks: the launcher's SIGTERM also follows another rank's abort.
@@ -97,10 +133,9 @@ extern "C" void notice_and_end(int signal) {
   }
   if (g_keeper_pipe[1] >= 0) {
     const unsigned char byte = static_cast<unsigned char>(signal);
-    if (write(g_keeper_pipe[1], &byte, 1) == 1) return;  // SA_RESETHAND: the same signal again ends it
+    if (write(g_keeper_pipe[1], &byte, 1) == 1) return;
   }
-  std::signal(signal, SIG_DFL);
-  std::raise(signal);
+  end_at_once(signal);
 }
 
 }  // namespace
@@ -109,12 +144,8 @@ void install_stop_handlers() {
   struct sigaction action = {};
   action.sa_handler = note_signal;
   sigemptyset(&action.sa_mask);
-  for (int signal : {SIGTERM, SIGINT, SIGUSR1}) {
-    // SIGTERM and SIGINT once (a second one acts as uncaught: Ctrl-C twice kills); SIGUSR1
-    // always, since a job script may send it both to the launcher and to the ranks.
-    action.sa_flags = SA_RESTART | (signal == SIGUSR1 ? 0 : SA_RESETHAND);
-    sigaction(signal, &action, nullptr);
-  }
+  action.sa_flags = SA_RESTART;
+  for (int signal : {SIGTERM, SIGINT, SIGUSR1}) sigaction(signal, &action, nullptr);
 }
 
 void set_stop_keeper(std::function<void(int signal)> keep) {
@@ -129,7 +160,7 @@ void install_stop_notice(bool speak, const std::string& notice, std::function<vo
   if (g_keeper_pipe[0] < 0 && pipe2(g_keeper_pipe, O_CLOEXEC) == 0) std::thread(keep_and_end).detach();
   struct sigaction action = {};
   action.sa_handler = notice_and_end;
-  action.sa_flags = SA_RESTART | SA_RESETHAND;
+  action.sa_flags = SA_RESTART;
   sigemptyset(&action.sa_mask);
   for (int signal : {SIGTERM, SIGINT}) {
     struct sigaction old = {};

@@ -5,8 +5,10 @@
 // the other ranks in a collective it makes anyway, saves what it has and throws Interrupted;
 // main marks the rank files "interrupted" and exits with 128 + the signal, as a shell reports a
 // process the signal killed. Those handlers only note the signal. SIGTERM's and SIGINT's act once:
-// the same signal again ends the process at once (Slurm's SIGKILL follows SIGTERM after KillWait
-// anyway); SIGUSR1 may come twice (jobs/train.sh sends it to the launcher and to its ranks).
+// another one more than kSameSignalMs later ends the process at once (Ctrl-C twice; Slurm's
+// SIGKILL follows SIGTERM after KillWait anyway), while one sooner is the same stop delivered
+// twice (GNU timeout passes a signal to its command and to its process group) and is ignored;
+// SIGUSR1 may come twice (jobs/train.sh sends it to the launcher and to its ranks).
 #pragma once
 #include <functional>
 #include <string>
@@ -21,8 +23,9 @@ void install_stop_handlers();
 // the results are. Before it ends, `keep` (if given) runs on a thread of its own, to mark the
 // files interrupted (main.cpp: the rank file); the main thread goes on meanwhile, and may be
 // stuck in a collective, so `keep` must give up rather than wait for it long. The process ends
-// when `keep` returns, or kStopDeadlineS after the signal whatever it does; the same signal
-// again ends it at once. A signal ignored when the process started stays ignored.
+// when `keep` returns, or kStopDeadlineS after the signal whatever it does; another SIGTERM or
+// SIGINT more than kSameSignalMs later ends it at once. A signal ignored when the process started
+// stays ignored.
 void install_stop_notice(bool speak, const std::string& notice, std::function<void(int signal)> keep = {});
 // Whether install_stop_notice's handler has taken a signal: the process is ending by it.
 bool stop_noticed();
@@ -33,6 +36,8 @@ void set_stop_keeper(std::function<void(int signal)> keep);
 // second after it passes them SIGTERM: a keeper still waiting then is cut short, and its file
 // stays as it was ("running").
 constexpr int kStopWaitMs = 2000;
+// A second SIGTERM or SIGINT within this of the first is a copy of it, not a second stop.
+constexpr int kSameSignalMs = 500;
 constexpr int kStopDeadlineS = 5;
 // The steps a mode measured before a signal outside train, kept by the main thread: while a
 // KeepBeforeStop lives (a sweep's configuration running its steps: src/modes/sweep.h), the stop's

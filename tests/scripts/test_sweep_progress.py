@@ -36,9 +36,10 @@ PART = 1 << 24  # the additions of one part of the precision experiment (src/mod
 LINE = re.compile(r"^  ([0-9.]+) s: ([0-9]+) of ([0-9]+) ([a-z]+)$")
 
 
-def interrupted_run(cmd, lines=3, timeout=60):
-    """Starts `cmd`, sends SIGINT once rank 0 has printed `lines` progress lines; returns (exit
-    status, stdout, stderr, the progress lines as (seconds, done, total, what))."""
+def interrupted_run(cmd, lines=3, timeout=60, copies=1):
+    """Starts `cmd`, sends SIGINT once rank 0 has printed `lines` progress lines (`copies` times,
+    20 ms apart: one stop delivered more than once); returns (exit status, stdout, stderr, the
+    progress lines as (seconds, done, total, what))."""
     print("$", " ".join(map(str, cmd)), flush=True)
     proc = subprocess.Popen([str(c) for c in cmd], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             env=test_env())
@@ -53,7 +54,10 @@ def interrupted_run(cmd, lines=3, timeout=60):
         out.append(line)
         if m := LINE.match(line.rstrip("\n")):
             seen.append((float(m[1]), int(m[2]), int(m[3]), m[4]))
-    proc.send_signal(signal.SIGINT)
+    for k in range(copies):
+        if k:
+            time.sleep(0.02)
+        proc.send_signal(signal.SIGINT)
     try:
         rest, err = proc.communicate(timeout=30)
     except subprocess.TimeoutExpired:
@@ -144,6 +148,21 @@ def main():
     check_steps("profile", attrs, arrays, timed + ["traced_forward_ms", "traced_step_ms"],
                 ["warmup_" + k for k in timed], 2 * STEPS, printed, counted=("step_ms", "traced_step_ms"))
     print(f"ok   profile: {len(seen)} progress lines, {attrs['steps_timed']} steps kept")
+
+    # The same stop delivered twice (GNU timeout passes a signal to its command and to its process
+    # group): the second SIGINT, 20 ms after the first and inside a step of ~50 ms, does not cut
+    # the keeping short.
+    out = os.path.join(work, "bench-twice")
+    slow = ["--d-model", "128", "--d-ff", "256", "--num-layers", "2", "--num-heads", "2", "--vocab-size", "256",
+            "--context-length", "64", "--batch-size", "8"]
+    rc, _, err, seen = interrupted_run([BIN, "--mode", "bench", "--device", "cpu", *slow, "--warmup", WARMUP,
+                                        "--steps", STEPS, *fast, "--out", out], copies=2)
+    assert rc == -signal.SIGINT, f"bench, SIGINT twice: exit {rc}, not the signal's\n{err}"
+    attrs, arrays = interrupted_record(os.path.join(out, "rank00000.h5"), "bench", "SIGINT")
+    check_steps("bench, SIGINT twice", attrs, arrays, ["forward_ms", "backward_ms", "step_ms"],
+                ["warmup_forward_ms", "warmup_backward_ms", "warmup_step_ms"], STEPS, check_lines(seen, WARMUP + STEPS,
+                                                                                                "steps"))
+    print(f"ok   bench, SIGINT twice within 20 ms: {attrs['steps_timed']} steps kept")
 
     # ddp: the timed steps counted (the warm-up before them), each with its memory sample.
     out = os.path.join(work, "ddp")
