@@ -361,6 +361,104 @@ std::map<int, std::unique_ptr<Mesh>> make_meshes(const Runtime& rt, const DdpOpt
   return meshes;
 }
 
+// The cases as they run: --collective-engine auto resolved per case, and a case that it makes the
+// same as another once. Hybrid zero1 averages over the groups with NCCL's kernels, in the
+// gradients' dtype: a sweep leaves its copy-engine and bf16-wire cases out. Every case is one
+// train would run (check_parallelism), less the compute-only baseline (none on several ranks).
+std::vector<DdpCase> resolve_cases(std::vector<DdpCase> cases, const std::map<int, std::unique_ptr<Mesh>>& meshes,
+                                   Device& dev, MemoryPlan memory, int world_size) {
+  std::vector<DdpCase> resolved;
+  for (DdpCase c : cases) {
+    const Mesh& mesh = *meshes.at(c.tp());
+    const bool hybrid_zero1 = c.sharding == Sharding::Zero1 && mesh.of(c.group).replicas;
+    if (hybrid_zero1 && (c.engine == CollectiveEngine::Copy || c.reduce_in_bf16)) continue;
+    c.engine = hybrid_zero1 ? CollectiveEngine::Sm
+                            : resolve_collective_engine(c.engine, c.strategy, c.sharding, mesh.ranks().dp, dev,
+                                                        mesh.every_rank());
+    if (c.strategy != SyncStrategy::None || mesh.ranks().dp.world_size == 1)
+      check_parallelism(c, c.precision, memory, world_size);
+    if (std::none_of(resolved.begin(), resolved.end(), [&](const DdpCase& r) { return r.label() == c.label(); }))
+      resolved.push_back(c);
+  }
+  return resolved;
+}
+
+// The configuration's record as this rank runs it: its place in the tp x dp layout, its share of
+// the batch, its part of the model, what the gradients travel over.
+Record case_record(const DdpCase& c, const DdpOptions& o, const MeshPlace& place, const LocalBatch& mine,
+                   const ParameterLayout& layout, const Communicator& comm, int world_size) {
+  Record rec;
+  rec.group = "ddp/" + c.label();
+  add_shape_attrs(rec, c.model);
+  rec.attr("batch_size", c.batch)
+      .attr("local_batch_size", mine.count)
+      .attr("world_size", int64_t(world_size))
+      .attr("tp", int64_t(c.tp()))
+      .attr("dp", int64_t(place.dp_size))
+      .attr("tp_rank", int64_t(place.tp_rank))
+      .attr("dp_rank", int64_t(place.dp_rank))
+      .attr("sequence_parallel", int64_t(c.sequence_parallel ? 1 : 0))
+      .attr("tp_overlap", int64_t(c.tp_overlap))
+      .attr("precision", std::string(precision_name(c.precision)))
+      .attr("attention", std::string(attention_name(c.attention)))
+      .attr("low_memory", int64_t(o.memory == MemoryPlan::LowMemory ? 1 : 0))
+      .attr("grad_dtype", std::string(dtype_name(gradient_dtype(c.precision, c.grads))))
+      .attr("ddp", std::string(sync_strategy_name(c.strategy)))
+      .attr("bucket_mb", c.strategy == SyncStrategy::Bucketed ? c.bucket_mb : 0.0)
+      .attr("shard_optimizer", std::string(sharding_name(c.sharding)))
+      .attr("shard_group", int64_t(c.group))
+      .attr("share_weights", std::string(shared_weights_name(c.share_copy(), c.sharding, c.precision)))
+      .attr("collective_engine", std::string(collective_engine_name(c.engine)))
+      .attr("grad_reduce_dtype", grad_reduce_dtype_name(c.reduce_in_bf16, gradient_dtype(c.precision, c.grads)))
+      .attr("backend", comm.backend_name())
+      .attr("warmup", o.warmup)
+      .attr("steps", o.steps)
+      .attr("duration_s", o.duration_s)
+      .attr("num_params", c.model.num_params())
+      .attr("part_params", layout.total())  // this rank's part under --tp, padding included
+      .attr("model_flops_fwd_bwd", model_flops_fwd_bwd(c.model, mine.count, c.model.context_length) / c.tp());
+  return rec;
+}
+
+// The summary table's row of a configuration: its times, what it communicated, its peak.
+std::vector<std::string> summary_row(const DdpCase& c, const SweepStatus& status, const SyncStats& stats,
+                                     const Samples& timed, const std::vector<double>& collectives_ms,
+                                     const std::vector<double>& slowest, Device& dev) {
+  const double step = mean(timed.step), comm_ms = mean(timed.comm);
+  return {shape_label(c.model),
+          std::to_string(c.model.context_length),
+          std::to_string(c.batch),
+          precision_name(c.precision),
+          c.impl_column(),
+          c.sharding_column(),
+          c.strategy == SyncStrategy::Bucketed ? fmt_exact(c.bucket_mb) : "-",
+          status.ok() ? std::to_string(stats.buckets) : "-",
+          fmt(step),
+          fmt(stddev(timed.step)),
+          fmt(comm_ms),
+          fmt(stddev(timed.comm)),
+          status.ok() ? fmt(100.0 * comm_ms / step, 1) + "%" : "-",
+          collectives_ms.empty() ? "-" : fmt(mean(collectives_ms)),
+          fmt(mean(slowest)),
+          status.ok() ? fmt(double(stats.bytes + stats.param_bytes) / double(1 << 20), 1) : "-",
+          fmt(double(dev.allocator().peak_bytes()) / double(1 << 30)),
+          status.column()};
+}
+
+// The memory table's row: each category at the three points, and the configuration's peak.
+std::vector<std::string> memory_row(const DdpCase& c, const SweepStatus& status, const MemoryBreakdown* points[3],
+                                    Device& dev) {
+  std::vector<std::string> row = {shape_label(c.model),    std::to_string(c.model.context_length),
+                                  std::to_string(c.batch), precision_name(c.precision),
+                                  c.impl_column(),         c.sharding_column()};
+  for (const TagCategory& category : model_memory_categories())
+    row.push_back(status.ok() ? mib_at_points(category.name, points) : "-");
+  row.push_back(status.ok() ? mib_at_points("other", points) : "-");
+  row.push_back(status.ok() ? mib_at_points("", points) : "-");
+  row.push_back(fmt(double(dev.allocator().peak_bytes()) / double(1 << 20), 1));
+  return row;
+}
+
 void run(ModeContext& ctx, const DdpOptions& o) {
   const Runtime& rt = ctx.rt;
   const int64_t warmup = o.warmup, steps = o.steps;
@@ -379,24 +477,7 @@ void run(ModeContext& ctx, const DdpOptions& o) {
     }
   });
   const std::map<int, std::unique_ptr<Mesh>> meshes = make_meshes(rt, o, dev, cases);
-  // --collective-engine auto resolved per case; a case it makes the same as another runs once.
-  // Hybrid zero1 averages over the groups with NCCL's kernels, in the gradients' dtype: a sweep
-  // leaves its copy-engine and bf16-wire cases out.
-  std::vector<DdpCase> resolved;
-  for (DdpCase c : cases) {
-    const Mesh& mesh = *meshes.at(c.tp());
-    const bool hybrid_zero1 = c.sharding == Sharding::Zero1 && mesh.of(c.group).replicas;
-    if (hybrid_zero1 && (c.engine == CollectiveEngine::Copy || c.reduce_in_bf16)) continue;
-    c.engine = hybrid_zero1 ? CollectiveEngine::Sm
-                            : resolve_collective_engine(c.engine, c.strategy, c.sharding, mesh.ranks().dp, dev,
-                                                        mesh.every_rank());
-    // What runs is what train would run, less the compute-only baseline (none on several ranks).
-    if (c.strategy != SyncStrategy::None || mesh.ranks().dp.world_size == 1)
-      check_parallelism(c, c.precision, memory, rt.world_size);
-    if (std::none_of(resolved.begin(), resolved.end(), [&](const DdpCase& r) { return r.label() == c.label(); }))
-      resolved.push_back(c);
-  }
-  cases = std::move(resolved);
+  cases = resolve_cases(std::move(cases), meshes, dev, memory, rt.world_size);
   const std::string backend_name = meshes.begin()->second->every_rank().backend_name();
 
   const std::string timed = timed_text(duration_s, steps, "steps");
@@ -440,36 +521,7 @@ void run(ModeContext& ctx, const DdpOptions& o) {
     Communicator* replicas = mesh.of(group).replicas.get();
     const ParameterLayout layout(c.model, TensorSplit{c.tp(), place.tp_rank});  // this rank's part
     const LocalBatch mine = local_batch(c.batch, dp_rt.rank, dp_rt.world_size);
-    Record rec;
-    rec.group = "ddp/" + c.label();
-    add_shape_attrs(rec, c.model);
-    rec.attr("batch_size", c.batch)
-        .attr("local_batch_size", mine.count)
-        .attr("world_size", int64_t(rt.world_size))
-        .attr("tp", int64_t(c.tp()))
-        .attr("dp", int64_t(place.dp_size))
-        .attr("tp_rank", int64_t(place.tp_rank))
-        .attr("dp_rank", int64_t(place.dp_rank))
-        .attr("sequence_parallel", int64_t(c.sequence_parallel ? 1 : 0))
-        .attr("tp_overlap", int64_t(c.tp_overlap))
-        .attr("precision", std::string(precision_name(c.precision)))
-        .attr("attention", std::string(attention_name(c.attention)))
-        .attr("low_memory", int64_t(memory == MemoryPlan::LowMemory ? 1 : 0))
-        .attr("grad_dtype", std::string(dtype_name(gradient_dtype(c.precision, c.grads))))
-        .attr("ddp", std::string(sync_strategy_name(c.strategy)))
-        .attr("bucket_mb", c.strategy == SyncStrategy::Bucketed ? c.bucket_mb : 0.0)
-        .attr("shard_optimizer", std::string(sharding_name(c.sharding)))
-        .attr("shard_group", int64_t(group))
-        .attr("share_weights", std::string(shared_weights_name(c.share_copy(), c.sharding, c.precision)))
-        .attr("collective_engine", std::string(collective_engine_name(c.engine)))
-        .attr("grad_reduce_dtype", grad_reduce_dtype_name(c.reduce_in_bf16, gradient_dtype(c.precision, c.grads)))
-        .attr("backend", comm.backend_name())
-        .attr("warmup", warmup)
-        .attr("steps", steps)
-        .attr("duration_s", duration_s)
-        .attr("num_params", c.model.num_params())
-        .attr("part_params", layout.total())  // this rank's part under --tp, padding included
-        .attr("model_flops_fwd_bwd", model_flops_fwd_bwd(c.model, mine.count, c.model.context_length) / c.tp());
+    Record rec = case_record(c, o, place, mine, layout, comm, rt.world_size);
     Samples warm, timed;
     std::vector<double> slowest, collectives_ms;  // the slowest rank's steps; the collectives' device time
     const SyncPlan plan = data_parallel_plan(c.strategy, c.sharding, layout, c.precision, c.grads, c.bucket_mb, group,
@@ -634,25 +686,9 @@ void run(ModeContext& ctx, const DdpOptions& o) {
           }
         });
     training.reset();
-    const double step = mean(timed.step), comm_ms = mean(timed.comm);
-    sweep.add_row({shape_label(c.model), std::to_string(c.model.context_length), std::to_string(c.batch),
-                   precision_name(c.precision), c.impl_column(), c.sharding_column(),
-                   c.strategy == SyncStrategy::Bucketed ? fmt_exact(c.bucket_mb) : "-",
-                   status.ok() ? std::to_string(stats.buckets) : "-", fmt(step), fmt(stddev(timed.step)), fmt(comm_ms),
-                   fmt(stddev(timed.comm)), status.ok() ? fmt(100.0 * comm_ms / step, 1) + "%" : "-",
-                   collectives_ms.empty() ? "-" : fmt(mean(collectives_ms)), fmt(mean(slowest)),
-                   status.ok() ? fmt(double(stats.bytes + stats.param_bytes) / double(1 << 20), 1) : "-",
-                   fmt(double(dev.allocator().peak_bytes()) / double(1 << 30)), status.column()});
-    std::vector<std::string> memory_row = {shape_label(c.model),    std::to_string(c.model.context_length),
-                                           std::to_string(c.batch), precision_name(c.precision),
-                                           c.impl_column(),         c.sharding_column()};
+    sweep.add_row(summary_row(c, status, stats, timed, collectives_ms, slowest, dev));
     const MemoryBreakdown* points[3] = {&after_init, &before_optimizer, &after_optimizer};
-    for (const TagCategory& category : model_memory_categories())
-      memory_row.push_back(status.ok() ? mib_at_points(category.name, points) : "-");
-    memory_row.push_back(status.ok() ? mib_at_points("other", points) : "-");
-    memory_row.push_back(status.ok() ? mib_at_points("", points) : "-");
-    memory_row.push_back(fmt(double(dev.allocator().peak_bytes()) / double(1 << 20), 1));
-    memory_table.add_row(std::move(memory_row));
+    memory_table.add_row(memory_row(c, status, points, dev));
   }
   sweep.print_summary(
       "ddp summary (ms per step, rank 0 of " + std::to_string(rt.world_size) +
