@@ -363,15 +363,20 @@ std::map<int, std::unique_ptr<Mesh>> make_meshes(const Runtime& rt, const DdpOpt
 
 // The cases as they run: --collective-engine auto resolved per case, and a case that it makes the
 // same as another once. Hybrid zero1 averages over the groups with NCCL's kernels, in the
-// gradients' dtype: a sweep leaves its copy-engine and bf16-wire cases out. Every case is one
-// train would run (check_parallelism), less the compute-only baseline (none on several ranks).
+// gradients' dtype: a sweep leaves its copy-engine and bf16-wire cases out, counted in
+// `hybrid_left_out`. Every case is one train would run (check_parallelism), less the
+// compute-only baseline (none on several ranks).
 std::vector<DdpCase> resolve_cases(std::vector<DdpCase> cases, const std::map<int, std::unique_ptr<Mesh>>& meshes,
-                                   Device& dev, MemoryPlan memory, int world_size) {
+                                   Device& dev, MemoryPlan memory, int world_size, int* hybrid_left_out) {
   std::vector<DdpCase> resolved;
+  *hybrid_left_out = 0;
   for (DdpCase c : cases) {
     const Mesh& mesh = *meshes.at(c.tp());
     const bool hybrid_zero1 = c.sharding == Sharding::Zero1 && mesh.of(c.group).replicas;
-    if (hybrid_zero1 && (c.engine == CollectiveEngine::Copy || c.reduce_in_bf16)) continue;
+    if (hybrid_zero1 && (c.engine == CollectiveEngine::Copy || c.reduce_in_bf16)) {
+      ++*hybrid_left_out;
+      continue;
+    }
     c.engine = hybrid_zero1 ? CollectiveEngine::Sm
                             : resolve_collective_engine(c.engine, c.strategy, c.sharding, mesh.ranks().dp, dev,
                                                         mesh.every_rank());
@@ -477,7 +482,8 @@ void run(ModeContext& ctx, const DdpOptions& o) {
     }
   });
   const std::map<int, std::unique_ptr<Mesh>> meshes = make_meshes(rt, o, dev, cases);
-  cases = resolve_cases(std::move(cases), meshes, dev, memory, rt.world_size);
+  int hybrid_left_out = 0;
+  cases = resolve_cases(std::move(cases), meshes, dev, memory, rt.world_size, &hybrid_left_out);
   const std::string backend_name = meshes.begin()->second->every_rank().backend_name();
 
   const std::string timed = timed_text(duration_s, steps, "steps");
@@ -488,6 +494,12 @@ void run(ModeContext& ctx, const DdpOptions& o) {
             (heat_s > 0 ? ", each configuration heated for ~" + fmt_exact(heat_s) + " s" : ""))
                .c_str());
   if (!o.left_out.empty()) log_root(rt, "ddp: note: combinations left out: %s\n", o.left_out.c_str());
+  if (hybrid_left_out > 0)
+    log_root(rt,
+             "ddp: note: %s of zero1 in shard groups (--shard-group) left out: its groups average with NCCL's "
+             "kernels in the gradients' dtype, so --collective-engine copy and --grad-reduce-dtype bf16 do not apply "
+             "to it\n",
+             counted(hybrid_left_out, "configuration").c_str());
   // A data-parallel group of one rank (the world, or --tp the whole world) times its strategies
   // with no peer: say so, as their rows otherwise read as data parallelism measured.
   std::set<int> alone;
