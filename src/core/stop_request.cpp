@@ -39,9 +39,15 @@ Arrival arrival() {
   return now - first < int64_t(kSameSignalMs) * 1000000 ? Arrival::Copy : Arrival::Again;
 }
 
+// In the signal's handler: the process ends by its default action, as with no handler (a
+// handler's own signal is blocked while it runs: unblocked, the raised one is delivered at once).
 [[noreturn]] void end_at_once(int signal) {
   std::signal(signal, SIG_DFL);
+  sigset_t own;
+  sigemptyset(&own);
+  sigaddset(&own, signal);
   std::raise(signal);
+  sigprocmask(SIG_UNBLOCK, &own, nullptr);
   _exit(128 + signal);  // not reached: the default action of SIGTERM and SIGINT ends the process
 }
 
