@@ -22,6 +22,7 @@
 #include "src/core/watchdog.h"
 #include "src/modes/options.h"
 #include "src/modes/sensors.h"
+#include "src/modes/progress.h"
 #include "src/modes/soak.h"
 
 namespace llmhpc {

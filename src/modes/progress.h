@@ -1,6 +1,6 @@
 // Rank 0's progress through a loop that may run for minutes: the steps of a sweep's
-// configuration (src/modes/sweep.h: bench, profile, attention, precision), the timed iterations
-// of comm and ddp (src/modes/soak.h).
+// configuration (SweepSteps, src/modes/sweep.h: bench, profile, attention, precision, ddp) and
+// comm's timed iterations.
 #pragma once
 #include <chrono>
 #include <cstdint>

@@ -1,8 +1,7 @@
 // What modes comm and ddp share for long runs (docs/results/reliability.md):
 // --duration-s, which sets the timed iterations from the warm-up's pace and re-aims them as the
 // timed loop goes (DurationCount); and the device allocator's live bytes and the host's resident
-// set sampled between timed iterations. analysis/soak.py reads what they record. (Their progress
-// lines: src/modes/progress.h, which this includes.)
+// set sampled between timed iterations. analysis/soak.py reads what they record.
 #pragma once
 #include <chrono>
 #include <cstdint>
@@ -12,7 +11,6 @@
 
 #include "kernels/ops.h"
 #include "src/modes/mode.h"
-#include "src/modes/progress.h"
 
 namespace llmhpc {
 
