@@ -457,22 +457,31 @@ class Run:
             groups.setdefault(key, []).append(rf.rank)
         return [(host, ranks) for (_, host), ranks in sorted(groups.items())]
 
+    def _distinct(self, key) -> str:
+        """Each comma-separated value of attribute `key` once over the rank files, in rank order."""
+        seen = []
+        for rf in sorted(self.files, key=lambda f: f.rank):
+            for value in str(rf.attrs.get(key, "")).split(","):
+                if value and value not in seen:
+                    seen.append(value)
+        return ",".join(seen)
+
     def nccl_connections(self) -> str:
         """How NCCL said it connected the ranks, from the rank files' nccl_transports, nccl_network and
         nccl_interfaces (each value once over the ranks): 'P2P/CUMEM/read; network Socket on eth0';
         '' where no file has them (no NCCL, or NCCL_DEBUG set by the user: docs/hdf5-schema.md)."""
-        def distinct(key):
-            seen = []
-            for rf in sorted(self.files, key=lambda f: f.rank):
-                for value in str(rf.attrs.get(key, "")).split(","):
-                    if value and value not in seen:
-                        seen.append(value)
-            return ",".join(seen)
-        transports, network, interfaces = (distinct(k) for k in ("nccl_transports", "nccl_network", "nccl_interfaces"))
+        transports, network, interfaces = (self._distinct(k) for k in ("nccl_transports", "nccl_network", "nccl_interfaces"))
         parts = [transports] if transports else []
         if network:
             parts.append(f"network {network}" + (f" on {interfaces}" if interfaces else ""))
         return "; ".join(parts)
+
+    def mpi_connections(self) -> str:
+        """How MPI reached the ranks' peers, from the rank files' mpi_transports and mpi_interfaces
+        (each value once over the ranks): 'shared memory,tcp on eth0'; '' where no file has them
+        (one rank, NCCL started, or a file from before they were: docs/hdf5-schema.md)."""
+        transports, interfaces = self._distinct("mpi_transports"), self._distinct("mpi_interfaces")
+        return transports + (f" on {interfaces}" if transports and interfaces else "")
 
     def hang_reports(self) -> list:
         """What each rank's watchdog found when it ended the job, from the rank files whose status
@@ -506,7 +515,7 @@ class Run:
     def describe_ranks(self) -> str:
         """'2 rank(s)', or '2 rank(s), rank 1's file missing' where a rank has none; on several nodes, the
         ranks of each: '4 rank(s) on 2 nodes: node0 (ranks 0-1), node1 (ranks 2-3)'; then how NCCL
-        connected them, where the files say (nccl_connections)."""
+        connected them, or else how MPI did, where the files say (nccl_connections, mpi_connections)."""
         missing = self.missing_ranks
         text = f"{self.world_size} rank(s)"
         nodes = self.nodes()
@@ -516,9 +525,11 @@ class Run:
                     f"ranks {ranks[0]}-{ranks[-1]}" if ranks == list(range(ranks[0], ranks[-1] + 1))
                     else "ranks " + ",".join(map(str, ranks)))
             text += f" on {len(nodes)} nodes: " + ", ".join(f"{host} ({span(r)})" for host, r in nodes)
-        connections = self.nccl_connections()
-        if connections:
-            text += f"; NCCL: {connections}"
+        nccl, mpi = self.nccl_connections(), self.mpi_connections()
+        if nccl:
+            text += f"; NCCL: {nccl}"
+        elif mpi:
+            text += f"; MPI: {mpi}"
         if not missing:
             return text
         which = f"rank {missing[0]}'s file" if len(missing) == 1 else f"ranks {missing}' files"

@@ -8,19 +8,11 @@
 #include <cstdlib>
 #include <mutex>
 
+#include "src/core/units.h"
+
 namespace llmhpc {
 
 namespace {
-
-void add_once(std::vector<std::string>& list, const std::string& value) {
-  if (!value.empty() && std::find(list.begin(), list.end(), value) == list.end()) list.push_back(value);
-}
-
-std::string joined(const std::vector<std::string>& list) {
-  std::string out;
-  for (const std::string& s : list) out += (out.empty() ? "" : ",") + s;
-  return out;
-}
 
 bool all_digits(const std::string& s) {
   return !s.empty() && std::all_of(s.begin(), s.end(), [](unsigned char c) { return std::isdigit(c) != 0; });
@@ -73,7 +65,7 @@ void NcclConnections::add_line(const std::string& line) {
       if (name == std::string::npos) break;
       if (!all_digits(text.substr(at + 1, name - at - 1))) continue;
       const size_t end = text.find_first_of(":< ", name + 1);
-      add_once(interfaces, text.substr(name + 1, end == std::string::npos ? std::string::npos : end - name - 1));
+      append_once(interfaces, text.substr(name + 1, end == std::string::npos ? std::string::npos : end - name - 1));
     }
     return;
   }
@@ -82,15 +74,15 @@ void NcclConnections::add_line(const std::string& line) {
   if (text.rfind("Channel ", 0) == 0 && via != std::string::npos) {
     std::string path = text.substr(via + 5);
     path.erase(path.find_last_not_of(" \r\n") + 1);
-    add_once(transports, without_device_numbers(path));
+    append_once(transports, without_device_numbers(path));
   }
 }
 
 Attrs NcclConnections::attrs() const {
   Attrs out;
   if (!network.empty()) out.emplace_back("nccl_network", network);
-  if (!interfaces.empty()) out.emplace_back("nccl_interfaces", joined(interfaces));
-  if (!transports.empty()) out.emplace_back("nccl_transports", joined(transports));
+  if (!interfaces.empty()) out.emplace_back("nccl_interfaces", join(interfaces, ","));
+  if (!transports.empty()) out.emplace_back("nccl_transports", join(transports, ","));
   return out;
 }
 
@@ -108,6 +100,12 @@ bool capture_nccl_log() {
   setenv("NCCL_DEBUG_FILE", c.path.c_str(), 1);
   c.captured = true;
   return true;
+}
+
+bool nccl_started() {
+  Capture& c = capture();
+  std::lock_guard<std::mutex> lock(c.mutex);
+  return c.decided;
 }
 
 void read_nccl_log() {

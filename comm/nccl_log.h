@@ -29,6 +29,8 @@ struct NcclConnections {
 // NCCL_DEBUG=INFO, NCCL_DEBUG_SUBSYS=INIT,NET and NCCL_DEBUG_FILE to a file of this process in
 // TMPDIR (or /tmp). Returns whether it did (once per process; later calls return the same).
 bool capture_nccl_log();
+// Whether NCCL was started in this process (capture_nccl_log was called, before its first call).
+bool nccl_started();
 // Reads what NCCL logged since the last read (a communicator's init: the network; its first
 // collectives: the channels, which NCCL connects then). The first read removes the file's name
 // (NCCL keeps it open), so that no file outlives the process, even one killed. Nothing without

@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "comm/communicator.h"
+#include "comm/mpi_connections.h"
 #include "comm/nccl_log.h"
 #include "kernels/backend.h"
 #include "src/core/progress_board.h"
@@ -435,7 +436,9 @@ int run(Runtime& rt, int argc, char** argv, bool& in_mode) {
   // error that ends the run is the one to report.
   auto finish = [&](const std::string& status) {
     try {
-      recorder.finish(status, nccl_connections());
+      Attrs connections = nccl_connections();
+      for (auto& attr : mpi_connections()) connections.push_back(std::move(attr));
+      recorder.finish(status, connections);
     } catch (const WriteFailed&) {
       if (status == "complete") throw;
     }

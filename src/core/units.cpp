@@ -135,6 +135,10 @@ std::string join(const std::vector<std::string>& items, const std::string& sep) 
   return out;
 }
 
+void append_once(std::vector<std::string>& list, const std::string& value) {
+  if (!value.empty() && std::find(list.begin(), list.end(), value) == list.end()) list.push_back(value);
+}
+
 std::string json_escape(std::string_view text) {
   std::string out;
   out.reserve(text.size());

@@ -47,6 +47,8 @@ double parse_double(const std::string& text, const std::string& option);
 void require_choice(const std::string& value, const std::vector<std::string>& choices, const std::string& option);
 
 std::string join(const std::vector<std::string>& items, const std::string& sep);
+// Appends `value` unless empty or already in `list` (lists of names, each once, in first-seen order).
+void append_once(std::vector<std::string>& list, const std::string& value);
 
 // `text` as the inside of a JSON string: quotes, backslashes and control characters escaped.
 std::string json_escape(std::string_view text);

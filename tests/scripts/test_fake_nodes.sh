@@ -30,7 +30,8 @@
 # Every run's rank files (analysis/llmhpc_h5.py) must say: status complete, one run_id, the
 # ranks on distinct hosts in the layout's blocks, node-local ranks 0..k-1 on each node
 # (local_rank, MPI's shared-memory split: under srun OMPI_COMM_WORLD_LOCAL_RANK is unset, under
-# mpirun in sbatch SLURM_LOCALID is 0 for every rank), one allowed CPU per rank (the node's).
+# mpirun in sbatch SLURM_LOCALID is 0 for every rank), one allowed CPU per rank (the node's),
+# MPI's transports (mpi_transports) shared memory within a node and TCP over eth0 between nodes.
 # Everything made here (namespaces, daemons, whatever still runs in the namespaces, the
 # temporary folder) is removed on exit, whatever happens; a deadline of 300 s of its own.
 # Needs root, iproute2 and util-linux (make deps), network namespaces, veth and bridge devices;
@@ -281,10 +282,11 @@ prints "ok   LABEL: VERDICT" per line, and exits 1 if any failed. A run passes w
 files of DIR are one complete run (one run_id) of SLOTS[i] ranks on node i in block order
 (0..SLOTS[0]-1 on the first node, ...), each node's hostname its own (--hosts: these), each
 rank's local_rank its place among its node's ranks (0..k-1), its node_count, node_index,
-local_size and ranks_per_node the layout, its cpus_allowed 1 (the node's one core). --comm:
-every record checked (--check), no wrong element on any rank. --loss REF: /train/loss of every
-rank equal to REF's (a one-rank run) within 1e-5 relative; --ddp/--shard/--group: what the train
-record must say it ran (--group: the ranks that shared one copy of the state)."""
+local_size and ranks_per_node the layout, its cpus_allowed 1 (the node's one core), MPI's
+transports shared memory within a node and TCP over eth0 between nodes. --comm: every record
+checked (--check), no wrong element on any rank. --loss REF: /train/loss of every rank equal to
+REF's (a one-rank run) within 1e-5 relative; --ddp/--shard/--group: what the train record must
+say it ran (--group: the ranks that shared one copy of the state)."""
 import argparse
 import shlex
 import sys
@@ -341,7 +343,21 @@ def verdict(argv):
             want = ",".join(str(n) for n in slots)
             check(str(rf.attrs["ranks_per_node"]) == want,
                   f"rank {rf.rank}: ranks_per_node {rf.attrs['ranks_per_node']}, not {want}")
+            # How MPI reached its peers (comm/mpi_connections.h): shared memory only where the
+            # rank's node has another rank (each node's /dev/shm is its own), TCP over the
+            # nodes' eth0 only.
+            transports = set(filter(None, str(rf.attrs.get("mpi_transports", "")).split(",")))
+            check(("shared memory" in transports) <= (k > 1) and transports <= {"shared memory", "tcp"},
+                  f"rank {rf.rank} (of a node of {k}): mpi_transports {sorted(transports)}")
+            check(str(rf.attrs.get("mpi_interfaces", "eth0")) == "eth0" and
+                  ("tcp" in transports) == ("mpi_interfaces" in rf.attrs),
+                  f"rank {rf.rank}: mpi_interfaces {rf.attrs.get('mpi_interfaces')}, transports {sorted(transports)}")
         first += k
+    # Some rank reached another node by TCP where there are several, none where there is one;
+    # shared memory where a node has several ranks.
+    used = {t for rf in files for t in str(rf.attrs.get("mpi_transports", "")).split(",") if t}
+    check(("tcp" in used) == (len(slots) > 1) and ("shared memory" in used) == (max(slots) > 1),
+          f"MPI's transports over the ranks {sorted(used)} on nodes of {slots} ranks")
     check(len(set(hosts)) == len(slots), f"one hostname per node, not {hosts}")
     # The report names each node with its ranks (analysis/llmhpc_h5.py, Run.nodes).
     spans = [(h, list(range(sum(slots[:i]), sum(slots[:i + 1])))) for i, h in enumerate(hosts)]

@@ -231,6 +231,16 @@ def check_runs(work):
     said = llmhpc_h5.open_run(directory).describe_ranks()
     assert said == "2 rank(s); NCCL: P2P/CUMEM/read,NET/Socket; network Socket on eth0,eth1", said
 
+    # How MPI reached the ranks' peers (comm/mpi_connections.h), said where NCCL said nothing.
+    directory = os.path.join(work, "mpi")
+    os.makedirs(directory)
+    rank_file(directory, "bench", 0, 3, run_id="t0-a-1", mpi_transports="shared memory").close()
+    rank_file(directory, "bench", 1, 3, run_id="t0-a-1", mpi_transports="shared memory,tcp",
+              mpi_interfaces="eth0").close()
+    rank_file(directory, "bench", 2, 3, run_id="t0-a-1", mpi_transports="tcp", mpi_interfaces="ib0").close()
+    said = llmhpc_h5.open_run(directory).describe_ranks()
+    assert said == "3 rank(s); MPI: shared memory,tcp on eth0,ib0", said
+
 
 def check_labels():
     """The gradients' dtype of files from before --grad-dtype, the precision and the model as tables
