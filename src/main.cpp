@@ -67,7 +67,11 @@ po::options_description general_options() {
       "no readings)")(
       "progress-s", text("10"),
       "while a configuration's steps run (bench, profile, attention, precision, comm, ddp), rank 0 prints how "
-      "many are done about every N seconds, the first after N: nothing for a shorter one (0: never)");
+      "many are done about every N seconds, the first after N: nothing for a shorter one (0: never)")(
+      "flush-s", text("60"),
+      "while a configuration's steps run (train: the run), rewrite its record with the steps so far every N "
+      "seconds, so that a kill with no time to clean up (SIGKILL) loses at most N seconds of them; each rewrite "
+      "copies the rank file (0: only when it ends)");
   return d;
 }
 
@@ -362,6 +366,10 @@ int run(Runtime& rt, int argc, char** argv, bool& in_mode) {
     throw UsageError("--progress-s " + opt_string(vm, "progress-s") +
                      ": must be a number of seconds from 0 (no progress lines) to 1e7");
   set_progress_interval(progress_s);
+  const double flush_s = opt_double(vm, "flush-s");
+  if (!(flush_s >= 0) || flush_s > 1e7)
+    throw UsageError("--flush-s " + opt_string(vm, "flush-s") +
+                     ": must be a number of seconds from 0 (the record written only when it ends) to 1e7");
   const ModeRun run_mode = mode->prepare(vm, rt.world_size);
   // One program, one set of options: ranks started with others (an MPMD launch, a wrapper that
   // adds arguments) would measure or train different things under one run's name.
@@ -418,7 +426,12 @@ int run(Runtime& rt, int argc, char** argv, bool& in_mode) {
   struct ForgetRecorder {  // before the recorder goes
     ~ForgetRecorder() { Watchdog::instance().set_on_abort({}); }
   } forget_recorder;
-  ModeContext ctx{rt, backend, recorder, out_dir, std::chrono::milliseconds(opt_int(vm, "device-sample-ms"))};
+  ModeContext ctx{rt,
+                  backend,
+                  recorder,
+                  out_dir,
+                  std::chrono::milliseconds(opt_int(vm, "device-sample-ms")),
+                  std::chrono::milliseconds(int64_t(opt_double(vm, "flush-s") * 1000))};
   in_mode = true;
   // A signal before the mode takes the stop over itself (train): the rank file says
   // "interrupted: SIGINT" (root and the record being measured), written from the stop's own

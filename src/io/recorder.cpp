@@ -426,6 +426,23 @@ bool Recorder::finish_within(const std::string& status, const Attrs& attrs, std:
   return true;
 }
 
+RecordFlush::~RecordFlush() {
+  if (writing_.valid()) writing_.wait();
+}
+
+bool RecordFlush::busy() const {
+  return writing_.valid() && writing_.wait_for(std::chrono::seconds(0)) != std::future_status::ready;
+}
+
+void RecordFlush::start(Record record) {
+  if (writing_.valid()) writing_.get();
+  writing_ = std::async(std::launch::async, [this, r = std::move(record)] { recorder_.write(r); });
+}
+
+void RecordFlush::wait() {
+  if (writing_.valid()) writing_.wait();
+}
+
 std::string rank_file_name(int rank) {
   char name[32];
   std::snprintf(name, sizeof name, "rank%05d.h5", rank);

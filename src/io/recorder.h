@@ -16,6 +16,7 @@
 #pragma once
 #include <chrono>
 #include <cstdint>
+#include <future>
 #include <limits>
 #include <memory>
 #include <string>
@@ -185,6 +186,27 @@ class Recorder {
   RunInfo info_;
   bool created_ = false;
   bool finished_ = false;  // the root's final status is written
+};
+
+// A long measurement's record rewritten with its steps so far (--flush-s), on a thread of its
+// own: the write (a copy of the rank file, an fsync) never sits between two timed steps, where
+// under collectives it would delay every other rank's next step. One at a time.
+class RecordFlush {
+ public:
+  explicit RecordFlush(Recorder& recorder) : recorder_(recorder) {}
+  ~RecordFlush();  // waits for the write under way (its failure is the next write's to report)
+  RecordFlush(const RecordFlush&) = delete;
+  RecordFlush& operator=(const RecordFlush&) = delete;
+  // Whether a write is under way (a slow disk): the caller skips this flush.
+  bool busy() const;
+  // Starts writing `record`, after the last write; rethrows that one's failure (WriteFailed).
+  void start(Record record);
+  // Waits for the write under way: before a write of the same record that must land after it.
+  void wait();
+
+ private:
+  Recorder& recorder_;
+  std::future<void> writing_;
 };
 
 // A rank's file in a run's folder: "rank00003.h5" (docs/hdf5-schema.md).

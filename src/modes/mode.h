@@ -24,6 +24,11 @@ struct ModeContext {
   Recorder& recorder;
   std::string out_dir;
   std::chrono::milliseconds device_sample;  // --device-sample-ms (every mode's): 0, never
+  // --flush-s: how often a long measurement (train: the run) rewrites its record with the steps
+  // so far (status "running", read as interrupted once the run has ended), so that a kill with
+  // no time to clean up (SIGKILL, a scheduler's KillWait run out) loses at most that much; 0,
+  // only at its end.
+  std::chrono::milliseconds flush;
   // A sweep's configurations so far, and those of them that ran out of memory on some rank: a
   // sweep none of whose configurations fit ends with exit code 3 (main.cpp), as a model that
   // does not fit at all does.

@@ -126,7 +126,7 @@ void Sweep::agree(const std::function<void()>& prepare) const {
 SweepSteps::SweepSteps(Sweep& sweep, const Record& rec, int64_t total, std::string what,
                        std::function<void(Record&)> keep)
     : ctx_(sweep.ctx_), rec_(rec), keep_(std::move(keep)), progress_(sweep.ctx_.rt, total, std::move(what)),
-      total_(total) {}
+      total_(total), flush_(sweep.ctx_.recorder) {}
 
 void SweepSteps::update(int64_t done, int64_t total) {
   done_ = done;
@@ -136,12 +136,20 @@ void SweepSteps::update(int64_t done, int64_t total) {
 }
 
 void SweepSteps::between() {
-  stop_.at_step([&](int signal) {
+  const auto kept = [&](const std::string& status) {
     Record r = rec_;
     keep_(r);
-    r.status = "interrupted: " + signal_name(signal);
-    ctx_.recorder.write(r);
+    r.status = status;
+    return r;
+  };
+  stop_.at_step([&](int signal) {
+    flush_.wait();  // its "running" lands before this
+    ctx_.recorder.write(kept("interrupted: " + signal_name(signal)));
   });
+  const auto now = std::chrono::steady_clock::now();
+  if (ctx_.flush.count() <= 0 || now - flushed_ < ctx_.flush || flush_.busy()) return;
+  flush_.start(kept("running"));
+  flushed_ = now;
 }
 
 void keep_timed_steps(Record& rec, int64_t timed, int64_t asked) {

@@ -87,9 +87,10 @@ class Sweep {
 // SIGINT or SIGTERM (install_stop_notice) the steps measured so far are kept: at the next step
 // the record is written with them, status "interrupted: <signal>", before the signal's stop ends
 // the process (KeepBeforeStop: where that step ends within kStopWaitMs of the signal; else the
-// record stays as the stop marked it, with no steps). Each rank keeps its own. `keep` adds to a
-// copy of the record the arrays of the steps so far and what they are (keep_timed_steps), as
-// `measure` adds them at the end.
+// record stays as the stop marked it, with no steps). Each rank keeps its own. And every
+// --flush-s the record is written with the steps so far, status "running" (ModeContext::flush),
+// on a thread of its own (RecordFlush). `keep` adds to a copy of the record the arrays of the
+// steps so far and what they are (keep_timed_steps), as `measure` adds them at the end.
 class SweepSteps {
  public:
   // `total` steps (warm-up and timed), or other units of `what` ("additions").
@@ -108,6 +109,8 @@ class SweepSteps {
   Progress progress_;
   int64_t total_, done_ = 0;
   KeepBeforeStop stop_;
+  std::chrono::steady_clock::time_point flushed_ = std::chrono::steady_clock::now();
+  RecordFlush flush_;  // destroyed first: the last periodic write lands before the record's final one
 };
 
 // A record kept before its configuration ended (SweepSteps): its arrays hold `timed` timed steps

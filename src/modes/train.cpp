@@ -401,11 +401,12 @@ struct TrainRun {
   TrainRun(ModeContext& ctx, const TrainOptions& o);
   void run();
 
-  void check_inputs();                            // files, model, parallelism, batch split
-  void build();                                   // communicators, model, optimizer, weights
-  void describe() const;                          // rank 0's lines on what runs
-  void make_record();                             // the rank file's configuration
-  void save_progress(const std::string& status);  // the record with the steps so far
+  void check_inputs();                                // files, model, parallelism, batch split
+  void build();                                       // communicators, model, optimizer, weights
+  void describe() const;                              // rank 0's lines on what runs
+  void make_record();                                 // the rank file's configuration
+  Record progress_record(const std::string& status);  // the record with the steps so far
+  void save_progress(const std::string& status);      // ... written, after any flush under way
   // At the run's end (ok or stopped): every step's collective time and the last steps' timeline.
   void finish_collectives(Record& r);
   void save(const std::string& when);  // the checkpoint (--save)
@@ -479,6 +480,7 @@ struct TrainRun {
   std::string kept;                                  // kept_options: the same for every checkpoint of the run
   std::chrono::steady_clock::time_point first_done;  // the time left is told from the steps after the first
   double wall_after_first_ms = 0;                    // wall_ms summed over the steps after the first
+  RecordFlush flush{ctx.recorder};                   // --flush-s's writes; destroyed first
 };
 
 TrainRun::TrainRun(ModeContext& ctx, const TrainOptions& o)
@@ -738,6 +740,11 @@ void TrainRun::make_record() {
 }
 
 void TrainRun::save_progress(const std::string& status) {
+  flush.wait();
+  ctx.recorder.write(progress_record(status));
+}
+
+Record TrainRun::progress_record(const std::string& status) {
   Record r = rec;
   r.status = status;
   r.add("loss", loss)
@@ -758,7 +765,7 @@ void TrainRun::save_progress(const std::string& status) {
   r.attr("peak_memory_bytes", dev.allocator().peak_bytes());
   record_sensors(r, monitor->snapshot());
   record_arrivals(r);
-  ctx.recorder.write(r);
+  return r;
 }
 
 void TrainRun::finish_collectives(Record& r) {
@@ -967,12 +974,15 @@ void TrainRun::run() {
     const auto now = std::chrono::steady_clock::now();
     if (done == 1) first_done = now;
     if (last || stopped_by || (log_every > 0 && done % log_every == 0)) log_progress(done, t, now);
-    // Keep the file current on long runs so a crash loses at most a minute of losses, and none
+    // Keep the file current on long runs so a crash loses at most --flush-s of losses, and none
     // that a checkpoint holds: a run resumed from it keeps the curve up to it.
     const bool checkpoint = !last && !stopped_by && save_every > 0 && done % save_every == 0;
     if (checkpoint) save("every " + std::to_string(save_every) + " steps");
-    if (checkpoint || now - last_flush > std::chrono::seconds(60)) {
+    if (checkpoint) {
       save_progress("running");
+      last_flush = now;
+    } else if (ctx.flush.count() > 0 && now - last_flush >= ctx.flush && !flush.busy()) {
+      flush.start(progress_record("running"));
       last_flush = now;
     }
   }

@@ -10,7 +10,9 @@ SIGINT while measuring <it>"), its time arrays of steps_timed elements, at least
 last progress line had counted, of steps_asked, the warm-up's whole. Precision keeps its sums after
 additions_done additions, which a run of that many additions gives bitwise. Under mpirun -np 2
 SIGINT to mpirun reaches the ranks as SIGTERM, a second before Open MPI kills them: both rank
-files keep their steps. Without --progress-s a configuration shorter than 10 s prints no line.
+files keep their steps. Killed outright (SIGKILL) with --flush-s 0.5, bench, ddp and train keep
+the steps of their last rewrite: a record "running" that the readers take as interrupted. Without
+--progress-s a configuration shorter than 10 s prints no line.
 """
 import os
 import re
@@ -36,8 +38,8 @@ PART = 1 << 24  # the additions of one part of the precision experiment (src/mod
 LINE = re.compile(r"^  ([0-9.]+) s: ([0-9]+) of ([0-9]+) ([a-z]+)$")
 
 
-def interrupted_run(cmd, lines=3, timeout=60, copies=1):
-    """Starts `cmd`, sends SIGINT once rank 0 has printed `lines` progress lines (`copies` times,
+def interrupted_run(cmd, lines=3, timeout=60, copies=1, sig=signal.SIGINT):
+    """Starts `cmd`, sends `sig` once rank 0 has printed `lines` progress lines (`copies` times,
     20 ms apart: one stop delivered more than once); returns (exit status, stdout, stderr, the
     progress lines as (seconds, done, total, what))."""
     print("$", " ".join(map(str, cmd)), flush=True)
@@ -57,12 +59,12 @@ def interrupted_run(cmd, lines=3, timeout=60, copies=1):
     for k in range(copies):
         if k:
             time.sleep(0.02)
-        proc.send_signal(signal.SIGINT)
+        proc.send_signal(sig)
     try:
         rest, err = proc.communicate(timeout=30)
     except subprocess.TimeoutExpired:
         proc.kill()
-        sys.exit(f"FAIL: still running 30 s after SIGINT: {' '.join(map(str, cmd))}")
+        sys.exit(f"FAIL: still running 30 s after {signal.Signals(sig).name}: {' '.join(map(str, cmd))}")
     stdout = "".join(out) + rest
     print(stdout, err, sep="\n")
     for m in map(LINE.match, rest.splitlines()):
@@ -206,6 +208,55 @@ def main():
                     ["warmup_forward_ms", "warmup_backward_ms", "warmup_step_ms"], STEPS,
                     printed if rank == 0 else WARMUP)
     print(f"ok   bench -np 2: {len(seen)} progress lines from rank 0, both ranks kept their steps")
+
+    # Killed with no time to clean up (SIGKILL): every --flush-s the record was rewritten with the
+    # steps so far, on a thread of its own, so the file keeps them, status "running", which the
+    # readers take as interrupted (analysis/llmhpc_h5.py).
+    for mode, timed, extra in (("bench", ["forward_ms", "backward_ms", "step_ms"], []),
+                               ("ddp", ["forward_ms", "backward_ms", "comm_ms", "param_comm_ms", "optimizer_ms",
+                                        "step_ms"], ["--ddp", "bucketed"])):
+        out = os.path.join(work, f"{mode}-killed")
+        rc, _, err, seen = interrupted_run([BIN, "--mode", mode, "--device", "cpu", *TINY, *extra, "--warmup", WARMUP,
+                                            "--steps", STEPS, *fast, "--flush-s", "0.5", "--out", out], lines=10,
+                                           sig=signal.SIGKILL)
+        assert rc == -signal.SIGKILL, f"{mode}: exit {rc} after SIGKILL"
+        printed = check_lines(seen, (WARMUP if mode == "bench" else 0) + STEPS, "steps")
+        with h5py.File(os.path.join(out, "rank00000.h5"), "r") as f:
+            (name, g), = f[mode].items()
+            attrs, arrays = dict(g.attrs), {k: g[k][()] for k in g}
+        assert attrs["status"] == "running", f"{mode}: status {attrs['status']!r}"
+        lengths = {k: len(arrays[k]) for k in timed}
+        kept = int(attrs["steps_timed"])
+        # Rewritten every 0.5 s over the 2 s of progress lines: at least a few, none past the last line.
+        assert attrs["steps_asked"] == STEPS and set(lengths.values()) == {kept}, f"{mode}: {lengths}, {attrs}"
+        assert 0 < kept <= printed, f"{mode}: {kept} steps kept, the last progress line counted {printed}"
+        sys.path.insert(0, os.path.join(ROOT, "analysis"))
+        import llmhpc_h5
+        (rec,) = llmhpc_h5.open_run(out).records(mode, 0)
+        assert rec.status == "interrupted" and len(rec.arrays["step_ms"]) == kept, f"{mode}: read as {rec.status}"
+        print(f"ok   {mode} killed (SIGKILL) with --flush-s 0.5: {kept} of the {printed} steps printed kept, "
+              "read as interrupted")
+
+    # Train's snapshot every --flush-s, the same way.
+    out = os.path.join(work, "train-killed")
+    tokens = os.path.join(work, "tokens.bin")
+    np.random.default_rng(0).integers(0, 64, 100000, dtype=np.uint16).tofile(tokens)
+    cmd = [BIN, "--mode", "train", "--device", "cpu", "--data", tokens, *TINY, "--steps", STEPS, "--log-every", 1000,
+           "--flush-s", "0.5", "--out", out]
+    print("$", " ".join(map(str, cmd)), flush=True)
+    proc = subprocess.Popen([str(c) for c in cmd], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            env=test_env())
+    logged = []  # the run's description, then "step  1000/1000000  loss ...", every 1000 steps
+    while len(logged) < 200 and not logged[-1:] == [""] and not re.match(r"step +3000/", logged[-1] if logged else ""):
+        logged.append(proc.stdout.readline())
+    time.sleep(1.5)  # three rewrites or more after step 3000
+    proc.send_signal(signal.SIGKILL)
+    proc.communicate(timeout=30)
+    with h5py.File(os.path.join(out, "rank00000.h5"), "r") as f:
+        status, losses = f["train"].attrs["status"], len(f["train/loss"])
+    assert status == "running" and losses >= 1000, f"train killed: status {status!r}, {losses} losses kept\n" + \
+        "".join(logged)
+    print(f"ok   train killed (SIGKILL) with --flush-s 0.5: {losses} steps' losses kept")
 
     # The default (10 s): nothing for a configuration of a second.
     proc = run([BIN, "--mode", "bench", "--device", "cpu", *TINY, "--warmup", WARMUP, "--steps", 200, "--out",
