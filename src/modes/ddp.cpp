@@ -464,16 +464,69 @@ std::vector<std::string> memory_row(const DdpCase& c, const SweepStatus& status,
   return row;
 }
 
-void run(ModeContext& ctx, const DdpOptions& o) {
-  const Runtime& rt = ctx.rt;
-  const int64_t warmup = o.warmup, steps = o.steps;
-  const double duration_s = o.duration_s, heat_s = o.heat_s;
-  std::vector<DdpCase> cases = o.cases;
-  Device& dev = *ctx.backend.device;
-  Ops& ops = *ctx.backend.ops;
-  const uint64_t seed = o.seed;
-  const MemoryPlan memory = o.memory;
+// One configuration as this rank runs it: where (its mesh, communicators, part of the model and
+// share of the batch), and what it measured, for its record and its rows of the two tables.
+struct Configuration {
+  Configuration(const DdpCase& c, const Mesh& mesh, Device& dev)
+      : c(c), mesh(mesh), place(mesh.ranks().place), tp_group(mesh.tp->group.get()), comm(*mesh.of(c.group).shard),
+        replicas(mesh.of(c.group).replicas.get()), layout(c.model, TensorSplit{c.tp(), place.tp_rank}),
+        mine(local_batch(c.batch, mesh.ranks().dp.rank, mesh.ranks().dp.world_size)),
+        plan(data_parallel_plan(c.strategy, c.sharding, layout, c.precision, c.grads, c.bucket_mb, c.group,
+                                shard_alignment(dev, c.precision, c.share_copy()), c.reduce_in_bf16)) {}
 
+  const DdpCase& c;
+  const Mesh& mesh;
+  const MeshPlace& place;
+  CommTensorParallelGroup* tp_group;
+  Communicator& comm;
+  Communicator* replicas;
+  const ParameterLayout layout;  // this rank's part
+  const LocalBatch mine;         // its share of the global batch (the data-parallel rank's)
+  const SyncPlan plan;
+  std::unique_ptr<DataParallelTraining> training;  // made where running out of memory is agreed on
+
+  Samples warm, timed;
+  std::vector<double> slowest, collectives_ms;  // the slowest rank's steps; the collectives' device time
+  std::vector<double> tp_comm;                  // per timed step, what the layers waited for the tp group
+  SyncStats stats;
+  // after_init: the model as built; under zero2 and zero3 with this rank's shards of it.
+  MemoryBreakdown after_init, before_optimizer, after_optimizer;
+};
+
+// One run of mode ddp on this rank. The constructor resolves the cases on their meshes (every
+// check agreed on by all ranks) and says what runs; run() measures each configuration in the
+// sweep and prints the two tables.
+class DdpRun {
+ public:
+  DdpRun(ModeContext& ctx, const DdpOptions& o);
+  void run();
+
+ private:
+  void describe(int hybrid_left_out) const;  // rank 0's lines on what runs
+  // The model (shared with the next cases of its key), the configuration's training and its
+  // optimizer state: everything that may run out of memory, inside Sweep::agree.
+  void prepare(size_t i, Configuration& k);
+  // Starts from rank 0's weights, then the warm-up, --heat-s and the timed steps into `rec`;
+  // returns the progress text.
+  std::string measure(Sweep& sweep, Configuration& k, Record& rec);
+  // --heat-s, then the timed steps, into `rec` and `k`; `step` runs one.
+  void time_steps(Sweep& sweep, Configuration& k, Record& rec,
+                  const std::function<StepTimes(Timer&, const std::function<void()>&)>& step);
+  void print_summaries(const Sweep& sweep, const TextTable& memory_table) const;
+
+  ModeContext& ctx;
+  const DdpOptions& o;
+  const Runtime& rt;
+  Device& dev;
+  Ops& ops;
+  std::vector<DdpCase> cases;
+  std::map<int, std::unique_ptr<Mesh>> meshes;
+  std::unique_ptr<Timer> timer, other_timer;  // timed steps alternate between the two (DataParallelBusy)
+  LiveModel live;
+};
+
+DdpRun::DdpRun(ModeContext& ctx, const DdpOptions& o)
+    : ctx(ctx), o(o), rt(ctx.rt), dev(*ctx.backend.device), ops(*ctx.backend.ops), cases(o.cases) {
   check_cases_run(ctx, std::vector<ModelCase>(cases.begin(), cases.end()));
   collective_check(rt, [&] {
     for (const DdpCase& c : cases) {  // divides by the data-parallel ranks
@@ -481,17 +534,22 @@ void run(ModeContext& ctx, const DdpOptions& o) {
       local_batch(c.batch, place.dp_rank, place.dp_size);
     }
   });
-  const std::map<int, std::unique_ptr<Mesh>> meshes = make_meshes(rt, o, dev, cases);
+  meshes = make_meshes(rt, o, dev, cases);
   int hybrid_left_out = 0;
-  cases = resolve_cases(std::move(cases), meshes, dev, memory, rt.world_size, &hybrid_left_out);
-  const std::string backend_name = meshes.begin()->second->every_rank().backend_name();
+  cases = resolve_cases(std::move(cases), meshes, dev, o.memory, rt.world_size, &hybrid_left_out);
+  describe(hybrid_left_out);
+  timer = dev.make_timer(kStepMarks);
+  other_timer = dev.make_timer(kStepMarks);
+}
 
-  const std::string timed = timed_text(duration_s, steps, "steps");
+void DdpRun::describe(int hybrid_left_out) const {
+  const std::string backend_name = meshes.begin()->second->every_rank().backend_name();
+  const std::string timed = timed_text(o.duration_s, o.steps, "steps");
   log_root(rt, "ddp: %zu configuration(s), %lld warm-up steps, %s, %d rank(s) on %s, backend %s%s%s\n", cases.size(),
-           (long long)warmup, timed.c_str(), rt.world_size, dev.name().c_str(), backend_name.c_str(),
-           memory == MemoryPlan::LowMemory ? ", --low-memory" : "",
+           (long long)o.warmup, timed.c_str(), rt.world_size, dev.name().c_str(), backend_name.c_str(),
+           o.memory == MemoryPlan::LowMemory ? ", --low-memory" : "",
            (std::string(o.grads == GradientDType::BF16 ? ", bf16 gradients" : "") +
-            (heat_s > 0 ? ", each configuration heated for ~" + fmt_exact(heat_s) + " s" : ""))
+            (o.heat_s > 0 ? ", each configuration heated for ~" + fmt_exact(o.heat_s) + " s" : ""))
                .c_str());
   if (!o.left_out.empty()) log_root(rt, "ddp: note: combinations left out: %s\n", o.left_out.c_str());
   if (hybrid_left_out > 0)
@@ -508,6 +566,9 @@ void run(ModeContext& ctx, const DdpOptions& o) {
   for (int tp : alone)
     log_root(rt, "ddp: note: %s: the strategies and shardings run with no peer, their collectives moving nothing\n",
              tp > 1 ? ("at --tp " + std::to_string(tp) + " the data-parallel group is one rank").c_str() : "one rank");
+}
+
+void DdpRun::run() {
   Sweep sweep(ctx, "ddp", cases.size(),
               {"model", "ctx", "batch", "prec", "impl", "shard", "bucket MiB", "buckets", "Step mean", "Step std",
                "Comm mean", "Comm std", "Comm %", "Coll. time", "Slowest step", "MiB/step", "Peak GiB", "status"});
@@ -515,193 +576,192 @@ void run(ModeContext& ctx, const DdpOptions& o) {
   for (const TagCategory& category : model_memory_categories()) memory_columns.push_back(category.name);
   for (const char* extra : {"other", "total", "Peak"}) memory_columns.push_back(extra);
   TextTable memory_table(memory_columns);
-  auto timer = dev.make_timer(kStepMarks);
-  auto other_timer = dev.make_timer(kStepMarks);  // timed steps alternate between the two (DataParallelBusy)
-  LiveModel live;
   for (size_t i = 0; i < cases.size(); ++i) {
     const DdpCase& c = cases[i];
     if (live.key != c.model_key()) {  // free the previous model before building the next
       live.model.reset();
       live.key = c.model_key();
     }
-    const Mesh& mesh = *meshes.at(c.tp());
-    const Runtime& dp_rt = mesh.ranks().dp;  // data parallelism's ranks: all of them at tp 1
-    const MeshPlace& place = mesh.ranks().place;
-    CommTensorParallelGroup* tp_group = mesh.tp->group.get();
-    const int group = c.group;
-    Communicator& comm = *mesh.of(group).shard;
-    Communicator* replicas = mesh.of(group).replicas.get();
-    const ParameterLayout layout(c.model, TensorSplit{c.tp(), place.tp_rank});  // this rank's part
-    const LocalBatch mine = local_batch(c.batch, dp_rt.rank, dp_rt.world_size);
-    Record rec = case_record(c, o, place, mine, layout, comm, rt.world_size);
-    Samples warm, timed;
-    std::vector<double> slowest, collectives_ms;  // the slowest rank's steps; the collectives' device time
-    const SyncPlan plan = data_parallel_plan(c.strategy, c.sharding, layout, c.precision, c.grads, c.bucket_mb, group,
-                                             shard_alignment(dev, c.precision, c.share_copy()), c.reduce_in_bf16);
-    std::unique_ptr<DataParallelTraining> training;  // made where running out of memory is agreed on
-    SyncStats stats;
-    // after_init: the model as built; under zero2 and zero3 with this rank's shards of it.
-    MemoryBreakdown after_init, before_optimizer, after_optimizer;
+    Configuration k(c, *meshes.at(c.tp()), dev);
+    Record rec = case_record(c, o, k.place, k.mine, k.layout, k.comm, rt.world_size);
     dev.allocator().reset_peak();
     const SweepStatus status = sweep.run(
         c.label(), rec,
         [&] {
-          // Everything that may run out of memory, agreed on before the first collective.
-          sweep.agree([&] {
-            if (!live.model) {  // sized for the longest context and buffer among the cases that will share it
-              ModelConfig shape = c.model;
-              int64_t flat_elements = 0;
-              for (size_t k = i; k < cases.size() && cases[k].model_key() == live.key; ++k) {
-                const DdpCase& o = cases[k];
-                shape.context_length = std::max(shape.context_length, o.model.context_length);
-                flat_elements = std::max(
-                    flat_elements, model_storage(data_parallel_plan(o.strategy, o.sharding,
-                                                                    ParameterLayout(o.model, layout.tensor_split()),
-                                                                    o.precision, o.grads, o.bucket_mb, o.group,
-                                                                    shard_alignment(dev, o.precision, o.share_copy())))
-                                       .flat_elements);
-              }
-              live.model = std::make_unique<TransformerLM>(
-                  TransformerLM::Config{shape, c.precision, c.attention, memory, flat_elements, GradientStorage::Whole,
-                                        c.grads, model_storage(plan).parameters,
-                                        mesh.tp->model_config(c.sequence_parallel, c.tp_overlap)},
-                  dev, ops);
-              // Different per rank: the broadcast must work. (Shards are drawn from one seed below.)
-              if (!c.sharded()) live.model->init_parameters(seed + uint64_t(place.dp_rank));
-              live.after_init = model_memory(dev.allocator());
-            }
-            // Each data-parallel rank its own batch.
-            set_random_batch(*live.model, mine.count, c.model.context_length, seed, 16 * uint64_t(place.dp_rank) + 1);
-            // zero2, zero3: the shards, their places and windows, and the optimizer state, what a
-            // sharded step keeps (after_init: the model as built with this rank's shards, not the
-            // batch). A step runs here where it holds no collectives: not sharded, not
-            // tensor-parallel (elsewhere the activations come with the first step).
-            const MemoryBreakdown before_shards = model_memory(dev.allocator());
-            training = std::make_unique<DataParallelTraining>(plan, &comm, replicas, *live.model, ops, AdamWHyper{});
-            after_init = with_change(live.after_init, before_shards, model_memory(dev.allocator()));
-            const bool step_here = !c.sharded() && c.tp() == 1;
-            // The gradients exist; the activations and backward's scratch come and go with it.
-            if (step_here) run_step(*live.model, nullptr, Phase::ForwardBackward, *timer);
-            before_optimizer = model_memory(dev.allocator());
-            training->optimizer().allocate_state();  // here, where running out of memory is agreed on
-            // A step's peak (activations and scratch beside the state) once more, so that a
-            // timed step does not run out of memory where the state took their cached blocks.
-            if (step_here) run_step(*live.model, nullptr, Phase::ForwardBackward, *timer);
-          });
-          TransformerLM& model = *live.model;
-          for (const auto& [name, value] :
-               ops.attention_variant({mine.count, c.model.context_length, c.model.num_heads / c.tp(),
-                                      c.model.head_dim(), true, c.attention},
-                                     compute_dtype(c.precision)))
-            rec.attr(name, value);
-          // Every configuration starts from rank 0's weights: the seed's where sharded, else broadcast.
-          if (c.sharded()) training->initialize(seed);
-          training->start(c.share_copy(), c.engine);
-          GradientSync* const sync = training->sync();
-          rt.barrier();
-          int64_t steps_run = 0;
-          auto step = [&](Timer& on, const std::function<void()>& while_device_runs = nullptr) {
-            Watchdog::instance().set_step(steps_run++);  // warm-up and --heat-s steps count too
-            return run_step(model, &training->optimizer(), Phase::TrainStep, on, sync, nullptr, nullptr,
-                            while_device_runs);
-          };
-          for (int64_t s = 0; s < warmup; ++s) warm.add(step(*timer));
-          const double pace_s = duration_s > 0 || heat_s > 0 ? agreed_iteration_s(rt, warm.step, 1e-3) : 0;
-          if (heat_s > 0) {
-            rec.attr("heat_steps", heat_up(&rt, heat_s, pace_s, [&] { step(*timer); }));
-            sweep.restart_sensors();  // the record's clocks: the timed steps', not the heat's
-          }
-          if (tp_group) tp_group->take_traffic();  // the timed steps' alone
-          StepTimeline timeline;
-          DataParallelBusy busy(comm, replicas, timeline);  // the timed steps' alone
-          TimedCollectives tp_timed(tp_group);
-          CommTensorParallelGroup::Traffic tp_total;
-          // Per timed step: what the layers waited for the group's collectives, and their device time.
-          std::vector<double> tp_comm, tp_busy;
-          DurationCount count(rt, duration_s, steps, pace_s, std::numeric_limits<int64_t>::max());
-          timed.reserve(size_t(count.total()));
-          MemorySamples memory_samples{size_t(count.total())};
-          // A signal keeps the steps so far (each rank its own; a rank already inside the next step's
-          // collectives keeps none).
-          SweepSteps progress(sweep, rec, count.total(), "steps", [&](Record& r) {
-            timed.record(r, "");
-            if (warmup > 0) warm.record(r, "warmup_");
-            memory_samples.record(r);
-            keep_timed_steps(r, int64_t(timed.step.size()), count.total());
-          });
-          for (int64_t s = 0; s < count.total();) {
-            for (const int64_t end = s + count.next_chunk(s); s < end; ++s) {
-              Timer& on = s % 2 == 0 ? *timer : *other_timer;
-              busy.step_begins(on);
-              const StepTimes times = step(on, [&] { busy.settle_previous(); });
-              timed.add(times);
-              CommTensorParallelGroup::Traffic t;
-              if (tp_group) {
-                t = tp_group->take_traffic(&on);  // complete: the step waited for each
-                tp_total.collectives += t.collectives;
-                tp_total.bytes += t.bytes;
-                tp_comm.push_back(t.exposed_ms);
-                tp_busy.push_back(t.busy_ms);
-              }
-              busy.step_ended(times, std::move(t.spans));
-              memory_samples.take(s, dev, timed.reserved_bytes());  // after the step's end: outside its timing
-              progress.update(s + 1, count.total());
-            }
-            count.after_chunk(s);  // between steps (and one of the steps' host reductions)
-            timed.reserve(size_t(count.total()));
-            memory_samples.expect(size_t(count.total()));
-            progress.update(s, count.total());
-          }
-          rec.attr("steps", int64_t(timed.step.size()));
-          if (tp_group) {
-            rec.attr("tp_collectives_per_step", tp_total.collectives / int64_t(timed.step.size()))
-                .attr("tp_bus_bytes_per_step", tp_total.bytes / int64_t(timed.step.size()));
-            rec.add("tp_comm_ms", tp_comm);
-            if (std::all_of(tp_busy.begin(), tp_busy.end(), [](double ms) { return std::isfinite(ms); }))
-              rec.add("tp_comm_busy_ms", tp_busy);
-          }
-          // As training holds it between steps: a sharded optimizer's parameters still arriving
-          // (under bf16 without the bf16 copy, which the next forward casts again).
-          after_optimizer = model_memory(dev.allocator());
-          // The last step's collectives, before wait_parameters() issues more: under --share-weights
-          // bf16 it all-gathers the masters other ranks own, which no step does (2.3 s more in the
-          // last xl step over NCCL's socket transport).
-          if (busy.measured()) collectives_ms = busy.finish();
-          model.wait_parameters();  // the last step's all-gathers, before the sync goes and the next case
-          slowest = rt.reduce_all(timed.step, HostReduce::Max);
-          timed.record(rec, "");
-          if (busy.measured()) rec.add("comm_busy_ms", collectives_ms);
-          timeline.record(rec);
-          if (warmup > 0) warm.record(rec, "warmup_");
-          rec.add("step_ms_max_over_ranks", slowest);
-          memory_samples.record(rec);
-          if (sync) stats = sync->stats();
-          rec.attr("buckets", stats.buckets)
-              .attr("collectives_per_step", stats.collectives)
-              .attr("comm_bytes_per_step", stats.bytes)
-              .attr("collectives_issued_after_backward", stats.issued_in_finish)
-              .attr("param_collectives_per_step", stats.param_collectives)
-              .attr("param_comm_bytes_per_step", stats.param_bytes)
-              .attr("comm_bus_bytes_per_step", stats.bus_bytes)
-              .attr("optimizer_owned_elements", training->optimizer().owned_elements());
-          record_memory(rec, "before_optimizer", before_optimizer);
-          record_memory(rec, "after_optimizer", after_optimizer);
-          return fmt(mean(timed.step)) + " ms/step, exposed comm " + fmt(mean(timed.comm)) + " ms" +
-                 (tp_comm.empty() ? "" : ", waits for the tp collectives " + fmt(mean(tp_comm)) + " ms");
+          sweep.agree([&] { prepare(i, k); });  // before the first collective
+          return measure(sweep, k, rec);
         },
         [&](Record& r) {
-          record_memory(r, "after_init", after_init);
+          record_memory(r, "after_init", k.after_init);
           r.attr("peak_memory_bytes", dev.allocator().peak_bytes());
           if (r.status != "ok") {  // free what this configuration held; the next one builds its own model
-            training.reset();
+            k.training.reset();
             live = LiveModel{};
           }
         });
-    training.reset();
-    sweep.add_row(summary_row(c, status, stats, timed, collectives_ms, slowest, dev));
-    const MemoryBreakdown* points[3] = {&after_init, &before_optimizer, &after_optimizer};
+    k.training.reset();
+    sweep.add_row(summary_row(c, status, k.stats, k.timed, k.collectives_ms, k.slowest, dev));
+    const MemoryBreakdown* points[3] = {&k.after_init, &k.before_optimizer, &k.after_optimizer};
     memory_table.add_row(memory_row(c, status, points, dev));
   }
+  print_summaries(sweep, memory_table);
+}
+
+void DdpRun::prepare(size_t i, Configuration& k) {
+  const DdpCase& c = k.c;
+  if (!live.model) {  // sized for the longest context and buffer among the cases that will share it
+    ModelConfig shape = c.model;
+    int64_t flat_elements = 0;
+    for (size_t n = i; n < cases.size() && cases[n].model_key() == live.key; ++n) {
+      const DdpCase& next = cases[n];
+      shape.context_length = std::max(shape.context_length, next.model.context_length);
+      flat_elements = std::max(
+          flat_elements, model_storage(data_parallel_plan(next.strategy, next.sharding,
+                                                          ParameterLayout(next.model, k.layout.tensor_split()),
+                                                          next.precision, next.grads, next.bucket_mb, next.group,
+                                                          shard_alignment(dev, next.precision, next.share_copy())))
+                             .flat_elements);
+    }
+    live.model = std::make_unique<TransformerLM>(
+        TransformerLM::Config{shape, c.precision, c.attention, o.memory, flat_elements, GradientStorage::Whole, c.grads,
+                              model_storage(k.plan).parameters,
+                              k.mesh.tp->model_config(c.sequence_parallel, c.tp_overlap)},
+        dev, ops);
+    // Different per rank: the broadcast must work. (Shards are drawn from one seed below.)
+    if (!c.sharded()) live.model->init_parameters(o.seed + uint64_t(k.place.dp_rank));
+    live.after_init = model_memory(dev.allocator());
+  }
+  // Each data-parallel rank its own batch.
+  set_random_batch(*live.model, k.mine.count, c.model.context_length, o.seed, 16 * uint64_t(k.place.dp_rank) + 1);
+  // zero2, zero3: the shards, their places and windows, and the optimizer state, what a sharded
+  // step keeps (after_init: the model as built with this rank's shards, not the batch). A step
+  // runs here where it holds no collectives: not sharded, not tensor-parallel (elsewhere the
+  // activations come with the first step).
+  const MemoryBreakdown before_shards = model_memory(dev.allocator());
+  k.training = std::make_unique<DataParallelTraining>(k.plan, &k.comm, k.replicas, *live.model, ops, AdamWHyper{});
+  k.after_init = with_change(live.after_init, before_shards, model_memory(dev.allocator()));
+  const bool step_here = !c.sharded() && c.tp() == 1;
+  // The gradients exist; the activations and backward's scratch come and go with it.
+  if (step_here) run_step(*live.model, nullptr, Phase::ForwardBackward, *timer);
+  k.before_optimizer = model_memory(dev.allocator());
+  k.training->optimizer().allocate_state();  // here, where running out of memory is agreed on
+  // A step's peak (activations and scratch beside the state) once more, so that a timed step
+  // does not run out of memory where the state took their cached blocks.
+  if (step_here) run_step(*live.model, nullptr, Phase::ForwardBackward, *timer);
+}
+
+std::string DdpRun::measure(Sweep& sweep, Configuration& k, Record& rec) {
+  const DdpCase& c = k.c;
+  TransformerLM& model = *live.model;
+  for (const auto& [name, value] : ops.attention_variant(
+           {k.mine.count, c.model.context_length, c.model.num_heads / c.tp(), c.model.head_dim(), true, c.attention},
+           compute_dtype(c.precision)))
+    rec.attr(name, value);
+  // Every configuration starts from rank 0's weights: the seed's where sharded, else broadcast.
+  if (c.sharded()) k.training->initialize(o.seed);
+  k.training->start(c.share_copy(), c.engine);
+  GradientSync* const sync = k.training->sync();
+  rt.barrier();
+  int64_t steps_run = 0;
+  auto step = [&](Timer& on, const std::function<void()>& while_device_runs) {
+    Watchdog::instance().set_step(steps_run++);  // warm-up and --heat-s steps count too
+    return run_step(model, &k.training->optimizer(), Phase::TrainStep, on, sync, nullptr, nullptr, while_device_runs);
+  };
+  for (int64_t s = 0; s < o.warmup; ++s) k.warm.add(step(*timer, nullptr));
+  time_steps(sweep, k, rec, step);
+  model.wait_parameters();  // the last step's all-gathers, before the sync goes and the next case
+  k.slowest = rt.reduce_all(k.timed.step, HostReduce::Max);
+  k.timed.record(rec, "");
+  if (o.warmup > 0) k.warm.record(rec, "warmup_");
+  rec.add("step_ms_max_over_ranks", k.slowest);
+  if (sync) k.stats = sync->stats();
+  rec.attr("buckets", k.stats.buckets)
+      .attr("collectives_per_step", k.stats.collectives)
+      .attr("comm_bytes_per_step", k.stats.bytes)
+      .attr("collectives_issued_after_backward", k.stats.issued_in_finish)
+      .attr("param_collectives_per_step", k.stats.param_collectives)
+      .attr("param_comm_bytes_per_step", k.stats.param_bytes)
+      .attr("comm_bus_bytes_per_step", k.stats.bus_bytes)
+      .attr("optimizer_owned_elements", k.training->optimizer().owned_elements());
+  record_memory(rec, "before_optimizer", k.before_optimizer);
+  record_memory(rec, "after_optimizer", k.after_optimizer);
+  return fmt(mean(k.timed.step)) + " ms/step, exposed comm " + fmt(mean(k.timed.comm)) + " ms" +
+         (k.tp_comm.empty() ? "" : ", waits for the tp collectives " + fmt(mean(k.tp_comm)) + " ms");
+}
+
+void DdpRun::time_steps(Sweep& sweep, Configuration& k, Record& rec,
+                        const std::function<StepTimes(Timer&, const std::function<void()>&)>& step) {
+  const double pace_s = o.duration_s > 0 || o.heat_s > 0 ? agreed_iteration_s(rt, k.warm.step, 1e-3) : 0;
+  if (o.heat_s > 0) {
+    rec.attr("heat_steps", heat_up(&rt, o.heat_s, pace_s, [&] { step(*timer, nullptr); }));
+    sweep.restart_sensors();  // the record's clocks: the timed steps', not the heat's
+  }
+  CommTensorParallelGroup* tp_group = k.tp_group;
+  if (tp_group) tp_group->take_traffic();  // the timed steps' alone
+  StepTimeline timeline;
+  DataParallelBusy busy(k.comm, k.replicas, timeline);  // the timed steps' alone
+  TimedCollectives tp_timed(tp_group);
+  CommTensorParallelGroup::Traffic tp_total;
+  std::vector<double>& tp_comm = k.tp_comm;
+  std::vector<double> tp_busy;  // per timed step, the group's collectives' device time
+  DurationCount count(rt, o.duration_s, o.steps, pace_s, std::numeric_limits<int64_t>::max());
+  Samples& timed = k.timed;
+  timed.reserve(size_t(count.total()));
+  MemorySamples memory_samples{size_t(count.total())};
+  // A signal keeps the steps so far (each rank its own; a rank already inside the next step's
+  // collectives keeps none).
+  SweepSteps progress(sweep, rec, count.total(), "steps", [&](Record& r) {
+    timed.record(r, "");
+    if (o.warmup > 0) k.warm.record(r, "warmup_");
+    memory_samples.record(r);
+    keep_timed_steps(r, int64_t(timed.step.size()), count.total());
+  });
+  for (int64_t s = 0; s < count.total();) {
+    for (const int64_t end = s + count.next_chunk(s); s < end; ++s) {
+      Timer& on = s % 2 == 0 ? *timer : *other_timer;
+      busy.step_begins(on);
+      const StepTimes times = step(on, [&] { busy.settle_previous(); });
+      timed.add(times);
+      CommTensorParallelGroup::Traffic t;
+      if (tp_group) {
+        t = tp_group->take_traffic(&on);  // complete: the step waited for each
+        tp_total.collectives += t.collectives;
+        tp_total.bytes += t.bytes;
+        tp_comm.push_back(t.exposed_ms);
+        tp_busy.push_back(t.busy_ms);
+      }
+      busy.step_ended(times, std::move(t.spans));
+      memory_samples.take(s, dev, timed.reserved_bytes());  // after the step's end: outside its timing
+      progress.update(s + 1, count.total());
+    }
+    count.after_chunk(s);  // between steps (and one of the steps' host reductions)
+    timed.reserve(size_t(count.total()));
+    memory_samples.expect(size_t(count.total()));
+    progress.update(s, count.total());
+  }
+  rec.attr("steps", int64_t(timed.step.size()));
+  if (tp_group) {
+    rec.attr("tp_collectives_per_step", tp_total.collectives / int64_t(timed.step.size()))
+        .attr("tp_bus_bytes_per_step", tp_total.bytes / int64_t(timed.step.size()));
+    rec.add("tp_comm_ms", tp_comm);
+    if (std::all_of(tp_busy.begin(), tp_busy.end(), [](double ms) { return std::isfinite(ms); }))
+      rec.add("tp_comm_busy_ms", tp_busy);
+  }
+  // As training holds it between steps: a sharded optimizer's parameters still arriving (under
+  // bf16 without the bf16 copy, which the next forward casts again).
+  k.after_optimizer = model_memory(dev.allocator());
+  // The last step's collectives, before wait_parameters() issues more: under --share-weights
+  // bf16 it all-gathers the masters other ranks own, which no step does (2.3 s more in the last
+  // xl step over NCCL's socket transport).
+  if (busy.measured()) {
+    k.collectives_ms = busy.finish();
+    rec.add("comm_busy_ms", k.collectives_ms);
+  }
+  timeline.record(rec);
+  memory_samples.record(rec);
+}
+
+void DdpRun::print_summaries(const Sweep& sweep, const TextTable& memory_table) const {
   sweep.print_summary(
       "ddp summary (ms per step, rank 0 of " + std::to_string(rt.world_size) +
       "; Comm: exposed communication, from the end of backward until the gradients are reduced (a "
@@ -725,7 +785,7 @@ ModeSpec ddp_mode() {
           "and sharding (broadcast, ZeRO-1, ZeRO-2, ZeRO-3), alone or beside tensor parallelism",
           add_options, [](const po::variables_map& vm, int world_size) -> ModeRun {
             const DdpOptions options = parse_options(vm, world_size);
-            return [options](ModeContext& ctx) { run(ctx, options); };
+            return [options](ModeContext& ctx) { DdpRun(ctx, options).run(); };
           }};
 }
 
