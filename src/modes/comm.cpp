@@ -22,8 +22,8 @@
 #include "src/core/watchdog.h"
 #include "src/modes/options.h"
 #include "src/modes/sensors.h"
-#include "src/modes/progress.h"
 #include "src/modes/soak.h"
+#include "src/modes/sweep.h"
 
 namespace llmhpc {
 namespace {
@@ -258,7 +258,22 @@ void run(ModeContext& ctx, const CommModeOptions& s) {
           std::vector<double> times;
           reserve_touched(times, size_t(count.total()));
           MemorySamples memory(size_t(count.chunks_left(0)));
-          Progress progress(rt, count.total(), "iterations");
+          // Each iteration's time and bandwidths, and the warm-up's times.
+          auto add_times = [&](Record& r) {
+            std::vector<double> algbw, busbw;
+            for (double us : times) {
+              algbw.push_back(algbw_gbs(shape.bytes, us));
+              busbw.push_back(algbw.back() * bus_factor(c, n));
+            }
+            r.add("time_us", times).add("algbw", algbw).add("busbw", busbw);
+            if (!warm.empty()) r.add("warmup_time_us", warm);
+          };
+          // A signal or --flush-s keeps the iterations so far (each rank its own, between chunks).
+          SweepSteps progress(ctx, rec, count.total(), "iterations", [&](Record& r) {
+            add_times(r);
+            memory.record(r);
+            keep_timed_steps(r, int64_t(times.size()), count.total());
+          });
           for (int64_t done = 0; done < count.total();) {
             const std::vector<double> part = time_call(*comm, call, count.next_chunk(done), Timing::PerOperation);
             times.insert(times.end(), part.begin(), part.end());
@@ -274,14 +289,8 @@ void run(ModeContext& ctx, const CommModeOptions& s) {
           const int64_t wrong = s.check ? check_once(*comm, *space, v, send, recv, issue_blocking(*comm)).count : -1;
           monitor->stop();
 
-          std::vector<double> algbw, busbw;
-          for (double us : times) {
-            algbw.push_back(algbw_gbs(shape.bytes, us));
-            busbw.push_back(algbw.back() * bus_factor(c, n));
-          }
-          const std::vector<double> slowest = rt.reduce_all(times, HostReduce::Max);
-          rec.add("time_us", times).add("algbw", algbw).add("busbw", busbw).add("time_us_max_over_ranks", slowest);
-          if (!warm.empty()) rec.add("warmup_time_us", warm);
+          add_times(rec);
+          rec.add("time_us_max_over_ranks", rt.reduce_all(times, HostReduce::Max));
           rec.add("time_us_back_to_back", std::vector<double>{mean_us});
           rec.add("wrong", std::vector<int64_t>{wrong});
           memory.record(rec);

@@ -123,10 +123,10 @@ void Sweep::agree(const std::function<void()>& prepare) const {
   throw UsageError(text);
 }
 
-SweepSteps::SweepSteps(Sweep& sweep, const Record& rec, int64_t total, std::string what,
+SweepSteps::SweepSteps(ModeContext& ctx, const Record& rec, int64_t total, std::string what,
                        std::function<void(Record&)> keep)
-    : ctx_(sweep.ctx_), rec_(rec), keep_(std::move(keep)), progress_(sweep.ctx_.rt, total, std::move(what)),
-      total_(total), flush_(sweep.ctx_.recorder) {}
+    : ctx_(ctx), rec_(rec), keep_(std::move(keep)), progress_(ctx.rt, total, std::move(what)), total_(total),
+      flush_(ctx.recorder) {}
 
 void SweepSteps::update(int64_t done, int64_t total) {
   done_ = done;

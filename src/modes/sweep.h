@@ -94,7 +94,10 @@ class Sweep {
 class SweepSteps {
  public:
   // `total` steps (warm-up and timed), or other units of `what` ("additions").
-  SweepSteps(Sweep& sweep, const Record& rec, int64_t total, std::string what, std::function<void(Record&)> keep);
+  SweepSteps(Sweep& sweep, const Record& rec, int64_t total, std::string what, std::function<void(Record&)> keep)
+      : SweepSteps(sweep.ctx_, rec, total, std::move(what), std::move(keep)) {}
+  // A mode that runs its own loop of configurations (comm).
+  SweepSteps(ModeContext& ctx, const Record& rec, int64_t total, std::string what, std::function<void(Record&)> keep);
   // After `n` more of the total.
   void done(int64_t n = 1) { update(done_ + n, total_); }
   // After `done` of `total` (a count re-aimed as the loop goes, as --duration-s's).

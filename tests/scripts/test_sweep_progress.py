@@ -1,6 +1,6 @@
 """The steps of a sweep's configuration while they run (src/modes/sweep.h, SweepSteps), end to end
-on the CPU: modes bench, attention, profile, ddp and precision, each one configuration far longer
-than the test (a million steps of a tiny shape; precision billions of additions).
+on the CPU: modes bench, attention, profile, ddp, comm and precision, each one configuration far
+longer than the test (a million steps of a tiny shape; comm 100 s; precision billions of additions).
 
 With --progress-s 0.2 rank 0 prints "  <seconds> s: <done> of <total> <what>" while it runs: the
 total its warm-up and timed steps (profile: untraced and traced; precision: the additions), the
@@ -176,6 +176,23 @@ def main():
     timed = ["forward_ms", "backward_ms", "comm_ms", "param_comm_ms", "optimizer_ms", "step_ms"]
     check_steps("ddp", attrs, arrays, timed, ["warmup_" + k for k in timed], STEPS // 10, printed + WARMUP)
     print(f"ok   ddp: {len(seen)} progress lines, {attrs['steps_timed']} steps kept")
+
+    # comm --duration-s: iterations in chunks of about a second, the total re-aimed after each;
+    # the iterations of the chunks done kept, with their bandwidths.
+    out = os.path.join(work, "comm")
+    comm = [BIN, "--mode", "comm", "--device", "cpu", "--backend", "mpi", "--size", "1MB", "--warmup", WARMUP,
+            "--duration-s", 100]
+    rc, _, err, seen = interrupted_run([*comm, *fast, "--out", out])
+    assert rc == -signal.SIGINT, f"comm: exit {rc} after SIGINT, not the signal's\n{err}"
+    attrs, arrays = interrupted_record(os.path.join(out, "rank00000.h5"), "comm", "SIGINT")
+    kept = int(attrs["steps_timed"])
+    lengths = {k: len(arrays[k]) for k in ("time_us", "algbw", "busbw")}
+    assert set(lengths.values()) == {kept} and len(arrays["warmup_time_us"]) == WARMUP, f"comm: {lengths}, {attrs}"
+    assert seen[-1][1] <= kept < attrs["steps_asked"] and seen[-1][3] == "iterations", \
+        f"comm: {kept} iterations kept of {attrs['steps_asked']}, the last progress line {seen[-1]}"
+    assert np.all(arrays["time_us"] > 0) and np.allclose(arrays["algbw"], 1e6 / arrays["time_us"] / 1e3), \
+        f"comm: times {arrays['time_us'][:4]}, algbw {arrays['algbw'][:4]}"
+    print(f"ok   comm --duration-s: {len(seen)} progress lines, {kept} iterations kept")
 
     # precision: the accumulation experiment in parts of 2^24 additions, the sums after each kept.
     out = os.path.join(work, "precision")
