@@ -305,8 +305,12 @@ void run(ModeContext& ctx, const CommModeOptions& s) {
           busbw_by_collective[size_t(c)].sum += bus;
           busbw_by_collective[size_t(c)].rows += 1;
           const std::string clocks = slowdown_note(rt, monitor->summary());
-          log_root(rt, " %s busbw %s GB/s%s%s", placement_name(p), fmt(bus).c_str(),
-                   wrong_all > 0 ? (" WRONG: " + std::to_string(wrong_all)).c_str() : "", clocks.c_str());
+          const std::string capped = count.capped() ? " (ended at " + std::to_string(kMaxTimedIterations) +
+                                                          " iterations, the most --duration-s records)"
+                                                    : "";
+          log_root(rt, " %s busbw %s GB/s%s%s%s", placement_name(p), fmt(bus).c_str(),
+                   wrong_all > 0 ? (" WRONG: " + std::to_string(wrong_all)).c_str() : "", capped.c_str(),
+                   clocks.c_str());
         }
         log_root(rt, "\n");
         table.add_row(row);

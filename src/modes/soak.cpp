@@ -17,7 +17,8 @@ void add_duration_option(po::options_description& desc, const std::string& count
                      ("run each configuration's timed loop for about this many seconds instead of --" + count_option +
                       ": the count is aimed from the warm-up's median iteration (the slowest rank's) and re-aimed " +
                       "about every second from the loop's own pace, the same on every rank; memory is sampled " +
-                      "as it runs and rank 0 prints progress every --progress-s")
+                      "as it runs and rank 0 prints progress every --progress-s; at most 10,000,000 timed " +
+                      "iterations (each is recorded)")
                          .c_str());
 }
 
@@ -81,7 +82,8 @@ int64_t iterations_in(double duration_s, double iteration_s) {
 
 DurationCount::DurationCount(const Runtime& rt, double duration_s, int64_t fixed, double warmup_pace_s,
                              int64_t max_chunk)
-    : rt_(rt), duration_s_(duration_s), total_(duration_s > 0 ? iterations_in(duration_s, warmup_pace_s) : fixed),
+    : rt_(rt), duration_s_(duration_s),
+      total_(duration_s > 0 ? std::min(iterations_in(duration_s, warmup_pace_s), kMaxTimedIterations) : fixed),
       chunk_(duration_s > 0 ? std::clamp<int64_t>(iterations_in(1.0, warmup_pace_s), 1, max_chunk)
                             : std::min(fixed, max_chunk)),
       max_chunk_(max_chunk), start_(std::chrono::steady_clock::now()), chunk_start_(start_) {}
@@ -95,7 +97,7 @@ void DurationCount::after_chunk(int64_t done) {
                                              double(std::max<int64_t>(1, done - chunk_start_done_))},
                      HostReduce::Max);
   const double elapsed_s = agreed[0], pace_s = std::max(agreed[1], 1e-9), left_s = duration_s_ - elapsed_s;
-  total_ = done + (left_s > pace_s / 2 ? iterations_in(left_s, pace_s) : 0);
+  total_ = std::min(done + (left_s > pace_s / 2 ? iterations_in(left_s, pace_s) : 0), kMaxTimedIterations);
   chunk_ = std::clamp<int64_t>(iterations_in(1.0, pace_s), 1, max_chunk_);
   chunk_start_ = std::chrono::steady_clock::now();
   chunk_start_done_ = done;

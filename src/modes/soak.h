@@ -47,6 +47,12 @@ double agreed_iteration_s(const Runtime& rt, const std::vector<double>& warmup, 
 // Iterations of `iteration_s` in about `duration_s` seconds, at least 1.
 int64_t iterations_in(double duration_s, double iteration_s);
 
+// The most timed iterations --duration-s aims a configuration at. Each one is recorded (comm: 4
+// arrays of doubles, 320 MB at the cap); without a cap a soak of microsecond collectives held
+// gigabytes (a 4 KB all-reduce on one CPU rank, ~5 us, for 1000 s: 2e8 iterations, and the run
+// spent its time re-allocating 2 GB arrays). A loop that reaches it ends before the duration.
+constexpr int64_t kMaxTimedIterations = 10'000'000;
+
 // How many timed iterations a configuration runs. Without --duration-s a fixed count. With it,
 // first aimed from the warm-up's pace, then re-aimed after every chunk of about a second: the
 // ranks agree (one host reduction, between chunks, outside the timed iterations) on the wall
@@ -64,6 +70,8 @@ class DurationCount {
   int64_t chunks_left(int64_t done) const { return (total_ - done + chunk_ - 1) / chunk_; }
   // After a chunk: re-aims total() (with --duration-s; collective). `done` iterations so far.
   void after_chunk(int64_t done);
+  // Whether --duration-s's count reached kMaxTimedIterations (the loop then ends early).
+  bool capped() const { return duration_s_ > 0 && total_ == kMaxTimedIterations; }
 
  private:
   const Runtime& rt_;

@@ -45,6 +45,21 @@ TEST(DurationCount, AWarmupFarFasterThanTheLoopDoesNotStretchIt) {
   EXPECT_LT(seconds, 1.5);
 }
 
+// A soak of iterations far shorter than the duration needs: at most kMaxTimedIterations, aimed
+// from the warm-up and after a chunk alike, then it says it was capped.
+TEST(DurationCount, AtMostTheCapOfTimedIterations) {
+  Runtime rt;
+  DurationCount count(rt, 1e6, 20, /*warmup_pace_s=*/1e-6, /*max_chunk=*/10000);
+  EXPECT_EQ(count.total(), kMaxTimedIterations);
+  EXPECT_TRUE(count.capped());
+  count.after_chunk(count.next_chunk(0));  // a pace of microseconds over the chunk: far more left
+  EXPECT_EQ(count.total(), kMaxTimedIterations);
+  DurationCount short_one(rt, 0.3, 20, 1e-3, 50);
+  EXPECT_FALSE(short_one.capped());
+  DurationCount fixed(rt, 0, kMaxTimedIterations, 0, 7);  // a fixed count is the user's: never capped
+  EXPECT_FALSE(fixed.capped());
+}
+
 TEST(DurationCount, WithoutADurationTheFixedCountInOneChunk) {
   Runtime rt;
   DurationCount count(rt, 0, 7, 0, 7);
