@@ -268,21 +268,23 @@ void run(ModeContext& ctx, const CommModeOptions& s) {
             r.add("time_us", times).add("algbw", algbw).add("busbw", busbw);
             if (!warm.empty()) r.add("warmup_time_us", warm);
           };
-          // A signal or --flush-s keeps the iterations so far (each rank its own, between chunks).
-          SweepSteps progress(ctx, rec, count.total(), "iterations", [&](Record& r) {
-            add_times(r);
-            memory.record(r);
-            keep_timed_steps(r, int64_t(times.size()), count.total());
-          });
-          for (int64_t done = 0; done < count.total();) {
-            const std::vector<double> part = time_call(*comm, call, count.next_chunk(done), Timing::PerOperation);
-            times.insert(times.end(), part.begin(), part.end());
-            done += int64_t(part.size());
-            memory.take(done - 1, dev, int64_t(times.capacity() * sizeof(double)));  // outside the timed operations
-            count.after_chunk(done);
-            reserve_touched(times, size_t(count.total()));
-            memory.expect(memory.size() + size_t(count.chunks_left(done)));
-            progress.update(done, count.total());
+          {  // A signal or --flush-s keeps the iterations so far (each rank its own, between chunks);
+             // the block ends before the final record, after the last --flush-s write.
+            SweepSteps progress(ctx, rec, count.total(), "iterations", [&](Record& r) {
+              add_times(r);
+              memory.record(r);
+              keep_timed_steps(r, int64_t(times.size()), count.total());
+            });
+            for (int64_t done = 0; done < count.total();) {
+              const std::vector<double> part = time_call(*comm, call, count.next_chunk(done), Timing::PerOperation);
+              times.insert(times.end(), part.begin(), part.end());
+              done += int64_t(part.size());
+              memory.take(done - 1, dev, int64_t(times.capacity() * sizeof(double)));  // outside the timed ops
+              count.after_chunk(done);
+              reserve_touched(times, size_t(count.total()));
+              memory.expect(memory.size() + size_t(count.chunks_left(done)));
+              progress.update(done, count.total());
+            }
           }
           if (s.duration_s > 0) rec.attr("iters", int64_t(times.size()));
           const double mean_us = time_call(*comm, call, s.iters, Timing::BackToBack).at(0);

@@ -89,8 +89,10 @@ class Sweep {
 // the process (KeepBeforeStop: where that step ends within kStopWaitMs of the signal; else the
 // record stays as the stop marked it, with no steps). Each rank keeps its own. And every
 // --flush-s the record is written with the steps so far, status "running" (ModeContext::flush),
-// on a thread of its own (RecordFlush). `keep` adds to a copy of the record the arrays of the
-// steps so far and what they are (keep_timed_steps), as `measure` adds them at the end.
+// on a thread of its own (RecordFlush), whose last write the destructor waits for: end the
+// SweepSteps before writing the record's final version (Sweep::run's `measure` returns first).
+// `keep` adds to a copy of the record the arrays of the steps so far and what they are
+// (keep_timed_steps), as `measure` adds them at the end.
 class SweepSteps {
  public:
   // `total` steps (warm-up and timed), or other units of `what` ("additions").
