@@ -123,8 +123,9 @@ def sweep_key(row, keys) -> tuple:
 
 
 def status_word(status) -> str:
-    """A record's status in one word, as tables print it: 'ok', 'oom', 'error: ...' -> 'error'."""
-    return str(status).split(":")[0]
+    """A record's status in one word, as tables print it: 'ok', 'oom', 'error: ...' -> 'error',
+    'interrupted (3 of 10 steps kept)' -> 'interrupted'."""
+    return str(status).split(":")[0].split(" (")[0]
 
 
 def unit_of(sizes) -> tuple:
@@ -184,9 +185,23 @@ def _sensor_summary(recs) -> dict:
 
 
 def _pooled_status(records: list) -> str:
-    """'ok' when every record is ok, else the other statuses joined."""
+    """'ok' when every record is ok, else the other statuses joined; records that kept their steps
+    (Record.kept_steps) say how many over the ranks: 'interrupted: SIGTERM (4866-4870 of 1000000
+    steps kept)'."""
     statuses = sorted({r.status for r in records})
-    return "ok" if statuses == ["ok"] else "; ".join(s for s in statuses if s != "ok")
+    if statuses == ["ok"]:
+        return "ok"
+    out = []
+    for status in statuses:
+        if status == "ok":
+            continue
+        kept = [r for r in records if r.status == status and r.kept_steps]
+        if kept:
+            counts = sorted(int(r.attrs["steps_timed"]) for r in kept)
+            span = str(counts[0]) if counts[0] == counts[-1] else f"{counts[0]}-{counts[-1]}"
+            status += f" ({span} of {int(kept[0].attrs.get('steps_asked', 0))} steps kept)"
+        out.append(status)
+    return "; ".join(out)
 
 
 def _plain(value):
@@ -329,6 +344,13 @@ class Record:
     @property
     def ok(self) -> bool:
         return self.status == "ok"
+
+    @property
+    def kept_steps(self) -> bool:
+        """Cut short with the steps it had measured: status 'interrupted' (a signal, or a kill after a
+        --flush-s rewrite) and steps_timed > 0 (docs/hdf5-schema.md, "Records"). Summaries count its
+        steps, and say so in the status."""
+        return self.status.startswith("interrupted") and int(self.attrs.get("steps_timed", 0)) > 0
 
 
 ABORTED = "aborted by the watchdog"  # a rank file's status when its watchdog ended the job
@@ -577,9 +599,10 @@ class Run:
         Columns: the configuration attributes, status, ranks (how many ranks' samples were
         pooled), and for each phase in BENCH_PHASES <phase>_mean, <phase>_std (sample standard
         deviation, n-1; 0 for one sample), <phase>_min, <phase>_max and <phase>_n, in ms; NaN
-        where the phase was not timed or the configuration did not run (status oom/error). With
-        rank=None the samples of all ranks are pooled; the status is 'ok' only if it is 'ok' on
-        every rank.
+        where the phase was not timed or the configuration did not run (status oom/error); a
+        configuration cut short counts the steps it kept (Record.kept_steps; its status says how
+        many). With rank=None the samples of all ranks are pooled; the status is 'ok' only if it
+        is 'ok' on every rank.
         From the device sensors (docs/hdf5-schema.md), where the records have them:
         sm_clock_mhz_min and sm_clock_mhz_median (the lowest over the ranks' busy readings, and
         the lowest rank's median; NaN without readings) and slowdowns (the reasons any rank saw,
@@ -597,7 +620,8 @@ class Run:
             row["num_params"] = first.attrs.get("num_params")
             row["peak_memory_bytes"] = max(r.attrs.get("peak_memory_bytes", 0) for r in recs)
             for phase in BENCH_PHASES:
-                _add_stats(row, phase, [r.arrays[f"{phase}_ms"] for r in recs if r.ok and f"{phase}_ms" in r.arrays])
+                _add_stats(row, phase, [r.arrays[f"{phase}_ms"] for r in recs
+                                        if (r.ok or r.kept_steps) and f"{phase}_ms" in r.arrays])
             row.update(_sensor_summary(recs))
             rows.append(row)
         return pd.DataFrame(rows)
@@ -618,12 +642,14 @@ class Run:
         slowest_step_mean/_std/_n from step_ms_max_over_ranks (the slowest rank's time of each step,
         the same array on every rank, so taken once); DDP_MEMORY_KEYS, the largest over ranks; from the
         device sensors, as bench_summary: sm_clock_mhz_min, sm_clock_mhz_median, slowdowns.
-        Times and results are NaN where the configuration did not run (status oom or error).
+        Times and results are NaN where the configuration did not run (status oom or error); one
+        cut short counts the steps it kept (Record.kept_steps), its status says how many, and the
+        results it had not reached (buckets, bytes per step, the slowest rank's steps) are NaN.
         """
         rows = []
         for name, recs in self.records_by_name("ddp", rank).items():
             first = recs[0]
-            ok = [r for r in recs if r.ok]
+            ok = [r for r in recs if r.ok or r.kept_steps]
             row = {key: first.attrs.get(key) for key in DDP_CONFIG_KEYS}
             row["shard_optimizer"] = row["shard_optimizer"] or "none"  # files from before sharding existed
             row["grad_dtype"] = grad_dtype(first.attrs)

@@ -89,6 +89,30 @@ def open_files():
     return len(h5py.h5f.get_obj_ids(types=h5py.h5f.OBJ_FILE))
 
 
+def check_kept_steps(directory):
+    """A configuration cut short with its steps (a signal, or a kill after a --flush-s rewrite, whose
+    'running' reads as interrupted): the summary counts them and its status says how many, per rank
+    and pooled; one cut short with none stays empty."""
+    os.makedirs(directory)
+    for rank, (status, kept) in enumerate((("interrupted: SIGTERM", 3), ("running", 2))):
+        with rank_file(directory, "bench", rank, 2, status="running") as f:
+            g = f.create_group("bench/small_T16")
+            g.attrs.update(status=status, steps_timed=np.int64(kept), steps_asked=np.int64(1000))
+            g.create_dataset("step_ms", data=STEP_MS[:kept])
+            e = f.create_group("bench/small_T32")  # marked before its first step, killed: nothing kept
+            e.attrs["status"] = "running"
+    run = llmhpc_h5.open_run(directory)
+    pooled = run.bench_summary(rank=None).set_index("name")
+    assert pooled.loc["small_T16", "step_n"] == 5, pooled
+    assert pooled.loc["small_T16", "status"] == ("interrupted (2 of 1000 steps kept); "
+                                                 "interrupted: SIGTERM (3 of 1000 steps kept)"), pooled["status"]
+    assert pooled.loc["small_T32", "status"] == "interrupted" and pooled.loc["small_T32", "step_n"] == 0, pooled
+    assert llmhpc_h5.status_word(pooled.loc["small_T16", "status"]) == "interrupted"
+    one = run.bench_summary(rank=0).set_index("name")
+    assert one.loc["small_T16", "status"] == "interrupted: SIGTERM (3 of 1000 steps kept)", one["status"]
+    assert abs(one.loc["small_T16", "step_mean"] - STEP_MS[:3].mean()) < 1e-12, one
+
+
 def check_plain(directory):
     write_plain_run(directory)
     run = llmhpc_h5.open_run(directory)
@@ -118,6 +142,7 @@ def check_plain(directory):
     assert dict(arrays.items()).keys() == names, "items() reads every dataset"
     summary = run.bench_summary()
     assert summary["forward_n"][0] == 3 and abs(summary["forward_mean"][0] - FORWARD_MS.mean()) < 1e-12, summary
+    check_kept_steps(os.path.join(os.path.dirname(directory), "kept"))
     assert (summary["forward_min"][0], summary["forward_max"][0]) == (1.5, 4.0), summary
     assert arrays.read("forward_ms", 1).tolist() == [2.5, 4.0] and arrays.length("tags") == 3
     try:
