@@ -431,7 +431,7 @@ int run(Runtime& rt, int argc, char** argv, bool& in_mode) {
                   recorder,
                   out_dir,
                   std::chrono::milliseconds(opt_int(vm, "device-sample-ms")),
-                  std::chrono::milliseconds(int64_t(opt_double(vm, "flush-s") * 1000))};
+                  std::chrono::milliseconds(int64_t(flush_s * 1000))};
   in_mode = true;
   // A signal before the mode takes the stop over itself (train): the rank file says
   // "interrupted: SIGINT" (root and the record being measured), written from the stop's own

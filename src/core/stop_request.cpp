@@ -9,8 +9,8 @@
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
-#include <ctime>
 #include <cstring>
+#include <ctime>
 #include <exception>
 #include <mutex>
 #include <thread>

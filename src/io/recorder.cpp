@@ -426,21 +426,27 @@ bool Recorder::finish_within(const std::string& status, const Attrs& attrs, std:
   return true;
 }
 
+RecordFlush::RecordFlush(Recorder& recorder, std::chrono::milliseconds every) : recorder_(recorder), every_(every) {}
+
 RecordFlush::~RecordFlush() {
   if (writing_.valid()) writing_.wait();
 }
 
-bool RecordFlush::busy() const {
-  return writing_.valid() && writing_.wait_for(std::chrono::seconds(0)) != std::future_status::ready;
+void RecordFlush::when_due(const std::function<Record()>& make) {
+  const auto now = std::chrono::steady_clock::now();
+  if (every_.count() <= 0 || now - last_ < every_) return;
+  if (writing_.valid()) {
+    if (writing_.wait_for(std::chrono::seconds(0)) != std::future_status::ready) return;
+    writing_.get();
+  }
+  writing_ = std::async(std::launch::async, [this, r = make()] { recorder_.write(r); });
+  last_ = now;
 }
 
-void RecordFlush::start(Record record) {
-  if (writing_.valid()) writing_.get();
-  writing_ = std::async(std::launch::async, [this, r = std::move(record)] { recorder_.write(r); });
-}
-
-void RecordFlush::wait() {
+void RecordFlush::write_now(const Record& record) {
   if (writing_.valid()) writing_.wait();
+  recorder_.write(record);
+  last_ = std::chrono::steady_clock::now();
 }
 
 std::string rank_file_name(int rank) {

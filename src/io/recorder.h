@@ -16,6 +16,7 @@
 #pragma once
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <future>
 #include <limits>
 #include <memory>
@@ -195,19 +196,23 @@ class Recorder {
 // docs/results/reliability.md, "Killed outright").
 class RecordFlush {
  public:
-  explicit RecordFlush(Recorder& recorder) : recorder_(recorder) {}
+  // Every `every` (--flush-s; 0: never), counted from construction and from write_now.
+  RecordFlush(Recorder& recorder, std::chrono::milliseconds every);
   ~RecordFlush();  // waits for the write under way (its failure is the next write's to report)
   RecordFlush(const RecordFlush&) = delete;
   RecordFlush& operator=(const RecordFlush&) = delete;
-  // Whether a write is under way (a slow disk): the caller skips this flush.
-  bool busy() const;
-  // Starts writing `record`, after the last write; rethrows that one's failure (WriteFailed).
-  void start(Record record);
-  // Waits for the write under way: before a write of the same record that must land after it.
-  void wait();
+  // Between two steps: where `every` has passed and the last write is done (else, a slow disk,
+  // this one is skipped), starts writing make()'s record; rethrows the last write's failure
+  // (WriteFailed).
+  void when_due(const std::function<Record()>& make);
+  // Writes `record` now, after the write under way (the record's final or interrupted version
+  // must land last), and counts `every` from here.
+  void write_now(const Record& record);
 
  private:
   Recorder& recorder_;
+  const std::chrono::milliseconds every_;
+  std::chrono::steady_clock::time_point last_ = std::chrono::steady_clock::now();
   std::future<void> writing_;
 };
 

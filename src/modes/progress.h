@@ -1,6 +1,5 @@
 // Rank 0's progress through a loop that may run for minutes: the steps of a sweep's
-// configuration (SweepSteps, src/modes/sweep.h: bench, profile, attention, precision, ddp) and
-// comm's timed iterations.
+// configuration or comm's timed iterations (SweepSteps, src/modes/sweep.h).
 #pragma once
 #include <chrono>
 #include <cstdint>

@@ -17,8 +17,8 @@ void add_duration_option(po::options_description& desc, const std::string& count
                      ("run each configuration's timed loop for about this many seconds instead of --" + count_option +
                       ": the count is aimed from the warm-up's median iteration (the slowest rank's) and re-aimed " +
                       "about every second from the loop's own pace, the same on every rank; memory is sampled " +
-                      "as it runs and rank 0 prints progress every --progress-s; at most 10,000,000 timed " +
-                      "iterations (each is recorded)")
+                      "as it runs and rank 0 prints progress every --progress-s; at most " +
+                      std::to_string(kMaxTimedIterations) + " timed iterations (each is recorded)")
                          .c_str());
 }
 

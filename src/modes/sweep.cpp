@@ -126,7 +126,7 @@ void Sweep::agree(const std::function<void()>& prepare) const {
 SweepSteps::SweepSteps(ModeContext& ctx, const Record& rec, int64_t total, std::string what,
                        std::function<void(Record&)> keep)
     : ctx_(ctx), rec_(rec), keep_(std::move(keep)), progress_(ctx.rt, total, std::move(what)), total_(total),
-      flush_(ctx.recorder) {}
+      flush_(ctx.recorder, ctx.flush) {}
 
 void SweepSteps::update(int64_t done, int64_t total) {
   done_ = done;
@@ -142,14 +142,8 @@ void SweepSteps::between() {
     r.status = status;
     return r;
   };
-  stop_.at_step([&](int signal) {
-    flush_.wait();  // its "running" lands before this
-    ctx_.recorder.write(kept("interrupted: " + signal_name(signal)));
-  });
-  const auto now = std::chrono::steady_clock::now();
-  if (ctx_.flush.count() <= 0 || now - flushed_ < ctx_.flush || flush_.busy()) return;
-  flush_.start(kept("running"));
-  flushed_ = now;
+  stop_.at_step([&](int signal) { flush_.write_now(kept("interrupted: " + signal_name(signal))); });
+  flush_.when_due([&] { return kept("running"); });
 }
 
 void keep_timed_steps(Record& rec, int64_t timed, int64_t asked) {

@@ -114,7 +114,6 @@ class SweepSteps {
   Progress progress_;
   int64_t total_, done_ = 0;
   KeepBeforeStop stop_;
-  std::chrono::steady_clock::time_point flushed_ = std::chrono::steady_clock::now();
   RecordFlush flush_;  // destroyed first: the last periodic write lands before the record's final one
 };
 

@@ -480,7 +480,7 @@ struct TrainRun {
   std::string kept;                                  // kept_options: the same for every checkpoint of the run
   std::chrono::steady_clock::time_point first_done;  // the time left is told from the steps after the first
   double wall_after_first_ms = 0;                    // wall_ms summed over the steps after the first
-  RecordFlush flush{ctx.recorder};                   // --flush-s's writes; destroyed first
+  RecordFlush flush{ctx.recorder, ctx.flush};        // the record's writes; destroyed first
 };
 
 TrainRun::TrainRun(ModeContext& ctx, const TrainOptions& o)
@@ -739,10 +739,7 @@ void TrainRun::make_record() {
   record_memory(rec, "after_init", after_init);
 }
 
-void TrainRun::save_progress(const std::string& status) {
-  flush.wait();
-  ctx.recorder.write(progress_record(status));
-}
+void TrainRun::save_progress(const std::string& status) { flush.write_now(progress_record(status)); }
 
 Record TrainRun::progress_record(const std::string& status) {
   Record r = rec;
@@ -891,7 +888,6 @@ void TrainRun::run() {
   // The record exists, status "running", before the first step: a run that hangs or is killed
   // early leaves its configuration beside the watchdog's report.
   save_progress("running");
-  auto last_flush = std::chrono::steady_clock::now();
   Watchdog::instance().set_context("train");
   const int64_t first_batch = opt->steps_taken();  // from a checkpoint: the batches after its steps
   int stopped_by = 0;                              // the signal all ranks agreed to stop on
@@ -978,13 +974,8 @@ void TrainRun::run() {
     // that a checkpoint holds: a run resumed from it keeps the curve up to it.
     const bool checkpoint = !last && !stopped_by && save_every > 0 && done % save_every == 0;
     if (checkpoint) save("every " + std::to_string(save_every) + " steps");
-    if (checkpoint) {
-      save_progress("running");
-      last_flush = now;
-    } else if (ctx.flush.count() > 0 && now - last_flush >= ctx.flush && !flush.busy()) {
-      flush.start(progress_record("running"));
-      last_flush = now;
-    }
+    if (checkpoint) save_progress("running");
+    else flush.when_due([&] { return progress_record("running"); });
   }
   end(done, stopped_by);
 }

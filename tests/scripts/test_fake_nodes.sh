@@ -324,6 +324,7 @@ def verdict(argv):
     check(len(ids) == 1 and "" not in ids, f"one run_id on every rank, not {ids}")
     first = 0
     hosts = []
+    used = set()  # MPI's transports over the ranks
     for node, k in enumerate(slots):
         mine = files[first:first + k]
         names = {rf.attrs["hostname"] for rf in mine}
@@ -352,10 +353,10 @@ def verdict(argv):
             check(str(rf.attrs.get("mpi_interfaces", "eth0")) == "eth0" and
                   ("tcp" in transports) == ("mpi_interfaces" in rf.attrs),
                   f"rank {rf.rank}: mpi_interfaces {rf.attrs.get('mpi_interfaces')}, transports {sorted(transports)}")
+            used |= transports
         first += k
     # Some rank reached another node by TCP where there are several, none where there is one;
     # shared memory where a node has several ranks.
-    used = {t for rf in files for t in str(rf.attrs.get("mpi_transports", "")).split(",") if t}
     check(("tcp" in used) == (len(slots) > 1) and ("shared memory" in used) == (max(slots) > 1),
           f"MPI's transports over the ranks {sorted(used)} on nodes of {slots} ranks")
     check(len(set(hosts)) == len(slots), f"one hostname per node, not {hosts}")
