@@ -107,6 +107,22 @@ def distributed_env() -> tuple:
     return rank, size, local
 
 
+# How long a rank other than 0 waits before it exits on bad input (refuse).
+REFUSE_WAIT_S = 10.0
+
+
+def refuse(tool: str, rank: int, message: str) -> int:
+    """Bad input, found alike on every rank: rank 0 says so, and every rank returns exit status 2.
+    The others wait first (at most REFUSE_WAIT_S): mpirun ends the job when a rank exits
+    non-zero, and a rank 1 that exited first took rank 0 and its message with it (a 2-rank check
+    under load); rank 0's exit ends them at once."""
+    if rank == 0:
+        print(f"{tool}: error: {message}", file=sys.stderr, flush=True)
+    else:
+        time.sleep(REFUSE_WAIT_S)
+    return 2
+
+
 def split(text: str) -> list:
     return [x for x in text.split(",") if x]
 
@@ -390,9 +406,7 @@ def main(argv=None) -> int:
         args.buckets = [None] if args.single else [float(x) for x in split(args.bucket_mb)]
         check_args(args, world_size)
     except ValueError as e:
-        if rank == 0:
-            print(f"torch_ddp.py: error: {e}", file=sys.stderr)
-        return 2
+        return refuse("torch_ddp.py", rank, str(e))
 
     try:
         import torch
@@ -404,9 +418,7 @@ def main(argv=None) -> int:
     try:
         shapes = model_shapes(args, baseline.PRESETS)
     except ValueError as e:
-        if rank == 0:
-            print(f"torch_ddp.py: error: {e}", file=sys.stderr)
-        return 2
+        return refuse("torch_ddp.py", rank, str(e))
     cuda = args.device == "cuda" or (args.device == "auto" and torch.cuda.is_available())
     if cuda:
         torch.cuda.set_device(local_rank % torch.cuda.device_count())
@@ -414,8 +426,7 @@ def main(argv=None) -> int:
     else:
         device = torch.device("cpu")
         if "bf16" in split(args.precision):
-            print("torch_ddp.py: error: --precision bf16 is a GPU comparison; on the CPU use fp32", file=sys.stderr)
-            return 2
+            return refuse("torch_ddp.py", rank, "--precision bf16 is a GPU comparison; on the CPU use fp32")
     torch.backends.cuda.matmul.allow_tf32 = False  # fp32 means fp32, as llmhpc without --tf32
     torch.backends.cudnn.allow_tf32 = False
     dist.init_process_group("nccl" if cuda else "gloo", init_method="env://", rank=rank, world_size=world_size)

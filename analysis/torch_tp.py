@@ -107,8 +107,8 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from torch_ddp import (MEMORY_POINTS, PRECISIONS, SETUPS, SHAPE_OPTIONS, add_timing_options,  # noqa: E402
-                       check_timing, compile_blocks, distributed_env, fully_shard_model, merged, model_shapes, split,
-                       timed_steps)
+                       check_timing, compile_blocks, distributed_env, fully_shard_model, merged, model_shapes, refuse,
+                       split, timed_steps)
 
 SEQUENCE_PARALLEL = {"off": False, "on": True}  # --sequence-parallel values
 
@@ -330,18 +330,12 @@ def main(argv=None) -> int:
     add_timing_options(p)
     args = p.parse_args(argv)
     rank, world_size, local_rank = distributed_env()
-
-    def fail(message: str) -> int:
-        if rank == 0:
-            print(f"torch_tp.py: error: {message}", file=sys.stderr)
-        return 2
-
     try:
         args.batch_sizes = [int(x) for x in split(args.batch_size)]
         args.contexts = [int(x) for x in split(args.context_length)]
         check_args(args)
     except ValueError as e:
-        return fail(str(e))
+        return refuse("torch_tp.py", rank, str(e))
     try:
         import torch
         import torch.distributed as dist
@@ -353,7 +347,7 @@ def main(argv=None) -> int:
         shapes = model_shapes(args, baseline.PRESETS)
         tp, dp = check_split(args, shapes, world_size)
     except ValueError as e:
-        return fail(str(e))
+        return refuse("torch_tp.py", rank, str(e))
     cuda = args.device == "cuda" or (args.device == "auto" and torch.cuda.is_available())
     if cuda:
         torch.cuda.set_device(local_rank % torch.cuda.device_count())
@@ -361,7 +355,7 @@ def main(argv=None) -> int:
     else:
         device = torch.device("cpu")
         if "bf16" in split(args.precision):
-            return fail("--precision bf16 is a GPU comparison; on the CPU use fp32")
+            return refuse("torch_tp.py", rank, "--precision bf16 is a GPU comparison; on the CPU use fp32")
     torch.backends.cuda.matmul.allow_tf32 = False  # fp32 means fp32, as llmhpc without --tf32
     torch.backends.cudnn.allow_tf32 = False
     dist.init_process_group("nccl" if cuda else "gloo", init_method="env://", rank=rank, world_size=world_size)
