@@ -42,7 +42,8 @@ import numpy as np
 import pandas as pd
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from llmhpc_h5 import MIB, SchemaError, open_run, peak_cell, repeated_across_runs, run_directories  # noqa: E402
+from llmhpc_h5 import (MIB, SchemaError, open_run, peak_cell, pooled_status, repeated_across_runs,  # noqa: E402
+                       run_directories)
 from plotting import legend_above, plain_log_y, ticks_at  # noqa: E402
 
 CONFIG_KEYS = ("impl", "precision", "batch", "heads", "head_dim", "seq", "causal")
@@ -50,7 +51,8 @@ GROUP_KEYS = ("precision", "causal", "batch", "heads")
 
 
 def attention_frame(directories: list) -> pd.DataFrame:
-    """One row per attention record of rank 0 of every run: configuration, status, and
+    """One row per attention record of rank 0 of every run: configuration, status, measured (ok,
+    or cut short with the steps it kept, which its status counts: Record.measured), and
     mean/std/median of forward_ms, backward_ms, total_ms; peak_mib, saved_mib (NaN where the
     record has no saved_bytes: it failed before allocating it)."""
     rows = []
@@ -60,7 +62,8 @@ def attention_frame(directories: list) -> pd.DataFrame:
             raise SchemaError(f"{directory}: a '{run.mode}' run, not an attention run")
         for r in run.records("attention", rank=0):
             row = {key: r.attrs.get(key) for key in CONFIG_KEYS}
-            row.update(run=directory, name=r.name, status=r.status, kernels=kernel_summary(r.attrs),
+            row.update(run=directory, name=r.name, status=pooled_status([r]), measured=r.measured,
+                       kernels=kernel_summary(r.attrs),
                        peak_mib=r.attrs.get("peak_memory_bytes", 0) / MIB,
                        saved_mib=r.attrs.get("saved_bytes", math.nan) / MIB,
                        flops_forward=r.attrs.get("flops_forward", math.nan),
@@ -124,7 +127,7 @@ def per_implementation_tables(df: pd.DataFrame) -> str:
     for keys, g in df.groupby(["impl", *group_keys(df)], sort=False):
         rows = []
         for _, r in g.sort_values(["head_dim", "seq"]).iterrows():
-            ok = r.status == "ok"
+            ok = r.measured
             rows.append([str(r.head_dim), str(r.seq),
                          f"{fmt(r.forward_mean)} ± {fmt(r.forward_std)}" if ok else "-",
                          f"{fmt(r.backward_mean)} ± {fmt(r.backward_std)}" if ok else "-",
@@ -151,8 +154,8 @@ def naive_vs_flash_tables(df: pd.DataFrame) -> str:
         rows = []
         for s in shapes:
             n, f = naive[s], flash[s]
-            cell = lambda r, phase: fmt(r[f"{phase}_median"]) if r.status == "ok" else ("OOM" if r.status == "oom" else "N/A")
-            nv = lambda r, phase: r[f"{phase}_median"] if r.status == "ok" else math.nan
+            cell = lambda r, phase: fmt(r[f"{phase}_median"]) if r.measured else ("OOM" if r.status == "oom" else "N/A")
+            nv = lambda r, phase: r[f"{phase}_median"] if r.measured else math.nan
             row = [str(s[0]), str(s[1])]
             for phase in ("forward", "backward", "total"):
                 row += [cell(n, phase), cell(f, phase), ratio(nv(n, phase), nv(f, phase))]
@@ -196,8 +199,8 @@ def torch_table(df: pd.DataFrame, torch_path: str, torch_rows: list) -> str:
     for t in torch_rows:
         key = (t["precision"], int(t["causal"]), t["batch"], t["heads"], t["seq"], t["head_dim"])
         f = flash.get(key)
-        ours_f = f.forward_median if f is not None and f.status == "ok" else math.nan
-        ours_b = f.backward_median if f is not None and f.status == "ok" else math.nan
+        ours_f = f.forward_median if f is not None and f.measured else math.nan
+        ours_b = f.backward_median if f is not None and f.measured else math.nan
         tf = t.get("forward_ms_median", math.nan) if t.get("status") == "ok" else math.nan
         tb = t.get("backward_ms_median", math.nan) if t.get("status") == "ok" else math.nan
         rows.append([t["precision"], "yes" if t["causal"] else "no", str(t["batch"]), str(t["heads"]), str(t["seq"]),
@@ -265,7 +268,7 @@ def plot_attention(df: pd.DataFrame, quantity: str, path: str) -> str:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     column, y_label = {"time": ("total_median", "fwd+bwd ms (median)"), "memory": ("peak_mib", "peak MiB")}[quantity]
-    ok = df[df.status == "ok"]
+    ok = df[df.measured]
     groups = list(ok.groupby(group_keys(ok), sort=False))
     dims = sorted(ok.head_dim.unique())
     if not groups:

@@ -27,7 +27,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from bench import markdown_table  # noqa: E402
-from llmhpc_h5 import SchemaError, on_cpu, open_run, run_directories  # noqa: E402
+from llmhpc_h5 import SchemaError, on_cpu, open_run, pooled_status, run_directories  # noqa: E402
 from plotting import ticks_at  # noqa: E402
 
 PLACEMENTS = (("outofplace", "oop"), ("inplace", "ip"))
@@ -50,16 +50,20 @@ def format_us(us: float) -> str:
 
 def iteration_times_us(records: list) -> np.ndarray:
     """The slowest rank's time of each timed iteration (time_us_max_over_ranks) from every rank's
-    (ok) record of a configuration; from their time_us where the files lack it."""
+    record of a configuration (Record.measured); from their time_us where the records lack it
+    (files from before it, and records cut short, each rank with its own count: the iterations
+    every rank kept)."""
     if "time_us_max_over_ranks" in records[0].arrays:
         return np.asarray(records[0].arrays["time_us_max_over_ranks"], dtype=float)
-    return np.max(np.stack([np.asarray(r.arrays["time_us"], dtype=float) for r in records]), axis=0)
+    times = [np.asarray(r.arrays["time_us"], dtype=float) for r in records]
+    kept = min(len(t) for t in times)
+    return np.max(np.stack([t[:kept] for t in times]), axis=0)
 
 
 def operation_time_us(records: list) -> float:
-    """nccl-tests' time of one operation from every rank's (ok) record of a configuration: the
-    back-to-back mean averaged over ranks, or for files without it the mean of the slowest rank's
-    per-iteration times."""
+    """nccl-tests' time of one operation from every rank's record of a configuration
+    (Record.measured): the back-to-back mean averaged over ranks, or for records without it (files
+    from before it, records cut short) the mean of the slowest rank's per-iteration times."""
     if all("time_us_back_to_back" in r.arrays for r in records):
         return float(np.mean([r.arrays["time_us_back_to_back"][0] for r in records]))
     return float(iteration_times_us(records).mean())
@@ -67,20 +71,22 @@ def operation_time_us(records: list) -> float:
 
 def summarize(records: list) -> dict:
     """One configuration from every rank's record of it: time per operation, the per-iteration
-    times' median and std, bandwidths, #wrong."""
+    times' median and std, bandwidths, #wrong, status. One cut short (a signal, a kill after a
+    --flush-s write) counts the iterations every rank kept, its status says how many, and it was
+    not checked (#wrong '-'); one that did not run has its status in place of the time."""
     first = records[0]
-    if any(not r.ok for r in records):
-        status = "; ".join(sorted({r.status for r in records if not r.ok}))
-        return dict(time=status, median="-", std="-", algbw="-", busbw="-", wrong="-", busbw_value=None)
+    status = pooled_status(records, "iterations")
+    if not all(r.measured for r in records):
+        return dict(time=status, median="-", std="-", algbw="-", busbw="-", wrong="-", busbw_value=None, status=status)
     time_us = operation_time_us(records)
     each = iteration_times_us(records)
     algbw = first.attrs["bytes"] / (time_us * 1e3)
     busbw = algbw * first.attrs["bus_factor"]
-    wrongs = [int(r.arrays["wrong"][0]) for r in records]
-    wrong = "N/A" if any(w < 0 for w in wrongs) else str(sum(wrongs))
+    wrongs = [int(r.arrays["wrong"][0]) for r in records if "wrong" in r.arrays]
+    wrong = "-" if len(wrongs) < len(records) else "N/A" if any(w < 0 for w in wrongs) else str(sum(wrongs))
     return dict(time=format_us(time_us), median=format_us(float(np.median(each))),
                 std=format_us(float(each.std(ddof=1)) if len(each) > 1 else 0.0), algbw=f"{algbw:.2f}",
-                busbw=f"{busbw:.2f}", wrong=wrong, busbw_value=busbw)
+                busbw=f"{busbw:.2f}", wrong=wrong, busbw_value=busbw, status=status)
 
 
 def comm_rows(run) -> list:
@@ -112,6 +118,11 @@ def markdown(rows: list) -> str:
                     (f"{short} busbw", f"{short} busbw (GB/s)"), (f"{short} wrong", f"{short} #wrong")]
     for short in present:  # after nccl-tests' columns, which keep their places
         columns += [(f"{short} median", f"{short} median (us)"), (f"{short} std", f"{short} std (us)")]
+    # A status column where a configuration was cut short with its iterations (one that did not
+    # run has its status in place of the time).
+    for short in present:
+        if any(r.get(f"{short} status", "ok") != "ok" and r.get(f"{short} busbw_value") is not None for r in rows):
+            columns.append((f"{short} status", f"{short} status"))
     lines = ["| " + " | ".join(title for _, title in columns) + " |",
              "|" + "|".join("---" if key in ("backend", "collective", "type", "redop") else "---:"
                             for key, _ in columns) + "|"]
@@ -135,10 +146,9 @@ def study_rows(run) -> list:
     for records in run.records_by_name("comm", rank=None).values():
         a = records[0].attrs
         row = dict(backend=a["backend"], device=device, procs=a["world_size"], collective=a["collective"],
-                   dtype=a["dtype"], placement=a["placement"], bytes=a["bytes"], status="ok")
-        if any(not r.ok for r in records):
-            row["status"] = "; ".join(sorted({r.status for r in records if not r.ok}))
-        else:
+                   dtype=a["dtype"], placement=a["placement"], bytes=a["bytes"],
+                   status=pooled_status(records, "iterations"), measured=all(r.measured for r in records))
+        if row["measured"]:
             t = iteration_times_us(records) / 1e3  # ms
             bw = a["bytes"] / (t.mean() * 1e-3) / 1e9
             row.update(mean=t.mean(), median=float(np.median(t)), std=t.std(ddof=1) if len(t) > 1 else 0.0, bw=bw,
@@ -160,7 +170,7 @@ def study_markdown(rows: list) -> str:
                                                                            "dtype", "placement", "status") else "---:"
                                                              for h in header) + "|"]
     for r in sorted(rows, key=order):
-        nums = [number(r[k]) for k in ("mean", "median", "std", "bw", "busbw")] if r["status"] == "ok" else ["-"] * 5
+        nums = [number(r[k]) for k in ("mean", "median", "std", "bw", "busbw")] if r["measured"] else ["-"] * 5
         lines.append("| " + " | ".join([r["backend"], r["device"], str(r["procs"]), r["collective"], r["dtype"],
                                         r["placement"], f"{r['bytes'] / MB:g}", *nums, r["status"]]) + " |")
     return "\n".join(lines)
@@ -173,7 +183,7 @@ def timings_to_doubt(rows: list) -> list:
     and spinning, a loaded host)."""
     series = {}
     for r in rows:
-        if r["status"] == "ok":
+        if r["measured"]:
             key = (r["backend"], r["device"], r["procs"], r["collective"], r["dtype"], r["placement"])
             series.setdefault(key, []).append(r)
     lines = []
@@ -194,7 +204,7 @@ def plot_bandwidth(rows: list, path: str) -> str:
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    ok = [r for r in rows if r["status"] == "ok"]
+    ok = [r for r in rows if r["measured"]]
     panels = sorted({(r["backend"], r["device"], r["collective"]) for r in ok})
     if not panels:
         return ""

@@ -184,10 +184,10 @@ def _sensor_summary(recs) -> dict:
             "slowdowns": ", ".join(reasons) if reasons else ("none" if seen else "")}
 
 
-def _pooled_status(records: list) -> str:
+def pooled_status(records: list, unit: str = "steps") -> str:
     """'ok' when every record is ok, else the other statuses joined; records that kept their steps
-    (Record.kept_steps) say how many over the ranks: 'interrupted: SIGTERM (4866-4870 of 1000000
-    steps kept)'."""
+    (Record.kept_steps) say how many over the ranks, in `unit` (mode comm's are iterations):
+    'interrupted: SIGTERM (4866-4870 of 1000000 steps kept)'."""
     statuses = sorted({r.status for r in records})
     if statuses == ["ok"]:
         return "ok"
@@ -199,7 +199,7 @@ def _pooled_status(records: list) -> str:
         if kept:
             counts = sorted(int(r.attrs["steps_timed"]) for r in kept)
             span = str(counts[0]) if counts[0] == counts[-1] else f"{counts[0]}-{counts[-1]}"
-            status += f" ({span} of {int(kept[0].attrs.get('steps_asked', 0))} steps kept)"
+            status += f" ({span} of {int(kept[0].attrs.get('steps_asked', 0))} {unit} kept)"
         out.append(status)
     return "; ".join(out)
 
@@ -351,6 +351,11 @@ class Record:
         --flush-s rewrite) and steps_timed > 0 (docs/hdf5-schema.md, "Records"). Summaries count its
         steps, and say so in the status."""
         return self.status.startswith("interrupted") and int(self.attrs.get("steps_timed", 0)) > 0
+
+    @property
+    def measured(self) -> bool:
+        """Its steps are there to summarize: ok, or cut short with the steps it kept."""
+        return self.ok or self.kept_steps
 
 
 ABORTED = "aborted by the watchdog"  # a rank file's status when its watchdog ended the job
@@ -615,13 +620,13 @@ class Run:
             row["cuda_graph"] = row["cuda_graph"] or 0  # files from before --cuda-graph existed
             row["grad_dtype"] = grad_dtype(first.attrs)
             row["name"] = name
-            row["status"] = _pooled_status(recs)
+            row["status"] = pooled_status(recs)
             row["ranks"] = len(recs)
             row["num_params"] = first.attrs.get("num_params")
             row["peak_memory_bytes"] = max(r.attrs.get("peak_memory_bytes", 0) for r in recs)
             for phase in BENCH_PHASES:
                 _add_stats(row, phase, [r.arrays[f"{phase}_ms"] for r in recs
-                                        if (r.ok or r.kept_steps) and f"{phase}_ms" in r.arrays])
+                                        if r.measured and f"{phase}_ms" in r.arrays])
             row.update(_sensor_summary(recs))
             rows.append(row)
         return pd.DataFrame(rows)
@@ -649,7 +654,7 @@ class Run:
         rows = []
         for name, recs in self.records_by_name("ddp", rank).items():
             first = recs[0]
-            ok = [r for r in recs if r.ok or r.kept_steps]
+            ok = [r for r in recs if r.measured]
             row = {key: first.attrs.get(key) for key in DDP_CONFIG_KEYS}
             row["shard_optimizer"] = row["shard_optimizer"] or "none"  # files from before sharding existed
             row["grad_dtype"] = grad_dtype(first.attrs)
@@ -664,7 +669,7 @@ class Run:
             row["tp_overlap"] = int(first.attrs.get("tp_overlap", 1))  # chunks of forward's products
             # What the gradients travelled as (files from before the option: their own dtype).
             row["grad_reduce_dtype"] = first.attrs.get("grad_reduce_dtype", "fp64" if row["precision"] == "fp64" else "fp32")
-            row.update(name=name, status=_pooled_status(recs), ranks=len(recs))
+            row.update(name=name, status=pooled_status(recs), ranks=len(recs))
             for key in DDP_RESULT_KEYS:
                 row[key] = next((r.attrs[key] for r in recs if key in r.attrs), math.nan)
             row["comm_mib_per_step"] = row["comm_bytes_per_step"] / MIB

@@ -14,7 +14,9 @@ count of device memory in use (GPUs only) and the host's resident set (less the 
 of times, records_bytes), last - the first sample taken at or after 10% of the iterations
 (start-up settles in the first tenth). A record "held"
 when |drift| <= --drift-pct, the live bytes ended no higher than they started, and device-used
-and RSS growth are at most --growth-mib; otherwise the verdict says what did not hold.
+and RSS growth are at most --growth-mib; otherwise the verdict says what did not hold. One cut
+short (a signal, or a kill after a --flush-s write) is measured on the iterations it kept and
+does not hold: it did not run its duration.
 
 Prints a markdown table; exit status 1 when a record did not hold (each failure also on
 stderr), 2 when a folder cannot be read. --jsonl FILE appends one row per record: its numbers
@@ -34,7 +36,7 @@ import sys
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from llmhpc_h5 import SchemaError, open_run, run_directories  # noqa: E402
+from llmhpc_h5 import SchemaError, open_run, pooled_status, run_directories  # noqa: E402
 
 # The per-iteration time of each mode's records, its unit and seconds per unit.
 TIMES = {"comm": ("time_us", "us", 1e-6), "ddp": ("step_ms", "ms", 1e-3)}
@@ -84,12 +86,15 @@ def record_row(run, rec, drift_pct: float = DRIFT_PCT, growth_mib: float = GROWT
                slope_pct_per_min=math.nan, live_growth_bytes=None, live_max_growth_bytes=None,
                used_growth_bytes=None, rss_growth_bytes=None)
     failed = []
+    # One cut short (a signal, a kill after a --flush-s write) is judged on the iterations it kept,
+    # and does not hold: it did not run its duration.
     if not rec.ok:
-        failed.append(f"status {rec.status}")
-    times = np.asarray(rec.arrays[key], dtype=float) if rec.ok and key in rec.arrays else np.array([])
+        failed.append(f"cut short: {pooled_status([rec], 'iterations' if kind == 'comm' else 'steps')}"
+                      if rec.kept_steps else f"status {rec.status}")
+    times = np.asarray(rec.arrays[key], dtype=float) if rec.measured and key in rec.arrays else np.array([])
     n = len(times)
     row["iterations"] = n
-    if rec.ok and n < MIN_ITERATIONS:
+    if rec.measured and n < MIN_ITERATIONS:
         failed.append(f"{n} iterations, too few to judge (at least {MIN_ITERATIONS})")
     if n:
         row["duration_s"] = float(times.sum() * unit_s)
@@ -99,9 +104,9 @@ def record_row(run, rec, drift_pct: float = DRIFT_PCT, growth_mib: float = GROWT
                    slope_pct_per_min=slope if n >= MIN_ITERATIONS else math.nan)
         if abs(drift) > drift_pct:
             failed.append(f"time drift {drift:+.1f}% (bound ±{drift_pct:g}%)")
-    if rec.ok and not all(name in rec.arrays for name in MEMORY):
+    if rec.measured and not all(name in rec.arrays for name in MEMORY):
         failed.append("no memory samples (written by an llmhpc without them)")
-    elif rec.ok:
+    elif rec.measured:
         iteration = np.asarray(rec.arrays["memory_iteration"])
         live = np.asarray(rec.arrays["device_live_bytes"])
         if len(live):
@@ -184,9 +189,9 @@ def jsonl_row(run, rec, row: dict) -> dict:
                start_time=a["start_time"], argv=a["argv"], config=config)
     out.update({k: v for k, v in row.items()})
     key, _, _ = TIMES[rec.kind]
-    if rec.ok and key in rec.arrays:
+    if rec.measured and key in rec.arrays:
         out[f"{key}_binned_medians"] = binned(np.asarray(rec.arrays[key], dtype=float))
-    if rec.ok and all(name in rec.arrays for name in MEMORY):
+    if rec.measured and all(name in rec.arrays for name in MEMORY):
         picks = np.unique(np.linspace(0, len(rec.arrays["memory_iteration"]) - 1, BINS).astype(int))
         out.update({name: [int(v) for v in np.asarray(rec.arrays[name])[picks]] for name in MEMORY})
     return out

@@ -188,7 +188,7 @@ def check_timings_to_doubt():
     """comm.py names a size whose median time is more than twice a larger size's (a loaded host, ranks
     spinning on shared cores), and nothing in a series whose time grows with the size."""
     import comm
-    base = dict(status="ok", backend="mpi", device="cpu", procs=2, collective="allreduce", dtype="float",
+    base = dict(status="ok", measured=True, backend="mpi", device="cpu", procs=2, collective="allreduce", dtype="float",
                 placement="inplace")
     rows = [dict(base, bytes=b, median=m) for b, m in ((4000, 8.0), (64000, 0.02), (1000000, 0.233))]
     doubts = comm.timings_to_doubt(rows)

@@ -113,6 +113,62 @@ def check_kept_steps(directory):
     assert abs(one.loc["small_T16", "step_mean"] - STEP_MS[:3].mean()) < 1e-12, one
 
 
+
+def check_kept_iterations(directory):
+    """Mode comm's and attention's records cut short with what they measured, as bench's: comm
+    counts the iterations every rank kept (each rank its own count), in the nccl-tests table with
+    a status column, in the study's table and in the soak verdict, which judges the iterations kept
+    and does not hold; attention's tables and plots take the steps kept."""
+    import attention
+    import comm
+    import soak
+    os.makedirs(directory)
+    times = np.array([10.0, 12.0, 11.0, 13.0])
+    for rank, kept in enumerate((4, 3)):
+        with rank_file(directory, "comm", rank, 2, status="interrupted: SIGINT") as f:
+            g = f.create_group("comm/allreduce_float_1MB_outofplace")
+            g.attrs.update(status="interrupted: SIGINT", steps_timed=np.int64(kept), steps_asked=np.int64(1000),
+                           collective="allreduce", dtype="float", requested_bytes=np.int64(1 << 20),
+                           bytes=np.int64(1 << 20), count=np.int64(1 << 18), redop="sum", root=np.int64(-1),
+                           placement="outofplace", bus_factor=1.0, world_size=np.int64(2), backend="mpi",
+                           duration_s=60.0)
+            g.create_dataset("time_us", data=times[:kept] + rank)
+            for name in soak.MEMORY:
+                g.create_dataset(name, data=np.arange(kept, dtype=np.int64))
+    run = llmhpc_h5.open_run(directory)
+    status = "interrupted: SIGINT (3-4 of 1000 iterations kept)"
+    (row,) = comm.comm_rows(run)
+    slowest = np.maximum(times[:3], times[:3] + 1)
+    assert row["oop time"] == comm.format_us(slowest.mean()) and row["oop wrong"] == "-", row
+    assert row["oop status"] == status, row
+    table = comm.markdown([row])
+    assert "| oop status |" in table and status in table, table
+    (study,) = comm.study_rows(run)
+    assert study["measured"] and study["status"] == status and study["n"] == 3, study
+    assert status in comm.study_markdown([study]) and "| - |" not in comm.study_markdown([study]), study
+    verdicts = {r["rank"]: r for r in soak.soak_rows(run)}
+    assert verdicts[0]["iterations"] == 4 and not verdicts[0]["held"], verdicts[0]
+    assert verdicts[0]["verdict"].startswith("cut short: interrupted: SIGINT (4 of 1000 iterations kept)"), verdicts[0]
+    assert verdicts[1]["iterations"] == 3, verdicts[1]
+
+    folder = os.path.join(directory, "attention")
+    os.makedirs(folder)
+    with rank_file(folder, "attention") as f:
+        for name, status, steps in (("flash_T16", "interrupted: SIGTERM", 2), ("flash_T32", "running", 0)):
+            g = f.create_group(f"attention/{name}")
+            g.attrs.update(status=status, steps_timed=np.int64(steps), steps_asked=np.int64(10), impl="flash",
+                           precision="fp32", batch=np.int64(1), heads=np.int64(2), head_dim=np.int64(16),
+                           seq=np.int64(16 if name.endswith("16") else 32), causal=np.int64(1))
+            for phase in ("forward", "backward", "total"):
+                g.create_dataset(f"{phase}_ms", data=FORWARD_MS[:steps])
+    frame = attention.attention_frame([folder]).set_index("name")
+    assert frame.loc["flash_T16", "measured"] and not frame.loc["flash_T32", "measured"], frame
+    assert frame.loc["flash_T16", "status"] == "interrupted: SIGTERM (2 of 10 steps kept)", frame["status"]
+    tables = attention.per_implementation_tables(frame.reset_index())
+    kept_row = next(line for line in tables.splitlines() if line.startswith("| 16 | 16 |"))
+    assert f"{FORWARD_MS[:2].mean():.3f} ± " in kept_row, tables
+
+
 def check_plain(directory):
     write_plain_run(directory)
     run = llmhpc_h5.open_run(directory)
@@ -143,6 +199,7 @@ def check_plain(directory):
     summary = run.bench_summary()
     assert summary["forward_n"][0] == 3 and abs(summary["forward_mean"][0] - FORWARD_MS.mean()) < 1e-12, summary
     check_kept_steps(os.path.join(os.path.dirname(directory), "kept"))
+    check_kept_iterations(os.path.join(os.path.dirname(directory), "kept-iterations"))
     assert (summary["forward_min"][0], summary["forward_max"][0]) == (1.5, 4.0), summary
     assert arrays.read("forward_ms", 1).tolist() == [2.5, 4.0] and arrays.length("tags") == 3
     try:
