@@ -123,9 +123,9 @@ def markdown(rows: list) -> str:
     for short in present:
         if any(r.get(f"{short} status", "ok") != "ok" and r.get(f"{short} busbw_value") is not None for r in rows):
             columns.append((f"{short} status", f"{short} status"))
+    text = lambda key: key in ("backend", "collective", "type", "redop") or key.endswith(" status")  # noqa: E731
     lines = ["| " + " | ".join(title for _, title in columns) + " |",
-             "|" + "|".join("---" if key in ("backend", "collective", "type", "redop") else "---:"
-                            for key, _ in columns) + "|"]
+             "|" + "|".join("---" if text(key) else "---:" for key, _ in columns) + "|"]
     for r in rows:
         lines.append("| " + " | ".join(str(r.get(key, "-")) for key, _ in columns) + " |")
     return "\n".join(lines)
