@@ -113,32 +113,6 @@ EOF
     fail "$1: the rank files do not keep the hang report"
 }
 
-run comm_kill "rank=1,config=3,step=5,action=signal:9" "rank 1" "${COMM[@]}"
-readable comm_kill comm
-run ddp_exit "rank=2,config=2,step=2,action=exit:3" "rank 2" "${DDP[@]}"
-readable ddp_exit ddp
-# Ctrl-C in a sweep (rank 0, as a terminal's SIGINT reaches it): rank 0 says where the
-# finished records are before the signal ends it, and they stay readable.
-run ddp_sigint "rank=0,config=2,step=2,action=signal:2" "SIGINT ends this run: the records finished are in $WORK/ddp_sigint" "${DDP[@]}"
-readable ddp_sigint ddp
-# The files say so themselves: rank 0's root "interrupted: SIGINT" and the record it was measuring
-# when its file was marked (the main thread goes on meanwhile: it may have finished one).
-"$PY" - "$WORK/ddp_sigint/rank00000.h5" <<'EOF' || fail "ddp_sigint: rank 0's file does not say it was interrupted by SIGINT"
-import sys, h5py
-with h5py.File(sys.argv[1], "r") as f:
-    root = f.attrs["status"]
-    status = {name: g.attrs["status"] for name, g in f["ddp"].items()}
-    marked = [name for name, s in status.items() if s == "interrupted: SIGINT"]
-    assert root.startswith("interrupted: SIGINT") and "end_time" in f.attrs, root
-    assert set(status.values()) <= {"ok", "interrupted: SIGINT"}, status
-    assert marked == ([root.rsplit("/", 1)[1]] if " while measuring ddp/" in root else []), (root, status)
-    print(f"    ddp_sigint: rank 0's file says '{root}'")
-EOF
-run comm_stall "rank=1,config=3,step=5,action=stall" "watchdog on rank" "${COMM[@]}"
-grep -q "no progress within --comm-timeout" "$WORK/comm_stall.log" || fail "comm_stall: no timeout report"
-grep -q "last enqueued collective #[0-9]*, last completed #[0-9]*" "$WORK/comm_stall.log" ||
-  fail "comm_stall: the report lacks the sequence numbers"
-grep -q "rank 1 stalls" "$WORK/comm_stall.log" || fail "comm_stall: the stalled rank is not named"
 # hang_report LOG RANK WHO: the watchdog of rank RANK says, with the stuck collective's number,
 # that rank WHO had not reached it (a stalled rank's last issued collective is the one before).
 hang_report() {
@@ -154,6 +128,18 @@ hang_report() {
     grep -A6 "watchdog on rank" "$log" | sed 's/^/    /' | head -20
   fi
 }
+
+# The comm faults run beside the others: most of a fault's time is waiting, for --comm-timeout and
+# for the ranks' answers (one after another the faults took 95 s of a 2-core machine, at a third
+# of a core). Their report follows the others'.
+comm_faults() {
+run comm_kill "rank=1,config=3,step=5,action=signal:9" "rank 1" "${COMM[@]}"
+readable comm_kill comm
+run comm_stall "rank=1,config=3,step=5,action=stall" "watchdog on rank" "${COMM[@]}"
+grep -q "no progress within --comm-timeout" "$WORK/comm_stall.log" || fail "comm_stall: no timeout report"
+grep -q "last enqueued collective #[0-9]*, last completed #[0-9]*" "$WORK/comm_stall.log" ||
+  fail "comm_stall: the report lacks the sequence numbers"
+grep -q "rank 1 stalls" "$WORK/comm_stall.log" || fail "comm_stall: the stalled rank is not named"
 hang_report "$WORK/comm_stall.log" 0 1
 [ "$last_rc" -eq 4 ] || fail "comm_stall: exit code $last_rc, not the watchdog's 4"
 readable comm_stall comm
@@ -179,12 +165,6 @@ assert "issued it as another collective" in text and "| issued differently |" in
 print("    every rank file names the ranks whose calls differ; report.py says so")
 EOF
   fail "comm_diverge: the rank files or the report do not name the mismatch"
-run ddp_stall "rank=0,config=2,step=3,action=stall" "watchdog on rank" "${DDP[@]}"
-grep -q "allreduce (mpi, [0-9]* bytes) in 'ddp/" "$WORK/ddp_stall.log" ||
-  fail "ddp_stall: the report does not name the collective, its bytes and the configuration"
-hang_report "$WORK/ddp_stall.log" 1 0
-readable ddp_stall ddp
-hang_files ddp_stall 0 hang_not_reached
 # SIGSTOP: rank 1 stops before a collective and stays stopped; the others' watchdogs report at
 # --comm-timeout, wait Watchdog::kAskS for the ranks' answers (the stopped one gives none), and
 # MPI_Abort's kill of the job must reach the stopped process too.
@@ -197,6 +177,35 @@ grep -q "tcache\|Aborted\|core dumped" "$WORK/comm_sigstop.log" && fail "comm_si
 [ "$last_rc" -eq 4 ] || fail "comm_sigstop: exit code $last_rc, not the watchdog's 4"
 readable comm_sigstop comm
 hang_files comm_sigstop 1 hang_no_answer
+}
+(failures=0; comm_faults; echo "$failures" >"$WORK/comm_faults.failures") >"$WORK/comm_faults.out" 2>&1 &
+comm_faults_pid=$!
+
+run ddp_exit "rank=2,config=2,step=2,action=exit:3" "rank 2" "${DDP[@]}"
+readable ddp_exit ddp
+# Ctrl-C in a sweep (rank 0, as a terminal's SIGINT reaches it): rank 0 says where the
+# finished records are before the signal ends it, and they stay readable.
+run ddp_sigint "rank=0,config=2,step=2,action=signal:2" "SIGINT ends this run: the records finished are in $WORK/ddp_sigint" "${DDP[@]}"
+readable ddp_sigint ddp
+# The files say so themselves: rank 0's root "interrupted: SIGINT" and the record it was measuring
+# when its file was marked (the main thread goes on meanwhile: it may have finished one).
+"$PY" - "$WORK/ddp_sigint/rank00000.h5" <<'EOF' || fail "ddp_sigint: rank 0's file does not say it was interrupted by SIGINT"
+import sys, h5py
+with h5py.File(sys.argv[1], "r") as f:
+    root = f.attrs["status"]
+    status = {name: g.attrs["status"] for name, g in f["ddp"].items()}
+    marked = [name for name, s in status.items() if s == "interrupted: SIGINT"]
+    assert root.startswith("interrupted: SIGINT") and "end_time" in f.attrs, root
+    assert set(status.values()) <= {"ok", "interrupted: SIGINT"}, status
+    assert marked == ([root.rsplit("/", 1)[1]] if " while measuring ddp/" in root else []), (root, status)
+    print(f"    ddp_sigint: rank 0's file says '{root}'")
+EOF
+run ddp_stall "rank=0,config=2,step=3,action=stall" "watchdog on rank" "${DDP[@]}"
+grep -q "allreduce (mpi, [0-9]* bytes) in 'ddp/" "$WORK/ddp_stall.log" ||
+  fail "ddp_stall: the report does not name the collective, its bytes and the configuration"
+hang_report "$WORK/ddp_stall.log" 1 0
+readable ddp_stall ddp
+hang_files ddp_stall 0 hang_not_reached
 
 # Out of memory in a tensor-parallel group: rank 1 alone, part-way through the first step,
 # where ranks 0 and 2 go on into the group's next collective. Rank 1 finds them waiting there
@@ -278,6 +287,10 @@ assert {r: (hangs[r]["group"], hangs[r]["waited_for"]) for r in want if r in han
 print("    ranks 0, 2 and 3 keep their collective's group and the rank they wait for")
 EOF
 
+wait $comm_faults_pid
+cat "$WORK/comm_faults.out"
+[ -s "$WORK/comm_faults.failures" ] || fail "the comm faults did not run to their end"
+failures=$((failures + $(cat "$WORK/comm_faults.failures" 2>/dev/null || echo 0)))
 # The watchdogs of the ranks that wait fire together: none may name another as not answering
 # (each goes on answering until the others that waited have reported, an asking window at most).
 grep -q "no answer" "$WORK/train_stall.log" "$WORK/comm_stall.log" "$WORK/ddp_stall.log" &&
