@@ -11,7 +11,10 @@ before that dataset existed: the mean of the slowest rank's per-iteration times)
 busbw = algbw * bus_factor (nccl-tests' definitions, GB/s = 1e9 B/s), #wrong the sum over
 ranks of wrong elements (N/A without --check); after those, per placement, the median and sample
 std (n-1) of the per-iteration times (time_us) of the slowest rank (time_us_max_over_ranks: an
-iteration ends when every rank is done), the spread the back-to-back mean hides. report_section
+iteration ends when every rank is done), the spread the back-to-back mean hides. A configuration
+cut short (a signal, a kill after a --flush-s write) counts the iterations every rank kept, its
+status column saying how many; it ran neither the back-to-back loop nor the check, so its time is
+the mean of the slowest rank's per-iteration times and #wrong is '-'. report_section
 (analysis/report.py) adds the reference communication study's layout (backend, device, procs,
 size, mean, median, std, bandwidth) and a plot of bus bandwidth against message size per rank
 count. --nccl-tests adds llmhpc's bus bandwidth beside nccl-tests' from its printed output, per

@@ -118,7 +118,7 @@ def check_kept_iterations(directory):
     """Mode comm's and attention's records cut short with what they measured, as bench's: comm
     counts the iterations every rank kept (each rank its own count), in the nccl-tests table with
     a status column, in the study's table and in the soak verdict, which judges the iterations kept
-    and does not hold; attention's tables and plots take the steps kept."""
+    and does not hold; attention's tables and plots take the iterations kept."""
     import attention
     import comm
     import soak
@@ -163,7 +163,7 @@ def check_kept_iterations(directory):
                 g.create_dataset(f"{phase}_ms", data=FORWARD_MS[:steps])
     frame = attention.attention_frame([folder]).set_index("name")
     assert frame.loc["flash_T16", "measured"] and not frame.loc["flash_T32", "measured"], frame
-    assert frame.loc["flash_T16", "status"] == "interrupted: SIGTERM (2 of 10 steps kept)", frame["status"]
+    assert frame.loc["flash_T16", "status"] == "interrupted: SIGTERM (2 of 10 iterations kept)", frame["status"]
     tables = attention.per_implementation_tables(frame.reset_index())
     kept_row = next(line for line in tables.splitlines() if line.startswith("| 16 | 16 |"))
     assert f"{FORWARD_MS[:2].mean():.3f} ± " in kept_row, tables
