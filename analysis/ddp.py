@@ -279,7 +279,7 @@ def strategies_table(g: pd.DataFrame, markdown: bool, title: str) -> str:
     for _, r in g[(g.ddp != "none") | alone].iterrows():
         t = ok(r)
         rows.append([impl(r), bucket_cell(r), fmt(r.buckets, 0) if t else "-", fmt(r.step_mean), fmt(r.step_std),
-                     fmt(r.comm_mean), fmt(r.comm_std), fmt(r.comm_pct, 1) + "%" if t else "-"]
+                     fmt(r.comm_mean), fmt(r.comm_std), fmt(r.comm_pct, 1) + "%" if math.isfinite(r.comm_pct) else "-"]
                     + ([fmt(r.tp_comm_mean)] if tp else [])
                     + [fmt(r.comm_busy_mean), fmt(r.slowest_step_mean),
                        fmt(r.comm_mib_per_step, 1) if t else "-", peak_cell(r.status, r.peak_memory_bytes, MIB, 1),
