@@ -62,7 +62,7 @@ def attention_frame(directories: list) -> pd.DataFrame:
             raise SchemaError(f"{directory}: a '{run.mode}' run, not an attention run")
         for r in run.records("attention", rank=0):
             row = {key: r.attrs.get(key) for key in CONFIG_KEYS}
-            row.update(run=directory, name=r.name, status=pooled_status([r], "iterations"), measured=r.measured,
+            row.update(run=directory, name=r.name, status=pooled_status([r]), measured=r.measured,
                        kernels=kernel_summary(r.attrs),
                        peak_mib=r.attrs.get("peak_memory_bytes", 0) / MIB,
                        saved_mib=r.attrs.get("saved_bytes", math.nan) / MIB,

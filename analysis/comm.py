@@ -78,7 +78,7 @@ def summarize(records: list) -> dict:
     --flush-s write) counts the iterations every rank kept, its status says how many, and it was
     not checked (#wrong '-'); one that did not run has its status in place of the time."""
     first = records[0]
-    status = pooled_status(records, "iterations")
+    status = pooled_status(records)
     if not all(r.measured for r in records):
         return dict(time=status, median="-", std="-", algbw="-", busbw="-", wrong="-", busbw_value=None, status=status)
     time_us = operation_time_us(records)
@@ -150,7 +150,7 @@ def study_rows(run) -> list:
         a = records[0].attrs
         row = dict(backend=a["backend"], device=device, procs=a["world_size"], collective=a["collective"],
                    dtype=a["dtype"], placement=a["placement"], bytes=a["bytes"],
-                   status=pooled_status(records, "iterations"), measured=all(r.measured for r in records))
+                   status=pooled_status(records), measured=all(r.measured for r in records))
         if row["measured"]:
             t = iteration_times_us(records) / 1e3  # ms
             bw = a["bytes"] / (t.mean() * 1e-3) / 1e9

@@ -184,9 +184,13 @@ def _sensor_summary(recs) -> dict:
             "slowdowns": ", ".join(reasons) if reasons else ("none" if seen else "")}
 
 
-def pooled_status(records: list, unit: str = "steps") -> str:
+# What a mode's records count their timed steps in, as its progress lines say: steps elsewhere.
+STEP_UNITS = {"attention": "iterations", "comm": "iterations"}
+
+
+def pooled_status(records: list) -> str:
     """'ok' when every record is ok, else the other statuses joined; records that kept their steps
-    (Record.kept_steps) say how many over the ranks, in `unit` (mode comm's are iterations):
+    (Record.kept_steps) say how many over the ranks, in their mode's unit (STEP_UNITS):
     'interrupted: SIGTERM (4866-4870 of 1000000 steps kept)'."""
     statuses = sorted({r.status for r in records})
     if statuses == ["ok"]:
@@ -199,6 +203,7 @@ def pooled_status(records: list, unit: str = "steps") -> str:
         if kept:
             counts = sorted(int(r.attrs["steps_timed"]) for r in kept)
             span = str(counts[0]) if counts[0] == counts[-1] else f"{counts[0]}-{counts[-1]}"
+            unit = STEP_UNITS.get(kept[0].kind, "steps")
             status += f" ({span} of {int(kept[0].attrs.get('steps_asked', 0))} {unit} kept)"
         out.append(status)
     return "; ".join(out)

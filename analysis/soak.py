@@ -89,8 +89,7 @@ def record_row(run, rec, drift_pct: float = DRIFT_PCT, growth_mib: float = GROWT
     # One cut short (a signal, a kill after a --flush-s write) is judged on the iterations it kept,
     # and does not hold: it did not run its duration.
     if not rec.ok:
-        failed.append(f"cut short: {pooled_status([rec], 'iterations' if kind == 'comm' else 'steps')}"
-                      if rec.kept_steps else f"status {rec.status}")
+        failed.append(f"cut short: {pooled_status([rec])}" if rec.kept_steps else f"status {rec.status}")
     times = np.asarray(rec.arrays[key], dtype=float) if rec.measured and key in rec.arrays else np.array([])
     n = len(times)
     row["iterations"] = n
