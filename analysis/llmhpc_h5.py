@@ -353,9 +353,9 @@ class Record:
     @property
     def kept_steps(self) -> bool:
         """Cut short with the steps it had measured: status 'interrupted' (a signal, or a kill after a
-        --flush-s rewrite) and steps_timed > 0 (docs/hdf5-schema.md, "Records"). Summaries count its
-        steps, and say so in the status."""
-        return self.status.startswith("interrupted") and int(self.attrs.get("steps_timed", 0)) > 0
+        --flush-s rewrite) or ABORTED (the watchdog ended the run), and steps_timed > 0
+        (docs/hdf5-schema.md, "Records"). Summaries count its steps, and say so in the status."""
+        return self.status.startswith(("interrupted", ABORTED)) and int(self.attrs.get("steps_timed", 0)) > 0
 
     @property
     def measured(self) -> bool:

@@ -60,10 +60,10 @@ def hang_status(run, rank: int, rec) -> str:
 
 
 def steps_cell(kept: int, status: str) -> str:
-    """The steps a record kept; where it kept none and the watchdog ended it at a step, that step:
-    train writes its steps about once a minute, so a run that hung early kept none of them."""
-    hung = re.search(r" at step (\d+)", status) if kept == 0 else None
-    return f"0 kept (hung at step {hung.group(1)})" if hung else str(kept)
+    """The steps a record kept, and where the watchdog ended it at a step, that step: the record
+    holds the steps of its last snapshot before the hang, which may be a few steps short of it."""
+    hung = re.search(r" at step (\d+)", status)
+    return f"{kept} kept (hung at step {hung.group(1)})" if hung else str(kept)
 
 
 def report_section(runs: list, out_dir: str, rank=0, decimals: int = 2) -> str:

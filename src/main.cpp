@@ -415,8 +415,9 @@ int run(Runtime& rt, int argc, char** argv, bool& in_mode) {
   info.environment.emplace_back("clock_offset_s", clock.offset_s);
   info.environment.emplace_back("clock_offset_uncertainty_s", clock.uncertainty_s);
   Recorder recorder(out_dir + "/" + rank_file_name(rt.rank), info);
-  // A watchdog that ends the job keeps its report in this rank's file, where the file is free
-  // within a second (the main thread may be stuck holding it). Not once a signal is ending the
+  // A watchdog that ends the job keeps its report in this rank's file, with the record being
+  // measured as last kept (Recorder::keep_if_ended), where the file is free within a second
+  // (the main thread may be stuck holding it). Not once a signal is ending the
   // process (the launcher's SIGTERM waking a stopped rank, whose watchdog then fires late): the
   // file says "interrupted" then (install_stop_notice below).
   Watchdog::instance().set_on_abort([&recorder](const Watchdog::HangReport& report) {
@@ -435,13 +436,17 @@ int run(Runtime& rt, int argc, char** argv, bool& in_mode) {
   in_mode = true;
   // A signal before the mode takes the stop over itself (train): the rank file says
   // "interrupted: SIGINT" (root and the record being measured), written from the stop's own
-  // thread, before the process ends as the signal's default would.
+  // thread, before the process ends as the signal's default would; the record being measured
+  // with the steps kept in memory where the main thread did not keep them (stuck in a collective).
   install_stop_notice(rt.is_root(),
                       "ends this run: the records finished are in " + out_dir +
                           ", the one being measured marked interrupted (analysis/report.py reads them)",
-                      [&recorder](int signal) {
-                        recorder.interrupt_within(signal_name(signal), std::chrono::milliseconds(kStopWaitMs));
-                      });
+                      {[&recorder](int signal) {
+                         recorder.interrupt_within(signal_name(signal), std::chrono::milliseconds(kStopWaitMs));
+                       },
+                       [&recorder](int signal) {
+                         recorder.write_kept_within(signal_name(signal), std::chrono::milliseconds(kStopWaitMs));
+                       }});
   struct ForgetStop {  // before the recorder goes
     ~ForgetStop() { set_stop_keeper({}); }
   } forget_stop;

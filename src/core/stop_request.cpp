@@ -66,8 +66,8 @@ char g_notice[1024];  // set before the handler is installed; written by it alon
 bool g_speak = false;
 // The keeper's thread reads the signal from this pipe; -1 before it runs.
 int g_keeper_pipe[2] = {-1, -1};
-std::mutex g_keeper_mutex;                                           // guards g_keeper, held while it runs
-std::function<void(int)>& g_keeper = *new std::function<void(int)>;  // never destroyed: the thread may outlive it
+std::mutex g_keeper_mutex;               // guards g_keeper, held while it runs
+StopKeeper& g_keeper = *new StopKeeper;  // never destroyed: the thread may outlive it
 
 // KeepBeforeStop's hand-over between the main thread and the stop's: where the main thread is,
 // whether the stop's thread has marked the file, and whether it has stopped waiting for the main
@@ -80,14 +80,25 @@ bool g_marked = false, g_waits_no_more = false;
 
 // The stop's thread, once it has marked the file: while the main thread measures steps it can
 // keep, up to kStopWaitMs for it to keep them. Past that (a long step, or a collective another
-// rank never joins) the process ends with the file as marked.
-void wait_for_main_thread() {
+// rank never joins) it keeps no more. Whether the main thread kept its steps.
+bool wait_for_main_thread() {
   std::unique_lock<std::mutex> lock(g_hand_mutex);
   g_marked = true;
   g_hand_changed.notify_all();
   g_hand_changed.wait_for(lock, std::chrono::milliseconds(kStopWaitMs),
                           [] { return g_main == MainThread::Elsewhere || g_main == MainThread::Kept; });
   g_waits_no_more = true;
+  return g_main == MainThread::Kept;
+}
+
+// One part of the keeper, on the stop's thread.
+void run_keeper(std::function<void(int)> StopKeeper::*part, int signal, const char* what) {
+  std::lock_guard<std::mutex> hold(g_keeper_mutex);
+  try {
+    if (g_keeper.*part) (g_keeper.*part)(signal);
+  } catch (const std::exception& e) {  // the file cannot be written: the signal ends the run all the same
+    std::fprintf(stderr, "llmhpc: could not %s: %s\n", what, e.what());
+  }
 }
 
 // The process ends as the signal's default action has it (so its exit status says the signal).
@@ -108,16 +119,10 @@ void keep_and_end() {
     end_by(signal);
   })
       .detach();
-  {
-    std::lock_guard<std::mutex> hold(g_keeper_mutex);
-    try {
-      if (g_keeper) g_keeper(signal);
-    } catch (const std::exception& e) {  // the file cannot be written: the signal ends the run all the same
-      std::fprintf(stderr, "llmhpc: could not mark the rank file interrupted: %s\n", e.what());
-    }
-  }
   // Marked first: under mpirun a rank has a second before it is killed, and a step may take longer.
-  wait_for_main_thread();
+  run_keeper(&StopKeeper::mark, signal, "mark the rank file interrupted");
+  if (!wait_for_main_thread())
+    run_keeper(&StopKeeper::if_not_kept, signal, "keep the steps measured before the signal");
   end_by(signal);
 }
 
@@ -154,12 +159,12 @@ void install_stop_handlers() {
   for (int signal : {SIGTERM, SIGINT, SIGUSR1}) sigaction(signal, &action, nullptr);
 }
 
-void set_stop_keeper(std::function<void(int signal)> keep) {
+void set_stop_keeper(StopKeeper keep) {
   std::lock_guard<std::mutex> hold(g_keeper_mutex);
   g_keeper = std::move(keep);
 }
 
-void install_stop_notice(bool speak, const std::string& notice, std::function<void(int signal)> keep) {
+void install_stop_notice(bool speak, const std::string& notice, StopKeeper keep) {
   std::snprintf(g_notice, sizeof g_notice, "%s\n", notice.c_str());
   g_speak = speak;
   set_stop_keeper(std::move(keep));

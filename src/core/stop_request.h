@@ -17,20 +17,26 @@ namespace llmhpc {
 
 // SIGTERM, SIGINT, SIGUSR1.
 void install_stop_handlers();
+// What the stop's thread writes before the process ends (main.cpp: the rank file), from a thread
+// of its own while the main thread goes on, and may be stuck in a collective: each must give up
+// rather than wait for it long. `mark` at once: the files interrupted. `if_not_kept` after the
+// main thread had kStopWaitMs to keep its steps (KeepBeforeStop) and did not: stuck in a
+// collective, or in a longer step (the steps it kept in memory before, Recorder::keep_if_ended).
+struct StopKeeper {
+  std::function<void(int signal)> mark, if_not_kept;
+};
 // Until a mode installs the handlers above, SIGTERM and SIGINT end the process as uncaught
 // would (exit status 128 + the signal), and with `speak` (rank 0) first print "llmhpc:
 // <signal> <notice>" on stderr, so that a user who pressed Ctrl-C during a sweep is told where
-// the results are. Before it ends, `keep` (if given) runs on a thread of its own, to mark the
-// files interrupted (main.cpp: the rank file); the main thread goes on meanwhile, and may be
-// stuck in a collective, so `keep` must give up rather than wait for it long. The process ends
-// when `keep` returns, or kStopDeadlineS after the signal whatever it does; another SIGTERM or
-// SIGINT more than kSameSignalMs later ends it at once. A signal ignored when the process started
+// the results are. Before it ends, `keep` runs (either part may be empty). The process ends
+// when it has, or kStopDeadlineS after the signal whatever it does; another SIGTERM or SIGINT
+// more than kSameSignalMs later ends it at once. A signal ignored when the process started
 // stays ignored.
-void install_stop_notice(bool speak, const std::string& notice, std::function<void(int signal)> keep = {});
+void install_stop_notice(bool speak, const std::string& notice, StopKeeper keep = {});
 // Whether install_stop_notice's handler has taken a signal: the process is ending by it.
 bool stop_noticed();
 // Replaces (empty: removes) install_stop_notice's `keep`; waits for one that is running.
-void set_stop_keeper(std::function<void(int signal)> keep);
+void set_stop_keeper(StopKeeper keep);
 // How long `keep` may wait for the main thread to let go of a file (main.cpp), and how long after
 // the signal the process ends whatever `keep` does. Under mpirun, Open MPI kills the ranks one
 // second after it passes them SIGTERM: a keeper still waiting then is cut short, and its file
@@ -41,7 +47,7 @@ constexpr int kSameSignalMs = 500;
 constexpr int kStopDeadlineS = 5;
 // The steps a mode measured before a signal outside train, kept by the main thread: while a
 // KeepBeforeStop lives (a sweep's configuration running its steps: src/modes/sweep.h), the stop's
-// thread, once it has marked the file (install_stop_notice's `keep`), gives the main thread up to
+// thread, once it has marked the file (install_stop_notice's `keep.mark`), gives the main thread up to
 // kStopWaitMs to reach its next step and keep its steps there (at_step) before it ends the
 // process. Between two steps the arrays are whole, which they are not from another thread
 // mid-step; and the file is marked first because under mpirun a rank has a second, less than a

@@ -324,8 +324,31 @@ void Recorder::write(const Record& r) {
     h5::flush(f);
   });
   file_->commit();
-  if (r.status == "running") file_->running.insert(r.group);
-  else file_->running.erase(r.group);
+  if (r.status == "running") {
+    file_->running.insert(r.group);
+    return;
+  }
+  file_->running.erase(r.group);
+  std::lock_guard<std::mutex> lock(kept_mutex_);
+  if (kept_ && kept_->group == r.group) kept_.reset();  // its end is written: nothing older may replace it
+}
+
+void Recorder::keep_if_ended(std::shared_ptr<const Record> record) {
+  std::lock_guard<std::mutex> lock(kept_mutex_);
+  kept_ = std::move(record);
+}
+
+void Recorder::write_kept(const std::string* status) {
+  std::shared_ptr<const Record> kept;
+  {
+    std::lock_guard<std::mutex> lock(kept_mutex_);
+    kept = kept_;
+  }
+  if (!kept || !file_->running.count(kept->group)) return;  // none, or its group already ended
+  if (!status) return write(*kept);
+  Record r = *kept;
+  r.status = *status;
+  write(r);
 }
 
 void Recorder::write_running(const Record& r) {
@@ -419,12 +442,34 @@ bool Recorder::interrupt_within(const std::string& signal, std::chrono::millisec
   return true;
 }
 
+bool Recorder::write_kept_within(const std::string& signal, std::chrono::milliseconds wait) {
+  std::unique_lock<std::recursive_timed_mutex> hold(h5::library_lock(), std::defer_lock);
+  if (!hold.try_lock_for(wait)) return false;
+  if (!created_ || finished_) return true;  // nothing recorded, or its end said already (a watchdog's report)
+  const std::string status = "interrupted: " + signal;
+  write_kept(&status);
+  return true;
+}
+
 bool Recorder::finish_within(const std::string& status, const Attrs& attrs, std::chrono::milliseconds wait) {
   std::unique_lock<std::recursive_timed_mutex> hold(h5::library_lock(), std::defer_lock);
   if (!hold.try_lock_for(wait)) return false;
+  write_kept(nullptr);
   finish_file(status, attrs, /*even_if_absent=*/true);
   return true;
 }
+
+namespace {
+// What a record's arrays hold, in bytes.
+size_t array_bytes(const Record& r) {
+  size_t bytes = 0;
+  for (const auto& [name, values] : r.series) bytes += values.size() * sizeof(double);
+  for (const auto& [name, values] : r.int_series) bytes += values.size() * sizeof(int64_t);
+  for (const auto& [name, values] : r.string_series)
+    for (const std::string& v : values) bytes += v.size() + 1;
+  return bytes;
+}
+}  // namespace
 
 RecordFlush::RecordFlush(Recorder& recorder, std::chrono::milliseconds every) : recorder_(recorder), every_(every) {}
 
@@ -434,12 +479,21 @@ RecordFlush::~RecordFlush() {
 
 void RecordFlush::when_due(const std::function<Record()>& make) {
   const auto now = std::chrono::steady_clock::now();
-  if (every_.count() <= 0 || now - last_ < every_) return;
-  if (writing_.valid()) {
-    if (writing_.wait_for(std::chrono::seconds(0)) != std::future_status::ready) return;
-    writing_.get();
+  bool write = every_.count() > 0 && now - last_ >= every_;
+  if (write && writing_.valid()) {
+    write = writing_.wait_for(std::chrono::seconds(0)) == std::future_status::ready;
+    if (write) writing_.get();
   }
-  writing_ = std::async(std::launch::async, [this, r = make()] { recorder_.write(r); });
+  if (!write && (!keeping_ || now - kept_at_ < keep_took_ * kKeepShare)) return;
+  auto record = std::make_shared<const Record>(make());
+  if (keeping_) {
+    keep_took_ = std::chrono::steady_clock::now() - now;
+    kept_at_ = now;
+    keeping_ = array_bytes(*record) <= kKeepBytes;
+    recorder_.keep_if_ended(keeping_ ? record : nullptr);
+  }
+  if (!write) return;
+  writing_ = std::async(std::launch::async, [this, record] { recorder_.write(*record); });
   last_ = now;
 }
 

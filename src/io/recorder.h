@@ -20,6 +20,7 @@
 #include <future>
 #include <limits>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <string_view>
 #include <type_traits>
@@ -167,7 +168,8 @@ class Recorder {
   void finish(const std::string& status = "complete", const Attrs& attrs = {});
   // finish() from another thread (the watchdog's, on its way out): only if no file is open
   // within `wait` (h5::library_lock), since the main thread may be stuck holding one; false
-  // if it gave up. Unlike finish() it creates the file where nothing was recorded yet: a hang
+  // if it gave up. The record being measured is written first as last kept (keep_if_ended),
+  // still "running". Unlike finish() it creates the file where nothing was recorded yet: a hang
   // before the first record is still reported in the rank file. Throws as finish() does.
   bool finish_within(const std::string& status, const Attrs& attrs, std::chrono::milliseconds wait);
   // A signal ends the run (install_stop_notice, from a thread of its own while the main thread
@@ -176,6 +178,15 @@ class Recorder {
   // ("... while measuring <group>"), if no file is open within `wait`; false if it gave up. The
   // rows a stream still buffered are lost; what it published stays. Throws as finish() does.
   bool interrupt_within(const std::string& signal, std::chrono::milliseconds wait);
+  // The record being measured as it stands (its steps so far, status "running"), for
+  // write_kept_within and finish_within to write from another thread: the main thread, stuck in
+  // a collective, never reaches its next step to write it. Each call replaces the last; a record
+  // of its group written with another status than "running" (its end) forgets it. Any thread.
+  void keep_if_ended(std::shared_ptr<const Record> record);
+  // After interrupt_within, where the main thread did not keep the steps itself: the record as
+  // last kept, status "interrupted: <signal>", if its configuration has not ended and no file
+  // is open within `wait`; false if it gave up. Throws as finish() does.
+  bool write_kept_within(const std::string& signal, std::chrono::milliseconds wait);
   const std::string& path() const;
 
   struct File;  // the file and its working copy (recorder.cpp)
@@ -183,7 +194,12 @@ class Recorder {
  private:
   void create_once();
   void finish_file(const std::string& status, const Attrs& attrs, bool even_if_absent);
+  // keep_if_ended's record, written with `status` (its own where null) if its group is still
+  // being measured. Holding h5::library_lock.
+  void write_kept(const std::string* status);
   std::shared_ptr<File> file_;
+  std::mutex kept_mutex_;  // guards kept_ alone: held for no more than a pointer's swap
+  std::shared_ptr<const Record> kept_;
   RunInfo info_;
   bool created_ = false;
   bool finished_ = false;  // the root's final status is written
@@ -194,8 +210,18 @@ class Recorder {
 // under collectives it would delay every other rank's next step. One at a time. Rewrites every
 // 0.2 s left 2 ranks' ddp steps as they were (max 64.5 ms against 64.5-64.9 without, one H200:
 // docs/results/reliability.md, "Killed outright").
+//
+// Between the writes the record is also kept in memory for a run ended from another thread
+// (Recorder::keep_if_ended: the watchdog's abort, a signal the stuck main thread never answers),
+// made again once kKeepShare times the last making's own time has passed: at most a
+// thousandth of the caller's time goes to that copy of the steps so far, and a hang loses at
+// most the steps of the last kKeepShare x that time (none where a step takes longer). While its
+// arrays are at most kKeepBytes: past that (comm's millions of iterations, which the copy would
+// double) the copy is dropped, and a hang keeps what the last write wrote.
 class RecordFlush {
  public:
+  static constexpr int kKeepShare = 1000;
+  static constexpr size_t kKeepBytes = size_t(4) << 20;
   // Every `every` (--flush-s; 0: never), counted from construction and from write_now.
   RecordFlush(Recorder& recorder, std::chrono::milliseconds every);
   ~RecordFlush();  // waits for the write under way (its failure is the next write's to report)
@@ -203,7 +229,8 @@ class RecordFlush {
   RecordFlush& operator=(const RecordFlush&) = delete;
   // Between two steps: where `every` has passed and the last write is done (else, a slow disk,
   // this one is skipped), starts writing make()'s record; rethrows the last write's failure
-  // (WriteFailed).
+  // (WriteFailed). Where the keeping is due (or the write), keeps make()'s record too
+  // (Recorder::keep_if_ended; make() runs once for both).
   void when_due(const std::function<Record()>& make);
   // Writes `record` now, after the write under way (the record's final or interrupted version
   // must land last), and counts `every` from here.
@@ -213,6 +240,9 @@ class RecordFlush {
   Recorder& recorder_;
   const std::chrono::milliseconds every_;
   std::chrono::steady_clock::time_point last_ = std::chrono::steady_clock::now();
+  bool keeping_ = true;                              // the record's arrays are within kKeepBytes
+  std::chrono::steady_clock::time_point kept_at_{};  // the last keep_if_ended (none yet: long ago)
+  std::chrono::steady_clock::duration keep_took_{};  // what making that record took
   std::future<void> writing_;
 };
 

@@ -139,6 +139,7 @@ void SweepSteps::between() {
   const auto kept = [&](const std::string& status) {
     Record r = rec_;
     keep_(r);
+    record_arrivals(r);  // the steps' arrivals so far: who was late before a hang
     r.status = status;
     return r;
   };

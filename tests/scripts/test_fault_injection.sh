@@ -206,6 +206,42 @@ grep -q "allreduce (mpi, [0-9]* bytes) in 'ddp/" "$WORK/ddp_stall.log" ||
 hang_report "$WORK/ddp_stall.log" 1 0
 readable ddp_stall ddp
 hang_files ddp_stall 0 hang_not_reached
+# The configuration that hung keeps, on every rank, the steps measured before it (timed steps 1
+# and 2; step 0 is the warm-up), as of the rank's last snapshot, with their arrivals.
+PYTHONPATH="$ROOT/analysis" "$PY" - "$WORK/ddp_stall" <<'EOF' || fail "ddp_stall: the hung configuration kept no steps"
+import sys
+from llmhpc_h5 import ABORTED, open_run, pooled_status
+run = open_run(sys.argv[1])
+hung = [r for r in run.records("ddp", rank=None) if r.status == ABORTED]
+assert sorted(r.rank for r in hung) == run.ranks, [(r.rank, r.name, r.status) for r in run.records("ddp", rank=None)]
+for r in hung:
+    kept = int(r.attrs.get("steps_timed", 0))
+    assert r.kept_steps and 1 <= kept <= 2 and len(r.arrays["step_ms"]) == kept, (r.rank, kept, list(r.arrays))
+    assert len(r.arrays["arrival_index"]) >= kept, (r.rank, "no arrivals of the steps kept")
+print(f"    every rank kept the hung configuration's steps: {pooled_status(hung)}")
+EOF
+
+# SIGTERM to a rank stuck in a collective (rank 1 stalled, the watchdog off): its main thread never
+# reaches a step to keep its steps, so the stop's thread writes them as last kept in memory.
+LLMHPC_FAULT="rank=1,config=2,step=3,action=stall" timeout 60 "$MPIEXEC" --oversubscribe -np 3 "$BIN" "${DDP[@]}" \
+  --comm-timeout 0 --out "$WORK/ddp_stuck_sigterm" >"$WORK/ddp_stuck_sigterm.log" 2>&1 &
+stuck_job=$!
+for _ in $(seq 100); do grep -q "rank 1 stalls" "$WORK/ddp_stuck_sigterm.log" && break; sleep 0.2; done
+sleep 1  # ranks 0 and 2 are inside the step's all-reduce by now
+for pid in $(pgrep -f -- "--out $WORK/ddp_stuck_sigterm"); do
+  tr '\0' '\n' </proc/"$pid"/environ 2>/dev/null | grep -qx OMPI_COMM_WORLD_RANK=0 && kill -TERM "$pid"
+done
+wait $stuck_job
+leftovers "$WORK/ddp_stuck_sigterm"
+PYTHONPATH="$ROOT/analysis" "$PY" - "$WORK/ddp_stuck_sigterm" <<'EOF' || fail "ddp_stuck_sigterm: rank 0 kept no steps"
+import sys
+from llmhpc_h5 import open_run
+run = open_run(sys.argv[1])
+(r,) = [r for r in run.records("ddp", rank=0) if r.status != "ok"]
+kept = int(r.attrs.get("steps_timed", 0))
+assert r.status == "interrupted: SIGTERM" and 1 <= kept <= 2 and len(r.arrays["step_ms"]) == kept, (r.status, kept)
+print(f"ok   ddp_stuck_sigterm: rank 0, stuck in a collective, kept its steps ({kept}): {r.status}")
+EOF
 
 # Out of memory in a tensor-parallel group: rank 1 alone, part-way through the first step,
 # where ranks 0 and 2 go on into the group's next collective. Rank 1 finds them waiting there
@@ -254,10 +290,11 @@ import sys
 from llmhpc_h5 import open_run
 run = open_run(sys.argv[1])
 assert run.ranks == [0, 1, 2] and not run.complete, (run.ranks, run.complete)
-for rank in run.ranks:
+for rank in run.ranks:  # with the steps before the hang (1 and 2), as of the rank's last snapshot
     (record,) = run.records("train", rank)
     assert record.status != "ok" and record.attrs["batch_size"] == 3, (rank, record.status)
-print("    every rank's file holds the train record, not ok")
+    assert 1 <= len(record.arrays["loss"]) <= 2, (rank, len(record.arrays["loss"]))
+print("    every rank's file holds the train record, not ok, with the steps before the hang")
 EOF
 # A stall in a tp 2 x dp 2 layout: collectives run among some ranks, and each waiting rank's
 # report names its stuck collective's group and the rank of it that it waits for. Rank 1 stalls

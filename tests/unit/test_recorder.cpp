@@ -182,6 +182,56 @@ TEST(Recorder, TheWatchdogsReportMakesTheFileWhereNothingWasRecorded) {
   std::remove(path.c_str());
 }
 
+// The record being measured when a run ends from another thread (the watchdog's abort; a signal
+// the stuck main thread never answers, once the file is marked) is written as RecordFlush last
+// kept it, with its steps: "running" under the watchdog's report, "interrupted: <signal>" under a
+// signal's; a record that ended is never replaced by an older copy of it.
+TEST(Recorder, AnEndFromAnotherThreadWritesTheRecordAsLastKept) {
+  const std::string path = temp_path("kept.h5");
+  const auto steps = [&](const std::string& group) {
+    h5::Handle f = h5::open_file(path, h5::Mode::Read);
+    h5::Handle g = h5::open_group(f.id(), group);
+    return std::make_pair(h5::read_attr_string(g.id(), "status"),
+                          h5::exists(g.id(), "step_ms") ? h5::read_doubles(g.id(), "step_ms").size() : 0);
+  };
+  Record done;
+  done.group = "ddp/done";
+  Record measuring;
+  measuring.group = "ddp/measuring";
+  for (const bool watchdog : {true, false}) {
+    Recorder rec(path, info());
+    rec.write_running(done);
+    {
+      RecordFlush flush(rec, std::chrono::milliseconds(0));  // --flush-s 0: no writes, the keeping still
+      flush.when_due([&] { return Record(done).add("step_ms", std::vector<double>{1, 2, 3}); });
+    }
+    Record ended = done;
+    ended.add("step_ms", std::vector<double>{1, 2, 3, 4});
+    rec.write(ended);  // its end: the copy kept before must not replace it
+    rec.write_running(measuring);
+    {
+      RecordFlush flush(rec, std::chrono::milliseconds(0));
+      flush.when_due([&] {
+        Record r = measuring;
+        r.status = "running";
+        return r.add("step_ms", std::vector<double>{5, 6});
+      });
+    }
+    bool written = false;
+    std::thread end([&] {
+      constexpr std::chrono::milliseconds wait(50);
+      written = watchdog ? rec.finish_within("aborted by the watchdog: x", {}, wait)
+                         : rec.interrupt_within("SIGTERM", wait) && rec.write_kept_within("SIGTERM", wait);
+    });
+    end.join();
+    ASSERT_TRUE(written);
+    EXPECT_EQ(steps("ddp/done"), std::make_pair(std::string("ok"), size_t(4)));
+    EXPECT_EQ(steps("ddp/measuring"),
+              std::make_pair(std::string(watchdog ? "running" : "interrupted: SIGTERM"), size_t(2)));
+    std::remove(path.c_str());
+  }
+}
+
 TEST(Recorder, AFailedRunIsMarkedAsSuch) {
   const std::string path = temp_path("failed.h5");
   Recorder rec(path, info());
