@@ -172,6 +172,16 @@ def _add_stats(row: dict, prefix: str, parts: list) -> None:
     row[f"{prefix}_max"] = float(values.max()) if len(values) else math.nan
 
 
+def _slowest_of_kept(steps: list, ranks: int) -> np.ndarray:
+    """The slowest rank's time of each step from the ranks' own step times, over the steps every one
+    of the `ranks` kept (a configuration cut short: each rank keeps its own count); empty where one
+    kept none."""
+    if len(steps) != ranks or not steps:
+        return np.array([])
+    n = min(len(s) for s in steps)
+    return np.max(np.stack([np.asarray(s[:n], dtype=float) for s in steps]), axis=0)
+
+
 def _sensor_summary(recs) -> dict:
     """The device sensors' summary attributes of one configuration's records, over the ranks."""
     def lowest(key):
@@ -653,8 +663,9 @@ class Run:
         the same array on every rank, so taken once); DDP_MEMORY_KEYS, the largest over ranks; from the
         device sensors, as bench_summary: sm_clock_mhz_min, sm_clock_mhz_median, slowdowns.
         Times and results are NaN where the configuration did not run (status oom or error); one
-        cut short counts the steps it kept (Record.kept_steps), its status says how many, and the
-        results it had not reached (buckets, bytes per step, the slowest rank's steps) are NaN.
+        cut short counts the steps it kept (Record.kept_steps), its status says how many, its slowest
+        rank's steps are the ranks' maxima over the steps every rank kept (all ranks pooled and every
+        one kept some; else NaN), and the results it had not reached (buckets, bytes per step) are NaN.
         """
         rows = []
         for name, recs in self.records_by_name("ddp", rank).items():
@@ -684,6 +695,8 @@ class Run:
             param = row["param_comm_mean"]
             row["grad_comm_mean"] = row["comm_mean"] - (param if math.isfinite(param) else 0.0)
             slowest = [r.arrays["step_ms_max_over_ranks"] for r in ok if "step_ms_max_over_ranks" in r.arrays]
+            if not slowest and rank is None and len(ok) == len(recs) == self.world_size:
+                slowest = [_slowest_of_kept([r.arrays["step_ms"] for r in ok if "step_ms" in r.arrays], len(ok))]
             _add_stats(row, "slowest_step", slowest[:1])
             for key in DDP_MEMORY_KEYS:
                 values = [r.attrs[key] for r in recs if key in r.attrs]

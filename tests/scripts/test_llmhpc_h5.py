@@ -114,6 +114,30 @@ def check_kept_steps(directory):
 
 
 
+def check_kept_ddp_steps(directory):
+    """A ddp configuration the watchdog ended (root 'aborted by the watchdog: ...', the record left
+    'running' with the steps of the rank's last snapshot): it counts as cut short with its steps, in
+    the pooled status and the phases; its slowest rank's steps are the ranks' maxima over the steps
+    both kept, as step_ms_max_over_ranks would have been."""
+    os.makedirs(directory)
+    steps = (np.array([10.0, 12.0, 11.0]), np.array([11.0, 10.5]))
+    for rank, kept in enumerate(steps):
+        with rank_file(directory, "ddp", rank, 2, status=f"{llmhpc_h5.ABORTED}: no progress within --comm-timeout") as f:
+            g = f.create_group("ddp/d16_flat")
+            g.attrs.update(status="running", steps_timed=np.int64(len(kept)), steps_asked=np.int64(10), ddp="flat",
+                           world_size=np.int64(2), batch_size=np.int64(4), precision="fp32")
+            for phase in llmhpc_h5.DDP_PHASES:
+                g.create_dataset(f"{phase}_ms", data=kept if phase == "step" else kept / 2)
+    run = llmhpc_h5.open_run(directory)
+    assert all(r.kept_steps and r.measured for r in run.records("ddp", rank=None)), run.records("ddp", rank=None)
+    (row,) = run.ddp_summary().to_dict("records")
+    assert row["status"] == f"{llmhpc_h5.ABORTED} (2-3 of 10 steps kept)", row["status"]
+    assert row["step_n"] == 5 and abs(row["step_mean"] - np.concatenate(steps).mean()) < 1e-12, row
+    assert row["slowest_step_n"] == 2 and abs(row["slowest_step_mean"] - np.mean([11.0, 12.0])) < 1e-12, row
+    (one,) = run.ddp_summary(rank=0).to_dict("records")
+    assert one["slowest_step_n"] == 0, "one rank's file alone cannot tell the slowest rank's steps"
+
+
 def check_kept_iterations(directory):
     """Mode comm's and attention's records cut short with what they measured, as bench's: comm
     counts the iterations every rank kept (each rank its own count), in the nccl-tests table with
@@ -200,6 +224,7 @@ def check_plain(directory):
     assert summary["forward_n"][0] == 3 and abs(summary["forward_mean"][0] - FORWARD_MS.mean()) < 1e-12, summary
     check_kept_steps(os.path.join(os.path.dirname(directory), "kept"))
     check_kept_iterations(os.path.join(os.path.dirname(directory), "kept-iterations"))
+    check_kept_ddp_steps(os.path.join(os.path.dirname(directory), "kept-ddp"))
     assert (summary["forward_min"][0], summary["forward_max"][0]) == (1.5, 4.0), summary
     assert arrays.read("forward_ms", 1).tolist() == [2.5, 4.0] and arrays.length("tags") == 3
     try:
