@@ -72,10 +72,11 @@ def _arrivals(rec) -> dict | None:
 
 
 def record_steps(recs: list) -> list:
-    """Per step common to every rank's record `recs` (one per rank): dict(index, step, last_rank,
-    late_s, step_s, lateness) where lateness[rank] is that rank's lateness in seconds."""
-    by_rank = {rec.rank: _arrivals(rec) for rec in recs}
-    if len(by_rank) < 2 or any(v is None for v in by_rank.values()):
+    """Per step common to the records `recs` (one per rank) that have arrival times: dict(index, step,
+    last_rank, late_s, step_s, lateness) where lateness[rank] is that rank's lateness in seconds; none
+    where fewer than two have them."""
+    by_rank = {rec.rank: a for rec in recs if (a := _arrivals(rec)) is not None}
+    if len(by_rank) < 2:
         return []
     ranks = sorted(by_rank)
     common = sorted(set.intersection(*(set(v) for v in by_rank.values())))
@@ -96,9 +97,11 @@ def record_steps(recs: list) -> list:
 
 
 def summarize(run) -> list:
-    """One dict per record of several ranks with arrival times: record, ranks, steps, the rank last
-    most often, its share of steps, its median lateness (s), the median step (s), the stragglers
-    ([(rank, median lateness s, share last, chance of that share)]) and the clock uncertainty (s)."""
+    """One dict per record of several ranks with arrival times: record, ranks (those with them),
+    without (the ranks whose record has none: one ended before it wrote them, as the rank a hang
+    stopped), steps, the rank last most often, its share of steps, its median lateness (s), the
+    median step (s), the stragglers ([(rank, median lateness s, share last, chance of that share)])
+    and the clock uncertainty (s)."""
     uncertainty = max(float(rf.attrs.get("clock_offset_uncertainty_s", 0.0)) for rf in run.files)
     groups = {}
     for rec in run.records(rank=None):
@@ -131,7 +134,8 @@ def summarize(run) -> list:
         # share is says whether a longer run would tell (12 of 15 steps: 0.02).
         most_chance = chance_of_last(round(share[most] * len(steps)), len(steps), len(ranks)) \
             if share[most] >= LAST_SHARE and late_enough(most) else np.nan
-        out.append(dict(record=path, ranks=len(ranks), steps=len(steps), most_last=most, share=share[most],
+        without = sorted(r.rank for r in recs if r.rank not in ranks)
+        out.append(dict(record=path, ranks=len(ranks), without=without, steps=len(steps), most_last=most, share=share[most],
                         chance=most_chance, late_s=late[most], step_s=median_step, stragglers=named,
                         uncertainty_s=uncertainty, per_step=steps))
     return out
@@ -168,8 +172,12 @@ def report_section(runs: list, out_dir: str = ".", steps: bool = False, every: b
             blur = "; within the clocks' uncertainty" if blurred else ""
             chance = "" if np.isnan(s["chance"]) else f"; by chance: {chance_text(s['chance'])}"
             late = not blurred and s["late_s"] >= LATE_SHARE * s["step_s"]
-            if every or s["stragglers"] or late:
-                rows.append(f"| `{run.directory}` | {s['record']} | {s['ranks']} | {s['steps']} | rank {s['most_last']}"
+            # A rank without arrival times (a hang's stopped rank) is not among those compared.
+            without = s.get("without", [])
+            counted = f"{s['ranks']}" + (f" (rank{'s' if len(without) > 1 else ''} {', '.join(map(str, without))} "
+                                         f"kept no arrival times)" if without else "")
+            if every or s["stragglers"] or late or without:
+                rows.append(f"| `{run.directory}` | {s['record']} | {counted} | {s['steps']} | rank {s['most_last']}"
                             f"{where(s['most_last'])} ({100 * s['share']:.0f}% of steps{chance}) | {_ms(s['late_s'])} "
                             f"({_pct(s['late_s'], s['step_s'])}{blur}) | {_ms(s['step_s'])} | "
                             f"{s['uncertainty_s'] * 1e6:.1f} | {names} |")
@@ -178,7 +186,8 @@ def report_section(runs: list, out_dir: str = ".", steps: bool = False, every: b
             for r, late_s, share, p in s["stragglers"]:
                 named.append(f"- **rank {r}**{where(r)} in `{run.directory}` {s['record']}: last to arrive in "
                              f"{100 * share:.0f}% of {s['steps']} steps (by chance: {chance_text(p)}), a median "
-                             f"{_ms(late_s)} ms late ({_pct(late_s, s['step_s'])} of the median step)")
+                             f"{_ms(late_s)} ms late ({_pct(late_s, s['step_s'])} of the median step)"
+                             + (f", among the {s['ranks']} ranks with arrival times" if without else ""))
             if steps:
                 per_step += [f"| {s['record']} | {p['index']} | {p['step']} | rank {p['last_rank']}{where(p['last_rank'])} "
                              f"| {_ms(p['late_s'])} |"

@@ -132,6 +132,16 @@ assert short.startswith("Stragglers: 1 named.\n- **rank 1** in `made-up-0.02`"),
 assert "`made-up-0.001`" not in short and "1 other record of several ranks: no rank late by 5% of the step or more beyond the clocks'" in short, short
 assert "| `made-up-0.001` |" in whole and "other record" not in whole, whole
 print("ok   the report's section: the verdict first, the quiet record counted")
+# A hang's stopped rank ends without arrival times: the others are compared, the row says which lacks them.
+made = run_of(8, set(range(8)))
+stopped = types.SimpleNamespace(rank=2, ok=False, status="interrupted", path="ddp/made-up", arrays={})
+recs = made.records() + [stopped]
+made.records = lambda rank=None: recs
+(s,) = summarize(made)
+assert s["ranks"] == 2 and s["without"] == [2] and [r for r, *_ in s["stragglers"]] == [1], s
+text = report_section([made], every=False)
+assert "| 2 (rank 2 kept no arrival times) | 8 |" in text and "among the 2 ranks with arrival times" in text, text
+print("ok   a rank without arrival times: the others compared, the row names it")
 EOF
 
 if [ $failures -gt 0 ]; then echo "$failures check(s) failed"; exit 1; fi
