@@ -30,7 +30,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from bench import markdown_table  # noqa: E402
-from llmhpc_h5 import SchemaError, on_cpu, open_run, pooled_status, run_directories  # noqa: E402
+from llmhpc_h5 import SchemaError, on_cpu, open_run, pooled_status, run_directories, slowest_of_ranks  # noqa: E402
 from plotting import ticks_at  # noqa: E402
 
 PLACEMENTS = (("outofplace", "oop"), ("inplace", "ip"))
@@ -58,9 +58,7 @@ def iteration_times_us(records: list) -> np.ndarray:
     every rank kept)."""
     if "time_us_max_over_ranks" in records[0].arrays:
         return np.asarray(records[0].arrays["time_us_max_over_ranks"], dtype=float)
-    times = [np.asarray(r.arrays["time_us"], dtype=float) for r in records]
-    kept = min(len(t) for t in times)
-    return np.max(np.stack([t[:kept] for t in times]), axis=0)
+    return slowest_of_ranks([r.arrays["time_us"] for r in records])
 
 
 def operation_time_us(records: list) -> float:

@@ -172,14 +172,12 @@ def _add_stats(row: dict, prefix: str, parts: list) -> None:
     row[f"{prefix}_max"] = float(values.max()) if len(values) else math.nan
 
 
-def _slowest_of_kept(steps: list, ranks: int) -> np.ndarray:
-    """The slowest rank's time of each step from the ranks' own step times, over the steps every one
-    of the `ranks` kept (a configuration cut short: each rank keeps its own count); empty where one
-    kept none."""
-    if len(steps) != ranks or not steps:
-        return np.array([])
-    n = min(len(s) for s in steps)
-    return np.max(np.stack([np.asarray(s[:n], dtype=float) for s in steps]), axis=0)
+def slowest_of_ranks(times: list) -> np.ndarray:
+    """The slowest rank's time of each step (or iteration) from every rank's own times (a non-empty
+    list, one array per rank), over the steps every rank has: a configuration cut short keeps each
+    rank's own count."""
+    n = min(len(t) for t in times)
+    return np.max(np.stack([np.asarray(t[:n], dtype=float) for t in times]), axis=0)
 
 
 def _sensor_summary(recs) -> dict:
@@ -695,8 +693,9 @@ class Run:
             param = row["param_comm_mean"]
             row["grad_comm_mean"] = row["comm_mean"] - (param if math.isfinite(param) else 0.0)
             slowest = [r.arrays["step_ms_max_over_ranks"] for r in ok if "step_ms_max_over_ranks" in r.arrays]
-            if not slowest and rank is None and len(ok) == len(recs) == self.world_size:
-                slowest = [_slowest_of_kept([r.arrays["step_ms"] for r in ok if "step_ms" in r.arrays], len(ok))]
+            steps = [r.arrays["step_ms"] for r in ok if "step_ms" in r.arrays]
+            if not slowest and rank is None and len(steps) == len(recs) == self.world_size:
+                slowest = [slowest_of_ranks(steps)]
             _add_stats(row, "slowest_step", slowest[:1])
             for key in DDP_MEMORY_KEYS:
                 values = [r.attrs[key] for r in recs if key in r.attrs]

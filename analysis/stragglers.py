@@ -173,7 +173,7 @@ def report_section(runs: list, out_dir: str = ".", steps: bool = False, every: b
             chance = "" if np.isnan(s["chance"]) else f"; by chance: {chance_text(s['chance'])}"
             late = not blurred and s["late_s"] >= LATE_SHARE * s["step_s"]
             # A rank without arrival times (a hang's stopped rank) is not among those compared.
-            without = s.get("without", [])
+            without = s["without"]
             counted = f"{s['ranks']}" + (f" (rank{'s' if len(without) > 1 else ''} {', '.join(map(str, without))} "
                                          f"kept no arrival times)" if without else "")
             if every or s["stragglers"] or late or without:

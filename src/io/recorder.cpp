@@ -324,13 +324,8 @@ void Recorder::write(const Record& r) {
     h5::flush(f);
   });
   file_->commit();
-  if (r.status == "running") {
-    file_->running.insert(r.group);
-    return;
-  }
-  file_->running.erase(r.group);
-  std::lock_guard<std::mutex> lock(kept_mutex_);
-  if (kept_ && kept_->group == r.group) kept_.reset();  // its end is written: nothing older may replace it
+  if (r.status == "running") file_->running.insert(r.group);
+  else file_->running.erase(r.group);
 }
 
 void Recorder::keep_if_ended(std::shared_ptr<const Record> record) {
@@ -344,7 +339,8 @@ void Recorder::write_kept(const std::string* status) {
     std::lock_guard<std::mutex> lock(kept_mutex_);
     kept = kept_;
   }
-  if (!kept || !file_->running.count(kept->group)) return;  // none, or its group already ended
+  // None, or its group's end is written: nothing older may replace it.
+  if (!kept || !file_->running.count(kept->group)) return;
   if (!status) return write(*kept);
   Record r = *kept;
   r.status = *status;

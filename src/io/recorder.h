@@ -180,8 +180,8 @@ class Recorder {
   bool interrupt_within(const std::string& signal, std::chrono::milliseconds wait);
   // The record being measured as it stands (its steps so far, status "running"), for
   // write_kept_within and finish_within to write from another thread: the main thread, stuck in
-  // a collective, never reaches its next step to write it. Each call replaces the last; a record
-  // of its group written with another status than "running" (its end) forgets it. Any thread.
+  // a collective, never reaches its next step to write it. Each call replaces the last; written
+  // only while its group is still "running" (its end not written). Any thread.
   void keep_if_ended(std::shared_ptr<const Record> record);
   // After interrupt_within, where the main thread did not keep the steps itself: the record as
   // last kept, status "interrupted: <signal>", if its configuration has not ended and no file
@@ -198,7 +198,7 @@ class Recorder {
   // being measured. Holding h5::library_lock.
   void write_kept(const std::string* status);
   std::shared_ptr<File> file_;
-  std::mutex kept_mutex_;  // guards kept_ alone: held for no more than a pointer's swap
+  std::mutex kept_mutex_;  // guards kept_ alone: held for no more than a pointer's copy
   std::shared_ptr<const Record> kept_;
   RunInfo info_;
   bool created_ = false;
