@@ -21,8 +21,8 @@ collectives inside the layers train makes at that layout; bad input to the binar
 --bucket-mb 0, a global batch the ranks do not divide, a --tp the heads or the ranks do not
 divide, sequence parallelism over too few tokens) exits non-zero within seconds with a clear
 message and leaves no files. analysis/torch_ddp.py is
-compiled, and run on the CPU (gloo, 2 ranks under mpirun) only where PyTorch is installed: DDP at
-two bucket sizes, --single, and DDP beside FSDP2 (fsdp2, fsdp2-noreshard), whose final losses
+compiled, and run on the CPU (gloo, 2 ranks under mpirun) only where PyTorch is installed:
+--single, and DDP at two bucket sizes beside FSDP2 (fsdp2, fsdp2-noreshard), whose final losses
 must equal DDP's within 1e-5 relative (fp32: the same arithmetic, sharded).
 """
 import json
@@ -736,47 +736,43 @@ def check_torch_ddp(out, work, np_):
     if subprocess.run([sys.executable, "-c", "import torch"], capture_output=True).returncode != 0:
         print("torch_ddp.py: compiled; PyTorch is not installed, so its CPU run is skipped")
         return
-    path = os.path.join(work, "torch_cpu.jsonl")
     env = dict(test_env(), MASTER_PORT=str(29500 + os.getpid() % 1000))
-    for extra in ([], ["--single"]):
+
+    def torch_ddp(name, steps, *extra):  # the records of one torch_ddp.py launch on np_ ranks
+        path = os.path.join(work, name)
         cmd = mpiexec() + ["-np", str(np_), "-x", "MASTER_PORT", sys.executable, TORCH_DDP_PY, "--device", "cpu",
                            *map(str, MODEL), "--context-length", str(T), "--batch-size", str(BATCH), "--setup", "eager",
-                           "--bucket-mb", f"{TINY_MB},{HUGE_MB}", "--warmup", "1", "--steps", "2", *extra, "--out", path]
+                           "--bucket-mb", f"{TINY_MB},{HUGE_MB}", "--warmup", "1", "--steps", str(steps), *extra,
+                           "--out", path]
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env)
-        assert proc.returncode == 0, f"torch_ddp.py failed: {proc.stdout}\n{proc.stderr}"
-    records = [json.loads(line) for line in open(path)]
-    assert [(r["ddp"], r["bucket_mb"]) for r in records] == [("torch", TINY_MB), ("torch", HUGE_MB), ("none", None)], \
-        records
-    for r in records:
-        assert r["status"] == "ok" and len(r["ranks"]) == np_, r
-        steps = np.array([p["step_ms"] for p in r["ranks"]])
-        assert steps.shape == (np_, 2) and np.allclose(r["step_ms_max_over_ranks"], steps.max(axis=0)), r
-    text = run([sys.executable, DDP_PY, out, "--torch", path]).stdout
-    assert "(d) llmhpc vs PyTorch" in text and "match no llmhpc setup" not in text, f"torch_ddp.py's records:\n{text}"
-    # FSDP2 beside DDP: no bucket, once each whatever --bucket-mb lists, the same losses in fp32 (the
-    # gradients averaged as DDP averages them, AdamW on each rank's shards).
-    path = os.path.join(work, "torch_fsdp2.jsonl")
-    cmd = mpiexec() + ["-np", str(np_), "-x", "MASTER_PORT", sys.executable, TORCH_DDP_PY, "--device", "cpu",
-                       *map(str, MODEL), "--context-length", str(T), "--batch-size", str(BATCH), "--setup", "eager",
-                       "--bucket-mb", f"{TINY_MB},{HUGE_MB}", "--shard-optimizer", "none,fsdp2,fsdp2-noreshard",
-                       "--warmup", "1", "--steps", "4", "--out", path]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env)
-    assert proc.returncode == 0, f"torch_ddp.py --shard-optimizer fsdp2 failed: {proc.stdout}\n{proc.stderr}"
-    records = [json.loads(line) for line in open(path)]
-    assert [(r["shard_optimizer"], r["bucket_mb"]) for r in records] == [
-        ("none", TINY_MB), ("fsdp2", None), ("fsdp2-noreshard", None), ("none", HUGE_MB)], records
+        assert proc.returncode == 0, f"torch_ddp.py {' '.join(extra)} failed: {proc.stdout}\n{proc.stderr}"
+        records = [json.loads(line) for line in open(path)]
+        for r in records:
+            assert r["status"] == "ok" and len(r["ranks"]) == np_, r
+            step_ms = np.array([p["step_ms"] for p in r["ranks"]])
+            assert step_ms.shape == (np_, steps) and np.allclose(r["step_ms_max_over_ranks"], step_ms.max(axis=0)), r
+        return path, records
+
+    # One rank's model without DDP (--single), then DDP at both bucket sizes and FSDP2 beside it: no
+    # bucket, once each whatever --bucket-mb lists, the same losses in fp32 (the gradients averaged as
+    # DDP averages them, AdamW on each rank's shards).
+    single, records = torch_ddp("torch_single.jsonl", 2, "--single")
+    assert [(r["ddp"], r["bucket_mb"]) for r in records] == [("none", None)], records
+    sharded, records = torch_ddp("torch_fsdp2.jsonl", 4, "--shard-optimizer", "none,fsdp2,fsdp2-noreshard")
+    assert [(r["ddp"], r["shard_optimizer"], r["bucket_mb"]) for r in records] == [
+        ("torch", "none", TINY_MB), ("torch", "fsdp2", None), ("torch", "fsdp2-noreshard", None),
+        ("torch", "none", HUGE_MB)], records
     ddp_losses = [p["final_loss"] for p in records[0]["ranks"]]
     for r in records:
-        assert r["status"] == "ok" and len(r["ranks"]) == np_, r
         losses = [p["final_loss"] for p in r["ranks"]]
         assert all(abs(a - b) <= 1e-5 * abs(b) for a, b in zip(losses, ddp_losses)), \
             f"{r['shard_optimizer']}: final losses {losses}, DDP's {ddp_losses}"
         assert all("memory_after_step_bytes" in p for p in r["ranks"]), r
         want = dict(reshard_after_forward=r["shard_optimizer"] == "fsdp2", param_dtype="fp32", reduce_dtype="fp32")
         assert r["fsdp2"] == (want if r["bucket_mb"] is None else None), r["fsdp2"]
-    text = run([sys.executable, DDP_PY, out, "--torch", path]).stdout
-    assert "torch-fsdp2-eager" in text and "fsdp2-noreshard" in text and "match no llmhpc setup" not in text, \
-        f"FSDP2's records in table (f):\n{text}"
+    text = run([sys.executable, DDP_PY, out, "--torch", single, "--torch", sharded]).stdout
+    assert "(d) llmhpc vs PyTorch" in text and "torch-fsdp2-eager" in text and "fsdp2-noreshard" in text and \
+        "match no llmhpc setup" not in text, f"torch_ddp.py's records in tables (d) and (f):\n{text}"
     print("torch_ddp.py: ran on the CPU (gloo), DDP and FSDP2 to the same losses, and ddp.py put them beside llmhpc")
 
 
