@@ -473,18 +473,21 @@ RecordFlush::~RecordFlush() {
   if (writing_.valid()) writing_.wait();
 }
 
-void RecordFlush::when_due(const std::function<Record()>& make) {
+void RecordFlush::when_due(int64_t steps, const std::function<Record()>& make) {
   const auto now = std::chrono::steady_clock::now();
   bool write = every_.count() > 0 && now - last_ >= every_;
   if (write && writing_.valid()) {
     write = writing_.wait_for(std::chrono::seconds(0)) == std::future_status::ready;
     if (write) writing_.get();
   }
-  if (!write && (!keeping_ || now - kept_at_ < keep_took_ * kKeepShare)) return;
+  const bool keep =
+      keeping_ && (now - kept_at_ >= keep_took_ * kKeepShare || steps >= 2 * std::max<int64_t>(kept_steps_, 1));
+  if (!write && !keep) return;
   auto record = std::make_shared<const Record>(make());
   if (keeping_) {
     keep_took_ = std::chrono::steady_clock::now() - now;
     kept_at_ = now;
+    kept_steps_ = steps;
     keeping_ = array_bytes(*record) <= kKeepBytes;
     recorder_.keep_if_ended(keeping_ ? record : nullptr);
   }

@@ -213,11 +213,15 @@ class Recorder {
 //
 // Between the writes the record is also kept in memory for a run ended from another thread
 // (Recorder::keep_if_ended: the watchdog's abort, a signal the stuck main thread never answers),
-// made again once kKeepShare times the last making's own time has passed: at most a
-// thousandth of the caller's time goes to that copy of the steps so far, and a hang loses at
-// most the steps of the last kKeepShare x that time (none where a step takes longer). While its
-// arrays are at most kKeepBytes: past that (comm's millions of iterations, which the copy would
-// double) the copy is dropped, and a hang keeps what the last write wrote.
+// made again once kKeepShare times the last making's own time has passed (a thousandth of the
+// caller's time goes to that copy of the steps so far, and a hang loses at most the steps of
+// the last kKeepShare x that time: none where a step takes longer), or once the steps have
+// doubled since, whichever comes first. While its arrays are at most kKeepBytes: past that
+// (comm's millions of iterations, which the copy would double) the copy is dropped, and a hang
+// keeps what the last write wrote. The doubling bounds the copy that finds the keeping over,
+// made once, to about twice kKeepBytes: by time alone, a 4 KB all-reduce on one CPU rank made
+// its second copy 0.6 s in, at 2.5 million iterations (65 MB, 80 ms between two timed chunks),
+// and glibc kept 44 MiB of it as resident memory, which a soak reads as a leak.
 class RecordFlush {
  public:
   static constexpr int kKeepShare = 1000;
@@ -227,11 +231,11 @@ class RecordFlush {
   ~RecordFlush();  // waits for the write under way (its failure is the next write's to report)
   RecordFlush(const RecordFlush&) = delete;
   RecordFlush& operator=(const RecordFlush&) = delete;
-  // Between two steps: where `every` has passed and the last write is done (else, a slow disk,
-  // this one is skipped), starts writing make()'s record; rethrows the last write's failure
-  // (WriteFailed). Where the keeping is due (or the write), keeps make()'s record too
-  // (Recorder::keep_if_ended; make() runs once for both).
-  void when_due(const std::function<Record()>& make);
+  // Between two steps, `steps` of them done so far: where `every` has passed and the last write
+  // is done (else, a slow disk, this one is skipped), starts writing make()'s record; rethrows
+  // the last write's failure (WriteFailed). Where the keeping is due (or the write), keeps
+  // make()'s record too (Recorder::keep_if_ended; make() runs once for both).
+  void when_due(int64_t steps, const std::function<Record()>& make);
   // Writes `record` now, after the write under way (the record's final or interrupted version
   // must land last), and counts `every` from here.
   void write_now(const Record& record);
@@ -243,6 +247,7 @@ class RecordFlush {
   bool keeping_ = true;                              // the record's arrays are within kKeepBytes
   std::chrono::steady_clock::time_point kept_at_{};  // the last keep_if_ended (none yet: long ago)
   std::chrono::steady_clock::duration keep_took_{};  // what making that record took
+  int64_t kept_steps_ = 0;                           // the steps it held
   std::future<void> writing_;
 };
 

@@ -261,6 +261,8 @@ void run(ModeContext& ctx, const CommModeOptions& s) {
           // Each iteration's time and bandwidths, and the warm-up's times.
           auto add_times = [&](Record& r) {
             std::vector<double> algbw, busbw;
+            algbw.reserve(times.size());
+            busbw.reserve(times.size());
             for (double us : times) {
               algbw.push_back(algbw_gbs(shape.bytes, us));
               busbw.push_back(algbw.back() * bus_factor(c, n));

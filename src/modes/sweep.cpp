@@ -144,7 +144,7 @@ void SweepSteps::between() {
     return r;
   };
   stop_.at_step([&](int signal) { flush_.write_now(kept("interrupted: " + signal_name(signal))); });
-  flush_.when_due([&] { return kept("running"); });
+  flush_.when_due(done_, [&] { return kept("running"); });
 }
 
 void keep_timed_steps(Record& rec, int64_t timed, int64_t asked) {

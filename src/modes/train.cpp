@@ -975,7 +975,7 @@ void TrainRun::run() {
     const bool checkpoint = !last && !stopped_by && save_every > 0 && done % save_every == 0;
     if (checkpoint) save("every " + std::to_string(save_every) + " steps");
     if (checkpoint) save_progress("running");
-    else flush.when_due([&] { return progress_record("running"); });
+    else flush.when_due(done, [&] { return progress_record("running"); });
   }
   end(done, stopped_by);
 }

@@ -203,7 +203,7 @@ TEST(Recorder, AnEndFromAnotherThreadWritesTheRecordAsLastKept) {
     rec.write_running(done);
     {
       RecordFlush flush(rec, std::chrono::milliseconds(0));  // --flush-s 0: no writes, the keeping still
-      flush.when_due([&] { return Record(done).add("step_ms", std::vector<double>{1, 2, 3}); });
+      flush.when_due(3, [&] { return Record(done).add("step_ms", std::vector<double>{1, 2, 3}); });
     }
     Record ended = done;
     ended.add("step_ms", std::vector<double>{1, 2, 3, 4});
@@ -211,7 +211,7 @@ TEST(Recorder, AnEndFromAnotherThreadWritesTheRecordAsLastKept) {
     rec.write_running(measuring);
     {
       RecordFlush flush(rec, std::chrono::milliseconds(0));
-      flush.when_due([&] {
+      flush.when_due(2, [&] {
         Record r = measuring;
         r.status = "running";
         return r.add("step_ms", std::vector<double>{5, 6});
@@ -230,6 +230,36 @@ TEST(Recorder, AnEndFromAnotherThreadWritesTheRecordAsLastKept) {
               std::make_pair(std::string(watchdog ? "running" : "interrupted: SIGTERM"), size_t(2)));
     std::remove(path.c_str());
   }
+}
+
+// The copy kept between steps is made again before the steps double, so the one that finds the
+// arrays past kKeepBytes is at most about twice that, and none is made after it: a loop of
+// microsecond steps (comm's no-op all-reduces) made its second copy by time alone at 2.5
+// million steps, 65 MB built between two chunks, most of it left resident by glibc.
+TEST(RecordFlush, TheKeptCopyNeverOutgrowsTwiceTheLastNorPassesTwiceTheCap) {
+  const std::string path = temp_path("keep-bound.h5");
+  Recorder rec(path, info());
+  constexpr size_t kStepBytes = sizeof(double);
+  const int64_t cap_steps = int64_t(RecordFlush::kKeepBytes / kStepBytes);
+  std::vector<int64_t> made;  // the steps each copy held
+  {
+    RecordFlush flush(rec, std::chrono::milliseconds(0));
+    for (int64_t steps = 1; steps <= 8 * cap_steps; ++steps)
+      flush.when_due(steps, [&] {
+        made.push_back(steps);
+        Record r;
+        r.group = "comm/x";
+        return r.add("time_us", std::vector<double>(size_t(steps), 1.0));
+      });
+  }
+  ASSERT_GE(made.size(), size_t(2));
+  EXPECT_EQ(made.front(), 1);
+  for (size_t k = 1; k < made.size(); ++k)
+    EXPECT_LE(made[k], 2 * made[k - 1]) << "copy " << k << " after " << made[k - 1] << " steps";
+  EXPECT_GT(made.back(), cap_steps) << "the keeping never found the arrays past kKeepBytes";
+  EXPECT_LE(made.back(), 2 * cap_steps + 2) << "the last copy outgrew twice kKeepBytes";
+  EXPECT_LE(made.end()[-2], cap_steps) << "a copy was made after one past kKeepBytes";
+  std::remove(path.c_str());
 }
 
 TEST(Recorder, AFailedRunIsMarkedAsSuch) {
