@@ -16,7 +16,9 @@ of times, records_bytes), last - the first sample taken at or after 10% of the i
 when |drift| <= --drift-pct, the live bytes ended no higher than they started, and device-used
 and RSS growth are at most --growth-mib; otherwise the verdict says what did not hold. One cut
 short (a signal, or a kill after a --flush-s write) is measured on the iterations it kept and
-does not hold: it did not run its duration.
+does not hold: it did not run its duration. A comm loop past 10 million iterations records 1
+in time_us_every of them, evenly over it: its tenths, slices and medians are of those, its
+iterations and summed time scaled by time_us_every.
 
 Prints a markdown table; exit status 1 when a record did not hold (each failure also on
 stderr), 2 when a folder cannot be read. --jsonl FILE appends one row per record: its numbers
@@ -53,14 +55,15 @@ def tenth(n: int) -> int:
     return max(1, n // 10)
 
 
-def time_drift(times: np.ndarray) -> tuple:
-    """Of times in seconds: (median of the first tenth, of the last tenth, drift in %, slope in % of the
-    first tenth's median per minute). The slope is the least-squares line through the medians of BINS
-    equal slices against the elapsed time at each slice's middle: medians, as for the drift, so that a
-    few iterations a busy host delayed 100-fold do not make the line."""
+def time_drift(times: np.ndarray, every: int = 1) -> tuple:
+    """Of times in seconds, each standing for `every` iterations: (median of the first tenth, of the
+    last tenth, drift in %, slope in % of the first tenth's median per minute). The slope is the
+    least-squares line through the medians of BINS equal slices against the elapsed time at each
+    slice's middle: medians, as for the drift, so that a few iterations a busy host delayed 100-fold
+    do not make the line."""
     k = tenth(len(times))
     first, last = float(np.median(times[:k])), float(np.median(times[-k:]))
-    ended_min = np.cumsum(times) / 60.0  # when each iteration ended
+    ended_min = np.cumsum(times) * every / 60.0  # about when each iteration ended
     slices = np.array_split(np.arange(len(times)), min(BINS, len(times)))
     x = np.array([ended_min[s[len(s) // 2]] for s in slices])
     y = np.array([np.median(times[s]) for s in slices])
@@ -91,13 +94,14 @@ def record_row(run, rec, drift_pct: float = DRIFT_PCT, growth_mib: float = GROWT
     if not rec.ok:
         failed.append(f"cut short: {pooled_status([rec])}" if rec.kept_steps else f"status {rec.status}")
     times = np.asarray(rec.arrays[key], dtype=float) if rec.measured and key in rec.arrays else np.array([])
-    n = len(times)
+    every = int(rec.attrs.get(f"{key}_every", 1))  # iterations per recorded time
+    n = len(times) * every
     row["iterations"] = n
     if rec.measured and n < MIN_ITERATIONS:
         failed.append(f"{n} iterations, too few to judge (at least {MIN_ITERATIONS})")
     if n:
-        row["duration_s"] = float(times.sum() * unit_s)
-        first, last, drift, slope = time_drift(times * unit_s)
+        row["duration_s"] = float(times.sum() * every * unit_s)
+        first, last, drift, slope = time_drift(times * unit_s, every)
         # A slope per minute over well under a second of iterations says nothing: none given.
         row.update(first=first / unit_s, last=last / unit_s, drift_pct=drift,
                    slope_pct_per_min=slope if n >= MIN_ITERATIONS else math.nan)

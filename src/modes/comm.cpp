@@ -12,6 +12,7 @@
 // runs for about that long (src/modes/soak.h), in chunks of about a second with the memory
 // sampled between them.
 #include <algorithm>
+#include <limits>
 
 #include "comm/benchmark.h"
 #include "comm/collectives.h"
@@ -254,10 +255,18 @@ void run(ModeContext& ctx, const CommModeOptions& s) {
           const std::vector<double> warm = time_call(*comm, call, s.warmup, Timing::PerOperation);
           // A chunk's timer holds a CUDA event per iteration: at most 10000 of them.
           const double pace_s = s.duration_s > 0 ? agreed_iteration_s(rt, warm, 1e-6) : 0;
-          DurationCount count(rt, s.duration_s, s.iters, pace_s, s.duration_s > 0 ? 10000 : s.iters);
-          std::vector<double> times;
-          reserve_touched(times, size_t(count.total()));
+          // The whole duration, however many iterations it holds: past kMaxTimedIterations the
+          // times recorded are thinned evenly (Thinning), where ddp's loop ends.
+          DurationCount count(rt, s.duration_s, s.iters, pace_s, s.duration_s > 0 ? 10000 : s.iters,
+                              std::numeric_limits<int64_t>::max());
+          std::vector<double> times;  // every thinning.every()-th iteration's
+          Thinning thinning{size_t(kMaxTimedIterations)};
+          const auto make_room = [&] {
+            reserve_touched(times, size_t(std::min<int64_t>(count.total(), kMaxTimedIterations)));
+          };
+          make_room();
           MemorySamples memory(size_t(count.chunks_left(0)));
+          int64_t done = 0;
           // Each iteration's time and bandwidths, and the warm-up's times.
           auto add_times = [&](Record& r) {
             std::vector<double> algbw, busbw;
@@ -268,6 +277,7 @@ void run(ModeContext& ctx, const CommModeOptions& s) {
               busbw.push_back(algbw.back() * bus_factor(c, n));
             }
             r.add("time_us", times).add("algbw", algbw).add("busbw", busbw);
+            r.attr("time_us_every", thinning.every());
             if (!warm.empty()) r.add("warmup_time_us", warm);
           };
           {  // A signal or --flush-s keeps the iterations so far (each rank its own, between chunks);
@@ -275,20 +285,21 @@ void run(ModeContext& ctx, const CommModeOptions& s) {
             SweepSteps progress(ctx, rec, count.total(), "iterations", [&](Record& r) {
               add_times(r);
               memory.record(r);
-              keep_timed_steps(r, int64_t(times.size()), count.total());
+              keep_timed_steps(r, done, count.total());
             });
-            for (int64_t done = 0; done < count.total();) {
+            while (done < count.total()) {
               const std::vector<double> part = time_call(*comm, call, count.next_chunk(done), Timing::PerOperation);
-              times.insert(times.end(), part.begin(), part.end());
+              for (const double us : part)
+                if (thinning.record_next([&] { drop_odd(times); })) times.push_back(us);
               done += int64_t(part.size());
               memory.take(done - 1, dev, int64_t(times.capacity() * sizeof(double)));  // outside the timed ops
               count.after_chunk(done);
-              reserve_touched(times, size_t(count.total()));
-              memory.expect(memory.size() + size_t(count.chunks_left(done)));
+              make_room();
+              memory.expect(memory.offered() + size_t(count.chunks_left(done)));
               progress.update(done, count.total());
             }
           }
-          if (s.duration_s > 0) rec.attr("iters", int64_t(times.size()));
+          if (s.duration_s > 0) rec.attr("iters", done);
           const double mean_us = time_call(*comm, call, s.iters, Timing::BackToBack).at(0);
           const int64_t wrong = s.check ? check_once(*comm, *space, v, send, recv, issue_blocking(*comm)).count : -1;
           monitor->stop();
@@ -309,11 +320,11 @@ void run(ModeContext& ctx, const CommModeOptions& s) {
           busbw_by_collective[size_t(c)].sum += bus;
           busbw_by_collective[size_t(c)].rows += 1;
           const std::string clocks = slowdown_note(rt, monitor->summary());
-          const std::string capped = count.capped() ? " (ended at " + std::to_string(kMaxTimedIterations) +
-                                                          " iterations, the most --duration-s records)"
-                                                    : "";
+          const std::string thinned = thinning.every() > 1 ? " (recorded 1 in " + std::to_string(thinning.every()) +
+                                                                 " of its " + std::to_string(done) + " iterations)"
+                                                           : "";
           log_root(rt, " %s busbw %s GB/s%s%s%s", placement_name(p), fmt(bus).c_str(),
-                   wrong_all > 0 ? (" WRONG: " + std::to_string(wrong_all)).c_str() : "", capped.c_str(),
+                   wrong_all > 0 ? (" WRONG: " + std::to_string(wrong_all)).c_str() : "", thinned.c_str(),
                    clocks.c_str());
         }
         log_root(rt, "\n");

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdio>
 #include <limits>
+#include <stdexcept>
 
 #include "src/core/stats.h"
 #include "src/core/table.h"
@@ -13,13 +14,15 @@
 namespace llmhpc {
 
 void add_duration_option(po::options_description& desc, const std::string& count_option) {
-  desc.add_options()("duration-s", po::value<std::string>(),
-                     ("run each configuration's timed loop for about this many seconds instead of --" + count_option +
-                      ": the count is aimed from the warm-up's median iteration (the slowest rank's) and re-aimed " +
-                      "about every second from the loop's own pace, the same on every rank; memory is sampled " +
-                      "as it runs and rank 0 prints progress every --progress-s; at most " +
-                      std::to_string(kMaxTimedIterations) + " timed iterations (each is recorded)")
-                         .c_str());
+  desc.add_options()(
+      "duration-s", po::value<std::string>(),
+      ("run each configuration's timed loop for about this many seconds instead of --" + count_option +
+       ": the count is aimed from the warm-up's median iteration (the slowest rank's) and re-aimed " +
+       "about every second from the loop's own pace, the same on every rank; memory is sampled " +
+       "as it runs and rank 0 prints progress every --progress-s; each timed iteration is recorded " + "up to " +
+       std::to_string(kMaxTimedIterations) + " of them: past that comm records 1 in 2, " +
+       "then 1 in 4, ..., evenly over the whole duration (attribute time_us_every), and ddp ends " + "its loop there")
+          .c_str());
 }
 
 double duration_seconds(const po::variables_map& vm, const std::string& count_option) {
@@ -81,9 +84,9 @@ int64_t iterations_in(double duration_s, double iteration_s) {
 }
 
 DurationCount::DurationCount(const Runtime& rt, double duration_s, int64_t fixed, double warmup_pace_s,
-                             int64_t max_chunk)
-    : rt_(rt), duration_s_(duration_s),
-      total_(duration_s > 0 ? std::min(iterations_in(duration_s, warmup_pace_s), kMaxTimedIterations) : fixed),
+                             int64_t max_chunk, int64_t most)
+    : rt_(rt), duration_s_(duration_s), most_(most),
+      total_(duration_s > 0 ? std::min(iterations_in(duration_s, warmup_pace_s), most) : fixed),
       chunk_(duration_s > 0 ? std::clamp<int64_t>(iterations_in(1.0, warmup_pace_s), 1, max_chunk)
                             : std::min(fixed, max_chunk)),
       max_chunk_(max_chunk), start_(std::chrono::steady_clock::now()), chunk_start_(start_) {}
@@ -97,7 +100,7 @@ void DurationCount::after_chunk(int64_t done) {
                                              double(std::max<int64_t>(1, done - chunk_start_done_))},
                      HostReduce::Max);
   const double elapsed_s = agreed[0], pace_s = std::max(agreed[1], 1e-9), left_s = duration_s_ - elapsed_s;
-  total_ = std::min(done + (left_s > pace_s / 2 ? iterations_in(left_s, pace_s) : 0), kMaxTimedIterations);
+  total_ = std::min(done + (left_s > pace_s / 2 ? iterations_in(left_s, pace_s) : 0), most_);
   chunk_ = std::clamp<int64_t>(iterations_in(1.0, pace_s), 1, max_chunk_);
   chunk_start_ = std::chrono::steady_clock::now();
   chunk_start_done_ = done;
@@ -107,7 +110,29 @@ std::string timed_text(double duration_s, int64_t count, const std::string& what
   return duration_s > 0 ? "timed for ~" + fmt_exact(duration_s) + " s" : std::to_string(count) + " timed " + what;
 }
 
+Thinning::Thinning(size_t capacity) : capacity_(capacity) {
+  if (capacity < 2 || capacity % 2) throw std::invalid_argument("Thinning: an even capacity of at least 2");
+}
+
+bool Thinning::record_next(const std::function<void()>& halve) {
+  const int64_t index = offered_++;
+  if (index % every_ != 0) return false;
+  if (recorded_ == capacity_) {
+    halve();
+    recorded_ /= 2;
+    every_ *= 2;
+    if (index % every_ != 0) return false;
+  }
+  ++recorded_;
+  return true;
+}
+
 void MemorySamples::take(int64_t iteration, Device& dev, int64_t records_bytes) {
+  ++offered_;
+  if (!thinning_.record_next([&] {
+        for (auto* v : arrays()) drop_odd(*v);
+      }))
+    return;
   iteration_.push_back(iteration);
   device_live_.push_back(dev.allocator().live_bytes());
   device_used_.push_back(dev.memory_used());

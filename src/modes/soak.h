@@ -3,6 +3,8 @@
 // timed loop goes (DurationCount); and the device allocator's live bytes and the host's resident
 // set sampled between timed iterations. analysis/soak.py reads what they record.
 #pragma once
+#include <algorithm>
+#include <array>
 #include <chrono>
 #include <cstdint>
 #include <functional>
@@ -47,11 +49,42 @@ double agreed_iteration_s(const Runtime& rt, const std::vector<double>& warmup, 
 // Iterations of `iteration_s` in about `duration_s` seconds, at least 1.
 int64_t iterations_in(double duration_s, double iteration_s);
 
-// The most timed iterations --duration-s aims a configuration at. Each one is recorded (comm: 4
-// arrays of doubles, 320 MB at the cap); without a cap a soak of microsecond collectives held
-// gigabytes (a 4 KB all-reduce on one CPU rank, ~5 us, for 1000 s: 2e8 iterations, and the run
-// spent its time re-allocating 2 GB arrays). A loop that reaches it ends before the duration.
+// The most per-iteration times a --duration-s loop records (comm: 4 arrays of doubles, 320 MB at
+// that). Recording every one, a soak of microsecond collectives held gigabytes (a 4 KB all-reduce
+// on one CPU rank, ~5 us, for 1000 s: 2e8 iterations, and the run spent its time re-allocating
+// 2 GB arrays). ddp, a dozen arrays a step and steps of a millisecond or more (hours to get
+// there), ends its loop at this count; comm runs its whole duration and thins what it records
+// past it (Thinning).
 constexpr int64_t kMaxTimedIterations = 10'000'000;
+// The most memory samples a loop records (MemorySamples, thinned past it: 2.6 MB).
+constexpr size_t kMaxMemorySamples = size_t(1) << 16;
+
+// Which values of a series of any length to record so that at most `capacity` are held, evenly
+// spaced over all of it: each one until the capacity is reached; then every other recorded one is
+// dropped and every 2nd value recorded from there on; past the capacity again every 4th, and so
+// on. What is recorded is then values 0, every(), 2 every(), ...: a systematic sample, whose
+// medians and percentiles stand for the whole series'.
+class Thinning {
+ public:
+  explicit Thinning(size_t capacity);  // even, at least 2
+  // For the next value of the series: whether to record it. Where recording it would pass the
+  // capacity, `halve` runs first (drop_odd on every array recorded in step) and every() doubles.
+  bool record_next(const std::function<void()>& halve);
+  int64_t every() const { return every_; }  // values of the series per recorded one
+  size_t capacity() const { return capacity_; }
+
+ private:
+  size_t capacity_, recorded_ = 0;
+  int64_t every_ = 1, offered_ = 0;
+};
+
+// Drops v[1], v[3], ...: what Thinning's `halve` does to each array it thins.
+template <class T>
+void drop_odd(std::vector<T>& v) {
+  size_t kept = 0;
+  for (size_t i = 0; i < v.size(); i += 2) v[kept++] = v[i];
+  v.resize(kept);
+}
 
 // How many timed iterations a configuration runs. Without --duration-s a fixed count. With it,
 // first aimed from the warm-up's pace, then re-aimed after every chunk of about a second: the
@@ -61,8 +94,10 @@ constexpr int64_t kMaxTimedIterations = 10'000'000;
 // short, nor does a faster one stretch it. Every rank makes the same calls in the same order.
 class DurationCount {
  public:
-  // duration_s 0: `fixed` iterations, one chunk of at most `max_chunk`.
-  DurationCount(const Runtime& rt, double duration_s, int64_t fixed, double warmup_pace_s, int64_t max_chunk);
+  // duration_s 0: `fixed` iterations, one chunk of at most `max_chunk`. With it, at most `most`
+  // (kMaxTimedIterations where every iteration is recorded; the loop then ends before the duration).
+  DurationCount(const Runtime& rt, double duration_s, int64_t fixed, double warmup_pace_s, int64_t max_chunk,
+                int64_t most = kMaxTimedIterations);
   int64_t total() const { return total_; }
   // The iterations of the next chunk, after `done` of them.
   int64_t next_chunk(int64_t done) const { return std::min(chunk_, total_ - done); }
@@ -70,13 +105,11 @@ class DurationCount {
   int64_t chunks_left(int64_t done) const { return (total_ - done + chunk_ - 1) / chunk_; }
   // After a chunk: re-aims total() (with --duration-s; collective). `done` iterations so far.
   void after_chunk(int64_t done);
-  // Whether --duration-s's count reached kMaxTimedIterations (the loop then ends early).
-  bool capped() const { return duration_s_ > 0 && total_ == kMaxTimedIterations; }
 
  private:
   const Runtime& rt_;
   double duration_s_;
-  int64_t total_, chunk_, max_chunk_;
+  int64_t most_, total_, chunk_, max_chunk_;
   int64_t chunk_start_done_ = 0;
   std::chrono::steady_clock::time_point start_, chunk_start_;
 };
@@ -99,20 +132,27 @@ void reserve_touched(std::vector<T>& v, size_t n) {
 // (-1 where /proc cannot be read), and the bytes the run's own per-iteration records hold then
 // (their capacity: a count re-aimed upwards grows them, a resident set that is no leak).
 // Taken between iterations, outside their timing; recorded as memory_iteration,
-// device_live_bytes, device_used_bytes, host_rss_bytes, records_bytes.
+// device_live_bytes, device_used_bytes, host_rss_bytes, records_bytes. At most
+// kMaxMemorySamples of them, thinned evenly past that (Thinning).
 class MemorySamples {
  public:
   explicit MemorySamples(size_t expected) { expect(expected); }
-  // Room for `expected` samples in all (a re-aimed count).
+  // Room for `expected` samples offered in all (a re-aimed count).
   void expect(size_t expected) {
-    for (auto* v : {&iteration_, &device_live_, &device_used_, &host_rss_, &records_}) reserve_touched(*v, expected);
+    for (auto* v : arrays()) reserve_touched(*v, std::min(expected, thinning_.capacity()));
   }
-  size_t size() const { return iteration_.size(); }
+  size_t offered() const { return offered_; }
+  // A sample after `iteration`, where the thinning records it (read only then).
   void take(int64_t iteration, Device& dev, int64_t records_bytes);
   void record(Record& rec) const;
 
  private:
+  std::array<std::vector<int64_t>*, 5> arrays() {
+    return {&iteration_, &device_live_, &device_used_, &host_rss_, &records_};
+  }
   std::vector<int64_t> iteration_, device_live_, device_used_, host_rss_, records_;
+  Thinning thinning_{kMaxMemorySamples};
+  size_t offered_ = 0;
 };
 
 }  // namespace llmhpc

@@ -6,14 +6,16 @@ A comm run (all-reduce 64 KB, --duration-s 3) and a ddp run (a tiny model, bucke
 than the fixed default, and the recorded count attribute says so; their summed time is of the
 order of the duration (the count is calibrated on the warm-up); the memory arrays (one sample
 per chunk of comm's timed loop, one per ddp step) line up with the iterations, and the device
-allocator's live bytes do not move while the loop runs. On one rank, 2 s of no-op all-reduces
-(millions on an idle core) leave the host's resident set within soak.py's 16 MiB. A fixed-count comm run records one
+allocator's live bytes do not move while the loop runs. On one rank, 3 s of no-op all-reduces
+(millions on an idle core) leave the host's resident set within soak.py's 16 MiB, and past 10
+million of them 1 in time_us_every is recorded, the fewest that fit. A fixed-count comm run records one
 sample and duration_s 0. analysis/soak.py's --jsonl numbers are those computed here from the raw
 arrays (median of the first and last tenth, drift, live and RSS growth), its verdict agrees
 with its bounds, and its exit status with its verdicts. Then copies of the rank files with
 arrays rewritten (h5py): a time series exactly linear in the elapsed time (drift and slope
-known), a device allocation growing each step, an RSS growth above and one below the bound,
-and a clean series: each flagged, or held, as it should be, with exit status 1 or 0.
+known), a comm series thinned to 1 in 2 (soak.py's iterations and summed time doubled), a device
+allocation growing each step, an RSS growth above and one below the bound, and a clean series:
+each flagged, or held, as it should be, with exit status 1 or 0.
 """
 import json
 import os
@@ -83,16 +85,17 @@ def check_duration_run(out, key, count_attr, unit_s, per_step):
     return found
 
 
-def expected(arrays, key):
-    """soak.py's numbers, computed here from the raw arrays."""
+def expected(arrays, key, every=1):
+    """soak.py's numbers, computed here from the raw arrays (each time standing for `every` iterations)."""
     t = arrays[key].astype(float)
-    n = len(t)
-    k = max(1, n // 10)
+    n = len(t) * every
+    k = max(1, len(t) // 10)
     first, last = np.median(t[:k]), np.median(t[-k:])
     it, live = arrays["memory_iteration"], arrays["device_live_bytes"]
     rss = arrays["host_rss_bytes"] - arrays["records_bytes"]  # less the run's own arrays of times
     start = next(i for i, v in enumerate(it) if v >= n // 10) if it[-1] >= n // 10 else len(it) - 1
-    return dict(iterations=n, first=first, last=last, drift_pct=100 * (last / first - 1),
+    return dict(iterations=n, duration_s=t.sum() * every * {"time_us": 1e-6, "step_ms": 1e-3}[key],
+                first=first, last=last, drift_pct=100 * (last / first - 1),
                 live_growth_bytes=int(live[-1] - live[0]), live_max_growth_bytes=int(live.max() - live[0]),
                 rss_growth_bytes=int(rss[-1] - rss[start]))
 
@@ -119,7 +122,7 @@ def soak(dirs, work, name):
 
 def check_numbers(found, rows, key):
     for where, (attrs, arrays) in found.items():
-        got, want = rows[where], expected(arrays, key)
+        got, want = rows[where], expected(arrays, key, int(attrs.get(f"{key}_every", 1)))
         for name, value in want.items():
             assert np.isclose(got[name], value, rtol=1e-9, atol=1e-9), f"{where}: soak.py {name} {got[name]}, raw {value}"
     print(f"soak.py: numbers of {len(found)} records equal the raw arrays'")
@@ -133,6 +136,21 @@ def rewrite(src_dir, dst_dir, group, **arrays):
             for name, make in arrays.items():
                 old = f[group][name][()]
                 f[group][name][...] = make(old).astype(old.dtype)
+    return dst_dir
+
+
+def thinned(src_dir, dst_dir, group):
+    """A copy of the comm run in src_dir as if it had recorded 1 in 2 of its iterations: the
+    per-iteration arrays of `group` halved, time_us_every 2, on every rank."""
+    shutil.copytree(src_dir, dst_dir)
+    for rank in (0, 1):
+        with h5py.File(os.path.join(dst_dir, f"rank{rank:05d}.h5"), "r+") as f:
+            g = f[group]
+            for name in ("time_us", "time_us_max_over_ranks", "algbw", "busbw"):
+                kept = g[name][()][::2]
+                del g[name]
+                g.create_dataset(name, data=kept)
+            g.attrs["time_us_every"] = np.int64(2)
     return dst_dir
 
 
@@ -158,6 +176,16 @@ def check_synthetic(comm_dir, ddp_dir, comm_group, ddp_group, work):
     assert rc == 1 and "time drift" in row["verdict"], f"a +{row['drift_pct']:.1f}% drift was not flagged: {row}"
     assert abs(row["slope_pct_per_min"] / slope - 1) < 0.02, f"slope {row['slope_pct_per_min']}, built as {slope}"
     print(f"synthetic drift {row['drift_pct']:+.1f}%, slope {row['slope_pct_per_min']:.1f} %/min: flagged")
+
+    # Recorded 1 in 2: soak.py's iterations, summed time and tenths count what each time stands for.
+    d = thinned(comm_dir, os.path.join(work, "thinned"), comm_group)
+    _, rows, _ = soak([d], work, "thinned")
+    for rank in (0, 1):
+        attrs, arrays = records(os.path.join(d, f"rank{rank:05d}.h5"))[comm_group]
+        assert attrs["time_us_every"] == 2
+        check_numbers({(comm_group, rank): (attrs, arrays)}, rows, "time_us")
+        assert rows[(comm_group, rank)]["iterations"] == 2 * len(arrays["time_us"]), rows[(comm_group, rank)]
+    print("synthetic thinned 1 in 2: iterations and summed time doubled")
 
     flat = {"step_ms": lambda old: np.full(len(old), 10.0) + 0.01 * np.sin(np.arange(len(old))),
             "host_rss_bytes": lambda old: np.full(len(old), old[0])}
@@ -204,7 +232,7 @@ def main():
     # registered with the watchdog; its thread must keep up, or they pile up as host memory.
     one_dir = os.path.join(work, "one-rank")
     run(mpiexec() + ["-np", "1", BIN, "--device", "cpu", "--mode", "comm", "--size", "4KB", "--inplace", "yes",
-                     "--duration-s", 2, "--out", one_dir])
+                     "--duration-s", 3, "--out", one_dir])
     for name, (attrs, arrays) in records(os.path.join(one_dir, "rank00000.h5")).items():
         # The resident set less the arrays of times, which grow where the count is re-aimed upwards.
         it, rss = arrays["memory_iteration"], arrays["host_rss_bytes"] - arrays["records_bytes"]
@@ -215,7 +243,11 @@ def main():
         # How many ran is the host's speed, written down, not asserted; that they leave no memory
         # behind is the watchdog's keeping up (soak.py's own bound).
         assert growth <= 16, f"{name}: {attrs['iters']} all-reduces on one rank, host RSS grew {growth:.1f} MiB (bound 16)"
-        print(f"one rank: {attrs['iters']} all-reduces, host RSS +{growth:.2f} MiB")
+        # Past 10 million iterations 1 in time_us_every is recorded, the fewest that fit.
+        every, kept = int(attrs["time_us_every"]), len(arrays["time_us"])
+        assert kept == -(-attrs["iters"] // every) <= 10_000_000 and (every == 1 or 2 * kept > 10_000_000), \
+            f"{name}: {kept} times recorded of {attrs['iters']} iterations, 1 in {every}"
+        print(f"one rank: {attrs['iters']} all-reduces (1 in {every} recorded), host RSS +{growth:.2f} MiB")
 
     run(mpi + ["--mode", "comm", "--size", "4KB", "--inplace", "no", "--steps", 7, "--out", fixed_dir])
     for name, (attrs, arrays) in records(os.path.join(fixed_dir, "rank00001.h5")).items():
