@@ -19,9 +19,10 @@ void add_duration_option(po::options_description& desc, const std::string& count
       ("run each configuration's timed loop for about this many seconds instead of --" + count_option +
        ": the count is aimed from the warm-up's median iteration (the slowest rank's) and re-aimed " +
        "about every second from the loop's own pace, the same on every rank; memory is sampled " +
-       "as it runs and rank 0 prints progress every --progress-s; each timed iteration is recorded " + "up to " +
-       std::to_string(kMaxTimedIterations) + " of them: past that comm records 1 in 2, " +
-       "then 1 in 4, ..., evenly over the whole duration (attribute time_us_every), and ddp ends " + "its loop there")
+       "as it runs and rank 0 prints progress every --progress-s; each timed iteration is recorded up to " +
+       std::to_string(kMaxTimedIterations) +
+       " of them: past that comm records 1 in 2, then 1 in 4, ..., evenly over the whole duration "
+       "(attribute time_us_every), and ddp ends its loop there")
           .c_str());
 }
 
@@ -114,21 +115,7 @@ Thinning::Thinning(size_t capacity) : capacity_(capacity) {
   if (capacity < 2 || capacity % 2) throw std::invalid_argument("Thinning: an even capacity of at least 2");
 }
 
-bool Thinning::record_next(const std::function<void()>& halve) {
-  const int64_t index = offered_++;
-  if (index % every_ != 0) return false;
-  if (recorded_ == capacity_) {
-    halve();
-    recorded_ /= 2;
-    every_ *= 2;
-    if (index % every_ != 0) return false;
-  }
-  ++recorded_;
-  return true;
-}
-
 void MemorySamples::take(int64_t iteration, Device& dev, int64_t records_bytes) {
-  ++offered_;
   if (!thinning_.record_next([&] {
         for (auto* v : arrays()) drop_odd(*v);
       }))

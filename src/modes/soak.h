@@ -68,9 +68,23 @@ class Thinning {
  public:
   explicit Thinning(size_t capacity);  // even, at least 2
   // For the next value of the series: whether to record it. Where recording it would pass the
-  // capacity, `halve` runs first (drop_odd on every array recorded in step) and every() doubles.
-  bool record_next(const std::function<void()>& halve);
-  int64_t every() const { return every_; }  // values of the series per recorded one
+  // capacity, `halve()` runs first (drop_odd on every array recorded in step) and every() doubles.
+  // Inline: comm asks once per iteration, millions of them.
+  template <class Halve>
+  bool record_next(Halve&& halve) {
+    const int64_t index = offered_++;
+    if (index % every_ != 0) return false;
+    if (recorded_ == capacity_) {
+      halve();
+      recorded_ /= 2;
+      every_ *= 2;
+      if (index % every_ != 0) return false;
+    }
+    ++recorded_;
+    return true;
+  }
+  int64_t every() const { return every_; }      // values of the series per recorded one
+  int64_t offered() const { return offered_; }  // values of the series so far
   size_t capacity() const { return capacity_; }
 
  private:
@@ -141,7 +155,7 @@ class MemorySamples {
   void expect(size_t expected) {
     for (auto* v : arrays()) reserve_touched(*v, std::min(expected, thinning_.capacity()));
   }
-  size_t offered() const { return offered_; }
+  size_t offered() const { return size_t(thinning_.offered()); }
   // A sample after `iteration`, where the thinning records it (read only then).
   void take(int64_t iteration, Device& dev, int64_t records_bytes);
   void record(Record& rec) const;
@@ -152,7 +166,6 @@ class MemorySamples {
   }
   std::vector<int64_t> iteration_, device_live_, device_used_, host_rss_, records_;
   Thinning thinning_{kMaxMemorySamples};
-  size_t offered_ = 0;
 };
 
 }  // namespace llmhpc
